@@ -1,0 +1,80 @@
+# The study's build graph. `make manuscript` and `make test` set up all they
+# need on a fresh Debian/Ubuntu machine; `make help` lists the targets.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PILOT := $(BIN)/pilot
+STAMPS := build/stamps
+# simulated (embedded default, a dry run) or claude-code (real study, needs ANTHROPIC_API_KEY)
+BACKEND ?= simulated
+SEED ?= 20260415
+
+TABLES := analysis/tables
+FIGURES := manuscript/figures
+GENERATED := manuscript/generated
+STAGE_DIRS := -p tables_dir $(TABLES) -p figures_dir $(FIGURES) -p generated_dir $(GENERATED)
+REPORT_SRC := $(wildcard src/pilot/report/*.py) src/pilot/stages.py
+
+help: ## list the targets with one line each
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+# ---------------------------------------------------------------- environment
+$(VENV)/.installed: pyproject.toml
+	@tools/ensure-system-packages.sh venv
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(VENV)/.installed ## create .venv from pyproject.toml (reused until that file changes)
+
+$(STAMPS)/system-%:
+	@tools/ensure-system-packages.sh $*
+	@mkdir -p $(STAMPS) && touch $@
+
+# ---------------------------------------------------------------- stages
+$(STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) src/pilot/protocol.py $(shell find protocol -type f -not -path '*/inputs/*')
+	$(PILOT) protocol validate
+	$(PILOT) protocol tables --out $(GENERATED)
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/stage-power: $(VENV)/.installed notebooks/03_power.py src/pilot/stats/power.py $(REPORT_SRC) protocol/study.yml
+	$(PILOT) stage power $(STAGE_DIRS) -p seed $(SEED)
+	@mkdir -p $(STAMPS) && touch $@
+
+STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power
+.PRECIOUS: $(STAGE_STAMPS)
+
+stages: $(STAGE_STAMPS) ## run every stage whose inputs changed (cached by make)
+
+# ---------------------------------------------------------------- manuscript
+MANUSCRIPT_SRC := manuscript/main.tex $(wildcard manuscript/sections/*.tex) manuscript/references.bib
+
+manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_SRC)
+	cd manuscript && latexmk -pdf -interaction=nonstopmode -halt-on-error -outdir=build main.tex >build.log 2>&1 \
+	  || { tail -40 build.log; exit 1; }
+	@echo "wrote $@"
+
+manuscript: manuscript/build/main.pdf ## run the whole pipeline on the embedded default and write manuscript/build/main.pdf
+
+# ---------------------------------------------------------------- checks
+test: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox ## run the test suite (unit, integration, notebook)
+	$(BIN)/pytest
+
+bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
+
+lab: $(VENV)/.installed ## open the stage notebooks in JupyterLab for interactive review
+	$(BIN)/python -m pip install -q -e '.[lab]'
+	$(BIN)/jupyter lab notebooks/
+
+clean: ## remove built outputs (never protocol/ or collected data under analysis/data/)
+	rm -rf build manuscript/build manuscript/build.log
+	find $(GENERATED) $(FIGURES) $(TABLES) -type f ! -name .gitkeep -delete
+
+.PHONY: help venv stages manuscript test bench lab clean

@@ -1,0 +1,63 @@
+"""Every path the project uses, in one place.
+
+No notebook, test or module builds a repository path by hand; they import it
+from here. ``PILOT_ROOT`` overrides the repository root, which otherwise is
+the folder above ``src/`` that holds ``protocol/study.yml``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _find_root() -> Path:
+    env = os.environ.get("PILOT_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "protocol" / "study.yml").is_file():
+            return parent
+    # An installed (non-editable) package: fall back to the working directory.
+    cwd = Path.cwd().resolve()
+    for parent in (cwd, *cwd.parents):
+        if (parent / "protocol" / "study.yml").is_file():
+            return parent
+    raise RuntimeError(
+        "cannot find the repository root (a folder holding protocol/study.yml); "
+        "set PILOT_ROOT"
+    )
+
+
+ROOT: Path = _find_root()
+
+PROTOCOL_DIR = ROOT / "protocol"
+STUDY_FILE = PROTOCOL_DIR / "study.yml"
+ARMS_DIR = PROTOCOL_DIR / "arms"
+ARMS_FILE = ARMS_DIR / "arms.yml"
+SCENARIOS_DIR = PROTOCOL_DIR / "scenarios"
+AMENDMENTS_FILE = PROTOCOL_DIR / "amendments.csv"
+HUMAN_DIR = PROTOCOL_DIR / "human"
+INTERPRETATIONS_FILE = PROTOCOL_DIR / "interpretations.md"
+COMPLETION_SCHEMA_FILE = PROTOCOL_DIR / "completion_record.schema.json"
+
+ANALYSIS_DIR = ROOT / "analysis"
+DATA_DIR = ANALYSIS_DIR / "data"
+TABLES_DIR = ANALYSIS_DIR / "tables"
+CONFIG_DIR = ANALYSIS_DIR / "config"
+
+MANUSCRIPT_DIR = ROOT / "manuscript"
+GENERATED_DIR = MANUSCRIPT_DIR / "generated"
+FIGURES_DIR = MANUSCRIPT_DIR / "figures"
+MANUSCRIPT_BUILD_DIR = MANUSCRIPT_DIR / "build"
+
+NOTEBOOKS_DIR = ROOT / "notebooks"
+BUILD_DIR = ROOT / "build"
+NOTEBOOK_BUILD_DIR = BUILD_DIR / "notebooks"
+BENCHMARKS_DIR = ROOT / "benchmarks"
+
+
+def study_dir(name: str) -> Path:
+    """Folder of one study's store, workspaces and exported run table."""
+    return DATA_DIR / name

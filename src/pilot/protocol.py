@@ -1,0 +1,447 @@
+"""Load and validate the preregistered protocol (``protocol/``).
+
+The protocol is data: ``study.yml`` (every constant the design fixes),
+``arms/arms.yml`` with each arm's documentation, and ``amendments.csv``. A
+malformed file is refused with :class:`ProtocolError`, whose message names
+the file, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+import jsonschema
+import yaml
+
+from pilot import paths
+
+
+class ProtocolError(ValueError):
+    """A protocol file is missing or malformed."""
+
+    def __init__(self, path: Path | str, field: str, reason: str) -> None:
+        self.path = Path(path)
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{_show(self.path)}: field '{field}': {reason}")
+
+
+def _show(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(paths.ROOT))
+    except ValueError:
+        return str(path)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file, turning every failure into a ProtocolError."""
+    if not path.is_file():
+        raise ProtocolError(path, "<file>", "file not found")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(path, "<file>", f"not valid UTF-8 ({exc.reason})") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ProtocolError(path, "<file>", f"not valid YAML{where}: {exc}") from exc
+
+
+def validate(data: Any, schema: dict, path: Path) -> None:
+    """Validate ``data`` against a JSON schema; the first error becomes a ProtocolError."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.absolute_path) or "<root>"
+        raise ProtocolError(path, where, err.message)
+
+
+# --------------------------------------------------------------------------
+# Schemas
+# --------------------------------------------------------------------------
+
+ARM_ID = r"^A[0-9]+$"
+SCENARIO_ID = r"^[A-Z]+-[0-9]{2}$"
+_pos = {"type": "number", "exclusiveMinimum": 0}
+_nonneg = {"type": "number", "minimum": 0}
+_posint = {"type": "integer", "minimum": 1}
+_prob = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
+_str = {"type": "string", "minLength": 1}
+
+
+def _obj(props: dict, required: Iterable[str] | None = None) -> dict:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props if required is None else required),
+        "additionalProperties": False,
+    }
+
+
+def _grid(lo: dict = _nonneg) -> dict:
+    return _obj({"start": lo, "stop": lo, "step": _pos})
+
+
+STUDY_SCHEMA: dict = _obj(
+    {
+        "study": _obj({"title": _str, "short_name": _str, "protocol_version": _str}),
+        "worker": _obj({"model": _str, "effort": _str, "user_prompt": _str}),
+        "cli": _obj(
+            {
+                "package": _str,
+                "package_version": _str,
+                "version": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
+                "bare": {"type": "boolean"},
+                "permission_prompts": {"enum": ["none", "host"]},
+                "output_format": {"const": "stream-json"},
+                "max_turns": _posint,
+            }
+        ),
+        "caps": _obj(
+            {
+                "global": _obj({"usd": _pos, "wall_s": _pos}),
+                "scenarios": {
+                    "type": "object",
+                    "propertyNames": {"pattern": SCENARIO_ID},
+                    "additionalProperties": _obj({"usd": _pos, "wall_s": _pos}, required=[]),
+                },
+            }
+        ),
+        "envelope": _obj({"usd": _pos}),
+        "design": _obj(
+            {
+                "arms": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "uniqueItems": True},
+                "n_scenarios": _posint,
+                "pilot_repeats": _posint,
+                "assignment_seed": {"type": "integer", "minimum": 0},
+            }
+        ),
+        "judges": _obj(
+            {
+                "panel": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _obj({"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}),
+                },
+                "reserve_usd_per_run": _nonneg,
+            }
+        ),
+        "outcomes": _obj(
+            {
+                "q": {"type": "number", "minimum": 0, "maximum": 100},
+                "q_grid": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 100}},
+                "human_minutes_per_question": _nonneg,
+                "intervention_minutes": _nonneg,
+            }
+        ),
+        "inference": _obj(
+            {
+                "alpha": _prob,
+                "bootstrap_resamples": _posint,
+                "permutations": _posint,
+                "primary_contrast": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "maxItems": 2},
+                "secondary_contrasts": {
+                    "type": "array",
+                    "items": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "maxItems": 2},
+                },
+                "secondary_adjustment": {"enum": ["holm", "bonferroni", "none"]},
+            }
+        ),
+        "frontier": _obj({"budget_usd": _grid(_pos), "human_minutes": _grid()}),
+        "scale_rule": _obj(
+            {
+                "cost_inflation": {"type": "number", "minimum": 1},
+                "third_repeat": _obj({"runs": _posint, "reserve_usd": _nonneg}),
+                "sensitivity": _obj({"runs": _posint, "reserve_usd": _nonneg}),
+            }
+        ),
+        "sensitivity_models": _obj(
+            {
+                "arm": {"type": "string", "pattern": ARM_ID},
+                "models": {"type": "array", "items": _str, "minItems": 1, "uniqueItems": True},
+                "repeats": _posint,
+            }
+        ),
+        "power": _obj(
+            {
+                "scenario_sd_logit": _nonneg,
+                "baseline": _prob,
+                "alpha": _prob,
+                "J": {"type": "array", "items": {"type": "integer", "minimum": 2}, "minItems": 1},
+                "R": {"type": "array", "items": _posint, "minItems": 1},
+                "delta": {"type": "array", "items": _prob, "minItems": 1},
+                "simulations": _posint,
+                "seed": {"type": "integer", "minimum": 0},
+                "reported": {
+                    "type": "array",
+                    "items": _obj({"J": {"type": "integer", "minimum": 2}, "R": _posint, "delta": _prob, "power": {"type": "number", "minimum": 0, "maximum": 1}}),
+                },
+            }
+        ),
+    }
+)
+
+TOOLS = ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]
+FEATURES = ["shell", "python_env", "text_substitutes", "libreoffice", "chromium", "portal", "checkpoint", "self_check"]
+CAPABILITIES = ["macos", "linux", "libreoffice", "chromium", "portal"]
+
+ARMS_SCHEMA: dict = _obj(
+    {
+        "arms": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": ARM_ID},
+            "additionalProperties": _obj(
+                {
+                    "name": _str,
+                    "doc": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.md$"},
+                    "tools": {"type": "array", "items": {"enum": TOOLS}, "minItems": 1, "uniqueItems": True},
+                    "denied_families": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.+-]+$"},
+                        "uniqueItems": True,
+                    },
+                    "features": _obj({f: {"type": "boolean"} for f in FEATURES}),
+                    "recovery_resumes": {"type": "integer", "minimum": 0, "maximum": 1},
+                    "requires": {"type": "array", "items": {"enum": CAPABILITIES}, "uniqueItems": True},
+                }
+            ),
+        }
+    }
+)
+
+AMENDMENT_COLUMNS = ["id", "date", "stage", "title", "content"]
+
+
+# --------------------------------------------------------------------------
+# Typed views
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Spending cap and wall limit of one run."""
+
+    usd: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One treatment arm, as read from ``protocol/arms``."""
+
+    id: str
+    name: str
+    doc_path: Path
+    tools: tuple[str, ...]
+    denied_families: tuple[str, ...]
+    features: dict[str, bool]
+    recovery_resumes: int
+    requires: tuple[str, ...]
+
+    @property
+    def documentation(self) -> str:
+        return self.doc_path.read_text(encoding="utf-8")
+
+    @property
+    def has_shell(self) -> bool:
+        return "Bash" in self.tools
+
+    def feature(self, name: str) -> bool:
+        return bool(self.features[name])
+
+
+@dataclass(frozen=True)
+class Study:
+    """The validated ``study.yml`` with typed accessors for what the code uses."""
+
+    path: Path
+    raw: dict = field(repr=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+    @property
+    def arms(self) -> list[str]:
+        return list(self.raw["design"]["arms"])
+
+    @property
+    def pilot_repeats(self) -> int:
+        return int(self.raw["design"]["pilot_repeats"])
+
+    @property
+    def assignment_seed(self) -> int:
+        return int(self.raw["design"]["assignment_seed"])
+
+    @property
+    def envelope_usd(self) -> float:
+        return float(self.raw["envelope"]["usd"])
+
+    @property
+    def q(self) -> float:
+        return float(self.raw["outcomes"]["q"])
+
+    @property
+    def judge_panel(self) -> list[dict]:
+        return [dict(j) for j in self.raw["judges"]["panel"]]
+
+    @property
+    def global_caps(self) -> Caps:
+        g = self.raw["caps"]["global"]
+        return Caps(float(g["usd"]), float(g["wall_s"]))
+
+    def caps_for(self, scenario_id: str) -> Caps:
+        """The larger of the global caps and the scenario author's own (A-006)."""
+        g = self.global_caps
+        own = self.raw["caps"]["scenarios"].get(scenario_id, {})
+        return Caps(max(g.usd, float(own.get("usd", 0.0))), max(g.wall_s, float(own.get("wall_s", 0.0))))
+
+    def grid(self, name: str) -> list[float]:
+        """A ``frontier`` grid (``budget_usd`` or ``human_minutes``) as a list, ends included."""
+        g = self.raw["frontier"][name]
+        n = int(round((g["stop"] - g["start"]) / g["step"]))
+        return [round(g["start"] + i * g["step"], 10) for i in range(n + 1)]
+
+    @property
+    def contrasts(self) -> list[tuple[str, str]]:
+        inf = self.raw["inference"]
+        return [tuple(inf["primary_contrast"])] + [tuple(c) for c in inf["secondary_contrasts"]]
+
+
+def _check_study_semantics(data: dict, path: Path) -> None:
+    arms = data["design"]["arms"]
+    inf = data["inference"]
+    for i, pair in enumerate([inf["primary_contrast"], *inf["secondary_contrasts"]]):
+        name = "inference.primary_contrast" if i == 0 else f"inference.secondary_contrasts.{i - 1}"
+        for a in pair:
+            if a not in arms:
+                raise ProtocolError(path, name, f"arm {a!r} is not in design.arms {arms}")
+        if pair[0] == pair[1]:
+            raise ProtocolError(path, name, "a contrast needs two different arms")
+    if data["sensitivity_models"]["arm"] not in arms:
+        raise ProtocolError(path, "sensitivity_models.arm", f"arm {data['sensitivity_models']['arm']!r} is not in design.arms")
+    if data["outcomes"]["q"] not in data["outcomes"]["q_grid"]:
+        raise ProtocolError(path, "outcomes.q", "the primary threshold must be one of outcomes.q_grid")
+    ids = [j["id"] for j in data["judges"]["panel"]]
+    if len(set(ids)) != len(ids):
+        raise ProtocolError(path, "judges.panel", f"judge ids must be unique, got {ids}")
+    for name in ("budget_usd", "human_minutes"):
+        g = data["frontier"][name]
+        if g["stop"] < g["start"]:
+            raise ProtocolError(path, f"frontier.{name}.stop", "must not be below start")
+    if data["caps"]["scenarios"]:
+        for sid, own in data["caps"]["scenarios"].items():
+            if not own:
+                raise ProtocolError(path, f"caps.scenarios.{sid}", "names neither usd nor wall_s")
+
+
+def load_study(path: Path | None = None) -> Study:
+    """Read and validate ``protocol/study.yml``."""
+    path = Path(path) if path is not None else paths.STUDY_FILE
+    data = read_yaml(path)
+    validate(data, STUDY_SCHEMA, path)
+    _check_study_semantics(data, path)
+    return Study(path=path, raw=data)
+
+
+def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str, Arm]:
+    """Read and validate ``protocol/arms/arms.yml`` and check each arm's documentation exists."""
+    path = Path(path) if path is not None else paths.ARMS_FILE
+    data = read_yaml(path)
+    validate(data, ARMS_SCHEMA, path)
+    arms: dict[str, Arm] = {}
+    for arm_id, spec in data["arms"].items():
+        doc = path.parent / spec["doc"]
+        if not doc.is_file():
+            raise ProtocolError(path, f"arms.{arm_id}.doc", f"documentation file {spec['doc']} not found beside arms.yml")
+        if not doc.read_text(encoding="utf-8").strip():
+            raise ProtocolError(doc, "<file>", "arm documentation is empty")
+        if spec["denied_families"] and "Bash" not in spec["tools"]:
+            raise ProtocolError(path, f"arms.{arm_id}.denied_families", "denies shell programs but the arm has no Bash tool")
+        if spec["features"]["self_check"] != (spec["recovery_resumes"] > 0):
+            raise ProtocolError(path, f"arms.{arm_id}.recovery_resumes", "a recovery resume goes with the self-check feature and only with it")
+        arms[arm_id] = Arm(
+            id=arm_id,
+            name=spec["name"],
+            doc_path=doc,
+            tools=tuple(spec["tools"]),
+            denied_families=tuple(spec["denied_families"]),
+            features=dict(spec["features"]),
+            recovery_resumes=int(spec["recovery_resumes"]),
+            requires=tuple(spec["requires"]),
+        )
+    policy = path.parent / "policy.md"
+    if not policy.is_file() or not policy.read_text(encoding="utf-8").strip():
+        raise ProtocolError(policy, "<file>", "the common policy is missing or empty")
+    study = study if study is not None else (load_study() if path == paths.ARMS_FILE else None)
+    if study is not None:
+        missing = [a for a in study.arms if a not in arms]
+        if missing:
+            raise ProtocolError(path, "arms", f"design.arms names {missing} but arms.yml does not define them")
+    return arms
+
+
+def common_policy(arms_dir: Path | None = None) -> str:
+    """The policy text shared by every arm."""
+    return ((arms_dir or paths.ARMS_DIR) / "policy.md").read_text(encoding="utf-8")
+
+
+def arm_instructions(arm: Arm) -> str:
+    """The common policy with the arm's documentation appended, as the worker reads it."""
+    return common_policy(arm.doc_path.parent).rstrip() + "\n\n" + arm.documentation.strip() + "\n"
+
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_AMEND_ID = re.compile(r"^A-\d{3}$")
+
+
+def load_amendments(path: Path | None = None) -> list[dict[str, str]]:
+    """Read ``protocol/amendments.csv``: one row per amendment with id, date, stage, title, content."""
+    path = Path(path) if path is not None else paths.AMENDMENTS_FILE
+    if not path.is_file():
+        raise ProtocolError(path, "<file>", "file not found")
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        if header != AMENDMENT_COLUMNS:
+            raise ProtocolError(path, "<header>", f"columns must be {AMENDMENT_COLUMNS}, got {header}")
+        rows = list(reader)
+    seen: set[str] = set()
+    for n, row in enumerate(rows, start=2):
+        if None in row or any(v is None for v in row.values()):
+            raise ProtocolError(path, f"line {n}", "wrong number of fields")
+        if not _AMEND_ID.match(row["id"]):
+            raise ProtocolError(path, f"line {n}.id", f"{row['id']!r} is not of the form A-NNN")
+        if row["id"] in seen:
+            raise ProtocolError(path, f"line {n}.id", f"duplicate amendment {row['id']}")
+        seen.add(row["id"])
+        if not _DATE.match(row["date"]):
+            raise ProtocolError(path, f"line {n}.date", f"{row['date']!r} is not a YYYY-MM-DD date")
+        for col in ("stage", "title", "content"):
+            if not row[col].strip():
+                raise ProtocolError(path, f"line {n}.{col}", "must not be empty")
+    return rows
+
+
+@lru_cache(maxsize=1)
+def study() -> Study:
+    """The repository's validated study protocol (cached)."""
+    return load_study()
+
+
+@lru_cache(maxsize=1)
+def arms() -> dict[str, Arm]:
+    """The repository's validated arms (cached)."""
+    return load_arms(study=study())
+
+
+def load_all() -> dict[str, Any]:
+    """Validate every protocol file; used by ``pilot protocol validate``."""
+    s = load_study()
+    return {"study": s, "arms": load_arms(study=s), "amendments": load_amendments()}

@@ -1,0 +1,151 @@
+"""The design's tables and numbers, generated from ``protocol/`` for the manuscript.
+
+Table ``tab:arms`` comes from ``protocol/arms``, table ``tab:caps`` from the
+caps of ``protocol/study.yml``, and ``design_macros.tex`` holds one macro per
+design constant the text states.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from pilot import paths
+from pilot.protocol import Arm, Study, load_amendments, load_arms, load_study
+from pilot.report.latex import latex_escape, macro_name, write_macros, write_table
+
+_FEATURE_TEXT = {
+    "python_env": "project Python environment",
+    "text_substitutes": "text substitutes for binary formats",
+    "libreoffice": "LibreOffice headless",
+    "chromium": "Playwright headless Chromium",
+    "portal": "enterprise portal with credentials",
+    "checkpoint": "checkpoint file",
+    "self_check": "public self-check",
+}
+
+
+def enforcement_text(arm: Arm) -> str:
+    """How the arm's restrictions are enforced, in words for the arms table."""
+    if not arm.has_shell:
+        return "tool set fixed with --tools: no shell exists"
+    if not arm.denied_families:
+        return "nothing denied; event stream audited"
+    return "CLI deny rules; programs masked in the run's mount namespace (bubblewrap on Linux, sandbox-exec on macOS); every attempt audited as a deviation"
+
+
+def arms_frame(arms: dict[str, Arm]) -> pd.DataFrame:
+    rows = []
+    for arm in arms.values():
+        feats = [text for key, text in _FEATURE_TEXT.items() if arm.features.get(key)]
+        if arm.recovery_resumes:
+            feats.append(f"{arm.recovery_resumes} bounded recovery resume")
+        rows.append(
+            {
+                "Arm": f"{arm.id} ({arm.name})",
+                "Tools": ", ".join(arm.tools),
+                "Denied in the shell": ", ".join(f"\\texttt{{{latex_escape(d)}}}" for d in arm.denied_families) or "none",
+                "Adds": "; ".join(feats) or "---",
+                "Requires node": ", ".join(arm.requires) or "any",
+                "Enforcement": enforcement_text(arm),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def caps_frame(study: Study, scenario_ids: list[str] | None = None) -> pd.DataFrame:
+    own = study["caps"]["scenarios"]
+    ids = sorted(set(scenario_ids or []) | set(own))
+    g = study.global_caps
+    rows = [{"Scenario": "global (all others)", "Dollar cap": g.usd, "Wall limit (s)": int(g.wall_s), "Source": "global"}]
+    for sid in ids:
+        caps = study.caps_for(sid)
+        rows.append(
+            {
+                "Scenario": sid,
+                "Dollar cap": caps.usd,
+                "Wall limit (s)": int(caps.wall_s),
+                "Source": "A-006" if sid in own else "global",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def design_macros(study: Study) -> dict[str, object]:
+    r = study.raw
+    m: dict[str, object] = {
+        "WorkerModel": f"\\texttt{{{r['worker']['model']}}}",
+        "CliVersion": r["cli"]["version"],
+        "MaxTurns": int(r["cli"]["max_turns"]),
+        "GlobalCapUsd": f"{study.global_caps.usd:.2f}",
+        "GlobalCapWallS": int(study.global_caps.wall_s),
+        "EnvelopeUsd": int(study.envelope_usd) if study.envelope_usd == int(study.envelope_usd) else study.envelope_usd,
+        "NumArms": len(study.arms),
+        "NumScenarios": int(r["design"]["n_scenarios"]),
+        "PilotRepeats": study.pilot_repeats,
+        "PilotRuns": int(r["design"]["n_scenarios"]) * len(study.arms) * study.pilot_repeats,
+        "AssignmentSeed": str(study.assignment_seed),
+        "NumJudges": len(study.judge_panel),
+        "QThreshold": int(study.q),
+        "QGridMin": int(min(r["outcomes"]["q_grid"])),
+        "QGridMax": int(max(r["outcomes"]["q_grid"])),
+        "BootstrapResamples": int(r["inference"]["bootstrap_resamples"]),
+        "Permutations": int(r["inference"]["permutations"]),
+        "HumanMinutesPerQuestion": int(r["outcomes"]["human_minutes_per_question"]),
+        "BudgetGridMin": f"{study.grid('budget_usd')[0]:.2f}",
+        "BudgetGridMax": f"{study.grid('budget_usd')[-1]:.2f}",
+        "ScaleInflation": f"{r['scale_rule']['cost_inflation']:.2f}",
+        "ScaleThirdRuns": int(r["scale_rule"]["third_repeat"]["runs"]),
+        "ScaleThirdReserve": int(r["scale_rule"]["third_repeat"]["reserve_usd"]),
+        "ScaleSensRuns": int(r["scale_rule"]["sensitivity"]["runs"]),
+        "ScaleSensReserve": int(r["scale_rule"]["sensitivity"]["reserve_usd"]),
+        "SensitivityArm": r["sensitivity_models"]["arm"],
+        "SensitivityRepeats": int(r["sensitivity_models"]["repeats"]),
+        "SensitivityModels": " and ".join(f"\\texttt{{{m}}}" for m in r["sensitivity_models"]["models"]),
+        "PowerScenarioSd": f"{r['power']['scenario_sd_logit']:.1f}",
+        "PowerBaseline": f"{r['power']['baseline']:.2f}",
+        "PowerSimulations": int(r["power"]["simulations"]),
+    }
+    for i, judge in enumerate(study.judge_panel, start=1):
+        m[macro_name("Judge", i, "Model")] = f"\\texttt{{{judge['model']}}}"
+    return m
+
+
+def amendments_frame() -> pd.DataFrame:
+    rows = load_amendments()
+    return pd.DataFrame([{"ID": r["id"], "Date": r["date"], "Stage": r["stage"], "Amendment": r["title"]} for r in rows])
+
+
+def write_design_outputs(out_dir: Path | None = None) -> list[Path]:
+    """Write ``arms_table.tex``, ``caps_table.tex``, ``amendments_table.tex`` and ``design_macros.tex``."""
+    out = Path(out_dir or paths.GENERATED_DIR)
+    study = load_study()
+    arms = load_arms(study=study)
+    scenario_ids = sorted(p.name for p in paths.SCENARIOS_DIR.iterdir() if p.is_dir()) if paths.SCENARIOS_DIR.is_dir() else []
+    written = [
+        write_table(
+            arms_frame(arms),
+            out / "arms_table.tex",
+            caption="Treatment arms, generated from \\texttt{protocol/arms}. Every arm shares the model, brief, inputs, caps and common policy.",
+            label="tab:arms",
+            escape=False,
+            column_format="p{2.1cm}p{2.2cm}p{2.6cm}p{3.2cm}p{1.6cm}p{3.6cm}",
+        ),
+        write_table(
+            caps_frame(study, scenario_ids),
+            out / "caps_table.tex",
+            caption="Per-run caps, generated from \\texttt{protocol/study.yml}: the larger of the global caps and the scenario author's own (A-006).",
+            label="tab:caps",
+            float_format="%.2f",
+        ),
+        write_table(
+            amendments_frame(),
+            out / "amendments_table.tex",
+            caption="Amendments to the protocol, generated from \\texttt{protocol/amendments.csv}.",
+            label="tab:amendments",
+            column_format="llp{2.2cm}p{7cm}",
+        ),
+        write_macros(design_macros(study), out / "design_macros.tex", comment="From protocol/study.yml."),
+    ]
+    return written

@@ -1,0 +1,161 @@
+"""Run a preregistered stage: a jupytext percent notebook executed by papermill.
+
+``notebooks/NN_name.py`` is the stage ``name`` (underscores read as hyphens,
+so ``02_scale_rule.py`` is ``scale-rule``). The percent file is converted to
+a notebook with jupytext, its parameters are checked against the notebook's
+``parameters`` cell (papermill itself only warns on an unknown name, we
+refuse it), and papermill executes it into ``build/notebooks/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from pilot import paths
+
+_STAGE_FILE = re.compile(r"^(\d+)_([a-z0-9_]+)\.py$")
+
+
+class StageError(ValueError):
+    """A stage or a parameter given to it is unknown or has the wrong type."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    order: int
+    source: Path
+
+    @property
+    def built_notebook(self) -> Path:
+        return paths.NOTEBOOK_BUILD_DIR / f"{self.source.stem}.source.ipynb"
+
+    @property
+    def executed_notebook(self) -> Path:
+        return paths.NOTEBOOK_BUILD_DIR / f"{self.source.stem}.ipynb"
+
+
+def list_stages(notebooks_dir: Path | None = None) -> dict[str, Stage]:
+    """All stages under ``notebooks/``, keyed by name, in their numbered order."""
+    folder = notebooks_dir or paths.NOTEBOOKS_DIR
+    stages = []
+    for f in sorted(folder.glob("*.py")):
+        m = _STAGE_FILE.match(f.name)
+        if m:
+            stages.append(Stage(name=m.group(2).replace("_", "-"), order=int(m.group(1)), source=f))
+    return {s.name: s for s in sorted(stages, key=lambda s: s.order)}
+
+
+def get_stage(name: str) -> Stage:
+    stages = list_stages()
+    if name not in stages:
+        raise StageError(f"unknown stage {name!r}; the stages are: {', '.join(stages) or 'none'}")
+    return stages[name]
+
+
+def build_notebook(source: Path, target: Path) -> Path:
+    """Convert a percent ``.py`` file to ``.ipynb`` with jupytext, with a Python kernelspec."""
+    import jupytext
+
+    nb = jupytext.read(source)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata.setdefault("jupytext", {})["source_file"] = str(source)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    jupytext.write(nb, target, fmt="ipynb")
+    return target
+
+
+def declared_parameters(notebook: Path) -> dict[str, dict[str, Any]]:
+    """The parameters a notebook declares, as papermill reads them (name -> inferred type, default, help)."""
+    import papermill
+
+    return {name: dict(info) for name, info in papermill.inspect_notebook(str(notebook)).items()}
+
+
+def _coerce(name: str, value: Any, info: Mapping[str, Any]) -> Any:
+    kind = (info.get("inferred_type_name") or "None").lower()
+    if not isinstance(value, str) or kind in ("str", "none"):
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise StageError(f"parameter {name!r}: cannot read {value!r} ({exc})") from exc
+    checks = {"int": (int,), "float": (int, float), "bool": (bool,), "list": (list,), "dict": (dict,)}
+    expected = checks.get(kind)
+    if expected and (not isinstance(parsed, expected) or (kind in ("int", "float") and isinstance(parsed, bool))):
+        raise StageError(f"parameter {name!r} expects {kind}, got {value!r}")
+    return float(parsed) if kind == "float" else parsed
+
+
+def check_parameters(notebook: Path, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Refuse parameters the notebook does not declare; coerce command-line strings to the declared type."""
+    declared = declared_parameters(notebook)
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise StageError(
+            f"{notebook.name}: unknown parameter(s) {', '.join(unknown)}; "
+            f"declared: {', '.join(sorted(declared)) or 'none'}"
+        )
+    return {k: _coerce(k, v, declared[k]) for k, v in params.items()}
+
+
+def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Path | None = None, progress: bool = False) -> Path:
+    """Build, check and execute one stage; returns the executed notebook's path."""
+    import papermill
+
+    stage = get_stage(name)
+    built = build_notebook(stage.source, stage.built_notebook)
+    checked = check_parameters(built, dict(params or {}))
+    out = Path(output) if output else stage.executed_notebook
+    out.parent.mkdir(parents=True, exist_ok=True)
+    papermill.execute_notebook(
+        str(built),
+        str(out),
+        parameters=checked,
+        cwd=str(paths.ROOT),
+        kernel_name="python3",
+        progress_bar=progress,
+        log_output=False,
+    )
+    return out
+
+
+# --------------------------------------------------------------------------
+# Command line: pilot stage NAME [-p KEY VALUE ...]
+# --------------------------------------------------------------------------
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stage", help="execute a preregistered stage notebook with papermill")
+    p.add_argument("name", nargs="?", help="stage name (omit with --list)")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"), help="set a declared parameter")
+    p.add_argument("--output", type=Path, help="where to write the executed notebook")
+    p.add_argument("--list", action="store_true", help="list the stages and their parameters")
+    p.set_defaults(func=_cmd_stage)
+
+
+def _cmd_stage(args: argparse.Namespace) -> int:
+    if args.list or not args.name:
+        for stage in list_stages().values():
+            built = build_notebook(stage.source, stage.built_notebook)
+            params = declared_parameters(built)
+            print(f"{stage.name:12s} {stage.source.relative_to(paths.ROOT)}")
+            for k, info in params.items():
+                print(f"    {k} = {info.get('default')}  # {info.get('help', '')}")
+        return 0
+    params = dict(args.parameter)
+    try:
+        out = run_stage(args.name, params, output=args.output, progress=sys.stderr.isatty())
+    except StageError as exc:
+        print(f"pilot stage: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"stage": args.name, "notebook": str(out)}))
+    return 0

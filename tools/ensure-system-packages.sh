@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Make sure the Debian/Ubuntu packages a target needs are installed.
+#   tools/ensure-system-packages.sh GROUP...   (groups: venv latex office sandbox browser)
+# Installs what is missing with apt-get when it can (root, or sudo without a
+# password); otherwise stops and prints the one command the user must run.
+set -euo pipefail
+
+missing=()
+need() { missing+=("$@"); }
+
+check_group() {
+  case "$1" in
+    venv)
+      python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need python3-venv ;;
+    latex)
+      command -v latexmk >/dev/null 2>&1 || need latexmk
+      command -v pdflatex >/dev/null 2>&1 || need texlive-latex-base
+      for sty in booktabs.sty natbib.sty; do
+        kpsewhich "$sty" >/dev/null 2>&1 || { need texlive-latex-recommended; break; }
+      done
+      for sty in enumitem.sty xcolor.sty; do
+        kpsewhich "$sty" >/dev/null 2>&1 || { need texlive-latex-extra; break; }
+      done
+      kpsewhich lmodern.sty >/dev/null 2>&1 || need lmodern
+      kpsewhich pcrr8t.tfm >/dev/null 2>&1 || need texlive-fonts-recommended ;;
+    office)
+      command -v soffice >/dev/null 2>&1 || need libreoffice-calc-nogui libreoffice-writer-nogui ;;
+    sandbox)
+      command -v bwrap >/dev/null 2>&1 || need bubblewrap ;;
+    browser)
+      command -v chromium >/dev/null 2>&1 || need chromium ;;
+    *)
+      echo "ensure-system-packages: unknown group '$1' (known: venv latex office sandbox browser)" >&2
+      exit 2 ;;
+  esac
+}
+
+for group in "$@"; do check_group "$group"; done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+# De-duplicate, keep order.
+mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++')
+cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}")
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  sudo=(sudo)
+else
+  echo "Missing system packages: ${pkgs[*]}" >&2
+  echo "Run this once, then try again:" >&2
+  echo "  sudo apt-get update && sudo ${cmd[*]}" >&2
+  exit 1
+fi
+
+echo "Installing system packages: ${pkgs[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" "${cmd[@]}" -qq
