@@ -159,6 +159,15 @@ STUDY_SCHEMA: dict = _obj(
                 "cost_inflation": {"type": "number", "minimum": 1},
                 "third_repeat": _obj({"runs": _posint, "reserve_usd": _nonneg}),
                 "sensitivity": _obj({"runs": _posint, "reserve_usd": _nonneg}),
+                "recorded_pilot_mean_cost_usd": _pos,
+                "deferred_scenarios": _posint,
+            }
+        ),
+        "hypotheses": _obj({"ari_min": _prob, "violation_rate_max": _prob}),
+        "human_wave": _obj(
+            {
+                "participants_per_scenario_per_condition": _posint,
+                "conditions": {"type": "array", "items": _str, "minItems": 1},
             }
         ),
         "sensitivity_models": _obj(
