@@ -13,6 +13,11 @@ import sys
 COMMAND_MODULES = [
     "pilot.protocol_cli",
     "pilot.stages",
+    "pilot.portal.cli",
+    "pilot.study_cli",
+    "pilot.scenarios.cli",
+    "pilot.oracles.cli",
+    "pilot.runner_cli",
 ]
 
 

@@ -46,6 +46,9 @@ ANALYSIS_DIR = ROOT / "analysis"
 DATA_DIR = ANALYSIS_DIR / "data"
 TABLES_DIR = ANALYSIS_DIR / "tables"
 CONFIG_DIR = ANALYSIS_DIR / "config"
+SIMULATED_JUDGES_FILE = CONFIG_DIR / "simulated_judges.yml"
+# The default nodes file of the scheduler (virtual nodes of the local executor).
+NODES_FILE = CONFIG_DIR / "nodes.yml"
 
 MANUSCRIPT_DIR = ROOT / "manuscript"
 GENERATED_DIR = MANUSCRIPT_DIR / "generated"
@@ -56,6 +59,21 @@ NOTEBOOKS_DIR = ROOT / "notebooks"
 BUILD_DIR = ROOT / "build"
 NOTEBOOK_BUILD_DIR = BUILD_DIR / "notebooks"
 BENCHMARKS_DIR = ROOT / "benchmarks"
+# The worker's own Python environment (shell arms), apart from the harness's .venv.
+WORKER_ENV_DIR = BUILD_DIR / "worker-env"
+# The simulated agent's generative model (one file, quoted wherever its outputs appear).
+SIMULATED_AGENT_FILE = CONFIG_DIR / "simulated_agent.yml"
+
+
+# The distribution's Chromium (Debian package `chromium`), driven by Playwright.
+CHROMIUM_BIN = Path("/usr/bin/chromium")
+# `pilot portal serve` keeps its access and server logs here.
+PORTAL_SERVE_DIR = BUILD_DIR / "portal"
+
+
+def scenario_portal_dir(scenario_id: str) -> Path:
+    """Committed portal content of one scenario (written by ``pilot portal generate``)."""
+    return SCENARIOS_DIR / scenario_id / "portal"
 
 
 def study_dir(name: str) -> Path:

@@ -107,6 +107,26 @@ def check_parameters(notebook: Path, params: Mapping[str, Any]) -> dict[str, Any
     return {k: _coerce(k, v, declared[k]) for k, v in params.items()}
 
 
+def write_parameterized_notebook(name: str, params: Mapping[str, Any], target: Path) -> Path:
+    """Build stage ``name`` as ``target`` (.ipynb) with ``params`` injected the way papermill does, unexecuted.
+
+    For running a stage under another executor (e.g. ``pytest --nbval-lax``)
+    with the same parameter checks as ``run_stage``.
+    """
+    import nbformat
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    stage = get_stage(name)
+    target = Path(target)
+    built = build_notebook(stage.source, target)
+    checked = check_parameters(built, dict(params))
+    # load_notebook_node gives every cell the metadata papermill expects (tags)
+    nb = parameterize_notebook(load_notebook_node(str(built)), checked, kernel_name="python3", language="python")
+    nbformat.write(nb, target)
+    return target
+
+
 def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Path | None = None, progress: bool = False) -> Path:
     """Build, check and execute one stage; returns the executed notebook's path."""
     import papermill

@@ -1,0 +1,106 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Stage 04 — the primary analysis
+#
+# The preregistered primary endpoint is acceptance,
+# $S = \mathbf{1}\{D=1, E=0, Q\ge q\}$ with $q=70$, where $Q$ is the mean of
+# the judges available for the run (missing, never zero, when no judge is).
+# Each arm's acceptance is the scenario-weighted mean of the scenarios'
+# repeat means, $\hat p_a = J^{-1}\sum_j R_j^{-1}\sum_r S_{jra}$.
+#
+# The contrasts come from `protocol/study.yml`: the primary A3−A1 and the
+# secondary A1−A0, A4−A3 and A2−A1, whose p-values are Holm-adjusted over the
+# three. Intervals: scenario-cluster percentile bootstrap (scenarios
+# resampled with replacement, B = 5,000). Tests: paired sign-flip permutation
+# over scenarios (exact enumeration when 2^J is at most the permutation
+# count). The stage also judges H1, H2, H3, H5 and H6.
+#
+# With `runs` empty the stage draws a SIMULATED synthetic run table from the
+# generative model in `analysis/config/synthetic_runtable.yml`; every output
+# then says SIMULATED. All logic lives in `pilot.stats`.
+
+# %% tags=["parameters"]
+seed: int = 20260415  # seed of the bootstrap and permutations (and of the synthetic table when runs is empty)
+tables_dir: str = "analysis/tables"  # folder for primary_acceptance.csv, primary_contrasts.csv, primary_hypotheses.csv
+figures_dir: str = "manuscript/figures"  # folder for primary_forest.pdf
+generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and primary_macros.tex
+runs: str = ""  # path of the run table (CSV); empty: a SIMULATED synthetic table drawn with seed
+bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
+permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
+
+# %%
+import time
+
+import pandas as pd
+
+from pilot import protocol
+from pilot.stats import hypotheses, primary, stage_outputs
+
+pd.set_option("display.width", 160)
+pd.set_option("display.max_columns", 20)
+study = protocol.study()
+started = time.perf_counter()
+data = stage_outputs.stage_runs(runs, seed, tables_dir)
+print(data.source, "| study:", data.study_name, "| SIMULATED" if data.simulated else "| real")
+print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
+
+# %% [markdown]
+# ## Acceptance per arm
+#
+# Runs without any judge output have no $S$ and drop out of their scenario's
+# repeat mean (`n_scored` counts the runs that remain).
+
+# %%
+result = primary.primary_analysis(
+    data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
+)
+result.acceptance
+
+# %% [markdown]
+# ## The preregistered contrasts
+#
+# `p_value` is the two-sided sign-flip p; `p_holm` adjusts the three
+# secondary contrasts (the primary one stands alone).
+
+# %%
+result.contrasts
+
+# %% [markdown]
+# ## Hypotheses judged here
+#
+# H1 (primary premium), H2 (shell premium), H3 (self-repair premium and the
+# Autonomous Recovery Index), H5 (critical violations) and H6 (cost per
+# accepted deliverable). Each verdict applies the criterion stated beside it
+# to this run table; H4 and H7 are in the sensitivity stage.
+
+# %%
+hyps = [
+    hypotheses.h1(data.runs, result=result, study=study),
+    hypotheses.h2(data.runs, result=result, study=study),
+    hypotheses.h3(data.runs, result=result, seed=seed, study=study),
+    hypotheses.h5(data.runs, seed=seed, study=study, B=result.settings.B, n_permutations=result.settings.n_permutations),
+    hypotheses.h6(data.runs, seed=seed, study=study, B=result.settings.B),
+]
+for h in hyps:
+    print(f"{h.id}: {h.statement} -> {h.verdict}")
+    display(h.summary)  # noqa: F821 (IPython)
+
+# %% [markdown]
+# ## Outputs
+#
+# CSV tables to `tables_dir`; LaTeX tables, the forest-plot figure
+# environment and one macro per cited number to `generated_dir`; the forest
+# plot to `figures_dir`.
+
+# %%
+written = stage_outputs.write_primary(result, hyps, data, tables_dir, figures_dir, generated_dir)
+for name, path in written.items():
+    print(f"{name:36s} {path}")
+print(f"primary stage computations and outputs: {time.perf_counter() - started:.2f} s")

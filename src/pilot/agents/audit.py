@@ -1,0 +1,468 @@
+"""Read the CLI's stream-json event stream: counts, cost, and protocol deviations.
+
+:func:`parse_stream` turns the lines of one session (or of a run's whole
+transcript) into a :class:`StreamSummary`. :func:`audit` looks at every
+tool call in it and records each attempt at an arm's denied program family
+as a :class:`Deviation`, whether the CLI's rule stopped it, the mask in the
+mount namespace stopped it, or it ran. The shell reader follows the ways
+around the CLI's rules the reference lists: ``sh -c``/``bash -c``, ``eval``,
+command substitution, ``find -exec``, ``xargs`` and other wrappers, full
+paths, heredocs, and Python (or Perl, Ruby, Node) code that names the
+program in a string literal (``subprocess.run(['curl', ...])``). Scripts
+written with the Write or Edit tool are read the same way, so running a
+script that calls a denied program is caught when the script is written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+import tokenize
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+from typing import Iterable
+
+from pilot.agents.sandbox import STUB_MARKER
+
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "busybox"}
+#: Programs that run their argument as a command; their options are skipped.
+WRAPPERS = {
+    "env", "command", "exec", "nohup", "timeout", "sudo", "doas", "nice", "ionice", "time",
+    "stdbuf", "builtin", "xargs", "setsid", "parallel", "watch", "strace", "ltrace", "unbuffer",
+    "chronic", "flock", "chroot", "caffeinate", "arch",
+}
+#: Options of wrappers that take a value (the value is skipped too).
+_WRAPPER_VALUE_OPTS = {"-I", "-n", "-P", "-L", "-d", "-a", "-E", "-s", "-u", "-g", "-k", "-s", "-C", "-o", "-e", "-i"}
+_INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|perl|ruby|node|nodejs|osascript|Rscript)$")
+_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", "|&", "{", "}", "!"}
+_REDIRECT = re.compile(r"^[0-9]*(>>?|<<?<?|>&|<&|&>>?)$")
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1[^\n]*\n(.*?)\n[ \t]*\2[ \t]*(?=\n|$)", re.S)
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+# --------------------------------------------------------------------------
+# The event stream
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    input: dict
+    session: int = 0
+
+
+@dataclass
+class StreamSummary:
+    """What one event stream says about a session (or several, concatenated)."""
+
+    session_ids: list[str] = field(default_factory=list)
+    cli_versions: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    tools_available: list[list[str]] = field(default_factory=list)
+    results: list[dict] = field(default_factory=list)
+    assistant_message_ids: list[str] = field(default_factory=list)
+    model_output: bool = False
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_results: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    permission_denied: list[dict] = field(default_factory=list)
+    events: int = 0
+    unparsed_lines: int = 0
+
+    @property
+    def result(self) -> dict | None:
+        return self.results[-1] if self.results else None
+
+    @property
+    def turns(self) -> int:
+        """Model responses: distinct assistant message ids (one response may span several lines)."""
+        return len(dict.fromkeys(self.assistant_message_ids))
+
+    @property
+    def tool_calls_by_tool(self) -> dict[str, int]:
+        return dict(sorted(Counter(c.name for c in self.tool_calls).items()))
+
+    @property
+    def denied_ids(self) -> set[str]:
+        ids = {d.get("tool_use_id", "") for d in self.permission_denied}
+        for r in self.results:
+            ids |= {d.get("tool_use_id", "") for d in r.get("permission_denials") or []}
+        return ids - {""}
+
+
+def _is_model_output(msg: dict, event: dict) -> bool:
+    # The CLI reports a failed API call as a synthetic assistant message; that is no inference.
+    if msg.get("model") == "<synthetic>" or event.get("isApiErrorMessage") or event.get("error"):
+        return False
+    return True
+
+
+def parse_stream(lines: Iterable[str], summary: StreamSummary | None = None, session: int = 0) -> StreamSummary:
+    """Parse stream-json lines (non-JSON lines are counted and skipped)."""
+    s = summary if summary is not None else StreamSummary()
+    for raw in lines:
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            ev = json.loads(raw)
+        except json.JSONDecodeError:
+            s.unparsed_lines += 1
+            continue
+        if not isinstance(ev, dict):
+            s.unparsed_lines += 1
+            continue
+        s.events += 1
+        kind, sub = ev.get("type"), ev.get("subtype")
+        if kind == "system" and sub == "init":
+            if ev.get("session_id"):
+                s.session_ids.append(ev["session_id"])
+            if ev.get("claude_code_version"):
+                s.cli_versions.append(str(ev["claude_code_version"]))
+            if ev.get("model"):
+                s.models.append(ev["model"])
+            s.tools_available.append(list(ev.get("tools") or []))
+        elif kind == "system" and sub == "permission_denied":
+            s.permission_denied.append(ev)
+        elif kind == "assistant":
+            msg = ev.get("message") or {}
+            if _is_model_output(msg, ev):
+                s.model_output = True
+                s.assistant_message_ids.append(str(msg.get("id") or f"anon-{s.events}"))
+            for block in msg.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    s.tool_calls.append(ToolCall(str(block.get("id", "")), str(block.get("name", "")), dict(block.get("input") or {}), session))
+        elif kind == "user":
+            msg = ev.get("message") or {}
+            content = msg.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    s.tool_results[str(block.get("tool_use_id", ""))] = (bool(block.get("is_error")), _text(block.get("content")))
+        elif kind == "result":
+            s.results.append(ev)
+    return s
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) if isinstance(b, dict) else str(b) for b in content)
+    return "" if content is None else str(content)
+
+
+def read_transcript(path) -> StreamSummary:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return parse_stream(fh)
+
+
+# --------------------------------------------------------------------------
+# Denied-family detection
+# --------------------------------------------------------------------------
+
+
+def _newlines_to_separators(text: str) -> str:
+    """Turn unquoted newlines into ';' so that shlex sees one command per line."""
+    out: list[str] = []
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote is None:
+            if ch == "\\" and i + 1 < len(text):
+                if text[i + 1] == "\n":  # line continuation
+                    i += 2
+                    continue
+                out.append(text[i : i + 2])
+                i += 2
+                continue
+            if ch in "'\"":
+                quote = ch
+            elif ch == "\n":
+                ch = " ; "
+            elif ch == "#" and (i == 0 or text[i - 1] in " \t;\n"):
+                # a comment runs to the end of the line
+                j = text.find("\n", i)
+                i = len(text) if j < 0 else j
+                continue
+        elif quote == '"' and ch == "\\" and i + 1 < len(text):
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        elif ch == quote:
+            quote = None
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _tokens(text: str) -> list[str]:
+    lex = shlex.shlex(_newlines_to_separators(text), posix=True, punctuation_chars=";&|()<>")
+    lex.whitespace_split = True
+    lex.commenters = ""
+    try:
+        return list(lex)
+    except ValueError:
+        # Unbalanced quotes: fall back to a plain split so nothing is skipped silently.
+        return re.findall(r"[^\s;&|()<>]+|[;&|()<>]+", text)
+
+
+def _simple_commands(tokens: list[str]) -> list[list[str]]:
+    cmds: list[list[str]] = [[]]
+    skip_next = False
+    for tok in tokens:
+        if skip_next:
+            skip_next = False
+            continue
+        if tok in _SEPARATORS or (tok and set(tok) <= set(";&|()") ):
+            cmds.append([])
+            continue
+        if _REDIRECT.match(tok):
+            skip_next = True
+            continue
+        cmds[-1].append(tok)
+    return [c for c in cmds if c]
+
+
+def _base(word: str) -> str:
+    name = PurePosixPath(word).name if "/" in word else word
+    # LibreOffice's real binary is soffice.bin beside the soffice script.
+    return name[:-4] if name.endswith(".bin") else name
+
+
+@dataclass(frozen=True)
+class Hit:
+    family: str
+    via: str
+
+
+def _strip_wrapper(words: list[str]) -> list[str]:
+    name = _base(words[0])
+    rest = words[1:]
+    if name == "timeout":
+        while rest and rest[0].startswith("-"):
+            rest = rest[2:] if rest[0] in {"-s", "-k", "--signal", "--kill-after"} else rest[1:]
+        return rest[1:]  # the duration
+    out = rest
+    while out:
+        w = out[0]
+        if w == "--":
+            return out[1:]
+        if name == "env" and _ASSIGN.match(w):
+            out = out[1:]
+            continue
+        if w.startswith("-") and len(w) > 1:
+            out = out[2:] if w in _WRAPPER_VALUE_OPTS else out[1:]
+            continue
+        if name in {"nice", "ionice"} and w.lstrip("-").isdigit():
+            out = out[1:]
+            continue
+        if name in {"flock", "chroot"}:
+            out = out[1:]  # the lock file or new root
+            continue
+        break
+    return out
+
+
+def scan_shell(text: str, families: Iterable[str], via: str = "command", depth: int = 0) -> list[Hit]:
+    """Every attempt to run a program of ``families`` in a shell command text."""
+    fams = set(families)
+    if not fams or depth > 6 or not text:
+        return []
+    hits: list[Hit] = []
+
+    # Heredoc bodies: code for the interpreter on the same line, else data.
+    def heredoc(m: re.Match) -> str:
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        line = text[line_start : m.start()]
+        body = m.group(3)
+        head = [_base(w) for w in re.findall(r"[^\s;&|()<>]+", line)]
+        if any(_INTERPRETER.match(w) for w in head) or re.search(r"\.py\b", line):
+            hits.extend(Hit(h.family, f"{via} > heredoc code") for h in scan_code(body, fams, depth + 1))
+        elif any(w in SHELLS for w in head) or re.search(r"\.(ba)?sh\b", line):
+            hits.extend(Hit(h.family, f"{via} > heredoc shell") for h in scan_shell(body, fams, "heredoc", depth + 1))
+        return ""
+
+    text = _HEREDOC.sub(heredoc, text)
+
+    # Command substitutions run as commands of their own.
+    for inner in re.findall(r"\$\(([^()]*)\)", text) + re.findall(r"`([^`]*)`", text):
+        hits.extend(Hit(h.family, f"{via} > $(...)") for h in scan_shell(inner, fams, "subst", depth + 1))
+        # $(echo curl) builds the program name at run time.
+        echoed = re.match(r"\s*(?:echo|printf)\s+(?:-[neE]+\s+)?['\"]?([^\s'\";|&]+)", inner)
+        if echoed and _base(echoed.group(1)) in fams:
+            hits.append(Hit(_base(echoed.group(1)), f"{via} > $(echo ...)"))
+
+    for words in _simple_commands(_tokens(text)):
+        hits.extend(_scan_words(words, fams, via, depth))
+    return hits
+
+
+def _scan_words(words: list[str], fams: set[str], via: str, depth: int) -> list[Hit]:
+    hits: list[Hit] = []
+    while words and _ASSIGN.match(words[0]):
+        words = words[1:]
+    guard = 0
+    while words and guard < 10:
+        guard += 1
+        name = _base(words[0])
+        if name in fams:
+            hits.append(Hit(name, via))
+            return hits
+        if name == "command" and len(words) > 1 and words[1] in {"-v", "-V"}:
+            return hits  # a lookup, not a run
+        if name in WRAPPERS:
+            words = _strip_wrapper(words)
+            continue
+        if name in SHELLS:
+            for i, w in enumerate(words[1:], start=1):
+                if w.startswith("-") and not w.startswith("--") and "c" in w[1:] and i + 1 < len(words):
+                    hits.extend(scan_shell(words[i + 1], fams, f"{name} -c", depth + 1))
+                    break
+            return hits
+        if name == "eval":
+            return hits + scan_shell(" ".join(words[1:]), fams, "eval", depth + 1)
+        if _INTERPRETER.match(name):
+            for i, w in enumerate(words[1:], start=1):
+                if w in {"-c", "-e", "-E", "--eval"} and i + 1 < len(words):
+                    hits.extend(Hit(h.family, f"{name} {w}") for h in scan_code(words[i + 1], fams, depth + 1))
+                    break
+            return hits
+        if name in {"find", "fd"}:
+            for i, w in enumerate(words):
+                if w in {"-exec", "-execdir", "-ok", "-okdir", "-x", "--exec"} and i + 1 < len(words):
+                    hits.extend(Hit(h.family, f"{name} {w}") for h in _scan_words(words[i + 1 :], fams, via, depth + 1))
+            return hits
+        return hits
+    return hits
+
+
+def _string_literals(code: str) -> list[str]:
+    """String literals of a piece of code; Python's tokenizer when it parses, else quotes."""
+    out: list[str] = []
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(code).readline))
+        for i, tok in enumerate(toks):
+            if tok.type != tokenize.STRING:
+                continue
+            # shutil.which('curl') looks a program up; it does not run it.
+            if i >= 2 and toks[i - 1].string == "(" and toks[i - 2].string == "which":
+                continue
+            try:
+                import ast
+
+                value = ast.literal_eval(tok.string)
+            except Exception:
+                continue
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if isinstance(value, str):
+                out.append(value)
+        return out
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    for m in re.finditer(r"'([^'\\\n]*(?:\\.[^'\\\n]*)*)'|\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\"", code):
+        out.append(m.group(1) if m.group(1) is not None else m.group(2))
+    return out
+
+
+def scan_code(code: str, families: Iterable[str], depth: int = 0) -> list[Hit]:
+    """Attempts in program code: a string literal that is, or starts, a denied program's command."""
+    fams = set(families)
+    hits: list[Hit] = []
+    for lit in _string_literals(code):
+        words = lit.strip().split()
+        if not words:
+            continue
+        if _base(words[0]) in fams:
+            hits.append(Hit(_base(words[0]), "code"))
+        elif len(words) > 1:
+            hits.extend(Hit(h.family, "code > shell string") for h in scan_shell(lit, fams, "code", depth + 1))
+    return hits
+
+
+# --------------------------------------------------------------------------
+# Deviations
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Deviation:
+    """One attempt at something the arm does not allow, recorded on the run."""
+
+    kind: str  # denied_family | tool_not_in_arm
+    family: str
+    tool: str
+    tool_use_id: str
+    command: str
+    via: str
+    blocked_by: str  # cli_rule | mask | tool_absent | not_blocked | not_run (a script written, not run)
+    session: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_SCRIPT_EXT = re.compile(r"\.(py|sh|bash|zsh|pl|rb|js|mjs|command|scpt|applescript)$")
+
+
+def _blocked(call: ToolCall, summary: StreamSummary) -> str:
+    if call.id in summary.denied_ids:
+        return "cli_rule"
+    is_err, text = summary.tool_results.get(call.id, (False, ""))
+    if STUB_MARKER in text:
+        return "mask"
+    return "not_blocked"
+
+
+def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools: Iterable[str]) -> list[Deviation]:
+    """Every protocol deviation in the stream: denied-family attempts and calls of tools the arm lacks."""
+    fams = set(denied_families)
+    allowed = set(allowed_tools)
+    out: list[Deviation] = []
+    for call in summary.tool_calls:
+        if allowed and call.name not in allowed:
+            out.append(Deviation("tool_not_in_arm", "", call.name, call.id, json.dumps(call.input)[:2000], "tool call", "tool_absent", call.session))
+            continue
+        if not fams:
+            continue
+        hits: list[Hit] = []
+        command = ""
+        if call.name == "Bash":
+            command = str(call.input.get("command", ""))
+            hits = scan_shell(command, fams)
+        elif call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"}:
+            target = str(call.input.get("file_path", call.input.get("notebook_path", "")))
+            body = str(call.input.get("content", "")) + "\n" + str(call.input.get("new_string", "")) + "\n" + str(call.input.get("new_source", ""))
+            for e in call.input.get("edits") or []:
+                body += "\n" + str(e.get("new_string", ""))
+            first = body.lstrip().splitlines()[0] if body.strip() else ""
+            if target.endswith((".sh", ".bash", ".zsh", ".command")) or (first.startswith("#!") and re.search(r"\b(ba|z|da)?sh\b", first)):
+                hits = [Hit(h.family, "script (shell)") for h in scan_shell(body, fams, "script")]
+            elif _SCRIPT_EXT.search(target) or first.startswith("#!"):
+                hits = [Hit(h.family, "script (code)") for h in scan_code(body, fams)]
+            command = f"{call.name} {target}"
+        if call.name == "Bash":
+            # The mask's refusal names the program even when the command hid it (X=curl; $X).
+            _, result_text = summary.tool_results.get(call.id, (False, ""))
+            for m in re.finditer(rf"([A-Za-z0-9_.+-]+): not available in this environment \({re.escape(STUB_MARKER)}\)", result_text):
+                if _base(m.group(1)) in fams:
+                    hits.append(Hit(_base(m.group(1)), "seen by the mask"))
+        seen: set[str] = set()
+        for h in hits:
+            if h.family in seen:
+                continue
+            seen.add(h.family)
+            blocked = _blocked(call, summary) if call.name == "Bash" else "not_run"
+            out.append(Deviation("denied_family", h.family, call.name, call.id, command[:2000], h.via, blocked, call.session))
+    # A denial the CLI reported without a tool call we could read still counts.
+    known = {d.tool_use_id for d in out}
+    for d in summary.permission_denied:
+        tid = str(d.get("tool_use_id", ""))
+        if tid and tid not in known:
+            out.append(Deviation("denied_family", "", str(d.get("tool_name", "")), tid, str(d.get("message", ""))[:2000], "cli report", "cli_rule"))
+    return out

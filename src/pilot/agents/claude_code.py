@@ -1,0 +1,209 @@
+"""The real backend: the pinned Claude Code CLI, headless, stream-json, one process per session.
+
+The CLI is found from ``--claude-bin``, else the copy bundled in the
+``claude-agent-sdk`` wheel (optional dependency group ``agent``), else
+``claude`` on PATH; ``claude --version`` is recorded on every run. Each
+session runs in its own process group (and, on Linux, its own mount and PID
+namespace); the outer wall-clock limit kills the whole tree. Every line the
+CLI prints is appended to the run's transcript as it arrives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from pilot.agents import launch
+from pilot.agents.audit import StreamSummary, parse_stream
+from pilot.agents.session import SessionOutcome
+from pilot.protocol import Arm, Study
+
+KILL_GRACE_S = 5.0
+
+
+class CliNotFound(RuntimeError):
+    pass
+
+
+def bundled_cli() -> Path | None:
+    """The CLI inside an installed ``claude_agent_sdk`` wheel, without importing the package."""
+    spec = importlib.util.find_spec("claude_agent_sdk")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        for name in ("claude", "claude.exe"):
+            p = Path(loc) / "_bundled" / name
+            if p.is_file():
+                return p
+    return None
+
+
+def find_cli(claude_bin: Path | str | None = None) -> Path:
+    """``claude_bin``, else the bundled CLI, else ``claude`` on PATH."""
+    if claude_bin:
+        p = Path(claude_bin)
+        found = p if p.is_file() else (Path(shutil.which(str(claude_bin))) if shutil.which(str(claude_bin)) else None)
+        if found is None or not os.access(found, os.X_OK):
+            raise CliNotFound(f"--claude-bin {claude_bin}: not an executable file")
+        return found.resolve()
+    for candidate in (bundled_cli(), shutil.which("claude")):
+        if candidate:
+            return Path(candidate).resolve()
+    raise CliNotFound("no Claude Code CLI: pass --claude-bin, install the 'agent' extra (claude-agent-sdk), or put claude on PATH")
+
+
+def cli_version(claude_bin: Path, env: dict[str, str], timeout_s: float = 60.0) -> str | None:
+    """``claude --version``, reduced to its version number (None when it does not answer)."""
+    try:
+        out = subprocess.run([str(claude_bin), "--version"], capture_output=True, text=True, env=env, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"\d+\.\d+\.\d+", out.stdout + " " + out.stderr)
+    return m.group(0) if m else None
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Terminate the session's process group, then kill it after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_process(
+    spec: launch.LaunchSpec,
+    *,
+    index: int,
+    wall_s: float,
+    transcript: Path,
+    stderr_path: Path,
+    version: str | None,
+    resumed_from: str | None = None,
+) -> SessionOutcome:
+    """Start the CLI per ``spec``, stream its output into ``transcript``, enforce the wall limit."""
+    summary = StreamSummary()
+    t0 = time.monotonic()
+    with open(stderr_path, "ab") as err:
+        try:
+            proc = subprocess.Popen(
+                spec.command,
+                cwd=spec.cwd,
+                env=spec.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return SessionOutcome(index, summary, time.monotonic() - t0, start_error=f"{type(exc).__name__}: {exc}", cli_version=version, resumed_from=resumed_from)
+        lines: list[str] = []
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            with open(transcript, "ab") as out:
+                for raw in proc.stdout:
+                    out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                    out.flush()
+                    lines.append(raw.decode("utf-8", "replace"))
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write((spec.prompt + "\n").encode("utf-8"))
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        timed_out = False
+        try:
+            proc.wait(timeout=max(wall_s, 0.0))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_tree(proc)
+        else:
+            # The CLI is gone; anything it left behind in its group goes too.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reader.join(timeout=KILL_GRACE_S)
+    wall = time.monotonic() - t0
+    parse_stream(lines, summary, session=index)
+    tail = stderr_path.read_text(encoding="utf-8", errors="replace")[-4000:] if stderr_path.exists() else ""
+    # A sandbox that could not be set up is a start failure, not a session.
+    start_error = None
+    if spec.sandbox_prefix and not lines and proc.returncode not in (0, None) and tail.strip().startswith("bwrap:"):
+        start_error = tail.strip().splitlines()[-1]
+    ver = summary.cli_versions[-1] if summary.cli_versions else version
+    return SessionOutcome(index, summary, wall, exit_code=proc.returncode, start_error=start_error, timed_out=timed_out,
+                          cli_version=ver, stderr_tail=tail, resumed_from=resumed_from)
+
+
+class ClaudeCodeBackend:
+    """Sessions of the real CLI for one run (first launch and the A4 resume)."""
+
+    name = "claude-code"
+
+    def __init__(
+        self,
+        arm: Arm,
+        study: Study,
+        *,
+        run_dir: Path,
+        workspace: Path,
+        claude_bin: Path,
+        model: str | None = None,
+        worker_env: Path | None = None,
+        environ: dict[str, str] | None = None,
+        extra_env: dict[str, str] | None = None,
+        use_sandbox: bool | None = None,
+    ) -> None:
+        self.arm, self.study = arm, study
+        self.run_dir, self.workspace = Path(run_dir), Path(workspace)
+        self.claude_bin = Path(claude_bin)
+        self.model = model
+        self.worker_env = worker_env
+        self.environ = environ
+        self.extra_env = extra_env
+        self.use_sandbox = use_sandbox
+        self.transcript = self.run_dir / "transcript.jsonl"
+        self.launches: list[dict] = []
+        probe_spec = self._spec(budget_usd=0.0, max_turns=1)
+        launch.materialize(probe_spec, self.run_dir)
+        self.enforcement = probe_spec.enforcement
+        self.notes = list(probe_spec.notes)
+        self.version = cli_version(self.claude_bin, probe_spec.env)
+
+    def _spec(self, *, budget_usd: float, max_turns: int | None, resume: str | None = None) -> launch.LaunchSpec:
+        return launch.build_launch(
+            self.arm, self.study, claude_bin=self.claude_bin, workspace=self.workspace, run_dir=self.run_dir,
+            budget_usd=budget_usd, max_turns=max_turns, model=self.model, resume_session_id=resume,
+            worker_env=self.worker_env, environ=self.environ, extra_env=self.extra_env, use_sandbox=self.use_sandbox,
+        )
+
+    def run_session(self, index: int, *, budget_usd: float, wall_s: float, max_turns: int | None = None,
+                    resume_session_id: str | None = None, prompt: str | None = None) -> SessionOutcome:
+        spec = self._spec(budget_usd=budget_usd, max_turns=max_turns, resume=resume_session_id)
+        if prompt is not None:
+            spec.prompt = prompt
+        launch.materialize(spec, self.run_dir)
+        record = spec.to_dict() | {"index": index, "wall_s": wall_s, "budget_usd": budget_usd}
+        self.launches.append(record)
+        (self.run_dir / "agent" / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        return run_process(spec, index=index, wall_s=wall_s, transcript=self.transcript,
+                           stderr_path=self.run_dir / "agent" / f"stderr-{index}.log", version=self.version,
+                           resumed_from=resume_session_id)

@@ -1,0 +1,178 @@
+"""What the scheduler hands an executor, and what comes back.
+
+A run function performs one attempt of one cell on a node and returns an
+:class:`AttemptOutcome`; it is named by a dotted reference
+(``"package.module:function"``) so that it can be imported inside a worker
+process or on another machine. :func:`execute_attempt` is the function the
+executors actually ship: it resets the attempt's workspace, calls the run
+function, turns an escaping exception into an infrastructure error, and
+leaves the outcome on disk so that an attempt which finished just before a
+crash of the scheduler is charged what it really cost.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+# Agent statuses a run record may carry (pilot.runner); infra_error is the one
+# the scheduler reruns.
+OUTCOME_STATUSES = ("completed", "capped", "agent_error", "infra_error")
+
+PIPELINE_RUN_FUNCTION = "pilot.pipeline:run_cell"
+RUNNER_RUN_FUNCTION = "pilot.executors.base:run_with_runner"
+OUTCOME_FILE = "attempt_outcome.json"
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One assigned run: a cell of the design and its place in the seeded order."""
+
+    run_id: str
+    study: str
+    wave: str
+    scenario: str
+    arm: str
+    repeat: int
+    model: str
+    order_index: int
+    seed: int
+    cap_usd: float
+    wall_s: float
+    reserve_usd: float
+
+
+@dataclass
+class AttemptOutcome:
+    """The result of one attempt, as the run function reports it.
+
+    ``infra_error`` set means no inference was performed and the run is to
+    be rerun; otherwise ``record`` is the run record (the runner's
+    ``RunRecord.to_dict()`` plus judge results) and ``status`` its status.
+    ``cost_usd`` is the agent's reported cost (recovery included),
+    ``judge_cost_usd`` the judges'.
+    """
+
+    infra_error: str | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    judge_cost_usd: float = 0.0
+    status: str = "completed"
+
+    def __post_init__(self) -> None:
+        if self.infra_error is not None:
+            self.status = "infra_error"
+        elif self.status not in OUTCOME_STATUSES or self.status == "infra_error":
+            raise ValueError(f"AttemptOutcome.status: {self.status!r} is not one of completed, capped, agent_error (or set infra_error)")
+        for name in ("cost_usd", "judge_cost_usd"):
+            value = getattr(self, name)
+            if value is None or float(value) < 0:
+                raise ValueError(f"AttemptOutcome.{name}: must be a non-negative number, got {value!r}")
+
+    @property
+    def total_cost_usd(self) -> float:
+        return float(self.cost_usd) + float(self.judge_cost_usd)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AttemptOutcome":
+        return cls(**{k: data[k] for k in ("infra_error", "record", "cost_usd", "judge_cost_usd", "status") if k in data})
+
+
+RunFunction = Callable[[CellSpec, Path, str, str, int], AttemptOutcome]
+
+
+class Executor(Protocol):
+    """Runs attempts on nodes. ``submit`` must not block; ``wait`` returns finished ones."""
+
+    def submit(self, token: int, cell: CellSpec, node: str, attempt_dir: Path, backend: str) -> None: ...
+
+    def wait(self, timeout: float) -> list[tuple[int, AttemptOutcome]]: ...
+
+    def close(self) -> None: ...
+
+
+def resolve_run_function(ref: str | None) -> RunFunction:
+    """Import a run function from ``"module:function"``.
+
+    ``None`` picks the default: ``pilot.pipeline.run_cell`` (runner, judges
+    and outcomes) when that module exists, otherwise the runner alone.
+    """
+    if ref is None:
+        try:
+            return resolve_run_function(PIPELINE_RUN_FUNCTION)
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("pilot.pipeline",):
+                raise
+        return resolve_run_function(RUNNER_RUN_FUNCTION)
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"run function {ref!r}: expected 'package.module:function'")
+    module = importlib.import_module(module_name)
+    try:
+        fn = getattr(module, attr)
+    except AttributeError as exc:
+        raise ValueError(f"run function {ref!r}: module {module_name} has no {attr!r}") from exc
+    if not callable(fn):
+        raise ValueError(f"run function {ref!r} is not callable")
+    return fn
+
+
+def run_with_runner(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
+    """Run function used until the pipeline exists: one runner attempt, no judges."""
+    from pilot import runner  # imported here: the runner is optional for the scheduler
+
+    rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=attempt_dir, seed=seed, model=cell.model)
+    data = rec.to_dict()
+    if data.get("status") == "infra_error":
+        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=float(data.get("cost_usd") or 0.0))
+    return AttemptOutcome(record=data, cost_usd=float(data.get("cost_usd") or 0.0), status=data.get("status", "completed"))
+
+
+def reset_workspace(attempt_dir: Path) -> None:
+    """A fresh, empty folder for the attempt (whatever an earlier try left is removed)."""
+    if attempt_dir.exists():
+        shutil.rmtree(attempt_dir)
+    attempt_dir.mkdir(parents=True)
+
+
+def execute_attempt(run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str) -> AttemptOutcome:
+    """Reset the workspace, run one attempt, and keep its outcome on disk.
+
+    An exception escaping the run function is an infrastructure error of the
+    attempt (with its traceback), so the scheduler reruns it up to its limit
+    instead of losing the run.
+    """
+    folder = Path(attempt_dir)
+    try:
+        reset_workspace(folder)
+        fn = resolve_run_function(run_function)
+        outcome = fn(cell, folder, node, backend, cell.seed)
+        if not isinstance(outcome, AttemptOutcome):
+            raise TypeError(f"run function returned {type(outcome).__name__}, not AttemptOutcome")
+    except Exception as exc:  # noqa: BLE001 - any failure of the harness is an infra error of this attempt
+        tb = traceback.format_exc(limit=8)
+        outcome = AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}\n{tb}")
+    try:
+        (folder / OUTCOME_FILE).write_text(json.dumps(outcome.to_dict(), default=str), encoding="utf-8")
+    except OSError:
+        pass  # the outcome still travels back; only the crash-time charge falls back to the reservation
+    return outcome
+
+
+def read_outcome_file(attempt_dir: Path) -> AttemptOutcome | None:
+    """The outcome an attempt left on disk, if it finished."""
+    path = attempt_dir / OUTCOME_FILE
+    if not path.is_file():
+        return None
+    try:
+        return AttemptOutcome.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, json.JSONDecodeError):
+        return None

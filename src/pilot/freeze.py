@@ -1,0 +1,138 @@
+"""Freeze verification: later waves are pooled with the pilot only if nothing was changed.
+
+When the pilot starts, a manifest records the SHA-256 of every file that
+defines what a run is and how it is judged: each scenario folder (brief,
+inputs, scenario, oracle and rubric files), the scenarios' generators and
+reference solvers (``pilot/scenarios/library``), the oracle code, and the arm
+texts (common policy, each arm's documentation, ``arms.yml``).
+Before a later wave is pooled with the pilot the manifest is taken again and
+compared; any file modified, added or removed is reported by name and blocks
+pooling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from pilot import paths
+
+_SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
+_SKIP_SUFFIXES = {".pyc", ".pyo"}
+
+
+class FreezeViolation(RuntimeError):
+    """The frozen material changed since the pilot started."""
+
+    def __init__(self, report: "FreezeReport") -> None:
+        self.report = report
+        super().__init__("pooling blocked: the frozen protocol changed since the pilot started:\n" + "\n".join(report.lines()))
+
+
+def frozen_sources(root: Path | None = None, oracle_code: Path | None = None) -> list[tuple[str, Path, Path]]:
+    """(category, folder, base) of each frozen folder; manifest keys are paths relative to ``base``.
+
+    Protocol folders are keyed from the repository root (``protocol/...``),
+    the oracle code from the package's parent (``pilot/oracles/...``).
+    """
+    root = Path(root) if root is not None else paths.ROOT
+    code = Path(oracle_code) if oracle_code is not None else Path(__file__).resolve().parent / "oracles"
+    return [
+        ("scenario", root / paths.SCENARIOS_DIR.relative_to(paths.ROOT), root),
+        ("arm", root / paths.ARMS_DIR.relative_to(paths.ROOT), root),
+        ("oracle", code, code.parent.parent),
+        ("scenario", code.parent / "scenarios" / "library", code.parent.parent),
+    ]
+
+
+def _category(rel: str, default: str) -> str:
+    name = Path(rel).name.lower()
+    if default == "scenario":
+        if "oracle" in name:
+            return "oracle"
+        if "rubric" in name:
+            return "rubric"
+    return default
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def take_manifest(root: Path | None = None, oracle_code: Path | None = None) -> dict[str, str]:
+    """``{path: sha256}`` of every frozen file, sorted by path."""
+    out: dict[str, str] = {}
+    for _, folder, base in frozen_sources(root, oracle_code):
+        if not folder.is_dir():
+            continue
+        for f in sorted(folder.rglob("*")):
+            if not f.is_file() or f.suffix in _SKIP_SUFFIXES or _SKIP_PARTS & set(f.parts):
+                continue
+            out[f.relative_to(base).as_posix()] = _sha256(f)
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    category: str
+    change: str  # modified | added | removed
+    frozen_sha256: str | None
+    current_sha256: str | None
+
+
+@dataclass
+class FreezeReport:
+    """The comparison of the frozen manifest with the files as they are now."""
+
+    frozen_files: int
+    current_files: int
+    changes: list[FileChange] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.changes
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        cols = ["path", "category", "change", "frozen_sha256", "current_sha256"]
+        return pd.DataFrame([c.__dict__ for c in self.changes], columns=cols)
+
+    def lines(self) -> list[str]:
+        if self.ok:
+            return [f"freeze verified: {self.frozen_files} files unchanged"]
+        return [f"  {c.change:8s} {c.category:8s} {c.path}" for c in self.changes]
+
+    def raise_if_changed(self) -> None:
+        if not self.ok:
+            raise FreezeViolation(self)
+
+
+def _categorise(rel: str) -> str:
+    if rel.startswith("pilot/oracles/"):
+        return "oracle"
+    if rel.startswith("pilot/scenarios/"):
+        return "scenario"
+    if rel.startswith(paths.ARMS_DIR.relative_to(paths.ROOT).as_posix() + "/"):
+        return "arm"
+    return _category(rel, "scenario")
+
+
+def verify(manifest: dict[str, str], root: Path | None = None, oracle_code: Path | None = None) -> FreezeReport:
+    """Compare ``manifest`` with the files now; every difference is listed file by file."""
+    now = take_manifest(root, oracle_code)
+    changes = []
+    for rel in sorted(set(manifest) | set(now)):
+        before, after = manifest.get(rel), now.get(rel)
+        if before == after:
+            continue
+        kind = "added" if before is None else "removed" if after is None else "modified"
+        changes.append(FileChange(rel, _categorise(rel), kind, before, after))
+    return FreezeReport(frozen_files=len(manifest), current_files=len(now), changes=changes)

@@ -1,0 +1,120 @@
+"""The judge panel of ``protocol/study.yml`` and the judging of one run.
+
+Each panel member (J1: one draw of the primary model; J2, J3: two
+independent draws of the second model) receives the same blind prompt in its
+own single-turn session. A reply that fails the output schema is retried
+once; after that the judge is missing for the run, never scored zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from pilot import protocol
+from pilot.judges.backend import JudgeBackend, JudgeRequest
+from pilot.judges.prompt import JudgePrompt, prompt_for_run
+from pilot.judges.render import RenderLimits
+from pilot.judges.rubric import weighted_score
+from pilot.judges.schema import VerdictError, parse_verdict
+
+BACKENDS = ("simulated", "claude-code")
+RETRY_NOTE = (
+    "\n\nYour previous answer could not be used ({reason}). "
+    "Answer again with the JSON object only, exactly in the form given above.\n"
+)
+
+
+@dataclass
+class JudgeResult:
+    """One judge's verdict on one run (or why it is missing)."""
+
+    judge_id: str
+    model: str
+    draw: int
+    backend: str
+    criterion_scores: dict[str, int] = field(default_factory=dict)
+    accept: bool | None = None
+    rationale: str = ""
+    score_0_100: float | None = None
+    cost_usd: float = 0.0
+    attempts: int = 0
+    error: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.error is None and self.score_0_100 is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None = None, study: protocol.Study | None = None) -> JudgeBackend:
+    """A judge backend by name (``simulated`` or ``claude-code``), or the object given."""
+    if not isinstance(backend, str):
+        return backend
+    if backend == "simulated":
+        from pilot.judges.simulated import SimulatedJudge
+
+        return SimulatedJudge()
+    if backend == "claude-code":
+        from pilot.judges.claude_judge import ClaudeCodeJudge
+
+        return ClaudeCodeJudge(claude_bin, study=study)
+    raise ValueError(f"unknown judge backend {backend!r}; choose one of {list(BACKENDS)}")
+
+
+def judge_prompt(prompt: JudgePrompt, *, backend: JudgeBackend, seed: int, panel: Iterable[dict]) -> list[JudgeResult]:
+    """Ask every panel member about one prepared prompt."""
+    results = []
+    for member in panel:
+        res = JudgeResult(member["id"], member["model"], int(member["draw"]), backend.name)
+        text = prompt.text
+        for attempt in (0, 1):
+            reply = backend.complete(
+                JudgeRequest(member["id"], member["model"], int(member["draw"]), attempt, text, prompt.criteria, prompt.package, int(seed))
+            )
+            res.attempts = attempt + 1
+            res.cost_usd += float(reply.cost_usd or 0.0)
+            if reply.error is not None:
+                res.error = reply.error
+                text = prompt.text
+                continue
+            try:
+                verdict = parse_verdict(reply.text or "", prompt.criteria)
+            except VerdictError as exc:
+                res.error = f"reply failed the output schema: {exc}"
+                text = prompt.text + RETRY_NOTE.format(reason=str(exc)[:200])
+                continue
+            res.error = None
+            res.criterion_scores = verdict.criterion_scores
+            res.accept = verdict.accept
+            res.rationale = verdict.rationale
+            res.score_0_100 = weighted_score(verdict.criterion_scores, prompt.criteria)
+            break
+        results.append(res)
+    return results
+
+
+def judge_run(
+    scenario: Any,
+    outputs_dir: Path,
+    *,
+    backend: str | JudgeBackend,
+    seed: int,
+    withheld: Iterable[str] = (),
+    study: protocol.Study | None = None,
+    claude_bin: Path | str | None = None,
+    limits: RenderLimits | None = None,
+) -> list[JudgeResult]:
+    """Judge one run's deliverables with the study's panel.
+
+    ``scenario`` provides ``brief_path``, ``rubric`` and ``deliverables``;
+    ``withheld`` lists the run's own identifiers (run id, node, workspace)
+    that must not reach a judge. Returns one result per panel member, in
+    panel order; a missing judge has ``error`` set and no score.
+    """
+    study = study or protocol.study()
+    prompt = prompt_for_run(scenario, Path(outputs_dir), withheld=withheld, limits=limits)
+    return judge_prompt(prompt, backend=make_backend(backend, claude_bin=claude_bin, study=study), seed=seed, panel=study.judge_panel)

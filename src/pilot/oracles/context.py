@@ -1,0 +1,222 @@
+"""One finished workspace as the criteria see it: screened, parsed once, cached.
+
+Every criterion asks the context for a deliverable (``status``), its
+well-formedness, its workbook (formulas or recalculated values), its lines of
+text or its CSV table. The context screens each file before any library
+touches it (``pilot.oracles.safety``) and remembers every answer, so a file
+is parsed once however many criteria read it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pilot.oracles import readers, safety
+from pilot.oracles.recalc import Recalculator
+from pilot.scenarios.bundle import Deliverable, Scenario
+
+TEXT_SUBSTITUTES = {"xlsx": (".csv",), "docx": (".md", ".txt"), "pdf": (".md", ".txt")}
+
+
+def find_substitutes(outputs: Path, deliverable: Deliverable) -> list[Path]:
+    """Text files delivered in place of a binary deliverable: ``name.csv``, ``name.<sheet>.csv``, ``name.md``."""
+    exts = TEXT_SUBSTITUTES.get(deliverable.kind, ())
+    if not exts or not outputs.is_dir():
+        return []
+    found = []
+    for p in sorted(outputs.iterdir()):
+        if p.name == deliverable.name:
+            continue
+        if p.suffix.lower() in exts and (p.stem == deliverable.stem or p.name.startswith(deliverable.stem + ".")):
+            found.append(p)
+    return found
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """Where a deliverable is, or why it is not usable."""
+
+    name: str
+    path: Path | None
+    reason: str | None
+    substitutes: tuple[Path, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+class WorkspaceContext:
+    """Cached, defensive access to the deliverables of one workspace."""
+
+    def __init__(self, scenario: Scenario, workspace: Path, recalculator: Recalculator | None) -> None:
+        self.scenario = scenario
+        self.workspace = Path(workspace)
+        self.outputs = self.workspace / "outputs"
+        self.recalculator = recalculator
+        self._memo: dict[tuple, Any] = {}
+
+    def _cached(self, key: tuple, fn):
+        if key not in self._memo:
+            self._memo[key] = fn()
+        return self._memo[key]
+
+    def deliverable(self, name: str) -> Deliverable:
+        return self.scenario.deliverable(name)
+
+    # -- presence ---------------------------------------------------------
+    def status(self, name: str) -> FileStatus:
+        def compute() -> FileStatus:
+            deliv = self.deliverable(name)
+            cand = self.outputs / name
+            screened = safety.screen_path(cand, self.workspace)
+            if screened.ok:
+                return FileStatus(name, screened.path, None)
+            subs = tuple(find_substitutes(self.outputs, deliv)) if not cand.exists() and not cand.is_symlink() else ()
+            if subs:
+                shown = ", ".join(p.name for p in subs)
+                return FileStatus(
+                    name, None,
+                    f"{name} was not delivered; the text substitute {shown} stands in its place, "
+                    f"and this criterion requires the {deliv.kind} format",
+                    subs,
+                )
+            if not cand.exists() and not cand.is_symlink():
+                return FileStatus(name, None, f"{name} was not delivered (no outputs/{name})")
+            return FileStatus(name, None, screened.reason)
+
+        return self._cached(("status", name), compute)
+
+    # -- well-formedness --------------------------------------------------
+    def well_formed(self, name: str) -> str | None:
+        """None when the delivered file is a valid file of its kind, else the reason."""
+
+        def compute() -> str | None:
+            st = self.status(name)
+            if not st.ok:
+                return st.reason
+            kind = self.deliverable(name).kind
+            path = st.path
+            if kind in ("xlsx", "docx"):
+                reason = safety.screen_ooxml(path, "." + kind)
+                if reason:
+                    return reason
+                if kind == "xlsx":
+                    wb, reason = self.workbook(name, data_only=False)
+                    if reason:
+                        return reason
+                    if not wb.worksheets:
+                        return f"{name} has no worksheets"
+                    return None
+                lines, reason = self.lines(name)
+                if reason:
+                    return reason
+                return None if any(line.strip() for line in lines) else f"{name} holds no text"
+            if kind == "pdf":
+                reason = safety.screen_pdf(path)
+                if reason:
+                    return reason
+                lines, reason = self.lines(name)
+                if reason:
+                    return reason
+                return None if any(line.strip() for line in lines) else f"{name} has no extractable text (a scanned image or blank pages)"
+            if kind == "csv":
+                _, reason = self.csv(name)
+                return reason
+            if kind == "completion_record":
+                _, reason = self.json(name)
+                return reason
+            return f"{name}: unknown deliverable kind {kind}"
+
+        return self._cached(("well_formed", name), compute)
+
+    # -- parsed views -----------------------------------------------------
+    def workbook(self, name: str, *, data_only: bool):
+        def compute():
+            st = self.status(name)
+            if not st.ok:
+                return None, st.reason
+            return readers.load_workbook(st.path, data_only=data_only)
+
+        return self._cached(("wb", name, data_only), compute)
+
+    def recalculated(self, name: str):
+        """The workbook as LibreOffice recalculated it (values view), or a reason."""
+
+        def compute():
+            reason = self.well_formed(name)
+            if reason:
+                return None, reason
+            if self.recalculator is None:
+                return None, "no recalculator available: values cannot be trusted without recalculation"
+            try:
+                res = self.recalculator.recalculate([self.status(name).path])[self.status(name).path]
+            except Exception as exc:  # noqa: BLE001 - LibreOffice missing or broken
+                return None, f"{name}: recalculation failed ({exc})"
+            if res.error:
+                return None, f"{name}: {res.error}"
+            wb, reason = readers.load_workbook(res.path, data_only=True)
+            if reason:
+                return None, f"{name}: the recalculated copy cannot be read ({reason})"
+            return wb, None
+
+        return self._cached(("recalc", name), compute)
+
+    def lines(self, name: str):
+        def compute():
+            st = self.status(name)
+            if not st.ok:
+                return None, st.reason
+            return readers.document_lines(st.path)
+
+        return self._cached(("lines", name), compute)
+
+    def text(self, name: str):
+        kind = self.deliverable(name).kind
+        if kind == "csv":
+            table, reason = self.csv(name)
+            if reason:
+                return None, reason
+            header, rows = table
+            return "\n".join([",".join(header)] + [",".join(r) for r in rows]), None
+        lines, reason = self.lines(name)
+        return ("\n".join(lines) if lines is not None else None), reason
+
+    def csv(self, name: str):
+        def compute():
+            st = self.status(name)
+            if not st.ok:
+                return None, st.reason
+            return readers.read_csv(st.path)
+
+        return self._cached(("csv", name), compute)
+
+    def json(self, name: str):
+        def compute():
+            st = self.status(name)
+            if not st.ok:
+                return None, st.reason
+            text, reason = safety.decode_utf8(st.path)
+            if reason:
+                return None, reason
+            try:
+                return json.loads(text), None
+            except json.JSONDecodeError as exc:
+                return None, f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+
+        return self._cached(("json", name), compute)
+
+
+def cells_of(ws) -> list:
+    """The cells a worksheet actually stores, in reading order.
+
+    Iterating a sheet's declared dimension can touch billions of empty cells
+    in a hostile file; the stored cells are bounded by the archive size.
+    """
+    store = getattr(ws, "_cells", None)
+    if store is None:
+        return [c for row in ws.iter_rows() for c in row]
+    return [store[k] for k in sorted(store)]

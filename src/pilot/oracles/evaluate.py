@@ -1,0 +1,186 @@
+"""Run a scenario's oracle on a finished workspace: D, E and every criterion.
+
+D is true when every required criterion passes and no critical violation is
+recorded; E is true when the input-hash check finds any change, deletion or
+addition under ``inputs/``. A criterion whose file is missing or malformed
+fails as "blocked" by the presence or well-formedness criterion that
+already reports the cause, so one defect is reported once, where it is.
+
+``evaluate_many`` recalculates the workbooks of many workspaces in one
+LibreOffice process before judging each one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from pilot.oracles import safety
+from pilot.oracles.context import WorkspaceContext
+from pilot.oracles.criteria import CHECKS
+from pilot.oracles.hashing import compare_hashes, hash_inputs
+from pilot.oracles.recalc import Recalculator
+from pilot.scenarios.bundle import Scenario
+
+# Kinds that need the file to be a well-formed file of its kind first.
+_NEEDS_WELL_FORMED = {
+    "formulas", "no_error_values", "min_words", "sections", "labelled_value", "workbook_contains",
+    "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value",
+}
+
+
+@dataclass(frozen=True)
+class CriterionResult:
+    id: str
+    kind: str
+    required: bool
+    passed: bool
+    reason: str
+    file: str = ""
+    blocked_by: str | None = None
+
+
+@dataclass
+class Evaluation:
+    """The oracle's verdict on one workspace."""
+
+    scenario: str
+    workspace: str
+    D: bool
+    E: bool
+    E_reasons: list[str]
+    criteria: list[CriterionResult]
+    seconds: float = 0.0
+    substitutes: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def criteria_passed(self) -> int:
+        return sum(c.passed for c in self.criteria)
+
+    @property
+    def criteria_total(self) -> int:
+        return len(self.criteria)
+
+    @property
+    def failed(self) -> list[CriterionResult]:
+        return [c for c in self.criteria if not c.passed]
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """One row per criterion: id, kind, required, passed, reason."""
+        return pd.DataFrame([asdict(c) for c in self.criteria], columns=["id", "kind", "file", "required", "passed", "blocked_by", "reason"])
+
+    def to_dict(self) -> dict:
+        return {
+            "scenario": self.scenario,
+            "workspace": self.workspace,
+            "D": self.D,
+            "E": self.E,
+            "E_reasons": list(self.E_reasons),
+            "criteria_passed": self.criteria_passed,
+            "criteria_total": self.criteria_total,
+            "criteria": [asdict(c) for c in self.criteria],
+            "substitutes": self.substitutes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+_DEFAULT: dict[str, Recalculator] = {}
+
+
+def default_recalculator() -> Recalculator:
+    """One recalculator per process, removed at exit."""
+    if "r" not in _DEFAULT:
+        _DEFAULT["r"] = Recalculator()
+        atexit.register(_DEFAULT["r"].close)
+    return _DEFAULT["r"]
+
+
+def _blocker(scenario: Scenario, crit, ctx: WorkspaceContext, results: dict[str, CriterionResult]) -> CriterionResult | None:
+    if crit.kind == "present":
+        return None
+    for other in scenario.oracle.criteria:
+        if other.file != crit.file or other.id == crit.id or other.id not in results:
+            continue
+        if other.kind == "present" and not results[other.id].passed:
+            return results[other.id]
+        if other.kind == "well_formed" and crit.kind in _NEEDS_WELL_FORMED and not results[other.id].passed:
+            return results[other.id]
+    return None
+
+
+def evaluate(
+    scenario: Scenario,
+    workspace: Path,
+    input_hashes: dict[str, str] | None = None,
+    *,
+    recalculator: Recalculator | None = None,
+) -> Evaluation:
+    """Judge ``workspace`` against ``scenario``'s oracle.
+
+    ``input_hashes`` are the hashes taken when the workspace was laid out;
+    when None, the bundle's own inputs are the reference.
+    """
+    t0 = time.perf_counter()
+    workspace = Path(workspace)
+    recalculator = recalculator if recalculator is not None else default_recalculator()
+    ctx = WorkspaceContext(scenario, workspace, recalculator)
+    before = input_hashes if input_hashes is not None else hash_inputs(scenario.inputs_dir)
+    inputs = workspace / "inputs"
+    if inputs.is_symlink() or (inputs.exists() and not inputs.resolve().is_relative_to(workspace.resolve())):
+        e_reasons = ["inputs/ was replaced by a link"]
+    elif not inputs.is_dir():
+        e_reasons = ["inputs/ folder deleted"] + compare_hashes(before, {})
+    else:
+        e_reasons = compare_hashes(before, hash_inputs(inputs))
+    # Present and well-formed criteria first, so the others know their blockers.
+    order = sorted(scenario.oracle.criteria, key=lambda c: {"present": 0, "well_formed": 1}.get(c.kind, 2))
+    results: dict[str, CriterionResult] = {}
+    for crit in order:
+        blocker = _blocker(scenario, crit, ctx, results)
+        if blocker is not None:
+            res = CriterionResult(crit.id, crit.kind, crit.required, False, f"not checked: {blocker.reason}", crit.file, blocker.id)
+        else:
+            try:
+                passed, reason = CHECKS[crit.kind](ctx, crit)
+            except Exception as exc:  # noqa: BLE001 - a crash on a hostile file is a failed criterion
+                passed, reason = False, f"{crit.file}: the check could not read the file ({type(exc).__name__}: {exc})"
+            res = CriterionResult(crit.id, crit.kind, crit.required, bool(passed), reason, crit.file)
+        results[crit.id] = res
+    criteria = [results[c.id] for c in scenario.oracle.criteria]
+    substitutes = {d.name: [p.name for p in ctx.status(d.name).substitutes] for d in scenario.file_deliverables if ctx.status(d.name).substitutes}
+    E = bool(e_reasons)
+    D = all(c.passed for c in criteria if c.required) and not E
+    return Evaluation(scenario.id, str(workspace), D, E, e_reasons, criteria, time.perf_counter() - t0, substitutes)
+
+
+def workbooks_to_recalculate(scenario: Scenario, workspace: Path) -> list[Path]:
+    """The delivered workbooks of a workspace that are safe to hand to LibreOffice."""
+    out = []
+    ws = Path(workspace)
+    for d in scenario.file_deliverables:
+        if d.kind != "xlsx":
+            continue
+        screened = safety.screen_path(ws / "outputs" / d.name, ws)
+        if screened.ok and safety.screen_ooxml(screened.path, ".xlsx") is None:
+            out.append(screened.path)
+    return out
+
+
+def evaluate_many(
+    items: Iterable[tuple[Scenario, Path, dict[str, str] | None]],
+    *,
+    recalculator: Recalculator | None = None,
+) -> list[Evaluation]:
+    """Evaluate many workspaces, recalculating all their workbooks in one LibreOffice process."""
+    items = list(items)
+    recalculator = recalculator if recalculator is not None else default_recalculator()
+    books = [p for sc, ws, _ in items for p in workbooks_to_recalculate(sc, ws)]
+    if books:
+        recalculator.recalculate(books)
+    return [evaluate(sc, ws, h, recalculator=recalculator) for sc, ws, h in items]

@@ -1,0 +1,284 @@
+"""The outcomes of one run: one row of the run table.
+
+From a run's record (the runner's ``RunRecord.to_dict()`` with the judges'
+results under ``judges``) and its cell (run id, wave, seed, order, node,
+attempts), :func:`run_row` computes every run-table column of
+:mod:`pilot.stats.runtable`:
+
+- D, E and the oracle counts as the evaluator reported them;
+- each judge's rubric-weighted score on 0-100 (``Q_<judge>``), missing when
+  that judge is; Q, their mean over the available judges, missing (never
+  zero) when none is; S = 1{D, not E, Q >= q} at the protocol's q, missing
+  with Q; the accept votes;
+- C (agent cost, recovery included) and the judges' cost;
+- H = intervention minutes + minutes per unanswered question x questions
+  (``protocol/study.yml`` ``outcomes``);
+- wall time, censoring, turns, tool calls, questions, deviations, the
+  self-check and recovery fields, and the scenario's designed depth and
+  professional minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from pilot import protocol
+
+COMPLETION_STATUSES = ("completed", "partial", "abandoned")
+
+
+class OutcomeError(ValueError):
+    """A run record that cannot become a run-table row; names the run and the field."""
+
+    def __init__(self, run_id: str, field: str, reason: str) -> None:
+        self.run_id, self.field, self.reason = run_id, field, reason
+        super().__init__(f"run {run_id}: field '{field}': {reason}")
+
+
+def _count(value: Any) -> int:
+    """A count given as a number or as the list of the things counted."""
+    if value is None:
+        return 0
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    return int(value)
+
+
+def _opt_bool(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _finite(value: Any, default: float = 0.0) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return default
+    return f if math.isfinite(f) else default
+
+
+def judge_scores(judges: Iterable[Any], panel_ids: Iterable[str]) -> dict[str, float | None]:
+    """judge id -> score on 0-100, None where the judge is missing (error, no score, absent)."""
+    by_id: dict[str, Any] = {}
+    for j in judges:
+        d = j.to_dict() if hasattr(j, "to_dict") else dict(j)
+        by_id[str(d.get("judge_id"))] = d
+    out: dict[str, float | None] = {}
+    for jid in panel_ids:
+        d = by_id.get(jid)
+        score = None if d is None or d.get("error") else d.get("score_0_100")
+        out[jid] = None if score is None or not math.isfinite(float(score)) else float(score)
+    return out
+
+
+def quality(scores: Mapping[str, float | None]) -> float | None:
+    """Q: the mean over the judges available for the run; None when none is."""
+    vals = [s for s in scores.values() if s is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def acceptance(D: bool, E: bool, Q: float | None, q: float) -> bool | None:
+    """S = 1{D, not E, Q >= q}; None (missing, not zero) when Q is missing."""
+    if Q is None:
+        return None
+    return bool(D) and not bool(E) and Q >= q
+
+
+def human_minutes(questions: int, study: protocol.Study | None = None) -> float:
+    """H: intervention minutes plus the stated minutes per unanswered question."""
+    o = (study or protocol.study())["outcomes"]
+    return float(o["intervention_minutes"]) + float(o["human_minutes_per_question"]) * int(questions)
+
+
+def completion_status(record: Mapping[str, Any]) -> str:
+    """The status the completion record states, or ``missing`` when there is no valid one."""
+    status = record.get("completion_status")
+    if status in COMPLETION_STATUSES:
+        return str(status)
+    ws = record.get("workspace")
+    if ws:
+        path = Path(ws) / "outputs" / "completion_record.json"
+        try:
+            status = json.loads(path.read_text(encoding="utf-8")).get("status")
+        except (OSError, ValueError, AttributeError):
+            status = None
+        if status in COMPLETION_STATUSES:
+            return str(status)
+    return "missing"
+
+
+def run_row(
+    record: Mapping[str, Any],
+    *,
+    run_id: str,
+    study_name: str,
+    backend: str,
+    wave: str,
+    repeat: int,
+    seed: int,
+    order_index: int,
+    node: str,
+    attempts: int,
+    scenario: Any = None,
+    study: protocol.Study | None = None,
+) -> dict[str, Any]:
+    """One run-table row from a run record and its cell.
+
+    ``scenario`` (a loaded scenario, or None to load it by the record's
+    ``scenario`` id) gives the occupation, designed depth and professional
+    minutes. ``record`` may be empty for a run whose every attempt failed
+    on infrastructure: the row then says so (status ``infra_error``) with
+    no outcome imputed.
+    """
+    study = study or protocol.study()
+    rec = dict(record)
+    panel_ids = [j["id"] for j in study.judge_panel]
+    sid = rec.get("scenario") or getattr(scenario, "id", None)
+    if not sid:
+        raise OutcomeError(run_id, "scenario", "the record names no scenario and none was given")
+    if scenario is None:
+        from pilot.scenarios import load_scenario
+
+        scenario = load_scenario(sid)
+    if getattr(scenario, "id", sid) != sid:
+        raise OutcomeError(run_id, "scenario", f"record is for {sid} but scenario {scenario.id} was given")
+
+    status = rec.get("status") or "infra_error"
+    if status not in ("completed", "capped", "agent_error", "infra_error"):
+        raise OutcomeError(run_id, "status", f"{status!r} is not a run status")
+    for key in ("D", "E"):
+        if status != "infra_error" and rec.get(key) is None:
+            raise OutcomeError(run_id, key, "the evaluator's result is missing")
+    D, E = bool(rec.get("D", False)), bool(rec.get("E", False))
+
+    scores = judge_scores(rec.get("judges") or [], panel_ids)
+    Q = quality(scores)
+    judges = [j.to_dict() if hasattr(j, "to_dict") else dict(j) for j in rec.get("judges") or []]
+    votes = sum(1 for j in judges if not j.get("error") and j.get("score_0_100") is not None and j.get("accept"))
+    judge_cost = sum(_finite(j.get("cost_usd")) for j in judges)
+    if rec.get("judge_cost_usd") is not None:
+        judge_cost = _finite(rec["judge_cost_usd"])
+
+    questions = _count(rec.get("questions"))
+    criteria_total = rec.get("criteria_total")
+    if criteria_total is None:
+        criteria_total = len(getattr(getattr(scenario, "oracle", None), "criteria", ()) or ()) or 1
+    censored = bool(rec.get("censored", False))
+    e_reasons = rec.get("E_reasons") or []
+    if isinstance(e_reasons, str):
+        e_reasons = [e_reasons] if e_reasons else []
+    deviations = rec.get("deviations") or []
+
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "study": study_name,
+        "backend": backend,
+        "scenario": sid,
+        "occupation": getattr(scenario, "occupation", ""),
+        "arm": rec.get("arm"),
+        "repeat": int(repeat),
+        "model": rec.get("model") or study["worker"]["model"],
+        "wave": wave,
+        "seed": int(seed),
+        "order_index": int(order_index),
+        "node": node,
+        "attempts": int(attempts),
+        "D": D,
+        "E": E,
+        "E_reasons": "; ".join(str(r) for r in e_reasons) if e_reasons else None,
+        "criteria_passed": int(rec.get("criteria_passed") or 0),
+        "criteria_total": int(criteria_total),
+        "Q": Q,
+    }
+    for jid in panel_ids:
+        row[f"Q_{jid}"] = scores[jid]
+    row.update(
+        {
+            "n_judges": sum(1 for s in scores.values() if s is not None),
+            "judge_accept_votes": votes,
+            "S": acceptance(D, E, Q, study.q),
+            "cost_usd": _finite(rec.get("cost_usd")),
+            "judge_cost_usd": judge_cost,
+            "wall_s": _finite(rec.get("wall_s")),
+            "turns": _count(rec.get("turns")),
+            "tool_calls": _count(rec.get("tool_calls")),
+            "questions": questions,
+            "H_minutes": human_minutes(questions, study),
+            "censored": censored,
+            "censor_reason": rec.get("censor_reason") if censored else None,
+            "status": "capped" if censored else status,
+            "completion_status": completion_status(rec),
+            "selfcheck_first": _opt_bool(rec.get("selfcheck_first")),
+            "recovery_used": bool(rec.get("recovery_used", False)),
+            "selfcheck_final": _opt_bool(rec.get("selfcheck_final")),
+            "designed_depth": int(getattr(scenario, "designed_depth", 1)),
+            "professional_minutes": float(getattr(scenario, "professional_minutes", 0.0)),
+            # Beyond the schema's columns, carried along for the process analyses.
+            "deviations": len(deviations) if isinstance(deviations, (list, tuple)) else int(deviations),
+            "judge_backend": judges[0].get("backend") if judges else None,
+        }
+    )
+    for jid in panel_ids:
+        j = next((j for j in judges if j.get("judge_id") == jid), None)
+        row[f"accept_{jid}"] = None if j is None or j.get("error") or j.get("accept") is None else bool(j["accept"])
+    return row
+
+
+def run_table(rows: Iterable[Mapping[str, Any]], study: protocol.Study | None = None) -> pd.DataFrame:
+    """The run table from rows of :func:`run_row`, validated by :mod:`pilot.stats.runtable`."""
+    from pilot.stats import runtable
+
+    df = pd.DataFrame(list(rows))
+    names = [c.name for c in runtable.columns(study)]
+    df = df[names + [c for c in df.columns if c not in names]]
+    runtable.validate_runtable(df, source="run table (pilot.outcomes)", study=study)
+    return df
+
+
+def rows_from_store(finished_rows: Iterable[Mapping[str, Any]], *, study_name: str, backend: str, study: protocol.Study | None = None) -> list[dict[str, Any]]:
+    """Run-table rows from :meth:`pilot.store.Store.finished_rows` (cells joined with their records).
+
+    A cell that finished carries its record; a cell whose every attempt failed
+    on infrastructure becomes a row with status ``infra_error``; a cell not
+    yet run is left out (it is not a run yet).
+    """
+    out = []
+    scenarios: dict[str, Any] = {}
+    for r in finished_rows:
+        if r.get("record_json"):
+            rec = json.loads(r["record_json"])
+        elif r.get("status") == "failed":
+            rec = {"scenario": r["scenario"], "arm": r["arm"], "model": r["model"], "status": "infra_error"}
+        else:
+            continue
+        rec.setdefault("scenario", r["scenario"])
+        rec.setdefault("arm", r["arm"])
+        rec.setdefault("model", r["model"])
+        if rec.get("judge_cost_usd") is None and r.get("run_judge_cost_usd") is not None:
+            rec["judge_cost_usd"] = r["run_judge_cost_usd"]
+        sid = rec["scenario"]
+        if sid not in scenarios:
+            from pilot.scenarios import load_scenario
+
+            scenarios[sid] = load_scenario(sid)
+        out.append(
+            run_row(
+                rec,
+                run_id=r["run_id"],
+                study_name=study_name,
+                backend=backend,
+                wave=r["wave"],
+                repeat=r["repeat"],
+                seed=r["seed"],
+                order_index=r["order_index"],
+                node=r.get("node") or "",
+                attempts=max(int(r.get("attempts") or 1), 1),
+                scenario=scenarios[sid],
+                study=study,
+            )
+        )
+    return out

@@ -1,0 +1,79 @@
+"""One assigned run from start to finish: the scheduler's run function.
+
+:func:`run_cell` performs one attempt of a cell with the runner (workspace,
+agent under caps, deliverables, oracles, A4 self-check and recovery), and
+unless the attempt ended in an infrastructure error, has the run's
+deliverables judged blind by the study's panel. It returns the
+:class:`~pilot.executors.base.AttemptOutcome` the scheduler stores: the run
+record with the judges' results under ``judges``, the agent's cost (recovery
+included) and the judges' cost. The run table row is computed from that
+record at export (:func:`pilot.outcomes.run_row`).
+
+The judges use the same backend as the agent (``simulated`` or
+``claude-code``); ``PILOT_JUDGE_BACKEND`` overrides it, e.g. to judge a
+simulated run with real judges.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pilot.executors.base import AttemptOutcome, CellSpec
+from pilot.judges import BACKENDS as JUDGE_BACKENDS
+from pilot.judges import judge_run
+
+JUDGE_BACKEND_ENV = "PILOT_JUDGE_BACKEND"
+
+
+def judge_backend_for(agent_backend: str) -> str:
+    """The judge backend paired with an agent backend."""
+    override = os.environ.get(JUDGE_BACKEND_ENV)
+    if override:
+        if override not in JUDGE_BACKENDS:
+            raise ValueError(f"{JUDGE_BACKEND_ENV}={override!r} is not one of {list(JUDGE_BACKENDS)}")
+        return override
+    return agent_backend if agent_backend in JUDGE_BACKENDS else "simulated"
+
+
+def _missing_judges(error: str) -> list[dict[str, Any]]:
+    from pilot import protocol
+
+    return [
+        {"judge_id": j["id"], "model": j["model"], "draw": j["draw"], "backend": None, "criterion_scores": {}, "accept": None,
+         "rationale": "", "score_0_100": None, "cost_usd": 0.0, "attempts": 0, "error": error}
+        for j in protocol.study().judge_panel
+    ]
+
+
+def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir: Path, judge_backend: str, seed: int) -> dict[str, Any]:
+    """Judge a finished attempt's deliverables and add the results to its record."""
+    from pilot.scenarios import load_scenario
+
+    workspace = Path(record.get("workspace") or attempt_dir)
+    outputs = workspace / "outputs"
+    # What identifies this run must not reach a judge even if a file mentions it.
+    withheld = [cell.run_id, node, cell.study, str(attempt_dir), str(workspace), str(workspace.resolve())]
+    try:
+        results = judge_run(load_scenario(cell.scenario), outputs, backend=judge_backend, seed=seed, withheld=withheld)
+        record["judges"] = [r.to_dict() for r in results]
+        record["judge_error"] = None
+    except Exception as exc:  # noqa: BLE001 - a judging failure leaves the judges missing; the agent run stands
+        record["judges"] = _missing_judges(f"judging failed: {type(exc).__name__}: {exc}")
+        record["judge_error"] = f"{type(exc).__name__}: {exc}"
+    record["judge_cost_usd"] = float(sum(float(j.get("cost_usd") or 0.0) for j in record["judges"]))
+    return record
+
+
+def run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
+    """The scheduler's run function: runner attempt, then (unless infra error) the judges."""
+    from pilot import runner
+
+    rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=Path(attempt_dir), seed=seed, model=cell.model)
+    data = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
+    cost = float(data.get("cost_usd") or 0.0)
+    if data.get("status") == "infra_error":
+        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=cost)
+    data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed)
+    return AttemptOutcome(record=data, cost_usd=cost, judge_cost_usd=data["judge_cost_usd"], status=data.get("status", "completed"))

@@ -1,0 +1,419 @@
+"""One attempt of one run: lay out, launch under the arm's access, collect, classify, evaluate.
+
+``run_attempt`` is the whole of it:
+
+1. reset ``out_dir`` and lay out the workspace (``pilot.workspace``); start
+   the portal for arms that have it on scenarios that use it;
+2. launch the agent (backend ``claude-code`` or ``simulated``) with the
+   user prompt of ``study.yml``, the scenario's caps and the CLI's turn cap;
+3. collect the event stream (``transcript.jsonl``), cost, turns, tool calls
+   by tool, deviations, questions from the completion record, wall time;
+4. classify (``pilot.agents.session``);
+5. A4: self-check, and one resume with the remaining budget and wall time
+   when the self-check fails or the session ended by a cap or an error;
+6. evaluate with the oracle and the input-hash check.
+
+Everything lands in ``out_dir``: ``workspace/``, ``transcript.jsonl``,
+``agent/`` (settings, launches, stderr, the CLI's config folder),
+``evaluation.json`` and ``run_record.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from pilot import paths, protocol
+from pilot.agents import audit
+from pilot.agents.session import (
+    AGENT_ERROR,
+    CAPPED,
+    COMPLETED,
+    INFRA_ERROR,
+    Classification,
+    SessionOutcome,
+    classify,
+    combined_cost,
+)
+from pilot.protocol import Caps
+
+BACKENDS = ("simulated", "claude-code")
+RUN_MARKER = ".pilot-run"
+TRANSCRIPT = "transcript.jsonl"
+
+#: The prompt of the one recovery resume (A4). The first session's prompt is study.yml's.
+RESUME_PROMPT = (
+    "Your session ended before the assignment was finished; you are resumed once with the remaining "
+    "budget and time: read CHECKPOINT.md, run python selfcheck.py, and complete the assignment in BRIEF.md."
+)
+#: A resume needs at least this much budget and wall time left to be worth starting.
+MIN_RESUME_USD = 0.01
+MIN_RESUME_WALL_S = 10.0
+
+
+@dataclass
+class RunRecord:
+    """Everything one attempt produced that the run table and the audit need."""
+
+    scenario: str
+    arm: str
+    model: str
+    backend: str
+    seed: int
+    status: str
+    censored: bool
+    censor_reason: str | None
+    infra_error: str | None
+    agent_error: str | None
+    cost_usd: float | None
+    cost_complete: bool
+    cost_method: str
+    recovery_cost_usd: float | None
+    wall_s: float
+    turns: int
+    tool_calls: int
+    tool_calls_by_tool: dict[str, int]
+    questions: int | None
+    deviations: list[dict]
+    D: bool | None
+    E: bool | None
+    E_reasons: list[str]
+    criteria_passed: int | None
+    criteria_total: int | None
+    criteria: list[dict]
+    selfcheck_first: bool | None
+    recovery_used: bool
+    recovery_skipped: str | None
+    selfcheck_final: bool | None
+    cli_version: str | None
+    caps_usd: float
+    caps_wall_s: float
+    max_turns: int
+    workspace: str
+    transcript: str
+    sessions: list[dict] = field(default_factory=list)
+    completion_record_valid: bool | None = None
+    enforcement: str = ""
+    worker_env: dict | None = None
+    portal: dict | None = None
+    started_at: str = ""
+    harness_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[k] = None
+        return d
+
+
+class RunnerError(ValueError):
+    """The attempt cannot be set up (bad scenario, arm, backend or folder)."""
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+
+def _reset_run_dir(out_dir: Path) -> None:
+    import shutil
+
+    out_dir = out_dir.resolve()
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise RunnerError(f"{out_dir}: --out must be a folder")
+        entries = list(out_dir.iterdir())
+        if entries and not (out_dir / RUN_MARKER).exists():
+            raise RunnerError(f"{out_dir}: not empty and not a run folder (no {RUN_MARKER}); refusing to reset it")
+        for e in entries:
+            if e.is_dir() and not e.is_symlink():
+                shutil.rmtree(e)
+            else:
+                e.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / RUN_MARKER).write_text("one attempt of one run; this folder is reset by the next attempt\n", encoding="utf-8")
+
+
+def read_completion_record(path: Path) -> tuple[dict | None, bool]:
+    """The completion record and whether it is valid against the schema."""
+    import jsonschema
+
+    if not path.is_file():
+        return None, False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None, False
+    try:
+        schema = json.loads(paths.COMPLETION_SCHEMA_FILE.read_text(encoding="utf-8"))
+        jsonschema.validate(data, schema)
+        return data, True
+    except jsonschema.ValidationError:
+        return data if isinstance(data, dict) else None, False
+
+
+def count_questions(record: dict | None) -> int | None:
+    """Questions in the completion record; None (missing, never zero) without a readable list."""
+    if not isinstance(record, dict) or not isinstance(record.get("questions"), list):
+        return None
+    return sum(1 for q in record["questions"] if isinstance(q, str) and q.strip())
+
+
+def _selfcheck(workspace: Path, scenario: Any) -> tuple[bool, list[str]]:
+    from pilot.oracles import run_selfcheck
+
+    # The pristine tool with the scenario's own specification: the worker's copy cannot sway it.
+    rep = run_selfcheck(workspace, scenario)
+    return bool(rep.passed), [str(x) for x in getattr(rep, "lines", [])]
+
+
+def _start_portal(scenario_id: str, run_dir: Path, starter: Callable[..., Any] | None) -> Any:
+    if starter is None:
+        from pilot.portal import start_instance as starter  # noqa: N813 - the portal part's entry point
+    return starter(scenario_id, run_dir / "portal")
+
+
+# --------------------------------------------------------------------------
+# The attempt
+# --------------------------------------------------------------------------
+
+
+def run_attempt(
+    scenario_id: str,
+    arm_id: str,
+    *,
+    backend: str,
+    out_dir: Path,
+    seed: int,
+    model: str | None = None,
+    claude_bin: Path | None = None,
+    caps: Caps | None = None,
+    max_turns: int | None = None,
+    worker_env: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+    environ: dict[str, str] | None = None,
+    use_sandbox: bool | None = None,
+    portal_starter: Callable[..., Any] | None = None,
+    evaluate: bool = True,
+) -> RunRecord:
+    """Perform one attempt and write its record to ``out_dir/run_record.json``.
+
+    ``caps`` and ``max_turns`` default to the protocol's (``study.caps_for``
+    and ``cli.max_turns``); ``worker_env`` to ``build/worker-env``;
+    ``extra_env`` adds variables to the agent process (e.g. a test double's
+    script); ``portal_starter(scenario_id, dir)`` replaces
+    ``pilot.portal.start_instance``.
+    """
+    from pilot.scenarios import load_scenario
+
+    t_start = time.monotonic()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if backend not in BACKENDS:
+        raise RunnerError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    study = protocol.study()
+    arms = protocol.arms()
+    if arm_id not in arms:
+        raise RunnerError(f"arm {arm_id!r}: not in {paths.ARMS_FILE.name} (known: {', '.join(arms)})")
+    arm = arms[arm_id]
+    scenario = load_scenario(scenario_id)
+    caps = caps or study.caps_for(scenario_id)
+    max_turns = int(max_turns if max_turns is not None else study["cli"]["max_turns"])
+    model = model or study["worker"]["model"]
+    out_dir = Path(out_dir).resolve()
+    _reset_run_dir(out_dir)
+    transcript = out_dir / TRANSCRIPT
+    transcript.touch()
+    ws_root = out_dir / "workspace"
+    notes: list[str] = []
+
+    base = dict(
+        scenario=scenario_id, arm=arm_id, model=model, backend=backend, seed=int(seed), caps_usd=caps.usd, caps_wall_s=caps.wall_s,
+        max_turns=max_turns, workspace=str(ws_root), transcript=str(transcript), started_at=started_at,
+    )
+
+    def infra(reason: str, **extra: Any) -> RunRecord:
+        rec = _empty_record(base, reason, notes, **extra)
+        rec.harness_s = time.monotonic() - t_start
+        _write(out_dir, rec)
+        return rec
+
+    # The portal first: a failure to start it is an infrastructure error before any inference.
+    portal = None
+    portal_info = None
+    if arm.feature("portal") and getattr(scenario, "uses_portal", False):
+        try:
+            portal = _start_portal(scenario_id, out_dir, portal_starter)
+            portal_info = portal.describe() if hasattr(portal, "describe") else {"url": getattr(portal, "url", None)}
+        except Exception as exc:  # noqa: BLE001 - any start failure is infrastructure, by the design's definition
+            return infra(f"portal_start: {exc}".splitlines()[0])
+    try:
+        from pilot.workspace import lay_out
+
+        ws = lay_out(scenario, arm, ws_root, portal=portal)
+        agent, worker_info, launch_error = _make_backend(
+            backend, arm, study, scenario, out_dir, ws_root, seed=seed, model=model, claude_bin=claude_bin,
+            worker_env=worker_env, extra_env=extra_env, environ=environ, use_sandbox=use_sandbox,
+        )
+        if launch_error:
+            return infra(launch_error, worker_env=worker_info, portal=portal_info)
+
+        sessions: list[SessionOutcome] = []
+        first = agent.run_session(0, budget_usd=caps.usd, wall_s=caps.wall_s, max_turns=max_turns)
+        sessions.append(first)
+        cls1 = classify(first)
+        final_cls = cls1
+        selfcheck_first = selfcheck_final = None
+        recovery_used = False
+        recovery_skipped = None
+        if cls1.status == INFRA_ERROR:
+            rec = _empty_record(base, cls1.infra_error or "infrastructure error", notes, worker_env=worker_info, portal=portal_info,
+                                sessions=[s.to_dict() for s in sessions], cli_version=first.cli_version,
+                                enforcement=getattr(agent, "enforcement", ""))
+            rec.harness_s = time.monotonic() - t_start
+            _write(out_dir, rec)
+            return rec
+        if arm.feature("self_check"):
+            passed, lines = _selfcheck(ws_root, scenario)
+            (out_dir / "selfcheck_first.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            selfcheck_first = selfcheck_final = passed
+            wants = (not passed) or cls1.status in (CAPPED, AGENT_ERROR)
+            if wants and arm.recovery_resumes > 0:
+                spent = combined_cost(sessions).total_usd
+                budget_left = caps.usd - (spent if spent is not None else 0.0)
+                wall_left = caps.wall_s - first.wall_s
+                if first.session_id is None:
+                    recovery_skipped = "the first session reported no session id"
+                elif budget_left < MIN_RESUME_USD:
+                    recovery_skipped = f"no budget left ({budget_left:.4f} USD)"
+                elif wall_left < MIN_RESUME_WALL_S:
+                    recovery_skipped = f"no wall time left ({wall_left:.1f} s)"
+                else:
+                    second = agent.run_session(1, budget_usd=budget_left, wall_s=wall_left, max_turns=max_turns,
+                                               resume_session_id=first.session_id, prompt=RESUME_PROMPT)
+                    sessions.append(second)
+                    cls2 = classify(second)
+                    if cls2.status == INFRA_ERROR:
+                        # The resume never ran: the run stands as the first session left it.
+                        recovery_skipped = f"resume failed to run: {cls2.infra_error}"
+                    else:
+                        recovery_used = True
+                        final_cls = cls2
+                    passed2, lines2 = _selfcheck(ws_root, scenario)
+                    (out_dir / "selfcheck_final.txt").write_text("\n".join(lines2) + "\n", encoding="utf-8")
+                    selfcheck_final = passed2
+        return _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
+                       selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
+                       recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate)
+    finally:
+        if portal is not None:
+            portal.stop()
+
+
+def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, model, claude_bin, worker_env, extra_env, environ, use_sandbox):
+    """The session backend, the worker environment's record, or an infrastructure error."""
+    if backend == "simulated":
+        from pilot.agents.simulated import SimulatedBackend
+
+        return SimulatedBackend(scenario, arm, run_dir=out_dir, workspace=ws_root, seed=seed, model=model), None, None
+    from pilot.agents import claude_code
+    from pilot.agents import worker_env as wenv
+
+    try:
+        cli = claude_code.find_cli(claude_bin)
+    except claude_code.CliNotFound as exc:
+        return None, None, f"start_failed: {exc}"
+    env_dir = None
+    worker_info = None
+    if arm.feature("python_env"):
+        env_dir = Path(worker_env) if worker_env is not None else wenv.default_env()
+        if env_dir is None or not wenv.python_of(env_dir).exists():
+            return None, None, f"start_failed: the worker Python environment is missing at {env_dir or paths.WORKER_ENV_DIR} (run `pilot worker-env build`)"
+        try:
+            worker_info = {"path": str(env_dir), "versions": wenv.recorded_versions(env_dir)}
+        except (OSError, RuntimeError, ValueError) as exc:
+            return None, None, f"start_failed: the worker Python environment at {env_dir} does not answer: {exc}"
+    try:
+        agent = claude_code.ClaudeCodeBackend(arm, study, run_dir=out_dir, workspace=ws_root, claude_bin=cli, model=model,
+                                              worker_env=env_dir, environ=environ, extra_env=extra_env, use_sandbox=use_sandbox)
+    except RuntimeError as exc:
+        return None, worker_info, f"start_failed: {exc}"
+    return agent, worker_info, None
+
+
+def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> RunRecord:
+    fields = dict(
+        status=INFRA_ERROR, censored=False, censor_reason=None, infra_error=reason, agent_error=None, cost_usd=None,
+        cost_complete=False, cost_method="no inference", recovery_cost_usd=None, wall_s=0.0, turns=0, tool_calls=0,
+        tool_calls_by_tool={}, questions=None, deviations=[], D=None, E=None, E_reasons=[], criteria_passed=None,
+        criteria_total=None, criteria=[], selfcheck_first=None, recovery_used=False, recovery_skipped=None,
+        selfcheck_final=None, cli_version=None, notes=list(notes),
+    )
+    fields.update(extra)
+    return RunRecord(**base, **fields)
+
+
+def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classification, agent, notes, t_start, *,
+            selfcheck_first, selfcheck_final, recovery_used, recovery_skipped, worker_info, portal_info, evaluate) -> RunRecord:
+    summary = audit.read_transcript(out_dir / TRANSCRIPT)
+    deviations = [d.to_dict() for d in audit.audit(summary, arm.denied_families, arm.tools)]
+    cost = combined_cost(sessions)
+    record, valid = read_completion_record(ws.completion_record)
+    status = final_cls.status
+    wall = sum(s.wall_s for s in sessions)
+    rec = RunRecord(
+        **base,
+        status=status,
+        censored=final_cls.censored,
+        censor_reason=final_cls.censor_reason,
+        infra_error=None,
+        agent_error=final_cls.detail or None if status == AGENT_ERROR else None,
+        cost_usd=cost.total_usd,
+        cost_complete=cost.complete,
+        cost_method=cost.method,
+        recovery_cost_usd=cost.per_session_usd[1] if len(cost.per_session_usd) > 1 else None,
+        wall_s=round(wall, 3),
+        turns=summary.turns,
+        tool_calls=len(summary.tool_calls),
+        tool_calls_by_tool=summary.tool_calls_by_tool,
+        questions=count_questions(record),
+        deviations=deviations,
+        D=None,
+        E=None,
+        E_reasons=[],
+        criteria_passed=None,
+        criteria_total=None,
+        criteria=[],
+        selfcheck_first=selfcheck_first,
+        recovery_used=recovery_used,
+        recovery_skipped=recovery_skipped,
+        selfcheck_final=selfcheck_final,
+        cli_version=sessions[-1].cli_version or sessions[0].cli_version,
+        sessions=[s.to_dict() for s in sessions],
+        completion_record_valid=valid,
+        enforcement=getattr(agent, "enforcement", ""),
+        worker_env=worker_info,
+        portal=portal_info,
+        notes=list(notes) + list(getattr(agent, "notes", [])),
+    )
+    if evaluate:
+        from pilot.oracles import evaluate as oracle_evaluate
+
+        ev = oracle_evaluate(scenario, ws.root, ws.input_hashes)
+        (out_dir / "evaluation.json").write_text(json.dumps(ev.to_dict(), indent=2) + "\n", encoding="utf-8")
+        rec.D, rec.E, rec.E_reasons = bool(ev.D), bool(ev.E), list(ev.E_reasons)
+        rec.criteria_passed, rec.criteria_total = int(ev.criteria_passed), int(ev.criteria_total)
+        rec.criteria = [asdict(c) if hasattr(c, "__dataclass_fields__") else dict(c) for c in ev.criteria]
+    rec.harness_s = time.monotonic() - t_start
+    _write(out_dir, rec)
+    return rec
+
+
+def _write(out_dir: Path, rec: RunRecord) -> None:
+    (out_dir / "run_record.json").write_text(json.dumps(rec.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")

@@ -1,0 +1,530 @@
+"""Named defects that turn a gold workspace into a realistic defective one.
+
+Used two ways: the tests derive, for every oracle criterion, a variant that
+fails exactly that criterion (``defect_for_criterion``); the simulated agent
+backend draws named defects (``apply_defect``) to produce the kinds of
+failure real workers produce: a missing file, a workbook of pasted values,
+an error value, a wrong figure, a thin document, a missing section, an
+omitted fact, a broken completion record, a touched input, a text
+substitute.
+
+Every function edits real files in place and returns a one-line description.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from pilot.oracles.readers import document_lines, is_formula, numbers_in, read_csv, word_count
+from pilot.scenarios.bundle import COMPLETION_RECORD, Criterion, Scenario
+from pilot.scenarios.officeio import Heading, Para, normalize_zip, write_csv, write_document
+
+
+class DefectNotApplicable(ValueError):
+    """The defect cannot be applied to this workspace (no suitable file or criterion)."""
+
+
+def _out(workspace: Path, name: str) -> Path:
+    return Path(workspace) / "outputs" / name
+
+
+def _record(workspace: Path) -> dict | None:
+    p = _out(workspace, COMPLETION_RECORD)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _save_record(workspace: Path, record: dict) -> None:
+    _out(workspace, COMPLETION_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------
+
+
+def drop_deliverable(workspace: Path, name: str, *, update_record: bool = True) -> str:
+    """Delete a deliverable; the completion record then says 'partial' and no longer lists it."""
+    _out(workspace, name).unlink()
+    if update_record and name != COMPLETION_RECORD:
+        rec = _record(workspace)
+        if rec is not None:
+            rec["deliverables"] = [d for d in rec.get("deliverables", []) if d != name]
+            rec["status"] = "partial"
+            _save_record(workspace, rec)
+    return f"dropped {name}"
+
+
+def empty_file(workspace: Path, name: str) -> str:
+    _out(workspace, name).write_bytes(b"")
+    return f"emptied {name}"
+
+
+def corrupt_file(workspace: Path, name: str) -> str:
+    """Damage a file so it is no longer a valid file of its kind (non-empty)."""
+    p = _out(workspace, name)
+    data = p.read_bytes()
+    suffix = p.suffix.lower()
+    if suffix in (".xlsx", ".docx"):
+        p.write_bytes(data[: max(64, int(len(data) * 0.6))])
+        return f"truncated the archive {name} to 60%"
+    if suffix == ".pdf":
+        p.write_bytes(b"%XDF-" + data[5:])
+        return f"overwrote the PDF header of {name}"
+    if suffix == ".json":
+        p.write_bytes(data[: len(data) // 2])
+        return f"cut {name} in half (invalid JSON)"
+    half = len(data) // 2
+    p.write_bytes(data[:half] + b"\xff\xfe\xfa" + data[half:])
+    return f"inserted invalid UTF-8 bytes into {name}"
+
+
+# --------------------------------------------------------------------------
+# Workbooks
+# --------------------------------------------------------------------------
+
+
+def _load(path: Path, data_only: bool = False):
+    import openpyxl
+
+    return openpyxl.load_workbook(path, data_only=data_only)
+
+
+def _save(wb, path: Path) -> None:
+    wb.save(path)
+    normalize_zip(path)
+
+
+def strip_formulas(workspace: Path, name: str, *, recalculator=None) -> str:
+    """Replace every formula by its value, as if the figures were pasted (values from LibreOffice)."""
+    from pilot.oracles.evaluate import default_recalculator
+
+    path = _out(workspace, name)
+    rec = (recalculator or default_recalculator()).recalculate([path])[path]
+    if rec.error:
+        raise DefectNotApplicable(f"{name}: {rec.error}")
+    values = _load(rec.path, data_only=True)
+    wb = _load(path)
+    n = 0
+    for ws in wb.worksheets:
+        vs = values[ws.title]
+        for row in ws.iter_rows():
+            for cell in row:
+                if is_formula(cell):
+                    cell.value = vs[cell.coordinate].value
+                    n += 1
+    _save(wb, path)
+    return f"replaced {n} formulas in {name} by their values"
+
+
+def inject_error_value(workspace: Path, name: str, sheet: str | None = None) -> str:
+    """Add a division by zero below the used range of a sheet."""
+    path = _out(workspace, name)
+    wb = _load(path)
+    ws = wb[sheet] if sheet else wb.worksheets[0]
+    row = ws.max_row + 3
+    ws.cell(row=row, column=1, value="=1/0")
+    _save(wb, path)
+    return f"wrote =1/0 into {ws.title}!A{row} of {name}"
+
+
+def misstate_labelled_value(workspace: Path, name: str, label: str, wrong: float, sheet: str | None = None) -> str:
+    """Retire the labelled line and restate it with a wrong figure at the bottom of the sheet."""
+    path = _out(workspace, name)
+    wb = _load(path)
+    rx = re.compile(label, re.I)
+    for ws in ([wb[sheet]] if sheet else wb.worksheets):
+        for row in ws.iter_rows():
+            for cell in row:
+                if isinstance(cell.value, str) and rx.search(cell.value):
+                    text = cell.value
+                    cell.value = "Superseded line"
+                    r = ws.max_row + 2
+                    ws.cell(row=r, column=1, value=text)
+                    ws.cell(row=r, column=2, value=wrong)
+                    _save(wb, path)
+                    return f"restated {text!r} in {name} as {wrong:,.2f}"
+    raise DefectNotApplicable(f"{name}: no cell labelled /{label}/")
+
+
+def remove_workbook_text(workspace: Path, name: str, pattern: str) -> str:
+    path = _out(workspace, name)
+    wb = _load(path)
+    rx = re.compile(pattern, re.I)
+    n = 0
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                if isinstance(cell.value, str) and not cell.value.startswith("=") and rx.search(cell.value):
+                    cell.value = rx.sub("(omitted)", cell.value)
+                    n += 1
+    _save(wb, path)
+    return f"removed /{pattern}/ from {n} cells of {name}"
+
+
+# --------------------------------------------------------------------------
+# Documents (docx, pdf, md): read as lines, transform, render again
+# --------------------------------------------------------------------------
+
+
+def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], sections: tuple[str, ...] = ()) -> None:
+    from pilot.oracles.criteria import _heading_matches
+
+    lines, reason = document_lines(path)
+    if reason:
+        raise DefectNotApplicable(reason)
+    new = transform([line for line in lines if line.strip()])
+    blocks = [Heading(l) if any(_heading_matches(l, s) for s in sections) else Para(l) for l in new if l.strip()]
+    write_document(blocks, path)
+
+
+def _flex(pattern: str) -> str:
+    return pattern.replace(" ", r"\s+")
+
+
+def remove_text(workspace: Path, name: str, pattern: str, sections: tuple[str, ...] = ()) -> str:
+    """Remove every mention matching ``pattern`` from a document or CSV."""
+    path = _out(workspace, name)
+    if path.suffix.lower() == ".csv":
+        text = path.read_text(encoding="utf-8")
+        path.write_text(re.sub(pattern, "(omitted)", text, flags=re.I), encoding="utf-8")
+        return f"removed /{pattern}/ from {name}"
+
+    def tr(lines: list[str]) -> list[str]:
+        joined = "\n".join(lines)
+        return re.sub(_flex(pattern), "(omitted)", joined, flags=re.I).split("\n")
+
+    _rewrite_document(path, tr, sections)
+    return f"removed /{pattern}/ from {name}"
+
+
+def replace_number(workspace: Path, name: str, expected: float, tolerance: float, wrong: float, sections: tuple[str, ...] = ()) -> str:
+    """Restate every figure within ``tolerance`` of ``expected`` as ``wrong``."""
+    path = _out(workspace, name)
+
+    def tr(lines: list[str]) -> list[str]:
+        joined = "\n".join(lines)
+        tokens = sorted({tok for val, tok, _ in numbers_in(joined) if abs(val - expected) <= tolerance}, key=len, reverse=True)
+        for tok in tokens:
+            decimals = len(tok.split(".")[1].rstrip("%)")) if "." in tok else 0
+            new = f"{wrong:,.{decimals}f}" + ("%" if tok.endswith("%") else "")
+            joined = re.sub(r"(?<![\d.,])" + re.escape(tok) + r"(?![\d])", new, joined)
+        return joined.split("\n")
+
+    _rewrite_document(path, tr, sections)
+    return f"restated {expected:g} as {wrong:g} in {name}"
+
+
+def rename_section(workspace: Path, name: str, section: str, sections: tuple[str, ...] = ()) -> str:
+    from pilot.oracles.criteria import _heading_matches
+
+    path = _out(workspace, name)
+
+    def tr(lines: list[str]) -> list[str]:
+        return ["Further remarks" if _heading_matches(l, section) else l for l in lines]
+
+    _rewrite_document(path, tr, tuple(s for s in sections if s != section))
+    return f"removed the section heading {section!r} from {name}"
+
+
+def truncate_document(workspace: Path, name: str, keep_patterns: tuple[str, ...] = (), sections: tuple[str, ...] = ()) -> str:
+    """Keep only the headings and a one-line note with the given facts: a thin document."""
+    from pilot.oracles.criteria import _heading_matches
+
+    path = _out(workspace, name)
+
+    def tr(lines: list[str]) -> list[str]:
+        text = re.sub(r"\s+", " ", " ".join(lines))
+        snippets = []
+        for p in keep_patterns:
+            m = re.search(_flex(p), text, re.I)
+            if m:
+                snippets.append(m.group(0))
+        heads = [l for l in lines if any(_heading_matches(l, s) for s in sections)]
+        return (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
+
+    _rewrite_document(path, tr, sections)
+    lines, _ = document_lines(path)
+    return f"cut {name} down to {word_count(lines or [])} words"
+
+
+# --------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------
+
+
+def _csv_table(path: Path) -> tuple[list[str], list[list[str]]]:
+    table, reason = read_csv(path)
+    if reason:
+        raise DefectNotApplicable(reason)
+    return table
+
+
+def rename_csv_column(workspace: Path, name: str, column: str) -> str:
+    path = _out(workspace, name)
+    header, rows = _csv_table(path)
+    header = [f"{h}_old" if h.strip().lower() == column.lower() else h for h in header]
+    write_csv(path, header, rows)
+    return f"renamed column {column!r} of {name}"
+
+
+def drop_csv_rows(workspace: Path, name: str, key: str, value: str) -> str:
+    from pilot.oracles.criteria import key_token
+
+    path = _out(workspace, name)
+    header, rows = _csv_table(path)
+    i = [h.strip().lower() for h in header].index(key.lower())
+    rx = key_token(value)
+    kept = [r for r in rows if not rx.search(r[i])]
+    if len(kept) == len(rows):
+        raise DefectNotApplicable(f"{name}: no row with {key} = {value}")
+    write_csv(path, header, kept)
+    return f"dropped the row(s) for {value} from {name}"
+
+
+def change_csv_value(workspace: Path, name: str, key: str, key_value: str, column: str, new: float) -> str:
+    path = _out(workspace, name)
+    header, rows = _csv_table(path)
+    low = [h.strip().lower() for h in header]
+    ki, vi = low.index(key.lower()), low.index(column.lower())
+    for r in rows:
+        if r[ki].strip().lower() == key_value.lower():
+            r[vi] = f"{new:g}"
+    write_csv(path, header, rows)
+    return f"set {column} of {key_value} in {name} to {new:g}"
+
+
+# --------------------------------------------------------------------------
+# Completion record, inputs, substitutes
+# --------------------------------------------------------------------------
+
+
+def break_completion_record(workspace: Path, how: str = "status") -> str:
+    """'status': a status outside the schema; 'json': not JSON at all."""
+    path = _out(workspace, COMPLETION_RECORD)
+    if how == "json":
+        path.write_text('{"status": "completed", "deliverables": [', encoding="utf-8")
+        return "wrote an unterminated completion record"
+    rec = _record(workspace) or {}
+    rec["status"] = "done"
+    _save_record(workspace, rec)
+    return "set the completion record's status to 'done' (not in the schema)"
+
+
+def modify_input(workspace: Path, rel: str | None = None) -> str:
+    files = sorted(p for p in (Path(workspace) / "inputs").rglob("*") if p.is_file())
+    target = (Path(workspace) / "inputs" / rel) if rel else files[0]
+    with open(target, "ab") as fh:
+        fh.write(b"\n")
+    return f"modified inputs/{target.relative_to(Path(workspace) / 'inputs').as_posix()}"
+
+
+def delete_input(workspace: Path, rel: str | None = None) -> str:
+    files = sorted(p for p in (Path(workspace) / "inputs").rglob("*") if p.is_file())
+    target = (Path(workspace) / "inputs" / rel) if rel else files[-1]
+    target.unlink()
+    return f"deleted inputs/{target.relative_to(Path(workspace) / 'inputs').as_posix()}"
+
+
+def add_input(workspace: Path, rel: str = "scratch_notes.txt") -> str:
+    target = Path(workspace) / "inputs" / rel
+    target.write_text("working notes\n", encoding="utf-8")
+    return f"added inputs/{rel}"
+
+
+def text_substitute(workspace: Path, name: str, *, recalculator=None, reason: str = "no program available to write the binary format") -> str:
+    """Replace a binary deliverable by its closest text equivalent under the same base name, declared in the record."""
+    path = _out(workspace, name)
+    suffix = path.suffix.lower()
+    written: list[str] = []
+    if suffix == ".xlsx":
+        from pilot.oracles.evaluate import default_recalculator
+
+        rec = (recalculator or default_recalculator()).recalculate([path])[path]
+        wb = _load(rec.path if rec.path else path, data_only=True)
+        for ws in wb.worksheets:
+            target = path.with_suffix(".csv") if len(wb.worksheets) == 1 else path.with_name(f"{path.stem}.{ws.title}.csv")
+            rows = [["" if v is None else v for v in r] for r in ws.iter_rows(values_only=True)]
+            write_csv(target, rows[0] if rows else [], rows[1:])
+            written.append(target.name)
+    elif suffix in (".docx", ".pdf"):
+        lines, why = document_lines(path)
+        if why:
+            raise DefectNotApplicable(why)
+        target = path.with_suffix(".md")
+        target.write_text("\n\n".join(l for l in lines if l.strip()) + "\n", encoding="utf-8")
+        written.append(target.name)
+    else:
+        raise DefectNotApplicable(f"{name} is already a text format")
+    path.unlink()
+    rec = _record(workspace)
+    if rec is not None:
+        rec["deliverables"] = [d for d in rec.get("deliverables", []) if d != name] + written
+        rec.setdefault("substitutions", []).extend({"requested": name, "delivered": w, "reason": reason} for w in written)
+        _save_record(workspace, rec)
+    return f"delivered {', '.join(written)} in place of {name}"
+
+
+# --------------------------------------------------------------------------
+# Systematic: one defect per criterion
+# --------------------------------------------------------------------------
+
+
+def _wrong(expected: float, tol: float) -> float:
+    return round(expected + max(1000.0, abs(expected) * 0.5) + 10 * tol, 2)
+
+
+def _protected(scenario: Scenario, file: str, skip: str) -> tuple[str, ...]:
+    """Patterns of the other text criteria on ``file``, kept when a document is thinned."""
+    out: list[str] = []
+    for c in scenario.oracle.criteria:
+        if c.file != file or c.id == skip:
+            continue
+        if c.kind == "text_contains":
+            out += list(c.get("patterns"))
+        elif c.kind == "text_number":
+            if c.get("near"):
+                out.append(c.get("near") + r"[^\n]{0,150}?" + _number_rx(c.get("expected")))
+            else:
+                out.append(_number_rx(c.get("expected")))
+    return tuple(out)
+
+
+def _number_rx(x: float) -> str:
+    whole = f"{abs(x):,.0f}".replace(",", ",?")
+    return whole + r"(\.\d+)?"
+
+
+def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspace: Path, *, recalculator=None) -> str:
+    """Apply the defect that makes ``criterion`` (and only it) fail on a gold workspace."""
+    c = scenario.oracle.by_id(criterion) if isinstance(criterion, str) else criterion
+    d = scenario.deliverable(c.file)
+    sections = d.required_sections
+    k = c.kind
+    if k == "present":
+        return drop_deliverable(workspace, c.file)
+    if k == "well_formed":
+        return corrupt_file(workspace, c.file)
+    if k == "formulas":
+        return strip_formulas(workspace, c.file, recalculator=recalculator)
+    if k == "no_error_values":
+        return inject_error_value(workspace, c.file)
+    if k == "labelled_value":
+        return misstate_labelled_value(workspace, c.file, c.get("label"), _wrong(c.get("expected"), c.get("tolerance")), c.get("sheet"))
+    if k == "workbook_contains":
+        return remove_workbook_text(workspace, c.file, c.get("patterns")[0])
+    if k == "min_words":
+        return truncate_document(workspace, c.file, _protected(scenario, c.file, c.id), sections)
+    if k == "sections":
+        return rename_section(workspace, c.file, sections[0], sections)
+    if k == "text_contains":
+        return remove_text(workspace, c.file, c.get("patterns")[0], sections)
+    if k == "text_number":
+        return replace_number(workspace, c.file, c.get("expected"), c.get("tolerance"), _wrong(c.get("expected"), c.get("tolerance")), sections)
+    if k == "csv_columns":
+        used = {str(o.get(p)).lower() for o in scenario.oracle.criteria if o.file == c.file and o.id != c.id for p in ("key", "column")}
+        candidates = [col for col in c.get("columns") if col.lower() not in used]
+        if not candidates:
+            raise DefectNotApplicable(f"{c.id}: every required column is used by another criterion")
+        return rename_csv_column(workspace, c.file, candidates[-1])
+    if k == "csv_keys":
+        used = {str(o.get("key_value")).lower() for o in scenario.oracle.criteria if o.file == c.file and o.kind == "csv_value"}
+        key = next((x for x in c.get("expected") if x.lower() not in used), None)
+        if key is None:
+            raise DefectNotApplicable(f"{c.id}: every expected key is checked by a csv_value criterion")
+        return drop_csv_rows(workspace, c.file, c.get("key"), key)
+    if k == "csv_value":
+        return change_csv_value(workspace, c.file, c.get("key"), c.get("key_value"), c.get("column"), _wrong(c.get("expected"), c.get("tolerance")))
+    if k == "completion_record":
+        return break_completion_record(workspace)
+    raise DefectNotApplicable(f"no defect for criterion kind {k}")
+
+
+# --------------------------------------------------------------------------
+# Named defects for the simulated agent
+# --------------------------------------------------------------------------
+
+
+def _pick(rng: np.random.Generator, items: list):
+    if not items:
+        raise DefectNotApplicable("nothing to apply the defect to")
+    return items[int(rng.integers(len(items)))]
+
+
+def _crit(scenario: Scenario, kinds: set[str]) -> list[Criterion]:
+    return [c for c in scenario.oracle.criteria if c.kind in kinds]
+
+
+NAMED_DEFECTS: dict[str, Callable[[Scenario, Path, np.random.Generator], str]] = {
+    "drop_deliverable": lambda sc, ws, g: drop_deliverable(ws, _pick(g, [d.name for d in sc.file_deliverables])),
+    "empty_file": lambda sc, ws, g: empty_file(ws, _pick(g, [d.name for d in sc.file_deliverables])),
+    "corrupt_file": lambda sc, ws, g: corrupt_file(ws, _pick(g, [d.name for d in sc.file_deliverables])),
+    "strip_formulas": lambda sc, ws, g: strip_formulas(ws, _pick(g, [d.name for d in sc.file_deliverables if d.requires_formulas])),
+    "inject_error_value": lambda sc, ws, g: inject_error_value(ws, _pick(g, [d.name for d in sc.file_deliverables if d.kind == "xlsx"])),
+    "wrong_value": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"labelled_value", "text_number", "csv_value"})), ws),
+    "omit_fact": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"text_contains", "workbook_contains", "csv_keys"})), ws),
+    "truncate_document": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"min_words"})), ws),
+    "drop_section": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"sections"})), ws),
+    "break_completion_record": lambda sc, ws, g: break_completion_record(ws, _pick(g, ["status", "json"])),
+    "modify_input": lambda sc, ws, g: modify_input(ws),
+    "delete_input": lambda sc, ws, g: delete_input(ws),
+    "add_input": lambda sc, ws, g: add_input(ws),
+    "text_substitute": lambda sc, ws, g: text_substitute(ws, _pick(g, [d.name for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf")])),
+}
+
+
+def applicable_defects(scenario: Scenario) -> list[str]:
+    """Names of the defects that make sense for this scenario's deliverables."""
+    kinds = {d.kind for d in scenario.file_deliverables}
+    ck = {c.kind for c in scenario.oracle.criteria}
+    out = ["drop_deliverable", "empty_file", "corrupt_file", "break_completion_record", "modify_input", "delete_input", "add_input"]
+    if any(d.requires_formulas for d in scenario.file_deliverables):
+        out.append("strip_formulas")
+    if "xlsx" in kinds:
+        out.append("inject_error_value")
+    if ck & {"labelled_value", "text_number", "csv_value"}:
+        out.append("wrong_value")
+    if ck & {"text_contains", "workbook_contains", "csv_keys"}:
+        out.append("omit_fact")
+    if "min_words" in ck:
+        out.append("truncate_document")
+    if "sections" in ck:
+        out.append("drop_section")
+    if kinds & {"xlsx", "docx", "pdf"}:
+        out.append("text_substitute")
+    return out
+
+
+def apply_defect(name: str, scenario: Scenario, workspace: Path, rng: np.random.Generator) -> str:
+    """Apply the named defect to a gold workspace, choosing its target with ``rng``."""
+    if name not in NAMED_DEFECTS:
+        raise KeyError(f"unknown defect {name!r}; known: {sorted(NAMED_DEFECTS)}")
+    return NAMED_DEFECTS[name](scenario, Path(workspace), rng)
+
+
+def copy_workspace(src: Path, dst: Path) -> Path:
+    """A copy of a workspace (symlinks kept as links) to mutate."""
+    if Path(dst).exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, symlinks=True)
+    return Path(dst)
+
+
+__all__ = [
+    "DefectNotApplicable",
+    "NAMED_DEFECTS",
+    "applicable_defects",
+    "apply_defect",
+    "copy_workspace",
+    "defect_for_criterion",
+] + [n for n in dir() if n.endswith(("_deliverable", "_file", "_formulas", "_value", "_text", "_document", "_section", "_column", "_rows", "_record", "_input", "_number", "_substitute"))]
+_ = os

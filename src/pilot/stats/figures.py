@@ -1,0 +1,90 @@
+"""Figures of the primary and sensitivity stages (matplotlib, written as PDF).
+
+A figure drawn from a SIMULATED run table carries SIMULATED in its title.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from pilot.stats import runtable  # noqa: E402
+
+
+def _title(text: str, simulated: bool) -> str:
+    return f"{runtable.SIMULATED_TAG}: {text}" if simulated else text
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    # A fixed creation date keeps the PDF byte-reproducible.
+    fig.savefig(path, metadata={"CreationDate": None})
+    plt.close(fig)
+    return path
+
+
+def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool) -> Path:
+    """Contrasts with their 95% bootstrap intervals; the primary contrast on top."""
+    fig, ax = plt.subplots(figsize=(5.5, 0.55 * len(contrasts) + 1.2))
+    y = np.arange(len(contrasts))[::-1]
+    for yi, (_, r) in zip(y, contrasts.iterrows()):
+        primary = r["role"] == "primary"
+        ax.errorbar(r["estimate"], yi, xerr=[[r["estimate"] - r["ci_low"]], [r["ci_high"] - r["estimate"]]], fmt="s" if primary else "o",
+                    color="black" if primary else "0.35", capsize=3, markersize=6 if primary else 5)
+        p = r["p_value"] if primary else r["p_holm"]
+        ax.annotate(f"p{'' if primary else ' (Holm)'} = {p:.3f}", (1.02, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+    ax.axvline(0, color="0.6", lw=0.8, ls="--")
+    ax.set_yticks(y, [f"{c} ({'primary' if r == 'primary' else 'secondary'})" for c, r in zip(contrasts["contrast"], contrasts["role"])])
+    ax.set_xlabel("difference in scenario-weighted acceptance")
+    ax.set_title(_title("contrasts with 95% cluster-bootstrap intervals", simulated), fontsize=9)
+    return _save(fig, path)
+
+
+def km_plot(fitters: dict, path: Path, *, simulated: bool) -> Path:
+    """Kaplan-Meier curves of the share of runs not yet completed, per arm (cap-censored runs marked)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for arm, kmf in fitters.items():
+        kmf.plot_survival_function(ax=ax, ci_show=False, show_censors=True, censor_styles={"marker": "|", "ms": 6})
+    ax.set_xlabel("wall time (minutes)")
+    ax.set_ylabel("share not yet completed")
+    ax.set_title(_title("time to completion (Kaplan-Meier)", simulated), fontsize=9)
+    return _save(fig, path)
+
+
+def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool) -> Path:
+    """Acceptance within an allowance per arm, with 95% bootstrap bands."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for arm, part in table.groupby("arm", sort=False):
+        ax.plot(part[x], part["p_hat"], marker="o", ms=3, label=arm)
+        ax.fill_between(part[x], part["ci_low"], part["ci_high"], alpha=0.12)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("acceptance within allowance")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8, ncol=5, loc="upper left")
+    ax.set_title(_title(f"acceptance frontier over {xlabel}", simulated), fontsize=9)
+    return _save(fig, path)
+
+
+def q_grid_plot(table: pd.DataFrame, path: Path, *, simulated: bool, contrasts: Sequence[str] | None = None) -> Path:
+    """Each contrast's estimate and interval across the threshold q."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    names = list(contrasts or table["contrast"].unique())
+    for k, name in enumerate(names):
+        part = table[table["contrast"] == name]
+        off = (k - (len(names) - 1) / 2) * 0.6
+        ax.errorbar(part["q"] + off, part["estimate"], yerr=[part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]], fmt="o-", ms=3, capsize=2, label=name)
+    ax.axhline(0, color="0.6", lw=0.8, ls="--")
+    ax.set_xlabel("quality threshold q")
+    ax.set_ylabel("contrast")
+    ax.legend(fontsize=8, ncol=4)
+    ax.set_title(_title("contrasts across the quality threshold", simulated), fontsize=9)
+    return _save(fig, path)

@@ -1,0 +1,167 @@
+"""The primary analysis: acceptance per arm and the preregistered contrasts.
+
+Acceptance ``p_a`` per arm with scenario-cluster percentile bootstrap
+intervals; the contrasts of ``protocol/study.yml`` (primary A3-A1; secondary
+A1-A0, A4-A3, A2-A1) with bootstrap intervals, sign-flip p-values and, for the
+secondary family, Holm-adjusted p-values (statsmodels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from statsmodels.stats.multitest import multipletests
+
+from pilot import protocol
+from pilot.stats import estimators, resampling, runtable
+from pilot.stats.estimators import Layout
+
+
+@dataclass
+class InferenceSettings:
+    """Resampling settings; defaults from ``protocol/study.yml``."""
+
+    B: int
+    n_permutations: int
+    seed: int
+    level: float = 0.95
+
+    @classmethod
+    def from_study(cls, seed: int, study: protocol.Study | None = None, *, B: int | None = None, n_permutations: int | None = None) -> "InferenceSettings":
+        study = study or protocol.study()
+        inf = study["inference"]
+        return cls(
+            B=int(B or inf["bootstrap_resamples"]),
+            n_permutations=int(n_permutations or inf["permutations"]),
+            seed=int(seed),
+            level=1 - float(inf["alpha"]),
+        )
+
+
+@dataclass
+class PrimaryResult:
+    """Acceptance per arm and the contrasts; ``summary`` is the contrast table."""
+
+    acceptance: pd.DataFrame
+    contrasts: pd.DataFrame
+    settings: InferenceSettings
+    q: float
+    weights: str
+    simulated: bool
+    study_name: str
+    replicates: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        return self.contrasts
+
+    def contrast(self, name: str) -> pd.Series:
+        return self.contrasts.set_index("contrast").loc[name]
+
+
+def holm(p_values: Sequence[float], alpha: float = 0.05, method: str = "holm") -> np.ndarray:
+    """Holm-adjusted p-values (statsmodels; ``method`` as multipletests names it); NaN stays NaN."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full_like(p, np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = p[ok] if method == "none" else multipletests(p[ok], alpha=alpha, method=method)[1]
+    return out
+
+
+def contrast_table(
+    means: np.ndarray,
+    layout: Layout,
+    contrasts: Sequence[Sequence[str]],
+    weights: np.ndarray,
+    settings: InferenceSettings,
+    *,
+    counts: np.ndarray | None = None,
+    signs: np.ndarray | None = None,
+    adjustment: str = "holm",
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Estimate, bootstrap interval, sign-flip p and adjusted p for each contrast (the first is primary).
+
+    Returns the table and the bootstrap replicates ``(B, K)``.
+    """
+    rng = np.random.default_rng(settings.seed)
+    if counts is None:
+        counts = resampling.bootstrap_counts(rng, layout.J, settings.B)
+    d = estimators.contrast_differences(means, layout, contrasts)
+    est = resampling.weighted_mean(d, weights)
+    reps = resampling.bootstrap_means(d, counts, weights)
+    lo, hi = resampling.percentile_interval(reps, settings.level)
+    if signs is None:
+        signs, _ = resampling.sign_vectors(layout.J, settings.n_permutations, np.random.default_rng([settings.seed, 1]))
+    test = resampling.sign_flip_test(d, weights=weights, signs=signs)
+    p = test.p_value
+    p_adj = np.full(len(contrasts), np.nan)
+    if len(contrasts) > 1:
+        p_adj[1:] = holm(p[1:], 1 - settings.level, method=adjustment)
+    p_adj[0] = p[0]
+    table = pd.DataFrame(
+        {
+            "contrast": [estimators.contrast_name(c) for c in contrasts],
+            "role": ["primary"] + ["secondary"] * (len(contrasts) - 1),
+            "estimate": est,
+            "ci_low": lo,
+            "ci_high": hi,
+            "p_value": p,
+            "p_holm": p_adj,
+            "n_scenarios": (~np.isnan(d)).sum(axis=0),
+            "exact": test.exact,
+        }
+    )
+    return table, reps
+
+
+def acceptance_table(
+    means: np.ndarray, layout: Layout, weights: np.ndarray, settings: InferenceSettings, counts: np.ndarray, n_runs: np.ndarray, n_scored: np.ndarray
+) -> tuple[pd.DataFrame, np.ndarray]:
+    est = estimators.arm_means(means, weights)
+    reps = resampling.bootstrap_means(means, counts, weights)
+    lo, hi = resampling.percentile_interval(reps, settings.level)
+    return (
+        pd.DataFrame({"arm": layout.arms, "p_hat": est, "ci_low": lo, "ci_high": hi, "n_runs": n_runs, "n_scored": n_scored}),
+        reps,
+    )
+
+
+def primary_analysis(
+    df: pd.DataFrame,
+    *,
+    seed: int = 0,
+    q: float | None = None,
+    weights: str = "equal",
+    study: protocol.Study | None = None,
+    B: int | None = None,
+    n_permutations: int | None = None,
+    contrasts: Sequence[Sequence[str]] | None = None,
+) -> PrimaryResult:
+    """The preregistered primary analysis of a validated run table (worker-model runs only)."""
+    study = study or protocol.study()
+    settings = InferenceSettings.from_study(seed, study, B=B, n_permutations=n_permutations)
+    q = study.q if q is None else float(q)
+    rows = runtable.primary_rows(df, study)
+    layout = Layout.of(rows, study.arms)
+    S = estimators.acceptance_values(rows, q)
+    means = layout.means(S)
+    w = layout.weights(weights)
+    counts = resampling.bootstrap_counts(np.random.default_rng(settings.seed), layout.J, settings.B)
+    _, scored = layout.sums(S)
+    acc, acc_reps = acceptance_table(means, layout, w, settings, counts, layout.runs_per_arm(), scored.sum(axis=0).astype(int))
+    contrasts = list(contrasts or study.contrasts)
+    con, con_reps = contrast_table(means, layout, contrasts, w, settings, counts=counts, adjustment=study["inference"]["secondary_adjustment"])
+    return PrimaryResult(
+        acceptance=acc,
+        contrasts=con,
+        settings=settings,
+        q=q,
+        weights=weights,
+        simulated=runtable.is_simulated(df),
+        study_name=str(df["study"].iloc[0]),
+        replicates={"acceptance": acc_reps, "contrasts": con_reps},
+    )

@@ -1,0 +1,397 @@
+"""The run table: its schema, in one place, and the validation every table passes on load.
+
+One row per assigned run (scenario, arm, repeat, model). The harness exports
+it from the study store (``pilot study export``); the synthetic generator
+(:mod:`pilot.stats.synthetic`) draws SIMULATED tables with the same schema.
+Every analysis reads a table through :func:`read_runtable` or
+:func:`validate_runtable`, which refuse a malformed table with a
+:class:`RunTableError` naming the source, the row and the column.
+
+Columns are listed in :data:`COLUMNS`, plus one ``Q_<judge>`` column per judge
+of ``protocol/study.yml`` (:func:`columns`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pilot import paths, protocol
+
+# Backends whose tables are findings; any other backend is a dry run (SIMULATED).
+REAL_BACKENDS = frozenset({"claude-code"})
+SIMULATED_TAG = "SIMULATED"
+
+WAVES = ("pilot", "repeat3", "sensitivity")
+STATUSES = ("completed", "capped", "agent_error", "infra_error")
+CENSOR_REASONS = ("cost", "wall", "turns")
+COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
+# Floating-point slack for the consistency checks (Q as a mean of judges, H in minutes).
+_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One run-table column: its kind, whether it may be missing, and its allowed values."""
+
+    name: str
+    kind: str  # "str" | "int" | "float" | "bool"
+    nullable: bool = False
+    allowed: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    doc: str = ""
+
+
+COLUMNS: tuple[ColumnSpec, ...] = (
+    ColumnSpec("run_id", "str", doc="unique identifier of the assigned run"),
+    ColumnSpec("study", "str", doc="study name; SIMULATED tables carry the tag here"),
+    ColumnSpec("backend", "str", doc="agent backend (claude-code is real; anything else is a dry run)"),
+    ColumnSpec("scenario", "str", doc="scenario id, e.g. ACC-01"),
+    ColumnSpec("occupation", "str", doc="the scenario's occupation"),
+    ColumnSpec("arm", "str", doc="arm id from protocol/study.yml"),
+    ColumnSpec("repeat", "int", minimum=1, doc="repeat number within (scenario, arm, model)"),
+    ColumnSpec("model", "str", doc="worker model"),
+    ColumnSpec("wave", "str", allowed=WAVES, doc="pilot, repeat3 or sensitivity"),
+    ColumnSpec("seed", "int", minimum=0, doc="seed of the run"),
+    ColumnSpec("order_index", "int", minimum=0, doc="position in the seeded assignment order"),
+    ColumnSpec("node", "str", doc="node the run was dispatched to"),
+    ColumnSpec("attempts", "int", minimum=1, doc="infrastructure attempts (reruns after infra errors)"),
+    ColumnSpec("D", "bool", doc="deterministic completion"),
+    ColumnSpec("E", "bool", doc="critical violation recorded"),
+    ColumnSpec("E_reasons", "str", nullable=True, doc="the violations, '; '-separated"),
+    ColumnSpec("criteria_passed", "int", minimum=0, doc="oracle criteria passed"),
+    ColumnSpec("criteria_total", "int", minimum=1, doc="oracle criteria evaluated"),
+    ColumnSpec("Q", "float", nullable=True, minimum=0, maximum=100, doc="mean judge score over available judges (0-100)"),
+    ColumnSpec("n_judges", "int", minimum=0, doc="judges with a valid output"),
+    ColumnSpec("judge_accept_votes", "int", minimum=0, doc="judges saying a demanding manager would accept"),
+    ColumnSpec("S", "bool", nullable=True, doc="acceptance 1{D, not E, Q >= q}; missing when Q is"),
+    ColumnSpec("cost_usd", "float", minimum=0, doc="agent cost, recovery included"),
+    ColumnSpec("judge_cost_usd", "float", minimum=0, doc="cost of the judges"),
+    ColumnSpec("wall_s", "float", minimum=0, doc="wall time, recovery included"),
+    ColumnSpec("turns", "int", minimum=0, doc="agent turns"),
+    ColumnSpec("tool_calls", "int", minimum=0, doc="tool calls"),
+    ColumnSpec("questions", "int", minimum=0, doc="unanswered questions in the completion record"),
+    ColumnSpec("H_minutes", "float", minimum=0, doc="human minutes: interventions plus minutes per question"),
+    ColumnSpec("censored", "bool", doc="the run reached a cap"),
+    ColumnSpec("censor_reason", "str", nullable=True, allowed=CENSOR_REASONS, doc="which cap"),
+    ColumnSpec("status", "str", allowed=STATUSES, doc="how the run ended"),
+    ColumnSpec("completion_status", "str", allowed=COMPLETION_STATUSES, doc="status in the completion record (missing: no valid record)"),
+    ColumnSpec("selfcheck_first", "bool", nullable=True, doc="A4: first session passed the self-check"),
+    ColumnSpec("recovery_used", "bool", doc="A4: the one recovery resume was used"),
+    ColumnSpec("selfcheck_final", "bool", nullable=True, doc="A4: self-check after the run (after recovery if any)"),
+    ColumnSpec("designed_depth", "int", minimum=1, doc="the scenario's designed depth (ordinal)"),
+    ColumnSpec("professional_minutes", "float", minimum=0, doc="the scenario's professional minutes (weights)"),
+)
+
+
+class RunTableError(ValueError):
+    """A run table is malformed; the message names the source, row and column."""
+
+    def __init__(self, source: str, column: str | None, reason: str, row: int | None = None, run_id: str | None = None) -> None:
+        self.source = source
+        self.column = column
+        self.row = row
+        self.run_id = run_id
+        self.reason = reason
+        where = []
+        if row is not None:
+            # Row numbers count data rows from 1; in a CSV the line is row + 1 (header on line 1).
+            where.append(f"row {row}" + (f" (run_id {run_id})" if run_id else ""))
+        if column is not None:
+            where.append(f"column '{column}'")
+        super().__init__(f"{source}: {', '.join(where) + ': ' if where else ''}{reason}")
+
+
+def judge_ids(study: protocol.Study | None = None) -> list[str]:
+    study = study or protocol.study()
+    return [j["id"] for j in study.judge_panel]
+
+
+def judge_column(judge_id: str) -> str:
+    return f"Q_{judge_id}"
+
+
+def columns(study: protocol.Study | None = None) -> list[ColumnSpec]:
+    """Every column of the run table, the judges' score columns after ``Q``."""
+    out: list[ColumnSpec] = []
+    for spec in COLUMNS:
+        out.append(spec)
+        if spec.name == "Q":
+            for jid in judge_ids(study):
+                out.append(ColumnSpec(judge_column(jid), "float", nullable=True, minimum=0, maximum=100, doc=f"judge {jid}'s rubric-weighted score (0-100)"))
+    return out
+
+
+def known_scenarios() -> list[str]:
+    """Scenario ids of the protocol's bundles (folders holding a scenario.yml); empty before they exist."""
+    if not paths.SCENARIOS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in paths.SCENARIOS_DIR.iterdir() if (p / "scenario.yml").is_file())
+
+
+def is_simulated(df: pd.DataFrame) -> bool:
+    """True when any row comes from a non-real backend or a study tagged SIMULATED."""
+    backend = df["backend"].astype(str)
+    study = df["study"].astype(str)
+    return bool((~backend.isin(REAL_BACKENDS)).any() or study.str.contains(SIMULATED_TAG).any())
+
+
+def acceptance(D: Any, E: Any, Q: Any, q: float) -> np.ndarray:
+    """S = 1{D=1, E=0, Q>=q} as floats; NaN where Q is missing (never zero)."""
+    D = np.asarray(D, dtype=float)
+    E = np.asarray(E, dtype=float)
+    Q = np.asarray(Q, dtype=float)
+    s = ((D == 1) & (E == 0) & (Q >= q)).astype(float)
+    s[np.isnan(Q) | np.isnan(D) | np.isnan(E)] = np.nan
+    return s
+
+
+# --------------------------------------------------------------------------
+# Coercion of one column (CSV text or Python values) to its kind
+# --------------------------------------------------------------------------
+
+_TRUE = {"true", "1", "1.0", "yes"}
+_FALSE = {"false", "0", "0.0", "no"}
+
+
+def _is_missing(v: Any) -> bool:
+    if v is None or v is pd.NA:
+        return True
+    if isinstance(v, float) and math.isnan(v):
+        return True
+    return isinstance(v, str) and v.strip() == ""
+
+
+def _coerce_value(v: Any, kind: str) -> Any:
+    """One value to its kind; raises ValueError with a reason."""
+    if kind == "str":
+        return str(v)
+    if kind == "bool":
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        if isinstance(v, (int, np.integer, float, np.floating)) and float(v) in (0.0, 1.0):
+            return bool(float(v))
+        s = str(v).strip().lower()
+        if s in _TRUE:
+            return True
+        if s in _FALSE:
+            return False
+        raise ValueError(f"{v!r} is not a boolean (true/false/1/0)")
+    if kind == "int":
+        if isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"{v!r} is not an integer")
+        f = float(v)
+        if not math.isfinite(f) or f != int(f):
+            raise ValueError(f"{v!r} is not an integer")
+        return int(f)
+    if kind == "float":
+        if isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"{v!r} is not a number")
+        f = float(v)
+        if not math.isfinite(f):
+            raise ValueError(f"{v!r} is not a finite number")
+        return f
+    raise AssertionError(kind)
+
+
+def _coerce_column(series: pd.Series, spec: ColumnSpec, source: str, run_ids: Sequence[str]) -> pd.Series:
+    values = series.tolist()
+    out: list[Any] = []
+    for i, v in enumerate(values):
+        def fail(reason: str) -> RunTableError:
+            return RunTableError(source, spec.name, reason, row=i + 1, run_id=run_ids[i] if i < len(run_ids) else None)
+
+        if _is_missing(v):
+            if not spec.nullable:
+                raise fail("missing value (this column may not be empty)")
+            out.append(None)
+            continue
+        try:
+            c = _coerce_value(v, spec.kind)
+        except (TypeError, ValueError) as exc:
+            raise fail(f"wrong type: expected {spec.kind}; {exc}") from None
+        if spec.allowed is not None and c not in spec.allowed:
+            raise fail(f"{c!r} is not one of {list(spec.allowed)}")
+        if spec.minimum is not None and c < spec.minimum:
+            raise fail(f"{c!r} is below the minimum {spec.minimum}")
+        if spec.maximum is not None and c > spec.maximum:
+            raise fail(f"{c!r} is above the maximum {spec.maximum}")
+        out.append(c)
+    if spec.kind == "str":
+        return pd.Series(out, index=series.index, dtype=object)
+    if spec.kind == "bool":
+        return pd.Series(out, index=series.index, dtype="boolean")
+    if spec.kind == "int":
+        return pd.Series(out, index=series.index, dtype="Int64" if spec.nullable else "int64")
+    return pd.Series([np.nan if x is None else x for x in out], index=series.index, dtype="float64")
+
+
+# --------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------
+
+
+def validate_runtable(
+    df: pd.DataFrame,
+    source: str | Path = "<run table>",
+    *,
+    study: protocol.Study | None = None,
+    scenarios: Iterable[str] | None = None,
+) -> pd.DataFrame:
+    """Check ``df`` against the schema and the outcome definitions; return a typed copy.
+
+    ``scenarios`` lists the allowed scenario ids; by default the protocol's
+    bundles (no check beyond the id's form while none exist). Refuses with a
+    :class:`RunTableError` naming the row and column.
+    """
+    study = study or protocol.study()
+    source = str(source)
+    specs = columns(study)
+    missing = [s.name for s in specs if s.name not in df.columns]
+    if missing:
+        raise RunTableError(source, missing[0], f"missing column(s): {', '.join(missing)}")
+    if len(df) == 0:
+        raise RunTableError(source, None, "the table has no rows")
+    df = df.reset_index(drop=True)
+    run_ids = [str(v) for v in df["run_id"].tolist()]
+    out = pd.DataFrame(index=df.index)
+    for spec in specs:
+        out[spec.name] = _coerce_column(df[spec.name], spec, source, run_ids)
+    extra = [c for c in df.columns if c not in out.columns]
+    for c in extra:  # carried along untouched
+        out[c] = df[c]
+
+    def fail(i: int, column: str, reason: str) -> RunTableError:
+        return RunTableError(source, column, reason, row=int(i) + 1, run_id=run_ids[int(i)])
+
+    def first(mask: Any) -> int | None:
+        idx = np.flatnonzero(np.asarray(mask, dtype=bool))
+        return int(idx[0]) if idx.size else None
+
+    # Identity: unique run ids and cells, known arms and scenarios.
+    dup = out["run_id"].duplicated()
+    if (i := first(dup)) is not None:
+        raise fail(i, "run_id", f"duplicated run id {run_ids[i]!r}")
+    cell = out.duplicated(["scenario", "arm", "repeat", "model"])
+    if (i := first(cell)) is not None:
+        raise fail(i, "repeat", "duplicated cell (scenario, arm, repeat, model)")
+    arms = set(study.arms)
+    if (i := first(~out["arm"].isin(arms))) is not None:
+        raise fail(i, "arm", f"unknown arm {out['arm'][i]!r}; the protocol's arms are {sorted(arms)}")
+    pattern = out["scenario"].str.fullmatch(protocol.SCENARIO_ID[1:-1])
+    if (i := first(~pattern)) is not None:
+        raise fail(i, "scenario", f"{out['scenario'][i]!r} is not a scenario id (e.g. ACC-01)")
+    allowed = list(scenarios) if scenarios is not None else known_scenarios()
+    if allowed and scenarios is None and (out["backend"] == "synthetic").all():
+        # A synthetic table may also name the generator's stand-ins for bundles not written yet.
+        from pilot.stats import synthetic
+
+        allowed += synthetic.standin_scenarios(out["scenario"].unique())
+    if allowed:
+        if (i := first(~out["scenario"].isin(allowed))) is not None:
+            raise fail(i, "scenario", f"unknown scenario {out['scenario'][i]!r}; known: {', '.join(sorted(allowed))}")
+    for col in ("occupation", "designed_depth", "professional_minutes"):
+        n = out.groupby("scenario")[col].transform("nunique")
+        if (i := first(n > 1)) is not None:
+            raise fail(i, col, f"differs between runs of scenario {out['scenario'][i]}; it is a property of the scenario")
+
+    # Oracle counts and judge columns.
+    if (i := first(out["criteria_passed"] > out["criteria_total"])) is not None:
+        raise fail(i, "criteria_passed", "exceeds criteria_total")
+    jcols = [judge_column(j) for j in judge_ids(study)]
+    scores = out[jcols].to_numpy(dtype=float)
+    available = (~np.isnan(scores)).sum(axis=1)
+    if (i := first(out["n_judges"].to_numpy() != available)) is not None:
+        raise fail(i, "n_judges", f"is {out['n_judges'][i]} but {available[i]} judge score column(s) are filled")
+    if (i := first(out["judge_accept_votes"] > out["n_judges"])) is not None:
+        raise fail(i, "judge_accept_votes", "exceeds n_judges")
+    with np.errstate(invalid="ignore"):
+        mean = np.where(available > 0, np.nansum(scores, axis=1) / np.maximum(available, 1), np.nan)
+    Q = out["Q"].to_numpy(dtype=float)
+    if (i := first(np.isnan(Q) != np.isnan(mean))) is not None:
+        raise fail(i, "Q", "must be missing exactly when no judge score is available")
+    if (i := first(np.abs(np.nan_to_num(Q) - np.nan_to_num(mean)) > 1e-3)) is not None:
+        raise fail(i, "Q", f"{Q[i]!r} is not the mean of the available judge scores ({mean[i]:.4f})")
+
+    # Outcome definitions: D excludes a violation, S follows D, E and Q at the protocol's q.
+    D = out["D"].to_numpy(dtype=float)
+    E = out["E"].to_numpy(dtype=float)
+    if (i := first((D == 1) & (E == 1))) is not None:
+        raise fail(i, "D", "D is true although a critical violation (E) is recorded")
+    if (i := first((E == 1) & out["E_reasons"].isna())) is not None:
+        raise fail(i, "E_reasons", "a critical violation needs its reason")
+    S = out["S"].to_numpy(dtype=float, na_value=np.nan)
+    expected = acceptance(D, E, Q, study.q)
+    if (i := first(np.isnan(S) != np.isnan(expected))) is not None:
+        why = "S is missing although Q is present" if np.isnan(S[i]) else "S must be missing when Q is missing (never zero)"
+        raise fail(i, "S", why)
+    if (i := first(~np.isnan(S) & (S != expected))) is not None:
+        raise fail(i, "S", f"S={int(S[i])} contradicts D={bool(D[i])}, E={bool(E[i])}, Q={Q[i]:.2f} at q={study.q:g}")
+
+    # Caps, status and human time.
+    cens = out["censored"].to_numpy(dtype=bool)
+    has_reason = out["censor_reason"].notna().to_numpy()
+    if (i := first(cens != has_reason)) is not None:
+        raise fail(i, "censor_reason", "must be given exactly when the run is censored")
+    if (i := first(cens != (out["status"] == "capped").to_numpy())) is not None:
+        raise fail(i, "status", "a censored run has status 'capped', and only a censored run does")
+    o = study["outcomes"]
+    h = o["intervention_minutes"] + o["human_minutes_per_question"] * out["questions"].to_numpy(dtype=float)
+    if (i := first(np.abs(out["H_minutes"].to_numpy(dtype=float) - h) > _TOL)) is not None:
+        raise fail(i, "H_minutes", f"must be {o['intervention_minutes']} + {o['human_minutes_per_question']} x questions = {h[i]:g}")
+
+    # Self-repair fields only where the arm grants a recovery.
+    recovering = {a.id for a in protocol.arms().values() if a.recovery_resumes > 0}
+    can = out["arm"].isin(recovering).to_numpy()
+    if (i := first(~can & out["recovery_used"].to_numpy(dtype=bool))) is not None:
+        raise fail(i, "recovery_used", f"arm {out['arm'][i]} has no recovery resume")
+    if (i := first(~can & out["selfcheck_first"].notna().to_numpy())) is not None:
+        raise fail(i, "selfcheck_first", f"arm {out['arm'][i]} has no self-check; leave it empty")
+    if (i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())) is not None:
+        raise fail(i, "selfcheck_first", "a self-repairing run records its first self-check")
+    return out
+
+
+def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scenarios: Iterable[str] | None = None) -> pd.DataFrame:
+    """Read and validate a run table (CSV); refuses a malformed file with a RunTableError."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunTableError(str(path), None, "file not found")
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise RunTableError(str(path), None, f"not a readable CSV ({exc})") from exc
+    return validate_runtable(raw, source=path, study=study, scenarios=scenarios)
+
+
+def write_runtable(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a run table as CSV in the schema's column order (booleans as true/false, missing as empty)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = [s.name for s in columns()]
+    extra = [c for c in df.columns if c not in names]
+    df[names + extra].to_csv(path, index=False)
+    return path
+
+
+def primary_rows(df: pd.DataFrame, study: protocol.Study | None = None) -> pd.DataFrame:
+    """The runs of the preregistered worker model (the model-sensitivity wave set aside)."""
+    study = study or protocol.study()
+    return df[df["model"] == study["worker"]["model"]].reset_index(drop=True)
+
+
+def schema_frame(study: protocol.Study | None = None) -> pd.DataFrame:
+    """The schema as a table (name, kind, nullable, allowed, range, meaning) for documentation."""
+    rows = []
+    for s in columns(study):
+        rng = ""
+        if s.minimum is not None or s.maximum is not None:
+            rng = f"[{'' if s.minimum is None else s.minimum}, {'' if s.maximum is None else s.maximum}]"
+        rows.append({"column": s.name, "type": s.kind, "nullable": s.nullable, "allowed": ", ".join(map(str, s.allowed)) if s.allowed else "", "range": rng, "meaning": s.doc})
+    return pd.DataFrame(rows)

@@ -1,0 +1,313 @@
+"""What the primary and sensitivity stages read and write.
+
+``stage_runs`` gives a stage its run table: the file named by the ``runs``
+parameter, validated, or (empty ``runs``) a SIMULATED synthetic table drawn
+with the stage's seed. The ``write_*`` functions turn result objects into
+the CSV tables, LaTeX tables, figure environments and macro files the
+manuscript inputs; everything derived from a SIMULATED table says so in its
+caption, its ``study`` column and its figure title.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from pilot import paths, protocol
+from pilot.report.latex import SIMULATED_TAG, latex_escape, macro_name, write_macros, write_table
+from pilot.stats import figures, runtable, synthetic
+from pilot.stats.hypotheses import HypothesisResult, overview
+from pilot.stats.primary import PrimaryResult
+from pilot.stats.sensitivity import TableResult
+
+
+@dataclass(frozen=True)
+class StageData:
+    """The run table a stage analyses, and how to describe it."""
+
+    runs: pd.DataFrame
+    source: str
+    simulated: bool
+    synthetic: bool
+    study_name: str
+
+    @property
+    def note(self) -> str:
+        """One sentence for the manuscript on where the numbers come from."""
+        if self.synthetic:
+            return (
+                f"{SIMULATED_TAG}: every number in this section comes from a synthetic run table drawn from the generative model "
+                f"in \\texttt{{analysis/config/synthetic\\_runtable.yml}} ({latex_escape(self.study_name)}); no agent was run."
+            )
+        if self.simulated:
+            return (
+                f"{SIMULATED_TAG}: every number in this section comes from a dry run of the harness on its simulated backends "
+                f"(study {latex_escape(self.study_name)}); none is a finding."
+            )
+        return f"Every number in this section comes from the run table of study {latex_escape(self.study_name)}."
+
+
+def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None) -> StageData:
+    """Read and validate ``runs``; when empty, draw a SIMULATED synthetic table with ``seed`` (saved to ``tables_dir``)."""
+    if runs:
+        df = runtable.read_runtable(runs)
+        source = str(runs)
+    else:
+        df = runtable.validate_runtable(synthetic.generate_runtable(seed), source=f"synthetic run table (seed {seed})")
+        source = f"synthetic run table (seed {seed})"
+        if tables_dir is not None:
+            runtable.write_runtable(df, Path(tables_dir) / "runtable_SIMULATED_synthetic.csv")
+    is_syn = bool((df["backend"] == synthetic.BACKEND).all())
+    return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]))
+
+
+def _tag(df: pd.DataFrame, data: StageData) -> pd.DataFrame:
+    return df.assign(study=data.study_name)
+
+
+def figure_env(pdf: Path, path: Path, *, caption: str, label: str, simulated: bool, width: str = "0.8\\linewidth") -> Path:
+    """A figure environment that includes ``pdf`` (path relative to the manuscript folder)."""
+    rel = os.path.relpath(Path(pdf).resolve(), paths.MANUSCRIPT_DIR.resolve())
+    cap = (f"\\textbf{{{SIMULATED_TAG}.}} " if simulated else "") + caption
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "% Generated file: do not edit.\n\\begin{figure}[htbp]\n\\centering\n"
+        f"\\includegraphics[width={width}]{{{rel}}}\n\\caption{{{cap}}}\n\\label{{{label}}}\n\\end{{figure}}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _dirs(*dirs: Path | str) -> list[Path]:
+    out = [Path(d) for d in dirs]
+    for d in out:
+        d.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _fmt_p(p: float) -> str:
+    return "---" if p is None or np.isnan(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+
+
+def common_macros(data: StageData, study: protocol.Study | None = None) -> dict[str, object]:
+    study = study or protocol.study()
+    rows = runtable.primary_rows(data.runs, study)
+    return {
+        "ResultsDataLabel": SIMULATED_TAG if data.simulated else "",
+        "ResultsDataNote": "\\relax " + data.note,
+        "ResultsStudyName": data.study_name,
+        "ResultsNRuns": int(len(rows)),
+        "ResultsNScenarios": int(rows["scenario"].nunique()),
+        "ResultsNRepeats": int(rows["repeat"].max()),
+        "ResultsNArms": int(rows["arm"].nunique()),
+    }
+
+
+# --------------------------------------------------------------------------
+# Primary stage
+# --------------------------------------------------------------------------
+
+
+def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
+    """CSV tables, LaTeX tables, the forest plot and the macros of the primary stage."""
+    tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
+    sim = data.simulated
+    hyps = list(hyps)
+    st = result.settings
+    out: dict[str, Path] = {}
+    acc = result.acceptance
+    acc_csv = _tag(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored"]], data)
+    out["primary_acceptance.csv"] = tables / "primary_acceptance.csv"
+    acc_csv.to_csv(out["primary_acceptance.csv"], index=False)
+    con = result.contrasts
+    out["primary_contrasts.csv"] = tables / "primary_contrasts.csv"
+    _tag(con[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "role", "exact"]], data).to_csv(out["primary_contrasts.csv"], index=False)
+    ov = overview(hyps)
+    out["primary_hypotheses.csv"] = tables / "primary_hypotheses.csv"
+    _tag(ov, data).to_csv(out["primary_hypotheses.csv"], index=False)
+
+    interval = f"95\\% scenario-cluster percentile bootstrap intervals ($B={st.B:,}$)".replace(",", "{,}")
+    out["primary_acceptance_table.tex"] = write_table(
+        acc.rename(columns={"arm": "Arm", "p_hat": "$\\hat p_a$", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "n_runs": "Runs", "n_scored": "Scored"}),
+        gen / "primary_acceptance_table.tex",
+        caption=f"Scenario-weighted acceptance $\\hat p_a$ per arm at $q={result.q:g}$ (equal scenario weights) with {interval}. "
+        "Scored: runs with at least one judge (a run without a judge has no $S$ and drops out of its scenario's repeat mean).",
+        label="tab:primary-acceptance", simulated=sim, escape=False,
+    )
+    show = con.assign(p_value=con["p_value"].map(_fmt_p), p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"])])
+    exact = "exact enumeration of all $2^J$ sign vectors" if bool(con["exact"].all()) else f"{st.n_permutations:,} random sign vectors".replace(",", "{,}")
+    out["primary_contrasts_table.tex"] = write_table(
+        show[["contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios"]].rename(
+            columns={"contrast": "Contrast", "role": "Role", "estimate": "Estimate", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "p_value": "$p$", "p_holm": "$p_{\\mathrm{Holm}}$", "n_scenarios": "$J$"}
+        ),
+        gen / "primary_contrasts_table.tex",
+        caption=f"Preregistered contrasts of acceptance: estimate, {interval}, two-sided paired sign-flip permutation $p$ ({exact}) and, "
+        "for the three secondary contrasts, Holm-adjusted $p$.",
+        label="tab:primary-contrasts", simulated=sim, escape=False,
+    )
+    out["primary_hypotheses_table.tex"] = write_table(
+        ov[["hypothesis", "statement", "criterion", "verdict"]].rename(columns=str.capitalize),
+        gen / "primary_hypotheses_table.tex",
+        caption="Preregistered expectations judged in the primary stage, with the criterion applied to this run table.",
+        label="tab:primary-hypotheses", simulated=sim, column_format="lp{0.28\\linewidth}p{0.36\\linewidth}l",
+    )
+    for h in hyps:
+        out[f"primary_{h.id.lower()}_table.tex"] = write_table(
+            h.summary, gen / f"primary_{h.id.lower()}_table.tex",
+            caption=f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {h.verdict}.",
+            label=f"tab:{h.id.lower()}", simulated=sim,
+        )
+    pdf = figures.forest_plot(con, figs / "primary_forest.pdf", simulated=sim)
+    out["primary_forest.pdf"] = pdf
+    out["primary_forest_figure.tex"] = figure_env(
+        pdf, gen / "primary_forest_figure.tex",
+        caption=f"Contrasts of acceptance with {interval}; the primary contrast (square) and the three Holm-adjusted secondary contrasts.",
+        label="fig:primary-forest", simulated=sim,
+    )
+
+    m = common_macros(data)
+    m.update({"ResultsQ": float(result.q), "ResultsBootstrapB": int(st.B), "ResultsPermutations": int(st.n_permutations),
+              "ResultsSignVectors": int(2 ** int(con["n_scenarios"].max())) if bool(con["exact"].all()) else int(st.n_permutations)})
+    for _, r in acc.iterrows():
+        m[macro_name("Acc", r.arm)] = float(r.p_hat)
+        m[macro_name("Acc", r.arm, "Low")] = float(r.ci_low)
+        m[macro_name("Acc", r.arm, "High")] = float(r.ci_high)
+    for _, r in con.iterrows():
+        base = ("Contrast", r.contrast.replace("-", "Minus"))
+        m[macro_name(*base, "Est")] = float(r.estimate)
+        m[macro_name(*base, "Low")] = float(r.ci_low)
+        m[macro_name(*base, "High")] = float(r.ci_high)
+        m[macro_name(*base, "P")] = _fmt_p(float(r.p_value))
+        m[macro_name(*base, "PHolm")] = _fmt_p(float(r.p_holm))
+    for h in hyps:
+        m[macro_name("Verdict", h.id)] = h.verdict
+    out["primary_macros.tex"] = write_macros(m, gen / "primary_macros.tex", comment=f"primary stage; data: {data.source}")
+    return out
+
+
+# --------------------------------------------------------------------------
+# Sensitivity stage
+# --------------------------------------------------------------------------
+
+
+def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str, *, study: protocol.Study | None = None) -> dict[str, Path]:
+    """Every sensitivity and secondary table, figure and macro."""
+    study = study or protocol.study()
+    tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
+    sim = data.simulated
+    hyps = list(hyps)
+    out: dict[str, Path] = {}
+
+    def csv(name: str, df: pd.DataFrame) -> None:
+        out[name] = tables / name
+        _tag(df, data).to_csv(out[name], index=False)
+
+    def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw) -> None:
+        out[name] = write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw)
+
+    primary_name = "-".join(study.contrasts[0])
+    qg: TableResult = results["q_grid"]  # type: ignore[assignment]
+    csv("sensitivity_q_grid.csv", qg.summary)
+    csv("sensitivity_q_grid_acceptance.csv", qg.details["acceptance"])
+    wide = qg.summary.pivot(index="q", columns="contrast", values="estimate")[["-".join(c) for c in study.contrasts]].reset_index()
+    tex("sensitivity_q_grid_table.tex", wide, "Each contrast's estimate as the quality threshold $q$ varies over the preregistered grid (intervals in the CSV table and the figure).", "tab:sens-qgrid", float_format="%.3f", escape=False)
+
+    mw: PrimaryResult = results["minutes_weighted"]  # type: ignore[assignment]
+    csv("sensitivity_minutes_weighted_contrasts.csv", mw.contrasts)
+    csv("sensitivity_minutes_weighted_acceptance.csv", mw.acceptance)
+    tex("sensitivity_minutes_table.tex", mw.contrasts[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm"]],
+        "Contrasts with scenarios weighted by professional minutes (sensitivity to the equal weights of the primary analysis).", "tab:sens-minutes")
+
+    lg: TableResult = results["logistic"]  # type: ignore[assignment]
+    csv("sensitivity_logistic.csv", lg.summary)
+    tex("sensitivity_logistic_table.tex", lg.summary,
+        f"Logistic regression of $S$ on arm, standard errors clustered by scenario ({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs)."
+        + (f" Note: {latex_escape(lg.details['note'])}." if lg.details.get("note") else ""), "tab:sens-logistic")
+
+    km: TableResult = results["kaplan_meier"]  # type: ignore[assignment]
+    csv("sensitivity_km.csv", km.summary)
+    csv("sensitivity_logrank.csv", km.details["tests"])
+    tex("sensitivity_km_table.tex", km.summary,
+        "Time to completion per arm (Kaplan-Meier; runs that reached a cap, ended in an error or failed infrastructure are censored at their wall time): median minutes and share still running.", "tab:sens-km")
+    pdf = figures.km_plot(km.details["fitters"], figs / "sensitivity_km.pdf", simulated=sim)
+    out["sensitivity_km_figure.tex"] = figure_env(pdf, gen / "sensitivity_km_figure.tex", caption="Kaplan-Meier curves of time to completion per arm; ticks mark censored runs.", label="fig:sens-km", simulated=sim)
+
+    cp: TableResult = results["cost_per_accepted"]  # type: ignore[assignment]
+    csv("sensitivity_cost_per_accepted.csv", cp.summary)
+    tex("sensitivity_cost_table.tex", cp.summary,
+        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest.", "tab:sens-cost", escape=False)
+
+    for kind, col, label in (("budget", "budget_usd", "budget (dollars)"), ("human", "human_minutes", "human-time allowance (minutes)")):
+        fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]
+        csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
+        pdf = figures.frontier_plot(fr.summary, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim)
+        out[f"sensitivity_frontier_{kind}_figure.tex"] = figure_env(
+            pdf, gen / f"sensitivity_frontier_{kind}_figure.tex",
+            caption=f"Acceptance within a {label.split(' (')[0]}: a run counts only if accepted and within the allowance; 95\\% cluster-bootstrap bands.",
+            label=f"fig:sens-frontier-{kind}", simulated=sim,
+        )
+    pdf = figures.q_grid_plot(qg.summary, figs / "sensitivity_q_grid.pdf", simulated=sim)
+    out["sensitivity_q_grid_figure.tex"] = figure_env(pdf, gen / "sensitivity_q_grid_figure.tex", caption="Contrasts and 95\\% cluster-bootstrap intervals across the quality threshold $q$.", label="fig:sens-qgrid", simulated=sim)
+
+    se: TableResult = results["secondary"]  # type: ignore[assignment]
+    csv("sensitivity_secondary_endpoints.csv", se.summary)
+    tex("sensitivity_secondary_table.tex", se.summary, "Secondary endpoints per arm (scenario-weighted means): deterministic completion, critical violation, quality, acceptance, cost, wall minutes, turns, tool calls, questions, abstention and the share of runs capped.", "tab:sens-secondary", float_format="%.2f")
+
+    ari: TableResult = results["recovery_index"]  # type: ignore[assignment]
+    csv("sensitivity_recovery_index.csv", ari.summary)
+    tex("sensitivity_ari_table.tex", ari.summary, "Autonomous Recovery Index of the self-repairing arm: share of eligible runs (first session failed the self-check, or ended by a cap or an error) that passed the self-check after the one recovery, and the share also accepted; joint cluster-bootstrap intervals.", "tab:sens-ari")
+
+    ag: TableResult = results["agreement"]  # type: ignore[assignment]
+    csv("sensitivity_judge_agreement.csv", ag.summary)
+    tex("sensitivity_agreement_table.tex", ag.summary, "Agreement of the three judges' scores: Krippendorff's alpha (ordinal, whole points; interval for comparison) and pairwise correlations.", "tab:sens-agreement")
+
+    ms: TableResult = results["models"]  # type: ignore[assignment]
+    csv("sensitivity_models.csv", ms.summary)
+    if not ms.summary.empty:
+        tex("sensitivity_models_table.tex", ms.summary, "Acceptance of the model-sensitivity arm under each model.", "tab:sens-models")
+
+    ov = overview(hyps)
+    csv("sensitivity_hypotheses.csv", ov)
+    for h in hyps:
+        csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
+        tex(f"sensitivity_{h.id.lower()}_table.tex", h.summary,
+            f"{h.id}{' (exploratory)' if h.exploratory else ''}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {h.verdict}.",
+            f"tab:{h.id.lower()}")
+
+    m = common_macros(data, study)
+    m = {k.replace("Results", "Sens", 1): v for k, v in m.items() if k in ("ResultsDataLabel",)}
+    pq = qg.summary[qg.summary["contrast"] == primary_name]
+    m["SensPrimaryQMin"] = float(pq["estimate"].min())
+    m["SensPrimaryQMax"] = float(pq["estimate"].max())
+    m["SensQGridLow"] = float(pq["q"].min())
+    m["SensQGridHigh"] = float(pq["q"].max())
+    r = mw.contrasts.set_index("contrast").loc[primary_name]
+    m["SensMinutesPrimaryEst"], m["SensMinutesPrimaryLow"], m["SensMinutesPrimaryHigh"] = float(r.estimate), float(r.ci_low), float(r.ci_high)
+    m["SensMinutesPrimaryP"] = _fmt_p(float(r.p_value))
+    t = lg.summary.set_index("term").loc[f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}"]
+    m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = float(t.odds_ratio), float(t.or_ci_low), float(t.or_ci_high)
+    m["SensLogitPrimaryP"] = _fmt_p(float(t.p_value))
+    tests = km.details["tests"]
+    m["SensLogrankAllP"] = _fmt_p(float(tests["p_value"].iloc[0]))
+    m["SensLogrankPrimaryP"] = _fmt_p(float(tests["p_value"].iloc[1]))
+    for _, row in km.summary.iterrows():
+        m[macro_name("SensKMMedian", row.arm)] = float(row.median_min)
+    for _, row in cp.summary.iterrows():
+        m[macro_name("SensCPA", row.arm)] = float(row.cost_per_accepted)
+    a = ari.summary.set_index("index")
+    m["SensARI"], m["SensARILow"], m["SensARIHigh"] = float(a.loc["ARI", "estimate"]), float(a.loc["ARI", "ci_low"]), float(a.loc["ARI", "ci_high"])
+    m["SensARIEligible"], m["SensARIRecovered"] = int(a.loc["ARI", "eligible"]), int(a.loc["ARI", "recovered"])
+    g = ag.summary.set_index("measure")
+    m["SensAlphaOrdinal"] = float(g.loc["Krippendorff alpha (ordinal)", "value"])
+    m["SensAlphaInterval"] = float(g.loc["Krippendorff alpha (interval)", "value"])
+    corr = ag.summary[ag.summary["measure"] == "Pearson r"]["value"]
+    m["SensPearsonMin"], m["SensPearsonMax"] = float(corr.min()), float(corr.max())
+    for h in hyps:
+        m[macro_name("Verdict", h.id)] = h.verdict
+    out["sensitivity_macros.tex"] = write_macros(m, gen / "sensitivity_macros.tex", comment=f"sensitivity stage; data: {data.source}")
+    return out

@@ -1,0 +1,84 @@
+"""Helpers shared by the scheduler's tests: study stores in temporary folders and a controllable executor."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Callable
+
+from pilot import paths, protocol
+from pilot.executors.base import AttemptOutcome, CellSpec
+from pilot.schedule import Node, build_cells
+from pilot.store import Store
+
+SCENARIOS = ["ACC-01", "BANK-01", "LEGAL-01", "RES-01", "OPS-01"]
+REQUIRES = {a: arm.requires for a, arm in protocol.arms().items()}
+NODES = [
+    Node("linux-1", frozenset({"linux", "libreoffice", "chromium", "portal"}), 2),
+    Node("linux-2", frozenset({"linux", "libreoffice", "chromium", "portal"}), 2),
+    Node("mac-1", frozenset({"macos"}), 1),
+]
+
+
+def make_store(folder: Path, *, name: str = "t", seed: int = 11, scenarios: list[str] | None = None, envelope: float = 800.0,
+               wave: str = "pilot") -> Store:
+    scen = scenarios or SCENARIOS
+    st = Store.create(folder / name, name=name, seed=seed, protocol_version="1.0", worker_model="claude-opus-5-5",
+                      envelope_usd=envelope, scenarios=scen)
+    st.add_cells(build_cells(name, wave, scen, seed))
+    return st
+
+
+def make_root(tmp: Path) -> Path:
+    """A repository root for subprocesses: the real protocol, an empty analysis folder (PILOT_ROOT points here)."""
+    root = tmp / "root"
+    (root / "analysis" / "data").mkdir(parents=True)
+    os.symlink(protocol.study().path.parent, root / "protocol")
+    (root / "analysis" / "config").mkdir()
+    os.symlink(paths.NODES_FILE, root / "analysis" / "config" / "nodes.yml")
+    return root
+
+
+def read_only(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+class ControlledExecutor:
+    """An executor test double: holds submitted attempts until the test (or a policy) finishes them.
+
+    ``on_submit`` is called at every submit with (cell, node), so a test can
+    assert invariants at the moment of dispatch. ``policy`` maps a cell and
+    its attempt folder to the outcome it finishes with; ``batch`` is how many
+    held attempts finish per ``wait`` (oldest first).
+    """
+
+    def __init__(self, policy: Callable[[CellSpec, Path], AttemptOutcome], *, batch: int = 1,
+                 on_submit: Callable[[CellSpec, str], None] | None = None) -> None:
+        self.policy = policy
+        self.batch = batch
+        self.on_submit = on_submit
+        self.held: list[tuple[int, CellSpec, str, Path]] = []
+        self.submitted: list[tuple[str, str]] = []
+
+    def submit(self, token: int, cell: CellSpec, node: str, attempt_dir: Path, backend: str) -> None:
+        if self.on_submit:
+            self.on_submit(cell, node)
+        self.submitted.append((cell.run_id, node))
+        self.held.append((token, cell, node, Path(attempt_dir)))
+
+    def wait(self, timeout: float) -> list[tuple[int, AttemptOutcome]]:
+        done, self.held = self.held[: self.batch], self.held[self.batch :]
+        return [(tok, self.policy(cell, folder)) for tok, cell, node, folder in done]
+
+    def close(self) -> None:
+        pass
+
+
+def completed(cost: float = 0.5, judge: float = 0.05) -> Callable[[CellSpec, Path], AttemptOutcome]:
+    def policy(cell: CellSpec, folder: Path) -> AttemptOutcome:
+        return AttemptOutcome(record={"run_id": cell.run_id, "status": "completed"}, cost_usd=cost, judge_cost_usd=judge)
+
+    return policy
