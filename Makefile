@@ -44,10 +44,28 @@ $(STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) src/pilot/protocol.py 
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/stage-power: $(VENV)/.installed notebooks/03_power.py src/pilot/stats/power.py $(REPORT_SRC) protocol/study.yml
-	$(PILOT) stage power $(STAGE_DIRS) -p seed $(SEED)
+	$(PILOT) stage power $(STAGE_DIRS)
+	@mkdir -p $(STAMPS) && touch $@
+
+# The run table the statistics stages read; empty: each stage draws a SIMULATED synthetic table with SEED.
+RUNS ?=
+STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) analysis/config/synthetic_runtable.yml
+
+$(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS)
+	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p runs "$(RUNS)"
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS)
+	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p runs "$(RUNS)"
+	@mkdir -p $(STAMPS) && touch $@
+
+# Coverage and size of the primary inference over 1,000 SIMULATED studies (about two minutes).
+$(STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml
+	$(BIN)/python analysis/calibration.py --quiet --tables-dir $(TABLES) --generated-dir $(GENERATED)
 	@mkdir -p $(STAMPS) && touch $@
 
 STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power
+STAGE_STAMPS += $(STAMPS)/stage-primary $(STAMPS)/stage-sensitivity $(STAMPS)/calibration
 .PRECIOUS: $(STAGE_STAMPS)
 
 stages: $(STAGE_STAMPS) ## run every stage whose inputs changed (cached by make)

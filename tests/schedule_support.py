@@ -35,8 +35,7 @@ def make_root(tmp: Path) -> Path:
     root = tmp / "root"
     (root / "analysis" / "data").mkdir(parents=True)
     os.symlink(protocol.study().path.parent, root / "protocol")
-    (root / "analysis" / "config").mkdir()
-    os.symlink(paths.NODES_FILE, root / "analysis" / "config" / "nodes.yml")
+    os.symlink(paths.CONFIG_DIR, root / "analysis" / "config")
     return root
 
 

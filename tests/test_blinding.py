@@ -57,6 +57,11 @@ def _run_dir(root: Path, arm: str) -> Path:
     return root / "analysis" / "data" / STUDY / "workspaces" / f"FIN-09.{arm}.r2" / "attempt-1" / "workspace" / "outputs"
 
 
+def _questions(tells: bool) -> list[str]:
+    q = ["Should capital items deferred to January be accrued?"]
+    return (["Should I have recalculated the workbook in LibreOffice?"] + q) if tells else q
+
+
 def write_arm_package(root: Path, arm: str, *, tells: bool) -> Path:
     """The package an arm's worker would hand in, with (or without) its tell-tale notes."""
     out = _run_dir(root, arm)
@@ -71,11 +76,13 @@ def write_arm_package(root: Path, arm: str, *, tells: bool) -> Path:
             {"requested": "budget.xlsx", "delivered": "budget.csv", "reason": "no shell: binary formats cannot be produced (arm A0)"},
             {"requested": "memo.docx", "delivered": "memo.md", "reason": "restricted arm, file tools only"},
         ]
-        write_record(out, ["budget.csv", "memo.md"], substitutions=subs, notes=" ".join(notes) + " Travel overrun traced to the September conference.")
+        write_record(out, ["budget.csv", "memo.md"], substitutions=subs, questions=_questions(tells),
+                     notes=" ".join(notes) + " Travel overrun traced to the September conference.")
     else:
         write_workbook(out / "budget.xlsx", cached=arm in ("A3", "A4"))
         write_memo(out / "memo.docx", extra=notes + [source])
-        write_record(out, ["budget.xlsx", "memo.docx"], notes=" ".join(notes) + " Travel overrun traced to the September conference.")
+        write_record(out, ["budget.xlsx", "memo.docx"], questions=_questions(tells),
+                     notes=" ".join(notes) + " Travel overrun traced to the September conference.")
     return out
 
 
@@ -115,7 +122,11 @@ def test_no_tell_reaches_the_prompt_of_any_arm(tmp_path: Path, arm: str) -> None
     # The work itself still reaches the judge.
     assert "1,250 thousand" in prompt and "Travel ran 12 per cent over plan" in prompt
     assert "Travel overrun traced to the September conference." in prompt
+    assert "questions (1):\n- Should capital items deferred to January be accrued?" in prompt
     assert "Source: ledger.csv" in prompt
+    if arm == "A0":
+        assert "in another format: requested budget.xlsx, delivered budget.csv (a reason is given)" in prompt
+        assert "(received as memo.md: plain text)" in prompt
 
 
 @pytest.mark.parametrize("arm", list(ARM_NOTES))
@@ -183,6 +194,12 @@ def test_oracle_and_run_record_never_enter(tmp_path: Path) -> None:
         ("Checkpoint review on 12 December.", False),
         ("Substitute counsel will attend the hearing.", False),
         ("Cell A1 holds the title; A3 the date.", False),
+        ("The environment only benefits when emissions fall.", False),
+        ("We cannot create a new vendor code without approval.", False),
+        ("The tenant could not open the office before noon.", False),
+        ("I could not produce an Excel workbook, so the figures are in CSV.", True),
+        ("My environment does not allow running programs.", True),
+        ("Prepared by Claude.", True),
     ],
 )
 def test_tell_detector_is_specific(fragment: str, tell: bool) -> None:
@@ -225,6 +242,20 @@ def test_real_scenarios_gold_packages_with_every_arms_tells(tmp_path: Path, sid:
         assert prompt == clean, f"{sid} {arm}: the tells changed the prompt"
 
 
+@pytest.mark.parametrize("sid", _scenario_ids())
+def test_scrubbing_removes_nothing_from_a_real_gold_package(tmp_path: Path, sid: str) -> None:
+    """No false positives: the reference solver's own work passes the scrubber untouched."""
+    from pilot.judges.prompt import requested_names
+    from pilot.judges.render import render_package
+    from pilot.scenarios import build_gold_workspace, load_scenario
+
+    sc = load_scenario(sid)
+    ws = build_gold_workspace(sc, tmp_path / "gold")
+    text = render_package(ws / "outputs", requested_names(sc)).text
+    assert scrub(text) == text
+    assert "### completion_record.json" in text
+
+
 def assert_blind_real(prompt: str, root: Path, arm: str) -> None:
     # Real workbooks may name cells such as A1 in formulas: check arm ids in prose contexts only.
     lower = prompt.lower()
@@ -239,10 +270,10 @@ def _simulated_runner_available() -> bool:
     try:
         import pilot.agents.simulated  # noqa: F401
         import pilot.runner  # noqa: F401
-        import pilot.scenarios.defects  # noqa: F401  (the simulated worker's defect model)
+        from pilot.scenarios import defects  # the simulated worker's defect model
     except ImportError:
         return False
-    return bool(_scenario_ids())
+    return hasattr(defects, "apply") and bool(_scenario_ids())
 
 
 @pytest.mark.skipif(not _simulated_runner_available(), reason="the runner's simulated agent backend is not available")

@@ -93,10 +93,13 @@ def test_runs_land_on_eligible_workers_and_a_lost_worker_is_rerun(client, tmp_pa
     assert {a["node"] for a in atts if ".A2." in a["run_id"]} == {"mac-a"}
     assert {a["node"] for a in atts if ".A3." in a["run_id"] or ".A4." in a["run_id"]} == {"linux-a"}
     lost = [a for a in atts if a["outcome"] == "infra_error"]
-    assert any(a["run_id"] == victim["run_id"] and a["attempt_no"] == victim["attempt_no"] for a in lost)
+    # the run in flight on the killed worker became an infrastructure error of that attempt
+    # (normally the victim seen above; any run the worker held at the moment of the kill qualifies)
+    assert lost and all(a["node"] == "mac-a" and "mac-a" in a["error"] for a in lost)
     assert all("lost" in a["error"] or "failed" in a["error"] for a in lost)
-    # the victim was rerun under the same id, after the nanny brought the worker back, and finished
-    again = [a for a in atts if a["run_id"] == victim["run_id"]]
-    assert again[-1]["outcome"] == "completed" and again[-1]["attempt_no"] == victim["attempt_no"] + 1
-    assert again[-1]["node"] == "mac-a"
+    # each was rerun under the same id, after the nanny brought the worker back, and finished there
+    for a in lost:
+        again = [b for b in atts if b["run_id"] == a["run_id"]]
+        assert again[-1]["outcome"] == "completed" and again[-1]["attempt_no"] > a["attempt_no"]
+        assert again[-1]["node"] == "mac-a"
     assert st.audit() == []

@@ -173,7 +173,7 @@ def test_completion_record_is_shown_without_substitution_reasons(tmp_path: Path)
     )
     d = render_deliverable("completion_record.json", tmp_path)
     assert d.status == "delivered"
-    assert "substitution: budget.xlsx delivered as budget.csv" in d.text
+    assert "in another format: requested budget.xlsx, delivered budget.csv (a reason is given)" in d.text
     assert "- Should capital items deferred to January be accrued?" in d.text
     assert "notes:\nTravel overrun traced to the September conference." in d.text
     assert "cannot be produced" not in d.text and d.features["n_questions"] == 1

@@ -19,6 +19,7 @@ import pytest
 
 from pilot import paths, protocol
 from pilot.agents import sandbox
+from pilot.agents.claude_code import PREFLIGHT_BASE_URL
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
 
@@ -86,9 +87,11 @@ def transcript_events(rec) -> list[dict]:
     return [json.loads(line) for line in Path(rec.transcript).read_text().splitlines() if line.strip()]
 
 
-def invocations(tmp_path) -> list[dict]:
+def invocations(tmp_path, preflight: bool = False) -> list[dict]:
+    """The double's launches; the tool-set preflight (API pointed at nothing) apart unless asked for."""
     log = tmp_path / "runs" / "r1" / "agent" / "claude-config" / "fake_claude_invocations.jsonl"
-    return [json.loads(x) for x in log.read_text().splitlines()]
+    calls = [json.loads(x) for x in log.read_text().splitlines()]
+    return [c for c in calls if (c["env"].get("ANTHROPIC_BASE_URL") == PREFLIGHT_BASE_URL) == preflight]
 
 
 def test_completed_run_keeps_transcript_workspace_and_record(tmp_path, gold_steps, worker_env):
@@ -175,7 +178,7 @@ def test_caps_end_the_session_and_censor_the_run(tmp_path, worker_env, caps, max
 def test_wall_limit_kills_the_whole_process_tree(tmp_path, worker_env):
     marker = f"{int(time.time() * 1000) % 100000 + 100000}"
     script = {"sessions": [{"steps": [{"text": "starting"},
-                                      {"tool": "Bash", "input": {"command": f"(sleep {marker} &) ; echo started"}},
+                                      {"tool": "Bash", "input": {"command": f"(setsid sleep {marker} &) ; echo started"}},
                                       {"sleep": 60}], "end": "hang"}]}
     t0 = time.monotonic()
     rec = attempt(tmp_path, "A1", script, worker_env=worker_env, caps=Caps(4.0, 2.0))
@@ -220,6 +223,7 @@ def test_start_failures_are_infrastructure_errors(tmp_path, worker_env):
     [
         ("api_error", {"api_error_status": 500}, "API error status 500 after inference began"),
         ("error_during_execution", {}, "error_during_execution"),
+        ("error_max_structured_output_retries", {}, "error_max_structured_output_retries"),
         ("crash", {"exit_code": 2}, "exited with code 2 without a result after inference began"),
     ],
 )
@@ -274,3 +278,27 @@ def test_a3_reaches_a_real_portal_from_inside_the_sandbox(tmp_path, worker_env):
     results = [e for e in transcript_events(rec) if e["type"] == "user"]
     assert "status 200" in results[0]["message"]["content"][0]["content"]
     assert "password" not in json.dumps(rec.to_dict())
+
+
+def test_an_unreachable_api_is_an_infrastructure_error(tmp_path, worker_env):
+    rec = attempt(tmp_path, "A1", {"sessions": [{"steps": [{"tool": "Bash", "input": {"command": "touch outputs/ran"}}]}]},
+                  worker_env=worker_env, environ={"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "k"})
+    assert rec.status == "infra_error" and "before any model output" in rec.infra_error
+    assert not (Path(rec.workspace) / "outputs" / "ran").exists()
+
+
+def test_the_tool_set_is_checked_before_any_inference(tmp_path, worker_env):
+    """CLI 2.1.327's --bare leaves Bash, Edit and Read: an arm launched so is refused, nothing runs."""
+    bare = protocol.study()["cli"]["bare"]
+    script = {"bare_restricts_tools": True, "sessions": [{"steps": [{"tool": "Bash", "input": {"command": "touch outputs/ran"}}]}]}
+    rec = attempt(tmp_path, "A1", script, worker_env=worker_env)
+    if bare:
+        assert rec.status == "infra_error" and "tool set mismatch" in rec.infra_error
+        assert "'Write'" in rec.infra_error
+        assert invocations(tmp_path) == [] and len(invocations(tmp_path, preflight=True)) == 1
+        assert not (Path(rec.workspace) / "outputs" / "ran").exists()
+    else:
+        assert rec.status == "completed"
+    # The preflight saw exactly the flags of the real launch.
+    pre = invocations(tmp_path, preflight=True)[0]["argv"]
+    assert pre[pre.index("--tools") + 1] == "Read,Write,Edit,Glob,Grep,Bash" and ("--bare" in pre) == bool(bare)

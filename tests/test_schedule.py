@@ -210,3 +210,23 @@ def test_envelope_never_exceeded_and_study_stops_when_it_refuses(tmp_path):
     assert waiting and all(st.attempts(c.run_id) == [] for c in waiting)
     assert bal.remaining_usd < max(c.reserve_usd for c in waiting)
     assert st.audit() == []
+
+
+def test_local_worker_process_lost_mid_run_is_an_infra_error_and_rerun(tmp_path, monkeypatch):
+    from pilot.executors.local import LocalExecutor
+
+    monkeypatch.setenv("PILOT_FAKE_SLEEP_S", "0.05")
+    monkeypatch.setenv("PILOT_FAKE_CRASH_ARMS", "A1")  # the worker process dies during each A1 run's first attempt
+    st = make_store(tmp_path, scenarios=["ACC-01", "RES-01"])
+    ex = LocalExecutor("pilot.executors.fake_runs:sleep_run", 3)
+    try:
+        res = Scheduler(st, ex, NODES, backend="simulated", requires=REQUIRES, progress=False, poll_s=0.05).run("pilot")
+    finally:
+        ex.close()
+    assert res.stop_reason == "complete" and res.counts["done"] == 20
+    for cell in st.cells("pilot"):
+        atts = st.attempts(cell.run_id)
+        assert atts[-1]["outcome"] == "completed"
+        if cell.arm == "A1":
+            assert atts[0]["outcome"] == "infra_error" and ("died" in atts[0]["error"] or "broke" in atts[0]["error"])
+    assert st.audit() == []

@@ -64,12 +64,13 @@ def test_percentile_bootstrap_within_monte_carlo_tolerance_of_scipy(seed: int, t
     lo, hi = resampling.percentile_interval(resampling.bootstrap_means(d, counts))
     ref = stats.bootstrap((d,), np.mean, n_resamples=B, method="percentile", rng=np.random.default_rng(seed + 200))
     # Tolerance in probability: each end must fall between scipy's quantiles at
-    # 2.5% (97.5%) plus or minus four Monte Carlo standard errors of a
-    # quantile's level, sqrt(a(1-a)/B). Stated this way it also holds for
-    # tied data, whose bootstrap means sit on a lattice.
+    # 2.5% (97.5%) plus or minus four Monte Carlo standard errors of the
+    # difference of two independent estimates of a quantile's level,
+    # sqrt(2a(1-a)/B). Stated this way it also holds for tied data, whose
+    # bootstrap means sit on a lattice.
     dist = ref.bootstrap_distribution
     for value, a in ((lo, 0.025), (hi, 0.975)):
-        tol = 4 * np.sqrt(a * (1 - a) / B)
+        tol = 4 * np.sqrt(2 * a * (1 - a) / B)
         assert np.quantile(dist, a - tol) - 1e-12 <= value <= np.quantile(dist, a + tol) + 1e-12
     if not ties:
         assert lo == pytest.approx(ref.confidence_interval.low, abs=0.02)
@@ -89,7 +90,7 @@ def test_weighted_bootstrap_mean_by_hand():
     np.testing.assert_allclose(resampling.weighted_mean(x, w), [(1 + 0 + 1.5) / 6, (0 + 3) / 4])
     counts = np.array([[2.0, 0.0, 1.0], [0.0, 3.0, 0.0]])
     reps = resampling.bootstrap_means(x, counts, w)
-    np.testing.assert_allclose(reps[0], [(2 * 1 + 3 * 0.5) / (2 + 3), (0 + 3 * 1) / 3])
+    np.testing.assert_allclose(reps[0], [(2 * 1 + 3 * 0.5) / (2 + 3), (2 * 0 + 3 * 1) / (2 + 3)])
     assert reps[1, 0] == 0.0 and np.isnan(reps[1, 1])  # no resampled scenario has a value
 
 
@@ -111,3 +112,22 @@ def test_holm_equals_statsmodels_and_a_hand_example():
         np.testing.assert_allclose(primary.holm(q), multipletests(q, method="holm")[1])
     out = primary.holm([0.01, np.nan, 0.02])
     assert np.isnan(out[1]) and out[0] == pytest.approx(0.02)
+
+
+def test_batched_holm_equals_statsmodels_row_by_row():
+    rng = np.random.default_rng(8)
+    p = rng.uniform(0, 0.3, (12, 3))
+    p[5] = [0.02, 0.02, 0.01]  # ties
+    ours = primary.holm_many(p)
+    for row, adj in zip(p, ours):
+        np.testing.assert_allclose(adj, multipletests(row, method="holm")[1], rtol=0, atol=1e-15)
+
+
+def test_percentile_interval_matches_numpy_linear_percentiles():
+    r = np.random.default_rng(0).normal(size=(5001, 7))
+    lo, hi = resampling.percentile_interval(r)
+    np.testing.assert_allclose(lo, np.percentile(r, 2.5, axis=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hi, np.percentile(r, 97.5, axis=0), rtol=0, atol=1e-12)
+    r[3, 2] = np.nan  # the NaN-aware path gives the same on the other columns
+    lo2, hi2 = resampling.percentile_interval(r)
+    np.testing.assert_allclose(np.delete(lo2, 2), np.delete(lo, 2), atol=1e-12)

@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "pilot.scenarios.cli",
     "pilot.oracles.cli",
     "pilot.runner_cli",
+    "pilot.judges.cli",
 ]
 
 

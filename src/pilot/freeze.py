@@ -66,14 +66,56 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def take_manifest(root: Path | None = None, oracle_code: Path | None = None) -> dict[str, str]:
-    """``{path: sha256}`` of every frozen file, sorted by path."""
+def _generators(scenarios_dir: Path) -> dict[str, str]:
+    """Scenario id -> the generator module its ``scenario.yml`` names (``generator:``)."""
+    import yaml
+
     out: dict[str, str] = {}
-    for _, folder, base in frozen_sources(root, oracle_code):
+    if not scenarios_dir.is_dir():
+        return out
+    for spec in scenarios_dir.glob("*/scenario.yml"):
+        try:
+            gen = (yaml.safe_load(spec.read_text(encoding="utf-8")) or {}).get("generator")
+        except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
+            gen = None
+        if gen:
+            out[spec.parent.name] = str(gen)
+    return out
+
+
+def _excluded(f: Path, folder: Path, category_folder: str, scenarios: set[str] | None, foreign_generators: set[str]) -> bool:
+    """Files belonging to scenarios outside the study (their bundle or their generator)."""
+    if scenarios is None:
+        return False
+    if category_folder == "bundles":
+        return f.relative_to(folder).parts[0] not in scenarios
+    if category_folder == "library":
+        return f.stem in foreign_generators
+    return False
+
+
+def take_manifest(root: Path | None = None, oracle_code: Path | None = None, scenarios: list[str] | None = None) -> dict[str, str]:
+    """``{path: sha256}`` of every frozen file, sorted by path.
+
+    With ``scenarios`` (a study's scenario ids), the bundles and generators
+    of other scenarios are left out: adding a scenario the study does not
+    use changes none of its runs. Shared library files always count.
+    """
+    wanted = set(scenarios) if scenarios is not None else None
+    sources = frozen_sources(root, oracle_code)
+    gens = _generators(sources[0][1])
+    foreign = {g for sid, g in gens.items() if wanted is not None and sid not in wanted} - {
+        g for sid, g in gens.items() if wanted is not None and sid in wanted
+    }
+    kinds = ["bundles", "arms", "oracle", "library"]
+    out: dict[str, str] = {}
+    for kind, (_, folder, base) in zip(kinds, sources):
         if not folder.is_dir():
             continue
         for f in sorted(folder.rglob("*")):
             if not f.is_file() or f.suffix in _SKIP_SUFFIXES or _SKIP_PARTS & set(f.parts):
+                continue
+            if _excluded(f, folder, kind, wanted, foreign):
                 continue
             out[f.relative_to(base).as_posix()] = _sha256(f)
     return dict(sorted(out.items()))
@@ -125,9 +167,10 @@ def _categorise(rel: str) -> str:
     return _category(rel, "scenario")
 
 
-def verify(manifest: dict[str, str], root: Path | None = None, oracle_code: Path | None = None) -> FreezeReport:
-    """Compare ``manifest`` with the files now; every difference is listed file by file."""
-    now = take_manifest(root, oracle_code)
+def verify(manifest: dict[str, str], root: Path | None = None, oracle_code: Path | None = None,
+           scenarios: list[str] | None = None) -> FreezeReport:
+    """Compare ``manifest`` with the files now (same ``scenarios`` as when it was taken), file by file."""
+    now = take_manifest(root, oracle_code, scenarios)
     changes = []
     for rel in sorted(set(manifest) | set(now)):
         before, after = manifest.get(rel), now.get(rel)

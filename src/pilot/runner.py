@@ -247,7 +247,8 @@ def run_attempt(
     # The portal first: a failure to start it is an infrastructure error before any inference.
     portal = None
     portal_info = None
-    if arm.feature("portal") and getattr(scenario, "uses_portal", False):
+    # The simulated agent never calls the portal, so it is started for real agents only.
+    if backend != "simulated" and arm.feature("portal") and getattr(scenario, "uses_portal", False):
         try:
             portal = _start_portal(scenario_id, out_dir, portal_starter)
             portal_info = portal.describe() if hasattr(portal, "describe") else {"url": getattr(portal, "url", None)}

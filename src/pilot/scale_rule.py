@@ -16,11 +16,22 @@ and the amendment text it implies.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
 from pilot import protocol
+
+
+# Dollar amounts are compared to the micro-dollar (the ledger's unit), so that
+# a cost landing exactly on a limit is not lost to binary rounding.
+_MICRO_USD = 1e-6
+
+
+def _fits(cost: float, limit: float) -> bool:
+    return cost <= limit + _MICRO_USD / 2
 
 
 class ScaleRuleError(ValueError):
@@ -66,7 +77,7 @@ class ScaleDecision:
 
     @property
     def add_third_repeat(self) -> bool:
-        return self.third_cost_usd <= self.third_limit_usd
+        return _fits(self.third_cost_usd, self.third_limit_usd)
 
     @property
     def remaining_after_third_usd(self) -> float:
@@ -82,7 +93,7 @@ class ScaleDecision:
 
     @property
     def run_sensitivities(self) -> bool:
-        return self.sensitivity_cost_usd <= self.sensitivity_limit_usd
+        return _fits(self.sensitivity_cost_usd, self.sensitivity_limit_usd)
 
     @property
     def waves(self) -> list[str]:
@@ -169,3 +180,83 @@ def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:
         spent_usd=bal.spent_usd,
         reserved_usd=bal.reserved_usd,
     )
+
+
+def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool, tables_dir: Path, generated_dir: Path,
+                   figures_dir: Path | None = None) -> dict[str, Path]:
+    """Write the decision, its inputs and the amendment text; returns the files written.
+
+    ``tables_dir``: ``scale_rule_<study>.csv`` (inputs and both sides of each
+    condition), ``scale_rule_<study>.json`` (the decision) and
+    ``scale_rule_<study>_amendment.txt``; ``generated_dir``:
+    ``scale_rule_<study>.tex`` (one macro per number); ``figures_dir``:
+    ``scale_rule_<study>.pdf`` (the envelope and the two conditions). A
+    decision taken on a simulated study says SIMULATED in each.
+    """
+    from pilot.report.latex import macro_name, write_macros
+
+    tag = "SIMULATED" if simulated else ""
+    stem = f"scale_rule_{study_name}"
+    tables_dir, generated_dir = Path(tables_dir), Path(generated_dir)
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    table = decision.summary.assign(study=study_name, backend="simulated" if simulated else "real")
+    out["inputs"] = tables_dir / f"{stem}.csv"
+    table.to_csv(out["inputs"], index=False)
+    inp = decision.inputs
+    payload = {
+        "study": study_name,
+        "simulated": simulated,
+        "label": tag,
+        "c_bar_usd": inp.c_bar_usd,
+        "n_runs": inp.n_runs,
+        "envelope_usd": inp.envelope_usd,
+        "spent_usd": inp.spent_usd,
+        "reserved_usd": inp.reserved_usd,
+        "remaining_usd": inp.remaining_usd,
+        "add_third_repeat": decision.add_third_repeat,
+        "run_sensitivities": decision.run_sensitivities,
+        "waves": decision.waves,
+        "amendment": decision.amendment_text(),
+    }
+    out["decision"] = tables_dir / f"{stem}.json"
+    out["decision"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    out["amendment"] = tables_dir / f"{stem}_amendment.txt"
+    out["amendment"].write_text((f"[{tag}] " if tag else "") + decision.amendment_text() + "\n", encoding="utf-8")
+    macros = {
+        macro_name("scale", "cbar"): round(inp.c_bar_usd, 2),
+        macro_name("scale", "remaining"): round(inp.remaining_usd, 2),
+        macro_name("scale", "third", "cost"): round(decision.third_cost_usd, 2),
+        macro_name("scale", "third", "limit"): round(decision.third_limit_usd, 2),
+        macro_name("scale", "sens", "cost"): round(decision.sensitivity_cost_usd, 2),
+        macro_name("scale", "sens", "limit"): round(decision.sensitivity_limit_usd, 2),
+        macro_name("scale", "third", "added"): "yes" if decision.add_third_repeat else "no",
+        macro_name("scale", "sens", "run"): "yes" if decision.run_sensitivities else "no",
+    }
+    out["macros"] = write_macros(macros, Path(generated_dir) / f"{stem}.tex", digits=2,
+                                 comment=f"{tag} scale rule of study {study_name}".strip())
+    if figures_dir is not None:
+        out["figure"] = _figure(decision, Path(figures_dir) / f"{stem}.pdf", tag)
+    return out
+
+
+def _figure(decision: ScaleDecision, path: Path, tag: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 2.4))
+    labels = ["third repeat", "sensitivities"]
+    cost = [decision.third_cost_usd, decision.sensitivity_cost_usd]
+    limit = [decision.third_limit_usd, decision.sensitivity_limit_usd]
+    ax.barh(labels, limit, color="#d9d9d9", label="limit")
+    ax.barh(labels, cost, height=0.4, color="#4477aa", label="projected cost")
+    ax.set_xlabel("dollars")
+    ax.legend(loc="lower right", frameon=False, fontsize=8)
+    ax.set_title((f"{tag}: " if tag else "") + f"scale rule at c-bar = {decision.inputs.c_bar_usd:.2f} USD", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from pilot.store import WAVES, Store, StoreError
 BACKENDS = ("simulated", "claude-code")
 EXECUTORS = ("local", "dask")
 RUNS_FILE = "runs.csv"
+_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class StudyError(RuntimeError):
@@ -54,6 +56,8 @@ def _requires() -> dict[str, tuple[str, ...]]:
 
 def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None) -> Store:
     """Create the study's store with the pilot wave's seeded assignment."""
+    if not _STUDY_NAME.match(name):
+        raise StudyError(f"study name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
     study = protocol.study()
     seed = study.assignment_seed if seed is None else int(seed)
     nodes_path = Path(nodes_file) if nodes_file else paths.NODES_FILE
@@ -127,11 +131,11 @@ def run_study_wave(
         info = store.study()
         if wave == "pilot":
             if info.freeze_manifest is None:
-                store.set_freeze_manifest(freeze.take_manifest())
+                store.set_freeze_manifest(freeze.take_manifest(scenarios=info.scenarios))
         else:
             if info.freeze_manifest is None:
                 raise StudyError(f"study {name} has no freeze manifest: run the pilot wave first")
-            report = freeze.verify(info.freeze_manifest)
+            report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios)
             if not report.ok:
                 print("warning: the frozen protocol changed since the pilot; this wave will not be pooled:", file=sys.stderr)
                 print("\n".join(report.lines()), file=sys.stderr)
@@ -194,7 +198,7 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
         if later and not pilot_only:
             if info.freeze_manifest is None:
                 raise StudyError(f"study {name} has later waves but no freeze manifest; export with --pilot-only")
-            freeze.verify(info.freeze_manifest).raise_if_changed()
+            freeze.verify(info.freeze_manifest, scenarios=info.scenarios).raise_if_changed()
         if pilot_only:
             rows = [r for r in rows if r["wave"] == "pilot"]
         backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
@@ -203,6 +207,10 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
         fake = [r["run_id"] for r in rows if r.get("record_json") and json.loads(r["record_json"]).get("runner") == "fake"]
         if fake:
             raise StudyError(f"study {name} was run with a fake run function ({len(fake)} runs, e.g. {fake[0]}): it has no outcomes to export")
+        pending = [r["run_id"] for r in rows if r["status"] in ("waiting", "in_flight")]
+        if pending:
+            print(f"warning: {len(pending)} assigned run(s) not finished yet are left out of the run table "
+                  f"(e.g. {pending[0]}); run `pilot study run {name}` to finish them", file=sys.stderr)
         table = outcomes.run_table(outcomes.rows_from_store(rows, study_name=info.name, backend=backends[0]))
         target = Path(out) if out else store.folder / RUNS_FILE
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -334,9 +342,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     except StoreError as exc:
         return _fail(exc)
     with store:
-        manifest = store.study().freeze_manifest
-    if manifest is None:
+        info = store.study()
+    if info.freeze_manifest is None:
         return _fail(StudyError(f"study {args.name} has no freeze manifest yet (it is taken when the pilot starts)"))
-    report = freeze.verify(manifest)
+    report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios)
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

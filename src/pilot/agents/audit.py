@@ -414,8 +414,8 @@ def _blocked(call: ToolCall, summary: StreamSummary) -> str:
     if call.id in summary.denied_ids:
         return "cli_rule"
     is_err, text = summary.tool_results.get(call.id, (False, ""))
-    if STUB_MARKER in text:
-        return "mask"
+    if STUB_MARKER in text or (is_err and "Operation not permitted" in text):
+        return "mask"  # the refusing stub (bubblewrap) or sandbox-exec's refusal
     return "not_blocked"
 
 

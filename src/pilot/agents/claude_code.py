@@ -84,6 +84,33 @@ def _kill_tree(proc: subprocess.Popen) -> None:
             continue
 
 
+def _sweep_run_processes(marker: str) -> list[int]:
+    """Kill what escaped the process group (``setsid``): processes whose environment carries this run's marker.
+
+    Inside bubblewrap's PID namespace nothing survives the session anyway;
+    this covers hosts without it. Linux only (reads /proc).
+    """
+    killed: list[int] = []
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return killed
+    needle = marker.encode() + b"\0"
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 def run_process(
     spec: launch.LaunchSpec,
     *,
@@ -140,6 +167,9 @@ def run_process(
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        marker = spec.env.get("CLAUDE_CONFIG_DIR")
+        if marker:
+            _sweep_run_processes(f"CLAUDE_CONFIG_DIR={marker}")
         reader.join(timeout=KILL_GRACE_S)
     wall = time.monotonic() - t0
     parse_stream(lines, summary, session=index)
@@ -151,6 +181,67 @@ def run_process(
     ver = summary.cli_versions[-1] if summary.cli_versions else version
     return SessionOutcome(index, summary, wall, exit_code=proc.returncode, start_error=start_error, timed_out=timed_out,
                           cli_version=ver, stderr_tail=tail, resumed_from=resumed_from)
+
+
+#: The discard port on loopback: nothing answers there, so a launch pointed at it performs no inference.
+PREFLIGHT_BASE_URL = "http://127.0.0.1:9"
+
+
+class ToolSetMismatch(RuntimeError):
+    """The CLI, launched as the arm says, offers another tool set than the arm's."""
+
+
+def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0) -> list[str] | None:
+    """The tools the CLI offers under ``spec``, read from its init line with the API unreachable.
+
+    The launch is the real one (sandbox, flags, settings) except that the
+    API address points at a port where nothing answers, so no model is
+    called; the process is killed as soon as its init line arrives.
+    """
+    import queue
+
+    env = dict(spec.env, ANTHROPIC_BASE_URL=PREFLIGHT_BASE_URL)
+    env.setdefault("ANTHROPIC_API_KEY", "preflight-without-a-key")
+    try:
+        proc = subprocess.Popen(spec.command, cwd=spec.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.put(raw)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write((spec.prompt + "\n").encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    tools = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                raw = lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if raw is None:
+                break
+            try:
+                ev = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(ev, dict) and ev.get("type") == "system" and ev.get("subtype") == "init":
+                tools = [str(t) for t in ev.get("tools") or []]
+                break
+    finally:
+        _kill_tree(proc)
+    return tools
 
 
 class ClaudeCodeBackend:
@@ -187,6 +278,13 @@ class ClaudeCodeBackend:
         self.enforcement = probe_spec.enforcement
         self.notes = list(probe_spec.notes)
         self.version = cli_version(self.claude_bin, probe_spec.env)
+        # The arm's tool set is the treatment: check what the CLI really offers before any inference.
+        self.tools_offered = offered_tools(self._spec(budget_usd=0.01, max_turns=1))
+        if self.tools_offered is not None and sorted(self.tools_offered) != sorted(arm.tools):
+            raise ToolSetMismatch(
+                f"tool set mismatch: CLI {self.version} offers {sorted(self.tools_offered)} for arm {arm.id}, "
+                f"whose tools are {sorted(arm.tools)} (bare mode: {bool(study['cli'].get('bare'))})"
+            )
 
     def _spec(self, *, budget_usd: float, max_turns: int | None, resume: str | None = None) -> launch.LaunchSpec:
         return launch.build_launch(

@@ -88,6 +88,7 @@ class LaunchSpec:
     prompt: str
     enforcement: str = "none"
     notes: list[str] = field(default_factory=list)
+    sandbox_profile: str | None = None
 
     @property
     def command(self) -> list[str]:
@@ -285,16 +286,17 @@ def build_launch(
         resume_session_id=resume_session_id,
     )
     env = agent_env(arm, dirs, path_dirs=path_dirs, environ=environ, extra_env=extra_env, is_root=is_root)
-    bwrap = sandbox.bwrap_available()
+    method = sandbox.enforcement_method()
     notes: list[str] = []
     if use_sandbox is None:
-        use_sandbox = bwrap is not None
+        use_sandbox = method != "none"
     plan = None
     prefix: list[str] = []
+    profile = None
     enforcement = "cli-rules-and-audit" if arm.denied_families else "audit"
     if use_sandbox:
-        if bwrap is None:
-            raise RuntimeError("a sandboxed launch was requested but bubblewrap (bwrap) is not on PATH")
+        if method == "none":
+            raise RuntimeError("a sandboxed launch was requested but neither bubblewrap (Linux) nor sandbox-exec (macOS) is available")
         claude_real = Path(shutil.which(str(claude_bin)) or claude_bin).resolve()
         rebind_ro = [claude_real.parent]
         if worker_env is not None and arm.feature("python_env"):
@@ -307,8 +309,13 @@ def build_launch(
             rebind_rw=[Path(run_dir).resolve()],
             stub=dirs.stub_dir / "denied-program",
         )
-        prefix = sandbox.bwrap_prefix(plan, bwrap=bwrap, chdir=Path(workspace).resolve())
-        enforcement = "bubblewrap-mask-and-audit" if arm.denied_families else "bubblewrap-isolation-and-audit"
+        if method == "bubblewrap":
+            prefix = sandbox.bwrap_prefix(plan, bwrap=str(sandbox.bwrap_available()), chdir=Path(workspace).resolve())
+        else:
+            # macOS: the same plan as a sandbox-exec profile (no PID namespace; the process group and sweep end the tree).
+            profile = sandbox.macos_profile(plan)
+            prefix = ["sandbox-exec", "-f", str(dirs.root / "sandbox.sb")]
+        enforcement = f"{method}-mask-and-audit" if arm.denied_families else f"{method}-isolation-and-audit"
     elif arm.denied_families:
         notes.append("no second enforcement layer on this host: denials rest on CLI rules and the audit")
     return LaunchSpec(
@@ -324,6 +331,7 @@ def build_launch(
         prompt=study["worker"]["user_prompt"],
         enforcement=enforcement,
         notes=notes,
+        sandbox_profile=profile,
     )
 
 
@@ -335,4 +343,6 @@ def materialize(spec: LaunchSpec, run_dir: Path) -> AgentDirs:
     dirs.create()
     dirs.settings.write_text(json.dumps(spec.settings, indent=2) + "\n", encoding="utf-8")
     sandbox.write_stub(dirs.stub_dir)
+    if spec.sandbox_profile is not None:
+        (dirs.root / "sandbox.sb").write_text(spec.sandbox_profile, encoding="utf-8")
     return dirs

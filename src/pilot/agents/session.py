@@ -79,6 +79,7 @@ class SessionOutcome:
             "reported_cost_usd": self.reported_cost,
             "num_turns_reported": r.get("num_turns"),
             "model_output": self.summary.model_output,
+            "tools_offered": self.summary.tools_available[-1] if self.summary.tools_available else None,
             "turns": self.summary.turns,
             "tool_calls": len(self.summary.tool_calls),
             "stderr_tail": self.stderr_tail[-2000:],

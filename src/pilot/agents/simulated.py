@@ -29,7 +29,15 @@ from pilot.agents.sandbox import STUB_MARKER
 from pilot.agents.session import SessionOutcome, resume_reports_cumulative
 from pilot.protocol import Arm, ProtocolError, read_yaml, validate
 
-DEFECTS = ("text_substitutes", "no_recalc", "error_values", "short_document", "missing", "invalid_record", "modify_input")
+DEFECTS = ("text_substitutes", "error_values", "short_document", "missing", "invalid_record", "modify_input")
+#: The named defects of pilot.scenarios.defects each model defect applies.
+_DEFECT_FUNCTIONS = {
+    "error_values": "inject_error_value",
+    "short_document": "truncate_document",
+    "missing": "drop_deliverable",
+    "invalid_record": "break_completion_record",
+    "modify_input": "modify_input",
+}
 
 _prob = {"type": "number", "minimum": 0, "maximum": 1}
 _pos = {"type": "number", "exclusiveMinimum": 0}
@@ -107,6 +115,27 @@ class SessionDraw:
     denied: tuple[str, str] | None  # (family, how: direct | bash -c)
 
 
+def apply_caps(draw: SessionDraw, budget_usd: float, wall_s: float, max_turns: int, rng: np.random.Generator,
+               overshoot: float) -> tuple[bool, str | None, float, float, int, dict[str, int]]:
+    """End the session at the cap reached first: (capped, cap, cost, wall, turns, tool calls)."""
+    ratios = {"cost": draw.cost / budget_usd if budget_usd > 0 else math.inf,
+              "wall": draw.wall / wall_s if wall_s > 0 else math.inf,
+              "turns": draw.turns / max_turns}
+    cap, ratio = max(ratios.items(), key=lambda kv: kv[1])
+    if ratio <= 1.0:
+        return False, None, draw.cost, draw.wall, draw.turns, dict(draw.tool_calls)
+    fraction = 1.0 / ratio
+    cost, wall = draw.cost * fraction, draw.wall * fraction
+    turns = max_turns if cap == "turns" else max(1, int(math.floor(draw.turns * fraction)))
+    calls = {k: int(math.floor(v * fraction)) for k, v in draw.tool_calls.items()}
+    if cap == "cost":
+        # A soft cap: the CLI checks it after each call, so the last call overshoots it.
+        cost = budget_usd * (1.0 + float(rng.uniform(0, overshoot)))
+    if cap == "wall":
+        wall = wall_s
+    return True, cap, cost, wall, turns, calls
+
+
 class SimulatedBackend:
     """Sessions of the simulated agent for one run."""
 
@@ -180,13 +209,20 @@ class SimulatedBackend:
             rec_path.write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
 
     def _apply_defects(self, names: list[str], rng: np.random.Generator) -> list[str]:
+        """Apply the drawn defects to the real files; one that does not fit the scenario is skipped."""
         from pilot.scenarios import defects as dx
 
-        applied = []
+        applied: list[str] = []
         for name in names:
-            done = dx.apply(name, self.scenario, self.workspace, rng)
-            if done:
-                applied.append(name)
+            try:
+                if name == "text_substitutes":
+                    for d in self.scenario.file_deliverables:
+                        if d.kind in ("xlsx", "docx", "pdf") and (self.workspace / "outputs" / d.name).is_file():
+                            applied.append(dx.text_substitute(self.workspace, d.name))
+                else:
+                    applied.append(dx.apply_defect(_DEFECT_FUNCTIONS[name], self.scenario, self.workspace, rng))
+            except (dx.DefectNotApplicable, FileNotFoundError):
+                continue
         return applied
 
     # ------------------------------------------------------------------ events
@@ -253,7 +289,6 @@ class SimulatedBackend:
                     resume_session_id: str | None = None, prompt: str | None = None) -> SessionOutcome:
         rng = _rng(self.seed, self.scenario.id, self.arm.id, index)
         draw = self.draw(rng)
-        fraction = 1.0
         if index > 0:
             rec = self.arm_cfg.get("recovery") or {"repair": 0.0, "cost_fraction": 0.3, "wall_fraction": 0.3}
             draw.cost *= rec["cost_fraction"]
@@ -261,21 +296,7 @@ class SimulatedBackend:
             draw.turns = max(1, int(round(draw.turns * rec["cost_fraction"])))
             draw.tool_calls = {k: max(0, int(round(v * rec["cost_fraction"]))) for k, v in draw.tool_calls.items()}
             draw.agent_error = False
-        # The cap reached first ends the session: the largest draw/cap ratio above one.
-        ratios = {"cost": draw.cost / budget_usd if budget_usd > 0 else math.inf, "wall": draw.wall / wall_s if wall_s > 0 else math.inf,
-                  "turns": draw.turns / max_turns}
-        cap, ratio = max(ratios.items(), key=lambda kv: kv[1])
-        capped = ratio > 1.0
-        if capped:
-            fraction = 1.0 / ratio
-        cost = draw.cost * fraction
-        wall = draw.wall * fraction
-        turns = max(1, int(math.floor(draw.turns * fraction))) if not (capped and cap == "turns") else max_turns
-        calls = {k: int(math.floor(v * fraction)) for k, v in draw.tool_calls.items()}
-        if capped and cap == "cost":
-            cost = budget_usd * (1.0 + float(rng.uniform(0, self.cfg["overshoot"])))
-        if capped and cap == "wall":
-            wall = wall_s
+        capped, cap, cost, wall, turns, calls = apply_caps(draw, budget_usd, wall_s, max_turns, rng, self.cfg["overshoot"])
         applied: list[str] = []
         if index == 0:
             self._write_gold()

@@ -60,6 +60,7 @@ class DaskExecutor:
         self.requires = requires
         self._address: dict[str, str] = {}
         self._futures: dict[Any, tuple[int, str, str]] = {}  # future -> (token, node, address)
+        self._gone_at_submit: list[tuple[int, AttemptOutcome]] = []
         self.nodes()
 
     def nodes(self) -> list[Node]:
@@ -71,8 +72,8 @@ class DaskExecutor:
     def submit(self, token: int, cell: CellSpec, node: str, attempt_dir: Path, backend: str) -> None:
         addr = self._address.get(node)
         if addr is None:
-            self._lost_at_submit = getattr(self, "_lost_at_submit", [])
-            self._lost_at_submit.append((token, AttemptOutcome(infra_error=f"dask worker for node {node} is gone")))
+            # The node left between the scheduler's choice and the submit: nothing ran.
+            self._gone_at_submit.append((token, AttemptOutcome(infra_error=f"dask worker of node {node} was gone at submit")))
             return
         resources = {SLOTS: 1, **{cap: 1 for cap in self.requires.get(cell.arm, ())}}
         fut = self.client.submit(
@@ -94,8 +95,7 @@ class DaskExecutor:
     def wait(self, timeout: float) -> list[tuple[int, AttemptOutcome]]:
         from distributed import wait as dask_wait
 
-        out: list[tuple[int, AttemptOutcome]] = list(getattr(self, "_lost_at_submit", []))
-        self._lost_at_submit = []
+        out, self._gone_at_submit = self._gone_at_submit, []
         if not self._futures:
             return out
         try:

@@ -12,7 +12,9 @@ Behaviour is set from the environment, which worker processes inherit:
 ``PILOT_FAKE_INFRA_FIRST`` (probability that a run's first attempt is an
 infrastructure error, drawn from the run's seed), ``PILOT_FAKE_INFRA_ARMS``
 (comma-separated arms whose attempts always fail as infrastructure errors),
-``PILOT_FAKE_CAPPED`` (probability a run reaches its dollar cap).
+``PILOT_FAKE_CAPPED`` (probability a run reaches its dollar cap),
+``PILOT_FAKE_CRASH_ARMS`` (comma-separated arms whose first attempt kills
+its own worker process, as a lost machine would).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def sleep_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: 
     (attempt_dir / "outputs").mkdir(exist_ok=True)
     (attempt_dir / "outputs" / "note.txt").write_text(f"{cell.run_id} attempt {attempt} on {node}\n", encoding="utf-8")
     time.sleep(sleep_s)
+    if attempt == 1 and cell.arm in {a for a in os.environ.get("PILOT_FAKE_CRASH_ARMS", "").split(",") if a}:
+        os._exit(17)
     if cell.arm in infra_arms or (attempt == 1 and draw_infra < infra_first):
         return AttemptOutcome(infra_error=f"fake infrastructure error on {node} (attempt {attempt})")
     capped = bool(draw_cap < capped_p)

@@ -44,7 +44,7 @@ class LocalExecutor:
         self.workers = workers
         self.processes = processes
         self._pool: ProcessPoolExecutor | None = None
-        self._futures: dict[Future, int] = {}
+        self._futures: dict[Future, tuple[int, ProcessPoolExecutor]] = {}
         self._done_inline: list[tuple[int, AttemptOutcome]] = []
 
     def _get_pool(self) -> ProcessPoolExecutor:
@@ -57,8 +57,16 @@ class LocalExecutor:
         if not self.processes:
             self._done_inline.append((token, execute_attempt(self.run_function, cell, str(attempt_dir), node, backend)))
             return
-        fut = self._get_pool().submit(execute_attempt, self.run_function, cell, str(attempt_dir), node, backend)
-        self._futures[fut] = token
+        try:
+            pool = self._get_pool()
+            fut = pool.submit(execute_attempt, self.run_function, cell, str(attempt_dir), node, backend)
+        except BrokenProcessPool:
+            # A worker died since the last wait: the pool is unusable; a fresh one takes this attempt
+            # (the old pool's futures fail on their own and are reported by wait).
+            self._pool = None
+            pool = self._get_pool()
+            fut = pool.submit(execute_attempt, self.run_function, cell, str(attempt_dir), node, backend)
+        self._futures[fut] = (token, pool)
 
     def wait(self, timeout: float) -> list[tuple[int, AttemptOutcome]]:
         if self._done_inline:
@@ -68,23 +76,25 @@ class LocalExecutor:
             return []
         finished, _ = wait(list(self._futures), timeout=timeout, return_when=FIRST_COMPLETED)
         out: list[tuple[int, AttemptOutcome]] = []
-        broken = False
+        broken: set[ProcessPoolExecutor] = set()
         for fut in finished:
-            token = self._futures.pop(fut)
+            token, pool = self._futures.pop(fut)
             try:
                 out.append((token, fut.result()))
             except BrokenProcessPool as exc:
-                broken = True
+                broken.add(pool)
                 out.append((token, AttemptOutcome(infra_error=f"local worker process died: {exc}")))
             except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
                 out.append((token, AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}")))
-        if broken:
-            # Every other future of a broken pool fails too; a fresh pool serves the reruns.
-            for fut, token in list(self._futures.items()):
-                out.append((token, AttemptOutcome(infra_error="local worker process pool broke while the attempt ran")))
-            self._futures.clear()
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        for pool in broken:
+            # Every other attempt of a broken pool fails too; a fresh pool serves the reruns.
+            for fut, (token, owner) in list(self._futures.items()):
+                if owner is pool:
+                    del self._futures[fut]
+                    out.append((token, AttemptOutcome(infra_error="local worker process pool broke while the attempt ran")))
+            pool.shutdown(wait=False, cancel_futures=True)
+            if self._pool is pool:
+                self._pool = None
         return out
 
     def close(self) -> None:

@@ -27,12 +27,13 @@ _ENV_PHRASES = [
     r"\bbinary (office )?(file|format|document)s?\b",
     r"\b(cannot|can ?not|can't|could not|couldn't|unable to|not able to|no way to|impossible to)\b.{0,60}"
     r"\b(produce|create|write|generate|save|run|execute|render|convert|recalculat\w*|build|export)\b.{0,60}"
-    r"\b(xlsx|docx|pdf|excel|word|binary|office|program|script|code|formulas?|libreoffice|shell|python|spreadsheet file|workbook file)\b",
+    r"\b(xlsx|docx|excel|word document|binary|office (file|format)s?|programs?|scripts?|formulas?|libreoffice|shell|python|"
+    r"spreadsheet file|workbook file|pdf file)\b",
     r"\b(no|without( a| any)?|lack(ing)?( of)?|not have( a| any)?|no access to( a| any)?)\s+"
     r"(shell|terminal|command[- ]line|bash|python|code execution|program execution|scripting|ability to run)",
     r"\bfile tools\b",
     r"\bread, write, edit\b",
-    r"\b(my|this|the) (working )?(environment|sandbox|toolset|tool set|tools)\b.{0,60}"
+    r"\b(my|this) (working )?(environment|sandbox|toolset|tool set|tools)\b.{0,60}"
     r"\b(allow|permit|provide|support|include|lack|limit|restrict|only|does not|doesn't|did not|cannot)",
     r"\b(environment|sandbox) (limitation|restriction|constraint)s?\b",
     r"\b(bash|glob|grep|read|write|edit) tool\b",
@@ -41,8 +42,6 @@ _ENV_PHRASES = [
     r"\bcheckpoint(\.md| file)\b",
     r"\brecovery (session|resume|run|attempt)\b",
     r"\bresum(e|ed|ing) (the |this |my )?(previous |earlier )?session\b",
-    r"\bcompletion[_ ]record\b",
-    r"\bpolicy\.md\b",
     r"\bportal_credentials\b",
     r"\b(claude|anthropic|opus|sonnet|haiku|fable)\b",
     r"\b(language model|large language model|llm|ai (assistant|agent|model|system)|as an ai)\b",

@@ -458,9 +458,9 @@ def find_delivered(requested: str, outputs_dir: Path) -> tuple[str, list[Path]]:
 def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> RenderedDeliverable:
     """The completion record as the judges see it: status, files, substitutions, questions, notes.
 
-    A substitution's ``reason`` is left out: it can only describe the
-    worker's environment, which the judges must not learn. The notes pass
-    through the same scrubbing as every other text.
+    A substitution's ``reason`` is replaced by whether one was given: it can
+    only describe the worker's environment, which the judges must not learn.
+    The notes pass through the same scrubbing as every other text.
     """
     budget = _Budget(max_chars)
     budget.add(f"### {COMPLETION_RECORD}")
@@ -482,16 +482,20 @@ def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> Render
     budget.add("deliverables: " + (", ".join(map(str, files)) if isinstance(files, list) and files else "(none listed)"))
     subs = [s for s in rec.get("substitutions") or [] if isinstance(s, dict)]
     for s in subs:
-        budget.add(f"substitution: {s.get('requested', '?')} delivered as {s.get('delivered', '?')}")
-    questions = [q for q in rec.get("questions") or [] if isinstance(q, str)]
+        # The reason itself can only describe the environment; the judge learns whether one was given.
+        given = "a reason is given" if isinstance(s.get("reason"), str) and s["reason"].strip() else "no reason given"
+        budget.add(f"in another format: requested {s.get('requested', '?')}, delivered {s.get('delivered', '?')} ({given})")
+    # Questions and notes are scrubbed here too, so that an entry made only of
+    # tells leaves no empty label or tell-tale count behind.
+    from pilot.judges.blinding import scrub
+
+    raw_questions = [q for q in rec.get("questions") or [] if isinstance(q, str)]
+    questions = [k for k in (scrub(" ".join(q.split())).strip() for q in raw_questions) if k]
     budget.add(f"questions ({len(questions)}):" if questions else "questions: none")
     for q in questions:
-        budget.add(f"- {' '.join(q.split())}")
+        budget.add(f"- {q}")
     notes = rec.get("notes")
     if isinstance(notes, str):
-        # Scrubbed here too, so that notes made only of tells leave no empty label behind.
-        from pilot.judges.blinding import scrub
-
         kept = scrub(" ".join(notes.split())).strip()
         if kept:
             budget.add("notes:")

@@ -177,10 +177,16 @@ def check_sections(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     return True, f"{c.file} has every required section ({', '.join(sections)})"
 
 
+def _flat(text: str) -> str:
+    """Whitespace collapsed, so a phrase wrapped across PDF lines still matches."""
+    return re.sub(r"\s+", " ", text)
+
+
 def check_text_contains(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     text, reason = ctx.text(c.file)
     if reason:
         return False, reason
+    text = _flat(text)
     missing = [p for p in c.get("patterns") if not re.search(p, text, re.I)]
     if missing:
         return False, f"{c.file} does not mention: {', '.join(missing)}"
@@ -191,6 +197,7 @@ def check_text_number(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     text, reason = ctx.text(c.file)
     if reason:
         return False, reason
+    text = _flat(text)
     expected, tol = float(c.get("expected")), float(c.get("tolerance"))
     nums = numbers_in(text)
     near = c.get("near")

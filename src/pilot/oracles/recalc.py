@@ -73,7 +73,18 @@ class Recalculator:
     calls are serialised by a lock because a profile serves one process.
     """
 
-    def __init__(self, work_dir: Path | None = None, *, soffice: str | None = None) -> None:
+    def __init__(
+        self,
+        work_dir: Path | None = None,
+        *,
+        soffice: str | None = None,
+        batch_timeout_s: float = BATCH_BASE_TIMEOUT_S,
+        per_file_timeout_s: float = BATCH_PER_FILE_TIMEOUT_S,
+        single_timeout_s: float = SINGLE_TIMEOUT_S,
+    ) -> None:
+        self.batch_timeout_s = batch_timeout_s
+        self.per_file_timeout_s = per_file_timeout_s
+        self.single_timeout_s = single_timeout_s
         self._own_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="pilot-recalc-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -140,7 +151,7 @@ class Recalculator:
                 shutil.copyfile(srcs[0], dst)
                 staged[digest] = dst
             t0 = time.perf_counter()
-            timeout = BATCH_BASE_TIMEOUT_S + BATCH_PER_FILE_TIMEOUT_S * len(staged)
+            timeout = self.batch_timeout_s + self.per_file_timeout_s * len(staged)
             _, message = self._run(list(staged.values()), outdir, timeout)
             per_file = (time.perf_counter() - t0) / len(staged)
             for digest, staged_path in staged.items():
@@ -150,7 +161,7 @@ class Recalculator:
                     single = batch / f"single-{digest[:12]}"
                     single.mkdir()
                     t1 = time.perf_counter()
-                    ok, msg = self._run([staged_path], single, SINGLE_TIMEOUT_S)
+                    ok, msg = self._run([staged_path], single, self.single_timeout_s)
                     out = single / staged_path.name
                     per = time.perf_counter() - t1
                     if not out.is_file():

@@ -28,11 +28,16 @@ _FEATURE_TEXT = {
 
 def enforcement_text(arm: Arm) -> str:
     """How the arm's restrictions are enforced, in words for the arms table."""
+    # Mirrors pilot.agents.launch and pilot.agents.audit; every arm also runs with the repository hidden.
     if not arm.has_shell:
-        return "tool set fixed with --tools: no shell exists"
+        return "tool set fixed with --tools: no shell exists; every tool call audited"
     if not arm.denied_families:
-        return "nothing denied; event stream audited"
-    return "CLI deny rules; programs masked in the run's mount namespace (bubblewrap on Linux, sandbox-exec on macOS); every attempt audited as a deviation"
+        return "nothing denied; every command audited"
+    return (
+        "CLI deny rules Bash(name:*); each program's files covered by a refusing stub in the run's own mount namespace "
+        "(bubblewrap on Linux, a sandbox-exec profile on macOS); every command and script audited, an attempt "
+        "(also via bash -c, eval or a Python subprocess) recorded as a deviation"
+    )
 
 
 def arms_frame(arms: dict[str, Arm]) -> pd.DataFrame:
@@ -156,4 +161,8 @@ def write_design_outputs(out_dir: Path | None = None) -> list[Path]:
         ),
         write_macros(design_macros(study), out / "design_macros.tex", comment="From protocol/study.yml."),
     ]
+    if scenario_ids:
+        from pilot.report.scenario_table import write_scenarios_table
+
+        written.append(write_scenarios_table(out))
     return written

@@ -14,7 +14,6 @@ Every function edits real files in place and returns a one-line description.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from pilot.oracles.readers import document_lines, is_formula, numbers_in, read_csv, word_count
+from pilot.oracles.readers import document_lines, is_formula, numbers_in, parse_number, read_csv, word_count
 from pilot.scenarios.bundle import COMPLETION_RECORD, Criterion, Scenario
 from pilot.scenarios.officeio import Heading, Para, normalize_zip, write_csv, write_document
 
@@ -137,22 +136,89 @@ def inject_error_value(workspace: Path, name: str, sheet: str | None = None) -> 
     return f"wrote =1/0 into {ws.title}!A{row} of {name}"
 
 
-def misstate_labelled_value(workspace: Path, name: str, label: str, wrong: float, sheet: str | None = None) -> str:
-    """Retire the labelled line and restate it with a wrong figure at the bottom of the sheet."""
+_REF = re.compile(r"(?:'?([^'!=(),]+)'?!)?\$?([A-Z]{1,3})\$?(\d+)(?::\$?([A-Z]{1,3})\$?(\d+))?")
+
+
+def _is_referenced(wb, ws, cell) -> bool:
+    """Whether any formula in the workbook refers to ``cell`` (directly or inside a range)."""
+    from openpyxl.utils import column_index_from_string
+
+    for other in wb.worksheets:
+        for row in other.iter_rows():
+            for c in row:
+                if not is_formula(c) or c is cell:
+                    continue
+                for m in _REF.finditer(str(c.value)):
+                    sheet = (m.group(1) or other.title).strip()
+                    if sheet != ws.title:
+                        continue
+                    c1, r1 = column_index_from_string(m.group(2)), int(m.group(3))
+                    c2, r2 = (column_index_from_string(m.group(4)), int(m.group(5))) if m.group(4) else (c1, r1)
+                    if min(c1, c2) <= cell.column <= max(c1, c2) and min(r1, r2) <= cell.row <= max(r1, r2):
+                        return True
+    return False
+
+
+def _shift(cell, delta: float) -> None:
+    if is_formula(cell):
+        cell.value = f"={str(cell.value)[1:]}+({delta:g})"
+    else:
+        cell.value = (parse_number(cell.value) or 0.0) + delta
+
+
+def misstate_labelled_value(
+    workspace: Path, name: str, label: str, wrong: float, sheet: str | None = None, column: str | None = None,
+    *, expected: float | None = None, avoid_labels: tuple[str, ...] = (),
+) -> str:
+    """Make the figure reported against ``label`` wrong without disturbing any other figure.
+
+    The value cell is overwritten when no formula depends on it. When a total
+    depends on it, the figure is shifted and a sibling in the same column is
+    shifted back (the total still ties, the line is wrong). Otherwise the
+    line is retired and restated with the wrong figure at the bottom.
+    """
     path = _out(workspace, name)
     wb = _load(path)
     rx = re.compile(label, re.I)
     for ws in ([wb[sheet]] if sheet else wb.worksheets):
         for row in ws.iter_rows():
             for cell in row:
-                if isinstance(cell.value, str) and rx.search(cell.value):
-                    text = cell.value
-                    cell.value = "Superseded line"
-                    r = ws.max_row + 2
-                    ws.cell(row=r, column=1, value=text)
-                    ws.cell(row=r, column=2, value=wrong)
+                if not (isinstance(cell.value, str) and rx.search(cell.value)):
+                    continue
+                target = None
+                if column:
+                    hx = re.compile(column, re.I)
+                    heads = [h for r in ws.iter_rows(max_row=cell.row - 1) for h in r if isinstance(h.value, str) and hx.search(h.value)]
+                    if heads:
+                        target = ws.cell(row=cell.row, column=heads[-1].column)
+                else:
+                    target = next((c for c in ws[cell.row] if c.column > cell.column and (is_formula(c) or parse_number(c.value) is not None)), None)
+                if target is not None and not _is_referenced(wb, ws, target):
+                    target.value = wrong
                     _save(wb, path)
-                    return f"restated {text!r} in {name} as {wrong:,.2f}"
+                    return f"overwrote {ws.title}!{target.coordinate} ({cell.value!r}) in {name} with {wrong:,.2f}"
+                if target is not None and expected is not None and column:
+                    avoid = [re.compile(a, re.I) for a in avoid_labels]
+                    for sib_row in ws.iter_rows(min_row=2):
+                        lab = sib_row[0]
+                        sib = ws.cell(row=lab.row, column=target.column)
+                        if lab.row == target.row or not isinstance(lab.value, str) or any(a.search(lab.value) for a in avoid) or rx.search(lab.value):
+                            continue
+                        if is_formula(sib) or parse_number(sib.value) is not None:
+                            delta = wrong - expected
+                            _shift(target, delta)
+                            _shift(sib, -delta)
+                            _save(wb, path)
+                            return f"moved {delta:,.2f} from {ws.title}!{sib.coordinate} to {ws.title}!{target.coordinate} ({cell.value!r}) in {name}"
+                if _is_referenced(wb, ws, cell) or column:
+                    raise DefectNotApplicable(f"{name}: the line /{label}/ feeds other formulas")
+                text = cell.value
+                cell.value = "Superseded line"
+                r = ws.max_row + 2
+                ws.cell(row=r, column=1, value=text)
+                ws.cell(row=r, column=2, value=wrong)
+                _save(wb, path)
+                return f"restated {text!r} in {name} as {wrong:,.2f}"
     raise DefectNotApplicable(f"{name}: no cell labelled /{label}/")
 
 
@@ -236,19 +302,14 @@ def rename_section(workspace: Path, name: str, section: str, sections: tuple[str
     return f"removed the section heading {section!r} from {name}"
 
 
-def truncate_document(workspace: Path, name: str, keep_patterns: tuple[str, ...] = (), sections: tuple[str, ...] = ()) -> str:
-    """Keep only the headings and a one-line note with the given facts: a thin document."""
+def truncate_document(workspace: Path, name: str, keep: tuple[str, ...] = (), sections: tuple[str, ...] = ()) -> str:
+    """Keep only the headings and a one-line note quoting ``keep``: a thin document."""
     from pilot.oracles.criteria import _heading_matches
 
     path = _out(workspace, name)
 
     def tr(lines: list[str]) -> list[str]:
-        text = re.sub(r"\s+", " ", " ".join(lines))
-        snippets = []
-        for p in keep_patterns:
-            m = re.search(_flex(p), text, re.I)
-            if m:
-                snippets.append(m.group(0))
+        snippets = list(keep)
         heads = [l for l in lines if any(_heading_matches(l, s) for s in sections)]
         return (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
 
@@ -383,25 +444,27 @@ def _wrong(expected: float, tol: float) -> float:
     return round(expected + max(1000.0, abs(expected) * 0.5) + 10 * tol, 2)
 
 
-def _protected(scenario: Scenario, file: str, skip: str) -> tuple[str, ...]:
-    """Patterns of the other text criteria on ``file``, kept when a document is thinned."""
+def _snippets(scenario: Scenario, workspace: Path, file: str, skip: str) -> tuple[str, ...]:
+    """Quotes from a document that satisfy its other text criteria, kept when it is thinned."""
+    lines, reason = document_lines(_out(workspace, file))
+    if reason:
+        raise DefectNotApplicable(reason)
+    text = re.sub(r"\s+", " ", " ".join(lines))
     out: list[str] = []
     for c in scenario.oracle.criteria:
         if c.file != file or c.id == skip:
             continue
         if c.kind == "text_contains":
-            out += list(c.get("patterns"))
+            for p in c.get("patterns"):
+                m = re.search(p, text, re.I)
+                if m:
+                    out.append(m.group(0))
         elif c.kind == "text_number":
-            if c.get("near"):
-                out.append(c.get("near") + r"[^\n]{0,150}?" + _number_rx(c.get("expected")))
-            else:
-                out.append(_number_rx(c.get("expected")))
+            tok = next((t for v, t, _ in numbers_in(text) if abs(v - c.get("expected")) <= c.get("tolerance")), None)
+            if tok:
+                near = re.search(c.get("near"), text, re.I).group(0) if c.get("near") and re.search(c.get("near"), text, re.I) else ""
+                out.append(f"{near} {tok}".strip())
     return tuple(out)
-
-
-def _number_rx(x: float) -> str:
-    whole = f"{abs(x):,.0f}".replace(",", ",?")
-    return whole + r"(\.\d+)?"
 
 
 def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspace: Path, *, recalculator=None) -> str:
@@ -419,11 +482,15 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
     if k == "no_error_values":
         return inject_error_value(workspace, c.file)
     if k == "labelled_value":
-        return misstate_labelled_value(workspace, c.file, c.get("label"), _wrong(c.get("expected"), c.get("tolerance")), c.get("sheet"))
+        avoid = tuple(o.get("label") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "labelled_value" and o.id != c.id)
+        return misstate_labelled_value(
+            workspace, c.file, c.get("label"), _wrong(c.get("expected"), c.get("tolerance")), c.get("sheet"), c.get("column"),
+            expected=c.get("expected"), avoid_labels=avoid,
+        )
     if k == "workbook_contains":
         return remove_workbook_text(workspace, c.file, c.get("patterns")[0])
     if k == "min_words":
-        return truncate_document(workspace, c.file, _protected(scenario, c.file, c.id), sections)
+        return truncate_document(workspace, c.file, _snippets(scenario, workspace, c.file, c.id), sections)
     if k == "sections":
         return rename_section(workspace, c.file, sections[0], sections)
     if k == "text_contains":
@@ -518,13 +585,3 @@ def copy_workspace(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True)
     return Path(dst)
 
-
-__all__ = [
-    "DefectNotApplicable",
-    "NAMED_DEFECTS",
-    "applicable_defects",
-    "apply_defect",
-    "copy_workspace",
-    "defect_for_criterion",
-] + [n for n in dir() if n.endswith(("_deliverable", "_file", "_formulas", "_value", "_text", "_document", "_section", "_column", "_rows", "_record", "_input", "_number", "_substitute"))]
-_ = os

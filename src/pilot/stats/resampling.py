@@ -14,6 +14,7 @@ its two-sided p-value is defined as in ``scipy.stats.permutation_test``.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,9 @@ def bootstrap_means(values: np.ndarray, counts: np.ndarray, weights: np.ndarray 
     x, flat = _as_2d(values)
     w = np.ones(x.shape[0]) if weights is None else np.asarray(weights, dtype=float)
     valid = ~np.isnan(x)
+    if valid.all():  # every scenario has every statistic: one denominator for all columns
+        out = (counts @ (x * w[:, None])) / (counts @ w)[:, None]
+        return out[:, 0] if flat else out
     num = counts @ (np.where(valid, x, 0.0) * w[:, None])
     den = counts @ (valid * w[:, None])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -74,9 +78,23 @@ def bootstrap_ratios(numerator: np.ndarray, denominator: np.ndarray, counts: np.
 def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """The percentile interval of bootstrap replicates along axis 0 (NaN replicates ignored)."""
     a = (1 - level) / 2
-    with np.errstate(invalid="ignore"):
+    if not np.isnan(replicates).any():
+        # One sort along the replicates and numpy's "linear" interpolation: faster than
+        # np.percentile over many columns, the same numbers up to rounding.
+        ordered = np.sort(replicates, axis=0)
+        return _linear_quantile(ordered, a), _linear_quantile(ordered, 1 - a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a statistic no resample can compute stays NaN
         lo, hi = np.nanpercentile(replicates, [100 * a, 100 * (1 - a)], axis=0)
     return lo, hi
+
+
+def _linear_quantile(ordered: np.ndarray, prob: float) -> np.ndarray:
+    pos = prob * (ordered.shape[0] - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, ordered.shape[0] - 1)
+    frac = pos - lo
+    return ordered[lo] + frac * (ordered[hi] - ordered[lo])
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,8 @@ def logistic_cluster(df: pd.DataFrame, *, study: protocol.Study | None = None, r
     reference = reference or study.contrasts[0][1]
     S = estimators.acceptance_values(rows, study.q)
     keep = ~np.isnan(S)
-    others = [a for a in layout.arms if a != reference]
+    present = set(rows["arm"][keep])
+    others = [a for a in layout.arms if a != reference and a in present]
     X = np.column_stack([np.ones(keep.sum())] + [(rows["arm"].to_numpy()[keep] == a).astype(float) for a in others])
     groups = layout.j[keep]
     with warnings.catch_warnings(record=True) as caught:

@@ -11,6 +11,7 @@ caption, its ``study`` column and its figure title.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -94,6 +95,28 @@ def _fmt_p(p: float) -> str:
     return "---" if p is None or np.isnan(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
 
 
+def _p_macro(p: float) -> str:
+    """A p-value with its relation, for the text: ``$p\\Macro$`` reads p = 0.039 or p < 0.001."""
+    if p is None or np.isnan(p):
+        return "\\ensuremath{=\\text{---}}"
+    return f"\\ensuremath{{={p:.3f}}}" if p >= 0.001 else "\\ensuremath{<0.001}"
+
+
+def _num(v: float) -> object:
+    """A number for a macro: integral values as integers, infinity as the symbol."""
+    v = float(v)
+    if np.isinf(v):
+        return "\\ensuremath{\\infty}"
+    return int(v) if v.is_integer() and abs(v) < 1e12 else v
+
+
+def _infinity_symbols(path: Path) -> Path:
+    """Show infinite ratios in a generated table as the symbol."""
+    text = path.read_text(encoding="utf-8")
+    path.write_text(re.sub(r"(?<![A-Za-z\\])inf(?![A-Za-z])", "$\\infty$", text), encoding="utf-8")
+    return path
+
+
 def common_macros(data: StageData, study: protocol.Study | None = None) -> dict[str, object]:
     study = study or protocol.study()
     rows = runtable.primary_rows(data.runs, study)
@@ -162,6 +185,7 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
             caption=f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {h.verdict}.",
             label=f"tab:{h.id.lower()}", simulated=sim,
         )
+        _infinity_symbols(out[f"primary_{h.id.lower()}_table.tex"])
     pdf = figures.forest_plot(con, figs / "primary_forest.pdf", simulated=sim)
     out["primary_forest.pdf"] = pdf
     out["primary_forest_figure.tex"] = figure_env(
@@ -171,7 +195,7 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     )
 
     m = common_macros(data)
-    m.update({"ResultsQ": float(result.q), "ResultsBootstrapB": int(st.B), "ResultsPermutations": int(st.n_permutations),
+    m.update({"ResultsQ": _num(result.q), "ResultsBootstrapB": int(st.B), "ResultsPermutations": int(st.n_permutations),
               "ResultsSignVectors": int(2 ** int(con["n_scenarios"].max())) if bool(con["exact"].all()) else int(st.n_permutations)})
     for _, r in acc.iterrows():
         m[macro_name("Acc", r.arm)] = float(r.p_hat)
@@ -182,8 +206,8 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
         m[macro_name(*base, "Est")] = float(r.estimate)
         m[macro_name(*base, "Low")] = float(r.ci_low)
         m[macro_name(*base, "High")] = float(r.ci_high)
-        m[macro_name(*base, "P")] = _fmt_p(float(r.p_value))
-        m[macro_name(*base, "PHolm")] = _fmt_p(float(r.p_holm))
+        m[macro_name(*base, "P")] = _p_macro(float(r.p_value))
+        m[macro_name(*base, "PHolm")] = _p_macro(float(r.p_holm))
     for h in hyps:
         m[macro_name("Verdict", h.id)] = h.verdict
     out["primary_macros.tex"] = write_macros(m, gen / "primary_macros.tex", comment=f"primary stage; data: {data.source}")
@@ -240,7 +264,8 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     cp: TableResult = results["cost_per_accepted"]  # type: ignore[assignment]
     csv("sensitivity_cost_per_accepted.csv", cp.summary)
     tex("sensitivity_cost_table.tex", cp.summary,
-        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest.", "tab:sens-cost", escape=False)
+        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest. An arm without accepted runs has an infinite ratio.", "tab:sens-cost", escape=False)
+    _infinity_symbols(out["sensitivity_cost_table.tex"])
 
     for kind, col, label in (("budget", "budget_usd", "budget (dollars)"), ("human", "human_minutes", "human-time allowance (minutes)")):
         fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]
@@ -284,21 +309,21 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     pq = qg.summary[qg.summary["contrast"] == primary_name]
     m["SensPrimaryQMin"] = float(pq["estimate"].min())
     m["SensPrimaryQMax"] = float(pq["estimate"].max())
-    m["SensQGridLow"] = float(pq["q"].min())
-    m["SensQGridHigh"] = float(pq["q"].max())
+    m["SensQGridLow"] = _num(pq["q"].min())
+    m["SensQGridHigh"] = _num(pq["q"].max())
     r = mw.contrasts.set_index("contrast").loc[primary_name]
     m["SensMinutesPrimaryEst"], m["SensMinutesPrimaryLow"], m["SensMinutesPrimaryHigh"] = float(r.estimate), float(r.ci_low), float(r.ci_high)
-    m["SensMinutesPrimaryP"] = _fmt_p(float(r.p_value))
+    m["SensMinutesPrimaryP"] = _p_macro(float(r.p_value))
     t = lg.summary.set_index("term").loc[f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}"]
     m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = float(t.odds_ratio), float(t.or_ci_low), float(t.or_ci_high)
-    m["SensLogitPrimaryP"] = _fmt_p(float(t.p_value))
+    m["SensLogitPrimaryP"] = _p_macro(float(t.p_value))
     tests = km.details["tests"]
-    m["SensLogrankAllP"] = _fmt_p(float(tests["p_value"].iloc[0]))
-    m["SensLogrankPrimaryP"] = _fmt_p(float(tests["p_value"].iloc[1]))
+    m["SensLogrankAllP"] = _p_macro(float(tests["p_value"].iloc[0]))
+    m["SensLogrankPrimaryP"] = _p_macro(float(tests["p_value"].iloc[1]))
     for _, row in km.summary.iterrows():
-        m[macro_name("SensKMMedian", row.arm)] = float(row.median_min)
+        m[macro_name("SensKMMedian", row.arm)] = _num(row.median_min)
     for _, row in cp.summary.iterrows():
-        m[macro_name("SensCPA", row.arm)] = float(row.cost_per_accepted)
+        m[macro_name("SensCPA", row.arm)] = _num(row.cost_per_accepted)
     a = ari.summary.set_index("index")
     m["SensARI"], m["SensARILow"], m["SensARIHigh"] = float(a.loc["ARI", "estimate"]), float(a.loc["ARI", "ci_low"]), float(a.loc["ARI", "ci_high"])
     m["SensARIEligible"], m["SensARIRecovered"] = int(a.loc["ARI", "eligible"]), int(a.loc["ARI", "recovered"])

@@ -131,6 +131,11 @@ def scenario_specs(model: SyntheticModel, n_scenarios: int | None = None, *, rng
     return out
 
 
+def study_scenarios(seed: int, n_scenarios: int | None = None, model: SyntheticModel | None = None, study: protocol.Study | None = None) -> list[ScenarioSpec]:
+    """The scenarios ``generate_runtable(seed, n_scenarios=...)`` uses (stand-ins drawn with the seed)."""
+    return scenario_specs(model or SyntheticModel.load(), n_scenarios, rng=np.random.default_rng([seed, 1]), study=study)
+
+
 def standin_scenarios(ids: Any, model: SyntheticModel | None = None) -> list[str]:
     """Those of ``ids`` that the generator may use in place of bundles: its fallback ids and ``SYN-NN``."""
     model = model or SyntheticModel.load()
@@ -248,7 +253,7 @@ def generate_runtable(
     study = study or protocol.study()
     model = model or SyntheticModel.load()
     rng = np.random.default_rng(seed)
-    specs = scenario_specs(model, n_scenarios, rng=np.random.default_rng([seed, 1]), study=study)
+    specs = study_scenarios(seed, n_scenarios, model, study)
     J = len(specs)
     arms = model.arms
     u = rng.normal(0.0, model["scenario_sd_logit"], J)
@@ -325,12 +330,16 @@ def planted_acceptance(
     model: SyntheticModel | None = None,
     *,
     n_scenarios: int | None = None,
+    specs: list[ScenarioSpec] | None = None,
     draws: int = 100_000,
     seed: int = 0,
     q: float | None = None,
     study: protocol.Study | None = None,
 ) -> pd.DataFrame:
     """The model's true acceptance per arm (scenario effects integrated out), by Monte Carlo.
+
+    ``specs`` fixes the scenarios (``study_scenarios(seed, n)`` for a given
+    study); by default the first ``n_scenarios`` of :func:`scenario_specs`.
 
     Columns: arm, p_equal (equal scenario weights), p_minutes (professional-minutes
     weights), mc_se (of p_equal). Common random numbers across arms keep the
@@ -340,7 +349,7 @@ def planted_acceptance(
     model = model or SyntheticModel.load()
     if q is not None:
         study = protocol.Study(path=study.path, raw={**study.raw, "outcomes": {**study.raw["outcomes"], "q": q}})
-    specs = scenario_specs(model, n_scenarios, study=study)
+    specs = specs or scenario_specs(model, n_scenarios, study=study)
     depth = np.array([s.designed_depth for s in specs], dtype=float)
     depth_c = depth - depth.mean()
     minutes = np.array([s.professional_minutes for s in specs])

@@ -118,7 +118,33 @@ ISSUES = [
 ]
 
 
+def find_departures(inputs_dir: Path) -> dict[str, str]:
+    """The clauses of the draft that depart from the playbook, read from the draft itself."""
+    from pilot.oracles.readers import docx_lines
+
+    lines, reason = docx_lines(inputs_dir / MSA_DOCX)
+    if reason:
+        raise ValueError(reason)
+    text = {line.split(" ", 1)[0]: line for line in lines if line[:1].isdigit()}
+    tests = {
+        "8.2": lambda t: "30 days" in t,
+        "9.4": lambda t: "any jurisdiction" in t,
+        "11.1": lambda t: "three (3) months" in t,
+        "12.3": lambda t: "renews automatically" in t,
+        "17.1": lambda t: "Delaware" in t,
+        "1.2": lambda t: "Schedule prevails" in t,
+    }
+    found = {k: text[k] for k, test in tests.items() if k in text and test(text[k])}
+    if "4." in text and "180 days" in text["4."]:
+        found["Schedule B para 4"] = text["4."]
+    return found
+
+
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
+    found = find_departures(inputs_dir)
+    missing = [c for c in ("8.2", "9.4", "11.1", "12.3", "17.1", "1.2", "Schedule B para 4") if c not in found]
+    if missing:
+        raise ValueError(f"{MSA_DOCX}: the draft no longer contains the reviewed clauses {missing}")
     outputs_dir.mkdir(parents=True, exist_ok=True)
     log = write_csv(outputs_dir / ISSUES_CSV, ["clause", "issue", "risk_rating", "proposed_change"], ISSUES)
     blocks = [

@@ -1,0 +1,100 @@
+# %% [markdown]
+# # Stage 02 — the scale rule and the later waves
+#
+# The pilot ran every scenario under every arm twice. Whether the study then
+# grows was fixed before any run: with $\bar c$ the mean total cost of a pilot
+# run (agent and judges, every attempt of the run) and $E_r$ the envelope not
+# yet spent or reserved,
+#
+# 1. a third repeat is added if $1.15\,\bar c \times 50 \le E_r - 100$;
+# 2. then the model sensitivities (the two sensitivity models on A3, two
+#    repeats each) are run if $1.15\,\bar c \times 40$ fits in what remains
+#    minus 50, what remains being $E_r$ less the third repeat's projected cost
+#    when the third repeat was added (`protocol/interpretations.md`).
+#
+# Both $\bar c$ and $E_r$ are read from the study's ledger, never typed in.
+# The constants come from `protocol/study.yml` (`scale_rule`). The stage writes
+# the decision, its inputs and the amendment it implies; asked to, it also runs
+# the waves the rule adds, and before a later wave is pooled with the pilot it
+# checks the freeze manifest taken when the pilot started.
+#
+# The logic lives in `pilot.scale_rule`, `pilot.freeze` and `pilot.study_cli`.
+
+# %% tags=["parameters"]
+study: str = "pilot-simulated"  # name of the study under analysis/data/ whose pilot has run
+seed: int = 20260415  # seed of record for this stage (the waves reuse the study's own assignment seed)
+tables_dir: str = "analysis/tables"  # folder for scale_rule_<study>.csv/.json/_amendment.txt and freeze_<study>.csv
+figures_dir: str = "manuscript/figures"  # folder for scale_rule_<study>.pdf
+generated_dir: str = "manuscript/generated"  # folder for scale_rule_<study>.tex (one macro per number)
+run_waves: bool = False  # also run the waves the rule adds (third repeat, then sensitivities)
+backend: str = "simulated"  # backend of the added waves: simulated (dry run) or claude-code
+executor: str = "local"  # executor of the added waves: local or dask
+scheduler_address: str = ""  # dask scheduler address when executor is dask
+
+# %%
+from pathlib import Path
+
+import pandas as pd
+
+from pilot import freeze, paths, scale_rule
+from pilot.store import Store
+
+pd.set_option("display.width", 140)
+tables, figures, generated = (Path(d) for d in (tables_dir, figures_dir, generated_dir))
+store = Store.open(paths.study_dir(study))
+backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
+simulated = backends != ["claude-code"]
+print(f"study {study}: backend {', '.join(backends) or 'none'}{' (SIMULATED)' if simulated else ''}, seed of record {seed}")
+print(pd.DataFrame(store.status_by_arm()).to_string(index=False))
+
+# %% [markdown]
+# ## The inputs, from the ledger
+#
+# $\bar c$ is averaged over the finished pilot runs; each run's cost is what
+# the ledger charged for all its attempts (an infrastructure retry that cost
+# something counts toward its run). $E_r$ is the envelope less what is spent
+# and what is still reserved.
+
+# %%
+inputs = scale_rule.inputs_from_store(store, "pilot")
+decision = scale_rule.decide(inputs)
+problems = store.audit()
+assert not problems, problems
+decision.summary
+
+# %% [markdown]
+# ## The decision and the amendment it implies
+
+# %%
+written = scale_rule.write_decision(decision, study, simulated=simulated, tables_dir=tables, generated_dir=generated, figures_dir=figures)
+print(("SIMULATED: " if simulated else "") + decision.amendment_text())
+for kind, path in written.items():
+    print(f"{kind:10s} {path}")
+store.close()
+
+# %% [markdown]
+# ## The added waves and the freeze verification
+#
+# With `run_waves` set, each wave the rule adds runs through the same
+# scheduler, store and envelope as the pilot. Pooling with the pilot is
+# allowed only when no scenario, oracle, rubric or arm text changed since the
+# pilot started; any change is listed file by file below and blocks pooling
+# (`pilot study export` then refuses to pool).
+
+# %%
+if run_waves:
+    from pilot.study_cli import run_study_wave
+
+    for wave in decision.waves:
+        res = run_study_wave(study, wave=wave, backend=backend, executor=executor,
+                             scheduler_address=scheduler_address or None, progress=False)
+        print(res.summary.to_string())
+
+with Store.open(paths.study_dir(study)) as store:
+    info = store.study()
+report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios) if info.freeze_manifest is not None else None
+if report is None:
+    print("no freeze manifest: the pilot has not started")
+else:
+    print("\n".join(report.lines()))
+    report.summary.assign(study=study, ok=report.ok).to_csv(tables / f"freeze_{study}.csv", index=False)

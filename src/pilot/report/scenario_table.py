@@ -1,0 +1,57 @@
+"""Table ``tab:scenarios``: the ten scenario bundles, generated from ``protocol/scenarios``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from pilot import paths
+from pilot.report.latex import latex_escape, write_table
+from pilot.scenarios.bundle import Scenario, list_scenarios, load_scenario
+
+_KIND = {"xlsx": "workbook", "docx": "Word", "pdf": "PDF", "csv": "CSV"}
+
+
+def _deliverables_text(sc: Scenario) -> str:
+    parts = []
+    for d in sc.file_deliverables:
+        extra = " with formulas" if d.requires_formulas else (f", $\\geq${d.min_words} words" if d.min_words else "")
+        parts.append(f"\\texttt{{{latex_escape(d.name)}}} ({_KIND[d.kind]}{extra})")
+    return "; ".join(parts) + "; completion record"
+
+
+def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
+    """One row per bundle: ID, occupation, deliverables, caps, designed depth, professional minutes."""
+    scs = scenarios if scenarios is not None else [load_scenario(s) for s in list_scenarios()]
+    rows = [
+        {
+            "ID": sc.id,
+            "Occupation": latex_escape(sc.occupation),
+            "Deliverables": _deliverables_text(sc),
+            "Cap (\\$)": f"{sc.caps.usd:.2f}",
+            "Wall (s)": f"{int(sc.caps.wall_s):,}".replace(",", "{,}"),
+            "Depth": sc.designed_depth,
+            "Prof.\\ min": f"{sc.professional_minutes:g}",
+        }
+        for sc in scs
+    ]
+    return pd.DataFrame(rows, columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min"])
+
+
+def write_scenarios_table(out_dir: Path | None = None) -> Path:
+    """Write ``scenarios_table.tex`` (label ``tab:scenarios``)."""
+    out = Path(out_dir or paths.GENERATED_DIR)
+    return write_table(
+        scenarios_frame(),
+        out / "scenarios_table.tex",
+        caption=(
+            "The ten scenarios, generated from \\texttt{protocol/scenarios}: deliverables requested by each brief "
+            "(every scenario also requires the completion record), caps (the larger of the global caps and the "
+            "author's own, A-006), designed depth (ordinal, 1--5, used by H4) and professional minutes (the weights "
+            "of the sensitivity analysis)."
+        ),
+        label="tab:scenarios",
+        escape=False,
+        column_format="llp{7.2cm}rrrr",
+    )

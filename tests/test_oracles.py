@@ -1,0 +1,298 @@
+"""The deterministic oracles judge gold, defective and hostile workspaces correctly.
+
+LibreOffice is slow to start, so the whole module shares one batch: every
+gold workspace, one defective variant per oracle criterion, the hostile
+files and the substitutes are laid out first, and all their workbooks are
+recalculated by one LibreOffice process before any verdict is read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import openpyxl
+import pytest
+
+from pilot.cli import main as cli_main
+from pilot.oracles import Recalculator, evaluate, evaluate_many, hash_inputs
+from pilot.oracles.hashing import compare_hashes
+from pilot.oracles.recalc import soffice_binary
+from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
+from pilot.scenarios import defects
+
+pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+
+HOSTILE_TARGET = ("ACC-01", "bank_reconciliation_2026-10.xlsx")
+
+
+def _bomb(p: Path, ws: Path) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/workbook.xml", "<workbook/>")
+        z.writestr("xl/worksheets/sheet1.xml", b"\0" * (200 * 1024 * 1024))
+    p.write_bytes(buf.getvalue())
+
+
+def _macro(p: Path, ws: Path) -> None:
+    src = zipfile.ZipFile(p)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for info in src.infolist():
+            z.writestr(info, src.read(info))
+        z.writestr("xl/vbaProject.bin", b"\x00Attribute VB_Name")
+    p.write_bytes(buf.getvalue())
+
+
+def _symlink_out(p: Path, ws: Path) -> None:
+    p.unlink()
+    os.symlink("/etc/passwd", p)
+
+
+def _sparse_1gb(p: Path, ws: Path) -> None:
+    p.unlink()
+    with open(p, "wb") as fh:
+        fh.truncate(1024**3)
+
+
+def _fifo(p: Path, ws: Path) -> None:
+    p.unlink()
+    os.mkfifo(p)
+
+
+# name -> (mutation, criterion that must fail, words its reason must contain)
+HOSTILE = {
+    "truncated_zip": (lambda p, ws: p.write_bytes(p.read_bytes()[:2500]), "recon_well_formed", "corrupt or truncated"),
+    "zip_bomb": (_bomb, "recon_well_formed", "zip bomb"),
+    "encrypted_workbook": (lambda p, ws: p.write_bytes(bytes.fromhex("d0cf11e0a1b11ae1") + b"\0" * 8000), "recon_well_formed", "encrypted"),
+    "macro_renamed": (_macro, "recon_well_formed", "macro"),
+    "wrong_extension": (lambda p, ws: shutil.copyfile(ws / "outputs" / "reconciliation_memo.docx", p), "recon_well_formed", "Word document"),
+    "symlink_outside": (_symlink_out, "recon_present", "outside the workspace"),
+    "one_gigabyte": (_sparse_1gb, "recon_present", "1.0 GB"),
+    "empty": (lambda p, ws: p.write_bytes(b""), "recon_present", "empty"),
+    "fifo": (_fifo, "recon_present", "not a regular file"),
+    "invalid_utf8_record": (lambda p, ws: (ws / "outputs" / "completion_record.json").write_bytes(b'{"status": "\xff"}'), "record_valid", "UTF-8"),
+}
+
+
+@pytest.fixture(scope="session")
+def batch(tmp_path_factory):
+    """Every workspace this module judges, evaluated in one LibreOffice batch."""
+    root = tmp_path_factory.mktemp("oracle-batch")
+    recalc = Recalculator(root / "recalc")
+    scenarios = {sid: load_scenario(sid) for sid in list_scenarios()}
+    gold = {sid: build_gold_workspace(sc, root / sid / "gold") for sid, sc in scenarios.items()}
+    # Recalculate every gold workbook once; defects that need values reuse the cache.
+    recalc.recalculate([p for sid, ws in gold.items() for p in (ws / "outputs").glob("*.xlsx")])
+    items, keys, described = [], [], {}
+    for sid, sc in scenarios.items():
+        items.append((sc, gold[sid], None))
+        keys.append((sid, "gold"))
+        for crit in sc.oracle.criteria:
+            ws = defects.copy_workspace(gold[sid], root / sid / f"defect-{crit.id}")
+            described[(sid, crit.id)] = defects.defect_for_criterion(sc, crit, ws, recalculator=recalc)
+            items.append((sc, ws, None))
+            keys.append((sid, crit.id))
+    sid, name = HOSTILE_TARGET
+    for hname, (mutate, _, _) in HOSTILE.items():
+        ws = defects.copy_workspace(gold[sid], root / sid / f"hostile-{hname}")
+        mutate(ws / "outputs" / name, ws)
+        items.append((scenarios[sid], ws, None))
+        keys.append((sid, f"hostile:{hname}"))
+    # Text substitutes (A0): declared, and one undeclared.
+    for tag, declare in (("declared", True), ("undeclared", False)):
+        ws = defects.copy_workspace(gold["ACC-01"], root / "ACC-01" / f"substitute-{tag}")
+        defects.text_substitute(ws, "bank_reconciliation_2026-10.xlsx", recalculator=recalc)
+        defects.text_substitute(ws, "reconciliation_memo.docx", recalculator=recalc)
+        if not declare:
+            rec = json.loads((ws / "outputs" / "completion_record.json").read_text())
+            rec["substitutions"] = []
+            (ws / "outputs" / "completion_record.json").write_text(json.dumps(rec))
+        items.append((scenarios["ACC-01"], ws, None))
+        keys.append(("ACC-01", f"substitute:{tag}"))
+    # Deliverables re-saved by LibreOffice itself (cached values present).
+    for sid in ("ACC-01", "BANK-01", "MKT-01"):
+        ws = defects.copy_workspace(gold[sid], root / sid / "libreoffice-written")
+        out = root / sid / "lo-out"
+        for p in (ws / "outputs").glob("*.docx"):
+            subprocess.run([soffice_binary(), f"-env:UserInstallation={(root / 'lo-profile').as_uri()}", "--headless",
+                            "--convert-to", "docx:MS Word 2007 XML", "--outdir", str(out), str(p)], check=True, capture_output=True, timeout=180)
+            shutil.copyfile(out / p.name, p)
+        for p in (ws / "outputs").glob("*.xlsx"):
+            shutil.copyfile(recalc.recalculate([p])[p].path, p)
+        items.append((scenarios[sid], ws, None))
+        keys.append((sid, "libreoffice-written"))
+    processes_before = recalc.processes
+    evaluations = evaluate_many(items, recalculator=recalc)
+    yield {
+        "scenarios": scenarios,
+        "gold": gold,
+        "results": dict(zip(keys, evaluations)),
+        "described": described,
+        "recalc": recalc,
+        "eval_processes": recalc.processes - processes_before,
+        "root": root,
+    }
+    recalc.close()
+
+
+def _own_failures(ev) -> list[str]:
+    return [c.id for c in ev.criteria if not c.passed and c.blocked_by is None]
+
+
+ALL_CRITERIA = [(sid, c.id) for sid in list_scenarios() for c in load_scenario(sid).oracle.criteria]
+
+
+def test_one_libreoffice_process_recalculates_the_whole_batch(batch):
+    assert batch["eval_processes"] == 1
+
+
+@pytest.mark.parametrize("sid", list_scenarios())
+def test_gold_passes_every_criterion(batch, sid):
+    ev = batch["results"][(sid, "gold")]
+    assert [c.id for c in ev.criteria if not c.passed] == []
+    assert ev.D and not ev.E and ev.criteria_passed == ev.criteria_total == len(batch["scenarios"][sid].oracle.criteria)
+
+
+@pytest.mark.parametrize("sid,cid", ALL_CRITERIA, ids=[f"{s}:{c}" for s, c in ALL_CRITERIA])
+def test_each_defect_fails_exactly_its_criterion(batch, sid, cid):
+    ev = batch["results"][(sid, cid)]
+    assert _own_failures(ev) == [cid], f"{batch['described'][(sid, cid)]}: {[(c.id, c.reason) for c in ev.failed]}"
+    crit = next(c for c in ev.criteria if c.id == cid)
+    assert crit.reason and not crit.reason.startswith("not checked")
+    # Anything else that failed was blocked by this very criterion (a missing or broken file).
+    assert all(c.blocked_by == cid for c in ev.failed if c.id != cid)
+    assert ev.D is (not crit.required and all(c.passed for c in ev.criteria if c.required))
+    assert not ev.E
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_file_is_refused_with_a_reason(batch, name):
+    _, criterion, words = HOSTILE[name]
+    ev = batch["results"][(HOSTILE_TARGET[0], f"hostile:{name}")]
+    failed = {c.id: c for c in ev.criteria if not c.passed and c.blocked_by is None}
+    assert criterion in failed, [(c.id, c.reason) for c in ev.failed]
+    assert words.lower() in failed[criterion].reason.lower()
+    assert not ev.D
+    assert ev.seconds < 20
+
+
+def test_text_substitutes_are_recognised_and_binary_criteria_fail(batch):
+    ev = batch["results"][("ACC-01", "substitute:declared")]
+    assert ev.substitutes == {
+        "bank_reconciliation_2026-10.xlsx": ["bank_reconciliation_2026-10.Adjustments.csv", "bank_reconciliation_2026-10.Items.csv", "bank_reconciliation_2026-10.Reconciliation.csv"],
+        "reconciliation_memo.docx": ["reconciliation_memo.md"],
+    }
+    by = {c.id: c for c in ev.criteria}
+    assert not by["recon_present"].passed and "text substitute" in by["recon_present"].reason
+    assert not by["memo_present"].passed and "reconciliation_memo.md" in by["memo_present"].reason
+    assert by["recon_formulas"].blocked_by == "recon_present"
+    assert by["record_valid"].passed and not ev.D
+    undeclared = {c.id: c for c in batch["results"][("ACC-01", "substitute:undeclared")].criteria}
+    assert not undeclared["record_valid"].passed and "does not declare the substitution" in undeclared["record_valid"].reason
+
+
+@pytest.mark.parametrize("sid", ["ACC-01", "BANK-01", "MKT-01"])
+def test_deliverables_written_by_libreoffice_are_judged_like_openpyxl_ones(batch, sid):
+    ev = batch["results"][(sid, "libreoffice-written")]
+    assert [(c.id, c.reason) for c in ev.failed] == []
+    assert ev.D
+
+
+def test_openpyxl_workbooks_have_no_cached_values_yet_values_are_checked(batch):
+    book = batch["gold"]["ACC-01"] / "outputs" / "bank_reconciliation_2026-10.xlsx"
+    cached = openpyxl.load_workbook(book, data_only=True)["Reconciliation"]
+    assert cached["B6"].value is None  # a formula with no cached value: reading it raw would fail the check
+    by = {c.id: c for c in batch["results"][("ACC-01", "gold")].criteria}
+    assert by["recon_adjusted_bank"].passed and "183,153.53" in by["recon_adjusted_bank"].reason
+
+
+def test_stale_cached_values_are_not_trusted(batch, tmp_path):
+    """A workbook whose cached value disagrees with its formula is judged on the recalculated value."""
+    sc = batch["scenarios"]["ACC-01"]
+    ws = defects.copy_workspace(batch["root"] / "ACC-01" / "libreoffice-written", tmp_path / "ws")
+    book = ws / "outputs" / "bank_reconciliation_2026-10.xlsx"
+    with zipfile.ZipFile(book) as z:
+        parts = {i.filename: z.read(i.filename) for i in z.infolist()}
+    sheet = parts["xl/worksheets/sheet1.xml"].decode()
+    start = sheet.index('<c r="B12"')
+    v0 = sheet.index("<v>", start)
+    v1 = sheet.index("</v>", v0)
+    parts["xl/worksheets/sheet1.xml"] = (sheet[: v0 + 3] + "999" + sheet[v1:]).encode()
+    with zipfile.ZipFile(book, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    assert openpyxl.load_workbook(book, data_only=True)["Reconciliation"]["B12"].value == 999
+    ev = evaluate(sc, ws, recalculator=batch["recalc"])
+    by = {c.id: c for c in ev.criteria}
+    assert by["recon_difference_nil"].passed, by["recon_difference_nil"].reason
+
+
+def test_error_value_is_named_with_its_cell(batch):
+    ev = batch["results"][("RES-01", "results_no_errors")]
+    crit = next(c for c in ev.criteria if c.id == "results_no_errors")
+    assert "#DIV/0!" in crit.reason and "Summary!A" in crit.reason
+
+
+def test_input_changes_are_critical_violations_naming_the_file(batch, tmp_path):
+    sc = batch["scenarios"]["OPS-01"]
+    before = hash_inputs(batch["gold"]["OPS-01"] / "inputs")
+    cases = {
+        "modified": (lambda ws: defects.modify_input(ws, "suppliers.csv"), "input modified: inputs/suppliers.csv"),
+        "deleted": (lambda ws: defects.delete_input(ws, "replenishment_policy.txt"), "input deleted: inputs/replenishment_policy.txt"),
+        "added": (lambda ws: defects.add_input(ws, "notes.txt"), "input added: inputs/notes.txt"),
+    }
+    for name, (act, reason) in cases.items():
+        ws = defects.copy_workspace(batch["gold"]["OPS-01"], tmp_path / name)
+        act(ws)
+        ev = evaluate(sc, ws, before, recalculator=batch["recalc"])
+        assert ev.E and not ev.D and ev.E_reasons == [reason]
+        assert all(c.passed for c in ev.criteria)  # the deliverables themselves are fine
+    # Without layout hashes the bundle's own inputs are the reference.
+    ws = defects.copy_workspace(batch["gold"]["OPS-01"], tmp_path / "default")
+    defects.modify_input(ws, "suppliers.csv")
+    assert evaluate(sc, ws, recalculator=batch["recalc"]).E_reasons == ["input modified: inputs/suppliers.csv"]
+
+
+def test_hash_inputs_records_links_and_empty_folders(tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    before = hash_inputs(tmp_path)
+    (tmp_path / "empty").mkdir()
+    os.symlink("a.txt", tmp_path / "link")
+    after = hash_inputs(tmp_path)
+    assert compare_hashes(before, after) == ["input added: inputs/empty/", "input added: inputs/link"]
+
+
+def test_hung_libreoffice_becomes_a_failed_criterion_not_a_hang(batch, tmp_path):
+    fake = tmp_path / "soffice"
+    fake.write_text("#!/bin/sh\nsleep 60\n")
+    fake.chmod(0o755)
+    hung = Recalculator(tmp_path / "r", soffice=str(fake), batch_timeout_s=1, per_file_timeout_s=0, single_timeout_s=1)
+    ev = evaluate(batch["scenarios"]["ENG-01"], batch["gold"]["ENG-01"], recalculator=hung)
+    by = {c.id: c for c in ev.criteria}
+    assert not by["rollup_no_errors"].passed and "did not finish within 1 s" in by["rollup_no_errors"].reason
+    assert not by["rollup_total"].passed and by["rollup_formulas"].passed
+    assert not ev.D and ev.seconds < 15
+
+
+def test_missing_libreoffice_fails_value_criteria_with_a_reason(batch, tmp_path):
+    none = Recalculator(tmp_path / "r", soffice=str(tmp_path / "no-such-soffice"))
+    ev = evaluate(batch["scenarios"]["HR-01"], batch["gold"]["HR-01"], recalculator=none)
+    by = {c.id: c for c in ev.criteria}
+    assert not by["book_total_cost"].passed and "recalculation failed" in by["book_total_cost"].reason
+
+
+def test_pilot_check_cli_prints_verdict_and_json(batch, capsys):
+    ws = batch["results"][("OPS-01", "plan_skus")].workspace
+    assert cli_main(["check", "OPS-01", ws]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  plan_skus" in out and "D=0 E=0" in out
+    assert cli_main(["check", "OPS-01", str(batch["gold"]["OPS-01"]), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["D"] is True and data["criteria_passed"] == data["criteria_total"] == 9

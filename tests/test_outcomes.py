@@ -1,0 +1,154 @@
+"""Outcomes of one run -> one run-table row that the statistics' schema accepts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pilot import protocol
+from pilot.outcomes import OutcomeError, acceptance, human_minutes, quality, rows_from_store, run_row, run_table
+from pilot.scenarios import list_scenarios, load_scenario
+from pilot.stats import runtable
+
+pytestmark = pytest.mark.skipif(not list_scenarios(), reason="no scenario bundles yet")
+
+
+def _judge(jid: str, score: float | None, accept: bool | None = True, cost: float = 0.01, error: str | None = None) -> dict:
+    model = "claude-opus-5-5" if jid == "J1" else "claude-sonnet-5-5"
+    return {"judge_id": jid, "model": model, "draw": 1, "backend": "simulated", "criterion_scores": {}, "accept": accept,
+            "rationale": "", "score_0_100": score, "cost_usd": cost, "attempts": 1, "error": error}
+
+
+def record(arm: str = "A1", *, D: bool = True, E: bool = False, judges: list[dict] | None = None, **kw) -> dict:
+    sid = kw.pop("scenario", list_scenarios()[0])
+    rec = {
+        "scenario": sid, "arm": arm, "model": "claude-opus-5-5", "backend": "simulated", "seed": 3, "status": "completed",
+        "censored": False, "censor_reason": None, "infra_error": None, "cost_usd": 1.25, "recovery_cost_usd": None,
+        "wall_s": 612.0, "turns": 41, "tool_calls": 37, "questions": 2, "deviations": [{"kind": "denied_family", "program": "curl"}],
+        "D": D, "E": E, "E_reasons": [] if not E else ["input modified: inputs/ledger.xlsx"], "criteria_passed": 9 if D else 6,
+        "criteria_total": 9, "selfcheck_first": None, "recovery_used": False, "selfcheck_final": None, "workspace": "/nonexistent",
+        "judges": judges if judges is not None else [_judge("J1", 75.0), _judge("J2", 80.0), _judge("J3", 62.5, False)],
+    }
+    rec.update(kw)
+    return rec
+
+
+def row(rec: dict, run_id: str = "r1", **kw) -> dict:
+    args = dict(run_id=run_id, study_name="unit-SIMULATED", backend="simulated", wave="pilot", repeat=1, seed=11, order_index=0, node="local-1", attempts=1)
+    args.update(kw)
+    return run_row(rec, **args)
+
+
+def test_row_computes_every_outcome() -> None:
+    r = row(record())
+    assert (r["Q_J1"], r["Q_J2"], r["Q_J3"]) == (75.0, 80.0, 62.5)
+    assert r["Q"] == pytest.approx((75 + 80 + 62.5) / 3) and r["n_judges"] == 3
+    assert r["S"] is True  # 72.5 >= q = 70, D, not E
+    assert r["judge_accept_votes"] == 2 and (r["accept_J1"], r["accept_J3"]) == (True, False)
+    assert r["judge_cost_usd"] == pytest.approx(0.03) and r["cost_usd"] == 1.25
+    assert r["H_minutes"] == 10.0  # 0 intervention minutes + 5 x 2 questions
+    assert r["deviations"] == 1 and r["E_reasons"] is None
+    sc = load_scenario(r["scenario"])
+    assert (r["occupation"], r["designed_depth"], r["professional_minutes"]) == (sc.occupation, sc.designed_depth, sc.professional_minutes)
+    # Every column of the run table's schema is there.
+    assert [c.name for c in runtable.columns()] == [c for c in r if c in {s.name for s in runtable.columns()}]
+
+
+def test_missing_judge_is_left_out_not_zero() -> None:
+    r = row(record(judges=[_judge("J1", 90.0), _judge("J2", None, None, error="reply failed the output schema"), _judge("J3", 60.0)]))
+    assert r["Q_J2"] is None and r["n_judges"] == 2 and r["Q"] == 75.0
+    assert r["accept_J2"] is None and r["judge_accept_votes"] == 2
+
+
+def test_no_judge_means_Q_and_S_missing() -> None:
+    none = [_judge(j, None, None, error="API overloaded") for j in ("J1", "J2", "J3")]
+    r = row(record(judges=none))
+    assert r["Q"] is None and r["S"] is None and r["n_judges"] == 0
+    r2 = row(record(judges=[]))
+    assert r2["Q"] is None and r2["S"] is None
+
+
+@pytest.mark.parametrize(
+    "D, E, Q, expected",
+    [(True, False, 70.0, True), (True, False, 69.99, False), (False, False, 95.0, False), (True, True, 95.0, False), (True, False, None, None)],
+)
+def test_acceptance_at_q(D: bool, E: bool, Q: float | None, expected: bool | None) -> None:
+    assert acceptance(D, E, Q, protocol.study().q) is expected
+
+
+def test_quality_and_human_time_helpers() -> None:
+    assert quality({"J1": 50.0, "J2": None, "J3": 100.0}) == 75.0
+    assert quality({"J1": None}) is None
+    o = protocol.study()["outcomes"]
+    assert human_minutes(3) == o["intervention_minutes"] + 3 * o["human_minutes_per_question"]
+
+
+def test_questions_given_as_a_list_are_counted() -> None:
+    r = row(record(questions=["Which account?", "Accrue?", "Round?"]))
+    assert r["questions"] == 3 and r["H_minutes"] == 15.0
+
+
+def test_censored_self_repairing_run() -> None:
+    rec = record("A4", status="capped", censored=True, censor_reason="cost", selfcheck_first=False, recovery_used=True, selfcheck_final=True, cost_usd=6.0)
+    r = row(rec)
+    assert (r["status"], r["censored"], r["censor_reason"]) == ("capped", True, "cost")
+    assert (r["selfcheck_first"], r["recovery_used"], r["selfcheck_final"]) == (False, True, True)
+
+
+def test_violation_row() -> None:
+    r = row(record(D=False, E=True))
+    assert r["E"] is True and r["S"] is False and r["E_reasons"] == "input modified: inputs/ledger.xlsx"
+
+
+def test_completion_status_read_from_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "completion_record.json").write_text(json.dumps({"status": "partial"}), encoding="utf-8")
+    assert row(record(workspace=str(tmp_path)))["completion_status"] == "partial"
+    assert row(record())["completion_status"] == "missing"
+
+
+def test_bad_records_are_refused_naming_run_and_field() -> None:
+    with pytest.raises(OutcomeError, match="run r9: field 'D'"):
+        row(record(D=None), run_id="r9")
+    with pytest.raises(OutcomeError, match="field 'status'"):
+        row(record(status="exploded"))
+
+
+def test_rows_validate_against_the_run_table_schema() -> None:
+    sids = list_scenarios()
+    rows = []
+    i = 0
+    for sid in sids:
+        for arm in protocol.study().arms:
+            extra = {"selfcheck_first": True, "selfcheck_final": True} if arm == "A4" else {}
+            judges = [_judge("J1", 40.0 + i), _judge("J2", 85.0), _judge("J3", None, None, error="x")] if i % 3 else [_judge(j, None, None, error="x") for j in ("J1", "J2", "J3")]
+            rows.append(row(record(arm, scenario=sid, D=bool(i % 2), judges=judges, **extra), run_id=f"{sid}.{arm}.r1", order_index=i))
+            i += 1
+    df = run_table(rows)
+    assert len(df) == len(sids) * 5
+    assert df["S"].isna().sum() == sum(1 for k in range(i) if k % 3 == 0)
+    # Written and read back as CSV, the table still validates.
+    with pytest.raises(runtable.RunTableError, match="S"):
+        bad = df.copy()
+        bad.loc[bad["S"].isna(), "S"] = False  # a missing S imputed as zero is refused
+        runtable.validate_runtable(bad)
+
+
+def test_rows_from_store_include_cells_failed_on_infrastructure() -> None:
+    sid = list_scenarios()[0]
+    done = {"run_id": f"{sid}.A1.r1", "wave": "pilot", "scenario": sid, "arm": "A1", "repeat": 1, "model": "claude-opus-5-5", "seed": 5,
+            "order_index": 0, "status": "done", "node": "local-1", "attempts": 2, "record_json": json.dumps(record("A1", scenario=sid)),
+            "run_judge_cost_usd": 0.03}
+    failed = {"run_id": f"{sid}.A2.r1", "wave": "pilot", "scenario": sid, "arm": "A2", "repeat": 1, "model": "claude-opus-5-5", "seed": 6,
+              "order_index": 1, "status": "failed", "node": "local-2", "attempts": 3, "record_json": None}
+    waiting = dict(failed, run_id=f"{sid}.A3.r1", arm="A3", status="waiting", order_index=2)
+    rows = rows_from_store([done, failed, waiting], study_name="unit-SIMULATED", backend="simulated")
+    assert [r["run_id"] for r in rows] == [f"{sid}.A1.r1", f"{sid}.A2.r1"]
+    assert rows[0]["attempts"] == 2 and rows[0]["S"] is True
+    assert rows[1]["status"] == "infra_error" and rows[1]["Q"] is None and rows[1]["S"] is None and rows[1]["D"] is False
+    df = run_table(rows)
+    assert list(df["status"]) == ["completed", "infra_error"]
+    assert isinstance(df, pd.DataFrame)

@@ -1,0 +1,58 @@
+"""``pilot run-one``: one attempt from the command line, its record printed as JSON and left on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pilot import paths
+from pilot.cli import main
+
+FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
+needs = pytest.mark.skipif(not (paths.SCENARIOS_DIR / "LEGAL-01" / "scenario.yml").is_file(), reason="scenario LEGAL-01 not in the protocol yet")
+
+RECORD_FIELDS = {"status", "censored", "censor_reason", "cost_usd", "wall_s", "turns", "tool_calls", "tool_calls_by_tool", "questions",
+                 "deviations", "D", "E", "E_reasons", "criteria_passed", "criteria_total", "criteria", "selfcheck_first",
+                 "recovery_used", "selfcheck_final", "cli_version", "infra_error", "workspace", "transcript"}
+
+
+@needs
+def test_run_one_simulated_prints_the_record_and_leaves_the_run_on_disk(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run-one", "LEGAL-01", "A4", "--backend", "simulated", "--out", str(out), "--seed", "4"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert RECORD_FIELDS <= set(rec)
+    assert rec["backend"] == "simulated" and rec["scenario"] == "LEGAL-01" and rec["arm"] == "A4" and rec["seed"] == 4
+    assert rec["selfcheck_first"] is not None
+    for name in ("workspace/BRIEF.md", "workspace/POLICY.md", "workspace/CHECKPOINT.md", "workspace/selfcheck.py",
+                 "transcript.jsonl", "evaluation.json", "run_record.json"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "run_record.json").read_text()) == rec
+
+
+@needs
+def test_run_one_claude_code_against_the_test_double(tmp_path, capsys):
+    env = tmp_path / "worker-env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python3").symlink_to("/usr/bin/python3")
+    out = tmp_path / "runs" / "r"
+    code = main(["run-one", "LEGAL-01", "A1", "--backend", "claude-code", "--out", str(out), "--claude-bin", str(FAKE_CLI),
+                 "--worker-env", str(env)])
+    rec = json.loads(capsys.readouterr().out)
+    assert code == 0 and rec["status"] == "completed" and rec["cli_version"] == "2.1.332"
+    assert rec["D"] is False  # the double's default session writes nothing
+    assert (out / "agent" / "launch-0.json").is_file() and (out / "transcript.jsonl").stat().st_size > 0
+
+
+@needs
+def test_run_one_refuses_bad_arguments_with_a_clear_message(tmp_path, capsys):
+    assert main(["run-one", "LEGAL-01", "A9", "--out", str(tmp_path / "x")]) == 2
+    assert "arm 'A9'" in capsys.readouterr().err
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "thesis.tex").write_text("keep me")
+    assert main(["run-one", "LEGAL-01", "A1", "--out", str(busy)]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+    assert (busy / "thesis.tex").read_text() == "keep me"

@@ -1,0 +1,99 @@
+"""The preregistered scale rule: both conditions, their boundaries, inputs from the ledger, and the stage."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from pilot import protocol
+from pilot.executors.base import AttemptOutcome
+from pilot.scale_rule import ScaleInputs, ScaleRuleError, decide, inputs_from_store
+from schedule_support import make_root, make_store
+
+STUDY = protocol.study()
+
+
+def _inputs(c_bar: float, remaining: float, n: int = 100) -> ScaleInputs:
+    return ScaleInputs(c_bar_usd=c_bar, n_runs=n, envelope_usd=800.0, spent_usd=800.0 - remaining, reserved_usd=0.0)
+
+
+def test_a009_pilot_cost_meets_both_conditions():
+    d = decide(_inputs(1.07, 800 - 107.0))
+    assert d.third_cost_usd == pytest.approx(1.15 * 1.07 * 50)
+    assert d.add_third_repeat and d.run_sensitivities and d.waves == ["repeat3", "sensitivity"]
+    # what remains for the sensitivities is net of the third repeat's projected cost
+    assert d.remaining_after_third_usd == pytest.approx(693.0 - 1.15 * 1.07 * 50)
+    text = d.amendment_text()
+    assert "1.07" in text and "third repeat was added" in text and "claude-sonnet-5-5 and claude-fable-5-1" in text
+
+
+def test_boundaries_are_inclusive_and_each_condition_can_fail():
+    c = 2.0
+    third = 1.15 * c * 50  # 115
+    d = decide(_inputs(c, third + 100))  # equality: added
+    assert d.add_third_repeat
+    assert d.sensitivity_limit_usd == pytest.approx(100 - 50) and not d.run_sensitivities  # 92 > 50
+    d = decide(_inputs(c, third + 100 - 0.01))
+    assert not d.add_third_repeat
+    # without the third repeat the whole remainder is there for the sensitivities: 92 <= 214.99 - 50
+    assert d.remaining_after_third_usd == pytest.approx(third + 99.99) and d.run_sensitivities
+    assert d.waves == ["sensitivity"]
+    d = decide(_inputs(10.0, 200))
+    assert d.waves == [] and "no third repeat" in d.amendment_text() and "were not run" in d.amendment_text()
+    with pytest.raises(ScaleRuleError, match="at least one finished"):
+        decide(_inputs(1.0, 500, n=0))
+
+
+def test_summary_frame_lists_inputs_and_both_sides():
+    s = decide(_inputs(1.07, 693.0)).summary
+    assert isinstance(s, pd.DataFrame) and list(s.columns) == ["quantity", "value"]
+    q = dict(zip(s["quantity"], s["value"]))
+    assert q["remaining envelope E_r (USD)"] == pytest.approx(693.0)
+    assert q["add third repeat"] is True
+
+
+def test_inputs_come_from_the_ledger_every_attempt_and_judges_included(tmp_path):
+    st = make_store(tmp_path, scenarios=["ACC-01"])
+    cells = st.cells("pilot")
+    costs = []
+    for k, cell in enumerate(cells[:4]):
+        if k == 0:  # an infra attempt that still cost something counts toward its run
+            a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
+            st.finish_attempt(a.attempt_id, AttemptOutcome(infra_error="x", cost_usd=0.1), max_infra_attempts=3)
+        a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
+        st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0 + k, judge_cost_usd=0.2), max_infra_attempts=3)
+        costs.append(1.0 + k + 0.2 + (0.1 if k == 0 else 0))
+    inputs = inputs_from_store(st)
+    assert inputs.n_runs == 4 and inputs.c_bar_usd == pytest.approx(sum(costs) / 4)
+    assert inputs.remaining_usd == pytest.approx(STUDY.envelope_usd - sum(costs))
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
+    from pilot.executors.local import LocalExecutor
+    from pilot.schedule import Scheduler
+    from pilot.stages import run_stage
+    from schedule_support import NODES, REQUIRES
+
+    root = make_root(tmp_path)
+    st = make_store(root / "analysis" / "data", name="scale", scenarios=["ACC-01", "RES-01"])
+    Scheduler(st, LocalExecutor("pilot.executors.fake_runs:noop_run", 1, processes=False), NODES, backend="simulated",
+              requires=REQUIRES, progress=False, poll_s=0).run("pilot")
+    expected = decide(inputs_from_store(st))
+    st.close()
+    monkeypatch.setenv("PILOT_ROOT", str(root))  # the kernel reads this study's store
+    tables, figures, generated = tmp_path / "tables", tmp_path / "figures", tmp_path / "generated"
+    run_stage("scale-rule", {"study": "scale", "seed": 1, "tables_dir": str(tables), "figures_dir": str(figures),
+                             "generated_dir": str(generated)}, output=tmp_path / "nb.ipynb")
+    decision = json.loads((tables / "scale_rule_scale.json").read_text())
+    assert decision["waves"] == expected.waves and decision["c_bar_usd"] == pytest.approx(expected.inputs.c_bar_usd)
+    inputs = pd.read_csv(tables / "scale_rule_scale.csv")
+    assert "remaining envelope E_r (USD)" in set(inputs["quantity"])
+    assert (tables / "scale_rule_scale_amendment.txt").read_text().strip() == "[SIMULATED] " + expected.amendment_text()
+    assert (figures / "scale_rule_scale.pdf").read_bytes().startswith(b"%PDF")
+    macros = (generated / "scale_rule_scale.tex").read_text()
+    assert "\\newcommand" in macros and "SIMULATED" in macros
