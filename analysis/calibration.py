@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         label="tab:calibration", simulated=True, escape=False,
     )
-    m = {"CalStudies": n, "CalJ": J, "CalR": R, "CalSeed": args.seed, "CalSeconds": round(elapsed), "CalJLarge": Js[-1]}
+    m = {"CalStudies": n, "CalJ": J, "CalR": R, "CalSeed": str(args.seed), "CalSeconds": round(elapsed), "CalJLarge": Js[-1]}
     for j in Js:
         # What a percentile interval of a mean of j scenario values covers when the values are
         # roughly normal: its half-width is 1.96 bootstrap SDs, sqrt((j-1)/j) of the usual standard

@@ -270,10 +270,9 @@ def _simulated_runner_available() -> bool:
     try:
         import pilot.agents.simulated  # noqa: F401
         import pilot.runner  # noqa: F401
-        from pilot.scenarios import defects  # the simulated worker's defect model
     except ImportError:
         return False
-    return hasattr(defects, "apply") and bool(_scenario_ids())
+    return bool(_scenario_ids())
 
 
 @pytest.mark.skipif(not _simulated_runner_available(), reason="the runner's simulated agent backend is not available")

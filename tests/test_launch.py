@@ -181,3 +181,11 @@ def test_macos_profile_denies_the_same_paths(tmp_path):
     for p in plan.masked:
         assert f'(deny process-exec (literal "{p}"))' in profile
     assert f'(deny file-read* file-write* (subpath "{paths.ROOT}"))' in profile
+
+
+def test_other_runs_are_hidden_in_the_scheduler_layout(tmp_path):
+    run = tmp_path / "study" / "workspaces" / "run-0007" / "attempt-2"
+    hidden = launch.default_hidden(run)
+    assert run.parent.resolve() in hidden and (tmp_path / "study" / "workspaces").resolve() in hidden
+    assert paths.ROOT in hidden and Path.home() in hidden
+    assert (tmp_path / "study").resolve() not in hidden

@@ -296,3 +296,39 @@ def test_pilot_check_cli_prints_verdict_and_json(batch, capsys):
     assert cli_main(["check", "OPS-01", str(batch["gold"]["OPS-01"]), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["D"] is True and data["criteria_passed"] == data["criteria_total"] == 9
+
+
+def test_guard_stops_a_parse_that_exceeds_its_time(batch, tmp_path):
+    ws = defects.copy_workspace(batch["gold"]["LEGAL-01"], tmp_path / "ws")
+    memo = ws / "outputs" / "msa_review_memo.docx"
+    with zipfile.ZipFile(memo, "a") as z:  # new bytes: not in the guard's cache
+        z.writestr("customXml/note.xml", "<note>slow</note>")
+    ev = evaluate(batch["scenarios"]["LEGAL-01"], ws, recalculator=batch["recalc"], guard_limits={"per_file_timeout_s": 0.001})
+    by = {c.id: c for c in ev.criteria}
+    assert not by["memo_well_formed"].passed and "could not be read within" in by["memo_well_formed"].reason
+    assert by["memo_length"].blocked_by == "memo_well_formed" and by["log_well_formed"].passed
+
+
+def test_guard_stops_a_parse_that_exceeds_its_memory(tmp_path):
+    from pilot.oracles.guard import probe_files
+
+    # A workbook of 60,000 cells: harmless in the default limit, fatal under 150 MB of address space.
+    wb = openpyxl.Workbook()
+    for r in range(1, 3001):
+        wb.active.append([f"text {r}-{c}" for c in range(20)])
+    book = tmp_path / "big.xlsx"
+    wb.save(book)
+    assert probe_files([book])[book] is None
+    reason = probe_files([book], memory_limit_bytes=150 * 1024**2)[book]
+    assert reason and ("memory" in reason or "MemoryError" in reason or "crashed" in reason)
+
+
+def test_guard_charges_a_failure_to_the_right_file_and_continues(tmp_path):
+    from pilot.oracles.guard import probe_files
+
+    good = tmp_path / "good.xlsx"
+    openpyxl.Workbook().save(good)
+    bad = tmp_path / "bad.docx"
+    bad.write_bytes(b"PK\x03\x04 not really")
+    res = probe_files([good, bad, good])
+    assert res[good] is None and "cannot be read" in res[bad]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import tempfile
 import time
@@ -145,6 +144,19 @@ def test_denied_command_through_bash_c_is_a_deviation_and_is_stopped(tmp_path, w
     results = {e["message"]["content"][0]["tool_use_id"]: e["message"]["content"][0]["content"]
                for e in transcript_events(rec) if e["type"] == "user"}
     assert "rc=126" in results["toolu_0_001"] and sandbox.STUB_MARKER in results["toolu_0_001"]
+
+
+@pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed")
+def test_a2_lifts_the_native_utilities_but_not_libreoffice(tmp_path, worker_env):
+    script = {"sessions": [{"steps": [
+        {"tool": "Bash", "input": {"command": "bash -c 'soffice --version' ; echo rc=$?"}},
+        {"tool": "Bash", "input": {"command": "bash -c 'open --version' >/dev/null 2>&1; echo rc=$?"}},
+    ]}]}
+    rec = attempt(tmp_path, "A2", script, worker_env=worker_env)
+    assert [(d["family"], d["blocked_by"]) for d in rec.deviations] == [("soffice", "mask")]
+    results = [e["message"]["content"][0]["content"] for e in transcript_events(rec) if e["type"] == "user"]
+    assert "rc=126" in results[0] and "rc=126" not in results[1]
+    assert any("requires a macOS node" in n for n in rec.notes) or rec.enforcement.startswith("sandbox-exec")
 
 
 def test_a0_has_no_shell(tmp_path):
@@ -302,3 +314,11 @@ def test_the_tool_set_is_checked_before_any_inference(tmp_path, worker_env):
     # The preflight saw exactly the flags of the real launch.
     pre = invocations(tmp_path, preflight=True)[0]["argv"]
     assert pre[pre.index("--tools") + 1] == "Read,Write,Edit,Glob,Grep,Bash" and ("--bare" in pre) == bool(bare)
+
+
+def test_no_resume_when_the_first_sessions_spend_is_unknown(tmp_path, worker_env):
+    rec = attempt(tmp_path, "A4", {"sessions": [{"steps": [{"text": "working"}], "end": "crash"}, {"steps": []}]}, worker_env=worker_env)
+    assert rec.status == "agent_error" and rec.selfcheck_first is False
+    assert rec.recovery_used is False and "cost is unknown" in rec.recovery_skipped
+    assert rec.cost_usd is None and not rec.cost_complete
+    assert len(invocations(tmp_path)) == 1

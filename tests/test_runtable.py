@@ -176,3 +176,13 @@ def test_real_backend_is_not_simulated(table):
     assert not runtable.is_simulated(df)
     df.loc[0, "backend"] = "simulated"
     assert runtable.is_simulated(df)
+
+
+def test_common_spellings_of_missing_are_read_as_missing(table, tmp_path: Path):
+    path = tmp_path / "na.csv"
+    runtable.write_runtable(table, path)
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df["E_reasons"] = df["E_reasons"].replace("", "NA")
+    df.to_csv(path, index=False)
+    back = runtable.read_runtable(path)
+    assert back["E_reasons"].isna().sum() == table["E_reasons"].isna().sum() > 0

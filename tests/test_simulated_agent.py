@@ -66,6 +66,7 @@ def test_simulated_outputs_say_so(tmp_path):
     assert rec.backend == "simulated" and any("SIMULATED" in n for n in rec.notes)
     events = [json.loads(x) for x in Path(rec.transcript).read_text().splitlines()]
     assert events and all(e.get("simulated") is True for e in events)
+    assert (tmp_path / "runs" / "A3-3" / "agent" / "SIMULATED_agent_model.yml").read_text() == simulated.model_text()
     draws = (tmp_path / "runs" / "A3-3" / "agent" / "simulated_draws.jsonl").read_text().splitlines()
     assert all(json.loads(d)["SIMULATED"] is True for d in draws)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -33,7 +34,6 @@ from pilot.agents import audit
 from pilot.agents.session import (
     AGENT_ERROR,
     CAPPED,
-    COMPLETED,
     INFRA_ERROR,
     Classification,
     SessionOutcome,
@@ -98,6 +98,7 @@ class RunRecord:
     transcript: str
     sessions: list[dict] = field(default_factory=list)
     completion_record_valid: bool | None = None
+    completion_status: str | None = None
     enforcement: str = ""
     worker_env: dict | None = None
     portal: dict | None = None
@@ -287,10 +288,13 @@ def run_attempt(
             wants = (not passed) or cls1.status in (CAPPED, AGENT_ERROR)
             if wants and arm.recovery_resumes > 0:
                 spent = combined_cost(sessions).total_usd
-                budget_left = caps.usd - (spent if spent is not None else 0.0)
+                budget_left = caps.usd - spent if spent is not None else 0.0
                 wall_left = caps.wall_s - first.wall_s
                 if first.session_id is None:
                     recovery_skipped = "the first session reported no session id"
+                elif spent is None:
+                    # Without the first session's cost the remaining budget is unknown; a resume could overrun the cap.
+                    recovery_skipped = "the first session's cost is unknown (no result), so no remaining budget can be given"
                 elif budget_left < MIN_RESUME_USD:
                     recovery_skipped = f"no budget left ({budget_left:.4f} USD)"
                 elif wall_left < MIN_RESUME_WALL_S:
@@ -398,11 +402,17 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
         cli_version=sessions[-1].cli_version or sessions[0].cli_version,
         sessions=[s.to_dict() for s in sessions],
         completion_record_valid=valid,
+        completion_status=record.get("status") if valid and isinstance(record, dict) else None,
         enforcement=getattr(agent, "enforcement", ""),
         worker_env=worker_info,
         portal=portal_info,
         notes=list(notes) + list(getattr(agent, "notes", [])),
     )
+    if base["backend"] == "claude-code" and "macos" in arm.requires and platform.system() != "Darwin":
+        rec.notes.append(f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are that host's)")
+    pinned = str(protocol.study()["cli"]["version"])
+    if base["backend"] == "claude-code" and rec.cli_version and rec.cli_version != pinned:
+        rec.notes.append(f"CLI version {rec.cli_version} differs from the pinned {pinned} (study.yml cli.version)")
     if evaluate:
         from pilot.oracles import evaluate as oracle_evaluate
 

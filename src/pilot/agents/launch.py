@@ -228,8 +228,17 @@ def cli_argv(
 
 
 def default_hidden(run_dir: Path) -> list[Path]:
-    """Folders the worker must not see: the repository, the other runs, the operator's home."""
-    return [paths.ROOT, Path(run_dir).resolve().parent, Path.home()]
+    """Folders the worker must not see: the repository, the other runs, the operator's home.
+
+    The other runs are the run folder's siblings; in the scheduler's layout
+    (``<study>/workspaces/<run id>/attempt-N``) they are the siblings of the
+    run id's folder, so that folder's parent is hidden too.
+    """
+    run_dir = Path(run_dir).resolve()
+    hidden = [paths.ROOT, run_dir.parent, Path.home()]
+    if run_dir.name.startswith("attempt-") and len(run_dir.parents) > 2:
+        hidden.append(run_dir.parent.parent)
+    return hidden
 
 
 def _python_home(worker_env: Path) -> list[Path]:

@@ -152,9 +152,13 @@ class SimulatedBackend:
         if arm.id not in self.cfg["arms"]:
             raise ProtocolError(paths.SIMULATED_AGENT_FILE, f"arms.{arm.id}", "the simulated agent has no model for this arm")
         self.arm_cfg = self.cfg["arms"][arm.id]
-        self.version = str(self.cfg["cli_version"])
+        # Reads as simulated wherever it is shown; the number still selects the resume-cost behaviour.
+        self.version = f"{self.cfg['cli_version']} (simulated)"
         self.transcript = self.run_dir / "transcript.jsonl"
-        self.notes = [f"SIMULATED agent: generative model {paths.SIMULATED_AGENT_FILE.relative_to(paths.ROOT)}"]
+        self.notes = [f"SIMULATED agent: generative model {paths.SIMULATED_AGENT_FILE.relative_to(paths.ROOT)} (copied to agent/)"]
+        # The assumptions travel with the outputs they produced.
+        (self.run_dir / "agent").mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "agent" / "SIMULATED_agent_model.yml").write_text(model_text(), encoding="utf-8")
         self._spent = 0.0
         self._questions = 0
         self._session_id: str | None = None

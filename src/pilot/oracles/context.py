@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pilot.oracles import readers, safety
+from pilot.oracles import guard, readers, safety
 from pilot.oracles.recalc import Recalculator
 from pilot.scenarios.bundle import Deliverable, Scenario
 
+GUARDED_KINDS = ("xlsx", "docx", "pdf")
 TEXT_SUBSTITUTES = {"xlsx": (".csv",), "docx": (".md", ".txt"), "pdf": (".md", ".txt")}
 
 
@@ -52,11 +53,12 @@ class FileStatus:
 class WorkspaceContext:
     """Cached, defensive access to the deliverables of one workspace."""
 
-    def __init__(self, scenario: Scenario, workspace: Path, recalculator: Recalculator | None) -> None:
+    def __init__(self, scenario: Scenario, workspace: Path, recalculator: Recalculator | None, guard_limits: dict | None = None) -> None:
         self.scenario = scenario
         self.workspace = Path(workspace)
         self.outputs = self.workspace / "outputs"
         self.recalculator = recalculator
+        self.guard_limits: dict[str, float] = dict(guard_limits or {})
         self._memo: dict[tuple, Any] = {}
 
     def _cached(self, key: tuple, fn):
@@ -85,10 +87,52 @@ class WorkspaceContext:
                     subs,
                 )
             if not cand.exists() and not cand.is_symlink():
-                return FileStatus(name, None, f"{name} was not delivered (no outputs/{name})")
+                near = [p.name for p in self.outputs.iterdir() if p.name.lower() == name.lower()] if self.outputs.is_dir() else []
+                hint = f"; found {near[0]}, whose name differs in case" if near else ""
+                return FileStatus(name, None, f"{name} was not delivered (no outputs/{name}){hint}")
             return FileStatus(name, None, screened.reason)
 
         return self._cached(("status", name), compute)
+
+    # -- screening and the guarded parse ---------------------------------
+    def screened(self, name: str) -> str | None:
+        """None when the delivered file passes the format screens of its kind (no library touched it)."""
+
+        def compute() -> str | None:
+            st = self.status(name)
+            if not st.ok:
+                return st.reason
+            kind = self.deliverable(name).kind
+            if kind in ("xlsx", "docx"):
+                return safety.screen_ooxml(st.path, "." + kind)
+            if kind == "pdf":
+                return safety.screen_pdf(st.path)
+            return None
+
+        return self._cached(("screened", name), compute)
+
+    def guarded(self, name: str) -> str | None:
+        """None when a child process parsed the file within the time and memory limits."""
+
+        def compute() -> str | None:
+            reason = self.screened(name)
+            if reason:
+                return reason
+            if self.deliverable(name).kind not in GUARDED_KINDS:
+                return None
+            path = self.status(name).path
+            verdict = guard.probe_cached([path], **self.guard_limits)[path]
+            return f"{name} {verdict}" if verdict else None
+
+        return self._cached(("guarded", name), compute)
+
+    def guard_candidates(self) -> list[Path]:
+        """Delivered binary files that pass the screens: what the guard must parse first."""
+        out = []
+        for d in self.scenario.file_deliverables:
+            if d.kind in GUARDED_KINDS and self.screened(d.name) is None:
+                out.append(self.status(d.name).path)
+        return out
 
     # -- well-formedness --------------------------------------------------
     def well_formed(self, name: str) -> str | None:
@@ -99,30 +143,21 @@ class WorkspaceContext:
             if not st.ok:
                 return st.reason
             kind = self.deliverable(name).kind
-            path = st.path
-            if kind in ("xlsx", "docx"):
-                reason = safety.screen_ooxml(path, "." + kind)
+            if kind in ("xlsx", "docx", "pdf"):
+                reason = self.guarded(name)
                 if reason:
                     return reason
                 if kind == "xlsx":
                     wb, reason = self.workbook(name, data_only=False)
                     if reason:
                         return reason
-                    if not wb.worksheets:
-                        return f"{name} has no worksheets"
+                    return None if wb.worksheets else f"{name} has no worksheets"
+                lines, reason = self.lines(name)
+                if reason:
+                    return reason
+                if any(line.strip() for line in lines):
                     return None
-                lines, reason = self.lines(name)
-                if reason:
-                    return reason
-                return None if any(line.strip() for line in lines) else f"{name} holds no text"
-            if kind == "pdf":
-                reason = safety.screen_pdf(path)
-                if reason:
-                    return reason
-                lines, reason = self.lines(name)
-                if reason:
-                    return reason
-                return None if any(line.strip() for line in lines) else f"{name} has no extractable text (a scanned image or blank pages)"
+                return f"{name} holds no text" if kind == "docx" else f"{name} has no extractable text (a scanned image or blank pages)"
             if kind == "csv":
                 _, reason = self.csv(name)
                 return reason
@@ -136,10 +171,10 @@ class WorkspaceContext:
     # -- parsed views -----------------------------------------------------
     def workbook(self, name: str, *, data_only: bool):
         def compute():
-            st = self.status(name)
-            if not st.ok:
-                return None, st.reason
-            return readers.load_workbook(st.path, data_only=data_only)
+            reason = self.guarded(name)
+            if reason:
+                return None, reason
+            return readers.load_workbook(self.status(name).path, data_only=data_only)
 
         return self._cached(("wb", name, data_only), compute)
 
@@ -167,10 +202,10 @@ class WorkspaceContext:
 
     def lines(self, name: str):
         def compute():
-            st = self.status(name)
-            if not st.ok:
-                return None, st.reason
-            return readers.document_lines(st.path)
+            reason = self.guarded(name)
+            if reason:
+                return None, reason
+            return readers.document_lines(self.status(name).path)
 
         return self._cached(("lines", name), compute)
 

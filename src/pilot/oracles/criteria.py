@@ -163,7 +163,8 @@ _NUMBERING = re.compile(r"^\s*(?:#+\s*)?(?:[*_]+)?\s*(?:(?:\d+(?:\.\d+)*|[A-Z]|[
 def _heading_matches(line: str, section: str) -> bool:
     text = _NUMBERING.sub("", line).strip().strip("*_:").strip().lower()
     sec = section.lower()
-    return text.startswith(sec) and len(text) <= len(sec) + 60
+    # "Summary" also matches a heading "Executive summary"; a short line only, never body text.
+    return (text.startswith(sec) and len(text) <= len(sec) + 60) or (text.endswith(sec) and len(text) <= len(sec) + 30)
 
 
 def check_sections(ctx: WorkspaceContext, c: Criterion) -> Outcome:

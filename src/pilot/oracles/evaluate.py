@@ -20,7 +20,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from pilot.oracles import safety
+from pilot.oracles import guard, safety
 from pilot.oracles.context import WorkspaceContext
 from pilot.oracles.criteria import CHECKS
 from pilot.oracles.hashing import compare_hashes, hash_inputs
@@ -120,16 +120,21 @@ def evaluate(
     input_hashes: dict[str, str] | None = None,
     *,
     recalculator: Recalculator | None = None,
+    guard_limits: dict | None = None,
 ) -> Evaluation:
     """Judge ``workspace`` against ``scenario``'s oracle.
 
     ``input_hashes`` are the hashes taken when the workspace was laid out;
-    when None, the bundle's own inputs are the reference.
+    when None, the bundle's own inputs are the reference. ``guard_limits``
+    (``per_file_timeout_s``, ``memory_limit_bytes``) bound the child process
+    that parses each office file before the evaluator does.
     """
     t0 = time.perf_counter()
     workspace = Path(workspace)
     recalculator = recalculator if recalculator is not None else default_recalculator()
-    ctx = WorkspaceContext(scenario, workspace, recalculator)
+    ctx = WorkspaceContext(scenario, workspace, recalculator, guard_limits)
+    # All office files of the workspace through one guarded child process.
+    guard.probe_cached(ctx.guard_candidates(), **ctx.guard_limits)
     before = input_hashes if input_hashes is not None else hash_inputs(scenario.inputs_dir)
     inputs = workspace / "inputs"
     if inputs.is_symlink() or (inputs.exists() and not inputs.resolve().is_relative_to(workspace.resolve())):
@@ -144,7 +149,7 @@ def evaluate(
     for crit in order:
         blocker = _blocker(scenario, crit, ctx, results)
         if blocker is not None:
-            res = CriterionResult(crit.id, crit.kind, crit.required, False, f"not checked: {blocker.reason}", crit.file, blocker.id)
+            res = CriterionResult(crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id)
         else:
             try:
                 passed, reason = CHECKS[crit.kind](ctx, crit)
@@ -180,6 +185,7 @@ def evaluate_many(
     """Evaluate many workspaces, recalculating all their workbooks in one LibreOffice process."""
     items = list(items)
     recalculator = recalculator if recalculator is not None else default_recalculator()
+    guard.probe_cached([p for sc, ws, _ in items for p in WorkspaceContext(sc, Path(ws), None).guard_candidates()])
     books = [p for sc, ws, _ in items for p in workbooks_to_recalculate(sc, ws)]
     if books:
         recalculator.recalculate(books)

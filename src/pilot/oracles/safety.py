@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
-MAX_UNCOMPRESSED_BYTES = 64 * 1024 * 1024
+MAX_UNCOMPRESSED_BYTES = 32 * 1024 * 1024
 MAX_ZIP_ENTRIES = 5000
 MAX_RATIO = 200.0
 MAX_PDF_BYTES = 25 * 1024 * 1024

@@ -68,7 +68,7 @@ def run_calibration(
     truths = {name: _truth(m, specs, contrasts, per_scenario, study) for name, m in conditions.items()}
     for i in iterator:
         for name, m in conditions.items():
-            df = synthetic.generate_runtable(seed * 1000 + i, n_scenarios=n_scenarios, repeats=repeats, model=m, sensitivity_wave=False, study=study)
+            df = synthetic.generate_runtable(seed * 1000 + i, repeats=repeats, model=m, sensitivity_wave=False, study=study, scenarios=specs)
             layout = Layout.of(df, study.arms)
             means = layout.means(estimators.acceptance_values(df, study.q))
             tab, _ = primary.contrast_table(

@@ -58,6 +58,9 @@ class PrimaryResult:
     def summary(self) -> pd.DataFrame:
         return self.contrasts
 
+    def to_latex(self, **kwargs) -> str:
+        return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
+
     def contrast(self, name: str) -> pd.Series:
         return self.contrasts.set_index("contrast").loc[name]
 
@@ -104,7 +107,7 @@ def contrast_table(
 
     Returns the table and the bootstrap replicates ``(B, K)``.
     """
-    rng = np.random.default_rng(settings.seed)
+    rng = np.random.default_rng([settings.seed, 2])  # a stream apart from the synthetic generator's (same seed)
     if counts is None:
         counts = resampling.bootstrap_counts(rng, layout.J, settings.B)
     d = estimators.contrast_differences(means, layout, contrasts)
@@ -167,7 +170,7 @@ def primary_analysis(
     S = estimators.acceptance_values(rows, q)
     means = layout.means(S)
     w = layout.weights(weights)
-    counts = resampling.bootstrap_counts(np.random.default_rng(settings.seed), layout.J, settings.B)
+    counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 2]), layout.J, settings.B)
     _, scored = layout.sums(S)
     acc, acc_reps = acceptance_table(means, layout, w, settings, counts, layout.runs_per_arm(), scored.sum(axis=0).astype(int))
     contrasts = list(contrasts or study.contrasts)

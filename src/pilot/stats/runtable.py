@@ -31,6 +31,8 @@ WAVES = ("pilot", "repeat3", "sensitivity")
 STATUSES = ("completed", "capped", "agent_error", "infra_error")
 CENSOR_REASONS = ("cost", "wall", "turns")
 COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
+# How a CSV may spell a missing value (pandas writes an empty cell).
+MISSING_SPELLINGS = ("", "NA", "NaN", "nan", "null", "None")
 # Floating-point slack for the consistency checks (Q as a mean of judges, H in minutes).
 _TOL = 1e-6
 
@@ -364,7 +366,7 @@ def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scen
     if not path.is_file():
         raise RunTableError(str(path), None, "file not found")
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=list(MISSING_SPELLINGS))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise RunTableError(str(path), None, f"not a readable CSV ({exc})") from exc
     return validate_runtable(raw, source=path, study=study, scenarios=scenarios)

@@ -51,7 +51,7 @@ def q_grid(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = No
     """Every contrast and arm acceptance at each threshold q of the preregistered grid (50..90)."""
     study, rows, layout = _setup(df, study)
     settings = InferenceSettings.from_study(seed, study, B=B, n_permutations=n_permutations)
-    counts = resampling.bootstrap_counts(np.random.default_rng(settings.seed), layout.J, settings.B)
+    counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 2]), layout.J, settings.B)
     signs, _ = resampling.sign_vectors(layout.J, settings.n_permutations, np.random.default_rng([settings.seed, 1]))
     w = layout.weights("equal")
     out, arms = [], []

@@ -110,10 +110,19 @@ def _num(v: float) -> object:
     return int(v) if v.is_integer() and abs(v) < 1e12 else v
 
 
+def _fit_width(path: Path) -> Path:
+    """Shrink a generated table to the text width when it is wider (never enlarge it)."""
+    text = path.read_text(encoding="utf-8")
+    text = text.replace("\\begin{tabular}", "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%\n\\begin{tabular}", 1)
+    text = text.replace("\\end{tabular}", "\\end{tabular}}", 1)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def _infinity_symbols(path: Path) -> Path:
     """Show infinite ratios in a generated table as the symbol."""
     text = path.read_text(encoding="utf-8")
-    path.write_text(re.sub(r"(?<![A-Za-z\\])inf(?![A-Za-z])", "$\\infty$", text), encoding="utf-8")
+    path.write_text(re.sub(r"(?<![A-Za-z\\])inf(?![A-Za-z])", lambda _: "$\\infty$", text), encoding="utf-8")
     return path
 
 
@@ -232,7 +241,9 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
         _tag(df, data).to_csv(out[name], index=False)
 
     def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw) -> None:
-        out[name] = write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw)
+        if kw.get("escape") is False:  # captions with math: the column names still need escaping
+            df = df.rename(columns=lambda c: latex_escape(str(c)))
+        out[name] = _fit_width(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw))
 
     primary_name = "-".join(study.contrasts[0])
     qg: TableResult = results["q_grid"]  # type: ignore[assignment]
@@ -301,7 +312,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
         tex(f"sensitivity_{h.id.lower()}_table.tex", h.summary,
-            f"{h.id}{' (exploratory)' if h.exploratory else ''}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {h.verdict}.",
+            f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {h.verdict}.",
             f"tab:{h.id.lower()}")
 
     m = common_macros(data, study)

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from pilot import paths, protocol
 from pilot.stats import runtable
@@ -133,7 +132,7 @@ def scenario_specs(model: SyntheticModel, n_scenarios: int | None = None, *, rng
 
 def study_scenarios(seed: int, n_scenarios: int | None = None, model: SyntheticModel | None = None, study: protocol.Study | None = None) -> list[ScenarioSpec]:
     """The scenarios ``generate_runtable(seed, n_scenarios=...)`` uses (stand-ins drawn with the seed)."""
-    return scenario_specs(model or SyntheticModel.load(), n_scenarios, rng=np.random.default_rng([seed, 1]), study=study)
+    return scenario_specs(model or SyntheticModel.load(), n_scenarios, rng=np.random.default_rng([seed, 5]), study=study)
 
 
 def standin_scenarios(ids: Any, model: SyntheticModel | None = None) -> list[str]:
@@ -244,16 +243,18 @@ def generate_runtable(
     model: SyntheticModel | None = None,
     sensitivity_wave: bool = True,
     study: protocol.Study | None = None,
+    scenarios: list[ScenarioSpec] | None = None,
 ) -> pd.DataFrame:
     """A SIMULATED run table: every scenario x arm x repeat of the worker model, plus the model-sensitivity wave.
 
     ``repeats`` beyond the pilot's are labelled wave ``repeat3``; the
     sensitivity wave runs ``study.sensitivity_models`` on its arm.
+    ``scenarios`` fixes the scenario list (default: ``study_scenarios(seed, n_scenarios)``).
     """
     study = study or protocol.study()
     model = model or SyntheticModel.load()
     rng = np.random.default_rng(seed)
-    specs = study_scenarios(seed, n_scenarios, model, study)
+    specs = scenarios or study_scenarios(seed, n_scenarios, model, study)
     J = len(specs)
     arms = model.arms
     u = rng.normal(0.0, model["scenario_sd_logit"], J)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import openpyxl
 import pandas as pd
 from openpyxl.styles import Font

@@ -1,0 +1,61 @@
+"""Child process of :mod:`pilot.oracles.guard`: try to parse each file, report one JSON line per file.
+
+Run as a script (never imported by the evaluator): it imports only the
+office libraries, parses each file the way the evaluator will, and prints
+``{"i": index, "ok": bool, "error": str}`` as soon as each file is done, so
+the parent knows which file a hang or a crash belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+
+def parse(path: str) -> None:
+    lower = path.lower()
+    if lower.endswith(".xlsx"):
+        import openpyxl
+
+        wb = openpyxl.load_workbook(path, data_only=False)
+        for ws in wb.worksheets:
+            for _ in getattr(ws, "_cells", {}).values():
+                pass
+    elif lower.endswith(".docx"):
+        from docx import Document
+
+        doc = Document(path)
+        for block in doc.iter_inner_content():
+            getattr(block, "text", None)
+            for row in getattr(block, "rows", []):
+                for cell in row.cells:
+                    cell.text
+    elif lower.endswith(".pdf"):
+        import logging
+
+        from pypdf import PdfReader
+
+        logging.getLogger("pypdf").setLevel(logging.CRITICAL)
+        reader = PdfReader(path, strict=False)
+        if not reader.is_encrypted:
+            for page in reader.pages[:200]:
+                page.extract_text()
+
+
+def main(argv: list[str]) -> int:
+    warnings.simplefilter("ignore")
+    for i, path in enumerate(argv):
+        try:
+            parse(path)
+            out = {"i": i, "ok": True, "error": ""}
+        except MemoryError:
+            out = {"i": i, "ok": False, "error": "exhausted the memory limit while being read"}
+        except Exception as exc:  # noqa: BLE001 - any failure is reported, the next file still runs
+            out = {"i": i, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,102 @@
+"""The real pinned CLI, launched exactly as a run launches it, against a scripted Messages API on loopback.
+
+Skipped unless a real CLI is at hand: the one bundled in ``claude-agent-sdk``
+(``pip install -e '.[agent]'``) or the file named by ``PILOT_TEST_CLAUDE_BIN``.
+No request leaves the machine: ``ANTHROPIC_BASE_URL`` points at the fake API.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+from pilot import paths, protocol
+from pilot.agents import claude_code, sandbox
+from pilot.protocol import Caps
+from pilot.runner import run_attempt
+
+SID = "LEGAL-01"
+
+
+def _real_cli() -> Path | None:
+    env = os.environ.get("PILOT_TEST_CLAUDE_BIN")
+    if env and Path(env).is_file():
+        return Path(env)
+    return claude_code.bundled_cli()
+
+
+CLI = _real_cli()
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)"),
+    pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed"),
+    pytest.mark.skipif(not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"),
+]
+
+
+@pytest.fixture
+def worker_env(tmp_path) -> Path:
+    env = tmp_path / "worker-env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python3").symlink_to("/usr/bin/python3")
+    return env
+
+
+@pytest.fixture
+def not_bare(monkeypatch):
+    # CLI 2.1.327's --bare leaves Bash, Edit and Read only (see test_bare_mode_and_the_arm_tool_sets).
+    monkeypatch.setitem(protocol.study().raw["cli"], "bare", False)
+
+
+def _run(tmp_path, arm, api, worker_env, caps=Caps(1.0, 120)):
+    return run_attempt(SID, arm, backend="claude-code", out_dir=tmp_path / "runs" / "r", seed=1, claude_bin=CLI, caps=caps,
+                       worker_env=worker_env, evaluate=False,
+                       environ={"ANTHROPIC_API_KEY": "sk-ant-test-only", "ANTHROPIC_BASE_URL": api.url})
+
+
+def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not_bare):
+    out = tmp_path / "runs" / "r" / "workspace" / "outputs" / "note.md"
+    turns = [
+        tool_turn("Bash", {"command": "bash -c 'curl --version'; echo rc=$?", "description": "probe"}, "toolu_01"),
+        tool_turn("Bash", {"command": "curl --version", "description": "probe"}, "toolu_02"),
+        tool_turn("Write", {"file_path": str(out), "content": "# Note\n"}, "toolu_03"),
+        text_turn("Done."),
+    ]
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], turns) as api:
+        rec = _run(tmp_path, "A1", api, worker_env)
+        results = api.tool_results()
+    assert rec.status == "completed" and rec.turns == 4
+    assert rec.tool_calls_by_tool == {"Bash": 2, "Write": 1}
+    assert out.read_text() == "# Note\n"
+    assert sandbox.STUB_MARKER in results["toolu_01"] and "rc=126" in results["toolu_01"]
+    assert "denied" in results["toolu_02"].lower()
+    devs = {(d["tool_use_id"], d["via"], d["blocked_by"]) for d in rec.deviations}
+    assert devs == {("toolu_01", "bash -c", "mask"), ("toolu_02", "command", "cli_rule")}
+    assert rec.cost_usd and rec.cost_usd > 0 and rec.cost_usd == rec.sessions[0]["reported_cost_usd"]
+
+
+def test_resume_reports_the_session_total(tmp_path, worker_env, not_bare):
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Stopping early."), text_turn("Resumed.")]) as api:
+        rec = _run(tmp_path, "A4", api, worker_env)
+        sent = [len(r.get("messages", [])) for r in api.requests if r.get("model") == api.model]
+    first, second = rec.sessions
+    assert rec.selfcheck_first is False and rec.recovery_used
+    assert second["resumed_from"] == first["session_id"] == second["session_id"]
+    assert sent[1] > sent[0]  # the resumed request carries the first session's conversation
+    assert second["reported_cost_usd"] == pytest.approx(2 * first["reported_cost_usd"])  # cumulative, CLI >= 2.1.277
+    assert rec.cost_usd == pytest.approx(second["reported_cost_usd"])
+    assert rec.recovery_cost_usd == pytest.approx(first["reported_cost_usd"])
+
+
+def test_bare_mode_and_the_arm_tool_sets(tmp_path, worker_env):
+    """With study.yml's bare mode, the runner refuses a CLI that would offer another tool set than the arm's."""
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Done.")]) as api:
+        rec = _run(tmp_path, "A0", api, worker_env)
+        calls = len(api.requests)
+    if rec.status == "infra_error":
+        assert "tool set mismatch" in rec.infra_error and calls == 0
+    else:
+        assert rec.sessions[0]["tools_offered"] and sorted(rec.sessions[0]["tools_offered"]) == sorted(protocol.arms()["A0"].tools)
