@@ -24,12 +24,13 @@
 study: str = "pilot-simulated"  # name of the study under analysis/data/ whose pilot has run
 seed: int = 20260415  # seed of record for this stage (the waves reuse the study's own assignment seed)
 tables_dir: str = "analysis/tables"  # folder for scale_rule_<study>.csv/.json/_amendment.txt and freeze_<study>.csv
-figures_dir: str = "manuscript/figures"  # folder for scale_rule_<study>.pdf
-generated_dir: str = "manuscript/generated"  # folder for scale_rule_<study>.tex (one macro per number)
+figures_dir: str = "manuscript/figures"  # folder for scale_rule.pdf
+generated_dir: str = "manuscript/generated"  # folder for scale_rule_macros.tex (one macro per number)
 run_waves: bool = False  # also run the waves the rule adds (third repeat, then sensitivities)
 backend: str = "simulated"  # backend of the added waves: simulated (dry run) or claude-code
 executor: str = "local"  # executor of the added waves: local or dask
 scheduler_address: str = ""  # dask scheduler address when executor is dask
+export: bool = True  # export the run table afterwards (pooled when the freeze verification passes)
 
 # %%
 from pathlib import Path
@@ -98,3 +99,19 @@ if report is None:
 else:
     print("\n".join(report.lines()))
     report.summary.assign(study=study, ok=report.ok).to_csv(tables / f"freeze_{study}.csv", index=False)
+
+# %% [markdown]
+# ## The pooled run table
+#
+# When the freeze verification passes, the later waves are pooled with the
+# pilot and the run table is exported again; otherwise only the pilot is
+# exported and the later waves stay out of every analysis.
+
+# %%
+from pilot.study_cli import export_run_table
+
+pooled = report is not None and report.ok
+if export:
+    runs_path, runs = export_run_table(study, pilot_only=not pooled)
+    print(f"wrote {runs_path}: {len(runs)} rows ({'pooled' if pooled else 'pilot only'})")
+    display(runs.groupby(["wave", "arm"]).size().unstack(fill_value=0))

@@ -88,12 +88,12 @@ def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
     monkeypatch.setenv("PILOT_ROOT", str(root))  # the kernel reads this study's store
     tables, figures, generated = tmp_path / "tables", tmp_path / "figures", tmp_path / "generated"
     run_stage("scale-rule", {"study": "scale", "seed": 1, "tables_dir": str(tables), "figures_dir": str(figures),
-                             "generated_dir": str(generated)}, output=tmp_path / "nb.ipynb")
+                             "generated_dir": str(generated), "export": False}, output=tmp_path / "nb.ipynb")
     decision = json.loads((tables / "scale_rule_scale.json").read_text())
     assert decision["waves"] == expected.waves and decision["c_bar_usd"] == pytest.approx(expected.inputs.c_bar_usd)
     inputs = pd.read_csv(tables / "scale_rule_scale.csv")
     assert "remaining envelope E_r (USD)" in set(inputs["quantity"])
     assert (tables / "scale_rule_scale_amendment.txt").read_text().strip() == "[SIMULATED] " + expected.amendment_text()
-    assert (figures / "scale_rule_scale.pdf").read_bytes().startswith(b"%PDF")
-    macros = (generated / "scale_rule_scale.tex").read_text()
+    assert (figures / "scale_rule.pdf").read_bytes().startswith(b"%PDF")
+    macros = (generated / "scale_rule_macros.tex").read_text()
     assert "\\newcommand" in macros and "SIMULATED" in macros

@@ -189,8 +189,9 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool,
     ``tables_dir``: ``scale_rule_<study>.csv`` (inputs and both sides of each
     condition), ``scale_rule_<study>.json`` (the decision) and
     ``scale_rule_<study>_amendment.txt``; ``generated_dir``:
-    ``scale_rule_<study>.tex`` (one macro per number); ``figures_dir``:
-    ``scale_rule_<study>.pdf`` (the envelope and the two conditions). A
+    ``scale_rule_macros.tex`` (one macro per number, the name the manuscript
+    inputs); ``figures_dir``:
+    ``scale_rule.pdf`` (the envelope and the two conditions). A
     decision taken on a simulated study says SIMULATED in each.
     """
     from pilot.report.latex import macro_name, write_macros
@@ -233,10 +234,10 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool,
         macro_name("scale", "third", "added"): "yes" if decision.add_third_repeat else "no",
         macro_name("scale", "sens", "run"): "yes" if decision.run_sensitivities else "no",
     }
-    out["macros"] = write_macros(macros, Path(generated_dir) / f"{stem}.tex", digits=2,
+    out["macros"] = write_macros(macros, Path(generated_dir) / "scale_rule_macros.tex", digits=2,
                                  comment=f"{tag} scale rule of study {study_name}".strip())
     if figures_dir is not None:
-        out["figure"] = _figure(decision, Path(figures_dir) / f"{stem}.pdf", tag)
+        out["figure"] = _figure(decision, Path(figures_dir) / "scale_rule.pdf", tag)
     return out
 
 

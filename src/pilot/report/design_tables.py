@@ -30,13 +30,13 @@ def enforcement_text(arm: Arm) -> str:
     """How the arm's restrictions are enforced, in words for the arms table."""
     # Mirrors pilot.agents.launch and pilot.agents.audit; every arm also runs with the repository hidden.
     if not arm.has_shell:
-        return "tool set fixed with --tools: no shell exists; every tool call audited"
+        return "tool set fixed with \\texttt{--tools}: no shell exists; every tool call audited"
     if not arm.denied_families:
         return "nothing denied; every command audited"
     return (
-        "CLI deny rules Bash(name:*); each program's files covered by a refusing stub in the run's own mount namespace "
-        "(bubblewrap on Linux, a sandbox-exec profile on macOS); every command and script audited, an attempt "
-        "(also via bash -c, eval or a Python subprocess) recorded as a deviation"
+        "CLI deny rules \\texttt{Bash(name:*)}; programs masked by a refusing stub in the run's mount namespace "
+        "(bubblewrap; \\texttt{sandbox-exec} on macOS); attempts, also via \\texttt{bash -c} or a subprocess, "
+        "audited as deviations"
     )
 
 
