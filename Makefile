@@ -13,6 +13,18 @@ STAMPS := build/stamps
 # simulated (embedded default, a dry run) or claude-code (real study, needs ANTHROPIC_API_KEY)
 BACKEND ?= simulated
 SEED ?= 20260415
+# The study the pipeline runs: a dry run is started afresh whenever the harness
+# changes; a real study is only ever resumed, never deleted.
+ifeq ($(BACKEND),simulated)
+STUDY ?= pilot-simulated
+FRESH := true
+else
+STUDY ?= pilot-$(BACKEND)
+FRESH := false
+endif
+EXECUTOR ?= local
+HARNESS_SRC := $(shell find src/pilot -name '*.py' -not -path 'src/pilot/stats/*' -not -path 'src/pilot/report/*' -not -name dry_run.py) \
+  $(wildcard analysis/config/*.yml) $(shell find protocol -type f)
 
 TABLES := analysis/tables
 FIGURES := manuscript/figures
@@ -47,15 +59,40 @@ $(STAMPS)/stage-power: $(VENV)/.installed notebooks/03_power.py src/pilot/stats/
 	$(PILOT) stage power $(STAGE_DIRS)
 	@mkdir -p $(STAMPS) && touch $@
 
-# The run table the statistics stages read; empty: each stage draws a SIMULATED synthetic table with SEED.
-RUNS ?=
+# The real backend needs the pinned CLI (the `agent` extra) and the worker's
+# own Python environment (build/worker-env).
+ifeq ($(BACKEND),simulated)
+BACKEND_DEPS :=
+else
+BACKEND_DEPS := $(STAMPS)/agent-env
+endif
+
+$(STAMPS)/agent-env: $(VENV)/.installed src/pilot/agents/worker_requirements.txt
+	$(BIN)/python -m pip install -q -e '.[agent]'
+	$(PILOT) worker-env build
+	@mkdir -p $(STAMPS) && touch $@
+
+# The study: pilot wave, then the scale rule, which runs the waves it adds and
+# exports the pooled run table analysis/data/$(STUDY)/runs.csv.
+$(STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(BACKEND_DEPS) notebooks/01_pilot.py $(HARNESS_SRC)
+	$(PILOT) stage pilot $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p fresh $(FRESH)
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/stage-scale-rule: $(STAMPS)/stage-pilot notebooks/02_scale_rule.py
+	$(PILOT) stage scale-rule $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p run_waves true
+	@mkdir -p $(STAMPS) && touch $@
+
+# The run table the statistics stages read: by default the study's export.
+# RUNS=path/to/runs.csv analyses another table; RUNS= (empty) a SIMULATED synthetic one.
+RUNS ?= analysis/data/$(STUDY)/runs.csv
+RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(STAMPS)/stage-scale-rule,$(RUNS))
 STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) analysis/config/synthetic_runtable.yml
 
-$(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS)
+$(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/dry_run.py protocol/study.yml $(RUNS_DEP)
 	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS)
+$(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
 	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
@@ -64,7 +101,7 @@ $(STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) p
 	$(BIN)/python analysis/calibration.py --quiet --tables-dir $(TABLES) --generated-dir $(GENERATED)
 	@mkdir -p $(STAMPS) && touch $@
 
-STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power
+STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power $(STAMPS)/stage-pilot $(STAMPS)/stage-scale-rule
 STAGE_STAMPS += $(STAMPS)/stage-primary $(STAMPS)/stage-sensitivity $(STAMPS)/calibration
 .PRECIOUS: $(STAGE_STAMPS)
 

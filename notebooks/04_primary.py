@@ -40,7 +40,7 @@ import time
 
 import pandas as pd
 
-from pilot import protocol
+from pilot import dry_run, protocol
 from pilot.stats import hypotheses, primary, stage_outputs
 
 pd.set_option("display.width", 160)
@@ -104,3 +104,27 @@ written = stage_outputs.write_primary(result, hyps, data, tables_dir, figures_di
 for name, path in written.items():
     print(f"{name:36s} {path}")
 print(f"primary stage computations and outputs: {time.perf_counter() - started:.2f} s")
+
+# %% [markdown]
+# ## The dry run's known truth
+#
+# A SIMULATED run table has a truth to check the estimates against. For a
+# dry run of the harness (`backend` simulated) it is the acceptance each arm
+# was planted with, derived from the two stated models the simulated agent
+# and judges read (`analysis/config/simulated_agent.yml`,
+# `analysis/config/simulated_judges.yml`; `pilot.dry_run`); for a synthetic
+# table it is the generator's own (`pilot.stats.synthetic`). `covered` says
+# whether the arm's 95% interval holds the planted value. A real run table
+# has no such truth: nothing is written, and files left by an earlier dry
+# run are removed.
+
+# %%
+truth = dry_run.truth_for(data.runs, result.acceptance, seed=seed, study=study)
+if truth is None:
+    removed = dry_run.remove_truth(tables_dir, generated_dir)
+    print("real run table: no planted truth" + (f"; removed {', '.join(map(str, removed))}" if removed else ""))
+else:
+    for name, path in dry_run.write_truth(truth, tables_dir, generated_dir).items():
+        print(f"{name:36s} {path}")
+    print(f"SIMULATED ({truth.kind}): the planted value lies in {truth.n_covered} of {len(truth.summary)} intervals")
+    display(truth.summary)  # noqa: F821 (IPython)

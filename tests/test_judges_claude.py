@@ -56,7 +56,7 @@ def test_judges_through_the_cli_single_turn_tool_less(tmp_path: Path, run, monke
         assert argv[argv.index("--tools") + 1] == "" and argv[argv.index("--max-turns") + 1] == "1"
         assert argv[argv.index("--model") + 1] == member["model"]
         assert argv[argv.index("--setting-sources") + 1] == ""
-        assert "--bare" in argv  # study.yml cli.bare
+        assert ("--bare" in argv) == bool(protocol.study()["cli"]["bare"])  # study.yml cli.bare (false since A-010)
         # A fresh, empty config folder and working folder per call.
         assert call["config_dir_empty"] and call["cwd_empty"]
         assert "SOME_OPERATOR_SECRET" not in call["env_keys"] and "ANTHROPIC_API_KEY" in call["env_keys"]
@@ -130,4 +130,5 @@ def test_parse_cli_output_cases() -> None:
 def test_command_is_the_documented_one(tmp_path: Path) -> None:
     cli, _ = fake_cli(tmp_path, "ok")
     cmd = ClaudeCodeJudge(cli).command("claude-sonnet-5-5")
-    assert cmd[1:] == ["-p", "--output-format", "json", "--tools", "", "--max-turns", "1", "--model", "claude-sonnet-5-5", "--setting-sources", "", "--bare"]
+    bare = ["--bare"] if protocol.study()["cli"]["bare"] else []  # off since A-010
+    assert cmd[1:] == ["-p", "--output-format", "json", "--tools", "", "--max-turns", "1", "--model", "claude-sonnet-5-5", "--setting-sources", "", *bare]

@@ -99,3 +99,67 @@ def test_settlement_replaces_reservation_and_audit_catches_tampering(tmp_path):
     assert any("differs from the journal" in p for p in problems)
     with pytest.raises(ledger.LedgerError, match="BEGIN IMMEDIATE"):
         ledger.reserve(st.conn, c.run_id, 1, 10)
+
+
+def test_unknown_cost_is_settled_at_the_whole_reservation(tmp_path):
+    """A run killed at the wall limit reports no cost: the ledger charges its worst case and says so."""
+    st = make_store(tmp_path, envelope=100.0)
+    known, unknown = st.cells("pilot")[:2]
+    a = st.begin_attempt(known, "n", "simulated", tmp_path / "ws")
+    st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.1), max_infra_attempts=3)
+    b = st.begin_attempt(unknown, "n", "simulated", tmp_path / "ws")
+    killed = {"status": "capped", "censored": True, "censor_reason": "wall", "cost_usd": None, "cost_complete": False}
+    outcome = AttemptOutcome(record=killed, cost_usd=None, judge_cost_usd=0.1, status="capped")
+    assert outcome.total_cost_usd is None
+    assert st.finish_attempt(b.attempt_id, outcome, max_infra_attempts=3) == "done"  # censored, never rerun
+    bal = st.balance()
+    assert bal.reserved_usd == 0 and bal.spent_usd == pytest.approx(1.1 + unknown.reserve_usd)
+    notes = dict(st.conn.execute("SELECT attempt_id, note FROM ledger WHERE kind = 'settle'").fetchall())
+    assert "reported cost" in notes[a.attempt_id]
+    assert "cost unknown" in notes[b.attempt_id] and "whole reservation" in notes[b.attempt_id]
+    att = st.conn.execute("SELECT cost_usd, charged_micro, reserved_micro FROM attempts WHERE attempt_id = ?", (b.attempt_id,)).fetchone()
+    assert att[0] is None and att[1] == att[2]
+    assert st.conn.execute("SELECT cost_usd FROM runs WHERE run_id = ?", (unknown.run_id,)).fetchone()[0] is None
+    assert st.audit() == []
+
+
+def test_the_envelope_holds_when_costs_are_unknown(tmp_path):
+    """Charging the reservation keeps spent + reserved within the envelope however many costs go unreported."""
+    st = make_store(tmp_path, envelope=30.0)
+    started = 0
+    for cell in st.cells("pilot"):
+        a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
+        if a is None:
+            continue
+        started += 1
+        st.finish_attempt(a.attempt_id, AttemptOutcome(record={"status": "capped"}, cost_usd=None, status="capped"), max_infra_attempts=3)
+        bal = st.balance()
+        assert bal.spent_usd + bal.reserved_usd <= bal.envelope_usd + 1e-9
+    assert started >= 4 and st.balance().remaining_usd < min(c.reserve_usd for c in st.cells("pilot"))
+    assert st.audit() == []
+
+
+class _Record(dict):
+    """Stands in for the runner's RunRecord (``to_dict``)."""
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+
+def test_run_functions_pass_an_unreported_cost_on_as_unknown(tmp_path, monkeypatch):
+    from pilot import pipeline, runner
+    from pilot.executors import base
+
+    cell = make_store(tmp_path).cells("pilot")[0]
+    killed = {"scenario": cell.scenario, "arm": cell.arm, "status": "capped", "censored": True, "censor_reason": "wall",
+              "cost_usd": None, "cost_complete": False, "workspace": str(tmp_path / "nowhere")}
+    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Record(killed))
+    assert base.run_with_runner(cell, tmp_path / "a1", "n", "simulated", 1).cost_usd is None
+    assert pipeline.run_cell(cell, tmp_path / "a2", "n", "simulated", 1).cost_usd is None
+    reported = dict(killed, censor_reason="cost", cost_usd=4.1, cost_complete=True)
+    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Record(reported))
+    assert pipeline.run_cell(cell, tmp_path / "a3", "n", "simulated", 1).cost_usd == 4.1
+    # A run function that fails part-way may already have spent: unknown too.
+    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    out = base.execute_attempt("pilot.executors.base:run_with_runner", cell, str(tmp_path / "a4"), "n", "simulated")
+    assert out.infra_error and out.cost_usd is None

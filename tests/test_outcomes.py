@@ -152,3 +152,33 @@ def test_rows_from_store_include_cells_failed_on_infrastructure() -> None:
     df = run_table(rows)
     assert list(df["status"]) == ["completed", "infra_error"]
     assert isinstance(df, pd.DataFrame)
+
+
+def test_unreported_cost_stays_missing_not_zero() -> None:
+    # Killed at the wall limit: the client printed no result, so no cost was reported.
+    killed = record("A1", status="capped", censored=True, censor_reason="wall", cost_usd=None, cost_complete=False)
+    r = row(killed)
+    assert r["cost_usd"] is None and r["cost_complete"] is False
+    # A resume that reported nothing leaves only a lower bound: not the run's cost either.
+    partial = row(record("A4", cost_usd=1.10, cost_complete=False, selfcheck_first=False, recovery_used=True, selfcheck_final=False))
+    assert partial["cost_usd"] is None and partial["cost_complete"] is False
+    # A reported cost is kept as reported, zero included.
+    assert row(record(cost_usd=0.0, cost_complete=True))["cost_usd"] == 0.0
+    df = run_table([r, row(record(), run_id="r2", repeat=2)])
+    assert df["cost_usd"].isna().tolist() == [True, False] and df.loc[1, "cost_usd"] == 1.25
+    # The schema keeps the cell empty through CSV, and still refuses a cost that is not a number.
+    assert runtable.validate_runtable(df)["cost_usd"].isna().tolist() == [True, False]
+    bad = df.astype({"cost_usd": object})
+    bad.loc[0, "cost_usd"] = "unknown"
+    with pytest.raises(runtable.RunTableError, match="cost_usd"):
+        runtable.validate_runtable(bad)
+
+
+def test_portal_use_is_carried_to_the_row() -> None:
+    assert row(record("A3", portal_requests=6))["portal_requests"] == 6
+    assert row(record("A1"))["portal_requests"] is None
+
+
+def test_infrastructure_error_performed_no_inference_and_cost_nothing() -> None:
+    r = row({"scenario": list_scenarios()[0], "arm": "A1", "status": "infra_error", "cost_usd": None, "cost_complete": False})
+    assert r["status"] == "infra_error" and r["cost_usd"] == 0.0

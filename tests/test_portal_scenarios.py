@@ -41,3 +41,43 @@ def test_a_real_scenario_portal_serves_its_inputs(tmp_path):
             saved = client.download_record(rec.id, "csv", tmp_path / "dl")
             assert saved.read_bytes() == (inputs / rec.source).read_bytes()
             assert len(client.record(rec.id)["rows"]) == rec.n_rows
+
+
+def test_scenarios_generate_keeps_the_portal_in_step_with_the_inputs(tmp_path):
+    """`pilot scenarios generate` rebuilds a portal bundle's content with its inputs; `--check` catches a stale portal."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    sid = "ACC-01"
+    if sid not in _bundles_with_inputs() or not paths.scenario_portal_dir(sid).is_dir():
+        pytest.skip(f"{sid} has no inputs or portal yet")
+    # A repository root of its own (PILOT_ROOT): the real protocol, a copy of the one bundle it rewrites.
+    root = tmp_path / "root"
+    (root / "protocol" / "scenarios").mkdir(parents=True)
+    (root / "analysis").mkdir()
+    for name in ("study.yml", "arms", "amendments.csv", "completion_record.schema.json"):
+        os.symlink(paths.PROTOCOL_DIR / name, root / "protocol" / name)
+    os.symlink(paths.CONFIG_DIR, root / "analysis" / "config")
+    bundle = root / "protocol" / "scenarios" / sid
+    shutil.copytree(paths.SCENARIOS_DIR / sid, bundle)
+    env = dict(os.environ, PILOT_ROOT=str(root))
+
+    def pilot(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pilot", "scenarios", "generate", sid, *args], env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    assert pilot("--check").returncode == 0
+    stale = bundle / "portal" / "records" / "bank-statement-2026-10.csv"
+    stale.write_text("date,description\n", encoding="utf-8")
+    (bundle / "portal" / "documents" / "left-over.txt").write_text("x", encoding="utf-8")
+    checked = pilot("--check")
+    assert checked.returncode == 1
+    assert "bank-statement-2026-10.csv: differs from the generator's output" in checked.stdout
+    assert "left-over.txt: not made by the generator" in checked.stdout
+    made = pilot()
+    assert made.returncode == 0, made.stderr
+    assert f"{sid}: wrote the portal content to {bundle / 'portal'}" in made.stdout
+    assert not (bundle / "portal" / "documents" / "left-over.txt").exists()
+    assert check_portal(bundle) == [] and pilot("--check").returncode == 0

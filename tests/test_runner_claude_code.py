@@ -300,7 +300,7 @@ def test_an_unreachable_api_is_an_infrastructure_error(tmp_path, worker_env):
 
 
 def test_the_tool_set_is_checked_before_any_inference(tmp_path, worker_env):
-    """CLI 2.1.327's --bare leaves Bash, Edit and Read: an arm launched so is refused, nothing runs."""
+    """The pinned CLI's --bare (2.1.327 and 2.1.332) leaves Bash, Edit and Read: an arm launched so is refused, nothing runs."""
     bare = protocol.study()["cli"]["bare"]
     script = {"bare_restricts_tools": True, "sessions": [{"steps": [{"tool": "Bash", "input": {"command": "touch outputs/ran"}}]}]}
     rec = attempt(tmp_path, "A1", script, worker_env=worker_env)
@@ -314,6 +314,18 @@ def test_the_tool_set_is_checked_before_any_inference(tmp_path, worker_env):
     # The preflight saw exactly the flags of the real launch.
     pre = invocations(tmp_path, preflight=True)[0]["argv"]
     assert pre[pre.index("--tools") + 1] == "Read,Write,Edit,Glob,Grep,Bash" and ("--bare" in pre) == bool(bare)
+
+
+def test_bare_mode_forced_on_is_refused_before_any_inference(tmp_path, worker_env, monkeypatch):
+    """study.yml turns bare mode off (A-010); were it on, the tool-set check would refuse the attempt."""
+    monkeypatch.setitem(protocol.study().raw["cli"], "bare", True)
+    script = {"bare_restricts_tools": True, "sessions": [{"steps": [{"tool": "Bash", "input": {"command": "touch outputs/ran"}}]}]}
+    rec = attempt(tmp_path, "A0", script, worker_env=worker_env)
+    assert rec.status == "infra_error" and "tool set mismatch" in rec.infra_error
+    assert "offers ['Edit', 'Read']" in rec.infra_error and "(bare mode: True)" in rec.infra_error
+    assert invocations(tmp_path) == [] and len(invocations(tmp_path, preflight=True)) == 1
+    pre = invocations(tmp_path, preflight=True)[0]["argv"]
+    assert "--bare" in pre and pre[pre.index("--tools") + 1] == "Read,Write,Edit,Glob,Grep"
 
 
 def test_no_resume_when_the_first_sessions_spend_is_unknown(tmp_path, worker_env):

@@ -47,7 +47,7 @@ def worker_env(tmp_path) -> Path:
 
 @pytest.fixture
 def not_bare(monkeypatch):
-    # CLI 2.1.327's --bare leaves Bash, Edit and Read only (see test_bare_mode_and_the_arm_tool_sets).
+    # The pinned CLI's --bare leaves Bash, Edit and Read only (A-010; see test_bare_mode_strips_the_tool_set).
     monkeypatch.setitem(protocol.study().raw["cli"], "bare", False)
 
 
@@ -100,3 +100,26 @@ def test_bare_mode_and_the_arm_tool_sets(tmp_path, worker_env):
         assert "tool set mismatch" in rec.infra_error and calls == 0
     else:
         assert rec.sessions[0]["tools_offered"] and sorted(rec.sessions[0]["tools_offered"]) == sorted(protocol.arms()["A0"].tools)
+
+
+def test_the_study_launch_offers_each_arm_its_tool_set(tmp_path, worker_env):
+    """As study.yml launches the CLI (no --bare, A-010), A0 gets exactly its five tools and the model is called."""
+    assert protocol.study()["cli"]["bare"] is False
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Done.")]) as api:
+        rec = _run(tmp_path, "A0", api, worker_env)
+        calls = len(api.requests)
+    assert rec.status == "completed" and calls >= 1
+    assert sorted(rec.sessions[0]["tools_offered"]) == ["Edit", "Glob", "Grep", "Read", "Write"]
+
+
+def test_bare_mode_strips_the_tool_set(tmp_path, worker_env, monkeypatch):
+    """The finding behind A-010, on the pinned CLI: --bare leaves A0 with Edit and Read, and the attempt is refused."""
+    version = claude_code.cli_version(CLI, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    if version != protocol.study()["cli"]["version"]:
+        pytest.skip(f"CLI {version} is not the pinned {protocol.study()['cli']['version']}")
+    monkeypatch.setitem(protocol.study().raw["cli"], "bare", True)
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Done.")]) as api:
+        rec = _run(tmp_path, "A0", api, worker_env)
+        calls = len(api.requests)
+    assert rec.status == "infra_error" and calls == 0
+    assert "tool set mismatch" in rec.infra_error and "offers ['Edit', 'Read']" in rec.infra_error

@@ -154,3 +154,43 @@ def test_a1_denied_attempts_are_recorded_as_deviations(tmp_path):
     rec = _run(tmp_path, "A1", seed)
     family, how = backend.draw(simulated._rng(seed, SID, "A1", 0)).denied
     assert [(d["family"], d["blocked_by"]) for d in rec.deviations] == [(family, "cli_rule" if how == "direct" else "mask")]
+
+
+PORTAL_SID = "ACC-01"  # uses_portal: true
+
+
+@pytest.mark.skipif(not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(), reason=f"no portal content for {PORTAL_SID}")
+def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path):
+    from pilot.portal import read_access_log, summarise_access_log
+
+    manifest = json.loads((paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").read_text())
+    a3 = run_attempt(PORTAL_SID, "A3", backend="simulated", out_dir=tmp_path / "a3", seed=5, evaluate=False)
+    run_dir = tmp_path / "a3"
+    creds = json.loads((Path(a3.workspace) / "portal_credentials.json").read_text())
+    log_path = Path(a3.portal["access_log"])
+    assert log_path.parent == run_dir / "portal"  # kept with the transcript
+    entries = [e for e in read_access_log(log_path) if e["action"] != "health"]
+    assert [e["action"] for e in entries] == ["sign_in", "api", "download", "api", "download", "sign_out"]
+    assert all(e["status"] == 200 and e["remote"] == "127.0.0.1" for e in entries)
+    assert a3.portal_requests == summarise_access_log(log_path)["requests"] == 6
+    assert a3.portal["use"]["download"] == 2
+    # The downloads are the portal's own bytes, kept outside the workspace the oracle reads.
+    doc = min(manifest["documents"], key=lambda d: d["name"])
+    got = run_dir / "agent" / "portal_downloads" / doc["name"]
+    assert hashlib.sha256(got.read_bytes()).hexdigest() == doc["sha256"]
+    assert not (Path(a3.workspace) / doc["name"]).exists()
+    draws = json.loads((run_dir / "agent" / "simulated_draws.jsonl").read_text().splitlines()[0])
+    assert draws["portal"]["error"] is None and doc["name"] in draws["portal"]["fetched"]
+    # The instance is stopped after the run, and the password is in no log or record.
+    saved = json.loads((run_dir / "run_record.json").read_text())
+    assert saved["portal_requests"] == 6
+    for text in (json.dumps(saved), log_path.read_text(), Path(a3.transcript).read_text()):
+        assert creds["password"] not in text
+    with pytest.raises(OSError):
+        import urllib.request
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(a3.portal["url"] + "/healthz", timeout=2)
+
+    a1 = run_attempt(PORTAL_SID, "A1", backend="simulated", out_dir=tmp_path / "a1", seed=5, evaluate=False)
+    assert a1.portal is None and a1.portal_requests is None
+    assert not (tmp_path / "a1" / "portal").exists() and not (Path(a1.workspace) / "portal_credentials.json").exists()
+    assert json.loads((tmp_path / "a1" / "agent" / "simulated_draws.jsonl").read_text().splitlines()[0])["portal"] is None

@@ -2,7 +2,8 @@
 
 Before a run is dispatched it reserves its worst case (its dollar cap plus the
 judges' estimate ``judges.reserve_usd_per_run``); when the attempt ends the
-reservation is replaced by the cost the client reported. No reservation is
+reservation is replaced by the cost the client reported, or kept whole as the
+charge when no cost was reported (:func:`settlement`). No reservation is
 granted that would take spent plus reserved over the envelope (A-001).
 
 Amounts are kept as integer micro-dollars so that the balance is exact and
@@ -122,6 +123,19 @@ def reserve(conn: sqlite3.Connection, run_id: str, attempt_id: int, amount_micro
         (_now(), run_id, attempt_id, amount_micro),
     )
     return True
+
+
+def settlement(reserved_micro: int, cost_usd: float | None) -> tuple[int, str]:
+    """What an attempt is charged, and how that was reckoned.
+
+    A reported cost replaces the reservation. An unknown cost (a session
+    killed at the wall limit prints no result; a lost worker reports
+    nothing) is charged at the whole reservation, the run's worst case, so
+    that the envelope stays a hard limit; the note records that it was.
+    """
+    if cost_usd is None:
+        return reserved_micro, "cost unknown: charged the whole reservation (worst case)"
+    return to_micro(cost_usd), "charged the reported cost"
 
 
 def settle(conn: sqlite3.Connection, run_id: str, attempt_id: int, reserved_micro: int, charged_micro: int, note: str) -> None:

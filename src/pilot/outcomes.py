@@ -10,7 +10,9 @@ attempts), :func:`run_row` computes every run-table column of
   that judge is; Q, their mean over the available judges, missing (never
   zero) when none is; S = 1{D, not E, Q >= q} at the protocol's q, missing
   with Q; the accept votes;
-- C (agent cost, recovery included) and the judges' cost;
+- C (agent cost, recovery included; missing, never zero, when the client
+  did not report it, e.g. a session killed at the wall limit) and the
+  judges' cost;
 - H = intervention minutes + minutes per unanswered question x questions
   (``protocol/study.yml`` ``outcomes``);
 - wall time, censoring, turns, tool calls, questions, deviations, the
@@ -59,6 +61,23 @@ def _finite(value: Any, default: float = 0.0) -> float:
     except (TypeError, ValueError):
         return default
     return f if math.isfinite(f) else default
+
+
+def agent_cost(record: Mapping[str, Any]) -> float | None:
+    """C, the agent's cost: None (missing, never zero) when the client did not report all of it.
+
+    A session killed at the wall limit prints no result, so the runner
+    records ``cost_usd`` None or, after a resume, a partial sum with
+    ``cost_complete`` false; neither is the run's cost. An infrastructure
+    error performed no inference by definition, so its cost is zero.
+    """
+    value = record.get("cost_usd")
+    cost = None if value is None or isinstance(value, bool) else _finite(value, math.nan)
+    if cost is not None and math.isfinite(cost) and record.get("cost_complete", True) is not False:
+        return cost
+    if (record.get("status") or "infra_error") == "infra_error" and value is None:
+        return 0.0
+    return None
 
 
 def judge_scores(judges: Iterable[Any], panel_ids: Iterable[str]) -> dict[str, float | None]:
@@ -201,7 +220,7 @@ def run_row(
             "n_judges": sum(1 for s in scores.values() if s is not None),
             "judge_accept_votes": votes,
             "S": acceptance(D, E, Q, study.q),
-            "cost_usd": _finite(rec.get("cost_usd")),
+            "cost_usd": agent_cost(rec),
             "judge_cost_usd": judge_cost,
             "wall_s": _finite(rec.get("wall_s")),
             "turns": _count(rec.get("turns")),
@@ -219,6 +238,9 @@ def run_row(
             "professional_minutes": float(getattr(scenario, "professional_minutes", 0.0)),
             # Beyond the schema's columns, carried along for the process analyses.
             "deviations": len(deviations) if isinstance(deviations, (list, tuple)) else int(deviations),
+            "cost_complete": agent_cost(rec) is not None,
+            # Requests to the run's portal (A3/A4 on portal scenarios); missing where there was no portal.
+            "portal_requests": rec.get("portal_requests"),
             "judge_backend": judges[0].get("backend") if judges else None,
         }
     )

@@ -70,9 +70,12 @@ def run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: i
     """The scheduler's run function: runner attempt, then (unless infra error) the judges."""
     from pilot import runner
 
+    from pilot.outcomes import agent_cost
+
     rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=Path(attempt_dir), seed=seed, model=cell.model)
     data = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
-    cost = float(data.get("cost_usd") or 0.0)
+    # None when the client reported no (complete) cost: the ledger then charges the whole reservation.
+    cost = agent_cost(data)
     if data.get("status") == "infra_error":
         return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=cost)
     data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed)

@@ -102,6 +102,8 @@ class RunRecord:
     enforcement: str = ""
     worker_env: dict | None = None
     portal: dict | None = None
+    #: Requests to the run's portal (health checks excluded), from its access log; None without a portal.
+    portal_requests: int | None = None
     started_at: str = ""
     harness_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -248,8 +250,8 @@ def run_attempt(
     # The portal first: a failure to start it is an infrastructure error before any inference.
     portal = None
     portal_info = None
-    # The simulated agent never calls the portal, so it is started for real agents only.
-    if backend != "simulated" and arm.feature("portal") and getattr(scenario, "uses_portal", False):
+    # Every backend gets it: the simulated agent signs in and downloads over HTTP, so its use is logged too.
+    if arm.feature("portal") and getattr(scenario, "uses_portal", False):
         try:
             portal = _start_portal(scenario_id, out_dir, portal_starter)
             portal_info = portal.describe() if hasattr(portal, "describe") else {"url": getattr(portal, "url", None)}
@@ -313,9 +315,13 @@ def run_attempt(
                     passed2, lines2 = _selfcheck(ws_root, scenario)
                     (out_dir / "selfcheck_final.txt").write_text("\n".join(lines2) + "\n", encoding="utf-8")
                     selfcheck_final = passed2
-        return _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
-                       selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
-                       recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate)
+        rec = _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
+                      selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
+                      recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate)
+        if portal is not None:
+            portal.stop()  # once the server is gone every request it answered is in the access log
+            _record_portal_use(rec, portal, out_dir)
+        return rec
     finally:
         if portal is not None:
             portal.stop()
@@ -424,6 +430,19 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
     rec.harness_s = time.monotonic() - t_start
     _write(out_dir, rec)
     return rec
+
+
+def _record_portal_use(rec: RunRecord, portal: Any, out_dir: Path) -> None:
+    """Count the run's portal use from its access log onto the record (and rewrite the record)."""
+    from pilot.portal.access_log import summarise_access_log
+
+    log = getattr(portal, "access_log_path", None)
+    if log is None:
+        return
+    use = summarise_access_log(Path(log))
+    rec.portal_requests = int(use["requests"])
+    rec.portal = dict(rec.portal or {}, use={k: v for k, v in use.items() if v})
+    _write(out_dir, rec)
 
 
 def _write(out_dir: Path, rec: RunRecord) -> None:

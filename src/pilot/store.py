@@ -86,7 +86,7 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,
     censored INTEGER,
     censor_reason TEXT,
-    cost_usd REAL NOT NULL,
+    cost_usd REAL,  -- NULL when the client reported no cost (the ledger charged the reservation)
     judge_cost_usd REAL NOT NULL,
     wall_s REAL,
     finished_at TEXT NOT NULL,
@@ -154,6 +154,10 @@ class StartedAttempt:
 
 def _bool(value: Any) -> int | None:
     return None if value is None else int(bool(value))
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _json(value: Any) -> str | None:
@@ -353,14 +357,14 @@ class Store:
             if a is None or a["outcome"] != "running":
                 raise StoreError(f"attempt {attempt_id} is not running")
             run_id = a["run_id"]
-            charged = ledger.to_micro(outcome.total_cost_usd)
+            charged, note = ledger.settlement(a["reserved_micro"], outcome.total_cost_usd)
             c.execute(
                 "UPDATE attempts SET outcome = ?, error = ?, finished_at = ?, charged_micro = ?, cost_usd = ?, judge_cost_usd = ? "
                 "WHERE attempt_id = ?",
                 (outcome.status, outcome.infra_error or outcome.record.get("error"), now(), charged,
-                 float(outcome.cost_usd), float(outcome.judge_cost_usd), attempt_id),
+                 _opt_float(outcome.cost_usd), float(outcome.judge_cost_usd), attempt_id),
             )
-            ledger.settle(c, run_id, attempt_id, a["reserved_micro"], charged, f"attempt {outcome.status}")
+            ledger.settle(c, run_id, attempt_id, a["reserved_micro"], charged, f"attempt {outcome.status}; {note}")
             if outcome.infra_error is not None:
                 infra = c.execute("SELECT infra_attempts FROM cells WHERE run_id = ?", (run_id,)).fetchone()[0] + 1
                 status = "failed" if infra >= max_infra_attempts else "waiting"
@@ -375,7 +379,7 @@ class Store:
         c.execute(
             "INSERT INTO runs (run_id, attempt_id, status, censored, censor_reason, cost_usd, judge_cost_usd, wall_s, finished_at, record_json) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, attempt_id, outcome.status, _bool(rec.get("censored")), rec.get("censor_reason"), float(outcome.cost_usd),
+            (run_id, attempt_id, outcome.status, _bool(rec.get("censored")), rec.get("censor_reason"), _opt_float(outcome.cost_usd),
              float(outcome.judge_cost_usd), rec.get("wall_s"), now(), json.dumps(rec, default=str)),
         )
         if any(k in rec for k in ("D", "E", "criteria")):
@@ -405,8 +409,9 @@ class Store:
         with self.transaction() as c:
             for a in c.execute("SELECT attempt_id, run_id, reserved_micro, workspace FROM attempts WHERE outcome = 'running'").fetchall():
                 left = read_outcome_file(Path(a["workspace"]))
-                charged = ledger.to_micro(left.total_cost_usd) if left is not None else a["reserved_micro"]
-                how = "its reported cost" if left is not None else "its reservation (cost unknown)"
+                known = left is not None and left.total_cost_usd is not None
+                charged = ledger.to_micro(left.total_cost_usd) if known else a["reserved_micro"]
+                how = "its reported cost" if known else "its reservation (cost unknown)"
                 c.execute(
                     "UPDATE attempts SET outcome = 'interrupted', error = ?, finished_at = ?, charged_micro = ? WHERE attempt_id = ?",
                     (f"scheduler stopped while the attempt was in flight; charged {how}", now(), charged, a["attempt_id"]),

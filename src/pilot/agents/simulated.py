@@ -7,7 +7,11 @@ A session writes real deliverables into the workspace (the scenario's
 solver, then the defects of ``pilot.scenarios.defects``) and an event
 stream in the CLI's stream-json shape (every event marked
 ``"simulated": true``), so the runner collects, audits, classifies and
-evaluates it exactly as it does a real session. Deterministic from the seed.
+evaluates it exactly as it does a real session. On arms with the portal,
+for scenarios that use it, the first session signs in to the run's portal
+and downloads a document and a record over real HTTP
+(:class:`pilot.portal.client.PortalClient`), so its use shows in the
+instance's access log as an agent's would. Deterministic from the seed.
 """
 
 from __future__ import annotations
@@ -229,6 +233,37 @@ class SimulatedBackend:
                 continue
         return applied
 
+    def use_portal(self) -> dict | None:
+        """Sign in to the run's portal and fetch the first document and record set (CSV); None without a portal.
+
+        No random draw: the portal use is the same for every run of the arm
+        and scenario, and leaves the seeded draws of the session unchanged.
+        The files go to ``<run>/agent/portal_downloads``, outside the
+        workspace the oracle reads.
+        """
+        if not (self.arm.feature("portal") and getattr(self.scenario, "uses_portal", False)):
+            return None
+        from pilot.portal.client import PortalClient, PortalClientError
+        from pilot.portal.credentials import CREDENTIALS_FILENAME
+
+        if not (self.workspace / CREDENTIALS_FILENAME).is_file():
+            return {"fetched": [], "error": f"no {CREDENTIALS_FILENAME} in the workspace"}
+        dest = self.run_dir / "agent" / "portal_downloads"
+        dest.mkdir(parents=True, exist_ok=True)
+        fetched: list[str] = []
+        try:
+            client = PortalClient.from_workspace(self.workspace)
+            client.sign_in()
+            for doc in client.list_documents()[:1]:
+                fetched.append(client.download(doc["name"], dest).name)
+            for rec in client.list_records()[:1]:
+                fetched.append(client.download_record(rec["id"], "csv", dest).name)
+            client.sign_out()
+        except (PortalClientError, KeyError, ValueError) as exc:
+            # An agent that cannot use the portal carries on; the failure is kept with the draws.
+            return {"fetched": fetched, "error": str(exc)}
+        return {"fetched": fetched, "error": None}
+
     # ------------------------------------------------------------------ events
 
     def _events(self, draw: SessionDraw, turns: int, calls: dict[str, int], cost: float, wall: float, subtype: str,
@@ -302,7 +337,9 @@ class SimulatedBackend:
             draw.agent_error = False
         capped, cap, cost, wall, turns, calls = apply_caps(draw, budget_usd, wall_s, max_turns, rng, self.cfg["overshoot"])
         applied: list[str] = []
+        portal_use = None
         if index == 0:
+            portal_use = self.use_portal()
             self._write_gold()
             self._questions = draw.questions
             self._set_questions(self._questions)
@@ -338,6 +375,6 @@ class SimulatedBackend:
         with open(self.run_dir / "agent" / "simulated_draws.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"session": index, "defects_drawn": draw.defects, "defects_applied": applied, "cap": cap if capped else None,
                                  "cost_usd": round(cost, 6), "wall_s": round(wall, 3), "turns": turns, "denied": draw.denied,
-                                 "agent_error": draw.agent_error, "SIMULATED": True}) + "\n")
+                                 "agent_error": draw.agent_error, "portal": portal_use, "SIMULATED": True}) + "\n")
         return SessionOutcome(index, summary, wall, exit_code=0 if not is_error else 1, timed_out=bool(capped and cap == "wall"),
                               cli_version=self.version, resumed_from=resume_session_id)

@@ -54,13 +54,15 @@ class AttemptOutcome:
     ``infra_error`` set means no inference was performed and the run is to
     be rerun; otherwise ``record`` is the run record (the runner's
     ``RunRecord.to_dict()`` plus judge results) and ``status`` its status.
-    ``cost_usd`` is the agent's reported cost (recovery included),
-    ``judge_cost_usd`` the judges'.
+    ``cost_usd`` is the agent's reported cost (recovery included), None
+    when it is unknown (a session killed at the wall limit reports none, a
+    worker lost mid-attempt reports nothing): the ledger then charges the
+    attempt's whole reservation. ``judge_cost_usd`` is the judges' cost.
     """
 
     infra_error: str | None = None
     record: dict[str, Any] = field(default_factory=dict)
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
     judge_cost_usd: float = 0.0
     status: str = "completed"
 
@@ -71,11 +73,20 @@ class AttemptOutcome:
             raise ValueError(f"AttemptOutcome.status: {self.status!r} is not one of completed, capped, agent_error (or set infra_error)")
         for name in ("cost_usd", "judge_cost_usd"):
             value = getattr(self, name)
+            if value is None and name == "cost_usd":
+                continue  # unknown, not zero
             if value is None or float(value) < 0:
                 raise ValueError(f"AttemptOutcome.{name}: must be a non-negative number, got {value!r}")
 
     @property
-    def total_cost_usd(self) -> float:
+    def cost_known(self) -> bool:
+        return self.cost_usd is not None
+
+    @property
+    def total_cost_usd(self) -> float | None:
+        """Agent plus judges; None when the agent's cost is unknown."""
+        if self.cost_usd is None:
+            return None
         return float(self.cost_usd) + float(self.judge_cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,12 +139,13 @@ def resolve_run_function(ref: str | None) -> RunFunction:
 def run_with_runner(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
     """Run function used until the pipeline exists: one runner attempt, no judges."""
     from pilot import runner  # imported here: the runner is optional for the scheduler
+    from pilot.outcomes import agent_cost
 
     rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=attempt_dir, seed=seed, model=cell.model)
     data = rec.to_dict()
     if data.get("status") == "infra_error":
-        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=float(data.get("cost_usd") or 0.0))
-    return AttemptOutcome(record=data, cost_usd=float(data.get("cost_usd") or 0.0), status=data.get("status", "completed"))
+        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=agent_cost(data))
+    return AttemptOutcome(record=data, cost_usd=agent_cost(data), status=data.get("status", "completed"))
 
 
 def reset_workspace(attempt_dir: Path) -> None:
@@ -159,7 +171,8 @@ def execute_attempt(run_function: str | None, cell: CellSpec, attempt_dir: str, 
             raise TypeError(f"run function returned {type(outcome).__name__}, not AttemptOutcome")
     except Exception as exc:  # noqa: BLE001 - any failure of the harness is an infra error of this attempt
         tb = traceback.format_exc(limit=8)
-        outcome = AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}\n{tb}")
+        # The failure may have come after inference began: its spend is unknown, charged at the reservation.
+        outcome = AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}\n{tb}", cost_usd=None)
     try:
         (folder / OUTCOME_FILE).write_text(json.dumps(outcome.to_dict(), default=str), encoding="utf-8")
     except OSError:

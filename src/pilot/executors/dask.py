@@ -108,10 +108,10 @@ class DaskExecutor:
                 out.append((token, fut.result()))
             elif fut.status in ("error", "cancelled"):
                 exc = fut.exception() if fut.status == "error" else "cancelled"
-                out.append((token, AttemptOutcome(infra_error=f"dask task failed on node {node} ({addr}): {exc!r}")))
+                out.append((token, AttemptOutcome(infra_error=f"dask task failed on node {node} ({addr}): {exc!r}", cost_usd=None)))
             elif addr not in live:
                 fut.cancel()
-                out.append((token, AttemptOutcome(infra_error=f"dask worker of node {node} ({addr}) was lost while the attempt ran")))
+                out.append((token, AttemptOutcome(infra_error=f"dask worker of node {node} ({addr}) was lost while the attempt ran", cost_usd=None)))
             else:
                 continue
             del self._futures[fut]

@@ -83,15 +83,15 @@ class LocalExecutor:
                 out.append((token, fut.result()))
             except BrokenProcessPool as exc:
                 broken.add(pool)
-                out.append((token, AttemptOutcome(infra_error=f"local worker process died: {exc}")))
+                out.append((token, AttemptOutcome(infra_error=f"local worker process died: {exc}", cost_usd=None)))
             except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
-                out.append((token, AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}")))
+                out.append((token, AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}", cost_usd=None)))
         for pool in broken:
             # Every other attempt of a broken pool fails too; a fresh pool serves the reruns.
             for fut, (token, owner) in list(self._futures.items()):
                 if owner is pool:
                     del self._futures[fut]
-                    out.append((token, AttemptOutcome(infra_error="local worker process pool broke while the attempt ran")))
+                    out.append((token, AttemptOutcome(infra_error="local worker process pool broke while the attempt ran", cost_usd=None)))
             pool.shutdown(wait=False, cancel_futures=True)
             if self._pool is pool:
                 self._pool = None

@@ -143,7 +143,8 @@ def write_design_outputs(out_dir: Path | None = None) -> list[Path]:
             caption="Treatment arms, generated from \\texttt{protocol/arms}. Every arm shares the model, brief, inputs, caps and common policy.",
             label="tab:arms",
             escape=False,
-            column_format="p{2.1cm}p{2.2cm}p{2.6cm}p{3.2cm}p{1.6cm}p{3.6cm}",
+            column_format="".join(f">{{\\raggedright\\arraybackslash}}p{{{w}}}" for w in ("1.6cm", "1.7cm", "2.0cm", "3.0cm", "1.5cm", "3.9cm")),
+            font="\\footnotesize",
         ),
         write_table(
             caps_frame(study, scenario_ids),

@@ -92,6 +92,7 @@ def write_table(
     column_format: str | None = None,
     escape: bool = True,
     note: str | None = None,
+    font: str = "\\small",
 ) -> Path:
     """Write ``df`` as a booktabs table environment; prefix the caption with SIMULATED when asked."""
     path = Path(path)
@@ -108,7 +109,7 @@ def write_table(
         "% Generated file: do not edit.",
         "\\begin{table}[htbp]",
         "\\centering",
-        "\\small",
+        font,
         f"\\caption{{{cap}}}",
         f"\\label{{{label}}}",
         body.strip(),

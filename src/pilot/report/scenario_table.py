@@ -53,5 +53,6 @@ def write_scenarios_table(out_dir: Path | None = None) -> Path:
         ),
         label="tab:scenarios",
         escape=False,
-        column_format="llp{7.2cm}rrrr",
+        column_format="l>{\\raggedright\\arraybackslash}p{2.2cm}>{\\raggedright\\arraybackslash}p{5.8cm}rrrr",
+        font="\\footnotesize",
     )

@@ -73,7 +73,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("n_judges", "int", minimum=0, doc="judges with a valid output"),
     ColumnSpec("judge_accept_votes", "int", minimum=0, doc="judges saying a demanding manager would accept"),
     ColumnSpec("S", "bool", nullable=True, doc="acceptance 1{D, not E, Q >= q}; missing when Q is"),
-    ColumnSpec("cost_usd", "float", minimum=0, doc="agent cost, recovery included"),
+    # Missing, never zero, when the client reported no cost (a session killed at the wall limit prints no result).
+    ColumnSpec("cost_usd", "float", nullable=True, minimum=0, doc="agent cost, recovery included; missing when not reported"),
     ColumnSpec("judge_cost_usd", "float", minimum=0, doc="cost of the judges"),
     ColumnSpec("wall_s", "float", minimum=0, doc="wall time, recovery included"),
     ColumnSpec("turns", "int", minimum=0, doc="agent turns"),
