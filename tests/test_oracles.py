@@ -312,10 +312,12 @@ def test_guard_stops_a_parse_that_exceeds_its_time(batch, tmp_path):
 def test_guard_stops_a_parse_that_exceeds_its_memory(tmp_path):
     from pilot.oracles.guard import probe_files
 
-    # A workbook of 60,000 cells: harmless in the default limit, fatal under 150 MB of address space.
+    # 60,000 distinct kilobyte strings (about 60 MB once read): harmless in the default
+    # limit, fatal under 150 MB of address space whatever the interpreter's own footprint.
     wb = openpyxl.Workbook()
+    pad = "x" * 1000
     for r in range(1, 3001):
-        wb.active.append([f"text {r}-{c}" for c in range(20)])
+        wb.active.append([f"text {r}-{c} {pad}" for c in range(20)])
     book = tmp_path / "big.xlsx"
     wb.save(book)
     assert probe_files([book])[book] is None
