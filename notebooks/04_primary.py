@@ -38,17 +38,12 @@ permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.per
 # %%
 import time
 
-import pandas as pd
-
 from pilot import dry_run, protocol
 from pilot.stats import hypotheses, primary, stage_outputs
 
-pd.set_option("display.width", 160)
-pd.set_option("display.max_columns", 20)
 study = protocol.study()
 started = time.perf_counter()
-data = stage_outputs.stage_runs(runs, seed, tables_dir)
-print(data.source, "| study:", data.study_name, "| SIMULATED" if data.simulated else "| real")
+data = stage_outputs.open_stage(runs, seed, tables_dir)
 print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
 
 # %% [markdown]

@@ -34,18 +34,13 @@ permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.per
 # %%
 import time
 
-import pandas as pd
-
 from pilot import protocol
 from pilot.stats import hypotheses, sensitivity, stage_outputs
 
-pd.set_option("display.width", 160)
-pd.set_option("display.max_columns", 20)
 study = protocol.study()
 started = time.perf_counter()
-data = stage_outputs.stage_runs(runs, seed, tables_dir)
+data = stage_outputs.open_stage(runs, seed, tables_dir)
 B, P = bootstrap_resamples or None, permutations or None
-print(data.source, "| study:", data.study_name, "| SIMULATED" if data.simulated else "| real")
 
 # %% [markdown]
 # ## The quality threshold and the scenario weights

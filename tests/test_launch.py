@@ -11,6 +11,7 @@ import pytest
 
 from pilot import paths, protocol
 from pilot.agents import launch, sandbox
+from worker_env_support import make_worker_env
 
 ARMS = protocol.arms()
 STUDY = protocol.study()
@@ -18,17 +19,10 @@ FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
 needs_bwrap = pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed")
 
 
-def _fake_worker_env(tmp: Path) -> Path:
-    env = tmp / "worker-env"
-    (env / "bin").mkdir(parents=True)
-    (env / "bin" / "python3").symlink_to("/usr/bin/python3")
-    return env
-
-
 def _spec(arm_id: str, tmp: Path, **kw) -> launch.LaunchSpec:
     run = tmp / "runs" / "r1"
     (run / "workspace").mkdir(parents=True, exist_ok=True)
-    kw.setdefault("worker_env", _fake_worker_env(tmp) if not (tmp / "worker-env").exists() else tmp / "worker-env")
+    kw.setdefault("worker_env", make_worker_env(tmp) if not (tmp / "worker-env").exists() else tmp / "worker-env")
     return launch.build_launch(ARMS[arm_id], STUDY, claude_bin=FAKE_CLI, workspace=run / "workspace", run_dir=run,
                                budget_usd=4.0, **kw)
 

@@ -21,6 +21,7 @@ from pilot.agents import sandbox
 from pilot.agents.claude_code import PREFLIGHT_BASE_URL
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
+from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
 SID = "ACC-01"
@@ -40,14 +41,6 @@ def gold_steps() -> list[dict]:
             b64 = base64.b64encode(f.read_bytes()).decode()
             steps.append({"tool": "Bash", "input": {"command": f"mkdir -p outputs && printf %s '{b64}' | base64 -d > 'outputs/{f.name}'"}})
     return steps
-
-
-@pytest.fixture
-def worker_env(tmp_path) -> Path:
-    env = tmp_path / "worker-env"
-    (env / "bin").mkdir(parents=True)
-    (env / "bin" / "python3").symlink_to("/usr/bin/python3")
-    return env
 
 
 class FakePortal:

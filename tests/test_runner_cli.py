@@ -8,6 +8,7 @@ import pytest
 
 from pilot import paths
 from pilot.cli import main
+from worker_env_support import make_worker_env
 
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
 needs = pytest.mark.skipif(not (paths.SCENARIOS_DIR / "LEGAL-01" / "scenario.yml").is_file(), reason="scenario LEGAL-01 not in the protocol yet")
@@ -33,9 +34,7 @@ def test_run_one_simulated_prints_the_record_and_leaves_the_run_on_disk(tmp_path
 
 @needs
 def test_run_one_claude_code_against_the_test_double(tmp_path, capsys):
-    env = tmp_path / "worker-env"
-    (env / "bin").mkdir(parents=True)
-    (env / "bin" / "python3").symlink_to("/usr/bin/python3")
+    env = make_worker_env(tmp_path)
     out = tmp_path / "runs" / "r"
     code = main(["run-one", "LEGAL-01", "A1", "--backend", "claude-code", "--out", str(out), "--claude-bin", str(FAKE_CLI),
                  "--worker-env", str(env)])

@@ -17,6 +17,7 @@ from pilot import paths, protocol
 from pilot.agents import claude_code, sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
+from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 SID = "LEGAL-01"
 
@@ -35,14 +36,6 @@ pytestmark = [
     pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed"),
     pytest.mark.skipif(not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"),
 ]
-
-
-@pytest.fixture
-def worker_env(tmp_path) -> Path:
-    env = tmp_path / "worker-env"
-    (env / "bin").mkdir(parents=True)
-    (env / "bin" / "python3").symlink_to("/usr/bin/python3")
-    return env
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from pilot import protocol
+from pilot.ledger import Balance
 
 
 # Dollar amounts are compared to the micro-dollar (the ledger's unit), so that
@@ -39,18 +40,11 @@ class ScaleRuleError(ValueError):
 
 
 @dataclass(frozen=True)
-class ScaleInputs:
-    """What the rule reads from the ledger."""
+class ScaleInputs(Balance):
+    """What the rule reads from the ledger: the envelope's balance (and its ``remaining_usd``), c-bar and the runs behind it."""
 
     c_bar_usd: float
     n_runs: int
-    envelope_usd: float
-    spent_usd: float
-    reserved_usd: float
-
-    @property
-    def remaining_usd(self) -> float:
-        return self.envelope_usd - self.spent_usd - self.reserved_usd
 
 
 @dataclass(frozen=True)

@@ -134,16 +134,20 @@ def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     return False, f"{c.file}: no cell labelled /{c.get('label')}/ (after recalculation)"
 
 
+def _mentions(c: Criterion, text: str) -> Outcome:
+    """Whether ``text`` matches every one of the criterion's ``patterns`` (case-insensitive), naming those it lacks."""
+    missing = [p for p in c.get("patterns") if not re.search(p, text, re.I)]
+    if missing:
+        return False, f"{c.file} does not mention: {', '.join(missing)}"
+    return True, f"{c.file} mentions {', '.join(c.get('patterns'))}"
+
+
 def check_workbook_contains(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     wb, reason = ctx.workbook(c.file, data_only=False)
     if reason:
         return False, reason
     texts = [str(cell.value) for ws in wb.worksheets for cell in cells_of(ws) if isinstance(cell.value, str) and not str(cell.value).startswith("=")]
-    blob = "\n".join(texts)
-    missing = [p for p in c.get("patterns") if not re.search(p, blob, re.I)]
-    if missing:
-        return False, f"{c.file} does not mention: {', '.join(missing)}"
-    return True, f"{c.file} mentions {', '.join(c.get('patterns'))}"
+    return _mentions(c, "\n".join(texts))
 
 
 def check_min_words(ctx: WorkspaceContext, c: Criterion) -> Outcome:
@@ -187,11 +191,7 @@ def check_text_contains(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     text, reason = ctx.text(c.file)
     if reason:
         return False, reason
-    text = _flat(text)
-    missing = [p for p in c.get("patterns") if not re.search(p, text, re.I)]
-    if missing:
-        return False, f"{c.file} does not mention: {', '.join(missing)}"
-    return True, f"{c.file} mentions {', '.join(c.get('patterns'))}"
+    return _mentions(c, _flat(text))
 
 
 def check_text_number(ctx: WorkspaceContext, c: Criterion) -> Outcome:

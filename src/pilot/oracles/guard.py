@@ -92,7 +92,7 @@ _CACHE: dict[str, str | None] = {}
 
 def probe_cached(paths: Iterable[Path], **kwargs) -> dict[Path, str | None]:
     """:func:`probe_files` with results remembered by content hash (one child for all misses)."""
-    from pilot.oracles.recalc import file_digest
+    from pilot.oracles.hashing import file_digest
 
     paths = [Path(p) for p in paths]
     digests = {p: file_digest(p) for p in paths}

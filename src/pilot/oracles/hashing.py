@@ -16,7 +16,8 @@ from pathlib import Path
 DIR_MARK = "<dir>"
 
 
-def _sha256(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks (hex)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -42,7 +43,7 @@ def hash_inputs(inputs_dir: Path) -> dict[str, str]:
             if stat.S_ISLNK(st.st_mode):
                 out[rel] = "symlink:" + hashlib.sha256(os.readlink(p).encode()).hexdigest()
             elif stat.S_ISREG(st.st_mode):
-                out[rel] = _sha256(p)
+                out[rel] = file_digest(p)
             else:
                 out[rel] = "special:" + stat.filemode(st.st_mode)
     return out

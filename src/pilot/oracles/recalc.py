@@ -14,7 +14,6 @@ alone under a shorter timeout, so one hostile file cannot hang a batch.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -25,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+from pilot.oracles.hashing import file_digest
 
 BATCH_BASE_TIMEOUT_S = 60.0
 BATCH_PER_FILE_TIMEOUT_S = 8.0
@@ -56,14 +57,6 @@ class Recalculated:
 
 def soffice_binary() -> str | None:
     return os.environ.get("PILOT_SOFFICE") or shutil.which("soffice") or shutil.which("libreoffice")
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Recalculator:

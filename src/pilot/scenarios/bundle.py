@@ -124,57 +124,52 @@ SCENARIO_SCHEMA: dict = {
     },
 }
 
-ORACLE_SCHEMA: dict = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["criteria"],
-    "properties": {
-        "criteria": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["id", "kind", "required", "file"],
-                "properties": {
-                    "id": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
-                    "kind": {"enum": list(CRITERION_PARAMS)},
-                    "required": {"type": "boolean"},
-                    "file": {"type": "string", "minLength": 1},
-                    "description": {"type": "string"},
-                },
-            },
-        }
-    },
-}
 
-RUBRIC_SCHEMA: dict = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["criteria"],
-    "properties": {
-        "criteria": {
-            "type": "array",
-            "minItems": 3,
-            "items": {
+def _criteria_file_schema(min_items: int, criterion: dict) -> dict:
+    """A file that holds one list, ``criteria``, of at least ``min_items`` entries (oracle.yml and rubric.yml)."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["criteria"],
+        "properties": {"criteria": {"type": "array", "minItems": min_items, "items": criterion}},
+    }
+
+
+ORACLE_SCHEMA: dict = _criteria_file_schema(
+    1,
+    {
+        "type": "object",
+        "required": ["id", "kind", "required", "file"],
+        "properties": {
+            "id": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+            "kind": {"enum": list(CRITERION_PARAMS)},
+            "required": {"type": "boolean"},
+            "file": {"type": "string", "minLength": 1},
+            "description": {"type": "string"},
+        },
+    },
+)
+
+RUBRIC_SCHEMA: dict = _criteria_file_schema(
+    3,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["id", "name", "weight", "description", "anchors"],
+        "properties": {
+            "id": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+            "name": _str,
+            "weight": {"type": "number", "exclusiveMinimum": 0},
+            "description": _str,
+            "anchors": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["id", "name", "weight", "description", "anchors"],
-                "properties": {
-                    "id": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
-                    "name": _str,
-                    "weight": {"type": "number", "exclusiveMinimum": 0},
-                    "description": _str,
-                    "anchors": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["0", "2", "4"],
-                        "properties": {"0": _str, "2": _str, "4": _str},
-                    },
-                },
+                "required": ["0", "2", "4"],
+                "properties": {"0": _str, "2": _str, "4": _str},
             },
-        }
+        },
     },
-}
+)
 
 
 @dataclass(frozen=True)

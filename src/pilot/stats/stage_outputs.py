@@ -2,9 +2,10 @@
 
 ``stage_runs`` gives a stage its run table: the file named by the ``runs``
 parameter, validated, or (empty ``runs``) a SIMULATED synthetic table drawn
-with the stage's seed. The ``write_*`` functions turn result objects into
-the CSV tables, LaTeX tables, figure environments and macro files the
-manuscript inputs; everything derived from a SIMULATED table says so in its
+with the stage's seed; ``open_stage`` wraps it with the stages' common
+opening (display settings and a line naming the table). The ``write_*``
+functions turn result objects into the CSV tables, LaTeX tables, figure
+environments and macro files the manuscript inputs; everything derived from a SIMULATED table says so in its
 caption, its ``study`` column and its figure title.
 """
 
@@ -65,6 +66,16 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None) -> St
             runtable.write_runtable(df, Path(tables_dir) / "runtable_SIMULATED_synthetic.csv")
     is_syn = bool((df["backend"] == synthetic.BACKEND).all())
     return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]))
+
+
+def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None) -> StageData:
+    """The opening of the primary and sensitivity stages: pandas display settings, the run table
+    (:func:`stage_runs`) and one printed line saying where it comes from."""
+    pd.set_option("display.width", 160)
+    pd.set_option("display.max_columns", 20)
+    data = stage_runs(runs, seed, tables_dir)
+    print(data.source, "| study:", data.study_name, "| SIMULATED" if data.simulated else "| real")
+    return data
 
 
 def _tag(df: pd.DataFrame, data: StageData) -> pd.DataFrame:
