@@ -23,7 +23,7 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pilot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pilot", description="Run, evaluate and report the preregistered computer-access study.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

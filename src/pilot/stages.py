@@ -95,13 +95,17 @@ def _coerce(name: str, value: Any, info: Mapping[str, Any]) -> Any:
     return float(parsed) if kind == "float" else parsed
 
 
-def check_parameters(notebook: Path, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Refuse parameters the notebook does not declare; coerce command-line strings to the declared type."""
+def check_parameters(notebook: Path, params: Mapping[str, Any], *, source: Path | None = None) -> dict[str, Any]:
+    """Refuse parameters the notebook does not declare; coerce command-line strings to the declared type.
+
+    ``source`` names the percent file in messages (default: the notebook itself).
+    """
     declared = declared_parameters(notebook)
     unknown = sorted(set(params) - set(declared))
     if unknown:
+        where = source.relative_to(paths.ROOT) if source is not None and source.is_relative_to(paths.ROOT) else (source or notebook).name
         raise StageError(
-            f"{notebook.name}: unknown parameter(s) {', '.join(unknown)}; "
+            f"{where}: unknown parameter(s) {', '.join(unknown)}; "
             f"declared: {', '.join(sorted(declared)) or 'none'}"
         )
     return {k: _coerce(k, v, declared[k]) for k, v in params.items()}
@@ -120,7 +124,7 @@ def write_parameterized_notebook(name: str, params: Mapping[str, Any], target: P
     stage = get_stage(name)
     target = Path(target)
     built = build_notebook(stage.source, target)
-    checked = check_parameters(built, dict(params))
+    checked = check_parameters(built, dict(params), source=stage.source)
     # load_notebook_node gives every cell the metadata papermill expects (tags)
     nb = parameterize_notebook(load_notebook_node(str(built)), checked, kernel_name="python3", language="python")
     nbformat.write(nb, target)
@@ -133,7 +137,7 @@ def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Pat
 
     stage = get_stage(name)
     built = build_notebook(stage.source, stage.built_notebook)
-    checked = check_parameters(built, dict(params or {}))
+    checked = check_parameters(built, dict(params or {}), source=stage.source)
     out = Path(output) if output else stage.executed_notebook
     out.parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(
