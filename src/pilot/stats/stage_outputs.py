@@ -261,6 +261,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     csv("sensitivity_q_grid.csv", qg.summary)
     csv("sensitivity_q_grid_acceptance.csv", qg.details["acceptance"])
     wide = qg.summary.pivot(index="q", columns="contrast", values="estimate")[["-".join(c) for c in study.contrasts]].reset_index()
+    wide["q"] = wide["q"].map(lambda v: f"{v:g}")  # thresholds are whole points on the 0-100 scale
     tex("sensitivity_q_grid_table.tex", wide, "Each contrast's estimate as the quality threshold $q$ varies over the preregistered grid (intervals in the CSV table and the figure).", "tab:sens-qgrid", float_format="%.3f", escape=False)
 
     mw: PrimaryResult = results["minutes_weighted"]  # type: ignore[assignment]
