@@ -59,11 +59,10 @@ def _category(rel: str, default: str) -> str:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+    # The standard library streams the file; pilot.oracles is not imported here
+    # because loading it would pull the whole evaluator into the scheduler.
     with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _generators(scenarios_dir: Path) -> dict[str, str]:

@@ -17,12 +17,9 @@ DIR_MARK = "<dir>"
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB chunks (hex)."""
-    h = hashlib.sha256()
+    """SHA-256 of a file's bytes (hex), streamed by the standard library."""
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def hash_inputs(inputs_dir: Path) -> dict[str, str]:
