@@ -42,7 +42,7 @@ from pilot.store import WAVES, Store, StoreError
 
 BACKENDS = ("simulated", "claude-code")
 EXECUTORS = ("local", "dask")
-RUNS_FILE = "runs.csv"
+RUNS_FILE = paths.RUNS_FILE_NAME
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
