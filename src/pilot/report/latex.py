@@ -147,6 +147,19 @@ def format_number(value: object, digits: int = 3) -> str:
     return latex_escape(str(value))
 
 
+_DOLLAR_MACRO = re.compile(r"Usd|Cost|CPA|Dollars")
+_MINUTES_MACRO = re.compile(r"Median|Minutes")
+
+
+def macro_digits(name: str, default: int) -> int:
+    """Decimals of a macro's number by what it holds: two for dollars, one for minutes, else ``default``."""
+    if _DOLLAR_MACRO.search(name):
+        return 2
+    if _MINUTES_MACRO.search(name):
+        return 1
+    return default
+
+
 def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, comment: str = "") -> Path:
     """Write one ``\\newcommand`` per entry; keys must already be macro names."""
     path = Path(path)
@@ -155,7 +168,7 @@ def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, c
     for key, value in values.items():
         if not re.fullmatch(r"[A-Za-z]+", key):
             raise ValueError(f"{key!r} is not a valid LaTeX macro name (letters only)")
-        text = value if isinstance(value, str) and value.startswith("\\") else format_number(value, digits)
+        text = value if isinstance(value, str) and value.startswith("\\") else format_number(value, macro_digits(key, digits))
         lines.append(f"\\newcommand{{\\{key}}}{{{text}}}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
