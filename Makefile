@@ -89,11 +89,11 @@ RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(STAMPS)/sta
 STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) analysis/config/synthetic_runtable.yml
 
 $(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/dry_run.py protocol/study.yml $(RUNS_DEP)
-	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study $(STUDY) -p runs "$(RUNS)"
+	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
-	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study $(STUDY) -p runs "$(RUNS)"
+	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
 # Coverage and size of the primary inference over 1,000 SIMULATED studies (about two minutes, with a progress bar).

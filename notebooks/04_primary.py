@@ -14,7 +14,7 @@
 # over scenarios (exact enumeration when 2^J is at most the permutation
 # count). The stage also judges H1, H2, H3, H5 and H6.
 #
-# By default the stage reads the run table that study `study` exported
+# By default the stage reads the run table that study `study_name` exported
 # (`analysis/data/<study>/runs.csv`, written by stages 01 and 02), so running
 # it here gives the numbers the manuscript prints. `runs = "synthetic"`
 # instead draws a SIMULATED synthetic run table from the generative model in
@@ -27,7 +27,7 @@ seed: int = 20260415  # seed of the bootstrap and permutations (and of the synth
 tables_dir: str = "analysis/tables"  # folder for primary_acceptance.csv, primary_contrasts.csv, primary_hypotheses.csv
 figures_dir: str = "manuscript/figures"  # folder for primary_forest.pdf
 generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and primary_macros.tex
-study: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
+study_name: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
 runs: str = ""  # run table (CSV) to analyse instead; "synthetic": a SIMULATED synthetic table drawn with seed
 bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
 permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
@@ -40,11 +40,11 @@ from pilot.report import sentences
 from pilot.report.inline import say, show_figures
 from pilot.stats import hypotheses, primary, stage_outputs
 
-design = protocol.study()  # the protocol's constants (study.yml)
+study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 started = time.perf_counter()
-data = stage_outputs.open_stage(runs, seed, tables, study=study)
-print(len(data.runs), "runs in the table; worker model:", design["worker"]["model"])
+data = stage_outputs.open_stage(runs, seed, tables, study=study_name)
+print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
 label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
 
 # %% [markdown]
@@ -55,7 +55,7 @@ label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every se
 
 # %%
 result = primary.primary_analysis(
-    data.runs, seed=seed, study=design, B=bootstrap_resamples or None, n_permutations=permutations or None
+    data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
 )
 say(sentences.acceptance_sentence(result.acceptance, prefix=label))
 result.acceptance
@@ -81,11 +81,11 @@ result.contrasts
 
 # %%
 hyps = [
-    hypotheses.h1(data.runs, result=result, study=design),
-    hypotheses.h2(data.runs, result=result, study=design),
-    hypotheses.h3(data.runs, result=result, seed=seed, study=design),
-    hypotheses.h5(data.runs, seed=seed, study=design, B=result.settings.B, n_permutations=result.settings.n_permutations),
-    hypotheses.h6(data.runs, seed=seed, study=design, B=result.settings.B),
+    hypotheses.h1(data.runs, result=result, study=study),
+    hypotheses.h2(data.runs, result=result, study=study),
+    hypotheses.h3(data.runs, result=result, seed=seed, study=study),
+    hypotheses.h5(data.runs, seed=seed, study=study, B=result.settings.B, n_permutations=result.settings.n_permutations),
+    hypotheses.h6(data.runs, seed=seed, study=study, B=result.settings.B),
 ]
 for h in hyps:
     say(sentences.hypothesis_sentence(h, prefix=label))
@@ -99,7 +99,7 @@ for h in hyps:
 # cited number to `generated_dir`; the figure to `figures_dir`.
 
 # %%
-written = stage_outputs.write_primary(result, hyps, data, tables, figures, generated)
+written = stage_outputs.write_primary(result, hyps, data, tables_dir, figures_dir, generated_dir)
 show_figures(written.values())
 print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
       f"in {time.perf_counter() - started:.2f} s")
@@ -118,7 +118,7 @@ print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {
 # run are removed.
 
 # %%
-truth = dry_run.truth_for(data.runs, result.acceptance, seed=seed, study=design)
+truth = dry_run.truth_for(data.runs, result.acceptance, seed=seed, study=study)
 if truth is None:
     removed = dry_run.remove_truth(tables, generated)
     print("real run table: no planted truth" + (f"; removed {', '.join(map(str, removed))}" if removed else ""))

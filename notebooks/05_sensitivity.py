@@ -11,7 +11,7 @@
 # Index of A4, and the agreement of the three judges. H4 and H7 (the latter
 # exploratory) are judged here.
 #
-# By default the stage reads the run table that study `study` exported, the
+# By default the stage reads the run table that study `study_name` exported, the
 # table the manuscript is built from; `runs = "synthetic"` draws the same
 # SIMULATED synthetic run table as the primary stage (same seed), and every
 # output then says so. Paths are read from the repository root, whatever the
@@ -22,7 +22,7 @@ seed: int = 20260415  # seed of the resampling (and of the synthetic table when 
 tables_dir: str = "analysis/tables"  # folder for the sensitivity_*.csv tables
 figures_dir: str = "manuscript/figures"  # folder for the Kaplan-Meier, frontier and q-grid figures
 generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and sensitivity_macros.tex
-study: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
+study_name: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
 runs: str = ""  # run table (CSV) to analyse instead; "synthetic": a SIMULATED synthetic table drawn with seed
 bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
 permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
@@ -35,21 +35,21 @@ from pilot.report import sentences
 from pilot.report.inline import say, show_figures
 from pilot.stats import hypotheses, sensitivity, stage_outputs
 
-design = protocol.study()  # the protocol's constants (study.yml)
+study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 started = time.perf_counter()
-data = stage_outputs.open_stage(runs, seed, tables, study=study)
+data = stage_outputs.open_stage(runs, seed, tables, study=study_name)
 B, P = bootstrap_resamples or None, permutations or None
 label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
-primary_name = "-".join(design.contrasts[0])
+primary_name = "-".join(study.contrasts[0])
 
 # %% [markdown]
 # ## The quality threshold and the scenario weights
 
 # %%
 results = {}
-results["q_grid"] = sensitivity.q_grid(data.runs, seed=seed, study=design, B=B, n_permutations=P)
-results["minutes_weighted"] = sensitivity.minutes_weighted(data.runs, seed=seed, study=design, B=B, n_permutations=P)
+results["q_grid"] = sensitivity.q_grid(data.runs, seed=seed, study=study, B=B, n_permutations=P)
+results["minutes_weighted"] = sensitivity.minutes_weighted(data.runs, seed=seed, study=study, B=B, n_permutations=P)
 say(sentences.q_grid_sentence(results["q_grid"].summary, primary_name, prefix=label))
 display(results["q_grid"].summary)  # noqa: F821
 mw = results["minutes_weighted"].contrasts
@@ -63,8 +63,8 @@ mw
 # standard errors clustered by scenario.
 
 # %%
-results["logistic"] = sensitivity.logistic_cluster(data.runs, study=design)
-say(sentences.logistic_sentence(results["logistic"].summary, f"{design.contrasts[0][0]} vs {design.contrasts[0][1]}",
+results["logistic"] = sensitivity.logistic_cluster(data.runs, study=study)
+say(sentences.logistic_sentence(results["logistic"].summary, f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}",
                                 note=str(results["logistic"].details.get("note") or ""), prefix=label))
 results["logistic"].summary
 
@@ -75,7 +75,7 @@ results["logistic"].summary
 # an error) is censored at its wall time.
 
 # %%
-results["kaplan_meier"] = sensitivity.kaplan_meier(data.runs, study=design)
+results["kaplan_meier"] = sensitivity.kaplan_meier(data.runs, study=study)
 say(sentences.km_sentence(results["kaplan_meier"].summary, results["kaplan_meier"].details["tests"], prefix=label))
 display(results["kaplan_meier"].summary)  # noqa: F821
 results["kaplan_meier"].details["tests"]
@@ -84,11 +84,11 @@ results["kaplan_meier"].details["tests"]
 # ## Cost per accepted deliverable, frontiers and secondary endpoints
 
 # %%
-results["cost_per_accepted"] = sensitivity.cost_per_accepted(data.runs, seed=seed, study=design, B=B)
-results["frontier_budget"] = sensitivity.frontier(data.runs, "budget", seed=seed, study=design, B=B)
-results["frontier_human"] = sensitivity.frontier(data.runs, "human", seed=seed, study=design, B=B)
-results["secondary"] = sensitivity.secondary_endpoints(data.runs, study=design)
-results["models"] = sensitivity.model_sensitivity(data.runs, seed=seed, study=design, B=B)
+results["cost_per_accepted"] = sensitivity.cost_per_accepted(data.runs, seed=seed, study=study, B=B)
+results["frontier_budget"] = sensitivity.frontier(data.runs, "budget", seed=seed, study=study, B=B)
+results["frontier_human"] = sensitivity.frontier(data.runs, "human", seed=seed, study=study, B=B)
+results["secondary"] = sensitivity.secondary_endpoints(data.runs, study=study)
+results["models"] = sensitivity.model_sensitivity(data.runs, seed=seed, study=study, B=B)
 say(sentences.cost_sentence(results["cost_per_accepted"].summary, prefix=label))
 display(results["cost_per_accepted"].summary)  # noqa: F821
 say(sentences.secondary_sentence(results["secondary"].summary, prefix=label))
@@ -98,8 +98,8 @@ results["secondary"].summary
 # ## Recovery and judge agreement
 
 # %%
-results["recovery_index"] = sensitivity.recovery_index(data.runs, seed=seed, study=design, B=B)
-results["agreement"] = sensitivity.judge_agreement(data.runs, study=design)
+results["recovery_index"] = sensitivity.recovery_index(data.runs, seed=seed, study=study, B=B)
+results["agreement"] = sensitivity.judge_agreement(data.runs, study=study)
 say(sentences.recovery_sentence(results["recovery_index"].summary, prefix=label))
 display(results["recovery_index"].summary)  # noqa: F821
 say(sentences.agreement_sentence(results["agreement"].summary, prefix=label))
@@ -112,7 +112,7 @@ results["agreement"].summary
 # heterogeneity of the premium across occupations, exploratory only.
 
 # %%
-hyps = [hypotheses.h4(data.runs, study=design), hypotheses.h7(data.runs, study=design)]
+hyps = [hypotheses.h4(data.runs, study=study), hypotheses.h7(data.runs, study=study)]
 for h in hyps:
     say(sentences.hypothesis_sentence(h, prefix=label))
     display(h.summary)  # noqa: F821
@@ -126,7 +126,7 @@ for h in hyps:
 # environments and macros to `generated_dir`; figures to `figures_dir`.
 
 # %%
-written = stage_outputs.write_sensitivity(results, hyps, data, tables, figures, generated, study=design)
+written = stage_outputs.write_sensitivity(results, hyps, data, tables_dir, figures_dir, generated_dir, study=study)
 show_figures(written.values())
 print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
       f"in {time.perf_counter() - started:.2f} s")
