@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
 import subprocess
 import threading
 from decimal import Decimal
@@ -324,6 +325,7 @@ def test_a_closed_run_is_refused(proxy, upstream):
         _post(meter.base_url, "/v1/messages", _request(), meter.token)
     assert not meter.socket_path.exists()
     rows = _rows(meter.record_path)
+    assert rows[-1]["kind"] == "closed"
     assert rows[0]["kind"] == "opened" and rows[-1]["kind"] == "closed" and rows[-1]["metered_usd"] == "0.0225"
     odd = proxy.open_run("/tmp/../runs/attempt 1", Decimal("1"), MODEL)  # a path as run id: a safe folder of its own
     assert odd.record_path.parent.parent == meter.record_path.parent.parent
@@ -334,34 +336,116 @@ def test_a_closed_run_is_refused(proxy, upstream):
         proxy.open_run("r-float", 4.0, MODEL)  # type: ignore[arg-type]
 
 
+class _ScriptedUpstream:
+    """A one-handler upstream for answers the fake API does not give (cut streams, overload errors)."""
+
+    def __init__(self, respond) -> None:
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["content-length"]))
+                respond(self)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "_ScriptedUpstream":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _cut_after_start(handler) -> None:
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.end_headers()
+    start = {"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 1000, "output_tokens": 1}}}
+    handler.wfile.write(f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
+
+
+def _overloaded(handler) -> None:
+    data = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).encode()
+    handler.send_response(529)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def test_a_kept_alive_connection_is_refused_once_the_run_is_closed(proxy, upstream):
+    meter = proxy.open_run("r-keep", Decimal("4.00"), MODEL)
+    host, port = meter.base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {"x-api-key": meter.token, "content-type": "application/json"}
+    conn.request("POST", "/v1/messages", body=json.dumps(_request()), headers=headers)
+    assert conn.getresponse().read() and len(upstream.requests) == 1
+    proxy.close_run("r-keep")
+    conn.request("POST", "/v1/messages", body=json.dumps(_request()), headers=headers)
+    resp = conn.getresponse()
+    assert resp.status == 403 and json.loads(resp.read())["error"]["type"] == "permission_error"
+    conn.close()
+    assert len(upstream.requests) == 1 and meter.refusals[-1]["reason"] == "run closed"
+
+
 def test_an_interrupted_stream_is_charged_its_whole_output_allowance(prices, tmp_path):
     """The upstream dies after message_start: the final usage is unknown, so max_tokens of output is charged."""
-    import http.server
+    with _ScriptedUpstream(_cut_after_start) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-cut", Decimal("4.00"), MODEL)
+        _post(meter.base_url, "/v1/messages", _request(max_tokens=500, stream=True), meter.token)
+        row = meter.requests[-1]
+        assert row["usage_complete"] is False and row["output_tokens"] == 500
+        assert meter.metered_usd == Decimal("0.014")  # 1000 x 4 + 500 x 20 per million
 
-    class Cut(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
 
-        def do_POST(self):
-            self.rfile.read(int(self.headers["content-length"]))
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.end_headers()
-            start = {"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 1000, "output_tokens": 1}}}
-            self.wfile.write(f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
+def test_an_upstream_error_is_relayed_and_not_charged(prices, tmp_path):
+    with _ScriptedUpstream(_overloaded) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-529", Decimal("4.00"), MODEL)
+        status, _, data = _post(meter.base_url, "/v1/messages", _request(stream=True), meter.token)
+        assert status == 529 and json.loads(data)["error"]["type"] == "overloaded_error"
+        assert meter.metered_usd == 0 and meter.reserved_usd == 0 and meter.requests[-1]["status"] == 529
+    with MeteringProxy("http://127.0.0.1:9", REAL_KEY, prices, tmp_path) as proxy:  # nothing listens on port 9
+        meter = proxy.open_run("r-down", Decimal("4.00"), MODEL)
+        status, _, data = _post(meter.base_url, "/v1/messages", _request(), meter.token)
+        assert status == 502 and json.loads(data)["error"]["type"] == "api_error" and meter.reserved_usd == 0
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Cut)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with MeteringProxy(f"http://127.0.0.1:{server.server_address[1]}", REAL_KEY, prices, tmp_path) as proxy:
-            meter = proxy.open_run("r-cut", Decimal("4.00"), MODEL)
-            _post(meter.base_url, "/v1/messages", _request(max_tokens=500, stream=True), meter.token)
-            row = meter.requests[-1]
-            assert row["usage_complete"] is False and row["output_tokens"] == 500
-            assert meter.metered_usd == Decimal("0.014")  # 1000 x 4 + 500 x 20 per million
-    finally:
-        server.shutdown()
-        server.server_close()
+
+def test_an_agent_that_hangs_up_mid_stream_is_still_metered_exactly(prices, tmp_path):
+    gate = threading.Event()
+    with FakeMessagesAPI(MODEL, [], stream_gate=gate) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-hangup", Decimal("4.00"), MODEL)
+        host, port = meter.base_url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        conn.request("POST", "/v1/messages", body=json.dumps(_request(stream=True)), headers={"x-api-key": meter.token})
+        resp = conn.getresponse()
+        assert b"message_start" in resp.read1(65536)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        gate.set()
+        for _ in range(100):
+            if meter.requests:
+                break
+            threading.Event().wait(0.05)
+        row = meter.requests[-1]
+        assert row["usage_complete"] is True and row["output_tokens"] == 300 and meter.metered_usd == Decimal("0.014")
+
+
+def test_a_one_hour_cache_lifetime_raises_the_worst_case(proxy, upstream, prices):
+    meter = proxy.open_run("r-ttl", Decimal("4.00"), MODEL)
+    plain = _request(max_tokens=100)
+    one_hour = {**plain, "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}
+    for body in (plain, one_hour):
+        assert _post(meter.base_url, "/v1/messages", body, meter.token)[0] == 200
+    opus = prices.price(MODEL)
+    first, second = meter.requests
+    assert Decimal(first["worst_case_usd"]) == opus.worst_case(first["input_bound_tokens"], 100, one_hour_cache=False)
+    assert Decimal(second["worst_case_usd"]) == opus.worst_case(second["input_bound_tokens"], 100, one_hour_cache=True)
 
 
 # ----------------------------------------------------------------- reported vs metered

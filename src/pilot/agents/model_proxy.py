@@ -468,6 +468,8 @@ class _ClientGone(Exception):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "pilot-model-proxy"
+    #: An idle agent connection is dropped after this long (a tool call between two requests can take minutes).
+    timeout = 3600
     sys_version = ""
     server: "_Listener"
 
@@ -486,22 +488,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing -----------------------------------------------------------
 
-    def _read_body(self) -> bytes | None:
+    def _read_body(self) -> bytes:
+        """The request body; ValueError when its framing is malformed or it is too large."""
         if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
             out = bytearray()
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                size = int(self.rfile.readline(64).split(b";")[0].strip() or b"0", 16)
                 if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass
                     return bytes(out)
+                if len(out) + size > MAX_BODY_BYTES:
+                    raise ValueError(f"request bodies over {MAX_BODY_BYTES} bytes are refused")
                 out += self.rfile.read(size)
-                self.rfile.readline()
-                if len(out) > MAX_BODY_BYTES:
-                    return None
+                self.rfile.readline(64)
         n = int(self.headers.get("content-length") or 0)
-        if n > MAX_BODY_BYTES:
-            return None
+        if n < 0 or n > MAX_BODY_BYTES:
+            raise ValueError(f"content-length {n}: bodies over {MAX_BODY_BYTES} bytes are refused")
         return self.rfile.read(n) if n else b""
 
     def _send_error(self, status: int, kind: str, message: str) -> None:
@@ -528,17 +531,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         meter, proxy = self.server.meter, self.server.proxy
         route = urlsplit(self.path).path.rstrip("/")
-        body = self._read_body()
+        try:
+            # Read even when the request is refused below, so the agent sees the answer rather than a broken pipe.
+            body: bytes | None = self._read_body()
+            oversized = None
+        except ValueError as exc:
+            body, oversized = None, str(exc)
+            self.close_connection = True
         if not meter.token_ok(self._token()):
+            self.close_connection = True
             meter.refuse("missing or wrong run token", path=route, method=self.command)
             return self._send_error(401, "authentication_error", "invalid x-api-key")
         if meter.closed:
+            self.close_connection = True
             meter.refuse("run closed", path=route, method=self.command)
             return self._send_error(403, "permission_error", f"run {meter.run_id} is closed")
         if body is None:
-            meter.refuse("request body too large", path=route)
-            self.close_connection = True
-            return self._send_error(413, "request_too_large", f"request bodies over {MAX_BODY_BYTES} bytes are refused")
+            meter.refuse(f"malformed or oversized request body ({oversized})", path=route)
+            return self._send_error(413, "request_too_large", str(oversized))
         if self.command == "POST" and route == "/v1/messages":
             return self._messages(meter, proxy, body)
         if self.command == "POST" and route == "/v1/messages/count_tokens":
