@@ -188,14 +188,19 @@ def test_json_and_streamed_answers_are_relayed_metered_and_recorded(proxy, upstr
     assert not any(meter.token in json.dumps(h) for h in upstream.headers)
 
 
+def _start_stream(meter) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A streamed request through the run's TCP listener, its answer's head read."""
+    host, port = meter.base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    conn.request("POST", "/v1/messages", body=json.dumps(_request(stream=True)), headers={"x-api-key": meter.token})
+    return conn, conn.getresponse()
+
+
 def test_a_stream_is_relayed_as_it_arrives(prices, tmp_path):
     gate = threading.Event()
     with FakeMessagesAPI(MODEL, [], stream_gate=gate) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r1", Decimal("4.00"), MODEL)
-        host, port = meter.base_url.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=5)
-        conn.request("POST", "/v1/messages", body=json.dumps(_request(stream=True)), headers={"x-api-key": meter.token})
-        resp = conn.getresponse()
+        conn, resp = _start_stream(meter)
         # The upstream holds the rest of the answer until the gate opens: the first event must already be here.
         first = resp.read1(65536)
         assert b"message_start" in first and b"message_stop" not in first
@@ -420,10 +425,7 @@ def test_an_agent_that_hangs_up_mid_stream_is_still_metered_exactly(prices, tmp_
     gate = threading.Event()
     with FakeMessagesAPI(MODEL, [], stream_gate=gate) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-hangup", Decimal("4.00"), MODEL)
-        host, port = meter.base_url.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=5)
-        conn.request("POST", "/v1/messages", body=json.dumps(_request(stream=True)), headers={"x-api-key": meter.token})
-        resp = conn.getresponse()
+        conn, resp = _start_stream(meter)
         assert b"message_start" in resp.read1(65536)
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
