@@ -4,7 +4,7 @@ Each POST to ``/v1/messages`` for the worker's model takes the next scripted
 response (a text or a tool call) and answers it as the API does, streamed
 (server-sent events) or whole; requests for other models (the CLI's small
 side calls) get a one-word text. Every request body is kept in
-``requests`` and its headers in ``headers`` so a test can see what the CLI
+``requests``, its headers in ``headers`` and its target in ``paths`` so a test can see what the CLI
 sent (tool results included) and with which key. ``count_tokens`` is the
 answer of the token-counting endpoint (None: it fails with a 500), and a
 ``stream_gate`` event holds a streamed answer after its first event until the
@@ -37,6 +37,7 @@ class FakeMessagesAPI:
         self.stream_gate = stream_gate
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
         self.counted: list[dict] = []
         self._n = 0
         self._lock = threading.Lock()
@@ -66,6 +67,7 @@ class FakeMessagesAPI:
                 with api._lock:
                     api.requests.append(body)
                     api.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    api.paths.append(self.path)
                     if body.get("model") == api.model and api._n < len(api.turns):
                         turn = api.turns[api._n]
                         api._n += 1

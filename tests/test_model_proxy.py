@@ -249,8 +249,18 @@ def test_other_endpoints_are_forwarded_or_answered_deliberately(proxy, upstream)
     assert status == 400 and "no pinned price" in json.loads(data)["error"]["message"]
     tools = {**_request(), "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
     assert _post(meter.base_url, "/v1/messages", tools, meter.token)[0] == 400
+    for extra in ({"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]}, {"service_tier": "auto"}, {"speed": "fast"}):
+        status, _, data = _post(meter.base_url, "/v1/messages", {**_request(), **extra}, meter.token)
+        assert status == 400 and "allow-list" not in data.decode() and "not available in this study" in data.decode()
     assert upstream.requests == [] and meter.metered_usd == 0
     assert [r["kind"] for r in meter.requests] == ["count_tokens"]
+
+
+def test_a_request_target_cannot_steer_the_key_elsewhere(proxy, upstream):
+    meter = proxy.open_run("r-target", Decimal("4.00"), MODEL)
+    assert _post(meter.base_url, "//evil.example/v1/messages", _request(), meter.token)[0] == 404  # read as a path
+    assert _post(meter.base_url, "http://evil.example/v1/messages?beta=true", _request(), meter.token)[0] == 200
+    assert upstream.paths == ["/v1/messages?beta=true"]
 
 
 def test_one_huge_turn_cannot_cross_the_cap(proxy, upstream):

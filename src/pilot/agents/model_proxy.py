@@ -96,6 +96,13 @@ _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
      "transfer-encoding", "upgrade", "host", "content-length", "x-api-key", "authorization", "accept-encoding"}
 )
+#: The fields a messages request may carry: those the pinned CLI sends and plain sampling controls.
+#: Refused, by not being here: ``mcp_servers`` and ``container`` (the API reaching out on the agent's
+#: behalf), ``service_tier`` and ``speed`` (billed at other rates than the table's).
+MESSAGE_KEYS = frozenset(
+    {"model", "messages", "system", "max_tokens", "stream", "metadata", "tools", "tool_choice", "thinking", "temperature",
+     "top_p", "top_k", "stop_sequences", "context_management", "output_config", "output_format"}
+)
 #: Keys of a messages body that count_tokens accepts (the rest would be refused).
 _COUNT_KEYS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers", "context_management")
 
@@ -517,6 +524,12 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def _upstream_path(self) -> str:
+        # Rebuilt from the path and query alone: a request target naming another host ("//host/..." or
+        # "http://host/...") cannot steer where the real key goes.
+        parts = urlsplit(self.path)
+        return parts.path + (f"?{parts.query}" if parts.query else "")
+
     def _token(self) -> str | None:
         key = self.headers.get("x-api-key")
         if key:
@@ -579,9 +592,14 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             meter.refuse("max_tokens missing or not a positive integer", path="/v1/messages", model=model)
             return self._send_error(400, "invalid_request_error", "max_tokens: must be a positive integer")
+        unknown = sorted(set(body) - MESSAGE_KEYS)
+        if unknown:
+            meter.refuse(f"request fields outside the allow-list: {unknown}", path="/v1/messages", model=model)
+            return self._send_error(400, "invalid_request_error", f"request fields {unknown} are not available in this study")
         server_tools = [t.get("type") for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") not in (None, "custom")]
         if server_tools:
-            # Server tools are billed per use, outside the token prices the table pins.
+            # Server tools run on the API's side (web search and fetch, code execution): a way out of the
+            # sandbox, and billed per use outside the token prices the table pins.
             meter.refuse(f"server tools not priced: {server_tools}", path="/v1/messages", model=model)
             return self._send_error(400, "invalid_request_error", f"server tools {server_tools} are not available in this study")
         price = proxy.prices.price(model)
@@ -641,13 +659,16 @@ class _Handler(BaseHTTPRequestHandler):
                     usage = Usage(**{**usage.as_dict(), "output_tokens": max(usage.output_tokens, max_tokens or 0)})
                     note = (note + "; " if note else "") + "final usage not seen: output charged at max_tokens"
                 cost = price.cost(usage)
+            tier = state.get("service_tier")
+            if tier not in (None, "standard"):
+                note = (note + "; " if note else "") + f"billed in service tier {tier!r}, priced at the table's standard rates"
             row.update(usage.as_dict())
-            row.update(cost_usd=str(cost), usage_complete=complete, note=note)
+            row.update(cost_usd=str(cost), usage_complete=complete, service_tier=tier, note=note)
             meter.settle(worst, row)
 
         try:
             try:
-                resp = proxy.upstream_request(self.command, self.path, raw, headers)
+                resp = proxy.upstream_request(self.command, self._upstream_path(), raw, headers)
             except (OSError, http.client.HTTPException) as exc:
                 state["note"] = f"upstream unreachable: {exc}"
                 state["usage"], state["complete"] = Usage(), True
@@ -677,6 +698,7 @@ class _Handler(BaseHTTPRequestHandler):
                         message = json.loads(data)
                         state["usage"] = Usage.from_api(message["usage"])
                         state["message_id"], state["complete"] = message.get("id"), True
+                        state["service_tier"] = message["usage"].get("service_tier")
                     except (ValueError, KeyError, TypeError):
                         state["note"] = "answer carried no readable usage"
                 book()
@@ -727,6 +749,7 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "message_start":
             message = event.get("message") or {}
             state["usage"], state["message_id"] = Usage.from_api(message.get("usage")), message.get("id")
+            state["service_tier"] = (message.get("usage") or {}).get("service_tier")
         elif kind == "message_delta" and state["usage"] is not None:
             state["usage"] = state["usage"].updated(event.get("usage"))
             state["complete"] = True
