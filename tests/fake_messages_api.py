@@ -4,7 +4,11 @@ Each POST to ``/v1/messages`` for the worker's model takes the next scripted
 response (a text or a tool call) and answers it as the API does, streamed
 (server-sent events) or whole; requests for other models (the CLI's small
 side calls) get a one-word text. Every request body is kept in
-``requests`` so a test can see what the CLI sent (tool results included).
+``requests``, its headers in ``headers`` and its target in ``paths`` so a test can see what the CLI
+sent (tool results included) and with which key. ``count_tokens`` is the
+answer of the token-counting endpoint (None: it fails with a 500), and a
+``stream_gate`` event holds a streamed answer after its first event until the
+test sets it.
 """
 
 from __future__ import annotations
@@ -24,11 +28,17 @@ def tool_turn(name: str, tool_input: dict, tool_id: str) -> dict:
 
 
 class FakeMessagesAPI:
-    def __init__(self, model: str, turns: list[dict], usage: tuple[int, int] = (2000, 300)) -> None:
+    def __init__(self, model: str, turns: list[dict], usage: tuple[int, int] | dict = (2000, 300),
+                 count_tokens: int | None = 100, stream_gate: threading.Event | None = None) -> None:
         self.model = model
         self.turns = list(turns)
         self.usage = usage
+        self.count_tokens = count_tokens
+        self.stream_gate = stream_gate
         self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        self.counted: list[dict] = []
         self._n = 0
         self._lock = threading.Lock()
         api = self
@@ -47,11 +57,17 @@ class FakeMessagesAPI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 if "count_tokens" in self.path:
-                    return self._json({"input_tokens": 100})
+                    with api._lock:
+                        api.counted.append(body)
+                    if api.count_tokens is None:
+                        return self._json({"type": "error", "error": {"type": "api_error", "message": "count failed"}}, 500)
+                    return self._json({"input_tokens": api.count_tokens})
                 if not self.path.startswith("/v1/messages"):
                     return self._json({})
                 with api._lock:
                     api.requests.append(body)
+                    api.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    api.paths.append(self.path)
                     if body.get("model") == api.model and api._n < len(api.turns):
                         turn = api.turns[api._n]
                         api._n += 1
@@ -60,15 +76,14 @@ class FakeMessagesAPI:
                         turn, msg_id = text_turn("ok"), f"msg_side_{len(api.requests):03d}"
                 message = {"id": msg_id, "type": "message", "role": "assistant", "model": body.get("model", api.model),
                            "content": turn["content"], "stop_reason": turn["stop_reason"], "stop_sequence": None,
-                           "usage": {"input_tokens": api.usage[0], "output_tokens": api.usage[1],
-                                     "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+                           "usage": api.usage_object()}
                 if body.get("stream"):
                     return self._stream(message)
                 return self._json(message)
 
-            def _json(self, obj: dict) -> None:
+            def _json(self, obj: dict, status: int = 200) -> None:
                 data = json.dumps(obj).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
@@ -86,6 +101,8 @@ class FakeMessagesAPI:
                     self.wfile.flush()
 
                 send("message_start", {"type": "message_start", "message": start})
+                if api.stream_gate is not None:
+                    api.stream_gate.wait(timeout=30)
                 for i, block in enumerate(message["content"]):
                     if block["type"] == "text":
                         send("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
@@ -111,6 +128,12 @@ class FakeMessagesAPI:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def usage_object(self) -> dict:
+        """The usage every answer reports: ``usage`` as (input, output) or a whole usage object."""
+        if isinstance(self.usage, dict):
+            return {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, **self.usage}
+        return {"input_tokens": self.usage[0], "output_tokens": self.usage[1], "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
     def tool_results(self) -> dict[str, str]:
         """tool_use_id -> the text of the result the CLI sent back."""
