@@ -30,6 +30,7 @@ simulations: int = 5000  # simulated studies per cell; 0 takes study.yml power.s
 import pandas as pd
 
 from pilot import paths
+from pilot.report.inline import show_figures
 from pilot.report.latex import write_macros, write_table
 from pilot.stats import power
 
@@ -154,7 +155,7 @@ readings.summary[table_cols].to_csv(tables / "power_readings.csv", index=False)
 fig = grid.plot()
 fig.savefig(figures / "power_curves.pdf")
 fig.savefig(figures / "power_curves.png", dpi=110)  # the same drawing, shown inline below
-display(fig)  # noqa: F821 (IPython)
+show_figures([figures / "power_curves.pdf"])
 
 write_table(
     grid.table_frame().rename(columns=power.TEST_LABELS),

@@ -57,3 +57,10 @@ def test_a_degenerate_logistic_fit_is_not_read():
     summary = pd.DataFrame([{"term": "A3 vs A1", "odds_ratio": 1e140, "or_ci_low": 0.0, "or_ci_high": math.inf, "p_value": 0.99}])
     text = sentences.logistic_sentence(summary, "A3 vs A1", note="Perfect separation detected")
     assert "not estimable (separation)" in text
+
+
+def test_secondary_sentence_keeps_arm_names():
+    summary = pd.DataFrame({"arm": ["A0", "A1"], "E": [0.0, 0.1], "cost_usd": [0.3, 1.2], "wall_min": [5.0, 9.25]})
+    assert sentences.secondary_sentence(summary) == (
+        "Critical violations are most frequent in A1 (0.100); the costliest arm per run is A1 ($1.20); the slowest is A1 (9.2 minutes)."
+    )

@@ -190,7 +190,8 @@ def secondary_sentence(summary: pd.DataFrame, *, prefix: str = "") -> str:
     if "wall_min" in summary:
         slow = summary.loc[summary["wall_min"].astype(float).idxmax()]
         parts.append(f"the slowest is {slow['arm']} ({num(slow['wall_min'], 1)} minutes)")
-    return prefix + ("; ".join(parts) + "." if parts else "No secondary endpoint is tabulated.").capitalize()
+    text = "; ".join(parts) + "." if parts else "No secondary endpoint is tabulated."
+    return prefix + text[:1].upper() + text[1:]
 
 
 def recovery_sentence(summary: pd.DataFrame, *, prefix: str = "") -> str:
