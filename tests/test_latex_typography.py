@@ -21,7 +21,8 @@ def test_tables_have_word_headers_true_minus_and_decimals_by_quantity(tmp_path):
     assert "\\ensuremath{-}0.200" in text and "-0.000" not in text and " 0.000 " in text
     assert "0.875" in text and "$<$0.001" in text
     assert "1.40" in text and "1.405" not in text and "12.3" in text and "$\\infty$" in text
-    assert "$\\geq$ 70" in text and "-{}-tools" in text
+    assert "\\ensuremath{\\geq} 70" in text and "-{}-tools" in text
+    assert "\\begin{tabular}{lrrrrrl}" in text
 
 
 def test_escape_keeps_double_hyphens_apart():

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+import numpy as np
 import pandas as pd
 
 SIMULATED_TAG = "SIMULATED"
@@ -35,7 +36,8 @@ _ESCAPES = {
 def latex_escape(text: str) -> str:
     """Escape LaTeX's special characters in plain text (a double hyphen stays two hyphens, as in ``--tools``)."""
     out = "".join(_ESCAPES.get(c, c) for c in str(text))
-    return out.replace("--", "-{}-").replace("-{}--", "-{}-{}-")
+    out = out.replace("--", "-{}-").replace("-{}--", "-{}-{}-")
+    return out.replace(">=", "\\ensuremath{\\geq}").replace("<=", "\\ensuremath{\\leq}")
 
 
 # Column names of result tables, in words (LaTeX). Unlisted snake_case names
@@ -49,7 +51,7 @@ HEADER_WORDS: dict[str, str] = {
     "share_lowest": "Share lowest", "cost_usd": "Cost (\\$)", "judge_cost_usd": "Judge cost (\\$)", "wall_min": "Wall (min)",
     "tool_calls": "Tool calls", "I2": "$I^2$", "i2": "$I^2$", "tau2": "$\\tau^2$", "q": "$q$", "n": "$n$",
     "spent_usd": "Spent (\\$)", "reserved_usd": "Reserved (\\$)", "budget_usd": "Budget (\\$)",
-    "human_minutes": "Human time (min)", "quantity": "Quantity", "value": "Value", "statistic": "Statistic", "df": "df",
+    "human_minutes": "Human time (min)", "se": "SE", "quantity": "Quantity", "value": "Value", "statistic": "Statistic", "df": "df",
 }
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$|^[a-z][a-z0-9]*$")
 
@@ -60,6 +62,9 @@ def header_words(name: object) -> str:
     plain = text.replace("\\_", "_")
     if plain in HEADER_WORDS:
         return HEADER_WORDS[plain]
+    arm_share = re.fullmatch(r"p_(A[0-9]+)", plain)
+    if arm_share:
+        return f"$\\hat p_{{\\mathrm{{{arm_share.group(1)}}}}}$"
     if _IDENTIFIER.match(plain):
         words = plain.replace("_", " ")
         words = re.sub(r"(\d+)min\b", r"\1 min", words)
@@ -112,7 +117,7 @@ def _cell(value: object, fmt: str, *, escape: bool, is_p: bool) -> str:
         return signed(fmt % v)
     text = str(value)
     if escape:
-        text = latex_escape(text).replace(">=", "$\\geq$").replace("<=", "$\\leq$")
+        text = latex_escape(text)
         text = re.sub(r"(?<![A-Za-z])I2(?![A-Za-z0-9])", "$I^2$", text)
     return text
 
@@ -199,6 +204,12 @@ def write_table(
         is_p = bool(_P_COLUMN.match(str(col).replace("\\_", "_").lower()))
         shown[i] = [_cell(v, fmt, escape=escape, is_p=is_p) for v in df[col].tolist()]
     shown.columns = [header_words(c) if (escape or _IDENTIFIER.match(str(c).replace("\\_", "_"))) else str(c) for c in df.columns]
+    if column_format is None:  # numbers right-aligned, text left-aligned
+        def is_number(v: object) -> bool:
+            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+        numeric = [bool(vals) and all(is_number(v) for v in vals) for vals in ([v for v in df[c].tolist() if v is not None] for c in df.columns)]
+        column_format = "".join("r" if n else "l" for n in numeric)
     body = shown.to_latex(index=False, escape=False, column_format=column_format, na_rep="---")
     parts = [
         "% Generated file: do not edit.",
