@@ -106,9 +106,10 @@ def test_run_page_explains_the_verdict_with_oracle_judges_and_deliverables(study
 
     final = data["final"]["files"]
     withheld = [run_id, data["final"]["node"], reader.name, data["final"]["workspace"], rec["workspace"]]
-    judged = prompt_for_run(data["scenario"], final.outputs, withheld=withheld).package.deliverables
-    for dl in judged:
-        assert _esc(dl.text) in page
+    prompt = prompt_for_run(data["scenario"], final.outputs, withheld=withheld)
+    assert _esc(prompt.text) in page  # the judges' whole prompt, verbatim
+    for dl in prompt.package.deliverables:
+        assert f"<code>{_esc(dl.requested)}</code> · {dl.status}" in page
     # Each delivered file can be downloaded byte for byte.
     names = [p.name for p in final.outputs.iterdir() if p.is_file()]
     assert names

@@ -9,12 +9,16 @@ on any static host. The study itself is only read.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from pilot.view import files, site
-from pilot.view.study import StudyReader, ViewError
+from pilot.view.study import StudyReader, ViewError, check_run_id
 
 MARKER = ".pilot-view-export"
 
@@ -45,23 +49,13 @@ def _prepare(out: Path, study_folder: Path) -> None:
     (out / MARKER).write_text("written by pilot view --export; replaced by the next export to this folder\n", encoding="utf-8")
 
 
-def export_site(folder: Path, out: Path) -> ExportResult:
-    """Write the static site of the study in ``folder`` to ``out``."""
+def _write_runs(folder: Path, out: Path, run_ids: list[str], simulated: bool) -> tuple[int, int, int]:
+    """Render the pages of ``run_ids`` and copy their deliverables; returns (pages, files, bytes)."""
     reader = StudyReader(folder)
-    out = Path(out)
-    _prepare(out, reader.folder)
-    rows = reader.index_rows()
-    simulated = reader.simulated(rows)
-    links = site.Links(static=True)
-    (out / "static").mkdir()
-    for name in site.STATIC_FILES:
-        shutil.copyfile(Path(__file__).parent / "static" / name, out / "static" / name)
-    (out / "index.html").write_text(site.render_index(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
-    pages, copied, size = 1, 0, 0
-    (out / "runs").mkdir()
-    for r in rows:
-        run_id = r["run_id"]
-        html = site.render_run(reader, links.at(1), run_id, simulated=simulated)
+    links = site.Links(static=True, depth=1)
+    pages = copied = size = 0
+    for run_id in map(check_run_id, run_ids):
+        html = site.render_run(reader, links, run_id, simulated=simulated)
         (out / "runs" / f"{run_id}.html").write_text(html, encoding="utf-8")
         pages += 1
         for a in reader.run_attempts(run_id):
@@ -71,9 +65,38 @@ def export_site(folder: Path, out: Path) -> ExportResult:
                 shutil.copyfile(f.path, target)
                 copied += 1
                 size += f.size
+    return pages, copied, size
+
+
+def export_site(folder: Path, out: Path, *, workers: int | None = None) -> ExportResult:
+    """Write the static site of the study in ``folder`` to ``out``.
+
+    Run pages are rendered by ``workers`` processes (default: the CPUs,
+    at most four); rendering the deliverables dominates the time.
+    """
+    reader = StudyReader(folder)
+    out = Path(out)
+    _prepare(out, reader.folder)
+    rows = reader.index_rows()
+    simulated = reader.simulated(rows)
+    links = site.Links(static=True)
+    (out / "static").mkdir()
+    for name in site.STATIC_FILES:
+        shutil.copyfile(Path(__file__).parent / "static" / name, out / "static" / name)
+    (out / "runs").mkdir()
     (out / "scenarios").mkdir()
-    for sid in sorted({r["scenario"] for r in rows}):
-        (out / "scenarios" / f"{sid}.html").write_text(site.render_scenario(reader, links.at(1), sid, rows=rows, simulated=simulated),
-                                                       encoding="utf-8")
-        pages += 1
-    return ExportResult(out, pages, copied, size)
+    run_ids = [r["run_id"] for r in rows]
+    n = max(1, min(workers or min(os.cpu_count() or 1, 4), len(run_ids) // 8 or 1))
+    chunks = [run_ids[i::n] for i in range(n)]
+    totals = [0, 0, 0]
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) if n > 1 else nullcontext() as pool:
+        futures = [pool.submit(_write_runs, reader.folder, out, c, simulated) for c in chunks] if pool else []
+        (out / "index.html").write_text(site.render_index(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
+        for sid in sorted({r["scenario"] for r in rows}):
+            html = site.render_scenario(reader, links.at(1), sid, rows=rows, simulated=simulated)
+            (out / "scenarios" / f"{sid}.html").write_text(html, encoding="utf-8")
+            totals[0] += 1
+        results = [f.result() for f in futures] if pool else [_write_runs(reader.folder, out, run_ids, simulated)]
+    for r in results:
+        totals = [a + b for a, b in zip(totals, r)]
+    return ExportResult(out, totals[0] + 1, totals[1], totals[2])

@@ -138,7 +138,7 @@ def render_index(reader: StudyReader, links: Links, *, live: bool = False, rows:
 def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: bool | None = None) -> str:
     data = reader.run(run_id)
     simulated = reader.simulated([data["row"]] if data["row"] else []) if simulated is None else simulated
-    deliverables, render_note = judged_deliverables(reader, data)
+    judged = judged_deliverables(reader, data)
     downloads = []
     for a in data["attempts"]:
         downloads.append((a, files.output_files(a["files"].outputs, reader.folder)))
@@ -147,7 +147,7 @@ def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: boo
     charged = [a["charged_usd"] for a in data["attempts"] if a["charged_usd"] is not None]
     return env().get_template("run.html").render(
         **_common(reader, links, simulated, f"Run {run_id}"),
-        d=data, rec=data["record"], row=data["row"] or {}, deliverables=deliverables, render_note=render_note,
+        d=data, rec=data["record"], row=data["row"] or {}, judged=judged,
         downloads=downloads, links_refused=files.links_in(data["final"]["files"].outputs) if data["final"] else [],
         q=q, verdict=verdict(data, q), charged_total=sum(charged) if charged else None,
         unplaced_dev=[d for c in convs[-1:] for d in c.unplaced_deviations] or ([] if convs else data["record"].get("deviations") or []),
@@ -218,38 +218,53 @@ def render_error(links: Links, title: str, message: str) -> str:
     return env().get_template("error.html").render(links=links, title=title, message=message, simulated=False, banner="")
 
 
-def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> tuple[list[Any], str | None]:
-    """The run's deliverables rendered by the judges' own renderer, with the run's identifiers withheld as for the judges.
+@dataclass
+class JudgedPackage:
+    """The run's deliverables as the judges received them."""
+
+    deliverables: list[tuple[Any, str]]  # (pilot.judges.RenderedDeliverable, its text after the judges' scrubbing)
+    prompt: str | None  # the whole prompt of the judges
+    note: str | None  # why something is not shown as the judges saw it
+
+
+def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPackage:
+    """The run's deliverables through the judges' own renderer and scrubbing, with the run's identifiers withheld as for the judges.
 
     A symbolic link in ``outputs/`` is never followed: the renderer then
     reads a copy of the regular files only, and the page says so.
     """
     from pilot.judges import prompt_for_run
+    from pilot.judges.blinding import scrub
 
     final = data["final"]
     if final is None or data["run"] is None:
-        return [], "no attempt finished this run: nothing was judged"
+        return JudgedPackage([], None, "no attempt finished this run: nothing was judged")
     rf = final["files"]
     if not rf.outputs.is_dir():
-        return [], "the attempt left no outputs folder"
+        return JudgedPackage([], None, "the attempt left no outputs folder")
     record = data["record"]
     # The same strings the pipeline withholds from the judges (pilot.pipeline.judge_record).
     workspace = Path(record.get("workspace") or rf.workspace)
     withheld = [data["run_id"], final.get("node") or "", reader.name, str(final.get("workspace") or rf.folder), str(workspace),
                 str(rf.folder), str(rf.workspace), str(rf.workspace.resolve())]
     withheld = [w for w in withheld if w]
+
+    def judged(outputs: Path, note: str | None) -> JudgedPackage:
+        prompt = prompt_for_run(data["scenario"], outputs, withheld=withheld)
+        out_abs = outputs.resolve()
+        hidden = [str(out_abs), str(out_abs.parent), *withheld]
+        return JudgedPackage([(d, scrub(d.text, hidden)) for d in prompt.package.deliverables], prompt.text, note)
+
     links = files.links_in(rf.outputs)
-    note = None
     try:
         if not links:
-            return list(prompt_for_run(data["scenario"], rf.outputs, withheld=withheld).package.deliverables), None
+            return judged(rf.outputs, None)
         with tempfile.TemporaryDirectory(prefix="pilot-view-") as tmp:
             copy = Path(tmp) / "outputs"
             copy.mkdir()
             for f in files.output_files(rf.outputs, reader.folder):
                 shutil.copyfile(f.path, copy / f.name)
-            note = (f"outputs/ holds symbolic links ({', '.join(links)}); the viewer does not follow them, "
-                    "so this rendering leaves them out")
-            return list(prompt_for_run(data["scenario"], copy, withheld=withheld + [str(copy)]).package.deliverables), note
+            return judged(copy, f"outputs/ holds symbolic links ({', '.join(links)}); the viewer does not follow them, "
+                                "so this rendering leaves them out")
     except Exception as exc:  # noqa: BLE001 - the page shows why the rendering failed instead of failing whole
-        return [], f"the deliverables could not be rendered: {type(exc).__name__}: {exc}"
+        return JudgedPackage([], None, f"the deliverables could not be rendered: {type(exc).__name__}: {exc}")

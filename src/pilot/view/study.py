@@ -150,8 +150,7 @@ class StudyReader:
 
     # ------------------------------------------------------------------ run level
     def attempt_files(self, run_id: str, attempt_no: int) -> RunFiles:
-        if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
-            raise ViewError(f"run id {run_id!r} cannot name a folder")
+        check_run_id(run_id)
         folder = self.folder / WORKSPACES / run_id / f"attempt-{int(attempt_no)}"
         if not files.inside(folder, self.folder):
             raise ViewError(f"run {run_id}: its attempt folder lies outside the study folder {self.folder}")
@@ -234,6 +233,13 @@ class StudyReader:
             failed = [c for c in json.loads(crit.get(r["run_id"]) or "[]") if not c.get("passed")]
             r["failed_criteria"] = failed
         return found
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it can name a file or folder (the store's ids always can); a :class:`ViewError` otherwise."""
+    if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith(".") or "\0" in run_id:
+        raise ViewError(f"run id {run_id!r} cannot name a folder")
+    return run_id
 
 
 def _run_table_rows(cells: list[dict[str, Any]], study_name: str, backend: str) -> dict[str, Any]:
