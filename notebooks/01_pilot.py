@@ -125,3 +125,17 @@ say(("SIMULATED (dry run): " if simulated else "")
     f"acceptance between {sentences.num(by_arm['S'].min())} and {sentences.num(by_arm['S'].max())} across arms, and the mean "
     f"total cost of a run (agent and judges) at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}.")
 by_arm.round({"D": 2, "E": 2, "Q": 1, "S": 2, "cost_usd": 2, "wall_s": 0})
+
+# %% [markdown]
+# ## Runs not accepted
+#
+# The runs with S = 0 or S missing, for a first look at why. With the viewer
+# of this study running (`pilot view <study>`), each run id opens the run's
+# page: its conversation, deviations, oracle criteria, the judges' grades and
+# the deliverables as the judges saw them.
+
+# %%
+from pilot.view import link_run_ids
+
+not_accepted = pilot_rows.loc[pilot_rows["S"] != True, ["run_id", "scenario", "arm", "status", "D", "E", "Q", "S"]]  # noqa: E712 - S may be missing
+link_run_ids(not_accepted.sort_values(["scenario", "arm", "run_id"]), study)

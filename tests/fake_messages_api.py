@@ -8,12 +8,15 @@ side calls) get a one-word text. Every request body is kept in
 sent (tool results included) and with which key. ``count_tokens`` is the
 answer of the token-counting endpoint (None: it fails with a 500), and a
 ``stream_gate`` event holds a streamed answer after its first event until the
-test sets it.
+test sets it. With ``keep_alive`` it speaks HTTP/1.1 (kept-alive connections,
+streams in chunked encoding, as the real API does; ``connections`` counts
+them); with ``tls`` it serves HTTPS with that server context.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,7 +32,8 @@ def tool_turn(name: str, tool_input: dict, tool_id: str) -> dict:
 
 class FakeMessagesAPI:
     def __init__(self, model: str, turns: list[dict], usage: tuple[int, int] | dict = (2000, 300),
-                 count_tokens: int | None = 100, stream_gate: threading.Event | None = None) -> None:
+                 count_tokens: int | None = 100, stream_gate: threading.Event | None = None,
+                 keep_alive: bool = False, tls: ssl.SSLContext | None = None) -> None:
         self.model = model
         self.turns = list(turns)
         self.usage = usage
@@ -39,13 +43,21 @@ class FakeMessagesAPI:
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
         self.counted: list[dict] = []
+        self.connections = 0
         self._n = 0
         self._lock = threading.Lock()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def log_message(self, *args: Any) -> None:
                 return
+
+            def setup(self) -> None:
+                super().setup()
+                with api._lock:
+                    api.connections += 1
 
             def do_HEAD(self) -> None:
                 self.send_response(200)
@@ -93,11 +105,14 @@ class FakeMessagesAPI:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
+                if keep_alive:
+                    self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
                 start = dict(message, content=[], stop_reason=None, usage=dict(message["usage"], output_tokens=1))
 
                 def send(event: str, data: dict) -> None:
-                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                    frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if keep_alive else frame)
                     self.wfile.flush()
 
                 send("message_start", {"type": "message_start", "message": start})
@@ -116,9 +131,14 @@ class FakeMessagesAPI:
                 send("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                                        "usage": {"output_tokens": message["usage"]["output_tokens"]}})
                 send("message_stop", {"type": "message_stop"})
+                if keep_alive:
+                    self.wfile.write(b"0\r\n\r\n")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server.daemon_threads = True
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> "FakeMessagesAPI":

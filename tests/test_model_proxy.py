@@ -11,6 +11,7 @@ import http.client
 import json
 import re
 import socket
+import ssl
 import subprocess
 import threading
 from decimal import Decimal
@@ -458,6 +459,49 @@ def test_a_one_hour_cache_lifetime_raises_the_worst_case(proxy, upstream, prices
     first, second = meter.requests
     assert Decimal(first["worst_case_usd"]) == opus.worst_case(first["input_bound_tokens"], 100, one_hour_cache=False)
     assert Decimal(second["worst_case_usd"]) == opus.worst_case(second["input_bound_tokens"], 100, one_hour_cache=True)
+
+
+def test_a_kept_alive_upstream_connection_is_reused_and_its_chunked_streams_metered(prices, tmp_path):
+    with FakeMessagesAPI(MODEL, [], keep_alive=True) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-h11", Decimal("4.00"), MODEL)
+        host, port = meter.base_url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        for stream in (True, False, True, True):
+            conn.request("POST", "/v1/messages", body=json.dumps(_request(stream=stream)), headers={"x-api-key": meter.token})
+            resp = conn.getresponse()
+            data = resp.read()
+            assert resp.status == 200 and (b"message_stop" in data if stream else json.loads(data)["usage"]["output_tokens"] == 300)
+        conn.close()
+        assert len(api.requests) == 4 and api.connections == 1  # one agent connection, one upstream connection
+        assert meter.metered_usd == 4 * Decimal("0.014") and all(r["usage_complete"] for r in meter.requests)
+
+
+@pytest.fixture(scope="module")
+def tls_pair(tmp_path_factory) -> tuple[ssl.SSLContext, Path]:
+    """A self-signed certificate for 127.0.0.1: the server's context and the certificate to trust."""
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(d / "cert.pem", d / "key.pem")
+    return server, d / "cert.pem"
+
+
+def test_an_https_upstream_is_verified(prices, tmp_path, tls_pair):
+    server_ctx, cert = tls_pair
+    with FakeMessagesAPI(MODEL, [], keep_alive=True, tls=server_ctx) as api:
+        assert api.url.startswith("https://")
+        trusted = ssl.create_default_context(cafile=str(cert))
+        with MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "a", ssl_context=trusted) as proxy:
+            meter = proxy.open_run("r-tls", Decimal("4.00"), MODEL)
+            assert _post(meter.base_url, "/v1/messages", _request(stream=True), meter.token)[0] == 200
+            assert meter.metered_usd == Decimal("0.014") and api.headers[-1]["x-api-key"] == REAL_KEY
+        # The system's trust store does not know this certificate: nothing is sent, the agent gets a 502.
+        with MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "b") as proxy:
+            meter = proxy.open_run("r-tls-untrusted", Decimal("4.00"), MODEL)
+            assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 502
+            assert len(api.requests) == 1 and "upstream unreachable" in meter.requests[-1]["note"]
 
 
 # ----------------------------------------------------------------- reported vs metered

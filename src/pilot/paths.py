@@ -95,3 +95,5 @@ def study_runs_file(name: str) -> Path:
 def study_dir(name: str) -> Path:
     """Folder of one study's store, workspaces and exported run table."""
     return DATA_DIR / name
+# A running `pilot view` notes its address here (never in the study folder), for the notebooks' links.
+VIEW_DIR = BUILD_DIR / "view"

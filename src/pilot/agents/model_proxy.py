@@ -79,6 +79,8 @@ COUNT_MARGIN = Decimal("1.05")
 COUNT_TIMEOUT_S = 30.0
 #: The Messages API refuses bodies over 32 MB; the proxy refuses beyond this.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: An upstream connection idle longer than this is not reused (servers close idle ones after a few seconds).
+KEEP_ALIVE_IDLE_S = 4.0
 #: Unix socket paths longer than this do not fit ``sockaddr_un``.
 MAX_SOCKET_PATH = 100
 
@@ -800,7 +802,7 @@ class MeteringProxy:
     """
 
     def __init__(self, upstream_url: str, api_key: str, prices: PriceTable, record_dir: Path, *,
-                 socket_dir: Path | None = None, timeout_s: float = 600.0) -> None:
+                 socket_dir: Path | None = None, timeout_s: float = 600.0, ssl_context: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(upstream_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream_url must be an http(s) URL, got {upstream_url!r}")
@@ -818,7 +820,8 @@ class MeteringProxy:
         self._socket_dir_arg = socket_dir
         self.socket_dir: Path | None = None
         self._own_socket_dir = False
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        # Certificates are always verified; ssl_context only chooses whom to trust (default: the system's CAs).
+        self._ssl = (ssl_context or ssl.create_default_context()) if parts.scheme == "https" else None
         self._runs: dict[str, RunMeter] = {}
         self._lock = threading.Lock()
         self._pool = threading.local()
@@ -922,31 +925,42 @@ class MeteringProxy:
         return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
 
     def upstream_request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> http.client.HTTPResponse:
-        """Send one request upstream with the real key, on this thread's kept-alive connection if it has one."""
+        """Send one request upstream with the real key, on this thread's kept-alive connection if it is fresh.
+
+        A request is re-sent on a new connection only when sending it failed
+        (the upstream had closed the idle connection, so it never saw it); a
+        failure after it was sent is not retried, since the upstream may have
+        run and billed it: the agent gets a 502 and its client decides.
+        """
         headers = {**headers, "x-api-key": self._api_key, "accept-encoding": "identity"}
         if body or method in ("POST", "PUT", "PATCH"):
             headers["content-length"] = str(len(body))
-        reused = getattr(self._pool, "conn", None)
+        reused, idle_since = getattr(self._pool, "conn", None), getattr(self._pool, "idle_since", 0.0)
         self._pool.conn = None
-        for conn in ([reused] if reused is not None else []) + [None]:
-            conn = conn or self._connect()
-            try:
-                conn.request(method, self._prefix + path, body=body or None, headers=headers)
-                resp = conn.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) if conn is reused else ():
-                conn.close()  # a kept-alive connection the upstream had closed: try a fresh one
-                continue
-            resp._pilot_conn = conn  # type: ignore[attr-defined]
-            return resp
-        raise OSError("upstream connection failed")
+        if reused is not None and time.monotonic() - idle_since > KEEP_ALIVE_IDLE_S:
+            reused.close()
+            reused = None
+        conn = reused or self._connect()
+        try:
+            conn.request(method, self._prefix + path, body=body or None, headers=headers)
+        except (ConnectionResetError, BrokenPipeError):
+            if conn is not reused:
+                raise
+            conn.close()
+            conn = self._connect()
+            conn.request(method, self._prefix + path, body=body or None, headers=headers)
+        resp = conn.getresponse()
+        resp._pilot_conn = conn  # type: ignore[attr-defined]
+        return resp
 
     def release_connection(self, resp: http.client.HTTPResponse) -> None:
+        """Keep a finished answer's connection for this thread's next request."""
         conn = getattr(resp, "_pilot_conn", None)
         if conn is not None and resp.isclosed():
             old = getattr(self._pool, "conn", None)
             if old is not None:
                 old.close()
-            self._pool.conn = conn
+            self._pool.conn, self._pool.idle_since = conn, time.monotonic()
 
     def count_tokens(self, body: dict, client_headers: Any) -> int | None:
         """The upstream count of a messages request's input tokens; None when it cannot be had."""
