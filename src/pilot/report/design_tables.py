@@ -128,6 +128,8 @@ def design_macros(study: Study) -> dict[str, object]:
     m["ArmZeroToolCount"] = number_word(len(arms[first].tools))
     m["ArmShellDeniedCount"] = number_word(len(arms[shell].denied_families))
     m["NumScenariosWord"] = number_word(int(r["design"]["n_scenarios"]))
+    m["NumArmsWord"] = number_word(len(study.arms))
+    m["NumJudgesWord"] = number_word(len(study.judge_panel))
     return m
 
 
