@@ -454,7 +454,7 @@ class RunMeter:
             return row
 
     def record(self, row: dict) -> dict:
-        """Book an uncharged exchange (count_tokens, an upstream error)."""
+        """Book an exchange that costs nothing (a count_tokens call)."""
         with self._lock:
             row = self._write({**row, "metered_usd": str(self.metered_usd)})
             self.requests.append(row)
@@ -468,10 +468,6 @@ class RunMeter:
 
 def _error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-
-
-class _ClientGone(Exception):
-    """The agent closed its connection while an answer was being relayed."""
 
 
 class _Handler(BaseHTTPRequestHandler):
