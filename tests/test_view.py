@@ -329,3 +329,20 @@ def test_cli_serves_on_loopback_and_prints_its_address(study):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert not address.exists()
+
+
+def test_an_outputs_folder_that_links_elsewhere_is_not_followed(study, tmp_path):
+    copy = copy_study(study, tmp_path / "copy")
+    run_id = StudyReader(copy).index_rows()[0]["run_id"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "report.md").write_text("SECRET-OUTSIDE-THE-STUDY")
+    outputs = copy / "workspaces" / run_id / "attempt-1" / "workspace" / "outputs"
+    import shutil
+
+    shutil.rmtree(outputs)
+    outputs.symlink_to(outside, target_is_directory=True)
+    client = create_app(copy).test_client()
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert "SECRET-OUTSIDE-THE-STUDY" not in page and "does not follow it" in page
+    assert client.get(f"/files/{run_id}/attempt-1/report.md").status_code == 404

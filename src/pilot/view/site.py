@@ -281,6 +281,8 @@ def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPack
     if final is None or data["run"] is None:
         return JudgedPackage([], None, "no attempt finished this run: nothing was judged")
     rf = final["files"]
+    if rf.outputs.is_symlink() or rf.workspace.is_symlink() or not files.inside(rf.outputs, reader.folder):
+        return JudgedPackage([], None, "the outputs folder is a symbolic link or lies outside the study; the viewer does not follow it")
     if not rf.outputs.is_dir():
         return JudgedPackage([], None, "the attempt left no outputs folder")
     record = data["record"]
