@@ -38,7 +38,7 @@ import time
 from pilot import dry_run, paths, protocol
 from pilot.report import sentences
 from pilot.report.inline import say, show_figures
-from pilot.stats import hypotheses, primary, stage_outputs
+from pilot.stats import stage_computations, stage_outputs
 
 study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
@@ -54,11 +54,12 @@ label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every se
 # repeat mean (`n_scored` counts the runs that remain).
 
 # %%
-result = primary.primary_analysis(
+stage = stage_computations.primary_stage(
     data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
 )
+result = stage.result
 say(sentences.acceptance_sentence(result.acceptance, prefix=label))
-result.acceptance
+result.acceptance_summary
 
 # %% [markdown]
 # ## The preregistered contrasts
@@ -69,7 +70,7 @@ result.acceptance
 # %%
 alpha = 1 - result.settings.level
 say(sentences.contrasts_sentences(result.contrasts, alpha=alpha, level=result.settings.level, prefix=label))
-result.contrasts
+result.summary
 
 # %% [markdown]
 # ## Hypotheses judged here
@@ -80,13 +81,7 @@ result.contrasts
 # to this run table; H4 and H7 are in the sensitivity stage.
 
 # %%
-hyps = [
-    hypotheses.h1(data.runs, result=result, study=study),
-    hypotheses.h2(data.runs, result=result, study=study),
-    hypotheses.h3(data.runs, result=result, seed=seed, study=study),
-    hypotheses.h5(data.runs, seed=seed, study=study, B=result.settings.B, n_permutations=result.settings.n_permutations),
-    hypotheses.h6(data.runs, seed=seed, study=study, B=result.settings.B),
-]
+hyps = stage.hypotheses
 for h in hyps:
     say(sentences.hypothesis_sentence(h, prefix=label))
     display(h.summary)  # noqa: F821 (IPython)

@@ -33,13 +33,16 @@ import time
 from pilot import paths, protocol
 from pilot.report import sentences
 from pilot.report.inline import say, show_figures
-from pilot.stats import hypotheses, sensitivity, stage_outputs
+from pilot.stats import stage_computations, stage_outputs
 
 study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 started = time.perf_counter()
 data = stage_outputs.open_stage(runs, seed, tables, study=study_name)
-B, P = bootstrap_resamples or None, permutations or None
+stage = stage_computations.sensitivity_stage(
+    data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
+)
+results = stage.results
 label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
 primary_name = "-".join(study.contrasts[0])
 
@@ -47,14 +50,11 @@ primary_name = "-".join(study.contrasts[0])
 # ## The quality threshold and the scenario weights
 
 # %%
-results = {}
-results["q_grid"] = sensitivity.q_grid(data.runs, seed=seed, study=study, B=B, n_permutations=P)
-results["minutes_weighted"] = sensitivity.minutes_weighted(data.runs, seed=seed, study=study, B=B, n_permutations=P)
-say(sentences.q_grid_sentence(results["q_grid"].summary, primary_name, prefix=label))
+say(sentences.q_grid_sentence(results["q_grid"].table, primary_name, prefix=label))
 display(results["q_grid"].summary)  # noqa: F821
 mw = results["minutes_weighted"].contrasts
 say(sentences.contrast_sentence(mw[mw["contrast"] == primary_name].iloc[0], prefix=label + "Weighted by professional minutes, "))
-mw
+results["minutes_weighted"].summary
 
 # %% [markdown]
 # ## Cluster-robust logistic regression
@@ -63,8 +63,7 @@ mw
 # standard errors clustered by scenario.
 
 # %%
-results["logistic"] = sensitivity.logistic_cluster(data.runs, study=study)
-say(sentences.logistic_sentence(results["logistic"].summary, f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}",
+say(sentences.logistic_sentence(results["logistic"].table, f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}",
                                 note=str(results["logistic"].details.get("note") or ""), prefix=label))
 results["logistic"].summary
 
@@ -75,34 +74,26 @@ results["logistic"].summary
 # an error) is censored at its wall time.
 
 # %%
-results["kaplan_meier"] = sensitivity.kaplan_meier(data.runs, study=study)
-say(sentences.km_sentence(results["kaplan_meier"].summary, results["kaplan_meier"].details["tests"], prefix=label))
+say(sentences.km_sentence(results["kaplan_meier"].table, results["kaplan_meier"].details["tests"], prefix=label))
 display(results["kaplan_meier"].summary)  # noqa: F821
-results["kaplan_meier"].details["tests"]
+results["kaplan_meier"].details["tests_summary"]
 
 # %% [markdown]
 # ## Cost per accepted deliverable, frontiers and secondary endpoints
 
 # %%
-results["cost_per_accepted"] = sensitivity.cost_per_accepted(data.runs, seed=seed, study=study, B=B)
-results["frontier_budget"] = sensitivity.frontier(data.runs, "budget", seed=seed, study=study, B=B)
-results["frontier_human"] = sensitivity.frontier(data.runs, "human", seed=seed, study=study, B=B)
-results["secondary"] = sensitivity.secondary_endpoints(data.runs, study=study)
-results["models"] = sensitivity.model_sensitivity(data.runs, seed=seed, study=study, B=B)
-say(sentences.cost_sentence(results["cost_per_accepted"].summary, prefix=label))
+say(sentences.cost_sentence(results["cost_per_accepted"].table, prefix=label))
 display(results["cost_per_accepted"].summary)  # noqa: F821
-say(sentences.secondary_sentence(results["secondary"].summary, prefix=label))
+say(sentences.secondary_sentence(results["secondary"].table, prefix=label))
 results["secondary"].summary
 
 # %% [markdown]
 # ## Recovery and judge agreement
 
 # %%
-results["recovery_index"] = sensitivity.recovery_index(data.runs, seed=seed, study=study, B=B)
-results["agreement"] = sensitivity.judge_agreement(data.runs, study=study)
-say(sentences.recovery_sentence(results["recovery_index"].summary, prefix=label))
+say(sentences.recovery_sentence(results["recovery_index"].table, prefix=label))
 display(results["recovery_index"].summary)  # noqa: F821
-say(sentences.agreement_sentence(results["agreement"].summary, prefix=label))
+say(sentences.agreement_sentence(results["agreement"].table, prefix=label))
 results["agreement"].summary
 
 # %% [markdown]
@@ -112,7 +103,7 @@ results["agreement"].summary
 # heterogeneity of the premium across occupations, exploratory only.
 
 # %%
-hyps = [hypotheses.h4(data.runs, study=study), hypotheses.h7(data.runs, study=study)]
+hyps = stage.hypotheses
 for h in hyps:
     say(sentences.hypothesis_sentence(h, prefix=label))
     display(h.summary)  # noqa: F821

@@ -56,7 +56,7 @@ def test_status_sentence_reads_the_ledger_columns():
 def test_a_degenerate_logistic_fit_is_not_read():
     summary = pd.DataFrame([{"term": "A3 vs A1", "odds_ratio": 1e140, "or_ci_low": 0.0, "or_ci_high": math.inf, "p_value": 0.99}])
     text = sentences.logistic_sentence(summary, "A3 vs A1", note="Perfect separation detected")
-    assert "not estimable (separation)" in text
+    assert text == "The odds ratio A3 vs A1 is not estimable (Perfect separation detected), so no reading is given."
 
 
 def test_secondary_sentence_keeps_arm_names():

@@ -142,8 +142,10 @@ def logistic_sentence(summary: pd.DataFrame, term: str, *, note: str = "", prefi
     if rows.empty:
         return f"{prefix}The regression has no term {term}."
     r = rows.iloc[0]
-    if not _finite(r.get("odds_ratio")) or (note and "separation" in note.lower()):
-        return f"{prefix}The odds ratio {term} is not estimable (separation): the fit is degenerate, so no reading is given."
+    row_note = str(r.get("note") or "") if "note" in r else ""
+    if not _finite(r.get("odds_ratio")) or "separation" in (note + row_note).lower():
+        reason = row_note or note or "the fit is degenerate"
+        return f"{prefix}The odds ratio {term} is not estimable ({reason}), so no reading is given."
     return (
         f"{prefix}The odds ratio {term} is {num(r['odds_ratio'], 2)} "
         f"({interval(r.get('or_ci_low'), r.get('or_ci_high'), digits=2)}), {pval(r.get('p_value'))}."
