@@ -35,3 +35,8 @@ def test_macros_use_minus_signs_and_decimals_by_quantity(tmp_path):
     assert "\\newcommand{\\ZeroEst}{0.000}" in text
     assert "{\\SensCPAAOne}{2.35}" in text or "{\\SensCPAAOne}{2.34}" in text
     assert "{\\SensKMMedianAOne}{12.3}" in text
+
+
+def test_symbols_of_result_objects_have_latex_spellings():
+    assert latex_escape("∞") == "\\ensuremath{\\infty}"
+    assert latex_escape("−0.2 ≥ 0") == "\\ensuremath{-}0.2 \\ensuremath{\\geq} 0"

@@ -30,6 +30,12 @@ _ESCAPES = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    # Symbols the result objects print, which T1-encoded LaTeX has no glyph for in text.
+    "\u221e": r"\ensuremath{\infty}",
+    "\u2212": r"\ensuremath{-}",
+    "\u2265": r"\ensuremath{\geq}",
+    "\u2264": r"\ensuremath{\leq}",
+    "\u00b2": r"\textsuperscript{2}",
 }
 
 
