@@ -421,11 +421,11 @@ def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, la
 
 
 def _listing(outputs_dir: Path) -> dict[str, Path]:
-    """Every entry of outputs/ that is not a real folder, links and special files included, so that
-    a link or a pipe under a requested name is found and refused rather than read or skipped."""
+    """Every entry of outputs/, links, folders and special files included, so that a link, a folder
+    or a pipe under a requested name is found and refused rather than read or skipped."""
     if outputs_dir.is_symlink() or not outputs_dir.is_dir():
         return {}
-    return {p.name.lower(): p for p in sorted(outputs_dir.iterdir()) if (p.is_symlink() or not p.is_dir()) and not p.name.startswith(".")}
+    return {p.name.lower(): p for p in sorted(outputs_dir.iterdir()) if not p.name.startswith(".")}
 
 
 def _record(outputs_dir: Path) -> tuple[Any, str | None, admission.Admission]:
