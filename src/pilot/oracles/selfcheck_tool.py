@@ -48,6 +48,17 @@ STATUSES = ("completed", "partial", "abandoned")
 MAIN_PART = {"xlsx": "xl/workbook.xml", "docx": "word/document.xml"}
 NS_MAIN = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 NS_WORD = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+# LibreOffice settings for the recalculation: recalculate on load always (a cached value may be
+# stale), never run a macro. The final check uses the same profile.
+RECALC_PROFILE_XCU = """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="ODFRecalcMode" oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="MacroSecurityLevel" oor:op="fuse"><value>3</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="DisableMacrosExecution" oor:op="fuse"><value>true</value></prop></item>
+</oor:items>
+"""
+
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\u2019.,%$-]*")
 TEXT_SUBSTITUTES = {"xlsx": (".csv",), "docx": (".md", ".txt"), "pdf": (".md", ".txt")}
 NUMBERING = re.compile(r"^\s*(?:#+\s*)?(?:[*_]+)?\s*(?:(?:\d+(?:\.\d+)*|[A-Z]|[ivxIVX]+)[.)]\s+)?")
@@ -130,6 +141,9 @@ def recalculated_copy(path: Path, tmp: Path) -> Path | None:
     soffice = shutil.which("soffice") or shutil.which("libreoffice")
     if not soffice:
         return None
+    user = tmp / "profile" / "user"
+    user.mkdir(parents=True, exist_ok=True)
+    (user / "registrymodifications.xcu").write_text(RECALC_PROFILE_XCU, encoding="utf-8")
     profile = (tmp / "profile").resolve().as_uri()
     try:
         subprocess.run(
