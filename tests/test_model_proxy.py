@@ -292,8 +292,9 @@ def test_count_tokens_tightens_a_bound_that_would_cross(prices, tmp_path):
     big = "x" * 400_000  # 400 kB of text: the body bound alone is ~404k tokens, 3.2 USD at the dearest input rate
     with FakeMessagesAPI(MODEL, [], count_tokens=100_000) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-count", Decimal("2.00"), MODEL)
-        assert _post(meter.base_url, "/v1/messages", _request(max_tokens=1000, text=big), meter.token)[0] == 200
+        assert _post(meter.base_url, "/v1/messages?beta=true", _request(max_tokens=1000, text=big), meter.token)[0] == 200
         row = meter.requests[-1]
+        assert api.paths[0] == "/v1/messages/count_tokens?beta=true"
         assert row["bound_method"] == "count_tokens" and row["input_bound_tokens"] == 105_000 + 4096
         assert api.counted and "max_tokens" not in api.counted[0] and api.counted[0]["messages"][0]["content"] == big
     with FakeMessagesAPI(MODEL, [], count_tokens=None) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:

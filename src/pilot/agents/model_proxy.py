@@ -106,7 +106,7 @@ MESSAGE_KEYS = frozenset(
      "top_p", "top_k", "stop_sequences", "context_management", "output_config", "output_format"}
 )
 #: Keys of a messages body that count_tokens accepts (the rest would be refused).
-_COUNT_KEYS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers", "context_management")
+_COUNT_KEYS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "context_management", "output_config", "output_format")
 
 
 # --------------------------------------------------------------------------
@@ -454,7 +454,7 @@ class RunMeter:
             return row
 
     def record(self, row: dict) -> dict:
-        """Book an uncharged exchange (count_tokens, an upstream error)."""
+        """Book an exchange that costs nothing (a count_tokens call)."""
         with self._lock:
             row = self._write({**row, "metered_usd": str(self.metered_usd)})
             self.requests.append(row)
@@ -468,10 +468,6 @@ class RunMeter:
 
 def _error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-
-
-class _ClientGone(Exception):
-    """The agent closed its connection while an answer was being relayed."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -610,7 +606,7 @@ class _Handler(BaseHTTPRequestHandler):
         worst = price.worst_case(bound, max_tokens, one_hour)
         refusal = meter.reserve(worst)
         if refusal is not None and not meter.capped:
-            counted = proxy.count_tokens(body, self.headers)
+            counted = proxy.count_tokens(body, self.headers, urlsplit(self.path).query)
             if counted is None:
                 refusal += "; count_tokens could not tighten the bound"
             else:
@@ -962,8 +958,12 @@ class MeteringProxy:
                 old.close()
             self._pool.conn, self._pool.idle_since = conn, time.monotonic()
 
-    def count_tokens(self, body: dict, client_headers: Any) -> int | None:
-        """The upstream count of a messages request's input tokens; None when it cannot be had."""
+    def count_tokens(self, body: dict, client_headers: Any, query: str = "") -> int | None:
+        """The upstream count of a messages request's input tokens; None when it cannot be had.
+
+        Sent with the request's own betas and query (``?beta=true``), so that
+        the fields the betas add (context management, output config) are accepted.
+        """
         payload = json.dumps({k: body[k] for k in _COUNT_KEYS if k in body}).encode()
         headers = {"content-type": "application/json", "x-api-key": self._api_key, "accept-encoding": "identity",
                    "content-length": str(len(payload))}
@@ -974,7 +974,8 @@ class MeteringProxy:
         conn = self._connect()
         conn.timeout = COUNT_TIMEOUT_S
         try:
-            conn.request("POST", self._prefix + "/v1/messages/count_tokens", body=payload, headers=headers)
+            target = self._prefix + "/v1/messages/count_tokens" + (f"?{query}" if query else "")
+            conn.request("POST", target, body=payload, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
             if resp.status != 200:
