@@ -391,3 +391,24 @@ def test_unix_socket_serving(content_dir, tmp_path):
         conn.close()
         assert inst.describe()["unix_socket"] == str(sock_path)
     assert not sock_path.exists()
+
+
+def test_an_unexpected_error_is_a_json_500_on_the_api_and_a_page_elsewhere(content_dir):
+    from pilot.portal.app import create_app
+    from pilot.portal.content import load_portal_content
+    from pilot.portal.credentials import CredentialVerifier
+
+    creds = Credentials.generate()
+    app = create_app(load_portal_content(content_dir), CredentialVerifier.for_credentials(creds), instance_id="x" * 16)
+
+    def broken():
+        raise RuntimeError("a bug")
+
+    app.add_url_rule("/api/broken", "api_broken", broken)
+    app.add_url_rule("/broken", "broken", broken)
+    client = app.test_client()
+    auth = basic_auth(creds.username, creds.password)
+    resp = client.get("/api/broken", headers=auth)
+    assert resp.status_code == 500 and resp.is_json and resp.get_json()["error"] and "a bug" not in resp.get_data(as_text=True)
+    resp = client.get("/broken", headers=auth)
+    assert resp.status_code == 500 and resp.mimetype == "text/html" and "a bug" not in resp.get_data(as_text=True)
