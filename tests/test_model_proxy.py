@@ -248,6 +248,11 @@ def test_other_endpoints_are_forwarded_or_answered_deliberately(proxy, upstream)
     assert status == 404 and json.loads(data)["error"]["type"] == "not_found_error"
     status, _, data = _post(meter.base_url, "/v1/messages", _request(model="claude-unpriced-1"), meter.token)
     assert status == 400 and "no pinned price" in json.loads(data)["error"]["message"]
+    status, _, data = _post(meter.base_url, "/v1/messages", _request(model="claude-sonnet-5-5"), meter.token)
+    assert status == 400 and "not available to this run" in json.loads(data)["error"]["message"]
+    wider = proxy.open_run("r-ep-wider", Decimal("4.00"), MODEL, other_models=["claude-sonnet-5-5"])
+    assert _post(wider.base_url, "/v1/messages", _request(model="claude-sonnet-5-5"), wider.token)[0] == 200
+    upstream.requests.clear()
     tools = {**_request(), "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
     assert _post(meter.base_url, "/v1/messages", tools, meter.token)[0] == 400
     for extra in ({"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]}, {"service_tier": "auto"}, {"speed": "fast"}):
