@@ -233,6 +233,9 @@ def run_attempt(
     model = model or study["worker"]["model"]
     out_dir = Path(out_dir).resolve()
     _reset_run_dir(out_dir)
+    from pilot.portal.redaction import redact_abandoned_attempts
+
+    redact_abandoned_attempts(out_dir)  # an earlier attempt killed before it could redact its own folder
     transcript = out_dir / TRANSCRIPT
     transcript.touch()
     ws_root = out_dir / "workspace"
