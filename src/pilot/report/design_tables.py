@@ -30,7 +30,7 @@ def enforcement_text(arm: Arm) -> str:
     """How the arm's restrictions are enforced, in words for the arms table."""
     # Mirrors pilot.agents.launch and pilot.agents.audit; every arm also runs with the repository hidden.
     if not arm.has_shell:
-        return "tool set fixed with \\texttt{--tools}: no shell exists; every tool call audited"
+        return "tool set fixed with \\texttt{-{}-tools}: no shell exists; every tool call audited"
     if not arm.denied_families:
         return "nothing denied; every command audited"
     return (
