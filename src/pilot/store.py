@@ -155,13 +155,26 @@ class StoreError(RuntimeError):
     """The store is missing, belongs to another study, or was asked something impossible."""
 
 
+def _nearly_full(folder: Path) -> bool:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20
+
+
 def describe_fault(exc: BaseException, path: Path) -> str:
     """One line naming the file and what to do, for a SQLite or file-system failure."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     low = text.lower()
     code = getattr(exc, "errno", None)
     where = getattr(exc, "filename", None) or path
-    if "disk is full" in low or code == errno.ENOSPC:
+    folder = Path(where).parent
+    if folder.is_dir() and not os.access(folder, os.W_OK) and code != errno.ENOSPC and "disk is full" not in low:
+        # SQLite reports a read-only file system in several ways ("unable to open", "readonly", "I/O error").
+        return f"{where}: the file system is read-only or not writable ({text}); make it writable and run the command again"
+    if "disk is full" in low or code == errno.ENOSPC or ("i/o error" in low and _nearly_full(folder)):
+        # SQLite reports a full disk as SQLITE_FULL, or as an I/O error when it cannot grow its shared-memory file.
         return f"{where}: the disk is full ({text}); free space on that file system and run the command again (nothing already recorded was lost)"
     if "readonly" in low or "read-only" in low or code == errno.EROFS:
         return f"{where}: the file or its file system is read-only ({text}); make it writable and run the command again"
@@ -676,7 +689,7 @@ class Store:
     def failures(self, wave: str | None = None) -> list[dict[str, Any]]:
         """Each failed cell with the error of its last attempt."""
         sql = (
-            "SELECT c.run_id, c.wave, c.arm, c.scenario, c.infra_attempts, a.error FROM cells c "
+            "SELECT c.run_id, c.wave, c.arm, c.scenario, c.infra_attempts, a.error, a.node FROM cells c "
             "LEFT JOIN attempts a ON a.attempt_id = (SELECT MAX(attempt_id) FROM attempts WHERE run_id = c.run_id) "
             "WHERE c.status = 'failed'" + (" AND c.wave = ?" if wave else "") + " ORDER BY c.wave, c.order_index"
         )

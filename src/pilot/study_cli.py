@@ -532,14 +532,19 @@ def _cmd_create(args: argparse.Namespace) -> int:
 
 def failure_lines(store: Store, wave: str | None = None) -> list[str]:
     """Failed runs grouped by the first line of their last error, largest group first."""
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, tuple[str, list[str]]] = {}
     for f in store.failures(wave):
         why = (f.get("error") or "no error recorded").strip().splitlines()[0][:200]
-        groups.setdefault(why, []).append(f["run_id"])
+        # One cause told apart by node, attempt or path numbers is still one cause.
+        key = why.replace(f["run_id"], "<run>")
+        if f.get("node"):
+            key = key.replace(f["node"], "<node>")
+        key = re.sub(r"\d+", "#", key)
+        groups.setdefault(key, (why, []))[1].append(f["run_id"])
     lines = []
-    for why, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for _key, (why, ids) in sorted(groups.items(), key=lambda kv: (-len(kv[1][1]), kv[0])):
         shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        lines.append(f"  {len(ids)} run(s): {why} [{shown}]")
+        lines.append(f"  {len(ids)} run(s), e.g. {why} [{shown}]")
     return lines
 
 

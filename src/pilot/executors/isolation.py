@@ -161,9 +161,14 @@ def tagged(prefix: str) -> list[int]:
 
 
 def sweep(prefix: str, launch_marks: Iterable[Path] = ()) -> list[int]:
-    """End every process left by attempts under ``prefix``: tagged ones, the workers named in launch marks, and their descendants.
+    """End every process left by attempts under ``prefix``, and their descendants.
 
-    Call only when no live scheduler owns those attempts (under the study's
+    Found three ways: the ``PILOT_ATTEMPT`` tag in their environment; the
+    worker named in each launch mark; the processes each supervisor last
+    listed beside its attempt (``attempt-N.procs``: this finds a process
+    that cleared its environment). A pid counts only with the start time
+    recorded for it, never a later process that reused the number. Call
+    only when no live scheduler owns those attempts (under the study's
     lock): it ends them whatever they are doing.
     """
     if not os.path.isdir("/proc"):
@@ -173,12 +178,44 @@ def sweep(prefix: str, launch_marks: Iterable[Path] = ()) -> list[int]:
         pid, started = read_launch_mark(mark)
         if pid is not None and started is not None and start_time(pid) == started:
             roots.add(pid)
+        listed = Path(str(mark)[: -len(".launched")] + ".procs") if str(mark).endswith(".launched") else None
+        for p, started in read_procs(listed) if listed else []:
+            if start_time(p) == started:
+                roots.add(p)
     victims: list[int] = []
     for r in roots:
         victims += [r, *descendants(r)]
     victims = [p for p in dict.fromkeys(victims) if _alive(p) and p != os.getpid()]
     kill_pids(victims)
     return victims
+
+
+def procs_file(attempt_dir: str | Path) -> Path:
+    """Beside ``attempt-N/``: the processes the attempt's supervisor last saw under it (pid and start time per line)."""
+    attempt_dir = Path(attempt_dir)
+    return attempt_dir.with_name(attempt_dir.name + ".procs")
+
+
+def _record_procs(path: Path, pids: list[int], last: set[int]) -> set[int]:
+    """Keep the list of the attempt's processes up to date, so that a sweep finds them even without their tag."""
+    now = set(pids)
+    if now == last or not path.parent.is_dir():
+        return last
+    lines = "".join(f"{p} {start_time(p) or 0}\n" for p in sorted(now))
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(lines, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        return last
+    return now
+
+
+def read_procs(path: Path) -> list[tuple[int, int]]:
+    try:
+        return [(int(a), int(b)) for a, b in (ln.split() for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip())]
+    except (OSError, ValueError):
+        return []
 
 
 def launch_mark_text() -> str:
@@ -337,7 +374,9 @@ def supervise(payload: tuple, parent_pid: int) -> int:
     os.close(w)
     chunks: list[bytes] = []
     status = None
+    listing, seen = procs_file(payload[2]), set()
     while status is None:
+        seen = _record_procs(listing, descendants(os.getpid()), seen)
         try:
             ready, _, _ = select.select([r], [], [], 0.2)
         except InterruptedError:
