@@ -102,7 +102,10 @@ status
 # %%
 runs_path, runs = export_run_table(study, pilot_only=True)
 print(f"wrote {runs_path}: {len(runs)} rows")
-pilot_rows = runs[runs["wave"] == "pilot"]
+# Runs that failed on infrastructure have no outcomes: counted here, left out of every figure.
+failed_rows = runs[runs["status"] == "infra_error"]
+print(f"{len(failed_rows)} run(s) failed on infrastructure and have no outcome")
+pilot_rows = runs[(runs["wave"] == "pilot") & (runs["status"] != "infra_error")]
 totals = status[status["arm"] == "all"].iloc[0]
 write_macros(
     {
