@@ -478,8 +478,9 @@ class Store:
             nodes_yaml=row["nodes_yaml"],
             freeze_manifest=json.loads(row["freeze_manifest_json"]) if row["freeze_manifest_json"] else None,
             freeze_taken_at=row["freeze_taken_at"],
-            arms=json.loads(row["arms_json"]) if row["arms_json"] else None,
-            run_function=row["run_function"],
+            # Read-only readers may see a store written before these columns existed.
+            arms=json.loads(row["arms_json"]) if "arms_json" in row.keys() and row["arms_json"] else None,
+            run_function=row["run_function"] if "run_function" in row.keys() else None,
         )
 
     def set_freeze_manifest(self, manifest: dict[str, str]) -> None:
