@@ -133,7 +133,7 @@ def test_failed_runs_make_run_exit_nonzero_grouped_and_retry_reopens_them(tmp_pa
     ran = pilot(_env(root, PILOT_FAKE_INFRA_ARMS="A1"), "run", "f", "--no-progress")
     assert ran.returncode == 4, ran.stderr
     assert "2 run(s) of wave pilot ended failed" in ran.stderr
-    assert re.search(r"^  2 run\(s\), e\.g\. fake infrastructure error on linux-\d \(attempt 3\) \[ACC-01\.A1\.r[12], ACC-01\.A1\.r[12]\]$",
+    assert re.search(r"^  2 run\(s\), e\.g\. fake infrastructure error on \S+ \(attempt 3\) \[ACC-01\.A1\.r[12], ACC-01\.A1\.r[12]\]$",
                      ran.stderr, re.M), ran.stderr
     assert "pilot study retry f --failed" in ran.stderr
     # rerunning does not reopen them by itself
@@ -388,3 +388,44 @@ cmp -s "$D/done/runs.csv" {saved}/done/runs.csv && echo same-csv
     assert len(full) == 4 and all("free space" in f for f in full), shown
     assert len(ro) == 3 and all("make it writable" in f for f in ro), shown
     assert len(faults) == 7, shown
+
+
+def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_path):
+    root = make_root(tmp_path)
+    env = _env(root)
+    assert pilot(env, "create", "lost", "--scenarios", "ACC-01", "--runner", FAKE).returncode == 0
+    # A whole cluster in one process: killing it loses the scheduler (and its worker) at once.
+    caps = {"slots": 4, "linux": 4, "libreoffice": 4, "chromium": 4, "portal": 4, "macos": 4}
+    cluster = subprocess.Popen([sys.executable, "-c", (
+        "import time\nfrom distributed import LocalCluster\n"
+        f"c = LocalCluster(n_workers=1, threads_per_worker=4, processes=False, protocol='tcp://', dashboard_address=None, resources={caps!r})\n"
+        "print(c.scheduler_address, flush=True)\ntime.sleep(600)\n")],
+        env=_env(root, PILOT_FAKE_SLEEP_S="30", PILOT_FAKE_SPAWN="1"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        address = cluster.stdout.readline().strip()
+        assert address.startswith("tcp://"), address
+        run = subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", "lost", "--executor", "dask", "--scheduler", address,
+                                "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        folder = root / "analysis" / "data" / "lost"
+        deadline = time.monotonic() + 120
+        while len(list(folder.rglob("spawned.txt"))) < 2:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.1)
+        cluster.kill()
+        cluster.wait()
+        out, err = run.communicate(timeout=240)
+    finally:
+        if cluster.poll() is None:
+            cluster.kill()
+    one_line_fault(subprocess.CompletedProcess(run.args, run.returncode, out, err), r"lost the dask scheduler at " + re.escape(address),
+                   r"next `pilot study run`")
+    pids = [int(x) for f in folder.rglob("spawned.txt") for x in f.read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split(")")[-1][:3] for p in pids):
+        assert time.monotonic() < deadline, "processes of attempts outlived their lost cluster"
+        time.sleep(0.1)
+    resumed = pilot(env, "run", "lost", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    with Store.open(folder) as st:
+        assert st.counts("pilot")["done"] == 10 and st.audit() == [] and st.balance().reserved_usd == 0
+        assert {a["outcome"] for a in st.attempts()} >= {"interrupted", "completed"}

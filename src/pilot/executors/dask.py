@@ -24,6 +24,7 @@ worker for processes an earlier scheduler's attempts left.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ def nodes_from_workers(workers: dict[str, dict[str, Any]]) -> tuple[list[Node], 
 
 
 _GONE = ("cancelled", "released", "forgotten", "error", "memory")
+LOST_AFTER_POLLS = 3
 
 
 def run_attempt_on_worker(run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str) -> AttemptOutcome:
@@ -85,18 +87,23 @@ class DaskExecutor:
 
         self.address = str(getattr(getattr(scheduler, "scheduler", None), "address", scheduler))
         try:
-            self.client = scheduler if isinstance(scheduler, Client) else Client(scheduler, timeout=30)
+            self.client = scheduler if isinstance(scheduler, Client) else Client(scheduler, timeout=15)
         except (OSError, TimeoutError) as exc:
             raise ScheduleError(
                 f"cannot reach the dask scheduler at {scheduler} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                 "start it (docs/dask-nodes.md) or correct --scheduler"
             ) from None
         self._owns_client = not isinstance(scheduler, Client)
+        if self._owns_client:
+            # A lost scheduler is reported once, by us, in one line; distributed's own tracebacks would bury it.
+            for name in ["distributed", *[n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]]:
+                logging.getLogger(name).setLevel(logging.CRITICAL)
         self.run_function = run_function
         self.requires = requires
         self._address: dict[str, str] = {}
         self._futures: dict[Any, tuple[int, str, str]] = {}  # future -> (token, node, address)
         self._gone_at_submit: list[tuple[int, AttemptOutcome]] = []
+        self._missing: dict[str, int] = {}
         self.nodes()
 
     def _lost(self, exc: BaseException) -> ScheduleError:
@@ -159,16 +166,21 @@ class DaskExecutor:
             pass
         except OSError as exc:
             raise self._lost(exc) from None
+        except Exception as exc:  # noqa: BLE001 - FuturesCancelledError: tell a lost scheduler from cancelled attempts
+            if "connection" in str(exc).lower() or self.client.status not in ("running", "connecting"):
+                raise self._lost(RuntimeError("the client lost its connection to the scheduler")) from None
         if self.client.status not in ("running", "connecting"):
             raise self._lost(RuntimeError(f"client {self.client.status}"))
         live = set(self._workers())
+        # A worker counts as lost only when it is missing from several consecutive answers of the scheduler.
+        self._missing = {a: self._missing.get(a, 0) + 1 for _, _, a in self._futures.values() if a not in live}
         for fut, (token, node, addr) in list(self._futures.items()):
             if fut.status == "finished":
                 out.append((token, fut.result()))
             elif fut.status in ("error", "cancelled"):
                 exc = fut.exception() if fut.status == "error" else "cancelled"
                 out.append((token, AttemptOutcome(infra_error=f"dask task failed on node {node} ({addr}): {exc!r}", cost_usd=None)))
-            elif addr not in live:
+            elif self._missing.get(addr, 0) >= LOST_AFTER_POLLS:
                 fut.cancel()
                 out.append((token, AttemptOutcome(infra_error=f"dask worker of node {node} ({addr}) was lost while the attempt ran", cost_usd=None)))
             else:
