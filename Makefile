@@ -118,7 +118,7 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 manuscript: manuscript/build/main.pdf ## run the whole pipeline on the embedded default and write manuscript/build/main.pdf
 
 # ---------------------------------------------------------------- checks
-test: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser ## run the test suite (unit, integration, notebook)
+test: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)

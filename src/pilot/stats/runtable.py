@@ -95,6 +95,12 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("professional_minutes", "float", minimum=0, doc="the scenario's professional minutes (weights)"),
 )
 
+# Process columns a table may carry beyond the schema: checked by kind when present, never required.
+OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
+    ColumnSpec("portal_requests", "int", nullable=True, minimum=0, doc="requests to the run's portal (health checks excluded); missing without a portal"),
+    ColumnSpec("portal_fault", "bool", nullable=True, doc="the run's portal was not answering at the end of the run; missing without a portal"),
+)
+
 
 class RunTableError(ValueError):
     """A run table is malformed; the message names the source, row and column."""
@@ -148,12 +154,24 @@ def is_simulated(df: pd.DataFrame) -> bool:
     return bool((~backend.isin(REAL_BACKENDS)).any() or study.str.contains(SIMULATED_TAG).any())
 
 
+# Q is compared with a threshold in whole micro-points (pilot.outcomes stores Q truncated to six
+# decimals), so float noise in a table (89.99999999999999 for 90) cannot flip S.
+Q_UNITS = 10**6
+
+
+def meets_threshold(Q: Any, q: float) -> np.ndarray:
+    """Q >= q compared in whole micro-points (False where Q is missing)."""
+    Q = np.asarray(Q, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.round(Q * Q_UNITS) >= round(float(q) * Q_UNITS)
+
+
 def acceptance(D: Any, E: Any, Q: Any, q: float) -> np.ndarray:
-    """S = 1{D=1, E=0, Q>=q} as floats; NaN where Q is missing (never zero)."""
+    """S = 1{D=1, E=0, Q>=q} as floats (Q compared in micro-points); NaN where Q is missing (never zero)."""
     D = np.asarray(D, dtype=float)
     E = np.asarray(E, dtype=float)
     Q = np.asarray(Q, dtype=float)
-    s = ((D == 1) & (E == 0) & (Q >= q)).astype(float)
+    s = ((D == 1) & (E == 0) & meets_threshold(Q, q)).astype(float)
     s[np.isnan(Q) | np.isnan(D) | np.isnan(E)] = np.nan
     return s
 
@@ -281,6 +299,9 @@ def validate_runtable(
     out = pd.DataFrame(index=df.index)
     for spec in specs:
         out[spec.name] = _coerce_column(df[spec.name], spec, source, run_ids)
+    for spec in OPTIONAL_COLUMNS:
+        if spec.name in df.columns:
+            out[spec.name] = _coerce_column(df[spec.name], spec, source, run_ids)
     extra = [c for c in df.columns if c not in out.columns]
     for c in extra:  # carried along untouched
         out[c] = df[c]
