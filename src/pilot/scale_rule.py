@@ -236,6 +236,7 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool,
     out["amendment"].write_text((f"[{tag}] " if tag else "") + decision.amendment_text() + "\n", encoding="utf-8")
     macros = {
         macro_name("scale", "cbar"): round(inp.c_bar_usd, 2),
+        macro_name("scale", "n", "runs"): int(inp.n_runs),
         macro_name("scale", "remaining"): round(inp.remaining_usd, 2),
         macro_name("scale", "third", "cost"): round(decision.third_cost_usd, 2),
         macro_name("scale", "third", "limit"): round(decision.third_limit_usd, 2),
@@ -265,9 +266,10 @@ def _figure(decision: ScaleDecision, path: Path, tag: str) -> Path:
     ax.barh(labels, limit, color="#d9d9d9", label="limit")
     ax.barh(labels, cost, height=0.4, color="#4477aa", label="projected cost")
     ax.set_xlabel("dollars")
-    ax.legend(loc="lower right", frameon=False, fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     ax.set_title((f"{tag}: " if tag else "") + f"scale rule at c-bar = {decision.inputs.c_bar_usd:.2f} USD", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
+    fig.savefig(path.with_suffix(".png"), dpi=110)  # shown inline by the stage notebook
     plt.close(fig)
     return path

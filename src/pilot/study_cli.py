@@ -61,7 +61,7 @@ from pilot.store import STORE_FILE, WAVES, Store, StoreError, atomic_write_text,
 
 BACKENDS = ("simulated", "claude-code")
 EXECUTORS = ("local", "dask")
-RUNS_FILE = "runs.csv"
+RUNS_FILE = paths.RUNS_FILE_NAME
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _AMENDMENT_ID = re.compile(r"^A-\d{3}$")
 EXIT_INCOMPLETE = 3
