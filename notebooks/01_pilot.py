@@ -37,7 +37,7 @@ import shutil
 
 import pandas as pd
 
-from pilot import paths, protocol
+from pilot import paths
 from pilot.report import sentences
 from pilot.report.inline import say
 from pilot.report.latex import write_macros
