@@ -32,6 +32,7 @@ tables_dir: str = "analysis/tables"  # folder for primary_acceptance.csv, primar
 figures_dir: str = "manuscript/figures"  # folder for primary_forest.pdf
 generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and primary_macros.tex
 runs: str = ""  # path of the run table (CSV); empty: a SIMULATED synthetic table drawn with seed
+allow_unisolated: bool = False  # analyse real runs made without the sandbox (development only); refused by default
 bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
 permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
 
@@ -43,7 +44,7 @@ from pilot.stats import hypotheses, primary, stage_outputs
 
 study = protocol.study()
 started = time.perf_counter()
-data = stage_outputs.open_stage(runs, seed, tables_dir)
+data = stage_outputs.open_stage(runs, seed, tables_dir, allow_unisolated)
 print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
 
 # %% [markdown]

@@ -28,6 +28,7 @@ tables_dir: str = "analysis/tables"  # folder for the sensitivity_*.csv tables
 figures_dir: str = "manuscript/figures"  # folder for the Kaplan-Meier, frontier and q-grid figures
 generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and sensitivity_macros.tex
 runs: str = ""  # path of the run table (CSV); empty: a SIMULATED synthetic table drawn with seed
+allow_unisolated: bool = False  # analyse real runs made without the sandbox (development only); refused by default
 bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
 permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
 
@@ -39,7 +40,7 @@ from pilot.stats import hypotheses, sensitivity, stage_outputs
 
 study = protocol.study()
 started = time.perf_counter()
-data = stage_outputs.open_stage(runs, seed, tables_dir)
+data = stage_outputs.open_stage(runs, seed, tables_dir, allow_unisolated)
 B, P = bootstrap_resamples or None, permutations or None
 
 # %% [markdown]

@@ -54,10 +54,13 @@ class StageData:
         return f"Every number in this section comes from the run table of study {latex_escape(self.study_name)}."
 
 
-def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None) -> StageData:
-    """Read and validate ``runs``; when empty, draw a SIMULATED synthetic table with ``seed`` (saved to ``tables_dir``)."""
+def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, allow_unisolated: bool = False) -> StageData:
+    """Read and validate ``runs``; when empty, draw a SIMULATED synthetic table with ``seed`` (saved to ``tables_dir``).
+
+    A table holding real runs made without isolation is refused unless ``allow_unisolated``.
+    """
     if runs:
-        df = runtable.read_runtable(runs)
+        df = runtable.read_runtable(runs, allow_unisolated=allow_unisolated)
         source = str(runs)
     else:
         df = runtable.validate_runtable(synthetic.generate_runtable(seed), source=f"synthetic run table (seed {seed})")
@@ -68,12 +71,12 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None) -> St
     return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]))
 
 
-def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None) -> StageData:
+def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, allow_unisolated: bool = False) -> StageData:
     """The opening of the primary and sensitivity stages: pandas display settings, the run table
     (:func:`stage_runs`) and one printed line saying where it comes from."""
     pd.set_option("display.width", 160)
     pd.set_option("display.max_columns", 20)
-    data = stage_runs(runs, seed, tables_dir)
+    data = stage_runs(runs, seed, tables_dir, allow_unisolated)
     print(data.source, "| study:", data.study_name, "| SIMULATED" if data.simulated else "| real")
     return data
 
