@@ -121,8 +121,8 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     assert "--dev-bind" not in prefix and ["--ro-bind", "/", "/"] != prefix[1:4]
     run = (tmp_path / "runs" / "r1").resolve()
     # Read-write: the workspace and the agent's scratch folders, nothing else.
-    assert set(plan.rw_binds) == {str(run / "workspace"), str(run / "agent" / "home"), str(run / "agent" / "tmp"),
-                                  str(run / "agent" / "claude-config")}
+    assert set(plan.rw_binds) == {str(run / "workspace"), str(run / "agent" / "home"), str(run / "agent" / "claude-config")}
+    assert spec.env["TMPDIR"] == "/tmp" and prefix[prefix.index("/tmp") - 1] == "--tmpfs"  # a private /tmp per session
     # Nothing of the checkout but the CLI's own folder (here the test double's) and the settings file.
     inside_repo = [p for p in plan.ro_binds if Path(p).is_relative_to(paths.ROOT)]
     assert inside_repo == [str(FAKE_CLI.parent.resolve())]

@@ -442,15 +442,21 @@ class Deviation:
         return asdict(self)
 
 
-_SCRIPT_EXT = re.compile(r"\.(py|sh|bash|zsh|pl|rb|js|mjs|command|scpt|applescript)$")
+_SCRIPT_EXT = re.compile(r"\.(py|sh|bash|zsh|pl|rb|js|mjs|command|scpt|applescript|c|cc|cpp|cxx|go|rs|java)$")
+#: Reaching a denied family through its install tree rather than its program (a library loaded with ctypes, pyuno).
+FAMILY_TREES: dict[str, re.Pattern] = {
+    "soffice": re.compile(r"/usr/lib/libreoffice|/Applications/LibreOffice\.app|\blibmergedlo\b|\blibsofficeapp\b|\bimport\s+uno\b"),
+}
+#: What a route that met the sandbox (an absent tree, a stub that is no ELF file) prints.
+_MET_SANDBOX = re.compile(r"invalid ELF header|cannot open shared object file|No such file or directory|Read-only file system")
 
 
 def _blocked(call: ToolCall, summary: StreamSummary) -> str:
     if call.id in summary.denied_ids:
         return "cli_rule"
     is_err, text = summary.tool_results.get(call.id, (False, ""))
-    if STUB_MARKER in text or (is_err and "Operation not permitted" in text):
-        return "mask"  # the refusing stub (bubblewrap) or sandbox-exec's refusal
+    if STUB_MARKER in text or (is_err and ("Operation not permitted" in text or _MET_SANDBOX.search(text))):
+        return "mask"  # the refusing stub or an absent install tree (bubblewrap), or sandbox-exec's refusal
     return "not_blocked"
 
 
@@ -527,6 +533,10 @@ def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools:
             elif _SCRIPT_EXT.search(target) or first.startswith("#!"):
                 hits = [Hit(h.family, "script (code)") for h in scan_code(body, fams)]
             command = f"{call.name} {target}"
+        tree_text = command if call.name == "Bash" else (body if call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"} else "")
+        for family, pattern in FAMILY_TREES.items():
+            if family in fams and tree_text and pattern.search(tree_text):
+                hits.append(Hit(family, "install tree"))
         if call.name == "Bash":
             # The mask's refusal names the program even when the command hid it (X=curl; $X).
             _, result_text = summary.tool_results.get(call.id, (False, ""))

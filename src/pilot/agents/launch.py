@@ -50,8 +50,9 @@ UNISOLATED = "unisolated"
 class AgentDirs:
     """The per-run folders of the agent process, all under ``<run>/agent`` (never inside the workspace).
 
-    ``config``, ``home`` and ``tmp`` are bound read-write into the sandbox;
-    ``settings`` is bound read-only; ``stub_dir`` is never visible (its
+    ``config`` and ``home`` are bound read-write into the sandbox, whose
+    TMPDIR is its private /tmp (``tmp`` serves a development run without the
+    sandbox); ``settings`` is bound read-only; ``stub_dir`` is never visible (its
     stubs are bound over the denied programs).
     """
 
@@ -151,6 +152,7 @@ def agent_env(
     api_base_url: str,
     api_token: str,
     refusal_proxy: str | None = None,
+    tmpdir: str | None = None,
     extra_env: dict[str, str] | None = None,
     is_root: bool | None = None,
 ) -> dict[str, str]:
@@ -158,7 +160,7 @@ def agent_env(
     env = {
         "PATH": os.pathsep.join(path_dirs),
         "HOME": str(dirs.home),
-        "TMPDIR": str(dirs.tmp),
+        "TMPDIR": tmpdir or str(dirs.tmp),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "TERM": "dumb",
@@ -321,7 +323,7 @@ def build_launch(
         plan = sandbox.make_plan(
             features={f: bool(arm.feature(f)) for f in sandbox.FEATURE_TREES},
             extra_ro=extra_ro,
-            rw=[Path(workspace), dirs.home, dirs.tmp, dirs.config],
+            rw=[Path(workspace), dirs.home, dirs.config],
             masked=masked,
             stub_dir=dirs.stub_dir,
             bridges=bridges,
@@ -335,8 +337,10 @@ def build_launch(
             base_url, refusal = model_endpoint.base_url or "", None
             profile = sandbox.macos_profile(plan)
             prefix = ["sandbox-exec", "-f", str(dirs.root / "sandbox.sb")]
+        # TMPDIR is the sandbox's private /tmp (a fresh tmpfs per session): short enough for the Unix sockets programs
+        # create there (Chromium's), which a path under the run folder is not.
         env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
-                        refusal_proxy=refusal, extra_env=extra_env, is_root=is_root)
+                        refusal_proxy=refusal, tmpdir="/tmp" if method == "bubblewrap" else None, extra_env=extra_env, is_root=is_root)
         enforcement = method
     return LaunchSpec(
         arm_id=arm.id,
