@@ -4,12 +4,19 @@ Each POST to ``/v1/messages`` for the worker's model takes the next scripted
 response (a text or a tool call) and answers it as the API does, streamed
 (server-sent events) or whole; requests for other models (the CLI's small
 side calls) get a one-word text. Every request body is kept in
-``requests`` so a test can see what the CLI sent (tool results included).
+``requests``, its headers in ``headers`` and its target in ``paths`` so a test can see what the CLI
+sent (tool results included) and with which key. ``count_tokens`` is the
+answer of the token-counting endpoint (None: it fails with a 500), and a
+``stream_gate`` event holds a streamed answer after its first event until the
+test sets it. With ``keep_alive`` it speaks HTTP/1.1 (kept-alive connections,
+streams in chunked encoding, as the real API does; ``connections`` counts
+them); with ``tls`` it serves HTTPS with that server context.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,18 +31,33 @@ def tool_turn(name: str, tool_input: dict, tool_id: str) -> dict:
 
 
 class FakeMessagesAPI:
-    def __init__(self, model: str, turns: list[dict], usage: tuple[int, int] = (2000, 300)) -> None:
+    def __init__(self, model: str, turns: list[dict], usage: tuple[int, int] | dict = (2000, 300),
+                 count_tokens: int | None = 100, stream_gate: threading.Event | None = None,
+                 keep_alive: bool = False, tls: ssl.SSLContext | None = None) -> None:
         self.model = model
         self.turns = list(turns)
         self.usage = usage
+        self.count_tokens = count_tokens
+        self.stream_gate = stream_gate
         self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        self.counted: list[dict] = []
+        self.connections = 0
         self._n = 0
         self._lock = threading.Lock()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def log_message(self, *args: Any) -> None:
                 return
+
+            def setup(self) -> None:
+                super().setup()
+                with api._lock:
+                    api.connections += 1
 
             def do_HEAD(self) -> None:
                 self.send_response(200)
@@ -47,11 +69,17 @@ class FakeMessagesAPI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 if "count_tokens" in self.path:
-                    return self._json({"input_tokens": 100})
+                    with api._lock:
+                        api.counted.append(body)
+                    if api.count_tokens is None:
+                        return self._json({"type": "error", "error": {"type": "api_error", "message": "count failed"}}, 500)
+                    return self._json({"input_tokens": api.count_tokens})
                 if not self.path.startswith("/v1/messages"):
                     return self._json({})
                 with api._lock:
                     api.requests.append(body)
+                    api.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    api.paths.append(self.path)
                     if body.get("model") == api.model and api._n < len(api.turns):
                         turn = api.turns[api._n]
                         api._n += 1
@@ -60,15 +88,14 @@ class FakeMessagesAPI:
                         turn, msg_id = text_turn("ok"), f"msg_side_{len(api.requests):03d}"
                 message = {"id": msg_id, "type": "message", "role": "assistant", "model": body.get("model", api.model),
                            "content": turn["content"], "stop_reason": turn["stop_reason"], "stop_sequence": None,
-                           "usage": {"input_tokens": api.usage[0], "output_tokens": api.usage[1],
-                                     "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+                           "usage": api.usage_object()}
                 if body.get("stream"):
                     return self._stream(message)
                 return self._json(message)
 
-            def _json(self, obj: dict) -> None:
+            def _json(self, obj: dict, status: int = 200) -> None:
                 data = json.dumps(obj).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
@@ -78,14 +105,19 @@ class FakeMessagesAPI:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
+                if keep_alive:
+                    self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
                 start = dict(message, content=[], stop_reason=None, usage=dict(message["usage"], output_tokens=1))
 
                 def send(event: str, data: dict) -> None:
-                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                    frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if keep_alive else frame)
                     self.wfile.flush()
 
                 send("message_start", {"type": "message_start", "message": start})
+                if api.stream_gate is not None:
+                    api.stream_gate.wait(timeout=30)
                 for i, block in enumerate(message["content"]):
                     if block["type"] == "text":
                         send("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
@@ -99,9 +131,14 @@ class FakeMessagesAPI:
                 send("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                                        "usage": {"output_tokens": message["usage"]["output_tokens"]}})
                 send("message_stop", {"type": "message_stop"})
+                if keep_alive:
+                    self.wfile.write(b"0\r\n\r\n")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server.daemon_threads = True
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> "FakeMessagesAPI":
@@ -111,6 +148,12 @@ class FakeMessagesAPI:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def usage_object(self) -> dict:
+        """The usage every answer reports: ``usage`` as (input, output) or a whole usage object."""
+        if isinstance(self.usage, dict):
+            return {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, **self.usage}
+        return {"input_tokens": self.usage[0], "output_tokens": self.usage[1], "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
     def tool_results(self) -> dict[str, str]:
         """tool_use_id -> the text of the result the CLI sent back."""

@@ -7,9 +7,6 @@ No request leaves the machine: ``ANTHROPIC_BASE_URL`` points at the fake API.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
@@ -17,19 +14,13 @@ from pilot import paths, protocol
 from pilot.agents import claude_code, sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
+from real_cli_support import real_cli
 from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 SID = "LEGAL-01"
 
 
-def _real_cli() -> Path | None:
-    env = os.environ.get("PILOT_TEST_CLAUDE_BIN")
-    if env and Path(env).is_file():
-        return Path(env)
-    return claude_code.bundled_cli()
-
-
-CLI = _real_cli()
+CLI = real_cli()
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)"),

@@ -38,12 +38,17 @@ def _show(path: Path) -> str:
         return str(path)
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file, turning every failure into a ProtocolError."""
+def read_yaml(path: Path, *, text_scalars: bool = False) -> Any:
+    """Parse a YAML file, turning every failure into a ProtocolError.
+
+    ``text_scalars`` keeps every scalar as its text (for exact decimals, which
+    must never pass through a float).
+    """
     if not path.is_file():
         raise ProtocolError(path, "<file>", "file not found")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return yaml.load(text, Loader=yaml.BaseLoader) if text_scalars else yaml.safe_load(text)
     except UnicodeDecodeError as exc:
         raise ProtocolError(path, "<file>", f"not valid UTF-8 ({exc.reason})") from exc
     except yaml.YAMLError as exc:
@@ -452,5 +457,8 @@ def arms() -> dict[str, Arm]:
 
 def load_all() -> dict[str, Any]:
     """Validate every protocol file; used by ``pilot protocol validate``."""
+    from pilot.agents.model_proxy import PriceTable, study_models  # the proxy's module imports this one
+
     s = load_study()
-    return {"study": s, "arms": load_arms(study=s), "amendments": load_amendments()}
+    return {"study": s, "arms": load_arms(study=s), "amendments": load_amendments(),
+            "prices": PriceTable.load(required_models=study_models(s))}
