@@ -14,7 +14,6 @@ LibreOffice headless, Playwright with Chromium and their own portal.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,9 +27,10 @@ import pytest
 
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 from pilot import paths, protocol
-from pilot.agents import claude_code, sandbox
+from pilot.agents import sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
+from real_cli_support import real_cli
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
@@ -38,19 +38,18 @@ OPERATOR_KEY = "sk-ant-operator-secret-0000"
 CAPS = Caps(50.0, 300)
 
 
-def _real_cli() -> Path | None:
-    env = os.environ.get("PILOT_TEST_CLAUDE_BIN")
-    if env and Path(env).is_file():
-        return Path(env)
-    return claude_code.bundled_cli()
+CLI = real_cli()
+pytestmark = pytest.mark.slow
 
 
-CLI = _real_cli()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CLI is None, reason="no real Claude Code CLI (make test installs the 'agent' extra)"),
-    pytest.mark.skipif(bool(sandbox.isolation_problems()), reason="; ".join(sandbox.isolation_problems())),
-]
+@pytest.fixture(autouse=True, scope="module")
+def _the_real_thing():
+    # Not a skip: without the real CLI or the sandbox these checks would pass by not running.
+    if CLI is None:
+        pytest.fail("no real Claude Code CLI: `make test` installs the 'agent' extra (or set PILOT_TEST_CLAUDE_BIN)")
+    if sandbox.isolation_problems():
+        pytest.fail("; ".join(sandbox.isolation_problems()))
+
 
 # The harness's own Python environment stands in for the worker's: it has openpyxl and Playwright.
 WORKER_ENV = Path(sys.prefix)

@@ -441,10 +441,9 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
     rec.metered_cost_usd = Decimal(meter.metered_usd)
     requests = getattr(meter, "requests", None)
     rec.metered_requests = len(requests) if isinstance(requests, (list, tuple)) else (int(requests) if requests is not None else None)
-    if reported_usd is not None:
-        note = cost_disagreement(Decimal(str(reported_usd)), rec.metered_cost_usd)
-        if note:
-            rec.notes.append(note)
+    note = cost_disagreement(None if reported_usd is None else Decimal(str(reported_usd)), rec.metered_cost_usd)
+    if note:
+        rec.notes.append(note)
 
 
 def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, model, claude_bin, worker_env, extra_env, isolation,
