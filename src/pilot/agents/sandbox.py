@@ -259,6 +259,8 @@ def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = N
         argv += ["--ro-bind", src, dst]
     for t in plan.absent:
         argv += ["--remount-ro", t]
+    # The root that holds the mount points is read-only too: nothing but the allowed folders takes a write.
+    argv += ["--remount-ro", "/"]
     if chdir is not None:
         argv += ["--chdir", str(chdir)]
     argv.append("--")
