@@ -123,7 +123,7 @@ $(STAMPS)/agent-extra: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[agent]'
 	@mkdir -p $(STAMPS) && touch $@
 
-test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser ## run the test suite (unit, integration, notebook)
+test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)

@@ -118,3 +118,17 @@ write_macros(
     comment=f"Stage 01 on study {study} ({label}).",
 )
 pilot_rows.groupby("arm")[["D", "E", "Q", "S", "cost_usd", "wall_s"]].mean(numeric_only=True).round(3)
+
+# %% [markdown]
+# ## Runs not accepted
+#
+# The runs with S = 0 or S missing, for a first look at why. With the viewer
+# of this study running (`pilot view <study>`), each run id opens the run's
+# page: its conversation, deviations, oracle criteria, the judges' grades and
+# the deliverables as the judges saw them.
+
+# %%
+from pilot.view import link_run_ids
+
+not_accepted = pilot_rows.loc[pilot_rows["S"] != True, ["run_id", "scenario", "arm", "status", "D", "E", "Q", "S"]]  # noqa: E712 - S may be missing
+link_run_ids(not_accepted.sort_values(["scenario", "arm", "run_id"]), study)

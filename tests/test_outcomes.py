@@ -177,6 +177,8 @@ def test_unreported_cost_stays_missing_not_zero() -> None:
 def test_portal_use_is_carried_to_the_row() -> None:
     assert row(record("A3", portal_requests=6))["portal_requests"] == 6
     assert row(record("A1"))["portal_requests"] is None
+    assert row(record("A3", portal_requests=2, portal_fault=True))["portal_fault"] is True
+    assert row(record("A1"))["portal_fault"] is None
 
 
 def test_infrastructure_error_performed_no_inference_and_cost_nothing() -> None:

@@ -113,8 +113,27 @@ def test_ragged_csv_is_refused_naming_file_and_row(scenario):
 
 def test_missing_inputs_folder_is_refused(tmp_path):
     (tmp_path / "EMPTY-01").mkdir()
+    (tmp_path / "EMPTY-01" / "scenario.yml").write_text("id: EMPTY-01\nuses_portal: true\n")
     with pytest.raises(PortalContentError, match="inputs.*folder missing"):
         generate_portal(tmp_path / "EMPTY-01")
+
+
+@pytest.mark.parametrize("spec, reason", [
+    (None, "missing"),
+    ("id: X-01\nuses_portal: false\n", "uses_portal: is False, not true"),
+    ("id: X-01\n", "uses_portal: is None, not true"),
+    ("id: X-01\nuses_portal: 'yes'\n", "uses_portal: is 'yes', not true"),
+])
+def test_a_scenario_without_a_portal_gets_none(scenario, spec, reason):
+    yml = scenario / "scenario.yml"
+    if spec is None:
+        yml.unlink()
+    else:
+        yml.write_text(spec)
+    with pytest.raises(PortalContentError, match=reason) as info:
+        generate_portal(scenario)
+    assert info.value.path == yml
+    assert not (scenario / "portal").exists()
 
 
 @pytest.mark.parametrize("bad_path", ["../secret.txt", "/etc/passwd", "documents/../../secret.txt", "documents/nope.pdf"])

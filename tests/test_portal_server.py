@@ -107,6 +107,7 @@ def test_html_sign_in_form_then_pages(portal):
 
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPCookieProcessor(jar))
+    opener.addheaders = [("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")]  # as a browser asks
     with opener.open(portal.url + "/library") as resp:  # redirected to the sign-in form
         assert resp.url.startswith(portal.url + "/sign-in") and b'name="password"' in resp.read()
     form = urllib.parse.urlencode({"username": portal.credentials.username,
@@ -209,7 +210,7 @@ def test_basic_auth_failures_count_towards_the_limit(content_dir, tmp_path):
     limits = SignInLimits(max_failures=2, window_s=60, lockout_s=30)
     with start_instance("TEST-01", tmp_path, content_dir=content_dir, limits=limits) as inst:
         for _ in range(2):
-            assert raw_get(inst.url, "/api/documents", basic_auth("admin", "admin"))[0] == 401
+            assert raw_get(inst.url, "/api/documents", basic_auth(inst.credentials.username, "admin"))[0] == 401
         with pytest.raises(PortalClientError) as info:
             PortalClient(inst.url, inst.credentials).sign_in()
         assert info.value.status == 429

@@ -66,6 +66,15 @@ class FakePortal:
     def stop(self):
         self.stopped = True
 
+    def secrets(self):
+        return ()
+
+    def end_of_run(self):
+        from pilot.portal.instance import PortalRunEnd
+
+        self.stop()
+        return PortalRunEnd(healthy=True, reason=None, requests=0)
+
 
 def attempt(tmp_path, arm, script: dict, *, worker_env=None, **kw):
     kw.setdefault("evaluate", False)

@@ -197,3 +197,19 @@ def test_unisolated_real_runs_are_refused_unless_allowed(table, tmp_path: Path):
     ok = runtable.read_runtable(path, scenarios=list(table["scenario"].unique()), allow_unisolated=True)
     assert list(ok["enforcement"]).count("unisolated") == 1
     _refused(real.assign(enforcement="none"), "enforcement", "none")
+
+
+def test_portal_columns_are_optional_but_checked_when_present(table, tmp_path: Path):
+    assert "portal_fault" not in table.columns and runtable.validate_runtable(table) is not None
+    df = table.copy()
+    df["portal_requests"] = [None if i % 2 else i for i in range(len(df))]
+    df["portal_fault"] = [None if i % 2 else (i % 4 == 0) for i in range(len(df))]
+    back = runtable.read_runtable(runtable.write_runtable(runtable.validate_runtable(df), tmp_path / "runs.csv"))
+    assert back["portal_fault"].dtype == "boolean" and back["portal_requests"].dtype == "Int64"
+    assert back["portal_fault"].isna().sum() == len(df) // 2
+    bad = df.astype({"portal_fault": object}).copy()
+    bad.loc[2, "portal_fault"] = "maybe"
+    assert _refused(bad, "portal_fault", "not a boolean").row == 3
+    bad = df.copy()
+    bad.loc[0, "portal_requests"] = -1
+    _refused(bad, "portal_requests", "below the minimum")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the Debian/Ubuntu packages a target needs are installed.
-#   tools/ensure-system-packages.sh GROUP...   (groups: venv latex office sandbox browser)
+#   tools/ensure-system-packages.sh GROUP...   (groups: venv latex office sandbox browser http)
 # Installs what is missing with apt-get when it can (root, or sudo without a
 # password); otherwise stops and prints the one command the user must run.
 set -euo pipefail
@@ -31,8 +31,12 @@ check_group() {
       command -v socat >/dev/null 2>&1 || need socat ;;
     browser)
       command -v chromium >/dev/null 2>&1 || need chromium ;;
+    http)
+      # The portal tests sign in with wget and curl as a worker's script would.
+      command -v wget >/dev/null 2>&1 || need wget
+      command -v curl >/dev/null 2>&1 || need curl ;;
     *)
-      echo "ensure-system-packages: unknown group '$1' (known: venv latex office sandbox browser)" >&2
+      echo "ensure-system-packages: unknown group '$1' (known: venv latex office sandbox browser http)" >&2
       exit 2 ;;
   esac
 }

@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "pilot.oracles.cli",
     "pilot.runner_cli",
     "pilot.judges.cli",
+    "pilot.view.cli",
 ]
 
 

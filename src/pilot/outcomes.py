@@ -243,6 +243,8 @@ def run_row(
             "cost_complete": agent_cost(rec) is not None,
             # Requests to the run's portal (A3/A4 on portal scenarios); missing where there was no portal.
             "portal_requests": rec.get("portal_requests"),
+            # The portal was not answering at the end of the run (a note on the run); missing where there was no portal.
+            "portal_fault": rec.get("portal_fault"),
             "judge_backend": judges[0].get("backend") if judges else None,
         }
     )

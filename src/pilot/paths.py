@@ -79,3 +79,5 @@ def scenario_portal_dir(scenario_id: str) -> Path:
 def study_dir(name: str) -> Path:
     """Folder of one study's store, workspaces and exported run table."""
     return DATA_DIR / name
+# A running `pilot view` notes its address here (never in the study folder), for the notebooks' links.
+VIEW_DIR = BUILD_DIR / "view"

@@ -125,6 +125,8 @@ class RunRecord:
     portal: dict | None = None
     #: Requests to the run's portal (health checks excluded), from its access log; None without a portal.
     portal_requests: int | None = None
+    #: The run's portal was not answering at the end of the run; None without a portal.
+    portal_fault: bool | None = None
     started_at: str = ""
     harness_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -394,18 +396,23 @@ def run_attempt(
                     passed2, lines2 = _selfcheck(ws_root, scenario)
                     (out_dir / "selfcheck_final.txt").write_text("\n".join(lines2) + "\n", encoding="utf-8")
                     selfcheck_final = passed2
+        # The portal's health is taken when the agent is done, before evaluation can take its time.
+        portal_end = portal.end_of_run() if portal is not None else None
         rec = _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
                       selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
                       recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate,
                       meter=meter)
-        if portal is not None:
-            portal.stop()  # once the server is gone every request it answered is in the access log
-            _record_portal_use(rec, portal, out_dir)
+        if portal_end is not None:
+            rec = _record_portal_end(rec, portal_end, portal, out_dir)
         return rec
     finally:
         stack.close()
         if portal is not None:
             portal.stop()
+            # The worker may have echoed the password; nothing the harness keeps (but the workspace) holds it.
+            from pilot.portal.redaction import redact_tree
+
+            redact_tree(out_dir, portal.secrets(), skip=(ws_root.name,))
 
 
 def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ: dict[str, str] | None):
@@ -561,17 +568,27 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
     return rec
 
 
-def _record_portal_use(rec: RunRecord, portal: Any, out_dir: Path) -> None:
-    """Count the run's portal use from its access log onto the record (and rewrite the record)."""
+def _record_portal_end(rec: RunRecord, end: Any, portal: Any, out_dir: Path) -> RunRecord:
+    """Put the portal's end of run on the record: requests, fault, and an infrastructure error or a note."""
     from pilot.portal.access_log import summarise_access_log
+    from pilot.portal.redaction import redact_secrets
 
+    rec.portal_requests, rec.portal_fault = int(end.requests), bool(end.fault)
     log = getattr(portal, "access_log_path", None)
-    if log is None:
-        return
-    use = summarise_access_log(Path(log))
-    rec.portal_requests = int(use["requests"])
-    rec.portal = dict(rec.portal or {}, use={k: v for k, v in use.items() if v})
+    if log is not None:
+        use = summarise_access_log(Path(log))
+        rec.portal = dict(rec.portal or {}, use={k: v for k, v in use.items() if v})
+    if end.infra_error:
+        # The run cannot stand: the arm's portal was gone and the worker never got anything from it.
+        rec.status, rec.infra_error, rec.agent_error = INFRA_ERROR, end.infra_error, None
+        rec.censored, rec.censor_reason = False, None
+        rec.D = rec.E = rec.criteria_passed = rec.criteria_total = None
+        rec.E_reasons, rec.criteria = [], []
+    elif end.note:
+        rec.notes.append(end.note)
+    rec = RunRecord(**json.loads(redact_secrets(json.dumps(rec.to_dict(), default=str), portal.secrets())))
     _write(out_dir, rec)
+    return rec
 
 
 def _write(out_dir: Path, rec: RunRecord) -> None:

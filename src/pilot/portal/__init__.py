@@ -4,7 +4,9 @@
   from the scenario's inputs, and its reader;
 - ``app``: the Flask application (pages and JSON API); ``server``: the
   waitress process that serves it;
-- ``instance``: start and stop one run's instance (``start_instance``);
+- ``instance``: start one run's instance (``start_instance``), check its
+  health and what it served at the end of the run (``end_of_run``), stop it;
+- ``redaction``: the password kept out of transcripts, logs and records;
 - ``client``: a small HTTP client (``PortalClient``);
 - ``access_log``: the per-run access log and its summary.
 """

@@ -25,6 +25,7 @@ ACTIONS = (
     "sign_in_failed",
     "sign_in_limited",
     "sign_out",
+    "bad_request",
     "page",
     "api",
     "download",
@@ -69,13 +70,17 @@ def read_access_log(path: Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         return []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines()
     entries = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             entries.append(json.loads(line))
         except json.JSONDecodeError as exc:
+            if lineno == len(lines) and not text.endswith("\n"):
+                break  # a line cut short by a server killed while writing it
             raise ValueError(f"{path}: line {lineno}: not JSON: {exc}") from exc
     return entries
 

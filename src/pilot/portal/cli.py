@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from pilot import paths
+from pilot.portal.wire import port_argument
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = ps.add_parser("serve", help="serve a scenario's portal on loopback to look at it in a browser")
     s.add_argument("scenario", metavar="SCENARIO")
-    s.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--port", type=port_argument, default=0, help="port on 127.0.0.1, 1-65535 (default: any free port)")
+    where.add_argument("--unix-socket", type=Path, default=None,
+                       help="listen on this Unix socket (mode 0600) instead of a TCP port")
     s.add_argument("--content", type=Path, default=None,
                    help="content folder (default: protocol/scenarios/<ID>/portal)")
     s.add_argument("--log-dir", type=Path, default=None,
@@ -70,7 +74,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     log_dir = args.log_dir or paths.PORTAL_SERVE_DIR / args.scenario
     try:
-        instance = start_instance(args.scenario, log_dir, content_dir=args.content, port=args.port)
+        instance = start_instance(args.scenario, log_dir, content_dir=args.content, port=args.port,
+                                  unix_socket=args.unix_socket)
     except PortalStartError as exc:
         print(f"pilot portal serve: {exc}", file=sys.stderr)
         return 1
@@ -78,7 +83,8 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with instance:
         # Printed for the person at this terminal; no file receives the password.
-        print(f"portal of {args.scenario}: {instance.url}/")
+        where = f"Unix socket {instance.unix_socket}" if instance.unix_socket else f"{instance.url}/"
+        print(f"portal of {args.scenario}: {where}")
         print(f"  username: {instance.credentials.username}")
         print(f"  password: {instance.credentials.password}")
         print(f"  access log: {instance.access_log_path}")

@@ -373,6 +373,7 @@ def generate_portal(scenario_dir: Path, out_dir: Path | None = None) -> Path:
     whole (written beside it, then swapped in), so no stale file survives.
     """
     scenario_dir = Path(scenario_dir)
+    require_portal_scenario(scenario_dir)
     out_dir = Path(out_dir) if out_dir is not None else scenario_dir / "portal"
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".portal-", dir=out_dir.parent))
@@ -386,6 +387,16 @@ def generate_portal(scenario_dir: Path, out_dir: Path | None = None) -> Path:
         if staging.exists():
             shutil.rmtree(staging)
     return out_dir
+
+
+def require_portal_scenario(scenario_dir: Path) -> None:
+    """PortalContentError unless ``scenario.yml`` says ``uses_portal: true``: no portal for a scenario without one."""
+    spec = Path(scenario_dir) / "scenario.yml"
+    if not spec.is_file():
+        raise PortalContentError(spec, "(file)", "missing; a portal is generated only for a scenario whose scenario.yml says uses_portal: true")
+    value = _scenario_meta(Path(scenario_dir)).get("uses_portal")
+    if value is not True:
+        raise PortalContentError(spec, "uses_portal", f"is {value!r}, not true; this scenario has no portal, so none is generated")
 
 
 def portal_scenarios(scenarios_dir: Path | None = None) -> list[str]:
@@ -403,6 +414,7 @@ def _tree_bytes(folder: Path) -> dict[str, bytes]:
 def check_portal(scenario_dir: Path) -> list[str]:
     """Differences between the committed ``portal/`` and a fresh generation (empty: current)."""
     scenario_dir = Path(scenario_dir)
+    require_portal_scenario(scenario_dir)
     committed = scenario_dir / "portal"
     if not committed.is_dir():
         return [f"{committed}: missing (run `pilot portal generate {scenario_dir.name}`)"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CREDENTIALS_FILENAME = "portal_credentials.json"
+#: What a redacted secret reads as (``pilot.portal.redaction``).
 REDACTED = "[portal-password]"
 
 
@@ -37,10 +38,6 @@ class Credentials:
     def fingerprint(self) -> str:
         """A short, one-way name of this pair, safe to record in logs and run records."""
         return hashlib.sha256(f"{self.username}\0{self.password}".encode()).hexdigest()[:16]
-
-    def redact(self, text: str) -> str:
-        """``text`` with every occurrence of the password replaced (for transcripts)."""
-        return text.replace(self.password, REDACTED) if self.password else text
 
     def to_workspace_json(self, url: str) -> dict[str, str]:
         return {

@@ -9,28 +9,101 @@ raises ``PortalStartError``, which the runner files as an infrastructure error.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import secrets
 import selectors
+import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pilot import paths
-from pilot.portal.access_log import ACCESS_LOG_NAME, SERVER_LOG_NAME
-from pilot.portal.app import SignInLimits
+from pilot.portal.access_log import ACCESS_LOG_NAME, SERVER_LOG_NAME, summarise_access_log
+from pilot.portal.app import SessionLimits, SignInLimits
 from pilot.portal.content import MANIFEST_NAME
 from pilot.portal.credentials import Credentials, CredentialVerifier
-from pilot.portal.wire import EXIT_BIND, EXIT_CONTENT, LOOPBACK
+from pilot.portal.wire import EXIT_BIND, EXIT_CONTENT, LOOPBACK, ServerLimits, check_port
 
 DEFAULT_START_TIMEOUT_S = 20.0
-# Loopback traffic must never go through a proxy named in the environment.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+#: How long the end-of-run health check keeps asking before it calls the portal dead.
+DEFAULT_HEALTH_TIMEOUT_S = 10.0
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (the portal's ``unix_socket`` mode)."""
+
+    def __init__(self, socket_path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _get_health(url: str, unix_socket: str | None, timeout: float) -> dict:
+    """The JSON of ``GET /healthz``, straight to the server (never through a proxy named in the environment)."""
+    if unix_socket:
+        conn: http.client.HTTPConnection = _UnixHTTPConnection(unix_socket, timeout)
+    else:
+        parts = urlsplit(url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise ValueError(f"status {resp.status}")
+        return json.loads(body.decode("utf-8"))
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class PortalHealth:
+    """Whether the instance still answers as itself; ``reason`` says why not."""
+
+    ok: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class PortalRunEnd:
+    """What the runner learns of its portal when the run ends: health, then requests served."""
+
+    healthy: bool
+    reason: str | None
+    requests: int
+
+    @property
+    def fault(self) -> bool:
+        return not self.healthy
+
+    @property
+    def infra_error(self) -> str | None:
+        """The run's infrastructure error (a rerun) when the portal died before serving anything."""
+        if self.healthy or self.requests > 0:
+            return None
+        return f"portal_died: the portal was not answering at the end of the run ({self.reason}) and had served no request"
+
+    @property
+    def note(self) -> str | None:
+        """A note on the run when the portal died after serving the worker (the run stands, flagged)."""
+        if self.healthy or self.requests == 0:
+            return None
+        return (f"portal fault: the portal was not answering at the end of the run ({self.reason}) "
+                f"after serving {self.requests} request(s); the worker may have lost access part-way")
 
 
 class PortalStartError(RuntimeError):
@@ -55,8 +128,10 @@ class PortalInstance:
     access_log_path: Path
     server_log_path: Path
     pid: int
+    unix_socket: Path | None = None
     _process: subprocess.Popen | None = field(default=None, repr=False)
     _server_log: object = field(default=None, repr=False)
+    _exit_code: int | None = field(default=None, repr=False)
 
     @property
     def credential_fingerprint(self) -> str:
@@ -65,6 +140,50 @@ class PortalInstance:
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    def health(self, timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S) -> PortalHealth:
+        """Whether the server is alive and answers ``/healthz`` as this instance, asking until ``timeout_s``.
+
+        A busy server gets several chances: calling a live portal dead turns
+        a paid run into a rerun.
+        """
+        proc = self._process
+        if proc is None:
+            return PortalHealth(False, "the instance was already stopped")
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return PortalHealth(False, f"the server process exited with status {code}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return PortalHealth(False, f"health check timed out after {timeout_s:g} s ({last})")
+            try:
+                body = _get_health(self.url, str(self.unix_socket) if self.unix_socket else None,
+                                   timeout=min(2.0, max(remaining, 0.05)))
+                if body.get("status") == "ok" and body.get("instance") == self.instance_id:
+                    return PortalHealth(True)
+                last = "answered by another process"
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                last = str(exc) or type(exc).__name__
+            time.sleep(0.2)
+
+    def requests_served(self) -> int:
+        """Requests the instance answered (health checks excluded), from its access log."""
+        return int(summarise_access_log(self.access_log_path)["requests"])
+
+    def secrets(self) -> tuple[str, ...]:
+        """The strings to redact from anything the harness keeps (see ``pilot.portal.redaction``)."""
+        from pilot.portal.redaction import secret_forms
+
+        return secret_forms(self.credentials)
+
+    def end_of_run(self) -> PortalRunEnd:
+        """Check health, stop the server, then count what it served (the log is complete once it is gone)."""
+        health = self.health()
+        self.stop()
+        return PortalRunEnd(healthy=health.ok, reason=health.reason, requests=self.requests_served())
 
     def write_credentials(self, workspace: Path) -> Path:
         """Write ``portal_credentials.json`` into an A3/A4 workspace (mode 0600)."""
@@ -95,6 +214,7 @@ class PortalInstance:
             self._server_log.close()
             self._server_log = None
         self._process = None
+        self._exit_code = proc.returncode
         return proc.returncode
 
     def describe(self) -> dict:
@@ -106,7 +226,7 @@ class PortalInstance:
             "credential_fingerprint": self.credential_fingerprint,
             "access_log": str(self.access_log_path),
             "server_log": str(self.server_log_path),
-        }
+        } | ({"unix_socket": str(self.unix_socket)} if self.unix_socket else {})
 
     def __enter__(self) -> PortalInstance:
         return self
@@ -115,7 +235,8 @@ class PortalInstance:
         self.stop()
 
 
-def wait_for_health(url: str, instance_id: str, deadline: float, *, scenario_id: str = "?") -> None:
+def wait_for_health(url: str, instance_id: str, deadline: float, *, scenario_id: str = "?",
+                    unix_socket: str | None = None) -> None:
     """Poll ``url/healthz`` until it names ``instance_id``; PortalStartError at ``deadline``."""
     last = "no answer"
     while True:
@@ -123,13 +244,12 @@ def wait_for_health(url: str, instance_id: str, deadline: float, *, scenario_id:
         if remaining <= 0:
             raise PortalStartError(scenario_id, f"health check at {url}/healthz timed out ({last})")
         try:
-            with _DIRECT.open(f"{url}/healthz", timeout=min(1.0, max(remaining, 0.05))) as resp:
-                body = json.loads(resp.read().decode("utf-8"))
+            body = _get_health(url, unix_socket, timeout=min(1.0, max(remaining, 0.05)))
             if body.get("status") == "ok" and body.get("instance") == instance_id:
                 return
             last = "answered by another process"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            last = str(getattr(exc, "reason", exc))
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            last = str(exc) or type(exc).__name__
         time.sleep(0.05)
 
 
@@ -159,12 +279,25 @@ def start_instance(
     content_dir: Path | None = None,
     port: int = 0,
     limits: SignInLimits = SignInLimits(),
+    session_limits: SessionLimits = SessionLimits(),
+    server_limits: ServerLimits = ServerLimits(),
+    unix_socket: Path | None = None,
+    url: str | None = None,
 ) -> PortalInstance:
     """Start the portal of ``scenario_id`` for one run; logs go to ``run_dir``.
 
     ``content_dir`` defaults to the scenario's committed ``portal/`` folder;
-    ``port`` 0 lets the OS pick a free loopback port.
+    ``port`` 0 lets the OS pick a free loopback port. With ``unix_socket``
+    the server listens on that socket (mode 0600) instead of a TCP port, for
+    a bridge into the worker's sandbox; ``url`` is then the address the
+    worker is given (default ``http://127.0.0.1``).
     """
+    try:
+        check_port(port)
+    except ValueError as exc:
+        raise PortalStartError(scenario_id, str(exc)) from None
+    if unix_socket is not None and port:
+        raise PortalStartError(scenario_id, "give a port or a Unix socket, not both")
     run_dir = Path(run_dir)
     content = Path(content_dir) if content_dir is not None else paths.scenario_portal_dir(scenario_id)
     if not (content / MANIFEST_NAME).is_file():
@@ -179,14 +312,17 @@ def start_instance(
         "verifier": CredentialVerifier.for_credentials(credentials).to_json(),
         "instance_id": instance_id,
         "limits": asdict(limits),
+        "session_limits": asdict(session_limits),
+        "server_limits": asdict(server_limits),
     }
     deadline = time.monotonic() + timeout_s
     server_log = open(server_log_path, "ab")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
+        where = ["--unix-socket", str(unix_socket)] if unix_socket is not None else ["--port", str(port)]
         proc = subprocess.Popen(
             [sys.executable, "-m", "pilot.portal.server", "--content", str(content),
-             "--access-log", str(access_log), "--port", str(port)],
+             "--access-log", str(access_log), *where],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=server_log, env=env,
             text=True, start_new_session=True,
         )
@@ -214,15 +350,19 @@ def start_instance(
         except subprocess.TimeoutExpired:
             code = None
         if code == EXIT_BIND:
-            raise fail(f"cannot bind {LOOPBACK}:{port}")
+            raise fail(f"cannot bind {unix_socket or f'{LOOPBACK}:{port}'}")
         if code == EXIT_CONTENT:
             raise fail(f"content folder {content} is malformed")
         if code is not None:
             raise fail(f"server process exited with status {code}")
         raise fail(f"server process did not report its port within {timeout_s} s")
-    url = f"http://{LOOPBACK}:{int(started['port'])}"
+    if unix_socket is not None:
+        url = (url or f"http://{LOOPBACK}").rstrip("/")
+    else:
+        url = f"http://{LOOPBACK}:{int(started['port'])}"
     try:
-        wait_for_health(url, instance_id, deadline, scenario_id=scenario_id)
+        wait_for_health(url, instance_id, deadline, scenario_id=scenario_id,
+                        unix_socket=str(unix_socket) if unix_socket is not None else None)
     except PortalStartError as exc:
         raise fail(exc.reason) from exc
     return PortalInstance(
@@ -233,6 +373,7 @@ def start_instance(
         access_log_path=access_log,
         server_log_path=server_log_path,
         pid=proc.pid,
+        unix_socket=Path(unix_socket) if unix_socket is not None else None,
         _process=proc,
         _server_log=server_log,
     )

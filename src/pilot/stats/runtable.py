@@ -97,6 +97,12 @@ COLUMNS: tuple[ColumnSpec, ...] = (
                doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only); missing for dry runs"),
 )
 
+# Process columns a table may carry beyond the schema: checked by kind when present, never required.
+OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
+    ColumnSpec("portal_requests", "int", nullable=True, minimum=0, doc="requests to the run's portal (health checks excluded); missing without a portal"),
+    ColumnSpec("portal_fault", "bool", nullable=True, doc="the run's portal was not answering at the end of the run; missing without a portal"),
+)
+
 
 def refuse_unisolated(df: pd.DataFrame, source: str | Path = "<run table>") -> None:
     """Refuse a table holding real runs whose agent ran without isolation (the arms' access then did not hold)."""
@@ -281,6 +287,9 @@ def validate_runtable(
     out = pd.DataFrame(index=df.index)
     for spec in specs:
         out[spec.name] = _coerce_column(df[spec.name], spec, source, run_ids)
+    for spec in OPTIONAL_COLUMNS:
+        if spec.name in df.columns:
+            out[spec.name] = _coerce_column(df[spec.name], spec, source, run_ids)
     extra = [c for c in df.columns if c not in out.columns]
     for c in extra:  # carried along untouched
         out[c] = df[c]

@@ -1,0 +1,116 @@
+"""The viewer on a full-size study: the index page and the static export, against reading the run table alone.
+
+A 190-run simulated study (every scenario, the pilot, repeat3 and
+sensitivity waves) is built once with the real scheduler and simulated
+backend under ``build/bench-view/`` (a few minutes; reused afterwards), or
+given with ``--study-dir``. Timed in this process, best of ``--repeat``:
+
+- reference: the run table alone, as ``pilot study export`` computes it
+  (``pilot.outcomes.rows_from_store`` on the store, then ``run_table``);
+- index: the index page rendered (``pilot.view.site.render_index``) and the
+  same page requested through the Flask application (a whole GET /);
+- export: the static site of every page and download (once; it is the
+  minute-scale one).
+
+Targets (issue): the index under one second, the export under a minute.
+Usage: ``python benchmarks/bench_view.py [--study-dir PATH] [--repeat 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from pilot import outcomes, paths
+from pilot.view import site
+from pilot.view.app import create_app
+from pilot.view.export import export_site
+from pilot.view.study import StudyReader
+
+STUDY = "bench-view"
+WAVES = ("pilot", "repeat3", "sensitivity")
+
+
+def build_study(root: Path) -> Path:
+    """A simulated study of every scenario and wave under ``root`` (a repository root of its own)."""
+    folder = root / "analysis" / "data" / STUDY
+    if (folder / "study.sqlite").is_file():
+        return folder
+    (root / "analysis" / "data").mkdir(parents=True, exist_ok=True)
+    for name, target in (("protocol", paths.PROTOCOL_DIR), ("analysis/config", paths.CONFIG_DIR)):
+        link = root / name
+        if not link.exists():
+            link.symlink_to(target)
+    env = dict(os.environ, PILOT_ROOT=str(root))
+    run = [sys.executable, "-m", "pilot", "study"]
+    subprocess.run(run + ["create", STUDY], env=env, check=True, capture_output=True)
+    for wave in WAVES:
+        print(f"building the benchmark study: wave {wave} ...", flush=True)
+        subprocess.run(run + ["run", STUDY, "--wave", wave, "--no-progress"], env=env, check=True, capture_output=True)
+    return folder
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--study-dir", type=Path, help="an existing study folder (default: build one under build/bench-view/)")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    folder = args.study_dir or build_study(paths.BUILD_DIR / "bench-view")
+    reader = StudyReader(folder)
+    n = len(reader.index_rows())
+
+    def reference() -> None:
+        with reader.store() as st:
+            rows = st.finished_rows()
+        backend = "simulated"
+        outcomes.run_table(outcomes.rows_from_store(rows, study_name=reader.name, backend=backend))
+
+    client = create_app(folder).test_client()
+
+    def index_render() -> None:
+        site.render_index(reader, site.Links(), live=True)
+
+    def index_get() -> None:
+        resp = client.get("/")
+        assert resp.status_code == 200
+
+    reference()  # imports and scenario loading, out of every timing
+    index_get()
+    t_ref = best(reference, args.repeat)
+    t_index = best(index_render, args.repeat)
+    t_get = best(index_get, args.repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        res = export_site(folder, Path(tmp) / "site")
+        t_export = time.perf_counter() - t0
+    table = pd.DataFrame(
+        [
+            ("run table alone (reference)", t_ref, 1.0, ""),
+            ("index page, rendered", t_index, t_index / t_ref, "< 1 s: " + ("met" if t_index < 1 else "NOT met")),
+            ("index page, GET /", t_get, t_get / t_ref, "< 1 s: " + ("met" if t_get < 1 else "NOT met")),
+            (f"static export ({res.pages} pages, {res.files} files)", t_export, t_export / t_ref, "< 60 s: " + ("met" if t_export < 60 else "NOT met")),
+        ],
+        columns=["what", "seconds", "ratio to reference", "target"],
+    )
+    print(f"study {reader.name}: {n} runs ({folder})")
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    main()

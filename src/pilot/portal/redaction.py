@@ -1,0 +1,95 @@
+"""Keep the portal password out of what the harness keeps: transcripts, logs, run records.
+
+The worker reads the pair from ``portal_credentials.json`` and may echo it:
+in a tool call (``curl -u user:pass``), in a tool result (``curl -v`` prints
+the ``Authorization: Basic`` token), in the CLI's own session files. Every
+form in :func:`secret_forms` is replaced by :data:`REDACTED`. The password is
+URL-safe base64 text, so JSON, URL and shell quoting leave it unchanged and a
+plain substring replacement finds it in each of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from pilot.portal.credentials import REDACTED, Credentials
+
+#: Secrets shorter than this are not redacted: replacing a two-letter string would shred a transcript.
+MIN_SECRET_LEN = 8
+
+
+def secret_forms(credentials: Credentials) -> tuple[str, ...]:
+    """The password and the HTTP Basic token of the pair (``base64(user:password)``)."""
+    pair = f"{credentials.username}:{credentials.password}".encode("utf-8")
+    forms = (credentials.password, base64.b64encode(pair).decode("ascii"))
+    return tuple(f for f in forms if len(f) >= MIN_SECRET_LEN)
+
+
+def _usable(secrets: Iterable[str]) -> list[str]:
+    # Longest first, so a secret that contains another is replaced whole.
+    return sorted({s for s in secrets if s and len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
+
+
+def redact_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret replaced by :data:`REDACTED`."""
+    for secret in _usable(secrets):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
+    """:func:`redact_secrets` on raw bytes (a stream line, a file), whatever their encoding around the secret."""
+    for secret in _usable(secrets):
+        data = data.replace(secret.encode("utf-8"), REDACTED.encode("utf-8"))
+    return data
+
+
+def redact_file(path: Path, secrets: Iterable[str]) -> bool:
+    """Rewrite ``path`` without the secrets (beside it, then renamed over it); whether it held any."""
+    path = Path(path)
+    data = path.read_bytes()
+    clean = redact_bytes(data, secrets)
+    if clean == data:
+        return False
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(clean)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def redact_tree(root: Path, secrets: Iterable[str], *, skip: Iterable[str] = ()) -> list[Path]:
+    """Redact every regular file under ``root`` except the top-level entries named in ``skip``.
+
+    Returns the files that held a secret. Symbolic links are not followed:
+    a link could point at a file the harness does not own.
+    """
+    root = Path(root)
+    secrets = _usable(secrets)
+    skipped = set(skip)
+    changed: list[Path] = []
+    if not secrets or not root.is_dir():
+        return changed
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if here == root:
+            dirnames[:] = [d for d in dirnames if d not in skipped]
+            filenames = [f for f in filenames if f not in skipped]
+        for name in filenames:
+            path = here / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            if redact_file(path, secrets):
+                changed.append(path)
+    return changed

@@ -1,0 +1,130 @@
+"""``pilot view``'s web application: Flask routes over :mod:`pilot.view.site`, served by waitress on 127.0.0.1.
+
+Only GET and HEAD are answered. Requests whose Host header is not the
+loopback address the server bound are refused, so a web page elsewhere
+cannot reach the viewer through a rebinding DNS name. Downloads are looked
+up by name in the listing of the attempt's ``outputs/`` folder (regular
+files only), so no path in a URL ever reaches the file system; they are
+sent as attachments with a neutral type, never rendered in the viewer's
+origin.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, abort, request, send_file
+
+from pilot.view import files, site
+from pilot.view.study import StudyReader, ViewError
+
+LOOPBACK = "127.0.0.1"
+#: Loose enough for the viewer's own stylesheet and script, nothing else.
+CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; base-uri 'none'; "
+       "form-action 'none'; frame-ancestors 'none'")
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def create_app(folder: Path) -> Flask:
+    """The viewer of the study in ``folder`` (read-only)."""
+    reader = StudyReader(folder)
+    app = Flask("pilot.view", static_folder=None)
+    app.config["STUDY_NAME"] = reader.name
+    links = site.Links(static=False)
+
+    @app.before_request
+    def _guard() -> Any:
+        if request.method not in ("GET", "HEAD"):
+            abort(405)
+        host = (request.host or "").rsplit(":", 1)[0].strip("[]").lower()
+        if host not in (LOOPBACK, "localhost"):
+            abort(403)
+        return None
+
+    @app.after_request
+    def _headers(resp: Response) -> Response:
+        resp.headers["Content-Security-Policy"] = CSP
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        resp.headers["Referrer-Policy"] = "no-referrer"
+        resp.headers["X-Frame-Options"] = "DENY"
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    def page(html: str) -> Response:
+        return Response(html, mimetype="text/html")
+
+    @app.errorhandler(ViewError)
+    def _not_found(exc: ViewError) -> Response:
+        return Response(site.render_error(links, "Not found", str(exc)), status=404, mimetype="text/html")
+
+    @app.get("/")
+    def index() -> Response:
+        return page(site.render_index(reader, links, live=True))
+
+    @app.get("/runs/<run_id>")
+    def run(run_id: str) -> Response:
+        return page(site.render_run(reader, links, run_id))
+
+    @app.get("/scenarios/<sid>")
+    def scenario(sid: str) -> Response:
+        return page(site.render_scenario(reader, links, sid))
+
+    @app.get("/files/<run_id>/attempt-<int:attempt_no>/<name>")
+    def download(run_id: str, attempt_no: int, name: str) -> Response:
+        data_attempts = {a["attempt_no"]: a for a in reader.run(run_id)["attempts"]}  # raises ViewError for an unknown run
+        if attempt_no not in data_attempts:
+            abort(404)
+        rf = data_attempts[attempt_no]["files"]
+        offered = {f.name: f for f in files.output_files(rf.outputs, reader.folder)}
+        if name not in offered:
+            abort(404)
+        return send_file(offered[name].path, mimetype="application/octet-stream", as_attachment=True, download_name=name,
+                         max_age=0)
+
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        return Response(status=204)
+
+    @app.get("/static/<name>")
+    def asset(name: str) -> Response:
+        if name not in site.STATIC_FILES:
+            abort(404)
+        mime = "text/css" if name.endswith(".css") else "text/javascript"
+        return Response((STATIC_DIR / name).read_bytes(), mimetype=mime)
+
+    return app
+
+
+class ViewServer:
+    """The viewer served by waitress on 127.0.0.1 in a background thread (``port`` 0: any free port)."""
+
+    def __init__(self, folder: Path, port: int = 0, threads: int = 4) -> None:
+        import waitress
+
+        self.app = create_app(folder)
+        self.server = waitress.create_server(self.app, host=LOOPBACK, port=port, threads=threads, ident="pilot-view",
+                                             clear_untrusted_proxy_headers=True)
+        self.port = int(self.server.effective_port)
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "ViewServer":
+        self._thread = threading.Thread(target=self.server.run, name="pilot-view", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.server.run()
+
+    def stop(self) -> None:
+        self.server.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "ViewServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,102 @@
+"""``pilot view STUDY --export DIR``: the viewer's pages as a static site.
+
+Every page is the live page rendered with relative links (``index.html``,
+``runs/<id>.html``, ``scenarios/<id>.html``), filtering and sorting run in
+the browser, and each attempt's deliverables are copied beside the pages
+(regular files only, never a link), so the folder works from ``file://`` and
+on any static host. The study itself is only read.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from pilot.view import files, site
+from pilot.view.study import StudyReader, ViewError, check_run_id
+
+MARKER = ".pilot-view-export"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    folder: Path
+    pages: int
+    files: int
+    bytes: int
+
+
+class ExportError(ViewError):
+    """The export cannot be written where asked (names the folder and the reason)."""
+
+
+def _prepare(out: Path, study_folder: Path) -> None:
+    out = out.resolve()
+    if files.inside(out, study_folder) or files.inside(study_folder, out):
+        raise ExportError(f"{out}: the export must not be written into the study folder {study_folder} (nor contain it)")
+    if out.exists():
+        if not out.is_dir():
+            raise ExportError(f"{out}: not a folder")
+        if any(out.iterdir()) and not (out / MARKER).is_file():
+            raise ExportError(f"{out}: not empty and not an earlier export (no {MARKER}); choose an empty folder")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("written by pilot view --export; replaced by the next export to this folder\n", encoding="utf-8")
+
+
+def _write_runs(folder: Path, out: Path, run_ids: list[str], simulated: bool) -> tuple[int, int, int]:
+    """Render the pages of ``run_ids`` and copy their deliverables; returns (pages, files, bytes)."""
+    reader = StudyReader(folder)
+    links = site.Links(static=True, depth=1)
+    pages = copied = size = 0
+    for run_id in map(check_run_id, run_ids):
+        html = site.render_run(reader, links, run_id, simulated=simulated)
+        (out / "runs" / f"{run_id}.html").write_text(html, encoding="utf-8")
+        pages += 1
+        for a in reader.run_attempts(run_id):
+            for f in files.output_files(a.outputs, reader.folder):
+                target = out / "files" / run_id / f"attempt-{a.attempt_no}" / f.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f.path, target)
+                copied += 1
+                size += f.size
+    return pages, copied, size
+
+
+def export_site(folder: Path, out: Path, *, workers: int | None = None) -> ExportResult:
+    """Write the static site of the study in ``folder`` to ``out``.
+
+    Run pages are rendered by ``workers`` processes (default: the CPUs,
+    at most four); rendering the deliverables dominates the time.
+    """
+    reader = StudyReader(folder)
+    out = Path(out)
+    _prepare(out, reader.folder)
+    rows = reader.index_rows()
+    simulated = reader.simulated(rows)
+    links = site.Links(static=True)
+    (out / "static").mkdir()
+    for name in site.STATIC_FILES:
+        shutil.copyfile(Path(__file__).parent / "static" / name, out / "static" / name)
+    (out / "runs").mkdir()
+    (out / "scenarios").mkdir()
+    run_ids = [r["run_id"] for r in rows]
+    n = max(1, min(workers or min(os.cpu_count() or 1, 4), len(run_ids) // 8 or 1))
+    chunks = [run_ids[i::n] for i in range(n)]
+    totals = [0, 0, 0]
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) if n > 1 else nullcontext() as pool:
+        futures = [pool.submit(_write_runs, reader.folder, out, c, simulated) for c in chunks] if pool else []
+        (out / "index.html").write_text(site.render_index(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
+        for sid in sorted({r["scenario"] for r in rows}):
+            html = site.render_scenario(reader, links.at(1), sid, rows=rows, simulated=simulated)
+            (out / "scenarios" / f"{sid}.html").write_text(html, encoding="utf-8")
+            totals[0] += 1
+        results = [f.result() for f in futures] if pool else [_write_runs(reader.folder, out, run_ids, simulated)]
+    for r in results:
+        totals = [a + b for a, b in zip(totals, r)]
+    return ExportResult(out, totals[0] + 1, totals[1], totals[2])

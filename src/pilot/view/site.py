@@ -1,0 +1,270 @@
+"""The viewer's pages, rendered once for the live server and the static export alike.
+
+:class:`Links` makes every address a page uses: absolute paths for the live
+server, relative ``.html`` paths for the static site (so that it works from
+``file://`` and on any static host). Templates are Jinja with autoescaping
+on and no ``|safe`` anywhere: every string that came from a run (the
+transcript, file names, judges' comments) is escaped.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from pilot import protocol
+from pilot.view import files
+from pilot.view.study import INDEX_COLUMNS, StudyReader
+
+STATIC_FILES = ("view.css", "view.js")
+SIMULATED_BANNER = (
+    "SIMULATED: this study ran on the simulated backend (a dry run). Its numbers come from a stated generative model "
+    "and are not findings."
+)
+
+
+@dataclass(frozen=True)
+class Links:
+    """Addresses of the viewer's pages, live (``static=False``) or as files of the static site."""
+
+    static: bool = False
+    depth: int = 0  # folders between this page and the site's root (static only)
+
+    def _root(self) -> str:
+        return "../" * self.depth if self.static else "/"
+
+    def at(self, depth: int) -> "Links":
+        return Links(self.static, depth)
+
+    def index(self) -> str:
+        return self._root() + ("index.html" if self.static else "")
+
+    def run(self, run_id: str) -> str:
+        return self._root() + f"runs/{quote(run_id, safe='')}" + (".html" if self.static else "")
+
+    def scenario(self, sid: str) -> str:
+        return self._root() + f"scenarios/{quote(sid, safe='')}" + (".html" if self.static else "")
+
+    def file(self, run_id: str, attempt_no: int, name: str) -> str:
+        return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(name, safe='')}"
+
+    def asset(self, name: str) -> str:
+        return self._root() + f"static/{name}"
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("pilot.view", "templates"), autoescape=select_autoescape(default=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = _num
+    env.filters["usd"] = _usd
+    env.filters["yesno"] = _yesno
+    return env
+
+
+_ENV: Environment | None = None
+
+
+def env() -> Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = _env()
+    return _ENV
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if _missing(value):
+        return "–"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    try:
+        return f"{float(value):.{digits}f}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _usd(value: Any, digits: int = 2) -> str:
+    return "–" if _missing(value) else f"${float(value):,.{digits}f}"
+
+
+def _yesno(value: Any) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
+def _sort_key(value: Any) -> str:
+    """What the index sorts a cell by (numbers as numbers, missing last)."""
+    if _missing(value):
+        return ""
+    if isinstance(value, bool):
+        return str(int(value))
+    return str(value)
+
+
+def _common(reader: StudyReader, links: Links, simulated: bool, title: str) -> dict[str, Any]:
+    return {"study": reader.info, "links": links, "simulated": simulated, "banner": SIMULATED_BANNER, "title": title}
+
+
+def render_index(reader: StudyReader, links: Links, *, live: bool = False, rows: list[dict] | None = None,
+                 simulated: bool | None = None) -> str:
+    rows = rows if rows is not None else reader.index_rows()
+    simulated = reader.simulated(rows) if simulated is None else simulated
+    overview = reader.overview()
+    arms = sorted({r["arm"] for r in rows})
+    columns = list(INDEX_COLUMNS)
+    values = {c: sorted({str(r.get(c)) for r in rows if r.get(c) is not None}) for c in ("arm", "scenario", "wave", "status")}
+    per_arm = {a: {"runs": sum(1 for r in rows if r["arm"] == a),
+                   "accepted": sum(1 for r in rows if r["arm"] == a and r.get("S") is True),
+                   "judged": sum(1 for r in rows if r["arm"] == a and r.get("S") is not None)} for a in arms}
+    running = overview["total"]["waiting"] + overview["total"]["in_flight"] > 0
+    return env().get_template("index.html").render(
+        **_common(reader, links, simulated, f"Study {reader.name}"),
+        rows=rows, columns=columns, values=values, per_arm=per_arm, overview=overview, sort_key=_sort_key,
+        refresh=live and running, running=running,
+    )
+
+
+def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: bool | None = None) -> str:
+    data = reader.run(run_id)
+    simulated = reader.simulated([data["row"]] if data["row"] else []) if simulated is None else simulated
+    judged = judged_deliverables(reader, data)
+    downloads = []
+    for a in data["attempts"]:
+        downloads.append((a, files.output_files(a["files"].outputs, reader.folder)))
+    q = protocol.study().q
+    convs = [c for _, c in data["conversations"] if c is not None]
+    charged = [a["charged_usd"] for a in data["attempts"] if a["charged_usd"] is not None]
+    return env().get_template("run.html").render(
+        **_common(reader, links, simulated, f"Run {run_id}"),
+        d=data, rec=data["record"], row=data["row"] or {}, judged=judged,
+        downloads=downloads, links_refused=files.links_in(data["final"]["files"].outputs) if data["final"] else [],
+        q=q, verdict=verdict(data, q), charged_total=sum(charged) if charged else None,
+        unplaced_dev=[d for c in convs[-1:] for d in c.unplaced_deviations] or ([] if convs else data["record"].get("deviations") or []),
+        unplaced_viol=[v for c in convs[-1:] for v in c.unplaced_violations] or ([] if convs else data["record"].get("E_reasons") or []),
+    )
+
+
+@dataclass
+class Verdict:
+    """Why a run stands where it does, in a headline and a few lines."""
+
+    headline: str
+    tone: str  # good | bad | pending
+    lines: list[str]
+
+
+def verdict(data: dict[str, Any], q: float) -> Verdict:
+    """Why the run was accepted or not: S = 1{D, not E, Q >= q}, part by part."""
+    row, rec, cell = data["row"] or {}, data["record"], data["cell"]
+    if data["run"] is None:
+        if cell["status"] == "failed":
+            errors = [a["error"] for a in data["attempts"] if a.get("error")]
+            last = errors[-1].splitlines()[0] if errors else "no error recorded"
+            return Verdict("Failed: every attempt ended in an infrastructure error", "bad",
+                           [f"{len(data['attempts'])} attempt(s); the last error: {last}", "no inference outcome exists for this run (not imputed)"])
+        return Verdict(f"Not finished ({cell['status'].replace('_', ' ')})", "pending", [f"{cell['attempts']} attempt(s) so far"])
+    lines: list[str] = []
+    if rec.get("status") == "agent_error":
+        lines.append(f"the agent's session ended in an error: {rec.get('agent_error') or 'no detail'}")
+    if rec.get("censored"):
+        lines.append(f"censored: the run reached its {rec.get('censor_reason')} cap; its deliverables were evaluated as delivered")
+    failed = [c for c in rec.get("criteria") or [] if not c.get("passed")]
+    required = [c for c in failed if c.get("required", True)]
+    if row.get("D") is False or rec.get("D") is False:
+        lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in (required or failed)) if failed else "D = 0")
+    elif failed:
+        lines.append("D = 1 although optional criteria failed: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in failed))
+    else:
+        lines.append("D = 1: every oracle criterion passed")
+    if rec.get("E"):
+        lines.append("E = 1 (critical violation): " + "; ".join(map(str, rec.get("E_reasons") or [])))
+    Q = row.get("Q")
+    if Q is None:
+        errs = [f"{j.get('judge_id')}: {j.get('error')}" for j in rec.get("judges") or [] if j.get("error")]
+        lines.append("Q is missing: no judge returned a grade" + (f" ({'; '.join(errs)})" if errs else "") + ", so S is missing (not 0)")
+    else:
+        lines.append(f"Q = {Q:.1f} {'≥' if Q >= q else '<'} q = {q:g} ({row.get('n_judges')} judge(s), {row.get('judge_accept_votes')} accept vote(s))")
+    S = row.get("S")
+    if S is None:
+        return Verdict("S missing", "pending", lines)
+    return Verdict("Accepted (S = 1)" if S else "Not accepted (S = 0)", "good" if S else "bad", lines)
+
+
+def render_scenario(reader: StudyReader, links: Links, sid: str, *, rows: list[dict] | None = None,
+                    simulated: bool | None = None) -> str:
+    runs = reader.runs_of_scenario(sid, rows)
+    simulated = reader.simulated(runs) if simulated is None else simulated
+    arms = sorted({r["arm"] for r in runs})
+    by_arm = {a: sorted((r for r in runs if r["arm"] == a), key=lambda r: (r["wave"], r["repeat"])) for a in arms}
+    from pilot.scenarios import load_scenario
+
+    return env().get_template("scenario.html").render(
+        **_common(reader, links, simulated, f"Scenario {sid}"), sid=sid, scenario=load_scenario(sid), arms=arms, by_arm=by_arm,
+    )
+
+
+def render_error(links: Links, title: str, message: str) -> str:
+    return env().get_template("error.html").render(links=links, title=title, message=message, simulated=False, banner="")
+
+
+@dataclass
+class JudgedPackage:
+    """The run's deliverables as the judges received them."""
+
+    deliverables: list[tuple[Any, str]]  # (pilot.judges.RenderedDeliverable, its text after the judges' scrubbing)
+    prompt: str | None  # the whole prompt of the judges
+    note: str | None  # why something is not shown as the judges saw it
+
+
+def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPackage:
+    """The run's deliverables through the judges' own renderer and scrubbing, with the run's identifiers withheld as for the judges.
+
+    A symbolic link in ``outputs/`` is never followed: the renderer then
+    reads a copy of the regular files only, and the page says so.
+    """
+    from pilot.judges import prompt_for_run
+    from pilot.judges.blinding import scrub
+
+    final = data["final"]
+    if final is None or data["run"] is None:
+        return JudgedPackage([], None, "no attempt finished this run: nothing was judged")
+    rf = final["files"]
+    if not rf.outputs.is_dir():
+        return JudgedPackage([], None, "the attempt left no outputs folder")
+    record = data["record"]
+    # The same strings the pipeline withholds from the judges (pilot.pipeline.judge_record).
+    workspace = Path(record.get("workspace") or rf.workspace)
+    withheld = [data["run_id"], final.get("node") or "", reader.name, str(final.get("workspace") or rf.folder), str(workspace),
+                str(rf.folder), str(rf.workspace), str(rf.workspace.resolve())]
+    withheld = [w for w in withheld if w]
+
+    def judged(outputs: Path, note: str | None) -> JudgedPackage:
+        prompt = prompt_for_run(data["scenario"], outputs, withheld=withheld)
+        out_abs = outputs.resolve()
+        hidden = [str(out_abs), str(out_abs.parent), *withheld]
+        return JudgedPackage([(d, scrub(d.text, hidden)) for d in prompt.package.deliverables], prompt.text, note)
+
+    links = files.links_in(rf.outputs)
+    try:
+        if not links:
+            return judged(rf.outputs, None)
+        with tempfile.TemporaryDirectory(prefix="pilot-view-") as tmp:
+            copy = Path(tmp) / "outputs"
+            copy.mkdir()
+            for f in files.output_files(rf.outputs, reader.folder):
+                shutil.copyfile(f.path, copy / f.name)
+            return judged(copy, f"outputs/ holds symbolic links ({', '.join(links)}); the viewer does not follow them, "
+                                "so this rendering leaves them out")
+    except Exception as exc:  # noqa: BLE001 - the page shows why the rendering failed instead of failing whole
+        return JudgedPackage([], None, f"the deliverables could not be rendered: {type(exc).__name__}: {exc}")

@@ -1,0 +1,277 @@
+"""Everything the viewer shows about a study, read without ever writing.
+
+The store is opened read-only, one short connection per question, so a
+running ``pilot study run`` is never held up: SQLite's WAL lets readers and
+the one writer proceed together. A store that has no ``-wal`` file beside it
+has no writer connected (a writer in WAL mode keeps that file while it is
+open), and is read as immutable so that not even SQLite's coordination files
+are created in the study folder. The viewer takes no lock, neither SQLite's
+write lock nor the scheduler's study lock.
+
+Run-table columns come from :func:`pilot.outcomes.rows_from_store`, the same
+code ``pilot study export`` uses, so the viewer and the run table cannot
+disagree about D, E, Q or S.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import quote
+
+from pilot import ledger, outcomes, paths, protocol
+from pilot.store import STORE_FILE, WAVES, Store, StoreError
+from pilot.view import conversation, files
+
+#: The attempt folder layout the scheduler writes (``pilot.schedule.Scheduler``).
+WORKSPACES = "workspaces"
+#: What the run page shows for each index column (in order).
+INDEX_COLUMNS = ("scenario", "arm", "repeat", "wave", "status", "D", "E", "Q", "S", "cost_usd", "wall_s", "turns", "deviations", "attempts")
+
+
+class ViewError(StoreError):
+    """The study cannot be shown (missing store, unknown run); the message says which and why."""
+
+
+class ReadOnlyStore(Store):
+    """A :class:`pilot.store.Store` on a read-only connection: its queries, none of its writes.
+
+    Any write method fails inside SQLite ("attempt to write a readonly
+    database"); the viewer calls none.
+    """
+
+    def __init__(self, path: Path) -> None:  # noqa: D107 - deliberately not Store.__init__ (no schema, no pragmas)
+        self.path = Path(path)
+        self.folder = self.path.parent
+        wal = self.path.with_name(self.path.name + "-wal")
+        mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+        self.conn = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?{mode}", uri=True, timeout=10.0,
+                                    isolation_level=None, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+
+
+def _usd(micro: int | None) -> float | None:
+    return None if micro is None else ledger.to_usd(int(micro))
+
+
+@dataclass
+class RunFiles:
+    """Where one attempt's files are (all inside the study folder)."""
+
+    folder: Path
+    attempt_no: int = 0
+
+    @property
+    def workspace(self) -> Path:
+        return self.folder / "workspace"
+
+    @property
+    def outputs(self) -> Path:
+        return self.workspace / "outputs"
+
+    @property
+    def transcript(self) -> Path:
+        # The harness's copy of the CLI stream (pilot.runner.TRANSCRIPT).
+        from pilot.runner import TRANSCRIPT
+
+        return self.folder / TRANSCRIPT
+
+
+class StudyReader:
+    """Read-only access to one study folder (``analysis/data/<name>/``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.store_path = self.folder / STORE_FILE
+        if not self.store_path.is_file():
+            raise ViewError(f"no study store at {self.store_path} (create and run the study first: pilot study create NAME)")
+        with self.store() as st:
+            self.info = st.study()
+        self.name = self.info.name
+
+    @classmethod
+    def named(cls, name: str) -> "StudyReader":
+        return cls(paths.study_dir(name))
+
+    @contextmanager
+    def store(self) -> Iterator[ReadOnlyStore]:
+        st = ReadOnlyStore(self.store_path)
+        try:
+            yield st
+        finally:
+            st.close()
+
+    # ------------------------------------------------------------------ study level
+    def backends(self, st: ReadOnlyStore) -> list[str]:
+        return sorted(r[0] for r in st.conn.execute("SELECT DISTINCT backend FROM attempts"))
+
+    def overview(self) -> dict[str, Any]:
+        """Progress, envelope, ledger audit and counts per wave and arm."""
+        with self.store() as st:
+            counts = {w: st.counts(w) for w in WAVES if st.has_wave(w)}
+            bal = st.balance()
+            return {
+                "backends": self.backends(st),
+                "counts": counts,
+                "total": {k: sum(c[k] for c in counts.values()) for k in ("waiting", "in_flight", "done", "failed")},
+                "balance": bal.as_dict() | {"remaining_usd": bal.remaining_usd},
+                "ledger_problems": st.audit(),
+                "by_arm": st.status_by_arm(),
+            }
+
+    def index_rows(self) -> list[dict[str, Any]]:
+        """One row per assigned run: run-table columns for finished runs, the cell's state for the rest."""
+        with self.store() as st:
+            cells = st.finished_rows()
+            backends = self.backends(st)
+        backend = backends[0] if len(backends) == 1 else ",".join(backends) or "none"
+        computed = _run_table_rows(cells, self.name, backend)
+        errors = computed.pop("__errors__", {})
+        out = []
+        for c in cells:
+            row = computed.get(c["run_id"])
+            if row is None:
+                state = c.get("run_status") if c.get("record_json") else {"in_flight": "in flight"}.get(c["status"], c["status"])
+                row = {"run_id": c["run_id"], "scenario": c["scenario"], "arm": c["arm"], "repeat": c["repeat"], "wave": c["wave"],
+                       "status": state, "attempts": c["attempts"], "deviations": None, "problem": errors.get(c["run_id"])}
+            out.append(row)
+        return out
+
+    def simulated(self, rows: list[dict[str, Any]] | None = None) -> bool:
+        """Whether any number of this study comes from a simulated agent or judge."""
+        with self.store() as st:
+            if "simulated" in self.backends(st):
+                return True
+        return any(r.get("judge_backend") == "simulated" for r in rows or [])
+
+    # ------------------------------------------------------------------ run level
+    def attempt_files(self, run_id: str, attempt_no: int) -> RunFiles:
+        check_run_id(run_id)
+        folder = self.folder / WORKSPACES / run_id / f"attempt-{int(attempt_no)}"
+        if not files.inside(folder, self.folder):
+            raise ViewError(f"run {run_id}: its attempt folder lies outside the study folder {self.folder}")
+        return RunFiles(folder, int(attempt_no))
+
+    def run_attempts(self, run_id: str) -> list[RunFiles]:
+        """The folders of every attempt of ``run_id``, oldest first."""
+        with self.store() as st:
+            numbers = [r[0] for r in st.conn.execute("SELECT attempt_no FROM attempts WHERE run_id = ? ORDER BY attempt_no", (run_id,))]
+        return [self.attempt_files(run_id, n) for n in numbers]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """Everything the run page shows about one run."""
+        with self.store() as st:
+            cell = st.conn.execute("SELECT * FROM cells WHERE run_id = ?", (run_id,)).fetchone()
+            if cell is None:
+                raise ViewError(f"no run {run_id!r} in study {self.name}")
+            cell = dict(cell)
+            attempts = st.attempts(run_id)
+            run = st.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            run = dict(run) if run else None
+        record = json.loads(run["record_json"]) if run and run.get("record_json") else {}
+        final_no = next((a["attempt_no"] for a in attempts if run and a["attempt_id"] == run["attempt_id"]), None)
+        for a in attempts:
+            a["charged_usd"] = _usd(a.get("charged_micro"))
+            a["reserved_usd"] = _usd(a.get("reserved_micro"))
+            a["final"] = a["attempt_no"] == final_no
+            a["files"] = self.attempt_files(run_id, a["attempt_no"])
+            a["outcome_record"] = None
+            if not a["final"]:
+                text = files.read_text(a["files"].folder / "run_record.json", self.folder)
+                try:
+                    a["outcome_record"] = json.loads(text) if text else None
+                except ValueError:
+                    a["outcome_record"] = None
+        from pilot.scenarios import load_scenario
+
+        scenario = load_scenario(cell["scenario"])
+        final = next((a for a in attempts if a["final"]), attempts[-1] if attempts else None)
+        rf: RunFiles | None = final["files"] if final else None
+        brief = files.read_text(rf.workspace / "BRIEF.md", self.folder) if rf else None
+        brief_source = "the workspace of the attempt" if brief is not None else "the scenario bundle"
+        if brief is None:
+            brief = scenario.brief_path.read_text(encoding="utf-8")
+        conversations = []
+        for a in attempts:
+            path = a["files"].transcript
+            conv = None
+            if files.regular_file(path, self.folder):
+                rec = record if a["final"] else (a["outcome_record"] or {})
+                conv = conversation.read(path, rec.get("deviations") or [], rec.get("E_reasons") or [])
+            conversations.append((a, conv))
+        selfcheck = {}
+        if rf:
+            for key in ("selfcheck_first", "selfcheck_final"):
+                selfcheck[key] = files.read_text(rf.folder / f"{key}.txt", self.folder)
+        row = None
+        if run:
+            with self.store() as st:
+                backends = self.backends(st)
+            row = _run_table_rows([{**cell, "run_status": run["status"], "run_cost_usd": run["cost_usd"],
+                                    "run_judge_cost_usd": run["judge_cost_usd"], "record_json": run["record_json"],
+                                    "finished_at": run["finished_at"]}], self.name, ",".join(backends)).get(run_id)
+        return {
+            "run_id": run_id, "cell": cell, "run": run, "record": record, "row": row, "attempts": attempts,
+            "final": final, "scenario": scenario, "brief": brief, "brief_source": brief_source,
+            "conversations": conversations, "selfcheck": selfcheck,
+            "rubric": _rubric(scenario), "judges": _judges(record, scenario),
+        }
+
+    def runs_of_scenario(self, scenario_id: str, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        rows = rows if rows is not None else self.index_rows()
+        found = [r for r in rows if r["scenario"] == scenario_id]
+        if not found:
+            raise ViewError(f"no runs of scenario {scenario_id!r} in study {self.name}")
+        with self.store() as st:
+            crit = {r["run_id"]: r["criteria_json"] for r in st.conn.execute(
+                "SELECT e.run_id, e.criteria_json FROM evaluations e JOIN cells c ON c.run_id = e.run_id WHERE c.scenario = ?", (scenario_id,))}
+        for r in found:
+            failed = [c for c in json.loads(crit.get(r["run_id"]) or "[]") if not c.get("passed")]
+            r["failed_criteria"] = failed
+        return found
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it can name a file or folder (the store's ids always can); a :class:`ViewError` otherwise."""
+    if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith(".") or "\0" in run_id:
+        raise ViewError(f"run id {run_id!r} cannot name a folder")
+    return run_id
+
+
+def _run_table_rows(cells: list[dict[str, Any]], study_name: str, backend: str) -> dict[str, Any]:
+    """run id -> run-table row; a row the run table refuses is reported under ``__errors__`` instead."""
+    try:
+        rows = outcomes.rows_from_store(cells, study_name=study_name, backend=backend)
+        return {r["run_id"]: r for r in rows}
+    except (outcomes.OutcomeError, ValueError, KeyError, TypeError, protocol.ProtocolError):
+        pass
+    out: dict[str, Any] = {"__errors__": {}}
+    for c in cells:
+        if not c.get("record_json") and c.get("status") != "failed":
+            continue  # not run yet: no row, and nothing wrong
+        try:
+            for r in outcomes.rows_from_store([c], study_name=study_name, backend=backend):
+                out[r["run_id"]] = r
+        except (outcomes.OutcomeError, ValueError, KeyError, TypeError, protocol.ProtocolError) as exc:
+            out["__errors__"][c["run_id"]] = f"not a run-table row: {exc}"
+    return out
+
+
+def _rubric(scenario: Any) -> list[Any]:
+    from pilot.judges import criteria_from
+
+    try:
+        return criteria_from(scenario.rubric, source=f"rubric of {scenario.id}")
+    except Exception:  # noqa: BLE001 - a rubric problem must not hide the run; the page says the rubric is unreadable
+        return []
+
+
+def _judges(record: dict[str, Any], scenario: Any) -> list[dict[str, Any]]:
+    judges = [dict(j) for j in record.get("judges") or []]
+    for j in judges:
+        j["available"] = not j.get("error") and j.get("score_0_100") is not None
+    return judges
