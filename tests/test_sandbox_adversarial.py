@@ -317,8 +317,8 @@ PLAYWRIGHT = textwrap.dedent("""\
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
         page = b.new_page()
-        page.goto(url + "/healthz")
-        print("browser-status", page.evaluate("document.body.innerText")[:80])
+        response = page.goto(url + "/sign-in")
+        print("browser-status", response.status, page.title()[:80])
         b.close()
 """)
 
@@ -330,7 +330,7 @@ def test_full_access_arms_keep_libreoffice_chromium_and_their_portal_only(tmp_pa
         _bash("soffice", "soffice --headless --convert-to xlsx --outdir outputs inputs/bank_statement_2026-10.csv >/dev/null 2>&1; ls outputs"),
         ("pw_write", "Write", {"file_path": str(ws / "browse.py"), "content": PLAYWRIGHT}),
         _bash("playwright", "python3 browse.py"),
-        _bash("portal_curl", "curl -s -o /dev/null -w 'portal=%{http_code}' \"$(python3 -c \"import json; print(json.load(open('portal_credentials.json'))['url'])\")/healthz\""),
+        _bash("portal_curl", "curl -s -L -o /dev/null -w 'portal=%{http_code}' \"$(python3 -c \"import json; print(json.load(open('portal_credentials.json'))['url'])\")/sign-in\""),
         _bash("outside", "curl -sS -m 5 https://example.com/ -o /dev/null; echo rc=$?"),
     ]
     rec, results, *_ = _attempt(tmp_path, arm, routes)
@@ -339,7 +339,7 @@ def test_full_access_arms_keep_libreoffice_chromium_and_their_portal_only(tmp_pa
     assert "browser-status" in results["playwright"], results["playwright"]
     assert "portal=200" in results["portal_curl"]
     assert "rc=0" not in results["outside"]
-    assert rec.portal_requests and rec.portal_requests >= 2  # the browser's and curl's
+    assert rec.portal_requests and rec.portal_requests >= 2  # the browser's and curl's (health checks are not counted)
     assert not [d for d in rec.deviations if d["tool_use_id"] in ("soffice", "playwright", "portal_curl")]
     assert any(d["kind"] == "network_refused" and "example.com" in d["command"] for d in rec.deviations)
 

@@ -33,7 +33,7 @@ CENSOR_REASONS = ("cost", "wall", "turns")
 COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
 #: How a real run's access was enforced (``unisolated``: the development opt-in, refused by the analysis).
 UNISOLATED = "unisolated"
-ENFORCEMENTS = ("bubblewrap", "sandbox-exec", UNISOLATED)
+ENFORCEMENTS = ("bubblewrap", "sandbox-exec", UNISOLATED, "simulated")
 # How a CSV may spell a missing value (pandas writes an empty cell).
 MISSING_SPELLINGS = ("", "NA", "NaN", "nan", "null", "None")
 # Floating-point slack for the consistency checks (Q as a mean of judges, H in minutes).
@@ -94,7 +94,7 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("designed_depth", "int", minimum=1, doc="the scenario's designed depth (ordinal)"),
     ColumnSpec("professional_minutes", "float", minimum=0, doc="the scenario's professional minutes (weights)"),
     ColumnSpec("enforcement", "str", nullable=True, allowed=ENFORCEMENTS,
-               doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only); missing for dry runs"),
+               doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; simulated: a dry run)"),
 )
 
 # Process columns a table may carry beyond the schema: checked by kind when present, never required.
