@@ -40,7 +40,7 @@ permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.per
 import time
 
 from pilot import dry_run, protocol
-from pilot.stats import hypotheses, primary, stage_outputs
+from pilot.stats import stage_computations, stage_outputs
 
 study = protocol.study()
 started = time.perf_counter()
@@ -54,10 +54,11 @@ print(len(data.runs), "runs in the table; worker model:", study["worker"]["model
 # repeat mean (`n_scored` counts the runs that remain).
 
 # %%
-result = primary.primary_analysis(
+stage = stage_computations.primary_stage(
     data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
 )
-result.acceptance
+result = stage.result
+result.acceptance_summary
 
 # %% [markdown]
 # ## The preregistered contrasts
@@ -66,7 +67,7 @@ result.acceptance
 # secondary contrasts (the primary one stands alone).
 
 # %%
-result.contrasts
+result.summary
 
 # %% [markdown]
 # ## Hypotheses judged here
@@ -77,13 +78,7 @@ result.contrasts
 # to this run table; H4 and H7 are in the sensitivity stage.
 
 # %%
-hyps = [
-    hypotheses.h1(data.runs, result=result, study=study),
-    hypotheses.h2(data.runs, result=result, study=study),
-    hypotheses.h3(data.runs, result=result, seed=seed, study=study),
-    hypotheses.h5(data.runs, seed=seed, study=study, B=result.settings.B, n_permutations=result.settings.n_permutations),
-    hypotheses.h6(data.runs, seed=seed, study=study, B=result.settings.B),
-]
+hyps = stage.hypotheses
 for h in hyps:
     print(f"{h.id}: {h.statement} -> {h.verdict}")
     display(h.summary)  # noqa: F821 (IPython)

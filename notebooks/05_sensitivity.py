@@ -36,22 +36,22 @@ permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.per
 import time
 
 from pilot import protocol
-from pilot.stats import hypotheses, sensitivity, stage_outputs
+from pilot.stats import stage_computations, stage_outputs
 
 study = protocol.study()
 started = time.perf_counter()
 data = stage_outputs.open_stage(runs, seed, tables_dir, allow_unisolated)
-B, P = bootstrap_resamples or None, permutations or None
+stage = stage_computations.sensitivity_stage(
+    data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
+)
+results = stage.results
 
 # %% [markdown]
 # ## The quality threshold and the scenario weights
 
 # %%
-results = {}
-results["q_grid"] = sensitivity.q_grid(data.runs, seed=seed, study=study, B=B, n_permutations=P)
-results["minutes_weighted"] = sensitivity.minutes_weighted(data.runs, seed=seed, study=study, B=B, n_permutations=P)
 display(results["q_grid"].summary)  # noqa: F821
-results["minutes_weighted"].contrasts
+results["minutes_weighted"].summary
 
 # %% [markdown]
 # ## Cluster-robust logistic regression
@@ -60,7 +60,6 @@ results["minutes_weighted"].contrasts
 # standard errors clustered by scenario.
 
 # %%
-results["logistic"] = sensitivity.logistic_cluster(data.runs, study=study)
 results["logistic"].summary
 
 # %% [markdown]
@@ -70,19 +69,13 @@ results["logistic"].summary
 # an error) is censored at its wall time.
 
 # %%
-results["kaplan_meier"] = sensitivity.kaplan_meier(data.runs, study=study)
 display(results["kaplan_meier"].summary)  # noqa: F821
-results["kaplan_meier"].details["tests"]
+results["kaplan_meier"].details["tests_summary"]
 
 # %% [markdown]
 # ## Cost per accepted deliverable, frontiers and secondary endpoints
 
 # %%
-results["cost_per_accepted"] = sensitivity.cost_per_accepted(data.runs, seed=seed, study=study, B=B)
-results["frontier_budget"] = sensitivity.frontier(data.runs, "budget", seed=seed, study=study, B=B)
-results["frontier_human"] = sensitivity.frontier(data.runs, "human", seed=seed, study=study, B=B)
-results["secondary"] = sensitivity.secondary_endpoints(data.runs, study=study)
-results["models"] = sensitivity.model_sensitivity(data.runs, seed=seed, study=study, B=B)
 display(results["cost_per_accepted"].summary)  # noqa: F821
 results["secondary"].summary
 
@@ -90,8 +83,6 @@ results["secondary"].summary
 # ## Recovery and judge agreement
 
 # %%
-results["recovery_index"] = sensitivity.recovery_index(data.runs, seed=seed, study=study, B=B)
-results["agreement"] = sensitivity.judge_agreement(data.runs, study=study)
 display(results["recovery_index"].summary)  # noqa: F821
 results["agreement"].summary
 
@@ -102,7 +93,7 @@ results["agreement"].summary
 # heterogeneity of the premium across occupations, exploratory only.
 
 # %%
-hyps = [hypotheses.h4(data.runs, study=study), hypotheses.h7(data.runs, study=study)]
+hyps = stage.hypotheses
 for h in hyps:
     print(f"{h.id}: {h.statement} -> {h.verdict}")
     display(h.summary)  # noqa: F821

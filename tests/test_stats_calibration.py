@@ -9,18 +9,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pilot import paths
+from pilot import paths, protocol
+from pilot.stats import calibration, primary, resampling, synthetic
 from pilot.stats.calibration import run_calibration
+from pilot.stats.estimators import Layout
+from pilot.stats.primary import InferenceSettings
 
 
 @pytest.fixture(scope="module")
 def small():
-    return run_calibration(60, seed=3, B=500, truth_draws=100_000)
+    return run_calibration(60, seed=3, B=500, truth_draws=100_000, block=25)
 
 
 def test_small_calibration_is_sane(small):
     s = small.summary.set_index(["condition", "contrast"])
-    assert set(s.index.get_level_values(0)) == {"planted", "null"}
+    assert set(s.index.get_level_values(0)) == {"planted", "null", "tail"}
     assert s.loc[("null", "A3-A1"), "planted"] == 0.0
     assert s.loc[("planted", "A3-A1"), "planted"] > 0.05
     # 60 studies: loose bounds, but a broken interval or test falls outside them.
@@ -28,9 +31,34 @@ def test_small_calibration_is_sane(small):
     assert 0.75 <= s.loc[("planted", "A3-A1"), "coverage"] <= 1.0
     assert abs(s.loc[("planted", "A3-A1"), "mean_estimate"] - s.loc[("planted", "A3-A1"), "planted"]) < 0.05
     st = small.studies
-    assert len(st) == 60 * 2 * 4
+    assert len(st) == 60 * 3 * 4
     assert (st.covered == ((st.ci_low <= st.planted) & (st.planted <= st.ci_high))).all()
-    assert np.isfinite(st.p_holm).all()
+    # The primary contrast is not adjusted; every secondary one is.
+    assert st[st.role == "primary"].p_holm.isna().all() and np.isfinite(st[st.role == "secondary"].p_holm).all()
+    # The tail condition puts the control arm near 0% acceptance, and the table says how near.
+    assert s.loc[("tail", "A3-A1"), "planted_control"] < 0.05
+    for col in ("coverage_mc_se", "rejection_mc_se", "bias_mc_se"):
+        assert (s[col] >= 0).all() and (s[col] < 0.1).all()
+
+
+def test_the_vectorised_block_is_the_stage_analysis_study_by_study():
+    """Each study of a block gets the numbers contrast_table gives it with the same resamples and sign vectors."""
+    study = protocol.study()
+    rng = np.random.default_rng(1)
+    model = synthetic.SyntheticModel.load()
+    specs = synthetic.study_scenarios(1, 6, model, study)
+    S = calibration.draw_acceptance(rng, model, specs, 4, 2, study)
+    S[0, 0, 3, :] = np.nan  # a scenario without a scored run in A3
+    counts = resampling.bootstrap_counts(rng, 6, 4 * 300).reshape(4, 300, 6)
+    signs, _ = resampling.sign_vectors(6, 20_000, rng)
+    res = calibration.analyse_block(S, study.arms, study.contrasts, counts, signs, 0.95)
+    for i in range(4):
+        layout = Layout([s.id for s in specs], study.arms, [""] * 6, np.ones(6), np.ones(6), np.zeros(1, int), np.zeros(1, int))
+        scored = (~np.isnan(S[i])).sum(axis=2)
+        means = np.where(scored > 0, np.nansum(S[i], axis=2) / np.maximum(scored, 1), np.nan)
+        tab, _ = primary.contrast_table(means, layout, study.contrasts, np.ones(6), InferenceSettings(300, 20_000, 0), counts=counts[i], signs=signs)
+        for k in ("estimate", "ci_low", "ci_high", "p_value", "n_scenarios"):
+            np.testing.assert_allclose(tab[k].to_numpy(dtype=float), res[k][i], rtol=1e-12, atol=1e-12, err_msg=k)
 
 
 def test_the_script_writes_the_appendix_table(tmp_path: Path):

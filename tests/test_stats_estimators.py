@@ -63,7 +63,7 @@ def test_scenario_weighted_helper_matches_the_primary_estimator(hand):
 
 
 def test_budget_frontier_by_hand(hand):
-    fr = sensitivity.frontier(hand, "budget", B=100).summary
+    fr = sensitivity.frontier(hand, "budget", B=100).table
     at = fr[(fr.budget_usd == 1.0)].set_index("arm")["p_hat"]
     # A3 at b=1: X-01 accepted runs cost 0.5, 1.5, 0.8 -> 2/3; Y-01 the accepted run cost 2.0 -> 0
     assert at["A3"] == pytest.approx((2 / 3 + 0) / 2)
@@ -78,14 +78,14 @@ def test_budget_frontier_by_hand(hand):
 def test_human_frontier_counts_minutes(hand):
     df = hand.copy()
     df.loc[0, "H_minutes"] = 10.0  # X-01 A1 repeat 1, accepted
-    fr = sensitivity.frontier(df, "human", B=50).summary
+    fr = sensitivity.frontier(df, "human", B=50).table
     a1 = fr[fr.arm == "A1"].set_index("human_minutes")["p_hat"]
     assert a1[0] == pytest.approx((0 + 1 / 3) / 2)
     assert a1[10] == pytest.approx((1 / 2 + 1 / 3) / 2)
 
 
 def test_cost_per_accepted_by_hand(hand):
-    t = sensitivity.cost_per_accepted(hand, B=300).summary.set_index("arm")
+    t = sensitivity.cost_per_accepted(hand, B=300).table.set_index("arm")
     assert t.loc["A1", "cost_per_accepted"] == pytest.approx(1.5 / ((1 / 2 + 1 / 3) / 2))
     assert t.loc["A1", "ci_low"] <= t.loc["A1", "cost_per_accepted"] <= t.loc["A1", "ci_high"]
     assert t["share_lowest"].sum() == pytest.approx(1.0)
@@ -99,17 +99,22 @@ def test_recovery_index_by_hand():
         _run("Y-01", "A4", 1, 0, selfcheck_first=True, recovery_used=True, selfcheck_final=True, censored=True, status="capped"),
         _run("Y-01", "A4", 2, 1, selfcheck_first=True, recovery_used=False, selfcheck_final=True),
     ]
-    t = sensitivity.recovery_index(pd.DataFrame(a4), B=200).summary.set_index("index")
+    t = sensitivity.recovery_index(pd.DataFrame(a4), B=200).table.set_index("index")
     assert t.loc["ARI", "eligible"] == 3 and t.loc["ARI", "recovered"] == 2
     assert t.loc["ARI", "estimate"] == pytest.approx(2 / 3)
     assert t.loc["ARI_accepted", "estimate"] == pytest.approx(1 / 3)
 
 
 def test_logistic_odds_ratio_equals_the_pooled_odds_ratio(hand):
-    t = sensitivity.logistic_cluster(hand).summary.set_index("term")
+    t = sensitivity.logistic_cluster(hand).table.set_index("term")
     # Saturated in arm: OR = odds(A3 scored runs 4/6) / odds(A1 scored runs 2/5) = 2 / (2/3) = 3
     assert t.loc["A3 vs A1", "odds_ratio"] == pytest.approx(3.0, rel=1e-6)
-    assert list(t.index) == ["intercept", "A3 vs A1"]
+    # Every arm has a row; an arm without scored runs is reported as not estimable, with the reason.
+    assert list(t.index) == ["intercept", "A0 vs A1", "A2 vs A1", "A3 vs A1", "A4 vs A1"]
+    shown = sensitivity.logistic_cluster(hand).summary.set_index("term")
+    assert shown.loc["A0 vs A1", "odds_ratio"] == "not estimable (no scored run in A0)"
+    # Two scenario clusters: the point estimate stands, the cluster-robust errors do not.
+    assert shown.loc["A3 vs A1", "se_cluster"].startswith("not estimable (2 scenario cluster(s)")
 
 
 def _product_limit(t, e, at):
@@ -150,8 +155,8 @@ def test_judge_agreement_perfect_and_noisy():
     for j in ("Q_J2", "Q_J3"):
         same[j] = same["Q_J1"]
     same = same.dropna(subset=["Q_J1"])
-    t = sensitivity.judge_agreement(same).summary.set_index(["measure", "judges"])["value"]
+    t = sensitivity.judge_agreement(same).table.set_index(["measure", "judges"])["value"]
     assert t[("Krippendorff alpha (ordinal)", "J1+J2+J3")] == pytest.approx(1.0)
     assert t[("Pearson r", "J1-J2")] == pytest.approx(1.0)
-    noisy = sensitivity.judge_agreement(df).summary.set_index("measure")["value"]
+    noisy = sensitivity.judge_agreement(df).table.set_index("measure")["value"]
     assert 0 < noisy["Krippendorff alpha (ordinal)"] < 1

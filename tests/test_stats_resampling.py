@@ -110,8 +110,11 @@ def test_holm_equals_statsmodels_and_a_hand_example():
     for _ in range(5):
         q = rng.uniform(0, 0.2, 3)
         np.testing.assert_allclose(primary.holm(q), multipletests(q, method="holm")[1])
+    # The family keeps its three members: one without a p-value enters as p = 1, so the
+    # others are adjusted as in a family of three, and it has no adjusted value itself.
     out = primary.holm([0.01, np.nan, 0.02])
-    assert np.isnan(out[1]) and out[0] == pytest.approx(0.02)
+    assert np.isnan(out[1]) and out[0] == pytest.approx(0.03) and out[2] == pytest.approx(0.04)
+    np.testing.assert_allclose(out[[0, 2]], multipletests([0.01, 1.0, 0.02], method="holm")[1][[0, 2]])
 
 
 def test_batched_holm_equals_statsmodels_row_by_row():

@@ -283,7 +283,9 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
         n_avail += available
     scored = n_avail > 0
     Q = total[scored] / n_avail[scored]
-    accepted = Q >= q
+    from pilot.stats.runtable import meets_threshold
+
+    accepted = meets_threshold(Q, q)  # in micro-points, as the run table compares Q (float noise cannot flip S)
     n = max(int(accepted.size), 1)
     p = float(accepted.mean()) if accepted.size else float("nan")
     # A smoothed share for the error, so that p = 1 in every draw still reports an error of order 1/n, not zero.

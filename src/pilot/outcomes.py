@@ -9,7 +9,10 @@ attempts), :func:`run_row` computes every run-table column of
 - each judge's rubric-weighted score on 0-100 (``Q_<judge>``), missing when
   that judge is; Q, their mean over the available judges, missing (never
   zero) when none is; S = 1{D, not E, Q >= q} at the protocol's q, missing
-  with Q; the accept votes;
+  with Q; the accept votes. Q and S are computed exactly (rationals, see
+  :func:`exact_quality`); the table stores Q truncated to whole micro-points
+  (:data:`Q_DECIMALS`), which cannot move it across any threshold stated in
+  micro-points;
 - C (agent cost, recovery included; missing, never zero, when the client
   did not report it, e.g. a session killed at the wall limit) and the
   judges' cost;
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -32,6 +36,14 @@ import pandas as pd
 from pilot import protocol
 
 COMPLETION_STATUSES = ("completed", "partial", "abandoned")
+# Q is stored truncated (never rounded up) to this many decimals: a stored Q meets a threshold
+# with at most this many decimals exactly when the exact Q does.
+Q_DECIMALS = 6
+# A judge's score is 25 x (sum of thousandth-weights x grades) / (sum of thousandth-weights)
+# (weights have at most three decimals, pilot.judges.rubric): a rational whose denominator is at
+# most 10^6 while the weights sum to at most 1000. Two such rationals differ by at least 10^-12,
+# far more than a float's error at 0-100 (< 10^-14), so the nearest one recovers the score exactly.
+SCORE_DENOMINATOR = 10**6
 
 
 class OutcomeError(ValueError):
@@ -94,17 +106,40 @@ def judge_scores(judges: Iterable[Any], panel_ids: Iterable[str]) -> dict[str, f
     return out
 
 
-def quality(scores: Mapping[str, float | None]) -> float | None:
-    """Q: the mean over the judges available for the run; None when none is."""
-    vals = [s for s in scores.values() if s is not None]
-    return sum(vals) / len(vals) if vals else None
+def exact_judge_score(score: float | Fraction) -> Fraction:
+    """A judge's 0-100 score as the exact rational it stands for (see :data:`SCORE_DENOMINATOR`)."""
+    if isinstance(score, Fraction):
+        return score
+    exact = Fraction(float(score)).limit_denominator(SCORE_DENOMINATOR)
+    if abs(float(exact) - float(score)) > 1e-12:  # not a rubric score: refuse rather than guess
+        raise ValueError(f"judge score {score!r} is not a rubric score (a rational with denominator at most {SCORE_DENOMINATOR})")
+    return exact
 
 
-def acceptance(D: bool, E: bool, Q: float | None, q: float) -> bool | None:
-    """S = 1{D, not E, Q >= q}; None (missing, not zero) when Q is missing."""
+def exact_quality(scores: Mapping[str, float | Fraction | None]) -> Fraction | None:
+    """Q exactly: the mean of the available judges' exact scores; None when none is."""
+    vals = [exact_judge_score(s) for s in scores.values() if s is not None]
+    return sum(vals, Fraction(0)) / len(vals) if vals else None
+
+
+def stored_quality(Q: Fraction | float | None) -> float | None:
+    """Q as the run table stores it: truncated to :data:`Q_DECIMALS` decimals (never rounded up)."""
     if Q is None:
         return None
-    return bool(D) and not bool(E) and Q >= q
+    unit = 10**Q_DECIMALS
+    return float(Fraction(math.floor(Fraction(Q) * unit), unit))
+
+
+def quality(scores: Mapping[str, float | None]) -> float | None:
+    """Q as stored in the run table (:func:`exact_quality`, then :func:`stored_quality`); None when no judge is available."""
+    return stored_quality(exact_quality(scores))
+
+
+def acceptance(D: bool, E: bool, Q: Fraction | float | None, q: float) -> bool | None:
+    """S = 1{D, not E, Q >= q}, compared exactly (q as the decimal it is stated as); None (missing, not zero) when Q is missing."""
+    if Q is None:
+        return None
+    return bool(D) and not bool(E) and Fraction(Q) >= Fraction(repr(float(q)))
 
 
 def human_minutes(questions: int, study: protocol.Study | None = None) -> float:
@@ -175,7 +210,8 @@ def run_row(
     D, E = bool(rec.get("D", False)), bool(rec.get("E", False))
 
     scores = judge_scores(rec.get("judges") or [], panel_ids)
-    Q = quality(scores)
+    Q_exact = exact_quality(scores)
+    Q = stored_quality(Q_exact)
     judges = [j.to_dict() if hasattr(j, "to_dict") else dict(j) for j in rec.get("judges") or []]
     votes = sum(1 for j in judges if not j.get("error") and j.get("score_0_100") is not None and j.get("accept"))
     judge_cost = sum(_finite(j.get("cost_usd")) for j in judges)
@@ -219,7 +255,7 @@ def run_row(
         {
             "n_judges": sum(1 for s in scores.values() if s is not None),
             "judge_accept_votes": votes,
-            "S": acceptance(D, E, Q, study.q),
+            "S": acceptance(D, E, Q_exact, study.q),
             "cost_usd": agent_cost(rec),
             "judge_cost_usd": judge_cost,
             "wall_s": _finite(rec.get("wall_s")),

@@ -294,8 +294,10 @@ def run_attempt(
                 raise IsolationRefused(str(exc)) from exc
         sweep_leftovers(out_dir)
     _reset_run_dir(out_dir)
+    from pilot.portal.redaction import redact_abandoned_attempts
     from pilot.workspace import harness_record_dir, transcript_path
 
+    redact_abandoned_attempts(out_dir)  # an earlier attempt killed before it could redact its own folder
     transcript = transcript_path(out_dir)
     transcript.touch()
     harness_record_dir(out_dir).mkdir(exist_ok=True)
@@ -563,6 +565,8 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
         rec.D, rec.E, rec.E_reasons = bool(ev.D), bool(ev.E), list(ev.E_reasons)
         rec.criteria_passed, rec.criteria_total = int(ev.criteria_passed), int(ev.criteria_total)
         rec.criteria = [asdict(c) if hasattr(c, "__dataclass_fields__") else dict(c) for c in ev.criteria]
+        # The evaluator could not run in full (LibreOffice unavailable): said on the record, not charged to the worker silently.
+        rec.notes.extend(f"evaluation could not run in full: {e}" for e in getattr(ev, "errors", []))
     rec.harness_s = time.monotonic() - t_start
     _write(out_dir, rec)
     return rec

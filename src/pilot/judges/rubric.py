@@ -9,10 +9,14 @@ both and refuses a malformed rubric with a message naming the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Iterable, Mapping
 
 ANCHOR_LEVELS = (0, 2, 4)
 MAX_SCORE = 4
+# Weights are stated in thousandths at most, so every score is a rational with a small
+# denominator and is computed exactly (see exact_score).
+WEIGHT_DECIMALS = 3
 
 
 class RubricError(ValueError):
@@ -93,6 +97,8 @@ def criteria_from(rubric: Any, source: str = "rubric") -> list[Criterion]:
         weight = _get(item, "weight", None)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
             raise RubricError(source, f"{field}.weight", f"must be a positive number, got {weight!r}")
+        if (10**WEIGHT_DECIMALS) % exact_weight(weight).denominator:
+            raise RubricError(source, f"{field}.weight", f"must be stated with at most {WEIGHT_DECIMALS} decimals, got {weight!r}")
         desc = _get(item, "description", None) or _get(item, "name", None) or _get(item, "title", None)
         if not isinstance(desc, str) or not desc.strip():
             raise RubricError(source, f"{field}.description", "a criterion needs a description of what it assesses")
@@ -103,12 +109,26 @@ def criteria_from(rubric: Any, source: str = "rubric") -> list[Criterion]:
     return out
 
 
-def weighted_score(scores: Mapping[str, int], criteria: Iterable[Criterion]) -> float:
-    """The rubric-weighted mean of integer 0-4 scores rescaled to 0-100 (x25)."""
+def exact_weight(weight: float) -> Fraction:
+    """A weight as the decimal the rubric states (0.35 is 7/20, not the float nearest to it)."""
+    return Fraction(repr(float(weight)))
+
+
+def exact_score(scores: Mapping[str, int], criteria: Iterable[Criterion]) -> Fraction:
+    """The rubric-weighted mean of integer 0-4 grades rescaled to 0-100, as an exact rational.
+
+    A float mean of float weights puts (3,3,1,3,4) on LEGAL-01 at
+    69.99999999999999, below a threshold of 70 it meets; rationals cannot.
+    """
     crit = list(criteria)
-    total_w = sum(c.weight for c in crit)
     missing = [c.id for c in crit if c.id not in scores]
     if missing:
         raise KeyError(f"scores missing for criteria {missing}")
-    mean = sum(c.weight * int(scores[c.id]) for c in crit) / total_w
-    return 100.0 * mean / MAX_SCORE
+    total_w = sum(exact_weight(c.weight) for c in crit)
+    mean = sum(exact_weight(c.weight) * int(scores[c.id]) for c in crit) / total_w
+    return 100 * mean / MAX_SCORE
+
+
+def weighted_score(scores: Mapping[str, int], criteria: Iterable[Criterion]) -> float:
+    """:func:`exact_score` as the float nearest to it (a whole or half point stays exactly that)."""
+    return float(exact_score(scores, criteria))

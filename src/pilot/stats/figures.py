@@ -38,10 +38,14 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool) -> Path
     y = np.arange(len(contrasts))[::-1]
     for yi, (_, r) in zip(y, contrasts.iterrows()):
         primary = r["role"] == "primary"
+        p = r["p_value"] if primary else r["p_holm"]
+        if not np.isfinite(r["estimate"]):  # nothing to draw: say so where the point would be
+            ax.annotate("not estimable", (0.5, yi), xycoords=("axes fraction", "data"), va="center", ha="center", fontsize=8, color="0.35")
+            continue
         ax.errorbar(r["estimate"], yi, xerr=[[r["estimate"] - r["ci_low"]], [r["ci_high"] - r["estimate"]]], fmt="s" if primary else "o",
                     color="black" if primary else "0.35", capsize=3, markersize=6 if primary else 5)
-        p = r["p_value"] if primary else r["p_holm"]
-        ax.annotate(f"p{'' if primary else ' (Holm)'} = {p:.3f}", (1.02, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+        text = f"{p:.3f}" if np.isfinite(p) else "not estimable"
+        ax.annotate(f"p{'' if primary else ' (Holm)'} = {text}", (1.02, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8)
     ax.axvline(0, color="0.6", lw=0.8, ls="--")
     ax.set_yticks(y, [f"{c} ({'primary' if r == 'primary' else 'secondary'})" for c, r in zip(contrasts["contrast"], contrasts["role"])])
     ax.set_xlabel("difference in scenario-weighted acceptance")

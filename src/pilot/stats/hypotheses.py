@@ -1,9 +1,10 @@
 """The seven preregistered expectations, H1-H7, each as a function returning a result object.
 
 Every result has a ``summary`` DataFrame (renders to LaTeX), the criterion it
-was judged by, and a verdict: ``consistent``, ``not consistent`` or, for H7,
-``exploratory``. A verdict is a reading of this run table only; with J=10 the
-intervals are wide.
+was judged by, and a verdict: ``consistent``, ``not consistent``,
+``not estimable (reason)`` when an estimate the criterion needs cannot be made
+from this table, or, for H7, ``exploratory``. A verdict is a reading of this
+run table only; with J=10 the intervals are wide.
 """
 
 from __future__ import annotations
@@ -16,31 +17,49 @@ import pandas as pd
 from scipy import stats as sps
 
 from pilot import protocol
-from pilot.stats import estimators, primary, resampling, runtable, sensitivity
+from pilot.stats import estimability, estimators, logistic, primary, resampling, runtable, sensitivity
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings, PrimaryResult
 
 
 @dataclass
 class HypothesisResult:
-    """One hypothesis: its statement, criterion, summary table and verdict."""
+    """One hypothesis: its statement, criterion, table of estimates and verdict.
+
+    ``verdict`` is ``consistent``, ``not consistent``, ``not estimable (reason)``
+    or, for the exploratory H7, ``exploratory``; ``verdict_class`` is the first
+    three without the reason, and ``reason`` the reason alone. ``table`` holds
+    the numbers (NaN where nothing can be estimated, the reason in ``note``);
+    ``summary`` is what is reported: every estimate a number, ``∞`` where a
+    ratio is infinite, or ``not estimable (reason)``.
+    """
 
     id: str
     statement: str
     criterion: str
-    summary: pd.DataFrame
+    table: pd.DataFrame
     verdict: str
     exploratory: bool = False
+    infinite: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        return estimability.honest_frame(self.table, infinite=self.infinite)
+
+    @property
+    def verdict_class(self) -> str:
+        return estimability.verdict_class(self.verdict)
+
+    @property
+    def reason(self) -> str:
+        v = self.verdict
+        return v[len(estimability.NOT_ESTIMABLE) + 2 : -1] if estimability.is_not_estimable(v) else ""
 
     def to_latex(self, **kwargs) -> str:
         return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
 
     def row(self) -> dict:
-        return {"hypothesis": self.id, "statement": self.statement, "criterion": self.criterion, "verdict": self.verdict}
-
-
-def _verdict(ok: bool) -> str:
-    return "consistent" if ok else "not consistent"
+        return {"hypothesis": self.id, "statement": self.statement, "criterion": self.criterion, "verdict": self.verdict, "verdict_class": self.verdict_class, "reason": self.reason}
 
 
 def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) -> PrimaryResult:
@@ -49,7 +68,26 @@ def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) ->
 
 def _contrast_row(res: PrimaryResult, name: str, p_col: str) -> pd.DataFrame:
     r = res.contrast(name)
-    return pd.DataFrame([{"quantity": f"p({name.split('-')[0]}) - p({name.split('-')[1]})", "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r[p_col]}])
+    t, c = name.split("-")
+    return pd.DataFrame([{"quantity": f"p({t}) - p({c})", "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r[p_col], "n_scenarios": int(r.n_scenarios), "note": r.note}])
+
+
+def _known(value: float, reason: str) -> tuple[bool | None, str]:
+    """Whether a number is there to judge (None with the reason when it is not)."""
+    return (True, "") if estimability.known(value) else (None, reason)
+
+
+def _cond(value: float, test, reason: str) -> tuple[bool | None, str]:
+    """A condition on a number: its truth, or None (with the reason) when the number is not estimable."""
+    return (bool(test(value)), "") if estimability.known(value) else (None, reason)
+
+
+def _contrast_verdict(r: pd.Series, p: float, alpha: float, name: str, adjusted: str = "") -> str:
+    why = estimability._first_reason(str(r.note)) or "no estimate"
+    return estimability.all_of(
+        _cond(r.estimate, lambda v: v > 0, f"{name}: {why}"),
+        _cond(p, lambda v: v < alpha, f"{name}: {why}" if not estimability.known(r.estimate) else f"{name}: no {adjusted}p-value"),
+    )
 
 
 def h1(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw) -> HypothesisResult:
@@ -61,12 +99,12 @@ def h1(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
     alpha = 1 - res.settings.level
     return HypothesisResult(
         "H1", f"computer-use premium {name} > 0", f"estimate > 0 and sign-flip p < {alpha:g} (two-sided)",
-        _contrast_row(res, name, "p_value"), _verdict(r.estimate > 0 and r.p_value < alpha),
+        _contrast_row(res, name, "p_value"), _contrast_verdict(r, r.p_value, alpha, name),
     )
 
 
 def h2(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw) -> HypothesisResult:
-    """H2: the shell premium p(A1) - p(A0) > 0 (Holm-adjusted over the secondary family)."""
+    """H2: the shell premium p(A1) - p(A0) > 0 (Holm-adjusted over the secondary family of three)."""
     study = study or protocol.study()
     res = _primary(df, result, seed, study=study, **kw)
     name = estimators.contrast_name(study.contrasts[1])
@@ -74,7 +112,7 @@ def h2(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
     alpha = 1 - res.settings.level
     return HypothesisResult(
         "H2", f"shell premium {name} > 0", f"estimate > 0 and Holm-adjusted p < {alpha:g}",
-        _contrast_row(res, name, "p_holm"), _verdict(r.estimate > 0 and r.p_holm < alpha),
+        _contrast_row(res, name, "p_holm"), _contrast_verdict(r, r.p_holm, alpha, name, "Holm-adjusted "),
     )
 
 
@@ -84,62 +122,90 @@ def h3(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
     res = _primary(df, result, seed, study=study, **kw)
     name = estimators.contrast_name(study.contrasts[2])
     r = res.contrast(name)
-    ari = sensitivity.recovery_index(df, seed=seed, study=study, B=res.settings.B).summary.set_index("index").loc["ARI"]
+    ari = sensitivity.recovery_index(df, seed=seed, study=study, B=res.settings.B).table.set_index("index").loc["ARI"]
     table = pd.concat(
         [
             _contrast_row(res, name, "p_holm"),
-            pd.DataFrame([{"quantity": f"ARI ({int(ari.recovered)}/{int(ari.eligible)} eligible runs)", "estimate": ari.estimate, "ci_low": ari.ci_low, "ci_high": ari.ci_high, "p_value": np.nan}]),
+            pd.DataFrame([{"quantity": f"ARI ({int(ari.recovered)}/{int(ari.eligible)} eligible runs)", "estimate": ari.estimate, "ci_low": ari.ci_low, "ci_high": ari.ci_high, "p_value": np.nan, "n_scenarios": np.nan, "note": ari.note or "no p-value: descriptive index"}]),
         ],
         ignore_index=True,
     )
-    ok = r.estimate >= 0 and bool(ari.estimate > 0.5)
-    return HypothesisResult("H3", f"self-repair premium {name} >= 0 and ARI > 1/2", "premium estimate >= 0 and ARI estimate > 0.5", table, _verdict(ok))
+    verdict = estimability.all_of(
+        _cond(r.estimate, lambda v: v >= 0, f"{name}: {estimability._first_reason(str(r.note)) or 'no estimate'}"),
+        _cond(ari.estimate, lambda v: v > 0.5, f"ARI: {estimability._first_reason(str(ari.note)) or 'no estimate'}"),
+    )
+    return HypothesisResult("H3", f"self-repair premium {name} >= 0 and ARI > 1/2", "premium estimate >= 0 and ARI estimate > 0.5", table, verdict)
 
 
 def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisResult:
     """H4: acceptance decreasing within arm in designed depth and in realised tool calls.
 
     A logistic regression of S on arm, designed depth and log(1 + tool calls)
-    (standardised), clustered by scenario; rows per arm give the same slopes
-    fitted within each arm (NaN where the arm's S does not vary).
+    (both standardised over the scored runs), clustered by scenario; an arm
+    whose scored runs are all accepted or all not accepted carries no
+    information on a within-arm slope and is left out of the pooled fit (its
+    intercept would be infinite). Rows per arm give the same slopes fitted
+    within each arm. Every fit is checked for separation, convergence and
+    exploding coefficients first (:mod:`pilot.stats.logistic`). The verdict
+    needs evidence: both pooled slopes negative with 95% intervals below zero.
     """
-    import statsmodels.api as sm
-
     study = study or protocol.study()
     rows = runtable.primary_rows(df, study)
+    level = InferenceSettings.from_study(0, study).level
     S = estimators.acceptance_values(rows, study.q)
     keep = ~np.isnan(S)
     depth = rows["designed_depth"].to_numpy(dtype=float)
     tc = np.log1p(rows["tool_calls"].to_numpy(dtype=float))
-    z = lambda v: (v - v[keep].mean()) / (v[keep].std() or 1.0)  # noqa: E731
+
+    def z(v: np.ndarray) -> np.ndarray:
+        if not keep.any():
+            return v
+        sd = v[keep].std()
+        return (v - v[keep].mean()) / (sd if sd > 0 else 1.0)
+
     depth_z, tc_z = z(depth), z(tc)
     layout = Layout.of(rows, study.arms)
     arm = rows["arm"].to_numpy()
+    terms = ["depth", "tool_calls"]
 
-    def fit(mask: np.ndarray, with_arms: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-        cols = [np.ones(mask.sum()), depth_z[mask], tc_z[mask]]
+    def row(model: str, mask: np.ndarray, with_arms: bool) -> tuple[dict, logistic.LogitFit]:
+        informative = [a for a in layout.arms if (mask & (arm == a)).any() and np.ptp(S[mask & (arm == a)]) > 0]
+        left_out = [a for a in layout.arms if (mask & (arm == a)).any() and a not in informative]
+        m = mask & np.isin(arm, informative) if with_arms else mask
+        cols = [np.ones(m.sum()), depth_z[m], tc_z[m]]
+        names = ["intercept", *terms]
         if with_arms:
-            cols += [(arm[mask] == a).astype(float) for a in layout.arms[1:]]
-        y = S[mask]
-        if y.min() == y.max() or len(np.unique(layout.j[mask])) < 3:
-            return np.full(2, np.nan), np.full(2, np.nan), np.full(2, np.nan), "no variation in S"
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            res = sm.GLM(y, np.column_stack(cols), family=sm.families.Binomial()).fit(cov_type="cluster", cov_kwds={"groups": layout.j[mask]})
-        note = "separation" if any("separation" in str(w.message).lower() for w in caught) else ""
-        return np.asarray(res.params)[1:3], np.asarray(res.bse)[1:3], np.asarray(res.pvalues)[1:3], note
+            cols += [(arm[m] == a).astype(float) for a in informative[1:]]
+            names += [f"arm {a}" for a in informative[1:]]
+        if not m.any():
+            fit = logistic._empty(names, "no scored run" if not mask.any() else "every arm at 0% or 100% acceptance", 0, 0)
+        else:
+            fit = logistic.fit(S[m], np.column_stack(cols), names, layout.j[m], level=level)
+        rec: dict = {"model": model}
+        for t in terms:
+            k = names.index(t)
+            rec.update({f"{t}_slope": fit.coef[k], f"{t}_ci_low": fit.ci_low[k], f"{t}_ci_high": fit.ci_high[k], f"{t}_p": fit.p_value[k]})
+        why = estimability.join_notes(*(fit.reasons[names.index(t)] for t in terms))
+        rec["n_runs"] = int(m.sum())
+        rec["note"] = estimability.join_notes(why, f"left out (0% or 100% acceptance): {', '.join(left_out)}" if with_arms and left_out else "")
+        return rec, fit
 
-    out = []
-    coef, se, p, note = fit(keep, True)
-    out.append({"model": "all arms (arm effects)", "depth_slope": coef[0], "depth_p": p[0], "tool_calls_slope": coef[1], "tool_calls_p": p[1], "note": note})
+    pooled, fit = row("all arms (arm effects)", keep, True)
+    out = [pooled]
     for a in layout.arms:
-        c, s, pa, n = fit(keep & (arm == a), False)
-        out.append({"model": a, "depth_slope": c[0], "depth_p": pa[0], "tool_calls_slope": c[1], "tool_calls_p": pa[1], "note": n})
+        rec, _ = row(a, keep & (arm == a), False)
+        if not (keep & (arm == a)).any():
+            rec["note"] = f"no scored run in {a}" if (arm == a).any() else f"no run in {a}"
+        out.append(rec)
     table = pd.DataFrame(out)
-    ok = bool(coef[0] < 0 and coef[1] < 0)
+    why = estimability._first_reason(str(pooled["note"])) or "no estimate"
+    verdict = estimability.all_of(
+        _cond(pooled["depth_ci_high"], lambda v: v < 0, f"pooled fit: {why}"),
+        _cond(pooled["tool_calls_ci_high"], lambda v: v < 0, f"pooled fit: {why}"),
+    )
     return HypothesisResult(
         "H4", "acceptance falls within arm with designed depth and realised tool calls",
-        "both pooled slopes (log-odds per SD, clustered by scenario) negative", table, _verdict(ok),
+        f"both pooled slopes (log-odds per SD, clustered by scenario) negative with {level:.0%} intervals below zero", table, verdict,
     )
 
 
@@ -149,7 +215,9 @@ def h5(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     Per arm: the scenario-weighted rate of E with its bootstrap interval. Trend:
     within each scenario, the least-squares slope of the arms' violation rates
     on access rank (the protocol's arm order, A0=0 ... A4=4); its mean over
-    scenarios with a bootstrap interval and a sign-flip p-value.
+    scenarios with a bootstrap interval and a sign-flip p-value. E needs no
+    judge, so H5 stays estimable without judges; an arm without runs leaves
+    "every arm" unjudgeable unless another arm already breaks the limit.
     """
     study = study or protocol.study()
     settings = InferenceSettings.from_study(seed, study, B=B, n_permutations=n_permutations)
@@ -165,12 +233,20 @@ def h5(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     s_est = resampling.weighted_mean(slopes, w)
     s_lo, s_hi = resampling.percentile_interval(resampling.bootstrap_means(slopes, counts, w), settings.level)
     test = resampling.sign_flip_test(slopes, weights=w, n_permutations=settings.n_permutations, rng=np.random.default_rng([settings.seed, 23]))
-    table = pd.DataFrame({"quantity": [f"violation rate {a}" for a in layout.arms] + ["slope per access step"], "estimate": [*est, s_est], "ci_low": [*lo, s_lo], "ci_high": [*hi, s_hi], "p_value": [np.nan] * layout.A + [float(test.p_value[0])]})
+    n_scen = [*(~np.isnan(means)).sum(axis=0), int((~np.isnan(slopes)).sum())]
+    flags = estimability.interval_flags([*lo, s_lo], [*hi, s_hi], n_scen)
+    reasons = [f"no run in {a}" for a in layout.arms] + ["no scenario with runs in two arms"]
+    notes = [estimability.join_notes(reasons[i] if n_scen[i] == 0 else "", flags[i]) for i in range(len(n_scen))]
+    table = pd.DataFrame({"quantity": [f"violation rate {a}" for a in layout.arms] + ["slope per access step"], "estimate": [*est, s_est], "ci_low": [*lo, s_lo], "ci_high": [*hi, s_hi], "p_value": [np.nan] * layout.A + [float(test.p_value[0])], "n_scenarios": n_scen, "note": notes})
+    table.loc[: layout.A - 1, "note"] = [estimability.join_notes(n, "no p-value: descriptive rate") for n in table["note"].iloc[: layout.A]]
     alpha = 1 - settings.level
-    ok = bool(np.all(est < limit)) and not (s_est > 0 and test.p_value[0] < alpha)
+    verdict = estimability.all_of(
+        *(_cond(e, lambda v: v < limit, f"no run in {a}") for a, e in zip(layout.arms, est)),
+        _cond(s_est, lambda v: not (v > 0 and test.p_value[0] < alpha), "trend: no scenario with runs in two arms"),
+    )
     return HypothesisResult(
         "H5", f"critical-violation rate below {limit:.0%} in every arm, not rising with access",
-        f"every arm's rate < {limit:g}; slope not significantly positive (sign-flip p >= {alpha:g} or slope <= 0)", table, _verdict(ok),
+        f"every arm's rate < {limit:g}; slope not significantly positive (sign-flip p >= {alpha:g} or slope <= 0)", table, verdict,
     )
 
 
@@ -183,16 +259,34 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def h6(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, expected: tuple[str, ...] = ("A1", "A3")) -> HypothesisResult:
-    """H6: cost per accepted deliverable lowest in A1 or A3, not in A0 (joint ratio bootstrap)."""
+    """H6: cost per accepted deliverable lowest in A1 or A3, not in A0 (joint ratio bootstrap).
+
+    The lowest point estimate among the arms with an estimate decides. When
+    every arm's ratio is infinite (no accepted run anywhere) no arm is lowest
+    and the verdict is not estimable; so is it when A0 or an expected arm has
+    no estimate (the comparison the hypothesis makes cannot be made). Ties for
+    the lowest finite ratio count as consistent only if every tied arm is expected.
+    """
     res = sensitivity.cost_per_accepted(df, seed=seed, study=study, B=B)
-    t = res.summary
-    lowest = t.loc[t["cost_per_accepted"].fillna(np.inf).idxmin(), "arm"]
+    t = res.table
+    table = t[["arm", "cost_per_accepted", "ci_low", "ci_high", "share_lowest", "note"]].copy()
+    est = t.set_index("arm")["cost_per_accepted"]
+    notes = t.set_index("arm")["note"]
+    needed = [a for a in (*expected, "A0") if a in est.index]
+    missing = [a for a in needed if np.isnan(est[a])]
+    finite = est[np.isfinite(est)]
     share = float(t.loc[t["arm"].isin(expected), "share_lowest"].sum())
-    table = t[["arm", "cost_per_accepted", "ci_low", "ci_high", "share_lowest"]].copy()
+    if missing:
+        verdict = estimability.not_estimable("; ".join(f"{a}: {estimability._first_reason(str(notes[a])) or 'no estimate'}" for a in missing))
+    elif finite.empty:
+        verdict = estimability.not_estimable("every arm's cost per accepted deliverable is infinite (no accepted run in any arm)")
+    else:
+        lowest = finite[finite == finite.min()].index.tolist()
+        verdict = estimability.verdict(all(a in expected for a in lowest))
     return HypothesisResult(
         "H6", f"cost per accepted deliverable lowest in {' or '.join(expected)}, not A0",
-        f"lowest point estimate in {' or '.join(expected)} (share of resamples with the lowest in {'/'.join(expected)}: {share:.2f})",
-        table, _verdict(lowest in expected),
+        f"lowest finite point estimate in {' or '.join(expected)} (share of resamples with the lowest in {'/'.join(expected)}: {share:.2f})",
+        table, verdict, infinite=("cost_per_accepted", "ci_low", "ci_high"),
     )
 
 
@@ -218,14 +312,26 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         var = pt_cc * (1 - pt_cc) / n[:, t] + pc_cc * (1 - pc_cc) / n[:, c]
     d = p_t - p_c
     ok = ~np.isnan(d) & np.isfinite(var)
-    wts = 1 / var[ok]
-    pooled = float((wts * d[ok]).sum() / wts.sum())
-    Qc = float((wts * (d[ok] - pooled) ** 2).sum())
     dfree = int(ok.sum() - 1)
+    if ok.any():
+        wts = 1 / var[ok]
+        pooled = float((wts * d[ok]).sum() / wts.sum())
+        Qc = float((wts * (d[ok] - pooled) ** 2).sum())
+    else:
+        pooled, Qc = np.nan, np.nan
     p_het = float(sps.chi2.sf(Qc, dfree)) if dfree > 0 else np.nan
-    i2 = max(0.0, (Qc - dfree) / Qc) if Qc > 0 else 0.0
-    table = pd.DataFrame({"occupation": layout.occupation, "scenario": layout.scenarios, f"p_{treated}": p_t, f"p_{control}": p_c, "premium": d, "se": np.sqrt(var)})
-    table = pd.concat([table, pd.DataFrame([{"occupation": f"Cochran Q = {Qc:.2f} (df {dfree}), p = {p_het:.3f}, I2 = {i2:.2f}", "scenario": "", "premium": pooled}])], ignore_index=True)
+    i2 = (max(0.0, (Qc - dfree) / Qc) if Qc > 0 else 0.0) if dfree > 0 else np.nan
+    scen_note = [
+        "" if k else (f"no scored run in {' and '.join(a for a, n_a in ((treated, n[j, t]), (control, n[j, c])) if n_a == 0)}")
+        for j, k in enumerate(ok)
+    ]
+    table = pd.DataFrame({"occupation": layout.occupation, "scenario": layout.scenarios, f"p_{treated}": p_t, f"p_{control}": p_c, "premium": d, "se": np.sqrt(var), "note": scen_note})
+    het_why = "needs two scenarios with a premium" if dfree <= 0 else ""
+    pooled_why = "no scenario with scored runs in both arms" if not ok.any() else ""
+    fmt = lambda v, why, spec: f"{v:{spec}}" if np.isfinite(v) else estimability.not_estimable(why)  # noqa: E731
+    text = f"Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = {fmt(p_het, het_why, '.3f')}, I2 = {fmt(i2, het_why, '.2f')}"
+    table = pd.concat([table.astype({f"p_{treated}": object, f"p_{control}": object, "se": object}),
+                       pd.DataFrame([{"occupation": text, "scenario": "pooled", f"p_{treated}": "", f"p_{control}": "", "premium": pooled, "se": "", "note": pooled_why}])], ignore_index=True)
     return HypothesisResult(
         "H7", "heterogeneity of the premium across occupations (exploratory)",
         "descriptive; Cochran's Q reported, no confirmatory claim", table, "exploratory", exploratory=True,

@@ -16,7 +16,7 @@ import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol
-from pilot.stats import estimators, resampling, runtable
+from pilot.stats import estimability, estimators, resampling, runtable
 from pilot.stats.estimators import Layout
 
 
@@ -56,7 +56,13 @@ class PrimaryResult:
 
     @property
     def summary(self) -> pd.DataFrame:
-        return self.contrasts
+        """The contrasts as reported: numbers or ``not estimable (reason)``; the primary contrast's ``p_holm`` empty."""
+        return contrast_summary(self.contrasts)
+
+    @property
+    def acceptance_summary(self) -> pd.DataFrame:
+        """Acceptance per arm as reported: numbers or ``not estimable (reason)``."""
+        return estimability.honest_frame(self.acceptance, ["p_hat", "ci_low", "ci_high"])
 
     def to_latex(self, **kwargs) -> str:
         return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
@@ -66,12 +72,25 @@ class PrimaryResult:
 
 
 def holm(p_values: Sequence[float], alpha: float = 0.05, method: str = "holm") -> np.ndarray:
-    """Holm-adjusted p-values (statsmodels; ``method`` as multipletests names it); NaN stays NaN."""
+    """Adjusted p-values over the whole family (statsmodels; ``method`` as multipletests names it).
+
+    The family keeps its preregistered size: a member without a p-value (NaN,
+    not estimable) enters the adjustment as p = 1, which can only raise the
+    others' adjusted values (for Holm, the smallest is still multiplied by the
+    full family size), and its own adjusted value stays NaN.
+    """
     p = np.asarray(p_values, dtype=float)
     out = np.full_like(p, np.nan)
     ok = ~np.isnan(p)
     if ok.any():
-        out[ok] = p[ok] if method == "none" else multipletests(p[ok], alpha=alpha, method=method)[1]
+        filled = np.where(ok, p, 1.0)
+        if method == "none":
+            adj = filled
+        elif method == "holm":  # the same numbers as multipletests (tested), without its garbage collection per call
+            adj = holm_many(filled[None, :])[0]
+        else:
+            adj = multipletests(filled, alpha=alpha, method=method)[1]
+        out[ok] = adj[ok]
     return out
 
 
@@ -118,10 +137,14 @@ def contrast_table(
         signs, _ = resampling.sign_vectors(layout.J, settings.n_permutations, np.random.default_rng([settings.seed, 1]))
     test = resampling.sign_flip_test(d, weights=weights, signs=signs)
     p = test.p_value
-    p_adj = np.full(len(contrasts), np.nan)
+    p_adj = np.full(len(contrasts), np.nan)  # the primary contrast stands alone: no adjusted p
     if len(contrasts) > 1 and adjustment is not None:  # None: the caller adjusts (many families at once)
         p_adj[1:] = holm(p[1:], 1 - settings.level, method=adjustment)
-    p_adj[0] = p[0]
+    n_scen = (~np.isnan(d)).sum(axis=0)
+    notes = [
+        estimability.join_notes(_contrast_reason(means, layout, pair) if k == 0 else "", flag)
+        for pair, k, flag in zip(contrasts, n_scen, estimability.interval_flags(lo, hi, n_scen))
+    ]
     table = pd.DataFrame(
         {
             "contrast": [estimators.contrast_name(c) for c in contrasts],
@@ -131,11 +154,28 @@ def contrast_table(
             "ci_high": hi,
             "p_value": p,
             "p_holm": p_adj,
-            "n_scenarios": (~np.isnan(d)).sum(axis=0),
+            "n_scenarios": n_scen,
             "exact": test.exact,
+            "note": notes,
         }
     )
     return table, reps
+
+
+def _contrast_reason(means: np.ndarray, layout: Layout, pair: Sequence[str]) -> str:
+    """Why a contrast has no scenario: an arm without a scored run, or no scenario scored in both."""
+    missing = [a for a in pair if np.isnan(means[:, layout.arm_index(a)]).all()]
+    if missing:
+        return f"no scored run in {' and '.join(missing)}"
+    return f"no scenario with scored runs in both {pair[0]} and {pair[1]}"
+
+
+def contrast_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
+    """A contrast table as reported: numbers or ``not estimable (reason)``, ``p_holm`` empty for the primary contrast."""
+    out = estimability.honest_frame(contrasts, ["estimate", "ci_low", "ci_high", "p_value", "p_holm"])
+    if "role" in out.columns:
+        out["p_holm"] = [("" if r == "primary" else v) for v, r in zip(out["p_holm"].astype(object), out["role"])]
+    return out
 
 
 def acceptance_table(
@@ -144,8 +184,13 @@ def acceptance_table(
     est = estimators.arm_means(means, weights)
     reps = resampling.bootstrap_means(means, counts, weights)
     lo, hi = resampling.percentile_interval(reps, settings.level)
+    n_scen = (~np.isnan(means)).sum(axis=0)
+    notes = [
+        estimability.join_notes(("no run" if r == 0 else "no scored run") if s == 0 else "", flag)
+        for r, s, flag in zip(n_runs, n_scored, estimability.interval_flags(lo, hi, n_scen))
+    ]
     return (
-        pd.DataFrame({"arm": layout.arms, "p_hat": est, "ci_low": lo, "ci_high": hi, "n_runs": n_runs, "n_scored": n_scored}),
+        pd.DataFrame({"arm": layout.arms, "p_hat": est, "ci_low": lo, "ci_high": hi, "n_runs": n_runs, "n_scored": n_scored, "n_scenarios": n_scen, "note": notes}),
         reps,
     )
 

@@ -166,12 +166,24 @@ def is_simulated(df: pd.DataFrame) -> bool:
     return bool((~backend.isin(REAL_BACKENDS)).any() or study.str.contains(SIMULATED_TAG).any())
 
 
+# Q is compared with a threshold in whole micro-points (pilot.outcomes stores Q truncated to six
+# decimals), so float noise in a table (89.99999999999999 for 90) cannot flip S.
+Q_UNITS = 10**6
+
+
+def meets_threshold(Q: Any, q: float) -> np.ndarray:
+    """Q >= q compared in whole micro-points (False where Q is missing)."""
+    Q = np.asarray(Q, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.round(Q * Q_UNITS) >= round(float(q) * Q_UNITS)
+
+
 def acceptance(D: Any, E: Any, Q: Any, q: float) -> np.ndarray:
-    """S = 1{D=1, E=0, Q>=q} as floats; NaN where Q is missing (never zero)."""
+    """S = 1{D=1, E=0, Q>=q} as floats (Q compared in micro-points); NaN where Q is missing (never zero)."""
     D = np.asarray(D, dtype=float)
     E = np.asarray(E, dtype=float)
     Q = np.asarray(Q, dtype=float)
-    s = ((D == 1) & (E == 0) & (Q >= q)).astype(float)
+    s = ((D == 1) & (E == 0) & meets_threshold(Q, q)).astype(float)
     s[np.isnan(Q) | np.isnan(D) | np.isnan(E)] = np.nan
     return s
 

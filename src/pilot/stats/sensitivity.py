@@ -19,18 +19,25 @@ import numpy as np
 import pandas as pd
 
 from pilot import protocol
-from pilot.stats import estimators, primary, resampling, runtable
+from pilot.stats import estimability, estimators, logistic, primary, resampling, runtable
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings
 
 
 @dataclass
 class TableResult:
-    """A named result whose ``summary`` DataFrame renders to LaTeX."""
+    """A named result: ``table`` holds the numbers (NaN where nothing can be estimated, the reason in
+    its ``note`` column); ``summary`` is what is reported: each value a number, ``∞`` (only in the
+    ``infinite`` columns) or ``not estimable (reason)``; it renders to LaTeX."""
 
     name: str
-    summary: pd.DataFrame
+    table: pd.DataFrame
     details: dict = field(default_factory=dict, repr=False)
+    infinite: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        return estimability.honest_frame(self.table, infinite=self.infinite)
 
     def to_latex(self, **kwargs) -> str:
         return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
@@ -60,8 +67,10 @@ def q_grid(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = No
         tab, _ = primary.contrast_table(means, layout, study.contrasts, w, settings, counts=counts, signs=signs, adjustment=study["inference"]["secondary_adjustment"])
         out.append(tab.assign(q=float(q)))
         arms.append(pd.DataFrame({"q": float(q), "arm": layout.arms, "p_hat": estimators.arm_means(means, w)}))
-    summary = pd.concat(out, ignore_index=True)[["q", "contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios"]]
-    return TableResult("q_grid", summary, {"acceptance": pd.concat(arms, ignore_index=True)})
+    table = pd.concat(out, ignore_index=True)[["q", "contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]]
+    acc = pd.concat(arms, ignore_index=True)
+    acc["note"] = np.where(np.isnan(acc["p_hat"]), "no scored run", "")
+    return TableResult("q_grid", table, {"acceptance": acc})
 
 
 def minutes_weighted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, n_permutations: int | None = None) -> primary.PrimaryResult:
@@ -74,40 +83,58 @@ def minutes_weighted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study |
 # --------------------------------------------------------------------------
 
 
-def logistic_cluster(df: pd.DataFrame, *, study: protocol.Study | None = None, reference: str | None = None) -> TableResult:
+def logistic_cluster(df: pd.DataFrame, *, study: protocol.Study | None = None, reference: str | None = None, firth: bool = True) -> TableResult:
     """Logistic regression of S on arm, standard errors clustered by scenario (statsmodels GLM).
 
     Rows are the arms' log-odds ratios against ``reference`` (the primary
     contrast's control arm by default), with odds ratios and 95% intervals.
+    An arm whose scored runs are all accepted or all not accepted separates
+    the data: its odds ratio has no finite estimate, so its term is reported
+    as not estimable and the model is fitted on the other arms (every term is
+    not estimable when the reference arm separates). ``details["firth"]``
+    holds an exploratory penalised (Firth) fit of every arm, labelled as such.
     """
-    import statsmodels.api as sm
-
     study, rows, layout = _setup(df, study)
     reference = reference or study.contrasts[0][1]
+    level = InferenceSettings.from_study(0, study).level
     S = estimators.acceptance_values(rows, study.q)
     keep = ~np.isnan(S)
-    present = set(rows["arm"][keep])
-    others = [a for a in layout.arms if a != reference and a in present]
-    X = np.column_stack([np.ones(keep.sum())] + [(rows["arm"].to_numpy()[keep] == a).astype(float) for a in others])
-    groups = layout.j[keep]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fit = sm.GLM(S[keep], X, family=sm.families.Binomial()).fit(cov_type="cluster", cov_kwds={"groups": groups})
-    note = "; ".join(sorted({str(w.message).splitlines()[0] for w in caught if "separation" in str(w.message).lower()}))
-    ci = np.asarray(fit.conf_int(alpha=1 - InferenceSettings.from_study(0, study).level))
-    params, bse, pv = np.asarray(fit.params), np.asarray(fit.bse), np.asarray(fit.pvalues)
-    summary = pd.DataFrame(
-        {
-            "term": ["intercept"] + [f"{a} vs {reference}" for a in others],
-            "log_odds": params,
-            "se_cluster": bse,
-            "p_value": pv,
-            "odds_ratio": np.exp(params),
-            "or_ci_low": np.exp(ci[:, 0]),
-            "or_ci_high": np.exp(ci[:, 1]),
-        }
-    )
-    return TableResult("logistic_cluster", summary, {"fit": fit, "n_runs": int(keep.sum()), "n_clusters": int(len(np.unique(groups))), "note": note})
+    arm = rows["arm"].to_numpy()
+    others = [a for a in layout.arms if a != reference]
+    reasons: dict[str, str] = {}
+    for a in layout.arms:
+        y = S[keep & (arm == a)]
+        if y.size == 0:
+            reasons[a] = f"no scored run in {a}"
+        elif y.min() == y.max():
+            reasons[a] = f"separation: {a} at {y[0]:.0%} acceptance"
+    fitted = [a for a in others if a not in reasons]
+    if reference in reasons:
+        res = logistic._empty(["intercept"] + [f"{a} vs {reference}" for a in fitted], f"reference arm: {reasons[reference]}", int(keep.sum()), int(len(np.unique(layout.j[keep]))))
+        use = keep
+    else:
+        use = keep & np.isin(arm, [reference] + fitted)
+        X = np.column_stack([np.ones(use.sum())] + [(arm[use] == a).astype(float) for a in fitted])
+        res = logistic.fit(S[use], X, ["intercept"] + [f"{a} vs {reference}" for a in fitted], layout.j[use], level=level)
+    by_term = dict(zip(res.terms, range(len(res.terms))))
+    out = []
+    for term, a in [("intercept", reference)] + [(f"{a} vs {reference}", a) for a in others]:
+        if term in by_term:
+            k = by_term[term]
+            c, se, p, lo, hi, why = res.coef[k], res.se[k], res.p_value[k], res.ci_low[k], res.ci_high[k], res.reasons[k]
+        else:
+            c = se = p = lo = hi = np.nan
+            why = reasons[a]
+        out.append({"term": term, "log_odds": c, "se_cluster": se, "p_value": p, "odds_ratio": np.exp(c), "or_ci_low": np.exp(lo), "or_ci_high": np.exp(hi), "note": why})
+    table = pd.DataFrame(out)
+    details = {"fit": res.details.get("fit"), "n_runs": int(use.sum()), "n_clusters": int(res.n_clusters), "note": res.note}
+    if firth:
+        present = [a for a in others if a not in reasons or not reasons[a].startswith("no scored")]
+        if reference not in reasons or not reasons[reference].startswith("no scored"):
+            m = keep & np.isin(arm, [reference] + present)
+            Xf = np.column_stack([np.ones(m.sum())] + [(arm[m] == a).astype(float) for a in present])
+            details["firth"] = logistic.firth_fit(S[m], Xf, ["intercept"] + [f"{a} vs {reference}" for a in present], level=level) if m.sum() else None
+    return TableResult("logistic_cluster", table, details)
 
 
 # --------------------------------------------------------------------------
@@ -123,13 +150,43 @@ def completion_times(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return t, event
 
 
+def km_exact(t: np.ndarray, event: np.ndarray, times: Sequence[float]) -> tuple[float, list[float]]:
+    """The Kaplan-Meier median and the survival at ``times``, with the product computed in rationals.
+
+    The median is the first event time at which S(t) <= 1/2 (lifelines' rule);
+    in floats S(t) can come out as 0.5000000000000002 and move the median one
+    event late. Infinite when S never reaches one half.
+    """
+    from fractions import Fraction
+
+    t = np.asarray(t, dtype=float)
+    event = np.asarray(event, dtype=bool)
+    surv, median, steps = Fraction(1), np.inf, []
+    for u in np.unique(t[event]):
+        d = int((event & (t == u)).sum())
+        n = int((t >= u).sum())
+        surv *= Fraction(n - d, n)
+        steps.append((u, surv))
+        if median == np.inf and surv <= Fraction(1, 2):
+            median = float(u)
+    at = []
+    for x in times:
+        s = Fraction(1)
+        for u, v in steps:
+            if u <= x:
+                s = v
+        at.append(float(s))
+    return median, at
+
+
 def kaplan_meier(df: pd.DataFrame, *, study: protocol.Study | None = None, times: Sequence[float] | None = None) -> TableResult:
     """Kaplan-Meier curves of time to completion per arm (lifelines) and log-rank tests.
 
     ``summary``: per arm the runs, events, censored runs, median time to
-    completion and the share still running at each of ``times`` (minutes).
+    completion (exact, :func:`km_exact`; not estimable when it is not reached)
+    and the share still running at each of ``times`` (minutes).
     ``details``: the fitted curves, the all-arms log-rank test and the
-    primary contrast's pairwise log-rank test.
+    primary contrast's pairwise log-rank test (each a number or a reason).
     """
     from lifelines import KaplanMeierFitter
     from lifelines.statistics import logrank_test, multivariate_logrank_test
@@ -142,24 +199,43 @@ def kaplan_meier(df: pd.DataFrame, *, study: protocol.Study | None = None, times
     for a in layout.arms:
         m = arm == a
         if not m.any():
+            rec = {"arm": a, "runs": 0, "completed": 0, "censored": 0, "median_min": np.nan}
+            rec.update({f"running_at_{int(x)}min": np.nan for x in times})
+            rec["note"] = f"no run in {a}"
+            out.append(rec)
             continue
-        kmf = KaplanMeierFitter(label=a).fit(t[m], ev[m])
-        fitters[a] = kmf
-        surv = kmf.survival_function_at_times(times).to_numpy()
-        rec = {"arm": a, "runs": int(m.sum()), "completed": int(ev[m].sum()), "censored": int((~ev[m]).sum()), "median_min": float(kmf.median_survival_time_)}
-        rec.update({f"running_at_{int(x)}min": float(s) for x, s in zip(times, surv)})
+        fitters[a] = KaplanMeierFitter(label=a).fit(t[m], ev[m])
+        median, surv = km_exact(t[m], ev[m], times)
+        rec = {"arm": a, "runs": int(m.sum()), "completed": int(ev[m].sum()), "censored": int((~ev[m]).sum()), "median_min": median if np.isfinite(median) else np.nan}
+        rec.update({f"running_at_{int(x)}min": float(v) for x, v in zip(times, surv)})
+        rec["note"] = "" if np.isfinite(median) else "median not reached: over half the runs never completed"
         out.append(rec)
-    multi = multivariate_logrank_test(t, arm, ev)
+    present = [a for a in layout.arms if (arm == a).any()]
+    tests = []
+    sub = np.isin(arm, present)
+    if len(present) < 2:
+        tests.append({"test": "log-rank, all arms", "statistic": np.nan, "df": np.nan, "p_value": np.nan, "note": "fewer than two arms with runs"})
+    elif not ev.any():
+        tests.append({"test": "log-rank, all arms", "statistic": np.nan, "df": np.nan, "p_value": np.nan, "note": "no completion event"})
+    else:
+        multi = multivariate_logrank_test(t[sub], arm[sub], ev[sub])
+        tests.append({"test": "log-rank, all arms", "statistic": float(multi.test_statistic), "df": int(multi.degrees_of_freedom), "p_value": float(multi.p_value), "note": ""})
     treated, control = study.contrasts[0]
     mt, mc = arm == treated, arm == control
-    pair = logrank_test(t[mt], t[mc], ev[mt], ev[mc])
-    tests = pd.DataFrame(
-        [
-            {"test": "log-rank, all arms", "statistic": float(multi.test_statistic), "df": int(multi.degrees_of_freedom), "p_value": float(multi.p_value)},
-            {"test": f"log-rank, {treated} vs {control}", "statistic": float(pair.test_statistic), "df": 1, "p_value": float(pair.p_value)},
-        ]
-    )
-    return TableResult("kaplan_meier", pd.DataFrame(out), {"fitters": fitters, "tests": tests, "times": times})
+    name = f"log-rank, {treated} vs {control}"
+    missing = [a for a, m in ((treated, mt), (control, mc)) if not m.any()]
+    if missing:
+        tests.append({"test": name, "statistic": np.nan, "df": 1, "p_value": np.nan, "note": f"no run in {' and '.join(missing)}"})
+    elif not (ev[mt].any() or ev[mc].any()):
+        tests.append({"test": name, "statistic": np.nan, "df": 1, "p_value": np.nan, "note": "no completion event"})
+    else:
+        pair = logrank_test(t[mt], t[mc], ev[mt], ev[mc])
+        tests.append({"test": name, "statistic": float(pair.test_statistic), "df": 1, "p_value": float(pair.p_value), "note": ""})
+    tests_df = pd.DataFrame(tests)
+    for i, r in tests_df.iterrows():
+        if not r.note and not np.isfinite(r.p_value):
+            tests_df.loc[i, "note"] = "no information (no event at any time both arms are at risk)"
+    return TableResult("kaplan_meier", pd.DataFrame(out), {"fitters": fitters, "tests": tests_df, "tests_summary": estimability.honest_frame(tests_df, ["statistic", "df", "p_value"]), "times": times})
 
 
 # --------------------------------------------------------------------------
@@ -179,31 +255,58 @@ def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
     w = layout.weights(weights)
     cost = layout.means(rows["cost_usd"].to_numpy(dtype=float))
     acc = layout.means(estimators.acceptance_values(rows, study.q))
+    scored_arm = ~np.isnan(acc).all(axis=0)
     # A scenario counts in an arm's ratio only where both the cost and the acceptance are observed.
     both = ~np.isnan(cost) & ~np.isnan(acc)
     cost, acc = np.where(both, cost, np.nan), np.where(both, acc, np.nan)
     counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 7]), layout.J, settings.B)
     reps = resampling.bootstrap_ratios(cost, acc, counts, w)
+    cost_run, acc_arm = resampling.weighted_mean(cost, w), resampling.weighted_mean(acc, w)
     with np.errstate(divide="ignore", invalid="ignore"):
-        est = resampling.weighted_mean(cost, w) / resampling.weighted_mean(acc, w)
+        est = cost_run / acc_arm
+    n_runs = layout.runs_per_arm()
+    notes = []
+    for k, a in enumerate(layout.arms):
+        if n_runs[k] == 0:
+            notes.append(f"no run in {a}")
+        elif not scored_arm[k]:
+            notes.append(f"no scored run in {a}")
+        elif np.isnan(cost_run[k]):
+            notes.append(f"no reported cost in {a}")
+        elif np.isnan(est[k]):
+            notes.append("no cost and no accepted run (0/0)")
+        else:
+            notes.append("")
     # A resample with no accepted run has an infinite ratio; keep it in the ordering as the largest value.
     ranked = np.where(np.isnan(reps), np.inf, reps)
+    ranked[:, np.isnan(est)] = np.inf  # an arm without an estimate is never the cheapest
     big = np.finfo(float).max
     lo, hi = resampling.percentile_interval(np.minimum(ranked, big), settings.level)
     lo, hi = np.where(lo >= big / 2, np.inf, lo), np.where(hi >= big / 2, np.inf, hi)
-    lowest = np.bincount(np.argmin(ranked, axis=1), minlength=layout.A) / settings.B
-    summary = pd.DataFrame(
+    lo, hi = np.where(np.isnan(est), np.nan, lo), np.where(np.isnan(est), np.nan, hi)
+    # The cheapest arm of a resample exists only when some arm has a finite ratio in it.
+    finite = np.isfinite(ranked).any(axis=1)
+    if finite.any():
+        lowest = np.bincount(np.argmin(ranked[finite], axis=1), minlength=layout.A) / finite.sum()
+        lowest = np.where(np.isnan(est), np.nan, lowest)
+    else:
+        lowest = np.full(layout.A, np.nan)
+        notes = [estimability.join_notes(n, "no resample has an accepted run in any arm") for n in notes]
+    flags = estimability.interval_flags(lo, hi, (~np.isnan(cost) & ~np.isnan(acc)).sum(axis=0))
+    table = pd.DataFrame(
         {
             "arm": layout.arms,
-            "cost_per_run": resampling.weighted_mean(cost, w),
-            "acceptance": resampling.weighted_mean(acc, w),
+            "cost_per_run": cost_run,
+            "acceptance": acc_arm,
             "cost_per_accepted": est,
             "ci_low": lo,
             "ci_high": hi,
             "share_lowest": lowest,
+            "share_resamples": float(finite.mean()),
+            "note": [estimability.join_notes(n, f) for n, f in zip(notes, flags)],
         }
     )
-    return TableResult("cost_per_accepted", summary, {"replicates": reps})
+    return TableResult("cost_per_accepted", table, {"replicates": reps}, infinite=("cost_per_accepted", "ci_low", "ci_high"))
 
 
 def frontier(df: pd.DataFrame, kind: str, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None) -> TableResult:
@@ -228,16 +331,23 @@ def frontier(df: pd.DataFrame, kind: str, *, seed: int = 0, study: protocol.Stud
     est = resampling.weighted_mean(means, w)
     lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts, w), settings.level)
     col = "budget_usd" if kind == "budget" else "human_minutes"
-    summary = pd.DataFrame(
+    n_scen = (~np.isnan(means)).sum(axis=0)
+    runs = np.tile(layout.runs_per_arm(), len(grid))
+    notes = [
+        estimability.join_notes(("no run" if r == 0 else "no scored run") if k == 0 else "", f)
+        for r, k, f in zip(runs, n_scen, estimability.interval_flags(lo, hi, n_scen))
+    ]
+    table = pd.DataFrame(
         {
             col: np.repeat(grid, layout.A),
             "arm": np.tile(layout.arms, len(grid)),
             "p_hat": est,
             "ci_low": lo,
             "ci_high": hi,
+            "note": notes,
         }
     )
-    return TableResult(f"frontier_{kind}", summary)
+    return TableResult(f"frontier_{kind}", table)
 
 
 def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None) -> TableResult:
@@ -261,6 +371,8 @@ def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None
             "capped": est(f("censored")),
         }
     )
+    runs, scored = layout.runs_per_arm(), layout.sums(f("Q"))[1].sum(axis=0)
+    summary["note"] = [f"no run in {a}" if r == 0 else (f"no scored run in {a} (Q and S)" if k == 0 else "") for a, r, k in zip(layout.arms, runs, scored)]
     return TableResult("secondary_endpoints", summary)
 
 
@@ -280,8 +392,10 @@ def model_sensitivity(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
         means = layout.means(estimators.acceptance_values(part, study.q))
         counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 13]), layout.J, settings.B)
         lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts), settings.level)
-        out.append({"arm": arm, "model": m, "p_hat": float(resampling.weighted_mean(means)[0]), "ci_low": float(lo[0]), "ci_high": float(hi[0]), "n_runs": len(part)})
-    return TableResult("model_sensitivity", pd.DataFrame(out))
+        n_scen = int((~np.isnan(means)).sum())
+        note = estimability.join_notes("no scored run" if n_scen == 0 else "", *estimability.interval_flags(lo, hi, n_scen))
+        out.append({"arm": arm, "model": m, "p_hat": float(resampling.weighted_mean(means)[0]), "ci_low": float(lo[0]), "ci_high": float(hi[0]), "n_runs": len(part), "note": note})
+    return TableResult("model_sensitivity", pd.DataFrame(out, columns=["arm", "model", "p_hat", "ci_low", "ci_high", "n_runs", "note"]))
 
 
 # --------------------------------------------------------------------------
@@ -305,17 +419,31 @@ def recovery_index(df: pd.DataFrame, *, arm: str | None = None, seed: int = 0, s
     rows = runtable.primary_rows(df, study)
     rows = rows[rows["arm"] == arm].reset_index(drop=True)
     eligible, recovered, accepted = eligibility(rows, study)
-    layout = Layout.of(rows, [arm])
     settings = InferenceSettings.from_study(seed, study, B=B)
+    out = []
+    if rows.empty or not eligible.any():
+        why = f"no run in {arm}" if rows.empty else f"no run of {arm} was eligible for recovery"
+        for name, num_runs in (("ARI", recovered), ("ARI_accepted", accepted)):
+            out.append({"index": name, "arm": arm, "eligible": int(eligible.sum()), "recovered": int(num_runs.sum()), "estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "note": why})
+        return TableResult("recovery_index", pd.DataFrame(out))
+    layout = Layout.of(rows, [arm])
     counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 17]), layout.J, settings.B)
     den, _ = layout.sums(eligible.astype(float))
-    out = []
+    S = estimators.acceptance_values(rows, study.q)
     for name, num_runs in (("ARI", recovered), ("ARI_accepted", accepted)):
         num, _ = layout.sums(num_runs.astype(float))
-        est = num.sum() / den.sum() if den.sum() > 0 else np.nan
-        reps = resampling.bootstrap_ratios(num[:, 0], den[:, 0], counts)
+        if name == "ARI_accepted":
+            # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run as not accepted.
+            num, _ = layout.sums((accepted & ~np.isnan(S)).astype(float))
+            d, _ = layout.sums((eligible & ~np.isnan(S)).astype(float))
+        else:
+            d = den
+        est = num.sum() / d.sum() if d.sum() > 0 else np.nan
+        reps = resampling.bootstrap_ratios(num[:, 0], d[:, 0], counts)
         lo, hi = resampling.percentile_interval(reps, settings.level)
-        out.append({"index": name, "arm": arm, "eligible": int(eligible.sum()), "recovered": int(num_runs.sum()), "estimate": est, "ci_low": float(lo), "ci_high": float(hi)})
+        n_scen = int((d[:, 0] > 0).sum())
+        note = estimability.join_notes("no eligible run with a judge's score" if d.sum() == 0 else "", *estimability.interval_flags(lo, hi, n_scen))
+        out.append({"index": name, "arm": arm, "eligible": int(d.sum()), "recovered": int(num.sum()), "estimate": est, "ci_low": float(lo) if d.sum() > 0 else np.nan, "ci_high": float(hi) if d.sum() > 0 else np.nan, "note": note})
     return TableResult("recovery_index", pd.DataFrame(out))
 
 
@@ -340,24 +468,50 @@ def eligibility(rows: pd.DataFrame, study: protocol.Study | None = None) -> tupl
 
 def judge_agreement(df: pd.DataFrame, *, study: protocol.Study | None = None) -> TableResult:
     """Krippendorff's alpha (ordinal; scores rounded to whole points) over the judges' Q columns, and
-    pairwise Pearson and Spearman correlations on the runs both judges scored."""
+    pairwise Pearson and Spearman correlations on the runs both judges scored.
+
+    Agreement needs two coders of the same run: with at most one judge per run
+    every measure is reported as not estimable, with that reason. Scores are
+    compared in micro-points (as S compares Q), so equal scores are ties.
+    """
     import krippendorff
     from scipy import stats
 
     study = study or protocol.study()
     rows = runtable.primary_rows(df, study)
     jids = runtable.judge_ids(study)
-    mat = rows[[runtable.judge_column(j) for j in jids]].to_numpy(dtype=float).T  # judges x runs
+    mat = np.round(rows[[runtable.judge_column(j) for j in jids]].to_numpy(dtype=float).T, 6)  # judges x runs
     rounded = np.round(mat)
     scored = (~np.isnan(rounded)).sum(axis=0) >= 2
-    alpha = krippendorff.alpha(reliability_data=rounded[:, scored], level_of_measurement="ordinal", value_domain=np.arange(0.0, 101.0))
-    alpha_int = krippendorff.alpha(reliability_data=mat[:, scored], level_of_measurement="interval")
-    out = [{"measure": "Krippendorff alpha (ordinal)", "judges": "+".join(jids), "value": float(alpha), "n_runs": int(scored.sum())},
-           {"measure": "Krippendorff alpha (interval)", "judges": "+".join(jids), "value": float(alpha_int), "n_runs": int(scored.sum())}]
+    out = []
+
+    def alpha(data: np.ndarray, level: str, **kw) -> tuple[float, str]:
+        if not scored.any():
+            return np.nan, "needs two judges scoring the same run; no run has two"
+        if np.nanmin(data) == np.nanmax(data):
+            return np.nan, "every score is the same (no variation to agree on)"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                v = float(krippendorff.alpha(reliability_data=data, level_of_measurement=level, **kw))
+        except (ValueError, ZeroDivisionError) as exc:
+            return np.nan, f"krippendorff: {exc}"
+        return (v, "") if np.isfinite(v) else (np.nan, "no disagreement is possible in these scores")
+
+    a_ord, why_ord = alpha(rounded[:, scored], "ordinal", value_domain=np.arange(0.0, 101.0))
+    a_int, why_int = alpha(mat[:, scored], "interval")
+    out.append({"measure": "Krippendorff alpha (ordinal)", "judges": "+".join(jids), "value": a_ord, "n_runs": int(scored.sum()), "note": why_ord})
+    out.append({"measure": "Krippendorff alpha (interval)", "judges": "+".join(jids), "value": a_int, "n_runs": int(scored.sum()), "note": why_int})
     for i in range(len(jids)):
         for k in range(i + 1, len(jids)):
             both = ~np.isnan(mat[i]) & ~np.isnan(mat[k])
-            if both.sum() >= 3:
-                out.append({"measure": "Pearson r", "judges": f"{jids[i]}-{jids[k]}", "value": float(stats.pearsonr(mat[i, both], mat[k, both]).statistic), "n_runs": int(both.sum())})
-                out.append({"measure": "Spearman rho", "judges": f"{jids[i]}-{jids[k]}", "value": float(stats.spearmanr(mat[i, both], mat[k, both]).statistic), "n_runs": int(both.sum())})
+            pair = f"{jids[i]}-{jids[k]}"
+            for measure, fn in (("Pearson r", stats.pearsonr), ("Spearman rho", stats.spearmanr)):
+                if both.sum() < 3:
+                    value, why = np.nan, f"{int(both.sum())} run(s) scored by both; needs at least 3"
+                elif np.ptp(mat[i, both]) == 0 or np.ptp(mat[k, both]) == 0:
+                    value, why = np.nan, "a judge's scores do not vary"
+                else:
+                    value, why = float(fn(mat[i, both], mat[k, both]).statistic), ""
+                out.append({"measure": measure, "judges": pair, "value": value, "n_runs": int(both.sum()), "note": why})
     return TableResult("judge_agreement", pd.DataFrame(out))

@@ -22,7 +22,7 @@ import pandas as pd
 
 from pilot import paths, protocol
 from pilot.report.latex import SIMULATED_TAG, latex_escape, macro_name, write_macros, write_table
-from pilot.stats import figures, runtable, synthetic
+from pilot.stats import estimability, figures, runtable, synthetic
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
 from pilot.stats.sensitivity import TableResult
@@ -105,14 +105,29 @@ def _dirs(*dirs: Path | str) -> list[Path]:
     return out
 
 
-def _fmt_p(p: float) -> str:
-    return "---" if p is None or np.isnan(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+def _fmt_p(p: object) -> object:
+    """A p-value for a table: 0.039, <0.001, or the reason it is not estimable."""
+    if isinstance(p, str):
+        return p
+    return "not estimable" if p is None or np.isnan(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+
+
+def _value(v: object) -> object:
+    """A reported value for a macro: the number, the infinity symbol, or the not-estimable text."""
+    if isinstance(v, str):
+        return "\\ensuremath{\\infty}" if v == estimability.INFINITY else v
+    return _num(v) if v is not None and np.isfinite(float(v)) else ("\\ensuremath{\\infty}" if v is not None and np.isinf(float(v)) else estimability.not_estimable(""))
+
+
+def _escape_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """Text cells escaped for LaTeX (for tables written with ``escape=False`` because their headers hold math)."""
+    return df.apply(lambda col: col.map(lambda v: latex_escape(v).replace("<", "\\textless{}") if isinstance(v, str) else v) if col.dtype == object else col)
 
 
 def _p_macro(p: float) -> str:
     """A p-value with its relation, for the text: ``$p\\Macro$`` reads p = 0.039 or p < 0.001."""
     if p is None or np.isnan(p):
-        return "\\ensuremath{=\\text{---}}"
+        return "\\ensuremath{\\text{ not estimable}}"
     return f"\\ensuremath{{={p:.3f}}}" if p >= 0.001 else "\\ensuremath{<0.001}"
 
 
@@ -135,7 +150,7 @@ def _fit_width(path: Path) -> Path:
 
 def _infinity_symbols(path: Path) -> Path:
     """Show infinite ratios in a generated table as the symbol."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8").replace(estimability.INFINITY, "$\\infty$")
     path.write_text(re.sub(r"(?<![A-Za-z\\])inf(?![A-Za-z])", lambda _: "$\\infty$", text), encoding="utf-8")
     return path
 
@@ -166,34 +181,35 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     hyps = list(hyps)
     st = result.settings
     out: dict[str, Path] = {}
-    acc = result.acceptance
-    acc_csv = _tag(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored"]], data)
+    acc = result.acceptance_summary
+    acc_csv = _tag(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]], data)
     out["primary_acceptance.csv"] = tables / "primary_acceptance.csv"
     acc_csv.to_csv(out["primary_acceptance.csv"], index=False)
-    con = result.contrasts
+    con = result.summary
     out["primary_contrasts.csv"] = tables / "primary_contrasts.csv"
-    _tag(con[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "role", "exact"]], data).to_csv(out["primary_contrasts.csv"], index=False)
+    _tag(con[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "role", "exact", "note"]], data).to_csv(out["primary_contrasts.csv"], index=False)
     ov = overview(hyps)
     out["primary_hypotheses.csv"] = tables / "primary_hypotheses.csv"
     _tag(ov, data).to_csv(out["primary_hypotheses.csv"], index=False)
 
     interval = f"95\\% scenario-cluster percentile bootstrap intervals ($B={st.B:,}$)".replace(",", "{,}")
     out["primary_acceptance_table.tex"] = write_table(
-        acc.rename(columns={"arm": "Arm", "p_hat": "$\\hat p_a$", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "n_runs": "Runs", "n_scored": "Scored"}),
+        _escape_cells(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]]).rename(columns={"arm": "Arm", "p_hat": "$\\hat p_a$", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "n_runs": "Runs", "n_scored": "Scored", "note": "Note"}),
         gen / "primary_acceptance_table.tex",
         caption=f"Scenario-weighted acceptance $\\hat p_a$ per arm at $q={result.q:g}$ (equal scenario weights) with {interval}. "
         "Scored: runs with at least one judge (a run without a judge has no $S$ and drops out of its scenario's repeat mean).",
         label="tab:primary-acceptance", simulated=sim, escape=False,
     )
     show = con.assign(p_value=con["p_value"].map(_fmt_p), p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"])])
-    exact = "exact enumeration of all $2^J$ sign vectors" if bool(con["exact"].all()) else f"{st.n_permutations:,} random sign vectors".replace(",", "{,}")
+    exact = "exact enumeration of all $2^J$ sign vectors" if bool(result.contrasts["exact"].all()) else f"{st.n_permutations:,} random sign vectors".replace(",", "{,}")
     out["primary_contrasts_table.tex"] = write_table(
-        show[["contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios"]].rename(
-            columns={"contrast": "Contrast", "role": "Role", "estimate": "Estimate", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "p_value": "$p$", "p_holm": "$p_{\\mathrm{Holm}}$", "n_scenarios": "$J$"}
+        _escape_cells(show[["contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]]).rename(
+            columns={"contrast": "Contrast", "role": "Role", "estimate": "Estimate", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "p_value": "$p$", "p_holm": "$p_{\\mathrm{Holm}}$", "n_scenarios": "$J$", "note": "Note"}
         ),
         gen / "primary_contrasts_table.tex",
         caption=f"Preregistered contrasts of acceptance: estimate, {interval}, two-sided paired sign-flip permutation $p$ ({exact}) and, "
-        "for the three secondary contrasts, Holm-adjusted $p$.",
+        "for the three secondary contrasts, Holm-adjusted $p$ over all three (a contrast that cannot be estimated enters the adjustment as $p=1$; "
+        "the primary contrast is not adjusted). Note: why a value is not estimable, and intervals of zero width or resting on one scenario.",
         label="tab:primary-contrasts", simulated=sim, escape=False,
     )
     out["primary_hypotheses_table.tex"] = write_table(
@@ -209,7 +225,7 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
             label=f"tab:{h.id.lower()}", simulated=sim,
         )
         _infinity_symbols(out[f"primary_{h.id.lower()}_table.tex"])
-    pdf = figures.forest_plot(con, figs / "primary_forest.pdf", simulated=sim)
+    pdf = figures.forest_plot(result.contrasts, figs / "primary_forest.pdf", simulated=sim)
     out["primary_forest.pdf"] = pdf
     out["primary_forest_figure.tex"] = figure_env(
         pdf, gen / "primary_forest_figure.tex",
@@ -219,20 +235,24 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
 
     m = common_macros(data)
     m.update({"ResultsQ": _num(result.q), "ResultsBootstrapB": int(st.B), "ResultsPermutations": int(st.n_permutations),
-              "ResultsSignVectors": int(2 ** int(con["n_scenarios"].max())) if bool(con["exact"].all()) else int(st.n_permutations)})
+              "ResultsSignVectors": int(2 ** int(result.contrasts["n_scenarios"].max())) if bool(result.contrasts["exact"].all()) else int(st.n_permutations)})
     for _, r in acc.iterrows():
-        m[macro_name("Acc", r.arm)] = float(r.p_hat)
-        m[macro_name("Acc", r.arm, "Low")] = float(r.ci_low)
-        m[macro_name("Acc", r.arm, "High")] = float(r.ci_high)
-    for _, r in con.iterrows():
+        m[macro_name("Acc", r.arm)] = _value(r.p_hat)
+        m[macro_name("Acc", r.arm, "Low")] = _value(r.ci_low)
+        m[macro_name("Acc", r.arm, "High")] = _value(r.ci_high)
+    for _, r in result.contrasts.iterrows():
         base = ("Contrast", r.contrast.replace("-", "Minus"))
-        m[macro_name(*base, "Est")] = float(r.estimate)
-        m[macro_name(*base, "Low")] = float(r.ci_low)
-        m[macro_name(*base, "High")] = float(r.ci_high)
+        shown = con.set_index("contrast").loc[r.contrast]
+        m[macro_name(*base, "Est")] = _value(shown.estimate)
+        m[macro_name(*base, "Low")] = _value(shown.ci_low)
+        m[macro_name(*base, "High")] = _value(shown.ci_high)
         m[macro_name(*base, "P")] = _p_macro(float(r.p_value))
-        m[macro_name(*base, "PHolm")] = _p_macro(float(r.p_holm))
+        if r.role != "primary":  # the primary contrast has no adjusted p
+            m[macro_name(*base, "PHolm")] = _p_macro(float(r.p_holm))
+        m[macro_name(*base, "Note")] = latex_escape(str(r.note)) if r.note else "\\relax"
     for h in hyps:
         m[macro_name("Verdict", h.id)] = h.verdict
+        m[macro_name("VerdictClass", h.id)] = h.verdict_class
     out["primary_macros.tex"] = write_macros(m, gen / "primary_macros.tex", comment=f"primary stage; data: {data.source}")
     return out
 
@@ -255,9 +275,9 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
         _tag(df, data).to_csv(out[name], index=False)
 
     def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw) -> None:
-        if kw.get("escape") is False:  # captions with math: the column names still need escaping
-            df = df.rename(columns=lambda c: latex_escape(str(c)))
-        out[name] = _fit_width(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw))
+        if kw.get("escape") is False:  # captions with math: the column names and text cells still need escaping
+            df = _escape_cells(df).rename(columns=lambda c: latex_escape(str(c)))
+        out[name] = _infinity_symbols(_fit_width(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw)))
 
     primary_name = "-".join(study.contrasts[0])
     qg: TableResult = results["q_grid"]  # type: ignore[assignment]
@@ -268,20 +288,28 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     tex("sensitivity_q_grid_table.tex", wide, "Each contrast's estimate as the quality threshold $q$ varies over the preregistered grid (intervals in the CSV table and the figure).", "tab:sens-qgrid", float_format="%.3f", escape=False)
 
     mw: PrimaryResult = results["minutes_weighted"]  # type: ignore[assignment]
-    csv("sensitivity_minutes_weighted_contrasts.csv", mw.contrasts)
-    csv("sensitivity_minutes_weighted_acceptance.csv", mw.acceptance)
-    tex("sensitivity_minutes_table.tex", mw.contrasts[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm"]],
+    csv("sensitivity_minutes_weighted_contrasts.csv", mw.summary)
+    csv("sensitivity_minutes_weighted_acceptance.csv", mw.acceptance_summary)
+    tex("sensitivity_minutes_table.tex", mw.summary[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "note"]],
         "Contrasts with scenarios weighted by professional minutes (sensitivity to the equal weights of the primary analysis).", "tab:sens-minutes")
 
     lg: TableResult = results["logistic"]  # type: ignore[assignment]
     csv("sensitivity_logistic.csv", lg.summary)
     tex("sensitivity_logistic_table.tex", lg.summary,
         f"Logistic regression of $S$ on arm, standard errors clustered by scenario ({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs)."
+        + " A term is not estimable when its arm's scored runs are all accepted or all not accepted (separation: no finite maximum-likelihood estimate), "
+        "or when the fit shows separation, does not converge or has exploding coefficients."
         + (f" Note: {latex_escape(lg.details['note'])}." if lg.details.get("note") else ""), "tab:sens-logistic")
+    firth = lg.details.get("firth")
+    if firth is not None:
+        csv("sensitivity_logistic_firth_exploratory.csv", estimability.honest_frame(firth))
+        tex("sensitivity_logistic_firth_table.tex", estimability.honest_frame(firth),
+            "EXPLORATORY: Firth's penalised logistic regression of $S$ on arm (log-odds against the same reference; Wald intervals, not clustered). "
+            "It stays finite under separation and is shown beside the preregistered fit only to describe it; no verdict rests on it.", "tab:sens-logistic-firth", escape=False)
 
     km: TableResult = results["kaplan_meier"]  # type: ignore[assignment]
     csv("sensitivity_km.csv", km.summary)
-    csv("sensitivity_logrank.csv", km.details["tests"])
+    csv("sensitivity_logrank.csv", km.details["tests_summary"])
     tex("sensitivity_km_table.tex", km.summary,
         "Time to completion per arm (Kaplan-Meier; runs that reached a cap, ended in an error or failed infrastructure are censored at their wall time): median minutes and share still running.", "tab:sens-km")
     pdf = figures.km_plot(km.details["fitters"], figs / "sensitivity_km.pdf", simulated=sim)
@@ -296,13 +324,13 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     for kind, col, label in (("budget", "budget_usd", "budget (dollars)"), ("human", "human_minutes", "human-time allowance (minutes)")):
         fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]
         csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
-        pdf = figures.frontier_plot(fr.summary, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim)
+        pdf = figures.frontier_plot(fr.table, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim)
         out[f"sensitivity_frontier_{kind}_figure.tex"] = figure_env(
             pdf, gen / f"sensitivity_frontier_{kind}_figure.tex",
             caption=f"Acceptance within a {label.split(' (')[0]}: a run counts only if accepted and within the allowance; 95\\% cluster-bootstrap bands.",
             label=f"fig:sens-frontier-{kind}", simulated=sim,
         )
-    pdf = figures.q_grid_plot(qg.summary, figs / "sensitivity_q_grid.pdf", simulated=sim)
+    pdf = figures.q_grid_plot(qg.table, figs / "sensitivity_q_grid.pdf", simulated=sim)
     out["sensitivity_q_grid_figure.tex"] = figure_env(pdf, gen / "sensitivity_q_grid_figure.tex", caption="Contrasts and 95\\% cluster-bootstrap intervals across the quality threshold $q$.", label="fig:sens-qgrid", simulated=sim)
 
     se: TableResult = results["secondary"]  # type: ignore[assignment]
@@ -315,7 +343,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
 
     ag: TableResult = results["agreement"]  # type: ignore[assignment]
     csv("sensitivity_judge_agreement.csv", ag.summary)
-    tex("sensitivity_agreement_table.tex", ag.summary, "Agreement of the three judges' scores: Krippendorff's alpha (ordinal, whole points; interval for comparison) and pairwise correlations.", "tab:sens-agreement")
+    tex("sensitivity_agreement_table.tex", ag.summary, "Agreement of the three judges' scores: Krippendorff's alpha (ordinal, whole points; interval for comparison) and pairwise correlations; agreement needs two judges scoring the same run.", "tab:sens-agreement")
 
     ms: TableResult = results["models"]  # type: ignore[assignment]
     csv("sensitivity_models.csv", ms.summary)
@@ -332,33 +360,36 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
 
     m = common_macros(data, study)
     m = {k.replace("Results", "Sens", 1): v for k, v in m.items() if k in ("ResultsDataLabel",)}
-    pq = qg.summary[qg.summary["contrast"] == primary_name]
-    m["SensPrimaryQMin"] = float(pq["estimate"].min())
-    m["SensPrimaryQMax"] = float(pq["estimate"].max())
+    pq = qg.table[qg.table["contrast"] == primary_name]
+    est = pq["estimate"].dropna()
+    m["SensPrimaryQMin"] = _value(est.min() if len(est) else np.nan)
+    m["SensPrimaryQMax"] = _value(est.max() if len(est) else np.nan)
     m["SensQGridLow"] = _num(pq["q"].min())
     m["SensQGridHigh"] = _num(pq["q"].max())
-    r = mw.contrasts.set_index("contrast").loc[primary_name]
-    m["SensMinutesPrimaryEst"], m["SensMinutesPrimaryLow"], m["SensMinutesPrimaryHigh"] = float(r.estimate), float(r.ci_low), float(r.ci_high)
-    m["SensMinutesPrimaryP"] = _p_macro(float(r.p_value))
-    t = lg.summary.set_index("term").loc[f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}"]
-    m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = float(t.odds_ratio), float(t.or_ci_low), float(t.or_ci_high)
-    m["SensLogitPrimaryP"] = _p_macro(float(t.p_value))
+    r = mw.summary.set_index("contrast").loc[primary_name]
+    m["SensMinutesPrimaryEst"], m["SensMinutesPrimaryLow"], m["SensMinutesPrimaryHigh"] = _value(r.estimate), _value(r.ci_low), _value(r.ci_high)
+    m["SensMinutesPrimaryP"] = _p_macro(float(mw.contrasts.set_index("contrast").loc[primary_name, "p_value"]))
+    term = f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}"
+    t = lg.summary.set_index("term").loc[term]
+    m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = _value(t.odds_ratio), _value(t.or_ci_low), _value(t.or_ci_high)
+    m["SensLogitPrimaryP"] = _p_macro(float(lg.table.set_index("term").loc[term, "p_value"]))
     tests = km.details["tests"]
     m["SensLogrankAllP"] = _p_macro(float(tests["p_value"].iloc[0]))
     m["SensLogrankPrimaryP"] = _p_macro(float(tests["p_value"].iloc[1]))
     for _, row in km.summary.iterrows():
-        m[macro_name("SensKMMedian", row.arm)] = _num(row.median_min)
+        m[macro_name("SensKMMedian", row.arm)] = _value(row.median_min)
     for _, row in cp.summary.iterrows():
-        m[macro_name("SensCPA", row.arm)] = _num(row.cost_per_accepted)
+        m[macro_name("SensCPA", row.arm)] = _value(row.cost_per_accepted)
     a = ari.summary.set_index("index")
-    m["SensARI"], m["SensARILow"], m["SensARIHigh"] = float(a.loc["ARI", "estimate"]), float(a.loc["ARI", "ci_low"]), float(a.loc["ARI", "ci_high"])
+    m["SensARI"], m["SensARILow"], m["SensARIHigh"] = _value(a.loc["ARI", "estimate"]), _value(a.loc["ARI", "ci_low"]), _value(a.loc["ARI", "ci_high"])
     m["SensARIEligible"], m["SensARIRecovered"] = int(a.loc["ARI", "eligible"]), int(a.loc["ARI", "recovered"])
     g = ag.summary.set_index("measure")
-    m["SensAlphaOrdinal"] = float(g.loc["Krippendorff alpha (ordinal)", "value"])
-    m["SensAlphaInterval"] = float(g.loc["Krippendorff alpha (interval)", "value"])
-    corr = ag.summary[ag.summary["measure"] == "Pearson r"]["value"]
-    m["SensPearsonMin"], m["SensPearsonMax"] = float(corr.min()), float(corr.max())
+    m["SensAlphaOrdinal"] = _value(g.loc["Krippendorff alpha (ordinal)", "value"])
+    m["SensAlphaInterval"] = _value(g.loc["Krippendorff alpha (interval)", "value"])
+    corr = ag.table[ag.table["measure"] == "Pearson r"]["value"].dropna()
+    m["SensPearsonMin"], m["SensPearsonMax"] = _value(corr.min() if len(corr) else np.nan), _value(corr.max() if len(corr) else np.nan)
     for h in hyps:
         m[macro_name("Verdict", h.id)] = h.verdict
+        m[macro_name("VerdictClass", h.id)] = h.verdict_class
     out["sensitivity_macros.tex"] = write_macros(m, gen / "sensitivity_macros.tex", comment=f"sensitivity stage; data: {data.source}")
     return out
