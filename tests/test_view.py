@@ -257,6 +257,11 @@ def test_static_export_links_relatively_and_carries_the_banner(study, tmp_path):
             assert href and not href.startswith(("/", "http:", "https:")), (p, href)
             assert (p.parent / href).resolve().exists() or "%" in href, (p, href)
     assert res.files > 0 and all(f.is_file() and not f.is_symlink() for f in (out / "files").rglob("*") if f.is_file())
+    # Deliverables keep their bytes; a type that could run script beside the pages is stored under a neutral name.
+    for f in (out / "files").rglob("*"):
+        if f.is_file():
+            assert f.suffix in site.INERT_SUFFIXES or f.name.endswith(site.NEUTRAL_SUFFIX), f
+            assert f.name.endswith(site.NEUTRAL_SUFFIX) == (f.suffix == site.NEUTRAL_SUFFIX)
     # An export goes only into an empty folder or over an earlier export.
     export_site(study, out)
     other = tmp_path / "other"
@@ -346,3 +351,17 @@ def test_an_outputs_folder_that_links_elsewhere_is_not_followed(study, tmp_path)
     page = client.get(f"/runs/{run_id}").get_data(as_text=True)
     assert "SECRET-OUTSIDE-THE-STUDY" not in page and "does not follow it" in page
     assert client.get(f"/files/{run_id}/attempt-1/report.md").status_code == 404
+
+
+def test_static_export_stores_active_deliverables_under_a_neutral_name(study, tmp_path):
+    copy = copy_study(study, tmp_path / "copy")
+    run_id = StudyReader(copy).index_rows()[0]["run_id"]
+    outputs = copy / "workspaces" / run_id / "attempt-1" / "workspace" / "outputs"
+    (outputs / "summary.html").write_text("<script>document.title='owned'</script>")
+    out = tmp_path / "site"
+    export_site(copy, out, workers=1)
+    folder = out / "files" / run_id / "attempt-1"
+    assert not (folder / "summary.html").exists()
+    assert (folder / "summary.html.download").read_bytes() == (outputs / "summary.html").read_bytes()
+    page = (out / "runs" / f"{run_id}.html").read_text()
+    assert f'href="../files/{run_id}/attempt-1/summary.html.download" download="summary.html"' in page

@@ -30,6 +30,17 @@ SIMULATED_BANNER = (
 )
 
 
+#: Deliverable types a static host may serve as they are: none of them runs script in the site's origin.
+INERT_SUFFIXES = frozenset({".xlsx", ".xlsm", ".docx", ".pdf", ".csv", ".tsv", ".txt", ".md", ".json", ".png", ".jpg", ".jpeg"})
+#: Added to any other deliverable's name in the static site (an agent's .html or .svg must not run beside the pages).
+NEUTRAL_SUFFIX = ".download"
+
+
+def exported_name(name: str) -> str:
+    """The file name a deliverable gets in the static site (the link still downloads it under its own name)."""
+    return name if Path(name).suffix.lower() in INERT_SUFFIXES else name + NEUTRAL_SUFFIX
+
+
 @dataclass(frozen=True)
 class Links:
     """Addresses of the viewer's pages, live (``static=False``) or as files of the static site."""
@@ -53,7 +64,8 @@ class Links:
         return self._root() + f"scenarios/{quote(sid, safe='')}" + (".html" if self.static else "")
 
     def file(self, run_id: str, attempt_no: int, name: str) -> str:
-        return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(name, safe='')}"
+        stored = exported_name(name) if self.static else name
+        return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(stored, safe='')}"
 
     def asset(self, name: str) -> str:
         return self._root() + f"static/{name}"
