@@ -309,6 +309,8 @@ def test_a_changed_input_is_shown_as_a_critical_violation(study, client):
     page = client.get(f"/runs/{changed[0]['run_id']}").get_data(as_text=True)
     rec = reader.run(changed[0]["run_id"])["record"]
     assert "E = 1 (critical violation)" in page
+    if all(c["passed"] for c in rec["criteria"]):  # D = 0 only because of E: the verdict says so
+        assert "D = 0: every criterion passed, but an input was changed" in page
     for reason in rec["E_reasons"]:
         assert f"CRITICAL VIOLATION · {_esc(reason)}" in page
 

@@ -209,7 +209,12 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
     failed = [c for c in rec.get("criteria") or [] if not c.get("passed")]
     required = [c for c in failed if c.get("required", True)]
     if row.get("D") is False or rec.get("D") is False:
-        lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in (required or failed)) if failed else "D = 0")
+        if failed:
+            lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in (required or failed)))
+        elif rec.get("E"):
+            lines.append("D = 0: every criterion passed, but an input was changed, and D requires the inputs untouched (E = 0)")
+        else:
+            lines.append("D = 0 (the evaluator named no failed criterion)")
     elif failed:
         lines.append("D = 1 although optional criteria failed: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in failed))
     else:
