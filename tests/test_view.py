@@ -216,8 +216,10 @@ def test_viewer_reads_while_a_study_runs(tmp_path):
         while proc.poll() is None:
             resp = client.get("/")
             assert resp.status_code == 200
-            m = re.search(r"(\d+) done · (\d+) failed · (\d+) in flight · (\d+) waiting", resp.get_data(as_text=True))
+            text = resp.get_data(as_text=True)
+            m = re.search(r"(\d+) done · (\d+) failed · (\d+) in flight · (\d+) waiting", text)
             seen.append(tuple(int(x) for x in m.groups()))
+            assert 'class="problems"' not in text  # one snapshot per page: the ledger balances at every moment
             time.sleep(0.1)
         out, err = proc.communicate(timeout=60)
     finally:
