@@ -29,8 +29,14 @@ SIMULATED_TAG = "SIMULATED"
 
 WAVES = ("pilot", "repeat3", "sensitivity")
 STATUSES = ("completed", "capped", "agent_error", "infra_error")
+# Runs whose every attempt failed on infrastructure: exported with empty outcomes, dropped (and counted) on validation.
+FAILED_STATUS = "infra_error"
+FAILED_DROPPED_ATTR = "failed_runs_dropped"
 CENSOR_REASONS = ("cost", "wall", "turns")
 COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
+#: How a real run's access was enforced (``unisolated``: the development opt-in, refused by the analysis).
+UNISOLATED = "unisolated"
+ENFORCEMENTS = ("bubblewrap", "sandbox-exec", UNISOLATED, "simulated")
 # How a CSV may spell a missing value (pandas writes an empty cell).
 MISSING_SPELLINGS = ("", "NA", "NaN", "nan", "null", "None")
 # Floating-point slack for the consistency checks (Q as a mean of judges, H in minutes).
@@ -90,6 +96,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("selfcheck_final", "bool", nullable=True, doc="A4: self-check after the run (after recovery if any)"),
     ColumnSpec("designed_depth", "int", minimum=1, doc="the scenario's designed depth (ordinal)"),
     ColumnSpec("professional_minutes", "float", minimum=0, doc="the scenario's professional minutes (weights)"),
+    ColumnSpec("enforcement", "str", nullable=True, allowed=ENFORCEMENTS,
+               doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; simulated: a dry run)"),
 )
 
 # Process columns a table may carry beyond the schema: checked by kind when present, never required.
@@ -97,6 +105,16 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("portal_requests", "int", nullable=True, minimum=0, doc="requests to the run's portal (health checks excluded); missing without a portal"),
     ColumnSpec("portal_fault", "bool", nullable=True, doc="the run's portal was not answering at the end of the run; missing without a portal"),
 )
+
+
+def refuse_unisolated(df: pd.DataFrame, source: str | Path = "<run table>") -> None:
+    """Refuse a table holding real runs whose agent ran without isolation (the arms' access then did not hold)."""
+    bad = (df["enforcement"] == UNISOLATED).to_numpy(dtype=bool) & (df["backend"] == "claude-code").to_numpy(dtype=bool)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise RunTableError(str(source), "enforcement", f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), "
+                            "so their arm's access was not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway",
+                            row=i + 1, run_id=str(df["run_id"].iloc[i]))
 
 
 class RunTableError(ValueError):
@@ -258,6 +276,14 @@ def _coerce_column(series: pd.Series, spec: ColumnSpec, source: str, run_ids: Se
 # --------------------------------------------------------------------------
 
 
+def drop_failed(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The table without its failed runs (status ``infra_error``, which have no outcome), and how many there were."""
+    if "status" not in df.columns:
+        return df, 0
+    failed = df["status"].astype(str).str.strip() == FAILED_STATUS
+    return df[~failed.to_numpy()].reset_index(drop=True), int(failed.sum())
+
+
 def validate_runtable(
     df: pd.DataFrame,
     source: str | Path = "<run table>",
@@ -269,7 +295,10 @@ def validate_runtable(
 
     ``scenarios`` lists the allowed scenario ids; by default the protocol's
     bundles (no check beyond the id's form while none exist). Refuses with a
-    :class:`RunTableError` naming the row and column.
+    :class:`RunTableError` naming the row and column. Failed runs (status
+    ``infra_error``, no outcomes) are dropped first; how many is kept in
+    ``attrs["failed_runs_dropped"]`` of the result. Row numbers in errors
+    count the rows that remain.
     """
     study = study or protocol.study()
     source = str(source)
@@ -277,8 +306,9 @@ def validate_runtable(
     missing = [s.name for s in specs if s.name not in df.columns]
     if missing:
         raise RunTableError(source, missing[0], f"missing column(s): {', '.join(missing)}")
+    df, n_failed = drop_failed(df)
     if len(df) == 0:
-        raise RunTableError(source, None, "the table has no rows")
+        raise RunTableError(source, None, "the table has no rows" + (f" besides {n_failed} failed run(s)" if n_failed else ""))
     df = df.reset_index(drop=True)
     run_ids = [str(v) for v in df["run_id"].tolist()]
     out = pd.DataFrame(index=df.index)
@@ -379,11 +409,13 @@ def validate_runtable(
         raise fail(i, "selfcheck_first", f"arm {out['arm'][i]} has no self-check; leave it empty")
     if (i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())) is not None:
         raise fail(i, "selfcheck_first", "a self-repairing run records its first self-check")
+    out.attrs[FAILED_DROPPED_ATTR] = n_failed
     return out
 
 
-def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scenarios: Iterable[str] | None = None) -> pd.DataFrame:
-    """Read and validate a run table (CSV); refuses a malformed file with a RunTableError."""
+def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scenarios: Iterable[str] | None = None,
+                  allow_unisolated: bool = False) -> pd.DataFrame:
+    """Read and validate a run table (CSV); refuses a malformed file, or unisolated real runs, with a RunTableError."""
     path = Path(path)
     if not path.is_file():
         raise RunTableError(str(path), None, "file not found")
@@ -391,7 +423,10 @@ def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scen
         raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=list(MISSING_SPELLINGS))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise RunTableError(str(path), None, f"not a readable CSV ({exc})") from exc
-    return validate_runtable(raw, source=path, study=study, scenarios=scenarios)
+    df = validate_runtable(raw, source=path, study=study, scenarios=scenarios)
+    if not allow_unisolated:
+        refuse_unisolated(df, path)
+    return df
 
 
 def write_runtable(df: pd.DataFrame, path: str | Path) -> Path:
