@@ -11,7 +11,8 @@ pushed to near 0% acceptance) what the intervals do at the edge of the scale.
 
 The work is vectorised over studies, in blocks: one call of the generator's
 ``draw_runs`` draws every run of a block, and each study of the block gets its
-own bootstrap resamples (a ``(studies, B, J)`` count array). The sign vectors
+own bootstrap resamples (a ``(studies, B, J)`` count array), shared by the
+same study of the other conditions. The sign vectors
 are the exact enumeration of all ``2^J`` when that is at most the permutation
 count (the same for every study, as in the stage); otherwise a block's studies
 share one set of random sign vectors (each study's test is still the stage's
@@ -157,19 +158,21 @@ def run_calibration(
     names = [estimators.contrast_name(c) for c in contrasts]
     K = len(contrasts)
     blocks = [(start, min(block, n_studies - start)) for start in range(0, n_studies, block)]
-    iterator = [(name, b) for name in models for b in blocks]
+    iterator = blocks
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(iterator, desc="calibration", unit="block")
+        iterator = tqdm(blocks, desc="calibration", unit="block")
     parts: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in models}
-    for ci, (name, (start, n)) in enumerate(iterator):
-        k_cond = list(models).index(name)
-        rng = np.random.default_rng([seed, k_cond, start])
-        S = draw_acceptance(rng, models[name], specs, n, repeats, study)
+    for start, n in iterator:
+        # Study i of a block has the same bootstrap resamples in every condition (the conditions are
+        # separate experiments; sharing the draws across them costs nothing in validity and a third of the time).
+        rng = np.random.default_rng([seed, start])
         counts = resampling.bootstrap_counts(rng, J, n * settings.B).reshape(n, settings.B, J)
         signs, _ = resampling.sign_vectors(J, settings.n_permutations, rng)
-        parts[name].append(analyse_block(S, study.arms, contrasts, counts, signs, settings.level))
+        for k_cond, name in enumerate(models):
+            S = draw_acceptance(np.random.default_rng([seed, start, k_cond]), models[name], specs, n, repeats, study)
+            parts[name].append(analyse_block(S, study.arms, contrasts, counts, signs, settings.level))
     records = []
     for name in models:
         res = {k: np.concatenate([p[k] for p in parts[name]]) for k in parts[name][0]}
