@@ -295,3 +295,54 @@ def test_run_links_only_with_a_running_viewer(monkeypatch, tmp_path):
     # A dead viewer's address is ignored.
     (tmp_path / "view" / "s.json").write_text(json.dumps({"study": "s", "url": "http://127.0.0.1:1", "pid": 2**22 + 7}))
     assert view_links.run_link("x", "s") is None
+
+
+def test_a_changed_input_is_shown_as_a_critical_violation(study, client):
+    reader = StudyReader(study)
+    changed = [r for r in reader.index_rows() if r.get("E")]
+    assert changed, "the test study has no run with E = 1; the seed in view_support no longer draws one"
+    page = client.get(f"/runs/{changed[0]['run_id']}").get_data(as_text=True)
+    rec = reader.run(changed[0]["run_id"])["record"]
+    assert "E = 1 (critical violation)" in page
+    for reason in rec["E_reasons"]:
+        assert f"CRITICAL VIOLATION · {_esc(reason)}" in page
+
+
+def test_cli_serves_on_loopback_and_prints_its_address(study):
+    import signal
+
+    root = study.parents[2]
+    env = dict(os.environ, PILOT_ROOT=str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "pilot", "view", study.name, "--port", "0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"at (http://127\.0\.0\.1:(\d+))/", line)
+        assert m, (line, proc.stderr.read() if proc.poll() is not None else "")
+        import urllib.request
+
+        with urllib.request.urlopen(m.group(1) + "/", timeout=30) as resp:
+            assert resp.status == 200 and b"simulated-banner" in resp.read()
+        address = root / "build" / "view" / f"{study.name}.json"
+        assert json.loads(address.read_text())["url"] == m.group(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    assert not address.exists()
+
+
+def test_an_outputs_folder_that_links_elsewhere_is_not_followed(study, tmp_path):
+    copy = copy_study(study, tmp_path / "copy")
+    run_id = StudyReader(copy).index_rows()[0]["run_id"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "report.md").write_text("SECRET-OUTSIDE-THE-STUDY")
+    outputs = copy / "workspaces" / run_id / "attempt-1" / "workspace" / "outputs"
+    import shutil
+
+    shutil.rmtree(outputs)
+    outputs.symlink_to(outside, target_is_directory=True)
+    client = create_app(copy).test_client()
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert "SECRET-OUTSIDE-THE-STUDY" not in page and "does not follow it" in page
+    assert client.get(f"/files/{run_id}/attempt-1/report.md").status_code == 404

@@ -49,13 +49,14 @@ def _prepare(out: Path, study_folder: Path) -> None:
     (out / MARKER).write_text("written by pilot view --export; replaced by the next export to this folder\n", encoding="utf-8")
 
 
-def _write_runs(folder: Path, out: Path, run_ids: list[str], simulated: bool) -> tuple[int, int, int]:
+def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> tuple[int, int, int]:
     """Render the pages of ``run_ids`` and copy their deliverables; returns (pages, files, bytes)."""
     reader = StudyReader(folder)
     links = site.Links(static=True, depth=1)
     pages = copied = size = 0
-    for run_id in map(check_run_id, run_ids):
-        html = site.render_run(reader, links, run_id, simulated=simulated)
+    for row in rows:
+        run_id = check_run_id(row["run_id"])
+        html = site.render_run(reader, links, run_id, simulated=simulated, row=row)
         (out / "runs" / f"{run_id}.html").write_text(html, encoding="utf-8")
         pages += 1
         for a in reader.run_attempts(run_id):
@@ -85,9 +86,8 @@ def export_site(folder: Path, out: Path, *, workers: int | None = None) -> Expor
         shutil.copyfile(Path(__file__).parent / "static" / name, out / "static" / name)
     (out / "runs").mkdir()
     (out / "scenarios").mkdir()
-    run_ids = [r["run_id"] for r in rows]
-    n = max(1, min(workers or min(os.cpu_count() or 1, 4), len(run_ids) // 8 or 1))
-    chunks = [run_ids[i::n] for i in range(n)]
+    n = max(1, min(workers or min(os.cpu_count() or 1, 4), len(rows) // 8 or 1))
+    chunks = [rows[i::n] for i in range(n)]
     totals = [0, 0, 0]
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) if n > 1 else nullcontext() as pool:
         futures = [pool.submit(_write_runs, reader.folder, out, c, simulated) for c in chunks] if pool else []
@@ -96,7 +96,7 @@ def export_site(folder: Path, out: Path, *, workers: int | None = None) -> Expor
             html = site.render_scenario(reader, links.at(1), sid, rows=rows, simulated=simulated)
             (out / "scenarios" / f"{sid}.html").write_text(html, encoding="utf-8")
             totals[0] += 1
-        results = [f.result() for f in futures] if pool else [_write_runs(reader.folder, out, run_ids, simulated)]
+        results = [f.result() for f in futures] if pool else [_write_runs(reader.folder, out, rows, simulated)]
     for r in results:
         totals = [a + b for a, b in zip(totals, r)]
     return ExportResult(out, totals[0] + 1, totals[1], totals[2])

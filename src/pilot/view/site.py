@@ -135,8 +135,8 @@ def render_index(reader: StudyReader, links: Links, *, live: bool = False, rows:
     )
 
 
-def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: bool | None = None) -> str:
-    data = reader.run(run_id)
+def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: bool | None = None, row: dict | None = None) -> str:
+    data = reader.run(run_id, row=row)
     simulated = reader.simulated([data["row"]] if data["row"] else []) if simulated is None else simulated
     judged = judged_deliverables(reader, data)
     downloads = []
@@ -149,10 +149,25 @@ def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: boo
         **_common(reader, links, simulated, f"Run {run_id}"),
         d=data, rec=data["record"], row=data["row"] or {}, judged=judged,
         downloads=downloads, links_refused=files.links_in(data["final"]["files"].outputs) if data["final"] else [],
-        q=q, verdict=verdict(data, q), charged_total=sum(charged) if charged else None,
+        q=q, verdict=verdict(data, q), session_costs=session_costs(data["record"]), charged_total=sum(charged) if charged else None,
         unplaced_dev=[d for c in convs[-1:] for d in c.unplaced_deviations] or ([] if convs else data["record"].get("deviations") or []),
         unplaced_viol=[v for c in convs[-1:] for v in c.unplaced_violations] or ([] if convs else data["record"].get("E_reasons") or []),
     )
+
+
+def session_costs(rec: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(label, dollars) per session: the first as reported, the resume as the runner counted it (``recovery_cost_usd``).
+
+    A resume's report may be cumulative (CLI 2.1.277 on), so its own cost is
+    the runner's (``pilot.agents.session.combined_cost``), never the raw report.
+    """
+    sessions = rec.get("sessions") or []
+    out: list[tuple[str, Any]] = []
+    if sessions:
+        out.append(("first session", sessions[0].get("reported_cost_usd")))
+    if len(sessions) > 1:
+        out.append(("recovery resume", rec.get("recovery_cost_usd")))
+    return out
 
 
 @dataclass
@@ -218,6 +233,33 @@ def render_error(links: Links, title: str, message: str) -> str:
     return env().get_template("error.html").render(links=links, title=title, message=message, simulated=False, banner="")
 
 
+PACKAGE_START = "== THE PACKAGE HANDED IN =="
+PACKAGE_END = "== YOUR ANSWER =="
+
+
+def _split_package(prompt: Any) -> list[tuple[Any, str]]:
+    """Each deliverable with its text exactly as it stands in the judges' prompt (after their scrubbing).
+
+    The package section of the prompt is cut at each deliverable's heading
+    (``### name``, in the rendered order); if a heading cannot be found the
+    whole section goes with the first deliverable, so nothing the judges
+    read is ever hidden.
+    """
+    text = prompt.text
+    start, end = text.find(PACKAGE_START), text.find(PACKAGE_END)
+    section = text[start + len(PACKAGE_START):end].strip("\n") if 0 <= start < end else text
+    delivs = list(prompt.package.deliverables)
+    cuts, pos = [], 0
+    for d in delivs:
+        at = section.find(f"### {d.requested}", pos)
+        if at < 0:
+            return [(delivs[0], section)] + [(d, "(shown with the first deliverable)") for d in delivs[1:]] if delivs else []
+        cuts.append(at)
+        pos = at + 1
+    bounds = cuts[1:] + [len(section)]
+    return [(d, section[a:b].strip("\n")) for d, a, b in zip(delivs, cuts, bounds)]
+
+
 @dataclass
 class JudgedPackage:
     """The run's deliverables as the judges received them."""
@@ -234,12 +276,13 @@ def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPack
     reads a copy of the regular files only, and the page says so.
     """
     from pilot.judges import prompt_for_run
-    from pilot.judges.blinding import scrub
 
     final = data["final"]
     if final is None or data["run"] is None:
         return JudgedPackage([], None, "no attempt finished this run: nothing was judged")
     rf = final["files"]
+    if rf.outputs.is_symlink() or rf.workspace.is_symlink() or not files.inside(rf.outputs, reader.folder):
+        return JudgedPackage([], None, "the outputs folder is a symbolic link or lies outside the study; the viewer does not follow it")
     if not rf.outputs.is_dir():
         return JudgedPackage([], None, "the attempt left no outputs folder")
     record = data["record"]
@@ -251,9 +294,7 @@ def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPack
 
     def judged(outputs: Path, note: str | None) -> JudgedPackage:
         prompt = prompt_for_run(data["scenario"], outputs, withheld=withheld)
-        out_abs = outputs.resolve()
-        hidden = [str(out_abs), str(out_abs.parent), *withheld]
-        return JudgedPackage([(d, scrub(d.text, hidden)) for d in prompt.package.deliverables], prompt.text, note)
+        return JudgedPackage(_split_package(prompt), prompt.text, note)
 
     links = files.links_in(rf.outputs)
     try:

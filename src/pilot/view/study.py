@@ -19,6 +19,7 @@ import json
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
@@ -162,8 +163,8 @@ class StudyReader:
             numbers = [r[0] for r in st.conn.execute("SELECT attempt_no FROM attempts WHERE run_id = ? ORDER BY attempt_no", (run_id,))]
         return [self.attempt_files(run_id, n) for n in numbers]
 
-    def run(self, run_id: str) -> dict[str, Any]:
-        """Everything the run page shows about one run."""
+    def run(self, run_id: str, row: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Everything the run page shows about one run (``row``: its index row, if already computed)."""
         with self.store() as st:
             cell = st.conn.execute("SELECT * FROM cells WHERE run_id = ?", (run_id,)).fetchone()
             if cell is None:
@@ -207,8 +208,7 @@ class StudyReader:
         if rf:
             for key in ("selfcheck_first", "selfcheck_final"):
                 selfcheck[key] = files.read_text(rf.folder / f"{key}.txt", self.folder)
-        row = None
-        if run:
+        if run and (row is None or "D" not in row):
             with self.store() as st:
                 backends = self.backends(st)
             row = _run_table_rows([{**cell, "run_status": run["status"], "run_cost_usd": run["cost_usd"],
@@ -261,11 +261,19 @@ def _run_table_rows(cells: list[dict[str, Any]], study_name: str, backend: str) 
     return out
 
 
-def _rubric(scenario: Any) -> list[Any]:
+@lru_cache(maxsize=64)
+def _rubric_of(scenario_id: str) -> tuple[Any, ...]:
     from pilot.judges import criteria_from
+    from pilot.scenarios import load_scenario
+
+    scenario = load_scenario(scenario_id)
+    return tuple(criteria_from(scenario.rubric, source=f"rubric of {scenario.id}"))
+
+
+def _rubric(scenario: Any) -> list[Any]:
 
     try:
-        return criteria_from(scenario.rubric, source=f"rubric of {scenario.id}")
+        return list(_rubric_of(scenario.id))
     except Exception:  # noqa: BLE001 - a rubric problem must not hide the run; the page says the rubric is unreadable
         return []
 
