@@ -54,9 +54,28 @@ def condition_models(model: synthetic.SyntheticModel, study: protocol.Study) -> 
     return {"planted": model, "null": model.with_null(treated, control), "tail": tail}
 
 
-def _truth(model: synthetic.SyntheticModel, specs: list, contrasts: list, draws: int, study: protocol.Study) -> tuple[dict[str, float], dict[str, float]]:
-    t = synthetic.planted_acceptance(model, specs=specs, draws=draws, study=study).set_index("arm")["p_equal"]
-    return {estimators.contrast_name(c): float(t[c[0]] - t[c[1]]) for c in contrasts}, {a: float(v) for a, v in t.items()}
+def _arm_key(model: synthetic.SyntheticModel, arm: str) -> str:
+    """What an arm's planted acceptance depends on: the shared parameters and the arm's own."""
+    shared = {k: v for k, v in model.params.items() if k != "arms"}
+    own = {f"{section}.{key}": model.params[section][key][arm] for section, key in synthetic._ARM_KEYED}
+    for section, key in synthetic._ARM_KEYED:
+        shared = {**shared, section: {**shared[section], key: None}}
+    return repr((sorted(own.items()), repr(shared)))
+
+
+def planted_truths(models: dict[str, synthetic.SyntheticModel], specs: list, contrasts: list, draws: int, study: protocol.Study) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+    """Per condition: the planted contrasts and arm acceptances. An arm whose parameters (and the shared
+    ones) equal an arm already integrated is not integrated again: with the same draws its value is the same."""
+    cache: dict[str, float] = {}
+    out = {}
+    for name, m in models.items():
+        todo = [a for a in m.arms if _arm_key(m, a) not in cache]
+        if todo:
+            t = synthetic.planted_acceptance(m, specs=specs, draws=draws, study=study, arms=todo).set_index("arm")["p_equal"]
+            cache.update({_arm_key(m, a): float(t[a]) for a in todo})
+        p = {a: cache[_arm_key(m, a)] for a in m.arms}
+        out[name] = ({estimators.contrast_name(c): p[c[0]] - p[c[1]] for c in contrasts}, p)
+    return out
 
 
 def draw_acceptance(rng: np.random.Generator, model: synthetic.SyntheticModel, specs: list, n_studies: int, repeats: int, study: protocol.Study) -> np.ndarray:
@@ -154,7 +173,7 @@ def run_calibration(
     specs = synthetic.study_scenarios(seed, n_scenarios, model, study)
     J = len(specs)
     per_scenario = max(10_000, truth_draws // J)
-    truths = {name: _truth(m, specs, contrasts, per_scenario, study) for name, m in models.items()}
+    truths = planted_truths(models, specs, contrasts, per_scenario, study)
     names = [estimators.contrast_name(c) for c in contrasts]
     K = len(contrasts)
     blocks = [(start, min(block, n_studies - start)) for start in range(0, n_studies, block)]
