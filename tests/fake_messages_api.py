@@ -68,6 +68,8 @@ class FakeMessagesAPI:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                with api._lock:
+                    api.paths.append(self.path)
                 if "count_tokens" in self.path:
                     with api._lock:
                         api.counted.append(body)
@@ -79,7 +81,6 @@ class FakeMessagesAPI:
                 with api._lock:
                     api.requests.append(body)
                     api.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    api.paths.append(self.path)
                     if body.get("model") == api.model and api._n < len(api.turns):
                         turn = api.turns[api._n]
                         api._n += 1

@@ -248,6 +248,11 @@ def test_other_endpoints_are_forwarded_or_answered_deliberately(proxy, upstream)
     assert status == 404 and json.loads(data)["error"]["type"] == "not_found_error"
     status, _, data = _post(meter.base_url, "/v1/messages", _request(model="claude-unpriced-1"), meter.token)
     assert status == 400 and "no pinned price" in json.loads(data)["error"]["message"]
+    status, _, data = _post(meter.base_url, "/v1/messages", _request(model="claude-sonnet-5-5"), meter.token)
+    assert status == 400 and "not available to this run" in json.loads(data)["error"]["message"]
+    wider = proxy.open_run("r-ep-wider", Decimal("4.00"), MODEL, other_models=["claude-sonnet-5-5"])
+    assert _post(wider.base_url, "/v1/messages", _request(model="claude-sonnet-5-5"), wider.token)[0] == 200
+    upstream.requests.clear()
     tools = {**_request(), "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
     assert _post(meter.base_url, "/v1/messages", tools, meter.token)[0] == 400
     for extra in ({"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]}, {"service_tier": "auto"}, {"speed": "fast"}):
@@ -292,8 +297,9 @@ def test_count_tokens_tightens_a_bound_that_would_cross(prices, tmp_path):
     big = "x" * 400_000  # 400 kB of text: the body bound alone is ~404k tokens, 3.2 USD at the dearest input rate
     with FakeMessagesAPI(MODEL, [], count_tokens=100_000) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-count", Decimal("2.00"), MODEL)
-        assert _post(meter.base_url, "/v1/messages", _request(max_tokens=1000, text=big), meter.token)[0] == 200
+        assert _post(meter.base_url, "/v1/messages?beta=true", _request(max_tokens=1000, text=big), meter.token)[0] == 200
         row = meter.requests[-1]
+        assert api.paths[0] == "/v1/messages/count_tokens?beta=true"
         assert row["bound_method"] == "count_tokens" and row["input_bound_tokens"] == 105_000 + 4096
         assert api.counted and "max_tokens" not in api.counted[0] and api.counted[0]["messages"][0]["content"] == big
     with FakeMessagesAPI(MODEL, [], count_tokens=None) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:

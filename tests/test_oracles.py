@@ -266,7 +266,7 @@ def test_hash_inputs_records_links_and_empty_folders(tmp_path):
     (tmp_path / "empty").mkdir()
     os.symlink("a.txt", tmp_path / "link")
     after = hash_inputs(tmp_path)
-    assert compare_hashes(before, after) == ["input added: inputs/empty/", "input added: inputs/link"]
+    assert compare_hashes(before, after) == ["input added: inputs/empty/", "input added: inputs/link (a symbolic link)"]
 
 
 def test_hung_libreoffice_becomes_a_failed_criterion_not_a_hang(batch, tmp_path):

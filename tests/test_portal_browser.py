@@ -86,3 +86,19 @@ def test_chromium_signs_in_browses_and_downloads(browser, tmp_path):
     downloads = [e["path"] for e in entries if e["action"] == "download"]
     assert downloads == ["/documents/engagement_letter.docx", "/records/vendor-invoices/download.xlsx"]
     assert all(e["user"] == portal.credential_fingerprint for e in entries if e["action"] == "download")
+
+
+def test_chromium_is_never_sent_to_another_host_after_sign_in(browser, tmp_path):
+    """A browser strips tabs and newlines from a URL, so "/\t/evil.example" would read as "//evil.example"."""
+    content_dir = generate_portal(make_scenario(tmp_path / "scenarios"))
+    with start_instance("TEST-01", tmp_path / "run", content_dir=content_dir) as portal:
+        for hostile in ("/%09/evil.example", "/%0A/evil.example", "//evil.example", "/%5Cevil.example", "https://evil.example/"):
+            context = browser.new_context()
+            page = context.new_page()
+            page.goto(f"{portal.url}/sign-in?next={hostile}")
+            page.fill("#username", portal.credentials.username)
+            page.fill("#password", portal.credentials.password)
+            page.click("button[type=submit]")
+            page.wait_for_load_state()
+            assert page.url == portal.url + "/library", hostile
+            context.close()

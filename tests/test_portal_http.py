@@ -254,24 +254,18 @@ def test_a_session_ends_at_sign_out_even_for_a_copied_cookie(portal):
     assert raw_get(portal.url, "/api/records", cookie)[0] == 401
 
 
-def test_a_session_lives_a_short_while_and_ends_with_the_instance(content_dir, tmp_path):
+def test_a_session_lives_a_short_while(content_dir, tmp_path):
     with start_instance("TEST-01", tmp_path / "a", content_dir=content_dir,
-                        session_limits=SessionLimits(lifetime_s=1.0, idle_s=1.0)) as inst:
+                        session_limits=SessionLimits(lifetime_s=3.0, idle_s=3.0)) as inst:
         client = PortalClient(inst.url, inst.credentials)
         client.sign_in()
         assert client.list_documents()
-        time.sleep(1.2)
+        time.sleep(3.5)
         with pytest.raises(PortalClientError) as info:
             client.list_documents()
         assert info.value.status == 401
         client.sign_in()
-        cookie = next(iter(client._cookies))
-        url = inst.url
-    # The same port and cookie name under a new instance: the old session is gone with its run.
-    port = int(url.rsplit(":", 1)[1])
-    with start_instance("TEST-01", tmp_path / "b", content_dir=content_dir, port=port) as again:
-        status, _, _ = raw_get(again.url, "/api/documents", {"Cookie": f"{cookie.name}={cookie.value}"})
-        assert status == 401
+        assert client.list_records()
 
 
 def test_session_store_lifetime_and_idle_limits():
@@ -325,30 +319,46 @@ def test_a_lockout_is_kept_within_its_instance(content_dir, tmp_path):
 
 
 def test_idle_connections_do_not_stop_the_portal(content_dir, tmp_path):
-    """More idle connections than the connection limit: they are closed, and the portal answers again."""
+    """More idle connections than the connection limit: they are closed, and the portal answers again.
+
+    With waitress's 120-second idle timeout the request below would wait past its 60-second timeout.
+    """
     limits = ServerLimits(connection_limit=16, channel_timeout_s=2, cleanup_interval_s=1)
     with start_instance("TEST-01", tmp_path, content_dir=content_dir, server_limits=limits) as inst:
         parts = urlsplit(inst.url)
-        idle = [socket.create_connection((parts.hostname, parts.port), timeout=5) for _ in range(100)]
+        idle = [socket.create_connection((parts.hostname, parts.port), timeout=5) for _ in range(40)]
         try:
-            t0 = time.monotonic()
             conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
             conn.request("GET", "/healthz")
             assert conn.getresponse().status == 200
             conn.close()
-            waited = time.monotonic() - t0
-            # 100 idle sockets at 16 a batch, each batch closed within timeout + cleanup interval.
-            assert waited < 7 * (limits.channel_timeout_s + limits.cleanup_interval_s) + 5
             assert inst.health(timeout_s=5).ok
+            # The server closed the idle ones it accepted: they read end-of-file now.
+            idle[0].settimeout(10)
+            assert idle[0].recv(1) == b""
         finally:
             for s in idle:
                 s.close()
 
 
+def test_a_hundred_idle_connections_do_not_delay_an_answer(portal):
+    """waitress's defaults stopped answering at about 100 idle connections; the portal's do not."""
+    parts = urlsplit(portal.url)
+    idle = [socket.create_connection((parts.hostname, parts.port), timeout=5) for _ in range(120)]
+    try:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        for s in idle:
+            s.close()
+
+
 def test_default_server_limits_are_sized_for_one_run():
     limits = ServerLimits()
     assert limits.max_body_bytes == 64 * 1024 and limits.max_header_bytes <= 16 * 1024
-    assert 16 <= limits.connection_limit <= 100 and limits.channel_timeout_s <= 30 and limits.cleanup_interval_s <= 5
+    assert limits.connection_limit > 120 and limits.channel_timeout_s <= 15 and limits.cleanup_interval_s <= 5
 
 
 # ------------------------------------------------------------------ ports and the command line
@@ -383,3 +393,24 @@ def test_unix_socket_serving(content_dir, tmp_path):
         conn.close()
         assert inst.describe()["unix_socket"] == str(sock_path)
     assert not sock_path.exists()
+
+
+def test_an_unexpected_error_is_a_json_500_on_the_api_and_a_page_elsewhere(content_dir):
+    from pilot.portal.app import create_app
+    from pilot.portal.content import load_portal_content
+    from pilot.portal.credentials import CredentialVerifier
+
+    creds = Credentials.generate()
+    app = create_app(load_portal_content(content_dir), CredentialVerifier.for_credentials(creds), instance_id="x" * 16)
+
+    def broken():
+        raise RuntimeError("a bug")
+
+    app.add_url_rule("/api/broken", "api_broken", broken)
+    app.add_url_rule("/broken", "broken", broken)
+    client = app.test_client()
+    auth = basic_auth(creds.username, creds.password)
+    resp = client.get("/api/broken", headers=auth)
+    assert resp.status_code == 500 and resp.is_json and resp.get_json()["error"] and "a bug" not in resp.get_data(as_text=True)
+    resp = client.get("/broken", headers=auth)
+    assert resp.status_code == 500 and resp.mimetype == "text/html" and "a bug" not in resp.get_data(as_text=True)

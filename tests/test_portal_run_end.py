@@ -217,3 +217,43 @@ def test_portal_generate_refuses_a_scenario_without_a_portal():
         assert run.returncode == 1
         assert f"{without}/scenario.yml: uses_portal: is False, not true" in run.stderr
     assert not (paths.SCENARIOS_DIR / without / "portal").exists()
+
+
+@needs_portal
+def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_rerun(tmp_path, monkeypatch):
+    """Through the scheduler's run function, with the runner's own portal start (no starter passed)."""
+    import pilot.portal
+    from pilot import pipeline
+    from pilot.executors.base import CellSpec
+
+    real_start = pilot.portal.start_instance
+
+    def start_then_die(scenario_id, run_dir, **kw):
+        inst = real_start(scenario_id, run_dir, **kw)
+        _kill(inst)
+        return inst
+
+    monkeypatch.setattr(pilot.portal, "start_instance", start_then_die)
+    cell = CellSpec(run_id="r-0001", study="t", wave="pilot", scenario=PORTAL_SID, arm="A3", repeat=1, model="m",
+                    order_index=0, seed=5, cap_usd=6.0, wall_s=3600.0, reserve_usd=6.0)
+    outcome = pipeline.run_cell(cell, tmp_path / "attempt-1", "linux-1", "simulated", 5)
+    assert outcome.infra_error is not None and outcome.infra_error.startswith("portal_died:")
+    assert outcome.record["portal_fault"] is True and outcome.record["portal_requests"] == 0
+
+
+@needs_portal
+def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path):
+    """The scheduler keeps <run id>/attempt-N; the next attempt cleans a killed one's folder with the pair in its workspace."""
+    run = tmp_path / "r-0001"
+    killed = run / "attempt-1"
+    (killed / "workspace").mkdir(parents=True)
+    (killed / "record").mkdir()
+    creds = Credentials.generate()
+    creds.write_workspace_file(killed / "workspace", "http://127.0.0.1:1")
+    token = secret_forms(creds)[1]
+    (killed / "transcript.jsonl").write_text(json.dumps({"type": "user", "content": f"password {creds.password}"}) + "\n")
+    (killed / "record" / "stderr-0.log").write_text(f"Authorization: Basic {token}\n")
+    run_attempt(PORTAL_SID, "A3", backend="simulated", out_dir=run / "attempt-2", seed=5, evaluate=False)
+    assert REDACTED in (killed / "transcript.jsonl").read_text() and creds.password not in (killed / "transcript.jsonl").read_text()
+    assert token not in (killed / "record" / "stderr-0.log").read_text()
+    assert creds.password in (killed / "workspace" / "portal_credentials.json").read_text()  # the workspace is kept as it was

@@ -126,10 +126,11 @@ def test_missing_deliverable_is_shown_as_missing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "name, payload, reason",
     [
-        ("budget.xlsx", b"this is not a zip archive", "could not be opened as Excel workbook"),
-        ("memo.docx", b"PK\x03\x04 broken", "could not be opened as Word document"),
-        ("report.pdf", b"%PDF-1.4 garbage without objects", "could not be opened as PDF document"),
-        ("memo.docx", b"", "the file is empty"),
+        # Refused by the guarded reader the oracle uses, with the oracle's reason.
+        ("budget.xlsx", b"this is not a zip archive", "(refused: budget.xlsx is not a zip archive"),
+        ("memo.docx", b"PK\x03\x04 broken", "(refused: memo.docx is a corrupt or truncated zip archive"),
+        ("report.pdf", b"%PDF-1.4 garbage without objects", "(refused: report.pdf cannot be read (PdfStreamError"),
+        ("memo.docx", b"", "(refused: memo.docx is empty (0 bytes))"),
         ("chart.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 64, "cannot be shown as text"),
     ],
 )

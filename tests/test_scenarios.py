@@ -73,7 +73,8 @@ def test_every_criterion_kind_in_the_oracles_is_used_and_most_are_required():
     crits = [c for sid in IDS for c in load_scenario(sid).oracle.criteria]
     kinds = {c.kind for c in crits}
     assert kinds == {"present", "well_formed", "formulas", "no_error_values", "min_words", "sections", "completion_record",
-                     "labelled_value", "workbook_contains", "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value"}
+                     "labelled_value", "workbook_contains", "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value",
+                     "decision", "closed_scale"}
     assert any(not c.required for c in crits) and sum(c.required for c in crits) > 0.8 * len(crits)
 
 

@@ -233,6 +233,9 @@ def run_attempt(
     model = model or study["worker"]["model"]
     out_dir = Path(out_dir).resolve()
     _reset_run_dir(out_dir)
+    from pilot.portal.redaction import redact_abandoned_attempts
+
+    redact_abandoned_attempts(out_dir)  # an earlier attempt killed before it could redact its own folder
     transcript = out_dir / TRANSCRIPT
     transcript.touch()
     ws_root = out_dir / "workspace"
@@ -434,6 +437,8 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
         rec.D, rec.E, rec.E_reasons = bool(ev.D), bool(ev.E), list(ev.E_reasons)
         rec.criteria_passed, rec.criteria_total = int(ev.criteria_passed), int(ev.criteria_total)
         rec.criteria = [asdict(c) if hasattr(c, "__dataclass_fields__") else dict(c) for c in ev.criteria]
+        # The evaluator could not run in full (LibreOffice unavailable): said on the record, not charged to the worker silently.
+        rec.notes.extend(f"evaluation could not run in full: {e}" for e in getattr(ev, "errors", []))
     rec.harness_s = time.monotonic() - t_start
     _write(out_dir, rec)
     return rec

@@ -106,7 +106,7 @@ MESSAGE_KEYS = frozenset(
      "top_p", "top_k", "stop_sequences", "context_management", "output_config", "output_format"}
 )
 #: Keys of a messages body that count_tokens accepts (the rest would be refused).
-_COUNT_KEYS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers", "context_management")
+_COUNT_KEYS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "context_management", "output_config", "output_format")
 
 
 # --------------------------------------------------------------------------
@@ -389,6 +389,8 @@ class RunMeter:
     run_id: str
     cap_usd: Decimal
     model: str
+    #: The models this run may call (``model`` and any widened on purpose).
+    models: frozenset[str]
     token: str = field(repr=False)
     socket_path: Path
     base_url: str
@@ -454,7 +456,7 @@ class RunMeter:
             return row
 
     def record(self, row: dict) -> dict:
-        """Book an uncharged exchange (count_tokens, an upstream error)."""
+        """Book an exchange that costs nothing (a count_tokens call)."""
         with self._lock:
             row = self._write({**row, "metered_usd": str(self.metered_usd)})
             self.requests.append(row)
@@ -468,10 +470,6 @@ class RunMeter:
 
 def _error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-
-
-class _ClientGone(Exception):
-    """The agent closed its connection while an answer was being relayed."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -591,6 +589,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(model, str) or model not in proxy.prices.models:
             meter.refuse(f"no pinned price for model {model!r}", path="/v1/messages", model=model)
             return self._send_error(400, "invalid_request_error", f"model {model!r} has no pinned price in the study's price table")
+        if model not in meter.models:
+            meter.refuse(f"model {model!r} is not this run's ({sorted(meter.models)})", path="/v1/messages", model=model)
+            return self._send_error(400, "invalid_request_error", f"model {model!r} is not available to this run")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             meter.refuse("max_tokens missing or not a positive integer", path="/v1/messages", model=model)
             return self._send_error(400, "invalid_request_error", "max_tokens: must be a positive integer")
@@ -610,7 +611,7 @@ class _Handler(BaseHTTPRequestHandler):
         worst = price.worst_case(bound, max_tokens, one_hour)
         refusal = meter.reserve(worst)
         if refusal is not None and not meter.capped:
-            counted = proxy.count_tokens(body, self.headers)
+            counted = proxy.count_tokens(body, self.headers, urlsplit(self.path).query)
             if counted is None:
                 refusal += "; count_tokens could not tighten the bound"
             else:
@@ -861,15 +862,21 @@ class MeteringProxy:
 
     # -- runs -----------------------------------------------------------------
 
-    def open_run(self, run_id: str, cap_usd: Decimal, model: str) -> RunMeter:
-        """A new listener (Unix socket and loopback TCP) and token for one run."""
+    def open_run(self, run_id: str, cap_usd: Decimal, model: str, *, other_models: Iterable[str] = ()) -> RunMeter:
+        """A new listener (Unix socket and loopback TCP) and token for one run.
+
+        The run may call ``model`` only (the pinned CLI makes no side calls to
+        other models in print mode); ``other_models`` widens that on purpose.
+        """
         if not self._started:
             raise RuntimeError("start the proxy before opening a run")
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"run id must be a non-empty string, got {run_id!r}")
         if not isinstance(cap_usd, Decimal) or not cap_usd.is_finite() or cap_usd <= 0:
             raise ValueError(f"cap_usd must be a positive Decimal, got {cap_usd!r}")
-        self.prices.price(model)
+        models = frozenset({model, *other_models})
+        for m in models:
+            self.prices.price(m)
         assert self.socket_dir is not None
         name = record_folder_name(run_id)
         sock = self.socket_dir / f"{name}.sock"
@@ -887,7 +894,7 @@ class MeteringProxy:
             tcp = _TCPListener(("127.0.0.1", 0), _Handler)
             unix = _UnixListener(str(sock), _Handler)
             sock.chmod(0o600)
-            meter = RunMeter(run_id=run_id, cap_usd=cap_usd, model=model, token=f"pilot-run-{secrets.token_urlsafe(32)}",
+            meter = RunMeter(run_id=run_id, cap_usd=cap_usd, model=model, models=models, token=f"pilot-run-{secrets.token_urlsafe(32)}",
                              socket_path=sock, base_url=f"http://127.0.0.1:{tcp.server_address[1]}",
                              record_path=run_dir / USAGE_FILE_NAME)
             for server in (tcp, unix):
@@ -896,7 +903,7 @@ class MeteringProxy:
                 threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                                  name=f"model-proxy-{run_id}", daemon=True).start()
             self._runs[run_id] = meter
-        meter._write({"kind": "opened", "cap_usd": str(cap_usd), "model": model, "upstream": self.upstream_url})
+        meter._write({"kind": "opened", "cap_usd": str(cap_usd), "model": model, "models": sorted(models), "upstream": self.upstream_url})
         return meter
 
     def close_run(self, run_id: str) -> RunMeter:
@@ -962,8 +969,12 @@ class MeteringProxy:
                 old.close()
             self._pool.conn, self._pool.idle_since = conn, time.monotonic()
 
-    def count_tokens(self, body: dict, client_headers: Any) -> int | None:
-        """The upstream count of a messages request's input tokens; None when it cannot be had."""
+    def count_tokens(self, body: dict, client_headers: Any, query: str = "") -> int | None:
+        """The upstream count of a messages request's input tokens; None when it cannot be had.
+
+        Sent with the request's own betas and query (``?beta=true``), so that
+        the fields the betas add (context management, output config) are accepted.
+        """
         payload = json.dumps({k: body[k] for k in _COUNT_KEYS if k in body}).encode()
         headers = {"content-type": "application/json", "x-api-key": self._api_key, "accept-encoding": "identity",
                    "content-length": str(len(payload))}
@@ -974,7 +985,8 @@ class MeteringProxy:
         conn = self._connect()
         conn.timeout = COUNT_TIMEOUT_S
         try:
-            conn.request("POST", self._prefix + "/v1/messages/count_tokens", body=payload, headers=headers)
+            target = self._prefix + "/v1/messages/count_tokens" + (f"?{query}" if query else "")
+            conn.request("POST", target, body=payload, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
             if resp.status != 200:

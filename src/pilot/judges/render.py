@@ -8,8 +8,15 @@ paragraphs and tables in order (python-docx), a PDF's text page by page
 ``name.csv``, ``name.<sheet>.csv`` or ``name.md`` in place of a requested
 ``name.xlsx`` or ``name.docx``) is rendered under the requested name.
 
-Rendering is bounded (rows, columns, pages, characters per deliverable and in
-total) and never raises: a file that cannot be opened is shown as such. Each
+Every file is opened through the oracle's guarded reader
+(:mod:`pilot.oracles.admission`) before any library touches it: a link out
+of the workspace, a pipe, an oversized file, a zip bomb, an encrypted or
+macro-bearing archive, or a file that a time- and memory-limited child
+process cannot parse reaches the judges as "refused: <reason>", never its
+contents or its target; an admitted file is rendered from its resolved path
+inside the workspace. Rendering is bounded (rows, columns, pages, characters
+per deliverable and in total) and never raises: a file that cannot be
+opened is shown as such. Each
 rendered deliverable also carries a few observable features (presence,
 formulas, error values, words, headings, tables) that the simulated judge
 scores; the real judges read only the text.
@@ -26,6 +33,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from openpyxl.utils import get_column_letter
+
+from pilot.oracles import admission
 
 COMPLETION_RECORD = "completion_record.json"
 
@@ -279,16 +288,16 @@ def _render_pdf(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> 
                 return
 
 
+class _NotText(ValueError):
+    """A text file that the oracle would not read as text either."""
+
+
 def _read_text(path: Path, lim: RenderLimits) -> str:
-    data = path.read_bytes()[: lim.max_file_bytes]
-    if b"\x00" in data[:4096]:
-        raise ValueError("binary content, not text")
-    for enc in ("utf-8-sig", "cp1252"):
-        try:
-            return data.decode(enc)
-        except UnicodeDecodeError:
-            continue
-    return data.decode("utf-8", errors="replace")
+    # UTF-8 only, as the oracle reads text: the judges never see a file the oracle could not read.
+    text, reason = admission.read_text(admission.Admission(path.name, path, None))
+    if reason:
+        raise _NotText(reason)
+    return text[: lim.max_file_bytes]
 
 
 def _render_table(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, label: str | None = None) -> None:
@@ -373,13 +382,23 @@ def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg}".strip().rstrip(":")[:160]
 
 
+_ABS_PATH = re.compile(r"(?<![\w.])/[^\s'\")]+")
+
+
+def _refusal(adm: admission.Admission) -> str:
+    # A refusal names the file and the reason; an absolute path (a link's target) is not shown.
+    return _ABS_PATH.sub("<path>", adm.refusal)
+
+
 def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, label: str | None = None) -> str | None:
     """Render one file into ``budget``; return a reason when it cannot be rendered."""
     fmt = format_of(path)
+    adm = admission.admit(path, path.parent.parent)
+    if not adm.ok:
+        return _refusal(adm)
+    path = adm.path
     size = path.stat().st_size
     feats["bytes"] = feats.get("bytes", 0) + size
-    if size == 0:
-        return "the file is empty"
     if size > lim.max_file_bytes:
         return f"the file is too large to show ({size} bytes)"
     if fmt == "other":
@@ -391,6 +410,8 @@ def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, la
             if label is not None:
                 budget.add(f"Part '{label}'")
             _RENDERERS[fmt](path, budget, lim, feats)
+    except _NotText as exc:
+        return f"refused: {exc}"
     except Exception as exc:  # noqa: BLE001 - any failure to open is shown, never raised
         return f"the file could not be opened as {FORMAT_LABELS[fmt]} ({_short_error(exc)})"
     return None
@@ -400,19 +421,31 @@ def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, la
 
 
 def _listing(outputs_dir: Path) -> dict[str, Path]:
-    if not outputs_dir.is_dir():
+    """Every entry of outputs/, links, folders and special files included, so that a link, a folder
+    or a pipe under a requested name is found and refused rather than read or skipped."""
+    if outputs_dir.is_symlink() or not outputs_dir.is_dir():
         return {}
-    return {p.name.lower(): p for p in sorted(outputs_dir.iterdir()) if p.is_file() and not p.name.startswith(".")}
+    return {p.name.lower(): p for p in sorted(outputs_dir.iterdir()) if not p.name.startswith(".")}
+
+
+def _record(outputs_dir: Path) -> tuple[Any, str | None, admission.Admission]:
+    """The completion record as JSON, read through the guarded reader: (value, reason, admission)."""
+    adm = admission.admit(Path(outputs_dir) / COMPLETION_RECORD, Path(outputs_dir).parent, "completion_record")
+    text, reason = admission.read_text(adm)
+    if reason:
+        return None, reason, adm
+    try:
+        return json.loads(text), None, adm
+    except ValueError as exc:
+        return None, f"{COMPLETION_RECORD} is not valid JSON ({type(exc).__name__})", adm
 
 
 def _declared_substitutes(outputs_dir: Path) -> dict[str, list[str]]:
     """requested name (lower case) -> delivered names, from the completion record."""
-    rec_path = outputs_dir / COMPLETION_RECORD
-    try:
-        rec = json.loads(rec_path.read_text(encoding="utf-8"))
-        subs = rec.get("substitutions") or []
-    except (OSError, ValueError, AttributeError):
+    rec, reason, _ = _record(outputs_dir)
+    if reason or not isinstance(rec, dict):
         return {}
+    subs = rec.get("substitutions") or []
     out: dict[str, list[str]] = {}
     for s in subs if isinstance(subs, list) else []:
         if not isinstance(s, dict):
@@ -465,17 +498,19 @@ def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> Render
     budget = _Budget(max_chars)
     budget.add(f"### {COMPLETION_RECORD}")
     path = Path(outputs_dir) / COMPLETION_RECORD
-    feats: dict[str, Any] = {"present": path.is_file(), "substitute": False, "unreadable": False}
-    if not path.is_file():
+    present = path.is_symlink() or path.exists()
+    feats: dict[str, Any] = {"present": present, "substitute": False, "unreadable": False}
+    if not present:
         budget.add("(not delivered: no file of this name is in the package)")
         return RenderedDeliverable(COMPLETION_RECORD, [], "missing", "none", budget.text(), feats)
-    try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(rec, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
+    rec, reason, adm = _record(Path(outputs_dir))
+    if not adm.ok:
         feats["unreadable"] = True
-        budget.add(f"(this file cannot be shown: it is not a valid JSON object ({type(exc).__name__}))")
+        budget.add(f"(this file cannot be shown: {_refusal(adm)})")
+        return RenderedDeliverable(COMPLETION_RECORD, [path.name], "unreadable", "text", budget.text(), feats)
+    if reason or not isinstance(rec, dict):
+        feats["unreadable"] = True
+        budget.add(f"(this file cannot be shown: it is not a valid JSON object ({reason or 'another JSON value'}))")
         return RenderedDeliverable(COMPLETION_RECORD, [path.name], "unreadable", "text", budget.text(), feats)
     budget.add(f"status: {rec.get('status', '(not stated)')}")
     files = rec.get("deliverables")
@@ -532,7 +567,7 @@ def render_deliverable(requested: str, outputs_dir: Path, limits: RenderLimits |
         reason = _render_file(p, budget, lim, feats, label)
         if reason:
             problems.append(reason)
-            budget.add(f"(this file cannot be shown: {reason})")
+            budget.add(f"({reason})" if reason.startswith("refused: ") else f"(this file cannot be shown: {reason})")
     if problems and len(problems) == len(files):
         status = "unreadable"
         feats["unreadable"] = True

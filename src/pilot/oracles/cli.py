@@ -8,9 +8,22 @@ from pathlib import Path
 
 from pilot.protocol import ProtocolError
 
+#: ``pilot check`` exit statuses: what happened is never confused with how the deliverable fared.
+EXIT_ACCEPTED = 0
+EXIT_FAILED = 1  # a required criterion failed
+EXIT_CRITICAL = 3  # a critical violation (inputs/ changed)
+EXIT_EVALUATION_ERROR = 4  # the evaluation itself could not run (2 stays argparse's usage error)
+EXIT_BY_OUTCOME = {"accepted": EXIT_ACCEPTED, "failed": EXIT_FAILED, "critical_violation": EXIT_CRITICAL, "evaluation_error": EXIT_EVALUATION_ERROR}
+
+CHECK_EPILOG = """exit status: 0 accepted (D=1); 1 a required criterion failed; 3 critical violation
+(inputs/ changed, E=1); 4 the evaluation itself could not run (unknown scenario, missing
+workspace, unreadable input hashes, LibreOffice unavailable); 2 usage error.
+With --json the verdict is always printed as JSON, errors included."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    c = subparsers.add_parser("check", help="run a scenario's oracle on a finished workspace")
+    c = subparsers.add_parser("check", help="run a scenario's oracle on a finished workspace", epilog=CHECK_EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("scenario", help="scenario ID, e.g. ACC-01")
     c.add_argument("workspace", type=Path, help="workspace folder holding inputs/ and outputs/")
     c.add_argument("--json", action="store_true", help="print the evaluation as JSON")
@@ -22,6 +35,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_selfcheck)
 
 
+def _evaluation_error(args: argparse.Namespace, message: str) -> int:
+    if args.json:
+        print(json.dumps({"scenario": args.scenario, "workspace": str(args.workspace), "outcome": "evaluation_error",
+                          "D": None, "E": None, "errors": [message]}, indent=2))
+    else:
+        print(f"error: {message}")
+    return EXIT_EVALUATION_ERROR
+
+
 def _check(args: argparse.Namespace) -> int:
     from pilot.oracles.evaluate import evaluate
     from pilot.scenarios.bundle import load_scenario
@@ -29,19 +51,21 @@ def _check(args: argparse.Namespace) -> int:
     try:
         sc = load_scenario(args.scenario)
     except ProtocolError as exc:
-        print(f"error: {exc}")
-        return 2
+        return _evaluation_error(args, str(exc))
     if not args.workspace.is_dir():
-        print(f"error: {args.workspace}: no such workspace folder")
-        return 2
+        return _evaluation_error(args, f"{args.workspace}: no such workspace folder")
     hashes = None
     if args.input_hashes:
         try:
             hashes = json.loads(args.input_hashes.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            print(f"error: {args.input_hashes}: cannot read the input hashes ({exc})")
-            return 2
-    ev = evaluate(sc, args.workspace, hashes)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return _evaluation_error(args, f"{args.input_hashes}: cannot read the input hashes ({exc})")
+        if not isinstance(hashes, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()):
+            return _evaluation_error(args, f"{args.input_hashes}: the input hashes must be a JSON object of path -> hash strings")
+    try:
+        ev = evaluate(sc, args.workspace, hashes)
+    except Exception as exc:  # noqa: BLE001 - the evaluator's own failure is an evaluation error, not a verdict
+        return _evaluation_error(args, f"the evaluation failed ({type(exc).__name__}: {exc})")
     if args.json:
         print(json.dumps(ev.to_dict(), indent=2))
     else:
@@ -54,8 +78,10 @@ def _check(args: argparse.Namespace) -> int:
             print(f"  text substitute for {d}: {', '.join(subs)}")
         for r in ev.E_reasons:
             print(f"  CRITICAL  {r}")
-        print(f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} ({ev.seconds:.1f} s)")
-    return 0 if ev.D else 1
+        for r in ev.errors:
+            print(f"  EVALUATION ERROR  {r}")
+        print(f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} ({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}")
+    return EXIT_BY_OUTCOME[ev.outcome]
 
 
 def _selfcheck(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pilot.oracles import guard, readers, safety
+from pilot.oracles import admission, guard, readers, safety
 from pilot.oracles.recalc import Recalculator
 from pilot.scenarios.bundle import Deliverable, Scenario
 
@@ -60,6 +60,12 @@ class WorkspaceContext:
         self.recalculator = recalculator
         self.guard_limits: dict[str, float] = dict(guard_limits or {})
         self._memo: dict[tuple, Any] = {}
+        #: Why the evaluation itself could not run (not the deliverable's fault), in order.
+        self.errors: list[str] = []
+
+    def _error(self, message: str) -> None:
+        if message not in self.errors:
+            self.errors.append(message)
 
     def _cached(self, key: tuple, fn):
         if key not in self._memo:
@@ -102,12 +108,7 @@ class WorkspaceContext:
             st = self.status(name)
             if not st.ok:
                 return st.reason
-            kind = self.deliverable(name).kind
-            if kind in ("xlsx", "docx"):
-                return safety.screen_ooxml(st.path, "." + kind)
-            if kind == "pdf":
-                return safety.screen_pdf(st.path)
-            return None
+            return admission.screen_format(st.path, self.deliverable(name).kind)
 
         return self._cached(("screened", name), compute)
 
@@ -186,10 +187,12 @@ class WorkspaceContext:
             if reason:
                 return None, reason
             if self.recalculator is None:
+                self._error("no recalculator: workbook values cannot be checked without LibreOffice")
                 return None, "no recalculator available: values cannot be trusted without recalculation"
             try:
                 res = self.recalculator.recalculate([self.status(name).path])[self.status(name).path]
-            except Exception as exc:  # noqa: BLE001 - LibreOffice missing or broken
+            except Exception as exc:  # noqa: BLE001 - LibreOffice missing or broken: the evaluation could not run
+                self._error(f"LibreOffice could not recalculate ({exc})")
                 return None, f"{name}: recalculation failed ({exc})"
             if res.error:
                 return None, f"{name}: {res.error}"
@@ -199,6 +202,19 @@ class WorkspaceContext:
             return wb, None
 
         return self._cached(("recalc", name), compute)
+
+    def external_links(self, name: str) -> list[str]:
+        """The external-link parts (links to other workbooks) of an admitted workbook."""
+
+        def compute() -> list[str]:
+            if self.guarded(name) is not None:
+                return []
+            import zipfile
+
+            with zipfile.ZipFile(self.status(name).path) as zf:
+                return sorted(n for n in zf.namelist() if n.lower().startswith("xl/externallinks/") and n.lower().endswith(".xml"))
+
+        return self._cached(("links", name), compute)
 
     def lines(self, name: str):
         def compute():

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from decimal import Decimal
 from typing import Callable
 
 import jsonschema
 
 from pilot import paths
+from pilot.oracles import amounts
+from pilot.oracles.amounts import exact, show
 from pilot.oracles.context import WorkspaceContext, cells_of, find_substitutes
-from pilot.oracles.readers import is_error_value, is_formula, numbers_in, parse_number, word_count
+from pilot.oracles.decisions import read_decision
+from pilot.oracles.readers import is_error_value, is_formula, numbers_in, word_count
 from pilot.scenarios.bundle import COMPLETION_RECORD, Criterion
 
 Outcome = tuple[bool, str]
-
-
-def _fmt(v: float) -> str:
-    return f"{v:,.4f}".rstrip("0").rstrip(".") if abs(v) < 100 else f"{v:,.2f}"
 
 
 def check_present(ctx: WorkspaceContext, c: Criterion) -> Outcome:
@@ -66,6 +67,10 @@ def check_formulas(ctx: WorkspaceContext, c: Criterion) -> Outcome:
 
 
 def check_no_error_values(ctx: WorkspaceContext, c: Criterion) -> Outcome:
+    links = ctx.external_links(c.file)
+    if links:
+        return False, (f"{c.file} links to other workbooks ({', '.join(links[:3])}): the values taken from them are cached copies "
+                       "that cannot be recalculated or verified here")
     wb, reason = ctx.recalculated(c.file)
     if reason:
         return False, reason
@@ -76,62 +81,128 @@ def check_no_error_values(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     return True, f"no error values in {c.file} after recalculation"
 
 
-def _row_value(ws, label_cell, column_pat: str | None):
-    cells = cells_of(ws)
+# A label cell may carry a sign word before the label ("Less: outstanding cheques") and a qualifier after it
+# ("Total unit cost (CAD)", "Balance per bank statement, 31 Oct 2026"); nothing else.
+_LABEL_HEAD = r"(?:(?:add|less|plus|minus)\s*:?\s*)?"
+_LABEL_TAIL = r"(?:\s*[,(\[:\u2013\u2014-].*|\s+(?:at|as at|as of|for|on|in)\b.*)?"
+
+
+def normalise_label(text: str) -> str:
+    """A label cell as compared: Unicode-normalised, case-folded, whitespace collapsed, no trailing colon."""
+    t = " ".join(unicodedata.normalize("NFKC", text).split()).casefold()
+    return t.rstrip(":").strip()
+
+
+def label_pattern(label: str) -> "re.Pattern[str]":
+    """The criterion's label as a whole-cell pattern (anchors written in the oracle file are redundant)."""
+    core = re.sub(r"^\^?(?:\\s\*)?", "", label)
+    core = re.sub(r"(?:\\s\*)?\$?$", "", core)
+    return re.compile(_LABEL_HEAD + "(?:" + core + ")" + _LABEL_TAIL, re.I)
+
+
+def label_cells(ws, label: str) -> list:
+    """Every cell of ``ws`` whose whole (normalised) text is the label."""
+    rx = label_pattern(label)
+    return [cell for cell in cells_of(ws) if isinstance(cell.value, str) and not cell.value.startswith("=")
+            and rx.fullmatch(normalise_label(cell.value))]
+
+
+def _stored(ws, row: int, col: int):
+    store = getattr(ws, "_cells", None)
+    return store.get((row, col)) if store is not None else ws.cell(row, col)
+
+
+def _value_cell(ws, label_cell, column_pat: str | None):
+    """(cell, None) holding the line's value, or (None, reason).
+
+    Without a column, the value is the first non-empty cell to the right of
+    the label (the brief's "label in one cell and the value in the cell to
+    its right"); with one, the cell of the label's row under the nearest
+    header above it that matches the column pattern.
+    """
     row = label_cell.row
     if column_pat:
         rx = re.compile(column_pat, re.I)
         header_col = None
-        for cell in reversed(cells):
+        for cell in reversed(cells_of(ws)):
             if cell.row < row and isinstance(cell.value, (str, int)) and not isinstance(cell.value, bool) and rx.search(str(cell.value)):
                 header_col = cell.column
                 break
         if header_col is None:
             return None, f"no column headed /{column_pat}/ above {ws.title}!{label_cell.coordinate}"
-        target = ws._cells.get((row, header_col)) if hasattr(ws, "_cells") else ws.cell(row, header_col)
-        val = parse_number(target.value) if target is not None else None
-        if val is None:
-            coord = f"{ws.title}!{target.coordinate}" if target is not None else f"row {row}"
-            return None, f"{coord} (under /{column_pat}/) holds no number"
-        return (val, target), None
-    for cell in cells:
-        if cell.row == row and cell.column > label_cell.column:
-            val = parse_number(cell.value)
-            if val is not None:
-                return (val, cell), None
-    return None, f"no number to the right of the label at {ws.title}!{label_cell.coordinate}"
+        target = _stored(ws, row, header_col)
+        if target is None or target.value is None or (isinstance(target.value, str) and not target.value.strip()):
+            return None, f"{ws.title}!{label_cell.coordinate.rstrip('0123456789')}{row} row has nothing under /{column_pat}/"
+        return target, None
+    for cell in sorted((c for c in cells_of(ws) if c.row == row and c.column > label_cell.column), key=lambda c: c.column):
+        if cell.value is None or (isinstance(cell.value, str) and not cell.value.strip()):
+            continue
+        return cell, None
+    return None, f"nothing to the right of the label at {ws.title}!{label_cell.coordinate}"
+
+
+def _numeric(cell) -> tuple[Decimal | None, str | None]:
+    """A value cell as an exact number, or the reason it is not one (text that reads as a number is named)."""
+    if amounts.stored_as_text(cell.value):
+        return None, f"holds {cell.value!r} stored as text, not a number"
+    val = amounts.cell_decimal(cell.value)
+    if val is None:
+        return None, f"holds {cell.value!r}, not a number"
+    return val, None
+
+
+def _recalculated_sheets(ctx: WorkspaceContext, c: Criterion):
+    """The criterion's sheets of the recalculated workbook, or (None, reason)."""
+    wb, reason = ctx.recalculated(c.file)
+    if reason:
+        return None, reason
+    return _sheets(wb, c)
 
 
 def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
-    wb, reason = ctx.recalculated(c.file)
+    """The value on the line whose whole label cell is the criterion's label, compared exactly.
+
+    When several cells carry the label, every one that has a value must
+    agree; the reason names the cells read.
+    """
+    sheets, reason = _recalculated_sheets(ctx, c)
     if reason:
         return False, reason
-    sheets, reason = _sheets(wb, c)
-    if reason:
-        return False, reason
-    rx = re.compile(c.get("label"), re.I)
-    expected, tol = float(c.get("expected")), float(c.get("tolerance"))
-    first_problem = None
+    expected, tol = exact(c.get("expected")), exact(c.get("tolerance"))
+    read: list[tuple[str, str, Decimal]] = []
+    problems: list[str] = []
     for ws in sheets:
-        for cell in cells_of(ws):
-            if isinstance(cell.value, str) and rx.search(cell.value):
-                found, problem = _row_value(ws, cell, c.get("column"))
-                if found is None:
-                    first_problem = first_problem or problem
-                    continue
-                val, vcell = found
-                if c.get("absolute"):
-                    val = abs(val)
-                ok = abs(val - expected) <= tol
-                if not ok and c.get("also_accept_percent"):
-                    ok = abs(val - 100 * expected) <= 100 * tol or abs(val / 100 - expected) <= tol
-                where = f"{ws.title}!{vcell.coordinate}"
-                if ok:
-                    return True, f"{where} ({cell.value.strip()!r}) = {_fmt(val)}, expected {_fmt(expected)} ± {_fmt(tol)}"
-                return False, f"{where} ({cell.value.strip()!r}) = {_fmt(val)}; expected {_fmt(expected)} ± {_fmt(tol)}"
-    if first_problem:
-        return False, f"{c.file}: label /{c.get('label')}/ found but {first_problem}"
-    return False, f"{c.file}: no cell labelled /{c.get('label')}/ (after recalculation)"
+        for cell in label_cells(ws, c.get("label")):
+            vcell, problem = _value_cell(ws, cell, c.get("column"))
+            if vcell is None:
+                problems.append(problem)
+                continue
+            val, problem = _numeric(vcell)
+            if val is None:
+                problems.append(f"{ws.title}!{vcell.coordinate} ({cell.value.strip()!r}) {problem}")
+                continue
+            read.append((f"{ws.title}!{vcell.coordinate}", cell.value.strip(), val))
+    if not read:
+        if problems:
+            return False, f"{c.file}: label /{c.get('label')}/ found but " + "; ".join(problems[:3])
+        return False, f"{c.file}: no cell labelled /{c.get('label')}/ (whole cell; after recalculation)"
+    stated = [p for p in problems if "stored as text" in p]
+    if stated:
+        return False, f"{c.file}: " + "; ".join(stated[:3])
+
+    def ok(val: Decimal) -> bool:
+        v = abs(val) if c.get("absolute") else val
+        if amounts.within(v, expected, tol):
+            return True
+        return bool(c.get("also_accept_percent")) and (amounts.within(v, 100 * expected, 100 * tol) or amounts.within(v / 100, expected, tol))
+
+    values = {v for _, _, v in read}
+    where = ", ".join(f"{w} ({lab!r}) = {show(v)}" for w, lab, v in read)
+    if len(read) > 1 and not all(ok(v) for v in values) and len(values) > 1:
+        return False, f"{c.file}: the label /{c.get('label')}/ appears {len(read)} times with different values: {where}; expected {show(expected)} ± {show(tol)}"
+    if all(ok(v) for _, _, v in read):
+        return True, f"{where}, expected {show(expected)} ± {show(tol)}" + (f" ({len(read)} cells read, all agree)" if len(read) > 1 else "")
+    return False, f"{where}; expected {show(expected)} ± {show(tol)}"
 
 
 def _mentions(c: Criterion, text: str) -> Outcome:
@@ -199,19 +270,20 @@ def check_text_number(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     if reason:
         return False, reason
     text = _flat(text)
-    expected, tol = float(c.get("expected")), float(c.get("tolerance"))
+    expected, tol = exact(c.get("expected")), exact(c.get("tolerance"))
     nums = numbers_in(text)
     near = c.get("near")
     if near:
         spans = [m.span() for m in re.finditer(near, text, re.I)]
         if not spans:
-            return False, f"{c.file} never mentions /{near}/, near which {_fmt(expected)} should be stated"
+            return False, f"{c.file} never mentions /{near}/, near which {show(expected)} should be stated"
         nums = [n for n in nums if any(s - 200 <= n[2] <= e + 200 for s, e in spans)]
-    for val, tok, _ in nums:
-        if abs(val - expected) <= tol:
-            return True, f"{c.file} states {tok} (expected {_fmt(expected)} ± {_fmt(tol)})"
+    for _, tok, _ in nums:
+        val = amounts.text_decimal(tok)
+        if val is not None and amounts.within(val, expected, tol):
+            return True, f"{c.file} states {tok} (expected {show(expected)} ± {show(tol)})"
     ctxt = f" near /{near}/" if near else ""
-    return False, f"{c.file} never states {_fmt(expected)} ± {_fmt(tol)}{ctxt}"
+    return False, f"{c.file} never states {show(expected)} ± {show(tol)}{ctxt}"
 
 
 def _col(header: list[str], name: str) -> int | None:
@@ -230,14 +302,23 @@ def check_csv_columns(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     return True, f"{c.file} has the columns {', '.join(c.get('columns'))}"
 
 
-def check_csv_keys(ctx: WorkspaceContext, c: Criterion) -> Outcome:
+def _csv_column(ctx: WorkspaceContext, c: Criterion, column: str):
+    """((rows, index of ``column``), None) for the criterion's CSV, or (None, reason)."""
     table, reason = ctx.csv(c.file)
     if reason:
-        return False, reason
+        return None, reason
     header, rows = table
-    i = _col(header, c.get("key"))
+    i = _col(header, column)
     if i is None:
-        return False, f"{c.file} has no column {c.get('key')!r}"
+        return None, f"{c.file} has no column {column!r}"
+    return (rows, i), None
+
+
+def check_csv_keys(ctx: WorkspaceContext, c: Criterion) -> Outcome:
+    found, reason = _csv_column(ctx, c, c.get("key"))
+    if reason:
+        return False, reason
+    rows, i = found
     cells = [r[i].strip() for r in rows]
     want = list(c.get("expected"))
     missing = [k for k in want if not any(key_token(k).search(v) for v in cells)]
@@ -263,16 +344,111 @@ def check_csv_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     ki, vi = _col(header, c.get("key")), _col(header, c.get("column"))
     if ki is None or vi is None:
         return False, f"{c.file} lacks column {c.get('key') if ki is None else c.get('column')!r}"
-    expected, tol = float(c.get("expected")), float(c.get("tolerance"))
+    expected, tol = exact(c.get("expected")), exact(c.get("tolerance"))
     for n, r in enumerate(rows, start=2):
         if r[ki].strip().lower() == c.get("key_value").lower():
-            val = parse_number(r[vi])
+            val = amounts.text_decimal(r[vi])
             if val is None:
                 return False, f"{c.file} row {n}: {c.get('column')} = {r[vi]!r} is not a number"
-            if abs(val - expected) <= tol:
-                return True, f"{c.file} row {n}: {c.get('column')} = {r[vi]} (expected {_fmt(expected)} ± {_fmt(tol)})"
-            return False, f"{c.file} row {n} ({c.get('key_value')}): {c.get('column')} = {r[vi]}; expected {_fmt(expected)} ± {_fmt(tol)}"
+            if amounts.within(val, expected, tol):
+                return True, f"{c.file} row {n}: {c.get('column')} = {r[vi]} (expected {show(expected)} ± {show(tol)})"
+            return False, f"{c.file} row {n} ({c.get('key_value')}): {c.get('column')} = {r[vi]}; expected {show(expected)} ± {show(tol)}"
     return False, f"{c.file} has no row with {c.get('key')} = {c.get('key_value')}"
+
+
+def _key_rows(c: Criterion, header: list[str], rows: list[list[str]]):
+    """(line number, row) of the CSV rows whose key column names the criterion's key value as a whole token."""
+    ki = _col(header, c.get("key"))
+    tok = key_token(c.get("key_value"))
+    return [(n, r) for n, r in enumerate(rows, start=2) if tok.search(r[ki])] if ki is not None else None
+
+
+def section_text(lines: list[str], section: str, sections: tuple[str, ...]) -> str | None:
+    """The text under the heading ``section`` up to the next required heading, or None when there is no such heading."""
+    start = next((i for i, line in enumerate(lines) if _heading_matches(line, section)), None)
+    if start is None:
+        return None
+    others = [s for s in sections if s.lower() != section.lower()]
+    end = next((j for j in range(start + 1, len(lines)) if any(_heading_matches(lines[j], s) for s in others)), len(lines))
+    return "\n".join(lines[start + 1:end])
+
+
+def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[str, str, bool]] | None, str | None]:
+    """Where the decision is stated: (place, text, whole_cell) for each, or a reason."""
+    kind = ctx.deliverable(c.file).kind
+    if kind in ("docx", "pdf"):
+        lines, reason = ctx.lines(c.file)
+        if reason:
+            return None, reason
+        text = section_text(lines, c.get("section"), ctx.deliverable(c.file).required_sections)
+        if text is None:
+            return None, f"{c.file} has no section {c.get('section')!r}, where the brief asks for the decision"
+        return [(f"section {c.get('section')!r}", text, False)], None
+    if kind == "xlsx":
+        sheets, reason = _recalculated_sheets(ctx, c)
+        if reason:
+            return None, reason
+        places = []
+        for ws in sheets:
+            for cell in label_cells(ws, c.get("label")):
+                vcell, _ = _value_cell(ws, cell, None)
+                if vcell is not None and isinstance(vcell.value, str):
+                    places.append((f"{ws.title}!{vcell.coordinate} ({cell.value.strip()!r})", vcell.value, True))
+        if not places:
+            return None, f"{c.file}: no cell labelled /{c.get('label')}/ with a stated choice to its right"
+        return places, None
+    table, reason = ctx.csv(c.file)
+    if reason:
+        return None, reason
+    header, rows = table
+    vi = _col(header, c.get("column"))
+    found = _key_rows(c, header, rows)
+    if found is None or vi is None:
+        return None, f"{c.file} lacks column {c.get('key') if found is None else c.get('column')!r}"
+    if not found:
+        return None, f"{c.file} has no row with {c.get('key')} = {c.get('key_value')}"
+    return [(f"{c.file} row {n} ({c.get('key')} {r[_col(header, c.get('key'))].strip()!r}), {c.get('column')}", r[vi], True) for n, r in found], None
+
+
+def check_decision(ctx: WorkspaceContext, c: Criterion) -> Outcome:
+    """The decision the deliverable states where the brief asks for it, compared with the planted one."""
+    places, reason = _decision_places(ctx, c)
+    if reason:
+        return False, reason
+    options = dict(c.get("options"))
+    want = c.get("expected")
+    problems, read = [], []
+    for where, text, whole in places:
+        d = read_decision(text, options, whole_cell=whole)
+        verdict = d.verdict(list(options))
+        if verdict is None:
+            if not d.chosen and not d.rejected:
+                problems.append(f"{where} states no choice among {', '.join(options)}")
+            else:
+                problems.append(f"{where} does not decide one option (chosen: {', '.join(dict.fromkeys(d.chosen)) or 'none'}; "
+                                f"rejected: {', '.join(dict.fromkeys(d.rejected)) or 'none'})")
+        elif verdict != want:
+            quote = f": {d.clauses[0]!r}" if d.clauses else ""
+            problems.append(f"{where} decides {verdict}, not {want}{quote}")
+        else:
+            read.append(where)
+    if problems:
+        return False, f"{c.file}: " + "; ".join(problems[:3])
+    return True, f"{c.file}: {', '.join(read)} decides {want}"
+
+
+def check_closed_scale(ctx: WorkspaceContext, c: Criterion) -> Outcome:
+    """Every value of a CSV column is one of the brief's scale (case and spacing aside)."""
+    found, reason = _csv_column(ctx, c, c.get("column"))
+    if reason:
+        return False, reason
+    rows, vi = found
+    allowed = {normalise_label(v): v for v in c.get("values")}
+    bad = [f"row {n}: {r[vi].strip()!r}" for n, r in enumerate(rows, start=2) if normalise_label(r[vi]) not in allowed]
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        return False, f"{c.file} column {c.get('column')!r} goes outside the brief's scale ({', '.join(c.get('values'))}): {'; '.join(bad[:5])}{more}"
+    return True, f"{c.file} column {c.get('column')!r} uses only {', '.join(c.get('values'))}"
 
 
 _SCHEMA_CACHE: dict = {}
@@ -300,7 +476,9 @@ def check_completion_record(ctx: WorkspaceContext, c: Criterion) -> Outcome:
             problems.append(f"lists {name}, which is not in outputs/")
     declared = {s["delivered"] for s in record["substitutions"]}
     for s in record["substitutions"]:
-        if not (outputs / s["delivered"]).is_file():
+        if "/" in s["delivered"] or "\\" in s["delivered"]:
+            problems.append(f"declares the substitute {s['delivered']}, a path rather than a file name in outputs/")
+        elif not (outputs / s["delivered"]).is_file():
             problems.append(f"declares the substitute {s['delivered']}, which is not in outputs/")
     for d in ctx.scenario.file_deliverables:
         if (outputs / d.name).exists():
@@ -331,4 +509,6 @@ CHECKS: dict[str, Callable[[WorkspaceContext, Criterion], Outcome]] = {
     "csv_columns": check_csv_columns,
     "csv_keys": check_csv_keys,
     "csv_value": check_csv_value,
+    "decision": check_decision,
+    "closed_scale": check_closed_scale,
 }

@@ -8,6 +8,13 @@ already reports the cause, so one defect is reported once, where it is.
 
 ``evaluate_many`` recalculates the workbooks of many workspaces in one
 LibreOffice process before judging each one.
+
+Nothing a worker leaves in the workspace makes ``evaluate`` raise: a file it
+cannot read fails a criterion with the reason, and a tree under ``inputs/``
+it cannot walk (too deep, unreadable, a pipe) is a critical violation. What
+the worker cannot cause (LibreOffice missing, the evaluator's own failure)
+is recorded in ``errors``: the evaluation itself could not run, which is
+neither a failed deliverable nor an infrastructure error of the run.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from pilot.scenarios.bundle import Scenario
 # Kinds that need the file to be a well-formed file of its kind first.
 _NEEDS_WELL_FORMED = {
     "formulas", "no_error_values", "min_words", "sections", "labelled_value", "workbook_contains",
-    "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value",
+    "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value", "decision", "closed_scale",
 }
 
 
@@ -57,6 +64,16 @@ class Evaluation:
     criteria: list[CriterionResult]
     seconds: float = 0.0
     substitutes: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        """``accepted``, ``failed``, ``critical_violation`` or ``evaluation_error``."""
+        if self.errors:
+            return "evaluation_error"
+        if self.E:
+            return "critical_violation"
+        return "accepted" if self.D else "failed"
 
     @property
     def criteria_passed(self) -> int:
@@ -86,6 +103,8 @@ class Evaluation:
             "criteria_total": self.criteria_total,
             "criteria": [asdict(c) for c in self.criteria],
             "substitutes": self.substitutes,
+            "outcome": self.outcome,
+            "errors": list(self.errors),
             "seconds": round(self.seconds, 3),
         }
 
@@ -101,10 +120,15 @@ def default_recalculator() -> Recalculator:
     return _DEFAULT["r"]
 
 
-def _blocker(scenario: Scenario, crit, ctx: WorkspaceContext, results: dict[str, CriterionResult]) -> CriterionResult | None:
+#: The oracle's form checks: presence, well-formedness, formulas, error values, length, sections and the
+#: completion record. They hold no answer, and the A4 self-check's verdict includes them.
+FORM_KINDS = ("present", "well_formed", "formulas", "no_error_values", "min_words", "sections", "completion_record")
+
+
+def _blocker(criteria, crit, results: dict[str, CriterionResult]) -> CriterionResult | None:
     if crit.kind == "present":
         return None
-    for other in scenario.oracle.criteria:
+    for other in criteria:
         if other.file != crit.file or other.id == crit.id or other.id not in results:
             continue
         if other.kind == "present" and not results[other.id].passed:
@@ -133,35 +157,63 @@ def evaluate(
     workspace = Path(workspace)
     recalculator = recalculator if recalculator is not None else default_recalculator()
     ctx = WorkspaceContext(scenario, workspace, recalculator, guard_limits)
-    # All office files of the workspace through one guarded child process.
-    guard.probe_cached(ctx.guard_candidates(), **ctx.guard_limits)
-    before = input_hashes if input_hashes is not None else hash_inputs(scenario.inputs_dir)
-    inputs = workspace / "inputs"
-    if inputs.is_symlink() or (inputs.exists() and not inputs.resolve().is_relative_to(workspace.resolve())):
-        e_reasons = ["inputs/ was replaced by a link"]
-    elif not inputs.is_dir():
-        e_reasons = ["inputs/ folder deleted"] + compare_hashes(before, {})
-    else:
-        e_reasons = compare_hashes(before, hash_inputs(inputs))
+    errors: list[str] = []
+    try:
+        # All office files of the workspace through one guarded child process.
+        guard.probe_cached(ctx.guard_candidates(), **ctx.guard_limits)
+    except OSError as exc:  # the guard child could not be started: not the worker's doing
+        errors.append(f"the guarded reader could not start ({exc})")
+    e_reasons = _input_violations(scenario, workspace, input_hashes)
+    criteria = run_criteria(scenario.oracle.criteria, ctx)
+    substitutes = {d.name: [p.name for p in ctx.status(d.name).substitutes] for d in scenario.file_deliverables if ctx.status(d.name).substitutes}
+    errors.extend(ctx.errors)
+    E = bool(e_reasons)
+    D = all(c.passed for c in criteria if c.required) and not E and not errors
+    return Evaluation(scenario.id, str(workspace), D, E, e_reasons, criteria, time.perf_counter() - t0, substitutes, errors)
+
+
+def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
+    """Every criterion on one workspace context, in the given order; a blocked one names its blocker."""
     # Present and well-formed criteria first, so the others know their blockers.
-    order = sorted(scenario.oracle.criteria, key=lambda c: {"present": 0, "well_formed": 1}.get(c.kind, 2))
+    order = sorted(criteria, key=lambda c: {"present": 0, "well_formed": 1}.get(c.kind, 2))
     results: dict[str, CriterionResult] = {}
     for crit in order:
-        blocker = _blocker(scenario, crit, ctx, results)
+        blocker = _blocker(criteria, crit, results)
         if blocker is not None:
             res = CriterionResult(crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id)
         else:
             try:
                 passed, reason = CHECKS[crit.kind](ctx, crit)
             except Exception as exc:  # noqa: BLE001 - a crash on a hostile file is a failed criterion
-                passed, reason = False, f"{crit.file}: the check could not read the file ({type(exc).__name__}: {exc})"
+                passed, reason = False, f"{crit.file}: the check could not read the file ({type(exc).__name__}: {str(exc)[:200]})"
             res = CriterionResult(crit.id, crit.kind, crit.required, bool(passed), reason, crit.file)
         results[crit.id] = res
-    criteria = [results[c.id] for c in scenario.oracle.criteria]
-    substitutes = {d.name: [p.name for p in ctx.status(d.name).substitutes] for d in scenario.file_deliverables if ctx.status(d.name).substitutes}
-    E = bool(e_reasons)
-    D = all(c.passed for c in criteria if c.required) and not E
-    return Evaluation(scenario.id, str(workspace), D, E, e_reasons, criteria, time.perf_counter() - t0, substitutes)
+    return [results[c.id] for c in criteria]
+
+
+def evaluate_form(
+    scenario: Scenario, workspace: Path, *, recalculator: Recalculator | None = None, guard_limits: dict | None = None,
+) -> tuple[list[CriterionResult], list[str]]:
+    """The oracle's form checks alone (no answer is consulted): (results, evaluation errors)."""
+    ctx = WorkspaceContext(scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits)
+    results = run_criteria([c for c in scenario.oracle.criteria if c.kind in FORM_KINDS], ctx)
+    return results, list(ctx.errors)
+
+
+def _input_violations(scenario: Scenario, workspace: Path, input_hashes: dict[str, str] | None) -> list[str]:
+    """The input-hash check; whatever the worker did to ``inputs/`` is a reason here, never an exception."""
+    before = input_hashes if input_hashes is not None else hash_inputs(scenario.inputs_dir)
+    inputs = workspace / "inputs"
+    try:
+        if inputs.is_symlink() or (inputs.exists() and not inputs.resolve().is_relative_to(workspace.resolve())):
+            return ["inputs/ was replaced by a link"]
+        if inputs.exists() and not inputs.is_dir():
+            return ["inputs/ was replaced by something that is not a folder"] + compare_hashes(before, {})
+        if not inputs.is_dir():
+            return ["inputs/ folder deleted"] + compare_hashes(before, {})
+        return compare_hashes(before, hash_inputs(inputs))
+    except (OSError, RecursionError, ValueError) as exc:
+        return [f"inputs/ cannot be read as laid out ({type(exc).__name__}: {str(exc)[:200]})"]
 
 
 def workbooks_to_recalculate(scenario: Scenario, workspace: Path) -> list[Path]:

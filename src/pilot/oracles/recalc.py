@@ -26,19 +26,14 @@ from pathlib import Path
 from typing import Iterable
 
 from pilot.oracles.hashing import file_digest
+from pilot.oracles.selfcheck_tool import RECALC_PROFILE_XCU
 
 BATCH_BASE_TIMEOUT_S = 60.0
 BATCH_PER_FILE_TIMEOUT_S = 8.0
 SINGLE_TIMEOUT_S = 45.0
 
-_PROFILE_XCU = """<?xml version="1.0" encoding="UTF-8"?>
-<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
-<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop></item>
-<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="ODFRecalcMode" oor:op="fuse"><value>0</value></prop></item>
-<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="MacroSecurityLevel" oor:op="fuse"><value>3</value></prop></item>
-<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="DisableMacrosExecution" oor:op="fuse"><value>true</value></prop></item>
-</oor:items>
-"""
+# One profile for the oracle and the A4 self-check: recalculate on load always, never run a macro.
+_PROFILE_XCU = RECALC_PROFILE_XCU
 
 
 class RecalcUnavailable(RuntimeError):

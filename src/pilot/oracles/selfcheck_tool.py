@@ -5,12 +5,16 @@ Run it from the workspace folder:
 
     python selfcheck.py
 
-It checks presence and well-formedness only: every file the brief asks for
-exists in outputs/ and is not empty, office files are valid archives, a
-workbook that must contain formulas does and shows no error values,
-documents reach their minimum length, and outputs/completion_record.json is
-valid. It knows nothing about the right answers: a pass does not mean the
-work is correct. Exit status 0 when every check passes, 1 otherwise.
+It checks presence and well-formedness only, the way the final check does:
+every file the brief asks for exists in outputs/ and is not empty, office
+files are valid archives, a workbook that must contain formulas does, no
+workbook shows error values after recalculation or takes values from
+another workbook, documents reach their minimum length (words counted per
+paragraph) and have the required headings, and
+outputs/completion_record.json is valid (plain file names of files in
+outputs/, every substitute declared). It knows nothing about the right
+answers: a pass does not mean the work is correct. Exit status 0 when every
+check passes, 1 otherwise.
 
 This program is self-contained (Python standard library; pypdf is used for
 PDF text when it is installed, LibreOffice to recalculate a workbook that
@@ -44,7 +48,20 @@ STATUSES = ("completed", "partial", "abandoned")
 MAIN_PART = {"xlsx": "xl/workbook.xml", "docx": "word/document.xml"}
 NS_MAIN = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 NS_WORD = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
-WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'.,%$-]*")
+# LibreOffice settings for the recalculation: recalculate on load always (a cached value may be
+# stale), never run a macro. The final check uses the same profile.
+RECALC_PROFILE_XCU = """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="ODFRecalcMode" oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="MacroSecurityLevel" oor:op="fuse"><value>3</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="DisableMacrosExecution" oor:op="fuse"><value>true</value></prop></item>
+</oor:items>
+"""
+
+WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\u2019.,%$-]*")
+TEXT_SUBSTITUTES = {"xlsx": (".csv",), "docx": (".md", ".txt"), "pdf": (".md", ".txt")}
+NUMBERING = re.compile(r"^\s*(?:#+\s*)?(?:[*_]+)?\s*(?:(?:\d+(?:\.\d+)*|[A-Z]|[ivxIVX]+)[.)]\s+)?")
 
 
 class Report:
@@ -124,6 +141,9 @@ def recalculated_copy(path: Path, tmp: Path) -> Path | None:
     soffice = shutil.which("soffice") or shutil.which("libreoffice")
     if not soffice:
         return None
+    user = tmp / "profile" / "user"
+    user.mkdir(parents=True, exist_ok=True)
+    (user / "registrymodifications.xcu").write_text(RECALC_PROFILE_XCU, encoding="utf-8")
     profile = (tmp / "profile").resolve().as_uri()
     try:
         subprocess.run(
@@ -136,32 +156,44 @@ def recalculated_copy(path: Path, tmp: Path) -> Path | None:
     return out if out.is_file() else None
 
 
+def external_links(zf: zipfile.ZipFile) -> list[str]:
+    return sorted(n for n in zf.namelist() if n.lower().startswith("xl/externallinks/") and n.lower().endswith(".xml"))
+
+
 def check_workbook(path: Path, d: dict, rep: Report) -> None:
     zf, problem = open_archive(path, "xlsx")
     if problem:
         rep.fail(f"{d['name']} {problem}")
         return
     rep.ok(f"{d['name']} is a valid workbook archive")
-    if not d.get("requires_formulas"):
-        return
     try:
         cells = list(sheet_cells(zf))
     except ET.ParseError as exc:
         rep.fail(f"{d['name']}: a worksheet is not valid XML ({exc})")
         return
     formulas = [c for c in cells if c[2]]
-    if not formulas:
-        rep.fail(f"{d['name']} contains no formulas; the brief asks for a working workbook with formulas")
+    if d.get("requires_formulas"):
+        need = int(d.get("min_formulas") or 1)
+        if len(formulas) < need:
+            found = "contains no formulas" if not formulas else f"contains only {len(formulas)} formula cells"
+            rep.fail(f"{d['name']} {found}; the brief asks for a working workbook with formulas (at least {need} required)")
+            return
+        rep.ok(f"{d['name']} contains {len(formulas)} formula cells")
+    links = external_links(zf)
+    if links:
+        rep.fail(f"{d['name']} links to other workbooks ({', '.join(links[:3])}): values taken from them are cached copies that cannot be recalculated")
         return
-    rep.ok(f"{d['name']} contains {len(formulas)} formula cells")
-    if any(c[4] is None for c in formulas):
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = recalculated_copy(path, Path(tmp))
-            if copy is None:
-                rep.warn(f"{d['name']}: formulas have no cached values and LibreOffice is not available to recalculate; error values not checked")
-                return
+    # Cached values may be stale: recalculate whenever LibreOffice is here, as the final check always does.
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = recalculated_copy(path, Path(tmp)) if formulas else None
+        if copy is not None:
             cells = list(sheet_cells(zipfile.ZipFile(copy)))
             rep.ok(f"{d['name']} recalculated with LibreOffice for the error check")
+        elif formulas and any(c[4] is None for c in formulas):
+            rep.warn(f"{d['name']}: formulas have no cached values and LibreOffice is not available to recalculate; error values not checked")
+            return
+        elif formulas:
+            rep.warn(f"{d['name']}: LibreOffice is not available; error values checked on the cached values, which may be stale")
     errors = [f"{Path(c[0]).stem}!{c[1]} = {c[4]}" for c in cells if c[3] == "e"]
     if errors:
         rep.fail(f"{d['name']} shows error values: {'; '.join(errors[:5])}")
@@ -169,32 +201,70 @@ def check_workbook(path: Path, d: dict, rep: Report) -> None:
         rep.ok(f"{d['name']} shows no error values")
 
 
-def document_words(path: Path, kind: str) -> tuple[int | None, str | None]:
+def docx_paragraphs(zf: zipfile.ZipFile) -> list[str]:
+    """Each paragraph's text as Word shows it: its runs joined without spaces (a word split over runs is one word)."""
+    out = []
+    with zf.open("word/document.xml") as fh:
+        for _, el in ET.iterparse(fh):
+            if el.tag != NS_WORD + "p":
+                continue
+            parts = []
+            for child in el:
+                runs = [child] if child.tag == NS_WORD + "r" else (list(child) if child.tag == NS_WORD + "hyperlink" else [])
+                for r in runs:
+                    if r.tag != NS_WORD + "r":
+                        continue
+                    for t in r:
+                        if t.tag == NS_WORD + "t":
+                            parts.append(t.text or "")
+                        elif t.tag in (NS_WORD + "tab", NS_WORD + "br", NS_WORD + "cr"):
+                            parts.append(" ")
+            out.append("".join(parts))
+    return out
+
+
+def document_lines(path: Path, kind: str) -> tuple[list[str] | None, str | None]:
+    """The lines of a document (paragraphs of a docx, text lines of a PDF), or the problem; (None, None) when pypdf is absent."""
     if kind == "docx":
         zf, problem = open_archive(path, "docx")
         if problem:
             return None, problem
         try:
-            with zf.open("word/document.xml") as fh:
-                texts = [el.text or "" for _, el in ET.iterparse(fh) if el.tag == NS_WORD + "t"]
+            return docx_paragraphs(zf), None
         except ET.ParseError as exc:
             return None, f"has a damaged document part ({exc})"
-        return len(WORD.findall(" ".join(texts))), None
     with open(path, "rb") as fh:
         if b"%PDF-" not in fh.read(1024):
             return None, "is not a PDF"
     try:
         from pypdf import PdfReader
     except ImportError:
-        return -1, None
+        return None, None
     try:
         reader = PdfReader(str(path), strict=False)
         if reader.is_encrypted:
             return None, "is an encrypted PDF"
-        text = " ".join((p.extract_text() or "") for p in reader.pages[:200])
+        lines = []
+        for p in reader.pages[:200]:
+            lines.extend((p.extract_text() or "").splitlines())
     except Exception as exc:  # noqa: BLE001
         return None, f"cannot be read as a PDF ({exc})"
-    return len(WORD.findall(text)), None
+    return lines, None
+
+
+def heading_matches(line: str, section: str) -> bool:
+    text = NUMBERING.sub("", line).strip().strip("*_:").strip().lower()
+    sec = section.lower()
+    return (text.startswith(sec) and len(text) <= len(sec) + 60) or (text.endswith(sec) and len(text) <= len(sec) + 30)
+
+
+def document_words(path: Path, kind: str) -> tuple[int | None, str | None]:
+    lines, problem = document_lines(path, kind)
+    if problem:
+        return None, problem
+    if lines is None:
+        return -1, None
+    return sum(len(WORD.findall(line)) for line in lines), None
 
 
 def check_document(path: Path, d: dict, rep: Report) -> None:
@@ -210,6 +280,14 @@ def check_document(path: Path, d: dict, rep: Report) -> None:
         rep.fail(f"{d['name']} has {words} words; at least {need} are required")
     else:
         rep.ok(f"{d['name']} is a valid document of {words} words (at least {need})")
+    sections = d.get("required_sections") or []
+    if sections:
+        lines, _ = document_lines(path, d["kind"])
+        missing = [sec for sec in sections if not any(heading_matches(line, sec) for line in lines or [])]
+        if missing:
+            rep.fail(f"{d['name']} lacks the required section(s): {', '.join(missing)}")
+        else:
+            rep.ok(f"{d['name']} has every required section")
 
 
 def check_csv(path: Path, d: dict, rep: Report) -> None:
@@ -239,37 +317,74 @@ def check_csv(path: Path, d: dict, rep: Report) -> None:
     rep.ok(f"{d['name']} is a valid CSV with {len(rows) - 1} rows")
 
 
-def check_record(path: Path, outputs: Path, rep: Report) -> None:
+def find_substitutes(outputs: Path, d: dict) -> list[str]:
+    exts = TEXT_SUBSTITUTES.get(d["kind"], ())
+    stem = Path(d["name"]).stem
+    return sorted(p.name for p in outputs.iterdir() if p.name != d["name"] and p.suffix.lower() in exts
+                  and (p.stem == stem or p.name.startswith(stem + ".")))
+
+
+def check_record(path: Path, outputs: Path, rep: Report, spec: dict | None = None) -> None:
+    """The completion record as the final check reads it: its schema, then what it says against outputs/."""
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
+        record = json.loads(path.read_bytes().decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         rep.fail(f"completion_record.json is not valid JSON ({exc})")
         return
     problems = []
     if not isinstance(record, dict):
-        problems.append("must be a JSON object")
+        rep.fail("completion_record.json must be a JSON object")
+        return
+    for key in ("status", "deliverables", "substitutions", "questions"):
+        if key not in record:
+            problems.append(f"lacks the field '{key}'")
+    extra = set(record) - {"status", "deliverables", "substitutions", "questions", "notes"}
+    if extra:
+        problems.append(f"has unknown field(s) {', '.join(sorted(extra))}")
+    if "status" in record and record["status"] not in STATUSES:
+        problems.append(f"status must be one of {', '.join(STATUSES)}")
+    names = record.get("deliverables", [])
+    if not isinstance(names, list) or not all(isinstance(x, str) and x for x in names):
+        problems.append("deliverables must be a list of file names")
+        names = []
     else:
-        for key in ("status", "deliverables", "substitutions", "questions"):
-            if key not in record:
-                problems.append(f"lacks the field '{key}'")
-        extra = set(record) - {"status", "deliverables", "substitutions", "questions", "notes"}
-        if extra:
-            problems.append(f"has unknown field(s) {', '.join(sorted(extra))}")
-        if "status" in record and record["status"] not in STATUSES:
-            problems.append(f"status must be one of {', '.join(STATUSES)}")
-        if not isinstance(record.get("deliverables", []), list) or not all(isinstance(x, str) and x for x in record.get("deliverables", [])):
-            problems.append("deliverables must be a list of file names")
-        else:
-            for name in record.get("deliverables", []):
-                if not (outputs / name).is_file():
-                    problems.append(f"lists {name}, which is not in outputs/")
-        subs = record.get("substitutions", [])
-        if not isinstance(subs, list) or not all(isinstance(s, dict) and {"requested", "delivered", "reason"} <= set(s) for s in subs):
-            problems.append("substitutions must be a list of {requested, delivered, reason}")
-        if not isinstance(record.get("questions", []), list) or not all(isinstance(q, str) for q in record.get("questions", [])):
-            problems.append("questions must be a list of strings")
-        if "notes" in record and not isinstance(record["notes"], str):
-            problems.append("notes must be a string")
+        bad = [x for x in names if "/" in x or "\\" in x]
+        if bad:
+            problems.append(f"deliverables must be plain file names in outputs/, not paths ({', '.join(bad[:3])})")
+        if len(set(names)) != len(names):
+            problems.append("deliverables lists a file twice")
+    subs = record.get("substitutions", [])
+    if not isinstance(subs, list) or not all(
+        isinstance(s, dict) and set(s) == {"requested", "delivered", "reason"} and all(isinstance(v, str) and v for v in s.values()) for s in subs
+    ):
+        problems.append("substitutions must be a list of {requested, delivered, reason}, each a non-empty string")
+        subs = []
+    questions = record.get("questions", [])
+    if not isinstance(questions, list) or not all(isinstance(q, str) and q for q in questions):
+        problems.append("questions must be a list of non-empty strings")
+    if "notes" in record and not isinstance(record["notes"], str):
+        problems.append("notes must be a string")
+    if problems:
+        rep.fail("completion_record.json " + "; ".join(problems))
+        return
+    for name in names:
+        if name != "completion_record.json" and not (outputs / name).is_file():
+            problems.append(f"lists {name}, which is not in outputs/")
+    declared = {s["delivered"] for s in subs}
+    for s in subs:
+        if "/" in s["delivered"] or "\\" in s["delivered"]:
+            problems.append(f"declares the substitute {s['delivered']}, a path rather than a file name in outputs/")
+        elif not (outputs / s["delivered"]).is_file():
+            problems.append(f"declares the substitute {s['delivered']}, which is not in outputs/")
+    for d in (spec or {}).get("deliverables", []):
+        if d["kind"] == "completion_record" or (outputs / d["name"]).exists():
+            continue
+        found = find_substitutes(outputs, d)
+        undeclared = [n for n in found if n not in declared]
+        if undeclared:
+            problems.append(f"does not declare the substitution of {', '.join(undeclared)} for {d['name']}")
+        if not found and record["status"] == "completed":
+            problems.append(f"says 'completed' but {d['name']} was not delivered")
     if problems:
         rep.fail("completion_record.json " + "; ".join(problems))
     else:
@@ -296,7 +411,7 @@ def run(workspace: Path, spec: dict) -> Report:
         elif kind == "csv":
             check_csv(path, d, rep)
         elif kind == "completion_record":
-            check_record(path, outputs, rep)
+            check_record(path, outputs, rep, spec)
     return rep
 
 

@@ -93,3 +93,29 @@ def redact_tree(root: Path, secrets: Iterable[str], *, skip: Iterable[str] = ())
             if redact_file(path, secrets):
                 changed.append(path)
     return changed
+
+
+def redact_abandoned_attempts(out_dir: Path) -> list[Path]:
+    """Redact the earlier attempts of this run that ended before their own redaction (a killed harness).
+
+    In the scheduler's layout (``<run id>/attempt-N``) each attempt keeps its
+    folder. An attempt killed mid-run never reached its end-of-run redaction,
+    but its workspace still holds the pair it was given, so the password is
+    known here and is taken out of the rest of that folder.
+    """
+    from pilot.portal.credentials import CREDENTIALS_FILENAME
+
+    out_dir = Path(out_dir).resolve()
+    if not out_dir.name.startswith("attempt-") or not out_dir.parent.is_dir():
+        return []
+    changed: list[Path] = []
+    for sibling in sorted(out_dir.parent.glob("attempt-*")):
+        creds_file = sibling / "workspace" / CREDENTIALS_FILENAME
+        if sibling == out_dir or not sibling.is_dir() or sibling.is_symlink() or not creds_file.is_file():
+            continue
+        try:
+            _, credentials = Credentials.read_workspace_file(creds_file)
+        except ValueError:
+            continue  # a file the worker broke: nothing to learn the secret from
+        changed += redact_tree(sibling, secret_forms(credentials), skip=("workspace",))
+    return changed

@@ -16,14 +16,18 @@ EXIT_SETUP = 5
 class ServerLimits:
     """waitress's limits, sized for one run's worker rather than waitress's public-site defaults.
 
-    An idle connection is closed after ``channel_timeout_s`` (checked every
-    ``cleanup_interval_s``), so a worker that leaves connections open cannot
-    hold the portal's ``connection_limit`` for long. A body is refused (413)
-    from its declared length, before it is read, above ``max_body_bytes``.
+    One worker opens a handful of connections at a time (a browser six), so
+    ``connection_limit`` leaves room for a script that forgets to close
+    hundreds; an idle connection costs a file descriptor, not a thread, and is
+    closed after ``channel_timeout_s`` (checked every ``cleanup_interval_s``),
+    so even a flood over the limit clears within seconds instead of waitress's
+    two minutes. A body is refused (413) from its declared length, before it
+    is read, above ``max_body_bytes``; ``threads`` serve requests, never wait
+    on a slow client (waitress buffers both ways).
     """
 
-    connection_limit: int = 32
-    channel_timeout_s: int = 15
+    connection_limit: int = 256
+    channel_timeout_s: int = 10
     cleanup_interval_s: int = 2
     max_body_bytes: int = 64 * 1024
     max_header_bytes: int = 16 * 1024

@@ -9,6 +9,7 @@ protocol gives it (A-006), so the two can never drift apart.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -58,6 +59,23 @@ CRITERION_PARAMS: dict[str, dict[str, dict]] = {
         "expected": {"type": "number"},
         "tolerance": {"type": "number", "minimum": 0},
     },
+    # A decision the brief asks for: the option chosen where the brief puts it (a document section,
+    # a labelled workbook line, or a CSV row's column), among options named by regex.
+    "decision": {
+        "expected": {"type": "string", "minLength": 1},
+        "options": {"type": "object", "minProperties": 2, "additionalProperties": {"type": "string", "minLength": 1}},
+        "section": {"type": "string", "minLength": 1},
+        "label": {"type": "string", "minLength": 1},
+        "sheet": {"type": "string"},
+        "key": {"type": "string"},
+        "key_value": {"type": "string"},
+        "column": {"type": "string"},
+    },
+    # A scale or vocabulary the brief fixes for a CSV column.
+    "closed_scale": {
+        "column": {"type": "string", "minLength": 1},
+        "values": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+    },
 }
 REQUIRED_PARAMS = {
     "labelled_value": ["label", "expected", "tolerance"],
@@ -67,7 +85,11 @@ REQUIRED_PARAMS = {
     "csv_columns": ["columns"],
     "csv_keys": ["key", "expected"],
     "csv_value": ["key", "key_value", "column", "expected", "tolerance"],
+    "decision": ["expected", "options"],
+    "closed_scale": ["column", "values"],
 }
+# Where a decision is read, by deliverable kind: the parameters that must be given.
+DECISION_PLACE = {"docx": ("section",), "pdf": ("section",), "xlsx": ("label",), "csv": ("key", "key_value", "column")}
 # Which deliverable kinds a criterion kind applies to.
 APPLIES_TO = {
     "formulas": {"xlsx"},
@@ -81,6 +103,8 @@ APPLIES_TO = {
     "csv_columns": {"csv"},
     "csv_keys": {"csv"},
     "csv_value": {"csv"},
+    "decision": {"docx", "pdf", "xlsx", "csv"},
+    "closed_scale": {"csv"},
     "completion_record": {"completion_record"},
 }
 
@@ -320,11 +344,29 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
             raise ProtocolError(path, f"{where}.kind", f"{deliv.name} states no min_words in scenario.yml")
         if kind == "sections" and not deliv.required_sections:
             raise ProtocolError(path, f"{where}.kind", f"{deliv.name} states no required_sections in scenario.yml")
+        if kind == "decision":
+            _check_decision(path, where, raw, deliv)
         out.append(Criterion(raw["id"], kind, bool(raw["required"]), raw["file"], params, raw.get("description", "")))
     for d in deliverables.values():
         if not any(c.kind == "present" and c.file == d.name for c in out):
             raise ProtocolError(path, "criteria", f"no presence criterion for deliverable {d.name}")
     return Oracle(path, tuple(out))
+
+
+def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> None:
+    """A decision names its place as the deliverable's kind requires, and its expected option is one of its options."""
+    for p in DECISION_PLACE[deliv.kind]:
+        if p not in raw:
+            raise ProtocolError(path, f"{where}.{p}", f"a decision in a {deliv.kind} deliverable needs {p!r} (where the brief puts it)")
+    if raw["expected"] not in raw["options"]:
+        raise ProtocolError(path, f"{where}.expected", f"{raw['expected']!r} is not one of the options {sorted(raw['options'])}")
+    if deliv.kind in ("docx", "pdf") and raw["section"].lower() not in [s.lower() for s in deliv.required_sections]:
+        raise ProtocolError(path, f"{where}.section", f"{raw['section']!r} is not a required section of {deliv.name} in scenario.yml")
+    for key, pat in raw["options"].items():
+        try:
+            re.compile(pat)
+        except re.error as exc:
+            raise ProtocolError(path, f"{where}.options.{key}", f"not a valid regular expression ({exc})") from None
 
 
 def _load_rubric(path: Path) -> Rubric:

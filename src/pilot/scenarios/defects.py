@@ -277,9 +277,16 @@ def replace_number(workspace: Path, name: str, expected: float, tolerance: float
     """Restate every figure within ``tolerance`` of ``expected`` as ``wrong``."""
     path = _out(workspace, name)
 
+    from pilot.oracles import amounts
+
+    def close(tok: str) -> bool:
+        # The oracle's own exact comparison, so every figure it would accept is restated.
+        val = amounts.text_decimal(tok)
+        return val is not None and amounts.within(val, amounts.exact(expected), amounts.exact(tolerance))
+
     def tr(lines: list[str]) -> list[str]:
         joined = "\n".join(lines)
-        tokens = sorted({tok for val, tok, _ in numbers_in(joined) if abs(val - expected) <= tolerance}, key=len, reverse=True)
+        tokens = sorted({tok for _, tok, _ in numbers_in(joined) if close(tok)}, key=len, reverse=True)
         for tok in tokens:
             decimals = len(tok.split(".")[1].rstrip("%)")) if "." in tok else 0
             new = f"{wrong:,.{decimals}f}" + ("%" if tok.endswith("%") else "")
@@ -302,8 +309,13 @@ def rename_section(workspace: Path, name: str, section: str, sections: tuple[str
     return f"removed the section heading {section!r} from {name}"
 
 
-def truncate_document(workspace: Path, name: str, keep: tuple[str, ...] = (), sections: tuple[str, ...] = ()) -> str:
-    """Keep only the headings and a one-line note quoting ``keep``: a thin document."""
+def truncate_document(
+    workspace: Path, name: str, keep: tuple[str, ...] = (), sections: tuple[str, ...] = (), keep_in: dict[str, tuple[str, ...]] | None = None,
+) -> str:
+    """Keep only the headings and a one-line note quoting ``keep``: a thin document.
+
+    ``keep_in`` maps a section to sentences kept under its own heading (a decision stays where the brief asks for it).
+    """
     from pilot.oracles.criteria import _heading_matches
 
     path = _out(workspace, name)
@@ -311,7 +323,12 @@ def truncate_document(workspace: Path, name: str, keep: tuple[str, ...] = (), se
     def tr(lines: list[str]) -> list[str]:
         snippets = list(keep)
         heads = [l for l in lines if any(_heading_matches(l, s) for s in sections)]
-        return (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
+        out = (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
+        for section, kept in (keep_in or {}).items():
+            at = next((i for i, l in enumerate(out) if _heading_matches(l, section)), None)
+            if at is not None:
+                out[at + 1:at + 1] = list(kept)
+        return out
 
     _rewrite_document(path, tr, sections)
     lines, _ = document_lines(path)
@@ -362,6 +379,106 @@ def change_csv_value(workspace: Path, name: str, key: str, key_value: str, colum
             r[vi] = f"{new:g}"
     write_csv(path, header, rows)
     return f"set {column} of {key_value} in {name} to {new:g}"
+
+
+def set_csv_cell(workspace: Path, name: str, key: str, key_value: str, column: str, new: str) -> str:
+    """Write ``new`` into ``column`` of the row(s) whose ``key`` names ``key_value`` as a whole token."""
+    from pilot.oracles.criteria import key_token
+
+    path = _out(workspace, name)
+    header, rows = _csv_table(path)
+    low = [h.strip().lower() for h in header]
+    ki, vi = low.index(key.lower()), low.index(column.lower())
+    hits = [r for r in rows if key_token(key_value).search(r[ki])]
+    if not hits:
+        raise DefectNotApplicable(f"{name}: no row with {key} = {key_value}")
+    for r in hits:
+        r[vi] = new
+    write_csv(path, header, rows)
+    return f"set {column} of {key_value} in {name} to {new!r}"
+
+
+def off_scale_value(workspace: Path, name: str, column: str, value: str = "Critical", avoid_keys: tuple[str, ...] = (), key: str | None = None) -> str:
+    """Rate one row outside the brief's scale (the last row not checked by another criterion)."""
+    from pilot.oracles.criteria import key_token
+
+    path = _out(workspace, name)
+    header, rows = _csv_table(path)
+    low = [h.strip().lower() for h in header]
+    vi = low.index(column.lower())
+    ki = low.index(key.lower()) if key and key.lower() in low else None
+    for r in reversed(rows):
+        if ki is not None and any(key_token(k).search(r[ki]) for k in avoid_keys):
+            continue
+        old, r[vi] = r[vi], value
+        write_csv(path, header, rows)
+        return f"rated a row of {name} {value!r} instead of {old!r} (outside the brief's scale)"
+    raise DefectNotApplicable(f"{name}: every row is checked by another criterion")
+
+
+def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
+    """State another decision where the brief asks for it, the right option still named elsewhere.
+
+    A labelled workbook line or a CSV cell gets another option; in a document
+    section, each clause that chooses the planted option chooses another
+    instead, and a clause that rejects the other option ("I do not recommend
+    approval") loses its negation.
+    """
+    from pilot.oracles.criteria import _heading_matches, _value_cell, label_cells
+    from pilot.oracles.decisions import DECISION_VERBS, NEGATORS, _WORD, compile_options, read_clause
+
+    options = dict(c.get("options"))
+    want = c.get("expected")
+    other = next(k for k in options if k != want)
+    kind = scenario.deliverable(c.file).kind
+    if kind == "csv":
+        return set_csv_cell(workspace, c.file, c.get("key"), c.get("key_value"), c.get("column"), other)
+    if kind == "xlsx":
+        path = _out(workspace, c.file)
+        wb = _load(path)
+        for ws in ([wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets):
+            for cell in label_cells(ws, c.get("label")):
+                vcell, _ = _value_cell(ws, cell, None)
+                if vcell is not None:
+                    vcell.value = other
+                    _save(wb, path)
+                    return f"set {ws.title}!{vcell.coordinate} ({cell.value!r}) in {c.file} to {other!r}"
+        raise DefectNotApplicable(f"{c.file}: no line labelled /{c.get('label')}/")
+    compiled = compile_options(options)
+    sections = scenario.deliverable(c.file).required_sections
+    changed = []
+
+    def flip(clause: str) -> str:
+        chosen, rejected = read_clause(clause, compiled)
+        if chosen == want:
+            changed.append(clause)
+            return compiled[want].sub(other, clause)
+        if rejected is not None and rejected != want:
+            verb = DECISION_VERBS.search(clause)
+            if verb is not None:
+                head = clause[: verb.start()]
+                words = _WORD.findall(head)
+                keep = [w for i, w in enumerate(words) if not (i >= len(words) - 4 and NEGATORS.fullmatch(w.strip(".,;:")))]
+                changed.append(clause)
+                return " ".join(keep) + (" " if keep else "") + clause[verb.start():]
+        return clause
+
+    def tr(lines: list[str]) -> list[str]:
+        out, inside = [], False
+        for line in lines:
+            if _heading_matches(line, c.get("section")):
+                inside = True
+            elif any(_heading_matches(line, s) for s in sections):
+                inside = False
+            elif inside:
+                line = " ".join(flip(part) for part in re.split(r"(?<=[.;])\s+", line))
+            out.append(line)
+        return out
+
+    _rewrite_document(_out(workspace, c.file), tr, sections)
+    if not changed:
+        raise DefectNotApplicable(f"{c.file}: the section {c.get('section')!r} states no decision to change")
+    return f"made the {c.get('section')!r} section of {c.file} decide {other} instead of {want} ({len(changed)} clause(s))"
 
 
 # --------------------------------------------------------------------------
@@ -467,6 +584,22 @@ def _snippets(scenario: Scenario, workspace: Path, file: str, skip: str) -> tupl
     return tuple(out)
 
 
+def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[str, tuple[str, ...]]:
+    """section -> the clauses that state the decisions the oracle reads there, kept when a document is thinned."""
+    from pilot.oracles.criteria import section_text
+    from pilot.oracles.decisions import read_decision
+
+    lines, reason = document_lines(_out(workspace, file))
+    if reason:
+        raise DefectNotApplicable(reason)
+    out: dict[str, tuple[str, ...]] = {}
+    for c in scenario.oracle.criteria:
+        if c.file == file and c.kind == "decision":
+            text = section_text(lines, c.get("section"), scenario.deliverable(file).required_sections) or ""
+            out[c.get("section")] = out.get(c.get("section"), ()) + tuple(read_decision(text, dict(c.get("options"))).clauses)
+    return out
+
+
 def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspace: Path, *, recalculator=None) -> str:
     """Apply the defect that makes ``criterion`` (and only it) fail on a gold workspace."""
     c = scenario.oracle.by_id(criterion) if isinstance(criterion, str) else criterion
@@ -490,7 +623,7 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
     if k == "workbook_contains":
         return remove_workbook_text(workspace, c.file, c.get("patterns")[0])
     if k == "min_words":
-        return truncate_document(workspace, c.file, _snippets(scenario, workspace, c.file, c.id), sections)
+        return truncate_document(workspace, c.file, _snippets(scenario, workspace, c.file, c.id), sections, _decision_clauses(scenario, workspace, c.file))
     if k == "sections":
         return rename_section(workspace, c.file, sections[0], sections)
     if k == "text_contains":
@@ -513,6 +646,12 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
         return change_csv_value(workspace, c.file, c.get("key"), c.get("key_value"), c.get("column"), _wrong(c.get("expected"), c.get("tolerance")))
     if k == "completion_record":
         return break_completion_record(workspace)
+    if k == "decision":
+        return wrong_decision(scenario, c, workspace)
+    if k == "closed_scale":
+        keys = tuple(o.get("key_value") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "decision" and o.get("key_value"))
+        key = next((o.get("key") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "decision" and o.get("key")), None)
+        return off_scale_value(workspace, c.file, c.get("column"), avoid_keys=keys, key=key)
     raise DefectNotApplicable(f"no defect for criterion kind {k}")
 
 

@@ -1,0 +1,202 @@
+"""The oracle reads decisions, labelled values and money the way a careful grader would.
+
+For every scenario the gold passes (``test_oracles``) and every criterion has a
+defect that fails it alone, decisions and closed scales included. Here: the
+named mutations a grader would try against a grader (a memo naming the right
+option while recommending another, a count row above an amount row, a number
+stored as text, one cent either side of an exact amount, a rating outside the
+brief's scale), and the harmless variants that must pass (extra files and
+folders, a PDF with a script, an archive entry nothing reads, number formats,
+sheet order, label case). All variants share one LibreOffice batch.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import zipfile
+from pathlib import Path
+
+import openpyxl
+import pytest
+
+from pilot.oracles import Recalculator, evaluate_many
+from pilot.oracles.recalc import soffice_binary
+from pilot.scenarios import build_gold_workspace, load_scenario
+from pilot.scenarios import defects
+from pilot.scenarios.officeio import normalize_zip
+
+pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+
+ACC_BOOK = "bank_reconciliation_2026-10.xlsx"
+MKT_BOOK = "campaign_performance_q3.xlsx"
+PROC_BOOK = "bid_evaluation.xlsx"
+
+
+def _edit_book(ws: Path, name: str, edit) -> None:
+    path = ws / "outputs" / name
+    wb = openpyxl.load_workbook(path)
+    edit(wb)
+    wb.save(path)
+    normalize_zip(path)
+
+
+def _set(sheet: str, coord: str, value):
+    def edit(wb):
+        wb[sheet][coord] = value
+    return edit
+
+
+def _reword(name: str, old: str, new: str):
+    """Replace one sentence of a document (wrapped lines allowed); the rest stays as it is."""
+    import re
+
+    def mutate(ws: Path) -> None:
+        def tr(lines):
+            joined = "\n".join(lines)
+            pattern = re.escape(old).replace(r"\ ", r"\s+")
+            assert re.search(pattern, joined), f"{old!r} not in {name}"
+            return re.sub(pattern, new, joined).split("\n")
+
+        sid = next(k for k, v in SCENARIO_OF.items() if v == name)
+        defects._rewrite_document(ws / "outputs" / name, tr, load_scenario(sid).deliverable(name).required_sections)
+    return mutate
+
+
+SCENARIO_OF = {"PROC-01": "award_recommendation.pdf", "BANK-01": "credit_memo.pdf"}
+PROC_CHOICE = "I recommend awarding the contract to Northwind Fasteners"
+BANK_CHOICE = "I do not recommend approval of the request as structured"
+
+
+def _count_row_above(wb):
+    ws = wb["Reconciliation"]
+    ws["D1"], ws["E1"] = "Number of outstanding cheques", 3
+
+
+def _same_label_twice(value):
+    def edit(wb):
+        ws = wb["Reconciliation"]
+        ws["D5"], ws["E5"] = "Outstanding cheques:", value
+    return edit
+
+
+def _thousands_and_order(wb):
+    ws = wb["Reconciliation"]
+    for row in ws.iter_rows():
+        for cell in row:
+            cell.number_format = "#,##0.00"
+    wb.move_sheet("Reconciliation", offset=len(wb.sheetnames) - 1)
+    ws["A3"] = ws["A3"].value.upper()
+
+
+def _unread_archive_entry(ws: Path) -> None:
+    path = ws / "outputs" / ACC_BOOK
+    src = zipfile.ZipFile(path)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            z.writestr(info, src.read(info))
+        z.writestr("customXml/notes-for-nobody.txt", "an entry no reader extracts")
+    path.write_bytes(buf.getvalue())
+
+
+def _extras(ws: Path) -> None:
+    out = ws / "outputs"
+    (out / "scratch" / "deeper").mkdir(parents=True)
+    (out / "scratch" / "deeper" / "calc.py").write_text("print('working file')\n")
+    (out / "README.txt").write_text("Working notes, not a deliverable.\n")
+    shutil.copyfile(out / ACC_BOOK, out / "bank_reconciliation_2026-10 (draft).xlsx")
+
+
+def _pdf_with_script(ws: Path) -> None:
+    from pypdf import PdfWriter
+    from pypdf.actions import JavaScript
+
+    path = ws / "outputs" / "award_recommendation.pdf"
+    w = PdfWriter(clone_from=str(path))
+    w.add_open_action(JavaScript("app.alert('opened');"))
+    with open(path, "wb") as fh:
+        w.write(fh)
+
+
+# name -> (scenario, mutation, criterion, passes?, words its reason must contain)
+VARIANTS = {
+    # Labelled values: a whole label cell, several cells must agree, money in exact decimal cents.
+    "count_row_above_amount_row": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _count_row_above), "recon_outstanding_cheques", True, "Reconciliation!B5"),
+    "same_label_twice_agreeing": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _same_label_twice(6233.40)), "recon_outstanding_cheques", True, "all agree"),
+    "same_label_twice_disagreeing": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _same_label_twice(6200)), "recon_outstanding_cheques", False, "appears 2 times with different values"),
+    "balance_stored_as_text": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _set("Reconciliation", "B3", "176906.93")), "recon_bank_balance", False, "stored as text"),
+    # The balance feeds the adjusted balance and the difference, which fail with it (KNOCK_ON).
+    "one_cent_below_to_the_cent": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _set("Reconciliation", "B3", 176906.92)), "recon_bank_balance", False, "176,906.92; expected 176,906.93 ± 0"),
+    "one_cent_above_to_the_cent": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _set("Reconciliation", "B3", 176906.94)), "recon_bank_balance", False, "176,906.94; expected 176,906.93 ± 0"),
+    "one_cent_below_within_a_cent": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "B9", 162810.43)), "book_total_spend", True, "162,810.43"),
+    "one_cent_above_within_a_cent": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "B9", 162810.45)), "book_total_spend", True, "162,810.45"),
+    "two_cents_below_within_a_cent": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "B9", 162810.42)), "book_total_spend", False, "expected 162,810.44 ± 0.01"),
+    "two_cents_above_within_a_cent": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "B9", 162810.46)), "book_total_spend", False, "expected 162,810.44 ± 0.01"),
+    # Decisions: read where the brief asks for them.
+    "workbook_recommends_other_supplier": ("PROC-01", lambda ws: _edit_book(ws, PROC_BOOK, _set("Evaluation", "B8", "Ridgeway Manufacturing")), "eval_recommends_winner", False, "Evaluation!B8 ('Recommended supplier') decides Ridgeway, not Northwind"),
+    "workbook_negates_the_winner": ("PROC-01", lambda ws: _edit_book(ws, PROC_BOOK, _set("Evaluation", "B8", "Not Northwind")), "eval_recommends_winner", False, "Evaluation!B8"),
+    "memo_names_winner_recommends_other": ("PROC-01", _reword("award_recommendation.pdf", PROC_CHOICE,
+        "Northwind Fasteners scored highest, yet I recommend awarding the contract to Ridgeway Manufacturing"),
+        "award_recommends_winner", False, "section 'Recommendation' does not decide one option (chosen: Ridgeway"),
+    "memo_negates_the_winner": ("PROC-01", _reword("award_recommendation.pdf", PROC_CHOICE, "I do not recommend awarding the contract to Northwind Fasteners"),
+        "award_recommends_winner", False, "section 'Recommendation' does not decide one option"),
+    "memo_recommends_winner_in_other_words": ("PROC-01", _reword("award_recommendation.pdf", PROC_CHOICE,
+        "The contract should go to Northwind Fasteners rather than Ridgeway Manufacturing"),
+        "award_recommends_winner", True, "decides Northwind"),
+    "credit_memo_approves_though_declining": ("BANK-01", _reword("credit_memo.pdf", BANK_CHOICE,
+        "I recommend approval of the request as structured although earnings have been declining"),
+        "memo_declines_request", False, "decides approve, not decline"),
+    "credit_memo_declines_plainly": ("BANK-01", _reword("credit_memo.pdf", BANK_CHOICE, "The request as structured should be declined"),
+        "memo_declines_request", True, "decides decline"),
+    # Closed scales.
+    "risk_rated_critical": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Critical"), "log_risk_scale", False, "'Critical'"),
+    "risk_rated_severe": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Severe"), "log_risk_scale", False, "'Severe'"),
+    "risk_rated_lower_case": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "medium"), "log_risk_scale", True, "uses only High, Medium, Low"),
+    "high_risk_rated_medium": ("LEGAL-01", lambda ws: defects.set_csv_cell(ws, "issues_log.csv", "clause", "9.4", "risk_rating", "Medium"), "log_rates_data_residency_high", False, "decides Medium, not High"),
+    # Harmless by design (protocol/interpretations.md): these pass.
+    "extra_files_and_folders": ("ACC-01", _extras, None, True, ""),
+    "number_formats_sheet_order_label_case": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _thousands_and_order), None, True, ""),
+    "archive_entry_nothing_reads": ("ACC-01", _unread_archive_entry, None, True, ""),
+    "pdf_with_a_script": ("PROC-01", _pdf_with_script, None, True, ""),
+}
+
+
+#: Criteria that fail with a variant's own because the changed figure feeds them.
+KNOCK_ON = {
+    "balance_stored_as_text": {"recon_adjusted_bank", "recon_difference_nil"},
+    "one_cent_below_to_the_cent": {"recon_adjusted_bank", "recon_difference_nil"},
+    "one_cent_above_to_the_cent": {"recon_adjusted_bank", "recon_difference_nil"},
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mutations")
+    golds: dict[str, Path] = {}
+    items, names = [], []
+    for name, (sid, mutate, _, _, _) in VARIANTS.items():
+        if sid not in golds:
+            golds[sid] = build_gold_workspace(sid, root / sid / "gold")
+        ws = defects.copy_workspace(golds[sid], root / sid / name)
+        mutate(ws)
+        items.append((load_scenario(sid), ws, None))
+        names.append(name)
+    with Recalculator(root / "recalc") as r:
+        evaluations = evaluate_many(items, recalculator=r)
+    return dict(zip(names, evaluations))
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_is_judged_as_designed(verdicts, name):
+    sid, _, cid, passes, words = VARIANTS[name]
+    ev = verdicts[name]
+    failed = [(c.id, c.reason) for c in ev.failed]
+    if cid is None:
+        assert ev.D and not failed, failed
+        return
+    by = {c.id: c for c in ev.criteria}
+    assert by[cid].passed is passes, by[cid].reason
+    assert words in by[cid].reason, by[cid].reason
+    # The mutation touches its criterion alone: everything else stays as the gold had it.
+    assert [i for i, _ in failed if i != cid and i not in KNOCK_ON.get(name, ())] == [], failed
