@@ -78,27 +78,27 @@ $(STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/syst
 	$(PILOT) stage pilot $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p fresh $(FRESH)
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/stage-scale-rule: $(STAMPS)/stage-pilot notebooks/02_scale_rule.py
+$(STAMPS)/stage-scale-rule: $(STAMPS)/stage-pilot notebooks/02_scale_rule.py $(REPORT_SRC)
 	$(PILOT) stage scale-rule $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p run_waves true
 	@mkdir -p $(STAMPS) && touch $@
 
 # The run table the statistics stages read: by default the study's export.
-# RUNS=path/to/runs.csv analyses another table; RUNS= (empty) a SIMULATED synthetic one.
+# RUNS=path/to/runs.csv analyses another table; RUNS=synthetic a SIMULATED synthetic one.
 RUNS ?= analysis/data/$(STUDY)/runs.csv
-RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(STAMPS)/stage-scale-rule,$(RUNS))
+RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(STAMPS)/stage-scale-rule,$(filter-out synthetic,$(RUNS)))
 STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) analysis/config/synthetic_runtable.yml
 
 $(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/dry_run.py protocol/study.yml $(RUNS_DEP)
-	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p runs "$(RUNS)"
+	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
-	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p runs "$(RUNS)"
+	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
-# Coverage and size of the primary inference over 1,000 SIMULATED studies (about two minutes).
+# Coverage and size of the primary inference over 1,000 SIMULATED studies (about two minutes, with a progress bar).
 $(STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml
-	$(BIN)/python analysis/calibration.py --quiet --tables-dir $(TABLES) --generated-dir $(GENERATED)
+	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED)
 	@mkdir -p $(STAMPS) && touch $@
 
 STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power $(STAMPS)/stage-pilot $(STAMPS)/stage-scale-rule
@@ -110,9 +110,11 @@ stages: $(STAGE_STAMPS) ## run every stage whose inputs changed (cached by make)
 # ---------------------------------------------------------------- manuscript
 MANUSCRIPT_SRC := manuscript/main.tex $(wildcard manuscript/sections/*.tex) manuscript/references.bib
 
+# The LaTeX log goes under manuscript/build/ (untracked), never beside the sources.
 manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_SRC)
-	cd manuscript && latexmk -pdf -interaction=nonstopmode -halt-on-error -outdir=build main.tex >build.log 2>&1 \
-	  || { tail -40 build.log; exit 1; }
+	@mkdir -p manuscript/build
+	cd manuscript && latexmk -pdf -interaction=nonstopmode -halt-on-error -outdir=build main.tex >build/latexmk.log 2>&1 \
+	  || { tail -40 build/latexmk.log; exit 1; }
 	@echo "wrote $@"
 
 manuscript: manuscript/build/main.pdf ## run the whole pipeline on the embedded default and write manuscript/build/main.pdf
@@ -124,12 +126,17 @@ test: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAM
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
+# Served from the repository root (the stages resolve their paths from there
+# anyway); root may run it, as it runs the build. The lab extra is installed
+# only when JupyterLab is missing from the environment.
+LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+LAB_ARGS ?=
 lab: $(VENV)/.installed ## open the stage notebooks in JupyterLab for interactive review
-	$(BIN)/python -m pip install -q -e '.[lab]'
-	$(BIN)/jupyter lab notebooks/
+	@$(BIN)/python -c 'import jupyterlab' 2>/dev/null || $(BIN)/python -m pip install -q -e '.[lab]'
+	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ARGS)
 
 clean: ## remove built outputs (never protocol/ or collected data under analysis/data/)
-	rm -rf build manuscript/build manuscript/build.log
+	rm -rf build manuscript/build
 	find $(GENERATED) $(FIGURES) $(TABLES) -type f ! -name .gitkeep -delete
 
 .PHONY: help venv stages manuscript test bench lab clean

@@ -34,17 +34,18 @@ generated_dir: str = "manuscript/generated"  # folder for study_macros.tex
 
 # %%
 import shutil
-from pathlib import Path
 
 import pandas as pd
 
 from pilot import paths, protocol
+from pilot.report import sentences
+from pilot.report.inline import say
 from pilot.report.latex import write_macros
 from pilot.store import STORE_FILE, Store
 from pilot.study_cli import create_study, export_run_table, run_study_wave, status_table
 
 pd.set_option("display.width", 160)
-tables, generated = Path(tables_dir), Path(generated_dir)
+tables, generated = paths.from_root(tables_dir), paths.from_root(generated_dir)
 tables.mkdir(parents=True, exist_ok=True)
 simulated = backend == "simulated"
 label = "SIMULATED" if simulated else "real"
@@ -66,7 +67,7 @@ if fresh and (folder / STORE_FILE).exists():
         raise RuntimeError(f"refusing to delete study {study}: it holds attempts on {sorted(used)}")
     shutil.rmtree(folder)
 if not (folder / STORE_FILE).exists():
-    create_study(study, seed=seed, nodes_file=Path(nodes) if nodes else None).close()
+    create_study(study, seed=seed, nodes_file=paths.from_root(nodes) if nodes else None).close()
 with Store.open(folder) as store:
     info = store.study()
 print(f"seed {info.seed}; {len(info.scenarios)} scenarios: {', '.join(info.scenarios)}")
@@ -81,7 +82,7 @@ print(f"seed {info.seed}; {len(info.scenarios)} scenarios: {', '.join(info.scena
 
 # %%
 result = run_study_wave(study, wave="pilot", backend=backend, executor=executor,
-                        scheduler_address=scheduler_address or None, workers=workers or None, progress=False)
+                        scheduler_address=scheduler_address or None, workers=workers or None, progress=True)
 result.summary
 
 # %%
@@ -90,6 +91,7 @@ with Store.open(folder) as store:
     problems = store.audit()
 assert not problems, f"ledger audit failed: {problems}"
 status.assign(study=study, backend=backend).to_csv(tables / f"pilot_status_{study}.csv", index=False)
+say(sentences.status_sentence(status, protocol.study().envelope_usd, prefix="SIMULATED (dry run): " if simulated else ""))
 status
 
 # %% [markdown]
@@ -102,7 +104,10 @@ status
 # %%
 runs_path, runs = export_run_table(study, pilot_only=True)
 print(f"wrote {runs_path}: {len(runs)} rows")
-pilot_rows = runs[runs["wave"] == "pilot"]
+# Runs that failed on infrastructure have no outcomes: counted here, left out of every figure.
+failed_rows = runs[runs["status"] == "infra_error"]
+print(f"{len(failed_rows)} run(s) failed on infrastructure and have no outcome")
+pilot_rows = runs[(runs["wave"] == "pilot") & (runs["status"] != "infra_error")]
 totals = status[status["arm"] == "all"].iloc[0]
 write_macros(
     {
@@ -117,7 +122,12 @@ write_macros(
     digits=2,
     comment=f"Stage 01 on study {study} ({label}).",
 )
-pilot_rows.groupby("arm")[["D", "E", "Q", "S", "cost_usd", "wall_s"]].mean(numeric_only=True).round(3)
+by_arm = pilot_rows.groupby("arm")[["D", "E", "Q", "S", "cost_usd", "wall_s"]].mean(numeric_only=True)
+say(("SIMULATED (dry run): " if simulated else "")
+    + f"{len(pilot_rows)} pilot runs exported; raw run means (not yet the scenario-weighted estimates of stage 04) put "
+    f"acceptance between {sentences.num(by_arm['S'].min())} and {sentences.num(by_arm['S'].max())} across arms, and the mean "
+    f"total cost of a run (agent and judges) at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}.")
+by_arm.round({"D": 2, "E": 2, "Q": 1, "S": 2, "cost_usd": 2, "wall_s": 0})
 
 # %% [markdown]
 # ## Runs not accepted

@@ -33,15 +33,14 @@ scheduler_address: str = ""  # dask scheduler address when executor is dask
 export: bool = True  # export the run table afterwards (pooled when the freeze verification passes)
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 
 from pilot import freeze, paths, scale_rule
+from pilot.report.inline import say, show_figures
 from pilot.store import Store
 
 pd.set_option("display.width", 140)
-tables, figures, generated = (Path(d) for d in (tables_dir, figures_dir, generated_dir))
+tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 store = Store.open(paths.study_dir(study))
 backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
 simulated = backends != ["claude-code"]
@@ -68,9 +67,9 @@ decision.summary
 
 # %%
 written = scale_rule.write_decision(decision, study, simulated=simulated, tables_dir=tables, generated_dir=generated, figures_dir=figures)
-print(("SIMULATED: " if simulated else "") + decision.amendment_text())
-for kind, path in written.items():
-    print(f"{kind:10s} {path}")
+say(("SIMULATED (dry run): " if simulated else "") + decision.amendment_text()
+    + " This is this study's decision, from its own ledger; amendment A-009 records the recorded study's.")
+show_figures(written.values())
 store.close()
 
 # %% [markdown]
@@ -88,7 +87,7 @@ if run_waves:
 
     for wave in decision.waves:
         res = run_study_wave(study, wave=wave, backend=backend, executor=executor,
-                             scheduler_address=scheduler_address or None, progress=False)
+                             scheduler_address=scheduler_address or None, progress=True)
         print(res.summary.to_string())
 
 with Store.open(paths.study_dir(study)) as store:
@@ -115,3 +114,29 @@ if export:
     runs_path, runs = export_run_table(study, pilot_only=not pooled)
     print(f"wrote {runs_path}: {len(runs)} rows ({'pooled' if pooled else 'pilot only'})")
     display(runs.groupby(["wave", "arm"]).size().unstack(fill_value=0))
+
+# %% [markdown]
+# ## This run in numbers
+#
+# The flow of the study's cells (planned, dispatched, attempts and
+# infrastructure reruns, failed, finished, censored, judged, analysed) and
+# what the ledger charged per arm and wave against the envelope. The
+# manuscript's section on this run prints these tables, this figure and
+# these numbers; all come from the store and the exported run table.
+
+# %%
+from pilot.report import run_report, sentences
+
+exported = runs if export else (pd.read_csv(paths.study_runs_file(study)) if paths.study_runs_file(study).is_file() else None)
+with Store.open(paths.study_dir(study)) as store:
+    report = run_report.collect(store, exported)
+written = run_report.write(report, tables, figures, generated)
+prefix = "SIMULATED (dry run): " if report.simulated else ""
+say(f"{prefix}Of {report.count('planned')} planned runs, {report.count('finished')} finished and {report.count('failed')} failed, "
+    f"after {report.count('attempts')} attempts ({report.count('infrastructure reruns')} infrastructure reruns); "
+    f"{report.count('censored')} were censored at a cap, {report.count('judged')} judged and {report.count('analysed')} analysed.")
+display(report.flow)  # noqa: F821 (IPython)
+say(f"{prefix}The ledger charged {sentences.usd(report.balance.spent_usd)} of the {sentences.usd(report.balance.envelope_usd)} envelope "
+    f"({sentences.usd(report.balance.reserved_usd)} still reserved, {sentences.usd(report.balance.remaining_usd)} left).")
+display(report.ledger.round(2))  # noqa: F821 (IPython)
+show_figures(written.values())

@@ -27,17 +27,17 @@ generated_dir: str = "manuscript/generated"  # folder for power_table.tex and po
 simulations: int = 5000  # simulated studies per cell; 0 takes study.yml power.simulations
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 
+from pilot import paths
+from pilot.report.inline import show_figures
 from pilot.report.latex import write_macros, write_table
 from pilot.stats import power
 
 pd.set_option("display.width", 140)
 design = power.PowerDesign.from_study()
 n_sims = simulations or design.simulations
-tables, figures, generated = (Path(d) for d in (tables_dir, figures_dir, generated_dir))
+tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 for folder in (tables, figures, generated):
     folder.mkdir(parents=True, exist_ok=True)
 print(f"{n_sims} simulated studies per cell, seed {seed}")
@@ -154,6 +154,8 @@ readings.summary[table_cols].to_csv(tables / "power_readings.csv", index=False)
 
 fig = grid.plot()
 fig.savefig(figures / "power_curves.pdf")
+fig.savefig(figures / "power_curves.png", dpi=110)  # the same drawing, shown inline below
+show_figures([figures / "power_curves.pdf"])
 
 write_table(
     grid.table_frame().rename(columns=power.TEST_LABELS),
@@ -170,4 +172,5 @@ write_table(
 )
 macros = power.power_macros(grid, readings, heterogeneous)
 write_macros(macros, generated / "power_macros.tex", comment="From notebooks/03_power.py.")
-sorted(p.name for p in (*tables.glob("power_*"), *figures.glob("power_*"), *generated.glob("power_*")))
+print(f"outputs: {tables.name}/power_pilot.csv, {tables.name}/power_readings.csv, {figures.name}/power_curves.pdf, "
+      f"{generated.name}/power_table.tex and {generated.name}/power_macros.tex")

@@ -1,11 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     text_representation:
-#       extension: .py
-#       format_name: percent
-# ---
-
 # %% [markdown]
 # # Stage 04 — the primary analysis
 #
@@ -22,29 +14,38 @@
 # over scenarios (exact enumeration when 2^J is at most the permutation
 # count). The stage also judges H1, H2, H3, H5 and H6.
 #
-# With `runs` empty the stage draws a SIMULATED synthetic run table from the
-# generative model in `analysis/config/synthetic_runtable.yml`; every output
-# then says SIMULATED. All logic lives in `pilot.stats`.
+# By default the stage reads the run table that study `study_name` exported
+# (`analysis/data/<study>/runs.csv`, written by stages 01 and 02), so running
+# it here gives the numbers the manuscript prints. `runs = "synthetic"`
+# instead draws a SIMULATED synthetic run table from the generative model in
+# `analysis/config/synthetic_runtable.yml`; every output then says so. Paths
+# are read from the repository root, whatever the working directory. All
+# logic lives in `pilot.stats`.
 
 # %% tags=["parameters"]
 seed: int = 20260415  # seed of the bootstrap and permutations (and of the synthetic table when runs is empty)
 tables_dir: str = "analysis/tables"  # folder for primary_acceptance.csv, primary_contrasts.csv, primary_hypotheses.csv
 figures_dir: str = "manuscript/figures"  # folder for primary_forest.pdf
 generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and primary_macros.tex
-runs: str = ""  # path of the run table (CSV); empty: a SIMULATED synthetic table drawn with seed
+study_name: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
+runs: str = ""  # run table (CSV) to analyse instead; "synthetic": a SIMULATED synthetic table drawn with seed
 bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
 permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
 
 # %%
 import time
 
-from pilot import dry_run, protocol
+from pilot import dry_run, paths, protocol
+from pilot.report import sentences
+from pilot.report.inline import say, show_figures
 from pilot.stats import stage_computations, stage_outputs
 
 study = protocol.study()
+tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 started = time.perf_counter()
-data = stage_outputs.open_stage(runs, seed, tables_dir)
+data = stage_outputs.open_stage(runs, seed, tables, study=study_name)
 print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
+label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
 
 # %% [markdown]
 # ## Acceptance per arm
@@ -57,6 +58,7 @@ stage = stage_computations.primary_stage(
     data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
 )
 result = stage.result
+say(sentences.acceptance_sentence(result.acceptance, prefix=label))
 result.acceptance_summary
 
 # %% [markdown]
@@ -66,6 +68,8 @@ result.acceptance_summary
 # secondary contrasts (the primary one stands alone).
 
 # %%
+alpha = 1 - result.settings.level
+say(sentences.contrasts_sentences(result.contrasts, alpha=alpha, level=result.settings.level, prefix=label))
 result.summary
 
 # %% [markdown]
@@ -79,21 +83,21 @@ result.summary
 # %%
 hyps = stage.hypotheses
 for h in hyps:
-    print(f"{h.id}: {h.statement} -> {h.verdict}")
+    say(sentences.hypothesis_sentence(h, prefix=label))
     display(h.summary)  # noqa: F821 (IPython)
 
 # %% [markdown]
-# ## Outputs
+# ## The forest plot and the outputs
 #
-# CSV tables to `tables_dir`; LaTeX tables, the forest-plot figure
-# environment and one macro per cited number to `generated_dir`; the forest
-# plot to `figures_dir`.
+# The figure below is the one the manuscript prints. CSV tables go to
+# `tables_dir`; the LaTeX tables, the figure environment and one macro per
+# cited number to `generated_dir`; the figure to `figures_dir`.
 
 # %%
 written = stage_outputs.write_primary(result, hyps, data, tables_dir, figures_dir, generated_dir)
-for name, path in written.items():
-    print(f"{name:36s} {path}")
-print(f"primary stage computations and outputs: {time.perf_counter() - started:.2f} s")
+show_figures(written.values())
+print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
+      f"in {time.perf_counter() - started:.2f} s")
 
 # %% [markdown]
 # ## The dry run's known truth
@@ -111,10 +115,19 @@ print(f"primary stage computations and outputs: {time.perf_counter() - started:.
 # %%
 truth = dry_run.truth_for(data.runs, result.acceptance, seed=seed, study=study)
 if truth is None:
-    removed = dry_run.remove_truth(tables_dir, generated_dir)
+    removed = dry_run.remove_truth(tables, generated)
     print("real run table: no planted truth" + (f"; removed {', '.join(map(str, removed))}" if removed else ""))
 else:
-    for name, path in dry_run.write_truth(truth, tables_dir, generated_dir).items():
-        print(f"{name:36s} {path}")
-    print(f"SIMULATED ({truth.kind}): the planted value lies in {truth.n_covered} of {len(truth.summary)} intervals")
+    dry_run.write_truth(truth, tables, generated)
+    say(f"SIMULATED ({truth.kind}): the planted acceptance lies inside the 95% interval in {truth.n_covered} "
+        f"of {len(truth.summary)} arms.")
     display(truth.summary)  # noqa: F821 (IPython)
+
+# %% [markdown]
+# ## The answer
+#
+# The sentence below restates the primary contrast with its label: a dry
+# run or a synthetic table answers nothing about the agent under study.
+
+# %%
+say(sentences.contrast_sentence(result.contrasts.iloc[0], alpha=alpha, level=result.settings.level, prefix=label))

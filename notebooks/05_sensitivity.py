@@ -1,11 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     text_representation:
-#       extension: .py
-#       format_name: percent
-# ---
-
 # %% [markdown]
 # # Stage 05 — sensitivity analyses and secondary endpoints
 #
@@ -19,37 +11,49 @@
 # Index of A4, and the agreement of the three judges. H4 and H7 (the latter
 # exploratory) are judged here.
 #
-# With `runs` empty the stage draws the same SIMULATED synthetic run table as
-# the primary stage (same seed); every output then says SIMULATED.
+# By default the stage reads the run table that study `study_name` exported, the
+# table the manuscript is built from; `runs = "synthetic"` draws the same
+# SIMULATED synthetic run table as the primary stage (same seed), and every
+# output then says so. Paths are read from the repository root, whatever the
+# working directory.
 
 # %% tags=["parameters"]
 seed: int = 20260415  # seed of the resampling (and of the synthetic table when runs is empty)
 tables_dir: str = "analysis/tables"  # folder for the sensitivity_*.csv tables
 figures_dir: str = "manuscript/figures"  # folder for the Kaplan-Meier, frontier and q-grid figures
 generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and sensitivity_macros.tex
-runs: str = ""  # path of the run table (CSV); empty: a SIMULATED synthetic table drawn with seed
+study_name: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
+runs: str = ""  # run table (CSV) to analyse instead; "synthetic": a SIMULATED synthetic table drawn with seed
 bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
 permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
 
 # %%
 import time
 
-from pilot import protocol
+from pilot import paths, protocol
+from pilot.report import sentences
+from pilot.report.inline import say, show_figures
 from pilot.stats import stage_computations, stage_outputs
 
 study = protocol.study()
+tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 started = time.perf_counter()
-data = stage_outputs.open_stage(runs, seed, tables_dir)
+data = stage_outputs.open_stage(runs, seed, tables, study=study_name)
 stage = stage_computations.sensitivity_stage(
     data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
 )
 results = stage.results
+label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
+primary_name = "-".join(study.contrasts[0])
 
 # %% [markdown]
 # ## The quality threshold and the scenario weights
 
 # %%
+say(sentences.q_grid_sentence(results["q_grid"].table, primary_name, prefix=label))
 display(results["q_grid"].summary)  # noqa: F821
+mw = results["minutes_weighted"].contrasts
+say(sentences.contrast_sentence(mw[mw["contrast"] == primary_name].iloc[0], prefix=label + "Weighted by professional minutes, "))
 results["minutes_weighted"].summary
 
 # %% [markdown]
@@ -59,6 +63,8 @@ results["minutes_weighted"].summary
 # standard errors clustered by scenario.
 
 # %%
+say(sentences.logistic_sentence(results["logistic"].table, f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}",
+                                note=str(results["logistic"].details.get("note") or ""), prefix=label))
 results["logistic"].summary
 
 # %% [markdown]
@@ -68,6 +74,7 @@ results["logistic"].summary
 # an error) is censored at its wall time.
 
 # %%
+say(sentences.km_sentence(results["kaplan_meier"].table, results["kaplan_meier"].details["tests"], prefix=label))
 display(results["kaplan_meier"].summary)  # noqa: F821
 results["kaplan_meier"].details["tests_summary"]
 
@@ -75,14 +82,18 @@ results["kaplan_meier"].details["tests_summary"]
 # ## Cost per accepted deliverable, frontiers and secondary endpoints
 
 # %%
+say(sentences.cost_sentence(results["cost_per_accepted"].table, prefix=label))
 display(results["cost_per_accepted"].summary)  # noqa: F821
+say(sentences.secondary_sentence(results["secondary"].table, prefix=label))
 results["secondary"].summary
 
 # %% [markdown]
 # ## Recovery and judge agreement
 
 # %%
+say(sentences.recovery_sentence(results["recovery_index"].table, prefix=label))
 display(results["recovery_index"].summary)  # noqa: F821
+say(sentences.agreement_sentence(results["agreement"].table, prefix=label))
 results["agreement"].summary
 
 # %% [markdown]
@@ -94,14 +105,19 @@ results["agreement"].summary
 # %%
 hyps = stage.hypotheses
 for h in hyps:
-    print(f"{h.id}: {h.statement} -> {h.verdict}")
+    say(sentences.hypothesis_sentence(h, prefix=label))
     display(h.summary)  # noqa: F821
 
 # %% [markdown]
-# ## Outputs
+# ## Figures and outputs
+#
+# The figures below are the ones the manuscript prints: contrasts across the
+# quality threshold, Kaplan-Meier curves, and the two acceptance frontiers
+# (one panel per arm). CSV tables go to `tables_dir`; LaTeX tables, figure
+# environments and macros to `generated_dir`; figures to `figures_dir`.
 
 # %%
 written = stage_outputs.write_sensitivity(results, hyps, data, tables_dir, figures_dir, generated_dir, study=study)
-for name, path in written.items():
-    print(f"{name:44s} {path}")
-print(f"sensitivity stage computations and outputs: {time.perf_counter() - started:.2f} s")
+show_figures(written.values())
+print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
+      f"in {time.perf_counter() - started:.2f} s")

@@ -12,9 +12,11 @@ pytest.importorskip("distributed")
 
 from distributed import Client, LocalCluster, Nanny  # noqa: E402
 
-from pilot.executors.dask import DaskExecutor, nodes_from_workers  # noqa: E402
+from pilot.executors import isolation  # noqa: E402
+from pilot.executors.dask import DaskExecutor, nodes_from_workers, run_attempt_on_worker  # noqa: E402
 from pilot.schedule import Scheduler  # noqa: E402
 from schedule_support import REQUIRES, make_store, read_only  # noqa: E402
+from test_process_lifetime import alive, spawned_pids, survivors  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +27,10 @@ MAC = {"slots": 1, "macos": 1}
 
 @pytest.fixture(scope="module")
 def client():
-    # Workers inherit the environment at start: each fake attempt takes 0.4 s.
+    # Workers inherit the environment at start: each fake attempt takes 0.4 s and leaves processes behind.
     old = os.environ.get("PILOT_FAKE_SLEEP_S")
     os.environ["PILOT_FAKE_SLEEP_S"] = "0.4"
+    os.environ["PILOT_FAKE_SPAWN"] = "1"
     cluster = LocalCluster(n_workers=0, processes=True, dashboard_address=None, silence_logs=40)
     for name, res in (("linux-a", LINUX), ("mac-a", MAC)):
         cluster.worker_spec[name] = {"cls": Nanny, "options": {"name": name, "nthreads": res["slots"], "resources": res, "memory_limit": 0}}
@@ -37,6 +40,7 @@ def client():
     yield c
     c.close()
     cluster.close()
+    os.environ.pop("PILOT_FAKE_SPAWN", None)
     if old is None:
         os.environ.pop("PILOT_FAKE_SLEEP_S", None)
     else:
@@ -95,7 +99,7 @@ def test_runs_land_on_eligible_workers_and_a_lost_worker_is_rerun(client, tmp_pa
     lost = [a for a in atts if a["outcome"] == "infra_error"]
     # the run in flight on the killed worker became an infrastructure error of that attempt
     # (normally the victim seen above; any run the worker held at the moment of the kill qualifies)
-    assert lost and all(a["node"] == "mac-a" and "mac-a" in a["error"] for a in lost)
+    assert lost and all(a["node"] == "mac-a" and "mac-a" in a["error"] for a in lost), [(a["node"], a["error"]) for a in lost]
     assert all("lost" in a["error"] or "failed" in a["error"] for a in lost)
     # each was rerun under the same id, after the nanny brought the worker back, and finished there
     for a in lost:
@@ -103,3 +107,26 @@ def test_runs_land_on_eligible_workers_and_a_lost_worker_is_rerun(client, tmp_pa
         assert again[-1]["outcome"] == "completed" and again[-1]["attempt_no"] > a["attempt_no"]
         assert again[-1]["node"] == "mac-a"
     assert st.audit() == []
+    # every process the attempts left behind ended with its attempt, on the killed worker too
+    assert survivors(spawned_pids(st.folder / "workspaces")) == []
+
+
+def test_a_released_attempt_ends_its_process_tree_on_the_worker(client, tmp_path):
+    """When the study's scheduler stops or dies its futures are released: the attempt's whole tree ends."""
+    st = make_store(tmp_path, scenarios=["ACC-01"])
+    cell = next(c for c in st.cells("pilot") if c.arm == "A1")
+    folder = tmp_path / "ws" / cell.run_id / "attempt-1"
+    linux = next(a for a, n in _node_of_address(client).items() if n == "linux-a")
+    fut = client.submit(run_attempt_on_worker, "pilot.executors.fake_runs:long_run", cell, str(folder), "linux-a", "simulated",
+                        workers=[linux], resources={"slots": 1}, pure=False)
+    deadline = time.monotonic() + 60
+    while not (folder / "outputs" / "spawned.txt").exists():
+        assert time.monotonic() < deadline and fut.status == "pending", fut.status
+        time.sleep(0.05)
+    time.sleep(0.2)
+    pids = spawned_pids(folder)
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    supervisors = isolation.tagged(str(folder))
+    assert supervisors  # the supervisor and its worker carry the attempt's tag
+    fut.release()  # what a stopped or dead scheduler's client amounts to
+    assert survivors(pids, grace_s=15) == [] and survivors(supervisors, grace_s=5) == []

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.outcomes import OutcomeError, acceptance, human_minutes, quality, rows_from_store, run_row, run_table
+from pilot.outcomes import OutcomeError, acceptance, agent_cost, human_minutes, quality, rows_from_store, run_row, run_table
 from pilot.scenarios import list_scenarios, load_scenario
 from pilot.stats import runtable
 
@@ -148,10 +148,16 @@ def test_rows_from_store_include_cells_failed_on_infrastructure() -> None:
     rows = rows_from_store([done, failed, waiting], study_name="unit-SIMULATED", backend="simulated")
     assert [r["run_id"] for r in rows] == [f"{sid}.A1.r1", f"{sid}.A2.r1"]
     assert rows[0]["attempts"] == 2 and rows[0]["S"] is True
-    assert rows[1]["status"] == "infra_error" and rows[1]["Q"] is None and rows[1]["S"] is None and rows[1]["D"] is False
+    # a failed run has no outcome: nothing invented, not even a zero cost
+    assert rows[1]["status"] == "infra_error" and rows[1]["attempts"] == 3 and rows[1]["node"] == "local-2"
+    for col in ("D", "E", "criteria_passed", "criteria_total", "Q", "S", "cost_usd", "judge_cost_usd", "cost_complete", "wall_s", "censored"):
+        assert rows[1][col] is None, col
     df = run_table(rows)
     assert list(df["status"]) == ["completed", "infra_error"]
     assert isinstance(df, pd.DataFrame)
+    # the analyses drop the failed run and say how many they dropped
+    checked = runtable.validate_runtable(df)
+    assert list(checked["run_id"]) == [f"{sid}.A1.r1"] and checked.attrs["failed_runs_dropped"] == 1
 
 
 def test_unreported_cost_stays_missing_not_zero() -> None:
@@ -182,5 +188,8 @@ def test_portal_use_is_carried_to_the_row() -> None:
 
 
 def test_infrastructure_error_performed_no_inference_and_cost_nothing() -> None:
+    # The runner's infra error ran no inference: as an attempt's cost it is zero ...
+    assert agent_cost({"status": "infra_error", "cost_usd": None}) == 0.0
+    # ... but a run that ended failed has no outcome row to speak of: its cost column stays empty.
     r = row({"scenario": list_scenarios()[0], "arm": "A1", "status": "infra_error", "cost_usd": None, "cost_complete": False})
-    assert r["status"] == "infra_error" and r["cost_usd"] == 0.0
+    assert r["status"] == "infra_error" and r["cost_usd"] is None and r["D"] is None

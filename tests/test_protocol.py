@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from pilot import paths
-from pilot.protocol import ProtocolError, load_all, load_amendments, load_arms, load_study
+from pilot.protocol import AMENDMENT_STAGES, ProtocolError, load_all, load_amendments, load_arms, load_scenarios, load_study
 
 
 def test_repository_protocol_is_valid():
@@ -147,7 +148,13 @@ def test_arms_missing_a_design_arm_is_refused(tmp_path):
         ("id,date,title\nA-001,2026-01-01,x\n", "<header>", "columns must be"),
         ("id,date,stage,title,content\nA-1,2026-01-01,s,t,c\n", "line 2.id", "not of the form A-NNN"),
         ("id,date,stage,title,content\nA-001,01/02/2026,s,t,c\n", "line 2.date", "YYYY-MM-DD"),
-        ("id,date,stage,title,content\nA-001,2026-01-01,s,t,c\nA-001,2026-01-02,s,t,c\n", "line 3.id", "duplicate"),
+        ("id,date,stage,title,content\nA-001,2026-01-01,before pilot,t,c\nA-001,2026-01-02,before pilot,t,c\n", "line 3.id", "duplicate"),
+        ("id,date,stage,title,content\nA-001,2026-13-45,before pilot,t,c\n", "line 2.date", "not a calendar date"),
+        ("id,date,stage,title,content\nA-001,2026-02-30,before pilot,t,c\n", "line 2.date", "not a calendar date"),
+        ("id,date,stage,title,content\nA-001,2026-01-01,during lunch,t,c\n", "line 2.stage", "is not one of"),
+        ("id,date,stage,title,content\nA-001,2026-05-01,after pilot,t,c\nA-002,2026-05-02,before pilot,t,c\n", "line 3.stage", "earlier amendment A-001"),
+        ("id,date,stage,title,content\nA-001,2026-05-01,before pilot,t,c\nA-002,2026-04-01,before pilot,t,c\n", "line 3.date", "dated 2026-05-01"),
+        ("id,date,stage,title,content\nA-002,2026-05-01,before pilot,t,c\nA-001,2026-05-02,before pilot,t,c\n", "line 3.id", "id order"),
         ("id,date,stage,title,content\nA-001,2026-01-01,s,,c\n", "line 2.title", "must not be empty"),
         ("id,date,stage,title,content\nA-001,2026-01-01,s,t\n", "line 2", "wrong number of fields"),
     ],
@@ -159,3 +166,69 @@ def test_malformed_amendments_are_refused(tmp_path, text, field, reason):
         load_amendments(path)
     assert exc.value.field == field
     assert reason in exc.value.reason
+
+
+def test_repository_amendments_keep_date_and_stage_order():
+    rows = load_amendments()
+    stages = [AMENDMENT_STAGES.index(r["stage"]) for r in rows]
+    assert stages == sorted(stages) and [r["date"] for r in rows] == sorted(r["date"] for r in rows)
+    # The recorded study's pilot comes before this rerun's amendments.
+    a010 = next(r for r in rows if r["id"] == "A-010")
+    assert a010["stage"] == "before rerun pilot" and a010["date"] > next(r for r in rows if r["id"] == "A-009")["date"]
+
+
+def _scenarios_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "scenarios"
+    shutil.copytree(paths.SCENARIOS_DIR, root, ignore=shutil.ignore_patterns("portal"))
+    return root
+
+
+def _edit_yaml(path: Path, edit) -> None:
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_every_bundle_is_validated_and_counted():
+    study = load_study()
+    loaded = load_scenarios(study)
+    assert len(loaded) == study["design"]["n_scenarios"] == 10
+
+
+@pytest.mark.parametrize(
+    "file, edit, field, reason",
+    [
+        ("scenario.yml", lambda d: d.update(designed_depth="deep"), "designed_depth", "not of type 'integer'"),
+        ("scenario.yml", lambda d: d.update(ocupation=d.pop("occupation")), "<root>", "ocupation"),
+        ("rubric.yml", lambda d: d["criteria"][0].update(weight=d["criteria"][0]["weight"] + 0.6), "criteria.*.weight", "not 1"),
+    ],
+)
+def test_a_bad_bundle_fails_validation_with_file_field_reason(tmp_path, file, edit, field, reason):
+    root = _scenarios_copy(tmp_path)
+    _edit_yaml(root / "HR-01" / file, edit)
+    with pytest.raises(ProtocolError) as exc:
+        load_scenarios(load_study(), root)
+    assert exc.value.path.name == file and exc.value.path.parent.name == "HR-01"
+    assert exc.value.field == field
+    assert reason in exc.value.reason
+
+
+def test_n_scenarios_must_match_the_bundles(tmp_path):
+    path, data = _study_copy(tmp_path)
+    data["design"]["n_scenarios"] = 11
+    with pytest.raises(ProtocolError) as exc:
+        load_scenarios(load_study(_write(path, data)))
+    assert exc.value.field == "design.n_scenarios" and "holds 10 bundles" in exc.value.reason
+
+
+def test_protocol_tables_report_a_bad_bundle_without_a_traceback(tmp_path, monkeypatch, capsys):
+    from pilot import protocol_cli
+
+    root = _scenarios_copy(tmp_path)
+    _edit_yaml(root / "HR-01" / "scenario.yml", lambda d: d.update(designed_depth="deep"))
+    monkeypatch.setattr(paths, "SCENARIOS_DIR", root)
+    assert protocol_cli._validate(argparse.Namespace()) == 1
+    assert protocol_cli._tables(argparse.Namespace(out=tmp_path / "generated")) == 1
+    err = capsys.readouterr().err
+    assert err.count("HR-01/scenario.yml: field 'designed_depth'") == 2 and "Traceback" not in err
+    assert not (tmp_path / "generated").exists()

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.executors.base import AttemptOutcome
+from pilot.executors.base import launch_mark, AttemptOutcome
+from pilot.ledger import to_micro
 from pilot.scale_rule import ScaleInputs, ScaleRuleError, decide, inputs_from_store
 from schedule_support import make_root, make_store
 
@@ -69,6 +70,35 @@ def test_inputs_come_from_the_ledger_every_attempt_and_judges_included(tmp_path)
     inputs = inputs_from_store(st)
     assert inputs.n_runs == 4 and inputs.c_bar_usd == pytest.approx(sum(costs) / 4)
     assert inputs.remaining_usd == pytest.approx(STUDY.envelope_usd - sum(costs))
+
+
+def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path):
+    st = make_store(tmp_path, scenarios=["ACC-01"])
+    cells = st.cells("pilot")
+    for cell in cells[:4]:
+        a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
+        st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.25), max_infra_attempts=3)
+    before = inputs_from_store(st)
+    # Five scheduler kills with attempts in flight: each launched attempt is charged its whole reservation ...
+    for cell in cells[4:9]:
+        a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
+        a.workspace.mkdir(parents=True)
+        launch_mark(a.workspace).write_text("1 1\n")
+    st.recover_interrupted()
+    # ... and the runs are then finished at their ordinary cost.
+    for cell in cells[4:9]:
+        a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
+        st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.25), max_infra_attempts=3)
+    # A run killed at its wall limit reports no cost: charged its reservation, left out of c-bar and counted.
+    a = st.begin_attempt(cells[9], "n", "simulated", tmp_path / "ws")
+    st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=None, judge_cost_usd=0.25, status="capped"), max_infra_attempts=3)
+    after = inputs_from_store(st)
+    assert before.c_bar_usd == after.c_bar_usd == 1.25
+    assert (after.n_runs, after.n_unknown_cost) == (9, 1)
+    # the envelope still carries every worst-case charge: E_r is not flattered by the rule
+    charged = sum(c.reserve_usd for c in cells[4:10])
+    assert to_micro(after.spent_usd) == to_micro(9 * 1.25 + 0.0) + sum(to_micro(c.reserve_usd) for c in cells[4:10])
+    assert charged > 0 and st.audit() == []
 
 
 @pytest.mark.notebook

@@ -212,7 +212,7 @@ def test_envelope_never_exceeded_and_study_stops_when_it_refuses(tmp_path):
     assert st.audit() == []
 
 
-def test_local_worker_process_lost_mid_run_is_an_infra_error_and_rerun(tmp_path, monkeypatch):
+def test_a_crashing_attempt_harms_no_other_and_is_rerun(tmp_path, monkeypatch):
     from pilot.executors.local import LocalExecutor
 
     monkeypatch.setenv("PILOT_FAKE_SLEEP_S", "0.05")
@@ -228,5 +228,11 @@ def test_local_worker_process_lost_mid_run_is_an_infra_error_and_rerun(tmp_path,
         atts = st.attempts(cell.run_id)
         assert atts[-1]["outcome"] == "completed"
         if cell.arm == "A1":
-            assert atts[0]["outcome"] == "infra_error" and ("died" in atts[0]["error"] or "broke" in atts[0]["error"])
+            assert atts[0]["outcome"] == "infra_error" and "worker process died (exit status 17)" in atts[0]["error"]
+            # it had launched, so its spend is unknown: charged its reservation, and marked so
+            assert atts[0]["charge_basis"] == "reservation" and len(atts) == 2
+        else:
+            # no innocent attempt failed, was charged for a neighbour's crash, or used up an attempt
+            assert [a["outcome"] for a in atts] == ["completed"] and atts[0]["charge_basis"] == "reported"
+    assert {r["infra_attempts"] for r in st.cell_rows() if r["arm"] != "A1"} == {0}
     assert st.audit() == []

@@ -78,13 +78,75 @@ def test_unknown_stage_is_refused():
         run_stage("nope")
 
 
-@pytest.mark.notebook
-def test_run_stage_executes_with_papermill(tmp_path, monkeypatch):
+def _stage_folder(tmp_path: Path, monkeypatch, name: str, text: str) -> None:
+    """A notebooks folder holding one stage file, with the build folder under ``tmp_path``."""
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()
-    (nbdir / "09_tiny.py").write_text(TINY)
+    (nbdir / name).write_text(text)
     monkeypatch.setattr(paths, "NOTEBOOKS_DIR", nbdir)
     monkeypatch.setattr(paths, "NOTEBOOK_BUILD_DIR", tmp_path / "build")
+
+
+@pytest.mark.notebook
+def test_run_stage_executes_with_papermill(tmp_path, monkeypatch):
+    _stage_folder(tmp_path, monkeypatch, "09_tiny.py", TINY)
     out = run_stage("tiny", {"seed": "4", "out_dir": str(tmp_path)})
     assert out.exists()
     assert json.loads((tmp_path / "result.json").read_text()) == {"value": 8.0, "label": "x"}
+
+
+def test_every_stage_file_round_trips_through_jupytext_unchanged():
+    """Opening a stage in JupyterLab and saving it (the pairing in jupytext.toml) leaves the file as it is."""
+    import jupytext
+    from jupytext.config import load_jupytext_configuration_file
+
+    config = load_jupytext_configuration_file(str(paths.ROOT / "jupytext.toml"))
+    for stage in list_stages().values():
+        text = stage.source.read_text(encoding="utf-8")
+        nb = jupytext.reads(text, fmt="py:percent", config=config)
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}  # as Lab adds it
+        assert jupytext.writes(nb, fmt="py:percent", config=config) == text, f"{stage.source.name} changes when saved"
+
+
+FAILING = '''# %% tags=["parameters"]
+seed: int = 1  # random seed
+
+# %%
+x = seed + 1
+
+# %%
+raise ValueError(f"bad value {x}")
+'''
+
+
+@pytest.mark.notebook
+def test_a_failing_stage_names_the_executed_notebook_and_the_cell(tmp_path, monkeypatch, capfd):
+    from pilot import stages
+
+    _stage_folder(tmp_path, monkeypatch, "09_failing.py", FAILING)
+    with pytest.raises(stages.StageFailed) as exc:
+        run_stage("failing", {"seed": "4"})
+    err = exc.value
+    assert err.notebook == tmp_path / "build" / "09_failing.ipynb" and err.notebook.is_file()
+    assert (err.ename, err.evalue) == ("ValueError", "bad value 5")
+    assert err.source_line == 8  # the raising line of the percent file
+    assert str(err.notebook) in str(err) and f"cell {err.cell_index}" in str(err)
+    # From the command line: one traceback (the kernel's), then the line naming notebook and cell.
+    args = stages.argparse.Namespace(name="failing", parameter=[], output=None, list=False)
+    assert stages._cmd_stage(args) == 1
+    out = capfd.readouterr().err
+    assert out.count("Traceback") <= 1 and "PapermillExecutionError" not in out
+    assert "09_failing.ipynb" in out and "09_failing.py line 8" in out
+
+
+@pytest.mark.notebook
+def test_stage_kernels_use_no_tcp_transport(tmp_path, monkeypatch, capfd):
+    _stage_folder(tmp_path, monkeypatch, "09_tiny.py", TINY)
+    run_stage("tiny", {"out_dir": str(tmp_path)})
+    assert "without encryption" not in capfd.readouterr().err
+
+
+def test_stage_paths_are_read_from_the_repository_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert paths.from_root("analysis/tables") == paths.ROOT / "analysis" / "tables"
+    assert paths.from_root(tmp_path / "x") == tmp_path / "x"

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from pilot.executors.base import OUTCOME_FILE, AttemptOutcome
-from pilot.store import Store, StoreError
+from pilot.executors.base import launch_mark, OUTCOME_FILE, AttemptOutcome, execute_attempt
+from pilot.ledger import to_micro
+from pilot.store import STORE_FILE, Store, StoreError
 from schedule_support import make_store
 
 
@@ -69,23 +70,84 @@ def test_attempt_lifecycle_keeps_every_attempt_and_splits_the_record(tmp_path):
     assert st.audit() == []
 
 
-def test_recover_interrupted_charges_reported_cost_or_whole_reservation(tmp_path):
+def test_recover_interrupted_charges_reported_cost_whole_reservation_or_nothing(tmp_path):
     st = make_store(tmp_path)
-    c1, c2 = st.cells("pilot")[:2]
+    c1, c2, c3 = st.cells("pilot")[:3]
     a1 = st.begin_attempt(c1, "linux-1", "simulated", tmp_path / "ws")
+    a1.workspace.mkdir(parents=True)
+    launch_mark(a1.workspace).write_text("1 1\n")  # launched, then nothing: spend unknown
     a2 = st.begin_attempt(c2, "linux-2", "simulated", tmp_path / "ws")
     a2.workspace.mkdir(parents=True)
+    launch_mark(a2.workspace).write_text("1 1\n")
     (a2.workspace / OUTCOME_FILE).write_text(json.dumps(AttemptOutcome(record={}, cost_usd=0.7, judge_cost_usd=0.1).to_dict()))
-    assert st.balance().reserved_usd == pytest.approx(c1.reserve_usd + c2.reserve_usd)
+    st.begin_attempt(c3, "linux-1", "simulated", tmp_path / "ws")  # reserved, never launched
+    assert st.balance().reserved_usd == pytest.approx(c1.reserve_usd + c2.reserve_usd + c3.reserve_usd)
 
     reopened = Store.open(st.folder)  # as a restarted scheduler would
-    rec = {r["run_id"]: r["charged_usd"] for r in reopened.recover_interrupted()}
-    assert rec == {c1.run_id: pytest.approx(c1.reserve_usd), c2.run_id: pytest.approx(0.8)}
+    rec = {r["run_id"]: (r["charged_usd"], r["charge_basis"]) for r in reopened.recover_interrupted()}
+    assert rec == {c1.run_id: (c1.reserve_usd, "reservation"), c2.run_id: (0.8, "reported"), c3.run_id: (0.0, "released")}
     assert {a["outcome"] for a in reopened.attempts()} == {"interrupted"}
     assert all("scheduler stopped" in a["error"] for a in reopened.attempts())
     assert reopened.counts("pilot")["in_flight"] == 0
     assert reopened.balance().reserved_usd == 0
-    assert reopened.balance().spent_usd == pytest.approx(c1.reserve_usd + 0.8)
+    assert to_micro(reopened.balance().spent_usd) == to_micro(c1.reserve_usd) + to_micro(0.8)
+    notes = [r[0] for r in reopened.conn.execute("SELECT note FROM ledger WHERE kind = 'settle' ORDER BY entry_id")]
+    assert any("never launched" in n for n in notes) and any("cost unknown" in n for n in notes)
     assert reopened.audit() == []
-    # the run resumes under the same id with the next attempt number
+    # the run resumes under the same id with the next attempt number, and no interruption counts toward its limit
     assert reopened.begin_attempt(c1, "linux-1", "simulated", tmp_path / "ws").attempt_no == 2
+    assert {r["infra_attempts"] for r in reopened.cell_rows()} == {0}
+
+
+def test_an_attempt_that_never_launched_costs_nothing(tmp_path):
+    st = make_store(tmp_path)
+    cell = st.cells("pilot")[0]
+    a = st.begin_attempt(cell, "linux-1", "simulated", tmp_path / "ws")
+    out = execute_attempt("pilot.executors.fake_runs:no_such_function", cell, str(a.workspace), "linux-1", "simulated")
+    assert not out.launched and out.infra_error.startswith("never launched")
+    assert st.finish_attempt(a.attempt_id, out, max_infra_attempts=3) == "waiting"
+    att = st.attempts(cell.run_id)[0]
+    assert (att["charged_micro"], att["charge_basis"]) == (0, "released")
+    assert st.balance().spent_usd == 0 and st.balance().reserved_usd == 0 and st.audit() == []
+
+
+def test_interrupted_create_leaves_no_study_and_a_damaged_store_is_named(tmp_path):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    # what a create killed before its final link leaves behind: a partial file of a dead process
+    (folder / f"{STORE_FILE}.partial-999999999").write_bytes(b"half")
+    with pytest.raises(StoreError, match="create the study first"):
+        Store.open(folder)
+    st = make_store(tmp_path, name="s")
+    assert not list(folder.glob("*.partial-*")) and st.counts("pilot")["waiting"] == 50
+    st.close()
+    db = folder / STORE_FILE
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 3])  # truncated
+    with pytest.raises(StoreError, match=r"study.sqlite: .*(truncated or corrupted|no study|no cells).*restore it from a backup"):
+        Store.open(folder)
+    db.write_bytes(b"\0" * 4096)  # overwritten
+    with pytest.raises(StoreError, match=r"study.sqlite: .*restore it from a backup"):
+        Store.open(folder)
+    db.write_bytes(b"")
+    with pytest.raises(StoreError, match=r"study.sqlite: the study store is empty"):
+        Store.open(folder)
+
+
+def test_retry_reopens_failed_runs_keeping_their_history(tmp_path):
+    st = make_store(tmp_path)
+    cell = st.cells("pilot")[0]
+    for _ in range(2):
+        a = st.begin_attempt(cell, "linux-1", "simulated", tmp_path / "ws")
+        st.finish_attempt(a.attempt_id, AttemptOutcome(infra_error="boom", cost_usd=0.0), max_infra_attempts=2)
+    assert st.counts("pilot")["failed"] == 1
+    assert st.failures("pilot")[0]["error"] == "boom"
+    with pytest.raises(StoreError, match="not failed"):
+        st.reopen([st.cells("pilot")[1].run_id])
+    with pytest.raises(StoreError, match="no run 'nope'"):
+        st.reopen(["nope"])
+    assert st.reopen() == [cell.run_id]
+    assert st.counts("pilot")["failed"] == 0
+    a3 = st.begin_attempt(cell, "linux-1", "simulated", tmp_path / "ws")
+    assert a3.attempt_no == 3 and len(st.attempts(cell.run_id)) == 3
+    assert [e["run_id"] for e in st.events("reopen")] == [cell.run_id]

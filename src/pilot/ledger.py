@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
 from datetime import datetime, timezone
 from typing import Any
 
@@ -40,6 +41,14 @@ CREATE TABLE IF NOT EXISTS ledger (
     note TEXT
 );
 CREATE INDEX IF NOT EXISTS ledger_attempt ON ledger (attempt_id);
+CREATE TABLE IF NOT EXISTS ledger_envelope (
+    change_id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    old_micro INTEGER NOT NULL,
+    new_micro INTEGER NOT NULL CHECK (new_micro > 0),
+    amendment_id TEXT NOT NULL,
+    note TEXT
+);
 """
 
 
@@ -47,8 +56,12 @@ class LedgerError(RuntimeError):
     """The ledger was used outside a write transaction or does not balance."""
 
 
-def to_micro(usd: float) -> int:
-    return int(round(float(usd) * MICRO))
+def to_micro(usd: float | Decimal | str) -> int:
+    """Dollars to integer micro-dollars, exactly: a float goes through its shortest decimal form (0.1 is 100000)."""
+    value = usd if isinstance(usd, Decimal) else Decimal(str(usd))
+    if not value.is_finite():
+        raise LedgerError(f"not a finite amount of dollars: {usd!r}")
+    return int((value * MICRO).to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
 def to_usd(micro: int) -> float:
@@ -154,6 +167,36 @@ def settle(conn: sqlite3.Connection, run_id: str, attempt_id: int, reserved_micr
     )
 
 
+def set_envelope(conn: sqlite3.Connection, envelope_micro: int, amendment_id: str, note: str = "") -> tuple[int, int]:
+    """Change the envelope under an amendment; returns (old, new) in micro-dollars.
+
+    Refused (``LedgerError``) when the new envelope is below what is already
+    spent plus reserved: money spent cannot be taken back.
+    """
+    _require_write_txn(conn)
+    old, spent, reserved = conn.execute("SELECT envelope_micro, spent_micro, reserved_micro FROM ledger_balance WHERE id = 1").fetchone()
+    if envelope_micro <= 0:
+        raise LedgerError(f"the envelope must be positive, got {to_usd(envelope_micro):.2f} dollars")
+    if envelope_micro < spent + reserved:
+        raise LedgerError(
+            f"an envelope of {to_usd(envelope_micro):.2f} dollars is below what is already spent and reserved "
+            f"({to_usd(spent + reserved):.2f}); choose at least that"
+        )
+    conn.execute("UPDATE ledger_balance SET envelope_micro = ? WHERE id = 1", (envelope_micro,))
+    conn.execute(
+        "INSERT INTO ledger_envelope (at, old_micro, new_micro, amendment_id, note) VALUES (?, ?, ?, ?, ?)",
+        (_now(), old, envelope_micro, amendment_id, note),
+    )
+    return old, envelope_micro
+
+
+def envelope_changes(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    return [
+        {"at": r[0], "old_usd": to_usd(r[1]), "new_usd": to_usd(r[2]), "amendment_id": r[3], "note": r[4]}
+        for r in conn.execute("SELECT at, old_micro, new_micro, amendment_id, note FROM ledger_envelope ORDER BY change_id")
+    ]
+
+
 def audit(conn: sqlite3.Connection) -> list[str]:
     """Every way the ledger fails to balance; empty when it balances.
 
@@ -184,6 +227,9 @@ def audit(conn: sqlite3.Connection) -> list[str]:
     ).fetchone()[0]
     if unsettled:
         problems.append(f"{unsettled} finished attempt(s) have no settlement entry")
+    last = conn.execute("SELECT new_micro FROM ledger_envelope ORDER BY change_id DESC LIMIT 1").fetchone()
+    if last is not None and last[0] != envelope:
+        problems.append(f"the envelope {to_usd(envelope):.2f} differs from its last recorded change ({to_usd(last[0]):.2f}) [unrecorded edit]")
     if spent + reserved > envelope:
         problems.append(f"spent + reserved = {to_usd(spent + reserved):.6f} exceeds the envelope {to_usd(envelope):.2f} dollars")
     return problems

@@ -36,6 +36,13 @@ import pandas as pd
 from pilot import protocol
 
 COMPLETION_STATUSES = ("completed", "partial", "abandoned")
+# A run whose every attempt failed on infrastructure: it has no outcome at all.
+FAILED_STATUS = "infra_error"
+# What a failed run's row keeps: who and where it was, and the scenario's own properties; every outcome is empty.
+_FAILED_ROW_KEEPS = frozenset({
+    "run_id", "study", "backend", "scenario", "occupation", "arm", "repeat", "model", "wave", "seed", "order_index",
+    "node", "attempts", "status", "designed_depth", "professional_minutes", "charged_usd",
+})
 # Q is stored truncated (never rounded up) to this many decimals: a stored Q meets a threshold
 # with at most this many decimals exactly when the exact Q does.
 Q_DECIMALS = 6
@@ -185,8 +192,10 @@ def run_row(
     ``scenario`` (a loaded scenario, or None to load it by the record's
     ``scenario`` id) gives the occupation, designed depth and professional
     minutes. ``record`` may be empty for a run whose every attempt failed
-    on infrastructure: the row then says so (status ``infra_error``) with
-    no outcome imputed.
+    on infrastructure: the row then says so (status ``infra_error``) and
+    every outcome column is empty, costs included (the ledger's charge is
+    in ``charged_usd`` where the caller knows it); the analyses drop such
+    rows and count them (:func:`pilot.stats.runtable.validate_runtable`).
     """
     study = study or protocol.study()
     rec = dict(record)
@@ -285,6 +294,8 @@ def run_row(
     for jid in panel_ids:
         j = next((j for j in judges if j.get("judge_id") == jid), None)
         row[f"accept_{jid}"] = None if j is None or j.get("error") or j.get("accept") is None else bool(j["accept"])
+    if status == FAILED_STATUS:
+        row = {k: (v if k in _FAILED_ROW_KEEPS else None) for k, v in row.items()}
     return row
 
 
@@ -341,4 +352,6 @@ def rows_from_store(finished_rows: Iterable[Mapping[str, Any]], *, study_name: s
                 study=study,
             )
         )
+        if r.get("charged_micro") is not None:
+            out[-1]["charged_usd"] = int(r["charged_micro"]) / 1_000_000
     return out

@@ -76,6 +76,22 @@ def scenario_portal_dir(scenario_id: str) -> Path:
     return SCENARIOS_DIR / scenario_id / "portal"
 
 
+def from_root(path: str | Path) -> Path:
+    """A path as a stage parameter gives it: relative paths are read from the repository root,
+    whatever the working directory (JupyterLab starts a kernel in ``notebooks/``)."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else ROOT / p
+
+
+# The run table a study exports (``pilot study export``), inside its folder.
+RUNS_FILE_NAME = "runs.csv"
+
+
+def study_runs_file(name: str) -> Path:
+    """The exported run table of study ``name``."""
+    return study_dir(name) / RUNS_FILE_NAME
+
+
 def study_dir(name: str) -> Path:
     """Folder of one study's store, workspaces and exported run table."""
     return DATA_DIR / name

@@ -9,6 +9,7 @@ the file, the field and the reason.
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -413,10 +414,18 @@ def arm_instructions(arm: Arm) -> str:
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _AMEND_ID = re.compile(r"^A-\d{3}$")
+# The stages an amendment can be made at, in the order they happen. The first
+# two belong to the recorded study (its pilot is amendment A-009's); the last
+# two to a rerun of the protocol by this repository, which comes after it.
+AMENDMENT_STAGES = ["before pilot", "after pilot", "before rerun pilot", "after rerun pilot"]
 
 
 def load_amendments(path: Path | None = None) -> list[dict[str, str]]:
-    """Read ``protocol/amendments.csv``: one row per amendment with id, date, stage, title, content."""
+    """Read ``protocol/amendments.csv``: one row per amendment with id, date, stage, title, content.
+
+    Dates must be real calendar dates, and along the ids neither the date nor
+    the stage (``AMENDMENT_STAGES``) may go back.
+    """
     path = Path(path) if path is not None else paths.AMENDMENTS_FILE
     if not path.is_file():
         raise ProtocolError(path, "<file>", "file not found")
@@ -427,6 +436,7 @@ def load_amendments(path: Path | None = None) -> list[dict[str, str]]:
             raise ProtocolError(path, "<header>", f"columns must be {AMENDMENT_COLUMNS}, got {header}")
         rows = list(reader)
     seen: set[str] = set()
+    previous: tuple[str, _dt.date, int] | None = None
     for n, row in enumerate(rows, start=2):
         if None in row or any(v is None for v in row.values()):
             raise ProtocolError(path, f"line {n}", "wrong number of fields")
@@ -437,9 +447,28 @@ def load_amendments(path: Path | None = None) -> list[dict[str, str]]:
         seen.add(row["id"])
         if not _DATE.match(row["date"]):
             raise ProtocolError(path, f"line {n}.date", f"{row['date']!r} is not a YYYY-MM-DD date")
+        try:
+            date = _dt.date.fromisoformat(row["date"])
+        except ValueError as exc:
+            raise ProtocolError(path, f"line {n}.date", f"{row['date']!r} is not a calendar date ({exc})") from None
         for col in ("stage", "title", "content"):
             if not row[col].strip():
                 raise ProtocolError(path, f"line {n}.{col}", "must not be empty")
+        if row["stage"] not in AMENDMENT_STAGES:
+            raise ProtocolError(path, f"line {n}.stage", f"{row['stage']!r} is not one of {AMENDMENT_STAGES}")
+        rank = AMENDMENT_STAGES.index(row["stage"])
+        if previous is not None:
+            prev_id, prev_date, prev_rank = previous
+            if row["id"] < prev_id:
+                raise ProtocolError(path, f"line {n}.id", f"{row['id']} comes after {prev_id}; list amendments in id order")
+            if date < prev_date:
+                raise ProtocolError(path, f"line {n}.date", f"{row['id']} is dated {date} but the earlier amendment {prev_id} is dated {prev_date}")
+            if rank < prev_rank:
+                raise ProtocolError(
+                    path, f"line {n}.stage",
+                    f"{row['id']} is made {row['stage']!r} but the earlier amendment {prev_id} was made {AMENDMENT_STAGES[prev_rank]!r}",
+                )
+        previous = (row["id"], date, rank)
     return rows
 
 
@@ -455,10 +484,42 @@ def arms() -> dict[str, Arm]:
     return load_arms(study=study())
 
 
+def check_rubric_weights(scenario: Any) -> None:
+    """A rubric's weights sum to one exactly (compared as decimals, as they are written)."""
+    from decimal import Decimal
+
+    total = sum(Decimal(repr(c.weight)) for c in scenario.rubric.criteria)
+    if total != 1:
+        raise ProtocolError(scenario.rubric.path, "criteria.*.weight", f"weights sum to {total}, not 1")
+
+
+def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
+    """Every scenario bundle under ``protocol/scenarios``, validated, and as many as ``design.n_scenarios`` says."""
+    from pilot.scenarios.bundle import load_scenario_from
+
+    root = Path(root) if root is not None else paths.SCENARIOS_DIR
+    if not root.is_dir():
+        raise ProtocolError(root, "<dir>", "the scenarios folder is missing")
+    bundles = sorted(p for p in root.iterdir() if p.is_dir())
+    for b in bundles:
+        if not (b / "scenario.yml").is_file():
+            raise ProtocolError(b / "scenario.yml", "<file>", "a folder under protocol/scenarios/ must be a bundle with a scenario.yml")
+    loaded = [load_scenario_from(b, study) for b in bundles]
+    for sc in loaded:
+        check_rubric_weights(sc)
+    expected = int(study.raw["design"]["n_scenarios"])
+    if len(loaded) != expected:
+        raise ProtocolError(
+            study.path, "design.n_scenarios",
+            f"says {expected} but protocol/scenarios/ holds {len(loaded)} bundles ({', '.join(b.name for b in bundles)})",
+        )
+    return loaded
+
+
 def load_all() -> dict[str, Any]:
-    """Validate every protocol file; used by ``pilot protocol validate``."""
+    """Validate every protocol file, every scenario bundle and the price table included; used by ``pilot protocol validate``."""
     from pilot.agents.model_proxy import PriceTable, study_models  # the proxy's module imports this one
 
     s = load_study()
-    return {"study": s, "arms": load_arms(study=s), "amendments": load_amendments(),
+    return {"study": s, "arms": load_arms(study=s), "amendments": load_amendments(), "scenarios": load_scenarios(s),
             "prices": PriceTable.load(required_models=study_models(s))}

@@ -26,13 +26,21 @@ def _validate(args: argparse.Namespace) -> int:
     except ProtocolError as exc:
         print(f"pilot protocol validate: {exc}", file=sys.stderr)
         return 1
-    print(f"protocol valid: {len(loaded['arms'])} arms, {len(loaded['amendments'])} amendments")
+    print(f"protocol valid: {len(loaded['arms'])} arms, {len(loaded['scenarios'])} scenario bundles, {len(loaded['amendments'])} amendments")
     return 0
 
 
 def _tables(args: argparse.Namespace) -> int:
     from pilot.report.design_tables import write_design_outputs
 
-    for path in write_design_outputs(args.out):
+    # The tables rest on a valid protocol: check it first, so a bad file is
+    # reported by name, field and reason instead of failing halfway.
+    try:
+        load_all()
+        written = write_design_outputs(args.out)
+    except ProtocolError as exc:
+        print(f"pilot protocol tables: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
         print(path)
     return 0

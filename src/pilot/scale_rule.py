@@ -1,8 +1,9 @@
 """The preregistered scale rule, applied to what the pilot cost.
 
-With c-bar the mean total cost per pilot run (agent and judges, every attempt
-of the run) and E_r the envelope left after the pilot (envelope minus spent
-minus reserved, from the ledger):
+With c-bar the mean observed total cost per finished pilot run (agent and
+judges, every attempt of the run that reported its cost; see
+:meth:`pilot.store.Store.observed_run_costs`) and E_r the envelope left after
+the pilot (envelope minus spent minus reserved, from the ledger):
 
 1. add a third repeat if ``k * c_bar * n3 <= E_r - r3``;
 2. then run the model sensitivities if ``k * c_bar * ns`` fits in what
@@ -18,21 +19,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
 
 from pilot import protocol
-from pilot.ledger import Balance
-
-
-# Dollar amounts are compared to the micro-dollar (the ledger's unit), so that
-# a cost landing exactly on a limit is not lost to binary rounding.
-_MICRO_USD = 1e-6
+from pilot.ledger import Balance, to_micro
 
 
 def _fits(cost: float, limit: float) -> bool:
-    return cost <= limit + _MICRO_USD / 2
+    """cost <= limit, both rounded to the micro-dollar (the ledger's unit) and compared as integers.
+
+    A cost landing exactly on a limit is therefore not lost to binary rounding.
+    """
+    return to_micro(cost) <= to_micro(limit)
 
 
 class ScaleRuleError(ValueError):
@@ -41,10 +42,15 @@ class ScaleRuleError(ValueError):
 
 @dataclass(frozen=True)
 class ScaleInputs(Balance):
-    """What the rule reads from the ledger: the envelope's balance (and its ``remaining_usd``), c-bar and the runs behind it."""
+    """What the rule reads from the ledger: the envelope's balance (and its ``remaining_usd``), c-bar and the runs behind it.
+
+    ``n_unknown_cost`` counts finished runs left out of c-bar because their
+    finishing attempt reported no cost (charged their reservation instead).
+    """
 
     c_bar_usd: float
     n_runs: int
+    n_unknown_cost: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,8 @@ class ScaleDecision:
     @property
     def summary(self) -> pd.DataFrame:
         rows = [
-            ("pilot runs finished", self.inputs.n_runs),
+            ("pilot runs with an observed cost", self.inputs.n_runs),
+            ("pilot runs without an observed cost (left out of c_bar)", self.inputs.n_unknown_cost),
             ("mean total cost per run c_bar (USD)", self.inputs.c_bar_usd),
             ("envelope (USD)", self.inputs.envelope_usd),
             ("spent (USD)", self.inputs.spent_usd),
@@ -162,14 +169,22 @@ def decide(inputs: ScaleInputs, study: protocol.Study | None = None) -> ScaleDec
 
 
 def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:
-    """c-bar over the finished runs of ``wave`` and the envelope's balance, from a :class:`pilot.store.Store`."""
-    costs = store.run_costs(wave)  # type: ignore[attr-defined]
+    """c-bar over the observed costs of the finished runs of ``wave``, and the envelope's balance, from a :class:`pilot.store.Store`.
+
+    Charges that are not observations are left out: an attempt charged its
+    reservation because its cost is unknown (an interrupted scheduler, a
+    lost worker) would otherwise inflate c-bar with worst cases, and an
+    attempt that never launched cost nothing. A run whose finishing attempt
+    reported no cost is left out of the mean and counted.
+    """
+    observed, unknown = store.observed_run_costs(wave)  # type: ignore[attr-defined]
     bal = store.balance()  # type: ignore[attr-defined]
-    if not costs:
-        raise ScaleRuleError(f"no finished {wave} run in the store {store.path}")  # type: ignore[attr-defined]
+    if not observed:
+        raise ScaleRuleError(f"no finished {wave} run with an observed cost in the store {store.path}")  # type: ignore[attr-defined]
     return ScaleInputs(
-        c_bar_usd=sum(costs) / len(costs),
-        n_runs=len(costs),
+        c_bar_usd=float(Decimal(sum(observed)) / len(observed) / 1_000_000),
+        n_runs=len(observed),
+        n_unknown_cost=unknown,
         envelope_usd=bal.envelope_usd,
         spent_usd=bal.spent_usd,
         reserved_usd=bal.reserved_usd,
@@ -205,6 +220,7 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool,
         "label": tag,
         "c_bar_usd": inp.c_bar_usd,
         "n_runs": inp.n_runs,
+        "n_unknown_cost": inp.n_unknown_cost,
         "envelope_usd": inp.envelope_usd,
         "spent_usd": inp.spent_usd,
         "reserved_usd": inp.reserved_usd,
@@ -220,6 +236,7 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool,
     out["amendment"].write_text((f"[{tag}] " if tag else "") + decision.amendment_text() + "\n", encoding="utf-8")
     macros = {
         macro_name("scale", "cbar"): round(inp.c_bar_usd, 2),
+        macro_name("scale", "n", "runs"): int(inp.n_runs),
         macro_name("scale", "remaining"): round(inp.remaining_usd, 2),
         macro_name("scale", "third", "cost"): round(decision.third_cost_usd, 2),
         macro_name("scale", "third", "limit"): round(decision.third_limit_usd, 2),
@@ -249,9 +266,10 @@ def _figure(decision: ScaleDecision, path: Path, tag: str) -> Path:
     ax.barh(labels, limit, color="#d9d9d9", label="limit")
     ax.barh(labels, cost, height=0.4, color="#4477aa", label="projected cost")
     ax.set_xlabel("dollars")
-    ax.legend(loc="lower right", frameon=False, fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     ax.set_title((f"{tag}: " if tag else "") + f"scale rule at c-bar = {decision.inputs.c_bar_usd:.2f} USD", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
+    fig.savefig(path.with_suffix(".png"), dpi=110)  # shown inline by the stage notebook
     plt.close(fig)
     return path

@@ -34,6 +34,8 @@ import numpy as np
 import pandas as pd
 
 from pilot import paths, protocol
+from pilot.executors import isolation
+from pilot.executors.base import launch_mark
 from pilot.executors.base import AttemptOutcome, CellSpec, Executor, RunFunction  # re-exported
 from pilot.store import WAVES, Store
 
@@ -295,7 +297,9 @@ def study_lock(folder: Path) -> Iterator[None]:
         except BlockingIOError:
             fh.seek(0)
             holder = fh.read().strip() or "unknown"
-            raise ScheduleError(f"another scheduler is running this study (pid {holder}); {folder / LOCK_FILE}") from None
+            raise ScheduleError(
+                f"{folder / LOCK_FILE}: another scheduler (pid {holder}) is running this study; wait for it to finish or stop it, then run again"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
@@ -314,6 +318,7 @@ class WaveResult:
     finished: int = 0
     infra_errors: int = 0
     recovered_interrupted: int = 0
+    swept_processes: int = 0
     elapsed_s: float = 0.0
     stop_reason: str = "complete"
     counts: dict[str, int] = field(default_factory=dict)
@@ -327,6 +332,7 @@ class WaveResult:
             "runs finished": self.finished,
             "infrastructure errors": self.infra_errors,
             "interrupted attempts recovered": self.recovered_interrupted,
+            "leftover processes ended": self.swept_processes,
             **{f"cells {k}": v for k, v in self.counts.items()},
             **{k: round(v, 6) for k, v in self.balance.items()},
             "elapsed seconds": round(self.elapsed_s, 3),
@@ -370,15 +376,37 @@ class Scheduler:
         self.node_wait_s = node_wait_s
         self.workspace_root = store.folder / "workspaces"
 
-    def run(self, wave: str) -> WaveResult:
-        """Run every waiting cell of ``wave`` (resuming after any crash) until done, failed or out of envelope."""
-        with study_lock(self.store.folder):
-            return self._run_locked(wave)
+    def run(self, wave: str, *, prepare: Callable[[Store], None] | None = None,
+            on_start: Callable[[Store], None] | None = None) -> WaveResult:
+        """Run every waiting cell of ``wave`` (resuming after any crash) until done, failed or out of envelope.
 
-    def _run_locked(self, wave: str) -> WaveResult:
+        Under the study's lock, before anything else: processes left by
+        attempts of an earlier scheduler are ended, their attempts closed,
+        then ``prepare(store)`` runs (e.g. adding a later wave's cells).
+        ``on_start(store)`` runs once, when the first attempt of this call
+        has its reservation and before it is launched (the freeze manifest
+        is taken there, when a wave really starts).
+        """
+        with study_lock(self.store.folder):
+            return self._run_locked(wave, prepare, on_start)
+
+    def sweep(self) -> list[int]:
+        """End processes that attempts of this study left behind (call under the lock)."""
+        marks = [launch_mark(Path(a["workspace"])) for a in self.store.attempts() if a["outcome"] == "running"]
+        prefix = str(self.workspace_root) + os.sep
+        ended = isolation.sweep(prefix, marks)
+        remote = getattr(self.executor, "sweep", None)
+        if remote is not None:
+            ended += remote(prefix)
+        return ended
+
+    def _run_locked(self, wave: str, prepare: Callable[[Store], None] | None, on_start: Callable[[Store], None] | None) -> WaveResult:
         t0 = time.perf_counter()
         result = WaveResult(wave=wave)
+        result.swept_processes = len(self.sweep())
         result.recovered_interrupted = len(self.store.recover_interrupted())
+        if prepare is not None:
+            prepare(self.store)
         waiting = self.store.cells(wave, "waiting")
         nodes = self._nodes_provider()
         check_servable(waiting, nodes, self.requires)
@@ -404,6 +432,10 @@ class Scheduler:
                     if started is None:
                         blocked = "envelope"
                         break
+                    if on_start is not None:
+                        # Runs while this first attempt is reserved but not launched: if it fails, a resume releases it.
+                        on_start(self.store)
+                        on_start = None
                     heapq.heappop(heap)
                     token += 1
                     in_flight[token] = (cell, started.attempt_id, node)

@@ -13,6 +13,7 @@ import argparse
 import json
 import re
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -26,6 +27,41 @@ _STAGE_FILE = re.compile(r"^(\d+)_([a-z0-9_]+)\.py$")
 
 class StageError(ValueError):
     """A stage or a parameter given to it is unknown or has the wrong type."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class StageFailed(RuntimeError):
+    """A cell of an executed stage notebook raised; names the notebook, the cell and the source line."""
+
+    def __init__(self, stage: "Stage", notebook: Path, cell_index: int, exec_count: int | None, source_line: int | None,
+                 ename: str, evalue: str, traceback: list[str]) -> None:
+        self.stage, self.notebook, self.cell_index = stage, notebook, cell_index
+        self.exec_count, self.source_line = exec_count, source_line
+        self.ename, self.evalue = ename, evalue
+        self.traceback = [_ANSI.sub("", t) for t in traceback]
+        where = f"{_show(stage.source)}" + (f" line {source_line}" if source_line else "")
+        super().__init__(
+            f"stage {stage.name} failed in cell {cell_index} (execution count {exec_count}) of {_show(notebook)}, "
+            f"from {where}: {ename}: {evalue}"
+        )
+
+
+def _show(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(paths.ROOT)) if path.is_relative_to(paths.ROOT) else str(path)
+
+
+def _source_line(source: Path, cell_source: str) -> int | None:
+    """The line of the percent file where a cell with this source starts (its first code line)."""
+    first = next((ln for ln in cell_source.splitlines() if ln.strip()), None)
+    if first is None:
+        return None
+    for n, line in enumerate(source.read_text(encoding="utf-8").splitlines(), start=1):
+        if line == first:
+            return n
+    return None
 
 
 @dataclass(frozen=True)
@@ -131,6 +167,25 @@ def write_parameterized_notebook(name: str, params: Mapping[str, Any], target: P
     return target
 
 
+def _ipc_kernel_manager(folder: Path) -> type:
+    """A kernel manager whose kernels talk over IPC sockets in ``folder`` (a private temporary
+    folder) instead of TCP ports: nothing on the network can reach the kernel, two stages running
+    at once never share a socket, and ipykernel has no plain-text transport to warn about."""
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self) -> str:
+            return str(folder / "kernel")
+
+    return IPCKernelManager
+
+
 def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Path | None = None, progress: bool = False) -> Path:
     """Build, check and execute one stage; returns the executed notebook's path."""
     import papermill
@@ -138,17 +193,25 @@ def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Pat
     stage = get_stage(name)
     built = build_notebook(stage.source, stage.built_notebook)
     checked = check_parameters(built, dict(params or {}), source=stage.source)
+    from papermill.exceptions import PapermillExecutionError
+
     out = Path(output) if output else stage.executed_notebook
     out.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(
-        str(built),
-        str(out),
-        parameters=checked,
-        cwd=str(paths.ROOT),
-        kernel_name="python3",
-        progress_bar=progress,
-        log_output=False,
-    )
+    try:
+        with tempfile.TemporaryDirectory(prefix="pilot-kernel-") as sockets:
+            papermill.execute_notebook(
+                str(built),
+                str(out),
+                parameters=checked,
+                cwd=str(paths.ROOT),
+                kernel_name="python3",
+                progress_bar=progress,
+                log_output=False,
+                kernel_manager_class=_ipc_kernel_manager(Path(sockets)),
+            )
+    except PapermillExecutionError as exc:
+        raise StageFailed(stage, out, exc.cell_index, exc.exec_count, _source_line(stage.source, exc.source or ""),
+                          exc.ename, exc.evalue, list(exc.traceback or [])) from None
     return out
 
 
@@ -181,5 +244,10 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     except StageError as exc:
         print(f"pilot stage: {exc}", file=sys.stderr)
         return 2
+    except StageFailed as exc:
+        # The kernel's traceback once, then one line naming the notebook and the cell.
+        print("\n".join(exc.traceback), file=sys.stderr)
+        print(f"pilot stage: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps({"stage": args.name, "notebook": str(out)}))
     return 0

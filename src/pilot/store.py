@@ -12,11 +12,18 @@ any instant leaves a store that is consistent as of its last commit: a
 finished run is either fully recorded or still in flight, never half.
 Durability: WAL with ``synchronous=NORMAL`` survives a killed process (the
 case that matters here); only a power cut may lose the last commits.
+
+A study is created whole or not at all: the store is built beside its final
+name and linked into place once every cell is in it. SQLite's own failures
+(a full or read-only disk, a truncated or corrupted file) become a
+:class:`StoreError` whose one-line message names the file and what to do.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from pilot import ledger, paths
-from pilot.executors.base import AttemptOutcome, CellSpec, read_outcome_file
+from pilot.executors.base import AttemptOutcome, CellSpec, read_outcome_file, was_launched
 
 STORE_FILE = "study.sqlite"
 WAVES = ("pilot", "repeat3", "sensitivity")
@@ -41,7 +48,9 @@ CREATE TABLE IF NOT EXISTS studies (
     nodes_source TEXT,
     nodes_yaml TEXT,
     freeze_manifest_json TEXT,
-    freeze_taken_at TEXT
+    freeze_taken_at TEXT,
+    arms_json TEXT,
+    run_function TEXT
 );
 CREATE TABLE IF NOT EXISTS cells (
     run_id TEXT PRIMARY KEY,
@@ -77,6 +86,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     charged_micro INTEGER,
     cost_usd REAL,
     judge_cost_usd REAL,
+    charge_basis TEXT CHECK (charge_basis IN ('reported', 'reservation', 'released')),
     UNIQUE (run_id, attempt_no)
 );
 CREATE INDEX IF NOT EXISTS attempts_running ON attempts (outcome);
@@ -112,7 +122,29 @@ CREATE TABLE IF NOT EXISTS judge_scores (
     error TEXT,
     PRIMARY KEY (run_id, judge_id)
 );
+CREATE TABLE IF NOT EXISTS events (
+    event_id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    run_id TEXT,
+    detail_json TEXT
+);
 """
+
+# Columns added after the first stores were written: (table, column, declaration).
+_MIGRATIONS = (
+    ("studies", "arms_json", "TEXT"),
+    ("studies", "run_function", "TEXT"),
+    ("attempts", "charge_basis", "TEXT"),
+)
+
+# How each charge was reckoned (attempts.charge_basis):
+CHARGE_REPORTED = "reported"  # the client's reported cost
+CHARGE_RESERVATION = "reservation"  # cost unknown: the whole reservation (worst case)
+CHARGE_RELEASED = "released"  # the attempt never launched: nothing was spent
+# Stores written before charge_basis existed: a kept cost means it was reported.
+_REPORTED = "(a.charge_basis = 'reported' OR (a.charge_basis IS NULL AND a.cost_usd IS NOT NULL))"
+
 
 
 class _EnvelopeRefused(Exception):
@@ -121,6 +153,39 @@ class _EnvelopeRefused(Exception):
 
 class StoreError(RuntimeError):
     """The store is missing, belongs to another study, or was asked something impossible."""
+
+
+def _nearly_full(folder: Path) -> bool:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20
+
+
+def describe_fault(exc: BaseException, path: Path) -> str:
+    """One line naming the file and what to do, for a SQLite or file-system failure."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    low = text.lower()
+    code = getattr(exc, "errno", None)
+    where = getattr(exc, "filename", None) or path
+    folder = Path(where).parent
+    if folder.is_dir() and not os.access(folder, os.W_OK) and code != errno.ENOSPC and "disk is full" not in low:
+        # SQLite reports a read-only file system in several ways ("unable to open", "readonly", "I/O error").
+        return f"{where}: the file system is read-only or not writable ({text}); make it writable and run the command again"
+    if "disk is full" in low or code == errno.ENOSPC or ("i/o error" in low and _nearly_full(folder)):
+        # SQLite reports a full disk as SQLITE_FULL, or as an I/O error when it cannot grow its shared-memory file.
+        return f"{where}: the disk is full ({text}); free space on that file system and run the command again (nothing already recorded was lost)"
+    if "readonly" in low or "read-only" in low or code == errno.EROFS:
+        return f"{where}: the file or its file system is read-only ({text}); make it writable and run the command again"
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return (f"{where}: the study store is truncated or corrupted ({text}); restore it from a backup copy "
+                "(the attempts' workspaces beside it are untouched); do not delete it")
+    if "locked" in low or "busy" in low:
+        return f"{where}: the store is locked by another process ({text}); wait for it to finish and run the command again"
+    if "unable to open" in low or code in (errno.ENOENT, errno.EACCES, errno.EPERM):
+        return f"{where}: cannot open the study store ({text}); check that the folder exists and is writable"
+    return f"{where}: {type(exc).__name__}: {text}"
 
 
 def now() -> str:
@@ -143,6 +208,8 @@ class StudyInfo:
     nodes_yaml: str | None
     freeze_manifest: dict[str, str] | None
     freeze_taken_at: str | None
+    arms: list[str] | None = None  # None: every arm of the design
+    run_function: str | None = None  # None: the default run function
 
 
 @dataclass(frozen=True)
@@ -164,19 +231,102 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str)
 
 
+def _insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
+    rows = [
+        (x.run_id, x.wave, x.order_index, x.scenario, x.arm, x.repeat, x.model, x.seed, x.cap_usd, x.wall_s, ledger.to_micro(x.reserve_usd))
+        for x in cells
+    ]
+    c.executemany(
+        "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    return len(rows)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        _fsync(folder)
+    except OSError:
+        pass  # some file systems refuse fsync on a folder; the rename itself is still atomic
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_partials(folder: Path) -> None:
+    """Remove what interrupted creates left (their process is gone)."""
+    for f in folder.glob(f"{STORE_FILE}.partial-*"):
+        pid = f.name.split(".partial-", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            f.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write beside ``path``, fsync, then rename over it: a reader sees the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
 class Store:
     """One study's SQLite store. Open it with :meth:`open` (existing) or :meth:`create`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, check: bool = False) -> None:
         self.path = Path(path)
         self.folder = self.path.parent
-        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves.
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=60.0, check_same_thread=False)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.executescript(SCHEMA + ledger.SCHEMA)
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves.
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=60.0, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(describe_fault(exc, self.path)) from exc
+        try:
+            self.conn.row_factory = sqlite3.Row
+            if check:
+                # A truncated or overwritten file must be named, not half-read.
+                bad = self.conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+                if bad != "ok":
+                    raise sqlite3.DatabaseError(f"database disk image is malformed: {bad}")
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self.conn.executescript(SCHEMA + ledger.SCHEMA)
+            self._migrate()
+        except sqlite3.Error as exc:
+            self.conn.close()
+            raise StoreError(describe_fault(exc, self.path)) from exc
+
+    def _migrate(self) -> None:
+        for table, column, decl in _MIGRATIONS:
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     # ------------------------------------------------------------------ life
     @classmethod
@@ -192,27 +342,74 @@ class Store:
         scenarios: list[str],
         nodes_source: str | None = None,
         nodes_yaml: str | None = None,
+        cells: Iterable[CellSpec] = (),
+        arms: list[str] | None = None,
+        run_function: str | None = None,
     ) -> "Store":
-        path = Path(folder) / STORE_FILE
+        """Create the study's store with its cells, all at once.
+
+        The store is written under a temporary name and hard-linked to
+        ``study.sqlite`` only when complete, so an interrupted create leaves
+        no study (only a temporary file the next create removes) and two
+        creates of one name cannot both succeed.
+        """
+        folder = Path(folder)
+        path = folder / STORE_FILE
         if path.exists():
             raise StoreError(f"study {name!r} already exists at {path}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = cls(path)
-        with store.transaction() as c:
-            c.execute(
-                "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json, nodes_source, nodes_yaml) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, int(seed), now(), protocol_version, worker_model, json.dumps(list(scenarios)), nodes_source, nodes_yaml),
-            )
-            ledger.initialise(c, envelope_usd)
-        return store
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_stale_partials(folder)
+        partial = folder / f"{STORE_FILE}.partial-{os.getpid()}"
+        try:
+            store = cls(partial)
+            try:
+                with store.transaction() as c:
+                    c.execute(
+                        "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json, nodes_source, "
+                        "nodes_yaml, arms_json, run_function) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (name, int(seed), now(), protocol_version, worker_model, json.dumps(list(scenarios)), nodes_source, nodes_yaml,
+                         json.dumps(list(arms)) if arms is not None else None, run_function),
+                    )
+                    ledger.initialise(c, envelope_usd)
+                    _insert_cells(c, cells)
+                # Fold the WAL into the file so that the one file linked below is the whole store.
+                store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                store.conn.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                store.close()
+            _fsync(partial)
+            try:
+                os.link(partial, path)
+            except FileExistsError:
+                raise StoreError(f"study {name!r} already exists at {path}") from None
+            _fsync_dir(folder)
+        except OSError as exc:
+            raise StoreError(describe_fault(exc, partial)) from exc
+        finally:
+            for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm"), Path(f"{partial}-journal")):
+                leftover.unlink(missing_ok=True)
+        return cls(path)
 
     @classmethod
     def open(cls, folder: Path) -> "Store":
         path = Path(folder) / STORE_FILE
         if not path.is_file():
             raise StoreError(f"no study store at {path} (create the study first: pilot study create NAME)")
-        return cls(path)
+        if path.stat().st_size == 0:
+            raise StoreError(f"{path}: the study store is empty (truncated); restore it from a backup copy, or if no run was ever "
+                             "made remove the folder and create the study again")
+        store = cls(path, check=True)
+        try:
+            row = store.conn.execute("SELECT COUNT(*) FROM studies").fetchone()[0]
+            cells = store.conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+        except sqlite3.Error as exc:
+            store.close()
+            raise StoreError(describe_fault(exc, path)) from exc
+        if row != 1 or cells == 0:
+            store.close()
+            raise StoreError(f"{path}: the store holds {'no study' if row != 1 else 'no cells'} (an interrupted or foreign file); "
+                             "restore it from a backup copy, or if no run was ever made remove the folder and create the study again")
+        return store
 
     def close(self) -> None:
         self.conn.close()
@@ -225,15 +422,45 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction holding SQLite's write lock from its first statement."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        """A write transaction holding SQLite's write lock from its first statement.
+
+        A SQLite failure inside it (full or read-only disk, corruption) rolls
+        the whole transaction back and becomes a :class:`StoreError`.
+        """
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(describe_fault(exc, self.path)) from exc
         try:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
+        except BaseException as exc:
+            try:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(describe_fault(exc, self.path)) from exc
             raise
         else:
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                try:
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise StoreError(describe_fault(exc, self.path)) from exc
+
+    def record_event(self, c: sqlite3.Connection, kind: str, run_id: str | None = None, **detail: Any) -> None:
+        """Keep what an operator did (a retry, an envelope change) in the store, inside the caller's transaction."""
+        c.execute("INSERT INTO events (at, kind, run_id, detail_json) VALUES (?, ?, ?, ?)",
+                  (now(), kind, run_id, json.dumps(detail, default=str, sort_keys=True)))
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM events" + (" WHERE kind = ?" if kind else "") + " ORDER BY event_id"
+        return [dict(r) for r in self.conn.execute(sql, (kind,) if kind else ())]
 
     # ------------------------------------------------------------------ study
     def study(self) -> StudyInfo:
@@ -251,6 +478,9 @@ class Store:
             nodes_yaml=row["nodes_yaml"],
             freeze_manifest=json.loads(row["freeze_manifest_json"]) if row["freeze_manifest_json"] else None,
             freeze_taken_at=row["freeze_taken_at"],
+            # Read-only readers may see a store written before these columns existed.
+            arms=json.loads(row["arms_json"]) if "arms_json" in row.keys() and row["arms_json"] else None,
+            run_function=row["run_function"] if "run_function" in row.keys() else None,
         )
 
     def set_freeze_manifest(self, manifest: dict[str, str]) -> None:
@@ -263,17 +493,8 @@ class Store:
 
     # ------------------------------------------------------------------ cells
     def add_cells(self, cells: Iterable[CellSpec]) -> int:
-        rows = [
-            (c.run_id, c.wave, c.order_index, c.scenario, c.arm, c.repeat, c.model, c.seed, c.cap_usd, c.wall_s, ledger.to_micro(c.reserve_usd))
-            for c in cells
-        ]
         with self.transaction() as c:
-            c.executemany(
-                "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        return len(rows)
+            return _insert_cells(c, cells)
 
     def has_wave(self, wave: str) -> bool:
         return self.conn.execute("SELECT 1 FROM cells WHERE wave = ? LIMIT 1", (wave,)).fetchone() is not None
@@ -357,12 +578,16 @@ class Store:
             if a is None or a["outcome"] != "running":
                 raise StoreError(f"attempt {attempt_id} is not running")
             run_id = a["run_id"]
-            charged, note = ledger.settlement(a["reserved_micro"], outcome.total_cost_usd)
+            if not outcome.launched:
+                charged, note, basis = 0, "never launched: reservation released, nothing charged", CHARGE_RELEASED
+            else:
+                charged, note = ledger.settlement(a["reserved_micro"], outcome.total_cost_usd)
+                basis = CHARGE_REPORTED if outcome.total_cost_usd is not None else CHARGE_RESERVATION
             c.execute(
-                "UPDATE attempts SET outcome = ?, error = ?, finished_at = ?, charged_micro = ?, cost_usd = ?, judge_cost_usd = ? "
-                "WHERE attempt_id = ?",
+                "UPDATE attempts SET outcome = ?, error = ?, finished_at = ?, charged_micro = ?, cost_usd = ?, judge_cost_usd = ?, "
+                "charge_basis = ? WHERE attempt_id = ?",
                 (outcome.status, outcome.infra_error or outcome.record.get("error"), now(), charged,
-                 _opt_float(outcome.cost_usd), float(outcome.judge_cost_usd), attempt_id),
+                 _opt_float(outcome.cost_usd), float(outcome.judge_cost_usd), basis, attempt_id),
             )
             ledger.settle(c, run_id, attempt_id, a["reserved_micro"], charged, f"attempt {outcome.status}; {note}")
             if outcome.infra_error is not None:
@@ -400,25 +625,36 @@ class Store:
         """Close every attempt left running by a scheduler that died; their runs wait again.
 
         Call only while holding the study's scheduler lock (no live
-        scheduler can own those attempts then). An interrupted attempt is
-        charged what it reported if it finished and left its outcome on disk,
-        otherwise its whole reservation: its real spend is unknown, and
-        charging the worst case keeps the envelope a hard bound.
+        scheduler can own those attempts then). An interrupted attempt that
+        finished and left its outcome on disk is charged what it reported;
+        one that never launched its run function (no launch mark in its
+        workspace) is released at no charge; any other is charged its whole
+        reservation, marked as such: its real spend is unknown, and the
+        worst case keeps the envelope a hard bound. Interrupted attempts do
+        not count toward a run's infrastructure limit.
         """
         recovered = []
         with self.transaction() as c:
             for a in c.execute("SELECT attempt_id, run_id, reserved_micro, workspace FROM attempts WHERE outcome = 'running'").fetchall():
-                left = read_outcome_file(Path(a["workspace"]))
-                known = left is not None and left.total_cost_usd is not None
-                charged = ledger.to_micro(left.total_cost_usd) if known else a["reserved_micro"]
-                how = "its reported cost" if known else "its reservation (cost unknown)"
+                workspace = Path(a["workspace"])
+                left = read_outcome_file(workspace)
+                if left is not None and left.total_cost_usd is not None:
+                    charged, basis, how = ledger.to_micro(left.total_cost_usd), CHARGE_REPORTED, "its reported cost"
+                elif not was_launched(workspace):
+                    charged, basis, how = 0, CHARGE_RELEASED, "nothing (it never launched; reservation released)"
+                else:
+                    charged, basis, how = a["reserved_micro"], CHARGE_RESERVATION, "its reservation (cost unknown)"
                 c.execute(
-                    "UPDATE attempts SET outcome = 'interrupted', error = ?, finished_at = ?, charged_micro = ? WHERE attempt_id = ?",
-                    (f"scheduler stopped while the attempt was in flight; charged {how}", now(), charged, a["attempt_id"]),
+                    "UPDATE attempts SET outcome = 'interrupted', error = ?, finished_at = ?, charged_micro = ?, charge_basis = ?, "
+                    "cost_usd = ?, judge_cost_usd = ? WHERE attempt_id = ?",
+                    (f"scheduler stopped while the attempt was in flight; charged {how}", now(), charged, basis,
+                     _opt_float(left.cost_usd) if basis == CHARGE_REPORTED and left else None,
+                     float(left.judge_cost_usd) if basis == CHARGE_REPORTED and left else None, a["attempt_id"]),
                 )
-                ledger.settle(c, a["run_id"], a["attempt_id"], a["reserved_micro"], charged, "interrupted")
+                ledger.settle(c, a["run_id"], a["attempt_id"], a["reserved_micro"], charged, f"interrupted; charged {how}")
                 c.execute("UPDATE cells SET status = 'waiting' WHERE run_id = ? AND status = 'in_flight'", (a["run_id"],))
-                recovered.append({"attempt_id": a["attempt_id"], "run_id": a["run_id"], "charged_usd": ledger.to_usd(charged)})
+                recovered.append({"attempt_id": a["attempt_id"], "run_id": a["run_id"], "charged_usd": ledger.to_usd(charged),
+                                  "charge_basis": basis, "workspace": str(workspace)})
             # A cell marked in flight without a running attempt cannot arise from our
             # transactions; repair it anyway so a hand-edited store still resumes.
             c.execute(
@@ -426,6 +662,39 @@ class Store:
                 "(SELECT run_id FROM attempts WHERE outcome = 'running')"
             )
         return recovered
+
+    def reopen(self, run_ids: Iterable[str] | None = None, *, reason: str = "retry") -> list[str]:
+        """Put failed cells back to waiting under their run ids (all failed cells when ``run_ids`` is None).
+
+        Their attempts stay as they are (attempt numbers continue) and the
+        infrastructure count starts again; each reopening is kept as an
+        event. Asking to reopen a cell that is not failed is an error.
+        """
+        with self.transaction() as c:
+            if run_ids is None:
+                ids = [r[0] for r in c.execute("SELECT run_id FROM cells WHERE status = 'failed' ORDER BY wave, order_index")]
+            else:
+                ids = list(dict.fromkeys(run_ids))
+                for rid in ids:
+                    row = c.execute("SELECT status FROM cells WHERE run_id = ?", (rid,)).fetchone()
+                    if row is None:
+                        raise StoreError(f"{self.path}: no run {rid!r} in this study")
+                    if row[0] != "failed":
+                        raise StoreError(f"run {rid} is {row[0]}, not failed; only failed runs are reopened")
+            for rid in ids:
+                n = c.execute("SELECT infra_attempts FROM cells WHERE run_id = ?", (rid,)).fetchone()[0]
+                c.execute("UPDATE cells SET status = 'waiting', infra_attempts = 0 WHERE run_id = ?", (rid,))
+                self.record_event(c, "reopen", rid, reason=reason, infra_attempts_before=n)
+        return ids
+
+    def failures(self, wave: str | None = None) -> list[dict[str, Any]]:
+        """Each failed cell with the error of its last attempt."""
+        sql = (
+            "SELECT c.run_id, c.wave, c.arm, c.scenario, c.infra_attempts, a.error, a.node FROM cells c "
+            "LEFT JOIN attempts a ON a.attempt_id = (SELECT MAX(attempt_id) FROM attempts WHERE run_id = c.run_id) "
+            "WHERE c.status = 'failed'" + (" AND c.wave = ?" if wave else "") + " ORDER BY c.wave, c.order_index"
+        )
+        return [dict(r) for r in self.conn.execute(sql, (wave,) if wave else ())]
 
     def attempts(self, run_id: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM attempts" + (" WHERE run_id = ?" if run_id else "") + " ORDER BY attempt_id"
@@ -473,18 +742,42 @@ class Store:
         return out
 
     def run_costs(self, wave: str | None = None) -> list[float]:
-        """Total dollars (agent and judges, every attempt) of each finished run."""
+        """Total dollars charged (agent and judges, every attempt) to each finished run."""
         sql = (
             "SELECT SUM(COALESCE(a.charged_micro, 0)) FROM cells c JOIN attempts a ON a.run_id = c.run_id "
             "WHERE c.status = 'done'" + (" AND c.wave = ?" if wave else "") + " GROUP BY c.run_id"
         )
         return [ledger.to_usd(r[0]) for r in self.conn.execute(sql, (wave,) if wave else ())]
 
+    def observed_run_costs(self, wave: str | None = None) -> tuple[list[int], int]:
+        """Observed cost of each finished run in micro-dollars, and how many finished runs have none.
+
+        A run's observed cost is what its attempts reported (agent and
+        judges); attempts charged their reservation because their cost is
+        unknown contribute nothing, and attempts released unlaunched cost
+        nothing. A run whose finishing attempt reported no cost (a session
+        killed at the wall limit) has no observed cost and is counted apart.
+        """
+        sql = (
+            f"SELECT c.run_id, SUM(CASE WHEN {_REPORTED} THEN a.charged_micro ELSE 0 END) AS observed, "
+            f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN 1 ELSE 0 END) AS final_unknown "
+            "FROM cells c JOIN runs r ON r.run_id = c.run_id JOIN attempts a ON a.run_id = c.run_id "
+            "WHERE c.status = 'done'" + (" AND c.wave = ?" if wave else "") + " GROUP BY c.run_id ORDER BY c.run_id"
+        )
+        observed, unknown = [], 0
+        for row in self.conn.execute(sql, (wave,) if wave else ()):
+            if row["final_unknown"]:
+                unknown += 1
+            else:
+                observed.append(int(row["observed"]))
+        return observed, unknown
+
     def finished_rows(self) -> list[dict[str, Any]]:
         """Each cell joined with its run record (None for runs not finished), in seeded order."""
         sql = """
         SELECT c.*, r.status AS run_status, r.cost_usd AS run_cost_usd, r.judge_cost_usd AS run_judge_cost_usd,
-               r.record_json, r.finished_at
+               r.record_json, r.finished_at,
+               (SELECT SUM(COALESCE(a.charged_micro, 0)) FROM attempts a WHERE a.run_id = c.run_id) AS charged_micro
         FROM cells c LEFT JOIN runs r ON r.run_id = c.run_id
         ORDER BY CASE c.wave WHEN 'pilot' THEN 0 WHEN 'repeat3' THEN 1 ELSE 2 END, c.order_index
         """

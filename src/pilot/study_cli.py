@@ -1,32 +1,50 @@
-"""``pilot study``: create, run, inspect and export a study.
+"""``pilot study``: create, run, inspect, export and amend a study.
 
-- ``pilot study create NAME [--seed N] [--nodes FILE] [--scenarios ID ...]``
-  makes the store under ``analysis/data/NAME/`` with the pilot wave's seeded
-  assignment (also written to ``assignment_pilot.csv``).
+- ``pilot study create NAME [--seed N] [--nodes FILE] [--scenarios ID ...]
+  [--arms A0,A1,...] [--runner MODULE:FUNCTION]`` validates everything (the
+  scenario bundles, the arms against ``protocol/arms/arms.yml``, the nodes
+  file, the run function) and then makes the store under
+  ``analysis/data/NAME/`` with the pilot wave's seeded assignment (also
+  written to ``assignment_pilot.csv``), all at once or not at all.
 - ``pilot study run NAME [--backend simulated|claude-code] [--executor local|dask]
   [--scheduler ADDRESS] [--wave pilot|repeat3|sensitivity]`` dispatches the
   wave's waiting runs; run it again after an interruption and it resumes.
+  Exit status 0: the wave is complete; 3: it stopped with runs waiting
+  (envelope exhausted, no node); 4: some runs ended failed (listed, grouped
+  by error; ``retry`` reopens them).
+- ``pilot study retry NAME (--failed | RUN_ID ...)`` reopens failed runs
+  under their run ids; their earlier attempts are kept.
+- ``pilot study envelope NAME --set USD --amendment A-NNN`` changes the
+  study's dollar envelope under an amendment, recorded in the store and in
+  ``protocol/amendments.csv``.
 - ``pilot study status NAME`` shows cells done, in flight, waiting and failed,
   failed attempts and dollars per arm, and the envelope.
-- ``pilot study export NAME`` writes the run table ``analysis/data/NAME/runs.csv``;
-  later waves are pooled only if the freeze verification passes.
+- ``pilot study export NAME`` writes the run table ``analysis/data/NAME/runs.csv``
+  (atomically); later waves are pooled only if the freeze verification passes.
 - ``pilot study verify-freeze NAME`` compares the protocol with the manifest
   taken when the pilot started.
+
+Every failure ends in one line ``pilot study: <file>: <what happened>; <what to do>``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import re
+import sqlite3
 import sys
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
-from pilot import freeze, paths, protocol
-from pilot.executors.base import PIPELINE_RUN_FUNCTION
+from pilot import freeze, ledger, paths, protocol
+from pilot.executors.base import PIPELINE_RUN_FUNCTION, check_run_function
 from pilot.schedule import (
     ScheduleError,
     Scheduler,
@@ -37,13 +55,17 @@ from pilot.schedule import (
     list_scenario_ids,
     load_nodes,
     nodes_from_text,
+    study_lock,
 )
-from pilot.store import WAVES, Store, StoreError
+from pilot.store import STORE_FILE, WAVES, Store, StoreError, atomic_write_text, describe_fault
 
 BACKENDS = ("simulated", "claude-code")
 EXECUTORS = ("local", "dask")
-RUNS_FILE = "runs.csv"
+RUNS_FILE = paths.RUNS_FILE_NAME
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_AMENDMENT_ID = re.compile(r"^A-\d{3}$")
+EXIT_INCOMPLETE = 3
+EXIT_FAILED_RUNS = 4
 
 
 class StudyError(RuntimeError):
@@ -54,24 +76,93 @@ def _requires() -> dict[str, tuple[str, ...]]:
     return {a: arm.requires for a, arm in protocol.arms().items()}
 
 
-def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None) -> Store:
-    """Create the study's store with the pilot wave's seeded assignment."""
+def _show(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(paths.ROOT))
+    except ValueError:
+        return str(path)
+
+
+def parse_arms(text: str | list[str] | None) -> list[str] | None:
+    """``"A0,A1"`` (or a list) to arm ids in the design's order; each must be an arm of ``protocol/arms/arms.yml``."""
+    if text is None:
+        return None
+    items = [a.strip() for part in ([text] if isinstance(text, str) else text) for a in part.split(",")]
+    if not items or any(not a for a in items):
+        raise StudyError(f"--arms {text!r}: give arm ids separated by commas, e.g. A0,A1")
+    defined = protocol.arms()
+    design = protocol.study().arms
+    unknown = [a for a in items if a not in defined]
+    if unknown:
+        raise StudyError(f"{_show(paths.ARMS_FILE)}: no arm {', '.join(unknown)} (its arms are {', '.join(defined)}); correct --arms")
+    outside = [a for a in items if a not in design]
+    if outside:
+        raise StudyError(f"{_show(paths.STUDY_FILE)}: arm {', '.join(outside)} is not in design.arms ({', '.join(design)}); correct --arms")
+    dup = sorted({a for a in items if items.count(a) > 1})
+    if dup:
+        raise StudyError(f"--arms {text!r}: arm {', '.join(dup)} given twice")
+    return [a for a in design if a in items]
+
+
+def check_scenarios(ids: list[str]) -> None:
+    """Each id must be a scenario bundle under ``protocol/scenarios/`` that loads."""
+    from pilot.scenarios import list_scenarios, load_scenario
+
+    known = list_scenarios()
+    missing = [s for s in ids if s not in known]
+    if missing:
+        raise StudyError(
+            f"{_show(paths.SCENARIOS_DIR)}: no scenario bundle {', '.join(missing)} (known: {', '.join(known) or 'none'}); "
+            "correct --scenarios"
+        )
+    dup = sorted({s for s in ids if ids.count(s) > 1})
+    if dup:
+        raise StudyError(f"--scenarios: {', '.join(dup)} given twice")
+    for sid in ids:
+        try:
+            load_scenario(sid)
+        except Exception as exc:  # noqa: BLE001 - any defect of a bundle refuses the study
+            raise StudyError(f"{_show(paths.SCENARIOS_DIR / sid)}: the bundle does not load ({str(exc).splitlines()[0]}); fix it first") from exc
+
+
+def check_runner(ref: str | None) -> str | None:
+    """Refuse a run function that cannot be imported or called before anything is stored or spent."""
+    if ref is None:
+        return None
+    try:
+        check_run_function(ref)
+    except ValueError as exc:
+        raise StudyError(f"--runner: {exc}; nothing was stored or dispatched") from exc
+    return ref
+
+
+def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None,
+                 arms: list[str] | str | None = None, run_function: str | None = None) -> Store:
+    """Validate everything, then create the study's store with the pilot wave's seeded assignment, in one step."""
     if not _STUDY_NAME.match(name):
         raise StudyError(f"study name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
+    folder = paths.study_dir(name)
+    if (folder / STORE_FILE).exists():
+        raise StudyError(f"{_show(folder / STORE_FILE)}: study {name!r} already exists; choose another name")
     study = protocol.study()
     seed = study.assignment_seed if seed is None else int(seed)
+    chosen_arms = parse_arms(arms)
     nodes_path = Path(nodes_file) if nodes_file else paths.NODES_FILE
     nodes = load_nodes(nodes_path)
+    if scenarios:
+        check_scenarios(list(scenarios))
     ids = list_scenario_ids(scenarios)
     if not ids:
         raise StudyError("no scenarios found: add bundles under protocol/scenarios/ or pass --scenarios ID ...")
-    cells = build_cells(name, "pilot", ids, seed, study=study)
+    check_runner(run_function)
+    cells = build_cells(name, "pilot", ids, seed, study=study, arms=chosen_arms)
     try:
         check_servable(cells, nodes, _requires())
     except ScheduleError as exc:
         print(f"warning: {exc} (with the dask executor the cluster's workers count instead)", file=sys.stderr)
-    folder = paths.study_dir(name)
-    store = Store.create(
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "assignment_pilot.csv", assignment_csv(cells))
+    return Store.create(
         folder,
         name=name,
         seed=seed,
@@ -81,20 +172,28 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
         scenarios=ids,
         nodes_source=str(nodes_path),
         nodes_yaml=nodes_path.read_text(encoding="utf-8"),
+        cells=cells,
+        arms=chosen_arms,
+        run_function=run_function,
     )
-    store.add_cells(cells)
-    (folder / "assignment_pilot.csv").write_text(assignment_csv(cells), encoding="utf-8")
-    return store
 
 
 def ensure_wave(store: Store, wave: str) -> int:
-    """Add a later wave's cells (same seed, its own permutation) if not there yet; returns how many were added."""
+    """Add a later wave's cells (same seed, its own permutation) if not there yet; returns how many were added.
+
+    Call under the study's lock (:meth:`Scheduler.run` does, as ``prepare``):
+    two operators starting one wave at once must not both add it.
+    """
     if store.has_wave(wave):
         return 0
     info = store.study()
-    cells = build_cells(info.name, wave, info.scenarios, info.seed)
+    study = protocol.study()
+    if wave == "sensitivity" and info.arms is not None and study["sensitivity_models"]["arm"] not in info.arms:
+        raise StudyError(f"study {info.name} has arms {', '.join(info.arms)}; the sensitivity wave runs arm "
+                         f"{study['sensitivity_models']['arm']}, which it lacks")
+    cells = build_cells(info.name, wave, info.scenarios, info.seed, study=study, arms=info.arms if wave != "sensitivity" else None)
     store.add_cells(cells)
-    (store.folder / f"assignment_{wave}.csv").write_text(assignment_csv(cells), encoding="utf-8")
+    atomic_write_text(store.folder / f"assignment_{wave}.csv", assignment_csv(cells))
     return len(cells)
 
 
@@ -106,6 +205,17 @@ def _check_backend(store: Store, backend: str) -> None:
             f"study {store.study().name} was run with backend {', '.join(sorted(other))}; "
             f"a study never mixes backends (create another study for {backend})"
         )
+
+
+def _envelope_drift(store: Store) -> str | None:
+    """A warning when ``protocol/study.yml`` names another envelope than the study keeps (editing it changes nothing)."""
+    kept = store.balance().envelope_usd
+    written = protocol.study().envelope_usd
+    if ledger.to_micro(written) == ledger.to_micro(kept):
+        return None
+    name = store.study().name
+    return (f"warning: {_show(paths.STUDY_FILE)} sets an envelope of {written:.2f} dollars but study {name} keeps {kept:.2f}; "
+            f"an existing study changes its envelope only through `pilot study envelope {name} --set USD --amendment A-NNN`")
 
 
 def run_study_wave(
@@ -120,7 +230,11 @@ def run_study_wave(
     max_infra_attempts: int = 3,
     progress: bool = True,
 ) -> WaveResult:
-    """Run (or resume) one wave of a study; the Python form of ``pilot study run``."""
+    """Run (or resume) one wave of a study; the Python form of ``pilot study run``.
+
+    Everything that can refuse (backend, run function, nodes, the lock) is
+    checked before the freeze manifest is taken or anything is reserved.
+    """
     if backend not in BACKENDS:
         raise StudyError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if wave not in WAVES:
@@ -129,9 +243,16 @@ def run_study_wave(
     try:
         _check_backend(store, backend)
         info = store.study()
+        run_function = check_runner(run_function or info.run_function)
+        drift = _envelope_drift(store)
+        if drift:
+            print(drift, file=sys.stderr)
+        on_start: Callable[[Store], None] | None = None
+        prepare: Callable[[Store], None] | None = None
         if wave == "pilot":
             if info.freeze_manifest is None:
-                store.set_freeze_manifest(freeze.take_manifest(scenarios=info.scenarios))
+                scen = info.scenarios
+                on_start = lambda st: st.set_freeze_manifest(freeze.take_manifest(scenarios=scen))  # noqa: E731
         else:
             if info.freeze_manifest is None:
                 raise StudyError(f"study {name} has no freeze manifest: run the pilot wave first")
@@ -139,7 +260,7 @@ def run_study_wave(
             if not report.ok:
                 print("warning: the frozen protocol changed since the pilot; this wave will not be pooled:", file=sys.stderr)
                 print("\n".join(report.lines()), file=sys.stderr)
-            ensure_wave(store, wave)
+            prepare = lambda st: ensure_wave(st, wave)  # noqa: E731 - under the study lock, see ensure_wave
         requires = _requires()
         if executor == "dask":
             if not scheduler_address:
@@ -153,11 +274,14 @@ def run_study_wave(
 
             static = nodes_from_text(info.nodes_yaml or "", info.nodes_source or "nodes")
             if backend == "claude-code" and sys.platform != "darwin":
+                wanted = set(info.arms or protocol.study().arms)
+                needs_mac = sorted(a for a in wanted if "macos" in requires.get(a, ()))
                 fake = [n.name for n in static if "macos" in n.capabilities]
-                if fake:
+                if fake and needs_mac:
                     raise StudyError(
                         f"nodes {fake} are tagged macos but this host is {sys.platform}: with the claude-code backend "
-                        "A2 must run on a real Mac (use the dask executor with a worker there)"
+                        f"{', '.join(needs_mac)} must run on a real Mac (use the dask executor with a worker there, "
+                        "or create a study without those arms: pilot study create NAME --arms ...)"
                     )
             ex = LocalExecutor(run_function, workers or sum(n.slots for n in static))
             nodes = static
@@ -165,9 +289,90 @@ def run_study_wave(
             raise StudyError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
         try:
             sched = Scheduler(store, ex, nodes, backend=backend, requires=requires, max_infra_attempts=max_infra_attempts, progress=progress)
-            return sched.run(wave)
+            return sched.run(wave, prepare=prepare, on_start=on_start)
         finally:
             ex.close()
+    finally:
+        store.close()
+
+
+def retry_runs(name: str, run_ids: list[str] | None = None) -> list[str]:
+    """Reopen failed runs (all of them when ``run_ids`` is None) under their run ids; the next ``run`` dispatches them."""
+    store = Store.open(paths.study_dir(name))
+    try:
+        try:
+            with study_lock(store.folder):
+                return store.reopen(run_ids)
+        except ScheduleError as exc:
+            raise StudyError(f"{exc}; retry once it has stopped") from exc
+    finally:
+        store.close()
+
+
+def _append_amendment(path: Path, row: dict[str, str]) -> str:
+    """Add one row to ``amendments.csv`` (atomically) after checking the result is still a valid file; returns the old text."""
+    old = path.read_text(encoding="utf-8")
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([row[c] for c in protocol.AMENDMENT_COLUMNS])
+    new = old + ("" if old.endswith("\n") or not old else "\n") + buf.getvalue()
+    atomic_write_text(path, new)
+    try:
+        protocol.load_amendments(path)
+    except protocol.ProtocolError:
+        atomic_write_text(path, old)
+        raise
+    return old
+
+
+def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[str, Any]:
+    """Change a study's dollar envelope under an amendment: in the store's ledger and in ``protocol/amendments.csv``.
+
+    The amendment may already be written in ``amendments.csv`` (with its
+    rationale); otherwise a row recording the change is added. The new
+    envelope may not be below what is already spent plus reserved.
+    """
+    try:
+        value = Decimal(str(usd))
+    except InvalidOperation:
+        raise StudyError(f"--set {usd!r}: not an amount of dollars (e.g. 950 or 950.50)") from None
+    if not value.is_finite() or value <= 0:
+        raise StudyError(f"--set {usd!r}: the envelope must be a positive amount of dollars")
+    if value != value.quantize(Decimal("0.000001")):
+        raise StudyError(f"--set {usd!r}: at most six decimals (the ledger counts micro-dollars)")
+    if not _AMENDMENT_ID.match(amendment):
+        raise StudyError(f"--amendment {amendment!r}: amendment ids have the form A-NNN (see {_show(paths.AMENDMENTS_FILE)})")
+    store = Store.open(paths.study_dir(name))
+    try:
+        bal = store.balance()
+        new_micro = ledger.to_micro(value)
+        if new_micro < ledger.to_micro(bal.spent_usd) + ledger.to_micro(bal.reserved_usd):
+            raise StudyError(f"--set {value}: below what study {name} has already spent and reserved "
+                             f"({bal.spent_usd + bal.reserved_usd:.2f} dollars); choose at least that")
+        amendments = protocol.load_amendments()
+        existing = next((r for r in amendments if r["id"] == amendment), None)
+        old_text = None
+        if existing is None:
+            row = {
+                "id": amendment,
+                "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+                "stage": "during study",
+                "title": "Dollar envelope changed",
+                "content": (f"The dollar envelope of study {name} was changed from {bal.envelope_usd:.2f} to {value:.2f} dollars "
+                            f"with {bal.spent_usd:.2f} spent and {bal.reserved_usd:.2f} reserved; every other rule of A-001 is unchanged."),
+            }
+            old_text = _append_amendment(paths.AMENDMENTS_FILE, row)
+        try:
+            with store.transaction() as c:
+                old, new = ledger.set_envelope(c, new_micro, amendment, note=(existing or {}).get("title", "Dollar envelope changed"))
+                store.record_event(c, "envelope", None, amendment=amendment, old_usd=ledger.to_usd(old), new_usd=ledger.to_usd(new))
+        except BaseException:
+            if old_text is not None:
+                atomic_write_text(paths.AMENDMENTS_FILE, old_text)  # the change did not happen: neither did its record
+            raise
+        return {"study": name, "amendment": amendment, "old_usd": ledger.to_usd(old), "new_usd": ledger.to_usd(new),
+                "amendment_added": existing is None, "amendments_file": str(paths.AMENDMENTS_FILE)}
+    except ledger.LedgerError as exc:
+        raise StudyError(str(exc)) from exc
     finally:
         store.close()
 
@@ -187,7 +392,11 @@ def status_table(store: Store) -> pd.DataFrame:
 
 
 def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = None) -> tuple[Path, pd.DataFrame]:
-    """Write the run table of a study; later waves only when the freeze verification passes."""
+    """Write the run table of a study (atomically); later waves only when the freeze verification passes.
+
+    Failed runs are rows with status ``infra_error`` and empty outcomes;
+    the analyses drop them and say how many (:func:`pilot.stats.runtable.validate_runtable`).
+    """
     from pilot import outcomes
 
     store = Store.open(paths.study_dir(name))
@@ -213,8 +422,7 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
                   f"(e.g. {pending[0]}); run `pilot study run {name}` to finish them", file=sys.stderr)
         table = outcomes.run_table(outcomes.rows_from_store(rows, study_name=info.name, backend=backends[0]))
         target = Path(out) if out else store.folder / RUNS_FILE
-        target.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(target, index=False)
+        atomic_write_text(target, table.to_csv(index=False))
         return target, table
     finally:
         store.close()
@@ -229,14 +437,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="create, run, inspect and export a study (scheduler, store, envelope)")
     ss = p.add_subparsers(dest="study_command", metavar="ACTION")
 
-    c = ss.add_parser("create", help="create the study's store and the pilot's seeded assignment")
+    c = ss.add_parser("create", help="validate, then create the study's store and the pilot's seeded assignment")
     c.add_argument("name")
     c.add_argument("--seed", type=int, help="assignment seed (default: design.assignment_seed in protocol/study.yml)")
-    c.add_argument("--nodes", type=Path, help=f"nodes file (default: {paths.NODES_FILE.relative_to(paths.ROOT)})")
+    c.add_argument("--nodes", type=Path, help=f"nodes file (default: {_show(paths.NODES_FILE)})")
     c.add_argument("--scenarios", nargs="+", metavar="ID", help="scenario ids (default: every scenario bundle)")
+    c.add_argument("--arms", metavar="A0,A1,...", help="a subset of the design's arms (default: all), checked against protocol/arms/arms.yml")
+    c.add_argument("--runner", metavar="MODULE:FUNCTION", help=f"the study's run function (default: {PIPELINE_RUN_FUNCTION})")
     c.set_defaults(func=_cmd_create)
 
-    r = ss.add_parser("run", help="run or resume a wave")
+    r = ss.add_parser("run", help="run or resume a wave (exit 3: runs left waiting; 4: runs failed)")
     r.add_argument("name")
     r.add_argument("--backend", choices=BACKENDS, default="simulated", help="agent and judge backend (default: simulated, a dry run)")
     r.add_argument("--executor", choices=EXECUTORS, default="local")
@@ -244,9 +454,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--wave", choices=WAVES, default="pilot")
     r.add_argument("--workers", type=int, help="local processes (default: the nodes' total slots)")
     r.add_argument("--max-attempts", type=int, default=3, help="infrastructure attempts per run before it is recorded as failed")
-    r.add_argument("--runner", metavar="MODULE:FUNCTION", help=f"run function (default: {PIPELINE_RUN_FUNCTION})")
+    r.add_argument("--runner", metavar="MODULE:FUNCTION", help="run function (default: the study's, else " + PIPELINE_RUN_FUNCTION + ")")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
+
+    t = ss.add_parser("retry", help="reopen failed runs under their run ids (earlier attempts are kept)")
+    t.add_argument("name")
+    t.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="failed runs to reopen")
+    t.add_argument("--failed", action="store_true", help="reopen every failed run")
+    t.set_defaults(func=_cmd_retry)
+
+    n = ss.add_parser("envelope", help="change the study's dollar envelope under an amendment (store and protocol/amendments.csv)")
+    n.add_argument("name")
+    n.add_argument("--set", dest="usd", required=True, metavar="USD", help="the new envelope in dollars")
+    n.add_argument("--amendment", required=True, metavar="A-NNN", help="the amendment that changes it")
+    n.set_defaults(func=_cmd_envelope)
 
     s = ss.add_parser("status", help="cells, attempts and dollars per wave and arm")
     s.add_argument("name")
@@ -266,82 +488,149 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _fail(exc: Exception) -> int:
-    print(f"pilot study: {exc}", file=sys.stderr)
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _fail(exc: BaseException | str) -> int:
+    print(f"pilot study: {_one_line(str(exc))}", file=sys.stderr)
     return 2
 
 
+def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn every expected fault of a command into one ``pilot study:`` line naming the file and what to do."""
+
+    def run(args: argparse.Namespace) -> int:
+        store_file = paths.study_dir(args.name) / STORE_FILE if getattr(args, "name", None) else paths.DATA_DIR
+        try:
+            return command(args)
+        except freeze.FreezeViolation as exc:
+            return _fail(f"{_show(paths.PROTOCOL_DIR)}: {exc}; export the pilot alone with --pilot-only")
+        except (StudyError, StoreError, ScheduleError, protocol.ProtocolError, ledger.LedgerError) as exc:
+            return _fail(exc)
+        except sqlite3.Error as exc:
+            return _fail(describe_fault(exc, store_file))
+        except OSError as exc:
+            return _fail(describe_fault(exc, store_file))
+        except KeyboardInterrupt:
+            _fail(f"interrupted; every finished run is kept in {_show(store_file)}: run the same command again to resume")
+            return 130
+
+    return run
+
+
+@_guarded
 def _cmd_create(args: argparse.Namespace) -> int:
-    try:
-        store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios)
-    except (StudyError, StoreError, ScheduleError, protocol.ProtocolError) as exc:
-        return _fail(exc)
-    info = store.study()
-    out = {"study": info.name, "store": str(store.path), "seed": info.seed, "scenarios": len(info.scenarios), "pilot_cells": store.counts("pilot")["waiting"]}
-    store.close()
+    store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios, arms=args.arms, run_function=args.runner)
+    with store:
+        info = store.study()
+        out = {"study": info.name, "store": str(store.path), "seed": info.seed, "scenarios": len(info.scenarios),
+               "arms": info.arms or protocol.study().arms, "pilot_cells": store.counts("pilot")["waiting"]}
     print(json.dumps(out))
     return 0
 
 
+def failure_lines(store: Store, wave: str | None = None) -> list[str]:
+    """Failed runs grouped by the first line of their last error, largest group first."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for f in store.failures(wave):
+        why = (f.get("error") or "no error recorded").strip().splitlines()[0][:200]
+        # One cause told apart by node, attempt or path numbers is still one cause.
+        key = why.replace(f["run_id"], "<run>")
+        if f.get("node"):
+            key = key.replace(f["node"], "<node>")
+        key = re.sub(r"\d+", "#", key)
+        groups.setdefault(key, (why, []))[1].append(f["run_id"])
+    lines = []
+    for _key, (why, ids) in sorted(groups.items(), key=lambda kv: (-len(kv[1][1]), kv[0])):
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        lines.append(f"  {len(ids)} run(s), e.g. {why} [{shown}]")
+    return lines
+
+
+@_guarded
 def _cmd_run(args: argparse.Namespace) -> int:
-    try:
-        res = run_study_wave(
-            args.name,
-            wave=args.wave,
-            backend=args.backend,
-            executor=args.executor,
-            scheduler_address=args.scheduler,
-            run_function=args.runner,
-            workers=args.workers,
-            max_infra_attempts=args.max_attempts,
-            progress=not args.no_progress,
-        )
-    except (StudyError, StoreError, ScheduleError, protocol.ProtocolError) as exc:
-        return _fail(exc)
+    res = run_study_wave(
+        args.name,
+        wave=args.wave,
+        backend=args.backend,
+        executor=args.executor,
+        scheduler_address=args.scheduler,
+        run_function=args.runner,
+        workers=args.workers,
+        max_infra_attempts=args.max_attempts,
+        progress=not args.no_progress,
+    )
     print(res.summary.to_string())
-    return 0 if res.stop_reason == "complete" else 3
+    if res.counts.get("failed"):
+        with Store.open(paths.study_dir(args.name)) as store:
+            lines = failure_lines(store, args.wave)
+        print(f"pilot study: {res.counts['failed']} run(s) of wave {args.wave} ended failed, by cause:", file=sys.stderr)
+        print("\n".join(lines), file=sys.stderr)
+        print(f"pilot study: fix the cause, then `pilot study retry {args.name} --failed` and run again", file=sys.stderr)
+        return EXIT_FAILED_RUNS
+    if res.stop_reason != "complete":
+        print(f"pilot study: {res.stop_reason}", file=sys.stderr)
+        if res.stop_reason.startswith("envelope exhausted"):
+            print(f"pilot study: to continue, raise the envelope under an amendment: "
+                  f"`pilot study envelope {args.name} --set USD --amendment A-NNN`", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    return 0
 
 
+@_guarded
+def _cmd_retry(args: argparse.Namespace) -> int:
+    if args.failed == bool(args.run_ids):
+        return _fail("retry: give either --failed or the run ids to reopen")
+    ids = retry_runs(args.name, None if args.failed else list(args.run_ids))
+    print(json.dumps({"study": args.name, "reopened": ids}))
+    if not ids:
+        print(f"pilot study: study {args.name} has no failed run to reopen", file=sys.stderr)
+    return 0
+
+
+@_guarded
+def _cmd_envelope(args: argparse.Namespace) -> int:
+    print(json.dumps(set_envelope(args.name, args.usd, args.amendment)))
+    return 0
+
+
+@_guarded
 def _cmd_status(args: argparse.Namespace) -> int:
-    try:
-        store = Store.open(paths.study_dir(args.name))
-    except StoreError as exc:
-        return _fail(exc)
+    store = Store.open(paths.study_dir(args.name))
     with store:
         table = status_table(store)
         bal = store.balance()
         problems = store.audit()
+        changes = ledger.envelope_changes(store.conn)
         if args.json:
-            print(json.dumps({"by_arm": table.to_dict(orient="records"), "envelope": bal.as_dict(), "ledger_problems": problems}, default=str))
-            return 0
+            print(json.dumps({"by_arm": table.to_dict(orient="records"), "envelope": bal.as_dict(), "ledger_problems": problems,
+                              "envelope_changes": changes}, default=str))
+            return 0 if not problems else 1
         info = store.study()
-        print(f"study {info.name}  seed {info.seed}  scenarios {len(info.scenarios)}  store {store.path}")
+        print(f"study {info.name}  seed {info.seed}  scenarios {len(info.scenarios)}  arms {','.join(info.arms or protocol.study().arms)}  "
+              f"store {store.path}")
         print(table.to_string(index=False) if not table.empty else "(no cells)")
         print(
             f"envelope {bal.envelope_usd:.2f}  spent {bal.spent_usd:.2f}  reserved {bal.reserved_usd:.2f}  remaining {bal.remaining_usd:.2f} (USD)"
         )
+        for ch in changes:
+            print(f"envelope changed {ch['old_usd']:.2f} -> {ch['new_usd']:.2f} under {ch['amendment_id']} at {ch['at']}")
         print("ledger balances" if not problems else "LEDGER PROBLEMS:\n  " + "\n  ".join(problems))
     return 0 if not problems else 1
 
 
+@_guarded
 def _cmd_export(args: argparse.Namespace) -> int:
-    try:
-        target, table = export_run_table(args.name, pilot_only=args.pilot_only, out=args.out)
-    except freeze.FreezeViolation as exc:
-        print(f"pilot study export: {exc}\n(export the pilot alone with --pilot-only)", file=sys.stderr)
-        return 2
-    except (StudyError, StoreError) as exc:
-        return _fail(exc)
-    print(json.dumps({"run_table": str(target), "rows": len(table)}))
+    target, table = export_run_table(args.name, pilot_only=args.pilot_only, out=args.out)
+    failed = int((table["status"] == "infra_error").sum())
+    print(json.dumps({"run_table": str(target), "rows": len(table), "failed_runs": failed}))
     return 0
 
 
+@_guarded
 def _cmd_verify(args: argparse.Namespace) -> int:
-    try:
-        store = Store.open(paths.study_dir(args.name))
-    except StoreError as exc:
-        return _fail(exc)
-    with store:
+    with Store.open(paths.study_dir(args.name)) as store:
         info = store.study()
     if info.freeze_manifest is None:
         return _fail(StudyError(f"study {args.name} has no freeze manifest yet (it is taken when the pilot starts)"))

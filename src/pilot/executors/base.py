@@ -13,6 +13,7 @@ crash of the scheduler is charged what it really cost.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import shutil
 import traceback
@@ -27,6 +28,9 @@ OUTCOME_STATUSES = ("completed", "capped", "agent_error", "infra_error")
 PIPELINE_RUN_FUNCTION = "pilot.pipeline:run_cell"
 RUNNER_RUN_FUNCTION = "pilot.executors.base:run_with_runner"
 OUTCOME_FILE = "attempt_outcome.json"
+# Written beside the attempt's folder (which the runner wants empty) just before the run
+# function is called: from then on money may have been spent.
+LAUNCH_SUFFIX = ".launched"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class AttemptOutcome:
     when it is unknown (a session killed at the wall limit reports none, a
     worker lost mid-attempt reports nothing): the ledger then charges the
     attempt's whole reservation. ``judge_cost_usd`` is the judges' cost.
+    ``launched`` false means the run function was never called (the
+    harness failed first, the node was gone): nothing was spent and the
+    reservation is released.
     """
 
     infra_error: str | None = None
@@ -65,6 +72,7 @@ class AttemptOutcome:
     cost_usd: float | None = 0.0
     judge_cost_usd: float = 0.0
     status: str = "completed"
+    launched: bool = True
 
     def __post_init__(self) -> None:
         if self.infra_error is not None:
@@ -94,7 +102,7 @@ class AttemptOutcome:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "AttemptOutcome":
-        return cls(**{k: data[k] for k in ("infra_error", "record", "cost_usd", "judge_cost_usd", "status") if k in data})
+        return cls(**{k: data[k] for k in ("infra_error", "record", "cost_usd", "judge_cost_usd", "status", "launched") if k in data})
 
 
 RunFunction = Callable[[CellSpec, Path, str, str, int], AttemptOutcome]
@@ -136,6 +144,21 @@ def resolve_run_function(ref: str | None) -> RunFunction:
     return fn
 
 
+def check_run_function(ref: str | None) -> RunFunction:
+    """Import a run function and check it takes (cell, attempt_dir, node, backend, seed); ValueError saying why not."""
+    try:
+        fn = resolve_run_function(ref)
+    except ImportError as exc:
+        raise ValueError(f"run function {ref!r}: cannot import its module ({exc})") from exc
+    try:
+        inspect.signature(fn).bind(None, None, None, None, None)
+    except TypeError as exc:
+        raise ValueError(f"run function {ref!r} must take (cell, attempt_dir, node, backend, seed): {exc}") from exc
+    except ValueError:
+        pass  # no signature to inspect (a builtin): trusted as given
+    return fn
+
+
 def run_with_runner(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
     """Run function used until the pipeline exists: one runner attempt, no judges."""
     from pilot import runner  # imported here: the runner is optional for the scheduler
@@ -149,9 +172,10 @@ def run_with_runner(cell: CellSpec, attempt_dir: Path, node: str, backend: str, 
 
 
 def reset_workspace(attempt_dir: Path) -> None:
-    """A fresh, empty folder for the attempt (whatever an earlier try left is removed)."""
+    """A fresh, empty folder for the attempt (whatever an earlier try left is removed, its launch mark included)."""
     if attempt_dir.exists():
         shutil.rmtree(attempt_dir)
+    launch_mark(attempt_dir).unlink(missing_ok=True)
     attempt_dir.mkdir(parents=True)
 
 
@@ -160,24 +184,45 @@ def execute_attempt(run_function: str | None, cell: CellSpec, attempt_dir: str, 
 
     An exception escaping the run function is an infrastructure error of the
     attempt (with its traceback), so the scheduler reruns it up to its limit
-    instead of losing the run.
+    instead of losing the run. A failure before the run function is called
+    (the workspace cannot be reset, the function cannot be imported) spent
+    nothing: the attempt is marked as never launched.
     """
     folder = Path(attempt_dir)
+    launched = False
     try:
         reset_workspace(folder)
         fn = resolve_run_function(run_function)
+        from pilot.executors.isolation import launch_mark_text
+
+        launch_mark(folder).write_text(launch_mark_text(), encoding="utf-8")
+        launched = True
         outcome = fn(cell, folder, node, backend, cell.seed)
         if not isinstance(outcome, AttemptOutcome):
             raise TypeError(f"run function returned {type(outcome).__name__}, not AttemptOutcome")
     except Exception as exc:  # noqa: BLE001 - any failure of the harness is an infra error of this attempt
         tb = traceback.format_exc(limit=8)
-        # The failure may have come after inference began: its spend is unknown, charged at the reservation.
-        outcome = AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}\n{tb}", cost_usd=None)
+        if launched:
+            # The failure may have come after inference began: its spend is unknown, charged at the reservation.
+            outcome = AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}\n{tb}", cost_usd=None)
+        else:
+            outcome = AttemptOutcome(infra_error=f"never launched: {type(exc).__name__}: {exc}\n{tb}", cost_usd=0.0, launched=False)
     try:
         (folder / OUTCOME_FILE).write_text(json.dumps(outcome.to_dict(), default=str), encoding="utf-8")
     except OSError:
         pass  # the outcome still travels back; only the crash-time charge falls back to the reservation
     return outcome
+
+
+def launch_mark(attempt_dir: Path) -> Path:
+    """The attempt's launch mark: ``attempt-N.launched`` beside ``attempt-N/``, holding the worker's pid and start time."""
+    attempt_dir = Path(attempt_dir)
+    return attempt_dir.with_name(attempt_dir.name + LAUNCH_SUFFIX)
+
+
+def was_launched(attempt_dir: Path) -> bool:
+    """Whether the attempt got as far as calling its run function."""
+    return launch_mark(attempt_dir).exists()
 
 
 def read_outcome_file(attempt_dir: Path) -> AttemptOutcome | None:

@@ -14,12 +14,16 @@ infrastructure error, drawn from the run's seed), ``PILOT_FAKE_INFRA_ARMS``
 (comma-separated arms whose attempts always fail as infrastructure errors),
 ``PILOT_FAKE_CAPPED`` (probability a run reaches its dollar cap),
 ``PILOT_FAKE_CRASH_ARMS`` (comma-separated arms whose first attempt kills
-its own worker process, as a lost machine would).
+its own worker process, as a lost machine would), ``PILOT_FAKE_SPAWN`` (when
+``1``, each attempt leaves processes behind the way office tools do: one in
+its own session with an empty environment, and one daemonised by a shell
+that exits; their pids are listed in ``outputs/spawned.txt``).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -42,6 +46,21 @@ def noop_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: i
     return AttemptOutcome(record=record, cost_usd=cost, judge_cost_usd=0.05)
 
 
+def _leave_processes(listing: Path) -> None:
+    """Start processes meant to outlive the attempt (as soffice and oosplash do) and list their pids."""
+    own_session = subprocess.Popen(["sleep", "600"], start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    daemon = subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
+    listing.write_text(f"{own_session.pid}\n{int(daemon.stdout.strip())}\n", encoding="utf-8")
+
+
+def long_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
+    """Leave processes behind (as ``PILOT_FAKE_SPAWN`` does) and then run for ten minutes: an attempt that must be stopped."""
+    (attempt_dir / "outputs").mkdir(exist_ok=True)
+    _leave_processes(attempt_dir / "outputs" / "spawned.txt")
+    time.sleep(600)
+    return AttemptOutcome(record={"runner": "fake", "run_id": cell.run_id, "status": "completed"}, cost_usd=0.0)
+
+
 def sleep_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
     """Sleep, leave a file in the workspace, and finish; infra errors and caps as the environment says."""
     rng = np.random.default_rng(seed)
@@ -53,6 +72,8 @@ def sleep_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: 
     attempt = _attempt_no(attempt_dir)
     (attempt_dir / "outputs").mkdir(exist_ok=True)
     (attempt_dir / "outputs" / "note.txt").write_text(f"{cell.run_id} attempt {attempt} on {node}\n", encoding="utf-8")
+    if os.environ.get("PILOT_FAKE_SPAWN") == "1":
+        _leave_processes(attempt_dir / "outputs" / "spawned.txt")
     time.sleep(sleep_s)
     if attempt == 1 and cell.arm in {a for a in os.environ.get("PILOT_FAKE_CRASH_ARMS", "").split(",") if a}:
         os._exit(17)

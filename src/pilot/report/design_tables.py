@@ -122,7 +122,23 @@ def design_macros(study: Study) -> dict[str, object]:
     }
     for i, judge in enumerate(study.judge_panel, start=1):
         m[macro_name("Judge", i, "Model")] = f"\\texttt{{{judge['model']}}}"
+    # Counts the design text states in words ("five file tools").
+    arms = load_arms(study=study)
+    first, shell = study.arms[0], next((a for a in study.arms if arms[a].has_shell), study.arms[0])
+    m["ArmZeroToolCount"] = number_word(len(arms[first].tools))
+    m["ArmShellDeniedCount"] = number_word(len(arms[shell].denied_families))
+    m["NumScenariosWord"] = number_word(int(r["design"]["n_scenarios"]))
+    m["NumArmsWord"] = number_word(len(study.arms))
+    m["NumJudgesWord"] = number_word(len(study.judge_panel))
     return m
+
+
+_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+
+
+def number_word(n: int) -> str:
+    """Small counts in words, as running text writes them; larger ones as digits."""
+    return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}".replace(",", "{,}")
 
 
 def amendments_frame() -> pd.DataFrame:

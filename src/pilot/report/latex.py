@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+import numpy as np
 import pandas as pd
 
 SIMULATED_TAG = "SIMULATED"
@@ -29,12 +30,102 @@ _ESCAPES = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    # Symbols the result objects print, which T1-encoded LaTeX has no glyph for in text.
+    "\u221e": r"\ensuremath{\infty}",
+    "\u2212": r"\ensuremath{-}",
+    "\u2265": r"\ensuremath{\geq}",
+    "\u2264": r"\ensuremath{\leq}",
+    "\u00b2": r"\textsuperscript{2}",
 }
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in plain text."""
-    return "".join(_ESCAPES.get(c, c) for c in str(text))
+    """Escape LaTeX's special characters in plain text (a double hyphen stays two hyphens, as in ``--tools``)."""
+    out = "".join(_ESCAPES.get(c, c) for c in str(text))
+    out = out.replace("--", "-{}-").replace("-{}--", "-{}-{}-")
+    return out.replace(">=", "\\ensuremath{\\geq}").replace("<=", "\\ensuremath{\\leq}")
+
+
+# Column names of result tables, in words (LaTeX). Unlisted snake_case names
+# become words with their first letter capitalised.
+HEADER_WORDS: dict[str, str] = {
+    "arm": "Arm", "p_hat": "$\\hat p_a$", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "n_runs": "Runs",
+    "n_scored": "Scored", "estimate": "Estimate", "p_value": "$p$", "p_holm": "$p_{\\mathrm{Holm}}$",
+    "n_scenarios": "$J$", "contrast": "Contrast", "role": "Role", "term": "Term", "log_odds": "Log odds",
+    "se_cluster": "SE (clustered)", "odds_ratio": "Odds ratio", "or_ci_low": "OR 2.5\\%", "or_ci_high": "OR 97.5\\%",
+    "median_min": "Median (min)", "cost_per_run": "Cost per run (\\$)", "cost_per_accepted": "Cost per accepted (\\$)",
+    "share_lowest": "Share lowest", "cost_usd": "Cost (\\$)", "judge_cost_usd": "Judge cost (\\$)", "wall_min": "Wall (min)",
+    "tool_calls": "Tool calls", "I2": "$I^2$", "i2": "$I^2$", "tau2": "$\\tau^2$", "q": "$q$", "n": "$n$",
+    "spent_usd": "Spent (\\$)", "reserved_usd": "Reserved (\\$)", "budget_usd": "Budget (\\$)",
+    "human_minutes": "Human time (min)", "se": "SE", "quantity": "Quantity", "value": "Value", "statistic": "Statistic", "df": "df",
+}
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$|^[a-z][a-z0-9]*$")
+
+
+def header_words(name: object) -> str:
+    """A column name as a table header: listed names from :data:`HEADER_WORDS`, other snake_case names in words."""
+    text = str(name)
+    plain = text.replace("\\_", "_")
+    if plain in HEADER_WORDS:
+        return HEADER_WORDS[plain]
+    arm_share = re.fullmatch(r"p_(A[0-9]+)", plain)
+    if arm_share:
+        return f"$\\hat p_{{\\mathrm{{{arm_share.group(1)}}}}}$"
+    if _IDENTIFIER.match(plain):
+        words = plain.replace("_", " ")
+        words = re.sub(r"(\d+)min\b", r"\1 min", words)
+        words = re.sub(r"^n ", "number of ", words)
+        words = latex_escape(words[:1].upper() + words[1:])
+        return re.sub(r"\busd\b", lambda _: "(\\$)", words)
+    return text
+
+
+_P_COLUMN = re.compile(r"^(p|p_value|p_holm|p_.*|.*_p)$")
+_USD_COLUMN = re.compile(r"usd|cost|dollar")
+_MINUTES_COLUMN = re.compile(r"(^|_)min$|minutes")
+
+
+def signed(text: str) -> str:
+    """A formatted number with a true minus sign; a negative zero loses its sign."""
+    if text.startswith("-"):
+        body = text[1:]
+        if re.fullmatch(r"[0.]+", body):
+            return body
+        return "\\ensuremath{-}" + body
+    return text
+
+
+def column_format_for(name: str, default: str = "%.3f") -> str:
+    """Decimals by what a column holds: three for p-values, two for dollars, one for minutes."""
+    plain = str(name).replace("\\_", "_").lower()
+    if _P_COLUMN.match(plain):
+        return "%.3f"
+    if _USD_COLUMN.search(plain):
+        return "%.2f"
+    if _MINUTES_COLUMN.search(plain):
+        return "%.1f"
+    return default
+
+
+def _cell(value: object, fmt: str, *, escape: bool, is_p: bool) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "---"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int,)) or (hasattr(value, "dtype") and getattr(value, "dtype").kind in "iu"):
+        return f"{int(value):,}".replace(",", "{,}")
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "dtype").kind == "f"):
+        v = float(value)
+        if math.isinf(v):
+            return "$\\infty$" if v > 0 else "$-\\infty$"
+        if is_p and 0 <= v < 0.001:
+            return "$<$0.001"
+        return signed(fmt % v)
+    text = str(value)
+    if escape:
+        text = latex_escape(text)
+        text = re.sub(r"(?<![A-Za-z])I2(?![A-Za-z0-9])", "$I^2$", text)
+    return text
 
 
 def macro_name(*parts: object) -> str:
@@ -63,8 +154,21 @@ def format_number(value: object, digits: int = 3) -> str:
     if isinstance(value, (int,)) and not isinstance(value, bool):
         return f"{value:,}".replace(",", "{,}")
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return signed(f"{value:.{digits}f}")
     return latex_escape(str(value))
+
+
+_DOLLAR_MACRO = re.compile(r"Usd|Cost|CPA|Dollars")
+_MINUTES_MACRO = re.compile(r"Median|Minutes")
+
+
+def macro_digits(name: str, default: int) -> int:
+    """Decimals of a macro's number by what it holds: two for dollars, one for minutes, else ``default``."""
+    if _DOLLAR_MACRO.search(name):
+        return 2
+    if _MINUTES_MACRO.search(name):
+        return 1
+    return default
 
 
 def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, comment: str = "") -> Path:
@@ -75,7 +179,7 @@ def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, c
     for key, value in values.items():
         if not re.fullmatch(r"[A-Za-z]+", key):
             raise ValueError(f"{key!r} is not a valid LaTeX macro name (letters only)")
-        text = value if isinstance(value, str) and value.startswith("\\") else format_number(value, digits)
+        text = value if isinstance(value, str) and value.startswith("\\") else format_number(value, macro_digits(key, digits))
         lines.append(f"\\newcommand{{\\{key}}}{{{text}}}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -98,13 +202,21 @@ def write_table(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     cap = (f"\\textbf{{{SIMULATED_TAG}.}} " if simulated else "") + caption
-    body = df.to_latex(
-        index=False,
-        escape=escape,
-        float_format=lambda v: float_format % v,
-        column_format=column_format,
-        na_rep="---",
-    )
+    # Cells are formatted here, column by column (true minus signs; decimals by
+    # what the column holds), and headers put in words; then nothing is escaped twice.
+    shown = pd.DataFrame(index=df.index)
+    for i, col in enumerate(df.columns):
+        fmt = column_format_for(col, float_format)
+        is_p = bool(_P_COLUMN.match(str(col).replace("\\_", "_").lower()))
+        shown[i] = [_cell(v, fmt, escape=escape, is_p=is_p) for v in df[col].tolist()]
+    shown.columns = [header_words(c) if (escape or _IDENTIFIER.match(str(c).replace("\\_", "_"))) else str(c) for c in df.columns]
+    if column_format is None:  # numbers right-aligned, text left-aligned
+        def is_number(v: object) -> bool:
+            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+        numeric = [bool(vals) and all(is_number(v) for v in vals) for vals in ([v for v in df[c].tolist() if v is not None] for c in df.columns)]
+        column_format = "".join("r" if n else "l" for n in numeric)
+    body = shown.to_latex(index=False, escape=False, column_format=column_format, na_rep="---")
     parts = [
         "% Generated file: do not edit.",
         "\\begin{table}[htbp]",

@@ -23,11 +23,13 @@ def _title(text: str, simulated: bool) -> str:
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
+    """Write the figure as PDF (for the manuscript) and as a PNG beside it (shown inline by the stage notebooks)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     # A fixed creation date keeps the PDF byte-reproducible.
     fig.savefig(path, metadata={"CreationDate": None})
+    fig.savefig(path.with_suffix(".png"), dpi=110)
     plt.close(fig)
     return path
 
@@ -58,6 +60,8 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool) -> Path:
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for arm, kmf in fitters.items():
         kmf.plot_survival_function(ax=ax, ci_show=False, show_censors=True, censor_styles={"marker": "|", "ms": 6})
+    # The legend sits beside the axes, never over the curves.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_xlabel("wall time (minutes)")
     ax.set_ylabel("share not yet completed")
     ax.set_title(_title("time to completion (Kaplan-Meier)", simulated), fontsize=9)
@@ -65,16 +69,20 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool) -> Path:
 
 
 def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool) -> Path:
-    """Acceptance within an allowance per arm, with 95% bootstrap bands."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for arm, part in table.groupby("arm", sort=False):
-        ax.plot(part[x], part["p_hat"], marker="o", ms=3, label=arm)
-        ax.fill_between(part[x], part["ci_low"], part["ci_high"], alpha=0.12)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("acceptance within allowance")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8, ncol=5, loc="upper left")
-    ax.set_title(_title(f"acceptance frontier over {xlabel}", simulated), fontsize=9)
+    """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band."""
+    arms = list(dict.fromkeys(table["arm"]))
+    fig, axes = plt.subplots(1, len(arms), figsize=(1.45 * len(arms) + 0.6, 2.5), sharex=True, sharey=True, squeeze=False)
+    for ax, arm in zip(axes[0], arms):
+        part = table[table["arm"] == arm]
+        ax.fill_between(part[x], part["ci_low"], part["ci_high"], color="0.82", lw=0)
+        ax.plot(part[x], part["p_hat"], color="black", lw=1.2, marker="o", ms=2)
+        ax.set_title(arm, fontsize=9)
+        ax.set_ylim(0, 1)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.25, lw=0.5)
+    axes[0][0].set_ylabel("accepted within allowance", fontsize=8)
+    fig.supxlabel(xlabel, fontsize=8)
+    fig.suptitle(_title(f"acceptance frontier over {xlabel}", simulated), fontsize=9)
     return _save(fig, path)
 
 
@@ -89,6 +97,6 @@ def q_grid_plot(table: pd.DataFrame, path: Path, *, simulated: bool, contrasts: 
     ax.axhline(0, color="0.6", lw=0.8, ls="--")
     ax.set_xlabel("quality threshold q")
     ax.set_ylabel("contrast")
-    ax.legend(fontsize=8, ncol=4)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_title(_title("contrasts across the quality threshold", simulated), fontsize=9)
     return _save(fig, path)

@@ -29,6 +29,9 @@ SIMULATED_TAG = "SIMULATED"
 
 WAVES = ("pilot", "repeat3", "sensitivity")
 STATUSES = ("completed", "capped", "agent_error", "infra_error")
+# Runs whose every attempt failed on infrastructure: exported with empty outcomes, dropped (and counted) on validation.
+FAILED_STATUS = "infra_error"
+FAILED_DROPPED_ATTR = "failed_runs_dropped"
 CENSOR_REASONS = ("cost", "wall", "turns")
 COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
 # How a CSV may spell a missing value (pandas writes an empty cell).
@@ -258,6 +261,14 @@ def _coerce_column(series: pd.Series, spec: ColumnSpec, source: str, run_ids: Se
 # --------------------------------------------------------------------------
 
 
+def drop_failed(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The table without its failed runs (status ``infra_error``, which have no outcome), and how many there were."""
+    if "status" not in df.columns:
+        return df, 0
+    failed = df["status"].astype(str).str.strip() == FAILED_STATUS
+    return df[~failed.to_numpy()].reset_index(drop=True), int(failed.sum())
+
+
 def validate_runtable(
     df: pd.DataFrame,
     source: str | Path = "<run table>",
@@ -269,7 +280,10 @@ def validate_runtable(
 
     ``scenarios`` lists the allowed scenario ids; by default the protocol's
     bundles (no check beyond the id's form while none exist). Refuses with a
-    :class:`RunTableError` naming the row and column.
+    :class:`RunTableError` naming the row and column. Failed runs (status
+    ``infra_error``, no outcomes) are dropped first; how many is kept in
+    ``attrs["failed_runs_dropped"]`` of the result. Row numbers in errors
+    count the rows that remain.
     """
     study = study or protocol.study()
     source = str(source)
@@ -277,8 +291,9 @@ def validate_runtable(
     missing = [s.name for s in specs if s.name not in df.columns]
     if missing:
         raise RunTableError(source, missing[0], f"missing column(s): {', '.join(missing)}")
+    df, n_failed = drop_failed(df)
     if len(df) == 0:
-        raise RunTableError(source, None, "the table has no rows")
+        raise RunTableError(source, None, "the table has no rows" + (f" besides {n_failed} failed run(s)" if n_failed else ""))
     df = df.reset_index(drop=True)
     run_ids = [str(v) for v in df["run_id"].tolist()]
     out = pd.DataFrame(index=df.index)
@@ -379,6 +394,7 @@ def validate_runtable(
         raise fail(i, "selfcheck_first", f"arm {out['arm'][i]} has no self-check; leave it empty")
     if (i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())) is not None:
         raise fail(i, "selfcheck_first", "a self-repairing run records its first self-check")
+    out.attrs[FAILED_DROPPED_ATTR] = n_failed
     return out
 
 

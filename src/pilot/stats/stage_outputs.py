@@ -1,8 +1,9 @@
 """What the primary and sensitivity stages read and write.
 
 ``stage_runs`` gives a stage its run table: the file named by the ``runs``
-parameter, validated, or (empty ``runs``) a SIMULATED synthetic table drawn
-with the stage's seed; ``open_stage`` wraps it with the stages' common
+parameter, validated, the configured study's export when ``runs`` is empty,
+or, asked for explicitly with ``runs = "synthetic"``, a SIMULATED synthetic
+table drawn with the stage's seed; ``open_stage`` wraps it with the stages' common
 opening (display settings and a line naming the table). The ``write_*``
 functions turn result objects into the CSV tables, LaTeX tables, figure
 environments and macro files the manuscript inputs; everything derived from a SIMULATED table says so in its
@@ -54,27 +55,49 @@ class StageData:
         return f"Every number in this section comes from the run table of study {latex_escape(self.study_name)}."
 
 
-def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None) -> StageData:
-    """Read and validate ``runs``; when empty, draw a SIMULATED synthetic table with ``seed`` (saved to ``tables_dir``)."""
-    if runs:
-        df = runtable.read_runtable(runs)
-        source = str(runs)
-    else:
+# The value of a stage's ``runs`` parameter that asks for a synthetic table.
+SYNTHETIC_RUNS = "synthetic"
+
+
+class RunTableMissing(FileNotFoundError):
+    """The run table a stage was pointed at does not exist."""
+
+
+def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "") -> StageData:
+    """The run table of a stage.
+
+    ``runs`` is a CSV path (relative paths read from the repository root), or
+    ``"synthetic"`` for a SIMULATED synthetic table drawn with ``seed`` (saved
+    to ``tables_dir``); empty means the exported table of study ``study``.
+    """
+    if runs == SYNTHETIC_RUNS:
         df = runtable.validate_runtable(synthetic.generate_runtable(seed), source=f"synthetic run table (seed {seed})")
-        source = f"synthetic run table (seed {seed})"
+        source = f"SIMULATED synthetic run table (seed {seed})"
         if tables_dir is not None:
-            runtable.write_runtable(df, Path(tables_dir) / "runtable_SIMULATED_synthetic.csv")
+            runtable.write_runtable(df, paths.from_root(tables_dir) / "runtable_SIMULATED_synthetic.csv")
+    else:
+        if not runs and not study:
+            raise ValueError("give the stage a run table (runs), a study whose table to read (study), or runs = 'synthetic'")
+        path = paths.from_root(runs) if runs else paths.study_runs_file(study)
+        if not path.is_file():
+            raise RunTableMissing(
+                f"run table {path} not found: run the study first (`make stages`, or `pilot study export {study or '<name>'}`), "
+                f"or set runs = {SYNTHETIC_RUNS!r} to analyse a SIMULATED synthetic table"
+            )
+        df = runtable.read_runtable(path)
+        source = str(path.relative_to(paths.ROOT)) if path.is_relative_to(paths.ROOT) else str(path)
     is_syn = bool((df["backend"] == synthetic.BACKEND).all())
     return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]))
 
 
-def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None) -> StageData:
+def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "") -> StageData:
     """The opening of the primary and sensitivity stages: pandas display settings, the run table
     (:func:`stage_runs`) and one printed line saying where it comes from."""
     pd.set_option("display.width", 160)
     pd.set_option("display.max_columns", 20)
-    data = stage_runs(runs, seed, tables_dir)
-    print(data.source, "| study:", data.study_name, "| SIMULATED" if data.simulated else "| real")
+    data = stage_runs(runs, seed, tables_dir, study=study)
+    kind = "SIMULATED synthetic table" if data.synthetic else ("SIMULATED dry run" if data.simulated else "real")
+    print(data.source, "| study:", data.study_name, "|", kind)
     return data
 
 
@@ -96,7 +119,7 @@ def figure_env(pdf: Path, path: Path, *, caption: str, label: str, simulated: bo
 
 
 def _dirs(*dirs: Path | str) -> list[Path]:
-    out = [Path(d) for d in dirs]
+    out = [paths.from_root(d) for d in dirs]
     for d in out:
         d.mkdir(parents=True, exist_ok=True)
     return out

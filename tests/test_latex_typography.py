@@ -1,0 +1,42 @@
+"""Typography of generated tables and macros: headers in words, true minus signs, decimals by quantity."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from pilot.report.latex import latex_escape, write_macros, write_table
+
+
+def test_tables_have_word_headers_true_minus_and_decimals_by_quantity(tmp_path):
+    df = pd.DataFrame({
+        "arm": ["A0", "A1"], "estimate": [-0.2, -0.00004], "p_value": [0.87512, 0.0002], "cost_usd": [1.4049, 0.5],
+        "median_min": [12.345, math.inf], "I2": [0.25, 0.5], "criterion": ["Q >= 70", "uses --tools"],
+    })
+    text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("Arm"))
+    assert header.startswith("Arm & Estimate & $p$ & Cost (\\$) & Median (min) & $I^2$ & Criterion")
+    assert "_" not in header
+    assert "\\ensuremath{-}0.200" in text and "-0.000" not in text and " 0.000 " in text
+    assert "0.875" in text and "$<$0.001" in text
+    assert "1.40" in text and "1.405" not in text and "12.3" in text and "$\\infty$" in text
+    assert "\\ensuremath{\\geq} 70" in text and "-{}-tools" in text
+    assert "\\begin{tabular}{lrrrrrl}" in text
+
+
+def test_escape_keeps_double_hyphens_apart():
+    assert latex_escape("--tools Read") == "-{}-tools Read"
+
+
+def test_macros_use_minus_signs_and_decimals_by_quantity(tmp_path):
+    text = write_macros({"ContrastEst": -0.0667, "ZeroEst": -0.0001, "SensCPAAOne": 2.345, "SensKMMedianAOne": 12.34}, tmp_path / "m.tex").read_text()
+    assert "\\newcommand{\\ContrastEst}{\\ensuremath{-}0.067}" in text
+    assert "\\newcommand{\\ZeroEst}{0.000}" in text
+    assert "{\\SensCPAAOne}{2.35}" in text or "{\\SensCPAAOne}{2.34}" in text
+    assert "{\\SensKMMedianAOne}{12.3}" in text
+
+
+def test_symbols_of_result_objects_have_latex_spellings():
+    assert latex_escape("∞") == "\\ensuremath{\\infty}"
+    assert latex_escape("−0.2 ≥ 0") == "\\ensuremath{-}0.2 \\ensuremath{\\geq} 0"

@@ -1,0 +1,66 @@
+"""Interpreting sentences under the stage tables: every number read from the table, true minus signs, labels."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from pilot.report import sentences
+
+
+def test_the_primary_contrast_reads_as_a_sentence():
+    row = {"contrast": "A3-A1", "estimate": 0.0667, "ci_low": -0.2, "ci_high": 0.3667, "p_value": 0.875, "role": "primary"}
+    assert sentences.contrast_sentence(row) == (
+        "A3 \u2212 A1 is 0.067 (95% CI \u22120.200 to 0.367), p = 0.875: no evidence of a premium in this run."
+    )
+
+
+def test_a_small_p_reads_as_evidence_and_keeps_its_sign():
+    row = {"contrast": "A1-A0", "estimate": -0.31, "ci_low": -0.5, "ci_high": -0.1, "p_value": 0.2, "p_holm": 0.0004}
+    text = sentences.contrast_sentence(row, holm=True, prefix="SIMULATED (dry run): ")
+    assert text.startswith("SIMULATED (dry run): A1 \u2212 A0 is \u22120.310")
+    assert "p < 0.001 (Holm)" in text and "evidence of a negative premium" in text
+
+
+def test_numbers_never_print_negative_zero_or_nan():
+    assert sentences.num(-0.0001) == "0.000"
+    assert sentences.num(float("nan")) == "not estimable"
+    assert sentences.num("not estimable (separation)") == "not estimable (separation)"
+    assert sentences.usd(1.4) == "$1.40"
+    assert sentences.pval(math.nan) == "p not estimable"
+    row = {"contrast": "A3-A1", "estimate": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "p_value": float("nan")}
+    assert sentences.contrast_sentence(row) == "A3 \u2212 A1 is not estimable in this run."
+
+
+def test_secondary_contrasts_are_read_with_holm():
+    con = pd.DataFrame([
+        {"contrast": "A3-A1", "estimate": 0.1, "ci_low": 0.0, "ci_high": 0.2, "p_value": 0.04, "p_holm": math.nan, "role": "primary"},
+        {"contrast": "A1-A0", "estimate": 0.2, "ci_low": 0.1, "ci_high": 0.3, "p_value": 0.01, "p_holm": 0.03, "role": "secondary"},
+    ])
+    text = sentences.contrasts_sentences(con)
+    assert "p = 0.040: evidence of a premium" in text and "p = 0.030 (Holm)" in text
+
+
+def test_status_sentence_reads_the_ledger_columns():
+    status = pd.DataFrame([
+        {"wave": "pilot", "arm": "A0", "done": 20, "in_flight": 0, "waiting": 0, "failed": 0, "failed_attempts": 1, "spent_usd": 30.5, "reserved_usd": 0.0},
+        {"wave": "all", "arm": "all", "done": 98, "in_flight": 0, "waiting": 0, "failed": 2, "failed_attempts": 3, "spent_usd": 140.25, "reserved_usd": 0.0},
+    ])
+    assert sentences.status_sentence(status, 800.0) == (
+        "98 of 100 assigned runs are done and 2 failed; 3 infrastructure attempts were rerun; "
+        "$140.25 spent of the $800.00 envelope ($0.00 still reserved)."
+    )
+
+
+def test_a_degenerate_logistic_fit_is_not_read():
+    summary = pd.DataFrame([{"term": "A3 vs A1", "odds_ratio": 1e140, "or_ci_low": 0.0, "or_ci_high": math.inf, "p_value": 0.99}])
+    text = sentences.logistic_sentence(summary, "A3 vs A1", note="Perfect separation detected")
+    assert text == "The odds ratio A3 vs A1 is not estimable (Perfect separation detected), so no reading is given."
+
+
+def test_secondary_sentence_keeps_arm_names():
+    summary = pd.DataFrame({"arm": ["A0", "A1"], "E": [0.0, 0.1], "cost_usd": [0.3, 1.2], "wall_min": [5.0, 9.25]})
+    assert sentences.secondary_sentence(summary) == (
+        "Critical violations are most frequent in A1 (0.100); the costliest arm per run is A1 ($1.20); the slowest is A1 (9.2 minutes)."
+    )
