@@ -120,7 +120,12 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 manuscript: manuscript/build/main.pdf ## run the whole pipeline on the embedded default and write manuscript/build/main.pdf
 
 # ---------------------------------------------------------------- checks
-test: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
+# The suite drives the real pinned CLI (the `agent` extra) inside the sandbox.
+$(STAMPS)/agent-extra: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[agent]'
+	@mkdir -p $(STAMPS) && touch $@
+
+test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)

@@ -12,7 +12,14 @@ content, so the timed repeats, which write the same bytes, reuse it. A4's
 public self-check runs its own LibreOffice process when a workbook has no
 cached values; A4 is therefore shown apart and not excluded.
 
-    .venv/bin/python benchmarks/bench_runner.py [--repeats 3] [--arms A0 A1 A3]
+Second part: the sandbox's start-up cost per attempt. Reference, in the same
+process: a bare launch of the pinned CLI (``claude --version``, the
+harness's own call). Measured: the same launch inside the run's sandbox as
+``pilot.agents.launch`` builds it for each arm, with its socket bridges
+(``socat``) started and waited for; the overhead is the difference of the
+medians (target: under 0.5 s per attempt).
+
+    .venv/bin/python benchmarks/bench_runner.py [--part attempt|sandbox|all] [--repeats 3] [--arms A0 A1 A3]
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pilot import protocol
 from pilot.runner import run_attempt
 from pilot.scenarios import list_scenarios, load_scenario, solve
 
@@ -51,13 +59,64 @@ def time_attempt(sid: str, arm: str, root: Path, repeats: int, seed: int) -> tup
     return statistics.median(times), status
 
 
+def _median_run(argv: list[str], env: dict, cwd: Path, repeats: int) -> float:
+    import subprocess
+
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+        times.append(time.perf_counter() - t0)
+        if out.returncode != 0:
+            raise RuntimeError(f"{argv[0]} exited {out.returncode}: {out.stderr[-500:]}")
+    return statistics.median(times)
+
+
+def bench_sandbox(arms: list[str], repeats: int) -> None:
+    """Sandbox start-up per attempt against a bare launch of the pinned CLI, per arm."""
+    import sys
+
+    from pilot.agents import claude_code, launch, network
+
+    cli = claude_code.find_cli()
+    study = protocol.study()
+    print(f"sandbox start-up per attempt: CLI {cli.name} --version, bare vs inside the run's sandbox (median of {repeats})")
+    print(f"{'arm':4} {'bare s':>8} {'sandboxed s':>12} {'overhead s':>11} {'ratio':>6}  target < 0.5 s")
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
+        root = Path(tmp)
+        services = [network.RefusingProxy(root / "model.sock", root / "m.log"), network.RefusingProxy(root / "refusal.sock", root / "r.log")]
+        try:
+            for arm_id in arms:
+                arm = protocol.arms()[arm_id]
+                run = root / arm_id
+                (run / "workspace").mkdir(parents=True)
+                spec = launch.build_launch(arm, study, claude_bin=cli, workspace=run / "workspace", run_dir=run, budget_usd=1.0,
+                                           model_endpoint=launch.ModelEndpoint("bench-token", root / "model.sock", "http://127.0.0.1:9"),
+                                           refusal_socket=root / "refusal.sock", worker_env=Path(sys.prefix))
+                launch.materialize(spec, run)
+                argv = [str(cli), "--version"]
+                _median_run(argv, spec.env, spec.cwd, 1)  # warm the file cache
+                bare = _median_run(argv, spec.env, spec.cwd, repeats)
+                boxed = _median_run([*spec.sandbox_prefix, *argv], spec.env, spec.cwd, repeats)
+                print(f"{arm_id:4} {bare:8.3f} {boxed:12.3f} {boxed - bare:11.3f} {boxed / bare:6.2f}  "
+                      f"{'ok' if boxed - bare < 0.5 else 'OVER'}")
+        finally:
+            for svc in services:
+                svc.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["attempt", "sandbox", "all"], default="all")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--arms", nargs="+", default=["A0", "A1", "A2", "A3", "A4"])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scenarios", nargs="*", default=None)
     args = ap.parse_args()
+    if args.part in ("sandbox", "all"):
+        bench_sandbox(args.arms, max(args.repeats, 5))
+    if args.part == "sandbox":
+        return
     print("SIMULATED agent: one attempt, evaluation included, LibreOffice recalculation excluded (cached)")
     print(f"{'scenario':10} {'arm':4} {'attempt s':>10} {'solver s':>9} {'ratio':>7}  outcome")
     with tempfile.TemporaryDirectory(prefix="bench-runner-") as tmp:

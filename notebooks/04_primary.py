@@ -29,6 +29,7 @@ figures_dir: str = "manuscript/figures"  # folder for primary_forest.pdf
 generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and primary_macros.tex
 study_name: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
 runs: str = ""  # run table (CSV) to analyse instead; "synthetic": a SIMULATED synthetic table drawn with seed
+allow_unisolated: bool = False  # analyse real runs made without the sandbox (development only); refused by default
 bootstrap_resamples: int = 0  # B; 0 takes study.yml inference.bootstrap_resamples
 permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.permutations
 
@@ -43,7 +44,7 @@ from pilot.stats import stage_computations, stage_outputs
 study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 started = time.perf_counter()
-data = stage_outputs.open_stage(runs, seed, tables, study=study_name)
+data = stage_outputs.open_stage(runs, seed, tables, study=study_name, allow_unisolated=allow_unisolated)
 print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
 label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
 

@@ -121,3 +121,53 @@ def test_synthetic_api_error_message_is_not_model_output():
         {"type": "result", "subtype": "success", "is_error": True, "api_error_status": 529},
     ))
     assert not s.model_output and s.turns == 0
+
+
+def _calls(calls: list[tuple[str, dict, str]]) -> list[str]:
+    """Tool calls, each followed by its (error) result text."""
+    events = []
+    for i, (tool, inp, result) in enumerate(calls):
+        events += [_tool(f"t{i}", tool, inp, f"m{i}"), _result(f"t{i}", result, True)]
+    return _stream(*events)
+
+
+@pytest.mark.parametrize(
+    "tool, inp, via",
+    [
+        ("Bash", {"command": "exec 3<>/dev/tcp/10.0.0.1/80"}, "code: /dev/tcp/"),
+        ("Bash", {"command": "python3 -c 'import socket; socket.create_connection((\"x\", 80))'"}, "code: import socket"),
+        ("Bash", {"command": "nc -z 10.0.0.1 22"}, "command: nc"),
+        ("Bash", {"command": "bash -c 'ssh host true'"}, "bash -c: ssh"),
+        ("Write", {"file_path": "fetch.py", "content": "from urllib.request import urlopen\nurlopen('http://x')\n"}, "code: from urllib.request import"),
+    ],
+)
+def test_network_use_is_a_deviation_for_arms_without_the_network(tool, inp, via):
+    summary = parse_stream(_calls([(tool, inp, "")]))
+    devs = audit(summary, A1_FAMILIES, ["Bash", "Write"], network_allowed=False, isolated=True)
+    assert [(d.kind, d.via, d.blocked_by) for d in devs] == [("network_use", via, "no_network" if tool == "Bash" else "not_run")]
+    # An arm with the network (its portal) may use it.
+    assert audit(summary, [], ["Bash", "Write"], network_allowed=True, isolated=True) == []
+
+
+def test_refused_connections_are_deviations_for_every_arm():
+    text = _calls([("Bash", {"command": "python3 fetch.py"}, "OSError: [Errno 101] Network is unreachable")])
+    devs = audit(parse_stream(text), [], ["Bash"], network_allowed=True, isolated=True,
+                 refusals=[{"method": "CONNECT", "target": "example.com:443"}])
+    assert [(d.kind, d.tool_use_id, d.blocked_by) for d in devs] == [("network_refused", "t0", "no_network"),
+                                                                     ("network_refused", "", "refusing_proxy")]
+    assert devs[1].command == "CONNECT example.com:443"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "/lib64/ld-linux-x86-64.so.2 /usr/bin/curl x",
+        "python3 -c \"import ctypes; ctypes.CDLL('/usr/lib/libreoffice/program/libmergedlo.so')\"",
+        "python3 -c 'import uno'",
+    ],
+)
+def test_the_loader_and_install_trees_are_routes_to_a_denied_family(command):
+    devs = audit(parse_stream(_calls([("Bash", {"command": command}, "error while loading shared libraries")])),
+                 A1_FAMILIES, ["Bash"])
+    fams = {d.family for d in devs if d.kind == "denied_family"}
+    assert fams and fams <= {"curl", "soffice"}

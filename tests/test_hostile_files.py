@@ -187,9 +187,13 @@ def test_odd_names_and_deep_trees_in_outputs_are_harmless(golds, recalc, tmp_pat
     os.makedirs(deep)
     sc = load_scenario("LEGAL-01")
     ev = evaluate(sc, ws, recalculator=recalc)
-    assert ev.D and ev.outcome == "accepted", [(c.id, c.reason) for c in ev.failed]
-    assert run_selfcheck(ws, sc, recalculator=recalc).passed
-    assert render_deliverable(LOG, out).status == "delivered"
+    try:
+        assert ev.D and ev.outcome == "accepted", [(c.id, c.reason) for c in ev.failed]
+        report = run_selfcheck(ws, sc, recalculator=recalc)
+        assert report.passed, report.text
+        assert render_deliverable(LOG, out).status == "delivered"
+    finally:
+        _remove_tree(ws / "outputs" / "deep")
 
 
 def _deep_inputs(ws: Path) -> None:
@@ -206,6 +210,23 @@ def _deep_inputs(ws: Path) -> None:
         os.close(fd)
 
 
+def _remove_tree(top: Path) -> None:
+    """Remove a tree bottom-up without recursion: shutil.rmtree (and pytest's clean-up of old
+    temporary folders, shared by every session on the machine) recurses once per level."""
+    order, stack = [], [str(top)]
+    while stack:
+        d = stack.pop()
+        order.append(d)
+        with os.scandir(d) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                else:
+                    os.unlink(e.path)
+    for d in reversed(order):
+        os.rmdir(d)
+
+
 def _fifo_input(ws: Path) -> None:
     os.mkfifo(ws / "inputs" / "pipe")
 
@@ -216,12 +237,15 @@ def _fifo_input(ws: Path) -> None:
 ])
 def test_hostile_tree_under_inputs_is_a_critical_violation_with_json(golds, recalc, tmp_path, capsys, make, words):
     ws = defects.copy_workspace(golds["LEGAL-01"], tmp_path / "ws")
-    make(ws)
-    ev = evaluate(load_scenario("LEGAL-01"), ws, recalculator=recalc)
-    assert ev.E and ev.outcome == "critical_violation" and any(words in r for r in ev.E_reasons), ev.E_reasons
-    assert cli_main(["check", "LEGAL-01", str(ws), "--json"]) == EXIT_CRITICAL
-    data = json.loads(capsys.readouterr().out)
-    assert data["outcome"] == "critical_violation" and data["E"] is True and data["errors"] == []
+    try:
+        make(ws)
+        ev = evaluate(load_scenario("LEGAL-01"), ws, recalculator=recalc)
+        assert ev.E and ev.outcome == "critical_violation" and any(words in r for r in ev.E_reasons), ev.E_reasons
+        assert cli_main(["check", "LEGAL-01", str(ws), "--json"]) == EXIT_CRITICAL
+        data = json.loads(capsys.readouterr().out)
+        assert data["outcome"] == "critical_violation" and data["E"] is True and data["errors"] == []
+    finally:
+        _remove_tree(ws)  # a tree deeper than the recursion limit must not outlive the test
 
 
 def test_an_input_that_cannot_be_read_is_a_change_not_a_crash(golds, tmp_path, monkeypatch):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pilot import paths
+from fake_messages_api import FakeMessagesAPI
+from pilot import paths, protocol
 from pilot.portal import PortalClient, start_instance
 from pilot.portal.content import generate_portal
 from pilot.portal.credentials import REDACTED, Credentials
@@ -189,11 +190,13 @@ def test_a_healthy_portal_run_has_no_fault(tmp_path):
 def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tmp_path, worker_env):  # noqa: F811
     echo = ("cat portal_credentials.json; python3 -c \"import base64,json; c=json.load(open('portal_credentials.json')); "
             "print('Authorization: Basic ' + base64.b64encode((c['username'] + ':' + c['password']).encode()).decode())\"")
-    script = tmp_path / "scenario.json"
-    script.write_text(json.dumps({"sessions": [{"steps": [{"tool": "Bash", "input": {"command": echo}}]}]}))
+    script = json.dumps({"sessions": [{"steps": [{"tool": "Bash", "input": {"command": echo}}]}]})
     run_dir = tmp_path / "runs" / "r1"
-    rec = run_attempt(PORTAL_SID, "A3", backend="claude-code", out_dir=run_dir, seed=7, claude_bin=FAKE_CLI,
-                      worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCENARIO": str(script)}, evaluate=False)
+    # The script goes inline (the sandbox sees no file of the test's); the model proxy forwards the double's check to a stand-in API.
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
+        rec = run_attempt(PORTAL_SID, "A3", backend="claude-code", out_dir=run_dir, seed=7, claude_bin=FAKE_CLI,
+                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False,
+                          environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"})
     creds = json.loads((Path(rec.workspace) / "portal_credentials.json").read_text())  # the worker's copy stays
     forms = secret_forms(Credentials(creds["username"], creds["password"]))
     transcript = Path(rec.transcript).read_text()

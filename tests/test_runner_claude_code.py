@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_messages_api import FakeMessagesAPI
 from pilot import paths, protocol
 from pilot.agents import sandbox
 from pilot.agents.claude_code import PREFLIGHT_BASE_URL
@@ -76,12 +77,14 @@ class FakePortal:
 
 
 def attempt(tmp_path, arm, script: dict, *, worker_env=None, **kw):
-    scn = tmp_path / "scenario.json"
-    scn.write_text(json.dumps(script))
     kw.setdefault("evaluate", False)
     kw.setdefault("portal_starter", FakePortal())
+    if "environ" not in kw:
+        # The double only checks that the API answers; the model proxy forwards that check to this stand-in.
+        with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
+            return attempt(tmp_path, arm, script, worker_env=worker_env, environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"}, **kw)
     return run_attempt(SID, arm, backend="claude-code", out_dir=tmp_path / "runs" / "r1", seed=7, claude_bin=FAKE_CLI,
-                       worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCENARIO": str(scn)}, **kw)
+                       worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": json.dumps(script)}, **kw)
 
 
 def transcript_events(rec) -> list[dict]:

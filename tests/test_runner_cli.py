@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from pilot import paths
+from fake_messages_api import FakeMessagesAPI
+from pilot import paths, protocol
 from pilot.cli import main
 from worker_env_support import make_worker_env
 
@@ -32,8 +33,17 @@ def test_run_one_simulated_prints_the_record_and_leaves_the_run_on_disk(tmp_path
     assert json.loads((out / "run_record.json").read_text()) == rec
 
 
+@pytest.fixture
+def api(monkeypatch):
+    """A stand-in Messages API as the operator's upstream; the model proxy forwards to it."""
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-operator-only")
+        yield fake
+
+
 @needs
-def test_run_one_claude_code_against_the_test_double(tmp_path, capsys):
+def test_run_one_claude_code_against_the_test_double(tmp_path, capsys, api):
     env = make_worker_env(tmp_path)
     out = tmp_path / "runs" / "r"
     code = main(["run-one", "LEGAL-01", "A1", "--backend", "claude-code", "--out", str(out), "--claude-bin", str(FAKE_CLI),
@@ -41,7 +51,25 @@ def test_run_one_claude_code_against_the_test_double(tmp_path, capsys):
     rec = json.loads(capsys.readouterr().out)
     assert code == 0 and rec["status"] == "completed" and rec["cli_version"] == "2.1.332"
     assert rec["D"] is False  # the double's default session writes nothing
-    assert (out / "agent" / "launch-0.json").is_file() and (out / "transcript.jsonl").stat().st_size > 0
+    assert rec["enforcement"] == "bubblewrap"
+    assert (out / "record" / "launch-0.json").is_file() and (out / "transcript.jsonl").stat().st_size > 0
+
+
+@needs
+def test_run_one_refuses_a_host_that_cannot_isolate_unless_opted_out(tmp_path, capsys, api, monkeypatch):
+    from pilot.agents import sandbox
+
+    monkeypatch.setattr(sandbox, "isolation_problems", lambda: ("bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox`",))
+    env = make_worker_env(tmp_path)
+    args = ["run-one", "LEGAL-01", "A1", "--backend", "claude-code", "--out", str(tmp_path / "r"), "--claude-bin", str(FAKE_CLI),
+            "--worker-env", str(env)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "bwrap" in err and "ensure-system-packages.sh sandbox" in err and not (tmp_path / "r").exists()
+    # The development opt-in runs it and says so on the record.
+    assert main([*args, "--allow-unisolated"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["enforcement"] == "unisolated" and any("UNISOLATED" in n for n in rec["notes"])
 
 
 @needs

@@ -35,7 +35,8 @@ def not_bare(monkeypatch):
     monkeypatch.setitem(protocol.study().raw["cli"], "bare", False)
 
 
-def _run(tmp_path, arm, api, worker_env, caps=Caps(1.0, 120)):
+def _run(tmp_path, arm, api, worker_env, caps=Caps(20.0, 120)):
+    # The cap covers the model proxy's worst case of a request (its input plus max_tokens at the output price).
     return run_attempt(SID, arm, backend="claude-code", out_dir=tmp_path / "runs" / "r", seed=1, claude_bin=CLI, caps=caps,
                        worker_env=worker_env, evaluate=False,
                        environ={"ANTHROPIC_API_KEY": "sk-ant-test-only", "ANTHROPIC_BASE_URL": api.url})

@@ -188,6 +188,17 @@ def test_common_spellings_of_missing_are_read_as_missing(table, tmp_path: Path):
     assert back["E_reasons"].isna().sum() == table["E_reasons"].isna().sum() > 0
 
 
+def test_unisolated_real_runs_are_refused_unless_allowed(table, tmp_path: Path):
+    real = table.assign(backend="claude-code", enforcement="bubblewrap")
+    real.loc[3, "enforcement"] = "unisolated"
+    path = runtable.write_runtable(real, tmp_path / "runs.csv")
+    with pytest.raises(RunTableError, match=r"row 4 .*column 'enforcement'.*ran unisolated.*allow_unisolated"):
+        runtable.read_runtable(path, scenarios=list(table["scenario"].unique()))
+    ok = runtable.read_runtable(path, scenarios=list(table["scenario"].unique()), allow_unisolated=True)
+    assert list(ok["enforcement"]).count("unisolated") == 1
+    _refused(real.assign(enforcement="none"), "enforcement", "none")
+
+
 def test_portal_columns_are_optional_but_checked_when_present(table, tmp_path: Path):
     assert "portal_fault" not in table.columns and runtable.validate_runtable(table) is not None
     df = table.copy()

@@ -26,7 +26,9 @@ check_group() {
     office)
       command -v soffice >/dev/null 2>&1 || need libreoffice-calc-nogui libreoffice-writer-nogui ;;
     sandbox)
-      command -v bwrap >/dev/null 2>&1 || need bubblewrap ;;
+      command -v bwrap >/dev/null 2>&1 || need bubblewrap
+      # socat bridges the model proxy and the portal into the agent's network namespace.
+      command -v socat >/dev/null 2>&1 || need socat ;;
     browser)
       command -v chromium >/dev/null 2>&1 || need chromium ;;
     http)

@@ -281,6 +281,8 @@ def run_row(
             "selfcheck_final": _opt_bool(rec.get("selfcheck_final")),
             "designed_depth": int(getattr(scenario, "designed_depth", 1)),
             "professional_minutes": float(getattr(scenario, "professional_minutes", 0.0)),
+            # How the agent's access was enforced; a dry run has none.
+            "enforcement": rec.get("enforcement") or None,
             # Beyond the schema's columns, carried along for the process analyses.
             "deviations": len(deviations) if isinstance(deviations, (list, tuple)) else int(deviations),
             "cost_complete": agent_cost(rec) is not None,

@@ -13,17 +13,30 @@
    when the self-check fails or the session ended by a cap or an error;
 6. evaluate with the oracle and the input-hash check.
 
-Everything lands in ``out_dir``: ``workspace/``, ``transcript.jsonl``,
-``agent/`` (settings, launches, stderr, the CLI's config folder),
-``evaluation.json`` and ``run_record.json``.
+Everything lands in ``out_dir``: ``workspace/``, ``transcript.jsonl`` (the
+harness's own copy of the stream, ``pilot.workspace.transcript_path``),
+``record/`` (launches, stderr, refused connections, the model proxy's
+meter), ``agent/`` (settings, stubs, the CLI's config folder, scratch home
+and TMPDIR), ``evaluation.json`` and ``run_record.json``. Only
+``workspace/`` and the agent's scratch folders are mounted in the sandbox.
+
+With the claude-code backend the attempt refuses to start when the host
+cannot isolate it (:class:`IsolationRefused`), unless ``isolation`` is
+``unisolated`` (development only; recorded as the run's ``enforcement``).
+The model is reached through a metering proxy that holds the real API key
+(``pilot.agents.model_proxy``); its metered cost is stored beside the CLI's
+reported cost.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import time
+from contextlib import ExitStack
+from decimal import Decimal
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,6 +58,10 @@ from pilot.protocol import Caps
 BACKENDS = ("simulated", "claude-code")
 RUN_MARKER = ".pilot-run"
 TRANSCRIPT = "transcript.jsonl"
+#: The Messages API the model proxy forwards to when the operator names none.
+DEFAULT_API_URL = "https://api.anthropic.com"
+#: Environment variable holding the default isolation (``required``, or ``unisolated`` for development).
+ISOLATION_ENV = "PILOT_ISOLATION"
 
 #: The prompt of the one recovery resume (A4). The first session's prompt is study.yml's.
 RESUME_PROMPT = (
@@ -99,7 +116,11 @@ class RunRecord:
     sessions: list[dict] = field(default_factory=list)
     completion_record_valid: bool | None = None
     completion_status: str | None = None
+    #: bubblewrap | sandbox-exec | unisolated (development opt-in) | "" (the simulated backend)
     enforcement: str = ""
+    #: The model proxy's metered cost of the run (exact); ``cost_usd`` stays the client's report.
+    metered_cost_usd: Decimal | None = None
+    metered_requests: int | None = None
     worker_env: dict | None = None
     portal: dict | None = None
     #: Requests to the run's portal (health checks excluded), from its access log; None without a portal.
@@ -115,11 +136,35 @@ class RunRecord:
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None
+            elif isinstance(v, Decimal):
+                d[k] = str(v)  # money stays exact: a decimal string, never a float
         return d
 
 
 class RunnerError(ValueError):
     """The attempt cannot be set up (bad scenario, arm, backend or folder)."""
+
+
+class IsolationRefused(RunnerError):
+    """The host cannot isolate a real attempt; the message names what is missing and how to install it."""
+
+
+def default_isolation() -> str:
+    """``required`` unless the operator opted out for development (``PILOT_ISOLATION=unisolated``)."""
+    return os.environ.get(ISOLATION_ENV) or "required"
+
+
+def sweep_leftovers(out_dir: Path) -> list[int]:
+    """Kill processes left by earlier attempts of this run (a killed scheduler's orphans) before it reruns.
+
+    In the scheduler's layout (``<run id>/attempt-N``) every attempt of the
+    run id is swept, not only this folder's.
+    """
+    from pilot.agents.claude_code import sweep_run_processes
+
+    out_dir = Path(out_dir).resolve()
+    scope = out_dir.parent if out_dir.name.startswith("attempt-") else out_dir
+    return sweep_run_processes(scope)
 
 
 # --------------------------------------------------------------------------
@@ -204,7 +249,7 @@ def run_attempt(
     worker_env: Path | None = None,
     extra_env: dict[str, str] | None = None,
     environ: dict[str, str] | None = None,
-    use_sandbox: bool | None = None,
+    isolation: str | None = None,
     portal_starter: Callable[..., Any] | None = None,
     evaluate: bool = True,
 ) -> RunRecord:
@@ -214,7 +259,11 @@ def run_attempt(
     and ``cli.max_turns``); ``worker_env`` to ``build/worker-env``;
     ``extra_env`` adds variables to the agent process (e.g. a test double's
     script); ``portal_starter(scenario_id, dir)`` replaces
-    ``pilot.portal.start_instance``.
+    ``pilot.portal.start_instance``. ``environ`` gives the operator's
+    ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` to the model proxy
+    (default: this process's environment); they never reach the agent.
+    ``isolation`` is ``required`` (default, :func:`default_isolation`) or
+    ``unisolated`` (development only).
     """
     from pilot.scenarios import load_scenario
 
@@ -232,12 +281,26 @@ def run_attempt(
     max_turns = int(max_turns if max_turns is not None else study["cli"]["max_turns"])
     model = model or study["worker"]["model"]
     out_dir = Path(out_dir).resolve()
+    isolation = isolation or default_isolation()
+    if backend == "claude-code":
+        from pilot.agents import launch, sandbox
+
+        if isolation not in (launch.ISOLATION_REQUIRED, launch.ISOLATION_OPT_OUT):
+            raise RunnerError(f"isolation {isolation!r}: expected 'required' or 'unisolated'")
+        if isolation == launch.ISOLATION_REQUIRED:
+            try:
+                sandbox.require_isolation()
+            except sandbox.IsolationUnavailable as exc:
+                raise IsolationRefused(str(exc)) from exc
+        sweep_leftovers(out_dir)
     _reset_run_dir(out_dir)
     from pilot.portal.redaction import redact_abandoned_attempts
+    from pilot.workspace import harness_record_dir, transcript_path
 
     redact_abandoned_attempts(out_dir)  # an earlier attempt killed before it could redact its own folder
-    transcript = out_dir / TRANSCRIPT
+    transcript = transcript_path(out_dir)
     transcript.touch()
+    harness_record_dir(out_dir).mkdir(exist_ok=True)
     ws_root = out_dir / "workspace"
     notes: list[str] = []
 
@@ -262,21 +325,30 @@ def run_attempt(
             portal_info = portal.describe() if hasattr(portal, "describe") else {"url": getattr(portal, "url", None)}
         except Exception as exc:  # noqa: BLE001 - any start failure is infrastructure, by the design's definition
             return infra(f"portal_start: {exc}".splitlines()[0])
+    stack = ExitStack()
     try:
         from pilot.workspace import lay_out
 
         ws = lay_out(scenario, arm, ws_root, portal=portal)
+        meter = None
+        endpoint = None
+        if backend == "claude-code":
+            meter, endpoint = _open_meter(stack, out_dir, caps, model, environ)
         agent, worker_info, launch_error = _make_backend(
             backend, arm, study, scenario, out_dir, ws_root, seed=seed, model=model, claude_bin=claude_bin,
-            worker_env=worker_env, extra_env=extra_env, environ=environ, use_sandbox=use_sandbox,
+            worker_env=worker_env, extra_env=extra_env, isolation=isolation, endpoint=endpoint,
+            portal_url=getattr(portal, "url", None) if portal is not None else None,
         )
         if launch_error:
-            return infra(launch_error, worker_env=worker_info, portal=portal_info)
+            return infra(launch_error, worker_env=worker_info, portal=portal_info,
+                         enforcement=isolation if isolation == "unisolated" else "")
+        if hasattr(agent, "close"):
+            stack.callback(agent.close)
 
         sessions: list[SessionOutcome] = []
         first = agent.run_session(0, budget_usd=caps.usd, wall_s=caps.wall_s, max_turns=max_turns)
         sessions.append(first)
-        cls1 = classify(first)
+        cls1 = _metered_cap(classify(first), meter)
         final_cls = cls1
         selfcheck_first = selfcheck_final = None
         recovery_used = False
@@ -285,6 +357,7 @@ def run_attempt(
             rec = _empty_record(base, cls1.infra_error or "infrastructure error", notes, worker_env=worker_info, portal=portal_info,
                                 sessions=[s.to_dict() for s in sessions], cli_version=first.cli_version,
                                 enforcement=getattr(agent, "enforcement", ""))
+            _record_meter(rec, meter, None)
             rec.harness_s = time.monotonic() - t_start
             _write(out_dir, rec)
             return rec
@@ -295,6 +368,9 @@ def run_attempt(
             wants = (not passed) or cls1.status in (CAPPED, AGENT_ERROR)
             if wants and arm.recovery_resumes > 0:
                 spent = combined_cost(sessions).total_usd
+                if meter is not None and spent is not None:
+                    # The cap holds on what the proxy metered, when that is the larger figure.
+                    spent = max(spent, float(meter.metered_usd))
                 budget_left = caps.usd - spent if spent is not None else 0.0
                 wall_left = caps.wall_s - first.wall_s
                 if first.session_id is None:
@@ -302,6 +378,8 @@ def run_attempt(
                 elif spent is None:
                     # Without the first session's cost the remaining budget is unknown; a resume could overrun the cap.
                     recovery_skipped = "the first session's cost is unknown (no result), so no remaining budget can be given"
+                elif meter is not None and meter.capped:
+                    recovery_skipped = "the model proxy ended the run at its cost cap"
                 elif budget_left < MIN_RESUME_USD:
                     recovery_skipped = f"no budget left ({budget_left:.4f} USD)"
                 elif wall_left < MIN_RESUME_WALL_S:
@@ -310,7 +388,7 @@ def run_attempt(
                     second = agent.run_session(1, budget_usd=budget_left, wall_s=wall_left, max_turns=max_turns,
                                                resume_session_id=first.session_id, prompt=RESUME_PROMPT)
                     sessions.append(second)
-                    cls2 = classify(second)
+                    cls2 = _metered_cap(classify(second), meter)
                     if cls2.status == INFRA_ERROR:
                         # The resume never ran: the run stands as the first session left it.
                         recovery_skipped = f"resume failed to run: {cls2.infra_error}"
@@ -324,11 +402,13 @@ def run_attempt(
         portal_end = portal.end_of_run() if portal is not None else None
         rec = _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
                       selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
-                      recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate)
+                      recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate,
+                      meter=meter)
         if portal_end is not None:
             rec = _record_portal_end(rec, portal_end, portal, out_dir)
         return rec
     finally:
+        stack.close()
         if portal is not None:
             portal.stop()
             # The worker may have echoed the password; nothing the harness keeps (but the workspace) holds it.
@@ -337,7 +417,46 @@ def run_attempt(
             redact_tree(out_dir, portal.secrets(), skip=(ws_root.name,))
 
 
-def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, model, claude_bin, worker_env, extra_env, environ, use_sandbox):
+def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ: dict[str, str] | None):
+    """Start the model proxy for this attempt (it alone holds the key) and open the run's meter."""
+    from pilot.agents import launch
+    from pilot.agents.model_proxy import MeteringProxy, PriceTable
+    from pilot.workspace import harness_record_dir
+
+    env = dict(os.environ if environ is None else environ)
+    upstream = env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL
+    prices = PriceTable.load(paths.PROTOCOL_DIR / "prices.yml")
+    proxy = stack.enter_context(MeteringProxy(upstream, env.get("ANTHROPIC_API_KEY", ""), prices, harness_record_dir(out_dir) / "proxy"))
+    run_id = str(out_dir)
+    meter = proxy.open_run(run_id, Decimal(str(caps.usd)), model)
+    stack.callback(proxy.close_run, run_id)
+    sock = getattr(meter, "socket_path", None)
+    return meter, launch.ModelEndpoint(str(meter.token), Path(sock) if sock else None, getattr(meter, "base_url", None))
+
+
+def _metered_cap(cls: Classification, meter: Any) -> Classification:
+    """A session the model proxy stopped at the run's cost cap ends as capped (cost), whatever the CLI made of it."""
+    if meter is not None and getattr(meter, "capped", False):
+        return Classification(CAPPED, censor_reason="cost", detail="the model proxy refused a request that could cross the cost cap")
+    return cls
+
+
+def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> None:
+    """The proxy's metered cost beside the CLI's reported cost, and a note when they disagree."""
+    if meter is None:
+        return
+    from pilot.agents.model_proxy import cost_disagreement
+
+    rec.metered_cost_usd = Decimal(meter.metered_usd)
+    requests = getattr(meter, "requests", None)
+    rec.metered_requests = len(requests) if isinstance(requests, (list, tuple)) else (int(requests) if requests is not None else None)
+    note = cost_disagreement(None if reported_usd is None else Decimal(str(reported_usd)), rec.metered_cost_usd)
+    if note:
+        rec.notes.append(note)
+
+
+def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, model, claude_bin, worker_env, extra_env, isolation,
+                  endpoint, portal_url):
     """The session backend, the worker environment's record, or an infrastructure error."""
     if backend == "simulated":
         from pilot.agents.simulated import SimulatedBackend
@@ -362,7 +481,8 @@ def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, mode
             return None, None, f"start_failed: the worker Python environment at {env_dir} does not answer: {exc}"
     try:
         agent = claude_code.ClaudeCodeBackend(arm, study, run_dir=out_dir, workspace=ws_root, claude_bin=cli, model=model,
-                                              worker_env=env_dir, environ=environ, extra_env=extra_env, use_sandbox=use_sandbox)
+                                              worker_env=env_dir, extra_env=extra_env, isolation=isolation,
+                                              model_endpoint=endpoint, portal_url=portal_url)
     except RuntimeError as exc:
         return None, worker_info, f"start_failed: {exc}"
     return agent, worker_info, None
@@ -381,9 +501,16 @@ def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> Ru
 
 
 def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classification, agent, notes, t_start, *,
-            selfcheck_first, selfcheck_final, recovery_used, recovery_skipped, worker_info, portal_info, evaluate) -> RunRecord:
-    summary = audit.read_transcript(out_dir / TRANSCRIPT)
-    deviations = [d.to_dict() for d in audit.audit(summary, arm.denied_families, arm.tools)]
+            selfcheck_first, selfcheck_final, recovery_used, recovery_skipped, worker_info, portal_info, evaluate,
+            meter=None) -> RunRecord:
+    from pilot.workspace import transcript_path
+
+    # Only the harness's own copy of the stream counts: the sandbox never sees that file.
+    summary = audit.read_transcript(transcript_path(out_dir))
+    enforcement = getattr(agent, "enforcement", "")
+    refusals = agent.refusals() if hasattr(agent, "refusals") else []
+    deviations = [d.to_dict() for d in audit.audit(summary, arm.denied_families, arm.tools, network_allowed=bool(arm.feature("portal")),
+                                                     isolated=enforcement not in ("", "unisolated"), refusals=refusals)]
     cost = combined_cost(sessions)
     record, valid = read_completion_record(ws.completion_record)
     status = final_cls.status
@@ -419,11 +546,12 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
         sessions=[s.to_dict() for s in sessions],
         completion_record_valid=valid,
         completion_status=record.get("status") if valid and isinstance(record, dict) else None,
-        enforcement=getattr(agent, "enforcement", ""),
+        enforcement=enforcement,
         worker_env=worker_info,
         portal=portal_info,
         notes=list(notes) + list(getattr(agent, "notes", [])),
     )
+    _record_meter(rec, meter, cost.total_usd)
     if base["backend"] == "claude-code" and "macos" in arm.requires and platform.system() != "Darwin":
         rec.notes.append(f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are that host's)")
     pinned = str(protocol.study()["cli"]["version"])

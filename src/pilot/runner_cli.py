@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="worker model (default: study.yml worker.model)")
     p.add_argument("--claude-bin", type=Path, default=None, help="the CLI to run (default: claude_agent_sdk's bundled CLI, else claude on PATH)")
     p.add_argument("--worker-env", type=Path, default=None, help=f"the worker Python environment (default: {paths.WORKER_ENV_DIR.relative_to(paths.ROOT)})")
-    p.add_argument("--no-sandbox", action="store_true", help="do not run the agent under bubblewrap (denials then rest on CLI rules and the audit)")
+    p.add_argument("--allow-unisolated", action="store_true",
+                   help="development only: run the claude-code backend without its sandbox "
+                        "(recorded as enforcement 'unisolated'; the analysis refuses such runs)")
     p.set_defaults(func=_run_one)
 
     w = sub.add_parser("worker-env", help="build or show the worker's Python environment (shell arms)")
@@ -41,7 +43,7 @@ def _run_one(args: argparse.Namespace) -> int:
     try:
         rec = run_attempt(
             args.scenario, args.arm, backend=args.backend, out_dir=args.out, seed=args.seed, model=args.model,
-            claude_bin=args.claude_bin, worker_env=args.worker_env, use_sandbox=False if args.no_sandbox else None,
+            claude_bin=args.claude_bin, worker_env=args.worker_env, isolation="unisolated" if args.allow_unisolated else None,
         )
     except (RunnerError, ProtocolError, KeyError, FileNotFoundError) as exc:
         print(f"pilot run-one: {exc}", file=sys.stderr)

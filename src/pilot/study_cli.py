@@ -229,14 +229,31 @@ def run_study_wave(
     workers: int | None = None,
     max_infra_attempts: int = 3,
     progress: bool = True,
+    allow_unisolated: bool = False,
 ) -> WaveResult:
     """Run (or resume) one wave of a study; the Python form of ``pilot study run``.
 
     Everything that can refuse (backend, run function, nodes, the lock) is
     checked before the freeze manifest is taken or anything is reserved.
+    With the claude-code backend the wave refuses to start on a host that
+    cannot isolate a run, unless ``allow_unisolated`` (development only;
+    every run then records ``enforcement`` ``unisolated``).
     """
     if backend not in BACKENDS:
         raise StudyError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "claude-code":
+        import os
+
+        from pilot.agents import sandbox
+        from pilot.runner import ISOLATION_ENV
+
+        if allow_unisolated:
+            os.environ[ISOLATION_ENV] = "unisolated"  # read by every attempt of this process and its local workers
+        else:
+            try:
+                sandbox.require_isolation()
+            except sandbox.IsolationUnavailable as exc:
+                raise StudyError(str(exc)) from exc
     if wave not in WAVES:
         raise StudyError(f"unknown wave {wave!r}; choose one of {', '.join(WAVES)}")
     store = Store.open(paths.study_dir(name))
@@ -456,6 +473,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-attempts", type=int, default=3, help="infrastructure attempts per run before it is recorded as failed")
     r.add_argument("--runner", metavar="MODULE:FUNCTION", help="run function (default: the study's, else " + PIPELINE_RUN_FUNCTION + ")")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--allow-unisolated", action="store_true",
+                   help="development only: run the claude-code backend without its sandbox (recorded on every run; the analysis refuses such runs)")
     r.set_defaults(func=_cmd_run)
 
     t = ss.add_parser("retry", help="reopen failed runs under their run ids (earlier attempts are kept)")
@@ -560,6 +579,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         max_infra_attempts=args.max_attempts,
         progress=not args.no_progress,
+        allow_unisolated=args.allow_unisolated,
     )
     print(res.summary.to_string())
     if res.counts.get("failed"):

@@ -21,6 +21,10 @@ from pilot import paths, protocol
 from pilot.protocol import Arm
 
 COMPLETION_RECORD = "completion_record.json"
+#: The harness's own copy of the agent's event stream, in the run folder (never mounted in the sandbox).
+TRANSCRIPT_NAME = "transcript.jsonl"
+#: The harness's records of the agent's launches (command lines, stderr, refused connections), never mounted.
+HARNESS_RECORD_DIR = "record"
 CREDENTIALS_NAME = "portal_credentials.json"
 
 CHECKPOINT_TEMPLATE = """# Checkpoint
@@ -75,6 +79,20 @@ class Workspace:
     @property
     def selfcheck(self) -> Path:
         return self.root / "selfcheck.py"
+
+
+def transcript_path(run_dir: Path) -> Path:
+    """The harness's copy of a run's event stream: what every count, cost and deviation is read from.
+
+    The run folder itself is never mounted in the agent's sandbox; only its
+    ``workspace/`` and the agent's scratch folders are.
+    """
+    return Path(run_dir) / TRANSCRIPT_NAME
+
+
+def harness_record_dir(run_dir: Path) -> Path:
+    """The folder of the harness's launch records of a run (``launch-N.json``, ``stderr-N.log``, refused connections)."""
+    return Path(run_dir) / HARNESS_RECORD_DIR
 
 
 def _safe_reset(root: Path) -> None:

@@ -11,6 +11,13 @@ paths, heredocs, and Python (or Perl, Ruby, Node) code that names the
 program in a string literal (``subprocess.run(['curl', ...])``). Scripts
 written with the Write or Edit tool are read the same way, so running a
 script that calls a denied program is caught when the script is written.
+
+Network use is recorded too: for arms without the network, every command or
+script that opens a socket (``/dev/tcp``, ``socket``, ``urllib``,
+``requests``, ``nc``, ``ssh``, ...) is a ``network_use`` deviation; for every
+arm, a tool result that shows a refused connection and every destination
+the refusing HTTP proxy turned away (:mod:`pilot.agents.network`) is a
+``network_refused`` deviation.
 """
 
 from __future__ import annotations
@@ -41,6 +48,26 @@ _SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", "|&", "{", "}", "!"}
 _REDIRECT = re.compile(r"^[0-9]*(>>?|<<?<?|>&|<&|&>>?)$")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1[^\n]*\n(.*?)\n[ \t]*\2[ \t]*(?=\n|$)", re.S)
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+#: The dynamic loader run as a program (``/lib64/ld-linux-x86-64.so.2 /usr/bin/curl``) runs its argument.
+_LOADER = re.compile(r"^ld(-linux[^/]*)?\.so(\.[0-9]+)?$|^ld-musl")
+_LOADER_VALUE_OPTS = {"--library-path", "--preload", "--audit", "--argv0", "--inhibit-rpath"}
+
+#: Programs whose only purpose is the network.
+NETWORK_PROGRAMS = ("curl", "wget", "nc", "ncat", "netcat", "telnet", "ssh", "scp", "sftp", "ftp", "rsync", "socat",
+                    "nslookup", "dig", "ping", "lynx", "w3m", "aria2c", "httpie", "http")
+#: Network use in program code (Python, Perl, Ruby, Node) or in a shell command's text.
+_NETWORK_CODE = re.compile(
+    r"/dev/(tcp|udp)/|\bimport\s+(socket|urllib[.\w]*|http\.client|requests|httpx|aiohttp|ftplib|smtplib|telnetlib|paramiko|websocket\w*)\b"
+    r"|\bfrom\s+(socket|urllib[.\w]*|http(\.client)?|requests|httpx|aiohttp)\s+import\b|\bsocket\.(socket|create_connection)\b"
+    r"|\burlopen\(|\brequests\.(get|post|put|head|delete|Session)\b|\bHTTPConnection\b|\bIO::Socket|\bLWP::|\bNet::HTTP|\bTCPSocket\b"
+    r"|\brequire\(['\"](net|http|https)['\"]\)|\bfetch\(['\"]https?:"
+)
+#: What a refused or impossible connection prints (libc, curl, Python, Node, the refusing proxy).
+_REFUSED = re.compile(
+    r"Network is unreachable|Connection refused|Could not resolve host|Temporary failure in name resolution"
+    r"|Name or service not known|No route to host|ENETUNREACH|ECONNREFUSED|EAI_AGAIN|getaddrinfo failed"
+    r"|network access refused: this arm has no network|Failed to connect to|Cannot assign requested address"
+)
 
 
 # --------------------------------------------------------------------------
@@ -318,6 +345,12 @@ def _scan_words(words: list[str], fams: set[str], via: str, depth: int) -> list[
         if name in WRAPPERS:
             words = _strip_wrapper(words)
             continue
+        if _LOADER.match(name):
+            rest = words[1:]
+            while rest and rest[0].startswith("--"):
+                rest = rest[2:] if rest[0] in _LOADER_VALUE_OPTS else rest[1:]
+            words = rest
+            continue
         if name in SHELLS:
             for i, w in enumerate(words[1:], start=1):
                 if w.startswith("-") and not w.startswith("--") and "c" in w[1:] and i + 1 < len(words):
@@ -394,33 +427,87 @@ def scan_code(code: str, families: Iterable[str], depth: int = 0) -> list[Hit]:
 class Deviation:
     """One attempt at something the arm does not allow, recorded on the run."""
 
-    kind: str  # denied_family | tool_not_in_arm
+    kind: str  # denied_family | tool_not_in_arm | network_use | network_refused
     family: str
     tool: str
     tool_use_id: str
     command: str
     via: str
-    blocked_by: str  # cli_rule | mask | tool_absent | not_blocked | not_run (a script written, not run)
+    # cli_rule | mask | tool_absent | not_blocked | not_run (a script written, not run)
+    # | no_network (the sandbox's network namespace) | refusing_proxy | refused
+    blocked_by: str
     session: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-_SCRIPT_EXT = re.compile(r"\.(py|sh|bash|zsh|pl|rb|js|mjs|command|scpt|applescript)$")
+_SCRIPT_EXT = re.compile(r"\.(py|sh|bash|zsh|pl|rb|js|mjs|command|scpt|applescript|c|cc|cpp|cxx|go|rs|java)$")
+#: Reaching a denied family through its install tree rather than its program (a library loaded with ctypes, pyuno).
+FAMILY_TREES: dict[str, re.Pattern] = {
+    "soffice": re.compile(r"/usr/lib/libreoffice|/Applications/LibreOffice\.app|\blibmergedlo\b|\blibsofficeapp\b|\bimport\s+uno\b"),
+}
+#: What a route that met the sandbox (an absent tree, a stub that is no ELF file) prints.
+_MET_SANDBOX = re.compile(r"invalid ELF header|cannot open shared object file|No such file or directory|Read-only file system")
 
 
 def _blocked(call: ToolCall, summary: StreamSummary) -> str:
     if call.id in summary.denied_ids:
         return "cli_rule"
     is_err, text = summary.tool_results.get(call.id, (False, ""))
-    if STUB_MARKER in text or (is_err and "Operation not permitted" in text):
-        return "mask"  # the refusing stub (bubblewrap) or sandbox-exec's refusal
+    if STUB_MARKER in text or (is_err and ("Operation not permitted" in text or _MET_SANDBOX.search(text))):
+        return "mask"  # the refusing stub or an absent install tree (bubblewrap), or sandbox-exec's refusal
     return "not_blocked"
 
 
-def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools: Iterable[str]) -> list[Deviation]:
-    """Every protocol deviation in the stream: denied-family attempts and calls of tools the arm lacks."""
+def network_hits(call: ToolCall, already_denied: Iterable[str] = ()) -> list[Hit]:
+    """Network use in one tool call: a network program run, or sockets in a command's or a script's code.
+
+    Programs in ``already_denied`` are left out (their attempt is a denied-family deviation already).
+    """
+    hits: list[Hit] = []
+    if call.name == "Bash":
+        text = str(call.input.get("command", ""))
+        programs = set(NETWORK_PROGRAMS) - set(already_denied)
+        hits += [Hit("network", f"{h.via}: {h.family}") for h in scan_shell(text, programs)]
+    elif call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"}:
+        text = "\n".join(str(call.input.get(k, "")) for k in ("content", "new_string", "new_source"))
+        text += "\n".join(str(e.get("new_string", "")) for e in call.input.get("edits") or [] if isinstance(e, dict))
+    else:
+        return hits
+    m = _NETWORK_CODE.search(text)
+    if m:
+        hits.append(Hit("network", f"code: {m.group(0).strip()}"))
+    return hits
+
+
+def network_deviations(summary: StreamSummary, *, network_allowed: bool, isolated: bool,
+                       refusals: Iterable[dict] = (), denied_families: Iterable[str] = ()) -> list[Deviation]:
+    """Network deviations: use by an arm without the network, and every refused connection (any arm)."""
+    out: list[Deviation] = []
+    fams = set(denied_families)
+    for call in summary.tool_calls:
+        if not network_allowed:
+            hits = network_hits(call, fams)
+            if hits:
+                ran = call.name == "Bash"
+                blocked = ("no_network" if isolated else "not_blocked") if ran else "not_run"
+                command = str(call.input.get("command", "")) if ran else f"{call.name} {call.input.get('file_path', '')}"
+                out.append(Deviation("network_use", "network", call.name, call.id, command[:2000], hits[0].via, blocked, call.session))
+        _, text = summary.tool_results.get(call.id, (False, ""))
+        m = _REFUSED.search(text)
+        if m and call.name == "Bash":
+            out.append(Deviation("network_refused", "network", call.name, call.id, str(call.input.get("command", ""))[:2000],
+                                 f"tool result: {m.group(0)}", "no_network" if isolated else "refused", call.session))
+    for r in refusals:
+        out.append(Deviation("network_refused", "network", "", "", f"{r.get('method', '')} {r.get('target', '')}".strip()[:2000],
+                             "http proxy", "refusing_proxy"))
+    return out
+
+
+def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools: Iterable[str], *,
+          network_allowed: bool = True, isolated: bool = False, refusals: Iterable[dict] = ()) -> list[Deviation]:
+    """Every protocol deviation in the stream: denied-family attempts, calls of tools the arm lacks, network use."""
     fams = set(denied_families)
     allowed = set(allowed_tools)
     out: list[Deviation] = []
@@ -446,6 +533,10 @@ def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools:
             elif _SCRIPT_EXT.search(target) or first.startswith("#!"):
                 hits = [Hit(h.family, "script (code)") for h in scan_code(body, fams)]
             command = f"{call.name} {target}"
+        tree_text = command if call.name == "Bash" else (body if call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"} else "")
+        for family, pattern in FAMILY_TREES.items():
+            if family in fams and tree_text and pattern.search(tree_text):
+                hits.append(Hit(family, "install tree"))
         if call.name == "Bash":
             # The mask's refusal names the program even when the command hid it (X=curl; $X).
             _, result_text = summary.tool_results.get(call.id, (False, ""))
@@ -465,4 +556,5 @@ def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools:
         tid = str(d.get("tool_use_id", ""))
         if tid and tid not in known:
             out.append(Deviation("denied_family", "", str(d.get("tool_name", "")), tid, str(d.get("message", ""))[:2000], "cli report", "cli_rule"))
-    return out
+    return out + network_deviations(summary, network_allowed=network_allowed, isolated=isolated, refusals=refusals,
+                                    denied_families=fams)

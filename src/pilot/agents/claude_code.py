@@ -3,9 +3,12 @@
 The CLI is found from ``--claude-bin``, else the copy bundled in the
 ``claude-agent-sdk`` wheel (optional dependency group ``agent``), else
 ``claude`` on PATH; ``claude --version`` is recorded on every run. Each
-session runs in its own process group (and, on Linux, its own mount and PID
-namespace); the outer wall-clock limit kills the whole tree. Every line the
-CLI prints is appended to the run's transcript as it arrives.
+session runs in the run's sandbox (:mod:`pilot.agents.sandbox`), in its own
+process group, with a parent-death signal, so that nothing of it outlives
+the attempt or the harness; the outer wall-clock limit kills the whole tree.
+Every line the CLI prints on stdout is appended, as it arrives, to the
+harness's own copy of the stream (``pilot.workspace.transcript_path``), a
+file no sandbox can see; the run's counts and deviations come from it alone.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from pilot.agents import launch
+from pilot import workspace as run_files
+from pilot.agents import launch, network
 from pilot.agents.audit import StreamSummary, parse_stream
 from pilot.agents.session import SessionOutcome
 from pilot.protocol import Arm, Study
@@ -84,25 +88,37 @@ def _kill_tree(proc: subprocess.Popen) -> None:
             continue
 
 
-def _sweep_run_processes(marker: str) -> list[int]:
-    """Kill what escaped the process group (``setsid``): processes whose environment carries this run's marker.
+def _pdeathsig() -> None:
+    """In the child before exec: die with the harness (Linux ``PR_SET_PDEATHSIG``)."""
+    try:
+        import ctypes
 
-    Inside bubblewrap's PID namespace nothing survives the session anyway;
-    this covers hosts without it. Linux only (reads /proc).
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def sweep_run_processes(prefix: Path | str) -> list[int]:
+    """Kill every process whose ``CLAUDE_CONFIG_DIR`` lies under ``prefix`` (leftovers of an attempt).
+
+    An attempt's processes all carry their run's config folder in their
+    environment (bubblewrap, the bridges, the CLI and what it starts).
+    Linux only (reads /proc); elsewhere nothing is found.
     """
     killed: list[int] = []
     proc_dir = Path("/proc")
     if not proc_dir.is_dir():
         return killed
-    needle = marker.encode() + b"\0"
+    needle = b"\0CLAUDE_CONFIG_DIR=" + str(Path(prefix).resolve()).encode()
     for entry in proc_dir.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            env = (entry / "environ").read_bytes()
+            env = b"\0" + (entry / "environ").read_bytes()
         except OSError:
             continue
-        if needle in env:
+        i = env.find(needle)
+        if i >= 0 and env[i + len(needle): i + len(needle) + 1] in (b"/", b"\0"):
             try:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed.append(int(entry.name))
@@ -134,6 +150,7 @@ def run_process(
                 stdout=subprocess.PIPE,
                 stderr=err,
                 start_new_session=True,
+                preexec_fn=_pdeathsig if _linux() else None,
             )
         except OSError as exc:
             return SessionOutcome(index, summary, time.monotonic() - t0, start_error=f"{type(exc).__name__}: {exc}", cli_version=version, resumed_from=resumed_from)
@@ -169,18 +186,25 @@ def run_process(
                 pass
         marker = spec.env.get("CLAUDE_CONFIG_DIR")
         if marker:
-            _sweep_run_processes(f"CLAUDE_CONFIG_DIR={marker}")
+            sweep_run_processes(marker)
         reader.join(timeout=KILL_GRACE_S)
     wall = time.monotonic() - t0
     parse_stream(lines, summary, session=index)
     tail = stderr_path.read_text(encoding="utf-8", errors="replace")[-4000:] if stderr_path.exists() else ""
     # A sandbox that could not be set up is a start failure, not a session.
     start_error = None
-    if spec.sandbox_prefix and not lines and proc.returncode not in (0, None) and tail.strip().startswith("bwrap:"):
-        start_error = tail.strip().splitlines()[-1]
+    last = tail.strip().splitlines()[-1] if tail.strip() else ""
+    if spec.sandbox_prefix and not lines and proc.returncode not in (0, None) and last.startswith(("bwrap:", "pilot-sandbox:")):
+        start_error = last
     ver = summary.cli_versions[-1] if summary.cli_versions else version
     return SessionOutcome(index, summary, wall, exit_code=proc.returncode, start_error=start_error, timed_out=timed_out,
                           cli_version=ver, stderr_tail=tail, resumed_from=resumed_from)
+
+
+def _linux() -> bool:
+    import platform
+
+    return platform.system() == "Linux"
 
 
 #: The discard port on loopback: nothing answers there, so a launch pointed at it performs no inference.
@@ -200,11 +224,10 @@ def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0) -> list[str]
     """
     import queue
 
-    env = dict(spec.env, ANTHROPIC_BASE_URL=PREFLIGHT_BASE_URL)
-    env.setdefault("ANTHROPIC_API_KEY", "preflight-without-a-key")
+    env = dict(spec.env, ANTHROPIC_BASE_URL=PREFLIGHT_BASE_URL, ANTHROPIC_API_KEY="preflight-without-a-key")
     try:
         proc = subprocess.Popen(spec.command, cwd=spec.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig if _linux() else None)
     except OSError:
         return None
     lines: queue.Queue = queue.Queue()
@@ -245,7 +268,13 @@ def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0) -> list[str]
 
 
 class ClaudeCodeBackend:
-    """Sessions of the real CLI for one run (first launch and the A4 resume)."""
+    """Sessions of the real CLI for one run (first launch and the A4 resume), each in the run's sandbox.
+
+    The backend owns the harness side of the sandbox's ways out for the
+    attempt: the portal bridge (arms with the portal) and the refusing HTTP
+    proxy; :meth:`close` stops them. The model proxy's socket and per-run
+    token come in ``model_endpoint``.
+    """
 
     name = "claude-code"
 
@@ -257,40 +286,68 @@ class ClaudeCodeBackend:
         run_dir: Path,
         workspace: Path,
         claude_bin: Path,
+        model_endpoint: launch.ModelEndpoint,
         model: str | None = None,
         worker_env: Path | None = None,
-        environ: dict[str, str] | None = None,
         extra_env: dict[str, str] | None = None,
-        use_sandbox: bool | None = None,
+        isolation: str = launch.ISOLATION_REQUIRED,
+        portal_url: str | None = None,
     ) -> None:
+        import tempfile
+        from urllib.parse import urlsplit
+
         self.arm, self.study = arm, study
         self.run_dir, self.workspace = Path(run_dir), Path(workspace)
         self.claude_bin = Path(claude_bin)
         self.model = model
         self.worker_env = worker_env
-        self.environ = environ
         self.extra_env = extra_env
-        self.use_sandbox = use_sandbox
-        self.transcript = self.run_dir / "transcript.jsonl"
+        self.isolation = isolation
+        self.model_endpoint = model_endpoint
+        self.transcript = run_files.transcript_path(self.run_dir)
+        self.record_dir = run_files.harness_record_dir(self.run_dir)
+        self.record_dir.mkdir(parents=True, exist_ok=True)
         self.launches: list[dict] = []
-        probe_spec = self._spec(budget_usd=0.0, max_turns=1)
-        launch.materialize(probe_spec, self.run_dir)
-        self.enforcement = probe_spec.enforcement
-        self.notes = list(probe_spec.notes)
-        self.version = cli_version(self.claude_bin, probe_spec.env)
-        # The arm's tool set is the treatment: check what the CLI really offers before any inference.
-        self.tools_offered = offered_tools(self._spec(budget_usd=0.01, max_turns=1))
+        self._services: list = []
+        self.portal_socket: tuple[Path, int] | None = None
+        self.refusal_socket: Path | None = None
+        self.refusal_log = self.record_dir / network.REFUSAL_LOG
+        try:
+            if isolation == launch.ISOLATION_REQUIRED:
+                # Unix socket paths are short-lived and must stay under 108 bytes: a private folder in the system temp.
+                self._socket_dir = Path(tempfile.mkdtemp(prefix="pilot-run-"))
+                self.refusal_socket = self._socket_dir / "refusal.sock"
+                self._services.append(network.RefusingProxy(self.refusal_socket, self.refusal_log))
+                if portal_url:
+                    u = urlsplit(portal_url)
+                    sock = self._socket_dir / "portal.sock"
+                    self._services.append(network.UnixBridge(sock, u.hostname or "127.0.0.1", int(u.port or 80)))
+                    self.portal_socket = (sock, int(u.port or 80))
+            probe_spec = self._spec(budget_usd=0.0, max_turns=1)
+            launch.materialize(probe_spec, self.run_dir)
+            self.enforcement = probe_spec.enforcement
+            self.notes = list(probe_spec.notes)
+            self.version = cli_version(self.claude_bin, probe_spec.env)
+            # The arm's tool set is the treatment: check what the CLI really offers before any inference.
+            self.tools_offered = offered_tools(self._spec(budget_usd=0.01, max_turns=1, preflight=True))
+        except BaseException:
+            self.close()
+            raise
         if self.tools_offered is not None and sorted(self.tools_offered) != sorted(arm.tools):
+            self.close()
             raise ToolSetMismatch(
                 f"tool set mismatch: CLI {self.version} offers {sorted(self.tools_offered)} for arm {arm.id}, "
                 f"whose tools are {sorted(arm.tools)} (bare mode: {bool(study['cli'].get('bare'))})"
             )
 
-    def _spec(self, *, budget_usd: float, max_turns: int | None, resume: str | None = None) -> launch.LaunchSpec:
+    def _spec(self, *, budget_usd: float, max_turns: int | None, resume: str | None = None, preflight: bool = False) -> launch.LaunchSpec:
+        # The preflight reaches no model: no bridge to the proxy, the discard port instead.
+        endpoint = launch.ModelEndpoint("preflight-without-a-key", None, PREFLIGHT_BASE_URL) if preflight else self.model_endpoint
         return launch.build_launch(
             self.arm, self.study, claude_bin=self.claude_bin, workspace=self.workspace, run_dir=self.run_dir,
             budget_usd=budget_usd, max_turns=max_turns, model=self.model, resume_session_id=resume,
-            worker_env=self.worker_env, environ=self.environ, extra_env=self.extra_env, use_sandbox=self.use_sandbox,
+            worker_env=self.worker_env, extra_env=self.extra_env, isolation=self.isolation, model_endpoint=endpoint,
+            portal_socket=None if preflight else self.portal_socket, refusal_socket=None if preflight else self.refusal_socket,
         )
 
     def run_session(self, index: int, *, budget_usd: float, wall_s: float, max_turns: int | None = None,
@@ -301,7 +358,22 @@ class ClaudeCodeBackend:
         launch.materialize(spec, self.run_dir)
         record = spec.to_dict() | {"index": index, "wall_s": wall_s, "budget_usd": budget_usd}
         self.launches.append(record)
-        (self.run_dir / "agent" / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        (self.record_dir / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         return run_process(spec, index=index, wall_s=wall_s, transcript=self.transcript,
-                           stderr_path=self.run_dir / "agent" / f"stderr-{index}.log", version=self.version,
+                           stderr_path=self.record_dir / f"stderr-{index}.log", version=self.version,
                            resumed_from=resume_session_id)
+
+    def refusals(self) -> list[dict]:
+        """The destinations the refusing proxy turned away during this run."""
+        return network.read_refusals(self.refusal_log)
+
+    def close(self) -> None:
+        """Stop the harness side of the bridges (the sandbox is gone with its session)."""
+        import shutil as _shutil
+
+        for svc in self._services:
+            svc.close()
+        self._services = []
+        d = getattr(self, "_socket_dir", None)
+        if d is not None:
+            _shutil.rmtree(d, ignore_errors=True)

@@ -1,12 +1,16 @@
-"""Derive one agent launch (argv, settings, environment, masked programs) from an arm.
+"""Derive one agent launch (argv, settings, environment, sandbox) from an arm.
 
 Everything that differs between arms comes from ``protocol/arms/arms.yml``
 through :class:`pilot.protocol.Arm`: the CLI's tool set (``--tools``, which
 makes exactly those tools exist), the deny rules ``Bash(<family>:*)`` for the
-denied families, the programs masked in the run's mount namespace, and the
-programs of features the arm does not have (LibreOffice, Chromium), which are
-masked too but are not denied families (calling them is no deviation).
+denied families, the programs covered by a refusing stub in the run's
+sandbox, and the install trees of features the arm does not have
+(LibreOffice, Chromium), which are absent from the sandbox as a whole.
 Nothing here names an arm.
+
+The agent's environment carries no secret of the operator's: the API
+address points at the model proxy's bridge inside the sandbox and the key
+is the proxy's per-run token (:mod:`pilot.agents.model_proxy`).
 """
 
 from __future__ import annotations
@@ -16,21 +20,13 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pilot import paths
 from pilot.agents import sandbox
 from pilot.protocol import Arm, Study
 
-#: Variables the agent process inherits from the operator's environment.
-PASSTHROUGH_ENV = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "HTTPS_PROXY",
-    "HTTP_PROXY",
-    "NO_PROXY",
-    "https_proxy",
-    "http_proxy",
-    "no_proxy",
-)
+#: The loopback ports inside the sandbox: the model proxy's bridge and the refusing HTTP proxy.
+#: (Below the ephemeral range, so a portal's port, bridged at its own number, never meets them.)
+MODEL_PORT = 2080
+REFUSAL_PORT = 3128
 
 #: Quiet the CLI: no telemetry, no update checks, no error reports.
 QUIET_ENV = {
@@ -44,16 +40,21 @@ QUIET_ENV = {
 #: The worker's PATH after the worker Python environment; the operator's PATH is not inherited.
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
-#: Programs that belong to an arm feature; masked when the arm lacks the feature.
-FEATURE_PROGRAMS: dict[str, tuple[str, ...]] = {
-    "libreoffice": ("soffice", "libreoffice", "localc", "lowriter", "loimpress", "lodraw"),
-    "chromium": ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"),
-}
+#: How a launch is isolated: ``required`` (refuse when the host cannot) or ``unisolated`` (development opt-in).
+ISOLATION_REQUIRED, ISOLATION_OPT_OUT = "required", "unisolated"
+#: The ``enforcement`` of a run launched without isolation (development only; the analysis refuses it by default).
+UNISOLATED = "unisolated"
 
 
 @dataclass(frozen=True)
 class AgentDirs:
-    """The per-run folders of the agent process, all under ``<run>/agent``."""
+    """The per-run folders of the agent process, all under ``<run>/agent`` (never inside the workspace).
+
+    ``config`` and ``home`` are bound read-write into the sandbox, whose
+    TMPDIR is its private /tmp (``tmp`` serves a development run without the
+    sandbox); ``settings`` is bound read-only; ``stub_dir`` is never visible (its
+    stubs are bound over the denied programs).
+    """
 
     root: Path
     config: Path
@@ -65,11 +66,20 @@ class AgentDirs:
     @classmethod
     def under(cls, run_dir: Path) -> "AgentDirs":
         root = Path(run_dir).resolve() / "agent"
-        return cls(root, root / "claude-config", root / "home", root / "tmp", root / "settings.json", root / "sandbox")
+        return cls(root, root / "claude-config", root / "home", root / "tmp", root / "settings.json", root / "stubs")
 
     def create(self) -> None:
         for d in (self.config, self.home, self.tmp, self.stub_dir):
             d.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """Where the agent reaches the model: the proxy's socket (bridged) or, unisolated, its loopback URL."""
+
+    token: str
+    socket_path: Path | None = None
+    base_url: str | None = None
 
 
 @dataclass
@@ -81,12 +91,11 @@ class LaunchSpec:
     settings: dict
     env: dict[str, str]
     masked_programs: dict[str, list[str]]
-    absent_programs: dict[str, list[str]]
     plan: sandbox.SandboxPlan | None
     sandbox_prefix: list[str]
     cwd: Path
     prompt: str
-    enforcement: str = "none"
+    enforcement: str = UNISOLATED
     notes: list[str] = field(default_factory=list)
     sandbox_profile: str | None = None
 
@@ -103,7 +112,6 @@ class LaunchSpec:
             "settings": self.settings,
             "env": {k: ("<set>" if k in secret else v) for k, v in sorted(self.env.items())},
             "masked_programs": self.masked_programs,
-            "absent_programs": self.absent_programs,
             "sandbox": self.plan.to_dict() if self.plan else None,
             "enforcement": self.enforcement,
             "cwd": str(self.cwd),
@@ -136,48 +144,37 @@ def masked_programs(arm: Arm, path_dirs: list[str]) -> dict[str, list[str]]:
     return {family: sandbox.program_paths(family, path_dirs) for family in arm.denied_families}
 
 
-def absent_programs(arm: Arm, path_dirs: list[str]) -> dict[str, list[str]]:
-    """Programs of features the arm does not have (shell arms only), with their paths."""
-    if not arm.has_shell:
-        return {}
-    out: dict[str, list[str]] = {}
-    for feature, names in FEATURE_PROGRAMS.items():
-        if arm.feature(feature):
-            continue
-        for name in names:
-            if name in arm.denied_families:
-                continue
-            hits = sandbox.program_paths(name, path_dirs)
-            if hits:
-                out[name] = hits
-    return out
-
-
 def agent_env(
     arm: Arm,
     dirs: AgentDirs,
     *,
     path_dirs: list[str],
-    environ: dict[str, str] | None = None,
+    api_base_url: str,
+    api_token: str,
+    refusal_proxy: str | None = None,
+    tmpdir: str | None = None,
     extra_env: dict[str, str] | None = None,
     is_root: bool | None = None,
 ) -> dict[str, str]:
-    """The agent process's whole environment: nothing of the operator's beyond the pass-through list."""
-    environ = dict(os.environ if environ is None else environ)
+    """The agent process's whole environment: nothing of the operator's (no key, no PATH, no proxy)."""
     env = {
         "PATH": os.pathsep.join(path_dirs),
         "HOME": str(dirs.home),
-        "TMPDIR": str(dirs.tmp),
+        "TMPDIR": tmpdir or str(dirs.tmp),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "TERM": "dumb",
         "SHELL": "/bin/bash",
         "CLAUDE_CONFIG_DIR": str(dirs.config),
+        "ANTHROPIC_BASE_URL": api_base_url,
+        # The model proxy's per-run token: worth nothing anywhere but at that proxy, for this run.
+        "ANTHROPIC_API_KEY": api_token,
         **QUIET_ENV,
     }
-    for key in PASSTHROUGH_ENV:
-        if environ.get(key):
-            env[key] = environ[key]
+    if refusal_proxy:
+        for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+            env[key] = refusal_proxy
+        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     if is_root if is_root is not None else (hasattr(os, "geteuid") and os.geteuid() == 0):
         # The CLI refuses bypassPermissions as root outside a declared sandbox.
         env["IS_SANDBOX"] = "1"
@@ -227,20 +224,6 @@ def cli_argv(
     return argv
 
 
-def default_hidden(run_dir: Path) -> list[Path]:
-    """Folders the worker must not see: the repository, the other runs, the operator's home.
-
-    The other runs are the run folder's siblings; in the scheduler's layout
-    (``<study>/workspaces/<run id>/attempt-N``) they are the siblings of the
-    run id's folder, so that folder's parent is hidden too.
-    """
-    run_dir = Path(run_dir).resolve()
-    hidden = [paths.ROOT, run_dir.parent, Path.home()]
-    if run_dir.name.startswith("attempt-") and len(run_dir.parents) > 2:
-        hidden.append(run_dir.parent.parent)
-    return hidden
-
-
 def _python_home(worker_env: Path) -> list[Path]:
     # A venv's interpreter lives in its base installation (pyvenv.cfg "home").
     cfg = Path(worker_env) / "pyvenv.cfg"
@@ -256,6 +239,15 @@ def _python_home(worker_env: Path) -> list[Path]:
     return out
 
 
+def _port(url: str) -> int | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return None
+
+
 def build_launch(
     arm: Arm,
     study: Study,
@@ -264,25 +256,34 @@ def build_launch(
     workspace: Path,
     run_dir: Path,
     budget_usd: float,
+    model_endpoint: ModelEndpoint,
     max_turns: int | None = None,
     model: str | None = None,
     resume_session_id: str | None = None,
     worker_env: Path | None = None,
-    environ: dict[str, str] | None = None,
     extra_env: dict[str, str] | None = None,
-    use_sandbox: bool | None = None,
+    isolation: str = ISOLATION_REQUIRED,
+    portal_socket: tuple[Path, int] | None = None,
+    refusal_socket: Path | None = None,
     is_root: bool | None = None,
 ) -> LaunchSpec:
     """Everything needed to start the agent for one session of one run.
 
-    ``use_sandbox`` None means: use bubblewrap when the host has it. The
-    returned spec is data; :func:`materialize` writes its files.
+    ``isolation`` ``required`` builds the sandbox or raises
+    :class:`pilot.agents.sandbox.IsolationUnavailable` naming what the host
+    lacks; ``unisolated`` (development only) runs the CLI without it and
+    says so in ``enforcement``. ``portal_socket`` is the harness-side socket
+    of the run's portal bridge and the port it answers on inside (the port
+    of the URL in ``portal_credentials.json``); ``refusal_socket`` the
+    refusing HTTP proxy's. The returned spec is data; :func:`materialize`
+    writes its files.
     """
+    if isolation not in (ISOLATION_REQUIRED, ISOLATION_OPT_OUT):
+        raise ValueError(f"isolation {isolation!r}: expected {ISOLATION_REQUIRED!r} or {ISOLATION_OPT_OUT!r}")
     dirs = AgentDirs.under(run_dir)
     cli = study["cli"]
     path_dirs = worker_path_dirs(arm, worker_env)
     masked = masked_programs(arm, path_dirs)
-    absent = absent_programs(arm, path_dirs)
     settings = arm_settings(arm)
     argv = cli_argv(
         arm,
@@ -294,46 +295,59 @@ def build_launch(
         cli=cli,
         resume_session_id=resume_session_id,
     )
-    env = agent_env(arm, dirs, path_dirs=path_dirs, environ=environ, extra_env=extra_env, is_root=is_root)
-    method = sandbox.enforcement_method()
     notes: list[str] = []
-    if use_sandbox is None:
-        use_sandbox = method != "none"
     plan = None
     prefix: list[str] = []
     profile = None
-    enforcement = "cli-rules-and-audit" if arm.denied_families else "audit"
-    if use_sandbox:
-        if method == "none":
-            raise RuntimeError("a sandboxed launch was requested but neither bubblewrap (Linux) nor sandbox-exec (macOS) is available")
+    if isolation == ISOLATION_OPT_OUT:
+        base_url = model_endpoint.base_url or ""
+        env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
+                        extra_env=extra_env, is_root=is_root)
+        enforcement = UNISOLATED
+        notes.append("UNISOLATED (development opt-in): the agent ran without the sandbox; its denials rest on CLI rules "
+                     "and the audit, and it could reach the host's files and network")
+    else:
+        sandbox.require_isolation()
+        method = sandbox.enforcement_method()
+        bridges: list[sandbox.Bridge] = []
+        if model_endpoint.socket_path is not None:
+            bridges.append(sandbox.Bridge("model", str(model_endpoint.socket_path), MODEL_PORT, _port(model_endpoint.base_url or "")))
+        if portal_socket is not None:
+            bridges.append(sandbox.Bridge("portal", str(portal_socket[0]), int(portal_socket[1]), int(portal_socket[1])))
+        if refusal_socket is not None:
+            bridges.append(sandbox.Bridge("refusal", str(refusal_socket), REFUSAL_PORT, None))
         claude_real = Path(shutil.which(str(claude_bin)) or claude_bin).resolve()
-        rebind_ro = [claude_real.parent]
+        extra_ro = [claude_real.parent, dirs.settings]
         if worker_env is not None and arm.feature("python_env"):
-            rebind_ro += [Path(worker_env), *_python_home(Path(worker_env))]
-        all_masked = [p for hits in masked.values() for p in hits] + [p for hits in absent.values() for p in hits]
+            extra_ro += [Path(worker_env), *_python_home(Path(worker_env))]
         plan = sandbox.make_plan(
-            all_masked,
-            hidden=default_hidden(run_dir),
-            rebind_ro=rebind_ro,
-            rebind_rw=[Path(run_dir).resolve()],
-            stub=dirs.stub_dir / "denied-program",
+            features={f: bool(arm.feature(f)) for f in sandbox.FEATURE_TREES},
+            extra_ro=extra_ro,
+            rw=[Path(workspace), dirs.home, dirs.config],
+            masked=masked,
+            stub_dir=dirs.stub_dir,
+            bridges=bridges,
         )
         if method == "bubblewrap":
-            prefix = sandbox.bwrap_prefix(plan, bwrap=str(sandbox.bwrap_available()), chdir=Path(workspace).resolve())
+            base_url = f"http://127.0.0.1:{MODEL_PORT}" if model_endpoint.socket_path is not None else (model_endpoint.base_url or "")
+            refusal = f"http://127.0.0.1:{REFUSAL_PORT}" if refusal_socket is not None else None
+            prefix = sandbox.bwrap_prefix(plan, bwrap=str(sandbox.bwrap_available() or "bwrap"), chdir=Path(workspace).resolve())
         else:
-            # macOS: the same plan as a sandbox-exec profile (no PID namespace; the process group and sweep end the tree).
+            # macOS: no namespace to bind sockets into; the profile allows only the proxy's and the portal's loopback ports.
+            base_url, refusal = model_endpoint.base_url or "", None
             profile = sandbox.macos_profile(plan)
             prefix = ["sandbox-exec", "-f", str(dirs.root / "sandbox.sb")]
-        enforcement = f"{method}-mask-and-audit" if arm.denied_families else f"{method}-isolation-and-audit"
-    elif arm.denied_families:
-        notes.append("no second enforcement layer on this host: denials rest on CLI rules and the audit")
+        # TMPDIR is the sandbox's private /tmp (a fresh tmpfs per session): short enough for the Unix sockets programs
+        # create there (Chromium's), which a path under the run folder is not.
+        env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
+                        refusal_proxy=refusal, tmpdir="/tmp" if method == "bubblewrap" else None, extra_env=extra_env, is_root=is_root)
+        enforcement = method
     return LaunchSpec(
         arm_id=arm.id,
         argv=argv,
         settings=settings,
         env=env,
         masked_programs=masked,
-        absent_programs=absent,
         plan=plan,
         sandbox_prefix=prefix,
         cwd=Path(workspace).resolve(),
@@ -345,13 +359,13 @@ def build_launch(
 
 
 def materialize(spec: LaunchSpec, run_dir: Path) -> AgentDirs:
-    """Create the per-run folders and write the settings file and the refusing stub."""
+    """Create the per-run folders and write the settings file and the refusing stubs."""
     import json
 
     dirs = AgentDirs.under(run_dir)
     dirs.create()
     dirs.settings.write_text(json.dumps(spec.settings, indent=2) + "\n", encoding="utf-8")
-    sandbox.write_stub(dirs.stub_dir)
+    sandbox.write_stubs(dirs.stub_dir, list(spec.masked_programs))
     if spec.sandbox_profile is not None:
         (dirs.root / "sandbox.sb").write_text(spec.sandbox_profile, encoding="utf-8")
     return dirs

@@ -585,6 +585,10 @@ def render_package(
     lim = limits or RenderLimits()
     names = [Path(r).name for r in requested]
     files = [n for n in names if n != COMPLETION_RECORD]
+    # Every file the package will show through one guarded child process, before any is rendered.
+    outputs = Path(outputs_dir)
+    shown = [p for n in files for p in find_delivered(n, outputs)[1]]
+    admission.admit_many([(p, None) for p in shown], outputs.parent)
     # The completion record is short; the files share the rest of the budget.
     record_share = min(4000, lim.max_total_chars // 10) if COMPLETION_RECORD in names else 0
     share = (lim.max_total_chars - record_share) // max(len(files), 1)

@@ -27,17 +27,23 @@ _FEATURE_TEXT = {
 
 
 def enforcement_text(arm: Arm) -> str:
-    """How the arm's restrictions are enforced, in words for the arms table."""
-    # Mirrors pilot.agents.launch and pilot.agents.audit; every arm also runs with the repository hidden.
+    """How each of the arm's limits holds, in words for the arms table."""
+    # Mirrors pilot.agents.launch, pilot.agents.sandbox and pilot.agents.audit.
+    parts = ["allow-listed sandbox (bubblewrap; \\texttt{sandbox-exec} on macOS): only the workspace writable, "
+             "no checkout, other run or host \\texttt{/tmp} in it"]
     if not arm.has_shell:
-        return "tool set fixed with \\texttt{--tools}: no shell exists; every tool call audited"
-    if not arm.denied_families:
-        return "nothing denied; every command audited"
-    return (
-        "CLI deny rules \\texttt{Bash(name:*)}; programs masked by a refusing stub in the run's mount namespace "
-        "(bubblewrap; \\texttt{sandbox-exec} on macOS); attempts, also via \\texttt{bash -c} or a subprocess, "
-        "audited as deviations"
-    )
+        parts.append("tool set fixed with \\texttt{--tools}: no shell exists")
+    absent = [name for key, name in (("libreoffice", "LibreOffice"), ("chromium", "Chromium")) if not arm.feature(key)]
+    if arm.has_shell and absent:
+        parts.append(f"{' and '.join(absent)} install trees absent")
+    if arm.denied_families:
+        parts.append("denied programs: CLI deny rules \\texttt{Bash(name:*)} and a refusing stub over each, however called")
+    if arm.feature("portal"):
+        parts.append("network: its own portal and the model proxy only, as bridged sockets")
+    else:
+        parts.append("no network but the model proxy's socket")
+    parts.append("attempts audited as deviations")
+    return "; ".join(parts)
 
 
 def arms_frame(arms: dict[str, Arm]) -> pd.DataFrame:

@@ -34,6 +34,9 @@ FAILED_STATUS = "infra_error"
 FAILED_DROPPED_ATTR = "failed_runs_dropped"
 CENSOR_REASONS = ("cost", "wall", "turns")
 COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
+#: How a real run's access was enforced (``unisolated``: the development opt-in, refused by the analysis).
+UNISOLATED = "unisolated"
+ENFORCEMENTS = ("bubblewrap", "sandbox-exec", UNISOLATED, "simulated")
 # How a CSV may spell a missing value (pandas writes an empty cell).
 MISSING_SPELLINGS = ("", "NA", "NaN", "nan", "null", "None")
 # Floating-point slack for the consistency checks (Q as a mean of judges, H in minutes).
@@ -93,6 +96,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("selfcheck_final", "bool", nullable=True, doc="A4: self-check after the run (after recovery if any)"),
     ColumnSpec("designed_depth", "int", minimum=1, doc="the scenario's designed depth (ordinal)"),
     ColumnSpec("professional_minutes", "float", minimum=0, doc="the scenario's professional minutes (weights)"),
+    ColumnSpec("enforcement", "str", nullable=True, allowed=ENFORCEMENTS,
+               doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; simulated: a dry run)"),
 )
 
 # Process columns a table may carry beyond the schema: checked by kind when present, never required.
@@ -100,6 +105,16 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("portal_requests", "int", nullable=True, minimum=0, doc="requests to the run's portal (health checks excluded); missing without a portal"),
     ColumnSpec("portal_fault", "bool", nullable=True, doc="the run's portal was not answering at the end of the run; missing without a portal"),
 )
+
+
+def refuse_unisolated(df: pd.DataFrame, source: str | Path = "<run table>") -> None:
+    """Refuse a table holding real runs whose agent ran without isolation (the arms' access then did not hold)."""
+    bad = (df["enforcement"] == UNISOLATED).to_numpy(dtype=bool) & (df["backend"] == "claude-code").to_numpy(dtype=bool)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise RunTableError(str(source), "enforcement", f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), "
+                            "so their arm's access was not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway",
+                            row=i + 1, run_id=str(df["run_id"].iloc[i]))
 
 
 class RunTableError(ValueError):
@@ -398,8 +413,9 @@ def validate_runtable(
     return out
 
 
-def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scenarios: Iterable[str] | None = None) -> pd.DataFrame:
-    """Read and validate a run table (CSV); refuses a malformed file with a RunTableError."""
+def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scenarios: Iterable[str] | None = None,
+                  allow_unisolated: bool = False) -> pd.DataFrame:
+    """Read and validate a run table (CSV); refuses a malformed file, or unisolated real runs, with a RunTableError."""
     path = Path(path)
     if not path.is_file():
         raise RunTableError(str(path), None, "file not found")
@@ -407,7 +423,10 @@ def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scen
         raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=list(MISSING_SPELLINGS))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise RunTableError(str(path), None, f"not a readable CSV ({exc})") from exc
-    return validate_runtable(raw, source=path, study=study, scenarios=scenarios)
+    df = validate_runtable(raw, source=path, study=study, scenarios=scenarios)
+    if not allow_unisolated:
+        refuse_unisolated(df, path)
+    return df
 
 
 def write_runtable(df: pd.DataFrame, path: str | Path) -> Path:

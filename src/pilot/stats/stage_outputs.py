@@ -63,12 +63,14 @@ class RunTableMissing(FileNotFoundError):
     """The run table a stage was pointed at does not exist."""
 
 
-def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "") -> StageData:
+def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "",
+               allow_unisolated: bool = False) -> StageData:
     """The run table of a stage.
 
     ``runs`` is a CSV path (relative paths read from the repository root), or
     ``"synthetic"`` for a SIMULATED synthetic table drawn with ``seed`` (saved
     to ``tables_dir``); empty means the exported table of study ``study``.
+    A table holding real runs made without isolation is refused unless ``allow_unisolated``.
     """
     if runs == SYNTHETIC_RUNS:
         df = runtable.validate_runtable(synthetic.generate_runtable(seed), source=f"synthetic run table (seed {seed})")
@@ -84,18 +86,19 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
                 f"run table {path} not found: run the study first (`make stages`, or `pilot study export {study or '<name>'}`), "
                 f"or set runs = {SYNTHETIC_RUNS!r} to analyse a SIMULATED synthetic table"
             )
-        df = runtable.read_runtable(path)
+        df = runtable.read_runtable(path, allow_unisolated=allow_unisolated)
         source = str(path.relative_to(paths.ROOT)) if path.is_relative_to(paths.ROOT) else str(path)
     is_syn = bool((df["backend"] == synthetic.BACKEND).all())
     return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]))
 
 
-def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "") -> StageData:
+def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "",
+               allow_unisolated: bool = False) -> StageData:
     """The opening of the primary and sensitivity stages: pandas display settings, the run table
     (:func:`stage_runs`) and one printed line saying where it comes from."""
     pd.set_option("display.width", 160)
     pd.set_option("display.max_columns", 20)
-    data = stage_runs(runs, seed, tables_dir, study=study)
+    data = stage_runs(runs, seed, tables_dir, study=study, allow_unisolated=allow_unisolated)
     kind = "SIMULATED synthetic table" if data.synthetic else ("SIMULATED dry run" if data.simulated else "real")
     print(data.source, "| study:", data.study_name, "|", kind)
     failed = int(data.runs.attrs.get(runtable.FAILED_DROPPED_ATTR, 0))

@@ -318,6 +318,7 @@ def generate_runtable(
             "selfcheck_final": pd.array([bool(v) if r else None for v, r in zip(out["selfcheck_final"], rec)], dtype="boolean"),
             "designed_depth": depth.astype(int)[j_idx],
             "professional_minutes": np.array([specs[j].professional_minutes for j in j_idx]),
+            "enforcement": None,  # no agent ran
         }
     )
     df = pd.DataFrame(table)
