@@ -37,7 +37,7 @@ import shutil
 
 import pandas as pd
 
-from pilot import paths, protocol
+from pilot import paths
 from pilot.report import sentences
 from pilot.report.inline import say
 from pilot.report.latex import write_macros
@@ -89,9 +89,10 @@ result.summary
 with Store.open(folder) as store:
     status = status_table(store)
     problems = store.audit()
+    envelope_usd = store.balance().envelope_usd  # the study's own (an amendment may have changed it since study.yml)
 assert not problems, f"ledger audit failed: {problems}"
 status.assign(study=study, backend=backend).to_csv(tables / f"pilot_status_{study}.csv", index=False)
-say(sentences.status_sentence(status, protocol.study().envelope_usd, prefix="SIMULATED (dry run): " if simulated else ""))
+say(sentences.status_sentence(status, envelope_usd, prefix="SIMULATED (dry run): " if simulated else ""))
 status
 
 # %% [markdown]

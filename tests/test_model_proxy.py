@@ -575,3 +575,19 @@ def test_the_pinned_cli_stops_at_the_first_cap_refusal(prices, tmp_path):
         upstream_calls = len(api.requests)
     assert result["is_error"] and result["api_error_status"] == 402 and "run cost cap reached" in result["result"]
     assert upstream_calls == 0 and meter.capped and len(meter.refusals) == 1 and meter.metered_usd == 0
+
+
+@pytest.mark.slow
+@needs_cli
+def test_the_pinned_cli_with_a_wrong_token_is_refused_once(prices, tmp_path):
+    """A forged token: one 401 (x-should-retry false, so the CLI does not retry) and nothing reaches the upstream."""
+    with FakeMessagesAPI(MODEL, [text_turn("Done.")]) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy:
+        meter = proxy.open_run("r-cli-forged", Decimal("4.00"), MODEL)
+
+        class Forged:
+            env = {**meter.env, "ANTHROPIC_API_KEY": "pilot-run-forged"}
+
+        result = _run_cli(CLI, Forged, tmp_path)
+        upstream_calls = len(api.requests)
+    assert result["is_error"] and result["api_error_status"] == 401
+    assert upstream_calls == 0 and [r["reason"] for r in meter.refusals] == ["missing or wrong run token"]

@@ -175,3 +175,12 @@ def test_the_degraded_tables_are_what_they_say():
     assert t.n_judges.max() == 1
     t = degraded.degrade(base(), "arm_at_one")
     assert t[t.arm == study.contrasts[0][0]].S.dropna().all()
+
+
+def test_failed_runs_are_left_out_and_counted_in_the_macros():
+    df = synthetic.generate_runtable(11, n_scenarios=4)
+    df.loc[[0, 5], "status"] = "infra_error"
+    runs = runtable.validate_runtable(df)
+    assert len(runs) == len(df) - 2
+    data = stage_outputs.StageData(runs, "test", True, True, str(runs["study"].iloc[0]))
+    assert stage_outputs.common_macros(data)["ResultsFailedRunsDropped"] == 2

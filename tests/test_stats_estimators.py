@@ -160,3 +160,14 @@ def test_judge_agreement_perfect_and_noisy():
     assert t[("Pearson r", "J1-J2")] == pytest.approx(1.0)
     noisy = sensitivity.judge_agreement(df).table.set_index("measure")["value"]
     assert 0 < noisy["Krippendorff alpha (ordinal)"] < 1
+
+
+def test_interval_alpha_equals_the_krippendorff_package():
+    import krippendorff
+
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        data = np.round(rng.normal(60, 15, (3, 40)), 1)
+        data[rng.random(data.shape) < 0.2] = np.nan
+        ref = krippendorff.alpha(reliability_data=data, level_of_measurement="interval")
+        assert sensitivity.interval_alpha(data) == pytest.approx(ref, rel=1e-12, abs=1e-12)

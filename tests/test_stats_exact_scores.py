@@ -11,6 +11,7 @@ import itertools
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pilot import outcomes, paths, protocol
@@ -120,3 +121,35 @@ def test_a_rubric_weight_with_more_than_three_decimals_is_refused():
 def test_a_score_that_is_not_a_rubric_score_is_refused():
     with pytest.raises(ValueError, match="not a rubric score"):
         outcomes.exact_judge_score(71.23456789)
+
+
+def test_kaplan_meier_median_is_exact_where_floats_move_it_one_event_late():
+    from lifelines import KaplanMeierFitter
+
+    from pilot.stats import sensitivity
+
+    # Six runs completing at minutes 1..6: S(3) = 5/6 * 4/5 * 3/4 = 1/2 exactly, so the median is 3.
+    t, ev = np.arange(1.0, 7.0), np.ones(6, bool)
+    median, at = sensitivity.km_exact(t, ev, [2.5, 3.0, 6.0])
+    assert median == 3.0 and at == [pytest.approx(4 / 6), 0.5, 0.0]
+    assert KaplanMeierFitter().fit(t, ev).median_survival_time_ == 4.0  # the float product lands above 1/2
+    # Elsewhere both agree with lifelines (reference implementation).
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        tt = rng.uniform(1, 30, 25).round(1)
+        ee = rng.random(25) < 0.7
+        kmf = KaplanMeierFitter().fit(tt, ee)
+        _, at = sensitivity.km_exact(tt, ee, [5.0, 10.0, 20.0])
+        np.testing.assert_allclose(at, kmf.survival_function_at_times([5.0, 10.0, 20.0]).to_numpy(), atol=1e-12)
+
+
+def test_agreement_sees_equal_scores_as_ties():
+    from pilot.stats import sensitivity, synthetic
+
+    df = runtable.validate_runtable(synthetic.generate_runtable(4, n_scenarios=5))
+    noisy = df.copy()
+    for c in ("Q_J1", "Q_J2", "Q_J3"):
+        noisy[c] = noisy[c] + np.where(np.arange(len(df)) % 2, 1e-14, -1e-14)
+    a = sensitivity.judge_agreement(df).table.set_index(["measure", "judges"])["value"]
+    b = sensitivity.judge_agreement(noisy).table.set_index(["measure", "judges"])["value"]
+    pd.testing.assert_series_equal(a, b)

@@ -216,8 +216,10 @@ def test_viewer_reads_while_a_study_runs(tmp_path):
         while proc.poll() is None:
             resp = client.get("/")
             assert resp.status_code == 200
-            m = re.search(r"(\d+) done · (\d+) failed · (\d+) in flight · (\d+) waiting", resp.get_data(as_text=True))
+            text = resp.get_data(as_text=True)
+            m = re.search(r"(\d+) done · (\d+) failed · (\d+) in flight · (\d+) waiting", text)
             seen.append(tuple(int(x) for x in m.groups()))
+            assert 'class="problems"' not in text  # one snapshot per page: the ledger balances at every moment
             time.sleep(0.1)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -257,6 +259,11 @@ def test_static_export_links_relatively_and_carries_the_banner(study, tmp_path):
             assert href and not href.startswith(("/", "http:", "https:")), (p, href)
             assert (p.parent / href).resolve().exists() or "%" in href, (p, href)
     assert res.files > 0 and all(f.is_file() and not f.is_symlink() for f in (out / "files").rglob("*") if f.is_file())
+    # Deliverables keep their bytes; a type that could run script beside the pages is stored under a neutral name.
+    for f in (out / "files").rglob("*"):
+        if f.is_file():
+            assert f.suffix in site.INERT_SUFFIXES or f.name.endswith(site.NEUTRAL_SUFFIX), f
+            assert f.name.endswith(site.NEUTRAL_SUFFIX) == (f.suffix == site.NEUTRAL_SUFFIX)
     # An export goes only into an empty folder or over an earlier export.
     export_site(study, out)
     other = tmp_path / "other"
@@ -304,6 +311,8 @@ def test_a_changed_input_is_shown_as_a_critical_violation(study, client):
     page = client.get(f"/runs/{changed[0]['run_id']}").get_data(as_text=True)
     rec = reader.run(changed[0]["run_id"])["record"]
     assert "E = 1 (critical violation)" in page
+    if all(c["passed"] for c in rec["criteria"]):  # D = 0 only because of E: the verdict says so
+        assert "D = 0: every criterion passed, but an input was changed" in page
     for reason in rec["E_reasons"]:
         assert f"CRITICAL VIOLATION · {_esc(reason)}" in page
 
@@ -346,3 +355,17 @@ def test_an_outputs_folder_that_links_elsewhere_is_not_followed(study, tmp_path)
     page = client.get(f"/runs/{run_id}").get_data(as_text=True)
     assert "SECRET-OUTSIDE-THE-STUDY" not in page and "does not follow it" in page
     assert client.get(f"/files/{run_id}/attempt-1/report.md").status_code == 404
+
+
+def test_static_export_stores_active_deliverables_under_a_neutral_name(study, tmp_path):
+    copy = copy_study(study, tmp_path / "copy")
+    run_id = StudyReader(copy).index_rows()[0]["run_id"]
+    outputs = copy / "workspaces" / run_id / "attempt-1" / "workspace" / "outputs"
+    (outputs / "summary.html").write_text("<script>document.title='owned'</script>")
+    out = tmp_path / "site"
+    export_site(copy, out, workers=1)
+    folder = out / "files" / run_id / "attempt-1"
+    assert not (folder / "summary.html").exists()
+    assert (folder / "summary.html.download").read_bytes() == (outputs / "summary.html").read_bytes()
+    page = (out / "runs" / f"{run_id}.html").read_text()
+    assert f'href="../files/{run_id}/attempt-1/summary.html.download" download="summary.html"' in page

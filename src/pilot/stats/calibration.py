@@ -11,7 +11,8 @@ pushed to near 0% acceptance) what the intervals do at the edge of the scale.
 
 The work is vectorised over studies, in blocks: one call of the generator's
 ``draw_runs`` draws every run of a block, and each study of the block gets its
-own bootstrap resamples (a ``(studies, B, J)`` count array). The sign vectors
+own bootstrap resamples (a ``(studies, B, J)`` count array), shared by the
+same study of the other conditions. The sign vectors
 are the exact enumeration of all ``2^J`` when that is at most the permutation
 count (the same for every study, as in the stage); otherwise a block's studies
 share one set of random sign vectors (each study's test is still the stage's
@@ -53,9 +54,28 @@ def condition_models(model: synthetic.SyntheticModel, study: protocol.Study) -> 
     return {"planted": model, "null": model.with_null(treated, control), "tail": tail}
 
 
-def _truth(model: synthetic.SyntheticModel, specs: list, contrasts: list, draws: int, study: protocol.Study) -> tuple[dict[str, float], dict[str, float]]:
-    t = synthetic.planted_acceptance(model, specs=specs, draws=draws, study=study).set_index("arm")["p_equal"]
-    return {estimators.contrast_name(c): float(t[c[0]] - t[c[1]]) for c in contrasts}, {a: float(v) for a, v in t.items()}
+def _arm_key(model: synthetic.SyntheticModel, arm: str) -> str:
+    """What an arm's planted acceptance depends on: the shared parameters and the arm's own."""
+    shared = {k: v for k, v in model.params.items() if k != "arms"}
+    own = {f"{section}.{key}": model.params[section][key][arm] for section, key in synthetic._ARM_KEYED}
+    for section, key in synthetic._ARM_KEYED:
+        shared = {**shared, section: {**shared[section], key: None}}
+    return repr((sorted(own.items()), repr(shared)))
+
+
+def planted_truths(models: dict[str, synthetic.SyntheticModel], specs: list, contrasts: list, draws: int, study: protocol.Study) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+    """Per condition: the planted contrasts and arm acceptances. An arm whose parameters (and the shared
+    ones) equal an arm already integrated is not integrated again: with the same draws its value is the same."""
+    cache: dict[str, float] = {}
+    out = {}
+    for name, m in models.items():
+        todo = [a for a in m.arms if _arm_key(m, a) not in cache]
+        if todo:
+            t = synthetic.planted_acceptance(m, specs=specs, draws=draws, study=study, arms=todo).set_index("arm")["p_equal"]
+            cache.update({_arm_key(m, a): float(t[a]) for a in todo})
+        p = {a: cache[_arm_key(m, a)] for a in m.arms}
+        out[name] = ({estimators.contrast_name(c): p[c[0]] - p[c[1]] for c in contrasts}, p)
+    return out
 
 
 def draw_acceptance(rng: np.random.Generator, model: synthetic.SyntheticModel, specs: list, n_studies: int, repeats: int, study: protocol.Study) -> np.ndarray:
@@ -153,23 +173,25 @@ def run_calibration(
     specs = synthetic.study_scenarios(seed, n_scenarios, model, study)
     J = len(specs)
     per_scenario = max(10_000, truth_draws // J)
-    truths = {name: _truth(m, specs, contrasts, per_scenario, study) for name, m in models.items()}
+    truths = planted_truths(models, specs, contrasts, per_scenario, study)
     names = [estimators.contrast_name(c) for c in contrasts]
     K = len(contrasts)
     blocks = [(start, min(block, n_studies - start)) for start in range(0, n_studies, block)]
-    iterator = [(name, b) for name in models for b in blocks]
+    iterator = blocks
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(iterator, desc="calibration", unit="block")
+        iterator = tqdm(blocks, desc="calibration", unit="block")
     parts: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in models}
-    for ci, (name, (start, n)) in enumerate(iterator):
-        k_cond = list(models).index(name)
-        rng = np.random.default_rng([seed, k_cond, start])
-        S = draw_acceptance(rng, models[name], specs, n, repeats, study)
+    for start, n in iterator:
+        # Study i of a block has the same bootstrap resamples in every condition (the conditions are
+        # separate experiments; sharing the draws across them costs nothing in validity and a third of the time).
+        rng = np.random.default_rng([seed, start])
         counts = resampling.bootstrap_counts(rng, J, n * settings.B).reshape(n, settings.B, J)
         signs, _ = resampling.sign_vectors(J, settings.n_permutations, rng)
-        parts[name].append(analyse_block(S, study.arms, contrasts, counts, signs, settings.level))
+        for k_cond, name in enumerate(models):
+            S = draw_acceptance(np.random.default_rng([seed, start, k_cond]), models[name], specs, n, repeats, study)
+            parts[name].append(analyse_block(S, study.arms, contrasts, counts, signs, settings.level))
     records = []
     for name in models:
         res = {k: np.concatenate([p[k] for p in parts[name]]) for k in parts[name][0]}

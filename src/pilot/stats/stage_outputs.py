@@ -101,6 +101,9 @@ def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
     data = stage_runs(runs, seed, tables_dir, study=study, allow_unisolated=allow_unisolated)
     kind = "SIMULATED synthetic table" if data.synthetic else ("SIMULATED dry run" if data.simulated else "real")
     print(data.source, "| study:", data.study_name, "|", kind)
+    failed = int(data.runs.attrs.get(runtable.FAILED_DROPPED_ATTR, 0))
+    if failed:
+        print(f"{failed} failed run(s) (every attempt failed on infrastructure, no outcome) left out of the analysis")
     return data
 
 
@@ -189,6 +192,7 @@ def common_macros(data: StageData, study: protocol.Study | None = None) -> dict[
         "ResultsNScenarios": int(rows["scenario"].nunique()),
         "ResultsNRepeats": int(rows["repeat"].max()),
         "ResultsNArms": int(rows["arm"].nunique()),
+        "ResultsFailedRunsDropped": int(data.runs.attrs.get(runtable.FAILED_DROPPED_ATTR, 0)),
     }
 
 

@@ -337,8 +337,12 @@ def planted_acceptance(
     seed: int = 0,
     q: float | None = None,
     study: protocol.Study | None = None,
+    arms: list[str] | None = None,
 ) -> pd.DataFrame:
     """The model's true acceptance per arm (scenario effects integrated out), by Monte Carlo.
+
+    ``arms`` limits the work to those arms (rows of the others are left out);
+    an arm's value depends only on its own parameters and the shared ones.
 
     ``specs`` fixes the scenarios (``study_scenarios(seed, n)`` for a given
     study); by default the first ``n_scenarios`` of :func:`scenario_specs`.
@@ -355,11 +359,12 @@ def planted_acceptance(
     depth = np.array([s.designed_depth for s in specs], dtype=float)
     depth_c = depth - depth.mean()
     minutes = np.array([s.professional_minutes for s in specs])
+    which = [model.arms.index(a) for a in arms] if arms is not None else list(range(len(model.arms)))
     per = np.zeros((len(model.arms), len(specs)))
     var = np.zeros_like(per)
     for j, s in enumerate(specs):
         caps = study.caps_for(s.id)
-        for a in range(len(model.arms)):
+        for a in which:
             rng = np.random.default_rng([seed, j])  # the same draws for every arm
             u = rng.normal(0.0, model["scenario_sd_logit"], draws)
             out = draw_runs(rng, model, np.full(draws, a), np.full(draws, depth_c[j]), u, np.full(draws, caps.usd), np.full(draws, caps.wall_s), study)
@@ -373,4 +378,4 @@ def planted_acceptance(
             "p_minutes": per @ minutes / minutes.sum(),
             "mc_se": np.sqrt(var.sum(axis=1)) / len(specs),
         }
-    )
+    ).iloc[which].reset_index(drop=True)

@@ -61,7 +61,7 @@ def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> t
         pages += 1
         for a in reader.run_attempts(run_id):
             for f in files.output_files(a.outputs, reader.folder):
-                target = out / "files" / run_id / f"attempt-{a.attempt_no}" / f.name
+                target = out / "files" / run_id / f"attempt-{a.attempt_no}" / site.exported_name(f.name)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(f.path, target)
                 copied += 1

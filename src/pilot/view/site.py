@@ -30,6 +30,17 @@ SIMULATED_BANNER = (
 )
 
 
+#: Deliverable types a static host may serve as they are: none of them runs script in the site's origin.
+INERT_SUFFIXES = frozenset({".xlsx", ".xlsm", ".docx", ".pdf", ".csv", ".tsv", ".txt", ".md", ".json", ".png", ".jpg", ".jpeg"})
+#: Added to any other deliverable's name in the static site (an agent's .html or .svg must not run beside the pages).
+NEUTRAL_SUFFIX = ".download"
+
+
+def exported_name(name: str) -> str:
+    """The file name a deliverable gets in the static site (the link still downloads it under its own name)."""
+    return name if Path(name).suffix.lower() in INERT_SUFFIXES else name + NEUTRAL_SUFFIX
+
+
 @dataclass(frozen=True)
 class Links:
     """Addresses of the viewer's pages, live (``static=False``) or as files of the static site."""
@@ -53,7 +64,8 @@ class Links:
         return self._root() + f"scenarios/{quote(sid, safe='')}" + (".html" if self.static else "")
 
     def file(self, run_id: str, attempt_no: int, name: str) -> str:
-        return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(name, safe='')}"
+        stored = exported_name(name) if self.static else name
+        return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(stored, safe='')}"
 
     def asset(self, name: str) -> str:
         return self._root() + f"static/{name}"
@@ -197,7 +209,12 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
     failed = [c for c in rec.get("criteria") or [] if not c.get("passed")]
     required = [c for c in failed if c.get("required", True)]
     if row.get("D") is False or rec.get("D") is False:
-        lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in (required or failed)) if failed else "D = 0")
+        if failed:
+            lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in (required or failed)))
+        elif rec.get("E"):
+            lines.append("D = 0: every criterion passed, but an input was changed, and D requires the inputs untouched (E = 0)")
+        else:
+            lines.append("D = 0 (the evaluator named no failed criterion)")
     elif failed:
         lines.append("D = 1 although optional criteria failed: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in failed))
     else:

@@ -100,10 +100,21 @@ class StudyReader:
 
     @contextmanager
     def store(self) -> Iterator[ReadOnlyStore]:
+        """A read-only store whose queries all see one snapshot (one read transaction), closed on exit.
+
+        Without the transaction each query of e.g. the ledger audit could see
+        a different moment of a running study and report a false imbalance.
+        A reader holds no lock a writer waits for.
+        """
         st = ReadOnlyStore(self.store_path)
         try:
+            st.conn.execute("BEGIN")
             yield st
         finally:
+            try:
+                st.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
             st.close()
 
     # ------------------------------------------------------------------ study level
