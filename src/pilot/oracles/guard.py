@@ -84,7 +84,9 @@ def probe_files(
         while done < len(pending):
             waited = time.monotonic() - started
             cpu = _cpu_seconds(proc.pid)
-            if (cpu is not None and cpu - cpu_start > per_file_timeout_s) or waited > wall_limit:
+            # Without /proc (not Linux) the CPU time is unknown and the wall clock is the limit itself.
+            over = cpu - cpu_start > per_file_timeout_s if cpu is not None else waited > per_file_timeout_s
+            if over or waited > wall_limit:
                 failure = f"could not be read within {per_file_timeout_s:g} s (stopped)"
                 break
             ready, _, _ = select.select([proc.stdout], [], [], min(_POLL_S, max(wall_limit - waited, 0.0)))
