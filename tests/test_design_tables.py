@@ -15,7 +15,7 @@ def test_arms_table_follows_arms_yml():
     a1 = frame.iloc[1]["Denied in the shell"]
     for prog in ("osascript", "open", "soffice", "textutil", "qlmanage", "cupsfilter", "curl", "wget"):
         assert f"\\texttt{{{prog}}}" in a1
-    assert "--tools" in frame.iloc[0]["Enforcement"]
+    assert "\\texttt{-{}-tools}" in frame.iloc[0]["Enforcement"]  # both hyphens print
     assert "bubblewrap" in frame.iloc[2]["Enforcement"]
 
 

@@ -40,3 +40,12 @@ def test_macros_use_minus_signs_and_decimals_by_quantity(tmp_path):
 def test_symbols_of_result_objects_have_latex_spellings():
     assert latex_escape("∞") == "\\ensuremath{\\infty}"
     assert latex_escape("−0.2 ≥ 0") == "\\ensuremath{-}0.2 \\ensuremath{\\geq} 0"
+
+
+def test_a_reason_given_in_the_note_is_not_repeated_in_every_cell(tmp_path):
+    reason = "not estimable (no variation in S (no run accepted))"
+    df = pd.DataFrame({"model": ["A0", "A1"], "depth_slope": [reason, -0.2], "depth_ci_low": [reason, -0.9],
+                       "note": ["no variation in S (no run accepted)", ""]})
+    text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
+    assert "A0 & not estimable & not estimable & no variation in S (no run accepted)" in text
+    assert "Depth slope & Depth 2.5\\%" in text and "\\begin{tabular}{lrrl}" in text

@@ -32,7 +32,7 @@ def enforcement_text(arm: Arm) -> str:
     parts = ["allow-listed sandbox (bubblewrap; \\texttt{sandbox-exec} on macOS): only the workspace writable, "
              "no checkout, other run or host \\texttt{/tmp} in it"]
     if not arm.has_shell:
-        parts.append("tool set fixed with \\texttt{--tools}: no shell exists")
+        parts.append("tool set fixed with \\texttt{-{}-tools}: no shell exists")
     absent = [name for key, name in (("libreoffice", "LibreOffice"), ("chromium", "Chromium")) if not arm.feature(key)]
     if arm.has_shell and absent:
         parts.append(f"{' and '.join(absent)} install trees absent")

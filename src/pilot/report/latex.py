@@ -75,6 +75,8 @@ def header_words(name: object) -> str:
         words = plain.replace("_", " ")
         words = re.sub(r"(\d+)min\b", r"\1 min", words)
         words = re.sub(r"^n ", "number of ", words)
+        words = re.sub(r"\bci low$", "2.5%", words)
+        words = re.sub(r"\bci high$", "97.5%", words)
         words = latex_escape(words[:1].upper() + words[1:])
         return re.sub(r"\busd\b", lambda _: "(\\$)", words)
     return text
@@ -185,6 +187,29 @@ def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, c
     return path
 
 
+_NOT_ESTIMABLE = "not estimable"
+
+
+def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
+    """Where a row's note already gives the reason, its cells read "not estimable" without repeating it."""
+    note = next((c for c in df.columns if str(c).lower() == "note"), None)
+    if note is None:
+        return df
+    out = df.copy()
+    for c in out.columns:
+        if c == note:
+            continue
+        vals = out[c].tolist()
+        new = [
+            _NOT_ESTIMABLE if isinstance(v, str) and v.startswith(_NOT_ESTIMABLE + " (") and isinstance(n, str) and n
+            and v[len(_NOT_ESTIMABLE) + 2:-1] in n else v
+            for v, n in zip(vals, out[note].tolist())
+        ]
+        if new != vals:
+            out[c] = pd.Series(new, index=out.index, dtype=object)
+    return out
+
+
 def write_table(
     df: pd.DataFrame,
     path: Path,
@@ -204,6 +229,7 @@ def write_table(
     cap = (f"\\textbf{{{SIMULATED_TAG}.}} " if simulated else "") + caption
     # Cells are formatted here, column by column (true minus signs; decimals by
     # what the column holds), and headers put in words; then nothing is escaped twice.
+    df = _short_reasons(df)
     shown = pd.DataFrame(index=df.index)
     for i, col in enumerate(df.columns):
         fmt = column_format_for(col, float_format)
@@ -214,7 +240,11 @@ def write_table(
         def is_number(v: object) -> bool:
             return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
-        numeric = [bool(vals) and all(is_number(v) for v in vals) for vals in ([v for v in df[c].tolist() if v is not None] for c in df.columns)]
+        def is_value(v: object) -> bool:  # a number, or what stands in for one
+            return is_number(v) or (isinstance(v, str) and (v.startswith(_NOT_ESTIMABLE) or v == "\u221e"))
+
+        numeric = [any(is_number(v) for v in vals) and all(is_value(v) for v in vals)
+                   for vals in ([v for v in df[c].tolist() if v is not None] for c in df.columns)]
         column_format = "".join("r" if n else "l" for n in numeric)
     body = shown.to_latex(index=False, escape=False, column_format=column_format, na_rep="---")
     parts = [
