@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import zipfile
 from pathlib import Path
 
@@ -342,3 +343,67 @@ def test_guard_charges_a_failure_to_the_right_file_and_continues(tmp_path):
     bad.write_bytes(b"PK\x03\x04 not really")
     res = probe_files([good, bad, good])
     assert res[good] is None and "cannot be read" in res[bad]
+
+
+def test_a_timeout_is_not_remembered_as_a_property_of_the_bytes(tmp_path, monkeypatch):
+    # A busy machine (every reading of the child's CPU time past any limit) refuses a sound file
+    # once; the next evaluation of the same bytes under the same limits reads it afresh.
+    from pilot.oracles import guard
+
+    book = tmp_path / "sound.xlsx"
+    wb = openpyxl.Workbook()
+    wb.active.append(["fresh bytes", str(tmp_path)])
+    wb.save(book)
+    real = guard._cpu_seconds
+    monkeypatch.setattr(guard, "_cpu_seconds", lambda pid: 1e9)
+    assert "could not be read within" in guard.probe_cached([book])[book]
+    monkeypatch.setattr(guard, "_cpu_seconds", real)
+    assert guard.probe_cached([book])[book] is None
+    # A verdict that is a property of the bytes is remembered: no child is started for it again.
+    monkeypatch.setattr(guard, "probe_files", lambda *a, **k: pytest.fail("a remembered verdict was probed again"))
+    assert guard.probe_cached([book])[book] is None
+
+
+def test_a_timeout_holds_within_one_evaluation_only(tmp_path, monkeypatch):
+    from pilot.oracles import guard
+
+    book = tmp_path / "once.xlsx"
+    wb = openpyxl.Workbook()
+    wb.active.append(["other fresh bytes", str(tmp_path)])
+    wb.save(book)
+    calls = []
+    real = guard.probe_files
+
+    def counted(paths, **kw):
+        calls.append(list(paths))
+        return real(paths, **kw)
+
+    monkeypatch.setattr(guard, "probe_files", counted)
+    monkeypatch.setattr(guard, "_cpu_seconds", lambda pid: 1e9)
+    with guard.holding():
+        first = guard.probe_cached([book])[book]
+        assert guard.probe_cached([book])[book] == first and "could not be read within" in first
+    assert len(calls) == 1  # every check of one evaluation sees the same verdict from one child
+    guard.probe_cached([book])
+    assert len(calls) == 2  # and the next evaluation asks again
+
+
+def test_the_guard_limit_is_charged_on_cpu_time_and_a_waiting_child_is_still_stopped(tmp_path, monkeypatch):
+    # Stand-in children (plain Python, no office library): one waits 2 s per file without computing,
+    # as a child starved by a busy machine does; one waits for ever.
+    from pilot.oracles import guard
+
+    waits = tmp_path / "waits.py"
+    waits.write_text("import json, sys, time\nfor i, _ in enumerate(sys.argv[1:]):\n    time.sleep(1.5)\n    print(json.dumps({'i': i, 'ok': True}), flush=True)\n")
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text("import time\ntime.sleep(600)\n")
+    files = [tmp_path / "a.xlsx", tmp_path / "b.xlsx"]
+    monkeypatch.setattr(guard, "PROBE", waits)
+    # 2 s of wall clock per file is twice the 1 s limit, but almost no CPU time: read (the wall-clock
+    # backstop, 10 s here, leaves the interpreter's start on a busy machine a wide margin).
+    assert guard.probe_files(files, per_file_timeout_s=1.0) == {f: None for f in files}
+    monkeypatch.setattr(guard, "PROBE", hangs)
+    t0 = time.monotonic()
+    res = guard.probe_files(files[:1], per_file_timeout_s=0.5)
+    assert "could not be read within 0.5 s" in res[files[0]]
+    assert time.monotonic() - t0 < 0.5 * guard.WALL_FACTOR + 60  # stopped by the wall-clock limit, not left to hang

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -151,3 +152,77 @@ def test_retry_reopens_failed_runs_keeping_their_history(tmp_path):
     a3 = st.begin_attempt(cell, "linux-1", "simulated", tmp_path / "ws")
     assert a3.attempt_no == 3 and len(st.attempts(cell.run_id)) == 3
     assert [e["run_id"] for e in st.events("reopen")] == [cell.run_id]
+
+
+def test_real_attempts_settle_on_the_metered_cost_and_c_bar_follows_it(tmp_path):
+    """The envelope is charged the proxy's metered cost (plus judges); C stays the client's report."""
+    st = make_store(tmp_path)
+    c1, c2, c3 = st.cells("pilot")[:3]
+    outs = {
+        c1.run_id: AttemptOutcome(record=_record(c1), cost_usd=1.25, judge_cost_usd=0.04, metered_cost_usd="1.3125017"),
+        c2.run_id: AttemptOutcome(record=_record(c2), cost_usd=0.5, judge_cost_usd=0.0, metered_cost_usd="0.4999995"),
+        # a session killed at the wall limit: no reported cost, but the proxy knows what it spent
+        c3.run_id: AttemptOutcome(record=_record(c3), cost_usd=None, judge_cost_usd=0.1, metered_cost_usd="2.0000004"),
+    }
+    for cell in (c1, c2, c3):
+        a = st.begin_attempt(cell, "linux-1", "claude-code", tmp_path / "ws")
+        st.finish_attempt(a.attempt_id, outs[cell.run_id], max_infra_attempts=3)
+    metered_micro = [to_micro(Decimal("1.3125017") + Decimal("0.04")), to_micro(Decimal("0.4999995")), to_micro(Decimal("2.0000004") + Decimal("0.1"))]
+    assert metered_micro == [1_352_502, 500_000, 2_100_000]
+    reported_micro = to_micro(1.25 + 0.04) + to_micro(0.5)
+    charged = {a["run_id"]: (a["charged_micro"], a["charge_basis"]) for a in st.attempts()}
+    assert [charged[c.run_id] for c in (c1, c2, c3)] == [(m, "metered") for m in metered_micro]
+    spent = st.conn.execute("SELECT spent_micro, reserved_micro FROM ledger_balance").fetchone()
+    assert tuple(spent) == (sum(metered_micro), 0) and sum(metered_micro[:2]) != reported_micro
+    assert to_micro(st.balance().spent_usd) == sum(metered_micro)
+    # C, the run table's cost, stays the client's report (None where it reported none)
+    assert {r["run_id"]: r["cost_usd"] for r in st.runs()} == {c1.run_id: 1.25, c2.run_id: 0.5, c3.run_id: None}
+    # c-bar is a projection of envelope spend, so it reads the metered charges
+    observed, unknown = st.observed_run_costs("pilot")
+    assert sorted(observed) == sorted(metered_micro) and unknown == 0
+    notes = [r[0] for r in st.conn.execute("SELECT note FROM ledger WHERE kind = 'settle'")]
+    assert all("charged the metered cost" in n for n in notes)
+    assert st.audit() == []
+
+
+def test_simulated_attempts_without_a_proxy_settle_on_the_reported_cost(tmp_path):
+    st = make_store(tmp_path)
+    cell = st.cells("pilot")[0]
+    a = st.begin_attempt(cell, "linux-1", "simulated", tmp_path / "ws")
+    st.finish_attempt(a.attempt_id, AttemptOutcome(record=_record(cell), cost_usd=1.25, judge_cost_usd=0.04), max_infra_attempts=3)
+    att = st.attempts(cell.run_id)[0]
+    assert (att["charged_micro"], att["charge_basis"]) == (1_290_000, "reported")
+
+
+def test_outcome_refuses_a_bad_metered_cost_and_an_interrupted_one_settles_on_it(tmp_path):
+    for bad in ("-0.1", "NaN", "abc", "inf"):
+        with pytest.raises(ValueError, match="metered_cost_usd"):
+            AttemptOutcome(record={}, cost_usd=0.1, metered_cost_usd=bad)
+    st = make_store(tmp_path)
+    cell = st.cells("pilot")[0]
+    a = st.begin_attempt(cell, "linux-1", "claude-code", tmp_path / "ws")
+    a.workspace.mkdir(parents=True)
+    launch_mark(a.workspace).write_text("1 1\n")
+    (a.workspace / OUTCOME_FILE).write_text(json.dumps(AttemptOutcome(record={}, cost_usd=0.7, judge_cost_usd=0.1, metered_cost_usd="0.65").to_dict()))
+    rec = Store.open(st.folder).recover_interrupted()
+    assert [(r["charged_usd"], r["charge_basis"]) for r in rec] == [(0.75, "metered")]
+
+
+def test_a_store_from_before_the_metered_basis_accepts_it(tmp_path):
+    st = make_store(tmp_path)
+    sql = st.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetchone()[0]
+    st.conn.execute("PRAGMA writable_schema = ON")
+    st.conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = 'attempts'",
+                    (sql.replace("'reported', 'metered', 'reservation'", "'reported', 'reservation'"),))
+    v = st.conn.execute("PRAGMA schema_version").fetchone()[0]
+    st.conn.execute(f"PRAGMA schema_version = {v + 1}")
+    st.conn.execute("PRAGMA writable_schema = OFF")
+    st.conn.commit()
+    st.conn.close()
+    reopened = Store.open(st.folder)
+    assert "'metered'" in reopened.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetchone()[0]
+    cell = reopened.cells("pilot")[0]
+    a = reopened.begin_attempt(cell, "linux-1", "claude-code", tmp_path / "ws")
+    reopened.finish_attempt(a.attempt_id, AttemptOutcome(record=_record(cell), cost_usd=1.0, metered_cost_usd="0.9"), max_infra_attempts=3)
+    assert reopened.attempts(cell.run_id)[0]["charge_basis"] == "metered"
+    assert reopened.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

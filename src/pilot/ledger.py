@@ -138,17 +138,19 @@ def reserve(conn: sqlite3.Connection, run_id: str, attempt_id: int, amount_micro
     return True
 
 
-def settlement(reserved_micro: int, cost_usd: float | None) -> tuple[int, str]:
+def settlement(reserved_micro: int, cost_usd: float | Decimal | None, *, metered: bool = False) -> tuple[int, str]:
     """What an attempt is charged, and how that was reckoned.
 
-    A reported cost replaces the reservation. An unknown cost (a session
+    A known cost replaces the reservation: the model proxy's metered cost
+    (``metered``: real backends) or the reported cost (the simulated
+    backend, which has no proxy). An unknown cost (a session
     killed at the wall limit prints no result; a lost worker reports
     nothing) is charged at the whole reservation, the run's worst case, so
     that the envelope stays a hard limit; the note records that it was.
     """
     if cost_usd is None:
         return reserved_micro, "cost unknown: charged the whole reservation (worst case)"
-    return to_micro(cost_usd), "charged the reported cost"
+    return to_micro(cost_usd), "charged the metered cost" if metered else "charged the reported cost"
 
 
 def settle(conn: sqlite3.Connection, run_id: str, attempt_id: int, reserved_micro: int, charged_micro: int, note: str) -> None:

@@ -76,7 +76,11 @@ def run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: i
     data = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
     # None when the client reported no (complete) cost: the ledger then charges the whole reservation.
     cost = agent_cost(data)
+    # The proxy's metered cost settles the envelope (the simulated backend has none: its reported cost does).
+    metered = data.get("metered_cost_usd")
     if data.get("status") == "infra_error":
-        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=cost)
+        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=cost,
+                              metered_cost_usd=metered)
     data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed)
-    return AttemptOutcome(record=data, cost_usd=cost, judge_cost_usd=data["judge_cost_usd"], status=data.get("status", "completed"))
+    return AttemptOutcome(record=data, cost_usd=cost, judge_cost_usd=data["judge_cost_usd"], status=data.get("status", "completed"),
+                          metered_cost_usd=metered)

@@ -1,7 +1,8 @@
 """The preregistered scale rule, applied to what the pilot cost.
 
 With c-bar the mean observed total cost per finished pilot run (agent and
-judges, every attempt of the run that reported its cost; see
+judges, every attempt of the run with an observed cost: the proxy's metered
+agent cost for real backends, the reported one for the simulated backend; see
 :meth:`pilot.store.Store.observed_run_costs`) and E_r the envelope left after
 the pilot (envelope minus spent minus reserved, from the ledger):
 

@@ -86,7 +86,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     charged_micro INTEGER,
     cost_usd REAL,
     judge_cost_usd REAL,
-    charge_basis TEXT CHECK (charge_basis IN ('reported', 'reservation', 'released')),
+    charge_basis TEXT CHECK (charge_basis IN ('reported', 'metered', 'reservation', 'released')),
     UNIQUE (run_id, attempt_no)
 );
 CREATE INDEX IF NOT EXISTS attempts_running ON attempts (outcome);
@@ -139,11 +139,14 @@ _MIGRATIONS = (
 )
 
 # How each charge was reckoned (attempts.charge_basis):
-CHARGE_REPORTED = "reported"  # the client's reported cost
+CHARGE_REPORTED = "reported"  # the client's reported cost (simulated backend: no proxy)
+CHARGE_METERED = "metered"  # the model proxy's metered agent cost plus the judges' reported cost
 CHARGE_RESERVATION = "reservation"  # cost unknown: the whole reservation (worst case)
 CHARGE_RELEASED = "released"  # the attempt never launched: nothing was spent
 # Stores written before charge_basis existed: a kept cost means it was reported.
-_REPORTED = "(a.charge_basis = 'reported' OR (a.charge_basis IS NULL AND a.cost_usd IS NOT NULL))"
+_REPORTED = "(a.charge_basis IN ('reported', 'metered') OR (a.charge_basis IS NULL AND a.cost_usd IS NOT NULL))"
+_OLD_BASIS_CHECK = "CHECK (charge_basis IN ('reported', 'reservation', 'released'))"
+_NEW_BASIS_CHECK = "CHECK (charge_basis IN ('reported', 'metered', 'reservation', 'released'))"
 
 
 
@@ -327,6 +330,17 @@ class Store:
             have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        # Stores created before the 'metered' basis existed: widen the CHECK in place (SQLite's
+        # documented procedure for changing a CHECK constraint; existing rows satisfy the wider one).
+        row = self.conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'attempts'").fetchone()
+        if row is not None and _OLD_BASIS_CHECK in row[0]:
+            version = self.conn.execute("PRAGMA schema_version").fetchone()[0]
+            self.conn.execute("PRAGMA writable_schema = ON")
+            self.conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'attempts'",
+                              (row[0].replace(_OLD_BASIS_CHECK, _NEW_BASIS_CHECK),))
+            self.conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
+            self.conn.execute("PRAGMA writable_schema = OFF")
+            self.conn.commit()
 
     # ------------------------------------------------------------------ life
     @classmethod
@@ -581,8 +595,8 @@ class Store:
             if not outcome.launched:
                 charged, note, basis = 0, "never launched: reservation released, nothing charged", CHARGE_RELEASED
             else:
-                charged, note = ledger.settlement(a["reserved_micro"], outcome.total_cost_usd)
-                basis = CHARGE_REPORTED if outcome.total_cost_usd is not None else CHARGE_RESERVATION
+                charged, note = ledger.settlement(a["reserved_micro"], outcome.charge_usd, metered=outcome.metered)
+                basis = CHARGE_RESERVATION if outcome.charge_usd is None else (CHARGE_METERED if outcome.metered else CHARGE_REPORTED)
             c.execute(
                 "UPDATE attempts SET outcome = ?, error = ?, finished_at = ?, charged_micro = ?, cost_usd = ?, judge_cost_usd = ?, "
                 "charge_basis = ? WHERE attempt_id = ?",
@@ -638,8 +652,9 @@ class Store:
             for a in c.execute("SELECT attempt_id, run_id, reserved_micro, workspace FROM attempts WHERE outcome = 'running'").fetchall():
                 workspace = Path(a["workspace"])
                 left = read_outcome_file(workspace)
-                if left is not None and left.total_cost_usd is not None:
-                    charged, basis, how = ledger.to_micro(left.total_cost_usd), CHARGE_REPORTED, "its reported cost"
+                if left is not None and left.charge_usd is not None:
+                    charged = ledger.to_micro(left.charge_usd)
+                    basis, how = (CHARGE_METERED, "its metered cost") if left.metered else (CHARGE_REPORTED, "its reported cost")
                 elif not was_launched(workspace):
                     charged, basis, how = 0, CHARGE_RELEASED, "nothing (it never launched; reservation released)"
                 else:
@@ -648,8 +663,8 @@ class Store:
                     "UPDATE attempts SET outcome = 'interrupted', error = ?, finished_at = ?, charged_micro = ?, charge_basis = ?, "
                     "cost_usd = ?, judge_cost_usd = ? WHERE attempt_id = ?",
                     (f"scheduler stopped while the attempt was in flight; charged {how}", now(), charged, basis,
-                     _opt_float(left.cost_usd) if basis == CHARGE_REPORTED and left else None,
-                     float(left.judge_cost_usd) if basis == CHARGE_REPORTED and left else None, a["attempt_id"]),
+                     _opt_float(left.cost_usd) if basis in (CHARGE_REPORTED, CHARGE_METERED) and left else None,
+                     float(left.judge_cost_usd) if basis in (CHARGE_REPORTED, CHARGE_METERED) and left else None, a["attempt_id"]),
                 )
                 ledger.settle(c, a["run_id"], a["attempt_id"], a["reserved_micro"], charged, f"interrupted; charged {how}")
                 c.execute("UPDATE cells SET status = 'waiting' WHERE run_id = ? AND status = 'in_flight'", (a["run_id"],))
@@ -752,8 +767,9 @@ class Store:
     def observed_run_costs(self, wave: str | None = None) -> tuple[list[int], int]:
         """Observed cost of each finished run in micro-dollars, and how many finished runs have none.
 
-        A run's observed cost is what its attempts reported (agent and
-        judges); attempts charged their reservation because their cost is
+        A run's observed cost is what its attempts were charged from an
+        observation (agent and judges: the proxy's metered agent cost, or the
+        reported one where no proxy metered the attempt); attempts charged their reservation because their cost is
         unknown contribute nothing, and attempts released unlaunched cost
         nothing. A run whose finishing attempt reported no cost (a session
         killed at the wall limit) has no observed cost and is counted apart.

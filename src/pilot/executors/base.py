@@ -18,6 +18,7 @@ import json
 import shutil
 import traceback
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -64,7 +65,10 @@ class AttemptOutcome:
     attempt's whole reservation. ``judge_cost_usd`` is the judges' cost.
     ``launched`` false means the run function was never called (the
     harness failed first, the node was gone): nothing was spent and the
-    reservation is released.
+    reservation is released. ``metered_cost_usd`` is the model proxy's
+    metered agent cost as an exact decimal string (real backends), None
+    where no proxy metered the attempt (the simulated backend): the ledger
+    charges the metered cost when there is one, the reported one otherwise.
     """
 
     infra_error: str | None = None
@@ -73,6 +77,7 @@ class AttemptOutcome:
     judge_cost_usd: float = 0.0
     status: str = "completed"
     launched: bool = True
+    metered_cost_usd: str | None = None
 
     def __post_init__(self) -> None:
         if self.infra_error is not None:
@@ -85,6 +90,14 @@ class AttemptOutcome:
                 continue  # unknown, not zero
             if value is None or float(value) < 0:
                 raise ValueError(f"AttemptOutcome.{name}: must be a non-negative number, got {value!r}")
+        if self.metered_cost_usd is not None:
+            try:
+                metered = Decimal(str(self.metered_cost_usd))
+            except InvalidOperation:
+                metered = Decimal("NaN")
+            if not metered.is_finite() or metered < 0:
+                raise ValueError(f"AttemptOutcome.metered_cost_usd: must be a non-negative decimal, got {self.metered_cost_usd!r}")
+            self.metered_cost_usd = str(metered)
 
     @property
     def cost_known(self) -> bool:
@@ -97,12 +110,26 @@ class AttemptOutcome:
             return None
         return float(self.cost_usd) + float(self.judge_cost_usd)
 
+    @property
+    def metered(self) -> bool:
+        return self.metered_cost_usd is not None
+
+    @property
+    def charge_usd(self) -> Decimal | None:
+        """What the envelope is charged, exactly: the metered agent cost (else the reported one) plus the judges; None if unknown."""
+        judges = Decimal(str(float(self.judge_cost_usd)))
+        if self.metered_cost_usd is not None:
+            return Decimal(self.metered_cost_usd) + judges
+        if self.cost_usd is None:
+            return None
+        return Decimal(str(float(self.cost_usd))) + judges
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "AttemptOutcome":
-        return cls(**{k: data[k] for k in ("infra_error", "record", "cost_usd", "judge_cost_usd", "status", "launched") if k in data})
+        return cls(**{k: data[k] for k in ("infra_error", "record", "cost_usd", "judge_cost_usd", "status", "launched", "metered_cost_usd") if k in data})
 
 
 RunFunction = Callable[[CellSpec, Path, str, str, int], AttemptOutcome]
@@ -167,8 +194,10 @@ def run_with_runner(cell: CellSpec, attempt_dir: Path, node: str, backend: str, 
     rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=attempt_dir, seed=seed, model=cell.model)
     data = rec.to_dict()
     if data.get("status") == "infra_error":
-        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=agent_cost(data))
-    return AttemptOutcome(record=data, cost_usd=agent_cost(data), status=data.get("status", "completed"))
+        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=agent_cost(data),
+                              metered_cost_usd=data.get("metered_cost_usd"))
+    return AttemptOutcome(record=data, cost_usd=agent_cost(data), status=data.get("status", "completed"),
+                          metered_cost_usd=data.get("metered_cost_usd"))
 
 
 def reset_workspace(attempt_dir: Path) -> None:

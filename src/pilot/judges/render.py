@@ -34,7 +34,7 @@ from typing import Any, Iterable
 
 from openpyxl.utils import get_column_letter
 
-from pilot.oracles import admission
+from pilot.oracles import admission, guard
 
 COMPLETION_RECORD = "completion_record.json"
 
@@ -575,6 +575,7 @@ def render_deliverable(requested: str, outputs_dir: Path, limits: RenderLimits |
     return RenderedDeliverable(req, [p.name for p in files], status, fmt, budget.text(), feats, budget.truncated)
 
 
+@guard.holding()
 def render_package(
     outputs_dir: Path,
     requested: Iterable[str],

@@ -138,6 +138,7 @@ def _blocker(criteria, crit, results: dict[str, CriterionResult]) -> CriterionRe
     return None
 
 
+@guard.holding()
 def evaluate(
     scenario: Scenario,
     workspace: Path,
@@ -191,6 +192,7 @@ def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
     return [results[c.id] for c in criteria]
 
 
+@guard.holding()
 def evaluate_form(
     scenario: Scenario, workspace: Path, *, recalculator: Recalculator | None = None, guard_limits: dict | None = None,
 ) -> tuple[list[CriterionResult], list[str]]:
@@ -229,6 +231,7 @@ def workbooks_to_recalculate(scenario: Scenario, workspace: Path) -> list[Path]:
     return out
 
 
+@guard.holding()
 def evaluate_many(
     items: Iterable[tuple[Scenario, Path, dict[str, str] | None]],
     *,
