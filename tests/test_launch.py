@@ -86,6 +86,8 @@ def test_environment_is_fresh_and_carries_no_secret_of_the_operator(arm_id, tmp_
     # The CLI's config folder and scratch home lie outside the workspace.
     assert not Path(env["CLAUDE_CONFIG_DIR"]).is_relative_to(spec.cwd) and not Path(env["HOME"]).is_relative_to(spec.cwd)
     assert env["IS_SANDBOX"] == "1"
+    # the output bound is the protocol's, the same for every arm, whatever the extra environment says.
+    assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == str(protocol.study()["cli"]["max_output_tokens"]) == "32000"
     assert env["DISABLE_TELEMETRY"] == "1" and env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     path = env["PATH"].split(":")
     assert "/root/.pyenv/shims" not in path

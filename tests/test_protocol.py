@@ -19,7 +19,8 @@ def test_repository_protocol_is_valid():
     assert study.arms == ["A0", "A1", "A2", "A3", "A4"]
     assert study.envelope_usd == 800.0
     assert study.q == 70
-    assert [a["id"] for a in loaded["amendments"]] == ["A-001", "A-002", "A-005", "A-006", "A-009", "A-010"]
+    assert [a["id"] for a in loaded["amendments"]] == ["A-001", "A-002", "A-005", "A-006", "A-009", "A-010", "A-011"]
+    assert study["cli"]["max_output_tokens"] == 32000
 
 
 def test_caps_are_the_larger_of_global_and_own():
@@ -232,3 +233,15 @@ def test_protocol_tables_report_a_bad_bundle_without_a_traceback(tmp_path, monke
     err = capsys.readouterr().err
     assert err.count("HR-01/scenario.yml: field 'designed_depth'") == 2 and "Traceback" not in err
     assert not (tmp_path / "generated").exists()
+
+
+@pytest.mark.parametrize("bad", [0, -1, "32000", 1.5, None])
+def test_max_output_tokens_must_be_a_positive_integer(bad, tmp_path):
+    import yaml
+
+    data = yaml.safe_load((paths.PROTOCOL_DIR / "study.yml").read_text(encoding="utf-8"))
+    data["cli"]["max_output_tokens"] = bad
+    path = tmp_path / "study.yml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ProtocolError, match="max_output_tokens"):
+        load_study(path)

@@ -53,6 +53,7 @@ def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not
     with FakeMessagesAPI(protocol.study()["worker"]["model"], turns) as api:
         rec = _run(tmp_path, "A1", api, worker_env)
         results = api.tool_results()
+        requests = list(api.requests)
     assert rec.status == "completed" and rec.turns == 4
     assert rec.tool_calls_by_tool == {"Bash": 2, "Write": 1}
     assert out.read_text() == "# Note\n"
@@ -61,6 +62,9 @@ def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not
     devs = {(d["tool_use_id"], d["via"], d["blocked_by"]) for d in rec.deviations}
     assert devs == {("toolu_01", "bash -c", "mask"), ("toolu_02", "command", "cli_rule")}
     assert rec.cost_usd and rec.cost_usd > 0 and rec.cost_usd == rec.sessions[0]["reported_cost_usd"]
+    # every request the pinned CLI sent through the proxy asked for the protocol's output bound.
+    sent = {r.get("max_tokens") for r in requests if r.get("model") == protocol.study()["worker"]["model"]}
+    assert sent == {protocol.study()["cli"]["max_output_tokens"]}
 
 
 def test_resume_reports_the_session_total(tmp_path, worker_env, not_bare):

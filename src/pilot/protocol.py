@@ -107,6 +107,7 @@ STUDY_SCHEMA: dict = _obj(
                 "permission_prompts": {"enum": ["none", "host"]},
                 "output_format": {"const": "stream-json"},
                 "max_turns": _posint,
+                "max_output_tokens": _posint,
             }
         ),
         "caps": _obj(

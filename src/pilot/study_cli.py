@@ -372,7 +372,9 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
             row = {
                 "id": amendment,
                 "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-                "stage": "during study",
+                # This repository's studies are reruns of the protocol: the stage never goes back (the validator's rule).
+                "stage": protocol.AMENDMENT_STAGES[max([protocol.AMENDMENT_STAGES.index("before rerun pilot")]
+                                                       + [protocol.AMENDMENT_STAGES.index(r["stage"]) for r in amendments])],
                 "title": "Dollar envelope changed",
                 "content": (f"The dollar envelope of study {name} was changed from {bal.envelope_usd:.2f} to {value:.2f} dollars "
                             f"with {bal.spent_usd:.2f} spent and {bal.reserved_usd:.2f} reserved; every other rule of A-001 is unchanged."),

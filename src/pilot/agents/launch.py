@@ -155,8 +155,14 @@ def agent_env(
     tmpdir: str | None = None,
     extra_env: dict[str, str] | None = None,
     is_root: bool | None = None,
+    max_output_tokens: int | None = None,
 ) -> dict[str, str]:
-    """The agent process's whole environment: nothing of the operator's (no key, no PATH, no proxy)."""
+    """The agent process's whole environment: nothing of the operator's (no key, no PATH, no proxy).
+
+    ``max_output_tokens`` (study.yml ``cli.max_output_tokens``, the same for
+    every arm) bounds each request's ``max_tokens``, so the proxy's worst
+    case per request is small beside the run's dollar cap (A-011).
+    """
     env = {
         "PATH": os.pathsep.join(path_dirs),
         "HOME": str(dirs.home),
@@ -179,6 +185,9 @@ def agent_env(
         # The CLI refuses bypassPermissions as root outside a declared sandbox.
         env["IS_SANDBOX"] = "1"
     env.update(extra_env or {})
+    if max_output_tokens is not None:
+        # Set after extra_env: the bound is part of the protocol, not a per-run option.
+        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(int(max_output_tokens))
     return env
 
 
@@ -302,7 +311,7 @@ def build_launch(
     if isolation == ISOLATION_OPT_OUT:
         base_url = model_endpoint.base_url or ""
         env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
-                        extra_env=extra_env, is_root=is_root)
+                        extra_env=extra_env, is_root=is_root, max_output_tokens=cli.get("max_output_tokens"))
         enforcement = UNISOLATED
         notes.append("UNISOLATED (development opt-in): the agent ran without the sandbox; its denials rest on CLI rules "
                      "and the audit, and it could reach the host's files and network")
@@ -340,7 +349,8 @@ def build_launch(
         # TMPDIR is the sandbox's private /tmp (a fresh tmpfs per session): short enough for the Unix sockets programs
         # create there (Chromium's), which a path under the run folder is not.
         env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
-                        refusal_proxy=refusal, tmpdir="/tmp" if method == "bubblewrap" else None, extra_env=extra_env, is_root=is_root)
+                        refusal_proxy=refusal, tmpdir="/tmp" if method == "bubblewrap" else None, extra_env=extra_env, is_root=is_root,
+                        max_output_tokens=cli.get("max_output_tokens"))
         enforcement = method
     return LaunchSpec(
         arm_id=arm.id,
