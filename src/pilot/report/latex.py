@@ -245,7 +245,9 @@ def write_table(
 
         numeric = [any(is_number(v) for v in vals) and all(is_value(v) for v in vals)
                    for vals in ([v for v in df[c].tolist() if v is not None] for c in df.columns)]
-        column_format = "".join("r" if n else "l" for n in numeric)
+        # A long note (a fit's reason) wraps in a column of its own width, so the table is not shrunk to nothing.
+        long_note = [str(c).lower() == "note" and max((len(str(v)) for v in df[c].tolist()), default=0) > 40 for c in df.columns]
+        column_format = "".join(">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l") for n, w in zip(numeric, long_note))
     body = shown.to_latex(index=False, escape=False, column_format=column_format, na_rep="---")
     parts = [
         "% Generated file: do not edit.",
