@@ -18,6 +18,7 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol
+from pilot.report.latex import latex_escape
 from pilot.stats import degraded, estimability, runtable, stage_computations, stage_outputs, synthetic
 
 B, P = 200, 500
@@ -184,3 +185,19 @@ def test_failed_runs_are_left_out_and_counted_in_the_macros():
     assert len(runs) == len(df) - 2
     data = stage_outputs.StageData(runs, "test", True, True, str(runs["study"].iloc[0]))
     assert stage_outputs.common_macros(data)["ResultsFailedRunsDropped"] == 2
+
+
+@pytest.mark.parametrize("kind", ["all_fail", "arm_at_one"])
+def test_the_h4_text_macro_states_the_reasons_the_fits_give(kind, tmp_path: Path):
+    df, p, s = stages(kind)
+    h4 = next(h for h in s.hypotheses if h.id == "H4")
+    data = stage_outputs.StageData(df, f"degraded ({kind})", True, True, str(df["study"].iloc[0]))
+    stage_outputs.write_sensitivity(s.results, s.hypotheses, data, tmp_path / "t", tmp_path / "f", tmp_path / "g")
+    macros = (tmp_path / "g" / "sensitivity_macros.tex").read_text(encoding="utf-8")
+    line = next(l for l in macros.splitlines() if "\\SensHFourFitNotes}" in l)
+    notes = [n for n in h4.table["note"] if isinstance(n, str) and n]
+    assert notes, kind  # a degraded table must leave a reason in some fit
+    for n in notes:
+        assert latex_escape(n.split("; ")[0].split(" (")[0]) in line, (n, line)
+    if kind == "all_fail":
+        assert "no variation in S" in line and "separation" not in line

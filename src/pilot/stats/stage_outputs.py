@@ -289,6 +289,12 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
 # --------------------------------------------------------------------------
 
 
+def h4_fit_notes(table: pd.DataFrame) -> str:
+    """The H4 fits' notes as one phrase, so the text states the reasons the fits actually give."""
+    notes = [f"{r.model}: {r.note}" for r in table.itertuples() if isinstance(r.note, str) and r.note]
+    return "; ".join(notes) if notes else "every fit was estimable and none was left out"
+
+
 def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str, *, study: protocol.Study | None = None) -> dict[str, Path]:
     """Every sensitivity and secondary table, figure and macro."""
     study = study or protocol.study()
@@ -418,5 +424,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     for h in hyps:
         m[macro_name("Verdict", h.id)] = h.verdict
         m[macro_name("VerdictClass", h.id)] = h.verdict_class
+        if h.id == "H4":
+            m["SensHFourFitNotes"] = h4_fit_notes(h.table)
     out["sensitivity_macros.tex"] = write_macros(m, gen / "sensitivity_macros.tex", comment=f"sensitivity stage; data: {data.source}")
     return out
