@@ -260,3 +260,21 @@ def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path
     assert REDACTED in (killed / "transcript.jsonl").read_text() and creds.password not in (killed / "transcript.jsonl").read_text()
     assert token not in (killed / "record" / "stderr-0.log").read_text()
     assert creds.password in (killed / "workspace" / "portal_credentials.json").read_text()  # the workspace is kept as it was
+
+
+@needs_portal
+def test_the_stream_copy_is_redacted_as_it_is_written(tmp_path, worker_env, monkeypatch):  # noqa: F811
+    """Without the end-of-run safety net, the harness's transcript still never holds the password."""
+    import pilot.portal.redaction as redaction
+
+    monkeypatch.setattr(redaction, "redact_tree", lambda *a, **k: None)  # the end-of-run pass, switched off
+    script = json.dumps({"sessions": [{"steps": [{"tool": "Bash", "input": {"command": "cat portal_credentials.json"}}]}]})
+    run_dir = tmp_path / "runs" / "r1"
+    with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
+        rec = run_attempt(PORTAL_SID, "A3", backend="claude-code", out_dir=run_dir, seed=7, claude_bin=FAKE_CLI,
+                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False,
+                          environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"})
+    creds = json.loads((Path(rec.workspace) / "portal_credentials.json").read_text())
+    transcript = Path(rec.transcript).read_text()
+    assert creds["username"] in transcript and REDACTED in transcript  # the echo reached the stream
+    assert creds["password"] not in transcript

@@ -338,6 +338,7 @@ def run_attempt(
             backend, arm, study, scenario, out_dir, ws_root, seed=seed, model=model, claude_bin=claude_bin,
             worker_env=worker_env, extra_env=extra_env, isolation=isolation, endpoint=endpoint,
             portal_url=getattr(portal, "url", None) if portal is not None else None,
+            redact=tuple(portal.secrets()) if portal is not None and hasattr(portal, "secrets") else (),
         )
         if launch_error:
             return infra(launch_error, worker_env=worker_info, portal=portal_info,
@@ -456,7 +457,7 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
 
 
 def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, model, claude_bin, worker_env, extra_env, isolation,
-                  endpoint, portal_url):
+                  endpoint, portal_url, redact=()):
     """The session backend, the worker environment's record, or an infrastructure error."""
     if backend == "simulated":
         from pilot.agents.simulated import SimulatedBackend
@@ -482,7 +483,7 @@ def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, mode
     try:
         agent = claude_code.ClaudeCodeBackend(arm, study, run_dir=out_dir, workspace=ws_root, claude_bin=cli, model=model,
                                               worker_env=env_dir, extra_env=extra_env, isolation=isolation,
-                                              model_endpoint=endpoint, portal_url=portal_url)
+                                              model_endpoint=endpoint, portal_url=portal_url, redact=redact)
     except RuntimeError as exc:
         return None, worker_info, f"start_failed: {exc}"
     return agent, worker_info, None

@@ -136,8 +136,16 @@ def run_process(
     stderr_path: Path,
     version: str | None,
     resumed_from: str | None = None,
+    redact: tuple[str, ...] = (),
 ) -> SessionOutcome:
-    """Start the CLI per ``spec``, stream its output into ``transcript``, enforce the wall limit."""
+    """Start the CLI per ``spec``, stream its output into ``transcript``, enforce the wall limit.
+
+    Each line is written without the strings in ``redact`` (the run portal's
+    password in its forms), so the harness's copy never holds them, even
+    while the run is in progress; the end-of-run redaction stays as a safety net.
+    """
+    from pilot.portal.redaction import redact_bytes
+
     summary = StreamSummary()
     t0 = time.monotonic()
     with open(stderr_path, "ab") as err:
@@ -160,6 +168,8 @@ def run_process(
             assert proc.stdout is not None
             with open(transcript, "ab") as out:
                 for raw in proc.stdout:
+                    if redact:
+                        raw = redact_bytes(raw, redact)
                     out.write(raw if raw.endswith(b"\n") else raw + b"\n")
                     out.flush()
                     lines.append(raw.decode("utf-8", "replace"))
@@ -292,6 +302,7 @@ class ClaudeCodeBackend:
         extra_env: dict[str, str] | None = None,
         isolation: str = launch.ISOLATION_REQUIRED,
         portal_url: str | None = None,
+        redact: tuple[str, ...] = (),
     ) -> None:
         import tempfile
         from urllib.parse import urlsplit
@@ -304,6 +315,8 @@ class ClaudeCodeBackend:
         self.extra_env = extra_env
         self.isolation = isolation
         self.model_endpoint = model_endpoint
+        #: Secrets kept out of the harness's stream copy as it is written (the run portal's password).
+        self.redact = tuple(redact)
         self.transcript = run_files.transcript_path(self.run_dir)
         self.record_dir = run_files.harness_record_dir(self.run_dir)
         self.record_dir.mkdir(parents=True, exist_ok=True)
@@ -361,7 +374,7 @@ class ClaudeCodeBackend:
         (self.record_dir / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         return run_process(spec, index=index, wall_s=wall_s, transcript=self.transcript,
                            stderr_path=self.record_dir / f"stderr-{index}.log", version=self.version,
-                           resumed_from=resume_session_id)
+                           resumed_from=resume_session_id, redact=self.redact)
 
     def refusals(self) -> list[dict]:
         """The destinations the refusing proxy turned away during this run."""

@@ -76,10 +76,10 @@ class RunFiles:
 
     @property
     def transcript(self) -> Path:
-        # The harness's copy of the CLI stream (pilot.runner.TRANSCRIPT).
-        from pilot.runner import TRANSCRIPT
+        # The harness's copy of the CLI stream, outside the agent's reach.
+        from pilot.workspace import transcript_path
 
-        return self.folder / TRANSCRIPT
+        return transcript_path(self.folder)
 
 
 class StudyReader:
