@@ -279,8 +279,11 @@ def test_a0_reads_and_writes_nothing_outside_its_workspace(tmp_path, decoys):
     for tid in ("read_other", "read_own", "read_home"):
         assert "planted" not in results[tid] and "secret" not in results[tid] and "does not exist" in results[tid].lower(), results[tid]
     assert "portal_credentials.json" not in results["glob_studies"]
-    # Outside the workspace and the private /tmp nothing takes a write (the sandbox's root is read-only).
-    assert "read-only" in results["write_protocol"].lower() or "EROFS" in results["write_protocol"], results["write_protocol"]
+    # Outside the workspace and the private /tmp nothing takes a write (the sandbox's root is read-only). A checkout
+    # that itself lies under /tmp is hidden by the sandbox's private /tmp, so there the write lands in that tmpfs;
+    # either way the host's file stays as it was (checked below).
+    if not decoys["input_file"].resolve().is_relative_to("/tmp"):
+        assert "read-only" in results["write_protocol"].lower() or "EROFS" in results["write_protocol"], results["write_protocol"]
     # The design's same inputs for every arm: A0 keeps its workbook, which its Read tool cannot open (interpretations.md).
     assert "cannot read binary files" in results["read_binary"]
     assert not Path("/tmp", decoys["escape"]).exists()
