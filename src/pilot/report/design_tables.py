@@ -26,11 +26,16 @@ _FEATURE_TEXT = {
 }
 
 
+# What holds for every arm: said once in the arms table's caption, not in every row.
+SHARED_ENFORCEMENT = ("every arm runs in an allow-listed sandbox (bubblewrap; \\texttt{sandbox-exec} on macOS): only the "
+                      "workspace is writable, and no checkout, other run or host \\texttt{/tmp} exists in it; every attempt "
+                      "at something denied is audited as a deviation")
+
+
 def enforcement_text(arm: Arm) -> str:
-    """How each of the arm's limits holds, in words for the arms table."""
+    """How each of the arm's own limits holds, in words for the arms table (the shared part is ``SHARED_ENFORCEMENT``)."""
     # Mirrors pilot.agents.launch, pilot.agents.sandbox and pilot.agents.audit.
-    parts = ["allow-listed sandbox (bubblewrap; \\texttt{sandbox-exec} on macOS): only the workspace writable, "
-             "no checkout, other run or host \\texttt{/tmp} in it"]
+    parts = []
     if not arm.has_shell:
         parts.append("tool set fixed with \\texttt{-{}-tools}: no shell exists")
     absent = [name for key, name in (("libreoffice", "LibreOffice"), ("chromium", "Chromium")) if not arm.feature(key)]
@@ -42,7 +47,6 @@ def enforcement_text(arm: Arm) -> str:
         parts.append("network: its own portal and the model proxy only, as bridged sockets")
     else:
         parts.append("no network but the model proxy's socket")
-    parts.append("attempts audited as deviations")
     return "; ".join(parts)
 
 
@@ -162,7 +166,8 @@ def write_design_outputs(out_dir: Path | None = None) -> list[Path]:
         write_table(
             arms_frame(arms),
             out / "arms_table.tex",
-            caption="Treatment arms, generated from \\texttt{protocol/arms}. Every arm shares the model, brief, inputs, caps and common policy.",
+            caption="Treatment arms, generated from \\texttt{protocol/arms}. Every arm shares the model, brief, inputs, caps and "
+            "common policy; " + SHARED_ENFORCEMENT + ".",
             label="tab:arms",
             escape=False,
             column_format="".join(f">{{\\raggedright\\arraybackslash}}p{{{w}}}" for w in ("1.6cm", "1.7cm", "2.0cm", "3.0cm", "1.5cm", "3.9cm")),
