@@ -262,7 +262,8 @@ def _fsync_dir(folder: Path) -> None:
         pass  # some file systems refuse fsync on a folder; the rename itself is still atomic
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one owned by another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -276,7 +277,7 @@ def _remove_stale_partials(folder: Path) -> None:
     """Remove what interrupted creates left (their process is gone)."""
     for f in folder.glob(f"{STORE_FILE}.partial-*"):
         pid = f.name.split(".partial-", 1)[1].split("-", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             f.unlink(missing_ok=True)
 
 

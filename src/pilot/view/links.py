@@ -18,22 +18,13 @@ from typing import Any
 from urllib.parse import quote
 
 from pilot import paths
+from pilot.store import pid_alive
 
 URL_ENV = "PILOT_VIEW_URL"
 
 
 def address_file(study: str) -> Path:
     return paths.VIEW_DIR / f"{study}.json"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def viewer_url(study: str) -> str | None:
@@ -45,7 +36,7 @@ def viewer_url(study: str) -> str | None:
         data = json.loads(address_file(study).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("study") != study or not _alive(int(data.get("pid", 0) or 0)):
+    if not isinstance(data, dict) or data.get("study") != study or not pid_alive(int(data.get("pid", 0) or 0)):
         return None
     url = str(data.get("url") or "")
     return url.rstrip("/") if url.startswith("http://127.0.0.1:") else None
