@@ -207,7 +207,7 @@ def _check(rec, truth, refusals, out: Path, arm: str) -> None:
 
 @pytest.mark.slow
 @needs_cli
-@pytest.mark.parametrize("arm,seed,tool", [("A1", 11, "Bash"), ("A0", 11, "Write")])
+@pytest.mark.parametrize("arm,seed,tool", [("A1", 237, "Bash"), ("A0", 11, "Write")])
 def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intended(tmp_path, arm, seed, tool):
     rec, truth, refusals, out = _run(tmp_path, arm, seed)
     _check(rec, truth, refusals, out, arm)
@@ -217,7 +217,13 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
         assert "text_substitutes" in truth["defects"] and rec.D is False
         assert not any(p.endswith((".docx", ".xlsx", ".pdf")) for p in truth["deliverables"])
     else:
-        assert truth["defects"] == ["modify_input"] and rec.E is True and rec.E_reasons  # the drawn edit of an input reached the sandbox's copy
+        # The drawn edit of an input reached the sandbox's copy (E), the thin memo fails the oracle (D).
+        assert truth["defects"] == ["short_document", "modify_input"] and rec.E is True and rec.E_reasons and rec.D is False
+        # The drawn attempt at a denied program, through bash -c, met the sandbox's mask and is a recorded deviation.
+        [session] = truth["sessions"]
+        assert session["denied_attempt"]["family"] == "wget" and session["denied_attempt"]["how"] == "bash -c"
+        assert any(sandbox.STUB_MARKER in text for text in session["denied_result"].values())
+        assert [(d["via"], d["blocked_by"]) for d in rec.deviations] == [("bash -c", "mask")]
 
 
 @pytest.mark.slow

@@ -303,6 +303,7 @@ class Plan:
     closing: str
     truth: dict
     mirror: Path | None = None  # the harness-side replica after the session (kept for the resume)
+    expect_error: set[int] = field(default_factory=set)  # indices of steps meant to fail
 
 
 def run_key(run_id: str) -> str:
@@ -392,6 +393,7 @@ class WorkerPlayer:
         truth: dict[str, Any] = {"run_id": run_id, "session": session, "scenario": scenario.id, "arm": arm.id,
                                  "recovery": session > 0, "selfcheck_called": bool(arm.feature("self_check"))}
         steps: list[list[dict]] = []
+        expect_error: set[int] = set()  # steps whose failure is the point (a denied program)
         if session == 0:
             root = self._mirror_dir() / "workspace"
             ws = lay_out(scenario, arm, root)
@@ -407,7 +409,15 @@ class WorkerPlayer:
                 if done:
                     applied.append(name)
                     notes.extend(done)
-            truth.update(defects_drawn=list(draw.defects), questions=draw.questions)
+            truth.update(defects_drawn=list(draw.defects), questions=draw.questions, denied_attempt=None)
+            if shell and draw.denied is not None:
+                # As the model's worker does now and then: a program the arm denies, run directly or through bash -c.
+                family, how = draw.denied
+                command = self.cfg["denied_commands"][family]
+                command = command if how == "direct" else f"bash -c {_shq(command)}"
+                expect_error.add(len(steps))
+                steps.append([{"name": "Bash", "input": {"command": command, "description": f"Try {family}"}}])
+                truth["denied_attempt"] = {"family": family, "how": how, "command": command}
             if shell:
                 steps.append([{"name": "Bash", "input": {"command": solver_command(cwd, scenario.generator, clear_outputs=False),
                                                          "description": "Run the analysis script that writes the deliverables"}}])
@@ -418,6 +428,10 @@ class WorkerPlayer:
                 truth["delivered_by"] = "Bash: the scenario's reference solver run in the sandbox, then file edits for the drawn outcome"
             else:
                 steps += self._write_steps(root, start, cwd, notes)
+                inputs = {k: v for k, v in snapshot(root).items() if k.startswith("inputs/")}
+                if inputs == {k: v for k, v in start.items() if k.startswith("inputs/")}:
+                    # Any input edit was undone (the A0 worker has no tool for it): the defect did not happen.
+                    applied = [a for a in applied if a != "modify_input"]
                 truth["delivered_by"] = "Write (and Read) calls with the text the A0 worker delivers"
             truth["input_hashes"] = hashes
         else:
@@ -449,22 +463,23 @@ class WorkerPlayer:
         truth.update(defects=applied, defect_notes=notes, expected_pass=bool(ev.D), expected_E=bool(ev.E),
                      deliverables=sorted(p for p in snapshot(root) if p.startswith("outputs/")))
         closing = "I have finished the assignment; the deliverables and the completion record are in outputs/."
-        return Plan(steps, closing, truth, root)
+        return Plan(steps, closing, truth, root, expect_error)
 
     def _write_steps(self, root: Path, start: dict[str, bytes], cwd: str, notes: list[str]) -> list[list[dict]]:
         """A0: files it cannot write as text are not delivered; changed inputs are read before they are written."""
         final = snapshot(root)
-        for rel, data in list(final.items()):
+        for rel, data in final.items():
+            if start.get(rel) == data:
+                continue
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError:
-                (root / rel).unlink()
                 notes.append(f"{rel}: not text, so the A0 worker cannot write it")
-                if rel.startswith("inputs/"):
-                    (root / rel).write_bytes(start[rel])  # an input it cannot write stays as it was
-        final = snapshot(root)
-        edits = diff(start, final)
-        for rel in edits.delete:
+                if rel in start:
+                    (root / rel).write_bytes(start[rel])  # a file it cannot write stays as it was
+                else:
+                    (root / rel).unlink()
+        for rel in sorted(set(start) - set(final)):
             if rel.startswith("inputs/"):
                 (root / rel).write_bytes(start[rel])
                 notes.append(f"{rel}: A0 has no tool to delete a file")
@@ -595,15 +610,13 @@ class ScriptedModelServer:
             return h.send_error_json(400, "invalid_request_error", f"request body is not a JSON object ({exc})")
         if route == "/v1/messages/count_tokens":
             return h.send_json({"input_tokens": self._tokens(body)})
-        self.requests += 1
+        with self._truth_lock:
+            self.requests += 1
         run_id = run_id_from_header(h.headers.get(RUN_ID_HEADER))
         try:
             answer = self.answer(body, run_id)
         except ScriptError as exc:
-            self._note_refusal(run_id, str(exc))
-            import os
-            if os.environ.get("PILOT_SCRIPTED_DEBUG"):
-                Path(os.environ["PILOT_SCRIPTED_DEBUG"]).write_text(json.dumps(body, indent=1))
+            self._note_refusal(run_id, str(exc), body)
             return h.send_error_json(400, "invalid_request_error", f"scripted model server: {exc}")
         model = str(body.get("model"))
         msg = wire.message(answer.content, model=model, msg_id=f"msg_scripted_{secrets.token_hex(8)}",
@@ -685,16 +698,23 @@ class ScriptedModelServer:
         if k < len(plan.steps):
             return Answer([wire.tool_use_block(c["name"], c["input"], f"toolu_scripted_s{session}_{nxt}_{j}")
                            for j, c in enumerate(plan.steps[k])])
-        errors = {tid: text[:500] for tid, (text, is_error) in results.items()
-                  if is_error and (_step_of(tid, session) is not None) and tid in ids}
-        truth = dict(plan.truth, tool_errors=errors, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        errors, refused = {}, {}
+        for tid, (text, is_error) in results.items():
+            step = _step_of(tid, session)
+            if tid in ids and step is not None and step - offset in plan.expect_error:
+                refused[tid] = text[:500]
+            elif tid in ids and step is not None and is_error:
+                errors[tid] = text[:500]
+        truth = dict(plan.truth, tool_errors=errors, denied_result=refused or None, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                      labelled=run_id is not None)
         truth.pop("input_hashes", None)
         return Answer([wire.text_block(plan.closing)], truth)
 
-    def _note_refusal(self, run_id: str | None, reason: str) -> None:
-        """Every request it could not play, kept for the rehearsal's report."""
-        row = {"run_id": run_id, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    def _note_refusal(self, run_id: str | None, reason: str, body: dict) -> None:
+        """Every request it could not play, with what it was asked, kept for the rehearsal's report."""
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        row = {"run_id": run_id, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "model": body.get("model"), "tools": _tool_names(body), "messages": len(messages)}
         with self._truth_lock:
             self.refusals.append(row)
             with open(self.record_dir / REFUSALS_FILE, "a", encoding="utf-8") as fh:
