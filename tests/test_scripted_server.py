@@ -325,3 +325,14 @@ def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tm
     expected = sim.verdict(request, sim._rng(request))
     assert verdict.criterion_scores == expected["criterion_scores"] and verdict.accept == expected["accept"]
     assert reply.cost_usd > 0
+
+
+def test_the_drawn_denied_attempt_can_be_left_out_without_changing_the_other_draws(tmp_path):
+    from pilot.agents.scripted import WorkerPlayer
+
+    sc, arm = load_scenario(SID), protocol.arms()["A1"]
+    plans = [WorkerPlayer(237, tmp_path / str(flag), denied_attempts=flag).plan(sc, arm, f"/r/{SID}.A1.r1", 0, "/w") for flag in (True, False)]
+    with_attempt, without = plans
+    assert with_attempt.truth["denied_attempt"]["family"] == "wget" and without.truth["denied_attempt"] is None
+    assert [s[0]["input"]["description"] for s in with_attempt.steps][0] == "Try wget"
+    assert with_attempt.steps[1:] == without.steps and with_attempt.truth["defects"] == without.truth["defects"]

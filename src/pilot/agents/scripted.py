@@ -359,10 +359,11 @@ def identify_arm(policy_text: str, tools: list[str]) -> Any:
 class WorkerPlayer:
     """Builds (and caches) the plan of each worker session."""
 
-    def __init__(self, seed: int, work_dir: Path) -> None:
+    def __init__(self, seed: int, work_dir: Path, *, denied_attempts: bool = True) -> None:
         from pilot.agents import simulated
 
         self.seed = int(seed)
+        self.denied_attempts = bool(denied_attempts)
         self.work_dir = Path(work_dir)
         self.cfg = simulated.load_model()
         self._plans: dict[tuple, Plan] = {}
@@ -410,7 +411,7 @@ class WorkerPlayer:
                     applied.append(name)
                     notes.extend(done)
             truth.update(defects_drawn=list(draw.defects), questions=draw.questions, denied_attempt=None)
-            if shell and draw.denied is not None:
+            if shell and draw.denied is not None and self.denied_attempts:
                 # As the model's worker does now and then: a program the arm denies, run directly or through bash -c.
                 family, how = draw.denied
                 command = self.cfg["denied_commands"][family]
@@ -531,8 +532,10 @@ class Answer:
 class ScriptedModelServer:
     """Local Messages API that plays the worker and the judges of a rehearsal (see the module's description)."""
 
-    def __init__(self, *, seed: int, record_dir: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, *, seed: int, record_dir: Path, host: str = "127.0.0.1", port: int = 0, denied_attempts: bool = True) -> None:
         self.seed = int(seed)
+        # False leaves out the model's drawn attempts at denied programs (the other draws are unchanged).
+        self.denied_attempts = bool(denied_attempts)
         self.record_dir = Path(record_dir)
         self.api_key = f"pilot-scripted-{secrets.token_urlsafe(24)}"
         self._host, self._port = host, int(port)
@@ -552,7 +555,7 @@ class ScriptedModelServer:
         if self._server is not None:
             return self
         self.record_dir.mkdir(parents=True, exist_ok=True)
-        self.worker = WorkerPlayer(self.seed, Path(tempfile.mkdtemp(prefix="pilot-scripted-")))
+        self.worker = WorkerPlayer(self.seed, Path(tempfile.mkdtemp(prefix="pilot-scripted-")), denied_attempts=self.denied_attempts)
         server = self
 
         class Handler(wire.WireHandler):
