@@ -128,8 +128,11 @@ $(STAMPS)/agent-extra: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[agent]'
 	@mkdir -p $(STAMPS) && touch $@
 
+# The test files are spread over TEST_WORKERS processes (pytest-xdist). A file stays on one
+# worker, so its module fixtures (one LibreOffice batch, a built study) are built once.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
