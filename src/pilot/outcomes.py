@@ -29,11 +29,12 @@ import json
 import math
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pilot import protocol
+
+if TYPE_CHECKING:  # pandas loads with the run table, not in every attempt's process
+    import pandas as pd
 
 COMPLETION_STATUSES = ("completed", "partial", "abandoned")
 # A run whose every attempt failed on infrastructure: it has no outcome at all.
@@ -304,6 +305,8 @@ def run_row(
 def run_table(rows: Iterable[Mapping[str, Any]], study: protocol.Study | None = None) -> pd.DataFrame:
     """The run table from rows of :func:`run_row`, validated by :mod:`pilot.stats.runtable`."""
     from pilot.stats import runtable
+
+    import pandas as pd
 
     df = pd.DataFrame(list(rows))
     names = [c.name for c in runtable.columns(study)]
