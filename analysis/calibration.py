@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             f"vectors the primary stage draws with seed {args.resampling_seed}). Planted: the generative model as stated; "
             "null: A3's parameters set to A1's; tail: A1's completion pushed down until its acceptance is near 0\\%. Coverage: share of 95\\% "
             "percentile intervals containing the planted contrast. Rejection: share of studies with $p<0.05$ (Holm-adjusted over the three "
-            "secondary contrasts). Zero width: share of intervals of zero width. MC s.e.: Monte Carlo standard error."
+            "secondary contrasts). Zero width: share of intervals of zero width. MC s.e.: Monte Carlo standard error. The conditions share the "
+            "runs of the arms they leave unchanged, so a contrast between two such arms repeats the planted row exactly."
         ),
         label="tab:calibration", simulated=True, escape=False,
     )
