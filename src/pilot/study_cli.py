@@ -1,7 +1,7 @@
 """``pilot study``: create, run, inspect, export and amend a study.
 
 - ``pilot study create NAME [--seed N] [--nodes FILE] [--scenarios ID ...]
-  [--arms A0,A1,...|host] [--runner MODULE:FUNCTION]`` validates everything (the
+  [--arms A0,A1,...|host] [--pilot-repeats N] [--fresh] [--runner MODULE:FUNCTION]`` validates everything (the
   scenario bundles, the arms against ``protocol/arms/arms.yml``; ``host``:
   every arm of the design this host can serve, :func:`host_arms`; the nodes
   file, the run function) and then makes the store under
@@ -183,17 +183,51 @@ def check_runner(ref: str | None) -> str | None:
     return ref
 
 
+#: Backends whose studies ``create --fresh`` may delete: their runs are checks of the harness, never findings.
+DISCARDABLE_BACKENDS = frozenset(backends.AGENT_BACKENDS) - backends.REAL_BACKENDS
+
+
+def discard_study(name: str) -> bool:
+    """Delete study ``name`` if it holds no attempt on a real backend (a dry run or a rehearsal); True if there was one.
+
+    A real study is never deleted: that is refused, naming its backends.
+    """
+    import shutil
+
+    folder = paths.study_dir(name)
+    if not (folder / STORE_FILE).exists():
+        return False
+    with Store.open(folder) as old:
+        used = {r[0] for r in old.conn.execute("SELECT DISTINCT backend FROM attempts")}
+    real = sorted(used - DISCARDABLE_BACKENDS)
+    if real:
+        raise StudyError(f"{_show(folder / STORE_FILE)}: refusing to delete study {name}: it holds attempts on {', '.join(real)}")
+    shutil.rmtree(folder)
+    return True
+
+
 def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None,
-                 arms: list[str] | str | None = None, run_function: str | None = None) -> Store:
-    """Validate everything, then create the study's store with the pilot wave's seeded assignment, in one step."""
+                 arms: list[str] | str | None = None, run_function: str | None = None, fresh: bool = False,
+                 pilot_repeats: int | None = None) -> Store:
+    """Validate everything, then create the study's store with the pilot wave's seeded assignment, in one step.
+
+    ``pilot_repeats`` gives the pilot wave fewer repeats than the design's (1 to ``design.pilot_repeats``; a rehearsal uses 1).
+
+    ``fresh`` first deletes an existing study of that name that holds only dry-run or rehearsal attempts (:func:`discard_study`).
+    """
     if not _STUDY_NAME.match(name):
         raise StudyError(f"study name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
     folder = paths.study_dir(name)
+    if fresh:
+        discard_study(name)
     if (folder / STORE_FILE).exists():
         raise StudyError(f"{_show(folder / STORE_FILE)}: study {name!r} already exists; choose another name")
     study = protocol.study()
     seed = study.assignment_seed if seed is None else int(seed)
     chosen_arms = parse_arms(arms)
+    if pilot_repeats is not None and not 1 <= int(pilot_repeats) <= study.pilot_repeats:
+        raise StudyError(f"--pilot-repeats {pilot_repeats}: give 1 to {study.pilot_repeats} "
+                         f"(design.pilot_repeats in {_show(paths.STUDY_FILE)})")
     nodes_path = Path(nodes_file) if nodes_file else paths.NODES_FILE
     nodes = load_nodes(nodes_path)
     if scenarios:
@@ -202,7 +236,8 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
     if not ids:
         raise StudyError("no scenarios found: add bundles under protocol/scenarios/ or pass --scenarios ID ...")
     check_runner(run_function)
-    cells = build_cells(name, "pilot", ids, seed, study=study, arms=chosen_arms)
+    cells = build_cells(name, "pilot", ids, seed, study=study, arms=chosen_arms,
+                        repeats=None if pilot_repeats is None else list(range(1, int(pilot_repeats) + 1)))
     try:
         check_servable(cells, nodes, _requires())
     except ScheduleError as exc:
@@ -511,6 +546,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--arms", metavar="A0,A1,...", help="a subset of the design's arms (default: all), checked against protocol/arms/arms.yml; "
                    f"{HOST_ARMS!r}: every arm this host can serve")
     c.add_argument("--runner", metavar="MODULE:FUNCTION", help=f"the study's run function (default: {PIPELINE_RUN_FUNCTION})")
+    c.add_argument("--pilot-repeats", type=int, metavar="N", help="repeats of the pilot wave, fewer than the design's (a rehearsal: 1)")
+    c.add_argument("--fresh", action="store_true",
+                   help="first delete an existing study of this name if it holds only dry-run or rehearsal attempts (refused for a real study)")
     c.set_defaults(func=_cmd_create)
 
     r = ss.add_parser("run", help="run or resume a wave (exit 3: runs left waiting; 4: runs failed)")
@@ -597,7 +635,8 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 @_guarded
 def _cmd_create(args: argparse.Namespace) -> int:
-    store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios, arms=args.arms, run_function=args.runner)
+    store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios, arms=args.arms, run_function=args.runner,
+                         fresh=args.fresh, pilot_repeats=args.pilot_repeats)
     with store:
         info = store.study()
         out = {"study": info.name, "store": str(store.path), "seed": info.seed, "scenarios": len(info.scenarios),

@@ -59,6 +59,8 @@ class RunCheck:
     attempts: int
     wall_s: float | None = None
     harness_s: float | None = None
+    #: the whole attempt, judges included, from the store's start and finish
+    attempt_s: float | None = None
     cli_sessions: int = 0
     deliverables_expected: list[str] = field(default_factory=list)
     deliverables_by_tool: list[str] = field(default_factory=list)
@@ -111,7 +113,7 @@ class RehearsalReport:
         rows = []
         for arm in self.arms:
             rs = [r for r in self.runs if r.arm == arm]
-            walls = [r.wall_s for r in rs if r.wall_s is not None]
+            walls = [r.attempt_s for r in rs if r.attempt_s is not None]
             rows.append({
                 "arm": arm,
                 "runs": len(rs),
@@ -123,7 +125,7 @@ class RehearsalReport:
                 "costs_reconcile": f"{sum(r.costs_reconcile for r in rs)}/{len(rs)}",
                 "deviations": sum(r.deviations for r in rs),
                 "refusals": sum(r.refusals for r in rs),
-                "wall_s_max": round(max(walls), 1) if walls else "not recorded",
+                "attempt_s_max": round(max(walls), 1) if walls else "not recorded",
                 "findings": sum(len(r.findings) for r in rs),
             })
         return pd.DataFrame(rows)
@@ -160,7 +162,8 @@ class RehearsalReport:
                 "CLI USD": r.cli_cost_usd or "none", "metered USD": r.metered_cost_usd or "none",
                 "judges USD": r.judge_cost_usd or "none", "ledger USD": r.charged_usd or "none",
                 "deviations": r.deviations, "refusals": r.refusals,
-                "wall s": "not recorded" if r.wall_s is None else f"{r.wall_s:.1f}",
+                "agent s": "not recorded" if r.wall_s is None else f"{r.wall_s:.1f}",
+                "attempt s": "not recorded" if r.attempt_s is None else f"{r.attempt_s:.1f}",
             } for r in self.runs])) if self.runs else "(no runs)",
             "",
             f"## Findings to fix before the real study ({len(self.findings)})",
@@ -315,6 +318,7 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
         chk.findings.append(f"run: not finished (cell {row['status']}; last error: {(attempt.get('error') or 'none').splitlines()[0][:200]})")
         return chk
     chk.wall_s, chk.harness_s = rec.get("wall_s"), rec.get("harness_s")
+    chk.attempt_s = _seconds_between(attempt.get("started_at"), attempt.get("finished_at"))
     if chk.status != "completed":
         chk.findings.append(f"run: ended {chk.status} ({rec.get('censor_reason') or rec.get('agent_error') or rec.get('infra_error') or 'no reason'})")
     if rec.get("backend") != backends.REHEARSAL:
@@ -333,6 +337,8 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     except (OSError, ValueError) as exc:
         truths = {}
         chk.findings.append(f"truth: the scripted server's record cannot be read ({exc})")
+    for refusal in _server_refusals(scripted_record_dir(attempt_dir))[:5]:
+        chk.findings.append(f"scripted server: could not play a request ({str(refusal.get('reason'))[:200]})")
     truth = truth_for_attempt(truths, attempt_dir, chk.scenario, chk.arm)
     if truth is None:
         chk.findings.append(f"truth: the scripted server recorded no worker session for this run ({len(truths)} record(s))")
@@ -350,6 +356,11 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.expected_pass = truth.get("expected_pass") if truth else None
     chk.findings += check_oracle(chk.D, chk.expected_pass) if truth else []
     if truth:
+        if "expected_E" in truth and rec.get("E") is not None and bool(rec.get("E")) != bool(truth["expected_E"]):
+            chk.findings.append(f"oracle: E={int(bool(rec.get('E')))} but the scripted worker planted E={int(bool(truth['expected_E']))} "
+                                f"({'; '.join(rec.get('E_reasons') or []) or 'no reason recorded'})")
+        for tid, text in list((truth.get("tool_errors") or {}).items())[:5]:
+            chk.findings.append(f"tool call {tid} of the scripted worker failed in the sandbox: {str(text)[:200]}")
         arm = protocol.arms()[chk.arm]
         if arm.feature("self_check") and not truth.get("selfcheck_called"):
             chk.findings.append("self-check: the scripted A4 worker never called the self-check")
@@ -381,6 +392,32 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
         chk.findings.append(f"sandbox: {chk.refusals} refusal(s) of the scripted worker's allowed calls "
                             f"(e.g. {json.dumps(refused[0], default=str)[:160]})")
     return chk
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    from datetime import datetime
+
+    try:
+        return round((datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds(), 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def _server_refusals(record_dir: Path) -> list[dict]:
+    """The requests the scripted server could not play (its ``refusals.jsonl``): each a harness or script mismatch."""
+    from pilot.agents import scripted
+
+    path = Path(record_dir) / getattr(scripted, "REFUSALS_FILE", "refusals.jsonl")
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = {"reason": f"unreadable line {line[:80]!r}"}
+        out.append(row if isinstance(row, dict) else {"reason": str(row)})
+    return out
 
 
 def check_run_table(path: Path) -> list[str]:
