@@ -91,6 +91,14 @@ def test_the_run_table_is_a_real_tables_shape_labelled_rehearsal(rehearsed):
     assert runtable.data_label(back) == "REHEARSAL" and back["n_judges"].eq(3).all()
 
 
+def test_the_viewer_shows_the_rehearsal_banner(rehearsed):
+    from pilot.view.app import create_app
+
+    page = create_app(rehearsed["study_dir"]).test_client().get("/").get_data(as_text=True)
+    assert 'id="simulated-banner"' in page and "REHEARSAL: this study rehearsed the real harness" in page
+    assert "SIMULATED" not in page
+
+
 def test_the_stages_run_on_the_rehearsal_table_and_label_every_output(rehearsed, tmp_path):
     before = sorted(p.name for p in paths.TABLES_DIR.iterdir())
     out = {name: tmp_path / name for name in ("tables", "figures", "generated")}
