@@ -28,8 +28,9 @@ attempt's folder, in ``attempt-N.scripted/`` (:func:`scripted_record_dir`).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pilot import backends
 from pilot.executors.base import AttemptOutcome, CellSpec
@@ -91,18 +92,26 @@ def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir:
 
 def run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
     """The scheduler's run function: runner attempt, then (unless infra error) the judges."""
-    if backend == backends.REHEARSAL:
-        from pilot.agents.scripted import ScriptedModelServer
+    with model_upstream(backend, attempt_dir, seed) as upstream:
+        return _run_cell(cell, attempt_dir, node, backend, seed, upstream)
 
-        record = scripted_record_dir(attempt_dir)
-        if record.exists():
-            import shutil
 
-            shutil.rmtree(record)  # an earlier try of this attempt folder: its truth is not this one's
-        with ScriptedModelServer(seed=seed, record_dir=record) as server:
-            upstream = {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key}
-            return _run_cell(cell, attempt_dir, node, backend, seed, upstream)
-    return _run_cell(cell, attempt_dir, node, backend, seed, None)
+@contextmanager
+def model_upstream(backend: str, attempt_dir: Path, seed: int) -> Iterator[dict[str, str] | None]:
+    """The upstream an attempt's proxy and judges use: for a rehearsal, a scripted model server of its own
+    (address and key, stopped on exit); None for every other backend (this process's environment)."""
+    if backend != backends.REHEARSAL:
+        yield None
+        return
+    import shutil
+
+    from pilot.agents.scripted import ScriptedModelServer
+
+    record = scripted_record_dir(attempt_dir)
+    if record.exists():
+        shutil.rmtree(record)  # an earlier try of this attempt folder: its truth is not this one's
+    with ScriptedModelServer(seed=seed, record_dir=record) as server:
+        yield {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key}
 
 
 def _run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int, upstream: dict[str, str] | None) -> AttemptOutcome:
