@@ -159,8 +159,8 @@ class RehearsalReport:
                 "run": r.run_id, "status": r.status, "CLI sessions": r.cli_sessions,
                 "deliverables by tool": f"{len(r.deliverables_by_tool)}/{len(r.deliverables_expected)}",
                 "D / expected": f"{_yn(r.D)} / {_yn(r.expected_pass)}", "judges": f"{r.judges_parsed}/{r.judges_total}",
-                "CLI USD": r.cli_cost_usd or "none", "metered USD": r.metered_cost_usd or "none",
-                "judges USD": r.judge_cost_usd or "none", "ledger USD": r.charged_usd or "none",
+                "CLI USD": _usd(r.cli_cost_usd), "metered USD": _usd(r.metered_cost_usd),
+                "judges USD": _usd(r.judge_cost_usd), "ledger USD": _usd(r.charged_usd),
                 "deviations": r.deviations, "refusals": r.refusals,
                 "agent s": "not recorded" if r.wall_s is None else f"{r.wall_s:.1f}",
                 "attempt s": "not recorded" if r.attempt_s is None else f"{r.attempt_s:.1f}",
@@ -171,6 +171,12 @@ class RehearsalReport:
         ]
         lines += [f"- {f}" for f in self.findings] or ["None: every check held."]
         return "\n".join(lines) + "\n"
+
+
+def _usd(text: str | None) -> str:
+    """A dollar amount for the table, to the micro-dollar (the JSON keeps each as recorded)."""
+    d = _decimal(text)
+    return "none" if d is None else f"{d:.6f}"
 
 
 def _yn(v: bool | None) -> str:

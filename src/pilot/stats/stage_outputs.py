@@ -120,7 +120,9 @@ def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
 
 
 def _tag(df: pd.DataFrame, data: StageData) -> pd.DataFrame:
-    return df.assign(study=data.study_name)
+    """The study column of a CSV table: the study's name, led by the data's label when the name does not carry it."""
+    name = data.study_name
+    return df.assign(study=name if not data.label or data.label in name else f"{data.label} {name}")
 
 
 def figure_env(pdf: Path, path: Path, *, caption: str, label: str, simulated: bool | str, width: str = "0.8\\linewidth") -> Path:
