@@ -230,3 +230,92 @@ def test_a4_self_check_fails_and_the_recovery_session_repairs(tmp_path):
     assert second["recovery"] and second["repaired"] and truth["expected_pass"] is True
     assert rec.selfcheck_first is False and rec.recovery_used and rec.selfcheck_final is True and rec.D is True
     assert len(rec.sessions) == 2 and rec.recovery_cost_usd is not None
+
+
+# ----------------------------------------------------------------- the judges
+
+
+VARIANTS = {"gold": [], "a0": ["text_substitutes", "missing"], "defective": ["error_values", "short_document", "invalid_record"]}
+
+
+def _package_variants(tmp_path: Path, sid: str, names=tuple(VARIANTS)):
+    """(name, outputs folder) of a scenario's reference package, its A0 text version and a defective one."""
+    import numpy as np
+
+    from pilot.agents import simulated
+
+    sc = load_scenario(sid)
+    for name in names:
+        defects = VARIANTS[name]
+        ws = tmp_path / sid / name
+        shutil.copytree(sc.inputs_dir, ws / "inputs")
+        simulated.write_gold(sc, ws)
+        simulated.apply_model_defects(sc, ws, defects, np.random.default_rng(1))
+        yield name, ws / "outputs"
+
+
+@pytest.mark.parametrize("sid,variants", [("LEGAL-01", tuple(VARIANTS)), ("ACC-01", ("gold", "defective"))])
+def test_the_judge_prompt_read_back_shows_what_the_rendering_showed(tmp_path, sid, variants):
+    """Against the rendering itself: every file's status and the SIMULATED judge's quality of it agree."""
+    from pilot.judges.prompt import prompt_for_run
+    from pilot.judges.prompt_readback import read_back
+    from pilot.judges.simulated import deliverable_quality, load_config
+
+    q = load_config().raw["quality"]
+    for name, outputs in _package_variants(tmp_path, sid, variants):
+        jp = prompt_for_run(load_scenario(sid), outputs)
+        scenario, criteria, package = read_back(jp.text)
+        assert scenario.id == sid and [c.id for c in criteria] == [c.id for c in jp.criteria]
+        want = [(d.requested, d.status, round(deliverable_quality(d, q), 9)) for d in jp.package.deliverables]
+        got = [(d.requested, d.status, round(deliverable_quality(d, q), 9)) for d in package.deliverables]
+        assert got == want, name
+
+
+def _judge_body(prompt: str, model: str) -> dict:
+    return {"model": model, "max_tokens": 32000, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}]}
+
+
+def test_judges_sharing_a_model_are_told_apart_by_call_order(server, tmp_path):
+    from pilot.judges.prompt import prompt_for_run
+    from pilot.judges.schema import parse_verdict
+
+    _, outputs = next(_package_variants(tmp_path, SID))
+    jp = prompt_for_run(load_scenario(SID), outputs)
+    grades = []
+    for model in ("claude-sonnet-5-5", "claude-sonnet-5-5", "claude-opus-5-5"):
+        status, _, data = _post(server, "/v1/messages", _judge_body(jp.text, model), server.api_key)
+        assert status == 200
+        grades.append(parse_verdict(json.loads(data)["content"][0]["text"], jp.criteria))
+    rows = [json.loads(x) for x in (server.record_dir / "judges.jsonl").read_text().splitlines()]
+    assert [r["judge"] for r in rows] == ["J2", "J3", "J1"]
+    assert all(g.rationale.startswith("Scripted judge") for g in grades)
+    status, _, data = _post(server, "/v1/messages", _judge_body(jp.text, "claude-fable-5-1"), server.api_key)
+    assert status == 400 and "no member of the study's panel" in json.loads(data)["error"]["message"]
+
+
+@pytest.mark.slow
+@needs_cli
+def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tmp_path, monkeypatch):
+    """The real judge backend (the pinned CLI) asks the server; the grade parses and is the one the
+    SIMULATED judge gives the real rendering under the same draw."""
+    from pilot.agents.scripted import _digest
+    from pilot.judges.backend import JudgeRequest
+    from pilot.judges.claude_judge import ClaudeCodeJudge
+    from pilot.judges.prompt import prompt_for_run
+    from pilot.judges.schema import parse_verdict
+    from pilot.judges.simulated import SimulatedJudge
+
+    [(_, outputs)] = _package_variants(tmp_path, SID, ("defective",))
+    jp = prompt_for_run(load_scenario(SID), outputs)
+    request = JudgeRequest(judge_id="J1", model="claude-opus-5-5", draw=1, attempt=0, prompt=jp.text, criteria=jp.criteria,
+                           package=jp.package, seed=_digest(jp.text + "\0J1") % 2**63)
+    with ScriptedModelServer(seed=1, record_dir=tmp_path / "scripted") as srv:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", srv.api_key)
+        reply = ClaudeCodeJudge(CLI).complete(request)
+    assert reply.error is None, reply.error
+    verdict = parse_verdict(reply.text, jp.criteria)
+    sim = SimulatedJudge()
+    expected = sim.verdict(request, sim._rng(request))
+    assert verdict.criterion_scores == expected["criterion_scores"] and verdict.accept == expected["accept"]
+    assert reply.cost_usd > 0

@@ -70,6 +70,8 @@ from pilot.agents import messages_wire as wire
 from pilot.agents.model_proxy import RUN_ID_HEADER, run_id_from_header
 
 TRUTH_FILE = "truth.jsonl"
+#: The grades the scripted judge gave, one JSON line each.
+JUDGES_FILE = "judges.jsonl"
 #: The requests the server could not play (each answered with a 400), one JSON line each.
 REFUSALS_FILE = "refusals.jsonl"
 #: Bytes of request per input token, for the usage the server reports (about a token per four characters of English).
@@ -711,7 +713,48 @@ class ScriptedModelServer:
     # -- the judges -------------------------------------------------------------
 
     def _judge(self, body: dict, prompt: str) -> Answer:
-        raise ScriptError("judge sessions are not played yet")
+        """A grade from the SIMULATED judges' model, of the package as the prompt shows it.
+
+        The panel member is told by the model asked for; where two members
+        share a model (J2 and J3), the first call with a prompt is the first
+        of them, the next call with the same prompt the next one.
+        """
+        from pilot.judges.backend import JudgeRequest
+        from pilot.judges.prompt_readback import PromptNotUnderstood, read_back
+        from pilot.judges.schema import RATIONALE_MAX_CHARS, VerdictError, parse_verdict
+        from pilot.judges.simulated import SimulatedJudge
+
+        try:
+            scenario, criteria, package = read_back(prompt)
+        except PromptNotUnderstood as exc:
+            raise ScriptError(f"judge prompt: {exc}") from None
+        model = str(body.get("model"))
+        members = [j for j in protocol.study()["judges"]["panel"] if j["model"] == model]
+        if not members:
+            raise ScriptError(f"a judge session for model {model!r}, which no member of the study's panel uses")
+        key = (hashlib.sha256(prompt.encode("utf-8")).hexdigest(), model)
+        with self._truth_lock:
+            n = self._judge_seen.get(key, 0)
+            self._judge_seen[key] = n + 1
+        member = members[n % len(members)]
+        request = JudgeRequest(judge_id=str(member["id"]), model=model, draw=int(member["draw"]), attempt=n // len(members),
+                               prompt=prompt, criteria=criteria, package=package, seed=_digest(prompt + "\0" + str(member["id"])) % 2**63)
+        judge = SimulatedJudge()
+        verdict = judge.verdict(request, judge._rng(request))
+        verdict["rationale"] = ("Scripted judge (the simulated judges' model): " + verdict["rationale"].removeprefix("SIMULATED judge: "))[:RATIONALE_MAX_CHARS]
+        text = json.dumps(verdict)
+        try:
+            parse_verdict(text, criteria)
+        except VerdictError as exc:  # never answer what the panel would refuse
+            raise ScriptError(f"the drawn grade fails the judges' schema: {exc}") from None
+        self._note_judge({"scenario": scenario.id, "judge": member["id"], "model": model, "call": n, "accept": verdict["accept"],
+                          "scores": verdict["criterion_scores"], "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        return Answer([wire.text_block(text)])
+
+    def _note_judge(self, row: dict) -> None:
+        with self._truth_lock:
+            with open(self.record_dir / JUDGES_FILE, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
 def read_truth(record_dir: Path) -> dict[str, dict]:
