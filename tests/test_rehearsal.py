@@ -28,7 +28,10 @@ from pilot.store import STORE_FILE
 from real_cli_support import real_cli
 
 SID = "LEGAL-01"
-ARMS = ["A0", "A4"]  # the text-substitute path (Write calls) and the shell path with the self-check
+# The text-substitute path (Write calls) and the shell path; at the design's seed the scripted A1 worker
+# draws the generative model's attempt at a denied program (qlmanage through bash -c), which the sandbox
+# must stop and the audit record as exactly that one deviation.
+ARMS = ["A0", "A1"]
 NAME = "rehearsal-e2e"
 
 pytestmark = pytest.mark.slow
@@ -70,6 +73,8 @@ def test_every_run_goes_through_the_real_harness_and_the_report_finds_nothing(re
         assert r.judges_parsed == r.judges_total == 3
         assert Decimal_positive(r.metered_cost_usd) and Decimal_positive(r.judge_cost_usd)
         assert r.charged_usd is not None and r.attempt_s is not None
+    a1 = next(r for r in report.runs if r.arm == "A1")
+    assert a1.planted_deviations == a1.deviations == 1  # the planted attempt, recorded as planted (else a finding above)
     by_arm = report.summary.set_index("arm")
     assert list(by_arm.index) == ARMS and (by_arm["judges_parsed"] == "3/3").all()
     md = rehearsed["written"]["report.md"].read_text()

@@ -83,3 +83,23 @@ def test_a_rehearsal_table_is_labelled_rehearsal_wherever_its_numbers_appear(tmp
     assert "\\textbf{REHEARSAL.} Cap." in tex.read_text()
     report = rehearsal.RehearsalReport(study="r", arms=["A1"], host_arms=["A1"], runs=[], study_findings=["study: no run was assigned"])
     assert report.to_markdown().startswith("# REHEARSAL:") and report.to_dict()["label"] == "REHEARSAL" and not report.ok
+
+
+def test_deviations_must_be_exactly_the_planted_attempts():
+    sessions = [{"denied_attempt": {"family": "wget", "how": "bash -c", "command": "bash -c 'wget x'"}}, {"denied_attempt": None}]
+    planted = rehearsal.planted_deviations(sessions)
+    assert planted == [("wget", "bash -c", "mask")]
+    recorded = [{"family": "wget", "via": "bash -c", "blocked_by": "mask"}]
+    assert rehearsal.check_deviations(planted, recorded, cli_denials=0, network_refusals=0) == []
+    # the planted attempt missed by the audit, or recorded as stopped by something else
+    assert "not recorded" in rehearsal.check_deviations(planted, [], 0, 0)[0]
+    wrong = rehearsal.check_deviations(planted, [{"family": "wget", "via": "bash -c", "blocked_by": "not_blocked"}], 0, 0)
+    assert len(wrong) == 2 and "planted no such attempt" in wrong[0]
+    # a deviation or a refusal of a worker that planted nothing
+    assert rehearsal.check_deviations([], recorded, 0, 0)
+    assert rehearsal.check_deviations([], [], 1, 0) and rehearsal.check_deviations([], [], 0, 1)
+    # a direct attempt is refused by the CLI's deny rule: exactly one permission denial
+    direct = rehearsal.planted_deviations([{"denied_attempt": {"family": "curl", "how": "direct"}}])
+    assert direct == [("curl", "command", "cli_rule")]
+    rec = [{"family": "curl", "via": "command", "blocked_by": "cli_rule"}]
+    assert rehearsal.check_deviations(direct, rec, 1, 0) == [] and rehearsal.check_deviations(direct, rec, 0, 0)

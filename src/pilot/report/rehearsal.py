@@ -21,8 +21,12 @@ truth and against the harness's own records:
   2 % of the metered cost, :func:`pilot.agents.model_proxy.cost_tolerance`),
   and the ledger's charge equal to the metered cost plus the judges' to the
   micro-dollar;
-- no deviation and no sandbox refusal (the scripted worker only makes its
-  arm's allowed calls, so either is the harness misreading it);
+- the deviations are exactly the ones the scripted worker planted (the
+  generative model's drawn attempt at a denied program: one deviation of
+  that family, through ``bash -c`` stopped by the sandbox's mask, or
+  direct stopped by the CLI's deny rule with one permission denial), and
+  nothing else was refused (no other CLI denial, no network refusal);
+- a worker that used the portal left requests in the portal's access log;
 - every arm this host serves is in the study, and the exported run table has
   the real table's columns and passes the same validation.
 
@@ -73,6 +77,8 @@ class RunCheck:
     judge_cost_usd: str | None = None
     charged_usd: str | None = None
     deviations: int = 0
+    #: attempts at denied programs the scripted worker planted (each must be recorded as exactly one deviation)
+    planted_deviations: int = 0
     refusals: int = 0
     findings: list[str] = field(default_factory=list)
 
@@ -123,7 +129,7 @@ class RehearsalReport:
                 "oracle_agrees": f"{sum(r.oracle_agrees for r in rs)}/{len(rs)}",
                 "judges_parsed": f"{sum(r.judges_parsed for r in rs)}/{sum(r.judges_total for r in rs)}",
                 "costs_reconcile": f"{sum(r.costs_reconcile for r in rs)}/{len(rs)}",
-                "deviations": sum(r.deviations for r in rs),
+                "deviations": f"{sum(r.deviations for r in rs)} (planted {sum(r.planted_deviations for r in rs)})",
                 "refusals": sum(r.refusals for r in rs),
                 "attempt_s_max": round(max(walls), 1) if walls else "not recorded",
                 "findings": sum(len(r.findings) for r in rs),
@@ -161,7 +167,7 @@ class RehearsalReport:
                 "D / expected": f"{_yn(r.D)} / {_yn(r.expected_pass)}", "judges": f"{r.judges_parsed}/{r.judges_total}",
                 "CLI USD": _usd(r.cli_cost_usd), "metered USD": _usd(r.metered_cost_usd),
                 "judges USD": _usd(r.judge_cost_usd), "ledger USD": _usd(r.charged_usd),
-                "deviations": r.deviations, "refusals": r.refusals,
+                "deviations / planted": f"{r.deviations}/{r.planted_deviations}", "refusals": r.refusals,
                 "agent s": "not recorded" if r.wall_s is None else f"{r.wall_s:.1f}",
                 "attempt s": "not recorded" if r.attempt_s is None else f"{r.attempt_s:.1f}",
             } for r in self.runs])) if self.runs else "(no runs)",
@@ -294,6 +300,45 @@ def deliverables_by_tool(expected: Iterable[str], workspace: Path, tool_calls: I
     return ok, out
 
 
+#: How the harness must record a planted attempt at a denied program, by how the scripted worker made it.
+PLANTED_ROUTES = {"bash -c": ("bash -c", "mask"), "direct": ("command", "cli_rule")}
+
+
+def planted_deviations(sessions: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(family, via, blocked_by) of every attempt at a denied program the scripted worker planted in these sessions."""
+    out = []
+    for s in sessions:
+        d = s.get("denied_attempt")
+        if d:
+            via, blocked = PLANTED_ROUTES.get(str(d.get("how")), (f"unknown route {d.get('how')!r}", "?"))
+            out.append((str(d.get("family")), via, blocked))
+    return out
+
+
+def check_deviations(planted: list[tuple[str, str, str]], deviations: Iterable[Mapping[str, Any]], cli_denials: int,
+                     network_refusals: int) -> list[str]:
+    """Findings where the recorded deviations and refusals are not exactly the planted ones.
+
+    A planted direct attempt is refused by the CLI's deny rule: one permission denial each; any other denial or
+    any network refusal is the harness refusing what the scripted worker may do.
+    """
+    from collections import Counter
+
+    got = Counter((str(d.get("family")), str(d.get("via")), str(d.get("blocked_by"))) for d in deviations)
+    want = Counter(planted)
+    out = []
+    for key in sorted((got - want).elements()):
+        out.append(f"deviation: {key[0]} via {key[1]} (blocked by {key[2]}) recorded, but the scripted worker planted no such attempt")
+    for key in sorted((want - got).elements()):
+        out.append(f"deviation: the planted attempt at {key[0]} (via {key[1]}, to be blocked by {key[2]}) is not recorded as such")
+    direct = sum(1 for p in planted if p[2] == "cli_rule")
+    if cli_denials != direct:
+        out.append(f"sandbox: {cli_denials} CLI permission denial(s), the scripted worker planted {direct} direct attempt(s)")
+    if network_refusals:
+        out.append(f"sandbox: {network_refusals} network refusal(s) of a worker that made no network attempt")
+    return out
+
+
 def truth_for_attempt(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path, scenario: str, arm: str) -> Mapping[str, Any] | None:
     """The scripted worker's record of this attempt: by run id (the proxy's label, the attempt's folder), else the one
     agent record of this scenario and arm."""
@@ -361,12 +406,20 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.D = rec.get("D")
     chk.expected_pass = truth.get("expected_pass") if truth else None
     chk.findings += check_oracle(chk.D, chk.expected_pass) if truth else []
+    sessions = list(truth.get("sessions") or [])
     if truth:
-        if "expected_E" in truth and rec.get("E") is not None and bool(rec.get("E")) != bool(truth["expected_E"]):
-            chk.findings.append(f"oracle: E={int(bool(rec.get('E')))} but the scripted worker planted E={int(bool(truth['expected_E']))} "
+        planted_E = sessions[-1].get("expected_E") if sessions else None
+        if planted_E is not None and rec.get("E") is not None and bool(rec.get("E")) != bool(planted_E):
+            chk.findings.append(f"oracle: E={int(bool(rec.get('E')))} but the scripted worker planted E={int(bool(planted_E))} "
                                 f"({'; '.join(rec.get('E_reasons') or []) or 'no reason recorded'})")
-        for tid, text in list((truth.get("tool_errors") or {}).items())[:5]:
+        errors = [(tid, text) for s in sessions for tid, text in (s.get("tool_errors") or {}).items()]
+        for tid, text in errors[:5]:
             chk.findings.append(f"tool call {tid} of the scripted worker failed in the sandbox: {str(text)[:200]}")
+        if any(s.get("portal_used") for s in sessions):
+            use = ((rec.get("portal") or {}).get("use") or {})
+            if not rec.get("portal_requests") or not use.get("sign_in"):
+                chk.findings.append(f"portal: the scripted worker used the portal, but its access log shows "
+                                    f"{rec.get('portal_requests') or 0} request(s) and {use.get('sign_in') or 0} sign-in(s)")
         arm = protocol.arms()[chk.arm]
         if arm.feature("self_check") and not truth.get("selfcheck_called"):
             chk.findings.append("self-check: the scripted A4 worker never called the self-check")
@@ -389,14 +442,12 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     if judge_cost is not None and chk.judges_parsed and not _decimal(judge_cost):
         chk.findings.append("cost: the judges ran but their cost was recorded as 0 USD")
 
-    chk.deviations = len(rec.get("deviations") or [])
-    refused = list(summary.permission_denied) + network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG)
-    chk.refusals = len(refused)
-    for d in (rec.get("deviations") or [])[:5]:
-        chk.findings.append(f"deviation: {d.get('kind')} {d.get('family') or d.get('tool')} ({str(d.get('command'))[:120]})")
-    if chk.refusals:
-        chk.findings.append(f"sandbox: {chk.refusals} refusal(s) of the scripted worker's allowed calls "
-                            f"(e.g. {json.dumps(refused[0], default=str)[:160]})")
+    deviations = rec.get("deviations") or []
+    planted = planted_deviations(sessions)
+    network_refused = network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG)
+    chk.deviations, chk.planted_deviations = len(deviations), len(planted)
+    chk.refusals = len(summary.permission_denied) + len(network_refused)
+    chk.findings += check_deviations(planted, deviations, len(summary.permission_denied), len(network_refused))
     return chk
 
 
