@@ -207,7 +207,7 @@ def _check(rec, truth, refusals, out: Path, arm: str) -> None:
 
 @pytest.mark.slow
 @needs_cli
-@pytest.mark.parametrize("arm,seed,tool", [("A1", 11, "Bash"), ("A0", 11, "Write")])
+@pytest.mark.parametrize("arm,seed,tool", [("A1", 237, "Bash"), ("A0", 11, "Write")])
 def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intended(tmp_path, arm, seed, tool):
     rec, truth, refusals, out = _run(tmp_path, arm, seed)
     _check(rec, truth, refusals, out, arm)
@@ -217,7 +217,13 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
         assert "text_substitutes" in truth["defects"] and rec.D is False
         assert not any(p.endswith((".docx", ".xlsx", ".pdf")) for p in truth["deliverables"])
     else:
-        assert truth["defects"] == ["modify_input"] and rec.E is True and rec.E_reasons  # the drawn edit of an input reached the sandbox's copy
+        # The drawn edit of an input reached the sandbox's copy (E), the thin memo fails the oracle (D).
+        assert truth["defects"] == ["short_document", "modify_input"] and rec.E is True and rec.E_reasons and rec.D is False
+        # The drawn attempt at a denied program, through bash -c, met the sandbox's mask and is a recorded deviation.
+        [session] = truth["sessions"]
+        assert session["denied_attempt"]["family"] == "wget" and session["denied_attempt"]["how"] == "bash -c"
+        assert any(sandbox.STUB_MARKER in text for text in session["denied_result"].values())
+        assert [(d["via"], d["blocked_by"]) for d in rec.deviations] == [("bash -c", "mask")]
 
 
 @pytest.mark.slow
@@ -319,3 +325,34 @@ def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tm
     expected = sim.verdict(request, sim._rng(request))
     assert verdict.criterion_scores == expected["criterion_scores"] and verdict.accept == expected["accept"]
     assert reply.cost_usd > 0
+
+
+def test_the_drawn_denied_attempt_can_be_left_out_without_changing_the_other_draws(tmp_path):
+    from pilot.agents.scripted import WorkerPlayer
+
+    sc, arm = load_scenario(SID), protocol.arms()["A1"]
+    plans = [WorkerPlayer(237, tmp_path / str(flag), denied_attempts=flag).plan(sc, arm, f"/r/{SID}.A1.r1", 0, "/w") for flag in (True, False)]
+    with_attempt, without = plans
+    assert with_attempt.truth["denied_attempt"]["family"] == "wget" and without.truth["denied_attempt"] is None
+    assert [s[0]["input"]["description"] for s in with_attempt.steps][0] == "Try wget"
+    assert with_attempt.steps[1:] == without.steps and with_attempt.truth["defects"] == without.truth["defects"]
+
+
+def test_the_shipped_portal_client_signs_in_and_fetches_as_the_models_worker_does(tmp_path):
+    """A3's portal step against a real portal instance: the access log shows the worker's use of it."""
+    from pilot.agents.scripted import portal_command
+    from pilot.portal import start_instance
+    from pilot.portal.access_log import summarise_access_log
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with start_instance("ACC-01", tmp_path / "run") as portal:
+        portal.write_credentials(ws)
+        cmd = portal_command(str(ws)).replace("python3 -", "python3 -I -", 1)
+        out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                             env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+        use = summarise_access_log(portal.access_log_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("downloaded") == 2 and "from pilot.portal.credentials" not in cmd.split("SOURCES")[0]
+    assert use["sign_in"] == 1 and use["download"] == 2 and use["sign_out"] == 1
+    assert sorted(p.name for p in ws.iterdir()) == ["portal_credentials.json"]  # nothing lands in the workspace

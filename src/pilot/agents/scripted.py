@@ -12,7 +12,9 @@ played from the message history alone, one step per request:
 
 1. read ``BRIEF.md`` and ``POLICY.md`` (the brief names the scenario, the
    policy the arm; the tools offered must be the arm's);
-2. shell arms: one Bash call that runs the scenario's reference solver
+2. shell arms: the model's drawn attempt at a denied program, if any; on an
+   arm with the portal, for a scenario that uses it, a sign-in and two
+   downloads with the portal's client (shipped as source); then one Bash call that runs the scenario's reference solver
    inside the sandbox with the worker's own Python (the solver's source and
    the helpers it imports are shipped in the command), then one Bash call
    that turns the solver's files into the drawn outcome; A0: Write calls
@@ -140,19 +142,19 @@ def _stub_source(module: str, names: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def solver_sources(generator: str) -> dict[str, str]:
-    """relative path -> source of the scenario module ``generator`` and every ``pilot`` module it imports.
+def shipped_sources(*entries: str) -> dict[str, str]:
+    """relative path -> source of the modules ``entries`` and every ``pilot`` module they import.
 
     Modules in :data:`STUBBED_MODULES` are reduced to the constants imported
     from them; package ``__init__`` files are empty, so nothing else of the
     harness comes along.
     """
-    start = f"pilot.scenarios.library.{generator}"
-    if _module_file(start) is None:
-        raise ScriptError(f"no scenario module {start}")
+    for start in entries:
+        if _module_file(start) is None:
+            raise ScriptError(f"no module {start} to ship")
     wanted: dict[str, set[str]] = {}
     seen: set[str] = set()
-    queue = [start]
+    queue = list(entries)
     sources: dict[str, str] = {}
     while queue:
         mod = queue.pop()
@@ -186,29 +188,58 @@ def solver_sources(generator: str) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def solver_command(cwd: str, generator: str, *, clear_outputs: bool) -> str:
-    """The Bash command that runs the reference solver in ``cwd`` with the sandbox's python3."""
-    files = solver_sources(generator)
+def solver_sources(generator: str) -> dict[str, str]:
+    """The scenario module ``generator`` and what it imports, as :func:`shipped_sources` gives them."""
+    return shipped_sources(f"pilot.scenarios.library.{generator}")
+
+
+def _shipped_script(cwd: str, files: dict[str, str], lines: list[str]) -> str:
+    """A Bash command running ``lines`` of Python in ``cwd`` with the sandbox's python3, ``files`` importable."""
     body = "\n".join([
         "import shutil, sys, tempfile",
         "from pathlib import Path",
         f"SOURCES = {files!r}",
-        "pkg = Path(tempfile.mkdtemp(prefix='solver-'))",
+        "pkg = Path(tempfile.mkdtemp(prefix='shipped-'))",
         "for rel, text in SOURCES.items():",
         "    (pkg / rel).parent.mkdir(parents=True, exist_ok=True)",
         "    (pkg / rel).write_text(text, encoding='utf-8')",
         "sys.path.insert(0, str(pkg))",
         "import pilot",
         "assert Path(pilot.__file__).parent == pkg / 'pilot', pilot.__file__  # the shipped copy, nothing else",
+        "try:",
+        *[f"    {ln}" for ln in lines],
+        "finally:",
+        "    shutil.rmtree(pkg, ignore_errors=True)",
+    ])
+    return f"cd {_shq(cwd)} && python3 - <<'{HEREDOC}'\n{body}\n{HEREDOC}"
+
+
+def solver_command(cwd: str, generator: str, *, clear_outputs: bool) -> str:
+    """The Bash command that runs the reference solver in ``cwd`` with the sandbox's python3."""
+    return _shipped_script(cwd, solver_sources(generator), [
         f"from pilot.scenarios.library.{generator} import solve",
         "out = Path('outputs')",
         *(["shutil.rmtree(out, ignore_errors=True)"] if clear_outputs else []),
         "out.mkdir(exist_ok=True)",
         "for p in solve(Path('inputs'), out):",
         "    print('wrote', Path(p).as_posix())",
-        "shutil.rmtree(pkg, ignore_errors=True)",
     ])
-    return f"cd {_shq(cwd)} && python3 - <<'{HEREDOC}'\n{body}\n{HEREDOC}"
+
+
+def portal_command(cwd: str) -> str:
+    """The Bash command that signs in to the run's portal and fetches its first document and record set, as the
+    model's worker does (into a scratch folder outside the workspace)."""
+    return _shipped_script(cwd, shipped_sources("pilot.portal.client"), [
+        "from pilot.portal.client import PortalClient",
+        "dest = Path(tempfile.mkdtemp(prefix='portal-'))",
+        "client = PortalClient.from_workspace(Path('.'))",
+        "client.sign_in()",
+        "for doc in client.list_documents()[:1]:",
+        "    print('downloaded', client.download(doc['name'], dest).name)",
+        "for rec in client.list_records()[:1]:",
+        "    print('downloaded', client.download_record(rec['id'], 'csv', dest).name)",
+        "client.sign_out()",
+    ])
 
 
 def _shq(s: str) -> str:
@@ -303,6 +334,7 @@ class Plan:
     closing: str
     truth: dict
     mirror: Path | None = None  # the harness-side replica after the session (kept for the resume)
+    expect_error: set[int] = field(default_factory=set)  # indices of steps meant to fail
 
 
 def run_key(run_id: str) -> str:
@@ -358,10 +390,11 @@ def identify_arm(policy_text: str, tools: list[str]) -> Any:
 class WorkerPlayer:
     """Builds (and caches) the plan of each worker session."""
 
-    def __init__(self, seed: int, work_dir: Path) -> None:
+    def __init__(self, seed: int, work_dir: Path, *, denied_attempts: bool = True) -> None:
         from pilot.agents import simulated
 
         self.seed = int(seed)
+        self.denied_attempts = bool(denied_attempts)
         self.work_dir = Path(work_dir)
         self.cfg = simulated.load_model()
         self._plans: dict[tuple, Plan] = {}
@@ -392,6 +425,7 @@ class WorkerPlayer:
         truth: dict[str, Any] = {"run_id": run_id, "session": session, "scenario": scenario.id, "arm": arm.id,
                                  "recovery": session > 0, "selfcheck_called": bool(arm.feature("self_check"))}
         steps: list[list[dict]] = []
+        expect_error: set[int] = set()  # steps whose failure is the point (a denied program)
         if session == 0:
             root = self._mirror_dir() / "workspace"
             ws = lay_out(scenario, arm, root)
@@ -407,7 +441,18 @@ class WorkerPlayer:
                 if done:
                     applied.append(name)
                     notes.extend(done)
-            truth.update(defects_drawn=list(draw.defects), questions=draw.questions)
+            truth.update(defects_drawn=list(draw.defects), questions=draw.questions, denied_attempt=None)
+            if shell and draw.denied is not None and self.denied_attempts:
+                # As the model's worker does now and then: a program the arm denies, run directly or through bash -c.
+                family, how = draw.denied
+                command = self.cfg["denied_commands"][family]
+                command = command if how == "direct" else f"bash -c {_shq(command)}"
+                expect_error.add(len(steps))
+                steps.append([{"name": "Bash", "input": {"command": command, "description": f"Try {family}"}}])
+                truth["denied_attempt"] = {"family": family, "how": how, "command": command}
+            truth["portal_used"] = bool(shell and arm.feature("portal") and getattr(scenario, "uses_portal", False))
+            if truth["portal_used"]:
+                steps.append([{"name": "Bash", "input": {"command": portal_command(cwd), "description": "Fetch from the records portal"}}])
             if shell:
                 steps.append([{"name": "Bash", "input": {"command": solver_command(cwd, scenario.generator, clear_outputs=False),
                                                          "description": "Run the analysis script that writes the deliverables"}}])
@@ -418,6 +463,10 @@ class WorkerPlayer:
                 truth["delivered_by"] = "Bash: the scenario's reference solver run in the sandbox, then file edits for the drawn outcome"
             else:
                 steps += self._write_steps(root, start, cwd, notes)
+                inputs = {k: v for k, v in snapshot(root).items() if k.startswith("inputs/")}
+                if inputs == {k: v for k, v in start.items() if k.startswith("inputs/")}:
+                    # Any input edit was undone (the A0 worker has no tool for it): the defect did not happen.
+                    applied = [a for a in applied if a != "modify_input"]
                 truth["delivered_by"] = "Write (and Read) calls with the text the A0 worker delivers"
             truth["input_hashes"] = hashes
         else:
@@ -449,22 +498,23 @@ class WorkerPlayer:
         truth.update(defects=applied, defect_notes=notes, expected_pass=bool(ev.D), expected_E=bool(ev.E),
                      deliverables=sorted(p for p in snapshot(root) if p.startswith("outputs/")))
         closing = "I have finished the assignment; the deliverables and the completion record are in outputs/."
-        return Plan(steps, closing, truth, root)
+        return Plan(steps, closing, truth, root, expect_error)
 
     def _write_steps(self, root: Path, start: dict[str, bytes], cwd: str, notes: list[str]) -> list[list[dict]]:
         """A0: files it cannot write as text are not delivered; changed inputs are read before they are written."""
         final = snapshot(root)
-        for rel, data in list(final.items()):
+        for rel, data in final.items():
+            if start.get(rel) == data:
+                continue
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError:
-                (root / rel).unlink()
                 notes.append(f"{rel}: not text, so the A0 worker cannot write it")
-                if rel.startswith("inputs/"):
-                    (root / rel).write_bytes(start[rel])  # an input it cannot write stays as it was
-        final = snapshot(root)
-        edits = diff(start, final)
-        for rel in edits.delete:
+                if rel in start:
+                    (root / rel).write_bytes(start[rel])  # a file it cannot write stays as it was
+                else:
+                    (root / rel).unlink()
+        for rel in sorted(set(start) - set(final)):
             if rel.startswith("inputs/"):
                 (root / rel).write_bytes(start[rel])
                 notes.append(f"{rel}: A0 has no tool to delete a file")
@@ -516,8 +566,10 @@ class Answer:
 class ScriptedModelServer:
     """Local Messages API that plays the worker and the judges of a rehearsal (see the module's description)."""
 
-    def __init__(self, *, seed: int, record_dir: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, *, seed: int, record_dir: Path, host: str = "127.0.0.1", port: int = 0, denied_attempts: bool = True) -> None:
         self.seed = int(seed)
+        # False leaves out the model's drawn attempts at denied programs (the other draws are unchanged).
+        self.denied_attempts = bool(denied_attempts)
         self.record_dir = Path(record_dir)
         self.api_key = f"pilot-scripted-{secrets.token_urlsafe(24)}"
         self._host, self._port = host, int(port)
@@ -537,7 +589,7 @@ class ScriptedModelServer:
         if self._server is not None:
             return self
         self.record_dir.mkdir(parents=True, exist_ok=True)
-        self.worker = WorkerPlayer(self.seed, Path(tempfile.mkdtemp(prefix="pilot-scripted-")))
+        self.worker = WorkerPlayer(self.seed, Path(tempfile.mkdtemp(prefix="pilot-scripted-")), denied_attempts=self.denied_attempts)
         server = self
 
         class Handler(wire.WireHandler):
@@ -595,15 +647,13 @@ class ScriptedModelServer:
             return h.send_error_json(400, "invalid_request_error", f"request body is not a JSON object ({exc})")
         if route == "/v1/messages/count_tokens":
             return h.send_json({"input_tokens": self._tokens(body)})
-        self.requests += 1
+        with self._truth_lock:
+            self.requests += 1
         run_id = run_id_from_header(h.headers.get(RUN_ID_HEADER))
         try:
             answer = self.answer(body, run_id)
         except ScriptError as exc:
-            self._note_refusal(run_id, str(exc))
-            import os
-            if os.environ.get("PILOT_SCRIPTED_DEBUG"):
-                Path(os.environ["PILOT_SCRIPTED_DEBUG"]).write_text(json.dumps(body, indent=1))
+            self._note_refusal(run_id, str(exc), body)
             return h.send_error_json(400, "invalid_request_error", f"scripted model server: {exc}")
         model = str(body.get("model"))
         msg = wire.message(answer.content, model=model, msg_id=f"msg_scripted_{secrets.token_hex(8)}",
@@ -685,16 +735,23 @@ class ScriptedModelServer:
         if k < len(plan.steps):
             return Answer([wire.tool_use_block(c["name"], c["input"], f"toolu_scripted_s{session}_{nxt}_{j}")
                            for j, c in enumerate(plan.steps[k])])
-        errors = {tid: text[:500] for tid, (text, is_error) in results.items()
-                  if is_error and (_step_of(tid, session) is not None) and tid in ids}
-        truth = dict(plan.truth, tool_errors=errors, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        errors, refused = {}, {}
+        for tid, (text, is_error) in results.items():
+            step = _step_of(tid, session)
+            if tid in ids and step is not None and step - offset in plan.expect_error:
+                refused[tid] = text[:500]
+            elif tid in ids and step is not None and is_error:
+                errors[tid] = text[:500]
+        truth = dict(plan.truth, tool_errors=errors, denied_result=refused or None, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                      labelled=run_id is not None)
         truth.pop("input_hashes", None)
         return Answer([wire.text_block(plan.closing)], truth)
 
-    def _note_refusal(self, run_id: str | None, reason: str) -> None:
-        """Every request it could not play, kept for the rehearsal's report."""
-        row = {"run_id": run_id, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    def _note_refusal(self, run_id: str | None, reason: str, body: dict) -> None:
+        """Every request it could not play, with what it was asked, kept for the rehearsal's report."""
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        row = {"run_id": run_id, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "model": body.get("model"), "tools": _tool_names(body), "messages": len(messages)}
         with self._truth_lock:
             self.refusals.append(row)
             with open(self.record_dir / REFUSALS_FILE, "a", encoding="utf-8") as fh:
