@@ -96,12 +96,13 @@ $(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(ST
 	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
-# Coverage and size of the primary inference over 1,000 SIMULATED studies (about two minutes, with a progress bar).
+# Coverage and size of the primary inference over 10,000 SIMULATED studies per condition at J = 10 and 40,
+# analysed with the primary stage's own resamples for SEED (about 1.5 minutes of one core; see benchmarks/bench_calibration.py).
 # CALIBRATION_ARGS passes options to the script (e.g. --studies 1000 for a quick draft build; the
 # default is the preregistered 10,000 per condition and the tables state the count used).
 CALIBRATION_ARGS ?=
 $(STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml
-	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED) $(CALIBRATION_ARGS)
+	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED) --resampling-seed $(SEED) $(CALIBRATION_ARGS)
 	@mkdir -p $(STAMPS) && touch $@
 
 STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power $(STAMPS)/stage-pilot $(STAMPS)/stage-scale-rule

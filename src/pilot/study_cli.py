@@ -39,9 +39,7 @@ import sys
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from pilot import freeze, ledger, paths, protocol
 from pilot.executors.base import PIPELINE_RUN_FUNCTION, check_run_function
@@ -58,6 +56,9 @@ from pilot.schedule import (
     study_lock,
 )
 from pilot.store import STORE_FILE, WAVES, Store, StoreError, atomic_write_text, describe_fault
+
+if TYPE_CHECKING:  # pandas loads on first use: the study commands start without it
+    import pandas as pd
 
 BACKENDS = ("simulated", "claude-code")
 EXECUTORS = ("local", "dask")
@@ -398,6 +399,8 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
 
 def status_table(store: Store) -> pd.DataFrame:
     """Per wave and arm: runs done, in flight, waiting, failed, failed attempts, dollars spent and reserved."""
+    import pandas as pd
+
     df = pd.DataFrame(store.status_by_arm())
     if df.empty:
         return df

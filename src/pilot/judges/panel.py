@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pilot import protocol
-from pilot.judges.backend import JudgeBackend, JudgeRequest
+from pilot.judges.backend import BACKENDS, JudgeBackend, JudgeRequest
 from pilot.judges.prompt import JudgePrompt, prompt_for_run
 from pilot.judges.render import RenderLimits
 from pilot.judges.rubric import weighted_score
 from pilot.judges.schema import VerdictError, parse_verdict
 
-BACKENDS = ("simulated", "claude-code")
 RETRY_NOTE = (
     "\n\nYour previous answer could not be used ({reason}). "
     "Answer again with the JSON object only, exactly in the form given above.\n"
