@@ -399,15 +399,20 @@ class WorkerPlayer:
         self.cfg = simulated.load_model()
         self._plans: dict[tuple, Plan] = {}
         self._lock = threading.Lock()
-        self._key_locks: dict[tuple, threading.Lock] = {}
+        self._build_lock = threading.RLock()
 
     def plan(self, scenario: Any, arm: Any, run_id: str, session: int, cwd: str) -> Plan:
         key = (scenario.id, arm.id, run_id, session, cwd)
         with self._lock:
-            lock = self._key_locks.setdefault(key, threading.Lock())
-        with lock:
+            if key in self._plans:
+                return self._plans[key]
+        # One plan is built at a time (a resume's plan builds its first session's inside): scoring a replica
+        # may start LibreOffice, and concurrent runs should not have the server compete with itself for it.
+        with self._build_lock:
             if key not in self._plans:
-                self._plans[key] = self._build(scenario, arm, run_id, session, cwd)
+                plan = self._build(scenario, arm, run_id, session, cwd)
+                with self._lock:
+                    self._plans[key] = plan
             return self._plans[key]
 
     def _mirror_dir(self) -> Path:
@@ -481,7 +486,6 @@ class WorkerPlayer:
             notes = []
             truth.update(repaired=repaired, questions=prev.truth["questions"])
             if repaired:
-                before = snapshot(root)
                 simulated.write_gold(scenario, root)
                 gold = snapshot(root)
                 simulated.set_questions(root, prev.truth["questions"])
@@ -490,7 +494,6 @@ class WorkerPlayer:
                 edits = diff(gold, snapshot(root))
                 if edits:
                     steps.append([{"name": "Bash", "input": {"command": edit_command(cwd, edits), "description": "Finish the completion record"}}])
-                del before
         if arm.feature("self_check"):
             steps.append([{"name": "Bash", "input": {"command": f"cd {_shq(cwd)} && python3 selfcheck.py",
                                                      "description": "Run the self-check"}}])
@@ -727,7 +730,8 @@ class ScriptedModelServer:
         scenario = identify_scenario(brief[0])
         arm = identify_arm(policy[0], tools)
         assert self.worker is not None
-        plan = self.worker.plan(scenario, arm, run_id or "", session, cwd)
+        # Without the proxy's label the session's folder names the run (truth is then keyed "unlabelled:<folder>").
+        plan = self.worker.plan(scenario, arm, run_id or f"unlabelled:{cwd}", session, cwd)
         # Step 0 of the first session is the reading; the plan's steps follow it.
         offset = 1 if session == 0 else 0
         nxt = (max(steps_done) + 1) if steps_done else 0
