@@ -33,7 +33,7 @@ from pilot.agents.sandbox import STUB_MARKER
 from pilot.agents.session import SessionOutcome, resume_reports_cumulative
 from pilot.protocol import Arm, ProtocolError, read_yaml, validate
 
-DEFECTS = ("text_substitutes", "error_values", "short_document", "missing", "invalid_record", "modify_input")
+DEFECTS = ("text_substitutes", "error_values", "short_document", "missing", "invalid_record", "modify_input", "wrong_decision")
 #: The named defects of pilot.scenarios.defects each model defect applies.
 _DEFECT_FUNCTIONS = {
     "error_values": "inject_error_value",
@@ -41,6 +41,7 @@ _DEFECT_FUNCTIONS = {
     "missing": "drop_deliverable",
     "invalid_record": "break_completion_record",
     "modify_input": "modify_input",
+    "wrong_decision": "wrong_decision",
 }
 
 _prob = {"type": "number", "minimum": 0, "maximum": 1}
