@@ -94,6 +94,9 @@ _FRESH = """
 import sys, time
 from pathlib import Path
 t = time.perf_counter()
+if sys.argv[3] == "guarded":
+    from pilot.oracles import guard
+    guard.prestart()  # as `pilot judge` does
 from pilot.judges import prompt_for_run
 from pilot.scenarios import load_scenario
 if sys.argv[3] == "unguarded":

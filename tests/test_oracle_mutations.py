@@ -132,6 +132,21 @@ def _pdf_with_script(ws: Path) -> None:
         w.write(fh)
 
 
+def _order_also(sku: str):
+    """OPS-01's reorder plan also orders a SKU that is above its reorder point (a wrong choice of what to order)."""
+    import csv
+
+    def mutate(ws: Path) -> None:
+        plan = ws / "outputs" / "reorder_plan.csv"
+        with plan.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+        extra = list(rows[-1])
+        extra[0] = sku
+        with plan.open("w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows(rows + [extra])
+    return mutate
+
+
 # name -> (scenario, mutation, criterion, passes?, words its reason must contain)
 VARIANTS = {
     # Labelled values: a whole label cell, several cells must agree, money in exact decimal cents.
@@ -179,6 +194,8 @@ VARIANTS = {
     "clinic_over_target_missed_at": ("HEALTH-01", _rewords(HEALTH_REPORT, (HEALTH_SUMMARY, "The waiting-time target was missed at Hillcrest only"),
         (HEALTH_WAITS, "Hillcrest, at 30 minutes, is above the 20-minute target.")),
         "report_names_clinics_over_target", True, "names exactly {Hillcrest}"),
+    # OPS-01's decision is which SKUs to order this week: one more than the plan needs fails.
+    "reorder_plan_orders_a_sku_above_its_reorder_point": ("OPS-01", _order_also("HW-1010"), "plan_skus", False, "HW-1010"),
     # Closed scales.
     "risk_rated_critical": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Critical"), "log_risk_scale", False, "'Critical'"),
     "risk_rated_severe": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Severe"), "log_risk_scale", False, "'Severe'"),

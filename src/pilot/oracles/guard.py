@@ -82,13 +82,13 @@ FILES_PER_CHILD = 200
 class _Child:
     """One parse child under a memory limit, serving files one by one over its stdin until it is stopped."""
 
-    def __init__(self, memory_limit_bytes: int) -> None:
+    def __init__(self, memory_limit_bytes: int, *, preload: bool = False) -> None:
         self.memory_limit_bytes = memory_limit_bytes
         self.probe = PROBE
         self.owner = os.getpid()
         self.served = 0
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", str(self.probe), "--serve"],
+            [sys.executable, "-I", str(self.probe), "--serve", *(["--preload"] if preload else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             preexec_fn=_child_setup(memory_limit_bytes), start_new_session=True,
         )
@@ -159,6 +159,16 @@ def _stop_child() -> None:
 
 
 atexit.register(_stop_child)
+
+
+def prestart(memory_limit_bytes: int = MEMORY_LIMIT_BYTES) -> None:
+    """Start the process's parse child now, importing every office library at once, so that its start-up
+    overlaps the caller's own imports (``pilot judge``, ``pilot check``)."""
+    global _CHILD
+    with _CHILD_LOCK:
+        if _CHILD is None or not _CHILD.usable(memory_limit_bytes):
+            _stop_child()
+            _CHILD = _Child(memory_limit_bytes, preload=True)
 
 
 def probe_files(

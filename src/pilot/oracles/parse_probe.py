@@ -58,8 +58,14 @@ def verdict(i: int, path: str) -> dict:
 def main(argv: list[str]) -> int:
     warnings.simplefilter("ignore")
     serve = argv[:1] == ["--serve"]
-    for i, path in enumerate(argv[1:] if serve else argv):
+    preload = serve and argv[1:2] == ["--preload"]
+    for i, path in enumerate(argv[1 + preload:] if serve else argv):
         print(json.dumps(verdict(i, path)), flush=True)
+    if preload:
+        # Started ahead of its first file: the office libraries are imported while it waits.
+        import docx  # noqa: F401
+        import openpyxl  # noqa: F401
+        import pypdf  # noqa: F401
     if serve:
         # One JSON line {"path": ...} per file on stdin, one verdict line back each; EOF ends the child.
         for i, line in enumerate(sys.stdin):
