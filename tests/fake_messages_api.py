@@ -15,19 +15,20 @@ them); with ``tls`` it serves HTTPS with that server context.
 
 from __future__ import annotations
 
-import json
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from pilot.agents import messages_wire as wire
 
 
 def text_turn(text: str) -> dict:
-    return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
+    return {"content": [wire.text_block(text)], "stop_reason": "end_turn"}
 
 
 def tool_turn(name: str, tool_input: dict, tool_id: str) -> dict:
-    return {"content": [{"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}], "stop_reason": "tool_use"}
+    return {"content": [wire.tool_use_block(name, tool_input, tool_id)], "stop_reason": "tool_use"}
 
 
 class FakeMessagesAPI:
@@ -48,11 +49,8 @@ class FakeMessagesAPI:
         self._lock = threading.Lock()
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(wire.WireHandler):
             protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
-
-            def log_message(self, *args: Any) -> None:
-                return
 
             def setup(self) -> None:
                 super().setup()
@@ -64,20 +62,20 @@ class FakeMessagesAPI:
                 self.end_headers()
 
             def do_GET(self) -> None:
-                self._json({"data": [], "has_more": False})
+                self.send_json({"data": [], "has_more": False})
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                body = self.read_json()
                 with api._lock:
                     api.paths.append(self.path)
                 if "count_tokens" in self.path:
                     with api._lock:
                         api.counted.append(body)
                     if api.count_tokens is None:
-                        return self._json({"type": "error", "error": {"type": "api_error", "message": "count failed"}}, 500)
-                    return self._json({"input_tokens": api.count_tokens})
+                        return self.send_json(wire.error_body("api_error", "count failed"), 500)
+                    return self.send_json({"input_tokens": api.count_tokens})
                 if not self.path.startswith("/v1/messages"):
-                    return self._json({})
+                    return self.send_json({})
                 with api._lock:
                     api.requests.append(body)
                     api.headers.append({k.lower(): v for k, v in self.headers.items()})
@@ -87,53 +85,11 @@ class FakeMessagesAPI:
                         msg_id = f"msg_fake_{api._n:03d}"
                     else:
                         turn, msg_id = text_turn("ok"), f"msg_side_{len(api.requests):03d}"
-                message = {"id": msg_id, "type": "message", "role": "assistant", "model": body.get("model", api.model),
-                           "content": turn["content"], "stop_reason": turn["stop_reason"], "stop_sequence": None,
-                           "usage": api.usage_object()}
+                message = wire.message(turn["content"], model=body.get("model", api.model), msg_id=msg_id,
+                                       usage=api.usage_object(), stop_reason=turn["stop_reason"])
                 if body.get("stream"):
-                    return self._stream(message)
-                return self._json(message)
-
-            def _json(self, obj: dict, status: int = 200) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, message: dict) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                if keep_alive:
-                    self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                start = dict(message, content=[], stop_reason=None, usage=dict(message["usage"], output_tokens=1))
-
-                def send(event: str, data: dict) -> None:
-                    frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if keep_alive else frame)
-                    self.wfile.flush()
-
-                send("message_start", {"type": "message_start", "message": start})
-                if api.stream_gate is not None:
-                    api.stream_gate.wait(timeout=30)
-                for i, block in enumerate(message["content"]):
-                    if block["type"] == "text":
-                        send("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
-                        send("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}})
-                    else:
-                        send("content_block_start", {"type": "content_block_start", "index": i,
-                                                     "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})
-                        send("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                     "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}})
-                    send("content_block_stop", {"type": "content_block_stop", "index": i})
-                send("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                                       "usage": {"output_tokens": message["usage"]["output_tokens"]}})
-                send("message_stop", {"type": "message_stop"})
-                if keep_alive:
-                    self.wfile.write(b"0\r\n\r\n")
+                    return self.send_stream(message, api.stream_gate)
+                return self.send_json(message)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -160,10 +116,5 @@ class FakeMessagesAPI:
         """tool_use_id -> the text of the result the CLI sent back."""
         out: dict[str, str] = {}
         for req in self.requests:
-            for msg in req.get("messages", []):
-                content = msg.get("content")
-                for block in content if isinstance(content, list) else []:
-                    if isinstance(block, dict) and block.get("type") == "tool_result":
-                        c = block.get("content")
-                        out[block["tool_use_id"]] = c if isinstance(c, str) else " ".join(x.get("text", "") for x in c or [] if isinstance(x, dict))
+            out.update({k: text for k, (text, _) in wire.tool_results(req.get("messages", [])).items()})
         return out

@@ -591,3 +591,22 @@ def test_the_pinned_cli_with_a_wrong_token_is_refused_once(prices, tmp_path):
         upstream_calls = len(api.requests)
     assert result["is_error"] and result["api_error_status"] == 401
     assert upstream_calls == 0 and [r["reason"] for r in meter.refusals] == ["missing or wrong run token"]
+
+
+def test_the_run_is_named_upstream_only_when_asked(prices, tmp_path, upstream):
+    """``label_upstream`` (a scripted upstream) sends x-pilot-run-id; by default the upstream never learns the run."""
+    for label in (False, True):
+        with MeteringProxy(upstream.url, REAL_KEY, prices, tmp_path / f"rec-{label}", label_upstream=label) as p:
+            meter = p.open_run("/runs/LEGAL-01 A1/attempt-1", Decimal("4.00"), MODEL)
+            # A header of the agent's own naming a run is dropped, whatever the flag.
+            host, port = meter.base_url.removeprefix("http://").split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("POST", "/v1/messages", body=json.dumps(_request()),
+                         headers={"x-api-key": meter.token, "x-pilot-run-id": "forged"})
+            assert conn.getresponse().status == 200
+            conn.close()
+    seen = [h.get("x-pilot-run-id") for h in upstream.headers]
+    assert seen == [None, "/runs/LEGAL-01%20A1/attempt-1"]
+    from pilot.agents.model_proxy import run_id_from_header
+
+    assert run_id_from_header(seen[1]) == "/runs/LEGAL-01 A1/attempt-1"

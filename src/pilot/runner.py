@@ -254,6 +254,7 @@ def run_attempt(
     isolation: str | None = None,
     portal_starter: Callable[..., Any] | None = None,
     evaluate: bool = True,
+    label_upstream: bool = False,
 ) -> RunRecord:
     """Perform one attempt and write its record to ``out_dir/run_record.json``.
 
@@ -265,7 +266,9 @@ def run_attempt(
     ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` to the model proxy
     (default: this process's environment); they never reach the agent.
     ``isolation`` is ``required`` (default, :func:`default_isolation`) or
-    ``unisolated`` (development only).
+    ``unisolated`` (development only). ``label_upstream`` has the model
+    proxy name the run to its upstream (``x-pilot-run-id``), for a scripted
+    model server (:mod:`pilot.agents.scripted`); never for the real API.
     """
     from pilot.scenarios import load_scenario
 
@@ -335,7 +338,7 @@ def run_attempt(
         meter = None
         endpoint = None
         if backend == "claude-code":
-            meter, endpoint = _open_meter(stack, out_dir, caps, model, environ)
+            meter, endpoint = _open_meter(stack, out_dir, caps, model, environ, label_upstream=label_upstream)
         agent, worker_info, launch_error = _make_backend(
             backend, arm, study, scenario, out_dir, ws_root, seed=seed, model=model, claude_bin=claude_bin,
             worker_env=worker_env, extra_env=extra_env, isolation=isolation, endpoint=endpoint,
@@ -420,7 +423,8 @@ def run_attempt(
             redact_tree(out_dir, portal.secrets(), skip=(ws_root.name,))
 
 
-def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ: dict[str, str] | None):
+def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ: dict[str, str] | None, *,
+                label_upstream: bool = False):
     """Start the model proxy for this attempt (it alone holds the key) and open the run's meter."""
     from pilot.agents import launch
     from pilot.agents.model_proxy import MeteringProxy, PriceTable
@@ -429,7 +433,8 @@ def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ
     env = dict(os.environ if environ is None else environ)
     upstream = env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL
     prices = PriceTable.load(paths.PROTOCOL_DIR / "prices.yml")
-    proxy = stack.enter_context(MeteringProxy(upstream, env.get("ANTHROPIC_API_KEY", ""), prices, harness_record_dir(out_dir) / "proxy"))
+    proxy = stack.enter_context(MeteringProxy(upstream, env.get("ANTHROPIC_API_KEY", ""), prices, harness_record_dir(out_dir) / "proxy",
+                                              label_upstream=label_upstream))
     run_id = str(out_dir)
     meter = proxy.open_run(run_id, Decimal(str(caps.usd)), model)
     stack.callback(proxy.close_run, run_id)

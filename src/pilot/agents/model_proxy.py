@@ -52,7 +52,7 @@ from decimal import Decimal, InvalidOperation
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Iterable
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from pilot import paths
 from pilot.protocol import ProtocolError, read_yaml
@@ -92,6 +92,20 @@ MAX_SOCKET_PATH = 100
 CAP_STATUS = 402
 CAP_ERROR_TYPE = "billing_error"
 CAP_MESSAGE_PREFIX = "run cost cap reached"
+
+#: The header naming the run of a request, sent upstream only by a proxy made with ``label_upstream``.
+RUN_ID_HEADER = "x-pilot-run-id"
+
+
+def run_id_header_value(run_id: str) -> str:
+    """The run id as a header value: percent-encoded UTF-8 (a run id may be any folder path)."""
+    return quote(run_id, safe="/._-:+@=,")
+
+
+def run_id_from_header(value: str | None) -> str | None:
+    """The run id a labelled request carries, or None."""
+    return unquote(value) if value else None
+
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 _HOP_BY_HOP = frozenset(
@@ -611,7 +625,7 @@ class _Handler(BaseHTTPRequestHandler):
         worst = price.worst_case(bound, max_tokens, one_hour)
         refusal = meter.reserve(worst)
         if refusal is not None and not meter.capped:
-            counted = proxy.count_tokens(body, self.headers, urlsplit(self.path).query)
+            counted = proxy.count_tokens(body, self.headers, urlsplit(self.path).query, run_id=meter.run_id)
             if counted is None:
                 refusal += "; count_tokens could not tighten the bound"
             else:
@@ -635,7 +649,9 @@ class _Handler(BaseHTTPRequestHandler):
         already holds its cost.
         """
         started = time.perf_counter()
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() != RUN_ID_HEADER}
+        if proxy.label_upstream:
+            headers[RUN_ID_HEADER] = run_id_header_value(meter.run_id)
         state: dict[str, Any] = {"usage": None, "complete": False, "status": 502, "message_id": None, "note": None, "booked": False}
 
         def book() -> None:
@@ -803,7 +819,8 @@ class MeteringProxy:
     """
 
     def __init__(self, upstream_url: str, api_key: str, prices: PriceTable, record_dir: Path, *,
-                 socket_dir: Path | None = None, timeout_s: float = 600.0, ssl_context: ssl.SSLContext | None = None) -> None:
+                 socket_dir: Path | None = None, timeout_s: float = 600.0, ssl_context: ssl.SSLContext | None = None,
+                 label_upstream: bool = False) -> None:
         parts = urlsplit(upstream_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream_url must be an http(s) URL, got {upstream_url!r}")
@@ -823,6 +840,8 @@ class MeteringProxy:
         self._own_socket_dir = False
         # Certificates are always verified; ssl_context only chooses whom to trust (default: the system's CAs).
         self._ssl = (ssl_context or ssl.create_default_context()) if parts.scheme == "https" else None
+        # Opt-in, for a local scripted upstream that plays each run: the real API is never told the run's id.
+        self.label_upstream = bool(label_upstream)
         self._runs: dict[str, RunMeter] = {}
         self._lock = threading.Lock()
         self._pool = threading.local()
@@ -969,7 +988,7 @@ class MeteringProxy:
                 old.close()
             self._pool.conn, self._pool.idle_since = conn, time.monotonic()
 
-    def count_tokens(self, body: dict, client_headers: Any, query: str = "") -> int | None:
+    def count_tokens(self, body: dict, client_headers: Any, query: str = "", run_id: str | None = None) -> int | None:
         """The upstream count of a messages request's input tokens; None when it cannot be had.
 
         Sent with the request's own betas and query (``?beta=true``), so that
@@ -982,6 +1001,8 @@ class MeteringProxy:
             if client_headers.get(name):
                 headers[name] = client_headers[name]
         headers.setdefault("anthropic-version", "2023-06-01")
+        if self.label_upstream and run_id is not None:
+            headers[RUN_ID_HEADER] = run_id_header_value(run_id)
         conn = self._connect()
         conn.timeout = COUNT_TIMEOUT_S
         try:

@@ -141,6 +141,78 @@ def apply_caps(draw: SessionDraw, budget_usd: float, wall_s: float, max_turns: i
     return True, cap, cost, wall, turns, calls
 
 
+def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -> SessionDraw:
+    """One session's process drawn from the generative model ``cfg`` for ``arm`` on ``scenario``."""
+    a, c = cfg["arms"][arm.id], cfg
+    depth = float(getattr(scenario, "designed_depth", c["depth_centre"])) - float(c["depth_centre"])
+    cost = float(rng.lognormal(math.log(a["cost_median"]) + c["depth_log_cost"] * depth, a["cost_sigma"]))
+    wall = float(rng.lognormal(math.log(a["wall_median"]) + c["depth_log_cost"] * depth, a["wall_sigma"]))
+    turns = max(1, int(round(cost / a["usd_per_turn"] * rng.lognormal(0.0, c["turns_sigma"]))))
+    n_calls = int(rng.poisson(a["tool_calls_per_turn"] * turns))
+    names = sorted(a["tool_mix"])
+    weights = np.array([a["tool_mix"][n] for n in names], dtype=float)
+    split = rng.multinomial(n_calls, weights / weights.sum())
+    tool_calls = {n: int(k) for n, k in zip(names, split) if k}
+    questions = int(rng.poisson(a["questions_rate"]))
+    agent_error = bool(rng.random() < a["agent_error"])
+    defects = [d for d in DEFECTS if rng.random() < _shift(float(a["defects"][d]), c["depth_logit"] * depth)]
+    denied = None
+    families = [f for f in arm.denied_families if f in c["denied_commands"]]
+    if families and rng.random() < a["denied_attempt"]:
+        fam = families[int(rng.integers(len(families)))]
+        denied = (fam, "bash -c" if rng.random() < c["bypass_share"] else "direct")
+    return SessionDraw(cost, wall, turns, tool_calls, questions, agent_error, defects, denied)
+
+
+def write_gold(scenario: Any, workspace: Path) -> None:
+    """Replace ``outputs/`` of ``workspace`` by the scenario's reference deliverables."""
+    from pilot.scenarios import solve
+
+    out = Path(workspace) / "outputs"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    solve(scenario.id, Path(workspace) / "inputs", out)
+
+
+def question_texts(n: int) -> list[str]:
+    """The questions the model's worker puts in its completion record."""
+    return [f"(simulated question {i + 1}) Which assumption does the manager prefer here?" for i in range(n)]
+
+
+def set_questions(workspace: Path, n: int) -> None:
+    """Put ``n`` questions in the completion record, if there is a readable one."""
+    rec_path = Path(workspace) / "outputs" / "completion_record.json"
+    if not rec_path.is_file():
+        return
+    try:
+        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return
+    if isinstance(rec, dict):
+        rec["questions"] = question_texts(n)
+        rec_path.write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
+
+
+def apply_model_defects(scenario: Any, workspace: Path, names: list[str], rng: np.random.Generator) -> list[str]:
+    """Apply the model's drawn defects to the real files; one that does not fit the scenario is skipped."""
+    from pilot.scenarios import defects as dx
+
+    workspace = Path(workspace)
+    applied: list[str] = []
+    for name in names:
+        try:
+            if name == "text_substitutes":
+                for d in scenario.file_deliverables:
+                    if d.kind in ("xlsx", "docx", "pdf") and (workspace / "outputs" / d.name).is_file():
+                        applied.append(dx.text_substitute(workspace, d.name))
+            else:
+                applied.append(dx.apply_defect(_DEFECT_FUNCTIONS[name], scenario, workspace, rng))
+        except (dx.DefectNotApplicable, FileNotFoundError):
+            continue
+    return applied
+
+
 class SimulatedBackend:
     """Sessions of the simulated agent for one run."""
 
@@ -170,69 +242,19 @@ class SimulatedBackend:
 
     # ------------------------------------------------------------------ draws
 
-    def _depth(self) -> float:
-        return float(getattr(self.scenario, "designed_depth", self.cfg["depth_centre"])) - float(self.cfg["depth_centre"])
-
     def draw(self, rng: np.random.Generator) -> SessionDraw:
-        a, c = self.arm_cfg, self.cfg
-        depth = self._depth()
-        cost = float(rng.lognormal(math.log(a["cost_median"]) + c["depth_log_cost"] * depth, a["cost_sigma"]))
-        wall = float(rng.lognormal(math.log(a["wall_median"]) + c["depth_log_cost"] * depth, a["wall_sigma"]))
-        turns = max(1, int(round(cost / a["usd_per_turn"] * rng.lognormal(0.0, c["turns_sigma"]))))
-        n_calls = int(rng.poisson(a["tool_calls_per_turn"] * turns))
-        names = sorted(a["tool_mix"])
-        weights = np.array([a["tool_mix"][n] for n in names], dtype=float)
-        split = rng.multinomial(n_calls, weights / weights.sum())
-        tool_calls = {n: int(k) for n, k in zip(names, split) if k}
-        questions = int(rng.poisson(a["questions_rate"]))
-        agent_error = bool(rng.random() < a["agent_error"])
-        defects = [d for d in DEFECTS if rng.random() < _shift(float(a["defects"][d]), c["depth_logit"] * depth)]
-        denied = None
-        families = [f for f in self.arm.denied_families if f in c["denied_commands"]]
-        if families and rng.random() < a["denied_attempt"]:
-            fam = families[int(rng.integers(len(families)))]
-            denied = (fam, "bash -c" if rng.random() < c["bypass_share"] else "direct")
-        return SessionDraw(cost, wall, turns, tool_calls, questions, agent_error, defects, denied)
+        return draw_session(self.cfg, self.arm, self.scenario, rng)
 
     # ------------------------------------------------------------------ files
 
     def _write_gold(self) -> None:
-        from pilot.scenarios import solve
-
-        out = self.workspace / "outputs"
-        if out.exists():
-            shutil.rmtree(out)
-        out.mkdir(parents=True)
-        solve(self.scenario.id, self.workspace / "inputs", out)
+        write_gold(self.scenario, self.workspace)
 
     def _set_questions(self, n: int) -> None:
-        rec_path = self.workspace / "outputs" / "completion_record.json"
-        if not rec_path.is_file():
-            return
-        try:
-            rec = json.loads(rec_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            return
-        if isinstance(rec, dict):
-            rec["questions"] = [f"(simulated question {i + 1}) Which assumption does the manager prefer here?" for i in range(n)]
-            rec_path.write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
+        set_questions(self.workspace, n)
 
     def _apply_defects(self, names: list[str], rng: np.random.Generator) -> list[str]:
-        """Apply the drawn defects to the real files; one that does not fit the scenario is skipped."""
-        from pilot.scenarios import defects as dx
-
-        applied: list[str] = []
-        for name in names:
-            try:
-                if name == "text_substitutes":
-                    for d in self.scenario.file_deliverables:
-                        if d.kind in ("xlsx", "docx", "pdf") and (self.workspace / "outputs" / d.name).is_file():
-                            applied.append(dx.text_substitute(self.workspace, d.name))
-                else:
-                    applied.append(dx.apply_defect(_DEFECT_FUNCTIONS[name], self.scenario, self.workspace, rng))
-            except (dx.DefectNotApplicable, FileNotFoundError):
-                continue
-        return applied
+        return apply_model_defects(self.scenario, self.workspace, names, rng)
 
     def use_portal(self) -> dict | None:
         """Sign in to the run's portal and fetch the first document and record set (CSV); None without a portal.
