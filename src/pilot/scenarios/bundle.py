@@ -378,6 +378,8 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
                 raise ProtocolError(path, f"{where}.{p}", f"a set-valued decision (expected is a list) needs {p!r}")
         if deliv.kind not in ("docx", "pdf"):
             raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
+    elif not isinstance(raw.get("section", ""), str):
+        raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
     elif any(p in raw for p in SET_DECISION_PARAMS):
         raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS if p in raw)} apply only to a set-valued decision (a list as expected)")
     if deliv.kind in ("docx", "pdf"):
