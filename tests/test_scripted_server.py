@@ -217,8 +217,8 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
         assert "text_substitutes" in truth["defects"] and rec.D is False
         assert not any(p.endswith((".docx", ".xlsx", ".pdf")) for p in truth["deliverables"])
     else:
-        # The drawn edit of an input reached the sandbox's copy (E), the thin memo and a wrong risk rating fail the oracle (D).
-        assert truth["defects"] == ["short_document", "modify_input", "wrong_decision"] and rec.E is True and rec.E_reasons and rec.D is False
+        # The drawn edit of an input reached the sandbox's copy (E), the thin memo fails the oracle (D).
+        assert truth["defects"] == ["short_document", "modify_input"] and rec.E is True and rec.E_reasons and rec.D is False
         # The drawn attempt at a denied program, through bash -c, met the sandbox's mask and is a recorded deviation.
         [session] = truth["sessions"]
         assert session["denied_attempt"]["family"] == "wget" and session["denied_attempt"]["how"] == "bash -c"
@@ -229,8 +229,7 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
 @pytest.mark.slow
 @needs_cli
 def test_a4_self_check_fails_and_the_recovery_session_repairs(tmp_path):
-    # Seed 17: the first session draws only a missing deliverable and the resume repairs (the model's draws, pilot.agents.simulated).
-    rec, truth, refusals, out = _run(tmp_path, "A4", 17)
+    rec, truth, refusals, out = _run(tmp_path, "A4", 3)
     _check(rec, truth, refusals, out, "A4")
     first, second = truth["sessions"]
     assert first["defects"] == ["missing"] and first["expected_pass"] is False and first["selfcheck_called"]
