@@ -96,12 +96,13 @@ $(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(ST
 	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
-# Coverage and size of the primary inference over 1,000 SIMULATED studies (about two minutes, with a progress bar).
+# Coverage and size of the primary inference over 10,000 SIMULATED studies per condition at J = 10 and 40,
+# analysed with the primary stage's own resamples for SEED (about 1.5 minutes of one core; see benchmarks/bench_calibration.py).
 # CALIBRATION_ARGS passes options to the script (e.g. --studies 1000 for a quick draft build; the
 # default is the preregistered 10,000 per condition and the tables state the count used).
 CALIBRATION_ARGS ?=
 $(STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml
-	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED) $(CALIBRATION_ARGS)
+	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED) --resampling-seed $(SEED) $(CALIBRATION_ARGS)
 	@mkdir -p $(STAMPS) && touch $@
 
 STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power $(STAMPS)/stage-pilot $(STAMPS)/stage-scale-rule
@@ -121,6 +122,32 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 	@echo "wrote $@"
 
 manuscript: manuscript/build/main.pdf ## run the whole pipeline on the embedded default and write manuscript/build/main.pdf
+
+# ---------------------------------------------------------------- rehearsal
+# The real harness end to end before a dollar is spent: a small study on the
+# rehearsal backend (the pinned CLI in the sandbox, the metering proxy, the
+# oracles and three CLI judges, with the project's scripted model server
+# playing the model), exported, analysed by the primary and sensitivity
+# stages into $(REHEARSAL_DIR)/ (never analysis/tables/ or the manuscript's
+# folders), and checked by the rehearsal report, which exits non-zero when it
+# lists findings. No API key, no network. The study is started afresh each time.
+REHEARSAL_STUDY ?= rehearsal
+REHEARSAL_SCENARIOS ?= ACC-01 LEGAL-01
+# host: every arm this machine can serve (a Linux host: all but A2)
+REHEARSAL_ARMS ?= host
+REHEARSAL_DIR ?= build/rehearsal
+REHEARSAL_STAGE_ARGS := -p tables_dir $(REHEARSAL_DIR)/tables -p figures_dir $(REHEARSAL_DIR)/figures \
+  -p generated_dir $(REHEARSAL_DIR)/generated -p runs $(REHEARSAL_DIR)/runs.csv -p seed $(SEED)
+
+rehearsal: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/agent-env ## rehearse the real study against the scripted model (no key, no network); report in build/rehearsal/
+	rm -rf $(REHEARSAL_DIR) && mkdir -p $(REHEARSAL_DIR)
+	$(PILOT) study create $(REHEARSAL_STUDY) --fresh --scenarios $(REHEARSAL_SCENARIOS) --arms $(REHEARSAL_ARMS) --pilot-repeats 1
+	@# exit 4 (runs failed) goes on: the report lists each failed run as a finding
+	$(PILOT) study run $(REHEARSAL_STUDY) --backend rehearsal --no-progress || [ $$? -eq 4 ]
+	$(PILOT) study export $(REHEARSAL_STUDY) --out $(REHEARSAL_DIR)/runs.csv
+	$(PILOT) stage primary $(REHEARSAL_STAGE_ARGS) --output $(REHEARSAL_DIR)/notebooks/04_primary.ipynb
+	$(PILOT) stage sensitivity $(REHEARSAL_STAGE_ARGS) --output $(REHEARSAL_DIR)/notebooks/05_sensitivity.ipynb
+	$(PILOT) study rehearsal-report $(REHEARSAL_STUDY) --out $(REHEARSAL_DIR) --runs $(REHEARSAL_DIR)/runs.csv
 
 # ---------------------------------------------------------------- checks
 # The suite drives the real pinned CLI (the `agent` extra) inside the sandbox.
@@ -147,4 +174,4 @@ clean: ## remove built outputs (never protocol/ or collected data under analysis
 	rm -rf build manuscript/build
 	find $(GENERATED) $(FIGURES) $(TABLES) -type f ! -name .gitkeep -delete
 
-.PHONY: help venv stages manuscript test bench lab clean
+.PHONY: help venv stages manuscript rehearsal test bench lab clean

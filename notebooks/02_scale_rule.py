@@ -36,6 +36,8 @@ export: bool = True  # export the run table afterwards (pooled when the freeze v
 import pandas as pd
 
 from pilot import freeze, paths, scale_rule
+from pilot.backends import SIMULATED_LABEL, label_of
+from pilot.report import sentences
 from pilot.report.inline import say, show_figures
 from pilot.store import Store
 
@@ -43,8 +45,8 @@ pd.set_option("display.width", 140)
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 store = Store.open(paths.study_dir(study))
 backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
-simulated = backends != ["claude-code"]
-print(f"study {study}: backend {', '.join(backends) or 'none'}{' (SIMULATED)' if simulated else ''}, seed of record {seed}")
+data_label = label_of(backends) if backends else SIMULATED_LABEL  # SIMULATED, REHEARSAL, or "" for a real study
+print(f"study {study}: backend {', '.join(backends) or 'none'}{f' ({data_label})' if data_label else ''}, seed of record {seed}")
 print(pd.DataFrame(store.status_by_arm()).to_string(index=False))
 
 # %% [markdown]
@@ -66,8 +68,8 @@ decision.summary
 # ## The decision and the amendment it implies
 
 # %%
-written = scale_rule.write_decision(decision, study, simulated=simulated, tables_dir=tables, generated_dir=generated, figures_dir=figures)
-say(("SIMULATED (dry run): " if simulated else "") + decision.amendment_text()
+written = scale_rule.write_decision(decision, study, simulated=data_label, tables_dir=tables, generated_dir=generated, figures_dir=figures)
+say(sentences.data_prefix(data_label) + decision.amendment_text()
     + " This is this study's decision, from its own ledger; amendment A-009 records the recorded study's.")
 show_figures(written.values())
 store.close()
@@ -125,13 +127,13 @@ if export:
 # these numbers; all come from the store and the exported run table.
 
 # %%
-from pilot.report import run_report, sentences
+from pilot.report import run_report
 
 exported = runs if export else (pd.read_csv(paths.study_runs_file(study)) if paths.study_runs_file(study).is_file() else None)
 with Store.open(paths.study_dir(study)) as store:
     report = run_report.collect(store, exported)
 written = run_report.write(report, tables, figures, generated)
-prefix = "SIMULATED (dry run): " if report.simulated else ""
+prefix = sentences.data_prefix(report.label)
 say(f"{prefix}Of {report.count('planned')} planned runs, {report.count('finished')} finished and {report.count('failed')} failed, "
     f"after {report.count('attempts')} attempts ({report.count('infrastructure reruns')} infrastructure reruns); "
     f"{report.count('censored')} were censored at a cap, {report.count('judged')} judged and {report.count('analysed')} analysed.")

@@ -46,7 +46,7 @@ tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_d
 started = time.perf_counter()
 data = stage_outputs.open_stage(runs, seed, tables, study=study_name, allow_unisolated=allow_unisolated)
 print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
-label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
+label = sentences.data_prefix(data.label, data.synthetic)  # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
 
 # %% [markdown]
 # ## Acceptance per arm
@@ -117,7 +117,8 @@ print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {
 truth = dry_run.truth_for(data.runs, result.acceptance, seed=seed, study=study)
 if truth is None:
     removed = dry_run.remove_truth(tables, generated)
-    print("real run table: no planted truth" + (f"; removed {', '.join(map(str, removed))}" if removed else ""))
+    kind = f"{data.label} run table" if data.label else "real run table"  # a rehearsal's truth is its own report's
+    print(f"{kind}: no planted truth" + (f"; removed {', '.join(map(str, removed))}" if removed else ""))
 else:
     dry_run.write_truth(truth, tables, generated)
     say(f"SIMULATED ({truth.kind}): the planted acceptance lies inside the 95% interval in {truth.n_covered} "

@@ -44,7 +44,7 @@ stage = stage_computations.sensitivity_stage(
     data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
 )
 results = stage.results
-label = sentences.data_prefix(data.simulated, data.synthetic)  # starts every sentence about simulated numbers
+label = sentences.data_prefix(data.label, data.synthetic)  # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
 primary_name = "-".join(study.contrasts[0])
 
 # %% [markdown]

@@ -171,3 +171,18 @@ def test_the_loader_and_install_trees_are_routes_to_a_denied_family(command):
                  A1_FAMILIES, ["Bash"])
     fams = {d.family for d in devs if d.kind == "denied_family"}
     assert fams and fams <= {"curl", "soffice"}
+
+
+def test_a_denied_program_absent_from_the_namespace_counts_as_stopped_by_the_sandbox():
+    from pilot.agents.audit import StreamSummary, ToolCall, audit
+
+    def run(result: str) -> str:
+        call = ToolCall("t1", "Bash", {"command": "bash -c 'qlmanage -p outputs/report.pdf'"})
+        summary = StreamSummary(tool_calls=[call], tool_results={"t1": (True, result)})
+        (dev,) = audit(summary, ["qlmanage"], ["Bash"], network_allowed=False, isolated=True, refusals=[])
+        return dev.blocked_by
+
+    assert run("Exit code 127\nbash: line 1: qlmanage: command not found") == "mask"
+    # another program's absence says nothing about this one
+    assert run("Exit code 127\nbash: line 1: myqlmanage: command not found") == "not_blocked"
+    assert run("Exit code 1\nqlmanage ran and failed") == "not_blocked"

@@ -13,6 +13,7 @@ import pytest
 
 from pilot.store import STORE_FILE
 from schedule_support import make_root, read_only
+from test_process_lifetime import survivors
 
 pytestmark = pytest.mark.slow
 
@@ -81,9 +82,8 @@ def test_sigkill_and_resume_loses_and_repeats_nothing(tmp_path):
         proc = _pilot(*run_args, env=env)
         runs, attempts, kids = _kill_when(db, proc, kill_after)
         assert kids, "the local executor's worker processes should be children of the scheduler"
-        time.sleep(0.5)
-        assert not any(Path(f"/proc/{k}").exists() and "zombie" not in Path(f"/proc/{k}/status").read_text() for k in kids), \
-            "worker processes outlived the killed scheduler"
+        # They end within the grace period (their supervisor notices the kill), however loaded the machine.
+        assert survivors(kids) == [], "worker processes outlived the killed scheduler"
         # nothing finished before a kill is lost or changed afterwards
         for rid, row in finished_before.items():
             assert runs[rid] == row

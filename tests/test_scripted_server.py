@@ -336,3 +336,23 @@ def test_the_drawn_denied_attempt_can_be_left_out_without_changing_the_other_dra
     assert with_attempt.truth["denied_attempt"]["family"] == "wget" and without.truth["denied_attempt"] is None
     assert [s[0]["input"]["description"] for s in with_attempt.steps][0] == "Try wget"
     assert with_attempt.steps[1:] == without.steps and with_attempt.truth["defects"] == without.truth["defects"]
+
+
+def test_the_shipped_portal_client_signs_in_and_fetches_as_the_models_worker_does(tmp_path):
+    """A3's portal step against a real portal instance: the access log shows the worker's use of it."""
+    from pilot.agents.scripted import portal_command
+    from pilot.portal import start_instance
+    from pilot.portal.access_log import summarise_access_log
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with start_instance("ACC-01", tmp_path / "run") as portal:
+        portal.write_credentials(ws)
+        cmd = portal_command(str(ws)).replace("python3 -", "python3 -I -", 1)
+        out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                             env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+        use = summarise_access_log(portal.access_log_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("downloaded") == 2 and "from pilot.portal.credentials" not in cmd.split("SOURCES")[0]
+    assert use["sign_in"] == 1 and use["download"] == 2 and use["sign_out"] == 1
+    assert sorted(p.name for p in ws.iterdir()) == ["portal_credentials.json"]  # nothing lands in the workspace

@@ -72,3 +72,25 @@ def test_the_script_writes_the_appendix_table(tmp_path: Path):
     tex = (tmp_path / "g" / "calibration_table.tex").read_text()
     assert "\\textbf{SIMULATED.}" in tex and "\\label{tab:calibration}" in tex
     assert "\\newcommand{\\CalJOneZeroNullAThreeMinusAOneRejection}" in (tmp_path / "g" / "calibration_macros.tex").read_text()
+
+
+def test_conditions_share_the_arms_they_leave_unchanged():
+    """Common random numbers across conditions: an arm a condition does not change keeps its runs; the
+    changed arm is drawn anew from its own parameters (null: A3 as A1; tail: A1 near 0%)."""
+    study = protocol.study()
+    model = synthetic.SyntheticModel.load()
+    models = calibration.condition_models(model, study)
+    specs = synthetic.study_scenarios(2, 10, model, study)
+    S = calibration.draw_conditions(np.random.default_rng(9), models, specs, 200, 3, study)
+    arms = list(study.arms)
+    a1, a3 = arms.index("A1"), arms.index("A3")
+    for name, changed in (("null", a3), ("tail", a1)):
+        for k in range(len(arms)):
+            same = np.array_equal(S[name][:, :, k], S["planted"][:, :, k], equal_nan=True)
+            assert same == (k != changed), (name, arms[k])
+    # Null: A3 has A1's parameters (same scenario effects), so their acceptance agrees within noise.
+    assert abs(np.nanmean(S["null"][:, :, a3]) - np.nanmean(S["planted"][:, :, a1])) < 0.04
+    assert np.nanmean(S["tail"][:, :, a1]) < 0.05
+    # One condition alone is draw_acceptance with the same stream.
+    alone = calibration.draw_conditions(np.random.default_rng(9), {"planted": model}, specs, 5, 3, study)["planted"]
+    np.testing.assert_array_equal(alone, calibration.draw_acceptance(np.random.default_rng(9), model, specs, 5, 3, study))

@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from pilot import paths
+
+if TYPE_CHECKING:  # pandas loads on first use: the study commands start without it
+    import pandas as pd
 
 _SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
@@ -143,6 +145,8 @@ class FreezeReport:
 
     @property
     def summary(self) -> pd.DataFrame:
+        import pandas as pd
+
         cols = ["path", "category", "change", "frozen_sha256", "current_sha256"]
         return pd.DataFrame([c.__dict__ for c in self.changes], columns=cols)
 

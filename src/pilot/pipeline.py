@@ -9,17 +9,30 @@ record with the judges' results under ``judges``, the agent's cost (recovery
 included) and the judges' cost. The run table row is computed from that
 record at export (:func:`pilot.outcomes.run_row`).
 
-The judges use the same backend as the agent (``simulated`` or
-``claude-code``); ``PILOT_JUDGE_BACKEND`` overrides it, e.g. to judge a
-simulated run with real judges.
+The judges use the backend paired with the agent's (the CLI judges for
+``claude-code`` and ``rehearsal``, the simulated judges for ``simulated``);
+``PILOT_JUDGE_BACKEND`` overrides it, e.g. to judge a simulated run with
+real judges.
+
+With the ``rehearsal`` backend the attempt's own process starts one scripted
+model server (:class:`pilot.agents.scripted.ScriptedModelServer`) for the
+attempt: the metering proxy forwards the agent's requests to it and the
+three CLI judge sessions are pointed at it, so nothing reaches the network
+and no key is needed. Every attempt runs in its own supervised process, on
+this machine (local executor) or on a dask worker, so one server per
+attempt is one per process and works alike with both executors. The
+server's record (the scripted worker's known truth) is kept beside the
+attempt's folder, in ``attempt-N.scripted/`` (:func:`scripted_record_dir`).
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from pilot import backends
 from pilot.executors.base import AttemptOutcome, CellSpec
 from pilot.judges import BACKENDS as JUDGE_BACKENDS
 from pilot.judges import judge_run
@@ -34,7 +47,14 @@ def judge_backend_for(agent_backend: str) -> str:
         if override not in JUDGE_BACKENDS:
             raise ValueError(f"{JUDGE_BACKEND_ENV}={override!r} is not one of {list(JUDGE_BACKENDS)}")
         return override
-    return agent_backend if agent_backend in JUDGE_BACKENDS else "simulated"
+    return backends.judge_backend(agent_backend)
+
+
+def scripted_record_dir(attempt_dir: Path) -> Path:
+    """Where a rehearsal attempt's scripted model server keeps its record: beside the attempt's folder,
+    which the runner resets and wants empty, as the launch mark is (``attempt-N.scripted``)."""
+    attempt_dir = Path(attempt_dir)
+    return attempt_dir.with_name(attempt_dir.name + ".scripted")
 
 
 def _missing_judges(error: str) -> list[dict[str, Any]]:
@@ -47,8 +67,12 @@ def _missing_judges(error: str) -> list[dict[str, Any]]:
     ]
 
 
-def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir: Path, judge_backend: str, seed: int) -> dict[str, Any]:
-    """Judge a finished attempt's deliverables and add the results to its record."""
+def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir: Path, judge_backend: str, seed: int,
+                 environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Judge a finished attempt's deliverables and add the results to its record.
+
+    ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this process's.
+    """
     from pilot.scenarios import load_scenario
 
     workspace = Path(record.get("workspace") or attempt_dir)
@@ -56,7 +80,7 @@ def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir:
     # What identifies this run must not reach a judge even if a file mentions it.
     withheld = [cell.run_id, node, cell.study, str(attempt_dir), str(workspace), str(workspace.resolve())]
     try:
-        results = judge_run(load_scenario(cell.scenario), outputs, backend=judge_backend, seed=seed, withheld=withheld)
+        results = judge_run(load_scenario(cell.scenario), outputs, backend=judge_backend, seed=seed, withheld=withheld, environ=environ)
         record["judges"] = [r.to_dict() for r in results]
         record["judge_error"] = None
     except Exception as exc:  # noqa: BLE001 - a judging failure leaves the judges missing; the agent run stands
@@ -68,11 +92,35 @@ def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir:
 
 def run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
     """The scheduler's run function: runner attempt, then (unless infra error) the judges."""
+    with model_upstream(backend, attempt_dir, seed) as upstream:
+        return _run_cell(cell, attempt_dir, node, backend, seed, upstream)
+
+
+@contextmanager
+def model_upstream(backend: str, attempt_dir: Path, seed: int) -> Iterator[dict[str, str] | None]:
+    """The upstream an attempt's proxy and judges use: for a rehearsal, a scripted model server of its own
+    (address and key, stopped on exit); None for every other backend (this process's environment)."""
+    if backend != backends.REHEARSAL:
+        yield None
+        return
+    import shutil
+
+    from pilot.agents.scripted import ScriptedModelServer
+
+    record = scripted_record_dir(attempt_dir)
+    if record.exists():
+        shutil.rmtree(record)  # an earlier try of this attempt folder: its truth is not this one's
+    with ScriptedModelServer(seed=seed, record_dir=record) as server:
+        yield {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key}
+
+
+def _run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int, upstream: dict[str, str] | None) -> AttemptOutcome:
     from pilot import runner
 
     from pilot.outcomes import agent_cost
 
-    rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=Path(attempt_dir), seed=seed, model=cell.model)
+    rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=Path(attempt_dir), seed=seed, model=cell.model,
+                             environ=upstream)
     data = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
     # None when the client reported no (complete) cost: the ledger then charges the whole reservation.
     cost = agent_cost(data)
@@ -81,6 +129,6 @@ def run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: i
     if data.get("status") == "infra_error":
         return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=cost,
                               metered_cost_usd=metered)
-    data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed)
+    data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed, environ=upstream)
     return AttemptOutcome(record=data, cost_usd=cost, judge_cost_usd=data["judge_cost_usd"], status=data.get("status", "completed"),
                           metered_cost_usd=metered)

@@ -16,7 +16,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
-import jsonschema
 import yaml
 
 from pilot import paths
@@ -60,6 +59,8 @@ def read_yaml(path: Path, *, text_scalars: bool = False) -> Any:
 
 def validate(data: Any, schema: dict, path: Path) -> None:
     """Validate ``data`` against a JSON schema; the first error becomes a ProtocolError."""
+    import jsonschema  # loaded when a file is first validated, not by `pilot --help`
+
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:

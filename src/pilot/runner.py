@@ -4,7 +4,7 @@
 
 1. reset ``out_dir`` and lay out the workspace (``pilot.workspace``); start
    the portal for arms that have it on scenarios that use it;
-2. launch the agent (backend ``claude-code`` or ``simulated``) with the
+2. launch the agent (backend ``claude-code``, ``rehearsal`` or ``simulated``) with the
    user prompt of ``study.yml``, the scenario's caps and the CLI's turn cap;
 3. collect the event stream (``transcript.jsonl``), cost, turns, tool calls
    by tool, deviations, questions from the completion record, wall time;
@@ -25,7 +25,11 @@ cannot isolate it (:class:`IsolationRefused`), unless ``isolation`` is
 ``unisolated`` (development only; recorded as the run's ``enforcement``).
 The model is reached through a metering proxy that holds the real API key
 (``pilot.agents.model_proxy``); its metered cost is stored beside the CLI's
-reported cost.
+reported cost. The ``rehearsal`` backend is the ``claude-code`` backend
+whose upstream is the project's scripted model server
+(:mod:`pilot.agents.scripted`, started by :func:`pilot.pipeline.run_cell`):
+the proxy then labels each request with its run (``x-pilot-run-id``) so the
+server knows which run it plays.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pilot import paths, protocol
+from pilot import backends, paths, protocol
 from pilot.agents import audit
 from pilot.agents.session import (
     AGENT_ERROR,
@@ -55,7 +59,7 @@ from pilot.agents.session import (
 )
 from pilot.protocol import Caps
 
-BACKENDS = ("simulated", "claude-code")
+BACKENDS = backends.AGENT_BACKENDS
 RUN_MARKER = ".pilot-run"
 TRANSCRIPT = "transcript.jsonl"
 #: The Messages API the model proxy forwards to when the operator names none.
@@ -287,7 +291,11 @@ def run_attempt(
     model = model or study["worker"]["model"]
     out_dir = Path(out_dir).resolve()
     isolation = isolation or default_isolation()
-    if backend == "claude-code":
+    if backend == backends.REHEARSAL and not (environ or {}).get("ANTHROPIC_BASE_URL"):
+        # A rehearsal must never reach the real API: its upstream is named, never defaulted.
+        raise RunnerError("backend 'rehearsal' needs the scripted model server's address in environ (ANTHROPIC_BASE_URL); "
+                          "run it through pilot.pipeline.run_cell, which starts the server")
+    if backend in backends.CLI_BACKENDS:
         from pilot.agents import launch, sandbox
 
         if isolation not in (launch.ISOLATION_REQUIRED, launch.ISOLATION_OPT_OUT):
@@ -337,8 +345,10 @@ def run_attempt(
         ws = lay_out(scenario, arm, ws_root, portal=portal)
         meter = None
         endpoint = None
-        if backend == "claude-code":
-            meter, endpoint = _open_meter(stack, out_dir, caps, model, environ, label_upstream=label_upstream)
+        if backend in backends.CLI_BACKENDS:
+            # A rehearsal's scripted server plays each run by its label; the real API is never told it.
+            meter, endpoint = _open_meter(stack, out_dir, caps, model, environ,
+                                          label_upstream=label_upstream or backend == backends.REHEARSAL)
         agent, worker_info, launch_error = _make_backend(
             backend, arm, study, scenario, out_dir, ws_root, seed=seed, model=model, claude_bin=claude_bin,
             worker_env=worker_env, extra_env=extra_env, isolation=isolation, endpoint=endpoint,
@@ -560,10 +570,10 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
         notes=list(notes) + list(getattr(agent, "notes", [])),
     )
     _record_meter(rec, meter, cost.total_usd)
-    if base["backend"] == "claude-code" and "macos" in arm.requires and platform.system() != "Darwin":
+    if base["backend"] in backends.CLI_BACKENDS and "macos" in arm.requires and platform.system() != "Darwin":
         rec.notes.append(f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are that host's)")
     pinned = str(protocol.study()["cli"]["version"])
-    if base["backend"] == "claude-code" and rec.cli_version and rec.cli_version != pinned:
+    if base["backend"] in backends.CLI_BACKENDS and rec.cli_version and rec.cli_version != pinned:
         rec.notes.append(f"CLI version {rec.cli_version} differs from the pinned {pinned} (study.yml cli.version)")
     if evaluate:
         from pilot.oracles import evaluate as oracle_evaluate

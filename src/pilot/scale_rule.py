@@ -192,7 +192,7 @@ def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:
     )
 
 
-def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool, tables_dir: Path, generated_dir: Path,
+def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool | str, tables_dir: Path, generated_dir: Path,
                    figures_dir: Path | None = None) -> dict[str, Path]:
     """Write the decision, its inputs and the amendment text; returns the files written.
 
@@ -202,11 +202,13 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool,
     ``scale_rule_macros.tex`` (one macro per number, the name the manuscript
     inputs); ``figures_dir``:
     ``scale_rule.pdf`` (the envelope and the two conditions). A
-    decision taken on a simulated study says SIMULATED in each.
+    decision taken on a study that is no finding says its label (``simulated``:
+    SIMULATED, REHEARSAL, or True for SIMULATED) in each.
     """
-    from pilot.report.latex import macro_name, write_macros
+    from pilot.report.latex import data_label, macro_name, write_macros
 
-    tag = "SIMULATED" if simulated else ""
+    tag = data_label(simulated)
+    simulated = bool(tag)
     stem = f"scale_rule_{study_name}"
     tables_dir, generated_dir = Path(tables_dir), Path(generated_dir)
     tables_dir.mkdir(parents=True, exist_ok=True)

@@ -28,16 +28,17 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pilot import paths, protocol
 from pilot.executors import isolation
 from pilot.executors.base import launch_mark
 from pilot.executors.base import AttemptOutcome, CellSpec, Executor, RunFunction  # re-exported
 from pilot.store import WAVES, Store
+
+if TYPE_CHECKING:  # numpy and pandas load on first use: `pilot study run` starts without them
+    import numpy as np
+    import pandas as pd
 
 __all__ = [
     "AttemptOutcome",
@@ -215,6 +216,8 @@ def _wave_keys(wave: str, scenarios: Sequence[str], study: protocol.Study, arms:
 
 def assign_order(n: int, seed: int, wave: str) -> np.ndarray:
     """The seeded permutation of a wave's n cells (position k holds the canonical index run k-th)."""
+    import numpy as np
+
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), WAVE_CODES[wave]]))
     return rng.permutation(n)
 
@@ -338,6 +341,8 @@ class WaveResult:
             "elapsed seconds": round(self.elapsed_s, 3),
             "stop reason": self.stop_reason,
         }
+        import pandas as pd
+
         return pd.DataFrame({"value": list(rows.values())}, index=pd.Index(list(rows), name="quantity"))
 
 

@@ -1,12 +1,13 @@
 """``pilot study``: create, run, inspect, export and amend a study.
 
 - ``pilot study create NAME [--seed N] [--nodes FILE] [--scenarios ID ...]
-  [--arms A0,A1,...] [--runner MODULE:FUNCTION]`` validates everything (the
-  scenario bundles, the arms against ``protocol/arms/arms.yml``, the nodes
+  [--arms A0,A1,...|host] [--pilot-repeats N] [--fresh] [--runner MODULE:FUNCTION]`` validates everything (the
+  scenario bundles, the arms against ``protocol/arms/arms.yml``; ``host``:
+  every arm of the design this host can serve, :func:`host_arms`; the nodes
   file, the run function) and then makes the store under
   ``analysis/data/NAME/`` with the pilot wave's seeded assignment (also
   written to ``assignment_pilot.csv``), all at once or not at all.
-- ``pilot study run NAME [--backend simulated|claude-code] [--executor local|dask]
+- ``pilot study run NAME [--backend simulated|claude-code|rehearsal] [--executor local|dask]
   [--scheduler ADDRESS] [--wave pilot|repeat3|sensitivity]`` dispatches the
   wave's waiting runs; run it again after an interruption and it resumes.
   Exit status 0: the wave is complete; 3: it stopped with runs waiting
@@ -23,6 +24,10 @@
   (atomically); later waves are pooled only if the freeze verification passes.
 - ``pilot study verify-freeze NAME`` compares the protocol with the manifest
   taken when the pilot started.
+- ``pilot study rehearsal-report NAME [--out DIR]`` checks a study run with
+  ``--backend rehearsal`` against the scripted model's known truth
+  (:mod:`pilot.report.rehearsal`) and writes ``report.md`` and ``report.json``;
+  exit 1 when any mismatch is found.
 
 Every failure ends in one line ``pilot study: <file>: <what happened>; <what to do>``.
 """
@@ -39,11 +44,9 @@ import sys
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import pandas as pd
-
-from pilot import freeze, ledger, paths, protocol
+from pilot import backends, freeze, ledger, paths, protocol
 from pilot.executors.base import PIPELINE_RUN_FUNCTION, check_run_function
 from pilot.schedule import (
     ScheduleError,
@@ -59,7 +62,10 @@ from pilot.schedule import (
 )
 from pilot.store import STORE_FILE, WAVES, Store, StoreError, atomic_write_text, describe_fault
 
-BACKENDS = ("simulated", "claude-code")
+if TYPE_CHECKING:  # pandas loads on first use: the study commands start without it
+    import pandas as pd
+
+BACKENDS = backends.AGENT_BACKENDS
 EXECUTORS = ("local", "dask")
 RUNS_FILE = paths.RUNS_FILE_NAME
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -83,10 +89,52 @@ def _show(path: Path) -> str:
         return str(path)
 
 
+#: The ``--arms`` value that picks every arm this host can serve.
+HOST_ARMS = "host"
+
+
+def host_capabilities() -> frozenset[str]:
+    """What this machine offers an attempt of the CLI backends, in the capabilities of ``protocol/arms/arms.yml``.
+
+    ``linux`` or ``macos`` by the platform; ``libreoffice`` when soffice is
+    found (as the oracles find it); ``chromium`` when the distribution's
+    Chromium is installed; ``portal`` always (each run's portal is a local
+    HTTP server the harness starts).
+    """
+    from pilot.oracles.recalc import soffice_binary
+
+    caps = {"portal"}
+    if sys.platform.startswith("linux"):
+        caps.add("linux")
+    elif sys.platform == "darwin":
+        caps.add("macos")
+    if soffice_binary():
+        caps.add("libreoffice")
+    if paths.CHROMIUM_BIN.exists():
+        caps.add("chromium")
+    return frozenset(caps)
+
+
+def host_arms(capabilities: frozenset[str] | None = None) -> list[str]:
+    """The design's arms whose ``requires`` this host offers, in the design's order (a Linux host: all but A2)."""
+    caps = host_capabilities() if capabilities is None else capabilities
+    requires = _requires()
+    arms = [a for a in protocol.study().arms if set(requires.get(a, ())) <= caps]
+    if not arms:
+        raise StudyError(f"this host offers {', '.join(sorted(caps)) or 'nothing'}, which serves no arm of "
+                         f"{_show(paths.ARMS_FILE)}; install what the arms require (tools/ensure-system-packages.sh)")
+    return arms
+
+
 def parse_arms(text: str | list[str] | None) -> list[str] | None:
-    """``"A0,A1"`` (or a list) to arm ids in the design's order; each must be an arm of ``protocol/arms/arms.yml``."""
+    """``"A0,A1"`` (or a list) to arm ids in the design's order; each must be an arm of ``protocol/arms/arms.yml``.
+
+    ``"host"`` is every arm of the design this host can serve (:func:`host_arms`).
+    """
     if text is None:
         return None
+    if text == HOST_ARMS or text == [HOST_ARMS]:
+        return host_arms()
     items = [a.strip() for part in ([text] if isinstance(text, str) else text) for a in part.split(",")]
     if not items or any(not a for a in items):
         raise StudyError(f"--arms {text!r}: give arm ids separated by commas, e.g. A0,A1")
@@ -136,17 +184,51 @@ def check_runner(ref: str | None) -> str | None:
     return ref
 
 
+#: Backends whose studies ``create --fresh`` may delete: their runs are checks of the harness, never findings.
+DISCARDABLE_BACKENDS = frozenset(backends.AGENT_BACKENDS) - backends.REAL_BACKENDS
+
+
+def discard_study(name: str) -> bool:
+    """Delete study ``name`` if it holds no attempt on a real backend (a dry run or a rehearsal); True if there was one.
+
+    A real study is never deleted: that is refused, naming its backends.
+    """
+    import shutil
+
+    folder = paths.study_dir(name)
+    if not (folder / STORE_FILE).exists():
+        return False
+    with Store.open(folder) as old:
+        used = {r[0] for r in old.conn.execute("SELECT DISTINCT backend FROM attempts")}
+    real = sorted(used - DISCARDABLE_BACKENDS)
+    if real:
+        raise StudyError(f"{_show(folder / STORE_FILE)}: refusing to delete study {name}: it holds attempts on {', '.join(real)}")
+    shutil.rmtree(folder)
+    return True
+
+
 def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None,
-                 arms: list[str] | str | None = None, run_function: str | None = None) -> Store:
-    """Validate everything, then create the study's store with the pilot wave's seeded assignment, in one step."""
+                 arms: list[str] | str | None = None, run_function: str | None = None, fresh: bool = False,
+                 pilot_repeats: int | None = None) -> Store:
+    """Validate everything, then create the study's store with the pilot wave's seeded assignment, in one step.
+
+    ``pilot_repeats`` gives the pilot wave fewer repeats than the design's (1 to ``design.pilot_repeats``; a rehearsal uses 1).
+
+    ``fresh`` first deletes an existing study of that name that holds only dry-run or rehearsal attempts (:func:`discard_study`).
+    """
     if not _STUDY_NAME.match(name):
         raise StudyError(f"study name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
     folder = paths.study_dir(name)
+    if fresh:
+        discard_study(name)
     if (folder / STORE_FILE).exists():
         raise StudyError(f"{_show(folder / STORE_FILE)}: study {name!r} already exists; choose another name")
     study = protocol.study()
     seed = study.assignment_seed if seed is None else int(seed)
     chosen_arms = parse_arms(arms)
+    if pilot_repeats is not None and not 1 <= int(pilot_repeats) <= study.pilot_repeats:
+        raise StudyError(f"--pilot-repeats {pilot_repeats}: give 1 to {study.pilot_repeats} "
+                         f"(design.pilot_repeats in {_show(paths.STUDY_FILE)})")
     nodes_path = Path(nodes_file) if nodes_file else paths.NODES_FILE
     nodes = load_nodes(nodes_path)
     if scenarios:
@@ -155,7 +237,8 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
     if not ids:
         raise StudyError("no scenarios found: add bundles under protocol/scenarios/ or pass --scenarios ID ...")
     check_runner(run_function)
-    cells = build_cells(name, "pilot", ids, seed, study=study, arms=chosen_arms)
+    cells = build_cells(name, "pilot", ids, seed, study=study, arms=chosen_arms,
+                        repeats=None if pilot_repeats is None else list(range(1, int(pilot_repeats) + 1)))
     try:
         check_servable(cells, nodes, _requires())
     except ScheduleError as exc:
@@ -241,7 +324,7 @@ def run_study_wave(
     """
     if backend not in BACKENDS:
         raise StudyError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "claude-code":
+    if backend in backends.CLI_BACKENDS:
         import os
 
         from pilot.agents import sandbox
@@ -290,13 +373,13 @@ def run_study_wave(
             from pilot.executors.local import LocalExecutor
 
             static = nodes_from_text(info.nodes_yaml or "", info.nodes_source or "nodes")
-            if backend == "claude-code" and sys.platform != "darwin":
+            if backend in backends.CLI_BACKENDS and sys.platform != "darwin":
                 wanted = set(info.arms or protocol.study().arms)
                 needs_mac = sorted(a for a in wanted if "macos" in requires.get(a, ()))
                 fake = [n.name for n in static if "macos" in n.capabilities]
                 if fake and needs_mac:
                     raise StudyError(
-                        f"nodes {fake} are tagged macos but this host is {sys.platform}: with the claude-code backend "
+                        f"nodes {fake} are tagged macos but this host is {sys.platform}: with the {backend} backend "
                         f"{', '.join(needs_mac)} must run on a real Mac (use the dask executor with a worker there, "
                         "or create a study without those arms: pilot study create NAME --arms ...)"
                     )
@@ -398,6 +481,8 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
 
 def status_table(store: Store) -> pd.DataFrame:
     """Per wave and arm: runs done, in flight, waiting, failed, failed attempts, dollars spent and reserved."""
+    import pandas as pd
+
     df = pd.DataFrame(store.status_by_arm())
     if df.empty:
         return df
@@ -461,13 +546,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, help="assignment seed (default: design.assignment_seed in protocol/study.yml)")
     c.add_argument("--nodes", type=Path, help=f"nodes file (default: {_show(paths.NODES_FILE)})")
     c.add_argument("--scenarios", nargs="+", metavar="ID", help="scenario ids (default: every scenario bundle)")
-    c.add_argument("--arms", metavar="A0,A1,...", help="a subset of the design's arms (default: all), checked against protocol/arms/arms.yml")
+    c.add_argument("--arms", metavar="A0,A1,...", help="a subset of the design's arms (default: all), checked against protocol/arms/arms.yml; "
+                   f"{HOST_ARMS!r}: every arm this host can serve")
     c.add_argument("--runner", metavar="MODULE:FUNCTION", help=f"the study's run function (default: {PIPELINE_RUN_FUNCTION})")
+    c.add_argument("--pilot-repeats", type=int, metavar="N", help="repeats of the pilot wave, fewer than the design's (a rehearsal: 1)")
+    c.add_argument("--fresh", action="store_true",
+                   help="first delete an existing study of this name if it holds only dry-run or rehearsal attempts (refused for a real study)")
     c.set_defaults(func=_cmd_create)
 
     r = ss.add_parser("run", help="run or resume a wave (exit 3: runs left waiting; 4: runs failed)")
     r.add_argument("name")
-    r.add_argument("--backend", choices=BACKENDS, default="simulated", help="agent and judge backend (default: simulated, a dry run)")
+    r.add_argument("--backend", choices=BACKENDS, default="simulated",
+                   help="agent and judge backend (default: simulated, a dry run; rehearsal: the real harness against the scripted model, no key)")
     r.add_argument("--executor", choices=EXECUTORS, default="local")
     r.add_argument("--scheduler", metavar="ADDRESS", help="dask scheduler address for --executor dask")
     r.add_argument("--wave", choices=WAVES, default="pilot")
@@ -501,6 +591,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--pilot-only", action="store_true", help="export the pilot wave alone (no pooling)")
     e.add_argument("--out", type=Path, help="write here instead")
     e.set_defaults(func=_cmd_export)
+
+    h = ss.add_parser("rehearsal-report", help="check a rehearsal study against the scripted model's truth (exit 1: findings to fix)")
+    h.add_argument("name")
+    h.add_argument("--out", type=Path, default=Path("build/rehearsal"), help="folder for report.md and report.json (default: build/rehearsal)")
+    h.add_argument("--runs", type=Path, help="the exported run table to check (default: analysis/data/NAME/runs.csv)")
+    h.set_defaults(func=_cmd_rehearsal_report)
 
     v = ss.add_parser("verify-freeze", help="compare the protocol with the manifest taken at pilot start")
     v.add_argument("name")
@@ -542,7 +638,8 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 @_guarded
 def _cmd_create(args: argparse.Namespace) -> int:
-    store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios, arms=args.arms, run_function=args.runner)
+    store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios, arms=args.arms, run_function=args.runner,
+                         fresh=args.fresh, pilot_repeats=args.pilot_repeats)
     with store:
         info = store.study()
         out = {"study": info.name, "store": str(store.path), "seed": info.seed, "scenarios": len(info.scenarios),
@@ -647,6 +744,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
     target, table = export_run_table(args.name, pilot_only=args.pilot_only, out=args.out)
     failed = int((table["status"] == "infra_error").sum())
     print(json.dumps({"run_table": str(target), "rows": len(table), "failed_runs": failed}))
+    return 0
+
+
+@_guarded
+def _cmd_rehearsal_report(args: argparse.Namespace) -> int:
+    from pilot.report import rehearsal
+
+    report = rehearsal.collect(args.name, run_table=paths.from_root(args.runs) if args.runs else None)
+    written = rehearsal.write(report, paths.from_root(args.out))
+    print(report.to_markdown())
+    print(json.dumps({"report": {k: _show(v) for k, v in written.items()}, "findings": len(report.findings)}))
+    if report.findings:
+        print(f"pilot study: the rehearsal of {args.name} has {len(report.findings)} finding(s) to fix before the real study "
+              f"(listed in {_show(written[rehearsal.REPORT_MD])})", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -451,12 +451,16 @@ FAMILY_TREES: dict[str, re.Pattern] = {
 _MET_SANDBOX = re.compile(r"invalid ELF header|cannot open shared object file|No such file or directory|Read-only file system")
 
 
-def _blocked(call: ToolCall, summary: StreamSummary) -> str:
+def _blocked(call: ToolCall, summary: StreamSummary, family: str | None = None) -> str:
     if call.id in summary.denied_ids:
         return "cli_rule"
     is_err, text = summary.tool_results.get(call.id, (False, ""))
     if STUB_MARKER in text or (is_err and ("Operation not permitted" in text or _MET_SANDBOX.search(text))):
         return "mask"  # the refusing stub or an absent install tree (bubblewrap), or sandbox-exec's refusal
+    if is_err and family and re.search(rf"(?<![\w.+-]){re.escape(family)}: (?:command )?not found", text):
+        # The family's program is not in the run's namespace at all (a macOS program on a Linux host):
+        # the allow-listed sandbox holds nothing to run, which stops the attempt as a mask would.
+        return "mask"
     return "not_blocked"
 
 
@@ -548,7 +552,7 @@ def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools:
             if h.family in seen:
                 continue
             seen.add(h.family)
-            blocked = _blocked(call, summary) if call.name == "Bash" else "not_run"
+            blocked = _blocked(call, summary, h.family) if call.name == "Bash" else "not_run"
             out.append(Deviation("denied_family", h.family, call.name, call.id, command[:2000], h.via, blocked, call.session))
     # A denial the CLI reported without a tool call we could read still counts.
     known = {d.tool_use_id for d in out}

@@ -12,7 +12,9 @@ played from the message history alone, one step per request:
 
 1. read ``BRIEF.md`` and ``POLICY.md`` (the brief names the scenario, the
    policy the arm; the tools offered must be the arm's);
-2. shell arms: one Bash call that runs the scenario's reference solver
+2. shell arms: the model's drawn attempt at a denied program, if any; on an
+   arm with the portal, for a scenario that uses it, a sign-in and two
+   downloads with the portal's client (shipped as source); then one Bash call that runs the scenario's reference solver
    inside the sandbox with the worker's own Python (the solver's source and
    the helpers it imports are shipped in the command), then one Bash call
    that turns the solver's files into the drawn outcome; A0: Write calls
@@ -140,19 +142,19 @@ def _stub_source(module: str, names: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def solver_sources(generator: str) -> dict[str, str]:
-    """relative path -> source of the scenario module ``generator`` and every ``pilot`` module it imports.
+def shipped_sources(*entries: str) -> dict[str, str]:
+    """relative path -> source of the modules ``entries`` and every ``pilot`` module they import.
 
     Modules in :data:`STUBBED_MODULES` are reduced to the constants imported
     from them; package ``__init__`` files are empty, so nothing else of the
     harness comes along.
     """
-    start = f"pilot.scenarios.library.{generator}"
-    if _module_file(start) is None:
-        raise ScriptError(f"no scenario module {start}")
+    for start in entries:
+        if _module_file(start) is None:
+            raise ScriptError(f"no module {start} to ship")
     wanted: dict[str, set[str]] = {}
     seen: set[str] = set()
-    queue = [start]
+    queue = list(entries)
     sources: dict[str, str] = {}
     while queue:
         mod = queue.pop()
@@ -186,29 +188,58 @@ def solver_sources(generator: str) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def solver_command(cwd: str, generator: str, *, clear_outputs: bool) -> str:
-    """The Bash command that runs the reference solver in ``cwd`` with the sandbox's python3."""
-    files = solver_sources(generator)
+def solver_sources(generator: str) -> dict[str, str]:
+    """The scenario module ``generator`` and what it imports, as :func:`shipped_sources` gives them."""
+    return shipped_sources(f"pilot.scenarios.library.{generator}")
+
+
+def _shipped_script(cwd: str, files: dict[str, str], lines: list[str]) -> str:
+    """A Bash command running ``lines`` of Python in ``cwd`` with the sandbox's python3, ``files`` importable."""
     body = "\n".join([
         "import shutil, sys, tempfile",
         "from pathlib import Path",
         f"SOURCES = {files!r}",
-        "pkg = Path(tempfile.mkdtemp(prefix='solver-'))",
+        "pkg = Path(tempfile.mkdtemp(prefix='shipped-'))",
         "for rel, text in SOURCES.items():",
         "    (pkg / rel).parent.mkdir(parents=True, exist_ok=True)",
         "    (pkg / rel).write_text(text, encoding='utf-8')",
         "sys.path.insert(0, str(pkg))",
         "import pilot",
         "assert Path(pilot.__file__).parent == pkg / 'pilot', pilot.__file__  # the shipped copy, nothing else",
+        "try:",
+        *[f"    {ln}" for ln in lines],
+        "finally:",
+        "    shutil.rmtree(pkg, ignore_errors=True)",
+    ])
+    return f"cd {_shq(cwd)} && python3 - <<'{HEREDOC}'\n{body}\n{HEREDOC}"
+
+
+def solver_command(cwd: str, generator: str, *, clear_outputs: bool) -> str:
+    """The Bash command that runs the reference solver in ``cwd`` with the sandbox's python3."""
+    return _shipped_script(cwd, solver_sources(generator), [
         f"from pilot.scenarios.library.{generator} import solve",
         "out = Path('outputs')",
         *(["shutil.rmtree(out, ignore_errors=True)"] if clear_outputs else []),
         "out.mkdir(exist_ok=True)",
         "for p in solve(Path('inputs'), out):",
         "    print('wrote', Path(p).as_posix())",
-        "shutil.rmtree(pkg, ignore_errors=True)",
     ])
-    return f"cd {_shq(cwd)} && python3 - <<'{HEREDOC}'\n{body}\n{HEREDOC}"
+
+
+def portal_command(cwd: str) -> str:
+    """The Bash command that signs in to the run's portal and fetches its first document and record set, as the
+    model's worker does (into a scratch folder outside the workspace)."""
+    return _shipped_script(cwd, shipped_sources("pilot.portal.client"), [
+        "from pilot.portal.client import PortalClient",
+        "dest = Path(tempfile.mkdtemp(prefix='portal-'))",
+        "client = PortalClient.from_workspace(Path('.'))",
+        "client.sign_in()",
+        "for doc in client.list_documents()[:1]:",
+        "    print('downloaded', client.download(doc['name'], dest).name)",
+        "for rec in client.list_records()[:1]:",
+        "    print('downloaded', client.download_record(rec['id'], 'csv', dest).name)",
+        "client.sign_out()",
+    ])
 
 
 def _shq(s: str) -> str:
@@ -368,15 +399,20 @@ class WorkerPlayer:
         self.cfg = simulated.load_model()
         self._plans: dict[tuple, Plan] = {}
         self._lock = threading.Lock()
-        self._key_locks: dict[tuple, threading.Lock] = {}
+        self._build_lock = threading.RLock()
 
     def plan(self, scenario: Any, arm: Any, run_id: str, session: int, cwd: str) -> Plan:
         key = (scenario.id, arm.id, run_id, session, cwd)
         with self._lock:
-            lock = self._key_locks.setdefault(key, threading.Lock())
-        with lock:
+            if key in self._plans:
+                return self._plans[key]
+        # One plan is built at a time (a resume's plan builds its first session's inside): scoring a replica
+        # may start LibreOffice, and concurrent runs should not have the server compete with itself for it.
+        with self._build_lock:
             if key not in self._plans:
-                self._plans[key] = self._build(scenario, arm, run_id, session, cwd)
+                plan = self._build(scenario, arm, run_id, session, cwd)
+                with self._lock:
+                    self._plans[key] = plan
             return self._plans[key]
 
     def _mirror_dir(self) -> Path:
@@ -419,6 +455,9 @@ class WorkerPlayer:
                 expect_error.add(len(steps))
                 steps.append([{"name": "Bash", "input": {"command": command, "description": f"Try {family}"}}])
                 truth["denied_attempt"] = {"family": family, "how": how, "command": command}
+            truth["portal_used"] = bool(shell and arm.feature("portal") and getattr(scenario, "uses_portal", False))
+            if truth["portal_used"]:
+                steps.append([{"name": "Bash", "input": {"command": portal_command(cwd), "description": "Fetch from the records portal"}}])
             if shell:
                 steps.append([{"name": "Bash", "input": {"command": solver_command(cwd, scenario.generator, clear_outputs=False),
                                                          "description": "Run the analysis script that writes the deliverables"}}])
@@ -447,7 +486,6 @@ class WorkerPlayer:
             notes = []
             truth.update(repaired=repaired, questions=prev.truth["questions"])
             if repaired:
-                before = snapshot(root)
                 simulated.write_gold(scenario, root)
                 gold = snapshot(root)
                 simulated.set_questions(root, prev.truth["questions"])
@@ -456,7 +494,6 @@ class WorkerPlayer:
                 edits = diff(gold, snapshot(root))
                 if edits:
                     steps.append([{"name": "Bash", "input": {"command": edit_command(cwd, edits), "description": "Finish the completion record"}}])
-                del before
         if arm.feature("self_check"):
             steps.append([{"name": "Bash", "input": {"command": f"cd {_shq(cwd)} && python3 selfcheck.py",
                                                      "description": "Run the self-check"}}])
@@ -693,7 +730,8 @@ class ScriptedModelServer:
         scenario = identify_scenario(brief[0])
         arm = identify_arm(policy[0], tools)
         assert self.worker is not None
-        plan = self.worker.plan(scenario, arm, run_id or "", session, cwd)
+        # Without the proxy's label the session's folder names the run (truth is then keyed "unlabelled:<folder>").
+        plan = self.worker.plan(scenario, arm, run_id or f"unlabelled:{cwd}", session, cwd)
         # Step 0 of the first session is the reading; the plan's steps follow it.
         offset = 1 if session == 0 else 0
         nxt = (max(steps_done) + 1) if steps_done else 0

@@ -190,8 +190,11 @@ def run_with_runner(cell: CellSpec, attempt_dir: Path, node: str, backend: str, 
     """Run function used until the pipeline exists: one runner attempt, no judges."""
     from pilot import runner  # imported here: the runner is optional for the scheduler
     from pilot.outcomes import agent_cost
+    from pilot.pipeline import model_upstream
 
-    rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=attempt_dir, seed=seed, model=cell.model)
+    with model_upstream(backend, attempt_dir, seed) as upstream:
+        rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=attempt_dir, seed=seed, model=cell.model,
+                                 environ=upstream)
     data = rec.to_dict()
     if data.get("status") == "infra_error":
         return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=agent_cost(data),

@@ -1,9 +1,26 @@
 """Blind LLM judges: rendering, prompt, output schema, panel and backends."""
 
-from pilot.judges.panel import BACKENDS, JudgeResult, judge_prompt, judge_run, make_backend
-from pilot.judges.prompt import JudgePrompt, build_prompt, prompt_for_run
-from pilot.judges.render import RenderedDeliverable, RenderedPackage, RenderLimits, render_package
-from pilot.judges.rubric import Criterion, RubricError, criteria_from, weighted_score
+from pilot.lazy_exports import lazy_exports
+
+_EXPORTS = {
+    "BACKENDS": "pilot.judges.panel",
+    "JudgeResult": "pilot.judges.panel",
+    "judge_prompt": "pilot.judges.panel",
+    "judge_run": "pilot.judges.panel",
+    "make_backend": "pilot.judges.panel",
+    "JudgePrompt": "pilot.judges.prompt",
+    "build_prompt": "pilot.judges.prompt",
+    "prompt_for_run": "pilot.judges.prompt",
+    "RenderedDeliverable": "pilot.judges.render",
+    "RenderedPackage": "pilot.judges.render",
+    "RenderLimits": "pilot.judges.render",
+    "render_package": "pilot.judges.render",
+    "Criterion": "pilot.judges.rubric",
+    "RubricError": "pilot.judges.rubric",
+    "criteria_from": "pilot.judges.rubric",
+    "weighted_score": "pilot.judges.rubric",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "BACKENDS",

@@ -9,10 +9,14 @@ goes through the same schema check. The real backend reads only
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from pilot.judges.render import RenderedPackage
 from pilot.judges.rubric import Criterion
+
+if TYPE_CHECKING:  # the office readers load with the panel, not with `pilot judge --help`
+    from pilot.judges.render import RenderedPackage
+
+BACKENDS = ("simulated", "claude-code")
 
 
 @dataclass(frozen=True)

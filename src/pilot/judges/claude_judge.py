@@ -5,7 +5,9 @@ Each call is a fresh session: ``claude -p --output-format json --tools ""
 variadic ``--tools`` would swallow a positional prompt), run in an empty
 working folder with a fresh ``CLAUDE_CONFIG_DIR`` so that no operator
 setting, memory or CLAUDE.md reaches the judge. The judge's cost is the
-client's reported ``total_cost_usd``.
+client's reported ``total_cost_usd``. ``environ`` names another upstream
+(``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_KEY``) than this process's: the
+rehearsal points its judges at the scripted model server.
 """
 
 from __future__ import annotations
@@ -61,8 +63,10 @@ class ClaudeCodeJudge:
 
     name = "claude-code"
 
-    def __init__(self, claude_bin: Path | str | None = None, *, timeout_s: float = 600.0, study: protocol.Study | None = None) -> None:
+    def __init__(self, claude_bin: Path | str | None = None, *, timeout_s: float = 600.0, study: protocol.Study | None = None,
+                 environ: dict[str, str] | None = None) -> None:
         self.study = study or protocol.study()
+        self.upstream = dict(environ) if environ is not None else None
         self.claude_bin = locate_claude(claude_bin)
         self.timeout_s = timeout_s
         self.bare = bool(self.study["cli"]["bare"])
@@ -78,6 +82,10 @@ class ClaudeCodeJudge:
 
     def _env(self, config_dir: Path, home: Path) -> dict[str, str]:
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+        if self.upstream is not None:
+            # The given upstream replaces the operator's: none of this process's key or address is kept beside it.
+            env = {k: v for k, v in env.items() if not k.startswith("ANTHROPIC_")}
+            env.update({k: v for k, v in self.upstream.items() if k in PASSTHROUGH_ENV and k.startswith("ANTHROPIC_")})
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.update(QUIET_ENV)
         env["CLAUDE_CONFIG_DIR"] = str(config_dir)

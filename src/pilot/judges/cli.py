@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from pilot.judges.panel import BACKENDS
+from pilot.judges.backend import BACKENDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

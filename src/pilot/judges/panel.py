@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pilot import protocol
-from pilot.judges.backend import JudgeBackend, JudgeRequest
+from pilot.judges.backend import BACKENDS, JudgeBackend, JudgeRequest
 from pilot.judges.prompt import JudgePrompt, prompt_for_run
 from pilot.judges.render import RenderLimits
 from pilot.judges.rubric import weighted_score
 from pilot.judges.schema import VerdictError, parse_verdict
 
-BACKENDS = ("simulated", "claude-code")
 RETRY_NOTE = (
     "\n\nYour previous answer could not be used ({reason}). "
     "Answer again with the JSON object only, exactly in the form given above.\n"
@@ -50,8 +49,12 @@ class JudgeResult:
         return asdict(self)
 
 
-def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None = None, study: protocol.Study | None = None) -> JudgeBackend:
-    """A judge backend by name (``simulated`` or ``claude-code``), or the object given."""
+def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None = None, study: protocol.Study | None = None,
+                 environ: dict[str, str] | None = None) -> JudgeBackend:
+    """A judge backend by name (``simulated`` or ``claude-code``), or the object given.
+
+    ``environ`` gives the CLI judges their upstream (the rehearsal's scripted model server) instead of this process's.
+    """
     if not isinstance(backend, str):
         return backend
     if backend == "simulated":
@@ -61,7 +64,7 @@ def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None =
     if backend == "claude-code":
         from pilot.judges.claude_judge import ClaudeCodeJudge
 
-        return ClaudeCodeJudge(claude_bin, study=study)
+        return ClaudeCodeJudge(claude_bin, study=study, environ=environ)
     raise ValueError(f"unknown judge backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
@@ -107,14 +110,16 @@ def judge_run(
     study: protocol.Study | None = None,
     claude_bin: Path | str | None = None,
     limits: RenderLimits | None = None,
+    environ: dict[str, str] | None = None,
 ) -> list[JudgeResult]:
     """Judge one run's deliverables with the study's panel.
 
     ``scenario`` provides ``brief_path``, ``rubric`` and ``deliverables``;
     ``withheld`` lists the run's own identifiers (run id, node, workspace)
-    that must not reach a judge. Returns one result per panel member, in
+    that must not reach a judge; ``environ`` the CLI judges' upstream
+    (default: this process's). Returns one result per panel member, in
     panel order; a missing judge has ``error`` set and no score.
     """
     study = study or protocol.study()
     prompt = prompt_for_run(scenario, Path(outputs_dir), withheld=withheld, limits=limits)
-    return judge_prompt(prompt, backend=make_backend(backend, claude_bin=claude_bin, study=study), seed=seed, panel=study.judge_panel)
+    return judge_prompt(prompt, backend=make_backend(backend, claude_bin=claude_bin, study=study, environ=environ), seed=seed, panel=study.judge_panel)

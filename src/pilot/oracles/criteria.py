@@ -14,8 +14,6 @@ import unicodedata
 from decimal import Decimal
 from typing import Callable
 
-import jsonschema
-
 from pilot import paths
 from pilot.oracles import amounts
 from pilot.oracles.amounts import exact, show
@@ -490,6 +488,8 @@ def completion_schema() -> dict:
 
 
 def check_completion_record(ctx: WorkspaceContext, c: Criterion) -> Outcome:
+    import jsonschema  # loaded by the one criterion that needs it, not by `pilot --help`
+
     record, reason = ctx.json(c.file)
     if reason:
         return False, reason

@@ -23,9 +23,7 @@ import atexit
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterable
 
 from pilot.oracles import guard, safety
 from pilot.oracles.context import WorkspaceContext
@@ -33,6 +31,9 @@ from pilot.oracles.criteria import CHECKS
 from pilot.oracles.hashing import compare_hashes, hash_inputs
 from pilot.oracles.recalc import Recalculator
 from pilot.scenarios.bundle import Scenario
+
+if TYPE_CHECKING:  # pandas loads on first use: `pilot check` and `pilot --help` start without it
+    import pandas as pd
 
 # Kinds that need the file to be a well-formed file of its kind first.
 _NEEDS_WELL_FORMED = {
@@ -90,6 +91,8 @@ class Evaluation:
     @property
     def summary(self) -> pd.DataFrame:
         """One row per criterion: id, kind, required, passed, reason."""
+        import pandas as pd
+
         return pd.DataFrame([asdict(c) for c in self.criteria], columns=["id", "kind", "file", "required", "passed", "blocked_by", "reason"])
 
     def to_dict(self) -> dict:

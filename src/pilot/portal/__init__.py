@@ -11,10 +11,21 @@
 - ``access_log``: the per-run access log and its summary.
 """
 
-from pilot.portal.access_log import ACCESS_LOG_NAME, read_access_log, summarise_access_log
-from pilot.portal.client import PortalClient, PortalClientError
-from pilot.portal.credentials import CREDENTIALS_FILENAME, Credentials
-from pilot.portal.instance import PortalInstance, PortalStartError, start_instance
+from pilot.lazy_exports import lazy_exports
+
+_EXPORTS = {
+    "ACCESS_LOG_NAME": "pilot.portal.access_log",
+    "read_access_log": "pilot.portal.access_log",
+    "summarise_access_log": "pilot.portal.access_log",
+    "PortalClient": "pilot.portal.client",
+    "PortalClientError": "pilot.portal.client",
+    "CREDENTIALS_FILENAME": "pilot.portal.credentials",
+    "Credentials": "pilot.portal.credentials",
+    "PortalInstance": "pilot.portal.instance",
+    "PortalStartError": "pilot.portal.instance",
+    "start_instance": "pilot.portal.instance",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "ACCESS_LOG_NAME",

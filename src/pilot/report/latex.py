@@ -2,8 +2,10 @@
 
 Every number the manuscript states comes from a file written here: tables
 (``write_table``) and macro files with one ``\\newcommand`` per number
-(``write_macros``). A table computed from simulated data says SIMULATED in
-its caption, and macros carry the flag so the text can say it too.
+(``write_macros``). A table computed from data that is not a finding says
+so in its caption (SIMULATED for a dry run, REHEARSAL for a rehearsal; the
+label comes from the backend, :mod:`pilot.backends`), and macros carry it so
+the text can say it too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-SIMULATED_TAG = "SIMULATED"
+from pilot.backends import SIMULATED_LABEL
+
+SIMULATED_TAG = SIMULATED_LABEL
+
+
+def data_label(simulated: bool | str) -> str:
+    """The label a caption or title starts with: a backend's label as given (:func:`pilot.backends.label`),
+    SIMULATED for ``True``, nothing for ``False`` or ``""`` (a finding)."""
+    if isinstance(simulated, str):
+        return simulated
+    return SIMULATED_TAG if simulated else ""
 
 _DIGITS = ["Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
 _ESCAPES = {
@@ -216,17 +228,18 @@ def write_table(
     *,
     caption: str,
     label: str,
-    simulated: bool = False,
+    simulated: bool | str = False,
     float_format: str = "%.3f",
     column_format: str | None = None,
     escape: bool = True,
     note: str | None = None,
     font: str = "\\small",
 ) -> Path:
-    """Write ``df`` as a booktabs table environment; prefix the caption with SIMULATED when asked."""
+    """Write ``df`` as a booktabs table environment; prefix the caption with the data's label (``simulated``: see :func:`data_label`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    cap = (f"\\textbf{{{SIMULATED_TAG}.}} " if simulated else "") + caption
+    tag = data_label(simulated)
+    cap = (f"\\textbf{{{tag}.}} " if tag else "") + caption
     # Cells are formatted here, column by column (true minus signs; decimals by
     # what the column holds), and headers put in words; then nothing is escaped twice.
     df = _short_reasons(df)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from pilot import paths, protocol
 from pilot.ledger import Balance
+from pilot.backends import label_of
 from pilot.report.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
 
 # The steps of the run flow, in order, with what each counts.
@@ -44,6 +45,8 @@ class RunReport:
     flow: pd.DataFrame  # step, one column per wave, total
     ledger: pd.DataFrame  # arm, one spent column per wave, total
     balance: Balance  # the envelope, spent, reserved and remaining, as the ledger states them
+    #: SIMULATED, REHEARSAL or "" (a finding), from the backends (pilot.backends.label_of)
+    label: str = ""
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -104,7 +107,8 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
     return RunReport(
         study=store.study().name,  # type: ignore[attr-defined]
         backend=", ".join(backends) or "none",
-        simulated=backends != ["claude-code"],
+        simulated=bool(label_of(backends)) or not backends,
+        label=label_of(backends) if backends else SIMULATED_TAG,
         flow=flow,
         ledger=ledger,
         balance=store.balance(),  # type: ignore[attr-defined]
@@ -130,7 +134,7 @@ def flow_figure(report: RunReport, path: Path) -> Path:
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     title = f"run flow of study {report.study}"
-    ax.set_title(f"{SIMULATED_TAG}: {title}" if report.simulated else title, fontsize=9)
+    ax.set_title(f"{report.label}: {title}" if report.label else title, fontsize=9)
     return save_figure(fig, path)
 
 
@@ -141,7 +145,7 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
     tables, figs, gen = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
     for d in (tables, figs, gen):
         d.mkdir(parents=True, exist_ok=True)
-    sim = report.simulated
+    sim = report.label
     out: dict[str, Path] = {}
     out["run_flow.csv"] = tables / f"run_flow_{report.study}.csv"
     report.flow.assign(study=report.study).to_csv(out["run_flow.csv"], index=False)
@@ -175,7 +179,7 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
     m: dict[str, object] = {
         "RunStudy": report.study,
         "RunBackend": report.backend,
-        "RunDataLabel": SIMULATED_TAG if sim else "real",
+        "RunDataLabel": report.label or "real",
         "RunEnvelopeUsd": report.balance.envelope_usd,
         "RunSpentUsd": report.balance.spent_usd,
         "RunReservedUsd": report.balance.reserved_usd,

@@ -54,11 +54,18 @@ def contrast_label(name: str) -> str:
     return f" {MINUS} ".join(str(name).split("-"))
 
 
-def data_prefix(simulated: bool, synthetic: bool = False) -> str:
-    """The label every sentence about simulated numbers starts with."""
+def data_prefix(simulated: bool | str, synthetic: bool = False) -> str:
+    """The label every sentence about numbers that are no finding starts with.
+
+    ``simulated`` is the data's label (``StageData.label``: SIMULATED, REHEARSAL, or ``""``), or True for SIMULATED.
+    """
+    from pilot import backends
+    from pilot.report.latex import data_label
+
     if synthetic:
-        return "SIMULATED (synthetic run table): "
-    return "SIMULATED (dry run): " if simulated else ""
+        return f"{backends.SIMULATED_LABEL} (synthetic run table): "
+    tag = data_label(simulated)
+    return f"{tag} ({backends.qualifier(tag)}): " if tag else ""
 
 
 def interval(low: Any, high: Any, level: float = 0.95, digits: int = 3) -> str:

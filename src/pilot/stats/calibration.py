@@ -9,14 +9,22 @@ the planted contrast; ``null`` (A3's parameters set to A1's) how often the
 tests reject when there is no effect; ``tail`` (the primary control arm A1
 pushed to near 0% acceptance) what the intervals do at the edge of the scale.
 
-The work is vectorised over studies, in blocks: one call of the generator's
-``draw_runs`` draws every run of a block, and each study of the block gets its
-own bootstrap resamples (a ``(studies, B, J)`` count array), shared by the
-same study of the other conditions. The sign vectors
-are the exact enumeration of all ``2^J`` when that is at most the permutation
-count (the same for every study, as in the stage); otherwise a block's studies
-share one set of random sign vectors (each study's test is still the stage's
-randomised test; only the studies' Monte Carlo draws are shared).
+Every study is analysed with the bootstrap resamples and sign vectors the
+primary stage itself draws for a table of J scenarios at the resampling seed
+(``primary_analysis``: ``default_rng([seed, 2])`` for the counts,
+``default_rng([seed, 1])`` for random sign vectors; exact enumeration of all
+``2^J`` when that is at most the permutation count). The calibration thus
+measures the preregistered procedure as it will run, seed included; given
+those draws the simulated studies are independent, so the Monte Carlo
+standard errors are the binomial ones. It also makes the work one matrix
+product per block (:mod:`pilot.stats.batch_inference`, the code the stage
+runs for one study).
+
+The runs are drawn a block of studies at a time (``default_rng([seed, start])``),
+one ``draw_runs`` call per arm set; the conditions share the runs of the
+arms they leave unchanged (:func:`draw_conditions`). The planted truth comes
+from :func:`pilot.stats.synthetic.planted_acceptance` (seed 0, common random
+numbers across arms).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from pilot import protocol
-from pilot.stats import estimators, primary, resampling, runtable, synthetic
+from pilot.stats import batch_inference, estimators, primary, resampling, runtable, synthetic
 from pilot.stats.primary import InferenceSettings
 
 CONDITIONS = ("planted", "null", "tail")
@@ -78,23 +86,65 @@ def planted_truths(models: dict[str, synthetic.SyntheticModel], specs: list, con
     return out
 
 
-def draw_acceptance(rng: np.random.Generator, model: synthetic.SyntheticModel, specs: list, n_studies: int, repeats: int, study: protocol.Study) -> np.ndarray:
-    """S for every run of ``n_studies`` studies, ``(n_studies, J, A, R)`` (NaN: no judge), as ``generate_runtable`` draws them."""
-    J, A = len(specs), len(model.arms)
+def _draw_arms(rng: np.random.Generator, model: synthetic.SyntheticModel, specs: list, u: np.ndarray, arms: Sequence[int], repeats: int, study: protocol.Study) -> np.ndarray:
+    """S for the runs of the given arms (indices into ``model.arms``) given the scenario effects ``u`` ``(n, J)``: ``(n, J, len(arms), R)``."""
+    n_studies, J = u.shape
     depth = np.array([s.designed_depth for s in specs], dtype=float)
     depth_c = depth - depth.mean()
     caps = [study.caps_for(s.id) for s in specs]
-    shape = (n_studies, J, A, repeats)
+    shape = (n_studies, J, len(arms), repeats)
     j_idx = np.broadcast_to(np.arange(J)[None, :, None, None], shape).ravel()
-    a_idx = np.broadcast_to(np.arange(A)[None, None, :, None], shape).ravel()
-    u = rng.normal(0.0, model["scenario_sd_logit"], (n_studies, J))
+    a_idx = np.broadcast_to(np.asarray(arms)[None, None, :, None], shape).ravel()
     u_run = np.broadcast_to(u[:, :, None, None], shape).ravel()
     cap_usd = np.array([c.usd for c in caps])[j_idx]
     cap_wall = np.array([c.wall_s for c in caps])[j_idx]
-    out = synthetic.draw_runs(rng, model, a_idx, depth_c[j_idx], u_run, cap_usd, cap_wall, study)
+    out = synthetic.draw_runs(rng, model, a_idx, depth_c[j_idx], u_run, cap_usd, cap_wall, study, acceptance_only=True)
     # The run table stores Q to four decimals and S follows the stored Q (as generate_runtable does).
     S = runtable.acceptance(out["D"], out["E"], np.round(out["Q"], 4), study.q)
     return S.reshape(shape)
+
+
+def draw_acceptance(rng: np.random.Generator, model: synthetic.SyntheticModel, specs: list, n_studies: int, repeats: int, study: protocol.Study) -> np.ndarray:
+    """S for every run of ``n_studies`` studies, ``(n_studies, J, A, R)`` (NaN: no judge), as ``generate_runtable`` draws them."""
+    u = rng.normal(0.0, model["scenario_sd_logit"], (n_studies, len(specs)))
+    return _draw_arms(rng, model, specs, u, range(len(model.arms)), repeats, study)
+
+
+def draw_conditions(rng: np.random.Generator, models: dict[str, synthetic.SyntheticModel], specs: list, n_studies: int, repeats: int, study: protocol.Study) -> dict[str, np.ndarray]:
+    """:func:`draw_acceptance` for every condition, with common random numbers across conditions.
+
+    The first condition's studies are drawn in full. Each other condition
+    shares their scenario effects and the runs of every arm whose parameters
+    (and the shared ones) it leaves unchanged, and draws only the arms it
+    changes (null: A3; tail: A1). Each condition's studies are distributed
+    exactly as separate draws would be; the conditions are merely correlated,
+    which no per-condition number depends on, and about half the runs are drawn.
+    """
+    names = list(models)
+    first = models[names[0]]
+    u = rng.normal(0.0, first["scenario_sd_logit"], (n_studies, len(specs)))
+    out = {names[0]: _draw_arms(rng, first, specs, u, range(len(first.arms)), repeats, study)}
+    for name in names[1:]:
+        m = models[name]
+        if m.arms != first.arms or m["scenario_sd_logit"] != first["scenario_sd_logit"]:
+            out[name] = draw_acceptance(rng, m, specs, n_studies, repeats, study)
+            continue
+        changed = [k for k, a in enumerate(m.arms) if _arm_key(m, a) != _arm_key(first, a)]
+        S = out[names[0]].copy()
+        if changed:
+            S[:, :, changed, :] = _draw_arms(rng, m, specs, u, changed, repeats, study)
+        out[name] = S
+    return out
+
+
+def scenario_differences(S: np.ndarray, arms: Sequence[str], contrasts: Sequence[Sequence[str]]) -> np.ndarray:
+    """``(n, J, K)``: per study and scenario, treated minus control repeat mean (NaN: an arm without a scored run)."""
+    valid_run = ~np.isnan(S)
+    n_run = valid_run.sum(axis=3)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(n_run > 0, np.where(valid_run, S, 0.0).sum(axis=3) / np.maximum(n_run, 1), np.nan)  # (n, J, A)
+    idx = {a: k for k, a in enumerate(arms)}
+    return np.stack([means[:, :, idx[t]] - means[:, :, idx[c]] for t, c in contrasts], axis=2)
 
 
 def analyse_block(
@@ -109,44 +159,25 @@ def analyse_block(
 
     ``S``: ``(n, J, A, R)``; ``counts``: ``(n, B, J)`` bootstrap counts, one set
     per study; ``signs``: ``(P, J)``. Returns estimate, ci_low, ci_high,
-    p_value and n_scenarios, each ``(n, K)``, computed as
-    :func:`pilot.stats.primary.contrast_table` computes them for one study.
+    p_value and n_scenarios, each ``(n, K)``, as
+    :func:`pilot.stats.primary.contrast_table` computes them for one study
+    (see :mod:`pilot.stats.batch_inference` for the sense of "as").
     """
-    valid_run = ~np.isnan(S)
-    n_run = valid_run.sum(axis=3)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(n_run > 0, np.where(valid_run, S, 0.0).sum(axis=3) / np.maximum(n_run, 1), np.nan)  # (n, J, A)
-    idx = {a: k for k, a in enumerate(arms)}
-    d = np.stack([means[:, :, idx[t]] - means[:, :, idx[c]] for t, c in contrasts], axis=2)  # (n, J, K)
-    valid = ~np.isnan(d)
-    x = np.where(valid, d, 0.0)
-    v = valid.astype(float)
-    den = v.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        est = np.where(den > 0, x.sum(axis=1) / np.where(den > 0, den, 1), np.nan)
-        # Batched matrix products (BLAS): one resampled mean per study, resample and contrast.
-        reps = np.matmul(counts, x) / np.matmul(counts, v)  # (n, B, K); NaN where a resample has no value
-    a = (1 - level) / 2
-    lo = np.empty_like(est)
-    hi = np.empty_like(est)
-    clean = ~np.isnan(reps).any(axis=1)  # (n, K): no NaN replicate, the stage's fast path
-    ordered = np.sort(reps, axis=1)
-    lo_fast = resampling._linear_quantile(np.moveaxis(ordered, 1, 0), a)
-    hi_fast = resampling._linear_quantile(np.moveaxis(ordered, 1, 0), 1 - a)
-    lo[:], hi[:] = lo_fast, hi_fast
-    for i, k in zip(*np.nonzero(~clean)):  # rare: a resample without the statistic (the stage ignores it)
-        lo[i, k], hi[i, k] = resampling.percentile_interval(reps[i, :, k], level)
-    observed = est
-    null = np.matmul(signs[None, :, :], x) / np.where(den > 0, den, np.nan)[:, None, :]
-    gamma = np.abs(resampling._TIE_EPS * observed)[:, None, :]
-    greater = (null >= observed[:, None, :] - gamma).sum(axis=1)
-    less = (null <= observed[:, None, :] + gamma).sum(axis=1)
-    exact = signs.shape[0] == 2 ** S.shape[1]
-    adj = 0 if exact else 1
-    P = signs.shape[0]
-    p = np.minimum(1.0, 2 * np.minimum((greater + adj) / (P + adj), (less + adj) / (P + adj)))
-    p = np.where(np.isnan(observed), np.nan, p)
-    return {"estimate": est, "ci_low": lo, "ci_high": hi, "p_value": p, "n_scenarios": valid.sum(axis=1)}
+    L = batch_inference.grid_denominator(S.shape[3])
+    y = batch_inference.on_grid(scenario_differences(S, arms, contrasts), L)
+    return batch_inference.contrast_inference(y, L, counts, signs, level, exact=signs.shape[0] == 2 ** S.shape[1])
+
+
+def analyse_studies(y: np.ndarray, L: int, counts: np.ndarray, signs: np.ndarray, level: float, *, exact: bool, chunk: int = 20) -> dict[str, np.ndarray]:
+    """The stage's contrast inference for every study of ``y`` (``(n, J, C)`` differences times ``L``),
+    with one set of bootstrap ``counts`` ``(B, J)`` and ``signs`` for all, a few studies at a time
+    (so the resampled means, a few MB, stay in cache)."""
+    out: dict[str, list[np.ndarray]] = {}
+    for a in range(0, y.shape[0], chunk):
+        res = batch_inference.contrast_inference(y[a:a + chunk], L, counts, signs, level, exact=exact)
+        for k, v in res.items():
+            out.setdefault(k, []).append(v)
+    return {k: np.concatenate(v) for k, v in out.items()}
 
 
 def run_calibration(
@@ -162,8 +193,14 @@ def run_calibration(
     study: protocol.Study | None = None,
     conditions: Sequence[str] = CONDITIONS,
     block: int = 100,
+    resampling_seed: int | None = None,
 ) -> CalibrationResult:
-    """Draw ``n_studies`` SIMULATED studies per condition and analyse each like the primary stage."""
+    """Draw ``n_studies`` SIMULATED studies per condition and analyse each like the primary stage.
+
+    Every study is analysed with the bootstrap resamples and sign vectors that
+    :func:`pilot.stats.primary.primary_analysis` draws for a J-scenario table
+    with seed ``resampling_seed`` (default ``seed``).
+    """
     study = study or protocol.study()
     model = synthetic.SyntheticModel.load()
     contrasts = [tuple(c) for c in study.contrasts]
@@ -181,17 +218,20 @@ def run_calibration(
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(blocks, desc="calibration", unit="block")
+        iterator = tqdm(blocks, desc=f"calibration J={J}", unit="block")
+    L = batch_inference.grid_denominator(repeats)
+    # The primary stage's own draws for this seed and J (primary_analysis / contrast_table).
+    rs = seed if resampling_seed is None else int(resampling_seed)
+    counts = resampling.bootstrap_counts(np.random.default_rng([rs, 2]), J, settings.B)
+    signs, exact = resampling.sign_vectors(J, settings.n_permutations, np.random.default_rng([rs, 1]))
     parts: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in models}
     for start, n in iterator:
-        # Study i of a block has the same bootstrap resamples in every condition (the conditions are
-        # separate experiments; sharing the draws across them costs nothing in validity and a third of the time).
-        rng = np.random.default_rng([seed, start])
-        counts = resampling.bootstrap_counts(rng, J, n * settings.B).reshape(n, settings.B, J)
-        signs, _ = resampling.sign_vectors(J, settings.n_permutations, rng)
+        S = draw_conditions(np.random.default_rng([seed, start]), models, specs, n, repeats, study)
+        # Every condition's differences side by side, analysed in one pass.
+        y = np.concatenate([batch_inference.on_grid(scenario_differences(S[name], study.arms, contrasts), L) for name in models], axis=2)
+        res = analyse_studies(y, L, counts, signs, settings.level, exact=exact)
         for k_cond, name in enumerate(models):
-            S = draw_acceptance(np.random.default_rng([seed, start, k_cond]), models[name], specs, n, repeats, study)
-            parts[name].append(analyse_block(S, study.arms, contrasts, counts, signs, settings.level))
+            parts[name].append({k: v[:, k_cond * K:(k_cond + 1) * K] for k, v in res.items()})
     records = []
     for name in models:
         res = {k: np.concatenate([p[k] for p in parts[name]]) for k in parts[name][0]}

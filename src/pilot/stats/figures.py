@@ -1,6 +1,7 @@
 """Figures of the primary and sensitivity stages (matplotlib, written as PDF).
 
-A figure drawn from a SIMULATED run table carries SIMULATED in its title.
+A figure drawn from a run table that is not a finding carries its label
+(SIMULATED, REHEARSAL) in its title.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pilot.stats import runtable  # noqa: E402
+from pilot.report.latex import data_label  # noqa: E402
 
 
-def _title(text: str, simulated: bool) -> str:
-    return f"{runtable.SIMULATED_TAG}: {text}" if simulated else text
+def _title(text: str, simulated: bool | str) -> str:
+    tag = data_label(simulated)
+    return f"{tag}: {text}" if tag else text
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -34,7 +36,7 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
-def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool) -> Path:
+def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -> Path:
     """Contrasts with their 95% bootstrap intervals; the primary contrast on top."""
     fig, ax = plt.subplots(figsize=(5.5, 0.55 * len(contrasts) + 1.2))
     y = np.arange(len(contrasts))[::-1]
@@ -55,7 +57,7 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool) -> Path
     return _save(fig, path)
 
 
-def km_plot(fitters: dict, path: Path, *, simulated: bool) -> Path:
+def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
     """Kaplan-Meier curves of the share of runs not yet completed, per arm (cap-censored runs marked)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for arm, kmf in fitters.items():
@@ -68,7 +70,7 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool) -> Path:
     return _save(fig, path)
 
 
-def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool) -> Path:
+def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str) -> Path:
     """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band."""
     arms = list(dict.fromkeys(table["arm"]))
     fig, axes = plt.subplots(1, len(arms), figsize=(1.45 * len(arms) + 0.6, 2.5), sharex=True, sharey=True, squeeze=False)
@@ -86,7 +88,7 @@ def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simul
     return _save(fig, path)
 
 
-def q_grid_plot(table: pd.DataFrame, path: Path, *, simulated: bool, contrasts: Sequence[str] | None = None) -> Path:
+def q_grid_plot(table: pd.DataFrame, path: Path, *, simulated: bool | str, contrasts: Sequence[str] | None = None) -> Path:
     """Each contrast's estimate and interval across the threshold q."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     names = list(contrasts or table["contrast"].unique())

@@ -16,7 +16,7 @@ import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol
-from pilot.stats import estimability, estimators, resampling, runtable
+from pilot.stats import batch_inference, estimability, estimators, resampling, runtable
 from pilot.stats.estimators import Layout
 
 
@@ -130,13 +130,23 @@ def contrast_table(
     if counts is None:
         counts = resampling.bootstrap_counts(rng, layout.J, settings.B)
     d = estimators.contrast_differences(means, layout, contrasts)
-    est = resampling.weighted_mean(d, weights)
-    reps = resampling.bootstrap_means(d, counts, weights)
-    lo, hi = resampling.percentile_interval(reps, settings.level)
     if signs is None:
         signs, _ = resampling.sign_vectors(layout.J, settings.n_permutations, np.random.default_rng([settings.seed, 1]))
-    test = resampling.sign_flip_test(d, weights=weights, signs=signs)
-    p = test.p_value
+    exact = signs.shape[0] == 2**layout.J
+    w = np.asarray(weights, dtype=float)
+    L = batch_inference.grid_of(d) if w.size and np.all(w == w[0]) and w[0] > 0 else None
+    if L is not None:
+        # Equal weights and differences of repeat means of 0/1 outcomes: exact integer arithmetic,
+        # so a tie in the sign-flip test or a zero-width interval is not decided by rounding.
+        res = batch_inference.contrast_inference(batch_inference.on_grid(d, L)[None], L, counts[None], signs, settings.level, exact=exact, replicates=True)
+        est, lo, hi, p = res["estimate"][0], res["ci_low"][0], res["ci_high"][0], res["p_value"][0]
+        reps = res["replicates"][0]
+    else:
+        est = resampling.weighted_mean(d, weights)
+        reps = resampling.bootstrap_means(d, counts, weights)
+        lo, hi = resampling.percentile_interval(reps, settings.level)
+        test = resampling.sign_flip_test(d, weights=weights, signs=signs)
+        p, exact = test.p_value, test.exact
     p_adj = np.full(len(contrasts), np.nan)  # the primary contrast stands alone: no adjusted p
     if len(contrasts) > 1 and adjustment is not None:  # None: the caller adjusts (many families at once)
         p_adj[1:] = holm(p[1:], 1 - settings.level, method=adjustment)
@@ -155,7 +165,7 @@ def contrast_table(
             "p_value": p,
             "p_holm": p_adj,
             "n_scenarios": n_scen,
-            "exact": test.exact,
+            "exact": exact,
             "note": notes,
         }
     )

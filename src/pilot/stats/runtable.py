@@ -21,11 +21,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from pilot import paths, protocol
+from pilot import backends, paths, protocol
 
-# Backends whose tables are findings; any other backend is a dry run (SIMULATED).
-REAL_BACKENDS = frozenset({"claude-code"})
-SIMULATED_TAG = "SIMULATED"
+# Backends whose tables are findings; any other backend's are labelled (pilot.backends.label).
+REAL_BACKENDS = backends.REAL_BACKENDS
+SIMULATED_TAG = backends.SIMULATED_LABEL
 
 WAVES = ("pilot", "repeat3", "sensitivity")
 STATUSES = ("completed", "capped", "agent_error", "infra_error")
@@ -61,7 +61,7 @@ class ColumnSpec:
 COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("run_id", "str", doc="unique identifier of the assigned run"),
     ColumnSpec("study", "str", doc="study name; SIMULATED tables carry the tag here"),
-    ColumnSpec("backend", "str", doc="agent backend (claude-code is real; anything else is a dry run)"),
+    ColumnSpec("backend", "str", doc="agent backend (claude-code is real; rehearsal is a REHEARSAL, anything else a SIMULATED dry run)"),
     ColumnSpec("scenario", "str", doc="scenario id, e.g. ACC-01"),
     ColumnSpec("occupation", "str", doc="the scenario's occupation"),
     ColumnSpec("arm", "str", doc="arm id from protocol/study.yml"),
@@ -113,7 +113,7 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
 
 def refuse_unisolated(df: pd.DataFrame, source: str | Path = "<run table>") -> None:
     """Refuse a table holding real runs whose agent ran without isolation (the arms' access then did not hold)."""
-    bad = (df["enforcement"] == UNISOLATED).to_numpy(dtype=bool) & (df["backend"] == "claude-code").to_numpy(dtype=bool)
+    bad = (df["enforcement"] == UNISOLATED).to_numpy(dtype=bool) & df["backend"].isin(backends.CLI_BACKENDS).to_numpy(dtype=bool)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise RunTableError(str(source), "enforcement", f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), "
@@ -167,10 +167,15 @@ def known_scenarios() -> list[str]:
 
 
 def is_simulated(df: pd.DataFrame) -> bool:
-    """True when any row comes from a non-real backend or a study tagged SIMULATED."""
-    backend = df["backend"].astype(str)
-    study = df["study"].astype(str)
-    return bool((~backend.isin(REAL_BACKENDS)).any() or study.str.contains(SIMULATED_TAG).any())
+    """True when the table is no finding: any row from a non-real backend (a dry run, a rehearsal) or a study tagged SIMULATED."""
+    return bool(data_label(df))
+
+
+def data_label(df: pd.DataFrame) -> str:
+    """The label every output of this table carries: SIMULATED, REHEARSAL (:func:`pilot.backends.label_of`), or ``""`` for a finding."""
+    if df["study"].astype(str).str.contains(SIMULATED_TAG).any():
+        return SIMULATED_TAG
+    return backends.label_of(df["backend"].astype(str).unique())
 
 
 # Q is compared with a threshold in whole micro-points (pilot.outcomes stores Q truncated to six

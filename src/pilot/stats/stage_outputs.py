@@ -6,8 +6,8 @@ or, asked for explicitly with ``runs = "synthetic"``, a SIMULATED synthetic
 table drawn with the stage's seed; ``open_stage`` wraps it with the stages' common
 opening (display settings and a line naming the table). The ``write_*``
 functions turn result objects into the CSV tables, LaTeX tables, figure
-environments and macro files the manuscript inputs; everything derived from a SIMULATED table says so in its
-caption, its ``study`` column and its figure title.
+environments and macro files the manuscript inputs; everything derived from a table that is no finding carries
+its label (SIMULATED, REHEARSAL: ``StageData.label``, from the backend) in its caption, its macros and its figure title.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from pilot import paths, protocol
-from pilot.report.latex import SIMULATED_TAG, latex_escape, macro_name, write_macros, write_table
+from pilot import backends, paths, protocol
+from pilot.report.latex import SIMULATED_TAG, data_label, latex_escape, macro_name, write_macros, write_table
 from pilot.stats import estimability, figures, runtable, synthetic
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
@@ -38,6 +38,12 @@ class StageData:
     simulated: bool
     synthetic: bool
     study_name: str
+    #: SIMULATED, REHEARSAL or "" (a finding): :func:`pilot.stats.runtable.data_label`; None reads ``simulated``
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.label is None:
+            object.__setattr__(self, "label", SIMULATED_TAG if self.simulated else "")
 
     @property
     def note(self) -> str:
@@ -46,6 +52,11 @@ class StageData:
             return (
                 f"{SIMULATED_TAG}: every number in this section comes from a synthetic run table drawn from the generative model "
                 f"in \\texttt{{analysis/config/synthetic\\_runtable.yml}} ({latex_escape(self.study_name)}); no agent was run."
+            )
+        if self.label == backends.REHEARSAL_LABEL:
+            return (
+                f"{backends.REHEARSAL_LABEL}: every number in this section comes from a rehearsal of the harness against the scripted model "
+                f"(study {latex_escape(self.study_name)}); it checks the harness, and none is a finding."
             )
         if self.simulated:
             return (
@@ -89,7 +100,7 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
         df = runtable.read_runtable(path, allow_unisolated=allow_unisolated)
         source = str(path.relative_to(paths.ROOT)) if path.is_relative_to(paths.ROOT) else str(path)
     is_syn = bool((df["backend"] == synthetic.BACKEND).all())
-    return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]))
+    return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]), runtable.data_label(df))
 
 
 def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "",
@@ -99,7 +110,8 @@ def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
     pd.set_option("display.width", 160)
     pd.set_option("display.max_columns", 20)
     data = stage_runs(runs, seed, tables_dir, study=study, allow_unisolated=allow_unisolated)
-    kind = "SIMULATED synthetic table" if data.synthetic else ("SIMULATED dry run" if data.simulated else "real")
+    kind = ("SIMULATED synthetic table" if data.synthetic else
+            f"{data.label} ({backends.qualifier(data.label)})" if data.label else "real")
     print(data.source, "| study:", data.study_name, "|", kind)
     failed = int(data.runs.attrs.get(runtable.FAILED_DROPPED_ATTR, 0))
     if failed:
@@ -111,13 +123,16 @@ def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
 
 
 def _tag(df: pd.DataFrame, data: StageData) -> pd.DataFrame:
-    return df.assign(study=data.study_name)
+    """The study column of a CSV table: the study's name, led by the data's label when the name does not carry it."""
+    name = data.study_name
+    return df.assign(study=name if not data.label or data.label in name else f"{data.label} {name}")
 
 
-def figure_env(pdf: Path, path: Path, *, caption: str, label: str, simulated: bool, width: str = "0.8\\linewidth") -> Path:
-    """A figure environment that includes ``pdf`` (path relative to the manuscript folder)."""
+def figure_env(pdf: Path, path: Path, *, caption: str, label: str, simulated: bool | str, width: str = "0.8\\linewidth") -> Path:
+    """A figure environment that includes ``pdf`` (path relative to the manuscript folder); ``simulated``: the data's label."""
     rel = os.path.relpath(Path(pdf).resolve(), paths.MANUSCRIPT_DIR.resolve())
-    cap = (f"\\textbf{{{SIMULATED_TAG}.}} " if simulated else "") + caption
+    tag = data_label(simulated)
+    cap = (f"\\textbf{{{tag}.}} " if tag else "") + caption
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         "% Generated file: do not edit.\n\\begin{figure}[htbp]\n\\centering\n"
@@ -188,7 +203,7 @@ def common_macros(data: StageData, study: protocol.Study | None = None) -> dict[
     study = study or protocol.study()
     rows = runtable.primary_rows(data.runs, study)
     return {
-        "ResultsDataLabel": SIMULATED_TAG if data.simulated else "",
+        "ResultsDataLabel": data.label,
         "ResultsDataNote": "\\relax " + data.note,
         "ResultsStudyName": data.study_name,
         "ResultsNRuns": int(len(rows)),
@@ -208,7 +223,7 @@ def common_macros(data: StageData, study: protocol.Study | None = None) -> dict[
 def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
     """CSV tables, LaTeX tables, the forest plot and the macros of the primary stage."""
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
-    sim = data.simulated
+    sim = data.label
     hyps = list(hyps)
     st = result.settings
     out: dict[str, Path] = {}
@@ -303,7 +318,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     """Every sensitivity and secondary table, figure and macro."""
     study = study or protocol.study()
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
-    sim = data.simulated
+    sim = data.label
     hyps = list(hyps)
     out: dict[str, Path] = {}
 

@@ -155,8 +155,14 @@ def draw_runs(
     cap_usd: np.ndarray,
     cap_wall: np.ndarray,
     study: protocol.Study,
+    *,
+    acceptance_only: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Draw the outcomes of runs (vectorised); ``arm`` holds indices into ``model.arms``."""
+    """Draw the outcomes of runs (vectorised); ``arm`` holds indices into ``model.arms``.
+
+    ``acceptance_only`` returns D, E, Q and S and stops there: the draws after
+    S are not made, so these four are the same as in a full call.
+    """
     n = arm.shape[0]
     p = model.params
     q = study.q
@@ -214,8 +220,10 @@ def draw_runs(
     n_judges = (~np.isnan(mat)).sum(axis=1)
     with np.errstate(invalid="ignore"):
         Q = np.where(n_judges > 0, np.nansum(mat, axis=1) / np.maximum(n_judges, 1), np.nan)
-    votes = np.nansum(np.where(np.isnan(mat), 0, mat >= q), axis=1).astype(int)
     S = runtable.acceptance(D, E, Q, q)
+    if acceptance_only:
+        return {"D": D, "E": E, "Q": Q, "S": S}
+    votes = np.nansum(np.where(np.isnan(mat), 0, mat >= q), axis=1).astype(int)
 
     questions = rng.poisson(model.arm_vector("questions", "arm")[arm])
     o = study["outcomes"]
@@ -367,7 +375,7 @@ def planted_acceptance(
         for a in which:
             rng = np.random.default_rng([seed, j])  # the same draws for every arm
             u = rng.normal(0.0, model["scenario_sd_logit"], draws)
-            out = draw_runs(rng, model, np.full(draws, a), np.full(draws, depth_c[j]), u, np.full(draws, caps.usd), np.full(draws, caps.wall_s), study)
+            out = draw_runs(rng, model, np.full(draws, a), np.full(draws, depth_c[j]), u, np.full(draws, caps.usd), np.full(draws, caps.wall_s), study, acceptance_only=True)
             S = out["S"][~np.isnan(out["S"])]
             per[a, j] = S.mean()
             var[a, j] = S.var() / S.size

@@ -28,6 +28,10 @@ SIMULATED_BANNER = (
     "SIMULATED: this study ran on the simulated backend (a dry run). Its numbers come from a stated generative model "
     "and are not findings."
 )
+REHEARSAL_BANNER = (
+    "REHEARSAL: this study rehearsed the real harness against the scripted model server (no key, no network). "
+    "Its numbers check the harness and are not findings."
+)
 
 
 #: Deliverable types a static host may serve as they are: none of them runs script in the site's origin.
@@ -125,7 +129,12 @@ def _sort_key(value: Any) -> str:
 
 
 def _common(reader: StudyReader, links: Links, simulated: bool, title: str) -> dict[str, Any]:
-    return {"study": reader.info, "links": links, "simulated": simulated, "banner": SIMULATED_BANNER, "title": title}
+    from pilot import backends
+
+    # A dry run's label wins; a rehearsal (whose judges are the real CLI's) is labelled by its own backend.
+    label = backends.SIMULATED_LABEL if simulated else reader.label()
+    banner = {backends.SIMULATED_LABEL: SIMULATED_BANNER, backends.REHEARSAL_LABEL: REHEARSAL_BANNER}.get(label, "")
+    return {"study": reader.info, "links": links, "simulated": bool(label), "label": label, "banner": banner, "title": title}
 
 
 def render_index(reader: StudyReader, links: Links, *, live: bool = False, rows: list[dict] | None = None,
@@ -247,7 +256,7 @@ def render_scenario(reader: StudyReader, links: Links, sid: str, *, rows: list[d
 
 
 def render_error(links: Links, title: str, message: str) -> str:
-    return env().get_template("error.html").render(links=links, title=title, message=message, simulated=False, banner="")
+    return env().get_template("error.html").render(links=links, title=title, message=message, simulated=False, label="", banner="")
 
 
 PACKAGE_START = "== THE PACKAGE HANDED IN =="

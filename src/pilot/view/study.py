@@ -153,6 +153,13 @@ class StudyReader:
             out.append(row)
         return out
 
+    def label(self) -> str:
+        """The label of this study's backends (SIMULATED, REHEARSAL, or "" for a real study; :func:`pilot.backends.label_of`)."""
+        from pilot import backends
+
+        with self.store() as st:
+            return backends.label_of(self.backends(st))
+
     def simulated(self, rows: list[dict[str, Any]] | None = None) -> bool:
         """Whether any number of this study comes from a simulated agent or judge."""
         with self.store() as st:

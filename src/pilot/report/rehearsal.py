@@ -1,0 +1,541 @@
+"""The rehearsal report: did every real part of the harness do its job against the scripted model?
+
+A rehearsal (backend ``rehearsal``, :mod:`pilot.backends`) runs a small study
+through the pinned CLI in the sandbox, the metering proxy, the oracles and
+three CLI judge sessions, with the model played by the scripted model server
+(:mod:`pilot.agents.scripted`), whose record says what each run should have
+produced. :func:`collect` checks every run of the study against that known
+truth and against the harness's own records:
+
+- the run finished, in a real CLI session (the pinned version), isolated;
+- every deliverable the scripted worker wrote exists in the workspace and was
+  written through a tool call in the harness's own copy of the event stream
+  (:func:`pilot.agents.audit.read_transcript` of
+  :func:`pilot.workspace.transcript_path`);
+- the oracle's verdict ``D`` equals the scripted worker's ``expected_pass``;
+  A4 called the self-check, and recovered when the script said it would;
+- every judge of the panel returned a parsed verdict, and the judges' cost
+  was recorded;
+- costs reconcile, exactly in Decimal: the CLI-reported cost against the
+  proxy-metered cost within the runner's tolerance (the larger of one cent and
+  2 % of the metered cost, :func:`pilot.agents.model_proxy.cost_tolerance`),
+  and the ledger's charge equal to the metered cost plus the judges' to the
+  micro-dollar;
+- the deviations are exactly the ones the scripted worker planted (the
+  generative model's drawn attempt at a denied program: one deviation of
+  that family, through ``bash -c`` stopped by the sandbox's mask, or
+  direct stopped by the CLI's deny rule with one permission denial), and
+  nothing else was refused (no other CLI denial, no network refusal);
+- a worker that used the portal left requests in the portal's access log;
+- every arm this host serves is in the study, and the exported run table has
+  the real table's columns and passes the same validation.
+
+Each mismatch is a finding to fix before the real study; ``pilot study
+rehearsal-report`` exits 1 when there is any. The report (``report.md`` and
+``report.json``) says REHEARSAL: it checks the harness, never the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from pilot import backends, ledger, paths, protocol
+
+LABEL = backends.label(backends.REHEARSAL)
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+
+
+@dataclass
+class RunCheck:
+    """What one run of the rehearsal did, and what in it does not match."""
+
+    run_id: str
+    scenario: str
+    arm: str
+    status: str
+    attempts: int
+    wall_s: float | None = None
+    harness_s: float | None = None
+    #: the whole attempt, judges included, from the store's start and finish
+    attempt_s: float | None = None
+    cli_sessions: int = 0
+    deliverables_expected: list[str] = field(default_factory=list)
+    deliverables_by_tool: list[str] = field(default_factory=list)
+    D: bool | None = None
+    expected_pass: bool | None = None
+    judges_parsed: int = 0
+    judges_total: int = 0
+    cli_cost_usd: str | None = None
+    metered_cost_usd: str | None = None
+    judge_cost_usd: str | None = None
+    charged_usd: str | None = None
+    deviations: int = 0
+    #: attempts at denied programs the scripted worker planted (each must be recorded as exactly one deviation)
+    planted_deviations: int = 0
+    refusals: int = 0
+    findings: list[str] = field(default_factory=list)
+
+    @property
+    def oracle_agrees(self) -> bool:
+        return self.D is not None and self.expected_pass is not None and self.D == self.expected_pass
+
+    @property
+    def costs_reconcile(self) -> bool:
+        return not any(f.startswith("cost:") for f in self.findings)
+
+
+@dataclass
+class RehearsalReport:
+    """Every run's check, the study-level findings, and how to read them."""
+
+    study: str
+    arms: list[str]
+    host_arms: list[str]
+    runs: list[RunCheck]
+    study_findings: list[str]
+    run_table: str | None = None
+    label: str = LABEL
+
+    @property
+    def findings(self) -> list[str]:
+        """Every finding: the study's, then each run's prefixed with its run id."""
+        return list(self.study_findings) + [f"{r.run_id}: {f}" for r in self.runs for f in r.findings]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """Per arm: runs, completed, deliverables by tool call, oracle agreements, judges parsed, costs reconciled,
+        deviations, refusals, wall time, findings."""
+        rows = []
+        for arm in self.arms:
+            rs = [r for r in self.runs if r.arm == arm]
+            walls = [r.attempt_s for r in rs if r.attempt_s is not None]
+            rows.append({
+                "arm": arm,
+                "runs": len(rs),
+                "completed": sum(r.status == "completed" for r in rs),
+                "cli_sessions": sum(r.cli_sessions for r in rs),
+                "deliverables": f"{sum(len(r.deliverables_by_tool) for r in rs)}/{sum(len(r.deliverables_expected) for r in rs)}",
+                "oracle_agrees": f"{sum(r.oracle_agrees for r in rs)}/{len(rs)}",
+                "judges_parsed": f"{sum(r.judges_parsed for r in rs)}/{sum(r.judges_total for r in rs)}",
+                "costs_reconcile": f"{sum(r.costs_reconcile for r in rs)}/{len(rs)}",
+                "deviations": f"{sum(r.deviations for r in rs)} (planted {sum(r.planted_deviations for r in rs)})",
+                "refusals": sum(r.refusals for r in rs),
+                "attempt_s_max": round(max(walls), 1) if walls else "not recorded",
+                "findings": sum(len(r.findings) for r in rs),
+            })
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "note": f"{self.label}: a rehearsal of the harness against the scripted model; nothing here is a finding about the agent.",
+            "study": self.study, "arms": self.arms, "host_arms": self.host_arms, "run_table": self.run_table,
+            "ok": self.ok, "findings": self.findings, "by_arm": self.summary.to_dict(orient="records"),
+            "runs": [asdict(r) for r in self.runs],
+        }
+
+    def to_markdown(self) -> str:
+        lines = [
+            f"# {self.label}: rehearsal report of study {self.study}",
+            "",
+            f"**{self.label} (not a finding).** The real harness (pinned CLI, sandbox, metering proxy, oracles, "
+            "three CLI judges) against the scripted model server; it checks the harness, never the agent.",
+            "",
+            f"Arms rehearsed: {', '.join(self.arms) or 'none'} (this host serves {', '.join(self.host_arms) or 'none'}).",
+            f"Run table: {self.run_table or 'not exported'}.",
+            "",
+            "## Per arm",
+            "",
+            _markdown_table(self.summary),
+            "",
+            "## Per run",
+            "",
+            _markdown_table(pd.DataFrame([{
+                "run": r.run_id, "status": r.status, "CLI sessions": r.cli_sessions,
+                "deliverables by tool": f"{len(r.deliverables_by_tool)}/{len(r.deliverables_expected)}",
+                "D / expected": f"{_yn(r.D)} / {_yn(r.expected_pass)}", "judges": f"{r.judges_parsed}/{r.judges_total}",
+                "CLI USD": _usd(r.cli_cost_usd), "metered USD": _usd(r.metered_cost_usd),
+                "judges USD": _usd(r.judge_cost_usd), "ledger USD": _usd(r.charged_usd),
+                "deviations / planted": f"{r.deviations}/{r.planted_deviations}", "refusals": r.refusals,
+                "agent s": "not recorded" if r.wall_s is None else f"{r.wall_s:.1f}",
+                "attempt s": "not recorded" if r.attempt_s is None else f"{r.attempt_s:.1f}",
+            } for r in self.runs])) if self.runs else "(no runs)",
+            "",
+            f"## Findings to fix before the real study ({len(self.findings)})",
+            "",
+        ]
+        lines += [f"- {f}" for f in self.findings] or ["None: every check held."]
+        return "\n".join(lines) + "\n"
+
+
+def _usd(text: str | None) -> str:
+    """A dollar amount for the table, to the micro-dollar (the JSON keeps each as recorded)."""
+    d = _decimal(text)
+    return "none" if d is None else f"{d:.6f}"
+
+
+def _yn(v: bool | None) -> str:
+    return "missing" if v is None else ("pass" if v else "fail")
+
+
+def _markdown_table(df: pd.DataFrame) -> str:
+    cols = [str(c) for c in df.columns]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------
+# The checks, each a pure function of what the harness recorded
+# --------------------------------------------------------------------------
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        d = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return d if d.is_finite() else None
+
+
+def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micro: int | None, charge_basis: str | None) -> list[str]:
+    """Findings (``cost: ...``) where the CLI's reported cost, the proxy's metered cost and the ledger's charge disagree.
+
+    The CLI's figure may differ from the metered one by the runner's
+    tolerance (max of one cent and 2 % of the metered cost); the ledger must
+    have charged exactly the metered cost plus the judges', in micro-dollars,
+    on the metered basis. A run whose proxy metered nothing is a finding
+    too: then no cost flowed through the proxy and nothing was reconciled.
+    """
+    from pilot.agents.model_proxy import cost_tolerance
+
+    out: list[str] = []
+    cli, metered, judges = _decimal(cli_usd), _decimal(metered_usd), _decimal(judge_usd)
+    if metered is None:
+        out.append("cost: the proxy metered no cost for the run")
+    elif metered <= 0:
+        out.append("cost: the proxy metered 0 USD: no usage flowed through the proxy, so nothing was reconciled")
+    if cli is None:
+        out.append("cost: the CLI reported no cost")
+    if cli is not None and metered is not None:
+        tol = cost_tolerance(metered)
+        if abs(cli - metered) > tol:
+            out.append(f"cost: the CLI reported {cli} USD, the proxy metered {metered} USD: a gap of {cli - metered:+} USD "
+                       f"beyond the tolerance of {tol} USD")
+    if judges is None:
+        out.append("cost: the judges' cost was not recorded")
+    if charged_micro is None:
+        out.append("cost: the ledger recorded no charge for the run's attempt")
+    elif metered is not None and judges is not None:
+        expected = ledger.to_micro(metered + judges)
+        if int(charged_micro) != expected:
+            out.append(f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the metered cost plus the judges' "
+                       f"({metered} + {judges} = {Decimal(expected) / ledger.MICRO} USD)")
+    if charge_basis is not None and charge_basis != "metered":
+        out.append(f"cost: the ledger charged on the {charge_basis!r} basis, not the metered cost")
+    return out
+
+
+def check_judges(judges: Iterable[Mapping[str, Any]] | None, panel_size: int) -> tuple[int, list[str]]:
+    """How many judges returned a parsed verdict, and a finding for each that did not (or for a short panel)."""
+    judges = list(judges or [])
+    parsed = [j for j in judges if j.get("error") is None and j.get("score_0_100") is not None]
+    out = [f"judge {j.get('judge_id')}: no parsed verdict ({j.get('error') or 'no score'})" for j in judges if j not in parsed]
+    if len(judges) != panel_size:
+        out.append(f"judges: {len(judges)} judge result(s) recorded, the panel has {panel_size}")
+    if any(j.get("backend") != backends.judge_backend(backends.REHEARSAL) for j in parsed):
+        out.append("judges: a verdict came from another backend than the CLI judges")
+    return len(parsed), out
+
+
+def check_oracle(D: bool | None, expected_pass: bool | None) -> list[str]:
+    """A finding when the oracle's D is missing or differs from the scripted worker's known outcome."""
+    if expected_pass is None:
+        return ["oracle: the scripted worker's truth has no expected_pass for the run"]
+    if D is None:
+        return ["oracle: the run has no verdict D"]
+    if bool(D) != bool(expected_pass):
+        return [f"oracle: D={int(bool(D))} but the scripted worker planted a run that should {'pass' if expected_pass else 'fail'}"]
+    return []
+
+
+def _tool_text(call: Any) -> str:
+    return json.dumps(getattr(call, "input", {}) or {}, sort_keys=True)
+
+
+def deliverables_by_tool(expected: Iterable[str], workspace: Path, tool_calls: Iterable[Any]) -> tuple[list[str], list[str]]:
+    """Of the deliverables the scripted worker wrote, those that exist in the workspace and were named in a tool
+    call of the harness's transcript, and a finding for each other."""
+    texts = [_tool_text(c) for c in tool_calls]
+    ok: list[str] = []
+    out: list[str] = []
+    for name in expected:
+        p = Path(name)
+        path = p if p.is_absolute() else workspace / p
+        named = any(p.name in t for t in texts)
+        if not path.is_file():
+            # The sandbox shows the workspace at another path than the harness: try the same relative place.
+            tail = [part for part in p.parts if part not in ("/",)]
+            alt = next((workspace.joinpath(*tail[i:]) for i in range(len(tail)) if workspace.joinpath(*tail[i:]).is_file()), None)
+            path = alt or path
+        if not path.is_file():
+            out.append(f"deliverable {name}: the scripted worker wrote it but it is not in the workspace")
+        elif not named:
+            out.append(f"deliverable {name}: present, but no tool call in the harness's transcript names it")
+        else:
+            ok.append(name)
+    return ok, out
+
+
+#: How the harness must record a planted attempt at a denied program, by how the scripted worker made it.
+PLANTED_ROUTES = {"bash -c": ("bash -c", "mask"), "direct": ("command", "cli_rule")}
+
+
+def planted_deviations(sessions: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(family, via, blocked_by) of every attempt at a denied program the scripted worker planted in these sessions."""
+    out = []
+    for s in sessions:
+        d = s.get("denied_attempt")
+        if d:
+            via, blocked = PLANTED_ROUTES.get(str(d.get("how")), (f"unknown route {d.get('how')!r}", "?"))
+            out.append((str(d.get("family")), via, blocked))
+    return out
+
+
+def check_deviations(planted: list[tuple[str, str, str]], deviations: Iterable[Mapping[str, Any]], cli_denials: int,
+                     network_refusals: int) -> list[str]:
+    """Findings where the recorded deviations and refusals are not exactly the planted ones.
+
+    A planted direct attempt is refused by the CLI's deny rule: one permission denial each; any other denial or
+    any network refusal is the harness refusing what the scripted worker may do.
+    """
+    from collections import Counter
+
+    got = Counter((str(d.get("family")), str(d.get("via")), str(d.get("blocked_by"))) for d in deviations)
+    want = Counter(planted)
+    out = []
+    for key in sorted((got - want).elements()):
+        out.append(f"deviation: {key[0]} via {key[1]} (blocked by {key[2]}) recorded, but the scripted worker planted no such attempt")
+    for key in sorted((want - got).elements()):
+        out.append(f"deviation: the planted attempt at {key[0]} (via {key[1]}, to be blocked by {key[2]}) is not recorded as such")
+    direct = sum(1 for p in planted if p[2] == "cli_rule")
+    if cli_denials != direct:
+        out.append(f"sandbox: {cli_denials} CLI permission denial(s), the scripted worker planted {direct} direct attempt(s)")
+    if network_refusals:
+        out.append(f"sandbox: {network_refusals} network refusal(s) of a worker that made no network attempt")
+    return out
+
+
+def truth_for_attempt(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path, scenario: str, arm: str) -> Mapping[str, Any] | None:
+    """The scripted worker's record of this attempt: by run id (the proxy's label, the attempt's folder), else the one
+    agent record of this scenario and arm."""
+    for key in (str(attempt_dir), str(Path(attempt_dir).resolve())):
+        if key in truth:
+            return truth[key]
+    same = [t for t in truth.values() if t.get("scenario") == scenario and t.get("arm") == arm]
+    return same[0] if len(same) == 1 else None
+
+
+# --------------------------------------------------------------------------
+# Collect from a study
+# --------------------------------------------------------------------------
+
+
+def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size: int, pinned_cli: str) -> RunCheck:
+    """Check one finished (or failed) run of the rehearsal against its records and the scripted worker's truth."""
+    from pilot.agents import audit, network
+    from pilot.agents.scripted import read_truth
+    from pilot.pipeline import scripted_record_dir
+    from pilot.workspace import harness_record_dir, transcript_path
+
+    rec = json.loads(row["record_json"]) if row.get("record_json") else {}
+    attempt_dir = Path(attempt["workspace"])
+    chk = RunCheck(run_id=row["run_id"], scenario=row["scenario"], arm=row["arm"], status=row.get("run_status") or row["status"],
+                   attempts=int(row.get("attempts") or 0))
+    if not rec:
+        chk.findings.append(f"run: not finished (cell {row['status']}; last error: {(attempt.get('error') or 'none').splitlines()[0][:200]})")
+        return chk
+    chk.wall_s, chk.harness_s = rec.get("wall_s"), rec.get("harness_s")
+    chk.attempt_s = _seconds_between(attempt.get("started_at"), attempt.get("finished_at"))
+    if chk.status != "completed":
+        chk.findings.append(f"run: ended {chk.status} ({rec.get('censor_reason') or rec.get('agent_error') or rec.get('infra_error') or 'no reason'})")
+    if rec.get("backend") != backends.REHEARSAL:
+        chk.findings.append(f"run: recorded backend {rec.get('backend')!r}, not {backends.REHEARSAL!r}")
+    if rec.get("enforcement") in ("", None, "unisolated"):
+        chk.findings.append(f"sandbox: the run was not isolated (enforcement {rec.get('enforcement')!r})")
+    sessions = rec.get("sessions") or []
+    chk.cli_sessions = sum(1 for s in sessions if s.get("cli_version"))
+    if not chk.cli_sessions:
+        chk.findings.append("cli: no session reported a CLI version: the pinned CLI did not run")
+    elif any(s.get("cli_version") and s.get("cli_version") != pinned_cli for s in sessions):
+        chk.findings.append(f"cli: a session ran CLI {sorted({s.get('cli_version') for s in sessions})}, not the pinned {pinned_cli}")
+
+    try:
+        truths = read_truth(scripted_record_dir(attempt_dir))
+    except (OSError, ValueError) as exc:
+        truths = {}
+        chk.findings.append(f"truth: the scripted server's record cannot be read ({exc})")
+    for refusal in _server_refusals(scripted_record_dir(attempt_dir))[:5]:
+        chk.findings.append(f"scripted server: could not play a request ({str(refusal.get('reason'))[:200]})")
+    truth = truth_for_attempt(truths, attempt_dir, chk.scenario, chk.arm)
+    if truth is None:
+        chk.findings.append(f"truth: the scripted server recorded no worker session for this run ({len(truths)} record(s))")
+        truth = {}
+
+    summary = audit.read_transcript(transcript_path(attempt_dir))
+    workspace = Path(rec.get("workspace") or attempt_dir / "workspace")
+    chk.deliverables_expected = [str(d) for d in truth.get("deliverables") or []]
+    if truth and not chk.deliverables_expected:
+        chk.findings.append("deliverables: the scripted worker wrote no deliverable")
+    chk.deliverables_by_tool, found = deliverables_by_tool(chk.deliverables_expected, workspace, summary.tool_calls)
+    chk.findings += found
+
+    chk.D = rec.get("D")
+    chk.expected_pass = truth.get("expected_pass") if truth else None
+    chk.findings += check_oracle(chk.D, chk.expected_pass) if truth else []
+    sessions = list(truth.get("sessions") or [])
+    if truth:
+        planted_E = sessions[-1].get("expected_E") if sessions else None
+        if planted_E is not None and rec.get("E") is not None and bool(rec.get("E")) != bool(planted_E):
+            chk.findings.append(f"oracle: E={int(bool(rec.get('E')))} but the scripted worker planted E={int(bool(planted_E))} "
+                                f"({'; '.join(rec.get('E_reasons') or []) or 'no reason recorded'})")
+        errors = [(tid, text) for s in sessions for tid, text in (s.get("tool_errors") or {}).items()]
+        for tid, text in errors[:5]:
+            chk.findings.append(f"tool call {tid} of the scripted worker failed in the sandbox: {str(text)[:200]}")
+        if any(s.get("portal_used") for s in sessions):
+            use = ((rec.get("portal") or {}).get("use") or {})
+            if not rec.get("portal_requests") or not use.get("sign_in"):
+                chk.findings.append(f"portal: the scripted worker used the portal, but its access log shows "
+                                    f"{rec.get('portal_requests') or 0} request(s) and {use.get('sign_in') or 0} sign-in(s)")
+        arm = protocol.arms()[chk.arm]
+        if arm.feature("self_check") and not truth.get("selfcheck_called"):
+            chk.findings.append("self-check: the scripted A4 worker never called the self-check")
+        if bool(truth.get("recovery")) != bool(rec.get("recovery_used")):
+            chk.findings.append(f"recovery: the script {'planned' if truth.get('recovery') else 'did not plan'} a recovery, "
+                                f"the harness recorded recovery_used={bool(rec.get('recovery_used'))} ({rec.get('recovery_skipped') or 'no reason given'})")
+
+    chk.judges_total = panel_size
+    chk.judges_parsed, jf = check_judges(rec.get("judges"), panel_size)
+    chk.findings += jf
+
+    judge_cost = rec.get("judge_cost_usd")
+    chk.cli_cost_usd = None if rec.get("cost_usd") is None else str(_decimal(rec.get("cost_usd")))
+    chk.metered_cost_usd = rec.get("metered_cost_usd")
+    chk.judge_cost_usd = None if judge_cost is None else str(_decimal(judge_cost))
+    charged = attempt.get("charged_micro")
+    chk.charged_usd = None if charged is None else str(Decimal(int(charged)) / ledger.MICRO)
+    chk.findings += reconcile_costs(rec.get("cost_usd"), rec.get("metered_cost_usd"),
+                                    None if judge_cost is None else Decimal(str(float(judge_cost))), charged, attempt.get("charge_basis"))
+    if judge_cost is not None and chk.judges_parsed and not _decimal(judge_cost):
+        chk.findings.append("cost: the judges ran but their cost was recorded as 0 USD")
+
+    deviations = rec.get("deviations") or []
+    planted = planted_deviations(sessions)
+    network_refused = network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG)
+    chk.deviations, chk.planted_deviations = len(deviations), len(planted)
+    chk.refusals = len(summary.permission_denied) + len(network_refused)
+    chk.findings += check_deviations(planted, deviations, len(summary.permission_denied), len(network_refused))
+    return chk
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    from datetime import datetime
+
+    try:
+        return round((datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds(), 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def _server_refusals(record_dir: Path) -> list[dict]:
+    """The requests the scripted server could not play (its ``refusals.jsonl``): each a harness or script mismatch."""
+    from pilot.agents import scripted
+
+    path = Path(record_dir) / getattr(scripted, "REFUSALS_FILE", "refusals.jsonl")
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = {"reason": f"unreadable line {line[:80]!r}"}
+        out.append(row if isinstance(row, dict) else {"reason": str(row)})
+    return out
+
+
+def check_run_table(path: Path) -> list[str]:
+    """Findings when the exported table lacks the real table's columns or fails its validation."""
+    from pilot.stats import runtable
+
+    if not Path(path).is_file():
+        return [f"run table: {path} was not exported"]
+    out = []
+    header = list(pd.read_csv(path, nrows=0).columns)
+    want = [c.name for c in runtable.columns()]
+    missing = [c for c in want if c not in header]
+    if missing:
+        out.append(f"run table: {path} lacks the columns {', '.join(missing)}")
+    try:
+        df = runtable.read_runtable(path)
+    except runtable.RunTableError as exc:
+        return out + [f"run table: fails validation: {exc}"]
+    if runtable.data_label(df) != LABEL:
+        out.append(f"run table: its label is {runtable.data_label(df)!r}, not {LABEL}")
+    return out
+
+
+def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | None = None) -> RehearsalReport:
+    """Check every run of rehearsal study ``name`` (its store under ``analysis/data/``)."""
+    from pilot.store import Store
+    from pilot.study_cli import host_arms as serve
+
+    study = protocol.study()
+    with Store.open(paths.study_dir(name)) as store:
+        info = store.study()
+        used = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
+        rows = store.finished_rows()
+        attempts = {a["run_id"]: a for a in sorted(store.attempts(), key=lambda a: a["attempt_no"])}  # the last attempt of each run
+        runs_attempt = {r["run_id"]: r["attempt_id"] for r in store.runs()}
+        by_id = {a["attempt_id"]: a for a in store.attempts()}
+    arms = list(info.arms or study.arms)
+    host = list(host_arms) if host_arms is not None else serve()
+    findings: list[str] = []
+    if used != [backends.REHEARSAL]:
+        findings.append(f"study: attempts ran on backend(s) {used or 'none'}, not {backends.REHEARSAL!r}")
+    missing = [a for a in host if a not in arms]
+    if missing:
+        findings.append(f"study: this host serves {', '.join(missing)} but the rehearsal left them out")
+    checks = []
+    for row in rows:
+        attempt = by_id.get(runs_attempt.get(row["run_id"])) or attempts.get(row["run_id"]) or {"workspace": "", "error": None}
+        checks.append(check_run(row, attempt, panel_size=len(study.judge_panel), pinned_cli=str(study["cli"]["version"])))
+    if not checks:
+        findings.append("study: no run was assigned")
+    table = Path(run_table) if run_table else paths.study_runs_file(name)
+    findings += check_run_table(table)
+    return RehearsalReport(study=name, arms=arms, host_arms=host, runs=checks, study_findings=findings, run_table=str(table))
+
+
+def write(report: RehearsalReport, out_dir: Path) -> dict[str, Path]:
+    """``report.md`` and ``report.json`` under ``out_dir``."""
+    from pilot.store import atomic_write_text
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = atomic_write_text(out_dir / REPORT_MD, report.to_markdown())
+    js = atomic_write_text(out_dir / REPORT_JSON, json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    return {REPORT_MD: md, REPORT_JSON: js}

@@ -1,0 +1,147 @@
+"""A rehearsal of one scenario through the real harness, end to end.
+
+``pilot study create`` for two arms and one repeat, ``run`` with the
+rehearsal backend (the real pinned CLI in the real sandbox behind the
+metering proxy, the scripted model server as the model, three real CLI judge
+sessions), ``export``, the rehearsal report, and the primary and sensitivity
+stages on the exported table. Not skipped without the CLI or the sandbox: it
+fails, because a rehearsal that did not run proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from notebook_helpers import run_cli, stage_params
+from pilot import paths
+from pilot.agents import sandbox, worker_env
+from pilot.report import rehearsal
+from pilot.stats import runtable
+from pilot.store import STORE_FILE
+from real_cli_support import real_cli
+
+SID = "LEGAL-01"
+# The text-substitute path (Write calls) and the shell path; at the design's seed the scripted A1 worker
+# draws the generative model's attempt at a denied program (qlmanage through bash -c), which the sandbox
+# must stop and the audit record as exactly that one deviation.
+ARMS = ["A0", "A1"]
+NAME = "rehearsal-e2e"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def rehearsed(tmp_path_factory):
+    if real_cli() is None:
+        pytest.fail("no real Claude Code CLI: `make test` installs the 'agent' extra (or set PILOT_TEST_CLAUDE_BIN)")
+    if sandbox.isolation_problems():
+        pytest.fail("; ".join(sandbox.isolation_problems()))
+    from pilot.study_cli import create_study, export_run_table, run_study_wave
+
+    root = tmp_path_factory.mktemp("rehearsal")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(paths, "DATA_DIR", root / "data")
+        # The harness's own environment stands in for build/worker-env: it has the solvers' packages.
+        mp.setenv(worker_env.ENV_VAR, sys.prefix)
+        mp.delenv("ANTHROPIC_API_KEY", raising=False)  # a rehearsal needs none
+        mp.setenv("ANTHROPIC_BASE_URL", "http://192.0.2.1:9")  # nor the operator's upstream: nothing may go there
+        create_study(NAME, scenarios=[SID], arms=",".join(ARMS), pilot_repeats=1).close()
+        result = run_study_wave(NAME, backend="rehearsal", progress=False, workers=2)
+        table_path, table = export_run_table(NAME, out=root / "out" / "runs.csv")
+        report = rehearsal.collect(NAME, run_table=table_path, host_arms=ARMS)
+        written = rehearsal.write(report, root / "out")
+        yield {"root": root, "result": result, "table_path": table_path, "table": table, "report": report, "written": written,
+               "study_dir": root / "data" / NAME}
+
+
+def test_every_run_goes_through_the_real_harness_and_the_report_finds_nothing(rehearsed):
+    report = rehearsed["report"]
+    assert rehearsed["result"].stop_reason == "complete"
+    assert report.findings == [], "\n".join(report.findings)
+    assert sorted(r.arm for r in report.runs) == ARMS
+    for r in report.runs:
+        assert r.status == "completed" and r.cli_sessions >= 1
+        assert r.deliverables_expected and r.deliverables_by_tool == r.deliverables_expected
+        assert r.D is not None and r.D == r.expected_pass
+        assert r.judges_parsed == r.judges_total == 3
+        assert Decimal_positive(r.metered_cost_usd) and Decimal_positive(r.judge_cost_usd)
+        assert r.charged_usd is not None and r.attempt_s is not None
+    a1 = next(r for r in report.runs if r.arm == "A1")
+    assert a1.planted_deviations == a1.deviations == 1  # the planted attempt, recorded as planted (else a finding above)
+    by_arm = report.summary.set_index("arm")
+    assert list(by_arm.index) == ARMS and (by_arm["judges_parsed"] == "3/3").all()
+    md = rehearsed["written"]["report.md"].read_text()
+    assert md.startswith("# REHEARSAL:") and "None: every check held." in md
+    assert json.loads(rehearsed["written"]["report.json"].read_text())["ok"] is True
+
+
+def Decimal_positive(text: str | None) -> bool:
+    from decimal import Decimal
+
+    return text is not None and Decimal(text) > 0
+
+
+def test_the_run_table_is_a_real_tables_shape_labelled_rehearsal(rehearsed):
+    table = rehearsed["table"]
+    assert list(table.columns[: len(runtable.columns())]) == [c.name for c in runtable.columns()]
+    back = runtable.read_runtable(rehearsed["table_path"])  # the same validation a real table passes
+    assert set(back["backend"]) == {"rehearsal"} and set(back["enforcement"]) <= {"bubblewrap", "sandbox-exec"}
+    assert runtable.data_label(back) == "REHEARSAL" and back["n_judges"].eq(3).all()
+
+
+def test_the_viewer_shows_the_rehearsal_banner(rehearsed):
+    from pilot.view.app import create_app
+
+    page = create_app(rehearsed["study_dir"]).test_client().get("/").get_data(as_text=True)
+    assert 'id="simulated-banner"' in page and "REHEARSAL: this study rehearsed the real harness" in page
+    assert "SIMULATED" not in page
+
+
+def test_the_stages_run_on_the_rehearsal_table_and_label_every_output(rehearsed, tmp_path):
+    before = sorted(p.name for p in paths.TABLES_DIR.iterdir())
+    out = {name: tmp_path / name for name in ("tables", "figures", "generated")}
+    for stage in ("primary", "sensitivity"):
+        proc = run_cli(stage, stage_params(out, rehearsed["table_path"], B=100, perms=100), tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        executed = (tmp_path / f"{stage}.executed.ipynb").read_text()
+        assert "REHEARSAL (not a finding)" in executed
+    assert "\\newcommand{\\ResultsDataLabel}{REHEARSAL}" in (out["generated"] / "primary_macros.tex").read_text()
+    for tex in (out["generated"] / "primary_contrasts_table.tex", out["generated"] / "sensitivity_km_figure.tex"):
+        assert "\\textbf{REHEARSAL.}" in tex.read_text()
+    assert "rehearsal of the harness" in (out["generated"] / "primary_macros.tex").read_text()
+    assert sorted(p.name for p in paths.TABLES_DIR.iterdir()) == before  # nothing lands in analysis/tables/
+
+
+def test_the_report_finds_a_tampered_charge_and_a_missing_deliverable(rehearsed, tmp_path, monkeypatch):
+    # A copy of the study whose ledger charged one micro-dollar too much and whose deliverable is gone.
+    copy = tmp_path / "data" / NAME
+    shutil.copytree(rehearsed["study_dir"], copy, symlinks=True)
+    monkeypatch.setattr(paths, "DATA_DIR", tmp_path / "data")
+    conn = sqlite3.connect(copy / STORE_FILE)
+    run_id, attempt_id = conn.execute("SELECT run_id, attempt_id FROM runs ORDER BY run_id LIMIT 1").fetchone()
+    conn.execute("UPDATE attempts SET charged_micro = charged_micro + 1 WHERE attempt_id = ?", (attempt_id,))
+    ws = conn.execute("SELECT workspace FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()[0]
+    conn.commit()
+    conn.close()
+    # The record names the original folders: point the copy's attempts and records at the copy.
+    original = str(rehearsed["study_dir"])
+    with sqlite3.connect(copy / STORE_FILE) as c:
+        c.execute("UPDATE attempts SET workspace = replace(workspace, ?, ?)", (original, str(copy)))
+        c.execute("UPDATE runs SET record_json = replace(record_json, ?, ?)", (original, str(copy)))
+    check = next(r for r in rehearsed["report"].runs if r.run_id == run_id)
+    (Path(ws.replace(original, str(copy))) / "workspace" / check.deliverables_expected[-1]).unlink()
+    report = rehearsal.collect(NAME, run_table=rehearsed["table_path"], host_arms=ARMS)
+    found = [f for f in report.findings if f.startswith(run_id)]
+    assert any("ledger charged" in f for f in found), report.findings
+    assert any("not in the workspace" in f for f in found), report.findings
+    assert not report.ok
+    other = [f for f in report.findings if not f.startswith(run_id)]
+    assert other == [], other  # the untouched run still reconciles
+    assert isinstance(report.summary, pd.DataFrame)

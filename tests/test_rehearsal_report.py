@@ -1,0 +1,105 @@
+"""The rehearsal report's checks: each mismatch it exists to catch makes a finding, and agreement makes none."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pandas as pd
+
+from pilot import backends
+from pilot.report import rehearsal
+from pilot.report.latex import write_table
+from pilot.report.sentences import data_prefix
+from pilot.stats import runtable
+
+METERED = Decimal("0.412345")
+JUDGES = Decimal("0.031")
+
+
+def _charged(metered: Decimal = METERED, judges: Decimal = JUDGES) -> int:
+    return int((metered + judges) * 1_000_000)
+
+
+def test_costs_that_agree_make_no_finding_and_the_tolerance_edge_is_exact():
+    assert rehearsal.reconcile_costs(0.412345, str(METERED), JUDGES, _charged(), "metered") == []
+    # 2 % of 0.75 is 0.015 (above one cent): a gap of exactly 0.015 is within, one micro-dollar more is not.
+    metered = Decimal("0.75")
+    at_edge = rehearsal.reconcile_costs(0.765, str(metered), JUDGES, _charged(metered), "metered")
+    beyond = rehearsal.reconcile_costs(0.765001, str(metered), JUDGES, _charged(metered), "metered")
+    assert at_edge == []
+    assert len(beyond) == 1 and "beyond the tolerance of 0.0150" in beyond[0]
+    # below 0.50 USD the cent rules: 0.01 off a 0.10 metered cost is within, 0.010001 is not
+    assert rehearsal.reconcile_costs(0.11, "0.10", JUDGES, _charged(Decimal("0.10")), "metered") == []
+    assert rehearsal.reconcile_costs(0.110001, "0.10", JUDGES, _charged(Decimal("0.10")), "metered")
+
+
+def test_every_cost_mismatch_is_a_finding():
+    def one(*args):
+        found = rehearsal.reconcile_costs(*args)
+        assert found and all(f.startswith("cost:") for f in found), found
+        return " ".join(found)
+
+    assert "ledger charged" in one(0.412345, str(METERED), JUDGES, _charged() + 1, "metered")  # one micro-dollar off
+    assert "ledger charged" in one(0.412345, str(METERED), JUDGES, _charged(judges=Decimal(0)), "metered")  # judges left out
+    assert "'reported' basis" in one(0.412345, str(METERED), JUDGES, _charged(), "reported")
+    assert "no charge" in one(0.412345, str(METERED), JUDGES, None, None)
+    assert "CLI reported no cost" in one(None, str(METERED), JUDGES, _charged(), "metered")
+    assert "metered no cost" in one(0.412345, None, JUDGES, _charged(), "metered")
+    # zero everywhere agrees with itself, but then nothing flowed through the proxy: a finding, not a pass
+    assert "metered 0 USD" in one(0.0, "0", Decimal(0), 0, "metered")
+
+
+def test_oracle_judges_and_deliverables_mismatches_are_findings(tmp_path):
+    assert rehearsal.check_oracle(True, True) == [] and rehearsal.check_oracle(False, False) == []
+    assert "should fail" in rehearsal.check_oracle(True, False)[0]
+    assert rehearsal.check_oracle(None, True) and rehearsal.check_oracle(True, None)
+
+    good = {"judge_id": "J1", "error": None, "score_0_100": 80.0, "backend": "claude-code"}
+    assert rehearsal.check_judges([good, dict(good, judge_id="J2"), dict(good, judge_id="J3")], 3) == (3, [])
+    parsed, found = rehearsal.check_judges([good, dict(good, judge_id="J2"), dict(good, judge_id="J3", error="reply failed the output schema", score_0_100=None)], 3)
+    assert parsed == 2 and len(found) == 1 and "J3" in found[0]
+    assert rehearsal.check_judges([good], 3)[1]  # a short panel
+    assert rehearsal.check_judges([dict(good, backend="simulated")] * 3, 3)[1]  # not the CLI judges
+
+    ws = tmp_path / "workspace"
+    (ws / "outputs").mkdir(parents=True)
+    (ws / "outputs" / "memo.docx").write_bytes(b"x")
+    (ws / "outputs" / "log.csv").write_text("a\n")
+    calls = [SimpleNamespace(input={"command": "python3 solve.py --out outputs/memo.docx"})]
+    ok, found = rehearsal.deliverables_by_tool(["outputs/memo.docx", "outputs/log.csv", "outputs/gone.txt"], ws, calls)
+    assert ok == ["outputs/memo.docx"]
+    assert any("log.csv" in f and "no tool call" in f for f in found) and any("gone.txt" in f and "not in the workspace" in f for f in found)
+
+
+def test_a_rehearsal_table_is_labelled_rehearsal_wherever_its_numbers_appear(tmp_path):
+    df = pd.DataFrame({"backend": ["rehearsal", "rehearsal"], "study": ["rehearsal", "rehearsal"]})
+    assert runtable.data_label(df) == backends.REHEARSAL_LABEL == "REHEARSAL" and runtable.is_simulated(df)
+    assert runtable.data_label(df.assign(backend="claude-code")) == ""
+    assert runtable.data_label(df.assign(backend=["rehearsal", "simulated"])) == "SIMULATED"
+    assert data_prefix(runtable.data_label(df)) == "REHEARSAL (not a finding): "
+    assert data_prefix(True) == "SIMULATED (dry run): " and data_prefix("") == ""
+    tex = write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.tex", caption="Cap.", label="tab:t", simulated=runtable.data_label(df))
+    assert "\\textbf{REHEARSAL.} Cap." in tex.read_text()
+    report = rehearsal.RehearsalReport(study="r", arms=["A1"], host_arms=["A1"], runs=[], study_findings=["study: no run was assigned"])
+    assert report.to_markdown().startswith("# REHEARSAL:") and report.to_dict()["label"] == "REHEARSAL" and not report.ok
+
+
+def test_deviations_must_be_exactly_the_planted_attempts():
+    sessions = [{"denied_attempt": {"family": "wget", "how": "bash -c", "command": "bash -c 'wget x'"}}, {"denied_attempt": None}]
+    planted = rehearsal.planted_deviations(sessions)
+    assert planted == [("wget", "bash -c", "mask")]
+    recorded = [{"family": "wget", "via": "bash -c", "blocked_by": "mask"}]
+    assert rehearsal.check_deviations(planted, recorded, cli_denials=0, network_refusals=0) == []
+    # the planted attempt missed by the audit, or recorded as stopped by something else
+    assert "not recorded" in rehearsal.check_deviations(planted, [], 0, 0)[0]
+    wrong = rehearsal.check_deviations(planted, [{"family": "wget", "via": "bash -c", "blocked_by": "not_blocked"}], 0, 0)
+    assert len(wrong) == 2 and "planted no such attempt" in wrong[0]
+    # a deviation or a refusal of a worker that planted nothing
+    assert rehearsal.check_deviations([], recorded, 0, 0)
+    assert rehearsal.check_deviations([], [], 1, 0) and rehearsal.check_deviations([], [], 0, 1)
+    # a direct attempt is refused by the CLI's deny rule: exactly one permission denial
+    direct = rehearsal.planted_deviations([{"denied_attempt": {"family": "curl", "how": "direct"}}])
+    assert direct == [("curl", "command", "cli_rule")]
+    rec = [{"family": "curl", "via": "command", "blocked_by": "cli_rule"}]
+    assert rehearsal.check_deviations(direct, rec, 1, 0) == [] and rehearsal.check_deviations(direct, rec, 0, 0)
