@@ -97,7 +97,8 @@ $(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(ST
 	@mkdir -p $(STAMPS) && touch $@
 
 # Coverage and size of the primary inference over 10,000 SIMULATED studies per condition at J = 10 and 40,
-# analysed with the primary stage's own resamples for SEED (about 1.5 minutes of one core; see benchmarks/bench_calibration.py).
+# analysed with the primary stage's own resamples for SEED (about a minute of CPU time; a few minutes of wall time on a
+# loaded 2-core machine; see benchmarks/bench_calibration.py).
 # CALIBRATION_ARGS passes options to the script (e.g. --studies 1000 for a quick draft build; the
 # default is the preregistered 10,000 per condition and the tables state the count used).
 CALIBRATION_ARGS ?=
