@@ -14,14 +14,26 @@ The renderer does more (two passes over a workbook for formulas and cached
 values, tables in order, bounds, features), so a ratio near 2 for workbooks
 is what the design costs.
 
-    .venv/bin/python benchmarks/bench_judges.py [--repeats 5]
+Cold rendering per run (``--cold``): each gold package's whole prompt is
+rendered with the guard's verdicts forgotten, as a standalone ``pilot judge``
+does for a run the process has not evaluated, against the named reference
+``unguarded``: the same render in the same process with the parse child
+bypassed (every file admitted after the path and format screens, the
+pre-guard cost). Both in one process (the guard's one child serves the whole
+process) and as fresh processes (interpreter start and imports included),
+interleaved, median of the repeats.
+
+    .venv/bin/python benchmarks/bench_judges.py [--repeats 5] [--cold]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -65,10 +77,75 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+@contextlib.contextmanager
+def unguarded():
+    """The reference: the parse child bypassed, every screened file admitted (the pre-guard cost)."""
+    from pilot.oracles import guard
+
+    real = guard.probe_cached
+    guard.probe_cached = lambda paths, **kw: {p: None for p in paths}
+    try:
+        yield
+    finally:
+        guard.probe_cached = real
+
+
+_FRESH = """
+import sys, time
+from pathlib import Path
+t = time.perf_counter()
+if sys.argv[3] == "guarded":
+    from pilot.oracles import guard
+    guard.prestart()  # as `pilot judge` does
+from pilot.judges import prompt_for_run
+from pilot.scenarios import load_scenario
+if sys.argv[3] == "unguarded":
+    from pilot.oracles import guard
+    guard.probe_cached = lambda paths, **kw: {p: None for p in paths}
+prompt_for_run(load_scenario(sys.argv[1]), Path(sys.argv[2]))
+print(time.perf_counter() - t)
+"""
+
+
+def cold(repeats: int) -> None:
+    from pilot.oracles import guard
+
+    print("Cold rendering per run: the whole prompt, guard verdicts forgotten, against the unguarded reference (median ms)")
+    print(f"{'scenario':<10} {'in-process':>11} {'unguarded':>10} {'ratio':>6}   {'fresh proc':>11} {'unguarded':>10} {'ratio':>6}")
+    totals = [0.0, 0.0, 0.0, 0.0]
+    with tempfile.TemporaryDirectory(prefix="bench-judges-cold-") as tmp:
+        for sid in list_scenarios():
+            sc = load_scenario(sid)
+            out = build_gold_workspace(sc, Path(tmp) / sid) / "outputs"
+            guarded_t, ref_t, fresh_g, fresh_r = [], [], [], []
+            for _ in range(repeats):
+                guard.clear_cache()
+                t = time.perf_counter()
+                prompt_for_run(sc, out)
+                guarded_t.append(time.perf_counter() - t)
+                with unguarded():
+                    t = time.perf_counter()
+                    prompt_for_run(sc, out)
+                    ref_t.append(time.perf_counter() - t)
+                for mode, acc in (("guarded", fresh_g), ("unguarded", fresh_r)):
+                    done = subprocess.run([sys.executable, "-c", _FRESH, sid, str(out), mode], capture_output=True, text=True, check=True)
+                    acc.append(float(done.stdout.split()[-1]))
+            row = [statistics.median(x) for x in (guarded_t, ref_t, fresh_g, fresh_r)]
+            totals = [a + b for a, b in zip(totals, row)]
+            print(f"{sid:<10} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>10.1f} {row[0] / row[1]:>6.2f}   {row[2] * 1e3:>11.1f} {row[3] * 1e3:>10.1f} {row[2] / row[3]:>6.2f}")
+    n = len(list_scenarios())
+    print(f"mean per run: in-process {totals[0] / n * 1e3:.1f} ms vs unguarded {totals[1] / n * 1e3:.1f} ms, ratio {totals[0] / totals[1]:.2f}; "
+          f"fresh process {totals[2] / n * 1e3:.1f} ms vs unguarded {totals[3] / n * 1e3:.1f} ms, ratio {totals[2] / totals[3]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per file (median reported)")
+    parser.add_argument("--cold", action="store_true", help="only the cold per-run rendering against the unguarded reference")
     args = parser.parse_args()
+    if args.cold:
+        cold(args.repeats)
+        return
     cost = load_config().raw["cost"]
     cpt = float(cost["chars_per_token"])
     prices = cost["price_per_mtok"]

@@ -82,7 +82,7 @@ def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_p
     from pilot.scenarios import build_gold_workspace, load_scenario
     from pilot.scenarios import defects as dx
 
-    sid = "MKT-01"  # a workbook and a document: every defect of the model applies
+    sid = "PROC-01"  # a workbook, a document and decisions: every defect of the model applies
     sc = load_scenario(sid)
     effects = {e.defect: e for e in dry_run.defect_effects(sc, DEFECTS)}
     assert all(e.applies for e in effects.values())

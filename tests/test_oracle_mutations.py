@@ -63,7 +63,20 @@ def _reword(name: str, old: str, new: str):
     return mutate
 
 
-SCENARIO_OF = {"PROC-01": "award_recommendation.pdf", "BANK-01": "credit_memo.pdf"}
+def _rewords(name: str, *pairs: tuple[str, str]):
+    """Several sentences of one document replaced, each as :func:`_reword` does."""
+    steps = [_reword(name, old, new) for old, new in pairs]
+
+    def mutate(ws: Path) -> None:
+        for step in steps:
+            step(ws)
+    return mutate
+
+
+SCENARIO_OF = {"PROC-01": "award_recommendation.pdf", "BANK-01": "credit_memo.pdf", "HEALTH-01": "clinic_access_report_2026-10.pdf"}
+HEALTH_REPORT = SCENARIO_OF["HEALTH-01"]
+HEALTH_SUMMARY = "Three clinics met the 20-minute waiting-time target; Hillcrest did not"
+HEALTH_WAITS = "Hillcrest's median of 30 minutes is more than one and a half times the target."
 PROC_CHOICE = "I recommend awarding the contract to Northwind Fasteners"
 BANK_CHOICE = "I do not recommend approval of the request as structured"
 
@@ -119,6 +132,21 @@ def _pdf_with_script(ws: Path) -> None:
         w.write(fh)
 
 
+def _order_also(sku: str):
+    """OPS-01's reorder plan also orders a SKU that is above its reorder point (a wrong choice of what to order)."""
+    import csv
+
+    def mutate(ws: Path) -> None:
+        plan = ws / "outputs" / "reorder_plan.csv"
+        with plan.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+        extra = list(rows[-1])
+        extra[0] = sku
+        with plan.open("w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows(rows + [extra])
+    return mutate
+
+
 # name -> (scenario, mutation, criterion, passes?, words its reason must contain)
 VARIANTS = {
     # Labelled values: a whole label cell, several cells must agree, money in exact decimal cents.
@@ -149,6 +177,25 @@ VARIANTS = {
         "memo_declines_request", False, "decides approve, not decline"),
     "credit_memo_declines_plainly": ("BANK-01", _reword("credit_memo.pdf", BANK_CHOICE, "The request as structured should be declined"),
         "memo_declines_request", True, "decides decline"),
+    # A set-valued decision: HEALTH-01 names exactly the clinics that miss the waiting-time target (Hillcrest).
+    "clinic_named_is_the_wrong_one": ("HEALTH-01", _reword(HEALTH_REPORT, HEALTH_SUMMARY, "Three clinics met the 20-minute waiting-time target; Lakeview did not"),
+        "report_names_clinics_over_target", False, "names Lakeview as one that misses the waiting-time target"),
+    "clinic_named_with_a_wrong_one": ("HEALTH-01", _reword(HEALTH_REPORT, HEALTH_SUMMARY, "Hillcrest and Lakeview missed the 20-minute waiting-time target"),
+        "report_names_clinics_over_target", False, "names Lakeview as one that misses"),
+    "clinic_over_target_not_named": ("HEALTH-01", _rewords(HEALTH_REPORT, (HEALTH_SUMMARY, "Waiting times differed between the clinics; Hillcrest had the longest"),
+        (HEALTH_WAITS, "Hillcrest's median was 30 minutes.")),
+        "report_names_clinics_over_target", False, "does not name Hillcrest as one that misses the waiting-time target"),
+    "clinic_over_target_said_to_meet_it": ("HEALTH-01", _reword(HEALTH_REPORT, HEALTH_SUMMARY, "Every clinic met the 20-minute waiting-time target, Hillcrest included"),
+        "report_names_clinics_over_target", False, "says Hillcrest meets the waiting-time target"),
+    "clinic_over_target_all_but": ("HEALTH-01", _reword(HEALTH_REPORT, HEALTH_SUMMARY, "All clinics but Hillcrest met the 20-minute waiting-time target"),
+        "report_names_clinics_over_target", True, "names exactly {Hillcrest}"),
+    "clinic_over_target_did_not_meet": ("HEALTH-01", _reword(HEALTH_REPORT, HEALTH_SUMMARY, "Hillcrest did not meet the 20-minute target, unlike the other three clinics"),
+        "report_names_clinics_over_target", True, "names exactly {Hillcrest}"),
+    "clinic_over_target_missed_at": ("HEALTH-01", _rewords(HEALTH_REPORT, (HEALTH_SUMMARY, "The waiting-time target was missed at Hillcrest only"),
+        (HEALTH_WAITS, "Hillcrest, at 30 minutes, is above the 20-minute target.")),
+        "report_names_clinics_over_target", True, "names exactly {Hillcrest}"),
+    # OPS-01's decision is which SKUs to order this week: one more than the plan needs fails.
+    "reorder_plan_orders_a_sku_above_its_reorder_point": ("OPS-01", _order_also("HW-1010"), "plan_skus", False, "HW-1010"),
     # Closed scales.
     "risk_rated_critical": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Critical"), "log_risk_scale", False, "'Critical'"),
     "risk_rated_severe": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Severe"), "log_risk_scale", False, "'Severe'"),
@@ -200,3 +247,38 @@ def test_variant_is_judged_as_designed(verdicts, name):
     assert words in by[cid].reason, by[cid].reason
     # The mutation touches its criterion alone: everything else stays as the gold had it.
     assert [i for i, _ in failed if i != cid and i not in KNOCK_ON.get(name, ())] == [], failed
+
+
+# Phrasings of HEALTH-01's set-valued decision read without a document: what each puts inside the set
+# ("misses the target") and outside it. A plan or a condition states no finding.
+HEALTH_PHRASINGS = {
+    "Three clinics met the 20-minute waiting-time target; Hillcrest did not, with a median wait of 30 minutes.": ({"Hillcrest"}, set()),
+    "Riverside, Lakeview and Old Town have medians well within the target.": (set(), {"Riverside", "Lakeview", "Old Town"}),
+    "Hillcrest's median of 30 minutes is more than one and a half times the target.": ({"Hillcrest"}, set()),
+    "Only Hillcrest missed the target.": ({"Hillcrest"}, set()),
+    "All clinics met the target except Hillcrest.": ({"Hillcrest"}, set()),
+    "All clinics but Hillcrest met the target.": ({"Hillcrest"}, set()),
+    "Riverside met the target but Hillcrest did not.": ({"Hillcrest"}, {"Riverside"}),
+    "Over October, Hillcrest exceeded the 20-minute target.": ({"Hillcrest"}, set()),
+    "Hillcrest met the target.": (set(), {"Hillcrest"}),
+    "Hillcrest and Lakeview missed the 20-minute target.": ({"Hillcrest", "Lakeview"}, set()),
+    "Hillcrest, not Old Town, missed the target.": ({"Hillcrest"}, {"Old Town"}),
+    "Hillcrest should bring its median under the 20-minute target by December.": (set(), set()),
+    "The next report will show whether the Hillcrest changes have brought the median wait back under 20 minutes.": (set(), set()),
+    "Hillcrest also has the highest no-show rate, with many missed appointments.": (set(), set()),
+    # A wrapped line continues its sentence; a Word table is read by its decision column; a PDF table's cells are not prose.
+    "The median wait was 14 minutes overall. Three clinics met the\n20-minute target; Hillcrest did not, with a median wait of 30 minutes, and needs\naction.":
+        ({"Hillcrest"}, set()),
+    "Clinic | Median wait | Meets target\nHillcrest | 30 | No\nLakeview | 14 | Yes\nOld Town | 10 | Yes": ({"Hillcrest"}, {"Lakeview", "Old Town"}),
+    "Clinic | Median wait | Above target?\nHillcrest | 30 | Yes\nRiverside | 11 | No": ({"Hillcrest"}, {"Riverside"}),
+    "Clinic\nMedian wait (min)\nMeets target\nHillcrest\n30\nNo\nLakeview\n14\nYes": (set(), set()),
+}
+
+
+@pytest.mark.parametrize("text", list(HEALTH_PHRASINGS))
+def test_set_decision_phrasings(text):
+    from pilot.oracles.decisions import read_set
+
+    c = load_scenario("HEALTH-01").oracle.by_id("report_names_clinics_over_target")
+    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"))
+    assert (set(read.inside), set(read.outside)) == HEALTH_PHRASINGS[text]

@@ -9,6 +9,7 @@ recalculated by one LibreOffice process before any verdict is read.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import shutil
@@ -345,6 +346,12 @@ def test_guard_charges_a_failure_to_the_right_file_and_continues(tmp_path):
     assert res[good] is None and "cannot be read" in res[bad]
 
 
+def _busy_machine():
+    """A stand-in for the child's CPU clock that jumps past any limit between two readings."""
+    ticks = itertools.count()
+    return lambda pid: next(ticks) * 1e9
+
+
 def test_a_timeout_is_not_remembered_as_a_property_of_the_bytes(tmp_path, monkeypatch):
     # A busy machine (every reading of the child's CPU time past any limit) refuses a sound file
     # once; the next evaluation of the same bytes under the same limits reads it afresh.
@@ -355,7 +362,7 @@ def test_a_timeout_is_not_remembered_as_a_property_of_the_bytes(tmp_path, monkey
     wb.active.append(["fresh bytes", str(tmp_path)])
     wb.save(book)
     real = guard._cpu_seconds
-    monkeypatch.setattr(guard, "_cpu_seconds", lambda pid: 1e9)
+    monkeypatch.setattr(guard, "_cpu_seconds", _busy_machine())
     assert "could not be read within" in guard.probe_cached([book])[book]
     monkeypatch.setattr(guard, "_cpu_seconds", real)
     assert guard.probe_cached([book])[book] is None
@@ -379,7 +386,7 @@ def test_a_timeout_holds_within_one_evaluation_only(tmp_path, monkeypatch):
         return real(paths, **kw)
 
     monkeypatch.setattr(guard, "probe_files", counted)
-    monkeypatch.setattr(guard, "_cpu_seconds", lambda pid: 1e9)
+    monkeypatch.setattr(guard, "_cpu_seconds", _busy_machine())
     with guard.holding():
         first = guard.probe_cached([book])[book]
         assert guard.probe_cached([book])[book] == first and "could not be read within" in first
@@ -394,7 +401,7 @@ def test_the_guard_limit_is_charged_on_cpu_time_and_a_waiting_child_is_still_sto
     from pilot.oracles import guard
 
     waits = tmp_path / "waits.py"
-    waits.write_text("import json, sys, time\nfor i, _ in enumerate(sys.argv[1:]):\n    time.sleep(1.5)\n    print(json.dumps({'i': i, 'ok': True}), flush=True)\n")
+    waits.write_text("import json, sys, time\nfor i, _ in enumerate(sys.stdin):\n    time.sleep(1.5)\n    print(json.dumps({'i': i, 'ok': True}), flush=True)\n")
     hangs = tmp_path / "hangs.py"
     hangs.write_text("import time\ntime.sleep(600)\n")
     files = [tmp_path / "a.xlsx", tmp_path / "b.xlsx"]

@@ -193,3 +193,22 @@ def test_infrastructure_error_performed_no_inference_and_cost_nothing() -> None:
     # ... but a run that ended failed has no outcome row to speak of: its cost column stays empty.
     r = row({"scenario": list_scenarios()[0], "arm": "A1", "status": "infra_error", "cost_usd": None, "cost_complete": False})
     assert r["status"] == "infra_error" and r["cost_usd"] is None and r["D"] is None
+
+
+def test_an_evaluation_that_could_not_run_is_visible_and_left_out_not_D0(tmp_path) -> None:
+    # The evaluator could not run in full (LibreOffice unavailable): the run's D = 0 is no verdict on the work.
+    broken = record("A1", D=False, eval_error="LibreOffice is not available: recalculation could not run")
+    assert row(broken)["eval_error"] == "LibreOffice is not available: recalculation could not run"
+    assert row(record("A1"))["eval_error"] is None
+    # A record written before the field existed says it in its notes; the row finds it there.
+    older = record("A2", D=False, notes=["evaluation could not run in full: LibreOffice is not available"])
+    assert row(older)["eval_error"] == "LibreOffice is not available"
+    df = run_table([row(record("A1"), run_id="ok"), row(broken, run_id="broken", repeat=2), row(older, run_id="older", repeat=3)])
+    assert df["eval_error"].isna().tolist() == [True, False, False]
+    # Through a CSV too: the analyses leave such runs out of every estimate and say how many.
+    path = tmp_path / "runs.csv"
+    df.to_csv(path, index=False)
+    checked = runtable.validate_runtable(pd.read_csv(path))
+    assert list(checked["run_id"]) == ["ok"] and checked.attrs["evaluation_errors_dropped"] == 2
+    with pytest.raises(runtable.RunTableError, match="2 run\\(s\\) whose evaluation could not run"):
+        runtable.validate_runtable(df.iloc[1:])

@@ -183,3 +183,21 @@ def test_scenarios_table(tmp_path):
     tex = write_scenarios_table(tmp_path).read_text()
     assert "\\label{tab:scenarios}" in tex and "ACC-01" in tex and "3{,}600" in tex
     assert "\\texttt{bank\\_reconciliation\\_2026-10.xlsx}" in tex
+
+
+@pytest.mark.parametrize(
+    "edit,field,words",
+    [
+        (lambda c: c.update(expected=["Hillcrest", "Northgate"]), "criteria.6.expected", "'Northgate' is not one of the options"),
+        (lambda c: c.pop("topic"), "criteria.6.topic", "needs 'topic'"),
+        (lambda c: c.update(property_verbs="miss(ed"), "criteria.6.property_verbs", "not a valid regular expression"),
+        (lambda c: c.update(section=["Summary", "Appendix"]), "criteria.6.section", "'Appendix' is not a required section"),
+        (lambda c: c.update(expected="Hillcrest"), "criteria.6.section", "several sections are for a set-valued decision"),
+    ],
+)
+def test_malformed_set_valued_decision_is_refused(tmp_path, edit, field, words):
+    bundle = _copy_bundle(tmp_path, "HEALTH-01")
+    _edit_yaml(bundle / "oracle.yml", lambda d: edit(d["criteria"][6]))
+    with pytest.raises(ProtocolError) as err:
+        load_scenario_from(bundle)
+    assert err.value.field == field and words in err.value.reason, (err.value.field, err.value.reason)

@@ -84,6 +84,7 @@ _DEFECT_CRITERION = {
     "short_document": "min_words",
     "missing": "present",
     "invalid_record": "completion_record",
+    "wrong_decision": "decision",
 }
 #: The named defect of pilot.scenarios.defects behind each model defect (its applicability test).
 _DEFECT_NAMED = {
@@ -93,6 +94,7 @@ _DEFECT_NAMED = {
     "missing": "drop_deliverable",
     "invalid_record": "break_completion_record",
     "modify_input": "modify_input",
+    "wrong_decision": "wrong_decision",
 }
 
 
@@ -146,6 +148,9 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
             hit = [c for c in crits if c.kind == kind]
         elif k == "invalid_record":
             hit = [c for c in crits if c.kind == kind]
+        elif k == "wrong_decision":
+            # It picks among the required decisions only, and any one of them fails D.
+            hit = [c for c in crits if c.kind == kind and c.required]
         else:
             hit = [c for c in crits if c.kind == kind and c.file in targets]
             # Every possible target must carry its criterion, or a draw could leave D intact.

@@ -173,6 +173,19 @@ def completion_status(record: Mapping[str, Any]) -> str:
     return "missing"
 
 
+#: How the runner notes an evaluation that could not run in full on a record written before ``eval_error`` existed.
+EVAL_ERROR_NOTE = "evaluation could not run in full: "
+
+
+def evaluation_error(record: Mapping[str, Any]) -> str | None:
+    """Why the run's evaluation could not run in full, or None when it ran (from ``eval_error``, else the record's notes)."""
+    given = record.get("eval_error")
+    if isinstance(given, str) and given.strip():
+        return given.strip()
+    notes = [str(n)[len(EVAL_ERROR_NOTE):] for n in record.get("notes") or [] if str(n).startswith(EVAL_ERROR_NOTE)]
+    return "; ".join(notes) or None
+
+
 def run_row(
     record: Mapping[str, Any],
     *,
@@ -292,6 +305,8 @@ def run_row(
             # The portal was not answering at the end of the run (a note on the run); missing where there was no portal.
             "portal_fault": rec.get("portal_fault"),
             "judge_backend": judges[0].get("backend") if judges else None,
+            # The evaluation itself could not run in full: D and E are then no verdict (analysis leaves the run out).
+            "eval_error": evaluation_error(rec),
         }
     )
     for jid in panel_ids:

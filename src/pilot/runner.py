@@ -134,6 +134,8 @@ class RunRecord:
     started_at: str = ""
     harness_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: Why the evaluation itself could not run in full (LibreOffice unavailable ...); None when it ran.
+    eval_error: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -582,7 +584,9 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
         rec.criteria_passed, rec.criteria_total = int(ev.criteria_passed), int(ev.criteria_total)
         rec.criteria = [asdict(c) if hasattr(c, "__dataclass_fields__") else dict(c) for c in ev.criteria]
         # The evaluator could not run in full (LibreOffice unavailable): said on the record, not charged to the worker silently.
-        rec.notes.extend(f"evaluation could not run in full: {e}" for e in getattr(ev, "errors", []))
+        errors = list(getattr(ev, "errors", []))
+        rec.notes.extend(f"evaluation could not run in full: {e}" for e in errors)
+        rec.eval_error = "; ".join(errors) or None
     rec.harness_s = time.monotonic() - t_start
     _write(out_dir, rec)
     return rec

@@ -33,7 +33,10 @@ from pilot.agents.sandbox import STUB_MARKER
 from pilot.agents.session import SessionOutcome, resume_reports_cumulative
 from pilot.protocol import Arm, ProtocolError, read_yaml, validate
 
-DEFECTS = ("text_substitutes", "error_values", "short_document", "missing", "invalid_record", "modify_input")
+DEFECTS = ("text_substitutes", "error_values", "short_document", "missing", "invalid_record", "modify_input", "wrong_decision")
+#: Defects added to the model later: drawn from a stream of their own (spawned from the session's), so the
+#: session's other draws, and every seed chosen for them, are those of the model without these defects.
+OWN_STREAM_DEFECTS = ("wrong_decision",)
 #: The named defects of pilot.scenarios.defects each model defect applies.
 _DEFECT_FUNCTIONS = {
     "error_values": "inject_error_value",
@@ -41,6 +44,7 @@ _DEFECT_FUNCTIONS = {
     "missing": "drop_deliverable",
     "invalid_record": "break_completion_record",
     "modify_input": "modify_input",
+    "wrong_decision": "wrong_decision",
 }
 
 _prob = {"type": "number", "minimum": 0, "maximum": 1}
@@ -154,7 +158,10 @@ def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -
     tool_calls = {n: int(k) for n, k in zip(names, split) if k}
     questions = int(rng.poisson(a["questions_rate"]))
     agent_error = bool(rng.random() < a["agent_error"])
-    defects = [d for d in DEFECTS if rng.random() < _shift(float(a["defects"][d]), c["depth_logit"] * depth)]
+    p = {d: _shift(float(a["defects"][d]), c["depth_logit"] * depth) for d in DEFECTS}
+    defects = [d for d in DEFECTS if d not in OWN_STREAM_DEFECTS and rng.random() < p[d]]
+    own = rng.spawn(1)[0]  # spawning leaves rng's own sequence of draws unchanged
+    defects += [d for d in OWN_STREAM_DEFECTS if own.random() < p[d]]
     denied = None
     families = [f for f in arm.denied_families if f in c["denied_commands"]]
     if families and rng.random() < a["denied_attempt"]:

@@ -21,6 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_judge(args: argparse.Namespace) -> int:
+    from pilot.oracles import guard
+
+    # The guarded reader's parse child starts now and imports its libraries while this process imports its own.
+    guard.prestart()
     from pilot.judges.panel import judge_run
     from pilot.judges.prompt import prompt_for_run
     from pilot.scenarios import load_scenario

@@ -45,6 +45,10 @@ def _evaluation_error(args: argparse.Namespace, message: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from pilot.oracles import guard
+
+    # The parse child imports its libraries while this process loads the scenario and the evaluator.
+    guard.prestart()
     from pilot.oracles.evaluate import evaluate
     from pilot.scenarios.bundle import load_scenario
 

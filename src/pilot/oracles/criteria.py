@@ -18,7 +18,7 @@ from pilot import paths
 from pilot.oracles import amounts
 from pilot.oracles.amounts import exact, show
 from pilot.oracles.context import WorkspaceContext, cells_of, find_substitutes
-from pilot.oracles.decisions import read_decision
+from pilot.oracles.decisions import SetDecision, read_decision, read_set
 from pilot.oracles.readers import is_error_value, is_formula, numbers_in, word_count
 from pilot.scenarios.bundle import COMPLETION_RECORD, Criterion
 
@@ -378,10 +378,17 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
         lines, reason = ctx.lines(c.file)
         if reason:
             return None, reason
-        text = section_text(lines, c.get("section"), ctx.deliverable(c.file).required_sections)
-        if text is None:
-            return None, f"{c.file} has no section {c.get('section')!r}, where the brief asks for the decision"
-        return [(f"section {c.get('section')!r}", text, False)], None
+        wanted = c.get("section")
+        # Several sections: the decision is read in those present (a missing heading is the sections criterion's failure).
+        places = []
+        for section in ([wanted] if isinstance(wanted, str) else wanted):
+            text = section_text(lines, section, ctx.deliverable(c.file).required_sections)
+            if text is not None:
+                places.append((f"section {section!r}", text, False))
+        if not places:
+            where = repr(wanted) if isinstance(wanted, str) else " or ".join(map(repr, wanted))
+            return None, f"{c.file} has no section {where}, where the brief asks for the decision"
+        return places, None
     if kind == "xlsx":
         sheets, reason = _recalculated_sheets(ctx, c)
         if reason:
@@ -415,6 +422,8 @@ def check_decision(ctx: WorkspaceContext, c: Criterion) -> Outcome:
         return False, reason
     options = dict(c.get("options"))
     want = c.get("expected")
+    if isinstance(want, list):
+        return _check_set_decision(c, places, options, want)
     problems, read = [], []
     for where, text, whole in places:
         d = read_decision(text, options, whole_cell=whole)
@@ -433,6 +442,26 @@ def check_decision(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     if problems:
         return False, f"{c.file}: " + "; ".join(problems[:3])
     return True, f"{c.file}: {', '.join(read)} decides {want}"
+
+
+def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], options: dict[str, str], want: list[str]) -> Outcome:
+    """A set-valued decision ("name any clinic that misses the target"): exactly the planted options, each said to have the property."""
+    found = SetDecision()
+    for _, text, _ in places:
+        found.merge(read_set(text, options, topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs")))
+    prop, where = c.get("property"), " and ".join(w for w, _, _ in places)
+    problems = []
+    for key in options:
+        if key in want and key in found.outside:
+            problems.append(f"says {key} {c.get('complement')} ({found.outside[key]!r}), but {key} {prop}")
+        elif key in want and key not in found.inside:
+            problems.append(f"does not name {key} as one that {prop}")
+        elif key not in want and key in found.inside:
+            problems.append(f"names {key} as one that {prop} ({found.inside[key]!r}), but {key} {c.get('complement')}")
+    if problems:
+        return False, f"{c.file} ({where}): " + "; ".join(problems[:3])
+    named = ", ".join(want) if want else "none"
+    return True, f"{c.file} ({where}) names exactly {{{named}}} as {'the ones' if len(want) != 1 else 'the one'} that {prop}"
 
 
 def check_closed_scale(ctx: WorkspaceContext, c: Criterion) -> Outcome:

@@ -124,3 +124,167 @@ def read_decision(text: str, options: dict[str, str], *, whole_cell: bool = Fals
         if rejected:
             out.rejected.append(rejected)
     return out
+
+
+# ---------------------------------------------------------------- set-valued decisions
+#
+# Some briefs ask for a set rather than one choice: "name any clinic that misses
+# the waiting-time target". Each option is then classified by the clauses that
+# speak of the criterion's topic (the target): a *property* verb ("missed",
+# "above", "exceeds") puts the options of its clause in the set, a *complement*
+# verb ("met", "within") puts them outside it; a negation before the verb flips
+# it ("did not meet"), a negation just before an option flips it for that
+# option alone ("all clinics except Hillcrest met the target"), and an elliptic
+# clause ("...; Hillcrest did not") takes the previous clause's verb, negated.
+# A clause that speaks of what should or will happen ("should bring the wait
+# under 20 minutes", "will show whether") states no finding and is skipped.
+
+#: Negations that qualify one option (just before it), not the verb.
+OPTION_NEGATORS = re.compile(
+    r"(?:\b(?:not|except|excluding|apart from|other than|unlike|but not|save)|\b(?:all|every|each)(?:\s+[\w-]+){0,2}\s+but)\s*$", re.I
+)
+#: Words that make a clause a plan or a condition rather than a finding.
+NOT_A_FINDING = re.compile(
+    r"\b(should|must|will|would|could|may|might|whether|if|aim\w*|plan\w*|expect\w*|hope\w*|intend\w*|until|unless|to bring|to get|to keep)\b", re.I
+)
+#: An elliptic negation that repeats the previous clause's verb ("Hillcrest did not").
+ELLIPTIC_NEGATION = re.compile(r"\b(?:did|does|do|has|have|had|was|were|is|are)\s*(?:not|n't)\b|\bdidn't\b|\bdoesn't\b|\bwasn't\b|\bisn't\b", re.I)
+#: Clause boundaries inside a sentence: a contrast ("met the target, but Hillcrest did not"). "All but X" is an exception, not a boundary.
+_CONTRAST = re.compile(r"(?:,\s*|\s+)(?:but|while|whereas|although|though)\s+", re.I)
+_EXCEPTION_BEFORE = re.compile(r"\b(?:all|every|each|none|nobody|any)\b(?:\s+\S+){0,2}\s*$", re.I)
+
+
+@dataclass
+class SetDecision:
+    """How one text classifies each option: ``inside`` (has the property) and ``outside``, with the clauses read."""
+
+    inside: dict[str, str] = field(default_factory=dict)
+    outside: dict[str, str] = field(default_factory=dict)
+    clauses: list[str] = field(default_factory=list)
+
+    def merge(self, other: "SetDecision") -> None:
+        for k, v in other.inside.items():
+            self.inside.setdefault(k, v)
+        for k, v in other.outside.items():
+            self.outside.setdefault(k, v)
+        self.clauses.extend(other.clauses)
+
+    @property
+    def contradicted(self) -> list[str]:
+        """Options said to be both inside and outside the set."""
+        return [k for k in self.inside if k in self.outside]
+
+
+def _split_contrasts(clause: str) -> list[str]:
+    parts, start = [], 0
+    for m in _CONTRAST.finditer(clause):
+        if _EXCEPTION_BEFORE.search(clause[start:m.start()]) and not clause[start:m.start()].strip().endswith(","):
+            continue  # "all clinics but Hillcrest": an exception inside one clause
+        parts.append(clause[start:m.start()])
+        start = m.end()
+    parts.append(clause[start:])
+    return [p for p in parts if p.strip()]
+
+
+#: A line of this many words or more that ends without a stop is a wrapped line of prose: the next line continues it.
+_WRAPPED_MIN_WORDS = 6
+_TABLE_CELL = " | "
+_YES = re.compile(r"^\s*(?:yes|y|true|✓|✔|x)\s*$", re.I)
+_NO = re.compile(r"^\s*(?:no|n|false|✗|✘|-)\s*$", re.I)
+
+
+def _blocks(text: str) -> list[str]:
+    """Prose paragraphs (wrapped lines joined) and table rows (``a | b | c``, one each), in order.
+
+    A short line (a table cell of a PDF, a heading) is a block of its own, so
+    the cells of a table are not read as one long clause.
+    """
+    blocks: list[str] = []
+    joinable = False
+    for line in (ln.strip() for ln in text.splitlines()):
+        if not line:
+            joinable = False
+            continue
+        if joinable and _TABLE_CELL not in line:
+            blocks[-1] += " " + line
+        else:
+            blocks.append(line)
+        last = blocks[-1]
+        joinable = _TABLE_CELL not in last and len(_WORD.findall(line)) >= _WRAPPED_MIN_WORDS and not last.endswith((".", "!", "?", ":", ";"))
+    return blocks
+
+
+def read_set(text: str, options: dict[str, str], *, topic: str, property_verbs: str, complement_verbs: str) -> SetDecision:
+    """Which options ``text`` puts inside the set (property verbs) and outside it (complement verbs).
+
+    Prose is read clause by clause (above). A table (rows ``a | b | c``, as a
+    Word table is read) is read by column: a header cell with a verb and the
+    topic ("Meets target", "Above target?") makes its column the decision, and
+    each row naming an option says yes or no (or the verb itself) there.
+    """
+    compiled = compile_options(options)
+    topic_rx = re.compile(topic, re.I)
+    verb_rx = re.compile(rf"(?P<p>\b(?:{property_verbs}))|(?P<c>\b(?:{complement_verbs}))", re.I)
+    out = SetDecision()
+
+    def put(key: str, inside: bool, quote: str) -> None:
+        (out.inside if inside else out.outside).setdefault(key, quote)
+
+    previous: bool | None = None  # the last finding verb read: True = property, False = complement
+    column: tuple[int, bool] | None = None  # the decision column of the table being read, and its polarity
+    for block in _blocks(text):
+        if _TABLE_CELL in block:
+            cells = [c.strip() for c in block.split("|")]
+            header = [(j, m) for j, c in enumerate(cells) if topic_rx.search(c) and (m := verb_rx.search(c)) and not _mentions(c, compiled)]
+            if header:
+                j, m = header[0]
+                column = (j, bool(m.group("p")) != bool(NEGATORS.search(cells[j][: m.start()])))
+                continue
+            named = [(k, key) for k, c in enumerate(cells) for _, key, _ in _mentions(c, compiled)[:1]]
+            if column is None or not named or column[0] >= len(cells):
+                continue
+            j, polarity = column
+            cell = cells[j]
+            verb = verb_rx.search(cell)
+            if _YES.match(cell):
+                inside = polarity
+            elif _NO.match(cell):
+                inside = not polarity
+            elif verb is not None:
+                inside = bool(verb.group("p")) != bool(NEGATORS.search(cell[: verb.start()]))
+            else:
+                continue
+            put(named[0][1], inside, block[:200])
+            out.clauses.append(block[:200])
+            continue
+        column = None
+        for sentence in (c for c in _CLAUSE_SPLIT.split(block) if c and c.strip()):
+            for clause in _split_contrasts(sentence):
+                mentions = _mentions(clause, compiled)
+                verbs = [m for m in verb_rx.finditer(clause) if not any(s <= m.start() < e for s, _, e in mentions)]
+                if verbs:
+                    # The verb nearest the topic ("Over October, Hillcrest met the target": "met").
+                    topics = [(m.start(), m.end()) for m in topic_rx.finditer(clause)]
+                    if not topics:
+                        continue
+                    verb = min(verbs, key=lambda v: min(abs(v.start() - s) if v.start() >= e else abs(s - v.end()) for s, e in topics))
+                    if NOT_A_FINDING.search(clause[: verb.start()]):
+                        continue
+                    inside = bool(verb.group("p"))
+                    # "did not meet", "not above"; a negation that is itself before an option belongs to the option.
+                    before = clause[: verb.start()]
+                    cut = max((e for s, _, e in mentions if e <= verb.start()), default=0)
+                    if NEGATORS.search(" ".join(_WORD.findall(before[cut:])[-3:])):
+                        inside = not inside
+                    previous = inside
+                elif previous is not None and mentions and ELLIPTIC_NEGATION.search(clause):
+                    inside = not previous
+                else:
+                    continue
+                if not mentions:
+                    continue
+                quote = " ".join(clause.split())[:200]
+                for start, key, _ in mentions:
+                    put(key, inside != bool(OPTION_NEGATORS.search(clause[max(0, start - 40):start])), quote)
+                out.clauses.append(quote)
+    return out

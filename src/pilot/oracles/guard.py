@@ -4,8 +4,9 @@ openpyxl, python-docx and pypdf cannot be interrupted from inside the
 process. Before the evaluator parses a deliverable, a child process
 (``parse_probe.py``) parses it under ``RLIMIT_AS`` and a per-file time
 limit; only a file the child read successfully is parsed in the evaluator.
-Many files share one child; a hang or a crash is charged to the file the
-child was reading, and the child is restarted for the files after it.
+One child serves a whole process, file by file, so its start-up and imports
+are paid once; a hang or a crash is charged to the file the child was
+reading, and a fresh child takes the files after it.
 
 The time limit is charged on the child's CPU time, so a busy machine does
 not turn a slow-but-sound file into a refused one; a wall-clock limit
@@ -17,6 +18,7 @@ crash may come from the machine's load, so it is never remembered.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import json
@@ -25,6 +27,7 @@ import resource
 import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -41,8 +44,21 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _limit(mem: int):
+    """A pre-exec hook limiting a child's address space (the self-check tool uses it too)."""
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+
+    return apply
+
+
+def _child_setup(mem: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        # The child dies with the process that started it, whatever ends that process.
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
 
     return apply
 
@@ -59,6 +75,100 @@ def _cpu_seconds(pid: int) -> float | None:
 
 #: Reasons that come from the machine rather than the file (never remembered).
 _TRANSIENT_PREFIXES = ("could not be read within", "crashed the reader")
+#: A child serves at most this many files before a fresh one takes over (its heap does not grow for ever).
+FILES_PER_CHILD = 200
+
+
+class _Child:
+    """One parse child under a memory limit, serving files one by one over its stdin until it is stopped."""
+
+    def __init__(self, memory_limit_bytes: int, *, preload: bool = False) -> None:
+        self.memory_limit_bytes = memory_limit_bytes
+        self.probe = PROBE
+        self.owner = os.getpid()
+        self.served = 0
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(self.probe), "--serve", *(["--preload"] if preload else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            preexec_fn=_child_setup(memory_limit_bytes), start_new_session=True,
+        )
+        self.buf = b""
+
+    def usable(self, memory_limit_bytes: int) -> bool:
+        return (self.owner == os.getpid() and self.proc.poll() is None and self.memory_limit_bytes == memory_limit_bytes
+                and self.probe == PROBE and self.served < FILES_PER_CHILD)
+
+    def ask(self, path: Path, per_file_timeout_s: float) -> tuple[str | None, bool]:
+        """(verdict, child still usable) for one file, charged on the child's CPU time since the question."""
+        wall_limit = per_file_timeout_s * WALL_FACTOR
+        self.served += 1
+        try:
+            self.proc.stdin.write(json.dumps({"path": str(path)}).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return "crashed the reader or exhausted its memory limit", False
+        started = time.monotonic()
+        cpu_start = _cpu_seconds(self.proc.pid) or 0.0
+        while True:
+            if b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if msg.get("ok"):
+                    return None, True
+                # After a memory failure the child's heap is suspect: it is not asked again.
+                return f"cannot be read ({msg.get('error', 'unknown error')})", not msg.get("memory")
+            waited = time.monotonic() - started
+            cpu = _cpu_seconds(self.proc.pid)
+            # Without /proc (not Linux) the CPU time is unknown and the wall clock is the limit itself.
+            over = cpu - cpu_start > per_file_timeout_s if cpu is not None else waited > per_file_timeout_s
+            if over or waited > wall_limit:
+                return f"could not be read within {per_file_timeout_s:g} s (stopped)", False
+            ready, _, _ = select.select([self.proc.stdout], [], [], min(_POLL_S, max(wall_limit - waited, 0.0)))
+            if not ready:
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                return "crashed the reader or exhausted its memory limit", False
+            self.buf += chunk
+
+    def stop(self) -> None:
+        if self.owner != os.getpid():
+            return  # a forked copy: the child belongs to the parent process
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)
+        self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.proc.stdout.close()
+
+
+_CHILD: _Child | None = None
+_CHILD_LOCK = threading.Lock()
+
+
+def _stop_child() -> None:
+    global _CHILD
+    if _CHILD is not None:
+        _CHILD.stop()
+        _CHILD = None
+
+
+atexit.register(_stop_child)
+
+
+def prestart(memory_limit_bytes: int = MEMORY_LIMIT_BYTES) -> None:
+    """Start the process's parse child now, importing every office library at once, so that its start-up
+    overlaps the caller's own imports (``pilot judge``, ``pilot check``)."""
+    global _CHILD
+    with _CHILD_LOCK:
+        if _CHILD is None or not _CHILD.usable(memory_limit_bytes):
+            _stop_child()
+            _CHILD = _Child(memory_limit_bytes, preload=True)
 
 
 def probe_files(
@@ -67,58 +177,30 @@ def probe_files(
     per_file_timeout_s: float = PER_FILE_TIMEOUT_S,
     memory_limit_bytes: int = MEMORY_LIMIT_BYTES,
 ) -> dict[Path, str | None]:
-    """For each path, None when it parses in bounded time and memory, else the reason."""
-    pending = [Path(p) for p in paths]
+    """For each path, None when it parses in bounded time and memory, else the reason.
+
+    One child per process serves every file, so the interpreter's start and the
+    office libraries' imports are paid once per process, not once per run. A
+    child that timed out, crashed or ran out of memory is stopped, and the next
+    file gets a fresh one; a memory verdict reached in a child that had served
+    other files is checked again in a fresh child, so it belongs to the file.
+    """
+    global _CHILD
     results: dict[Path, str | None] = {}
-    wall_limit = per_file_timeout_s * WALL_FACTOR
-    while pending:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", str(PROBE), *map(str, pending)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=_limit(memory_limit_bytes), start_new_session=True,
-        )
-        done = 0
-        buf = b""
-        started = time.monotonic()
-        cpu_start = 0.0
-        failure = None
-        while done < len(pending):
-            waited = time.monotonic() - started
-            cpu = _cpu_seconds(proc.pid)
-            # Without /proc (not Linux) the CPU time is unknown and the wall clock is the limit itself.
-            over = cpu - cpu_start > per_file_timeout_s if cpu is not None else waited > per_file_timeout_s
-            if over or waited > wall_limit:
-                failure = f"could not be read within {per_file_timeout_s:g} s (stopped)"
-                break
-            ready, _, _ = select.select([proc.stdout], [], [], min(_POLL_S, max(wall_limit - waited, 0.0)))
-            if not ready:
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                failure = "crashed the reader or exhausted its memory limit"
-                break
-            buf += chunk
-            while b"\n" in buf and done < len(pending):
-                line, buf = buf.split(b"\n", 1)
-                try:
-                    msg = json.loads(line)
-                except json.JSONDecodeError:
+    with _CHILD_LOCK:
+        for path in (Path(p) for p in paths):
+            for attempt in range(2):
+                if _CHILD is None or not _CHILD.usable(memory_limit_bytes):
+                    _stop_child()
+                    _CHILD = _Child(memory_limit_bytes)
+                fresh = _CHILD.served == 0
+                reason, keep = _CHILD.ask(path, per_file_timeout_s)
+                if not keep:
+                    _stop_child()
+                if reason and "memory" in reason and not fresh and attempt == 0:
                     continue
-                results[pending[done]] = None if msg.get("ok") else f"cannot be read ({msg.get('error', 'unknown error')})"
-                done += 1
-                started = time.monotonic()
-                cpu_start = _cpu_seconds(proc.pid) or cpu_start
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-        proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
-        if failure is not None and done < len(pending):
-            results[pending[done]] = failure
-            done += 1
-        pending = pending[done:]
+                break
+            results[path] = reason
     return results
 
 

@@ -3,7 +3,9 @@
 Run as a script (never imported by the evaluator): it imports only the
 office libraries, parses each file the way the evaluator will, and prints
 ``{"i": index, "ok": bool, "error": str}`` as soon as each file is done, so
-the parent knows which file a hang or a crash belongs to.
+the parent knows which file a hang or a crash belongs to. The files are named
+on the command line, or, with ``--serve``, one JSON line per file on stdin
+(the guard keeps one such child for a whole process).
 """
 
 from __future__ import annotations
@@ -43,17 +45,31 @@ def parse(path: str) -> None:
                 page.extract_text()
 
 
+def verdict(i: int, path: str) -> dict:
+    try:
+        parse(path)
+        return {"i": i, "ok": True, "error": ""}
+    except MemoryError:
+        return {"i": i, "ok": False, "error": "exhausted the memory limit while being read", "memory": True}
+    except Exception as exc:  # noqa: BLE001 - any failure is reported, the next file still runs
+        return {"i": i, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def main(argv: list[str]) -> int:
     warnings.simplefilter("ignore")
-    for i, path in enumerate(argv):
-        try:
-            parse(path)
-            out = {"i": i, "ok": True, "error": ""}
-        except MemoryError:
-            out = {"i": i, "ok": False, "error": "exhausted the memory limit while being read"}
-        except Exception as exc:  # noqa: BLE001 - any failure is reported, the next file still runs
-            out = {"i": i, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
-        print(json.dumps(out), flush=True)
+    serve = argv[:1] == ["--serve"]
+    preload = serve and argv[1:2] == ["--preload"]
+    for i, path in enumerate(argv[1 + preload:] if serve else argv):
+        print(json.dumps(verdict(i, path)), flush=True)
+    if preload:
+        # Started ahead of its first file: the office libraries are imported while it waits.
+        import docx  # noqa: F401
+        import openpyxl  # noqa: F401
+        import pypdf  # noqa: F401
+    if serve:
+        # One JSON line {"path": ...} per file on stdin, one verdict line back each; EOF ends the child.
+        for i, line in enumerate(sys.stdin):
+            print(json.dumps(verdict(i, json.loads(line)["path"])), flush=True)
     return 0
 
 

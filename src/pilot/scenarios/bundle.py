@@ -61,10 +61,18 @@ CRITERION_PARAMS: dict[str, dict[str, dict]] = {
     },
     # A decision the brief asks for: the option chosen where the brief puts it (a document section,
     # a labelled workbook line, or a CSV row's column), among options named by regex.
+    # A set-valued decision ("name any clinic that misses the target") has a list as ``expected``
+    # and says how its clauses are read: the topic, the verbs that put an option inside the set
+    # and outside it (regexes), and the property in words for the reasons.
     "decision": {
-        "expected": {"type": "string", "minLength": 1},
+        "expected": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True}]},
         "options": {"type": "object", "minProperties": 2, "additionalProperties": {"type": "string", "minLength": 1}},
-        "section": {"type": "string", "minLength": 1},
+        "section": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}]},
+        "topic": {"type": "string", "minLength": 1},
+        "property_verbs": {"type": "string", "minLength": 1},
+        "complement_verbs": {"type": "string", "minLength": 1},
+        "property": {"type": "string", "minLength": 1},
+        "complement": {"type": "string", "minLength": 1},
         "label": {"type": "string", "minLength": 1},
         "sheet": {"type": "string"},
         "key": {"type": "string"},
@@ -88,6 +96,8 @@ REQUIRED_PARAMS = {
     "decision": ["expected", "options"],
     "closed_scale": ["column", "values"],
 }
+# What a set-valued decision must state besides its place.
+SET_DECISION_PARAMS = ("topic", "property_verbs", "complement_verbs", "property", "complement")
 # Where a decision is read, by deliverable kind: the parameters that must be given.
 DECISION_PLACE = {"docx": ("section",), "pdf": ("section",), "xlsx": ("label",), "csv": ("key", "key_value", "column")}
 # Which deliverable kinds a criterion kind applies to.
@@ -358,15 +368,33 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
     for p in DECISION_PLACE[deliv.kind]:
         if p not in raw:
             raise ProtocolError(path, f"{where}.{p}", f"a decision in a {deliv.kind} deliverable needs {p!r} (where the brief puts it)")
-    if raw["expected"] not in raw["options"]:
-        raise ProtocolError(path, f"{where}.expected", f"{raw['expected']!r} is not one of the options {sorted(raw['options'])}")
-    if deliv.kind in ("docx", "pdf") and raw["section"].lower() not in [s.lower() for s in deliv.required_sections]:
-        raise ProtocolError(path, f"{where}.section", f"{raw['section']!r} is not a required section of {deliv.name} in scenario.yml")
-    for key, pat in raw["options"].items():
+    expected = raw["expected"]
+    for e in [expected] if isinstance(expected, str) else expected:
+        if e not in raw["options"]:
+            raise ProtocolError(path, f"{where}.expected", f"{e!r} is not one of the options {sorted(raw['options'])}")
+    if isinstance(expected, list):
+        for p in SET_DECISION_PARAMS:
+            if p not in raw:
+                raise ProtocolError(path, f"{where}.{p}", f"a set-valued decision (expected is a list) needs {p!r}")
+        if deliv.kind not in ("docx", "pdf"):
+            raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
+    elif not isinstance(raw.get("section", ""), str):
+        raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
+    elif any(p in raw for p in SET_DECISION_PARAMS):
+        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS if p in raw)} apply only to a set-valued decision (a list as expected)")
+    if deliv.kind in ("docx", "pdf"):
+        for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
+            if section.lower() not in [s.lower() for s in deliv.required_sections]:
+                raise ProtocolError(path, f"{where}.section", f"{section!r} is not a required section of {deliv.name} in scenario.yml")
+    elif not isinstance(raw.get("section", ""), str):
+        raise ProtocolError(path, f"{where}.section", "a decision outside a document names no sections")
+    patterns = {f"options.{k}": v for k, v in raw["options"].items()}
+    patterns.update({p: raw[p] for p in ("topic", "property_verbs", "complement_verbs") if p in raw})
+    for key, pat in patterns.items():
         try:
             re.compile(pat)
         except re.error as exc:
-            raise ProtocolError(path, f"{where}.options.{key}", f"not a valid regular expression ({exc})") from None
+            raise ProtocolError(path, f"{where}.{key}", f"not a valid regular expression ({exc})") from None
 
 
 def _load_rubric(path: Path) -> Rubric:

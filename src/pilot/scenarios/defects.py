@@ -429,6 +429,8 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
 
     options = dict(c.get("options"))
     want = c.get("expected")
+    if isinstance(want, list):
+        return _wrong_set_decision(scenario, c, workspace)
     other = next(k for k in options if k != want)
     kind = scenario.deliverable(c.file).kind
     if kind == "csv":
@@ -479,6 +481,54 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     if not changed:
         raise DefectNotApplicable(f"{c.file}: the section {c.get('section')!r} states no decision to change")
     return f"made the {c.get('section')!r} section of {c.file} decide {other} instead of {want} ({len(changed)} clause(s))"
+
+
+def _set_reading(c: Criterion) -> dict:
+    return dict(topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"))
+
+
+def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
+    """A set-valued decision names another option in place of each planted one, in every section where it is stated."""
+    from pilot.oracles.criteria import _heading_matches
+    from pilot.oracles.decisions import compile_options, read_set
+
+    options = dict(c.get("options"))
+    want = c.get("expected")
+    other = next(k for k in options if k not in want)
+    compiled = compile_options(options)
+    wanted = c.get("section")
+    targets = [wanted] if isinstance(wanted, str) else list(wanted)
+    sections = scenario.deliverable(c.file).required_sections
+    changed = []
+
+    def swap(body: list[str], section: str | None) -> list[str]:
+        if section is None or not body:
+            return body
+        text = " ".join(body)
+        inside = [k for k in want if k in read_set(text, options, **_set_reading(c)).inside]
+        if not inside:
+            return body
+        for k in inside:
+            text = compiled[k].sub(other, text)
+        changed.append(section)
+        return [text]
+
+    def tr(lines: list[str]) -> list[str]:
+        out, body, current = [], [], None
+        for line in lines:
+            heading = next((s for s in sections if _heading_matches(line, s)), None)
+            if heading is None:
+                body.append(line)
+                continue
+            out += swap(body, current)
+            out.append(line)
+            body, current = [], next((t for t in targets if t.lower() == heading.lower()), None)
+        return out + swap(body, current)
+
+    _rewrite_document(_out(workspace, c.file), tr, sections)
+    if not changed:
+        raise DefectNotApplicable(f"{c.file}: no section of {targets} names {', '.join(want)} as one that {c.get('property')}")
+    return f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in {', '.join(repr(s) for s in changed)} of {c.file}"
 
 
 # --------------------------------------------------------------------------
@@ -587,7 +637,7 @@ def _snippets(scenario: Scenario, workspace: Path, file: str, skip: str) -> tupl
 def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[str, tuple[str, ...]]:
     """section -> the clauses that state the decisions the oracle reads there, kept when a document is thinned."""
     from pilot.oracles.criteria import section_text
-    from pilot.oracles.decisions import read_decision
+    from pilot.oracles.decisions import read_decision, read_set
 
     lines, reason = document_lines(_out(workspace, file))
     if reason:
@@ -595,8 +645,16 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
     out: dict[str, tuple[str, ...]] = {}
     for c in scenario.oracle.criteria:
         if c.file == file and c.kind == "decision":
-            text = section_text(lines, c.get("section"), scenario.deliverable(file).required_sections) or ""
-            out[c.get("section")] = out.get(c.get("section"), ()) + tuple(read_decision(text, dict(c.get("options"))).clauses)
+            wanted = c.get("section")
+            for section in [wanted] if isinstance(wanted, str) else wanted:
+                text = section_text(lines, section, scenario.deliverable(file).required_sections) or ""
+                if isinstance(c.get("expected"), list):
+                    # Sentences whole: an elliptic clause ("Hillcrest did not") needs the one before it.
+                    read = read_set(text, dict(c.get("options")), **_set_reading(c))
+                    kept = tuple(s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if any(q in s for q in read.clauses))
+                else:
+                    kept = tuple(read_decision(text, dict(c.get("options"))).clauses)
+                out[section] = out.get(section, ()) + kept
     return out
 
 
@@ -685,6 +743,8 @@ NAMED_DEFECTS: dict[str, Callable[[Scenario, Path, np.random.Generator], str]] =
     "delete_input": lambda sc, ws, g: delete_input(ws),
     "add_input": lambda sc, ws, g: add_input(ws),
     "text_substitute": lambda sc, ws, g: text_substitute(ws, _pick(g, [d.name for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf")])),
+    # One required decision stated wrongly (a wrong supplier, approval for decline, a wrong clinic).
+    "wrong_decision": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, [c for c in _crit(sc, {"decision"}) if c.required]), ws),
 }
 
 
@@ -707,6 +767,8 @@ def applicable_defects(scenario: Scenario) -> list[str]:
         out.append("drop_section")
     if kinds & {"xlsx", "docx", "pdf"}:
         out.append("text_substitute")
+    if any(c.kind == "decision" and c.required for c in scenario.oracle.criteria):
+        out.append("wrong_decision")
     return out
 
 

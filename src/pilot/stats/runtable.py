@@ -32,6 +32,8 @@ STATUSES = ("completed", "capped", "agent_error", "infra_error")
 # Runs whose every attempt failed on infrastructure: exported with empty outcomes, dropped (and counted) on validation.
 FAILED_STATUS = "infra_error"
 FAILED_DROPPED_ATTR = "failed_runs_dropped"
+#: How many runs whose evaluation could not run (``eval_error``) validation left out (protocol/interpretations.md).
+EVAL_ERROR_DROPPED_ATTR = "evaluation_errors_dropped"
 CENSOR_REASONS = ("cost", "wall", "turns")
 COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
 #: How a real run's access was enforced (``unisolated``: the development opt-in, refused by the analysis).
@@ -104,6 +106,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
 OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("portal_requests", "int", nullable=True, minimum=0, doc="requests to the run's portal (health checks excluded); missing without a portal"),
     ColumnSpec("portal_fault", "bool", nullable=True, doc="the run's portal was not answering at the end of the run; missing without a portal"),
+    # The evaluator could not run in full (LibreOffice unavailable ...): D and E are then no verdict on the work.
+    ColumnSpec("eval_error", "str", nullable=True, doc="why the evaluation itself could not run in full; missing when it ran"),
 )
 
 
@@ -289,6 +293,20 @@ def drop_failed(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return df[~failed.to_numpy()].reset_index(drop=True), int(failed.sum())
 
 
+def drop_evaluation_errors(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The table without the runs whose evaluation could not run (a non-empty ``eval_error``), and how many there were.
+
+    Their D and E are no verdict on the work, so they are neither failures
+    nor successes: left out of every estimate and counted, as failed runs
+    are, until they are evaluated again from their kept workspace.
+    """
+    if "eval_error" not in df.columns:
+        return df, 0
+    text = df["eval_error"].astype("string").str.strip()
+    bad = (text.notna() & ~text.isin(MISSING_SPELLINGS)).to_numpy(dtype=bool)
+    return df[~bad].reset_index(drop=True), int(bad.sum())
+
+
 def validate_runtable(
     df: pd.DataFrame,
     source: str | Path = "<run table>",
@@ -302,7 +320,9 @@ def validate_runtable(
     bundles (no check beyond the id's form while none exist). Refuses with a
     :class:`RunTableError` naming the row and column. Failed runs (status
     ``infra_error``, no outcomes) are dropped first; how many is kept in
-    ``attrs["failed_runs_dropped"]`` of the result. Row numbers in errors
+    ``attrs["failed_runs_dropped"]`` of the result. So are runs whose
+    evaluation could not run (``eval_error``), counted in
+    ``attrs["evaluation_errors_dropped"]``. Row numbers in errors
     count the rows that remain.
     """
     study = study or protocol.study()
@@ -312,8 +332,10 @@ def validate_runtable(
     if missing:
         raise RunTableError(source, missing[0], f"missing column(s): {', '.join(missing)}")
     df, n_failed = drop_failed(df)
+    df, n_eval_errors = drop_evaluation_errors(df)
     if len(df) == 0:
-        raise RunTableError(source, None, "the table has no rows" + (f" besides {n_failed} failed run(s)" if n_failed else ""))
+        besides = [f"{n_failed} failed run(s)"] * bool(n_failed) + [f"{n_eval_errors} run(s) whose evaluation could not run"] * bool(n_eval_errors)
+        raise RunTableError(source, None, "the table has no rows" + (f" besides {' and '.join(besides)}" if besides else ""))
     df = df.reset_index(drop=True)
     run_ids = [str(v) for v in df["run_id"].tolist()]
     out = pd.DataFrame(index=df.index)
@@ -415,6 +437,7 @@ def validate_runtable(
     if (i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())) is not None:
         raise fail(i, "selfcheck_first", "a self-repairing run records its first self-check")
     out.attrs[FAILED_DROPPED_ATTR] = n_failed
+    out.attrs[EVAL_ERROR_DROPPED_ATTR] = n_eval_errors
     return out
 
 

@@ -116,6 +116,9 @@ def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
     failed = int(data.runs.attrs.get(runtable.FAILED_DROPPED_ATTR, 0))
     if failed:
         print(f"{failed} failed run(s) (every attempt failed on infrastructure, no outcome) left out of the analysis")
+    unevaluated = int(data.runs.attrs.get(runtable.EVAL_ERROR_DROPPED_ATTR, 0))
+    if unevaluated:
+        print(f"{unevaluated} run(s) whose evaluation could not run (eval_error; D is no verdict) left out of the analysis")
     return data
 
 
@@ -208,6 +211,7 @@ def common_macros(data: StageData, study: protocol.Study | None = None) -> dict[
         "ResultsNRepeats": int(rows["repeat"].max()),
         "ResultsNArms": int(rows["arm"].nunique()),
         "ResultsFailedRunsDropped": int(data.runs.attrs.get(runtable.FAILED_DROPPED_ATTR, 0)),
+        "ResultsEvaluationErrorsDropped": int(data.runs.attrs.get(runtable.EVAL_ERROR_DROPPED_ATTR, 0)),
     }
 
 
