@@ -160,7 +160,7 @@ $(STAMPS)/agent-extra: $(VENV)/.installed
 # worker, so its module fixtures (one LibreOffice batch, a built study) are built once.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	PILOT_FORBID_SKIPS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
