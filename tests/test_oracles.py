@@ -303,8 +303,14 @@ def test_pilot_check_cli_prints_verdict_and_json(batch, capsys):
 def test_guard_stops_a_parse_that_exceeds_its_time(batch, tmp_path):
     ws = defects.copy_workspace(batch["gold"]["LEGAL-01"], tmp_path / "ws")
     memo = ws / "outputs" / "msa_review_memo.docx"
-    with zipfile.ZipFile(memo, "a") as z:  # new bytes: not in the guard's cache
-        z.writestr("customXml/note.xml", "<note>slow</note>")
+    # New bytes (not in the guard's cache) and a body long enough that its parse outlasts the limit on any
+    # machine: a small memo can be read before the guard's first look at the clock, so it would pass in time.
+    from docx import Document
+
+    doc = Document(str(memo))
+    for i in range(20000):
+        doc.add_paragraph(f"Padding paragraph {i} that the reader has to parse before it can answer.")
+    doc.save(str(memo))
     ev = evaluate(batch["scenarios"]["LEGAL-01"], ws, recalculator=batch["recalc"], guard_limits={"per_file_timeout_s": 0.001})
     by = {c.id: c for c in ev.criteria}
     assert not by["memo_well_formed"].passed and "could not be read within" in by["memo_well_formed"].reason
