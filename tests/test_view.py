@@ -336,8 +336,34 @@ def test_cli_serves_on_loopback_and_prints_its_address(study):
         assert json.loads(address.read_text())["url"] == m.group(1)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{proc.pid}/status")
+            signals = [ln for ln in status.read_text().splitlines() if ln.startswith("Sig")] if status.exists() else []
+            proc.kill()
+            pytest.fail(f"pilot view did not stop within 30 s of SIGINT; its signal state: {signals}")
     assert not address.exists()
+
+
+def test_ctrl_c_stops_the_viewer_even_when_its_parent_ignored_sigint(study):
+    """A shell's background job starts with SIGINT ignored; the viewer still stops on Ctrl-C as it says."""
+    import signal
+
+    root = study.parents[2]
+    env = dict(os.environ, PILOT_ROOT=str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "pilot", "view", study.name, "--port", "0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert "Ctrl-C stops" in proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            assert proc.wait(timeout=30) == 0
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("pilot view ignored SIGINT inherited as ignored from its parent")
 
 
 def test_an_outputs_folder_that_links_elsewhere_is_not_followed(study, tmp_path):

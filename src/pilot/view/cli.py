@@ -51,6 +51,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
         return 2
     name = server.app.config.get("STUDY_NAME") or folder.name
     record_address(name, server.url)
+    _stop_on_signals()  # before the address is printed: a caller may press Ctrl-C as soon as it sees it
     print(f"pilot view: study {name} at {server.url}/ (read-only; Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
@@ -59,3 +60,17 @@ def _cmd_view(args: argparse.Namespace) -> int:
     finally:
         forget_address(name)
     return 0
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM stop the viewer whatever its parent left it: a shell's background job starts
+    with SIGINT ignored, and a blocked signal mask is inherited across exec."""
+    import signal
+
+    def _stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _stop)
