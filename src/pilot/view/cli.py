@@ -51,9 +51,10 @@ def _cmd_view(args: argparse.Namespace) -> int:
         return 2
     name = server.app.config.get("STUDY_NAME") or folder.name
     record_address(name, server.url)
-    _stop_on_signals()  # before the address is printed: a caller may press Ctrl-C as soon as it sees it
-    print(f"pilot view: study {name} at {server.url}/ (read-only; Ctrl-C stops)", flush=True)
+    # Handlers first, and the address printed inside the try: a caller may press Ctrl-C as soon as it sees it.
+    _stop_on_signals()
     try:
+        print(f"pilot view: study {name} at {server.url}/ (read-only; Ctrl-C stops)", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
