@@ -56,11 +56,20 @@ def built(tmp_path_factory):
     """One study with an evaluation error and its twin evaluated in full, built once; each test restores a copy in place."""
     base = tmp_path_factory.mktemp("reeval")
     root = make_root(base)
-    for name, extra in (("broken", _no_soffice(root)), ("twin", {})):
+    studies = {"broken": _no_soffice(root), "twin": {}}
+    for name in studies:
         made = pilot(root, "create", name, *ARGS)
         assert made.returncode == 0, made.stderr
-        ran = pilot(root, "run", name, "--no-progress", **extra)
-        assert ran.returncode == 0, ran.stderr[-2000:]
+    # The two studies run side by side (they share nothing but the protocol).
+    running = {name: subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", name, "--no-progress"], env=_env(root, **extra),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name, extra in studies.items()}
+    for name, proc in running.items():
+        _out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        # The run says which runs have no verdict, and what to do.
+        hint = f"note: 1 finished run(s) of wave pilot have no verdict: their evaluation could not run (eval_error, e.g. {ACC}); "
+        assert (hint in err and f"`pilot study reevaluate {name}`" in err) == (name == "broken"), err
     snapshot = base / "snapshot"
     shutil.copytree(root / "analysis" / "data", snapshot, symlinks=True)
     return root, snapshot

@@ -101,6 +101,16 @@ def _record(row: dict[str, Any]) -> dict[str, Any]:
     return json.loads(row["record_json"])
 
 
+def _unevaluated(rows: Iterable[dict[str, Any]], wave: str | None) -> list[dict[str, Any]]:
+    return [r for r in rows if r["status"] == "done" and r.get("record_json") and (wave is None or r["wave"] == wave)
+            and evaluation_error(_record(r)) is not None]
+
+
+def unevaluated(store: Store, wave: str | None = None) -> list[str]:
+    """The finished runs (of ``wave``, or all) whose current record has an evaluation error, in seeded order."""
+    return [r["run_id"] for r in _unevaluated(store.finished_rows(), wave)]
+
+
 def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None = None) -> list[Candidate]:
     """The runs to re-evaluate: every finished run with an evaluation error, or the named ones (each must be one).
 
@@ -129,8 +139,7 @@ def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None 
             raise ReevaluationError("nothing re-evaluated: " + "; ".join(problems))
         chosen = [rows[rid] for rid in wanted]
     else:
-        chosen = [r for r in rows.values() if r["status"] == "done" and r.get("record_json")
-                  and (wave is None or r["wave"] == wave) and evaluation_error(_record(r)) is not None]
+        chosen = _unevaluated(rows.values(), wave)
     out = []
     for r in chosen:
         rec = _record(r)

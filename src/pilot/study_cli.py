@@ -697,6 +697,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         allow_unisolated=args.allow_unisolated,
     )
     print(res.summary.to_string())
+    from pilot import reevaluate
+
+    with Store.open(paths.study_dir(args.name)) as store:
+        unevaluated = reevaluate.unevaluated(store, args.wave)
+    if unevaluated:
+        print(f"note: {len(unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
+              f"(eval_error, e.g. {unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`", file=sys.stderr)
     if res.counts.get("failed"):
         with Store.open(paths.study_dir(args.name)) as store:
             lines = failure_lines(store, args.wave)
