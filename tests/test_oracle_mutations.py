@@ -147,6 +147,81 @@ def _order_also(sku: str):
     return mutate
 
 
+RES_BOOK = "survey_results.xlsx"
+
+
+def _edits(*steps):
+    """Several workbook edits applied in order, as one edit."""
+    def edit(wb):
+        for step in steps:
+            step(wb)
+    return edit
+
+
+def _roas_proportional_unbounded(wb):
+    """MKT-01's Q4 budget split in proportion to corrected ROAS without the CMO's 10-40 % bounds (Display lands near 8 %)."""
+    ws = wb["Channels"]
+    for r in range(2, 7):
+        ws[f"F{r}"] = f"=E{r}/SUM($E$2:$E$6)"
+
+
+def _without_label(wb):
+    """MKT-01's Affiliates line renamed, its formulas kept working: the channel has no line of its own."""
+    ws = wb["Channels"]
+    for col in "BCD":
+        ws[f"{col}6"] = ws[f"{col}6"].value.replace(",A6,", ',"Affiliates",')
+    ws["A6"] = "Partner sites"
+
+
+def _transposition_the_wrong_way(wb):
+    """ACC-01's cheque 10448 correction booked as a debit to cash: the ledger gains 270.00 instead of losing it."""
+    ws = wb["Adjustments"]
+    ws["D6"], ws["E6"], ws["F6"] = "1010 Cash", "2000 Accounts payable", 270
+
+
+def _nsf_not_charged_back(wb):
+    """ACC-01's returned Vesta Agritech cheque left in cash (no entry proposed for it)."""
+    ws = wb["Adjustments"]
+    ws["A5"], ws["C5"], ws["D5"], ws["E5"], ws["F5"] = "Returned customer cheque (NSF): no entry, replacement expected", "Returned Item Nsf - Vesta Agritech", None, None, 0
+
+
+def _transposition_reversed_and_rebooked(wb):
+    """ACC-01's cheque 10448 corrected as two entries (reverse 1,254.00, rebook 1,524.00): the same decision, in other entries."""
+    ws = wb["Adjustments"]
+    ws.insert_rows(7)
+    ws["A6"], ws["C6"], ws["D6"], ws["E6"], ws["F6"] = "Reverse cheque 10448 as booked", "Cheque 10448 booked at 1,254.00", "1010 Cash", "2000 Accounts payable", 1254
+    for col, value in zip("ABCDEF", ["Rebook cheque 10448 as cleared", "JE-2026-10-0147", "Cheque 10448 cleared at 1,524.00", "2000 Accounts payable", "1010 Cash", -1524]):
+        ws[f"{col}7"] = value
+    ws["A8"], ws["F8"] = "Total adjustments to ledger cash", "=SUM(F2:F7)"
+    wb["Reconciliation"]["B9"] = "=Adjustments!F8"
+
+
+def _keep_in_data(*row):
+    """RES-01's cleaned data keep a record the codebook excludes (appended, with every Summary formula's range extended to it)."""
+    import re
+
+    def edit(wb):
+        data = wb["Data"]
+        last = data.max_row + 1
+        data.append(list(row))
+        for line in wb["Summary"].iter_rows():
+            for cell in line:
+                if isinstance(cell.value, str) and cell.value.startswith("="):
+                    cell.value = re.sub(r"(Data![A-F]\$?\d+:\$?[A-F]\$?)" + str(last - 1) + r"\b", r"\g<1>" + str(last), cell.value)
+    return edit
+
+
+def _also_exclude(respondent: str, reason: str):
+    """RES-01's cleaned data lose a valid record, which the exclusions list then names."""
+    def edit(wb):
+        data = wb["Data"]
+        at = next(c.row for c in data["A"] if c.value == respondent)
+        data.delete_rows(at)
+        summary = wb["Summary"]
+        summary.append([respondent, reason])
+    return edit
+
+
 # name -> (scenario, mutation, criterion, passes?, words its reason must contain)
 VARIANTS = {
     # Labelled values: a whole label cell, several cells must agree, money in exact decimal cents.
@@ -201,6 +276,33 @@ VARIANTS = {
     "risk_rated_severe": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Severe"), "log_risk_scale", False, "'Severe'"),
     "risk_rated_lower_case": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "medium"), "log_risk_scale", True, "uses only High, Medium, Low"),
     "high_risk_rated_medium": ("LEGAL-01", lambda ws: defects.set_csv_cell(ws, "issues_log.csv", "clause", "9.4", "risk_rating", "Medium"), "log_rates_data_residency_high", False, "decides Medium, not High"),
+    # MKT-01's allocation bounds; ACC-01's entries and RES-01's exclusions, checked through the figures they fix.
+    "allocation_display_a_cent_below_the_floor": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _edits(_set("Channels", "G4", 19999.99), _set("Channels", "G2", 40208.26))),
+        "book_allocation_within_bounds", False, "Channels!G4 ('Display') = 19,999.99, below the minimum 20,000"),
+    "allocation_display_exactly_at_the_floor": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "G4", 20000)),
+        "book_allocation_within_bounds", True, "Channels!G4 ('Display') = 20,000"),
+    "allocation_email_a_cent_above_the_cap": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _edits(_set("Channels", "G5", 80000.01), _set("Channels", "G2", 31908.16))),
+        "book_allocation_within_bounds", False, "Channels!G5 ('Email') = 80,000.01, above the maximum 80,000"),
+    "allocation_email_exactly_at_the_cap": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _edits(_set("Channels", "G5", 80000), _set("Channels", "G2", 31908.17))),
+        "book_allocation_within_bounds", True, "Channels!G5 ('Email') = 80,000"),
+    "allocation_budget_stored_as_text": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "G5", "71699.92")),
+        "book_allocation_within_bounds", False, "Channels!G5 ('Email') holds '71699.92' stored as text"),
+    "allocation_channel_without_a_line": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _without_label),
+        "book_allocation_within_bounds", False, "no line labelled /affiliates/ on sheet 'Channels'"),
+    "allocation_roas_proportional_without_bounds": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _roas_proportional_unbounded),
+        "book_allocation_within_bounds", False, "Channels!G4 ('Display') = 16,"),
+    "adjusting_entry_transposition_the_wrong_way": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _transposition_the_wrong_way),
+        "recon_adjusted_ledger", False, "Reconciliation!B10 ('Adjusted ledger balance') = 183,693.53; expected 183,153.53 ± 0"),
+    "adjusting_entry_nsf_not_charged_back": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _nsf_not_charged_back),
+        "recon_adjusted_ledger", False, "Reconciliation!B10 ('Adjusted ledger balance') = 184,513.53; expected 183,153.53 ± 0"),
+    "adjusting_entry_transposition_reversed_and_rebooked": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _transposition_reversed_and_rebooked),
+        "recon_adjusted_ledger", True, "Reconciliation!B10 ('Adjusted ledger balance') = 183,153.53"),
+    "exclusion_out_of_range_record_kept": ("RES-01", lambda ws: _edit_book(ws, RES_BOOK, _keep_in_data("R-0173", "Central", 3.6, 77, 4, "yes")),
+        "results_n", False, "Summary!B3 ('Responses analysed') = 240; expected 239 ± 0"),
+    "exclusion_duplicate_kept_twice": ("RES-01", lambda ws: _edit_book(ws, RES_BOOK, _keep_in_data("R-0088", "West", 6.6, 4, 7, "no")),
+        "results_n", False, "Summary!B3 ('Responses analysed') = 240; expected 239 ± 0"),
+    "exclusion_of_a_valid_record_too": ("RES-01", lambda ws: _edit_book(ws, RES_BOOK, _also_exclude("R-0002", "workload answer looked careless: excluded")),
+        "results_n", False, "Summary!B3 ('Responses analysed') = 238; expected 239 ± 0"),
     # Harmless by design (protocol/interpretations.md): these pass.
     "extra_files_and_folders": ("ACC-01", _extras, None, True, ""),
     "number_formats_sheet_order_label_case": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _thousands_and_order), None, True, ""),
@@ -214,6 +316,12 @@ KNOCK_ON = {
     "balance_stored_as_text": {"recon_adjusted_bank", "recon_difference_nil"},
     "one_cent_below_to_the_cent": {"recon_adjusted_bank", "recon_difference_nil"},
     "one_cent_above_to_the_cent": {"recon_adjusted_bank", "recon_difference_nil"},
+    "allocation_budget_stored_as_text": {"book_allocation_ties"},
+    "allocation_roas_proportional_without_bounds": {"book_display_floor"},
+    "adjusting_entry_transposition_the_wrong_way": {"recon_difference_nil"},
+    "adjusting_entry_nsf_not_charged_back": {"recon_difference_nil"},
+    "exclusion_out_of_range_record_kept": {"results_overall_mean"},
+    "exclusion_duplicate_kept_twice": {"results_west_mean"},
 }
 
 
