@@ -390,3 +390,46 @@ def test_set_decision_phrasings(text):
     c = load_scenario("HEALTH-01").oracle.by_id("report_names_clinics_over_target")
     read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"))
     assert (set(read.inside), set(read.outside)) == HEALTH_PHRASINGS[text]
+
+
+def _with_bounds(minimum, maximum):
+    """MKT-01 with its allocation bounds replaced (None: that side unbounded)."""
+    import dataclasses
+
+    sc = load_scenario("MKT-01")
+    params = {k: v for k, v in sc.oracle.by_id("book_allocation_within_bounds").params.items() if k not in ("minimum", "maximum")}
+    params.update({k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None})
+    crits = tuple(dataclasses.replace(c, params=params) if c.id == "book_allocation_within_bounds" else c for c in sc.oracle.criteria)
+    return dataclasses.replace(sc, oracle=dataclasses.replace(sc.oracle, criteria=crits))
+
+
+# One-sided bounds on the gold allocation (Search 40,208.25, Paid Social 38,478.48, Display 20,000, Email 71,699.92,
+# Affiliates 29,613.35), and the defect that breaks each kind of bound while the total still ties.
+ONE_SIDED = {
+    "minimum_only": ((30000, None), False, ["Channels!G4 ('Display') = 20,000, below the minimum 30,000",
+                                            "Channels!G6 ('Affiliates') = 29,613.35, below the minimum 30,000", "at least 30,000"]),
+    "maximum_only": ((None, 40000), False, ["Channels!G2 ('Search') = 40,208.25, above the maximum 40,000",
+                                            "Channels!G5 ('Email') = 71,699.92, above the maximum 40,000", "at most 40,000"]),
+    "loose_minimum_only": ((10000, None), True, ["each at least 10,000"]),
+    "loose_minimum_only_with_defect": ((10000, None), False, ["below the minimum 10,000"]),
+    "loose_maximum_only_with_defect": ((None, 90000), False, ["above the maximum 90,000"]),
+}
+
+
+def test_one_sided_bounds_and_their_defect(tmp_path):
+    gold = build_gold_workspace("MKT-01", tmp_path / "gold")
+    items, described = [], {}
+    with Recalculator(tmp_path / "recalc") as r:
+        for name, ((lo, hi), _, _) in ONE_SIDED.items():
+            sc = _with_bounds(lo, hi)
+            ws = defects.copy_workspace(gold, tmp_path / name)
+            if name.endswith("_with_defect"):
+                described[name] = defects.defect_for_criterion(sc, "book_allocation_within_bounds", ws, recalculator=r)
+            items.append((sc, ws, None))
+        evaluations = evaluate_many(items, recalculator=r)
+    for (name, (_, passes, words)), ev in zip(ONE_SIDED.items(), evaluations):
+        by = {c.id: c for c in ev.criteria}
+        reason = by["book_allocation_within_bounds"].reason
+        assert by["book_allocation_within_bounds"].passed is passes, (name, reason)
+        assert all(w in reason for w in words), (name, reason)
+        assert [c.id for c in ev.failed] == ([] if passes else ["book_allocation_within_bounds"]), (name, described.get(name), [(c.id, c.reason) for c in ev.failed])
