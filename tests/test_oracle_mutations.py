@@ -185,6 +185,8 @@ VARIANTS = {
         "memo_states_ratio_compliance", False, "says DSCR complies with the credit policy"),
     "credit_memo_says_leverage_fails": ("BANK-01", _reword("credit_memo.pdf", BANK_LEVERAGE, "Leverage of 3.39x is above the 3.50x maximum"),
         "memo_states_ratio_compliance", False, "names Debt / EBITDA as one that fails the credit policy"),
+    "credit_memo_leaves_leverage_unjudged": ("BANK-01", _reword("credit_memo.pdf", BANK_LEVERAGE, "Leverage is 3.39x"),
+        "memo_states_ratio_compliance", False, "does not say that Debt / EBITDA complies with the credit policy"),
     "credit_memo_never_says_dscr_fails": ("BANK-01", _rewords("credit_memo.pdf", (BANK_DSCR, "The DSCR is therefore 1.15x"),
         (BANK_BECAUSE, "I do not recommend approval of the request as structured.")),
         "memo_states_ratio_compliance", False, "does not name DSCR as one that fails the credit policy"),

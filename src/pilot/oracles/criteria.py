@@ -460,6 +460,9 @@ def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], optio
             problems.append(f"does not name {key} as one that {prop}")
         elif key not in want and key in found.inside:
             problems.append(f"names {key} as one that {prop} ({found.inside[key]!r}), but {key} {c.get('complement')}")
+        elif key not in want and c.get("state_all") and key not in found.outside:
+            # The brief asks for every option's verdict ("whether the request complies", ratio by ratio).
+            problems.append(f"does not say that {key} {c.get('complement')}")
     if problems:
         return False, f"{c.file} ({where}): " + "; ".join(problems[:3])
     named = ", ".join(want) if want else "none"

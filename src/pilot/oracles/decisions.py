@@ -205,7 +205,10 @@ def _blocks(text: str) -> list[str]:
         if not line:
             joinable = False
             continue
-        if joinable and _TABLE_CELL not in line:
+        # A line that starts in lower case continues an unfinished line before it, however short
+        # ("Leverage" wrapped away from "of 3.39x is within the maximum").
+        continues = line[0].islower() and bool(blocks) and _TABLE_CELL not in blocks[-1] and not blocks[-1].endswith((".", "!", "?", ":", ";"))
+        if (joinable or continues) and _TABLE_CELL not in line:
             blocks[-1] += " " + line
         else:
             blocks.append(line)

@@ -112,14 +112,16 @@ def layout_rows(lines: list[str]) -> list[str]:
     whose text stands in short cells two or more spaces apart; its first line
     is the header, and each later line's cells are placed under the header's
     columns by position, so a row with an empty cell keeps its columns. Every
-    other line is its words, one space apart.
+    other line is its words, one space apart; blank lines are dropped, as
+    plain extraction has none.
     """
     parsed = [_layout_cells(line) for line in lines]
     out: list[str] = []
     header: list[tuple[int, int, str]] | None = None
     for i, cells in enumerate(parsed):
         if not cells:
-            out.append("")
+            # Layout mode marks vertical space with blank lines, which plain lines do not have: a wrapped
+            # sentence of a widely spaced paragraph stays one sentence.
             continue
         if header is not None and _is_row(cells):
             row = _place_row(cells, header)

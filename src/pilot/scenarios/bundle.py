@@ -74,6 +74,7 @@ CRITERION_PARAMS: dict[str, dict[str, dict]] = {
         "property": {"type": "string", "minLength": 1},
         "complement": {"type": "string", "minLength": 1},
         "plans": {"type": "string", "minLength": 1},
+        "state_all": {"type": "boolean"},
         "label": {"type": "string", "minLength": 1},
         "sheet": {"type": "string"},
         "key": {"type": "string"},
@@ -381,8 +382,8 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
             raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
-    elif any(p in raw for p in SET_DECISION_PARAMS + ("plans",)):
-        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS + ('plans',) if p in raw)} apply only to a set-valued decision (a list as expected)")
+    elif any(p in raw for p in SET_DECISION_PARAMS + ("plans", "state_all")):
+        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS + ('plans', 'state_all') if p in raw)} apply only to a set-valued decision (a list as expected)")
     if deliv.kind in ("docx", "pdf"):
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
             if section.lower() not in [s.lower() for s in deliv.required_sections]:
