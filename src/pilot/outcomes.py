@@ -178,10 +178,15 @@ EVAL_ERROR_NOTE = "evaluation could not run in full: "
 
 
 def evaluation_error(record: Mapping[str, Any]) -> str | None:
-    """Why the run's evaluation could not run in full, or None when it ran (from ``eval_error``, else the record's notes)."""
+    """Why the run's evaluation could not run in full, or None when it ran.
+
+    From ``eval_error``; a record written before that field existed (no such key) says it in its notes.
+    """
     given = record.get("eval_error")
     if isinstance(given, str) and given.strip():
         return given.strip()
+    if "eval_error" in record:
+        return None  # the field is kept: its None is the answer (a re-evaluated record keeps its old notes in history)
     notes = [str(n)[len(EVAL_ERROR_NOTE):] for n in record.get("notes") or [] if str(n).startswith(EVAL_ERROR_NOTE)]
     return "; ".join(notes) or None
 
@@ -307,6 +312,8 @@ def run_row(
             "judge_backend": judges[0].get("backend") if judges else None,
             # The evaluation itself could not run in full: D and E are then no verdict (analysis leaves the run out).
             "eval_error": evaluation_error(rec),
+            # The current verdict was given by `pilot study reevaluate` (its time); missing for a run's first evaluation.
+            "reevaluated_at": (rec.get("reevaluation") or {}).get("at"),
         }
     )
     for jid in panel_ids:

@@ -57,11 +57,16 @@ from pilot.agents.session import (
     classify,
     combined_cost,
 )
+from pilot.outcomes import EVAL_ERROR_NOTE
 from pilot.protocol import Caps
 
 BACKENDS = backends.AGENT_BACKENDS
 RUN_MARKER = ".pilot-run"
 TRANSCRIPT = "transcript.jsonl"
+#: The oracle's verdict on the attempt, in its folder.
+EVALUATION_FILE = "evaluation.json"
+#: The workspace's manifest when the agent was done (every entry's hash), in the attempt's folder.
+WORKSPACE_MANIFEST = "workspace_manifest.json"
 #: The Messages API the model proxy forwards to when the operator names none.
 DEFAULT_API_URL = "https://api.anthropic.com"
 #: Environment variable holding the default isolation (``required``, or ``unisolated`` for development).
@@ -136,6 +141,14 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
     #: Why the evaluation itself could not run in full (LibreOffice unavailable ...); None when it ran.
     eval_error: str | None = None
+    #: The input hashes taken when the workspace was laid out (the E check's reference).
+    input_hashes: dict[str, str] | None = None
+    #: SHA-256 of the workspace's manifest when the agent was done, before evaluation (see :func:`record_workspace`),
+    #: and its number of entries; None on records written before they were kept.
+    workspace_sha256: str | None = None
+    workspace_entries: int | None = None
+    #: Set when the verdict comes from ``pilot study reevaluate``: when, how many times, and the earlier error.
+    reevaluation: dict | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -575,21 +588,82 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
     pinned = str(protocol.study()["cli"]["version"])
     if base["backend"] in backends.CLI_BACKENDS and rec.cli_version and rec.cli_version != pinned:
         rec.notes.append(f"CLI version {rec.cli_version} differs from the pinned {pinned} (study.yml cli.version)")
+    # What the run left, before anything reads it: a later re-evaluation checks it is still these bytes.
+    rec.input_hashes = dict(ws.input_hashes)
+    rec.workspace_sha256, rec.workspace_entries = record_workspace(ws.root, out_dir)
     if evaluate:
-        from pilot.oracles import evaluate as oracle_evaluate
-
-        ev = oracle_evaluate(scenario, ws.root, ws.input_hashes)
-        (out_dir / "evaluation.json").write_text(json.dumps(ev.to_dict(), indent=2) + "\n", encoding="utf-8")
-        rec.D, rec.E, rec.E_reasons = bool(ev.D), bool(ev.E), list(ev.E_reasons)
-        rec.criteria_passed, rec.criteria_total = int(ev.criteria_passed), int(ev.criteria_total)
-        rec.criteria = [asdict(c) if hasattr(c, "__dataclass_fields__") else dict(c) for c in ev.criteria]
-        # The evaluator could not run in full (LibreOffice unavailable): said on the record, not charged to the worker silently.
-        errors = list(getattr(ev, "errors", []))
-        rec.notes.extend(f"evaluation could not run in full: {e}" for e in errors)
-        rec.eval_error = "; ".join(errors) or None
+        ev = evaluate_finished(scenario, ws.root, ws.input_hashes)
+        (out_dir / EVALUATION_FILE).write_text(json.dumps(ev.to_dict(), indent=2) + "\n", encoding="utf-8")
+        apply_evaluation(rec, ev)
     rec.harness_s = time.monotonic() - t_start
     _write(out_dir, rec)
     return rec
+
+
+def evaluate_finished(scenario: Any, workspace: Path, input_hashes: dict[str, str] | None) -> Any:
+    """The evaluation of a finished run: the input-hash check, the oracle and the guarded reader
+    (:func:`pilot.oracles.evaluate`). The runner and ``pilot study reevaluate`` both call this.
+
+    The evaluator's own failure is an evaluation error of the run (``errors``), never an exception:
+    a finished run cannot become an infrastructure error, whatever happens in its evaluation.
+    """
+    from pilot.oracles import evaluate as oracle_evaluate
+    from pilot.oracles.evaluate import Evaluation
+
+    try:
+        return oracle_evaluate(scenario, workspace, input_hashes)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        return Evaluation(scenario.id, str(workspace), False, False, [], [],
+                          errors=[f"the evaluation failed ({type(exc).__name__}: {str(exc)[:300]})"])
+
+
+def evaluation_fields(ev: Any) -> dict[str, Any]:
+    """The run record's fields an evaluation sets: D, E, the criteria, and ``eval_error`` when it could not run in full."""
+    errors = list(getattr(ev, "errors", []))
+    return {
+        "D": bool(ev.D), "E": bool(ev.E), "E_reasons": list(ev.E_reasons),
+        "criteria_passed": int(ev.criteria_passed), "criteria_total": int(ev.criteria_total),
+        "criteria": [asdict(c) if hasattr(c, "__dataclass_fields__") else dict(c) for c in ev.criteria],
+        "eval_error": "; ".join(errors) or None,
+    }
+
+
+def evaluation_notes(ev: Any) -> list[str]:
+    """The notes an evaluation that could not run in full leaves on the record (it is never charged to the worker silently)."""
+    return [f"{EVAL_ERROR_NOTE}{e}" for e in getattr(ev, "errors", [])]
+
+
+def apply_evaluation(rec: RunRecord, ev: Any) -> RunRecord:
+    """Put an evaluation's verdict on the run record (:func:`evaluation_fields`, :func:`evaluation_notes`)."""
+    for key, value in evaluation_fields(ev).items():
+        setattr(rec, key, value)
+    rec.notes.extend(evaluation_notes(ev))
+    return rec
+
+
+def workspace_manifest(workspace: Path) -> dict[str, str]:
+    """Every entry under the workspace (relative path -> content hash; links by their target text, never followed).
+
+    The input-hash walk (:func:`pilot.oracles.hashing.hash_inputs`): bounded, iterative, never opening a special file.
+    """
+    from pilot.oracles.hashing import hash_inputs
+
+    return hash_inputs(Path(workspace))
+
+
+def manifest_digest(manifest: dict[str, str]) -> str:
+    """One SHA-256 over a workspace manifest (sorted, canonical JSON)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def record_workspace(workspace: Path, out_dir: Path) -> tuple[str, int]:
+    """Write the workspace's manifest beside it (``workspace_manifest.json``, outside what the agent can reach)
+    and return its digest and number of entries, which the run record keeps."""
+    manifest = workspace_manifest(workspace)
+    (Path(out_dir) / WORKSPACE_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return manifest_digest(manifest), len(manifest)
 
 
 def _record_portal_end(rec: RunRecord, end: Any, portal: Any, out_dir: Path) -> RunRecord:

@@ -4,7 +4,9 @@ Tables: ``studies`` (seed, protocol version, nodes, freeze manifest),
 ``cells`` (one per assigned run with its wave, order index, per-run seed and
 state), ``attempts`` (every attempt kept, with node, outcome, error and
 charge), ``runs`` (the run record of the attempt that finished the run),
-``evaluations``, ``judge_scores``, and the ledger (``pilot.ledger``).
+``evaluations``, ``judge_scores``, ``reevaluations`` (each record a
+re-evaluation replaced, :meth:`Store.replace_evaluation`), and the ledger
+(``pilot.ledger``).
 
 Every state change of a run is one ``BEGIN IMMEDIATE`` transaction that
 moves the cell, the attempt and the ledger together, so a scheduler killed at
@@ -122,6 +124,16 @@ CREATE TABLE IF NOT EXISTS judge_scores (
     error TEXT,
     PRIMARY KEY (run_id, judge_id)
 );
+CREATE TABLE IF NOT EXISTS reevaluations (
+    reevaluation_id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs (run_id),
+    at TEXT NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('verdict', 'eval_error')),
+    previous_eval_error TEXT,
+    eval_error TEXT,
+    previous_record_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reevaluations_by_run ON reevaluations (run_id);
 CREATE TABLE IF NOT EXISTS events (
     event_id INTEGER PRIMARY KEY,
     at TEXT NOT NULL,
@@ -245,6 +257,14 @@ def _insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
         rows,
     )
     return len(rows)
+
+
+def _insert_evaluation(c: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> None:
+    c.execute(
+        "INSERT INTO evaluations (run_id, D, E, E_reasons_json, criteria_passed, criteria_total, criteria_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (run_id, _bool(rec.get("D")), _bool(rec.get("E")), _json(rec.get("E_reasons")), rec.get("criteria_passed"),
+         rec.get("criteria_total"), _json(rec.get("criteria"))),
+    )
 
 
 def _fsync(path: Path) -> None:
@@ -623,11 +643,7 @@ class Store:
              float(outcome.judge_cost_usd), rec.get("wall_s"), now(), json.dumps(rec, default=str)),
         )
         if any(k in rec for k in ("D", "E", "criteria")):
-            c.execute(
-                "INSERT INTO evaluations (run_id, D, E, E_reasons_json, criteria_passed, criteria_total, criteria_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, _bool(rec.get("D")), _bool(rec.get("E")), _json(rec.get("E_reasons")), rec.get("criteria_passed"),
-                 rec.get("criteria_total"), _json(rec.get("criteria"))),
-            )
+            _insert_evaluation(c, run_id, rec)
         for j in rec.get("judges") or []:
             c.execute(
                 "INSERT INTO judge_scores (run_id, judge_id, model, score_0_100, accept, criterion_scores_json, cost_usd, error) "
@@ -635,6 +651,43 @@ class Store:
                 (run_id, j.get("judge_id"), j.get("model"), j.get("score_0_100"), _bool(j.get("accept")),
                  _json(j.get("criterion_scores")), j.get("cost_usd"), j.get("error")),
             )
+
+    def replace_evaluation(self, run_id: str, expected_record_json: str, record: dict[str, Any], *, at: str) -> int:
+        """Make ``record`` the run's current record after a re-evaluation, keeping the one it replaces; returns the history row's id.
+
+        One transaction: the earlier record goes to ``reevaluations``, the new
+        one to ``runs`` and ``evaluations``, and an event is kept, all or
+        nothing. ``expected_record_json`` is the record the re-evaluation
+        started from: if the run's current record is another one by then (a
+        second re-evaluation finished first), nothing is changed and
+        :class:`StoreError` says so, so a run never gets two verdicts.
+        """
+        from pilot.outcomes import evaluation_error
+
+        with self.transaction() as c:
+            row = c.execute("SELECT record_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"{self.path}: run {run_id} has no finished record to re-evaluate")
+            if row["record_json"] != expected_record_json:
+                raise StoreError(f"{self.path}: run {run_id}'s record changed while it was re-evaluated (another re-evaluation?); "
+                                 "nothing was replaced: run the command again")
+            previous = json.loads(row["record_json"])
+            error = evaluation_error(record)
+            cur = c.execute(
+                "INSERT INTO reevaluations (run_id, at, outcome, previous_eval_error, eval_error, previous_record_json) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, at, "eval_error" if error else "verdict", evaluation_error(previous), error, row["record_json"]),
+            )
+            c.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (json.dumps(record, default=str), run_id))
+            c.execute("DELETE FROM evaluations WHERE run_id = ?", (run_id,))
+            _insert_evaluation(c, run_id, record)
+            self.record_event(c, "reevaluate", run_id, outcome="eval_error" if error else "verdict", eval_error=error,
+                              previous_eval_error=evaluation_error(previous), D=record.get("D"), E=record.get("E"))
+            return int(cur.lastrowid)
+
+    def reevaluations(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The records that re-evaluations replaced, oldest first."""
+        sql = "SELECT * FROM reevaluations" + (" WHERE run_id = ?" if run_id else "") + " ORDER BY reevaluation_id"
+        return [dict(r) for r in self.conn.execute(sql, (run_id,) if run_id else ())]
 
     def recover_interrupted(self) -> list[dict[str, Any]]:
         """Close every attempt left running by a scheduler that died; their runs wait again.

@@ -15,6 +15,12 @@
   by error; ``retry`` reopens them).
 - ``pilot study retry NAME (--failed | RUN_ID ...)`` reopens failed runs
   under their run ids; their earlier attempts are kept.
+- ``pilot study reevaluate NAME [--run RUN_ID ...] [--wave W] [--dry-run] [--json]``
+  evaluates again, in place, the finished runs whose evaluation could not run
+  (``eval_error``), on their kept workspaces (:mod:`pilot.reevaluate`); the
+  records they replace are kept. Exit status 0: every selected run has its
+  verdict; 1: some run was refused (its workspace changed or is missing) or
+  its evaluation could not run again.
 - ``pilot study envelope NAME --set USD --amendment A-NNN`` changes the
   study's dollar envelope under an amendment, recorded in the store and in
   ``protocol/amendments.csv``.
@@ -575,6 +581,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--failed", action="store_true", help="reopen every failed run")
     t.set_defaults(func=_cmd_retry)
 
+    q = ss.add_parser("reevaluate", help="evaluate again, in place, finished runs whose evaluation could not run (eval_error); "
+                      "exit 1: a run was refused or could not be evaluated again")
+    q.add_argument("name")
+    q.add_argument("--run", dest="run_ids", nargs="+", action="extend", metavar="RUN_ID",
+                   help="these runs only (each must have an evaluation error; default: every such run)")
+    q.add_argument("--wave", choices=WAVES, help="runs of this wave only (default: every wave)")
+    q.add_argument("--dry-run", action="store_true", help="list what would be re-evaluated or refused, and change nothing")
+    q.add_argument("--json", action="store_true", help="print JSON instead of one line per run")
+    q.set_defaults(func=_cmd_reevaluate)
+
     n = ss.add_parser("envelope", help="change the study's dollar envelope under an amendment (store and protocol/amendments.csv)")
     n.add_argument("name")
     n.add_argument("--set", dest="usd", required=True, metavar="USD", help="the new envelope in dollars")
@@ -681,6 +697,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         allow_unisolated=args.allow_unisolated,
     )
     print(res.summary.to_string())
+    from pilot import reevaluate
+
+    with Store.open(paths.study_dir(args.name)) as store:
+        unevaluated = reevaluate.unevaluated(store, args.wave)
+    if unevaluated:
+        print(f"note: {len(unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
+              f"(eval_error, e.g. {unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`", file=sys.stderr)
     if res.counts.get("failed"):
         with Store.open(paths.study_dir(args.name)) as store:
             lines = failure_lines(store, args.wave)
@@ -706,6 +729,27 @@ def _cmd_retry(args: argparse.Namespace) -> int:
     if not ids:
         print(f"pilot study: study {args.name} has no failed run to reopen", file=sys.stderr)
     return 0
+
+
+@_guarded
+def _cmd_reevaluate(args: argparse.Namespace) -> int:
+    from pilot import reevaluate
+
+    try:
+        backend, results = reevaluate.reevaluate_study(paths.study_dir(args.name), args.run_ids, wave=args.wave, dry_run=args.dry_run)
+    except reevaluate.ReevaluationError as exc:
+        raise StudyError(f"{_show(paths.study_dir(args.name) / STORE_FILE)}: {exc}") from exc
+    label = backends.label_of(backend.split(","))
+    if args.json:
+        print(json.dumps({"study": args.name, "label": label or None, "dry_run": args.dry_run,
+                          "runs": [r.to_dict() for r in results]}, default=str))
+    else:
+        for res in results:
+            print(reevaluate.result_line(res, label))
+        if not results:
+            head = f"{label} ({backends.qualifier(label)}): " if label else ""
+            print(f"{head}study {args.name}: no finished run has an evaluation error; nothing to re-evaluate")
+    return 1 if any(r.outcome in ("refused", "eval_error") for r in results) else 0
 
 
 @_guarded

@@ -97,14 +97,14 @@ def _what(value: str) -> str:
     return ""
 
 
-def compare_hashes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """Reasons, one per differing input, naming the file."""
+def compare_hashes(before: dict[str, str], after: dict[str, str], *, noun: str = "input", folder: str = "inputs/") -> list[str]:
+    """Reasons, one per differing entry, naming the file (``noun`` and ``folder`` say what the tree is)."""
     reasons = []
     for name in sorted(set(before) | set(after)):
         if name not in after:
-            reasons.append(f"input deleted: inputs/{name}")
+            reasons.append(f"{noun} deleted: {folder}{name}")
         elif name not in before:
-            reasons.append(f"input added: inputs/{name}{_what(after[name])}")
+            reasons.append(f"{noun} added: {folder}{name}{_what(after[name])}")
         elif before[name] != after[name]:
-            reasons.append(f"input modified: inputs/{name}{_what(after[name])}")
+            reasons.append(f"{noun} modified: {folder}{name}{_what(after[name])}")
     return reasons

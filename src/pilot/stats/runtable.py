@@ -108,6 +108,8 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("portal_fault", "bool", nullable=True, doc="the run's portal was not answering at the end of the run; missing without a portal"),
     # The evaluator could not run in full (LibreOffice unavailable ...): D and E are then no verdict on the work.
     ColumnSpec("eval_error", "str", nullable=True, doc="why the evaluation itself could not run in full; missing when it ran"),
+    # The verdict comes from `pilot study reevaluate` (the first evaluation could not run); the earlier record is kept in the store.
+    ColumnSpec("reevaluated_at", "str", nullable=True, doc="when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is the run's first"),
 )
 
 
