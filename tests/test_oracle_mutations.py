@@ -79,6 +79,9 @@ HEALTH_SUMMARY = "Three clinics met the 20-minute waiting-time target; Hillcrest
 HEALTH_WAITS = "Hillcrest's median of 30 minutes is more than one and a half times the target."
 PROC_CHOICE = "I recommend awarding the contract to Northwind Fasteners"
 BANK_CHOICE = "I do not recommend approval of the request as structured"
+BANK_DSCR = "The DSCR is therefore 1.15x, below the policy minimum of 1.25x"
+BANK_LEVERAGE = "Leverage of 3.39x is within the 3.50x maximum"
+BANK_BECAUSE = "I do not recommend approval of the request as structured, because it fails the debt service coverage test."
 
 
 def _count_row_above(wb):
@@ -252,6 +255,20 @@ VARIANTS = {
         "memo_declines_request", False, "decides approve, not decline"),
     "credit_memo_declines_plainly": ("BANK-01", _reword("credit_memo.pdf", BANK_CHOICE, "The request as structured should be declined"),
         "memo_declines_request", True, "decides decline"),
+    # BANK-01's per-ratio compliance, a set: the request fails the policy on DSCR alone.
+    "credit_memo_says_dscr_complies": ("BANK-01", _reword("credit_memo.pdf", BANK_DSCR, "The DSCR is therefore 1.15x, which meets the policy minimum"),
+        "memo_states_ratio_compliance", False, "says DSCR complies with the credit policy"),
+    "credit_memo_says_leverage_fails": ("BANK-01", _reword("credit_memo.pdf", BANK_LEVERAGE, "Leverage of 3.39x is above the 3.50x maximum"),
+        "memo_states_ratio_compliance", False, "names Debt / EBITDA as one that fails the credit policy"),
+    "credit_memo_leaves_leverage_unjudged": ("BANK-01", _reword("credit_memo.pdf", BANK_LEVERAGE, "Leverage is 3.39x"),
+        "memo_states_ratio_compliance", False, "does not say that Debt / EBITDA complies with the credit policy"),
+    "credit_memo_never_says_dscr_fails": ("BANK-01", _rewords("credit_memo.pdf", (BANK_DSCR, "The DSCR is therefore 1.15x"),
+        (BANK_BECAUSE, "I do not recommend approval of the request as structured.")),
+        "memo_states_ratio_compliance", False, "does not name DSCR as one that fails the credit policy"),
+    "credit_memo_compliance_in_other_words": ("BANK-01", _rewords("credit_memo.pdf",
+        (BANK_DSCR, "The DSCR would be 1.15x and so does not meet the 1.25x minimum"),
+        (BANK_LEVERAGE, "Debt / EBITDA: 3.39x against a maximum of 3.50x, compliant")),
+        "memo_states_ratio_compliance", True, "names exactly {DSCR}"),
     # A set-valued decision: HEALTH-01 names exactly the clinics that miss the waiting-time target (Hillcrest).
     "clinic_named_is_the_wrong_one": ("HEALTH-01", _reword(HEALTH_REPORT, HEALTH_SUMMARY, "Three clinics met the 20-minute waiting-time target; Lakeview did not"),
         "report_names_clinics_over_target", False, "names Lakeview as one that misses the waiting-time target"),
@@ -383,13 +400,72 @@ HEALTH_PHRASINGS = {
 }
 
 
-@pytest.mark.parametrize("text", list(HEALTH_PHRASINGS))
-def test_set_decision_phrasings(text):
+# BANK-01: which ratios the memo says fail the credit policy (inside) and comply (outside). "Below the minimum"
+# fails and "below the maximum" complies; a finding about the proposed loan is conditional ("would be"),
+# a counter-offer is not a finding ("a smaller loan would meet"); a label carries its subject to its finding.
+BANK_PHRASINGS = {
+    "The DSCR is therefore 1.15x, below the policy minimum of 1.25x (section 4.1).": ({"DSCR"}, set()),
+    "Leverage of 3.39x is within the 3.50x maximum (section 4.3).": (set(), {"Debt / EBITDA"}),
+    "The DSCR would be 1.15x, below the 1.25x minimum required by policy.": ({"DSCR"}, set()),
+    "The request does not comply with the DSCR requirement.": ({"DSCR"}, set()),
+    "The DSCR fails to meet the 1.25x minimum.": ({"DSCR"}, set()),
+    "The request fails the debt service coverage test but meets the leverage limit.": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Debt / EBITDA of 3.39x complies with the policy maximum of 3.50x; the DSCR of 1.15x does not.": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Debt / EBITDA of 3.39x exceeds the 3.50x maximum.": ({"Debt / EBITDA"}, set()),
+    "The DSCR of 1.15x is above the 1.25x minimum.": (set(), {"DSCR"}),
+    "Leverage at 3.39x is below the 3.50x maximum, so it passes.": (set(), {"Debt / EBITDA"}),
+    "DSCR: 1.15x against a minimum of 1.25x - does not comply.": ({"DSCR"}, set()),
+    "Debt / EBITDA: 3.39x against a maximum of 3.50x - complies.": (set(), {"Debt / EBITDA"}),
+    "A smaller loan of 2.04 million would meet the DSCR minimum of 1.25x.": (set(), set()),
+    "If the loan were reduced to 2,042,915, the DSCR would meet the 1.25x minimum.": (set(), set()),
+    "Both ratios comply with policy.": (set(), set()),
+    "Ratio | Calculation | Result | Policy | Complies\nDSCR | 960,000 / 833,197 | 1.15x | min 1.25x | No\nDebt / EBITDA | 3,250,000 / 960,000 | 3.39x | max 3.50x | Yes":
+        ({"DSCR"}, {"Debt / EBITDA"}),
+    "Ratio | Result | Breach?\nDSCR | 1.15x | Yes\nLeverage | 3.39x | No": ({"DSCR"}, {"Debt / EBITDA"}),
+}
+SET_PHRASINGS = [("HEALTH-01", "report_names_clinics_over_target", t, want) for t, want in HEALTH_PHRASINGS.items()] + [
+    ("BANK-01", "memo_states_ratio_compliance", t, want) for t, want in BANK_PHRASINGS.items()]
+
+
+@pytest.mark.parametrize(("sid", "cid", "text", "want"), SET_PHRASINGS, ids=[f"{s}-{i}" for i, (s, *_rest) in enumerate(SET_PHRASINGS)])
+def test_set_decision_phrasings(sid, cid, text, want):
     from pilot.oracles.decisions import read_set
 
-    c = load_scenario("HEALTH-01").oracle.by_id("report_names_clinics_over_target")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"))
-    assert (set(read.inside), set(read.outside)) == HEALTH_PHRASINGS[text]
+    c = load_scenario(sid).oracle.by_id(cid)
+    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
+                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    assert (set(read.inside), set(read.outside)) == want
+
+
+def test_a_pdf_table_is_read_by_its_columns_and_prose_stays_prose(tmp_path):
+    """A PDF's tables reach a set-valued decision as rows (left-aligned, centred, an empty cell); justified prose does not."""
+    from reportlab.lib.enums import TA_JUSTIFY
+    from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table
+
+    from pilot.oracles.decisions import read_set
+    from pilot.oracles.readers import pdf_lines
+
+    prose = " ".join(["The borrower's earnings fell in FY2025 while the balance sheet stayed conservative and liquid."] * 6)
+    rows = [["Ratio", "Result", "Policy", "Complies"], ["DSCR", "1.15x", "", "No"], ["Debt / EBITDA", "3.39x", "max 3.50x", "Yes"]]
+    path = tmp_path / "memo.pdf"
+    SimpleDocTemplate(str(path)).build([
+        Paragraph(prose, ParagraphStyle("j", parent=getSampleStyleSheet()["Normal"], alignment=TA_JUSTIFY)),
+        Table(rows), Table(rows, style=[("ALIGN", (0, 0), (-1, -1), "CENTER")]),
+    ])
+    lines, reason = pdf_lines(path, layout=True)
+    assert reason is None
+    table = [ln for ln in lines if " | " in ln]
+    want = ["Ratio | Result | Policy | Complies", "DSCR | 1.15x |  | No", "Debt / EBITDA | 3.39x | max 3.50x | Yes"]
+    assert table == want + want, lines
+    assert " ".join(ln for ln in lines if ln and " | " not in ln) == prose
+    c = load_scenario("BANK-01").oracle.by_id("memo_states_ratio_compliance")
+    read = read_set("\n".join(lines), dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
+                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    assert (set(read.inside), set(read.outside)) == ({"DSCR"}, {"Debt / EBITDA"})
+    # Without layout the same PDF gives one cell per line, which no table reading can use.
+    plain, _ = pdf_lines(path)
+    assert not any(" | " in ln for ln in plain)
 
 
 def _with_bounds(minimum, maximum):

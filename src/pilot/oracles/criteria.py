@@ -385,7 +385,8 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
     """Where the decision is stated: (place, text, whole_cell) for each, or a reason."""
     kind = ctx.deliverable(c.file).kind
     if kind in ("docx", "pdf"):
-        lines, reason = ctx.lines(c.file)
+        # A set is often stated in a table ("Complies: Yes / No"): a PDF's tables are read as rows for it.
+        lines, reason = ctx.layout_lines(c.file) if isinstance(c.get("expected"), list) else ctx.lines(c.file)
         if reason:
             return None, reason
         wanted = c.get("section")
@@ -458,7 +459,8 @@ def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], optio
     """A set-valued decision ("name any clinic that misses the target"): exactly the planted options, each said to have the property."""
     found = SetDecision()
     for _, text, _ in places:
-        found.merge(read_set(text, options, topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs")))
+        found.merge(read_set(text, options, topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"),
+                             plans=c.get("plans")))
     prop, where = c.get("property"), " and ".join(w for w, _, _ in places)
     problems = []
     for key in options:
@@ -468,6 +470,9 @@ def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], optio
             problems.append(f"does not name {key} as one that {prop}")
         elif key not in want and key in found.inside:
             problems.append(f"names {key} as one that {prop} ({found.inside[key]!r}), but {key} {c.get('complement')}")
+        elif key not in want and c.get("state_all") and key not in found.outside:
+            # The brief asks for every option's verdict ("whether the request complies", ratio by ratio).
+            problems.append(f"does not say that {key} {c.get('complement')}")
     if problems:
         return False, f"{c.file} ({where}): " + "; ".join(problems[:3])
     named = ", ".join(want) if want else "none"

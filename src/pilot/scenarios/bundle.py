@@ -73,6 +73,8 @@ CRITERION_PARAMS: dict[str, dict[str, dict]] = {
         "complement_verbs": {"type": "string", "minLength": 1},
         "property": {"type": "string", "minLength": 1},
         "complement": {"type": "string", "minLength": 1},
+        "plans": {"type": "string", "minLength": 1},
+        "state_all": {"type": "boolean"},
         "label": {"type": "string", "minLength": 1},
         "sheet": {"type": "string"},
         "key": {"type": "string"},
@@ -393,8 +395,8 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
             raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
-    elif any(p in raw for p in SET_DECISION_PARAMS):
-        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS if p in raw)} apply only to a set-valued decision (a list as expected)")
+    elif any(p in raw for p in SET_DECISION_PARAMS + ("plans", "state_all")):
+        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS + ('plans', 'state_all') if p in raw)} apply only to a set-valued decision (a list as expected)")
     if deliv.kind in ("docx", "pdf"):
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
             if section.lower() not in [s.lower() for s in deliv.required_sections]:
@@ -402,7 +404,7 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a decision outside a document names no sections")
     patterns = {f"options.{k}": v for k, v in raw["options"].items()}
-    patterns.update({p: raw[p] for p in ("topic", "property_verbs", "complement_verbs") if p in raw})
+    patterns.update({p: raw[p] for p in ("topic", "property_verbs", "complement_verbs", "plans") if p in raw})
     for key, pat in patterns.items():
         try:
             re.compile(pat)

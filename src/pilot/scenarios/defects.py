@@ -484,7 +484,7 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
 
 
 def _set_reading(c: Criterion) -> dict:
-    return dict(topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"))
+    return dict(topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
 
 
 def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
