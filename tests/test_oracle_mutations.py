@@ -79,6 +79,9 @@ HEALTH_SUMMARY = "Three clinics met the 20-minute waiting-time target; Hillcrest
 HEALTH_WAITS = "Hillcrest's median of 30 minutes is more than one and a half times the target."
 PROC_CHOICE = "I recommend awarding the contract to Northwind Fasteners"
 BANK_CHOICE = "I do not recommend approval of the request as structured"
+BANK_DSCR = "The DSCR is therefore 1.15x, below the policy minimum of 1.25x"
+BANK_LEVERAGE = "Leverage of 3.39x is within the 3.50x maximum"
+BANK_BECAUSE = "I do not recommend approval of the request as structured, because it fails the debt service coverage test."
 
 
 def _count_row_above(wb):
@@ -147,6 +150,81 @@ def _order_also(sku: str):
     return mutate
 
 
+RES_BOOK = "survey_results.xlsx"
+
+
+def _edits(*steps):
+    """Several workbook edits applied in order, as one edit."""
+    def edit(wb):
+        for step in steps:
+            step(wb)
+    return edit
+
+
+def _roas_proportional_unbounded(wb):
+    """MKT-01's Q4 budget split in proportion to corrected ROAS without the CMO's 10-40 % bounds (Display lands near 8 %)."""
+    ws = wb["Channels"]
+    for r in range(2, 7):
+        ws[f"F{r}"] = f"=E{r}/SUM($E$2:$E$6)"
+
+
+def _without_label(wb):
+    """MKT-01's Affiliates line renamed, its formulas kept working: the channel has no line of its own."""
+    ws = wb["Channels"]
+    for col in "BCD":
+        ws[f"{col}6"] = ws[f"{col}6"].value.replace(",A6,", ',"Affiliates",')
+    ws["A6"] = "Partner sites"
+
+
+def _transposition_the_wrong_way(wb):
+    """ACC-01's cheque 10448 correction booked as a debit to cash: the ledger gains 270.00 instead of losing it."""
+    ws = wb["Adjustments"]
+    ws["D6"], ws["E6"], ws["F6"] = "1010 Cash", "2000 Accounts payable", 270
+
+
+def _nsf_not_charged_back(wb):
+    """ACC-01's returned Vesta Agritech cheque left in cash (no entry proposed for it)."""
+    ws = wb["Adjustments"]
+    ws["A5"], ws["C5"], ws["D5"], ws["E5"], ws["F5"] = "Returned customer cheque (NSF): no entry, replacement expected", "Returned Item Nsf - Vesta Agritech", None, None, 0
+
+
+def _transposition_reversed_and_rebooked(wb):
+    """ACC-01's cheque 10448 corrected as two entries (reverse 1,254.00, rebook 1,524.00): the same decision, in other entries."""
+    ws = wb["Adjustments"]
+    ws.insert_rows(7)
+    ws["A6"], ws["C6"], ws["D6"], ws["E6"], ws["F6"] = "Reverse cheque 10448 as booked", "Cheque 10448 booked at 1,254.00", "1010 Cash", "2000 Accounts payable", 1254
+    for col, value in zip("ABCDEF", ["Rebook cheque 10448 as cleared", "JE-2026-10-0147", "Cheque 10448 cleared at 1,524.00", "2000 Accounts payable", "1010 Cash", -1524]):
+        ws[f"{col}7"] = value
+    ws["A8"], ws["F8"] = "Total adjustments to ledger cash", "=SUM(F2:F7)"
+    wb["Reconciliation"]["B9"] = "=Adjustments!F8"
+
+
+def _keep_in_data(*row):
+    """RES-01's cleaned data keep a record the codebook excludes (appended, with every Summary formula's range extended to it)."""
+    import re
+
+    def edit(wb):
+        data = wb["Data"]
+        last = data.max_row + 1
+        data.append(list(row))
+        for line in wb["Summary"].iter_rows():
+            for cell in line:
+                if isinstance(cell.value, str) and cell.value.startswith("="):
+                    cell.value = re.sub(r"(Data![A-F]\$?\d+:\$?[A-F]\$?)" + str(last - 1) + r"\b", r"\g<1>" + str(last), cell.value)
+    return edit
+
+
+def _also_exclude(respondent: str, reason: str):
+    """RES-01's cleaned data lose a valid record, which the exclusions list then names."""
+    def edit(wb):
+        data = wb["Data"]
+        at = next(c.row for c in data["A"] if c.value == respondent)
+        data.delete_rows(at)
+        summary = wb["Summary"]
+        summary.append([respondent, reason])
+    return edit
+
+
 # name -> (scenario, mutation, criterion, passes?, words its reason must contain)
 VARIANTS = {
     # Labelled values: a whole label cell, several cells must agree, money in exact decimal cents.
@@ -177,6 +255,20 @@ VARIANTS = {
         "memo_declines_request", False, "decides approve, not decline"),
     "credit_memo_declines_plainly": ("BANK-01", _reword("credit_memo.pdf", BANK_CHOICE, "The request as structured should be declined"),
         "memo_declines_request", True, "decides decline"),
+    # BANK-01's per-ratio compliance, a set: the request fails the policy on DSCR alone.
+    "credit_memo_says_dscr_complies": ("BANK-01", _reword("credit_memo.pdf", BANK_DSCR, "The DSCR is therefore 1.15x, which meets the policy minimum"),
+        "memo_states_ratio_compliance", False, "says DSCR complies with the credit policy"),
+    "credit_memo_says_leverage_fails": ("BANK-01", _reword("credit_memo.pdf", BANK_LEVERAGE, "Leverage of 3.39x is above the 3.50x maximum"),
+        "memo_states_ratio_compliance", False, "names Debt / EBITDA as one that fails the credit policy"),
+    "credit_memo_leaves_leverage_unjudged": ("BANK-01", _reword("credit_memo.pdf", BANK_LEVERAGE, "Leverage is 3.39x"),
+        "memo_states_ratio_compliance", False, "does not say that Debt / EBITDA complies with the credit policy"),
+    "credit_memo_never_says_dscr_fails": ("BANK-01", _rewords("credit_memo.pdf", (BANK_DSCR, "The DSCR is therefore 1.15x"),
+        (BANK_BECAUSE, "I do not recommend approval of the request as structured.")),
+        "memo_states_ratio_compliance", False, "does not name DSCR as one that fails the credit policy"),
+    "credit_memo_compliance_in_other_words": ("BANK-01", _rewords("credit_memo.pdf",
+        (BANK_DSCR, "The DSCR would be 1.15x and so does not meet the 1.25x minimum"),
+        (BANK_LEVERAGE, "Debt / EBITDA: 3.39x against a maximum of 3.50x, compliant")),
+        "memo_states_ratio_compliance", True, "names exactly {DSCR}"),
     # A set-valued decision: HEALTH-01 names exactly the clinics that miss the waiting-time target (Hillcrest).
     "clinic_named_is_the_wrong_one": ("HEALTH-01", _reword(HEALTH_REPORT, HEALTH_SUMMARY, "Three clinics met the 20-minute waiting-time target; Lakeview did not"),
         "report_names_clinics_over_target", False, "names Lakeview as one that misses the waiting-time target"),
@@ -201,6 +293,33 @@ VARIANTS = {
     "risk_rated_severe": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "Severe"), "log_risk_scale", False, "'Severe'"),
     "risk_rated_lower_case": ("LEGAL-01", lambda ws: defects.off_scale_value(ws, "issues_log.csv", "risk_rating", "medium"), "log_risk_scale", True, "uses only High, Medium, Low"),
     "high_risk_rated_medium": ("LEGAL-01", lambda ws: defects.set_csv_cell(ws, "issues_log.csv", "clause", "9.4", "risk_rating", "Medium"), "log_rates_data_residency_high", False, "decides Medium, not High"),
+    # MKT-01's allocation bounds; ACC-01's entries and RES-01's exclusions, checked through the figures they fix.
+    "allocation_display_a_cent_below_the_floor": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _edits(_set("Channels", "G4", 19999.99), _set("Channels", "G2", 40208.26))),
+        "book_allocation_within_bounds", False, "Channels!G4 ('Display') = 19,999.99, below the minimum 20,000"),
+    "allocation_display_exactly_at_the_floor": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "G4", 20000)),
+        "book_allocation_within_bounds", True, "Channels!G4 ('Display') = 20,000"),
+    "allocation_email_a_cent_above_the_cap": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _edits(_set("Channels", "G5", 80000.01), _set("Channels", "G2", 31908.16))),
+        "book_allocation_within_bounds", False, "Channels!G5 ('Email') = 80,000.01, above the maximum 80,000"),
+    "allocation_email_exactly_at_the_cap": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _edits(_set("Channels", "G5", 80000), _set("Channels", "G2", 31908.17))),
+        "book_allocation_within_bounds", True, "Channels!G5 ('Email') = 80,000"),
+    "allocation_budget_stored_as_text": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _set("Channels", "G5", "71699.92")),
+        "book_allocation_within_bounds", False, "Channels!G5 ('Email') holds '71699.92' stored as text"),
+    "allocation_channel_without_a_line": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _without_label),
+        "book_allocation_within_bounds", False, "no line labelled /affiliates/ on sheet 'Channels'"),
+    "allocation_roas_proportional_without_bounds": ("MKT-01", lambda ws: _edit_book(ws, MKT_BOOK, _roas_proportional_unbounded),
+        "book_allocation_within_bounds", False, "Channels!G4 ('Display') = 16,"),
+    "adjusting_entry_transposition_the_wrong_way": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _transposition_the_wrong_way),
+        "recon_adjusted_ledger", False, "Reconciliation!B10 ('Adjusted ledger balance') = 183,693.53; expected 183,153.53 ± 0"),
+    "adjusting_entry_nsf_not_charged_back": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _nsf_not_charged_back),
+        "recon_adjusted_ledger", False, "Reconciliation!B10 ('Adjusted ledger balance') = 184,513.53; expected 183,153.53 ± 0"),
+    "adjusting_entry_transposition_reversed_and_rebooked": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _transposition_reversed_and_rebooked),
+        "recon_adjusted_ledger", True, "Reconciliation!B10 ('Adjusted ledger balance') = 183,153.53"),
+    "exclusion_out_of_range_record_kept": ("RES-01", lambda ws: _edit_book(ws, RES_BOOK, _keep_in_data("R-0173", "Central", 3.6, 77, 4, "yes")),
+        "results_n", False, "Summary!B3 ('Responses analysed') = 240; expected 239 ± 0"),
+    "exclusion_duplicate_kept_twice": ("RES-01", lambda ws: _edit_book(ws, RES_BOOK, _keep_in_data("R-0088", "West", 6.6, 4, 7, "no")),
+        "results_n", False, "Summary!B3 ('Responses analysed') = 240; expected 239 ± 0"),
+    "exclusion_of_a_valid_record_too": ("RES-01", lambda ws: _edit_book(ws, RES_BOOK, _also_exclude("R-0002", "workload answer looked careless: excluded")),
+        "results_n", False, "Summary!B3 ('Responses analysed') = 238; expected 239 ± 0"),
     # Harmless by design (protocol/interpretations.md): these pass.
     "extra_files_and_folders": ("ACC-01", _extras, None, True, ""),
     "number_formats_sheet_order_label_case": ("ACC-01", lambda ws: _edit_book(ws, ACC_BOOK, _thousands_and_order), None, True, ""),
@@ -214,6 +333,12 @@ KNOCK_ON = {
     "balance_stored_as_text": {"recon_adjusted_bank", "recon_difference_nil"},
     "one_cent_below_to_the_cent": {"recon_adjusted_bank", "recon_difference_nil"},
     "one_cent_above_to_the_cent": {"recon_adjusted_bank", "recon_difference_nil"},
+    "allocation_budget_stored_as_text": {"book_allocation_ties"},
+    "allocation_roas_proportional_without_bounds": {"book_display_floor"},
+    "adjusting_entry_transposition_the_wrong_way": {"recon_difference_nil"},
+    "adjusting_entry_nsf_not_charged_back": {"recon_difference_nil"},
+    "exclusion_out_of_range_record_kept": {"results_overall_mean"},
+    "exclusion_duplicate_kept_twice": {"results_west_mean"},
 }
 
 
@@ -275,10 +400,112 @@ HEALTH_PHRASINGS = {
 }
 
 
-@pytest.mark.parametrize("text", list(HEALTH_PHRASINGS))
-def test_set_decision_phrasings(text):
+# BANK-01: which ratios the memo says fail the credit policy (inside) and comply (outside). "Below the minimum"
+# fails and "below the maximum" complies; a finding about the proposed loan is conditional ("would be"),
+# a counter-offer is not a finding ("a smaller loan would meet"); a label carries its subject to its finding.
+BANK_PHRASINGS = {
+    "The DSCR is therefore 1.15x, below the policy minimum of 1.25x (section 4.1).": ({"DSCR"}, set()),
+    "Leverage of 3.39x is within the 3.50x maximum (section 4.3).": (set(), {"Debt / EBITDA"}),
+    "The DSCR would be 1.15x, below the 1.25x minimum required by policy.": ({"DSCR"}, set()),
+    "The request does not comply with the DSCR requirement.": ({"DSCR"}, set()),
+    "The DSCR fails to meet the 1.25x minimum.": ({"DSCR"}, set()),
+    "The request fails the debt service coverage test but meets the leverage limit.": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Debt / EBITDA of 3.39x complies with the policy maximum of 3.50x; the DSCR of 1.15x does not.": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Debt / EBITDA of 3.39x exceeds the 3.50x maximum.": ({"Debt / EBITDA"}, set()),
+    "The DSCR of 1.15x is above the 1.25x minimum.": (set(), {"DSCR"}),
+    "Leverage at 3.39x is below the 3.50x maximum, so it passes.": (set(), {"Debt / EBITDA"}),
+    "DSCR: 1.15x against a minimum of 1.25x - does not comply.": ({"DSCR"}, set()),
+    "Debt / EBITDA: 3.39x against a maximum of 3.50x - complies.": (set(), {"Debt / EBITDA"}),
+    "A smaller loan of 2.04 million would meet the DSCR minimum of 1.25x.": (set(), set()),
+    "If the loan were reduced to 2,042,915, the DSCR would meet the 1.25x minimum.": (set(), set()),
+    "Both ratios comply with policy.": (set(), set()),
+    "Ratio | Calculation | Result | Policy | Complies\nDSCR | 960,000 / 833,197 | 1.15x | min 1.25x | No\nDebt / EBITDA | 3,250,000 / 960,000 | 3.39x | max 3.50x | Yes":
+        ({"DSCR"}, {"Debt / EBITDA"}),
+    "Ratio | Result | Breach?\nDSCR | 1.15x | Yes\nLeverage | 3.39x | No": ({"DSCR"}, {"Debt / EBITDA"}),
+}
+SET_PHRASINGS = [("HEALTH-01", "report_names_clinics_over_target", t, want) for t, want in HEALTH_PHRASINGS.items()] + [
+    ("BANK-01", "memo_states_ratio_compliance", t, want) for t, want in BANK_PHRASINGS.items()]
+
+
+@pytest.mark.parametrize(("sid", "cid", "text", "want"), SET_PHRASINGS, ids=[f"{s}-{i}" for i, (s, *_rest) in enumerate(SET_PHRASINGS)])
+def test_set_decision_phrasings(sid, cid, text, want):
     from pilot.oracles.decisions import read_set
 
-    c = load_scenario("HEALTH-01").oracle.by_id("report_names_clinics_over_target")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"))
-    assert (set(read.inside), set(read.outside)) == HEALTH_PHRASINGS[text]
+    c = load_scenario(sid).oracle.by_id(cid)
+    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
+                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    assert (set(read.inside), set(read.outside)) == want
+
+
+def test_a_pdf_table_is_read_by_its_columns_and_prose_stays_prose(tmp_path):
+    """A PDF's tables reach a set-valued decision as rows (left-aligned, centred, an empty cell); justified prose does not."""
+    from reportlab.lib.enums import TA_JUSTIFY
+    from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table
+
+    from pilot.oracles.decisions import read_set
+    from pilot.oracles.readers import pdf_lines
+
+    prose = " ".join(["The borrower's earnings fell in FY2025 while the balance sheet stayed conservative and liquid."] * 6)
+    rows = [["Ratio", "Result", "Policy", "Complies"], ["DSCR", "1.15x", "", "No"], ["Debt / EBITDA", "3.39x", "max 3.50x", "Yes"]]
+    path = tmp_path / "memo.pdf"
+    SimpleDocTemplate(str(path)).build([
+        Paragraph(prose, ParagraphStyle("j", parent=getSampleStyleSheet()["Normal"], alignment=TA_JUSTIFY)),
+        Table(rows), Table(rows, style=[("ALIGN", (0, 0), (-1, -1), "CENTER")]),
+    ])
+    lines, reason = pdf_lines(path, layout=True)
+    assert reason is None
+    table = [ln for ln in lines if " | " in ln]
+    want = ["Ratio | Result | Policy | Complies", "DSCR | 1.15x |  | No", "Debt / EBITDA | 3.39x | max 3.50x | Yes"]
+    assert table == want + want, lines
+    assert " ".join(ln for ln in lines if ln and " | " not in ln) == prose
+    c = load_scenario("BANK-01").oracle.by_id("memo_states_ratio_compliance")
+    read = read_set("\n".join(lines), dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
+                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    assert (set(read.inside), set(read.outside)) == ({"DSCR"}, {"Debt / EBITDA"})
+    # Without layout the same PDF gives one cell per line, which no table reading can use.
+    plain, _ = pdf_lines(path)
+    assert not any(" | " in ln for ln in plain)
+
+
+def _with_bounds(minimum, maximum):
+    """MKT-01 with its allocation bounds replaced (None: that side unbounded)."""
+    import dataclasses
+
+    sc = load_scenario("MKT-01")
+    params = {k: v for k, v in sc.oracle.by_id("book_allocation_within_bounds").params.items() if k not in ("minimum", "maximum")}
+    params.update({k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None})
+    crits = tuple(dataclasses.replace(c, params=params) if c.id == "book_allocation_within_bounds" else c for c in sc.oracle.criteria)
+    return dataclasses.replace(sc, oracle=dataclasses.replace(sc.oracle, criteria=crits))
+
+
+# One-sided bounds on the gold allocation (Search 40,208.25, Paid Social 38,478.48, Display 20,000, Email 71,699.92,
+# Affiliates 29,613.35), and the defect that breaks each kind of bound while the total still ties.
+ONE_SIDED = {
+    "minimum_only": ((30000, None), False, ["Channels!G4 ('Display') = 20,000, below the minimum 30,000",
+                                            "Channels!G6 ('Affiliates') = 29,613.35, below the minimum 30,000", "at least 30,000"]),
+    "maximum_only": ((None, 40000), False, ["Channels!G2 ('Search') = 40,208.25, above the maximum 40,000",
+                                            "Channels!G5 ('Email') = 71,699.92, above the maximum 40,000", "at most 40,000"]),
+    "loose_minimum_only": ((10000, None), True, ["each at least 10,000"]),
+    "loose_minimum_only_with_defect": ((10000, None), False, ["below the minimum 10,000"]),
+    "loose_maximum_only_with_defect": ((None, 90000), False, ["above the maximum 90,000"]),
+}
+
+
+def test_one_sided_bounds_and_their_defect(tmp_path):
+    gold = build_gold_workspace("MKT-01", tmp_path / "gold")
+    items, described = [], {}
+    with Recalculator(tmp_path / "recalc") as r:
+        for name, ((lo, hi), _, _) in ONE_SIDED.items():
+            sc = _with_bounds(lo, hi)
+            ws = defects.copy_workspace(gold, tmp_path / name)
+            if name.endswith("_with_defect"):
+                described[name] = defects.defect_for_criterion(sc, "book_allocation_within_bounds", ws, recalculator=r)
+            items.append((sc, ws, None))
+        evaluations = evaluate_many(items, recalculator=r)
+    for (name, (_, passes, words)), ev in zip(ONE_SIDED.items(), evaluations):
+        by = {c.id: c for c in ev.criteria}
+        reason = by["book_allocation_within_bounds"].reason
+        assert by["book_allocation_within_bounds"].passed is passes, (name, reason)
+        assert all(w in reason for w in words), (name, reason)
+        assert [c.id for c in ev.failed] == ([] if passes else ["book_allocation_within_bounds"]), (name, described.get(name), [(c.id, c.reason) for c in ev.failed])

@@ -74,7 +74,7 @@ def test_every_criterion_kind_in_the_oracles_is_used_and_most_are_required():
     kinds = {c.kind for c in crits}
     assert kinds == {"present", "well_formed", "formulas", "no_error_values", "min_words", "sections", "completion_record",
                      "labelled_value", "workbook_contains", "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value",
-                     "decision", "closed_scale"}
+                     "decision", "closed_scale", "labelled_bounds"}
     assert any(not c.required for c in crits) and sum(c.required for c in crits) > 0.8 * len(crits)
 
 
@@ -115,6 +115,30 @@ def test_malformed_bundle_is_refused_naming_file_and_field(tmp_path, file, edit,
     with pytest.raises(ProtocolError) as err:
         load_scenario_from(bundle)
     assert err.value.path.name == file and err.value.field == field and words in err.value.reason
+
+
+def _bounds(data: dict) -> dict:
+    return next(c for c in data["criteria"] if c["kind"] == "labelled_bounds")
+
+
+@pytest.mark.parametrize(
+    "edit,field,words",
+    [
+        (lambda c: c.update(minimum=80001), "maximum", "below the minimum"),
+        (lambda c: (c.pop("minimum"), c.pop("maximum")), "minimum", "needs 'minimum', 'maximum' or both"),
+        (lambda c: c["labels"].append("email ("), "labels.5", "not a valid regular expression"),
+        (lambda c: c.update(labels=[]), "labels", "should be non-empty"),
+        (lambda c: c.update(maximum="80,000"), "maximum", "is not of type 'number'"),
+        (lambda c: c.update(tolerance=1), "tolerance", "not a parameter of a labelled_bounds criterion"),
+        (lambda c: c.update(file="q4_budget_recommendation.docx"), "kind", "does not apply to a docx deliverable"),
+    ],
+)
+def test_bounds_criterion_is_validated(tmp_path, edit, field, words):
+    bundle = _copy_bundle(tmp_path, "MKT-01")
+    _edit_yaml(bundle / "oracle.yml", lambda d: edit(_bounds(d)))
+    with pytest.raises(ProtocolError) as err:
+        load_scenario_from(bundle)
+    assert err.value.path.name == "oracle.yml" and err.value.field.endswith(field) and words in err.value.reason, (err.value.field, err.value.reason)
 
 
 def test_brief_that_mentions_the_portal_is_refused(tmp_path):

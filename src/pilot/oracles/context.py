@@ -225,6 +225,19 @@ class WorkspaceContext:
 
         return self._cached(("lines", name), compute)
 
+    def layout_lines(self, name: str):
+        """A document's lines with a PDF's tables read as ``a | b | c`` rows (a docx's tables always are)."""
+        if self.deliverable(name).kind != "pdf":
+            return self.lines(name)
+
+        def compute():
+            reason = self.guarded(name)
+            if reason:
+                return None, reason
+            return readers.document_lines(self.status(name).path, layout=True)
+
+        return self._cached(("layout_lines", name), compute)
+
     def text(self, name: str):
         kind = self.deliverable(name).kind
         if kind == "csv":

@@ -157,6 +157,28 @@ def _recalculated_sheets(ctx: WorkspaceContext, c: Criterion):
     return _sheets(wb, c)
 
 
+def labelled_numbers(sheets, label: str, column: str | None) -> tuple[list[tuple[str, str, Decimal]], list[str]]:
+    """Every value on a line whose whole label cell is ``label``: ((cell, label text, exact number) read, problems).
+
+    A problem is a label with no value where one is expected, or a value
+    that is not a number (text that reads as one is named "stored as text").
+    """
+    read: list[tuple[str, str, Decimal]] = []
+    problems: list[str] = []
+    for ws in sheets:
+        for cell in label_cells(ws, label):
+            vcell, problem = _value_cell(ws, cell, column)
+            if vcell is None:
+                problems.append(problem)
+                continue
+            val, problem = _numeric(vcell)
+            if val is None:
+                problems.append(f"{ws.title}!{vcell.coordinate} ({cell.value.strip()!r}) {problem}")
+                continue
+            read.append((f"{ws.title}!{vcell.coordinate}", cell.value.strip(), val))
+    return read, problems
+
+
 def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     """The value on the line whose whole label cell is the criterion's label, compared exactly.
 
@@ -167,19 +189,7 @@ def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     if reason:
         return False, reason
     expected, tol = exact(c.get("expected")), exact(c.get("tolerance"))
-    read: list[tuple[str, str, Decimal]] = []
-    problems: list[str] = []
-    for ws in sheets:
-        for cell in label_cells(ws, c.get("label")):
-            vcell, problem = _value_cell(ws, cell, c.get("column"))
-            if vcell is None:
-                problems.append(problem)
-                continue
-            val, problem = _numeric(vcell)
-            if val is None:
-                problems.append(f"{ws.title}!{vcell.coordinate} ({cell.value.strip()!r}) {problem}")
-                continue
-            read.append((f"{ws.title}!{vcell.coordinate}", cell.value.strip(), val))
+    read, problems = labelled_numbers(sheets, c.get("label"), c.get("column"))
     if not read:
         if problems:
             return False, f"{c.file}: label /{c.get('label')}/ found but " + "; ".join(problems[:3])
@@ -375,7 +385,8 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
     """Where the decision is stated: (place, text, whole_cell) for each, or a reason."""
     kind = ctx.deliverable(c.file).kind
     if kind in ("docx", "pdf"):
-        lines, reason = ctx.lines(c.file)
+        # A set is often stated in a table ("Complies: Yes / No"): a PDF's tables are read as rows for it.
+        lines, reason = ctx.layout_lines(c.file) if isinstance(c.get("expected"), list) else ctx.lines(c.file)
         if reason:
             return None, reason
         wanted = c.get("section")
@@ -448,7 +459,8 @@ def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], optio
     """A set-valued decision ("name any clinic that misses the target"): exactly the planted options, each said to have the property."""
     found = SetDecision()
     for _, text, _ in places:
-        found.merge(read_set(text, options, topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs")))
+        found.merge(read_set(text, options, topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"),
+                             plans=c.get("plans")))
     prop, where = c.get("property"), " and ".join(w for w, _, _ in places)
     problems = []
     for key in options:
@@ -458,6 +470,9 @@ def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], optio
             problems.append(f"does not name {key} as one that {prop}")
         elif key not in want and key in found.inside:
             problems.append(f"names {key} as one that {prop} ({found.inside[key]!r}), but {key} {c.get('complement')}")
+        elif key not in want and c.get("state_all") and key not in found.outside:
+            # The brief asks for every option's verdict ("whether the request complies", ratio by ratio).
+            problems.append(f"does not say that {key} {c.get('complement')}")
     if problems:
         return False, f"{c.file} ({where}): " + "; ".join(problems[:3])
     named = ", ".join(want) if want else "none"
@@ -476,6 +491,56 @@ def check_closed_scale(ctx: WorkspaceContext, c: Criterion) -> Outcome:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         return False, f"{c.file} column {c.get('column')!r} goes outside the brief's scale ({', '.join(c.get('values'))}): {'; '.join(bad[:5])}{more}"
     return True, f"{c.file} column {c.get('column')!r} uses only {', '.join(c.get('values'))}"
+
+
+def bounds_text(lo: Decimal | None, hi: Decimal | None) -> str:
+    """The span a bounds criterion allows, in words (bounds inclusive)."""
+    if lo is not None and hi is not None:
+        return f"between {show(lo)} and {show(hi)} inclusive"
+    return f"at least {show(lo)}" if lo is not None else f"at most {show(hi)}"
+
+
+def check_labelled_bounds(ctx: WorkspaceContext, c: Criterion) -> Outcome:
+    """Every listed line (one per label) holds a number within the brief's bounds, compared exactly, bounds inclusive.
+
+    A line that is missing, holds a number stored as text, or carries its
+    label more than once with different values fails, named; so does any
+    value below the minimum or above the maximum, naming its cell and label.
+    """
+    sheets, reason = _recalculated_sheets(ctx, c)
+    if reason:
+        return False, reason
+    lo = exact(c.get("minimum")) if c.get("minimum") is not None else None
+    hi = exact(c.get("maximum")) if c.get("maximum") is not None else None
+    span = bounds_text(lo, hi)
+    where_sheet = f" on sheet {c.get('sheet')!r}" if c.get("sheet") else ""
+    under = f" under /{c.get('column')}/" if c.get("column") else ""
+    read: list[str] = []
+    problems: list[str] = []
+    for label in c.get("labels"):
+        found, trouble = labelled_numbers(sheets, label, c.get("column"))
+        stated = [p for p in trouble if "stored as text" in p]
+        if stated:
+            problems += stated
+            continue
+        if not found:
+            problems.append(trouble[0] if trouble else f"no line labelled /{label}/{where_sheet} (whole cell)")
+            continue
+        if len({v for *_, v in found}) > 1:
+            cells = ", ".join(f"{w} = {show(v)}" for w, _, v in found)
+            problems.append(f"the label /{label}/ appears {len(found)} times{under} with different values: {cells}")
+            continue
+        for w, lab, v in found:
+            if lo is not None and v < lo:
+                problems.append(f"{w} ({lab!r}) = {show(v)}, below the minimum {show(lo)}")
+            elif hi is not None and v > hi:
+                problems.append(f"{w} ({lab!r}) = {show(v)}, above the maximum {show(hi)}")
+            else:
+                read.append(f"{w} ({lab!r}) = {show(v)}")
+    if problems:
+        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        return False, f"{c.file}: " + "; ".join(problems[:5]) + more + f"; every line must be {span}"
+    return True, f"{c.file}: {', '.join(read)}; each {span}"
 
 
 _SCHEMA_CACHE: dict = {}
@@ -540,4 +605,5 @@ CHECKS: dict[str, Callable[[WorkspaceContext, Criterion], Outcome]] = {
     "csv_value": check_csv_value,
     "decision": check_decision,
     "closed_scale": check_closed_scale,
+    "labelled_bounds": check_labelled_bounds,
 }

@@ -205,7 +205,10 @@ def _blocks(text: str) -> list[str]:
         if not line:
             joinable = False
             continue
-        if joinable and _TABLE_CELL not in line:
+        # A line that starts in lower case continues an unfinished line before it, however short
+        # ("Leverage" wrapped away from "of 3.39x is within the maximum").
+        continues = line[0].islower() and bool(blocks) and _TABLE_CELL not in blocks[-1] and not blocks[-1].endswith((".", "!", "?", ":", ";"))
+        if (joinable or continues) and _TABLE_CELL not in line:
             blocks[-1] += " " + line
         else:
             blocks.append(line)
@@ -214,8 +217,14 @@ def _blocks(text: str) -> list[str]:
     return blocks
 
 
-def read_set(text: str, options: dict[str, str], *, topic: str, property_verbs: str, complement_verbs: str) -> SetDecision:
+def read_set(
+    text: str, options: dict[str, str], *, topic: str, property_verbs: str, complement_verbs: str, plans: str | None = None,
+) -> SetDecision:
     """Which options ``text`` puts inside the set (property verbs) and outside it (complement verbs).
+
+    ``plans`` (a regex; default :data:`NOT_A_FINDING`) names the words that make
+    a clause a plan or a condition rather than a finding, where a scenario's
+    findings are themselves conditional ("the DSCR would be 1.15x").
 
     Prose is read clause by clause (above). A table (rows ``a | b | c``, as a
     Word table is read) is read by column: a header cell with a verb and the
@@ -225,6 +234,7 @@ def read_set(text: str, options: dict[str, str], *, topic: str, property_verbs: 
     compiled = compile_options(options)
     topic_rx = re.compile(topic, re.I)
     verb_rx = re.compile(rf"(?P<p>\b(?:{property_verbs}))|(?P<c>\b(?:{complement_verbs}))", re.I)
+    not_a_finding = NOT_A_FINDING if plans is None else re.compile(rf"\b(?:{plans})\b", re.I)
     out = SetDecision()
 
     def put(key: str, inside: bool, quote: str) -> None:
@@ -258,17 +268,24 @@ def read_set(text: str, options: dict[str, str], *, topic: str, property_verbs: 
             out.clauses.append(block[:200])
             continue
         column = None
+        subject: list[tuple[int, str, int]] = []  # options named by a clause without a verb ("DSCR: 1.15x - does not comply")
         for sentence in (c for c in _CLAUSE_SPLIT.split(block) if c and c.strip()):
             for clause in _split_contrasts(sentence):
                 mentions = _mentions(clause, compiled)
                 verbs = [m for m in verb_rx.finditer(clause) if not any(s <= m.start() < e for s, _, e in mentions)]
+                carried, subject = (subject if verbs and not mentions else []), ([] if verbs else mentions)
+                if carried:
+                    # A label and its finding: the options of the clause before are the subject of this one.
+                    clause = " ".join(key for _, key, _ in carried) + ": " + clause
+                    mentions = _mentions(clause, compiled)
+                    verbs = [m for m in verb_rx.finditer(clause) if not any(s <= m.start() < e for s, _, e in mentions)]
                 if verbs:
                     # The verb nearest the topic ("Over October, Hillcrest met the target": "met").
                     topics = [(m.start(), m.end()) for m in topic_rx.finditer(clause)]
                     if not topics:
                         continue
                     verb = min(verbs, key=lambda v: min(abs(v.start() - s) if v.start() >= e else abs(s - v.end()) for s, e in topics))
-                    if NOT_A_FINDING.search(clause[: verb.start()]):
+                    if not_a_finding.search(clause[: verb.start()]):
                         continue
                     inside = bool(verb.group("p"))
                     # "did not meet", "not above"; a negation that is itself before an option belongs to the option.

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pandas loads on first use: `pilot check` and `pilot --help`
 _NEEDS_WELL_FORMED = {
     "formulas", "no_error_values", "min_words", "sections", "labelled_value", "workbook_contains",
     "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value", "decision", "closed_scale",
+    "labelled_bounds",
 }
 
 

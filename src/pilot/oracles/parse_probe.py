@@ -43,6 +43,14 @@ def parse(path: str) -> None:
         if not reader.is_encrypted:
             for page in reader.pages[:200]:
                 page.extract_text()
+                # The evaluator also reads a PDF in layout mode (tables as rows), which lays text out by
+                # position: a page whose positions would make that text huge must fail here, not there.
+                try:
+                    page.extract_text(extraction_mode="layout")
+                except MemoryError:
+                    raise
+                except Exception:  # noqa: BLE001 - the evaluator then reads the page as plain lines
+                    pass
 
 
 def verdict(i: int, path: str) -> dict:

@@ -77,7 +77,78 @@ def docx_lines(path: Path) -> tuple[list[str] | None, str | None]:
     return lines, None
 
 
-def pdf_lines(path: Path) -> tuple[list[str] | None, str | None]:
+#: A cell of a line extracted in layout mode: words one space apart (two or more spaces end a cell).
+_LAYOUT_CELL = re.compile(r"\S+(?: \S+)*")
+#: A table cell is short; a line with a longer run of words is prose.
+TABLE_CELL_MAX = 48
+
+
+def _layout_cells(line: str) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.end(), m.group()) for m in _LAYOUT_CELL.finditer(line)]
+
+
+def _is_row(cells: list[tuple[int, int, str]]) -> bool:
+    return len(cells) >= 2 and all(len(t) <= TABLE_CELL_MAX for _, _, t in cells)
+
+
+def _place_row(cells: list[tuple[int, int, str]], header: list[tuple[int, int, str]]) -> list[str] | None:
+    """A row's cells under the header's columns (by the centre of each cell), or None when two share a column."""
+    import bisect
+
+    bounds = [(header[k][1] + header[k + 1][0]) / 2 for k in range(len(header) - 1)]
+    row = [""] * len(header)
+    for start, end, text in cells:
+        j = bisect.bisect_right(bounds, (start + end) / 2)
+        if row[j]:
+            return None
+        row[j] = text
+    return row
+
+
+def layout_rows(lines: list[str]) -> list[str]:
+    """Lines of a PDF extracted in layout mode, with its tables as ``a | b | c`` rows and its prose as plain lines.
+
+    A table is two or more lines in a row (blank lines between them allowed)
+    whose text stands in short cells two or more spaces apart; its first line
+    is the header, and each later line's cells are placed under the header's
+    columns by position, so a row with an empty cell keeps its columns. Every
+    other line is its words, one space apart; blank lines are dropped, as
+    plain extraction has none.
+    """
+    parsed = [_layout_cells(line) for line in lines]
+    out: list[str] = []
+    header: list[tuple[int, int, str]] | None = None
+    for i, cells in enumerate(parsed):
+        if not cells:
+            # Layout mode marks vertical space with blank lines, which plain lines do not have: a wrapped
+            # sentence of a widely spaced paragraph stays one sentence.
+            continue
+        if header is not None and _is_row(cells):
+            row = _place_row(cells, header)
+            if row is not None:
+                out.append(" | ".join(row))
+                continue
+        header = None
+        if _is_row(cells) and _is_row(next((p for p in parsed[i + 1:] if p), [])):
+            header = cells
+            out.append(" | ".join(t for _, _, t in cells))
+            continue
+        out.append(" ".join(t for _, _, t in cells))
+    return out
+
+
+def _page_layout_rows(page) -> list[str]:
+    try:
+        text = page.extract_text(extraction_mode="layout")
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - a page layout mode cannot lay out is read as plain text lines
+        return (page.extract_text() or "").splitlines()
+    return layout_rows((text or "").splitlines())
+
+
+def pdf_lines(path: Path, *, layout: bool = False) -> tuple[list[str] | None, str | None]:
+    """A PDF's text lines; ``layout`` keeps its tables' columns (:func:`layout_rows`)."""
     import logging
 
     try:
@@ -94,7 +165,7 @@ def pdf_lines(path: Path) -> tuple[list[str] | None, str | None]:
             return None, f"{path.name} has {n} pages, above the limit of {MAX_PDF_PAGES}"
         lines: list[str] = []
         for page in reader.pages:
-            lines.extend((page.extract_text() or "").splitlines())
+            lines.extend(_page_layout_rows(page) if layout else (page.extract_text() or "").splitlines())
     except Exception as exc:  # noqa: BLE001
         return None, f"{path.name} cannot be read as a PDF ({type(exc).__name__}: {exc})"
     return lines, None
@@ -107,13 +178,13 @@ def text_lines(path: Path) -> tuple[list[str] | None, str | None]:
     return text.splitlines(), None
 
 
-def document_lines(path: Path) -> tuple[list[str] | None, str | None]:
-    """Lines of a docx, PDF, Markdown or text file."""
+def document_lines(path: Path, *, layout: bool = False) -> tuple[list[str] | None, str | None]:
+    """Lines of a docx, PDF, Markdown or text file; ``layout`` reads a PDF's tables as rows (a docx's always are)."""
     suffix = path.suffix.lower()
     if suffix == ".docx":
         return docx_lines(path)
     if suffix == ".pdf":
-        return pdf_lines(path)
+        return pdf_lines(path, layout=layout)
     return text_lines(path)
 
 

@@ -73,6 +73,8 @@ CRITERION_PARAMS: dict[str, dict[str, dict]] = {
         "complement_verbs": {"type": "string", "minLength": 1},
         "property": {"type": "string", "minLength": 1},
         "complement": {"type": "string", "minLength": 1},
+        "plans": {"type": "string", "minLength": 1},
+        "state_all": {"type": "boolean"},
         "label": {"type": "string", "minLength": 1},
         "sheet": {"type": "string"},
         "key": {"type": "string"},
@@ -83,6 +85,15 @@ CRITERION_PARAMS: dict[str, dict[str, dict]] = {
     "closed_scale": {
         "column": {"type": "string", "minLength": 1},
         "values": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+    },
+    # Bounds the brief fixes for several labelled lines of a workbook (MKT-01: every channel's Q4 budget
+    # between 10 % and 40 % of the budget): one line per label, each value within [minimum, maximum].
+    "labelled_bounds": {
+        "labels": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "uniqueItems": True},
+        "minimum": {"type": "number"},
+        "maximum": {"type": "number"},
+        "sheet": {"type": "string"},
+        "column": {"type": "string"},
     },
 }
 REQUIRED_PARAMS = {
@@ -95,6 +106,7 @@ REQUIRED_PARAMS = {
     "csv_value": ["key", "key_value", "column", "expected", "tolerance"],
     "decision": ["expected", "options"],
     "closed_scale": ["column", "values"],
+    "labelled_bounds": ["labels"],
 }
 # What a set-valued decision must state besides its place.
 SET_DECISION_PARAMS = ("topic", "property_verbs", "complement_verbs", "property", "complement")
@@ -115,6 +127,7 @@ APPLIES_TO = {
     "csv_value": {"csv"},
     "decision": {"docx", "pdf", "xlsx", "csv"},
     "closed_scale": {"csv"},
+    "labelled_bounds": {"xlsx"},
     "completion_record": {"completion_record"},
 }
 
@@ -356,6 +369,8 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
             raise ProtocolError(path, f"{where}.kind", f"{deliv.name} states no required_sections in scenario.yml")
         if kind == "decision":
             _check_decision(path, where, raw, deliv)
+        if kind == "labelled_bounds":
+            _check_bounds(path, where, raw)
         out.append(Criterion(raw["id"], kind, bool(raw["required"]), raw["file"], params, raw.get("description", "")))
     for d in deliverables.values():
         if not any(c.kind == "present" and c.file == d.name for c in out):
@@ -380,8 +395,8 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
             raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
-    elif any(p in raw for p in SET_DECISION_PARAMS):
-        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS if p in raw)} apply only to a set-valued decision (a list as expected)")
+    elif any(p in raw for p in SET_DECISION_PARAMS + ("plans", "state_all")):
+        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS + ('plans', 'state_all') if p in raw)} apply only to a set-valued decision (a list as expected)")
     if deliv.kind in ("docx", "pdf"):
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
             if section.lower() not in [s.lower() for s in deliv.required_sections]:
@@ -389,12 +404,26 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a decision outside a document names no sections")
     patterns = {f"options.{k}": v for k, v in raw["options"].items()}
-    patterns.update({p: raw[p] for p in ("topic", "property_verbs", "complement_verbs") if p in raw})
+    patterns.update({p: raw[p] for p in ("topic", "property_verbs", "complement_verbs", "plans") if p in raw})
     for key, pat in patterns.items():
         try:
             re.compile(pat)
         except re.error as exc:
             raise ProtocolError(path, f"{where}.{key}", f"not a valid regular expression ({exc})") from None
+
+
+def _check_bounds(path: Path, where: str, raw: dict) -> None:
+    """A bounds criterion states at least one bound, a minimum no greater than its maximum, and labels that are regexes."""
+    lo, hi = raw.get("minimum"), raw.get("maximum")
+    if lo is None and hi is None:
+        raise ProtocolError(path, f"{where}.minimum", "a labelled_bounds criterion needs 'minimum', 'maximum' or both")
+    if lo is not None and hi is not None and lo > hi:
+        raise ProtocolError(path, f"{where}.maximum", f"the maximum {hi} is below the minimum {lo}")
+    for i, label in enumerate(raw["labels"]):
+        try:
+            re.compile(label)
+        except re.error as exc:
+            raise ProtocolError(path, f"{where}.labels.{i}", f"not a valid regular expression ({exc})") from None
 
 
 def _load_rubric(path: Path) -> Rubric:

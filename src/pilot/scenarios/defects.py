@@ -484,7 +484,7 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
 
 
 def _set_reading(c: Criterion) -> dict:
-    return dict(topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"))
+    return dict(topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
 
 
 def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
@@ -529,6 +529,54 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
     if not changed:
         raise DefectNotApplicable(f"{c.file}: no section of {targets} names {', '.join(want)} as one that {c.get('property')}")
     return f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in {', '.join(repr(s) for s in changed)} of {c.file}"
+
+
+def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalculator=None) -> str:
+    """Move money between two lines of a bounds criterion so that one leaves the bounds and the total stays.
+
+    The line with the largest value is raised past the maximum by a round
+    amount (10 % of the maximum), taken from the line with the most room
+    above the minimum, which stays within the bounds; with a minimum only,
+    the smallest line is cut below it and the amount given to the largest.
+    Lines that another criterion of the same file reads are left alone, so
+    this criterion alone fails.
+    """
+    import math
+
+    from pilot.oracles.criteria import _value_cell, label_cells, label_pattern, normalise_label
+    from pilot.oracles.evaluate import default_recalculator
+
+    path = _out(workspace, c.file)
+    rec = (recalculator or default_recalculator()).recalculate([path])[path]
+    if rec.error:
+        raise DefectNotApplicable(f"{c.file}: {rec.error}")
+    values, wb = _load(rec.path, data_only=True), _load(path)
+    others = [label_pattern(o.get("label")) for o in scenario.oracle.criteria if o.file == c.file and o.id != c.id and o.get("label")]
+    lines = []
+    for ws in ([wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets):
+        for label in c.get("labels"):
+            for cell in label_cells(ws, label):
+                vcell, _ = _value_cell(ws, cell, c.get("column"))
+                val = parse_number(values[ws.title][vcell.coordinate].value) if vcell is not None else None
+                if val is not None and not any(o.fullmatch(normalise_label(cell.value)) for o in others):
+                    lines.append((val, ws, vcell, cell.value))
+    if len(lines) < 2:
+        raise DefectNotApplicable(f"{c.file}: fewer than two lines of {c.id} that no other criterion reads")
+    lo, hi = c.get("minimum"), c.get("maximum")
+    lines.sort(key=lambda t: t[0])
+    if hi is not None:
+        (val, ws, target, label), donor = lines[-1], lines[0 if lo is None else -2]
+        delta = math.ceil((hi * 1.1 - val) / 1000) * 1000
+        if lo is not None and donor[0] - delta < lo:
+            raise DefectNotApplicable(f"{c.file}: no line can give {delta:,} and stay at or above {lo:,}")
+    else:
+        (val, ws, target, label), donor = lines[0], lines[-1]
+        delta = -(math.ceil((val - lo * 0.9) / 1000) * 1000)
+    _shift(target, delta)
+    _shift(donor[2], -delta)
+    _save(wb, path)
+    return (f"moved {abs(delta):,} {'to' if delta > 0 else 'from'} {ws.title}!{target.coordinate} ({label!r}) "
+            f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside the bounds of {c.id}")
 
 
 # --------------------------------------------------------------------------
@@ -706,6 +754,8 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
         return break_completion_record(workspace)
     if k == "decision":
         return wrong_decision(scenario, c, workspace)
+    if k == "labelled_bounds":
+        return breach_bound(scenario, c, workspace, recalculator=recalculator)
     if k == "closed_scale":
         keys = tuple(o.get("key_value") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "decision" and o.get("key_value"))
         key = next((o.get("key") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "decision" and o.get("key")), None)
