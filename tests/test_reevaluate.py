@@ -301,3 +301,21 @@ def test_the_evaluators_own_failure_is_an_evaluation_error_of_the_run_not_an_exc
     fields = runner.evaluation_fields(ev)
     assert fields["D"] is False and fields["eval_error"] == ev.errors[0]
     assert runner.evaluation_notes(ev) == [f"evaluation could not run in full: {ev.errors[0]}"]
+
+
+def test_a_study_folder_reached_through_a_link_is_trusted_and_a_foreign_workspace_is_not(tmp_path):
+    """The store names the attempt's folder as the scheduler did (here through a link); the record, resolved."""
+    from pilot import runner
+    from pilot.reevaluate import untrusted
+
+    real = tmp_path / "real" / "run" / "attempt-1"
+    (real / "workspace" / "outputs").mkdir(parents=True)
+    (real / "workspace" / "outputs" / "memo.md").write_text("done\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    digest, _n = runner.record_workspace(real / "workspace", real)
+    rec = {"workspace": str(real.resolve() / "workspace"), "workspace_sha256": digest, "input_hashes": {}}
+    assert untrusted(rec, tmp_path / "link" / "run" / "attempt-1", Path(rec["workspace"])) is None
+    elsewhere = tmp_path / "other" / "workspace"
+    shutil.copytree(real / "workspace", elsewhere)
+    why = untrusted(dict(rec, workspace=str(elsewhere)), real, elsewhere)
+    assert why == f"its record names the workspace {elsewhere}, which is not in its attempt's folder {real}"

@@ -163,7 +163,8 @@ def untrusted(rec: dict[str, Any], attempt_dir: Path, workspace: Path) -> str | 
     if not digest or not isinstance(rec.get("input_hashes"), dict):
         return ("its record holds no digest of the workspace the run left (records written before workspace digests were kept), "
                 "so the workspace cannot be shown to be the run's")
-    if workspace.parent != attempt_dir:
+    # The runner records the resolved path; the store keeps the attempt's folder as the scheduler named it (links allowed).
+    if workspace.parent.resolve() != attempt_dir.resolve():
         return f"its record names the workspace {workspace}, which is not in its attempt's folder {attempt_dir}"
     if workspace.is_symlink() or not workspace.is_dir():
         return f"its workspace {workspace} is missing"
