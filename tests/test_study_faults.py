@@ -220,12 +220,15 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     env = _env(root, PILOT_FAKE_SLEEP_S="0")
     amendments = root / "protocol" / "amendments.csv"
     before = amendments.read_text()
+    # Amendment ids the protocol does not use yet (the protocol gains amendments over time).
+    first = 1 + max(int(r["id"][2:]) for r in protocol.load_amendments(amendments))
+    low, high, written = (f"A-{n:03d}" for n in range(first, first + 3))
     assert pilot(env, "create", "env", "--scenarios", "ACC-01", "--runner", FAKE).returncode == 0
     # lowered before any spending to 8 dollars: one run's worst case (ACC-01: 6.00 + 0.30 for judges) fits while spent <= 1.70
     one_line_fault(pilot(env, "envelope", "env", "--set", "20", "--amendment", "11"), r"A-NNN")
-    one_line_fault(pilot(env, "envelope", "env", "--set", "-3", "--amendment", "A-012"), r"positive")
-    one_line_fault(pilot(env, "envelope", "env", "--set", "0.0000001", "--amendment", "A-012"), r"six decimals")
-    set_low = pilot(env, "envelope", "env", "--set", "8", "--amendment", "A-012")
+    one_line_fault(pilot(env, "envelope", "env", "--set", "-3", "--amendment", low), r"positive")
+    one_line_fault(pilot(env, "envelope", "env", "--set", "0.0000001", "--amendment", low), r"six decimals")
+    set_low = pilot(env, "envelope", "env", "--set", "8", "--amendment", low)
     assert set_low.returncode == 0, set_low.stderr
     ran = pilot(env, "run", "env", "--no-progress")
     assert ran.returncode == 3
@@ -239,25 +242,25 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     assert ran.returncode == 3 and "sets an envelope of 900.00 dollars but study env keeps 8.00" in ran.stderr
     with Store.open(root / "analysis" / "data" / "env") as st:
         spent = st.balance().spent_usd
-    one_line_fault(pilot(env, "envelope", "env", "--set", "0.5", "--amendment", "A-013"), r"below what study env has already spent")
-    raised = pilot(env, "envelope", "env", "--set", "800", "--amendment", "A-013")
+    one_line_fault(pilot(env, "envelope", "env", "--set", "0.5", "--amendment", high), r"below what study env has already spent")
+    raised = pilot(env, "envelope", "env", "--set", "800", "--amendment", high)
     assert raised.returncode == 0, raised.stderr
     assert json.loads(raised.stdout)["old_usd"] == 8.0 and json.loads(raised.stdout)["new_usd"] == 800.0
     done = pilot(env, "run", "env", "--no-progress")
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(amendments.open()))
-    added = [r for r in rows if r["id"] in ("A-012", "A-013")]
-    assert [r["id"] for r in added] == ["A-012", "A-013"] and "from 8.00 to 800.00 dollars" in added[1]["content"]
+    added = [r for r in rows if r["id"] in (low, high)]
+    assert [r["id"] for r in added] == [low, high] and "from 8.00 to 800.00 dollars" in added[1]["content"]
     assert amendments.read_text().startswith(before) and protocol.load_amendments(amendments)
     status = json.loads(pilot(env, "status", "env", "--json").stdout)
     assert [(c["old_usd"], c["new_usd"], c["amendment_id"]) for c in status["envelope_changes"]] == [
-        (float(protocol.study().envelope_usd), 8.0, "A-012"), (8.0, 800.0, "A-013")]
+        (float(protocol.study().envelope_usd), 8.0, low), (8.0, 800.0, high)]
     assert status["ledger_problems"] == [] and status["envelope"]["envelope_usd"] == 800.0 and spent > 0
     # an amendment already written (with its rationale) is referenced, not duplicated
     with amendments.open("a") as fh:
-        fh.write('A-014,2026-12-01,before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n')
-    assert pilot(env, "envelope", "env", "--set", "900", "--amendment", "A-014").returncode == 0
-    assert [r["id"] for r in csv.DictReader(amendments.open())].count("A-014") == 1
+        fh.write(f'{written},2026-12-01,before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n')
+    assert pilot(env, "envelope", "env", "--set", "900", "--amendment", written).returncode == 0
+    assert [r["id"] for r in csv.DictReader(amendments.open())].count(written) == 1
 
 
 # ------------------------------------------------------------------ damaged stores
