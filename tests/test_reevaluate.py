@@ -214,8 +214,17 @@ def test_a_changed_or_missing_workspace_is_refused(study):
     res = pilot(study, "reevaluate", "broken", "--run", ACC)
     assert res.returncode == 1 and f"refused: its workspace {workspace} is missing" in res.stdout
     assert _state(study) == state
-    # The workspace as the run left it is accepted again.
+    # A record written before workspace digests were kept cannot vouch for its workspace: refused.
     moved.rename(workspace)
+    older = {k: v for k, v in _record(study, ACC).items() if k not in ("workspace_sha256", "workspace_entries", "input_hashes")}
+    with sqlite3.connect(_db(study)) as conn:
+        kept = conn.execute("SELECT record_json FROM runs WHERE run_id = ?", (ACC,)).fetchone()[0]
+        conn.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (json.dumps(older), ACC))
+    res = pilot(study, "reevaluate", "broken", "--dry-run")
+    assert res.returncode == 1 and "refused: its record holds no digest of the workspace the run left" in res.stdout
+    with sqlite3.connect(_db(study)) as conn:
+        conn.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (kept, ACC))
+    # The workspace as the run left it is accepted again.
     res = pilot(study, "reevaluate", "broken", "--run", ACC)
     assert res.returncode == 0 and "re-evaluated #1" in res.stdout, res.stdout + res.stderr
 
@@ -275,3 +284,20 @@ def test_an_evaluation_that_fails_again_keeps_the_run_out_with_the_new_reason(st
     with Store.open(study / "analysis" / "data" / "broken") as st:
         assert [h["outcome"] for h in st.reevaluations(ACC)] == ["eval_error", "verdict"]
     assert _verdict(_record(study, ACC)) == _verdict(_record(study, ACC, "twin"))
+
+
+def test_the_evaluators_own_failure_is_an_evaluation_error_of_the_run_not_an_exception(monkeypatch, tmp_path):
+    """The runner and the re-evaluation share one evaluation step; nothing raised in it reaches the runner."""
+    import pilot.oracles
+    from pilot import runner
+    from pilot.scenarios import load_scenario
+
+    def crash(*args, **kwargs):
+        raise MemoryError("the evaluator ran out of memory")
+
+    monkeypatch.setattr(pilot.oracles, "evaluate", crash)
+    ev = runner.evaluate_finished(load_scenario("ACC-01"), tmp_path, {})
+    assert ev.outcome == "evaluation_error" and ev.errors == ["the evaluation failed (MemoryError: the evaluator ran out of memory)"]
+    fields = runner.evaluation_fields(ev)
+    assert fields["D"] is False and fields["eval_error"] == ev.errors[0]
+    assert runner.evaluation_notes(ev) == [f"evaluation could not run in full: {ev.errors[0]}"]
