@@ -84,6 +84,44 @@ BANK_LEVERAGE = "Leverage of 3.39x is within the 3.50x maximum"
 BANK_BECAUSE = "I do not recommend approval of the request as structured, because it fails the debt service coverage test."
 
 
+def _bank_memo(table: tuple[list[str], list[list[str]]] | None, compliance: str, recommendation: str):
+    """BANK-01's memo written afresh as another analyst might: the gold's facts, its own table and wording."""
+    from pilot.scenarios.officeio import Heading, Para, Table, write_pdf
+
+    def mutate(ws: Path) -> None:
+        blocks = [
+            Heading("Request"),
+            Para("Marlow & Finch Packaging Ltd. asks for a term loan of 2,400,000 CAD over 7 years at a fixed 7.25% with level monthly "
+                 "payments of 36,516.44 (438,197 a year), to finance a second extrusion line costing 3,050,000."),
+            Heading("Borrower"),
+            Para("An established flexible packaging manufacturer in Hamilton with 86 employees, banking with us since 2019 and with an unused "
+                 "revolving line at the last two year-ends. Revenue grew from 11.84 million in FY2023 to 13.19 million in FY2025. Equity of "
+                 "6.70 million against total assets of 8.69 million, cash of 0.64 million and existing term debt of 0.85 million with the "
+                 "Northshore Credit Union, amortising until 2029, make for a conservative balance sheet; earnings are the weakness."),
+            Para("Receivables and inventory are in line with the activity level, working capital is positive, and the owners have run the "
+                 "business for more than twenty years. The new line would add capacity for food-grade films, where the order book is growing."),
+            Heading("Financial analysis"),
+            Para("EBITDA was 870,000, 950,000 and 810,000 in FY2023-FY2025. The one-off supplier settlement of 150,000 in note 1 is added back "
+                 "under policy 4.2, giving adjusted EBITDA of 960,000. Existing debt service is 395,000 a year; with the proposed facility, total "
+                 "annual debt service would be 833,197. Total funded debt would be 3,250,000. Margins narrowed in FY2025 because operating "
+                 "costs grew faster than revenue, even after the add-back, and the projected revenue of the new line cannot be counted."),
+        ]
+        if table is not None:
+            blocks.append(Table(*table))
+        blocks += [Heading("Policy compliance"), Para(compliance), Heading("Recommendation"), Para(recommendation),
+                   Para("Questions for the relationship manager: whether the borrower would accept a smaller facility or a longer "
+                        "amortisation, and whether the shareholders would inject equity or give a guarantee.")]
+        write_pdf(blocks, ws / "outputs" / "credit_memo.pdf", title="Credit memo - Marlow & Finch Packaging Ltd.")
+    return mutate
+
+
+BANK_DECLINE = ("Decline the request as submitted. I recommend that we offer a facility of about 2,042,915 on the same rate and term, "
+                "which would produce a DSCR of 1.25x and comply with policy, or the full amount over a longer amortisation if the asset "
+                "life supports it; an exception for the full request belongs to the Senior Credit Committee with documented mitigants.")
+BANK_STATUS_TABLE = (["Ratio", "Actual", "Policy limit", "Status"],
+                     [["DSCR", "1.15x", "min 1.25x", "FAIL"], ["Debt / EBITDA", "3.39x", "max 3.50x", "PASS"]])
+
+
 def _count_row_above(wb):
     ws = wb["Reconciliation"]
     ws["D1"], ws["E1"] = "Number of outstanding cheques", 3
@@ -262,6 +300,24 @@ VARIANTS = {
         "memo_states_ratio_compliance", False, "names Debt / EBITDA as one that fails the credit policy"),
     "credit_memo_leaves_leverage_unjudged": ("BANK-01", _reword("credit_memo.pdf", BANK_LEVERAGE, "Leverage is 3.39x"),
         "memo_states_ratio_compliance", False, "does not say that Debt / EBITDA complies with the credit policy"),
+    # The same verdicts as other analysts write them: a status table, labels with their findings, "breach" and "inside",
+    # and a counter-offer that does comply ("would produce a DSCR of 1.25x"), which is not a finding about the request.
+    "credit_memo_status_table": ("BANK-01", _bank_memo(BANK_STATUS_TABLE,
+        "The request does not comply with section 4.1: adjusted EBITDA of 960,000 over total debt service of 833,197 gives a DSCR "
+        "of 1.15x. To comply with 4.1 the loan would need to be reduced to about 2,042,915, which would bring the DSCR to 1.25x.",
+        BANK_DECLINE), "memo_states_ratio_compliance", True, "names exactly {DSCR}"),
+    "credit_memo_labels_and_findings": ("BANK-01", _bank_memo(None,
+        "DSCR: 960,000 / 833,197 = 1.15x against a policy minimum of 1.25x (section 4.1), does not comply. "
+        "Debt / EBITDA: 3,250,000 / 960,000 = 3.39x against a policy maximum of 3.50x (section 4.3), complies.",
+        BANK_DECLINE), "memo_states_ratio_compliance", True, "names exactly {DSCR}"),
+    "credit_memo_breach_and_inside": ("BANK-01", _bank_memo(None,
+        "The pro forma DSCR of 1.15x (960,000 / 833,197) is well short of the 1.25x policy minimum, a breach of section 4.1. "
+        "Total debt to EBITDA of 3.39x (3,250,000 / 960,000) remains inside the 3.50x limit of section 4.3.",
+        BANK_DECLINE), "memo_states_ratio_compliance", True, "names exactly {DSCR}"),
+    "credit_memo_status_table_says_dscr_passes": ("BANK-01", _bank_memo(
+        (BANK_STATUS_TABLE[0], [["DSCR", "1.15x", "min 1.25x", "PASS"], ["Debt / EBITDA", "3.39x", "max 3.50x", "PASS"]]),
+        "Adjusted EBITDA of 960,000 over total debt service of 833,197 gives a DSCR of 1.15x; the minimum is 1.25x.",
+        BANK_DECLINE), "memo_states_ratio_compliance", False, "says DSCR complies with the credit policy"),
     "credit_memo_never_says_dscr_fails": ("BANK-01", _rewords("credit_memo.pdf", (BANK_DSCR, "The DSCR is therefore 1.15x"),
         (BANK_BECAUSE, "I do not recommend approval of the request as structured.")),
         "memo_states_ratio_compliance", False, "does not name DSCR as one that fails the credit policy"),
@@ -422,6 +478,11 @@ BANK_PHRASINGS = {
     "Ratio | Calculation | Result | Policy | Complies\nDSCR | 960,000 / 833,197 | 1.15x | min 1.25x | No\nDebt / EBITDA | 3,250,000 / 960,000 | 3.39x | max 3.50x | Yes":
         ({"DSCR"}, {"Debt / EBITDA"}),
     "Ratio | Result | Breach?\nDSCR | 1.15x | Yes\nLeverage | 3.39x | No": ({"DSCR"}, {"Debt / EBITDA"}),
+    # No decision header: one short verdict cell per row.
+    "Ratio | Actual | Limit | Status\nDSCR | 1.15x | min 1.25x | FAIL\nDebt / EBITDA | 3.39x | max 3.50x | Within limit": ({"DSCR"}, {"Debt / EBITDA"}),
+    # A verb in the infinitive is a requirement, not a finding.
+    "To comply with 4.1 the loan would need to be reduced to about 2,042,915, which would bring the DSCR to 1.25x.": (set(), set()),
+    "The DSCR needs to reach 1.25x to meet the minimum.": (set(), set()),
 }
 SET_PHRASINGS = [("HEALTH-01", "report_names_clinics_over_target", t, want) for t, want in HEALTH_PHRASINGS.items()] + [
     ("BANK-01", "memo_states_ratio_compliance", t, want) for t, want in BANK_PHRASINGS.items()]

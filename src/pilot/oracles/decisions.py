@@ -189,8 +189,12 @@ def _split_contrasts(clause: str) -> list[str]:
 #: A line of this many words or more that ends without a stop is a wrapped line of prose: the next line continues it.
 _WRAPPED_MIN_WORDS = 6
 _TABLE_CELL = " | "
-_YES = re.compile(r"^\s*(?:yes|y|true|✓|✔|x)\s*$", re.I)
-_NO = re.compile(r"^\s*(?:no|n|false|✗|✘|-)\s*$", re.I)
+_YES = re.compile(r"^\s*(?:yes|y|true|✓|✔|✅|x)\s*$", re.I)
+_NO = re.compile(r"^\s*(?:no|n|false|✗|✘|❌|-)\s*$", re.I)
+#: A verdict cell without a decision header ("Status: FAIL"): a verb in a few words and no figure.
+_VERDICT_CELL_WORDS = 4
+#: A verb in the infinitive states a purpose or a requirement, not a finding ("to comply, the loan would need ...").
+_INFINITIVE = re.compile(r"\bto\s*$", re.I)
 
 
 def _blocks(text: str) -> list[str]:
@@ -245,18 +249,31 @@ def read_set(
     for block in _blocks(text):
         if _TABLE_CELL in block:
             cells = [c.strip() for c in block.split("|")]
-            header = [(j, m) for j, c in enumerate(cells) if topic_rx.search(c) and (m := verb_rx.search(c)) and not _mentions(c, compiled)]
+            named = [(k, key) for k, c in enumerate(cells) for _, key, _ in _mentions(c, compiled)[:1]]
+            # A header names no option; a row's own verdict cell ("Within limit") is not a header.
+            header = [] if named else [(j, m) for j, c in enumerate(cells) if topic_rx.search(c) and (m := verb_rx.search(c))]
             if header:
                 j, m = header[0]
                 column = (j, bool(m.group("p")) != bool(NEGATORS.search(cells[j][: m.start()])))
                 continue
-            named = [(k, key) for k, c in enumerate(cells) for _, key, _ in _mentions(c, compiled)[:1]]
-            if column is None or not named or column[0] >= len(cells):
+            if not named:
                 continue
-            j, polarity = column
+            if column is None:
+                # No decision header ("Status", "Result"): one short cell with a verb and no figure is the verdict.
+                verdicts = [k for k, c in enumerate(cells) if k != named[0][0] and verb_rx.search(c)
+                            and len(_WORD.findall(c)) <= _VERDICT_CELL_WORDS and not re.search(r"\d", c)]
+                if len(verdicts) != 1:
+                    continue
+                j = verdicts[0]
+            elif column[0] >= len(cells):
+                continue
+            else:
+                j, polarity = column
             cell = cells[j]
             verb = verb_rx.search(cell)
-            if _YES.match(cell):
+            if column is None:
+                inside = bool(verb.group("p")) != bool(NEGATORS.search(cell[: verb.start()]))
+            elif _YES.match(cell):
                 inside = polarity
             elif _NO.match(cell):
                 inside = not polarity
@@ -285,7 +302,7 @@ def read_set(
                     if not topics:
                         continue
                     verb = min(verbs, key=lambda v: min(abs(v.start() - s) if v.start() >= e else abs(s - v.end()) for s, e in topics))
-                    if not_a_finding.search(clause[: verb.start()]):
+                    if not_a_finding.search(clause[: verb.start()]) or _INFINITIVE.search(clause[: verb.start()]):
                         continue
                     inside = bool(verb.group("p"))
                     # "did not meet", "not above"; a negation that is itself before an option belongs to the option.
