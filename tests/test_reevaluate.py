@@ -112,12 +112,26 @@ def _exported(root: Path):
     return pd.read_csv(path, keep_default_na=True), runtable.read_runtable(path)
 
 
+def _no_verdict(study: Path) -> dict[str, int]:
+    from pilot.report.sentences import status_sentence
+    from pilot.study_cli import status_table
+
+    with Store.open(study / "analysis" / "data" / "broken") as st:
+        table = status_table(st)
+    sentence = status_sentence(table, 800.0)
+    total = int(table.loc[table["arm"] == "all", "no_verdict"].iloc[0])
+    assert ("1 of them without a verdict: their evaluation could not run" in sentence) is (total == 1), sentence
+    return dict(zip(table["arm"], table["no_verdict"].astype(int)))
+
+
 def test_an_evaluation_error_gets_the_real_verdict_once_and_the_analyses_count_it(study):
     before = _record(study, ACC)
     assert "LibreOffice could not recalculate" in before["eval_error"] and _record(study, LEGAL)["eval_error"] is None
     raw, table = _exported(study)
     assert table.attrs[runtable.EVAL_ERROR_DROPPED_ATTR] == 1 and list(table["run_id"]) == [LEGAL]
     assert raw["reevaluated_at"].isna().all()
+    # `pilot study status` counts the finished run that has no verdict, and the status sentence says so.
+    assert _no_verdict(study) == {"A3": 1, "all": 1}
 
     # --dry-run lists the run, says what it would do, and changes nothing.
     state = _state(study)
@@ -161,6 +175,8 @@ def test_an_evaluation_error_gets_the_real_verdict_once_and_the_analyses_count_i
     acc = raw.set_index("run_id").loc[ACC]
     assert bool(acc["D"]) == twin["D"] and acc["reevaluated_at"] == after["reevaluation"]["at"]
     assert raw.set_index("run_id")["reevaluated_at"].isna()[LEGAL]
+
+    assert _no_verdict(study) == {"A3": 0, "all": 0}
 
     # Run again: a run with its verdict is no longer selected; nothing changes.
     state = _state(study)

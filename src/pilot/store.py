@@ -785,7 +785,7 @@ class Store:
         return {s: int(got.get(s, 0)) for s in ("waiting", "in_flight", "done", "failed")}
 
     def status_by_arm(self) -> list[dict[str, Any]]:
-        """Per wave and arm: cells by state, failed attempts, dollars spent and reserved."""
+        """Per wave and arm: cells by state, finished runs without a verdict, failed attempts, dollars spent and reserved."""
         sql = """
         SELECT c.wave, c.arm,
                SUM(c.status = 'done') AS done, SUM(c.status = 'in_flight') AS in_flight,
@@ -802,13 +802,31 @@ class Store:
         GROUP BY c.wave, c.arm
         ORDER BY CASE c.wave WHEN 'pilot' THEN 0 WHEN 'repeat3' THEN 1 ELSE 2 END, c.arm
         """
+        no_verdict = self._no_verdict_by_arm()
         out = []
         for r in self.conn.execute(sql):
             d = dict(r)
+            d["no_verdict"] = no_verdict.get((d["wave"], d["arm"]), 0)
             d["spent_usd"] = ledger.to_usd(d.pop("spent_micro"))
             d["reserved_usd"] = ledger.to_usd(d.pop("reserved_micro"))
             out.append(d)
         return out
+
+    def _no_verdict_by_arm(self) -> dict[tuple[str, str], int]:
+        """(wave, arm) -> finished runs whose evaluation could not run (``eval_error``): done, yet no verdict."""
+        from pilot.outcomes import evaluation_error
+
+        counts: dict[tuple[str, str], int] = {}
+        sql = ("SELECT c.wave, c.arm, r.record_json FROM cells c JOIN runs r ON r.run_id = c.run_id "
+               "WHERE c.status = 'done' AND r.record_json IS NOT NULL")
+        for wave, arm, raw in self.conn.execute(sql):
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and evaluation_error(record):
+                counts[(wave, arm)] = counts.get((wave, arm), 0) + 1
+        return counts
 
     def run_costs(self, wave: str | None = None) -> list[float]:
         """Total dollars charged (agent and judges, every attempt) to each finished run."""

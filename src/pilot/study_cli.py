@@ -486,7 +486,7 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
 
 
 def status_table(store: Store) -> pd.DataFrame:
-    """Per wave and arm: runs done, in flight, waiting, failed, failed attempts, dollars spent and reserved."""
+    """Per wave and arm: runs done (of which without a verdict), in flight, waiting, failed, failed attempts, dollars spent and reserved."""
     import pandas as pd
 
     df = pd.DataFrame(store.status_by_arm())
@@ -495,7 +495,7 @@ def status_table(store: Store) -> pd.DataFrame:
     total = df.drop(columns=["wave", "arm"]).sum(numeric_only=True)
     total["wave"], total["arm"] = "all", "all"
     df = pd.concat([df, total.to_frame().T], ignore_index=True)
-    counts = ["done", "in_flight", "waiting", "failed", "failed_attempts"]
+    counts = ["done", "in_flight", "waiting", "failed", "failed_attempts", "no_verdict"]
     df[counts] = df[counts].astype(int)
     df[["spent_usd", "reserved_usd"]] = df[["spent_usd", "reserved_usd"]].astype(float).round(2)
     return df

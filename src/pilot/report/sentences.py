@@ -229,8 +229,10 @@ def status_sentence(status: pd.DataFrame, envelope_usd: float, *, prefix: str = 
         return f"{prefix}No run has been assigned yet."
     total = status[status["arm"] == "all"].iloc[0] if (status["arm"] == "all").any() else status.sum(numeric_only=True)
     assigned = int(total["done"] + total["in_flight"] + total["waiting"] + total["failed"])
+    no_verdict = int(total.get("no_verdict", 0) or 0)
+    unjudged = f" ({no_verdict} of them without a verdict: their evaluation could not run)" if no_verdict else ""
     return (
-        f"{prefix}{int(total['done'])} of {assigned} assigned runs are done and {int(total['failed'])} failed; "
+        f"{prefix}{int(total['done'])} of {assigned} assigned runs are done{unjudged} and {int(total['failed'])} failed; "
         f"{int(total['failed_attempts'])} infrastructure attempts were rerun; {usd(total['spent_usd'])} spent of the "
         f"{usd(envelope_usd)} envelope ({usd(total['reserved_usd'])} still reserved)."
     )
