@@ -447,6 +447,9 @@ HEALTH_PHRASINGS = {
     "Hillcrest should bring its median under the 20-minute target by December.": (set(), set()),
     "The next report will show whether the Hillcrest changes have brought the median wait back under 20 minutes.": (set(), set()),
     "Hillcrest also has the highest no-show rate, with many missed appointments.": (set(), set()),
+    # A label before a colon is the subject of what follows it; a sentence that merely names a clinic is not.
+    "Hillcrest: median 30 minutes, above the 20-minute target.": ({"Hillcrest"}, set()),
+    "Hillcrest had clock errors in its data. The other clinics met the 20-minute target.": (set(), set()),
     # A wrapped line continues its sentence; a Word table is read by its decision column; a PDF table's cells are not prose.
     "The median wait was 14 minutes overall. Three clinics met the\n20-minute target; Hillcrest did not, with a median wait of 30 minutes, and needs\naction.":
         ({"Hillcrest"}, set()),

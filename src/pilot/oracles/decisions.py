@@ -35,6 +35,10 @@ NEGATORS = re.compile(
     re.I,
 )
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|;\s*|:\s+|\n+")
+#: The same boundaries, kept by ``re.split`` so that a label's colon can be told from a sentence's end.
+_CLAUSE_SPLIT_KEEP = re.compile(f"({_CLAUSE_SPLIT.pattern})")
+#: A label before a colon is short ("DSCR", "Debt / EBITDA (section 4.3)").
+_LABEL_WORDS = 6
 _WORD = re.compile(r"\S+")
 
 
@@ -285,12 +289,15 @@ def read_set(
             out.clauses.append(block[:200])
             continue
         column = None
-        subject: list[tuple[int, str, int]] = []  # options named by a clause without a verb ("DSCR: 1.15x - does not comply")
-        for sentence in (c for c in _CLAUSE_SPLIT.split(block) if c and c.strip()):
+        subject: list[tuple[int, str, int]] = []  # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
+        pieces = _CLAUSE_SPLIT_KEEP.split(block)
+        for sentence, sep in zip(pieces[::2], pieces[1::2] + [""]):
+            if not sentence.strip():
+                continue
             for clause in _split_contrasts(sentence):
                 mentions = _mentions(clause, compiled)
                 verbs = [m for m in verb_rx.finditer(clause) if not any(s <= m.start() < e for s, _, e in mentions)]
-                carried, subject = (subject if verbs and not mentions else []), ([] if verbs else mentions)
+                carried, subject = (subject if verbs and not mentions else []), []
                 if carried:
                     # A label and its finding: the options of the clause before are the subject of this one.
                     clause = " ".join(key for _, key, _ in carried) + ": " + clause
@@ -321,4 +328,8 @@ def read_set(
                 for start, key, _ in mentions:
                     put(key, inside != bool(OPTION_NEGATORS.search(clause[max(0, start - 40):start])), quote)
                 out.clauses.append(quote)
+            # A short label before a colon, with no verb of its own, is the subject of the clause after the colon only.
+            mentions = _mentions(sentence, compiled)
+            if sep.startswith(":") and mentions and len(_WORD.findall(sentence)) <= _LABEL_WORDS and not verb_rx.search(sentence):
+                subject = mentions
     return out
