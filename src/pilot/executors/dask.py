@@ -113,6 +113,10 @@ class DaskExecutor:
         )
 
     def _workers(self) -> dict[str, dict[str, Any]]:
+        if self.client.status not in ("running", "newly-created"):
+            # A client that lost its scheduler cancels every future and then retries the connection; a call on it
+            # would wait for that, so the loss is reported now.
+            raise self._lost(RuntimeError(f"client {self.client.status}"))
         try:
             return self.client.scheduler_info(n_workers=-1).get("workers", {})
         except (OSError, TimeoutError) as exc:
@@ -167,9 +171,10 @@ class DaskExecutor:
         except OSError as exc:
             raise self._lost(exc) from None
         except Exception as exc:  # noqa: BLE001 - FuturesCancelledError: tell a lost scheduler from cancelled attempts
-            if "connection" in str(exc).lower() or self.client.status not in ("running", "connecting"):
+            if "connection" in str(exc).lower() or self.client.status != "running":
                 raise self._lost(RuntimeError("the client lost its connection to the scheduler")) from None
-        if self.client.status not in ("running", "connecting"):
+        if self.client.status != "running":
+            # "connecting" too: on losing its scheduler the client has already cancelled every attempt's future.
             raise self._lost(RuntimeError(f"client {self.client.status}"))
         live = set(self._workers())
         # A worker counts as lost only when it is missing from several consecutive answers of the scheduler.
@@ -191,13 +196,13 @@ class DaskExecutor:
     def close(self) -> None:
         """Cancel the attempts in flight (each ends its process tree on its worker) and let go of the cluster."""
         try:
-            if self._futures:
+            if self._futures and self.client.status == "running":
                 self.client.cancel(list(self._futures), force=True)
         except Exception:  # noqa: BLE001 - a lost scheduler cannot be told; its workers notice the released keys
             pass
         self._futures.clear()
         if self._owns_client:
             try:
-                self.client.close()
+                self.client.close(timeout=10)
             except Exception:  # noqa: BLE001
                 pass
