@@ -191,6 +191,13 @@ def evaluation_error(record: Mapping[str, Any]) -> str | None:
     return "; ".join(notes) or None
 
 
+def unevaluated_rows(rows: Iterable[Mapping[str, Any]], wave: str | None = None) -> list[Mapping[str, Any]]:
+    """The finished runs among store rows (:meth:`pilot.store.Store.finished_rows`, of ``wave`` or all) whose current
+    record has an evaluation error: done, yet no verdict."""
+    return [r for r in rows if r["status"] == "done" and r.get("record_json") and (wave is None or r["wave"] == wave)
+            and evaluation_error(json.loads(r["record_json"])) is not None]
+
+
 def run_row(
     record: Mapping[str, Any],
     *,

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pilot import backends, freeze
-from pilot.outcomes import EVAL_ERROR_NOTE, evaluation_error
+from pilot.outcomes import EVAL_ERROR_NOTE, evaluation_error, unevaluated_rows
 from pilot.store import Store, atomic_write_text, now
 
 #: The file each re-evaluation writes beside the attempt's ``evaluation.json`` (which is kept).
@@ -101,14 +101,9 @@ def _record(row: dict[str, Any]) -> dict[str, Any]:
     return json.loads(row["record_json"])
 
 
-def _unevaluated(rows: Iterable[dict[str, Any]], wave: str | None) -> list[dict[str, Any]]:
-    return [r for r in rows if r["status"] == "done" and r.get("record_json") and (wave is None or r["wave"] == wave)
-            and evaluation_error(_record(r)) is not None]
-
-
 def unevaluated(store: Store, wave: str | None = None) -> list[str]:
     """The finished runs (of ``wave``, or all) whose current record has an evaluation error, in seeded order."""
-    return [r["run_id"] for r in _unevaluated(store.finished_rows(), wave)]
+    return [r["run_id"] for r in unevaluated_rows(store.finished_rows(), wave)]
 
 
 def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None = None) -> list[Candidate]:
@@ -139,7 +134,7 @@ def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None 
             raise ReevaluationError("nothing re-evaluated: " + "; ".join(problems))
         chosen = [rows[rid] for rid in wanted]
     else:
-        chosen = _unevaluated(rows.values(), wave)
+        chosen = unevaluated_rows(rows.values(), wave)
     out = []
     for r in chosen:
         rec = _record(r)

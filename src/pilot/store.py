@@ -814,18 +814,11 @@ class Store:
 
     def _no_verdict_by_arm(self) -> dict[tuple[str, str], int]:
         """(wave, arm) -> finished runs whose evaluation could not run (``eval_error``): done, yet no verdict."""
-        from pilot.outcomes import evaluation_error
+        from pilot.outcomes import unevaluated_rows
 
         counts: dict[tuple[str, str], int] = {}
-        sql = ("SELECT c.wave, c.arm, r.record_json FROM cells c JOIN runs r ON r.run_id = c.run_id "
-               "WHERE c.status = 'done' AND r.record_json IS NOT NULL")
-        for wave, arm, raw in self.conn.execute(sql):
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and evaluation_error(record):
-                counts[(wave, arm)] = counts.get((wave, arm), 0) + 1
+        for r in unevaluated_rows(self.finished_rows()):
+            counts[(r["wave"], r["arm"])] = counts.get((r["wave"], r["arm"]), 0) + 1
         return counts
 
     def run_costs(self, wave: str | None = None) -> list[float]:

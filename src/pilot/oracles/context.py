@@ -216,27 +216,17 @@ class WorkspaceContext:
 
         return self._cached(("links", name), compute)
 
-    def lines(self, name: str):
-        def compute():
-            reason = self.guarded(name)
-            if reason:
-                return None, reason
-            return readers.document_lines(self.status(name).path)
-
-        return self._cached(("lines", name), compute)
-
-    def layout_lines(self, name: str):
-        """A document's lines with a PDF's tables read as ``a | b | c`` rows (a docx's tables always are)."""
-        if self.deliverable(name).kind != "pdf":
-            return self.lines(name)
+    def lines(self, name: str, *, layout: bool = False):
+        """A document's lines; ``layout`` reads a PDF's tables as ``a | b | c`` rows (a docx's tables always are)."""
+        layout = layout and self.deliverable(name).kind == "pdf"
 
         def compute():
             reason = self.guarded(name)
             if reason:
                 return None, reason
-            return readers.document_lines(self.status(name).path, layout=True)
+            return readers.document_lines(self.status(name).path, layout=layout)
 
-        return self._cached(("layout_lines", name), compute)
+        return self._cached(("lines", name, layout), compute)
 
     def text(self, name: str):
         kind = self.deliverable(name).kind

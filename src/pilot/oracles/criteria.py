@@ -157,14 +157,16 @@ def _recalculated_sheets(ctx: WorkspaceContext, c: Criterion):
     return _sheets(wb, c)
 
 
-def labelled_numbers(sheets, label: str, column: str | None) -> tuple[list[tuple[str, str, Decimal]], list[str]]:
-    """Every value on a line whose whole label cell is ``label``: ((cell, label text, exact number) read, problems).
+def labelled_numbers(sheets, label: str, column: str | None) -> tuple[list[tuple[str, str, Decimal]], list[str], list[str]]:
+    """Every value on a line whose whole label cell is ``label``: ((cell, label text, exact number) read, problems,
+    the problems that are numbers stored as text).
 
     A problem is a label with no value where one is expected, or a value
     that is not a number (text that reads as one is named "stored as text").
     """
     read: list[tuple[str, str, Decimal]] = []
     problems: list[str] = []
+    as_text: list[str] = []
     for ws in sheets:
         for cell in label_cells(ws, label):
             vcell, problem = _value_cell(ws, cell, column)
@@ -174,9 +176,11 @@ def labelled_numbers(sheets, label: str, column: str | None) -> tuple[list[tuple
             val, problem = _numeric(vcell)
             if val is None:
                 problems.append(f"{ws.title}!{vcell.coordinate} ({cell.value.strip()!r}) {problem}")
+                if amounts.stored_as_text(vcell.value):
+                    as_text.append(problems[-1])
                 continue
             read.append((f"{ws.title}!{vcell.coordinate}", cell.value.strip(), val))
-    return read, problems
+    return read, problems, as_text
 
 
 def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
@@ -189,12 +193,11 @@ def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     if reason:
         return False, reason
     expected, tol = exact(c.get("expected")), exact(c.get("tolerance"))
-    read, problems = labelled_numbers(sheets, c.get("label"), c.get("column"))
+    read, problems, stated = labelled_numbers(sheets, c.get("label"), c.get("column"))
     if not read:
         if problems:
             return False, f"{c.file}: label /{c.get('label')}/ found but " + "; ".join(problems[:3])
         return False, f"{c.file}: no cell labelled /{c.get('label')}/ (whole cell; after recalculation)"
-    stated = [p for p in problems if "stored as text" in p]
     if stated:
         return False, f"{c.file}: " + "; ".join(stated[:3])
 
@@ -386,7 +389,7 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
     kind = ctx.deliverable(c.file).kind
     if kind in ("docx", "pdf"):
         # A set is often stated in a table ("Complies: Yes / No"): a PDF's tables are read as rows for it.
-        lines, reason = ctx.layout_lines(c.file) if isinstance(c.get("expected"), list) else ctx.lines(c.file)
+        lines, reason = ctx.lines(c.file, layout=isinstance(c.get("expected"), list))
         if reason:
             return None, reason
         wanted = c.get("section")
@@ -518,8 +521,7 @@ def check_labelled_bounds(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     read: list[str] = []
     problems: list[str] = []
     for label in c.get("labels"):
-        found, trouble = labelled_numbers(sheets, label, c.get("column"))
-        stated = [p for p in trouble if "stored as text" in p]
+        found, trouble, stated = labelled_numbers(sheets, label, c.get("column"))
         if stated:
             problems += stated
             continue

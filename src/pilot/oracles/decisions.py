@@ -263,21 +263,20 @@ def read_set(
             if not named:
                 continue
             if column is None:
-                # No decision header ("Status", "Result"): one short cell with a verb and no figure is the verdict.
+                # No decision header ("Status", "Result"): one short cell with a verb and no figure is the verdict,
+                # read by its verb below.
                 verdicts = [k for k, c in enumerate(cells) if k != named[0][0] and verb_rx.search(c)
                             and len(_WORD.findall(c)) <= _VERDICT_CELL_WORDS and not re.search(r"\d", c)]
                 if len(verdicts) != 1:
                     continue
-                j = verdicts[0]
+                j, polarity = verdicts[0], None  # a verdict cell has a verb: it is never a bare yes or no
             elif column[0] >= len(cells):
                 continue
             else:
                 j, polarity = column
             cell = cells[j]
             verb = verb_rx.search(cell)
-            if column is None:
-                inside = bool(verb.group("p")) != bool(NEGATORS.search(cell[: verb.start()]))
-            elif _YES.match(cell):
+            if _YES.match(cell):
                 inside = polarity
             elif _NO.match(cell):
                 inside = not polarity

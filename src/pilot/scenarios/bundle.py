@@ -110,6 +110,8 @@ REQUIRED_PARAMS = {
 }
 # What a set-valued decision must state besides its place.
 SET_DECISION_PARAMS = ("topic", "property_verbs", "complement_verbs", "property", "complement")
+# What only a set-valued decision may state: the above, and how its findings are read.
+SET_DECISION_ONLY = SET_DECISION_PARAMS + ("plans", "state_all")
 # Where a decision is read, by deliverable kind: the parameters that must be given.
 DECISION_PLACE = {"docx": ("section",), "pdf": ("section",), "xlsx": ("label",), "csv": ("key", "key_value", "column")}
 # Which deliverable kinds a criterion kind applies to.
@@ -395,8 +397,8 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
             raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
-    elif any(p in raw for p in SET_DECISION_PARAMS + ("plans", "state_all")):
-        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_PARAMS + ('plans', 'state_all') if p in raw)} apply only to a set-valued decision (a list as expected)")
+    elif any(p in raw for p in SET_DECISION_ONLY):
+        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a list as expected)")
     if deliv.kind in ("docx", "pdf"):
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
             if section.lower() not in [s.lower() for s in deliv.required_sections]:
