@@ -58,15 +58,18 @@ def _kill_when(db: Path, proc: subprocess.Popen, done_at_least: int) -> tuple[di
                 running = conn.execute("SELECT COUNT(*) FROM attempts WHERE outcome = 'running'").fetchone()[0]
             finally:
                 conn.close()
-            if done >= done_at_least and running > 0:
-                kids = _children(proc.pid)
+            # An attempt is 'running' from its reservation, a moment before its worker process starts (and a moment
+            # after it ends): the kill waits for a worker to be there, so that it lands mid-attempt.
+            kids = _children(proc.pid) if done >= done_at_least and running > 0 else []
+            if kids:
                 before = _snapshot(db)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
                 return (*before, kids)
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    raise AssertionError("the scheduler never reached the kill point")
+    raise AssertionError("the scheduler never reached the kill point (enough runs done, an attempt running, "
+                         "and the local executor's worker processes its children)")
 
 
 def test_sigkill_and_resume_loses_and_repeats_nothing(tmp_path):
