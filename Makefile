@@ -49,6 +49,11 @@ $(STAMPS)/system-%:
 	@tools/ensure-system-packages.sh $*
 	@mkdir -p $(STAMPS) && touch $@
 
+# A root harness runs every worker as one of study.yml's unprivileged sandbox users; they are made once.
+$(STAMPS)/sandbox-users: $(VENV)/.installed $(STAMPS)/system-sandbox protocol/study.yml
+	$(PILOT) sandbox users --create
+	@mkdir -p $(STAMPS) && touch $@
+
 # ---------------------------------------------------------------- stages
 $(STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) src/pilot/protocol.py $(shell find protocol -type f -not -path '*/inputs/*')
 	$(PILOT) protocol validate
@@ -74,7 +79,7 @@ $(STAMPS)/agent-env: $(VENV)/.installed src/pilot/agents/worker_requirements.txt
 
 # The study: pilot wave, then the scale rule, which runs the waves it adds and
 # exports the pooled run table analysis/data/$(STUDY)/runs.csv.
-$(STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(BACKEND_DEPS) notebooks/01_pilot.py $(HARNESS_SRC)
+$(STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(BACKEND_DEPS) notebooks/01_pilot.py $(HARNESS_SRC)
 	$(PILOT) stage pilot $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p fresh $(FRESH)
 	@mkdir -p $(STAMPS) && touch $@
 
@@ -140,7 +145,7 @@ REHEARSAL_DIR ?= build/rehearsal
 REHEARSAL_STAGE_ARGS := -p tables_dir $(REHEARSAL_DIR)/tables -p figures_dir $(REHEARSAL_DIR)/figures \
   -p generated_dir $(REHEARSAL_DIR)/generated -p runs $(REHEARSAL_DIR)/runs.csv -p seed $(SEED)
 
-rehearsal: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/agent-env ## rehearse the real study against the scripted model (no key, no network); report in build/rehearsal/
+rehearsal: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/agent-env ## rehearse the real study against the scripted model (no key, no network); report in build/rehearsal/
 	rm -rf $(REHEARSAL_DIR) && mkdir -p $(REHEARSAL_DIR)
 	$(PILOT) study create $(REHEARSAL_STUDY) --fresh --scenarios $(REHEARSAL_SCENARIOS) --arms $(REHEARSAL_ARMS) --pilot-repeats 1
 	@# exit 4 (runs failed) goes on: the report lists each failed run as a finding
@@ -159,7 +164,7 @@ $(STAMPS)/agent-extra: $(VENV)/.installed
 # The test files are spread over TEST_WORKERS processes (pytest-xdist). A file stays on one
 # worker, so its module fixtures (one LibreOffice batch, a built study) are built once.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
+test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
 	PILOT_FORBID_SKIPS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "selfcheck": "pilot.oracles.cli",
     "run-one": "pilot.runner_cli",
     "worker-env": "pilot.runner_cli",
+    "sandbox": "pilot.runner_cli",
     "judge": "pilot.judges.cli",
     "view": "pilot.view.cli",
 }

@@ -111,6 +111,24 @@ STUDY_SCHEMA: dict = _obj(
                 "max_output_tokens": _posint,
             }
         ),
+        "sandbox": _obj(
+            {
+                "user_prefix": {"type": "string", "pattern": r"^[a-z][a-z0-9-]{0,20}$"},
+                "first_uid": {"type": "integer", "minimum": 1000, "maximum": 4294967000},
+                "slots": {"type": "integer", "minimum": 1, "maximum": 256},
+                "limits": _obj(
+                    {
+                        "memory_mb": {"type": "integer", "minimum": 64},
+                        "processes": {"type": "integer", "minimum": 16},
+                        "cpu_cores": _pos,
+                        "workspace_mb": {"type": "integer", "minimum": 1},
+                        "tmp_mb": {"type": "integer", "minimum": 1},
+                        "stream_line_kb": {"type": "integer", "minimum": 64},
+                        "transcript_mb": {"type": "integer", "minimum": 1},
+                    }
+                ),
+            }
+        ),
         "caps": _obj(
             {
                 "global": _obj({"usd": _pos, "wall_s": _pos}),

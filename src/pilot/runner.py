@@ -402,7 +402,9 @@ def run_attempt(
                     spent = max(spent, float(meter.metered_usd))
                 budget_left = caps.usd - spent if spent is not None else 0.0
                 wall_left = caps.wall_s - first.wall_s
-                if first.session_id is None:
+                # The harness's own id (the real CLI), never one the stream reported; a stand-in reports its own.
+                resume_id = first.assigned_session_id or first.session_id
+                if resume_id is None:
                     recovery_skipped = "the first session reported no session id"
                 elif spent is None:
                     # Without the first session's cost the remaining budget is unknown; a resume could overrun the cap.
@@ -415,7 +417,7 @@ def run_attempt(
                     recovery_skipped = f"no wall time left ({wall_left:.1f} s)"
                 else:
                     second = agent.run_session(1, budget_usd=budget_left, wall_s=wall_left, max_turns=max_turns,
-                                               resume_session_id=first.session_id, prompt=RESUME_PROMPT)
+                                               resume_session_id=resume_id, prompt=RESUME_PROMPT)
                     sessions.append(second)
                     cls2 = _metered_cap(classify(second), meter)
                     if cls2.status == INFRA_ERROR:

@@ -17,20 +17,27 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from pilot import workspace as run_files
-from pilot.agents import launch, network
+from pilot.agents import bounds, launch, network, sandbox, worker_user
 from pilot.agents.audit import StreamSummary, parse_stream
 from pilot.agents.session import SessionOutcome
 from pilot.protocol import Arm, Study
 
 KILL_GRACE_S = 5.0
+#: How much of the CLI's stderr the harness keeps per session (the rest is read and dropped).
+STDERR_KEEP_BYTES = 1024 * 1024
 
 
 class CliNotFound(RuntimeError):
@@ -74,9 +81,10 @@ def cli_version(claude_bin: Path, env: dict[str, str], timeout_s: float = 60.0) 
     return m.group(0) if m else None
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen, grace: float = KILL_GRACE_S) -> None:
     """Terminate the session's process group, then kill it after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+    steps = ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_GRACE_S)) if grace > 0 else ((signal.SIGKILL, KILL_GRACE_S),)
+    for sig, wait in steps:
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -127,6 +135,69 @@ def sweep_run_processes(prefix: Path | str) -> list[int]:
     return killed
 
 
+@dataclass
+class Confinement:
+    """Who a session runs as and what bounds it, beyond the sandbox's mounts (:mod:`pilot.agents.worker_user`, :mod:`pilot.agents.bounds`)."""
+
+    identity: worker_user.WorkerIdentity
+    limits: bounds.Limits
+    #: The worker's writable folders on the host (the disk bound counts them).
+    writable: tuple[Path, ...] = ()
+    cgroup: bounds.AttemptCgroup | None = None
+
+    def describe(self) -> dict:
+        """What holds each bound on this host (recorded in every launch record)."""
+        held = set(self.cgroup.bounds) if self.cgroup else set()
+        how = {
+            "memory": "cgroup" if "memory" in held else "not bounded (no writable cgroup on this host)",
+            "processes": "cgroup" if "processes" in held else ("RLIMIT_NPROC (dedicated uid)" if self.identity.switch
+                                                               else "RLIMIT_NPROC above the harness user's own tasks"),
+            "cpu": "cgroup" if "cpu" in held else "not bounded (no writable cgroup on this host)",
+            "disk": "RLIMIT_FSIZE per file and the harness's watcher",
+            "tmp": "tmpfs --size and the harness's watcher",
+            "stream": "the harness's reader (line and transcript bounds)",
+        }
+        return {"identity": self.identity.to_dict(), "limits": self.limits.to_dict(), "held_by": how,
+                "cgroup": self.cgroup.to_dict() if self.cgroup else None}
+
+
+def _user_tasks(uid: int) -> int:
+    n = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("Uid:"):
+                        n += int(line.split()[1]) == uid
+                        break
+            except (OSError, ValueError):
+                continue
+    return n
+
+
+def _child_setup(conf: Confinement | None, stage: "sandbox.BindStage | None", nproc: int | None) -> Callable[[], None]:
+    """What the child does before exec: join the attempt's groups, stage the binds, set limits, drop to the worker, die with the harness."""
+
+    def setup() -> None:
+        if conf is not None and conf.cgroup is not None:
+            conf.cgroup.attach_self()
+        if stage is not None:
+            stage.mount()
+        if conf is not None:
+            bounds.child_rlimits(conf.limits, nproc=False)
+            if nproc is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            conf.identity.drop_privileges()
+        # After the change of uid: the kernel clears the parent-death signal when credentials change.
+        _pdeathsig()
+
+    return setup
+
+
+class _StreamBound(Exception):
+    pass
+
+
 def run_process(
     spec: launch.LaunchSpec,
     *,
@@ -137,67 +208,167 @@ def run_process(
     version: str | None,
     resumed_from: str | None = None,
     redact: tuple[str, ...] = (),
+    confinement: Confinement | None = None,
+    assigned_session_id: str | None = None,
 ) -> SessionOutcome:
-    """Start the CLI per ``spec``, stream its output into ``transcript``, enforce the wall limit.
+    """Start the CLI per ``spec``, stream its output into ``transcript``, enforce the wall limit and the bounds.
 
-    Each line is written without the strings in ``redact`` (the run portal's
-    password in its forms), so the harness's copy never holds them, even
-    while the run is in progress; the end-of-run redaction stays as a safety net.
+    The CLI's stdin, stdout and stderr are sockets the harness holds the
+    other ends of: a socket cannot be reopened through ``/proc/<pid>/fd``, so
+    nothing in the sandbox can write into the harness's copy of the stream or
+    its stderr log by naming them. Each line is written without the strings
+    in ``redact`` (the run portal's password in its forms), so the harness's
+    copy never holds them, even while the run is in progress; the end-of-run
+    redaction stays as a safety net. A line longer than the stream bound, or
+    a transcript past its bound, ends the session at that bound
+    (``bound="stream"``); so does any other resource bound the watcher sees.
     """
     from pilot.portal.redaction import redact_bytes
 
     summary = StreamSummary()
     t0 = time.monotonic()
-    with open(stderr_path, "ab") as err:
-        try:
-            proc = subprocess.Popen(
-                spec.command,
-                cwd=spec.cwd,
-                env=spec.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                start_new_session=True,
-                preexec_fn=_pdeathsig if _linux() else None,
-            )
-        except OSError as exc:
-            return SessionOutcome(index, summary, time.monotonic() - t0, start_error=f"{type(exc).__name__}: {exc}", cli_version=version, resumed_from=resumed_from)
-        lines: list[str] = []
+    limits = confinement.limits if confinement is not None else None
+    cmd = list(spec.command)
+    stage = None
+    if confinement is not None and confinement.identity.switch and spec.sandbox_prefix:
+        cmd, stage = sandbox.stage_binds(cmd)
+    nproc = None
+    if confinement is not None and spec.sandbox_prefix and not (confinement.cgroup and "processes" in confinement.cgroup.bounds):
+        # Without a pids group the per-uid limit holds the bound: exact for a dedicated uid, else above the user's own tasks.
+        own = 0 if confinement.identity.switch else _user_tasks(confinement.identity.uid)
+        nproc = own + confinement.limits.processes
+    socks = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
+    mine = [a for a, _ in socks]
+    theirs = [b for _, b in socks]
+    bound: dict[str, str] = {}
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=spec.cwd,
+            env=spec.env,
+            stdin=theirs[0].fileno(),
+            stdout=theirs[1].fileno(),
+            stderr=theirs[2].fileno(),
+            start_new_session=True,
+            preexec_fn=_child_setup(confinement, stage, nproc) if _linux() else None,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        for sk in mine + theirs:
+            sk.close()
+        return SessionOutcome(index, summary, time.monotonic() - t0, start_error=f"{type(exc).__name__}: {exc}", cli_version=version,
+                              resumed_from=resumed_from, assigned_session_id=assigned_session_id)
+    for sk in theirs:
+        sk.close()
+    lines: list[str] = []
+    stop = threading.Event()
 
-        def pump() -> None:
-            assert proc.stdout is not None
-            with open(transcript, "ab") as out:
-                for raw in proc.stdout:
-                    if redact:
-                        raw = redact_bytes(raw, redact)
-                    out.write(raw if raw.endswith(b"\n") else raw + b"\n")
-                    out.flush()
-                    lines.append(raw.decode("utf-8", "replace"))
+    def end_at(reason: str, detail: str) -> None:
+        if reason not in bound:
+            bound.setdefault("reason", reason)
+            bound.setdefault("detail", detail)
+        stop.set()
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
+    def pump() -> None:
+        max_line = limits.line_bytes if limits else None
+        max_total = limits.transcript_bytes if limits else None
+        total = 0
+        with mine[1].makefile("rb") as src, open(transcript, "ab") as out:
+            while True:
+                raw = src.readline(max_line + 1) if max_line else src.readline()
+                if not raw:
+                    return
+                if max_line and len(raw) > max_line and not raw.endswith(b"\n"):
+                    end_at("stream", f"a stream line longer than {max_line} bytes")
+                    return
+                if max_total and total + len(raw) > max_total:
+                    end_at("stream", f"the stream passed {max_total} bytes")
+                    return
+                total += len(raw)
+                if redact:
+                    raw = redact_bytes(raw, redact)
+                out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                out.flush()
+                lines.append(raw.decode("utf-8", "replace"))
+
+    def drain_stderr() -> None:
+        # Kept in full up to a bound; past it the rest is read and dropped, so the CLI never blocks on it.
+        kept = 0
+        with mine[2].makefile("rb") as src, open(stderr_path, "ab") as err:
+            for chunk in iter(lambda: src.read1(65536), b""):
+                if kept < STDERR_KEEP_BYTES:
+                    piece = chunk[: STDERR_KEEP_BYTES - kept]
+                    err.write(piece)
+                    err.flush()
+                    kept += len(piece)
+
+    def watch() -> None:
+        if confinement is None or not spec.sandbox_prefix:
+            return
+        inside = None
+        while not stop.wait(bounds.WATCH_INTERVAL_S):
+            cg = confinement.cgroup
+            hit = cg.breach() if cg is not None else None
+            if hit:
+                end_at(hit, f"the sandbox reached its {hit} bound ({confinement.describe()['held_by'][hit]})")
+                return
+            if confinement.identity.switch and nproc is not None and _user_tasks(confinement.identity.uid) >= confinement.limits.processes:
+                end_at("processes", f"the worker ran {confinement.limits.processes} tasks")
+                return
+            used, overflow = bounds.tree_bytes(list(confinement.writable))
+            if used > confinement.limits.workspace_bytes or overflow:
+                end_at("disk", f"the workspace and scratch folders hold {used} bytes"
+                               + (" in more entries than the watcher counts" if overflow else f" (bound {confinement.limits.workspace_bytes})"))
+                return
+            inside = inside or bounds.sandbox_pid(proc.pid)
+            if inside is not None:
+                for mount in sandbox.SCRATCH_TMPFS:
+                    u = bounds.tmpfs_used_bytes(inside, mount)
+                    if u is not None and u >= confinement.limits.tmp_bytes:
+                        end_at("tmp", f"{mount} is full ({u} bytes of {confinement.limits.tmp_bytes})")
+                        return
+
+    reader = threading.Thread(target=pump, daemon=True)
+    err_reader = threading.Thread(target=drain_stderr, daemon=True)
+    watcher = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    err_reader.start()
+    watcher.start()
+    try:
+        mine[0].sendall((spec.prompt + "\n").encode("utf-8"))
+    except OSError:
+        pass
+    mine[0].close()
+    timed_out = False
+    deadline = t0 + max(wall_s, 0.0)
+    while True:
         try:
-            assert proc.stdin is not None
-            proc.stdin.write((spec.prompt + "\n").encode("utf-8"))
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        timed_out = False
-        try:
-            proc.wait(timeout=max(wall_s, 0.0))
+            proc.wait(timeout=min(0.2, max(deadline - time.monotonic(), 0.0)))
+            break
         except subprocess.TimeoutExpired:
+            pass
+        if bound:
+            _kill_tree(proc, grace=0.0)
+            break
+        if time.monotonic() >= deadline:
             timed_out = True
             _kill_tree(proc)
-        else:
-            # The CLI is gone; anything it left behind in its group goes too.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        marker = spec.env.get("CLAUDE_CONFIG_DIR")
-        if marker:
-            sweep_run_processes(marker)
-        reader.join(timeout=KILL_GRACE_S)
+            break
+    stop.set()
+    # The CLI is gone; anything it left behind in its group, its cgroup or its run goes too.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if confinement is not None and confinement.cgroup is not None:
+        confinement.cgroup.kill_all()
+    marker = spec.env.get("CLAUDE_CONFIG_DIR")
+    if marker:
+        sweep_run_processes(marker)
+    reader.join(timeout=KILL_GRACE_S)
+    err_reader.join(timeout=KILL_GRACE_S)
+    watcher.join(timeout=KILL_GRACE_S)
+    for sk in mine:
+        sk.close()
     wall = time.monotonic() - t0
     parse_stream(lines, summary, session=index)
     tail = stderr_path.read_text(encoding="utf-8", errors="replace")[-4000:] if stderr_path.exists() else ""
@@ -206,9 +377,12 @@ def run_process(
     last = tail.strip().splitlines()[-1] if tail.strip() else ""
     if spec.sandbox_prefix and not lines and proc.returncode not in (0, None) and last.startswith(("bwrap:", "pilot-sandbox:")):
         start_error = last
+    if bound and bound["reason"] == "stream" and timed_out:
+        timed_out = False
     ver = summary.cli_versions[-1] if summary.cli_versions else version
-    return SessionOutcome(index, summary, wall, exit_code=proc.returncode, start_error=start_error, timed_out=timed_out,
-                          cli_version=ver, stderr_tail=tail, resumed_from=resumed_from)
+    return SessionOutcome(index, summary, wall, exit_code=proc.returncode, start_error=start_error, timed_out=timed_out and not bound,
+                          cli_version=ver, stderr_tail=tail, resumed_from=resumed_from, assigned_session_id=assigned_session_id,
+                          bound=bound.get("reason"), bound_detail=bound.get("detail"))
 
 
 def _linux() -> bool:
@@ -225,7 +399,7 @@ class ToolSetMismatch(RuntimeError):
     """The CLI, launched as the arm says, offers another tool set than the arm's."""
 
 
-def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0) -> list[str] | None:
+def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0, confinement: Confinement | None = None) -> list[str] | None:
     """The tools the CLI offers under ``spec``, read from its init line with the API unreachable.
 
     The launch is the real one (sandbox, flags, settings) except that the
@@ -235,10 +409,14 @@ def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0) -> list[str]
     import queue
 
     env = dict(spec.env, ANTHROPIC_BASE_URL=PREFLIGHT_BASE_URL, ANTHROPIC_API_KEY="preflight-without-a-key")
+    cmd, stage = list(spec.command), None
+    if confinement is not None and confinement.identity.switch and spec.sandbox_prefix:
+        cmd, stage = sandbox.stage_binds(cmd)
     try:
-        proc = subprocess.Popen(spec.command, cwd=spec.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig if _linux() else None)
-    except OSError:
+        proc = subprocess.Popen(cmd, cwd=spec.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_child_setup(confinement, stage, None) if _linux() else None)
+    except (OSError, subprocess.SubprocessError):
         return None
     lines: queue.Queue = queue.Queue()
 
@@ -325,8 +503,17 @@ class ClaudeCodeBackend:
         self.portal_socket: tuple[Path, int] | None = None
         self.refusal_socket: Path | None = None
         self.refusal_log = self.record_dir / network.REFUSAL_LOG
+        self.lease: worker_user.SlotLease | None = None
+        self.confinement: Confinement | None = None
+        #: The session id the harness gives the first session and resumes; never one read from the stream.
+        self.session_id = str(uuid.uuid4())
         try:
             if isolation == launch.ISOLATION_REQUIRED:
+                self.lease = worker_user.acquire(study)
+                limits = bounds.Limits.from_study(study)
+                dirs = launch.AgentDirs.under(self.run_dir)
+                cgroup = bounds.AttemptCgroup.create(f"{self.lease.identity.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}", limits)
+                self.confinement = Confinement(self.lease.identity, limits, (self.workspace.resolve(), dirs.home, dirs.config), cgroup)
                 # Unix socket paths are short-lived and must stay under 108 bytes: a private folder in the system temp.
                 self._socket_dir = Path(tempfile.mkdtemp(prefix="pilot-run-"))
                 self.refusal_socket = self._socket_dir / "refusal.sock"
@@ -342,7 +529,11 @@ class ClaudeCodeBackend:
             self.notes = list(probe_spec.notes)
             self.version = cli_version(self.claude_bin, probe_spec.env)
             # The arm's tool set is the treatment: check what the CLI really offers before any inference.
-            self.tools_offered = offered_tools(self._spec(budget_usd=0.01, max_turns=1, preflight=True))
+            self._hand_over()
+            try:
+                self.tools_offered = offered_tools(self._spec(budget_usd=0.01, max_turns=1, preflight=True), confinement=self.confinement)
+            finally:
+                self._take_back()
         except BaseException:
             self.close()
             raise
@@ -353,28 +544,58 @@ class ClaudeCodeBackend:
                 f"whose tools are {sorted(arm.tools)} (bare mode: {bool(study['cli'].get('bare'))})"
             )
 
+    def _hand_over(self) -> None:
+        """Give the worker its writable folders and the sockets of its bridges for a session (a dedicated uid only)."""
+        conf = self.confinement
+        if conf is None or not conf.identity.switch:
+            return
+        uid, gid = conf.identity.uid, conf.identity.gid
+        for d in conf.writable:
+            worker_user.give_tree(d, uid, gid)
+        for sock in (self.model_endpoint.socket_path, self.refusal_socket, self.portal_socket[0] if self.portal_socket else None):
+            if sock is not None and Path(sock).exists():
+                os.chown(sock, uid, gid)
+
+    def _take_back(self) -> None:
+        """After a session: the worker's files go back to the harness's user (the harness reads and evaluates them)."""
+        conf = self.confinement
+        if conf is None or not conf.identity.switch:
+            return
+        for d in conf.writable:
+            worker_user.take_back_tree(d, conf.identity.uid)
+
     def _spec(self, *, budget_usd: float, max_turns: int | None, resume: str | None = None, preflight: bool = False) -> launch.LaunchSpec:
         # The preflight reaches no model: no bridge to the proxy, the discard port instead.
         endpoint = launch.ModelEndpoint("preflight-without-a-key", None, PREFLIGHT_BASE_URL) if preflight else self.model_endpoint
         return launch.build_launch(
             self.arm, self.study, claude_bin=self.claude_bin, workspace=self.workspace, run_dir=self.run_dir,
             budget_usd=budget_usd, max_turns=max_turns, model=self.model, resume_session_id=resume,
+            session_id=None if (resume or preflight) else self.session_id, tmp_bytes=self.confinement.limits.tmp_bytes if self.confinement else None,
             worker_env=self.worker_env, extra_env=self.extra_env, isolation=self.isolation, model_endpoint=endpoint,
             portal_socket=None if preflight else self.portal_socket, refusal_socket=None if preflight else self.refusal_socket,
         )
 
     def run_session(self, index: int, *, budget_usd: float, wall_s: float, max_turns: int | None = None,
                     resume_session_id: str | None = None, prompt: str | None = None) -> SessionOutcome:
+        """One session; a resume always continues the harness's own session id (``resume_session_id`` must be it)."""
+        if resume_session_id is not None and resume_session_id != self.session_id:
+            raise ValueError(f"resume of {resume_session_id!r}: only the harness's session {self.session_id} is ever resumed")
         spec = self._spec(budget_usd=budget_usd, max_turns=max_turns, resume=resume_session_id)
         if prompt is not None:
             spec.prompt = prompt
         launch.materialize(spec, self.run_dir)
-        record = spec.to_dict() | {"index": index, "wall_s": wall_s, "budget_usd": budget_usd}
+        record = spec.to_dict() | {"index": index, "wall_s": wall_s, "budget_usd": budget_usd, "session_id": self.session_id,
+                                   "confinement": self.confinement.describe() if self.confinement else None}
         self.launches.append(record)
         (self.record_dir / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        return run_process(spec, index=index, wall_s=wall_s, transcript=self.transcript,
-                           stderr_path=self.record_dir / f"stderr-{index}.log", version=self.version,
-                           resumed_from=resume_session_id, redact=self.redact)
+        self._hand_over()
+        try:
+            return run_process(spec, index=index, wall_s=wall_s, transcript=self.transcript,
+                               stderr_path=self.record_dir / f"stderr-{index}.log", version=self.version,
+                               resumed_from=resume_session_id, redact=self.redact, confinement=self.confinement,
+                               assigned_session_id=self.session_id)
+        finally:
+            self._take_back()
 
     def refusals(self) -> list[dict]:
         """The destinations the refusing proxy turned away during this run."""
@@ -387,6 +608,12 @@ class ClaudeCodeBackend:
         for svc in self._services:
             svc.close()
         self._services = []
+        conf = getattr(self, "confinement", None)
+        if conf is not None and conf.cgroup is not None:
+            conf.cgroup.remove()
+        lease = getattr(self, "lease", None)
+        if lease is not None:
+            lease.release()
         d = getattr(self, "_socket_dir", None)
         if d is not None:
             _shutil.rmtree(d, ignore_errors=True)

@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pilot.agents import sandbox
+from pilot.agents import sandbox, shell_scope
 from pilot.protocol import Arm, Study
 
 #: The loopback ports inside the sandbox: the model proxy's bridge and the refusing HTTP proxy.
@@ -68,8 +68,18 @@ class AgentDirs:
         root = Path(run_dir).resolve() / "agent"
         return cls(root, root / "claude-config", root / "home", root / "tmp", root / "settings.json", root / "stubs")
 
+    @property
+    def shell_wrapper(self) -> Path:
+        """The worker's shell wrapper on the host (bound read-only at :data:`pilot.agents.shell_scope.INSIDE_PATH`)."""
+        return self.root / "shell" / "bash"
+
+    @property
+    def shell_snapshots(self) -> Path:
+        """The one folder of the CLI's config the worker's shell may write (the CLI's shell snapshots)."""
+        return self.config / "shell-snapshots"
+
     def create(self) -> None:
-        for d in (self.config, self.home, self.tmp, self.stub_dir):
+        for d in (self.config, self.home, self.tmp, self.stub_dir, self.shell_snapshots):
             d.mkdir(parents=True, exist_ok=True)
 
 
@@ -98,6 +108,8 @@ class LaunchSpec:
     enforcement: str = UNISOLATED
     notes: list[str] = field(default_factory=list)
     sandbox_profile: str | None = None
+    #: The worker's shell wrapper to write (host path, text), for arms with a shell in the bubblewrap sandbox.
+    shell_wrapper: tuple[Path, str] | None = None
 
     @property
     def command(self) -> list[str]:
@@ -201,6 +213,7 @@ def cli_argv(
     settings_path: Path,
     cli: dict,
     resume_session_id: str | None = None,
+    session_id: str | None = None,
 ) -> list[str]:
     """The CLI command line; the prompt goes on stdin (``--tools`` would swallow it)."""
     argv = [
@@ -230,6 +243,9 @@ def cli_argv(
         argv += ["--permission-prompts", cli["permission_prompts"]]
     if resume_session_id:
         argv += ["--resume", resume_session_id]
+    elif session_id:
+        # The harness names the session, so what a resume continues never comes from the stream.
+        argv += ["--session-id", session_id]
     return argv
 
 
@@ -275,6 +291,8 @@ def build_launch(
     portal_socket: tuple[Path, int] | None = None,
     refusal_socket: Path | None = None,
     is_root: bool | None = None,
+    session_id: str | None = None,
+    tmp_bytes: int | None = None,
 ) -> LaunchSpec:
     """Everything needed to start the agent for one session of one run.
 
@@ -303,9 +321,11 @@ def build_launch(
         settings_path=dirs.settings,
         cli=cli,
         resume_session_id=resume_session_id,
+        session_id=session_id,
     )
     notes: list[str] = []
     plan = None
+    wrapper = None
     prefix: list[str] = []
     profile = None
     if isolation == ISOLATION_OPT_OUT:
@@ -337,10 +357,18 @@ def build_launch(
             stub_dir=dirs.stub_dir,
             bridges=bridges,
         )
+        if method == "bubblewrap" and "Bash" in arm.tools:
+            python = shell_scope.wrapper_python(worker_env)
+            if python is None:
+                raise sandbox.IsolationUnavailable("no Python interpreter for the worker's shell wrapper (/usr/bin/python3 or the worker environment's)")
+            writable = [str(Path(workspace).resolve()), str(dirs.home), str(dirs.shell_snapshots), *sandbox.SCRATCH_TMPFS, "/dev", "/proc"]
+            wrapper = (dirs.shell_wrapper, shell_scope.wrapper_text(python, writable))
+            plan = sandbox.SandboxPlan(**{**plan.__dict__, "ro_mapped": ((str(dirs.shell_wrapper), shell_scope.INSIDE_PATH),)})
         if method == "bubblewrap":
             base_url = f"http://127.0.0.1:{MODEL_PORT}" if model_endpoint.socket_path is not None else (model_endpoint.base_url or "")
             refusal = f"http://127.0.0.1:{REFUSAL_PORT}" if refusal_socket is not None else None
-            prefix = sandbox.bwrap_prefix(plan, bwrap=str(sandbox.bwrap_available() or "bwrap"), chdir=Path(workspace).resolve())
+            prefix = sandbox.bwrap_prefix(plan, bwrap=str(sandbox.bwrap_available() or "bwrap"), chdir=Path(workspace).resolve(),
+                                          tmp_bytes=tmp_bytes)
         else:
             # macOS: no namespace to bind sockets into; the profile allows only the proxy's and the portal's loopback ports.
             base_url, refusal = model_endpoint.base_url or "", None
@@ -351,6 +379,9 @@ def build_launch(
         env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
                         refusal_proxy=refusal, tmpdir="/tmp" if method == "bubblewrap" else None, extra_env=extra_env, is_root=is_root,
                         max_output_tokens=cli.get("max_output_tokens"))
+        if wrapper is not None:
+            # Every command of the CLI's Bash tool (and its shell snapshot) starts in the nested Landlock domain.
+            env["CLAUDE_CODE_SHELL"] = shell_scope.INSIDE_PATH
         enforcement = method
     return LaunchSpec(
         arm_id=arm.id,
@@ -365,6 +396,7 @@ def build_launch(
         enforcement=enforcement,
         notes=notes,
         sandbox_profile=profile,
+        shell_wrapper=wrapper,
     )
 
 
@@ -378,4 +410,9 @@ def materialize(spec: LaunchSpec, run_dir: Path) -> AgentDirs:
     sandbox.write_stubs(dirs.stub_dir, list(spec.masked_programs))
     if spec.sandbox_profile is not None:
         (dirs.root / "sandbox.sb").write_text(spec.sandbox_profile, encoding="utf-8")
+    if spec.shell_wrapper is not None:
+        path, text = spec.shell_wrapper
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o555)
     return dirs

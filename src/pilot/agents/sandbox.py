@@ -103,6 +103,8 @@ class SandboxPlan:
     stubs: tuple[tuple[str, str], ...] = ()
     bridges: tuple[Bridge, ...] = ()
     tool: str = "bwrap"
+    #: Files of the harness shown read-only at another path inside (source, inside path): the worker's shell wrapper.
+    ro_mapped: tuple[tuple[str, str], ...] = ()
 
     @property
     def masked(self) -> tuple[str, ...]:
@@ -116,6 +118,7 @@ class SandboxPlan:
             "symlinks": {dst: target for dst, target in self.symlinks},
             "absent": list(self.absent),
             "masked": {dst: src for dst, src in self.stubs},
+            "read_only_at": {dst: src for src, dst in self.ro_mapped},
             "bridges": [{"name": b.name, "socket": b.inside_socket, "port": b.port} for b in self.bridges],
             "network": "none (own network namespace); bridged sockets only",
         }
@@ -233,18 +236,33 @@ def bridge_script(bridges: tuple[Bridge, ...], socat: str = "socat") -> str:
     return "\n".join(lines)
 
 
-def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = None) -> list[str]:
+#: The namespaces and privileges of every sandbox: its own user namespace with no capability in it and no
+#: further user namespace allowed (so nothing inside can regain a capability by making one), whoever starts it.
+PRIVILEGE_FLAGS = ("--unshare-user", "--disable-userns", "--cap-drop", "ALL")
+
+#: The private tmpfs folders of a sandbox; each has a size (host RAM) from study.yml sandbox.limits.tmp_mb.
+SCRATCH_TMPFS = ("/tmp", "/var/tmp", "/run")
+
+
+def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = None, tmp_bytes: int | None = None) -> list[str]:
     """The bubblewrap command line that builds ``plan`` before running the agent.
 
     Order matters: the fresh /proc, /dev, /tmp first, then system trees,
     /etc entries and the extra read-only binds, then the read-write binds, then the empty tmpfs over absent
     trees, the stubs over masked programs (a stub may sit inside an absent
     tree) and last the remount that makes the absent trees read-only.
+    bubblewrap covers ``/proc/sys``, ``/proc/sysrq-trigger``, ``/proc/irq``
+    and ``/proc/bus`` of the fresh /proc read-only itself; with no capability
+    inside, no mount can be undone.
     """
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+    argv = [bwrap, "--die-with-parent", "--new-session", *PRIVILEGE_FLAGS, "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "pilot-sandbox"]
     # The private /tmp first: a run folder under the host's /tmp is bound over it afterwards.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for t in SCRATCH_TMPFS:
+        if tmp_bytes is not None:
+            argv += ["--size", str(int(tmp_bytes))]
+        argv += ["--tmpfs", t]
     for dst, target in plan.symlinks:
         argv += ["--symlink", target, dst]
     for p in plan.ro_binds:
@@ -253,6 +271,8 @@ def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = N
         argv += ["--bind", p, p]
     for b in plan.bridges:
         argv += ["--bind", b.host_socket, b.inside_socket]
+    for src, dst in plan.ro_mapped:
+        argv += ["--ro-bind", src, dst]
     for t in plan.absent:
         argv += ["--tmpfs", t]
     for dst, src in plan.stubs:
@@ -267,6 +287,82 @@ def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = N
     if plan.bridges:
         argv += ["/bin/sh", "-c", bridge_script(plan.bridges), "pilot-sandbox"]
     return argv
+
+
+#: Where a root harness stages the binds for a worker uid (a tmpfs in the launch's own mount namespace).
+STAGE_DIR = "/run/pilot-stage"
+_BIND_OPTS = ("--ro-bind", "--bind")
+#: How many arguments each bubblewrap option of :func:`bwrap_prefix` takes (the rest take none).
+_BWRAP_ARGS = {"--size": 1, "--tmpfs": 1, "--remount-ro": 1, "--proc": 1, "--dev": 1, "--chdir": 1, "--hostname": 1,
+               "--cap-drop": 1, "--symlink": 2, "--ro-bind": 2, "--bind": 2}
+
+_MS_RDONLY, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 4096, 16384, 1 << 18
+_CLONE_NEWNS = 0x00020000
+
+
+@dataclass(frozen=True)
+class BindStage:
+    """Every bind source of a launch re-exposed under :data:`STAGE_DIR`, for a sandbox started as a worker uid.
+
+    A worker uid may have no right to walk to a source (a checkout under
+    ``/root``, a private temporary folder). The launch's child (still root)
+    makes a mount namespace of its own, mounts a tmpfs at :data:`STAGE_DIR`
+    and bind-mounts each source there; bubblewrap, run as the worker, binds
+    from the stage. The stage exists only in that child's namespace: it goes
+    with the launch, whatever kills it, and the host's mounts never change.
+    """
+
+    entries: tuple[tuple[str, str, bool], ...]  # (source, staged path, is a folder)
+
+    def mount(self) -> None:
+        """In the child before exec, as root: a private mount namespace holding the stage."""
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def check(rc: int, what: str) -> None:
+            if rc != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"{what}: {os.strerror(err)}")
+
+        check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+        os.makedirs(STAGE_DIR, exist_ok=True)
+        check(libc.mount(b"tmpfs", STAGE_DIR.encode(), b"tmpfs", 0, b"mode=0711,size=64k"), f"tmpfs on {STAGE_DIR}")
+        for src, staged, is_dir in self.entries:
+            if is_dir:
+                os.mkdir(staged, 0o711)
+            else:
+                os.close(os.open(staged, os.O_CREAT | os.O_WRONLY, 0o600))
+            check(libc.mount(src.encode(), staged.encode(), None, _MS_BIND | _MS_REC, None), f"bind {src}")
+
+
+def stage_binds(argv: list[str]) -> tuple[list[str], BindStage]:
+    """``argv`` with every ``--ro-bind``/``--bind SRC DST`` reading its source from the stage (:class:`BindStage`).
+
+    Sources that do not exist stay as they are, so bubblewrap names them in its error.
+    """
+    out: list[str] = []
+    entries: list[tuple[str, str, bool]] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a in _BIND_OPTS and i + 2 < len(argv):
+            src, dst = argv[i + 1], argv[i + 2]
+            if os.path.exists(src):
+                staged = f"{STAGE_DIR}/{len(entries)}"
+                entries.append((src, staged, os.path.isdir(src)))
+                src = staged
+            out += [a, src, dst]
+            i += 3
+            continue
+        n = 1 + _BWRAP_ARGS.get(a, 0)
+        out.extend(argv[i:i + n])
+        i += n
+    return out, BindStage(tuple(entries))
 
 
 def _sb_quote(p: str) -> str:
@@ -346,25 +442,39 @@ def isolation_problems() -> tuple[str, ...]:
     if shutil.which("socat") is None:
         problems.append("socat is not installed (it bridges the model proxy and the portal into the sandbox): "
                         "run `tools/ensure-system-packages.sh sandbox` (or `apt-get install socat`)")
+    from pilot.agents.shell_scope import landlock_abi
+
+    if landlock_abi() < 1:
+        problems.append("the kernel offers no Landlock (Linux 5.13 or later with landlock in its lsm= list): without it the "
+                        "worker's programs could reach the CLI's memory and descriptors")
     if bwrap is not None:
         binds, links = system_layout()
-        probe = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net"]
+        probe = [bwrap, "--die-with-parent", *PRIVILEGE_FLAGS, "--unshare-pid", "--unshare-net"]
         for dst, target in links:
             probe += ["--symlink", target, dst]
         for b in binds:
             probe += ["--ro-bind", b, b]
         probe += ["--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
         try:
-            out = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+            # A root harness runs the sandbox as an unprivileged user: probe as one (nobody), not as root.
+            drop = _probe_as_nobody if os.geteuid() == 0 else None
+            out = subprocess.run(probe, capture_output=True, text=True, timeout=30, preexec_fn=drop)
         except (OSError, subprocess.TimeoutExpired) as exc:
             problems.append(f"bubblewrap does not run: {exc}")
         else:
             if out.returncode != 0:
                 problems.append(
-                    f"bubblewrap cannot create namespaces on this host ({out.stderr.strip()[-300:]}): enable unprivileged "
-                    "user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, or on Ubuntu "
-                    "`sysctl kernel.apparmor_restrict_unprivileged_userns=0`) or run as root")
+                    f"bubblewrap cannot create an unprivileged user namespace on this host ({out.stderr.strip()[-300:]}): "
+                    "the worker never keeps a capability, so user namespaces must be allowed "
+                    "(`sysctl kernel.unprivileged_userns_clone=1`, or on Ubuntu `sysctl kernel.apparmor_restrict_unprivileged_userns=0`; "
+                    "`user.max_user_namespaces` above 0)")
     return tuple(problems)
+
+
+def _probe_as_nobody() -> None:
+    os.setgroups([])
+    os.setresgid(65534, 65534, 65534)
+    os.setresuid(65534, 65534, 65534)
 
 
 def require_isolation() -> None:

@@ -8,7 +8,9 @@ Both backends (the real CLI and the simulated agent) hand the runner a
   or it ended (error, crash, or the wall limit) before any model output, or
   the API answered an error status before any model output.
 * **capped**: the session hit a cap: ``error_max_budget_usd`` (cost),
-  ``error_max_turns`` (turns), or the outer wall-clock kill (wall). The
+  ``error_max_turns`` (turns), or the outer wall-clock kill (wall), or a
+  resource bound of its sandbox (memory, processes, disk, tmp, stream;
+  :mod:`pilot.agents.bounds`). The
   deliverables are evaluated as delivered and the run is censored.
 * **agent_error**: inference began and the session then failed
   (``error_during_execution``, an API error after model output, a crash
@@ -43,6 +45,11 @@ class SessionOutcome:
     cli_version: str | None = None
     stderr_tail: str = ""
     resumed_from: str | None = None
+    #: The session id the harness gave the CLI (``--session-id``; a resume keeps it): the one resumed, never a streamed one.
+    assigned_session_id: str | None = None
+    #: A resource bound the session reached (``pilot.agents.bounds.BOUND_REASONS``) and what was seen.
+    bound: str | None = None
+    bound_detail: str | None = None
 
     @property
     def result(self) -> dict | None:
@@ -66,7 +73,10 @@ class SessionOutcome:
         return {
             "index": self.index,
             "session_id": self.session_id,
+            "assigned_session_id": self.assigned_session_id,
             "resumed_from": self.resumed_from,
+            "bound": self.bound,
+            "bound_detail": self.bound_detail,
             "exit_code": self.exit_code,
             "start_error": self.start_error,
             "timed_out": self.timed_out,
@@ -107,6 +117,9 @@ def classify(s: SessionOutcome) -> Classification:
     """The status of one session under the rules of the module docstring."""
     if s.start_error:
         return Classification(INFRA_ERROR, infra_error=f"start_failed: {s.start_error}")
+    if s.bound:
+        # The worker reached a resource bound of its sandbox: censored at that bound, deliverables as delivered.
+        return Classification(CAPPED, censor_reason=s.bound, detail=s.bound_detail or "")
     r = s.result
     sub = (r or {}).get("subtype")
     if not s.summary.model_output:

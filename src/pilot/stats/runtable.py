@@ -34,7 +34,9 @@ FAILED_STATUS = "infra_error"
 FAILED_DROPPED_ATTR = "failed_runs_dropped"
 #: How many runs whose evaluation could not run (``eval_error``) validation left out (protocol/interpretations.md).
 EVAL_ERROR_DROPPED_ATTR = "evaluation_errors_dropped"
-CENSOR_REASONS = ("cost", "wall", "turns")
+#: The design's caps, then the sandbox's resource bounds (``pilot.agents.bounds.BOUND_REASONS``; spelled here so the
+#: run table's schema imports nothing of the harness).
+CENSOR_REASONS = ("cost", "wall", "turns", "memory", "processes", "disk", "tmp", "stream")
 COMPLETION_STATUSES = ("completed", "partial", "abandoned", "missing")
 #: How a real run's access was enforced (``unisolated``: the development opt-in, refused by the analysis).
 UNISOLATED = "unisolated"
