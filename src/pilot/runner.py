@@ -272,6 +272,7 @@ def run_attempt(
     portal_starter: Callable[..., Any] | None = None,
     evaluate: bool = True,
     label_upstream: bool = False,
+    limits: Any = None,
 ) -> RunRecord:
     """Perform one attempt and write its record to ``out_dir/run_record.json``.
 
@@ -286,6 +287,8 @@ def run_attempt(
     ``unisolated`` (development only). ``label_upstream`` has the model
     proxy name the run to its upstream (``x-pilot-run-id``), for a scripted
     model server (:mod:`pilot.agents.scripted`); never for the real API.
+    ``limits`` (:class:`pilot.agents.bounds.Limits`) replaces study.yml's
+    ``sandbox.limits`` for this attempt (the bound tests use small ones).
     """
     from pilot.scenarios import load_scenario
 
@@ -366,7 +369,7 @@ def run_attempt(
             backend, arm, study, scenario, out_dir, ws_root, seed=seed, model=model, claude_bin=claude_bin,
             worker_env=worker_env, extra_env=extra_env, isolation=isolation, endpoint=endpoint,
             portal_url=getattr(portal, "url", None) if portal is not None else None,
-            redact=tuple(portal.secrets()) if portal is not None and hasattr(portal, "secrets") else (),
+            redact=tuple(portal.secrets()) if portal is not None and hasattr(portal, "secrets") else (), limits=limits,
         )
         if launch_error:
             return infra(launch_error, worker_env=worker_info, portal=portal_info,
@@ -489,7 +492,7 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
 
 
 def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, model, claude_bin, worker_env, extra_env, isolation,
-                  endpoint, portal_url, redact=()):
+                  endpoint, portal_url, redact=(), limits=None):
     """The session backend, the worker environment's record, or an infrastructure error."""
     if backend == "simulated":
         from pilot.agents.simulated import SimulatedBackend
@@ -515,7 +518,7 @@ def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, mode
     try:
         agent = claude_code.ClaudeCodeBackend(arm, study, run_dir=out_dir, workspace=ws_root, claude_bin=cli, model=model,
                                               worker_env=env_dir, extra_env=extra_env, isolation=isolation,
-                                              model_endpoint=endpoint, portal_url=portal_url, redact=redact)
+                                              model_endpoint=endpoint, portal_url=portal_url, redact=redact, limits=limits)
     except RuntimeError as exc:
         return None, worker_info, f"start_failed: {exc}"
     return agent, worker_info, None

@@ -481,6 +481,7 @@ class ClaudeCodeBackend:
         isolation: str = launch.ISOLATION_REQUIRED,
         portal_url: str | None = None,
         redact: tuple[str, ...] = (),
+        limits: bounds.Limits | None = None,
     ) -> None:
         import tempfile
         from urllib.parse import urlsplit
@@ -510,7 +511,7 @@ class ClaudeCodeBackend:
         try:
             if isolation == launch.ISOLATION_REQUIRED:
                 self.lease = worker_user.acquire(study)
-                limits = bounds.Limits.from_study(study)
+                limits = limits or bounds.Limits.from_study(study)
                 dirs = launch.AgentDirs.under(self.run_dir)
                 cgroup = bounds.AttemptCgroup.create(f"{self.lease.identity.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}", limits)
                 self.confinement = Confinement(self.lease.identity, limits, (self.workspace.resolve(), dirs.home, dirs.config), cgroup)

@@ -132,6 +132,10 @@ class LaunchSpec:
         }
 
 
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
 def deny_rules(arm: Arm) -> list[str]:
     """The CLI permission rules for the arm's denied families."""
     return [f"Bash({family}:*)" for family in arm.denied_families]
@@ -361,7 +365,12 @@ def build_launch(
             python = shell_scope.wrapper_python(worker_env)
             if python is None:
                 raise sandbox.IsolationUnavailable("no Python interpreter for the worker's shell wrapper (/usr/bin/python3 or the worker environment's)")
-            writable = [str(Path(workspace).resolve()), str(dirs.home), str(dirs.shell_snapshots), *sandbox.SCRATCH_TMPFS, "/dev", "/proc"]
+            # /run holds only the harness's sockets and this wrapper: the worker writes nothing there.
+            writable = [str(Path(workspace).resolve()), str(dirs.home), str(dirs.shell_snapshots), "/tmp", "/var/tmp", "/dev", "/proc"]
+            if any(_under(str(dirs.config), [t]) for t in ("/tmp", "/var/tmp")):
+                # A rule holds beneath its folder's mounts too: a run folder under /tmp is beneath the worker's /tmp.
+                notes.append(f"the CLI's session store {dirs.config} lies under the worker's private /tmp or /var/tmp, so the "
+                             "worker's shell can write it; a study's own folder (analysis/data) does not")
             wrapper = (dirs.shell_wrapper, shell_scope.wrapper_text(python, writable))
             plan = sandbox.SandboxPlan(**{**plan.__dict__, "ro_mapped": ((str(dirs.shell_wrapper), shell_scope.INSIDE_PATH),)})
         if method == "bubblewrap":
@@ -413,6 +422,7 @@ def materialize(spec: LaunchSpec, run_dir: Path) -> AgentDirs:
     if spec.shell_wrapper is not None:
         path, text = spec.shell_wrapper
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
         path.write_text(text, encoding="utf-8")
         path.chmod(0o555)
     return dirs

@@ -155,6 +155,7 @@ def write_stubs(directory: Path, families: list[str]) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for family in families:
         stub = directory / family
+        stub.unlink(missing_ok=True)  # read-only once written: a later launch replaces it rather than writing through
         stub.write_text(stub_text(family), encoding="utf-8")
         stub.chmod(0o555)
         out[family] = stub

@@ -136,8 +136,26 @@ def create_users(users: SandboxUsers) -> list[str]:
     return made
 
 
-def kill_user_processes(uid: int) -> list[int]:
-    """SIGKILL every process whose real uid is ``uid`` (a slot's leftovers); Linux only."""
+def kill_user_processes(uid: int, settle_s: float = 0.0) -> list[int]:
+    """SIGKILL every live process whose real uid is ``uid`` (a slot's leftovers); Linux only.
+
+    With ``settle_s`` it goes on killing until none is left or the time is up
+    (a process may fork while it is being killed); zombies are already dead.
+    """
+    import time
+
+    deadline = time.monotonic() + settle_s
+    killed = _kill_user_processes(uid)
+    while settle_s and time.monotonic() < deadline:
+        more = _kill_user_processes(uid)
+        if not more:
+            break
+        killed += [p for p in more if p not in killed]
+        time.sleep(0.05)
+    return killed
+
+
+def _kill_user_processes(uid: int) -> list[int]:
     killed = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -145,6 +163,8 @@ def kill_user_processes(uid: int) -> list[int]:
         try:
             status = (entry / "status").read_text()
         except OSError:
+            continue
+        if "\nState:\tZ" in status or "\nState:\tX" in status:
             continue
         for line in status.splitlines():
             if line.startswith("Uid:"):
@@ -168,7 +188,7 @@ class SlotLease:
     def release(self) -> None:
         if self._fd is not None:
             if self.identity.switch:
-                kill_user_processes(self.identity.uid)
+                kill_user_processes(self.identity.uid, settle_s=5.0)
             os.close(self._fd)
             self._fd = None
 
