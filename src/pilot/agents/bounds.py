@@ -298,12 +298,17 @@ def sandbox_pid(outer_pid: int) -> int | None:
     return None
 
 
-def tmpfs_used_bytes(pid: int, mount: str) -> int | None:
+#: A tmpfs with less than this left is full (a writer stops at its last whole page).
+TMPFS_FULL_SLACK_BYTES = 256 * 1024
+
+
+def tmpfs_usage(pid: int, mount: str) -> tuple[int, int] | None:
+    """Bytes used and bytes left on a tmpfs of the sandbox, read through a sandboxed process's root."""
     try:
         st = os.statvfs(f"/proc/{pid}/root{mount}")
     except OSError:
         return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 @dataclass

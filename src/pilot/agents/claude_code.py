@@ -322,9 +322,9 @@ def run_process(
             inside = inside or bounds.sandbox_pid(proc.pid)
             if inside is not None:
                 for mount in sandbox.SCRATCH_TMPFS:
-                    u = bounds.tmpfs_used_bytes(inside, mount)
-                    if u is not None and u >= confinement.limits.tmp_bytes:
-                        end_at("tmp", f"{mount} is full ({u} bytes of {confinement.limits.tmp_bytes})")
+                    usage = bounds.tmpfs_usage(inside, mount)
+                    if usage is not None and usage[1] < bounds.TMPFS_FULL_SLACK_BYTES:
+                        end_at("tmp", f"{mount} is full ({usage[0]} bytes of {confinement.limits.tmp_bytes})")
                         return
 
     reader = threading.Thread(target=pump, daemon=True)
