@@ -96,6 +96,9 @@ class StreamSummary:
     model_output: bool = False
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_results: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    #: Results whose content holds non-text blocks, flattened as the proxy's exchange record flattens them
+    #: (:func:`flatten_content`); ``tool_results`` keeps the audit's own reading, where such a block is empty.
+    tool_result_flat: dict[str, str] = field(default_factory=dict)
     permission_denied: list[dict] = field(default_factory=list)
     events: int = 0
     unparsed_lines: int = 0
@@ -115,9 +118,10 @@ class StreamSummary:
 
     @property
     def denied_ids(self) -> set[str]:
-        ids = {d.get("tool_use_id", "") for d in self.permission_denied}
+        ids = {str(d.get("tool_use_id", "")) for d in self.permission_denied if isinstance(d, dict)}
         for r in self.results:
-            ids |= {d.get("tool_use_id", "") for d in r.get("permission_denials") or []}
+            denials = r.get("permission_denials")
+            ids |= {str(d.get("tool_use_id", "")) for d in denials if isinstance(d, dict)} if isinstance(denials, list) else set()
         return ids - {""}
 
 
@@ -128,8 +132,20 @@ def _is_model_output(msg: dict, event: dict) -> bool:
     return True
 
 
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def parse_stream(lines: Iterable[str], summary: StreamSummary | None = None, session: int = 0) -> StreamSummary:
-    """Parse stream-json lines (non-JSON lines are counted and skipped)."""
+    """Parse stream-json lines (non-JSON lines are counted and skipped).
+
+    The worker can write into the CLI's stdout, so a line may be any JSON at
+    all: fields of the wrong shape are read as empty rather than trusted.
+    """
     s = summary if summary is not None else StreamSummary()
     for raw in lines:
         raw = raw.strip()
@@ -137,7 +153,8 @@ def parse_stream(lines: Iterable[str], summary: StreamSummary | None = None, ses
             continue
         try:
             ev = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
+            # RecursionError: nesting deeper than the decoder goes, which no CLI event has.
             s.unparsed_lines += 1
             continue
         if not isinstance(ev, dict):
@@ -152,23 +169,25 @@ def parse_stream(lines: Iterable[str], summary: StreamSummary | None = None, ses
                 s.cli_versions.append(str(ev["claude_code_version"]))
             if ev.get("model"):
                 s.models.append(ev["model"])
-            s.tools_available.append(list(ev.get("tools") or []))
+            s.tools_available.append(list(_list(ev.get("tools"))))
         elif kind == "system" and sub == "permission_denied":
             s.permission_denied.append(ev)
         elif kind == "assistant":
-            msg = ev.get("message") or {}
+            msg = _dict(ev.get("message"))
             if _is_model_output(msg, ev):
                 s.model_output = True
                 s.assistant_message_ids.append(str(msg.get("id") or f"anon-{s.events}"))
-            for block in msg.get("content") or []:
+            for block in _list(msg.get("content")):
                 if isinstance(block, dict) and block.get("type") == "tool_use":
-                    s.tool_calls.append(ToolCall(str(block.get("id", "")), str(block.get("name", "")), dict(block.get("input") or {}), session))
+                    s.tool_calls.append(ToolCall(str(block.get("id", "")), str(block.get("name", "")), dict(_dict(block.get("input"))), session))
         elif kind == "user":
-            msg = ev.get("message") or {}
-            content = msg.get("content")
-            for block in content if isinstance(content, list) else []:
+            msg = _dict(ev.get("message"))
+            for block in _list(msg.get("content")):
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    s.tool_results[str(block.get("tool_use_id", ""))] = (bool(block.get("is_error")), _text(block.get("content")))
+                    tid, content = str(block.get("tool_use_id", "")), block.get("content")
+                    s.tool_results[tid] = (bool(block.get("is_error")), _text(content))
+                    if any(isinstance(b, dict) and b.get("type") != "text" for b in _list(content)):
+                        s.tool_result_flat[tid] = flatten_content(content)
         elif kind == "result":
             s.results.append(ev)
     return s
@@ -180,6 +199,20 @@ def _text(content: object) -> str:
     if isinstance(content, list):
         return "\n".join(str(b.get("text", "")) if isinstance(b, dict) else str(b) for b in content)
     return "" if content is None else str(content)
+
+
+def flatten_content(content: object) -> str:
+    """A tool result's content as one text, the exchange record's way: text blocks' texts joined by
+    newlines, every other block as its type in brackets (``[image]``)."""
+    if isinstance(content, list):
+        parts = []
+        for b in content:
+            if isinstance(b, dict):
+                parts.append(str(b.get("text", "")) if b.get("type") == "text" else f"[{b.get('type') or 'block'}]")
+            else:
+                parts.append(str(b))
+        return "\n".join(parts)
+    return _text(content)
 
 
 def read_transcript(path) -> StreamSummary:
@@ -476,7 +509,7 @@ def network_hits(call: ToolCall, already_denied: Iterable[str] = ()) -> list[Hit
         hits += [Hit("network", f"{h.via}: {h.family}") for h in scan_shell(text, programs)]
     elif call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"}:
         text = "\n".join(str(call.input.get(k, "")) for k in ("content", "new_string", "new_source"))
-        text += "\n".join(str(e.get("new_string", "")) for e in call.input.get("edits") or [] if isinstance(e, dict))
+        text += "\n".join(str(e.get("new_string", "")) for e in _list(call.input.get("edits")) if isinstance(e, dict))
     else:
         return hits
     m = _NETWORK_CODE.search(text)
@@ -529,8 +562,9 @@ def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools:
         elif call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"}:
             target = str(call.input.get("file_path", call.input.get("notebook_path", "")))
             body = str(call.input.get("content", "")) + "\n" + str(call.input.get("new_string", "")) + "\n" + str(call.input.get("new_source", ""))
-            for e in call.input.get("edits") or []:
-                body += "\n" + str(e.get("new_string", ""))
+            for e in _list(call.input.get("edits")):
+                if isinstance(e, dict):
+                    body += "\n" + str(e.get("new_string", ""))
             first = body.lstrip().splitlines()[0] if body.strip() else ""
             if target.endswith((".sh", ".bash", ".zsh", ".command")) or (first.startswith("#!") and re.search(r"\b(ba|z|da)?sh\b", first)):
                 hits = [Hit(h.family, "script (shell)") for h in scan_shell(body, fams, "script")]
