@@ -53,7 +53,8 @@ class FakePortal:
             raise RuntimeError("health check timed out")
         return self
 
-    url = "http://127.0.0.1:9"
+    # Nothing answers there; a port above 1023, as every real portal has (the unprivileged sandbox binds no lower one).
+    url = "http://127.0.0.1:59123"
 
     def write_credentials(self, workspace):
         p = Path(workspace) / "portal_credentials.json"
@@ -259,7 +260,7 @@ def test_recovery_resume_cost_is_attributed_once(tmp_path, gold_steps, worker_en
               "sessions": [{"steps": first, "end": "error_during_execution"}, {"steps": second, "end": "success"}]}
     rec = attempt(tmp_path, "A4", script, worker_env=worker_env)
     spent_first, spent_second = 0.1 * len(first), 0.1 * (len(second) + 1)
-    assert rec.selfcheck_first is False and rec.recovery_used is True and rec.selfcheck_final is True
+    assert rec.selfcheck_first is False and rec.recovery_used is True and rec.selfcheck_final is True, rec.recovery_skipped
     assert rec.status == "completed"
     assert rec.cost_usd == pytest.approx(spent_first + spent_second)
     assert rec.recovery_cost_usd == pytest.approx(spent_second)
@@ -335,7 +336,7 @@ def test_bare_mode_forced_on_is_refused_before_any_inference(tmp_path, worker_en
 
 def test_no_resume_when_the_first_sessions_spend_is_unknown(tmp_path, worker_env):
     rec = attempt(tmp_path, "A4", {"sessions": [{"steps": [{"text": "working"}], "end": "crash"}, {"steps": []}]}, worker_env=worker_env)
-    assert rec.status == "agent_error" and rec.selfcheck_first is False
+    assert rec.status == "agent_error" and rec.selfcheck_first is False, (rec.infra_error, rec.notes)
     assert rec.recovery_used is False and "cost is unknown" in rec.recovery_skipped
     assert rec.cost_usd is None and not rec.cost_complete
     assert len(invocations(tmp_path)) == 1

@@ -41,13 +41,13 @@ import platform
 import time
 from contextlib import ExitStack
 from decimal import Decimal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from pilot import backends, paths, protocol
-from pilot.agents import audit
+from pilot.agents import audit, witness
 from pilot.agents.session import (
     AGENT_ERROR,
     CAPPED,
@@ -378,6 +378,8 @@ def run_attempt(
             stack.callback(agent.close)
 
         sessions: list[SessionOutcome] = []
+        # The proxy's next sequence number before each session: which of its exchanges belong to which session.
+        session_bounds = [int(getattr(meter, "_seq", 0)) + 1]
         first = agent.run_session(0, budget_usd=caps.usd, wall_s=caps.wall_s, max_turns=max_turns)
         sessions.append(first)
         cls1 = _metered_cap(classify(first), meter)
@@ -419,6 +421,7 @@ def run_attempt(
                 elif wall_left < MIN_RESUME_WALL_S:
                     recovery_skipped = f"no wall time left ({wall_left:.1f} s)"
                 else:
+                    session_bounds.append(int(getattr(meter, "_seq", 0)) + 1)
                     second = agent.run_session(1, budget_usd=budget_left, wall_s=wall_left, max_turns=max_turns,
                                                resume_session_id=resume_id, prompt=RESUME_PROMPT)
                     sessions.append(second)
@@ -437,7 +440,7 @@ def run_attempt(
         rec = _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
                       selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
                       recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate,
-                      meter=meter)
+                      meter=meter, session_bounds=session_bounds)
         if portal_end is not None:
             rec = _record_portal_end(rec, portal_end, portal, out_dir)
         return rec
@@ -536,18 +539,51 @@ def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> Ru
     return RunRecord(**base, **fields)
 
 
+def _proxy_record(meter: Any) -> tuple[list[dict], bool] | None:
+    """The proxy's exchanges of this run and whether the record was cut short (a torn last line), or None without one."""
+    path = getattr(meter, "exchanges_path", None)
+    if path is None or not Path(path).is_file():
+        return None
+    rows, torn = [], False
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                torn = True
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows, torn
+
+
 def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classification, agent, notes, t_start, *,
             selfcheck_first, selfcheck_final, recovery_used, recovery_skipped, worker_info, portal_info, evaluate,
-            meter=None) -> RunRecord:
+            meter=None, session_bounds=None) -> RunRecord:
     from pilot.workspace import transcript_path
 
-    # Only the harness's own copy of the stream counts: the sandbox never sees that file.
-    summary = audit.read_transcript(transcript_path(out_dir))
+    # The harness's own copy of the stream; where the model proxy kept its record of the exchanges, that record is
+    # the run's (what the model said, which tools it called, what came back) and the stream is a second witness.
+    stream = audit.read_transcript(transcript_path(out_dir))
+    record = _proxy_record(meter)
+    summary = stream if record is None else witness.proxy_summary(record[0], session_bounds=session_bounds)
     enforcement = getattr(agent, "enforcement", "")
     refusals = agent.refusals() if hasattr(agent, "refusals") else []
-    deviations = [d.to_dict() for d in audit.audit(summary, arm.denied_families, arm.tools, network_allowed=bool(arm.feature("portal")),
-                                                     isolated=enforcement not in ("", "unisolated"), refusals=refusals)]
+    devs = audit.audit(summary, arm.denied_families, arm.tools, network_allowed=bool(arm.feature("portal")),
+                       isolated=enforcement not in ("", "unisolated"), refusals=refusals)
+    tampering: list = []
+    if record is not None:
+        tampering = witness.compare(record[0], [s.summary for s in sessions],
+                                    assigned_session_ids=[s.assigned_session_id or "" for s in sessions],
+                                    metered_usd=Decimal(meter.metered_usd), truncated=record[1], session_bounds=session_bounds,
+                                    killed_sessions=sum(bool(s.timed_out or s.bound) for s in sessions),
+                                    redact=tuple(getattr(agent, "redact", ())), notes=notes)
+        devs += witness.tampering_deviations(tampering)
+    deviations = [d.to_dict() for d in devs]
     cost = combined_cost(sessions)
+    if any(t.kind == witness.FORGED_RESULT for t in tampering):
+        # The client's figure cannot be believed: the run costs what the proxy metered.
+        cost = replace(cost, total_usd=float(meter.metered_usd), complete=True, method="metered (the client's result was forged)")
     record, valid = read_completion_record(ws.completion_record)
     status = final_cls.status
     wall = sum(s.wall_s for s in sessions)

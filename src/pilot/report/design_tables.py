@@ -28,8 +28,12 @@ _FEATURE_TEXT = {
 
 # What holds for every arm: said once in the arms table's caption, not in every row.
 SHARED_ENFORCEMENT = ("every arm runs in an allow-listed sandbox (bubblewrap; \\texttt{sandbox-exec} on macOS): only the "
-                      "workspace is writable, and no checkout, other run or host \\texttt{/tmp} exists in it; every attempt "
-                      "at something denied is audited as a deviation")
+                      "workspace is writable, and no checkout, other run or host \\texttt{/tmp} exists in it; the worker runs "
+                      "as an unprivileged user of its own in its own user namespace with no capability, so no mount or mask "
+                      "can be undone, and its programs cannot reach the agent client's process (a nested Landlock domain); "
+                      "memory, processes, disk and \\texttt{/tmp} are bounded per attempt; what the model said and which tools "
+                      "it called are recorded by the harness's model proxy, with the client's stream as a second witness; every "
+                      "attempt at something denied is audited as a deviation")
 
 
 def enforcement_text(arm: Arm) -> str:
