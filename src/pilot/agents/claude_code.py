@@ -354,6 +354,11 @@ def run_process(
             _kill_tree(proc)
             break
     stop.set()
+    if not bound and confinement is not None and confinement.cgroup is not None:
+        # A bound can end the CLI itself before the watcher's next look (a fork refused to the client): look once more.
+        hit = confinement.cgroup.breach()
+        if hit:
+            bound.update(reason=hit, detail=f"the sandbox reached its {hit} bound ({confinement.describe()['held_by'][hit]})")
     # The CLI is gone; anything it left behind in its group, its cgroup or its run goes too.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
