@@ -14,6 +14,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -562,7 +563,18 @@ def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_pa
     cli_tokens = result["modelUsage"][MODEL]
     assert cli_tokens["inputTokens"] == sum(r["input_tokens"] for r in used)
     assert cli_tokens["cacheReadInputTokens"] == sum(r["cache_read_input_tokens"] for r in used)
-    assert seen_keys == {REAL_KEY} and meter.refusals == []
+    assert seen_keys == {REAL_KEY} and meter.refusals == [] and meter.refusal_counts == {}
+    # The exchange record holds what the scripted model said and the tool result the CLI sent back.
+    from pilot.agents.model_proxy import read_exchanges
+
+    exchanges = read_exchanges(meter.exchanges_path)
+    assert [x["seq"] for x in exchanges] == [r["seq"] for r in used] and all(x["complete"] and x["status"] == 200 for x in exchanges)
+    assert exchanges[0]["response_content"] == [{"type": "tool_use", "id": "toolu_01", "name": "Write",
+                                                 "input": {"file_path": str(tmp_path / "note.md"), "content": "# Note\n"}}]
+    assert exchanges[0]["stop_reason"] == "tool_use" and exchanges[-1]["response_content"] == [{"type": "text", "text": "Done."}]
+    (result_row,) = exchanges[1]["request_tool_results"]
+    assert result_row["tool_use_id"] == "toolu_01" and result_row["is_error"] is False and "note.md" in result_row["text"]
+    assert exchanges[1]["request_messages"] == exchanges[0]["request_messages"] + 2
 
 
 @pytest.mark.slow
@@ -610,3 +622,606 @@ def test_the_run_is_named_upstream_only_when_asked(prices, tmp_path, upstream):
     from pilot.agents.model_proxy import run_id_from_header
 
     assert run_id_from_header(seen[1]) == "/runs/LEGAL-01 A1/attempt-1"
+
+
+# ----------------------------------------------------------------- decisions on the parsed body
+
+# Each case: the body exactly as sent, the bytes the proxy forwards (the parsed body written compactly, so an
+# escaped key is 5 bytes shorter: "t\u0074l" is 8 characters, "ttl" 3), and the worst case by hand from
+# protocol/prices.yml for claude-opus-5-5: (forwarded bytes + 4,096 framing tokens) at the dearest input rate
+# (1-hour cache write 8.00, or 5-minute write 5.00) + max_tokens 100 at 20.00, per million.
+_CACHE_CASES = [
+    ("escaped ttl in system", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","t\\u0074l":"1h"}}]}',
+     174, Decimal("0.03616")),  # (174 + 4096) x 8 + 2000 = 36160
+    ("escaped ttl in a tool result", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},'
+     '{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},{"role":"user","content":'
+     '[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral",'
+     '"t\\u0074l":"1h"}}]}]}]}',
+     333, Decimal("0.037432")),  # (333 + 4096) x 8 + 2000 = 37432
+    ("ttl in tools", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+     '"tools":[{"name":"Read","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral","ttl":"1h"}}]}',
+     195, Decimal("0.036328")),  # (195 + 4096) x 8 + 2000 = 36328
+    ("unknown cache_control key", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","scope":"global"}}]}',
+     180, Decimal("0.036208")),  # (180 + 4096) x 8 + 2000 = 36208
+    ("unknown ttl value", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"24h"}}]}',
+     175, Decimal("0.036168")),  # (175 + 4096) x 8 + 2000 = 36168
+    ("plain ephemeral", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}]}',
+     163, Decimal("0.023295")),  # (163 + 4096) x 5 + 2000 = 23295
+    ("explicit 5m", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"5m"}}]}',
+     174, Decimal("0.02335")),  # (174 + 4096) x 5 + 2000 = 23350
+]
+
+
+@pytest.mark.parametrize("label, raw, forwarded_bytes, worst", _CACHE_CASES, ids=[c[0] for c in _CACHE_CASES])
+def test_the_cache_lifetime_is_read_on_the_parsed_body(prices, tmp_path, label, raw, forwarded_bytes, worst):
+    """The finding: '"t\\u0074l"' passed a byte search, was reserved at the 5-minute rate and billed at the 1-hour one."""
+    assert MODEL == "claude-opus-5-5"
+    usage = {"input_tokens": 2000, "output_tokens": 300, "cache_creation_input_tokens": 1500,
+             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 1500}}
+    with FakeMessagesAPI(MODEL, [], usage=usage) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-cache", Decimal("4.00"), MODEL)
+        assert _post(meter.base_url, "/v1/messages", raw.encode(), meter.token)[0] == 200
+        row = meter.requests[-1]
+        assert int(api.headers[-1]["content-length"]) == forwarded_bytes
+        assert row["input_bound_tokens"] == forwarded_bytes + 4096
+        assert Decimal(row["worst_case_usd"]) == worst
+        # Billed from the reported usage: 2000 x 4 + 300 x 20 + 1500 written for one hour x 8 = 26000 per million,
+        # within the reservation whenever the request may ask for one hour.
+        assert row["cost_usd"] == "0.026" and row["one_hour_cache"] is (worst > Decimal("0.03"))
+        assert not row["one_hour_cache"] or Decimal(row["cost_usd"]) <= worst
+        assert api.requests[-1] == json.loads(raw)  # the same value, spelled plainly
+
+
+def test_the_forwarded_body_is_the_checked_one(proxy, upstream):
+    """A duplicate key means the last one here; the upstream is sent that body only, so it cannot read the other."""
+    meter = proxy.open_run("r-dup", Decimal("4.00"), MODEL)
+    raw = ('{"model":"claude-fable-5-1","model":"%s","max_tokens":100,"messages":[{"role":"user","content":"h\\u0069"}]}' % MODEL).encode()
+    assert _post(meter.base_url, "/v1/messages", raw, meter.token)[0] == 200
+    forwarded = {"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    assert upstream.requests[-1] == forwarded
+    assert int(upstream.headers[-1]["content-length"]) == len(json.dumps(forwarded, separators=(",", ":")))
+    for bad in (b'{"model":"%s","max_tokens":NaN,"messages":[]}' % MODEL.encode(), b"[1]", b"\xff\xfe{", b"[" * 100_000):
+        status, _, data = _post(meter.base_url, "/v1/messages", bad, meter.token)
+        assert status == 400 and json.loads(data)["error"]["type"] == "invalid_request_error"
+    assert len(upstream.requests) == 1 and meter.refusal_counts == {"invalid_json": 4}
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+_NAMES = st.sampled_from(["text", "image", "document", "tool_result", "tool_use", "url", "file", "base64", "content", "user",
+                          "ephemeral", "1h", "5m"])
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _NAMES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["type", "source", "content", "text", "cache_control", "ttl", "is_error", "x"]), inner, max_size=3),
+    max_leaves=12)
+# Content blocks of any shape: a type (a name, or any value), maybe a source, nested content and a cache_control.
+_BLOCK = st.deferred(lambda: st.fixed_dictionaries(
+    {"type": _NAMES | _JSON},
+    optional={"source": st.fixed_dictionaries({"type": _NAMES | _JSON}, optional={"content": st.lists(_BLOCK, max_size=2)}) | _JSON,
+              "content": st.lists(_BLOCK, max_size=2) | _JSON, "cache_control": _JSON}))
+_MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": st.lists(_BLOCK, max_size=3) | _JSON})
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(messages=st.lists(_MESSAGE | _JSON, max_size=3), system=st.lists(_BLOCK, max_size=2) | _JSON,
+       tools=st.lists(st.fixed_dictionaries({"name": _NAMES}, optional={"type": _JSON, "cache_control": _JSON}), max_size=2) | _JSON,
+       count=st.booleans())
+def test_any_json_is_either_checked_or_refused_cleanly(prices, messages, system, tools, count):
+    """Whatever shape the body has, the check answers (facts or a refusal naming a field), never an exception."""
+    from pilot.agents.model_proxy import RequestFacts, RequestRefused, check_request, request_record, serialise_body
+
+    body = {"model": MODEL, "messages": messages, "system": system, "tools": tools, **({} if count else {"max_tokens": 10})}
+    try:
+        facts = check_request(body, count_tokens=count, models=frozenset({MODEL}), prices=prices)
+    except RequestRefused as refused:
+        assert refused.key in {"invalid_request", "block_not_allowed", "url_source", "file_source", "source_not_allowed",
+                               "server_tool"} and refused.status == 400 and refused.message
+    else:
+        assert isinstance(facts, RequestFacts) and json.loads(serialise_body(body)) == body
+    record = request_record(body)
+    assert isinstance(record["request_tool_results"], list) and record["request_messages"] == len(messages)
+
+
+_IMAGE_URL = {"type": "image", "source": {"type": "url", "url": "https://example.org/a.png"}}
+_DOCUMENT_URL = {"type": "document", "source": {"type": "url", "url": "https://example.org/a.pdf"}}
+_IMAGE_FILE = {"type": "image", "source": {"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}}
+_DOCUMENT_FILE = {"type": "document", "source": {"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}}
+_SOURCE_CASES = [
+    ("image url", [_IMAGE_URL], "url_source", "messages.0.content.0.source"),
+    ("document url", [_DOCUMENT_URL], "url_source", "messages.0.content.0.source"),
+    ("image file", [_IMAGE_FILE], "file_source", "messages.0.content.0.source"),
+    ("document file", [_DOCUMENT_FILE], "file_source", "messages.0.content.0.source"),
+    ("image url in a tool result", [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "x"}, _IMAGE_URL]}],
+     "url_source", "messages.0.content.0.content.1.source"),
+    ("image url in a document's content", [{"type": "document", "source": {"type": "content", "content": [_IMAGE_URL]}}],
+     "url_source", "messages.0.content.0.source.content.0.source"),
+    ("a container upload", [{"type": "container_upload", "file_id": "file_01"}], "block_not_allowed", "messages.0.content.0.type"),
+    ("a server tool's result", [{"type": "web_fetch_tool_result", "tool_use_id": "s1", "content": {}}], "block_not_allowed",
+     "messages.0.content.0.type"),
+]
+
+
+@pytest.mark.parametrize("route", ["/v1/messages", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize("label, content, key, where", _SOURCE_CASES, ids=[c[0] for c in _SOURCE_CASES])
+def test_url_and_file_sources_are_refused(proxy, upstream, route, label, content, key, where):
+    meter = proxy.open_run("r-src", Decimal("4.00"), MODEL)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": content}]}
+    if route == "/v1/messages":
+        body["max_tokens"] = 100
+    status, headers, data = _post(meter.base_url, route, body, meter.token)
+    message = json.loads(data)["error"]["message"]
+    assert status == 400 and headers["x-should-retry"] == "false" and message.startswith(where + ":")
+    assert upstream.requests == [] and upstream.counted == []
+    assert meter.refusal_counts == {key: 1} and meter.refusals[0]["reason_key"] == key and meter.refusals[0]["reason"] == message
+
+
+def test_inline_sources_are_forwarded(proxy, upstream):
+    meter = proxy.open_run("r-inline", Decimal("4.00"), MODEL)
+    content = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+               {"type": "text", "text": "what is this?"}]
+    assert _post(meter.base_url, "/v1/messages", {**_request(), "messages": [{"role": "user", "content": content}]}, meter.token)[0] == 200
+    assert upstream.requests[-1]["messages"][0]["content"] == content
+    assert meter.requests[-1]["input_bound_tokens"] == int(upstream.headers[-1]["content-length"]) + 4096 + 5000
+
+
+@pytest.mark.parametrize("extra, key, says", [
+    ({"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]}, "field_not_allowed",
+     "request fields ['mcp_servers'] are not available on count_tokens"),
+    ({"container": "container_01"}, "field_not_allowed", "request fields ['container'] are not available on count_tokens"),
+    ({"max_tokens": 100}, "field_not_allowed", "request fields ['max_tokens'] are not available on count_tokens"),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server_tool", "server tools ['web_search_20250305']"),
+    ({"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}, "server_tool", "server tools ['code_execution_20250825']"),
+    ({"model": "claude-sonnet-5-5"}, "model_not_allowed", "model 'claude-sonnet-5-5' is not available to this run"),
+    ({"model": "claude-unpriced-1"}, "model_not_priced", "model 'claude-unpriced-1' has no pinned price"),
+    ({"system": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}]}, "block_not_allowed",
+     "system.0.type: content blocks of type 'image' are not available"),
+])
+def test_count_tokens_takes_only_the_runs_own_plain_requests(proxy, upstream, extra, key, says):
+    meter = proxy.open_run("r-count-allow", Decimal("4.00"), MODEL)
+    status, headers, data = _post(meter.base_url, "/v1/messages/count_tokens", {"model": MODEL, "messages": [], **extra}, meter.token)
+    assert status == 400 and headers["x-should-retry"] == "false" and says in json.loads(data)["error"]["message"]
+    assert upstream.counted == [] and meter.refusal_counts == {key: 1}
+
+
+def test_count_tokens_is_rate_limited_per_run(prices, tmp_path, upstream):
+    """20 at once, then one a second (a clock of the test's own: no sleeping)."""
+    import pilot.agents.model_proxy as mp
+
+    assert (mp.COUNT_TOKENS_BURST, mp.COUNT_TOKENS_PER_MINUTE) == (20, 60)
+    now = [1000.0]
+    with MeteringProxy(upstream.url, REAL_KEY, prices, tmp_path, clock=lambda: now[0]) as proxy:
+        meter = proxy.open_run("r-rate", Decimal("4.00"), MODEL)
+        other = proxy.open_run("r-rate-other", Decimal("4.00"), MODEL)
+        count = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        statuses = [_post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] for _ in range(21)]
+        assert statuses == [200] * 20 + [429]
+        status, headers, data = _post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)
+        assert status == 429 and headers["x-should-retry"] == "false" and json.loads(data)["error"]["type"] == "rate_limit_error"
+        assert _post(other.base_url, "/v1/messages/count_tokens", count, other.token)[0] == 200  # each run its own bucket
+        now[0] += 0.999
+        assert _post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] == 429
+        now[0] += 0.002  # one second since the last token was taken: one more
+        assert [_post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] for _ in range(2)] == [200, 429]
+        now[0] += 60  # a minute idle refills the burst, no more
+        statuses = [_post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] for _ in range(21)]
+        assert statuses == [200] * 20 + [429]
+        assert len(upstream.counted) == 20 + 1 + 1 + 20 and meter.refusal_counts == {"rate_limited": 5}
+        # Messages requests are not counted against it.
+        assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 200
+
+
+# ----------------------------------------------------------------- headers first, bounded reads
+
+
+def _raw_exchange(meter, head: str, body: bytes = b"", timeout: float = 5.0) -> tuple[bytes, bool]:
+    """Send a request head (and maybe some body) on a raw socket; the answer read, and whether the proxy then closed."""
+    host, port = meter.base_url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=timeout)
+    try:
+        sock.sendall(head.encode() + body)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head_part, _, rest = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head_part).group(1))
+        while len(rest) < length:
+            rest += sock.recv(65536)
+        closed = sock.recv(1) == b""
+        return head_part + b"\r\n\r\n" + rest, closed
+    finally:
+        sock.close()
+
+
+def test_a_wrong_token_is_answered_before_the_body_is_read(proxy, upstream):
+    """The finding: the body was read whole before the token was checked. Only the head is sent here, announcing 1 GB."""
+    meter = proxy.open_run("r-early", Decimal("4.00"), MODEL)
+    head = ("POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: pilot-run-forged\r\ncontent-type: application/json\r\n"
+            "content-length: 1000000000\r\n\r\n")
+    answer, closed = _raw_exchange(meter, head)
+    assert answer.startswith(b"HTTP/1.1 401 ") and re.search(rb"(?i)\r\nconnection: close\r\n", answer) and closed
+    assert b"authentication_error" in answer and re.search(rb"(?i)\r\nx-should-retry: false\r\n", answer)
+    assert meter.refusal_counts == {"bad_token": 1} and upstream.requests == []
+
+
+def test_a_body_over_the_bound_or_without_a_length_is_refused_before_reading(proxy, upstream):
+    import pilot.agents.model_proxy as mp
+
+    assert mp.MAX_BODY_BYTES == 32 * 1024 * 1024
+    meter = proxy.open_run("r-size", Decimal("4.00"), MODEL)
+    base = f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {meter.token}\r\ncontent-type: application/json\r\n"
+    answer, closed = _raw_exchange(meter, base + f"content-length: {32 * 1024 * 1024 + 1}\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"request_too_large" in answer and closed
+    # 32 MiB exactly is within the bound: the proxy waits for the body (here a short one that ends early).
+    answer, closed = _raw_exchange(meter, base + "transfer-encoding: chunked\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 411 ") and closed
+    for value in ("-1", "12, 13", "0x10", "1e3"):
+        answer, closed = _raw_exchange(meter, base + f"content-length: {value}\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 400 ") and closed, value
+    assert meter.refusal_counts == {"body_too_large": 1, "length_required": 1, "bad_content_length": 4}
+    assert upstream.requests == [] and upstream.counted == []
+
+
+def test_a_client_that_expects_100_continue_hears_it_only_once_admitted(proxy, upstream):
+    meter = proxy.open_run("r-expect", Decimal("4.00"), MODEL)
+    host, port = meter.base_url.removeprefix("http://").split(":")
+    body = json.dumps(_request()).encode()
+    for token, first in ((meter.token, b"HTTP/1.1 100 Continue\r\n\r\n"), ("pilot-run-forged", b"HTTP/1.1 401 ")):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall((f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {token}\r\nexpect: 100-continue\r\n"
+                          f"content-length: {len(body)}\r\n\r\n").encode())
+            assert sock.recv(65536).startswith(first)
+            if token == meter.token:
+                sock.sendall(body)
+                answer = b""
+                while b"msg_" not in answer:
+                    answer += sock.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200 ")
+    assert len(upstream.requests) == 1 and "expect" not in upstream.headers[0]
+
+
+def test_requests_past_the_in_flight_bound_get_429(prices, tmp_path):
+    import pilot.agents.model_proxy as mp
+
+    assert mp.MAX_IN_FLIGHT == 8
+    gate = threading.Event()
+    with FakeMessagesAPI(MODEL, [], stream_gate=gate) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-flight", Decimal("4.00"), MODEL)
+        held = [_start_stream(meter) for _ in range(8)]  # each answer has begun and is held upstream
+        status, headers, data = _post(meter.base_url, "/v1/messages", _request(), meter.token)
+        assert status == 429 and headers["x-should-retry"] == "false" and headers["connection"] == "close"
+        assert json.loads(data)["error"]["type"] == "rate_limit_error" and len(api.requests) == 8
+        gate.set()
+        for conn, resp in held:
+            assert b"message_stop" in resp.read()
+            conn.close()
+        for _ in range(100):
+            if meter._in_flight == 0:
+                break
+            time.sleep(0.02)
+        assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 200
+        assert meter.refusal_counts == {"too_many_in_flight": 1} and meter.metered_usd == 9 * Decimal("0.014")
+
+
+def test_connections_past_the_bound_are_closed_unread(proxy, upstream):
+    import pilot.agents.model_proxy as mp
+
+    assert mp.MAX_OPEN_CONNECTIONS == 32
+    meter = proxy.open_run("r-conns", Decimal("4.00"), MODEL)
+    host, port = meter.base_url.removeprefix("http://").split(":")
+    idle = []
+    try:
+        for n in range(1, 33):
+            idle.append(socket.create_connection((host, int(port)), timeout=5))
+            for _ in range(100):
+                if meter._connections == n:
+                    break
+                time.sleep(0.01)
+        assert meter._connections == 32
+        with socket.create_connection((host, int(port)), timeout=5) as extra:
+            assert extra.recv(1) == b""  # closed at once, unread
+        idle[0].sendall(f"HEAD / HTTP/1.1\r\nHost: x\r\nx-api-key: {meter.token}\r\n\r\n".encode())
+        assert idle[0].recv(65536).startswith(b"HTTP/1.1 200 ")  # the open ones are served
+    finally:
+        for sock in idle:
+            sock.close()
+    for _ in range(100):
+        if meter._connections == 0:
+            break
+        time.sleep(0.02)
+    assert meter._connections == 0 and meter.refusal_counts == {"too_many_connections": 1}
+    assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 200
+
+
+def test_two_thousand_refusals_leave_a_bounded_record(proxy, upstream):
+    """The finding: every refusal was a row of its own, and downstream a deviation of its own."""
+    meter = proxy.open_run("r-many", Decimal("4.00"), MODEL)
+    for _ in range(1000):
+        assert _post(meter.base_url, "/v1/messages", _request(), "pilot-run-forged")[0] == 401
+    host, port = meter.base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)  # one kept-alive connection: a 400 keeps it open
+    body = json.dumps({**_request(), "service_tier": "auto"})
+    for _ in range(1000):
+        conn.request("POST", "/v1/messages", body=body, headers={"x-api-key": meter.token})
+        resp = conn.getresponse()
+        assert resp.status == 400 and resp.read()
+    conn.close()
+    proxy.close_run(meter.run_id)
+    assert meter.refusal_counts == {"bad_token": 1000, "field_not_allowed": 1000}
+    rows = _rows(meter.record_path)
+    assert [r["kind"] for r in rows] == ["opened"] + ["refused"] * 10 + ["refusals", "closed"]
+    assert [r["reason_key"] for r in rows if r["kind"] == "refused"] == ["bad_token"] * 5 + ["field_not_allowed"] * 5
+    assert rows[-2]["counts"] == {"bad_token": 1000, "field_not_allowed": 1000} and rows[-1]["refusals"] == 2000
+    assert meter.refusals == rows[1:11] and upstream.requests == []
+
+
+_FLOOD_SERVER = r"""
+import json, resource, sys
+from decimal import Decimal
+from pathlib import Path
+from pilot.agents.model_proxy import MeteringProxy, PriceTable
+
+with MeteringProxy("http://127.0.0.1:9", "unused", PriceTable.load(), Path(sys.argv[1])) as proxy:
+    meter = proxy.open_run("flood", Decimal("4.00"), sys.argv[2])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"base_url": meter.base_url, "token": meter.token}), flush=True)
+    for line in sys.stdin:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({"growth_kib": peak - base, "counts": meter.refusal_counts}), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_the_harness_memory_stays_bounded_under_a_flood_of_bodies(tmp_path):
+    """The finding: 16 connections announcing 60 MiB bodies pinned 1.8 GB. Peak RSS of the proxy's process is measured."""
+    import os
+    import sys
+
+    import pilot
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(pilot.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen([sys.executable, "-c", _FLOOD_SERVER, str(tmp_path), MODEL], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        started = json.loads(server.stdout.readline())
+        host, port = started["base_url"].removeprefix("http://").split(":")
+        head = ("POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: " + started["token"] + "\r\ncontent-type: application/json\r\n"
+                "content-length: {n}\r\n{extra}\r\n")
+        chunk = b"x" * (256 * 1024)
+        answers: list[bytes] = []
+
+        def oversized() -> None:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(head.format(n=60 * 1024 * 1024, extra="").encode())
+                answers.append(sock.recv(65536))  # before any body byte
+                try:
+                    for _ in range(32):  # then trickle 8 MiB of it all the same
+                        sock.sendall(chunk)
+                except OSError:
+                    pass
+
+        threads = [threading.Thread(target=oversized) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(answers) == 16 and all(a.startswith(b"HTTP/1.1 413 ") for a in answers)
+        # Within the bound: 16 clients announce 4 MiB each and send 3 MiB of it, never the rest.
+        held, firsts = [], []
+        for _ in range(16):
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(head.format(n=4 * 1024 * 1024, extra="expect: 100-continue\r\n").encode())
+            first = sock.recv(65536)
+            firsts.append(first[:12])
+            if first.startswith(b"HTTP/1.1 100 "):
+                for _ in range(12):
+                    sock.sendall(chunk)
+            held.append(sock)
+        assert firsts == [b"HTTP/1.1 100"] * 8 + [b"HTTP/1.1 429"] * 8
+        time.sleep(0.5)  # let the proxy take in what was sent
+        server.stdin.write("report\n")
+        server.stdin.flush()
+        report = json.loads(server.stdout.readline())
+        for sock in held:
+            sock.close()
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+    assert report["counts"]["body_too_large"] == 16 and report["counts"]["too_many_in_flight"] == 8
+    # 8 admitted bodies x 3 MiB received = 24 MiB held; the refused ones hold nothing.
+    assert report["growth_kib"] < 100 * 1024, report
+
+
+# ----------------------------------------------------------------- the exchange record
+
+
+def _split_stream(events: list[dict], piece: int = 37):
+    """An upstream answering with these events, written in small pieces that cut lines in the middle."""
+    frames = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+    def respond(handler) -> None:
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.end_headers()
+        for i in range(0, len(frames), piece):
+            handler.wfile.write(frames[i:i + piece])
+            handler.wfile.flush()
+
+    return respond
+
+
+_STREAMED = [
+    {"type": "message_start", "message": {"id": "msg_stream_01", "type": "message", "role": "assistant", "content": [],
+                                          "usage": {"input_tokens": 1000, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "The brief first."}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "c2ln"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Let me read "}},
+    {"type": "ping"},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "the brief."}},
+    {"type": "content_block_stop", "index": 1},
+    {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_A", "name": "Read", "input": {}}},
+    {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": ""}},
+    {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '{"file_'}},
+    {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": 'path": "/w/BR'}},
+    {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": 'IEF.md"}'}},
+    {"type": "content_block_stop", "index": 2},
+    {"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "toolu_B", "name": "Write", "input": {}}},
+    {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": '{"file_path": "/w/out.md", '}},
+    {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": '"content": "# Out\\nline \\"two'}},
+    {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": '\\"\\n"}'}},
+    {"type": "content_block_stop", "index": 3},
+    {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 200}},
+    {"type": "message_stop"},
+]
+#: What the answer above says, declared: the thinking only as such, the tool inputs as the objects their pieces spell.
+_STREAMED_CONTENT = [
+    {"type": "thinking"},
+    {"type": "text", "text": "Let me read the brief."},
+    {"type": "tool_use", "id": "toolu_A", "name": "Read", "input": {"file_path": "/w/BRIEF.md"}},
+    {"type": "tool_use", "id": "toolu_B", "name": "Write", "input": {"file_path": "/w/out.md", "content": '# Out\nline "two"\n'}},
+]
+_CONVERSATION = [
+    {"role": "user", "content": "Read BRIEF.md and carry it out."},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_X", "name": "Read", "input": {"file_path": "/w/a"}},
+                                      {"type": "tool_use", "id": "toolu_Y", "name": "Bash", "input": {"command": "ls"}}]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_X", "content": "line one\nline two"},
+        {"type": "tool_result", "tool_use_id": "toolu_Y", "is_error": True,
+         "content": [{"type": "text", "text": "ls: cannot open"}, {"type": "text", "text": "exit 2"},
+                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]},
+        {"type": "text", "text": "go on"}]},
+]
+_CONVERSATION_RESULTS = [
+    {"tool_use_id": "toolu_X", "is_error": False, "text": "line one\nline two"},
+    {"tool_use_id": "toolu_Y", "is_error": True, "text": "ls: cannot open\nexit 2\n[image]"},
+]
+
+
+def test_the_exchange_of_a_streamed_answer_is_recorded_as_declared(prices, tmp_path):
+    from pilot.agents.model_proxy import exchanges_path, read_exchanges
+
+    with _ScriptedUpstream(_split_stream(_STREAMED)) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("LEGAL-01.A1.r1", Decimal("4.00"), MODEL)
+        body = {"model": MODEL, "max_tokens": 1000, "stream": True, "messages": _CONVERSATION}
+        status, _, data = _post(meter.base_url, "/v1/messages", body, meter.token)
+        assert status == 200 and _sse_events(data) == _STREAMED  # relayed unchanged
+    assert meter.exchanges_path == exchanges_path(tmp_path, "LEGAL-01.A1.r1") == tmp_path / "LEGAL-01.A1.r1" / "proxy_exchanges.jsonl"
+    (row,) = read_exchanges(meter.exchanges_path)
+    usage_row = meter.requests[-1]
+    assert list(row) == ["seq", "at", "status", "model", "message_id", "stop_reason", "complete", "request_messages",
+                         "request_tool_results", "response_content", "truncated"]
+    assert row["seq"] == usage_row["seq"] and row["at"] == usage_row["at"]
+    assert {k: row[k] for k in list(row)[2:]} == {
+        "status": 200, "model": MODEL, "message_id": "msg_stream_01", "stop_reason": "tool_use", "complete": True,
+        "request_messages": 3, "request_tool_results": _CONVERSATION_RESULTS, "response_content": _STREAMED_CONTENT,
+        "truncated": False}
+    assert meter.metered_usd == Decimal("0.008")  # 1000 x 4 + 200 x 20 per million
+
+
+def test_the_exchange_of_a_whole_answer_is_recorded_as_declared(prices, tmp_path):
+    from pilot.agents import messages_wire as wire
+    from pilot.agents.model_proxy import read_exchanges
+
+    turn = {"content": [wire.text_block("Reading it."), wire.tool_use_block("Read", {"file_path": "/w/BRIEF.md", "limit": 40}, "toolu_C")],
+            "stop_reason": "tool_use"}
+    with FakeMessagesAPI(MODEL, [turn]) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-whole", Decimal("4.00"), MODEL)
+        # The last message is the assistant's prefill: the tool results are those of the last *user* message.
+        messages = _CONVERSATION + [{"role": "assistant", "content": "Next,"}]
+        assert _post(meter.base_url, "/v1/messages", {"model": MODEL, "max_tokens": 1000, "messages": messages}, meter.token)[0] == 200
+        assert _post(meter.base_url, "/v1/messages", _request(text="again"), meter.token)[0] == 200
+    first, second = read_exchanges(meter.exchanges_path)
+    assert first["response_content"] == [{"type": "text", "text": "Reading it."},
+                                         {"type": "tool_use", "id": "toolu_C", "name": "Read", "input": {"file_path": "/w/BRIEF.md", "limit": 40}}]
+    assert (first["message_id"], first["stop_reason"], first["complete"], first["truncated"]) == ("msg_fake_001", "tool_use", True, False)
+    assert first["request_messages"] == 4 and first["request_tool_results"] == _CONVERSATION_RESULTS
+    assert second["request_messages"] == 1 and second["request_tool_results"] == [] and second["response_content"] == [{"type": "text", "text": "ok"}]
+    assert [first["seq"], second["seq"]] == [r["seq"] for r in meter.requests]
+
+
+def test_an_answer_that_fails_is_recorded_as_such_and_an_unanswered_one_not_at_all(prices, tmp_path):
+    from pilot.agents.model_proxy import read_exchanges
+
+    with _ScriptedUpstream(_overloaded) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-fail", Decimal("4.00"), MODEL)
+        assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 529
+    (row,) = read_exchanges(meter.exchanges_path)
+    assert (row["status"], row["complete"], row["response_content"], row["message_id"]) == (529, True, [], None)
+    with _ScriptedUpstream(_cut_after_start) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-cut-x", Decimal("4.00"), MODEL)
+        _post(meter.base_url, "/v1/messages", _request(stream=True), meter.token)
+    (row,) = read_exchanges(meter.exchanges_path)
+    assert (row["status"], row["complete"], row["message_id"], row["response_content"]) == (200, False, "m1", [])
+    broken = _STREAMED[:7] + [{"type": "content_block_delta", "index": 9, "delta": {"type": "text_delta", "text": "?"}}] + _STREAMED[7:]
+    with _ScriptedUpstream(_split_stream(broken)) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-odd", Decimal("4.00"), MODEL)
+        status, _, data = _post(meter.base_url, "/v1/messages", _request(stream=True), meter.token)
+        assert status == 200 and _sse_events(data) == broken  # an event the record cannot place does not stop the relay
+    (row,) = read_exchanges(meter.exchanges_path)
+    assert row["complete"] is False and row["response_content"] == _STREAMED_CONTENT and meter.metered_usd == Decimal("0.008")
+    with MeteringProxy("http://127.0.0.1:9", REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-unreachable", Decimal("4.00"), MODEL)
+        assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 502
+    assert meter.exchanges_path.exists() and read_exchanges(meter.exchanges_path) == []
+
+
+def test_the_exchange_record_is_bounded_and_metering_goes_on(prices, tmp_path, monkeypatch):
+    import pilot.agents.model_proxy as mp
+    from pilot.agents.model_proxy import read_exchanges
+
+    assert mp.EXCHANGE_TEXT_LIMIT == 100_000
+    long_text, long_input = "t" * 150_000, {"content": "c" * 200_000}
+    turns = [text_turn(long_text), tool_turn("Write", long_input, "toolu_L")]
+    with FakeMessagesAPI(MODEL, turns) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-long", Decimal("4.00"), MODEL)
+        for stream in (True, False):
+            assert _post(meter.base_url, "/v1/messages", _request(stream=stream), meter.token)[0] == 200
+        too_long_result = {"model": MODEL, "max_tokens": 10, "messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r" * 100_001}]}]}
+        assert _post(meter.base_url, "/v1/messages", too_long_result, meter.token)[0] == 200
+        first, second, third = read_exchanges(meter.exchanges_path)
+        assert first["response_content"] == [{"type": "text", "text": "t" * 100_000}] and first["truncated"] is True
+        (cut,) = second["response_content"]
+        assert cut["input"] == {"_unparsed": json.dumps(long_input)[:100_000]} and second["truncated"] is True
+        assert third["request_tool_results"][0]["text"] == "r" * 100_000 and third["truncated"] is True
+        # The whole record: past its bound one last row, then nothing; the meter still counts every request.
+        monkeypatch.setattr(mp, "EXCHANGES_MAX_BYTES", meter.exchanges_path.stat().st_size + 1000)
+        for _ in range(5):
+            assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 200
+    rows = read_exchanges(meter.exchanges_path)
+    kinds = [r.get("kind") for r in rows]
+    assert kinds.count("exchanges_truncated") == 1 and kinds[-1] == "exchanges_truncated" and meter.exchanges_truncated
+    assert len(meter.requests) == 8 and len(rows) < 8 and rows[-1]["seq"] == meter.requests[len(rows) - 1]["seq"]
+
+
+def test_every_refusal_key_in_the_code_is_a_declared_one():
+    import pilot.agents.model_proxy as mp
+
+    source = Path(mp.__file__).read_text(encoding="utf-8")
+    used = set(re.findall(r'(?:RequestRefused|refuse)\("([a-z_]+)"', source))
+    assert used == mp.REFUSAL_KEYS
+
+
+def test_read_exchanges_leaves_out_a_torn_last_line_only(tmp_path):
+    from pilot.agents.model_proxy import read_exchanges
+
+    path = tmp_path / "proxy_exchanges.jsonl"
+    path.write_text('{"seq": 2}\n{"seq": 5}\n{"seq": 7, "respo', encoding="utf-8")
+    assert read_exchanges(path) == [{"seq": 2}, {"seq": 5}]
+    path.write_text('{"seq": 2}\n{"seq": 5', encoding="utf-8")
+    assert read_exchanges(path) == [{"seq": 2}]
+    path.write_text('{"seq": 2}\nnot json\n{"seq": 7}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2"):
+        read_exchanges(path)
