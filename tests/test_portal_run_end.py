@@ -195,7 +195,7 @@ def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tm
     # The script goes inline (the sandbox sees no file of the test's); the model proxy forwards the double's check to a stand-in API.
     with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
         rec = run_attempt(PORTAL_SID, "A3", backend="claude-code", out_dir=run_dir, seed=7, claude_bin=FAKE_CLI,
-                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False,
+                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False, record_from_proxy=False,
                           environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"})
     creds = json.loads((Path(rec.workspace) / "portal_credentials.json").read_text())  # the worker's copy stays
     forms = secret_forms(Credentials(creds["username"], creds["password"]))
@@ -272,7 +272,7 @@ def test_the_stream_copy_is_redacted_as_it_is_written(tmp_path, worker_env, monk
     run_dir = tmp_path / "runs" / "r1"
     with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
         rec = run_attempt(PORTAL_SID, "A3", backend="claude-code", out_dir=run_dir, seed=7, claude_bin=FAKE_CLI,
-                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False,
+                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False, record_from_proxy=False,
                           environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"})
     creds = json.loads((Path(rec.workspace) / "portal_credentials.json").read_text())
     transcript = Path(rec.transcript).read_text()

@@ -84,8 +84,9 @@ def attempt(tmp_path, arm, script: dict, *, worker_env=None, **kw):
         # The double only checks that the API answers; the model proxy forwards that check to this stand-in.
         with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
             return attempt(tmp_path, arm, script, worker_env=worker_env, environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"}, **kw)
+    # The double is its own model: its turns never pass the proxy, so the run is read from its stream.
     return run_attempt(SID, arm, backend="claude-code", out_dir=tmp_path / "runs" / "r1", seed=7, claude_bin=FAKE_CLI,
-                       worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": json.dumps(script)}, **kw)
+                       worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": json.dumps(script)}, record_from_proxy=False, **kw)
 
 
 def transcript_events(rec) -> list[dict]:

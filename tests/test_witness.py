@@ -598,3 +598,23 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
     devs = audit(proxy_summary(rows, [0, bound]), ["curl"], ["Bash", "Read", "Write"])
     assert [(d.tool_use_id, d.blocked_by, d.session) for d in devs] == [("toolu_a2", "cli_rule", 0)]
     assert [d.to_dict() for d in devs] == [d.to_dict() for d in audit(parse_stream(first + second), ["curl"], ["Bash", "Read", "Write"])]
+
+
+#: What the pinned CLI 2.1.332 sent back for `sh -c 'X=cu; Y=rl; "$X$Y" --version'` under the deny rule Bash(curl:*)
+#: (seen in a run of tests/test_sandbox_adversarial.py): a rule sent the call to approval, print mode refused it.
+AUTO_DENIAL = ("Permission for this tool use was denied. It requires approval, and this session has no approval surface \u2014 "
+               "nobody can answer a permission prompt here \u2014 so it was denied automatically. The action was NOT performed; "
+               "do not claim it succeeded, and do not retry it: this action, and anything else that requires approval, will be "
+               "denied the same way for the rest of this session. Tell the user what was blocked and why you needed it, then "
+               "continue with the parts of the task that do not require approval. What required approval: A permission rule "
+               "denies a command inside this shell -c script, so Claude Code could not check it for dangerous removals. "
+               "Approving runs the whole script, including that command. A permission rule denies a command in this shell -c script")
+
+
+def test_a_rule_that_asks_for_approval_is_a_rule_refusal():
+    call = ToolCall("t8", "Bash", {"command": """sh -c 'X=cu; Y=rl; "$X$Y" --version'"""})
+    assert rule_denial(call, True, AUTO_DENIAL)
+    assert not rule_denial(call, False, AUTO_DENIAL)
+    assert not rule_denial(call, True, "Exit code 1\n" + AUTO_DENIAL)  # printed by a command, not said by the CLI
+    rows = [row(0, [use("t8", "Bash", call.input)]), row(1, [text("ok")], [("t8", True, AUTO_DENIAL)])]
+    assert [d.blocked_by for d in audit(proxy_summary(rows), ["curl"], ["Bash"])] == ["cli_rule"]

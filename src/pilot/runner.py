@@ -273,6 +273,7 @@ def run_attempt(
     evaluate: bool = True,
     label_upstream: bool = False,
     limits: Any = None,
+    record_from_proxy: bool = True,
 ) -> RunRecord:
     """Perform one attempt and write its record to ``out_dir/run_record.json``.
 
@@ -289,6 +290,9 @@ def run_attempt(
     model server (:mod:`pilot.agents.scripted`); never for the real API.
     ``limits`` (:class:`pilot.agents.bounds.Limits`) replaces study.yml's
     ``sandbox.limits`` for this attempt (the bound tests use small ones).
+    ``record_from_proxy`` False reads the run from the CLI's stream alone:
+    only for a stand-in CLI that is its own model (``tests/fake_claude``),
+    whose turns never pass the proxy; the record then says so.
     """
     from pilot.scenarios import load_scenario
 
@@ -440,7 +444,7 @@ def run_attempt(
         rec = _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
                       selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
                       recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate,
-                      meter=meter, session_bounds=session_bounds)
+                      meter=meter, session_bounds=session_bounds, record_from_proxy=record_from_proxy)
         if portal_end is not None:
             rec = _record_portal_end(rec, portal_end, portal, out_dir)
         return rec
@@ -559,13 +563,15 @@ def _proxy_record(meter: Any) -> tuple[list[dict], bool] | None:
 
 def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classification, agent, notes, t_start, *,
             selfcheck_first, selfcheck_final, recovery_used, recovery_skipped, worker_info, portal_info, evaluate,
-            meter=None, session_bounds=None) -> RunRecord:
+            meter=None, session_bounds=None, record_from_proxy=True) -> RunRecord:
     from pilot.workspace import transcript_path
 
     # The harness's own copy of the stream; where the model proxy kept its record of the exchanges, that record is
     # the run's (what the model said, which tools it called, what came back) and the stream is a second witness.
     stream = audit.read_transcript(transcript_path(out_dir))
-    record = _proxy_record(meter)
+    record = _proxy_record(meter) if record_from_proxy else None
+    if not record_from_proxy and meter is not None:
+        notes.append("the run is read from the CLI's stream alone (a stand-in CLI that is its own model; no proxy record)")
     summary = stream if record is None else witness.proxy_summary(record[0], session_bounds=session_bounds)
     enforcement = getattr(agent, "enforcement", "")
     refusals = agent.refusals() if hasattr(agent, "refusals") else []

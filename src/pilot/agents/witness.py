@@ -62,6 +62,10 @@ QUOTE_CHARS = 240
 
 #: The tool result of a call the CLI's permission rules refuse (pinned CLI 2.1.332).
 _RULE_DENIAL = re.compile(r"Permission to use (?P<tool>\S+?)(?: with command (?P<command>.*))? has been denied\.", re.S)
+#: The tool result of a call a permission rule sent to approval, which print mode refuses at once (a rule matching a
+#: command inside a ``sh -c`` script the CLI cannot check statically).
+_AUTO_DENIAL = re.compile(r"Permission for this tool use was denied\. It requires approval, and this session has no approval "
+                          r"surface .*A permission rule denies a command\b.*", re.S)
 
 
 @dataclass(frozen=True)
@@ -201,10 +205,14 @@ def rule_denial(call: ToolCall | None, is_error: bool, text: str) -> bool:
     denied.`` (without ``with command`` for a tool denied whole), naming the
     call's own command or, for a pipeline, the refused part of it. A shell's
     error result starts with ``Exit code``, so a command cannot print its way
-    into this reading; the command named must also be the call's.
+    into this reading; the command named must also be the call's. A rule that
+    sends the call to approval (a denied command inside a ``sh -c`` script)
+    is refused at once with the CLI's no-approval text naming the rule.
     """
     if call is None or not is_error:
         return False
+    if _AUTO_DENIAL.fullmatch(text):
+        return True
     m = _RULE_DENIAL.fullmatch(text)
     if m is None or m.group("tool") != call.name:
         return False
