@@ -14,3 +14,17 @@ def real_cli() -> Path | None:
     if env and Path(env).is_file():
         return Path(env)
     return claude_code.bundled_cli()
+
+
+def require_real_sandbox() -> Path:
+    """The real CLI, after checking that it and the sandbox are here: a test of them fails, never skips, without them."""
+    import pytest
+
+    from pilot.agents import sandbox
+
+    cli = real_cli()
+    if cli is None:
+        pytest.fail("no real Claude Code CLI: `make test` installs the 'agent' extra (or set PILOT_TEST_CLAUDE_BIN)")
+    if sandbox.isolation_problems():
+        pytest.fail("; ".join(sandbox.isolation_problems()))
+    return cli

@@ -21,11 +21,11 @@ import pytest
 
 from notebook_helpers import run_cli, stage_params
 from pilot import paths
-from pilot.agents import sandbox, worker_env
+from pilot.agents import worker_env
 from pilot.report import rehearsal
 from pilot.stats import runtable
 from pilot.store import STORE_FILE
-from real_cli_support import real_cli
+from real_cli_support import require_real_sandbox
 
 SID = "LEGAL-01"
 # The text-substitute path (Write calls) and the shell path; at the design's seed the scripted A1 worker
@@ -39,10 +39,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def rehearsed(tmp_path_factory):
-    if real_cli() is None:
-        pytest.fail("no real Claude Code CLI: `make test` installs the 'agent' extra (or set PILOT_TEST_CLAUDE_BIN)")
-    if sandbox.isolation_problems():
-        pytest.fail("; ".join(sandbox.isolation_problems()))
+    require_real_sandbox()
     from pilot.study_cli import create_study, export_run_table, run_study_wave
 
     root = tmp_path_factory.mktemp("rehearsal")

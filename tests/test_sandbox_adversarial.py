@@ -30,7 +30,7 @@ from pilot import paths, protocol
 from pilot.agents import sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
-from real_cli_support import real_cli
+from real_cli_support import real_cli, require_real_sandbox
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
@@ -45,10 +45,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True, scope="module")
 def _the_real_thing():
     # Not a skip: without the real CLI or the sandbox these checks would pass by not running.
-    if CLI is None:
-        pytest.fail("no real Claude Code CLI: `make test` installs the 'agent' extra (or set PILOT_TEST_CLAUDE_BIN)")
-    if sandbox.isolation_problems():
-        pytest.fail("; ".join(sandbox.isolation_problems()))
+    require_real_sandbox()
 
 
 # The harness's own Python environment stands in for the worker's: it has openpyxl and Playwright.

@@ -28,10 +28,10 @@ import pytest
 
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 from pilot import paths, protocol
-from pilot.agents import bounds, sandbox, worker_user
+from pilot.agents import bounds, worker_user
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
-from real_cli_support import real_cli
+from real_cli_support import real_cli, require_real_sandbox
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
@@ -45,10 +45,8 @@ HARNESS_UID = 61990
 
 @pytest.fixture(autouse=True, scope="module")
 def _the_real_thing():
-    if CLI is None:
-        pytest.fail("no real Claude Code CLI: `make test` installs the 'agent' extra (or set PILOT_TEST_CLAUDE_BIN)")
-    if sandbox.isolation_problems():
-        pytest.fail("; ".join(sandbox.isolation_problems()))
+    # Not a skip: without the real CLI or the sandbox these checks would pass by not running.
+    require_real_sandbox()
 
 
 PROBE = textwrap.dedent(r'''

@@ -543,22 +543,19 @@ def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> Ru
     return RunRecord(**base, **fields)
 
 
-def _proxy_record(meter: Any) -> tuple[list[dict], bool] | None:
-    """The proxy's exchanges of this run and whether the record was cut short (a torn last line), or None without one."""
+def _proxy_record(meter: Any, notes: list[str]) -> tuple[list[dict], bool] | None:
+    """The proxy's exchanges of this run and whether the record's last line was torn, or None without a record."""
+    from pilot.agents.model_proxy import read_exchange_record
+
     path = getattr(meter, "exchanges_path", None)
     if path is None or not Path(path).is_file():
         return None
-    rows, torn = [], False
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                torn = True
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows, torn
+    try:
+        return read_exchange_record(Path(path))
+    except ValueError as exc:
+        # The harness's own file, damaged: the run is not lost over it; the stream stands, and the record says why.
+        notes.append(f"the proxy's exchange record could not be read ({exc}); the run is read from the CLI's stream")
+        return None
 
 
 def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classification, agent, notes, t_start, *,
@@ -569,7 +566,7 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
     # The harness's own copy of the stream; where the model proxy kept its record of the exchanges, that record is
     # the run's (what the model said, which tools it called, what came back) and the stream is a second witness.
     stream = audit.read_transcript(transcript_path(out_dir))
-    record = _proxy_record(meter) if record_from_proxy else None
+    record = _proxy_record(meter, notes) if record_from_proxy else None
     if not record_from_proxy and meter is not None:
         notes.append("the run is read from the CLI's stream alone (a stand-in CLI that is its own model; no proxy record)")
     summary = stream if record is None else witness.proxy_summary(record[0], session_bounds=session_bounds)

@@ -161,20 +161,6 @@ class Confinement:
                 "cgroup": self.cgroup.to_dict() if self.cgroup else None}
 
 
-def _user_tasks(uid: int) -> int:
-    n = 0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                for line in (entry / "status").read_text().splitlines():
-                    if line.startswith("Uid:"):
-                        n += int(line.split()[1]) == uid
-                        break
-            except (OSError, ValueError):
-                continue
-    return n
-
-
 def _child_setup(conf: Confinement | None, stage: "sandbox.BindStage | None", nproc: int | None) -> Callable[[], None]:
     """What the child does before exec: join the attempt's groups, stage the binds, set limits, drop to the worker, die with the harness."""
 
@@ -235,7 +221,7 @@ def run_process(
     nproc = None
     if confinement is not None and spec.sandbox_prefix and not (confinement.cgroup and "processes" in confinement.cgroup.bounds):
         # Without a pids group the per-uid limit holds the bound: exact for a dedicated uid, else above the user's own tasks.
-        own = 0 if confinement.identity.switch else _user_tasks(confinement.identity.uid)
+        own = 0 if confinement.identity.switch else len(worker_user.user_pids(confinement.identity.uid))
         nproc = own + confinement.limits.processes
     socks = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
     mine = [a for a, _ in socks]
@@ -263,9 +249,9 @@ def run_process(
     stop = threading.Event()
 
     def end_at(reason: str, detail: str) -> None:
-        if reason not in bound:
-            bound.setdefault("reason", reason)
-            bound.setdefault("detail", detail)
+        # The first bound reached is the run's (the reader and the watcher may both see one).
+        bound.setdefault("reason", reason)
+        bound.setdefault("detail", detail)
         stop.set()
 
     def pump() -> None:
@@ -311,7 +297,8 @@ def run_process(
             if hit:
                 end_at(hit, f"the sandbox reached its {hit} bound ({confinement.describe()['held_by'][hit]})")
                 return
-            if confinement.identity.switch and nproc is not None and _user_tasks(confinement.identity.uid) >= confinement.limits.processes:
+            ident = confinement.identity
+            if ident.switch and nproc is not None and len(worker_user.user_pids(ident.uid)) >= confinement.limits.processes:
                 end_at("processes", f"the worker ran {confinement.limits.processes} tasks")
                 return
             used, overflow = bounds.tree_bytes(list(confinement.writable))
@@ -382,8 +369,6 @@ def run_process(
     last = tail.strip().splitlines()[-1] if tail.strip() else ""
     if spec.sandbox_prefix and not lines and proc.returncode not in (0, None) and last.startswith(("bwrap:", "pilot-sandbox:")):
         start_error = last
-    if bound and bound["reason"] == "stream" and timed_out:
-        timed_out = False
     ver = summary.cli_versions[-1] if summary.cli_versions else version
     return SessionOutcome(index, summary, wall, exit_code=proc.returncode, start_error=start_error, timed_out=timed_out and not bound,
                           cli_version=ver, stderr_tail=tail, resumed_from=resumed_from, assigned_session_id=assigned_session_id,

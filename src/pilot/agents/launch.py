@@ -15,6 +15,7 @@ is the proxy's per-run token (:mod:`pilot.agents.model_proxy`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -372,7 +373,7 @@ def build_launch(
                 notes.append(f"the CLI's session store {dirs.config} lies under the worker's private /tmp or /var/tmp, so the "
                              "worker's shell can write it; a study's own folder (analysis/data) does not")
             wrapper = (dirs.shell_wrapper, shell_scope.wrapper_text(python, writable))
-            plan = sandbox.SandboxPlan(**{**plan.__dict__, "ro_mapped": ((str(dirs.shell_wrapper), shell_scope.INSIDE_PATH),)})
+            plan = dataclasses.replace(plan, ro_mapped=((str(dirs.shell_wrapper), shell_scope.INSIDE_PATH),))
         if method == "bubblewrap":
             base_url = f"http://127.0.0.1:{MODEL_PORT}" if model_endpoint.socket_path is not None else (model_endpoint.base_url or "")
             refusal = f"http://127.0.0.1:{REFUSAL_PORT}" if refusal_socket is not None else None

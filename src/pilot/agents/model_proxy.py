@@ -376,6 +376,17 @@ def _as_decimal(x: Decimal | float | int | str) -> Decimal:
     return x if isinstance(x, Decimal) else Decimal(str(x))
 
 
+def finite_decimal(value: Any) -> Decimal | None:
+    """A reported amount as a finite Decimal (at its shortest decimal spelling), or None when it is none (a bool, NaN, text)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        d = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return d if d.is_finite() else None
+
+
 def cost_tolerance(metered_usd: Decimal) -> Decimal:
     """The stated tolerance: the larger of one cent and 2 % of the metered cost."""
     return max(TOLERANCE_ABS_USD, TOLERANCE_REL * abs(metered_usd))
@@ -641,7 +652,12 @@ def exchanges_path(record_dir: Path, run_id: str) -> Path:
 
 
 def read_exchanges(path: Path) -> list[dict]:
-    """The rows of an exchange record, in the meter's order.
+    """The rows of an exchange record, in the meter's order (:func:`read_exchange_record` without its torn flag)."""
+    return read_exchange_record(path)[0]
+
+
+def read_exchange_record(path: Path) -> tuple[list[dict], bool]:
+    """The rows of an exchange record, in the meter's order, and whether its last line was torn.
 
     A torn last line (the harness stopped mid-write) is left out; a line
     elsewhere that is not a JSON object is an error naming the file and the line.
@@ -658,10 +674,10 @@ def read_exchanges(path: Path) -> list[dict]:
                 raise ValueError("not an object")
         except ValueError as exc:
             if n == len(lines):  # no newline after it: a write cut short
-                break
+                return rows, True
             raise ValueError(f"{path}: line {n}: not a JSON object ({exc})") from None
         rows.append(row)
-    return rows
+    return rows, False
 
 
 def _clip(text: str, limit: int = EXCHANGE_TEXT_LIMIT) -> tuple[str, bool]:

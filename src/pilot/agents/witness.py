@@ -39,7 +39,7 @@ import re
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
 from pilot.agents.audit import Deviation, StreamSummary, ToolCall
@@ -322,16 +322,6 @@ def _call_text(c: ToolCall, secrets: Sequence[str] = ()) -> str:
     return f"{_quote(c.name, secrets)} {_quote(c.input, secrets)}"
 
 
-def _number(value: Any) -> Decimal | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        d = Decimal(str(value))
-    except InvalidOperation:
-        return None
-    return d if d.is_finite() else None
-
-
 def compare(
     proxy: StreamSummary | Iterable[dict],
     stream: StreamSummary | Sequence[StreamSummary],
@@ -518,11 +508,11 @@ def _result_checks(rec: _Record, streams: list[StreamSummary], per_session: bool
 
     if (metered_usd is not None and not truncated and rec.cost_comparable and killed_sessions <= 0
             and closing is not None and len(closing) == n_sessions and n_sessions > 0):
-        from pilot.agents.model_proxy import cost_tolerance
+        from pilot.agents.model_proxy import cost_tolerance, finite_decimal
         from pilot.agents.session import resume_reports_cumulative
 
         versions = [v for s in streams for v in s.cli_versions]
-        costs = [_number(closing[i].get("total_cost_usd")) for i in range(n_sessions)]
+        costs = [finite_decimal(closing[i].get("total_cost_usd")) for i in range(n_sessions)]
         if resume_reports_cumulative(versions[-1] if versions else None):
             claimed = costs[-1]
         else:

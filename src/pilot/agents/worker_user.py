@@ -155,8 +155,9 @@ def kill_user_processes(uid: int, settle_s: float = 0.0) -> list[int]:
     return killed
 
 
-def _kill_user_processes(uid: int) -> list[int]:
-    killed = []
+def user_pids(uid: int) -> list[int]:
+    """The live processes whose real uid is ``uid`` (zombies are already dead); Linux only."""
+    pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -169,12 +170,19 @@ def _kill_user_processes(uid: int) -> list[int]:
         for line in status.splitlines():
             if line.startswith("Uid:"):
                 if int(line.split()[1]) == uid:
-                    try:
-                        os.kill(int(entry.name), signal.SIGKILL)
-                        killed.append(int(entry.name))
-                    except ProcessLookupError:
-                        pass
+                    pids.append(int(entry.name))
                 break
+    return pids
+
+
+def _kill_user_processes(uid: int) -> list[int]:
+    killed = []
+    for pid in user_pids(uid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
     return killed
 
 

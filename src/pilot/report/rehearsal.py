@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
 from pilot import backends, ledger, paths, protocol
+from pilot.agents.model_proxy import cost_tolerance, finite_decimal
 
 LABEL = backends.label(backends.REHEARSAL)
 REPORT_MD = "report.md"
@@ -181,7 +182,7 @@ class RehearsalReport:
 
 def _usd(text: str | None) -> str:
     """A dollar amount for the table, to the micro-dollar (the JSON keeps each as recorded)."""
-    d = _decimal(text)
+    d = finite_decimal(text)
     return "none" if d is None else f"{d:.6f}"
 
 
@@ -201,16 +202,6 @@ def _markdown_table(df: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------
 
 
-def _decimal(value: Any) -> Decimal | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        d = Decimal(str(value))
-    except InvalidOperation:
-        return None
-    return d if d.is_finite() else None
-
-
 def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micro: int | None, charge_basis: str | None) -> list[str]:
     """Findings (``cost: ...``) where the CLI's reported cost, the proxy's metered cost and the ledger's charge disagree.
 
@@ -220,10 +211,9 @@ def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micr
     on the metered basis. A run whose proxy metered nothing is a finding
     too: then no cost flowed through the proxy and nothing was reconciled.
     """
-    from pilot.agents.model_proxy import cost_tolerance
 
     out: list[str] = []
-    cli, metered, judges = _decimal(cli_usd), _decimal(metered_usd), _decimal(judge_usd)
+    cli, metered, judges = finite_decimal(cli_usd), finite_decimal(metered_usd), finite_decimal(judge_usd)
     if metered is None:
         out.append("cost: the proxy metered no cost for the run")
     elif metered <= 0:
@@ -432,14 +422,14 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.findings += jf
 
     judge_cost = rec.get("judge_cost_usd")
-    chk.cli_cost_usd = None if rec.get("cost_usd") is None else str(_decimal(rec.get("cost_usd")))
+    chk.cli_cost_usd = None if rec.get("cost_usd") is None else str(finite_decimal(rec.get("cost_usd")))
     chk.metered_cost_usd = rec.get("metered_cost_usd")
-    chk.judge_cost_usd = None if judge_cost is None else str(_decimal(judge_cost))
+    chk.judge_cost_usd = None if judge_cost is None else str(finite_decimal(judge_cost))
     charged = attempt.get("charged_micro")
     chk.charged_usd = None if charged is None else str(Decimal(int(charged)) / ledger.MICRO)
     chk.findings += reconcile_costs(rec.get("cost_usd"), rec.get("metered_cost_usd"),
                                     None if judge_cost is None else Decimal(str(float(judge_cost))), charged, attempt.get("charge_basis"))
-    if judge_cost is not None and chk.judges_parsed and not _decimal(judge_cost):
+    if judge_cost is not None and chk.judges_parsed and not finite_decimal(judge_cost):
         chk.findings.append("cost: the judges ran but their cost was recorded as 0 USD")
 
     deviations = rec.get("deviations") or []
