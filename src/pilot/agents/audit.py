@@ -537,8 +537,10 @@ def network_deviations(summary: StreamSummary, *, network_allowed: bool, isolate
             out.append(Deviation("network_refused", "network", call.name, call.id, str(call.input.get("command", ""))[:2000],
                                  f"tool result: {m.group(0)}", "no_network" if isolated else "refused", call.session))
     for r in refusals:
-        out.append(Deviation("network_refused", "network", "", "", f"{r.get('method', '')} {r.get('target', '')}".strip()[:2000],
-                             "http proxy", "refusing_proxy"))
+        # One deviation per refused destination; how often it was asked for is said with it.
+        n = int(r.get("count", 1) or 1)
+        what = f"{r.get('method', '')} {r.get('target', '')}".strip()[:2000] + (f" ({n} requests)" if n > 1 else "")
+        out.append(Deviation("network_refused", "network", "", "", what, "http proxy", "refusing_proxy"))
     return out
 
 

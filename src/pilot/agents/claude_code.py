@@ -590,7 +590,9 @@ class ClaudeCodeBackend:
 
     def refusals(self) -> list[dict]:
         """The destinations the refusing proxy turned away during this run."""
-        return network.read_refusals(self.refusal_log)
+        # The live proxy counts every request; its log holds the counts only once it is closed.
+        live = [svc for svc in self._services if isinstance(svc, network.RefusingProxy)]
+        return live[0].refusals() if live else network.read_refusals(self.refusal_log)
 
     def close(self) -> None:
         """Stop the harness side of the bridges (the sandbox is gone with its session)."""

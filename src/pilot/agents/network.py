@@ -127,31 +127,87 @@ class _RefusalHandler(socketserver.StreamRequestHandler):
             pass
 
 
+#: Distinct destinations the refusal log names one by one; requests to further ones are only counted.
+MAX_LOGGED_DESTINATIONS = 100
+
+
 class RefusingProxy(_UnixService):
-    """An HTTP proxy that refuses everything and appends each asked-for destination to ``log_path``."""
+    """An HTTP proxy that refuses everything and logs what was asked for to ``log_path``.
+
+    Each distinct destination (method and target) is written once, when it is
+    first asked for, up to :data:`MAX_LOGGED_DESTINATIONS`; on :meth:`close`
+    one row counts the requests per logged destination and those to the rest.
+    So a worker that asks a million times leaves a log (and deviations) of
+    bounded size, and every request is still counted.
+    """
 
     handler = _RefusalHandler
 
     def __init__(self, socket_path: Path, log_path: Path) -> None:
         self.log_path = Path(log_path)
         self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
+        self._others = 0
         super().__init__(socket_path)
 
     def record(self, method: str, target: str) -> None:
-        entry = {"time": round(time.time(), 3), "method": method[:20], "target": target[:500]}
-        with self._lock, open(self.log_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry) + "\n")
+        key = (method[:20], target[:500])
+        with self._lock:
+            if key in self._counts:
+                self._counts[key] += 1
+                return
+            if len(self._counts) >= MAX_LOGGED_DESTINATIONS:
+                self._others += 1
+                return
+            self._counts[key] = 1
+            with open(self.log_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"time": round(time.time(), 3), "method": key[0], "target": key[1]}) + "\n")
+
+    def close(self) -> None:
+        super().close()
+        with self._lock:
+            if self._counts or self._others:
+                row = {"kind": "counts", "counts": [[m, t, n] for (m, t), n in self._counts.items()], "others": self._others}
+                with open(self.log_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row) + "\n")
+            self._counts, self._others = {}, 0
+
+    def refusals(self) -> list[dict]:
+        """What was refused so far, as :func:`read_refusals` reads it from the closed log."""
+        with self._lock:
+            return _refusal_rows([(m, t, n) for (m, t), n in self._counts.items()], self._others)
+
+
+def _refusal_rows(destinations: list[tuple[str, str, int]], others: int) -> list[dict]:
+    out = [{"method": m, "target": t, "count": n} for m, t, n in destinations]
+    if others:
+        out.append({"method": "", "target": f"further destinations past the log's bound of {MAX_LOGGED_DESTINATIONS}", "count": others})
+    return out
 
 
 def read_refusals(path: Path) -> list[dict]:
-    """The refused destinations logged for a run (empty when none)."""
+    """The refused destinations logged for a run, each with its ``count`` of requests (empty when none).
+
+    Requests to destinations past the log's bound come as one last row naming how many there were.
+    """
     path = Path(path)
     if not path.is_file():
         return []
-    out = []
+    rows: list[dict] = []
+    counts: dict[tuple[str, str], int] = {}
+    others = 0
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            out.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
-    return out
+        if not isinstance(row, dict):
+            continue
+        if row.get("kind") == "counts":
+            counts = {(str(m), str(t)): int(n) for m, t, n in row.get("counts") or []}
+            others = int(row.get("others") or 0)
+        else:
+            rows.append(row)
+    # A log without its closing row (the harness was killed) counts each logged destination once.
+    keys = [(str(r.get("method", "")), str(r.get("target", ""))) for r in rows]
+    return _refusal_rows([(m, t, counts.get((m, t), 1)) for m, t in keys], others)

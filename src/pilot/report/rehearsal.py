@@ -434,10 +434,10 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
 
     deviations = rec.get("deviations") or []
     planted = planted_deviations(sessions)
-    network_refused = network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG)
+    network_refused = sum(int(r.get("count", 1)) for r in network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG))
     chk.deviations, chk.planted_deviations = len(deviations), len(planted)
-    chk.refusals = len(summary.permission_denied) + len(network_refused)
-    chk.findings += check_deviations(planted, deviations, len(summary.permission_denied), len(network_refused))
+    chk.refusals = len(summary.permission_denied) + network_refused
+    chk.findings += check_deviations(planted, deviations, len(summary.permission_denied), network_refused)
     return chk
 
 
