@@ -16,8 +16,10 @@ Second part: the sandbox's start-up cost per attempt. Reference, in the same
 process: a bare launch of the pinned CLI (``claude --version``, the
 harness's own call). Measured: the same launch inside the run's sandbox as
 ``pilot.agents.launch`` builds it for each arm, with its socket bridges
-(``socat``) started and waited for; the overhead is the difference of the
-medians (target: under 0.5 s per attempt).
+(``socat``) started and waited for, confined as a real attempt is (the
+attempt's control group, the binds staged for and the launch dropped to a
+dedicated worker uid when run as root); the overhead is the difference of
+the medians (target: under 0.5 s per attempt).
 
     .venv/bin/python benchmarks/bench_runner.py [--part attempt|sandbox|all] [--repeats 3] [--arms A0 A1 A3]
 """
@@ -25,6 +27,7 @@ medians (target: under 0.5 s per attempt).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -59,13 +62,13 @@ def time_attempt(sid: str, arm: str, root: Path, repeats: int, seed: int) -> tup
     return statistics.median(times), status
 
 
-def _median_run(argv: list[str], env: dict, cwd: Path, repeats: int) -> float:
+def _median_run(argv: list[str], env: dict, cwd: Path, repeats: int, setup=None) -> float:
     import subprocess
 
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, preexec_fn=setup)
         times.append(time.perf_counter() - t0)
         if out.returncode != 0:
             raise RuntimeError(f"{argv[0]} exited {out.returncode}: {out.stderr[-500:]}")
@@ -76,10 +79,13 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
     """Sandbox start-up per attempt against a bare launch of the pinned CLI, per arm."""
     import sys
 
-    from pilot.agents import claude_code, launch, network
+    from pilot.agents import bounds, claude_code, launch, network, sandbox, worker_user
 
     cli = claude_code.find_cli()
     study = protocol.study()
+    lease = worker_user.acquire(study)
+    limits = bounds.Limits.from_study(study)
+    print(f"confined as {lease.identity.name} (uid {lease.identity.uid}{', dedicated slot' if lease.identity.switch else ''})")
     print(f"sandbox start-up per attempt: CLI {cli.name} --version, bare vs inside the run's sandbox (median of {repeats})")
     print(f"{'arm':4} {'bare s':>8} {'sandboxed s':>12} {'overhead s':>11} {'ratio':>6}  target < 0.5 s")
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
@@ -95,14 +101,30 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
                                            refusal_socket=root / "refusal.sock", worker_env=Path(sys.prefix))
                 launch.materialize(spec, run)
                 argv = [str(cli), "--version"]
+                # The whole per-attempt confinement: the attempt's group, the staged binds, the limits, the worker's uid.
+                cgroup = bounds.AttemptCgroup.create(f"bench-{arm_id}", limits)
+                conf = claude_code.Confinement(lease.identity, limits, (run / "workspace",), cgroup)
+                cmd, stage = list(spec.command[: len(spec.sandbox_prefix)]) + argv, None
+                if lease.identity.switch:
+                    cmd, stage = sandbox.stage_binds(cmd)
+                    for d in (run / "workspace", run / "agent" / "home", run / "agent" / "claude-config"):
+                        worker_user.give_tree(d, lease.identity.uid, lease.identity.gid)
+                    for sock in (root / "model.sock", root / "refusal.sock"):
+                        os.chown(sock, lease.identity.uid, lease.identity.gid)
+                setup = claude_code._child_setup(conf, stage, None)
                 _median_run(argv, spec.env, spec.cwd, 1)  # warm the file cache
                 bare = _median_run(argv, spec.env, spec.cwd, repeats)
-                boxed = _median_run([*spec.sandbox_prefix, *argv], spec.env, spec.cwd, repeats)
+                try:
+                    boxed = _median_run(cmd, spec.env, spec.cwd, repeats, setup)
+                finally:
+                    if cgroup is not None:
+                        cgroup.remove()
                 print(f"{arm_id:4} {bare:8.3f} {boxed:12.3f} {boxed - bare:11.3f} {boxed / bare:6.2f}  "
                       f"{'ok' if boxed - bare < 0.5 else 'OVER'}")
         finally:
             for svc in services:
                 svc.close()
+            lease.release()
 
 
 def main() -> None:

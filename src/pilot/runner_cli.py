@@ -101,7 +101,7 @@ def _sandbox_users(args: argparse.Namespace) -> int:
     missing = worker_user.missing_users(users)
     for slot in range(users.slots):
         name = users.name(slot)
-        print(f"{name}\tuid {users.uid(slot)}\t{'missing' if any(m.startswith(name) for m in missing) else 'present'}")
+        print(f"{name}\tuid {users.uid(slot)}\t{'missing' if any(m.split()[0] == name for m in missing) else 'present'}")
     if missing and worker_user.is_root():
         print(f"pilot sandbox users: missing {', '.join(missing)}: run `pilot sandbox users --create`", file=sys.stderr)
         return 1
