@@ -238,34 +238,39 @@ def acquire(study: Any, lock_dir: Path = LOCK_DIR) -> SlotLease:
 
 
 def give_tree(root: Path, uid: int, gid: int) -> None:
-    """Hand a folder the harness made (workspace, scratch home, CLI config) to the worker for a session."""
-    if not Path(root).exists():
-        return
-    for path in _walk(Path(root)):
+    """Hand a folder the harness made (workspace, scratch home, CLI config) to the worker for a session.
+
+    A file with more than one link is not handed over: its other name may lie outside the tree.
+    """
+    for path, st in _owned_entries(Path(root)):
         os.lchown(path, uid, gid)
 
 
 def take_back_tree(root: Path, worker_uid: int, uid: int | None = None, gid: int | None = None) -> None:
     """After a session: what the worker owns under ``root`` goes back to the harness's user.
 
-    Only entries owned by the worker are changed, and a regular file only when
-    it has a single link: a hard link to a file outside the tree (which the
-    kernel's protected_hardlinks refuses anyway) is never re-owned.
+    Only entries owned by the worker are changed, and a file only when it has
+    a single link: a hard link to a file outside the tree (which the kernel's
+    protected_hardlinks refuses anyway) is never re-owned.
     """
     uid = os.getuid() if uid is None else uid
     gid = os.getgid() if gid is None else gid
-    if not Path(root).exists():
+    for path, st in _owned_entries(Path(root)):
+        if st.st_uid == worker_uid:
+            os.lchown(path, uid, gid)
+
+
+def _owned_entries(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry under ``root`` (links not followed) that can change owner: folders, links and single-link files."""
+    if not root.exists():
         return
-    for path in _walk(Path(root)):
+    for path in _walk(root):
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if st.st_uid != worker_uid:
-            continue
-        if not os.path.isdir(path) and not os.path.islink(path) and st.st_nlink != 1:
-            continue
-        os.lchown(path, uid, gid)
+        if os.path.isdir(path) or os.path.islink(path) or st.st_nlink == 1:
+            yield path, st
 
 
 def _walk(root: Path) -> Iterator[str]:
