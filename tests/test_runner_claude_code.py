@@ -269,7 +269,11 @@ def test_recovery_resume_cost_is_attributed_once(tmp_path, gold_steps, worker_en
     calls = invocations(tmp_path)
     assert len(calls) == 2
     resume_argv = calls[1]["argv"]
-    assert resume_argv[resume_argv.index("--resume") + 1] == rec.sessions[0]["session_id"]
+    # The resume continues the id the harness gave the first session, never one its stream reported.
+    first_argv = calls[0]["argv"]
+    assigned = first_argv[first_argv.index("--session-id") + 1]
+    assert resume_argv[resume_argv.index("--resume") + 1] == assigned == rec.sessions[0]["assigned_session_id"]
+    assert "--session-id" not in resume_argv
     # The resume gets what is left of the budget, in the same config folder.
     assert float(resume_argv[resume_argv.index("--max-budget-usd") + 1]) == pytest.approx(rec.caps_usd - spent_first, abs=1e-4)
     assert calls[0]["env"]["CLAUDE_CONFIG_DIR"] == calls[1]["env"]["CLAUDE_CONFIG_DIR"]
