@@ -122,8 +122,10 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     assert prefix[0].endswith("bwrap") and "--unshare-net" in prefix and "--die-with-parent" in prefix
     assert "--dev-bind" not in prefix and ["--ro-bind", "/", "/"] != prefix[1:4]
     run = (tmp_path / "runs" / "r1").resolve()
-    # Read-write: the workspace and the agent's scratch folders, nothing else.
-    assert set(plan.rw_binds) == {str(run / "workspace"), str(run / "agent" / "home"), str(run / "agent" / "claude-config")}
+    # Read-write: the workspace and the agent's scratch folders, nothing else; the CLI's config at the sandbox's own place.
+    assert set(plan.rw_binds) == {str(run / "workspace"), str(run / "agent" / "home")}
+    assert plan.rw_mapped == ((str(run / "agent" / "claude-config"), launch.INSIDE_CONFIG),)
+    assert spec.env["CLAUDE_CONFIG_DIR"] == launch.INSIDE_CONFIG and spec.env[launch.RUN_MARK_VAR] == str(run / "agent" / "claude-config")
     assert spec.env["TMPDIR"] == "/tmp" and prefix[prefix.index("/tmp") - 1] == "--tmpfs"  # a private /tmp per session
     # Nothing of the checkout but the CLI's own folder (here the test double's) and the settings file.
     inside_repo = [p for p in plan.ro_binds if Path(p).is_relative_to(paths.ROOT)]

@@ -18,7 +18,7 @@ import pytest
 
 from fake_messages_api import FakeMessagesAPI
 from pilot import paths, protocol
-from pilot.agents import sandbox
+from pilot.agents import launch, sandbox
 from pilot.agents.claude_code import PREFLIGHT_BASE_URL
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
@@ -125,7 +125,9 @@ def test_completed_run_keeps_transcript_workspace_and_record(tmp_path, gold_step
     call = invocations(tmp_path)[-1]
     assert call["stdin"].strip() == protocol.study()["worker"]["user_prompt"]
     assert call["cwd"] == rec.workspace
-    assert call["env"]["CLAUDE_CONFIG_DIR"].startswith(str(tmp_path / "runs" / "r1"))
+    # The CLI sees its config folder at the sandbox's own place; the run's mark names the host's folder of this run.
+    assert call["env"]["CLAUDE_CONFIG_DIR"] == launch.INSIDE_CONFIG
+    assert call["env"][launch.RUN_MARK_VAR].startswith(str((tmp_path / "runs" / "r1").resolve()))
 
 
 def test_a_run_that_modifies_an_input_gets_E(tmp_path, gold_steps, worker_env):

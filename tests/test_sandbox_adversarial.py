@@ -27,7 +27,7 @@ import pytest
 
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 from pilot import paths, protocol
-from pilot.agents import sandbox
+from pilot.agents import launch, sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
 from real_cli_support import real_cli, require_real_sandbox
@@ -371,7 +371,7 @@ SCHEDULER = textwrap.dedent("""\
 
 
 def _attempt_processes(run_dir: Path) -> list[int]:
-    needle = f"CLAUDE_CONFIG_DIR={run_dir}".encode()
+    needle = f"{launch.RUN_MARK_VAR}={run_dir}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():

@@ -28,7 +28,7 @@ import pytest
 
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 from pilot import paths, protocol
-from pilot.agents import bounds, worker_user
+from pilot.agents import bounds, launch, worker_user
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
 from real_cli_support import real_cli, require_real_sandbox
@@ -49,7 +49,7 @@ def _the_real_thing():
     require_real_sandbox()
 
 
-PROBE = textwrap.dedent(r'''
+_PROBE = textwrap.dedent(r'''
     import ctypes, json, os, subprocess, sys
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -112,13 +112,14 @@ PROBE = textwrap.dedent(r'''
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     call("pidfd_getfd", getfd)
     call("signal_cli", lambda: os.kill(pid, 0))
-    cfg = os.path.join(os.path.dirname(os.environ["HOME"]), "claude-config")  # <run>/agent/claude-config
+    cfg = {inside_config!r}  # the CLI's config folder as the sandbox shows it
     out["config_exists"] = os.path.isdir(os.path.join(cfg, "projects"))
     call("write_session_store", lambda: open(os.path.join(cfg, "projects", "forged.jsonl"), "w").close())
-    call("write_settings", lambda: open(os.path.join(os.path.dirname(cfg), "settings.json"), "a").close())
+    call("write_settings", lambda: open(os.path.join(os.path.dirname(os.environ["HOME"]), "settings.json"), "a").close())
     json.dump(out, open("outputs/probe.json", "w"), indent=1)
     print("probe done")
 ''')
+PROBE = _PROBE.replace("{inside_config!r}", repr(launch.INSIDE_CONFIG))
 
 
 def _probe_turns(ws: Path) -> list[dict]:
@@ -158,7 +159,7 @@ def _needs_root() -> None:
 
 @pytest.fixture
 def run_root():
-    """A run folder outside /tmp, as a study's own (analysis/data) is: beneath the worker's /tmp nothing is write-protected."""
+    """A run folder under the checkout's build/ (as a study's own analysis/data is), which an unprivileged user can reach."""
     import shutil
     import uuid
 
@@ -170,9 +171,11 @@ def run_root():
 
 # Every arm with a way to run a program (A0 has none: its tools are the CLI's own file tools, in the same sandbox).
 @pytest.mark.parametrize("arm", ["A1", "A2", "A3", "A4"])
-def test_root_harness_worker_holds_no_privilege(run_root, arm):
+def test_root_harness_worker_holds_no_privilege(tmp_path, arm):
     _needs_root()
-    out = run_root / arm
+    # Under pytest's own /tmp folder: the run's folders lie beneath the worker's private /tmp inside, and still the
+    # CLI's session store is out of its shell's reach.
+    out = tmp_path.resolve() / arm
     rec, results = _run(out, arm, _probe_turns(out / "workspace"))
     assert rec.status == "completed" and rec.enforcement == "bubblewrap", (rec.status, rec.notes, results)
     launch = json.loads((out / "record" / "launch-0.json").read_text())

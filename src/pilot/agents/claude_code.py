@@ -107,7 +107,7 @@ def _pdeathsig() -> None:
 
 
 def sweep_run_processes(prefix: Path | str) -> list[int]:
-    """Kill every process whose ``CLAUDE_CONFIG_DIR`` lies under ``prefix`` (leftovers of an attempt).
+    """Kill every process whose run mark (``PILOT_RUN_CONFIG``, the run's config folder) lies under ``prefix`` (leftovers of an attempt).
 
     An attempt's processes all carry their run's config folder in their
     environment (bubblewrap, the bridges, the CLI and what it starts).
@@ -117,7 +117,7 @@ def sweep_run_processes(prefix: Path | str) -> list[int]:
     proc_dir = Path("/proc")
     if not proc_dir.is_dir():
         return killed
-    needle = b"\0CLAUDE_CONFIG_DIR=" + str(Path(prefix).resolve()).encode()
+    needle = b"\0" + launch.RUN_MARK_VAR.encode() + b"=" + str(Path(prefix).resolve()).encode()
     for entry in proc_dir.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -353,7 +353,7 @@ def run_process(
         pass
     if confinement is not None and confinement.cgroup is not None:
         confinement.cgroup.kill_all()
-    marker = spec.env.get("CLAUDE_CONFIG_DIR")
+    marker = spec.env.get(launch.RUN_MARK_VAR)
     if marker:
         sweep_run_processes(marker)
     reader.join(timeout=KILL_GRACE_S)

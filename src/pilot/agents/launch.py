@@ -41,6 +41,12 @@ QUIET_ENV = {
 #: The worker's PATH after the worker Python environment; the operator's PATH is not inherited.
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
+#: Where the CLI's config folder (its session store) appears inside a bubblewrap sandbox: under /run, which the worker's
+#: shell cannot write, and never beneath the worker's private /tmp (a run folder under the host's /tmp would be).
+INSIDE_CONFIG = "/run/pilot-config"
+#: The variable naming the run's config folder on the host in every process of an attempt (the leftover sweep's mark).
+RUN_MARK_VAR = "PILOT_RUN_CONFIG"
+
 #: How a launch is isolated: ``required`` (refuse when the host cannot) or ``unisolated`` (development opt-in).
 ISOLATION_REQUIRED, ISOLATION_OPT_OUT = "required", "unisolated"
 #: The ``enforcement`` of a run launched without isolation (development only; the analysis refuses it by default).
@@ -133,10 +139,6 @@ class LaunchSpec:
         }
 
 
-def _under(path: str, roots: list[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
 def deny_rules(arm: Arm) -> list[str]:
     """The CLI permission rules for the arm's denied families."""
     return [f"Bash({family}:*)" for family in arm.denied_families]
@@ -173,12 +175,16 @@ def agent_env(
     extra_env: dict[str, str] | None = None,
     is_root: bool | None = None,
     max_output_tokens: int | None = None,
+    config_dir: str | None = None,
 ) -> dict[str, str]:
     """The agent process's whole environment: nothing of the operator's (no key, no PATH, no proxy).
 
     ``max_output_tokens`` (study.yml ``cli.max_output_tokens``, the same for
     every arm) bounds each request's ``max_tokens``, so the proxy's worst
     case per request is small beside the run's dollar cap (A-011).
+    ``config_dir`` is the config folder as the CLI sees it (inside the
+    sandbox, :data:`INSIDE_CONFIG`); :data:`RUN_MARK_VAR` always names the
+    host's folder.
     """
     env = {
         "PATH": os.pathsep.join(path_dirs),
@@ -188,7 +194,8 @@ def agent_env(
         "LC_ALL": "C.UTF-8",
         "TERM": "dumb",
         "SHELL": "/bin/bash",
-        "CLAUDE_CONFIG_DIR": str(dirs.config),
+        "CLAUDE_CONFIG_DIR": config_dir or str(dirs.config),
+        RUN_MARK_VAR: str(dirs.config),
         "ANTHROPIC_BASE_URL": api_base_url,
         # The model proxy's per-run token: worth nothing anywhere but at that proxy, for this run.
         "ANTHROPIC_API_KEY": api_token,
@@ -354,10 +361,12 @@ def build_launch(
         extra_ro = [claude_real.parent, dirs.settings]
         if worker_env is not None and arm.feature("python_env"):
             extra_ro += [Path(worker_env), *_python_home(Path(worker_env))]
+        bwrap = method == "bubblewrap"
         plan = sandbox.make_plan(
             features={f: bool(arm.feature(f)) for f in sandbox.FEATURE_TREES},
             extra_ro=extra_ro,
-            rw=[Path(workspace), dirs.home, dirs.config],
+            # bubblewrap shows the config folder at INSIDE_CONFIG (below); sandbox-exec at its own path.
+            rw=[Path(workspace), dirs.home] + ([] if bwrap else [dirs.config]),
             masked=masked,
             stub_dir=dirs.stub_dir,
             bridges=bridges,
@@ -366,14 +375,14 @@ def build_launch(
             python = shell_scope.wrapper_python(worker_env)
             if python is None:
                 raise sandbox.IsolationUnavailable("no Python interpreter for the worker's shell wrapper (/usr/bin/python3 or the worker environment's)")
-            # /run holds only the harness's sockets and this wrapper: the worker writes nothing there.
-            writable = [str(Path(workspace).resolve()), str(dirs.home), str(dirs.shell_snapshots), "/tmp", "/var/tmp", "/dev", "/proc"]
-            if any(_under(str(dirs.config), [t]) for t in ("/tmp", "/var/tmp")):
-                # A rule holds beneath its folder's mounts too: a run folder under /tmp is beneath the worker's /tmp.
-                notes.append(f"the CLI's session store {dirs.config} lies under the worker's private /tmp or /var/tmp, so the "
-                             "worker's shell can write it; a study's own folder (analysis/data) does not")
+            # /run holds only the harness's sockets, this wrapper and the CLI's config: the worker writes nothing there
+            # but the CLI's shell snapshots.
+            writable = [str(Path(workspace).resolve()), str(dirs.home), f"{INSIDE_CONFIG}/{dirs.shell_snapshots.name}",
+                        "/tmp", "/var/tmp", "/dev", "/proc"]
             wrapper = (dirs.shell_wrapper, shell_scope.wrapper_text(python, writable))
             plan = dataclasses.replace(plan, ro_mapped=((str(dirs.shell_wrapper), shell_scope.INSIDE_PATH),))
+        if bwrap:
+            plan = dataclasses.replace(plan, rw_mapped=((str(dirs.config), INSIDE_CONFIG),))
         if method == "bubblewrap":
             base_url = f"http://127.0.0.1:{MODEL_PORT}" if model_endpoint.socket_path is not None else (model_endpoint.base_url or "")
             refusal = f"http://127.0.0.1:{REFUSAL_PORT}" if refusal_socket is not None else None
@@ -387,8 +396,8 @@ def build_launch(
         # TMPDIR is the sandbox's private /tmp (a fresh tmpfs per session): short enough for the Unix sockets programs
         # create there (Chromium's), which a path under the run folder is not.
         env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
-                        refusal_proxy=refusal, tmpdir="/tmp" if method == "bubblewrap" else None, extra_env=extra_env, is_root=is_root,
-                        max_output_tokens=cli.get("max_output_tokens"))
+                        refusal_proxy=refusal, tmpdir="/tmp" if bwrap else None, extra_env=extra_env, is_root=is_root,
+                        max_output_tokens=cli.get("max_output_tokens"), config_dir=INSIDE_CONFIG if bwrap else None)
         if wrapper is not None:
             # Every command of the CLI's Bash tool (and its shell snapshot) starts in the nested Landlock domain.
             env["CLAUDE_CODE_SHELL"] = shell_scope.INSIDE_PATH

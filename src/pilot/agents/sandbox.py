@@ -105,6 +105,8 @@ class SandboxPlan:
     tool: str = "bwrap"
     #: Files of the harness shown read-only at another path inside (source, inside path): the worker's shell wrapper.
     ro_mapped: tuple[tuple[str, str], ...] = ()
+    #: Folders of the harness shown read-write at another path inside (source, inside path): the CLI's config folder.
+    rw_mapped: tuple[tuple[str, str], ...] = ()
 
     @property
     def masked(self) -> tuple[str, ...]:
@@ -119,6 +121,7 @@ class SandboxPlan:
             "absent": list(self.absent),
             "masked": {dst: src for dst, src in self.stubs},
             "read_only_at": {dst: src for src, dst in self.ro_mapped},
+            "read_write_at": {dst: src for src, dst in self.rw_mapped},
             "bridges": [{"name": b.name, "socket": b.inside_socket, "port": b.port} for b in self.bridges],
             "network": "none (own network namespace); bridged sockets only",
         }
@@ -272,6 +275,8 @@ def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = N
         argv += ["--bind", p, p]
     for b in plan.bridges:
         argv += ["--bind", b.host_socket, b.inside_socket]
+    for src, dst in plan.rw_mapped:
+        argv += ["--bind", src, dst]
     for src, dst in plan.ro_mapped:
         argv += ["--ro-bind", src, dst]
     for t in plan.absent:
