@@ -176,14 +176,18 @@ class DaskExecutor:
         if self.client.status != "running":
             # "connecting" too: on losing its scheduler the client has already cancelled every attempt's future.
             raise self._lost(RuntimeError(f"client {self.client.status}"))
+        if any(fut.status == "cancelled" for fut in self._futures):
+            # Only the client cancels a future this executor still holds (its own cancels leave the table at once), and it
+            # does so when it loses its scheduler: those attempts' fate is unknown, so the next run closes them as interrupted.
+            raise self._lost(RuntimeError("the client cancelled the attempts in flight"))
         live = set(self._workers())
         # A worker counts as lost only when it is missing from several consecutive answers of the scheduler.
         self._missing = {a: self._missing.get(a, 0) + 1 for _, _, a in self._futures.values() if a not in live}
         for fut, (token, node, addr) in list(self._futures.items()):
             if fut.status == "finished":
                 out.append((token, fut.result()))
-            elif fut.status in ("error", "cancelled"):
-                exc = fut.exception() if fut.status == "error" else "cancelled"
+            elif fut.status == "error":
+                exc = fut.exception()
                 out.append((token, AttemptOutcome(infra_error=f"dask task failed on node {node} ({addr}): {exc!r}", cost_usd=None)))
             elif self._missing.get(addr, 0) >= LOST_AFTER_POLLS:
                 fut.cancel()
