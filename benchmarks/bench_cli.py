@@ -20,8 +20,8 @@ import sys
 
 import pandas as pd
 
-EVERYTHING = ("import pandas, pilot.study_cli, pilot.oracles.evaluate, pilot.judges.panel, pilot.portal.instance, "
-              "pilot.scenarios.cli, pilot.view.cli, pilot.runner_cli, pilot.stages, pilot.protocol_cli")
+EVERYTHING = ("import pandas, pilot.study, pilot.oracles.evaluate, pilot.judges.panel, pilot.portal.instance, "
+              "pilot.cli.scenarios, pilot.cli.view, pilot.cli.run_one, pilot.stages, pilot.cli.protocol")
 CASES = {
     "python -c pass (reference)": ["-c", "pass"],
     "pilot --help": ["-m", "pilot", "--help"],

@@ -22,7 +22,7 @@ import pandas as pd
 from pilot.executors.local import LocalExecutor
 from pilot.schedule import build_cells
 
-RUN = "pilot.executors.fake_runs:noop_run"
+RUN = "pilot.simulated.fake_runs:noop_run"
 
 
 def per_attempt_s(processes: bool, n: int, workdir: Path) -> float:

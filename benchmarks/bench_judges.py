@@ -40,7 +40,7 @@ from pathlib import Path
 
 from pilot.judges import prompt_for_run
 from pilot.judges.render import format_of, render_deliverable
-from pilot.judges.simulated import load_config
+from pilot.simulated.judge import load_config
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
 
 

@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fake_messages_api import FakeMessagesAPI  # noqa: E402
 from pilot import protocol  # noqa: E402
-from pilot.agents.model_proxy import MeteringProxy, PriceTable, UnixHTTPConnection, read_exchanges  # noqa: E402
+from pilot.agents.model_proxy import MeteringProxy, UnixHTTPConnection, read_exchanges  # noqa: E402
+from pilot.protocol.prices import PriceTable
 
 TARGET_MS = 5.0
 

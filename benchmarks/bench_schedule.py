@@ -28,8 +28,9 @@ import pandas as pd
 
 from pilot import protocol
 from pilot.executors.base import AttemptOutcome, CellSpec, reset_workspace
-from pilot.executors.fake_runs import noop_run
-from pilot.schedule import Scheduler, build_cells, load_nodes
+from pilot.simulated.fake_runs import noop_run
+from pilot.schedule import Scheduler, build_cells
+from pilot.nodes import load_nodes
 from pilot.store import Store
 
 ARMS = ["A0", "A1", "A2", "A3", "A4"]

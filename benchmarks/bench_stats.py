@@ -29,7 +29,8 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pilot import protocol  # noqa: E402
-from pilot.stats import estimators, resampling, synthetic  # noqa: E402
+from pilot.stats import estimators, resampling  # noqa: E402
+from pilot.simulated import synthetic
 from pilot.stats.estimators import Layout  # noqa: E402
 
 
@@ -124,7 +125,7 @@ def main() -> None:
 
 def stage_computations(seed: int = 20260415) -> float:
     """Wall time of every computation of the primary and sensitivity stages on a 10 x 5 x 3 study (budget: 10 s)."""
-    from pilot.stats import runtable
+    from pilot import runtable
     from pilot.stats import stage_computations as stages
 
     t = time.perf_counter()

@@ -16,7 +16,7 @@
 # work and real money is spent, never more than the envelope in
 # `protocol/study.yml`.
 #
-# The logic lives in `pilot.study_cli` (create, run, export), `pilot.schedule`,
+# The logic lives in `pilot.study` (create, run, export), `pilot.schedule`,
 # `pilot.runner`, `pilot.oracles`, `pilot.judges` and `pilot.outcomes`.
 
 # %% tags=["parameters"]
@@ -42,7 +42,7 @@ from pilot.report import sentences
 from pilot.report.inline import say
 from pilot.report.latex import write_macros
 from pilot.store import STORE_FILE, Store
-from pilot.study_cli import create_study, export_run_table, run_study_wave, status_table
+from pilot.study import create_study, export_run_table, run_study_wave, status_table
 
 pd.set_option("display.width", 160)
 tables, generated = paths.from_root(tables_dir), paths.from_root(generated_dir)

@@ -18,7 +18,7 @@
 # the waves the rule adds, and before a later wave is pooled with the pilot it
 # checks the freeze manifest taken when the pilot started.
 #
-# The logic lives in `pilot.scale_rule`, `pilot.freeze` and `pilot.study_cli`.
+# The logic lives in `pilot.scale_rule`, `pilot.freeze` and `pilot.study`.
 
 # %% tags=["parameters"]
 study: str = "pilot-simulated"  # name of the study under analysis/data/ whose pilot has run
@@ -85,7 +85,7 @@ store.close()
 
 # %%
 if run_waves:
-    from pilot.study_cli import run_study_wave
+    from pilot.study import run_study_wave
 
     for wave in decision.waves:
         res = run_study_wave(study, wave=wave, backend=backend, executor=executor,
@@ -109,7 +109,7 @@ else:
 # exported and the later waves stay out of every analysis.
 
 # %%
-from pilot.study_cli import export_run_table
+from pilot.study import export_run_table
 
 pooled = report is not None and report.ok
 if export:

@@ -36,7 +36,8 @@ permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.per
 # %%
 import time
 
-from pilot import dry_run, paths, protocol
+from pilot.simulated import dry_run
+from pilot import paths, protocol
 from pilot.report import sentences
 from pilot.report.inline import say, show_figures
 from pilot.stats import stage_computations, stage_outputs
@@ -107,8 +108,8 @@ print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {
 # dry run of the harness (`backend` simulated) it is the acceptance each arm
 # was planted with, derived from the two stated models the simulated agent
 # and judges read (`analysis/config/simulated_agent.yml`,
-# `analysis/config/simulated_judges.yml`; `pilot.dry_run`); for a synthetic
-# table it is the generator's own (`pilot.stats.synthetic`). `covered` says
+# `analysis/config/simulated_judges.yml`; `pilot.simulated.dry_run`); for a synthetic
+# table it is the generator's own (`pilot.simulated.synthetic`). `covered` says
 # whether the arm's 95% interval holds the planted value. A real run table
 # has no such truth: nothing is written, and files left by an earlier dry
 # run are removed.

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from pilot import paths
 from pilot.stages import write_parameterized_notebook
-from pilot.stats import runtable, synthetic
+from pilot import runtable
+from pilot.simulated import synthetic
 
 
 def fresh_runtable(tmp_path: Path, seed: int = 97, n_scenarios: int = 6) -> Path:

@@ -9,7 +9,8 @@ from typing import Callable
 
 from pilot import paths, protocol
 from pilot.executors.base import AttemptOutcome, CellSpec
-from pilot.schedule import Node, build_cells
+from pilot.nodes import Node
+from pilot.schedule import build_cells
 from pilot.store import Store
 
 SCENARIOS = ["ACC-01", "BANK-01", "LEGAL-01", "RES-01", "OPS-01"]

@@ -268,7 +268,7 @@ def assert_blind_real(prompt: str, root: Path, arm: str) -> None:
 
 def _simulated_runner_available() -> bool:
     try:
-        import pilot.agents.simulated  # noqa: F401
+        import pilot.simulated.agent  # noqa: F401
         import pilot.runner  # noqa: F401
     except ImportError:
         return False

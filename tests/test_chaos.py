@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pilot.executors import isolation
-from pilot.executors.base import was_launched
+from pilot.executors import proctree
+from pilot.executors.proctree import was_launched
 from pilot.ledger import audit
 from pilot.store import STORE_FILE
 from schedule_support import make_root, read_only
@@ -31,7 +31,7 @@ from test_process_lifetime import spawned_pids, survivors
 pytestmark = pytest.mark.slow
 
 SEED = 20261201
-FAKE = "pilot.executors.fake_runs:sleep_run"
+FAKE = "pilot.simulated.fake_runs:sleep_run"
 KILLS = 20
 BUDGET_S = 75.0  # wall time for the kills; the final resume and the checks come on top
 
@@ -103,7 +103,7 @@ def test_random_kills_keep_every_invariant(tmp_path):
             assert proc.returncode == 0, proc.stderr.read()
             waves.pop(0)  # this wave finished between kills: go on with the next
         proc.stderr.close()
-        assert survivors(isolation.tagged(str(folder))) == [], "a process of an attempt survived the kill"
+        assert survivors(proctree.tagged(str(folder))) == [], "a process of an attempt survived the kill"
         assert survivors(spawned_pids(folder)) == []
         if db.exists():
             finished = _check(db, finished, final=False)

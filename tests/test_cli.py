@@ -15,14 +15,14 @@ import sys
 
 import pytest
 
-from pilot import cli
+from pilot.cli.main import main as cli
 
 HEAVY = ("pandas", "numpy", "scipy", "statsmodels", "lifelines", "matplotlib", "flask", "openpyxl", "docx", "pypdf",
          "reportlab", "jsonschema", "dask", "distributed", "papermill", "nbformat", "jupytext")
 
 PROBE = """
 import json, sys
-from pilot.cli import main
+from pilot.cli.main import main
 try:
     main(sys.argv[1:])
 except SystemExit:

@@ -12,7 +12,7 @@ pytest.importorskip("distributed")
 
 from distributed import Client, LocalCluster, Nanny  # noqa: E402
 
-from pilot.executors import isolation  # noqa: E402
+from pilot.executors import proctree  # noqa: E402
 from pilot.executors.dask import DaskExecutor, nodes_from_workers, run_attempt_on_worker  # noqa: E402
 from pilot.schedule import Scheduler  # noqa: E402
 from schedule_support import REQUIRES, make_store, read_only  # noqa: E402
@@ -20,7 +20,7 @@ from test_process_lifetime import alive, spawned_pids, survivors  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-RUNNER = "pilot.executors.fake_runs:sleep_run"
+RUNNER = "pilot.simulated.fake_runs:sleep_run"
 LINUX = {"slots": 2, "linux": 2, "libreoffice": 2, "chromium": 2, "portal": 2}
 MAC = {"slots": 1, "macos": 1}
 
@@ -117,7 +117,7 @@ def test_a_released_attempt_ends_its_process_tree_on_the_worker(client, tmp_path
     cell = next(c for c in st.cells("pilot") if c.arm == "A1")
     folder = tmp_path / "ws" / cell.run_id / "attempt-1"
     linux = next(a for a, n in _node_of_address(client).items() if n == "linux-a")
-    fut = client.submit(run_attempt_on_worker, "pilot.executors.fake_runs:long_run", cell, str(folder), "linux-a", "simulated",
+    fut = client.submit(run_attempt_on_worker, "pilot.simulated.fake_runs:long_run", cell, str(folder), "linux-a", "simulated",
                         workers=[linux], resources={"slots": 1}, pure=False)
     deadline = time.monotonic() + 60
     while not (folder / "outputs" / "spawned.txt").exists():
@@ -126,7 +126,7 @@ def test_a_released_attempt_ends_its_process_tree_on_the_worker(client, tmp_path
     time.sleep(0.2)
     pids = spawned_pids(folder)
     assert len(pids) == 2 and all(alive(p) for p in pids)
-    supervisors = isolation.tagged(str(folder))
+    supervisors = proctree.tagged(str(folder))
     assert supervisors  # the supervisor and its worker carry the attempt's tag
     fut.release()  # what a stopped or dead scheduler's client amounts to
     assert survivors(pids, grace_s=15) == [] and survivors(supervisors, grace_s=5) == []

@@ -1,6 +1,6 @@
 """The dry run's planted acceptance, checked against the harness it describes.
 
-The derivation in ``pilot.dry_run`` is compared with the empirical acceptance
+The derivation in ``pilot.simulated.dry_run`` is compared with the empirical acceptance
 of the real simulated pipeline (runner with the SIMULATED agent, oracle,
 A4 self-check and recovery, SIMULATED judges, outcomes) over many seeds, and
 its structural claims (which defect breaks D or sets E, which the self-check
@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pilot import dry_run, outcomes, paths, protocol
-from pilot.agents.simulated import load_model
+from pilot.simulated import dry_run
+from pilot import outcomes, paths, protocol
+from pilot.simulated.agent import load_model
 
 OPS = "OPS-01"  # one CSV deliverable: a run takes a few hundredths of a second
 pytestmark = pytest.mark.skipif(not (paths.SCENARIOS_DIR / OPS / "scenario.yml").is_file(), reason=f"scenario {OPS} not in the protocol")
@@ -77,7 +78,7 @@ def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
 @pytest.mark.libreoffice
 def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_path):
     """The structural claims of the derivation, on real files with the real oracle and self-check."""
-    from pilot.agents.simulated import DEFECTS, _DEFECT_FUNCTIONS
+    from pilot.simulated.agent import DEFECTS, _DEFECT_FUNCTIONS
     from pilot.oracles import evaluate, hash_inputs, run_selfcheck
     from pilot.scenarios import build_gold_workspace, load_scenario
     from pilot.scenarios import defects as dx
@@ -137,14 +138,15 @@ def test_bad_arguments_name_the_problem():
 
 
 def _table(backend: str, n_scenarios: int = 3):
-    from pilot.stats import synthetic
+    from pilot.simulated import synthetic
 
     df = synthetic.generate_runtable(7, n_scenarios=n_scenarios, repeats=2, sensitivity_wave=False)
     return df.assign(backend=backend, judge_backend="simulated" if backend == "simulated" else None)
 
 
 def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path):
-    from pilot.stats import primary, synthetic
+    from pilot.stats import primary
+    from pilot.simulated import synthetic
 
     tables, gen = tmp_path / "t", tmp_path / "g"
     # A dry run of the harness: planted from the simulated agent's and judges' models, over the table's scenarios.

@@ -104,10 +104,10 @@ def test_cli_takes_manifest_at_pilot_start_and_export_refuses_to_pool_a_changed_
         return subprocess.run([*pilot, *args], env=env, capture_output=True, text=True)
 
     assert run("create", "f", "--scenarios", "ACC-01").returncode == 0
-    early = run("run", "f", "--wave", "repeat3", "--runner", "pilot.executors.fake_runs:noop_run", "--no-progress")
+    early = run("run", "f", "--wave", "repeat3", "--runner", "pilot.simulated.fake_runs:noop_run", "--no-progress")
     assert early.returncode == 2 and "run the pilot wave first" in early.stderr
     for wave in ("pilot", "repeat3"):
-        r = run("run", "f", "--wave", wave, "--runner", "pilot.executors.fake_runs:noop_run", "--no-progress")
+        r = run("run", "f", "--wave", wave, "--runner", "pilot.simulated.fake_runs:noop_run", "--no-progress")
         assert r.returncode == 0, r.stderr
     ok = run("verify-freeze", "f")
     assert ok.returncode == 0 and "unchanged" in ok.stdout

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from pilot.cli import main as cli_main
+from pilot.cli.main import main as cli_main
 from pilot.judges.render import render_deliverable
 from pilot.oracles import Recalculator, evaluate, run_selfcheck
-from pilot.oracles.cli import EXIT_CRITICAL, EXIT_EVALUATION_ERROR, EXIT_FAILED
+from pilot.cli.check import EXIT_CRITICAL, EXIT_EVALUATION_ERROR, EXIT_FAILED
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 from pilot.scenarios import defects

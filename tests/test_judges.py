@@ -14,7 +14,7 @@ from pilot.judges import JudgeResult, criteria_from, judge_run, prompt_for_run, 
 from pilot.judges.backend import JudgeReply, JudgeRequest
 from pilot.judges.rubric import RubricError
 from pilot.judges.schema import VerdictError, output_schema, parse_verdict
-from pilot.judges.simulated import SimulatedJudge, deliverable_quality, load_config
+from pilot.simulated.judge import SimulatedJudge, deliverable_quality, load_config
 
 CRITERIA = criteria_from(RUBRIC)
 

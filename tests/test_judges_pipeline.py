@@ -103,7 +103,7 @@ def test_judge_backend_pairing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _simulated_runner_available() -> bool:
     try:
-        import pilot.agents.simulated  # noqa: F401
+        import pilot.simulated.agent  # noqa: F401
     except ImportError:
         return False
     return True
@@ -124,7 +124,7 @@ def test_run_cell_with_the_real_runner(tmp_path: Path, arm: str) -> None:
 def test_judge_command_prints_prompt_and_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     import json
 
-    from pilot.cli import main
+    from pilot.cli.main import main
 
     sid = list_scenarios()[0]
     ws = build_gold_workspace(load_scenario(sid), tmp_path / "ws")

@@ -17,7 +17,7 @@ from test_process_lifetime import survivors
 
 pytestmark = pytest.mark.slow
 
-RUNNER = "pilot.executors.fake_runs:sleep_run"
+RUNNER = "pilot.simulated.fake_runs:sleep_run"
 SCENARIOS = ["ACC-01", "BANK-01", "RES-01"]  # 30 runs
 
 

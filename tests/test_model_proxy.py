@@ -23,15 +23,8 @@ import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 from real_cli_support import real_cli
 from pilot import protocol
-from pilot.agents.model_proxy import (
-    CAP_STATUS,
-    MeteringProxy,
-    PriceTable,
-    UnixHTTPConnection,
-    Usage,
-    cost_disagreement,
-    study_models,
-)
+from pilot.agents.model_proxy import CAP_STATUS, MeteringProxy, UnixHTTPConnection
+from pilot.protocol.prices import PriceTable, Usage, cost_disagreement, study_models
 from pilot.protocol import ProtocolError
 
 MODEL = protocol.study()["worker"]["model"]

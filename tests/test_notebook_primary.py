@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from notebook_helpers import fresh_runtable, output_dirs, run_cli, run_under_nbval, stage_params
-from pilot.stats import runtable
+from pilot import runtable
 
 pytestmark = pytest.mark.notebook
 

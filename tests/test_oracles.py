@@ -21,7 +21,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 
-from pilot.cli import main as cli_main
+from pilot.cli.main import main as cli_main
 from pilot.oracles import Recalculator, evaluate, evaluate_many, hash_inputs
 from pilot.oracles.hashing import compare_hashes
 from pilot.oracles.recalc import soffice_binary

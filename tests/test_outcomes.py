@@ -11,7 +11,7 @@ import pytest
 from pilot import protocol
 from pilot.outcomes import OutcomeError, acceptance, agent_cost, human_minutes, quality, rows_from_store, run_row, run_table
 from pilot.scenarios import list_scenarios, load_scenario
-from pilot.stats import runtable
+from pilot import runtable
 
 pytestmark = pytest.mark.skipif(not list_scenarios(), reason="no scenario bundles yet")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pilot.executors import isolation
+from pilot.executors import proctree
 from pilot.executors.local import LocalExecutor
 from pilot.schedule import Scheduler
 from pilot.store import STORE_FILE
@@ -19,7 +19,7 @@ from schedule_support import NODES, REQUIRES, make_root, make_store, read_only
 
 pytestmark = pytest.mark.slow
 
-FAKE = "pilot.executors.fake_runs:sleep_run"
+FAKE = "pilot.simulated.fake_runs:sleep_run"
 
 
 def spawned_pids(folder: Path) -> list[int]:
@@ -59,7 +59,7 @@ def test_processes_an_attempt_leaves_end_with_it_and_a_crash_touches_no_neighbou
     pids = spawned_pids(st.folder / "workspaces")
     assert len(pids) == 2 * 12  # two per attempt: ten runs, two of them twice
     assert survivors(pids, grace_s=2) == []
-    assert isolation.tagged(str(st.folder)) == []
+    assert proctree.tagged(str(st.folder)) == []
     crashed = [a for a in st.attempts() if a["outcome"] == "infra_error"]
     assert len(crashed) == 2 and all(".A2." in a["run_id"] for a in crashed)
 
@@ -92,15 +92,15 @@ def test_a_killed_scheduler_takes_its_attempts_trees_and_a_resume_sweeps_the_res
     proc.wait()
     pids = spawned_pids(folder)
     assert survivors(pids) == [], "processes of attempts outlived the killed scheduler"
-    assert survivors(isolation.tagged(str(folder))) == []
+    assert survivors(proctree.tagged(str(folder))) == []
 
     # 2. The scheduler and its supervisors all killed at once (nothing could clean up): the next run sweeps the leftovers.
     proc = _cli(root, "run", "p", "--no-progress", **slow)
     _wait_for_spawned(folder, proc, len(pids) + 6)
     time.sleep(0.5)  # the supervisors list their attempts' processes every 0.2 s
-    supervisors = isolation.children(proc.pid)
+    supervisors = proctree.children(proc.pid)
     assert supervisors
-    isolation.kill_pids([proc.pid, *supervisors])
+    proctree.kill_pids([proc.pid, *supervisors])
     proc.wait()
     left = [p for p in spawned_pids(folder) if p not in pids]
     assert left and all(alive(p) for p in left), "this case needs processes that outlived everything"
@@ -112,7 +112,7 @@ def test_a_killed_scheduler_takes_its_attempts_trees_and_a_resume_sweeps_the_res
         assert ended >= len(left)
         assert survivors(left, grace_s=2) == []
     finally:
-        isolation.kill_pids([p for p in left if alive(p)])
+        proctree.kill_pids([p for p in left if alive(p)])
     conn = read_only(folder / STORE_FILE)
     try:
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 10

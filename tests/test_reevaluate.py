@@ -24,7 +24,7 @@ import pytest
 
 from pilot.oracles.recalc import soffice_binary
 from pilot.reevaluate import ReevaluationError, reevaluate_study, select
-from pilot.stats import runtable
+from pilot import runtable
 from pilot.store import STORE_FILE, Store
 from schedule_support import make_root, make_store
 
@@ -114,7 +114,7 @@ def _exported(root: Path):
 
 def _no_verdict(study: Path) -> dict[str, int]:
     from pilot.report.sentences import status_sentence
-    from pilot.study_cli import status_table
+    from pilot.study import status_table
 
     with Store.open(study / "analysis" / "data" / "broken") as st:
         table = status_table(st)
@@ -255,7 +255,7 @@ def test_a_kill_inside_the_store_transaction_leaves_the_old_state_and_a_rerun_gi
               "    assert c.in_transaction\n"
               "    os.kill(os.getpid(), signal.SIGKILL)\n"
               "s.Store.record_event = die\n"
-              "from pilot.cli import main\n"
+              "from pilot.cli.main import main\n"
               "sys.exit(main(['study', 'reevaluate', 'broken']))\n")
     res = subprocess.run([sys.executable, "-c", killer], env=_env(study), capture_output=True, text=True, timeout=300)
     assert res.returncode == -signal.SIGKILL, res.stderr

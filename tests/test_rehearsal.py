@@ -22,8 +22,8 @@ import pytest
 from notebook_helpers import run_cli, stage_params
 from pilot import paths
 from pilot.agents import worker_env
-from pilot.report import rehearsal
-from pilot.stats import runtable
+from pilot.simulated import rehearsal_report as rehearsal
+from pilot import runtable
 from pilot.store import STORE_FILE
 from real_cli_support import require_real_sandbox
 
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def rehearsed(tmp_path_factory):
     require_real_sandbox()
-    from pilot.study_cli import create_study, export_run_table, run_study_wave
+    from pilot.study import create_study, export_run_table, run_study_wave
 
     root = tmp_path_factory.mktemp("rehearsal")
     with pytest.MonkeyPatch.context() as mp:

@@ -8,7 +8,7 @@ import pytest
 
 from fake_messages_api import FakeMessagesAPI
 from pilot import paths, protocol
-from pilot.cli import main
+from pilot.cli.main import main
 from worker_env_support import make_worker_env
 
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.stats import runtable, synthetic
-from pilot.stats.runtable import RunTableError
+from pilot import runtable
+from pilot.simulated import synthetic
+from pilot.runtable import RunTableError
 
 
 @pytest.fixture(scope="module")

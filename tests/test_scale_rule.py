@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.executors.base import launch_mark, AttemptOutcome
+from pilot.executors.proctree import launch_mark
+from pilot.executors.base import AttemptOutcome
 from pilot.ledger import to_micro
 from pilot.scale_rule import ScaleInputs, ScaleRuleError, decide, inputs_from_store
 from schedule_support import make_root, make_store
@@ -111,7 +112,7 @@ def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
 
     root = make_root(tmp_path)
     st = make_store(root / "analysis" / "data", name="scale", scenarios=["ACC-01", "RES-01"])
-    Scheduler(st, LocalExecutor("pilot.executors.fake_runs:noop_run", 1, processes=False), NODES, backend="simulated",
+    Scheduler(st, LocalExecutor("pilot.simulated.fake_runs:noop_run", 1, processes=False), NODES, backend="simulated",
               requires=REQUIRES, progress=False, poll_s=0).run("pilot")
     expected = decide(inputs_from_store(st))
     st.close()

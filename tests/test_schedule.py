@@ -11,16 +11,8 @@ import pytest
 
 from pilot import protocol
 from pilot.executors.base import AttemptOutcome
-from pilot.schedule import (
-    Node,
-    Scheduler,
-    ScheduleError,
-    UnservableCellError,
-    assignment_csv,
-    build_cells,
-    choose_node,
-    load_nodes,
-)
+from pilot.nodes import Node, choose_node, load_nodes
+from pilot.schedule import Scheduler, ScheduleError, UnservableCellError, assignment_csv, build_cells
 from schedule_support import NODES, REQUIRES, SCENARIOS, ControlledExecutor, completed, make_root, make_store
 
 STUDY = protocol.study()
@@ -218,7 +210,7 @@ def test_a_crashing_attempt_harms_no_other_and_is_rerun(tmp_path, monkeypatch):
     monkeypatch.setenv("PILOT_FAKE_SLEEP_S", "0.05")
     monkeypatch.setenv("PILOT_FAKE_CRASH_ARMS", "A1")  # the worker process dies during each A1 run's first attempt
     st = make_store(tmp_path, scenarios=["ACC-01", "RES-01"])
-    ex = LocalExecutor("pilot.executors.fake_runs:sleep_run", 3)
+    ex = LocalExecutor("pilot.simulated.fake_runs:sleep_run", 3)
     try:
         res = Scheduler(st, ex, NODES, backend="simulated", requires=REQUIRES, progress=False, poll_s=0.05).run("pilot")
     finally:

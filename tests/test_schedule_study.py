@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pilot.schedule import list_scenario_ids
-from pilot.stats import runtable
+from pilot import runtable
 from schedule_support import make_root
 
 pytestmark = pytest.mark.slow

@@ -21,8 +21,8 @@ import pytest
 
 from pilot import protocol
 from pilot.agents import sandbox
-from pilot.agents.model_proxy import cost_disagreement
-from pilot.agents.scripted import ScriptedModelServer, read_truth, solver_command
+from pilot.protocol.prices import cost_disagreement
+from pilot.simulated.scripted_model import ScriptedModelServer, read_truth, solver_command
 from pilot.scenarios import load_scenario, solve
 from real_cli_support import real_cli
 
@@ -248,7 +248,7 @@ def _package_variants(tmp_path: Path, sid: str, names=tuple(VARIANTS)):
     """(name, outputs folder) of a scenario's reference package, its A0 text version and a defective one."""
     import numpy as np
 
-    from pilot.agents import simulated
+    from pilot.simulated import agent as simulated
 
     sc = load_scenario(sid)
     for name in names:
@@ -265,7 +265,7 @@ def test_the_judge_prompt_read_back_shows_what_the_rendering_showed(tmp_path, si
     """Against the rendering itself: every file's status and the SIMULATED judge's quality of it agree."""
     from pilot.judges.prompt import prompt_for_run
     from pilot.judges.prompt_readback import read_back
-    from pilot.judges.simulated import deliverable_quality, load_config
+    from pilot.simulated.judge import deliverable_quality, load_config
 
     q = load_config().raw["quality"]
     for name, outputs in _package_variants(tmp_path, sid, variants):
@@ -304,12 +304,12 @@ def test_judges_sharing_a_model_are_told_apart_by_call_order(server, tmp_path):
 def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tmp_path, monkeypatch):
     """The real judge backend (the pinned CLI) asks the server; the grade parses and is the one the
     SIMULATED judge gives the real rendering under the same draw."""
-    from pilot.agents.scripted import _digest
+    from pilot.simulated.scripted_model import _digest
     from pilot.judges.backend import JudgeRequest
     from pilot.judges.claude_judge import ClaudeCodeJudge
     from pilot.judges.prompt import prompt_for_run
     from pilot.judges.schema import parse_verdict
-    from pilot.judges.simulated import SimulatedJudge
+    from pilot.simulated.judge import SimulatedJudge
 
     [(_, outputs)] = _package_variants(tmp_path, SID, ("defective",))
     jp = prompt_for_run(load_scenario(SID), outputs)
@@ -328,7 +328,7 @@ def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tm
 
 
 def test_the_drawn_denied_attempt_can_be_left_out_without_changing_the_other_draws(tmp_path):
-    from pilot.agents.scripted import WorkerPlayer
+    from pilot.simulated.scripted_model import WorkerPlayer
 
     sc, arm = load_scenario(SID), protocol.arms()["A1"]
     plans = [WorkerPlayer(237, tmp_path / str(flag), denied_attempts=flag).plan(sc, arm, f"/r/{SID}.A1.r1", 0, "/w") for flag in (True, False)]
@@ -340,7 +340,7 @@ def test_the_drawn_denied_attempt_can_be_left_out_without_changing_the_other_dra
 
 def test_the_shipped_portal_client_signs_in_and_fetches_as_the_models_worker_does(tmp_path):
     """A3's portal step against a real portal instance: the access log shows the worker's use of it."""
-    from pilot.agents.scripted import portal_command
+    from pilot.simulated.scripted_model import portal_command
     from pilot.portal import start_instance
     from pilot.portal.access_log import summarise_access_log
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from pilot import paths, protocol
-from pilot.agents import simulated
-from pilot.agents.simulated import SessionDraw, SimulatedBackend, apply_caps, load_model
+from pilot.simulated import agent as simulated
+from pilot.simulated.agent import SessionDraw, SimulatedBackend, apply_caps, load_model
 from pilot.protocol import ProtocolError
 from pilot.runner import run_attempt
 

@@ -132,8 +132,9 @@ def test_a_failing_stage_names_the_executed_notebook_and_the_cell(tmp_path, monk
     assert err.source_line == 8  # the raising line of the percent file
     assert str(err.notebook) in str(err) and f"cell {err.cell_index}" in str(err)
     # From the command line: one traceback (the kernel's), then the line naming notebook and cell.
-    args = stages.argparse.Namespace(name="failing", parameter=[], output=None, list=False)
-    assert stages._cmd_stage(args) == 1
+    from pilot.cli.main import main
+
+    assert main(["stage", "failing"]) == 1
     out = capfd.readouterr().err
     assert out.count("Traceback") <= 1 and "PapermillExecutionError" not in out
     assert "09_failing.ipynb" in out and "09_failing.py line 8" in out

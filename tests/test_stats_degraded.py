@@ -19,7 +19,9 @@ from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol
 from pilot.report.latex import latex_escape
-from pilot.stats import degraded, estimability, runtable, stage_computations, stage_outputs, synthetic
+from pilot.stats import degraded, estimability, stage_computations, stage_outputs
+from pilot import runtable
+from pilot.simulated import synthetic
 
 B, P = 200, 500
 

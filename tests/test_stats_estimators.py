@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.stats import estimators, primary, sensitivity, synthetic
+from pilot.stats import estimators, primary, sensitivity
+from pilot.simulated import synthetic
 
 WORKER = protocol.study()["worker"]["model"]
 

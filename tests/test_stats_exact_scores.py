@@ -16,7 +16,7 @@ import pytest
 
 from pilot import outcomes, paths, protocol
 from pilot.judges import rubric
-from pilot.stats import runtable
+from pilot import runtable
 
 SCENARIOS = runtable.known_scenarios()
 
@@ -144,7 +144,8 @@ def test_kaplan_meier_median_is_exact_where_floats_move_it_one_event_late():
 
 
 def test_agreement_sees_equal_scores_as_ties():
-    from pilot.stats import sensitivity, synthetic
+    from pilot.stats import sensitivity
+    from pilot.simulated import synthetic
 
     df = runtable.validate_runtable(synthetic.generate_runtable(4, n_scenarios=5))
     noisy = df.copy()

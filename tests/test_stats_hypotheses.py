@@ -7,7 +7,9 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol
-from pilot.stats import estimators, hypotheses, primary, runtable, synthetic
+from pilot.stats import estimators, hypotheses, primary
+from pilot import runtable
+from pilot.simulated import synthetic
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pilot import protocol
-from pilot.stats import degraded, estimability, runtable, stage_computations, synthetic
+from pilot.stats import degraded, estimability, stage_computations
+from pilot import runtable
+from pilot.simulated import synthetic
 
 STUDY = protocol.study()
 ALPHA = float(STUDY["inference"]["alpha"])

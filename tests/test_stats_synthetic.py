@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.stats import primary, runtable, synthetic
+from pilot.stats import primary
+from pilot import runtable
+from pilot.simulated import synthetic
 
 
 def test_same_seed_same_table_and_labelled_simulated():

@@ -7,7 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from pilot.executors.base import launch_mark, OUTCOME_FILE, AttemptOutcome, execute_attempt
+from pilot.executors.proctree import launch_mark
+from pilot.executors.base import OUTCOME_FILE, AttemptOutcome, execute_attempt
 from pilot.ledger import to_micro
 from pilot.store import STORE_FILE, Store, StoreError
 from schedule_support import make_store
@@ -104,7 +105,7 @@ def test_an_attempt_that_never_launched_costs_nothing(tmp_path):
     st = make_store(tmp_path)
     cell = st.cells("pilot")[0]
     a = st.begin_attempt(cell, "linux-1", "simulated", tmp_path / "ws")
-    out = execute_attempt("pilot.executors.fake_runs:no_such_function", cell, str(a.workspace), "linux-1", "simulated")
+    out = execute_attempt("pilot.simulated.fake_runs:no_such_function", cell, str(a.workspace), "linux-1", "simulated")
     assert not out.launched and out.infra_error.startswith("never launched")
     assert st.finish_attempt(a.attempt_id, out, max_infra_attempts=3) == "waiting"
     att = st.attempts(cell.run_id)[0]

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from pilot import paths, protocol
-from pilot.stats import runtable
+from pilot import runtable
 from pilot.store import STORE_FILE, Store
 from schedule_support import finish_cells, make_root, read_only
 
 pytestmark = pytest.mark.slow
 
-FAKE = "pilot.executors.fake_runs:sleep_run"
-NOOP = "pilot.executors.fake_runs:noop_run"
+FAKE = "pilot.simulated.fake_runs:sleep_run"
+NOOP = "pilot.simulated.fake_runs:noop_run"
 
 
 def _env(root: Path, **extra: str) -> dict[str, str]:
@@ -100,7 +100,7 @@ def test_an_interrupted_create_leaves_no_study(tmp_path, monkeypatch):
     root = make_root(tmp_path)
     monkeypatch.setattr(paths, "DATA_DIR", root / "analysis" / "data")
     from pilot import store as store_mod
-    from pilot.study_cli import create_study
+    from pilot.study import create_study
 
     def boom(c, cells):
         c.execute("INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "

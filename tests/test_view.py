@@ -209,7 +209,7 @@ def test_viewer_reads_while_a_study_runs(tmp_path):
     folder = root / "analysis" / "data" / "live"
     env = dict(os.environ, PILOT_ROOT=str(root), PILOT_FAKE_SLEEP_S="0.4")
     proc = subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", "live", "--no-progress", "--workers", "2",
-                             "--runner", "pilot.executors.fake_runs:sleep_run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--runner", "pilot.simulated.fake_runs:sleep_run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = create_app(folder).test_client()
     seen = []
     try:
@@ -275,7 +275,7 @@ def test_static_export_links_relatively_and_carries_the_banner(study, tmp_path):
 
 
 def test_cli_exports_and_names_a_missing_study(study, tmp_path):
-    from pilot.cli import main
+    from pilot.cli.main import main
 
     assert main(["view", str(study), "--export", str(tmp_path / "s")]) == 0
     assert (tmp_path / "s" / "index.html").is_file()

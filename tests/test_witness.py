@@ -491,7 +491,7 @@ def _real_cli() -> Path:
 def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_path):
     from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
     from pilot import protocol
-    from pilot.agents.model_proxy import PriceTable, Usage
+    from pilot.protocol.prices import PriceTable, Usage
 
     cli = _real_cli()
     model = protocol.study()["worker"]["model"]
@@ -564,7 +564,7 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
     from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
     from pilot import protocol
     from pilot.agents import messages_wire as wire
-    from pilot.agents.model_proxy import PriceTable, Usage
+    from pilot.protocol.prices import PriceTable, Usage
 
     cli = _real_cli()
     model = protocol.study()["worker"]["model"]

@@ -55,7 +55,7 @@ def infra_study() -> Path:
     if "infra" not in _BUILT:
         root = _root()
         pilot(root, "study", "create", "viewinfra", "--scenarios", SCENARIO, "--seed", "3")
-        pilot(root, "study", "run", "viewinfra", "--no-progress", "--runner", "pilot.executors.fake_runs:sleep_run",
+        pilot(root, "study", "run", "viewinfra", "--no-progress", "--runner", "pilot.simulated.fake_runs:sleep_run",
               extra_env={"PILOT_FAKE_INFRA_ARMS": "A0"}, check=False)
         _BUILT["infra"] = root / "analysis" / "data" / "viewinfra"
     return _BUILT["infra"]

@@ -1,5 +1,5 @@
 import sys
 
-from pilot.cli import main
+from pilot.cli.main import main
 
 sys.exit(main())

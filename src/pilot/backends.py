@@ -8,11 +8,11 @@
   Its outputs carry no label: they are findings.
 - ``rehearsal``: the real harness of ``claude-code`` end to end (pinned CLI,
   sandbox, metering proxy, CLI judges) with the model played by the
-  project's scripted model server (:mod:`pilot.agents.scripted`). No key, no
+  project's scripted model server (:mod:`pilot.simulated.scripted_model`). No key, no
   network, no dollar. Its outputs say REHEARSAL: they check the harness,
   never the agent.
 
-A synthetic run table (:mod:`pilot.stats.synthetic`) has backend
+A synthetic run table (:mod:`pilot.simulated.synthetic`) has backend
 ``synthetic`` and is SIMULATED as well. Whatever reads a run table asks
 :func:`label` which label its numbers carry; no other module spells one.
 """

@@ -1,7 +1,7 @@
 """A package's re-exported names, loaded from their modules on first use (PEP 562).
 
 ``from pilot.portal import start_instance`` keeps working, while importing a
-light sibling (``pilot.portal.cli``, ``pilot.judges.cli``) no longer loads
+light sibling (``pilot.cli.portal``, ``pilot.cli.judge``) no longer loads
 Flask or the office readers just because the package's ``__init__`` names them.
 """
 

@@ -3,7 +3,7 @@
 From a run's record (the runner's ``RunRecord.to_dict()`` with the judges'
 results under ``judges``) and its cell (run id, wave, seed, order, node,
 attempts), :func:`run_row` computes every run-table column of
-:mod:`pilot.stats.runtable`:
+:mod:`pilot.runtable`:
 
 - D, E and the oracle counts as the evaluator reported them;
 - each judge's rubric-weighted score on 0-100 (``Q_<judge>``), missing when
@@ -221,7 +221,7 @@ def run_row(
     on infrastructure: the row then says so (status ``infra_error``) and
     every outcome column is empty, costs included (the ledger's charge is
     in ``charged_usd`` where the caller knows it); the analyses drop such
-    rows and count them (:func:`pilot.stats.runtable.validate_runtable`).
+    rows and count them (:func:`pilot.runtable.validate_runtable`).
     """
     study = study or protocol.study()
     rec = dict(record)
@@ -332,8 +332,8 @@ def run_row(
 
 
 def run_table(rows: Iterable[Mapping[str, Any]], study: protocol.Study | None = None) -> pd.DataFrame:
-    """The run table from rows of :func:`run_row`, validated by :mod:`pilot.stats.runtable`."""
-    from pilot.stats import runtable
+    """The run table from rows of :func:`run_row`, validated by :mod:`pilot.runtable`."""
+    from pilot import runtable
 
     import pandas as pd
 

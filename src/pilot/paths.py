@@ -97,3 +97,9 @@ def study_dir(name: str) -> Path:
     return DATA_DIR / name
 # A running `pilot view` notes its address here (never in the study folder), for the notebooks' links.
 VIEW_DIR = BUILD_DIR / "view"
+
+
+def shown(path: str | Path) -> str:
+    """A path as messages show it: relative to the repository root when it lies inside, else as it is."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)

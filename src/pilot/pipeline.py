@@ -15,7 +15,7 @@ The judges use the backend paired with the agent's (the CLI judges for
 real judges.
 
 With the ``rehearsal`` backend the attempt's own process starts one scripted
-model server (:class:`pilot.agents.scripted.ScriptedModelServer`) for the
+model server (:class:`pilot.simulated.scripted_model.ScriptedModelServer`) for the
 attempt: the metering proxy forwards the agent's requests to it and the
 three CLI judge sessions are pointed at it, so nothing reaches the network
 and no key is needed. Every attempt runs in its own supervised process, on
@@ -105,7 +105,7 @@ def model_upstream(backend: str, attempt_dir: Path, seed: int) -> Iterator[dict[
         return
     import shutil
 
-    from pilot.agents.scripted import ScriptedModelServer
+    from pilot.simulated.scripted_model import ScriptedModelServer
 
     record = scripted_record_dir(attempt_dir)
     if record.exists():

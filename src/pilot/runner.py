@@ -27,7 +27,7 @@ The model is reached through a metering proxy that holds the real API key
 (``pilot.agents.model_proxy``); its metered cost is stored beside the CLI's
 reported cost. The ``rehearsal`` backend is the ``claude-code`` backend
 whose upstream is the project's scripted model server
-(:mod:`pilot.agents.scripted`, started by :func:`pilot.pipeline.run_cell`):
+(:mod:`pilot.simulated.scripted_model`, started by :func:`pilot.pipeline.run_cell`):
 the proxy then labels each request with its run (``x-pilot-run-id``) so the
 server knows which run it plays.
 """
@@ -287,7 +287,7 @@ def run_attempt(
     ``isolation`` is ``required`` (default, :func:`default_isolation`) or
     ``unisolated`` (development only). ``label_upstream`` has the model
     proxy name the run to its upstream (``x-pilot-run-id``), for a scripted
-    model server (:mod:`pilot.agents.scripted`); never for the real API.
+    model server (:mod:`pilot.simulated.scripted_model`); never for the real API.
     ``limits`` (:class:`pilot.agents.bounds.Limits`) replaces study.yml's
     ``sandbox.limits`` for this attempt (the bound tests use small ones).
     ``record_from_proxy`` False reads the run from the CLI's stream alone:
@@ -462,7 +462,8 @@ def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ
                 label_upstream: bool = False):
     """Start the model proxy for this attempt (it alone holds the key) and open the run's meter."""
     from pilot.agents import launch
-    from pilot.agents.model_proxy import MeteringProxy, PriceTable
+    from pilot.agents.model_proxy import MeteringProxy
+    from pilot.protocol.prices import PriceTable
     from pilot.workspace import harness_record_dir
 
     env = dict(os.environ if environ is None else environ)
@@ -488,7 +489,7 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
     """The proxy's metered cost beside the CLI's reported cost, and a note when they disagree."""
     if meter is None:
         return
-    from pilot.agents.model_proxy import cost_disagreement
+    from pilot.protocol.prices import cost_disagreement
 
     rec.metered_cost_usd = Decimal(meter.metered_usd)
     requests = getattr(meter, "requests", None)
@@ -502,7 +503,7 @@ def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, mode
                   endpoint, portal_url, redact=(), limits=None):
     """The session backend, the worker environment's record, or an infrastructure error."""
     if backend == "simulated":
-        from pilot.agents.simulated import SimulatedBackend
+        from pilot.simulated.agent import SimulatedBackend
 
         return SimulatedBackend(scenario, arm, run_dir=out_dir, workspace=ws_root, seed=seed, model=model), None, None
     from pilot.agents import claude_code

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pilot import paths, protocol
-from pilot.executors import isolation
-from pilot.executors.base import launch_mark
+from pilot.executors import proctree
+from pilot.executors.proctree import launch_mark
 from pilot.executors.base import AttemptOutcome, CellSpec, Executor, RunFunction  # re-exported
+from pilot.nodes import Node, choose_node
 from pilot.store import WAVES, Store
 
 if TYPE_CHECKING:  # numpy and pandas load on first use: `pilot study run` starts without them
@@ -44,16 +45,13 @@ __all__ = [
     "AttemptOutcome",
     "CellSpec",
     "RunFunction",
-    "Node",
     "Scheduler",
     "ScheduleError",
     "UnservableCellError",
     "assign_order",
     "assignment_csv",
     "build_cells",
-    "choose_node",
     "list_scenario_ids",
-    "load_nodes",
 ]
 
 WAVE_CODES = {"pilot": 1, "repeat3": 3, "sensitivity": 7}
@@ -66,81 +64,6 @@ class ScheduleError(RuntimeError):
 
 class UnservableCellError(ScheduleError):
     """Some cells need capabilities that no node offers."""
-
-
-# --------------------------------------------------------------------------
-# Nodes
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Node:
-    """A machine (or virtual machine) that runs attempts."""
-
-    name: str
-    capabilities: frozenset[str]
-    slots: int
-
-    def serves(self, requires: Iterable[str]) -> bool:
-        return set(requires) <= self.capabilities
-
-
-NODES_SCHEMA: dict = {
-    "type": "object",
-    "required": ["nodes"],
-    "additionalProperties": False,
-    "properties": {
-        "nodes": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["name", "capabilities", "slots"],
-                "additionalProperties": False,
-                "properties": {
-                    "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"},
-                    "capabilities": {"type": "array", "items": {"enum": protocol.CAPABILITIES}, "uniqueItems": True},
-                    "slots": {"type": "integer", "minimum": 1},
-                },
-            },
-        }
-    },
-}
-
-
-def parse_nodes(data: Any, source: Path) -> list[Node]:
-    """Validate a parsed nodes file; errors name the file, the field and the reason."""
-    protocol.validate(data, NODES_SCHEMA, source)
-    names = [n["name"] for n in data["nodes"]]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise protocol.ProtocolError(source, f"nodes.{i}.name", f"duplicate node name {name!r}")
-    return [Node(n["name"], frozenset(n["capabilities"]), int(n["slots"])) for n in data["nodes"]]
-
-
-def load_nodes(path: Path | None = None) -> list[Node]:
-    """Read a nodes file (YAML: ``nodes: [{name, capabilities, slots}]``)."""
-    path = Path(path) if path is not None else paths.NODES_FILE
-    return parse_nodes(protocol.read_yaml(path), path)
-
-
-def nodes_from_text(text: str, source: str) -> list[Node]:
-    import yaml
-
-    return parse_nodes(yaml.safe_load(text), Path(source))
-
-
-def choose_node(requires: Sequence[str], nodes: Sequence[Node], in_flight: Mapping[str, int]) -> str | None:
-    """The least-loaded eligible node with a free slot (load = in flight / slots; ties by name), or None."""
-    best: tuple[float, str] | None = None
-    for node in nodes:
-        busy = in_flight.get(node.name, 0)
-        if busy >= node.slots or not node.serves(requires):
-            continue
-        key = (busy / node.slots, node.name)
-        if best is None or key < best:
-            best = key
-    return None if best is None else best[1]
 
 
 def check_servable(cells: Iterable[CellSpec], nodes: Sequence[Node], requires: Mapping[str, Sequence[str]]) -> None:
@@ -399,7 +322,7 @@ class Scheduler:
         """End processes that attempts of this study left behind (call under the lock)."""
         marks = [launch_mark(Path(a["workspace"])) for a in self.store.attempts() if a["outcome"] == "running"]
         prefix = str(self.workspace_root) + os.sep
-        ended = isolation.sweep(prefix, marks)
+        ended = proctree.sweep(prefix, marks)
         remote = getattr(self.executor, "sweep", None)
         if remote is not None:
             ended += remote(prefix)

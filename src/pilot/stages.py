@@ -9,10 +9,7 @@ refuse it), and papermill executes it into ``build/notebooks/``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,16 +38,11 @@ class StageFailed(RuntimeError):
         self.exec_count, self.source_line = exec_count, source_line
         self.ename, self.evalue = ename, evalue
         self.traceback = [_ANSI.sub("", t) for t in traceback]
-        where = f"{_show(stage.source)}" + (f" line {source_line}" if source_line else "")
+        where = f"{paths.shown(stage.source)}" + (f" line {source_line}" if source_line else "")
         super().__init__(
-            f"stage {stage.name} failed in cell {cell_index} (execution count {exec_count}) of {_show(notebook)}, "
+            f"stage {stage.name} failed in cell {cell_index} (execution count {exec_count}) of {paths.shown(notebook)}, "
             f"from {where}: {ename}: {evalue}"
         )
-
-
-def _show(path: Path) -> str:
-    path = Path(path).resolve()
-    return str(path.relative_to(paths.ROOT)) if path.is_relative_to(paths.ROOT) else str(path)
 
 
 def _source_line(source: Path, cell_source: str) -> int | None:
@@ -213,41 +205,3 @@ def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Pat
         raise StageFailed(stage, out, exc.cell_index, exc.exec_count, _source_line(stage.source, exc.source or ""),
                           exc.ename, exc.evalue, list(exc.traceback or [])) from None
     return out
-
-
-# --------------------------------------------------------------------------
-# Command line: pilot stage NAME [-p KEY VALUE ...]
-# --------------------------------------------------------------------------
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stage", help="execute a preregistered stage notebook with papermill")
-    p.add_argument("name", nargs="?", help="stage name (omit with --list)")
-    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"), help="set a declared parameter")
-    p.add_argument("--output", type=Path, help="where to write the executed notebook")
-    p.add_argument("--list", action="store_true", help="list the stages and their parameters")
-    p.set_defaults(func=_cmd_stage)
-
-
-def _cmd_stage(args: argparse.Namespace) -> int:
-    if args.list or not args.name:
-        for stage in list_stages().values():
-            built = build_notebook(stage.source, stage.built_notebook)
-            params = declared_parameters(built)
-            print(f"{stage.name:12s} {stage.source.relative_to(paths.ROOT)}")
-            for k, info in params.items():
-                print(f"    {k} = {info.get('default')}  # {info.get('help', '')}")
-        return 0
-    params = dict(args.parameter)
-    try:
-        out = run_stage(args.name, params, output=args.output, progress=sys.stderr.isatty())
-    except StageError as exc:
-        print(f"pilot stage: {exc}", file=sys.stderr)
-        return 2
-    except StageFailed as exc:
-        # The kernel's traceback once, then one line naming the notebook and the cell.
-        print("\n".join(exc.traceback), file=sys.stderr)
-        print(f"pilot stage: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps({"stage": args.name, "notebook": str(out)}))
-    return 0

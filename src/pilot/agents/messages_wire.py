@@ -5,7 +5,7 @@ message as the server-sent events of a streamed answer, the error body, and
 a request handler base that writes them: whole JSON or an event stream,
 over HTTP/1.1 kept-alive connections with chunked streams as the real API
 does (or HTTP/1.0 and a closed connection). Used by the scripted model
-server (:mod:`pilot.agents.scripted`) and by the tests' scripted fake.
+server (:mod:`pilot.simulated.scripted_model`) and by the tests' scripted fake.
 """
 
 from __future__ import annotations

@@ -508,7 +508,7 @@ def _result_checks(rec: _Record, streams: list[StreamSummary], per_session: bool
 
     if (metered_usd is not None and not truncated and rec.cost_comparable and killed_sessions <= 0
             and closing is not None and len(closing) == n_sessions and n_sessions > 0):
-        from pilot.agents.model_proxy import cost_tolerance, finite_decimal
+        from pilot.protocol.prices import cost_tolerance, finite_decimal
         from pilot.agents.session import resume_reports_cumulative
 
         versions = [v for s in streams for v in s.cli_versions]

@@ -22,16 +22,16 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from pilot.executors.proctree import launch_mark, launch_mark_text
+
 # Agent statuses a run record may carry (pilot.runner); infra_error is the one
 # the scheduler reruns.
 OUTCOME_STATUSES = ("completed", "capped", "agent_error", "infra_error")
 
 PIPELINE_RUN_FUNCTION = "pilot.pipeline:run_cell"
-RUNNER_RUN_FUNCTION = "pilot.executors.base:run_with_runner"
+#: Run functions of stored studies whose module has moved since: old module -> where it lives now.
+MOVED_RUN_MODULES = {"pilot.executors.fake_runs": "pilot.simulated.fake_runs"}
 OUTCOME_FILE = "attempt_outcome.json"
-# Written beside the attempt's folder (which the runner wants empty) just before the run
-# function is called: from then on money may have been spent.
-LAUNCH_SUFFIX = ".launched"
 
 
 @dataclass(frozen=True)
@@ -146,21 +146,16 @@ class Executor(Protocol):
 
 
 def resolve_run_function(ref: str | None) -> RunFunction:
-    """Import a run function from ``"module:function"``.
+    """Import a run function from ``"module:function"`` (``None``: :data:`PIPELINE_RUN_FUNCTION`, runner, judges and outcomes).
 
-    ``None`` picks the default: ``pilot.pipeline.run_cell`` (runner, judges
-    and outcomes) when that module exists, otherwise the runner alone.
+    A study stores its run function as this reference; one whose module has
+    moved since (:data:`MOVED_RUN_MODULES`) is found where it lives now.
     """
-    if ref is None:
-        try:
-            return resolve_run_function(PIPELINE_RUN_FUNCTION)
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("pilot.pipeline",):
-                raise
-        return resolve_run_function(RUNNER_RUN_FUNCTION)
+    ref = PIPELINE_RUN_FUNCTION if ref is None else ref
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"run function {ref!r}: expected 'package.module:function'")
+    module_name = MOVED_RUN_MODULES.get(module_name, module_name)
     module = importlib.import_module(module_name)
     try:
         fn = getattr(module, attr)
@@ -186,23 +181,6 @@ def check_run_function(ref: str | None) -> RunFunction:
     return fn
 
 
-def run_with_runner(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
-    """Run function used until the pipeline exists: one runner attempt, no judges."""
-    from pilot import runner  # imported here: the runner is optional for the scheduler
-    from pilot.outcomes import agent_cost
-    from pilot.pipeline import model_upstream
-
-    with model_upstream(backend, attempt_dir, seed) as upstream:
-        rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=attempt_dir, seed=seed, model=cell.model,
-                                 environ=upstream)
-    data = rec.to_dict()
-    if data.get("status") == "infra_error":
-        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=agent_cost(data),
-                              metered_cost_usd=data.get("metered_cost_usd"))
-    return AttemptOutcome(record=data, cost_usd=agent_cost(data), status=data.get("status", "completed"),
-                          metered_cost_usd=data.get("metered_cost_usd"))
-
-
 def reset_workspace(attempt_dir: Path) -> None:
     """A fresh, empty folder for the attempt (whatever an earlier try left is removed, its launch mark included)."""
     if attempt_dir.exists():
@@ -225,8 +203,6 @@ def execute_attempt(run_function: str | None, cell: CellSpec, attempt_dir: str, 
     try:
         reset_workspace(folder)
         fn = resolve_run_function(run_function)
-        from pilot.executors.isolation import launch_mark_text
-
         launch_mark(folder).write_text(launch_mark_text(), encoding="utf-8")
         launched = True
         outcome = fn(cell, folder, node, backend, cell.seed)
@@ -244,17 +220,6 @@ def execute_attempt(run_function: str | None, cell: CellSpec, attempt_dir: str, 
     except OSError:
         pass  # the outcome still travels back; only the crash-time charge falls back to the reservation
     return outcome
-
-
-def launch_mark(attempt_dir: Path) -> Path:
-    """The attempt's launch mark: ``attempt-N.launched`` beside ``attempt-N/``, holding the worker's pid and start time."""
-    attempt_dir = Path(attempt_dir)
-    return attempt_dir.with_name(attempt_dir.name + LAUNCH_SUFFIX)
-
-
-def was_launched(attempt_dir: Path) -> bool:
-    """Whether the attempt got as far as calling its run function."""
-    return launch_mark(attempt_dir).exists()
 
 
 def read_outcome_file(attempt_dir: Path) -> AttemptOutcome | None:

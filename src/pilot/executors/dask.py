@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from pilot import protocol
-from pilot.executors import isolation
+from pilot.executors import isolation, proctree
 from pilot.executors.base import AttemptOutcome, CellSpec
-from pilot.schedule import Node, ScheduleError
+from pilot.nodes import Node
+from pilot.schedule import ScheduleError
 
 SLOTS = "slots"
 
@@ -130,7 +131,7 @@ class DaskExecutor:
     def sweep(self, prefix: str) -> list[int]:
         """End, on every worker, processes left by attempts under ``prefix`` (called under the study's lock)."""
         try:
-            found = self.client.run(isolation.sweep, prefix)
+            found = self.client.run(proctree.sweep, prefix)
         except (OSError, TimeoutError) as exc:
             raise self._lost(exc) from None
         return [pid for pids in found.values() for pid in pids]

@@ -58,7 +58,7 @@ def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None =
     if not isinstance(backend, str):
         return backend
     if backend == "simulated":
-        from pilot.judges.simulated import SimulatedJudge
+        from pilot.simulated.judge import SimulatedJudge
 
         return SimulatedJudge()
     if backend == "claude-code":

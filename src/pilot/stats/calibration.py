@@ -23,7 +23,7 @@ runs for one study).
 The runs are drawn a block of studies at a time (``default_rng([seed, start])``),
 one ``draw_runs`` call per arm set; the conditions share the runs of the
 arms they leave unchanged (:func:`draw_conditions`). The planted truth comes
-from :func:`pilot.stats.synthetic.planted_acceptance` (seed 0, common random
+from :func:`pilot.simulated.synthetic.planted_acceptance` (seed 0, common random
 numbers across arms).
 """
 
@@ -37,7 +37,9 @@ import numpy as np
 import pandas as pd
 
 from pilot import protocol
-from pilot.stats import batch_inference, estimators, primary, resampling, runtable, synthetic
+from pilot.stats import batch_inference, estimators, primary, resampling
+from pilot import runtable
+from pilot.simulated import synthetic
 from pilot.stats.primary import InferenceSettings
 
 CONDITIONS = ("planted", "null", "tail")

@@ -5,7 +5,7 @@ A node that never came up leaves an arm absent; a judge outage leaves an arm
 a crash leaves a scenario missing from an arm; a hard scenario set or an easy
 one gives an arm (or every arm) at 0% or 100% acceptance. :func:`degrade`
 turns a valid table into each of these, still valid under
-:func:`pilot.stats.runtable.validate_runtable`, so that the analyses can be
+:func:`pilot.runtable.validate_runtable`, so that the analyses can be
 exercised on them (``tests/test_stats_degraded.py``, the property-based tests).
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pilot import protocol
-from pilot.stats import runtable
+from pilot import runtable
 
 KINDS = (
     "absent_arm", "unjudged_arm", "single_judge", "no_judges", "two_repeats", "scenario_missing_from_arm",

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from pilot import protocol
-from pilot.stats import resampling, runtable
+from pilot.stats import resampling
+from pilot import runtable
 
 WEIGHTS = ("equal", "minutes")
 

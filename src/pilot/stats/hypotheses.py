@@ -17,7 +17,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from pilot import protocol
-from pilot.stats import estimability, estimators, logistic, primary, resampling, runtable, sensitivity
+from pilot.stats import estimability, estimators, logistic, primary, resampling, sensitivity
+from pilot import runtable
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings, PrimaryResult
 

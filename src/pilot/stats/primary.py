@@ -16,7 +16,8 @@ import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol
-from pilot.stats import batch_inference, estimability, estimators, resampling, runtable
+from pilot.stats import batch_inference, estimability, estimators, resampling
+from pilot import runtable
 from pilot.stats.estimators import Layout
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from pilot import protocol
-from pilot.stats import estimability, estimators, logistic, primary, resampling, runtable
+from pilot.stats import estimability, estimators, logistic, primary, resampling
+from pilot import runtable
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings
 

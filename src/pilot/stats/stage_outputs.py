@@ -23,7 +23,9 @@ import pandas as pd
 
 from pilot import backends, paths, protocol
 from pilot.report.latex import SIMULATED_TAG, data_label, latex_escape, macro_name, write_macros, write_table
-from pilot.stats import estimability, figures, runtable, synthetic
+from pilot.stats import estimability, figures
+from pilot import runtable
+from pilot.simulated import synthetic
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
 from pilot.stats.sensitivity import TableResult
@@ -38,7 +40,7 @@ class StageData:
     simulated: bool
     synthetic: bool
     study_name: str
-    #: SIMULATED, REHEARSAL or "" (a finding): :func:`pilot.stats.runtable.data_label`; None reads ``simulated``
+    #: SIMULATED, REHEARSAL or "" (a finding): :func:`pilot.runtable.data_label`; None reads ``simulated``
     label: str | None = None
 
     def __post_init__(self) -> None:

@@ -3,7 +3,7 @@
 A rehearsal (backend ``rehearsal``, :mod:`pilot.backends`) runs a small study
 through the pinned CLI in the sandbox, the metering proxy, the oracles and
 three CLI judge sessions, with the model played by the scripted model server
-(:mod:`pilot.agents.scripted`), whose record says what each run should have
+(:mod:`pilot.simulated.scripted_model`), whose record says what each run should have
 produced. :func:`collect` checks every run of the study against that known
 truth and against the harness's own records:
 
@@ -18,7 +18,7 @@ truth and against the harness's own records:
   was recorded;
 - costs reconcile, exactly in Decimal: the CLI-reported cost against the
   proxy-metered cost within the runner's tolerance (the larger of one cent and
-  2 % of the metered cost, :func:`pilot.agents.model_proxy.cost_tolerance`),
+  2 % of the metered cost, :func:`pilot.protocol.prices.cost_tolerance`),
   and the ledger's charge equal to the metered cost plus the judges' to the
   micro-dollar;
 - the deviations are exactly the ones the scripted worker planted (the
@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from pilot import backends, ledger, paths, protocol
-from pilot.agents.model_proxy import cost_tolerance, finite_decimal
+from pilot.protocol.prices import cost_tolerance, finite_decimal
 
 LABEL = backends.label(backends.REHEARSAL)
 REPORT_MD = "report.md"
@@ -347,7 +347,7 @@ def truth_for_attempt(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path,
 def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size: int, pinned_cli: str) -> RunCheck:
     """Check one finished (or failed) run of the rehearsal against its records and the scripted worker's truth."""
     from pilot.agents import audit, network
-    from pilot.agents.scripted import read_truth
+    from pilot.simulated.scripted_model import read_truth
     from pilot.pipeline import scripted_record_dir
     from pilot.workspace import harness_record_dir, transcript_path
 
@@ -452,7 +452,7 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
 
 def _server_refusals(record_dir: Path) -> list[dict]:
     """The requests the scripted server could not play (its ``refusals.jsonl``): each a harness or script mismatch."""
-    from pilot.agents import scripted
+    from pilot.simulated import scripted_model as scripted
 
     path = Path(record_dir) / getattr(scripted, "REFUSALS_FILE", "refusals.jsonl")
     if not path.is_file():
@@ -469,7 +469,7 @@ def _server_refusals(record_dir: Path) -> list[dict]:
 
 def check_run_table(path: Path) -> list[str]:
     """Findings when the exported table lacks the real table's columns or fails its validation."""
-    from pilot.stats import runtable
+    from pilot import runtable
 
     if not Path(path).is_file():
         return [f"run table: {path} was not exported"]
@@ -491,7 +491,7 @@ def check_run_table(path: Path) -> list[str]:
 def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | None = None) -> RehearsalReport:
     """Check every run of rehearsal study ``name`` (its store under ``analysis/data/``)."""
     from pilot.store import Store
-    from pilot.study_cli import host_arms as serve
+    from pilot.nodes import host_arms as serve
 
     study = protocol.study()
     with Store.open(paths.study_dir(name)) as store:

@@ -28,14 +28,9 @@ class ProtocolError(ValueError):
         self.path = Path(path)
         self.field = field
         self.reason = reason
-        super().__init__(f"{_show(self.path)}: field '{field}': {reason}")
+        super().__init__(f"{paths.shown(self.path)}: field '{field}': {reason}")
 
 
-def _show(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(paths.ROOT))
-    except ValueError:
-        return str(path)
 
 
 def read_yaml(path: Path, *, text_scalars: bool = False) -> Any:
@@ -82,7 +77,7 @@ _prob = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
 _str = {"type": "string", "minLength": 1}
 
 
-def _obj(props: dict, required: Iterable[str] | None = None) -> dict:
+def object_schema(props: dict, required: Iterable[str] | None = None) -> dict:
     return {
         "type": "object",
         "properties": props,
@@ -92,14 +87,14 @@ def _obj(props: dict, required: Iterable[str] | None = None) -> dict:
 
 
 def _grid(lo: dict = _nonneg) -> dict:
-    return _obj({"start": lo, "stop": lo, "step": _pos})
+    return object_schema({"start": lo, "stop": lo, "step": _pos})
 
 
-STUDY_SCHEMA: dict = _obj(
+STUDY_SCHEMA: dict = object_schema(
     {
-        "study": _obj({"title": _str, "short_name": _str, "protocol_version": _str}),
-        "worker": _obj({"model": _str, "effort": _str, "user_prompt": _str}),
-        "cli": _obj(
+        "study": object_schema({"title": _str, "short_name": _str, "protocol_version": _str}),
+        "worker": object_schema({"model": _str, "effort": _str, "user_prompt": _str}),
+        "cli": object_schema(
             {
                 "package": _str,
                 "package_version": _str,
@@ -111,12 +106,12 @@ STUDY_SCHEMA: dict = _obj(
                 "max_output_tokens": _posint,
             }
         ),
-        "sandbox": _obj(
+        "sandbox": object_schema(
             {
                 "user_prefix": {"type": "string", "pattern": r"^[a-z][a-z0-9-]{0,20}$"},
                 "first_uid": {"type": "integer", "minimum": 1000, "maximum": 4294967000},
                 "slots": {"type": "integer", "minimum": 1, "maximum": 256},
-                "limits": _obj(
+                "limits": object_schema(
                     {
                         "memory_mb": {"type": "integer", "minimum": 64},
                         "processes": {"type": "integer", "minimum": 16},
@@ -129,18 +124,18 @@ STUDY_SCHEMA: dict = _obj(
                 ),
             }
         ),
-        "caps": _obj(
+        "caps": object_schema(
             {
-                "global": _obj({"usd": _pos, "wall_s": _pos}),
+                "global": object_schema({"usd": _pos, "wall_s": _pos}),
                 "scenarios": {
                     "type": "object",
                     "propertyNames": {"pattern": SCENARIO_ID},
-                    "additionalProperties": _obj({"usd": _pos, "wall_s": _pos}, required=[]),
+                    "additionalProperties": object_schema({"usd": _pos, "wall_s": _pos}, required=[]),
                 },
             }
         ),
-        "envelope": _obj({"usd": _pos}),
-        "design": _obj(
+        "envelope": object_schema({"usd": _pos}),
+        "design": object_schema(
             {
                 "arms": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "uniqueItems": True},
                 "n_scenarios": _posint,
@@ -148,17 +143,17 @@ STUDY_SCHEMA: dict = _obj(
                 "assignment_seed": {"type": "integer", "minimum": 0},
             }
         ),
-        "judges": _obj(
+        "judges": object_schema(
             {
                 "panel": {
                     "type": "array",
                     "minItems": 1,
-                    "items": _obj({"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}),
+                    "items": object_schema({"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}),
                 },
                 "reserve_usd_per_run": _nonneg,
             }
         ),
-        "outcomes": _obj(
+        "outcomes": object_schema(
             {
                 "q": {"type": "number", "minimum": 0, "maximum": 100},
                 "q_grid": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 100}},
@@ -166,7 +161,7 @@ STUDY_SCHEMA: dict = _obj(
                 "intervention_minutes": _nonneg,
             }
         ),
-        "inference": _obj(
+        "inference": object_schema(
             {
                 "alpha": _prob,
                 "bootstrap_resamples": _posint,
@@ -179,31 +174,31 @@ STUDY_SCHEMA: dict = _obj(
                 "secondary_adjustment": {"enum": ["holm", "bonferroni", "none"]},
             }
         ),
-        "frontier": _obj({"budget_usd": _grid(_pos), "human_minutes": _grid()}),
-        "scale_rule": _obj(
+        "frontier": object_schema({"budget_usd": _grid(_pos), "human_minutes": _grid()}),
+        "scale_rule": object_schema(
             {
                 "cost_inflation": {"type": "number", "minimum": 1},
-                "third_repeat": _obj({"runs": _posint, "reserve_usd": _nonneg}),
-                "sensitivity": _obj({"runs": _posint, "reserve_usd": _nonneg}),
+                "third_repeat": object_schema({"runs": _posint, "reserve_usd": _nonneg}),
+                "sensitivity": object_schema({"runs": _posint, "reserve_usd": _nonneg}),
                 "recorded_pilot_mean_cost_usd": _pos,
                 "deferred_scenarios": _posint,
             }
         ),
-        "hypotheses": _obj({"ari_min": _prob, "violation_rate_max": _prob}),
-        "human_wave": _obj(
+        "hypotheses": object_schema({"ari_min": _prob, "violation_rate_max": _prob}),
+        "human_wave": object_schema(
             {
                 "participants_per_scenario_per_condition": _posint,
                 "conditions": {"type": "array", "items": _str, "minItems": 1},
             }
         ),
-        "sensitivity_models": _obj(
+        "sensitivity_models": object_schema(
             {
                 "arm": {"type": "string", "pattern": ARM_ID},
                 "models": {"type": "array", "items": _str, "minItems": 1, "uniqueItems": True},
                 "repeats": _posint,
             }
         ),
-        "power": _obj(
+        "power": object_schema(
             {
                 "scenario_sd_logit": _nonneg,
                 "baseline": _prob,
@@ -215,7 +210,7 @@ STUDY_SCHEMA: dict = _obj(
                 "seed": {"type": "integer", "minimum": 0},
                 "reported": {
                     "type": "array",
-                    "items": _obj({"J": {"type": "integer", "minimum": 2}, "R": _posint, "delta": _prob, "power": {"type": "number", "minimum": 0, "maximum": 1}}),
+                    "items": object_schema({"J": {"type": "integer", "minimum": 2}, "R": _posint, "delta": _prob, "power": {"type": "number", "minimum": 0, "maximum": 1}}),
                 },
             }
         ),
@@ -226,13 +221,13 @@ TOOLS = ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]
 FEATURES = ["shell", "python_env", "text_substitutes", "libreoffice", "chromium", "portal", "checkpoint", "self_check"]
 CAPABILITIES = ["macos", "linux", "libreoffice", "chromium", "portal"]
 
-ARMS_SCHEMA: dict = _obj(
+ARMS_SCHEMA: dict = object_schema(
     {
         "arms": {
             "type": "object",
             "minProperties": 1,
             "propertyNames": {"pattern": ARM_ID},
-            "additionalProperties": _obj(
+            "additionalProperties": object_schema(
                 {
                     "name": _str,
                     "doc": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.md$"},
@@ -242,7 +237,7 @@ ARMS_SCHEMA: dict = _obj(
                         "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.+-]+$"},
                         "uniqueItems": True,
                     },
-                    "features": _obj({f: {"type": "boolean"} for f in FEATURES}),
+                    "features": object_schema({f: {"type": "boolean"} for f in FEATURES}),
                     "recovery_resumes": {"type": "integer", "minimum": 0, "maximum": 1},
                     "requires": {"type": "array", "items": {"enum": CAPABILITIES}, "uniqueItems": True},
                 }
@@ -502,44 +497,3 @@ def study() -> Study:
 def arms() -> dict[str, Arm]:
     """The repository's validated arms (cached)."""
     return load_arms(study=study())
-
-
-def check_rubric_weights(scenario: Any) -> None:
-    """A rubric's weights sum to one exactly (compared as decimals, as they are written)."""
-    from decimal import Decimal
-
-    total = sum(Decimal(repr(c.weight)) for c in scenario.rubric.criteria)
-    if total != 1:
-        raise ProtocolError(scenario.rubric.path, "criteria.*.weight", f"weights sum to {total}, not 1")
-
-
-def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
-    """Every scenario bundle under ``protocol/scenarios``, validated, and as many as ``design.n_scenarios`` says."""
-    from pilot.scenarios.bundle import load_scenario_from
-
-    root = Path(root) if root is not None else paths.SCENARIOS_DIR
-    if not root.is_dir():
-        raise ProtocolError(root, "<dir>", "the scenarios folder is missing")
-    bundles = sorted(p for p in root.iterdir() if p.is_dir())
-    for b in bundles:
-        if not (b / "scenario.yml").is_file():
-            raise ProtocolError(b / "scenario.yml", "<file>", "a folder under protocol/scenarios/ must be a bundle with a scenario.yml")
-    loaded = [load_scenario_from(b, study) for b in bundles]
-    for sc in loaded:
-        check_rubric_weights(sc)
-    expected = int(study.raw["design"]["n_scenarios"])
-    if len(loaded) != expected:
-        raise ProtocolError(
-            study.path, "design.n_scenarios",
-            f"says {expected} but protocol/scenarios/ holds {len(loaded)} bundles ({', '.join(b.name for b in bundles)})",
-        )
-    return loaded
-
-
-def load_all() -> dict[str, Any]:
-    """Validate every protocol file, every scenario bundle and the price table included; used by ``pilot protocol validate``."""
-    from pilot.agents.model_proxy import PriceTable, study_models  # the proxy's module imports this one
-
-    s = load_study()
-    return {"study": s, "arms": load_arms(study=s), "amendments": load_amendments(), "scenarios": load_scenarios(s),
-            "prices": PriceTable.load(required_models=study_models(s))}

@@ -2,8 +2,8 @@
 
 A dry run (``backend = simulated``) sends every run through the real harness,
 but the agent and the judges follow stated generative models:
-``analysis/config/simulated_agent.yml`` (:mod:`pilot.agents.simulated`) and
-``analysis/config/simulated_judges.yml`` (:mod:`pilot.judges.simulated`).
+``analysis/config/simulated_agent.yml`` (:mod:`pilot.simulated.agent`) and
+``analysis/config/simulated_judges.yml`` (:mod:`pilot.simulated.judge`).
 :func:`planted_acceptance` reads those same two files (never a copy of their
 numbers) and derives, for scenario j and arm a, the probability that a run is
 accepted, ``p_ja = P(S = 1 | S scored)`` with ``S = 1{D=1, E=0, Q>=q}``, and
@@ -126,7 +126,7 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
     out = []
     for k in model_defects:
         if k not in _DEFECT_NAMED:
-            raise DryRunModelError(paths.SIMULATED_AGENT_FILE, f"defects.{k}", "no derivation for this defect (see pilot.dry_run)")
+            raise DryRunModelError(paths.SIMULATED_AGENT_FILE, f"defects.{k}", "no derivation for this defect (see pilot.simulated.dry_run)")
         applies = _DEFECT_NAMED[k] in named
         if k == "error_values":
             targets = [d.name for d in scenario.file_deliverables if d.kind == "xlsx"]
@@ -172,7 +172,7 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
 
 
 def _caps(cost: np.ndarray, wall: np.ndarray, turns: np.ndarray, usd: np.ndarray | float, wall_s: np.ndarray | float, max_turns: int):
-    """Vectorised ``pilot.agents.simulated.apply_caps``: capped, which cap (0 cost, 1 wall, 2 turns), ratio."""
+    """Vectorised ``pilot.simulated.agent.apply_caps``: capped, which cap (0 cost, 1 wall, 2 turns), ratio."""
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.stack([np.where(np.asarray(usd) > 0, cost / usd, np.inf), np.where(np.asarray(wall_s) > 0, wall / wall_s, np.inf), turns / max_turns])
     which = np.argmax(r, axis=0)  # ties resolve to the first, as max() over the dict does
@@ -257,7 +257,7 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
     from pilot.judges.prompt import prompt_for_run
     from pilot.judges.render import COMPLETION_RECORD
     from pilot.judges.rubric import MAX_SCORE
-    from pilot.judges.simulated import _criterion_offset, deliverable_quality, load_config
+    from pilot.simulated.judge import _criterion_offset, deliverable_quality, load_config
     from pilot.scenarios import solve
 
     cfg = judge_config or load_config()
@@ -288,7 +288,7 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
         n_avail += available
     scored = n_avail > 0
     Q = total[scored] / n_avail[scored]
-    from pilot.stats.runtable import meets_threshold
+    from pilot.runtable import meets_threshold
 
     accepted = meets_threshold(Q, q)  # in micro-points, as the run table compares Q (float noise cannot flip S)
     n = max(int(accepted.size), 1)
@@ -341,7 +341,7 @@ def planted_acceptance(
     is the Monte Carlo size of the process draws per scenario (common random
     numbers across arms), ``judge_draws`` that of the judge noise.
     """
-    from pilot.agents.simulated import DEFECTS, _shift, load_model
+    from pilot.simulated.agent import DEFECTS, _shift, load_model
     from pilot.scenarios import list_scenarios, load_scenario
 
     study = study or protocol.study()
@@ -419,7 +419,7 @@ class DryRunTruth:
     """Planted acceptance per arm beside the primary estimates of a SIMULATED run table."""
 
     summary: pd.DataFrame  # arm, planted_p, planted_mc_se, p_hat, ci_low, ci_high, covered
-    kind: str  # "harness" (simulated backends) or "synthetic" (pilot.stats.synthetic)
+    kind: str  # "harness" (simulated backends) or "synthetic" (pilot.simulated.synthetic)
     study_name: str
     sources: tuple[str, ...]
     draws: int
@@ -434,7 +434,7 @@ class DryRunTruth:
 
 def truth_kind(runs: pd.DataFrame) -> str | None:
     """``harness`` for a dry run of the harness, ``synthetic`` for the generator's tables, None for a real table."""
-    from pilot.stats import synthetic
+    from pilot.simulated import synthetic
 
     backend = runs["backend"].astype(str)
     if (backend == synthetic.BACKEND).all():
@@ -473,10 +473,11 @@ def truth_for(runs: pd.DataFrame, acceptance: pd.DataFrame, *, seed: int, study:
     """The planted truth of a SIMULATED run table beside its estimates; None for a real table.
 
     A harness dry run uses :func:`planted_acceptance` over the table's
-    scenarios; a synthetic table uses :func:`pilot.stats.synthetic.planted_acceptance`
+    scenarios; a synthetic table uses :func:`pilot.simulated.synthetic.planted_acceptance`
     with the scenarios as the table describes them (scenario effects integrated out).
     """
-    from pilot.stats import runtable, synthetic
+    from pilot import runtable
+    from pilot.simulated import synthetic
 
     study = study or protocol.study()
     kind = truth_kind(runs)

@@ -28,12 +28,12 @@ from pilot.judges.rubric import MAX_SCORE, weighted_score
 _num = {"type": "number"}
 _nonneg = {"type": "number", "minimum": 0}
 _prob = {"type": "number", "minimum": 0, "maximum": 1}
-_price = protocol._obj({"input": _nonneg, "output": _nonneg})
+_price = protocol.object_schema({"input": _nonneg, "output": _nonneg})
 
-CONFIG_SCHEMA: dict = protocol._obj(
+CONFIG_SCHEMA: dict = protocol.object_schema(
     {
         "seed_salt": {"type": "integer", "minimum": 0},
-        "quality": protocol._obj(
+        "quality": protocol.object_schema(
             {
                 "substitute": _prob,
                 "unreadable": _prob,
@@ -53,7 +53,7 @@ CONFIG_SCHEMA: dict = protocol._obj(
             "type": "object",
             "minProperties": 1,
             "propertyNames": {"pattern": r"^J[0-9]+$"},
-            "additionalProperties": protocol._obj(
+            "additionalProperties": protocol.object_schema(
                 {
                     "bias": _num,
                     "noise_sd": _nonneg,
@@ -63,7 +63,7 @@ CONFIG_SCHEMA: dict = protocol._obj(
                 }
             ),
         },
-        "cost": protocol._obj(
+        "cost": protocol.object_schema(
             {
                 "chars_per_token": {"type": "number", "exclusiveMinimum": 0},
                 "output_tokens": {"type": "integer", "minimum": 0},

@@ -16,18 +16,18 @@ import importlib
 import sys
 
 COMMANDS: dict[str, str] = {
-    "protocol": "pilot.protocol_cli",
-    "stage": "pilot.stages",
-    "portal": "pilot.portal.cli",
-    "study": "pilot.study_cli",
-    "scenarios": "pilot.scenarios.cli",
-    "check": "pilot.oracles.cli",
-    "selfcheck": "pilot.oracles.cli",
-    "run-one": "pilot.runner_cli",
-    "worker-env": "pilot.runner_cli",
-    "sandbox": "pilot.runner_cli",
-    "judge": "pilot.judges.cli",
-    "view": "pilot.view.cli",
+    "protocol": "pilot.cli.protocol",
+    "stage": "pilot.cli.stage",
+    "portal": "pilot.cli.portal",
+    "study": "pilot.cli.study",
+    "scenarios": "pilot.cli.scenarios",
+    "check": "pilot.cli.check",
+    "selfcheck": "pilot.cli.check",
+    "run-one": "pilot.cli.run_one",
+    "worker-env": "pilot.cli.run_one",
+    "sandbox": "pilot.cli.run_one",
+    "judge": "pilot.cli.judge",
+    "view": "pilot.cli.view",
 }
 COMMAND_MODULES = list(dict.fromkeys(COMMANDS.values()))
 

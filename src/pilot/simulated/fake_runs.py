@@ -1,7 +1,7 @@
 """Run functions that do no study work, for exercising the scheduler alone.
 
 They stand where ``pilot.pipeline.run_cell`` normally goes (``pilot study run
---runner pilot.executors.fake_runs:sleep_run``) so that the scheduler's
+--runner pilot.simulated.fake_runs:sleep_run``) so that the scheduler's
 ordering, node choice, envelope, crash recovery and executors can be tested
 and benchmarked without agents or evaluation. Their records carry
 ``"runner": "fake"`` and no outcome columns; they are never a dry run of the

@@ -391,7 +391,7 @@ class WorkerPlayer:
     """Builds (and caches) the plan of each worker session."""
 
     def __init__(self, seed: int, work_dir: Path, *, denied_attempts: bool = True) -> None:
-        from pilot.agents import simulated
+        from pilot.simulated import agent as simulated
 
         self.seed = int(seed)
         self.denied_attempts = bool(denied_attempts)
@@ -420,7 +420,7 @@ class WorkerPlayer:
         return Path(tempfile.mkdtemp(prefix="replica-", dir=self.work_dir))
 
     def _build(self, scenario: Any, arm: Any, run_id: str, session: int, cwd: str) -> Plan:
-        from pilot.agents import simulated
+        from pilot.simulated import agent as simulated
         from pilot.oracles import evaluate
         from pilot.workspace import lay_out
 
@@ -783,7 +783,7 @@ class ScriptedModelServer:
         from pilot.judges.backend import JudgeRequest
         from pilot.judges.prompt_readback import PromptNotUnderstood, read_back
         from pilot.judges.schema import RATIONALE_MAX_CHARS, VerdictError, parse_verdict
-        from pilot.judges.simulated import SimulatedJudge
+        from pilot.simulated.judge import SimulatedJudge
 
         try:
             scenario, criteria, package = read_back(prompt)

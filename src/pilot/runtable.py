@@ -2,7 +2,7 @@
 
 One row per assigned run (scenario, arm, repeat, model). The harness exports
 it from the study store (``pilot study export``); the synthetic generator
-(:mod:`pilot.stats.synthetic`) draws SIMULATED tables with the same schema.
+(:mod:`pilot.simulated.synthetic`) draws SIMULATED tables with the same schema.
 Every analysis reads a table through :func:`read_runtable` or
 :func:`validate_runtable`, which refuse a malformed table with a
 :class:`RunTableError` naming the source, the row and the column.
@@ -375,7 +375,7 @@ def validate_runtable(
     allowed = list(scenarios) if scenarios is not None else known_scenarios()
     if allowed and scenarios is None and (out["backend"] == "synthetic").all():
         # A synthetic table may also name the generator's stand-ins for bundles not written yet.
-        from pilot.stats import synthetic
+        from pilot.simulated import synthetic
 
         allowed += synthetic.standin_scenarios(out["scenario"].unique())
     if allowed:

@@ -2,7 +2,7 @@
 
 The model lives in ``analysis/config/synthetic_runtable.yml`` (its header
 states every equation); this module reads those numbers and draws run tables
-with the schema of :mod:`pilot.stats.runtable`. Every table it makes carries
+with the schema of :mod:`pilot.runtable`. Every table it makes carries
 SIMULATED in its ``study`` column and ``synthetic`` as its backend. Because
 the truth is known, :func:`planted_acceptance` integrates the model to give
 the acceptance each arm should have, which the calibration checks the
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pilot import paths, protocol
-from pilot.stats import runtable
+from pilot import runtable
 
 SYNTHETIC_CONFIG = paths.CONFIG_DIR / "synthetic_runtable.yml"
 BACKEND = "synthetic"

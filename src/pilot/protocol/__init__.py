@@ -1,0 +1,69 @@
+"""The preregistered protocol: the design (``study.yml``, arms, amendments), the scenario bundles and the prices.
+
+- :mod:`pilot.protocol.design`: load and validate ``study.yml``,
+  ``arms/arms.yml`` and ``amendments.csv`` (its names are re-exported here:
+  ``protocol.study()``, ``protocol.ProtocolError``, ...);
+- :mod:`pilot.protocol.prices`: the pinned price table, usage and the cost tolerance;
+- :mod:`pilot.protocol.validation`: everything at once, bundles included
+  (``load_all``, ``load_scenarios``; loaded on first use, since it reads
+  the scenario bundles, which read the design).
+"""
+
+from pilot.lazy_exports import lazy_exports
+from pilot.protocol.design import (
+    AMENDMENT_COLUMNS,
+    AMENDMENT_STAGES,
+    Arm,
+    ARM_ID,
+    arm_instructions,
+    arms,
+    ARMS_SCHEMA,
+    CAPABILITIES,
+    Caps,
+    common_policy,
+    FEATURES,
+    load_amendments,
+    load_arms,
+    load_study,
+    object_schema,
+    ProtocolError,
+    read_yaml,
+    SCENARIO_ID,
+    Study,
+    study,
+    STUDY_SCHEMA,
+    TOOLS,
+    validate,
+)
+
+_EXPORTS = {name: "pilot.protocol.validation" for name in ("check_rubric_weights", "load_all", "load_scenarios")}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+__all__ = [
+    "AMENDMENT_COLUMNS",
+    "AMENDMENT_STAGES",
+    "Arm",
+    "ARM_ID",
+    "arm_instructions",
+    "arms",
+    "ARMS_SCHEMA",
+    "CAPABILITIES",
+    "Caps",
+    "common_policy",
+    "FEATURES",
+    "load_amendments",
+    "load_arms",
+    "load_study",
+    "object_schema",
+    "ProtocolError",
+    "read_yaml",
+    "SCENARIO_ID",
+    "Study",
+    "study",
+    "STUDY_SCHEMA",
+    "TOOLS",
+    "validate",
+    "check_rubric_weights",
+    "load_all",
+    "load_scenarios",
+]
