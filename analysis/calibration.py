@@ -2,7 +2,7 @@
 
 Draws SIMULATED studies from ``analysis/config/synthetic_runtable.yml`` with
 the design's shape (10 scenarios x 5 arms x 3 repeats), analyses each like
-the primary stage (vectorised over studies, :mod:`pilot.stats.calibration`),
+the primary stage (vectorised over studies, :mod:`pilot.simulated.calibration`),
 under three conditions (planted, null, and a tail condition with the primary
 control arm near 0% acceptance), and writes
 
@@ -35,8 +35,8 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pilot import paths  # noqa: E402
-from pilot.report.latex import macro_name, write_macros, write_table  # noqa: E402
-from pilot.stats.calibration import run_calibration  # noqa: E402
+from pilot.latex import macro_name, write_macros, write_table  # noqa: E402
+from pilot.simulated.calibration import run_calibration  # noqa: E402
 
 
 def _n(x: int) -> str:

@@ -38,7 +38,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pilot import protocol  # noqa: E402
-from pilot.stats import batch_inference, calibration, estimators, primary, resampling  # noqa: E402
+from pilot.stats import batch_inference, estimators, primary, resampling  # noqa: E402
+from pilot.simulated import calibration
 from pilot.simulated import synthetic
 from pilot.stats.estimators import Layout  # noqa: E402
 from pilot.stats.primary import InferenceSettings  # noqa: E402

@@ -22,7 +22,7 @@ import openpyxl
 from pilot.oracles import Recalculator, evaluate, evaluate_many
 from pilot.oracles import guard
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
-from pilot.scenarios.defects import copy_workspace
+from pilot.defects import copy_workspace
 from pilot.scenarios.officeio import normalize_zip
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import pandas as pd
 
 from pilot import protocol
-from pilot.executors.base import AttemptOutcome, CellSpec, reset_workspace
+from pilot.attempt import AttemptOutcome, CellSpec
+from pilot.executors.base import reset_workspace
 from pilot.simulated.fake_runs import noop_run
 from pilot.schedule import Scheduler, build_cells
 from pilot.nodes import load_nodes

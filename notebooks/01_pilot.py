@@ -40,7 +40,7 @@ import pandas as pd
 from pilot import paths
 from pilot.report import sentences
 from pilot.report.inline import say
-from pilot.report.latex import write_macros
+from pilot.latex import write_macros
 from pilot.store import STORE_FILE, Store
 from pilot.study import create_study, export_run_table, run_study_wave, status_table
 

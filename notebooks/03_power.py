@@ -31,7 +31,7 @@ import pandas as pd
 
 from pilot import paths
 from pilot.report.inline import show_figures
-from pilot.report.latex import write_macros, write_table
+from pilot.latex import write_macros, write_table
 from pilot.stats import power
 
 pd.set_option("display.width", 140)

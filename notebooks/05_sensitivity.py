@@ -34,7 +34,8 @@ import time
 from pilot import paths, protocol
 from pilot.report import sentences
 from pilot.report.inline import say, show_figures
-from pilot.stats import stage_computations, stage_outputs
+from pilot.stats import stage_computations
+from pilot.report import stage_outputs
 
 study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))

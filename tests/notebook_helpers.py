@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pilot import paths
+from pilot import paths, runtable
 from pilot.stages import write_parameterized_notebook
-from pilot import runtable
 from pilot.simulated import synthetic
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from pilot import paths, protocol
-from pilot.executors.base import AttemptOutcome, CellSpec
+from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.nodes import Node
 from pilot.schedule import build_cells
 from pilot.store import Store

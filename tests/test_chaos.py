@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from pilot.executors import proctree
-from pilot.executors.proctree import was_launched
+from pilot.attempt import was_launched
 from pilot.ledger import audit
 from pilot.store import STORE_FILE
 from schedule_support import make_root, read_only

@@ -6,7 +6,7 @@ import re
 
 from pilot.protocol import load_arms, load_study
 from pilot.report.design_tables import arms_frame, caps_frame, design_macros, write_design_outputs
-from pilot.report.latex import macro_name, write_macros
+from pilot.latex import macro_name, write_macros
 
 
 def test_arms_table_follows_arms_yml():

@@ -81,7 +81,7 @@ def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_p
     from pilot.simulated.agent import DEFECTS, _DEFECT_FUNCTIONS
     from pilot.oracles import evaluate, hash_inputs, run_selfcheck
     from pilot.scenarios import build_gold_workspace, load_scenario
-    from pilot.scenarios import defects as dx
+    from pilot import defects as dx
 
     sid = "PROC-01"  # a workbook, a document and decisions: every defect of the model applies
     sc = load_scenario(sid)

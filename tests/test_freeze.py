@@ -126,3 +126,20 @@ def test_cli_takes_manifest_at_pilot_start_and_export_refuses_to_pool_a_changed_
     blocked = run("export", "f")
     assert blocked.returncode == 2 and "pooling blocked" in blocked.stderr and "protocol/arms/A3.md" in blocked.stderr
     assert not (root / "analysis" / "data" / "f" / "runs.csv").exists()
+
+
+def test_a_file_that_left_the_frozen_scope_unchanged_does_not_block_but_an_edited_one_does(tmp_path):
+    root, code = _tree(tmp_path)
+    m = freeze.take_manifest(root, code)
+    # The last version of the `pilot check` command under pilot/oracles/ (commit c6b2d2d), byte for byte.
+    import hashlib
+
+    kept = Path(__file__).parent / "fixtures" / "frozen" / "oracles_cli_c6b2d2d.py.txt"
+    last = hashlib.sha256(kept.read_bytes()).hexdigest()
+    assert last in freeze.LEFT_SCOPE["pilot/oracles/cli.py"][1]
+    report = freeze.verify({**m, "pilot/oracles/cli.py": last}, root, code)
+    assert report.ok and report.left_scope == ["pilot/oracles/cli.py"]
+    assert report.lines() == [f"freeze verified: {len(m)} files unchanged",
+                              "  pilot/oracles/cli.py left the frozen scope unchanged (now pilot/cli/check.py, not oracle code)"]
+    edited = freeze.verify({**m, "pilot/oracles/cli.py": "0" * 64}, root, code)
+    assert not edited.ok and [(c.path, c.change) for c in edited.changes] == [("pilot/oracles/cli.py", "removed")]

@@ -25,7 +25,7 @@ from pilot.oracles import Recalculator, evaluate, run_selfcheck
 from pilot.cli.check import EXIT_CRITICAL, EXIT_EVALUATION_ERROR, EXIT_FAILED
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios import defects
+from pilot import defects
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 

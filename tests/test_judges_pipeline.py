@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pilot import pipeline, protocol
-from pilot.executors.base import AttemptOutcome, CellSpec
+from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.outcomes import run_row
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
 

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from pilot.report.latex import latex_escape, write_macros, write_table
+from pilot.latex import latex_escape, write_macros, write_table
 
 
 def test_tables_have_word_headers_true_minus_and_decimals_by_quantity(tmp_path):

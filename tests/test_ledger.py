@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pilot import ledger
-from pilot.executors.base import AttemptOutcome
+from pilot.attempt import AttemptOutcome
 from pilot.store import Store
 from schedule_support import make_store
 

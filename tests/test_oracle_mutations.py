@@ -23,7 +23,7 @@ import pytest
 from pilot.oracles import Recalculator, evaluate_many
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios import defects
+from pilot import defects
 from pilot.scenarios.officeio import normalize_zip
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]

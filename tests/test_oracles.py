@@ -26,7 +26,7 @@ from pilot.oracles import Recalculator, evaluate, evaluate_many, hash_inputs
 from pilot.oracles.hashing import compare_hashes
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
-from pilot.scenarios import defects
+from pilot import defects
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 

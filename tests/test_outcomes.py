@@ -8,10 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.outcomes import OutcomeError, acceptance, agent_cost, human_minutes, quality, rows_from_store, run_row, run_table
 from pilot.scenarios import list_scenarios, load_scenario
-from pilot import runtable
 
 pytestmark = pytest.mark.skipif(not list_scenarios(), reason="no scenario bundles yet")
 

@@ -227,7 +227,7 @@ def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_r
     """Through the scheduler's run function, with the runner's own portal start (no starter passed)."""
     import pilot.portal
     from pilot import pipeline
-    from pilot.executors.base import CellSpec
+    from pilot.attempt import CellSpec
 
     real_start = pilot.portal.start_instance
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pilot.report.latex import write_macros
+from pilot.latex import write_macros
 from pilot.stats import power as pw
 
 DESIGN = pw.PowerDesign.from_study()

@@ -20,10 +20,9 @@ import pandas as pd
 import pytest
 
 from notebook_helpers import run_cli, stage_params
-from pilot import paths
+from pilot import paths, runtable
 from pilot.agents import worker_env
 from pilot.simulated import rehearsal_report as rehearsal
-from pilot import runtable
 from pilot.store import STORE_FILE
 from real_cli_support import require_real_sandbox
 

@@ -7,11 +7,10 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from pilot import backends
+from pilot import backends, runtable
 from pilot.simulated import rehearsal_report as rehearsal
-from pilot.report.latex import write_table
+from pilot.latex import write_table
 from pilot.report.sentences import data_prefix
-from pilot import runtable
 
 METERED = Decimal("0.412345")
 JUDGES = Decimal("0.031")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pilot.executors.base import AttemptOutcome, CellSpec
+from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.report import run_report
 from pilot.schedule import Scheduler
 from schedule_support import NODES, REQUIRES, ControlledExecutor, completed, make_store

@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pilot import protocol
-from pilot import runtable
+from pilot import protocol, runtable
 from pilot.simulated import synthetic
 from pilot.runtable import RunTableError
 

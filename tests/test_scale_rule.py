@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.executors.proctree import launch_mark
-from pilot.executors.base import AttemptOutcome
+from pilot.attempt import launch_mark
+from pilot.attempt import AttemptOutcome
 from pilot.ledger import to_micro
 from pilot.scale_rule import ScaleInputs, ScaleRuleError, decide, inputs_from_store
 from schedule_support import make_root, make_store

@@ -15,7 +15,7 @@ from pilot.cli.main import main as cli_main
 from pilot.protocol import ProtocolError
 from pilot.report.scenario_table import scenarios_frame, write_scenarios_table
 from pilot.scenarios import build_gold_workspace, check_inputs, list_scenarios, load_scenario, load_scenario_from, solve
-from pilot.scenarios import defects
+from pilot import defects
 
 IDS = list_scenarios()
 

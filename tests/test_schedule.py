@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pilot import protocol
-from pilot.executors.base import AttemptOutcome
+from pilot.attempt import AttemptOutcome
 from pilot.nodes import Node, choose_node, load_nodes
 from pilot.schedule import Scheduler, ScheduleError, UnservableCellError, assignment_csv, build_cells
 from schedule_support import NODES, REQUIRES, SCENARIOS, ControlledExecutor, completed, make_root, make_store

@@ -15,7 +15,7 @@ import pytest
 from pilot.oracles import SELFCHECK_TOOL, evaluate, install_selfcheck, run_selfcheck
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios import defects
+from pilot import defects
 
 STDLIB = set(sys.stdlib_module_names)
 

@@ -27,7 +27,7 @@ from pilot.oracles.evaluate import FORM_KINDS, workbooks_to_recalculate
 from pilot.oracles.readers import docx_lines, word_count
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios import defects
+from pilot import defects
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 

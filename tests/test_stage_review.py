@@ -10,7 +10,7 @@ import pytest
 from notebook_helpers import fresh_runtable, output_dirs, stage_params
 from pilot import paths
 from pilot.stages import write_parameterized_notebook
-from pilot.stats import stage_outputs
+from pilot.report import stage_outputs
 
 
 def _listing() -> set[str]:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pilot import protocol
-from pilot.stats import batch_inference, calibration, primary, resampling
+from pilot.stats import batch_inference, primary, resampling
+from pilot.simulated import calibration
 from pilot.simulated import synthetic
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings

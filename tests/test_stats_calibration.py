@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from pilot import paths, protocol
-from pilot.stats import calibration, primary, resampling
+from pilot.simulated import calibration
+from pilot.stats import primary, resampling
 from pilot.simulated import synthetic
-from pilot.stats.calibration import run_calibration
+from pilot.simulated.calibration import run_calibration
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings
 

@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from pilot import protocol
-from pilot.report.latex import latex_escape
-from pilot.stats import degraded, estimability, stage_computations, stage_outputs
-from pilot import runtable
+from pilot import protocol, runtable
+from pilot.latex import latex_escape
+from pilot.stats import degraded, estimability, stage_computations
+from pilot.report import stage_outputs
 from pilot.simulated import synthetic
 
 B, P = 200, 500

@@ -14,9 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pilot import outcomes, paths, protocol
+from pilot import outcomes, paths, protocol, runtable
 from pilot.judges import rubric
-from pilot import runtable
 
 SCENARIOS = runtable.known_scenarios()
 

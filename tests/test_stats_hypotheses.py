@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import estimators, hypotheses, primary
-from pilot import runtable
 from pilot.simulated import synthetic
 
 

@@ -13,9 +13,8 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import degraded, estimability, stage_computations
-from pilot import runtable
 from pilot.simulated import synthetic
 
 STUDY = protocol.study()

@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import primary
-from pilot import runtable
 from pilot.simulated import synthetic
 
 

@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from pilot.executors.proctree import launch_mark
-from pilot.executors.base import OUTCOME_FILE, AttemptOutcome, execute_attempt
+from pilot.attempt import launch_mark
+from pilot.attempt import OUTCOME_FILE, AttemptOutcome
+from pilot.executors.base import execute_attempt
 from pilot.ledger import to_micro
 from pilot.store import STORE_FILE, Store, StoreError
 from schedule_support import make_store

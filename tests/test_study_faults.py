@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pilot import paths, protocol
-from pilot import runtable
+from pilot import paths, protocol, runtable
 from pilot.store import STORE_FILE, Store
 from schedule_support import finish_cells, make_root, read_only
 

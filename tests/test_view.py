@@ -16,8 +16,7 @@ import pytest
 from markupsafe import escape
 
 from pilot import paths
-from pilot.view import links as view_links
-from pilot.view import site
+from pilot.view import links as view_links, site
 from pilot.view.app import create_app
 from pilot.view.export import ExportError, export_site
 from pilot.view.study import StudyReader, ViewError

@@ -1,4 +1,4 @@
-"""The backends a study runs on, and the label every output of each carries.
+"""The backends a study runs on: one registry entry each, with its label and the roles it plays.
 
 - ``simulated``: the embedded default, a dry run of the harness (the
   simulated agent writes the deliverables, the simulated judges score them
@@ -8,43 +8,129 @@
   Its outputs carry no label: they are findings.
 - ``rehearsal``: the real harness of ``claude-code`` end to end (pinned CLI,
   sandbox, metering proxy, CLI judges) with the model played by the
-  project's scripted model server (:mod:`pilot.simulated.scripted_model`). No key, no
-  network, no dollar. Its outputs say REHEARSAL: they check the harness,
-  never the agent.
+  project's scripted model server (:mod:`pilot.simulated.scripted_model`).
+  No key, no network, no dollar. Its outputs say REHEARSAL: they check the
+  harness, never the agent.
+- ``synthetic``: run tables drawn from a declared model
+  (:mod:`pilot.simulated.synthetic`), for the statistics' own checks;
+  SIMULATED as well.
 
-A synthetic run table (:mod:`pilot.simulated.synthetic`) has backend
-``synthetic`` and is SIMULATED as well. Whatever reads a run table asks
-:func:`label` which label its numbers carry; no other module spells one.
+A role is a ``"module:attr"`` reference, imported only when that backend is
+asked for it, so a real run never loads a stand-in:
+
+- ``agent``: ``start_agent(**launch) -> (agent, worker_env_record, launch_error)``;
+- ``judge``: ``new_judge(claude_bin=, study=, environ=) -> JudgeBackend``;
+- ``upstream``: a context manager ``(attempt_dir, seed) -> {ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY}``
+  that the attempt's proxy and judges talk to instead of this process's;
+- ``runtable``: ``(seed) -> DataFrame``, a run table of this backend;
+- ``scenarios``: ``(ids) -> list[str]``, scenario ids a table of this backend may name beyond the bundles.
+
+Whatever reads a run table asks :func:`label` which label its numbers
+carry; no other module spells one. Adding a backend is one entry of
+:data:`REGISTRY`.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
 
 SIMULATED = "simulated"
 CLAUDE_CODE = "claude-code"
 REHEARSAL = "rehearsal"
 SYNTHETIC = "synthetic"
 
-#: Backends ``pilot study run`` and the runner accept.
-AGENT_BACKENDS = (SIMULATED, CLAUDE_CODE, REHEARSAL)
-#: Backends that run the pinned CLI inside the sandbox behind the metering proxy.
-CLI_BACKENDS = frozenset({CLAUDE_CODE, REHEARSAL})
-#: Backends whose numbers are findings.
-REAL_BACKENDS = frozenset({CLAUDE_CODE})
-
 SIMULATED_LABEL = "SIMULATED"
 REHEARSAL_LABEL = "REHEARSAL"
-_LABELS = {SIMULATED: SIMULATED_LABEL, SYNTHETIC: SIMULATED_LABEL, REHEARSAL: REHEARSAL_LABEL}
 #: How each label reads where a sentence starts with it.
 _QUALIFIERS = {SIMULATED_LABEL: "dry run", REHEARSAL_LABEL: "not a finding"}
 
 
+@dataclass(frozen=True)
+class Backend:
+    """One backend: its label, whether its numbers are findings, whether it runs the CLI, and its roles."""
+
+    name: str
+    label: str  # "" for findings
+    runs_cli: bool
+    roles: Mapping[str, str] = field(default_factory=dict)
+    judged_by: str | None = None  # the judge backend an agent backend's runs are judged by
+
+    @property
+    def finding(self) -> bool:
+        return self.label == ""
+
+
+REGISTRY: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(SIMULATED, SIMULATED_LABEL, runs_cli=False, judged_by=SIMULATED, roles={
+            "agent": "pilot.simulated.agent:start_agent",
+            "judge": "pilot.simulated.judge:new_judge",
+        }),
+        Backend(CLAUDE_CODE, "", runs_cli=True, judged_by=CLAUDE_CODE, roles={
+            "agent": "pilot.agents.claude_code:start_agent",
+            "judge": "pilot.judges.claude_judge:new_judge",
+        }),
+        Backend(REHEARSAL, REHEARSAL_LABEL, runs_cli=True, judged_by=CLAUDE_CODE, roles={
+            "agent": "pilot.agents.claude_code:start_agent",
+            "upstream": "pilot.simulated.scripted_model:scripted_upstream",
+        }),
+        Backend(SYNTHETIC, SIMULATED_LABEL, runs_cli=False, roles={
+            "runtable": "pilot.simulated.synthetic:generate_runtable",
+            "scenarios": "pilot.simulated.synthetic:standin_scenarios",
+        }),
+    )
+}
+
+
+class UnknownBackend(ValueError):
+    """A backend name the registry does not hold, or a role it does not play."""
+
+
+def names(role: str | None = None) -> tuple[str, ...]:
+    """The registered backends (those playing ``role`` when given), in registry order."""
+    return tuple(n for n, b in REGISTRY.items() if role is None or role in b.roles)
+
+
+def get(name: str) -> Backend:
+    """The registry entry of ``name``; an unknown name is refused with the list of known ones."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UnknownBackend(f"unknown backend {name!r}; the backends are {', '.join(REGISTRY)}") from None
+
+
+def has_role(name: str, role: str) -> bool:
+    return role in get(name).roles
+
+
+def role(name: str, role_name: str) -> Any:
+    """What ``name`` plays as ``role_name``, imported on first use; refused when it plays no such role."""
+    backend = get(name)
+    ref = backend.roles.get(role_name)
+    if ref is None:
+        playing = names(role_name)
+        raise UnknownBackend(f"backend {name!r} has no {role_name} role; the backends with one are {', '.join(playing) or 'none'}")
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+#: Backends ``pilot study run`` and the runner accept.
+AGENT_BACKENDS = names("agent")
+#: Backends whose judges the panel can use (``PILOT_JUDGE_BACKEND``).
+JUDGE_BACKENDS = names("judge")
+#: Backends that run the pinned CLI inside the sandbox behind the metering proxy.
+CLI_BACKENDS = frozenset(n for n, b in REGISTRY.items() if b.runs_cli)
+#: Backends whose numbers are findings.
+REAL_BACKENDS = frozenset(n for n, b in REGISTRY.items() if b.finding)
+
+
 def label(backend: str) -> str:
     """The label of one backend's outputs: ``""`` for the real study; any backend not known as real is SIMULATED."""
-    if backend in REAL_BACKENDS:
-        return ""
-    return _LABELS.get(backend, SIMULATED_LABEL)
+    entry = REGISTRY.get(backend)
+    return entry.label if entry is not None else SIMULATED_LABEL
 
 
 def label_of(backends: Iterable[str]) -> str:
@@ -65,5 +151,8 @@ def qualifier(text_label: str) -> str:
 
 
 def judge_backend(agent_backend: str) -> str:
-    """The judge backend an agent backend is judged by: the CLI judges for every CLI backend."""
-    return CLAUDE_CODE if agent_backend in CLI_BACKENDS else SIMULATED
+    """The judge backend an agent backend is judged by (the CLI judges for every CLI backend)."""
+    judged_by = get(agent_backend).judged_by
+    if judged_by is None:
+        raise UnknownBackend(f"backend {agent_backend!r} runs no agent, so nothing of it is judged")
+    return judged_by

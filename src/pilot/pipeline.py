@@ -14,15 +14,15 @@ The judges use the backend paired with the agent's (the CLI judges for
 ``PILOT_JUDGE_BACKEND`` overrides it, e.g. to judge a simulated run with
 real judges.
 
-With the ``rehearsal`` backend the attempt's own process starts one scripted
-model server (:class:`pilot.simulated.scripted_model.ScriptedModelServer`) for the
-attempt: the metering proxy forwards the agent's requests to it and the
+With the ``rehearsal`` backend (whose ``upstream`` role is
+:func:`pilot.simulated.scripted_model.scripted_upstream`) the attempt's own
+process starts one scripted model server for the attempt: the metering proxy forwards the agent's requests to it and the
 three CLI judge sessions are pointed at it, so nothing reaches the network
 and no key is needed. Every attempt runs in its own supervised process, on
 this machine (local executor) or on a dask worker, so one server per
 attempt is one per process and works alike with both executors. The
 server's record (the scripted worker's known truth) is kept beside the
-attempt's folder, in ``attempt-N.scripted/`` (:func:`scripted_record_dir`).
+attempt's folder, in ``attempt-N.scripted/`` (:func:`pilot.simulated.scripted_model.scripted_record_dir`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pilot import backends
-from pilot.executors.base import AttemptOutcome, CellSpec
-from pilot.judges import BACKENDS as JUDGE_BACKENDS
+from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.judges import judge_run
 
 JUDGE_BACKEND_ENV = "PILOT_JUDGE_BACKEND"
@@ -44,17 +43,10 @@ def judge_backend_for(agent_backend: str) -> str:
     """The judge backend paired with an agent backend."""
     override = os.environ.get(JUDGE_BACKEND_ENV)
     if override:
-        if override not in JUDGE_BACKENDS:
-            raise ValueError(f"{JUDGE_BACKEND_ENV}={override!r} is not one of {list(JUDGE_BACKENDS)}")
+        if override not in backends.JUDGE_BACKENDS:
+            raise ValueError(f"{JUDGE_BACKEND_ENV}={override!r} is not one of {list(backends.JUDGE_BACKENDS)}")
         return override
     return backends.judge_backend(agent_backend)
-
-
-def scripted_record_dir(attempt_dir: Path) -> Path:
-    """Where a rehearsal attempt's scripted model server keeps its record: beside the attempt's folder,
-    which the runner resets and wants empty, as the launch mark is (``attempt-N.scripted``)."""
-    attempt_dir = Path(attempt_dir)
-    return attempt_dir.with_name(attempt_dir.name + ".scripted")
 
 
 def _missing_judges(error: str) -> list[dict[str, Any]]:
@@ -98,20 +90,13 @@ def run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: i
 
 @contextmanager
 def model_upstream(backend: str, attempt_dir: Path, seed: int) -> Iterator[dict[str, str] | None]:
-    """The upstream an attempt's proxy and judges use: for a rehearsal, a scripted model server of its own
-    (address and key, stopped on exit); None for every other backend (this process's environment)."""
-    if backend != backends.REHEARSAL:
+    """The upstream an attempt's proxy and judges use: the backend's ``upstream`` role when it has one (a rehearsal's
+    scripted model server, stopped on exit); None for every other backend (this process's environment)."""
+    if not backends.has_role(backend, "upstream"):
         yield None
         return
-    import shutil
-
-    from pilot.simulated.scripted_model import ScriptedModelServer
-
-    record = scripted_record_dir(attempt_dir)
-    if record.exists():
-        shutil.rmtree(record)  # an earlier try of this attempt folder: its truth is not this one's
-    with ScriptedModelServer(seed=seed, record_dir=record) as server:
-        yield {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key}
+    with backends.role(backend, "upstream")(attempt_dir, seed) as upstream:
+        yield upstream
 
 
 def _run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int, upstream: dict[str, str] | None) -> AttemptOutcome:

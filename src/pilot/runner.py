@@ -49,6 +49,7 @@ from typing import Any, Callable
 from pilot import backends, paths, protocol
 from pilot.agents import audit, witness
 from pilot.agents.session import (
+    RESUME_PROMPT,
     AGENT_ERROR,
     CAPPED,
     INFRA_ERROR,
@@ -72,11 +73,6 @@ DEFAULT_API_URL = "https://api.anthropic.com"
 #: Environment variable holding the default isolation (``required``, or ``unisolated`` for development).
 ISOLATION_ENV = "PILOT_ISOLATION"
 
-#: The prompt of the one recovery resume (A4). The first session's prompt is study.yml's.
-RESUME_PROMPT = (
-    "Your session ended before the assignment was finished; you are resumed once with the remaining "
-    "budget and time: read CHECKPOINT.md, run python selfcheck.py, and complete the assignment in BRIEF.md."
-)
 #: A resume needs at least this much budget and wall time left to be worth starting.
 MIN_RESUME_USD = 0.01
 MIN_RESUME_WALL_S = 10.0
@@ -369,8 +365,8 @@ def run_attempt(
             # A rehearsal's scripted server plays each run by its label; the real API is never told it.
             meter, endpoint = _open_meter(stack, out_dir, caps, model, environ,
                                           label_upstream=label_upstream or backend == backends.REHEARSAL)
-        agent, worker_info, launch_error = _make_backend(
-            backend, arm, study, scenario, out_dir, ws_root, seed=seed, model=model, claude_bin=claude_bin,
+        agent, worker_info, launch_error = backends.role(backend, "agent")(
+            arm=arm, study=study, scenario=scenario, out_dir=out_dir, ws_root=ws_root, seed=seed, model=model, claude_bin=claude_bin,
             worker_env=worker_env, extra_env=extra_env, isolation=isolation, endpoint=endpoint,
             portal_url=getattr(portal, "url", None) if portal is not None else None,
             redact=tuple(portal.secrets()) if portal is not None and hasattr(portal, "secrets") else (), limits=limits,
@@ -497,39 +493,6 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
     note = cost_disagreement(None if reported_usd is None else Decimal(str(reported_usd)), rec.metered_cost_usd)
     if note:
         rec.notes.append(note)
-
-
-def _make_backend(backend, arm, study, scenario, out_dir, ws_root, *, seed, model, claude_bin, worker_env, extra_env, isolation,
-                  endpoint, portal_url, redact=(), limits=None):
-    """The session backend, the worker environment's record, or an infrastructure error."""
-    if backend == "simulated":
-        from pilot.simulated.agent import SimulatedBackend
-
-        return SimulatedBackend(scenario, arm, run_dir=out_dir, workspace=ws_root, seed=seed, model=model), None, None
-    from pilot.agents import claude_code
-    from pilot.agents import worker_env as wenv
-
-    try:
-        cli = claude_code.find_cli(claude_bin)
-    except claude_code.CliNotFound as exc:
-        return None, None, f"start_failed: {exc}"
-    env_dir = None
-    worker_info = None
-    if arm.feature("python_env"):
-        env_dir = Path(worker_env) if worker_env is not None else wenv.default_env()
-        if env_dir is None or not wenv.python_of(env_dir).exists():
-            return None, None, f"start_failed: the worker Python environment is missing at {env_dir or paths.WORKER_ENV_DIR} (run `pilot worker-env build`)"
-        try:
-            worker_info = {"path": str(env_dir), "versions": wenv.recorded_versions(env_dir)}
-        except (OSError, RuntimeError, ValueError) as exc:
-            return None, None, f"start_failed: the worker Python environment at {env_dir} does not answer: {exc}"
-    try:
-        agent = claude_code.ClaudeCodeBackend(arm, study, run_dir=out_dir, workspace=ws_root, claude_bin=cli, model=model,
-                                              worker_env=env_dir, extra_env=extra_env, isolation=isolation,
-                                              model_endpoint=endpoint, portal_url=portal_url, redact=redact, limits=limits)
-    except RuntimeError as exc:
-        return None, worker_info, f"start_failed: {exc}"
-    return agent, worker_info, None
 
 
 def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> RunRecord:

@@ -373,11 +373,10 @@ def validate_runtable(
     if (i := first(~pattern)) is not None:
         raise fail(i, "scenario", f"{out['scenario'][i]!r} is not a scenario id (e.g. ACC-01)")
     allowed = list(scenarios) if scenarios is not None else known_scenarios()
-    if allowed and scenarios is None and (out["backend"] == "synthetic").all():
+    table_backends = set(out["backend"])
+    if allowed and scenarios is None and len(table_backends) == 1 and backends.has_role(next(iter(table_backends)), "scenarios"):
         # A synthetic table may also name the generator's stand-ins for bundles not written yet.
-        from pilot.simulated import synthetic
-
-        allowed += synthetic.standin_scenarios(out["scenario"].unique())
+        allowed += backends.role(next(iter(table_backends)), "scenarios")(out["scenario"].unique())
     if allowed:
         if (i := first(~out["scenario"].isin(allowed))) is not None:
             raise fail(i, "scenario", f"unknown scenario {out['scenario'][i]!r}; known: {', '.join(sorted(allowed))}")

@@ -205,7 +205,7 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool 
     decision taken on a study that is no finding says its label (``simulated``:
     SIMULATED, REHEARSAL, or True for SIMULATED) in each.
     """
-    from pilot.report.latex import data_label, macro_name, write_macros
+    from pilot.latex import data_label, macro_name, write_macros
 
     tag = data_label(simulated)
     simulated = bool(tag)

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pilot import paths, protocol
+from pilot.attempt import AttemptOutcome, CellSpec, launch_mark
 from pilot.executors import proctree
-from pilot.executors.proctree import launch_mark
-from pilot.executors.base import AttemptOutcome, CellSpec, Executor, RunFunction  # re-exported
+from pilot.executors.base import Executor, RunFunction, ScheduleError  # re-exported
 from pilot.nodes import Node, choose_node
 from pilot.store import WAVES, Store
 
@@ -56,10 +56,6 @@ __all__ = [
 
 WAVE_CODES = {"pilot": 1, "repeat3": 3, "sensitivity": 7}
 LOCK_FILE = "scheduler.lock"
-
-
-class ScheduleError(RuntimeError):
-    """The study cannot be scheduled as asked."""
 
 
 class UnservableCellError(ScheduleError):
@@ -249,6 +245,10 @@ class WaveResult:
     stop_reason: str = "complete"
     counts: dict[str, int] = field(default_factory=dict)
     balance: dict[str, float] = field(default_factory=dict)
+    #: Finished runs of the wave without a verdict (their evaluation could not run), in seeded order.
+    unevaluated: list[str] = field(default_factory=list)
+    #: The wave's failed runs grouped by cause, one line per cause (filled by :func:`pilot.study.run_study_wave`).
+    failure_lines: list[str] = field(default_factory=list)
 
     @property
     def summary(self) -> pd.DataFrame:

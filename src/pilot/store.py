@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from pilot import ledger, paths
-from pilot.executors.base import AttemptOutcome, CellSpec, read_outcome_file
-from pilot.executors.proctree import was_launched
+from pilot.attempt import AttemptOutcome, CellSpec, read_outcome_file
+from pilot.attempt import was_launched
 
 STORE_FILE = "study.sqlite"
 WAVES = ("pilot", "repeat3", "sensitivity")

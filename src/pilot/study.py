@@ -316,9 +316,14 @@ def run_study_wave(
             raise StudyError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
         try:
             sched = Scheduler(store, ex, nodes, backend=backend, requires=requires, max_infra_attempts=max_infra_attempts, progress=progress)
-            return sched.run(wave, prepare=prepare, on_start=on_start)
+            result = sched.run(wave, prepare=prepare, on_start=on_start)
         finally:
             ex.close()
+        from pilot.outcomes import unevaluated_rows
+
+        result.unevaluated = [r["run_id"] for r in unevaluated_rows(store.finished_rows(), wave)]
+        result.failure_lines = failure_lines(store, wave) if result.counts.get("failed") else []
+        return result
     finally:
         store.close()
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pilot import workspace as run_files
+from pilot import paths, workspace as run_files
 from pilot.agents import bounds, launch, network, sandbox, worker_user
 from pilot.agents.audit import StreamSummary, parse_stream
 from pilot.agents.session import SessionOutcome
@@ -610,3 +610,34 @@ class ClaudeCodeBackend:
         d = getattr(self, "_socket_dir", None)
         if d is not None:
             _shutil.rmtree(d, ignore_errors=True)
+
+
+def start_agent(*, arm: Arm, study: Study, scenario: object, out_dir: Path, ws_root: Path, seed: int, model: str | None,
+                claude_bin: Path | str | None, worker_env: Path | None, extra_env: dict[str, str] | None, isolation: str | None,
+                endpoint: object, portal_url: str | None, redact: tuple[str, ...] = (), limits: bounds.Limits | None = None,
+                ) -> tuple["ClaudeCodeBackend | None", dict | None, str | None]:
+    """The ``agent`` role of the CLI backends (:mod:`pilot.backends`): the pinned CLI found, the worker's Python
+    environment checked, the backend built; or ``(None, worker_env_record, "start_failed: ...")``."""
+    from pilot.agents import worker_env as wenv
+
+    try:
+        cli = find_cli(claude_bin)
+    except CliNotFound as exc:
+        return None, None, f"start_failed: {exc}"
+    env_dir = None
+    worker_info = None
+    if arm.feature("python_env"):
+        env_dir = Path(worker_env) if worker_env is not None else wenv.default_env()
+        if env_dir is None or not wenv.python_of(env_dir).exists():
+            return None, None, f"start_failed: the worker Python environment is missing at {env_dir or paths.WORKER_ENV_DIR} (run `pilot worker-env build`)"
+        try:
+            worker_info = {"path": str(env_dir), "versions": wenv.recorded_versions(env_dir)}
+        except (OSError, RuntimeError, ValueError) as exc:
+            return None, None, f"start_failed: the worker Python environment at {env_dir} does not answer: {exc}"
+    try:
+        agent = ClaudeCodeBackend(arm, study, run_dir=out_dir, workspace=ws_root, claude_bin=cli, model=model,
+                                  worker_env=env_dir, extra_env=extra_env, isolation=isolation,
+                                  model_endpoint=endpoint, portal_url=portal_url, redact=redact, limits=limits)
+    except RuntimeError as exc:
+        return None, worker_info, f"start_failed: {exc}"
+    return agent, worker_info, None

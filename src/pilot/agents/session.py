@@ -31,6 +31,13 @@ CUMULATIVE_RESUME_COST_FROM = (2, 1, 277)
 COMPLETED, CAPPED, AGENT_ERROR, INFRA_ERROR = "completed", "capped", "agent_error", "infra_error"
 _CAP_SUBTYPES = {"error_max_budget_usd": "cost", "error_max_turns": "turns"}
 
+#: The prompt of the one recovery resume (A4). The first session's prompt is study.yml's.
+RESUME_PROMPT = (
+    "Your session ended before the assignment was finished; you are resumed once with the remaining "
+    "budget and time: read CHECKPOINT.md, run python selfcheck.py, and complete the assignment in BRIEF.md."
+)
+
+
 
 @dataclass
 class SessionOutcome:

@@ -50,7 +50,7 @@ def _check(args: argparse.Namespace) -> int:
     # The parse child imports its libraries while this process loads the scenario and the evaluator.
     guard.prestart()
     from pilot.oracles.evaluate import evaluate
-    from pilot.scenarios.bundle import load_scenario
+    from pilot.protocol.scenario import load_scenario
 
     try:
         sc = load_scenario(args.scenario)

@@ -7,14 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-from pilot.judges.backend import BACKENDS
+from pilot.backends import JUDGE_BACKENDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("judge", help="show the blind judge prompt of a run's outputs, or judge them")
     p.add_argument("scenario", help="scenario id, e.g. ACC-01")
     p.add_argument("outputs", type=Path, help="the run's outputs/ folder")
-    p.add_argument("--backend", choices=BACKENDS, default="simulated", help="judge backend (default: simulated)")
+    p.add_argument("--backend", choices=JUDGE_BACKENDS, default="simulated", help="judge backend (default: simulated)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated judges")
     p.add_argument("--prompt", action="store_true", help="print the prompt only; call no judge")
     p.set_defaults(func=_cmd_judge)

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from pilot.protocol import ProtocolError
-from pilot.scenarios.bundle import list_scenarios, load_scenario
+from pilot.protocol.scenario import list_scenarios, load_scenario
 from pilot.scenarios.generate import build_gold_workspace, check_inputs, generate_inputs
 
 

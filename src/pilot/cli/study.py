@@ -59,7 +59,6 @@ from pilot.study import (
     StudyError,
     create_study,
     export_run_table,
-    failure_lines,
     retry_runs,
     run_study_wave,
     set_envelope,
@@ -206,18 +205,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         allow_unisolated=args.allow_unisolated,
     )
     print(res.summary.to_string())
-    from pilot import reevaluate
-
-    with Store.open(paths.study_dir(args.name)) as store:
-        unevaluated = reevaluate.unevaluated(store, args.wave)
-    if unevaluated:
-        print(f"note: {len(unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
-              f"(eval_error, e.g. {unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`", file=sys.stderr)
+    if res.unevaluated:
+        print(f"note: {len(res.unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
+              f"(eval_error, e.g. {res.unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`", file=sys.stderr)
     if res.counts.get("failed"):
-        with Store.open(paths.study_dir(args.name)) as store:
-            lines = failure_lines(store, args.wave)
         print(f"pilot study: {res.counts['failed']} run(s) of wave {args.wave} ended failed, by cause:", file=sys.stderr)
-        print("\n".join(lines), file=sys.stderr)
+        print("\n".join(res.failure_lines), file=sys.stderr)
         print(f"pilot study: fix the cause, then `pilot study retry {args.name} --failed` and run again", file=sys.stderr)
         return EXIT_FAILED_RUNS
     if res.stop_reason != "complete":

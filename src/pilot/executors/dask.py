@@ -30,9 +30,9 @@ from typing import Any
 
 from pilot import protocol
 from pilot.executors import isolation, proctree
-from pilot.executors.base import AttemptOutcome, CellSpec
+from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.nodes import Node
-from pilot.schedule import ScheduleError
+from pilot.executors.base import ScheduleError
 
 SLOTS = "slots"
 

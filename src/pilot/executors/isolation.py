@@ -80,8 +80,8 @@ def start(run_function: str | None, cell: Any, attempt_dir: str, node: str, back
 
 def died_outcome(why: str, attempt_dir: str) -> Any:
     """An infrastructure error for an attempt whose process died: unknown cost if it had launched, nothing if not."""
-    from pilot.executors.base import AttemptOutcome
-    from pilot.executors.proctree import was_launched
+    from pilot.attempt import AttemptOutcome
+    from pilot.attempt import was_launched
 
     launched = was_launched(Path(attempt_dir))
     return AttemptOutcome(infra_error=why, cost_usd=None if launched else 0.0, launched=launched)
@@ -89,7 +89,7 @@ def died_outcome(why: str, attempt_dir: str) -> Any:
 
 def outcome_from(stdout: bytes, returncode: int | None, attempt_dir: str) -> Any:
     """The attempt's outcome from what its supervisor printed (or an infrastructure error saying how it died)."""
-    from pilot.executors.base import AttemptOutcome
+    from pilot.attempt import AttemptOutcome
 
     text = stdout.decode("utf-8", "replace").strip()
     if text:
@@ -136,7 +136,7 @@ def run_isolated(run_function: str | None, cell: Any, attempt_dir: str, node: st
                 chunks.append(data)
             elif should_stop is not None and should_stop():
                 stop(proc)
-                from pilot.executors.base import AttemptOutcome
+                from pilot.attempt import AttemptOutcome
 
                 return AttemptOutcome(infra_error="the attempt was stopped: its scheduler cancelled it or went away", cost_usd=None)
         proc.wait()

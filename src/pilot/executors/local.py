@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from pilot.executors import isolation
-from pilot.executors.base import AttemptOutcome, CellSpec, execute_attempt
+from pilot.attempt import AttemptOutcome, CellSpec
+from pilot.executors.base import execute_attempt
 
 
 class LocalExecutor:

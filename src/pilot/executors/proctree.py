@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Iterable
 
 TAG_ENV = "PILOT_ATTEMPT"
-# Written beside the attempt's folder (which the runner wants empty) just before the run
-# function is called: from then on money may have been spent.
-LAUNCH_SUFFIX = ".launched"
 
 
 def children(pid: int) -> list[int]:
@@ -202,14 +199,3 @@ def read_launch_mark(path: Path) -> tuple[int | None, int | None]:
         return int(parts[0]), int(parts[1]) if len(parts) > 1 else None
     except (OSError, ValueError, IndexError):
         return None, None
-
-
-def launch_mark(attempt_dir: Path) -> Path:
-    """The attempt's launch mark: ``attempt-N.launched`` beside ``attempt-N/``, holding the worker's pid and start time."""
-    attempt_dir = Path(attempt_dir)
-    return attempt_dir.with_name(attempt_dir.name + LAUNCH_SUFFIX)
-
-
-def was_launched(attempt_dir: Path) -> bool:
-    """Whether the attempt got as far as calling its run function."""
-    return launch_mark(attempt_dir).exists()

@@ -3,7 +3,6 @@
 from pilot.lazy_exports import lazy_exports
 
 _EXPORTS = {
-    "BACKENDS": "pilot.judges.panel",
     "JudgeResult": "pilot.judges.panel",
     "judge_prompt": "pilot.judges.panel",
     "judge_run": "pilot.judges.panel",
@@ -23,7 +22,6 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
-    "BACKENDS",
     "Criterion",
     "JudgePrompt",
     "JudgeResult",

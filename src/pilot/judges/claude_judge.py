@@ -158,3 +158,9 @@ def parse_cli_output(stdout: str, returncode: int, stderr: str = "") -> JudgeRep
     if not isinstance(text, str):
         return JudgeReply(None, cost, "the CLI result carries no text")
     return JudgeReply(text, cost, None)
+
+
+def new_judge(*, claude_bin: Path | str | None = None, study: protocol.Study | None = None,
+              environ: dict[str, str] | None = None) -> ClaudeCodeJudge:
+    """The ``judge`` role of the CLI backends (:mod:`pilot.backends`)."""
+    return ClaudeCodeJudge(claude_bin, study=study, environ=environ)

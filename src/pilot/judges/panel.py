@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from pilot import protocol
-from pilot.judges.backend import BACKENDS, JudgeBackend, JudgeRequest
+from pilot import backends, protocol
+from pilot.judges.backend import JudgeBackend, JudgeRequest
 from pilot.judges.prompt import JudgePrompt, prompt_for_run
 from pilot.judges.render import RenderLimits
 from pilot.judges.rubric import weighted_score
@@ -57,15 +57,9 @@ def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None =
     """
     if not isinstance(backend, str):
         return backend
-    if backend == "simulated":
-        from pilot.simulated.judge import SimulatedJudge
-
-        return SimulatedJudge()
-    if backend == "claude-code":
-        from pilot.judges.claude_judge import ClaudeCodeJudge
-
-        return ClaudeCodeJudge(claude_bin, study=study, environ=environ)
-    raise ValueError(f"unknown judge backend {backend!r}; choose one of {list(BACKENDS)}")
+    if backend not in backends.JUDGE_BACKENDS:
+        raise ValueError(f"unknown judge backend {backend!r}; choose one of {list(backends.JUDGE_BACKENDS)}")
+    return backends.role(backend, "judge")(claude_bin=claude_bin, study=study, environ=environ)
 
 
 def judge_prompt(prompt: JudgePrompt, *, backend: JudgeBackend, seed: int, panel: Iterable[dict]) -> list[JudgeResult]:

@@ -3,10 +3,10 @@
 - :mod:`pilot.protocol.design`: load and validate ``study.yml``,
   ``arms/arms.yml`` and ``amendments.csv`` (its names are re-exported here:
   ``protocol.study()``, ``protocol.ProtocolError``, ...);
+- :mod:`pilot.protocol.scenario`: one scenario bundle (``protocol/scenarios/<ID>/``) loaded and validated;
 - :mod:`pilot.protocol.prices`: the pinned price table, usage and the cost tolerance;
 - :mod:`pilot.protocol.validation`: everything at once, bundles included
-  (``load_all``, ``load_scenarios``; loaded on first use, since it reads
-  the scenario bundles, which read the design).
+  (``load_all``, ``load_scenarios``; loaded on first use, as are the bundles).
 """
 
 from pilot.lazy_exports import lazy_exports

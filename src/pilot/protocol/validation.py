@@ -13,7 +13,7 @@ from typing import Any
 from pilot import paths
 from pilot.protocol.design import ProtocolError, Study, load_amendments, load_arms, load_study
 from pilot.protocol.prices import PriceTable, study_models
-from pilot.scenarios.bundle import load_scenario_from
+from pilot.protocol.scenario import load_scenario_from
 
 
 def check_rubric_weights(scenario: Any) -> None:

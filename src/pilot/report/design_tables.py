@@ -13,7 +13,7 @@ import pandas as pd
 
 from pilot import paths
 from pilot.protocol import Arm, Study, load_amendments, load_arms, load_study
-from pilot.report.latex import latex_escape, macro_name, write_macros, write_table
+from pilot.latex import latex_escape, macro_name, write_macros, write_table
 
 _FEATURE_TEXT = {
     "python_env": "project Python environment",

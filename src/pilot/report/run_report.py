@@ -18,7 +18,7 @@ import pandas as pd
 from pilot import paths, protocol
 from pilot.ledger import Balance
 from pilot.backends import label_of
-from pilot.report.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
+from pilot.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
 
 # The steps of the run flow, in order, with what each counts.
 FLOW_STEPS: tuple[tuple[str, str], ...] = (
@@ -119,7 +119,7 @@ def flow_figure(report: RunReport, path: Path) -> Path:
     """Horizontal bars, one per step of the run flow, with the count written beside each."""
     import matplotlib.pyplot as plt
 
-    from pilot.stats.figures import _save as save_figure  # PDF for the manuscript, PNG twin for the notebook
+    from pilot.stats.figures import save_figure  # PDF for the manuscript, PNG twin for the notebook
 
     steps = list(report.flow["step"])[::-1]
     values = list(report.flow["total"])[::-1]
@@ -140,7 +140,7 @@ def flow_figure(report: RunReport, path: Path) -> Path:
 
 def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
     """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and ``run_macros.tex``."""
-    from pilot.stats.stage_outputs import figure_env
+    from pilot.report.stage_outputs import figure_env
 
     tables, figs, gen = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
     for d in (tables, figs, gen):

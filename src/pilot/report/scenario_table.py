@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from pilot import paths
-from pilot.report.latex import latex_escape, write_table
-from pilot.scenarios.bundle import Scenario, list_scenarios, load_scenario
+from pilot.latex import latex_escape, write_table
+from pilot.protocol.scenario import Scenario, list_scenarios, load_scenario
 
 _KIND = {"xlsx": "workbook", "docx": "Word", "pdf": "PDF", "csv": "CSV"}
 

@@ -60,7 +60,7 @@ def data_prefix(simulated: bool | str, synthetic: bool = False) -> str:
     ``simulated`` is the data's label (``StageData.label``: SIMULATED, REHEARSAL, or ``""``), or True for SIMULATED.
     """
     from pilot import backends
-    from pilot.report.latex import data_label
+    from pilot.latex import data_label
 
     if synthetic:
         return f"{backends.SIMULATED_LABEL} (synthetic run table): "

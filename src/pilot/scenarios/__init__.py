@@ -1,6 +1,11 @@
-"""The ten scenario bundles: loading, input generation and reference solvers."""
+"""The scenarios' code: seeded input generators and reference solvers (``library/``), and the office writers they use.
 
-from pilot.scenarios.bundle import (
+A bundle's files (brief, inputs, ``scenario.yml``, oracle and rubric) are
+loaded by :mod:`pilot.protocol.scenario`; its loading names are re-exported
+here for convenience.
+"""
+
+from pilot.protocol.scenario import (
     COMPLETION_RECORD,
     Criterion,
     Deliverable,

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from pilot.scenarios.bundle import COMPLETION_RECORD
+from pilot.protocol.scenario import COMPLETION_RECORD
 
 
 def rng(seed: int) -> np.random.Generator:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from pilot.scenarios.bundle import Scenario, load_scenario
+from pilot.protocol.scenario import Scenario, load_scenario
 
 
 def library_module(scenario: Scenario | str) -> ModuleType:

@@ -4,7 +4,7 @@ Its generative model is one file, ``analysis/config/simulated_agent.yml``
 (:data:`pilot.paths.SIMULATED_AGENT_FILE`), whose header states every
 assumption; :func:`model_text` returns it for quoting beside any output.
 A session writes real deliverables into the workspace (the scenario's
-solver, then the defects of ``pilot.scenarios.defects``) and an event
+solver, then the defects of ``pilot.defects``) and an event
 stream in the CLI's stream-json shape (every event marked
 ``"simulated": true``), so the runner collects, audits, classifies and
 evaluates it exactly as it does a real session. On arms with the portal,
@@ -37,7 +37,7 @@ DEFECTS = ("text_substitutes", "error_values", "short_document", "missing", "inv
 #: Defects added to the model later: drawn from a stream of their own (spawned from the session's), so the
 #: session's other draws, and every seed chosen for them, are those of the model without these defects.
 OWN_STREAM_DEFECTS = ("wrong_decision",)
-#: The named defects of pilot.scenarios.defects each model defect applies.
+#: The named defects of pilot.defects each model defect applies.
 _DEFECT_FUNCTIONS = {
     "error_values": "inject_error_value",
     "short_document": "truncate_document",
@@ -103,7 +103,7 @@ def _logistic(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-def _shift(p: float, logit_shift: float) -> float:
+def shift_probability(p: float, logit_shift: float) -> float:
     if p <= 0.0 or p >= 1.0:
         return p
     return _logistic(math.log(p / (1 - p)) + logit_shift)
@@ -158,7 +158,7 @@ def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -
     tool_calls = {n: int(k) for n, k in zip(names, split) if k}
     questions = int(rng.poisson(a["questions_rate"]))
     agent_error = bool(rng.random() < a["agent_error"])
-    p = {d: _shift(float(a["defects"][d]), c["depth_logit"] * depth) for d in DEFECTS}
+    p = {d: shift_probability(float(a["defects"][d]), c["depth_logit"] * depth) for d in DEFECTS}
     defects = [d for d in DEFECTS if d not in OWN_STREAM_DEFECTS and rng.random() < p[d]]
     own = rng.spawn(1)[0]  # spawning leaves rng's own sequence of draws unchanged
     defects += [d for d in OWN_STREAM_DEFECTS if own.random() < p[d]]
@@ -202,7 +202,7 @@ def set_questions(workspace: Path, n: int) -> None:
 
 def apply_model_defects(scenario: Any, workspace: Path, names: list[str], rng: np.random.Generator) -> list[str]:
     """Apply the model's drawn defects to the real files; one that does not fit the scenario is skipped."""
-    from pilot.scenarios import defects as dx
+    from pilot import defects as dx
 
     workspace = Path(workspace)
     applied: list[str] = []
@@ -407,3 +407,9 @@ class SimulatedBackend:
                                  "agent_error": draw.agent_error, "portal": portal_use, "SIMULATED": True}) + "\n")
         return SessionOutcome(index, summary, wall, exit_code=0 if not is_error else 1, timed_out=bool(capped and cap == "wall"),
                               cli_version=self.version, resumed_from=resume_session_id)
+
+
+def start_agent(*, arm: Arm, scenario: Any, out_dir: Path, ws_root: Path, seed: int, model: str | None = None,
+                **_launch: Any) -> tuple[SimulatedBackend, None, None]:
+    """The ``agent`` role of the simulated backend (:mod:`pilot.backends`); what only a CLI launch needs is ignored."""
+    return SimulatedBackend(scenario, arm, run_dir=out_dir, workspace=ws_root, seed=seed, model=model), None, None

@@ -16,7 +16,7 @@ and the oracle):
 1. Session one writes the scenario's reference solution, then draws each model
    defect k independently with ``p_jak = logistic(logit(p_ak) + depth_logit
    (d_j - depth_centre))``. A defect acts only where it applies to the
-   scenario (:func:`pilot.scenarios.defects.applicable_defects`), and each one
+   scenario (:func:`pilot.defects.applicable_defects`), and each one
    that acts fails a criterion of the oracle: ``text_substitutes`` the
    presence of every binary deliverable, ``error_values`` the
    ``no_error_values`` criterion of a workbook, ``short_document`` a
@@ -77,7 +77,7 @@ from pilot import paths, protocol
 #: values after recalculation, minimum length, completion-record validity);
 #: ``capped_missing`` is a missing deliverable and record.
 SELFCHECK_CATCHES = frozenset({"text_substitutes", "error_values", "short_document", "missing", "invalid_record", "capped_missing"})
-#: The oracle criterion kind each D-breaking model defect fails (by construction in pilot.scenarios.defects).
+#: The oracle criterion kind each D-breaking model defect fails (by construction in pilot.defects).
 _DEFECT_CRITERION = {
     "text_substitutes": "present",
     "error_values": "no_error_values",
@@ -86,7 +86,7 @@ _DEFECT_CRITERION = {
     "invalid_record": "completion_record",
     "wrong_decision": "decision",
 }
-#: The named defect of pilot.scenarios.defects behind each model defect (its applicability test).
+#: The named defect of pilot.defects behind each model defect (its applicability test).
 _DEFECT_NAMED = {
     "text_substitutes": "text_substitute",
     "error_values": "inject_error_value",
@@ -119,7 +119,7 @@ class DefectEffect:
 
 def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEffect]:
     """The effect of each model defect on ``scenario``, read from its deliverables and oracle."""
-    from pilot.scenarios.defects import applicable_defects
+    from pilot.defects import applicable_defects
 
     named = set(applicable_defects(scenario))
     crits = list(scenario.oracle.criteria)
@@ -257,7 +257,7 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
     from pilot.judges.prompt import prompt_for_run
     from pilot.judges.render import COMPLETION_RECORD
     from pilot.judges.rubric import MAX_SCORE
-    from pilot.simulated.judge import _criterion_offset, deliverable_quality, load_config
+    from pilot.simulated.judge import criterion_offset, deliverable_quality, load_config
     from pilot.scenarios import solve
 
     cfg = judge_config or load_config()
@@ -274,7 +274,7 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
     if record and record[0].status != "delivered":
         u = max(0.0, u - float(raw["quality"]["no_completion_record"]))
     weights = np.array([c.weight for c in prompt.criteria], dtype=float)
-    offsets = np.array([_criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"])) for c in prompt.criteria])
+    offsets = np.array([criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"])) for c in prompt.criteria])
     total = np.zeros(draws)
     n_avail = np.zeros(draws)
     for member in study.judge_panel:
@@ -341,7 +341,7 @@ def planted_acceptance(
     is the Monte Carlo size of the process draws per scenario (common random
     numbers across arms), ``judge_draws`` that of the judge noise.
     """
-    from pilot.simulated.agent import DEFECTS, _shift, load_model
+    from pilot.simulated.agent import DEFECTS, load_model, shift_probability
     from pilot.scenarios import list_scenarios, load_scenario
 
     study = study or protocol.study()
@@ -374,7 +374,7 @@ def planted_acceptance(
         for a in arm_ids:
             arm = all_arms[a]
             logit_shift = float(model["depth_logit"]) * depth
-            p = {k: _shift(float(model["arms"][a]["defects"][k]), logit_shift) for k in DEFECTS}
+            p = {k: shift_probability(float(model["arms"][a]["defects"][k]), logit_shift) for k in DEFECTS}
             p_none_caught = float(np.prod([1 - p[k] for k, e in effects.items() if e.effect == "D" and e.caught_by_selfcheck]))
             p_none_uncaught = float(np.prod([1 - p[k] for k, e in effects.items() if e.effect == "D" and not e.caught_by_selfcheck]))
             p_no_E = float(np.prod([1 - p[k] for k, e in effects.items() if e.effect == "E"]))
@@ -519,7 +519,7 @@ def _sci(v: float) -> str:
 
 def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
     """The CSV table, the LaTeX table (label ``tab:dry-run-truth``) and the macros of the dry run's truth."""
-    from pilot.report.latex import latex_escape, macro_name, write_macros, write_table
+    from pilot.latex import latex_escape, macro_name, write_macros, write_table
 
     tables, gen = Path(tables_dir), Path(generated_dir)
     tables.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pilot.executors.base import AttemptOutcome, CellSpec
+from pilot.attempt import AttemptOutcome, CellSpec
 
 
 def _attempt_no(attempt_dir: Path) -> int:

@@ -132,7 +132,7 @@ def deliverable_quality(d: RenderedDeliverable, q: dict) -> float:
     return float(min(1.0, max(0.0, u)))
 
 
-def _criterion_offset(criterion_id: str, sd: float, salt: int) -> float:
+def criterion_offset(criterion_id: str, sd: float, salt: int) -> float:
     # Fixed per criterion id, the same for every judge and run.
     rng = np.random.default_rng([salt, zlib.crc32(criterion_id.encode("utf-8"))])
     return float(rng.normal(0.0, sd))
@@ -171,7 +171,7 @@ class SimulatedJudge:
             u = max(0.0, u - float(raw["quality"]["no_completion_record"]))
         scores: dict[str, int] = {}
         for c in request.criteria:
-            mu = MAX_SCORE * u + float(jc["bias"]) + _criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"]))
+            mu = MAX_SCORE * u + float(jc["bias"]) + criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"]))
             scores[c.id] = int(np.clip(np.rint(mu + rng.normal(0.0, float(jc["noise_sd"]))), 0, MAX_SCORE))
         score = weighted_score(scores, request.criteria)
         missing = [d.requested for d in items if d.status == "missing"]
@@ -200,3 +200,8 @@ class SimulatedJudge:
             body = json.dumps(self.verdict(request, rng))
             return JudgeReply(body[: len(body) // 2], cost, None)
         return JudgeReply(json.dumps(self.verdict(request, rng)), cost, None)
+
+
+def new_judge(*, claude_bin: Any = None, study: Any = None, environ: Any = None) -> SimulatedJudge:
+    """The ``judge`` role of the simulated backend (:mod:`pilot.backends`); it needs no CLI, study or upstream."""
+    return SimulatedJudge()

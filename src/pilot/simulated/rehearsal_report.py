@@ -348,7 +348,7 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     """Check one finished (or failed) run of the rehearsal against its records and the scripted worker's truth."""
     from pilot.agents import audit, network
     from pilot.simulated.scripted_model import read_truth
-    from pilot.pipeline import scripted_record_dir
+    from pilot.simulated.scripted_model import scripted_record_dir
     from pilot.workspace import harness_record_dir, transcript_path
 
     rec = json.loads(row["record_json"]) if row.get("record_json") else {}

@@ -25,7 +25,7 @@ played from the message history alone, one step per request:
 
 What the worker delivers is drawn from the simulated agent's generative
 model (``analysis/config/simulated_agent.yml``: the same draws and the same
-defect functions of :mod:`pilot.scenarios.defects`), seeded from the
+defect functions of :mod:`pilot.defects`), seeded from the
 server's seed, the scenario, the arm and the run id. The drawn outcome is
 built first on a harness-side replica of the workspace, where the oracle
 scores it; the defects are then carried into the sandbox as file edits,
@@ -59,11 +59,12 @@ import shutil
 import tempfile
 import threading
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -82,7 +83,7 @@ BYTES_PER_TOKEN = 4
 HEREDOC = "PILOT_SCRIPTED_EOF"
 #: The pilot modules shipped to the sandbox as stubs holding only the constants the solvers import
 #: (the real modules load the protocol, with packages the worker's environment does not have).
-STUBBED_MODULES = ("pilot.scenarios.bundle",)
+STUBBED_MODULES = ("pilot.protocol.scenario",)
 _LINE_NUMBER = re.compile(r"^\s*\d+[\t→]", re.M)
 #: Where the CLI states the session's folder (a system turn of the conversation in 2.1.332, the system prompt before).
 _CWD = re.compile(r"(?:Primary working directory|Working directory):\s*(\S+)")
@@ -700,7 +701,7 @@ class ScriptedModelServer:
     # -- the worker -------------------------------------------------------------
 
     def _worker(self, body: dict, messages: list[dict], users: list[tuple[int, str]], run_id: str | None) -> Answer:
-        from pilot.runner import RESUME_PROMPT
+        from pilot.agents.session import RESUME_PROMPT
 
         tools = _tool_names(body)
         if "Read" not in tools:
@@ -851,3 +852,21 @@ def read_truth(record_dir: Path) -> dict[str, dict]:
 
 def _digest(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+
+def scripted_record_dir(attempt_dir: Path) -> Path:
+    """Where a rehearsal attempt's scripted model server keeps its record: beside the attempt's folder,
+    which the runner resets and wants empty, as the launch mark is (``attempt-N.scripted``)."""
+    attempt_dir = Path(attempt_dir)
+    return attempt_dir.with_name(attempt_dir.name + ".scripted")
+
+
+@contextmanager
+def scripted_upstream(attempt_dir: Path, seed: int) -> Iterator[dict[str, str]]:
+    """The ``upstream`` role of the rehearsal backend (:mod:`pilot.backends`): a scripted model server of the attempt's
+    own, its record beside the attempt's folder; yields the address and key the proxy and the judges use."""
+    record = scripted_record_dir(attempt_dir)
+    if record.exists():
+        shutil.rmtree(record)  # an earlier try of this attempt folder: its truth is not this one's
+    with ScriptedModelServer(seed=seed, record_dir=record) as server:
+        yield {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key}

@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pilot import paths, protocol
-from pilot import runtable
+from pilot import backends, paths, protocol, runtable
 
 SYNTHETIC_CONFIG = paths.CONFIG_DIR / "synthetic_runtable.yml"
-BACKEND = "synthetic"
+BACKEND = backends.SYNTHETIC
 
 _REQUIRED = (
     "arms", "scenario_sd_logit", "completion", "abstention", "violation", "quality", "judges",
@@ -32,7 +31,7 @@ _REQUIRED = (
     "infra_rerun_probability", "fallback_scenarios", "extra_scenarios",
 )
 # Every per-arm parameter: copied from one arm to another to plant a null contrast.
-_ARM_KEYED = (
+ARM_KEYED = (
     ("completion", "arm"), ("abstention", "arm"), ("violation", "arm"), ("quality", "arm"),
     ("tool_calls", "median"), ("cost", "median"), ("wall", "median_s"), ("questions", "arm"),
 )
@@ -57,7 +56,7 @@ class SyntheticModel:
         if missing:
             raise protocol.ProtocolError(source, missing[0], "missing from the synthetic model")
         arms = list(params["arms"])
-        for section, key in _ARM_KEYED:
+        for section, key in ARM_KEYED:
             have = set(params[section][key])
             if have != set(arms):
                 raise protocol.ProtocolError(source, f"{section}.{key}", f"needs exactly the arms {arms}, got {sorted(have)}")
@@ -82,7 +81,7 @@ class SyntheticModel:
     def with_null(self, treated: str, control: str) -> "SyntheticModel":
         """The same model with every parameter of ``treated`` set to ``control``'s (no effect planted)."""
         p = copy.deepcopy(self.params)
-        for section, key in _ARM_KEYED:
+        for section, key in ARM_KEYED:
             p[section][key][treated] = p[section][key][control]
         return SyntheticModel(p, source=f"{self.source} (null {treated}={control})")
 

@@ -16,8 +16,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from pilot import protocol
-from pilot import runtable
+from pilot import protocol, runtable
 
 KINDS = (
     "absent_arm", "unjudged_arm", "single_judge", "no_judges", "two_repeats", "scenario_missing_from_arm",

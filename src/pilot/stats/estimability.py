@@ -79,11 +79,11 @@ def honest_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, *, note
         vals = out[c].tolist()
         if all(is_number(v) or isinstance(v, str) for v in vals):
             continue
-        out[c] = pd.Series([cell(v, _first_reason(r) or default_reason, infinite_ok=c in inf_cols) for v, r in zip(vals, reasons)], index=out.index, dtype=object)
+        out[c] = pd.Series([cell(v, first_reason(r) or default_reason, infinite_ok=c in inf_cols) for v, r in zip(vals, reasons)], index=out.index, dtype=object)
     return out
 
 
-def _first_reason(note: str) -> str:
+def first_reason(note: str) -> str:
     """The reason part of a note (flags such as a zero-width interval are not reasons)."""
     parts = [p for p in note.split("; ") if p and p not in (ZERO_WIDTH, ONE_SCENARIO)]
     return "; ".join(parts)

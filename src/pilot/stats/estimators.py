@@ -15,9 +15,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import resampling
-from pilot import runtable
 
 WEIGHTS = ("equal", "minutes")
 

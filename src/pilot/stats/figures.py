@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pilot.report.latex import data_label  # noqa: E402
+from pilot.latex import data_label  # noqa: E402
 
 
 def _title(text: str, simulated: bool | str) -> str:
@@ -24,7 +24,7 @@ def _title(text: str, simulated: bool | str) -> str:
     return f"{tag}: {text}" if tag else text
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def save_figure(fig: plt.Figure, path: Path) -> Path:
     """Write the figure as PDF (for the manuscript) and as a PNG beside it (shown inline by the stage notebooks)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +54,7 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -
     ax.set_yticks(y, [f"{c} ({'primary' if r == 'primary' else 'secondary'})" for c, r in zip(contrasts["contrast"], contrasts["role"])])
     ax.set_xlabel("difference in scenario-weighted acceptance")
     ax.set_title(_title("contrasts with 95% cluster-bootstrap intervals", simulated), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
@@ -67,7 +67,7 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
     ax.set_xlabel("wall time (minutes)")
     ax.set_ylabel("share not yet completed")
     ax.set_title(_title("time to completion (Kaplan-Meier)", simulated), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str) -> Path:
@@ -85,7 +85,7 @@ def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simul
     axes[0][0].set_ylabel("accepted within allowance", fontsize=8)
     fig.supxlabel(xlabel, fontsize=8)
     fig.suptitle(_title(f"acceptance frontier over {xlabel}", simulated), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def q_grid_plot(table: pd.DataFrame, path: Path, *, simulated: bool | str, contrasts: Sequence[str] | None = None) -> Path:
@@ -101,4 +101,4 @@ def q_grid_plot(table: pd.DataFrame, path: Path, *, simulated: bool | str, contr
     ax.set_ylabel("contrast")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_title(_title("contrasts across the quality threshold", simulated), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)

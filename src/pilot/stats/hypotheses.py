@@ -16,9 +16,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import estimability, estimators, logistic, primary, resampling, sensitivity
-from pilot import runtable
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings, PrimaryResult
 
@@ -84,7 +83,7 @@ def _cond(value: float, test, reason: str) -> tuple[bool | None, str]:
 
 
 def _contrast_verdict(r: pd.Series, p: float, alpha: float, name: str, adjusted: str = "") -> str:
-    why = estimability._first_reason(str(r.note)) or "no estimate"
+    why = estimability.first_reason(str(r.note)) or "no estimate"
     return estimability.all_of(
         _cond(r.estimate, lambda v: v > 0, f"{name}: {why}"),
         _cond(p, lambda v: v < alpha, f"{name}: {why}" if not estimability.known(r.estimate) else f"{name}: no {adjusted}p-value"),
@@ -132,8 +131,8 @@ def h3(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
         ignore_index=True,
     )
     verdict = estimability.all_of(
-        _cond(r.estimate, lambda v: v >= 0, f"{name}: {estimability._first_reason(str(r.note)) or 'no estimate'}"),
-        _cond(ari.estimate, lambda v: v > 0.5, f"ARI: {estimability._first_reason(str(ari.note)) or 'no estimate'}"),
+        _cond(r.estimate, lambda v: v >= 0, f"{name}: {estimability.first_reason(str(r.note)) or 'no estimate'}"),
+        _cond(ari.estimate, lambda v: v > 0.5, f"ARI: {estimability.first_reason(str(ari.note)) or 'no estimate'}"),
     )
     return HypothesisResult("H3", f"self-repair premium {name} >= 0 and ARI > 1/2", "premium estimate >= 0 and ARI estimate > 0.5", table, verdict)
 
@@ -179,7 +178,7 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
             cols += [(arm[m] == a).astype(float) for a in informative[1:]]
             names += [f"arm {a}" for a in informative[1:]]
         if not m.any():
-            fit = logistic._empty(names, "no scored run" if not mask.any() else "every arm at 0% or 100% acceptance", 0, 0)
+            fit = logistic.unestimable_fit(names, "no scored run" if not mask.any() else "every arm at 0% or 100% acceptance", 0, 0)
         else:
             fit = logistic.fit(S[m], np.column_stack(cols), names, layout.j[m], level=level)
         rec: dict = {"model": model}
@@ -199,7 +198,7 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
             rec["note"] = f"no scored run in {a}" if (arm == a).any() else f"no run in {a}"
         out.append(rec)
     table = pd.DataFrame(out)
-    why = estimability._first_reason(str(pooled["note"])) or "no estimate"
+    why = estimability.first_reason(str(pooled["note"])) or "no estimate"
     verdict = estimability.all_of(
         _cond(pooled["depth_ci_high"], lambda v: v < 0, f"pooled fit: {why}"),
         _cond(pooled["tool_calls_ci_high"], lambda v: v < 0, f"pooled fit: {why}"),
@@ -278,7 +277,7 @@ def h6(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     finite = est[np.isfinite(est)]
     share = float(t.loc[t["arm"].isin(expected), "share_lowest"].sum())
     if missing:
-        verdict = estimability.not_estimable("; ".join(f"{a}: {estimability._first_reason(str(notes[a])) or 'no estimate'}" for a in missing))
+        verdict = estimability.not_estimable("; ".join(f"{a}: {estimability.first_reason(str(notes[a])) or 'no estimate'}" for a in missing))
     elif finite.empty:
         verdict = estimability.not_estimable("every arm's cost per accepted deliverable is infinite (no accepted run in any arm)")
     else:

@@ -71,7 +71,8 @@ def separating_direction(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> np.
     return b if np.any(b) else None
 
 
-def _empty(terms: list[str], reason: str, n_obs: int, n_clusters: int, note: str = "") -> LogitFit:
+def unestimable_fit(terms: list[str], reason: str, n_obs: int, n_clusters: int, note: str = "") -> LogitFit:
+    """A fit that could not be made: every coefficient and interval is NaN, each term carrying the reason."""
     nan = np.full(len(terms), np.nan)
     return LogitFit(terms, nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [reason] * len(terms), n_obs, n_clusters, note or reason)
 
@@ -86,15 +87,15 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
     X = np.asarray(X, dtype=float)
     n, G = len(y), len(np.unique(groups))
     if n == 0:
-        return _empty(terms, "no scored run", 0, 0)
+        return unestimable_fit(terms, "no scored run", 0, 0)
     if y.min() == y.max():
-        return _empty(terms, "no variation in S (" + ("every run accepted" if y[0] == 1 else "no run accepted") + ")", n, G)
+        return unestimable_fit(terms, "no variation in S (" + ("every run accepted" if y[0] == 1 else "no run accepted") + ")", n, G)
     if np.linalg.matrix_rank(X) < X.shape[1]:
-        return _empty(terms, "collinear design (a term has no variation among scored runs)", n, G)
+        return unestimable_fit(terms, "collinear design (a term has no variation among scored runs)", n, G)
     b = separating_direction(X, y)
     if b is not None:
         hit = [t for t, v in zip(terms, b) if v != 0]
-        return _empty(terms, f"separation: the outcomes are split by {', '.join(hit)} (no finite maximum-likelihood estimate)", n, G)
+        return unestimable_fit(terms, f"separation: the outcomes are split by {', '.join(hit)} (no finite maximum-likelihood estimate)", n, G)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -103,9 +104,9 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
             else:  # the point estimate only: a cluster-robust variance from one or two clusters is no variance
                 res = GLM(y, X, family=families.Binomial()).fit()
         except (np.linalg.LinAlgError, ValueError) as exc:
-            return _empty(terms, f"fit failed ({type(exc).__name__})", n, G)
+            return unestimable_fit(terms, f"fit failed ({type(exc).__name__})", n, G)
     if not getattr(res, "converged", True):
-        return _empty(terms, "the fit did not converge", n, G)
+        return unestimable_fit(terms, "the fit did not converge", n, G)
     coef, se, p = np.asarray(res.params, float), np.asarray(res.bse, float), np.asarray(res.pvalues, float)
     ci = np.asarray(res.conf_int(alpha=1 - level), float)
     reasons = []

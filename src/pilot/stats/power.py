@@ -585,7 +585,7 @@ def power_macros(grid: PowerResult, readings: PowerResult, heterogeneous: PowerR
     for the size), ``heterogeneous`` the doubling cells under the
     heterogeneous reading.
     """
-    from pilot.report.latex import macro_name
+    from pilot.latex import macro_name
 
     design = grid.design
 

@@ -15,9 +15,8 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import batch_inference, estimability, estimators, resampling
-from pilot import runtable
 from pilot.stats.estimators import Layout
 
 

@@ -18,9 +18,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import estimability, estimators, logistic, primary, resampling
-from pilot import runtable
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings
 
@@ -111,7 +110,7 @@ def logistic_cluster(df: pd.DataFrame, *, study: protocol.Study | None = None, r
             reasons[a] = f"separation: {a} at {y[0]:.0%} acceptance"
     fitted = [a for a in others if a not in reasons]
     if reference in reasons:
-        res = logistic._empty(["intercept"] + [f"{a} vs {reference}" for a in fitted], f"reference arm: {reasons[reference]}", int(keep.sum()), int(len(np.unique(layout.j[keep]))))
+        res = logistic.unestimable_fit(["intercept"] + [f"{a} vs {reference}" for a in fitted], f"reference arm: {reasons[reference]}", int(keep.sum()), int(len(np.unique(layout.j[keep]))))
         use = keep
     else:
         use = keep & np.isin(arm, [reference] + fitted)

@@ -1,4 +1,4 @@
-"""Generated LaTeX for the manuscript.
+"""LaTeX for the manuscript: tables with their caption and label, one macro per number, escaping, and the SIMULATED tag.
 
 Every number the manuscript states comes from a file written here: tables
 (``write_table``) and macro files with one ``\\newcommand`` per number

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from pilot.oracles.readers import document_lines, is_formula, numbers_in, parse_number, read_csv, word_count
-from pilot.scenarios.bundle import COMPLETION_RECORD, Criterion, Scenario
+from pilot.protocol.scenario import COMPLETION_RECORD, Criterion, Scenario
 from pilot.scenarios.officeio import Heading, Para, normalize_zip, write_csv, write_document
 
 

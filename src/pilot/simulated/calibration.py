@@ -36,9 +36,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pilot import protocol
+from pilot import protocol, runtable
 from pilot.stats import batch_inference, estimators, primary, resampling
-from pilot import runtable
 from pilot.simulated import synthetic
 from pilot.stats.primary import InferenceSettings
 
@@ -67,8 +66,8 @@ def condition_models(model: synthetic.SyntheticModel, study: protocol.Study) -> 
 def _arm_key(model: synthetic.SyntheticModel, arm: str) -> str:
     """What an arm's planted acceptance depends on: the shared parameters and the arm's own."""
     shared = {k: v for k, v in model.params.items() if k != "arms"}
-    own = {f"{section}.{key}": model.params[section][key][arm] for section, key in synthetic._ARM_KEYED}
-    for section, key in synthetic._ARM_KEYED:
+    own = {f"{section}.{key}": model.params[section][key][arm] for section, key in synthetic.ARM_KEYED}
+    for section, key in synthetic.ARM_KEYED:
         shared = {**shared, section: {**shared[section], key: None}}
     return repr((sorted(own.items()), repr(shared)))
 

@@ -21,11 +21,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from pilot import backends, paths, protocol
-from pilot.report.latex import SIMULATED_TAG, data_label, latex_escape, macro_name, write_macros, write_table
+from pilot import backends, paths, protocol, runtable
+from pilot.latex import SIMULATED_TAG, data_label, latex_escape, macro_name, write_macros, write_table
 from pilot.stats import estimability, figures
-from pilot import runtable
-from pilot.simulated import synthetic
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
 from pilot.stats.sensitivity import TableResult
@@ -86,7 +84,7 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
     A table holding real runs made without isolation is refused unless ``allow_unisolated``.
     """
     if runs == SYNTHETIC_RUNS:
-        df = runtable.validate_runtable(synthetic.generate_runtable(seed), source=f"synthetic run table (seed {seed})")
+        df = runtable.validate_runtable(backends.role(backends.SYNTHETIC, "runtable")(seed), source=f"synthetic run table (seed {seed})")
         source = f"SIMULATED synthetic run table (seed {seed})"
         if tables_dir is not None:
             runtable.write_runtable(df, paths.from_root(tables_dir) / "runtable_SIMULATED_synthetic.csv")
@@ -101,7 +99,7 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
             )
         df = runtable.read_runtable(path, allow_unisolated=allow_unisolated)
         source = str(path.relative_to(paths.ROOT)) if path.is_relative_to(paths.ROOT) else str(path)
-    is_syn = bool((df["backend"] == synthetic.BACKEND).all())
+    is_syn = bool((df["backend"] == backends.SYNTHETIC).all())
     return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]), runtable.data_label(df))
 
 
