@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from pilot.cli.main import main as cli
+from pilot.cli import main as cli
 
 HEAVY = ("pandas", "numpy", "scipy", "statsmodels", "lifelines", "matplotlib", "flask", "openpyxl", "docx", "pypdf",
          "reportlab", "jsonschema", "dask", "distributed", "papermill", "nbformat", "jupytext")

@@ -248,3 +248,14 @@ def test_each_rule_finds_what_a_planted_package_breaks(tmp_path):
     assert {frozenset(c) for c in circles(room_edges(src, "toy"))} >= {frozenset({"toy.stats", "toy.report"})}
     assert stand_in_imports(src, "toy") == [("toy.runner", "toy.simulated.agent", 1)]
     assert private_imports(src, "toy") == {("toy.cli.main", "toy.b", "_hidden"), ("toy.simulated.agent", "toy.stats.helpers", "_secret")}
+
+
+def test_a_run_function_stored_before_its_module_moved_still_resolves():
+    from pilot.executors.base import check_run_function
+    from pilot.simulated import fake_runs
+
+    # The reference a study created before the move keeps in its store.
+    assert check_run_function("pilot.executors.fake_runs:noop_run") is fake_runs.noop_run
+    assert check_run_function("pilot.pipeline:run_cell").__module__ == "pilot.pipeline"
+    with pytest.raises(ValueError, match="cannot import its module"):
+        check_run_function("pilot.executors.no_such_module:noop_run")

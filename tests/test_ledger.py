@@ -154,12 +154,11 @@ def test_run_functions_pass_an_unreported_cost_on_as_unknown(tmp_path, monkeypat
     killed = {"scenario": cell.scenario, "arm": cell.arm, "status": "capped", "censored": True, "censor_reason": "wall",
               "cost_usd": None, "cost_complete": False, "workspace": str(tmp_path / "nowhere")}
     monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Record(killed))
-    assert base.run_with_runner(cell, tmp_path / "a1", "n", "simulated", 1).cost_usd is None
     assert pipeline.run_cell(cell, tmp_path / "a2", "n", "simulated", 1).cost_usd is None
     reported = dict(killed, censor_reason="cost", cost_usd=4.1, cost_complete=True)
     monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Record(reported))
     assert pipeline.run_cell(cell, tmp_path / "a3", "n", "simulated", 1).cost_usd == 4.1
     # A run function that fails part-way may already have spent: unknown too.
     monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
-    out = base.execute_attempt("pilot.executors.base:run_with_runner", cell, str(tmp_path / "a4"), "n", "simulated")
+    out = base.execute_attempt("pilot.pipeline:run_cell", cell, str(tmp_path / "a4"), "n", "simulated")
     assert out.infra_error and out.cost_usd is None

@@ -223,7 +223,7 @@ def test_n_scenarios_must_match_the_bundles(tmp_path):
 
 
 def test_protocol_tables_report_a_bad_bundle_without_a_traceback(tmp_path, monkeypatch, capsys):
-    from pilot.cli.main import protocol as protocol_cli
+    from pilot.cli import protocol as protocol_cli
 
     root = _scenarios_copy(tmp_path)
     _edit_yaml(root / "HR-01" / "scenario.yml", lambda d: d.update(designed_depth="deep"))
