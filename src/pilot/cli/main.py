@@ -24,8 +24,8 @@ COMMANDS: dict[str, str] = {
     "check": "pilot.cli.check",
     "selfcheck": "pilot.cli.check",
     "run-one": "pilot.cli.run_one",
-    "worker-env": "pilot.cli.run_one",
-    "sandbox": "pilot.cli.run_one",
+    "worker-env": "pilot.cli.worker",
+    "sandbox": "pilot.cli.worker",
     "judge": "pilot.cli.judge",
     "view": "pilot.cli.view",
 }
