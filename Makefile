@@ -23,14 +23,16 @@ STUDY ?= pilot-$(BACKEND)
 FRESH := false
 endif
 EXECUTOR ?= local
-HARNESS_SRC := $(shell find src/pilot -name '*.py' -not -path 'src/pilot/stats/*' -not -path 'src/pilot/report/*' -not -name dry_run.py) \
+# What the study's runs depend on: every module but the statistics, the report and the stand-ins only the stages use.
+STAGE_ONLY_SRC := src/pilot/simulated/dry_run.py src/pilot/simulated/synthetic.py src/pilot/simulated/calibration.py src/pilot/latex.py
+HARNESS_SRC := $(filter-out $(STAGE_ONLY_SRC),$(shell find src/pilot -name '*.py' -not -path 'src/pilot/stats/*' -not -path 'src/pilot/report/*' -not -path 'src/pilot/scenario_kit/*')) \
   $(wildcard analysis/config/*.yml) $(shell find protocol -type f)
 
 TABLES := analysis/tables
 FIGURES := manuscript/figures
 GENERATED := manuscript/generated
 STAGE_DIRS := -p tables_dir $(TABLES) -p figures_dir $(FIGURES) -p generated_dir $(GENERATED)
-REPORT_SRC := $(wildcard src/pilot/report/*.py) src/pilot/stages.py
+REPORT_SRC := $(wildcard src/pilot/report/*.py) src/pilot/latex.py src/pilot/stages.py
 
 help: ## list the targets with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,7 +57,7 @@ $(STAMPS)/sandbox-users: $(VENV)/.installed $(STAMPS)/system-sandbox protocol/st
 	@mkdir -p $(STAMPS) && touch $@
 
 # ---------------------------------------------------------------- stages
-$(STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) src/pilot/protocol.py $(shell find protocol -type f -not -path '*/inputs/*')
+$(STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) $(wildcard src/pilot/protocol/*.py) $(shell find protocol -type f -not -path '*/inputs/*')
 	$(PILOT) protocol validate
 	$(PILOT) protocol tables --out $(GENERATED)
 	@mkdir -p $(STAMPS) && touch $@
@@ -91,9 +93,10 @@ $(STAMPS)/stage-scale-rule: $(STAMPS)/stage-pilot notebooks/02_scale_rule.py $(R
 # RUNS=path/to/runs.csv analyses another table; RUNS=synthetic a SIMULATED synthetic one.
 RUNS ?= analysis/data/$(STUDY)/runs.csv
 RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(STAMPS)/stage-scale-rule,$(filter-out synthetic,$(RUNS)))
-STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) analysis/config/synthetic_runtable.yml
+STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) src/pilot/runtable.py src/pilot/simulated/synthetic.py \
+  src/pilot/simulated/calibration.py analysis/config/synthetic_runtable.yml
 
-$(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/dry_run.py protocol/study.yml $(RUNS_DEP)
+$(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/simulated/dry_run.py protocol/study.yml $(RUNS_DEP)
 	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
 	@mkdir -p $(STAMPS) && touch $@
 
