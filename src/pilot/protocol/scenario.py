@@ -199,6 +199,21 @@ ORACLE_SCHEMA: dict = _criteria_file_schema(
         },
     },
 )
+# The planted traps an oracle names, each with the criteria that catch a run falling into it
+# (``pilot scenarios check`` proves each of those criteria breaks); optional for the pilot's ten bundles.
+ORACLE_SCHEMA["properties"]["traps"] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["id", "description", "caught_by"],
+        "properties": {
+            "id": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+            "description": {"type": "string", "minLength": 1},
+            "caught_by": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
+        },
+    },
+}
 
 RUBRIC_SCHEMA: dict = _criteria_file_schema(
     3,
@@ -264,9 +279,19 @@ class Criterion:
 
 
 @dataclass(frozen=True)
+class Trap:
+    """A planted trap: what a careless professional gets wrong, and the criteria that catch it."""
+
+    id: str
+    description: str
+    caught_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Oracle:
     path: Path
     criteria: tuple[Criterion, ...]
+    traps: tuple[Trap, ...] = ()
 
     def by_id(self, cid: str) -> Criterion:
         for c in self.criteria:
@@ -378,7 +403,15 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
     for d in deliverables.values():
         if not any(c.kind == "present" and c.file == d.name for c in out):
             raise ProtocolError(path, "criteria", f"no presence criterion for deliverable {d.name}")
-    return Oracle(path, tuple(out))
+    traps = []
+    for i, raw in enumerate(data.get("traps") or []):
+        if raw["id"] in {t.id for t in traps}:
+            raise ProtocolError(path, f"traps.{i}.id", f"duplicate trap id {raw['id']!r}")
+        for j, cid in enumerate(raw["caught_by"]):
+            if cid not in seen:
+                raise ProtocolError(path, f"traps.{i}.caught_by.{j}", f"{cid!r} is not a criterion of this oracle")
+        traps.append(Trap(raw["id"], raw["description"], tuple(raw["caught_by"])))
+    return Oracle(path, tuple(out), tuple(traps))
 
 
 def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> None:

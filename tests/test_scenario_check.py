@@ -1,0 +1,99 @@
+"""``pilot scenarios check``: every bundle's oracle passes the reference and fails each package as declared.
+
+The ten bundles are checked once, in one batch (one LibreOffice), as the
+command does. That a check can fail is shown on the same machinery: an
+oracle criterion weakened so that it always passes (a test-only stand-in for
+a criterion that checks nothing) makes its mutation row fail, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pilot.cli.main import main as cli_main
+from pilot.oracles import criteria
+from pilot.protocol.scenario import list_scenarios, load_scenario
+from pilot.scenario_kit.checks import check_scenarios
+
+SCENARIOS = list_scenarios()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return check_scenarios(None, workdir=tmp_path_factory.mktemp("kit"))
+
+
+def test_every_bundle_passes_every_check(report):
+    failed = [(r.scenario, r.check, r.reason) for r in report.failures]
+    assert failed == []
+    assert set(report.summary.scenario) == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("sid", SCENARIOS)
+def test_each_bundle_gets_the_whole_matrix(report, sid):
+    checks = set(report.summary[report.summary.scenario == sid].check)
+    sc = load_scenario(sid)
+    expected = {"bundle", "finished", "traps", "inputs regenerate", "gold", "no-op", "self-check parity", "brief/oracle/rubric", "judge blinding",
+                "input:edited", "input:deleted", "input:added", "input:symlinked", "cheat:inputs as deliverables",
+                "cheat:record over nothing", "cheat:symlink out"}
+    expected |= {f"mutation:{c.id}" for c in sc.oracle.criteria}
+    expected |= {f"substitute:{d.name}" for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf")}
+    expected |= {f"cheat:hard-coded {d.name}" for d in sc.file_deliverables if d.requires_formulas}
+    assert expected <= checks, sorted(expected - checks)
+    assert any(c.startswith("cheat:") and c.endswith(" gold") for c in checks)  # another scenario's gold package
+
+
+def test_a_scenario_is_checked_within_a_minute(report):
+    per = report.summary.groupby("scenario").seconds.sum()
+    assert (per < 60).all(), per.to_dict()
+
+
+def test_a_criterion_that_checks_nothing_is_caught(tmp_path, monkeypatch):
+    # HR-01's total cost of increases: a labelled value. Weakened, it passes whatever the workbook says.
+    real = criteria.CHECKS["labelled_value"]
+
+    def weakened(ctx, c):
+        return (True, "weakened for the test") if c.id == "book_total_cost" else real(ctx, c)
+
+    monkeypatch.setitem(criteria.CHECKS, "labelled_value", weakened)
+    rep = check_scenarios(["HR-01"], workdir=tmp_path, text_checks=False)
+    failed = {r.check: r.reason for r in rep.failures}
+    assert set(failed) == {"mutation:book_total_cost"}, failed
+    assert "fails nothing on its own, not exactly [book_total_cost]" in failed["mutation:book_total_cost"]
+
+
+def test_the_command_prints_a_row_per_check_and_exits_1_on_a_failure(tmp_path, monkeypatch, capsys):
+    assert cli_main(["scenarios", "check", "OPS-01", "--keep", str(tmp_path / "ok")]) == 0
+    out = capsys.readouterr().out
+    assert "OPS-01: 0 of" in out and "pass mutation:" in out and "1 scenario(s)," in out and ", 0 failed" in out
+    monkeypatch.setitem(criteria.CHECKS, "present", lambda ctx, c: (True, "weakened for the test"))
+    assert cli_main(["scenarios", "check", "OPS-01", "--json", "--keep", str(tmp_path / "weak")]) == 1
+    rows = json.loads(capsys.readouterr().out.splitlines()[0])
+    bad = {r["check"] for r in rows if r["verdict"] != "pass"}
+    assert {"no-op", "mutation:plan_present", "mutation:record_present"} <= bad
+
+
+def test_a_trap_is_caught_only_by_required_criteria_that_break_alone():
+    from dataclasses import replace
+
+    from pilot.protocol.scenario import Trap
+    from pilot.scenario_kit.checks import _trap_rows
+    from pilot.scenario_kit.report import CheckRow
+
+    sc = load_scenario("HR-01")
+    traps = (Trap("payroll", "last year's payroll misread", ("book_payroll_2026",)),
+             Trap("capped", "a raise above the band maximum", ("book_capped_at_maximum",)),  # an optional criterion
+             Trap("total", "the total cost misstated", ("book_total_cost",)))
+    other = replace(sc, id="NEW-01", oracle=replace(sc.oracle, traps=traps))
+    rows = [CheckRow("NEW-01", "mutation:book_payroll_2026", True, "restated"),
+            CheckRow("NEW-01", "mutation:book_capped_at_maximum", True, "restated"),
+            CheckRow("NEW-01", "mutation:book_total_cost", False, "fails nothing on its own, not exactly [book_total_cost]")]
+    got = {r.check: r for r in _trap_rows(other, rows)}
+    assert [got[k].ok for k in ("trap:payroll", "trap:capped", "trap:total")] == [True, False, False]
+    assert "book_capped_at_maximum is not required" in got["trap:capped"].reason
+    assert "book_total_cost does not break alone" in got["trap:total"].reason
+    # A bundle outside the pilot's ten that declares no trap fails; the ten name theirs in prose.
+    assert [(r.check, r.ok) for r in _trap_rows(replace(sc, id="NEW-02"), [])] == [("traps", False)]
+    assert [(r.check, r.ok) for r in _trap_rows(sc, [])] == [("traps", True)]
