@@ -43,6 +43,9 @@ def test_each_bundle_gets_the_whole_matrix(report, sid):
     expected |= {f"cheat:hard-coded {d.name}" for d in sc.file_deliverables if d.requires_formulas}
     assert expected <= checks, sorted(expected - checks)
     assert any(c.startswith("cheat:") and c.endswith(" gold") for c in checks)  # another scenario's gold package
+    from pilot.defects import applicable_defects
+
+    assert {f"defect:{n}" for n in applicable_defects(sc)} <= checks
 
 
 def test_a_scenario_is_checked_within_a_minute(report):

@@ -16,6 +16,9 @@ and not read off the oracle:
   over an empty package, another scenario's gold package under this one's names, a deliverable that is a
   symlink out of the workspace, a workbook of hard-coded values: each D = 0, each verdict within
   :data:`VERDICT_BOUND_S`;
+- ``defect:<name>``: each named defect the simulated agent and the scripted worker plant
+  (:data:`pilot.defects.NAMED_DEFECTS`, those that apply), drawn with a seed of the scenario's: some criterion
+  fails (D stays 1 only when the one it hit is optional), or E = 1 for an input defect;
 - ``self-check``: the A4 tool passes the gold package and fails the no-op and every text substitute.
 
 Every package of every scenario is evaluated in one batch, so one LibreOffice
@@ -31,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+import numpy as np
+
 from pilot import defects
 from pilot.protocol import ProtocolError
 from pilot.protocol.scenario import COMPLETION_RECORD, Scenario, list_scenarios, load_scenario
@@ -39,6 +44,8 @@ from pilot.scenarios.generate import build_gold_workspace, check_inputs
 
 #: Binary deliverables a text substitute stands in for (A0).
 BINARY_KINDS = ("xlsx", "docx", "pdf")
+#: Named defects that change an input rather than a deliverable: the input-hash check must catch them.
+INPUT_DEFECTS = frozenset({"modify_input", "delete_input", "add_input"})
 #: A verdict on a hostile or cheating package must come within this many seconds.
 VERDICT_BOUND_S = 60.0
 #: The pilot's ten bundles name their traps in the oracle header's prose: their oracle.yml is in every study's freeze
@@ -134,6 +141,11 @@ def expect_only(criterion: str) -> Callable:
 
 def expect_critical(ev) -> str | None:
     return None if ev.E else f"E=0: the input-hash check missed it ({'; '.join(ev.E_reasons) or 'no reason'})"
+
+
+def expect_visible(ev) -> str | None:
+    """A planted defect the oracle sees: some criterion fails (acceptance falls only if a required one does)."""
+    return None if _own(ev) or ev.E else "no criterion fails: the oracle does not see the defect"
 
 
 def expect_rejected(ev) -> str | None:
@@ -249,6 +261,10 @@ def build_packages(scenario: Scenario, root: Path, *, other: tuple[Scenario, Pat
             out.rows.append(CheckRow(sid, name, not c.required, f"no plausible mistake breaks it: {exc}"))
             continue
         out.packages.append(Package(scenario, name, ws, made, expect_only(c.id)))
+    rng_seed = int.from_bytes(sid.encode(), "big") % (2**32)
+    for name in defects.applicable_defects(scenario):
+        expect = expect_critical if name in INPUT_DEFECTS else expect_visible
+        add(f"defect:{name}", lambda ws, n=name: defects.apply_defect(n, scenario, ws, np.random.default_rng(rng_seed)), expect)
     add("input:edited", defects.modify_input, expect_critical)
     add("input:deleted", defects.delete_input, expect_critical)
     add("input:added", defects.add_input, expect_critical)
