@@ -100,3 +100,23 @@ def test_a_trap_is_caught_only_by_required_criteria_that_break_alone():
     # A bundle outside the pilot's ten that declares no trap fails; the ten name theirs in prose.
     assert [(r.check, r.ok) for r in _trap_rows(replace(sc, id="NEW-02"), [])] == [("traps", False)]
     assert [(r.check, r.ok) for r in _trap_rows(sc, [])] == [("traps", True)]
+
+
+def test_a_named_defect_is_held_to_what_it_declares(tmp_path):
+    import numpy as np
+
+    from pilot import defects
+    from pilot.oracles.evaluate import evaluate
+    from pilot.scenario_kit.checks import expect_declared
+    from pilot.scenarios import build_gold_workspace
+
+    sc = load_scenario("OPS-01")
+    ws = defects.copy_workspace(build_gold_workspace(sc, tmp_path / "gold"), tmp_path / "dropped")
+    planted = defects.plant_defect("drop_deliverable", sc, ws, np.random.default_rng(0))
+    # Declared by the defect: the dropped file's criteria (OPS-01 has one deliverable besides the record).
+    assert planted.breaks == tuple(c.id for c in sc.oracle.criteria if c.file == "reorder_plan.csv") and not planted.critical
+    ev = evaluate(sc, ws)
+    assert expect_declared(planted)(ev) is None
+    wrong = defects.Planted(planted.description, ("record_valid",))
+    assert "beyond what it declares (['record_valid'])" in expect_declared(wrong)(ev)
+    assert "E=0" in expect_declared(defects.Planted("edited an input", critical=True))(ev)

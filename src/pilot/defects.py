@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -778,23 +779,78 @@ def _crit(scenario: Scenario, kinds: set[str]) -> list[Criterion]:
     return [c for c in scenario.oracle.criteria if c.kind in kinds]
 
 
-NAMED_DEFECTS: dict[str, Callable[[Scenario, Path, np.random.Generator], str]] = {
-    "drop_deliverable": lambda sc, ws, g: drop_deliverable(ws, _pick(g, [d.name for d in sc.file_deliverables])),
-    "empty_file": lambda sc, ws, g: empty_file(ws, _pick(g, [d.name for d in sc.file_deliverables])),
-    "corrupt_file": lambda sc, ws, g: corrupt_file(ws, _pick(g, [d.name for d in sc.file_deliverables])),
-    "strip_formulas": lambda sc, ws, g: strip_formulas(ws, _pick(g, [d.name for d in sc.file_deliverables if d.requires_formulas])),
-    "inject_error_value": lambda sc, ws, g: inject_error_value(ws, _pick(g, [d.name for d in sc.file_deliverables if d.kind == "xlsx"])),
-    "wrong_value": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"labelled_value", "text_number", "csv_value"})), ws),
-    "omit_fact": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"text_contains", "workbook_contains", "csv_keys"})), ws),
-    "truncate_document": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"min_words"})), ws),
-    "drop_section": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, _crit(sc, {"sections"})), ws),
-    "break_completion_record": lambda sc, ws, g: break_completion_record(ws, _pick(g, ["status", "json"])),
-    "modify_input": lambda sc, ws, g: modify_input(ws),
-    "delete_input": lambda sc, ws, g: delete_input(ws),
-    "add_input": lambda sc, ws, g: add_input(ws),
-    "text_substitute": lambda sc, ws, g: text_substitute(ws, _pick(g, [d.name for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf")])),
+@dataclass(frozen=True)
+class Planted:
+    """A named defect as planted: what was done, the criteria it declares it breaks, and whether it touches an input."""
+
+    description: str
+    breaks: tuple[str, ...] = ()
+    critical: bool = False
+
+
+def _file_criteria(sc: Scenario, name: str) -> tuple[str, ...]:
+    return tuple(c.id for c in sc.oracle.criteria if c.file == name)
+
+
+def _on_file(make: Callable[[Path, str], str], pick: Callable[[Scenario], list[str]]) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
+    # A defect of a whole file: it breaks that file, so it declares the file's criteria (one fails, the rest are blocked).
+    def plant(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
+        name = _pick(g, pick(sc))
+        return Planted(make(ws, name), _file_criteria(sc, name))
+    return plant
+
+
+def _on_criterion(kinds: set[str] | None = None, required_decisions: bool = False) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
+    # A defect made for one criterion: it declares that criterion alone.
+    def plant(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
+        pool = [c for c in _crit(sc, {"decision"}) if c.required] if required_decisions else _crit(sc, kinds or set())
+        c = _pick(g, pool)
+        return Planted(defect_for_criterion(sc, c, ws), (c.id,))
+    return plant
+
+
+def _on_record(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
+    how = _pick(g, ["status", "json"])
+    return Planted(break_completion_record(ws, how), tuple(c.id for c in sc.oracle.criteria if c.kind == "completion_record"))
+
+
+def _on_input(make: Callable[[Path], str]) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
+    def plant(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
+        return Planted(make(ws), critical=True)
+    return plant
+
+
+def _substitute(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
+    name = _pick(g, [d.name for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf")])
+    return Planted(text_substitute(ws, name), tuple(c.id for c in sc.oracle.criteria if c.file == name and c.kind == "present"))
+
+
+def _files(sc: Scenario) -> list[str]:
+    return [d.name for d in sc.file_deliverables]
+
+
+#: The named defects the simulated agent and the scripted worker plant, each drawing its target with the generator
+#: it is given and declaring the criteria it breaks (``pilot scenarios check`` proves each declaration).
+PLANTERS: dict[str, Callable[[Scenario, Path, np.random.Generator], Planted]] = {
+    "drop_deliverable": _on_file(drop_deliverable, _files),
+    "empty_file": _on_file(empty_file, _files),
+    "corrupt_file": _on_file(corrupt_file, _files),
+    "strip_formulas": _on_file(strip_formulas, lambda sc: [d.name for d in sc.file_deliverables if d.requires_formulas]),
+    "inject_error_value": _on_file(inject_error_value, lambda sc: [d.name for d in sc.file_deliverables if d.kind == "xlsx"]),
+    "wrong_value": _on_criterion({"labelled_value", "text_number", "csv_value"}),
+    "omit_fact": _on_criterion({"text_contains", "workbook_contains", "csv_keys"}),
+    "truncate_document": _on_criterion({"min_words"}),
+    "drop_section": _on_criterion({"sections"}),
+    "break_completion_record": _on_record,
+    "modify_input": _on_input(modify_input),
+    "delete_input": _on_input(delete_input),
+    "add_input": _on_input(add_input),
+    "text_substitute": _substitute,
     # One required decision stated wrongly (a wrong supplier, approval for decline, a wrong clinic).
-    "wrong_decision": lambda sc, ws, g: defect_for_criterion(sc, _pick(g, [c for c in _crit(sc, {"decision"}) if c.required]), ws),
+    "wrong_decision": _on_criterion(required_decisions=True),
+}
+NAMED_DEFECTS: dict[str, Callable[[Scenario, Path, np.random.Generator], str]] = {
+    name: (lambda sc, ws, g, _p=planter: _p(sc, ws, g).description) for name, planter in PLANTERS.items()
 }
 
 
@@ -824,9 +880,14 @@ def applicable_defects(scenario: Scenario) -> list[str]:
 
 def apply_defect(name: str, scenario: Scenario, workspace: Path, rng: np.random.Generator) -> str:
     """Apply the named defect to a gold workspace, choosing its target with ``rng``."""
-    if name not in NAMED_DEFECTS:
-        raise KeyError(f"unknown defect {name!r}; known: {sorted(NAMED_DEFECTS)}")
-    return NAMED_DEFECTS[name](scenario, Path(workspace), rng)
+    return plant_defect(name, scenario, workspace, rng).description
+
+
+def plant_defect(name: str, scenario: Scenario, workspace: Path, rng: np.random.Generator) -> Planted:
+    """Apply the named defect as :func:`apply_defect` does, and say which criteria it declares it breaks."""
+    if name not in PLANTERS:
+        raise KeyError(f"unknown defect {name!r}; known: {sorted(PLANTERS)}")
+    return PLANTERS[name](scenario, Path(workspace), rng)
 
 
 def copy_workspace(src: Path, dst: Path) -> Path:

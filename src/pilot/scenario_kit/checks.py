@@ -17,8 +17,9 @@ and not read off the oracle:
   symlink out of the workspace, a workbook of hard-coded values: each D = 0, each verdict within
   :data:`VERDICT_BOUND_S`;
 - ``defect:<name>``: each named defect the simulated agent and the scripted worker plant
-  (:data:`pilot.defects.NAMED_DEFECTS`, those that apply), drawn with a seed of the scenario's: some criterion
-  fails (D stays 1 only when the one it hit is optional), or E = 1 for an input defect;
+  (:data:`pilot.defects.PLANTERS`, those that apply), drawn with a seed of the scenario's, breaks what it declares:
+  some of its declared criteria fail on their own and nothing outside them fails (D stays 1 only when what it hit
+  is optional), or E = 1 for an input defect;
 - ``self-check``: the A4 tool passes the gold package and fails the no-op and every text substitute.
 
 Every package of every scenario is evaluated in one batch, so one LibreOffice
@@ -44,8 +45,6 @@ from pilot.scenarios.generate import build_gold_workspace, check_inputs
 
 #: Binary deliverables a text substitute stands in for (A0).
 BINARY_KINDS = ("xlsx", "docx", "pdf")
-#: Named defects that change an input rather than a deliverable: the input-hash check must catch them.
-INPUT_DEFECTS = frozenset({"modify_input", "delete_input", "add_input"})
 #: A verdict on a hostile or cheating package must come within this many seconds.
 VERDICT_BOUND_S = 60.0
 #: The pilot's ten bundles name their traps in the oracle header's prose: their oracle.yml is in every study's freeze
@@ -143,9 +142,25 @@ def expect_critical(ev) -> str | None:
     return None if ev.E else f"E=0: the input-hash check missed it ({'; '.join(ev.E_reasons) or 'no reason'})"
 
 
-def expect_visible(ev) -> str | None:
-    """A planted defect the oracle sees: some criterion fails (acceptance falls only if a required one does)."""
-    return None if _own(ev) or ev.E else "no criterion fails: the oracle does not see the defect"
+def expect_declared(planted: defects.Planted) -> Callable:
+    """A named defect breaks what it declares: an input defect is critical; any other fails some of its declared
+    criteria on its own, and nothing it does not declare fails, on its own or blocked."""
+
+    def check(ev) -> str | None:
+        if planted.critical:
+            return expect_critical(ev)
+        declared = set(planted.breaks)
+        own = _own(ev)
+        if not own:
+            return f"no criterion fails: the oracle does not see it (declared {sorted(declared)})"
+        beyond = sorted(c.id for c in ev.criteria if not c.passed and c.id not in declared and c.blocked_by not in declared)
+        if not own <= declared or beyond:
+            return f"fails {sorted(own | set(beyond))}, beyond what it declares ({sorted(declared)})"
+        if ev.E:
+            return "counted as a critical violation (E=1), though it touches no input"
+        return None
+
+    return check
 
 
 def expect_rejected(ev) -> str | None:
@@ -263,8 +278,13 @@ def build_packages(scenario: Scenario, root: Path, *, other: tuple[Scenario, Pat
         out.packages.append(Package(scenario, name, ws, made, expect_only(c.id)))
     rng_seed = int.from_bytes(sid.encode(), "big") % (2**32)
     for name in defects.applicable_defects(scenario):
-        expect = expect_critical if name in INPUT_DEFECTS else expect_visible
-        add(f"defect:{name}", lambda ws, n=name: defects.apply_defect(n, scenario, ws, np.random.default_rng(rng_seed)), expect)
+        ws = _copy(gold, root / f"defect-{name}")
+        try:
+            planted = defects.plant_defect(name, scenario, ws, np.random.default_rng(rng_seed))
+        except defects.DefectNotApplicable as exc:
+            out.rows.append(CheckRow(sid, f"defect:{name}", False, f"listed as applicable but cannot be planted: {exc}"))
+            continue
+        out.packages.append(Package(scenario, f"defect:{name}", ws, planted.description, expect_declared(planted)))
     add("input:edited", defects.modify_input, expect_critical)
     add("input:deleted", defects.delete_input, expect_critical)
     add("input:added", defects.add_input, expect_critical)
