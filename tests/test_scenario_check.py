@@ -113,8 +113,8 @@ def test_a_named_defect_is_held_to_what_it_declares(tmp_path):
     sc = load_scenario("OPS-01")
     ws = defects.copy_workspace(build_gold_workspace(sc, tmp_path / "gold"), tmp_path / "dropped")
     planted = defects.plant_defect("drop_deliverable", sc, ws, np.random.default_rng(0))
-    # Declared by the defect: the dropped file's criteria (OPS-01 has one deliverable besides the record).
-    assert planted.breaks == tuple(c.id for c in sc.oracle.criteria if c.file == "reorder_plan.csv") and not planted.critical
+    # Declared by the defect: the dropped file's presence criterion (OPS-01 has one deliverable besides the record).
+    assert planted.breaks == ("plan_present",) and not planted.critical
     ev = evaluate(sc, ws)
     assert expect_declared(planted)(ev) is None
     wrong = defects.Planted(planted.description, ("record_valid",))

@@ -788,15 +788,17 @@ class Planted:
     critical: bool = False
 
 
-def _file_criteria(sc: Scenario, name: str) -> tuple[str, ...]:
-    return tuple(c.id for c in sc.oracle.criteria if c.file == name)
+def _file_criteria(sc: Scenario, name: str, kinds: frozenset[str]) -> tuple[str, ...]:
+    return tuple(c.id for c in sc.oracle.criteria if c.file == name and c.kind in kinds)
 
 
-def _on_file(make: Callable[[Path, str], str], pick: Callable[[Scenario], list[str]]) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
-    # A defect of a whole file: it breaks that file, so it declares the file's criteria (one fails, the rest are blocked).
+def _on_file(make: Callable[[Path, str], str], pick: Callable[[Scenario], list[str]],
+             kinds: frozenset[str]) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
+    # A defect of one file declares the criteria of that file, of these kinds, that fail on their own (the file's
+    # other criteria may then be blocked by them).
     def plant(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
         name = _pick(g, pick(sc))
-        return Planted(make(ws, name), _file_criteria(sc, name))
+        return Planted(make(ws, name), _file_criteria(sc, name, kinds))
     return plant
 
 
@@ -832,11 +834,13 @@ def _files(sc: Scenario) -> list[str]:
 #: The named defects the simulated agent and the scripted worker plant, each drawing its target with the generator
 #: it is given and declaring the criteria it breaks (``pilot scenarios check`` proves each declaration).
 PLANTERS: dict[str, Callable[[Scenario, Path, np.random.Generator], Planted]] = {
-    "drop_deliverable": _on_file(drop_deliverable, _files),
-    "empty_file": _on_file(empty_file, _files),
-    "corrupt_file": _on_file(corrupt_file, _files),
-    "strip_formulas": _on_file(strip_formulas, lambda sc: [d.name for d in sc.file_deliverables if d.requires_formulas]),
-    "inject_error_value": _on_file(inject_error_value, lambda sc: [d.name for d in sc.file_deliverables if d.kind == "xlsx"]),
+    "drop_deliverable": _on_file(drop_deliverable, _files, frozenset({"present"})),
+    "empty_file": _on_file(empty_file, _files, frozenset({"present", "well_formed"})),
+    "corrupt_file": _on_file(corrupt_file, _files, frozenset({"present", "well_formed"})),
+    "strip_formulas": _on_file(strip_formulas, lambda sc: [d.name for d in sc.file_deliverables if d.requires_formulas],
+                               frozenset({"formulas"})),
+    "inject_error_value": _on_file(inject_error_value, lambda sc: [d.name for d in sc.file_deliverables if d.kind == "xlsx"],
+                                   frozenset({"no_error_values"})),
     "wrong_value": _on_criterion({"labelled_value", "text_number", "csv_value"}),
     "omit_fact": _on_criterion({"text_contains", "workbook_contains", "csv_keys"}),
     "truncate_document": _on_criterion({"min_words"}),
