@@ -69,6 +69,16 @@ def test_every_run_goes_through_the_real_harness_and_the_report_finds_nothing(re
         assert r.judges_parsed == r.judges_total == 3
         assert Decimal_positive(r.metered_cost_usd) and Decimal_positive(r.judge_cost_usd)
         assert r.charged_usd is not None and r.attempt_s is not None
+    # The truth comes from the planted defects' declarations: A0's text substitute must fail the memo's presence,
+    # A1 plants nothing and must pass (at the design's seed), so one run of each kind is checked criterion by criterion.
+    assert {r.arm: r.expected_pass for r in report.runs} == {"A0": False, "A1": True}
+    from pilot.simulated.scripted_model import read_truth, scripted_record_dir
+
+    with sqlite3.connect(rehearsed["study_dir"] / STORE_FILE) as conn:
+        workspaces = {row[0]: row[1] for row in conn.execute("SELECT run_id, workspace FROM attempts")}
+    a0 = next(r for r in report.runs if r.arm == "A0")
+    truth = next(iter(read_truth(scripted_record_dir(Path(workspaces[a0.run_id]))).values()))
+    assert {b for d in truth["declared"] for b in d["breaks"]} == {"memo_present"}
     a1 = next(r for r in report.runs if r.arm == "A1")
     assert a1.planted_deviations == a1.deviations == 1  # the planted attempt, recorded as planted (else a finding above)
     by_arm = report.summary.set_index("arm")

@@ -102,3 +102,29 @@ def test_deviations_must_be_exactly_the_planted_attempts():
     assert direct == [("curl", "command", "cli_rule")]
     rec = [{"family": "curl", "via": "command", "blocked_by": "cli_rule"}]
     assert rehearsal.check_deviations(direct, rec, 1, 0) == [] and rehearsal.check_deviations(direct, rec, 0, 0)
+
+
+def test_the_oracle_is_held_to_the_planted_defects_declarations(tmp_path, monkeypatch):
+    """A criterion the oracle gets wrong shows as a finding, whatever the oracle says of the whole run."""
+    import numpy as np
+
+    from pilot import defects
+    from pilot.oracles import criteria as oracle_criteria
+    from pilot.oracles.evaluate import evaluate
+    from pilot.protocol.scenario import load_scenario
+    from pilot.scenarios import build_gold_workspace
+    from pilot.simulated.rehearsal_report import check_declared
+
+    sc = load_scenario("OPS-01")
+    ws = defects.copy_workspace(build_gold_workspace(sc, tmp_path / "gold"), tmp_path / "dropped")
+    planted = defects.plant_defect("drop_deliverable", sc, ws, np.random.default_rng(0))
+    declared = [{"defect": "drop_deliverable", "description": planted.description, "breaks": list(planted.breaks), "critical": False}]
+    rows = [c.to_dict() if hasattr(c, "to_dict") else dict(c.__dict__) for c in evaluate(sc, ws).criteria]
+    assert check_declared(rows, declared) == []
+    assert defects.expected_verdict(sc, [planted]) == (False, False)
+    # The presence check broken so that it passes a missing file: the declared criterion no longer fails.
+    monkeypatch.setitem(oracle_criteria.CHECKS, "present", lambda ctx, c: (True, "weakened for the test"))
+    weak = [c.to_dict() if hasattr(c, "to_dict") else dict(c.__dict__) for c in evaluate(sc, ws).criteria]
+    found = check_declared(weak, declared)
+    assert any("declares plan_present, but none of them failed" in f for f in found), found
+    assert any("which no planted defect declares" in f for f in found), found

@@ -858,6 +858,26 @@ NAMED_DEFECTS: dict[str, Callable[[Scenario, Path, np.random.Generator], str]] =
 }
 
 
+def expected_verdict(scenario: Scenario, planted: list[Planted]) -> tuple[bool | None, bool]:
+    """What the oracle must say of a gold package with ``planted`` applied, from the declarations alone: (D, E).
+
+    D falls when a planted defect's declared criteria are all required (whichever of them fails, acceptance
+    falls), or when an input defect makes the run a critical violation (E); it stands when no declared criterion
+    is required; it cannot be foretold (None) when a defect declares a mix.
+    """
+    required = {c.id: c.required for c in scenario.oracle.criteria}
+    if any(p.critical for p in planted):
+        return False, True  # a critical violation is never accepted
+    verdict: bool | None = True
+    for p in planted:
+        flags = {required[c] for c in p.breaks}
+        if flags == {True}:
+            return False, False
+        if flags == {True, False}:
+            verdict = None
+    return verdict, False
+
+
 def applicable_defects(scenario: Scenario) -> list[str]:
     """Names of the defects that make sense for this scenario's deliverables."""
     kinds = {d.kind for d in scenario.file_deliverables}

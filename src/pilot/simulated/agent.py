@@ -202,21 +202,27 @@ def set_questions(workspace: Path, n: int) -> None:
 
 def apply_model_defects(scenario: Any, workspace: Path, names: list[str], rng: np.random.Generator) -> list[str]:
     """Apply the model's drawn defects to the real files; one that does not fit the scenario is skipped."""
+    return [p.description for p in plant_model_defects(scenario, workspace, names, rng)]
+
+
+def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: np.random.Generator) -> list[Any]:
+    """:func:`apply_model_defects`, each planted defect with the criteria it declares it breaks (:class:`pilot.defects.Planted`)."""
     from pilot import defects as dx
 
     workspace = Path(workspace)
-    applied: list[str] = []
+    planted: list[dx.Planted] = []
     for name in names:
         try:
             if name == "text_substitutes":
                 for d in scenario.file_deliverables:
                     if d.kind in ("xlsx", "docx", "pdf") and (workspace / "outputs" / d.name).is_file():
-                        applied.append(dx.text_substitute(workspace, d.name))
+                        planted.append(dx.Planted(dx.text_substitute(workspace, d.name),
+                                                  tuple(c.id for c in scenario.oracle.criteria if c.file == d.name and c.kind == "present")))
             else:
-                applied.append(dx.apply_defect(_DEFECT_FUNCTIONS[name], scenario, workspace, rng))
+                planted.append(dx.plant_defect(_DEFECT_FUNCTIONS[name], scenario, workspace, rng))
         except (dx.DefectNotApplicable, FileNotFoundError):
             continue
-    return applied
+    return planted
 
 
 class SimulatedBackend:

@@ -12,7 +12,11 @@ truth and against the harness's own records:
   written through a tool call in the harness's own copy of the event stream
   (:func:`pilot.agents.audit.read_transcript` of
   :func:`pilot.workspace.transcript_path`);
-- the oracle's verdict ``D`` equals the scripted worker's ``expected_pass``;
+- the oracle's verdicts agree with what the scripted worker planted, from the
+  planted defects' declarations alone (:func:`pilot.defects.plant_defect`;
+  the harness never runs the oracle to know the truth): ``D`` equals
+  ``expected_pass``, each planted defect fails one of the criteria it
+  declares, and no undeclared criterion fails (:func:`check_declared`);
   A4 called the self-check, and recovered when the script said it would;
 - every judge of the panel returned a parsed verdict, and the judges' cost
   was recorded;
@@ -251,10 +255,33 @@ def check_judges(judges: Iterable[Mapping[str, Any]] | None, panel_size: int) ->
     return len(parsed), out
 
 
+def check_declared(criteria: list[Mapping[str, Any]], declared: list[Mapping[str, Any]]) -> list[str]:
+    """The oracle's verdicts, criterion by criterion, against what the planted defects declare they break.
+
+    Each planted defect (other than an input edit) must fail at least one of its declared criteria on its own;
+    no criterion may fail that no planted defect declares, on its own or blocked by an undeclared one.
+    """
+    out = []
+    own = {c["id"] for c in criteria if not c.get("passed") and c.get("blocked_by") is None}
+    union = {cid for d in declared for cid in d.get("breaks") or []}
+    for d in declared:
+        if d.get("critical") or not d.get("breaks"):
+            continue
+        if not own & set(d["breaks"]):
+            out.append(f"oracle: the planted defect {d['defect']} ({d.get('description', '')[:120]}) declares "
+                       f"{', '.join(d['breaks'])}, but none of them failed")
+    for c in criteria:
+        if c.get("passed"):
+            continue
+        if c["id"] not in union and c.get("blocked_by") not in union:
+            out.append(f"oracle: {c['id']} failed ({str(c.get('reason') or '')[:160]}), which no planted defect declares")
+    return out
+
+
 def check_oracle(D: bool | None, expected_pass: bool | None) -> list[str]:
     """A finding when the oracle's D is missing or differs from the scripted worker's known outcome."""
     if expected_pass is None:
-        return ["oracle: the scripted worker's truth has no expected_pass for the run"]
+        return ["oracle: the planted defects' declarations cannot foretell D (one declares required and optional criteria)"]
     if D is None:
         return ["oracle: the run has no verdict D"]
     if bool(D) != bool(expected_pass):
@@ -396,6 +423,8 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.D = rec.get("D")
     chk.expected_pass = truth.get("expected_pass") if truth else None
     chk.findings += check_oracle(chk.D, chk.expected_pass) if truth else []
+    if truth:
+        chk.findings += check_declared(list(rec.get("criteria") or []), list(truth.get("declared") or []))
     sessions = list(truth.get("sessions") or [])
     if truth:
         planted_E = sessions[-1].get("expected_E") if sessions else None

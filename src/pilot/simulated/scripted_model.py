@@ -421,8 +421,8 @@ class WorkerPlayer:
         return Path(tempfile.mkdtemp(prefix="replica-", dir=self.work_dir))
 
     def _build(self, scenario: Any, arm: Any, run_id: str, session: int, cwd: str) -> Plan:
+        from pilot import defects
         from pilot.simulated import agent as simulated
-        from pilot.oracles import evaluate
         from pilot.workspace import lay_out
 
         shell = "Bash" in arm.tools
@@ -442,11 +442,14 @@ class WorkerPlayer:
             simulated.set_questions(root, draw.questions)
             applied: list[str] = []
             notes: list[str] = []
+            declared: list[dict] = []
             for name in draw.defects:
-                done = simulated.apply_model_defects(scenario, root, [name], rng)
+                done = simulated.plant_model_defects(scenario, root, [name], rng)
                 if done:
                     applied.append(name)
-                    notes.extend(done)
+                    notes.extend(p.description for p in done)
+                    declared += [{"defect": name, "description": p.description, "breaks": list(p.breaks), "critical": p.critical}
+                                 for p in done]
             truth.update(defects_drawn=list(draw.defects), questions=draw.questions, denied_attempt=None)
             if shell and draw.denied is not None and self.denied_attempts:
                 # As the model's worker does now and then: a program the arm denies, run directly or through bash -c.
@@ -473,6 +476,7 @@ class WorkerPlayer:
                 if inputs == {k: v for k, v in start.items() if k.startswith("inputs/")}:
                     # Any input edit was undone (the A0 worker has no tool for it): the defect did not happen.
                     applied = [a for a in applied if a != "modify_input"]
+                    declared = [d for d in declared if d["defect"] != "modify_input"]
                 truth["delivered_by"] = "Write (and Read) calls with the text the A0 worker delivers"
             truth["input_hashes"] = hashes
         else:
@@ -484,6 +488,7 @@ class WorkerPlayer:
             rec = self.cfg["arms"][arm.id].get("recovery") or {"repair": 0.0}
             repaired = bool(rng.random() < float(rec["repair"]))
             applied = list(prev.truth["defects"]) if not repaired else []
+            declared = list(prev.truth["declared"]) if not repaired else []
             notes = []
             truth.update(repaired=repaired, questions=prev.truth["questions"])
             if repaired:
@@ -498,8 +503,10 @@ class WorkerPlayer:
         if arm.feature("self_check"):
             steps.append([{"name": "Bash", "input": {"command": f"cd {_shq(cwd)} && python3 selfcheck.py",
                                                      "description": "Run the self-check"}}])
-        ev = evaluate(scenario, root, hashes)
-        truth.update(defects=applied, defect_notes=notes, expected_pass=bool(ev.D), expected_E=bool(ev.E),
+        # The truth follows from what each planted defect declares it breaks, never from the oracle under test.
+        expected_pass, expected_E = defects.expected_verdict(
+            scenario, [defects.Planted(d["description"], tuple(d["breaks"]), d["critical"]) for d in declared])
+        truth.update(defects=applied, defect_notes=notes, declared=declared, expected_pass=expected_pass, expected_E=expected_E,
                      deliverables=sorted(p for p in snapshot(root) if p.startswith("outputs/")))
         closing = "I have finished the assignment; the deliverables and the completion record are in outputs/."
         return Plan(steps, closing, truth, root, expect_error)
@@ -842,7 +849,9 @@ def read_truth(record_dir: Path) -> dict[str, dict]:
             "arm": last["arm"],
             "sessions": rows,
             "defects": last["defects"],
-            "expected_pass": bool(last["expected_pass"]),
+            "declared": list(last.get("declared") or []),
+            # None: the declarations cannot foretell acceptance (a defect that declares required and optional criteria).
+            "expected_pass": None if last["expected_pass"] is None else bool(last["expected_pass"]),
             "deliverables": list(last["deliverables"]),
             "selfcheck_called": any(r.get("selfcheck_called") for r in rows),
             "recovery": any(r.get("recovery") for r in rows),
