@@ -167,7 +167,7 @@ $(STAMPS)/agent-extra: $(VENV)/.installed
 # The test files are spread over TEST_WORKERS processes (pytest-xdist). A file stays on one
 # worker, so its module fixtures (one LibreOffice batch, a built study) are built once.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
+test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-latex $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
 	PILOT_FORBID_SKIPS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)

@@ -37,7 +37,7 @@ import shutil
 
 import pandas as pd
 
-from pilot import paths
+from pilot import backends, paths
 from pilot.report import sentences
 from pilot.report.inline import say
 from pilot.latex import write_macros
@@ -47,10 +47,10 @@ from pilot.study import create_study, export_run_table, run_study_wave, status_t
 pd.set_option("display.width", 160)
 tables, generated = paths.from_root(tables_dir), paths.from_root(generated_dir)
 tables.mkdir(parents=True, exist_ok=True)
-simulated = backend == "simulated"
-label = "SIMULATED" if simulated else "real"
+label = backends.label(backend)  # SIMULATED, REHEARSAL, or "" for the real study: the registry says which
+prefix = f"{label} ({backends.qualifier(label)}): " if label else ""
 folder = paths.study_dir(study)
-print(f"study {study} in {folder}; backend {backend} ({label}); executor {executor}")
+print(f"study {study} in {folder}; backend {backend} ({label or 'a finding'}); executor {executor}")
 
 # %% [markdown]
 # ## The study
@@ -92,7 +92,7 @@ with Store.open(folder) as store:
     envelope_usd = store.balance().envelope_usd  # the study's own (an amendment may have changed it since study.yml)
 assert not problems, f"ledger audit failed: {problems}"
 status.assign(study=study, backend=backend).to_csv(tables / f"pilot_status_{study}.csv", index=False)
-say(sentences.status_sentence(status, envelope_usd, prefix="SIMULATED (dry run): " if simulated else ""))
+say(sentences.status_sentence(status, envelope_usd, prefix=prefix))
 status
 
 # %% [markdown]
@@ -112,7 +112,7 @@ pilot_rows = runs[(runs["wave"] == "pilot") & (runs["status"] != "infra_error")]
 totals = status[status["arm"] == "all"].iloc[0]
 write_macros(
     {
-        "StudyDataLabel": "SIMULATED" if simulated else "real",
+        "StudyDataLabel": label or "real",
         "PilotRunsDone": int(len(pilot_rows)),
         "PilotInfraAttempts": int(pilot_rows["attempts"].sum() - len(pilot_rows)),
         "PilotCensoredRuns": int(pilot_rows["censored"].fillna(False).astype(bool).sum()),
@@ -121,10 +121,10 @@ write_macros(
     },
     generated / "study_macros.tex",
     digits=2,
-    comment=f"Stage 01 on study {study} ({label}).",
+    comment=f"Stage 01 on study {study} ({label or 'real'}).",
 )
 by_arm = pilot_rows.groupby("arm")[["D", "E", "Q", "S", "cost_usd", "wall_s"]].mean(numeric_only=True)
-say(("SIMULATED (dry run): " if simulated else "")
+say(prefix
     + f"{len(pilot_rows)} pilot runs exported; raw run means (not yet the scenario-weighted estimates of stage 04) put "
     f"acceptance between {sentences.num(by_arm['S'].min())} and {sentences.num(by_arm['S'].max())} across arms, and the mean "
     f"total cost of a run (agent and judges) at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}.")
