@@ -133,6 +133,12 @@ def test_the_report_finds_a_tampered_charge_and_a_missing_deliverable(rehearsed,
     conn = sqlite3.connect(copy / STORE_FILE)
     run_id, attempt_id = conn.execute("SELECT run_id, attempt_id FROM runs ORDER BY run_id LIMIT 1").fetchone()
     conn.execute("UPDATE attempts SET charged_micro = charged_micro + 1 WHERE attempt_id = ?", (attempt_id,))
+    # ... and whose J2 is recorded with one criterion a point higher than the scripted judge gave it.
+    record = json.loads(conn.execute("SELECT record_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0])
+    j2 = next(j for j in record["judges"] if j["judge_id"] == "J2")
+    first = sorted(j2["criterion_scores"])[0]
+    j2["criterion_scores"][first] = min(4, j2["criterion_scores"][first] + 1) if j2["criterion_scores"][first] < 4 else 3
+    conn.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (json.dumps(record), run_id))
     ws = conn.execute("SELECT workspace FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()[0]
     conn.commit()
     conn.close()
@@ -147,6 +153,7 @@ def test_the_report_finds_a_tampered_charge_and_a_missing_deliverable(rehearsed,
     found = [f for f in report.findings if f.startswith(run_id)]
     assert any("ledger charged" in f for f in found), report.findings
     assert any("not in the workspace" in f for f in found), report.findings
+    assert any("judges: J2 recorded scores" in f for f in found), report.findings
     assert not report.ok
     other = [f for f in report.findings if not f.startswith(run_id)]
     assert other == [], other  # the untouched run still reconciles

@@ -19,7 +19,9 @@ truth and against the harness's own records:
   declares, and no undeclared criterion fails (:func:`check_declared`);
   A4 called the self-check, and recovered when the script said it would;
 - every judge of the panel returned a parsed verdict, and the judges' cost
-  was recorded;
+  was recorded; each recorded judge's scores and verdict are the scripted
+  judge's grades, and its score their rubric-weighted mean
+  (:func:`check_judge_grades`);
 - costs reconcile, exactly in Decimal: the CLI-reported cost against the
   proxy-metered cost within the runner's tolerance (the larger of one cent and
   2 % of the metered cost, :func:`pilot.protocol.prices.cost_tolerance`),
@@ -51,6 +53,7 @@ import pandas as pd
 
 from pilot import backends, ledger, paths, protocol
 from pilot.protocol.prices import cost_tolerance, finite_decimal
+from pilot.protocol.scenario import load_scenario
 
 LABEL = backends.label(backends.REHEARSAL)
 REPORT_MD = "report.md"
@@ -278,6 +281,44 @@ def check_declared(criteria: list[Mapping[str, Any]], declared: list[Mapping[str
     return out
 
 
+def read_scripted_grades(record_dir: Path) -> dict[str, dict]:
+    """The grades the scripted judges gave, by judge id (a retried call's last answer), from ``judges.jsonl``."""
+    from pilot.simulated.scripted_model import JUDGES_FILE
+
+    path = Path(record_dir) / JUDGES_FILE
+    out: dict[str, dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out[str(row["judge"])] = row
+    return out
+
+
+def check_judge_grades(recorded: list[Mapping[str, Any]], scripted: Mapping[str, Mapping[str, Any]],
+                       weights: Mapping[str, float]) -> list[str]:
+    """Each judge's recorded scores and verdict equal the scripted judge's grades, and its score is the rubric's
+    weighted mean of them rescaled to 0-100 (``rubric.yml``: criteria scored 0-4), computed here in decimals."""
+    out = []
+    for j in recorded:
+        jid = str(j.get("judge_id"))
+        if j.get("error"):
+            continue  # a judge that failed is check_judges' finding
+        grade = scripted.get(jid)
+        if grade is None:
+            out.append(f"judges: {jid} has a recorded verdict but the scripted judges graded no call as {jid}")
+            continue
+        if dict(j.get("criterion_scores") or {}) != dict(grade.get("scores") or {}):
+            out.append(f"judges: {jid} recorded scores {j.get('criterion_scores')} but the scripted judge gave {grade.get('scores')}")
+            continue
+        if bool(j.get("accept")) != bool(grade.get("accept")):
+            out.append(f"judges: {jid} recorded accept={j.get('accept')} but the scripted judge gave accept={grade.get('accept')}")
+        expected = sum(Decimal(repr(float(weights[k]))) * Decimal(int(v)) for k, v in grade["scores"].items()) * 100 / 4
+        if j.get("score_0_100") is None or abs(Decimal(repr(float(j["score_0_100"]))) - expected) > Decimal("1e-9"):
+            out.append(f"judges: {jid} recorded a score of {j.get('score_0_100')} but its grades give {expected.normalize()} on the rubric")
+    return out
+
+
 def check_oracle(D: bool | None, expected_pass: bool | None) -> list[str]:
     """A finding when the oracle's D is missing or differs from the scripted worker's known outcome."""
     if expected_pass is None:
@@ -449,6 +490,8 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.judges_total = panel_size
     chk.judges_parsed, jf = check_judges(rec.get("judges"), panel_size)
     chk.findings += jf
+    chk.findings += check_judge_grades(rec.get("judges") or [], read_scripted_grades(scripted_record_dir(attempt_dir)),
+                                       {c.id: c.weight for c in load_scenario(chk.scenario).rubric.criteria})
 
     judge_cost = rec.get("judge_cost_usd")
     chk.cli_cost_usd = None if rec.get("cost_usd") is None else str(finite_decimal(rec.get("cost_usd")))
