@@ -261,16 +261,19 @@ def check_judges(judges: Iterable[Mapping[str, Any]] | None, panel_size: int) ->
 def check_declared(criteria: list[Mapping[str, Any]], declared: list[Mapping[str, Any]]) -> list[str]:
     """The oracle's verdicts, criterion by criterion, against what the planted defects declare they break.
 
-    Each planted defect (other than an input edit) must fail at least one of its declared criteria on its own;
-    no criterion may fail that no planted defect declares, on its own or blocked by an undeclared one.
+    Each planted defect (other than an input edit) must fail at least one of its declared criteria, on its own or
+    blocked by another planted defect's; no criterion may fail that no planted defect declares, on its own or
+    blocked by an undeclared one.
     """
     out = []
-    own = {c["id"] for c in criteria if not c.get("passed") and c.get("blocked_by") is None}
     union = {cid for d in declared for cid in d.get("breaks") or []}
+    # A declared criterion counts as broken when it failed on its own, or blocked by what another planted defect
+    # declares (a memo cut short and then dropped altogether fails its length check as blocked by its presence).
+    broken = {c["id"] for c in criteria if not c.get("passed") and (c.get("blocked_by") is None or c.get("blocked_by") in union)}
     for d in declared:
         if d.get("critical") or not d.get("breaks"):
             continue
-        if not own & set(d["breaks"]):
+        if not broken & set(d["breaks"]):
             out.append(f"oracle: the planted defect {d['defect']} ({d.get('description', '')[:120]}) declares "
                        f"{', '.join(d['breaks'])}, but none of them failed")
     for c in criteria:
