@@ -149,11 +149,18 @@ def test_the_report_finds_a_tampered_charge_and_a_missing_deliverable(rehearsed,
         c.execute("UPDATE runs SET record_json = replace(record_json, ?, ?)", (original, str(copy)))
     check = next(r for r in rehearsed["report"].runs if r.run_id == run_id)
     (Path(ws.replace(original, str(copy))) / "workspace" / check.deliverables_expected[-1]).unlink()
+    # ... and whose proxy usage log was rewritten: one answer with a thousand output tokens more than it was metered at.
+    log = next(Path(ws.replace(original, str(copy))).rglob(rehearsal.USAGE_LOG))
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    first = next(r for r in rows if r.get("kind") == "messages")
+    first["output_tokens"] += 1000
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = rehearsal.collect(NAME, run_table=rehearsed["table_path"], host_arms=ARMS)
     found = [f for f in report.findings if f.startswith(run_id)]
     assert any("ledger charged" in f for f in found), report.findings
     assert any("not in the workspace" in f for f in found), report.findings
     assert any("judges: J2 recorded scores" in f for f in found), report.findings
+    assert any("its usage log priced from prices.yml comes to" in f for f in found), report.findings
     assert not report.ok
     other = [f for f in report.findings if not f.startswith(run_id)]
     assert other == [], other  # the untouched run still reconciles

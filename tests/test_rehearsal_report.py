@@ -128,3 +128,27 @@ def test_the_oracle_is_held_to_the_planted_defects_declarations(tmp_path, monkey
     found = check_declared(weak, declared)
     assert any("declares plan_present, but none of them failed" in f for f in found), found
     assert any("which no planted defect declares" in f for f in found), found
+
+
+def test_the_usage_log_is_priced_by_hand_from_the_price_file(tmp_path):
+    import json
+    from decimal import Decimal
+
+    from pilot import paths
+    from pilot.simulated.rehearsal_report import check_usage_log, price_usage_log
+
+    log = tmp_path / "proxy_usage.jsonl"
+    rows = [{"kind": "opened", "model": "claude-opus-5-5"},
+            {"kind": "messages", "status": 200, "model": "claude-opus-5-5", "input_tokens": 3, "output_tokens": 104,
+             "cache_creation_input_tokens": 288, "cache_creation_1h_input_tokens": 0, "cache_read_input_tokens": 3858},
+            {"kind": "messages", "status": 200, "model": "claude-sonnet-5-5", "input_tokens": 10, "output_tokens": 1000,
+             "cache_creation_input_tokens": 100, "cache_creation_1h_input_tokens": 40, "cache_read_input_tokens": 0},
+            {"kind": "messages", "status": 402, "model": "claude-opus-5-5", "input_tokens": 0, "output_tokens": 0}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # By hand, USD per million (protocol/prices.yml): opus 3*4 + 104*20 + 288*5 + 3858*0.2 = 4303.6;
+    # sonnet 10*2 + 1000*10 + 60*2.5 + 40*4 = 10330; the refused request is not billed.
+    priced, n = price_usage_log([log], paths.PROTOCOL_DIR / "prices.yml")
+    assert (priced, n) == (Decimal("0.0146336"), 2)
+    assert check_usage_log(priced, n, "0.0146336", "0.01", 24634) == []
+    assert "comes to 0.0146336 USD over 2 request(s)" in check_usage_log(priced, n, "0.0146337", "0.01", 24634)[0]
+    assert "not the usage log's" in check_usage_log(priced, n, "0.0146336", "0.01", 24635)[0]

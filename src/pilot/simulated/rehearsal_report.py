@@ -26,7 +26,8 @@ truth and against the harness's own records:
   proxy-metered cost within the runner's tolerance (the larger of one cent and
   2 % of the metered cost, :func:`pilot.protocol.prices.cost_tolerance`),
   and the ledger's charge equal to the metered cost plus the judges' to the
-  micro-dollar;
+  micro-dollar; the metered cost equal, exactly, to the proxy's usage log
+  priced afresh from ``protocol/prices.yml`` (:func:`price_usage_log`);
 - the deviations are exactly the ones the scripted worker planted (the
   generative model's drawn attempt at a denied program: one deviation of
   that family, through ``bash -c`` stopped by the sandbox's mask, or
@@ -54,6 +55,9 @@ import pandas as pd
 from pilot import backends, ledger, paths, protocol
 from pilot.protocol.prices import cost_tolerance, finite_decimal
 from pilot.protocol.scenario import load_scenario
+
+#: The proxy's usage log of one run, under the attempt's harness record (one per proxy run folder).
+USAGE_LOG = "proxy_usage.jsonl"
 
 LABEL = backends.label(backends.REHEARSAL)
 REPORT_MD = "report.md"
@@ -243,6 +247,47 @@ def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micr
                        f"({metered} + {judges} = {Decimal(expected) / ledger.MICRO} USD)")
     if charge_basis is not None and charge_basis != "metered":
         out.append(f"cost: the ledger charged on the {charge_basis!r} basis, not the metered cost")
+    return out
+
+
+def price_usage_log(paths_: Iterable[Path], prices_file: Path) -> tuple[Decimal, int]:
+    """The agent's cost priced afresh from the proxy's usage log (every answered request) and ``prices.yml``'s rates.
+
+    Written from the price file's own definitions, in decimals: uncached input, output, 5-minute cache writes
+    (``cache_write``), 1-hour cache writes (``cache_write_1h``, a part of the cache writes the log counts), cache
+    reads; USD per million tokens. Returns the cost and the number of priced requests.
+    """
+    import yaml
+
+    rates = {m: {k: Decimal(str(v)) for k, v in r.items()} for m, r in yaml.safe_load(Path(prices_file).read_text(encoding="utf-8"))["models"].items()}
+    total, n = Decimal(0), 0
+    for path in paths_:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("kind") != "messages" or row.get("status") != 200:
+                continue
+            r = rates[row["model"]]
+            writes, one_hour = int(row.get("cache_creation_input_tokens") or 0), int(row.get("cache_creation_1h_input_tokens") or 0)
+            total += (int(row.get("input_tokens") or 0) * r["input"] + int(row.get("output_tokens") or 0) * r["output"]
+                      + (writes - one_hour) * r["cache_write"] + one_hour * r["cache_write_1h"]
+                      + int(row.get("cache_read_input_tokens") or 0) * r["cache_read"]) / Decimal(1_000_000)
+            n += 1
+    return total, n
+
+
+def check_usage_log(priced: Decimal, requests: int, metered_usd: Any, judge_usd: Any, charged_micro: int | None) -> list[str]:
+    """The proxy's metered cost and the ledger's charge against the usage log priced afresh (:func:`price_usage_log`)."""
+    out = []
+    if not requests:
+        return ["cost: the proxy's usage log holds no answered request"]
+    metered = finite_decimal(metered_usd)
+    if metered is None or metered != priced:
+        out.append(f"cost: the proxy metered {metered_usd} USD, but its usage log priced from prices.yml comes to {priced} USD "
+                   f"over {requests} request(s)")
+    judges = finite_decimal(judge_usd)
+    if charged_micro is not None and judges is not None and int(charged_micro) != ledger.to_micro(priced + judges):
+        out.append(f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the usage log's {priced} USD "
+                   f"plus the judges' {judges} USD")
     return out
 
 
@@ -504,6 +549,8 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.charged_usd = None if charged is None else str(Decimal(int(charged)) / ledger.MICRO)
     chk.findings += reconcile_costs(rec.get("cost_usd"), rec.get("metered_cost_usd"),
                                     None if judge_cost is None else Decimal(str(float(judge_cost))), charged, attempt.get("charge_basis"))
+    priced, requests = price_usage_log(sorted(harness_record_dir(attempt_dir).rglob(USAGE_LOG)), paths.PROTOCOL_DIR / "prices.yml")
+    chk.findings += check_usage_log(priced, requests, rec.get("metered_cost_usd"), judge_cost, charged)
     if judge_cost is not None and chk.judges_parsed and not finite_decimal(judge_cost):
         chk.findings.append("cost: the judges ran but their cost was recorded as 0 USD")
 
