@@ -853,9 +853,6 @@ PLANTERS: dict[str, Callable[[Scenario, Path, np.random.Generator], Planted]] = 
     # One required decision stated wrongly (a wrong supplier, approval for decline, a wrong clinic).
     "wrong_decision": _on_criterion(required_decisions=True),
 }
-NAMED_DEFECTS: dict[str, Callable[[Scenario, Path, np.random.Generator], str]] = {
-    name: (lambda sc, ws, g, _p=planter: _p(sc, ws, g).description) for name, planter in PLANTERS.items()
-}
 
 
 def expected_verdict(scenario: Scenario, planted: list[Planted]) -> tuple[bool | None, bool]:

@@ -434,8 +434,7 @@ class WorkerPlayer:
         expect_error: set[int] = set()  # steps whose failure is the point (a denied program)
         if session == 0:
             root = self._mirror_dir() / "workspace"
-            ws = lay_out(scenario, arm, root)
-            hashes = ws.input_hashes
+            lay_out(scenario, arm, root)
             start = snapshot(root)
             simulated.write_gold(scenario, root)
             gold = snapshot(root)
@@ -478,13 +477,11 @@ class WorkerPlayer:
                     applied = [a for a in applied if a != "modify_input"]
                     declared = [d for d in declared if d["defect"] != "modify_input"]
                 truth["delivered_by"] = "Write (and Read) calls with the text the A0 worker delivers"
-            truth["input_hashes"] = hashes
         else:
             prev = self.plan(scenario, arm, run_id, session - 1, cwd)
             assert prev.mirror is not None
             root = self._mirror_dir() / "workspace"
             shutil.copytree(prev.mirror, root)
-            hashes = prev.truth["input_hashes"]
             rec = self.cfg["arms"][arm.id].get("recovery") or {"repair": 0.0}
             repaired = bool(rng.random() < float(rec["repair"]))
             applied = list(prev.truth["defects"]) if not repaired else []
@@ -756,7 +753,6 @@ class ScriptedModelServer:
                 errors[tid] = text[:500]
         truth = dict(plan.truth, tool_errors=errors, denied_result=refused or None, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                      labelled=run_id is not None)
-        truth.pop("input_hashes", None)
         return Answer([wire.text_block(plan.closing)], truth)
 
     def _note_refusal(self, run_id: str | None, reason: str, body: dict) -> None:
