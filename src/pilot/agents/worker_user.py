@@ -21,11 +21,12 @@ import fcntl
 import os
 import pwd
 import grp
-import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+
+from pilot.executors.proctree import kill_pids
 
 #: Where a root harness keeps the slot locks (root-only folder).
 LOCK_DIR = Path("/run/pilot-sandbox")
@@ -145,9 +146,9 @@ def kill_user_processes(uid: int, settle_s: float = 0.0) -> list[int]:
     import time
 
     deadline = time.monotonic() + settle_s
-    killed = _kill_user_processes(uid)
+    killed = kill_pids(user_pids(uid))
     while settle_s and time.monotonic() < deadline:
-        more = _kill_user_processes(uid)
+        more = kill_pids(user_pids(uid))
         if not more:
             break
         killed += [p for p in more if p not in killed]
@@ -173,17 +174,6 @@ def user_pids(uid: int) -> list[int]:
                     pids.append(int(entry.name))
                 break
     return pids
-
-
-def _kill_user_processes(uid: int) -> list[int]:
-    killed = []
-    for pid in user_pids(uid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except ProcessLookupError:
-            pass
-    return killed
 
 
 class SlotLease:
