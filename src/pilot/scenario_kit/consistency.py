@@ -81,6 +81,15 @@ _NOTICE_CHARS = 100
 _RETRY_BYTES = len(RETRY_NOTE.encode("utf-8")) + _MAX_UTF8_BYTES * 200
 
 
+def _shown_number(shown: list, value: Decimal) -> tuple[str, str] | None:
+    """Where the judges are first shown ``value`` (the piece and the number as written), or None."""
+    for piece in shown:
+        hit = next((t for t, x in _numbers(piece.text) if _states(x, value)), None)
+        if hit is not None:
+            return piece.where, hit
+    return None
+
+
 def _row(scenario: Scenario, check: str, ok: bool, reason: str, seconds: float = 0.0) -> CheckRow:
     return CheckRow(scenario.id, check, ok, reason, seconds)
 
@@ -570,14 +579,10 @@ def _leak_findings(scenario: Scenario, prompt: JudgePrompt, gold: str) -> list[s
     for v, c in _expected_values(scenario.oracle.criteria):
         if in_gold(v):
             continue
-        for piece in shown:
-            hit = next((t for t, x in _numbers(piece.text) if _states(x, v)), None)
-            if hit is not None:
-                findings.append(
-                    f"{piece.where} shows {hit}, the expected value of oracle criterion {c.id} ({c.file}: {v}), "
-                    f"which the gold deliverables do not state"
-                )
-                break
+        found = _shown_number(shown, v)
+        if found is not None:
+            findings.append(f"{found[0]} shows {found[1]}, the expected value of oracle criterion {c.id} ({c.file}: {v}), "
+                            f"which the gold deliverables do not state")
     for n, line in _comment_lines(scenario.oracle.path):
         rx = _literal(line)
         where = _first(shown, rx)
@@ -596,14 +601,10 @@ def _leak_findings(scenario: Scenario, prompt: JudgePrompt, gold: str) -> list[s
         if v in seen or v in expected or in_gold(v):
             continue  # an expected value is reported above, under its criterion
         seen.add(v)
-        for piece in shown:
-            hit = next((t for t, x in _numbers(piece.text) if _states(x, v)), None)
-            if hit is not None:
-                findings.append(
-                    f"{piece.where} shows {hit}, a planted fact of oracle.yml's header comment "
-                    f"(\"{_context(header, m.start(), m.end())}\"), which the gold deliverables do not state"
-                )
-                break
+        found = _shown_number(shown, v)
+        if found is not None:
+            findings.append(f"{found[0]} shows {found[1]}, a planted fact of oracle.yml's header comment "
+                            f"(\"{_context(header, m.start(), m.end())}\"), which the gold deliverables do not state")
     for code, m in codes.items():
         rx = _literal(code)
         if rx.search(gold) or rx.search(brief_all):
