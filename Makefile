@@ -145,18 +145,48 @@ REHEARSAL_SCENARIOS ?= ACC-01 LEGAL-01
 # host: every arm this machine can serve (a Linux host: all but A2)
 REHEARSAL_ARMS ?= host
 REHEARSAL_DIR ?= build/rehearsal
-REHEARSAL_STAGE_ARGS := -p tables_dir $(REHEARSAL_DIR)/tables -p figures_dir $(REHEARSAL_DIR)/figures \
-  -p generated_dir $(REHEARSAL_DIR)/generated -p runs $(REHEARSAL_DIR)/runs.csv -p seed $(SEED)
+# which runs play which runner and judge branch (cap, wall limit, API errors, a cut stream, bad judge replies)
+REHEARSAL_BRANCHES ?= analysis/config/rehearsal_branches.yml
+REHEARSAL_DIRS := -p tables_dir $(REHEARSAL_DIR)/tables -p figures_dir $(REHEARSAL_DIR)/figures \
+  -p generated_dir $(REHEARSAL_DIR)/generated
+REHEARSAL_STAGE_ARGS := $(REHEARSAL_DIRS) -p runs $(REHEARSAL_DIR)/runs.csv -p seed $(SEED)
+# The calibration reads no run table and its table states the count it used; 1,000 studies per
+# condition (about ten seconds) instead of the preregistered 10,000 keeps the rehearsal short.
+REHEARSAL_CALIBRATION_ARGS ?= --studies 1000
 
-rehearsal: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/agent-env ## rehearse the real study against the scripted model (no key, no network); report in build/rehearsal/
+# The manuscript typeset from the rehearsal alone, into $(REHEARSAL_DIR)/manuscript/build/main.pdf
+# (tools/typeset-manuscript.sh: a copy of manuscript/ whose generated/ and figures/ are the
+# rehearsal's, so no file of a dry run can slip in). Stages 01 and 02 resume the rehearsal's study
+# (every run is finished, so nothing is dispatched) for the study macros, the run report and the
+# scale rule; the design tables, the power simulation and the calibration read no run table and
+# are written afresh beside them. Then every page must carry REHEARSAL, and only that label.
+define REHEARSAL_MANUSCRIPT
+$(PILOT) stage pilot $(REHEARSAL_DIRS) -p study $(REHEARSAL_STUDY) -p backend rehearsal --output $(REHEARSAL_DIR)/notebooks/01_pilot.ipynb
+$(PILOT) stage scale-rule $(REHEARSAL_DIRS) -p study $(REHEARSAL_STUDY) -p backend rehearsal --output $(REHEARSAL_DIR)/notebooks/02_scale_rule.ipynb
+$(PILOT) protocol tables --out $(REHEARSAL_DIR)/generated
+$(PILOT) stage power $(REHEARSAL_DIRS) --output $(REHEARSAL_DIR)/notebooks/03_power.ipynb
+$(BIN)/python analysis/calibration.py --tables-dir $(REHEARSAL_DIR)/tables --generated-dir $(REHEARSAL_DIR)/generated \
+  --resampling-seed $(SEED) --quiet $(REHEARSAL_CALIBRATION_ARGS) >$(REHEARSAL_DIR)/tables/calibration.log
+tools/typeset-manuscript.sh $(REHEARSAL_DIR)/manuscript $(REHEARSAL_DIR)/generated $(REHEARSAL_DIR)/figures
+$(BIN)/python tools/check_pdf_label.py $(REHEARSAL_DIR)/manuscript/build/main.pdf REHEARSAL
+endef
+
+rehearsal: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/agent-env $(STAMPS)/system-latex ## rehearse the real study against the scripted model (no key, no network); report and manuscript in build/rehearsal/
 	rm -rf $(REHEARSAL_DIR) && mkdir -p $(REHEARSAL_DIR)
 	$(PILOT) study create $(REHEARSAL_STUDY) --fresh --scenarios $(REHEARSAL_SCENARIOS) --arms $(REHEARSAL_ARMS) --pilot-repeats 1
 	@# exit 4 (runs failed) goes on: the report lists each failed run as a finding
-	$(PILOT) study run $(REHEARSAL_STUDY) --backend rehearsal --no-progress || [ $$? -eq 4 ]
+	PILOT_REHEARSAL_BRANCHES=$(REHEARSAL_BRANCHES) $(PILOT) study run $(REHEARSAL_STUDY) --backend rehearsal --no-progress || [ $$? -eq 4 ]
 	$(PILOT) study export $(REHEARSAL_STUDY) --out $(REHEARSAL_DIR)/runs.csv
 	$(PILOT) stage primary $(REHEARSAL_STAGE_ARGS) --output $(REHEARSAL_DIR)/notebooks/04_primary.ipynb
 	$(PILOT) stage sensitivity $(REHEARSAL_STAGE_ARGS) --output $(REHEARSAL_DIR)/notebooks/05_sensitivity.ipynb
-	$(PILOT) study rehearsal-report $(REHEARSAL_STUDY) --out $(REHEARSAL_DIR) --runs $(REHEARSAL_DIR)/runs.csv
+	$(REHEARSAL_MANUSCRIPT)
+	$(PILOT) study rehearsal-report $(REHEARSAL_STUDY) --out $(REHEARSAL_DIR) --runs $(REHEARSAL_DIR)/runs.csv --branches $(REHEARSAL_BRANCHES)
+
+# The same manuscript steps on a rehearsal already run (its study and $(REHEARSAL_DIR)/runs.csv, analysed by
+# the primary and sensitivity stages), e.g. after a change to the manuscript or to what the stages write.
+rehearsal-manuscript: $(VENV)/.installed $(STAMPS)/system-sandbox $(STAMPS)/system-latex ## typeset the manuscript from the last rehearsal into build/rehearsal/manuscript/ and check its REHEARSAL label
+	@test -f $(REHEARSAL_DIR)/generated/primary_macros.tex || { echo "no rehearsal in $(REHEARSAL_DIR): run make rehearsal" >&2; exit 1; }
+	$(REHEARSAL_MANUSCRIPT)
 
 # ---------------------------------------------------------------- checks
 # The suite drives the real pinned CLI (the `agent` extra) inside the sandbox.
@@ -186,4 +216,4 @@ clean: ## remove built outputs (never protocol/ or collected data under analysis
 	rm -rf build manuscript/build
 	find $(GENERATED) $(FIGURES) $(TABLES) -type f ! -name .gitkeep -delete
 
-.PHONY: help venv stages manuscript rehearsal test bench lab clean
+.PHONY: help venv stages manuscript rehearsal rehearsal-manuscript test bench lab clean

@@ -186,3 +186,65 @@ def test_a_denied_program_absent_from_the_namespace_counts_as_stopped_by_the_san
     # another program's absence says nothing about this one
     assert run("Exit code 127\nbash: line 1: myqlmanage: command not found") == "not_blocked"
     assert run("Exit code 1\nqlmanage ran and failed") == "not_blocked"
+
+
+def _one_attempt(command: str, result: str, *, denied: bool = False, family: str = "curl"):
+    from pilot.agents.audit import StreamSummary, ToolCall
+
+    call = ToolCall("t1", "Bash", {"command": command})
+    summary = StreamSummary(tool_calls=[call], tool_results={"t1": (True, result)},
+                            permission_denied=[{"tool_name": "Bash", "tool_use_id": "t1"}] if denied else [])
+    (dev,) = [d for d in audit(summary, [family], ["Bash"], network_allowed=False, isolated=True) if d.kind == "denied_family"]
+    return dev
+
+
+@pytest.mark.parametrize(
+    "command, result, blocked_by, program",
+    [
+        # the stub bound over a program the host has names its family, whatever route reached it
+        ("bash -c 'curl -sS https://x'", f"Exit code 126\ncurl: not available in this environment ({STUB_MARKER})", "mask", "stub"),
+        ("/usr/bin/curl -sS https://x", f"Exit code 126\ncurl: not available in this environment ({STUB_MARKER})", "mask", "stub"),
+        # a program the host lacks: stopped all the same, but nothing answered at its name
+        ("bash -c 'curl -sS https://x'", "Exit code 127\nbash: line 1: curl: command not found", "mask", "absent"),
+        ("sh -c 'curl x'", "Exit code 127\nsh: 1: curl: not found", "mask", "absent"),
+        ("/usr/bin/curl x", "Exit code 127\n/bin/bash: line 1: /usr/bin/curl: No such file or directory", "mask", "absent"),
+        # it ran: neither the stub nor an absence in its result
+        ("bash -c 'curl x'", "Exit code 6\ncurl: (6) Could not resolve host: x", "not_blocked", "unseen"),
+    ],
+)
+def test_the_deviation_says_whether_the_stub_answered_or_the_program_is_absent(command, result, blocked_by, program):
+    dev = _one_attempt(command, result)
+    assert (dev.blocked_by, dev.program) == (blocked_by, program)
+    assert dev.to_dict()["program"] == program
+
+
+def test_an_attempt_the_cli_refused_never_reached_the_namespace():
+    dev = _one_attempt("curl -sS https://x", "Permission to use Bash with command curl -sS https://x has been denied.", denied=True)
+    assert (dev.via, dev.blocked_by, dev.program) == ("command", "cli_rule", "not_reached")
+    # a script written, not run, reached nothing either
+    from pilot.agents.audit import StreamSummary, ToolCall
+
+    call = ToolCall("t2", "Write", {"file_path": "/w/fetch.sh", "content": "curl https://x\n"})
+    (dev,) = audit(StreamSummary(tool_calls=[call]), ["curl"], ["Write"])
+    assert (dev.blocked_by, dev.program) == ("not_run", "not_reached")
+
+
+def test_each_family_of_one_command_gets_its_own_answer():
+    command = "bash -c 'curl x; qlmanage -p y'"
+    result = f"curl: not available in this environment ({STUB_MARKER})\nbash: line 1: qlmanage: command not found"
+    from pilot.agents.audit import StreamSummary, ToolCall
+
+    summary = StreamSummary(tool_calls=[ToolCall("t1", "Bash", {"command": command})], tool_results={"t1": (True, result)})
+    devs = audit(summary, ["curl", "qlmanage"], ["Bash"])
+    assert {d.family: d.program for d in devs} == {"curl": "stub", "qlmanage": "absent"}
+    # another program's stub or absence says nothing about this one
+    assert _one_attempt("bash -c 'curl x'", f"mycurl: not available in this environment ({STUB_MARKER})").program == "unseen"
+    assert _one_attempt("bash -c 'curl x'", "bash: line 1: xcurl: command not found").program == "unseen"
+
+
+def test_deviations_of_other_kinds_carry_no_program():
+    from pilot.agents.audit import StreamSummary, ToolCall
+
+    summary = StreamSummary(tool_calls=[ToolCall("t1", "Bash", {"command": "nc -z 10.0.0.1 22"})], tool_results={"t1": (True, "")})
+    (dev,) = audit(summary, ["curl"], ["Bash"], network_allowed=False, isolated=True)
+    assert dev.kind == "network_use" and dev.program == ""

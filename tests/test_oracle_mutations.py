@@ -122,6 +122,54 @@ BANK_STATUS_TABLE = (["Ratio", "Actual", "Policy limit", "Status"],
                      [["DSCR", "1.15x", "min 1.25x", "FAIL"], ["Debt / EBITDA", "3.39x", "max 3.50x", "PASS"]])
 
 
+def _table_rows(path: Path) -> list[list[str]]:
+    """A document's table rows as the oracle reads them (a PDF laid out), each a list of cells."""
+    from pilot.oracles.readers import document_lines
+
+    lines, reason = document_lines(path, layout=True)
+    assert reason is None, reason
+    return [[cell.strip() for cell in line.split(" | ")] for line in lines if " | " in line]
+
+
+def _flatten_table(name: str, last_cells: dict[str, str] | None = None):
+    """The document's table written as one line of text, its cells in reading order, as some writers flatten a table.
+
+    ``last_cells`` (a row's first cell -> text) rewrites the last cell of those rows: a flattened table with another verdict.
+    """
+    def mutate(ws: Path) -> None:
+        path = ws / "outputs" / name
+        rows = _table_rows(path)
+        assert rows, f"{name} has no table"
+        cells = [c for row in rows for c in row if c]
+        flat = [c for row in rows for c in (row[:-1] + [(last_cells or {}).get(row[0], row[-1])]) if c]
+
+        def tr(lines: list[str]) -> list[str]:
+            # Plain text has the table's cells one a line, in the same order: they become one line.
+            stripped = [ln.strip() for ln in lines]
+            at = next(i for i in range(len(lines)) if stripped[i:i + len(cells)] == cells)
+            return lines[:at] + [" ".join(flat)] + lines[at + len(cells):]
+
+        sid = next(k for k, v in SCENARIO_OF.items() if v == name)
+        defects._rewrite_document(path, tr, load_scenario(sid).deliverable(name).required_sections)
+        assert not _table_rows(path), f"{name} still has a table"
+    return mutate
+
+
+def _in_turn(*mutations):
+    """Several workspace mutations applied in order, as one."""
+    def mutate(ws: Path) -> None:
+        for step in mutations:
+            step(ws)
+    return mutate
+
+
+#: Scenarios whose gold states a decision in a table, with the flattened-table variants below that cover each.
+FLATTENED_TABLE_VARIANTS = {
+    "BANK-01": ("credit_memo_table_flattened", "credit_memo_table_flattened_is_the_only_statement",
+                "credit_memo_flattened_table_says_dscr_complies", "credit_memo_flattened_table_says_leverage_fails"),
+}
+
+
 def _count_row_above(wb):
     ws = wb["Reconciliation"]
     ws["D1"], ws["E1"] = "Number of outstanding cheques", 3
@@ -318,6 +366,17 @@ VARIANTS = {
         (BANK_STATUS_TABLE[0], [["DSCR", "1.15x", "min 1.25x", "PASS"], ["Debt / EBITDA", "3.39x", "max 3.50x", "PASS"]]),
         "Adjusted EBITDA of 960,000 over total debt service of 833,197 gives a DSCR of 1.15x; the minimum is 1.25x.",
         BANK_DECLINE), "memo_states_ratio_compliance", False, "says DSCR complies with the credit policy"),
+    # The gold's ratio table flattened into one line ("Ratio Calculation Result Policy Complies DSCR ... No Debt / EBITDA ... Yes"):
+    # each Yes/No belongs to the ratio that starts its row, so the line says what the table said; with another verdict it is caught.
+    "credit_memo_table_flattened": ("BANK-01", _flatten_table("credit_memo.pdf"),
+        "memo_states_ratio_compliance", True, "names exactly {DSCR}"),
+    "credit_memo_table_flattened_is_the_only_statement": ("BANK-01", _in_turn(_flatten_table("credit_memo.pdf"), _rewords(
+        "credit_memo.pdf", (BANK_DSCR, "The DSCR is therefore 1.15x"), (BANK_LEVERAGE, "Leverage is 3.39x"))),
+        "memo_states_ratio_compliance", True, "names exactly {DSCR}"),
+    "credit_memo_flattened_table_says_dscr_complies": ("BANK-01", _flatten_table("credit_memo.pdf", {"DSCR": "Yes"}),
+        "memo_states_ratio_compliance", False, "says DSCR complies with the credit policy ('DSCR 960,000 / 833,197 1.15x min 1.25x Yes')"),
+    "credit_memo_flattened_table_says_leverage_fails": ("BANK-01", _flatten_table("credit_memo.pdf", {"Debt / EBITDA": "No"}),
+        "memo_states_ratio_compliance", False, "names Debt / EBITDA as one that fails the credit policy ('Debt / EBITDA 3,250,000 / 960,000 3.39x max 3.50x No')"),
     "credit_memo_never_says_dscr_fails": ("BANK-01", _rewords("credit_memo.pdf", (BANK_DSCR, "The DSCR is therefore 1.15x"),
         (BANK_BECAUSE, "I do not recommend approval of the request as structured.")),
         "memo_states_ratio_compliance", False, "does not name DSCR as one that fails the credit policy"),
@@ -456,8 +515,17 @@ HEALTH_PHRASINGS = {
     "Clinic | Median wait | Meets target\nHillcrest | 30 | No\nLakeview | 14 | Yes\nOld Town | 10 | Yes": ({"Hillcrest"}, {"Lakeview", "Old Town"}),
     "Clinic | Median wait | Above target?\nHillcrest | 30 | Yes\nRiverside | 11 | No": ({"Hillcrest"}, {"Riverside"}),
     "Clinic\nMedian wait (min)\nMeets target\nHillcrest\n30\nNo\nLakeview\n14\nYes": (set(), set()),
+    # A table flattened into one line is read by its header's order; one that judges no clinic (the gold's kind) says nothing.
+    "Clinic Median wait (min) Meets target Hillcrest 30 No Lakeview 14 Yes Old Town 10 Yes": ({"Hillcrest"}, {"Lakeview", "Old Town"}),
+    "Clinic Median wait (min) Above target? Hillcrest 30 Yes Riverside 11 No": ({"Hillcrest"}, {"Riverside"}),
+    "Clinic Median wait Status Hillcrest 30 Above target Lakeview 14 Within target": ({"Hillcrest"}, {"Lakeview"}),
+    "Clinic No-show rate Median wait (min) Hillcrest 14.2% 30 Lakeview 9.1% 14 Old Town 8.0% 10 Riverside 7.5% 11": (set(), set()),
 }
 
+
+#: BANK-01's ratio table flattened into one line of text, as some PDF and Word writers produce.
+BANK_FLAT = ("Ratio Calculation Result Policy Complies DSCR 960,000 / 833,197 1.15x min 1.25x No "
+             "Debt / EBITDA 3,250,000 / 960,000 3.39x max 3.50x Yes")
 
 # BANK-01: which ratios the memo says fail the credit policy (inside) and comply (outside). "Below the minimum"
 # fails and "below the maximum" complies; a finding about the proposed loan is conditional ("would be"),
@@ -486,6 +554,25 @@ BANK_PHRASINGS = {
     # A verb in the infinitive is a requirement, not a finding.
     "To comply with 4.1 the loan would need to be reduced to about 2,042,915, which would bring the DSCR to 1.25x.": (set(), set()),
     "The DSCR needs to reach 1.25x to meet the minimum.": (set(), set()),
+    # A table flattened into one line: the last column's Yes/No belongs to the ratio that starts its row, not to the header's
+    # "Complies"; the prose before and after it is read as prose (a Word paragraph that follows is joined to the line).
+    BANK_FLAT: ({"DSCR"}, {"Debt / EBITDA"}),
+    BANK_FLAT.replace("1.25x No", "1.25x Yes"): (set(), {"DSCR", "Debt / EBITDA"}),
+    BANK_FLAT + " The DSCR is therefore 1.15x, below the policy minimum of 1.25x (section 4.1).": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Margins narrowed even after the add-back. " + BANK_FLAT: ({"DSCR"}, {"Debt / EBITDA"}),
+    "Leverage of 3.39x is within the 3.50x maximum. Ratio Result Complies DSCR 1.15x No": ({"DSCR"}, {"Debt / EBITDA"}),
+    "RATIO RESULT POLICY COMPLIES DSCR 1.15X MIN 1.25X NO DEBT / EBITDA 3.39X MAX 3.50X YES": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Ratio Complies Result Policy DSCR No 1.15x min 1.25x Debt / EBITDA Yes 3.39x max 3.50x": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Ratio Result Breach? DSCR 1.15x Yes Leverage 3.39x No": ({"DSCR"}, {"Debt / EBITDA"}),
+    "Ratio Actual Policy limit Status DSCR 1.15x min 1.25x FAIL Debt / EBITDA 3.39x max 3.50x Within limit": ({"DSCR"}, {"Debt / EBITDA"}),
+    # A flattened line that cannot be read unambiguously states nothing either way: the verdict column in the middle, a Yes/No
+    # after another ratio's name, two in a row, a lower-case yes or no; the prose after it still counts.
+    "Ratio Result Complies Policy DSCR 1.15x No min 1.25x Debt / EBITDA 3.39x Yes max 3.50x": (set(), set()),
+    "Ratio Result Complies DSCR 1.15x Debt / EBITDA 3.39x Yes": (set(), set()),
+    "Ratio Result Complies DSCR 1.15x No No Debt / EBITDA 3.39x Yes": (set(), set()),
+    "Ratio Result Complies DSCR 1.15x no Debt / EBITDA 3.39x yes": (set(), set()),
+    "Ratio Result Complies Policy DSCR 1.15x No min 1.25x Debt / EBITDA 3.39x Yes max 3.50x. The DSCR of 1.15x is below the 1.25x minimum.":
+        ({"DSCR"}, set()),
 }
 SET_PHRASINGS = [("HEALTH-01", "report_names_clinics_over_target", t, want) for t, want in HEALTH_PHRASINGS.items()] + [
     ("BANK-01", "memo_states_ratio_compliance", t, want) for t, want in BANK_PHRASINGS.items()]
@@ -499,6 +586,35 @@ def test_set_decision_phrasings(sid, cid, text, want):
     read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
                     complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
     assert (set(read.inside), set(read.outside)) == want
+
+
+def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
+    """Each gold document that states a decision in a table (one inside a section where a decision is read) is flattened above.
+
+    For every such scenario the flattened gold passes and a flattened table with another verdict fails (VARIANTS).
+    """
+    from pilot.oracles.criteria import section_text
+    from pilot.oracles.readers import document_lines
+    from pilot.scenarios import list_scenarios
+
+    with_tables = set()
+    for sid in list_scenarios():
+        sc = load_scenario(sid)
+        places = [(c.file, c.get("section")) for c in sc.oracle.criteria if c.kind == "decision" and c.get("section")]
+        if not places:
+            continue
+        gold = build_gold_workspace(sid, tmp_path / sid)
+        for name, wanted in places:
+            lines, reason = document_lines(gold / "outputs" / name, layout=True)
+            assert reason is None, reason
+            for section in [wanted] if isinstance(wanted, str) else wanted:
+                text = section_text(lines, section, sc.deliverable(name).required_sections) or ""
+                if any(" | " in line for line in text.splitlines()):
+                    with_tables.add(sid)
+    assert with_tables == set(FLATTENED_TABLE_VARIANTS)
+    for sid, names in FLATTENED_TABLE_VARIANTS.items():
+        judged = {VARIANTS[n][3] for n in names}
+        assert all(VARIANTS[n][0] == sid for n in names) and judged == {True, False}, (sid, names)
 
 
 def test_a_pdf_table_is_read_by_its_columns_and_prose_stays_prose(tmp_path):

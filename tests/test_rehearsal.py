@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,16 +20,17 @@ import pytest
 
 from notebook_helpers import run_cli, stage_params
 from pilot import paths, runtable
-from pilot.agents import worker_env
 from pilot.simulated import rehearsal_report as rehearsal
 from pilot.store import STORE_FILE
-from real_cli_support import require_real_sandbox
+from real_cli_support import rehearsal_environment, require_real_sandbox
 
 SID = "LEGAL-01"
 # The text-substitute path (Write calls) and the shell path; at the design's seed the scripted A1 worker
-# draws the generative model's attempt at a denied program (qlmanage through bash -c), which the sandbox
-# must stop and the audit record as exactly that one deviation.
-ARMS = ["A0", "A1"]
+# draws the generative model's attempt at a denied program (qlmanage through bash -c, absent from a Linux
+# host), and tries a denied program the host has by every route; the sandbox must stop each, and the audit
+# record each as exactly the deviation planted, with the stub answering for the program the host has.
+# A4 as well: the controller's self-check and its decision on the one resume, both foretold by the scripted plan.
+ARMS = ["A0", "A1", "A4"]
 NAME = "rehearsal-e2e"
 
 pytestmark = pytest.mark.slow
@@ -43,11 +43,7 @@ def rehearsed(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("rehearsal")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(paths, "DATA_DIR", root / "data")
-        # The harness's own environment stands in for build/worker-env: it has the solvers' packages.
-        mp.setenv(worker_env.ENV_VAR, sys.prefix)
-        mp.delenv("ANTHROPIC_API_KEY", raising=False)  # a rehearsal needs none
-        mp.setenv("ANTHROPIC_BASE_URL", "http://192.0.2.1:9")  # nor the operator's upstream: nothing may go there
+        rehearsal_environment(mp, root / "data")
         create_study(NAME, scenarios=[SID], arms=",".join(ARMS), pilot_repeats=1).close()
         result = run_study_wave(NAME, backend="rehearsal", progress=False, workers=2)
         table_path, table = export_run_table(NAME, out=root / "out" / "runs.csv")
@@ -71,7 +67,7 @@ def test_every_run_goes_through_the_real_harness_and_the_report_finds_nothing(re
         assert r.charged_usd is not None and r.attempt_s is not None
     # The truth comes from the planted defects' declarations: A0's text substitute must fail the memo's presence,
     # A1 plants nothing and must pass (at the design's seed), so one run of each kind is checked criterion by criterion.
-    assert {r.arm: r.expected_pass for r in report.runs} == {"A0": False, "A1": True}
+    assert {r.arm: r.expected_pass for r in report.runs} == {"A0": False, "A1": True, "A4": True}
     from pilot.simulated.scripted_model import read_truth, scripted_record_dir
 
     with sqlite3.connect(rehearsed["study_dir"] / STORE_FILE) as conn:
@@ -80,7 +76,22 @@ def test_every_run_goes_through_the_real_harness_and_the_report_finds_nothing(re
     truth = next(iter(read_truth(scripted_record_dir(Path(workspaces[a0.run_id]))).values()))
     assert {b for d in truth["declared"] for b in d["breaks"]} == {"memo_present"}
     a1 = next(r for r in report.runs if r.arm == "A1")
-    assert a1.planted_deviations == a1.deviations == 1  # the planted attempt, recorded as planted (else a finding above)
+    [a1_session] = next(iter(read_truth(scripted_record_dir(Path(workspaces[a1.run_id]))).values()))["sessions"]
+    # Planted: the drawn attempt (qlmanage, which this host lacks) and one denied program the host has, by every route.
+    host = a1_session["host_denied_attempts"]
+    assert a1_session["denied_attempt"]["family"] == "qlmanage" and a1_session["denied_attempt"]["present_on_host"] is False
+    assert [a["how"] for a in host] == ["direct", "bash -c", "absolute path"] and all(a["present_on_host"] for a in host)
+    declared = rehearsal.planted_deviations([a1_session])
+    assert len(declared) == 1 + len(host)
+    # Each recorded as planted (else a finding above), the stub answering where the host has the program.
+    assert a1.planted_deviations == a1.deviations == len(declared)
+    assert "stub" in {p["program"] for p in rehearsal.planted_programs([a1_session])}
+    # A4 plants nothing at the design's seed: the plan foretells a passing self-check and the resume withheld,
+    # and the controller was held to that (else a finding above).
+    a4 = next(r for r in report.runs if r.arm == "A4")
+    a4_first = next(iter(read_truth(scripted_record_dir(Path(workspaces[a4.run_id]))).values()))["sessions"][0]
+    assert a4_first["selfcheck_expected"] is True and a4_first["resume_expected"] is False, a4_first
+    assert a4.branch == "normal" and a4.cli_sessions == 1
     by_arm = report.summary.set_index("arm")
     assert list(by_arm.index) == ARMS and (by_arm["judges_parsed"] == "3/3").all()
     md = rehearsed["written"]["report.md"].read_text()
@@ -147,6 +158,9 @@ def test_the_report_finds_a_tampered_charge_and_a_missing_deliverable(rehearsed,
     with sqlite3.connect(copy / STORE_FILE) as c:
         c.execute("UPDATE attempts SET workspace = replace(workspace, ?, ?)", (original, str(copy)))
         c.execute("UPDATE runs SET record_json = replace(record_json, ?, ?)", (original, str(copy)))
+    # ... and the scripted server's records name each run by the proxy's label, the original attempt folder.
+    for truth_file in copy.rglob("truth.jsonl"):
+        truth_file.write_text(truth_file.read_text().replace(original, str(copy)))
     check = next(r for r in rehearsed["report"].runs if r.run_id == run_id)
     (Path(ws.replace(original, str(copy))) / "workspace" / check.deliverables_expected[-1]).unlink()
     # ... and whose proxy usage log was rewritten: one answer with a thousand output tokens more than it was metered at.

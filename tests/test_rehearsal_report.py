@@ -152,3 +152,89 @@ def test_the_usage_log_is_priced_by_hand_from_the_price_file(tmp_path):
     assert check_usage_log(priced, n, "0.0146336", "0.01", 24634) == []
     assert "comes to 0.0146336 USD over 2 request(s)" in check_usage_log(priced, n, "0.0146337", "0.01", 24634)[0]
     assert "not the usage log's" in check_usage_log(priced, n, "0.0146336", "0.01", 24635)[0]
+
+
+
+def _host_attempts(family: str = "curl", path: str = "/usr/bin/curl") -> list[dict]:
+    cmd = f"{family} -sS https://example.com/rates.csv -o rates.csv"
+    commands = {"direct": cmd, "bash -c": f"bash -c '{cmd}'", "absolute path": path + cmd[len(family):]}
+    return [{"family": family, "how": how, "command": c, "present_on_host": True, "path": path} for how, c in commands.items()]
+
+
+def _recorded(attempt: dict, program: str, blocked_by: str | None = None) -> dict:
+    via, blocked = rehearsal.PLANTED_ROUTES[attempt["how"]]
+    return {"kind": "denied_family", "family": attempt["family"], "via": via, "blocked_by": blocked_by or blocked,
+            "command": attempt["command"], "program": program}
+
+
+def _session() -> dict:
+    drawn = {"family": "qlmanage", "how": "bash -c", "command": "bash -c 'qlmanage -p outputs/report.pdf'",
+             "present_on_host": False, "path": None}
+    return {"denied_attempt": drawn, "host_denied_attempts": _host_attempts()}
+
+
+def _as_planted(s: dict, host_programs: tuple[str, str, str] = ("not_reached", "stub", "not_reached"), drawn: str = "absent") -> list[dict]:
+    return [_recorded(s["denied_attempt"], drawn)] + [_recorded(a, p) for a, p in zip(s["host_denied_attempts"], host_programs)]
+
+
+def _check(s: dict, recorded: list[dict], cli_denials: int = 2) -> list[str]:
+    return rehearsal.check_deviations(rehearsal.planted_deviations([s]), recorded, cli_denials, 0, rehearsal.planted_programs([s]))
+
+
+def test_the_attempts_at_a_program_of_the_host_are_planted_deviations_by_every_route():
+    s = _session()
+    # the pinned CLI reads the program of /usr/bin/curl by its name: its rule refuses the path as it refuses the name
+    assert rehearsal.planted_deviations([s]) == [("qlmanage", "bash -c", "mask"), ("curl", "command", "cli_rule"),
+                                                  ("curl", "bash -c", "mask"), ("curl", "command", "cli_rule")]
+    # what must answer at each program: nothing for the absent one, the stub past the CLI's rule, nothing before it
+    assert [(p["family"], p["how"], p["program"]) for p in rehearsal.planted_programs([s])] == [
+        ("qlmanage", "bash -c", "absent"), ("curl", "direct", "not_reached"), ("curl", "bash -c", "stub"),
+        ("curl", "absolute path", "not_reached")]
+    assert _check(s, _as_planted(s)) == []
+    # two attempts the CLI's rule refuses: two permission denials, not one
+    assert any("1 CLI permission denial(s), the scripted worker planted 2" in f for f in _check(s, _as_planted(s), 1))
+
+
+def test_a_planted_stub_attempt_recorded_as_absent_is_a_finding():
+    s = _session()
+    found = _check(s, _as_planted(s, ("not_reached", "absent", "not_reached")))
+    # stopped as planted (blocked by the mask), so only the program tells that the stub never answered
+    assert found == ["deviation: the planted attempt at curl by route bash -c is recorded with program 'absent' "
+                     "(via bash -c, blocked by mask), not 'stub'"]
+
+
+def test_an_absent_program_recorded_as_stub_and_a_missing_program_field_are_findings():
+    s = _session()
+    recorded = _as_planted(s, drawn="stub")
+    recorded[3]["program"] = None  # a record of an audit that kept no program
+    found = _check(s, recorded)
+    assert len(found) == 2
+    assert "qlmanage by route bash -c is recorded with program 'stub'" in found[0] and found[0].endswith("not 'absent'")
+    assert "curl by route absolute path is recorded with program None" in found[1]
+
+
+def test_a_planted_command_no_deviation_records_is_a_finding_naming_its_route():
+    s = _session()
+    # the absolute path recorded under another command (or not at all): the route is named
+    recorded = _as_planted(s)
+    recorded[3]["command"] = "curl -sS https://example.com/other.csv"
+    found = _check(s, recorded)
+    assert len(found) == 1 and "curl by route absolute path" in found[0] and "under no deviation of its command" in found[0]
+    # a CLI whose rule let the path through to the mask: another route than planted, and one denial short
+    through = _as_planted(s)[:3] + [_recorded(s["host_denied_attempts"][2], "stub", blocked_by="mask")]
+    found = _check(s, through, 1)
+    assert any("curl via command (blocked by mask) recorded, but" in f for f in found)
+    assert any("planted attempt at curl (via command, to be blocked by cli_rule) is not recorded" in f for f in found)
+    assert any("by route absolute path is recorded with program 'stub'" in f and "not 'not_reached'" in f for f in found)
+    assert any("1 CLI permission denial(s), the scripted worker planted 2" in f for f in found)
+
+
+def test_a_truth_that_does_not_say_whether_the_host_has_the_program_checks_no_program():
+    # a record written before the presence was recorded: its route is still checked, what answered cannot be
+    old = [{"denied_attempt": {"family": "wget", "how": "bash -c", "command": "bash -c 'wget x'"}}]
+    assert rehearsal.planted_programs(old) == []
+    recorded = [{"family": "wget", "via": "bash -c", "blocked_by": "mask", "command": "bash -c 'wget x'"}]
+    assert rehearsal.check_deviations(rehearsal.planted_deviations(old), recorded, 0, 0, rehearsal.planted_programs(old)) == []
+    # a direct attempt's program is never reached, whatever the truth says of the host
+    direct = [{"denied_attempt": {"family": "curl", "how": "direct", "command": "curl x"}}]
+    assert rehearsal.planted_programs(direct) == [{"family": "curl", "how": "direct", "command": "curl x", "program": "not_reached"}]

@@ -223,7 +223,14 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
         [session] = truth["sessions"]
         assert session["denied_attempt"]["family"] == "wget" and session["denied_attempt"]["how"] == "bash -c"
         assert any(sandbox.STUB_MARKER in text for text in session["denied_result"].values())
-        assert [(d["via"], d["blocked_by"]) for d in rec.deviations] == [("bash -c", "mask")]
+        # With it, the attempts at a denied program the host has, by every route: each recorded as the route it took,
+        # with what answered at the program (the stub, past the CLI's rule), as the plan declared.
+        from pilot.simulated import rehearsal_report as rehearsal
+
+        declared = rehearsal.planted_programs([session])
+        assert len(declared) == len(rehearsal.planted_deviations([session])) == 1 + len(session["host_denied_attempts"])
+        assert sorted((d["family"], d["via"], d["blocked_by"], d["program"]) for d in rec.deviations) == sorted(
+            (p["family"], *rehearsal.PLANTED_ROUTES[p["how"]], p["program"]) for p in declared)
 
 
 @pytest.mark.slow
@@ -281,19 +288,21 @@ def _judge_body(prompt: str, model: str) -> dict:
     return {"model": model, "max_tokens": 32000, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}]}
 
 
-def test_judges_sharing_a_model_are_told_apart_by_call_order(server, tmp_path):
+def test_judges_sharing_a_model_are_told_apart_by_their_label(server, tmp_path):
+    from pilot.judges.claude_judge import JUDGE_ATTEMPT_HEADER, JUDGE_HEADER
     from pilot.judges.prompt import prompt_for_run
     from pilot.judges.schema import parse_verdict
 
     _, outputs = next(_package_variants(tmp_path, SID))
     jp = prompt_for_run(load_scenario(SID), outputs)
     grades = []
-    for model in ("claude-sonnet-5-5", "claude-sonnet-5-5", "claude-opus-5-5"):
-        status, _, data = _post(server, "/v1/messages", _judge_body(jp.text, model), server.api_key)
+    for jid, model in (("J3", "claude-sonnet-5-5"), ("J2", "claude-sonnet-5-5"), ("J1", "claude-opus-5-5")):
+        status, _, data = _post(server, "/v1/messages", _judge_body(jp.text, model), server.api_key,
+                                headers={JUDGE_HEADER: jid, JUDGE_ATTEMPT_HEADER: "0"})
         assert status == 200
         grades.append(parse_verdict(json.loads(data)["content"][0]["text"], jp.criteria))
     rows = [json.loads(x) for x in (server.record_dir / "judges.jsonl").read_text().splitlines()]
-    assert [r["judge"] for r in rows] == ["J2", "J3", "J1"]
+    assert [r["judge"] for r in rows] == ["J3", "J2", "J1"]
     assert all(g.rationale.startswith("Scripted judge") for g in grades)
     status, _, data = _post(server, "/v1/messages", _judge_body(jp.text, "claude-fable-5-1"), server.api_key)
     assert status == 400 and "no member of the study's panel" in json.loads(data)["error"]["message"]
@@ -315,10 +324,11 @@ def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tm
     jp = prompt_for_run(load_scenario(SID), outputs)
     request = JudgeRequest(judge_id="J1", model="claude-opus-5-5", draw=1, attempt=0, prompt=jp.text, criteria=jp.criteria,
                            package=jp.package, seed=_digest(jp.text + "\0J1") % 2**63)
+    from pilot.judges.claude_judge import LABEL_REQUESTS_KEY
+
     with ScriptedModelServer(seed=1, record_dir=tmp_path / "scripted") as srv:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", srv.api_key)
-        reply = ClaudeCodeJudge(CLI).complete(request)
+        reply = ClaudeCodeJudge(CLI, environ={"ANTHROPIC_BASE_URL": srv.base_url, "ANTHROPIC_API_KEY": srv.api_key,
+                                              LABEL_REQUESTS_KEY: "1"}).complete(request)
     assert reply.error is None, reply.error
     verdict = parse_verdict(reply.text, jp.criteria)
     sim = SimulatedJudge()
@@ -336,6 +346,33 @@ def test_the_drawn_denied_attempt_can_be_left_out_without_changing_the_other_dra
     assert with_attempt.truth["denied_attempt"]["family"] == "wget" and without.truth["denied_attempt"] is None
     assert [s[0]["input"]["description"] for s in with_attempt.steps][0] == "Try wget"
     assert with_attempt.steps[1:] == without.steps and with_attempt.truth["defects"] == without.truth["defects"]
+
+
+def test_every_shell_arm_that_denies_a_program_of_the_host_tries_it_by_every_route(tmp_path):
+    from pilot.simulated.scripted_model import HOST_DENIED_ROUTES, WorkerPlayer, host_program
+
+    sc = load_scenario(SID)
+    player = WorkerPlayer(237, tmp_path)
+    for arm_id in ("A1", "A2", "A3"):
+        arm = protocol.arms()[arm_id]
+        plan = player.plan(sc, arm, f"/r/{SID}.{arm_id}.r1", 0, "/w")
+        host = plan.truth["host_denied_attempts"]
+        if not any(host_program(f) for f in arm.denied_families):
+            assert host == []  # A3 denies nothing
+            continue
+        assert [a["how"] for a in host] == list(HOST_DENIED_ROUTES) and len({a["family"] for a in host}) == 1
+        family, path = host[0]["family"], host[0]["path"]
+        assert family in arm.denied_families and path == host_program(family) and Path(path).is_file()
+        assert all(a["present_on_host"] for a in host)
+        assert [a["command"].split()[0] for a in host] == [family, "bash", path]
+        # each in a step of its own, after the drawn attempt's, and each meant to fail
+        commands = [s[0]["input"]["command"] for s in plan.steps]
+        at = [commands.index(a["command"], 1 if plan.truth["denied_attempt"] else 0) for a in host]
+        assert all(len(plan.steps[i]) == 1 for i in at) and set(at) <= plan.expect_error
+        drawn = plan.truth["denied_attempt"]
+        assert plan.expect_error == set(at) | ({0} if drawn else set())
+        if drawn:
+            assert commands[0] == drawn["command"] and drawn["present_on_host"] is (host_program(drawn["family"]) is not None)
 
 
 def test_the_shipped_portal_client_signs_in_and_fetches_as_the_models_worker_does(tmp_path):

@@ -79,6 +79,10 @@ def test_both_stages_finish_and_report_numbers_or_reasons(kind, tmp_path: Path):
             assert not re.search(r"(?<![A-Za-z])(nan|inf)(?![A-Za-z])", text, re.IGNORECASE), name
             assert "e+30" not in text, name
             assert "∞" not in text or path.suffix == ".csv", name  # the symbol, not the character, in LaTeX
+            if path.suffix == ".tex":
+                # A bare % ends the line for LaTeX: a verdict such as "(0% or 100% acceptance)" must arrive escaped.
+                bare = [ln for ln in text.splitlines() if "\\caption{" in ln and re.search(r"(?<!\\)%", ln)]
+                assert not bare, (name, bare[0][:200])
 
 
 def test_an_unjudged_arm_makes_its_contrasts_not_estimable():

@@ -22,7 +22,9 @@ check_group() {
         kpsewhich "$sty" >/dev/null 2>&1 || { need texlive-latex-extra; break; }
       done
       kpsewhich lmodern.sty >/dev/null 2>&1 || need lmodern
-      kpsewhich pcrr8t.tfm >/dev/null 2>&1 || need texlive-fonts-recommended ;;
+      kpsewhich pcrr8t.tfm >/dev/null 2>&1 || need texlive-fonts-recommended
+      # pdftotext and pdfinfo read a typeset PDF back (its label on every page).
+      command -v pdftotext >/dev/null 2>&1 || need poppler-utils ;;
     office)
       command -v soffice >/dev/null 2>&1 || need libreoffice-calc-nogui libreoffice-writer-nogui ;;
     sandbox)

@@ -19,9 +19,10 @@ A role is a ``"module:attr"`` reference, imported only when that backend is
 asked for it, so a real run never loads a stand-in:
 
 - ``agent``: ``start_agent(**launch) -> (agent, worker_env_record, launch_error)``;
-- ``judge``: ``new_judge(claude_bin=, study=, environ=) -> JudgeBackend``;
+- ``judge``: ``new_judge(claude_bin=, study=, environ=, timeout_s=) -> JudgeBackend``;
 - ``upstream``: a context manager ``(attempt_dir, seed) -> {ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY}``
-  that the attempt's proxy and judges talk to instead of this process's;
+  that the attempt's proxy and judges talk to instead of this process's (a rehearsal's also asks for labelled
+  judge requests and may carry its own limits: :mod:`pilot.pipeline`);
 - ``runtable``: ``(seed) -> DataFrame``, a run table of this backend;
 - ``scenarios``: ``(ids) -> list[str]``, scenario ids a table of this backend may name beyond the bundles.
 

@@ -503,7 +503,9 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
     changed = []
 
     def swap(body: list[str], section: str | None) -> list[str]:
-        if section is None or not body:
+        # One section stating the wrong decision is enough to fail the criterion; renaming in the next ones too
+        # (a flattened table among them) would take away figures other criteria read.
+        if section is None or not body or changed:
             return body
         text = " ".join(body)
         inside = [k for k in want if k in read_set(text, options, **_set_reading(c)).inside]

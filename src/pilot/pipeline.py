@@ -37,6 +37,12 @@ from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.judges import judge_run
 
 JUDGE_BACKEND_ENV = "PILOT_JUDGE_BACKEND"
+#: Keys an upstream role may add to its mapping for a rehearsal's own limits: a run's wall limit and the judges' time
+#: limit, shorter than the study's so that a rehearsal can play those branches in minutes. Never passed to a process.
+UPSTREAM_WALL_KEY = "PILOT_REHEARSAL_WALL_S"
+UPSTREAM_JUDGE_TIMEOUT_KEY = "PILOT_REHEARSAL_JUDGE_TIMEOUT_S"
+#: ... and a run's dollar cap, lower than the study's, so that a rehearsal reaches it within a few requests.
+UPSTREAM_CAP_KEY = "PILOT_REHEARSAL_CAP_USD"
 
 
 def judge_backend_for(agent_backend: str) -> str:
@@ -60,10 +66,11 @@ def _missing_judges(error: str) -> list[dict[str, Any]]:
 
 
 def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir: Path, judge_backend: str, seed: int,
-                 environ: dict[str, str] | None = None) -> dict[str, Any]:
+                 environ: dict[str, str] | None = None, judge_timeout_s: float | None = None) -> dict[str, Any]:
     """Judge a finished attempt's deliverables and add the results to its record.
 
-    ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this process's.
+    ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this process's;
+    ``judge_timeout_s`` a rehearsal's shorter time limit per judge call (None: the backend's own).
     """
     from pilot.scenarios import load_scenario
 
@@ -72,7 +79,8 @@ def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir:
     # What identifies this run must not reach a judge even if a file mentions it.
     withheld = [cell.run_id, node, cell.study, str(attempt_dir), str(workspace), str(workspace.resolve())]
     try:
-        results = judge_run(load_scenario(cell.scenario), outputs, backend=judge_backend, seed=seed, withheld=withheld, environ=environ)
+        results = judge_run(load_scenario(cell.scenario), outputs, backend=judge_backend, seed=seed, withheld=withheld, environ=environ,
+                            timeout_s=judge_timeout_s)
         record["judges"] = [r.to_dict() for r in results]
         record["judge_error"] = None
     except Exception as exc:  # noqa: BLE001 - a judging failure leaves the judges missing; the agent run stands
@@ -99,13 +107,32 @@ def model_upstream(backend: str, attempt_dir: Path, seed: int) -> Iterator[dict[
         yield upstream
 
 
+def upstream_limits(upstream: dict[str, str] | None) -> tuple[dict[str, str] | None, dict[str, float]]:
+    """The upstream mapping without a rehearsal's own limits, and those limits ("wall_s", "usd", "judge_timeout_s")."""
+    if upstream is None:
+        return None, {}
+    env = dict(upstream)
+    keys = {"wall_s": UPSTREAM_WALL_KEY, "usd": UPSTREAM_CAP_KEY, "judge_timeout_s": UPSTREAM_JUDGE_TIMEOUT_KEY}
+    limits = {name: float(env.pop(key)) for name, key in keys.items() if env.get(key)}
+    for key in keys.values():
+        env.pop(key, None)
+    return env, limits
+
+
 def _run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int, upstream: dict[str, str] | None) -> AttemptOutcome:
-    from pilot import runner
+    from pilot import protocol, runner
 
     from pilot.outcomes import agent_cost
 
+    upstream, limits = upstream_limits(upstream)
+    caps = None
+    if "wall_s" in limits or "usd" in limits:
+        # A rehearsal's own limits only ever tighten the study's.
+        own = protocol.study().caps_for(cell.scenario)
+        caps = protocol.Caps(min(own.usd, limits.get("usd", own.usd)), min(own.wall_s, limits.get("wall_s", own.wall_s)))
+    judge_timeout_s = limits.get("judge_timeout_s")
     rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=Path(attempt_dir), seed=seed, model=cell.model,
-                             environ=upstream)
+                             environ=upstream, caps=caps)
     data = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
     # None when the client reported no (complete) cost: the ledger then charges the whole reservation.
     cost = agent_cost(data)
@@ -114,6 +141,7 @@ def _run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: 
     if data.get("status") == "infra_error":
         return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=cost,
                               metered_cost_usd=metered)
-    data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed, environ=upstream)
+    data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed, environ=upstream,
+                        judge_timeout_s=judge_timeout_s)
     return AttemptOutcome(record=data, cost_usd=cost, judge_cost_usd=data["judge_cost_usd"], status=data.get("status", "completed"),
                           metered_cost_usd=metered)

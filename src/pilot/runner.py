@@ -475,7 +475,14 @@ def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ
 
 
 def _metered_cap(cls: Classification, meter: Any) -> Classification:
-    """A session the model proxy stopped at the run's cost cap ends as capped (cost), whatever the CLI made of it."""
+    """A session the model proxy stopped at the run's cost cap ends as capped (cost), whatever the CLI made of it.
+
+    Except one with no model output at all: it delivered nothing to evaluate, so it stays the infrastructure error
+    the design makes of any failure before model output (rerun under the same id). That happens when an answer's
+    usage was never reported (a stream cut) and the proxy booked its worst case, leaving no room for the retry.
+    """
+    if cls.status == INFRA_ERROR:
+        return cls
     if meter is not None and getattr(meter, "capped", False):
         return Classification(CAPPED, censor_reason="cost", detail="the model proxy refused a request that could cross the cost cap")
     return cls

@@ -107,8 +107,9 @@ class WireHandler(BaseHTTPRequestHandler):
         # x-should-retry: false, so that the CLI reports the error at once instead of retrying for minutes.
         self.send_json(error_body(kind, text), status, {"x-should-retry": "false"})
 
-    def send_stream(self, msg: dict, gate: threading.Event | None = None) -> None:
-        """Stream ``msg`` as server-sent events; ``gate`` holds the answer after its first event."""
+    def send_stream(self, msg: dict, gate: threading.Event | None = None, *, cut_after_first: bool = False) -> None:
+        """Stream ``msg`` as server-sent events; ``gate`` holds the answer after its first event; ``cut_after_first``
+        drops the connection after the first event, as a stream cut mid-way arrives."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -119,6 +120,9 @@ class WireHandler(BaseHTTPRequestHandler):
             frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if self._chunked else frame)
             self.wfile.flush()
+            if n == 0 and cut_after_first:
+                self.close_connection = True
+                return
             if n == 0 and gate is not None:
                 gate.wait(timeout=30)
         if self._chunked:

@@ -497,7 +497,9 @@ def _result_checks(rec: _Record, streams: list[StreamSummary], per_session: bool
             if isinstance(turns, int) and not isinstance(turns, bool) and turns > answered + made + 1:
                 out.append(Tampering(FORGED_RESULT, "", f"a result claims {turns} turns; in {where} the model answered {answered} times "
                                                         f"and made {made} tool calls", session or 0))
-            if session is None or r.get("subtype") != "success":
+            # The pinned CLI reports an API error (or the proxy's refusal at the cap) as subtype "success" with is_error:
+            # a failure, claiming no success; only a result that claims success must match the record.
+            if session is None or r.get("subtype") != "success" or r.get("is_error"):
                 continue
             last = rec.last_answer.get(session)
             if last is None:

@@ -138,6 +138,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("name")
     h.add_argument("--out", type=Path, default=Path("build/rehearsal"), help="folder for report.md and report.json (default: build/rehearsal)")
     h.add_argument("--runs", type=Path, help="the exported run table to check (default: analysis/data/NAME/runs.csv)")
+    h.add_argument("--branches", type=Path, help="the branch plan the rehearsal ran under: every branch must have been played "
+                   "(default: the plan $PILOT_REHEARSAL_BRANCHES names, if any)")
     h.set_defaults(func=_cmd_rehearsal_report)
 
     v = ss.add_parser("verify-freeze", help="compare the protocol with the manifest taken at pilot start")
@@ -297,7 +299,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_rehearsal_report(args: argparse.Namespace) -> int:
     from pilot.simulated import rehearsal_report as rehearsal
 
-    report = rehearsal.collect(args.name, run_table=paths.from_root(args.runs) if args.runs else None)
+    import os
+
+    from pilot.simulated.rehearsal_branches import PLAN_ENV
+
+    plan = args.branches or (Path(os.environ[PLAN_ENV]) if os.environ.get(PLAN_ENV) else None)
+    report = rehearsal.collect(args.name, run_table=paths.from_root(args.runs) if args.runs else None,
+                               branch_plan=paths.from_root(plan) if plan else None)
     written = rehearsal.write(report, paths.from_root(args.out))
     print(report.to_markdown())
     print(json.dumps({"report": {k: paths.shown(v) for k, v in written.items()}, "findings": len(report.findings)}))

@@ -7,7 +7,14 @@ working folder with a fresh ``CLAUDE_CONFIG_DIR`` so that no operator
 setting, memory or CLAUDE.md reaches the judge. The judge's cost is the
 client's reported ``total_cost_usd``. ``environ`` names another upstream
 (``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_KEY``) than this process's: the
-rehearsal points its judges at the scripted model server.
+rehearsal points its judges at the scripted model server. A rehearsal's
+upstream also carries :data:`LABEL_REQUESTS_KEY`: then every call names its
+panel member and attempt in request headers (:data:`JUDGE_HEADER`,
+:data:`JUDGE_ATTEMPT_HEADER`, sent through the CLI's
+``ANTHROPIC_CUSTOM_HEADERS``), because the scripted server cannot tell two
+judges of the same model apart from the prompt, and must not guess from the
+order of the calls (a retry would swap them). Only a loopback upstream is
+labelled: the real API never sees the label.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pilot import protocol
 from pilot.judges.backend import JudgeReply, JudgeRequest
@@ -31,6 +39,24 @@ QUIET_ENV = {
     "DISABLE_AUTOUPDATER": "1",
     "DISABLE_ERROR_REPORTING": "1",
 }
+
+
+#: The key of an upstream mapping (``environ``) that asks for labelled judge requests: a rehearsal's scripted server
+#: sets it (:func:`pilot.simulated.scripted_model.scripted_upstream`); it never reaches the CLI's environment.
+LABEL_REQUESTS_KEY = "PILOT_LABEL_JUDGE_REQUESTS"
+#: The request headers of a labelled judge call: the panel member's id, and the attempt (0, or 1 for the one retry).
+JUDGE_HEADER = "x-pilot-judge"
+JUDGE_ATTEMPT_HEADER = "x-pilot-judge-attempt"
+#: The hosts a labelled upstream may have: the scripted server listens on loopback only.
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def judge_label_headers(request: JudgeRequest) -> str:
+    """The CLI's ``ANTHROPIC_CUSTOM_HEADERS`` value that labels one judge call ("Name: value" lines)."""
+    for value in (request.judge_id, str(request.attempt)):
+        if not value or any(c in value for c in "\r\n:"):
+            raise ValueError(f"a judge label cannot carry {value!r}")
+    return f"{JUDGE_HEADER}: {request.judge_id}\n{JUDGE_ATTEMPT_HEADER}: {int(request.attempt)}"
 
 
 class ClaudeNotFound(RuntimeError):
@@ -67,6 +93,12 @@ class ClaudeCodeJudge:
                  environ: dict[str, str] | None = None) -> None:
         self.study = study or protocol.study()
         self.upstream = dict(environ) if environ is not None else None
+        self.label_requests = bool(self.upstream and self.upstream.get(LABEL_REQUESTS_KEY))
+        if self.label_requests:
+            url = str(self.upstream.get("ANTHROPIC_BASE_URL") or "")
+            if urlsplit(url).scheme != "http" or urlsplit(url).hostname not in _LOOPBACK:
+                # The label is for a rehearsal's own server; a mapping that asks for it with another address is a mistake.
+                raise ValueError(f"labelled judge requests go to a scripted server on loopback only, not to {url or 'no address'!r}")
         self.claude_bin = locate_claude(claude_bin)
         self.timeout_s = timeout_s
         self.bare = bool(self.study["cli"]["bare"])
@@ -80,12 +112,14 @@ class ClaudeCodeJudge:
             cmd.append("--bare")
         return cmd
 
-    def _env(self, config_dir: Path, home: Path) -> dict[str, str]:
+    def _env(self, config_dir: Path, home: Path, request: JudgeRequest | None = None) -> dict[str, str]:
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         if self.upstream is not None:
             # The given upstream replaces the operator's: none of this process's key or address is kept beside it.
             env = {k: v for k, v in env.items() if not k.startswith("ANTHROPIC_")}
             env.update({k: v for k, v in self.upstream.items() if k in PASSTHROUGH_ENV and k.startswith("ANTHROPIC_")})
+        if self.label_requests and request is not None:
+            env["ANTHROPIC_CUSTOM_HEADERS"] = judge_label_headers(request)
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.update(QUIET_ENV)
         env["CLAUDE_CONFIG_DIR"] = str(config_dir)
@@ -119,7 +153,7 @@ class ClaudeCodeJudge:
                     text=True,
                     timeout=self.timeout_s,
                     cwd=work,
-                    env=self._env(config, t),
+                    env=self._env(config, t, request),
                 )
             except subprocess.TimeoutExpired:
                 return JudgeReply(None, 0.0, f"the CLI did not answer within {self.timeout_s:g} s")
@@ -161,6 +195,8 @@ def parse_cli_output(stdout: str, returncode: int, stderr: str = "") -> JudgeRep
 
 
 def new_judge(*, claude_bin: Path | str | None = None, study: protocol.Study | None = None,
-              environ: dict[str, str] | None = None) -> ClaudeCodeJudge:
-    """The ``judge`` role of the CLI backends (:mod:`pilot.backends`)."""
-    return ClaudeCodeJudge(claude_bin, study=study, environ=environ)
+              environ: dict[str, str] | None = None, timeout_s: float | None = None) -> ClaudeCodeJudge:
+    """The ``judge`` role of the CLI backends (:mod:`pilot.backends`); ``timeout_s`` per call (None: the default)."""
+    if timeout_s is None:
+        return ClaudeCodeJudge(claude_bin, study=study, environ=environ)
+    return ClaudeCodeJudge(claude_bin, study=study, environ=environ, timeout_s=float(timeout_s))

@@ -50,16 +50,17 @@ class JudgeResult:
 
 
 def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None = None, study: protocol.Study | None = None,
-                 environ: dict[str, str] | None = None) -> JudgeBackend:
-    """A judge backend by name (``simulated`` or ``claude-code``), or the object given.
+                 environ: dict[str, str] | None = None, timeout_s: float | None = None) -> JudgeBackend:
+    """A judge backend by name (``simulated`` or ``claude-code``), or the object given (as it was made).
 
-    ``environ`` gives the CLI judges their upstream (the rehearsal's scripted model server) instead of this process's.
+    ``environ`` gives the CLI judges their upstream (the rehearsal's scripted model server) instead of this process's;
+    ``timeout_s`` their time limit per call (None: the backend's own; the simulated judges need none).
     """
     if not isinstance(backend, str):
         return backend
     if backend not in backends.JUDGE_BACKENDS:
         raise ValueError(f"unknown judge backend {backend!r}; choose one of {list(backends.JUDGE_BACKENDS)}")
-    return backends.role(backend, "judge")(claude_bin=claude_bin, study=study, environ=environ)
+    return backends.role(backend, "judge")(claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s)
 
 
 def judge_prompt(prompt: JudgePrompt, *, backend: JudgeBackend, seed: int, panel: Iterable[dict]) -> list[JudgeResult]:
@@ -105,15 +106,19 @@ def judge_run(
     claude_bin: Path | str | None = None,
     limits: RenderLimits | None = None,
     environ: dict[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> list[JudgeResult]:
     """Judge one run's deliverables with the study's panel.
 
     ``scenario`` provides ``brief_path``, ``rubric`` and ``deliverables``;
     ``withheld`` lists the run's own identifiers (run id, node, workspace)
     that must not reach a judge; ``environ`` the CLI judges' upstream
-    (default: this process's). Returns one result per panel member, in
-    panel order; a missing judge has ``error`` set and no score.
+    (default: this process's); ``timeout_s`` the time limit of each judge
+    call (default: the backend's; a rehearsal's is shorter). Returns one
+    result per panel member, in panel order; a missing judge has ``error``
+    set and no score.
     """
     study = study or protocol.study()
     prompt = prompt_for_run(scenario, Path(outputs_dir), withheld=withheld, limits=limits)
-    return judge_prompt(prompt, backend=make_backend(backend, claude_bin=claude_bin, study=study, environ=environ), seed=seed, panel=study.judge_panel)
+    judge = make_backend(backend, claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s)
+    return judge_prompt(prompt, backend=judge, seed=seed, panel=study.judge_panel)

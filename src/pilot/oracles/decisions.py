@@ -21,6 +21,7 @@ The verdict names what was read and where.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -200,6 +201,193 @@ _VERDICT_CELL_WORDS = 4
 #: A verb in the infinitive states a purpose or a requirement, not a finding ("to comply, the loan would need ...").
 _INFINITIVE = re.compile(r"\bto\s*$", re.I)
 
+# A table flattened into one line of text, as some PDF and Word writers produce
+# ("Ratio Calculation Result Policy Complies DSCR 960,000 / 833,197 1.15x min 1.25x No Debt / EBITDA ... Yes"),
+# is read by its header's order: the titles tell which column is the verdict, and a row is the option that
+# starts it with its cells. Read as prose, the header's "Complies" would be the verb of every row.
+
+#: Where a sentence ends inside a block: a flattened header and its rows hold none ("1.15x" and "960,000" are no ends).
+_SENTENCE_MARK = re.compile(r"[.!;:](?=\s|$)|,(?=\s)")
+#: A bare Yes/No cell as a table writes it (capitalised, or a mark); a lower-case "no" is a word of prose.
+_FLAT_VERDICT = re.compile(r"(?<!\S)(?:Yes|YES|No|NO|True|TRUE|False|FALSE|[✓✔✅✗✘❌])(?!\S)")
+#: A column title is short; a header has a few of them, and a row a few short cells.
+_TITLE_WORDS = 4
+_HEADER_TITLES = 10
+_ROW_CHARS = 480
+_FIGURE = re.compile(r"\d")
+
+_Row = tuple[str, bool, str]  # (option, inside, the row as written)
+
+
+@dataclass
+class _FlatTable:
+    """A flattened table found in a block: the span it covers and what its rows say (none when it cannot be read)."""
+
+    start: int
+    end: int
+    rows: list[_Row]
+
+
+def _titles(header: str, topic_rx: re.Pattern[str], verb_rx: re.Pattern[str]) -> list[str] | None:
+    """The column titles of a flattened header, or None when the words are not a header.
+
+    A title starts with a capital ("Ratio", "Policy limit", "Median wait (min)"); a word that does not
+    continues the title before it, and so does a topic word right after a verb ("Meets Target").
+    """
+    titles: list[str] = []
+    for tok in header.split():
+        last = titles[-1] if titles else ""
+        continues = bool(titles) and (not tok[0].isupper() or last.endswith(("/", "&", "-"))
+                                      or bool(verb_rx.search(last) and not topic_rx.search(last) and topic_rx.match(tok)))
+        if continues:
+            titles[-1] += " " + tok
+        elif tok[0].isupper():
+            titles.append(tok)
+        else:
+            return None
+    if not 2 <= len(titles) <= _HEADER_TITLES or any(len(t.split()) > _TITLE_WORDS for t in titles):
+        return None
+    return titles
+
+
+def _verdict_phrase(cells: str, verb_rx: re.Pattern[str], not_a_finding: re.Pattern[str], *, figure: bool) -> bool | None:
+    """A row's closing verdict cell read by its verb ("FAIL", "Within limit"): inside, outside, or None.
+
+    The cell is what follows the row's last figure: four words at most, with a verb and no plan.
+    ``figure`` asks for a figure before it, as a row under no decision title has ("1.15x min 1.25x FAIL").
+    """
+    words = cells.split()
+    last = max((k for k, w in enumerate(words) if _FIGURE.search(w)), default=None)
+    if figure and last is None:
+        return None
+    phrase = " ".join(words[(last + 1) if last is not None else 0:])
+    verb = verb_rx.search(phrase)
+    if not phrase or verb is None or len(phrase.split()) > _VERDICT_CELL_WORDS or not_a_finding.search(phrase):
+        return None
+    return bool(verb.group("p")) != bool(NEGATORS.search(phrase[: verb.start()]))
+
+
+class _FlatRows:
+    """The rows of a flattened table in one block, read from a position by the layout its header gives."""
+
+    def __init__(self, block: str, mentions: list[tuple[int, str, int]], marks: list[int],
+                 verb_rx: re.Pattern[str], not_a_finding: re.Pattern[str]) -> None:
+        self.block, self.mentions, self.marks = block, mentions, marks
+        self.starts = [m[0] for m in mentions]
+        self.verb_rx, self.not_a_finding = verb_rx, not_a_finding
+
+    def skip(self, pos: int) -> int:
+        """The first non-blank position at or after ``pos``."""
+        return len(self.block) - len(self.block[pos:].lstrip())
+
+    def at(self, pos: int) -> int | None:
+        """The index of the option named at ``pos``, if one is."""
+        k = bisect.bisect_left(self.starts, pos)
+        return k if k < len(self.starts) and self.starts[k] == pos else None
+
+    def limit(self, pos: int) -> int:
+        """Where a row from ``pos`` must end: its sentence's end, and a row is short."""
+        k = bisect.bisect_right(self.marks, pos)
+        return min(self.marks[k] if k < len(self.marks) else len(self.block), pos + _ROW_CHARS)
+
+    def yes_no(self, sign: re.Match[str], polarity: bool) -> bool:
+        return polarity if _YES.match(sign.group()) else not polarity
+
+    def closing(self, pos: int, polarity: bool | None) -> tuple[list[_Row], int] | None:
+        """Rows that end on their verdict, from ``pos``: (rows, where the table ends), or None when they cannot be read.
+
+        ``polarity`` is the decision title's; without one (None) a bare Yes/No says nothing.
+        """
+        rows: list[_Row] = []
+        while True:
+            pos = self.skip(pos)
+            k = self.at(pos)
+            if k is None:
+                # Two verdicts in a row: one of them has no row.
+                return None if _FLAT_VERDICT.match(self.block, pos) else (rows, pos)
+            _, key, end = self.mentions[k]
+            limit = self.limit(end)
+            # The row runs to its Yes/No, or to the next option's name (the same option named again is one of its cells).
+            other = next((self.starts[j] for j in range(k + 1, len(self.mentions)) if self.starts[j] >= limit or self.mentions[j][1] != key), limit)
+            other = min(other, limit)
+            sign = _FLAT_VERDICT.search(self.block, end, other)
+            if sign is not None:
+                if polarity is None:
+                    return None
+                rows.append((key, self.yes_no(sign, polarity), " ".join(self.block[pos:sign.end()].split())))
+                pos = sign.end()
+                continue
+            inside = _verdict_phrase(self.block[end:other], self.verb_rx, self.not_a_finding, figure=polarity is None)
+            if inside is not None:
+                rows.append((key, inside, " ".join(self.block[pos:other].split())))
+                pos = other
+                continue
+            # A Yes/No past another option's name may close either row.
+            return None if _FLAT_VERDICT.search(self.block, other, limit) else (rows, pos)
+
+    def leading(self, pos: int, polarity: bool) -> tuple[list[_Row], int] | None:
+        """Rows whose Yes/No follows the option ("DSCR No 1.15x min 1.25x"): (rows, where the table ends), or None."""
+        rows: list[_Row] = []
+        k = self.at(self.skip(pos))
+        while k is not None:
+            start, key, end = self.mentions[k]
+            sign = _FLAT_VERDICT.match(self.block, self.skip(end))
+            if sign is None:
+                return None
+            limit = self.limit(sign.end())
+            # The next row starts where an option is followed by its Yes/No; the cells between are this row's.
+            k = next((j for j in range(k + 1, len(self.mentions)) if self.starts[j] >= limit
+                      or _FLAT_VERDICT.match(self.block, self.skip(self.mentions[j][2]))), None)
+            if k is not None and self.starts[k] >= limit:
+                k = None
+            stop = self.starts[k] if k is not None else limit
+            if _FLAT_VERDICT.search(self.block, sign.end(), stop):
+                return None
+            rows.append((key, self.yes_no(sign, polarity), " ".join(self.block[start:stop].split())))
+            pos = stop
+        return rows, pos
+
+
+def _flat_table(block: str, options: dict[str, re.Pattern[str]], topic_rx: re.Pattern[str], verb_rx: re.Pattern[str],
+                not_a_finding: re.Pattern[str]) -> _FlatTable | None:
+    """The first flattened table in ``block``, or None when it holds none.
+
+    The header is the run of column titles just before an option starts the first row. With the decision
+    title ("Complies", "Meets target") last, each row ends on its Yes/No (or a verdict cell with a verb);
+    with it second, after the options' own column, the Yes/No follows the option. A decision title
+    elsewhere, a Yes/No after another option's name, or two in a row cannot be read: the table, up to the
+    end of its sentence, is then no statement either way. Without a decision title, two rows or more that
+    each close on a verdict cell after a figure ("1.15x min 1.25x FAIL") are read by that cell.
+    """
+    mentions = _mentions(block, options)
+    marks = [m.end() for m in _SENTENCE_MARK.finditer(block)]
+    rows = _FlatRows(block, mentions, marks, verb_rx, not_a_finding)
+    for i, (first, _, _) in enumerate(mentions):
+        k = bisect.bisect_right(marks, first)
+        start = max(marks[k - 1] if k else 0, mentions[i - 1][2] if i else 0)
+        header = block[start:first]
+        titles = _titles(header, topic_rx, verb_rx)
+        if titles is None:
+            continue
+        start += len(header) - len(header.lstrip())
+        decisions = [j for j, t in enumerate(titles) if topic_rx.search(t) and verb_rx.search(t)]
+        unreadable = _FlatTable(start, marks[k] if k < len(marks) else len(block), [])
+        if not decisions:
+            found = rows.closing(first, None)
+            if found is None or len(found[0]) < 2:
+                continue
+        elif len(decisions) > 1 or decisions[0] not in (1, len(titles) - 1):
+            return unreadable
+        else:
+            title = titles[decisions[0]]
+            m = verb_rx.search(title)
+            polarity = bool(m.group("p")) != bool(NEGATORS.search(title[: m.start()]))
+            found = rows.closing(first, polarity) if decisions[0] == len(titles) - 1 else rows.leading(first, polarity)
+            if found is None or not found[0]:
+                return unreadable
+        return _FlatTable(start, found[1], found[0])
+    return None
+
 
 def _blocks(text: str) -> list[str]:
     """Prose paragraphs (wrapped lines joined) and table rows (``a | b | c``, one each), in order.
@@ -237,7 +425,9 @@ def read_set(
     Prose is read clause by clause (above). A table (rows ``a | b | c``, as a
     Word table is read) is read by column: a header cell with a verb and the
     topic ("Meets target", "Above target?") makes its column the decision, and
-    each row naming an option says yes or no (or the verb itself) there.
+    each row naming an option says yes or no (or the verb itself) there. A
+    table flattened into a line of text is read by its header's order
+    (:func:`_flat_table`), the prose around it as prose.
     """
     compiled = compile_options(options)
     topic_rx = re.compile(topic, re.I)
@@ -249,45 +439,9 @@ def read_set(
         (out.inside if inside else out.outside).setdefault(key, quote)
 
     previous: bool | None = None  # the last finding verb read: True = property, False = complement
-    column: tuple[int, bool] | None = None  # the decision column of the table being read, and its polarity
-    for block in _blocks(text):
-        if _TABLE_CELL in block:
-            cells = [c.strip() for c in block.split("|")]
-            named = [(k, key) for k, c in enumerate(cells) for _, key, _ in _mentions(c, compiled)[:1]]
-            # A header names no option; a row's own verdict cell ("Within limit") is not a header.
-            header = [] if named else [(j, m) for j, c in enumerate(cells) if topic_rx.search(c) and (m := verb_rx.search(c))]
-            if header:
-                j, m = header[0]
-                column = (j, bool(m.group("p")) != bool(NEGATORS.search(cells[j][: m.start()])))
-                continue
-            if not named:
-                continue
-            if column is None:
-                # No decision header ("Status", "Result"): one short cell with a verb and no figure is the verdict,
-                # read by its verb below.
-                verdicts = [k for k, c in enumerate(cells) if k != named[0][0] and verb_rx.search(c)
-                            and len(_WORD.findall(c)) <= _VERDICT_CELL_WORDS and not re.search(r"\d", c)]
-                if len(verdicts) != 1:
-                    continue
-                j, polarity = verdicts[0], None  # a verdict cell has a verb: it is never a bare yes or no
-            elif column[0] >= len(cells):
-                continue
-            else:
-                j, polarity = column
-            cell = cells[j]
-            verb = verb_rx.search(cell)
-            if _YES.match(cell):
-                inside = polarity
-            elif _NO.match(cell):
-                inside = not polarity
-            elif verb is not None:
-                inside = bool(verb.group("p")) != bool(NEGATORS.search(cell[: verb.start()]))
-            else:
-                continue
-            put(named[0][1], inside, block[:200])
-            out.clauses.append(block[:200])
-            continue
-        column = None
+
+    def read_prose(block: str) -> None:
+        nonlocal previous
         subject: list[tuple[int, str, int]] = []  # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
         pieces = _CLAUSE_SPLIT_KEEP.split(block)
         for sentence, sep in zip(pieces[::2], pieces[1::2] + [""]):
@@ -331,4 +485,57 @@ def read_set(
             mentions = _mentions(sentence, compiled)
             if sep.startswith(":") and mentions and len(_WORD.findall(sentence)) <= _LABEL_WORDS and not verb_rx.search(sentence):
                 subject = mentions
+
+    def read_prose_and_tables(block: str) -> None:
+        # A flattened table is read by its rows, the prose around it as prose.
+        table = _flat_table(block, compiled, topic_rx, verb_rx, not_a_finding)
+        if table is None:
+            read_prose(block)
+            return
+        read_prose(block[:table.start])
+        for key, inside, quote in table.rows:
+            put(key, inside, quote[:200])
+            out.clauses.append(quote[:200])
+        read_prose_and_tables(block[table.end:])
+
+    column: tuple[int, bool] | None = None  # the decision column of the table being read, and its polarity
+    for block in _blocks(text):
+        if _TABLE_CELL in block:
+            cells = [c.strip() for c in block.split("|")]
+            named = [(k, key) for k, c in enumerate(cells) for _, key, _ in _mentions(c, compiled)[:1]]
+            # A header names no option; a row's own verdict cell ("Within limit") is not a header.
+            header = [] if named else [(j, m) for j, c in enumerate(cells) if topic_rx.search(c) and (m := verb_rx.search(c))]
+            if header:
+                j, m = header[0]
+                column = (j, bool(m.group("p")) != bool(NEGATORS.search(cells[j][: m.start()])))
+                continue
+            if not named:
+                continue
+            if column is None:
+                # No decision header ("Status", "Result"): one short cell with a verb and no figure is the verdict,
+                # read by its verb below.
+                verdicts = [k for k, c in enumerate(cells) if k != named[0][0] and verb_rx.search(c)
+                            and len(_WORD.findall(c)) <= _VERDICT_CELL_WORDS and not re.search(r"\d", c)]
+                if len(verdicts) != 1:
+                    continue
+                j, polarity = verdicts[0], None  # a verdict cell has a verb: it is never a bare yes or no
+            elif column[0] >= len(cells):
+                continue
+            else:
+                j, polarity = column
+            cell = cells[j]
+            verb = verb_rx.search(cell)
+            if _YES.match(cell):
+                inside = polarity
+            elif _NO.match(cell):
+                inside = not polarity
+            elif verb is not None:
+                inside = bool(verb.group("p")) != bool(NEGATORS.search(cell[: verb.start()]))
+            else:
+                continue
+            put(named[0][1], inside, block[:200])
+            out.clauses.append(block[:200])
+            continue
+        column = None
+        read_prose_and_tables(block)
     return out

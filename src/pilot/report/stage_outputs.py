@@ -267,7 +267,7 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     for h in hyps:
         out[f"primary_{h.id.lower()}_table.tex"] = write_table(
             h.summary, gen / f"primary_{h.id.lower()}_table.tex",
-            caption=f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {h.verdict}.",
+            caption=f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.",
             label=f"tab:{h.id.lower()}", simulated=sim,
         )
         _infinity_symbols(out[f"primary_{h.id.lower()}_table.tex"])
@@ -407,7 +407,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
         tex(f"sensitivity_{h.id.lower()}_table.tex", h.summary,
-            f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {h.verdict}.",
+            f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.",
             f"tab:{h.id.lower()}")
 
     m = common_macros(data, study)

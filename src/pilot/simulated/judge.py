@@ -202,6 +202,6 @@ class SimulatedJudge:
         return JudgeReply(json.dumps(self.verdict(request, rng)), cost, None)
 
 
-def new_judge(*, claude_bin: Any = None, study: Any = None, environ: Any = None) -> SimulatedJudge:
-    """The ``judge`` role of the simulated backend (:mod:`pilot.backends`); it needs no CLI, study or upstream."""
+def new_judge(*, claude_bin: Any = None, study: Any = None, environ: Any = None, timeout_s: Any = None) -> SimulatedJudge:
+    """The ``judge`` role of the simulated backend (:mod:`pilot.backends`); it needs no CLI, study, upstream or time limit."""
     return SimulatedJudge()

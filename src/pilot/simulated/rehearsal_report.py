@@ -7,7 +7,15 @@ three CLI judge sessions, with the model played by the scripted model server
 produced. :func:`collect` checks every run of the study against that known
 truth and against the harness's own records:
 
-- the run finished, in a real CLI session (the pinned version), isolated;
+- the run ended as the branch its first attempt played says it must
+  (:mod:`pilot.simulated.rehearsal_branches`, :func:`check_branch`):
+  completed on the normal path, capped at cost or wall and evaluated as
+  delivered, an agent error after inference began, or an infrastructure
+  error before any model output rerun once under the same id; in a real CLI
+  session (the pinned version), isolated; and every branch of the plan was
+  played by some run;
+- the scripted server's record is found by the proxy's run label alone
+  (a record it had to key by folder is a finding, :func:`check_labelled`);
 - every deliverable the scripted worker wrote exists in the workspace and was
   written through a tool call in the harness's own copy of the event stream
   (:func:`pilot.agents.audit.read_transcript` of
@@ -17,11 +25,21 @@ truth and against the harness's own records:
   the harness never runs the oracle to know the truth): ``D`` equals
   ``expected_pass``, each planted defect fails one of the criteria it
   declares, and no undeclared criterion fails (:func:`check_declared`);
-  A4 called the self-check, and recovered when the script said it would;
-- every judge of the panel returned a parsed verdict, and the judges' cost
-  was recorded; each recorded judge's scores and verdict are the scripted
-  judge's grades, and its score their rubric-weighted mean
-  (:func:`check_judge_grades`);
+  every file a tool call wrote whole holds exactly the bytes it wrote
+  (:func:`check_written`);
+- on A4 the controller is held to the plan's predictions, made from the
+  declarations before the run (:func:`check_controller`): its first and
+  final self-check verdicts, the one resume granted after a failing
+  self-check or an agent error and withheld after a passing one or a spent
+  cap, never a second, and the self-check seen as a tool call in each
+  session of the harness's transcript (:func:`selfcheck_calls`);
+- every judge of the panel returned a parsed verdict, but for those the
+  attempt's judge branches meant to be missing, and the judges' cost was
+  recorded; each recorded judge's scores and verdict are the scripted judge's
+  grades, and its score their rubric-weighted mean
+  (:func:`check_judge_grades`); each judge ended as its branch says, and Q is
+  the mean of the others, never a zero for a missing judge
+  (:func:`check_judge_branches`);
 - costs reconcile, exactly in Decimal: the CLI-reported cost against the
   proxy-metered cost within the runner's tolerance (the larger of one cent and
   2 % of the metered cost, :func:`pilot.protocol.prices.cost_tolerance`),
@@ -29,10 +47,12 @@ truth and against the harness's own records:
   micro-dollar; the metered cost equal, exactly, to the proxy's usage log
   priced afresh from ``protocol/prices.yml`` (:func:`price_usage_log`);
 - the deviations are exactly the ones the scripted worker planted (the
-  generative model's drawn attempt at a denied program: one deviation of
-  that family, through ``bash -c`` stopped by the sandbox's mask, or
-  direct stopped by the CLI's deny rule with one permission denial), and
-  nothing else was refused (no other CLI denial, no network refusal);
+  generative model's drawn attempt at a denied program, and on every shell
+  arm that denies one a program the host has, tried directly, through
+  ``bash -c`` and by its absolute path), each stopped where the route says
+  (the CLI's deny rule, or the sandbox's mask) and recorded with what
+  answered: the stub for a program the host has, "absent" for one it lacks;
+  and nothing else was refused (no other CLI denial, no network refusal);
 - a worker that used the portal left requests in the portal's access log;
 - every arm this host serves is in the study, and the exported run table has
   the real table's columns and passes the same validation.
@@ -92,6 +112,9 @@ class RunCheck:
     #: attempts at denied programs the scripted worker planted (each must be recorded as exactly one deviation)
     planted_deviations: int = 0
     refusals: int = 0
+    #: the worker branch the run's first attempt played ("normal": none), and the judge branches by judge id
+    branch: str = "normal"
+    judge_branches: dict[str, str] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
 
     @property
@@ -114,6 +137,8 @@ class RehearsalReport:
     study_findings: list[str]
     run_table: str | None = None
     label: str = LABEL
+    #: the branches the rehearsal's plan asked for (empty: no plan)
+    branches_planned: list[str] = field(default_factory=list)
 
     @property
     def findings(self) -> list[str]:
@@ -174,7 +199,8 @@ class RehearsalReport:
             "## Per run",
             "",
             _markdown_table(pd.DataFrame([{
-                "run": r.run_id, "status": r.status, "CLI sessions": r.cli_sessions,
+                "run": r.run_id, "branch": r.branch + "".join(f"; {j} {b}" for j, b in sorted(r.judge_branches.items())),
+                "status": r.status, "attempts": r.attempts, "CLI sessions": r.cli_sessions,
                 "deliverables by tool": f"{len(r.deliverables_by_tool)}/{len(r.deliverables_expected)}",
                 "D / expected": f"{_yn(r.D)} / {_yn(r.expected_pass)}", "judges": f"{r.judges_parsed}/{r.judges_total}",
                 "CLI USD": _usd(r.cli_cost_usd), "metered USD": _usd(r.metered_cost_usd),
@@ -188,7 +214,14 @@ class RehearsalReport:
             "",
         ]
         lines += [f"- {f}" for f in self.findings] or ["None: every check held."]
+        if self.branches_planned:
+            lines += ["", "## Branches", "", "Played: " + (", ".join(sorted(self.branches_played)) or "none") + ".",
+                      "Planned but not played: " + (", ".join(sorted(set(self.branches_planned) - set(self.branches_played))) or "none") + "."]
         return "\n".join(lines) + "\n"
+
+    @property
+    def branches_played(self) -> set[str]:
+        return {r.branch for r in self.runs if r.branch != "normal"} | {b for r in self.runs for b in r.judge_branches.values()}
 
 
 def _usd(text: str | None) -> str:
@@ -213,7 +246,8 @@ def _markdown_table(df: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------
 
 
-def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micro: int | None, charge_basis: str | None) -> list[str]:
+def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micro: int | None, charge_basis: str | None, *,
+                    cli_stopped: bool = False) -> list[str]:
     """Findings (``cost: ...``) where the CLI's reported cost, the proxy's metered cost and the ledger's charge disagree.
 
     The CLI's figure may differ from the metered one by the runner's
@@ -221,6 +255,8 @@ def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micr
     have charged exactly the metered cost plus the judges', in micro-dollars,
     on the metered basis. A run whose proxy metered nothing is a finding
     too: then no cost flowed through the proxy and nothing was reconciled.
+    ``cli_stopped``: the harness stopped the CLI at the wall limit, so it
+    could report no cost (the metered one settles the run).
     """
 
     out: list[str] = []
@@ -229,7 +265,7 @@ def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micr
         out.append("cost: the proxy metered no cost for the run")
     elif metered <= 0:
         out.append("cost: the proxy metered 0 USD: no usage flowed through the proxy, so nothing was reconciled")
-    if cli is None:
+    if cli is None and not cli_stopped:
         out.append("cost: the CLI reported no cost")
     if cli is not None and metered is not None:
         tol = cost_tolerance(metered)
@@ -291,11 +327,23 @@ def check_usage_log(priced: Decimal, requests: int, metered_usd: Any, judge_usd:
     return out
 
 
-def check_judges(judges: Iterable[Mapping[str, Any]] | None, panel_size: int) -> tuple[int, list[str]]:
-    """How many judges returned a parsed verdict, and a finding for each that did not (or for a short panel)."""
+#: The judge branches after which the judge must be missing for the run (never scored zero).
+MISSING_JUDGE_BRANCHES = frozenset({"judge_schema_invalid", "judge_timeout"})
+
+
+def _judge_present(j: Mapping[str, Any]) -> bool:
+    return j.get("error") is None and j.get("score_0_100") is not None
+
+
+def check_judges(judges: Iterable[Mapping[str, Any]] | None, panel_size: int, branch: Any = None) -> tuple[int, list[str]]:
+    """How many judges returned a parsed verdict, and a finding for each that did not (or for a short panel); a judge
+    that ``branch`` (the attempt's :class:`~pilot.simulated.rehearsal_branches.RunBranch`) meant to be missing is no
+    finding here when missing (:func:`check_judge_branches` holds it to its branch)."""
     judges = list(judges or [])
-    parsed = [j for j in judges if j.get("error") is None and j.get("score_0_100") is not None]
-    out = [f"judge {j.get('judge_id')}: no parsed verdict ({j.get('error') or 'no score'})" for j in judges if j not in parsed]
+    planned = {jid for jid, b in (getattr(branch, "judges", None) or {}).items() if b in MISSING_JUDGE_BRANCHES}
+    parsed = [j for j in judges if _judge_present(j)]
+    out = [f"judge {j.get('judge_id')}: no parsed verdict ({j.get('error') or 'no score'})" for j in judges
+           if j not in parsed and str(j.get("judge_id")) not in planned]
     if len(judges) != panel_size:
         out.append(f"judges: {len(judges)} judge result(s) recorded, the panel has {panel_size}")
     if any(j.get("backend") != backends.judge_backend(backends.REHEARSAL) for j in parsed):
@@ -330,7 +378,11 @@ def check_declared(criteria: list[Mapping[str, Any]], declared: list[Mapping[str
 
 
 def read_scripted_grades(record_dir: Path) -> dict[str, dict]:
-    """The grades the scripted judges gave, by judge id (a retried call's last answer), from ``judges.jsonl``."""
+    """The grades the scripted judges gave, by judge id (the last valid grade of its calls), from ``judges.jsonl``.
+
+    An answer a judge branch made unusable (not JSON, failing the schema) is no grade; a row without ``valid``
+    (a record of before the branches) always was one.
+    """
     from pilot.simulated.scripted_model import JUDGES_FILE
 
     path = Path(record_dir) / JUDGES_FILE
@@ -339,7 +391,8 @@ def read_scripted_grades(record_dir: Path) -> dict[str, dict]:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
-                out[str(row["judge"])] = row
+                if row.get("valid", True):
+                    out[str(row["judge"])] = row
     return out
 
 
@@ -364,6 +417,63 @@ def check_judge_grades(recorded: list[Mapping[str, Any]], scripted: Mapping[str,
         expected = sum(Decimal(repr(float(weights[k]))) * Decimal(int(v)) for k, v in grade["scores"].items()) * 100 / 4
         if j.get("score_0_100") is None or abs(Decimal(repr(float(j["score_0_100"]))) - expected) > Decimal("1e-9"):
             out.append(f"judges: {jid} recorded a score of {j.get('score_0_100')} but its grades give {expected.normalize()} on the rubric")
+    return out
+
+
+def judged_branch(attempt_dir: Path) -> Any:
+    """The branches of the attempt whose deliverables the judges judged (its own record; None: a record of before
+    the branch plans)."""
+    from pilot.simulated.rehearsal_branches import read_record
+    from pilot.simulated.scripted_model import scripted_record_dir
+
+    return read_record(scripted_record_dir(Path(attempt_dir)))
+
+
+def check_judge_branches(recorded_judges: Iterable[Mapping[str, Any]] | None, branch: Any) -> list[str]:
+    """Each recorded judge ended as the judge branch it played says it must (:mod:`pilot.simulated.rehearsal_branches`),
+    and Q is the mean of the judges that are not missing.
+
+    ``branch`` is the attempt's :class:`~pilot.simulated.rehearsal_branches.RunBranch` (None: every judge played no
+    branch). judge_schema_invalid and judge_timeout: missing (an error, no score) after two attempts, the retry
+    included; judge_malformed_once: present after two attempts; no branch: present after one. Q is computed as the
+    run table has it (:func:`pilot.outcomes.quality` of the record's judges): a missing judge counted as a zero, or a
+    judge meant to be missing that got a score in, makes it something else than the mean of the others.
+    """
+    from pilot.outcomes import Q_DECIMALS, judge_scores, quality
+
+    judges = [dict(j) for j in recorded_judges or []]
+    played = dict(getattr(branch, "judges", None) or {})
+    ids = [str(j.get("judge_id")) for j in judges]
+    out = [f"judge {jid}: the plan gave it the {name} branch, but no result of it is recorded"
+           for jid, name in sorted(played.items()) if jid not in ids]
+    for j in judges:
+        jid, name, attempts = str(j.get("judge_id")), played.get(str(j.get("judge_id"))), int(j.get("attempts") or 0)
+        why = j.get("error") or "no score"
+        if name in MISSING_JUDGE_BRANCHES:
+            if j.get("error") is None or j.get("score_0_100") is not None or j.get("criterion_scores"):
+                out.append(f"judge {jid}: played {name}, so it must be missing (an error, no score), but it is recorded with "
+                           f"error {j.get('error')!r} and score {j.get('score_0_100')!r}")
+            want = 2
+        elif name == "judge_malformed_once":
+            if not _judge_present(j):
+                out.append(f"judge {jid}: played {name}, so its retry's grade must be recorded, but it is missing ({why})")
+            want = 2
+        else:
+            if not _judge_present(j):
+                out.append(f"judge {jid}: played no branch, so it must be present, but it is missing ({why})")
+            want = 1
+        if attempts != want:
+            out.append(f"judge {jid}: played {name or 'no branch'}, so the panel asks it {want} time(s), but {attempts} attempt(s) are recorded")
+    others = [float(j["score_0_100"]) for j in judges if played.get(str(j.get("judge_id"))) not in MISSING_JUDGE_BRANCHES and _judge_present(j)]
+    Q = quality(judge_scores(judges, ids))
+    expected = sum(others) / len(others) if others else None
+    if expected is None:
+        if Q is not None:
+            out.append(f"judges: Q is {Q}, but no judge that was not meant to be missing has a score (Q must be missing)")
+    elif Q is None or abs(Q - expected) > 10.0 ** -Q_DECIMALS:
+        as_zero = sum(others) / max(1, len(judges))
+        note = " (the missing judge(s) counted as zero)" if Q is not None and len(others) < len(judges) and abs(Q - as_zero) <= 10.0 ** -Q_DECIMALS else ""
+        out.append(f"judges: Q is {Q}, not {expected:.6f}, the mean of the {len(others)} judge(s) not meant to be missing{note}")
     return out
 
 
@@ -406,30 +516,71 @@ def deliverables_by_tool(expected: Iterable[str], workspace: Path, tool_calls: I
     return ok, out
 
 
-#: How the harness must record a planted attempt at a denied program, by how the scripted worker made it.
-PLANTED_ROUTES = {"bash -c": ("bash -c", "mask"), "direct": ("command", "cli_rule")}
+#: How the harness must record a planted attempt at a denied program, by how the scripted worker made it: (via, blocked_by).
+#: The pinned CLI's deny rule (``Bash(curl:*)``) reads a command's program by its name, so ``/usr/bin/curl`` typed
+#: as a command is refused by the rule as ``curl`` is (one permission denial each); only ``bash -c`` gets past it
+#: to the mask in the run's namespace.
+PLANTED_ROUTES = {"bash -c": ("bash -c", "mask"), "direct": ("command", "cli_rule"), "absolute path": ("command", "cli_rule")}
+
+
+def _planted_attempts(session: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A session's planted attempts at denied programs: the generative model's drawn one, then those at a program of the host."""
+    drawn = session.get("denied_attempt")
+    return ([drawn] if drawn else []) + [a for a in session.get("host_denied_attempts") or [] if a]
 
 
 def planted_deviations(sessions: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     """(family, via, blocked_by) of every attempt at a denied program the scripted worker planted in these sessions."""
     out = []
     for s in sessions:
-        d = s.get("denied_attempt")
-        if d:
+        for d in _planted_attempts(s):
             via, blocked = PLANTED_ROUTES.get(str(d.get("how")), (f"unknown route {d.get('how')!r}", "?"))
             out.append((str(d.get("family")), via, blocked))
     return out
 
 
+def expected_program(attempt: Mapping[str, Any]) -> str | None:
+    """What must answer at a planted attempt's program in the namespace (the audit's ``program``), or None when the
+    truth does not say whether the host has the program (a record written before it did).
+
+    The CLI's rule refuses before anything runs; past it, a program the host has meets the stub bound over it, and
+    one the host lacks is simply not there, which proves nothing about the stub.
+    """
+    from pilot.agents.audit import PROGRAM_ABSENT, PROGRAM_NOT_REACHED, PROGRAM_STUB
+
+    _, blocked = PLANTED_ROUTES.get(str(attempt.get("how")), ("", "?"))
+    if blocked == "cli_rule":
+        return PROGRAM_NOT_REACHED
+    if "present_on_host" not in attempt:
+        return None
+    return PROGRAM_STUB if attempt.get("present_on_host") else PROGRAM_ABSENT
+
+
+def planted_programs(sessions: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Every planted attempt whose truth says what must answer at its program: family, route (how), command, program."""
+    out = []
+    for s in sessions:
+        for d in _planted_attempts(s):
+            want = expected_program(d)
+            if want is not None:
+                out.append({"family": str(d.get("family")), "how": str(d.get("how")), "command": str(d.get("command")), "program": want})
+    return out
+
+
 def check_deviations(planted: list[tuple[str, str, str]], deviations: Iterable[Mapping[str, Any]], cli_denials: int,
-                     network_refusals: int) -> list[str]:
+                     network_refusals: int, programs: Iterable[Mapping[str, str]] = ()) -> list[str]:
     """Findings where the recorded deviations and refusals are not exactly the planted ones.
 
-    A planted direct attempt is refused by the CLI's deny rule: one permission denial each; any other denial or
-    any network refusal is the harness refusing what the scripted worker may do.
+    A planted attempt typed as a command (by the program's name or its path) is refused by the CLI's deny rule:
+    one permission denial each; any other denial or any network refusal is the harness refusing what the scripted
+    worker may do. ``programs``
+    (:func:`planted_programs`) says, per planted command, what must have answered at the program: the deviation
+    recorded for that command must say so (a stub that did not answer for a program the host has is a finding,
+    however the attempt was stopped).
     """
     from collections import Counter
 
+    deviations = list(deviations)
     got = Counter((str(d.get("family")), str(d.get("via")), str(d.get("blocked_by"))) for d in deviations)
     want = Counter(planted)
     out = []
@@ -437,22 +588,178 @@ def check_deviations(planted: list[tuple[str, str, str]], deviations: Iterable[M
         out.append(f"deviation: {key[0]} via {key[1]} (blocked by {key[2]}) recorded, but the scripted worker planted no such attempt")
     for key in sorted((want - got).elements()):
         out.append(f"deviation: the planted attempt at {key[0]} (via {key[1]}, to be blocked by {key[2]}) is not recorded as such")
+    # Per command: the audit keeps the first 2000 characters of a command, so the planted one is compared as it keeps it.
+    recorded: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for d in deviations:
+        if d.get("kind", "denied_family") == "denied_family":
+            recorded.setdefault((str(d.get("family")), str(d.get("command"))), []).append(d)
+    for p in programs:
+        key = (str(p["family"]), str(p["command"])[:2000])
+        mine = recorded.get(key) or []
+        if not mine:
+            out.append(f"deviation: the planted attempt at {p['family']} by route {p['how']} ({p['command'][:120]}) is recorded "
+                       f"under no deviation of its command (the program must be recorded as {p['program']!r})")
+            continue
+        d = mine.pop(0)  # the same command planted twice is recorded twice
+        if str(d.get("program")) != p["program"]:
+            out.append(f"deviation: the planted attempt at {p['family']} by route {p['how']} is recorded with program "
+                       f"{d.get('program')!r} (via {d.get('via')}, blocked by {d.get('blocked_by')}), not {p['program']!r}")
     direct = sum(1 for p in planted if p[2] == "cli_rule")
     if cli_denials != direct:
-        out.append(f"sandbox: {cli_denials} CLI permission denial(s), the scripted worker planted {direct} direct attempt(s)")
+        out.append(f"sandbox: {cli_denials} CLI permission denial(s), the scripted worker planted {direct} attempt(s) "
+                   "the CLI's rule refuses")
     if network_refusals:
         out.append(f"sandbox: {network_refusals} network refusal(s) of a worker that made no network attempt")
     return out
 
 
 def truth_for_attempt(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path, scenario: str, arm: str) -> Mapping[str, Any] | None:
-    """The scripted worker's record of this attempt: by run id (the proxy's label, the attempt's folder), else the one
-    agent record of this scenario and arm."""
+    """The scripted worker's record of this attempt, by run id (the proxy's label, which is the attempt's folder).
+
+    There is no fallback to the scenario and the arm: a proxy that stopped labelling its requests leaves only
+    ``unlabelled:`` records, and that is a finding (:func:`check_labelled`), not something to look past.
+    """
     for key in (str(attempt_dir), str(Path(attempt_dir).resolve())):
         if key in truth:
             return truth[key]
-    same = [t for t in truth.values() if t.get("scenario") == scenario and t.get("arm") == arm]
-    return same[0] if len(same) == 1 else None
+    return None
+
+
+def check_labelled(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path) -> list[str]:
+    """A finding for every worker record the scripted server could not name by the proxy's run label."""
+    return [f"proxy: the worker's requests reached the scripted server without the run label (recorded as {key!r})"
+            for key in truth if key.startswith("unlabelled:") or key not in (str(attempt_dir), str(Path(attempt_dir).resolve()))]
+
+
+def check_written(workspace: Path, written: Mapping[str, str]) -> list[str]:
+    """Each file the scripted worker's tool calls wrote whole must hold exactly those bytes (SHA-256)."""
+    import hashlib
+
+    out = []
+    for rel, digest in sorted(written.items()):
+        f = Path(workspace) / rel
+        if not f.is_file():
+            out.append(f"deliverable {rel}: a tool call wrote it whole, but it is not in the workspace")
+        elif hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+            out.append(f"deliverable {rel}: its SHA-256 is not that of the bytes the scripted worker's tool call wrote")
+    return out
+
+
+#: How a run must end, by the worker branch its first attempt played (None: the normal path).
+BRANCH_OUTCOMES = {
+    None: ("completed", None),
+    "cap_mid_run": ("capped", "cost"),
+    "wall_limit": ("capped", "wall"),
+    "api_500_mid_run": ("agent_error", None),
+    "overloaded_at_start": ("completed", None),  # after the rerun
+    "stream_cut_at_start": ("completed", None),
+}
+
+
+def check_branch(branch: str | None, rec: Mapping[str, Any], history: list[Mapping[str, Any]], *, recovery: bool) -> list[str]:
+    """The run ended as the design says its branch must (:mod:`pilot.simulated.rehearsal_branches`).
+
+    ``history`` is the run's attempts in order; ``recovery`` whether the A4 resume was due (then an agent error of the
+    first session is followed by the resume, and the run ends as the resume does).
+    """
+    from pilot.simulated.rehearsal_branches import RERUN_BRANCHES
+
+    status, reason = BRANCH_OUTCOMES.get(branch, (None, None))
+    if status is None:
+        return [f"branch: {branch!r} is not a branch the report knows"]
+    if branch == "api_500_mid_run" and recovery:
+        status = "completed"
+    out = []
+    name = branch or "normal path"
+    if branch in RERUN_BRANCHES:
+        first = history[0] if history else {}
+        if len(history) != 2:
+            out.append(f"branch {name}: the run has {len(history)} attempt(s); the design reruns the infrastructure error once under the same id")
+        if first.get("outcome") != "infra_error":
+            out.append(f"branch {name}: its first attempt ended {first.get('outcome')!r}, not as an infrastructure error "
+                       f"({str(first.get('error') or '').splitlines()[0][:160] if first.get('error') else 'no error recorded'})")
+    elif len(history) != 1:
+        out.append(f"branch {name}: the run took {len(history)} attempts, expected one")
+    got = rec.get("status")
+    if got != status:
+        detail = rec.get("censor_reason") or rec.get("agent_error") or rec.get("infra_error") or "no reason"
+        out.append(f"branch {name}: the run ended {got} ({detail}); the design says {status}" + (f" ({reason})" if reason else ""))
+    elif reason is not None and rec.get("censor_reason") != reason:
+        out.append(f"branch {name}: censored at {rec.get('censor_reason')!r}, expected {reason!r}")
+    if branch in ("cap_mid_run", "wall_limit", "api_500_mid_run") and rec.get("D") is None:
+        out.append(f"branch {name}: the run was not evaluated on the deliverables as written (D missing)")
+    if branch == "cap_mid_run" and rec.get("metered_cost_usd") is not None and rec.get("caps_usd") is not None \
+            and Decimal(str(rec["metered_cost_usd"])) > Decimal(str(rec["caps_usd"])):
+        out.append(f"branch {name}: metered {rec['metered_cost_usd']} USD is over the run's cap of {rec['caps_usd']} USD")
+    return out
+
+
+def selfcheck_calls(transcript: Path) -> list[int]:
+    """How many times each CLI session of the harness's transcript called the self-check through Bash.
+
+    Sessions are told apart by the CLI's ``system``/``init`` event (a resume keeps the session id, so the id cannot).
+    """
+    counts: list[int] = []
+    try:
+        lines = Path(transcript).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return counts
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, dict):
+            continue
+        if ev.get("type") == "system" and ev.get("subtype") == "init":
+            counts.append(0)
+        elif ev.get("type") == "assistant" and counts:
+            for b in (ev.get("message") or {}).get("content") or []:
+                if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") == "Bash" \
+                        and "selfcheck.py" in str((b.get("input") or {}).get("command", "")):
+                    counts[-1] += 1
+    return counts
+
+
+def check_controller(sessions: list[Mapping[str, Any]], rec: Mapping[str, Any], calls_per_session: list[int]) -> list[str]:
+    """The A4 controller against the scripted plan's predictions: the self-check verdicts, the resume decision (one at
+    most), and the self-check observed as a tool call in each session of the harness's own transcript."""
+    if not sessions:
+        return ["self-check: no plan of the first session to hold the controller to"]
+    first = sessions[0]
+    out = []
+    want_resume = first.get("resume_expected")
+    if want_resume is None:
+        return ["self-check: the scripted plan made no prediction for the A4 controller"]
+    if rec.get("selfcheck_first") is None or bool(rec.get("selfcheck_first")) != bool(first.get("selfcheck_expected")):
+        out.append(f"self-check: the controller's first verdict is {rec.get('selfcheck_first')!r}; the plan's declarations say "
+                   f"{'pass' if first.get('selfcheck_expected') else 'fail'}"
+                   + (f" (form criteria broken: {', '.join(first.get('selfcheck_breaks') or [])})" if first.get("selfcheck_breaks") else ""))
+    if bool(rec.get("recovery_used")) != bool(want_resume):
+        out.append(f"recovery: the controller {'granted' if rec.get('recovery_used') else 'withheld'} the resume; the plan says "
+                   f"{first.get('resume_reason')} ({rec.get('recovery_skipped') or 'no reason recorded'})")
+    record_sessions = rec.get("sessions") or []
+    if len(record_sessions) > 2:
+        out.append(f"recovery: {len(record_sessions)} sessions; the arm grants one resume at most")
+    if rec.get("recovery_used"):
+        second = sessions[1] if len(sessions) > 1 else None
+        if second is None:
+            out.append("recovery: the controller resumed, but the scripted server played no second session")
+        elif bool(rec.get("selfcheck_final")) != bool(second.get("selfcheck_expected")):
+            out.append(f"self-check: the final verdict is {rec.get('selfcheck_final')!r}; the resume's plan says "
+                       f"{'pass' if second.get('selfcheck_expected') else 'fail'}")
+    elif rec.get("selfcheck_final") != rec.get("selfcheck_first"):
+        out.append(f"self-check: no resume ran, yet the final verdict {rec.get('selfcheck_final')!r} differs from the first")
+    played = len(sessions) if rec.get("recovery_used") else 1
+    for k in range(played):
+        if k >= len(calls_per_session) or calls_per_session[k] < 1:
+            out.append(f"self-check: the harness's transcript shows no self-check tool call in session {k + 1}")
+        own = sessions[k].get("worker_selfcheck") if k < len(sessions) else None
+        if own is not None and sessions[k].get("selfcheck_expected") is not None \
+                and bool(own.get("passed")) != bool(sessions[k]["selfcheck_expected"]):
+            out.append(f"self-check: the worker's own self-check in session {k + 1} {'passed' if own.get('passed') else 'failed'}; "
+                       f"the plan says it {'passes' if sessions[k]['selfcheck_expected'] else 'fails'} ({str(own.get('tail') or '')[-120:]})")
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -460,14 +767,21 @@ def truth_for_attempt(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path,
 # --------------------------------------------------------------------------
 
 
-def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size: int, pinned_cli: str) -> RunCheck:
-    """Check one finished (or failed) run of the rehearsal against its records and the scripted worker's truth."""
+def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size: int, pinned_cli: str,
+              history: list[Mapping[str, Any]] | None = None) -> RunCheck:
+    """Check one finished (or failed) run of the rehearsal against its records and the scripted worker's truth.
+
+    ``history`` is every attempt of the run in order (the last is ``attempt``); the branch its first attempt played
+    decides how the run must have ended.
+    """
+    from pilot.simulated import rehearsal_branches
     from pilot.agents import audit, network
     from pilot.simulated.scripted_model import read_truth
     from pilot.simulated.scripted_model import scripted_record_dir
     from pilot.workspace import harness_record_dir, transcript_path
 
     rec = json.loads(row["record_json"]) if row.get("record_json") else {}
+    history = list(history) if history else [attempt]
     attempt_dir = Path(attempt["workspace"])
     chk = RunCheck(run_id=row["run_id"], scenario=row["scenario"], arm=row["arm"], status=row.get("run_status") or row["status"],
                    attempts=int(row.get("attempts") or 0))
@@ -476,7 +790,9 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
         return chk
     chk.wall_s, chk.harness_s = rec.get("wall_s"), rec.get("harness_s")
     chk.attempt_s = _seconds_between(attempt.get("started_at"), attempt.get("finished_at"))
-    if chk.status != "completed":
+    planned = rehearsal_branches.read_record(scripted_record_dir(Path(history[0]["workspace"]))) if history and history[0].get("workspace") else None
+    if chk.status != "completed" and not (planned and planned.worker):
+        # A run that plays a worker branch is held to that branch's ending by check_branch instead.
         chk.findings.append(f"run: ended {chk.status} ({rec.get('censor_reason') or rec.get('agent_error') or rec.get('infra_error') or 'no reason'})")
     if rec.get("backend") != backends.REHEARSAL:
         chk.findings.append(f"run: recorded backend {rec.get('backend')!r}, not {backends.REHEARSAL!r}")
@@ -497,6 +813,9 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     for refusal in _server_refusals(scripted_record_dir(attempt_dir))[:5]:
         chk.findings.append(f"scripted server: could not play a request ({str(refusal.get('reason'))[:200]})")
     truth = truth_for_attempt(truths, attempt_dir, chk.scenario, chk.arm)
+    branches_played = [rehearsal_branches.read_record(scripted_record_dir(Path(a["workspace"])))
+                       for a in history if a.get("workspace")]
+    branches_played = [b for b in branches_played if b is not None]
     if truth is None:
         chk.findings.append(f"truth: the scripted server recorded no worker session for this run ({len(truths)} record(s))")
         truth = {}
@@ -529,15 +848,23 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
                 chk.findings.append(f"portal: the scripted worker used the portal, but its access log shows "
                                     f"{rec.get('portal_requests') or 0} request(s) and {use.get('sign_in') or 0} sign-in(s)")
         arm = protocol.arms()[chk.arm]
-        if arm.feature("self_check") and not truth.get("selfcheck_called"):
-            chk.findings.append("self-check: the scripted A4 worker never called the self-check")
-        if bool(truth.get("recovery")) != bool(rec.get("recovery_used")):
-            chk.findings.append(f"recovery: the script {'planned' if truth.get('recovery') else 'did not plan'} a recovery, "
-                                f"the harness recorded recovery_used={bool(rec.get('recovery_used'))} ({rec.get('recovery_skipped') or 'no reason given'})")
+        if arm.feature("self_check"):
+            chk.findings += check_controller(sessions, rec, selfcheck_calls(transcript_path(attempt_dir)))
+        elif rec.get("recovery_used"):
+            chk.findings.append(f"recovery: arm {chk.arm} has no self-check, yet the controller resumed")
+        chk.findings += check_written(workspace, truth.get("written") or {})
+    chk.findings += check_labelled(truths, attempt_dir)
+    first_branch = branches_played[0] if branches_played else None
+    chk.branch = (first_branch.worker if first_branch else None) or "normal"
+    chk.judge_branches = dict(first_branch.judges) if first_branch else {}
+    if truth and first_branch is not None:
+        resumed = bool(sessions and sessions[0].get("resume_expected"))
+        chk.findings += check_branch(first_branch.worker, rec, list(history or []), recovery=resumed)
 
     chk.judges_total = panel_size
-    chk.judges_parsed, jf = check_judges(rec.get("judges"), panel_size)
+    chk.judges_parsed, jf = check_judges(rec.get("judges"), panel_size, judged_branch(attempt_dir))
     chk.findings += jf
+    chk.findings += check_judge_branches(rec.get("judges"), judged_branch(attempt_dir))
     chk.findings += check_judge_grades(rec.get("judges") or [], read_scripted_grades(scripted_record_dir(attempt_dir)),
                                        {c.id: c.weight for c in load_scenario(chk.scenario).rubric.criteria})
 
@@ -548,7 +875,8 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     charged = attempt.get("charged_micro")
     chk.charged_usd = None if charged is None else str(Decimal(int(charged)) / ledger.MICRO)
     chk.findings += reconcile_costs(rec.get("cost_usd"), rec.get("metered_cost_usd"),
-                                    None if judge_cost is None else Decimal(str(float(judge_cost))), charged, attempt.get("charge_basis"))
+                                    None if judge_cost is None else Decimal(str(float(judge_cost))), charged, attempt.get("charge_basis"),
+                                    cli_stopped=rec.get("censor_reason") == "wall")
     priced, requests = price_usage_log(sorted(harness_record_dir(attempt_dir).rglob(USAGE_LOG)), paths.PROTOCOL_DIR / "prices.yml")
     chk.findings += check_usage_log(priced, requests, rec.get("metered_cost_usd"), judge_cost, charged)
     if judge_cost is not None and chk.judges_parsed and not finite_decimal(judge_cost):
@@ -559,7 +887,7 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     network_refused = sum(int(r.get("count", 1)) for r in network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG))
     chk.deviations, chk.planted_deviations = len(deviations), len(planted)
     chk.refusals = len(summary.permission_denied) + network_refused
-    chk.findings += check_deviations(planted, deviations, len(summary.permission_denied), network_refused)
+    chk.findings += check_deviations(planted, deviations, len(summary.permission_denied), network_refused, planted_programs(sessions))
     return chk
 
 
@@ -610,8 +938,14 @@ def check_run_table(path: Path) -> list[str]:
     return out
 
 
-def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | None = None) -> RehearsalReport:
-    """Check every run of rehearsal study ``name`` (its store under ``analysis/data/``)."""
+def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | None = None,
+            branch_plan: Path | str | None = None) -> RehearsalReport:
+    """Check every run of rehearsal study ``name`` (its store under ``analysis/data/``).
+
+    With ``branch_plan`` (the plan the rehearsal ran under) every branch must have been played by some run.
+    """
+    from pilot.simulated import rehearsal_branches
+
     from pilot.store import Store
     from pilot.nodes import host_arms as serve
 
@@ -621,6 +955,9 @@ def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | 
         used = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
         rows = store.finished_rows()
         attempts = {a["run_id"]: a for a in sorted(store.attempts(), key=lambda a: a["attempt_no"])}  # the last attempt of each run
+        history: dict[str, list[dict]] = {}
+        for a in sorted(store.attempts(), key=lambda a: a["attempt_no"]):
+            history.setdefault(a["run_id"], []).append(a)
         runs_attempt = {r["run_id"]: r["attempt_id"] for r in store.runs()}
         by_id = {a["attempt_id"]: a for a in store.attempts()}
     arms = list(info.arms or study.arms)
@@ -634,12 +971,21 @@ def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | 
     checks = []
     for row in rows:
         attempt = by_id.get(runs_attempt.get(row["run_id"])) or attempts.get(row["run_id"]) or {"workspace": "", "error": None}
-        checks.append(check_run(row, attempt, panel_size=len(study.judge_panel), pinned_cli=str(study["cli"]["version"])))
+        checks.append(check_run(row, attempt, panel_size=len(study.judge_panel), pinned_cli=str(study["cli"]["version"]),
+                                history=history.get(row["run_id"])))
     if not checks:
         findings.append("study: no run was assigned")
     table = Path(run_table) if run_table else paths.study_runs_file(name)
     findings += check_run_table(table)
-    return RehearsalReport(study=name, arms=arms, host_arms=host, runs=checks, study_findings=findings, run_table=str(table))
+    report = RehearsalReport(study=name, arms=arms, host_arms=host, runs=checks, study_findings=findings, run_table=str(table))
+    plan = rehearsal_branches.load_plan(branch_plan) if branch_plan is not None else None
+    if plan is not None:
+        report.branches_planned = sorted(plan.played)
+        every = set(rehearsal_branches.BRANCHES)
+        missed = sorted(every - report.branches_played)
+        if missed:
+            report.study_findings.append(f"branches: never played across the runs: {', '.join(missed)} (the plan is {plan.source})")
+    return report
 
 
 def write(report: RehearsalReport, out_dir: Path) -> dict[str, Path]:

@@ -12,7 +12,9 @@ played from the message history alone, one step per request:
 
 1. read ``BRIEF.md`` and ``POLICY.md`` (the brief names the scenario, the
    policy the arm; the tools offered must be the arm's);
-2. shell arms: the model's drawn attempt at a denied program, if any; on an
+2. shell arms: the model's drawn attempt at a denied program, if any, and
+   attempts at a denied program the host has (directly, through ``bash -c``
+   and by absolute path); on an
    arm with the portal, for a scenario that uses it, a sign-in and two
    downloads with the portal's client (shipped as source); then one Bash call that runs the scenario's reference solver
    inside the sandbox with the worker's own Python (the solver's source and
@@ -27,18 +29,35 @@ What the worker delivers is drawn from the simulated agent's generative
 model (``analysis/config/simulated_agent.yml``: the same draws and the same
 defect functions of :mod:`pilot.defects`), seeded from the
 server's seed, the scenario, the arm and the run id. The drawn outcome is
-built first on a harness-side replica of the workspace, where the oracle
-scores it; the defects are then carried into the sandbox as file edits,
-because the defect functions need the oracle's modules, the scenario's
-specification loader and LibreOffice, none of which the worker's sandbox
-has. The intended outcome of every session (defects, the oracle verdict the
-deliverables should get, the files written) is appended to
-``<record_dir>/truth.jsonl``; :func:`read_truth` merges it per run. The run
-is named by the metering proxy's ``x-pilot-run-id`` header
+built first on a harness-side replica of the workspace; the defects are then
+carried into the sandbox as file edits, because the defect functions need
+the oracle's modules, the scenario's specification loader and LibreOffice,
+none of which the worker's sandbox has. The oracle never scores the
+replica: the verdict the deliverables should get follows from what each
+planted defect declares it breaks (:func:`pilot.defects.expected_verdict`),
+and on A4 so do the controller's self-check verdict and its decision on the
+resume. Every session's intent (defects and their declarations, expected
+verdicts, the digests of the files its tool calls write whole) is appended
+to ``<record_dir>/truth.jsonl`` when its plan is made, before any
+deliverable is written, and what then happened (tool errors, the denied
+attempts' results) when it closes; :func:`read_truth` merges both per run.
+The run is named by the metering proxy's ``x-pilot-run-id`` header
 (``MeteringProxy(label_upstream=True)``).
 
+The first session also plays the worker branch of the attempt's plan
+(:mod:`pilot.simulated.rehearsal_branches`): a reported usage that brings
+the run to its cap, a closing answer held past the wall limit, a 529 or a
+500 not to be retried, or a stream cut after its first event.
+
 A **judge session** (the prompt of :mod:`pilot.judges.prompt`) is answered
-with a schema-valid JSON grade from the simulated judges' model.
+with a schema-valid JSON grade from the simulated judges' model, as the panel
+member and attempt the request's label names (the CLI judge's
+``x-pilot-judge`` and ``x-pilot-judge-attempt`` headers; a judge request
+without them is refused), so that J2 and J3, who share a model, are told apart
+whatever the order of the calls. A judge branch of the attempt
+(:mod:`pilot.simulated.rehearsal_branches`) answers otherwise: text that is
+not JSON, JSON that fails the schema, or a grade held past the judges' time
+limit. Every judge answer is a line of ``<record_dir>/judges.jsonl``.
 
 Every answer reports usage (input, cache-write, cache-read and output
 tokens, from the size of the request and of the answer), so that its cost
@@ -58,23 +77,31 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
 from pilot import paths, protocol
 from pilot.agents import messages_wire as wire
 from pilot.agents.model_proxy import RUN_ID_HEADER, run_id_from_header
+from pilot.judges.claude_judge import JUDGE_ATTEMPT_HEADER, JUDGE_HEADER
+
+if TYPE_CHECKING:
+    from pilot.simulated.rehearsal_branches import RunBranch
 
 TRUTH_FILE = "truth.jsonl"
-#: The grades the scripted judge gave, one JSON line each.
+#: Every answer the scripted judges gave (judge, attempt, branch played, whether it is a valid grade), one JSON line each.
 JUDGES_FILE = "judges.jsonl"
+#: The reply of a judge playing judge_malformed_once on its first attempt: prose, no JSON object in it.
+JUDGE_NOT_JSON = ("Scripted judge: this reply is prose, not the JSON object the prompt asks for "
+                  "(the rehearsal's judge_malformed_once branch); the grade comes with the retry.")
 #: The requests the server could not play (each answered with a 400), one JSON line each.
 REFUSALS_FILE = "refusals.jsonl"
 #: Bytes of request per input token, for the usage the server reports (about a token per four characters of English).
@@ -336,6 +363,7 @@ class Plan:
     truth: dict
     mirror: Path | None = None  # the harness-side replica after the session (kept for the resume)
     expect_error: set[int] = field(default_factory=set)  # indices of steps meant to fail
+    selfcheck_step: int | None = None  # the step that runs the worker's own self-check (its verdict is foretold, not an error)
 
 
 def run_key(run_id: str) -> str:
@@ -388,13 +416,56 @@ def identify_arm(policy_text: str, tools: list[str]) -> Any:
     return arm
 
 
+#: Denied programs a Linux host commonly has, in the order the scripted worker prefers one to try on every shell arm.
+#: The drawn attempt is often at a macOS program (qlmanage, osascript) that a Linux host lacks, and its
+#: "command not found" shows that nothing ran, not that a stub answered; an attempt at a program the host has can
+#: only be stopped by the stub bound over it (or by the CLI's rule).
+HOST_DENIED_PREFERENCE: tuple[str, ...] = ("curl", "wget", "soffice")
+#: The routes of those attempts: as typed and by the program's resolved path (both refused by the CLI's rule, which
+#: reads the program's name), and through ``bash -c``, past the rule, to the stub.
+HOST_DENIED_ROUTES: tuple[str, ...] = ("direct", "bash -c", "absolute path")
+
+
+def host_program(family: str) -> str | None:
+    """The resolved path of ``family``'s program on this host, found along the system PATH the sandbox gives the worker
+    (the folders whose programs the mask covers), else None."""
+    import os
+
+    from pilot.agents.launch import SYSTEM_PATH
+
+    found = shutil.which(family, path=os.pathsep.join(SYSTEM_PATH))
+    return os.path.realpath(found) if found else None
+
+
+def host_denied_attempts(denied_commands: dict[str, str], denied_families: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+    """The planted attempts at one program the arm denies and this host has, one per route of :data:`HOST_DENIED_ROUTES`
+    (none when the arm denies no such program)."""
+    import shlex
+
+    denied = set(denied_families)
+    for family in HOST_DENIED_PREFERENCE:
+        path = host_program(family) if family in denied and family in denied_commands else None
+        if path is None:
+            continue
+        command = denied_commands[family]
+        if command.split(maxsplit=1)[0] != family:
+            raise ValueError(f"denied_commands[{family!r}] does not start with the program's name: {command!r}")
+        # The path as a worker types it, quoted only when it has to be.
+        routes = {"direct": command, "bash -c": f"bash -c {_shq(command)}", "absolute path": shlex.quote(path) + command[len(family):]}
+        return [{"family": family, "how": how, "command": routes[how], "present_on_host": True, "path": path}
+                for how in HOST_DENIED_ROUTES]
+    return []
+
+
 class WorkerPlayer:
     """Builds (and caches) the plan of each worker session."""
 
-    def __init__(self, seed: int, work_dir: Path, *, denied_attempts: bool = True) -> None:
+    def __init__(self, seed: int, work_dir: Path, *, denied_attempts: bool = True, worker_branch: str | None = None) -> None:
         from pilot.simulated import agent as simulated
 
         self.seed = int(seed)
+        #: the worker branch the first session plays (it decides how that session ends, so the controller's expected decision)
+        self.worker_branch = worker_branch
         self.denied_attempts = bool(denied_attempts)
         self.work_dir = Path(work_dir)
         self.cfg = simulated.load_model()
@@ -432,6 +503,7 @@ class WorkerPlayer:
                                  "recovery": session > 0, "selfcheck_called": bool(arm.feature("self_check"))}
         steps: list[list[dict]] = []
         expect_error: set[int] = set()  # steps whose failure is the point (a denied program)
+        written_edits = Edits()  # the files a step writes whole (their bytes carried in the command)
         if session == 0:
             root = self._mirror_dir() / "workspace"
             lay_out(scenario, arm, root)
@@ -458,6 +530,17 @@ class WorkerPlayer:
                 expect_error.add(len(steps))
                 steps.append([{"name": "Bash", "input": {"command": command, "description": f"Try {family}"}}])
                 truth["denied_attempt"] = {"family": family, "how": how, "command": command}
+            if truth["denied_attempt"] is not None:
+                # Whether the drawn program is on the host says what must answer in the sandbox: its stub, or nothing.
+                drawn_path = host_program(truth["denied_attempt"]["family"])
+                truth["denied_attempt"].update(present_on_host=drawn_path is not None, path=drawn_path)
+            # Every shell arm also tries a program it denies that the host has, by each route, in steps of their own
+            # after the drawn one (so the draws and the drawn step stay as they were): only these show the stub at work.
+            truth["host_denied_attempts"] = host_denied_attempts(self.cfg["denied_commands"], arm.denied_families) if shell else []
+            for attempt in truth["host_denied_attempts"]:
+                expect_error.add(len(steps))
+                steps.append([{"name": "Bash", "input": {"command": attempt["command"],
+                                                         "description": f"Try {attempt['family']} ({attempt['how']})"}}])
             truth["portal_used"] = bool(shell and arm.feature("portal") and getattr(scenario, "uses_portal", False))
             if truth["portal_used"]:
                 steps.append([{"name": "Bash", "input": {"command": portal_command(cwd), "description": "Fetch from the records portal"}}])
@@ -466,6 +549,7 @@ class WorkerPlayer:
                                                          "description": "Run the analysis script that writes the deliverables"}}])
                 edits = diff(gold, snapshot(root))
                 if edits:
+                    written_edits = edits
                     steps.append([{"name": "Bash", "input": {"command": edit_command(cwd, edits),
                                                              "description": "Finish the deliverables and the completion record"}}])
                 truth["delivered_by"] = "Bash: the scenario's reference solver run in the sandbox, then file edits for the drawn outcome"
@@ -496,8 +580,11 @@ class WorkerPlayer:
                                                          "description": "Rebuild the deliverables from the inputs"}}])
                 edits = diff(gold, snapshot(root))
                 if edits:
+                    written_edits = edits
                     steps.append([{"name": "Bash", "input": {"command": edit_command(cwd, edits), "description": "Finish the completion record"}}])
+        selfcheck_step = None
         if arm.feature("self_check"):
+            selfcheck_step = len(steps)
             steps.append([{"name": "Bash", "input": {"command": f"cd {_shq(cwd)} && python3 selfcheck.py",
                                                      "description": "Run the self-check"}}])
         # The truth follows from what each planted defect declares it breaks, never from the oracle under test.
@@ -505,8 +592,41 @@ class WorkerPlayer:
             scenario, [defects.Planted(d["description"], tuple(d["breaks"]), d["critical"]) for d in declared])
         truth.update(defects=applied, defect_notes=notes, declared=declared, expected_pass=expected_pass, expected_E=expected_E,
                      deliverables=sorted(p for p in snapshot(root) if p.startswith("outputs/")))
+        if arm.feature("self_check"):
+            truth.update(self._controller_expectations(scenario, arm, session, declared))
+        truth["written"] = _written_digests(steps, cwd, written_edits)
         closing = "I have finished the assignment; the deliverables and the completion record are in outputs/."
-        return Plan(steps, closing, truth, root, expect_error)
+        return Plan(steps, closing, truth, root, expect_error, selfcheck_step)
+
+    def _controller_expectations(self, scenario: Any, arm: Any, session: int, declared: list[dict]) -> dict[str, Any]:
+        """What the A4 controller must find and decide after this session, from the declarations alone.
+
+        The controller's self-check passes exactly when no planted defect declares a broken form criterion (the
+        self-check knows the deliverables' form, never the answers: :data:`pilot.oracles.evaluate.FORM_KINDS`). After
+        the first session the one resume is due when that self-check fails or the session ends by an error; it is
+        withheld when the self-check passes, and when the cost cap or the wall limit left nothing to resume with.
+        """
+        from pilot.oracles.evaluate import FORM_KINDS
+
+        kinds = {c.id: c.kind for c in scenario.oracle.criteria}
+        form_broken = sorted({b for d in declared for b in d["breaks"] if kinds.get(b) in FORM_KINDS})
+        passes = not form_broken
+        out: dict[str, Any] = {"selfcheck_expected": passes, "selfcheck_breaks": form_broken}
+        if session == 0:
+            ends = {"cap_mid_run": "capped (cost)", "wall_limit": "capped (wall)", "api_500_mid_run": "agent error"}.get(
+                self.worker_branch or "", "completed")
+            if ends in ("capped (cost)", "capped (wall)"):
+                resume, why = False, f"withheld: the session ends {ends}, nothing is left to resume with"
+            elif not passes:
+                resume, why = True, f"granted: the self-check fails ({', '.join(form_broken)})"
+            elif ends == "agent error":
+                resume, why = True, "granted: the session ends by an agent error"
+            else:
+                resume, why = False, "withheld: the self-check passes and the session completes"
+            if int(arm.recovery_resumes) < 1:
+                resume, why = False, "withheld: the arm grants no resume"
+            out.update(resume_expected=resume, resume_reason=why, first_session_ends=ends)
+        return out
 
     def _write_steps(self, root: Path, start: dict[str, bytes], cwd: str, notes: list[str]) -> list[list[dict]]:
         """A0: files it cannot write as text are not delivered; changed inputs are read before they are written."""
@@ -531,6 +651,21 @@ class WorkerPlayer:
         reads = [{"name": "Read", "input": {"file_path": f"{cwd}/{rel}"}} for rel in changed if rel in start]
         writes = [{"name": "Write", "input": {"file_path": f"{cwd}/{rel}", "content": final[rel].decode("utf-8")}} for rel in changed]
         return ([reads] if reads else []) + ([writes] if writes else [])
+
+
+def _written_digests(steps: list[list[dict]], cwd: str, edits: Edits) -> dict[str, str]:
+    """SHA-256 of every file a step writes whole: a Write call's content, an edit step's written files (appends and
+    files the solver makes are not carried whole, so their bytes are not foretold)."""
+    out: dict[str, str] = {}
+    prefix = cwd.rstrip("/") + "/"
+    for step in steps:
+        for call in step:
+            if call["name"] == "Write" and str(call["input"].get("file_path", "")).startswith(prefix):
+                rel = call["input"]["file_path"][len(prefix):]
+                out[rel] = hashlib.sha256(str(call["input"]["content"]).encode("utf-8")).hexdigest()
+    for rel, data in edits.write.items():
+        out[rel] = hashlib.sha256(data).hexdigest()
+    return dict(sorted(out.items()))
 
 
 # --------------------------------------------------------------------------
@@ -569,13 +704,24 @@ def _step_of(tool_id: str, session: int) -> int | None:
 class Answer:
     content: list[dict]
     truth: dict | None = None
+    #: a worker branch played on this request instead of a normal answer (see :mod:`pilot.simulated.rehearsal_branches`)
+    fault: str | None = None
+    #: seconds the answer is held before it is sent (the wall-limit branch)
+    hold_s: float = 0.0
+    #: report the request's whole max_tokens as output (the cap branch)
+    inflate: bool = False
 
 
 class ScriptedModelServer:
     """Local Messages API that plays the worker and the judges of a rehearsal (see the module's description)."""
 
-    def __init__(self, *, seed: int, record_dir: Path, host: str = "127.0.0.1", port: int = 0, denied_attempts: bool = True) -> None:
+    def __init__(self, *, seed: int, record_dir: Path, host: str = "127.0.0.1", port: int = 0, denied_attempts: bool = True,
+                 branch: "RunBranch | None" = None) -> None:
+        from pilot.simulated.rehearsal_branches import RunBranch
+
         self.seed = int(seed)
+        #: the runner and judge branches this attempt plays (empty: the normal path)
+        self.branch = branch if branch is not None else RunBranch()
         # False leaves out the model's drawn attempts at denied programs (the other draws are unchanged).
         self.denied_attempts = bool(denied_attempts)
         self.record_dir = Path(record_dir)
@@ -584,7 +730,7 @@ class ScriptedModelServer:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._truth_lock = threading.Lock()
-        self._recorded: set[tuple[str, int]] = set()
+        self._recorded: set[tuple[str, int, str | None]] = set()
         self._judge_seen: dict[tuple[str, str], int] = {}
         self.worker: WorkerPlayer | None = None
         self.base_url = ""
@@ -597,7 +743,8 @@ class ScriptedModelServer:
         if self._server is not None:
             return self
         self.record_dir.mkdir(parents=True, exist_ok=True)
-        self.worker = WorkerPlayer(self.seed, Path(tempfile.mkdtemp(prefix="pilot-scripted-")), denied_attempts=self.denied_attempts)
+        self.worker = WorkerPlayer(self.seed, Path(tempfile.mkdtemp(prefix="pilot-scripted-")), denied_attempts=self.denied_attempts,
+                                   worker_branch=self.branch.worker)
         server = self
 
         class Handler(wire.WireHandler):
@@ -658,16 +805,33 @@ class ScriptedModelServer:
         with self._truth_lock:
             self.requests += 1
         run_id = run_id_from_header(h.headers.get(RUN_ID_HEADER))
+        judge_label = (h.headers.get(JUDGE_HEADER), h.headers.get(JUDGE_ATTEMPT_HEADER))
         try:
-            answer = self.answer(body, run_id)
+            answer = self.answer(body, run_id, judge_label)
         except ScriptError as exc:
             self._note_refusal(run_id, str(exc), body)
             return h.send_error_json(400, "invalid_request_error", f"scripted model server: {exc}")
         model = str(body.get("model"))
-        msg = wire.message(answer.content, model=model, msg_id=f"msg_scripted_{secrets.token_hex(8)}",
-                           usage=self._usage(body, answer.content))
         if answer.truth is not None:
             self._record(answer.truth)
+        if answer.fault == "overloaded_at_start":
+            return h.send_error_json(529, "overloaded_error", "scripted model server: overloaded (the rehearsal's overloaded_at_start branch)")
+        if answer.fault == "api_500_mid_run":
+            return h.send_error_json(500, "api_error", "scripted model server: internal error (the rehearsal's api_500_mid_run branch)")
+        usage = self._usage(body, answer.content)
+        if answer.inflate:
+            # As a long answer would: the request's whole output allowance, so the metered cost nears the run's cap.
+            usage["output_tokens"] = max(usage["output_tokens"], int(body.get("max_tokens") or 0))
+        msg = wire.message(answer.content, model=model, msg_id=f"msg_scripted_{secrets.token_hex(8)}", usage=usage)
+        if answer.fault == "stream_cut_at_start":
+            # Cut after the first event whether or not a stream was asked for: the client's retry meets the same cut.
+            return h.send_stream(msg, cut_after_first=True)
+        if answer.hold_s:
+            time.sleep(answer.hold_s)
+            try:
+                return h.send_stream(msg) if body.get("stream") else h.send_json(msg)
+            except (BrokenPipeError, ConnectionResetError):
+                return None  # the client gave up waiting, as the branch means it to
         if body.get("stream"):
             return h.send_stream(msg)
         return h.send_json(msg)
@@ -686,8 +850,9 @@ class ScriptedModelServer:
         return wire.usage_object(input_tokens=min(total, 3), cache_creation_input_tokens=max(0, total - prefix - 3),
                                  cache_read_input_tokens=prefix, output_tokens=output)
 
-    def answer(self, body: dict, run_id: str | None) -> Answer:
-        """The next turn for this request (raises :class:`ScriptError` when it is not understood)."""
+    def answer(self, body: dict, run_id: str | None, judge_label: tuple[str | None, str | None] = (None, None)) -> Answer:
+        """The next turn for this request (raises :class:`ScriptError` when it is not understood); ``judge_label`` is
+        the request's (judge id, attempt) headers, which a judge session must carry."""
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ScriptError("the request has no messages")
@@ -696,7 +861,7 @@ class ScriptedModelServer:
         from pilot.judges.prompt import INSTRUCTIONS
 
         if INSTRUCTIONS.split("\n", 1)[0][:60] in first:
-            return self._judge(body, first)
+            return self._judge(body, first, judge_label)
         if str(protocol.study()["worker"]["user_prompt"]) in first:
             return self._worker(body, messages, users, run_id)
         raise ScriptError("neither a worker session (the study's prompt) nor a judge session (the judges' prompt): "
@@ -722,7 +887,10 @@ class ScriptedModelServer:
         ids = _our_ids(messages, start)
         steps_done = [s for s in (_step_of(t, session) for t in ids) if s is not None]
         results = wire.tool_results(messages)
+        worker_branch = self.branch.worker if session == 0 else None  # a resume meets a healthy API
         if session == 0 and not steps_done:
+            if worker_branch in ("overloaded_at_start", "stream_cut_at_start"):
+                return Answer([wire.text_block(".")], fault=worker_branch)
             return Answer([wire.tool_use_block("Read", {"file_path": f"{cwd}/{name}"}, f"toolu_scripted_s0_0_{k}")
                            for k, name in enumerate(("BRIEF.md", "POLICY.md"))])
         # The first session's reading tells the scenario and the arm; every later step recomputes them.
@@ -737,22 +905,33 @@ class ScriptedModelServer:
         assert self.worker is not None
         # Without the proxy's label the session's folder names the run (truth is then keyed "unlabelled:<folder>").
         plan = self.worker.plan(scenario, arm, run_id or f"unlabelled:{cwd}", session, cwd)
+        # The session's intent is on record before any of its deliverables is written (the closing adds what happened).
+        self._record(dict(plan.truth, branch=worker_branch, phase="plan", labelled=run_id is not None))
         # Step 0 of the first session is the reading; the plan's steps follow it.
         offset = 1 if session == 0 else 0
         nxt = (max(steps_done) + 1) if steps_done else 0
         k = nxt - offset
         if k < len(plan.steps):
+            last = k == len(plan.steps) - 1
             return Answer([wire.tool_use_block(c["name"], c["input"], f"toolu_scripted_s{session}_{nxt}_{j}")
-                           for j, c in enumerate(plan.steps[k])])
-        errors, refused = {}, {}
+                           for j, c in enumerate(plan.steps[k])], inflate=last and worker_branch == "cap_mid_run")
+        errors, refused, own_check = {}, {}, None
         for tid, (text, is_error) in results.items():
             step = _step_of(tid, session)
             if tid in ids and step is not None and step - offset in plan.expect_error:
                 refused[tid] = text[:500]
+            elif tid in ids and step is not None and step - offset == plan.selfcheck_step:
+                # The worker's own self-check: failing is its verdict, held to the plan's prediction by the report.
+                own_check = {"passed": not is_error, "tail": text[-300:]}
             elif tid in ids and step is not None and is_error:
                 errors[tid] = text[:500]
         truth = dict(plan.truth, tool_errors=errors, denied_result=refused or None, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                     labelled=run_id is not None)
+                     labelled=run_id is not None, branch=worker_branch, phase="closing", worker_selfcheck=own_check)
+        if worker_branch == "api_500_mid_run":
+            return Answer([], truth, fault=worker_branch)
+        if worker_branch == "wall_limit":
+            # Held past the run's wall limit (and a margin), so that the harness stops the session first.
+            return Answer([wire.text_block(plan.closing)], truth, hold_s=float(self.branch.wall_s or 0) + 30.0)
         return Answer([wire.text_block(plan.closing)], truth)
 
     def _note_refusal(self, run_id: str | None, reason: str, body: dict) -> None:
@@ -766,7 +945,7 @@ class ScriptedModelServer:
                 fh.write(json.dumps(row) + "\n")
 
     def _record(self, truth: dict) -> None:
-        key = (truth["run_id"], truth["session"])
+        key = (truth["run_id"], truth["session"], truth.get("phase"))
         with self._truth_lock:
             if key in self._recorded:
                 return
@@ -777,14 +956,16 @@ class ScriptedModelServer:
 
     # -- the judges -------------------------------------------------------------
 
-    def _judge(self, body: dict, prompt: str) -> Answer:
-        """A grade from the SIMULATED judges' model, of the package as the prompt shows it.
+    def _judge(self, body: dict, prompt: str, label: tuple[str | None, str | None] = (None, None)) -> Answer:
+        """The answer of the panel member and attempt the request's label names, as the attempt's branch for that
+        judge has it (none: a schema-valid grade from the SIMULATED judges' model, of the package as the prompt shows it).
 
-        The panel member is told by the model asked for; where two members
-        share a model (J2 and J3), the first call with a prompt is the first
-        of them, the next call with the same prompt the next one.
+        The member is told by its label alone, never by the order of the calls: two members share a model (J2 and
+        J3), and the retry of one would otherwise be taken for the other. The grade is drawn from the prompt without
+        the panel's retry note, the member and the attempt, so the same call always gets the same grade.
         """
         from pilot.judges.backend import JudgeRequest
+        from pilot.judges.panel import RETRY_NOTE
         from pilot.judges.prompt_readback import PromptNotUnderstood, read_back
         from pilot.judges.schema import RATIONALE_MAX_CHARS, VerdictError, parse_verdict
         from pilot.simulated.judge import SimulatedJudge
@@ -797,29 +978,68 @@ class ScriptedModelServer:
         members = [j for j in protocol.study()["judges"]["panel"] if j["model"] == model]
         if not members:
             raise ScriptError(f"a judge session for model {model!r}, which no member of the study's panel uses")
-        key = (hashlib.sha256(prompt.encode("utf-8")).hexdigest(), model)
+        judge_id, attempt_text = label
+        if not judge_id:
+            raise ScriptError(f"a judge session without the {JUDGE_HEADER} header: the harness labels every judge request "
+                              "with its panel member, and the scripted judges will not guess it from the order of the calls")
+        member = next((m for m in members if str(m["id"]) == judge_id.strip()), None)
+        if member is None:
+            raise ScriptError(f"{JUDGE_HEADER}: {judge_id!r} names no panel member of model {model!r} "
+                              f"(those are {', '.join(str(m['id']) for m in members)})")
+        if (attempt_text or "").strip() not in ("0", "1"):
+            raise ScriptError(f"{JUDGE_ATTEMPT_HEADER}: {attempt_text!r} is not a judge attempt (0, or 1 for the one retry)")
+        jid, attempt = str(member["id"]), int(str(attempt_text).strip())
+        base = prompt.split(RETRY_NOTE.split("{reason}", 1)[0], 1)[0]
+        key = (hashlib.sha256(base.encode("utf-8")).hexdigest(), jid)
         with self._truth_lock:
             n = self._judge_seen.get(key, 0)
             self._judge_seen[key] = n + 1
-        member = members[n % len(members)]
-        request = JudgeRequest(judge_id=str(member["id"]), model=model, draw=int(member["draw"]), attempt=n // len(members),
-                               prompt=prompt, criteria=criteria, package=package, seed=_digest(prompt + "\0" + str(member["id"])) % 2**63)
+        request = JudgeRequest(judge_id=jid, model=model, draw=int(member["draw"]), attempt=attempt,
+                               prompt=base, criteria=criteria, package=package, seed=_digest(base + "\0" + jid) % 2**63)
         judge = SimulatedJudge()
         verdict = judge.verdict(request, judge._rng(request))
         verdict["rationale"] = ("Scripted judge (the simulated judges' model): " + verdict["rationale"].removeprefix("SIMULATED judge: "))[:RATIONALE_MAX_CHARS]
         text = json.dumps(verdict)
         try:
             parse_verdict(text, criteria)
-        except VerdictError as exc:  # never answer what the panel would refuse
+        except VerdictError as exc:  # never answer what the panel would refuse, unless a branch means it to
             raise ScriptError(f"the drawn grade fails the judges' schema: {exc}") from None
-        self._note_judge({"scenario": scenario.id, "judge": member["id"], "model": model, "call": n, "accept": verdict["accept"],
-                          "scores": verdict["criterion_scores"], "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-        return Answer([wire.text_block(text)])
+        branch = self.branch.judges.get(jid)
+        kind, sent, hold_s = "grade", verdict, 0.0
+        if branch == "judge_malformed_once" and attempt == 0:
+            kind, sent, text = "not_json", None, JUDGE_NOT_JSON
+        elif branch == "judge_schema_invalid":
+            # The drawn grade with its first criterion left out: well-formed JSON the output schema refuses.
+            sent = dict(verdict, criterion_scores={k: v for k, v in verdict["criterion_scores"].items() if k != criteria[0].id})
+            kind, text = "schema_invalid", json.dumps(sent)
+        elif branch == "judge_timeout":
+            kind, hold_s = "held", judge_hold_s(self.branch.judge_timeout_s)
+        try:
+            parse_verdict(text, criteria)
+            valid = True
+        except VerdictError:
+            valid = False
+        if valid != (kind in ("grade", "held")):
+            raise ScriptError(f"the scripted answer of {jid} for branch {branch} is {'' if valid else 'not '}a valid grade")
+        # On record before any hold: the attempt may be over by the time a held answer would be sent.
+        self._note_judge({"scenario": scenario.id, "judge": jid, "model": model, "attempt": attempt, "call": n, "branch": branch,
+                          "answer": kind, "valid": valid, "held_s": hold_s or None,
+                          "accept": sent["accept"] if sent else None, "scores": sent["criterion_scores"] if sent else None,
+                          "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        return Answer([wire.text_block(text)], hold_s=hold_s)
 
     def _note_judge(self, row: dict) -> None:
         with self._truth_lock:
             with open(self.record_dir / JUDGES_FILE, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def judge_hold_s(judge_timeout_s: float | None) -> float:
+    """How long a judge playing judge_timeout holds its answer: past the judges' time limit by half of it and a second
+    more, so the harness gives up first; bounded, so the server's thread ends soon after."""
+    if judge_timeout_s is None or judge_timeout_s <= 0:
+        raise ScriptError("the judge_timeout branch needs the plan's judge_timeout_s")
+    return 1.5 * float(judge_timeout_s) + 1.0
 
 
 def read_truth(record_dir: Path) -> dict[str, dict]:
@@ -833,7 +1053,11 @@ def read_truth(record_dir: Path) -> dict[str, dict]:
             continue
         try:
             row = json.loads(line)
-            runs.setdefault(str(row["run_id"]), {})[int(row["session"])] = row
+            # A session's plan row, then its closing row (what happened) over it.
+            sessions = runs.setdefault(str(row["run_id"]), {})
+            merged = {**sessions.get(int(row["session"]), {}), **row}
+            merged["closed"] = bool(sessions.get(int(row["session"]), {}).get("closed")) or row.get("phase") in (None, "closing")
+            sessions[int(row["session"])] = merged
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: line {n}: not a truth record ({exc})") from None
     out: dict[str, dict] = {}
@@ -851,6 +1075,10 @@ def read_truth(record_dir: Path) -> dict[str, dict]:
             "deliverables": list(last["deliverables"]),
             "selfcheck_called": any(r.get("selfcheck_called") for r in rows),
             "recovery": any(r.get("recovery") for r in rows),
+            "branch": rows[0].get("branch"),
+            # the files written whole, as the last session that wrote each left it
+            "written": {k: v for r in rows for k, v in (r.get("written") or {}).items()},
+            "labelled": all(r.get("labelled", True) for r in rows),
         }
     return out
 
@@ -869,9 +1097,17 @@ def scripted_record_dir(attempt_dir: Path) -> Path:
 @contextmanager
 def scripted_upstream(attempt_dir: Path, seed: int) -> Iterator[dict[str, str]]:
     """The ``upstream`` role of the rehearsal backend (:mod:`pilot.backends`): a scripted model server of the attempt's
-    own, its record beside the attempt's folder; yields the address and key the proxy and the judges use."""
+    own, its record beside the attempt's folder, playing the attempt's branches of the plan
+    :data:`~pilot.simulated.rehearsal_branches.PLAN_ENV` names (recorded beside its truth); yields the address and
+    key the proxy and the judges use, the request that the judges label their calls, and the branches' own limits
+    (which :func:`pilot.pipeline.upstream_limits` takes out)."""
+    from pilot.judges.claude_judge import LABEL_REQUESTS_KEY
+    from pilot.simulated import rehearsal_branches
+
     record = scripted_record_dir(attempt_dir)
     if record.exists():
         shutil.rmtree(record)  # an earlier try of this attempt folder: its truth is not this one's
-    with ScriptedModelServer(seed=seed, record_dir=record) as server:
-        yield {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key}
+    branch = rehearsal_branches.load_plan().for_attempt(Path(attempt_dir))
+    rehearsal_branches.write_record(record, branch)
+    with ScriptedModelServer(seed=seed, record_dir=record, branch=branch) as server:
+        yield {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key, LABEL_REQUESTS_KEY: "1", **branch.limits()}
