@@ -420,6 +420,35 @@ def test_an_interrupted_stream_is_charged_its_whole_output_allowance(prices, tmp
         assert meter.metered_usd == Decimal("0.014")  # 1000 x 4 + 500 x 20 per million
 
 
+def _chunked_cut_after_start(handler) -> None:
+    # HTTP/1.1 and chunked, as the real API streams: the connection drops inside the chunked body.
+    handler.protocol_version = "HTTP/1.1"
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.send_header("transfer-encoding", "chunked")
+    handler.end_headers()
+    start = {"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 1000, "output_tokens": 1}}}
+    frame = f"event: message_start\ndata: {json.dumps(start)}\n\n".encode()
+    handler.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+    handler.wfile.flush()
+    handler.close_connection = True
+
+
+def test_a_chunked_stream_cut_by_the_upstream_is_charged_and_passed_on_as_a_cut(prices, tmp_path, capsys):
+    """The upstream drops the connection inside its chunked stream: the proxy charges the whole output allowance
+    (as for any stream without its final usage), prints no traceback, and ends the agent's stream without the
+    closing chunk, so the agent sees the cut as it happened."""
+    with _ScriptedUpstream(_chunked_cut_after_start) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
+        meter = proxy.open_run("r-chunk-cut", Decimal("4.00"), MODEL)
+        with pytest.raises(http.client.IncompleteRead) as cut:
+            _post(meter.base_url, "/v1/messages", _request(max_tokens=500, stream=True), meter.token)
+        assert b"message_start" in cut.value.partial
+        row = meter.requests[-1]
+        assert row["usage_complete"] is False and row["output_tokens"] == 500 and "cut the stream" in row["note"]
+        assert meter.metered_usd == Decimal("0.014") and meter.reserved_usd == 0  # 1000 x 4 + 500 x 20 per million
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_an_upstream_error_is_relayed_and_not_charged(prices, tmp_path):
     with _ScriptedUpstream(_overloaded) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-529", Decimal("4.00"), MODEL)

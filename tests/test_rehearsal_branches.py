@@ -197,11 +197,21 @@ def test_a_deliverable_is_held_to_the_bytes_its_tool_call_wrote(tmp_path):
     (tmp_path / "outputs").mkdir()
     (tmp_path / "outputs" / "memo.md").write_text("# Memo\n")
     digest = hashlib.sha256(b"# Memo\n").hexdigest()  # by hand, not by the code under test
-    assert rehearsal.check_written(tmp_path, {"outputs/memo.md": digest}) == []
+    assert rehearsal.deliverables_by_tool(["outputs/memo.md"], tmp_path, {"outputs/memo.md": digest}, {}) == (["outputs/memo.md"], [])
     (tmp_path / "outputs" / "memo.md").write_text("# Memo.\n")
-    assert rehearsal.check_written(tmp_path, {"outputs/memo.md": digest}) == [
-        "deliverable outputs/memo.md: its SHA-256 is not that of the bytes the scripted worker's tool call wrote"]
-    assert "not in the workspace" in rehearsal.check_written(tmp_path, {"outputs/gone.csv": digest})[0]
+    assert rehearsal.deliverables_by_tool(["outputs/memo.md"], tmp_path, {"outputs/memo.md": digest}, {}) == ([], [
+        "deliverable outputs/memo.md: its SHA-256 is not that of the bytes the scripted worker's tool call wrote"])
+    assert "not in the workspace" in rehearsal.deliverables_by_tool(["outputs/gone.csv"], tmp_path, {"outputs/gone.csv": digest}, {})[1][0]
+
+
+def test_sha256sum_output_is_read_line_by_line():
+    from pilot.simulated.scripted_model import parse_sha256sum
+
+    text = ("2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881  outputs/a b.csv\n"
+            "sha256sum: outputs/gone.txt: No such file or directory\n"
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 *outputs/empty.bin\n")
+    assert parse_sha256sum(text) == {"outputs/a b.csv": "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881",
+                                     "outputs/empty.bin": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}
 
 
 def test_a_worker_record_without_the_proxys_label_is_a_finding_and_no_truth(tmp_path):

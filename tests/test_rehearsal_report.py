@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from types import SimpleNamespace
 
 import pandas as pd
 
@@ -65,10 +64,15 @@ def test_oracle_judges_and_deliverables_mismatches_are_findings(tmp_path):
     (ws / "outputs").mkdir(parents=True)
     (ws / "outputs" / "memo.docx").write_bytes(b"x")
     (ws / "outputs" / "log.csv").write_text("a\n")
-    calls = [SimpleNamespace(input={"command": "python3 solve.py --out outputs/memo.docx"})]
-    ok, found = rehearsal.deliverables_by_tool(["outputs/memo.docx", "outputs/log.csv", "outputs/gone.txt"], ws, calls)
+    # memo.docx: the digest the worker's sha256sum reported in the sandbox (SHA-256 of b"x", by hand);
+    # log.csv: named by a tool call, which proves nothing, and neither written whole nor reported.
+    x = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
+    ok, found = rehearsal.deliverables_by_tool(["outputs/memo.docx", "outputs/log.csv", "outputs/gone.txt"], ws, {}, {"outputs/memo.docx": x})
     assert ok == ["outputs/memo.docx"]
-    assert any("log.csv" in f and "no tool call" in f for f in found) and any("gone.txt" in f and "not in the workspace" in f for f in found)
+    assert any("log.csv" in f and "no tool call wrote it whole or reported its digest" in f for f in found)
+    assert any("gone.txt" in f and "not in the workspace" in f for f in found)
+    ok, found = rehearsal.deliverables_by_tool(["outputs/memo.docx"], ws, {}, {"outputs/memo.docx": "0" * 64})
+    assert ok == [] and "the digest the worker's sha256sum reported in the sandbox" in found[0]
 
 
 def test_a_rehearsal_table_is_labelled_rehearsal_wherever_its_numbers_appear(tmp_path):

@@ -1104,7 +1104,7 @@ class _Handler(BaseHTTPRequestHandler):
             if "text/event-stream" in ctype:
                 client_ok = self._relay_stream(resp, state, answer)
                 book()
-                if client_ok:
+                if client_ok and not state.get("upstream_cut"):
                     try:
                         self.wfile.write(b"0\r\n\r\n")
                     except OSError:
@@ -1120,7 +1120,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
-            if not resp.will_close:
+            if not resp.will_close and not state.get("upstream_cut"):
                 proxy.release_connection(resp)
         finally:
             book()
@@ -1169,7 +1169,14 @@ class _Handler(BaseHTTPRequestHandler):
         client_ok = True
         pending = b""
         while True:
-            chunk = resp.read1(65536)
+            try:
+                chunk = resp.read1(65536)
+            except (OSError, http.client.HTTPException) as exc:
+                # The upstream cut its stream: the answer is booked as incomplete (at its worst case), and the agent
+                # sees the cut as it happened rather than a stream the proxy closed for it.
+                state["note"] = f"the upstream cut the stream mid-way ({type(exc).__name__})"
+                state["upstream_cut"] = True
+                break
             if not chunk:
                 break
             if client_ok:

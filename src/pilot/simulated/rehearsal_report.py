@@ -16,17 +16,15 @@ truth and against the harness's own records:
   played by some run;
 - the scripted server's record is found by the proxy's run label alone
   (a record it had to key by folder is a finding, :func:`check_labelled`);
-- every deliverable the scripted worker wrote exists in the workspace and was
-  written through a tool call in the harness's own copy of the event stream
-  (:func:`pilot.agents.audit.read_transcript` of
-  :func:`pilot.workspace.transcript_path`);
+- every deliverable the scripted worker wrote exists in the workspace;
 - the oracle's verdicts agree with what the scripted worker planted, from the
   planted defects' declarations alone (:func:`pilot.defects.plant_defect`;
   the harness never runs the oracle to know the truth): ``D`` equals
   ``expected_pass``, each planted defect fails one of the criteria it
   declares, and no undeclared criterion fails (:func:`check_declared`);
-  every file a tool call wrote whole holds exactly the bytes it wrote
-  (:func:`check_written`);
+  every deliverable holds exactly the bytes a tool call wrote whole, or the
+  digest the worker's own ``sha256sum`` reported in the sandbox for a file
+  its solver made (:func:`deliverables_by_tool`);
 - on A4 the controller is held to the plan's predictions, made from the
   declarations before the run (:func:`check_controller`): its first and
   final self-check verdicts, the one resume granted after a failing
@@ -488,29 +486,29 @@ def check_oracle(D: bool | None, expected_pass: bool | None) -> list[str]:
     return []
 
 
-def _tool_text(call: Any) -> str:
-    return json.dumps(getattr(call, "input", {}) or {}, sort_keys=True)
+def deliverables_by_tool(expected: Iterable[str], workspace: Path, written: Mapping[str, str],
+                         reported: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Of the deliverables the scripted worker wrote, those whose bytes in the workspace are what its tool calls wrote,
+    and a finding for each other.
 
+    A file's SHA-256 must equal the digest of the bytes a tool call carried whole (a Write call, an edit step), or,
+    for a file the solver made in the sandbox, the digest the worker's own ``sha256sum`` tool call reported at the end
+    of its session. A name in a tool call proves nothing (the solver's shipped source names every deliverable).
+    """
+    import hashlib
 
-def deliverables_by_tool(expected: Iterable[str], workspace: Path, tool_calls: Iterable[Any]) -> tuple[list[str], list[str]]:
-    """Of the deliverables the scripted worker wrote, those that exist in the workspace and were named in a tool
-    call of the harness's transcript, and a finding for each other."""
-    texts = [_tool_text(c) for c in tool_calls]
     ok: list[str] = []
     out: list[str] = []
     for name in expected:
-        p = Path(name)
-        path = p if p.is_absolute() else workspace / p
-        named = any(p.name in t for t in texts)
-        if not path.is_file():
-            # The sandbox shows the workspace at another path than the harness: try the same relative place.
-            tail = [part for part in p.parts if part not in ("/",)]
-            alt = next((workspace.joinpath(*tail[i:]) for i in range(len(tail)) if workspace.joinpath(*tail[i:]).is_file()), None)
-            path = alt or path
+        path = Path(workspace) / name
+        want = written.get(name) or reported.get(name)
         if not path.is_file():
             out.append(f"deliverable {name}: the scripted worker wrote it but it is not in the workspace")
-        elif not named:
-            out.append(f"deliverable {name}: present, but no tool call in the harness's transcript names it")
+        elif want is None:
+            out.append(f"deliverable {name}: present, but no tool call wrote it whole or reported its digest")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != want:
+            source = "the bytes the scripted worker's tool call wrote" if name in written else "the digest the worker's sha256sum reported in the sandbox"
+            out.append(f"deliverable {name}: its SHA-256 is not that of {source}")
         else:
             ok.append(name)
     return ok, out
@@ -629,20 +627,6 @@ def check_labelled(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path) ->
     """A finding for every worker record the scripted server could not name by the proxy's run label."""
     return [f"proxy: the worker's requests reached the scripted server without the run label (recorded as {key!r})"
             for key in truth if key.startswith("unlabelled:") or key not in (str(attempt_dir), str(Path(attempt_dir).resolve()))]
-
-
-def check_written(workspace: Path, written: Mapping[str, str]) -> list[str]:
-    """Each file the scripted worker's tool calls wrote whole must hold exactly those bytes (SHA-256)."""
-    import hashlib
-
-    out = []
-    for rel, digest in sorted(written.items()):
-        f = Path(workspace) / rel
-        if not f.is_file():
-            out.append(f"deliverable {rel}: a tool call wrote it whole, but it is not in the workspace")
-        elif hashlib.sha256(f.read_bytes()).hexdigest() != digest:
-            out.append(f"deliverable {rel}: its SHA-256 is not that of the bytes the scripted worker's tool call wrote")
-    return out
 
 
 #: How a run must end, by the worker branch its first attempt played (None: the normal path).
@@ -825,7 +809,8 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.deliverables_expected = [str(d) for d in truth.get("deliverables") or []]
     if truth and not chk.deliverables_expected:
         chk.findings.append("deliverables: the scripted worker wrote no deliverable")
-    chk.deliverables_by_tool, found = deliverables_by_tool(chk.deliverables_expected, workspace, summary.tool_calls)
+    chk.deliverables_by_tool, found = deliverables_by_tool(chk.deliverables_expected, workspace, truth.get("written") or {},
+                                                           truth.get("reported") or {})
     chk.findings += found
 
     chk.D = rec.get("D")
@@ -852,7 +837,6 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
             chk.findings += check_controller(sessions, rec, selfcheck_calls(transcript_path(attempt_dir)))
         elif rec.get("recovery_used"):
             chk.findings.append(f"recovery: arm {chk.arm} has no self-check, yet the controller resumed")
-        chk.findings += check_written(workspace, truth.get("written") or {})
     chk.findings += check_labelled(truths, attempt_dir)
     first_branch = branches_played[0] if branches_played else None
     chk.branch = (first_branch.worker if first_branch else None) or "normal"
