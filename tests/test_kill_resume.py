@@ -62,10 +62,10 @@ def _kill_when(db: Path, proc: subprocess.Popen, done_at_least: int) -> tuple[di
             # after it ends): the kill waits for a worker to be there, so that it lands mid-attempt.
             kids = _children(proc.pid) if done >= done_at_least and running > 0 else []
             if kids:
-                before = _snapshot(db)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
-                return (*before, kids)
+                # Read after the kill: a snapshot taken just before it could miss an attempt begun in between.
+                return (*_snapshot(db), kids)
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise AssertionError("the scheduler never reached the kill point (enough runs done, an attempt running, "

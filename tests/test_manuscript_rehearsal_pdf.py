@@ -42,7 +42,8 @@ BANNER_END = "no number in this document is a finding"
 # Enough scenarios and repeats that no arm sits at 0% or 100% acceptance and every model can be fitted:
 # this test is about the labels, not about the stages' degenerate cases.
 SYNTHETIC_SEED, N_SCENARIOS, REPEATS = 7, 4, 2
-DRAWS = {"bootstrap_resamples": 200, "permutations": 200}
+# Small draws: the test reads labels, not estimates (each stage's numbers are tested where it is).
+DRAWS = {"bootstrap_resamples": 60, "permutations": 60}
 
 
 def _root(tmp: Path) -> Path:
@@ -134,9 +135,9 @@ def built(tmp_path_factory) -> dict:
         [_pilot("stage", "primary", *dirs, *table, "--output", out["notebooks"] / "04.ipynb"),
          _pilot("stage", "sensitivity", *dirs, *table, "--output", out["notebooks"] / "05.ipynb")],
         [_pilot("protocol", "tables", "--out", out["generated"]),
-         _pilot("stage", "power", *dirs, "-p", "simulations", 200, "--output", out["notebooks"] / "03.ipynb"),
+         _pilot("stage", "power", *dirs, "-p", "simulations", 40, "--output", out["notebooks"] / "03.ipynb"),
          [sys.executable, paths.ROOT / "analysis" / "calibration.py", "--tables-dir", out["tables"], "--generated-dir", out["generated"],
-          "--studies", 20, "--truth-draws", 20_000, "--bootstrap", 200, "--permutations", 200, "--quiet"]],
+          "--studies", 5, "--truth-draws", 5_000, "--bootstrap", 60, "--permutations", 60, "--quiet"]],
     ]
     # Two chains at once: they write different files and read none of each other's.
     with ThreadPoolExecutor(max_workers=2) as pool:
