@@ -13,6 +13,8 @@ import io
 import json
 import re
 import sys
+import time
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -22,6 +24,7 @@ from pilot import backends, freeze, ledger, paths, protocol
 from pilot.executors.base import check_run_function
 from pilot.nodes import HOST_ARMS, host_arms, load_nodes, nodes_from_text
 from pilot.schedule import (
+    LOCK_FILE,
     ScheduleError,
     Scheduler,
     WaveResult,
@@ -119,19 +122,100 @@ def discard_study(name: str) -> bool:
     """Delete study ``name`` if it holds no attempt on a real backend (a dry run or a rehearsal); True if there was one.
 
     A real study is never deleted: that is refused, naming its backends.
+    Call it holding the study's lock (:func:`create_study` with ``fresh`` does),
+    so that no other command is creating or running the study meanwhile.
     """
     import shutil
 
     folder = paths.study_dir(name)
-    if not (folder / STORE_FILE).exists():
+    store_file = folder / STORE_FILE
+    if not store_file.exists():
         return False
     with Store.open(folder) as old:
         used = {r[0] for r in old.conn.execute("SELECT DISTINCT backend FROM attempts")}
     real = sorted(used - DISCARDABLE_BACKENDS)
     if real:
-        raise StudyError(f"{paths.shown(folder / STORE_FILE)}: refusing to delete study {name}: it holds attempts on {', '.join(real)}")
-    shutil.rmtree(folder)
+        raise StudyError(f"{paths.shown(store_file)}: refusing to delete study {name}: it holds attempts on {', '.join(real)}")
+    # The store first: a delete cut short leaves no study rather than a store without its workspaces.
+    for part in (store_file, Path(f"{store_file}-wal"), Path(f"{store_file}-shm")):
+        part.unlink(missing_ok=True)
+    for entry in folder.iterdir():
+        # The lock file stays: the caller holds it, and a command waiting on it must wait on the same file.
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     return True
+
+
+#: How long a create waits for another create of the same name (its hold on the study is short) before refusing.
+CREATE_WAIT_S = 60.0
+
+
+def _enter_lock(stack: ExitStack, folder: Path) -> None:
+    """Hold the study's lock in ``stack``; on release the lock file is emptied, as a pid in it names a holder."""
+    stack.enter_context(study_lock(folder))
+    stack.callback(_clear_holder, folder / LOCK_FILE)  # runs first, while the lock is still held
+
+
+def _clear_holder(lock: Path) -> None:
+    try:
+        with open(lock, "r+", encoding="utf-8") as fh:
+            fh.truncate()
+    except OSError:
+        pass  # a stale pid only makes a later refusal name a process that is gone
+
+
+def _exists(name: str) -> StudyError:
+    return StudyError(f"{paths.shown(paths.study_dir(name) / STORE_FILE)}: study {name!r} already exists; choose another name")
+
+
+def _hold_study(stack: ExitStack, name: str, *, fresh: bool) -> None:
+    """Take study ``name``'s lock (the one ``pilot study run`` holds) into ``stack``, for a create.
+
+    A plain create waits while another create of the name holds it and is
+    refused as soon as that one's store exists; ``fresh`` deletes, so it
+    never waits: it is refused whenever another command holds the study.
+    """
+    folder = paths.study_dir(name)
+    deadline = time.monotonic() + CREATE_WAIT_S
+    while True:
+        if not fresh and (folder / STORE_FILE).exists():
+            raise _exists(name)
+        try:
+            _enter_lock(stack, folder)
+            return
+        except ScheduleError:
+            if fresh or time.monotonic() > deadline:
+                try:
+                    holder = (folder / LOCK_FILE).read_text(encoding="utf-8").strip() or "unknown"
+                except OSError:
+                    holder = "unknown"
+                raise StudyError(
+                    f"{paths.shown(folder / LOCK_FILE)}: study {name!r} is being created or run by another process (pid {holder}); "
+                    + ("--fresh deletes a study only while no other command holds it: " if fresh else "")
+                    + "wait for that one to finish, then run again"
+                ) from None
+            time.sleep(0.05)
+
+
+def write_assignment(store: Store, wave: str) -> Path:
+    """Write ``assignment_<wave>.csv`` beside the store from the store's own committed rows, atomically.
+
+    Call it only holding the study (a create's new store, or the study's
+    lock): a command that lost the study must not write beside it. An
+    unchanged file is left alone.
+    """
+    path = store.folder / f"assignment_{wave}.csv"
+    text = assignment_csv(store.cells(wave))
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return path
+    except (OSError, UnicodeDecodeError):
+        pass  # missing or unreadable: written below
+    return atomic_write_text(path, text)
 
 
 def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None,
@@ -142,14 +226,17 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
     ``pilot_repeats`` gives the pilot wave fewer repeats than the design's (1 to ``design.pilot_repeats``; a rehearsal uses 1).
 
     ``fresh`` first deletes an existing study of that name that holds only dry-run or rehearsal attempts (:func:`discard_study`).
+
+    Two creates of one name at once: the store takes exactly one; the other
+    is refused and writes nothing. The store is made, and
+    ``assignment_pilot.csv`` written from its rows, holding the study's lock,
+    which ``fresh`` needs free (it is refused while another command holds it).
     """
     if not _STUDY_NAME.match(name):
         raise StudyError(f"study name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
     folder = paths.study_dir(name)
-    if fresh:
-        discard_study(name)
-    if (folder / STORE_FILE).exists():
-        raise StudyError(f"{paths.shown(folder / STORE_FILE)}: study {name!r} already exists; choose another name")
+    if not fresh and (folder / STORE_FILE).exists():
+        raise _exists(name)
     study = protocol.study()
     seed = study.assignment_seed if seed is None else int(seed)
     chosen_arms = parse_arms(arms)
@@ -170,31 +257,48 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
         check_servable(cells, nodes, _requires())
     except ScheduleError as exc:
         print(f"warning: {exc} (with the dask executor the cluster's workers count instead)", file=sys.stderr)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "assignment_pilot.csv", assignment_csv(cells))
-    return Store.create(
-        folder,
-        name=name,
-        seed=seed,
-        protocol_version=str(study["study"]["protocol_version"]),
-        worker_model=str(study["worker"]["model"]),
-        envelope_usd=study.envelope_usd,
-        scenarios=ids,
-        nodes_source=str(nodes_path),
-        nodes_yaml=nodes_path.read_text(encoding="utf-8"),
-        cells=cells,
-        arms=chosen_arms,
-        run_function=run_function,
-    )
+    nodes_yaml = nodes_path.read_text(encoding="utf-8")
+    with ExitStack() as held:
+        _hold_study(held, name, fresh=fresh)
+        if fresh:
+            discard_study(name)
+        if (folder / STORE_FILE).exists():
+            raise _exists(name)
+        store = Store.create(
+            folder,
+            name=name,
+            seed=seed,
+            protocol_version=str(study["study"]["protocol_version"]),
+            worker_model=str(study["worker"]["model"]),
+            envelope_usd=study.envelope_usd,
+            scenarios=ids,
+            nodes_source=str(nodes_path),
+            nodes_yaml=nodes_yaml,
+            cells=cells,
+            arms=chosen_arms,
+            run_function=run_function,
+        )
+        try:
+            write_assignment(store, "pilot")
+        except BaseException:
+            # A study is created whole or not at all: while the lock is held no other command can have run or changed it.
+            store.close()
+            for part in (store.path, Path(f"{store.path}-wal"), Path(f"{store.path}-shm")):
+                part.unlink(missing_ok=True)
+            raise
+        return store
 
 
 def ensure_wave(store: Store, wave: str) -> int:
     """Add a later wave's cells (same seed, its own permutation) if not there yet; returns how many were added.
 
     Call under the study's lock (:meth:`Scheduler.run` does, as ``prepare``):
-    two operators starting one wave at once must not both add it.
+    two operators starting one wave at once must not both add it. The
+    wave's assignment file is written from the store's rows (put back if it
+    was lost or disagrees).
     """
     if store.has_wave(wave):
+        write_assignment(store, wave)
         return 0
     info = store.study()
     study = protocol.study()
@@ -203,7 +307,7 @@ def ensure_wave(store: Store, wave: str) -> int:
                          f"{study['sensitivity_models']['arm']}, which it lacks")
     cells = build_cells(info.name, wave, info.scenarios, info.seed, study=study, arms=info.arms if wave != "sensitivity" else None)
     store.add_cells(cells)
-    atomic_write_text(store.folder / f"assignment_{wave}.csv", assignment_csv(cells))
+    write_assignment(store, wave)
     return len(cells)
 
 
@@ -277,6 +381,8 @@ def run_study_wave(
         on_start: Callable[[Store], None] | None = None
         prepare: Callable[[Store], None] | None = None
         if wave == "pilot":
+            # Under the lock: a file another create overwrote (before creates took the lock) is put back from the store.
+            prepare = lambda st: write_assignment(st, "pilot")  # noqa: E731
             if info.freeze_manifest is None:
                 scen = info.scenarios
                 on_start = lambda st: st.set_freeze_manifest(freeze.take_manifest(scenarios=scen))  # noqa: E731
@@ -432,11 +538,20 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
 
     Failed runs are rows with status ``infra_error`` and empty outcomes;
     the analyses drop them and say how many (:func:`pilot.runtable.validate_runtable`).
+    Into the study's folder (the default) only holding the study's lock, so
+    the file is the store's as of one moment; refused while a run holds it.
     """
     from pilot import outcomes
 
     store = Store.open(paths.study_dir(name))
+    held = ExitStack()
     try:
+        target = Path(out) if out else store.folder / RUNS_FILE
+        if target.resolve().parent == store.folder.resolve():
+            try:
+                _enter_lock(held, store.folder)
+            except ScheduleError as exc:
+                raise StudyError(f"{exc}; export once it has stopped, or write the table elsewhere with --out FILE") from exc
         info = store.study()
         rows = store.finished_rows()
         later = [r for r in rows if r["wave"] != "pilot"]
@@ -457,10 +572,10 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
             print(f"warning: {len(pending)} assigned run(s) not finished yet are left out of the run table "
                   f"(e.g. {pending[0]}); run `pilot study run {name}` to finish them", file=sys.stderr)
         table = outcomes.run_table(outcomes.rows_from_store(rows, study_name=info.name, backend=backends[0]))
-        target = Path(out) if out else store.folder / RUNS_FILE
         atomic_write_text(target, table.to_csv(index=False))
         return target, table
     finally:
+        held.close()
         store.close()
 
 

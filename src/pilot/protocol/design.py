@@ -124,6 +124,7 @@ STUDY_SCHEMA: dict = object_schema(
                 ),
             }
         ),
+        "transfer": object_schema({"max_package_mb": _posint}),
         "caps": object_schema(
             {
                 "global": object_schema({"usd": _pos, "wall_s": _pos}),
@@ -320,6 +321,11 @@ class Study:
     @property
     def judge_panel(self) -> list[dict]:
         return [dict(j) for j in self.raw["judges"]["panel"]]
+
+    @property
+    def transfer_limit_bytes(self) -> int:
+        """The most an attempt's package from a dask worker may weigh (``transfer.max_package_mb``, in MiB)."""
+        return int(self.raw["transfer"]["max_package_mb"]) * 1024 * 1024
 
     @property
     def global_caps(self) -> Caps:
