@@ -22,6 +22,7 @@ import statistics
 import time
 
 from pilot import freeze, identity, paths
+from pilot.agents import identity_extras
 
 
 def _median(fn, repeats: int) -> float:
@@ -36,7 +37,7 @@ def _median(fn, repeats: int) -> float:
 def _cold(backend: str) -> None:
     identity._MANIFESTS.clear()
     identity._FILE_DIGESTS.clear()
-    identity._CLI_VERSIONS.clear()
+    identity_extras._CLI_VERSIONS.clear()
     identity.protocol_identity(None, backend=backend)
 
 

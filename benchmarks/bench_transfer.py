@@ -5,7 +5,9 @@ folder, what a study whose workers share its disk would spend at most.
 Measured run (``transfer``): :func:`pilot.executors.transfer.pack_attempt`
 on the worker's side, then :func:`~pilot.executors.transfer.unpack_attempt`
 on the host's (every kept file written and checked against the manifest),
-with the study's package limit. The attempt is a copy of the largest
+with the study's package limit. Second, the transfer's share of one
+simulated attempt's wall time: the attempt as the local executor runs it
+(named reference), then its folder packed, unpacked and verified. The attempt is a copy of the largest
 rehearsal attempt under ``analysis/data/rehearsal/workspaces/`` when there
 is one, else a typical one built here (office files, CSVs, a transcript of
 about 1 MB, proxy records). Medians over the repeats, in the same process.
@@ -101,7 +103,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'run':<30} {'s':>9} {'ratio':>7}")
     print(f"{'copytree (reference)':<30} {ref:>9.4f} {1.0:>7.2f}")
     print(f"{'pack + unpack + verify':<30} {moved:>9.4f} {moved / ref:>7.2f}")
+    attempt_s, transfer_s = _simulated_attempt(limit)
+    print()
+    print("one simulated attempt (LEGAL-01, A1) as the local executor runs it, then its files sent home:")
+    print(f"{'attempt, local executor (reference)':<40} {attempt_s:>9.4f} {1.0:>7.2f}")
+    print(f"{'attempt + pack + unpack + verify':<40} {attempt_s + transfer_s:>9.4f} {(attempt_s + transfer_s) / attempt_s:>7.3f}")
     return 0
+
+
+def _simulated_attempt(limit: int) -> tuple[float, float]:
+    """Seconds of one simulated attempt (pilot.executors.base.execute_attempt, as the local executor calls it) and of
+    sending its folder home, measured on the same attempt in this process."""
+    from pilot.attempt import CellSpec
+    from pilot.executors.base import execute_attempt
+
+    study = protocol.study()
+    caps = study.caps_for("LEGAL-01")
+    cell = CellSpec("LEGAL-01.A1.r1", "bench", "pilot", "LEGAL-01", "A1", 1, str(study["worker"]["model"]), 0, 7, caps.usd,
+                    caps.wall_s, caps.usd)
+    with tempfile.TemporaryDirectory(prefix="bench-attempt-") as tmp:
+        folder = Path(tmp) / "LEGAL-01.A1.r1" / "attempt-1"
+        t0 = time.perf_counter()
+        execute_attempt(None, cell, str(folder), "bench-node", "simulated")
+        attempt_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        unpack_attempt(pack_attempt(folder, limit_bytes=limit), Path(tmp) / "host" / "attempt-1")
+        return attempt_s, time.perf_counter() - t0
 
 
 if __name__ == "__main__":

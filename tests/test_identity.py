@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pilot import backends, identity, paths
+from pilot.agents import identity_extras
 from pilot.identity import ProtocolIdentity, first_difference, protocol_identity
 
 ORACLE = "protocol/scenarios/BANK-01/oracle.yml"
@@ -112,16 +113,16 @@ def test_worker_env_lock_is_the_recorded_versions_canonical(tmp_path, monkeypatc
     env = tmp_path / "env"
     env.mkdir()
     monkeypatch.setenv("PILOT_WORKER_ENV", str(env))
-    assert identity.worker_env_lock() == identity.ABSENT  # neither a version record nor a python3
+    assert identity_extras.worker_env_lock() == identity.ABSENT  # neither a version record nor a python3
     (env / "versions.json").write_text(json.dumps({"python": "3.11.7", "pandas": "2.3.3"}, indent=2))
-    first = identity.worker_env_lock()
+    first = identity_extras.worker_env_lock()
     (env / "versions.json").write_text(json.dumps({"pandas": "2.3.3", "python": "3.11.7"}))
-    assert identity.worker_env_lock() == first and len(first) == 64
+    assert identity_extras.worker_env_lock() == first and len(first) == 64
     (env / "versions.json").write_text(json.dumps({"pandas": "2.3.4", "python": "3.11.7"}))
-    assert identity.worker_env_lock() != first
+    assert identity_extras.worker_env_lock() != first
     (env / "versions.json").write_text("[1, 2]")
     with pytest.raises(RuntimeError, match=r"versions.json: the worker environment's version record is not a mapping"):
-        identity.worker_env_lock()
+        identity_extras.worker_env_lock()
 
 
 def test_to_dict_round_trip_and_digest(root):

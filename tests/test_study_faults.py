@@ -409,8 +409,10 @@ def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_
         run = subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", "lost", "--executor", "dask", "--scheduler", address,
                                 "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         folder = root / "analysis" / "data" / "lost"
+        # The worker runs its attempts in private folders of its own (here under the same root's analysis/).
+        attempts_at = root / "analysis"
         deadline = time.monotonic() + 120
-        while len(list(folder.rglob("spawned.txt"))) < 2:
+        while len(list(attempts_at.rglob("spawned.txt"))) < 2:
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
             time.sleep(0.1)
         cluster.kill()
@@ -421,7 +423,7 @@ def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_
             cluster.kill()
     one_line_fault(subprocess.CompletedProcess(run.args, run.returncode, out, err), r"lost the dask scheduler at " + re.escape(address),
                    r"next `pilot study run`")
-    pids = [int(x) for f in folder.rglob("spawned.txt") for x in f.read_text().split()]
+    pids = [int(x) for f in attempts_at.rglob("spawned.txt") for x in f.read_text().split()]
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split(")")[-1][:3] for p in pids):
         assert time.monotonic() < deadline, "processes of attempts outlived their lost cluster"

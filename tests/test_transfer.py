@@ -36,12 +36,13 @@ KEPT_FILES = {
     "workspace/outputs/completion_record.json": b'{"status": "complete"}\n',
     "workspace/outputs/memo.docx": os.urandom(40_000),
     "workspace/outputs/tables/issues_log.csv": b"id,issue\n1,late\n",
-}
-NOT_KEPT = {
+    # the whole workspace travels: the record's digest of it must hold on the study's copy (pilot study reevaluate)
     "workspace/BRIEF.md": b"Reconcile the bank statement.\n",
     "workspace/POLICY.md": b"The policy.\n",
     "workspace/selfcheck.py": b"print('check')\n",
     "workspace/portal_credentials.json": b'{"password": "secret"}\n',
+}
+NOT_KEPT = {
     "agent/settings.json": b"{}\n",
     "agent/claude-config/.claude.json": b"{}\n",
     "agent/claude-config/projects/x/session.jsonl": b"{}\n" * 100,
@@ -152,7 +153,7 @@ def test_the_limit_holds_and_what_is_left_out_is_listed(tmp_path, monkeypatch):
     assert m["omitted"] and all(r == f"over the package limit of {limit} bytes" for r in m["omitted"].values())
     assert set(m["files"]) | set(m["omitted"]) == set(KEPT_FILES) | {f"workspace/outputs/scan-{k}.pdf" for k in range(4)}
     assert not set(m["files"]) & set(m["omitted"])
-    assert f"{len(m['omitted'])} of 23 kept files" in m["note"] and "transfer.max_package_mb in protocol/study.yml" in m["note"]
+    assert f"{len(m['omitted'])} of {len(KEPT_FILES) + 4} kept files" in m["note"] and "transfer.max_package_mb in protocol/study.yml" in m["note"]
     # the records come first: they are always in; a file that did not fit leaves room for the smaller ones after it
     assert {"run_record.json", "evaluation.json", "attempt_outcome.json", "workspace/inputs/bank_statement.csv"} <= set(m["files"])
     dest = tmp_path / "host" / "attempt-1"

@@ -69,6 +69,9 @@ class AttemptOutcome:
     status: str = "completed"
     launched: bool = True
     metered_cost_usd: str | None = None
+    #: set when the node refused the run (its protocol differs from the study's): why, naming the first differing
+    #: file; the wave dispatches nothing more to that node
+    refused_by_node: str | None = None
 
     def __post_init__(self) -> None:
         if self.infra_error is not None:

@@ -23,6 +23,8 @@ asked for it, so a real run never loads a stand-in:
 - ``upstream``: a context manager ``(attempt_dir, seed) -> {ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY}``
   that the attempt's proxy and judges talk to instead of this process's (a rehearsal's also asks for labelled
   judge requests and may carry its own limits: :mod:`pilot.pipeline`);
+- ``identity``: ``() -> {name: value}``, what a run depends on besides the protocol's files (the real CLI's
+  version, the worker environment's lock), for :func:`pilot.identity.protocol_identity`;
 - ``runtable``: ``(seed) -> DataFrame``, a run table of this backend;
 - ``scenarios``: ``(ids) -> list[str]``, scenario ids a table of this backend may name beyond the bundles.
 
@@ -73,10 +75,12 @@ REGISTRY: dict[str, Backend] = {
         Backend(CLAUDE_CODE, "", runs_cli=True, judged_by=CLAUDE_CODE, roles={
             "agent": "pilot.agents.claude_code:start_agent",
             "judge": "pilot.judges.claude_judge:new_judge",
+            "identity": "pilot.agents.identity_extras:cli_identity",
         }),
         Backend(REHEARSAL, REHEARSAL_LABEL, runs_cli=True, judged_by=CLAUDE_CODE, roles={
             "agent": "pilot.agents.claude_code:start_agent",
             "upstream": "pilot.simulated.scripted_model:scripted_upstream",
+            "identity": "pilot.agents.identity_extras:cli_identity",
         }),
         Backend(SYNTHETIC, SIMULATED_LABEL, runs_cli=False, roles={
             "runtable": "pilot.simulated.synthetic:generate_runtable",

@@ -22,8 +22,9 @@ from pilot import paths
 if TYPE_CHECKING:  # pandas loads on first use: the study commands start without it
     import pandas as pd
 
-_SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
-_SKIP_SUFFIXES = {".pyc", ".pyo"}
+#: Folders and suffixes no manifest counts (caches); the protocol identity walks the same trees (pilot.identity).
+SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
+SKIP_SUFFIXES = {".pyc", ".pyo"}
 
 #: Files that left the frozen scope, where they went, and every digest the repository ever gave them. They parse
 #: command-line options and no run depends on them (``pilot check`` moved to ``pilot/cli/``): a manifest taken
@@ -126,7 +127,7 @@ def take_manifest(root: Path | None = None, oracle_code: Path | None = None, sce
         if not folder.is_dir():
             continue
         for f in sorted(folder.rglob("*")):
-            if not f.is_file() or f.suffix in _SKIP_SUFFIXES or _SKIP_PARTS & set(f.parts):
+            if not f.is_file() or f.suffix in SKIP_SUFFIXES or SKIP_PARTS & set(f.parts):
                 continue
             if _excluded(f, folder, kind, wanted, foreign):
                 continue

@@ -29,7 +29,6 @@ small and read at every check.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from dataclasses import dataclass, field
@@ -95,7 +94,7 @@ class ProtocolIdentity:
         return cls(files=out["files"], extras=out["extras"])
 
 
-def _signature(path: Path) -> tuple[int, int, int, int] | None:
+def file_signature(path: Path) -> tuple[int, int, int, int] | None:
     """What changes when a file's bytes change (size, mtime, ctime, inode); None when it is not a readable file."""
     try:
         st = path.stat()
@@ -109,7 +108,7 @@ _FILE_DIGESTS: dict[str, tuple[tuple[int, int, int, int], str]] = {}
 
 
 def _file_digest(path: Path) -> str | None:
-    sig = _signature(path)
+    sig = file_signature(path)
     if sig is None:
         return None
     cached = _FILE_DIGESTS.get(str(path))
@@ -130,11 +129,11 @@ def _tree_signature(root: Path) -> tuple:
             out.append((str(folder), None))
             continue
         for here, dirs, names in os.walk(folder):
-            dirs[:] = sorted(d for d in dirs if d not in freeze._SKIP_PARTS)
+            dirs[:] = sorted(d for d in dirs if d not in freeze.SKIP_PARTS)
             for name in sorted(names):
-                if os.path.splitext(name)[1] not in freeze._SKIP_SUFFIXES:
+                if os.path.splitext(name)[1] not in freeze.SKIP_SUFFIXES:
                     f = os.path.join(here, name)
-                    out.append((f, _signature(Path(f))))
+                    out.append((f, file_signature(Path(f))))
     return tuple(out)
 
 
@@ -152,74 +151,6 @@ def _manifest(root: Path, scenarios: list[str] | None) -> dict[str, str]:
     # A file that changed while the manifest was taken leaves a signature that the next check does not match.
     _MANIFESTS[key] = (sig, manifest)
     return dict(manifest)
-
-
-# The CLI's answer to --version, per (path, signature): asking spawns a process of a few hundred milliseconds.
-_CLI_VERSIONS: dict[tuple[str, tuple[int, int, int, int]], str] = {}
-
-
-def worker_cli_version() -> str:
-    """The version the CLI this machine would run (:func:`pilot.agents.claude_code.find_cli`) reports, cached per process.
-
-    ``absent`` when there is no CLI, ``no answer`` when it does not say its version.
-    """
-    from pilot.agents.claude_code import CliNotFound, cli_version, find_cli
-
-    try:
-        cli = find_cli()
-    except CliNotFound:
-        return ABSENT
-    sig = _signature(cli)
-    if sig is None:
-        return ABSENT
-    key = (str(cli), sig)
-    if key not in _CLI_VERSIONS:
-        _CLI_VERSIONS[key] = cli_version(cli, dict(os.environ)) or NO_ANSWER
-    return _CLI_VERSIONS[key]
-
-
-# Probed versions of worker environments without a versions.json, per (python3 path, size, mtime_ns): the probe spawns a process.
-_PROBED_ENVS: dict[tuple[str, int, int], dict] = {}
-
-
-def worker_env_lock() -> str:
-    """The digest of the worker environment's lock, ``absent`` when this machine has no worker environment.
-
-    The worker environment (:func:`pilot.agents.worker_env.default_env`) has
-    no lock file; what pins it is the record of the versions it holds
-    (``versions.json``, written by ``pilot worker-env build`` after checking
-    them against ``worker_requirements.txt``: Python, SQLite and every pinned
-    package). The lock digest is the sha256 of that record as canonical JSON
-    (sorted keys, no spaces), so two environments holding the same versions
-    agree however their files are laid out. An environment built without a
-    ``versions.json`` is asked for its versions instead (once per process).
-    """
-    from pilot.agents import worker_env
-
-    env = worker_env.default_env()
-    if env is None:
-        return ABSENT
-    record = env / worker_env.VERSIONS_FILE
-    try:
-        versions = json.loads(record.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        py = worker_env.python_of(env)
-        try:
-            st = py.stat()
-        except OSError:
-            return ABSENT
-        key = (str(py), st.st_size, st.st_mtime_ns)
-        if key not in _PROBED_ENVS:
-            try:
-                _PROBED_ENVS[key] = worker_env.probe_versions(env)
-            except (OSError, RuntimeError, ValueError) as exc:
-                raise RuntimeError(f"{env}: the worker environment has no {worker_env.VERSIONS_FILE} and cannot say its versions ({exc})") from exc
-        versions = _PROBED_ENVS[key]
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise RuntimeError(f"{record}: the worker environment's version record cannot be read ({exc})") from exc
-    if not isinstance(versions, dict):
-        raise RuntimeError(f"{record}: the worker environment's version record is not a mapping of package to version")
-    return hashlib.sha256(json.dumps(versions, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def protocol_identity(scenarios: list[str] | None, *, backend: str, root: Path | None = None) -> ProtocolIdentity:
@@ -242,8 +173,10 @@ def protocol_identity(scenarios: list[str] | None, *, backend: str, root: Path |
         if digest is not None:
             files[rel] = digest
     extras: dict[str, str] = {}
-    if backend in backends.CLI_BACKENDS:
-        extras = {CLI_VERSION: worker_cli_version(), WORKER_ENV_LOCK: worker_env_lock()}
+    if backends.has_role(backend, "identity"):
+        # The backend says what more than the files its runs depend on (the real CLI's version, the worker
+        # environment's lock): the identity need not know the agent's parts.
+        extras = dict(backends.role(backend, "identity")())
     return ProtocolIdentity(files=dict(sorted(files.items())), extras=dict(sorted(extras.items())))
 
 

@@ -249,6 +249,9 @@ class WaveResult:
     unevaluated: list[str] = field(default_factory=list)
     #: The wave's failed runs grouped by cause, one line per cause (filled by :func:`pilot.study.run_study_wave`).
     failure_lines: list[str] = field(default_factory=list)
+    #: Nodes that refused a run because their protocol is not the study's: node -> why (the first differing file);
+    #: the wave dispatched nothing more to them.
+    refused_nodes: dict[str, str] = field(default_factory=dict)
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -336,7 +339,12 @@ class Scheduler:
         if prepare is not None:
             prepare(self.store)
         waiting = self.store.cells(wave, "waiting")
-        nodes = self._nodes_provider()
+
+        def live_nodes() -> list[Node]:
+            # A node that refused a run for its protocol stays out of this wave, whatever the cluster says.
+            return [n for n in self._nodes_provider() if n.name not in result.refused_nodes]
+
+        nodes = live_nodes()
         check_servable(waiting, nodes, self.requires)
 
         heap: list[tuple[int, CellSpec]] = [(c.order_index, c) for c in waiting]
@@ -384,12 +392,14 @@ class Scheduler:
                         if time.monotonic() - no_node_since > self.node_wait_s:
                             cell = heap[0][1]
                             result.stop_reason = (
-                                f"no live node can serve run {cell.run_id} (arm {cell.arm} needs {list(self.requires[cell.arm])}) "
+                                f"no live node can serve run {cell.run_id} (arm {cell.arm} needs {list(self.requires[cell.arm])}"
+                                + (f"; refused for their protocol: {', '.join(sorted(result.refused_nodes))}" if result.refused_nodes else "")
+                                + ") "
                                 f"after waiting {self.node_wait_s:.0f} s; {len(heap)} run(s) left waiting"
                             )
                             break
                         time.sleep(self.poll_s)
-                        nodes = self._nodes_provider()
+                        nodes = live_nodes()
                         continue
                 no_node_since = None
                 for tok, outcome in self.executor.wait(self.poll_s):
@@ -398,6 +408,8 @@ class Scheduler:
                     status = self.store.finish_attempt(attempt_id, outcome, max_infra_attempts=self.max_infra_attempts)
                     if outcome.infra_error is not None:
                         result.infra_errors += 1
+                    if getattr(outcome, "refused_by_node", None):
+                        result.refused_nodes.setdefault(node, str(outcome.refused_by_node))
                     if status == "waiting":
                         heapq.heappush(heap, (cell.order_index, cell))
                     else:
@@ -407,7 +419,7 @@ class Scheduler:
                     if bar is not None:
                         bal = self.store.balance()
                         bar.set_postfix_str(f"spent ${bal.spent_usd:.2f} reserved ${bal.reserved_usd:.2f}", refresh=False)
-                nodes = self._nodes_provider()  # live nodes may have come or gone (dask)
+                nodes = live_nodes()  # live nodes may have come or gone (dask)
         finally:
             if bar is not None:
                 bar.close()

@@ -399,8 +399,14 @@ def run_study_wave(
             if not scheduler_address:
                 raise StudyError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
             from pilot.executors.dask import DaskExecutor
+            from pilot.identity import protocol_identity
 
-            ex: Any = DaskExecutor(scheduler_address, run_function, requires)
+            # The workers share no disk with this host: each proves it holds this protocol before it runs anything,
+            # and sends the attempt's files home.
+            identity = protocol_identity(list(info.scenarios) if info.scenarios else None, backend=backend)
+            ex: Any = DaskExecutor(scheduler_address, run_function, requires, identity=identity,
+                                   scenarios=list(info.scenarios) if info.scenarios else None,
+                                   limit_bytes=protocol.study().transfer_limit_bytes)
             nodes: Any = ex.nodes
         elif executor == "local":
             from pilot.executors.local import LocalExecutor

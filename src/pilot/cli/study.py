@@ -207,6 +207,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         allow_unisolated=args.allow_unisolated,
     )
     print(res.summary.to_string())
+    for node, why in sorted(res.refused_nodes.items()):
+        # The worker and the file: what to bring to the study's commit before it may take runs again.
+        print(f"pilot study: node {node} was sent no more runs in wave {args.wave}: {why}", file=sys.stderr)
     if res.unevaluated:
         print(f"note: {len(res.unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
               f"(eval_error, e.g. {res.unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`", file=sys.stderr)

@@ -14,6 +14,23 @@ cannot serve it. A worker that leaves the cluster while holding runs makes
 each of them an infrastructure error, which the study's scheduler reruns
 under the same run id; dask never retries a run on its own.
 
+The workers share nothing with the study's host but the network. Each
+task carries the study's protocol identity (:mod:`pilot.identity`): the
+worker computes its own before it accepts the run and refuses, naming the
+first differing file, when they differ (the study then sends that node
+nothing more in the wave). An accepted attempt runs in a private folder of
+the worker's own (:func:`private_attempt_dir`), laid out from the worker's
+clone (whose digests the identity has just matched); when it ends, what the
+study keeps of it is packed with a manifest of sizes and SHA-256 digests
+(:mod:`pilot.executors.transfer`) and returned as the task's result. The
+study's host unpacks it where a local attempt would have written it,
+verifies every digest, and only then hands the outcome to the scheduler,
+which commits the run; a package that fails is an infrastructure error of
+the attempt, its files kept apart for inspection. Evaluation and judging
+ran on the worker, beside LibreOffice and the CLI; the verdict stands for
+the files the study holds because the digests prove they are the files
+evaluated.
+
 On the worker each attempt runs under its own supervisor process
 (:mod:`pilot.executors.isolation`), so its process tree ends with it. The
 task watches its own state: when its future is released or cancelled
@@ -25,16 +42,73 @@ worker for processes an earlier scheduler's attempts left.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pilot import protocol
+from pilot import paths, protocol
 from pilot.executors import isolation, proctree
 from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.nodes import Node
 from pilot.executors.base import ScheduleError
 
 SLOTS = "slots"
+#: Where a worker keeps its attempts' private folders (default: ``analysis/worker-attempts`` of its own clone).
+WORKER_DIR_ENV = "PILOT_WORKER_DIR"
+
+
+def worker_dir() -> Path:
+    """This worker's own folder for attempts (never a path the study's host named)."""
+    env = os.environ.get(WORKER_DIR_ENV)
+    return Path(env) if env else paths.ROOT / "analysis" / "worker-attempts"
+
+
+def private_attempt_dir(cell: CellSpec, attempt_dir: str, node: str) -> Path:
+    """The worker's private folder for one attempt: its node, study, run and attempt number, under :func:`worker_dir`
+    (the node's own subfolder, so that two workers of one machine never clean each other's attempts)."""
+    return worker_dir() / node / cell.study / cell.run_id / Path(attempt_dir).name
+
+
+@dataclass
+class RemoteAttempt:
+    """What a worker returns: the outcome, the packed files (plain data), and the folder the attempt ran in there."""
+
+    outcome: AttemptOutcome
+    package: Any  # pilot.executors.transfer.Package, None when nothing was packed
+    worker_folder: str
+    note: str | None = None
+    #: a rehearsal's scripted server's record, kept beside the attempt's folder (``attempt-N.scripted``)
+    scripted: Any = None
+
+
+#: Written into the study's attempt folder after its package arrived: where the attempt really ran.
+ORIGIN_FILE = "transfer_origin.json"
+
+
+_CLEANED: set[str] = set()
+
+
+def clean_stale_attempts(node: str, keep: set[str]) -> list[str]:
+    """Remove node ``node``'s private folders of attempts the study no longer waits for (those a killed worker or
+    attempt left), once per worker process; ``keep``: folders of attempts running here now."""
+    root = worker_dir() / node
+    removed: list[str] = []
+    if str(root) in _CLEANED or not root.is_dir():
+        return removed
+    _CLEANED.add(str(root))
+    kept = {Path(k).name for k in keep}
+    for entry in sorted(root.glob("*/*/*")):
+        # An attempt's folder and what sits beside it (its launch mark, its process record, a rehearsal's record).
+        if entry.name.split(".", 1)[0] in kept and str(entry.parent) in {str(Path(k).parent) for k in keep}:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(str(entry))
+    return removed
 
 
 def nodes_from_workers(workers: dict[str, dict[str, Any]]) -> tuple[list[Node], dict[str, str]]:
@@ -62,8 +136,69 @@ _GONE = ("cancelled", "released", "forgotten", "error", "memory")
 LOST_AFTER_POLLS = 3
 
 
-def run_attempt_on_worker(run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str) -> AttemptOutcome:
-    """The dask task: one isolated attempt, ended early if its future is released (its scheduler went away)."""
+def run_attempt_on_worker(run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str,
+                          identity: dict | None = None, scenarios: list[str] | None = None,
+                          limit_bytes: int | None = None) -> AttemptOutcome | RemoteAttempt:
+    """The dask task: prove the protocol, run one isolated attempt in a private folder, pack its files.
+
+    Without ``identity`` (an older caller) the attempt runs at ``attempt_dir`` itself and returns the outcome alone.
+    """
+    if identity is None:
+        return _run_here(run_function, cell, attempt_dir, node, backend)
+    from pilot.identity import ProtocolIdentity, first_difference, protocol_identity
+    from pilot.executors import transfer
+
+    study_id = ProtocolIdentity.from_dict(identity)
+    try:
+        mine = protocol_identity(scenarios, backend=backend)
+        differs = first_difference(study_id, mine)
+    except Exception as exc:  # noqa: BLE001 - a worker that cannot read its own protocol cannot prove it
+        differs = f"the worker could not compute its protocol identity ({type(exc).__name__}: {exc})"
+    if differs is not None:
+        why = f"node {node} refused the run: its protocol is not the study's ({differs})"
+        return AttemptOutcome(infra_error=why, launched=False, cost_usd=None, refused_by_node=why)
+    local = private_attempt_dir(cell, attempt_dir, node)
+    clean_stale_attempts(node, keep={str(local)})
+    local.parent.mkdir(parents=True, exist_ok=True)
+    outcome = _run_here(run_function, cell, str(local), node, backend)
+    try:
+        package = transfer.pack_attempt(local, limit_bytes=int(limit_bytes or protocol.study().transfer_limit_bytes))
+    except Exception as exc:  # noqa: BLE001 - whatever fails here, the files did not travel: the attempt is rerun
+        return RemoteAttempt(AttemptOutcome(infra_error=f"transfer: packing the attempt on node {node} failed ({type(exc).__name__}: {exc})",
+                                            cost_usd=outcome.cost_usd, metered_cost_usd=outcome.metered_cost_usd),
+                             None, str(local))
+    # The package is the study's copy now; the folder is removed once the result is taken (a worker killed before
+    # that leaves it, and the next worker process on this machine cleans it).
+    scripted_dir = local.with_name(local.name + ".scripted")
+    scripted = None
+    if scripted_dir.is_dir():
+        try:
+            scripted = transfer.pack_attempt(scripted_dir, limit_bytes=int(limit_bytes or protocol.study().transfer_limit_bytes),
+                                             kept=transfer.SCRIPTED_KEPT)
+        except Exception as exc:  # noqa: BLE001
+            return RemoteAttempt(AttemptOutcome(infra_error=f"transfer: packing the scripted record on node {node} failed ({exc})",
+                                                cost_usd=outcome.cost_usd, metered_cost_usd=outcome.metered_cost_usd),
+                                 None, str(local))
+    result = RemoteAttempt(outcome, package, str(local), package.manifest.get("note"), scripted)
+    for entry in [local, *local.parent.glob(local.name + ".*")]:  # the folder, its launch mark, process record, scripted record
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return result
+
+
+def sweep_worker(prefix: str, study: str | None) -> list[int]:
+    """On a worker: end processes left by attempts under ``prefix`` and, with ``study``, under this worker's private
+    folders of that study (every node's subfolder: a restarted worker may carry another name)."""
+    ended = proctree.sweep(prefix)
+    if study:
+        for own in sorted(worker_dir().glob(f"*/{study}")):
+            ended += proctree.sweep(str(own) + os.sep, [p for p in own.glob("*/attempt-*.launched")])
+    return ended
+
+
+def _run_here(run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str) -> AttemptOutcome:
     should_stop = None
     try:
         from distributed import get_worker
@@ -80,10 +215,59 @@ def run_attempt_on_worker(run_function: str | None, cell: CellSpec, attempt_dir:
     return isolation.run_isolated(run_function, cell, attempt_dir, node, backend, should_stop=should_stop)
 
 
+def receive_package(result: RemoteAttempt, folder: Path, node: str) -> AttemptOutcome:
+    """Unpack a worker's package into the study's attempt folder and verify it; the outcome to commit.
+
+    The outcome's record names the worker's private folder: those paths are rewritten to the study's. A package
+    that fails (a digest that differs, a member it must not hold) makes the attempt an infrastructure error,
+    rerun under the same id, its files kept apart beside the folder for inspection.
+    """
+    import json
+
+    from pilot.executors import transfer
+
+    folder = Path(folder)
+    if folder.exists() and not any(folder.iterdir()):
+        folder.rmdir()  # the store names the folder; the package brings its content
+    try:
+        transfer.unpack_attempt(result.package, folder)
+    except (transfer.TransferError, OSError, ValueError) as exc:
+        # Nothing half-unpacked is left at the folder; the package itself is kept beside it, with the reason.
+        folder.mkdir(parents=True, exist_ok=True)
+        transfer.keep_apart(folder, f"the package from node {node} failed: {exc}", package=result.package)
+        out = result.outcome
+        return AttemptOutcome(infra_error=f"transfer: the files of this attempt from node {node} did not arrive intact ({exc})",
+                              cost_usd=out.cost_usd, judge_cost_usd=out.judge_cost_usd, metered_cost_usd=out.metered_cost_usd)
+    if result.scripted is not None:
+        side = folder.with_name(folder.name + ".scripted")
+        if side.exists():
+            shutil.rmtree(side)  # an earlier try of this attempt folder
+        try:
+            transfer.unpack_attempt(result.scripted, side)
+        except (transfer.TransferError, OSError, ValueError) as exc:
+            transfer.keep_apart(folder, f"the scripted record from node {node} failed: {exc}", package=result.scripted)
+            out = result.outcome
+            return AttemptOutcome(infra_error=f"transfer: the scripted record of this attempt from node {node} did not arrive intact ({exc})",
+                                  cost_usd=out.cost_usd, judge_cost_usd=out.judge_cost_usd, metered_cost_usd=out.metered_cost_usd)
+    # The files keep the worker's paths as they were written; this says which folder they name.
+    (folder / ORIGIN_FILE).write_text(json.dumps({"node": node, "worker_folder": result.worker_folder}) + "\n", encoding="utf-8")
+    out = result.outcome
+    if out.record:
+        text = json.dumps(out.record).replace(json.dumps(result.worker_folder)[1:-1], json.dumps(str(folder))[1:-1])
+        out.record = json.loads(text)
+        if result.note:
+            out.record.setdefault("notes", []).append(f"transfer: {result.note}")
+    return out
+
+
 class DaskExecutor:
     """Submit attempts to pinned workers of a ``dask.distributed`` cluster."""
 
-    def __init__(self, scheduler: Any, run_function: str | None, requires: dict[str, tuple[str, ...]]) -> None:
+    def __init__(self, scheduler: Any, run_function: str | None, requires: dict[str, tuple[str, ...]], *,
+                 identity: Any = None, scenarios: list[str] | None = None, limit_bytes: int | None = None) -> None:
+        """``identity`` (a :class:`pilot.identity.ProtocolIdentity`): the study's, which every worker must prove before
+        it accepts a run; then attempts run in the workers' private folders and their files come home packed.
+        None: the workers write at the paths the study names (a shared filesystem)."""
         from distributed import Client
 
         self.address = str(getattr(getattr(scheduler, "scheduler", None), "address", scheduler))
@@ -101,8 +285,12 @@ class DaskExecutor:
                 logging.getLogger(name).setLevel(logging.CRITICAL)
         self.run_function = run_function
         self.requires = requires
+        self.identity = identity.to_dict() if identity is not None else None
+        self.scenarios = list(scenarios) if scenarios is not None else None
+        self.limit_bytes = limit_bytes
         self._address: dict[str, str] = {}
         self._futures: dict[Any, tuple[int, str, str]] = {}  # future -> (token, node, address)
+        self._dirs: dict[int, Path] = {}  # token -> the attempt's folder on the study's host
         self._gone_at_submit: list[tuple[int, AttemptOutcome]] = []
         self._missing: dict[str, int] = {}
         self.nodes()
@@ -129,9 +317,11 @@ class DaskExecutor:
         return nodes
 
     def sweep(self, prefix: str) -> list[int]:
-        """End, on every worker, processes left by attempts under ``prefix`` (called under the study's lock)."""
+        """End, on every worker, processes left by attempts under ``prefix`` (called under the study's lock), and, where
+        the workers run attempts in private folders, by attempts of this study there (the prefix's study)."""
+        study = Path(prefix.rstrip(os.sep)).parent.name if self.identity is not None else None
         try:
-            found = self.client.run(proctree.sweep, prefix)
+            found = self.client.run(sweep_worker, prefix, study)
         except (OSError, TimeoutError) as exc:
             raise self._lost(exc) from None
         return [pid for pids in found.values() for pid in pids]
@@ -150,6 +340,9 @@ class DaskExecutor:
             str(attempt_dir),
             node,
             backend,
+            self.identity,
+            self.scenarios,
+            self.limit_bytes,
             key=f"attempt-{cell.run_id}-{Path(attempt_dir).name}",
             workers=[addr],
             allow_other_workers=False,
@@ -158,6 +351,16 @@ class DaskExecutor:
             pure=False,
         )
         self._futures[fut] = (token, node, addr)
+        self._dirs[token] = Path(attempt_dir)
+
+    def _receive(self, token: int, node: str, result: Any) -> AttemptOutcome:
+        """The outcome of a finished task, with its files unpacked and verified on this host first."""
+        folder = self._dirs.pop(token, None)
+        if not isinstance(result, RemoteAttempt):
+            return result
+        if result.package is None or folder is None:
+            return result.outcome
+        return receive_package(result, folder, node)
 
     def wait(self, timeout: float) -> list[tuple[int, AttemptOutcome]]:
         from distributed import wait as dask_wait
@@ -186,7 +389,7 @@ class DaskExecutor:
         self._missing = {a: self._missing.get(a, 0) + 1 for _, _, a in self._futures.values() if a not in live}
         for fut, (token, node, addr) in list(self._futures.items()):
             if fut.status == "finished":
-                out.append((token, fut.result()))
+                out.append((token, self._receive(token, node, fut.result())))
             elif fut.status == "error":
                 exc = fut.exception()
                 out.append((token, AttemptOutcome(infra_error=f"dask task failed on node {node} ({addr}): {exc!r}", cost_usd=None)))

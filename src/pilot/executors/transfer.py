@@ -8,9 +8,9 @@ result; :func:`unpack_attempt` writes it into the host's attempt folder,
 refusing any member the manifest does not name as a regular file at a safe
 path, and checking every file against the manifest. Everything else of the
 attempt (the CLI's own config folder, the scratch home and TMPDIR, the
-command stubs, the portal's server log, the harness-laid ``BRIEF.md``,
-``POLICY.md``, ``selfcheck.py`` and ``portal_credentials.json``) stays on the
-worker.
+command stubs, the portal's server log) stays on the worker; the whole
+workspace travels, so that the study's copy has the digest the run's record
+took of it.
 
 A package never exceeds its limit (``transfer.max_package_mb`` of
 ``protocol/study.yml``, :attr:`pilot.protocol.Study.transfer_limit_bytes`):
@@ -55,8 +55,9 @@ KEPT: tuple[str, ...] = (
     "portal/portal_access.jsonl",
     # the harness's copy of the event stream
     "transcript.jsonl",
-    # the inputs as left (the E check's evidence); a copy of the frozen scenario's, so they come after
-    "workspace/inputs/**",
+    # the rest of the workspace as left: the inputs (the E check's evidence) and what the harness laid out, so that
+    # the study's copy has the digest the record took of the whole workspace (pilot study reevaluate checks it)
+    "workspace/**",
 )
 #: Files larger than this go after every smaller kept file, whatever their place in :data:`KEPT`.
 LARGE_FILE_BYTES = 8 * 1024 * 1024
@@ -100,7 +101,12 @@ class Package:
 # --------------------------------------------------------------------------
 
 
-def _kept_files(attempt_dir: Path, skipped: dict[str, str]) -> list[tuple[str, int, int]]:
+#: What a rehearsal's scripted model server keeps beside the attempt's folder (``attempt-N.scripted``): its truth,
+#: the judges' grades, the branches it played and the requests it refused; the rehearsal report reads them.
+SCRIPTED_KEPT: tuple[str, ...] = ("branch.json", "truth.jsonl", "judges.jsonl", "refusals.jsonl")
+
+
+def _kept_files(attempt_dir: Path, skipped: dict[str, str], kept: tuple[str, ...] = KEPT) -> list[tuple[str, int, int]]:
     """(rel, size, place in KEPT) of every regular file KEPT names; what it names that is not one goes to ``skipped``."""
     out: list[tuple[str, int, int]] = []
     seen: set[str] = set()
@@ -133,7 +139,7 @@ def _kept_files(attempt_dir: Path, skipped: dict[str, str]) -> list[tuple[str, i
             skipped[rel] = f"cannot be read ({exc.strerror or type(exc).__name__})"
             return None
 
-    for place, pattern in enumerate(KEPT):
+    for place, pattern in enumerate(kept):
         tree = pattern.endswith("/**")
         rel = pattern[:-3] if tree else pattern
         # Every folder on the way must be a real folder: a link among them would lead outside the attempt.
@@ -252,7 +258,7 @@ def _archive(attempt_dir: Path, chosen: list[str]) -> tuple[bytes, dict[str, dic
     return buf.getvalue(), files
 
 
-def pack_attempt(attempt_dir: Path, *, limit_bytes: int) -> Package:
+def pack_attempt(attempt_dir: Path, *, limit_bytes: int, kept: tuple[str, ...] = KEPT) -> Package:
     """The package of what the study keeps of ``attempt_dir`` (:data:`KEPT`), never more than ``limit_bytes``.
 
     Regular files only: a link or a special file that KEPT names is listed
@@ -266,7 +272,7 @@ def pack_attempt(attempt_dir: Path, *, limit_bytes: int) -> Package:
     if not attempt_dir.is_dir():
         raise TransferError(attempt_dir, "the attempt's folder is missing")
     skipped: dict[str, str] = {}
-    found = _kept_files(attempt_dir, skipped)
+    found = _kept_files(attempt_dir, skipped, kept)
     found.sort(key=lambda f: (f[1] > LARGE_FILE_BYTES, f[2], f[0]))
     over = f"over the package limit of {limit_bytes} bytes"
     omitted: dict[str, str] = {}

@@ -617,16 +617,32 @@ def truth_for_attempt(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path,
     There is no fallback to the scenario and the arm: a proxy that stopped labelling its requests leaves only
     ``unlabelled:`` records, and that is a finding (:func:`check_labelled`), not something to look past.
     """
-    for key in (str(attempt_dir), str(Path(attempt_dir).resolve())):
+    for key in attempt_names(attempt_dir):
         if key in truth:
             return truth[key]
     return None
 
 
+def attempt_names(attempt_dir: Path) -> tuple[str, ...]:
+    """The names the proxy may have labelled this attempt's requests with: its folder here, and, for an attempt a
+    dask worker ran in a private folder of its own, that folder (the package's origin record)."""
+    from pilot.executors.dask import ORIGIN_FILE
+
+    names = [str(attempt_dir), str(Path(attempt_dir).resolve())]
+    origin = Path(attempt_dir) / ORIGIN_FILE
+    if origin.is_file():
+        try:
+            names.append(str(json.loads(origin.read_text(encoding="utf-8"))["worker_folder"]))
+        except (ValueError, KeyError, TypeError):
+            pass
+    return tuple(names)
+
+
 def check_labelled(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path) -> list[str]:
     """A finding for every worker record the scripted server could not name by the proxy's run label."""
+    names = attempt_names(attempt_dir)
     return [f"proxy: the worker's requests reached the scripted server without the run label (recorded as {key!r})"
-            for key in truth if key.startswith("unlabelled:") or key not in (str(attempt_dir), str(Path(attempt_dir).resolve()))]
+            for key in truth if key.startswith("unlabelled:") or key not in names]
 
 
 #: How a run must end, by the worker branch its first attempt played (None: the normal path).
