@@ -95,9 +95,10 @@ class Cluster:
                 p.terminate()
         for p in [*self.procs.values(), self.scheduler]:
             try:
-                p.wait(20)
+                p.wait(5)
             except subprocess.TimeoutExpired:
-                p.kill()
+                p.kill()  # nothing of theirs is needed any more: every study of the module has finished
+                p.wait(5)
 
 
 def _where_pilot_lives() -> str:

@@ -26,8 +26,8 @@ from schedule_support import finish_cells, make_root
 
 NOOP = "pilot.simulated.fake_runs:noop_run"
 SCENARIOS = ["ACC-01", "LEGAL-01"]  # a pilot of some tens of cells: quick to create, enough to tell two seeds apart
-RACERS = 6
-ROUNDS = 4
+RACERS = 4
+ROUNDS = 2
 
 # Each racer loads everything first, says so, then waits for the go file: the creates start within a millisecond of each other.
 _RACER = r"""
