@@ -238,3 +238,25 @@ def test_the_plan_file_is_the_one_the_makefile_passes():
     makefile = (paths.ROOT / "Makefile").read_text()
     assert "REHEARSAL_BRANCHES ?= analysis/config/rehearsal_branches.yml" in makefile
     assert Path(PLAN_FILE).is_file()
+
+
+def test_the_worker_s_own_digests_are_read_from_the_harness_s_transcript(tmp_path):
+    """Also when the run was capped before the scripted server saw the result: the CLI recorded it."""
+    d1 = hashlib.sha256(b"a").hexdigest()
+    d2 = hashlib.sha256(b"b").hexdigest()
+    events = [
+        {"type": "system", "subtype": "init"},
+        {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                       "input": {"command": "cd '/w' && sha256sum -- 'outputs/a.csv'"}}]}},
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "content": f"{d1}  outputs/a.csv"}]}},
+        # a result of another call that merely looks like a digest line is not the worker's report
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t9", "content": f"{d2}  outputs/b.csv"}]}},
+        {"type": "system", "subtype": "init"},
+        {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t2", "name": "Bash",
+                                                       "input": {"command": "cd '/w' && sha256sum -- 'outputs/a.csv'"}}]}},
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t2",
+                                                  "content": [{"type": "text", "text": f"{d2}  outputs/a.csv"}]}]}},
+    ]
+    t = tmp_path / "transcript.jsonl"
+    t.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert rehearsal.reported_digests(t) == {"outputs/a.csv": d2}  # the resume's report over the first session's

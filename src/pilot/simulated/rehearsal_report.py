@@ -694,6 +694,40 @@ def check_branch(branch: str | None, rec: Mapping[str, Any], history: list[Mappi
     return out
 
 
+def reported_digests(transcript: Path) -> dict[str, str]:
+    """path -> SHA-256 that the worker's own ``sha256sum`` tool calls printed, read from the harness's transcript
+    (the tool results the CLI recorded), later sessions over earlier ones. Read there, not from the scripted server:
+    a run stopped at its cap never sends the server the request that carries the last result."""
+    from pilot.simulated.scripted_model import parse_sha256sum
+
+    calls: set[str] = set()
+    out: dict[str, str] = {}
+    try:
+        lines = Path(transcript).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, dict):
+            continue
+        for b in (ev.get("message") or {}).get("content") or [] if isinstance(ev.get("message"), dict) else []:
+            if not isinstance(b, dict):
+                continue
+            if ev.get("type") == "assistant" and b.get("type") == "tool_use" and b.get("name") == "Bash" \
+                    and " && sha256sum -- " in str((b.get("input") or {}).get("command", "")):
+                calls.add(str(b.get("id")))
+            elif ev.get("type") == "user" and b.get("type") == "tool_result" and str(b.get("tool_use_id")) in calls \
+                    and not b.get("is_error"):
+                content = b.get("content")
+                text = content if isinstance(content, str) else "\n".join(
+                    str(c.get("text", "")) for c in content or [] if isinstance(c, dict))
+                out.update(parse_sha256sum(text))
+    return out
+
+
 def selfcheck_calls(transcript: Path) -> list[int]:
     """How many times each CLI session of the harness's transcript called the self-check through Bash.
 
@@ -826,7 +860,7 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     if truth and not chk.deliverables_expected:
         chk.findings.append("deliverables: the scripted worker wrote no deliverable")
     chk.deliverables_by_tool, found = deliverables_by_tool(chk.deliverables_expected, workspace, truth.get("written") or {},
-                                                           truth.get("reported") or {})
+                                                           reported_digests(transcript_path(attempt_dir)))
     chk.findings += found
 
     chk.D = rec.get("D")
