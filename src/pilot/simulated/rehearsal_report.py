@@ -66,7 +66,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
@@ -694,6 +694,35 @@ def check_branch(branch: str | None, rec: Mapping[str, Any], history: list[Mappi
     return out
 
 
+def _transcript_events(transcript: Path) -> Iterator[dict]:
+    """The events of the harness's copy of the CLI's stream, one JSON object a line (unreadable lines skipped)."""
+    try:
+        lines = Path(transcript).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict):
+            yield ev
+
+
+def _blocks(ev: Mapping[str, Any]) -> list[dict]:
+    """The content blocks of an event's message (none when it has no message)."""
+    message = ev.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content or [] if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _bash_command(block: Mapping[str, Any]) -> str | None:
+    """The command of a Bash tool call, None for any other block."""
+    if block.get("type") == "tool_use" and block.get("name") == "Bash":
+        return str((block.get("input") or {}).get("command", ""))
+    return None
+
+
 def reported_digests(transcript: Path) -> dict[str, str]:
     """path -> SHA-256 that the worker's own ``sha256sum`` tool calls printed, read from the harness's transcript
     (the tool results the CLI recorded), later sessions over earlier ones. Read there, not from the scripted server:
@@ -702,22 +731,9 @@ def reported_digests(transcript: Path) -> dict[str, str]:
 
     calls: set[str] = set()
     out: dict[str, str] = {}
-    try:
-        lines = Path(transcript).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(ev, dict):
-            continue
-        for b in (ev.get("message") or {}).get("content") or [] if isinstance(ev.get("message"), dict) else []:
-            if not isinstance(b, dict):
-                continue
-            if ev.get("type") == "assistant" and b.get("type") == "tool_use" and b.get("name") == "Bash" \
-                    and " && sha256sum -- " in str((b.get("input") or {}).get("command", "")):
+    for ev in _transcript_events(transcript):
+        for b in _blocks(ev):
+            if ev.get("type") == "assistant" and " && sha256sum -- " in (_bash_command(b) or ""):
                 calls.add(str(b.get("id")))
             elif ev.get("type") == "user" and b.get("type") == "tool_result" and str(b.get("tool_use_id")) in calls \
                     and not b.get("is_error"):
@@ -734,24 +750,11 @@ def selfcheck_calls(transcript: Path) -> list[int]:
     Sessions are told apart by the CLI's ``system``/``init`` event (a resume keeps the session id, so the id cannot).
     """
     counts: list[int] = []
-    try:
-        lines = Path(transcript).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return counts
-    for line in lines:
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(ev, dict):
-            continue
+    for ev in _transcript_events(transcript):
         if ev.get("type") == "system" and ev.get("subtype") == "init":
             counts.append(0)
         elif ev.get("type") == "assistant" and counts:
-            for b in (ev.get("message") or {}).get("content") or []:
-                if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") == "Bash" \
-                        and "selfcheck.py" in str((b.get("input") or {}).get("command", "")):
-                    counts[-1] += 1
+            counts[-1] += sum(1 for b in _blocks(ev) if "selfcheck.py" in (_bash_command(b) or ""))
     return counts
 
 
