@@ -364,7 +364,6 @@ class Plan:
     mirror: Path | None = None  # the harness-side replica after the session (kept for the resume)
     expect_error: set[int] = field(default_factory=set)  # indices of steps meant to fail
     selfcheck_step: int | None = None  # the step that runs the worker's own self-check (its verdict is foretold, not an error)
-    digest_step: int | None = None  # the step that reports, from inside the sandbox, the SHA-256 of every deliverable
 
 
 def run_key(run_id: str) -> str:
@@ -583,11 +582,10 @@ class WorkerPlayer:
                 if edits:
                     written_edits = edits
                     steps.append([{"name": "Bash", "input": {"command": edit_command(cwd, edits), "description": "Finish the completion record"}}])
-        digest_step = None
         final = sorted(p for p in snapshot(root) if p.startswith("outputs/"))
         if shell and final and (session == 0 or truth.get("repaired")):
-            # What the session's tool calls left, as the sandbox sees it: the solver's files are not carried whole.
-            digest_step = len(steps)
+            # What the session's tool calls left, as the sandbox sees it (the solver's files are not carried whole);
+            # the rehearsal report reads the result from the harness's transcript.
             steps.append([{"name": "Bash", "input": {"command": f"cd {_shq(cwd)} && sha256sum -- " + " ".join(_shq(p) for p in final),
                                                      "description": "Record the deliverables' digests"}}])
         selfcheck_step = None
@@ -604,7 +602,7 @@ class WorkerPlayer:
             truth.update(self._controller_expectations(scenario, arm, session, declared))
         truth["written"] = _written_digests(steps, cwd, written_edits)
         closing = "I have finished the assignment; the deliverables and the completion record are in outputs/."
-        return Plan(steps, closing, truth, root, expect_error, selfcheck_step, digest_step)
+        return Plan(steps, closing, truth, root, expect_error, selfcheck_step)
 
     def _controller_expectations(self, scenario: Any, arm: Any, session: int, declared: list[dict]) -> dict[str, Any]:
         """What the A4 controller must find and decide after this session, from the declarations alone.
@@ -936,21 +934,18 @@ class ScriptedModelServer:
             last = k == len(plan.steps) - 1
             return Answer([wire.tool_use_block(c["name"], c["input"], f"toolu_scripted_s{session}_{nxt}_{j}")
                            for j, c in enumerate(plan.steps[k])], inflate=last and worker_branch == "cap_mid_run")
-        errors, refused, own_check, reported = {}, {}, None, None
+        errors, refused, own_check = {}, {}, None
         for tid, (text, is_error) in results.items():
             step = _step_of(tid, session)
             if tid in ids and step is not None and step - offset in plan.expect_error:
                 refused[tid] = text[:500]
-            elif tid in ids and step is not None and step - offset == plan.digest_step and not is_error:
-                reported = parse_sha256sum(text)
             elif tid in ids and step is not None and step - offset == plan.selfcheck_step:
                 # The worker's own self-check: failing is its verdict, held to the plan's prediction by the report.
                 own_check = {"passed": not is_error, "tail": text[-300:]}
             elif tid in ids and step is not None and is_error:
                 errors[tid] = text[:500]
         truth = dict(plan.truth, tool_errors=errors, denied_result=refused or None, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                     labelled=run_id is not None, branch=worker_branch, phase="closing", worker_selfcheck=own_check,
-                     reported=reported)
+                     labelled=run_id is not None, branch=worker_branch, phase="closing", worker_selfcheck=own_check)
         if worker_branch == "api_500_mid_run":
             return Answer([], truth, fault=worker_branch)
         if worker_branch == "wall_limit":
@@ -1102,8 +1097,6 @@ def read_truth(record_dir: Path) -> dict[str, dict]:
             "branch": rows[0].get("branch"),
             # the files written whole, as the last session that wrote each left it
             "written": {k: v for r in rows for k, v in (r.get("written") or {}).items()},
-            # the digests the worker's own sha256sum reported at the end of each session that wrote deliverables
-            "reported": {k: v for r in rows for k, v in (r.get("reported") or {}).items()},
             "labelled": all(r.get("labelled", True) for r in rows),
         }
     return out
