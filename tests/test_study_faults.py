@@ -256,8 +256,10 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
         (float(protocol.study().envelope_usd), 8.0, low), (8.0, 800.0, high)]
     assert status["ledger_problems"] == [] and status["envelope"]["envelope_usd"] == 800.0 and spent > 0
     # an amendment already written (with its rationale) is referenced, not duplicated
+    # dated as the last amendment, so the order of dates holds on any day the suite runs
+    last_date = list(csv.DictReader(amendments.open()))[-1]["date"]
     with amendments.open("a") as fh:
-        fh.write(f'{written},2026-12-01,before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n')
+        fh.write(f'{written},{last_date},before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n')
     assert pilot(env, "envelope", "env", "--set", "900", "--amendment", written).returncode == 0
     assert [r["id"] for r in csv.DictReader(amendments.open())].count(written) == 1
 
