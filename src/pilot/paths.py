@@ -47,6 +47,7 @@ DATA_DIR = ANALYSIS_DIR / "data"
 TABLES_DIR = ANALYSIS_DIR / "tables"
 CONFIG_DIR = ANALYSIS_DIR / "config"
 SIMULATED_JUDGES_FILE = CONFIG_DIR / "simulated_judges.yml"
+SIMULATED_GRADERS_FILE = CONFIG_DIR / "simulated_graders.yml"
 # The default nodes file of the scheduler (virtual nodes of the local executor).
 NODES_FILE = CONFIG_DIR / "nodes.yml"
 

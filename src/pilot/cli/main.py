@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "sandbox": "pilot.cli.worker",
     "judge": "pilot.cli.judge",
     "view": "pilot.cli.view",
+    "grading": "pilot.cli.grading",
 }
 COMMAND_MODULES = list(dict.fromkeys(COMMANDS.values()))
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from pilot import paths
+from pilot.cli.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +53,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
     name = server.app.config.get("STUDY_NAME") or folder.name
     record_address(name, server.url)
     # Handlers first, and the address printed inside the try: a caller may press Ctrl-C as soon as it sees it.
-    _stop_on_signals()
+    stop_on_signals()
     try:
         print(f"pilot view: study {name} at {server.url}/ (read-only; Ctrl-C stops)", flush=True)
         server.serve_forever()
@@ -61,17 +62,3 @@ def _cmd_view(args: argparse.Namespace) -> int:
     finally:
         forget_address(name)
     return 0
-
-
-def _stop_on_signals() -> None:
-    """Ctrl-C and SIGTERM stop the viewer whatever its parent left it: a shell's background job starts
-    with SIGINT ignored, and a blocked signal mask is inherited across exec."""
-    import signal
-
-    def _stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _stop)

@@ -124,15 +124,25 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     conn.executescript(SCHEMA)
 
 
-@contextmanager
-def open_store(study_folder: Path) -> Iterator[Store]:
-    """The study's store with the grading tables present, closed on exit."""
+def connect(study_folder: Path) -> Store:
+    """The study's store with the grading tables present, for a caller that keeps it open and closes it (the grading site)."""
     path = Path(study_folder) / STORE_FILE
     if not path.is_file():
         raise GradingError(f"no study store at {path} (create and run the study first: pilot study create NAME)")
     st = Store.open(Path(study_folder))
     try:
         ensure_schema(st.conn)
+    except BaseException:
+        st.close()
+        raise
+    return st
+
+
+@contextmanager
+def open_store(study_folder: Path) -> Iterator[Store]:
+    """The study's store with the grading tables present, closed on exit."""
+    st = connect(study_folder)
+    try:
         yield st
     finally:
         st.close()
@@ -301,3 +311,25 @@ def panel_frame(conn: sqlite3.Connection, wave_name: str) -> pd.DataFrame:
                 out.append({**base, "judge_id": j.get("judge_id"), "criterion": criterion, "score": int(score),
                             "judge_q": float(j["score_0_100"]), "judge_accept": None if j.get("accept") is None else bool(j["accept"])})
     return pd.DataFrame(out, columns=list(PANEL_COLUMNS))
+
+
+def delete_simulated_wave(conn: sqlite3.Connection, wave_name: str) -> bool:
+    """Remove a SIMULATED wave and all its rows (to draw it again); False when there is none.
+
+    A wave of experts' grades is never removed: people's work is not
+    redrawn. Refused for it, naming the wave.
+    """
+    row = conn.execute("SELECT source FROM grading_waves WHERE wave = ?", (wave_name,)).fetchone()
+    if row is None:
+        return False
+    if row[0] != "simulated":
+        raise GradingError(f"grading wave {wave_name!r} holds experts' grades; it is never replaced (choose another wave name)")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for table in ("grading_events", "grading_scores", "grading_assignments", "grading_packages", "graders", "grading_waves"):
+            conn.execute(f"DELETE FROM {table} WHERE wave = ?", (wave_name,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return True
