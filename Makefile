@@ -114,8 +114,26 @@ $(STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) p
 	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED) --resampling-seed $(SEED) $(CALIBRATION_ARGS)
 	@mkdir -p $(STAMPS) && touch $@
 
+# The expert grading wave (A-005): agreement among experts and with the LLM panel, and the panel's
+# bias per arm. A dry run draws a SIMULATED wave from analysis/config/simulated_graders.yml (its
+# planted bias is the truth the stage must recover); a real study's wave is graded by people
+# (pilot grading create/serve, protocol/human/evaluation.md) and GRADING_WAVE names it; with no
+# wave the manuscript says the wave was not run.
+ifeq ($(BACKEND),simulated)
+GRADING_WAVE ?= simulated-experts
+else
+GRADING_WAVE ?=
+endif
+GRADING_SRC := $(wildcard src/pilot/grading/*.py) src/pilot/simulated/graders.py analysis/config/simulated_graders.yml
+$(STAMPS)/stage-grading: $(STAMPS)/stage-scale-rule notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) protocol/study.yml
+ifeq ($(BACKEND),simulated)
+	$(PILOT) grading simulate $(STUDY) $(GRADING_WAVE) --replace
+endif
+	$(PILOT) stage grading -p tables_dir $(TABLES) -p generated_dir $(GENERATED) -p seed $(SEED) -p study_name $(STUDY) -p wave "$(GRADING_WAVE)"
+	@mkdir -p $(STAMPS) && touch $@
+
 STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power $(STAMPS)/stage-pilot $(STAMPS)/stage-scale-rule
-STAGE_STAMPS += $(STAMPS)/stage-primary $(STAMPS)/stage-sensitivity $(STAMPS)/calibration
+STAGE_STAMPS += $(STAMPS)/stage-primary $(STAMPS)/stage-sensitivity $(STAMPS)/calibration $(STAMPS)/stage-grading
 .PRECIOUS: $(STAGE_STAMPS)
 
 stages: $(STAGE_STAMPS) ## run every stage whose inputs changed (cached by make)

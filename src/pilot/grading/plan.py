@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from pilot.store import atomic_write_text, now
 PRIMARY_WAVES = ("pilot", "repeat3")
 #: Where a wave's sign-in links are written (readable by the owner alone): analysis/data/STUDY/grading/WAVE/links.csv
 LINKS_FILE = "links.csv"
-_WAVE_NAME = __import__("re").compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+_WAVE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
 
 @dataclass(frozen=True)
