@@ -177,12 +177,14 @@ REHEARSAL_CALIBRATION_ARGS ?= --studies 1000
 # rehearsal's, so no file of a dry run can slip in). Stages 01 and 02 resume the rehearsal's study
 # (every run is finished, so nothing is dispatched) for the study macros, the run report and the
 # scale rule; the design tables, the power simulation and the calibration read no run table and
-# are written afresh beside them. Then every page must carry REHEARSAL, and only that label.
+# are written afresh beside them, and the grading stage says that no expert grading wave was run. Then every page must carry REHEARSAL, and only that label.
 define REHEARSAL_MANUSCRIPT
 $(PILOT) stage pilot $(REHEARSAL_DIRS) -p study $(REHEARSAL_STUDY) -p backend rehearsal --output $(REHEARSAL_DIR)/notebooks/01_pilot.ipynb
 $(PILOT) stage scale-rule $(REHEARSAL_DIRS) -p study $(REHEARSAL_STUDY) -p backend rehearsal --output $(REHEARSAL_DIR)/notebooks/02_scale_rule.ipynb
 $(PILOT) protocol tables --out $(REHEARSAL_DIR)/generated
 $(PILOT) stage power $(REHEARSAL_DIRS) --output $(REHEARSAL_DIR)/notebooks/03_power.ipynb
+$(PILOT) stage grading -p tables_dir $(REHEARSAL_DIR)/tables -p generated_dir $(REHEARSAL_DIR)/generated -p study_name $(REHEARSAL_STUDY) \
+  --output $(REHEARSAL_DIR)/notebooks/06_grading.ipynb
 $(BIN)/python analysis/calibration.py --tables-dir $(REHEARSAL_DIR)/tables --generated-dir $(REHEARSAL_DIR)/generated \
   --resampling-seed $(SEED) --quiet $(REHEARSAL_CALIBRATION_ARGS) >$(REHEARSAL_DIR)/tables/calibration.log
 tools/typeset-manuscript.sh $(REHEARSAL_DIR)/manuscript $(REHEARSAL_DIR)/generated $(REHEARSAL_DIR)/figures
