@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from _simulated_study import build_study
 from pilot import outcomes, paths
 from pilot.view import site
 from pilot.view.app import create_app
@@ -37,25 +36,6 @@ from pilot.view.study import StudyReader
 
 STUDY = "bench-view"
 WAVES = ("pilot", "repeat3", "sensitivity")
-
-
-def build_study(root: Path) -> Path:
-    """A simulated study of every scenario and wave under ``root`` (a repository root of its own)."""
-    folder = root / "analysis" / "data" / STUDY
-    if (folder / "study.sqlite").is_file():
-        return folder
-    (root / "analysis" / "data").mkdir(parents=True, exist_ok=True)
-    for name, target in (("protocol", paths.PROTOCOL_DIR), ("analysis/config", paths.CONFIG_DIR)):
-        link = root / name
-        if not link.exists():
-            link.symlink_to(target)
-    env = dict(os.environ, PILOT_ROOT=str(root))
-    run = [sys.executable, "-m", "pilot", "study"]
-    subprocess.run(run + ["create", STUDY], env=env, check=True, capture_output=True)
-    for wave in WAVES:
-        print(f"building the benchmark study: wave {wave} ...", flush=True)
-        subprocess.run(run + ["run", STUDY, "--wave", wave, "--no-progress"], env=env, check=True, capture_output=True)
-    return folder
 
 
 def cpu_s() -> float:
@@ -78,7 +58,7 @@ def main() -> None:
     ap.add_argument("--study-dir", type=Path, help="an existing study folder (default: build one under build/bench-view/)")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    folder = args.study_dir or build_study(paths.BUILD_DIR / "bench-view")
+    folder = args.study_dir or build_study(paths.BUILD_DIR / "bench-view", STUDY, waves=WAVES)
     reader = StudyReader(folder)
     n = len(reader.index_rows())
 

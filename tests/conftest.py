@@ -4,13 +4,18 @@
 CLI, LibreOffice, bubblewrap, Chromium), so a skip there means a real part
 went untested; it sets ``PILOT_FORBID_SKIPS=1``. A developer running a
 subset without them still sees skips as skips.
+
+Also the browser tests' ``browser`` fixture: one headless Chromium per module.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Iterator
 
 import pytest
+
+from pilot import paths
 
 
 def _skipped(config: pytest.Config) -> list:
@@ -45,3 +50,30 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     rank = {name: k for k, name in enumerate(LONG_FILES)}
     # A stable sort keeps each file's tests in their own order; files not listed keep theirs, after the long ones.
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+
+
+# ------------------------------------------------------------------ the browser tests' Chromium
+# The distribution's Chromium under Playwright (`make test` installs it through
+# tools/ensure-system-packages.sh browser; Playwright's own downloads are never used).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """One headless Chromium per test module."""
+    if not paths.CHROMIUM_BIN.exists():
+        pytest.fail(f"{paths.CHROMIUM_BIN} missing: run `tools/ensure-system-packages.sh browser` (`make test` does it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(paths.CHROMIUM_BIN), args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()

@@ -343,9 +343,14 @@ def test_the_report_recovers_a_planted_bias_in_the_primary_contrast():
 def test_the_export_round_trips_into_the_same_report(tmp_path):
     grades, panel = _synthetic(5)
     grades = pd.concat([grades, _grades([_grade_rows("S1A10", "S1", "A1", "G9", 3, (), 0, status="saved")])], ignore_index=True)
+    # critiques a spreadsheet would run as formulas, and one that starts with the escape itself
+    grades.loc[0, "critique"], grades.loc[1, "critique"], grades.loc[2, "critique"] = "=HYPERLINK(\"x\")", "-2 for totals", "'as typed"
     path = tmp_path / "export.csv"
-    path.write_text(grades.to_csv(index=False), encoding="utf-8")  # as `pilot grading export` writes it
+    path.write_text(rp.store.export_csv(grades), encoding="utf-8")  # as `pilot grading export` writes it
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    assert list(raw["critique"][:3]) == ["'=HYPERLINK(\"x\")", "'-2 for totals", "''as typed"]
     back = rp.read_export(path)
+    assert list(back["critique"][:3]) == ["=HYPERLINK(\"x\")", "-2 for totals", "'as typed"]
     a = rp.grading_report(grades, panel, seed=2, B=100, criteria=CRITERIA)
     b = rp.grading_report(back, panel, seed=2, B=100, criteria=CRITERIA)
     for name in ("reliability", "acceptance", "bias", "bias_contrast", "h1", "coverage", "summary", "experts", "packages"):

@@ -9,35 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from pilot import paths
 from pilot.portal import read_access_log, start_instance
 from pilot.portal.content import generate_portal
 from portal_support import make_scenario
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not paths.CHROMIUM_BIN.exists():
-        pytest.fail(f"{paths.CHROMIUM_BIN} missing: run `tools/ensure-system-packages.sh browser` "
-                    "(`make test` does it)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(paths.CHROMIUM_BIN), args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 def test_chromium_signs_in_browses_and_downloads(browser, tmp_path):

@@ -4,26 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pilot import paths
 from pilot.view.app import ViewServer
 from pilot.view.export import export_site
 from pilot.view.study import StudyReader
-from test_portal_browser import CHROMIUM_ARGS
 from view_support import simulated_study
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not paths.CHROMIUM_BIN.exists():
-        pytest.fail(f"{paths.CHROMIUM_BIN} missing: run `tools/ensure-system-packages.sh browser` (`make test` does it)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(paths.CHROMIUM_BIN), args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 def _visible_arms(page) -> list[str]:

@@ -176,7 +176,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             frame = store.grades_frame(st.conn, args.wave)
     except _errors() as exc:
         return _fail(exc)
-    atomic_write_text(args.out, frame.to_csv(index=False))
+    atomic_write_text(args.out, store.export_csv(frame))
     print(json.dumps({"export": str(args.out), "rows": len(frame),
                       "submitted_assignments": int(frame.loc[frame["criterion"] != "", ["package_id", "grader_id"]].drop_duplicates().shape[0])}))
     return 0

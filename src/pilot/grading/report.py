@@ -123,6 +123,8 @@ def read_export(csv_path: Path) -> pd.DataFrame:
         raw = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise store.GradingError(f"{csv_path}: cannot be read as the grading export ({type(exc).__name__}: {exc})") from exc
+    if "critique" in raw:
+        raw["critique"] = raw["critique"].map(store.unescape_critique)
     try:
         return agreement.normalise_grades(raw)
     except ValueError as exc:

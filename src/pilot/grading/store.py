@@ -333,3 +333,23 @@ def delete_simulated_wave(conn: sqlite3.Connection, wave_name: str) -> bool:
         conn.execute("ROLLBACK")
         raise
     return True
+
+
+#: A cell starting with one of these runs as a formula when a spreadsheet opens the CSV (OWASP, "CSV Injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def export_csv(frame: pd.DataFrame) -> str:
+    """The grades as the coordinator's CSV: a critique that a spreadsheet would run as a formula gets a leading ``'``.
+
+    A critique starting with ``'`` gets one too, so :func:`unescape_critique`
+    gives back exactly what the grader typed.
+    """
+    out = frame.copy()
+    out["critique"] = [("'" + c) if isinstance(c, str) and c.startswith(_FORMULA_START) else c for c in out["critique"]]
+    return out.to_csv(index=False)
+
+
+def unescape_critique(text: str) -> str:
+    """A critique as the grader typed it, from the export (:func:`export_csv`)."""
+    return text[1:] if text.startswith("'") else text

@@ -11,12 +11,12 @@ origin.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, abort, request, send_file
 
+from pilot.serving import BackgroundServer, set_security_headers
 from pilot.view import files, site
 from pilot.view.study import StudyReader, ViewError
 
@@ -45,12 +45,7 @@ def create_app(folder: Path) -> Flask:
 
     @app.after_request
     def _headers(resp: Response) -> Response:
-        resp.headers["Content-Security-Policy"] = CSP
-        resp.headers["X-Content-Type-Options"] = "nosniff"
-        resp.headers["Referrer-Policy"] = "no-referrer"
-        resp.headers["X-Frame-Options"] = "DENY"
-        resp.headers["Cache-Control"] = "no-store"
-        return resp
+        return set_security_headers(resp, CSP)
 
     def page(html: str) -> Response:
         return Response(html, mimetype="text/html")
@@ -97,34 +92,11 @@ def create_app(folder: Path) -> Flask:
     return app
 
 
-class ViewServer:
-    """The viewer served by waitress on 127.0.0.1 in a background thread (``port`` 0: any free port)."""
+class ViewServer(BackgroundServer):
+    """The viewer served by waitress on 127.0.0.1 (``port`` 0: any free port)."""
 
     def __init__(self, folder: Path, port: int = 0, threads: int = 4) -> None:
-        import waitress
-
-        self.app = create_app(folder)
-        self.server = waitress.create_server(self.app, host=LOOPBACK, port=port, threads=threads, ident="pilot-view",
-                                             clear_untrusted_proxy_headers=True)
-        self.port = int(self.server.effective_port)
-        self.url = f"http://{LOOPBACK}:{self.port}"
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> "ViewServer":
-        self._thread = threading.Thread(target=self.server.run, name="pilot-view", daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        self.server.run()
+        super().__init__(create_app(folder), host=LOOPBACK, port=port, threads=threads, ident="pilot-view")
 
     def stop(self) -> None:
-        self.server.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> "ViewServer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        self.close()
