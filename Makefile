@@ -125,7 +125,9 @@ else
 GRADING_WAVE ?=
 endif
 GRADING_SRC := $(wildcard src/pilot/grading/*.py) src/pilot/simulated/graders.py analysis/config/simulated_graders.yml
-$(STAMPS)/stage-grading: $(STAMPS)/stage-scale-rule notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) protocol/study.yml
+# The study's store is a prerequisite too: a grade submitted on the site makes the stage run again.
+$(STAMPS)/stage-grading: $(STAMPS)/stage-scale-rule notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) protocol/study.yml \
+  $(wildcard analysis/data/$(STUDY)/study.sqlite)
 ifeq ($(BACKEND),simulated)
 	$(PILOT) grading simulate $(STUDY) $(GRADING_WAVE) --replace
 endif

@@ -354,6 +354,8 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
     sim = report.label
 
     def tex(name: str, df: pd.DataFrame, caption: str) -> None:
+        if "note" in df and df["note"].fillna("").astype(str).str.strip().eq("").all():
+            df = df.drop(columns="note")  # a column with nothing in it says nothing
         df = df.rename(columns={**_HEADERS, "n_treated": f"{report.contrast[0]} packages", "n_control": f"{report.contrast[1]} packages"})
         path = latex.write_table(df, gen / f"grading_{name}_table.tex", caption=caption,
                                  label=f"tab:grading-{name.replace('_', '-')}", simulated=sim)
