@@ -131,7 +131,7 @@ $(STAMPS)/stage-grading: $(STAMPS)/stage-scale-rule notebooks/06_grading.py $(GR
 ifeq ($(BACKEND),simulated)
 	$(PILOT) grading simulate $(STUDY) $(GRADING_WAVE) --replace
 endif
-	$(PILOT) stage grading -p tables_dir $(TABLES) -p generated_dir $(GENERATED) -p seed $(SEED) -p study_name $(STUDY) -p wave "$(GRADING_WAVE)"
+	$(PILOT) stage grading $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p wave "$(GRADING_WAVE)"
 	@mkdir -p $(STAMPS) && touch $@
 
 STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power $(STAMPS)/stage-pilot $(STAMPS)/stage-scale-rule
@@ -185,7 +185,7 @@ $(PILOT) stage pilot $(REHEARSAL_DIRS) -p study $(REHEARSAL_STUDY) -p backend re
 $(PILOT) stage scale-rule $(REHEARSAL_DIRS) -p study $(REHEARSAL_STUDY) -p backend rehearsal --output $(REHEARSAL_DIR)/notebooks/02_scale_rule.ipynb
 $(PILOT) protocol tables --out $(REHEARSAL_DIR)/generated
 $(PILOT) stage power $(REHEARSAL_DIRS) --output $(REHEARSAL_DIR)/notebooks/03_power.ipynb
-$(PILOT) stage grading -p tables_dir $(REHEARSAL_DIR)/tables -p generated_dir $(REHEARSAL_DIR)/generated -p study_name $(REHEARSAL_STUDY) \
+$(PILOT) stage grading $(REHEARSAL_DIRS) -p study_name $(REHEARSAL_STUDY) \
   --output $(REHEARSAL_DIR)/notebooks/06_grading.ipynb
 $(BIN)/python analysis/calibration.py --tables-dir $(REHEARSAL_DIR)/tables --generated-dir $(REHEARSAL_DIR)/generated \
   --resampling-seed $(SEED) --quiet $(REHEARSAL_CALIBRATION_ARGS) >$(REHEARSAL_DIR)/tables/calibration.log

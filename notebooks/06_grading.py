@@ -19,7 +19,8 @@
 # %% tags=["parameters"]
 seed: int = 20260415  # seed of the bootstrap over packages (and of H1's scenario bootstrap)
 tables_dir: str = "analysis/tables"  # folder for the grading_*.csv tables
-generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, grading_text.tex and grading_macros.tex
+figures_dir: str = "manuscript/figures"  # folder for grading_bias.pdf (the panel's bias per arm)
+generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, the figure environment, grading_text.tex and grading_macros.tex
 study_name: str = "pilot-simulated"  # study whose grading wave is analysed
 wave: str = ""  # grading wave; "": the study's most recent wave of experts' grades (none: not run)
 grades: str = ""  # the coordinator's export (CSV) to read instead of the store's grades
@@ -31,11 +32,11 @@ import time
 from pilot import paths, protocol
 from pilot.grading import report as grading_report
 from pilot.grading import store as grading_store
-from pilot.report.inline import say
+from pilot.report.inline import say, show_figures
 from pilot.simulated.graders import read_truth
 
 study = protocol.study()
-tables, generated = paths.from_root(tables_dir), paths.from_root(generated_dir)
+tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 folder = paths.study_dir(study_name)
 started = time.perf_counter()
 not_run = ""
@@ -81,6 +82,8 @@ else:
 
 # %%
 if not not_run:
+    drawn = grading_report.bias_figure(result, figures, generated)
+    show_figures([drawn[grading_report.FIGURE_FILE]])
     display(result.bias)  # noqa: F821
     result.h1
 

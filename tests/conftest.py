@@ -5,7 +5,8 @@ CLI, LibreOffice, bubblewrap, Chromium), so a skip there means a real part
 went untested; it sets ``PILOT_FORBID_SKIPS=1``. A developer running a
 subset without them still sees skips as skips.
 
-Also the browser tests' ``browser`` fixture: one headless Chromium per module.
+Also the browser tests' ``browser`` fixture (one headless Chromium per module) and the
+folder the workers of one run share (``PILOT_TEST_SHARED_DIR``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     rank = {name: k for k, name in enumerate(LONG_FILES)}
     # A stable sort keeps each file's tests in their own order; files not listed keep theirs, after the long ones.
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+
+
+# ------------------------------------------------------------------ a folder the workers of one run share
+@pytest.fixture(scope="session", autouse=True)
+def _shared_test_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``PILOT_TEST_SHARED_DIR``: beside every xdist worker's own base folder, so pytest prunes it with theirs.
+
+    ``tests/view_support.py`` builds its studies there once per run; outside
+    xdist it is not set (the base folder's parent is then shared across runs).
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["PILOT_TEST_SHARED_DIR"] = str(tmp_path_factory.getbasetemp().parent / "shared")
 
 
 # ------------------------------------------------------------------ the browser tests' Chromium

@@ -31,8 +31,8 @@ def root(tmp_path_factory) -> Path:
 
 
 def _stage(root: Path, out: Path, **params: object):
-    args = ["stage", "grading", "--output", str(out / "06.ipynb"), "-p", "study_name", "viewsim",
-            "-p", "tables_dir", str(out / "tables"), "-p", "generated_dir", str(out / "generated"), "-p", "bootstrap_resamples", "200"]
+    args = ["stage", "grading", "--output", str(out / "06.ipynb"), "-p", "study_name", "viewsim", "-p", "tables_dir", str(out / "tables"),
+            "-p", "figures_dir", str(out / "figures"), "-p", "generated_dir", str(out / "generated"), "-p", "bootstrap_resamples", "200"]
     for k, v in params.items():
         args += ["-p", k, str(v)]
     return pilot(root, *args, check=False)
@@ -65,6 +65,8 @@ def test_a_simulated_wave_is_analysed_labelled_and_its_planted_bias_stated(root,
     assert coverage["submitted"] == coverage["assignments"] == 2 * coverage["packages"]
     for table in ("summary", "bias", "coverage"):
         assert "SIMULATED" in (tmp_path / "generated" / f"grading_{table}_table.tex").read_text()
+    assert (tmp_path / "figures" / "grading_bias.pdf").read_bytes().startswith(b"%PDF")
+    assert "\\textbf{SIMULATED.}" in (tmp_path / "generated" / "grading_bias_figure.tex").read_text()
 
 
 def test_the_coordinators_export_round_trips_into_the_same_report(root, simulated, tmp_path):

@@ -10,6 +10,7 @@ package that breaks it.
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,17 @@ FROZEN_PRIVATE = {
 FROZEN_ROOM_CIRCLES = {frozenset({"pilot.oracles", "pilot.scenarios"})}
 
 
+@lru_cache(maxsize=None)
+def _parsed(path: str, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(Path(path).read_text(encoding="utf-8"), path)
+
+
+def parse(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once per content the suite sees (every rule reads every module)."""
+    st = path.stat()
+    return _parsed(str(path), st.st_mtime_ns, st.st_size)
+
+
 def modules(src: Path, package: str = "pilot") -> dict[str, Path]:
     """Every module of ``package`` under ``src``, by dotted name (a package by its ``__init__``)."""
     out = {}
@@ -56,7 +68,7 @@ def imports(src: Path, package: str = "pilot") -> list[tuple[str, str, str | Non
     mods = modules(src, package)
     found = []
     for mod, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     target = _owner(alias.name, mods)
@@ -77,7 +89,7 @@ def private_attribute_uses(src: Path, package: str = "pilot") -> list[tuple[str,
     mods = modules(src, package)
     found = []
     for mod, path in mods.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        tree = parse(path)
         bound: dict[str, str] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

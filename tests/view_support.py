@@ -1,21 +1,31 @@
-"""Studies for the viewer's tests, built once per test process with the real scheduler and the simulated backend.
+"""Studies for the viewer's tests, built once per test run with the real scheduler and the simulated backend.
 
 ``simulated_study()`` is one scenario under all five arms, twice (10 runs),
 with a seed whose draws include shell-arm deviations (one typed directly,
 one through ``bash -c``) and a changed input (E). ``infra_study()`` is run
 by the scheduler's fake run function with every A0 attempt failing on
 infrastructure, so its A0 runs end failed after three attempts.
+
+Under pytest-xdist the studies are built once per test run, not once per
+worker: the first worker to need one builds it in the run's shared folder
+(``PILOT_TEST_SHARED_DIR``, under pytest's base temporary folder, which pytest
+prunes itself) while holding a lock; the others wait and then read the same
+folder. The studies are read-only to their users (a test that changes one
+works on ``copy_study``).
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 from schedule_support import make_root
 
@@ -34,31 +44,71 @@ def pilot(root: Path, *args: str, extra_env: dict[str, str] | None = None, check
     return proc
 
 
-def _root() -> Path:
-    if "root" not in _BUILT:
-        _BUILT["root"] = make_root(_TMP)
-    return _BUILT["root"]
+def _shared_dir() -> Path | None:
+    """The folder every worker of this test run shares (None outside pytest-xdist)."""
+    shared = os.environ.get("PILOT_TEST_SHARED_DIR")
+    return Path(shared) if shared and os.environ.get("PYTEST_XDIST_WORKER") else None
+
+
+@contextmanager
+def _exclusive(folder: Path) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".view-support.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def _built(name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(root)``'s study folder, made once per test run (per process outside xdist)."""
+    if name in _BUILT:
+        return _BUILT[name]
+    shared = _shared_dir()
+    if shared is None:
+        if "root" not in _BUILT:
+            _BUILT["root"] = make_root(_TMP)
+        _BUILT[name] = build(_BUILT["root"])
+        return _BUILT[name]
+    with _exclusive(shared):
+        root = shared / "root"
+        if not root.exists():
+            make_root(shared)
+        done = shared / f"{name}.built"
+        if not done.exists():
+            try:
+                build(root)
+            except BaseException:
+                # A half-built study would make the next worker's `study create` fail: it starts over instead.
+                shutil.rmtree(root / "analysis" / "data" / _STUDY_NAMES[name], ignore_errors=True)
+                raise
+            done.write_text("built\n")
+        _BUILT[name] = root / "analysis" / "data" / _STUDY_NAMES[name]
+    return _BUILT[name]
+
+
+_STUDY_NAMES = {"simulated": "viewsim", "infra": "viewinfra"}
+
+
+def _build_simulated(root: Path) -> Path:
+    pilot(root, "study", "create", "viewsim", "--scenarios", SCENARIO, "--seed", str(SEED))
+    pilot(root, "study", "run", "viewsim", "--no-progress")
+    return root / "analysis" / "data" / "viewsim"
+
+
+def _build_infra(root: Path) -> Path:
+    pilot(root, "study", "create", "viewinfra", "--scenarios", SCENARIO, "--seed", "3")
+    pilot(root, "study", "run", "viewinfra", "--no-progress", "--runner", "pilot.simulated.fake_runs:sleep_run",
+          extra_env={"PILOT_FAKE_INFRA_ARMS": "A0"}, check=False)
+    return root / "analysis" / "data" / "viewinfra"
 
 
 def simulated_study() -> Path:
     """The folder of a finished simulated study (built on first use)."""
-    if "simulated" not in _BUILT:
-        root = _root()
-        pilot(root, "study", "create", "viewsim", "--scenarios", SCENARIO, "--seed", str(SEED))
-        pilot(root, "study", "run", "viewsim", "--no-progress")
-        _BUILT["simulated"] = root / "analysis" / "data" / "viewsim"
-    return _BUILT["simulated"]
+    return _built("simulated", _build_simulated)
 
 
 def infra_study() -> Path:
     """The folder of a study whose A0 attempts all failed on infrastructure (fake run function)."""
-    if "infra" not in _BUILT:
-        root = _root()
-        pilot(root, "study", "create", "viewinfra", "--scenarios", SCENARIO, "--seed", "3")
-        pilot(root, "study", "run", "viewinfra", "--no-progress", "--runner", "pilot.simulated.fake_runs:sleep_run",
-              extra_env={"PILOT_FAKE_INFRA_ARMS": "A0"}, check=False)
-        _BUILT["infra"] = root / "analysis" / "data" / "viewinfra"
-    return _BUILT["infra"]
+    return _built("infra", _build_infra)
 
 
 def copy_study(folder: Path, dest: Path) -> Path:
