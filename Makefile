@@ -217,10 +217,11 @@ $(STAMPS)/agent-extra: $(VENV)/.installed
 	@mkdir -p $(STAMPS) && touch $@
 
 # The test files are spread over TEST_WORKERS processes (pytest-xdist). A file stays on one
-# worker, so its module fixtures (one LibreOffice batch, a built study) are built once.
+# worker, so its module fixtures (one LibreOffice batch, a built study) are built once; files go out in
+# collection order, the longest first (tests/conftest.py LONG_FILES).
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-latex $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
-	PILOT_FORBID_SKIPS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	PILOT_FORBID_SKIPS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done

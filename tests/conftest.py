@@ -36,14 +36,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-#: The test files that take longest on a 2-core machine (measured with --durations), slowest first. Collected first,
-#: so that under `make test` (pytest-xdist, one file per worker at a time) they start at once instead of leaving
-#: one worker busy long after the other has run out of files. Order only: every test still runs.
+#: The test files that take longest on a 2-core machine (summed --durations=0 of a whole run), slowest first. Collected
+#: first, so that under `make test` (pytest-xdist, one file per worker at a time, in collection order: the Makefile
+#: passes --no-loadscope-reorder, since xdist's own order, most tests first, sent the long files of few tests last
+#: and left one worker busy minutes after the other had run out of files). Order only: every test still runs.
 LONG_FILES = (
-    "test_scenario_check.py", "test_study_faults.py", "test_dask_share_nothing.py", "test_rehearsal_controller.py",
-    "test_dry_run.py", "test_chaos.py", "test_selfcheck_parity.py", "test_schedule_study.py", "test_notebook_sensitivity.py",
-    "test_rehearsal.py", "test_oracle_mutations.py", "test_oracles.py", "test_study_create_concurrency.py",
-    "test_manuscript_rehearsal_pdf.py", "test_notebook_primary.py", "test_sandbox_adversarial.py", "test_rehearsal_dask.py",
+    "test_oracles.py", "test_stats_degraded.py", "test_scenario_skeleton.py", "test_runner_claude_code.py", "test_scenario_check.py",
+    "test_model_proxy.py", "test_blinding.py", "test_study_faults.py", "test_view.py", "test_oracle_mutations.py",
+    "test_dask_share_nothing.py", "test_sandbox_adversarial.py", "test_selfcheck_parity.py", "test_dry_run.py",
+    "test_manuscript_rehearsal_pdf.py", "test_rehearsal.py", "test_rehearsal_controller.py", "test_study_create_concurrency.py",
+    "test_stats_exact_scores.py", "test_sandbox_privilege.py", "test_chaos.py", "test_selfcheck.py", "test_judges.py",
+    "test_notebook_primary.py", "test_grading_stage.py", "test_notebook_sensitivity.py", "test_reevaluate.py",
+    "test_rehearsal_dask.py", "test_schedule_study.py",
 )
 
 
