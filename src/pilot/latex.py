@@ -222,6 +222,15 @@ def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def fit_to_width(path: Path) -> Path:
+    """Shrink a generated table (a file :func:`write_table` wrote) to the text width when it is wider, never enlarge it."""
+    text = path.read_text(encoding="utf-8")
+    text = text.replace("\\begin{tabular}", "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%\n\\begin{tabular}", 1)
+    text = text.replace("\\end{tabular}", "\\end{tabular}}", 1)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def write_table(
     df: pd.DataFrame,
     path: Path,

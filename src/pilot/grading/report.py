@@ -29,7 +29,7 @@ import pandas as pd
 
 from pilot import backends, latex, protocol
 from pilot.grading import agreement, store
-from pilot.judges.rubric import Criterion, criteria_from
+from pilot.judges.rubric import Criterion, scenario_criteria
 from pilot.stats import estimability
 from pilot.stats.primary import InferenceSettings
 
@@ -141,9 +141,7 @@ def load_report(study_folder: Path, wave: str, *, grades_csv: Path | None = None
 
 def rubric_criteria(scenarios: Iterable[str]) -> dict[str, list[Criterion]]:
     """Each scenario's rubric criteria, as the judges' prompt reads them (the weights of Q)."""
-    from pilot.scenarios import load_scenario
-
-    return {s: criteria_from(load_scenario(s).rubric, source=f"rubric of {s}") for s in sorted(set(scenarios))}
+    return {s: list(scenario_criteria(s)) for s in sorted(set(scenarios))}
 
 
 def grading_report(grades: pd.DataFrame, panel: pd.DataFrame, *, seed: int, B: int, study: protocol.Study | None = None,
@@ -309,15 +307,6 @@ def _source() -> str:
     return latex.latex_escape(agreement.GDPVAL_SOURCE).replace('"', "``", 1).replace('"', "''", 1)
 
 
-def _fit_width(path: Path) -> Path:
-    """Shrink a generated table to the text width when it is wider, never enlarge it (as the stages' tables are):
-    the notes and reasons a wave gives decide the width, not the code."""
-    text = path.read_text(encoding="utf-8")
-    text = text.replace("\\begin{tabular}", "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%\n\\begin{tabular}", 1)
-    path.write_text(text.replace("\\end{tabular}", "\\end{tabular}}", 1), encoding="utf-8")
-    return path
-
-
 def write_not_run(generated_dir: Path, reason: str, *, arms: Sequence[str] | None = None) -> Path:
     """``grading_macros.tex`` for a study whose grading wave was not run: every macro says so, ``\\gradingWaveRun`` is 0."""
     arms = list(arms) if arms is not None else protocol.study().arms
@@ -359,7 +348,7 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         df = df.rename(columns={**_HEADERS, "n_treated": f"{report.contrast[0]} packages", "n_control": f"{report.contrast[1]} packages"})
         path = latex.write_table(df, gen / f"grading_{name}_table.tex", caption=caption,
                                  label=f"tab:grading-{name.replace('_', '-')}", simulated=sim)
-        out[path.name] = _fit_width(path)
+        out[path.name] = latex.fit_to_width(path)
 
     tex("summary", honest["summary"],
         f"Expert grading wave {latex.latex_escape(report.wave)}: Krippendorff's alpha among the experts and between the LLM panel "

@@ -42,6 +42,7 @@ from jinja2 import StrictUndefined
 from werkzeug.exceptions import HTTPException
 
 from pilot.grading import store, tokens
+from pilot.judges.rubric import scenario_criteria
 from pilot.portal.app import SessionLimits, SessionStore, SignInLimiter, SignInLimits
 from pilot.serving import BackgroundServer, set_security_headers
 from pilot.view import files
@@ -117,14 +118,6 @@ def _scenario(sid: str) -> Any:
     from pilot.scenarios import load_scenario
 
     return load_scenario(sid)
-
-
-@lru_cache(maxsize=64)
-def _criteria(sid: str) -> tuple[Any, ...]:
-    from pilot.judges import criteria_from
-
-    scenario = _scenario(sid)
-    return tuple(criteria_from(scenario.rubric, source=f"rubric of {scenario.id}"))
 
 
 def host_name(header: str | None) -> str:
@@ -272,7 +265,7 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
     def stored_draft(row: Any) -> Draft:
         with state.db() as conn:
             saved = store.scores(conn, wave, row["assignment_id"])
-        criteria = [c.id for c in _criteria(row["scenario"])]
+        criteria = [c.id for c in scenario_criteria(row["scenario"])]
         return Draft({c: saved.get(c, (None, ""))[0] for c in criteria}, {c: saved.get(c, (None, ""))[1] for c in criteria},
                      None if row["accept"] is None else bool(row["accept"]))
 
@@ -286,7 +279,7 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         queue = my_queue()
         return page("grade.html", code, title=f"Package {row['position']} of {len(queue)}", assignment_id=row["assignment_id"],
                     scenario_title=scenario.title, brief=scenario.brief_path.read_text(encoding="utf-8"),
-                    criteria=_criteria(scenario.id), judged=judged, downloads=downloads, draft=draft, scores=SCORES,
+                    criteria=scenario_criteria(scenario.id), judged=judged, downloads=downloads, draft=draft, scores=SCORES,
                     status=row["status"], readonly=row["status"] == "submitted", submitted_at=row["submitted_at"],
                     saved_at=row["saved_at"], notice=notice, instructions=INSTRUCTIONS, max_critique=MAX_CRITIQUE_CHARS,
                     page_token=page_token(row["assignment_id"], time.time() if served is None else served),
@@ -441,7 +434,7 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
     @app.post("/grade/<assignment_id>")
     def grade_post(assignment_id: str) -> Response:
         row = my_assignment(assignment_id)
-        criteria = _criteria(row["scenario"])
+        criteria = scenario_criteria(row["scenario"])
         action = request.form.get("action", "")
         served = served_at(request.form.get("page", ""), assignment_id)
         active = active_seconds(request.form.get("active_s"), served)

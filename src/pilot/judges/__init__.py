@@ -17,6 +17,7 @@ _EXPORTS = {
     "Criterion": "pilot.judges.rubric",
     "RubricError": "pilot.judges.rubric",
     "criteria_from": "pilot.judges.rubric",
+    "scenario_criteria": "pilot.judges.rubric",
     "weighted_score": "pilot.judges.rubric",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
@@ -31,6 +32,7 @@ __all__ = [
     "RubricError",
     "build_prompt",
     "criteria_from",
+    "scenario_criteria",
     "judge_prompt",
     "judge_run",
     "make_backend",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 ANCHOR_LEVELS = (0, 2, 4)
@@ -107,6 +108,15 @@ def criteria_from(rubric: Any, source: str = "rubric") -> list[Criterion]:
             desc = f"{title.strip()}: {desc.strip()}"
         out.append(Criterion(cid, float(weight), " ".join(desc.split()), _anchors(_get(item, "anchors"), source, f"{field}.anchors")))
     return out
+
+
+@lru_cache(maxsize=64)
+def scenario_criteria(scenario_id: str) -> tuple[Criterion, ...]:
+    """The criteria of the protocol's scenario ``scenario_id``, as the judges' prompt reads them (loaded once per process)."""
+    from pilot.scenarios import load_scenario
+
+    scenario = load_scenario(scenario_id)
+    return tuple(criteria_from(scenario.rubric, source=f"rubric of {scenario.id}"))
 
 
 def exact_weight(weight: float) -> Fraction:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pilot import backends, paths, protocol, runtable
-from pilot.latex import SIMULATED_TAG, data_label, latex_escape, macro_name, write_macros, write_table
+from pilot.latex import SIMULATED_TAG, data_label, fit_to_width, latex_escape, macro_name, write_macros, write_table
 from pilot.stats import estimability, figures
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
@@ -183,15 +183,6 @@ def _num(v: float) -> object:
     return int(v) if v.is_integer() and abs(v) < 1e12 else v
 
 
-def _fit_width(path: Path) -> Path:
-    """Shrink a generated table to the text width when it is wider (never enlarge it)."""
-    text = path.read_text(encoding="utf-8")
-    text = text.replace("\\begin{tabular}", "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%\n\\begin{tabular}", 1)
-    text = text.replace("\\end{tabular}", "\\end{tabular}}", 1)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def _infinity_symbols(path: Path) -> Path:
     """Show infinite ratios in a generated table as the symbol."""
     text = path.read_text(encoding="utf-8").replace(estimability.INFINITY, "$\\infty$")
@@ -329,7 +320,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw) -> None:
         if kw.get("escape") is False:  # captions with math: the column names and text cells still need escaping
             df = _escape_cells(df).rename(columns=lambda c: latex_escape(str(c)))
-        out[name] = _infinity_symbols(_fit_width(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw)))
+        out[name] = _infinity_symbols(fit_to_width(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw)))
 
     primary_name = "-".join(study.contrasts[0])
     qg: TableResult = results["q_grid"]  # type: ignore[assignment]

@@ -28,7 +28,7 @@ import numpy as np
 from pilot import paths, protocol
 from pilot.grading import store as grading_store
 from pilot.grading.plan import CreatedWave, create_wave, eligible_packages, grading_dir
-from pilot.judges.rubric import MAX_SCORE, criteria_from, weighted_score
+from pilot.judges.rubric import MAX_SCORE, scenario_criteria, weighted_score
 from pilot.store import atomic_write_text
 
 _nonneg = {"type": "number", "minimum": 0}
@@ -134,14 +134,9 @@ def simulate_wave(study_folder: Path, wave: str, config_path: Path | None = None
         ids = {r["run_id"]: r["package_id"] for r in st.conn.execute("SELECT run_id, package_id FROM grading_packages WHERE wave = ?", (wave,))}
         aid = {(r["package_id"], r["grader_id"]): r["assignment_id"] for r in st.conn.execute(
             "SELECT package_id, grader_id, assignment_id FROM grading_assignments WHERE wave = ?", (wave,))}
-        criteria_of: dict[str, list[Any]] = {}
         for a in sorted(created.assignments, key=lambda a: (a.package.run_id, a.slot)):
             p = a.package
-            if p.scenario not in criteria_of:
-                from pilot.scenarios import load_scenario
-
-                criteria_of[p.scenario] = criteria_from(load_scenario(p.scenario).rubric, source=f"rubric of {p.scenario}")
-            crit = criteria_of[p.scenario]
+            crit = scenario_criteria(p.scenario)
             grades: dict[str, int] = {}
             for c in crit:
                 m = float(medians.get((p.run_id, c.id), np.nan))

@@ -19,12 +19,12 @@ import json
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
 from pilot import ledger, outcomes, paths, protocol
+from pilot.judges.rubric import scenario_criteria
 from pilot.store import STORE_FILE, WAVES, Store, StoreError
 from pilot.view import conversation, files
 
@@ -279,19 +279,10 @@ def _run_table_rows(cells: list[dict[str, Any]], study_name: str, backend: str) 
     return out
 
 
-@lru_cache(maxsize=64)
-def _rubric_of(scenario_id: str) -> tuple[Any, ...]:
-    from pilot.judges import criteria_from
-    from pilot.scenarios import load_scenario
-
-    scenario = load_scenario(scenario_id)
-    return tuple(criteria_from(scenario.rubric, source=f"rubric of {scenario.id}"))
-
-
 def _rubric(scenario: Any) -> list[Any]:
 
     try:
-        return list(_rubric_of(scenario.id))
+        return list(scenario_criteria(scenario.id))
     except Exception:  # noqa: BLE001 - a rubric problem must not hide the run; the page says the rubric is unreadable
         return []
 
