@@ -250,6 +250,29 @@ def test_another_graders_package_and_files_answer_404_and_own_files_are_recorded
     assert ("G01", own) in {(e["grader_id"], e["assignment_id"]) for e in wave.events("open_package")}
 
 
+def test_only_the_requested_deliverables_are_offered_never_the_record_or_other_files(wave, make_app):
+    # ACC-01's brief asks for the workbook and the memo (scenario.yml); the completion record is shown rendered, as
+    # the judges saw it (without the substitutions' reasons), and a file the brief did not ask for is not offered.
+    app = make_app()
+    mine = signed_in(app, wave, "G01")
+    own = wave.queue("G01")[3]
+    outputs = StudyReader(wave.folder).run(wave.row(own)["run_id"])["final"]["files"].outputs
+    assert (outputs / "completion_record.json").is_file()
+    stray = outputs / "scratch_notes.txt"
+    stray.write_text("worked around the missing shell with osascript\n")
+    try:
+        page = text(mine.get(f"/grade/{own}"))
+        names = set(re.findall(rf'href="/grade/{own}/file/([^"]+)"', page))
+        stems = {"bank_reconciliation_2026-10", "reconciliation_memo"}
+        assert names and all(n.split(".")[0] in stems for n in names), names
+        assert "completion_record.json" not in names and "scratch_notes.txt" not in names
+        for hidden_file in ("completion_record.json", "scratch_notes.txt"):
+            assert mine.get(f"/grade/{own}/file/{hidden_file}").status_code == 404, hidden_file
+        assert "osascript" not in page
+    finally:
+        stray.unlink()
+
+
 def test_a_post_without_the_csrf_token_is_refused(wave, make_app):
     app = make_app()
     client = signed_in(app, wave, "G02")

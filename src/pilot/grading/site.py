@@ -42,6 +42,8 @@ from jinja2 import StrictUndefined
 from werkzeug.exceptions import HTTPException
 
 from pilot.grading import store, tokens
+from pilot.judges.prompt import requested_names
+from pilot.judges.render import COMPLETION_RECORD, find_delivered
 from pilot.judges.rubric import scenario_criteria
 from pilot.portal.app import SessionLimits, SessionStore, SignInLimiter, SignInLimits
 from pilot.serving import BackgroundServer, set_security_headers
@@ -269,13 +271,27 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         return Draft({c: saved.get(c, (None, ""))[0] for c in criteria}, {c: saved.get(c, (None, ""))[1] for c in criteria},
                      None if row["accept"] is None else bool(row["accept"]))
 
+    def offered_files(data: dict[str, Any]) -> dict[str, files.OutputFile]:
+        """The files a grader may download: those that answer a requested deliverable, as the judges' renderer finds them.
+
+        Never the completion record (the page shows it as the judges saw it,
+        without the substitutions' reasons, which describe the worker's
+        environment) and never a file the brief did not ask for.
+        """
+        final = data["final"]
+        if final is None or not data["run"]:
+            return {}
+        outputs = final["files"].outputs
+        answering = {p.name for name in requested_names(data["scenario"]) if name != COMPLETION_RECORD
+                     for p in find_delivered(name, outputs)[1]}
+        return {f.name: f for f in files.output_files(outputs, reader.folder) if f.name in answering}
+
     def grade_page(row: Any, draft: Draft, *, code: int = 200, notice: str = "", served: float | None = None,
                    active: float = 0.0) -> Response:
         data = reader.run(row["run_id"])
         scenario = data["scenario"]
         judged = judged_deliverables(reader, data)
-        final = data["final"]
-        downloads = files.output_files(final["files"].outputs, reader.folder) if final is not None and data["run"] else []
+        downloads = list(offered_files(data).values())
         queue = my_queue()
         return page("grade.html", code, title=f"Package {row['position']} of {len(queue)}", assignment_id=row["assignment_id"],
                     scenario_title=scenario.title, brief=scenario.brief_path.read_text(encoding="utf-8"),
@@ -463,9 +479,7 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
     @app.get("/grade/<assignment_id>/file/<name>")
     def grade_file(assignment_id: str, name: str) -> Response:
         row = my_assignment(assignment_id)
-        data = reader.run(row["run_id"])
-        final = data["final"]
-        offered = {f.name: f for f in files.output_files(final["files"].outputs, reader.folder)} if final and data["run"] else {}
+        offered = offered_files(reader.run(row["run_id"]))
         if name not in offered:
             abort(404, description="This package has no such file.")
         with state.db() as conn:
