@@ -190,10 +190,15 @@ def _edit_yaml(path: Path, edit) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def test_every_bundle_is_validated_and_counted():
+def test_every_bundle_is_validated_and_belongs_to_a_set():
     study = load_study()
     loaded = load_scenarios(study)
-    assert len(loaded) == study["design"]["n_scenarios"] == 10
+    # The design: ten preregistered scenarios; the extension doubles them (J = 20).
+    assert study["design"]["n_scenarios"] == 10 and study.default_scenario_set == "pilot"
+    assert len(study.scenario_set()) == 10 and len(study.scenario_set("extension")) == 20
+    assert set(study.scenario_set("pilot")) < set(study.scenario_set("extension"))
+    assert {sc.id for sc in loaded} == set(study.scenario_set("extension"))
+    assert study.set_of(reversed(study.scenario_set("pilot"))) == "pilot" and study.set_of(["ACC-01"]) is None
 
 
 @pytest.mark.parametrize(
@@ -214,12 +219,42 @@ def test_a_bad_bundle_fails_validation_with_file_field_reason(tmp_path, file, ed
     assert reason in exc.value.reason
 
 
-def test_n_scenarios_must_match_the_bundles(tmp_path):
+def test_n_scenarios_must_match_the_design_set(tmp_path):
     path, data = _study_copy(tmp_path)
     data["design"]["n_scenarios"] = 11
     with pytest.raises(ProtocolError) as exc:
+        load_study(_write(path, data))
+    assert exc.value.field == "scenario_sets.pilot" and "holds 10 scenarios but design.n_scenarios says 11" in exc.value.reason
+
+
+@pytest.mark.parametrize(
+    "edit, field, reason",
+    [
+        (lambda d: d["design"].update(scenario_set="everything"), "design.scenario_set", "not in scenario_sets"),
+        (lambda d: d["scenario_sets"].update(Pilot2=["ACC-01"]), "scenario_sets", "does not match"),
+        (lambda d: d["scenario_sets"]["extension"].append("ACC-01"), "scenario_sets.extension", "non-unique"),
+        (lambda d: d["scenario_sets"]["extension"].append("acc-9"), "scenario_sets.extension.20", "does not match"),
+    ],
+)
+def test_a_malformed_scenario_set_is_refused(tmp_path, edit, field, reason):
+    path, data = _study_copy(tmp_path)
+    edit(data)
+    with pytest.raises(ProtocolError) as exc:
+        load_study(_write(path, data))
+    assert exc.value.field == field and reason in exc.value.reason, (exc.value.field, exc.value.reason)
+
+
+def test_a_set_must_name_bundles_and_every_bundle_must_be_in_a_set(tmp_path):
+    path, data = _study_copy(tmp_path)
+    data["scenario_sets"]["extension"].append("ZZZ-01")
+    with pytest.raises(ProtocolError) as exc:
         load_scenarios(load_study(_write(path, data)))
-    assert exc.value.field == "design.n_scenarios" and "holds 10 bundles" in exc.value.reason
+    assert exc.value.field == "scenario_sets.extension" and "names ZZZ-01, which protocol/scenarios/ does not hold" in exc.value.reason
+    path, data = _study_copy(tmp_path)
+    data["scenario_sets"]["extension"].remove("TAX-01")
+    with pytest.raises(ProtocolError) as exc:
+        load_scenarios(load_study(_write(path, data)))
+    assert exc.value.field == "scenario_sets" and "the bundle TAX-01 is in no scenario set" in exc.value.reason
 
 
 def test_protocol_tables_report_a_bad_bundle_without_a_traceback(tmp_path, monkeypatch, capsys):

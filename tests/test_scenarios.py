@@ -1,4 +1,4 @@
-"""The ten scenario bundles: structure, validation, byte-stable inputs, solvers, defects, the table."""
+"""The pilot's ten scenario bundles (the design's set): structure, validation, byte-stable inputs, solvers, defects, the table."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pilot import paths, protocol
 from pilot.cli.main import main as cli_main
 from pilot.protocol import ProtocolError
 from pilot.report.scenario_table import scenarios_frame, write_scenarios_table
-from pilot.scenarios import build_gold_workspace, check_inputs, list_scenarios, load_scenario, load_scenario_from, solve
+from pilot.scenarios import build_gold_workspace, check_inputs, load_scenario, load_scenario_from, solve
 from pilot import defects
 
-IDS = list_scenarios()
+IDS = protocol.study().scenario_set("pilot")
 
 
 def test_ten_scenarios_from_distinct_occupations():

@@ -71,6 +71,26 @@ def test_create_validates_everything_before_storing_anything(tmp_path):
     assert not (data / "typo" / STORE_FILE).exists()
 
 
+def test_create_takes_the_design_set_unless_another_is_named(tmp_path):
+    root = make_root(tmp_path)
+    env = _env(root)
+    design = protocol.study()
+    made = pilot(env, "create", "ten", "--runner", NOOP)
+    assert made.returncode == 0, made.stderr
+    out = json.loads(made.stdout)
+    # The preregistered ten: 10 scenarios x 5 arms x 2 repeats, whatever else protocol/scenarios/ holds.
+    assert out["scenario_set"] == "pilot" and out["scenarios"] == 10 and out["pilot_cells"] == 10 * 5 * 2
+    made = pilot(env, "create", "twenty", "--scenario-set", "extension", "--runner", NOOP)
+    assert made.returncode == 0, made.stderr
+    out = json.loads(made.stdout)
+    assert out["scenario_set"] == "extension" and out["scenarios"] == 20 and out["pilot_cells"] == 20 * 5 * 2
+    with Store.open(root / "analysis" / "data" / "twenty") as st:
+        assert sorted(st.study().scenarios) == sorted(design.scenario_set("extension"))
+    one_line_fault(pilot(env, "create", "typo", "--scenario-set", "extensions"), r"--scenario-set extensions", r"no scenario set 'extensions'")
+    one_line_fault(pilot(env, "create", "typo", "--scenario-set", "pilot", "--scenarios", "ACC-01"), r"either --scenarios or --scenario-set")
+    assert not (root / "analysis" / "data" / "typo" / STORE_FILE).exists()
+
+
 def test_create_with_a_subset_of_arms_stores_them_and_later_waves_keep_them(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)

@@ -220,8 +220,11 @@ def write_assignment(store: Store, wave: str) -> Path:
 
 def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None,
                  arms: list[str] | str | None = None, run_function: str | None = None, fresh: bool = False,
-                 pilot_repeats: int | None = None) -> Store:
+                 pilot_repeats: int | None = None, scenario_set: str | None = None) -> Store:
     """Validate everything, then create the study's store with the pilot wave's seeded assignment, in one step.
+
+    The study runs ``scenarios`` when given, else the scenario set ``scenario_set`` of ``study.yml``
+    (``scenario_sets``), else the design's own set (``design.scenario_set``, the preregistered ten).
 
     ``pilot_repeats`` gives the pilot wave fewer repeats than the design's (1 to ``design.pilot_repeats``; a rehearsal uses 1).
 
@@ -245,9 +248,17 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
                          f"(design.pilot_repeats in {paths.shown(paths.STUDY_FILE)})")
     nodes_path = Path(nodes_file) if nodes_file else paths.NODES_FILE
     nodes = load_nodes(nodes_path)
+    if scenarios and scenario_set:
+        raise StudyError("give either --scenarios or --scenario-set, not both")
     if scenarios:
         check_scenarios(list(scenarios))
-    ids = list_scenario_ids(scenarios)
+        ids = list_scenario_ids(scenarios)
+    else:
+        try:
+            ids = study.scenario_set(scenario_set)
+        except protocol.ProtocolError as exc:
+            raise StudyError(f"--scenario-set {scenario_set}: {exc}") from None
+        check_scenarios(ids)
     if not ids:
         raise StudyError("no scenarios found: add bundles under protocol/scenarios/ or pass --scenarios ID ...")
     check_runner(run_function)

@@ -1,6 +1,6 @@
 """``pilot study``: create, run, inspect, export and amend a study.
 
-- ``pilot study create NAME [--seed N] [--nodes FILE] [--scenarios ID ...]
+- ``pilot study create NAME [--seed N] [--nodes FILE] [--scenario-set NAME | --scenarios ID ...]
   [--arms A0,A1,...|host] [--pilot-repeats N] [--fresh] [--runner MODULE:FUNCTION]`` validates everything (the
   scenario bundles, the arms against ``protocol/arms/arms.yml``; ``host``:
   every arm of the design this host can serve, :func:`host_arms`; the nodes
@@ -77,7 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("name")
     c.add_argument("--seed", type=int, help="assignment seed (default: design.assignment_seed in protocol/study.yml)")
     c.add_argument("--nodes", type=Path, help=f"nodes file (default: {paths.shown(paths.NODES_FILE)})")
-    c.add_argument("--scenarios", nargs="+", metavar="ID", help="scenario ids (default: every scenario bundle)")
+    c.add_argument("--scenario-set", metavar="NAME", help="a scenario set of protocol/study.yml (scenario_sets; default: design.scenario_set, "
+                   "the preregistered ten)")
+    c.add_argument("--scenarios", nargs="+", metavar="ID", help="scenario ids, instead of a set")
     c.add_argument("--arms", metavar="A0,A1,...", help="a subset of the design's arms (default: all), checked against protocol/arms/arms.yml; "
                    f"{HOST_ARMS!r}: every arm this host can serve")
     c.add_argument("--runner", metavar="MODULE:FUNCTION", help=f"the study's run function (default: {PIPELINE_RUN_FUNCTION})")
@@ -183,10 +185,11 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 @_guarded
 def _cmd_create(args: argparse.Namespace) -> int:
     store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios, arms=args.arms, run_function=args.runner,
-                         fresh=args.fresh, pilot_repeats=args.pilot_repeats)
+                         fresh=args.fresh, pilot_repeats=args.pilot_repeats, scenario_set=args.scenario_set)
     with store:
         info = store.study()
         out = {"study": info.name, "store": str(store.path), "seed": info.seed, "scenarios": len(info.scenarios),
+               "scenario_set": protocol.study().set_of(info.scenarios),
                "arms": info.arms or protocol.study().arms, "pilot_cells": store.counts("pilot")["waiting"]}
     print(json.dumps(out))
     return 0

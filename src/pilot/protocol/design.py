@@ -70,6 +70,7 @@ def validate(data: Any, schema: dict, path: Path) -> None:
 
 ARM_ID = r"^A[0-9]+$"
 SCENARIO_ID = r"^[A-Z]+-[0-9]{2}$"
+SET_NAME = r"^[a-z][a-z0-9-]{0,30}$"
 _pos = {"type": "number", "exclusiveMinimum": 0}
 _nonneg = {"type": "number", "minimum": 0}
 _posint = {"type": "integer", "minimum": 1}
@@ -140,10 +141,17 @@ STUDY_SCHEMA: dict = object_schema(
             {
                 "arms": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "uniqueItems": True},
                 "n_scenarios": _posint,
+                "scenario_set": {"type": "string", "pattern": SET_NAME},
                 "pilot_repeats": _posint,
                 "assignment_seed": {"type": "integer", "minimum": 0},
             }
         ),
+        "scenario_sets": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": SET_NAME},
+            "additionalProperties": {"type": "array", "items": {"type": "string", "pattern": SCENARIO_ID}, "minItems": 1, "uniqueItems": True},
+        },
         "judges": object_schema(
             {
                 "panel": {
@@ -328,6 +336,28 @@ class Study:
         return int(self.raw["transfer"]["max_package_mb"]) * 1024 * 1024
 
     @property
+    def scenario_sets(self) -> dict[str, list[str]]:
+        """Every named scenario set (``scenario_sets``), in the order study.yml lists them."""
+        return {name: list(ids) for name, ids in self.raw["scenario_sets"].items()}
+
+    @property
+    def default_scenario_set(self) -> str:
+        """The set a study runs when none is named: the preregistered design's (``design.scenario_set``)."""
+        return str(self.raw["design"]["scenario_set"])
+
+    def scenario_set(self, name: str | None = None) -> list[str]:
+        """The scenario ids of set ``name`` (the default set when None), sorted; an unknown name is refused."""
+        name = self.default_scenario_set if name is None else name
+        if name not in self.raw["scenario_sets"]:
+            raise ProtocolError(self.path, "scenario_sets", f"no scenario set {name!r} (sets: {', '.join(self.raw['scenario_sets'])})")
+        return sorted(self.raw["scenario_sets"][name])
+
+    def set_of(self, scenario_ids: Iterable[str]) -> str | None:
+        """The name of the set holding exactly ``scenario_ids``, or None (a study of a hand-picked list)."""
+        wanted = sorted(scenario_ids)
+        return next((name for name, ids in self.raw["scenario_sets"].items() if sorted(ids) == wanted), None)
+
+    @property
     def global_caps(self) -> Caps:
         g = self.raw["caps"]["global"]
         return Caps(float(g["usd"]), float(g["wall_s"]))
@@ -371,6 +401,13 @@ def _check_study_semantics(data: dict, path: Path) -> None:
         g = data["frontier"][name]
         if g["stop"] < g["start"]:
             raise ProtocolError(path, f"frontier.{name}.stop", "must not be below start")
+    sets = data["scenario_sets"]
+    default = data["design"]["scenario_set"]
+    if default not in sets:
+        raise ProtocolError(path, "design.scenario_set", f"names {default!r}, which is not in scenario_sets ({', '.join(sets)})")
+    if len(sets[default]) != data["design"]["n_scenarios"]:
+        raise ProtocolError(path, f"scenario_sets.{default}",
+                            f"holds {len(sets[default])} scenarios but design.n_scenarios says {data['design']['n_scenarios']}")
     if data["caps"]["scenarios"]:
         for sid, own in data["caps"]["scenarios"].items():
             if not own:

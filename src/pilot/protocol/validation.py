@@ -26,7 +26,7 @@ def check_rubric_weights(scenario: Any) -> None:
 
 
 def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
-    """Every scenario bundle under ``protocol/scenarios``, validated, and as many as ``design.n_scenarios`` says."""
+    """Every scenario bundle under ``protocol/scenarios``, validated; each belongs to a scenario set and every set's ids are bundles."""
     root = Path(root) if root is not None else paths.SCENARIOS_DIR
     if not root.is_dir():
         raise ProtocolError(root, "<dir>", "the scenarios folder is missing")
@@ -37,12 +37,18 @@ def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
     loaded = [load_scenario_from(b, study) for b in bundles]
     for sc in loaded:
         check_rubric_weights(sc)
-    expected = int(study.raw["design"]["n_scenarios"])
-    if len(loaded) != expected:
-        raise ProtocolError(
-            study.path, "design.n_scenarios",
-            f"says {expected} but protocol/scenarios/ holds {len(loaded)} bundles ({', '.join(b.name for b in bundles)})",
-        )
+    names = {b.name for b in bundles}
+    for set_name, ids in study.scenario_sets.items():
+        missing = [sid for sid in ids if sid not in names]
+        if missing:
+            raise ProtocolError(study.path, f"scenario_sets.{set_name}", f"names {', '.join(missing)}, which protocol/scenarios/ does not hold")
+    in_sets = {sid for ids in study.scenario_sets.values() for sid in ids}
+    for b in bundles:
+        if b.name not in in_sets:
+            raise ProtocolError(
+                study.path, "scenario_sets",
+                f"the bundle {b.name} is in no scenario set: a finished scenario joins a set by amendment before any run of it",
+            )
     return loaded
 
 

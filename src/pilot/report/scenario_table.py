@@ -8,7 +8,8 @@ import pandas as pd
 
 from pilot import paths
 from pilot.latex import latex_escape, write_table
-from pilot.protocol.scenario import Scenario, list_scenarios, load_scenario
+from pilot.protocol.design import load_study
+from pilot.protocol.scenario import Scenario, load_scenario
 
 _KIND = {"xlsx": "workbook", "docx": "Word", "pdf": "PDF", "csv": "CSV"}
 
@@ -23,7 +24,7 @@ def _deliverables_text(sc: Scenario) -> str:
 
 def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
     """One row per bundle: ID, occupation, deliverables, caps, designed depth, professional minutes."""
-    scs = scenarios if scenarios is not None else [load_scenario(s) for s in list_scenarios()]
+    scs = scenarios if scenarios is not None else [load_scenario(s) for s in load_study().scenario_set()]
     rows = [
         {
             "ID": sc.id,

@@ -337,12 +337,12 @@ def planted_acceptance(
 ) -> PlantedAcceptance:
     """The planted acceptance of the dry run (see the module docstring for the derivation).
 
-    ``scenarios`` defaults to every bundle, ``arms`` to the study's; ``draws``
+    ``scenarios`` defaults to the design's scenario set, ``arms`` to the study's; ``draws``
     is the Monte Carlo size of the process draws per scenario (common random
     numbers across arms), ``judge_draws`` that of the judge noise.
     """
     from pilot.simulated.agent import DEFECTS, load_model, shift_probability
-    from pilot.scenarios import list_scenarios, load_scenario
+    from pilot.scenarios import load_scenario
 
     study = study or protocol.study()
     q = study.q if q is None else float(q)
@@ -358,7 +358,7 @@ def planted_acceptance(
             raise ValueError(f"arm {a!r} is not in {paths.ARMS_FILE.name}")
         if a not in model["arms"]:
             raise DryRunModelError(paths.SIMULATED_AGENT_FILE, f"arms.{a}", "the simulated agent has no model for this arm")
-    sids = list(scenarios or list_scenarios())
+    sids = list(scenarios or study.scenario_set())
     max_turns = int(study["cli"]["max_turns"])
     rows, qrows = [], []
     for sid in sids:

@@ -101,7 +101,9 @@ def scenario_specs(model: SyntheticModel, n_scenarios: int | None = None, *, rng
     if runtable.known_scenarios():
         from pilot import scenarios as bundles  # the scenario package, once its bundles exist
 
-        for sid in bundles.list_scenarios():
+        # The design's own set (the preregistered ten), not every bundle an extension adds.
+        held = set(bundles.list_scenarios())
+        for sid in (s for s in study.scenario_set() if s in held):
             sc = bundles.load_scenario(sid)
             crit = getattr(getattr(sc, "oracle", None), "criteria", None)
             base.append(ScenarioSpec(sc.id, sc.occupation, int(sc.designed_depth), float(sc.professional_minutes), len(crit) if crit else 10))
