@@ -123,7 +123,7 @@ def test_rows_validate_against_the_run_table_schema() -> None:
     for sid in sids:
         for arm in protocol.study().arms:
             extra = {"selfcheck_first": True, "selfcheck_final": True} if arm == "A4" else {}
-            judges = [_judge("J1", 40.0 + i), _judge("J2", 85.0), _judge("J3", None, None, error="x")] if i % 3 else [_judge(j, None, None, error="x") for j in ("J1", "J2", "J3")]
+            judges = [_judge("J1", 40.0 + i % 60), _judge("J2", 85.0), _judge("J3", None, None, error="x")] if i % 3 else [_judge(j, None, None, error="x") for j in ("J1", "J2", "J3")]
             rows.append(row(record(arm, scenario=sid, D=bool(i % 2), judges=judges, **extra), run_id=f"{sid}.{arm}.r1", order_index=i))
             i += 1
     df = run_table(rows)

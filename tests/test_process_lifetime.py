@@ -102,8 +102,9 @@ def test_a_killed_scheduler_takes_its_attempts_trees_and_a_resume_sweeps_the_res
     assert supervisors
     proctree.kill_pids([proc.pid, *supervisors])
     proc.wait()
-    left = [p for p in spawned_pids(folder) if p not in pids]
-    assert left and all(alive(p) for p in left), "this case needs processes that outlived everything"
+    # Only those still alive count as leftovers: under load an attempt can be cut off while it starts them.
+    left = [p for p in spawned_pids(folder) if p not in pids and alive(p)]
+    assert left, "this case needs processes that outlived everything"
     try:
         resume = _cli(root, "run", "p", "--no-progress", PILOT_FAKE_SLEEP_S="0")
         out, err = resume.communicate(timeout=300)

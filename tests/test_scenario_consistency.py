@@ -69,8 +69,11 @@ def _passes(rows: list[CheckRow], check: str) -> None:
     assert rows[0].reason
 
 
-def test_the_ten_bundles_are_checked():
-    assert len(IDS) == int(design.study().raw["design"]["n_scenarios"]) == 10
+def test_every_bundle_of_every_set_is_checked():
+    # Every scenario set's bundles are here, and the design's own set is the preregistered ten.
+    st = design.study()
+    assert set(IDS) == {sid for ids in st.scenario_sets.values() for sid in ids}
+    assert len(st.scenario_set()) == int(st.raw["design"]["n_scenarios"]) == 10
 
 
 # ---------------------------------------------------------------- the real bundles pass
