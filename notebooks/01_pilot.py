@@ -28,6 +28,7 @@ nodes: str = ""  # nodes file for the local executor; empty means analysis/confi
 workers: int = 0  # worker processes for the local executor; 0 means the nodes' total slots
 seed: int = 20260415  # assignment seed; the preregistered one is design.assignment_seed in protocol/study.yml
 fresh: bool = False  # delete an existing SIMULATED study of this name first (refused for a real study)
+scenario_set: str = ""  # scenario set of protocol/study.yml for a new study; empty means the design's own (pilot)
 tables_dir: str = "analysis/tables"  # folder for the pilot's status table
 figures_dir: str = "manuscript/figures"  # folder for figures (this stage writes none)
 generated_dir: str = "manuscript/generated"  # folder for study_macros.tex
@@ -37,7 +38,7 @@ import shutil
 
 import pandas as pd
 
-from pilot import backends, paths
+from pilot import backends, paths, protocol
 from pilot.report import sentences
 from pilot.report.inline import say
 from pilot.latex import write_macros
@@ -67,10 +68,14 @@ if fresh and (folder / STORE_FILE).exists():
         raise RuntimeError(f"refusing to delete study {study}: it holds attempts on {sorted(used)}")
     shutil.rmtree(folder)
 if not (folder / STORE_FILE).exists():
-    create_study(study, seed=seed, nodes_file=paths.from_root(nodes) if nodes else None).close()
+    create_study(study, seed=seed, nodes_file=paths.from_root(nodes) if nodes else None, scenario_set=scenario_set or None).close()
 with Store.open(folder) as store:
     info = store.study()
-print(f"seed {info.seed}; {len(info.scenarios)} scenarios: {', '.join(info.scenarios)}")
+set_name = protocol.study().set_of(info.scenarios)  # None: a list named at creation, not a set of study.yml
+if scenario_set and set_name != scenario_set:
+    raise RuntimeError(f"study {study} holds {len(info.scenarios)} scenarios, not scenario set {scenario_set!r}: "
+                       "name another study or start it afresh")
+print(f"seed {info.seed}; scenario set {set_name or '(a list)'}; {len(info.scenarios)} scenarios: {', '.join(info.scenarios)}")
 
 # %% [markdown]
 # ## The pilot wave
@@ -113,6 +118,8 @@ totals = status[status["arm"] == "all"].iloc[0]
 write_macros(
     {
         "StudyDataLabel": label or "real",
+        "StudyScenarioSet": f"\\texttt{{{set_name}}}" if set_name else "a list of scenarios named at creation",
+        "StudyNumScenarios": len(info.scenarios),
         "PilotRunsDone": int(len(pilot_rows)),
         "PilotInfraAttempts": int(pilot_rows["attempts"].sum() - len(pilot_rows)),
         "PilotCensoredRuns": int(pilot_rows["censored"].fillna(False).astype(bool).sum()),

@@ -59,7 +59,8 @@ print(pd.DataFrame(store.status_by_arm()).to_string(index=False))
 
 # %%
 inputs = scale_rule.inputs_from_store(store, "pilot")
-decision = scale_rule.decide(inputs)
+n_scenarios = len(store.study().scenarios)  # the rule's run counts follow the study's scenario set
+decision = scale_rule.decide(inputs, n_scenarios=n_scenarios)
 problems = store.audit()
 assert not problems, problems
 decision.summary

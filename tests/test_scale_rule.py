@@ -114,7 +114,7 @@ def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
     st = make_store(root / "analysis" / "data", name="scale", scenarios=["ACC-01", "RES-01"])
     Scheduler(st, LocalExecutor("pilot.simulated.fake_runs:noop_run", 1, processes=False), NODES, backend="simulated",
               requires=REQUIRES, progress=False, poll_s=0).run("pilot")
-    expected = decide(inputs_from_store(st))
+    expected = decide(inputs_from_store(st), n_scenarios=len(st.study().scenarios))  # the stage scales the rule's runs to the study
     st.close()
     monkeypatch.setenv("PILOT_ROOT", str(root))  # the kernel reads this study's store
     tables, figures, generated = tmp_path / "tables", tmp_path / "figures", tmp_path / "generated"
@@ -128,3 +128,14 @@ def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
     assert (figures / "scale_rule.pdf").read_bytes().startswith(b"%PDF")
     macros = (generated / "scale_rule_macros.tex").read_text()
     assert "\\newcommand" in macros and "SIMULATED" in macros
+
+
+def test_a_study_of_twenty_scenarios_doubles_the_rule_s_run_counts():
+    # study.yml states 50 third-repeat runs and 40 sensitivity runs for the design's ten scenarios:
+    # one run per scenario and arm (10 x 5) and per scenario, model and repeat (10 x 2 x 2).
+    d10, d20 = decide(_inputs(1.07, 693.0)), decide(_inputs(1.07, 693.0), n_scenarios=20)
+    assert (d10.third_runs, d10.sensitivity_runs) == (50, 40)
+    assert (d20.third_runs, d20.sensitivity_runs) == (100, 80)
+    # 1.15 x 1.07 x 100 = 123.05 fits in 693 - 100; the ten-scenario cost is half of it.
+    assert d20.third_cost_usd == pytest.approx(2 * d10.third_cost_usd) == pytest.approx(123.05)
+

@@ -185,6 +185,10 @@ def macro_digits(name: str, default: int) -> int:
     return default
 
 
+class LatexText(str):
+    """A macro value that is already LaTeX (a generated sentence with markup): written as it is, never escaped."""
+
+
 def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, comment: str = "") -> Path:
     """Write one ``\\newcommand`` per entry; keys must already be macro names."""
     path = Path(path)
@@ -193,7 +197,8 @@ def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, c
     for key, value in values.items():
         if not re.fullmatch(r"[A-Za-z]+", key):
             raise ValueError(f"{key!r} is not a valid LaTeX macro name (letters only)")
-        text = value if isinstance(value, str) and value.startswith("\\") else format_number(value, macro_digits(key, digits))
+        raw = isinstance(value, LatexText) or (isinstance(value, str) and value.startswith("\\"))
+        text = value if raw else format_number(value, macro_digits(key, digits))
         lines.append(f"\\newcommand{{\\{key}}}{{{text}}}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

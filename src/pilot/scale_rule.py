@@ -147,9 +147,18 @@ class ScaleDecision:
         )
 
 
-def decide(inputs: ScaleInputs, study: protocol.Study | None = None) -> ScaleDecision:
-    """Apply the rule with the constants of ``protocol/study.yml``."""
+def decide(inputs: ScaleInputs, study: protocol.Study | None = None, n_scenarios: int | None = None) -> ScaleDecision:
+    """Apply the rule with the constants of ``protocol/study.yml``.
+
+    The rule's run counts (a third repeat, the model sensitivities) are stated for the
+    design's ``n_scenarios``; a study of another scenario set (``n_scenarios``) has one
+    run per scenario where the design has one, so both counts scale with its size.
+    """
     study = study or protocol.study()
+    design_n = int(study["design"]["n_scenarios"])
+    n = design_n if n_scenarios is None else int(n_scenarios)
+    if n < 1:
+        raise ScaleRuleError(f"a study needs at least one scenario, got n_scenarios={n}")
     if inputs.n_runs < 1:
         raise ScaleRuleError("the scale rule needs at least one finished pilot run (c_bar is undefined)")
     if inputs.c_bar_usd < 0:
@@ -159,14 +168,21 @@ def decide(inputs: ScaleInputs, study: protocol.Study | None = None) -> ScaleDec
     return ScaleDecision(
         inputs=inputs,
         inflation=float(rule["cost_inflation"]),
-        third_runs=int(rule["third_repeat"]["runs"]),
+        third_runs=_per_scenario(int(rule["third_repeat"]["runs"]), design_n, n, "scale_rule.third_repeat.runs"),
         third_reserve_usd=float(rule["third_repeat"]["reserve_usd"]),
-        sensitivity_runs=int(rule["sensitivity"]["runs"]),
+        sensitivity_runs=_per_scenario(int(rule["sensitivity"]["runs"]), design_n, n, "scale_rule.sensitivity.runs"),
         sensitivity_reserve_usd=float(rule["sensitivity"]["reserve_usd"]),
         sensitivity_models=tuple(sens["models"]),
         sensitivity_arm=str(sens["arm"]),
         sensitivity_repeats=int(sens["repeats"]),
     )
+
+
+def _per_scenario(runs: int, design_n: int, n: int, field: str) -> int:
+    """``runs`` stated for ``design_n`` scenarios, for a study of ``n``: exact, or refused."""
+    if (runs * n) % design_n:
+        raise ScaleRuleError(f"study.yml {field} = {runs} is not a whole number of runs per scenario of the design's {design_n}")
+    return runs * n // design_n
 
 
 def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:

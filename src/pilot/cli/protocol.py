@@ -17,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(func=_validate)
     t = ps.add_parser("tables", help="write the design tables and macros for the manuscript")
     t.add_argument("--out", type=Path, default=paths.GENERATED_DIR, help="folder for generated LaTeX")
+    t.add_argument("--scenario-set", default=None, metavar="NAME",
+                   help="the study's scenario set in protocol/study.yml (default: the design's own)")
     t.set_defaults(func=_tables)
 
 
@@ -37,7 +39,7 @@ def _tables(args: argparse.Namespace) -> int:
     # reported by name, field and reason instead of failing halfway.
     try:
         load_all()
-        written = write_design_outputs(args.out)
+        written = write_design_outputs(args.out, args.scenario_set)
     except ProtocolError as exc:
         print(f"pilot protocol tables: {exc}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import pandas as pd
 
 from pilot import paths
 from pilot.protocol import Arm, Study, load_amendments, load_arms, load_study
-from pilot.latex import latex_escape, macro_name, write_macros, write_table
+from pilot.latex import LatexText, latex_escape, macro_name, write_macros, write_table
 
 _FEATURE_TEXT = {
     "python_env": "project Python environment",
@@ -74,8 +74,9 @@ def arms_frame(arms: dict[str, Arm]) -> pd.DataFrame:
 
 
 def caps_frame(study: Study, scenario_ids: list[str] | None = None) -> pd.DataFrame:
+    """The global caps, then each scenario of ``scenario_ids`` (default: every one with its own caps) with its caps."""
     own = study["caps"]["scenarios"]
-    ids = sorted(set(scenario_ids or []) | set(own))
+    ids = sorted(scenario_ids) if scenario_ids is not None else sorted(own)
     g = study.global_caps
     rows = [{"Scenario": "global (all others)", "Dollar cap": g.usd, "Wall limit (s)": int(g.wall_s), "Source": "global"}]
     for sid in ids:
@@ -91,8 +92,11 @@ def caps_frame(study: Study, scenario_ids: list[str] | None = None) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def design_macros(study: Study) -> dict[str, object]:
+def design_macros(study: Study, scenario_set: str | None = None) -> dict[str, object]:
+    """The design's numbers as macros, for a study of ``scenario_set`` (default: the design's own set)."""
     r = study.raw
+    set_name = scenario_set or study.default_scenario_set
+    n_scenarios = len(study.scenario_set(set_name))
     m: dict[str, object] = {
         "WorkerModel": f"\\texttt{{{r['worker']['model']}}}",
         "CliVersion": r["cli"]["version"],
@@ -101,9 +105,12 @@ def design_macros(study: Study) -> dict[str, object]:
         "GlobalCapWallS": int(study.global_caps.wall_s),
         "EnvelopeUsd": int(study.envelope_usd) if study.envelope_usd == int(study.envelope_usd) else study.envelope_usd,
         "NumArms": len(study.arms),
-        "NumScenarios": int(r["design"]["n_scenarios"]),
+        "NumScenarios": n_scenarios,
+        "DesignNumScenarios": int(r["design"]["n_scenarios"]),
+        "ScenarioSetName": f"\\texttt{{{set_name}}}",
+        "ScenarioSetSentence": _set_sentence(study, set_name),
         "PilotRepeats": study.pilot_repeats,
-        "PilotRuns": int(r["design"]["n_scenarios"]) * len(study.arms) * study.pilot_repeats,
+        "PilotRuns": n_scenarios * len(study.arms) * study.pilot_repeats,
         "AssignmentSeed": str(study.assignment_seed),
         "NumJudges": len(study.judge_panel),
         "QThreshold": int(study.q),
@@ -115,9 +122,10 @@ def design_macros(study: Study) -> dict[str, object]:
         "BudgetGridMin": f"{study.grid('budget_usd')[0]:.2f}",
         "BudgetGridMax": f"{study.grid('budget_usd')[-1]:.2f}",
         "ScaleInflation": f"{r['scale_rule']['cost_inflation']:.2f}",
-        "ScaleThirdRuns": int(r["scale_rule"]["third_repeat"]["runs"]),
+        # The rule's run counts are stated for the design's scenarios; a study of another set scales them (pilot.scale_rule.decide).
+        "ScaleThirdRuns": int(r["scale_rule"]["third_repeat"]["runs"]) * n_scenarios // int(r["design"]["n_scenarios"]),
         "ScaleThirdReserve": int(r["scale_rule"]["third_repeat"]["reserve_usd"]),
-        "ScaleSensRuns": int(r["scale_rule"]["sensitivity"]["runs"]),
+        "ScaleSensRuns": int(r["scale_rule"]["sensitivity"]["runs"]) * n_scenarios // int(r["design"]["n_scenarios"]),
         "ScaleSensReserve": int(r["scale_rule"]["sensitivity"]["reserve_usd"]),
         "SensitivityArm": r["sensitivity_models"]["arm"],
         "SensitivityRepeats": int(r["sensitivity_models"]["repeats"]),
@@ -141,10 +149,49 @@ def design_macros(study: Study) -> dict[str, object]:
     first, shell = study.arms[0], next((a for a in study.arms if arms[a].has_shell), study.arms[0])
     m["ArmZeroToolCount"] = number_word(len(arms[first].tools))
     m["ArmShellDeniedCount"] = number_word(len(arms[shell].denied_families))
-    m["NumScenariosWord"] = number_word(int(r["design"]["n_scenarios"]))
+    closed = closed_to_file_tools(study.scenario_set(set_name))
+    m["AZeroClosedCountWord"] = number_word(len(closed))
+    m["AZeroClosedList"] = _and_list([f"{sid} ({', '.join(kinds)})" for sid, kinds in closed.items()]) or "none"
+    m["NumScenariosWord"] = number_word(n_scenarios)
+    m["DesignNumScenariosWord"] = number_word(int(r["design"]["n_scenarios"]))
     m["NumArmsWord"] = number_word(len(study.arms))
     m["NumJudgesWord"] = number_word(len(study.judge_panel))
     return m
+
+
+#: Office formats the restricted arm's file tools cannot open (its Read tool reads text, images and PDFs).
+CLOSED_TO_FILE_TOOLS = {".xlsx": "workbook", ".docx": "document", ".pptx": "slide deck"}
+
+
+def closed_to_file_tools(scenario_ids: list[str]) -> dict[str, list[str]]:
+    """Scenario id -> the kinds of its inputs that an arm with file tools alone cannot open (scenarios with none left out)."""
+    out: dict[str, list[str]] = {}
+    for sid in scenario_ids:
+        inputs = paths.SCENARIOS_DIR / sid / "inputs"
+        kinds = sorted({CLOSED_TO_FILE_TOOLS[f.suffix] for f in inputs.rglob("*") if f.suffix in CLOSED_TO_FILE_TOOLS})
+        if kinds:
+            out[sid] = kinds
+    return out
+
+
+def _set_sentence(study: Study, set_name: str) -> LatexText:
+    """Which scenario set the study runs, as a sentence of the design section."""
+    ids, design_ids = study.scenario_set(set_name), study.scenario_set()
+    n = number_word(len(ids))
+    if set_name == study.default_scenario_set:
+        return LatexText(f"This study runs the design's own scenario set, \\texttt{{{set_name}}}, of {n} scenarios.")
+    added, left = [i for i in ids if i not in design_ids], [i for i in design_ids if i not in ids]
+    parts = [f"This study runs the scenario set \\texttt{{{set_name}}} of \\texttt{{protocol/study.yml}}, {n} scenarios: "]
+    parts.append(f"the design's {number_word(len(design_ids) - len(left))} of set \\texttt{{{study.default_scenario_set}}}")
+    if added:
+        parts.append(f" and {number_word(len(added))} added to the protocol after its preregistration ({_and_list(added)})")
+    if left:
+        parts.append(f", without {_and_list(left)}")
+    return LatexText("".join(parts) + ".")
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
 
 
 _WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
@@ -160,12 +207,16 @@ def amendments_frame() -> pd.DataFrame:
     return pd.DataFrame([{"ID": r["id"], "Date": r["date"], "Stage": r["stage"], "Amendment": r["title"]} for r in rows])
 
 
-def write_design_outputs(out_dir: Path | None = None) -> list[Path]:
-    """Write ``arms_table.tex``, ``caps_table.tex``, ``amendments_table.tex`` and ``design_macros.tex``."""
+def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None = None) -> list[Path]:
+    """Write ``arms_table.tex``, ``caps_table.tex``, ``amendments_table.tex``, ``design_macros.tex`` and the scenario table.
+
+    ``scenario_set`` names the study's set in ``study.yml`` (default: the design's own); the caps and
+    scenario tables list its scenarios only.
+    """
     out = Path(out_dir or paths.GENERATED_DIR)
     study = load_study()
     arms = load_arms(study=study)
-    scenario_ids = sorted(p.name for p in paths.SCENARIOS_DIR.iterdir() if p.is_dir()) if paths.SCENARIOS_DIR.is_dir() else []
+    scenario_ids = study.scenario_set(scenario_set)
     written = [
         write_table(
             arms_frame(arms),
@@ -191,10 +242,10 @@ def write_design_outputs(out_dir: Path | None = None) -> list[Path]:
             label="tab:amendments",
             column_format="llp{2.2cm}p{7cm}",
         ),
-        write_macros(design_macros(study), out / "design_macros.tex", comment="From protocol/study.yml."),
+        write_macros(design_macros(study, scenario_set), out / "design_macros.tex", comment="From protocol/study.yml."),
     ]
     if scenario_ids:
         from pilot.report.scenario_table import write_scenarios_table
 
-        written.append(write_scenarios_table(out))
+        written.append(write_scenarios_table(out, scenario_ids))
     return written

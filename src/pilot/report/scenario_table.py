@@ -1,4 +1,4 @@
-"""Table ``tab:scenarios``: the ten scenario bundles, generated from ``protocol/scenarios``."""
+"""Table ``tab:scenarios``: the bundles of a study's scenario set, generated from ``protocol/scenarios``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pilot.latex import latex_escape, write_table
 from pilot.protocol.design import load_study
 from pilot.protocol.scenario import Scenario, load_scenario
 
-_KIND = {"xlsx": "workbook", "docx": "Word", "pdf": "PDF", "csv": "CSV"}
+_KIND = {"xlsx": "workbook", "docx": "Word", "pdf": "PDF", "csv": "CSV", "pptx": "slide deck", "md": "Markdown", "txt": "text"}
 
 
 def _deliverables_text(sc: Scenario) -> str:
@@ -40,14 +40,21 @@ def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min"])
 
 
-def write_scenarios_table(out_dir: Path | None = None) -> Path:
-    """Write ``scenarios_table.tex`` (label ``tab:scenarios``)."""
+def write_scenarios_table(out_dir: Path | None = None, scenario_ids: list[str] | None = None) -> Path:
+    """Write ``scenarios_table.tex`` (label ``tab:scenarios``) for ``scenario_ids`` (default: the design's set)."""
+    from pilot.report.design_tables import number_word
+
     out = Path(out_dir or paths.GENERATED_DIR)
+    study = load_study()
+    ids = sorted(scenario_ids) if scenario_ids is not None else study.scenario_set()
+    name = study.set_of(ids)
+    which = f"set \\texttt{{{name}}}" if name else "a list of scenarios named at creation"
     return write_table(
-        scenarios_frame(),
+        scenarios_frame([load_scenario(s) for s in ids]),
         out / "scenarios_table.tex",
         caption=(
-            "The ten scenarios, generated from \\texttt{protocol/scenarios}: deliverables requested by each brief "
+            f"The {number_word(len(ids))} scenarios of this study ({which} of \\texttt{{protocol/study.yml}}), generated "
+            "from \\texttt{protocol/scenarios}: deliverables requested by each brief "
             "(every scenario also requires the completion record), caps (the larger of the global caps and the "
             "author's own, A-006), designed depth (ordinal, 1--5, used by H4) and professional minutes (the weights "
             "of the sensitivity analysis)."
