@@ -29,7 +29,7 @@ simulations: int = 5000  # simulated studies per cell; 0 takes study.yml power.s
 # %%
 import pandas as pd
 
-from pilot import paths
+from pilot import paths, protocol
 from pilot.report.inline import show_figures
 from pilot.latex import write_macros, write_table
 from pilot.stats import power
@@ -170,7 +170,10 @@ write_table(
     column_format="rrr" + "r" * len(grid.tests),
     note=f"Monte Carlo standard errors at most {grid.summary.mc_se.max():.3f}.",
 )
-macros = power.power_macros(grid, readings, heterogeneous)
+# Each scenario set of study.yml at its own size: the extension's J = 20 beside the design's J = 10.
+set_sizes = {name: len(ids) for name, ids in protocol.study().scenario_sets.items()}
+macros = power.power_macros(grid, readings, heterogeneous, scenario_sets=set_sizes)
+print(macros["PowerScenarioSetsSentence"])
 write_macros(macros, generated / "power_macros.tex", comment="From notebooks/03_power.py.")
 print(f"outputs: {tables.name}/power_pilot.csv, {tables.name}/power_readings.csv, {figures.name}/power_curves.pdf, "
       f"{generated.name}/power_table.tex and {generated.name}/power_macros.tex")

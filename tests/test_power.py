@@ -155,3 +155,16 @@ def test_result_renders_latex_and_macros(tmp_path):
     assert macros["PowerReproJFourZeroRThreeDTwoFive"] == f"{grid.power(40, 3, 0.25, 'paired-t'):.3f}"
     text = write_macros(macros, tmp_path / "m.tex").read_text()
     assert "\\newcommand{\\PowerDoubleScenariosSignFlip}" in text and "\\newcommand{\\PowerHeteroVarBetween}" in text
+
+
+def test_each_scenario_set_is_read_off_the_grid_at_its_size():
+    grid = pw.simulate_power(DESIGN, cells=DESIGN.grid_cells(), simulations=200, seed=3)
+    text = pw.scenario_sets_sentence(grid, {"pilot": 10, "extension": 20, "odd": 7})
+    # The sentence carries the grid's own cells at the first stated effect (25 points), one per repeat count.
+    for J in (10, 20):
+        for R in DESIGN.R:
+            assert f"{grid.power(J, R, 0.25, pw.TABLE_TEST, pw.TABLE_READING):.3f} with the \\(t\\)-test" in text
+            assert f"{grid.power(J, R, 0.25, pw.PREREGISTERED_TEST, pw.TABLE_READING):.3f} with the sign-flip" in text
+    assert "\\texttt{extension} of \\(J=20\\) scenarios" in text
+    assert "\\texttt{odd} has \\(J=7\\) scenarios, outside the simulated grid" in text
+    assert pw.scenario_sets_sentence(grid, {}) == ""

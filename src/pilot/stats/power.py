@@ -577,7 +577,8 @@ def _words(values: Sequence[object]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def power_macros(grid: PowerResult, readings: PowerResult, heterogeneous: PowerResult | None = None) -> dict[str, object]:
+def power_macros(grid: PowerResult, readings: PowerResult, heterogeneous: PowerResult | None = None,
+                 scenario_sets: Mapping[str, int] | None = None) -> dict[str, object]:
     """One LaTeX macro per number the power section states.
 
     ``grid`` is the table reading over the grid and the doubling cells,
@@ -651,4 +652,31 @@ def power_macros(grid: PowerResult, readings: PowerResult, heterogeneous: PowerR
         out[f"Power{tag}VarBase"] = f"{premium_variance(base.J, base.R, between, within):.4f}"
         out[f"Power{tag}VarDoubleScenarios"] = f"{premium_variance(2 * base.J, base.R, between, within):.4f}"
         out[f"Power{tag}VarDoubleRepeats"] = f"{premium_variance(base.J, 2 * base.R, between, within):.4f}"
+    out["PowerScenarioSetsSentence"] = scenario_sets_sentence(grid, scenario_sets or {})
     return out
+
+
+def scenario_sets_sentence(grid: PowerResult, scenario_sets: Mapping[str, int]) -> str:
+    """What the grid says of each named scenario set's size, at the stated cells' repeats and effect, as LaTeX.
+
+    ``scenario_sets`` maps a set's name to its number of scenarios; a size outside the grid is said to be so.
+    """
+    from pilot.latex import LatexText
+
+    base = grid.design.reported[0]
+    parts = []
+    for name, J in scenario_sets.items():
+        if J not in grid.design.J:
+            parts.append(f"the scenario set \\texttt{{{name}}} has \\(J={J}\\) scenarios, outside the simulated grid")
+            continue
+        cells = []
+        for R in grid.design.R:
+            t = grid.power(J, R, base.delta, TABLE_TEST, TABLE_READING)
+            f = grid.power(J, R, base.delta, PREREGISTERED_TEST, TABLE_READING)
+            cells.append(f"\\(R={R}\\): {t:.3f} with the \\(t\\)-test and {f:.3f} with the sign-flip test")
+        parts.append(f"for the scenario set \\texttt{{{name}}} of \\(J={J}\\) scenarios, power at {round(base.delta * 100)} points is "
+                     + "; at ".join(["at " + cells[0]] + cells[1:]))
+    if not parts:
+        return LatexText("")
+    text = "; ".join(parts)
+    return LatexText(text[0].upper() + text[1:] + ".")
