@@ -23,14 +23,38 @@ STUDY ?= pilot-$(BACKEND)
 FRESH := false
 endif
 EXECUTOR ?= local
+# The scenario set of protocol/study.yml the pipeline runs: empty means the design's own (pilot), whose
+# outputs go to analysis/tables and manuscript/. Another set (SCENARIO_SET=extension) is a study of its
+# own (pilot-simulated-extension) with its stamps, tables, figures, generated files and PDF under
+# build/sets/<set>/, typeset from a copy of manuscript/ (tools/typeset-manuscript.sh).
+SCENARIO_SET ?=
+ifneq ($(filter-out pilot,$(SCENARIO_SET)),)
+SET_DIR := build/sets/$(SCENARIO_SET)
+STUDY := $(STUDY)-$(SCENARIO_SET)
+RUN_STAMPS := $(SET_DIR)/stamps
+TABLES := $(SET_DIR)/tables
+FIGURES := $(SET_DIR)/figures
+GENERATED := $(SET_DIR)/generated
+SET_ARG := --scenario-set $(SCENARIO_SET)
+SET_PARAM := -p scenario_set $(SCENARIO_SET)
+STAGE_OUTPUT = --output $(SET_DIR)/notebooks/$(1).ipynb
+PDF := $(SET_DIR)/manuscript/build/main.pdf
+else
+SET_DIR :=
+RUN_STAMPS := $(STAMPS)
+TABLES := analysis/tables
+FIGURES := manuscript/figures
+GENERATED := manuscript/generated
+SET_ARG :=
+SET_PARAM :=
+STAGE_OUTPUT =
+PDF := manuscript/build/main.pdf
+endif
 # What the study's runs depend on: every module but the statistics, the report and the stand-ins only the stages use.
 STAGE_ONLY_SRC := src/pilot/simulated/dry_run.py src/pilot/simulated/synthetic.py src/pilot/simulated/calibration.py src/pilot/latex.py
 HARNESS_SRC := $(filter-out $(STAGE_ONLY_SRC),$(shell find src/pilot -name '*.py' -not -path 'src/pilot/stats/*' -not -path 'src/pilot/report/*' -not -path 'src/pilot/scenario_kit/*')) \
   $(wildcard analysis/config/*.yml) $(shell find protocol -type f)
 
-TABLES := analysis/tables
-FIGURES := manuscript/figures
-GENERATED := manuscript/generated
 STAGE_DIRS := -p tables_dir $(TABLES) -p figures_dir $(FIGURES) -p generated_dir $(GENERATED)
 REPORT_SRC := $(wildcard src/pilot/report/*.py) src/pilot/latex.py src/pilot/stages.py
 
@@ -49,22 +73,22 @@ venv: $(VENV)/.installed ## create .venv from pyproject.toml (reused until that 
 
 $(STAMPS)/system-%:
 	@tools/ensure-system-packages.sh $*
-	@mkdir -p $(STAMPS) && touch $@
+	@mkdir -p $(@D) && touch $@
 
 # A root harness runs every worker as one of study.yml's unprivileged sandbox users; they are made once.
 $(STAMPS)/sandbox-users: $(VENV)/.installed $(STAMPS)/system-sandbox protocol/study.yml
 	$(PILOT) sandbox users --create
-	@mkdir -p $(STAMPS) && touch $@
+	@mkdir -p $(@D) && touch $@
 
 # ---------------------------------------------------------------- stages
-$(STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) $(wildcard src/pilot/protocol/*.py) $(shell find protocol -type f -not -path '*/inputs/*')
+$(RUN_STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) $(wildcard src/pilot/protocol/*.py) $(shell find protocol -type f -not -path '*/inputs/*')
 	$(PILOT) protocol validate
-	$(PILOT) protocol tables --out $(GENERATED)
-	@mkdir -p $(STAMPS) && touch $@
+	$(PILOT) protocol tables --out $(GENERATED) $(SET_ARG)
+	@mkdir -p $(@D) && touch $@
 
-$(STAMPS)/stage-power: $(VENV)/.installed notebooks/03_power.py src/pilot/stats/power.py $(REPORT_SRC) protocol/study.yml
-	$(PILOT) stage power $(STAGE_DIRS)
-	@mkdir -p $(STAMPS) && touch $@
+$(RUN_STAMPS)/stage-power: $(VENV)/.installed notebooks/03_power.py src/pilot/stats/power.py $(REPORT_SRC) protocol/study.yml
+	$(PILOT) stage power $(STAGE_DIRS) $(call STAGE_OUTPUT,03_power)
+	@mkdir -p $(@D) && touch $@
 
 # The real backend needs the pinned CLI (the `agent` extra) and the worker's
 # own Python environment (build/worker-env).
@@ -77,32 +101,34 @@ endif
 $(STAMPS)/agent-env: $(VENV)/.installed src/pilot/agents/worker_requirements.txt
 	$(BIN)/python -m pip install -q -e '.[agent]'
 	$(PILOT) worker-env build
-	@mkdir -p $(STAMPS) && touch $@
+	@mkdir -p $(@D) && touch $@
 
 # The study: pilot wave, then the scale rule, which runs the waves it adds and
 # exports the pooled run table analysis/data/$(STUDY)/runs.csv.
-$(STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(BACKEND_DEPS) notebooks/01_pilot.py $(HARNESS_SRC)
-	$(PILOT) stage pilot $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p fresh $(FRESH)
-	@mkdir -p $(STAMPS) && touch $@
+$(RUN_STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(BACKEND_DEPS) notebooks/01_pilot.py $(HARNESS_SRC)
+	$(PILOT) stage pilot $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p fresh $(FRESH) $(SET_PARAM) \
+	  $(call STAGE_OUTPUT,01_pilot)
+	@mkdir -p $(@D) && touch $@
 
-$(STAMPS)/stage-scale-rule: $(STAMPS)/stage-pilot notebooks/02_scale_rule.py $(REPORT_SRC)
-	$(PILOT) stage scale-rule $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p run_waves true
-	@mkdir -p $(STAMPS) && touch $@
+$(RUN_STAMPS)/stage-scale-rule: $(RUN_STAMPS)/stage-pilot notebooks/02_scale_rule.py $(REPORT_SRC)
+	$(PILOT) stage scale-rule $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p run_waves true \
+	  $(call STAGE_OUTPUT,02_scale_rule)
+	@mkdir -p $(@D) && touch $@
 
 # The run table the statistics stages read: by default the study's export.
 # RUNS=path/to/runs.csv analyses another table; RUNS=synthetic a SIMULATED synthetic one.
 RUNS ?= analysis/data/$(STUDY)/runs.csv
-RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(STAMPS)/stage-scale-rule,$(filter-out synthetic,$(RUNS)))
+RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(RUN_STAMPS)/stage-scale-rule,$(filter-out synthetic,$(RUNS)))
 STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) src/pilot/runtable.py src/pilot/simulated/synthetic.py \
   src/pilot/simulated/calibration.py analysis/config/synthetic_runtable.yml
 
-$(STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/simulated/dry_run.py protocol/study.yml $(RUNS_DEP)
-	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
-	@mkdir -p $(STAMPS) && touch $@
+$(RUN_STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/simulated/dry_run.py protocol/study.yml $(RUNS_DEP)
+	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)" $(call STAGE_OUTPUT,04_primary)
+	@mkdir -p $(@D) && touch $@
 
-$(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
-	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)"
-	@mkdir -p $(STAMPS) && touch $@
+$(RUN_STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
+	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)" $(call STAGE_OUTPUT,05_sensitivity)
+	@mkdir -p $(@D) && touch $@
 
 # Coverage and size of the primary inference over 10,000 SIMULATED studies per condition at J = 10 and 40,
 # analysed with the primary stage's own resamples for SEED (about a minute of CPU time; a few minutes of wall time on a
@@ -110,9 +136,9 @@ $(STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(ST
 # CALIBRATION_ARGS passes options to the script (e.g. --studies 1000 for a quick draft build; the
 # default is the preregistered 10,000 per condition and the tables state the count used).
 CALIBRATION_ARGS ?=
-$(STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml
+$(RUN_STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml
 	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED) --resampling-seed $(SEED) $(CALIBRATION_ARGS)
-	@mkdir -p $(STAMPS) && touch $@
+	@mkdir -p $(@D) && touch $@
 
 # The expert grading wave (A-005): agreement among experts and with the LLM panel, and the panel's
 # bias per arm. A dry run draws a SIMULATED wave from analysis/config/simulated_graders.yml (its
@@ -126,16 +152,16 @@ GRADING_WAVE ?=
 endif
 GRADING_SRC := $(wildcard src/pilot/grading/*.py) src/pilot/simulated/graders.py analysis/config/simulated_graders.yml
 # The study's store is a prerequisite too: a grade submitted on the site makes the stage run again.
-$(STAMPS)/stage-grading: $(STAMPS)/stage-scale-rule notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) protocol/study.yml \
+$(RUN_STAMPS)/stage-grading: $(RUN_STAMPS)/stage-scale-rule notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) protocol/study.yml \
   $(wildcard analysis/data/$(STUDY)/study.sqlite)
 ifeq ($(BACKEND),simulated)
 	$(PILOT) grading simulate $(STUDY) $(GRADING_WAVE) --replace
 endif
-	$(PILOT) stage grading $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p wave "$(GRADING_WAVE)"
-	@mkdir -p $(STAMPS) && touch $@
+	$(PILOT) stage grading $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p wave "$(GRADING_WAVE)" $(call STAGE_OUTPUT,06_grading)
+	@mkdir -p $(@D) && touch $@
 
-STAGE_STAMPS := $(STAMPS)/design-tables $(STAMPS)/stage-power $(STAMPS)/stage-pilot $(STAMPS)/stage-scale-rule
-STAGE_STAMPS += $(STAMPS)/stage-primary $(STAMPS)/stage-sensitivity $(STAMPS)/calibration $(STAMPS)/stage-grading
+STAGE_STAMPS := $(RUN_STAMPS)/design-tables $(RUN_STAMPS)/stage-power $(RUN_STAMPS)/stage-pilot $(RUN_STAMPS)/stage-scale-rule
+STAGE_STAMPS += $(RUN_STAMPS)/stage-primary $(RUN_STAMPS)/stage-sensitivity $(RUN_STAMPS)/calibration $(RUN_STAMPS)/stage-grading
 .PRECIOUS: $(STAGE_STAMPS)
 
 stages: $(STAGE_STAMPS) ## run every stage whose inputs changed (cached by make)
@@ -150,7 +176,14 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 	  || { tail -40 build/latexmk.log; exit 1; }
 	@echo "wrote $@"
 
-manuscript: manuscript/build/main.pdf ## run the whole pipeline on the embedded default and write manuscript/build/main.pdf
+# Another scenario set: a copy of manuscript/ that sees only this set's generated files and figures,
+# and every page must say SIMULATED (a dry run; a real study of the set runs through BACKEND=...).
+build/sets/%/manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_SRC)
+	tools/typeset-manuscript.sh $(SET_DIR)/manuscript $(GENERATED) $(FIGURES)
+	$(if $(filter simulated,$(BACKEND)),$(BIN)/python tools/check_pdf_label.py $@ SIMULATED)
+	@echo "wrote $@"
+
+manuscript: $(PDF) ## run the whole pipeline on the embedded default and write manuscript/build/main.pdf (SCENARIO_SET=extension: a dry run of that set, build/sets/extension/)
 
 # ---------------------------------------------------------------- rehearsal
 # The real harness end to end before a dollar is spent: a small study on the
@@ -214,7 +247,7 @@ rehearsal-manuscript: $(VENV)/.installed $(STAMPS)/system-sandbox $(STAMPS)/syst
 # The suite drives the real pinned CLI (the `agent` extra) inside the sandbox.
 $(STAMPS)/agent-extra: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[agent]'
-	@mkdir -p $(STAMPS) && touch $@
+	@mkdir -p $(@D) && touch $@
 
 # The test files are spread over TEST_WORKERS processes (pytest-xdist). A file stays on one
 # worker, so its module fixtures (one LibreOffice batch, a built study) are built once; files go out in
