@@ -81,7 +81,8 @@ $(STAMPS)/sandbox-users: $(VENV)/.installed $(STAMPS)/system-sandbox protocol/st
 	@mkdir -p $(@D) && touch $@
 
 # ---------------------------------------------------------------- stages
-$(RUN_STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) $(wildcard src/pilot/protocol/*.py) $(shell find protocol -type f -not -path '*/inputs/*')
+$(RUN_STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) $(wildcard src/pilot/protocol/*.py) $(shell find protocol -type f -not -path '*/inputs/*') \
+  manuscript/authors.yml
 	$(PILOT) protocol validate
 	$(PILOT) protocol tables --out $(GENERATED) $(SET_ARG)
 	@mkdir -p $(@D) && touch $@

@@ -135,6 +135,14 @@ def take_manifest(root: Path | None = None, oracle_code: Path | None = None, sce
     return dict(sorted(out.items()))
 
 
+def manifest_digest(manifest: dict[str, str]) -> str:
+    """One sha256 over a manifest (``path<TAB>digest`` lines in path order): the frozen protocol's identifier."""
+    h = hashlib.sha256()
+    for rel, digest in sorted(manifest.items()):
+        h.update(f"{rel}\t{digest}\n".encode("utf-8"))
+    return h.hexdigest()
+
+
 @dataclass(frozen=True)
 class FileChange:
     path: str

@@ -244,6 +244,9 @@ def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None =
         ),
         write_macros(design_macros(study, scenario_set), out / "design_macros.tex", comment="From protocol/study.yml."),
     ]
+    from pilot.report.apparatus import write_apparatus_macros
+
+    written.append(write_apparatus_macros(out, study, scenario_set))
     if scenario_ids:
         from pilot.report.scenario_table import write_scenarios_table
 

@@ -1,0 +1,110 @@
+"""The paper's apparatus: authors and affiliations, the preregistration's identifier, PDF metadata.
+
+Authors come from ``manuscript/authors.yml``, which the team edits; the
+protocol's identifier is its version (``study.yml``) and the digest of the
+frozen files of the study's scenario set (:func:`pilot.freeze.manifest_digest`),
+so a reader can recompute it from the repository.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from pilot import freeze, paths
+from pilot.latex import LatexText, latex_escape, write_macros
+from pilot.protocol import Study, load_study
+
+AUTHORS_FILE: Path = paths.MANUSCRIPT_DIR / "authors.yml"
+
+
+class ApparatusError(ValueError):
+    """``authors.yml`` is malformed: the message names the file, the field and the reason."""
+
+    def __init__(self, path: Path, field: str, reason: str) -> None:
+        super().__init__(f"{path}: field {field!r}: {reason}")
+
+
+@dataclass(frozen=True)
+class Author:
+    name: str
+    affiliation: str
+
+
+@dataclass(frozen=True)
+class Apparatus:
+    authors: tuple[Author, ...]
+    registry: str
+    identifier: str
+    url: str
+
+
+def load_apparatus(path: Path | None = None) -> Apparatus:
+    """Read and check ``authors.yml``."""
+    path = Path(path or AUTHORS_FILE)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ApparatusError(path, "(file)", f"cannot be read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ApparatusError(path, "(file)", f"is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ApparatusError(path, "(file)", "must be a mapping with authors and preregistration")
+    people = raw.get("authors")
+    if not isinstance(people, list) or not people:
+        raise ApparatusError(path, "authors", "must list at least one author")
+    authors = []
+    for i, a in enumerate(people):
+        if not isinstance(a, dict) or not str(a.get("name") or "").strip():
+            raise ApparatusError(path, f"authors[{i}].name", "must be a non-empty name")
+        authors.append(Author(str(a["name"]).strip(), str(a.get("affiliation") or "").strip()))
+    pre = raw.get("preregistration") or {}
+    if not isinstance(pre, dict):
+        raise ApparatusError(path, "preregistration", "must be a mapping with registry, identifier and url")
+    registry, identifier, url = (str(pre.get(k) or "").strip() for k in ("registry", "identifier", "url"))
+    if bool(registry) != bool(identifier):
+        raise ApparatusError(path, "preregistration", "registry and identifier go together: give both or neither")
+    return Apparatus(tuple(authors), registry, identifier, url)
+
+
+def apparatus_macros(study: Study | None = None, scenario_set: str | None = None, path: Path | None = None) -> dict[str, object]:
+    """The title page's authors, the preregistration sentence and the PDF metadata, as macros."""
+    study = study or load_study()
+    app = load_apparatus(path)
+    manifest = freeze.take_manifest(scenarios=study.scenario_set(scenario_set))
+    digest = freeze.manifest_digest(manifest)
+    # Affiliations numbered in order of first appearance, as journals print them.
+    affs: list[str] = []
+    for a in app.authors:
+        if a.affiliation and a.affiliation not in affs:
+            affs.append(a.affiliation)
+    names = [latex_escape(a.name) + (f"\\textsuperscript{{{affs.index(a.affiliation) + 1}}}" if a.affiliation and len(affs) > 1 else "")
+             for a in app.authors]
+    lines = [", ".join(names)]
+    lines += [(f"\\textsuperscript{{{i}}}" if len(affs) > 1 else "") + latex_escape(aff) for i, aff in enumerate(affs, start=1)]
+    version = str(study["study"]["protocol_version"])
+    frozen = (f"protocol version {latex_escape(version)}, frozen files {len(manifest)}, "
+              f"sha256 of their manifest \\texttt{{{digest[:16]}}}")
+    if app.identifier:
+        pre = f"Preregistered with {latex_escape(app.registry)}, \\texttt{{{latex_escape(app.identifier)}}}"
+        pre += (f" (\\url{{{app.url}}})" if app.url else "") + f"; {frozen}."
+    else:
+        pre = ("Preregistration: the protocol in \\texttt{protocol/} of the study's repository, not filed with a public "
+               f"registry; {frozen}.")
+    return {
+        "PaperAuthors": LatexText(" \\\\ \\small ".join(lines)),
+        "PaperAuthorsPlain": LatexText(", ".join(latex_escape(a.name) for a in app.authors)),
+        "PreregistrationSentence": LatexText(pre),
+        "ProtocolVersion": version,
+        "ProtocolDigest": LatexText(f"\\texttt{{{digest[:16]}}}"),
+        "ProtocolDigestFull": LatexText(f"\\texttt{{{digest}}}"),
+        "ProtocolFrozenFiles": len(manifest),
+    }
+
+
+def write_apparatus_macros(out_dir: Path, study: Study | None = None, scenario_set: str | None = None) -> Path:
+    """Write ``apparatus_macros.tex``."""
+    return write_macros(apparatus_macros(study, scenario_set), Path(out_dir) / "apparatus_macros.tex",
+                        comment="From manuscript/authors.yml and the freeze manifest of the study's scenario set.")
