@@ -35,10 +35,12 @@ def test_every_bundle_passes_every_check(report):
 def test_each_bundle_gets_the_whole_matrix(report, sid):
     checks = set(report.summary[report.summary.scenario == sid].check)
     sc = load_scenario(sid)
-    expected = {"bundle", "finished", "traps", "inputs regenerate", "gold", "no-op", "self-check parity", "brief/oracle/rubric", "judge blinding",
+    expected = {"bundle", "finished", "inputs regenerate", "gold", "no-op", "self-check parity", "brief/oracle/rubric", "judge blinding",
                 "input:edited", "input:deleted", "input:added", "input:symlinked", "cheat:inputs as deliverables",
                 "cheat:record over nothing", "cheat:symlink out"}
     expected |= {f"mutation:{c.id}" for c in sc.oracle.criteria}
+    # The design's ten name their traps in prose (one "traps" row); a later bundle's traps: list gets a row per trap.
+    expected |= {f"trap:{t.id}" for t in sc.oracle.traps} if sc.oracle.traps else {"traps"}
     expected |= {f"substitute:{d.name}" for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf")}
     expected |= {f"cheat:hard-coded {d.name}" for d in sc.file_deliverables if d.requires_formulas}
     assert expected <= checks, sorted(expected - checks)
