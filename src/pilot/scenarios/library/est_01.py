@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import openpyxl
 from openpyxl.styles import Font
+from openpyxl.utils import get_column_letter
 
 from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_pdf, write_text
@@ -129,6 +130,11 @@ def _castlegate_lines() -> list[tuple[str, str, int, Decimal]]:
         rate = Decimal(RATES[CASTLEGATE][code])
         out.append((code, "SF", _ft2(cur[code]), rate) if unit == "m2" else (code, "EA", cur[code], rate))
     return out
+
+
+def _at(row: int, column: int) -> str:
+    """A cell's A1 reference, without creating the cell (ws.cell would move the next append down)."""
+    return f"{get_column_letter(column)}{row}"
 
 
 def _money(x: Decimal) -> str:
@@ -486,8 +492,8 @@ def _write_tabulation(a: dict, path: Path) -> Path:
             col = 2 + 5 * j
             unit = ("SF" if a["units"][c] == "m2" else "EA") if b == CASTLEGATE else a["units"][c]
             shown_rate = rate / FT2_PER_M2 if b == CASTLEGATE and a["units"][c] == "m2" else rate
-            qcell = rates.cell(row=r, column=col + 1).coordinate
-            rcell = rates.cell(row=r, column=col + 2).coordinate
+            qcell = _at(r, col + 1)
+            rcell = _at(r, col + 2)
             row += [unit, float(q),
                     float(shown_rate.quantize(CENT)) if shown_rate is not None else "excluded",
                     float(amount) if amount is not None else "excluded",
@@ -497,8 +503,8 @@ def _write_tabulation(a: dict, path: Path) -> Path:
     row = ["Tender sum"]
     for j in range(len(BIDDERS)):
         col = 2 + 5 * j
-        sub = rates.cell(row=first, column=col + 3).column_letter
-        cor = rates.cell(row=first, column=col + 4).column_letter
+        sub = get_column_letter(col + 3)
+        cor = get_column_letter(col + 4)
         row += ["", "", "", f"=SUM({sub}{first}:{sub}{last})", f"=SUM({cor}{first}:{cor}{last})"]
     rates.append(row)
     autosize(rates, {"A": 12})
@@ -518,8 +524,8 @@ def _write_tabulation(a: dict, path: Path) -> Path:
         r = first + k
         row = [c, a["units"][c], iss[c], a["qty"][c], float(a["allow"][c])]
         for j, b in enumerate(ev):
-            src = rates.cell(row=r, column=2 + 5 * BIDDERS.index(b) + 2).coordinate
-            rcol = lev.cell(row=r, column=6 + 2 * j).coordinate
+            src = _at(r, 2 + 5 * BIDDERS.index(b) + 2)
+            rcol = _at(r, 6 + 2 * j)
             if a["lines"][b][c][1] is None:
                 row += [f"=E{r}", f"=ROUND(D{r}*{rcol},2)"]  # excluded: the allowance rate (rule 6)
             elif b == CASTLEGATE and a["units"][c] == "m2":
@@ -529,7 +535,7 @@ def _write_tabulation(a: dict, path: Path) -> Path:
         lev.append(row)
     row = ["Levelled total", "", "", "", ""]
     for j in range(len(ev)):
-        colL = lev.cell(row=first, column=7 + 2 * j).column_letter
+        colL = get_column_letter(7 + 2 * j)
         row += ["", f"=ROUND(SUM({colL}{first}:{colL}{last}),2)"]
     lev.append(row)
     lev.append([])
@@ -543,9 +549,9 @@ def _write_tabulation(a: dict, path: Path) -> Path:
         r = recon + 1 + i
         row = [lab, "", "", "", ""]
         for j, b in enumerate(ev):
-            sub = rates.cell(row=tot, column=2 + 5 * BIDDERS.index(b) + 3).coordinate
-            cor = rates.cell(row=tot, column=2 + 5 * BIDDERS.index(b) + 4).coordinate
-            col = lev.cell(row=first, column=7 + 2 * j).column_letter
+            sub = _at(tot, 2 + 5 * BIDDERS.index(b) + 3)
+            cor = _at(tot, 2 + 5 * BIDDERS.index(b) + 4)
+            col = get_column_letter(7 + 2 * j)
             here = col
             excl = [f"{col}{first + k}" for k, c in enumerate(CODES) if a["lines"][b][c][1] is None]
             if i == 0:
@@ -573,12 +579,12 @@ def _write_tabulation(a: dict, path: Path) -> Path:
     ranked = sorted(a["compliant"], key=lambda b: a["levelled"][b])
     for j, b in enumerate(BIDDERS):
         r = 2 + j
-        cor = rates.cell(row=tot, column=2 + 5 * j + 4).coordinate
+        cor = _at(tot, 2 + 5 * j + 4)
         if b in a["late"]:
             status = f"Excluded - received {a['received'][b]:%d %b %Y %H:%M}, after the {CLOSING:%H:%M} closing time (rule 1)"
             tab.append([b, status, a["received"][b].strftime("%Y-%m-%d %H:%M"), ack[b], float(a["submitted"][b]), "not evaluated", "not evaluated", ""])
         else:
-            L = lev.cell(row=tot, column=7 + 2 * ev.index(b)).coordinate
+            L = _at(tot, 7 + 2 * ev.index(b))
             tab.append([b, "Compliant - received before the closing time", a["received"][b].strftime("%Y-%m-%d %H:%M"), ack[b],
                         float(a["submitted"][b]), f"=ROUND('Bid rates'!{cor}-E{r},2)", f"=Levelling!{L}", ranked.index(b) + 1])
     for r in range(2, 2 + len(BIDDERS)):
@@ -587,7 +593,7 @@ def _write_tabulation(a: dict, path: Path) -> Path:
     tab.append([])
     win = ev.index(a["winner"])
     tab.append(["Recommended bidder", a["winner"]])
-    tab.append(["Recommended subcontract sum (levelled)", f"=Levelling!{lev.cell(row=tot, column=7 + 2 * win).coordinate}"])
+    tab.append(["Recommended subcontract sum (levelled)", f"=Levelling!{_at(tot, 7 + 2 * win)}"])
     tab.cell(row=tab.max_row, column=2).number_format = "#,##0.00"
     autosize(tab, {"A": 38, "B": 70, "C": 17, "D": 12, "E": 16, "F": 22, "G": 16, "H": 6})
     return save_workbook(wb, path)
@@ -646,8 +652,9 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"looks the keenest of the tenders received in time. Levelled on the same basis as the others, with its fire-stopping "
              f"exclusion priced at the allowance and its carpet brought to Addendum No. 2, Dunmore's total is GBP {_money(lv[runner])}, "
              f"GBP {_money(gap)} above {win}. Past performance was assessed at pre-qualification and is not an award criterion at this "
-             f"stage. Placing the package with Dunmore instead would cost GBP {_money(gap)} more and needs the Commercial Director's "
-             f"written approval with reasons under rule 9; the tender gives none."),
+             f"stage. Placing the package with Dunmore instead would cost GBP {_money(gap)} more. Rule 9 allows a departure from "
+             f"the lowest compliant tender only with the Commercial Director's written approval and reasons, and none arise from "
+             f"the tenders."),
         Para(f"Before the order is placed, {win} should confirm in writing that it stands by its rates and by the corrected tender sum, "
              f"and the fire-stopping scope should be confirmed with the mechanical and electrical subcontractor so that it is "
              f"neither paid twice nor missed."),
