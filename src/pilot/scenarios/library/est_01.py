@@ -611,6 +611,7 @@ def _write_memo(a: dict, path: Path) -> Path:
     excl_allow = a["allow"][DUNMORE_EXCLUDED]
     a1 = _addendum_1_quantities()["09-050"]
     cur_carpet = a["qty"]["09-050"]
+    carpet_adj = (cur_carpet - a1) * a["lines"][DUNMORE]["09-050"][1]
     blocks = [
         Heading("Bids received"),
         Para(f"Four tenders for subcontract package 09 (partitions, ceilings and floor finishes) are recorded in the tender register. "
@@ -636,15 +637,20 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"{_money(cor[BRIGHTLINE])} to {_money(a['corrected'][BRIGHTLINE])}."),
         Para("Castlegate Drywall & Ceilings quoted its area rates per square foot on quantities converted to square feet. Under "
              "rule 5 each rate was converted to a rate per square metre at 10.7639 square feet to the square metre before being "
-             "applied to the current quantities; its fire-stopping rate is per penetration and was used as quoted."),
+             "applied to the current quantities; its fire-stopping rate is per penetration and was used as quoted. Its levelled "
+             f"total of {_money(lv[CASTLEGATE])} differs from its tender sum by {_money(lv[CASTLEGATE] - sub[CASTLEGATE])}, the "
+             "rounding of its quantities to whole square feet."),
         Para(f"Dunmore Fit-Out excluded fire-stopping to service penetrations, item {DUNMORE_EXCLUDED}, as work of the mechanical and "
              f"electrical subcontractor. Under rule 6 the item is priced at the estimator's allowance of {excl_allow:.2f} per "
              f"penetration for {excl_qty} penetrations, {_money(excl_allow * excl_qty)}. Its carpet was priced on {a1:,} m2 and is "
-             f"levelled to {cur_carpet:,} m2 at its own rate."),
+             f"levelled to {cur_carpet:,} m2 at its own rate, a reduction of {_money(-carpet_adj)}. Its levelled total is "
+             f"therefore {_money(sub[DUNMORE])} less {_money(-carpet_adj)} plus {_money(excl_allow * excl_qty)}, "
+             f"{_money(lv[DUNMORE])}."),
         Table(["Bidder", "Tender sum as submitted", "Arithmetic correction", "Levelled total", "Rank"],
               [[b, _money(sub[b]), _money(cor[b]), _money(lv[b]), str(k + 1)] for k, b in enumerate(sorted(a["compliant"], key=lambda x: lv[x]))]),
-        Para(f"The levelled totals tie to the corrected tender sums plus the quantity adjustments and the allowances; the "
-             f"reconciliation is on the Levelling sheet of bid_tabulation.xlsx, where every figure is a formula."),
+        Para("Each levelled total ties to the tender as submitted plus its arithmetic corrections, quantity and unit adjustments "
+             "and allowances; the bridge is on the Levelling sheet of bid_tabulation.xlsx, where every figure is a formula and "
+             "the check line is nil for every tender."),
         Heading("Recommendation"),
         Para(f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {_money(lv[win])}, the lowest "
              f"compliant levelled tender under rule 8 of the tender rules."),
