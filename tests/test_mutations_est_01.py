@@ -169,3 +169,45 @@ def test_variant_fails_exactly_its_criteria(verdicts, name):
     # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
     assert bool(ev.D) is (not want)
     assert not ev.E
+
+
+# Compliance verdicts as other estimators write them, read without a document: the tenders each puts inside the set
+# ("excluded") and outside it ("compliant"). What rule 3 does not do, and a supposition, state no finding.
+COMPLIANCE_PHRASINGS = {
+    "Eastfield Partitions' tender arrived at 14:37, 37 minutes after the 14:00 deadline, so under rule 1 it has not been evaluated.":
+        ({"Eastfield"}, set()),
+    "Eastfield Partitions: late (received 14:37 on 20/11/2026); excluded under rule 1.": ({"Eastfield"}, set()),
+    "Eastfield's bid came in at 14:37, after the 14:00 cut-off, and is rejected.": ({"Eastfield"}, set()),
+    "Eastfield Partitions was received after the closing time and cannot be accepted, however low its price.": ({"Eastfield"}, set()),
+    "Brightline Interiors, Castlegate and Dunmore all tendered on time and are compliant.": (set(), {"Brightline", "Castlegate", "Dunmore"}),
+    "Brightline, Castlegate and Dunmore were all received before the 14:00 closing time.": (set(), {"Brightline", "Castlegate", "Dunmore"}),
+    "Tender | Compliant?\nBrightline Interiors | Yes\nCastlegate Drywall & Ceilings | Yes\nDunmore Fit-Out | Yes\nEastfield Partitions | No":
+        ({"Eastfield"}, {"Brightline", "Castlegate", "Dunmore"}),
+    "Dunmore acknowledged only Addendum 1, which does not make its tender non-compliant (rule 3).": (set(), set()),
+    "Dunmore's failure to acknowledge Addendum 2 is not a ground for rejection under rule 3.": (set(), set()),
+    "If Eastfield Partitions were admitted it would rank first.": (set(), set()),
+    "Eastfield Partitions is compliant.": (set(), {"Eastfield"}),
+}
+
+
+@pytest.mark.parametrize("text", list(COMPLIANCE_PHRASINGS))
+def test_compliance_phrasings(text):
+    from pilot.oracles.decisions import read_set
+
+    c = load_scenario(SID).oracle.by_id("memo_names_excluded_tender")
+    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
+                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    assert (set(read.inside), set(read.outside)) == COMPLIANCE_PHRASINGS[text]
+
+
+# The late tender's status cell as other estimators fill it in: each reads as excluded, "Compliant" as compliant.
+@pytest.mark.parametrize("cell,want", [
+    ("Excluded (late)", "excluded"), ("Late - not evaluated", "excluded"), ("Non-compliant: received after closing", "excluded"),
+    ("Not evaluated", "excluded"), ("Rejected - late", "excluded"), ("Compliant", "compliant"),
+])
+def test_status_cell_phrasings(cell, want):
+    from pilot.oracles.decisions import read_decision
+
+    c = load_scenario(SID).oracle.by_id("book_eastfield_excluded")
+    options = dict(c.get("options"))
+    assert read_decision(cell, options, whole_cell=True).verdict(list(options)) == want
