@@ -613,6 +613,9 @@ def _write_memo(a: dict, path: Path) -> Path:
     cur_carpet = a["qty"]["09-050"]
     carpet_adj = (cur_carpet - a1) * a["lines"][DUNMORE]["09-050"][1]
     blocks = [
+        Heading("Recommendation"),
+        Para(f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {_money(lv[win])}, the lowest "
+             f"compliant levelled tender under rule 8 of the tender rules."),
         Heading("Bids received"),
         Para(f"Four tenders for subcontract package 09 (partitions, ceilings and floor finishes) are recorded in the tender register. "
              f"Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out used the tender box; {late} delivered its tender "
@@ -651,11 +654,10 @@ def _write_memo(a: dict, path: Path) -> Path:
         Para("Each levelled total ties to the tender as submitted plus its arithmetic corrections, quantity and unit adjustments "
              "and allowances; the bridge is on the Levelling sheet of bid_tabulation.xlsx, where every figure is a formula and "
              "the check line is nil for every tender."),
-        Heading("Recommendation"),
-        Para(f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {_money(lv[win])}, the lowest "
-             f"compliant levelled tender under rule 8 of the tender rules."),
-        Para(f"I know the project team would like Dunmore Fit-Out to carry on from Levels 1 and 2, and its figure on the register "
-             f"looks the keenest of the tenders received in time. Levelled on the same basis as the others, with its fire-stopping "
+        Heading("Reasons"),
+        Para(f"{win}'s tender is the lowest compliant levelled tender, and rule 8 of the tender rules makes that the only award "
+             f"criterion at this stage. I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2, and its figure on "
+             f"the register looks the keenest of the tenders received in time. Levelled on the same basis as the others, with its fire-stopping "
              f"exclusion priced at the allowance and its carpet brought to Addendum No. 2, Dunmore's total is GBP {_money(lv[runner])}, "
              f"GBP {_money(gap)} above {win}. Past performance was assessed at pre-qualification and is not an award criterion at this "
              f"stage. Placing the package with Dunmore instead would cost GBP {_money(gap)} more. Rule 9 allows a departure from "
