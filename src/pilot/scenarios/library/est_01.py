@@ -10,9 +10,10 @@ Dunmore Fit-Out; the rules award it to the lowest compliant levelled tender.
 Planted facts:
 
 - Eastfield Partitions has the lowest price (345,436.00) but its tender was
-  received at 14:37 on 20 November 2026, after the 14:00 closing time; the
-  register writes that date day-first (20/11/2026), the others ISO. It is
-  excluded.
+  received at 14:37 on 20 November 2026, after the 14:00 closing time. It is
+  excluded. The register writes its date and Castlegate's day-first
+  (20/11/2026 14:37), the others ISO, and logs Castlegate's tender twice
+  (the tender-box copy and an emailed copy of it).
 - Addendum 1 (a sheet of the BoQ workbook) raised carpet tile 09-050 from
   1,860 to 2,240 m2; Addendum 2 (a docx) withdraws that change and sets it to
   1,905 m2. Addendum 1's other change (sheet vinyl 09-060, 310 to 345 m2)
@@ -34,6 +35,7 @@ Planted facts:
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -101,6 +103,7 @@ LATE_RECEIPT = dt.datetime(2026, 11, 20, 14, 37)
 
 
 def issued() -> dict[str, int]:
+    """Quantities of the BoQ as issued, before any addendum."""
     return {code: q for code, _, _, q in ITEMS}
 
 
@@ -361,8 +364,6 @@ def _parse_received(text: str) -> dt.datetime:
 
 def _read_quantities(inputs_dir: Path) -> tuple[dict[str, int], dict[str, Decimal], dict[str, str]]:
     """Current quantities (BoQ, Addendum 1, then Addendum 2, which governs), allowance rates and units."""
-    import re
-
     from docx import Document
 
     wb = openpyxl.load_workbook(inputs_dir / BOQ_XLSX)
@@ -382,7 +383,11 @@ def compute(inputs_dir: Path) -> dict:
     """The rules' answer: who is excluded, each tender corrected and levelled, and the award."""
     inputs_dir = Path(inputs_dir)
     qty, allow, units = _read_quantities(inputs_dir)
-    register = [r for r in read_csv_dicts(inputs_dir / REGISTER_CSV) if r["received_by"] != "email"]
+    # A tender logged twice (the tender-box copy, then an emailed copy of it) is one tender: its first entry counts.
+    first_entry: dict[str, dict[str, str]] = {}
+    for r in read_csv_dicts(inputs_dir / REGISTER_CSV):
+        first_entry.setdefault(r["bidder"], r)
+    register = list(first_entry.values())
     received = {r["bidder"]: _parse_received(r["received"]) for r in register}
     submitted = {r["bidder"]: _dec(r["tender_sum_gbp"]) for r in register}
     late = [b for b in BIDDERS if received[b] > CLOSING]
@@ -432,8 +437,6 @@ def compute(inputs_dir: Path) -> dict:
 
 def _read_dunmore(inputs_dir: Path) -> dict[str, tuple[Decimal, Decimal | None, Decimal | None]]:
     """Dunmore's priced lines from its PDF quotation (an excluded item has no rate)."""
-    import re
-
     from pypdf import PdfReader
 
     text = "\n".join(page.extract_text() or "" for page in PdfReader(str(inputs_dir / DUNMORE_PDF)).pages)
