@@ -41,7 +41,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 #: passes --no-loadscope-reorder, since xdist's own order, most tests first, sent the long files of few tests last
 #: and left one worker busy minutes after the other had run out of files). Order only: every test still runs.
 LONG_FILES = (
-    "test_oracles.py", "test_stats_degraded.py", "test_scenario_skeleton.py", "test_runner_claude_code.py", "test_scenario_check.py",
+    "test_oracles.py", "test_stats_degraded.py", "test_scenario_skeleton.py", "test_runner_claude_code.py", "test_scenario_check.py", "test_scenario_check_extension.py",
     "test_model_proxy.py", "test_blinding.py", "test_study_faults.py", "test_view.py", "test_oracle_mutations.py",
     "test_dask_share_nothing.py", "test_sandbox_adversarial.py", "test_selfcheck_parity.py", "test_dry_run.py",
     "test_manuscript_rehearsal_pdf.py", "test_rehearsal.py", "test_rehearsal_controller.py", "test_study_create_concurrency.py",

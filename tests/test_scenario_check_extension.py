@@ -1,0 +1,38 @@
+"""``pilot scenarios check`` on the bundles the extension set adds to the design's ten (A-016).
+
+Each is held to the same matrix as the ten (tests/test_scenario_check.py), in
+a batch of its own so that the two batches run on different test workers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import kit_support
+from pilot import protocol
+from pilot.scenario_kit.checks import check_scenarios
+
+_STUDY = protocol.study()
+SCENARIOS = [s for s in _STUDY.scenario_set("extension") if s not in _STUDY.scenario_set()]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return check_scenarios(SCENARIOS, workdir=tmp_path_factory.mktemp("kit"))
+
+
+def test_the_extension_adds_bundles_the_design_lacks():
+    assert SCENARIOS and not set(SCENARIOS) & set(_STUDY.scenario_set())
+
+
+def test_every_bundle_passes_every_check(report):
+    kit_support.assert_every_check_passes(report, SCENARIOS)
+
+
+@pytest.mark.parametrize("sid", SCENARIOS)
+def test_each_bundle_gets_the_whole_matrix(report, sid):
+    kit_support.assert_whole_matrix(report, sid)
+
+
+def test_a_scenario_is_checked_within_a_minute(report):
+    kit_support.assert_within_a_minute(report)
