@@ -80,11 +80,12 @@ def test_create_takes_the_design_set_unless_another_is_named(tmp_path):
     out = json.loads(made.stdout)
     # The preregistered ten: 10 scenarios x 5 arms x 2 repeats, whatever else protocol/scenarios/ holds.
     assert out["scenario_set"] == "pilot" and out["scenarios"] == 10 and out["pilot_cells"] == 10 * 5 * 2
-    made = pilot(env, "create", "twenty", "--scenario-set", "extension", "--runner", NOOP)
+    n_ext = len(design.scenario_set("extension"))  # the set as study.yml declares it
+    made = pilot(env, "create", "ext", "--scenario-set", "extension", "--runner", NOOP)
     assert made.returncode == 0, made.stderr
     out = json.loads(made.stdout)
-    assert out["scenario_set"] == "extension" and out["scenarios"] == 20 and out["pilot_cells"] == 20 * 5 * 2
-    with Store.open(root / "analysis" / "data" / "twenty") as st:
+    assert out["scenario_set"] == "extension" and out["scenarios"] == n_ext and out["pilot_cells"] == n_ext * 5 * 2
+    with Store.open(root / "analysis" / "data" / "ext") as st:
         assert sorted(st.study().scenarios) == sorted(design.scenario_set("extension"))
     one_line_fault(pilot(env, "create", "typo", "--scenario-set", "extensions"), r"--scenario-set extensions", r"no scenario set 'extensions'")
     one_line_fault(pilot(env, "create", "typo", "--scenario-set", "pilot", "--scenarios", "ACC-01"), r"either --scenarios or --scenario-set")
