@@ -21,10 +21,14 @@ def test_arms_table_follows_arms_yml():
 
 
 def test_caps_table_applies_a006():
-    frame = caps_frame(load_study(), ["HR-01"]).set_index("Scenario")
+    frame = caps_frame(load_study(), ["ACC-01", "HR-01", "LEGAL-01"]).set_index("Scenario")
+    # Only the study's scenarios: EST-01's own caps (A-016) belong to the extension set, not to this table.
+    assert "EST-01" not in frame.index and "RES-01" not in frame.index
     assert frame.loc["ACC-01", "Dollar cap"] == 6.0 and frame.loc["ACC-01", "Wall limit (s)"] == 3600
     assert frame.loc["LEGAL-01", "Dollar cap"] == 4.0 and frame.loc["LEGAL-01", "Source"] == "A-006"
     assert frame.loc["HR-01", "Source"] == "global"
+    # With no list, the scenarios with caps of their own.
+    assert set(caps_frame(load_study()).Scenario) == {"global (all others)", "ACC-01", "RES-01", "BANK-01", "LEGAL-01", "EST-01"}
 
 
 def test_design_macros_state_the_protocol_numbers(tmp_path):

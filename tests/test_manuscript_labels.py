@@ -24,7 +24,7 @@ MAIN = paths.ROOT / "manuscript" / "main.tex"
 def _switch() -> str:
     text = MAIN.read_text(encoding="utf-8")
     start = text.index("% Not a finding whenever")
-    end = text.index(r"\date{}")
+    end = text.index("% Authors, affiliations")  # the title page's apparatus and PDF metadata follow
     return text[start:end]
 
 

@@ -19,7 +19,7 @@ def test_repository_protocol_is_valid():
     assert study.arms == ["A0", "A1", "A2", "A3", "A4"]
     assert study.envelope_usd == 800.0
     assert study.q == 70
-    assert [a["id"] for a in loaded["amendments"]] == ["A-001", "A-002", "A-005", "A-006", "A-009", "A-010", "A-011", "A-012", "A-013", "A-014", "A-015"]
+    assert [a["id"] for a in loaded["amendments"]] == ["A-001", "A-002", "A-005", "A-006", "A-009", "A-010", "A-011", "A-012", "A-013", "A-014", "A-015", "A-016"]
     assert study["cli"]["max_output_tokens"] == 32000
 
 

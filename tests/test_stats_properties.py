@@ -42,7 +42,7 @@ def _num(v) -> bool:
 
 def _check_contrast_verdict(h, p_col: str) -> None:
     r = h.summary.iloc[0]
-    est, p = r["estimate"], r["p_value"]
+    est, p = r["estimate"], r[p_col]  # the column is named for the p it holds (p_value or p_holm)
     if h.verdict == "consistent":
         assert _num(est) and est > 0 and _num(p) and p < ALPHA, (h.verdict, r.to_dict())
     elif h.verdict == "not consistent":

@@ -142,6 +142,14 @@ def _cell(value: object, fmt: str, *, escape: bool, is_p: bool) -> str:
     return text
 
 
+_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+
+
+def number_word(n: int) -> str:
+    """Small counts in words, as running text writes them; larger ones as digits."""
+    return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}".replace(",", "{,}")
+
+
 def macro_name(*parts: object) -> str:
     """A valid LaTeX macro name from parts: digits spelled out, other symbols dropped.
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from pilot import paths
 from pilot.protocol import Arm, Study, load_amendments, load_arms, load_study
-from pilot.latex import LatexText, latex_escape, macro_name, write_macros, write_table
+from pilot.latex import LatexText, latex_escape, macro_name, number_word, write_macros, write_table
 
 _FEATURE_TEXT = {
     "python_env": "project Python environment",
@@ -192,14 +192,6 @@ def _set_sentence(study: Study, set_name: str) -> LatexText:
 
 def _and_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
-
-
-_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
-
-
-def number_word(n: int) -> str:
-    """Small counts in words, as running text writes them; larger ones as digits."""
-    return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}".replace(",", "{,}")
 
 
 def amendments_frame() -> pd.DataFrame:

@@ -160,7 +160,7 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
         flow.rename(columns={"step": "Step", "counts": "What is counted", "repeat3": "Third repeat"}),
         gen / "run_flow_table.tex",
         caption=f"Run flow of study \\texttt{{{report.study}}} per wave, from the store and the exported run table.",
-        label="tab:run-flow", simulated=sim, column_format="lp{0.42\\linewidth}" + "r" * (len(flow.columns) - 2),
+        label="tab:run-flow", simulated=sim, column_format="lp{0.34\\linewidth}" + "r" * (len(flow.columns) - 2),
     )
     ledger = report.ledger.rename(columns={"pilot": "pilot_usd", "repeat3": "third_repeat_usd", "sensitivity": "sensitivity_usd", "total": "total_usd"})
     out["run_ledger_table.tex"] = write_table(

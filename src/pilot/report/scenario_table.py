@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from pilot import paths
-from pilot.latex import latex_escape, write_table
+from pilot.latex import latex_escape, number_word, write_table
 from pilot.protocol.design import load_study
 from pilot.protocol.scenario import Scenario, load_scenario
 
@@ -42,8 +42,6 @@ def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
 
 def write_scenarios_table(out_dir: Path | None = None, scenario_ids: list[str] | None = None) -> Path:
     """Write ``scenarios_table.tex`` (label ``tab:scenarios``) for ``scenario_ids`` (default: the design's set)."""
-    from pilot.report.design_tables import number_word
-
     out = Path(out_dir or paths.GENERATED_DIR)
     study = load_study()
     ids = sorted(scenario_ids) if scenario_ids is not None else study.scenario_set()

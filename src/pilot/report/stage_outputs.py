@@ -253,7 +253,7 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
         ov[["hypothesis", "statement", "criterion", "verdict"]].rename(columns=str.capitalize),
         gen / "primary_hypotheses_table.tex",
         caption="Preregistered expectations judged in the primary stage, with the criterion applied to this run table.",
-        label="tab:primary-hypotheses", simulated=sim, column_format="lp{0.28\\linewidth}p{0.36\\linewidth}l",
+        label="tab:primary-hypotheses", simulated=sim, column_format="lp{0.24\\linewidth}p{0.30\\linewidth}>{\\raggedright\\arraybackslash}p{0.20\\linewidth}",
     )
     for h in hyps:
         out[f"primary_{h.id.lower()}_table.tex"] = write_table(

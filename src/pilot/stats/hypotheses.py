@@ -62,6 +62,9 @@ class HypothesisResult:
         return {"hypothesis": self.id, "statement": self.statement, "criterion": self.criterion, "verdict": self.verdict, "verdict_class": self.verdict_class, "reason": self.reason}
 
 
+#: A cell where no test or count applies (an index has no p-value), as distinct from "not estimable (reason)".
+NOT_APPLICABLE = "n/a"
+
 def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) -> PrimaryResult:
     return result if result is not None else primary.primary_analysis(df, seed=seed, **kw)
 
@@ -69,7 +72,8 @@ def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) ->
 def _contrast_row(res: PrimaryResult, name: str, p_col: str) -> pd.DataFrame:
     r = res.contrast(name)
     t, c = name.split("-")
-    return pd.DataFrame([{"quantity": f"p({t}) - p({c})", "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r[p_col], "n_scenarios": int(r.n_scenarios), "note": r.note}])
+    # The column is named for the p it holds, so a Holm-adjusted p is headed as one wherever the table is printed.
+    return pd.DataFrame([{"quantity": f"p({t}) - p({c})", "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, p_col: r[p_col], "n_scenarios": int(r.n_scenarios), "note": r.note}])
 
 
 def _known(value: float, reason: str) -> tuple[bool | None, str]:
@@ -126,7 +130,7 @@ def h3(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
     table = pd.concat(
         [
             _contrast_row(res, name, "p_holm"),
-            pd.DataFrame([{"quantity": f"ARI ({int(ari.recovered)}/{int(ari.eligible)} eligible runs)", "estimate": ari.estimate, "ci_low": ari.ci_low, "ci_high": ari.ci_high, "p_value": np.nan, "n_scenarios": np.nan, "note": ari.note or "no p-value: descriptive index"}]),
+            pd.DataFrame([{"quantity": f"ARI ({int(ari.recovered)}/{int(ari.eligible)} eligible runs)", "estimate": ari.estimate, "ci_low": ari.ci_low, "ci_high": ari.ci_high, "p_holm": NOT_APPLICABLE, "n_scenarios": NOT_APPLICABLE, "note": ari.note or "no test: a descriptive index over runs"}]),
         ],
         ignore_index=True,
     )
@@ -237,7 +241,7 @@ def h5(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     flags = estimability.interval_flags([*lo, s_lo], [*hi, s_hi], n_scen)
     reasons = [f"no run in {a}" for a in layout.arms] + ["no scenario with runs in two arms"]
     notes = [estimability.join_notes(reasons[i] if n_scen[i] == 0 else "", flags[i]) for i in range(len(n_scen))]
-    table = pd.DataFrame({"quantity": [f"violation rate {a}" for a in layout.arms] + ["slope per access step"], "estimate": [*est, s_est], "ci_low": [*lo, s_lo], "ci_high": [*hi, s_hi], "p_value": [np.nan] * layout.A + [float(test.p_value[0])], "n_scenarios": n_scen, "note": notes})
+    table = pd.DataFrame({"quantity": [f"violation rate {a}" for a in layout.arms] + ["slope per access step"], "estimate": [*est, s_est], "ci_low": [*lo, s_lo], "ci_high": [*hi, s_hi], "p_value": [NOT_APPLICABLE] * layout.A + [float(test.p_value[0])], "n_scenarios": n_scen, "note": notes})
     table.loc[: layout.A - 1, "note"] = [estimability.join_notes(n, "no p-value: descriptive rate") for n in table["note"].iloc[: layout.A]]
     alpha = 1 - settings.level
     verdict = estimability.all_of(
