@@ -90,12 +90,19 @@ def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path
     for cell in cells[4:9]:
         a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
         st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.25), max_infra_attempts=3)
-    # A run killed at its wall limit reports no cost: charged its reservation, left out of c-bar and counted.
+    # A run killed at its wall limit reports no cost: it is charged its reservation, counted in c-bar at that
+    # charge and counted apart; c-bar over the nine reported runs alone is the sensitivity reading.
     a = st.begin_attempt(cells[9], "n", "simulated", tmp_path / "ws")
     st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=None, judge_cost_usd=0.25, status="capped"), max_infra_attempts=3)
     after = inputs_from_store(st)
-    assert before.c_bar_usd == after.c_bar_usd == 1.25
-    assert (after.n_runs, after.n_unknown_cost) == (9, 1)
+    assert before.c_bar_usd == 1.25
+    assert after.c_bar_usd == pytest.approx((9 * 1.25 + cells[9].reserve_usd) / 10)  # by hand: the restarts count nothing
+    assert (after.n_runs, after.n_unknown_cost, after.c_bar_reported_usd) == (10, 1, 1.25)
+    d = decide(after)
+    assert d.reported_only is not None and d.reported_only.inputs.c_bar_usd == 1.25 and d.reported_only.inputs.n_runs == 9
+    rows = dict(zip(d.summary.quantity, d.summary.value))
+    assert rows["of which charged their reservation (no reported or metered cost)"] == 1
+    assert rows["sensitivity: c_bar over reported or metered costs only (USD)"] == 1.25
     # the envelope still carries every worst-case charge: E_r is not flattered by the rule
     charged = sum(c.reserve_usd for c in cells[4:10])
     assert to_micro(after.spent_usd) == to_micro(9 * 1.25 + 0.0) + sum(to_micro(c.reserve_usd) for c in cells[4:10])

@@ -66,7 +66,7 @@ HEADER_WORDS: dict[str, str] = {
     "n_scenarios": "$J$", "contrast": "Contrast", "role": "Role", "term": "Term", "log_odds": "Log odds",
     "se_cluster": "SE (clustered)", "odds_ratio": "Odds ratio", "or_ci_low": "OR 2.5\\%", "or_ci_high": "OR 97.5\\%",
     "median_min": "Median (min)", "cost_per_run": "Cost per run (\\$)", "cost_per_accepted": "Cost per accepted (\\$)",
-    "share_lowest": "Share lowest", "cost_usd": "Cost (\\$)", "judge_cost_usd": "Judge cost (\\$)", "wall_min": "Wall (min)",
+    "share_lowest": "Share lowest", "n_charged": "N charged", "n_no_cost": "N no cost", "cost_usd": "Cost (\\$)", "judge_cost_usd": "Judge cost (\\$)", "wall_min": "Wall (min)",
     "tool_calls": "Tool calls", "I2": "$I^2$", "i2": "$I^2$", "tau2": "$\\tau^2$", "q": "$q$", "n": "$n$",
     "spent_usd": "Spent (\\$)", "reserved_usd": "Reserved (\\$)", "budget_usd": "Budget (\\$)",
     "human_minutes": "Human time (min)", "se": "SE", "quantity": "Quantity", "value": "Value", "statistic": "Statistic", "df": "df",

@@ -1,10 +1,12 @@
 """The preregistered scale rule, applied to what the pilot cost.
 
-With c-bar the mean observed total cost per finished pilot run (agent and
-judges, every attempt of the run with an observed cost: the proxy's metered
-agent cost for real backends, the reported one for the simulated backend; see
-:meth:`pilot.store.Store.observed_run_costs`) and E_r the envelope left after
-the pilot (envelope minus spent minus reserved, from the ledger):
+With c-bar the mean total cost per finished pilot run (agent and judges: the
+proxy's metered agent cost for real backends, the reported one for the
+simulated backend, and for a run whose finishing attempt has neither, such as
+a session killed at its wall limit, that attempt's reservation; see
+:meth:`pilot.store.Store.run_charges` and protocol/interpretations.md, Cost
+of a run) and E_r the envelope left after the pilot (envelope minus spent
+minus reserved, from the ledger):
 
 1. add a third repeat if ``k * c_bar * n3 <= E_r - r3``;
 2. then run the model sensitivities if ``k * c_bar * ns`` fits in what
@@ -19,7 +21,7 @@ and the amendment text it implies.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -45,13 +47,16 @@ class ScaleRuleError(ValueError):
 class ScaleInputs(Balance):
     """What the rule reads from the ledger: the envelope's balance (and its ``remaining_usd``), c-bar and the runs behind it.
 
-    ``n_unknown_cost`` counts finished runs left out of c-bar because their
-    finishing attempt reported no cost (charged their reservation instead).
+    ``n_runs`` counts every finished run, all of them in c-bar;
+    ``n_unknown_cost`` those charged their reservation because their finishing
+    attempt has no reported or metered cost. ``c_bar_reported_usd`` is the
+    sensitivity reading that leaves those runs out (None when none is left).
     """
 
     c_bar_usd: float
     n_runs: int
     n_unknown_cost: int = 0
+    c_bar_reported_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,8 @@ class ScaleDecision:
     @property
     def summary(self) -> pd.DataFrame:
         rows = [
-            ("pilot runs with an observed cost", self.inputs.n_runs),
-            ("pilot runs without an observed cost (left out of c_bar)", self.inputs.n_unknown_cost),
+            ("finished pilot runs in c_bar", self.inputs.n_runs),
+            ("of which charged their reservation (no reported or metered cost)", self.inputs.n_unknown_cost),
             ("mean total cost per run c_bar (USD)", self.inputs.c_bar_usd),
             ("envelope (USD)", self.inputs.envelope_usd),
             ("spent (USD)", self.inputs.spent_usd),
@@ -118,8 +123,26 @@ class ScaleDecision:
             (f"sensitivities: {self.inflation:g} x c_bar x {self.sensitivity_runs} (USD)", self.sensitivity_cost_usd),
             (f"sensitivities: remaining - {self.sensitivity_reserve_usd:g} (USD)", self.sensitivity_limit_usd),
             ("run model sensitivities", self.run_sensitivities),
+            *self._sensitivity_rows(),
         ]
         return pd.DataFrame({"quantity": [r[0] for r in rows], "value": [r[1] for r in rows]})
+
+    @property
+    def reported_only(self) -> "ScaleDecision | None":
+        """The same rule on the sensitivity reading of c-bar (runs without a reported or metered cost left out), if it differs."""
+        inp = self.inputs
+        if inp.c_bar_reported_usd is None or inp.n_unknown_cost == 0:
+            return None
+        return replace(self, inputs=replace(inp, c_bar_usd=inp.c_bar_reported_usd, n_runs=inp.n_runs - inp.n_unknown_cost, n_unknown_cost=0))
+
+    def _sensitivity_rows(self) -> list[tuple[str, object]]:
+        alt = self.reported_only
+        if alt is None:
+            return [("sensitivity: c_bar over reported or metered costs only", "same as c_bar (no run charged its reservation)")]
+        return [("sensitivity: c_bar over reported or metered costs only (USD)", alt.inputs.c_bar_usd),
+                ("sensitivity: runs in that c_bar", alt.inputs.n_runs),
+                ("sensitivity: add third repeat", alt.add_third_repeat),
+                ("sensitivity: run model sensitivities", alt.run_sensitivities)]
 
     def amendment_text(self) -> str:
         """The amendment the decision implies, in the style of ``protocol/amendments.csv``."""
@@ -142,7 +165,9 @@ class ScaleDecision:
             f"what remained {self.remaining_after_third_usd:.2f} - {self.sensitivity_reserve_usd:g} = {self.sensitivity_limit_usd:.2f})"
         )
         return (
-            f"At a pilot mean total cost of {c:.2f} dollars per run (judges included, {self.inputs.n_runs} runs), "
+            f"At a pilot mean total cost of {c:.2f} dollars per run (judges included, {self.inputs.n_runs} runs"
+            + (f", {self.inputs.n_unknown_cost} of them charged their reservation for want of a reported or metered cost"
+               if self.inputs.n_unknown_cost else "") + "), "
             f"the preregistered scale rule was applied: {third}; {sens}."
         )
 
@@ -186,22 +211,25 @@ def _per_scenario(runs: int, design_n: int, n: int, field: str) -> int:
 
 
 def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:
-    """c-bar over the observed costs of the finished runs of ``wave``, and the envelope's balance, from a :class:`pilot.store.Store`.
+    """c-bar over every finished run of ``wave``, and the envelope's balance, from a :class:`pilot.store.Store`.
 
-    Charges that are not observations are left out: an attempt charged its
-    reservation because its cost is unknown (an interrupted scheduler, a
-    lost worker) would otherwise inflate c-bar with worst cases, and an
-    attempt that never launched cost nothing. A run whose finishing attempt
-    reported no cost is left out of the mean and counted.
+    Restarts are left out: an attempt that did not finish its run and was
+    charged its reservation (an interrupted scheduler, a lost worker) would
+    otherwise inflate c-bar with worst cases, and an attempt that never
+    launched cost nothing. A run whose finishing attempt has no reported or
+    metered cost counts at that attempt's reservation, and is counted apart
+    (``n_unknown_cost``), with c-bar over the other runs as the sensitivity.
     """
-    observed, unknown = store.observed_run_costs(wave)  # type: ignore[attr-defined]
+    charges = store.run_charges(wave)  # type: ignore[attr-defined]
     bal = store.balance()  # type: ignore[attr-defined]
-    if not observed:
-        raise ScaleRuleError(f"no finished {wave} run with an observed cost in the store {store.path}")  # type: ignore[attr-defined]
+    if not charges:
+        raise ScaleRuleError(f"no finished {wave} run in the store {store.path}")  # type: ignore[attr-defined]
+    observed = [m for m, reserved in charges if not reserved]
     return ScaleInputs(
-        c_bar_usd=float(Decimal(sum(observed)) / len(observed) / 1_000_000),
-        n_runs=len(observed),
-        n_unknown_cost=unknown,
+        c_bar_usd=float(Decimal(sum(m for m, _ in charges)) / len(charges) / 1_000_000),
+        n_runs=len(charges),
+        n_unknown_cost=len(charges) - len(observed),
+        c_bar_reported_usd=float(Decimal(sum(observed)) / len(observed) / 1_000_000) if observed else None,
         envelope_usd=bal.envelope_usd,
         spent_usd=bal.spent_usd,
         reserved_usd=bal.reserved_usd,
@@ -256,6 +284,7 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool 
     macros = {
         macro_name("scale", "cbar"): round(inp.c_bar_usd, 2),
         macro_name("scale", "n", "runs"): int(inp.n_runs),
+        macro_name("scale", "n", "reservation"): int(inp.n_unknown_cost),
         macro_name("scale", "remaining"): round(inp.remaining_usd, 2),
         macro_name("scale", "third", "cost"): round(decision.third_cost_usd, 2),
         macro_name("scale", "third", "limit"): round(decision.third_limit_usd, 2),

@@ -854,6 +854,27 @@ class Store:
                 observed.append(int(row["observed"]))
         return observed, unknown
 
+    def run_charges(self, wave: str | None = None) -> list[tuple[int, bool]]:
+        """Each finished run's charge in micro-dollars, and whether it rests on a reservation (no cost was reported or metered).
+
+        A run is charged what its attempts were charged from an observation
+        (the proxy's metered cost, else the reported one; judges included) and,
+        when its finishing attempt has no such cost (a session killed at the
+        wall limit before the client reported), that attempt's reservation.
+        Attempts that did not finish the run and were charged a reservation
+        (an interrupted scheduler, a lost worker) are restarts, not the run's
+        cost, and count nothing; see protocol/interpretations.md (Cost of a run).
+        """
+        sql = (
+            f"SELECT c.run_id, SUM(CASE WHEN {_REPORTED} THEN a.charged_micro ELSE 0 END) AS observed, "
+            f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN COALESCE(a.charged_micro, 0) ELSE 0 END) AS reserved, "
+            f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN 1 ELSE 0 END) AS final_unknown "
+            "FROM cells c JOIN runs r ON r.run_id = c.run_id JOIN attempts a ON a.run_id = c.run_id "
+            "WHERE c.status = 'done'" + (" AND c.wave = ?" if wave else "") + " GROUP BY c.run_id ORDER BY c.run_id"
+        )
+        return [(int(row["observed"]) + int(row["reserved"]), bool(row["final_unknown"]))
+                for row in self.conn.execute(sql, (wave,) if wave else ())]
+
     def finished_rows(self) -> list[dict[str, Any]]:
         """Each cell joined with its run record (None for runs not finished), in seeded order."""
         sql = """

@@ -360,9 +360,13 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
 
     cp: TableResult = results["cost_per_accepted"]  # type: ignore[assignment]
     csv("sensitivity_cost_per_accepted.csv", cp.summary)
+    n_charged = int(cp.table["n_charged"].sum())
     tex("sensitivity_cost_table.tex", cp.summary,
-        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest. An arm without accepted runs has an infinite ratio.", "tab:sens-cost", escape=False)
+        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest. An arm without accepted runs has an infinite ratio. "
+        f"Every finished run counts: {n_charged} run(s) without a reported cost (a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where the proxy metered it, the reservation otherwise; N charged); "
+        "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.", "tab:sens-cost", escape=False)
     _infinity_symbols(out["sensitivity_cost_table.tex"])
+    csv("sensitivity_cost_per_accepted_reported.csv", results["cost_per_accepted_reported"].summary)  # type: ignore[union-attr]
 
     for kind, col, label in (("budget", "budget_usd", "budget (dollars)"), ("human", "human_minutes", "human-time allowance (minutes)")):
         fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]

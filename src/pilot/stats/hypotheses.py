@@ -273,7 +273,8 @@ def h6(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     """
     res = sensitivity.cost_per_accepted(df, seed=seed, study=study, B=B)
     t = res.table
-    table = t[["arm", "cost_per_accepted", "ci_low", "ci_high", "share_lowest", "note"]].copy()
+    # How many runs of each arm are charged at the ledger's charge for want of a reported cost (interpretations.md, Cost of a run).
+    table = t[["arm", "cost_per_accepted", "ci_low", "ci_high", "share_lowest", "n_charged", "note"]].copy()
     est = t.set_index("arm")["cost_per_accepted"]
     notes = t.set_index("arm")["note"]
     needed = [a for a in (*expected, "A0") if a in est.index]

@@ -243,17 +243,49 @@ def kaplan_meier(df: pd.DataFrame, *, study: protocol.Study | None = None, times
 # --------------------------------------------------------------------------
 
 
-def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, weights: str = "equal") -> TableResult:
+#: The readings of a run's agent cost in the cost analyses (protocol/interpretations.md, Cost of a run).
+COST_READINGS = ("charged", "reported")
+
+
+def charged_agent_cost(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's agent cost as the ledger charged it, and which runs had no reported cost.
+
+    A run with a reported cost C keeps it. A finished run without one (a
+    session killed at the wall limit before the client reported) counts at
+    the agent part of its ledger charge (``charged_usd`` less the judges):
+    the proxy's metered cost where the proxy metered it, its reservation
+    otherwise. A table without the ledger's column leaves such runs missing.
+    """
+    reported = rows["cost_usd"].to_numpy(dtype=float)
+    missing = np.isnan(reported)
+    if "charged_usd" not in rows:
+        return reported, np.zeros(len(rows), dtype=bool)
+    judges = rows["judge_cost_usd"].fillna(0.0).to_numpy(dtype=float) if "judge_cost_usd" in rows else np.zeros(len(rows))
+    ledger = rows["charged_usd"].to_numpy(dtype=float) - judges
+    fill = missing & np.isfinite(ledger)
+    return np.where(fill, np.maximum(ledger, 0.0), reported), fill
+
+
+def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, weights: str = "equal",
+                      cost_reading: str = "charged") -> TableResult:
     """Cost per accepted deliverable per arm: scenario-weighted mean agent cost per run over acceptance.
 
     The joint bootstrap resamples scenarios and recomputes numerator and
     denominator from the same resample. ``share_lowest`` is the share of
-    resamples in which the arm has the lowest ratio.
+    resamples in which the arm has the lowest ratio. ``cost_reading``:
+    ``charged`` (every finished run, one without a reported cost at its
+    ledger charge: :func:`charged_agent_cost`; ``n_charged`` counts them) or
+    ``reported`` (the sensitivity reading: such runs left out).
     """
+    if cost_reading not in COST_READINGS:
+        raise ValueError(f"cost_reading must be one of {COST_READINGS}, got {cost_reading!r}")
     study, rows, layout = _setup(df, study)
     settings = InferenceSettings.from_study(seed, study, B=B)
     w = layout.weights(weights)
-    cost = layout.means(rows["cost_usd"].to_numpy(dtype=float))
+    values, charged = charged_agent_cost(rows) if cost_reading == "charged" else (rows["cost_usd"].to_numpy(dtype=float), np.zeros(len(rows), dtype=bool))
+    n_charged = np.bincount(layout.a[(layout.a >= 0) & charged], minlength=layout.A)
+    n_left_out = np.bincount(layout.a[(layout.a >= 0) & np.isnan(values)], minlength=layout.A)
+    cost = layout.means(values)
     acc = layout.means(estimators.acceptance_values(rows, study.q))
     scored_arm = ~np.isnan(acc).all(axis=0)
     # A scenario counts in an arm's ratio only where both the cost and the acceptance are observed.
@@ -303,6 +335,8 @@ def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
             "ci_high": hi,
             "share_lowest": lowest,
             "share_resamples": float(finite.mean()),
+            "n_charged": n_charged,
+            "n_no_cost": n_left_out,
             "note": [estimability.join_notes(n, f) for n, f in zip(notes, flags)],
         }
     )

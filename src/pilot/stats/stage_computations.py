@@ -53,6 +53,8 @@ def sensitivity_stage(runs: pd.DataFrame, *, seed: int, study: protocol.Study | 
     r["logistic"] = sensitivity.logistic_cluster(runs, study=study)
     r["kaplan_meier"] = sensitivity.kaplan_meier(runs, study=study)
     r["cost_per_accepted"] = sensitivity.cost_per_accepted(runs, seed=seed, study=study, B=B)
+    # The literal reading (runs without a reported cost left out), a sensitivity of the charged one.
+    r["cost_per_accepted_reported"] = sensitivity.cost_per_accepted(runs, seed=seed, study=study, B=B, cost_reading="reported")
     r["frontier_budget"] = sensitivity.frontier(runs, "budget", seed=seed, study=study, B=B)
     r["frontier_human"] = sensitivity.frontier(runs, "human", seed=seed, study=study, B=B)
     r["secondary"] = sensitivity.secondary_endpoints(runs, study=study)
