@@ -175,12 +175,15 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 	@mkdir -p manuscript/build
 	cd manuscript && latexmk -pdf -interaction=nonstopmode -halt-on-error -outdir=build main.tex >build/latexmk.log 2>&1 \
 	  || { tail -40 build/latexmk.log; exit 1; }
+	@# Boxes sticking out of the text block are named (file and lines); the PDF is kept either way.
+	-$(BIN)/python tools/check_latex_log.py manuscript/build/latexmk.log
 	@echo "wrote $@"
 
 # Another scenario set: a copy of manuscript/ that sees only this set's generated files and figures,
 # and every page must say SIMULATED (a dry run; a real study of the set runs through BACKEND=...).
 build/sets/%/manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_SRC)
 	tools/typeset-manuscript.sh $(SET_DIR)/manuscript $(GENERATED) $(FIGURES)
+	-$(BIN)/python tools/check_latex_log.py $(SET_DIR)/manuscript/build/latexmk.log
 	$(if $(filter simulated,$(BACKEND)),$(BIN)/python tools/check_pdf_label.py $@ SIMULATED)
 	@echo "wrote $@"
 

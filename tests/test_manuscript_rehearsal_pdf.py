@@ -207,3 +207,11 @@ def test_the_makefile_check_passes_it_and_names_the_pages_without_the_label(buil
     bad = subprocess.run([*check, str(holed), LABEL], capture_output=True, text=True)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert f"2 of 5 page(s) without the {LABEL} banner: 3-4" in bad.stderr and "title prefix" not in bad.stderr
+
+
+def test_no_box_sticks_out_more_than_a_point(built):
+    # tools/check_latex_log.py on the LaTeX log of this build: an overfull box above 1 pt names its file and lines.
+    log = built["pdf"].parent / "latexmk.log"
+    out = subprocess.run([sys.executable, str(paths.ROOT / "tools" / "check_latex_log.py"), str(log)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0 overfull box(es) above 1pt" in out.stdout

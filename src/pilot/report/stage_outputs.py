@@ -73,6 +73,10 @@ SYNTHETIC_RUNS = "synthetic"
 class RunTableMissing(FileNotFoundError):
     """The run table a stage was pointed at does not exist."""
 
+#: Tables whose cells may each read "not estimable": 9 pt with narrower gaps keeps them within the text width
+#: without shrinking them below 8 pt (tools/check_latex_log.py holds the width).
+COMPACT_FONT = "\\footnotesize\\setlength{\\tabcolsep}{4pt}"
+
 
 def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "",
                allow_unisolated: bool = False) -> StageData:
@@ -247,7 +251,8 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
         caption=f"Preregistered contrasts of acceptance: estimate, {interval}, two-sided paired sign-flip permutation $p$ ({exact}) and, "
         "for the three secondary contrasts, Holm-adjusted $p$ over all three (a contrast that cannot be estimated enters the adjustment as $p=1$; "
         "the primary contrast is not adjusted). Note: why a value is not estimable, and intervals of zero width or resting on one scenario.",
-        label="tab:primary-contrasts", simulated=sim, escape=False,
+        label="tab:primary-contrasts", simulated=sim, escape=False, font=COMPACT_FONT,
+        column_format="llrrrllr>{\\raggedright\\arraybackslash}p{2.0cm}",  # the note wraps beside five "not estimable" cells
     )
     out["primary_hypotheses_table.tex"] = write_table(
         ov[["hypothesis", "statement", "criterion", "verdict"]].rename(columns=str.capitalize),
@@ -259,7 +264,7 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
         out[f"primary_{h.id.lower()}_table.tex"] = write_table(
             h.summary, gen / f"primary_{h.id.lower()}_table.tex",
             caption=f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.",
-            label=f"tab:{h.id.lower()}", simulated=sim,
+            label=f"tab:{h.id.lower()}", simulated=sim, font=COMPACT_FONT,
         )
         _infinity_symbols(out[f"primary_{h.id.lower()}_table.tex"])
     pdf = figures.forest_plot(result.contrasts, figs / "primary_forest.pdf", simulated=sim)
