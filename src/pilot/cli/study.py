@@ -130,10 +130,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(func=_cmd_status)
 
-    e = ss.add_parser("export", help=f"write the run table analysis/data/NAME/{RUNS_FILE}")
+    e = ss.add_parser("export", help=f"write the run table analysis/data/NAME/{RUNS_FILE}, or Inspect eval logs (--format inspect)")
     e.add_argument("name")
     e.add_argument("--pilot-only", action="store_true", help="export the pilot wave alone (no pooling)")
-    e.add_argument("--out", type=Path, help="write here instead")
+    e.add_argument("--format", choices=("csv", "inspect"), default="csv",
+                   help="csv: the run table; inspect: one Inspect eval log per arm and model (the optional extra 'inspect')")
+    e.add_argument("--out", type=Path, help="write here instead (for --format inspect: a folder, default analysis/data/NAME/inspect/)")
     e.set_defaults(func=_cmd_export)
 
     h = ss.add_parser("rehearsal-report", help="check a rehearsal study against the scripted model's truth (exit 1: findings to fix)")
@@ -295,6 +297,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 @_guarded
 def _cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "inspect":
+        from pilot.view.inspect_log import InspectExportError, export_inspect
+        from pilot.view.study import StudyReader, ViewError
+
+        if args.pilot_only:
+            return _fail("--pilot-only applies to the run table; the Inspect export holds every run of the study")
+        try:
+            reader = StudyReader.named(args.name)
+            out = args.out or paths.study_dir(args.name) / "inspect"
+            logs = export_inspect(reader, out)
+        except (InspectExportError, ViewError) as exc:
+            return _fail(str(exc))
+        print(json.dumps({"format": "inspect", "logs": [str(p) for p in logs], "samples": len(reader.index_rows())}))
+        return 0
     target, table = export_run_table(args.name, pilot_only=args.pilot_only, out=args.out)
     failed = int((table["status"] == "infra_error").sum())
     print(json.dumps({"run_table": str(target), "rows": len(table), "failed_runs": failed}))
