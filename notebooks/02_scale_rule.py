@@ -37,6 +37,7 @@ import pandas as pd
 
 from pilot import freeze, paths, scale_rule
 from pilot.backends import SIMULATED_LABEL, label_of
+from pilot.latex import write_macros
 from pilot.report import sentences
 from pilot.report.inline import say, show_figures
 from pilot.store import Store
@@ -98,9 +99,13 @@ with Store.open(paths.study_dir(study)) as store:
 report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios) if info.freeze_manifest is not None else None
 if report is None:
     print("no freeze manifest: the pilot has not started")
+    write_macros({"FreezeSentence": "No freeze manifest was taken: the pilot had not started, so no wave was pooled."},
+                 generated / "freeze_macros.tex", comment=f"Stage 02: study {study} has no freeze manifest.")
 else:
     print("\n".join(report.lines()))
     report.summary.assign(study=study, ok=report.ok).to_csv(tables / f"freeze_{study}.csv", index=False)
+    write_macros({"FreezeSentence": report.sentence(freeze.manifest_digest(info.freeze_manifest))}, generated / "freeze_macros.tex",
+                 comment=f"Stage 02: the freeze check of study {study}.")
 
 # %% [markdown]
 # ## The pooled run table

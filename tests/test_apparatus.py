@@ -59,3 +59,13 @@ def test_macros_name_the_authors_their_numbered_affiliations_and_the_registry(tm
 def test_without_a_registry_the_paper_says_so():
     m = apparatus_macros()  # the repository's own authors.yml leaves the registry empty
     assert "not filed with a public registry" in m["PreregistrationSentence"]
+
+
+def test_the_freeze_check_is_said_with_its_count_and_digest():
+    from pilot.freeze import FileChange, FreezeReport
+
+    ok = FreezeReport(frozen_files=119, current_files=119)
+    assert ok.sentence("e0bf1ad95a0ecd60e1e5") == ("The freeze check found the 119 frozen files of the study's manifest "
+                                                   "(digest e0bf1ad95a0ecd60) unchanged: the waves the scale rule adds are pooled with the pilot.")
+    bad = FreezeReport(frozen_files=119, current_files=119, changes=[FileChange("protocol/scenarios/HR-01/brief.md", "scenario", "modified", "a", "b")])
+    assert "found 1 of the study's frozen files modified" in bad.sentence("ff" * 32) and "not pooled" in bad.sentence("ff" * 32)

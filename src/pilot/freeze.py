@@ -178,6 +178,15 @@ class FreezeReport:
             return [f"freeze verified: {self.frozen_files - len(self.left_scope)} files unchanged", *moved]
         return [f"  {c.change:8s} {c.category:8s} {c.path}" for c in self.changes] + moved
 
+    def sentence(self, digest: str) -> str:
+        """The check's result as a sentence of the manuscript (plain text; ``digest``: the frozen manifest's)."""
+        if self.ok:
+            return (f"The freeze check found the {self.frozen_files - len(self.left_scope)} frozen files of the study's manifest "
+                    f"(digest {digest[:16]}) unchanged: the waves the scale rule adds are pooled with the pilot.")
+        kinds = sorted({c.change for c in self.changes})
+        return (f"The freeze check found {len(self.changes)} of the study's frozen files {' or '.join(kinds)} since the pilot "
+                f"started (digest {digest[:16]}): the waves the scale rule adds are not pooled with the pilot.")
+
     def raise_if_changed(self) -> None:
         if not self.ok:
             raise FreezeViolation(self)
