@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pilot import freeze
-from pilot.report.apparatus import ApparatusError, apparatus_macros, load_apparatus
+from pilot.protocol import ProtocolError
+from pilot.report.apparatus import apparatus_macros, load_apparatus
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -26,17 +27,19 @@ def test_manifest_digest_is_sha256_of_tab_separated_lines_in_path_order():
 
 @pytest.mark.parametrize("text, field", [
     ("authors: []\n", "authors"),
-    ("authors:\n  - affiliation: X\n", "authors[0].name"),
+    ("authors:\n  - affiliation: X\n", "authors.0"),
+    ("authors:\n  - name: '  '\n", "authors.0.name"),
     ("authors:\n  - name: A\npreregistration: [1]\n", "preregistration"),
     ("authors:\n  - name: A\npreregistration: {registry: OSF}\n", "preregistration"),
-    ("- just a list\n", "(file)"),
-    ("authors: [\n", "(file)"),
+    ("- just a list\n", "<root>"),
+    ("authors: [\n", "<file>"),
+    ("authors:\n  - name: A\npreregistration: {registry: OSF, identifier: ' '}\n", "preregistration"),
 ])
 def test_a_malformed_authors_file_is_refused_by_name_and_field(tmp_path, text, field):
     path = _write(tmp_path, text)
-    with pytest.raises(ApparatusError) as err:
+    with pytest.raises(ProtocolError) as err:
         load_apparatus(path)
-    assert str(path) in str(err.value) and repr(field) in str(err.value)
+    assert err.value.path == path and err.value.field == field, (err.value.field, err.value.reason)
 
 
 def test_macros_name_the_authors_their_numbered_affiliations_and_the_registry(tmp_path):

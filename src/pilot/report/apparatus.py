@@ -11,20 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from pilot import freeze, paths
 from pilot.latex import LatexText, latex_escape, write_macros
-from pilot.protocol import Study, load_study
+from pilot.protocol import ProtocolError, Study, load_study, object_schema, read_yaml, validate
 
 AUTHORS_FILE: Path = paths.MANUSCRIPT_DIR / "authors.yml"
 
-
-class ApparatusError(ValueError):
-    """``authors.yml`` is malformed: the message names the file, the field and the reason."""
-
-    def __init__(self, path: Path, field: str, reason: str) -> None:
-        super().__init__(f"{path}: field {field!r}: {reason}")
+_NAME = {"type": "string", "pattern": r"\S"}  # a name with at least one visible character
+_TEXT = {"type": "string"}
+#: ``authors.yml``: at least one named author; the preregistration's registry and identifier go together.
+AUTHORS_SCHEMA: dict = object_schema(
+    {
+        "authors": {"type": "array", "minItems": 1, "items": object_schema({"name": _NAME, "affiliation": _TEXT}, required=["name"])},
+        "preregistration": {**object_schema({"registry": _TEXT, "identifier": _TEXT, "url": _TEXT}, required=[]),
+                            "dependentRequired": {"registry": ["identifier"], "identifier": ["registry"]}},
+    },
+    required=["authors"],
+)
 
 
 @dataclass(frozen=True)
@@ -42,31 +45,16 @@ class Apparatus:
 
 
 def load_apparatus(path: Path | None = None) -> Apparatus:
-    """Read and check ``authors.yml``."""
+    """Read and check ``authors.yml``; a malformed one is a :class:`pilot.protocol.ProtocolError` naming file and field."""
     path = Path(path or AUTHORS_FILE)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ApparatusError(path, "(file)", f"cannot be read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ApparatusError(path, "(file)", f"is not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ApparatusError(path, "(file)", "must be a mapping with authors and preregistration")
-    people = raw.get("authors")
-    if not isinstance(people, list) or not people:
-        raise ApparatusError(path, "authors", "must list at least one author")
-    authors = []
-    for i, a in enumerate(people):
-        if not isinstance(a, dict) or not str(a.get("name") or "").strip():
-            raise ApparatusError(path, f"authors[{i}].name", "must be a non-empty name")
-        authors.append(Author(str(a["name"]).strip(), str(a.get("affiliation") or "").strip()))
+    raw = read_yaml(path)
+    validate(raw, AUTHORS_SCHEMA, path)
+    authors = tuple(Author(a["name"].strip(), (a.get("affiliation") or "").strip()) for a in raw["authors"])
     pre = raw.get("preregistration") or {}
-    if not isinstance(pre, dict):
-        raise ApparatusError(path, "preregistration", "must be a mapping with registry, identifier and url")
-    registry, identifier, url = (str(pre.get(k) or "").strip() for k in ("registry", "identifier", "url"))
-    if bool(registry) != bool(identifier):
-        raise ApparatusError(path, "preregistration", "registry and identifier go together: give both or neither")
-    return Apparatus(tuple(authors), registry, identifier, url)
+    registry, identifier, url = ((pre.get(k) or "").strip() for k in ("registry", "identifier", "url"))
+    if bool(registry) != bool(identifier):  # given both, but one of them blank
+        raise ProtocolError(path, "preregistration", "registry and identifier go together: give both or neither")
+    return Apparatus(authors, registry, identifier, url)
 
 
 def apparatus_macros(study: Study | None = None, scenario_set: str | None = None, path: Path | None = None) -> dict[str, object]:
