@@ -180,10 +180,7 @@ def decide(inputs: ScaleInputs, study: protocol.Study | None = None, n_scenarios
     run per scenario where the design has one, so both counts scale with its size.
     """
     study = study or protocol.study()
-    design_n = int(study["design"]["n_scenarios"])
-    n = design_n if n_scenarios is None else int(n_scenarios)
-    if n < 1:
-        raise ScaleRuleError(f"a study needs at least one scenario, got n_scenarios={n}")
+    third_runs, sensitivity_runs = rule_run_counts(study, n_scenarios)
     if inputs.n_runs < 1:
         raise ScaleRuleError("the scale rule needs at least one finished pilot run (c_bar is undefined)")
     if inputs.c_bar_usd < 0:
@@ -193,9 +190,9 @@ def decide(inputs: ScaleInputs, study: protocol.Study | None = None, n_scenarios
     return ScaleDecision(
         inputs=inputs,
         inflation=float(rule["cost_inflation"]),
-        third_runs=_per_scenario(int(rule["third_repeat"]["runs"]), design_n, n, "scale_rule.third_repeat.runs"),
+        third_runs=third_runs,
         third_reserve_usd=float(rule["third_repeat"]["reserve_usd"]),
-        sensitivity_runs=_per_scenario(int(rule["sensitivity"]["runs"]), design_n, n, "scale_rule.sensitivity.runs"),
+        sensitivity_runs=sensitivity_runs,
         sensitivity_reserve_usd=float(rule["sensitivity"]["reserve_usd"]),
         sensitivity_models=tuple(sens["models"]),
         sensitivity_arm=str(sens["arm"]),
@@ -203,11 +200,24 @@ def decide(inputs: ScaleInputs, study: protocol.Study | None = None, n_scenarios
     )
 
 
-def _per_scenario(runs: int, design_n: int, n: int, field: str) -> int:
-    """``runs`` stated for ``design_n`` scenarios, for a study of ``n``: exact, or refused."""
-    if (runs * n) % design_n:
-        raise ScaleRuleError(f"study.yml {field} = {runs} is not a whole number of runs per scenario of the design's {design_n}")
-    return runs * n // design_n
+def rule_run_counts(study: protocol.Study, n_scenarios: int | None = None) -> tuple[int, int]:
+    """The runs of a third repeat and of the model sensitivities for a study of ``n_scenarios`` (default: the design's).
+
+    ``study.yml`` states both for the design's ``n_scenarios``; a study of another scenario set has one
+    run per scenario where the design has one, so both scale with its size, exactly or not at all.
+    """
+    design_n = int(study["design"]["n_scenarios"])
+    n = design_n if n_scenarios is None else int(n_scenarios)
+    if n < 1:
+        raise ScaleRuleError(f"a study needs at least one scenario, got n_scenarios={n}")
+    rule = study["scale_rule"]
+    out = []
+    for field, runs in (("third_repeat", int(rule["third_repeat"]["runs"])), ("sensitivity", int(rule["sensitivity"]["runs"]))):
+        if (runs * n) % design_n:
+            raise ScaleRuleError(f"study.yml scale_rule.{field}.runs = {runs} is not a whole number of runs per scenario "
+                                 f"of the design's {design_n}")
+        out.append(runs * n // design_n)
+    return out[0], out[1]
 
 
 def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:

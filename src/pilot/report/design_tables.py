@@ -95,8 +95,11 @@ def caps_frame(study: Study, scenario_ids: list[str] | None = None) -> pd.DataFr
 def design_macros(study: Study, scenario_set: str | None = None) -> dict[str, object]:
     """The design's numbers as macros, for a study of ``scenario_set`` (default: the design's own set)."""
     r = study.raw
+    from pilot.scale_rule import rule_run_counts
+
     set_name = scenario_set or study.default_scenario_set
     n_scenarios = len(study.scenario_set(set_name))
+    third_runs, sensitivity_runs = rule_run_counts(study, n_scenarios)
     m: dict[str, object] = {
         "WorkerModel": f"\\texttt{{{r['worker']['model']}}}",
         "CliVersion": r["cli"]["version"],
@@ -122,10 +125,9 @@ def design_macros(study: Study, scenario_set: str | None = None) -> dict[str, ob
         "BudgetGridMin": f"{study.grid('budget_usd')[0]:.2f}",
         "BudgetGridMax": f"{study.grid('budget_usd')[-1]:.2f}",
         "ScaleInflation": f"{r['scale_rule']['cost_inflation']:.2f}",
-        # The rule's run counts are stated for the design's scenarios; a study of another set scales them (pilot.scale_rule.decide).
-        "ScaleThirdRuns": int(r["scale_rule"]["third_repeat"]["runs"]) * n_scenarios // int(r["design"]["n_scenarios"]),
+        "ScaleThirdRuns": third_runs,
         "ScaleThirdReserve": int(r["scale_rule"]["third_repeat"]["reserve_usd"]),
-        "ScaleSensRuns": int(r["scale_rule"]["sensitivity"]["runs"]) * n_scenarios // int(r["design"]["n_scenarios"]),
+        "ScaleSensRuns": sensitivity_runs,
         "ScaleSensReserve": int(r["scale_rule"]["sensitivity"]["reserve_usd"]),
         "SensitivityArm": r["sensitivity_models"]["arm"],
         "SensitivityRepeats": int(r["sensitivity_models"]["repeats"]),
