@@ -180,8 +180,8 @@ def test_real_attempts_settle_on_the_metered_cost_and_c_bar_follows_it(tmp_path)
     # C, the run table's cost, stays the client's report (None where it reported none)
     assert {r["run_id"]: r["cost_usd"] for r in st.runs()} == {c1.run_id: 1.25, c2.run_id: 0.5, c3.run_id: None}
     # c-bar is a projection of envelope spend, so it reads the metered charges
-    observed, unknown = st.observed_run_costs("pilot")
-    assert sorted(observed) == sorted(metered_micro) and unknown == 0
+    charges = st.run_charges("pilot")
+    assert sorted(m for m, _ in charges) == sorted(metered_micro) and not any(reserved for _, reserved in charges)
     notes = [r[0] for r in st.conn.execute("SELECT note FROM ledger WHERE kind = 'settle'")]
     assert all("charged the metered cost" in n for n in notes)
     assert st.audit() == []

@@ -830,30 +830,6 @@ class Store:
         )
         return [ledger.to_usd(r[0]) for r in self.conn.execute(sql, (wave,) if wave else ())]
 
-    def observed_run_costs(self, wave: str | None = None) -> tuple[list[int], int]:
-        """Observed cost of each finished run in micro-dollars, and how many finished runs have none.
-
-        A run's observed cost is what its attempts were charged from an
-        observation (agent and judges: the proxy's metered agent cost, or the
-        reported one where no proxy metered the attempt); attempts charged their reservation because their cost is
-        unknown contribute nothing, and attempts released unlaunched cost
-        nothing. A run whose finishing attempt reported no cost (a session
-        killed at the wall limit) has no observed cost and is counted apart.
-        """
-        sql = (
-            f"SELECT c.run_id, SUM(CASE WHEN {_REPORTED} THEN a.charged_micro ELSE 0 END) AS observed, "
-            f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN 1 ELSE 0 END) AS final_unknown "
-            "FROM cells c JOIN runs r ON r.run_id = c.run_id JOIN attempts a ON a.run_id = c.run_id "
-            "WHERE c.status = 'done'" + (" AND c.wave = ?" if wave else "") + " GROUP BY c.run_id ORDER BY c.run_id"
-        )
-        observed, unknown = [], 0
-        for row in self.conn.execute(sql, (wave,) if wave else ()):
-            if row["final_unknown"]:
-                unknown += 1
-            else:
-                observed.append(int(row["observed"]))
-        return observed, unknown
-
     def run_charges(self, wave: str | None = None) -> list[tuple[int, bool]]:
         """Each finished run's charge in micro-dollars, and whether it rests on a reservation (no cost was reported or metered).
 
