@@ -18,7 +18,9 @@ from view_support import SCENARIO, pilot, simulated_study
 def exported(tmp_path_factory):
     folder = simulated_study()
     out = tmp_path_factory.mktemp("inspect")
-    return StudyReader(folder), export_inspect(StudyReader(folder), out), out
+    done = export_inspect(StudyReader(folder), out)
+    assert done.samples == 10  # the study's ten runs
+    return StudyReader(folder), done.logs, out
 
 
 def test_one_log_per_arm_and_one_sample_per_run_with_the_run_table_scores(exported):

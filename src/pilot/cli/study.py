@@ -306,10 +306,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
         try:
             reader = StudyReader.named(args.name)
             out = args.out or paths.study_dir(args.name) / "inspect"
-            logs = export_inspect(reader, out)
+            done = export_inspect(reader, out)
         except (InspectExportError, ViewError) as exc:
             return _fail(str(exc))
-        print(json.dumps({"format": "inspect", "logs": [str(p) for p in logs], "samples": len(reader.index_rows())}))
+        print(json.dumps({"format": "inspect", "logs": [str(p) for p in done.logs], "samples": done.samples}))
         return 0
     target, table = export_run_table(args.name, pilot_only=args.pilot_only, out=args.out)
     failed = int((table["status"] == "infra_error").sum())

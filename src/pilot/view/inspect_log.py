@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +102,16 @@ def _file_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "-", text).strip("-") or "x"
 
 
-def export_inspect(reader: StudyReader, out_dir: Path) -> list[Path]:
-    """Write the study's runs as Inspect eval logs under ``out_dir``; returns the logs written, one per arm and model."""
+@dataclass(frozen=True)
+class InspectExport:
+    """What an export wrote: the logs (one per arm and model) and the samples in them (one per run)."""
+
+    logs: list[Path]
+    samples: int
+
+
+def export_inspect(reader: StudyReader, out_dir: Path) -> InspectExport:
+    """Write the study's runs as Inspect eval logs under ``out_dir``."""
     log, _, scorer, _ = _inspect()
     from pilot import protocol
 
@@ -137,4 +146,4 @@ def export_inspect(reader: StudyReader, out_dir: Path) -> list[Path]:
         path = out_dir / f"{_file_part(reader.name)}_{_file_part(arm)}_{_file_part(model_name)}.eval"
         log.write_eval_log(log.EvalLog(eval=spec, status="success", samples=samples), str(path))
         written.append(path)
-    return written
+    return InspectExport(written, len(rows))
