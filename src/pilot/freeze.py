@@ -166,6 +166,11 @@ class FreezeReport:
         return not self.changes
 
     @property
+    def unchanged_files(self) -> int:
+        """Frozen files still in scope and unchanged (those that left the scope unchanged are said apart)."""
+        return self.frozen_files - len(self.left_scope)
+
+    @property
     def summary(self) -> pd.DataFrame:
         import pandas as pd
 
@@ -175,13 +180,13 @@ class FreezeReport:
     def lines(self) -> list[str]:
         moved = [f"  {rel} left the frozen scope unchanged (now {LEFT_SCOPE[rel][0]}, not oracle code)" for rel in self.left_scope]
         if self.ok:
-            return [f"freeze verified: {self.frozen_files - len(self.left_scope)} files unchanged", *moved]
+            return [f"freeze verified: {self.unchanged_files} files unchanged", *moved]
         return [f"  {c.change:8s} {c.category:8s} {c.path}" for c in self.changes] + moved
 
     def sentence(self, digest: str) -> str:
         """The check's result as a sentence of the manuscript (plain text; ``digest``: the frozen manifest's)."""
         if self.ok:
-            return (f"The freeze check found the {self.frozen_files - len(self.left_scope)} frozen files of the study's manifest "
+            return (f"The freeze check found the {self.unchanged_files} frozen files of the study's manifest "
                     f"(digest {digest[:16]}) unchanged: the waves the scale rule adds are pooled with the pilot.")
         kinds = sorted({c.change for c in self.changes})
         return (f"The freeze check found {len(self.changes)} of the study's frozen files {' or '.join(kinds)} since the pilot "

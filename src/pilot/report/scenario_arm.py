@@ -25,8 +25,7 @@ def scenario_arm_counts(df: pd.DataFrame, study: protocol.Study | None = None) -
     out = frame.groupby(["scenario", "occupation", "arm"], sort=True).agg(
         runs=("scored", "size"), scored=("scored", "sum"), accepted=("accepted", "sum")).reset_index()
     out[["runs", "scored", "accepted"]] = out[["runs", "scored", "accepted"]].astype(int)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out["rate"] = np.where(out["scored"] > 0, out["accepted"] / out["scored"].where(out["scored"] > 0, 1), np.nan)
+    out["rate"] = out["accepted"] / out["scored"].where(out["scored"] > 0)  # NaN where none is scored
     return out
 
 

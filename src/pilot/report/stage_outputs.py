@@ -231,13 +231,14 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     _tag(con[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "role", "exact", "note"]], data).to_csv(out["primary_contrasts.csv"], index=False)
     from pilot.report.scenario_arm import scenario_arm_counts, scenario_arm_frame
 
-    counts = scenario_arm_counts(data.runs)
+    study = protocol.study()
+    counts = scenario_arm_counts(data.runs, study)
     out["primary_scenario_arm.csv"] = tables / "primary_scenario_arm.csv"
     _tag(counts, data).to_csv(out["primary_scenario_arm.csv"], index=False)
-    arms = list(protocol.study().arms)
+    arms = list(study.arms)
     out["primary_scenario_arm_table.tex"] = write_table(
         scenario_arm_frame(counts, arms), gen / "primary_scenario_arm_table.tex",
-        caption=f"Accepted runs of the worker model out of its scored runs, per scenario and arm (S = 1 at $q={protocol.study().q:g}$). "
+        caption=f"Accepted runs of the worker model out of its scored runs, per scenario and arm (S = 1 at $q={study.q:g}$). "
         "The scenario-weighted acceptance of an arm (Table~\\ref{tab:primary-acceptance}) is the mean over scenarios of these "
         "proportions; runs without S (no judge's score) are counted in the last column and in no proportion.",
         label="tab:scenario-arm", simulated=sim, font=COMPACT_FONT,

@@ -65,6 +65,7 @@ class HypothesisResult:
 #: A cell where no test or count applies (an index has no p-value), as distinct from "not estimable (reason)".
 NOT_APPLICABLE = "n/a"
 
+
 def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) -> PrimaryResult:
     return result if result is not None else primary.primary_analysis(df, seed=seed, **kw)
 
