@@ -127,7 +127,9 @@ if export:
 # ## This run in numbers
 #
 # The flow of the study's cells (planned, dispatched, attempts and
-# infrastructure reruns, failed, finished, censored, judged, analysed) and
+# infrastructure reruns, failed, finished, censored, judged, analysed), the
+# same path for each arm, the protocol's fidelity per arm (deviations by what
+# stopped them, critical violations, agent errors, caps reached, nodes) and
 # what the ledger charged per arm and wave against the envelope. The
 # manuscript's section on this run prints these tables, this figure and
 # these numbers; all come from the store and the exported run table.
@@ -147,4 +149,9 @@ display(report.flow)  # noqa: F821 (IPython)
 say(f"{prefix}The ledger charged {sentences.usd(report.balance.spent_usd)} of the {sentences.usd(report.balance.envelope_usd)} envelope "
     f"({sentences.usd(report.balance.reserved_usd)} still reserved, {sentences.usd(report.balance.remaining_usd)} left).")
 display(report.ledger.round(2))  # noqa: F821 (IPython)
+fid = report.fidelity.set_index("measure")["all"]
+say(f"{prefix}Protocol fidelity: {fid['runs with a deviation']} finished runs recorded a deviation, {fid['runs with a critical violation (E)']} a critical violation "
+    f"and {fid['agent errors']} an agent error; {fid['evaluation errors']} evaluations failed.")
+display(report.flow_by_arm)  # noqa: F821 (IPython)
+display(report.fidelity)  # noqa: F821 (IPython)
 show_figures(written.values())

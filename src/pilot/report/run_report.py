@@ -10,7 +10,7 @@ table each for the flow and the ledger, the run-flow figure and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +19,7 @@ from pilot import paths, protocol
 from pilot.ledger import Balance
 from pilot.backends import label_of
 from pilot.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
+from pilot.report import run_fidelity
 
 # The steps of the run flow, in order, with what each counts.
 FLOW_STEPS: tuple[tuple[str, str], ...] = (
@@ -33,6 +34,9 @@ FLOW_STEPS: tuple[tuple[str, str], ...] = (
     ("analysed", "runs of the worker model with an acceptance value, the rows the primary analysis uses"),
 )
 _FAILED_ATTEMPTS = ("infra_error", "interrupted")
+# The run-table columns the report reads; a table without one reads as all missing.
+_EXPORT_COLUMNS = ("run_id", "wave", "arm", "model", "status", "censored", "censor_reason", "n_judges", "S", "D", "E",
+                   "eval_error", "deviations", "node")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,10 @@ class RunReport:
     balance: Balance  # the envelope, spent, reserved and remaining, as the ledger states them
     #: SIMULATED, REHEARSAL or "" (a finding), from the backends (pilot.backends.label_of)
     label: str = ""
+    #: Each arm's path from assigned to analysed (:data:`pilot.report.run_fidelity.FLOW_BY_ARM`)
+    flow_by_arm: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Protocol fidelity per arm (:func:`pilot.report.run_fidelity.fidelity`)
+    fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -66,7 +74,8 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
     wave_of = dict(zip(cells["run_id"], cells["wave"])) if not cells.empty else {}
     if not attempts.empty:
         attempts = attempts.assign(wave=attempts["run_id"].map(wave_of))
-    exported = runs if runs is not None else pd.DataFrame(columns=["run_id", "wave", "censored", "n_judges", "S", "model"])
+    exported = runs if runs is not None else pd.DataFrame(columns=list(_EXPORT_COLUMNS))
+    exported = exported.reindex(columns=list(dict.fromkeys([*exported.columns, *_EXPORT_COLUMNS])))
 
     def per_wave(wave: str) -> dict[str, int]:
         c = cells[cells["wave"] == wave]
@@ -104,7 +113,12 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         ledger.columns.name = None
         total = ledger.drop(columns="arm").sum().to_frame().T.assign(arm="all")
         ledger = pd.concat([ledger, total[ledger.columns]], ignore_index=True)
+    arms = list(study.arms)
+    if "arm" not in cells.columns:
+        cells = cells.assign(arm=pd.Series(dtype=object), run_id=pd.Series(dtype=object), status=pd.Series(dtype=object))
     return RunReport(
+        flow_by_arm=run_fidelity.flow_by_arm(cells, attempts, exported, arms, study["worker"]["model"]),
+        fidelity=run_fidelity.fidelity(exported, run_fidelity.records_of(store.runs()), arms),  # type: ignore[attr-defined]
         study=store.study().name,  # type: ignore[attr-defined]
         backend=", ".join(backends) or "none",
         simulated=bool(label_of(backends)) or not backends,
@@ -116,25 +130,57 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
 
 
 def flow_figure(report: RunReport, path: Path) -> Path:
-    """Horizontal bars, one per step of the run flow, with the count written beside each."""
+    """A CONSORT-style diagram: one column per arm, its runs from assigned to analysed, with what left the path at each step.
+
+    Drawn at the page's text width (6.5 in) so that its smallest text prints at 7 pt.
+    """
     import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
 
     from pilot.stats.figures import save_figure  # PDF for the manuscript, PNG twin for the notebook
 
-    steps = list(report.flow["step"])[::-1]
-    values = list(report.flow["total"])[::-1]
-    fig, ax = plt.subplots(figsize=(6.0, 0.32 * len(steps) + 1.0))
-    ax.barh(steps, values, color="0.55", height=0.6)
-    top = max(values) if values and max(values) > 0 else 1
-    for y, v in enumerate(values):
-        ax.text(v + top * 0.01, y, f"{v:,}", va="center", fontsize=8)
-    ax.set_xlim(0, top * 1.12)
-    ax.set_xlabel("count (all waves)")
-    ax.tick_params(labelsize=8)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    title = f"run flow of study {report.study}"
-    ax.set_title(f"{report.label}: {title}" if report.label else title, fontsize=9)
+    t = report.flow_by_arm.set_index("step")
+    arms = [c for c in t.columns if c != "total"]
+    fig, ax = plt.subplots(figsize=(6.5, 4.9))
+    ax.set_xlim(0, len(arms))
+    ax.set_ylim(0.2, 6.6)
+    ax.axis("off")
+    boxes = [  # (y, heading, extra line)
+        (5.9, "assigned", None),
+        (4.9, "dispatched", None),
+        (3.35, "finished", lambda a: f"{t.loc['completed', a]} completed\n{t.loc['capped', a]} capped\n{t.loc['agent error', a]} agent error"),
+        (2.3, "evaluated", None),
+        (1.3, "judged", None),
+        (0.3, "analysed", None),
+    ]
+    heights = {"finished": 0.95}
+
+    def left(a: str, step_from: str, step_to: str) -> str:
+        return str(max(0, int(t.loc[step_from, a]) - int(t.loc[step_to, a])))
+
+    side = {  # text beside the arrow into each box
+        "dispatched": lambda a: f"{left(a, 'assigned', 'dispatched')} not dispatched",
+        "finished": lambda a: f"{t.loc['infrastructure reruns', a]} reruns\n{t.loc['failed', a]} failed",
+        "evaluated": lambda a: f"{left(a, 'finished', 'evaluated')} eval. error",
+        "judged": lambda a: f"{left(a, 'evaluated', 'judged')} not judged",
+        "analysed": lambda a: f"{t.loc['other model', a]} other model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} no acceptance",
+    }
+    for i, a in enumerate(arms):
+        x = i + 0.5
+        ax.text(x, 6.55, a, ha="center", va="center", fontsize=9, fontweight="bold")
+        prev_bottom = None
+        for y, step, extra in boxes:
+            h = heights.get(step, 0.5)
+            label = f"{step} {t.loc[step, a]}" + (f"\n{extra(a)}" if extra else "")
+            ax.add_patch(FancyBboxPatch((x - 0.42, y), 0.84, h, boxstyle="round,pad=0.02", fc="0.93", ec="0.35", lw=0.7))
+            ax.text(x, y + h / 2, label, ha="center", va="center", fontsize=7.5, linespacing=1.15)
+            if prev_bottom is not None:
+                ax.annotate("", xy=(x - 0.3, y + h + 0.02), xytext=(x - 0.3, prev_bottom - 0.02),
+                            arrowprops={"arrowstyle": "-|>", "lw": 0.7, "color": "0.3", "mutation_scale": 7})
+                ax.text(x - 0.25, (y + h + prev_bottom) / 2, side[step](a), ha="left", va="center", fontsize=7, color="0.25", linespacing=1.1)
+            prev_bottom = y
+    title = f"run flow by arm, study {report.study}, all waves"
+    fig.suptitle(f"{report.label}: {title}" if report.label else title, fontsize=8)
     return save_figure(fig, path)
 
 
@@ -169,12 +215,28 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
                  f"\\${format_number(report.balance.envelope_usd, 2)}; \\${format_number(report.balance.reserved_usd, 2)} still reserved."),
         label="tab:run-ledger", simulated=sim,
     )
+    out["run_flow_by_arm.csv"] = tables / f"run_flow_by_arm_{report.study}.csv"
+    report.flow_by_arm.assign(study=report.study).to_csv(out["run_flow_by_arm.csv"], index=False)
+    out["run_fidelity.csv"] = tables / f"run_fidelity_{report.study}.csv"
+    report.fidelity.assign(study=report.study).to_csv(out["run_fidelity.csv"], index=False)
+    fid = report.fidelity.copy()
+    fid["measure"] = fid["measure"].str.slice(0, 1).str.upper() + fid["measure"].str.slice(1)
+    out["run_fidelity_table.tex"] = write_table(
+        fid.rename(columns={"measure": "Measure", "all": "All arms"}), gen / "run_fidelity_table.tex",
+        caption=("Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt at something the arm "
+                 "does not allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run whatever "
+                 "its quality; capped runs are censored at the cap they reached; the last rows give the node each run ran on."),
+        label="tab:run-fidelity", simulated=sim, column_format="l" + "r" * (len(fid.columns) - 1),
+    )
     pdf = flow_figure(report, figs / "run_flow.pdf")
     out["run_flow.pdf"] = pdf
     out["run_flow_figure.tex"] = figure_env(
         pdf, gen / "run_flow_figure.tex",
-        caption="Run flow over all waves: cells planned and dispatched, attempts and infrastructure reruns, runs failed, finished, censored at a cap, judged and analysed.",
-        label="fig:run-flow", simulated=sim, width="0.75\\linewidth",
+        caption=("Run flow by arm over all waves. Each column follows one arm's cells from assignment to the primary analysis; "
+                 "beside each arrow, what left the path at that step: infrastructure attempts that were rerun under the same run id "
+                 "(every attempt is kept) and cells that ran out of attempts; runs whose evaluation failed; runs no judge scored; "
+                 "runs of a model-sensitivity wave, which enter no contrast; and judged runs of the worker model without an acceptance value."),
+        label="fig:run-flow", simulated=sim, width="\\linewidth",
     )
     m: dict[str, object] = {
         "RunStudy": report.study,
@@ -189,6 +251,16 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
     }
     for step, _ in FLOW_STEPS:
         m[macro_name("Run", step)] = report.count(step)
+    fid = report.fidelity.set_index("measure")["all"] if len(report.fidelity) else pd.Series(dtype=int)
+    m["RunDeviationRuns"] = int(fid.get("runs with a deviation", 0))
+    m["RunDeviations"] = int(fid[[i for i in fid.index if i.startswith("deviations ")]].sum()) if len(fid) else 0
+    m["RunViolationRuns"] = int(fid.get("runs with a critical violation (E)", 0))
+    m["RunAgentErrors"] = int(fid.get("agent errors", 0))
+    m["RunEvalErrors"] = int(fid.get("evaluation errors", 0))
+    m["RunNodes"] = len([i for i in fid.index if i.startswith("runs on node ")])
+    flow = report.flow_by_arm.set_index("step")["total"] if len(report.flow_by_arm) else pd.Series(dtype=int)
+    for step in ("completed", "capped", "other model"):
+        m[macro_name("Run", step)] = int(flow.get(step, 0))
     for _, r in report.ledger.iterrows():
         m[macro_name("RunSpent", "all" if r["arm"] == "all" else r["arm"])] = float(r["total"])
     out["run_macros.tex"] = write_macros(m, gen / "run_macros.tex", digits=2, comment=f"run report of study {report.study}")

@@ -1,0 +1,84 @@
+"""Protocol fidelity and the per-arm run flow, against counts worked out by hand from small tables."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from pilot.report import run_fidelity
+
+ARMS = ["A0", "A1"]
+# Six finished runs: their statuses, violations, caps, deviations and nodes are chosen so every count below is read off by eye.
+RUNS = pd.DataFrame({
+    "run_id": ["r1", "r2", "r3", "r4", "r5", "r6"],
+    "arm": ["A0", "A0", "A0", "A1", "A1", "A1"],
+    "model": ["w", "w", "w", "w", "w", "other"],
+    "status": ["completed", "capped", "agent_error", "completed", "capped", "completed"],
+    "censored": [False, True, False, False, True, False],
+    "censor_reason": [None, "wall", None, None, "cost", None],
+    "E": [True, False, False, False, "True", None],
+    "deviations": [2, 0, 0, 1, 0, 0],
+    "eval_error": [None, None, None, "oracle crashed", None, None],
+    "D": [1.0, 0.0, 0.0, None, 1.0, 1.0],
+    "n_judges": [3, 3, 0, 0, 3, 3],
+    "S": [0.0, 0.0, None, None, 1.0, 1.0],
+    "node": ["n1", "n1", "n2", "n2", "n2", "n1"],
+})
+RECORDS = [
+    {"run_id": "r1", "deviations": [{"blocked_by": "mask"}, {"blocked_by": "cli_rule"}]},
+    {"run_id": "r4", "deviations": [{"blocked_by": "mask"}]},
+    {"run_id": "r2", "deviations": []},
+]
+
+
+def _table() -> pd.DataFrame:
+    return run_fidelity.fidelity(RUNS, RECORDS, ARMS).set_index("measure")
+
+
+def test_fidelity_counts_each_measure_per_arm():
+    t = _table()
+    assert t.loc["finished runs"].to_dict() == {"A0": 3, "A1": 3, "all": 6}
+    assert t.loc["runs with a deviation"].to_dict() == {"A0": 1, "A1": 1, "all": 2}
+    assert t.loc["deviations stopped by the sandbox's program mask"].to_dict() == {"A0": 1, "A1": 1, "all": 2}
+    assert t.loc["deviations stopped by a CLI permission rule"].to_dict() == {"A0": 1, "A1": 0, "all": 1}
+    # E written as True, as the string "True" and missing: two violations.
+    assert t.loc["runs with a critical violation (E)"].to_dict() == {"A0": 1, "A1": 1, "all": 2}
+    assert t.loc["agent errors"].to_dict() == {"A0": 1, "A1": 0, "all": 1}
+    assert t.loc["capped at the wall cap"].to_dict() == {"A0": 1, "A1": 0, "all": 1}
+    assert t.loc["capped at the cost cap"].to_dict() == {"A0": 0, "A1": 1, "all": 1}
+    assert t.loc["evaluation errors"].to_dict() == {"A0": 0, "A1": 1, "all": 1}
+    assert t.loc["runs on node n1"].to_dict() == {"A0": 2, "A1": 1, "all": 3}
+    assert t.loc["runs on node n2"].to_dict() == {"A0": 1, "A1": 2, "all": 3}
+
+
+def test_only_routes_that_occur_are_listed():
+    routes = [m for m in _table().index if m.startswith("deviations ")]
+    assert routes == ["deviations stopped by a CLI permission rule", "deviations stopped by the sandbox's program mask"]
+
+
+def test_records_are_read_from_the_store_rows():
+    rows = [{"run_id": "r1", "record_json": json.dumps({"deviations": [{"blocked_by": "mask"}]})}, {"run_id": "r9", "record_json": "not json"}]
+    assert run_fidelity.records_of(rows) == [{"deviations": [{"blocked_by": "mask"}], "run_id": "r1"}, {"run_id": "r9"}]
+
+
+def test_flow_by_arm_follows_each_cell_to_the_analysis():
+    cells = pd.DataFrame({
+        "run_id": ["r1", "r2", "r3", "r4", "r5", "r6", "r7"],
+        "arm": ["A0", "A0", "A0", "A1", "A1", "A1", "A1"],
+        "status": ["done"] * 6 + ["failed"],
+    })
+    attempts = pd.DataFrame({
+        "run_id": ["r1", "r2", "r3", "r4", "r5", "r6", "r7", "r7", "r4"],
+        "outcome": ["ok"] * 6 + ["infra_error", "infra_error", "interrupted"],
+    })
+    t = run_fidelity.flow_by_arm(cells, attempts, RUNS, ARMS, "w").set_index("step")
+    expected = {  # step: (A0, A1), counted by hand from RUNS and the tables above
+        "assigned": (3, 4), "dispatched": (3, 4), "infrastructure reruns": (0, 3), "failed": (0, 1), "finished": (3, 3),
+        "completed": (1, 2), "capped": (1, 1), "agent error": (1, 0),
+        "evaluated": (3, 2),  # r4 has an evaluation error
+        "judged": (2, 2),  # r3 was not judged
+        "other model": (0, 1), "analysed": (2, 1),
+    }
+    for step, (a0, a1) in expected.items():
+        assert (t.loc[step, "A0"], t.loc[step, "A1"], t.loc[step, "total"]) == (a0, a1, a0 + a1), step
