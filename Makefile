@@ -127,7 +127,7 @@ $(RUN_STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_
 	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)" $(call STAGE_OUTPUT,04_primary)
 	@mkdir -p $(@D) && touch $@
 
-$(RUN_STAMPS)/stage-sensitivity: $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
+$(RUN_STAMPS)/stage-sensitivity: $(RUN_STAMPS)/stage-primary $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
 	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)" $(call STAGE_OUTPUT,05_sensitivity)
 	@mkdir -p $(@D) && touch $@
 

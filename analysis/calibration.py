@@ -34,9 +34,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from pilot import paths  # noqa: E402
-from pilot.latex import macro_name, write_macros, write_table  # noqa: E402
+from pilot import paths, protocol  # noqa: E402
+from pilot.latex import LatexText, latex_escape, macro_name, write_macros, write_table  # noqa: E402
+from pilot.simulated import calibration  # noqa: E402
 from pilot.simulated.calibration import run_calibration  # noqa: E402
+from pilot.stats.primary import InferenceSettings  # noqa: E402
 
 
 def _n(x: int) -> str:
@@ -113,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         m[macro_name(*base, "ZeroWidth")] = float(r.zero_width_share)
         if r.condition == "tail":
             m[macro_name(*base, "PlantedControl")] = float(r.planted_control)
+    # The appendix's and the discussion's readings of these numbers, written from them.
+    primary_name = "-".join(protocol.study().contrasts[0])
+    pick = lambda cond, col, se: [(int(r.J), float(r[col]), float(r[se])) for _, r in s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J").iterrows()]  # noqa: E731
+    settings = InferenceSettings.from_study(0, protocol.study())
+    m["CalLevelSentence"] = LatexText(latex_escape(calibration.level_sentence(pick("null", "rejection", "rejection_mc_se"), 1 - settings.level)))
+    m["CalCoverageSentence"] = LatexText(latex_escape(calibration.coverage_sentence(pick("planted", "coverage", "coverage_mc_se"), settings.level)))
     write_macros(m, args.generated_dir / "calibration_macros.tex", comment=f"analysis/calibration.py --studies {n} --seed {args.seed} --resampling-seed {args.resampling_seed}")
     print(s.to_string(index=False))
     print(f"{n} studies per condition in {elapsed:.1f} s")

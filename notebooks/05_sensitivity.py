@@ -31,6 +31,8 @@ permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.per
 # %%
 import time
 
+import pandas as pd
+
 from pilot import paths, protocol
 from pilot.report import sentences
 from pilot.report.inline import say, show_figures
@@ -119,7 +121,12 @@ for h in hyps:
 # environments and macros to `generated_dir`; figures to `figures_dir`.
 
 # %%
-written = stage_outputs.write_sensitivity(results, hyps, data, tables_dir, figures_dir, generated_dir, study=study)
+# The summary of all seven hypotheses joins the primary stage's rows (H1-H3, H5, H6, read back from its CSV
+# table for the same study) to H4 and H7 from this stage.
+primary_rows_file = tables / "primary_hypotheses.csv"
+primary_rows = pd.read_csv(primary_rows_file, keep_default_na=False) if primary_rows_file.is_file() else None
+written = stage_outputs.write_sensitivity(results, hyps, data, tables_dir, figures_dir, generated_dir, study=study,
+                                          primary_hypotheses=primary_rows)
 show_figures(written.values())
 print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
       f"in {time.perf_counter() - started:.2f} s")

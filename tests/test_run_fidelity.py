@@ -82,3 +82,20 @@ def test_flow_by_arm_follows_each_cell_to_the_analysis():
     }
     for step, (a0, a1) in expected.items():
         assert (t.loc[step, "A0"], t.loc[step, "A1"], t.loc[step, "total"]) == (a0, a1, a0 + a1), step
+
+
+def test_the_summary_orders_seven_hypotheses_and_names_a_missing_one(tmp_path):
+    from pilot.report import stage_outputs
+    from pilot.report.stage_outputs import StageData
+
+    rows = [{"hypothesis": f"H{i}", "statement": f"s{i}", "criterion": f"c{i}", "estimate": "0.100", "interval": "0.000 to 0.200", "test": "p = 0.500",
+             "verdict": "not consistent" if i == 5 else "consistent", "failing": "A1's rate 0.100 is not below 0.1" if i == 5 else "", "remark": ""}
+            for i in (7, 2, 1, 5, 4, 3)]  # out of order, H6 missing
+    summary = stage_outputs.hypotheses_summary(rows)
+    assert list(summary["hypothesis"]) == ["H1", "H2", "H3", "H4", "H5", "H7"]
+    data = StageData(runs=RUNS, source="test", synthetic=False, simulated=True, study_name="t")
+    out = stage_outputs.write_hypotheses_summary(summary, data, tmp_path / "t", tmp_path / "g")
+    table = out["hypotheses_summary_table.tex"].read_text()
+    assert "not consistent: A1's rate 0.100 is not below 0.1" in table and "Not in this table, because their stage wrote no result: H6." in table
+    paragraphs = out["discussion_hypotheses.tex"].read_text()
+    assert [line.split("}")[0] for line in paragraphs.splitlines() if line.startswith("\\paragraph")] == [f"\\paragraph{{H{i}." for i in (1, 2, 3, 4, 5, 7)]

@@ -64,3 +64,20 @@ def test_secondary_sentence_keeps_arm_names():
     assert sentences.secondary_sentence(summary) == (
         "Critical violations are most frequent in A1 (0.100); the costliest arm per run is A1 ($1.20); the slowest is A1 (9.2 minutes)."
     )
+
+
+def test_a_hypothesis_paragraph_names_the_failing_part_and_keeps_case():
+    row = {"hypothesis": "H3", "statement": "self-repair premium A4-A3 >= 0 and ARI > 0.5", "criterion": "premium estimate >= 0 and ARI estimate > 0.5",
+           "estimate": "premium 0.100; ARI 0.400", "interval": "0.000 to 0.200; 0.100 to 0.700", "test": "Holm-adjusted p = 0.500; ARI n/a",
+           "verdict": "not consistent", "failing": "the ARI 0.400 is not above 0.5", "remark": ""}
+    text = sentences.hypothesis_paragraph(row)
+    assert text == ("Self-repair premium A4-A3 >= 0 and ARI > 0.5. Estimate: premium 0.100; ARI 0.400 (interval 0.000 to 0.200; 0.100 to 0.700; "
+                    "Holm-adjusted p = 0.500; ARI n/a). The criterion is: premium estimate >= 0 and ARI estimate > 0.5. "
+                    "The verdict is not consistent: the ARI 0.400 is not above 0.5.")
+
+
+def test_an_exploratory_paragraph_is_described_not_judged_and_reads_csv_gaps():
+    row = {"hypothesis": "H7", "statement": "heterogeneity across occupations (exploratory)", "criterion": "descriptive", "estimate": "pooled premium 0.100",
+           "interval": "n/a", "test": "Cochran p = 0.011", "verdict": "exploratory", "failing": float("nan"), "remark": float("nan")}
+    text = sentences.hypothesis_paragraph(row)
+    assert "(Cochran p = 0.011)." in text and "interval" not in text and "It is exploratory: described, not judged." in text and "nan" not in text

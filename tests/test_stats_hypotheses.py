@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from statsmodels.stats.multitest import multipletests
 
@@ -79,3 +80,55 @@ def test_h4_detects_a_planted_depth_gradient():
     h = hypotheses.h4(df)
     pooled = h.summary.iloc[0]
     assert pooled.depth_slope < 0 and pooled.depth_p < 0.05
+
+
+def _only_violations_in(runs, arm: str, scenario_count: int):
+    """The run table with E = 0 everywhere except every run of ``arm`` in the first ``scenario_count`` scenarios."""
+    df = runs.copy()
+    df["E"] = False
+    first = sorted(runtable.primary_rows(df)["scenario"].unique())[:scenario_count]
+    df.loc[(df["arm"] == arm) & df["scenario"].isin(first), "E"] = True
+    return df
+
+
+def test_h5_reads_its_limit_from_the_protocol_and_names_the_part_that_fails(runs):
+    limit = protocol.study()["hypotheses"]["violation_rate_max"]
+    assert limit == 0.10  # the preregistered 10 per cent
+    # One scenario of ten with every A1 run a violation: A1's rate is exactly 1/10, which is not below a strict 0.1.
+    h = hypotheses.h5(_only_violations_in(runs, "A1", 1), B=200, n_permutations=500)
+    assert h.summary.set_index("quantity").loc["violation rate A1", "estimate"] == pytest.approx(0.1)
+    assert h.verdict == "not consistent"
+    assert h.failing[0] == "A1's rate 0.100 is not below 0.1"
+    assert "highest rate 0.100 (A1)" in h.estimate
+    # No violation anywhere: every part holds and nothing is named.
+    clean = hypotheses.h5(_only_violations_in(runs, "A1", 0), B=200, n_permutations=500)
+    assert clean.verdict == "consistent" and clean.failing == ()
+
+
+def test_the_headline_is_the_contrast_row_in_words(runs, result):
+    h = hypotheses.h2(runs, result=result)
+    c = result.contrast("A1-A0")
+    assert h.estimate == f"{c.estimate:.3f}".replace("-", "\u2212")
+    assert h.interval == f"{c.ci_low:.3f} to {c.ci_high:.3f}".replace("-", "\u2212")
+    assert h.test.startswith("Holm-adjusted p ")
+    if h.verdict == "not consistent":
+        assert h.failing and all("not above 0" in f or "not below 0.05" in f for f in h.failing)
+    row = hypotheses.overview([h]).iloc[0]
+    assert row["estimate"] == h.estimate and row["failing"] == "; ".join(h.failing)
+
+
+def test_h7_acceptance_by_occupation_against_scipy(runs):
+    from scipy.stats import chi2_contingency
+
+    h = hypotheses.h7(runs)
+    rows = runtable.primary_rows(runs)
+    study = protocol.study()
+    acc = (rows["D"] == 1) & (~rows["E"].astype(bool)) & (rows["Q"] >= study.q)
+    scored = rows["Q"].notna()
+    by = pd.DataFrame({"occupation": rows["occupation"], "acc": acc & scored, "scored": scored}).groupby("occupation").sum()
+    t = h.summary.set_index("scenario").drop(index="pooled")
+    for occ, share in zip(t["occupation"], t["share_accepted"]):
+        assert float(share) == pytest.approx(by.loc[occ, "acc"] / by.loc[occ, "scored"])
+    chi2, p, dof, _ = chi2_contingency(np.column_stack([by["acc"], by["scored"] - by["acc"]]).astype(float), correction=False)
+    assert f"acceptance: chi2 = {chi2:.2f} (df {dof}), p = {p:.3f}" in h.summary.set_index("scenario").loc["pooled", "occupation"]
+    assert h.interval == "n/a" and "chi-square p" in h.test

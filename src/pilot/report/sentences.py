@@ -131,6 +131,35 @@ def hypothesis_sentence(h: Any, *, prefix: str = "") -> str:
     return f"{prefix}{h.id} ({h.statement}) reads {verdict}: {tail} (criterion: {h.criterion})."
 
 
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value).strip()
+
+
+def hypothesis_paragraph(row: Mapping[str, Any]) -> str:
+    """The discussion's paragraph on one hypothesis, from its result's row (:meth:`HypothesisResult.row`): numbers, criterion, verdict, what fails, what the numbers say.
+
+    The row may come from the result object or from the CSV table a stage
+    wrote from it; every number in the paragraph is one of the row's.
+    """
+    verdict = _text(row.get("verdict"))
+    failing = _text(row.get("failing"))
+    interval, test = _text(row.get("interval")), _text(row.get("test"))
+    numbers = "; ".join(x for x in (f"interval {interval}" if interval and interval != "n/a" else "", test) if x)
+    statement = _text(row.get("statement"))
+    out = [f"{statement[:1].upper()}{statement[1:]}. Estimate: {_text(row.get('estimate'))}" + (f" ({numbers})." if numbers else ".")]
+    out.append(f"The criterion is: {_text(row.get('criterion'))}.")
+    if verdict == "not consistent" and failing:
+        out.append(f"The verdict is {verdict}: {failing}.")
+    elif verdict == "exploratory":
+        out.append("It is exploratory: described, not judged.")
+    else:
+        out.append(f"The verdict is {verdict}.")
+    remark = _text(row.get("remark"))
+    if remark:
+        out.append(remark)
+    return " ".join(out)
+
+
 def q_grid_sentence(summary: pd.DataFrame, primary: str, *, prefix: str = "") -> str:
     part = summary[summary["contrast"] == primary]
     est = part["estimate"].astype(float)

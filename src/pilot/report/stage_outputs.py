@@ -16,13 +16,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from pilot import backends, paths, protocol, runtable
-from pilot.latex import SIMULATED_TAG, data_label, fit_to_width, latex_escape, macro_name, write_macros, write_table
+from pilot.latex import SIMULATED_TAG, LatexText, data_label, fit_to_width, format_number, latex_escape, macro_name, write_macros, write_table
 from pilot.stats import estimability, figures
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
@@ -293,6 +293,11 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     m = common_macros(data)
     m.update({"ResultsQ": _num(result.q), "ResultsBootstrapB": int(st.B), "ResultsPermutations": int(st.n_permutations),
               "ResultsSignVectors": int(2 ** int(result.contrasts["n_scenarios"].max())) if bool(result.contrasts["exact"].all()) else int(st.n_permutations)})
+    # How the sign-flip p-values were computed, in words: exact only when every contrast enumerated all 2^J sign vectors.
+    if bool(result.contrasts["exact"].all()):
+        m["ResultsSignTest"] = LatexText(f"exact, over all {format_number(int(2 ** int(result.contrasts['n_scenarios'].max())))} sign vectors")
+    else:
+        m["ResultsSignTest"] = LatexText(f"randomised, over {format_number(int(st.n_permutations))} random sign vectors (a Monte Carlo estimate of the exact p-value)")
     for _, r in acc.iterrows():
         m[macro_name("Acc", r.arm)] = _value(r.p_hat)
         m[macro_name("Acc", r.arm, "Low")] = _value(r.ci_low)
@@ -325,8 +330,59 @@ def h4_fit_notes(table: pd.DataFrame) -> str:
     return "; ".join(notes) if notes else "every fit was estimable and none was left out"
 
 
-def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str, *, study: protocol.Study | None = None) -> dict[str, Path]:
-    """Every sensitivity and secondary table, figure and macro."""
+def hypotheses_summary(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
+    """All seven hypotheses in order, one row each (:meth:`HypothesisResult.row` or the rows a stage wrote from it)."""
+    df = pd.DataFrame(list(rows))
+    if df.empty:
+        return df
+    df = df.drop_duplicates("hypothesis", keep="last")
+    return df.sort_values("hypothesis", key=lambda c: c.str.slice(1).astype(int)).reset_index(drop=True)
+
+
+def write_hypotheses_summary(summary: pd.DataFrame, data: StageData, tables_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
+    """The summary table of every hypothesis and the discussion's paragraph on each, from their result rows."""
+    from pilot.report.sentences import hypothesis_paragraph
+
+    tables, gen = _dirs(tables_dir, generated_dir)
+    out: dict[str, Path] = {"hypotheses_summary.csv": tables / "hypotheses_summary.csv"}
+    _tag(summary, data).to_csv(out["hypotheses_summary.csv"], index=False)
+    missing = [f"H{i}" for i in range(1, 8) if f"H{i}" not in set(summary.get("hypothesis", []))]
+
+    def verdict_cell(r: pd.Series) -> str:
+        failing = str(r.get("failing") or "").strip() if isinstance(r.get("failing"), str) else ""
+        return f"{r['verdict']}: {failing}" if r["verdict"] == "not consistent" and failing else str(r["verdict"])
+
+    show = pd.DataFrame({
+        "H": summary["hypothesis"],
+        "Expectation and criterion": [f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"])],
+        "Estimate": summary["estimate"], "95\\% interval": summary["interval"], "Test": summary["test"],
+        "Verdict (the part that fails)": [verdict_cell(r) for _, r in summary.iterrows()],
+    })
+    show = _escape_cells(show)
+    caption = ("Every preregistered expectation with its headline estimate, interval, test, criterion and verdict; where the verdict is "
+               "\\emph{not consistent}, the part of the criterion that fails, with its number. Several numbers in one cell are separated by "
+               "semicolons in the order the expectation names them; n/a marks a quantity no test applies to. Tables~\\ref{tab:h1} "
+               "to~\\ref{tab:h7} give every number behind each row.")
+    if missing:
+        caption += f" Not in this table, because their stage wrote no result: {', '.join(missing)}."
+    out["hypotheses_summary_table.tex"] = write_table(
+        show, gen / "hypotheses_summary_table.tex", caption=caption, label="tab:hypotheses-summary", simulated=data.label, escape=False,
+        font="\\footnotesize",
+        column_format=("l>{\\raggedright\\arraybackslash}p{0.27\\linewidth}>{\\raggedright\\arraybackslash}p{0.12\\linewidth}"
+                       ">{\\raggedright\\arraybackslash}p{0.13\\linewidth}>{\\raggedright\\arraybackslash}p{0.15\\linewidth}"
+                       ">{\\raggedright\\arraybackslash}p{0.17\\linewidth}"),
+    )
+    paragraphs = [f"\\paragraph{{{r['hypothesis']}.}} {latex_escape(hypothesis_paragraph(r))}" for _, r in summary.iterrows()]
+    out["discussion_hypotheses.tex"] = gen / "discussion_hypotheses.tex"
+    out["discussion_hypotheses.tex"].write_text(
+        "% Generated file: do not edit. One paragraph per hypothesis, written from its result (pilot.report.sentences.hypothesis_paragraph).\n"
+        + "\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    return out
+
+
+def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str, *, study: protocol.Study | None = None,
+                      primary_hypotheses: pd.DataFrame | None = None) -> dict[str, Path]:
+    """Every sensitivity and secondary table, figure and macro; with the primary stage's hypothesis rows, the summary of all seven."""
     study = study or protocol.study()
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
     sim = data.label
@@ -419,6 +475,13 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
 
     ov = overview(hyps)
     csv("sensitivity_hypotheses.csv", ov)
+    prior: list[dict] = []
+    if primary_hypotheses is not None and len(primary_hypotheses):
+        # Only the primary stage's rows for this same study and label join the summary; rows of another table would mix two studies.
+        same = "study" in primary_hypotheses and (primary_hypotheses["study"].astype(str) == _tag(ov.head(1), data)["study"].iloc[0]).all()
+        if same:
+            prior = primary_hypotheses[[c for c in ov.columns if c in primary_hypotheses.columns]].to_dict("records")
+    out.update(write_hypotheses_summary(hypotheses_summary([*prior, *ov.to_dict("records")]), data, tables_dir, generated_dir))
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
         tex(f"sensitivity_{h.id.lower()}_table.tex", h.summary,

@@ -270,3 +270,33 @@ def run_calibration(
             "B": settings.B, "permutations": settings.n_permutations,
         })
     return CalibrationResult(pd.DataFrame(rows), studies)
+
+
+def against_nominal(rate: float, mc_se: float, nominal: float) -> str:
+    """Where a simulated rate sits against its nominal value: "within Monte Carlo error of", "above" or "below".
+
+    Within two Monte Carlo standard errors (at least 0.001, so a rate of exactly the nominal with a zero
+    standard error still reads as within) counts as within.
+    """
+    if abs(rate - nominal) <= 2 * max(mc_se, 0.001):
+        return "within Monte Carlo error of"
+    return "above" if rate > nominal else "below"
+
+
+def level_sentence(rows: Sequence[tuple[int, float, float]], alpha: float) -> str:
+    """The sign-flip test's rejection rate under the null, per study size ``(J, rate, mc_se)``, read against ``alpha``."""
+    def reading(rate: float, se: float) -> str:
+        where = against_nominal(rate, se, alpha)
+        return f"{where} the level" + (", so conservative there" if where == "below" else "")
+
+    parts = [f"{rate:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {reading(rate, se)})" for j, rate, se in rows]
+    return f"With no effect planted, the sign-flip test rejects the primary null in {' and in '.join(parts)}, against a level of {alpha:g}."
+
+
+def coverage_sentence(rows: Sequence[tuple[int, float, float]], level: float) -> str:
+    """The primary interval's coverage of the planted contrast, per study size ``(J, coverage, mc_se)``, read against ``level``."""
+    parts = [f"{cov:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {against_nominal(cov, se, level)} the nominal {level:.0%})" for j, cov, se in rows]
+    below = [j for j, cov, se in rows if against_nominal(cov, se, level) == "below"]
+    tail = (f" Where it covers less than its nominal level (J = {', '.join(map(str, below))}), the intervals should be read as narrower than a "
+            f"{level:.0%} interval, and the sign-flip test, whose level is checked above, is the one the criteria rest on." if below else "")
+    return f"The percentile interval covers the planted primary contrast in {' and in '.join(parts)}.{tail}"

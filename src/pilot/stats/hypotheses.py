@@ -41,6 +41,14 @@ class HypothesisResult:
     verdict: str
     exploratory: bool = False
     infinite: tuple[str, ...] = ()
+    #: The parts of the criterion this table fails, each in words with its number (empty unless "not consistent").
+    failing: tuple[str, ...] = ()
+    #: The headline the summary table and the discussion print: estimate, interval and test, as text.
+    estimate: str = ""
+    interval: str = ""
+    test: str = ""
+    #: What the numbers say beyond the verdict, read from them (an interval against its test, a rate at its limit), or "".
+    remark: str = ""
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -59,11 +67,57 @@ class HypothesisResult:
         return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
 
     def row(self) -> dict:
-        return {"hypothesis": self.id, "statement": self.statement, "criterion": self.criterion, "verdict": self.verdict, "verdict_class": self.verdict_class, "reason": self.reason}
+        return {"hypothesis": self.id, "statement": self.statement, "criterion": self.criterion, "estimate": self.estimate,
+                "interval": self.interval, "test": self.test, "verdict": self.verdict, "failing": "; ".join(self.failing), "remark": self.remark,
+                "verdict_class": self.verdict_class, "reason": self.reason}
 
 
 #: A cell where no test or count applies (an index has no p-value), as distinct from "not estimable (reason)".
 NOT_APPLICABLE = "n/a"
+
+
+MINUS = "\u2212"
+
+
+def shown(value: object, digits: int = 3) -> str:
+    """A number as a verdict's text prints it: fixed decimals, a true minus, ``∞`` for an infinite ratio, "not estimable" when missing."""
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value) if value not in (None, "") else "not estimable"
+    if np.isnan(x):
+        return "not estimable"
+    if np.isinf(x):
+        return "\u221e" if x > 0 else MINUS + "\u221e"
+    text = f"{abs(x):.{digits}f}"
+    return (MINUS if x < 0 and float(text) != 0 else "") + text
+
+
+def shown_interval(low: object, high: object, digits: int = 3) -> str:
+    """"low to high", or "not estimable" when either end is missing (an infinite end stays ∞)."""
+    ends = [shown(low, digits), shown(high, digits)]
+    return "not estimable" if "not estimable" in ends else f"{ends[0]} to {ends[1]}"
+
+
+def shown_p(value: object, name: str = "p") -> str:
+    """A p-value in words: "p = 0.123", "p < 0.001", or "p not estimable"."""
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return f"{name} {value}" if value not in (None, "") else f"{name} not estimable"
+    if np.isnan(x):
+        return f"{name} not estimable"
+    return f"{name} < 0.001" if x < 0.001 else f"{name} = {x:.3f}"
+
+
+def _exact(value: float) -> float:
+    """A rate or index as the ratio of counts it is: rounded to 12 decimals, so 1/10 computed as 0.09999999999999999 meets a threshold of 0.1 as 0.1."""
+    return round(float(value), 12)
+
+
+def _judge(*parts: tuple[str, tuple[bool | None, str]]) -> tuple[str, tuple[str, ...]]:
+    """The verdict of a conjunction of named parts, and the parts known to fail (named in words with their numbers)."""
+    return estimability.all_of(*(c for _, c in parts)), tuple(words for words, (ok, _) in parts if ok is False)
 
 
 def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) -> PrimaryResult:
@@ -87,12 +141,45 @@ def _cond(value: float, test, reason: str) -> tuple[bool | None, str]:
     return (bool(test(value)), "") if estimability.known(value) else (None, reason)
 
 
-def _contrast_verdict(r: pd.Series, p: float, alpha: float, name: str, adjusted: str = "") -> str:
+def _contrast_verdict(r: pd.Series, p: float, alpha: float, name: str, adjusted: str = "") -> tuple[str, tuple[str, ...]]:
     why = estimability.first_reason(str(r.note)) or "no estimate"
-    return estimability.all_of(
-        _cond(r.estimate, lambda v: v > 0, f"{name}: {why}"),
-        _cond(p, lambda v: v < alpha, f"{name}: {why}" if not estimability.known(r.estimate) else f"{name}: no {adjusted}p-value"),
+    p_name = f"the {adjusted}p-value" if adjusted else "the sign-flip p-value"
+    return _judge(
+        (f"the estimate {shown(r.estimate)} is not above 0", _cond(r.estimate, lambda v: v > 0, f"{name}: {why}")),
+        (f"{p_name} {shown(p)} is not below {alpha:g}",
+         _cond(p, lambda v: v < alpha, f"{name}: {why}" if not estimability.known(r.estimate) else f"{name}: no {adjusted}p-value")),
     )
+
+
+def _contrast_headline(r: pd.Series, p: float, p_name: str, alpha: float, level: float) -> dict[str, str]:
+    return {"estimate": shown(r.estimate), "interval": shown_interval(r.ci_low, r.ci_high), "test": shown_p(p, p_name),
+            "remark": _contrast_remark(r, p, p_name, alpha, level)}
+
+
+def _interval_against_test(low: float, high: float, p: float, p_name: str, alpha: float, level: float, nonzero: int | None = None) -> str:
+    """A sentence when a percentile interval excludes zero while its test's p-value is not below alpha (else "")."""
+    if not (estimability.known(low) and estimability.known(high) and estimability.known(p)) or not (low > 0 or high < 0) or p < alpha:
+        return ""
+    pct = f"{level:.0%}"
+    return (f"The {pct} percentile interval ({shown(low)} to {shown(high)}) excludes zero while the {p_name} ({shown(p)}) is not below {alpha:g}. "
+            "The two do not answer the same question: the sign-flip test is exact under its null at any number of scenarios, but a scenario "
+            "whose value is zero carries no sign, and with k scenarios of non-zero value the smallest p-value it can reach is 2 divided by 2 to the power k"
+            + (f" (here k = {nonzero}, so p cannot fall below {min(1.0, 2 / 2 ** nonzero):.3f})" if nonzero is not None else "")
+            + f"; the percentile interval can cover less often than {pct} with few scenarios (Appendix on calibration). The criterion rests on the test.")
+
+
+def _contrast_remark(r: pd.Series, p: float, p_name: str, alpha: float, level: float) -> str:
+    """What a contrast's interval says beside its test, from the numbers."""
+    if not (estimability.known(r.ci_low) and estimability.known(r.ci_high)):
+        return ""
+    lo, hi, pct = shown(r.ci_low), shown(r.ci_high), f"{level:.0%}"
+    discord = _interval_against_test(r.ci_low, r.ci_high, p, p_name, alpha, level)
+    if discord:
+        return discord
+    if r.ci_low <= 0 <= r.ci_high:
+        return (f"The {pct} interval runs from {lo} to {hi} and includes zero: this table is compatible with no difference "
+                f"and with differences as large as {lo if abs(r.ci_low) > abs(r.ci_high) else hi}; it neither shows the effect nor rules it out.")
+    return f"The {pct} interval ({lo} to {hi}) lies on one side of zero."
 
 
 def h1(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw) -> HypothesisResult:
@@ -102,9 +189,10 @@ def h1(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
     name = estimators.contrast_name(study.contrasts[0])
     r = res.contrast(name)
     alpha = 1 - res.settings.level
+    verdict, failing = _contrast_verdict(r, r.p_value, alpha, name)
     return HypothesisResult(
         "H1", f"computer-use premium {name} > 0", f"estimate > 0 and sign-flip p < {alpha:g} (two-sided)",
-        _contrast_row(res, name, "p_value"), _contrast_verdict(r, r.p_value, alpha, name),
+        _contrast_row(res, name, "p_value"), verdict, failing=failing, **_contrast_headline(r, r.p_value, "sign-flip p", alpha, res.settings.level),
     )
 
 
@@ -115,9 +203,10 @@ def h2(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
     name = estimators.contrast_name(study.contrasts[1])
     r = res.contrast(name)
     alpha = 1 - res.settings.level
+    verdict, failing = _contrast_verdict(r, r.p_holm, alpha, name, "Holm-adjusted ")
     return HypothesisResult(
         "H2", f"shell premium {name} > 0", f"estimate > 0 and Holm-adjusted p < {alpha:g}",
-        _contrast_row(res, name, "p_holm"), _contrast_verdict(r, r.p_holm, alpha, name, "Holm-adjusted "),
+        _contrast_row(res, name, "p_holm"), verdict, failing=failing, **_contrast_headline(r, r.p_holm, "Holm-adjusted p", alpha, res.settings.level),
     )
 
 
@@ -135,11 +224,21 @@ def h3(df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, 
         ],
         ignore_index=True,
     )
-    verdict = estimability.all_of(
-        _cond(r.estimate, lambda v: v >= 0, f"{name}: {estimability.first_reason(str(r.note)) or 'no estimate'}"),
-        _cond(ari.estimate, lambda v: v > 0.5, f"ARI: {estimability.first_reason(str(ari.note)) or 'no estimate'}"),
+    ari_min = float(study["hypotheses"]["ari_min"])
+    verdict, failing = _judge(
+        (f"the premium {shown(r.estimate)} is below 0", _cond(r.estimate, lambda v: v >= 0, f"{name}: {estimability.first_reason(str(r.note)) or 'no estimate'}")),
+        (f"the ARI {shown(ari.estimate)} is not above {ari_min:g}", _cond(ari.estimate, lambda v: _exact(v) > ari_min, f"ARI: {estimability.first_reason(str(ari.note)) or 'no estimate'}")),
     )
-    return HypothesisResult("H3", f"self-repair premium {name} >= 0 and ARI > 1/2", "premium estimate >= 0 and ARI estimate > 0.5", table, verdict)
+    return HypothesisResult(
+        "H3", f"self-repair premium {name} >= 0 and ARI > {ari_min:g}", f"premium estimate >= 0 and ARI estimate > {ari_min:g}", table, verdict,
+        failing=failing, estimate=f"premium {shown(r.estimate)}; ARI {shown(ari.estimate)}",
+        interval=f"{shown_interval(r.ci_low, r.ci_high)}; {shown_interval(ari.ci_low, ari.ci_high)}",
+        test=f"{shown_p(r.p_holm, 'Holm-adjusted p')}; ARI {NOT_APPLICABLE}",
+        remark=(f"The ARI counts {int(ari.recovered)} of {int(ari.eligible)} eligible runs (a first session that failed its self-check, "
+                f"was capped or ended in an error) that passed the self-check after the one recovery; "
+                + ("the premium is a difference of acceptance, which the recovery can raise only in those runs."
+                   if int(ari.eligible) else "with no eligible run the index has nothing to count.")),
+    )
 
 
 def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisResult:
@@ -204,18 +303,24 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         out.append(rec)
     table = pd.DataFrame(out)
     why = estimability.first_reason(str(pooled["note"])) or "no estimate"
-    verdict = estimability.all_of(
-        _cond(pooled["depth_ci_high"], lambda v: v < 0, f"pooled fit: {why}"),
-        _cond(pooled["tool_calls_ci_high"], lambda v: v < 0, f"pooled fit: {why}"),
+    verdict, failing = _judge(
+        (f"the depth slope's upper limit {shown(pooled['depth_ci_high'])} is not below 0", _cond(pooled["depth_ci_high"], lambda v: v < 0, f"pooled fit: {why}")),
+        (f"the tool-call slope's upper limit {shown(pooled['tool_calls_ci_high'])} is not below 0",
+         _cond(pooled["tool_calls_ci_high"], lambda v: v < 0, f"pooled fit: {why}")),
     )
     return HypothesisResult(
         "H4", "acceptance falls within arm with designed depth and realised tool calls",
         f"both pooled slopes (log-odds per SD, clustered by scenario) negative with {level:.0%} intervals below zero", table, verdict,
+        failing=failing, estimate=f"depth {shown(pooled['depth_slope'])}; tool calls {shown(pooled['tool_calls_slope'])}",
+        interval=f"{shown_interval(pooled['depth_ci_low'], pooled['depth_ci_high'])}; {shown_interval(pooled['tool_calls_ci_low'], pooled['tool_calls_ci_high'])}",
+        test=f"cluster-robust Wald {shown_p(pooled['depth_p'])}; {shown_p(pooled['tool_calls_p'])}",
+        remark=(f"The pooled fit uses {int(pooled['n_runs'])} scored runs" + (f" ({pooled['note']})" if pooled["note"] else "")
+                + "; tool calls are realised, not assigned, so their slope describes an association, not an effect of tool use."),
     )
 
 
-def h5(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, n_permutations: int | None = None, limit: float = 0.10) -> HypothesisResult:
-    """H5: critical-violation rate below 10% in every arm and not increasing with tool access.
+def h5(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, n_permutations: int | None = None, limit: float | None = None) -> HypothesisResult:
+    """H5: critical-violation rate below the protocol's limit (``hypotheses.violation_rate_max``, 10%) in every arm and not increasing with tool access.
 
     Per arm: the scenario-weighted rate of E with its bootstrap interval. Trend:
     within each scenario, the least-squares slope of the arms' violation rates
@@ -225,6 +330,7 @@ def h5(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     "every arm" unjudgeable unless another arm already breaks the limit.
     """
     study = study or protocol.study()
+    limit = float(study["hypotheses"]["violation_rate_max"]) if limit is None else limit
     settings = InferenceSettings.from_study(seed, study, B=B, n_permutations=n_permutations)
     rows = runtable.primary_rows(df, study)
     layout = Layout.of(rows, study.arms)
@@ -245,13 +351,27 @@ def h5(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     table = pd.DataFrame({"quantity": [f"violation rate {a}" for a in layout.arms] + ["slope per access step"], "estimate": [*est, s_est], "ci_low": [*lo, s_lo], "ci_high": [*hi, s_hi], "p_value": [NOT_APPLICABLE] * layout.A + [float(test.p_value[0])], "n_scenarios": n_scen, "note": notes})
     table.loc[: layout.A - 1, "note"] = [estimability.join_notes(n, "no p-value: descriptive rate") for n in table["note"].iloc[: layout.A]]
     alpha = 1 - settings.level
-    verdict = estimability.all_of(
-        *(_cond(e, lambda v: v < limit, f"no run in {a}") for a, e in zip(layout.arms, est)),
-        _cond(s_est, lambda v: not (v > 0 and test.p_value[0] < alpha), "trend: no scenario with runs in two arms"),
+    slope_p = float(test.p_value[0])
+    verdict, failing = _judge(
+        *((f"{a}'s rate {shown(e)} is not below {limit:g}", _cond(e, lambda v: _exact(v) < limit, f"no run in {a}")) for a, e in zip(layout.arms, est)),
+        (f"the slope {shown(s_est)} is positive with sign-flip p {shown(slope_p)} below {alpha:g}",
+         _cond(s_est, lambda v: not (v > 0 and slope_p < alpha), "trend: no scenario with runs in two arms")),
     )
+    known_rates = [(a, e, l_, h_) for a, e, l_, h_ in zip(layout.arms, est, lo, hi) if estimability.known(e)]
+    top = max(known_rates, key=lambda t: t[1]) if known_rates else None
     return HypothesisResult(
         "H5", f"critical-violation rate below {limit:.0%} in every arm, not rising with access",
         f"every arm's rate < {limit:g}; slope not significantly positive (sign-flip p >= {alpha:g} or slope <= 0)", table, verdict,
+        failing=failing,
+        estimate=(f"highest rate {shown(top[1])} ({top[0]}); " if top else "highest rate not estimable; ") + f"slope {shown(s_est)}",
+        interval=(f"{shown_interval(top[2], top[3])}; " if top else "") + shown_interval(s_lo, s_hi),
+        test=f"slope: {shown_p(slope_p, 'sign-flip p')}",
+        remark=" ".join([
+            *(f"{a}'s rate equals the limit of {limit:g} exactly; the criterion is strict (below), so {a} fails it by the smallest margin a rate can."
+              for a, e in zip(layout.arms, est) if estimability.known(e) and _exact(e) == limit),
+            _interval_against_test(s_lo, s_hi, slope_p, "slope's sign-flip p-value", alpha, settings.level,
+                                   nonzero=int((np.abs(slopes[~np.isnan(slopes)]) > 1e-12).sum())),
+        ]).strip(),
     )
 
 
@@ -289,17 +409,27 @@ def h6(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     else:
         lowest = finite[finite == finite.min()].index.tolist()
         verdict = estimability.verdict(all(a in expected for a in lowest))
+    lowest = finite[finite == finite.min()].index.tolist() if not finite.empty else []
+    failing = (f"the lowest cost per accepted deliverable is in {' and '.join(lowest)}",) if verdict == estimability.NOT_CONSISTENT else ()
+    by_arm = t.set_index("arm")
     return HypothesisResult(
         "H6", f"cost per accepted deliverable lowest in {' or '.join(expected)}, not A0",
         f"lowest finite point estimate in {' or '.join(expected)} (share of resamples with the lowest in {'/'.join(expected)}: {share:.2f})",
-        table, verdict, infinite=("cost_per_accepted", "ci_low", "ci_high"),
+        table, verdict, infinite=("cost_per_accepted", "ci_low", "ci_high"), failing=failing,
+        estimate=(f"lowest {' and '.join(lowest)}: ${shown(finite.min(), 2)}" if lowest else "no finite cost per accepted deliverable"),
+        interval="; ".join(shown_interval(by_arm.loc[a, "ci_low"], by_arm.loc[a, "ci_high"], 2) for a in lowest) or "not estimable",
+        test=f"share of resamples lowest in {'/'.join(expected)}: {share:.2f}",
+        remark=(f"In {share:.0%} of the joint bootstrap resamples the cheapest arm per accepted deliverable was {' or '.join(expected)}; "
+                f"{int(table['n_charged'].sum())} run(s) without a reported cost are charged at the ledger's charge."),
     )
 
 
 def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisResult:
-    """H7 (exploratory): heterogeneity of the primary premium across occupations.
+    """H7 (exploratory): heterogeneity across occupations, read two ways.
 
-    Per occupation, the premium of the primary contrast (difference of repeat
+    Acceptance: each occupation's share of accepted runs over all arms, and
+    Pearson's chi-square test of accepted x occupation over the scored runs.
+    The premium: per occupation, the primary contrast (difference of repeat
     means) and its standard error from the two arms' binomial repeat means
     (with a half-run continuity correction so a 0/R or R/R cell has a
     variance); Cochran's Q over occupations with its chi-square p and I^2.
@@ -331,16 +461,35 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         "" if k else (f"no scored run in {' and '.join(a for a, n_a in ((treated, n[j, t]), (control, n[j, c])) if n_a == 0)}")
         for j, k in enumerate(ok)
     ]
-    table = pd.DataFrame({"occupation": layout.occupation, "scenario": layout.scenarios, f"p_{treated}": p_t, f"p_{control}": p_c, "premium": d, "se": np.sqrt(var), "note": scen_note})
+    acc = np.array([np.nansum(S[(layout.j == j)]) for j in range(layout.J)], dtype=float)
+    scored = np.array([int((~np.isnan(S[layout.j == j])).sum()) for j in range(layout.J)], dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = acc / scored
+    has = scored > 0
+    if has.sum() >= 2 and 0 < acc[has].sum() < scored[has].sum():
+        chi2, p_acc, dof_acc, _ = sps.chi2_contingency(np.column_stack([acc[has], scored[has] - acc[has]]), correction=False)
+        acc_why = ""
+    else:
+        chi2, p_acc, dof_acc = np.nan, np.nan, max(int(has.sum()) - 1, 0)
+        acc_why = "needs two occupations with scored runs" if has.sum() < 2 else "every scored run has the same acceptance"
+    table = pd.DataFrame({"occupation": layout.occupation, "scenario": layout.scenarios, "share_accepted": share, f"p_{treated}": p_t, f"p_{control}": p_c, "premium": d, "se": np.sqrt(var), "note": scen_note})
     het_why = "needs two scenarios with a premium" if dfree <= 0 else ""
     pooled_why = "no scenario with scored runs in both arms" if not ok.any() else ""
     fmt = lambda v, why, spec: f"{v:{spec}}" if np.isfinite(v) else estimability.not_estimable(why)  # noqa: E731
-    text = f"Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = {fmt(p_het, het_why, '.3f')}, I2 = {fmt(i2, het_why, '.2f')}"
-    table = pd.concat([table.astype({f"p_{treated}": object, f"p_{control}": object, "se": object}),
-                       pd.DataFrame([{"occupation": text, "scenario": "pooled", f"p_{treated}": "", f"p_{control}": "", "premium": pooled, "se": "", "note": pooled_why}])], ignore_index=True)
+    acc_text = f"acceptance: chi2 = {fmt(chi2, acc_why, '.2f')} (df {int(dof_acc)}), p = {fmt(p_acc, acc_why, '.3f')}"
+    text = f"premium: Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = {fmt(p_het, het_why, '.3f')}, I2 = {fmt(i2, het_why, '.2f')}"
+    pooled_share = float(acc[has].sum() / scored[has].sum()) if has.any() else np.nan
+    table = pd.concat([table.astype({"share_accepted": object, f"p_{treated}": object, f"p_{control}": object, "se": object}),
+                       pd.DataFrame([{"occupation": f"{acc_text}; {text}", "scenario": "pooled", "share_accepted": pooled_share, f"p_{treated}": "", f"p_{control}": "",
+                                      "premium": pooled, "se": "", "note": pooled_why}])], ignore_index=True)
+    spread = f"{shown(np.nanmin(share[has]))} to {shown(np.nanmax(share[has]))}" if has.any() else "not estimable"
     return HypothesisResult(
-        "H7", "heterogeneity of the premium across occupations (exploratory)",
-        "descriptive; Cochran's Q reported, no confirmatory claim", table, "exploratory", exploratory=True,
+        "H7", "heterogeneity across occupations, in acceptance and in the premium (exploratory)",
+        "descriptive; chi-square of acceptance by occupation and Cochran's Q of the premium reported, no confirmatory claim", table, "exploratory",
+        exploratory=True, estimate=f"acceptance {spread} across occupations; pooled premium {shown(pooled)}", interval=NOT_APPLICABLE,
+        test=f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, "Cochran p")}, I² = {shown(i2, 2)}",
+        remark=(f"Each occupation is one scenario, so occupation and scenario cannot be told apart; with {int(has.sum())} occupations "
+                "these numbers describe this table and support no claim about an occupation."),
     )
 
 

@@ -1,0 +1,25 @@
+"""The calibration appendix's readings: a rate against its nominal value, worked out by hand."""
+
+from __future__ import annotations
+
+from pilot.simulated.calibration import against_nominal, coverage_sentence, level_sentence
+
+
+def test_a_rate_is_read_against_two_monte_carlo_errors():
+    assert against_nominal(0.052, 0.002, 0.05) == "within Monte Carlo error of"  # 0.002 away, 2 s.e. = 0.004
+    assert against_nominal(0.062, 0.002, 0.05) == "above"  # 0.012 away
+    assert against_nominal(0.017, 0.001, 0.05) == "below"
+    assert against_nominal(0.05, 0.0, 0.05) == "within Monte Carlo error of"  # a zero s.e. still allows 0.002
+
+
+def test_the_level_sentence_says_conservative_only_below():
+    text = level_sentence([(10, 0.017, 0.0013), (40, 0.049, 0.0022)], 0.05)
+    assert "0.017 of the studies at J = 10 (Monte Carlo s.e. 0.001; below the level, so conservative there)" in text
+    assert "0.049 of the studies at J = 40 (Monte Carlo s.e. 0.002; within Monte Carlo error of the level)" in text
+
+
+def test_the_coverage_sentence_warns_only_where_coverage_falls_short():
+    short = coverage_sentence([(10, 0.895, 0.003), (40, 0.947, 0.002)], 0.95)  # 0.055 and 0.003 short of 0.95
+    assert "below the nominal 95%" in short and "(J = 10)" in short and "narrower than a 95% interval" in short
+    fine = coverage_sentence([(10, 0.948, 0.003)], 0.95)
+    assert "within Monte Carlo error of the nominal 95%" in fine and "narrower" not in fine
