@@ -487,7 +487,7 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         "H7", "heterogeneity across occupations, in acceptance and in the premium (exploratory)",
         "descriptive; chi-square of acceptance by occupation and Cochran's Q of the premium reported, no confirmatory claim", table, "exploratory",
         exploratory=True, estimate=f"acceptance {spread} across occupations; pooled premium {shown(pooled)}", interval=NOT_APPLICABLE,
-        test=f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, "Cochran p")}, I² = {shown(i2, 2)}",
+        test=f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, 'Cochran p')}, I² = {shown(i2, 2)}",
         remark=(f"Each occupation is one scenario, so occupation and scenario cannot be told apart; with {int(has.sum())} occupations "
                 "these numbers describe this table and support no claim about an occupation."),
     )
