@@ -49,3 +49,10 @@ def test_a_reason_given_in_the_note_is_not_repeated_in_every_cell(tmp_path):
     text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
     assert "A0 & not estimable & not estimable & no variation in S (no run accepted)" in text
     assert "Depth slope & Depth 2.5\\%" in text and "\\begin{tabular}{lrrl}" in text
+
+
+def test_an_arms_share_is_a_proportion_not_a_p_value(tmp_path):
+    # H7's per-occupation shares (0 of 3 accepted) beside a real p-value of 0.0002.
+    df = pd.DataFrame({"occupation": ["law"], "p_A3": [0.0], "p_hat": [0.0004], "p_value": [0.0002]})
+    row = next(line for line in write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text().splitlines() if line.startswith("law"))
+    assert row == "law & 0.000 & 0.000 & $<$0.001 \\\\"

@@ -95,6 +95,7 @@ def header_words(name: object) -> str:
 
 
 _P_COLUMN = re.compile(r"^(p|p_value|p_holm|p_.*|.*_p)$")
+_SHARE_COLUMN = re.compile(r"^p_(a[0-9]+|hat)$")
 _USD_COLUMN = re.compile(r"usd|cost|dollar")
 _MINUTES_COLUMN = re.compile(r"(^|_)min$|minutes")
 
@@ -268,7 +269,9 @@ def write_table(
     shown = pd.DataFrame(index=df.index)
     for i, col in enumerate(df.columns):
         fmt = column_format_for(col, float_format)
-        is_p = bool(_P_COLUMN.match(str(col).replace("\\_", "_").lower()))
+        plain = str(col).replace("\\_", "_").lower()
+        # An arm's share (p_A3, p_hat) is a proportion, not a p-value: 0/3 prints 0.000, never "<0.001".
+        is_p = bool(_P_COLUMN.match(plain)) and not _SHARE_COLUMN.match(plain)
         shown[i] = [_cell(v, fmt, escape=escape, is_p=is_p) for v in df[col].tolist()]
     shown.columns = [header_words(c) if (escape or _IDENTIFIER.match(str(c).replace("\\_", "_"))) else str(c) for c in df.columns]
     if column_format is None:  # numbers right-aligned, text left-aligned

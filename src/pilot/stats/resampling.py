@@ -89,6 +89,28 @@ def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np
     return lo, hi
 
 
+def percentile_interval_infinite(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile interval of replicates that may be +inf (a ratio with a zero denominator), with no NaN.
+
+    numpy's "linear" interpolation, except that an end whose interpolation
+    touches an infinite replicate with a positive weight is infinite: the
+    interval never reports a finite stand-in for an infinite ratio.
+    """
+    a = (1 - level) / 2
+    ordered = np.sort(replicates, axis=0)
+    ends = []
+    for prob in (a, 1 - a):
+        pos = prob * (ordered.shape[0] - 1)
+        lo = int(np.floor(pos))
+        hi = min(lo + 1, ordered.shape[0] - 1)
+        frac = pos - lo
+        below, above = ordered[lo], ordered[hi]
+        with np.errstate(invalid="ignore"):
+            lerp = below + frac * (above - below) if frac > 0 else below  # 0 x inf would be NaN
+        ends.append(np.where(np.isinf(below) | ((frac > 0) & np.isinf(above)), np.inf, lerp))
+    return ends[0], ends[1]
+
+
 def _linear_quantile(ordered: np.ndarray, prob: float) -> np.ndarray:
     pos = prob * (ordered.shape[0] - 1)
     lo = int(np.floor(pos))

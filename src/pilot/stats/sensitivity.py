@@ -312,9 +312,7 @@ def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
     # A resample with no accepted run has an infinite ratio; keep it in the ordering as the largest value.
     ranked = np.where(np.isnan(reps), np.inf, reps)
     ranked[:, np.isnan(est)] = np.inf  # an arm without an estimate is never the cheapest
-    big = np.finfo(float).max
-    lo, hi = resampling.percentile_interval(np.minimum(ranked, big), settings.level)
-    lo, hi = np.where(lo >= big / 2, np.inf, lo), np.where(hi >= big / 2, np.inf, hi)
+    lo, hi = resampling.percentile_interval_infinite(ranked, settings.level)  # an end that touches an infinite resample stays infinite
     lo, hi = np.where(np.isnan(est), np.nan, lo), np.where(np.isnan(est), np.nan, hi)
     # The cheapest arm of a resample exists only when some arm has a finite ratio in it.
     finite = np.isfinite(ranked).any(axis=1)
