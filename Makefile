@@ -177,6 +177,7 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 	  || { tail -40 build/latexmk.log; exit 1; }
 	@# Boxes sticking out of the text block are named (file and lines); the PDF is kept either way.
 	-$(BIN)/python tools/check_latex_log.py manuscript/build/latexmk.log
+	-$(BIN)/python tools/check_figure_text.py $(GENERATED) $(FIGURES)
 	@echo "wrote $@"
 
 # Another scenario set: a copy of manuscript/ that sees only this set's generated files and figures,
@@ -184,6 +185,7 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 build/sets/%/manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_SRC)
 	tools/typeset-manuscript.sh $(SET_DIR)/manuscript $(GENERATED) $(FIGURES)
 	-$(BIN)/python tools/check_latex_log.py $(SET_DIR)/manuscript/build/latexmk.log
+	-$(BIN)/python tools/check_figure_text.py $(GENERATED) $(FIGURES)
 	$(if $(filter simulated,$(BACKEND)),$(BIN)/python tools/check_pdf_label.py $@ SIMULATED)
 	@echo "wrote $@"
 

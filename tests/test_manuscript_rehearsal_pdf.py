@@ -149,7 +149,7 @@ def built(tmp_path_factory) -> dict:
     pdf = ms / "build" / "main.pdf"
     info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
     return {"pdf": pdf, "pages": _page_texts(pdf), "n_pdf_pages": int(re.search(r"^Pages:\s+(\d+)", info, re.M).group(1)),
-            "generated": out["generated"], "runs": pd.read_csv(runs), "n_runs": n_runs}
+            "generated": out["generated"], "figures": out["figures"], "runs": pd.read_csv(runs), "n_runs": n_runs}
 
 
 def test_the_run_table_and_the_label_macros_say_rehearsal(built):
@@ -215,3 +215,14 @@ def test_no_box_sticks_out_more_than_a_point(built):
     out = subprocess.run([sys.executable, str(paths.ROOT / "tools" / "check_latex_log.py"), str(log)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "0 overfull box(es) above 1pt" in out.stdout
+
+
+def test_every_figure_prints_its_text_at_seven_points_or_more(built):
+    from pilot.report import figure_text
+
+    tex = sorted(built["generated"].glob("*_figure.tex")) + sorted((paths.MANUSCRIPT_DIR / "sections").glob("*.tex"))
+    figures = figure_text.included_figures(tex, [paths.MANUSCRIPT_DIR, built["figures"]])
+    # The run flow, forest, Kaplan-Meier, quality grid, both frontiers, the power curves and the scale rule at least.
+    names = {f.pdf.name for f in figures}
+    assert {"run_flow.pdf", "primary_forest.pdf", "sensitivity_km.pdf", "sensitivity_frontier_budget.pdf", "power_curves.pdf", "scale_rule.pdf"} <= names, names
+    assert figure_text.too_small(figures) == []

@@ -367,10 +367,10 @@ def write_hypotheses_summary(summary: pd.DataFrame, data: StageData, tables_dir:
         caption += f" Not in this table, because their stage wrote no result: {', '.join(missing)}."
     out["hypotheses_summary_table.tex"] = write_table(
         show, gen / "hypotheses_summary_table.tex", caption=caption, label="tab:hypotheses-summary", simulated=data.label, escape=False,
-        font="\\footnotesize",
+        font=COMPACT_FONT,
         column_format=("l>{\\raggedright\\arraybackslash}p{0.27\\linewidth}>{\\raggedright\\arraybackslash}p{0.12\\linewidth}"
                        ">{\\raggedright\\arraybackslash}p{0.13\\linewidth}>{\\raggedright\\arraybackslash}p{0.15\\linewidth}"
-                       ">{\\raggedright\\arraybackslash}p{0.17\\linewidth}"),
+                       ">{\\raggedright\\arraybackslash}p{0.16\\linewidth}"),
     )
     paragraphs = [f"\\paragraph{{{r['hypothesis']}.}} {latex_escape(hypothesis_paragraph(r))}" for _, r in summary.iterrows()]
     out["discussion_hypotheses.tex"] = gen / "discussion_hypotheses.tex"
@@ -439,7 +439,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     n_charged = int(cp.table["n_charged"].sum())
     tex("sensitivity_cost_table.tex", cp.summary,
         "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest. An arm without accepted runs has an infinite ratio. "
-        f"Every finished run counts: {n_charged} run(s) without a reported cost (a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where the proxy metered it, the reservation otherwise; N charged); "
+        f"Every finished run counts: {n_charged} run{'' if n_charged == 1 else 's'} without a reported cost (a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where the proxy metered it, the reservation otherwise; N charged); "
         "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.", "tab:sens-cost", escape=False)
     _infinity_symbols(out["sensitivity_cost_table.tex"])
     csv("sensitivity_cost_per_accepted_reported.csv", results["cost_per_accepted_reported"].summary)  # type: ignore[union-attr]
@@ -447,11 +447,22 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     for kind, col, label in (("budget", "budget_usd", "budget (dollars)"), ("human", "human_minutes", "human-time allowance (minutes)")):
         fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]
         csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
-        pdf = figures.frontier_plot(fr.table, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim)
+        # Each arm's scenario-weighted acceptance (the secondary endpoints' S): what the frontier reaches with no limit on the allowance.
+        sec_table = results["secondary"].table  # type: ignore[union-attr]
+        p_hat = dict(zip(sec_table["arm"], sec_table["S"])) if "S" in sec_table else None
+        pdf = figures.frontier_plot(fr.table, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim, p_hat=p_hat)
+        d = fr.details
+        n_beyond, n_acc = sum(d["beyond_right_end"].values()), sum(d["accepted"].values())
+        right = f"\\${d['right_end']:.2f}" if kind == "budget" else f"{d['right_end']:g} minutes"
+        per_arm = ", ".join(f"{a}: {k}" for a, k in d["beyond_right_end"].items() if k)
         out[f"sensitivity_frontier_{kind}_figure.tex"] = figure_env(
             pdf, gen / f"sensitivity_frontier_{kind}_figure.tex",
-            caption=f"Acceptance within a {label.split(' (')[0]}: a run counts only if accepted and within the allowance; 95\\% cluster-bootstrap bands.",
-            label=f"fig:sens-frontier-{kind}", simulated=sim,
+            caption=(f"Acceptance within a {label.split(' (')[0]} over the preregistered range: a run counts only if accepted and within the allowance; "
+                     "95\\% cluster-bootstrap bands" + ("; the dashed line is the arm's acceptance $\\hat p_a$ at any allowance" if p_hat else "") + ". "
+                     + (f"{n_beyond} of the {n_acc} accepted runs needed more than the range's right end of {right} ({per_arm}), so the frontier ends "
+                        "below $\\hat p_a$ by their share" if n_beyond else f"Every one of the {n_acc} accepted runs fits within the right end of {right}")
+                     + (" (a run without a reported cost counts at its ledger charge)." if kind == "budget" else ".")),
+            label=f"fig:sens-frontier-{kind}", simulated=sim, width="\\linewidth",
         )
     pdf = figures.q_grid_plot(qg.table, figs / "sensitivity_q_grid.pdf", simulated=sim)
     out["sensitivity_q_grid_figure.tex"] = figure_env(pdf, gen / "sensitivity_q_grid_figure.tex", caption="Contrasts and 95\\% cluster-bootstrap intervals across the quality threshold $q$.", label="fig:sens-qgrid", simulated=sim)

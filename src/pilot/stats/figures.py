@@ -70,17 +70,20 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
     return save_figure(fig, path)
 
 
-def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str) -> Path:
-    """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band."""
+def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str, p_hat: dict | None = None) -> Path:
+    """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band; ``p_hat``: each arm's acceptance at any allowance, drawn dashed."""
     arms = list(dict.fromkeys(table["arm"]))
-    fig, axes = plt.subplots(1, len(arms), figsize=(1.45 * len(arms) + 0.6, 2.5), sharex=True, sharey=True, squeeze=False)
+    # Drawn at the text width it is printed at, so its 7.5-pt ticks print at 7.5 pt.
+    fig, axes = plt.subplots(1, len(arms), figsize=(6.5, 2.6), sharex=True, sharey=True, squeeze=False)
     for ax, arm in zip(axes[0], arms):
         part = table[table["arm"] == arm]
         ax.fill_between(part[x], part["ci_low"], part["ci_high"], color="0.82", lw=0)
         ax.plot(part[x], part["p_hat"], color="black", lw=1.2, marker="o", ms=2)
+        if p_hat is not None and arm in p_hat and np.isfinite(p_hat[arm]):
+            ax.axhline(p_hat[arm], color="0.35", lw=0.8, ls="--")
         ax.set_title(arm, fontsize=9)
         ax.set_ylim(0, 1)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=7.5)
         ax.grid(alpha=0.25, lw=0.5)
     axes[0][0].set_ylabel("accepted within allowance", fontsize=8)
     fig.supxlabel(xlabel, fontsize=8)

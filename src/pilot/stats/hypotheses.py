@@ -412,6 +412,7 @@ def h6(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
     lowest = finite[finite == finite.min()].index.tolist() if not finite.empty else []
     failing = (f"the lowest cost per accepted deliverable is in {' and '.join(lowest)}",) if verdict == estimability.NOT_CONSISTENT else ()
     by_arm = t.set_index("arm")
+    n_charged = int(table["n_charged"].sum())
     return HypothesisResult(
         "H6", f"cost per accepted deliverable lowest in {' or '.join(expected)}, not A0",
         f"lowest finite point estimate in {' or '.join(expected)} (share of resamples with the lowest in {'/'.join(expected)}: {share:.2f})",
@@ -420,7 +421,8 @@ def h6(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, 
         interval="; ".join(shown_interval(by_arm.loc[a, "ci_low"], by_arm.loc[a, "ci_high"], 2) for a in lowest) or "not estimable",
         test=f"share of resamples lowest in {'/'.join(expected)}: {share:.2f}",
         remark=(f"In {share:.0%} of the joint bootstrap resamples the cheapest arm per accepted deliverable was {' or '.join(expected)}; "
-                f"{int(table['n_charged'].sum())} run(s) without a reported cost are charged at the ledger's charge."),
+                + (f"{n_charged} run without a reported cost is" if n_charged == 1 else f"{n_charged} runs without a reported cost are")
+                + " charged at the ledger's charge."),
     )
 
 

@@ -346,7 +346,8 @@ def frontier(df: pd.DataFrame, kind: str, *, seed: int = 0, study: protocol.Stud
     ``frontier.budget_usd``) or ``human`` (S=1 and H <= h, over ``frontier.human_minutes``)."""
     study, rows, layout = _setup(df, study)
     if kind == "budget":
-        grid, resource = study.grid("budget_usd"), rows["cost_usd"].to_numpy(dtype=float)
+        # The cost reading of every cost figure: a run without a reported cost counts at its ledger charge (interpretations.md).
+        grid, resource = study.grid("budget_usd"), charged_agent_cost(rows)[0]
     elif kind == "human":
         grid, resource = study.grid("human_minutes"), rows["H_minutes"].to_numpy(dtype=float)
     else:
@@ -379,7 +380,15 @@ def frontier(df: pd.DataFrame, kind: str, *, seed: int = 0, study: protocol.Stud
             "note": notes,
         }
     )
-    return TableResult(f"frontier_{kind}", table)
+    # Accepted runs that need more than the grid's right end: why the frontier ends below the arm's acceptance.
+    accepted = S == 1
+    beyond = accepted & ~(resource <= grid[-1] + 1e-9)
+    details = {
+        "right_end": float(grid[-1]),
+        "accepted": {a: int(accepted[layout.a == k].sum()) for k, a in enumerate(layout.arms)},
+        "beyond_right_end": {a: int(beyond[layout.a == k].sum()) for k, a in enumerate(layout.arms)},
+    }
+    return TableResult(f"frontier_{kind}", table, details)
 
 
 def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None) -> TableResult:
@@ -563,7 +572,7 @@ def judge_agreement(df: pd.DataFrame, *, study: protocol.Study | None = None) ->
             pair = f"{jids[i]}-{jids[k]}"
             for measure, fn in (("Pearson r", stats.pearsonr), ("Spearman rho", stats.spearmanr)):
                 if both.sum() < 3:
-                    value, why = np.nan, f"{int(both.sum())} run(s) scored by both; needs at least 3"
+                    value, why = np.nan, f"{int(both.sum())} run{'' if int(both.sum()) == 1 else 's'} scored by both; needs at least 3"
                 elif np.ptp(mat[i, both]) == 0 or np.ptp(mat[k, both]) == 0:
                     value, why = np.nan, "a judge's scores do not vary"
                 else:
