@@ -56,3 +56,12 @@ def test_an_arms_share_is_a_proportion_not_a_p_value(tmp_path):
     df = pd.DataFrame({"occupation": ["law"], "p_A3": [0.0], "p_hat": [0.0004], "p_value": [0.0002]})
     row = next(line for line in write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text().splitlines() if line.startswith("law"))
     assert row == "law & 0.000 & 0.000 & $<$0.001 \\\\"
+
+
+def test_an_empty_note_column_is_left_out_and_a_used_one_kept(tmp_path):
+    empty = pd.DataFrame({"arm": ["A0", "A1"], "estimate": [0.1, 0.2], "note": ["", None]})
+    text = write_table(empty, tmp_path / "e.tex", caption="c", label="tab:e").read_text()
+    assert "Note" not in text and "\\begin{tabular}{lr}" in text
+    used = empty.assign(note=["", "one scenario"])
+    text = write_table(used, tmp_path / "u.tex", caption="c", label="tab:u").read_text()
+    assert "Arm & Estimate & Note" in text and "one scenario" in text

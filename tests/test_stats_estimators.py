@@ -103,7 +103,7 @@ def test_recovery_index_by_hand():
     t = sensitivity.recovery_index(pd.DataFrame(a4), B=200).table.set_index("index")
     assert t.loc["ARI", "eligible"] == 3 and t.loc["ARI", "recovered"] == 2
     assert t.loc["ARI", "estimate"] == pytest.approx(2 / 3)
-    assert t.loc["ARI_accepted", "estimate"] == pytest.approx(1 / 3)
+    assert t.loc["ARI, accepted", "estimate"] == pytest.approx(1 / 3)
 
 
 def test_logistic_odds_ratio_equals_the_pooled_odds_ratio(hand):

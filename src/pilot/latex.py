@@ -236,15 +236,6 @@ def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def fit_to_width(path: Path) -> Path:
-    """Shrink a generated table (a file :func:`write_table` wrote) to the text width when it is wider, never enlarge it."""
-    text = path.read_text(encoding="utf-8")
-    text = text.replace("\\begin{tabular}", "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%\n\\begin{tabular}", 1)
-    text = text.replace("\\end{tabular}", "\\end{tabular}}", 1)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def write_table(
     df: pd.DataFrame,
     path: Path,
@@ -266,6 +257,11 @@ def write_table(
     # Cells are formatted here, column by column (true minus signs; decimals by
     # what the column holds), and headers put in words; then nothing is escaped twice.
     df = _short_reasons(df)
+    if column_format is None:
+        # A note column with nothing in it says nothing: it is left out (a table with an explicit layout keeps its columns).
+        empty = [c for c in df.columns if str(c).replace("\\_", "_").lower() == "note"
+                 and all(v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()) for v in df[c].tolist())]
+        df = df.drop(columns=empty)
     shown = pd.DataFrame(index=df.index)
     for i, col in enumerate(df.columns):
         fmt = column_format_for(col, float_format)

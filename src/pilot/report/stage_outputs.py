@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pilot import backends, paths, protocol, runtable
-from pilot.latex import SIMULATED_TAG, LatexText, data_label, fit_to_width, format_number, latex_escape, macro_name, write_macros, write_table
+from pilot.latex import SIMULATED_TAG, LatexText, data_label, format_number, latex_escape, macro_name, write_macros, write_table
 from pilot.stats import estimability, figures
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
@@ -324,6 +324,24 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
 # --------------------------------------------------------------------------
 
 
+def h4_long(summary: pd.DataFrame) -> pd.DataFrame:
+    """H4's fits one row per model and term (slope, interval, p), so the table reads down instead of running off the page."""
+    rows = []
+    for _, r in summary.iterrows():
+        for k, (t, label) in enumerate((("depth", "designed depth"), ("tool_calls", "log(1 + tool calls)"))):
+            rows.append({"model": r["model"] if k == 0 else "", "term": label, "slope": r[f"{t}_slope"], "ci_low": r[f"{t}_ci_low"],
+                         "ci_high": r[f"{t}_ci_high"], "p_value": r[f"{t}_p"], "n_runs": r["n_runs"] if k == 0 else "",
+                         "note": r["note"] if k == 0 else ""})
+    return pd.DataFrame(rows)
+
+
+def h7_display(summary: pd.DataFrame) -> pd.DataFrame:
+    """H7's table with its pooled row named in words (its tests go to the caption)."""
+    out = summary.copy()
+    out.loc[out["scenario"] == "pooled", "occupation"] = "all occupations"
+    return out
+
+
 def h4_fit_notes(table: pd.DataFrame) -> str:
     """The H4 fits' notes as one phrase, so the text states the reasons the fits actually give."""
     notes = [f"{r.model}: {r.note}" for r in table.itertuples() if isinstance(r.note, str) and r.note]
@@ -396,7 +414,9 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw) -> None:
         if kw.get("escape") is False:  # captions with math: the column names and text cells still need escaping
             df = _escape_cells(df).rename(columns=lambda c: latex_escape(str(c)))
-        out[name] = _infinity_symbols(fit_to_width(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw)))
+        # Never shrunk to fit: a table wider than the text is an overfull box that tools/check_latex_log.py names.
+        kw.setdefault("font", COMPACT_FONT)
+        out[name] = _infinity_symbols(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw))
 
     primary_name = "-".join(study.contrasts[0])
     qg: TableResult = results["q_grid"]  # type: ignore[assignment]
@@ -437,8 +457,12 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     cp: TableResult = results["cost_per_accepted"]  # type: ignore[assignment]
     csv("sensitivity_cost_per_accepted.csv", cp.summary)
     n_charged = int(cp.table["n_charged"].sum())
-    tex("sensitivity_cost_table.tex", cp.summary,
-        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest. An arm without accepted runs has an infinite ratio. "
+    # Columns that are the same in every row are said once in the caption instead of printed five times.
+    share_res = float(cp.table["share_resamples"].iloc[0]) if len(cp.table) else float("nan")
+    shown_cost = cp.summary.drop(columns=["share_resamples"] + (["n_no_cost"] if int(cp.table["n_no_cost"].sum()) == 0 else []))
+    tex("sensitivity_cost_table.tex", shown_cost,
+        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest "
+        f"(over the {share_res:.1%} of resamples in which some arm has a finite ratio)".replace("%", "\\%") + ". An arm without accepted runs has an infinite ratio. "
         f"Every finished run counts: {n_charged} run{'' if n_charged == 1 else 's'} without a reported cost (a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where the proxy metered it, the reservation otherwise; N charged); "
         "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.", "tab:sens-cost", escape=False)
     _infinity_symbols(out["sensitivity_cost_table.tex"])
@@ -495,8 +519,13 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     out.update(write_hypotheses_summary(hypotheses_summary([*prior, *ov.to_dict("records")]), data, tables_dir, generated_dir))
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
-        tex(f"sensitivity_{h.id.lower()}_table.tex", h.summary,
-            f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.",
+        shown, extra = h.summary, ""
+        if h.id == "H4":
+            shown = h4_long(h.summary)
+        elif h.id == "H7":
+            shown, extra = h7_display(h.summary), f" Tests: {latex_escape(h.test)}."
+        tex(f"sensitivity_{h.id.lower()}_table.tex", shown,
+            f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.{extra}",
             f"tab:{h.id.lower()}")
 
     m = common_macros(data, study)
@@ -508,8 +537,8 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     m["SensQGridLow"] = _num(pq["q"].min())
     m["SensQGridHigh"] = _num(pq["q"].max())
     r = mw.summary.set_index("contrast").loc[primary_name]
-    m["SensMinutesPrimaryEst"], m["SensMinutesPrimaryLow"], m["SensMinutesPrimaryHigh"] = _value(r.estimate), _value(r.ci_low), _value(r.ci_high)
-    m["SensMinutesPrimaryP"] = _p_macro(float(mw.contrasts.set_index("contrast").loc[primary_name, "p_value"]))
+    m["SensWeightedPrimaryEst"], m["SensWeightedPrimaryLow"], m["SensWeightedPrimaryHigh"] = _value(r.estimate), _value(r.ci_low), _value(r.ci_high)
+    m["SensWeightedPrimaryP"] = _p_macro(float(mw.contrasts.set_index("contrast").loc[primary_name, "p_value"]))
     term = f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}"
     t = lg.summary.set_index("term").loc[term]
     m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = _value(t.odds_ratio), _value(t.or_ci_low), _value(t.or_ci_high)

@@ -517,6 +517,18 @@ def _sci(v: float) -> str:
     return f"\\ensuremath{{{mant}\\times10^{{{int(exp)}}}}}"
 
 
+def judge_part_sentence(by_scenario: pd.DataFrame, q: float) -> str:
+    """What the judges' part of the planted acceptance does in this model, read from its per-scenario values."""
+    low = by_scenario.loc[by_scenario["p_quality"].idxmin()]
+    n = int(by_scenario["scenario"].nunique())
+    if round(float(low["p_quality"]), 3) >= 1.0:
+        return (f"In all {n} scenarios the simulated judges accept the clean reference package with probability 1.000 (to three "
+                f"decimals): in this model they never reject a clean package at q = {q:g}, so the oracle and the caps alone decide "
+                "acceptance, and the quality-threshold sensitivity stays flat for every q below the judges' lowest score of a clean package.")
+    return (f"Over the {n} scenarios the judges accept a clean package with probability at least {float(low['p_quality']):.3f} "
+            f"(lowest in {low['scenario']}); the nearer this is to one, the more the oracle and the caps alone decide acceptance in this model.")
+
+
 def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
     """The CSV table, the LaTeX table (label ``tab:dry-run-truth``) and the macros of the dry run's truth."""
     from pilot.latex import latex_escape, macro_name, write_macros, write_table
@@ -559,6 +571,7 @@ def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path 
     if truth.by_scenario is not None:
         m["DryRunScenarios"] = int(truth.by_scenario["scenario"].nunique())
         m["DryRunMinQualityP"] = float(truth.by_scenario["p_quality"].min())
+        m["DryRunJudgeSentence"] = judge_part_sentence(truth.by_scenario, truth.q)
     for _, r in s.iterrows():
         m[macro_name("DryRun", "Planted", r.arm)] = float(r.planted_p)
         m[macro_name("DryRun", "Estimate", r.arm)] = float(r.p_hat)

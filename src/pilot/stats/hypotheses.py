@@ -271,13 +271,15 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     layout = Layout.of(rows, study.arms)
     arm = rows["arm"].to_numpy()
     terms = ["depth", "tool_calls"]
+    # The names a fit's messages use (a separation note names its terms in words).
+    words = {"depth": "designed depth", "tool_calls": "log(1 + tool calls)"}
 
     def row(model: str, mask: np.ndarray, with_arms: bool) -> tuple[dict, logistic.LogitFit]:
         informative = [a for a in layout.arms if (mask & (arm == a)).any() and np.ptp(S[mask & (arm == a)]) > 0]
         left_out = [a for a in layout.arms if (mask & (arm == a)).any() and a not in informative]
         m = mask & np.isin(arm, informative) if with_arms else mask
         cols = [np.ones(m.sum()), depth_z[m], tc_z[m]]
-        names = ["intercept", *terms]
+        names = ["intercept", *(words[t] for t in terms)]
         if with_arms:
             cols += [(arm[m] == a).astype(float) for a in informative[1:]]
             names += [f"arm {a}" for a in informative[1:]]
@@ -287,9 +289,9 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
             fit = logistic.fit(S[m], np.column_stack(cols), names, layout.j[m], level=level)
         rec: dict = {"model": model}
         for t in terms:
-            k = names.index(t)
+            k = names.index(words[t])
             rec.update({f"{t}_slope": fit.coef[k], f"{t}_ci_low": fit.ci_low[k], f"{t}_ci_high": fit.ci_high[k], f"{t}_p": fit.p_value[k]})
-        why = estimability.join_notes(*(fit.reasons[names.index(t)] for t in terms))
+        why = estimability.join_notes(*(fit.reasons[names.index(words[t])] for t in terms))
         rec["n_runs"] = int(m.sum())
         rec["note"] = estimability.join_notes(why, f"left out (0% or 100% acceptance): {', '.join(left_out)}" if with_arms and left_out else "")
         return rec, fit

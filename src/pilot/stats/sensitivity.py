@@ -450,7 +450,7 @@ def recovery_index(df: pd.DataFrame, *, arm: str | None = None, seed: int = 0, s
     Eligible runs: the first session failed the self-check, or ended by a
     cap or an error (the controller then grants the recovery). ARI is the
     share of eligible runs that used the recovery and passed the self-check
-    afterwards; ``ARI_accepted`` counts those that were also accepted (S=1).
+    afterwards; ``ARI, accepted`` counts those that were also accepted (S=1).
     Intervals: scenario-cluster bootstrap of the ratio (numerator and
     denominator resampled together).
     """
@@ -464,16 +464,16 @@ def recovery_index(df: pd.DataFrame, *, arm: str | None = None, seed: int = 0, s
     out = []
     if rows.empty or not eligible.any():
         why = f"no run in {arm}" if rows.empty else f"no run of {arm} was eligible for recovery"
-        for name, num_runs in (("ARI", recovered), ("ARI_accepted", accepted)):
+        for name, num_runs in (("ARI", recovered), ("ARI, accepted", accepted)):
             out.append({"index": name, "arm": arm, "eligible": int(eligible.sum()), "recovered": int(num_runs.sum()), "estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "note": why})
         return TableResult("recovery_index", pd.DataFrame(out))
     layout = Layout.of(rows, [arm])
     counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 17]), layout.J, settings.B)
     den, _ = layout.sums(eligible.astype(float))
     S = estimators.acceptance_values(rows, study.q)
-    for name, num_runs in (("ARI", recovered), ("ARI_accepted", accepted)):
+    for name, num_runs in (("ARI", recovered), ("ARI, accepted", accepted)):
         num, _ = layout.sums(num_runs.astype(float))
-        if name == "ARI_accepted":
+        if name == "ARI, accepted":
             # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run as not accepted.
             num, _ = layout.sums((accepted & ~np.isnan(S)).astype(float))
             d, _ = layout.sums((eligible & ~np.isnan(S)).astype(float))

@@ -1,4 +1,4 @@
-"""The calibration appendix's readings: a rate against its nominal value, worked out by hand."""
+"""The appendices' readings of their numbers (calibration level and coverage, the dry run's judge part), against hand-worked cases."""
 
 from __future__ import annotations
 
@@ -23,3 +23,16 @@ def test_the_coverage_sentence_warns_only_where_coverage_falls_short():
     assert "below the nominal 95%" in short and "(J = 10)" in short and "narrower than a 95% interval" in short
     fine = coverage_sentence([(10, 0.948, 0.003)], 0.95)
     assert "within Monte Carlo error of the nominal 95%" in fine and "narrower" not in fine
+
+
+def test_the_dry_runs_judge_part_is_said_plainly():
+    import pandas as pd
+
+    from pilot.simulated.dry_run import judge_part_sentence
+
+    flat = pd.DataFrame({"scenario": ["ACC-01", "ACC-01", "HR-01"], "p_quality": [1.0, 0.99996, 1.0]})
+    text = judge_part_sentence(flat, 70)
+    assert text.startswith("In all 2 scenarios the simulated judges accept the clean reference package with probability 1.000")
+    assert "never reject a clean package at q = 70" in text
+    mixed = pd.DataFrame({"scenario": ["ACC-01", "HR-01"], "p_quality": [0.97, 0.9]})
+    assert "at least 0.900 (lowest in HR-01)" in judge_part_sentence(mixed, 70)
