@@ -157,8 +157,14 @@ fig.savefig(figures / "power_curves.pdf")
 fig.savefig(figures / "power_curves.png", dpi=110)  # the same drawing, shown inline below
 show_figures([figures / "power_curves.pdf"])
 
+# J and R are printed where they change, so the rows read as groups; the columns are set apart so they do not run together.
+power_frame = grid.table_frame().rename(columns={**power.TEST_LABELS, "effect (points)": "Effect (points)"})
+group = list(zip(power_frame.J, power_frame.R))
+new_group = [i == 0 or group[i] != group[i - 1] for i in range(len(group))]
+for col in ("J", "R"):
+    power_frame[col] = [str(v) if first else "" for v, first in zip(power_frame[col], new_group)]
 write_table(
-    grid.table_frame().rename(columns=power.TEST_LABELS),
+    power_frame,
     generated / "power_table.tex",
     caption=(
         f"Power of four paired scenario-level tests at the {design.alpha:.0%} level".replace("%", "\\%")
@@ -167,7 +173,7 @@ write_table(
         f"from {design.baseline:g} by the stated points."
     ),
     label="tab:power",
-    column_format="rrr" + "r" * len(grid.tests),
+    column_format="cc@{\\hspace{1.5em}}r" + "@{\\hspace{1.5em}}r" * len(grid.tests),
     note=f"Monte Carlo standard errors at most {grid.summary.mc_se.max():.3f}.",
 )
 # Each scenario set of study.yml at its own size: the extension's J = 20 beside the design's J = 10.

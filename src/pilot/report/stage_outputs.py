@@ -308,6 +308,7 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
         m[macro_name(*base, "Est")] = _value(shown.estimate)
         m[macro_name(*base, "Low")] = _value(shown.ci_low)
         m[macro_name(*base, "High")] = _value(shown.ci_high)
+        m[macro_name(*base, "Width")] = _value(float(r.ci_high) - float(r.ci_low))  # NaN (not estimable) when either end is
         m[macro_name(*base, "P")] = _p_macro(float(r.p_value))
         if r.role != "primary":  # the primary contrast has no adjusted p
             m[macro_name(*base, "PHolm")] = _p_macro(float(r.p_holm))
