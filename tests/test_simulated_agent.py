@@ -194,3 +194,17 @@ def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path):
     assert a1.portal is None and a1.portal_requests is None
     assert not (tmp_path / "a1" / "portal").exists() and not (Path(a1.workspace) / "portal_credentials.json").exists()
     assert json.loads((tmp_path / "a1" / "agent" / "simulated_draws.jsonl").read_text().splitlines()[0])["portal"] is None
+
+
+def test_a_session_killed_at_its_wall_limit_is_metered_as_a_proxy_would(tmp_path):
+    from decimal import Decimal
+
+    from pilot.protocol.design import Caps
+
+    out = tmp_path / "killed"
+    rec = run_attempt(SID, "A1", backend="simulated", out_dir=out, seed=3, caps=Caps(50.0, 1.0), evaluate=False)
+    assert rec.status == "capped" and rec.censor_reason == "wall"
+    assert rec.cost_usd is None  # the CLI never printed its result line
+    # What the simulated proxy metered is what the sessions drew, read from the run's own draw log.
+    draws = [json.loads(line) for line in (out / "agent" / "simulated_draws.jsonl").read_text().splitlines()]
+    assert draws and rec.metered_cost_usd == Decimal(str(round(sum(d["cost_usd"] for d in draws), 6))) > 0

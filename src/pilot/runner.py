@@ -597,7 +597,9 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
         portal=portal_info,
         notes=list(notes) + list(getattr(agent, "notes", [])),
     )
-    _record_meter(rec, meter, cost.total_usd)
+    # A stand-in agent without a proxy (the simulated backend) meters itself, as a proxy would: a session killed before it
+    # reported still has a cost, so a dry run settles such runs on it instead of the reservation.
+    _record_meter(rec, meter if meter is not None else getattr(agent, "meter", None), cost.total_usd)
     if base["backend"] in backends.CLI_BACKENDS and "macos" in arm.requires and platform.system() != "Darwin":
         rec.notes.append(f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are that host's)")
     pinned = str(protocol.study()["cli"]["version"])

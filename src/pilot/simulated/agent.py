@@ -22,6 +22,7 @@ import shutil
 import uuid
 import zlib
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,16 @@ def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: n
     return planted
 
 
+@dataclass(frozen=True)
+class SimulatedMeter:
+    """The simulated run's stand-in for the model proxy's meter: the cost it would have metered, and no exchange record."""
+
+    metered_usd: Decimal
+    capped: bool = False
+    requests: int | None = None
+    exchanges_path: None = None
+
+
 class SimulatedBackend:
     """Sessions of the simulated agent for one run."""
 
@@ -251,6 +262,11 @@ class SimulatedBackend:
         self._spent = 0.0
         self._questions = 0
         self._session_id: str | None = None
+
+    @property
+    def meter(self) -> "SimulatedMeter":
+        """What a metering proxy would have counted for this run: every session's drawn cost, also of a session killed before it reported."""
+        return SimulatedMeter(Decimal(str(round(self._spent, 6))))
 
     # ------------------------------------------------------------------ draws
 
