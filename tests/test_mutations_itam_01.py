@@ -173,6 +173,12 @@ PURCHASE_PHRASINGS = {
     "Halden Stats is exactly covered (15 devices, 15 licences), so no purchase is required.": (set(), {"Halden"}),
     "Quillon PDF Editor Pro does not need a purchase.": (set(), {"Quillon"}),
     "Tessel Screen Capture has a surplus of 6 licences.": (set(), {"Tessel"}),
+    "Buy 3 licences of Vantage Design Suite (GBP 5,527.50).": ({"Vantage"}, set()),
+    "Corvid Diagram Studio needs 3 more licences.": ({"Corvid"}, set()),
+    "Halden Stats needs no purchase: 15 devices, 15 licences.": (set(), {"Halden"}),
+    "Meridian Project Planner needs no additional licences.": (set(), {"Meridian"}),
+    "No licences need to be bought for Tessel Screen Capture.": (set(), {"Tessel"}),
+    "Quillon PDF Editor Pro: nothing to buy.": (set(), {"Quillon"}),
     "Meridian Project Planner is fully licensed once the free Viewer is left out.": (set(), {"Meridian"}),
     "Product | Purchase needed\nVantage Design Suite | Yes\nQuillon PDF Editor Pro | No\nCorvid Diagram Studio | Yes":
         ({"Vantage", "Corvid"}, {"Quillon"}),

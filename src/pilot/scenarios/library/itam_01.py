@@ -492,6 +492,9 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     return save_workbook(wb, path)
 
 
+_WORDS = ["no", "one", "two", "three", "four", "five", "six"]
+
+
 def _money(x: Decimal) -> str:
     return f"{x:,.2f}"
 
@@ -519,9 +522,9 @@ def _write_memo(a: dict, path: Path) -> Path:
                              f"no purchase is needed."))
     blocks = [
         Heading("Summary"),
-        Para(f"At the true-up date of 30 November 2026, {len(buy)} of the six per-device products are under-licensed and need "
+        Para(f"At the true-up date of 30 November 2026, {_WORDS[len(buy)]} of the six per-device products are under-licensed and need "
              f"a purchase: {' and '.join(buy)}. Buying the shortfall at the vendors' true-up prices costs GBP "
-             f"{_money(a['total'])} in total, excluding VAT. The other four products are covered by the contracts in force."),
+             f"{_money(a['total'])} in total, excluding VAT. The other {_WORDS[len(keep)]} products are covered by the contracts in force."),
         Heading("Counting basis"),
         Para(f"The discovery export lists {a['n_rows']} installation rows, but a licence is needed per device, not per "
              f"installation (rule 2). The rows come down to {n_pairs} product-device pairs once the repeats are set aside: "
