@@ -195,3 +195,27 @@ def test_purchase_phrasings(text):
     read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
                     complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
     assert (set(read.inside), set(read.outside)) == PURCHASE_PHRASINGS[text]
+
+
+# A malformed inventory is refused naming the file, the line, the field and the reason, before any count.
+@pytest.mark.parametrize("column,value,words", [
+    (2, "Retired", ["install_inventory.csv", "line 5", "device_status", "'Retired'"]),
+    (7, "2026-13-40", ["install_inventory.csv", "line 5", "last_scan"]),
+    (6, "ScanMaster", ["install_inventory.csv", "line 5", "source", "'ScanMaster'"]),
+])
+def test_malformed_inventory_is_refused(tmp_path, column, value, words):
+    import csv
+    import shutil
+
+    from pilot.scenarios.library import itam_01
+
+    inputs = tmp_path / "inputs"
+    shutil.copytree(load_scenario(SID).inputs_dir, inputs)
+    path = inputs / itam_01.INVENTORY_CSV
+    rows = list(csv.reader(path.open(newline="", encoding="utf-8")))
+    rows[4][column] = value  # the file's line 5 (line 1 is the header)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(rows)
+    with pytest.raises(ValueError) as exc:
+        itam_01.compute(inputs)
+    assert all(w in str(exc.value) for w in words), str(exc.value)
