@@ -226,3 +226,12 @@ def test_every_figure_prints_its_text_at_seven_points_or_more(built):
     names = {f.pdf.name for f in figures}
     assert {"run_flow.pdf", "primary_forest.pdf", "sensitivity_km.pdf", "sensitivity_frontier_budget.pdf", "power_curves.pdf", "scale_rule.pdf"} <= names, names
     assert figure_text.too_small(figures) == []
+
+
+def test_no_generated_table_is_shrunk_or_set_below_eight_points(built):
+    # A table wider than the text is an overfull box (the latexmk-log test above); it is never scaled down to fit.
+    shrinking = re.compile(r"\\(resizebox|scalebox|tiny|scriptsize|adjustbox)\b")
+    tables = [p for p in built["generated"].glob("*.tex") if "\\begin{tabular}" in p.read_text(encoding="utf-8")]
+    assert len(tables) >= 20, [p.name for p in tables]
+    offenders = [p.name for p in tables if shrinking.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []

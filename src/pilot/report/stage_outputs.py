@@ -329,10 +329,18 @@ def h4_long(summary: pd.DataFrame) -> pd.DataFrame:
     """H4's fits one row per model and term (slope, interval, p), so the table reads down instead of running off the page."""
     rows = []
     for _, r in summary.iterrows():
+        note = str(r["note"] or "")
+
+        def cell(v: object) -> object:
+            # The model's note, printed once on its first row, already gives the reason a cell is not estimable.
+            if isinstance(v, str) and estimability.is_not_estimable(v) and note and v[len(estimability.NOT_ESTIMABLE) + 2:-1] in note:
+                return estimability.NOT_ESTIMABLE
+            return v
+
         for k, (t, label) in enumerate((("depth", "designed depth"), ("tool_calls", "log(1 + tool calls)"))):
-            rows.append({"model": r["model"] if k == 0 else "", "term": label, "slope": r[f"{t}_slope"], "ci_low": r[f"{t}_ci_low"],
-                         "ci_high": r[f"{t}_ci_high"], "p_value": r[f"{t}_p"], "n_runs": r["n_runs"] if k == 0 else "",
-                         "note": r["note"] if k == 0 else ""})
+            rows.append({"model": r["model"] if k == 0 else "", "term": label, "slope": cell(r[f"{t}_slope"]), "ci_low": cell(r[f"{t}_ci_low"]),
+                         "ci_high": cell(r[f"{t}_ci_high"]), "p_value": cell(r[f"{t}_p"]), "n_runs": r["n_runs"] if k == 0 else "",
+                         "note": note if k == 0 else ""})
     return pd.DataFrame(rows)
 
 
@@ -463,7 +471,7 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     shown_cost = cp.summary.drop(columns=["share_resamples"] + (["n_no_cost"] if int(cp.table["n_no_cost"].sum()) == 0 else []))
     tex("sensitivity_cost_table.tex", shown_cost,
         "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest "
-        f"(over the {share_res:.1%} of resamples in which some arm has a finite ratio)".replace("%", "\\%") + ". An arm without accepted runs has an infinite ratio. "
+        + f"(over the {100 * share_res:.1f}\\% of resamples in which some arm has a finite ratio). An arm without accepted runs has an infinite ratio. "
         f"Every finished run counts: {n_charged} run{'' if n_charged == 1 else 's'} without a reported cost (a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where the proxy metered it, the reservation otherwise; N charged); "
         "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.", "tab:sens-cost", escape=False)
     _infinity_symbols(out["sensitivity_cost_table.tex"])
@@ -521,13 +529,19 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
         shown, extra = h.summary, ""
+        kw_table: dict = {}
         if h.id == "H4":
+            # The fits' notes are long sentences: they are listed under the table, each named by its model.
             shown = h4_long(h.summary)
+            notes = [f"{m}: {n}" for m, n in zip(shown["model"], shown["note"]) if n]
+            shown = shown.drop(columns="note")
+            if notes:
+                kw_table["note"] = "Notes. " + latex_escape("; ".join(notes)) + "."
         elif h.id == "H7":
             shown, extra = h7_display(h.summary), f" Tests: {latex_escape(h.test)}."
         tex(f"sensitivity_{h.id.lower()}_table.tex", shown,
             f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.{extra}",
-            f"tab:{h.id.lower()}")
+            f"tab:{h.id.lower()}", **kw_table)
 
     m = common_macros(data, study)
     m = {k.replace("Results", "Sens", 1): v for k, v in m.items() if k in ("ResultsDataLabel",)}
