@@ -9,6 +9,7 @@ given with ``--study-dir``. Timed in this process, best of ``--repeat``:
   (``pilot.outcomes.rows_from_store`` on the store, then ``run_table``);
 - index: the index page rendered (``pilot.view.site.render_index``) and the
   same page requested through the Flask application (a whole GET /);
+- the scenario list and the scenario × arm overview (GET /scenarios, GET /overview);
 - export: the static site of every page and download (once; it is the
   minute-scale one).
 
@@ -24,6 +25,7 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -77,11 +79,19 @@ def main() -> None:
         resp = client.get("/")
         assert resp.status_code == 200
 
+    def other_get(url: str) -> Callable[[], None]:
+        def get() -> None:
+            assert client.get(url).status_code == 200
+        return get
+
     reference()  # imports and scenario loading, out of every timing
     index_get()
+    other_get("/scenarios")()
     t_ref = best(reference, args.repeat)
     t_index = best(index_render, args.repeat)
     t_get = best(index_get, args.repeat)
+    t_scen = best(other_get("/scenarios"), args.repeat)
+    t_over = best(other_get("/overview"), args.repeat)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         t0, c0 = time.perf_counter(), cpu_s()
@@ -93,6 +103,8 @@ def main() -> None:
             ("run table alone (reference)", t_ref, 1.0, ""),
             ("index page, rendered", t_index, t_index / t_ref, "< 1 s: " + ("met" if t_index < 1 else "NOT met")),
             ("index page, GET /", t_get, t_get / t_ref, "< 1 s: " + ("met" if t_get < 1 else "NOT met")),
+            ("scenario list, GET /scenarios", t_scen, t_scen / t_ref, ""),
+            ("scenario × arm, GET /overview", t_over, t_over / t_ref, ""),
             (f"static export ({res.pages} pages, {res.files} files), wall", t_export, t_export / t_ref,
              "< 60 s: " + ("met" if t_export < 60 else "NOT met")),
             ("static export, CPU (all processes)", c_export, c_export / t_ref, ""),

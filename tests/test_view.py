@@ -15,7 +15,7 @@ import pytest
 
 from markupsafe import escape
 
-from pilot import paths
+from pilot import paths, protocol
 from pilot.view import links as view_links, site
 from pilot.view.app import create_app
 from pilot.view.export import ExportError, export_site
@@ -128,14 +128,15 @@ def test_recovery_and_selfcheck_of_an_a4_run(study, client):
             assert ("self-check before: <b>" + ("passed" if rec["selfcheck_first"] else "failed")) in page
             assert ("recovery resume: <b>" + ("used" if rec["recovery_used"] else "not used")) in page
             if rec["recovery_used"]:
-                assert "1 (resume)" in page
+                assert "<td>2 (recovery resume)</td>" in page  # numbered as the conversation numbers its sessions
     assert client.get("/runs/NO-SUCH.A9.r1").status_code == 404
 
 
 def test_scenario_page_puts_the_arms_side_by_side(study, client):
     page = client.get("/scenarios/ACC-01").get_data(as_text=True)
+    worker = protocol.study()["worker"]["model"]
     for arm in ("A0", "A1", "A2", "A3", "A4"):
-        assert f'<section class="arm" data-arm="{arm}">' in page
+        assert f'<section class="arm" data-arm="{arm}" data-model="{worker}">' in page
     assert page.count('<article class="card') == 10
     assert client.get("/scenarios/NOPE-99").status_code == 404
 
@@ -250,7 +251,7 @@ def test_static_export_links_relatively_and_carries_the_banner(study, tmp_path):
     out = tmp_path / "site"
     res = export_site(study, out)
     pages = sorted(out.rglob("*.html"))
-    assert res.pages == len(pages) == 1 + 10 + 1
+    assert res.pages == len(pages) == 1 + 10 + 1 + 2  # index, runs, the scenario, the scenario list and the overview
     for p in pages:
         text = p.read_text()
         assert 'id="simulated-banner"' in text, p

@@ -2,7 +2,11 @@
 
 ``simulated_study()`` is one scenario under all five arms, twice (10 runs),
 with a seed whose draws include shell-arm deviations (one typed directly,
-one through ``bash -c``) and a changed input (E). ``infra_study()`` is run
+one through ``bash -c``) and a changed input (E). ``models_study()`` is the
+same scenario and seed under arms A0 and A3 with the model-sensitivity wave
+(A3 under two other worker models, twice each): 8 runs, two models apart.
+``run_table()`` exports a study's run table (``pilot study export``) outside
+the study, for tests that compute expected values without the viewer's code. ``infra_study()`` is run
 by the scheduler's fake run function with every A0 attempt failing on
 infrastructure, so its A0 runs end failed after three attempts.
 
@@ -85,7 +89,7 @@ def _built(name: str, build: Callable[[Path], Path]) -> Path:
     return _BUILT[name]
 
 
-_STUDY_NAMES = {"simulated": "viewsim", "infra": "viewinfra"}
+_STUDY_NAMES = {"simulated": "viewsim", "infra": "viewinfra", "models": "viewmodels"}
 
 
 def _build_simulated(root: Path) -> Path:
@@ -99,6 +103,24 @@ def _build_infra(root: Path) -> Path:
     pilot(root, "study", "run", "viewinfra", "--no-progress", "--runner", "pilot.simulated.fake_runs:sleep_run",
           extra_env={"PILOT_FAKE_INFRA_ARMS": "A0"}, check=False)
     return root / "analysis" / "data" / "viewinfra"
+
+
+def _build_models(root: Path) -> Path:
+    pilot(root, "study", "create", "viewmodels", "--scenarios", SCENARIO, "--seed", str(SEED), "--arms", "A0,A3")
+    pilot(root, "study", "run", "viewmodels", "--no-progress")
+    pilot(root, "study", "run", "viewmodels", "--no-progress", "--wave", "sensitivity")
+    return root / "analysis" / "data" / "viewmodels"
+
+
+def models_study() -> Path:
+    """The folder of a finished simulated study with a model-sensitivity wave (built on first use)."""
+    return _built("models", _build_models)
+
+
+def run_table(folder: Path, dest: Path) -> Path:
+    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study is not written)."""
+    pilot(folder.parent.parent.parent, "study", "export", folder.name, "--out", str(dest))
+    return dest
 
 
 def simulated_study() -> Path:

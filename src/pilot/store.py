@@ -841,6 +841,10 @@ class Store:
         (an interrupted scheduler, a lost worker) are restarts, not the run's
         cost, and count nothing; see protocol/interpretations.md (Cost of a run).
         """
+        return list(self.run_charges_by_id(wave).values())
+
+    def run_charges_by_id(self, wave: str | None = None) -> dict[str, tuple[int, bool]]:
+        """:meth:`run_charges` keyed by run id (in run-id order), for showing each run's charge beside its reported cost."""
         sql = (
             f"SELECT c.run_id, SUM(CASE WHEN {_REPORTED} THEN a.charged_micro ELSE 0 END) AS observed, "
             f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN COALESCE(a.charged_micro, 0) ELSE 0 END) AS reserved, "
@@ -848,8 +852,8 @@ class Store:
             "FROM cells c JOIN runs r ON r.run_id = c.run_id JOIN attempts a ON a.run_id = c.run_id "
             "WHERE c.status = 'done'" + (" AND c.wave = ?" if wave else "") + " GROUP BY c.run_id ORDER BY c.run_id"
         )
-        return [(int(row["observed"]) + int(row["reserved"]), bool(row["final_unknown"]))
-                for row in self.conn.execute(sql, (wave,) if wave else ())]
+        return {row["run_id"]: (int(row["observed"]) + int(row["reserved"]), bool(row["final_unknown"]))
+                for row in self.conn.execute(sql, (wave,) if wave else ())}
 
     def finished_rows(self) -> list[dict[str, Any]]:
         """Each cell joined with its run record (None for runs not finished), in seeded order."""

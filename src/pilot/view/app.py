@@ -62,6 +62,14 @@ def create_app(folder: Path) -> Flask:
     def run(run_id: str) -> Response:
         return page(site.render_run(reader, links, run_id))
 
+    @app.get("/scenarios")
+    def scenarios() -> Response:
+        return page(site.render_scenarios(reader, links))
+
+    @app.get("/overview")
+    def overview() -> Response:
+        return page(site.render_overview(reader, links))
+
     @app.get("/scenarios/<sid>")
     def scenario(sid: str) -> Response:
         return page(site.render_scenario(reader, links, sid))

@@ -44,10 +44,33 @@ class Item:
     deviations: list[dict] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    turn: int | None = None  # the assistant turn within its session (1, 2, ...), for what the assistant said or called
+    timestamp: str = ""  # as the stream gave it, when it gave one
 
     @property
     def flagged(self) -> bool:
         return bool(self.deviations or self.violations)
+
+    def same_step(self, other: "Item") -> bool:
+        """Whether ``other`` repeats this step exactly (same session, call, input and result; neither flagged)."""
+        if self.flagged or other.flagged or self.kind != other.kind or self.session != other.session:
+            return False
+        if self.kind == "tool":
+            return (self.name, self.input, self.result, self.result_error, self.meta.get("denied")) == \
+                (other.name, other.input, other.result, other.result_error, other.meta.get("denied"))
+        return self.kind in ("text", "thinking", "user", "denial", "note") and (self.name, self.text) == (other.name, other.text)
+
+
+@dataclass
+class Step:
+    """An item and the identical items that followed it at once (shown once, "×n", the rest in an expander)."""
+
+    item: Item
+    repeats: list[Item]
+
+    @property
+    def count(self) -> int:
+        return 1 + len(self.repeats)
 
 
 @dataclass
@@ -63,6 +86,17 @@ class Conversation:
     @property
     def flagged(self) -> list[Item]:
         return [i for i in self.items if i.flagged]
+
+    @property
+    def steps(self) -> list[Step]:
+        """The items with identical consecutive ones collapsed into one step."""
+        out: list[Step] = []
+        for it in self.items:
+            if out and out[-1].item.same_step(it):
+                out[-1].repeats.append(it)
+            else:
+                out.append(Step(it, []))
+        return out
 
 
 def _cut(text: str, limit: int) -> str:
@@ -112,6 +146,9 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
     items: list[Item] = []
     tools: dict[str, Item] = {}
     session = -1
+    turn = 0
+    last_message: object = None
+    stamps: dict[int, str] = {}
     unreadable = 0
     cut = False
     for n, raw in enumerate(lines, start=1):
@@ -131,9 +168,15 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
             continue
         kind, sub = ev.get("type"), ev.get("subtype")
         anchor = f"ev-{n}"
+        stamp = ev.get("timestamp")
+        stamp = str(stamp) if isinstance(stamp, (str, int, float)) and not isinstance(stamp, bool) else ""
+        start = len(items)
+        if stamp:
+            stamps[n] = stamp
         if kind == "system" and sub == "init":
             session += 1
-            items.append(Item("session", anchor, n, session, meta={
+            turn, last_message = 0, None
+            items.append(Item("session", anchor, n, session, timestamp=stamp, meta={
                 "model": str(ev.get("model") or ""), "version": str(ev.get("claude_code_version") or ""),
                 "tools": ", ".join(map(str, ev.get("tools") or [])), "session_id": str(ev.get("session_id") or ""),
             }))
@@ -149,6 +192,11 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
             continue
         if kind == "assistant":
             msg = ev.get("message") or {}
+            # One turn is one assistant message; the stream may split a message's blocks over several lines with its id.
+            mid = msg.get("id") if isinstance(msg, dict) else None
+            if mid is None or mid != last_message:
+                turn += 1
+            last_message = mid
             content = msg.get("content")
             for i, block in enumerate(content if isinstance(content, list) else [content]):
                 a = f"{anchor}-{i}"
@@ -167,6 +215,8 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
                     items.append(it)
                     if tid:
                         tools.setdefault(tid, it)
+            for it in items[start:]:
+                it.turn, it.timestamp = turn, stamp
             continue
         if kind == "user":
             msg = ev.get("message") or {}
@@ -188,7 +238,7 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
                     items.append(Item("user", f"{anchor}-{i}", n, s, text=_cut(str(block.get("text", "")), FULL_CHARS)))
             continue
         if kind == "result":
-            items.append(Item("result", anchor, n, s, text=_cut(str(ev.get("result") or ""), FULL_CHARS), meta={
+            items.append(Item("result", anchor, n, s, text=_cut(str(ev.get("result") or ""), FULL_CHARS), timestamp=stamp, meta={
                 "subtype": str(sub or ""), "is_error": bool(ev.get("is_error")), "cost_usd": ev.get("total_cost_usd"),
                 "turns": ev.get("num_turns"), "terminal_reason": str(ev.get("terminal_reason") or ""),
                 "errors": "; ".join(map(str, ev.get("errors") or [])),
@@ -196,6 +246,8 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
             continue
         items.append(Item("note", anchor, n, s, text=_cut(f"{kind or '?'} {sub or ''}".strip(), 200)))
 
+    for it in items:
+        it.timestamp = it.timestamp or stamps.get(it.line, "")
     unplaced: list[dict] = []
     for d in deviations or []:
         target = tools.get(str(d.get("tool_use_id") or ""))

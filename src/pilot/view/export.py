@@ -1,7 +1,7 @@
 """``pilot view STUDY --export DIR``: the viewer's pages as a static site.
 
 Every page is the live page rendered with relative links (``index.html``,
-``runs/<id>.html``, ``scenarios/<id>.html``), filtering and sorting run in
+``scenarios.html``, ``overview.html``, ``runs/<id>.html``, ``scenarios/<id>.html``), filtering and sorting run in
 the browser, and each attempt's deliverables are copied beside the pages
 (regular files only, never a link), so the folder works from ``file://`` and
 on any static host. The study itself is only read.
@@ -92,6 +92,9 @@ def export_site(folder: Path, out: Path, *, workers: int | None = None) -> Expor
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) if n > 1 else nullcontext() as pool:
         futures = [pool.submit(_write_runs, reader.folder, out, c, simulated) for c in chunks] if pool else []
         (out / "index.html").write_text(site.render_index(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
+        (out / "scenarios.html").write_text(site.render_scenarios(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
+        (out / "overview.html").write_text(site.render_overview(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
+        totals[0] += 2
         for sid in sorted({r["scenario"] for r in rows}):
             html = site.render_scenario(reader, links.at(1), sid, rows=rows, simulated=simulated)
             (out / "scenarios" / f"{sid}.html").write_text(html, encoding="utf-8")

@@ -21,7 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from pilot import protocol
 from pilot.view import files
-from pilot.view.study import INDEX_COLUMNS, StudyReader
+from pilot.view.study import COLUMN_LABELS, INDEX_COLUMNS, StudyReader
 
 STATIC_FILES = ("view.css", "view.js")
 SIMULATED_BANNER = (
@@ -67,6 +67,17 @@ class Links:
     def scenario(self, sid: str) -> str:
         return self._root() + f"scenarios/{quote(sid, safe='')}" + (".html" if self.static else "")
 
+    def scenarios(self) -> str:
+        return self._root() + "scenarios" + (".html" if self.static else "")
+
+    def overview(self) -> str:
+        return self._root() + "overview" + (".html" if self.static else "")
+
+    def runs(self, **filters: Any) -> str:
+        """The index with its run list filtered (the filters live in the address's hash, so this works from file:// too)."""
+        parts = [f"{quote(k, safe='')}={quote(str(v), safe='')}" for k, v in filters.items() if v not in (None, "")]
+        return self.index() + ("#" + "&".join(parts) if parts else "")
+
     def file(self, run_id: str, attempt_no: int, name: str) -> str:
         stored = exported_name(name) if self.static else name
         return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(stored, safe='')}"
@@ -81,7 +92,44 @@ def _env() -> Environment:
     env.filters["num"] = _num
     env.filters["usd"] = _usd
     env.filters["yesno"] = _yesno
+    env.filters["short_id"] = short_id
+    env.globals["rate"] = rate
+    env.globals["labels"] = COLUMN_LABELS
     return env
+
+
+def short_id(value: Any, keep: int = 8) -> str:
+    """A session UUID cut to its first characters (the whole one goes in a title)."""
+    text = "" if value is None else str(value)
+    return text if len(text) <= keep + 1 else text[:keep] + "…"
+
+
+def rate(k: int, n: int) -> str:
+    """``k/n (p%)``, a rate never shown without its counts; ``0/0`` has no percentage."""
+    return f"{k}/{n}" + (f" ({100 * k / n:.0f}%)" if n else "")
+
+
+@dataclass
+class Tally:
+    """Runs of one group (an arm and model, a scenario and arm) and how many were scored and accepted."""
+
+    runs: int = 0
+    scored: int = 0  # S known
+    accepted: int = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.runs += 1
+        if row.get("S") is not None:
+            self.scored += 1
+            self.accepted += bool(row.get("S"))
+
+
+def arm_model_groups(rows: list[dict[str, Any]], worker_model: str) -> list[tuple[str, str, Tally]]:
+    """(arm, model, tally) with each arm's worker-model runs first and every other model (the sensitivity runs) apart."""
+    tallies: dict[tuple[str, str], Tally] = {}
+    for r in rows:
+        tallies.setdefault((r["arm"], str(r.get("model") or "")), Tally()).add(r)
+    return [(a, m, t) for (a, m), t in sorted(tallies.items(), key=lambda kv: (kv[0][0], kv[0][1] != worker_model, kv[0][1]))]
 
 
 _ENV: Environment | None = None
@@ -142,17 +190,67 @@ def render_index(reader: StudyReader, links: Links, *, live: bool = False, rows:
     rows = rows if rows is not None else reader.index_rows()
     simulated = reader.simulated(rows) if simulated is None else simulated
     overview = reader.overview()
-    arms = sorted({r["arm"] for r in rows})
     columns = list(INDEX_COLUMNS)
-    values = {c: sorted({str(r.get(c)) for r in rows if r.get(c) is not None}) for c in ("arm", "scenario", "wave", "status")}
-    per_arm = {a: {"runs": sum(1 for r in rows if r["arm"] == a),
-                   "accepted": sum(1 for r in rows if r["arm"] == a and r.get("S") is True),
-                   "judged": sum(1 for r in rows if r["arm"] == a and r.get("S") is not None)} for a in arms}
+    values = {c: sorted({str(r.get(c)) for r in rows if r.get(c) is not None}) for c in FILTERS}
     running = overview["total"]["waiting"] + overview["total"]["in_flight"] > 0
     return env().get_template("index.html").render(
         **_common(reader, links, simulated, f"Study {reader.name}"),
-        rows=rows, columns=columns, values=values, per_arm=per_arm, overview=overview, sort_key=_sort_key,
-        refresh=live and running, running=running,
+        rows=rows, columns=columns, values=values, filters=FILTERS, groups=arm_model_groups(rows, reader.info.worker_model),
+        overview=overview, sort_key=_sort_key, refresh=live and running, running=running,
+    )
+
+
+#: The index's drop-down filters (each also a key of the address's hash).
+FILTERS = ("arm", "model", "scenario", "wave", "status")
+
+
+def _scenario_meta(sids: list[str]) -> dict[str, Any]:
+    from pilot.scenarios import load_scenario
+
+    out = {}
+    for sid in sids:
+        try:
+            out[sid] = load_scenario(sid)
+        except Exception:  # noqa: BLE001 - a scenario that no longer loads is listed by its id alone
+            out[sid] = None
+    return out
+
+
+def render_scenarios(reader: StudyReader, links: Links, *, rows: list[dict] | None = None, simulated: bool | None = None) -> str:
+    """Every scenario of the study with its runs and its acceptance (worker model only)."""
+    rows = rows if rows is not None else reader.index_rows()
+    simulated = reader.simulated(rows) if simulated is None else simulated
+    worker = reader.info.worker_model
+    sids = sorted(set(reader.info.scenarios) | {r["scenario"] for r in rows})
+    tallies = {sid: Tally() for sid in sids}
+    other = {sid: 0 for sid in sids}
+    for r in rows:
+        if r.get("model") == worker:
+            tallies[r["scenario"]].add(r)
+        else:
+            other[r["scenario"]] += 1
+    return env().get_template("scenarios.html").render(
+        **_common(reader, links, simulated, "Scenarios"), sids=sids, meta=_scenario_meta(sids), tallies=tallies, other=other,
+        worker=worker,
+    )
+
+
+def render_overview(reader: StudyReader, links: Links, *, rows: list[dict] | None = None, simulated: bool | None = None) -> str:
+    """Scenario × arm: accepted / scored per cell for the worker model, each cell linking to its runs."""
+    rows = rows if rows is not None else reader.index_rows()
+    simulated = reader.simulated(rows) if simulated is None else simulated
+    worker = reader.info.worker_model
+    mine = [r for r in rows if r.get("model") == worker]
+    sids = sorted({r["scenario"] for r in mine})
+    arms = sorted({r["arm"] for r in mine})
+    cells: dict[tuple[str, str], Tally] = {}
+    per_arm = {a: Tally() for a in arms}
+    for r in mine:
+        cells.setdefault((r["scenario"], r["arm"]), Tally()).add(r)
+        per_arm[r["arm"]].add(r)
+    return env().get_template("overview.html").render(
+        **_common(reader, links, simulated, "Scenario × arm"), sids=sids, arms=arms, cells=cells, per_arm=per_arm, worker=worker,
+        left_out=len(rows) - len(mine),
     )
 
 
@@ -171,6 +269,8 @@ def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: boo
         d=data, rec=data["record"], row=data["row"] or {}, judged=judged,
         downloads=downloads, links_refused=files.links_in(data["final"]["files"].outputs) if data["final"] else [],
         q=q, verdict=verdict(data, q), session_costs=session_costs(data["record"]), charged_total=sum(charged) if charged else None,
+        sessions_of={a["attempt_no"]: session_notes(data["record"] if a["final"] else (a["outcome_record"] or {}))
+                     for a, _ in data["conversations"]},
         unplaced_dev=[d for c in convs[-1:] for d in c.unplaced_deviations] or ([] if convs else data["record"].get("deviations") or []),
         unplaced_viol=[v for c in convs[-1:] for v in c.unplaced_violations] or ([] if convs else data["record"].get("E_reasons") or []),
     )
@@ -188,6 +288,31 @@ def session_costs(rec: dict[str, Any]) -> list[tuple[str, Any]]:
         out.append(("first session", sessions[0].get("reported_cost_usd")))
     if len(sessions) > 1:
         out.append(("recovery resume", rec.get("recovery_cost_usd")))
+    return out
+
+
+def session_notes(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per session of one attempt: its label, its own cost, the CLI's report, and for a resume the self-check that led to it.
+
+    The CLI's report on a resume may be the total of both sessions, so the
+    resume's own cost is the runner's ``recovery_cost_usd``; the report is
+    shown beside it only where the two differ.
+    """
+    out = []
+    costs = dict(enumerate(c for _, c in session_costs(rec)))
+    for i, s in enumerate(rec.get("sessions") or []):
+        reported = s.get("reported_cost_usd")
+        own = costs.get(i, reported if i == 0 else None)
+        note: dict[str, Any] = {
+            "label": "first session" if i == 0 else "recovery resume", "own_cost": own, "reported": reported,
+            "cumulative": i > 0 and own is not None and reported is not None and abs(float(own) - float(reported)) > 5e-7,
+            "session_id": s.get("session_id"), "resumed_from": s.get("resumed_from"),
+        }
+        if i > 0:
+            first = rec.get("selfcheck_first")
+            note["selfcheck"] = "–" if first is None else ("passed" if first else "failed")
+            note["granted"] = bool(rec.get("recovery_used"))
+        out.append(note)
     return out
 
 
@@ -246,12 +371,15 @@ def render_scenario(reader: StudyReader, links: Links, sid: str, *, rows: list[d
                     simulated: bool | None = None) -> str:
     runs = reader.runs_of_scenario(sid, rows)
     simulated = reader.simulated(runs) if simulated is None else simulated
-    arms = sorted({r["arm"] for r in runs})
-    by_arm = {a: sorted((r for r in runs if r["arm"] == a), key=lambda r: (r["wave"], r["repeat"])) for a in arms}
+    worker = reader.info.worker_model
+    groups = arm_model_groups(runs, worker)
+    by_group = {(a, m): sorted((r for r in runs if r["arm"] == a and str(r.get("model") or "") == m), key=lambda r: (r["wave"], r["repeat"]))
+                for a, m, _ in groups}
     from pilot.scenarios import load_scenario
 
     return env().get_template("scenario.html").render(
-        **_common(reader, links, simulated, f"Scenario {sid}"), sid=sid, scenario=load_scenario(sid), arms=arms, by_arm=by_arm,
+        **_common(reader, links, simulated, f"Scenario {sid}"), sid=sid, scenario=load_scenario(sid), groups=groups, by_group=by_group,
+        worker=worker,
     )
 
 

@@ -30,8 +30,31 @@ from pilot.view import conversation, files
 
 #: The attempt folder layout the scheduler writes (``pilot.schedule.Scheduler``).
 WORKSPACES = "workspaces"
-#: What the run page shows for each index column (in order).
-INDEX_COLUMNS = ("scenario", "arm", "repeat", "wave", "status", "D", "E", "Q", "S", "cost_usd", "wall_s", "turns", "deviations", "attempts")
+#: The index's columns (in order); ``charge_usd`` is the run's charge (:meth:`pilot.store.Store.run_charges_by_id`).
+INDEX_COLUMNS = ("scenario", "arm", "model", "repeat", "wave", "status", "D", "E", "Q", "S", "cost_usd", "charge_usd", "wall_s", "turns",
+                 "tool_calls", "deviations", "attempts")
+#: A reader's name for each column (the run table's names are for code), and what it means.
+COLUMN_LABELS = {
+    "run_id": ("run", "the run's id: scenario, arm, repeat (and model, for the model-sensitivity wave)"),
+    "scenario": ("scenario", "the professional scenario"),
+    "arm": ("arm", "the experimental arm (A0-A4)"),
+    "model": ("model", "the worker model of the run"),
+    "repeat": ("repeat", "the repeat of this scenario and arm"),
+    "wave": ("wave", "pilot, repeat3 (the third repeat) or sensitivity (other worker models, arm A3)"),
+    "status": ("status", "how the run ended"),
+    "D": ("D delivered", "D = 1: every required oracle criterion passed and the inputs are untouched"),
+    "E": ("E violation", "E = 1: a critical violation (an input file changed, added or deleted)"),
+    "Q": ("Q quality", "the judges' mean score, 0-100"),
+    "S": ("S accepted", "S = 1: D = 1, E = 0 and Q at or above the threshold q"),
+    "cost_usd": ("agent cost (reported)", "the agent's cost as its client reported it (C in the run table)"),
+    "charge_usd": ("charged", "what the envelope was charged for the run (agent and judges; the reservation when no cost was "
+                              "reported or metered, marked ‡)"),
+    "wall_s": ("wall time (s)", "the run's wall-clock seconds"),
+    "turns": ("turns", "the agent's turns"),
+    "tool_calls": ("tool calls", "the agent's tool calls"),
+    "deviations": ("deviations", "recorded deviations (attempts to reach what the arm forbids)"),
+    "attempts": ("attempts", "attempts the scheduler made (more than one after an infrastructure error)"),
+}
 
 
 class ViewError(StoreError):
@@ -140,15 +163,18 @@ class StudyReader:
         with self.store() as st:
             cells = st.finished_rows()
             backends = self.backends(st)
+            charges = st.run_charges_by_id()
         backend = backends[0] if len(backends) == 1 else ",".join(backends) or "none"
         computed = _run_table_rows(cells, self.name, backend)
         errors = computed.pop("__errors__", {})
         out = []
         for c in cells:
             row = computed.get(c["run_id"])
+            if row is not None:
+                _add_charge(row, charges.get(c["run_id"]))
             if row is None:
                 state = c.get("run_status") if c.get("record_json") else {"in_flight": "in flight"}.get(c["status"], c["status"])
-                row = {"run_id": c["run_id"], "scenario": c["scenario"], "arm": c["arm"], "repeat": c["repeat"], "wave": c["wave"],
+                row = {"run_id": c["run_id"], "scenario": c["scenario"], "arm": c["arm"], "model": c["model"], "repeat": c["repeat"], "wave": c["wave"],
                        "status": state, "attempts": c["attempts"], "deviations": None, "problem": errors.get(c["run_id"])}
             out.append(row)
         return out
@@ -232,6 +258,9 @@ class StudyReader:
             row = _run_table_rows([{**cell, "run_status": run["status"], "run_cost_usd": run["cost_usd"],
                                     "run_judge_cost_usd": run["judge_cost_usd"], "record_json": run["record_json"],
                                     "finished_at": run["finished_at"]}], self.name, ",".join(backends)).get(run_id)
+            if row is not None:
+                with self.store() as st:
+                    _add_charge(row, st.run_charges_by_id().get(run_id))
         return {
             "run_id": run_id, "cell": cell, "run": run, "record": record, "row": row, "attempts": attempts,
             "final": final, "scenario": scenario, "brief": brief, "brief_source": brief_source,
@@ -240,17 +269,44 @@ class StudyReader:
         }
 
     def runs_of_scenario(self, scenario_id: str, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """The index rows of one scenario, each with its failed criteria grouped by reason and its E reasons."""
         rows = rows if rows is not None else self.index_rows()
-        found = [r for r in rows if r["scenario"] == scenario_id]
+        found = [dict(r) for r in rows if r["scenario"] == scenario_id]
         if not found:
             raise ViewError(f"no runs of scenario {scenario_id!r} in study {self.name}")
         with self.store() as st:
-            crit = {r["run_id"]: r["criteria_json"] for r in st.conn.execute(
-                "SELECT e.run_id, e.criteria_json FROM evaluations e JOIN cells c ON c.run_id = e.run_id WHERE c.scenario = ?", (scenario_id,))}
+            evals = {r["run_id"]: (r["criteria_json"], r["E_reasons_json"]) for r in st.conn.execute(
+                "SELECT e.run_id, e.criteria_json, e.E_reasons_json FROM evaluations e JOIN cells c ON c.run_id = e.run_id "
+                "WHERE c.scenario = ?", (scenario_id,))}
         for r in found:
-            failed = [c for c in json.loads(crit.get(r["run_id"]) or "[]") if not c.get("passed")]
+            crit_json, e_json = evals.get(r["run_id"], (None, None))
+            failed = [c for c in json.loads(crit_json or "[]") if not c.get("passed")]
             r["failed_criteria"] = failed
+            r["failed_groups"] = group_by_reason(failed)
+            r["e_reasons"] = [str(x) for x in json.loads(e_json or "[]")]
         return found
+
+
+def group_by_reason(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failed criteria with one reason shown once: ``{"reason", "ids", "count"}`` in first-seen order.
+
+    An oracle whose first check fails marks every check that depends on it
+    "not checked: X failed"; listing that line seven times hides the one
+    reason that matters.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for c in criteria:
+        reason = str(c.get("reason") or "")
+        g = groups.setdefault(reason, {"reason": reason, "ids": [], "count": 0})
+        g["ids"].append(str(c.get("id")))
+        g["count"] += 1
+    return list(groups.values())
+
+
+def _add_charge(row: dict[str, Any], charge: tuple[int, bool] | None) -> None:
+    """The run's charge (interpretations: cost of a run) beside its reported cost, and whether it is the reservation."""
+    row["charge_usd"] = None if charge is None else ledger.to_usd(charge[0])
+    row["charge_on_reservation"] = bool(charge and charge[1])
 
 
 def check_run_id(run_id: str) -> str:
