@@ -393,3 +393,23 @@ def test_the_shipped_portal_client_signs_in_and_fetches_as_the_models_worker_doe
     assert out.stdout.count("downloaded") == 2 and "from pilot.portal.credentials" not in cmd.split("SOURCES")[0]
     assert use["sign_in"] == 1 and use["download"] == 2 and use["sign_out"] == 1
     assert sorted(p.name for p in ws.iterdir()) == ["portal_credentials.json"]  # nothing lands in the workspace
+
+
+def test_a_repairing_session_supersedes_the_deliverables_written_before_it(tmp_path):
+    import json
+
+    from pilot.simulated.scripted_model import TRUTH_FILE, read_truth
+
+    base = {"run_id": "r", "scenario": "EST-01", "arm": "A4", "defects": [], "expected_pass": True, "deliverables": []}
+    rows = [
+        # Session 0 cut the memo down with an edit written whole; session 1 reran the solver (outputs cleared) and wrote
+        # the completion record whole; a run without a repair keeps what session 0 wrote.
+        {**base, "session": 0, "written": {"outputs/memo.docx": "aaa", "outputs/completion_record.json": "bbb", "notes.txt": "ccc"}},
+        {**base, "session": 1, "repaired": True, "written": {"outputs/completion_record.json": "ddd"}},
+        {**base, "run_id": "s", "session": 0, "written": {"outputs/memo.docx": "aaa"}},
+        {**base, "run_id": "s", "session": 1, "repaired": False, "written": {}},
+    ]
+    (tmp_path / TRUTH_FILE).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    truth = read_truth(tmp_path)
+    assert truth["r"]["written"] == {"outputs/completion_record.json": "ddd", "notes.txt": "ccc"}
+    assert truth["s"]["written"] == {"outputs/memo.docx": "aaa"}

@@ -1096,9 +1096,23 @@ def read_truth(record_dir: Path) -> dict[str, dict]:
             "recovery": any(r.get("recovery") for r in rows),
             "branch": rows[0].get("branch"),
             # the files written whole, as the last session that wrote each left it
-            "written": {k: v for r in rows for k, v in (r.get("written") or {}).items()},
+            "written": _written_after(rows),
             "labelled": all(r.get("labelled", True) for r in rows),
         }
+    return out
+
+
+def _written_after(rows: list[dict]) -> dict[str, str]:
+    """The digests of the files written whole, as the run's sessions left them.
+
+    A repairing session reruns the solver with its outputs cleared, so every deliverable an earlier session wrote whole
+    is replaced by the solver's (whose bytes are not foretold); only what the repair itself writes whole is kept.
+    """
+    out: dict[str, str] = {}
+    for r in rows:
+        if r.get("repaired"):
+            out = {k: v for k, v in out.items() if not k.startswith("outputs/")}
+        out.update(r.get("written") or {})
     return out
 
 
