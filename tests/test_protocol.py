@@ -19,7 +19,14 @@ def test_repository_protocol_is_valid():
     assert study.arms == ["A0", "A1", "A2", "A3", "A4"]
     assert study.envelope_usd == 800.0
     assert study.q == 70
-    assert [a["id"] for a in loaded["amendments"]] == ["A-001", "A-002", "A-005", "A-006", "A-009", "A-010", "A-011", "A-012", "A-013", "A-014", "A-015", "A-016"]
+    ids = [a["id"] for a in loaded["amendments"]]
+    assert ids[:12] == ["A-001", "A-002", "A-005", "A-006", "A-009", "A-010", "A-011", "A-012", "A-013", "A-014", "A-015", "A-016"]
+    # After A-016 (the extension set, with EST-01) each added scenario joins by an amendment of its own, in order.
+    later = loaded["amendments"][12:]
+    assert [a["id"] for a in later] == [f"A-{17 + k:03d}" for k in range(len(later))]
+    added = set(study.scenario_set("extension")) - set(study.scenario_set("pilot")) - {"EST-01"}
+    assert sorted(a["title"].removeprefix("Extension scenario ") for a in later) == sorted(added)
+    assert all(a["stage"] == "before rerun pilot" for a in later)
     assert study["cli"]["max_output_tokens"] == 32000
 
 
