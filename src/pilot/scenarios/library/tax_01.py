@@ -503,6 +503,14 @@ def _write_return(a: dict, path: Path) -> Path:
     return save_workbook(wb, path)
 
 
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _day(d: dt.date) -> str:
+    return f"{d.day} {d:%B %Y}"
+
+
 def _write_memo(a: dict, path: Path) -> Path:
     fx = next(s for s in a["sales"] if s["ref"] == FX_INVOICE)
     credits = [s for s in a["sales"] if s["type"] == "Credit note"]
@@ -520,13 +528,13 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"purchases excluding VAT GBP {_money(a['box7'])} (box 7). Every box in vat_return_Q3.xlsx is a formula on the "
              f"Sales and Purchases sheets, which list each ledger line with its treatment."),
         Heading("Adjustments"),
-        Para(f"Cut-off: sales invoices {late_s[0]['ref']} (dated {late_s[0]['date']:%d %B %Y}) and {late_s[1]['ref']} (dated "
-             f"{late_s[1]['date']:%d %B %Y}) are excluded from this return, because their tax point falls after 30 September; "
+        Para(f"Cut-off: sales invoices {late_s[0]['ref']} (dated {_day(late_s[0]['date'])}) and {late_s[1]['ref']} (dated "
+             f"{_day(late_s[1]['date'])}) are excluded from this return, because their tax point falls after 30 September; "
              f"they belong to the next quarter. Purchase invoice {late_p['ref']} from {late_p['party']}, dated "
-             f"{late_p['date']:%d %B %Y}, is excluded for the same reason. Invoice {last_day['ref']} to {last_day['party']}, dated "
-             f"30 September 2026, is included."),
-        Para(f"Client entertainment: the input VAT on expense claims {blocked[0]['ref']} ({blocked[0]['desc'].lower()}) and "
-             f"{blocked[1]['ref']} ({blocked[1]['desc'].lower()}) is blocked under guidance 7(b), GBP {_money(a['blocked_vat'])} in all; "
+             f"{_day(late_p['date'])}, is excluded for the same reason. Invoice {last_day['ref']} to {last_day['party']}, dated "
+             f"30 September 2026, is included in this return."),
+        Para(f"Client entertainment: the input VAT on expense claims {blocked[0]['ref']} ({_lower_first(blocked[0]['desc'])}) and "
+             f"{blocked[1]['ref']} ({_lower_first(blocked[1]['desc'])}) is blocked under guidance 7(b), GBP {_money(a['blocked_vat'])} in all; "
              f"their net values remain in box 7. Claim {party['ref']}, the staff summer party, is staff entertainment and its VAT "
              f"of GBP {_money(party['vat'])} is claimed in full."),
         Para(f"Revised supplier invoice: Northgate Controls replaced invoice {a['replaced']} (posted at net "
