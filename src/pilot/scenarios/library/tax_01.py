@@ -8,28 +8,30 @@ every adjustment. The guidance note holds the rules; the brief states none.
 
 Planted facts:
 
-- Cut-off: the sales export ran to 5 October. SI-3144 (01/10/2026, day-first)
-  and SI-3145 (2026-10-02) and purchase PI-5731 (2 October) belong to the
-  next return; SI-3143 dated 30/09/2026 belongs to this one.
-- Credit notes: the sales export and the purchase ledger show credit notes
-  (CN-0207, CN-0208, CN-0209; supplier credit SC-4410 on PI-5726) as positive
-  amounts with the document type "Credit note"; the guidance note says they
-  reduce the box they fall in.
-- Foreign currency: SI-3127 to Lindqvist Fastigheter AB (UK office) is in EUR
-  (net 14,600.00, VAT 2,920.00); the guidance note gives the period rate for
-  August, 0.8547: net 12,478.62, VAT 2,495.72.
-- Duplicate: SI-3118 is exported twice (same number, same figures).
-- Superseded: the ledger carries Northgate Controls' invoice NC-88213 at net
-  11,640.00, VAT 2,328.00; the revised invoice NC-88213-R1 (PDF) replaces it
-  at net 9,840.00, VAT 1,968.00.
+- Cut-off: the exports ran to 5 October. Sales invoices SI-3132 (01/10/2026,
+  day-first; VAT 1,192.00) and SI-3133 (2026-10-02; VAT 37.13) and purchase
+  invoice PI-5722 (2 October; VAT 862.00) belong to the next return; SI-3131,
+  dated 30/09/2026, belongs to this one.
+- Credit notes: the sales export and the purchase ledger show credit notes as
+  positive amounts with the document type "Credit note": CN-0207, CN-0208 and
+  CN-0209 (VAT 3,103.09, net 15,515.42) and the supplier's SC-4410, ledger
+  line PI-5721 (VAT 94.60, net 472.99). The guidance note makes them negative.
+- Foreign currency: SI-3116 to Lindqvist Fastigheter AB (UK office) is in euro
+  (net 14,600.00, VAT 2,920.00); at the guidance note's August rate 0.8547 it
+  is net 12,478.62, VAT 2,495.72.
+- Duplicate: SI-3118 is exported twice (same number, same figures; VAT 16.73).
+- Superseded: the ledger carries Northgate Controls' invoice NC-88213 (line
+  PI-5711) at net 11,640.00, VAT 2,328.00; the revised invoice NC-88213-R1
+  (PDF) replaces it at net 9,840.00, VAT 1,968.00.
 - Blocked input VAT: expense claims EC-0412 and EC-0419 are client
-  entertainment (category "Entertainment"); their VAT is not recoverable,
-  while the staff summer party EC-0415 (also "Entertainment") is. Their net
-  values still go in box 7.
-- The decision: the set of transactions excluded from the return or whose VAT
-  is restricted: SI-3144, SI-3145, PI-5731, EC-0412, EC-0419 (and none of the
-  look-alikes SI-3143, EC-0415, SI-3127). The figures of the return are in
-  oracle.yml's header.
+  entertainment (category "Entertainment"): VAT 97.20 + 230.00 = 327.20 is not
+  recoverable, their net stays in box 7; the staff summer party EC-0415
+  (VAT 248.00), filed under the same category, is recoverable.
+- The return: box 1 = 37,480.48, box 4 = 15,662.91, box 5 = 21,817.57,
+  box 6 = 209,119.30, box 7 = 92,073.17.
+- The decision: the set of transactions left out of the return or whose VAT
+  is restricted is exactly SI-3132, SI-3133, PI-5722, EC-0412 and EC-0419;
+  the look-alikes SI-3131, EC-0415 and PI-5721 are not in it.
 """
 
 from __future__ import annotations
@@ -71,7 +73,6 @@ LATE_PURCHASE = "PI-5722"
 SUPERSEDED = "NC-88213"
 LEDGER_NC = (Decimal("11640.00"), Decimal("2328.00"))
 REVISED_NC = (Decimal("9840.00"), Decimal("1968.00"))
-CLIENT_ENTERTAINMENT = ("EC-0412", "EC-0419")
 STAFF_PARTY = "EC-0415"
 
 BUSINESS_CUSTOMERS = ["Harlow Community Trust", "Castleford Leisure Centre", "Beacon Hotels Ltd", "Wrexley Primary Academy",
@@ -206,7 +207,7 @@ def _write_purchases(inputs_dir: Path, g) -> Path:
     style_header(ec)
     claims = [
         ("EC-0409", dt.date(2026, 7, 8), "Dan Roper", "Hotel, Leicester, two nights for site commissioning", "Travel", "212.50"),
-        ("EC-0410", dt.date(2026, 7, 16), "Priya Shah", "Train fares, Birmingham supplier visit", "Travel", "0"),
+        ("EC-0410", dt.date(2026, 7, 16), "Priya Shah", "Train fares, Birmingham supplier visit", "Travel", "84.60"),
         ("EC-0411", dt.date(2026, 7, 30), "Dan Roper", "Meals while working away, Leicester", "Subsistence", "46.80"),
         ("EC-0412", dt.date(2026, 8, 6), "Fiona Carr", "Dinner with Beacon Hotels' facilities team ahead of contract renewal", "Entertainment", "486.00"),
         ("EC-0413", dt.date(2026, 8, 13), "Tom Ellis", "Tools: press-fit jaws", "Tools", "318.40"),
@@ -218,7 +219,7 @@ def _write_purchases(inputs_dir: Path, g) -> Path:
         ("EC-0419", dt.date(2026, 9, 25), "Fiona Carr", "Hospitality box at Trent Bridge for Okafor Property Management directors", "Entertainment", "1150.00"),
     ]
     for ref, d, emp, desc, cat, net in claims:
-        net_d = Decimal(net) if net != "0" else Decimal("84.60")
+        net_d = Decimal(net)
         vat = Decimal(0) if ref == "EC-0410" else _q(net_d * RATES["S"])  # rail fares are zero-rated
         ec.append([ref, d, emp, desc, cat, float(net_d), float(vat)])
         ec.cell(row=ec.max_row, column=2).number_format = "dd/mm/yyyy"
