@@ -235,6 +235,8 @@ def _write_purchases(inputs_dir: Path, g) -> Path:
 
 
 def _write_revised(inputs_dir: Path) -> Path:
+    # The original billed 30 controllers for 15: 15 x 120.00 = 1,800.00, the ledger's excess over the revision.
+    assert LEDGER_NC[0] - REVISED_NC[0] == 15 * Decimal("120.00")
     blocks = [
         Heading("Northgate Controls Ltd - Revised tax invoice NC-88213-R1"),
         Para("Unit 7, Riverside Trading Estate, Derby DE24 8HX. VAT registration GB 284 1937 55."),
@@ -243,9 +245,9 @@ def _write_revised(inputs_dir: Path) -> Path:
         Para("This revised invoice replaces invoice NC-88213, which was issued with 30 zone controllers in place of the 15 "
              "delivered. Please cancel NC-88213 in your records and account for this invoice instead. The tax point is unchanged."),
         Table(["Item", "Description", "Qty", "Unit price (GBP)", "Net (GBP)"], [
-            ["ZC-400", "Wireless zone controller", "15", "240.00", "3,600.00"],
+            ["ZC-400", "Wireless zone controller", "15", "120.00", "1,800.00"],
             ["TH-210", "Programmable room thermostat", "60", "78.00", "4,680.00"],
-            ["HB-050", "Wiring centre, 5-zone", "12", "130.00", "1,560.00"],
+            ["HB-050", "Wiring centre, 5-zone", "12", "280.00", "3,360.00"],
         ]),
         Table(["", "GBP"], [["Net total", _money(REVISED_NC[0])], ["VAT at 20%", _money(REVISED_NC[1])],
                             ["Total due", _money(REVISED_NC[0] + REVISED_NC[1])]]),
