@@ -250,3 +250,30 @@ def test_answer_from_the_inputs_alone():
     assert a["restricted"] == ["EC-0412", "EC-0419"]
     assert a["duplicates"] == ["SI-3118"]
     assert a["box5"] == a["box1"] - a["box4"]
+
+
+@pytest.mark.parametrize("column,value,words", [
+    ("date", "31-09-2026", "field 'date': '31-09-2026' is in neither format"),
+    ("doc_type", "Refund", "SI-3101: field 'doc_type': 'Refund'"),
+    ("vat_code", "X", "SI-3101: field 'vat_code': 'X'"),
+    ("currency", "USD", "SI-3101: field 'currency': no rate for 'USD' in July 2026"),
+])
+def test_malformed_sales_line_is_refused_naming_file_and_field(tmp_path, column, value, words):
+    import csv
+    import shutil
+
+    from pilot.scenarios.library import tax_01
+
+    inputs = tmp_path / "inputs"
+    shutil.copytree(load_scenario(SID).inputs_dir, inputs)
+    path = inputs / tax_01.SALES_CSV
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    rows[0][column] = value
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(ValueError) as err:
+        tax_01.compute(inputs)
+    assert tax_01.SALES_CSV in str(err.value) and words in str(err.value)

@@ -350,8 +350,18 @@ def compute(inputs_dir: Path) -> dict:
             continue
         seen.add(r["doc_no"])
         d = _parse_date(r["date"])
+        where = f"{SALES_CSV}: {r['doc_no']}"
+        if r["doc_type"] not in ("Invoice", "Credit note"):
+            raise ValueError(f"{where}: field 'doc_type': {r['doc_type']!r} is neither 'Invoice' nor 'Credit note'")
+        if r["vat_code"] not in RATES:
+            raise ValueError(f"{where}: field 'vat_code': {r['vat_code']!r} is not one of {', '.join(RATES)}")
         sign = Decimal(-1) if r["doc_type"] == "Credit note" else Decimal(1)
-        fx = EUR_RATES[d.month] if r["currency"] == "EUR" else Decimal(1)
+        if r["currency"] == "GBP":
+            fx = Decimal(1)
+        elif r["currency"] == "EUR" and d.month in EUR_RATES:
+            fx = EUR_RATES[d.month]
+        else:
+            raise ValueError(f"{where}: field 'currency': no rate for {r['currency']!r} in {d:%B %Y} in {GUIDANCE_TXT}")
         net, vat = _q(_dec(r["net_amount"]) * fx) * sign, _q(_dec(r["vat_amount"]) * fx) * sign
         sales.append(dict(ref=r["doc_no"], type=r["doc_type"], date=d, party=r["customer"], desc=r["description"], code=r["vat_code"],
                           currency=r["currency"], net_ccy=_dec(r["net_amount"]), vat_ccy=_dec(r["vat_amount"]), fx=fx, sign=sign,
