@@ -157,6 +157,9 @@ VARIANTS = {
         _memo(("is blocked under guidance 7(b)", "is not recoverable under guidance 7(b)"),
               ("is excluded for the same reason", "is deferred to the next return for the same reason")),
         set()),
+    "revision_stated_in_round_pounds": (
+        _memo((GOLD_REVISED, "by revised invoice NC-88213 R1 at net GBP 9,840, VAT GBP 1,968")),
+        set()),
     "box_labels_with_descriptions": (
         _book(("VAT return", "A2", "Box 1 - VAT due on sales"), ("VAT return", "A5", "Box 4 - VAT reclaimed"),
               ("VAT return", "A6", "Box 5 - net VAT payable"), ("VAT return", "A7", "Box 6 - sales ex VAT"),
