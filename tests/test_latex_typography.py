@@ -47,7 +47,8 @@ def test_a_reason_given_in_the_note_is_not_repeated_in_every_cell(tmp_path):
     df = pd.DataFrame({"model": ["A0", "A1"], "depth_slope": [reason, -0.2], "depth_ci_low": [reason, -0.9],
                        "note": ["no variation in S (no run accepted)", ""]})
     text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
-    assert "A0 & not estimable & not estimable & no variation in S (no run accepted)" in text
+    # Two neighbouring cells with nothing to show read "not estimable" once, across both; the note says why.
+    assert "A0 & \\multicolumn{2}{c}{not estimable} & no variation in S (no run accepted)" in text
     assert "Depth slope & Depth 2.5\\%" in text and "\\begin{tabular}{lrrl}" in text
 
 
@@ -65,3 +66,16 @@ def test_an_empty_note_column_is_left_out_and_a_used_one_kept(tmp_path):
     used = empty.assign(note=["", "one scenario"])
     text = write_table(used, tmp_path / "u.tex", caption="c", label="tab:u").read_text()
     assert "Arm & Estimate & Note" in text and "one scenario" in text
+
+
+def test_a_row_with_nothing_estimable_reads_not_estimable_once_across_it(tmp_path):
+    ne = "not estimable (no run in A2)"
+    df = pd.DataFrame({"arm": ["A1", "A2"], "D": [0.5, ne], "E": [0.1, ne], "Q": [70.0, ne], "n_charged": [1, 0], "note": ["", "no run in A2"]})
+    text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
+    rows = {line.split(" &")[0]: line for line in text.splitlines() if line.startswith(("A1", "A2"))}
+    # The three missing values become one cell spanning their three columns; the count and the note keep theirs.
+    assert rows["A2"].replace(" ", "") == "A2&\\multicolumn{3}{c}{notestimable}&0&noruninA2\\\\"
+    assert rows["A1"].count("&") == rows["A2"].count("&") + 2
+    # A single missing value stays a cell of its own.
+    one = write_table(df.assign(E=[0.1, 0.2], Q=[70.0, 71.0]), tmp_path / "u.tex", caption="c", label="tab:u").read_text()
+    assert "multicolumn" not in one and "not estimable" in one

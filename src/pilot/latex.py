@@ -216,6 +216,30 @@ def write_macros(values: Mapping[str, object], path: Path, *, digits: int = 3, c
 _NOT_ESTIMABLE = "not estimable"
 
 
+# A cell merged into the "not estimable" cell before it (removed from the row after pandas writes it).
+_MERGED = "\x00merged"
+
+
+def _merge_not_estimable_runs(shown: pd.DataFrame, *, note_column: int | None) -> None:
+    """Two or more neighbouring "not estimable" cells of a row (the reason in its note) become one cell spanning them.
+
+    A row of an arm without runs then reads "not estimable" once across the table, instead of eleven times side by
+    side, which would push the table past the page.
+    """
+    for r in range(len(shown)):
+        row = list(shown.iloc[r])
+        k = 0
+        while k < len(row):
+            j = k
+            while j < len(row) and row[j] == _NOT_ESTIMABLE and j != note_column:
+                j += 1
+            if j - k >= 2:
+                shown.iat[r, k] = f"\\multicolumn{{{j - k}}}{{c}}{{{_NOT_ESTIMABLE}}}"
+                for m in range(k + 1, j):
+                    shown.iat[r, m] = _MERGED
+            k = max(j, k + 1)
+
+
 def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
     """Where a row's note already gives the reason, its cells read "not estimable" without repeating it."""
     note = next((c for c in df.columns if str(c).lower() == "note"), None)
@@ -282,7 +306,9 @@ def write_table(
         # A long note (a fit's reason) wraps in a column of its own width, so the table is not shrunk to nothing.
         long_note = [str(c).lower() == "note" and max((len(str(v)) for v in df[c].tolist()), default=0) > 40 for c in df.columns]
         column_format = "".join(">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l") for n, w in zip(numeric, long_note))
+    _merge_not_estimable_runs(shown, note_column=next((i for i, c in enumerate(df.columns) if str(c).replace("\\_", "_").lower() == "note"), None))
     body = shown.to_latex(index=False, escape=False, column_format=column_format, na_rep="---")
+    body = re.sub(r"\s*&\s*" + _MERGED, "", body)
     parts = [
         "% Generated file: do not edit.",
         "\\begin{table}[htbp]",
