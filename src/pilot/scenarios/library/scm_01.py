@@ -31,7 +31,7 @@ Planted facts:
   build date and is not expedited (the policy expedites only a lead time
   longer than the days available).
 - Expedite set: BR-22, IGN-30, VLV-14. PSL-12 plans 1,000 (1,500 on the
-  superseded forecast).
+  superseded forecast, on which SEAL-05 would also net 100 and be expedited).
 """
 
 from __future__ import annotations
