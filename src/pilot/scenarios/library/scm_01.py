@@ -48,7 +48,7 @@ from openpyxl.styles import Font
 from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
-# The generator's one random source: it draws the December and February forecasts (not planned here) and PO numbers' order dates.
+# The generator's one random source: it draws the December and February forecasts (not planned here) and the POs' order dates.
 SEED = 771204
 
 FORECAST_CSV = "demand_forecast.csv"
