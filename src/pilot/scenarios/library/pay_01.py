@@ -22,6 +22,9 @@ Planted facts:
   is under the policy's threshold, so only a check of the overtime finds it.
   Two other h:mm entries were keyed right (4:30 as 4.50, 3:15 as 3.25) and
   6:00 needs no conversion.
+- The timesheet export lists Kieran Walsh's (E1010) 6:00 on 14 October twice
+  (same approval reference, re-approved, date once day-first, once ISO); the
+  draft pays it once, right. Counted twice: 12 hours, gross 2,415.84.
 - Grace Obi (E1003) took unpaid leave 1-9 September, so September paid 21/30 of
   a month and October's full month shows a variance of +42.9%: correct, no
   correction (the distractor a variance-only review flags).
@@ -37,6 +40,7 @@ import re
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+import numpy as np
 import openpyxl
 from openpyxl.styles import Font
 
@@ -74,6 +78,7 @@ LEAVER, LEAVER_LAST_DAY = "E1006", dt.date(2026, 9, 30)
 RISER, RISE_NEW, RISE_FROM, RISE_FIRST_NOTICE = "E1009", 37200, dt.date(2026, 10, 16), dt.date(2026, 10, 1)
 RETURNER, UNPAID_DAYS = "E1003", 9  # unpaid leave 1-9 September
 KEYING_SLIP = "E1012"
+REPEATED_OT = "E1010"  # one timesheet line exported twice
 # October overtime: employee -> (date worked as the timesheet writes it, h:mm); Sept overtime in decimal hours.
 OT_OCT = {"E1004": [("2026-10-07", "4:30")], "E1010": [("14/10/2026", "6:00")],
           "E1012": [("2026-10-10", "4:00"), ("21/10/2026", "3:45")], "E1013": [("2026-10-24", "3:15")]}
@@ -159,11 +164,18 @@ def generate(inputs_dir: Path) -> list[Path]:
     paths.append(save_workbook(wb, inputs_dir / DRAFT_XLSX))
 
     # Approved overtime for October: hours and minutes, dates as two supervisors write them.
-    ot_rows = []
+    # The system exported Kieran Walsh's shift twice when it was re-approved: same approval reference, the date
+    # in the other format. Counted twice it doubles his overtime.
+    g = rng(SEED + 1)
+    refs = [int(x) for x in g.choice(np.arange(3000, 4000), size=sum(len(e) for e in OT_OCT.values()), replace=False)]
+    ot_rows, k = [], 0
     for i, entries in OT_OCT.items():
         for date, hm in entries:
-            ot_rows.append([i, NAMES[i], date, hm, "approved"])
-    paths.append(write_csv(inputs_dir / OVERTIME_CSV, ["employee_id", "name", "date_worked", "overtime_hhmm", "status"], ot_rows))
+            ot_rows.append([f"OT-{refs[k]}", i, NAMES[i], date, hm, "approved"])
+            k += 1
+    dup = next(r for r in ot_rows if r[1] == REPEATED_OT)
+    ot_rows.append([dup[0], dup[1], dup[2], _date(dup[3], OVERTIME_CSV).isoformat(), dup[4], "approved (re-approved 26/10/2026)"])
+    paths.append(write_csv(inputs_dir / OVERTIME_CSV, ["approval_ref", "employee_id", "name", "date_worked", "overtime_hhmm", "status"], ot_rows))
 
     paths.append(_write_hr_notice(inputs_dir, sal))
     paths.append(_write_policy(inputs_dir))
@@ -245,6 +257,19 @@ def _hr_entries(inputs_dir: Path) -> list[list[str]]:
     return rows[1:]
 
 
+def _overtime_lines(inputs_dir: Path) -> list[dict[str, str]]:
+    """Approved timesheet lines, each approval counted once (a re-approved line is exported again)."""
+    seen: dict[str, dict[str, str]] = {}
+    for r in read_csv_dicts(inputs_dir / OVERTIME_CSV):
+        if not r["status"].strip().lower().startswith("approved"):
+            continue
+        first = seen.setdefault(r["approval_ref"], r)
+        if first is not r and (first["employee_id"], _date(first["date_worked"], OVERTIME_CSV), first["overtime_hhmm"]) != (
+                r["employee_id"], _date(r["date_worked"], OVERTIME_CSV), r["overtime_hhmm"]):
+            raise ValueError(f"{OVERTIME_CSV}: approval_ref {r['approval_ref']!r} names two different overtime lines")
+    return list(seen.values())
+
+
 def compute(inputs_dir: Path) -> dict:
     """October pay as the policy and the HR notice make it, the draft's errors and the set to correct."""
     inputs_dir = Path(inputs_dir)
@@ -267,9 +292,8 @@ def compute(inputs_dir: Path) -> dict:
             change[emp] = (new, when)
 
     hours: dict[str, Decimal] = {}
-    for r in read_csv_dicts(inputs_dir / OVERTIME_CSV):
-        if r["status"].strip().lower() == "approved":
-            hours[r["employee_id"]] = hours.get(r["employee_id"], Decimal(0)) + hm_to_hours(r["overtime_hhmm"])
+    for r in _overtime_lines(inputs_dir):
+        hours[r["employee_id"]] = hours.get(r["employee_id"], Decimal(0)) + hm_to_hours(r["overtime_hhmm"])
 
     month_start, month_end = dt.date(2026, 10, 1), dt.date(2026, 10, 31)
     rows = []
@@ -342,12 +366,16 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     # Overtime: each approved timesheet line, h:mm converted to decimal hours by formula.
     ot.append(["Employee ID", "Name", "Date worked", "Overtime (h:mm)", "Hours", "Minutes", "Decimal hours"])
     style_header(ot)
-    for r in read_csv_dicts(inputs_dir / OVERTIME_CSV):
+    for r in _overtime_lines(inputs_dir):
         k = ot.max_row + 1
         h, mnt = r["overtime_hhmm"].split(":")
         ot.append([r["employee_id"], r["name"], _date(r["date_worked"], OVERTIME_CSV).isoformat(), r["overtime_hhmm"],
                    int(h), int(mnt), f"=E{k}+F{k}/60"])
     ot_last = ot.max_row
+    raw = [r["approval_ref"] for r in read_csv_dicts(inputs_dir / OVERTIME_CSV)]
+    for ref in sorted({x for x in raw if raw.count(x) > 1}):
+        ot.append([])
+        ot.append([f"Approval {ref} is exported twice (re-approved); counted once."])
     autosize(ot, {"A": 12, "B": 18, "C": 12, "D": 15, "E": 8, "F": 9, "G": 13})
 
     # October pay: salary at each rate, days at it, basic pro rata, overtime at 1.5 x annual / 1,950.
@@ -424,7 +452,9 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"October is a full month, so her October pay is correct as drafted and needs no correction."),
         Para("The other variances are overtime: approved overtime differs from September's for several production and "
              "warehouse employees, and each overtime payment was recalculated at 1.5 times the hourly rate (annual salary "
-             "divided by 1,950) on the timesheet hours converted from hours and minutes to decimal hours."),
+             "divided by 1,950) on the timesheet hours converted from hours and minutes to decimal hours. Kieran Walsh's "
+             "6:00 hours on 14 October appear twice in the timesheet export under the same approval reference, once "
+             "re-approved; they are one shift and are paid once, as the draft does."),
         Heading("Corrections"),
         Para(f"Dale Fenwick's October pay must be corrected to nil. He resigned with a last day of service of 30 September 2026 "
              f"(HR notice entry 2) and was paid to that date in September; the draft still pays him a full month of "
