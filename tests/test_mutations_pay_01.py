@@ -181,3 +181,38 @@ def test_correction_phrasings(text):
     read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
                     complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
     assert (set(read.inside), set(read.outside)) == CORRECTION_PHRASINGS[text]
+
+
+# The generator's answer against hand calculations (pay policy rules 2 and 4), and its refusals of bad input.
+def test_compute_matches_the_hand_calculation():
+    from decimal import Decimal
+
+    from pilot import paths
+    from pilot.scenarios.library import pay_01
+
+    a = pay_01.compute(paths.SCENARIOS_DIR / SID / "inputs")
+    by = {r["id"]: r for r in a["rows"]}
+    # 34,500 / 12 x 15/31 = 1,391.13 and 37,200 / 12 x 16/31 = 1,600.00.
+    assert by["E1009"]["gross"] == Decimal("2991.13")
+    # 29,400 / 1,950 = 15.08 an hour; 7.75 h x 15.08 x 1.5 = 175.31 on a monthly 2,450.00.
+    assert by["E1012"]["gross"] == Decimal("2625.31")
+    # The re-exported line paid once: 6 h x 13.38 x 1.5 = 120.42 on 2,175.00, as the draft has it.
+    assert by["E1010"]["correction"] == 0 and by["E1010"]["gross"] == Decimal("2295.42")
+    assert by["E1006"]["gross"] == 0
+    assert a["to_correct"] == ["E1006", "E1009", "E1012"]
+
+
+@pytest.mark.parametrize("text,hours", [("7:45", "7.75"), ("4:30", "4.5"), ("3:15", "3.25"), ("6:00", "6")])
+def test_hours_and_minutes(text, hours):
+    from decimal import Decimal
+
+    from pilot.scenarios.library.pay_01 import hm_to_hours
+
+    assert hm_to_hours(text) == Decimal(hours)
+
+
+def test_decimal_hours_in_the_timesheet_are_refused():
+    from pilot.scenarios.library.pay_01 import OVERTIME_CSV, hm_to_hours
+
+    with pytest.raises(ValueError, match=re.escape(OVERTIME_CSV) + ".*overtime_hhmm.*7.45"):
+        hm_to_hours("7.45")

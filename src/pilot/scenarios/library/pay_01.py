@@ -192,7 +192,7 @@ def _write_hr_notice(inputs_dir: Path, sal: dict[str, int]) -> Path:
             ["1", "02/09/2026", f"{RETURNER} {NAMES[RETURNER]}", "Unpaid leave 1-9 September 2026 (9 calendar days); returns 10 September.", "01/09/2026"],
             ["2", "22/09/2026", f"{LEAVER} {NAMES[LEAVER]}", "Resignation. Last day of service 30/09/2026; paid to that date in the September payroll. No payment in lieu of notice.", "30/09/2026"],
             ["3", "01/10/2026", f"{RISER} {NAMES[RISER]}", f"Promotion to Quality Supervisor; salary {sal[RISER]:,} to {RISE_NEW:,} a year.", f"{RISE_FIRST_NOTICE:%d/%m/%Y}"],
-            ["4", "13/10/2026", f"{RISER} {NAMES[RISER]}", f"Correction to entry 3: the promotion takes effect on {RISE_FROM:%-d %B %Y}, "
+            ["4", "13/10/2026", f"{RISER} {NAMES[RISER]}", f"Correction to entry 3: the promotion takes effect on {RISE_FROM.day} {RISE_FROM:%B %Y}, "
                                                             f"the date the role was vacated, not on 1 October. Salary {RISE_NEW:,} from that date.", f"{RISE_FROM:%d/%m/%Y}"],
         ]),
         Para("No other starters, leavers or salary changes were notified for October 2026."),
@@ -253,7 +253,11 @@ def _hr_entries(inputs_dir: Path) -> list[list[str]]:
     from docx import Document
 
     doc = Document(str(inputs_dir / HR_DOCX))
+    if not doc.tables:
+        raise ValueError(f"{HR_DOCX}: no table of change entries")
     rows = [[c.text for c in r.cells] for r in doc.tables[0].rows]
+    if [h.strip() for h in rows[0]] != ["Entry", "Issued", "Employee", "Change", "Effective"]:
+        raise ValueError(f"{HR_DOCX}: the change table's header is {rows[0]!r}, not Entry/Issued/Employee/Change/Effective")
     return rows[1:]
 
 
@@ -276,6 +280,9 @@ def compute(inputs_dir: Path) -> dict:
     sept = {r["employee_id"]: r for r in read_csv_dicts(inputs_dir / SEPT_CSV)}
     ws = openpyxl.load_workbook(inputs_dir / DRAFT_XLSX)["Draft register"]
     draft = {r[0]: r for r in ws.iter_rows(min_row=2, values_only=True) if r[0]}
+    missing = sorted(set(sept) - set(draft))
+    if missing:
+        raise ValueError(f"{DRAFT_XLSX}: sheet 'Draft register' has no row for {', '.join(missing)} of {SEPT_CSV}")
     salary = {i: _dec(r["annual_salary"], f"{SEPT_CSV}: {i} annual_salary") for i, r in sept.items()}
 
     # HR notice: leavers and salary changes; a later entry about the same change replaces the earlier one.
