@@ -440,6 +440,7 @@ def _write_memo(a: dict, path: Path) -> Path:
     old_part = q2(old / 12 * 15 / OCT_DAYS)
     new_part = q2(new / 12 * 16 / OCT_DAYS)
     flagged = [r for r in a["rows"] if abs(r["variance"]) > 50 or (r["sept"] and abs(r["variance"]) > r["sept"] * Decimal("0.05"))]
+    others = [r for r in flagged if r["id"] not in a["to_correct"] and r["id"] != RETURNER]
     blocks = [
         Heading("Summary"),
         Para(f"The draft October 2026 payroll totals GBP {_m(a['total_draft'])} gross against GBP {_m(a['total_sept'])} paid in "
@@ -457,8 +458,8 @@ def _write_memo(a: dict, path: Path) -> Path:
         Para(f"Grace Obi's October pay is GBP {_m(ret['gross'])} against GBP {_m(ret['sept'])} in September, an increase of "
              f"{ret['variance'] / ret['sept'] * 100:.1f}%. September was reduced for nine days of unpaid leave (HR notice entry 1); "
              f"October is a full month, so her October pay is correct as drafted and needs no correction."),
-        Para("The other variances are overtime: approved overtime differs from September's for several production and "
-             "warehouse employees, and each overtime payment was recalculated at 1.5 times the hourly rate (annual salary "
+        Para(f"The other variances above the threshold, {' and '.join(r['name'] + chr(39) + 's' for r in others)}, are "
+             "approved overtime that September did not have. Each overtime payment was recalculated at 1.5 times the hourly rate (annual salary "
              "divided by 1,950) on the timesheet hours converted from hours and minutes to decimal hours. Kieran Walsh's "
              "6:00 hours on 14 October appear twice in the timesheet export under the same approval reference, once "
              "re-approved; they are one shift and are paid once, as the draft does."),
