@@ -39,6 +39,9 @@ MEMO = "reconciliation_memo.docx"
 # row 19 Delphine's payment of its 2025 balancing charge; G counts a payment.
 ALDER, BRIGHT, CORRAN, DELPHINE, EVERLY = range(2, 7)
 FOUR_UNCAPPED = {"book_balance_alder", "book_balance_brightwater", "book_balance_delphine", "book_balance_everly"}
+# The tie-out lines a change of the recoverable costs or the proportions moves: the let units' charges, and the
+# vacant share and cap excess the landlord bears.
+TIE = {"book_charged_tenants", "book_landlord_share"}
 
 GOLD_CHILLER = ("I recommend that the chiller replacement, GBP 48,600.00, is excluded from the 2026 service charge and "
                 "stays a landlord's capital cost.")
@@ -74,32 +77,32 @@ def _memo(*pairs: tuple[str, str]):
 # name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
 VARIANTS = {
     # The chiller marked recoverable: nothing excluded, 395,894.88 apportioned. Every share rises, so the vacant
-    # unit's share and the four uncapped balances move; Corran's apportioned cost rises further above its cap, so its
-    # charge and balance stay and only the excess over the cap moves. The ledger total does not change.
+    # unit's share, the four uncapped charges and balances move; Corran's apportioned cost rises further above its cap,
+    # so its charge and balance stay and only the excess over the cap moves. The ledger total does not change.
     "capex_recovered": (
         _book(("Costs", "F28", "Yes")),
-        {"book_excluded", "book_vacancy", "book_cap_excess", *FOUR_UNCAPPED}),
+        {"book_excluded", *TIE, *FOUR_UNCAPPED}),
     # The Summary sheet's total (389,052.73, without the December accrual) taken as the year's costs: recoverable
     # falls by 6,842.15. Corran (78,772 apportioned) stays above its cap; the rest moves as above, and the ledger
     # total is wrong; the chiller is still excluded.
     "stale_summary_total": (
         _book(("Reconciliation", "B10", 389052.73)),
-        {"book_total_ledger", "book_vacancy", "book_cap_excess", *FOUR_UNCAPPED}),
+        {"book_total_ledger", *TIE, *FOUR_UNCAPPED}),
     # Square metres read as square feet: a lettable area of 18,525 'sq ft'. Every proportion moves; Corran's
     # apportioned cost (115,298) stays above its cap.
     "square_metres_unconverted": (
         _book(("Areas", "B10", 1)),
-        {"book_vacancy", "book_cap_excess", *FOUR_UNCAPPED}),
+        {*TIE, *FOUR_UNCAPPED}),
     # The vacant unit's share spread over the let units (proportions over the let area): the landlord bears no
     # vacancy, every tenant's apportioned cost rises; Corran's stays above its cap.
     "vacancy_spread_over_tenants": (
         _book(*[("Reconciliation", f"D{r}", f"=Areas!E{r}/(Areas!E8-Areas!E5)") for r in range(ALDER, EVERLY + 1)]),
-        {"book_vacancy", "book_cap_excess", *FOUR_UNCAPPED}),
-    # Corran charged its apportioned cost (80,355.38): no excess over the cap, and its credit of 2,323.92 becomes a
-    # charge of 1,687.86. No other tenant moves.
+        {*TIE, *FOUR_UNCAPPED}),
+    # Corran charged its apportioned cost (80,355.38): the tenants are charged 4,011.78 more and the landlord bears
+    # that much less; Corran's credit of 2,323.92 becomes a charge of 1,687.86. No other tenant moves.
     "cap_ignored": (
         _book(("Reconciliation", f"G{CORRAN}", f"=E{CORRAN}")),
-        {"book_cap_excess", "book_balance_corran"}),
+        {*TIE, "book_balance_corran"}),
     # Alder & Finch's Q2 payment counted twice: 17,268.48 more on account, its balance a credit of 15,786.46.
     "repeated_payment_counted": (
         _book(("Payments", "G4", "=E4")),

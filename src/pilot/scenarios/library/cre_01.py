@@ -425,10 +425,10 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
         ("Excluded costs", f"=Costs!G{ctot + 1}"),                              # row 11
         ("Recoverable costs", "=B10-B11"),                                      # row 12
         ("Charged to tenants", f"=G{t}"),                                       # row 13
-        (f"Borne by landlord: vacant unit {a['vacant'][0]}", f"=B12-E{t}"),     # row 14, the remainder (procedure 6)
-        ("Borne by landlord: excess over lease cap", f"=E{corran_row}-G{corran_row}"),
-        ("Borne by landlord: excluded costs", "=B11"),
-        ("Total allocated", "=B13+B14+B15+B16"),
+        (f"Landlord: vacant unit {a['vacant'][0]}", f"=B12-E{t}"),             # row 14, the remainder (procedure 6)
+        ("Landlord: excess over Corran's cap", f"=E{corran_row}-G{corran_row}"),
+        ("Borne by landlord", "=B14+B15"),                                      # row 16: recoverable, not charged
+        ("Total allocated", "=B13+B16+B11"),
         ("Difference to ledger", "=ROUND(B10-B17,2)"),
     ]
     assert rec.max_row + 1 == 10, rec.max_row  # the formulas above name rows 10-18
