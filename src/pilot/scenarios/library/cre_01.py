@@ -448,6 +448,8 @@ def _write_memo(a: dict, path: Path) -> Path:
     capex = a["excluded_lines"][0]
     vac = a["vacant"][0]
     corran_unit = next(u for u, t in a["tenant_of"].items() if t == CORRAN)
+    owing = [t for t in a["tenant_of"].values() if bal[t] > 0]
+    credited = [t for t in a["tenant_of"].values() if bal[t] < 0]
     rows = []
     for unit, tenant in a["tenant_of"].items():
         b = bal[tenant]
@@ -461,9 +463,9 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"{_money(sum(charge.values(), Decimal(0)))}; the landlord bears the vacant unit {vac} share of GBP "
              f"{_money(a['vacancy'])}, the excess over Corran's cap of GBP {_money(a['cap_excess'])} and the excluded chiller cost. "
              f"These amounts tie to the ledger total to the penny."),
-        Para("Four tenants have a balancing charge to pay and one, Corran Insurance Brokers Ltd, is due a credit. Balances are "
-             "stated as the charge for the year less the on-account payments for 2026: a positive figure is payable by the "
-             "tenant, a negative figure is a credit to the tenant."),
+        Para(f"{len(owing)} tenants have a balancing charge to pay ({', '.join(owing)}) and {len(credited)} is due a credit "
+             f"({', '.join(credited)}). Balances are stated as the charge for the year less the on-account payments for 2026: a "
+             f"positive figure is payable by the tenant, a negative figure is a credit to the tenant."),
         Heading("Costs and exclusions"),
         Para(f"The actual costs are the lines of the Ledger sheet, the book of account. The Summary sheet of the same workbook "
              f"totals GBP {_money(a['summary_total'])}: it was prepared on 15 December 2026 and misses the December electricity "
