@@ -28,7 +28,7 @@ def test_caps_table_applies_a006():
     assert frame.loc["LEGAL-01", "Dollar cap"] == 4.0 and frame.loc["LEGAL-01", "Source"] == "A-006"
     assert frame.loc["HR-01", "Source"] == "global"
     # With no list, the scenarios with caps of their own.
-    assert set(caps_frame(load_study()).Scenario) == {"global (all others)", "ACC-01", "RES-01", "BANK-01", "LEGAL-01", "EST-01"}
+    assert set(caps_frame(load_study()).Scenario) == {"global (all others)", "ACC-01", "RES-01", "BANK-01", "LEGAL-01", "EST-01", "CRE-01"}
 
 
 def test_design_macros_state_the_protocol_numbers(tmp_path):
