@@ -346,7 +346,10 @@ def _write_book(a: dict, path: Path) -> Path:
     summ.append(["Total", "=SUM(B2:B4)", "=SUM(C2:C4)", "=SUM(D2:D4)", ""])
     summ.append([])
     summ.append(["Total queries", f"=COUNTA(Queries!A2:A{qlast})"])
-    summ.append(["Subjects needing a query", len(a["queried"])])
+    # Distinct subjects among the queries: each subject's rows count 1/n times; a blank row counts nothing
+    # (the &"" keeps its COUNTIF from being zero).
+    rng_c = f"Queries!C2:C{qlast}"
+    summ.append(["Subjects needing a query", f'=SUMPRODUCT(({rng_c}<>"")/COUNTIF({rng_c},{rng_c}&""))'])
     autosize(summ, {"A": 26, "B": 10, "C": 19, "D": 10, "E": 40})
     return save_workbook(wb, path)
 
