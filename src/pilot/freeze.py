@@ -3,8 +3,10 @@
 When the pilot starts, a manifest records the SHA-256 of every file that
 defines what a run is and how it is judged: each scenario folder (brief,
 inputs, scenario, oracle and rubric files), the scenarios' generators and
-reference solvers (``pilot/scenarios/library``), the oracle code, and the arm
-texts (common policy, each arm's documentation, ``arms.yml``).
+reference solvers (``pilot/scenarios/library``), the oracle code (with the
+deck reader, ``pilot/oracle_formats``, when the study has a slide-deck
+scenario), and the arm texts (common policy, each arm's documentation,
+``arms.yml``).
 Before a later wave is pooled with the pilot the manifest is taken again and
 compared; any file modified, added or removed is reported by name and blocks
 pooling.
