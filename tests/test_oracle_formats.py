@@ -298,3 +298,17 @@ def test_judges_read_a_deck_slide_by_slide(tmp_path):
     refused = render_deliverable("macro.pptx", ws / "outputs")
     assert "refused" in refused.text and "VBA macros" in refused.text
 
+
+
+def test_the_extension_set_with_cx01_hashes_the_deck_room():
+    study = design.study()
+    extension, pilot = study.scenario_set("extension"), study.scenario_set("pilot")
+    assert "CX-01" in extension and "CX-01" not in pilot
+    room = ["pilot/oracle_formats/__init__.py", "pilot/oracle_formats/evaluate.py",
+            "pilot/oracle_formats/pptx_reader.py", "pilot/oracle_formats/selfcheck.py"]
+    assert sorted(k for k in freeze.take_manifest(scenarios=extension) if k.startswith("pilot/oracle_formats/")) == room
+    assert not [k for k in freeze.take_manifest(scenarios=pilot) if k.startswith("pilot/oracle_formats/")]
+    # A study of CX-01 alone: its own bundle and generator, the room, and no other scenario's files.
+    alone = freeze.take_manifest(scenarios=["CX-01"])
+    assert set(room) <= set(alone)
+    assert "pilot/scenarios/library/cx_01.py" in alone and "pilot/scenarios/library/ops_01.py" not in alone
