@@ -70,6 +70,17 @@ def test_reader_reads_titles_lines_tables_and_notes(tmp_path):
     assert lines[:3] == ["Support review, October", "For the head of support", "SLA attainment by team"]
 
 
+def test_reader_reads_text_inside_a_group(tmp_path):
+    prs = Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[5])
+    slide.shapes.title.text = "Grouped"
+    group = slide.shapes.add_group_shape()
+    group.shapes.add_textbox(Inches(1), Inches(2), Inches(4), Inches(1)).text_frame.text = "Inside the group"
+    prs.save(str(tmp_path / "g.pptx"))
+    deck = parse(tmp_path / "g.pptx")
+    assert [(s.title, s.lines) for s in deck.slides] == [("Grouped", ["Inside the group"])]
+
+
 def _macro_deck(src: Path, dst: Path) -> Path:
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
         for item in zin.infolist():

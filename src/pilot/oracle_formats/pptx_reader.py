@@ -65,7 +65,13 @@ def _shape_lines(shape, slide: Slide) -> None:
         slide.tables.append(rows)
         slide.lines.extend(" | ".join(r) for r in rows)
         return
-    if shape.shape_type is not None and int(shape.shape_type) == 6:  # a group: its members in order
+    from pptx.enum.shapes import MSO_SHAPE_TYPE
+
+    try:
+        kind = shape.shape_type
+    except NotImplementedError:  # a shape python-pptx cannot classify: its text, if any, is read below
+        kind = None
+    if kind == MSO_SHAPE_TYPE.GROUP:  # a group: its members in order
         for sub in shape.shapes:
             _shape_lines(sub, slide)
         return
