@@ -22,7 +22,8 @@ import openpyxl
 import pytest
 
 from pilot.cli.main import main as cli_main
-from pilot.oracles import Recalculator, evaluate, evaluate_many, hash_inputs
+from pilot.oracle_formats.evaluate import evaluate, evaluate_many  # every caller's entry: the core's verdict where there is no deck
+from pilot.oracles import Recalculator, hash_inputs
 from pilot.oracles.hashing import compare_hashes
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario

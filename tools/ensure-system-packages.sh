@@ -26,7 +26,13 @@ check_group() {
       # pdftotext and pdfinfo read a typeset PDF back (its label on every page).
       command -v pdftotext >/dev/null 2>&1 || need poppler-utils ;;
     office)
-      command -v soffice >/dev/null 2>&1 || need libreoffice-calc-nogui libreoffice-writer-nogui ;;
+      command -v soffice >/dev/null 2>&1 || need libreoffice-calc-nogui libreoffice-writer-nogui
+      # Impress renders a delivered slide deck (.pptx) for the graders; its module is libsdlo.so.
+      if command -v soffice >/dev/null 2>&1; then
+        [ -e "$(dirname "$(readlink -f "$(command -v soffice)")")/libsdlo.so" ] || need libreoffice-impress-nogui
+      else
+        need libreoffice-impress-nogui
+      fi ;;
     sandbox)
       command -v bwrap >/dev/null 2>&1 || need bubblewrap
       # socat bridges the model proxy and the portal into the agent's network namespace.

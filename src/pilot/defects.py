@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from pilot.oracles.readers import document_lines, is_formula, numbers_in, parse_number, read_csv, word_count
+from pilot.oracles.readers import document_lines as _core_document_lines, is_formula, numbers_in, parse_number, read_csv, word_count
 from pilot.protocol.scenario import COMPLETION_RECORD, Criterion, Scenario
 from pilot.scenarios.officeio import Heading, Para, normalize_zip, write_csv, write_document
 
@@ -74,7 +74,7 @@ def corrupt_file(workspace: Path, name: str) -> str:
     p = _out(workspace, name)
     data = p.read_bytes()
     suffix = p.suffix.lower()
-    if suffix in (".xlsx", ".docx"):
+    if suffix in (".xlsx", ".docx", ".pptx"):
         p.write_bytes(data[: max(64, int(len(data) * 0.6))])
         return f"truncated the archive {name} to 60%"
     if suffix == ".pdf":
@@ -239,8 +239,20 @@ def remove_workbook_text(workspace: Path, name: str, pattern: str) -> str:
 
 
 # --------------------------------------------------------------------------
-# Documents (docx, pdf, md): read as lines, transform, render again
+# Documents (docx, pdf, md, and slide decks): read as lines, transform, render again
 # --------------------------------------------------------------------------
+
+
+def document_lines(path: Path) -> tuple[list[str] | None, str | None]:
+    """A document's lines; a deck's are its slide titles, text and table rows (pilot.oracle_formats.pptx_reader)."""
+    if Path(path).suffix.lower() == ".pptx":
+        from pilot.oracle_formats.pptx_reader import parse
+
+        try:
+            return parse(Path(path)).lines(), None
+        except Exception as exc:  # noqa: BLE001 - a deck that cannot be read takes no document defect
+            return None, f"{Path(path).name} cannot be read as a slide deck ({type(exc).__name__})"
+    return _core_document_lines(path)
 
 
 def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], sections: tuple[str, ...] = ()) -> None:
@@ -251,7 +263,12 @@ def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], s
         raise DefectNotApplicable(reason)
     new = transform([line for line in lines if line.strip()])
     blocks = [Heading(l) if any(_heading_matches(l, s) for s in sections) else Para(l) for l in new if l.strip()]
-    write_document(blocks, path)
+    if path.suffix.lower() == ".pptx":
+        from pilot.scenarios.deckio import write_deck
+
+        write_deck(blocks, path)  # one slide per required section, as the deck reader reads its headings
+    else:
+        write_document(blocks, path)
 
 
 def _flex(pattern: str) -> str:
@@ -635,7 +652,7 @@ def text_substitute(workspace: Path, name: str, *, recalculator=None, reason: st
             rows = [["" if v is None else v for v in r] for r in ws.iter_rows(values_only=True)]
             write_csv(target, rows[0] if rows else [], rows[1:])
             written.append(target.name)
-    elif suffix in (".docx", ".pdf"):
+    elif suffix in (".docx", ".pdf", ".pptx"):
         lines, why = document_lines(path)
         if why:
             raise DefectNotApplicable(why)
@@ -825,7 +842,7 @@ def _on_input(make: Callable[[Path], str]) -> Callable[[Scenario, Path, np.rando
 
 
 def _substitute(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
-    name = _pick(g, [d.name for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf")])
+    name = _pick(g, [d.name for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf", "pptx")])
     return Planted(text_substitute(ws, name), tuple(c.id for c in sc.oracle.criteria if c.file == name and c.kind == "present"))
 
 
@@ -894,7 +911,7 @@ def applicable_defects(scenario: Scenario) -> list[str]:
         out.append("truncate_document")
     if "sections" in ck:
         out.append("drop_section")
-    if kinds & {"xlsx", "docx", "pdf"}:
+    if kinds & {"xlsx", "docx", "pdf", "pptx"}:
         out.append("text_substitute")
     if any(c.kind == "decision" and c.required for c in scenario.oracle.criteria):
         out.append("wrong_decision")

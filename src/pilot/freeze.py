@@ -3,8 +3,10 @@
 When the pilot starts, a manifest records the SHA-256 of every file that
 defines what a run is and how it is judged: each scenario folder (brief,
 inputs, scenario, oracle and rubric files), the scenarios' generators and
-reference solvers (``pilot/scenarios/library``), the oracle code, and the arm
-texts (common policy, each arm's documentation, ``arms.yml``).
+reference solvers (``pilot/scenarios/library``), the oracle code (with the
+deck reader, ``pilot/oracle_formats``, when the study has a slide-deck
+scenario), and the arm texts (common policy, each arm's documentation,
+``arms.yml``).
 Before a later wave is pooled with the pilot the manifest is taken again and
 compared; any file modified, added or removed is reported by name and blocks
 pooling.
@@ -97,6 +99,23 @@ def _generators(scenarios_dir: Path) -> dict[str, str]:
     return out
 
 
+def _deck_scenarios(scenarios_dir: Path) -> set[str]:
+    """Scenario ids whose ``scenario.yml`` lists a slide-deck (``pptx``) deliverable."""
+    import yaml
+
+    out: set[str] = set()
+    if not scenarios_dir.is_dir():
+        return out
+    for spec in scenarios_dir.glob("*/scenario.yml"):
+        try:
+            deliverables = (yaml.safe_load(spec.read_text(encoding="utf-8")) or {}).get("deliverables") or []
+        except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
+            continue
+        if any(isinstance(d, dict) and d.get("kind") == "pptx" for d in deliverables):
+            out.add(spec.parent.name)
+    return out
+
+
 def _excluded(f: Path, folder: Path, category_folder: str, scenarios: set[str] | None, foreign_generators: set[str]) -> bool:
     """Files belonging to scenarios outside the study (their bundle or their generator)."""
     if scenarios is None:
@@ -113,7 +132,10 @@ def take_manifest(root: Path | None = None, oracle_code: Path | None = None, sce
 
     With ``scenarios`` (a study's scenario ids), the bundles and generators
     of other scenarios are left out: adding a scenario the study does not
-    use changes none of its runs. Shared library files always count.
+    use changes none of its runs. Shared library files always count. The deck reader
+    (``pilot/oracle_formats``) judges only scenarios with a slide deck: it
+    counts as oracle code when the study has one, and is absent otherwise,
+    so the manifest of a study without decks is what it was before decks.
     """
     wanted = set(scenarios) if scenarios is not None else None
     sources = frozen_sources(root, oracle_code)
@@ -132,6 +154,13 @@ def take_manifest(root: Path | None = None, oracle_code: Path | None = None, sce
             if _excluded(f, folder, kind, wanted, foreign):
                 continue
             out[f.relative_to(base).as_posix()] = _sha256(f)
+    decks = _deck_scenarios(sources[0][1])
+    if decks and (wanted is None or decks & wanted):
+        code = sources[2][1]
+        formats = code.parent / "oracle_formats"
+        for f in sorted(formats.rglob("*")) if formats.is_dir() else []:
+            if f.is_file() and f.suffix not in SKIP_SUFFIXES and not SKIP_PARTS & set(f.parts):
+                out[f.relative_to(code.parent.parent).as_posix()] = _sha256(f)
     return dict(sorted(out.items()))
 
 
@@ -198,7 +227,7 @@ class FreezeReport:
 
 
 def _categorise(rel: str) -> str:
-    if rel.startswith("pilot/oracles/"):
+    if rel.startswith(("pilot/oracles/", "pilot/oracle_formats/")):
         return "oracle"
     if rel.startswith("pilot/scenarios/"):
         return "scenario"

@@ -232,7 +232,7 @@ def count_questions(record: dict | None) -> int | None:
 
 
 def _selfcheck(workspace: Path, scenario: Any) -> tuple[bool, list[str]]:
-    from pilot.oracles import run_selfcheck
+    from pilot.oracle_formats.selfcheck import run_selfcheck
 
     # The pristine tool with the scenario's own specification: the worker's copy cannot sway it.
     rep = run_selfcheck(workspace, scenario)
@@ -619,12 +619,12 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
 
 def evaluate_finished(scenario: Any, workspace: Path, input_hashes: dict[str, str] | None) -> Any:
     """The evaluation of a finished run: the input-hash check, the oracle and the guarded reader
-    (:func:`pilot.oracles.evaluate`). The runner and ``pilot study reevaluate`` both call this.
+    (:func:`pilot.oracle_formats.evaluate.evaluate`: the core oracle, with the deck reader for a deck). The runner and ``pilot study reevaluate`` both call this.
 
     The evaluator's own failure is an evaluation error of the run (``errors``), never an exception:
     a finished run cannot become an infrastructure error, whatever happens in its evaluation.
     """
-    from pilot.oracles import evaluate as oracle_evaluate
+    from pilot.oracle_formats.evaluate import evaluate as oracle_evaluate
     from pilot.oracles.evaluate import Evaluation
 
     try:

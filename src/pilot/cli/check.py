@@ -49,7 +49,7 @@ def _check(args: argparse.Namespace) -> int:
 
     # The parse child imports its libraries while this process loads the scenario and the evaluator.
     guard.prestart()
-    from pilot.oracles.evaluate import evaluate
+    from pilot.oracle_formats.evaluate import evaluate
     from pilot.protocol.scenario import load_scenario
 
     try:
@@ -89,7 +89,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _selfcheck(args: argparse.Namespace) -> int:
-    from pilot.oracles.selfcheck import run_selfcheck
+    from pilot.oracle_formats.selfcheck import run_selfcheck
 
     report = run_selfcheck(args.workspace, args.scenario)
     print(report.text)

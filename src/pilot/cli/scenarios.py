@@ -54,7 +54,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from pilot.oracles.evaluate import evaluate_many
+    from pilot.oracle_formats.evaluate import evaluate_many
 
     ids = args.ids or list_scenarios()
     failures = 0

@@ -3,8 +3,9 @@
 Each requested deliverable is looked up in the run's ``outputs/`` folder and
 rendered by the library made for its format: a workbook sheet by sheet with
 cell values and formulas (openpyxl), a Word document with its headings,
-paragraphs and tables in order (python-docx), a PDF's text page by page
-(pypdf), a CSV as a table, a text file as it is. A text substitute (a
+paragraphs and tables in order (python-docx), a slide deck slide by slide
+with its titles, text, tables and notes (python-pptx), a PDF's text page by
+page (pypdf), a CSV as a table, a text file as it is. A text substitute (a
 ``name.csv``, ``name.<sheet>.csv`` or ``name.md`` in place of a requested
 ``name.xlsx`` or ``name.docx``) is rendered under the requested name.
 
@@ -14,7 +15,9 @@ of the workspace, a pipe, an oversized file, a zip bomb, an encrypted or
 macro-bearing archive, or a file that a time- and memory-limited child
 process cannot parse reaches the judges as "refused: <reason>", never its
 contents or its target; an admitted file is rendered from its resolved path
-inside the workspace. Rendering is bounded (rows, columns, pages, characters
+inside the workspace (a deck, which the core reader does not parse, is
+screened and parsed in such a child by :mod:`pilot.oracle_formats.pptx_reader`).
+Rendering is bounded (rows, columns, pages, characters
 per deliverable and in total) and never raises: a file that cannot be
 opened is shown as such. Each
 rendered deliverable also carries a few observable features (presence,
@@ -40,6 +43,7 @@ COMPLETION_RECORD = "completion_record.json"
 
 WORKBOOK_SUFFIXES = {".xlsx", ".xlsm"}
 DOCUMENT_SUFFIXES = {".docx"}
+DECK_SUFFIXES = {".pptx"}
 PDF_SUFFIXES = {".pdf"}
 TABLE_SUFFIXES = {".csv", ".tsv"}
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".text", ".json", ".html", ".htm", ".xml", ".yaml", ".yml", ".rst"}
@@ -51,6 +55,7 @@ EXCEL_ERRORS = ("#DIV/0!", "#N/A", "#NAME?", "#NULL!", "#NUM!", "#REF!", "#VALUE
 FORMAT_LABELS = {
     "workbook": "Excel workbook",
     "document": "Word document",
+    "deck": "PowerPoint slide deck",
     "pdf": "PDF document",
     "table": "CSV text table",
     "text": "plain text",
@@ -266,6 +271,27 @@ def _render_document(path: Path, budget: _Budget, lim: RenderLimits, feats: dict
             return
 
 
+def _render_deck(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> None:
+    from pilot.oracle_formats.pptx_reader import parse
+
+    deck = parse(path)
+    feats.update(n_headings=0, n_tables=0, n_paragraphs=0, n_words=0, n_slides=len(deck.slides))
+    for slide in deck.slides:
+        feats["n_headings"] += bool(slide.title)
+        feats["n_tables"] += len(slide.tables)
+        if not budget.add(f"## Slide {slide.number}: {slide.title or '(untitled)'}"):
+            return
+        table_rows = {" | ".join(r) for t in slide.tables for r in t}
+        for line in slide.lines:
+            feats["n_words"] += len(line.split())
+            if line not in table_rows:
+                feats["n_paragraphs"] += 1
+            if not budget.add(line):
+                return
+        if slide.notes and not budget.add("Notes: " + " ".join(slide.notes)):
+            return
+
+
 def _render_pdf(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> None:
     from pypdf import PdfReader
 
@@ -357,6 +383,8 @@ def format_of(path: Path) -> str:
         return "workbook"
     if s in DOCUMENT_SUFFIXES:
         return "document"
+    if s in DECK_SUFFIXES:
+        return "deck"
     if s in PDF_SUFFIXES:
         return "pdf"
     if s in TABLE_SUFFIXES:
@@ -369,6 +397,7 @@ def format_of(path: Path) -> str:
 _RENDERERS = {
     "workbook": _render_workbook,
     "document": _render_document,
+    "deck": _render_deck,
     "pdf": _render_pdf,
     "table": _render_table,
     "text": _render_text,
@@ -396,6 +425,13 @@ def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, la
     adm = admission.admit(path, path.parent.parent)
     if not adm.ok:
         return _refusal(adm)
+    if fmt == "deck":
+        # The core admission knows no deck: the deck reader screens the archive and parses it in a bounded child.
+        from pilot.oracle_formats.pptx_reader import read_deck
+
+        _, reason = read_deck(adm.path, path.parent.parent)
+        if reason:
+            return _refusal(admission.Admission(adm.name, None, reason))
     path = adm.path
     size = path.stat().st_size
     feats["bytes"] = feats.get("bytes", 0) + size

@@ -19,7 +19,7 @@ from pilot import paths
 from pilot.protocol import design as protocol
 from pilot.protocol.design import Caps, ProtocolError, read_yaml, validate
 
-DELIVERABLE_KINDS = ["xlsx", "docx", "pdf", "csv", "completion_record"]
+DELIVERABLE_KINDS = ["xlsx", "docx", "pdf", "csv", "completion_record", "pptx"]
 COMPLETION_RECORD = "completion_record.json"
 
 # Parameters each criterion kind takes besides id, kind, required, file.
@@ -114,21 +114,23 @@ SET_DECISION_PARAMS = ("topic", "property_verbs", "complement_verbs", "property"
 # What only a set-valued decision may state: the above, and how its findings are read.
 SET_DECISION_ONLY = SET_DECISION_PARAMS + ("plans", "state_all")
 # Where a decision is read, by deliverable kind: the parameters that must be given.
-DECISION_PLACE = {"docx": ("section",), "pdf": ("section",), "xlsx": ("label",), "csv": ("key", "key_value", "column")}
+DECISION_PLACE = {"docx": ("section",), "pdf": ("section",), "pptx": ("section",), "xlsx": ("label",), "csv": ("key", "key_value", "column")}
+# Kinds read as a document with headings (a deck's headings are its slide titles, read by pilot.oracle_formats).
+DOCUMENT_KINDS = ("docx", "pdf", "pptx")
 # Which deliverable kinds a criterion kind applies to.
 APPLIES_TO = {
     "formulas": {"xlsx"},
     "no_error_values": {"xlsx"},
     "labelled_value": {"xlsx"},
     "workbook_contains": {"xlsx"},
-    "min_words": {"docx", "pdf"},
-    "sections": {"docx", "pdf"},
-    "text_contains": {"docx", "pdf", "csv"},
-    "text_number": {"docx", "pdf"},
+    "min_words": {"docx", "pdf", "pptx"},
+    "sections": {"docx", "pdf", "pptx"},
+    "text_contains": {"docx", "pdf", "csv", "pptx"},
+    "text_number": {"docx", "pdf", "pptx"},
     "csv_columns": {"csv"},
     "csv_keys": {"csv"},
     "csv_value": {"csv"},
-    "decision": {"docx", "pdf", "xlsx", "csv"},
+    "decision": {"docx", "pdf", "xlsx", "csv", "pptx"},
     "closed_scale": {"csv"},
     "labelled_bounds": {"xlsx"},
     "completion_record": {"completion_record"},
@@ -162,7 +164,7 @@ SCENARIO_SCHEMA: dict = {
                 "additionalProperties": False,
                 "required": ["name", "kind"],
                 "properties": {
-                    "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.(xlsx|docx|pdf|csv|json)$"},
+                    "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.(xlsx|docx|pdf|csv|json|pptx)$"},
                     "kind": {"enum": DELIVERABLE_KINDS},
                     "requires_formulas": {"type": "boolean"},
                     "min_words": {"type": "integer", "minimum": 1},
@@ -427,13 +429,13 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
         for p in SET_DECISION_PARAMS:
             if p not in raw:
                 raise ProtocolError(path, f"{where}.{p}", f"a set-valued decision (expected is a list) needs {p!r}")
-        if deliv.kind not in ("docx", "pdf"):
+        if deliv.kind not in DOCUMENT_KINDS:
             raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
     elif any(p in raw for p in SET_DECISION_ONLY):
         raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a list as expected)")
-    if deliv.kind in ("docx", "pdf"):
+    if deliv.kind in DOCUMENT_KINDS:
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
             if section.lower() not in [s.lower() for s in deliv.required_sections]:
                 raise ProtocolError(path, f"{where}.section", f"{section!r} is not a required section of {deliv.name} in scenario.yml")

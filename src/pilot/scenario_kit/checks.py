@@ -44,7 +44,7 @@ from pilot.scenario_kit.report import CheckReport, CheckRow
 from pilot.scenarios.generate import build_gold_workspace, check_inputs
 
 #: Binary deliverables a text substitute stands in for (A0).
-BINARY_KINDS = ("xlsx", "docx", "pdf")
+BINARY_KINDS = ("xlsx", "docx", "pdf", "pptx")
 #: A verdict on a hostile or cheating package must come within this many seconds.
 VERDICT_BOUND_S = 60.0
 #: The pilot's ten bundles name their traps in the oracle header's prose: their oracle.yml is in every study's freeze
@@ -305,7 +305,7 @@ def build_packages(scenario: Scenario, root: Path, *, other: tuple[Scenario, Pat
 
 
 def _selfcheck_rows(sp: ScenarioPackages, recalculator=None) -> list[CheckRow]:
-    from pilot.oracles.selfcheck import run_selfcheck
+    from pilot.oracle_formats.selfcheck import run_selfcheck
 
     t0 = time.perf_counter()
     wanted = {p.name: p.name == "gold" for p in sp.packages if p.name in ("gold", "no-op") or p.name.startswith("substitute:")}
@@ -366,7 +366,7 @@ def check_bundle(scenario_id: str) -> tuple[Scenario | None, list[CheckRow]]:
 
 def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_checks: bool = True) -> CheckReport:
     """Run every check on each scenario (all bundles by default); the packages are built under ``workdir``."""
-    from pilot.oracles.evaluate import default_recalculator, evaluate_many
+    from pilot.oracle_formats.evaluate import default_recalculator, evaluate_many
 
     ids = list(ids) if ids else list_scenarios()
     report = CheckReport()

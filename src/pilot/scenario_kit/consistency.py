@@ -49,6 +49,7 @@ _FORMAT_WORDS = {
     "xlsx": re.compile(r"(?i:\bexcel\b|\bworkbooks?\b|\bspreadsheets?\b)"),
     "docx": re.compile(r"\bWord\b|(?i:\bword document\b)"),
     "pdf": re.compile(r"(?i:\bpdf\b)"),
+    "pptx": re.compile(r"(?i:\bpowerpoint\b|\bslide deck\b)"),
     "csv": re.compile(r"(?i:\bcsv\b|\bcomma[- ]separated\b)"),
 }
 # Where a deliverable's entry in the brief ends: a blank line, the next numbered item or a heading.

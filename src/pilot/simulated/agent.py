@@ -216,7 +216,7 @@ def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: n
         try:
             if name == "text_substitutes":
                 for d in scenario.file_deliverables:
-                    if d.kind in ("xlsx", "docx", "pdf") and (workspace / "outputs" / d.name).is_file():
+                    if d.kind in ("xlsx", "docx", "pdf", "pptx") and (workspace / "outputs" / d.name).is_file():
                         planted.append(dx.Planted(dx.text_substitute(workspace, d.name),
                                                   tuple(c.id for c in scenario.oracle.criteria if c.file == d.name and c.kind == "present")))
             else:

@@ -131,7 +131,7 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
         if k == "error_values":
             targets = [d.name for d in scenario.file_deliverables if d.kind == "xlsx"]
         elif k == "text_substitutes":
-            targets = [d.name for d in scenario.file_deliverables if d.kind in ("xlsx", "docx", "pdf")]
+            targets = [d.name for d in scenario.file_deliverables if d.kind in ("xlsx", "docx", "pdf", "pptx")]
         elif k == "missing":
             targets = [d.name for d in scenario.file_deliverables]
         else:

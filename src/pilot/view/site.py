@@ -35,7 +35,7 @@ REHEARSAL_BANNER = (
 
 
 #: Deliverable types a static host may serve as they are: none of them runs script in the site's origin.
-INERT_SUFFIXES = frozenset({".xlsx", ".xlsm", ".docx", ".pdf", ".csv", ".tsv", ".txt", ".md", ".json", ".png", ".jpg", ".jpeg"})
+INERT_SUFFIXES = frozenset({".xlsx", ".xlsm", ".docx", ".pptx", ".pdf", ".csv", ".tsv", ".txt", ".md", ".json", ".png", ".jpg", ".jpeg"})
 #: Added to any other deliverable's name in the static site (an agent's .html or .svg must not run beside the pages).
 NEUTRAL_SUFFIX = ".download"
 

@@ -1,0 +1,219 @@
+"""The oracle's entry point for every caller: the core oracle, or the core plus the deck reader.
+
+A scenario with no slide-deck deliverable is judged by
+:func:`pilot.oracles.evaluate.evaluate` itself, unchanged, so its verdict is
+the core's byte for byte. A scenario with a ``pptx`` deliverable is judged
+with :class:`DeckContext`: the core context for every other file, and
+:mod:`pilot.oracle_formats.pptx_reader` for the deck, whose slide titles are
+its headings (the ``sections`` a decision is read under) and whose tables are
+read as ``a | b | c`` rows, as a docx's are. The result is the core's
+:class:`~pilot.oracles.evaluate.Evaluation`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from pathlib import Path
+from typing import Iterable
+
+from pilot.oracles import criteria as core_criteria
+from pilot.oracles import guard
+from pilot.oracles.context import WorkspaceContext
+from pilot.oracles.evaluate import CriterionResult, Evaluation, FORM_KINDS, default_recalculator
+from pilot.oracles.recalc import Recalculator
+from pilot.oracle_formats.pptx_reader import Deck, read_deck
+from pilot.scenarios.bundle import Scenario
+
+# The module, not the function of the same name that pilot.oracles exports.
+core = importlib.import_module("pilot.oracles.evaluate")
+
+DECK_KIND = "pptx"
+#: Text delivered in place of a deck: noted as a substitute, and it fails the deck's presence criterion.
+DECK_SUBSTITUTES = (".md", ".txt")
+
+__all__ = ["CriterionResult", "DeckContext", "Evaluation", "default_recalculator", "evaluate", "evaluate_form",
+           "evaluate_many", "has_deck", "FORM_KINDS"]
+
+
+def has_deck(scenario: Scenario) -> bool:
+    """Whether ``scenario`` delivers a slide deck (and so needs this module rather than the core alone)."""
+    return any(d.kind == DECK_KIND for d in scenario.deliverables)
+
+
+class DeckContext(WorkspaceContext):
+    """The core workspace context, reading ``pptx`` deliverables with the deck reader."""
+
+    def _is_deck(self, name: str) -> bool:
+        return self.deliverable(name).kind == DECK_KIND
+
+    def status(self, name: str):
+        st = super().status(name)
+        if st.ok or st.substitutes or not self._is_deck(name):
+            return st
+        deliv = self.deliverable(name)
+        cand = self.outputs / name
+        if cand.exists() or cand.is_symlink() or not self.outputs.is_dir():
+            return st
+        subs = tuple(p for p in sorted(self.outputs.iterdir())
+                     if p.name != name and p.suffix.lower() in DECK_SUBSTITUTES
+                     and (p.stem == deliv.stem or p.name.startswith(deliv.stem + ".")))
+        if not subs:
+            return st
+        from pilot.oracles.context import FileStatus
+
+        shown = ", ".join(p.name for p in subs)
+        res = FileStatus(name, None, f"{name} was not delivered; the text substitute {shown} stands in its place, "
+                                     f"and this criterion requires the {deliv.kind} format", subs)
+        self._memo[("status", name)] = res
+        return res
+
+    def deck(self, name: str) -> tuple[Deck | None, str | None]:
+        """The parsed deck, or the reason it cannot be read (screened and probed first)."""
+
+        def compute():
+            st = self.status(name)
+            if not st.ok:
+                return None, st.reason
+            return read_deck(st.path, self.workspace, guard_limits=self.guard_limits)
+
+        return self._cached(("deck", name), compute)
+
+    def screened(self, name: str) -> str | None:
+        if not self._is_deck(name):
+            return super().screened(name)
+        from pilot.oracles import safety
+
+        st = self.status(name)
+        return st.reason if not st.ok else safety.screen_ooxml(st.path, ".pptx")
+
+    def guarded(self, name: str) -> str | None:
+        if not self._is_deck(name):
+            return super().guarded(name)
+        return self.deck(name)[1]
+
+    def well_formed(self, name: str) -> str | None:
+        if not self._is_deck(name):
+            return super().well_formed(name)
+        deck, reason = self.deck(name)
+        if reason:
+            return reason
+        if not deck.slides:
+            return f"{name} has no slides"
+        return None if any(line.strip() for line in deck.lines()) else f"{name} holds no text on its slides"
+
+    def lines(self, name: str, *, layout: bool = False):
+        if not self._is_deck(name):
+            return super().lines(name, layout=layout)
+        deck, reason = self.deck(name)
+        return (deck.lines(), None) if reason is None else (None, reason)
+
+
+class _AsDocument:
+    """A view of the context in which a deck is a document: the core's decision check reads it under its
+    headings (slide titles), and the core's completion-record check knows its text substitutes (.md, .txt)."""
+
+    def __init__(self, ctx: DeckContext) -> None:
+        self._ctx = ctx
+        sc = ctx.scenario
+        self.scenario = dataclasses.replace(sc, deliverables=tuple(
+            dataclasses.replace(d, kind="docx") if d.kind == DECK_KIND else d for d in sc.deliverables))
+
+    def deliverable(self, name: str):
+        d = self._ctx.deliverable(name)
+        return dataclasses.replace(d, kind="docx") if d.kind == DECK_KIND else d
+
+    def __getattr__(self, attr: str):
+        return getattr(self._ctx, attr)
+
+
+def _check(ctx: DeckContext, crit) -> tuple[bool, str]:
+    if crit.kind == "decision" and ctx.deliverable(crit.file).kind == DECK_KIND:
+        # A deck's decision is read under a slide title exactly as a document's under a heading.
+        return core_criteria.check_decision(_AsDocument(ctx), crit)
+    if crit.kind == "completion_record":
+        return core_criteria.check_completion_record(_AsDocument(ctx), crit)
+    return core_criteria.CHECKS[crit.kind](ctx, crit)
+
+
+def run_criteria(criteria, ctx: DeckContext) -> list[CriterionResult]:
+    """The core's criterion loop (present and well-formed first, blockers named), with the deck-aware checks."""
+    order = sorted(criteria, key=lambda c: {"present": 0, "well_formed": 1}.get(c.kind, 2))
+    results: dict[str, CriterionResult] = {}
+    for crit in order:
+        blocker = core._blocker(criteria, crit, results)
+        if blocker is not None:
+            res = CriterionResult(crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id)
+        else:
+            try:
+                passed, reason = _check(ctx, crit)
+            except Exception as exc:  # noqa: BLE001 - a crash on a hostile file is a failed criterion
+                passed, reason = False, f"{crit.file}: the check could not read the file ({type(exc).__name__}: {str(exc)[:200]})"
+            res = CriterionResult(crit.id, crit.kind, crit.required, bool(passed), reason, crit.file)
+        results[crit.id] = res
+    return [results[c.id] for c in criteria]
+
+
+@guard.holding()
+def evaluate(
+    scenario: Scenario,
+    workspace: Path,
+    input_hashes: dict[str, str] | None = None,
+    *,
+    recalculator: Recalculator | None = None,
+    guard_limits: dict | None = None,
+) -> Evaluation:
+    """Judge ``workspace`` against ``scenario``'s oracle (the core's verdict when the scenario has no deck)."""
+    if not has_deck(scenario):
+        return core.evaluate(scenario, workspace, input_hashes, recalculator=recalculator, guard_limits=guard_limits)
+    t0 = time.perf_counter()
+    workspace = Path(workspace)
+    recalculator = recalculator if recalculator is not None else default_recalculator()
+    ctx = DeckContext(scenario, workspace, recalculator, guard_limits)
+    errors: list[str] = []
+    try:
+        guard.probe_cached(ctx.guard_candidates(), **ctx.guard_limits)
+    except OSError as exc:  # the guard child could not be started: not the worker's doing
+        errors.append(f"the guarded reader could not start ({exc})")
+    e_reasons = core._input_violations(scenario, workspace, input_hashes)
+    try:
+        results = run_criteria(scenario.oracle.criteria, ctx)
+    except OSError as exc:  # the deck's guarded reader could not start
+        errors.append(f"the guarded deck reader could not start ({exc})")
+        results = []
+    substitutes = {d.name: [p.name for p in ctx.status(d.name).substitutes] for d in scenario.file_deliverables if ctx.status(d.name).substitutes}
+    errors.extend(ctx.errors)
+    E = bool(e_reasons)
+    D = bool(results) and all(c.passed for c in results if c.required) and not E and not errors
+    return Evaluation(scenario.id, str(workspace), D, E, e_reasons, results, time.perf_counter() - t0, substitutes, errors)
+
+
+@guard.holding()
+def evaluate_form(
+    scenario: Scenario, workspace: Path, *, recalculator: Recalculator | None = None, guard_limits: dict | None = None,
+) -> tuple[list[CriterionResult], list[str]]:
+    """The oracle's form checks alone (no answer is consulted): (results, evaluation errors)."""
+    if not has_deck(scenario):
+        return core.evaluate_form(scenario, workspace, recalculator=recalculator, guard_limits=guard_limits)
+    ctx = DeckContext(scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits)
+    results = run_criteria([c for c in scenario.oracle.criteria if c.kind in FORM_KINDS], ctx)
+    return results, list(ctx.errors)
+
+
+@guard.holding()
+def evaluate_many(
+    items: Iterable[tuple[Scenario, Path, dict[str, str] | None]],
+    *,
+    recalculator: Recalculator | None = None,
+) -> list[Evaluation]:
+    """Evaluate many workspaces, recalculating all their workbooks in one LibreOffice process."""
+    items = list(items)
+    if not any(has_deck(sc) for sc, _, _ in items):
+        return core.evaluate_many(items, recalculator=recalculator)
+    recalculator = recalculator if recalculator is not None else default_recalculator()
+    guard.probe_cached([p for sc, ws, _ in items for p in WorkspaceContext(sc, Path(ws), None).guard_candidates()])
+    books = [p for sc, ws, _ in items for p in core.workbooks_to_recalculate(sc, ws)]
+    if books:
+        recalculator.recalculate(books)
+    return [evaluate(sc, ws, h, recalculator=recalculator) for sc, ws, h in items]

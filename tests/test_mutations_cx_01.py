@@ -1,0 +1,163 @@
+"""CX-01's oracle fails the packages of an analyst who falls into one of its traps, and only there.
+
+Each variant is the gold package copied and edited by hand the way a careless
+support analyst would have produced it: the legacy re-import counted twice,
+the awaiting-customer time left on the SLA clock, P1 tickets measured in
+business hours, the clock rule left unsaid. The criteria each must fail are
+worked out from the trap (which cell or slide line the mistake changes, with
+the figures of cx_01's docstring: Onboarding 32 of 36 = 88.9%, Accounts 27 of
+32 = 84.4% and P1 10 of 13 = 76.9% with the duplicates; Billing 25 of 30 =
+83.3% with the pauses; Technical 29 of 30 = 96.7% and P1 12 of 12 = 100.0% in
+business hours), not read off the oracle. Two wordings a careful analyst
+might use instead of the gold's must pass. All variants share one LibreOffice
+batch and go through the deck-aware dispatcher, as every caller does.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import openpyxl
+import pytest
+
+from pilot import defects
+from pilot.oracle_formats.evaluate import evaluate_many
+from pilot.oracles import Recalculator
+from pilot.oracles.recalc import soffice_binary
+from pilot.scenarios import build_gold_workspace, load_scenario
+from pilot.scenarios.officeio import normalize_zip
+
+pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+
+SID = "CX-01"
+BOOK = "sla_workbook.xlsx"
+DECK = "support_review.pptx"
+
+# The gold workbook's Attainment sheet (cx_01.solve): row 3 the team header, rows 4-7 Billing, Technical,
+# Onboarding and Accounts (D attainment %, E CSAT %), row 9 the priority header, rows 10-13 P1 to P4.
+BILLING, TECHNICAL, ONBOARDING, ACCOUNTS, P1 = "D4", "D5", "D6", "D7", "D10"
+
+GOLD_BREACH = "Technical and Accounts breached the 90% SLA target in October."
+GOLD_MET = "Billing and Onboarding met the SLA target."
+GOLD_TECH_ROW = "Technical | 30 | 26 | 86.7 | 71.4"
+GOLD_CLOCK = "time in 'Awaiting customer' was excluded from the SLA clock, "
+
+
+def _book(*edits: tuple[str, object]):
+    """Type figures into the Attainment sheet over its formulas, as an analyst with other figures would."""
+    def mutate(ws: Path) -> None:
+        path = ws / "outputs" / BOOK
+        wb = openpyxl.load_workbook(path)
+        for coord, value in edits:
+            wb["Attainment"][coord] = value
+        wb.save(path)
+        normalize_zip(path)
+    return mutate
+
+
+def _deck(*pairs: tuple[str, str]):
+    """Replace lines of the deck; the rest stays as the gold wrote it (one slide per required title)."""
+    def mutate(ws: Path) -> None:
+        def tr(lines: list[str]) -> list[str]:
+            joined = "\n".join(lines)
+            for old, new in pairs:
+                assert old in joined, f"{old!r} not in {DECK}"
+                joined = joined.replace(old, new)
+            return joined.split("\n")
+
+        defects._rewrite_document(ws / "outputs" / DECK, tr, load_scenario(SID).deliverable(DECK).required_sections)
+    return mutate
+
+
+def _both(*steps):
+    def mutate(ws: Path) -> None:
+        for step in steps:
+            step(ws)
+    return mutate
+
+
+# name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
+VARIANTS = {
+    # The re-import's eight second rows counted: Onboarding (both its late tickets among them), Accounts (two
+    # more met rows) and P1 (one P1 ticket among them) move; Billing, Technical and Billing's CSAT do not.
+    "duplicates_counted_in_the_workbook": (
+        _book((ONBOARDING, 88.9), (ACCOUNTS, 84.4), (P1, 76.9)),
+        {"book_onboarding_attainment", "book_accounts_attainment", "book_p1_attainment"}),
+    # The same analyst tells the review that Onboarding breached.
+    "duplicates_counted_in_the_deck": (
+        _deck((GOLD_BREACH, "Technical, Onboarding and Accounts breached the 90% SLA target in October."),
+              (GOLD_MET, "Billing met the SLA target.")),
+        {"deck_breaching_teams"}),
+    # Awaiting-customer time left on the clock: Billing falls to 83.3 in the workbook and is named in the deck;
+    # P1 tickets have no waits, so P1 does not move.
+    "clock_stop_ignored_everywhere": (
+        _both(_book((BILLING, 83.3)),
+              _deck((GOLD_BREACH, "Billing, Technical and Accounts breached the 90% SLA target in October."),
+                    (GOLD_MET, "Onboarding met the SLA target."))),
+        {"book_billing_attainment", "deck_breaching_teams"}),
+    # The deck never says that awaiting-customer time was left off the clock.
+    "clock_stop_left_unsaid": (
+        _deck((GOLD_CLOCK, "")),
+        {"deck_states_clock_stop"}),
+    # P1 measured in business hours: Technical's overnight P1 tickets met, Technical at 96.7 and P1 at 100.0,
+    # and Technical cleared in the deck; the table on the deck shows 96.7 for Technical.
+    "p1_in_business_hours": (
+        _both(_book((TECHNICAL, 96.7), (P1, 100.0)),
+              _deck((GOLD_TECH_ROW, "Technical | 30 | 29 | 96.7 | 71.4"),
+                    (GOLD_BREACH, "Accounts breached the 90% SLA target in October."),
+                    (GOLD_MET, "Billing, Technical and Onboarding met the SLA target."))),
+        {"book_technical_attainment", "book_p1_attainment", "deck_breaching_teams", "deck_states_technical"}),
+    # Careful wordings other than the gold's: each team's figure beside its verdict, and the verdict stated per team.
+    "figures_beside_the_verdict": (
+        _deck((GOLD_BREACH, "Technical (86.7%) and Accounts (83.3%) fell below the 90% SLA target."),
+              (GOLD_MET, "Billing (93.3%) and Onboarding (93.3%) met the target.")),
+        set()),
+    "one_line_per_team": (
+        _deck((GOLD_BREACH, "Technical: breached the SLA target. Accounts: breached the SLA target."),
+              (GOLD_MET, "Billing: met the SLA target. Onboarding: met the SLA target.")),
+        set()),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cx01")
+    gold = build_gold_workspace(SID, root / "gold")
+    sc = load_scenario(SID)
+    items, names = [(sc, gold, None)], ["gold"]
+    for name, (mutate, _) in VARIANTS.items():
+        ws = defects.copy_workspace(gold, root / name)
+        mutate(ws)
+        items.append((sc, ws, None))
+        names.append(name)
+    with Recalculator(root / "recalc") as r:
+        evaluations = evaluate_many(items, recalculator=r)
+    return dict(zip(names, evaluations))
+
+
+def test_gold_passes_every_criterion(verdicts):
+    ev = verdicts["gold"]
+    assert ev.D and not ev.E and not ev.failed, [(c.id, c.reason) for c in ev.failed]
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_fails_exactly_its_criteria(verdicts, name):
+    _, want = VARIANTS[name]
+    ev = verdicts[name]
+    failed = {c.id for c in ev.failed}
+    assert failed == want, [(c.id, c.reason) for c in ev.failed]
+    # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
+    assert bool(ev.D) is (not want)
+    assert not ev.E
+
+
+def test_the_gold_deck_states_what_the_variants_edit(tmp_path):
+    # The variants edit the gold's own lines: if the solver's wording moved, they would edit nothing.
+    from pilot.oracle_formats.pptx_reader import parse
+
+    gold = build_gold_workspace(SID, tmp_path / "gold")
+    text = "\n".join(parse(gold / "outputs" / DECK).lines())
+    for line in (GOLD_BREACH, GOLD_MET, GOLD_TECH_ROW):
+        assert line in text.split("\n")
+    assert re.search(re.escape(GOLD_CLOCK), text)
