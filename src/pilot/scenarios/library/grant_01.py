@@ -389,7 +389,7 @@ def _write_memo(a: dict, path: Path) -> Path:
     dis = a["disallowed"]
     by = a["by_id"]
     pct = {c: (va[c] / bu[c] * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP) for c in CATEGORIES}
-    dis_lines = [Para(f"Line {i} ({by[i]['description'].lower()}, {by[i]['date']:%d %B %Y}, GBP {_m(by[i]['amount'])}) is "
+    dis_lines = [Para(f"Line {i} ({by[i]['description']}, {by[i]['date'].day} {by[i]['date']:%B %Y}, GBP {_m(by[i]['amount'])}) is "
                       f"disallowed: {why}.") for i, why in dis.items()]
     mic, mar = a["microscope"], a["march_pcard"]
     direct_total = sum(el[c] for c in DIRECT)
