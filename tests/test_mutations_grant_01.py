@@ -88,11 +88,12 @@ def _both(*steps):
 
 # name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
 VARIANTS = {
-    # The re-posted consumables line claimed twice: only the consumables figure moves (still within 10% of budget:
-    # 8,594.59 on 7,744.00 is 11.0% over, but the virement line as typed is unchanged), and the memo is silent on it.
+    # The re-posted consumables line claimed twice: consumables 8,594.59 on a budget of 7,744.00 is 850.59 over,
+    # more than 10% (774.40), so a virement is asked for; the memo is silent on the repeat.
     "repeat_claimed_twice": (
-        _both(_book((CONSUMABLES, GOLD_CONS + REPEAT)), _memo((GOLD_REPEAT, "Every line was read once."))),
-        {"book_consumables_eligible", "memo_names_repeated_line"}),
+        _both(_book((CONSUMABLES, GOLD_CONS + REPEAT), (VIREMENT_CONSUMABLES, "Yes")),
+              _memo((GOLD_REPEAT, "Every line was read once."))),
+        {"book_consumables_eligible", "book_consumables_virement", "memo_names_repeated_line"}),
     # The order of 24 March 2025 claimed: consumables 9,412.72, 21.5% over budget, so a virement is asked for,
     # and the disallowed total falls by 1,126.80.
     "pre_start_order_claimed": (

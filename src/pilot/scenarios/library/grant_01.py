@@ -26,7 +26,7 @@ Planted facts (figures from compute on the committed inputs; the oracle's header
 - Indirect costs are 20% of eligible direct staff costs only (not of all direct costs).
 - A category overspent by more than 10% of its approved budget needs a
   virement request: Travel does; Consumables (about 7% over) does not, but
-  would with the duplicate and the pre-start order counted.
+  would with the repeated line or the pre-start order counted.
 """
 
 from __future__ import annotations
