@@ -14,17 +14,13 @@ variants share one LibreOffice batch.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-import openpyxl
 import pytest
 
-from pilot import defects
-from pilot.oracles import Recalculator, evaluate_many
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios.officeio import normalize_zip
+from pilot.scenarios import load_scenario
+
+import mutation_support
+from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -46,38 +42,14 @@ GOLD_SS = ("Under exception QA-2026-11 its safety stock is 40% of the month's gr
            "instead of the item master's 150.")
 
 
-def _book(*edits: tuple[str, str, object]):
+def _book(*edits: tuple[str, str, object]) -> Mutation:
     """Set cells of the plan (sheet, cell, value), as a planner typing other figures or formulas would."""
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / BOOK
-        wb = openpyxl.load_workbook(path)
-        for sheet, coord, value in edits:
-            wb[sheet][coord] = value
-        wb.save(path)
-        normalize_zip(path)
-    return mutate
+    return mutation_support.set_cells(BOOK, *edits)
 
 
-def _memo(*pairs: tuple[str, str]):
+def _memo(*pairs: tuple[str, str]) -> Mutation:
     """Replace sentences of the memo (wrapped lines allowed); the rest stays as the gold wrote it."""
-    def mutate(ws: Path) -> None:
-        def tr(lines: list[str]) -> list[str]:
-            joined = "\n".join(lines)
-            for old, new in pairs:
-                pattern = re.escape(old).replace(r"\ ", r"\s+")
-                assert re.search(pattern, joined), f"{old!r} not in {MEMO}"
-                joined = re.sub(pattern, new, joined)
-            return joined.split("\n")
-
-        defects._rewrite_document(ws / "outputs" / MEMO, tr, load_scenario(SID).deliverable(MEMO).required_sections)
-    return mutate
-
-
-def _both(*steps):
-    def mutate(ws: Path) -> None:
-        for step in steps:
-            step(ws)
-    return mutate
+    return mutation_support.replace_sentences(SID, MEMO, *pairs)
 
 
 # name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
@@ -106,10 +78,10 @@ VARIANTS = {
     # The whole package of a planner who missed the exception: IGN-30 has no planned order in the workbook, the memo
     # states the item master's safety stock in its sentence and its table row, and lists two components.
     "single_source_exception_missed_everywhere": (
-        _both(_book(("MRP", "D6", 150)),
-              _memo((GOLD_SS, "Its safety stock is the item master's 150."),
-                    ("IGN-30 | 1,550 | 620 | 1,500 | 200 | 470 | 500 | 56", "IGN-30 | 1,550 | 150 | 1,500 | 200 | 0 | 0 | 56"),
-                    (GOLD_SET, "BR-22 and VLV-14 must be expedited"))),
+        in_turn(_book(("MRP", "D6", 150)),
+                _memo((GOLD_SS, "Its safety stock is the item master's 150."),
+                      ("IGN-30 | 1,550 | 620 | 1,500 | 200 | 470 | 500 | 56", "IGN-30 | 1,550 | 150 | 1,500 | 200 | 0 | 0 | 56"),
+                      (GOLD_SET, "BR-22 and VLV-14 must be expedited"))),
         {"book_ign30_planned", "book_ign30_expedite", "memo_states_ign30_safety_stock", "memo_expedite_set"}),
     # TF-300 on version 1 (800, not 650): every TF-300 component gains 150. BR-22 nets 950 and VLV-14 1,250 (planned
     # orders unchanged at 1,000 and 1,500); IGN-30's safety stock becomes 680 and it nets 680, planned 700; SEAL-05
@@ -124,9 +96,9 @@ VARIANTS = {
         {"book_boxtf_planned"}),
     # A lead time equal to the days available taken as too long, in the workbook and the memo.
     "tie_expedited": (
-        _both(_book(("MRP", "M8", '=IF(AND(J8>0,K8>=L8),"Yes","No")')),
-              _memo((GOLD_IN_TIME, "PSL-12 and BOX-TF have planned orders that arrive in time for the build. HSE-08 must be "
-                                   "expedited too: its lead time of 28 days leaves no margin."))),
+        in_turn(_book(("MRP", "M8", '=IF(AND(J8>0,K8>=L8),"Yes","No")')),
+                _memo((GOLD_IN_TIME, "PSL-12 and BOX-TF have planned orders that arrive in time for the build. HSE-08 must be "
+                                     "expedited too: its lead time of 28 days leaves no margin."))),
         {"book_hse08_expedite", "memo_expedite_set"}),
     # The memo's list leaves out the valve whose order was cancelled.
     "memo_list_misses_a_component": (
@@ -145,34 +117,16 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("scm01")
-    gold = build_gold_workspace(SID, root / "gold")
-    sc = load_scenario(SID)
-    items, names = [(sc, gold, None)], ["gold"]
-    for name, (mutate, _) in VARIANTS.items():
-        ws = defects.copy_workspace(gold, root / name)
-        mutate(ws)
-        items.append((sc, ws, None))
-        names.append(name)
-    with Recalculator(root / "recalc") as r:
-        evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return mutation_support.evaluate_variants(SID, VARIANTS, tmp_path_factory.mktemp("scm01"))
 
 
 def test_gold_passes_every_criterion(verdicts):
-    ev = verdicts["gold"]
-    assert ev.D and not ev.E and not ev.failed, [(c.id, c.reason) for c in ev.failed]
+    mutation_support.assert_gold_passes(verdicts["gold"])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_fails_exactly_its_criteria(verdicts, name):
-    _, want = VARIANTS[name]
-    ev = verdicts[name]
-    failed = {c.id for c in ev.failed}
-    assert failed == want, [(c.id, c.reason) for c in ev.failed]
-    # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
-    assert bool(ev.D) is (not want)
-    assert not ev.E
+    mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
 # Expedite lists as other planners write them, read without a document: the components each puts inside the set
