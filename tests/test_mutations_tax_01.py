@@ -16,17 +16,14 @@ gold's must pass. All variants share one LibreOffice batch.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import openpyxl
 import pytest
 
-from pilot import defects
-from pilot.oracles import Recalculator, evaluate_many
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios.officeio import normalize_zip
+from pilot.scenarios import load_scenario
+
+import mutation_support
+from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -49,38 +46,14 @@ GOLD_LATE_PURCHASE = "Purchase invoice PI-5722 from Trent Pipe & Fittings, dated
 GOLD_REVISED = "by revised invoice NC-88213-R1 at net 9,840.00, VAT 1,968.00"
 
 
-def _book(*edits: tuple[str, str, object]):
+def _book(*edits: tuple[str, str, object]) -> Mutation:
     """Set cells of the return workbook (sheet, cell, value), as a preparer coding a line otherwise would."""
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / BOOK
-        wb = openpyxl.load_workbook(path)
-        for sheet, coord, value in edits:
-            wb[sheet][coord] = value
-        wb.save(path)
-        normalize_zip(path)
-    return mutate
+    return mutation_support.set_cells(BOOK, *edits)
 
 
-def _memo(*pairs: tuple[str, str]):
+def _memo(*pairs: tuple[str, str]) -> Mutation:
     """Replace sentences (or table rows) of the memo; the rest stays as the gold wrote it."""
-    def mutate(ws: Path) -> None:
-        def tr(lines: list[str]) -> list[str]:
-            joined = "\n".join(lines)
-            for old, new in pairs:
-                pattern = re.escape(old).replace(r"\ ", r"\s+")
-                assert re.search(pattern, joined), f"{old!r} not in {MEMO}"
-                joined = re.sub(pattern, new, joined)
-            return joined.split("\n")
-
-        defects._rewrite_document(ws / "outputs" / MEMO, tr, load_scenario(SID).deliverable(MEMO).required_sections)
-    return mutate
-
-
-def _both(*steps):
-    def mutate(ws: Path) -> None:
-        for step in steps:
-            step(ws)
-    return mutate
+    return mutation_support.replace_sentences(SID, MEMO, *pairs)
 
 
 # name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
@@ -148,8 +121,8 @@ VARIANTS = {
         {"memo_states_net_payable"}),
     # The whole careless package of reclaiming client entertainment: workbook and memo.
     "entertainment_reclaimed_everywhere": (
-        _both(_book(("Purchases", "M27", "No"), ("Purchases", "M34", "No")),
-              _memo(("21,817.57", "21,490.37"))),
+        in_turn(_book(("Purchases", "M27", "No"), ("Purchases", "M34", "No")),
+                _memo(("21,817.57", "21,490.37"))),
         PURCHASE_VAT_BOX | {"memo_states_net_payable"}),
     # Careful wordings other than the gold's: the restriction stated as "not recoverable", the cut-off as
     # "deferred to the next return", and the box labels with their descriptions in column A.
@@ -170,34 +143,16 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tax01")
-    gold = build_gold_workspace(SID, root / "gold")
-    sc = load_scenario(SID)
-    items, names = [(sc, gold, None)], ["gold"]
-    for name, (mutate, _) in VARIANTS.items():
-        ws = defects.copy_workspace(gold, root / name)
-        mutate(ws)
-        items.append((sc, ws, None))
-        names.append(name)
-    with Recalculator(root / "recalc") as r:
-        evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return mutation_support.evaluate_variants(SID, VARIANTS, tmp_path_factory.mktemp("tax01"))
 
 
 def test_gold_passes_every_criterion(verdicts):
-    ev = verdicts["gold"]
-    assert ev.D and not ev.E and not ev.failed, [(c.id, c.reason) for c in ev.failed]
+    mutation_support.assert_gold_passes(verdicts["gold"])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_fails_exactly_its_criteria(verdicts, name):
-    _, want = VARIANTS[name]
-    ev = verdicts[name]
-    failed = {c.id for c in ev.failed}
-    assert failed == want, [(c.id, c.reason) for c in ev.failed]
-    # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
-    assert bool(ev.D) is (not want)
-    assert not ev.E
+    mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
 # The set as other preparers write it, read without a document: the transactions each puts inside the set
