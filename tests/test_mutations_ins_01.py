@@ -12,17 +12,13 @@ one LibreOffice batch.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-import openpyxl
 import pytest
 
-from pilot import defects
-from pilot.oracles import Recalculator, evaluate_many
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios.officeio import normalize_zip
+from pilot.scenarios import load_scenario
+
+import mutation_support
+from mutation_support import Mutation
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -37,16 +33,9 @@ MEMO = "siu_referrals.docx"
 LAST = 15
 
 
-def _book(*edits: tuple[str, str, object]):
+def _book(*edits: tuple[str, str, object]) -> Mutation:
     """Set cells of the workbook (sheet, cell, value), as a worker typing other figures or formulas would."""
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / BOOK
-        wb = openpyxl.load_workbook(path)
-        for sheet, coord, value in edits:
-            wb[sheet][coord] = value
-        wb.save(path)
-        normalize_zip(path)
-    return mutate
+    return mutation_support.set_cells(BOOK, *edits)
 
 
 def _extra_claim(claim: str, policy: str, paid: float, os_: float, deductible: float, limit: float):
@@ -60,19 +49,9 @@ def _extra_claim(claim: str, policy: str, paid: float, os_: float, deductible: f
                  ("Reserves", "B17", f"=COUNTA(A2:A{r})"), ("Reserves", "B18", f"=SUM(L2:L{r})"))
 
 
-def _memo(*pairs: tuple[str, str]):
+def _memo(*pairs: tuple[str, str]) -> Mutation:
     """Replace sentences of the memo (wrapped lines allowed); the rest stays as the gold wrote it."""
-    def mutate(ws: Path) -> None:
-        def tr(lines: list[str]) -> list[str]:
-            joined = "\n".join(lines)
-            for old, new in pairs:
-                pattern = re.escape(old).replace(r"\ ", r"\s+")
-                assert re.search(pattern, joined), f"{old!r} not in {MEMO}"
-                joined = re.sub(pattern, new, joined)
-            return joined.split("\n")
-
-        defects._rewrite_document(ws / "outputs" / MEMO, tr, load_scenario(SID).deliverable(MEMO).required_sections)
-    return mutate
+    return mutation_support.replace_sentences(SID, MEMO, *pairs)
 
 
 # name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
@@ -136,34 +115,16 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ins01")
-    gold = build_gold_workspace(SID, root / "gold")
-    sc = load_scenario(SID)
-    items, names = [(sc, gold, None)], ["gold"]
-    for name, (mutate, _) in VARIANTS.items():
-        ws = defects.copy_workspace(gold, root / name)
-        mutate(ws)
-        items.append((sc, ws, None))
-        names.append(name)
-    with Recalculator(root / "recalc") as r:
-        evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return mutation_support.evaluate_variants(SID, VARIANTS, tmp_path_factory.mktemp("ins01"))
 
 
 def test_gold_passes_every_criterion(verdicts):
-    ev = verdicts["gold"]
-    assert ev.D and not ev.E and not ev.failed, [(c.id, c.reason) for c in ev.failed]
+    mutation_support.assert_gold_passes(verdicts["gold"])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_fails_exactly_its_criteria(verdicts, name):
-    _, want = VARIANTS[name]
-    ev = verdicts[name]
-    failed = {c.id for c in ev.failed}
-    assert failed == want, [(c.id, c.reason) for c in ev.failed]
-    # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
-    assert bool(ev.D) is (not want)
-    assert not ev.E
+    mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
 # Referral verdicts as other team leaders write them, read without a document: the claims each puts inside the set
