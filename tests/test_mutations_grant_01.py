@@ -14,17 +14,13 @@ variants share one LibreOffice batch.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-import openpyxl
 import pytest
 
-from pilot import defects
-from pilot.oracles import Recalculator, evaluate_many
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios.officeio import normalize_zip
+from pilot.scenarios import load_scenario
+
+import mutation_support
+from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -52,38 +48,14 @@ GOLD_MICROSCOPE = "is allowable: it is over the GBP 10,000 threshold but the Fou
 GOLD_MARCH = "is allowable: purchase-card dates are day-first, so it was incurred on 4 March 2026, before the cut-off"
 
 
-def _book(*edits: tuple[str, object]):
+def _book(*edits: tuple[str, object]) -> Mutation:
     """Set cells of the Summary sheet, as a reviewer typing other figures would."""
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / BOOK
-        wb = openpyxl.load_workbook(path)
-        for coord, value in edits:
-            wb["Summary"][coord] = value
-        wb.save(path)
-        normalize_zip(path)
-    return mutate
+    return mutation_support.set_cells(BOOK, *(("Summary", coord, value) for coord, value in edits))
 
 
-def _memo(*pairs: tuple[str, str]):
+def _memo(*pairs: tuple[str, str]) -> Mutation:
     """Replace sentences of the memo (wrapped lines allowed); the rest stays as the gold wrote it."""
-    def mutate(ws: Path) -> None:
-        def tr(lines: list[str]) -> list[str]:
-            joined = "\n".join(lines)
-            for old, new in pairs:
-                pattern = re.escape(old).replace(r"\ ", r"\s+")
-                assert re.search(pattern, joined), f"{old!r} not in {MEMO}"
-                joined = re.sub(pattern, new, joined)
-            return joined.split("\n")
-
-        defects._rewrite_document(ws / "outputs" / MEMO, tr, load_scenario(SID).deliverable(MEMO).required_sections)
-    return mutate
-
-
-def _both(*steps):
-    def mutate(ws: Path) -> None:
-        for step in steps:
-            step(ws)
-    return mutate
+    return mutation_support.replace_sentences(SID, MEMO, *pairs)
 
 
 # name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
@@ -91,8 +63,8 @@ VARIANTS = {
     # The re-posted consumables line claimed twice: consumables 8,594.59 on a budget of 7,744.00 is 850.59 over,
     # more than 10% (774.40), so a virement is asked for; the memo is silent on the repeat.
     "repeat_claimed_twice": (
-        _both(_book((CONSUMABLES, GOLD_CONS + REPEAT), (VIREMENT_CONSUMABLES, "Yes")),
-              _memo((GOLD_REPEAT, "Every line was read once."))),
+        in_turn(_book((CONSUMABLES, GOLD_CONS + REPEAT), (VIREMENT_CONSUMABLES, "Yes")),
+                _memo((GOLD_REPEAT, "Every line was read once."))),
         {"book_consumables_eligible", "book_consumables_virement", "memo_names_repeated_line"}),
     # The order of 24 March 2025 claimed: consumables 9,412.72, 21.5% over budget, so a virement is asked for,
     # and the disallowed total falls by 1,126.80.
@@ -117,8 +89,8 @@ VARIANTS = {
     # 04/03/2026 read month-first (3 April 2026, after the cut-off): consumables lose 318.60, the disallowed
     # total gains it, and the memo disallows the line.
     "day_first_date_read_month_first": (
-        _both(_book((CONSUMABLES, GOLD_CONS - MARCH_PCARD), (DISALLOWED, GOLD_DISALLOWED + MARCH_PCARD)),
-              _memo((GOLD_MARCH, "is disallowed: it was incurred on 3 April 2026, after the cut-off"))),
+        in_turn(_book((CONSUMABLES, GOLD_CONS - MARCH_PCARD), (DISALLOWED, GOLD_DISALLOWED + MARCH_PCARD)),
+                _memo((GOLD_MARCH, "is disallowed: it was incurred on 3 April 2026, after the cut-off"))),
         {"book_consumables_eligible", "book_total_disallowed", "memo_disallowed_lines"}),
     # The project dinner claimed as an other direct cost: 4,922.80, still under its budget of 4,798.00 + 10%.
     "dinner_claimed": (
@@ -130,7 +102,7 @@ VARIANTS = {
         {"book_equipment_budget"}),
     # Indirect costs at 20% of all direct costs, in the workbook and in the memo.
     "indirect_on_all_direct_costs": (
-        _both(_book((INDIRECT, INDIRECT_ON_ALL_DIRECT)), _memo(("12,595.08", "19,570.11"))),
+        in_turn(_book((INDIRECT, INDIRECT_ON_ALL_DIRECT)), _memo(("12,595.08", "19,570.11"))),
         {"book_indirect_costs", "memo_states_indirect"}),
     # Any overspend read as needing a virement, and travel's 18% overlooked.
     "virement_for_any_overspend": (
@@ -155,34 +127,16 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grant01")
-    gold = build_gold_workspace(SID, root / "gold")
-    sc = load_scenario(SID)
-    items, names = [(sc, gold, None)], ["gold"]
-    for name, (mutate, _) in VARIANTS.items():
-        ws = defects.copy_workspace(gold, root / name)
-        mutate(ws)
-        items.append((sc, ws, None))
-        names.append(name)
-    with Recalculator(root / "recalc") as r:
-        evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return mutation_support.evaluate_variants(SID, VARIANTS, tmp_path_factory.mktemp("grant01"))
 
 
 def test_gold_passes_every_criterion(verdicts):
-    ev = verdicts["gold"]
-    assert ev.D and not ev.E and not ev.failed, [(c.id, c.reason) for c in ev.failed]
+    mutation_support.assert_gold_passes(verdicts["gold"])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_fails_exactly_its_criteria(verdicts, name):
-    _, want = VARIANTS[name]
-    ev = verdicts[name]
-    failed = {c.id for c in ev.failed}
-    assert failed == want, [(c.id, c.reason) for c in ev.failed]
-    # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
-    assert bool(ev.D) is (not want)
-    assert not ev.E
+    mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
 # The disallowed set as other reviewers write it, read without a document: the lines each puts inside the set
