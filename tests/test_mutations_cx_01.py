@@ -16,17 +16,15 @@ batch and go through the deck-aware dispatcher, as every caller does.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import openpyxl
 import pytest
 
-from pilot import defects
 from pilot.oracle_formats.evaluate import evaluate_many
-from pilot.oracles import Recalculator
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios.officeio import normalize_zip
+from pilot.scenarios import build_gold_workspace
+
+import mutation_support
+from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -44,37 +42,24 @@ GOLD_TECH_ROW = "Technical | 30 | 26 | 86.7 | 71.4"
 GOLD_CLOCK = "time in 'Awaiting customer' was excluded from the SLA clock, "
 
 
-def _book(*edits: tuple[str, object]):
+def _book(*edits: tuple[str, object]) -> Mutation:
     """Type figures into the Attainment sheet over its formulas, as an analyst with other figures would."""
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / BOOK
-        wb = openpyxl.load_workbook(path)
-        for coord, value in edits:
-            wb["Attainment"][coord] = value
-        wb.save(path)
-        normalize_zip(path)
-    return mutate
+    return mutation_support.set_cells(BOOK, *(("Attainment", coord, value) for coord, value in edits))
 
 
-def _deck(*pairs: tuple[str, str]):
-    """Replace lines of the deck; the rest stays as the gold wrote it (one slide per required title)."""
-    def mutate(ws: Path) -> None:
-        def tr(lines: list[str]) -> list[str]:
-            joined = "\n".join(lines)
-            for old, new in pairs:
-                assert old in joined, f"{old!r} not in {DECK}"
-                joined = joined.replace(old, new)
-            return joined.split("\n")
+def _deck(*pairs: tuple[str, str]) -> Mutation:
+    """Replace lines of the deck; the rest stays as the gold wrote it (one slide per required title).
 
-        defects._rewrite_document(ws / "outputs" / DECK, tr, load_scenario(SID).deliverable(DECK).required_sections)
-    return mutate
+    Exact text, unlike a memo's sentences: a slide's lines are never wrapped.
+    """
+    def tr(lines: list[str]) -> list[str]:
+        joined = "\n".join(lines)
+        for old, new in pairs:
+            assert old in joined, f"{old!r} not in {DECK}"
+            joined = joined.replace(old, new)
+        return joined.split("\n")
 
-
-def _both(*steps):
-    def mutate(ws: Path) -> None:
-        for step in steps:
-            step(ws)
-    return mutate
+    return mutation_support.rewrite_document(SID, DECK, tr)
 
 
 # name -> (mutation, the criteria that must fail, and nothing else; empty: the package passes)
@@ -92,9 +77,9 @@ VARIANTS = {
     # Awaiting-customer time left on the clock: Billing falls to 83.3 in the workbook and is named in the deck;
     # P1 tickets have no waits, so P1 does not move.
     "clock_stop_ignored_everywhere": (
-        _both(_book((BILLING, 83.3)),
-              _deck((GOLD_BREACH, "Billing, Technical and Accounts breached the 90% SLA target in October."),
-                    (GOLD_MET, "Onboarding met the SLA target."))),
+        in_turn(_book((BILLING, 83.3)),
+                _deck((GOLD_BREACH, "Billing, Technical and Accounts breached the 90% SLA target in October."),
+                      (GOLD_MET, "Onboarding met the SLA target."))),
         {"book_billing_attainment", "deck_breaching_teams"}),
     # The deck never says that awaiting-customer time was left off the clock.
     "clock_stop_left_unsaid": (
@@ -103,10 +88,10 @@ VARIANTS = {
     # P1 measured in business hours: Technical's overnight P1 tickets met, Technical at 96.7 and P1 at 100.0,
     # and Technical cleared in the deck; the table on the deck shows 96.7 for Technical.
     "p1_in_business_hours": (
-        _both(_book((TECHNICAL, 96.7), (P1, 100.0)),
-              _deck((GOLD_TECH_ROW, "Technical | 30 | 29 | 96.7 | 71.4"),
-                    (GOLD_BREACH, "Accounts breached the 90% SLA target in October."),
-                    (GOLD_MET, "Billing, Technical and Onboarding met the SLA target."))),
+        in_turn(_book((TECHNICAL, 96.7), (P1, 100.0)),
+                _deck((GOLD_TECH_ROW, "Technical | 30 | 29 | 96.7 | 71.4"),
+                      (GOLD_BREACH, "Accounts breached the 90% SLA target in October."),
+                      (GOLD_MET, "Billing, Technical and Onboarding met the SLA target."))),
         {"book_technical_attainment", "book_p1_attainment", "deck_breaching_teams", "deck_states_technical"}),
     # Careful wordings other than the gold's: each team's figure beside its verdict, and the verdict stated per team.
     "figures_beside_the_verdict": (
@@ -122,34 +107,16 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cx01")
-    gold = build_gold_workspace(SID, root / "gold")
-    sc = load_scenario(SID)
-    items, names = [(sc, gold, None)], ["gold"]
-    for name, (mutate, _) in VARIANTS.items():
-        ws = defects.copy_workspace(gold, root / name)
-        mutate(ws)
-        items.append((sc, ws, None))
-        names.append(name)
-    with Recalculator(root / "recalc") as r:
-        evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return mutation_support.evaluate_variants(SID, VARIANTS, tmp_path_factory.mktemp("cx01"), evaluate=evaluate_many)
 
 
 def test_gold_passes_every_criterion(verdicts):
-    ev = verdicts["gold"]
-    assert ev.D and not ev.E and not ev.failed, [(c.id, c.reason) for c in ev.failed]
+    mutation_support.assert_gold_passes(verdicts["gold"])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_fails_exactly_its_criteria(verdicts, name):
-    _, want = VARIANTS[name]
-    ev = verdicts[name]
-    failed = {c.id for c in ev.failed}
-    assert failed == want, [(c.id, c.reason) for c in ev.failed]
-    # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
-    assert bool(ev.D) is (not want)
-    assert not ev.E
+    mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
 def test_the_gold_deck_states_what_the_variants_edit(tmp_path):
