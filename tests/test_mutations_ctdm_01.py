@@ -14,17 +14,16 @@ share one LibreOffice batch.
 from __future__ import annotations
 
 import datetime as dt
-import re
-from pathlib import Path
+from collections.abc import Callable
 
-import openpyxl
 import pytest
+from openpyxl.workbook.workbook import Workbook
 
-from pilot import defects
-from pilot.oracles import Recalculator, evaluate_many
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot.scenarios.officeio import normalize_zip
+from pilot.scenarios import load_scenario
+
+import mutation_support
+from mutation_support import Mutation, in_turn, set_cell
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -41,22 +40,9 @@ DUP_QUERY_ROW = 11
 TOTAL_OVER_ROWS = "=COUNTA(Queries!A2:A60)"  # a careless worker's own count, over the rows it wrote
 
 
-def _book(*edits):
+def _book(*edits: Callable[[Workbook], None]) -> Mutation:
     """Edit the workbook with functions of the loaded workbook, as a worker writing other figures would."""
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / BOOK
-        wb = openpyxl.load_workbook(path)
-        for edit in edits:
-            edit(wb)
-        wb.save(path)
-        normalize_zip(path)
-    return mutate
-
-
-def _set(sheet: str, coord: str, value):
-    def edit(wb) -> None:
-        wb[sheet][coord] = value
-    return edit
+    return mutation_support.edit_workbook(BOOK, *edits)
 
 
 def _add_query(record: str, subject: str, visit: str, check: str, text: str):
@@ -92,38 +78,14 @@ def _schedule_v5_window(wb) -> None:
             ws[f"I{r}"] = 62
 
 
-def _memo(*pairs: tuple[str, str]):
+def _memo(*pairs: tuple[str, str]) -> Mutation:
     """Replace sentences of the memo (wrapped lines allowed); the rest stays as the gold wrote it."""
-    def mutate(ws: Path) -> None:
-        def tr(lines: list[str]) -> list[str]:
-            joined = "\n".join(lines)
-            for old, new in pairs:
-                pattern = re.escape(old).replace(r"\ ", r"\s+")
-                assert re.search(pattern, joined), f"{old!r} not in {MEMO}"
-                joined = re.sub(pattern, lambda _: new, joined)
-            return joined.split("\n")
-
-        defects._rewrite_document(ws / "outputs" / MEMO, tr, load_scenario(SID).deliverable(MEMO).required_sections)
-    return mutate
+    return mutation_support.replace_sentences(SID, MEMO, *pairs)
 
 
-def _both(*mutations):
-    def mutate(ws: Path) -> None:
-        for m in mutations:
-            m(ws)
-    return mutate
-
-
-def _queries_section(text: str):
+def _queries_section(text: str) -> Mutation:
     """Replace the whole Queries section's body by ``text``."""
-    def mutate(ws: Path) -> None:
-        def tr(lines: list[str]) -> list[str]:
-            start = next(i for i, line in enumerate(lines) if line.strip() == "Queries")
-            end = next(i for i, line in enumerate(lines) if line.strip() == "Protocol deviations")
-            return [*lines[:start + 1], text, *lines[end:]]
-
-        defects._rewrite_document(ws / "outputs" / MEMO, tr, load_scenario(SID).deliverable(MEMO).required_sections)
-    return mutate
+    return mutation_support.replace_section_body(SID, MEMO, "Queries", lambda line: line.strip() == "Protocol deviations", text)
 
 
 # The gold memo's Queries lines, one paragraph per subject.
@@ -145,23 +107,23 @@ VARIANTS = {
     # 102-003's Visits 4 and 5 used: Visit 5 (day 70, window 52-67) becomes a site 102 deviation, and the two
     # EC-04 queries become one EC-01 query (10 - 2 + 1 = 9). 102-003 is still queried, so the memo's set holds.
     "withdrawn_data_used": (
-        _book(_set("Checks", f"M{WD_V4}", "Yes"), _set("Checks", f"M{WD_V5}", "Yes"), _delete_query(6), _delete_query(5),
+        _book(set_cell("Checks", f"M{WD_V4}", "Yes"), set_cell("Checks", f"M{WD_V5}", "Yes"), _delete_query(6), _delete_query(5),
               _add_query("CRF-0055", "102-003", "V5", "EC-01", "Visit out of window."),
               ),
         {"book_dev_102", "book_total_queries"}),
     # The schedule's Visit 5 window (52-62) over the plan's 4.3 (52-67): 103-002 on day 64 becomes a site 103
     # deviation, an eleventh query, and a subject queried in error.
     "v5_window_from_schedule": (
-        _both(_book(_schedule_v5_window,
-                    _add_query("CRF-0090", "103-002", "V5", "EC-01", "Visit out of window.")),
-              _memo((CLEAR_103_002, "103-002: data query needed. V5 on study day 64, outside its window of days 52 to 62 (EC-01)."))),
+        in_turn(_book(_schedule_v5_window,
+                      _add_query("CRF-0090", "103-002", "V5", "EC-01", "Visit out of window.")),
+                _memo((CLEAR_103_002, "103-002: data query needed. V5 on study day 64, outside its window of days 52 to 62 (EC-01)."))),
         {"book_dev_103", "book_total_queries", "memo_query_set"}),
     # Appendix B's superseded range (3.9-11.1): 101-006 (12.4) and 103-007 (3.4) queried, twelve queries.
     "superseded_range": (
-        _both(_book(_add_query("CRF-0029", "101-006", "V4", "EC-02", "Glucose out of range."),
-                    _add_query("CRF-0115", "103-007", "V5", "EC-02", "Glucose out of range.")),
-              _memo((CLEAR_101_006, "101-006: data query needed. V4 glucose 12.4 mmol/L, outside the alert range 3.9-11.1 mmol/L (EC-02)."),
-                    (CLEAR_103_007, "103-007: data query needed. V5 glucose 3.4 mmol/L, outside the alert range 3.9-11.1 mmol/L (EC-02)."))),
+        in_turn(_book(_add_query("CRF-0029", "101-006", "V4", "EC-02", "Glucose out of range."),
+                      _add_query("CRF-0115", "103-007", "V5", "EC-02", "Glucose out of range.")),
+                _memo((CLEAR_101_006, "101-006: data query needed. V4 glucose 12.4 mmol/L, outside the alert range 3.9-11.1 mmol/L (EC-02)."),
+                      (CLEAR_103_007, "103-007: data query needed. V5 glucose 3.4 mmol/L, outside the alert range 3.9-11.1 mmol/L (EC-02)."))),
         {"book_total_queries", "memo_query_set"}),
     # The memo quotes Appendix B's range throughout although the queries are right: the current range is not stated.
     "memo_quotes_appendix_range": (
@@ -178,7 +140,7 @@ VARIANTS = {
         {"memo_query_set"}),
     # The second record of 103-006's Visit 3 not seen: nine queries, 103-006 left out of the set.
     "duplicate_missed": (
-        _both(_book(_delete_query(DUP_QUERY_ROW)), _memo((QUERY_103_006 + "\n", ""))),
+        in_turn(_book(_delete_query(DUP_QUERY_ROW)), _memo((QUERY_103_006 + "\n", ""))),
         {"book_total_queries", "memo_query_set"}),
     # Careful wordings other than the gold's: the set as one list instead of a line per subject, the cleared subjects together.
     "queries_as_lists": (
@@ -198,34 +160,16 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ctdm01")
-    gold = build_gold_workspace(SID, root / "gold")
-    sc = load_scenario(SID)
-    items, names = [(sc, gold, None)], ["gold"]
-    for name, (mutate, _) in VARIANTS.items():
-        ws = defects.copy_workspace(gold, root / name)
-        mutate(ws)
-        items.append((sc, ws, None))
-        names.append(name)
-    with Recalculator(root / "recalc") as r:
-        evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return mutation_support.evaluate_variants(SID, VARIANTS, tmp_path_factory.mktemp("ctdm01"))
 
 
 def test_gold_passes_every_criterion(verdicts):
-    ev = verdicts["gold"]
-    assert ev.D and not ev.E and not ev.failed, [(c.id, c.reason) for c in ev.failed]
+    mutation_support.assert_gold_passes(verdicts["gold"])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_fails_exactly_its_criteria(verdicts, name):
-    _, want = VARIANTS[name]
-    ev = verdicts[name]
-    failed = {c.id for c in ev.failed}
-    assert failed == want, [(c.id, c.reason) for c in ev.failed]
-    # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
-    assert bool(ev.D) is (not want)
-    assert not ev.E
+    mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
 # Query verdicts as other data managers write them, read without a document: the subjects each puts inside the
