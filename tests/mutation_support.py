@@ -124,3 +124,13 @@ def assert_fails_exactly(ev: Any, want: Iterable[str]) -> None:
     # Every criterion named is required: falling into a trap is never accepted; a careful variant is.
     assert bool(ev.D) is (not want)
     assert not ev.E
+
+
+def read_set_as(sid: str, criterion: str, text: str) -> tuple[set[str], set[str]]:
+    """The options ``text`` puts inside and outside the set, read as the oracle's criterion ``criterion`` reads it."""
+    from pilot.oracles.decisions import read_set
+
+    c = load_scenario(sid).oracle.by_id(criterion)
+    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
+                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    return set(read.inside), set(read.outside)

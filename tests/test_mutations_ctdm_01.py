@@ -190,12 +190,7 @@ QUERY_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(QUERY_PHRASINGS))
 def test_query_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_query_set")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == QUERY_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_query_set", text) == QUERY_PHRASINGS[text]
 
 
 # A malformed export is refused naming the file, the line, the field and the reason, before any check.

@@ -150,12 +150,7 @@ COMPLIANCE_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(COMPLIANCE_PHRASINGS))
 def test_compliance_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_names_excluded_tender")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == COMPLIANCE_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_names_excluded_tender", text) == COMPLIANCE_PHRASINGS[text]
 
 
 # The late tender's status cell as other estimators fill it in: each reads as excluded, "Compliant" as compliant.

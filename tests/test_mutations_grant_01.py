@@ -17,7 +17,6 @@ from __future__ import annotations
 import pytest
 
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import load_scenario
 
 import mutation_support
 from mutation_support import Mutation, in_turn
@@ -152,12 +151,7 @@ DISALLOWED_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(DISALLOWED_PHRASINGS))
 def test_disallowed_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_disallowed_lines")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == DISALLOWED_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_disallowed_lines", text) == DISALLOWED_PHRASINGS[text]
 
 
 def test_a_date_in_the_wrong_format_is_named(tmp_path):

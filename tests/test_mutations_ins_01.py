@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import load_scenario
 
 import mutation_support
 from mutation_support import Mutation
@@ -140,9 +139,4 @@ REFERRAL_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(REFERRAL_PHRASINGS))
 def test_referral_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_siu_referrals")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == REFERRAL_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_siu_referrals", text) == REFERRAL_PHRASINGS[text]

@@ -144,12 +144,7 @@ PURCHASE_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(PURCHASE_PHRASINGS))
 def test_purchase_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_purchase_set")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == PURCHASE_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_purchase_set", text) == PURCHASE_PHRASINGS[text]
 
 
 # A malformed inventory is refused naming the file, the line, the field and the reason, before any count.

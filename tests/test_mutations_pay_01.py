@@ -17,7 +17,6 @@ import re
 import pytest
 
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import load_scenario
 
 import mutation_support
 from mutation_support import Mutation, in_turn
@@ -131,12 +130,7 @@ CORRECTION_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(CORRECTION_PHRASINGS))
 def test_correction_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_names_corrections")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == CORRECTION_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_names_corrections", text) == CORRECTION_PHRASINGS[text]
 
 
 # The generator's answer against hand calculations (pay policy rules 2 and 4), and its refusals of bad input.

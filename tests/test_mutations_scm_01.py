@@ -143,12 +143,7 @@ EXPEDITE_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(EXPEDITE_PHRASINGS))
 def test_expedite_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_expedite_set")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == EXPEDITE_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_expedite_set", text) == EXPEDITE_PHRASINGS[text]
 
 
 # The Expedite sheet's decision cell as other planners fill it in.

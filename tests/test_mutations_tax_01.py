@@ -177,12 +177,7 @@ SET_PHRASINGS = {
 
 @pytest.mark.parametrize("text", list(SET_PHRASINGS))
 def test_set_phrasings(text):
-    from pilot.oracles.decisions import read_set
-
-    c = load_scenario(SID).oracle.by_id("memo_excluded_or_restricted")
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
-    assert (set(read.inside), set(read.outside)) == SET_PHRASINGS[text]
+    assert mutation_support.read_set_as(SID, "memo_excluded_or_restricted", text) == SET_PHRASINGS[text]
 
 
 def test_answer_from_the_inputs_alone():
