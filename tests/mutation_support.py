@@ -134,3 +134,26 @@ def read_set_as(sid: str, criterion: str, text: str) -> tuple[set[str], set[str]
     read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
                     complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
     return set(read.inside), set(read.outside)
+
+
+def refusal_of_edited_input(sid: str, workdir: Path, name: str, line: int, column: int, value: str,
+                            compute: Callable[[Path], Any]) -> str:
+    """The message ``compute`` refuses the inputs with once field ``column`` of CSV ``name``'s ``line`` is ``value``.
+
+    ``line`` counts the file's lines from 1, the header's; the scenario's inputs are copied to ``workdir`` first.
+    """
+    import csv
+    import shutil
+
+    import pytest
+
+    inputs = workdir / "inputs"
+    shutil.copytree(load_scenario(sid).inputs_dir, inputs)
+    path = inputs / name
+    rows = list(csv.reader(path.open(newline="", encoding="utf-8")))
+    rows[line - 1][column] = value
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(rows)
+    with pytest.raises(ValueError) as exc:
+        compute(inputs)
+    return str(exc.value)

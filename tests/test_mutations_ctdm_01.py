@@ -20,7 +20,6 @@ import pytest
 from openpyxl.workbook.workbook import Workbook
 
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import load_scenario
 
 import mutation_support
 from mutation_support import Mutation, in_turn, set_cell
@@ -201,18 +200,7 @@ def test_query_phrasings(text):
     (3, "V9", ["crf_export.csv", "line 5", "visit", "'V9'"]),
 ])
 def test_malformed_export_is_refused(tmp_path, column, value, words):
-    import csv
-    import shutil
-
     from pilot.scenarios.library import ctdm_01
 
-    inputs = tmp_path / "inputs"
-    shutil.copytree(load_scenario(SID).inputs_dir, inputs)
-    path = inputs / ctdm_01.CRF_CSV
-    rows = list(csv.reader(path.open(newline="", encoding="utf-8")))
-    rows[4][column] = value  # the file's line 5 (line 1 is the header)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        csv.writer(fh, lineterminator="\n").writerows(rows)
-    with pytest.raises(ValueError) as exc:
-        ctdm_01.compute(inputs)
-    assert all(w in str(exc.value) for w in words), str(exc.value)
+    message = mutation_support.refusal_of_edited_input(SID, tmp_path, ctdm_01.CRF_CSV, 5, column, value, ctdm_01.compute)
+    assert all(w in message for w in words), message

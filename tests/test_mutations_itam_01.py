@@ -16,7 +16,6 @@ from __future__ import annotations
 import pytest
 
 from pilot.oracles.recalc import soffice_binary
-from pilot.scenarios import load_scenario
 
 import mutation_support
 from mutation_support import Mutation
@@ -154,18 +153,7 @@ def test_purchase_phrasings(text):
     (6, "ScanMaster", ["install_inventory.csv", "line 5", "source", "'ScanMaster'"]),
 ])
 def test_malformed_inventory_is_refused(tmp_path, column, value, words):
-    import csv
-    import shutil
-
     from pilot.scenarios.library import itam_01
 
-    inputs = tmp_path / "inputs"
-    shutil.copytree(load_scenario(SID).inputs_dir, inputs)
-    path = inputs / itam_01.INVENTORY_CSV
-    rows = list(csv.reader(path.open(newline="", encoding="utf-8")))
-    rows[4][column] = value  # the file's line 5 (line 1 is the header)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        csv.writer(fh, lineterminator="\n").writerows(rows)
-    with pytest.raises(ValueError) as exc:
-        itam_01.compute(inputs)
-    assert all(w in str(exc.value) for w in words), str(exc.value)
+    message = mutation_support.refusal_of_edited_input(SID, tmp_path, itam_01.INVENTORY_CSV, 5, column, value, itam_01.compute)
+    assert all(w in message for w in words), message
