@@ -33,3 +33,16 @@ def test_smallest_text_scales_with_the_inclusion_width(tmp_path):
     assert round(fit.printed_pt, 2) == 8.46
     problems = figure_text.too_small(list(figs.values()))
     assert len(problems) == 1 and problems[0].startswith("wide.pdf") and "prints at 4.7 pt" in problems[0]
+
+
+def test_the_forest_plot_reads_a_tiny_p_as_below_a_thousandth(tmp_path):
+    import numpy as np
+    import pandas as pd
+    from pypdf import PdfReader
+
+    from pilot.stats.figures import forest_plot
+
+    contrasts = pd.DataFrame({"contrast": ["A3-A1", "A1-A0"], "role": ["primary", "secondary"], "estimate": [0.1, 0.6],
+                              "ci_low": [-0.1, 0.4], "ci_high": [0.3, 0.8], "p_value": [0.5, 0.0001], "p_holm": [np.nan, 0.0002]})
+    text = PdfReader(str(forest_plot(contrasts, tmp_path / "f.pdf", simulated=True))).pages[0].extract_text()
+    assert "p = 0.500" in text and "p (Holm) < 0.001" in text and "0.000" not in text.replace("0.0 ", "")

@@ -48,8 +48,9 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -
             continue
         ax.errorbar(r["estimate"], yi, xerr=[[r["estimate"] - r["ci_low"]], [r["ci_high"] - r["estimate"]]], fmt="s" if primary else "o",
                     color="black" if primary else "0.35", capsize=3, markersize=6 if primary else 5)
-        text = f"{p:.3f}" if np.isfinite(p) else "not estimable"
-        ax.annotate(f"p{'' if primary else ' (Holm)'} = {text}", (1.02, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+        # A p-value below 0.001 reads "< 0.001", as in the tables, never "= 0.000".
+        text = ("< 0.001" if p < 0.001 else f"= {p:.3f}") if np.isfinite(p) else "not estimable"
+        ax.annotate(f"p{'' if primary else ' (Holm)'} {text}", (1.02, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8)
     ax.axvline(0, color="0.6", lw=0.8, ls="--")
     ax.set_yticks(y, [f"{c} ({'primary' if r == 'primary' else 'secondary'})" for c, r in zip(contrasts["contrast"], contrasts["role"])])
     ax.set_xlabel("difference in scenario-weighted acceptance")
