@@ -29,6 +29,10 @@ FROZEN_PRIVATE = {
     ("pilot.defects", "pilot.oracles.criteria", "_heading_matches"),
     ("pilot.defects", "pilot.oracles.criteria", "_value_cell"),
     ("pilot.defects", "pilot.oracles.decisions", "_WORD"),
+    # The deck rooms reuse a frozen helper each: the self-check's tool runner (src/pilot/oracles/**) and the office
+    # writers' cell formatter (officeio.py is in every study's manifest); renaming either would change a frozen file.
+    ("pilot.oracle_formats.selfcheck", "pilot.oracles.selfcheck", "_run_tool"),
+    ("pilot.scenarios.deckio", "pilot.scenarios.officeio", "_cell"),
 }
 #: Room-level circles that only frozen files can close: the scenario library's solvers read inputs with the oracle
 #: readers, and the oracle code imports the bundle types by their old path (``pilot.scenarios.bundle``).

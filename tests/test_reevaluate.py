@@ -304,14 +304,15 @@ def test_an_evaluation_that_fails_again_keeps_the_run_out_with_the_new_reason(st
 
 def test_the_evaluators_own_failure_is_an_evaluation_error_of_the_run_not_an_exception(monkeypatch, tmp_path):
     """The runner and the re-evaluation share one evaluation step; nothing raised in it reaches the runner."""
-    import pilot.oracles
+    import pilot.oracle_formats.evaluate
     from pilot import runner
     from pilot.scenarios import load_scenario
 
     def crash(*args, **kwargs):
         raise MemoryError("the evaluator ran out of memory")
 
-    monkeypatch.setattr(pilot.oracles, "evaluate", crash)
+    # The evaluation step calls the dispatcher (the core oracle, with the deck reader for a deck scenario).
+    monkeypatch.setattr(pilot.oracle_formats.evaluate, "evaluate", crash)
     ev = runner.evaluate_finished(load_scenario("ACC-01"), tmp_path, {})
     assert ev.outcome == "evaluation_error" and ev.errors == ["the evaluation failed (MemoryError: the evaluator ran out of memory)"]
     fields = runner.evaluation_fields(ev)
