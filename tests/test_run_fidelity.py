@@ -99,3 +99,23 @@ def test_the_summary_orders_seven_hypotheses_and_names_a_missing_one(tmp_path):
     assert "not consistent: A1's rate 0.100 is not below 0.1" in table and "Not in this table, because their stage wrote no result: H6." in table
     paragraphs = out["discussion_hypotheses.tex"].read_text()
     assert [line.split("}")[0] for line in paragraphs.splitlines() if line.startswith("\\paragraph")] == [f"\\paragraph{{H{i}." for i in (1, 2, 3, 4, 5, 7)]
+
+
+def test_the_secondary_cost_counts_a_run_without_a_reported_cost_at_its_charge():
+    from pilot import runtable
+    from pilot.simulated import synthetic
+    from pilot.stats import sensitivity
+
+    runs = runtable.validate_runtable(synthetic.generate_runtable(31))
+    first = runs.index[(runs["arm"] == "A1") & (runs["model"] == runs["model"].iloc[0])][0]
+    runs.loc[first, "charged_usd"] = float(runs.loc[first, "cost_usd"]) + float(runs.loc[first, "judge_cost_usd"]) + 5.0
+    base = sensitivity.secondary_endpoints(runs).table.set_index("arm")
+    runs.loc[first, "cost_usd"] = float("nan")  # killed before it reported; the ledger charged 5 dollars more than it drew
+    after = sensitivity.secondary_endpoints(runs)
+    t = after.table.set_index("arm")
+    # Scenario-weighted: the run's scenario mean in A1 rises by 5 / (its scenario's A1 runs), the arm mean by that over J.
+    rows = runtable.primary_rows(runs)
+    n_cell = int(((rows["arm"] == "A1") & (rows["scenario"] == runs.loc[first, "scenario"])).sum())
+    J = rows["scenario"].nunique()
+    assert abs((t.loc["A1", "cost_usd"] - base.loc["A1", "cost_usd"]) - 5.0 / n_cell / J) < 1e-9
+    assert after.details["n_charged"]["A1"] == 1 and sum(after.details["n_charged"].values()) == 1

@@ -505,7 +505,9 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
 
     se: TableResult = results["secondary"]  # type: ignore[assignment]
     csv("sensitivity_secondary_endpoints.csv", se.summary)
-    tex("sensitivity_secondary_table.tex", se.summary, "Secondary endpoints per arm (scenario-weighted means): deterministic completion, critical violation, quality, acceptance, cost, wall minutes, turns, tool calls, questions, abstention and the share of runs capped.", "tab:sens-secondary", float_format="%.2f",
+    n_se = sum(se.details.get("n_charged", {}).values())
+    tex("sensitivity_secondary_table.tex", se.summary, "Secondary endpoints per arm (scenario-weighted means): deterministic completion, critical violation, quality, acceptance, cost, wall minutes, turns, tool calls, questions, abstention and the share of runs capped. "
+        f"Cost is the agent cost as charged: {n_se} {'run' if n_se == 1 else 'runs'} without a reported cost count at the agent part of the ledger's charge.", "tab:sens-secondary", float_format="%.2f",
         font="\\footnotesize\\setlength{\\tabcolsep}{3pt}")  # thirteen columns: gaps of 3 pt keep 9-pt type within the text width
 
     ari: TableResult = results["recovery_index"]  # type: ignore[assignment]

@@ -403,7 +403,8 @@ def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None
             "E": est(f("E")),
             "Q": est(f("Q")),
             "S": est(estimators.acceptance_values(rows, study.q)),
-            "cost_usd": est(f("cost_usd")),
+            # The agent cost as charged: a run without a reported cost counts at its ledger charge (interpretations.md).
+            "cost_usd": est(charged_agent_cost(rows)[0]),
             "wall_min": est(f("wall_s") / 60.0),
             "turns": est(f("turns")),
             "tool_calls": est(f("tool_calls")),
@@ -414,7 +415,8 @@ def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None
     )
     runs, scored = layout.runs_per_arm(), layout.sums(f("Q"))[1].sum(axis=0)
     summary["note"] = [f"no run in {a}" if r == 0 else (f"no scored run in {a} (Q and S)" if k == 0 else "") for a, r, k in zip(layout.arms, runs, scored)]
-    return TableResult("secondary_endpoints", summary)
+    charged = charged_agent_cost(rows)[1]
+    return TableResult("secondary_endpoints", summary, {"n_charged": {a: int(charged[layout.a == k].sum()) for k, a in enumerate(layout.arms)}})
 
 
 def model_sensitivity(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None) -> TableResult:
