@@ -27,9 +27,10 @@ check_group() {
       command -v pdftotext >/dev/null 2>&1 || need poppler-utils ;;
     office)
       command -v soffice >/dev/null 2>&1 || need libreoffice-calc-nogui libreoffice-writer-nogui
-      # Impress renders a delivered slide deck (.pptx) for the graders; its module is libsdlo.so.
+      # Impress renders a delivered slide deck (.pptx) for the graders; libslideshowlo.so is its own (Draw, which Impress
+      # pulls in, ships the shared libsdlo.so, so that one does not tell whether Impress is there).
       if command -v soffice >/dev/null 2>&1; then
-        [ -e "$(dirname "$(readlink -f "$(command -v soffice)")")/libsdlo.so" ] || need libreoffice-impress-nogui
+        [ -e "$(dirname "$(readlink -f "$(command -v soffice)")")/libslideshowlo.so" ] || need libreoffice-impress-nogui
       else
         need libreoffice-impress-nogui
       fi ;;
