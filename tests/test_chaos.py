@@ -38,7 +38,8 @@ BUDGET_S = 75.0  # wall time for the kills; the final resume and the checks come
 
 def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PILOT_FAKE_")}
-    env.update({"PILOT_ROOT": str(root), "PILOT_FAKE_SLEEP_S": "0.3", "PILOT_FAKE_INFRA_FIRST": "0.2", "PILOT_FAKE_CAPPED": "0.1",
+    # Runs long enough that the two waves outlast the kills: at 0.3 s a fast machine finished both after seven kills.
+    env.update({"PILOT_ROOT": str(root), "PILOT_FAKE_SLEEP_S": "1.5", "PILOT_FAKE_INFRA_FIRST": "0.2", "PILOT_FAKE_CAPPED": "0.1",
                 "PILOT_FAKE_SPAWN": "1"})
     return env
 

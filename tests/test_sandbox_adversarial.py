@@ -14,6 +14,7 @@ LibreOffice headless, Playwright with Chromium and their own portal.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -393,21 +394,28 @@ def _cmdlines(pids: list[int]) -> list[str]:
     return out
 
 
+def _is_sleep(cmdline: str, seconds: str) -> bool:
+    words = cmdline.split()
+    return len(words) == 2 and os.path.basename(words[0]) == "sleep" and words[1] == seconds
+
+
 def test_no_process_survives_a_killed_scheduler(tmp_path):
     run_dir = (tmp_path / "runs" / "r").resolve()
     script = SCHEDULER.format(tests=str(Path(__file__).parent), model=MODEL, sid=SID, out=str(run_dir), cli=str(CLI), env=str(WORKER_ENV))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
+        # The detached sleeps are forked before the foreground one but may exec after it on a loaded machine: wait until all
+        # three sleeps run (the sleep itself, not the shell whose command line names all three).
+        wanted = ("311", "312", "313")
+        deadline, alive = time.monotonic() + 120, []
         while time.monotonic() < deadline:
-            if any("sleep 313" in c for c in _cmdlines(_attempt_processes(run_dir))):
+            alive = _cmdlines(_attempt_processes(run_dir))
+            if all(any(_is_sleep(c, w) for c in alive) for w in wanted):
                 break
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             time.sleep(0.2)
         else:
-            pytest.fail("the attempt never reached its tool call")
-        alive = _cmdlines(_attempt_processes(run_dir))
-        assert any("sleep 311" in c for c in alive) and any("sleep 312" in c for c in alive)
+            pytest.fail(f"the attempt's three sleeps never ran together; alive: {alive}")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 15
