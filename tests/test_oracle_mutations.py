@@ -26,6 +26,8 @@ from pilot.scenarios import build_gold_workspace, load_scenario
 from pilot import defects
 from pilot.scenarios.officeio import normalize_zip
 
+import flatten_support
+
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
 ACC_BOOK = "bank_reconciliation_2026-10.xlsx"
@@ -122,37 +124,13 @@ BANK_STATUS_TABLE = (["Ratio", "Actual", "Policy limit", "Status"],
                      [["DSCR", "1.15x", "min 1.25x", "FAIL"], ["Debt / EBITDA", "3.39x", "max 3.50x", "PASS"]])
 
 
-def _table_rows(path: Path) -> list[list[str]]:
-    """A document's table rows as the oracle reads them (a PDF laid out), each a list of cells."""
-    from pilot.oracles.readers import document_lines
-
-    lines, reason = document_lines(path, layout=True)
-    assert reason is None, reason
-    return [[cell.strip() for cell in line.split(" | ")] for line in lines if " | " in line]
-
-
 def _flatten_table(name: str, last_cells: dict[str, str] | None = None):
     """The document's table written as one line of text, its cells in reading order, as some writers flatten a table.
 
     ``last_cells`` (a row's first cell -> text) rewrites the last cell of those rows: a flattened table with another verdict.
     """
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / name
-        rows = _table_rows(path)
-        assert rows, f"{name} has no table"
-        cells = [c for row in rows for c in row if c]
-        flat = [c for row in rows for c in (row[:-1] + [(last_cells or {}).get(row[0], row[-1])]) if c]
-
-        def tr(lines: list[str]) -> list[str]:
-            # Plain text has the table's cells one a line, in the same order: they become one line.
-            stripped = [ln.strip() for ln in lines]
-            at = next(i for i in range(len(lines)) if stripped[i:i + len(cells)] == cells)
-            return lines[:at] + [" ".join(flat)] + lines[at + len(cells):]
-
-        sid = next(k for k, v in SCENARIO_OF.items() if v == name)
-        defects._rewrite_document(path, tr, load_scenario(sid).deliverable(name).required_sections)
-        assert not _table_rows(path), f"{name} still has a table"
-    return mutate
+    sid = next(k for k, v in SCENARIO_OF.items() if v == name)
+    return flatten_support.flatten_pdf_table(sid, name, last_cells)
 
 
 def _in_turn(*mutations):
