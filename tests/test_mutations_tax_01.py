@@ -22,6 +22,7 @@ import pytest
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
+import flatten_support
 import mutation_support
 from mutation_support import Mutation, in_turn
 
@@ -140,6 +141,33 @@ VARIANTS = {
         set()),
 }
 
+# The memo's decision table (section Adjustments; the Box table under Return figures states no decision) as some
+# Word writers flatten it, one paragraph of its cells in reading order: "Transaction Treatment SI-3132 Excluded:
+# next return SI-3133 Excluded: next return PI-5722 Excluded: next return EC-0412 VAT blocked EC-0419 VAT blocked".
+# The prose above it states the set on its own, so the flattened gold passes; a table that says a client
+# entertainment claim's VAT is claimed in full contradicts the prose and the guidance, and fails the set alone.
+#
+# Issue 27, open: the oracle does not read this line as a table. Its header has no decision title and no
+# figure precedes a verdict cell, so it is read as prose, split at each "Excluded:". The first clause
+# ("Transaction Treatment SI-3132 Excluded") holds no topic word and states nothing; each later clause takes
+# the verb nearest a topic word for every transaction it names. The line alone gives inside {SI-3133, PI-5722,
+# EC-0412, EC-0419}. So the flattened table as the only statement (the prose reworded to state nothing) fails
+# for want of SI-3132, and a flattened row set to "Included" (SI-3132, SI-3133, PI-5722) or EC-0419 set to
+# "VAT claimed in full" passes. Those variants are left out until the frozen oracle is decided on; the one
+# below fails as it must, though the oracle also takes EC-0419 as claimed in full (same clause).
+MEMO_TABLE = ("Transaction", "Treatment")
+FLATTENED_VARIANTS = {
+    "memo_table_flattened": (
+        flatten_support.flatten_docx_table(MEMO, MEMO_TABLE),
+        set()),
+    "memo_flattened_table_claims_ec_0412_in_full": (
+        flatten_support.flatten_docx_table(MEMO, MEMO_TABLE, {"EC-0412": "VAT claimed in full"}),
+        {"memo_excluded_or_restricted"}),
+}
+VARIANTS.update(FLATTENED_VARIANTS)
+#: The flattened-table variants the census of tests/test_oracle_mutations.py counts for TAX-01.
+FLATTENED_TABLE_VARIANTS = {SID: tuple(FLATTENED_VARIANTS)}
+
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
@@ -153,6 +181,41 @@ def test_gold_passes_every_criterion(verdicts):
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_fails_exactly_its_criteria(verdicts, name):
     mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
+
+
+def test_flattened_table_with_another_verdict_is_caught_on_its_row(verdicts):
+    """The flattened table's EC-0412 row is what fails: the oracle quotes it as saying EC-0412 is claimed in full."""
+    by = {c.id: c for c in verdicts["memo_flattened_table_claims_ec_0412_in_full"].criteria}
+    reason = by["memo_excluded_or_restricted"].reason
+    # The complement as oracle.yml words it, and the row as the flattened line writes it.
+    assert "says EC-0412 is included in this return in full" in reason and "EC-0412 VAT claimed in full" in reason, reason
+
+
+def test_flattening_replaces_the_decision_table_alone(tmp_path):
+    """The Transaction | Treatment table becomes one paragraph where it stood; the Box table and every other part stay as they were."""
+    import zipfile
+
+    from pilot import defects
+    from pilot.oracles.readers import document_lines
+    from pilot.scenarios import build_gold_workspace
+
+    gold = build_gold_workspace(SID, tmp_path / "gold")
+    ws = defects.copy_workspace(gold, tmp_path / "flat")
+    flatten_support.flatten_docx_table(MEMO, MEMO_TABLE)(ws)
+    before, after = (zipfile.ZipFile(w / "outputs" / MEMO) for w in (gold, ws))
+    assert before.namelist() == after.namelist()
+    assert [n for n in before.namelist() if before.read(n) != after.read(n)] == ["word/document.xml"]
+    assert [t[0] for t in flatten_support.docx_table_rows(ws / "outputs" / MEMO)] == [["Box", "Description", "GBP"]]
+    lines, reason = document_lines(ws / "outputs" / MEMO, layout=True)
+    assert reason is None
+    # The gold's table as the memo writes it, row by row, then the next heading.
+    at = lines.index("Transaction Treatment SI-3132 Excluded: next return SI-3133 Excluded: next return PI-5722 Excluded: "
+                     "next return EC-0412 VAT blocked EC-0419 VAT blocked")
+    assert lines[at - 1].startswith("Duplicate: invoice SI-3118") and lines[at + 1] == "Return figures"
+    # A verdict for a row the table does not have would change nothing: refused.
+    bad = defects.copy_workspace(gold, tmp_path / "bad")
+    with pytest.raises(AssertionError, match="no table row starts with"):
+        flatten_support.flatten_docx_table(MEMO, MEMO_TABLE, {"EC-0415": "VAT blocked"})(bad)
 
 
 # The set as other preparers write it, read without a document: the transactions each puts inside the set

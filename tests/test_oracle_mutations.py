@@ -26,6 +26,8 @@ from pilot.scenarios import build_gold_workspace, load_scenario
 from pilot import defects
 from pilot.scenarios.officeio import normalize_zip
 
+import flatten_support
+
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
 ACC_BOOK = "bank_reconciliation_2026-10.xlsx"
@@ -122,37 +124,13 @@ BANK_STATUS_TABLE = (["Ratio", "Actual", "Policy limit", "Status"],
                      [["DSCR", "1.15x", "min 1.25x", "FAIL"], ["Debt / EBITDA", "3.39x", "max 3.50x", "PASS"]])
 
 
-def _table_rows(path: Path) -> list[list[str]]:
-    """A document's table rows as the oracle reads them (a PDF laid out), each a list of cells."""
-    from pilot.oracles.readers import document_lines
-
-    lines, reason = document_lines(path, layout=True)
-    assert reason is None, reason
-    return [[cell.strip() for cell in line.split(" | ")] for line in lines if " | " in line]
-
-
 def _flatten_table(name: str, last_cells: dict[str, str] | None = None):
     """The document's table written as one line of text, its cells in reading order, as some writers flatten a table.
 
     ``last_cells`` (a row's first cell -> text) rewrites the last cell of those rows: a flattened table with another verdict.
     """
-    def mutate(ws: Path) -> None:
-        path = ws / "outputs" / name
-        rows = _table_rows(path)
-        assert rows, f"{name} has no table"
-        cells = [c for row in rows for c in row if c]
-        flat = [c for row in rows for c in (row[:-1] + [(last_cells or {}).get(row[0], row[-1])]) if c]
-
-        def tr(lines: list[str]) -> list[str]:
-            # Plain text has the table's cells one a line, in the same order: they become one line.
-            stripped = [ln.strip() for ln in lines]
-            at = next(i for i in range(len(lines)) if stripped[i:i + len(cells)] == cells)
-            return lines[:at] + [" ".join(flat)] + lines[at + len(cells):]
-
-        sid = next(k for k, v in SCENARIO_OF.items() if v == name)
-        defects._rewrite_document(path, tr, load_scenario(sid).deliverable(name).required_sections)
-        assert not _table_rows(path), f"{name} still has a table"
-    return mutate
+    sid = next(k for k, v in SCENARIO_OF.items() if v == name)
+    return flatten_support.flatten_pdf_table(sid, name, last_cells)
 
 
 def _in_turn(*mutations):
@@ -588,37 +566,60 @@ def test_set_decision_phrasings(sid, cid, text, want):
     assert (set(read.inside), set(read.outside)) == want
 
 
-def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
-    """Each gold document of the design's ten that states a decision in a table (one inside a section where a decision is read) is flattened above.
+def _flattened_variants(sid: str, pilot: set[str]) -> dict[str, set[str]]:
+    """Scenario ``sid``'s flattened-table variants: name -> the criteria each must fail (empty: it must pass).
 
-    For every such scenario the flattened gold passes and a flattened table with another verdict fails (VARIANTS).
+    The design's ten are declared in this file; an added scenario's in its own tests/test_mutations_<id>.py,
+    whose ``FLATTENED_TABLE_VARIANTS`` names variants of its ``VARIANTS`` ((mutation, criteria it must fail)).
+    """
+    import importlib
+
+    if sid in pilot:
+        names = FLATTENED_TABLE_VARIANTS.get(sid, ())
+        assert all(VARIANTS[n][0] == sid for n in names), (sid, names)
+        return {n: (set() if VARIANTS[n][3] else {VARIANTS[n][2]}) for n in names}
+    module = importlib.import_module("test_mutations_" + sid.lower().replace("-", "_"))
+    declared = getattr(module, "FLATTENED_TABLE_VARIANTS", {})
+    assert set(declared) <= {sid}, f"{module.__file__} declares flattened variants of {sorted(set(declared) - {sid})}"
+    return {n: set(module.VARIANTS[n][1]) for n in declared.get(sid, ())}
+
+
+def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
+    """Each gold document of the extension set (the design's ten among them) that states a decision in a table is flattened.
+
+    A decision table is one inside a section where a decision criterion reads. For every such scenario a
+    flattened table must pass and a flattened table with another verdict must fail that decision criterion
+    (see :func:`_flattened_variants` for where each scenario's variants live).
     """
     from pilot.oracles.criteria import section_text
     from pilot.oracles.readers import document_lines
 
     from pilot import protocol
 
-    with_tables = set()
-    # The design's ten: an added scenario's mutation tests live in its own file (tests/test_mutations_<id>.py).
-    for sid in protocol.study().scenario_set("pilot"):
+    pilot = set(protocol.study().scenario_set("pilot"))
+    assert set(FLATTENED_TABLE_VARIANTS) <= pilot, "an added scenario's flattened variants live in its own file"
+    tables: dict[str, set[str]] = {}  # scenario -> the decision criteria that read a table
+    for sid in protocol.study().scenario_set("extension"):
         sc = load_scenario(sid)
         # Documents only: a slide deck's decision (read by pilot.oracle_formats, not this reader) has no flattened variants.
-        places = [(c.file, c.get("section")) for c in sc.oracle.criteria
+        places = [(c.id, c.file, c.get("section")) for c in sc.oracle.criteria
                   if c.kind == "decision" and c.get("section") and sc.deliverable(c.file).kind in ("docx", "pdf")]
         if not places:
             continue
         gold = build_gold_workspace(sid, tmp_path / sid)
-        for name, wanted in places:
+        for cid, name, wanted in places:
             lines, reason = document_lines(gold / "outputs" / name, layout=True)
             assert reason is None, reason
             for section in [wanted] if isinstance(wanted, str) else wanted:
                 text = section_text(lines, section, sc.deliverable(name).required_sections) or ""
                 if any(" | " in line for line in text.splitlines()):
-                    with_tables.add(sid)
-    assert with_tables == set(FLATTENED_TABLE_VARIANTS)
-    for sid, names in FLATTENED_TABLE_VARIANTS.items():
-        judged = {VARIANTS[n][3] for n in names}
-        assert all(VARIANTS[n][0] == sid for n in names) and judged == {True, False}, (sid, names)
+                    tables.setdefault(sid, set()).add(cid)
+    covered = {sid: v for sid in protocol.study().scenario_set("extension") if (v := _flattened_variants(sid, pilot))}
+    assert set(tables) == set(covered)
+    for sid, variants in covered.items():
+        failing = [want for want in variants.values() if want]
+        assert len(failing) < len(variants), f"{sid}: no flattened variant that must pass"
+        assert failing and all(want & tables[sid] for want in failing), (sid, variants, tables[sid])
 
 
 def test_a_pdf_table_is_read_by_its_columns_and_prose_stays_prose(tmp_path):
