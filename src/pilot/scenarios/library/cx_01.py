@@ -1,10 +1,13 @@
 """CX-01, customer-support analytics: the October support review for the head of support.
 
 The analyst receives the October ticket export (``tickets_october.csv``), the
-SLA policy (``sla_policy.txt``) and the CSAT survey workbook
-(``csat_survey.xlsx``: Responses, Scale and a Q3 summary) and must deliver an
-SLA workbook with formulas (``sla_workbook.xlsx``), a short slide deck for the
-head of support (``support_review.pptx``) and the completion record. The deck
+SLA policy as the quality folder files it (the current version 3 as
+``sla_policy_v3.docx`` and the superseded version 2 as ``sla_policy_v2.pdf``),
+the help desk administrator's note on the export (``export_note.txt``) and the
+CSAT survey workbook (``csat_survey.xlsx``: Responses, Scale and a Q3 summary)
+and must deliver an SLA workbook with formulas (``sla_workbook.xlsx``), a short
+slide deck for the head of support (``support_review.pptx``) and the completion
+record. The deck
 names every team that breached the 90% SLA attainment target this month (a
 set-valued decision) and the rules applied to the SLA clock.
 
@@ -28,6 +31,16 @@ Planted facts (the figures follow from SEED; ``compute`` derives them):
   calendar hours Technical attains 26 of 30 (86.7%) and breaches. P1
   attainment overall is 9 of 12 (75.0%).
 - Accounts attains 25 of 30 (83.3%) however the clock is read.
+- Superseded version: version 3 of the policy (effective 1 July 2026, a docx)
+  governs October; version 2 (effective 1 January 2025, a PDF) is still in the
+  folder with a P2 target of 24 business hours instead of 16 and an
+  attainment target of 85% instead of 90%. Read with version 2, Billing's and
+  Onboarding's P2 tickets resolved in 22 business hours count as met: Billing
+  and Onboarding rise to 29 of 30 (96.7%), P2 attainment to 27 of 30 (90.0%,
+  against 25 of 30, 83.3%), and at 85% Technical (86.7%) no longer breaches,
+  leaving Accounts alone. ``compute`` reads the targets from the version in
+  force (``policy_in_force``); ``compute(inputs, read_policy(v2))`` gives
+  these figures.
 
 The teams that breached are Technical and Accounts. The CSAT score of a team
 is the share of its survey responses rated 4 or 5 (the Scale sheet);
@@ -37,6 +50,7 @@ responses to tickets outside the October export are left out.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -47,12 +61,14 @@ from openpyxl.styles import Font
 
 from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.deckio import write_deck
-from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_text
+from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_pdf, write_text
 
 # The generator's one random source: a new seed changes every input, and so oracle.yml's figures.
 SEED = 270311
 TICKETS_CSV = "tickets_october.csv"
-POLICY_TXT = "sla_policy.txt"
+POLICY_DOCX = "sla_policy_v3.docx"
+POLICY_OLD_PDF = "sla_policy_v2.pdf"
+NOTE_TXT = "export_note.txt"
 CSAT_XLSX = "csat_survey.xlsx"
 BOOK_XLSX = "sla_workbook.xlsx"
 DECK_PPTX = "support_review.pptx"
@@ -66,6 +82,7 @@ TARGET_HOURS = {"P1": 8, "P2": 16, "P3": 24, "P4": 40}
 CALENDAR = {"P1"}
 ATTAINMENT_TARGET = Decimal("90")
 DAY_START, DAY_END = 9, 17
+MONTH = dt.date(2026, 10, 1)  # the month under review
 PER_TEAM = 30
 # Misses by design, as the policy reads (the docstring's figures).
 TRUE_MISSES = {"Billing": 2, "Technical": 4, "Onboarding": 2, "Accounts": 5}
@@ -260,41 +277,69 @@ def _row(t: _Ticket, legacy: bool) -> list[str]:
     return [t.tid, t.team, t.priority, t.channel, t.agent, fmt(t.created), fmt(t.resolved), *p]
 
 
-POLICY = """NORTHWIND HOME SERVICES - CUSTOMER SUPPORT
-Service level policy for ticket resolution                     version 3, effective 1 July 2026
+# The policy as issued: version 3 governs October; version 2, which it superseded on 1 July 2026, is still
+# filed beside it. Version 3 shortened the P2 target and raised the attainment target; the clock rules are
+# the same in both (section 3 and 4), so the superseded version moves only the targets.
+POLICY_V3 = {"version": 3, "effective": dt.date(2026, 7, 1), "targets": TARGET_HOURS, "attainment": ATTAINMENT_TARGET}
+POLICY_V2 = {"version": 2, "effective": dt.date(2025, 1, 1), "targets": {"P1": 8, "P2": 24, "P3": 24, "P4": 40},
+             "attainment": Decimal("85")}
+HISTORY = [
+    ("1", "1 March 2023", "First issue."),
+    ("2", "1 January 2025", "Resolution targets revised; attainment also reported by priority."),
+    ("3", "1 July 2026", "P2 target shortened to 16 business hours. Attainment target raised to 90%."),
+]
 
-1. Scope
-   This policy sets the resolution targets for every ticket handled by the support teams (Billing,
-   Technical, Onboarding, Accounts). A ticket counts in the month in which it is resolved.
 
-2. Resolution targets
-   Priority   Target to resolution
-   P1         8 hours
-   P2         16 hours
-   P3         24 hours
-   P4         40 hours
-   A ticket meets its SLA when its SLA time to resolution is at or below its target.
+def _policy_blocks(p: dict) -> list:
+    """The policy's text as the quality folder holds it: document control, then sections 1 to 6."""
+    v = p["version"]
+    t = p["targets"]
+    history = [h for h in HISTORY if int(h[0]) <= v]
+    return [
+        Para(f"Document CS-POL-004. Owner: Head of Customer Support. Version {v}, effective {p['effective'].day} "
+             f"{p['effective']:%B %Y}. Approved by the Customer Operations Board."),
+        Table(["Version", "Effective", "Changes"], history),
+        Heading("1. Scope"),
+        Para("This policy sets the resolution targets for every ticket handled by the support teams (Billing, "
+             "Technical, Onboarding, Accounts). A ticket counts in the month in which it is resolved."),
+        Heading("2. Resolution targets"),
+        Table(["Priority", "Target to resolution"], [[k, f"{t[k]} hours"] for k in PRIORITIES]),
+        Para("A ticket meets its SLA when its SLA time to resolution is at or below its target."),
+        Heading("3. Measuring time"),
+        Para("Unless stated otherwise, time is measured in business hours: 09:00 to 17:00 UK time (Europe/London), "
+             "Monday to Friday. Time outside business hours does not count. Exports may carry timestamps in UTC; "
+             "convert them to UK time before applying business hours. P1 tickets are the exception: they are "
+             "measured in calendar hours, around the clock, weekends included, because a P1 is worked until it "
+             "is fixed."),
+        Heading("4. Clock stops"),
+        Para('While a ticket is in the status "Awaiting customer" (we have asked the customer for information and '
+             "cannot proceed), the SLA clock is stopped: that time does not count toward the target, in whichever "
+             "hours the ticket is measured. No other status stops the clock."),
+        Heading("5. Attainment"),
+        Para(f"A team's SLA attainment for a month is the share of its tickets resolved in that month that met their "
+             f"SLA, as a percentage. The target is {p['attainment']}%: a team below {p['attainment']}% has breached "
+             "the SLA target for the month and is reviewed at the monthly support review. Attainment is also "
+             "reported by priority."),
+        Heading("6. Data"),
+        Para("Each ticket is counted once, whichever system or export it comes from."),
+    ]
 
-3. Measuring time
-   Unless stated otherwise, time is measured in business hours: 09:00 to 17:00 UK time (Europe/London),
-   Monday to Friday. Time outside business hours does not count. Exports may carry timestamps in UTC;
-   convert them to UK time before applying business hours. P1 tickets are the exception: they are
-   measured in calendar hours, around the clock, weekends included, because a P1 is worked until it is
-   fixed.
 
-4. Clock stops
-   While a ticket is in the status "Awaiting customer" (we have asked the customer for information and
-   cannot proceed), the SLA clock is stopped: that time does not count toward the target, in whichever
-   hours the ticket is measured. No other status stops the clock.
+NOTE = """From: Tomas Reyes, Help desk administrator
+To: Support analytics
+Subject: October ticket export - notes
 
-5. Attainment
-   A team's SLA attainment for a month is the share of its tickets resolved in that month that met their
-   SLA, as a percentage. The target is 90%: a team below 90% has breached the SLA target for the month
-   and is reviewed at the monthly support review. Attainment is also reported by priority.
+The October export is attached as tickets_october.csv, straight from the new help desk, not cleaned.
 
-6. Data
-   Each ticket is counted once. The October export includes tickets re-imported from the legacy desk
-   tool after the migration; those rows carry the legacy tool's timestamp format.
+- The export includes tickets re-imported from the legacy desk tool after the migration; those rows carry
+  the legacy tool's timestamp format.
+- pause_reason, pause_start and pause_end record a status the ticket was put in while it was open, with
+  when it started and ended. A ticket that was never paused has them empty.
+- The survey tool is separate from the help desk: csat_survey.xlsx holds the responses that arrived in
+  October, matched to tickets by ticket_id.
+- The SLA policy documents are copied from the quality folder as they are filed there.
+
+Tomas
 """
 
 
@@ -356,7 +401,10 @@ def generate(inputs_dir: Path) -> list[Path]:
     reimported = sorted((t for t in tickets if t.tid in dups), key=lambda t: t.tid)
     rows += [_row(t, True) for t in reimported]
     paths = [write_csv(inputs_dir / TICKETS_CSV, HEADER, rows)]
-    paths.append(write_text(inputs_dir / POLICY_TXT, POLICY))
+    title = "Northwind Home Services - Customer Support - Service level policy for ticket resolution"
+    paths.append(write_docx(_policy_blocks(POLICY_V3), inputs_dir / POLICY_DOCX, title=title))
+    paths.append(write_pdf(_policy_blocks(POLICY_V2), inputs_dir / POLICY_OLD_PDF, title=title))
+    paths.append(write_text(inputs_dir / NOTE_TXT, NOTE))
     paths.append(save_workbook(_csat(g, tickets), inputs_dir / CSAT_XLSX))
     return paths
 
@@ -375,8 +423,53 @@ def _pct(num: int, den: int) -> Decimal:
     return (Decimal(num) * 100 / Decimal(den)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP) if den else Decimal(0)
 
 
-def compute(inputs_dir: Path) -> dict:
-    """The policy's answer from the inputs alone: tickets counted once, SLA time, attainment by team and priority, CSAT."""
+def _document_text(path: Path) -> str:
+    """The text of a policy document, docx (paragraphs and table rows) or PDF."""
+    if path.suffix == ".docx":
+        from docx import Document
+
+        doc = Document(str(path))
+        return "\n".join([p.text for p in doc.paragraphs]
+                         + [" ".join(c.text for c in row.cells) for t in doc.tables for row in t.rows])
+    from pypdf import PdfReader
+
+    return "\n".join(page.extract_text() or "" for page in PdfReader(str(path)).pages)
+
+
+def read_policy(path: Path) -> dict:
+    """Version, effective date, targets by priority and attainment target of one issued policy document."""
+    text = _document_text(path)
+    head = re.search(r"Version (\d+), effective (\d{1,2} [A-Z][a-z]+ \d{4})", text)
+    share = re.search(r"The target is (\d+)%", text)
+    targets = {p: int(h) for p, h in re.findall(r"\b(P[1-4])\s+(\d+) hours", text)}
+    if head is None or share is None or sorted(targets) != PRIORITIES:
+        raise ValueError(f"{path.name}: not a readable SLA policy "
+                         "(version line, section 2 targets or section 5 target missing)")
+    return {"version": int(head.group(1)), "effective": dt.datetime.strptime(head.group(2), "%d %B %Y").date(),
+            "targets": targets, "attainment": Decimal(share.group(1)), "file": path.name}
+
+
+def issued_policies(inputs_dir: Path) -> list[dict]:
+    """Every version of the policy in the inputs (the quality folder keeps superseded ones)."""
+    return [read_policy(p) for p in sorted(inputs_dir.glob("sla_policy_*")) if p.suffix in (".docx", ".pdf")]
+
+
+def policy_in_force(inputs_dir: Path, month: dt.date = MONTH) -> dict:
+    """The issued version that governs the month: the latest effective on or before its first day."""
+    issued = issued_policies(inputs_dir)
+    current = [p for p in issued if p["effective"] <= month]
+    if not current:
+        raise ValueError(f"{inputs_dir}: no SLA policy in force on {month:%d %B %Y}")
+    return max(current, key=lambda p: (p["effective"], p["version"]))
+
+
+def compute(inputs_dir: Path, policy: dict | None = None) -> dict:
+    """The policy's answer from the inputs alone: tickets counted once, SLA time, attainment by team and priority, CSAT.
+
+    ``policy`` defaults to the version in force for October; pass another (``read_policy``) to see what it would give.
+    """
+    policy = policy or policy_in_force(inputs_dir)
+    targets = policy["targets"]
     seen: dict[str, dict] = {}
     repeats: list[str] = []
     for r in read_csv_dicts(inputs_dir / TICKETS_CSV):
@@ -390,8 +483,8 @@ def compute(inputs_dir: Path) -> dict:
             paused = clock(r["priority"], parse_time(r["pause_start"]), parse_time(r["pause_end"]))
         sla = elapsed - paused
         seen[r["ticket_id"]] = {**r, "created_utc": created.astimezone(UTC), "resolved_utc": resolved.astimezone(UTC),
-                                "elapsed": elapsed, "paused": paused, "sla": sla, "target": TARGET_HOURS[r["priority"]],
-                                "met": sla <= TARGET_HOURS[r["priority"]]}
+                                "elapsed": elapsed, "paused": paused, "sla": sla, "target": targets[r["priority"]],
+                                "met": sla <= targets[r["priority"]]}
     tickets = list(seen.values())
     by_team = {}
     for team in TEAMS:
@@ -410,9 +503,10 @@ def compute(inputs_dir: Path) -> dict:
         rs = [r for r in responses if seen[r[0]]["team"] == team]
         good = sum(1 for r in rs if int(r[2]) >= 4)
         by_team[team].update(responses=len(rs), good=good, csat=_pct(good, len(rs)))
-    breaching = [t for t in TEAMS if by_team[t]["attainment"] < ATTAINMENT_TARGET]
-    return {"tickets": tickets, "repeats": sorted(set(repeats)), "by_team": by_team, "by_priority": by_prio,
-            "breaching": breaching, "responses": responses}
+    breaching = [t for t in TEAMS if by_team[t]["attainment"] < policy["attainment"]]
+    others = [p["version"] for p in issued_policies(inputs_dir) if p["version"] != policy["version"]]
+    return {"policy": policy, "other_versions": others, "tickets": tickets, "repeats": sorted(set(repeats)),
+            "by_team": by_team, "by_priority": by_prio, "breaching": breaching, "responses": responses}
 
 
 # -------------------------------------------------------------------------- the gold deliverables
@@ -425,6 +519,9 @@ def _hours(x: Decimal) -> float:
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     """Write the gold deliverables as a careful analyst would: formulas in the workbook, the clock rules applied and said."""
     facts = compute(inputs_dir)
+    pol = facts["policy"]
+    issued = f"version {pol['version']} of the SLA policy, effective {pol['effective'].day} {pol['effective']:%B %Y}"
+    older = " and ".join(str(v) for v in facts["other_versions"])
     tickets = sorted(facts["tickets"], key=lambda t: t["ticket_id"])
     wb = openpyxl.Workbook()
     ws = wb.active
@@ -438,7 +535,7 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
                    _hours(t["elapsed"]), _hours(t["paused"]), f"=G{i}-H{i}", t["target"], f"=IF(I{i}<=J{i},1,0)"])
     last = len(tickets) + 1
     att = wb.create_sheet("Attainment")
-    att.append(["SLA attainment, October 2026 (target 90%)"])
+    att.append([f"SLA attainment, October 2026 (target {pol['attainment']}%, {issued})"])
     att["A1"].font = Font(bold=True)
     att.append([])
     att.append(["Team", "Tickets", "Met", "Attainment %", "CSAT %"])
@@ -486,20 +583,24 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         Heading("SLA attainment by team"),
         Table(["Team", "Tickets", "Met", "Attainment %", "CSAT %"],
               [[t, bt[t]["tickets"], bt[t]["met"], f"{bt[t]['attainment']}", f"{bt[t]['csat']}"] for t in TEAMS]),
-        Para(f"Target: 90% of tickets resolved within their SLA. P1 attainment: {facts['by_priority']['P1']['attainment']}% "
+        Para(f"Target: {pol['attainment']}% of tickets resolved within their SLA. "
+             f"P1 attainment: {facts['by_priority']['P1']['attainment']}% "
              f"({facts['by_priority']['P1']['met']} of {facts['by_priority']['P1']['tickets']})."),
         Heading("Teams in breach"),
-        Para(f"{names(breaching)} breached the 90% SLA target in October."),
+        Para(f"{names(breaching)} breached the {pol['attainment']}% SLA target in October."),
         Para(f"{names(meeting)} met the SLA target."),
-        Para("Clock rules applied, as the SLA policy states: time in 'Awaiting customer' was excluded from the SLA clock, "
-             "P1 tickets were measured in calendar hours and P2 to P4 in business hours (09:00-17:00 UK time)."),
+        Para(f"Clock rules applied, as {issued}, states: time in 'Awaiting customer' was excluded from the SLA clock, "
+             "P1 tickets were measured in calendar hours and P2 to P4 in business hours (09:00-17:00 UK time). "
+             f"Version {pol['version']} is the one in force for October; version {older} in the policy folder, "
+             "with other targets, is superseded and was not used."),
         Para(f"The {len(facts['repeats'])} tickets the legacy re-import listed twice were counted once, and legacy "
              "timestamps were read as UK local time."),
     ]
     deck = write_deck(blocks, outputs_dir / DECK_PPTX)
     record = write_completion_record(
         outputs_dir, [BOOK_XLSX, DECK_PPTX],
-        notes=(f"{len(facts['repeats'])} tickets were listed twice by the legacy re-import and counted once; "
+        notes=(f"Applied {issued} (in force for October; version {older} is superseded). "
+               f"{len(facts['repeats'])} tickets were listed twice by the legacy re-import and counted once; "
                "awaiting-customer time was excluded from the SLA clock and P1 tickets measured in calendar hours."),
     )
     return [book, deck, record]
