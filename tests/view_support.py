@@ -5,6 +5,7 @@ with a seed whose draws include shell-arm deviations (one typed directly,
 one through ``bash -c``) and a changed input (E). ``models_study()`` is the
 same scenario and seed under arms A0 and A3 with the model-sensitivity wave
 (A3 under two other worker models, twice each): 8 runs, two models apart.
+``deck_study()`` is the slide-deck scenario under A1 and A3, twice.
 ``run_table()`` exports a study's run table (``pilot study export``) outside
 the study, for tests that compute expected values without the viewer's code. ``infra_study()`` is run
 by the scheduler's fake run function with every A0 attempt failing on
@@ -34,6 +35,7 @@ from typing import Callable, Iterator
 from schedule_support import make_root
 
 SCENARIO = "ACC-01"
+DECK_SCENARIO = "CX-01"  # its deliverables include a slide deck
 SEED = 5  # this seed's draws: A1 curl typed directly, A1 wget and A2 curl through bash -c, A2 changes an input
 _BUILT: dict[str, Path] = {}
 _TMP = Path(tempfile.mkdtemp(prefix="pilot-view-tests-"))
@@ -89,7 +91,7 @@ def _built(name: str, build: Callable[[Path], Path]) -> Path:
     return _BUILT[name]
 
 
-_STUDY_NAMES = {"simulated": "viewsim", "infra": "viewinfra", "models": "viewmodels"}
+_STUDY_NAMES = {"simulated": "viewsim", "infra": "viewinfra", "models": "viewmodels", "deck": "viewdeck"}
 
 
 def _build_simulated(root: Path) -> Path:
@@ -110,6 +112,17 @@ def _build_models(root: Path) -> Path:
     pilot(root, "study", "run", "viewmodels", "--no-progress")
     pilot(root, "study", "run", "viewmodels", "--no-progress", "--wave", "sensitivity")
     return root / "analysis" / "data" / "viewmodels"
+
+
+def _build_deck(root: Path) -> Path:
+    pilot(root, "study", "create", "viewdeck", "--scenarios", DECK_SCENARIO, "--seed", str(SEED), "--arms", "A1,A3")
+    pilot(root, "study", "run", "viewdeck", "--no-progress")
+    return root / "analysis" / "data" / "viewdeck"
+
+
+def deck_study() -> Path:
+    """A finished simulated study of the slide-deck scenario under A1 and A3, twice each (built on first use)."""
+    return _built("deck", _build_deck)
 
 
 def models_study() -> Path:

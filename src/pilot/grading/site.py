@@ -28,6 +28,7 @@ from __future__ import annotations
 import hmac
 import math
 import secrets
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ from jinja2 import StrictUndefined
 from werkzeug.exceptions import HTTPException
 
 from pilot.grading import store, tokens
+from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
 from pilot.judges.prompt import requested_names
 from pilot.judges.render import COMPLETION_RECORD, find_delivered
 from pilot.judges.rubric import scenario_criteria
@@ -181,6 +183,10 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
     state = SiteState(study, threading.Lock())
     app = Flask(__name__, static_folder=None)
     app.extensions["pilot.grading"] = state
+    # A delivered deck's slides, rendered on request outside the study folder for as long as the site runs.
+    slides_dir = tempfile.TemporaryDirectory(prefix="pilot-grading-slides-")
+    app.extensions["pilot.grading.slides"] = slides_dir
+    slides_cache = SlidesCache(Path(slides_dir.name))
     app.jinja_env.undefined = StrictUndefined
     app.config.update(
         # A key per process: a cookie from an earlier run of the site does not verify.
@@ -486,6 +492,26 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
             store.log_event(conn, wave, "open_file", grader_id=g.grader, assignment_id=assignment_id, detail={"file": name})
         return send_file(offered[name].path, mimetype="application/octet-stream", as_attachment=True, download_name=name,
                          max_age=0)
+
+    @app.get("/grade/<assignment_id>/slides/<name>")
+    def grade_slides(assignment_id: str, name: str) -> Response:
+        row = my_assignment(assignment_id)
+        offered = offered_files(reader.run(row["run_id"]))
+        if name not in offered or not is_deck(name):
+            abort(404, description="This package has no such deck.")
+        try:
+            pdf = slides_cache.pdf(offered[name].path)
+        except DeckRenderError as exc:
+            # The reason names the run's folder: it goes to the log, the grader reads only that the slides failed.
+            with state.db() as conn:
+                store.log_event(conn, wave, "slides_failed", grader_id=g.grader, assignment_id=assignment_id,
+                                detail={"file": name, "reason": str(exc)})
+            return refuse(422, "Slides not rendered", f"The slides of {name} could not be rendered. Download the deck "
+                          "itself, and tell the coordinator.")
+        with state.db() as conn:
+            store.log_event(conn, wave, "open_file", grader_id=g.grader, assignment_id=assignment_id,
+                            detail={"file": name, "as": "slides"})
+        return send_file(pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0)
 
     # ------------------------------------------------------------------ the coordinator's pages
     @app.get("/coordinator")

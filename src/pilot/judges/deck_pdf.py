@@ -10,6 +10,7 @@ workbook recalculation runs it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -58,3 +59,47 @@ def render_deck_pdf(deck: Path, out_dir: Path, *, workspace: Path | None = None,
     if proc.returncode != 0 or not pdf.is_file():
         raise DeckRenderError(f"{deck}: not rendered: LibreOffice failed ({out.decode('utf-8', 'replace').strip()[-300:] or proc.returncode})")
     return pdf
+
+
+class SlidesCache:
+    """Decks rendered to PDF once each, kept in ``folder`` by the SHA-256 of the bytes that were rendered.
+
+    The viewer and the grading site offer a delivered deck's slides beside the
+    deck itself. A deck is copied before it is hashed and rendered, so the
+    PDF is always of the bytes its name records; a deck that cannot be
+    rendered raises :class:`DeckRenderError` naming the delivered file.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def pdf(self, deck: Path, *, timeout_s: float = RENDER_TIMEOUT_S) -> Path:
+        """The PDF of ``deck``'s slides (rendered on first request)."""
+        deck = Path(deck)
+        try:
+            data = deck.read_bytes()
+        except OSError as exc:
+            raise DeckRenderError(f"{deck}: not rendered: {exc.strerror or exc}") from None
+        target = self.folder / f"{hashlib.sha256(data).hexdigest()}.pdf"
+        if target.is_file():
+            return target
+        with tempfile.TemporaryDirectory(prefix="slides-", dir=self.folder) as tmp:
+            copy = Path(tmp) / "deck" / deck.name
+            copy.parent.mkdir()
+            copy.write_bytes(data)
+            try:
+                pdf = render_deck_pdf(copy, Path(tmp) / "pdf", timeout_s=timeout_s)
+            except DeckRenderError as exc:
+                raise DeckRenderError(str(exc).replace(str(copy), str(deck))) from None
+            os.replace(pdf, target)  # atomic: a reader sees no PDF or the whole one
+        return target
+
+
+def slides_name(deck_name: str) -> str:
+    """The file name a deck's slides are offered under (``support_review.pptx`` -> ``support_review.slides.pdf``)."""
+    return f"{Path(deck_name).stem}.slides.pdf"
+
+
+def is_deck(name: str) -> bool:
+    return Path(name).suffix.lower() == ".pptx"

@@ -6,16 +6,20 @@ cannot reach the viewer through a rebinding DNS name. Downloads are looked
 up by name in the listing of the attempt's ``outputs/`` folder (regular
 files only), so no path in a URL ever reaches the file system; they are
 sent as attachments with a neutral type, never rendered in the viewer's
-origin.
+origin. A delivered deck's slides are rendered to PDF by LibreOffice on
+request (:class:`pilot.judges.deck_pdf.SlidesCache`) and sent as an
+attachment too.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, abort, request, send_file
 
+from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
 from pilot.serving import BackgroundServer, set_security_headers
 from pilot.view import files, site
 from pilot.view.study import StudyReader, ViewError
@@ -33,6 +37,10 @@ def create_app(folder: Path) -> Flask:
     app = Flask("pilot.view", static_folder=None)
     app.config["STUDY_NAME"] = reader.name
     links = site.Links(static=False)
+    # Rendered slides live outside the study (the viewer never writes there), for as long as the application does.
+    slides_dir = tempfile.TemporaryDirectory(prefix="pilot-view-slides-")
+    app.extensions["pilot.view.slides"] = slides_dir
+    slides_cache = SlidesCache(Path(slides_dir.name))
 
     @app.before_request
     def _guard() -> Any:
@@ -74,17 +82,32 @@ def create_app(folder: Path) -> Flask:
     def scenario(sid: str) -> Response:
         return page(site.render_scenario(reader, links, sid))
 
-    @app.get("/files/<run_id>/attempt-<int:attempt_no>/<name>")
-    def download(run_id: str, attempt_no: int, name: str) -> Response:
+    def offered(run_id: str, attempt_no: int, name: str) -> files.OutputFile:
         data_attempts = {a["attempt_no"]: a for a in reader.run(run_id)["attempts"]}  # raises ViewError for an unknown run
         if attempt_no not in data_attempts:
             abort(404)
         rf = data_attempts[attempt_no]["files"]
-        offered = {f.name: f for f in files.output_files(rf.outputs, reader.folder)}
-        if name not in offered:
+        listed = {f.name: f for f in files.output_files(rf.outputs, reader.folder)}
+        if name not in listed:
             abort(404)
-        return send_file(offered[name].path, mimetype="application/octet-stream", as_attachment=True, download_name=name,
-                         max_age=0)
+        return listed[name]
+
+    @app.get("/files/<run_id>/attempt-<int:attempt_no>/<name>")
+    def download(run_id: str, attempt_no: int, name: str) -> Response:
+        return send_file(offered(run_id, attempt_no, name).path, mimetype="application/octet-stream", as_attachment=True,
+                         download_name=name, max_age=0)
+
+    @app.get("/slides/<run_id>/attempt-<int:attempt_no>/<name>")
+    def slides(run_id: str, attempt_no: int, name: str) -> Response:
+        if not is_deck(name):
+            abort(404)
+        deck = offered(run_id, attempt_no, name)
+        try:
+            pdf = slides_cache.pdf(deck.path)
+        except DeckRenderError as exc:
+            return Response(site.render_error(links, "Slides not rendered", str(exc)), status=422, mimetype="text/html")
+        # An attachment like every delivered file: the agent's slides are never rendered in the viewer's origin.
+        return send_file(pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0)
 
     @app.get("/favicon.ico")
     def favicon() -> Response:

@@ -3,8 +3,9 @@
 Every page is the live page rendered with relative links (``index.html``,
 ``scenarios.html``, ``overview.html``, ``runs/<id>.html``, ``scenarios/<id>.html``), filtering and sorting run in
 the browser, and each attempt's deliverables are copied beside the pages
-(regular files only, never a link), so the folder works from ``file://`` and
-on any static host. The study itself is only read.
+(regular files only, never a link), with a delivered deck's slides rendered
+to PDF under ``slides/``, so the folder works from ``file://`` and on any
+static host. The study itself is only read.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
 from pilot.view import files, site
 from pilot.view.study import StudyReader, ViewError, check_run_id
 
@@ -54,18 +57,33 @@ def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> t
     reader = StudyReader(folder)
     links = site.Links(static=True, depth=1)
     pages = copied = size = 0
-    for row in rows:
-        run_id = check_run_id(row["run_id"])
-        html = site.render_run(reader, links, run_id, simulated=simulated, row=row)
-        (out / "runs" / f"{run_id}.html").write_text(html, encoding="utf-8")
-        pages += 1
-        for a in reader.run_attempts(run_id):
-            for f in files.output_files(a.outputs, reader.folder):
-                target = out / "files" / run_id / f"attempt-{a.attempt_no}" / site.exported_name(f.name)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(f.path, target)
-                copied += 1
-                size += f.size
+    with tempfile.TemporaryDirectory(prefix="pilot-export-slides-") as tmp:
+        slides = SlidesCache(Path(tmp))
+        for row in rows:
+            run_id = check_run_id(row["run_id"])
+            refused: dict[tuple[int, str], str] = {}
+            for a in reader.run_attempts(run_id):
+                for f in files.output_files(a.outputs, reader.folder):
+                    target = out / "files" / run_id / f"attempt-{a.attempt_no}" / site.exported_name(f.name)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(f.path, target)
+                    copied += 1
+                    size += f.size
+                    if is_deck(f.name):
+                        # Rendered before the page is, so the page links the slides or says why there are none.
+                        try:
+                            pdf = slides.pdf(f.path)
+                            # A folder of their own: an agent's file of the same name can never be overwritten.
+                            dest = out / "slides" / run_id / f"attempt-{a.attempt_no}" / slides_name(f.name)
+                            dest.parent.mkdir(parents=True, exist_ok=True)
+                            shutil.copyfile(pdf, dest)
+                            copied += 1
+                            size += dest.stat().st_size
+                        except DeckRenderError as exc:
+                            refused[(a.attempt_no, f.name)] = str(exc).split(": not rendered: ", 1)[-1]
+            html = site.render_run(reader, links, run_id, simulated=simulated, row=row, slides_refused=refused)
+            (out / "runs" / f"{run_id}.html").write_text(html, encoding="utf-8")
+            pages += 1
     return pages, copied, size
 
 

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from pilot import protocol
+from pilot.judges.deck_pdf import is_deck, slides_name
 from pilot.view import files
 from pilot.view.study import COLUMN_LABELS, INDEX_COLUMNS, StudyReader
 
@@ -82,6 +83,11 @@ class Links:
         stored = exported_name(name) if self.static else name
         return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(stored, safe='')}"
 
+    def slides(self, run_id: str, attempt_no: int, name: str) -> str:
+        """A delivered deck's slides as PDF: rendered on request live, written under ``slides/`` in the static site."""
+        where = self._root() + f"slides/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/"
+        return where + quote(slides_name(name) if self.static else name, safe="")
+
     def asset(self, name: str) -> str:
         return self._root() + f"static/{name}"
 
@@ -93,6 +99,8 @@ def _env() -> Environment:
     env.filters["usd"] = _usd
     env.filters["yesno"] = _yesno
     env.filters["short_id"] = short_id
+    env.filters["slides_name"] = slides_name
+    env.tests["deck"] = is_deck
     env.globals["rate"] = rate
     env.globals["labels"] = COLUMN_LABELS
     return env
@@ -254,13 +262,18 @@ def render_overview(reader: StudyReader, links: Links, *, rows: list[dict] | Non
     )
 
 
-def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: bool | None = None, row: dict | None = None) -> str:
+def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: bool | None = None, row: dict | None = None,
+               slides_refused: dict[tuple[int, str], str] | None = None) -> str:
+    """A run's page. ``slides_refused`` ((attempt, deck) -> reason): decks whose slides the static export could not render."""
     data = reader.run(run_id, row=row)
     simulated = reader.simulated([data["row"]] if data["row"] else []) if simulated is None else simulated
     judged = judged_deliverables(reader, data)
     downloads = []
     for a in data["attempts"]:
-        downloads.append((a, files.output_files(a["files"].outputs, reader.folder)))
+        outs = files.output_files(a["files"].outputs, reader.folder)
+        # A deck is offered with its slides as PDF; where the static export could not render them, the reason instead.
+        downloads.append((a, [(f, (slides_refused or {}).get((a["attempt_no"], f.name)) if is_deck(f.name) else None)
+                              for f in outs]))
     q = protocol.study().q
     convs = [c for _, c in data["conversations"] if c is not None]
     charged = [a["charged_usd"] for a in data["attempts"] if a["charged_usd"] is not None]
