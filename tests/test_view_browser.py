@@ -192,3 +192,22 @@ def test_a_long_run_page_keeps_the_banner_and_folds_repeated_steps(browser, tmp_
         assert page.locator(".boundary").count() == 1 and "resume granted" in page.inner_text(".boundary")
         page.close()
     assert not errors, errors
+
+
+def test_the_static_index_without_javascript_lists_every_run_and_says_why_search_is_gone(browser, tmp_path):
+    import pandas as pd
+
+    folder = simulated_study()
+    table = pd.read_csv(run_table(folder, tmp_path / "runs.csv"), dtype=str, keep_default_na=False)
+    out = tmp_path / "site"
+    export_site(folder, out, workers=1)
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto((out / "index.html").as_uri())
+        note = page.locator("noscript, p.warn").filter(has_text="need JavaScript")
+        assert note.count() == 1 and note.first.is_visible()
+        shown = page.eval_on_selector_all("#runs tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.run || r.id)")
+        assert len(shown) == len(table) and len(table) > 0
+    finally:
+        context.close()
