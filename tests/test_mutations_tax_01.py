@@ -45,6 +45,7 @@ GOLD_PARTY = "is staff entertainment and its VAT of GBP 248.00 is claimed in ful
 GOLD_LAST_DAY = "dated 30 September 2026, is included"
 GOLD_LATE_PURCHASE = "Purchase invoice PI-5722 from Trent Pipe & Fittings, dated 2 October 2026, is excluded for the same reason."
 GOLD_REVISED = "by revised invoice NC-88213-R1 at net 9,840.00, VAT 1,968.00"
+GOLD_LATE_PURCHASE_ROW = "PI-5722 | Yes | 2 Oct 2026 | 862.00 | Invoice dated after 30 September (next return)"
 
 
 def _book(*edits: tuple[str, str, object]) -> Mutation:
@@ -114,7 +115,7 @@ VARIANTS = {
         {"memo_excluded_or_restricted"}),
     # The October purchase invoice not named among the transactions left out (prose and table).
     "memo_omits_the_october_purchase": (
-        _memo((GOLD_LATE_PURCHASE, ""), ("PI-5722 | Excluded: next return", "")),
+        _memo((GOLD_LATE_PURCHASE, ""), (GOLD_LATE_PURCHASE_ROW, "")),
         {"memo_excluded_or_restricted"}),
     # A memo whose net payable was taken before the entertainment restriction (21,817.57 - 327.20).
     "memo_net_payable_before_restriction": (
@@ -141,32 +142,90 @@ VARIANTS = {
         set()),
 }
 
-# The memo's decision table (section Adjustments; the Box table under Return figures states no decision) as some
-# Word writers flatten it, one paragraph of its cells in reading order: "Transaction Treatment SI-3132 Excluded:
-# next return SI-3133 Excluded: next return PI-5722 Excluded: next return EC-0412 VAT blocked EC-0419 VAT blocked".
-# The prose above it states the set on its own, so the flattened gold passes; a table that says a client
-# entertainment claim's VAT is claimed in full contradicts the prose and the guidance, and fails the set alone.
-#
-# Issue 27, open: the oracle does not read this line as a table. Its header has no decision title and no
-# figure precedes a verdict cell, so it is read as prose, split at each "Excluded:". The first clause
-# ("Transaction Treatment SI-3132 Excluded") holds no topic word and states nothing; each later clause takes
-# the verb nearest a topic word for every transaction it names. The line alone gives inside {SI-3133, PI-5722,
-# EC-0412, EC-0419}. So the flattened table as the only statement (the prose reworded to state nothing) fails
-# for want of SI-3132, and a flattened row set to "Included" (SI-3132, SI-3133, PI-5722) or EC-0419 set to
-# "VAT claimed in full" passes. Those variants are left out until the frozen oracle is decided on; the one
-# below fails as it must, though the oracle also takes EC-0419 as claimed in full (same clause).
-MEMO_TABLE = ("Transaction", "Treatment")
+# The memo's decision table (section Adjustments; the Box table under Return figures states no decision): every
+# transaction the set is about, the five in it and the three look-alikes, with its verdict as Yes/No in the second
+# column, whose title "Excluded or VAT blocked" holds a topic word of the criterion (VAT) and its verbs. Some Word
+# writers flatten a table into one paragraph of its cells in reading order (FLAT_GOLD below). The oracle reads such
+# a line by its header's order: the titles Transaction, Excluded or VAT blocked, Date, VAT (GBP) and Reason, the
+# decision title second, so each row's Yes/No follows the transaction that starts it, and no cell holds a
+# sentence's end that would cut a row short. So the flattened table says what the Word table says: it passes
+# beside the prose, and alone once the prose is reworded to state nothing; a row given the other verdict
+# contradicts the prose and fails the set alone, for a transaction in the set (SI-3132 said included) and for a
+# look-alike outside it (the staff party EC-0415 said blocked); with the prose reworded, the table's own verdict
+# for SI-3132 is what fails.
+MEMO_TABLE = ("Transaction", "Excluded or VAT blocked", "Date", "VAT (GBP)", "Reason")
+FLAT_GOLD = ("Transaction Excluded or VAT blocked Date VAT (GBP) Reason "
+             "SI-3132 Yes 1 Oct 2026 1,192.00 Tax point after 30 September (next return) "
+             "SI-3133 Yes 2 Oct 2026 37.13 Tax point after 30 September (next return) "
+             "PI-5722 Yes 2 Oct 2026 862.00 Invoice dated after 30 September (next return) "
+             "EC-0412 Yes 6 Aug 2026 97.20 Client entertainment (guidance 7(b)) "
+             "EC-0419 Yes 25 Sep 2026 230.00 Client entertainment (guidance 7(b)) "
+             "SI-3131 No 30 Sep 2026 1,684.00 Tax point on the last day of the quarter "
+             "PI-5721 No 24 Sep 2026 -94.60 Supplier credit note SC-4410 (reduces box 4) "
+             "EC-0415 No 4 Sep 2026 248.00 Staff entertainment (recoverable)")
+# The prose of Adjustments reworded to state facts and no verdict, as a preparer who leaves the verdicts to the
+# table writes it: no transaction said excluded, deferred, blocked, included or claimed.
+PROSE_WITHOUT_VERDICTS = (
+    ("are excluded from this return, because their tax point falls after 30 September; they belong to the next quarter",
+     "were raised in October"),
+    ("is excluded for the same reason", "was received in October"),
+    ("dated 30 September 2026, is included in this return", "dated 30 September 2026, is for a boiler replacement"),
+    ("is blocked under guidance 7(b), GBP 327.20 in all; their net values remain in box 7", "comes to GBP 327.20 in all"),
+    (GOLD_PARTY, "is staff entertainment with VAT of GBP 248.00"),
+)
+
+
+def _verdict(ref: str, verdict: str) -> Mutation:
+    """The memo's decision table with ``ref``'s row given another verdict (its second cell), the rest as the gold wrote it."""
+    def mutate(ws) -> None:
+        from docx import Document
+
+        from pilot.scenarios.officeio import normalize_zip
+
+        path = ws / "outputs" / MEMO
+        doc = Document(str(path))
+        table = next(t for t in doc.tables if tuple(c.text.strip() for c in t.rows[0].cells) == MEMO_TABLE)
+        rows = [r for r in table.rows if r.cells[0].text.strip() == ref]
+        # A row the table lacks, or the verdict it already has, would change nothing and pass for the wrong reason.
+        assert len(rows) == 1 and rows[0].cells[1].text.strip() != verdict, (ref, verdict)
+        rows[0].cells[1].text = verdict
+        doc.save(str(path))
+        normalize_zip(path)
+    return mutate
+
+
+def _flattened(*edits: Mutation) -> Mutation:
+    """The decision table flattened into one paragraph, after ``edits`` (verdicts given to its rows)."""
+    return in_turn(*edits, flatten_support.flatten_docx_table(MEMO, MEMO_TABLE))
+
+
 FLATTENED_VARIANTS = {
     "memo_table_flattened": (
-        flatten_support.flatten_docx_table(MEMO, MEMO_TABLE),
+        _flattened(),
         set()),
-    "memo_flattened_table_claims_ec_0412_in_full": (
-        flatten_support.flatten_docx_table(MEMO, MEMO_TABLE, {"EC-0412": "VAT claimed in full"}),
+    "memo_table_flattened_is_the_only_statement": (
+        in_turn(_flattened(), _memo(*PROSE_WITHOUT_VERDICTS)),
+        set()),
+    # SI-3132 (dated 1 October) said included: the prose says it is excluded, the table's row the opposite.
+    "memo_flattened_table_includes_si_3132": (
+        _flattened(_verdict("SI-3132", "No")),
+        {"memo_excluded_or_restricted"}),
+    # The staff party said blocked: a look-alike put in the set.
+    "memo_flattened_table_blocks_the_staff_party": (
+        _flattened(_verdict("EC-0415", "Yes")),
+        {"memo_excluded_or_restricted"}),
+    # The table as the only statement, with SI-3132 said included: nothing else names it as left out.
+    "memo_flattened_table_alone_includes_si_3132": (
+        in_turn(_flattened(_verdict("SI-3132", "No")), _memo(*PROSE_WITHOUT_VERDICTS)),
         {"memo_excluded_or_restricted"}),
 }
 VARIANTS.update(FLATTENED_VARIANTS)
 #: The flattened-table variants the census of tests/test_oracle_mutations.py counts for TAX-01.
 FLATTENED_TABLE_VARIANTS = {SID: tuple(FLATTENED_VARIANTS)}
+# The reworded prose states nothing on its own: without the table the memo names no transaction at all.
+VARIANTS["memo_prose_without_verdicts_and_no_table"] = (
+    in_turn(_flattened(), _memo(*PROSE_WITHOUT_VERDICTS, (FLAT_GOLD, ""))),
+    {"memo_excluded_or_restricted"})
 
 
 @pytest.fixture(scope="module")
@@ -183,16 +242,24 @@ def test_variant_fails_exactly_its_criteria(verdicts, name):
     mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
-def test_flattened_table_with_another_verdict_is_caught_on_its_row(verdicts):
-    """The flattened table's EC-0412 row is what fails: the oracle quotes it as saying EC-0412 is claimed in full."""
-    by = {c.id: c for c in verdicts["memo_flattened_table_claims_ec_0412_in_full"].criteria}
+@pytest.mark.parametrize("name,words", [
+    # The complement and the property as oracle.yml words them, each with its row as the flattened line writes it.
+    ("memo_flattened_table_includes_si_3132",
+     "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026 1,192.00 Tax point after 30 September (next return)')"),
+    ("memo_flattened_table_blocks_the_staff_party",
+     "names EC-0415 as one that is left out of this return or has its VAT restricted ('EC-0415 Yes 4 Sep 2026 248.00 "
+     "Staff entertainment (recoverable)')"),
+    ("memo_flattened_table_alone_includes_si_3132", "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026"),
+])
+def test_flattened_table_with_another_verdict_is_caught_on_its_row(verdicts, name, words):
+    """The flattened table's row with the other verdict is what fails, quoted as the line writes it."""
+    by = {c.id: c for c in verdicts[name].criteria}
     reason = by["memo_excluded_or_restricted"].reason
-    # The complement as oracle.yml words it, and the row as the flattened line writes it.
-    assert "says EC-0412 is included in this return in full" in reason and "EC-0412 VAT claimed in full" in reason, reason
+    assert words in reason, reason
 
 
 def test_flattening_replaces_the_decision_table_alone(tmp_path):
-    """The Transaction | Treatment table becomes one paragraph where it stood; the Box table and every other part stay as they were."""
+    """The decision table becomes one paragraph where it stood; the Box table and every other part stay as they were."""
     import zipfile
 
     from pilot import defects
@@ -209,13 +276,16 @@ def test_flattening_replaces_the_decision_table_alone(tmp_path):
     lines, reason = document_lines(ws / "outputs" / MEMO, layout=True)
     assert reason is None
     # The gold's table as the memo writes it, row by row, then the next heading.
-    at = lines.index("Transaction Treatment SI-3132 Excluded: next return SI-3133 Excluded: next return PI-5722 Excluded: "
-                     "next return EC-0412 VAT blocked EC-0419 VAT blocked")
-    assert lines[at - 1].startswith("Duplicate: invoice SI-3118") and lines[at + 1] == "Return figures"
+    at = lines.index(FLAT_GOLD)
+    assert lines[at - 1].startswith("The table lists every transaction") and lines[at + 1] == "Return figures"
     # A verdict for a row the table does not have would change nothing: refused.
     bad = defects.copy_workspace(gold, tmp_path / "bad")
     with pytest.raises(AssertionError, match="no table row starts with"):
-        flatten_support.flatten_docx_table(MEMO, MEMO_TABLE, {"EC-0415": "VAT blocked"})(bad)
+        flatten_support.flatten_docx_table(MEMO, MEMO_TABLE, {"SI-3118": "Counted once"})(bad)
+    # So would a verdict for a row the table lacks, or the verdict the row already has.
+    for ref, verdict in (("SI-3118", "Yes"), ("SI-3132", "Yes")):
+        with pytest.raises(AssertionError, match=ref):
+            _verdict(ref, verdict)(bad)
 
 
 # The set as other preparers write it, read without a document: the transactions each puts inside the set
@@ -235,6 +305,18 @@ SET_PHRASINGS = {
     "EC-0415 (staff summer party) is staff entertainment, so its VAT remains recoverable.": (set(), {"EC-0415"}),
     "Sales invoice SI-3131 is dated 30/09/2026 and falls within the quarter.": (set(), {"SI-3131"}),
     "The VAT on EC-0412 is irrecoverable; EC-0415 is recoverable.": ({"EC-0412"}, {"EC-0415"}),
+    # The gold's decision table as a Word table is read, and flattened into one line: the same verdicts.
+    "Transaction | Excluded or VAT blocked | Date | VAT (GBP) | Reason\n"
+    "SI-3132 | Yes | 1 Oct 2026 | 1,192.00 | Tax point after 30 September (next return)\n"
+    "SI-3133 | Yes | 2 Oct 2026 | 37.13 | Tax point after 30 September (next return)\n"
+    f"{GOLD_LATE_PURCHASE_ROW}\n"
+    "EC-0412 | Yes | 6 Aug 2026 | 97.20 | Client entertainment (guidance 7(b))\n"
+    "EC-0419 | Yes | 25 Sep 2026 | 230.00 | Client entertainment (guidance 7(b))\n"
+    "SI-3131 | No | 30 Sep 2026 | 1,684.00 | Tax point on the last day of the quarter\n"
+    "PI-5721 | No | 24 Sep 2026 | -94.60 | Supplier credit note SC-4410 (reduces box 4)\n"
+    "EC-0415 | No | 4 Sep 2026 | 248.00 | Staff entertainment (recoverable)":
+        ({"SI-3132", "SI-3133", "PI-5722", "EC-0412", "EC-0419"}, {"SI-3131", "PI-5721", "EC-0415"}),
+    FLAT_GOLD: ({"SI-3132", "SI-3133", "PI-5722", "EC-0412", "EC-0419"}, {"SI-3131", "PI-5721", "EC-0415"}),
 }
 
 

@@ -524,6 +524,36 @@ def _day(d: dt.date) -> str:
     return f"{d.day} {d:%B %Y}"
 
 
+#: The memo's decision table: one row per transaction the set is about (the five in it and the look-alikes
+#: outside it), its verdict a Yes/No right after the reference, under a title that names the decision. No cell
+#: holds ", " or ":" (a sentence's end in running text), so the table says the same as a Word table and
+#: flattened into one line of text, as some writers produce. The verdict column is second rather than last,
+#: and the rows in the set come first, for the scenario kit: its wrong-decision and thinned-memo mutations
+#: (defects._wrong_set_decision, defects._decision_clauses) read the section with its lines joined into one,
+#: where the table is a single row whose only verdict cell, the title standing alone between two cells, is
+#: given to the first transaction named. That transaction must be one in the set.
+DECISION_TABLE_HEADER = ("Transaction", "Excluded or VAT blocked", "Date", "VAT (GBP)", "Reason")
+
+
+def _decision_rows(a: dict) -> list[list[str]]:
+    """The decision table's rows: those left out or restricted first, then those kept in full, each in ledger order."""
+    inside = set(a["excluded"]) | set(a["restricted"])
+    reasons = {ref: "Tax point after 30 September (next return)" for ref in LATE_SALES}
+    reasons[LAST_DAY_SALE] = "Tax point on the last day of the quarter"
+    reasons[LATE_PURCHASE] = "Invoice dated after 30 September (next return)"
+    reasons[STAFF_PARTY] = "Staff entertainment (recoverable)"
+    for p in a["purchases"]:
+        if p["blocked"]:
+            reasons[p["ref"]] = "Client entertainment (guidance 7(b))"
+        elif p["type"] == "Credit note":
+            reasons[p["ref"]] = f"Supplier credit note {p['inv']} (reduces box 4)"
+    rows = [[x["ref"], "Yes" if x["ref"] in inside else "No", f"{x['date'].day} {x['date']:%b %Y}", _money(x["vat"]), reasons[x["ref"]]]
+            for x in [*a["sales"], *a["purchases"]] if x["ref"] in reasons]
+    # Every transaction of the set is a row, and so is each look-alike: the table states the whole decision.
+    assert inside <= {r[0] for r in rows} and len(rows) == len(reasons), "the decision table misses a transaction"
+    return sorted(rows, key=lambda r: r[1] != "Yes")
+
+
 def _write_memo(a: dict, path: Path) -> Path:
     fx = next(s for s in a["sales"] if s["ref"] == FX_INVOICE)
     credits = [s for s in a["sales"] if s["type"] == "Credit note"]
@@ -563,9 +593,8 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"{_money(fx['vat_ccy'])}). At the August period rate of {fx['fx']} it is net GBP {_money(fx['net'])} and VAT "
              f"GBP {_money(fx['vat'])}."),
         Para(f"Duplicate: invoice {a['duplicates'][0]} appears twice in the sales export with the same figures; it is counted once."),
-        Table(["Transaction", "Treatment"],
-              [[late_s[0]["ref"], "Excluded: next return"], [late_s[1]["ref"], "Excluded: next return"],
-               [late_p["ref"], "Excluded: next return"], [blocked[0]["ref"], "VAT blocked"], [blocked[1]["ref"], "VAT blocked"]]),
+        Para("The table lists every transaction at the quarter's cut-off or under the entertainment rule, with its treatment."),
+        Table(list(DECISION_TABLE_HEADER), _decision_rows(a)),
         Heading("Return figures"),
         Table(["Box", "Description", "GBP"], [
             ["Box 1", "VAT due on sales and other outputs", _money(a["box1"])],
