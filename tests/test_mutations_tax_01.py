@@ -19,6 +19,7 @@ from __future__ import annotations
 import openpyxl
 import pytest
 
+from pilot import defects
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
@@ -226,6 +227,37 @@ FLATTENED_TABLE_VARIANTS = {SID: tuple(FLATTENED_VARIANTS)}
 VARIANTS["memo_prose_without_verdicts_and_no_table"] = (
     in_turn(_flattened(), _memo(*PROSE_WITHOUT_VERDICTS, (FLAT_GOLD, ""))),
     {"memo_excluded_or_restricted"})
+
+
+
+def _verdict_column_last(lines: list[str]) -> list[str]:
+    """The decision table with its Yes/No column moved to the end, as another writer would lay it out."""
+    at = next(i for i, line in enumerate(lines) if [c.strip() for c in line.split(" | ")] == list(MEMO_TABLE))
+    out = list(lines)
+    for i in range(at, len(lines)):
+        if " | " not in lines[i]:
+            break
+        cells = lines[i].split(" | ")
+        out[i] = " | ".join(cells[:1] + cells[2:] + cells[1:2])
+    return out
+
+
+def _kit(criterion: str) -> Mutation:
+    """The authoring kit's own defect for ``criterion``, as `pilot scenarios check` and the dry run apply it."""
+    def mutate(ws) -> None:
+        defects.defect_for_criterion(load_scenario(SID), criterion, ws)
+    return mutate
+
+
+VERDICT_LAST = mutation_support.rewrite_document(SID, MEMO, _verdict_column_last)
+# The kit's wrong decision and thinned memo must work on any table layout, not only on the gold's: with the verdict
+# last, the decision is still read by its column, renamed rows state another set, and a thinned memo keeps the table.
+VARIANTS.update({
+    "memo_table_verdict_last": (VERDICT_LAST, set()),
+    "memo_table_verdict_last_kit_wrong_decision": (in_turn(VERDICT_LAST, _kit("memo_excluded_or_restricted")),
+                                                   {"memo_excluded_or_restricted"}),
+    "memo_table_verdict_last_kit_thinned": (in_turn(VERDICT_LAST, _kit("memo_length")), {"memo_length"}),
+})
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,9 @@ from pilot.oracles.readers import document_lines as _core_document_lines, is_for
 from pilot.protocol.scenario import COMPLETION_RECORD, Criterion, Scenario
 from pilot.scenarios.officeio import Heading, Para, normalize_zip, write_csv, write_document
 
+#: How the document readers write the cells of a table row on one line (pilot.oracles.readers).
+_TABLE_CELL = " | "
+
 
 class DefectNotApplicable(ValueError):
     """The defect cannot be applied to this workspace (no suitable file or criterion)."""
@@ -524,14 +527,16 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
         # (a flattened table among them) would take away figures other criteria read.
         if section is None or not body or changed:
             return body
-        text = " ".join(body)
+        # A section with a table keeps its lines, so each row stays a row (joined, the table would read as one row).
+        rows = any(_TABLE_CELL in line for line in body)
+        text = "\n".join(body) if rows else " ".join(body)
         inside = [k for k in want if k in read_set(text, options, **_set_reading(c)).inside]
         if not inside:
             return body
         for k in inside:
             text = compiled[k].sub(other, text)
         changed.append(section)
-        return [text]
+        return text.split("\n") if rows else [text]
 
     def tr(lines: list[str]) -> list[str]:
         out, body, current = [], [], None
@@ -719,7 +724,13 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
                 if isinstance(c.get("expected"), list):
                     # Sentences whole: an elliptic clause ("Hillcrest did not") needs the one before it.
                     read = read_set(text, dict(c.get("options")), **_set_reading(c))
-                    kept = tuple(s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if any(q in s for q in read.clauses))
+                    lines_in = text.splitlines()
+                    prose = " ".join(line for line in lines_in if _TABLE_CELL not in line)
+                    kept = tuple(s for s in re.split(r"(?<=[.!?])\s+", " ".join(prose.split())) if any(q in s for q in read.clauses))
+                    # A table that states the decision is kept whole, header first, each row a line of its own.
+                    rows = [line for line in lines_in if _TABLE_CELL in line]
+                    if any(" ".join(q.split()) in " ".join(r.split()) for r in rows for q in read.clauses):
+                        kept += tuple(rows)
                 else:
                     kept = tuple(read_decision(text, dict(c.get("options"))).clauses)
                 out[section] = out.get(section, ()) + kept

@@ -527,11 +527,8 @@ def _day(d: dt.date) -> str:
 #: The memo's decision table: one row per transaction the set is about (the five in it and the look-alikes
 #: outside it), its verdict a Yes/No right after the reference, under a title that names the decision. No cell
 #: holds ", " or ":" (a sentence's end in running text), so the table says the same as a Word table and
-#: flattened into one line of text, as some writers produce. The verdict column is second rather than last,
-#: and the rows in the set come first, for the scenario kit: its wrong-decision and thinned-memo mutations
-#: (defects._wrong_set_decision, defects._decision_clauses) read the section with its lines joined into one,
-#: where the table is a single row whose only verdict cell, the title standing alone between two cells, is
-#: given to the first transaction named. That transaction must be one in the set.
+#: flattened into one line of text, as some writers produce. The layout is the gold's choice, not the oracle's:
+#: with the verdict last the table reads the same (tests/test_mutations_tax_01.py, memo_table_verdict_last*).
 DECISION_TABLE_HEADER = ("Transaction", "Excluded or VAT blocked", "Date", "VAT (GBP)", "Reason")
 
 
