@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -29,6 +30,20 @@ def fmt_money(x: float) -> str:
 def read_csv_dicts(path: Path) -> list[dict[str, str]]:
     with Path(path).open(newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+#: The two date formats the scenarios' exports mix: ISO (2026-10-07) and day-first (07/10/2026).
+ISO_OR_DAY_FIRST = ("%Y-%m-%d", "%d/%m/%Y")
+
+
+def iso_or_day_first(text: str, where: str) -> dt.date:
+    """A date written ISO or day-first; otherwise a ValueError naming ``where`` (the file and field)."""
+    for fmt in ISO_OR_DAY_FIRST:
+        try:
+            return dt.datetime.strptime(text.strip(), fmt).date()
+        except ValueError:
+            continue
+    raise ValueError(f"{where}: {text!r} is in neither format the inputs use (YYYY-MM-DD or DD/MM/YYYY)")
 
 
 def write_completion_record(

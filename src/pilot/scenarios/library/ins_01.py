@@ -47,7 +47,7 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the three routine claims' dates and amounts.
@@ -109,16 +109,6 @@ ROUTINE = [("CLM-26-0626", "HM-P-1014", "Accidental damage"), ("CLM-26-0649", "H
            ("CLM-26-0666", "HM-P-1016", "Theft")]
 REVISED = ("CLM-26-0657", Decimal("61000.00"))
 INCONSISTENT = "CLM-26-0645"
-
-
-def _date(text: str, where: str) -> dt.date:
-    """The register's two date formats: ISO (2026-11-04) and day-first (04/11/2026)."""
-    for fmt in ("%Y-%m-%d", "%d/%m/%Y"):
-        try:
-            return dt.datetime.strptime(text.strip(), fmt).date()
-        except ValueError:
-            continue
-    raise ValueError(f"{REGISTER_CSV}: field {where!r}: {text!r} is neither YYYY-MM-DD nor DD/MM/YYYY")
 
 
 def _dec(v: object) -> Decimal:
@@ -291,8 +281,8 @@ def compute(inputs_dir: Path) -> dict:
     reviewed, dropped = [], {}
     seen: dict[tuple[str, str], str] = {}
     for r in read_csv_dicts(inputs_dir / REGISTER_CSV):
-        fnol = _date(r["fnol_date"], "fnol_date")
-        loss = _date(r["loss_date"], "loss_date")
+        fnol = iso_or_day_first(r["fnol_date"], f"{REGISTER_CSV}: field 'fnol_date'")
+        loss = iso_or_day_first(r["loss_date"], f"{REGISTER_CSV}: field 'loss_date'")
         if r["status"] != "open":
             dropped[r["claim_id"]] = "closed"
             continue

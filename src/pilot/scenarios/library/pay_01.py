@@ -44,7 +44,7 @@ import numpy as np
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the salaries of the employees no trap turns on.
@@ -174,7 +174,7 @@ def generate(inputs_dir: Path) -> list[Path]:
             ot_rows.append([f"OT-{refs[k]}", i, NAMES[i], date, hm, "approved"])
             k += 1
     dup = next(r for r in ot_rows if r[1] == REPEATED_OT)
-    ot_rows.append([dup[0], dup[1], dup[2], _date(dup[3], OVERTIME_CSV).isoformat(), dup[4], "approved (re-approved 26/10/2026)"])
+    ot_rows.append([dup[0], dup[1], dup[2], iso_or_day_first(dup[3], OVERTIME_CSV).isoformat(), dup[4], "approved (re-approved 26/10/2026)"])
     paths.append(write_csv(inputs_dir / OVERTIME_CSV, ["approval_ref", "employee_id", "name", "date_worked", "overtime_hhmm", "status"], ot_rows))
 
     paths.append(_write_hr_notice(inputs_dir, sal))
@@ -239,16 +239,6 @@ def _dec(v: object, where: str) -> Decimal:
         raise ValueError(f"{where}: {v!r} is not a number") from exc
 
 
-def _date(text: str, where: str) -> dt.date:
-    """The two date formats of the inputs: ISO (2026-10-07) and day-first (14/10/2026)."""
-    for fmt in ("%Y-%m-%d", "%d/%m/%Y"):
-        try:
-            return dt.datetime.strptime(text.strip(), fmt).date()
-        except ValueError:
-            continue
-    raise ValueError(f"{where}: {text!r} is in neither date format the inputs use")
-
-
 def _hr_entries(inputs_dir: Path) -> list[list[str]]:
     from docx import Document
 
@@ -268,8 +258,8 @@ def _overtime_lines(inputs_dir: Path) -> list[dict[str, str]]:
         if not r["status"].strip().lower().startswith("approved"):
             continue
         first = seen.setdefault(r["approval_ref"], r)
-        if first is not r and (first["employee_id"], _date(first["date_worked"], OVERTIME_CSV), first["overtime_hhmm"]) != (
-                r["employee_id"], _date(r["date_worked"], OVERTIME_CSV), r["overtime_hhmm"]):
+        if first is not r and (first["employee_id"], iso_or_day_first(first["date_worked"], OVERTIME_CSV), first["overtime_hhmm"]) != (
+                r["employee_id"], iso_or_day_first(r["date_worked"], OVERTIME_CSV), r["overtime_hhmm"]):
             raise ValueError(f"{OVERTIME_CSV}: approval_ref {r['approval_ref']!r} names two different overtime lines")
     return list(seen.values())
 
@@ -290,7 +280,7 @@ def compute(inputs_dir: Path) -> dict:
     change: dict[str, tuple[Decimal, dt.date]] = {}
     for _, _, who, what, eff in _hr_entries(inputs_dir):
         emp = who.split()[0]
-        when = _date(eff, f"{HR_DOCX}: {who} Effective")
+        when = iso_or_day_first(eff, f"{HR_DOCX}: {who} Effective")
         if "Last day of service" in what:
             last_day[emp] = when
         m = re.search(r"salary ([\d,]+) to ([\d,]+) a year|Salary ([\d,]+) from that date", what)
@@ -376,7 +366,7 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     for r in _overtime_lines(inputs_dir):
         k = ot.max_row + 1
         h, mnt = r["overtime_hhmm"].split(":")
-        ot.append([r["employee_id"], r["name"], _date(r["date_worked"], OVERTIME_CSV).isoformat(), r["overtime_hhmm"],
+        ot.append([r["employee_id"], r["name"], iso_or_day_first(r["date_worked"], OVERTIME_CSV).isoformat(), r["overtime_hhmm"],
                    int(h), int(mnt), f"=E{k}+F{k}/60"])
     ot_last = ot.max_row
     raw = [r["approval_ref"] for r in read_csv_dicts(inputs_dir / OVERTIME_CSV)]

@@ -45,7 +45,7 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the December and February forecasts (not planned here) and the POs' order dates.
@@ -273,15 +273,6 @@ def _write_bom(inputs_dir: Path) -> Path:
 # ------------------------------------------------------------------ the answer from the inputs
 
 
-def _date(text: str, where: str) -> dt.date:
-    for fmt in ("%Y-%m-%d", "%d/%m/%Y"):
-        try:
-            return dt.datetime.strptime(text.strip(), fmt).date()
-        except ValueError:
-            pass
-    raise ValueError(f"{where}: date {text!r} is neither YYYY-MM-DD nor DD/MM/YYYY")
-
-
 def _int(text: str, where: str) -> int:
     try:
         return int(str(text).replace(",", "").strip())
@@ -329,7 +320,8 @@ def compute(inputs_dir: Path) -> dict:
     wb = openpyxl.load_workbook(inputs_dir / BOM_XLSX, read_only=True)
     sheets = {}
     for prod, _, sheet, _, frm, to in list(wb["Index"].iter_rows(min_row=2, values_only=True)):
-        if _date(str(frm), f"{BOM_XLSX} Index {prod}") <= NEED and (not to or _date(str(to), f"{BOM_XLSX} Index {prod}") >= NEED):
+        where = f"{BOM_XLSX} Index {prod}"
+        if iso_or_day_first(str(frm), where) <= NEED and (not to or iso_or_day_first(str(to), where) >= NEED):
             sheets[prod] = sheet
     qty_per = {s: {str(r[0]): int(r[2]) for r in wb[sheets[s]].iter_rows(min_row=2, values_only=True) if r[0]} for s in SKUS}
 
@@ -343,7 +335,7 @@ def compute(inputs_dir: Path) -> dict:
         if r["po_number"] in seen or r["po_number"] in cancelled:
             continue
         seen.add(r["po_number"])
-        if _date(r["due_date"], f"{POS_CSV} row {k}, due_date") <= NEED:
+        if iso_or_day_first(r["due_date"], f"{POS_CSV} row {k}, due_date") <= NEED:
             receipts[r["item"]] += _int(r["qty"], f"{POS_CSV} row {k}, qty") * PACK[r["uom"]]
 
     days = (NEED - RELEASE).days
@@ -433,7 +425,7 @@ def _write_plan(a: dict, path: Path) -> Path:
     for po, item, qty, due, _ in OPEN_POS:
         for dup in ([False, True] if po == DUPLICATED_PO else [False]):
             r += 1
-            due_d = _date(due, POS_CSV)
+            due_d = iso_or_day_first(due, POS_CSV)
             if po in a["cancelled"]:
                 counted, reason = "No", "cancelled by the supplier (notice of 2 Dec 2026)"
             elif dup:

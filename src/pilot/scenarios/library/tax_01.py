@@ -44,7 +44,7 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_pdf, write_text
 
 # The generator's one random source: it draws the routine ledger lines (dates, customers, suppliers, amounts).
@@ -149,7 +149,7 @@ def _write_sales(inputs_dir: Path, g) -> Path:
         net = _q(Decimal(o[7]) * share)
         rows.append([cn, "Credit note", d.isoformat(), o[3], f"Credit against {orig}: {'price adjustment' if share < 1 else 'order cancelled'}",
                      o[5], "GBP", f"{net:.2f}", f"{_q(net * RATES[o[5]]):.2f}", orig])
-    rows.sort(key=lambda r: (_parse_date(r[2]), r[0]))
+    rows.sort(key=lambda r: (iso_or_day_first(r[2], SALES_CSV), r[0]))
     # The old export repeats a line: the same invoice twice, one under the other.
     at = next(i for i, r in enumerate(rows) if r[0] == DUPLICATE)
     rows.insert(at + 1, list(rows[at]))
@@ -305,16 +305,6 @@ Finance department, issued April 2026; applies to every return until replaced.
 # ------------------------------------------------------------------ the answer from the inputs alone
 
 
-def _parse_date(text: str) -> dt.date:
-    """The export's two date formats: ISO (2026-07-14) and the branch's day-first (14/07/2026)."""
-    for fmt in ("%Y-%m-%d", "%d/%m/%Y"):
-        try:
-            return dt.datetime.strptime(text.strip(), fmt).date()
-        except ValueError:
-            continue
-    raise ValueError(f"{SALES_CSV}: field 'date': {text!r} is in neither format the export uses")
-
-
 def _dec(v: object) -> Decimal:
     return Decimal(str(v).replace(",", "").strip())
 
@@ -349,7 +339,7 @@ def compute(inputs_dir: Path) -> dict:
             duplicates.append(r["doc_no"])
             continue
         seen.add(r["doc_no"])
-        d = _parse_date(r["date"])
+        d = iso_or_day_first(r["date"], f"{SALES_CSV}: field 'date'")
         where = f"{SALES_CSV}: {r['doc_no']}"
         if r["doc_type"] not in ("Invoice", "Credit note"):
             raise ValueError(f"{where}: field 'doc_type': {r['doc_type']!r} is neither 'Invoice' nor 'Credit note'")
