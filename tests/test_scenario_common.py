@@ -1,12 +1,13 @@
-"""The generators' shared date reading: ISO or day-first, never month-first, with bad input refused by file and field."""
+"""The generators' shared readings: dates ISO or day-first (never month-first) and amounts exact, bad input refused by file and field."""
 
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 
-from pilot.scenarios.common import iso_or_day_first
+from pilot.scenarios.common import decimal_amount, fmt_money, iso_or_day_first
 
 
 @pytest.mark.parametrize("text,want", [
@@ -23,3 +24,20 @@ def test_other_forms_are_refused_naming_the_file_and_field(text):
     with pytest.raises(ValueError) as err:
         iso_or_day_first(text, "claims_register.csv: field 'loss_date'")
     assert str(err.value).startswith(f"claims_register.csv: field 'loss_date': {text!r} is in neither format")
+
+
+@pytest.mark.parametrize("value,want", [("1,234.50", Decimal("1234.50")), (" -94.60 ", Decimal("-94.60")), (0.1, Decimal("0.1")),
+                                        (61000, Decimal("61000"))])
+def test_amounts_are_read_exactly(value, want):
+    got = decimal_amount(value, "ledger.xlsx: Ledger!F2")
+    assert got == want and str(got) == str(want)  # 0.1 is the cell's 0.1, not the binary float's expansion
+
+
+@pytest.mark.parametrize("value", ["GBP 12", "12.3.4", "", None])
+def test_what_is_not_an_amount_is_refused_naming_its_place(value):
+    with pytest.raises(ValueError, match=r"^ledger\.xlsx: Ledger!F2: .* is not an amount$"):
+        decimal_amount(value, "ledger.xlsx: Ledger!F2")
+
+
+def test_amounts_print_as_a_ledger_does():
+    assert [fmt_money(x) for x in (Decimal("1234.5"), Decimal("-94.6"), 21817.574, Decimal("0"))] == ["1,234.50", "-94.60", "21,817.57", "0.00"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -23,8 +24,17 @@ def money(x: float) -> float:
     return float(np.sign(x) * np.floor(abs(x) * 100 + 0.5) / 100)
 
 
-def fmt_money(x: float) -> str:
+def fmt_money(x: float | Decimal) -> str:
+    """An amount as a ledger prints it: thousands separated, two decimals (1,234.50)."""
     return f"{x:,.2f}"
+
+
+def decimal_amount(v: object, where: str) -> Decimal:
+    """An amount as written in an input ("1,234.50", 1234.5), exactly; otherwise a ValueError naming ``where``."""
+    try:
+        return Decimal(str(v).replace(",", "").strip())
+    except InvalidOperation as exc:
+        raise ValueError(f"{where}: {v!r} is not an amount") from exc
 
 
 def read_csv_dicts(path: Path) -> list[dict[str, str]]:

@@ -46,7 +46,7 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, decimal_amount, fmt_money, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the ledger's amounts, dates and invoice numbers.
@@ -110,10 +110,6 @@ def _ledger_lines() -> list[tuple[str, str, str, str, str, Decimal]]:
     raw.append((dt.date(2026, 12, 31), ACCRUAL[0], ACCRUAL[1], ACCRUAL[2]))
     invoices = [int(x) for x in g.choice(range(10000, 99999), size=len(raw), replace=False)]
     return [(f"L-{i + 1:04d}", d.isoformat(), f"INV-{invoices[i]}", head, desc, amt) for i, (d, head, desc, amt) in enumerate(raw)]
-
-
-def _money(x: Decimal) -> str:
-    return f"{x:,.2f}"
 
 
 def _shares() -> dict[str, Decimal]:
@@ -266,25 +262,18 @@ def _write_leases(inputs_dir: Path) -> Path:
 # ------------------------------------------------------------------ the answer from the inputs alone
 
 
-def _dec(v: object, where: str) -> Decimal:
-    try:
-        return Decimal(str(v).replace(",", "").strip())
-    except Exception as exc:  # noqa: BLE001 - any unreadable amount is refused with its place
-        raise ValueError(f"{where}: {v!r} is not an amount") from exc
-
-
 def compute(inputs_dir: Path) -> dict:
     """The leases' answer: recoverable costs, each unit's share, the cap, on-account payments and balances."""
     inputs_dir = Path(inputs_dir)
     wb = openpyxl.load_workbook(inputs_dir / LEDGER_XLSX)
     ledger = [r for r in wb["Ledger"].iter_rows(min_row=2, values_only=True) if r[0]]
-    total = sum((_dec(r[5], f"{LEDGER_XLSX}: Ledger line {r[0]}, field 'Net (GBP)'") for r in ledger), Decimal(0))
+    total = sum((decimal_amount(r[5], f"{LEDGER_XLSX}: Ledger line {r[0]}, field 'Net (GBP)'") for r in ledger), Decimal(0))
     # Schedule 4 paragraph 3(b): a capital project (new plant) is excluded.
     excluded_lines = [r for r in ledger if re.search(r"capital project|new plant", str(r[4]), re.I)]
-    excluded = sum((_dec(r[5], LEDGER_XLSX) for r in excluded_lines), Decimal(0))
+    excluded = sum((decimal_amount(r[5], LEDGER_XLSX) for r in excluded_lines), Decimal(0))
     recoverable = total - excluded
-    certified = {r[0]: _dec(r[2], f"{LEDGER_XLSX}: Certified 2025") for r in wb["Certified 2025"].iter_rows(min_row=2, values_only=True) if r[0]}
-    summary_total = next(_dec(r[1], LEDGER_XLSX) for r in wb["Summary"].iter_rows(min_row=3, values_only=True) if r[0] == "Total")
+    certified = {r[0]: decimal_amount(r[2], f"{LEDGER_XLSX}: Certified 2025") for r in wb["Certified 2025"].iter_rows(min_row=2, values_only=True) if r[0]}
+    summary_total = next(decimal_amount(r[1], LEDGER_XLSX) for r in wb["Summary"].iter_rows(min_row=3, values_only=True) if r[0] == "Total")
 
     roll = read_csv_dicts(inputs_dir / RENT_ROLL_CSV)
     area = {}
@@ -303,7 +292,7 @@ def compute(inputs_dir: Path) -> dict:
             continue
         seen.add(r["payment_id"])
         if re.search(r"on account .*2026", r["reference"], re.I):
-            paid[r["tenant"]] += _dec(r["amount_gbp"], f"{PAYMENTS_CSV}: payment {r['payment_id']}, field 'amount_gbp'")
+            paid[r["tenant"]] += decimal_amount(r["amount_gbp"], f"{PAYMENTS_CSV}: payment {r['payment_id']}, field 'amount_gbp'")
 
     charge, cap_limit, cap_excess, balance = {}, {}, Decimal(0), {}
     for u, t in tenant_of.items():
@@ -453,23 +442,23 @@ def _write_memo(a: dict, path: Path) -> Path:
     rows = []
     for unit, tenant in a["tenant_of"].items():
         b = bal[tenant]
-        rows.append([tenant, unit, _money(a["apportioned"][unit]), _money(charge[tenant]), _money(paid[tenant]), _money(b),
+        rows.append([tenant, unit, fmt_money(a["apportioned"][unit]), fmt_money(charge[tenant]), fmt_money(paid[tenant]), fmt_money(b),
                      "balancing charge due" if b > 0 else "credit due to tenant"])
     blocks = [
         Heading("Summary"),
         Para(f"The 2026 service charge for Harbour Point is reconciled. The Ledger sheet of the cost ledger totals GBP "
-             f"{_money(a['total'])} over {a['n_lines']} lines. Of that, GBP {_money(a['excluded'])} for the chiller replacement is "
-             f"excluded by the leases, leaving recoverable costs of GBP {_money(a['recoverable'])}. The tenants are charged GBP "
-             f"{_money(sum(charge.values(), Decimal(0)))}; the landlord bears the vacant unit {vac} share of GBP "
-             f"{_money(a['vacancy'])}, the excess over Corran's cap of GBP {_money(a['cap_excess'])} and the excluded chiller cost. "
+             f"{fmt_money(a['total'])} over {a['n_lines']} lines. Of that, GBP {fmt_money(a['excluded'])} for the chiller replacement is "
+             f"excluded by the leases, leaving recoverable costs of GBP {fmt_money(a['recoverable'])}. The tenants are charged GBP "
+             f"{fmt_money(sum(charge.values(), Decimal(0)))}; the landlord bears the vacant unit {vac} share of GBP "
+             f"{fmt_money(a['vacancy'])}, the excess over Corran's cap of GBP {fmt_money(a['cap_excess'])} and the excluded chiller cost. "
              f"These amounts tie to the ledger total to the penny."),
         Para(f"{len(owing)} tenants have a balancing charge to pay ({', '.join(owing)}) and {len(credited)} is due a credit "
              f"({', '.join(credited)}). Balances are stated as the charge for the year less the on-account payments for 2026: a "
              f"positive figure is payable by the tenant, a negative figure is a credit to the tenant."),
         Heading("Costs and exclusions"),
         Para(f"The actual costs are the lines of the Ledger sheet, the book of account. The Summary sheet of the same workbook "
-             f"totals GBP {_money(a['summary_total'])}: it was prepared on 15 December 2026 and misses the December electricity "
-             f"accrual posted on 31 December, so it was not used. Line {capex[0]}, '{capex[4]}', GBP {_money(a['excluded'])}, is "
+             f"totals GBP {fmt_money(a['summary_total'])}: it was prepared on 15 December 2026 and misses the December electricity "
+             f"accrual posted on 31 December, so it was not used. Line {capex[0]}, '{capex[4]}', GBP {fmt_money(a['excluded'])}, is "
              f"the installation of new plant under capital project CX-2026-04. Schedule 4, paragraph 3(b) of every lease excludes "
              f"the cost of capital improvements and of the replacement of plant, other than repairs, so it is not a recoverable cost."),
         Heading("Apportionment"),
@@ -478,26 +467,26 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"converted at 10.7639 sq ft to the m2, which makes the building's lettable area "
              f"{a['total_area'].quantize(Decimal('0.0001')):,} sq ft. Proportions were not rounded; each amount is rounded to the penny."),
         Para(f"Corran Insurance Brokers Ltd's side letter (clause 7.4) caps its service charge at its 2025 certified charge, GBP "
-             f"{_money(a['certified'][CORRAN])}, plus 3%: GBP {_money(a['cap_limit'][CORRAN])}. Its apportioned cost of GBP "
-             f"{_money(a['apportioned'][corran_unit])} exceeds the cap, so it is charged GBP {_money(charge[CORRAN])} and the excess "
-             f"of GBP {_money(a['cap_excess'])} is borne by the landlord, not by the other tenants."),
+             f"{fmt_money(a['certified'][CORRAN])}, plus 3%: GBP {fmt_money(a['cap_limit'][CORRAN])}. Its apportioned cost of GBP "
+             f"{fmt_money(a['apportioned'][corran_unit])} exceeds the cap, so it is charged GBP {fmt_money(charge[CORRAN])} and the excess "
+             f"of GBP {fmt_money(a['cap_excess'])} is borne by the landlord, not by the other tenants."),
         Heading("Landlord's share"),
         Para(f"Unit {vac} was vacant for the whole year. Under Schedule 4, paragraph 4 the landlord bears its proportion, GBP "
-             f"{_money(a['vacancy'])}, which is not spread over the let units. With the cap excess of GBP {_money(a['cap_excess'])} "
-             f"and the chiller cost of GBP {_money(a['excluded'])}, the landlord bears GBP "
-             f"{_money(a['vacancy'] + a['cap_excess'] + a['excluded'])} of the year's costs."),
+             f"{fmt_money(a['vacancy'])}, which is not spread over the let units. With the cap excess of GBP {fmt_money(a['cap_excess'])} "
+             f"and the chiller cost of GBP {fmt_money(a['excluded'])}, the landlord bears GBP "
+             f"{fmt_money(a['vacancy'] + a['cap_excess'] + a['excluded'])} of the year's costs."),
         Heading("Tenant balances"),
         Para("On-account payments count once each: the bank export repeats Alder & Finch's Q2 payment under the same payment id, "
              "and Delphine Health's payment of February 2026 settled its 2025 balancing charge, so neither counts against 2026."),
         Table(["Tenant", "Unit", "Apportioned", "Charge for the year", "On-account paid", "Balancing charge", "Meaning"], rows),
-        Para(f"Corran Insurance Brokers Ltd is due a credit of GBP {_money(-bal[CORRAN])}."),
+        Para(f"Corran Insurance Brokers Ltd is due a credit of GBP {fmt_money(-bal[CORRAN])}."),
         Heading("Chiller replacement"),
-        Para(f"I recommend that the chiller replacement, GBP {_money(a['excluded'])}, is excluded from the 2026 service charge and "
+        Para(f"I recommend that the chiller replacement, GBP {fmt_money(a['excluded'])}, is excluded from the 2026 service charge and "
              f"stays a landlord's capital cost. Schedule 4, paragraph 3(b) of each lease excludes capital improvements and the "
              f"replacement of plant, save for repairs, and the new chiller is a replacement of plant under a capital project. "
              f"Charging it to the tenants would breach every lease in the building, invite challenge of the whole "
              f"reconciliation and put the certificate at risk. If it were charged, each tenant would pay its proportion of "
-             f"GBP {_money(a['excluded'])} on top of the figures above, and Corran's cap would absorb none of it for the landlord."),
+             f"GBP {fmt_money(a['excluded'])} on top of the figures above, and Corran's cap would absorb none of it for the landlord."),
         Para("The cost can be recovered only through rent, for example at the next review, or with the tenants' written "
              "agreement to a variation of Schedule 4; the reconciliation sent to the tenants leaves it out."),
     ]

@@ -44,7 +44,7 @@ import openpyxl
 from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
-from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, fmt_money, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_pdf, write_text
 
 # The generator's one random source: it draws the tender reference numbers and the on-time receipt minutes.
@@ -140,10 +140,6 @@ def _at(row: int, column: int) -> str:
     return f"{get_column_letter(column)}{row}"
 
 
-def _money(x: Decimal) -> str:
-    return f"{x:,.2f}"
-
-
 def generate(inputs_dir: Path) -> list[Path]:
     """Write the inputs from the seed alone, so they regenerate byte for byte."""
     g = rng(SEED)
@@ -201,8 +197,8 @@ def generate(inputs_dir: Path) -> list[Path]:
             continue
         amount = Decimal(rate) * a1[code]
         total += amount
-        table.append([code, desc, unit, f"{a1[code]:,}", rate, _money(amount)])
-    table.append(["", "Tender sum (excluding VAT)", "", "", "", _money(total)])
+        table.append([code, desc, unit, f"{a1[code]:,}", rate, fmt_money(amount)])
+    table.append(["", "Tender sum (excluding VAT)", "", "", "", fmt_money(total)])
     letter = [
         Heading("Dunmore Fit-Out Ltd - Quotation DFO-Q-2611"),
         Para("To: Hallam & Rees Construction Ltd, Estimating Department. Project: Kestrel House, Levels 3-4 fit-out. "
@@ -617,7 +613,7 @@ def _write_memo(a: dict, path: Path) -> Path:
     carpet_adj = (cur_carpet - a1) * a["lines"][DUNMORE]["09-050"][1]
     blocks = [
         Heading("Recommendation"),
-        Para(f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {_money(lv[win])}, the lowest "
+        Para(f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {fmt_money(lv[win])}, the lowest "
              f"compliant levelled tender under rule 8 of the tender rules."),
         Heading("Bids received"),
         Para(f"Four tenders for subcontract package 09 (partitions, ceilings and floor finishes) are recorded in the tender register. "
@@ -626,7 +622,7 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"tender-box copy and is counted once. The register writes some receipt times day-first and others year-first; "
              f"they were read as dates before being compared with the closing time."),
         Table(["Bidder", "Received", "Addenda", "Tender sum as submitted (GBP)"],
-              [[b, a["received"][b].strftime("%d %b %Y %H:%M"), "1, 2" if b != DUNMORE else "1 only", _money(sub[b])] for b in BIDDERS]),
+              [[b, a["received"][b].strftime("%d %b %Y %H:%M"), "1, 2" if b != DUNMORE else "1 only", fmt_money(sub[b])] for b in BIDDERS]),
         Heading("Compliance"),
         Para(f"The closing time in rule 1 of the tender rules was 14:00 on Friday 20 November 2026, confirmed unchanged by "
              f"Addendum No. 2. {late} was received at {a['received'][late]:%H:%M} on {a['received'][late]:%d %B %Y}, after the "
@@ -638,22 +634,22 @@ def _write_memo(a: dict, path: Path) -> Path:
         Para(f"Every admitted tender was levelled to the current quantities: the BoQ as issued, amended by Addendum No. 1 and then "
              f"by Addendum No. 2, which withdraws Addendum 1's carpet tile quantity for item 09-050 ({a1:,} m2) and sets it at "
              f"{cur_carpet:,} m2. Addendum 1's increase of the sheet vinyl, item 09-060, to {a['qty']['09-060']:,} m2 still stands."),
-        Para(f"Brightline Interiors extended item {slip_code} ({int(q):,} m2 at {rate:.2f}) as {_money(written)} instead of "
-             f"{_money(q * rate)}. Under rule 4 the unit rate governs, so the tender sum of {_money(sub[BRIGHTLINE])} is corrected by "
-             f"{_money(cor[BRIGHTLINE])} to {_money(a['corrected'][BRIGHTLINE])}."),
+        Para(f"Brightline Interiors extended item {slip_code} ({int(q):,} m2 at {rate:.2f}) as {fmt_money(written)} instead of "
+             f"{fmt_money(q * rate)}. Under rule 4 the unit rate governs, so the tender sum of {fmt_money(sub[BRIGHTLINE])} is corrected by "
+             f"{fmt_money(cor[BRIGHTLINE])} to {fmt_money(a['corrected'][BRIGHTLINE])}."),
         Para("Castlegate Drywall & Ceilings quoted its area rates per square foot on quantities converted to square feet. Under "
              "rule 5 each rate was converted to a rate per square metre at 10.7639 square feet to the square metre before being "
              "applied to the current quantities; its fire-stopping rate is per penetration and was used as quoted. Its levelled "
-             f"total of {_money(lv[CASTLEGATE])} differs from its tender sum by {_money(lv[CASTLEGATE] - sub[CASTLEGATE])}, the "
+             f"total of {fmt_money(lv[CASTLEGATE])} differs from its tender sum by {fmt_money(lv[CASTLEGATE] - sub[CASTLEGATE])}, the "
              "rounding of its quantities to whole square feet."),
         Para(f"Dunmore Fit-Out excluded fire-stopping to service penetrations, item {DUNMORE_EXCLUDED}, as work of the mechanical and "
              f"electrical subcontractor. Under rule 6 the item is priced at the estimator's allowance of {excl_allow:.2f} per "
-             f"penetration for {excl_qty} penetrations, {_money(excl_allow * excl_qty)}. Its carpet was priced on {a1:,} m2 and is "
-             f"levelled to {cur_carpet:,} m2 at its own rate, a reduction of {_money(-carpet_adj)}. Its levelled total is "
-             f"therefore {_money(sub[DUNMORE])} less {_money(-carpet_adj)} plus {_money(excl_allow * excl_qty)}, "
-             f"{_money(lv[DUNMORE])}."),
+             f"penetration for {excl_qty} penetrations, {fmt_money(excl_allow * excl_qty)}. Its carpet was priced on {a1:,} m2 and is "
+             f"levelled to {cur_carpet:,} m2 at its own rate, a reduction of {fmt_money(-carpet_adj)}. Its levelled total is "
+             f"therefore {fmt_money(sub[DUNMORE])} less {fmt_money(-carpet_adj)} plus {fmt_money(excl_allow * excl_qty)}, "
+             f"{fmt_money(lv[DUNMORE])}."),
         Table(["Bidder", "Tender sum as submitted", "Arithmetic correction", "Levelled total", "Rank"],
-              [[b, _money(sub[b]), _money(cor[b]), _money(lv[b]), str(k + 1)] for k, b in enumerate(sorted(a["compliant"], key=lambda x: lv[x]))]),
+              [[b, fmt_money(sub[b]), fmt_money(cor[b]), fmt_money(lv[b]), str(k + 1)] for k, b in enumerate(sorted(a["compliant"], key=lambda x: lv[x]))]),
         Para("Each levelled total ties to the tender as submitted plus its arithmetic corrections, quantity and unit adjustments "
              "and allowances; the bridge is on the Levelling sheet of bid_tabulation.xlsx, where every figure is a formula and "
              "the check line is nil for every tender."),
@@ -661,9 +657,9 @@ def _write_memo(a: dict, path: Path) -> Path:
         Para(f"{win}'s tender is the lowest compliant levelled tender, and rule 8 of the tender rules makes that the only award "
              f"criterion at this stage. I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2, and its figure on "
              f"the register looks the keenest of the tenders received in time. Levelled on the same basis as the others, with its fire-stopping "
-             f"exclusion priced at the allowance and its carpet brought to Addendum No. 2, Dunmore's total is GBP {_money(lv[runner])}, "
-             f"GBP {_money(gap)} above {win}. Past performance was assessed at pre-qualification and is not an award criterion at this "
-             f"stage. Placing the package with Dunmore instead would cost GBP {_money(gap)} more. Rule 9 allows a departure from "
+             f"exclusion priced at the allowance and its carpet brought to Addendum No. 2, Dunmore's total is GBP {fmt_money(lv[runner])}, "
+             f"GBP {fmt_money(gap)} above {win}. Past performance was assessed at pre-qualification and is not an award criterion at this "
+             f"stage. Placing the package with Dunmore instead would cost GBP {fmt_money(gap)} more. Rule 9 allows a departure from "
              f"the lowest compliant tender only with the Commercial Director's written approval and reasons, and none arise from "
              f"the tenders."),
         Para(f"Before the order is placed, {win} should confirm in writing that it stands by its rates and by the corrected tender sum, "

@@ -47,7 +47,7 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, fmt_money, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the three routine claims' dates and amounts.
@@ -113,10 +113,6 @@ INCONSISTENT = "CLM-26-0645"
 
 def _dec(v: object) -> Decimal:
     return Decimal(str(v).replace(",", "").strip())
-
-
-def _money(x: Decimal) -> str:
-    return f"{x:,.2f}"
 
 
 def _register_rows() -> list[list[str]]:
@@ -200,7 +196,7 @@ def _write_notes(inputs_dir: Path) -> Path:
              "the policy currency."),
         Heading("CLM-26-0657 - Ivydene Care Home", 2),
         Para(f"27 November: revised estimate. The contractor's quote for the escape of water, including drying and "
-             f"replastering two wings, brings the outstanding estimate to {_money(REVISED[1])}, replacing the 22,000.00 "
+             f"replastering two wings, brings the outstanding estimate to {fmt_money(REVISED[1])}, replacing the 22,000.00 "
              f"on the register (not yet updated)."),
         Para("30 October: leak from a failed joint in the first-floor plant room. Initial estimate 22,000.00."),
         Heading("CLM-26-0663 - Kingsmead Self Storage", 2),
@@ -401,13 +397,13 @@ def _write_memo(a: dict, path: Path) -> Path:
         Heading("Summary"),
         Para(f"This memo reports the November 2026 large-loss review of open property claims at the cut-off of "
              f"{CUTOFF:%d %B %Y}. {len(a['claims'])} claims were reviewed. Their required reserves total GBP "
-             f"{_money(a['total'])}, worked in reserve_review.xlsx. Under Part C of the reserving and SIU guideline, "
+             f"{fmt_money(a['total'])}, worked in reserve_review.xlsx. Under Part C of the reserving and SIU guideline, "
              f"{len(ref)} claims are referred to the SIU: {', '.join(c['id'] for c in ref)}."),
         Heading("Referrals"),
     ]
     for c in ref:
         blocks.append(Para(f"{c['id']} ({c['insured']}) is referred to the SIU because the {'; '.join(c['flags'])}. "
-                           f"Its required reserve is GBP {_money(c['gbp'])}."
+                           f"Its required reserve is GBP {fmt_money(c['gbp'])}."
                            .replace("because the notified", "because it was notified")
                            .replace("because the policy", "because its policy")
                            .replace("because the limit", "because its limit")))
@@ -430,19 +426,19 @@ def _write_memo(a: dict, path: Path) -> Path:
         Para("Each reserve follows Part B of the guideline: incurred is paid plus the outstanding estimate, less the "
              "deductible, capped at the limit in force at the date of loss and never below nil; the required reserve is "
              "net incurred less paid, and euro amounts are converted at 0.8650 GBP per EUR."),
-        Para(f"{c0633['id']} is reserved on the limit of endorsement version 2, GBP {_money(c0633['limit'])} from "
-             f"20 September 2026, which superseded version 1's 120,000.00: incurred {_money(c0633['incurred'])} less the "
-             f"{_money(c0633['deductible'])} deductible is capped at {_money(c0633['limit'])}, and less {_money(c0633['paid'])} "
-             f"paid the required reserve is GBP {_money(c0633['gbp'])}."),
-        Para(f"{c0657['id']} uses the adjuster's revised outstanding estimate of {_money(c0657['os'])} of 27 November "
-             f"in place of the register's 22,000.00: required reserve GBP {_money(c0657['gbp'])}. {c0652['id']} is a euro "
-             f"policy: EUR {_money(c0652['reserve'])} at 0.8650 is GBP {_money(c0652['gbp'])}. CLM-26-0660's incurred of "
+        Para(f"{c0633['id']} is reserved on the limit of endorsement version 2, GBP {fmt_money(c0633['limit'])} from "
+             f"20 September 2026, which superseded version 1's 120,000.00: incurred {fmt_money(c0633['incurred'])} less the "
+             f"{fmt_money(c0633['deductible'])} deductible is capped at {fmt_money(c0633['limit'])}, and less {fmt_money(c0633['paid'])} "
+             f"paid the required reserve is GBP {fmt_money(c0633['gbp'])}."),
+        Para(f"{c0657['id']} uses the adjuster's revised outstanding estimate of {fmt_money(c0657['os'])} of 27 November "
+             f"in place of the register's 22,000.00: required reserve GBP {fmt_money(c0657['gbp'])}. {c0652['id']} is a euro "
+             f"policy: EUR {fmt_money(c0652['reserve'])} at 0.8650 is GBP {fmt_money(c0652['gbp'])}. CLM-26-0660's incurred of "
              f"1,850.00 is below its 2,500.00 deductible, so its reserve is nil. CLM-26-0663 is capped at its "
              f"150,000.00 limit: GBP 110,000.00."),
         Table(["Claim", "Insured", "Currency", "Net incurred", "Required reserve GBP"],
-              [[c["id"], c["insured"], c["currency"], _money(c["net"]), _money(c["gbp"])] for c in a["claims"]]
-              + [["Total", "", "", "", _money(a["total"])]]),
-        Para(f"The total required reserve of GBP {_money(a['total'])} ties to the sum of the claim lines on the Reserves "
+              [[c["id"], c["insured"], c["currency"], fmt_money(c["net"]), fmt_money(c["gbp"])] for c in a["claims"]]
+              + [["Total", "", "", "", fmt_money(a["total"])]]),
+        Para(f"The total required reserve of GBP {fmt_money(a['total'])} ties to the sum of the claim lines on the Reserves "
              f"sheet, where every figure is a formula."),
     ]
     return write_docx(blocks, path, title="SIU referrals and reserve review - November 2026")

@@ -49,7 +49,7 @@ import numpy as np
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, fmt_money, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_pdf, write_text
 
 # The generator's one random source: it draws the fleet's asset tags and statuses, which devices carry
@@ -495,10 +495,6 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
 _WORDS = ["no", "one", "two", "three", "four", "five", "six"]
 
 
-def _money(x: Decimal) -> str:
-    return f"{x:,.2f}"
-
-
 def _write_memo(a: dict, path: Path) -> Path:
     P = a["products"]
     buy = a["buy"]
@@ -514,7 +510,7 @@ def _write_memo(a: dict, path: Path) -> Path:
         x = P[p]
         if x["shortfall"]:
             verdicts.append(Para(f"{p} is under-licensed: {x['counted']} devices counted against {x['entitled']} licences, a "
-                                 f"shortfall of {x['shortfall']} licences at GBP {_money(x['price'])} each, GBP {_money(x['cost'])}."))
+                                 f"shortfall of {x['shortfall']} licences at GBP {fmt_money(x['price'])} each, GBP {fmt_money(x['cost'])}."))
     for p in keep:
         x = P[p]
         basis = "exactly covered" if x["counted"] == x["entitled"] else f"a surplus of {x['entitled'] - x['counted']}"
@@ -524,7 +520,7 @@ def _write_memo(a: dict, path: Path) -> Path:
         Heading("Summary"),
         Para(f"At the true-up date of 30 November 2026, {_WORDS[len(buy)]} of the six per-device products are under-licensed and need "
              f"a purchase: {' and '.join(buy)}. Buying the shortfall at the vendors' true-up prices costs GBP "
-             f"{_money(a['total'])} in total, excluding VAT. The other {_WORDS[len(keep)]} products are covered by the contracts in force."),
+             f"{fmt_money(a['total'])} in total, excluding VAT. The other {_WORDS[len(keep)]} products are covered by the contracts in force."),
         Heading("Counting basis"),
         Para(f"The discovery export lists {a['n_rows']} installation rows, but a licence is needed per device, not per "
              f"installation (rule 2). The rows come down to {n_pairs} product-device pairs once the repeats are set aside: "
@@ -542,10 +538,10 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"contracts are both in force and add up to {P[VANTAGE]['entitled']}."),
         Table(["Product", "Rows", "Devices", "Decommissioned", "Viewer only", "Counted", "Entitled", "Shortfall", "Cost (GBP)"],
               [[p, str(P[p]["rows"]), str(P[p]["devices"]), str(len(P[p]["decommissioned"])), str(len(P[p]["viewer_only"])),
-                str(P[p]["counted"]), str(P[p]["entitled"]), str(P[p]["shortfall"]), _money(P[p]["cost"])] for p in PRODUCTS]),
+                str(P[p]["counted"]), str(P[p]["entitled"]), str(P[p]["shortfall"]), fmt_money(P[p]["cost"])] for p in PRODUCTS]),
         Heading("Purchase required"),
         *verdicts,
-        Para(f"The total true-up purchase is GBP {_money(a['total'])}. Every figure is a formula in true_up.xlsx: the Devices "
+        Para(f"The total true-up purchase is GBP {fmt_money(a['total'])}. Every figure is a formula in true_up.xlsx: the Devices "
              f"sheet lists each product-device pair with its status and editions, and the Calculation sheet ties the rows of "
              f"the export to the devices counted, with a nil check for every product."),
         Para("Before the orders are placed, the decommissioned devices should be confirmed as disposed of in the asset "

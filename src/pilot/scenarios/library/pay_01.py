@@ -44,7 +44,7 @@ import numpy as np
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, decimal_amount, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the salaries of the employees no trap turns on.
@@ -232,13 +232,6 @@ def _write_policy(inputs_dir: Path) -> Path:
 # ------------------------------------------------------------------ the answer from the inputs alone
 
 
-def _dec(v: object, where: str) -> Decimal:
-    try:
-        return Decimal(str(v).replace(",", "").strip())
-    except Exception as exc:  # noqa: BLE001 - re-raised with the file and field named
-        raise ValueError(f"{where}: {v!r} is not a number") from exc
-
-
 def _hr_entries(inputs_dir: Path) -> list[list[str]]:
     from docx import Document
 
@@ -273,7 +266,7 @@ def compute(inputs_dir: Path) -> dict:
     missing = sorted(set(sept) - set(draft))
     if missing:
         raise ValueError(f"{DRAFT_XLSX}: sheet 'Draft register' has no row for {', '.join(missing)} of {SEPT_CSV}")
-    salary = {i: _dec(r["annual_salary"], f"{SEPT_CSV}: {i} annual_salary") for i, r in sept.items()}
+    salary = {i: decimal_amount(r["annual_salary"], f"{SEPT_CSV}: {i} annual_salary") for i, r in sept.items()}
 
     # HR notice: leavers and salary changes; a later entry about the same change replaces the earlier one.
     last_day: dict[str, dt.date] = {}
@@ -285,7 +278,7 @@ def compute(inputs_dir: Path) -> dict:
             last_day[emp] = when
         m = re.search(r"salary ([\d,]+) to ([\d,]+) a year|Salary ([\d,]+) from that date", what)
         if m:
-            new = _dec(m.group(2) or m.group(3), f"{HR_DOCX}: {who} Change")
+            new = decimal_amount(m.group(2) or m.group(3), f"{HR_DOCX}: {who} Change")
             change[emp] = (new, when)
 
     hours: dict[str, Decimal] = {}
@@ -309,9 +302,9 @@ def compute(inputs_dir: Path) -> dict:
         d = draft[i]
         rows.append({
             "id": i, "name": name, "department": dept,
-            "sept": _dec(sept[i]["gross_pay"], f"{SEPT_CSV}: {i} gross_pay"),
-            "draft": q2(_dec(d[7], f"{DRAFT_XLSX}: {i} Gross pay")),
-            "draft_hours": _dec(d[5], f"{DRAFT_XLSX}: {i} Overtime hours"),
+            "sept": decimal_amount(sept[i]["gross_pay"], f"{SEPT_CSV}: {i} gross_pay"),
+            "draft": q2(decimal_amount(d[7], f"{DRAFT_XLSX}: {i} Gross pay")),
+            "draft_hours": decimal_amount(d[5], f"{DRAFT_XLSX}: {i} Overtime hours"),
             "basic": basic, "hours": h, "hourly": hourly(a), "ot": ot, "gross": basic + ot,
         })
     for r in rows:

@@ -44,7 +44,7 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import autosize, fmt_money, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_pdf, write_text
 
 # The generator's one random source: it draws the routine ledger lines (dates, customers, suppliers, amounts).
@@ -90,10 +90,6 @@ SUPPLIERS = [("Midland Boiler Distributors", "Boilers and heat exchangers for re
 
 def _q(x: Decimal) -> Decimal:
     return x.quantize(CENT, rounding=ROUND_HALF_UP)
-
-
-def _money(x: Decimal) -> str:
-    return f"{x:,.2f}"
 
 
 def _rand_date(g, month: int, lo: int = 1, hi: int = 28) -> dt.date:
@@ -249,8 +245,8 @@ def _write_revised(inputs_dir: Path) -> Path:
             ["TH-210", "Programmable room thermostat", "60", "78.00", "4,680.00"],
             ["HB-050", "Wiring centre, 5-zone", "12", "280.00", "3,360.00"],
         ]),
-        Table(["", "GBP"], [["Net total", _money(REVISED_NC[0])], ["VAT at 20%", _money(REVISED_NC[1])],
-                            ["Total due", _money(REVISED_NC[0] + REVISED_NC[1])]]),
+        Table(["", "GBP"], [["Net total", fmt_money(REVISED_NC[0])], ["VAT at 20%", fmt_money(REVISED_NC[1])],
+                            ["Total due", fmt_money(REVISED_NC[0] + REVISED_NC[1])]]),
         Para("Payment terms 30 days from the original invoice date."),
     ]
     return write_pdf(blocks, inputs_dir / REVISED_PDF, title="Northgate Controls - revised invoice NC-88213-R1")
@@ -459,7 +455,7 @@ def _write_return(a: dict, path: Path) -> Path:
         r = purch.max_row + 1
         why = ""
         if p["revised"]:
-            why = f"Superseded: revised invoice {SUPERSEDED}-R1 governs, net {_money(a['revised'][0])}, VAT {_money(a['revised'][1])} (guidance 6)"
+            why = f"Superseded: revised invoice {SUPERSEDED}-R1 governs, net {fmt_money(a['revised'][0])}, VAT {fmt_money(a['revised'][1])} (guidance 6)"
         elif p["blocked"]:
             why = "Client entertainment: VAT blocked, net stays in box 7 (guidance 7(b))"
         elif p["ref"] == STAFF_PARTY:
@@ -534,7 +530,7 @@ def _decision_rows(a: dict) -> list[list[str]]:
             reasons[p["ref"]] = "Client entertainment (guidance 7(b))"
         elif p["type"] == "Credit note":
             reasons[p["ref"]] = f"Supplier credit note {p['inv']} (reduces box 4)"
-    rows = [[x["ref"], "Yes" if x["ref"] in inside else "No", f"{x['date'].day} {x['date']:%b %Y}", _money(x["vat"]), reasons[x["ref"]]]
+    rows = [[x["ref"], "Yes" if x["ref"] in inside else "No", f"{x['date'].day} {x['date']:%b %Y}", fmt_money(x["vat"]), reasons[x["ref"]]]
             for x in [*a["sales"], *a["purchases"]] if x["ref"] in reasons]
     # Every transaction of the set is a row, and so is each look-alike: the table states the whole decision.
     assert inside <= {r[0] for r in rows} and len(rows) == len(reasons), "the decision table misses a transaction"
@@ -553,9 +549,9 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Summary"),
         Para(f"The VAT return of Pennant Heating Services Ltd for the quarter 1 July to 30 September 2026 shows output VAT of "
-             f"GBP {_money(a['box1'])} (box 1) and recoverable input VAT of GBP {_money(a['box4'])} (box 4), so net VAT of "
-             f"GBP {_money(a['box5'])} is payable to HMRC (box 5). Sales excluding VAT are GBP {_money(a['box6'])} (box 6) and "
-             f"purchases excluding VAT GBP {_money(a['box7'])} (box 7). Every box in vat_return_Q3.xlsx is a formula on the "
+             f"GBP {fmt_money(a['box1'])} (box 1) and recoverable input VAT of GBP {fmt_money(a['box4'])} (box 4), so net VAT of "
+             f"GBP {fmt_money(a['box5'])} is payable to HMRC (box 5). Sales excluding VAT are GBP {fmt_money(a['box6'])} (box 6) and "
+             f"purchases excluding VAT GBP {fmt_money(a['box7'])} (box 7). Every box in vat_return_Q3.xlsx is a formula on the "
              f"Sales and Purchases sheets, which list each ledger line with its treatment."),
         Heading("Adjustments"),
         Para(f"Cut-off: sales invoices {late_s[0]['ref']} (dated {_day(late_s[0]['date'])}) and {late_s[1]['ref']} (dated "
@@ -564,33 +560,33 @@ def _write_memo(a: dict, path: Path) -> Path:
              f"{_day(late_p['date'])}, is excluded for the same reason. Invoice {last_day['ref']} to {last_day['party']}, dated "
              f"30 September 2026, is included in this return."),
         Para(f"Client entertainment: the input VAT on expense claims {blocked[0]['ref']} ({_lower_first(blocked[0]['desc'])}) and "
-             f"{blocked[1]['ref']} ({_lower_first(blocked[1]['desc'])}) is blocked under guidance 7(b), GBP {_money(a['blocked_vat'])} in all; "
+             f"{blocked[1]['ref']} ({_lower_first(blocked[1]['desc'])}) is blocked under guidance 7(b), GBP {fmt_money(a['blocked_vat'])} in all; "
              f"their net values remain in box 7. Claim {party['ref']}, the staff summer party, is staff entertainment and its VAT "
-             f"of GBP {_money(party['vat'])} is claimed in full."),
+             f"of GBP {fmt_money(party['vat'])} is claimed in full."),
         Para(f"Revised supplier invoice: Northgate Controls replaced invoice {a['replaced']} (posted at net "
-             f"{_money(LEDGER_NC[0])}, VAT {_money(LEDGER_NC[1])}) by revised invoice {a['replaced']}-R1 at net "
-             f"{_money(a['revised'][0])}, VAT {_money(a['revised'][1])}. The return uses the revised figures, which reduce "
-             f"input VAT by GBP {_money(LEDGER_NC[1] - a['revised'][1])} against the ledger."),
+             f"{fmt_money(LEDGER_NC[0])}, VAT {fmt_money(LEDGER_NC[1])}) by revised invoice {a['replaced']}-R1 at net "
+             f"{fmt_money(a['revised'][0])}, VAT {fmt_money(a['revised'][1])}. The return uses the revised figures, which reduce "
+             f"input VAT by GBP {fmt_money(LEDGER_NC[1] - a['revised'][1])} against the ledger."),
         Para(f"Credit notes: the ledgers show credit notes as positive amounts. Credit notes "
              f"{', '.join(c['ref'] for c in credits)} issued to customers are entered as negatives, reducing box 1 by "
-             f"GBP {_money(-sum((c['vat'] for c in credits), Decimal(0)))} and box 6 by "
-             f"GBP {_money(-sum((c['net'] for c in credits), Decimal(0)))}; the supplier credit note {supplier_credit['inv']} "
-             f"({supplier_credit['ref']}) reduces box 4 by GBP {_money(-supplier_credit['vat'])}."),
-        Para(f"Foreign currency: invoice {fx['ref']} to {fx['party']} was issued in euro (net EUR {_money(fx['net_ccy'])}, VAT EUR "
-             f"{_money(fx['vat_ccy'])}). At the August period rate of {fx['fx']} it is net GBP {_money(fx['net'])} and VAT "
-             f"GBP {_money(fx['vat'])}."),
+             f"GBP {fmt_money(-sum((c['vat'] for c in credits), Decimal(0)))} and box 6 by "
+             f"GBP {fmt_money(-sum((c['net'] for c in credits), Decimal(0)))}; the supplier credit note {supplier_credit['inv']} "
+             f"({supplier_credit['ref']}) reduces box 4 by GBP {fmt_money(-supplier_credit['vat'])}."),
+        Para(f"Foreign currency: invoice {fx['ref']} to {fx['party']} was issued in euro (net EUR {fmt_money(fx['net_ccy'])}, VAT EUR "
+             f"{fmt_money(fx['vat_ccy'])}). At the August period rate of {fx['fx']} it is net GBP {fmt_money(fx['net'])} and VAT "
+             f"GBP {fmt_money(fx['vat'])}."),
         Para(f"Duplicate: invoice {a['duplicates'][0]} appears twice in the sales export with the same figures; it is counted once."),
         Para("The table lists every transaction at the quarter's cut-off or under the entertainment rule, with its treatment."),
         Table(list(DECISION_TABLE_HEADER), _decision_rows(a)),
         Heading("Return figures"),
         Table(["Box", "Description", "GBP"], [
-            ["Box 1", "VAT due on sales and other outputs", _money(a["box1"])],
-            ["Box 2", "VAT due on acquisitions from the EU", _money(a["box2"])],
-            ["Box 3", "Total VAT due", _money(a["box3"])],
-            ["Box 4", "VAT reclaimed on purchases and other inputs", _money(a["box4"])],
-            ["Box 5", "Net VAT payable", _money(a["box5"])],
-            ["Box 6", "Sales excluding VAT", _money(a["box6"])],
-            ["Box 7", "Purchases excluding VAT", _money(a["box7"])],
+            ["Box 1", "VAT due on sales and other outputs", fmt_money(a["box1"])],
+            ["Box 2", "VAT due on acquisitions from the EU", fmt_money(a["box2"])],
+            ["Box 3", "Total VAT due", fmt_money(a["box3"])],
+            ["Box 4", "VAT reclaimed on purchases and other inputs", fmt_money(a["box4"])],
+            ["Box 5", "Net VAT payable", fmt_money(a["box5"])],
+            ["Box 6", "Sales excluding VAT", fmt_money(a["box6"])],
+            ["Box 7", "Purchases excluding VAT", fmt_money(a["box7"])],
         ]),
         Para("Zero-rated exports to Nordvarme AS and the exempt rent from Corvan Logistics carry no output VAT and are included "
              "in box 6. The exempt input tax is within the de minimis limits (guidance 8), so no partial-exemption restriction "
