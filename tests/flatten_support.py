@@ -1,6 +1,6 @@
 """A deliverable's decision table written as one line of text, as some PDF and Word writers flatten a table.
 
-The flattened-table variants (issue 27) take a gold document, replace its decision table by one line of its
+The flattened-table variants take a gold document, replace its decision table by one line of its
 cells in reading order, and optionally give a row another verdict (its last cell rewritten). A PDF is
 rewritten from its plain text, where the table's cells stand one a line (BANK-01's memo has one table). A Word
 document may hold several tables: the one whose header row is given is replaced in place by one paragraph,

@@ -188,6 +188,7 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
     app.extensions["pilot.grading.slides"] = slides_dir
     slides_cache = SlidesCache(Path(slides_dir.name))
     app.jinja_env.undefined = StrictUndefined
+    app.jinja_env.tests["deck"] = is_deck
     app.config.update(
         # A key per process: a cookie from an earlier run of the site does not verify.
         SECRET_KEY=secrets.token_bytes(32),
