@@ -24,7 +24,11 @@ RENDER_TIMEOUT_S = 120.0
 
 
 class DeckRenderError(RuntimeError):
-    """A deck that could not be rendered; the message names the file and the reason."""
+    """A deck that could not be rendered; the message names the file and the reason (both kept apart too)."""
+
+    def __init__(self, deck: Path, reason: str) -> None:
+        super().__init__(f"{deck}: not rendered: {reason}")
+        self.deck, self.reason = Path(deck), reason
 
 
 def render_deck_pdf(deck: Path, out_dir: Path, *, workspace: Path | None = None, timeout_s: float = RENDER_TIMEOUT_S) -> Path:
@@ -37,10 +41,10 @@ def render_deck_pdf(deck: Path, out_dir: Path, *, workspace: Path | None = None,
     deck = Path(deck)
     parsed, reason = read_deck(deck, Path(workspace) if workspace else deck.parent)
     if parsed is None:
-        raise DeckRenderError(f"{deck}: not rendered: {reason}")
+        raise DeckRenderError(deck, reason)
     soffice = soffice_binary()
     if not soffice:
-        raise DeckRenderError(f"{deck}: not rendered: LibreOffice (soffice) is not installed")
+        raise DeckRenderError(deck, "LibreOffice (soffice) is not installed")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="deck-pdf-") as tmp:
@@ -54,10 +58,10 @@ def render_deck_pdf(deck: Path, out_dir: Path, *, workspace: Path | None = None,
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # soffice leaves helpers behind; the whole group goes
             proc.communicate()
-            raise DeckRenderError(f"{deck}: not rendered: LibreOffice did not finish within {timeout_s:.0f} s") from None
+            raise DeckRenderError(deck, f"LibreOffice did not finish within {timeout_s:.0f} s") from None
     pdf = out_dir / f"{deck.stem}.pdf"
     if proc.returncode != 0 or not pdf.is_file():
-        raise DeckRenderError(f"{deck}: not rendered: LibreOffice failed ({out.decode('utf-8', 'replace').strip()[-300:] or proc.returncode})")
+        raise DeckRenderError(deck, f"LibreOffice failed ({out.decode('utf-8', 'replace').strip()[-300:] or proc.returncode})")
     return pdf
 
 
@@ -80,7 +84,7 @@ class SlidesCache:
         try:
             data = deck.read_bytes()
         except OSError as exc:
-            raise DeckRenderError(f"{deck}: not rendered: {exc.strerror or exc}") from None
+            raise DeckRenderError(deck, str(exc.strerror or exc)) from None
         target = self.folder / f"{hashlib.sha256(data).hexdigest()}.pdf"
         if target.is_file():
             return target
@@ -91,7 +95,7 @@ class SlidesCache:
             try:
                 pdf = render_deck_pdf(copy, Path(tmp) / "pdf", timeout_s=timeout_s)
             except DeckRenderError as exc:
-                raise DeckRenderError(str(exc).replace(str(copy), str(deck))) from None
+                raise DeckRenderError(deck, exc.reason) from None  # the delivered file, not the copy
             os.replace(pdf, target)  # atomic: a reader sees no PDF or the whole one
         return target
 

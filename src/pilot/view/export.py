@@ -80,7 +80,7 @@ def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> t
                             copied += 1
                             size += dest.stat().st_size
                         except DeckRenderError as exc:
-                            refused[(a.attempt_no, f.name)] = str(exc).split(": not rendered: ", 1)[-1]
+                            refused[(a.attempt_no, f.name)] = exc.reason
             html = site.render_run(reader, links, run_id, simulated=simulated, row=row, slides_refused=refused)
             (out / "runs" / f"{run_id}.html").write_text(html, encoding="utf-8")
             pages += 1
