@@ -10,11 +10,10 @@ the zip entries; both are pinned (:func:`pilot.scenarios.officeio.normalize_zip`
 
 from __future__ import annotations
 
-import datetime as _dt
 from pathlib import Path
 from typing import Sequence
 
-from pilot.scenarios.officeio import AUTHOR, Block, Heading, Para, Table, _cell, normalize_zip
+from pilot.scenarios.officeio import Block, Heading, Para, Table, _cell, normalize_zip, pin_core_properties
 
 
 def _slides(blocks: Sequence[Block]) -> list[tuple[str, list[Block]]]:
@@ -38,13 +37,7 @@ def write_deck(blocks: Sequence[Block], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     prs = Presentation()
     prs.slide_width, prs.slide_height = Inches(13.333), Inches(7.5)
-    cp = prs.core_properties
-    fixed = _dt.datetime(2026, 10, 1, 9, 0, 0)
-    cp.author = AUTHOR
-    cp.last_modified_by = AUTHOR
-    cp.created = fixed
-    cp.modified = fixed
-    cp.revision = 1
+    pin_core_properties(prs.core_properties)
     layout = prs.slide_layouts[5]  # title only: the body is laid out below
     for title, body in _slides(blocks):
         slide = prs.slides.add_slide(layout)

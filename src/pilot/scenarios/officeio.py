@@ -112,22 +112,27 @@ def _cell(v: object) -> str:
     return str(v)
 
 
-def write_docx(blocks: Sequence[Block], path: Path, *, title: str | None = None) -> Path:
-    """Render blocks to a Word document with pinned metadata."""
+def pin_core_properties(cp) -> None:
+    """Author, dates and revision of a Word document's or a deck's core properties, fixed so files regenerate byte for byte."""
     import datetime as _dt
 
-    from docx import Document
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = Document()
-    cp = doc.core_properties
     fixed = _dt.datetime(2026, 10, 1, 9, 0, 0)
     cp.author = AUTHOR
     cp.last_modified_by = AUTHOR
     cp.created = fixed
     cp.modified = fixed
     cp.revision = 1
+
+
+def write_docx(blocks: Sequence[Block], path: Path, *, title: str | None = None) -> Path:
+    """Render blocks to a Word document with pinned metadata."""
+    from docx import Document
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = Document()
+    cp = doc.core_properties
+    pin_core_properties(cp)
     if title:
         cp.title = title
         doc.add_heading(title, level=0)
