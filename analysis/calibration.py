@@ -50,12 +50,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--studies", type=int, default=10_000, help="simulated studies per condition (default 10000)")
     ap.add_argument("--seed", type=int, default=20260417, help="seed of the simulated studies and the resampling")
-    ap.add_argument("--resampling-seed", type=int, default=20260415, help="the primary stage's seed, whose bootstrap resamples and sign vectors every study uses (default 20260415, the Makefile's SEED)")
-    ap.add_argument("--scenarios", default="10,40", help="comma-separated scenarios per study (default 10,40: the design and a larger study)")
+    ap.add_argument(
+        "--resampling-seed",
+        type=int,
+        default=20260415,
+        help="the primary stage's seed, whose bootstrap resamples and sign vectors every study uses (default 20260415, the Makefile's SEED)",
+    )
+    ap.add_argument(
+        "--scenarios",
+        default="10,40",
+        help="comma-separated scenarios per study (default 10,40: the design and a larger study)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="repeats per scenario and arm (default 3)")
     ap.add_argument("--bootstrap", type=int, default=0, help="bootstrap resamples (0: study.yml)")
     ap.add_argument("--permutations", type=int, default=0, help="sign-flip permutations (0: study.yml)")
-    ap.add_argument("--truth-draws", type=int, default=1_000_000, help="Monte Carlo draws (over all scenarios) for the planted truth")
+    ap.add_argument(
+        "--truth-draws",
+        type=int,
+        default=1_000_000,
+        help="Monte Carlo draws (over all scenarios) for the planted truth",
+    )
     ap.add_argument("--tables-dir", type=Path, default=paths.TABLES_DIR)
     ap.add_argument("--generated-dir", type=Path, default=paths.GENERATED_DIR)
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -64,8 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     parts = [
         run_calibration(
-            args.studies, seed=args.seed, n_scenarios=int(J), repeats=args.repeats,
-            B=args.bootstrap or None, n_permutations=args.permutations or None, truth_draws=args.truth_draws, progress=not args.quiet,
+            args.studies,
+            seed=args.seed,
+            n_scenarios=int(J),
+            repeats=args.repeats,
+            B=args.bootstrap or None,
+            n_permutations=args.permutations or None,
+            truth_draws=args.truth_draws,
+            progress=not args.quiet,
             resampling_seed=args.resampling_seed,
         ).summary
         for J in args.scenarios.split(",")
@@ -73,18 +93,44 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     s = pd.concat(parts, ignore_index=True)
     args.tables_dir.mkdir(parents=True, exist_ok=True)
-    s.assign(seed=args.seed, resampling_seed=args.resampling_seed, study="SIMULATED-calibration").to_csv(args.tables_dir / "calibration.csv", index=False)
+    s.assign(seed=args.seed, resampling_seed=args.resampling_seed, study="SIMULATED-calibration").to_csv(
+        args.tables_dir / "calibration.csv", index=False
+    )
 
-    show = s[["J", "condition", "contrast", "planted", "mean_estimate", "coverage", "coverage_mc_se", "rejection", "rejection_mc_se", "mean_ci_width", "zero_width_share"]]
-    show = show.rename(columns={
-        "condition": "Condition", "contrast": "Contrast", "planted": "Planted", "mean_estimate": "Mean est.",
-        "coverage": "Coverage", "coverage_mc_se": "MC s.e.", "rejection": "Rejection", "rejection_mc_se": "MC s.e. ", "mean_ci_width": "CI width",
-        "zero_width_share": "Zero width",
-    })
+    show = s[
+        [
+            "J",
+            "condition",
+            "contrast",
+            "planted",
+            "mean_estimate",
+            "coverage",
+            "coverage_mc_se",
+            "rejection",
+            "rejection_mc_se",
+            "mean_ci_width",
+            "zero_width_share",
+        ]
+    ]
+    show = show.rename(
+        columns={
+            "condition": "Condition",
+            "contrast": "Contrast",
+            "planted": "Planted",
+            "mean_estimate": "Mean est.",
+            "coverage": "Coverage",
+            "coverage_mc_se": "MC s.e.",
+            "rejection": "Rejection",
+            "rejection_mc_se": "MC s.e. ",
+            "mean_ci_width": "CI width",
+            "zero_width_share": "Zero width",
+        }
+    )
     Js = sorted(set(int(j) for j in s.J))
     J, R, n = Js[0], int(s.R.iloc[0]), int(s.studies.iloc[0])
     write_table(
-        show, args.generated_dir / "calibration_table.tex",
+        show,
+        args.generated_dir / "calibration_table.tex",
         caption=(
             f"Calibration of the primary inference on {_n(n)} simulated studies per condition and study size ($J$ scenarios: "
             f"{' and '.join(map(str, Js))}; $R={R}$ repeats; $B={_n(int(s.B.iloc[0]))}$ bootstrap resamples; sign-flip test exact over all $2^J$ sign "
@@ -95,11 +141,21 @@ def main(argv: list[str] | None = None) -> int:
             "secondary contrasts). Zero width: share of intervals of zero width. MC s.e.: Monte Carlo standard error. The conditions share the "
             "runs of the arms they leave unchanged, so a contrast between two such arms repeats the planted row exactly."
         ),
-        label="tab:calibration", simulated=True, escape=False,
+        label="tab:calibration",
+        simulated=True,
+        escape=False,
         # Eleven columns: 9 pt with narrower gaps fits the text width without shrinking the table below 8 pt.
         font="\\footnotesize\\setlength{\\tabcolsep}{4pt}",
     )
-    m = {"CalStudies": n, "CalJ": J, "CalR": R, "CalSeed": str(args.seed), "CalResamplingSeed": str(args.resampling_seed), "CalSeconds": round(elapsed), "CalJLarge": Js[-1]}
+    m = {
+        "CalStudies": n,
+        "CalJ": J,
+        "CalR": R,
+        "CalSeed": str(args.seed),
+        "CalResamplingSeed": str(args.resampling_seed),
+        "CalSeconds": round(elapsed),
+        "CalJLarge": Js[-1],
+    }
     for j in Js:
         # What a percentile interval of a mean of j scenario values covers when the values are
         # roughly normal: its half-width is 1.96 bootstrap SDs, sqrt((j-1)/j) of the usual standard
@@ -117,11 +173,22 @@ def main(argv: list[str] | None = None) -> int:
             m[macro_name(*base, "PlantedControl")] = float(r.planted_control)
     # The appendix's and the discussion's readings of these numbers, written from them.
     primary_name = "-".join(protocol.study().contrasts[0])
-    pick = lambda cond, col, se: [(int(r.J), float(r[col]), float(r[se])) for _, r in s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J").iterrows()]  # noqa: E731
+    pick = lambda cond, col, se: [
+        (int(r.J), float(r[col]), float(r[se]))
+        for _, r in s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J").iterrows()
+    ]  # noqa: E731
     settings = InferenceSettings.from_study(0, protocol.study())
-    m["CalLevelSentence"] = LatexText(latex_escape(calibration.level_sentence(pick("null", "rejection", "rejection_mc_se"), 1 - settings.level)))
-    m["CalCoverageSentence"] = LatexText(latex_escape(calibration.coverage_sentence(pick("planted", "coverage", "coverage_mc_se"), settings.level)))
-    write_macros(m, args.generated_dir / "calibration_macros.tex", comment=f"analysis/calibration.py --studies {n} --seed {args.seed} --resampling-seed {args.resampling_seed}")
+    m["CalLevelSentence"] = LatexText(
+        latex_escape(calibration.level_sentence(pick("null", "rejection", "rejection_mc_se"), 1 - settings.level))
+    )
+    m["CalCoverageSentence"] = LatexText(
+        latex_escape(calibration.coverage_sentence(pick("planted", "coverage", "coverage_mc_se"), settings.level))
+    )
+    write_macros(
+        m,
+        args.generated_dir / "calibration_macros.tex",
+        comment=f"analysis/calibration.py --studies {n} --seed {args.seed} --resampling-seed {args.resampling_seed}",
+    )
     print(s.to_string(index=False))
     print(f"{n} studies per condition in {elapsed:.1f} s")
     return 0

@@ -38,9 +38,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pilot import protocol  # noqa: E402
+from pilot.simulated import calibration, synthetic
 from pilot.stats import batch_inference, estimators, primary, resampling  # noqa: E402
-from pilot.simulated import calibration
-from pilot.simulated import synthetic
 from pilot.stats.estimators import Layout  # noqa: E402
 from pilot.stats.primary import InferenceSettings  # noqa: E402
 
@@ -52,7 +51,9 @@ def reference(y_float: np.ndarray, counts: np.ndarray, signs: np.ndarray, level:
     for i in range(n):
         d = y_float[i]
         out["estimate"][i] = resampling.weighted_mean(d)
-        out["ci_low"][i], out["ci_high"][i] = resampling.percentile_interval(resampling.bootstrap_means(d, counts), level)
+        out["ci_low"][i], out["ci_high"][i] = resampling.percentile_interval(
+            resampling.bootstrap_means(d, counts), level
+        )
         out["p_value"][i] = resampling.sign_flip_test(d, signs=signs).p_value
     return out
 
@@ -65,12 +66,18 @@ def per_study_path(J: int, n: int, seed: int) -> None:
     specs = synthetic.study_scenarios(seed, J, model, study)
     for i in range(n):
         for m in calibration.condition_models(model, study).values():
-            df = synthetic.generate_runtable(seed * 1000 + i, repeats=3, model=m, sensitivity_wave=False, study=study, scenarios=specs)
+            df = synthetic.generate_runtable(
+                seed * 1000 + i, repeats=3, model=m, sensitivity_wave=False, study=study, scenarios=specs
+            )
             layout = Layout.of(df, study.arms)
             means = layout.means(estimators.acceptance_values(df, study.q))
             primary.contrast_table(
-                means, layout, study.contrasts, layout.weights("equal"),
-                InferenceSettings(settings.B, settings.n_permutations, seed * 1000 + i, settings.level), adjustment=None,
+                means,
+                layout,
+                study.contrasts,
+                layout.weights("equal"),
+                InferenceSettings(settings.B, settings.n_permutations, seed * 1000 + i, settings.level),
+                adjustment=None,
             )
 
 
@@ -85,7 +92,13 @@ def batch_path(J: int, n: int, seed: int) -> None:
     counts = resampling.bootstrap_counts(np.random.default_rng([seed, 2]), J, settings.B)
     signs, exact = resampling.sign_vectors(J, settings.n_permutations, np.random.default_rng([seed, 1]))
     S = calibration.draw_conditions(np.random.default_rng([seed, 0]), models, specs, n, 3, study)
-    y = np.concatenate([batch_inference.on_grid(calibration.scenario_differences(S[c], study.arms, study.contrasts), L) for c in models], axis=2)
+    y = np.concatenate(
+        [
+            batch_inference.on_grid(calibration.scenario_differences(S[c], study.arms, study.contrasts), L)
+            for c in models
+        ],
+        axis=2,
+    )
     calibration.analyse_studies(y, L, counts, signs, settings.level, exact=exact)
 
 
@@ -130,12 +143,18 @@ def main() -> int:
     print(f"{'J':>3} {'per-study path':>15} {'batch':>10} {'ratio':>7}")
     for J, n_ref, n_batch in ((10, 30, 1000), (40, 10, 500)):
         ref, batch = whole(J, n_ref, n_batch)
-        print(f"{J:>3} {ref * 1e3:>12.1f} ms {batch * 1e3:>7.2f} ms {ref / batch:>6.1f}x   ({n_ref} and {n_batch} studies)")
+        print(
+            f"{J:>3} {ref * 1e3:>12.1f} ms {batch * 1e3:>7.2f} ms {ref / batch:>6.1f}x   ({n_ref} and {n_batch} studies)"
+        )
     print("2. Analysis only, same differences and resamples (per study, three conditions)")
-    print(f"{'J':>3} {'float per study':>15} {'batch':>10} {'ratio':>7}  p-values differing (exact ties the float path rounded)")
+    print(
+        f"{'J':>3} {'float per study':>15} {'batch':>10} {'ratio':>7}  p-values differing (exact ties the float path rounded)"
+    )
     for J, n in ((10, 300), (40, 100)):
         r = analysis_only(J, n)
-        print(f"{J:>3} {r['ref_s'] * 1e3:>12.2f} ms {r['batch_s'] * 1e3:>7.2f} ms {r['ref_s'] / r['batch_s']:>6.1f}x  {r['p_differs']} of {r['p_checked']}")
+        print(
+            f"{J:>3} {r['ref_s'] * 1e3:>12.2f} ms {r['batch_s'] * 1e3:>7.2f} ms {r['ref_s'] / r['batch_s']:>6.1f}x  {r['p_differs']} of {r['p_checked']}"
+        )
     return 0
 
 

@@ -26,8 +26,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = "bench-cli-status"
 
-EVERYTHING = ("import pandas, pilot.study, pilot.oracles.evaluate, pilot.judges.panel, pilot.portal.instance, "
-              "pilot.cli.scenarios, pilot.cli.view, pilot.cli.run_one, pilot.stages, pilot.cli.protocol")
+EVERYTHING = (
+    "import pandas, pilot.study, pilot.oracles.evaluate, pilot.judges.panel, pilot.portal.instance, "
+    "pilot.cli.scenarios, pilot.cli.view, pilot.cli.run_one, pilot.stages, pilot.cli.protocol"
+)
 CASES = {
     "python -c pass (reference)": ["-c", "pass"],
     "pilot --help": ["-m", "pilot", "--help"],
@@ -51,8 +53,12 @@ def main() -> None:
     opts = parser.parse_args()
     folder = ROOT / "analysis" / "data" / STUDY
     shutil.rmtree(folder, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "pilot", "study", "create", STUDY, "--scenarios", "ACC-01"], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "pilot", "study", "create", STUDY, "--scenarios", "ACC-01"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     other = None
     if opts.against is not None:
         other = {**os.environ, "PYTHONPATH": str(opts.against.resolve() / "src"), "PILOT_ROOT": str(ROOT)}
@@ -67,11 +73,13 @@ def main() -> None:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     ref = min(samples["python -c pass (reference)"])
-    df = pd.DataFrame({
-        "command": list(CASES),
-        "cpu_s_min": [min(v) for v in samples.values()],
-        "ratio_vs_bare_python": [min(v) / ref for v in samples.values()],
-    })
+    df = pd.DataFrame(
+        {
+            "command": list(CASES),
+            "cpu_s_min": [min(v) for v in samples.values()],
+            "ratio_vs_bare_python": [min(v) / ref for v in samples.values()],
+        }
+    )
     if other is not None:
         df[f"cpu_s_min_{opts.against.name}"] = [min(against[c]) if c in against else float("nan") for c in CASES]
         df[f"ratio_vs_{opts.against.name}"] = df["cpu_s_min"] / df[f"cpu_s_min_{opts.against.name}"]

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-
 from _simulated_study import build_study
+
 from pilot import paths
 from pilot.grading import store
 from pilot.grading.plan import create_wave
@@ -75,10 +75,14 @@ def median_s(fn, repeat: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study-dir", type=Path, help="an existing study folder (default: build one under build/bench-grading/)")
+    ap.add_argument(
+        "--study-dir", type=Path, help="an existing study folder (default: build one under build/bench-grading/)"
+    )
     ap.add_argument("--repeat", type=int, default=25)
     args = ap.parse_args()
-    source = args.study_dir or build_study(paths.BUILD_DIR / "bench-grading", STUDY, waves=WAVES, scenarios=SCENARIOS, seed=7)
+    source = args.study_dir or build_study(
+        paths.BUILD_DIR / "bench-grading", STUDY, waves=WAVES, scenarios=SCENARIOS, seed=7
+    )
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         folder = shutil.copytree(source, Path(tmp) / source.name, symlinks=True)  # the wave is written to a copy
         made = create_wave(folder, WAVE, graders_file(Path(tmp)), per_package=GRADERS, per_stratum=PER_STRATUM)
@@ -96,10 +100,17 @@ def measure(app, folder: Path, made, repeat: int) -> int:
     client = app.test_client()
     assert client.get(f"/signin/{made.grader_tokens[grader]}").status_code == 303
     with store.open_store(folder) as st:
-        queue = [(r["assignment_id"], st.conn.execute(
-            "SELECT p.run_id FROM grading_assignments a JOIN grading_packages p USING (wave, package_id) "
-            "WHERE a.wave = ? AND a.assignment_id = ?", (WAVE, r["assignment_id"])).fetchone()[0])
-            for r in store.queue(st.conn, WAVE, grader)]
+        queue = [
+            (
+                r["assignment_id"],
+                st.conn.execute(
+                    "SELECT p.run_id FROM grading_assignments a JOIN grading_packages p USING (wave, package_id) "
+                    "WHERE a.wave = ? AND a.assignment_id = ?",
+                    (WAVE, r["assignment_id"]),
+                ).fetchone()[0],
+            )
+            for r in store.queue(st.conn, WAVE, grader)
+        ]
     n_assignments = len(made.assignments)
 
     def get(url: str) -> str:
@@ -114,16 +125,23 @@ def measure(app, folder: Path, made, repeat: int) -> int:
     assert len(re.findall(r'class="open-package"', get("/queue"))) == len(queue) == len(made.packages)
 
     # The reference and the page in turn, package by package, so that neither gets the quieter moments.
-    pairs = [(seconds(lambda: judged_deliverables(reader, reader.run(run_id))), seconds(lambda: get(f"/grade/{aid}")))
-             for aid, run_id in (queue[i % len(queue)] for i in range(repeat))]
+    pairs = [
+        (seconds(lambda: judged_deliverables(reader, reader.run(run_id))), seconds(lambda: get(f"/grade/{aid}")))
+        for aid, run_id in (queue[i % len(queue)] for i in range(repeat))
+    ]
     t_ref = statistics.median(r for r, _ in pairs)
     t_grade = statistics.median(p for _, p in pairs)
     t_queue = median_s(lambda: get("/queue"), repeat)
     aid = queue[0][0]
     page = get(f"/grade/{aid}")
-    form = {"csrf": re.search(r'name="csrf" value="([^"]+)"', page).group(1),
-            "page": re.search(r'name="page" value="([^"]+)"', page).group(1),
-            "action": "save", "score-correctness": "3", "accept": "no", "active_s": "5"}
+    form = {
+        "csrf": re.search(r'name="csrf" value="([^"]+)"', page).group(1),
+        "page": re.search(r'name="page" value="([^"]+)"', page).group(1),
+        "action": "save",
+        "score-correctness": "3",
+        "accept": "no",
+        "active_s": "5",
+    }
 
     def save() -> None:
         resp = client.post(f"/grade/{aid}", data=form)
@@ -131,13 +149,20 @@ def measure(app, folder: Path, made, repeat: int) -> int:
 
     t_save = median_s(save, repeat)
     rows = [("package rendered alone (reference)", t_ref, "")]
-    for what, t in (("queue page, GET /queue (50 packages)", t_queue), ("grade page, GET /grade/<id>", t_grade),
-                    ("save a draft, POST /grade/<id>", t_save)):
+    for what, t in (
+        ("queue page, GET /queue (50 packages)", t_queue),
+        ("grade page, GET /grade/<id>", t_grade),
+        ("save a draft, POST /grade/<id>", t_save),
+    ):
         rows.append((what, t, f"< {TARGET_MS:.0f} ms: " + ("met" if t * 1000 < TARGET_MS else "NOT met")))
-    table = pd.DataFrame([(w, t * 1000, t / t_ref, target) for w, t, target in rows],
-                         columns=["what", "median ms", "ratio to reference", "target"])
-    print(f"study {reader.name}: wave {WAVE}, {len(made.graders)} graders x {len(made.packages)} packages "
-          f"({n_assignments} assignments); {repeat} repeats; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+    table = pd.DataFrame(
+        [(w, t * 1000, t / t_ref, target) for w, t, target in rows],
+        columns=["what", "median ms", "ratio to reference", "target"],
+    )
+    print(
+        f"study {reader.name}: wave {WAVE}, {len(made.graders)} graders x {len(made.packages)} packages "
+        f"({n_assignments} assignments); {repeat} repeats; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}"
+    )
     print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     slow = [w for w, t, _ in rows[1:] if t * 1000 >= TARGET_MS]
     if slow:

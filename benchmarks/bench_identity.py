@@ -63,13 +63,22 @@ def main(argv: list[str] | None = None) -> int:
     warm = _median(lambda: identity.protocol_identity(None, backend=args.backend), args.repeats)
     compare = _median(lambda: identity.first_difference(ident, other), args.repeats)
     size = sum(f.stat().st_size for f in files)
-    print(f"{len(files)} files ({size / 1e6:.2f} MB), {len(ident.extras)} extras, backend {args.backend}; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"{len(files)} files ({size / 1e6:.2f} MB), {len(ident.extras)} extras, backend {args.backend}; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     print(f"{'run':<28} {'ms':>9} {'ratio':>9}")
-    for name, t in (("read (reference)", ref), ("cold identity", cold), ("manifest alone (uncached)", manifest),
-                    ("warm identity", warm), ("compare", compare)):
+    for name, t in (
+        ("read (reference)", ref),
+        ("cold identity", cold),
+        ("manifest alone (uncached)", manifest),
+        ("warm identity", warm),
+        ("compare", compare),
+    ):
         print(f"{name:<28} {t * 1000:>9.2f} {t / ref:>9.2f}")
-    print(f"per dispatch (warm identity + compare): {(warm + compare) * 1000:.2f} ms; first check of a process: {(cold + compare) * 1000:.1f} ms")
+    print(
+        f"per dispatch (warm identity + compare): {(warm + compare) * 1000:.2f} ms; first check of a process: {(cold + compare) * 1000:.1f} ms"
+    )
     return 0
 
 

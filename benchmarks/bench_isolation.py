@@ -31,7 +31,13 @@ def per_attempt_s(processes: bool, n: int, workdir: Path) -> float:
     t0 = time.perf_counter()
     try:
         for k, cell in enumerate(cells):
-            ex.submit(k, cell, "local-1", workdir / ("iso" if processes else "inline") / cell.run_id / "attempt-1", "simulated")
+            ex.submit(
+                k,
+                cell,
+                "local-1",
+                workdir / ("iso" if processes else "inline") / cell.run_id / "attempt-1",
+                "simulated",
+            )
             got: list = []
             while not got:
                 got = ex.wait(1.0)
@@ -46,11 +52,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         inline = per_attempt_s(False, n, Path(tmp))
         isolated = per_attempt_s(True, n, Path(tmp))
-    df = pd.DataFrame({
-        "executor": ["inline (reference)", "isolated process tree"],
-        "s_per_attempt": [inline, isolated],
-        "ratio_vs_inline": [1.0, isolated / inline],
-    })
+    df = pd.DataFrame(
+        {
+            "executor": ["inline (reference)", "isolated process tree"],
+            "s_per_attempt": [inline, isolated],
+            "ratio_vs_inline": [1.0, isolated / inline],
+        }
+    )
     print(f"{n} no-op attempts each, one at a time; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(df.to_string(index=False))
     print(f"isolation costs {isolated - inline:.3f} s per attempt")

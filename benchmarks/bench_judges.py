@@ -40,8 +40,8 @@ from pathlib import Path
 
 from pilot.judges import prompt_for_run
 from pilot.judges.render import format_of, render_deliverable
-from pilot.simulated.judge import load_config
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
+from pilot.simulated.judge import load_config
 
 
 def reference_read(path: Path) -> int:
@@ -110,8 +110,12 @@ print(time.perf_counter() - t)
 def cold(repeats: int) -> None:
     from pilot.oracles import guard
 
-    print("Cold rendering per run: the whole prompt, guard verdicts forgotten, against the unguarded reference (median ms)")
-    print(f"{'scenario':<10} {'in-process':>11} {'unguarded':>10} {'ratio':>6}   {'fresh proc':>11} {'unguarded':>10} {'ratio':>6}")
+    print(
+        "Cold rendering per run: the whole prompt, guard verdicts forgotten, against the unguarded reference (median ms)"
+    )
+    print(
+        f"{'scenario':<10} {'in-process':>11} {'unguarded':>10} {'ratio':>6}   {'fresh proc':>11} {'unguarded':>10} {'ratio':>6}"
+    )
     totals = [0.0, 0.0, 0.0, 0.0]
     with tempfile.TemporaryDirectory(prefix="bench-judges-cold-") as tmp:
         for sid in list_scenarios():
@@ -128,20 +132,28 @@ def cold(repeats: int) -> None:
                     prompt_for_run(sc, out)
                     ref_t.append(time.perf_counter() - t)
                 for mode, acc in (("guarded", fresh_g), ("unguarded", fresh_r)):
-                    done = subprocess.run([sys.executable, "-c", _FRESH, sid, str(out), mode], capture_output=True, text=True, check=True)
+                    done = subprocess.run(
+                        [sys.executable, "-c", _FRESH, sid, str(out), mode], capture_output=True, text=True, check=True
+                    )
                     acc.append(float(done.stdout.split()[-1]))
             row = [statistics.median(x) for x in (guarded_t, ref_t, fresh_g, fresh_r)]
             totals = [a + b for a, b in zip(totals, row)]
-            print(f"{sid:<10} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>10.1f} {row[0] / row[1]:>6.2f}   {row[2] * 1e3:>11.1f} {row[3] * 1e3:>10.1f} {row[2] / row[3]:>6.2f}")
+            print(
+                f"{sid:<10} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>10.1f} {row[0] / row[1]:>6.2f}   {row[2] * 1e3:>11.1f} {row[3] * 1e3:>10.1f} {row[2] / row[3]:>6.2f}"
+            )
     n = len(list_scenarios())
-    print(f"mean per run: in-process {totals[0] / n * 1e3:.1f} ms vs unguarded {totals[1] / n * 1e3:.1f} ms, ratio {totals[0] / totals[1]:.2f}; "
-          f"fresh process {totals[2] / n * 1e3:.1f} ms vs unguarded {totals[3] / n * 1e3:.1f} ms, ratio {totals[2] / totals[3]:.2f}")
+    print(
+        f"mean per run: in-process {totals[0] / n * 1e3:.1f} ms vs unguarded {totals[1] / n * 1e3:.1f} ms, ratio {totals[0] / totals[1]:.2f}; "
+        f"fresh process {totals[2] / n * 1e3:.1f} ms vs unguarded {totals[3] / n * 1e3:.1f} ms, ratio {totals[2] / totals[3]:.2f}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per file (median reported)")
-    parser.add_argument("--cold", action="store_true", help="only the cold per-run rendering against the unguarded reference")
+    parser.add_argument(
+        "--cold", action="store_true", help="only the cold per-run rendering against the unguarded reference"
+    )
     args = parser.parse_args()
     if args.cold:
         cold(args.repeats)
@@ -151,7 +163,11 @@ def main() -> None:
     prices = cost["price_per_mtok"]
 
     print("Judge prompt size per scenario (gold package)")
-    print(f"{'scenario':<10} {'chars':>8} {'~tokens':>8} " + " ".join(f"{m[:18]:>20}" for m in prices) + "  (input $ per judge)")
+    print(
+        f"{'scenario':<10} {'chars':>8} {'~tokens':>8} "
+        + " ".join(f"{m[:18]:>20}" for m in prices)
+        + "  (input $ per judge)"
+    )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-judges-") as tmp:
         for sid in list_scenarios():
@@ -177,7 +193,9 @@ def main() -> None:
     if rows:
         total_r = sum(r[4] for r in rows)
         total_f = sum(r[5] for r in rows)
-        print(f"all {len(rows)} deliverables: render {total_r * 1e3:.1f} ms, reference {total_f * 1e3:.1f} ms, ratio {total_r / total_f:.2f}")
+        print(
+            f"all {len(rows)} deliverables: render {total_r * 1e3:.1f} ms, reference {total_f * 1e3:.1f} ms, ratio {total_r / total_f:.2f}"
+        )
 
 
 if __name__ == "__main__":

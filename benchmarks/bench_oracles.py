@@ -19,10 +19,9 @@ from pathlib import Path
 
 import openpyxl
 
-from pilot.oracles import Recalculator, evaluate, evaluate_many
-from pilot.oracles import guard
-from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
 from pilot.defects import copy_workspace
+from pilot.oracles import Recalculator, evaluate, evaluate_many, guard
+from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
 from pilot.scenarios.officeio import normalize_zip
 
 
@@ -81,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         ("evaluation per run, each run recalculating alone", f"{per_run_unbatched:.2f} s"),
         (f"evaluation per run, batched ({processes} soffice process for all runs)", f"{per_run_batched:.2f} s"),
         ("speed-up per run, batched over alone", f"{per_run_unbatched / per_run_batched:.1f}x"),
-        ("per-file recalculation cost / batched evaluation cost per run", f"{statistics.mean(per_file) / per_run_batched:.1f}x"),
+        (
+            "per-file recalculation cost / batched evaluation cost per run",
+            f"{statistics.mean(per_file) / per_run_batched:.1f}x",
+        ),
     ]
     print(f"workspaces evaluated: {len(items)} ({args.copies} per scenario), workbooks: {len(books)}")
     width = max(len(k) for k, _ in rows)

@@ -42,7 +42,9 @@ def loop_reference(design: pw.PowerDesign, cells, sims: int, seed: int) -> dict[
             p_w = stats.wilcoxon(d).pvalue if nonzero else 1.0
             p_s = stats.binomtest(int((d > 0).sum()), nonzero).pvalue if nonzero else 1.0
             resamples = np.inf if 2**J <= 20_000 else 20_000
-            p_f = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=resamples, rng=rng).pvalue
+            p_f = stats.permutation_test(
+                (d,), np.mean, permutation_type="samples", n_resamples=resamples, rng=rng
+            ).pvalue
             for test, p in (("paired-t", p_t), ("wilcoxon", p_w), ("sign", p_s), ("sign-flip", p_f)):
                 rejections[test] += int(np.nan_to_num(p, nan=1.0) <= design.alpha)
     return {t: r / (sims * len(cells)) for t, r in rejections.items()}

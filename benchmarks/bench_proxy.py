@@ -36,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fake_messages_api import FakeMessagesAPI  # noqa: E402
+
 from pilot import protocol  # noqa: E402
 from pilot.agents.model_proxy import MeteringProxy, UnixHTTPConnection, read_exchanges  # noqa: E402
 from pilot.protocol.prices import PriceTable
@@ -58,31 +59,68 @@ def _one(connect, body: bytes, headers: dict[str, str]) -> float:
 
 def _conversation(model: str, stream: bool) -> dict:
     """A request shaped like the pinned CLI's mid-session: cached system blocks, tool schemas, tool calls and results."""
-    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d" * 80} for i in range(12)},
-              "required": ["p0"]}
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "description": "d" * 80} for i in range(12)},
+        "required": ["p0"],
+    }
     tools = [{"name": f"Tool{i}", "description": "t" * 600, "input_schema": schema} for i in range(12)]
-    messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "Read BRIEF.md and carry it out. " * 20}]}]
+    messages: list[dict] = [
+        {"role": "user", "content": [{"type": "text", "text": "Read BRIEF.md and carry it out. " * 20}]}
+    ]
     for turn in range(20):
-        messages.append({"role": "assistant", "content": [
-            {"type": "text", "text": "Next I look at the file. " * 4},
-            {"type": "tool_use", "id": f"toolu_{turn:03d}", "name": "Tool1", "input": {"p0": f"/w/file{turn}.md", "p1": "x" * 200}}]})
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": f"toolu_{turn:03d}", "content": "line of the file\n" * 150}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Next I look at the file. " * 4},
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{turn:03d}",
+                        "name": "Tool1",
+                        "input": {"p0": f"/w/file{turn}.md", "p1": "x" * 200},
+                    },
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"toolu_{turn:03d}", "content": "line of the file\n" * 150}
+                ],
+            }
+        )
     messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-    system = [{"type": "text", "text": "You are a careful office worker. " * 40},
-              {"type": "text", "text": "s" * 6000, "cache_control": {"type": "ephemeral"}}]
-    return {"model": model, "max_tokens": 32000, "stream": stream, "system": system, "tools": tools, "messages": messages,
-            "thinking": {"type": "adaptive"}, "metadata": {"user_id": "bench"}}
+    system = [
+        {"type": "text", "text": "You are a careful office worker. " * 40},
+        {"type": "text", "text": "s" * 6000, "cache_control": {"type": "ephemeral"}},
+    ]
+    return {
+        "model": model,
+        "max_tokens": 32000,
+        "stream": stream,
+        "system": system,
+        "tools": tools,
+        "messages": messages,
+        "thinking": {"type": "adaptive"},
+        "metadata": {"user_id": "bench"},
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=300, help="rounds per case (each round: direct, proxy tcp, proxy unix)")
+    ap.add_argument(
+        "--requests", type=int, default=300, help="rounds per case (each round: direct, proxy tcp, proxy unix)"
+    )
     args = ap.parse_args()
     model = protocol.study()["worker"]["model"]
     prices = PriceTable.load()
-    with FakeMessagesAPI(model, []) as api, tempfile.TemporaryDirectory() as tmp, \
-            MeteringProxy(api.url, "sk-bench-real-key", prices, Path(tmp)) as proxy:
+    with (
+        FakeMessagesAPI(model, []) as api,
+        tempfile.TemporaryDirectory() as tmp,
+        MeteringProxy(api.url, "sk-bench-real-key", prices, Path(tmp)) as proxy,
+    ):
         meter = proxy.open_run("bench", Decimal("1000000"), model)
         host, port = api.url.removeprefix("http://").split(":")
         phost, pport = meter.base_url.removeprefix("http://").split(":")
@@ -99,8 +137,16 @@ def main() -> None:
         worst = {"2 kB prompt": 0.0, "conversation": 0.0}
         for label in worst:
             for stream in (False, True):
-                request = ({"model": model, "max_tokens": 1024, "stream": stream, "messages": [{"role": "user", "content": "x" * 2000}]}
-                           if label == "2 kB prompt" else _conversation(model, stream))
+                request = (
+                    {
+                        "model": model,
+                        "max_tokens": 1024,
+                        "stream": stream,
+                        "messages": [{"role": "user", "content": "x" * 2000}],
+                    }
+                    if label == "2 kB prompt"
+                    else _conversation(model, stream)
+                )
                 body = json.dumps(request).encode()
                 times: dict[str, list[float]] = {name: [] for name in paths}
                 for n in range(args.requests + 10):
@@ -119,8 +165,10 @@ def main() -> None:
                     print(f"{shown:<22} {kind:<7} {name:<11} {ms:8.3f} {ms / ref:6.2f} {over:12.3f}")
         proxy.close_run("bench")
         rows = read_exchanges(meter.exchanges_path)
-        print(f"metered {len(meter.requests)} requests, {meter.metered_usd} USD; {len(rows)} exchange rows; "
-              f"refusals {sum(meter.refusal_counts.values())}")
+        print(
+            f"metered {len(meter.requests)} requests, {meter.metered_usd} USD; {len(rows)} exchange rows; "
+            f"refusals {sum(meter.refusal_counts.values())}"
+        )
     for label, over in worst.items():
         verdict = "met" if over < TARGET_MS else "NOT met"
         print(f"{label}: largest overhead {over:.3f} ms per request; target < {TARGET_MS} ms: {verdict}")

@@ -85,20 +85,35 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
     study = protocol.study()
     lease = worker_user.acquire(study)
     limits = bounds.Limits.from_study(study)
-    print(f"confined as {lease.identity.name} (uid {lease.identity.uid}{', dedicated slot' if lease.identity.switch else ''})")
-    print(f"sandbox start-up per attempt: CLI {cli.name} --version, bare vs inside the run's sandbox (median of {repeats})")
+    print(
+        f"confined as {lease.identity.name} (uid {lease.identity.uid}{', dedicated slot' if lease.identity.switch else ''})"
+    )
+    print(
+        f"sandbox start-up per attempt: CLI {cli.name} --version, bare vs inside the run's sandbox (median of {repeats})"
+    )
     print(f"{'arm':4} {'bare s':>8} {'sandboxed s':>12} {'overhead s':>11} {'ratio':>6}  target < 0.5 s")
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
         root = Path(tmp)
-        services = [network.RefusingProxy(root / "model.sock", root / "m.log"), network.RefusingProxy(root / "refusal.sock", root / "r.log")]
+        services = [
+            network.RefusingProxy(root / "model.sock", root / "m.log"),
+            network.RefusingProxy(root / "refusal.sock", root / "r.log"),
+        ]
         try:
             for arm_id in arms:
                 arm = protocol.arms()[arm_id]
                 run = root / arm_id
                 (run / "workspace").mkdir(parents=True)
-                spec = launch.build_launch(arm, study, claude_bin=cli, workspace=run / "workspace", run_dir=run, budget_usd=1.0,
-                                           model_endpoint=launch.ModelEndpoint("bench-token", root / "model.sock", "http://127.0.0.1:9"),
-                                           refusal_socket=root / "refusal.sock", worker_env=Path(sys.prefix))
+                spec = launch.build_launch(
+                    arm,
+                    study,
+                    claude_bin=cli,
+                    workspace=run / "workspace",
+                    run_dir=run,
+                    budget_usd=1.0,
+                    model_endpoint=launch.ModelEndpoint("bench-token", root / "model.sock", "http://127.0.0.1:9"),
+                    refusal_socket=root / "refusal.sock",
+                    worker_env=Path(sys.prefix),
+                )
                 launch.materialize(spec, run)
                 argv = [str(cli), "--version"]
                 # The whole per-attempt confinement: the attempt's group, the staged binds, the limits, the worker's uid.
@@ -119,8 +134,10 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
                 finally:
                     if cgroup is not None:
                         cgroup.remove()
-                print(f"{arm_id:4} {bare:8.3f} {boxed:12.3f} {boxed - bare:11.3f} {boxed / bare:6.2f}  "
-                      f"{'ok' if boxed - bare < 0.5 else 'OVER'}")
+                print(
+                    f"{arm_id:4} {bare:8.3f} {boxed:12.3f} {boxed - bare:11.3f} {boxed / bare:6.2f}  "
+                    f"{'ok' if boxed - bare < 0.5 else 'OVER'}"
+                )
         finally:
             for svc in services:
                 svc.close()

@@ -29,9 +29,9 @@ import pandas as pd
 from pilot import protocol
 from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.executors.base import reset_workspace
-from pilot.simulated.fake_runs import noop_run
-from pilot.schedule import Scheduler, build_cells
 from pilot.nodes import load_nodes
+from pilot.schedule import Scheduler, build_cells
+from pilot.simulated.fake_runs import noop_run
 from pilot.store import Store
 
 ARMS = ["A0", "A1", "A2", "A3", "A4"]
@@ -72,14 +72,25 @@ def one(n: int, workdir: Path) -> dict[str, float]:
 
     c0 = time.process_time()
     t0 = time.perf_counter()
-    cells = build_cells(f"bench{n}", "pilot", scenarios, 20260415, study=study, arms=ARMS, repeats=range(1, REPEATS + 1))
+    cells = build_cells(
+        f"bench{n}", "pilot", scenarios, 20260415, study=study, arms=ARMS, repeats=range(1, REPEATS + 1)
+    )
     t1 = time.perf_counter()
-    store = Store.create(folder, name=f"bench{n}", seed=20260415, protocol_version="bench", worker_model="none",
-                         envelope_usd=1e9, scenarios=scenarios)
+    store = Store.create(
+        folder,
+        name=f"bench{n}",
+        seed=20260415,
+        protocol_version="bench",
+        worker_model="none",
+        envelope_usd=1e9,
+        scenarios=scenarios,
+    )
     store.add_cells(cells)
     t2 = time.perf_counter()
     ex = InlineNoWorkspace()
-    res = Scheduler(store, ex, load_nodes(), backend="simulated", requires=requires, progress=False, poll_s=0).run("pilot")
+    res = Scheduler(store, ex, load_nodes(), backend="simulated", requires=requires, progress=False, poll_s=0).run(
+        "pilot"
+    )
     t3 = time.perf_counter()
     cpu = time.process_time() - c0
     assert res.counts["done"] == n and store.audit() == [], (res.counts, store.audit())
@@ -107,8 +118,19 @@ def main() -> None:
     df["nlogn_allows"] = [math.log(n) / math.log(REFERENCE_N) for n in df["n"]]
     # CPU time measures the algorithm; wall time adds the shared disk's write-back waits.
     df["within_nlogn"] = df["cpu_ratio_vs_n1000"] <= df["nlogn_allows"]
-    cols = ["n", "total_s", "order_us_per_cell", "insert_us_per_cell", "dispatch_us_per_cell", "total_us_per_cell",
-            "cpu_us_per_cell", "wall_ratio_vs_n1000", "cpu_ratio_vs_n1000", "nlogn_allows", "within_nlogn"]
+    cols = [
+        "n",
+        "total_s",
+        "order_us_per_cell",
+        "insert_us_per_cell",
+        "dispatch_us_per_cell",
+        "total_us_per_cell",
+        "cpu_us_per_cell",
+        "wall_ratio_vs_n1000",
+        "cpu_ratio_vs_n1000",
+        "nlogn_allows",
+        "within_nlogn",
+    ]
     print("reference run: n = 1,000 (same process); per-cell time ratio against it")
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"workspace reset (not in the table; constant per run): {reset_us:.0f} us per attempt")

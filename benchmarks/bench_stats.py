@@ -29,8 +29,8 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pilot import protocol  # noqa: E402
-from pilot.stats import estimators, resampling  # noqa: E402
 from pilot.simulated import synthetic
+from pilot.stats import estimators, resampling  # noqa: E402
 from pilot.stats.estimators import Layout  # noqa: E402
 
 
@@ -61,7 +61,10 @@ def workload(seed: int = 20260415) -> tuple[np.ndarray, np.ndarray]:
         if q == study.q:
             boot_cols.append(means)
     S = estimators.acceptance_values(df, study.q)
-    for grid, resource in ((study.grid("budget_usd"), df["cost_usd"].to_numpy()), (study.grid("human_minutes"), df["H_minutes"].to_numpy())):
+    for grid, resource in (
+        (study.grid("budget_usd"), df["cost_usd"].to_numpy()),
+        (study.grid("human_minutes"), df["H_minutes"].to_numpy()),
+    ):
         for b in grid:
             boot_cols.append(layout.means(np.where(np.isnan(S), np.nan, (S == 1) & (resource <= b + 1e-9))))
     X = np.concatenate(boot_cols, axis=1)
@@ -84,7 +87,12 @@ def reference(X: np.ndarray, D: np.ndarray, B: int, n_perm: int, seed: int):
         lo.append(r.confidence_interval.low)
         hi.append(r.confidence_interval.high)
         dists.append(r.bootstrap_distribution)
-    p = [stats.permutation_test((D[:, c],), _mean, permutation_type="samples", n_resamples=n_perm, vectorized=True).pvalue for c in range(D.shape[1])]
+    p = [
+        stats.permutation_test(
+            (D[:, c],), _mean, permutation_type="samples", n_resamples=n_perm, vectorized=True
+        ).pvalue
+        for c in range(D.shape[1])
+    ]
     return np.array(lo), np.array(hi), np.array(p), dists
 
 
@@ -104,23 +112,31 @@ def main() -> None:
     study = protocol.study()
     B, n_perm = int(study["inference"]["bootstrap_resamples"]), int(study["inference"]["permutations"])
     X, D = workload()
-    print(f"workload: {X.shape[1]} bootstrapped statistics and {D.shape[1]} sign-flip tests over J={X.shape[0]} scenarios; B={B}, permutations={n_perm} (exact: 2^{X.shape[0]})")
+    print(
+        f"workload: {X.shape[1]} bootstrapped statistics and {D.shape[1]} sign-flip tests over J={X.shape[0]} scenarios; B={B}, permutations={n_perm} (exact: 2^{X.shape[0]})"
+    )
 
     t_ours, out = best_of(lambda: ours(X, D, B, n_perm, 1))
     t_ref, ref = best_of(lambda: reference(X, D, B, n_perm, 1), repeat=1)
     p_equal, ci_ok, max_diff = agree(out, ref, B)
-    print(f"all statistics    pilot.stats {t_ours * 1e3:8.1f} ms   scipy.stats {t_ref * 1e3:8.1f} ms   ratio {t_ref / t_ours:6.1f}x   "
-          f"p-values equal: {p_equal}   intervals within MC tolerance: {ci_ok} (max |diff| {max_diff:.3f})")
+    print(
+        f"all statistics    pilot.stats {t_ours * 1e3:8.1f} ms   scipy.stats {t_ref * 1e3:8.1f} ms   ratio {t_ref / t_ours:6.1f}x   "
+        f"p-values equal: {p_equal}   intervals within MC tolerance: {ci_ok} (max |diff| {max_diff:.3f})"
+    )
 
     x1, d1 = X[:, [0]], D[:, [0]]
     t1, o1 = best_of(lambda: ours(x1, d1, B, n_perm, 2), repeat=20)
     r1t, r1 = best_of(lambda: reference(x1, d1, B, n_perm, 2), repeat=5)
     p_equal1, ok1, diff1 = agree(o1, r1, B)
-    print(f"one contrast      pilot.stats {t1 * 1e3:8.2f} ms   scipy.stats {r1t * 1e3:8.2f} ms   ratio {r1t / t1:6.1f}x   "
-          f"p-values equal: {p_equal1}   intervals within MC tolerance: {ok1} (max |diff| {diff1:.3f})")
+    print(
+        f"one contrast      pilot.stats {t1 * 1e3:8.2f} ms   scipy.stats {r1t * 1e3:8.2f} ms   ratio {r1t / t1:6.1f}x   "
+        f"p-values equal: {p_equal1}   intervals within MC tolerance: {ok1} (max |diff| {diff1:.3f})"
+    )
     stage_computations()  # warm the imports (statsmodels, lifelines, krippendorff)
-    print(f"primary + sensitivity computations, 10 x 5 x 3 study (table generation, validation, every estimate, test and H1-H7, separation checks, exploratory Firth fit): "
-          f"{stage_computations():.2f} s (budget 10 s)")
+    print(
+        f"primary + sensitivity computations, 10 x 5 x 3 study (table generation, validation, every estimate, test and H1-H7, separation checks, exploratory Firth fit): "
+        f"{stage_computations():.2f} s (budget 10 s)"
+    )
 
 
 def stage_computations(seed: int = 20260415) -> float:

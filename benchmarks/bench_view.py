@@ -24,12 +24,12 @@ import os
 import resource
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
-
 from _simulated_study import build_study
+
 from pilot import outcomes, paths
 from pilot.view import site
 from pilot.view.app import create_app
@@ -57,7 +57,9 @@ def best(fn, repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study-dir", type=Path, help="an existing study folder (default: build one under build/bench-view/)")
+    ap.add_argument(
+        "--study-dir", type=Path, help="an existing study folder (default: build one under build/bench-view/)"
+    )
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     folder = args.study_dir or build_study(paths.BUILD_DIR / "bench-view", STUDY, waves=WAVES)
@@ -82,6 +84,7 @@ def main() -> None:
     def other_get(url: str) -> Callable[[], None]:
         def get() -> None:
             assert client.get(url).status_code == 200
+
         return get
 
     reference()  # imports and scenario loading, out of every timing
@@ -105,18 +108,26 @@ def main() -> None:
             ("index page, GET /", t_get, t_get / t_ref, "< 1 s: " + ("met" if t_get < 1 else "NOT met")),
             ("scenario list, GET /scenarios", t_scen, t_scen / t_ref, ""),
             ("scenario × arm, GET /overview", t_over, t_over / t_ref, ""),
-            (f"static export ({res.pages} pages, {res.files} files), wall", t_export, t_export / t_ref,
-             "< 60 s: " + ("met" if t_export < 60 else "NOT met")),
+            (
+                f"static export ({res.pages} pages, {res.files} files), wall",
+                t_export,
+                t_export / t_ref,
+                "< 60 s: " + ("met" if t_export < 60 else "NOT met"),
+            ),
             ("static export, CPU (all processes)", c_export, c_export / t_ref, ""),
         ],
         columns=["what", "seconds", "ratio to reference", "target"],
     )
-    print(f"study {reader.name}: {n} runs ({folder}); {os.cpu_count()} CPUs; "
-          f"load average {load_before:.1f} before the export, {load_after:.1f} after")
+    print(
+        f"study {reader.name}: {n} runs ({folder}); {os.cpu_count()} CPUs; "
+        f"load average {load_before:.1f} before the export, {load_after:.1f} after"
+    )
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     if load_before > (os.cpu_count() or 1):
-        print("note: the machine was busier than its CPUs during this run; the wall times include waiting for a CPU "
-              "(the CPU row is what the export itself costs)")
+        print(
+            "note: the machine was busier than its CPUs during this run; the wall times include waiting for a CPU "
+            "(the CPU row is what the export itself costs)"
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,9 @@ import shutil
 import pandas as pd
 
 from pilot import backends, paths, protocol
+from pilot.latex import write_macros
 from pilot.report import sentences
 from pilot.report.inline import say
-from pilot.latex import write_macros
 from pilot.store import STORE_FILE, Store
 from pilot.study import create_study, export_run_table, run_study_wave, status_table
 
@@ -68,14 +68,20 @@ if fresh and (folder / STORE_FILE).exists():
         raise RuntimeError(f"refusing to delete study {study}: it holds attempts on {sorted(used)}")
     shutil.rmtree(folder)
 if not (folder / STORE_FILE).exists():
-    create_study(study, seed=seed, nodes_file=paths.from_root(nodes) if nodes else None, scenario_set=scenario_set or None).close()
+    create_study(
+        study, seed=seed, nodes_file=paths.from_root(nodes) if nodes else None, scenario_set=scenario_set or None
+    ).close()
 with Store.open(folder) as store:
     info = store.study()
 set_name = protocol.study().set_of(info.scenarios)  # None: a list named at creation, not a set of study.yml
 if scenario_set and set_name != scenario_set:
-    raise RuntimeError(f"study {study} holds {len(info.scenarios)} scenarios, not scenario set {scenario_set!r}: "
-                       "name another study or start it afresh")
-print(f"seed {info.seed}; scenario set {set_name or '(a list)'}; {len(info.scenarios)} scenarios: {', '.join(info.scenarios)}")
+    raise RuntimeError(
+        f"study {study} holds {len(info.scenarios)} scenarios, not scenario set {scenario_set!r}: "
+        "name another study or start it afresh"
+    )
+print(
+    f"seed {info.seed}; scenario set {set_name or '(a list)'}; {len(info.scenarios)} scenarios: {', '.join(info.scenarios)}"
+)
 
 # %% [markdown]
 # ## The pilot wave
@@ -86,8 +92,15 @@ print(f"seed {info.seed}; scenario set {set_name or '(a list)'}; {len(info.scena
 # same run id, and every attempt is kept.
 
 # %%
-result = run_study_wave(study, wave="pilot", backend=backend, executor=executor,
-                        scheduler_address=scheduler_address or None, workers=workers or None, progress=True)
+result = run_study_wave(
+    study,
+    wave="pilot",
+    backend=backend,
+    executor=executor,
+    scheduler_address=scheduler_address or None,
+    workers=workers or None,
+    progress=True,
+)
 result.summary
 
 # %%
@@ -131,10 +144,12 @@ write_macros(
     comment=f"Stage 01 on study {study} ({label or 'real'}).",
 )
 by_arm = pilot_rows.groupby("arm")[["D", "E", "Q", "S", "cost_usd", "wall_s"]].mean(numeric_only=True)
-say(prefix
+say(
+    prefix
     + f"{len(pilot_rows)} pilot runs exported; raw run means (not yet the scenario-weighted estimates of stage 04) put "
     f"acceptance between {sentences.num(by_arm['S'].min())} and {sentences.num(by_arm['S'].max())} across arms, and the mean "
-    f"total cost of a run (agent and judges) at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}.")
+    f"total cost of a run (agent and judges) at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}."
+)
 by_arm.round({"D": 2, "E": 2, "Q": 1, "S": 2, "cost_usd": 2, "wall_s": 0})
 
 # %% [markdown]

@@ -47,7 +47,9 @@ tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_d
 store = Store.open(paths.study_dir(study))
 backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
 data_label = label_of(backends) if backends else SIMULATED_LABEL  # SIMULATED, REHEARSAL, or "" for a real study
-print(f"study {study}: backend {', '.join(backends) or 'none'}{f' ({data_label})' if data_label else ''}, seed of record {seed}")
+print(
+    f"study {study}: backend {', '.join(backends) or 'none'}{f' ({data_label})' if data_label else ''}, seed of record {seed}"
+)
 print(pd.DataFrame(store.status_by_arm()).to_string(index=False))
 
 # %% [markdown]
@@ -70,9 +72,14 @@ decision.summary
 # ## The decision and the amendment it implies
 
 # %%
-written = scale_rule.write_decision(decision, study, simulated=data_label, tables_dir=tables, generated_dir=generated, figures_dir=figures)
-say(sentences.data_prefix(data_label) + decision.amendment_text()
-    + " This is this study's decision, from its own ledger; amendment A-009 records the recorded study's.")
+written = scale_rule.write_decision(
+    decision, study, simulated=data_label, tables_dir=tables, generated_dir=generated, figures_dir=figures
+)
+say(
+    sentences.data_prefix(data_label)
+    + decision.amendment_text()
+    + " This is this study's decision, from its own ledger; amendment A-009 records the recorded study's."
+)
 show_figures(written.values())
 store.close()
 
@@ -90,8 +97,14 @@ if run_waves:
     from pilot.study import run_study_wave
 
     for wave in decision.waves:
-        res = run_study_wave(study, wave=wave, backend=backend, executor=executor,
-                             scheduler_address=scheduler_address or None, progress=True)
+        res = run_study_wave(
+            study,
+            wave=wave,
+            backend=backend,
+            executor=executor,
+            scheduler_address=scheduler_address or None,
+            progress=True,
+        )
         print(res.summary.to_string())
 
 with Store.open(paths.study_dir(study)) as store:
@@ -99,13 +112,19 @@ with Store.open(paths.study_dir(study)) as store:
 report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios) if info.freeze_manifest is not None else None
 if report is None:
     print("no freeze manifest: the pilot has not started")
-    write_macros({"FreezeSentence": "No freeze manifest was taken: the pilot had not started, so no wave was pooled."},
-                 generated / "freeze_macros.tex", comment=f"Stage 02: study {study} has no freeze manifest.")
+    write_macros(
+        {"FreezeSentence": "No freeze manifest was taken: the pilot had not started, so no wave was pooled."},
+        generated / "freeze_macros.tex",
+        comment=f"Stage 02: study {study} has no freeze manifest.",
+    )
 else:
     print("\n".join(report.lines()))
     report.summary.assign(study=study, ok=report.ok).to_csv(tables / f"freeze_{study}.csv", index=False)
-    write_macros({"FreezeSentence": report.sentence(freeze.manifest_digest(info.freeze_manifest))}, generated / "freeze_macros.tex",
-                 comment=f"Stage 02: the freeze check of study {study}.")
+    write_macros(
+        {"FreezeSentence": report.sentence(freeze.manifest_digest(info.freeze_manifest))},
+        generated / "freeze_macros.tex",
+        comment=f"Stage 02: the freeze check of study {study}.",
+    )
 
 # %% [markdown]
 # ## The pooled run table
@@ -137,21 +156,29 @@ if export:
 # %%
 from pilot.report import run_report
 
-exported = runs if export else (pd.read_csv(paths.study_runs_file(study)) if paths.study_runs_file(study).is_file() else None)
+exported = (
+    runs if export else (pd.read_csv(paths.study_runs_file(study)) if paths.study_runs_file(study).is_file() else None)
+)
 with Store.open(paths.study_dir(study)) as store:
     report = run_report.collect(store, exported)
 written = run_report.write(report, tables, figures, generated)
 prefix = sentences.data_prefix(report.label)
-say(f"{prefix}Of {report.count('planned')} planned runs, {report.count('finished')} finished and {report.count('failed')} failed, "
+say(
+    f"{prefix}Of {report.count('planned')} planned runs, {report.count('finished')} finished and {report.count('failed')} failed, "
     f"after {report.count('attempts')} attempts ({report.count('infrastructure reruns')} infrastructure reruns); "
-    f"{report.count('censored')} were censored at a cap, {report.count('judged')} judged and {report.count('analysed')} analysed.")
+    f"{report.count('censored')} were censored at a cap, {report.count('judged')} judged and {report.count('analysed')} analysed."
+)
 display(report.flow)  # noqa: F821 (IPython)
-say(f"{prefix}The ledger charged {sentences.usd(report.balance.spent_usd)} of the {sentences.usd(report.balance.envelope_usd)} envelope "
-    f"({sentences.usd(report.balance.reserved_usd)} still reserved, {sentences.usd(report.balance.remaining_usd)} left).")
+say(
+    f"{prefix}The ledger charged {sentences.usd(report.balance.spent_usd)} of the {sentences.usd(report.balance.envelope_usd)} envelope "
+    f"({sentences.usd(report.balance.reserved_usd)} still reserved, {sentences.usd(report.balance.remaining_usd)} left)."
+)
 display(report.ledger.round(2))  # noqa: F821 (IPython)
 fid = report.fidelity.set_index("measure")["all"]
-say(f"{prefix}Protocol fidelity: {fid['runs with a deviation']} finished runs recorded a deviation, {fid['runs with a critical violation (E)']} a critical violation "
-    f"and {fid['agent errors']} an agent error; {fid['evaluation errors']} evaluations failed.")
+say(
+    f"{prefix}Protocol fidelity: {fid['runs with a deviation']} finished runs recorded a deviation, {fid['runs with a critical violation (E)']} a critical violation "
+    f"and {fid['agent errors']} an agent error; {fid['evaluation errors']} evaluations failed."
+)
 display(report.flow_by_arm)  # noqa: F821 (IPython)
 display(report.fidelity)  # noqa: F821 (IPython)
 show_figures(written.values())

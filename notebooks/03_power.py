@@ -30,8 +30,8 @@ simulations: int = 5000  # simulated studies per cell; 0 takes study.yml power.s
 import pandas as pd
 
 from pilot import paths, protocol
-from pilot.report.inline import show_figures
 from pilot.latex import write_macros, write_table
+from pilot.report.inline import show_figures
 from pilot.stats import power
 
 pd.set_option("display.width", 140)
@@ -89,12 +89,18 @@ if n_sims >= 2000:
 
 # %%
 grid = power.simulate_power(
-    design, cells=design.grid_cells() + design.doubling_cells(), readings=[power.TABLE_READING], simulations=n_sims, seed=seed
+    design,
+    cells=design.grid_cells() + design.doubling_cells(),
+    readings=[power.TABLE_READING],
+    simulations=n_sims,
+    seed=seed,
 )
 grid.table_frame()
 
 # %%
-reproduction = pd.concat([grid.reproduction(power.TABLE_TEST), grid.reproduction(power.PREREGISTERED_TEST)], ignore_index=True)
+reproduction = pd.concat(
+    [grid.reproduction(power.TABLE_TEST), grid.reproduction(power.PREREGISTERED_TEST)], ignore_index=True
+)
 reproduction
 
 # %%
@@ -123,15 +129,21 @@ heterogeneous = power.simulate_power(
     seed=seed,
 )
 doubling = pd.concat(
-    [res.doubling(d, t).assign(reading=res.readings[0])
-     for res in (grid, heterogeneous) for d in design.delta for t in (power.TABLE_TEST, power.PREREGISTERED_TEST)],
+    [
+        res.doubling(d, t).assign(reading=res.readings[0])
+        for res in (grid, heterogeneous)
+        for d in design.delta
+        for t in (power.TABLE_TEST, power.PREREGISTERED_TEST)
+    ],
     ignore_index=True,
 )
 doubling
 
 # %%
 variances = pd.concat([grid.summary, heterogeneous.summary]).drop_duplicates(["J", "R", "delta", "reading"])
-variances[["J", "R", "delta", "reading", "premium_var_simulated", "premium_var_equation"]].sort_values(["reading", "delta", "J", "R"])
+variances[["J", "R", "delta", "reading", "premium_var_simulated", "premium_var_equation"]].sort_values(
+    ["reading", "delta", "J", "R"]
+)
 
 # %% [markdown]
 # ## Outputs
@@ -141,8 +153,21 @@ variances[["J", "R", "delta", "reading", "premium_var_simulated", "premium_var_e
 # and one macro per number the power section cites.
 
 # %%
-table_cols = ["J", "R", "delta", "test", "power", "mc_se", "reading", "rejections", "simulations", "seed",
-              "in_design_grid", "premium_var_simulated", "premium_var_equation"]
+table_cols = [
+    "J",
+    "R",
+    "delta",
+    "test",
+    "power",
+    "mc_se",
+    "reading",
+    "rejections",
+    "simulations",
+    "seed",
+    "in_design_grid",
+    "premium_var_simulated",
+    "premium_var_equation",
+]
 pilot_table = pd.concat([grid.summary, heterogeneous.summary], ignore_index=True)[table_cols]
 reported = {(r.J, r.R, round(r.delta, 6)): r.power for r in design.reported}
 pilot_table["reported"] = [
@@ -181,5 +206,7 @@ set_sizes = {name: len(ids) for name, ids in protocol.study().scenario_sets.item
 macros = power.power_macros(grid, readings, heterogeneous, scenario_sets=set_sizes)
 print(macros["PowerScenarioSetsSentence"])
 write_macros(macros, generated / "power_macros.tex", comment="From notebooks/03_power.py.")
-print(f"outputs: {tables.name}/power_pilot.csv, {tables.name}/power_readings.csv, {figures.name}/power_curves.pdf, "
-      f"{generated.name}/power_table.tex and {generated.name}/power_macros.tex")
+print(
+    f"outputs: {tables.name}/power_pilot.csv, {tables.name}/power_readings.csv, {figures.name}/power_curves.pdf, "
+    f"{generated.name}/power_table.tex and {generated.name}/power_macros.tex"
+)

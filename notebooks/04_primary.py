@@ -36,19 +36,20 @@ permutations: int = 0  # sign-flip permutations; 0 takes study.yml inference.per
 # %%
 import time
 
-from pilot.simulated import dry_run
 from pilot import paths, protocol
-from pilot.report import sentences
+from pilot.report import sentences, stage_outputs
 from pilot.report.inline import say, show_figures
+from pilot.simulated import dry_run
 from pilot.stats import stage_computations
-from pilot.report import stage_outputs
 
 study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 started = time.perf_counter()
 data = stage_outputs.open_stage(runs, seed, tables, study=study_name, allow_unisolated=allow_unisolated)
 print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
-label = sentences.data_prefix(data.label, data.synthetic)  # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
+label = sentences.data_prefix(
+    data.label, data.synthetic
+)  # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
 
 # %% [markdown]
 # ## Acceptance per arm
@@ -99,8 +100,10 @@ for h in hyps:
 # %%
 written = stage_outputs.write_primary(result, hyps, data, tables_dir, figures_dir, generated_dir)
 show_figures(written.values())
-print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
-      f"in {time.perf_counter() - started:.2f} s")
+print(
+    f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
+    f"in {time.perf_counter() - started:.2f} s"
+)
 
 # %% [markdown]
 # ## The dry run's known truth
@@ -123,8 +126,10 @@ if truth is None:
     print(f"{kind}: no planted truth" + (f"; removed {', '.join(map(str, removed))}" if removed else ""))
 else:
     dry_run.write_truth(truth, tables, generated)
-    say(f"SIMULATED ({truth.kind}): the planted acceptance lies inside the 95% interval in {truth.n_covered} "
-        f"of {len(truth.summary)} arms.")
+    say(
+        f"SIMULATED ({truth.kind}): the planted acceptance lies inside the 95% interval in {truth.n_covered} "
+        f"of {len(truth.summary)} arms."
+    )
     display(truth.summary)  # noqa: F821 (IPython)
 
 # %% [markdown]

@@ -21,7 +21,9 @@
 seed: int = 20260415  # seed of the resampling (and of the synthetic table when runs is empty)
 tables_dir: str = "analysis/tables"  # folder for the sensitivity_*.csv tables
 figures_dir: str = "manuscript/figures"  # folder for the Kaplan-Meier, frontier and q-grid figures
-generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figure environments and sensitivity_macros.tex
+generated_dir: str = (
+    "manuscript/generated"  # folder for the LaTeX tables, figure environments and sensitivity_macros.tex
+)
 study_name: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
 runs: str = ""  # run table (CSV) to analyse instead; "synthetic": a SIMULATED synthetic table drawn with seed
 allow_unisolated: bool = False  # analyse real runs made without the sandbox (development only); refused by default
@@ -34,10 +36,9 @@ import time
 import pandas as pd
 
 from pilot import paths, protocol
-from pilot.report import sentences
+from pilot.report import sentences, stage_outputs
 from pilot.report.inline import say, show_figures
 from pilot.stats import stage_computations
-from pilot.report import stage_outputs
 
 study = protocol.study()
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
@@ -47,7 +48,9 @@ stage = stage_computations.sensitivity_stage(
     data.runs, seed=seed, study=study, B=bootstrap_resamples or None, n_permutations=permutations or None
 )
 results = stage.results
-label = sentences.data_prefix(data.label, data.synthetic)  # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
+label = sentences.data_prefix(
+    data.label, data.synthetic
+)  # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
 primary_name = "-".join(study.contrasts[0])
 
 # %% [markdown]
@@ -57,7 +60,11 @@ primary_name = "-".join(study.contrasts[0])
 say(sentences.q_grid_sentence(results["q_grid"].table, primary_name, prefix=label))
 display(results["q_grid"].summary)  # noqa: F821
 mw = results["minutes_weighted"].contrasts
-say(sentences.contrast_sentence(mw[mw["contrast"] == primary_name].iloc[0], prefix=label + "Weighted by professional minutes, "))
+say(
+    sentences.contrast_sentence(
+        mw[mw["contrast"] == primary_name].iloc[0], prefix=label + "Weighted by professional minutes, "
+    )
+)
 results["minutes_weighted"].summary
 
 # %% [markdown]
@@ -67,8 +74,14 @@ results["minutes_weighted"].summary
 # standard errors clustered by scenario.
 
 # %%
-say(sentences.logistic_sentence(results["logistic"].table, f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}",
-                                note=str(results["logistic"].details.get("note") or ""), prefix=label))
+say(
+    sentences.logistic_sentence(
+        results["logistic"].table,
+        f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}",
+        note=str(results["logistic"].details.get("note") or ""),
+        prefix=label,
+    )
+)
 results["logistic"].summary
 
 # %% [markdown]
@@ -125,8 +138,11 @@ for h in hyps:
 # table for the same study) to H4 and H7 from this stage.
 primary_rows_file = tables / "primary_hypotheses.csv"
 primary_rows = pd.read_csv(primary_rows_file, keep_default_na=False) if primary_rows_file.is_file() else None
-written = stage_outputs.write_sensitivity(results, hyps, data, tables_dir, figures_dir, generated_dir, study=study,
-                                          primary_hypotheses=primary_rows)
+written = stage_outputs.write_sensitivity(
+    results, hyps, data, tables_dir, figures_dir, generated_dir, study=study, primary_hypotheses=primary_rows
+)
 show_figures(written.values())
-print(f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
-      f"in {time.perf_counter() - started:.2f} s")
+print(
+    f"{len(written)} files written under {tables.name}/, {figures.name}/ and {generated.name}/ "
+    f"in {time.perf_counter() - started:.2f} s"
+)

@@ -47,7 +47,9 @@ else:
     with grading_store.open_store(folder) as st:
         waves = {w: grading_store.wave(st.conn, w) for w in grading_store.waves(st.conn)}
     if chosen and chosen not in waves:
-        raise grading_store.GradingError(f"study {study_name} has no grading wave {chosen!r} (waves: {', '.join(waves) or 'none'})")
+        raise grading_store.GradingError(
+            f"study {study_name} has no grading wave {chosen!r} (waves: {', '.join(waves) or 'none'})"
+        )
     if not chosen:
         experts = [w for w, info in waves.items() if info.source == "experts"]
         chosen = experts[-1] if experts else ""
@@ -67,8 +69,14 @@ if not_run:
     text = grading_report.write_text(None, generated, not_run=not_run)
     say(f"The expert grading wave was not run: {not_run}.")
 else:
-    result = grading_report.load_report(folder, chosen, grades_csv=paths.from_root(grades) if grades else None, seed=seed,
-                                        B=bootstrap_resamples or None, study=study)
+    result = grading_report.load_report(
+        folder,
+        chosen,
+        grades_csv=paths.from_root(grades) if grades else None,
+        seed=seed,
+        B=bootstrap_resamples or None,
+        study=study,
+    )
     truth = read_truth(folder, chosen) if result.source == "simulated" else None
     written = grading_report.write_grading_outputs(result, tables, generated)
     text = grading_report.write_text(result, generated, truth=truth)

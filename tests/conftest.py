@@ -12,7 +12,7 @@ folder the workers of one run share (``PILOT_TEST_SHARED_DIR``).
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -28,7 +28,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if os.environ.get("PILOT_FORBID_SKIPS") == "1" and _skipped(config):
         terminalreporter.write_line(
             f"FAILED: {len(_skipped(config))} test(s) skipped under PILOT_FORBID_SKIPS=1 "
-            "(make test installs every real component; a skipped test is not a passing one)", red=True)
+            "(make test installs every real component; a skipped test is not a passing one)",
+            red=True,
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -41,13 +43,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 #: passes --no-loadscope-reorder, since xdist's own order, most tests first, sent the long files of few tests last
 #: and left one worker busy minutes after the other had run out of files). Order only: every test still runs.
 LONG_FILES = (
-    "test_oracles.py", "test_stats_degraded.py", "test_scenario_skeleton.py", "test_runner_claude_code.py", "test_scenario_check.py", "test_scenario_check_extension.py",
-    "test_model_proxy.py", "test_blinding.py", "test_study_faults.py", "test_view.py", "test_oracle_mutations.py",
-    "test_dask_share_nothing.py", "test_sandbox_adversarial.py", "test_selfcheck_parity.py", "test_dry_run.py",
-    "test_manuscript_rehearsal_pdf.py", "test_rehearsal.py", "test_rehearsal_controller.py", "test_study_create_concurrency.py",
-    "test_stats_exact_scores.py", "test_sandbox_privilege.py", "test_chaos.py", "test_selfcheck.py", "test_judges.py",
-    "test_notebook_primary.py", "test_grading_stage.py", "test_notebook_sensitivity.py", "test_reevaluate.py",
-    "test_rehearsal_dask.py", "test_schedule_study.py",
+    "test_oracles.py",
+    "test_stats_degraded.py",
+    "test_scenario_skeleton.py",
+    "test_runner_claude_code.py",
+    "test_scenario_check.py",
+    "test_scenario_check_extension.py",
+    "test_model_proxy.py",
+    "test_blinding.py",
+    "test_study_faults.py",
+    "test_view.py",
+    "test_oracle_mutations.py",
+    "test_dask_share_nothing.py",
+    "test_sandbox_adversarial.py",
+    "test_selfcheck_parity.py",
+    "test_dry_run.py",
+    "test_manuscript_rehearsal_pdf.py",
+    "test_rehearsal.py",
+    "test_rehearsal_controller.py",
+    "test_study_create_concurrency.py",
+    "test_stats_exact_scores.py",
+    "test_sandbox_privilege.py",
+    "test_chaos.py",
+    "test_selfcheck.py",
+    "test_judges.py",
+    "test_notebook_primary.py",
+    "test_grading_stage.py",
+    "test_notebook_sensitivity.py",
+    "test_reevaluate.py",
+    "test_rehearsal_dask.py",
+    "test_schedule_study.py",
 )
 
 
@@ -87,7 +112,9 @@ CHROMIUM_ARGS = [
 def browser() -> Iterator[object]:
     """One headless Chromium per test module."""
     if not paths.CHROMIUM_BIN.exists():
-        pytest.fail(f"{paths.CHROMIUM_BIN} missing: run `tools/ensure-system-packages.sh browser` (`make test` does it)")
+        pytest.fail(
+            f"{paths.CHROMIUM_BIN} missing: run `tools/ensure-system-packages.sh browser` (`make test` does it)"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -67,7 +67,17 @@ def main(argv: list[str], mode: str, log_dir: Path) -> int:
     if not model:
         problems.append("--model missing")
     if problems:
-        print(json.dumps({"type": "result", "subtype": "error_during_execution", "is_error": True, "errors": problems, "total_cost_usd": 0.0}))
+        print(
+            json.dumps(
+                {
+                    "type": "result",
+                    "subtype": "error_during_execution",
+                    "is_error": True,
+                    "errors": problems,
+                    "total_cost_usd": 0.0,
+                }
+            )
+        )
         return 1
 
     ids = []
@@ -75,27 +85,55 @@ def main(argv: list[str], mode: str, log_dir: Path) -> int:
     if m:
         ids = [s.strip() for s in m.group(1).split(",")]
     cost = 0.0123 if "opus" in model else 0.0045
-    verdict = {"criterion_scores": {i: 3 for i in ids}, "accept": True, "rationale": "Figures agree with the inputs; sections present."}
+    verdict = {
+        "criterion_scores": {i: 3 for i in ids},
+        "accept": True,
+        "rationale": "Figures agree with the inputs; sections present.",
+    }
     state = log_dir / f"seen_{model}"
     if mode == "error":
-        print(json.dumps({"type": "result", "subtype": "success", "is_error": True, "api_error_status": 529, "total_cost_usd": 0.0}))
+        print(
+            json.dumps(
+                {
+                    "type": "result",
+                    "subtype": "success",
+                    "is_error": True,
+                    "api_error_status": 529,
+                    "total_cost_usd": 0.0,
+                }
+            )
+        )
         return 1
     if mode == "garbage":
         print("this is not json")
         return 0
-    if mode == "bad" or (mode == "bad_once" and not state.exists() and "previous answer could not be used" not in prompt):
+    if mode == "bad" or (
+        mode == "bad_once" and not state.exists() and "previous answer could not be used" not in prompt
+    ):
         state.write_text("1")
         verdict["criterion_scores"] = {i: 7 for i in ids}
     text = json.dumps(verdict)
     if mode == "fenced":
         text = "Here is my assessment.\n```json\n" + text + "\n```\nThat is all."
-    print(json.dumps({
-        "type": "result", "subtype": "success", "is_error": False, "duration_ms": 12, "num_turns": 1,
-        "result": text, "session_id": "fake-session", "total_cost_usd": cost,
-    }))
+    print(
+        json.dumps(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "duration_ms": 12,
+                "num_turns": 1,
+                "result": text,
+                "session_id": "fake-session",
+                "total_cost_usd": cost,
+            }
+        )
+    )
     return 0
 
 
 if __name__ == "__main__":
     # The wrapper script exports the mode and log folder; nothing else of the test's environment arrives.
-    sys.exit(main(sys.argv[1:], os.environ.get("FAKE_JUDGE_MODE") or "ok", Path(os.environ.get("FAKE_JUDGE_LOG") or ".")))
+    sys.exit(
+        main(sys.argv[1:], os.environ.get("FAKE_JUDGE_MODE") or "ok", Path(os.environ.get("FAKE_JUDGE_LOG") or "."))
+    )

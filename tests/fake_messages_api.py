@@ -32,9 +32,16 @@ def tool_turn(name: str, tool_input: dict, tool_id: str) -> dict:
 
 
 class FakeMessagesAPI:
-    def __init__(self, model: str, turns: list[dict], usage: tuple[int, int] | dict = (2000, 300),
-                 count_tokens: int | None = 100, stream_gate: threading.Event | None = None,
-                 keep_alive: bool = False, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        turns: list[dict],
+        usage: tuple[int, int] | dict = (2000, 300),
+        count_tokens: int | None = 100,
+        stream_gate: threading.Event | None = None,
+        keep_alive: bool = False,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.model = model
         self.turns = list(turns)
         self.usage = usage
@@ -85,8 +92,13 @@ class FakeMessagesAPI:
                         msg_id = f"msg_fake_{api._n:03d}"
                     else:
                         turn, msg_id = text_turn("ok"), f"msg_side_{len(api.requests):03d}"
-                message = wire.message(turn["content"], model=body.get("model", api.model), msg_id=msg_id,
-                                       usage=api.usage_object(), stop_reason=turn["stop_reason"])
+                message = wire.message(
+                    turn["content"],
+                    model=body.get("model", api.model),
+                    msg_id=msg_id,
+                    usage=api.usage_object(),
+                    stop_reason=turn["stop_reason"],
+                )
                 if body.get("stream"):
                     return self.send_stream(message, api.stream_gate)
                 return self.send_json(message)
@@ -98,7 +110,7 @@ class FakeMessagesAPI:
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeMessagesAPI":
+    def __enter__(self) -> FakeMessagesAPI:
         self._thread.start()
         return self
 
@@ -109,8 +121,19 @@ class FakeMessagesAPI:
     def usage_object(self) -> dict:
         """The usage every answer reports: ``usage`` as (input, output) or a whole usage object."""
         if isinstance(self.usage, dict):
-            return {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, **self.usage}
-        return {"input_tokens": self.usage[0], "output_tokens": self.usage[1], "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+            return {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                **self.usage,
+            }
+        return {
+            "input_tokens": self.usage[0],
+            "output_tokens": self.usage[1],
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
 
     def tool_results(self) -> dict[str, str]:
         """tool_use_id -> the text of the result the CLI sent back."""

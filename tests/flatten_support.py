@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mutation_support import Mutation
+
 from pilot import defects
 from pilot.scenarios import load_scenario
 from pilot.scenarios.officeio import normalize_zip
-
-from mutation_support import Mutation
 
 
 def flat_line(rows: Sequence[Sequence[str]], last_cells: Mapping[str, str] | None = None) -> str:
@@ -41,6 +41,7 @@ def pdf_table_rows(path: Path) -> list[list[str]]:
 
 def flatten_pdf_table(sid: str, name: str, last_cells: Mapping[str, str] | None = None) -> Mutation:
     """Scenario ``sid``'s PDF ``name`` with its only table written as one line of text (see :func:`flat_line`)."""
+
     def mutate(ws: Path) -> None:
         path = ws / "outputs" / name
         rows = pdf_table_rows(path)
@@ -51,11 +52,12 @@ def flatten_pdf_table(sid: str, name: str, last_cells: Mapping[str, str] | None 
         def tr(lines: list[str]) -> list[str]:
             # Plain text has the table's cells one a line, in the same order: they become one line.
             stripped = [ln.strip() for ln in lines]
-            at = next(i for i in range(len(lines)) if stripped[i:i + len(cells)] == cells)
-            return lines[:at] + [flat] + lines[at + len(cells):]
+            at = next(i for i in range(len(lines)) if stripped[i : i + len(cells)] == cells)
+            return lines[:at] + [flat] + lines[at + len(cells) :]
 
         defects._rewrite_document(path, tr, load_scenario(sid).deliverable(name).required_sections)
         assert not pdf_table_rows(path), f"{name} still has a table"
+
     return mutate
 
 
@@ -92,5 +94,5 @@ def flatten_docx_table(name: str, header: Sequence[str], last_cells: Mapping[str
         doc.save(str(path))
         normalize_zip(path)
         assert header not in [t[0] for t in docx_table_rows(path) if t], f"{name} still has the table {header}"
-    return mutate
 
+    return mutate

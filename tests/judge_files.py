@@ -17,7 +17,11 @@ RUBRIC = {
             "name": "Accuracy",
             "weight": 3,
             "description": "The figures agree with the inputs and the calculations are right.",
-            "anchors": {0: "Most figures are wrong or unsupported.", 2: "Some figures are wrong.", 4: "Every figure is right and traceable."},
+            "anchors": {
+                0: "Most figures are wrong or unsupported.",
+                2: "Some figures are wrong.",
+                4: "Every figure is right and traceable.",
+            },
         },
         {
             "id": "completeness",
@@ -45,7 +49,12 @@ and write `outputs/completion_record.json`.
 
 DELIVERABLES = [
     {"name": "budget.xlsx", "kind": "xlsx", "requires_formulas": True},
-    {"name": "memo.docx", "kind": "docx", "min_words": 40, "required_sections": ["Summary", "Findings", "Recommendation"]},
+    {
+        "name": "memo.docx",
+        "kind": "docx",
+        "min_words": 40,
+        "required_sections": ["Summary", "Findings", "Recommendation"],
+    },
     {"name": "completion_record.json", "kind": "completion_record"},
 ]
 
@@ -59,7 +68,9 @@ MEMO_PARAGRAPHS = {
 class FakeScenario:
     """The attributes of a scenario that the judges read."""
 
-    def __init__(self, root: Path, sid: str = "FIN-09", deliverables: list | None = None, rubric: dict | None = None) -> None:
+    def __init__(
+        self, root: Path, sid: str = "FIN-09", deliverables: list | None = None, rubric: dict | None = None
+    ) -> None:
         self.id = sid
         self.dir = root / sid
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +83,9 @@ class FakeScenario:
         self.professional_minutes = 90.0
 
 
-def write_workbook(path: Path, *, formulas: bool = True, error: bool = False, cached: bool = False, extra_rows: int = 0) -> Path:
+def write_workbook(
+    path: Path, *, formulas: bool = True, error: bool = False, cached: bool = False, extra_rows: int = 0
+) -> Path:
     """The budget workbook; ``cached`` stores computed results beside the formulas, as a spreadsheet program does."""
     wb = Workbook()
     ws = wb.active
@@ -81,7 +94,14 @@ def write_workbook(path: Path, *, formulas: bool = True, error: bool = False, ca
     rows = [("Salaries", 800, 800), ("Travel", 100, 112), ("Capital", 400, 338)]
     for i, (name, b, a) in enumerate(rows, start=2):
         ws.append([name, b, a, f"=C{i}-B{i}" if formulas else a - b])
-    ws.append(["Total", "=SUM(B2:B4)" if formulas else 1300, "=SUM(C2:C4)" if formulas else 1250, "=SUM(D2:D4)" if formulas else -50])
+    ws.append(
+        [
+            "Total",
+            "=SUM(B2:B4)" if formulas else 1300,
+            "=SUM(C2:C4)" if formulas else 1250,
+            "=SUM(D2:D4)" if formulas else -50,
+        ]
+    )
     if error:
         ws["E2"] = "=1/0"
     for k in range(extra_rows):
@@ -111,14 +131,20 @@ def set_cached_values(path: Path, member: str, values: dict[str, str]) -> None:
                 text = data.decode("utf-8")
                 for ref, v in values.items():
                     kind = ' t="e"' if v.startswith("#") else ""
-                    text, n = re.subn(rf'<c r="{ref}"([^>]*)><f>(.*?)</f><v\s*/?>(?:</v>)?</c>', rf'<c r="{ref}"{kind}><f>\2</f><v>{v}</v></c>', text)
+                    text, n = re.subn(
+                        rf'<c r="{ref}"([^>]*)><f>(.*?)</f><v\s*/?>(?:</v>)?</c>',
+                        rf'<c r="{ref}"{kind}><f>\2</f><v>{v}</v></c>',
+                        text,
+                    )
                     assert n == 1, (ref, n)
                 data = text.encode("utf-8")
             zout.writestr(item, data)
     tmp.replace(path)
 
 
-def write_memo(path: Path, *, sections: dict[str, str] | None = None, extra: list[str] | None = None, table: bool = True) -> Path:
+def write_memo(
+    path: Path, *, sections: dict[str, str] | None = None, extra: list[str] | None = None, table: bool = True
+) -> Path:
     d = docx.Document()
     d.add_heading("Third-quarter budget review", level=1)
     for title, text in (sections if sections is not None else MEMO_PARAGRAPHS).items():
@@ -157,7 +183,13 @@ def write_csv(path: Path, rows: list[list[str]]) -> Path:
     return path
 
 
-def write_record(outputs: Path, deliverables: list[str], substitutions: list[dict] | None = None, questions: list[str] | None = None, notes: str = "") -> Path:
+def write_record(
+    outputs: Path,
+    deliverables: list[str],
+    substitutions: list[dict] | None = None,
+    questions: list[str] | None = None,
+    notes: str = "",
+) -> Path:
     rec = {
         "status": "completed",
         "deliverables": deliverables,

@@ -20,9 +20,23 @@ def assert_whole_matrix(report: CheckReport, sid: str) -> None:
     """Every row the kit owes ``sid``: bundle, inputs, gold, no-op, every mutation, substitute, trap, defect and cheat."""
     checks = set(report.summary[report.summary.scenario == sid].check)
     sc = load_scenario(sid)
-    expected = {"bundle", "finished", "inputs regenerate", "gold", "no-op", "self-check parity", "brief/oracle/rubric", "judge blinding",
-                "input:edited", "input:deleted", "input:added", "input:symlinked", "cheat:inputs as deliverables",
-                "cheat:record over nothing", "cheat:symlink out"}
+    expected = {
+        "bundle",
+        "finished",
+        "inputs regenerate",
+        "gold",
+        "no-op",
+        "self-check parity",
+        "brief/oracle/rubric",
+        "judge blinding",
+        "input:edited",
+        "input:deleted",
+        "input:added",
+        "input:symlinked",
+        "cheat:inputs as deliverables",
+        "cheat:record over nothing",
+        "cheat:symlink out",
+    }
     expected |= {f"mutation:{c.id}" for c in sc.oracle.criteria}
     # The design's ten name their traps in prose (one "traps" row); a later bundle's traps: list gets a row per trap.
     expected |= {f"trap:{t.id}" for t in sc.oracle.traps} if sc.oracle.traps else {"traps"}

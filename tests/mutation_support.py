@@ -28,6 +28,7 @@ Variant = tuple[Mutation, set[str]]
 
 def edit_workbook(book: str, *edits: Callable[[Workbook], None]) -> Mutation:
     """Apply ``edits`` to the loaded workbook ``outputs/<book>``, then save it as the gold was saved."""
+
     def mutate(ws: Path) -> None:
         path = ws / "outputs" / book
         wb = openpyxl.load_workbook(path)
@@ -35,13 +36,16 @@ def edit_workbook(book: str, *edits: Callable[[Workbook], None]) -> Mutation:
             edit(wb)
         wb.save(path)
         normalize_zip(path)  # the gold's zip layout, so the edit is the only difference
+
     return mutate
 
 
 def set_cell(sheet: str, coord: str, value: Any) -> Callable[[Workbook], None]:
     """One cell typed over, figure or formula."""
+
     def edit(wb: Workbook) -> None:
         wb[sheet][coord] = value
+
     return edit
 
 
@@ -52,8 +56,12 @@ def set_cells(book: str, *edits: tuple[str, str, Any]) -> Mutation:
 
 def rewrite_document(sid: str, name: str, transform: Callable[[list[str]], list[str]]) -> Mutation:
     """Rewrite the text lines of deliverable ``name`` by ``transform``, keeping its required sections."""
+
     def mutate(ws: Path) -> None:
-        defects._rewrite_document(ws / "outputs" / name, transform, load_scenario(sid).deliverable(name).required_sections)
+        defects._rewrite_document(
+            ws / "outputs" / name, transform, load_scenario(sid).deliverable(name).required_sections
+        )
+
     return mutate
 
 
@@ -62,6 +70,7 @@ def replace_sentences(sid: str, name: str, *pairs: tuple[str, str]) -> Mutation:
 
     Each old sentence must be there, or the variant would edit nothing and pass for the wrong reason.
     """
+
     def transform(lines: list[str]) -> list[str]:
         joined = "\n".join(lines)
         for old, new in pairs:
@@ -69,28 +78,34 @@ def replace_sentences(sid: str, name: str, *pairs: tuple[str, str]) -> Mutation:
             assert re.search(pattern, joined), f"{old!r} not in {name}"
             joined = re.sub(pattern, lambda _, new=new: new, joined)  # the new text taken literally
         return joined.split("\n")
+
     return rewrite_document(sid, name, transform)
 
 
 def replace_section_body(sid: str, name: str, heading: str, is_next: Callable[[str], bool], text: str) -> Mutation:
     """Replace what stands between the line ``heading`` and the first later line for which ``is_next`` holds."""
+
     def transform(lines: list[str]) -> list[str]:
         start = next(i for i, line in enumerate(lines) if line.strip() == heading)
         end = next(i for i, line in enumerate(lines) if is_next(line))
-        return [*lines[:start + 1], text, *lines[end:]]
+        return [*lines[: start + 1], text, *lines[end:]]
+
     return rewrite_document(sid, name, transform)
 
 
 def in_turn(*steps: Mutation) -> Mutation:
     """Several edits of one package, in the order given."""
+
     def mutate(ws: Path) -> None:
         for step in steps:
             step(ws)
+
     return mutate
 
 
-def evaluate_variants(sid: str, variants: Mapping[str, Variant], root: Path,
-                      evaluate: Callable[..., list[Any]] = evaluate_many) -> dict[str, Any]:
+def evaluate_variants(
+    sid: str, variants: Mapping[str, Variant], root: Path, evaluate: Callable[..., list[Any]] = evaluate_many
+) -> dict[str, Any]:
     """The gold package and a copy of it per variant, edited, all evaluated in one LibreOffice batch.
 
     Returns the evaluations by variant name, the gold's under "gold".
@@ -131,13 +146,20 @@ def read_set_as(sid: str, criterion: str, text: str) -> tuple[set[str], set[str]
     from pilot.oracles.decisions import read_set
 
     c = load_scenario(sid).oracle.by_id(criterion)
-    read = read_set(text, dict(c.get("options")), topic=c.get("topic"), property_verbs=c.get("property_verbs"),
-                    complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    read = read_set(
+        text,
+        dict(c.get("options")),
+        topic=c.get("topic"),
+        property_verbs=c.get("property_verbs"),
+        complement_verbs=c.get("complement_verbs"),
+        plans=c.get("plans"),
+    )
     return set(read.inside), set(read.outside)
 
 
-def refusal_of_edited_input(sid: str, workdir: Path, name: str, line: int, column: int, value: str,
-                            compute: Callable[[Path], Any]) -> str:
+def refusal_of_edited_input(
+    sid: str, workdir: Path, name: str, line: int, column: int, value: str, compute: Callable[[Path], Any]
+) -> str:
     """The message ``compute`` refuses the inputs with once field ``column`` of CSV ``name``'s ``line`` is ``value``.
 
     ``line`` counts the file's lines from 1, the header's; the scenario's inputs are copied to ``workdir`` first.

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from pilot import paths, runtable
-from pilot.stages import write_parameterized_notebook
 from pilot.simulated import synthetic
+from pilot.stages import write_parameterized_notebook
 
 
 def fresh_runtable(tmp_path: Path, seed: int = 97, n_scenarios: int = 6) -> Path:
@@ -22,10 +22,17 @@ def output_dirs(tmp_path: Path) -> dict[str, Path]:
     return {name: tmp_path / name for name in ("tables", "figures", "generated")}
 
 
-def stage_params(out: dict[str, Path], runs: Path | str, seed: int = 5, B: int = 300, perms: int = 500) -> dict[str, object]:
+def stage_params(
+    out: dict[str, Path], runs: Path | str, seed: int = 5, B: int = 300, perms: int = 500
+) -> dict[str, object]:
     return {
-        "seed": seed, "runs": str(runs), "bootstrap_resamples": B, "permutations": perms,
-        "tables_dir": str(out["tables"]), "figures_dir": str(out["figures"]), "generated_dir": str(out["generated"]),
+        "seed": seed,
+        "runs": str(runs),
+        "bootstrap_resamples": B,
+        "permutations": perms,
+        "tables_dir": str(out["tables"]),
+        "figures_dir": str(out["figures"]),
+        "generated_dir": str(out["generated"]),
     }
 
 
@@ -33,7 +40,10 @@ def run_under_nbval(stage: str, params: dict, tmp_path: Path) -> subprocess.Comp
     nb = write_parameterized_notebook(stage, params, tmp_path / f"{stage}.ipynb")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-q", str(nb)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -23,7 +23,7 @@ def make_scenario(root: Path, sid: str = "TEST-01") -> Path:
         "invoice_no,vendor,amount,due_date,account\n"
         "INV-1001,Acme Supplies,1200.50,2026-01-31,00420\n"
         "INV-1002,Globex GmbH,300,2026-02-15,00421\n"
-        "INV-1003,\"Initech, Inc.\",77.25,2026-02-28,00422\n"
+        'INV-1003,"Initech, Inc.",77.25,2026-02-28,00422\n'
     )
     (inputs / "statements" / "client_statement_q3.csv").write_text(
         "date;description;debit;credit\n2026-07-01;Opening balance;0;1500.00\n2026-08-15;Fee;25.00;0\n"

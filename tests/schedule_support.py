@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pilot import paths, protocol
 from pilot.attempt import AttemptOutcome, CellSpec
@@ -22,11 +22,25 @@ NODES = [
 ]
 
 
-def make_store(folder: Path, *, name: str = "t", seed: int = 11, scenarios: list[str] | None = None, envelope: float = 800.0,
-               wave: str = "pilot") -> Store:
+def make_store(
+    folder: Path,
+    *,
+    name: str = "t",
+    seed: int = 11,
+    scenarios: list[str] | None = None,
+    envelope: float = 800.0,
+    wave: str = "pilot",
+) -> Store:
     scen = scenarios or SCENARIOS
-    st = Store.create(folder / name, name=name, seed=seed, protocol_version="1.0", worker_model="claude-opus-5-5",
-                      envelope_usd=envelope, scenarios=scen)
+    st = Store.create(
+        folder / name,
+        name=name,
+        seed=seed,
+        protocol_version="1.0",
+        worker_model="claude-opus-5-5",
+        envelope_usd=envelope,
+        scenarios=scen,
+    )
     st.add_cells(build_cells(name, wave, scen, seed))
     return st
 
@@ -55,8 +69,13 @@ class ControlledExecutor:
     held attempts finish per ``wait`` (oldest first).
     """
 
-    def __init__(self, policy: Callable[[CellSpec, Path], AttemptOutcome], *, batch: int = 1,
-                 on_submit: Callable[[CellSpec, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        policy: Callable[[CellSpec, Path], AttemptOutcome],
+        *,
+        batch: int = 1,
+        on_submit: Callable[[CellSpec, str], None] | None = None,
+    ) -> None:
         self.policy = policy
         self.batch = batch
         self.on_submit = on_submit
@@ -79,7 +98,9 @@ class ControlledExecutor:
 
 def completed(cost: float = 0.5, judge: float = 0.05) -> Callable[[CellSpec, Path], AttemptOutcome]:
     def policy(cell: CellSpec, folder: Path) -> AttemptOutcome:
-        return AttemptOutcome(record={"run_id": cell.run_id, "status": "completed"}, cost_usd=cost, judge_cost_usd=judge)
+        return AttemptOutcome(
+            record={"run_id": cell.run_id, "status": "completed"}, cost_usd=cost, judge_cost_usd=judge
+        )
 
     return policy
 
@@ -87,14 +108,42 @@ def completed(cost: float = 0.5, judge: float = 0.05) -> Callable[[CellSpec, Pat
 def outcome_record(cell: CellSpec) -> dict:
     """A complete, valid run record for ``cell`` (what the pipeline would return), without running anything."""
     study = protocol.study()
-    judges = [{"judge_id": j["id"], "model": j["model"], "score_0_100": 70.0, "accept": True, "cost_usd": 0.01, "error": None,
-               "criterion_scores": {}} for j in study.judge_panel]
+    judges = [
+        {
+            "judge_id": j["id"],
+            "model": j["model"],
+            "score_0_100": 70.0,
+            "accept": True,
+            "cost_usd": 0.01,
+            "error": None,
+            "criterion_scores": {},
+        }
+        for j in study.judge_panel
+    ]
     a4 = cell.arm == "A4"
-    return {"scenario": cell.scenario, "arm": cell.arm, "model": cell.model, "status": "completed", "censored": False,
-            "D": True, "E": False, "E_reasons": [], "criteria_passed": 3, "criteria_total": 4, "judges": judges,
-            "cost_usd": 1.0, "cost_complete": True, "wall_s": 30.0, "turns": 4, "tool_calls": 6, "questions": 0,
-            "completion_status": "completed", "selfcheck_first": True if a4 else None, "recovery_used": False,
-            "selfcheck_final": True if a4 else None}
+    return {
+        "scenario": cell.scenario,
+        "arm": cell.arm,
+        "model": cell.model,
+        "status": "completed",
+        "censored": False,
+        "D": True,
+        "E": False,
+        "E_reasons": [],
+        "criteria_passed": 3,
+        "criteria_total": 4,
+        "judges": judges,
+        "cost_usd": 1.0,
+        "cost_complete": True,
+        "wall_s": 30.0,
+        "turns": 4,
+        "tool_calls": 6,
+        "questions": 0,
+        "completion_status": "completed",
+        "selfcheck_first": True if a4 else None,
+        "recovery_used": False,
+        "selfcheck_final": True if a4 else None,
+    }
 
 
 def finish_cells(store: Store, *, failed: int = 0, workspace: Path | None = None) -> None:
@@ -104,7 +153,13 @@ def finish_cells(store: Store, *, failed: int = 0, workspace: Path | None = None
         if k < failed:
             while store.counts()["failed"] < k + 1:
                 a = store.begin_attempt(cell, "linux-1", "simulated", ws)
-                store.finish_attempt(a.attempt_id, AttemptOutcome(infra_error="transfer failed", cost_usd=0.0), max_infra_attempts=3)
+                store.finish_attempt(
+                    a.attempt_id, AttemptOutcome(infra_error="transfer failed", cost_usd=0.0), max_infra_attempts=3
+                )
             continue
         a = store.begin_attempt(cell, "linux-1", "simulated", ws)
-        store.finish_attempt(a.attempt_id, AttemptOutcome(record=outcome_record(cell), cost_usd=1.0, judge_cost_usd=0.03), max_infra_attempts=3)
+        store.finish_attempt(
+            a.attempt_id,
+            AttemptOutcome(record=outcome_record(cell), cost_usd=1.0, judge_cost_usd=0.03),
+            max_infra_attempts=3,
+        )

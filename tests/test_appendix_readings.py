@@ -32,7 +32,9 @@ def test_the_dry_runs_judge_part_is_said_plainly():
 
     flat = pd.DataFrame({"scenario": ["ACC-01", "ACC-01", "HR-01"], "p_quality": [1.0, 0.99996, 1.0]})
     text = judge_part_sentence(flat, 70)
-    assert text.startswith("In all 2 scenarios the simulated judges accept the clean reference package with probability 1.000")
+    assert text.startswith(
+        "In all 2 scenarios the simulated judges accept the clean reference package with probability 1.000"
+    )
     assert "never reject a clean package at q = 70" in text
     mixed = pd.DataFrame({"scenario": ["ACC-01", "HR-01"], "p_quality": [0.97, 0.9]})
     assert "at least 0.900 (lowest in HR-01)" in judge_part_sentence(mixed, 70)

@@ -54,7 +54,9 @@ ARM_NOTES = {
 
 
 def _run_dir(root: Path, arm: str) -> Path:
-    return root / "analysis" / "data" / STUDY / "workspaces" / f"FIN-09.{arm}.r2" / "attempt-1" / "workspace" / "outputs"
+    return (
+        root / "analysis" / "data" / STUDY / "workspaces" / f"FIN-09.{arm}.r2" / "attempt-1" / "workspace" / "outputs"
+    )
 
 
 def _questions(tells: bool) -> list[str]:
@@ -70,19 +72,36 @@ def write_arm_package(root: Path, arm: str, *, tells: bool) -> Path:
     source = f"Source: {out.parent / 'inputs' / 'ledger.csv'}" if tells else "Source: ledger.csv"
     if arm == "A0":
         write_csv(out / "budget.csv", [["Line", "Budget", "Actual"], ["Total", "1300", "1250"], [source, "", ""]])
-        body = "# Third-quarter budget review\n\n" + "\n\n".join(notes) + "\n\n## Summary\nSpending came to 1,250 thousand.\n\n## Findings\nTravel ran 12 per cent over plan.\n"
+        body = (
+            "# Third-quarter budget review\n\n"
+            + "\n\n".join(notes)
+            + "\n\n## Summary\nSpending came to 1,250 thousand.\n\n## Findings\nTravel ran 12 per cent over plan.\n"
+        )
         (out / "memo.md").write_text(body, encoding="utf-8")
         subs = [
-            {"requested": "budget.xlsx", "delivered": "budget.csv", "reason": "no shell: binary formats cannot be produced (arm A0)"},
+            {
+                "requested": "budget.xlsx",
+                "delivered": "budget.csv",
+                "reason": "no shell: binary formats cannot be produced (arm A0)",
+            },
             {"requested": "memo.docx", "delivered": "memo.md", "reason": "restricted arm, file tools only"},
         ]
-        write_record(out, ["budget.csv", "memo.md"], substitutions=subs, questions=_questions(tells),
-                     notes=" ".join(notes) + " Travel overrun traced to the September conference.")
+        write_record(
+            out,
+            ["budget.csv", "memo.md"],
+            substitutions=subs,
+            questions=_questions(tells),
+            notes=" ".join(notes) + " Travel overrun traced to the September conference.",
+        )
     else:
         write_workbook(out / "budget.xlsx", cached=arm in ("A3", "A4"))
         write_memo(out / "memo.docx", extra=notes + [source])
-        write_record(out, ["budget.xlsx", "memo.docx"], questions=_questions(tells),
-                     notes=" ".join(notes) + " Travel overrun traced to the September conference.")
+        write_record(
+            out,
+            ["budget.xlsx", "memo.docx"],
+            questions=_questions(tells),
+            notes=" ".join(notes) + " Travel overrun traced to the September conference.",
+        )
     return out
 
 
@@ -90,12 +109,41 @@ def forbidden_strings(root: Path, arm: str) -> list[str]:
     """What must never reach a judge: condition, model, node, cost, paths, harness words, arm documentation."""
     study = protocol.study()
     arms = protocol.arms()
-    models = {study["worker"]["model"], *study["sensitivity_models"]["models"], *(j["model"] for j in study.judge_panel)}
+    models = {
+        study["worker"]["model"],
+        *study["sensitivity_models"]["models"],
+        *(j["model"] for j in study.judge_panel),
+    }
     out = [
-        *arms, *models, NODE, STUDY, COST, "FIN-09.", str(root), "claude", "anthropic",
-        "LibreOffice", "soffice", "textutil", "osascript", "Playwright", "Chromium", "portal_credentials",
-        "self-check", "CHECKPOINT", "recovery session", "substitute", "file tools", "no shell", "Bash tool",
-        "total_cost_usd", "computer use", "restricted arm", "AI agent", "event stream", "stream-json",
+        *arms,
+        *models,
+        NODE,
+        STUDY,
+        COST,
+        "FIN-09.",
+        str(root),
+        "claude",
+        "anthropic",
+        "LibreOffice",
+        "soffice",
+        "textutil",
+        "osascript",
+        "Playwright",
+        "Chromium",
+        "portal_credentials",
+        "self-check",
+        "CHECKPOINT",
+        "recovery session",
+        "substitute",
+        "file tools",
+        "no shell",
+        "Bash tool",
+        "total_cost_usd",
+        "computer use",
+        "restricted arm",
+        "AI agent",
+        "event stream",
+        "stream-json",
     ]
     # No sentence of the arms' documentation or the common policy either.
     for doc in [a.doc_path for a in arms.values()] + [next(iter(arms.values())).doc_path.parent / "policy.md"]:
@@ -133,7 +181,9 @@ def test_no_tell_reaches_the_prompt_of_any_arm(tmp_path: Path, arm: str) -> None
 def test_tells_change_nothing_in_the_prompt(tmp_path: Path, arm: str) -> None:
     """The same work with and without the arm's tells gives the same prompt, byte for byte."""
     sc = FakeScenario(tmp_path / "protocol")
-    told = prompt_for_run(sc, write_arm_package(tmp_path / "told", arm, tells=True), withheld=[f"FIN-09.{arm}.r2", NODE, STUDY]).text
+    told = prompt_for_run(
+        sc, write_arm_package(tmp_path / "told", arm, tells=True), withheld=[f"FIN-09.{arm}.r2", NODE, STUDY]
+    ).text
     clean = prompt_for_run(sc, write_arm_package(tmp_path / "clean", arm, tells=False)).text
     assert told == clean
 
@@ -141,12 +191,29 @@ def test_tells_change_nothing_in_the_prompt(tmp_path: Path, arm: str) -> None:
 def test_arms_with_the_same_files_get_the_same_prompt(tmp_path: Path) -> None:
     """A1 and A2 deliver the same openpyxl files: nothing in their prompts tells them apart."""
     sc = FakeScenario(tmp_path / "protocol")
-    prompts = {a: prompt_for_run(sc, write_arm_package(tmp_path, a, tells=True), withheld=[f"FIN-09.{a}.r2", NODE, STUDY]).text for a in ("A1", "A2")}
+    prompts = {
+        a: prompt_for_run(sc, write_arm_package(tmp_path, a, tells=True), withheld=[f"FIN-09.{a}.r2", NODE, STUDY]).text
+        for a in ("A1", "A2")
+    }
     assert prompts["A1"] == prompts["A2"]
 
 
 def test_prompt_builders_take_nothing_that_could_carry_the_condition() -> None:
-    banned = {"arm", "arm_id", "model", "node", "cost", "cost_usd", "record", "transcript", "events", "oracle", "evaluation", "judges", "other_judges"}
+    banned = {
+        "arm",
+        "arm_id",
+        "model",
+        "node",
+        "cost",
+        "cost_usd",
+        "record",
+        "transcript",
+        "events",
+        "oracle",
+        "evaluation",
+        "judges",
+        "other_judges",
+    }
     for fn in (build_prompt, prompt_for_run, judge_run, judge_prompt):
         params = set(inspect.signature(fn).parameters)
         assert not params & banned, f"{fn.__name__} takes {params & banned}"
@@ -163,7 +230,12 @@ def test_no_judge_sees_another_judges_output(tmp_path: Path) -> None:
         def complete(self, request: JudgeRequest) -> JudgeReply:
             seen.append(request)
             marker = f"MARKER-{request.judge_id}"
-            return JudgeReply(json.dumps({"criterion_scores": {c.id: 2 for c in request.criteria}, "accept": False, "rationale": marker}), 0.01)
+            return JudgeReply(
+                json.dumps(
+                    {"criterion_scores": {c.id: 2 for c in request.criteria}, "accept": False, "rationale": marker}
+                ),
+                0.01,
+            )
 
     judge_run(sc, out, backend=Recorder(), seed=1)
     assert len({r.prompt for r in seen}) == 1
@@ -176,8 +248,12 @@ def test_oracle_and_run_record_never_enter(tmp_path: Path) -> None:
     out = write_arm_package(tmp_path, "A4", tells=False)
     run_dir = out.parent.parent
     (run_dir / "run_record.json").write_text(json.dumps({"arm": "A4", "cost_usd": 1.0734, "D": True}), encoding="utf-8")
-    (run_dir / "transcript.jsonl").write_text('{"type": "system", "subtype": "init", "model": "claude-opus-5-5"}\n', encoding="utf-8")
-    (out / "evaluation.json").write_text(json.dumps({"criteria": [{"id": "oracle_total_ties", "passed": False}]}), encoding="utf-8")
+    (run_dir / "transcript.jsonl").write_text(
+        '{"type": "system", "subtype": "init", "model": "claude-opus-5-5"}\n', encoding="utf-8"
+    )
+    (out / "evaluation.json").write_text(
+        json.dumps({"criteria": [{"id": "oracle_total_ties", "passed": False}]}), encoding="utf-8"
+    )
     prompt = prompt_for_run(sc, out).text
     for s in ("oracle_total_ties", "1.0734", "run_record", "transcript", "init"):
         assert s not in prompt
@@ -207,7 +283,9 @@ def test_tell_detector_is_specific(fragment: str, tell: bool) -> None:
 
 
 def test_scrub_keeps_table_shape_and_strips_paths() -> None:
-    text = "| 1 | Recalculated with LibreOffice | 1300 |\nSee /home/u/runs/ACC-01.A3.r1/outputs/report.docx for details."
+    text = (
+        "| 1 | Recalculated with LibreOffice | 1300 |\nSee /home/u/runs/ACC-01.A3.r1/outputs/report.docx for details."
+    )
     out = scrub(text, withheld=["ACC-01.A3.r1"])
     assert out.splitlines()[0] == "| 1 |  | 1300 |"
     assert out.splitlines()[1] == "See report.docx for details."
@@ -268,8 +346,8 @@ def assert_blind_real(prompt: str, root: Path, arm: str) -> None:
 
 def _simulated_runner_available() -> bool:
     try:
-        import pilot.simulated.agent  # noqa: F401
         import pilot.runner  # noqa: F401
+        import pilot.simulated.agent  # noqa: F401
     except ImportError:
         return False
     return bool(_scenario_ids())
@@ -283,7 +361,9 @@ def test_runner_outputs_of_every_arm_reach_judges_blind(tmp_path: Path, arm: str
 
     sid = _scenario_ids()[0]
     run_id = f"{sid}.{arm}.r1"
-    rec = runner.run_attempt(sid, arm, backend="simulated", out_dir=tmp_path / STUDY / "workspaces" / run_id / "attempt-1", seed=7).to_dict()
+    rec = runner.run_attempt(
+        sid, arm, backend="simulated", out_dir=tmp_path / STUDY / "workspaces" / run_id / "attempt-1", seed=7
+    ).to_dict()
     assert rec["status"] != "infra_error", rec.get("infra_error")
     prompt = prompt_for_run(load_scenario(sid), Path(rec["workspace"]) / "outputs", withheld=[run_id, NODE, STUDY]).text
     assert_blind_real(prompt, tmp_path, arm)

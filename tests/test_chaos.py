@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from pilot.executors import proctree
-from pilot.attempt import was_launched
-from pilot.ledger import audit
-from pilot.store import STORE_FILE
 from schedule_support import make_root, read_only
 from test_process_lifetime import spawned_pids, survivors
+
+from pilot.attempt import was_launched
+from pilot.executors import proctree
+from pilot.ledger import audit
+from pilot.store import STORE_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,15 @@ BUDGET_S = 75.0  # wall time for the kills; the final resume and the checks come
 def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PILOT_FAKE_")}
     # Runs long enough that the two waves outlast the kills: at 0.3 s a fast machine finished both after seven kills.
-    env.update({"PILOT_ROOT": str(root), "PILOT_FAKE_SLEEP_S": "1.5", "PILOT_FAKE_INFRA_FIRST": "0.2", "PILOT_FAKE_CAPPED": "0.1",
-                "PILOT_FAKE_SPAWN": "1"})
+    env.update(
+        {
+            "PILOT_ROOT": str(root),
+            "PILOT_FAKE_SLEEP_S": "1.5",
+            "PILOT_FAKE_INFRA_FIRST": "0.2",
+            "PILOT_FAKE_CAPPED": "0.1",
+            "PILOT_FAKE_SPAWN": "1",
+        }
+    )
     return env
 
 
@@ -83,16 +90,38 @@ def test_random_kills_keep_every_invariant(tmp_path):
     rng = np.random.default_rng(SEED)
     root = make_root(tmp_path)
     env = _env(root)
-    subprocess.run([sys.executable, "-m", "pilot", "study", "create", "chaos", "--scenarios", "ACC-01", "BANK-01", "RES-01",
-                    "--runner", FAKE], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pilot",
+            "study",
+            "create",
+            "chaos",
+            "--scenarios",
+            "ACC-01",
+            "BANK-01",
+            "RES-01",
+            "--runner",
+            FAKE,
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     folder = root / "analysis" / "data" / "chaos"
     db = folder / STORE_FILE
     finished: dict = {}
     kills, waves = 0, ["pilot", "repeat3"]
     t0 = time.monotonic()
     while kills < KILLS and waves and time.monotonic() - t0 < BUDGET_S:
-        proc = subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", "chaos", "--wave", waves[0], "--no-progress"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pilot", "study", "run", "chaos", "--wave", waves[0], "--no-progress"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # Anywhere from the interpreter starting, through recovery and the sweep, to dispatching and settling.
         try:
             proc.wait(timeout=float(rng.uniform(0.3, 4.0)))
@@ -112,18 +141,27 @@ def test_random_kills_keep_every_invariant(tmp_path):
     assert kills >= 8, f"only {kills} kills happened; the test did not exercise the scheduler"
 
     for wave in ["pilot", "repeat3"]:
-        done = subprocess.run([sys.executable, "-m", "pilot", "study", "run", "chaos", "--wave", wave, "--no-progress"],
-                              env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-m", "pilot", "study", "run", "chaos", "--wave", wave, "--no-progress"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr
     runs = _check(db, finished, final=True)
     assert len(runs) == 30 + 15
     conn = read_only(db)
     try:
-        spent, reserved, envelope = conn.execute("SELECT spent_micro, reserved_micro, envelope_micro FROM ledger_balance").fetchone()
+        spent, reserved, envelope = conn.execute(
+            "SELECT spent_micro, reserved_micro, envelope_micro FROM ledger_balance"
+        ).fetchone()
         charged = conn.execute("SELECT SUM(charged_micro) FROM attempts").fetchone()[0]
         cells = conn.execute("SELECT status, COUNT(*) FROM cells GROUP BY status").fetchall()
     finally:
         conn.close()
-    assert reserved == 0 and spent == charged and spent <= envelope  # no dangling reservation, exact to the micro-dollar
+    assert (
+        reserved == 0 and spent == charged and spent <= envelope
+    )  # no dangling reservation, exact to the micro-dollar
     assert dict(cells) == {"done": 45}
     assert survivors(spawned_pids(folder), grace_s=1) == []

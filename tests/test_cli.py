@@ -17,8 +17,25 @@ import pytest
 
 from pilot.cli import main as cli
 
-HEAVY = ("pandas", "numpy", "scipy", "statsmodels", "lifelines", "matplotlib", "flask", "openpyxl", "docx", "pypdf",
-         "reportlab", "jsonschema", "dask", "distributed", "papermill", "nbformat", "jupytext")
+HEAVY = (
+    "pandas",
+    "numpy",
+    "scipy",
+    "statsmodels",
+    "lifelines",
+    "matplotlib",
+    "flask",
+    "openpyxl",
+    "docx",
+    "pypdf",
+    "reportlab",
+    "jsonschema",
+    "dask",
+    "distributed",
+    "papermill",
+    "nbformat",
+    "jupytext",
+)
 
 PROBE = """
 import json, sys
@@ -33,7 +50,9 @@ print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
 
 def _start(*argv: str) -> tuple[str, list[str]]:
     """Help text printed and the heavy packages loaded by ``pilot *argv`` in a fresh interpreter."""
-    res = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     *text, loaded = res.stdout.rstrip("\n").split("\n")
     return "\n".join(text), json.loads(loaded)
@@ -46,7 +65,9 @@ def test_every_module_registers_exactly_the_commands_the_table_gives_it():
         assert set(sub.choices) == {c for c, m in cli.COMMANDS.items() if m == module}, module
 
 
-@pytest.mark.parametrize("argv", [["study", "status", "s", "--json"], ["check", "ACC-01", "ws"], ["worker-env", "show"]])
+@pytest.mark.parametrize(
+    "argv", [["study", "status", "s", "--json"], ["check", "ACC-01", "ws"], ["worker-env", "show"]]
+)
 def test_a_command_parses_alike_with_its_module_alone_and_with_every_module(argv):
     assert vars(cli.build_parser(argv[0]).parse_args(argv)) == vars(cli.build_parser().parse_args(argv))
 
@@ -58,7 +79,9 @@ def test_help_lists_every_command_and_loads_no_heavy_stack():
         assert f"    {command}" in text, command
 
 
-@pytest.mark.parametrize("argv", [["study", "--help"], ["study", "run", "--help"], ["judge", "--help"], ["portal", "serve", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["study", "--help"], ["study", "run", "--help"], ["judge", "--help"], ["portal", "serve", "--help"]]
+)
 def test_a_command_s_help_loads_no_heavy_stack(argv):
     text, loaded = _start(*argv)
     assert loaded == [] and text.startswith(f"usage: pilot {argv[0]}")

@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("distributed")
 
 from distributed import Client, LocalCluster, Nanny  # noqa: E402
+from schedule_support import REQUIRES, make_store, read_only  # noqa: E402
+from test_process_lifetime import alive, spawned_pids, survivors  # noqa: E402
 
 from pilot.executors import proctree  # noqa: E402
 from pilot.executors.dask import DaskExecutor, nodes_from_workers, run_attempt_on_worker  # noqa: E402
 from pilot.schedule import Scheduler  # noqa: E402
-from schedule_support import REQUIRES, make_store, read_only  # noqa: E402
-from test_process_lifetime import alive, spawned_pids, survivors  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,10 @@ def client():
     os.environ["PILOT_FAKE_SPAWN"] = "1"
     cluster = LocalCluster(n_workers=0, processes=True, dashboard_address=None, silence_logs=40)
     for name, res in (("linux-a", LINUX), ("mac-a", MAC)):
-        cluster.worker_spec[name] = {"cls": Nanny, "options": {"name": name, "nthreads": res["slots"], "resources": res, "memory_limit": 0}}
+        cluster.worker_spec[name] = {
+            "cls": Nanny,
+            "options": {"name": name, "nthreads": res["slots"], "resources": res, "memory_limit": 0},
+        }
     cluster.sync(cluster._correct_state)
     c = Client(cluster)
     c.wait_for_workers(2, timeout=60)
@@ -63,7 +66,9 @@ def test_nodes_come_from_worker_resources(client):
 def test_runs_land_on_eligible_workers_and_a_lost_worker_is_rerun(client, tmp_path):
     st = make_store(tmp_path, scenarios=["ACC-01", "RES-01"])  # 20 runs, 4 of them A2
     ex = DaskExecutor(client, RUNNER, REQUIRES)
-    sched = Scheduler(st, ex, ex.nodes, backend="simulated", requires=REQUIRES, progress=False, poll_s=0.1, node_wait_s=60)
+    sched = Scheduler(
+        st, ex, ex.nodes, backend="simulated", requires=REQUIRES, progress=False, poll_s=0.1, node_wait_s=60
+    )
     result: dict = {}
     t = threading.Thread(target=lambda: result.setdefault("r", sched.run("pilot")))
     t.start()
@@ -74,7 +79,9 @@ def test_runs_land_on_eligible_workers_and_a_lost_worker_is_rerun(client, tmp_pa
     deadline = time.monotonic() + 60
     while victim is None and time.monotonic() < deadline:
         conn = read_only(db)
-        row = conn.execute("SELECT run_id, attempt_no FROM attempts WHERE outcome = 'running' AND node = 'mac-a'").fetchone()
+        row = conn.execute(
+            "SELECT run_id, attempt_no FROM attempts WHERE outcome = 'running' AND node = 'mac-a'"
+        ).fetchone()
         conn.close()
         if row is not None:
             victim = dict(row)
@@ -99,7 +106,9 @@ def test_runs_land_on_eligible_workers_and_a_lost_worker_is_rerun(client, tmp_pa
     lost = [a for a in atts if a["outcome"] == "infra_error"]
     # the run in flight on the killed worker became an infrastructure error of that attempt
     # (normally the victim seen above; any run the worker held at the moment of the kill qualifies)
-    assert lost and all(a["node"] == "mac-a" and "mac-a" in a["error"] for a in lost), [(a["node"], a["error"]) for a in lost]
+    assert lost and all(a["node"] == "mac-a" and "mac-a" in a["error"] for a in lost), [
+        (a["node"], a["error"]) for a in lost
+    ]
     assert all("lost" in a["error"] or "failed" in a["error"] for a in lost)
     # each was rerun under the same id, after the nanny brought the worker back, and finished there
     for a in lost:
@@ -117,8 +126,17 @@ def test_a_released_attempt_ends_its_process_tree_on_the_worker(client, tmp_path
     cell = next(c for c in st.cells("pilot") if c.arm == "A1")
     folder = tmp_path / "ws" / cell.run_id / "attempt-1"
     linux = next(a for a, n in _node_of_address(client).items() if n == "linux-a")
-    fut = client.submit(run_attempt_on_worker, "pilot.simulated.fake_runs:long_run", cell, str(folder), "linux-a", "simulated",
-                        workers=[linux], resources={"slots": 1}, pure=False)
+    fut = client.submit(
+        run_attempt_on_worker,
+        "pilot.simulated.fake_runs:long_run",
+        cell,
+        str(folder),
+        "linux-a",
+        "simulated",
+        workers=[linux],
+        resources={"slots": 1},
+        pure=False,
+    )
     deadline = time.monotonic() + 60
     while not (folder / "outputs" / "spawned.txt").exists():
         assert time.monotonic() < deadline and fut.status == "pending", fut.status

@@ -62,8 +62,21 @@ class Cluster:
         self.tmp = tmp
         self.file = tmp / "scheduler.json"
         self.procs: dict[str, subprocess.Popen] = {}
-        self.scheduler = subprocess.Popen([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                           "--scheduler-file", str(self.file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.scheduler = subprocess.Popen(
+            [
+                str(DASK),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(self.file),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while not self.file.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -74,12 +87,34 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PILOT_", "ANTHROPIC_"))}
         # A rehearsal needs no key and must reach no real API; the harness's own environment stands in for the
         # worker environment (it has the solvers' packages), as in the other rehearsal tests.
-        env.update(PILOT_ROOT=str(root), PYTHONPATH=str(root / "src"), OPENBLAS_NUM_THREADS="1",
-                   PILOT_WORKER_ENV=sys.prefix, ANTHROPIC_BASE_URL="http://192.0.2.1:9")
+        env.update(
+            PILOT_ROOT=str(root),
+            PYTHONPATH=str(root / "src"),
+            OPENBLAS_NUM_THREADS="1",
+            PILOT_WORKER_ENV=sys.prefix,
+            ANTHROPIC_BASE_URL="http://192.0.2.1:9",
+        )
         self.procs[name] = subprocess.Popen(
-            [str(DASK), "worker", self.address, "--name", name, "--nthreads", "1", "--no-nanny", "--memory-limit", "0",
-             "--resources", "slots=1 linux=1", "--no-dashboard"],
-            env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=open(self.tmp / f"{name}.log", "ab"))
+            [
+                str(DASK),
+                "worker",
+                self.address,
+                "--name",
+                name,
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--memory-limit",
+                "0",
+                "--resources",
+                "slots=1 linux=1",
+                "--no-dashboard",
+            ],
+            env=env,
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.tmp / f"{name}.log", "ab"),
+        )
         deadline = time.monotonic() + 60
         while name not in self.names() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -273,7 +308,9 @@ def test_a_rehearsal_through_the_real_cli_on_a_worker_of_its_own_comes_home_whol
         mp.setenv("ANTHROPIC_BASE_URL", "http://192.0.2.1:9")
         mp.setenv("PILOT_WORKER_ENV", sys.prefix)
         create_study("rehearsed", scenarios=["LEGAL-01"], arms="A1", pilot_repeats=1).close()
-        result = run_study_wave("rehearsed", backend="rehearsal", executor="dask", scheduler_address=cluster.address, progress=False)
+        result = run_study_wave(
+            "rehearsed", backend="rehearsal", executor="dask", scheduler_address=cluster.address, progress=False
+        )
         assert result.stop_reason == "complete" and not result.refused_nodes, result.refused_nodes
         table, _ = export_run_table("rehearsed", out=cluster.tmp / "rehearsed.csv")
         report = rehearsal.collect("rehearsed", run_table=table, host_arms=["A1"])
@@ -281,4 +318,6 @@ def test_a_rehearsal_through_the_real_cli_on_a_worker_of_its_own_comes_home_whol
     [run] = report.runs
     assert run.status == "completed" and run.D == run.expected_pass and run.judges_parsed == 3
     [a] = _attempts("rehearsed")
-    assert a["node"] in {"w1", "w2"} and (Path(a["workspace"]).with_name("attempt-1.scripted") / "truth.jsonl").is_file()
+    assert (
+        a["node"] in {"w1", "w2"} and (Path(a["workspace"]).with_name("attempt-1.scripted") / "truth.jsonl").is_file()
+    )

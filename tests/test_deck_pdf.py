@@ -6,9 +6,9 @@ import pytest
 from pptx import Presentation
 from pypdf import PdfReader
 
+from pilot import paths
 from pilot.judges.deck_pdf import DeckRenderError, render_deck_pdf
 from pilot.scenarios.library import cx_01
-from pilot import paths
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import re
 
+from pilot.latex import macro_name, write_macros
 from pilot.protocol import load_arms, load_study
 from pilot.report.design_tables import arms_frame, caps_frame, design_macros, write_design_outputs
-from pilot.latex import macro_name, write_macros
 
 
 def test_arms_table_follows_arms_yml():
     frame = arms_frame(load_arms())
-    assert list(frame["Arm"]) == ["A0 (restricted)", "A1 (shell)", "A2 (macOS)", "A3 (full computer use)", "A4 (self-repairing)"]
+    assert list(frame["Arm"]) == [
+        "A0 (restricted)",
+        "A1 (shell)",
+        "A2 (macOS)",
+        "A3 (full computer use)",
+        "A4 (self-repairing)",
+    ]
     a1 = frame.iloc[1]["Denied in the shell"]
     for prog in ("osascript", "open", "soffice", "textutil", "qlmanage", "cupsfilter", "curl", "wget"):
         assert f"\\texttt{{{prog}}}" in a1
@@ -28,7 +34,15 @@ def test_caps_table_applies_a006():
     assert frame.loc["LEGAL-01", "Dollar cap"] == 4.0 and frame.loc["LEGAL-01", "Source"] == "A-006"
     assert frame.loc["HR-01", "Source"] == "global"
     # With no list, the scenarios with caps of their own.
-    assert set(caps_frame(load_study()).Scenario) == {"global (all others)", "ACC-01", "RES-01", "BANK-01", "LEGAL-01", "EST-01", "CRE-01"}
+    assert set(caps_frame(load_study()).Scenario) == {
+        "global (all others)",
+        "ACC-01",
+        "RES-01",
+        "BANK-01",
+        "LEGAL-01",
+        "EST-01",
+        "CRE-01",
+    }
 
 
 def test_design_macros_state_the_protocol_numbers(tmp_path):

@@ -17,12 +17,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pilot.simulated import dry_run
 from pilot import outcomes, paths, protocol
+from pilot.simulated import dry_run
 from pilot.simulated.agent import load_model
 
 OPS = "OPS-01"  # one CSV deliverable: a run takes a few hundredths of a second
-pytestmark = pytest.mark.skipif(not (paths.SCENARIOS_DIR / OPS / "scenario.yml").is_file(), reason=f"scenario {OPS} not in the protocol")
+pytestmark = pytest.mark.skipif(
+    not (paths.SCENARIOS_DIR / OPS / "scenario.yml").is_file(), reason=f"scenario {OPS} not in the protocol"
+)
 
 #: Tolerance in standard errors: |empirical - planted| <= Z * sqrt(p (1 - p) / n + mc_se^2).
 #: Two-sided, Z = 4 leaves a false alarm of about 6e-5 per comparison under a correct derivation.
@@ -48,7 +50,9 @@ def _empirical(tmp_path: Path, sid: str, arm: str, n: int) -> dict[str, np.ndarr
         if s is not None:  # an unscored run drops out, as in the estimator
             S.append(s)
         # The first session's cap, as the backend recorded it (a resume's own cap is not part of p_capped).
-        first = json.loads((tmp_path / "run" / "agent" / "simulated_draws.jsonl").read_text(encoding="utf-8").splitlines()[0])
+        first = json.loads(
+            (tmp_path / "run" / "agent" / "simulated_draws.jsonl").read_text(encoding="utf-8").splitlines()[0]
+        )
         capped.append(first["cap"] is not None)
     return {"DE": np.array(DE, float), "S": np.array(S, float), "capped": np.array(capped, float)}
 
@@ -65,9 +69,15 @@ def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
     truth = dry_run.planted_acceptance(scenarios=[OPS], arms=[arm], draws=50_000, judge_draws=5_000, seed=11)
     row = truth.by_scenario.set_index("arm").loc[arm]
     runs = _empirical(tmp_path, OPS, arm, n)
-    for what, planted, se in (("S", row.planted_p, row.mc_se), ("DE", row.p_DE, row.p_DE_se), ("capped", row.p_capped, 0.0)):
+    for what, planted, se in (
+        ("S", row.planted_p, row.mc_se),
+        ("DE", row.p_DE, row.p_DE_se),
+        ("capped", row.p_capped, 0.0),
+    ):
         ok, seen, tol = _within(runs[what], float(planted), float(se))
-        assert ok, f"{OPS} x {arm}: empirical {what} {seen:.3f} over {runs[what].size} runs vs planted {planted:.3f} (tolerance {tol:.3f})"
+        assert ok, (
+            f"{OPS} x {arm}: empirical {what} {seen:.3f} over {runs[what].size} runs vs planted {planted:.3f} (tolerance {tol:.3f})"
+        )
     if arm == "A4":
         # The recovery is part of the truth: without it the planted value would be the first session's alone.
         assert row.p_resume > 0
@@ -78,10 +88,10 @@ def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
 @pytest.mark.libreoffice
 def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_path):
     """The structural claims of the derivation, on real files with the real oracle and self-check."""
-    from pilot.simulated.agent import DEFECTS, _DEFECT_FUNCTIONS
+    from pilot import defects as dx
     from pilot.oracles import evaluate, hash_inputs, run_selfcheck
     from pilot.scenarios import build_gold_workspace, load_scenario
-    from pilot import defects as dx
+    from pilot.simulated.agent import _DEFECT_FUNCTIONS, DEFECTS
 
     sid = "PROC-01"  # a workbook, a document and decisions: every defect of the model applies
     sc = load_scenario(sid)
@@ -145,8 +155,8 @@ def _table(backend: str, n_scenarios: int = 3):
 
 
 def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path):
-    from pilot.stats import primary
     from pilot.simulated import synthetic
+    from pilot.stats import primary
 
     tables, gen = tmp_path / "t", tmp_path / "g"
     # A dry run of the harness: planted from the simulated agent's and judges' models, over the table's scenarios.
@@ -156,15 +166,24 @@ def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path):
     assert truth is not None and truth.kind == "harness"
     assert set(truth.by_scenario["scenario"]) == set(runs["scenario"])
     direct = dry_run.planted_acceptance(scenarios=sorted(set(runs["scenario"])), seed=1, draws=2_000, judge_draws=500)
-    assert truth.summary.set_index("arm")["planted_p"].to_dict() == pytest.approx(direct.summary.set_index("arm")["planted_p"].to_dict())
+    assert truth.summary.set_index("arm")["planted_p"].to_dict() == pytest.approx(
+        direct.summary.set_index("arm")["planted_p"].to_dict()
+    )
     s = truth.summary
     assert list(s.columns) == ["arm", "planted_p", "planted_mc_se", "p_hat", "ci_low", "ci_high", "covered"]
     assert (s["covered"] == ((s.ci_low <= s.planted_p) & (s.planted_p <= s.ci_high))).all()
     written = dry_run.write_truth(truth, tables, gen)
     tex = written[dry_run.TRUTH_TABLE_TEX].read_text()
-    assert "\\caption{\\textbf{SIMULATED.}" in tex and "\\label{tab:dry-run-truth}" in tex and "simulated\\_agent.yml" in tex
+    assert (
+        "\\caption{\\textbf{SIMULATED.}" in tex
+        and "\\label{tab:dry-run-truth}" in tex
+        and "simulated\\_agent.yml" in tex
+    )
     macros = written[dry_run.TRUTH_MACROS_TEX].read_text()
-    assert "\\newcommand{\\DryRunKind}{harness}" in macros and f"\\newcommand{{\\DryRunCovered}}{{{truth.n_covered}}}" in macros
+    assert (
+        "\\newcommand{\\DryRunKind}{harness}" in macros
+        and f"\\newcommand{{\\DryRunCovered}}{{{truth.n_covered}}}" in macros
+    )
     assert "\\newcommand{\\DryRunPlantedAThree}" in macros
     assert len(pd.read_csv(tables / dry_run.TRUTH_CSV)) == 5
 

@@ -10,17 +10,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from schedule_support import make_root
 
 from pilot import freeze
-from schedule_support import make_root
 
 
 def _tree(tmp: Path) -> tuple[Path, Path]:
     root = tmp / "repo"
     scen = root / "protocol" / "scenarios" / "ACC-01"
     (scen / "inputs").mkdir(parents=True)
-    for name, text in {"scenario.yml": "id: ACC-01\ngenerator: acc_01\n", "oracle.yml": "criteria: []\n", "rubric.yml": "criteria: []\n",
-                       "BRIEF.md": "Close the books.\n", "inputs/ledger.csv": "a,b\n1,2\n"}.items():
+    for name, text in {
+        "scenario.yml": "id: ACC-01\ngenerator: acc_01\n",
+        "oracle.yml": "criteria: []\n",
+        "rubric.yml": "criteria: []\n",
+        "BRIEF.md": "Close the books.\n",
+        "inputs/ledger.csv": "a,b\n1,2\n",
+    }.items():
         (scen / name).write_text(text)
     arms = root / "protocol" / "arms"
     arms.mkdir(parents=True)
@@ -42,10 +47,16 @@ def test_manifest_covers_scenarios_oracles_rubrics_and_arms(tmp_path):
     root, code = _tree(tmp_path)
     m = freeze.take_manifest(root, code)
     assert set(m) == {
-        "protocol/scenarios/ACC-01/scenario.yml", "protocol/scenarios/ACC-01/oracle.yml", "protocol/scenarios/ACC-01/rubric.yml",
-        "protocol/scenarios/ACC-01/BRIEF.md", "protocol/scenarios/ACC-01/inputs/ledger.csv",
-        "protocol/arms/A0.md", "protocol/arms/arms.yml", "pilot/oracles/evaluate.py",
-        "pilot/scenarios/library/acc_01.py", "pilot/scenarios/library/shared.py",
+        "protocol/scenarios/ACC-01/scenario.yml",
+        "protocol/scenarios/ACC-01/oracle.yml",
+        "protocol/scenarios/ACC-01/rubric.yml",
+        "protocol/scenarios/ACC-01/BRIEF.md",
+        "protocol/scenarios/ACC-01/inputs/ledger.csv",
+        "protocol/arms/A0.md",
+        "protocol/arms/arms.yml",
+        "pilot/oracles/evaluate.py",
+        "pilot/scenarios/library/acc_01.py",
+        "pilot/scenarios/library/shared.py",
     }
     assert all(len(h) == 64 for h in m.values())
     assert freeze.verify(m, root, code).ok
@@ -139,7 +150,9 @@ def test_a_file_that_left_the_frozen_scope_unchanged_does_not_block_but_an_edite
     assert last in freeze.LEFT_SCOPE["pilot/oracles/cli.py"][1]
     report = freeze.verify({**m, "pilot/oracles/cli.py": last}, root, code)
     assert report.ok and report.left_scope == ["pilot/oracles/cli.py"]
-    assert report.lines() == [f"freeze verified: {len(m)} files unchanged",
-                              "  pilot/oracles/cli.py left the frozen scope unchanged (now pilot/cli/check.py, not oracle code)"]
+    assert report.lines() == [
+        f"freeze verified: {len(m)} files unchanged",
+        "  pilot/oracles/cli.py left the frozen scope unchanged (now pilot/cli/check.py, not oracle code)",
+    ]
     edited = freeze.verify({**m, "pilot/oracles/cli.py": "0" * 64}, root, code)
     assert not edited.ok and [(c.path, c.change) for c in edited.changes] == [("pilot/oracles/cli.py", "removed")]

@@ -27,12 +27,14 @@ from pilot.stats.primary import InferenceSettings
 
 N = np.nan
 # Krippendorff (2011), section C: observers A-D x units 1-12, "." (here NaN) where an observer gave no value.
-KRIPPENDORFF_2011 = np.array([
-    [1, 2, 3, 3, 2, 1, 4, 1, 2, N, N, N],
-    [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, N, 3],
-    [N, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, N],
-    [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, N],
-])
+KRIPPENDORFF_2011 = np.array(
+    [
+        [1, 2, 3, 3, 2, 1, 4, 1, 2, N, N, N],
+        [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, N, 3],
+        [N, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, N],
+        [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, N],
+    ]
+)
 
 
 def _criteria(ids=("c1", "c2", "c3"), weights=(0.5, 0.3, 0.2)) -> list[Criterion]:
@@ -74,9 +76,14 @@ def hand_alpha(data: np.ndarray, level: str) -> float:
 def test_alpha_reproduces_krippendorffs_worked_example():
     assert ag.krippendorff_alpha(KRIPPENDORFF_2011, "nominal") == pytest.approx(0.743, abs=5e-4)
     assert hand_alpha(KRIPPENDORFF_2011, "nominal") == pytest.approx(0.743, abs=5e-4)  # the hand formula is the paper's
-    for level, published in (("ordinal", 0.815), ("interval", 0.849)):  # the paper's values for the same data at these levels
+    for level, published in (
+        ("ordinal", 0.815),
+        ("interval", 0.849),
+    ):  # the paper's values for the same data at these levels
         assert hand_alpha(KRIPPENDORFF_2011, level) == pytest.approx(published, abs=5e-4)
-        assert ag.krippendorff_alpha(KRIPPENDORFF_2011, level) == pytest.approx(hand_alpha(KRIPPENDORFF_2011, level), abs=1e-12)
+        assert ag.krippendorff_alpha(KRIPPENDORFF_2011, level) == pytest.approx(
+            hand_alpha(KRIPPENDORFF_2011, level), abs=1e-12
+        )
 
 
 @pytest.mark.parametrize("level", ["nominal", "ordinal", "interval"])
@@ -97,7 +104,9 @@ def test_alpha_replicates_take_a_packages_units_together():
     groups = np.array([0, 0, 1, 1, 2, 2])
     counts = np.array([[0.0, 2.0, 1.0]])
     expected = hand_alpha(data[:, [2, 3, 2, 3, 4, 5]], "ordinal")
-    assert ag.alpha_replicates(data, "ordinal", counts, groups=groups, value_domain=ag.HALF_POINTS)[0] == pytest.approx(expected, abs=1e-12)
+    assert ag.alpha_replicates(data, "ordinal", counts, groups=groups, value_domain=ag.HALF_POINTS)[0] == pytest.approx(
+        expected, abs=1e-12
+    )
 
 
 def test_alpha_interval_is_reproducible_and_holds_the_estimate():
@@ -112,11 +121,14 @@ def test_alpha_interval_is_reproducible_and_holds_the_estimate():
     assert a["alpha"] == pytest.approx(hand_alpha(data, "ordinal"), abs=1e-12)
 
 
-@pytest.mark.parametrize(("data", "reason"), [
-    (np.array([[1.0, 2.0, N], [1.0, N, 3.0]]), "1 package(s) with two or more values; needs at least 2"),
-    (np.array([[2.0, 2.0, 2.0], [2.0, 2.0, N]]), "every value is the same (no variation to agree on)"),
-    (np.full((1, 0), np.nan), "0 package(s) with two or more values; needs at least 2"),
-])
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (np.array([[1.0, 2.0, N], [1.0, N, 3.0]]), "1 package(s) with two or more values; needs at least 2"),
+        (np.array([[2.0, 2.0, 2.0], [2.0, 2.0, N]]), "every value is the same (no variation to agree on)"),
+        (np.full((1, 0), np.nan), "0 package(s) with two or more values; needs at least 2"),
+    ],
+)
 def test_alpha_is_not_estimable_on_too_little(data, reason):
     est = ag.alpha_estimate(data, "ordinal", B=50, rng=np.random.default_rng(0))
     assert np.isnan(est["alpha"]) and np.isnan(est["ci_low"]) and est["note"] == reason
@@ -140,20 +152,61 @@ def test_cohens_kappa_with_unequal_margins_by_hand():
     assert ag.cohen_kappa(table) == pytest.approx(0.24 / 0.52)
 
 
-def _grade_rows(package, scenario, arm, grader, slot, scores, accept, *, status="submitted", wave="w", source="experts",
-                criteria=("c1", "c2", "c3")):
-    base = {"wave": wave, "source": source, "package_id": package, "run_id": f"{scenario}.{arm}.{package}", "scenario": scenario,
-            "arm": arm, "model": "m", "grader_id": grader, "slot": slot, "status": status, "active_s": 600.0}
+def _grade_rows(
+    package,
+    scenario,
+    arm,
+    grader,
+    slot,
+    scores,
+    accept,
+    *,
+    status="submitted",
+    wave="w",
+    source="experts",
+    criteria=("c1", "c2", "c3"),
+):
+    base = {
+        "wave": wave,
+        "source": source,
+        "package_id": package,
+        "run_id": f"{scenario}.{arm}.{package}",
+        "scenario": scenario,
+        "arm": arm,
+        "model": "m",
+        "grader_id": grader,
+        "slot": slot,
+        "status": status,
+        "active_s": 600.0,
+    }
     if status != "submitted":
         return [{**base, "criterion": "", "score": None, "critique": "", "accept": None}]
-    return [{**base, "criterion": c, "score": s, "critique": f"on {c}, with a comma", "accept": int(accept)} for c, s in zip(criteria, scores)]
+    return [
+        {**base, "criterion": c, "score": s, "critique": f"on {c}, with a comma", "accept": int(accept)}
+        for c, s in zip(criteria, scores)
+    ]
 
 
 def _panel_rows(package, scenario, arm, judges, *, D=True, E=False, criteria=("c1", "c2", "c3")):
     """``judges``: (judge_id, scores, judge_q, accept) per valid judge."""
-    return [{"package_id": package, "run_id": f"{scenario}.{arm}.{package}", "scenario": scenario, "arm": arm, "model": "m",
-             "D": D, "E": E, "judge_id": j, "criterion": c, "score": s, "judge_q": q, "judge_accept": acc}
-            for j, scores, q, acc in judges for c, s in zip(criteria, scores)]
+    return [
+        {
+            "package_id": package,
+            "run_id": f"{scenario}.{arm}.{package}",
+            "scenario": scenario,
+            "arm": arm,
+            "model": "m",
+            "D": D,
+            "E": E,
+            "judge_id": j,
+            "criterion": c,
+            "score": s,
+            "judge_q": q,
+            "judge_accept": acc,
+        }
+        for j, scores, q, acc in judges
+        for c, s in zip(criteria, scores)
+    ]
 
 
 def _grades(rows) -> pd.DataFrame:
@@ -167,12 +220,20 @@ def _panel(rows) -> pd.DataFrame:
 def test_acceptance_agreement_by_hand_with_two_graders_per_package():
     # slot 1 vs slot 2: (1,1) (1,0) (0,0) (0,0): agreement 3/4; p_yes 2/4 and 1/4, p_e = 0.5, kappa = (0.75-0.5)/0.5
     decisions = [(1, 1), (1, 0), (0, 0), (0, 0)]
-    grades = _grades(_grade_rows(f"P{i}", "S1", "A1", f"G{s}", s, (2, 2, 2), d[s - 1]) for i, d in enumerate(decisions) for s in (1, 2))
+    grades = _grades(
+        _grade_rows(f"P{i}", "S1", "A1", f"G{s}", s, (2, 2, 2), d[s - 1])
+        for i, d in enumerate(decisions)
+        for s in (1, 2)
+    )
     experts = ag.expert_table(grades, CRITERIA)
     # the panel accepts P0 and P1 (3 and 2 of 3 votes), not P2 or P3: against the experts 1,1 1,0 0,0 0,0 -> 7 of 8 agree
     votes = [(True, True, True), (True, True, False), (False, False, True), (False, False, False)]
-    panel = ag.panel_table(_panel(_panel_rows(f"P{i}", "S1", "A1", [(f"J{j}", (2, 2, 2), 50.0, v[j]) for j in range(3)])
-                                  for i, v in enumerate(votes)))
+    panel = ag.panel_table(
+        _panel(
+            _panel_rows(f"P{i}", "S1", "A1", [(f"J{j}", (2, 2, 2), 50.0, v[j]) for j in range(3)])
+            for i, v in enumerate(votes)
+        )
+    )
     t = ag.acceptance_table(experts, panel, B=200, seed=1).set_index(["comparison", "statistic"])
     assert t.loc[("expert-expert", "agreement"), "estimate"] == pytest.approx(0.75)
     assert t.loc[("expert-expert", "Cohen's kappa"), "estimate"] == pytest.approx(0.5)
@@ -189,14 +250,21 @@ def test_acceptance_agreement_by_hand_with_two_graders_per_package():
 def test_three_graders_pool_every_pair_of_slots():
     grades = _grades(_grade_rows("P1", "S1", "A1", f"G{s}", s, (2, 2, 2), a) for s, a in ((1, 1), (2, 1), (3, 0)))
     pairs = ag.expert_pairs(ag.expert_table(grades, CRITERIA))
-    assert list(zip(pairs["slot_a"], pairs["slot_b"], pairs["a"], pairs["b"])) == [(1, 2, 1, 1), (1, 3, 1, 0), (2, 3, 1, 0)]
+    assert list(zip(pairs["slot_a"], pairs["slot_b"], pairs["a"], pairs["b"])) == [
+        (1, 2, 1, 1),
+        (1, 3, 1, 0),
+        (2, 3, 1, 0),
+    ]
 
 
 def test_acceptance_agreement_needs_two_packages():
     grades = _grades(_grade_rows("P1", "S1", "A1", f"G{s}", s, (2, 2, 2), 1) for s in (1, 2))
     t = ag.acceptance_table(ag.expert_table(grades, CRITERIA), ag.panel_table(_panel([])), B=50, seed=0)
     assert t["estimate"].isna().all()
-    assert set(t["note"]) == {"1 package(s) with a pair of decisions; needs at least 2", "0 package(s) with a pair of decisions; needs at least 2"}
+    assert set(t["note"]) == {
+        "1 package(s) with a pair of decisions; needs at least 2",
+        "0 package(s) with a pair of decisions; needs at least 2",
+    }
 
 
 # ------------------------------------------------------------------ tables, ties and the bias
@@ -204,13 +272,24 @@ def test_acceptance_agreement_needs_two_packages():
 
 def test_expert_q_panel_ties_and_the_package_bias_by_hand():
     # weights 0.5, 0.3, 0.2: scores (4,2,0) give 100*(2+0.6)/4 = 65, (2,2,2) give 50; mean 57.5
-    grades = _grades([_grade_rows("P1", "S1", "A3", "G1", 1, (4, 2, 0), 1), _grade_rows("P1", "S1", "A3", "G2", 2, (2, 2, 2), 0),
-                      _grade_rows("P2", "S1", "A1", "G1", 1, (1, 1, 1), 0, status="open")])
+    grades = _grades(
+        [
+            _grade_rows("P1", "S1", "A3", "G1", 1, (4, 2, 0), 1),
+            _grade_rows("P1", "S1", "A3", "G2", 2, (2, 2, 2), 0),
+            _grade_rows("P2", "S1", "A1", "G1", 1, (1, 1, 1), 0, status="open"),
+        ]
+    )
     experts = ag.expert_table(grades, CRITERIA)
     assert experts["Q"].tolist() == [65.0, 50.0]
     # two valid judges: medians (4+3)/2 and (1+2)/2 are half points; Q the mean 75; votes 1-1: a tie, not accepted
-    panel = ag.panel_table(_panel([_panel_rows("P1", "S1", "A3", [("J1", (4, 1, 0), 80.0, True), ("J2", (3, 2, 0), 70.0, False)]),
-                                   _panel_rows("P2", "S1", "A1", [(f"J{j}", (2, 2, 2), 50.0, j < 2) for j in range(3)])]))
+    panel = ag.panel_table(
+        _panel(
+            [
+                _panel_rows("P1", "S1", "A3", [("J1", (4, 1, 0), 80.0, True), ("J2", (3, 2, 0), 70.0, False)]),
+                _panel_rows("P2", "S1", "A1", [(f"J{j}", (2, 2, 2), 50.0, j < 2) for j in range(3)]),
+            ]
+        )
+    )
     p1, p2 = panel.set_index("package_id").loc["P1"], panel.set_index("package_id").loc["P2"]
     assert (p1["criterion:c1"], p1["criterion:c2"], p1["criterion:c3"]) == (3.5, 1.5, 0.0)
     assert (p1["Q"], p1["accept"], bool(p1["panel_tie"])) == (75.0, 0.0, True)
@@ -220,8 +299,14 @@ def test_expert_q_panel_ties_and_the_package_bias_by_hand():
     assert packages.loc["P1", "d_S"] == pytest.approx(0 - 0.5)
     assert packages.loc["P2", "n_grades"] == 0 and np.isnan(packages.loc["P2", "d_Q"])
     cov = ag.coverage_table(grades, experts, packages.reset_index()).set_index("item")["count"]
-    assert (cov["assignments"], cov["submitted"], cov["open"], cov["packages with 0 grades"], cov["packages with 2+ grades"],
-            cov["packages with a panel tie on accept"]) == (3, 2, 1, 1, 1, 1)
+    assert (
+        cov["assignments"],
+        cov["submitted"],
+        cov["open"],
+        cov["packages with 0 grades"],
+        cov["packages with 2+ grades"],
+        cov["packages with a panel tie on accept"],
+    ) == (3, 2, 1, 1, 1, 1)
 
 
 def test_a_grade_missing_a_score_has_no_q_and_is_counted():
@@ -233,18 +318,35 @@ def test_a_grade_missing_a_score_has_no_q_and_is_counted():
 def _bias_packages() -> pd.DataFrame:
     # A3: d_Q 10, 20, 30 (mean 20), d_S 1, 0, 0.5 (mean 0.5); A1: d_Q 0, 4 (mean 2), d_S 0, -0.5 (mean -0.25)
     rows = [("A3", 10, 1.0), ("A3", 20, 0.0), ("A3", 30, 0.5), ("A1", 0, 0.0), ("A1", 4, -0.5)]
-    return pd.DataFrame({"package_id": [f"P{i}" for i in range(len(rows))], "scenario": "S1", "arm": [r[0] for r in rows],
-                         "d_Q": [float(r[1]) for r in rows], "d_S": [r[2] for r in rows], "panel_q": 80.0,
-                         "expert_q_mean": [80.0 - r[1] for r in rows], "panel_accept": 1.0, "expert_accept_mean": [1 - r[2] for r in rows]})
+    return pd.DataFrame(
+        {
+            "package_id": [f"P{i}" for i in range(len(rows))],
+            "scenario": "S1",
+            "arm": [r[0] for r in rows],
+            "d_Q": [float(r[1]) for r in rows],
+            "d_S": [r[2] for r in rows],
+            "panel_q": 80.0,
+            "expert_q_mean": [80.0 - r[1] for r in rows],
+            "panel_accept": 1.0,
+            "expert_accept_mean": [1 - r[2] for r in rows],
+        }
+    )
 
 
 def test_bias_per_arm_and_its_contrast_by_hand():
     bias, contrast = ag.bias_tables(_bias_packages(), ["A0", "A1", "A3"], ("A3", "A1"), B=500, seed=4)
     b = bias.set_index(["measure", "arm"])
-    assert b.loc[("Q", "A3"), "estimate"] == pytest.approx(20.0) and b.loc[("Q", "A1"), "estimate"] == pytest.approx(2.0)
-    assert b.loc[("accept", "A3"), "estimate"] == pytest.approx(0.5) and b.loc[("accept", "A1"), "estimate"] == pytest.approx(-0.25)
+    assert b.loc[("Q", "A3"), "estimate"] == pytest.approx(20.0) and b.loc[("Q", "A1"), "estimate"] == pytest.approx(
+        2.0
+    )
+    assert b.loc[("accept", "A3"), "estimate"] == pytest.approx(0.5) and b.loc[
+        ("accept", "A1"), "estimate"
+    ] == pytest.approx(-0.25)
     assert b.loc[("Q", "A3"), "expert_mean"] == pytest.approx(60.0)
-    assert np.isnan(b.loc[("Q", "A0"), "estimate"]) and b.loc[("Q", "A0"), "note"] == "no package of A0 with an expert grade and a panel value"
+    assert (
+        np.isnan(b.loc[("Q", "A0"), "estimate"])
+        and b.loc[("Q", "A0"), "note"] == "no package of A0 with an expert grade and a panel value"
+    )
     c = contrast.set_index("measure")
     assert c.loc["Q", "estimate"] == pytest.approx(18.0) and c.loc["accept", "estimate"] == pytest.approx(0.75)
     assert (c.loc["Q", "n_treated"], c.loc["Q", "n_control"]) == (3, 2)
@@ -268,15 +370,24 @@ def test_bias_contrast_is_not_estimable_without_an_arm():
 
 def _h1_packages(rates: dict[tuple[str, str], list[tuple[float, float]]]) -> pd.DataFrame:
     """(scenario, arm) -> per package (expert Q, panel Q); D = 1, E = 0 throughout."""
-    rows = [{"package_id": f"{s}{a}{i}", "scenario": s, "arm": a, "expert_q_mean": eq, "panel_q": pq, "D": 1.0, "E": 0.0}
-            for (s, a), qs in rates.items() for i, (eq, pq) in enumerate(qs)]
+    rows = [
+        {"package_id": f"{s}{a}{i}", "scenario": s, "arm": a, "expert_q_mean": eq, "panel_q": pq, "D": 1.0, "E": 0.0}
+        for (s, a), qs in rates.items()
+        for i, (eq, pq) in enumerate(qs)
+    ]
     return pd.DataFrame(rows)
 
 
 def test_h1_on_expert_grades_by_hand():
     # experts: S1 A3 1,1 - A1 0,1 = 0.5; S2 A3 1,0 - A1 0 = 0.5: mean 0.5. Panel (Q 90 everywhere but S2 A1): S1 1-1 = 0, S2 1-0 = 1: mean 0.5.
-    packages = _h1_packages({("S1", "A3"): [(80, 90), (75, 90)], ("S1", "A1"): [(60, 90), (70, 90)],
-                             ("S2", "A3"): [(71, 90), (40, 90)], ("S2", "A1"): [(69.9, 60)]})
+    packages = _h1_packages(
+        {
+            ("S1", "A3"): [(80, 90), (75, 90)],
+            ("S1", "A1"): [(60, 90), (70, 90)],
+            ("S2", "A3"): [(71, 90), (40, 90)],
+            ("S2", "A1"): [(69.9, 60)],
+        }
+    )
     study = protocol.study()
     settings = InferenceSettings.from_study(1, study, B=400)
     t = ag.h1_table(packages, arms=study.arms, contrast=("A3", "A1"), q=70.0, settings=settings).set_index("grades")
@@ -287,15 +398,28 @@ def test_h1_on_expert_grades_by_hand():
     assert t.loc["experts", "verdict"] == "not consistent"  # two scenarios: the sign-flip p cannot fall below 0.05
 
 
-@pytest.mark.parametrize(("rates", "reason"), [
-    ({("S1", "A3"): [(80, 90)], ("S1", "A1"): [(60, 90)], ("S2", "A3"): [(80, 90)], ("S2", "A4"): [(60, 90)]},
-     "no package with an expert grade for S2 in A1"),
-    ({("S1", "A3"): [(80, 90)], ("S1", "A1"): [(60, 90)]}, "1 scenario(s) with expert-graded packages in both arms; needs at least 2"),
-])
+@pytest.mark.parametrize(
+    ("rates", "reason"),
+    [
+        (
+            {("S1", "A3"): [(80, 90)], ("S1", "A1"): [(60, 90)], ("S2", "A3"): [(80, 90)], ("S2", "A4"): [(60, 90)]},
+            "no package with an expert grade for S2 in A1",
+        ),
+        (
+            {("S1", "A3"): [(80, 90)], ("S1", "A1"): [(60, 90)]},
+            "1 scenario(s) with expert-graded packages in both arms; needs at least 2",
+        ),
+    ],
+)
 def test_h1_is_not_estimable_when_coverage_falls_short(rates, reason):
     study = protocol.study()
-    t = ag.h1_table(_h1_packages(rates), arms=study.arms, contrast=("A3", "A1"), q=70.0,
-                    settings=InferenceSettings.from_study(1, study, B=50))
+    t = ag.h1_table(
+        _h1_packages(rates),
+        arms=study.arms,
+        contrast=("A3", "A1"),
+        q=70.0,
+        settings=InferenceSettings.from_study(1, study, B=50),
+    )
     assert t["estimate"].isna().all() and set(t["note"]) == {reason}
     assert set(t["verdict"]) == {f"not estimable ({reason})"}
 
@@ -342,18 +466,34 @@ def test_the_report_recovers_a_planted_bias_in_the_primary_contrast():
 
 def test_the_export_round_trips_into_the_same_report(tmp_path):
     grades, panel = _synthetic(5)
-    grades = pd.concat([grades, _grades([_grade_rows("S1A10", "S1", "A1", "G9", 3, (), 0, status="saved")])], ignore_index=True)
+    grades = pd.concat(
+        [grades, _grades([_grade_rows("S1A10", "S1", "A1", "G9", 3, (), 0, status="saved")])], ignore_index=True
+    )
     # critiques a spreadsheet would run as formulas, and one that starts with the escape itself
-    grades.loc[0, "critique"], grades.loc[1, "critique"], grades.loc[2, "critique"] = "=HYPERLINK(\"x\")", "-2 for totals", "'as typed"
+    grades.loc[0, "critique"], grades.loc[1, "critique"], grades.loc[2, "critique"] = (
+        '=HYPERLINK("x")',
+        "-2 for totals",
+        "'as typed",
+    )
     path = tmp_path / "export.csv"
     path.write_text(rp.store.export_csv(grades), encoding="utf-8")  # as `pilot grading export` writes it
     raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    assert list(raw["critique"][:3]) == ["'=HYPERLINK(\"x\")", "'-2 for totals", "''as typed"]
+    assert list(raw["critique"][:3]) == ['\'=HYPERLINK("x")', "'-2 for totals", "''as typed"]
     back = rp.read_export(path)
-    assert list(back["critique"][:3]) == ["=HYPERLINK(\"x\")", "-2 for totals", "'as typed"]
+    assert list(back["critique"][:3]) == ['=HYPERLINK("x")', "-2 for totals", "'as typed"]
     a = rp.grading_report(grades, panel, seed=2, B=100, criteria=CRITERIA)
     b = rp.grading_report(back, panel, seed=2, B=100, criteria=CRITERIA)
-    for name in ("reliability", "acceptance", "bias", "bias_contrast", "h1", "coverage", "summary", "experts", "packages"):
+    for name in (
+        "reliability",
+        "acceptance",
+        "bias",
+        "bias_contrast",
+        "h1",
+        "coverage",
+        "summary",
+        "experts",
+        "packages",
+    ):
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name)
     assert b.coverage.set_index("item").loc["saved, not submitted", "count"] == 1
 

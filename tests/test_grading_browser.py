@@ -13,12 +13,12 @@ import re
 import shutil
 
 import pytest
+from test_grading_site import CRITERIA, GRADERS
+from view_support import simulated_study
 
 from pilot.grading import store
 from pilot.grading.plan import create_wave
 from pilot.grading.site import GradingServer
-from test_grading_site import CRITERIA, GRADERS
-from view_support import simulated_study
 
 pytestmark = pytest.mark.slow
 WAVE = "browser-1"
@@ -83,7 +83,11 @@ def test_a_grader_saves_a_draft_comes_back_and_submits_while_the_coordinator_wat
     page.wait_for_url("**?done=saved")
     assert "Draft saved" in page.inner_text("#notice")
     page.reload()
-    assert page.is_checked("#score-correctness-3") and page.is_checked("#score-entries-1") and page.is_checked("#accept-no")
+    assert (
+        page.is_checked("#score-correctness-3")
+        and page.is_checked("#score-entries-1")
+        and page.is_checked("#accept-no")
+    )
     assert page.input_value("#critique-correctness") == CRITIQUE
 
     with page.expect_download() as info:
@@ -104,10 +108,17 @@ def test_a_grader_saves_a_draft_comes_back_and_submits_while_the_coordinator_wat
     assert not errors, errors
 
     with store.open_store(folder) as st:
-        row = st.conn.execute("SELECT status, accept, active_s FROM grading_assignments WHERE wave = ? AND assignment_id = ?",
-                              (WAVE, own[0])).fetchone()
-        opened = [r[0] for r in st.conn.execute("SELECT detail_json FROM grading_events WHERE wave = ? AND kind = 'open_file' "
-                                                "AND assignment_id = ?", (WAVE, own[0]))]
+        row = st.conn.execute(
+            "SELECT status, accept, active_s FROM grading_assignments WHERE wave = ? AND assignment_id = ?",
+            (WAVE, own[0]),
+        ).fetchone()
+        opened = [
+            r[0]
+            for r in st.conn.execute(
+                "SELECT detail_json FROM grading_events WHERE wave = ? AND kind = 'open_file' AND assignment_id = ?",
+                (WAVE, own[0]),
+            )
+        ]
     assert (row["status"], row["accept"]) == ("submitted", 1) and row["active_s"] >= 1
     assert opened and info.value.suggested_filename in opened[0]
 

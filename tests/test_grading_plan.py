@@ -17,13 +17,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from view_support import copy_study, pilot, simulated_study
 
 from pilot.grading import tokens
 from pilot.grading.assignment import AssignmentError, Package, arm_spread, assign, draw_sample
 from pilot.grading.graders import GraderFileError, read_graders
 from pilot.grading.plan import create_wave
 from pilot.grading.store import GradingError
-from view_support import copy_study, pilot, simulated_study
 
 ARMS = ("A0", "A1", "A2", "A3", "A4")
 
@@ -35,8 +35,12 @@ def _write(path: Path, text: str) -> Path:
 
 def _packages(scenarios: int = 10, repeats: int = 3) -> list[Package]:
     # occupation o0..o9, one per scenario, as in the design's ten
-    return [Package(f"S{s:02d}.{arm}.r{r}", f"S{s:02d}", arm, "m", f"o{s}")
-            for s in range(scenarios) for arm in ARMS for r in range(1, repeats + 1)]
+    return [
+        Package(f"S{s:02d}.{arm}.r{r}", f"S{s:02d}", arm, "m", f"o{s}")
+        for s in range(scenarios)
+        for arm in ARMS
+        for r in range(1, repeats + 1)
+    ]
 
 
 def _graders(tmp_path: Path, per_occupation: int = 3, occupations: int = 10, extra: str = "") -> list:
@@ -52,16 +56,24 @@ def _graders(tmp_path: Path, per_occupation: int = 3, occupations: int = 10, ext
 # ------------------------------------------------------------------ graders file
 
 
-@pytest.mark.parametrize(("text", "line", "field", "reason"), [
-    ("", 1, "header", "empty"),
-    ("name,email,occupations\nA,a@x.org,legal\n", 1, "header", "expected name,contact,occupations"),
-    ("name,contact,occupations\nA,a@x.org\n", 2, "row", "has 2 fields"),
-    ("name,contact,occupations\n,a@x.org,legal\n", 2, "name", "is empty"),
-    ("name,contact,occupations\nA,not an address,legal\n", 2, "contact", "neither an e-mail address nor a handle"),
-    ("name,contact,occupations\nA,a@x.org,legal\nB,A@X.org,legal\n", 3, "contact", "already the contact of line 2"),
-    ("name,contact,occupations\nA,a@x.org, ; \n", 2, "occupations", "is empty"),
-    ("name,contact,occupations\nA,a@x.org,legal\nB,@bee,astrology;tarot\n", 3, "occupations", "matches no occupation"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "field", "reason"),
+    [
+        ("", 1, "header", "empty"),
+        ("name,email,occupations\nA,a@x.org,legal\n", 1, "header", "expected name,contact,occupations"),
+        ("name,contact,occupations\nA,a@x.org\n", 2, "row", "has 2 fields"),
+        ("name,contact,occupations\n,a@x.org,legal\n", 2, "name", "is empty"),
+        ("name,contact,occupations\nA,not an address,legal\n", 2, "contact", "neither an e-mail address nor a handle"),
+        ("name,contact,occupations\nA,a@x.org,legal\nB,A@X.org,legal\n", 3, "contact", "already the contact of line 2"),
+        ("name,contact,occupations\nA,a@x.org, ; \n", 2, "occupations", "is empty"),
+        (
+            "name,contact,occupations\nA,a@x.org,legal\nB,@bee,astrology;tarot\n",
+            3,
+            "occupations",
+            "matches no occupation",
+        ),
+    ],
+)
 def test_a_bad_graders_file_names_file_line_field_and_reason(tmp_path, text, line, field, reason):
     path = _write(tmp_path / "graders.csv", text)
     with pytest.raises(GraderFileError) as err:
@@ -114,8 +126,10 @@ def test_every_package_gets_k_distinct_graders_of_its_occupation_with_arms_balan
     for g in graders:
         mine = sorted((a for a in plan if a.grader_id == g.grader_id), key=lambda a: a.position)
         assert [a.position for a in mine] == list(range(1, 11))
-    sequences = [tuple(a.package.arm for a in sorted((a for a in plan if a.grader_id == g.grader_id), key=lambda a: a.position))
-                 for g in graders]
+    sequences = [
+        tuple(a.package.arm for a in sorted((a for a in plan if a.grader_id == g.grader_id), key=lambda a: a.position))
+        for g in graders
+    ]
     assert any(seq != tuple(sorted(seq)) for seq in sequences)
     assert assign(pk, graders, 2, seed=20260415) == plan
     assert assign(pk, graders, 2, seed=1) != plan
@@ -123,8 +137,11 @@ def test_every_package_gets_k_distinct_graders_of_its_occupation_with_arms_balan
 
 def test_balance_holds_when_loads_do_not_divide_and_graders_span_occupations(tmp_path):
     # 4 graders for o0 (one also grades o1), 2 for o1; 2 scenarios x 5 arms x 3 repeats, K = 3
-    path = _write(tmp_path / "g.csv", "name,contact,occupations\nA,a@x.org,o0\nB,b@x.org,o0\nC,c@x.org,o0\n"
-                                      "D,d@x.org,o0;o1\nE,e@x.org,o1\nF,f@x.org,o1\n")
+    path = _write(
+        tmp_path / "g.csv",
+        "name,contact,occupations\nA,a@x.org,o0\nB,b@x.org,o0\nC,c@x.org,o0\n"
+        "D,d@x.org,o0;o1\nE,e@x.org,o1\nF,f@x.org,o1\n",
+    )
     graders = read_graders(path)
     plan = assign(_packages(scenarios=2), graders, 3, seed=3)
     assert len(plan) == 30 * 3
@@ -153,13 +170,20 @@ def study(tmp_path_factory) -> Path:
 
 
 def test_pilot_grading_create_on_the_dry_run_gives_a_balanced_plan_and_hashed_tokens(study, tmp_path):
-    graders = _write(tmp_path / "graders.csv", "name,contact,occupations\nAda,ada@example.org,accounting\n"
-                                                "Ben,@ben,accounting\nCy,cy@example.org,accounting;legal\n")
+    graders = _write(
+        tmp_path / "graders.csv",
+        "name,contact,occupations\nAda,ada@example.org,accounting\n"
+        "Ben,@ben,accounting\nCy,cy@example.org,accounting;legal\n",
+    )
     made = create_wave(study, "experts-1", graders, per_package=2)
     with sqlite3.connect(study / "study.sqlite") as conn:
-        judged = conn.execute("SELECT COUNT(*) FROM runs WHERE json_extract(record_json, '$.status') IN ('completed', 'capped')").fetchone()[0]
-        arms = conn.execute("SELECT a.grader_id, p.arm, COUNT(*) FROM grading_assignments a JOIN grading_packages p "
-                            "USING (wave, package_id) WHERE a.wave = 'experts-1' GROUP BY 1, 2").fetchall()
+        judged = conn.execute(
+            "SELECT COUNT(*) FROM runs WHERE json_extract(record_json, '$.status') IN ('completed', 'capped')"
+        ).fetchone()[0]
+        arms = conn.execute(
+            "SELECT a.grader_id, p.arm, COUNT(*) FROM grading_assignments a JOIN grading_packages p "
+            "USING (wave, package_id) WHERE a.wave = 'experts-1' GROUP BY 1, 2"
+        ).fetchall()
         hashes = {r[0] for r in conn.execute("SELECT token_hash FROM graders WHERE wave = 'experts-1'")}
         judge_rows = conn.execute("SELECT COUNT(*) FROM judge_scores").fetchone()[0]
     assert len(made.packages) == made.offered <= judged and len(made.assignments) == 2 * len(made.packages)
@@ -189,18 +213,33 @@ def test_the_cli_refuses_a_grader_of_no_matching_occupation_naming_the_line_and_
         os.symlink(Path(__file__).resolve().parent.parent / name, root / name)
     os.symlink(Path(__file__).resolve().parent.parent / "analysis" / "config", root / "analysis" / "config")
     copy_study(study, root / "analysis" / "data" / "viewsim")
-    bad = _write(tmp_path / "graders.csv", "name,contact,occupations\nAda,ada@example.org,accounting\nLex,lex@example.org,legal\n")
+    bad = _write(
+        tmp_path / "graders.csv",
+        "name,contact,occupations\nAda,ada@example.org,accounting\nLex,lex@example.org,legal\n",
+    )
     proc = pilot(root, "grading", "create", "viewsim", "w2", "--graders", str(bad), check=False)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("pilot grading: ") and "graders.csv: line 3, field 'occupations': legal matches no occupation" in proc.stderr
-    good = _write(tmp_path / "ok.csv", "name,contact,occupations\nAda,ada@example.org,accounting\nBo,bo@example.org,accounting\n")
+    assert (
+        proc.stderr.startswith("pilot grading: ")
+        and "graders.csv: line 3, field 'occupations': legal matches no occupation" in proc.stderr
+    )
+    good = _write(
+        tmp_path / "ok.csv", "name,contact,occupations\nAda,ada@example.org,accounting\nBo,bo@example.org,accounting\n"
+    )
     for sample, reason in (("0", "a positive number"), ("some", "a positive number")):
-        proc = pilot(root, "grading", "create", "viewsim", "w2", "--graders", str(good), "--sample", sample, check=False)
+        proc = pilot(
+            root, "grading", "create", "viewsim", "w2", "--graders", str(good), "--sample", sample, check=False
+        )
         assert proc.returncode == 2 and reason in proc.stderr
     assert pilot(root, "grading", "list", "viewsim").stdout.count("w2") == 0
     made = json.loads(pilot(root, "grading", "create", "viewsim", "w2", "--graders", str(good), "--sample", "1").stdout)
     with sqlite3.connect(study / "study.sqlite") as conn:
-        strata = conn.execute("SELECT COUNT(DISTINCT c.arm) FROM cells c JOIN runs r USING (run_id) "
-                              "WHERE json_extract(r.record_json, '$.status') IN ('completed', 'capped')").fetchone()[0]
+        strata = conn.execute(
+            "SELECT COUNT(DISTINCT c.arm) FROM cells c JOIN runs r USING (run_id) "
+            "WHERE json_extract(r.record_json, '$.status') IN ('completed', 'capped')"
+        ).fetchone()[0]
     assert made["packages"] == strata  # one per scenario x arm (one scenario here)
-    assert made["largest_arm_imbalance_within_a_grader"] <= 1 and made["per_grader"] == {"G01": made["packages"], "G02": made["packages"]}
+    assert made["largest_arm_imbalance_within_a_grader"] <= 1 and made["per_grader"] == {
+        "G01": made["packages"],
+        "G02": made["packages"],
+    }

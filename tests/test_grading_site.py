@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from view_support import SCENARIO, simulated_study
 
 from pilot.grading import store
 from pilot.grading.plan import CreatedWave, create_wave
 from pilot.grading.site import COOKIE_NAME, CSP, create_app
 from pilot.portal.app import SessionLimits, SignInLimits
 from pilot.view.study import StudyReader
-from view_support import SCENARIO, simulated_study
 
 WAVE = "experts-1"
 GRADERS = """name,contact,occupations
@@ -45,23 +45,41 @@ class Wave:
 
     def row(self, assignment_id: str) -> dict:
         with store.open_store(self.folder) as st:
-            return dict(st.conn.execute("SELECT a.*, p.run_id FROM grading_assignments a JOIN grading_packages p "
-                                        "USING (wave, package_id) WHERE a.wave = ? AND a.assignment_id = ?",
-                                        (WAVE, assignment_id)).fetchone())
+            return dict(
+                st.conn.execute(
+                    "SELECT a.*, p.run_id FROM grading_assignments a JOIN grading_packages p "
+                    "USING (wave, package_id) WHERE a.wave = ? AND a.assignment_id = ?",
+                    (WAVE, assignment_id),
+                ).fetchone()
+            )
 
     def events(self, kind: str) -> list[dict]:
         with store.open_store(self.folder) as st:
-            return [dict(r) for r in st.conn.execute("SELECT * FROM grading_events WHERE wave = ? AND kind = ? ORDER BY event_id",
-                                                     (WAVE, kind))]
+            return [
+                dict(r)
+                for r in st.conn.execute(
+                    "SELECT * FROM grading_events WHERE wave = ? AND kind = ? ORDER BY event_id", (WAVE, kind)
+                )
+            ]
 
     def unblinding(self) -> list[str]:
         """Strings no grader's page may hold: run ids, arm tokens of run ids, the model, the node, the study, package ids."""
         with store.open_store(self.folder) as st:
             nodes = {r[0] for r in st.conn.execute("SELECT DISTINCT node FROM attempts WHERE node IS NOT NULL")}
-            package_ids = [r[0] for r in st.conn.execute("SELECT package_id FROM grading_packages WHERE wave = ?", (WAVE,))]
+            package_ids = [
+                r[0] for r in st.conn.execute("SELECT package_id FROM grading_packages WHERE wave = ?", (WAVE,))
+            ]
         runs = [p.run_id for p in self.made.packages]
-        return sorted({*runs, *(f".{p.arm}." for p in self.made.packages), *(p.model for p in self.made.packages), *nodes,
-                       self.folder.name, *package_ids})
+        return sorted(
+            {
+                *runs,
+                *(f".{p.arm}." for p in self.made.packages),
+                *(p.model for p in self.made.packages),
+                *nodes,
+                self.folder.name,
+                *package_ids,
+            }
+        )
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +141,7 @@ def test_queue_and_grade_page_show_only_own_packages_and_nothing_that_unblinds(w
         assert f"Package 1 of {len(own)}" in html and f"Package {len(own)} of {len(own)}" in html
         assert "October bank reconciliation of the operating account" in html
         assert re.search(rf'id="progress">\d+ of {len(own)} packages submitted<', html)
-        assert f"Grading wave <b id=\"wave-name\">{WAVE}</b>" in html and "Grading is blind" in html
+        assert f'Grading wave <b id="wave-name">{WAVE}</b>' in html and "Grading is blind" in html
         page = text(client.get(f"/grade/{own[0]}"))
         for shown in (html, page):
             leaked = [s for s in forbidden if s in shown]
@@ -145,8 +163,13 @@ def test_every_response_carries_the_security_headers_and_the_cookie_is_strict(wa
     cookie = resp.headers["Set-Cookie"]
     assert cookie.startswith(f"{COOKIE_NAME}=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert "Secure" not in cookie
-    for resp in (resp, client.get("/queue"), client.get("/grade/nope"), client.get("/static/grading.js"),
-                 app.test_client().get("/queue")):
+    for resp in (
+        resp,
+        client.get("/queue"),
+        client.get("/grade/nope"),
+        client.get("/static/grading.js"),
+        app.test_client().get("/queue"),
+    ):
         assert resp.headers["Content-Security-Policy"] == CSP
         assert "default-src 'none'" in CSP and "script-src 'self'" in CSP and "frame-ancestors 'none'" in CSP
         assert resp.headers["X-Content-Type-Options"] == "nosniff"
@@ -162,8 +185,20 @@ def test_a_draft_is_kept_then_submitted_once(wave, make_app):
     aid = wave.queue("G01")[0]
     page = text(client.get(f"/grade/{aid}"))
     typed = "Ties to the cent <b>but</b> the memo & workbook disagree on 'NSF'"
-    resp = client.post(f"/grade/{aid}", data=form_fields(page, action="save", **{
-        "score-correctness": "3", "critique-correctness": typed, "score-entries": "1", "accept": "no", "active_s": "0"}))
+    resp = client.post(
+        f"/grade/{aid}",
+        data=form_fields(
+            page,
+            action="save",
+            **{
+                "score-correctness": "3",
+                "critique-correctness": typed,
+                "score-entries": "1",
+                "accept": "no",
+                "active_s": "0",
+            },
+        ),
+    )
     assert resp.status_code == 303 and resp.headers["Location"] == f"/grade/{aid}?done=saved"
     assert wave.row(aid)["status"] == "saved"
 
@@ -178,8 +213,14 @@ def test_a_draft_is_kept_then_submitted_once(wave, make_app):
     assert '<td class="status">saved</td>' in text(client.get("/queue"))
 
     # Submitting with scores missing is refused, and what was typed stays on the page.
-    resp = client.post(f"/grade/{aid}", data=form_fields(page, action="submit", **{
-        "score-correctness": "4", "critique-correctness": "changed my mind", "accept": "yes"}))
+    resp = client.post(
+        f"/grade/{aid}",
+        data=form_fields(
+            page,
+            action="submit",
+            **{"score-correctness": "4", "critique-correctness": "changed my mind", "accept": "yes"},
+        ),
+    )
     assert resp.status_code == 400
     refused = text(resp)
     assert "cannot submit without a score for entries, workbook_quality, memo_quality, instructions" in refused
@@ -193,13 +234,17 @@ def test_a_draft_is_kept_then_submitted_once(wave, make_app):
     row = wave.row(aid)
     assert row["status"] == "submitted" and row["accept"] == 1 and row["submitted_at"]
     with store.open_store(wave.folder) as st:
-        assert store.scores(st.conn, WAVE, aid) == {c: (n, f"critique of {c}") for c, n in zip(CRITERIA, (4, 3, 2, 1, 0))}
+        assert store.scores(st.conn, WAVE, aid) == {
+            c: (n, f"critique of {c}") for c, n in zip(CRITERIA, (4, 3, 2, 1, 0))
+        }
 
     # Read-only afterwards, and a second submission is refused with a clear message.
     done = text(client.get(f"/grade/{aid}"))
     assert 'id="submit"' not in done and 'id="save"' not in done and "disabled" in done and "final" in done
-    again = client.post(f"/grade/{aid}", data=form_fields(page, action="submit", accept="no",
-                                                          **{k: "0" for k in full if k.startswith("score-")}))
+    again = client.post(
+        f"/grade/{aid}",
+        data=form_fields(page, action="submit", accept="no", **{k: "0" for k in full if k.startswith("score-")}),
+    )
     assert again.status_code == 409
     assert "already submitted; a submitted grade is final" in text(again)
     with store.open_store(wave.folder) as st:
@@ -374,7 +419,9 @@ def test_the_coordinator_sees_progress_and_exports_the_submitted_grades(wave, ma
     grader = signed_in(app, wave, "G02")
     aid = wave.queue("G02")[-1]
     page = text(grader.get(f"/grade/{aid}"))
-    full = {f"score-{c}": "2" for c in CRITERIA} | {f"critique-{c}": f"G02 on {c}, \"quoted\", with a comma" for c in CRITERIA}
+    full = {f"score-{c}": "2" for c in CRITERIA} | {
+        f"critique-{c}": f'G02 on {c}, "quoted", with a comma' for c in CRITERIA
+    }
     assert grader.post(f"/grade/{aid}", data=form_fields(page, action="submit", accept="no", **full)).status_code == 303
     assert grader.get("/coordinator").status_code == 403
     assert grader.get("/coordinator/export.csv").status_code == 403
@@ -385,11 +432,15 @@ def test_the_coordinator_sees_progress_and_exports_the_submitted_grades(wave, ma
     html = text(coord.get("/coordinator"))
     with store.open_store(wave.folder) as st:
         tables = store.progress(st.conn, WAVE)
-        package_id = st.conn.execute("SELECT package_id FROM grading_assignments WHERE wave = ? AND assignment_id = ?",
-                                     (WAVE, aid)).fetchone()[0]
+        package_id = st.conn.execute(
+            "SELECT package_id FROM grading_assignments WHERE wave = ? AND assignment_id = ?", (WAVE, aid)
+        ).fetchone()[0]
     for r in tables["grader"].to_dict("records"):
         row = re.search(rf'<tr data-grader="{r["grader_id"]}">(.*?)</tr>', html, re.S).group(1)
-        assert f'<td class="n-submitted">{r["submitted"]}</td>' in row and f'<td class="n-assigned">{r["assigned"]}</td>' in row
+        assert (
+            f'<td class="n-submitted">{r["submitted"]}</td>' in row
+            and f'<td class="n-assigned">{r["assigned"]}</td>' in row
+        )
     g02 = re.search(r'<tr data-grader="G02">(.*?)</tr>', html, re.S).group(1)
     assert re.search(r'n-submitted">([1-9]\d*)<', g02)
     assert all(f'data-stratum="{SCENARIO}/A{k}"' in html for k in range(5))  # the coordinator may see strata

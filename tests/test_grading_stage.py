@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from view_support import copy_study, pilot, simulated_study
 
 from pilot import paths
-from view_support import copy_study, pilot, simulated_study
 
 pytestmark = pytest.mark.notebook
 
@@ -31,8 +31,27 @@ def root(tmp_path_factory) -> Path:
 
 
 def _stage(root: Path, out: Path, **params: object):
-    args = ["stage", "grading", "--output", str(out / "06.ipynb"), "-p", "study_name", "viewsim", "-p", "tables_dir", str(out / "tables"),
-            "-p", "figures_dir", str(out / "figures"), "-p", "generated_dir", str(out / "generated"), "-p", "bootstrap_resamples", "200"]
+    args = [
+        "stage",
+        "grading",
+        "--output",
+        str(out / "06.ipynb"),
+        "-p",
+        "study_name",
+        "viewsim",
+        "-p",
+        "tables_dir",
+        str(out / "tables"),
+        "-p",
+        "figures_dir",
+        str(out / "figures"),
+        "-p",
+        "generated_dir",
+        str(out / "generated"),
+        "-p",
+        "bootstrap_resamples",
+        "200",
+    ]
     for k, v in params.items():
         args += ["-p", k, str(v)]
     return pilot(root, *args, check=False)
@@ -83,7 +102,10 @@ def test_no_wave_of_experts_says_not_run_and_an_unknown_wave_is_named(root, tmp_
     proc = _stage(root, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "\\newcommand{\\gradingWaveRun}{0}" in (tmp_path / "generated" / "grading_macros.tex").read_text()
-    assert "was not run for this study: study viewsim has no wave of experts' grades" in (tmp_path / "generated" / "grading_text.tex").read_text()
+    assert (
+        "was not run for this study: study viewsim has no wave of experts' grades"
+        in (tmp_path / "generated" / "grading_text.tex").read_text()
+    )
     proc = _stage(root, tmp_path / "x", wave="nobody")
     assert proc.returncode == 1 and "no grading wave 'nobody'" in proc.stderr
 

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from pilot import defects
+from pilot.cli.check import EXIT_CRITICAL, EXIT_EVALUATION_ERROR, EXIT_FAILED
 from pilot.cli.main import main as cli_main
 from pilot.judges.render import render_deliverable
 from pilot.oracles import Recalculator, evaluate, run_selfcheck
-from pilot.cli.check import EXIT_CRITICAL, EXIT_EVALUATION_ERROR, EXIT_FAILED
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot import defects
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -43,7 +43,15 @@ def _zip(parts: dict[str, bytes | str]) -> bytes:
 
 
 def zip_bomb(p: Path, ws: Path) -> None:
-    p.write_bytes(_zip({"[Content_Types].xml": "<Types/>", "xl/workbook.xml": "<workbook/>", "xl/worksheets/sheet1.xml": b"\0" * (200 * 1024 * 1024)}))
+    p.write_bytes(
+        _zip(
+            {
+                "[Content_Types].xml": "<Types/>",
+                "xl/workbook.xml": "<workbook/>",
+                "xl/worksheets/sheet1.xml": b"\0" * (200 * 1024 * 1024),
+            }
+        )
+    )
 
 
 def many_small_bombs(p: Path, ws: Path) -> None:
@@ -231,10 +239,13 @@ def _fifo_input(ws: Path) -> None:
     os.mkfifo(ws / "inputs" / "pipe")
 
 
-@pytest.mark.parametrize("make, words", [
-    (_deep_inputs, "deeper than 64 levels"),
-    (_fifo_input, "a pipe, socket or device"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (_deep_inputs, "deeper than 64 levels"),
+        (_fifo_input, "a pipe, socket or device"),
+    ],
+)
 def test_hostile_tree_under_inputs_is_a_critical_violation_with_json(golds, recalc, tmp_path, capsys, make, words):
     ws = defects.copy_workspace(golds["LEGAL-01"], tmp_path / "ws")
     try:

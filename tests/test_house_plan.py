@@ -10,7 +10,7 @@ package that breaks it.
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -39,7 +39,7 @@ FROZEN_PRIVATE = {
 FROZEN_ROOM_CIRCLES = {frozenset({"pilot.oracles", "pilot.scenarios"})}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parsed(path: str, mtime_ns: int, size: int) -> ast.Module:
     return ast.parse(Path(path).read_text(encoding="utf-8"), path)
 
@@ -78,7 +78,12 @@ def imports(src: Path, package: str = "pilot") -> list[tuple[str, str, str | Non
                     target = _owner(alias.name, mods)
                     if target and alias.name.split(".")[0] == package:
                         found.append((mod, target, None, node.lineno))
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == package:
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and node.module
+                and node.module.split(".")[0] == package
+            ):
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
                     if full in mods:
@@ -105,8 +110,13 @@ def private_attribute_uses(src: Path, package: str = "pilot") -> list[tuple[str,
                     if alias.asname and alias.name in mods:
                         bound[alias.asname] = alias.name
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 found.append((mod, bound[node.value.id], node.attr, node.lineno))
     return found
 
@@ -172,14 +182,21 @@ def room_edges(src: Path, package: str = "pilot") -> dict[str, set[str]]:
 def stand_in_imports(src: Path, package: str = "pilot") -> list[tuple[str, str, int]]:
     allowed = tuple(f"{p.replace('pilot', package, 1)}" for p in MAY_IMPORT_STAND_INS)
     stand_ins = f"{package}.simulated"
-    return [(imp, tgt, line) for imp, tgt, _n, line in imports(src, package)
-            if (tgt == stand_ins or tgt.startswith(stand_ins + ".")) and not any(imp == a or imp.startswith(a + ".") for a in allowed)]
+    return [
+        (imp, tgt, line)
+        for imp, tgt, _n, line in imports(src, package)
+        if (tgt == stand_ins or tgt.startswith(stand_ins + "."))
+        and not any(imp == a or imp.startswith(a + ".") for a in allowed)
+    ]
 
 
 def private_imports(src: Path, package: str = "pilot") -> set[tuple[str, str, str]]:
     mods = modules(src, package)
-    taken = {(imp, tgt, name) for imp, tgt, name, _line in imports(src, package)
-             if name and name.startswith("_") and not name.startswith("__") and imp != tgt and f"{tgt}.{name}" not in mods}
+    taken = {
+        (imp, tgt, name)
+        for imp, tgt, name, _line in imports(src, package)
+        if name and name.startswith("_") and not name.startswith("__") and imp != tgt and f"{tgt}.{name}" not in mods
+    }
     return taken | {(imp, tgt, name) for imp, tgt, name, _line in private_attribute_uses(src, package) if imp != tgt}
 
 
@@ -206,8 +223,11 @@ def test_private_names_stay_in_their_module():
 
 
 def test_nothing_but_the_entry_point_imports_the_command_line():
-    outside = [(imp, tgt) for imp, tgt, _n, _l in imports(SRC)
-               if tgt.startswith("pilot.cli") and not imp.startswith("pilot.cli") and imp != "pilot.__main__"]
+    outside = [
+        (imp, tgt)
+        for imp, tgt, _n, _l in imports(SRC)
+        if tgt.startswith("pilot.cli") and not imp.startswith("pilot.cli") and imp != "pilot.__main__"
+    ]
     assert outside == []
     for folder in ("notebooks", "analysis"):
         for path in sorted((paths.ROOT / folder).rglob("*.py")):
@@ -221,16 +241,26 @@ def test_every_backend_role_resolves_and_an_unknown_backend_is_refused():
             assert callable(backends.role(name, role)), (name, role)
     for name in backends.AGENT_BACKENDS:
         assert backends.judge_backend(name) in backends.JUDGE_BACKENDS
-    with pytest.raises(backends.UnknownBackend, match=r"unknown backend 'nope'; the backends are simulated, claude-code, rehearsal, synthetic"):
+    with pytest.raises(
+        backends.UnknownBackend,
+        match=r"unknown backend 'nope'; the backends are simulated, claude-code, rehearsal, synthetic",
+    ):
         backends.get("nope")
-    with pytest.raises(backends.UnknownBackend, match=r"backend 'synthetic' has no agent role; the backends with one are simulated, claude-code, rehearsal"):
+    with pytest.raises(
+        backends.UnknownBackend,
+        match=r"backend 'synthetic' has no agent role; the backends with one are simulated, claude-code, rehearsal",
+    ):
         backends.role("synthetic", "agent")
 
 
 def test_the_labels_come_from_the_registry():
     # Declared by the design: the real study's numbers are findings; the dry run's and the rehearsal's are not.
     assert {n: backends.label(n) for n in backends.REGISTRY} == {
-        "simulated": "SIMULATED", "claude-code": "", "rehearsal": "REHEARSAL", "synthetic": "SIMULATED"}
+        "simulated": "SIMULATED",
+        "claude-code": "",
+        "rehearsal": "REHEARSAL",
+        "synthetic": "SIMULATED",
+    }
     assert backends.label("a-backend-nobody-registered") == "SIMULATED"
     assert backends.CLI_BACKENDS == {"claude-code", "rehearsal"} and backends.REAL_BACKENDS == {"claude-code"}
 
@@ -247,23 +277,29 @@ def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_each_rule_finds_what_a_planted_package_breaks(tmp_path):
-    src = _plant(tmp_path, {
-        "__init__.py": "",
-        "a.py": "from toy import b\n",
-        "b.py": "def f():\n    from toy.a import x\n",          # a circle through a function-level import
-        "runner.py": "from toy.simulated.agent import Agent\n",  # real code reaching a stand-in
-        "simulated/__init__.py": "",
-        "simulated/agent.py": "from toy.stats import helpers\nhelpers._secret()\n",  # a private attribute read
-        "cli/__init__.py": "",
-        "cli/main.py": "from toy.simulated import agent\nfrom toy.b import _hidden\n",  # allowed stand-in; a private import
-        "stats/__init__.py": "",
-        "stats/helpers.py": "from toy import report\n",
-        "report/__init__.py": "from toy.stats import helpers\n",  # two rooms importing each other
-    })
+    src = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from toy import b\n",
+            "b.py": "def f():\n    from toy.a import x\n",  # a circle through a function-level import
+            "runner.py": "from toy.simulated.agent import Agent\n",  # real code reaching a stand-in
+            "simulated/__init__.py": "",
+            "simulated/agent.py": "from toy.stats import helpers\nhelpers._secret()\n",  # a private attribute read
+            "cli/__init__.py": "",
+            "cli/main.py": "from toy.simulated import agent\nfrom toy.b import _hidden\n",  # allowed stand-in; a private import
+            "stats/__init__.py": "",
+            "stats/helpers.py": "from toy import report\n",
+            "report/__init__.py": "from toy.stats import helpers\n",  # two rooms importing each other
+        },
+    )
     assert circles(module_edges(src, "toy")) == [{"toy.a", "toy.b"}, {"toy.report", "toy.stats.helpers"}]
     assert {frozenset(c) for c in circles(room_edges(src, "toy"))} >= {frozenset({"toy.stats", "toy.report"})}
     assert stand_in_imports(src, "toy") == [("toy.runner", "toy.simulated.agent", 1)]
-    assert private_imports(src, "toy") == {("toy.cli.main", "toy.b", "_hidden"), ("toy.simulated.agent", "toy.stats.helpers", "_secret")}
+    assert private_imports(src, "toy") == {
+        ("toy.cli.main", "toy.b", "_hidden"),
+        ("toy.simulated.agent", "toy.stats.helpers", "_secret"),
+    }
 
 
 def test_a_run_function_stored_before_its_module_moved_still_resolves():

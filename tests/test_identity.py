@@ -60,18 +60,25 @@ def test_a_run_protocol_file_outside_the_manifest_counts(root):
     study = protocol_identity(None, backend="simulated", root=root)
     with (root / "protocol" / "prices.yml").open("a") as fh:
         fh.write("\n")
-    assert first_difference(study, protocol_identity(None, backend="simulated", root=root)).startswith("protocol/prices.yml differs (study ")
+    assert first_difference(study, protocol_identity(None, backend="simulated", root=root)).startswith(
+        "protocol/prices.yml differs (study "
+    )
 
 
 def test_a_file_added_or_removed_is_named(root):
     study = protocol_identity(None, backend="simulated", root=root)
     added = root / "protocol" / "scenarios" / "BANK-01" / "inputs" / "extra.csv"
     added.write_text("a,b\n")
-    assert first_difference(study, protocol_identity(None, backend="simulated", root=root)) == \
-        "protocol/scenarios/BANK-01/inputs/extra.csv is on the worker only"
+    assert (
+        first_difference(study, protocol_identity(None, backend="simulated", root=root))
+        == "protocol/scenarios/BANK-01/inputs/extra.csv is on the worker only"
+    )
     added.unlink()
     (root / ORACLE).unlink()
-    assert first_difference(study, protocol_identity(None, backend="simulated", root=root)) == f"{ORACLE} is missing on the worker"
+    assert (
+        first_difference(study, protocol_identity(None, backend="simulated", root=root))
+        == f"{ORACLE} is missing on the worker"
+    )
     (root / "protocol" / "completion_record.schema.json").unlink()
     worker = protocol_identity(None, backend="simulated", root=root)
     # sorted order: the schema comes before the scenarios
@@ -89,11 +96,18 @@ def test_the_scenarios_of_the_study_only(root):
 def test_extras_differ():
     files = {"protocol/study.yml": "a" * 64}
     study = ProtocolIdentity(files, {"cli_version": "2.1.332", "worker_env_lock": "1a2b3c4d" + "0" * 56})
-    assert first_difference(study, replace(study, extras={**study.extras, "cli_version": "2.1.300"})) == \
-        "cli_version differs (study 2.1.332, worker 2.1.300)"
-    assert first_difference(study, replace(study, extras={**study.extras, "worker_env_lock": "5e6f7a8b" + "0" * 56})) == \
-        "worker_env_lock differs (study 1a2b3c4d…, worker 5e6f7a8b…)"
-    assert first_difference(study, replace(study, extras={"cli_version": "2.1.332"})) == "worker_env_lock is missing on the worker"
+    assert (
+        first_difference(study, replace(study, extras={**study.extras, "cli_version": "2.1.300"}))
+        == "cli_version differs (study 2.1.332, worker 2.1.300)"
+    )
+    assert (
+        first_difference(study, replace(study, extras={**study.extras, "worker_env_lock": "5e6f7a8b" + "0" * 56}))
+        == "worker_env_lock differs (study 1a2b3c4d…, worker 5e6f7a8b…)"
+    )
+    assert (
+        first_difference(study, replace(study, extras={"cli_version": "2.1.332"}))
+        == "worker_env_lock is missing on the worker"
+    )
     # the files are compared before the extras
     worse = ProtocolIdentity({"protocol/study.yml": "b" * 64}, {"cli_version": "2.1.300"})
     assert first_difference(study, worse).startswith("protocol/study.yml differs")
@@ -103,7 +117,10 @@ def test_cli_backends_carry_the_cli_and_the_worker_environment():
     for name in sorted(backends.CLI_BACKENDS):
         extras = protocol_identity(None, backend=name).extras
         assert set(extras) == {identity.CLI_VERSION, identity.WORKER_ENV_LOCK}
-        assert extras[identity.CLI_VERSION] in (identity.ABSENT, identity.NO_ANSWER) or extras[identity.CLI_VERSION].count(".") == 2
+        assert (
+            extras[identity.CLI_VERSION] in (identity.ABSENT, identity.NO_ANSWER)
+            or extras[identity.CLI_VERSION].count(".") == 2
+        )
     assert protocol_identity(None, backend="synthetic").extras == {}
     with pytest.raises(backends.UnknownBackend, match="unknown backend 'nope'"):
         protocol_identity(None, backend="nope")
@@ -140,13 +157,16 @@ def test_to_dict_round_trip_and_digest(root):
     assert ProtocolIdentity({"x": "1"}, {}).digest != ProtocolIdentity({"x": "2"}, {}).digest
 
 
-@pytest.mark.parametrize("data, message", [
-    ([], "expected a mapping with 'files' and 'extras', got list"),
-    ({"files": {}}, "field 'extras': missing"),
-    ({"files": [], "extras": {}}, "field 'files': expected a mapping of names to strings, got list"),
-    ({"files": {"a": 1}, "extras": {}}, "field 'files': entry 'a': names and values must be strings, got int"),
-    ({"files": {}, "extras": {}, "more": 1}, "field 'more': not a field of a protocol identity"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ([], "expected a mapping with 'files' and 'extras', got list"),
+        ({"files": {}}, "field 'extras': missing"),
+        ({"files": [], "extras": {}}, "field 'files': expected a mapping of names to strings, got list"),
+        ({"files": {"a": 1}, "extras": {}}, "field 'files': entry 'a': names and values must be strings, got int"),
+        ({"files": {}, "extras": {}, "more": 1}, "field 'more': not a field of a protocol identity"),
+    ],
+)
 def test_from_dict_refuses_what_is_not_an_identity(data, message):
     with pytest.raises(ValueError, match=message):
         ProtocolIdentity.from_dict(data)

@@ -7,11 +7,11 @@ import math
 
 import pandas as pd
 import pytest
+from view_support import SCENARIO, pilot, simulated_study
 
 from pilot.view import conversation
 from pilot.view.inspect_log import SCORES, export_inspect
 from pilot.view.study import StudyReader
-from view_support import SCENARIO, pilot, simulated_study
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,11 @@ def test_bad_rubric_is_refused_naming_the_field(mutate, field: str) -> None:
 
 
 def test_valid_reply_parses_plain_and_fenced() -> None:
-    body = {"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2}, "accept": False, "rationale": "Travel overrun unexplained."}
+    body = {
+        "criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2},
+        "accept": False,
+        "rationale": "Travel overrun unexplained.",
+    }
     v = parse_verdict(json.dumps(body), CRITERIA)
     assert v.criterion_scores == {"accuracy": 3, "completeness": 4, "clarity": 2} and v.accept is False
     fenced = "My view:\n```json\n" + json.dumps(body) + "\n```"
@@ -65,13 +69,28 @@ def test_valid_reply_parses_plain_and_fenced() -> None:
 @pytest.mark.parametrize(
     "reply, message",
     [
-        ('{"criterion_scores": {"accuracy": 5, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}', "criterion_scores.accuracy"),
-        ('{"criterion_scores": {"accuracy": 2.5, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}', "criterion_scores.accuracy"),
+        (
+            '{"criterion_scores": {"accuracy": 5, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}',
+            "criterion_scores.accuracy",
+        ),
+        (
+            '{"criterion_scores": {"accuracy": 2.5, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}',
+            "criterion_scores.accuracy",
+        ),
         ('{"criterion_scores": {"accuracy": 3, "completeness": 4}, "accept": true, "rationale": "x"}', "clarity"),
-        ('{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2, "style": 1}, "accept": true, "rationale": "x"}', "style"),
-        ('{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2}, "accept": "yes", "rationale": "x"}', "accept"),
+        (
+            '{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2, "style": 1}, "accept": true, "rationale": "x"}',
+            "style",
+        ),
+        (
+            '{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2}, "accept": "yes", "rationale": "x"}',
+            "accept",
+        ),
         ('{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2}, "accept": true}', "rationale"),
-        ('{"criterion_scores": {"accuracy": true, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}', "accuracy"),
+        (
+            '{"criterion_scores": {"accuracy": true, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}',
+            "accuracy",
+        ),
         ("I would accept this.", "no JSON object"),
         ('{"criterion_scores": {"accuracy": 3,', "no JSON object"),
     ],
@@ -105,7 +124,16 @@ class ScriptedJudge:
 
 
 def _ok(scores: tuple[int, int, int], accept: bool = True, cost: float = 0.01) -> JudgeReply:
-    return JudgeReply(json.dumps({"criterion_scores": dict(zip(["accuracy", "completeness", "clarity"], scores)), "accept": accept, "rationale": "r"}), cost)
+    return JudgeReply(
+        json.dumps(
+            {
+                "criterion_scores": dict(zip(["accuracy", "completeness", "clarity"], scores)),
+                "accept": accept,
+                "rationale": "r",
+            }
+        ),
+        cost,
+    )
 
 
 def test_panel_is_the_study_panel_and_scores_each_judge(tmp_path: Path) -> None:
@@ -126,11 +154,13 @@ def test_schema_failure_is_retried_once_then_the_judge_is_missing(tmp_path: Path
     sc = FakeScenario(tmp_path)
     out = gold_outputs(tmp_path / "ws" / "outputs")
     bad = JudgeReply('{"criterion_scores": {"accuracy": 9}}', 0.02)
-    backend = ScriptedJudge({
-        "J1": [bad, _ok((3, 3, 3), cost=0.03)],
-        "J2": [bad, bad],
-        "J3": [JudgeReply(None, 0.0, "API overloaded"), JudgeReply(None, 0.0, "API overloaded")],
-    })
+    backend = ScriptedJudge(
+        {
+            "J1": [bad, _ok((3, 3, 3), cost=0.03)],
+            "J2": [bad, bad],
+            "J3": [JudgeReply(None, 0.0, "API overloaded"), JudgeReply(None, 0.0, "API overloaded")],
+        }
+    )
     j1, j2, j3 = judge_run(sc, out, backend=backend, seed=5)
     assert j1.available and j1.attempts == 2 and j1.score_0_100 == 75.0 and j1.cost_usd == pytest.approx(0.05)
     assert not j2.available and j2.attempts == 2 and j2.score_0_100 is None and "output schema" in j2.error
@@ -154,7 +184,10 @@ def test_simulated_panel_is_deterministic_in_the_seed(tmp_path: Path) -> None:
     a = judge_run(sc, out, backend="simulated", seed=11)
     b = judge_run(sc, out, backend="simulated", seed=11)
     assert [r.to_dict() for r in a] == [r.to_dict() for r in b]
-    draws = {tuple(tuple(sorted(r.criterion_scores.items())) for r in judge_run(sc, out, backend="simulated", seed=s)) for s in range(12)}
+    draws = {
+        tuple(tuple(sorted(r.criterion_scores.items())) for r in judge_run(sc, out, backend="simulated", seed=s))
+        for s in range(12)
+    }
     assert len(draws) > 1  # the noise is real
     assert all(r.backend == "simulated" and "SIMULATED" in r.rationale for r in a if r.available)
     assert all(r.cost_usd > 0 for r in a)

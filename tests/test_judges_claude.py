@@ -21,7 +21,10 @@ def fake_cli(tmp_path: Path, mode: str) -> tuple[Path, Path]:
     """A wrapper executable around the fake CLI, fixing its mode and log folder."""
     log = tmp_path / f"log-{mode}"
     wrapper = tmp_path / f"claude-{mode}"
-    wrapper.write_text(f'#!/bin/sh\nFAKE_JUDGE_MODE={mode} FAKE_JUDGE_LOG="{log}" exec "{sys.executable}" "{FAKE}" "$@"\n', encoding="utf-8")
+    wrapper.write_text(
+        f'#!/bin/sh\nFAKE_JUDGE_MODE={mode} FAKE_JUDGE_LOG="{log}" exec "{sys.executable}" "{FAKE}" "$@"\n',
+        encoding="utf-8",
+    )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     return wrapper, log
 
@@ -84,7 +87,9 @@ def test_schema_failure_retried_once_through_the_cli(tmp_path: Path, run) -> Non
     assert "previous answer could not be used" in calls(log)[1]["prompt"]
 
 
-@pytest.mark.parametrize("mode, message", [("bad", "output schema"), ("error", "529"), ("garbage", "without a result object")])
+@pytest.mark.parametrize(
+    "mode, message", [("bad", "output schema"), ("error", "529"), ("garbage", "without a result object")]
+)
 def test_failing_cli_leaves_the_judge_missing(tmp_path: Path, run, mode: str, message: str) -> None:
     sc, out = run
     cli, log = fake_cli(tmp_path, mode)
@@ -116,12 +121,22 @@ def test_locate_claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_parse_cli_output_cases() -> None:
-    ok = parse_cli_output(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "{}", "total_cost_usd": 0.5}), 0)
+    ok = parse_cli_output(
+        json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "{}", "total_cost_usd": 0.5}),
+        0,
+    )
     assert ok.text == "{}" and ok.cost_usd == 0.5 and ok.error is None
     # is_error with subtype success is an API failure, not a verdict.
-    api = parse_cli_output(json.dumps({"type": "result", "subtype": "success", "is_error": True, "api_error_status": 500, "total_cost_usd": 0.1}), 1)
+    api = parse_cli_output(
+        json.dumps(
+            {"type": "result", "subtype": "success", "is_error": True, "api_error_status": 500, "total_cost_usd": 0.1}
+        ),
+        1,
+    )
     assert api.text is None and "500" in api.error and api.cost_usd == 0.1
-    turns = parse_cli_output(json.dumps({"type": "result", "subtype": "error_max_turns", "is_error": True, "total_cost_usd": 0.2}), 1)
+    turns = parse_cli_output(
+        json.dumps({"type": "result", "subtype": "error_max_turns", "is_error": True, "total_cost_usd": 0.2}), 1
+    )
     assert "error_max_turns" in turns.error
     empty = parse_cli_output("", 1, "boom")
     assert "boom" in empty.error and empty.cost_usd == 0.0
@@ -131,4 +146,17 @@ def test_command_is_the_documented_one(tmp_path: Path) -> None:
     cli, _ = fake_cli(tmp_path, "ok")
     cmd = ClaudeCodeJudge(cli).command("claude-sonnet-5-5")
     bare = ["--bare"] if protocol.study()["cli"]["bare"] else []  # off since A-010
-    assert cmd[1:] == ["-p", "--output-format", "json", "--tools", "", "--max-turns", "1", "--model", "claude-sonnet-5-5", "--setting-sources", "", *bare]
+    assert cmd[1:] == [
+        "-p",
+        "--output-format",
+        "json",
+        "--tools",
+        "",
+        "--max-turns",
+        "1",
+        "--model",
+        "claude-sonnet-5-5",
+        "--setting-sources",
+        "",
+        *bare,
+    ]

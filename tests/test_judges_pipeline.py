@@ -17,8 +17,20 @@ pytestmark = pytest.mark.skipif(not list_scenarios(), reason="no scenario bundle
 
 def cell(arm: str = "A3", sid: str | None = None) -> CellSpec:
     sid = sid or list_scenarios()[0]
-    return CellSpec(run_id=f"{sid}.{arm}.r1", study="unit-SIMULATED", wave="pilot", scenario=sid, arm=arm, repeat=1,
-                    model="claude-opus-5-5", order_index=0, seed=77, cap_usd=4.0, wall_s=1800.0, reserve_usd=4.3)
+    return CellSpec(
+        run_id=f"{sid}.{arm}.r1",
+        study="unit-SIMULATED",
+        wave="pilot",
+        scenario=sid,
+        arm=arm,
+        repeat=1,
+        model="claude-opus-5-5",
+        order_index=0,
+        seed=77,
+        cap_usd=4.0,
+        wall_s=1800.0,
+        reserve_usd=4.3,
+    )
 
 
 @dataclass
@@ -35,10 +47,33 @@ def gold_runner(calls: list):
     def run_attempt(scenario_id, arm_id, *, backend, out_dir, seed, model=None, **kw):
         calls.append((scenario_id, arm_id, backend, seed, model))
         ws = build_gold_workspace(load_scenario(scenario_id), Path(out_dir) / "workspace")
-        return _Rec({"scenario": scenario_id, "arm": arm_id, "model": model, "backend": backend, "status": "completed", "censored": False,
-                     "censor_reason": None, "infra_error": None, "cost_usd": 1.5, "wall_s": 300.0, "turns": 20, "tool_calls": 18,
-                     "questions": 0, "deviations": [], "D": True, "E": False, "E_reasons": [], "criteria_passed": 5, "criteria_total": 5,
-                     "selfcheck_first": None, "recovery_used": False, "selfcheck_final": None, "workspace": str(ws)})
+        return _Rec(
+            {
+                "scenario": scenario_id,
+                "arm": arm_id,
+                "model": model,
+                "backend": backend,
+                "status": "completed",
+                "censored": False,
+                "censor_reason": None,
+                "infra_error": None,
+                "cost_usd": 1.5,
+                "wall_s": 300.0,
+                "turns": 20,
+                "tool_calls": 18,
+                "questions": 0,
+                "deviations": [],
+                "D": True,
+                "E": False,
+                "E_reasons": [],
+                "criteria_passed": 5,
+                "criteria_total": 5,
+                "selfcheck_first": None,
+                "recovery_used": False,
+                "selfcheck_final": None,
+                "workspace": str(ws),
+            }
+        )
 
     return run_attempt
 
@@ -56,10 +91,24 @@ def test_run_cell_runs_then_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     judges = out.record["judges"]
     assert [j["judge_id"] for j in judges] == [j["id"] for j in protocol.study().judge_panel]
     assert all(j["backend"] == "simulated" and j["score_0_100"] is not None for j in judges)
-    assert out.cost_usd == 1.5 and out.judge_cost_usd == pytest.approx(sum(j["cost_usd"] for j in judges)) and out.judge_cost_usd > 0
+    assert (
+        out.cost_usd == 1.5
+        and out.judge_cost_usd == pytest.approx(sum(j["cost_usd"] for j in judges))
+        and out.judge_cost_usd > 0
+    )
     # The outcome becomes a run-table row with the judges' scores.
-    r = run_row(out.record, run_id=c.run_id, study_name=c.study, backend="simulated", wave=c.wave, repeat=c.repeat, seed=c.seed,
-                order_index=c.order_index, node="local-1", attempts=1)
+    r = run_row(
+        out.record,
+        run_id=c.run_id,
+        study_name=c.study,
+        backend="simulated",
+        wave=c.wave,
+        repeat=c.repeat,
+        seed=c.seed,
+        order_index=c.order_index,
+        node="local-1",
+        attempts=1,
+    )
     assert r["n_judges"] == 3 and r["Q"] >= 70 and r["S"] is True
     # Deterministic in the seed.
     again = pipeline.run_cell(c, tmp_path / "attempt2", "local-1", "simulated", c.seed)
@@ -69,7 +118,11 @@ def test_run_cell_runs_then_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_infra_error_is_not_judged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pilot import runner
 
-    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Rec({"status": "infra_error", "infra_error": "portal did not start", "cost_usd": 0.0}))
+    monkeypatch.setattr(
+        runner,
+        "run_attempt",
+        lambda *a, **k: _Rec({"status": "infra_error", "infra_error": "portal did not start", "cost_usd": 0.0}),
+    )
     out = pipeline.run_cell(cell(), tmp_path / "a", "local-1", "simulated", 1)
     assert out.infra_error == "portal did not start" and out.status == "infra_error"
     assert "judges" not in out.record and out.judge_cost_usd == 0.0
@@ -86,7 +139,9 @@ def test_judging_failure_leaves_judges_missing_not_the_run(tmp_path: Path, monke
     monkeypatch.setattr(pipeline, "judge_run", broken)
     out = pipeline.run_cell(cell(), tmp_path / "a", "local-1", "simulated", 1)
     assert out.infra_error is None and out.cost_usd == 1.5
-    assert all(j["error"].startswith("judging failed: RuntimeError") and j["score_0_100"] is None for j in out.record["judges"])
+    assert all(
+        j["error"].startswith("judging failed: RuntimeError") and j["score_0_100"] is None for j in out.record["judges"]
+    )
     assert "renderer exploded" in out.record["judge_error"]
 
 
@@ -116,8 +171,18 @@ def test_run_cell_with_the_real_runner(tmp_path: Path, arm: str) -> None:
     out = pipeline.run_cell(c, tmp_path / "attempt", "local-1", "simulated", c.seed)
     assert out.infra_error is None, out.infra_error
     assert len(out.record["judges"]) == 3 and out.record["D"] is not None
-    r = run_row(out.record, run_id=c.run_id, study_name=c.study, backend="simulated", wave=c.wave, repeat=c.repeat, seed=c.seed,
-                order_index=c.order_index, node="local-1", attempts=1)
+    r = run_row(
+        out.record,
+        run_id=c.run_id,
+        study_name=c.study,
+        backend="simulated",
+        wave=c.wave,
+        repeat=c.repeat,
+        seed=c.seed,
+        order_index=c.order_index,
+        node="local-1",
+        attempts=1,
+    )
     assert r["arm"] == arm and r["n_judges"] + sum(1 for j in out.record["judges"] if j["error"]) == 3
 
 

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pilot.store import STORE_FILE
 from schedule_support import make_root, read_only
 from test_process_lifetime import survivors
+
+from pilot.store import STORE_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,14 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def _pilot(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pilot", "study", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pilot", "study", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def _snapshot(db: Path) -> tuple[dict, list]:
@@ -68,14 +75,21 @@ def _kill_when(db: Path, proc: subprocess.Popen, done_at_least: int) -> tuple[di
                 return (*_snapshot(db), kids)
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    raise AssertionError("the scheduler never reached the kill point (enough runs done, an attempt running, "
-                         "and the local executor's worker processes its children)")
+    raise AssertionError(
+        "the scheduler never reached the kill point (enough runs done, an attempt running, "
+        "and the local executor's worker processes its children)"
+    )
 
 
 def test_sigkill_and_resume_loses_and_repeats_nothing(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
-    subprocess.run([sys.executable, "-m", "pilot", "study", "create", "k", "--scenarios", *SCENARIOS], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pilot", "study", "create", "k", "--scenarios", *SCENARIOS],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     db = root / "analysis" / "data" / "k" / STORE_FILE
     run_args = ("run", "k", "--runner", RUNNER, "--no-progress")
 
@@ -116,7 +130,9 @@ def test_sigkill_and_resume_loses_and_repeats_nothing(tmp_path):
     # every interrupted attempt was rerun under the same id
     assert all(by_run[a["run_id"]][-1]["attempt_no"] > a["attempt_no"] for a in interrupted)
 
-    status = subprocess.run([sys.executable, "-m", "pilot", "study", "status", "k"], env=env, capture_output=True, text=True)
+    status = subprocess.run(
+        [sys.executable, "-m", "pilot", "study", "status", "k"], env=env, capture_output=True, text=True
+    )
     assert status.returncode == 0, status.stdout + status.stderr
     assert "ledger balances" in status.stdout
     conn = read_only(db)

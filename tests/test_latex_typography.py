@@ -10,10 +10,17 @@ from pilot.latex import latex_escape, write_macros, write_table
 
 
 def test_tables_have_word_headers_true_minus_and_decimals_by_quantity(tmp_path):
-    df = pd.DataFrame({
-        "arm": ["A0", "A1"], "estimate": [-0.2, -0.00004], "p_value": [0.87512, 0.0002], "cost_usd": [1.4049, 0.5],
-        "median_min": [12.345, math.inf], "I2": [0.25, 0.5], "criterion": ["Q >= 70", "uses --tools"],
-    })
+    df = pd.DataFrame(
+        {
+            "arm": ["A0", "A1"],
+            "estimate": [-0.2, -0.00004],
+            "p_value": [0.87512, 0.0002],
+            "cost_usd": [1.4049, 0.5],
+            "median_min": [12.345, math.inf],
+            "I2": [0.25, 0.5],
+            "criterion": ["Q >= 70", "uses --tools"],
+        }
+    )
     text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
     header = next(line for line in text.splitlines() if line.startswith("Arm"))
     assert header.startswith("Arm & Estimate & $p$ & Cost (\\$) & Median (min) & $I^2$ & Criterion")
@@ -30,7 +37,10 @@ def test_escape_keeps_double_hyphens_apart():
 
 
 def test_macros_use_minus_signs_and_decimals_by_quantity(tmp_path):
-    text = write_macros({"ContrastEst": -0.0667, "ZeroEst": -0.0001, "SensCPAAOne": 2.345, "SensKMMedianAOne": 12.34}, tmp_path / "m.tex").read_text()
+    text = write_macros(
+        {"ContrastEst": -0.0667, "ZeroEst": -0.0001, "SensCPAAOne": 2.345, "SensKMMedianAOne": 12.34},
+        tmp_path / "m.tex",
+    ).read_text()
     assert "\\newcommand{\\ContrastEst}{\\ensuremath{-}0.067}" in text
     assert "\\newcommand{\\ZeroEst}{0.000}" in text
     assert "{\\SensCPAAOne}{2.35}" in text or "{\\SensCPAAOne}{2.34}" in text
@@ -44,8 +54,14 @@ def test_symbols_of_result_objects_have_latex_spellings():
 
 def test_a_reason_given_in_the_note_is_not_repeated_in_every_cell(tmp_path):
     reason = "not estimable (no variation in S (no run accepted))"
-    df = pd.DataFrame({"model": ["A0", "A1"], "depth_slope": [reason, -0.2], "depth_ci_low": [reason, -0.9],
-                       "note": ["no variation in S (no run accepted)", ""]})
+    df = pd.DataFrame(
+        {
+            "model": ["A0", "A1"],
+            "depth_slope": [reason, -0.2],
+            "depth_ci_low": [reason, -0.9],
+            "note": ["no variation in S (no run accepted)", ""],
+        }
+    )
     text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
     # Two neighbouring cells with nothing to show read "not estimable" once, across both; the note says why.
     assert "A0 & \\multicolumn{2}{c}{not estimable} & no variation in S (no run accepted)" in text
@@ -55,7 +71,11 @@ def test_a_reason_given_in_the_note_is_not_repeated_in_every_cell(tmp_path):
 def test_an_arms_share_is_a_proportion_not_a_p_value(tmp_path):
     # H7's per-occupation shares (0 of 3 accepted) beside a real p-value of 0.0002.
     df = pd.DataFrame({"occupation": ["law"], "p_A3": [0.0], "p_hat": [0.0004], "p_value": [0.0002]})
-    row = next(line for line in write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text().splitlines() if line.startswith("law"))
+    row = next(
+        line
+        for line in write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text().splitlines()
+        if line.startswith("law")
+    )
     assert row == "law & 0.000 & 0.000 & $<$0.001 \\\\"
 
 
@@ -70,12 +90,23 @@ def test_an_empty_note_column_is_left_out_and_a_used_one_kept(tmp_path):
 
 def test_a_row_with_nothing_estimable_reads_not_estimable_once_across_it(tmp_path):
     ne = "not estimable (no run in A2)"
-    df = pd.DataFrame({"arm": ["A1", "A2"], "D": [0.5, ne], "E": [0.1, ne], "Q": [70.0, ne], "n_charged": [1, 0], "note": ["", "no run in A2"]})
+    df = pd.DataFrame(
+        {
+            "arm": ["A1", "A2"],
+            "D": [0.5, ne],
+            "E": [0.1, ne],
+            "Q": [70.0, ne],
+            "n_charged": [1, 0],
+            "note": ["", "no run in A2"],
+        }
+    )
     text = write_table(df, tmp_path / "t.tex", caption="c", label="tab:t").read_text()
     rows = {line.split(" &")[0]: line for line in text.splitlines() if line.startswith(("A1", "A2"))}
     # The three missing values become one cell spanning their three columns; the count and the note keep theirs.
     assert rows["A2"].replace(" ", "") == "A2&\\multicolumn{3}{c}{notestimable}&0&noruninA2\\\\"
     assert rows["A1"].count("&") == rows["A2"].count("&") + 2
     # A single missing value stays a cell of its own.
-    one = write_table(df.assign(E=[0.1, 0.2], Q=[70.0, 71.0]), tmp_path / "u.tex", caption="c", label="tab:u").read_text()
+    one = write_table(
+        df.assign(E=[0.1, 0.2], Q=[70.0, 71.0]), tmp_path / "u.tex", caption="c", label="tab:u"
+    ).read_text()
     assert "multicolumn" not in one and "not estimable" in one

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from worker_env_support import make_worker_env
 
 from pilot import paths, protocol
 from pilot.agents import launch, sandbox
-from worker_env_support import make_worker_env
 
 ARMS = protocol.arms()
 STUDY = protocol.study()
@@ -29,8 +29,9 @@ def _spec(arm_id: str, tmp: Path, **kw) -> launch.LaunchSpec:
     (run / "workspace").mkdir(parents=True, exist_ok=True)
     kw.setdefault("worker_env", make_worker_env(tmp) if not (tmp / "worker-env").exists() else tmp / "worker-env")
     kw.setdefault("model_endpoint", ENDPOINT)
-    return launch.build_launch(ARMS[arm_id], STUDY, claude_bin=FAKE_CLI, workspace=run / "workspace", run_dir=run,
-                               budget_usd=4.0, **kw)
+    return launch.build_launch(
+        ARMS[arm_id], STUDY, claude_bin=FAKE_CLI, workspace=run / "workspace", run_dir=run, budget_usd=4.0, **kw
+    )
 
 
 def _value(argv: list[str], flag: str) -> str:
@@ -74,17 +75,27 @@ def test_settings_deny_exactly_the_denied_families(arm_id, tmp_path):
 @pytest.mark.parametrize("arm_id", list(ARMS))
 def test_environment_is_fresh_and_carries_no_secret_of_the_operator(arm_id, tmp_path, monkeypatch):
     arm = ARMS[arm_id]
-    for k, v in {"ANTHROPIC_API_KEY": "sk-ant-operator", "AWS_SECRET_ACCESS_KEY": "x", "HTTPS_PROXY": "http://corp:3128"}.items():
+    for k, v in {
+        "ANTHROPIC_API_KEY": "sk-ant-operator",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "HTTPS_PROXY": "http://corp:3128",
+    }.items():
         monkeypatch.setenv(k, v)
     spec = _spec(arm_id, tmp_path, **UNISOLATED, is_root=True)
     env = spec.env
     run = (tmp_path / "runs" / "r1").resolve()
     # The key is the model proxy's per-run token; nothing of the operator's environment passes.
     assert env["ANTHROPIC_API_KEY"] == TOKEN and env["ANTHROPIC_BASE_URL"] == ENDPOINT.base_url
-    assert "sk-ant-operator" not in json.dumps(env) and "AWS_SECRET_ACCESS_KEY" not in env and "corp" not in json.dumps(env)
+    assert (
+        "sk-ant-operator" not in json.dumps(env)
+        and "AWS_SECRET_ACCESS_KEY" not in env
+        and "corp" not in json.dumps(env)
+    )
     assert Path(env["CLAUDE_CONFIG_DIR"]).is_relative_to(run) and Path(env["HOME"]).is_relative_to(run)
     # The CLI's config folder and scratch home lie outside the workspace.
-    assert not Path(env["CLAUDE_CONFIG_DIR"]).is_relative_to(spec.cwd) and not Path(env["HOME"]).is_relative_to(spec.cwd)
+    assert not Path(env["CLAUDE_CONFIG_DIR"]).is_relative_to(spec.cwd) and not Path(env["HOME"]).is_relative_to(
+        spec.cwd
+    )
     assert env["IS_SANDBOX"] == "1"
     # the output bound is the protocol's, the same for every arm, whatever the extra environment says.
     assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == str(protocol.study()["cli"]["max_output_tokens"]) == "32000"
@@ -125,7 +136,9 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     # Read-write: the workspace and the agent's scratch folders, nothing else; the CLI's config at the sandbox's own place.
     assert set(plan.rw_binds) == {str(run / "workspace"), str(run / "agent" / "home")}
     assert plan.rw_mapped == ((str(run / "agent" / "claude-config"), launch.INSIDE_CONFIG),)
-    assert spec.env["CLAUDE_CONFIG_DIR"] == launch.INSIDE_CONFIG and spec.env[launch.RUN_MARK_VAR] == str(run / "agent" / "claude-config")
+    assert spec.env["CLAUDE_CONFIG_DIR"] == launch.INSIDE_CONFIG and spec.env[launch.RUN_MARK_VAR] == str(
+        run / "agent" / "claude-config"
+    )
     assert spec.env["TMPDIR"] == "/tmp" and prefix[prefix.index("/tmp") - 1] == "--tmpfs"  # a private /tmp per session
     # Nothing of the checkout but the CLI's own folder (here the test double's) and the settings file.
     inside_repo = [p for p in plan.ro_binds if Path(p).is_relative_to(paths.ROOT)]
@@ -142,14 +155,23 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     for dst, src in plan.stubs:
         assert Path(src).parent == run / "agent" / "stubs"
     assert not any(Path(p).is_relative_to(run / "agent" / "stubs") for p in [*plan.ro_binds, *plan.rw_binds])
-    assert spec.command[len(prefix):] == spec.argv and spec.enforcement == "bubblewrap"
+    assert spec.command[len(prefix) :] == spec.argv and spec.enforcement == "bubblewrap"
 
 
 def test_resume_launch_names_the_session_and_the_remaining_budget(tmp_path):
     spec = _spec("A4", tmp_path, **UNISOLATED, resume_session_id="abc-123")
-    spec2 = launch.build_launch(ARMS["A4"], STUDY, claude_bin=FAKE_CLI, workspace=tmp_path / "runs" / "r1" / "workspace",
-                                run_dir=tmp_path / "runs" / "r1", budget_usd=1.2345, model_endpoint=ENDPOINT, **UNISOLATED,
-                                resume_session_id="abc-123", worker_env=tmp_path / "worker-env")
+    spec2 = launch.build_launch(
+        ARMS["A4"],
+        STUDY,
+        claude_bin=FAKE_CLI,
+        workspace=tmp_path / "runs" / "r1" / "workspace",
+        run_dir=tmp_path / "runs" / "r1",
+        budget_usd=1.2345,
+        model_endpoint=ENDPOINT,
+        **UNISOLATED,
+        resume_session_id="abc-123",
+        worker_env=tmp_path / "worker-env",
+    )
     assert _value(spec.argv, "--resume") == "abc-123"
     assert _value(spec2.argv, "--max-budget-usd") == "1.2345"
     # The same config folder as the first session: the resume finds the session there.
@@ -158,8 +180,14 @@ def test_resume_launch_names_the_session_and_the_remaining_budget(tmp_path):
 
 def _in_sandbox(spec: launch.LaunchSpec, run_dir: Path, script: str) -> subprocess.CompletedProcess:
     launch.materialize(spec, run_dir)
-    return subprocess.run([*spec.sandbox_prefix, "/bin/bash", "-c", script], env=spec.env, cwd=spec.cwd,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [*spec.sandbox_prefix, "/bin/bash", "-c", script],
+        env=spec.env,
+        cwd=spec.cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @needs_bwrap
@@ -170,7 +198,7 @@ def test_denied_programs_meet_their_stub_however_they_are_called(tmp_path):
     script = (
         "curl --version; echo rc=$?; "
         "bash -c 'curl --version'; echo rc=$?; "
-        "eval \"$(echo curl) --version\"; echo rc=$?; "
+        'eval "$(echo curl) --version"; echo rc=$?; '
         "python3 -c \"import subprocess,sys; sys.exit(subprocess.run(['/usr/bin/curl','--version']).returncode)\"; echo rc=$?; "
         "cp /usr/bin/curl ./c && ./c --version; echo rc=$?; rm -f ./c; "
         f"ls {paths.PROTOCOL_DIR} 2>/dev/null | wc -l"
@@ -195,8 +223,14 @@ def test_an_arm_that_denies_nothing_runs_the_same_program(tmp_path):
 
 def test_macos_profile_carries_the_same_allow_list(tmp_path):
     bridges = [sandbox.Bridge("model", "/private/tmp/pilot-run-x/model.sock", 2080, 51234)]
-    plan = sandbox.make_plan(features={"libreoffice": False, "chromium": False}, extra_ro=[tmp_path / "cli"],
-                             rw=[tmp_path / "ws"], masked={"curl": ["/usr/bin/curl"]}, stub_dir=tmp_path / "stubs", bridges=bridges)
+    plan = sandbox.make_plan(
+        features={"libreoffice": False, "chromium": False},
+        extra_ro=[tmp_path / "cli"],
+        rw=[tmp_path / "ws"],
+        masked={"curl": ["/usr/bin/curl"]},
+        stub_dir=tmp_path / "stubs",
+        bridges=bridges,
+    )
     profile = sandbox.macos_profile(plan)
     lines = profile.splitlines()
     assert lines[:2] == ["(version 1)", "(deny default)"] and "(allow default)" not in profile
@@ -207,8 +241,10 @@ def test_macos_profile_carries_the_same_allow_list(tmp_path):
     assert not any(str(paths.ROOT) in ln for ln in lines)
     # Network: the bridged socket and the proxy's loopback port only; no other remote.
     net = [ln for ln in lines if "network" in ln]
-    assert net == ['(allow network-outbound (remote unix-socket (path-literal "/private/tmp/pilot-run-x/model.sock")))',
-                   '(allow network-outbound (remote ip "localhost:51234"))']
+    assert net == [
+        '(allow network-outbound (remote unix-socket (path-literal "/private/tmp/pilot-run-x/model.sock")))',
+        '(allow network-outbound (remote ip "localhost:51234"))',
+    ]
     # Denials come last (SBPL: the last match wins): absent trees and masked programs.
     assert lines[-1] == '(deny process-exec (literal "/usr/bin/curl"))'
     for t in plan.absent:
@@ -216,6 +252,12 @@ def test_macos_profile_carries_the_same_allow_list(tmp_path):
 
 
 def test_a_host_that_cannot_isolate_is_refused_with_what_to_install(monkeypatch):
-    monkeypatch.setattr(sandbox, "isolation_problems", lambda: ("bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox`",))
-    with pytest.raises(sandbox.IsolationUnavailable, match="bwrap.*ensure-system-packages.sh sandbox.*--allow-unisolated"):
+    monkeypatch.setattr(
+        sandbox,
+        "isolation_problems",
+        lambda: ("bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox`",),
+    )
+    with pytest.raises(
+        sandbox.IsolationUnavailable, match="bwrap.*ensure-system-packages.sh sandbox.*--allow-unisolated"
+    ):
         sandbox.require_isolation()

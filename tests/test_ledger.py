@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from schedule_support import make_store
 
 from pilot import ledger
 from pilot.attempt import AttemptOutcome
 from pilot.store import Store
-from schedule_support import make_store
 
 
 def _grab(folder: str, run_ids: list[str], barrier, results) -> None:
@@ -68,7 +68,9 @@ def test_concurrent_threads_reserve_and_settle(tmp_path):
             b = own.balance()
             with lock:
                 peak.append(b.spent_usd + b.reserved_usd)
-            own.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=0.9, judge_cost_usd=0.1), max_infra_attempts=3)
+            own.finish_attempt(
+                a.attempt_id, AttemptOutcome(record={}, cost_usd=0.9, judge_cost_usd=0.1), max_infra_attempts=3
+            )
         own.close()
 
     threads = [threading.Thread(target=worker, args=(cells[k::4],)) for k in range(4)]
@@ -117,7 +119,9 @@ def test_unknown_cost_is_settled_at_the_whole_reservation(tmp_path):
     notes = dict(st.conn.execute("SELECT attempt_id, note FROM ledger WHERE kind = 'settle'").fetchall())
     assert "reported cost" in notes[a.attempt_id]
     assert "cost unknown" in notes[b.attempt_id] and "whole reservation" in notes[b.attempt_id]
-    att = st.conn.execute("SELECT cost_usd, charged_micro, reserved_micro FROM attempts WHERE attempt_id = ?", (b.attempt_id,)).fetchone()
+    att = st.conn.execute(
+        "SELECT cost_usd, charged_micro, reserved_micro FROM attempts WHERE attempt_id = ?", (b.attempt_id,)
+    ).fetchone()
     assert att[0] is None and att[1] == att[2]
     assert st.conn.execute("SELECT cost_usd FROM runs WHERE run_id = ?", (unknown.run_id,)).fetchone()[0] is None
     assert st.audit() == []
@@ -132,7 +136,11 @@ def test_the_envelope_holds_when_costs_are_unknown(tmp_path):
         if a is None:
             continue
         started += 1
-        st.finish_attempt(a.attempt_id, AttemptOutcome(record={"status": "capped"}, cost_usd=None, status="capped"), max_infra_attempts=3)
+        st.finish_attempt(
+            a.attempt_id,
+            AttemptOutcome(record={"status": "capped"}, cost_usd=None, status="capped"),
+            max_infra_attempts=3,
+        )
         bal = st.balance()
         assert bal.spent_usd + bal.reserved_usd <= bal.envelope_usd + 1e-9
     assert started >= 4 and st.balance().remaining_usd < min(c.reserve_usd for c in st.cells("pilot"))
@@ -151,8 +159,16 @@ def test_run_functions_pass_an_unreported_cost_on_as_unknown(tmp_path, monkeypat
     from pilot.executors import base
 
     cell = make_store(tmp_path).cells("pilot")[0]
-    killed = {"scenario": cell.scenario, "arm": cell.arm, "status": "capped", "censored": True, "censor_reason": "wall",
-              "cost_usd": None, "cost_complete": False, "workspace": str(tmp_path / "nowhere")}
+    killed = {
+        "scenario": cell.scenario,
+        "arm": cell.arm,
+        "status": "capped",
+        "censored": True,
+        "censor_reason": "wall",
+        "cost_usd": None,
+        "cost_complete": False,
+        "workspace": str(tmp_path / "nowhere"),
+    }
     monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Record(killed))
     assert pipeline.run_cell(cell, tmp_path / "a2", "n", "simulated", 1).cost_usd is None
     reported = dict(killed, censor_reason="cost", cost_usd=4.1, cost_complete=True)

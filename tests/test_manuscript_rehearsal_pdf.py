@@ -68,20 +68,54 @@ def _pilot(*args: object) -> list[str]:
 
 def _record(row: pd.Series, study: protocol.Study) -> dict:
     """The run record a rehearsal's runner would have returned for this synthetic row."""
+
     def value(v):
         return None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
 
     judge_cost = float(row["judge_cost_usd"])
-    judges = [{"judge_id": j["id"], "model": j["model"], "score_0_100": value(row[f"Q_{j['id']}"]),
-               "accept": None if pd.isna(row[f"Q_{j['id']}"]) else bool(row[f"Q_{j['id']}"] >= study.q),
-               "cost_usd": judge_cost / len(study.judge_panel), "error": None, "criterion_scores": {}, "backend": backends.CLAUDE_CODE}
-              for j in study.judge_panel]
-    keys = ("scenario", "arm", "model", "status", "censored", "censor_reason", "D", "E", "criteria_passed", "criteria_total",
-            "cost_usd", "wall_s", "turns", "tool_calls", "questions", "completion_status", "selfcheck_first", "recovery_used",
-            "selfcheck_final")
+    judges = [
+        {
+            "judge_id": j["id"],
+            "model": j["model"],
+            "score_0_100": value(row[f"Q_{j['id']}"]),
+            "accept": None if pd.isna(row[f"Q_{j['id']}"]) else bool(row[f"Q_{j['id']}"] >= study.q),
+            "cost_usd": judge_cost / len(study.judge_panel),
+            "error": None,
+            "criterion_scores": {},
+            "backend": backends.CLAUDE_CODE,
+        }
+        for j in study.judge_panel
+    ]
+    keys = (
+        "scenario",
+        "arm",
+        "model",
+        "status",
+        "censored",
+        "censor_reason",
+        "D",
+        "E",
+        "criteria_passed",
+        "criteria_total",
+        "cost_usd",
+        "wall_s",
+        "turns",
+        "tool_calls",
+        "questions",
+        "completion_status",
+        "selfcheck_first",
+        "recovery_used",
+        "selfcheck_final",
+    )
     rec = {k: value(row[k]) for k in keys}
-    rec.update(judges=judges, E_reasons=[row["E_reasons"]] if isinstance(row["E_reasons"], str) else [], cost_complete=True,
-               enforcement="bubblewrap", deviations=[], eval_error=None)
+    rec.update(
+        judges=judges,
+        E_reasons=[row["E_reasons"]] if isinstance(row["E_reasons"], str) else [],
+        cost_complete=True,
+        enforcement="bubblewrap",
+        deviations=[],
+        eval_error=None,
+    )
     return rec
 
 
@@ -89,7 +123,10 @@ def _finish_as_rehearsal(folder: Path) -> int:
     """Finish every waiting run of the store as an attempt on the rehearsal backend; returns how many."""
     study = protocol.study()
     syn = synthetic.generate_runtable(SYNTHETIC_SEED, n_scenarios=N_SCENARIOS, repeats=REPEATS)
-    by_cell = {(r["scenario"], r["arm"], int(r["repeat"])): r for _, r in syn[syn["model"] == study["worker"]["model"]].iterrows()}
+    by_cell = {
+        (r["scenario"], r["arm"], int(r["repeat"])): r
+        for _, r in syn[syn["model"] == study["worker"]["model"]].iterrows()
+    }
     with Store.open(folder) as st:
         info = st.study()
         st.set_freeze_manifest(freeze.take_manifest(scenarios=info.scenarios))  # as the pilot wave's start takes it
@@ -98,13 +135,22 @@ def _finish_as_rehearsal(folder: Path) -> int:
             row = by_cell[(cell.scenario, cell.arm, int(cell.repeat))]
             started = st.begin_attempt(cell, "linux-1", backends.REHEARSAL, folder / "workspaces")
             assert started is not None, "the envelope refused a run"
-            st.finish_attempt(started.attempt_id, AttemptOutcome(record=_record(row, study), cost_usd=float(row["cost_usd"]),
-                                                                 judge_cost_usd=float(row["judge_cost_usd"])), max_infra_attempts=3)
+            st.finish_attempt(
+                started.attempt_id,
+                AttemptOutcome(
+                    record=_record(row, study),
+                    cost_usd=float(row["cost_usd"]),
+                    judge_cost_usd=float(row["judge_cost_usd"]),
+                ),
+                max_infra_attempts=3,
+            )
         return len(cells)
 
 
 def _page_texts(pdf: Path) -> list[str]:
-    out = subprocess.run(["pdftotext", "-enc", "UTF-8", str(pdf), "-"], capture_output=True, check=True).stdout.decode("utf-8")
+    out = subprocess.run(["pdftotext", "-enc", "UTF-8", str(pdf), "-"], capture_output=True, check=True).stdout.decode(
+        "utf-8"
+    )
     pages = out.split("\f")
     return pages[:-1] if not pages[-1].strip() else pages
 
@@ -116,14 +162,32 @@ def _first_line(text: str) -> str:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict:
     for tool in ("pdflatex", "latexmk", "pdftotext", "pdfinfo"):
-        assert shutil.which(tool), f"{tool} is part of make test (build/stamps/system-latex; pdftotext and pdfinfo: poppler-utils)"
+        assert shutil.which(tool), (
+            f"{tool} is part of make test (build/stamps/system-latex; pdftotext and pdfinfo: poppler-utils)"
+        )
     tmp = tmp_path_factory.mktemp("rehearsal-pdf")
     root = _root(tmp)
     out = {d: tmp / d for d in ("tables", "figures", "generated", "notebooks")}
-    dirs = ["-p", "tables_dir", out["tables"], "-p", "figures_dir", out["figures"], "-p", "generated_dir", out["generated"]]
-    scenarios = sorted(synthetic.generate_runtable(SYNTHETIC_SEED, n_scenarios=N_SCENARIOS, repeats=REPEATS)["scenario"].unique())
+    dirs = [
+        "-p",
+        "tables_dir",
+        out["tables"],
+        "-p",
+        "figures_dir",
+        out["figures"],
+        "-p",
+        "generated_dir",
+        out["generated"],
+    ]
+    scenarios = sorted(
+        synthetic.generate_runtable(SYNTHETIC_SEED, n_scenarios=N_SCENARIOS, repeats=REPEATS)["scenario"].unique()
+    )
 
-    _run(_pilot("study", "create", STUDY, "--scenarios", *scenarios, "--arms", "host", "--pilot-repeats", REPEATS), root, tmp)
+    _run(
+        _pilot("study", "create", STUDY, "--scenarios", *scenarios, "--arms", "host", "--pilot-repeats", REPEATS),
+        root,
+        tmp,
+    )
     n_runs = _finish_as_rehearsal(root / "analysis" / "data" / STUDY)
     study = ["-p", "study", STUDY, "-p", "backend", backends.REHEARSAL]
     # Stages 01 and 02 resume the study (nothing is left to dispatch); both export its run table, which 04 and 05 read.
@@ -132,12 +196,31 @@ def built(tmp_path_factory) -> dict:
     runs = root / "analysis" / "data" / STUDY / paths.RUNS_FILE_NAME
     table = ["-p", "runs", runs, "-p", "seed", 5] + [x for k, v in DRAWS.items() for x in ("-p", k, v)]
     chains = [
-        [_pilot("stage", "primary", *dirs, *table, "--output", out["notebooks"] / "04.ipynb"),
-         _pilot("stage", "sensitivity", *dirs, *table, "--output", out["notebooks"] / "05.ipynb")],
-        [_pilot("protocol", "tables", "--out", out["generated"]),
-         _pilot("stage", "power", *dirs, "-p", "simulations", 40, "--output", out["notebooks"] / "03.ipynb"),
-         [sys.executable, paths.ROOT / "analysis" / "calibration.py", "--tables-dir", out["tables"], "--generated-dir", out["generated"],
-          "--studies", 5, "--truth-draws", 5_000, "--bootstrap", 60, "--permutations", 60, "--quiet"]],
+        [
+            _pilot("stage", "primary", *dirs, *table, "--output", out["notebooks"] / "04.ipynb"),
+            _pilot("stage", "sensitivity", *dirs, *table, "--output", out["notebooks"] / "05.ipynb"),
+        ],
+        [
+            _pilot("protocol", "tables", "--out", out["generated"]),
+            _pilot("stage", "power", *dirs, "-p", "simulations", 40, "--output", out["notebooks"] / "03.ipynb"),
+            [
+                sys.executable,
+                paths.ROOT / "analysis" / "calibration.py",
+                "--tables-dir",
+                out["tables"],
+                "--generated-dir",
+                out["generated"],
+                "--studies",
+                5,
+                "--truth-draws",
+                5_000,
+                "--bootstrap",
+                60,
+                "--permutations",
+                60,
+                "--quiet",
+            ],
+        ],
     ]
     # Two chains at once: they write different files and read none of each other's.
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -145,19 +228,36 @@ def built(tmp_path_factory) -> dict:
             fut.result()
 
     ms = tmp / "manuscript"
-    _run([str(paths.ROOT / "tools" / "typeset-manuscript.sh"), str(ms), str(out["generated"]), str(out["figures"])], root, tmp)
+    _run(
+        [str(paths.ROOT / "tools" / "typeset-manuscript.sh"), str(ms), str(out["generated"]), str(out["figures"])],
+        root,
+        tmp,
+    )
     pdf = ms / "build" / "main.pdf"
     info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
-    return {"pdf": pdf, "pages": _page_texts(pdf), "n_pdf_pages": int(re.search(r"^Pages:\s+(\d+)", info, re.M).group(1)),
-            "generated": out["generated"], "figures": out["figures"], "runs": pd.read_csv(runs), "n_runs": n_runs}
+    return {
+        "pdf": pdf,
+        "pages": _page_texts(pdf),
+        "n_pdf_pages": int(re.search(r"^Pages:\s+(\d+)", info, re.M).group(1)),
+        "generated": out["generated"],
+        "figures": out["figures"],
+        "runs": pd.read_csv(runs),
+        "n_runs": n_runs,
+    }
 
 
 def test_the_run_table_and_the_label_macros_say_rehearsal(built):
     runs = built["runs"]
     assert len(runs) == built["n_runs"] > 0 and set(runs["backend"]) == {backends.REHEARSAL}
-    assert runs.groupby("arm")["S"].agg(lambda s: 0 < s.astype(float).mean() < 1).all(), "an arm at 0% or 100% acceptance"
+    assert runs.groupby("arm")["S"].agg(lambda s: 0 < s.astype(float).mean() < 1).all(), (
+        "an arm at 0% or 100% acceptance"
+    )
     gen = built["generated"]
-    for macro, file in (("StudyDataLabel", "study_macros.tex"), ("RunDataLabel", "run_macros.tex"), ("ResultsDataLabel", "primary_macros.tex")):
+    for macro, file in (
+        ("StudyDataLabel", "study_macros.tex"),
+        ("RunDataLabel", "run_macros.tex"),
+        ("ResultsDataLabel", "primary_macros.tex"),
+    ):
         assert f"\\newcommand{{\\{macro}}}{{{LABEL}}}" in (gen / file).read_text(encoding="utf-8"), file
     # A rehearsal has no planted truth: the dry-run appendix has nothing to print.
     assert not (gen / "dry_run_truth_table.tex").exists()
@@ -166,9 +266,14 @@ def test_the_run_table_and_the_label_macros_say_rehearsal(built):
 def test_page_one_and_every_page_carry_rehearsal(built):
     pages = built["pages"]
     assert len(pages) == built["n_pdf_pages"] >= 15, len(pages)
-    wrong = [n for n, text in enumerate(pages, start=1)
-             if not (_first_line(text).startswith(f"{LABEL} \u2014 ") and _first_line(text).endswith(BANNER_END))]
-    assert not wrong, f"pages without the {LABEL} banner: {wrong}; page {wrong[0]} begins {_first_line(pages[wrong[0] - 1])!r}"
+    wrong = [
+        n
+        for n, text in enumerate(pages, start=1)
+        if not (_first_line(text).startswith(f"{LABEL} \u2014 ") and _first_line(text).endswith(BANNER_END))
+    ]
+    assert not wrong, (
+        f"pages without the {LABEL} banner: {wrong}; page {wrong[0]} begins {_first_line(pages[wrong[0] - 1])!r}"
+    )
     first = " ".join(pages[0].split())
     assert f"{LABEL}: More computer access" in first
     assert f"{LABEL}. Every number in this abstract" in first and f"(study {STUDY})" in first
@@ -212,7 +317,9 @@ def test_the_makefile_check_passes_it_and_names_the_pages_without_the_label(buil
 def test_no_box_sticks_out_more_than_a_point(built):
     # tools/check_latex_log.py on the LaTeX log of this build: an overfull box above 1 pt names its file and lines.
     log = built["pdf"].parent / "latexmk.log"
-    out = subprocess.run([sys.executable, str(paths.ROOT / "tools" / "check_latex_log.py"), str(log)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(paths.ROOT / "tools" / "check_latex_log.py"), str(log)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert "0 overfull box(es) above 1pt" in out.stdout
 
@@ -224,7 +331,14 @@ def test_every_figure_prints_its_text_at_seven_points_or_more(built):
     figures = figure_text.included_figures(tex, [paths.MANUSCRIPT_DIR, built["figures"]])
     # The run flow, forest, Kaplan-Meier, quality grid, both frontiers, the power curves and the scale rule at least.
     names = {f.pdf.name for f in figures}
-    assert {"run_flow.pdf", "primary_forest.pdf", "sensitivity_km.pdf", "sensitivity_frontier_budget.pdf", "power_curves.pdf", "scale_rule.pdf"} <= names, names
+    assert {
+        "run_flow.pdf",
+        "primary_forest.pdf",
+        "sensitivity_km.pdf",
+        "sensitivity_frontier_budget.pdf",
+        "power_curves.pdf",
+        "scale_rule.pdf",
+    } <= names, names
     assert figure_text.too_small(figures) == []
 
 

@@ -19,13 +19,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 from real_cli_support import real_cli
+
 from pilot import protocol
 from pilot.agents.model_proxy import CAP_STATUS, MeteringProxy, UnixHTTPConnection
-from pilot.protocol.prices import PriceTable, Usage, cost_disagreement, study_models
 from pilot.protocol import ProtocolError
+from pilot.protocol.prices import PriceTable, Usage, cost_disagreement, study_models
 
 MODEL = protocol.study()["worker"]["model"]
 REAL_KEY = "sk-ant-real-key-held-by-the-harness"
@@ -36,8 +36,15 @@ def prices() -> PriceTable:
     return PriceTable.load()
 
 
-def _post(url_or_sock: str | Path, path: str, body: dict | bytes, token: str | None, *, bearer: bool = False,
-          method: str = "POST") -> tuple[int, dict[str, str], bytes]:
+def _post(
+    url_or_sock: str | Path,
+    path: str,
+    body: dict | bytes,
+    token: str | None,
+    *,
+    bearer: bool = False,
+    method: str = "POST",
+) -> tuple[int, dict[str, str], bytes]:
     if isinstance(url_or_sock, Path):
         conn: http.client.HTTPConnection = UnixHTTPConnection(url_or_sock)
     else:
@@ -80,8 +87,13 @@ def test_the_pinned_table_prices_every_study_model_in_decimals(prices):
 
 def test_pricing_is_exact(prices):
     opus = prices.price(MODEL)
-    usage = Usage(input_tokens=1234, output_tokens=567, cache_creation_input_tokens=8901,
-                  cache_read_input_tokens=23456, cache_creation_1h_input_tokens=1000)
+    usage = Usage(
+        input_tokens=1234,
+        output_tokens=567,
+        cache_creation_input_tokens=8901,
+        cache_read_input_tokens=23456,
+        cache_creation_1h_input_tokens=1000,
+    )
     # By hand, USD per million: 1234*4 + 567*20 + 7901*5 + 1000*8 + 23456*0.2
     #   = 4936 + 11340 + 39505 + 8000 + 4691.2 = 68472.2 -> 0.0684722 USD
     assert opus.cost(usage) == Decimal("0.0684722")
@@ -94,8 +106,15 @@ def test_pricing_is_exact(prices):
 
 
 def test_usage_reads_the_api_shapes():
-    u = Usage.from_api({"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 30, "cache_read_input_tokens": 40,
-                        "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 10}})
+    u = Usage.from_api(
+        {
+            "input_tokens": 10,
+            "output_tokens": 1,
+            "cache_creation_input_tokens": 30,
+            "cache_read_input_tokens": 40,
+            "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 10},
+        }
+    )
     assert u == Usage(10, 1, 30, 40, 10)
     assert u.updated({"output_tokens": 77}) == Usage(10, 77, 30, 40, 10)
     assert Usage.from_api({"input_tokens": -5, "output_tokens": "3", "cache_read_input_tokens": True}) == Usage()
@@ -120,7 +139,11 @@ models:
         (lambda s: s.replace("input: 1.5", "input: -1"), "models.m-1.input", ">= 0"),
         (lambda s: s.replace("input: 1.5", "input: cheap"), "models.m-1.input", "not a decimal"),
         (lambda s: s.replace("input: 1.5", "input: NaN"), "models.m-1.input", "finite"),
-        (lambda s: s.replace("cache_read: 0.15", "cache_read: 0.15\n    web_search: 10"), "models.m-1.web_search", "unknown field"),
+        (
+            lambda s: s.replace("cache_read: 0.15", "cache_read: 0.15\n    web_search: 10"),
+            "models.m-1.web_search",
+            "unknown field",
+        ),
         (lambda s: s.replace("usd_per_million_tokens", "usd_per_token"), "unit", "usd_per_million_tokens"),
         (lambda s: s.replace("200000", "0"), "models.m-1.max_input_tokens", "positive integer"),
         (lambda s: s.replace("models:", "models: [\n"), "<file>", "not valid YAML"),
@@ -148,8 +171,16 @@ def test_a_table_without_the_study_model_is_refused(tmp_path):
 
 @pytest.fixture
 def upstream():
-    with FakeMessagesAPI(MODEL, [], usage={"input_tokens": 2000, "output_tokens": 300, "cache_creation_input_tokens": 1500,
-                                           "cache_read_input_tokens": 5000}) as api:
+    with FakeMessagesAPI(
+        MODEL,
+        [],
+        usage={
+            "input_tokens": 2000,
+            "output_tokens": 300,
+            "cache_creation_input_tokens": 1500,
+            "cache_read_input_tokens": 5000,
+        },
+    ) as api:
         yield api
 
 
@@ -175,8 +206,15 @@ def test_json_and_streamed_answers_are_relayed_metered_and_recorded(proxy, upstr
     rows = _rows(tmp_path / "records" / "LEGAL-01.A1.r1" / "proxy_usage.jsonl")
     used = [r for r in rows if r["kind"] == "messages"]
     assert [r["stream"] for r in used] == [False, True]
-    assert all(r["cost_usd"] == "0.0225" and r["usage_complete"] and r["input_tokens"] == 2000 and r["output_tokens"] == 300
-               and r["cache_creation_input_tokens"] == 1500 and r["cache_read_input_tokens"] == 5000 for r in used)
+    assert all(
+        r["cost_usd"] == "0.0225"
+        and r["usage_complete"]
+        and r["input_tokens"] == 2000
+        and r["output_tokens"] == 300
+        and r["cache_creation_input_tokens"] == 1500
+        and r["cache_read_input_tokens"] == 5000
+        for r in used
+    )
     assert used[-1]["metered_usd"] == "0.0450" and meter.requests == used
     # The upstream saw the real key, never the run token.
     assert [h["x-api-key"] for h in upstream.headers] == [REAL_KEY, REAL_KEY]
@@ -193,7 +231,10 @@ def _start_stream(meter) -> tuple[http.client.HTTPConnection, http.client.HTTPRe
 
 def test_a_stream_is_relayed_as_it_arrives(prices, tmp_path):
     gate = threading.Event()
-    with FakeMessagesAPI(MODEL, [], stream_gate=gate) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [], stream_gate=gate) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy,
+    ):
         meter = proxy.open_run("r1", Decimal("4.00"), MODEL)
         conn, resp = _start_stream(meter)
         # The upstream holds the rest of the answer until the gate opens: the first event must already be here.
@@ -218,7 +259,10 @@ def test_a_missing_or_wrong_token_is_refused_and_logged(proxy, upstream, tmp_pat
     meter = proxy.open_run("r-tok", Decimal("4.00"), MODEL)
     status, headers, data = _post(meter.base_url, "/v1/messages", _request(), presented)
     assert status == 401 and headers["x-should-retry"] == "false"
-    assert json.loads(data) == {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+    assert json.loads(data) == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+    }
     assert upstream.requests == [] and meter.metered_usd == 0
     assert [r["reason"] for r in meter.refusals] == ["missing or wrong run token"]
     assert _rows(meter.record_path)[-1]["kind"] == "refused"
@@ -249,7 +293,11 @@ def test_other_endpoints_are_forwarded_or_answered_deliberately(proxy, upstream)
     upstream.requests.clear()
     tools = {**_request(), "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
     assert _post(meter.base_url, "/v1/messages", tools, meter.token)[0] == 400
-    for extra in ({"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]}, {"service_tier": "auto"}, {"speed": "fast"}):
+    for extra in (
+        {"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]},
+        {"service_tier": "auto"},
+        {"speed": "fast"},
+    ):
         status, _, data = _post(meter.base_url, "/v1/messages", {**_request(), **extra}, meter.token)
         assert status == 400 and "allow-list" not in data.decode() and "not available in this study" in data.decode()
     assert upstream.requests == [] and meter.metered_usd == 0
@@ -266,7 +314,9 @@ def test_a_request_target_cannot_steer_the_key_elsewhere(proxy, upstream):
 def test_one_huge_turn_cannot_cross_the_cap(proxy, upstream):
     """The issue's finding: one turn took a 4-dollar run to 20 dollars. Its max_tokens alone is worth 20 dollars."""
     meter = proxy.open_run("r-huge", Decimal("4.00"), MODEL)
-    status, headers, data = _post(meter.base_url, "/v1/messages", _request(max_tokens=1_000_000, stream=True), meter.token)
+    status, headers, data = _post(
+        meter.base_url, "/v1/messages", _request(max_tokens=1_000_000, stream=True), meter.token
+    )
     err = json.loads(data)["error"]
     assert status == CAP_STATUS == 402 and err["type"] == "billing_error" and headers["x-should-retry"] == "false"
     assert "run cost cap reached" in err["message"] and "worst case 20.02" in err["message"]
@@ -289,14 +339,22 @@ def test_spend_accumulates_up_to_but_never_over_the_cap(proxy, upstream):
 
 def test_count_tokens_tightens_a_bound_that_would_cross(prices, tmp_path):
     big = "x" * 400_000  # 400 kB of text: the body bound alone is ~404k tokens, 3.2 USD at the dearest input rate
-    with FakeMessagesAPI(MODEL, [], count_tokens=100_000) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [], count_tokens=100_000) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy,
+    ):
         meter = proxy.open_run("r-count", Decimal("2.00"), MODEL)
-        assert _post(meter.base_url, "/v1/messages?beta=true", _request(max_tokens=1000, text=big), meter.token)[0] == 200
+        assert (
+            _post(meter.base_url, "/v1/messages?beta=true", _request(max_tokens=1000, text=big), meter.token)[0] == 200
+        )
         row = meter.requests[-1]
         assert api.paths[0] == "/v1/messages/count_tokens?beta=true"
         assert row["bound_method"] == "count_tokens" and row["input_bound_tokens"] == 105_000 + 4096
         assert api.counted and "max_tokens" not in api.counted[0] and api.counted[0]["messages"][0]["content"] == big
-    with FakeMessagesAPI(MODEL, [], count_tokens=None) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [], count_tokens=None) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy,
+    ):
         meter = proxy.open_run("r-count-fails", Decimal("2.00"), MODEL)
         status, _, data = _post(meter.base_url, "/v1/messages", _request(max_tokens=1000, text=big), meter.token)
         assert status == 402 and "count_tokens could not tighten" in json.loads(data)["error"]["message"]
@@ -304,9 +362,25 @@ def test_count_tokens_tightens_a_bound_that_would_cross(prices, tmp_path):
 
 
 def test_a_document_is_bounded_by_the_count_or_refused(prices, tmp_path):
-    doc = {"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": [
-        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}]}]}
-    with FakeMessagesAPI(MODEL, [], count_tokens=3000) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+    doc = {
+        "model": MODEL,
+        "max_tokens": 100,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "document",
+                        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+                    }
+                ],
+            }
+        ],
+    }
+    with (
+        FakeMessagesAPI(MODEL, [], count_tokens=3000) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy,
+    ):
         meter = proxy.open_run("r-doc", Decimal("4.00"), MODEL)
         assert _post(meter.base_url, "/v1/messages", doc, meter.token)[0] == 200
         assert meter.requests[-1]["bound_method"] == "count_tokens" and len(api.counted) == 1
@@ -318,7 +392,14 @@ def test_two_runs_at_once_are_metered_apart(proxy, upstream):
 
     def client(meter, stream: bool) -> None:
         for _ in range(5):
-            results.append(_post(meter.socket_path if stream else meter.base_url, "/v1/messages", _request(stream=stream), meter.token)[0])
+            results.append(
+                _post(
+                    meter.socket_path if stream else meter.base_url,
+                    "/v1/messages",
+                    _request(stream=stream),
+                    meter.token,
+                )[0]
+            )
 
     threads = [threading.Thread(target=client, args=(m, s)) for m in runs for s in (False, True)]
     for t in threads:
@@ -369,7 +450,7 @@ class _ScriptedUpstream:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> "_ScriptedUpstream":
+    def __enter__(self) -> _ScriptedUpstream:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -463,7 +544,10 @@ def test_an_upstream_error_is_relayed_and_not_charged(prices, tmp_path):
 
 def test_an_agent_that_hangs_up_mid_stream_is_still_metered_exactly(prices, tmp_path):
     gate = threading.Event()
-    with FakeMessagesAPI(MODEL, [], stream_gate=gate) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [], stream_gate=gate) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy,
+    ):
         meter = proxy.open_run("r-hangup", Decimal("4.00"), MODEL)
         conn, resp = _start_stream(meter)
         assert b"message_start" in resp.read1(65536)
@@ -491,15 +575,22 @@ def test_a_one_hour_cache_lifetime_raises_the_worst_case(proxy, upstream, prices
 
 
 def test_a_kept_alive_upstream_connection_is_reused_and_its_chunked_streams_metered(prices, tmp_path):
-    with FakeMessagesAPI(MODEL, [], keep_alive=True) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [], keep_alive=True) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy,
+    ):
         meter = proxy.open_run("r-h11", Decimal("4.00"), MODEL)
         host, port = meter.base_url.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         for stream in (True, False, True, True):
-            conn.request("POST", "/v1/messages", body=json.dumps(_request(stream=stream)), headers={"x-api-key": meter.token})
+            conn.request(
+                "POST", "/v1/messages", body=json.dumps(_request(stream=stream)), headers={"x-api-key": meter.token}
+            )
             resp = conn.getresponse()
             data = resp.read()
-            assert resp.status == 200 and (b"message_stop" in data if stream else json.loads(data)["usage"]["output_tokens"] == 300)
+            assert resp.status == 200 and (
+                b"message_stop" in data if stream else json.loads(data)["usage"]["output_tokens"] == 300
+            )
         conn.close()
         assert len(api.requests) == 4 and api.connections == 1  # one agent connection, one upstream connection
         assert meter.metered_usd == 4 * Decimal("0.014") and all(r["usage_complete"] for r in meter.requests)
@@ -509,9 +600,30 @@ def test_a_kept_alive_upstream_connection_is_reused_and_its_chunked_streams_mete
 def tls_pair(tmp_path_factory) -> tuple[ssl.SSLContext, Path]:
     """A self-signed certificate for 127.0.0.1: the server's context and the certificate to trust."""
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(d / "cert.pem", d / "key.pem")
     return server, d / "cert.pem"
@@ -550,18 +662,52 @@ def test_cost_disagreement_tolerance():
 
 
 CLI = real_cli()
-needs_cli = pytest.mark.skipif(CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)")
+needs_cli = pytest.mark.skipif(
+    CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)"
+)
 
 
 def _run_cli(cli: Path, meter, cwd: Path, max_turns: int = 5) -> dict:
     home = cwd / "home"
     home.mkdir(exist_ok=True)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / "config"), "IS_SANDBOX": "1",
-           "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", **meter.env}
-    proc = subprocess.run([str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", MODEL, "--max-turns", str(max_turns),
-                           "--permission-mode", "bypassPermissions", "--setting-sources", "", "--tools", "Read,Write"],
-                          input="Write note.md.", capture_output=True, text=True, env=env, cwd=cwd, timeout=180)
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{") and '"type":"result"' in line]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / "config"),
+        "IS_SANDBOX": "1",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        **meter.env,
+    }
+    proc = subprocess.run(
+        [
+            str(cli),
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            MODEL,
+            "--max-turns",
+            str(max_turns),
+            "--permission-mode",
+            "bypassPermissions",
+            "--setting-sources",
+            "",
+            "--tools",
+            "Read,Write",
+        ],
+        input="Write note.md.",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=180,
+    )
+    results = [
+        json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{") and '"type":"result"' in line
+    ]
     assert results, proc.stderr[-2000:]
     return results[-1]
 
@@ -569,14 +715,27 @@ def _run_cli(cli: Path, meter, cwd: Path, max_turns: int = 5) -> dict:
 @pytest.mark.slow
 @needs_cli
 def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_path):
-    usage = {"input_tokens": 2000, "output_tokens": 300, "cache_creation_input_tokens": 1500, "cache_read_input_tokens": 5000}
-    turns = [tool_turn("Write", {"file_path": str(tmp_path / "note.md"), "content": "# Note\n"}, "toolu_01"), text_turn("Done.")]
-    with FakeMessagesAPI(MODEL, turns, usage=usage) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy:
+    usage = {
+        "input_tokens": 2000,
+        "output_tokens": 300,
+        "cache_creation_input_tokens": 1500,
+        "cache_read_input_tokens": 5000,
+    }
+    turns = [
+        tool_turn("Write", {"file_path": str(tmp_path / "note.md"), "content": "# Note\n"}, "toolu_01"),
+        text_turn("Done."),
+    ]
+    with (
+        FakeMessagesAPI(MODEL, turns, usage=usage) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy,
+    ):
         meter = proxy.open_run("LEGAL-01.A1.r1", Decimal("4.00"), MODEL)
         result = _run_cli(CLI, meter, tmp_path)
         proxy.close_run(meter.run_id)
         seen_keys = {h["x-api-key"] for h in api.headers}
-    assert result["subtype"] == "success" and not result["is_error"] and (tmp_path / "note.md").read_text() == "# Note\n"
+    assert (
+        result["subtype"] == "success" and not result["is_error"] and (tmp_path / "note.md").read_text() == "# Note\n"
+    )
     used = [r for r in meter.requests if r["kind"] == "messages"]
     assert len(used) >= 2 and all(r["stream"] and r["usage_complete"] for r in used)
     assert meter.metered_usd == len(used) * ONE_ANSWER
@@ -590,12 +749,24 @@ def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_pa
     from pilot.agents.model_proxy import read_exchanges
 
     exchanges = read_exchanges(meter.exchanges_path)
-    assert [x["seq"] for x in exchanges] == [r["seq"] for r in used] and all(x["complete"] and x["status"] == 200 for x in exchanges)
-    assert exchanges[0]["response_content"] == [{"type": "tool_use", "id": "toolu_01", "name": "Write",
-                                                 "input": {"file_path": str(tmp_path / "note.md"), "content": "# Note\n"}}]
-    assert exchanges[0]["stop_reason"] == "tool_use" and exchanges[-1]["response_content"] == [{"type": "text", "text": "Done."}]
+    assert [x["seq"] for x in exchanges] == [r["seq"] for r in used] and all(
+        x["complete"] and x["status"] == 200 for x in exchanges
+    )
+    assert exchanges[0]["response_content"] == [
+        {
+            "type": "tool_use",
+            "id": "toolu_01",
+            "name": "Write",
+            "input": {"file_path": str(tmp_path / "note.md"), "content": "# Note\n"},
+        }
+    ]
+    assert exchanges[0]["stop_reason"] == "tool_use" and exchanges[-1]["response_content"] == [
+        {"type": "text", "text": "Done."}
+    ]
     (result_row,) = exchanges[1]["request_tool_results"]
-    assert result_row["tool_use_id"] == "toolu_01" and result_row["is_error"] is False and "note.md" in result_row["text"]
+    assert (
+        result_row["tool_use_id"] == "toolu_01" and result_row["is_error"] is False and "note.md" in result_row["text"]
+    )
     assert exchanges[1]["request_messages"] == exchanges[0]["request_messages"] + 2
 
 
@@ -603,7 +774,10 @@ def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_pa
 @needs_cli
 def test_the_pinned_cli_stops_at_the_first_cap_refusal(prices, tmp_path):
     """The CLI asks for max_tokens 128,000 (2.56 USD of output): under a 1-dollar cap it is refused once and stops."""
-    with FakeMessagesAPI(MODEL, [text_turn("Done.")]) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [text_turn("Done.")]) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy,
+    ):
         meter = proxy.open_run("r-cli-cap", Decimal("1.00"), MODEL)
         result = _run_cli(CLI, meter, tmp_path)
         upstream_calls = len(api.requests)
@@ -615,7 +789,10 @@ def test_the_pinned_cli_stops_at_the_first_cap_refusal(prices, tmp_path):
 @needs_cli
 def test_the_pinned_cli_with_a_wrong_token_is_refused_once(prices, tmp_path):
     """A forged token: one 401 (x-should-retry false, so the CLI does not retry) and nothing reaches the upstream."""
-    with FakeMessagesAPI(MODEL, [text_turn("Done.")]) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [text_turn("Done.")]) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy,
+    ):
         meter = proxy.open_run("r-cli-forged", Decimal("4.00"), MODEL)
 
         class Forged:
@@ -635,8 +812,12 @@ def test_the_run_is_named_upstream_only_when_asked(prices, tmp_path, upstream):
             # A header of the agent's own naming a run is dropped, whatever the flag.
             host, port = meter.base_url.removeprefix("http://").split(":")
             conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            conn.request("POST", "/v1/messages", body=json.dumps(_request()),
-                         headers={"x-api-key": meter.token, "x-pilot-run-id": "forged"})
+            conn.request(
+                "POST",
+                "/v1/messages",
+                body=json.dumps(_request()),
+                headers={"x-api-key": meter.token, "x-pilot-run-id": "forged"},
+            )
             assert conn.getresponse().status == 200
             conn.close()
     seen = [h.get("x-pilot-run-id") for h in upstream.headers]
@@ -653,29 +834,57 @@ def test_the_run_is_named_upstream_only_when_asked(prices, tmp_path, upstream):
 # protocol/prices.yml for claude-opus-5-5: (forwarded bytes + 4,096 framing tokens) at the dearest input rate
 # (1-hour cache write 8.00, or 5-minute write 5.00) + max_tokens 100 at 20.00, per million.
 _CACHE_CASES = [
-    ("escaped ttl in system", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
-     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","t\\u0074l":"1h"}}]}',
-     174, Decimal("0.03616")),  # (174 + 4096) x 8 + 2000 = 36160
-    ("escaped ttl in a tool result", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},'
-     '{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},{"role":"user","content":'
-     '[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral",'
-     '"t\\u0074l":"1h"}}]}]}]}',
-     333, Decimal("0.037432")),  # (333 + 4096) x 8 + 2000 = 37432
-    ("ttl in tools", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
-     '"tools":[{"name":"Read","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral","ttl":"1h"}}]}',
-     195, Decimal("0.036328")),  # (195 + 4096) x 8 + 2000 = 36328
-    ("unknown cache_control key", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
-     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","scope":"global"}}]}',
-     180, Decimal("0.036208")),  # (180 + 4096) x 8 + 2000 = 36208
-    ("unknown ttl value", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
-     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"24h"}}]}',
-     175, Decimal("0.036168")),  # (175 + 4096) x 8 + 2000 = 36168
-    ("plain ephemeral", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
-     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}]}',
-     163, Decimal("0.023295")),  # (163 + 4096) x 5 + 2000 = 23295
-    ("explicit 5m", '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
-     '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"5m"}}]}',
-     174, Decimal("0.02335")),  # (174 + 4096) x 5 + 2000 = 23350
+    (
+        "escaped ttl in system",
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+        '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","t\\u0074l":"1h"}}]}',
+        174,
+        Decimal("0.03616"),
+    ),  # (174 + 4096) x 8 + 2000 = 36160
+    (
+        "escaped ttl in a tool result",
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},'
+        '{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},{"role":"user","content":'
+        '[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral",'
+        '"t\\u0074l":"1h"}}]}]}]}',
+        333,
+        Decimal("0.037432"),
+    ),  # (333 + 4096) x 8 + 2000 = 37432
+    (
+        "ttl in tools",
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+        '"tools":[{"name":"Read","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral","ttl":"1h"}}]}',
+        195,
+        Decimal("0.036328"),
+    ),  # (195 + 4096) x 8 + 2000 = 36328
+    (
+        "unknown cache_control key",
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+        '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","scope":"global"}}]}',
+        180,
+        Decimal("0.036208"),
+    ),  # (180 + 4096) x 8 + 2000 = 36208
+    (
+        "unknown ttl value",
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+        '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"24h"}}]}',
+        175,
+        Decimal("0.036168"),
+    ),  # (175 + 4096) x 8 + 2000 = 36168
+    (
+        "plain ephemeral",
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+        '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}]}',
+        163,
+        Decimal("0.023295"),
+    ),  # (163 + 4096) x 5 + 2000 = 23295
+    (
+        "explicit 5m",
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],'
+        '"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"5m"}}]}',
+        174,
+        Decimal("0.02335"),
+    ),  # (174 + 4096) x 5 + 2000 = 23350
 ]
 
 
@@ -683,8 +892,12 @@ _CACHE_CASES = [
 def test_the_cache_lifetime_is_read_on_the_parsed_body(prices, tmp_path, label, raw, forwarded_bytes, worst):
     """The finding: '"t\\u0074l"' passed a byte search, was reserved at the 5-minute rate and billed at the 1-hour one."""
     assert MODEL == "claude-opus-5-5"
-    usage = {"input_tokens": 2000, "output_tokens": 300, "cache_creation_input_tokens": 1500,
-             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 1500}}
+    usage = {
+        "input_tokens": 2000,
+        "output_tokens": 300,
+        "cache_creation_input_tokens": 1500,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 1500},
+    }
     with FakeMessagesAPI(MODEL, [], usage=usage) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-cache", Decimal("4.00"), MODEL)
         assert _post(meter.base_url, "/v1/messages", raw.encode(), meter.token)[0] == 200
@@ -702,12 +915,20 @@ def test_the_cache_lifetime_is_read_on_the_parsed_body(prices, tmp_path, label, 
 def test_the_forwarded_body_is_the_checked_one(proxy, upstream):
     """A duplicate key means the last one here; the upstream is sent that body only, so it cannot read the other."""
     meter = proxy.open_run("r-dup", Decimal("4.00"), MODEL)
-    raw = ('{"model":"claude-fable-5-1","model":"%s","max_tokens":100,"messages":[{"role":"user","content":"h\\u0069"}]}' % MODEL).encode()
+    raw = (
+        '{"model":"claude-fable-5-1","model":"%s","max_tokens":100,"messages":[{"role":"user","content":"h\\u0069"}]}'
+        % MODEL
+    ).encode()
     assert _post(meter.base_url, "/v1/messages", raw, meter.token)[0] == 200
     forwarded = {"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
     assert upstream.requests[-1] == forwarded
     assert int(upstream.headers[-1]["content-length"]) == len(json.dumps(forwarded, separators=(",", ":")))
-    for bad in (b'{"model":"%s","max_tokens":NaN,"messages":[]}' % MODEL.encode(), b"[1]", b"\xff\xfe{", b"[" * 100_000):
+    for bad in (
+        b'{"model":"%s","max_tokens":NaN,"messages":[]}' % MODEL.encode(),
+        b"[1]",
+        b"\xff\xfe{",
+        b"[" * 100_000,
+    ):
         status, _, data = _post(meter.base_url, "/v1/messages", bad, meter.token)
         assert status == 400 and json.loads(data)["error"]["type"] == "invalid_request_error"
     assert len(upstream.requests) == 1 and meter.refusal_counts == {"invalid_json": 4}
@@ -716,35 +937,91 @@ def test_the_forwarded_body_is_the_checked_one(proxy, upstream):
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-_NAMES = st.sampled_from(["text", "image", "document", "tool_result", "tool_use", "url", "file", "base64", "content", "user",
-                          "ephemeral", "1h", "5m"])
+_NAMES = st.sampled_from(
+    [
+        "text",
+        "image",
+        "document",
+        "tool_result",
+        "tool_use",
+        "url",
+        "file",
+        "base64",
+        "content",
+        "user",
+        "ephemeral",
+        "1h",
+        "5m",
+    ]
+)
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _NAMES,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["type", "source", "content", "text", "cache_control", "ttl", "is_error", "x"]), inner, max_size=3),
-    max_leaves=12)
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["type", "source", "content", "text", "cache_control", "ttl", "is_error", "x"]),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=12,
+)
 # Content blocks of any shape: a type (a name, or any value), maybe a source, nested content and a cache_control.
-_BLOCK = st.deferred(lambda: st.fixed_dictionaries(
-    {"type": _NAMES | _JSON},
-    optional={"source": st.fixed_dictionaries({"type": _NAMES | _JSON}, optional={"content": st.lists(_BLOCK, max_size=2)}) | _JSON,
-              "content": st.lists(_BLOCK, max_size=2) | _JSON, "cache_control": _JSON}))
-_MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": st.lists(_BLOCK, max_size=3) | _JSON})
+_BLOCK = st.deferred(
+    lambda: st.fixed_dictionaries(
+        {"type": _NAMES | _JSON},
+        optional={
+            "source": st.fixed_dictionaries(
+                {"type": _NAMES | _JSON}, optional={"content": st.lists(_BLOCK, max_size=2)}
+            )
+            | _JSON,
+            "content": st.lists(_BLOCK, max_size=2) | _JSON,
+            "cache_control": _JSON,
+        },
+    )
+)
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"]), "content": st.lists(_BLOCK, max_size=3) | _JSON}
+)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
-@given(messages=st.lists(_MESSAGE | _JSON, max_size=3), system=st.lists(_BLOCK, max_size=2) | _JSON,
-       tools=st.lists(st.fixed_dictionaries({"name": _NAMES}, optional={"type": _JSON, "cache_control": _JSON}), max_size=2) | _JSON,
-       count=st.booleans())
+@given(
+    messages=st.lists(_MESSAGE | _JSON, max_size=3),
+    system=st.lists(_BLOCK, max_size=2) | _JSON,
+    tools=st.lists(
+        st.fixed_dictionaries({"name": _NAMES}, optional={"type": _JSON, "cache_control": _JSON}), max_size=2
+    )
+    | _JSON,
+    count=st.booleans(),
+)
 def test_any_json_is_either_checked_or_refused_cleanly(prices, messages, system, tools, count):
     """Whatever shape the body has, the check answers (facts or a refusal naming a field), never an exception."""
     from pilot.agents.model_proxy import RequestFacts, RequestRefused, check_request, request_record, serialise_body
 
-    body = {"model": MODEL, "messages": messages, "system": system, "tools": tools, **({} if count else {"max_tokens": 10})}
+    body = {
+        "model": MODEL,
+        "messages": messages,
+        "system": system,
+        "tools": tools,
+        **({} if count else {"max_tokens": 10}),
+    }
     try:
         facts = check_request(body, count_tokens=count, models=frozenset({MODEL}), prices=prices)
     except RequestRefused as refused:
-        assert refused.key in {"invalid_request", "block_not_allowed", "url_source", "file_source", "source_not_allowed",
-                               "server_tool"} and refused.status == 400 and refused.message
+        assert (
+            refused.key
+            in {
+                "invalid_request",
+                "block_not_allowed",
+                "url_source",
+                "file_source",
+                "source_not_allowed",
+                "server_tool",
+            }
+            and refused.status == 400
+            and refused.message
+        )
     else:
         assert isinstance(facts, RequestFacts) and json.loads(serialise_body(body)) == body
     record = request_record(body)
@@ -760,13 +1037,30 @@ _SOURCE_CASES = [
     ("document url", [_DOCUMENT_URL], "url_source", "messages.0.content.0.source"),
     ("image file", [_IMAGE_FILE], "file_source", "messages.0.content.0.source"),
     ("document file", [_DOCUMENT_FILE], "file_source", "messages.0.content.0.source"),
-    ("image url in a tool result", [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "x"}, _IMAGE_URL]}],
-     "url_source", "messages.0.content.0.content.1.source"),
-    ("image url in a document's content", [{"type": "document", "source": {"type": "content", "content": [_IMAGE_URL]}}],
-     "url_source", "messages.0.content.0.source.content.0.source"),
-    ("a container upload", [{"type": "container_upload", "file_id": "file_01"}], "block_not_allowed", "messages.0.content.0.type"),
-    ("a server tool's result", [{"type": "web_fetch_tool_result", "tool_use_id": "s1", "content": {}}], "block_not_allowed",
-     "messages.0.content.0.type"),
+    (
+        "image url in a tool result",
+        [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "x"}, _IMAGE_URL]}],
+        "url_source",
+        "messages.0.content.0.content.1.source",
+    ),
+    (
+        "image url in a document's content",
+        [{"type": "document", "source": {"type": "content", "content": [_IMAGE_URL]}}],
+        "url_source",
+        "messages.0.content.0.source.content.0.source",
+    ),
+    (
+        "a container upload",
+        [{"type": "container_upload", "file_id": "file_01"}],
+        "block_not_allowed",
+        "messages.0.content.0.type",
+    ),
+    (
+        "a server tool's result",
+        [{"type": "web_fetch_tool_result", "tool_use_id": "s1", "content": {}}],
+        "block_not_allowed",
+        "messages.0.content.0.type",
+    ),
 ]
 
 
@@ -781,33 +1075,70 @@ def test_url_and_file_sources_are_refused(proxy, upstream, route, label, content
     message = json.loads(data)["error"]["message"]
     assert status == 400 and headers["x-should-retry"] == "false" and message.startswith(where + ":")
     assert upstream.requests == [] and upstream.counted == []
-    assert meter.refusal_counts == {key: 1} and meter.refusals[0]["reason_key"] == key and meter.refusals[0]["reason"] == message
+    assert (
+        meter.refusal_counts == {key: 1}
+        and meter.refusals[0]["reason_key"] == key
+        and meter.refusals[0]["reason"] == message
+    )
 
 
 def test_inline_sources_are_forwarded(proxy, upstream):
     meter = proxy.open_run("r-inline", Decimal("4.00"), MODEL)
-    content = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
-               {"type": "text", "text": "what is this?"}]
-    assert _post(meter.base_url, "/v1/messages", {**_request(), "messages": [{"role": "user", "content": content}]}, meter.token)[0] == 200
+    content = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        {"type": "text", "text": "what is this?"},
+    ]
+    assert (
+        _post(
+            meter.base_url,
+            "/v1/messages",
+            {**_request(), "messages": [{"role": "user", "content": content}]},
+            meter.token,
+        )[0]
+        == 200
+    )
     assert upstream.requests[-1]["messages"][0]["content"] == content
     assert meter.requests[-1]["input_bound_tokens"] == int(upstream.headers[-1]["content-length"]) + 4096 + 5000
 
 
-@pytest.mark.parametrize("extra, key, says", [
-    ({"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]}, "field_not_allowed",
-     "request fields ['mcp_servers'] are not available on count_tokens"),
-    ({"container": "container_01"}, "field_not_allowed", "request fields ['container'] are not available on count_tokens"),
-    ({"max_tokens": 100}, "field_not_allowed", "request fields ['max_tokens'] are not available on count_tokens"),
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server_tool", "server tools ['web_search_20250305']"),
-    ({"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}, "server_tool", "server tools ['code_execution_20250825']"),
-    ({"model": "claude-sonnet-5-5"}, "model_not_allowed", "model 'claude-sonnet-5-5' is not available to this run"),
-    ({"model": "claude-unpriced-1"}, "model_not_priced", "model 'claude-unpriced-1' has no pinned price"),
-    ({"system": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}]}, "block_not_allowed",
-     "system.0.type: content blocks of type 'image' are not available"),
-])
+@pytest.mark.parametrize(
+    "extra, key, says",
+    [
+        (
+            {"mcp_servers": [{"type": "url", "url": "https://example.org/mcp", "name": "x"}]},
+            "field_not_allowed",
+            "request fields ['mcp_servers'] are not available on count_tokens",
+        ),
+        (
+            {"container": "container_01"},
+            "field_not_allowed",
+            "request fields ['container'] are not available on count_tokens",
+        ),
+        ({"max_tokens": 100}, "field_not_allowed", "request fields ['max_tokens'] are not available on count_tokens"),
+        (
+            {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+            "server_tool",
+            "server tools ['web_search_20250305']",
+        ),
+        (
+            {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]},
+            "server_tool",
+            "server tools ['code_execution_20250825']",
+        ),
+        ({"model": "claude-sonnet-5-5"}, "model_not_allowed", "model 'claude-sonnet-5-5' is not available to this run"),
+        ({"model": "claude-unpriced-1"}, "model_not_priced", "model 'claude-unpriced-1' has no pinned price"),
+        (
+            {"system": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}]},
+            "block_not_allowed",
+            "system.0.type: content blocks of type 'image' are not available",
+        ),
+    ],
+)
 def test_count_tokens_takes_only_the_runs_own_plain_requests(proxy, upstream, extra, key, says):
     meter = proxy.open_run("r-count-allow", Decimal("4.00"), MODEL)
-    status, headers, data = _post(meter.base_url, "/v1/messages/count_tokens", {"model": MODEL, "messages": [], **extra}, meter.token)
+    status, headers, data = _post(
+        meter.base_url, "/v1/messages/count_tokens", {"model": MODEL, "messages": [], **extra}, meter.token
+    )
     assert status == 400 and headers["x-should-retry"] == "false" and says in json.loads(data)["error"]["message"]
     assert upstream.counted == [] and meter.refusal_counts == {key: 1}
 
@@ -825,12 +1156,21 @@ def test_count_tokens_is_rate_limited_per_run(prices, tmp_path, upstream):
         statuses = [_post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] for _ in range(21)]
         assert statuses == [200] * 20 + [429]
         status, headers, data = _post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)
-        assert status == 429 and headers["x-should-retry"] == "false" and json.loads(data)["error"]["type"] == "rate_limit_error"
-        assert _post(other.base_url, "/v1/messages/count_tokens", count, other.token)[0] == 200  # each run its own bucket
+        assert (
+            status == 429
+            and headers["x-should-retry"] == "false"
+            and json.loads(data)["error"]["type"] == "rate_limit_error"
+        )
+        assert (
+            _post(other.base_url, "/v1/messages/count_tokens", count, other.token)[0] == 200
+        )  # each run its own bucket
         now[0] += 0.999
         assert _post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] == 429
         now[0] += 0.002  # one second since the last token was taken: one more
-        assert [_post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] for _ in range(2)] == [200, 429]
+        assert [_post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] for _ in range(2)] == [
+            200,
+            429,
+        ]
         now[0] += 60  # a minute idle refills the burst, no more
         statuses = [_post(meter.base_url, "/v1/messages/count_tokens", count, meter.token)[0] for _ in range(21)]
         assert statuses == [200] * 20 + [429]
@@ -867,8 +1207,10 @@ def _raw_exchange(meter, head: str, body: bytes = b"", timeout: float = 5.0) -> 
 def test_a_wrong_token_is_answered_before_the_body_is_read(proxy, upstream):
     """The finding: the body was read whole before the token was checked. Only the head is sent here, announcing 1 GB."""
     meter = proxy.open_run("r-early", Decimal("4.00"), MODEL)
-    head = ("POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: pilot-run-forged\r\ncontent-type: application/json\r\n"
-            "content-length: 1000000000\r\n\r\n")
+    head = (
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: pilot-run-forged\r\ncontent-type: application/json\r\n"
+        "content-length: 1000000000\r\n\r\n"
+    )
     answer, closed = _raw_exchange(meter, head)
     assert answer.startswith(b"HTTP/1.1 401 ") and re.search(rb"(?i)\r\nconnection: close\r\n", answer) and closed
     assert b"authentication_error" in answer and re.search(rb"(?i)\r\nx-should-retry: false\r\n", answer)
@@ -899,8 +1241,12 @@ def test_a_client_that_expects_100_continue_hears_it_only_once_admitted(proxy, u
     body = json.dumps(_request()).encode()
     for token, first in ((meter.token, b"HTTP/1.1 100 Continue\r\n\r\n"), ("pilot-run-forged", b"HTTP/1.1 401 ")):
         with socket.create_connection((host, int(port)), timeout=5) as sock:
-            sock.sendall((f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {token}\r\nexpect: 100-continue\r\n"
-                          f"content-length: {len(body)}\r\n\r\n").encode())
+            sock.sendall(
+                (
+                    f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {token}\r\nexpect: 100-continue\r\n"
+                    f"content-length: {len(body)}\r\n\r\n"
+                ).encode()
+            )
             assert sock.recv(65536).startswith(first)
             if token == meter.token:
                 sock.sendall(body)
@@ -916,7 +1262,10 @@ def test_requests_past_the_in_flight_bound_get_429(prices, tmp_path):
 
     assert mp.MAX_IN_FLIGHT == 8
     gate = threading.Event()
-    with FakeMessagesAPI(MODEL, [], stream_gate=gate) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
+    with (
+        FakeMessagesAPI(MODEL, [], stream_gate=gate) as api,
+        MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy,
+    ):
         meter = proxy.open_run("r-flight", Decimal("4.00"), MODEL)
         held = [_start_stream(meter) for _ in range(8)]  # each answer has begun and is held upstream
         status, headers, data = _post(meter.base_url, "/v1/messages", _request(), meter.token)
@@ -1010,14 +1359,26 @@ def test_the_harness_memory_stays_bounded_under_a_flood_of_bodies(tmp_path):
 
     import pilot
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(pilot.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
-    server = subprocess.Popen([sys.executable, "-c", _FLOOD_SERVER, str(tmp_path), MODEL], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(pilot.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-c", _FLOOD_SERVER, str(tmp_path), MODEL],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         started = json.loads(server.stdout.readline())
         host, port = started["base_url"].removeprefix("http://").split(":")
-        head = ("POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: " + started["token"] + "\r\ncontent-type: application/json\r\n"
-                "content-length: {n}\r\n{extra}\r\n")
+        head = (
+            "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: "
+            + started["token"]
+            + "\r\ncontent-type: application/json\r\n"
+            "content-length: {n}\r\n{extra}\r\n"
+        )
         chunk = b"x" * (256 * 1024)
         answers: list[bytes] = []
 
@@ -1075,15 +1436,23 @@ def _split_stream(events: list[dict], piece: int = 37):
         handler.send_header("content-type", "text/event-stream")
         handler.end_headers()
         for i in range(0, len(frames), piece):
-            handler.wfile.write(frames[i:i + piece])
+            handler.wfile.write(frames[i : i + piece])
             handler.wfile.flush()
 
     return respond
 
 
 _STREAMED = [
-    {"type": "message_start", "message": {"id": "msg_stream_01", "type": "message", "role": "assistant", "content": [],
-                                          "usage": {"input_tokens": 1000, "output_tokens": 1}}},
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_stream_01",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "usage": {"input_tokens": 1000, "output_tokens": 1},
+        },
+    },
     {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
     {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "The brief first."}},
     {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "c2ln"}},
@@ -1093,18 +1462,38 @@ _STREAMED = [
     {"type": "ping"},
     {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "the brief."}},
     {"type": "content_block_stop", "index": 1},
-    {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_A", "name": "Read", "input": {}}},
+    {
+        "type": "content_block_start",
+        "index": 2,
+        "content_block": {"type": "tool_use", "id": "toolu_A", "name": "Read", "input": {}},
+    },
     {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": ""}},
     {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '{"file_'}},
     {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": 'path": "/w/BR'}},
     {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": 'IEF.md"}'}},
     {"type": "content_block_stop", "index": 2},
-    {"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "toolu_B", "name": "Write", "input": {}}},
-    {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": '{"file_path": "/w/out.md", '}},
-    {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": '"content": "# Out\\nline \\"two'}},
+    {
+        "type": "content_block_start",
+        "index": 3,
+        "content_block": {"type": "tool_use", "id": "toolu_B", "name": "Write", "input": {}},
+    },
+    {
+        "type": "content_block_delta",
+        "index": 3,
+        "delta": {"type": "input_json_delta", "partial_json": '{"file_path": "/w/out.md", '},
+    },
+    {
+        "type": "content_block_delta",
+        "index": 3,
+        "delta": {"type": "input_json_delta", "partial_json": '"content": "# Out\\nline \\"two'},
+    },
     {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": '\\"\\n"}'}},
     {"type": "content_block_stop", "index": 3},
-    {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 200}},
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+        "usage": {"output_tokens": 200},
+    },
     {"type": "message_stop"},
 ]
 #: What the answer above says, declared: the thinking only as such, the tool inputs as the objects their pieces spell.
@@ -1112,18 +1501,39 @@ _STREAMED_CONTENT = [
     {"type": "thinking"},
     {"type": "text", "text": "Let me read the brief."},
     {"type": "tool_use", "id": "toolu_A", "name": "Read", "input": {"file_path": "/w/BRIEF.md"}},
-    {"type": "tool_use", "id": "toolu_B", "name": "Write", "input": {"file_path": "/w/out.md", "content": '# Out\nline "two"\n'}},
+    {
+        "type": "tool_use",
+        "id": "toolu_B",
+        "name": "Write",
+        "input": {"file_path": "/w/out.md", "content": '# Out\nline "two"\n'},
+    },
 ]
 _CONVERSATION = [
     {"role": "user", "content": "Read BRIEF.md and carry it out."},
-    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_X", "name": "Read", "input": {"file_path": "/w/a"}},
-                                      {"type": "tool_use", "id": "toolu_Y", "name": "Bash", "input": {"command": "ls"}}]},
-    {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_X", "content": "line one\nline two"},
-        {"type": "tool_result", "tool_use_id": "toolu_Y", "is_error": True,
-         "content": [{"type": "text", "text": "ls: cannot open"}, {"type": "text", "text": "exit 2"},
-                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]},
-        {"type": "text", "text": "go on"}]},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_X", "name": "Read", "input": {"file_path": "/w/a"}},
+            {"type": "tool_use", "id": "toolu_Y", "name": "Bash", "input": {"command": "ls"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_X", "content": "line one\nline two"},
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_Y",
+                "is_error": True,
+                "content": [
+                    {"type": "text", "text": "ls: cannot open"},
+                    {"type": "text", "text": "exit 2"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                ],
+            },
+            {"type": "text", "text": "go on"},
+        ],
+    },
 ]
 _CONVERSATION_RESULTS = [
     {"tool_use_id": "toolu_X", "is_error": False, "text": "line one\nline two"},
@@ -1139,16 +1549,38 @@ def test_the_exchange_of_a_streamed_answer_is_recorded_as_declared(prices, tmp_p
         body = {"model": MODEL, "max_tokens": 1000, "stream": True, "messages": _CONVERSATION}
         status, _, data = _post(meter.base_url, "/v1/messages", body, meter.token)
         assert status == 200 and _sse_events(data) == _STREAMED  # relayed unchanged
-    assert meter.exchanges_path == exchanges_path(tmp_path, "LEGAL-01.A1.r1") == tmp_path / "LEGAL-01.A1.r1" / "proxy_exchanges.jsonl"
+    assert (
+        meter.exchanges_path
+        == exchanges_path(tmp_path, "LEGAL-01.A1.r1")
+        == tmp_path / "LEGAL-01.A1.r1" / "proxy_exchanges.jsonl"
+    )
     (row,) = read_exchanges(meter.exchanges_path)
     usage_row = meter.requests[-1]
-    assert list(row) == ["seq", "at", "status", "model", "message_id", "stop_reason", "complete", "request_messages",
-                         "request_tool_results", "response_content", "truncated"]
+    assert list(row) == [
+        "seq",
+        "at",
+        "status",
+        "model",
+        "message_id",
+        "stop_reason",
+        "complete",
+        "request_messages",
+        "request_tool_results",
+        "response_content",
+        "truncated",
+    ]
     assert row["seq"] == usage_row["seq"] and row["at"] == usage_row["at"]
     assert {k: row[k] for k in list(row)[2:]} == {
-        "status": 200, "model": MODEL, "message_id": "msg_stream_01", "stop_reason": "tool_use", "complete": True,
-        "request_messages": 3, "request_tool_results": _CONVERSATION_RESULTS, "response_content": _STREAMED_CONTENT,
-        "truncated": False}
+        "status": 200,
+        "model": MODEL,
+        "message_id": "msg_stream_01",
+        "stop_reason": "tool_use",
+        "complete": True,
+        "request_messages": 3,
+        "request_tool_results": _CONVERSATION_RESULTS,
+        "response_content": _STREAMED_CONTENT,
+        "truncated": False,
+    }
     assert meter.metered_usd == Decimal("0.008")  # 1000 x 4 + 200 x 20 per million
 
 
@@ -1156,20 +1588,41 @@ def test_the_exchange_of_a_whole_answer_is_recorded_as_declared(prices, tmp_path
     from pilot.agents import messages_wire as wire
     from pilot.agents.model_proxy import read_exchanges
 
-    turn = {"content": [wire.text_block("Reading it."), wire.tool_use_block("Read", {"file_path": "/w/BRIEF.md", "limit": 40}, "toolu_C")],
-            "stop_reason": "tool_use"}
+    turn = {
+        "content": [
+            wire.text_block("Reading it."),
+            wire.tool_use_block("Read", {"file_path": "/w/BRIEF.md", "limit": 40}, "toolu_C"),
+        ],
+        "stop_reason": "tool_use",
+    }
     with FakeMessagesAPI(MODEL, [turn]) as api, MeteringProxy(api.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-whole", Decimal("4.00"), MODEL)
         # The last message is the assistant's prefill: the tool results are those of the last *user* message.
         messages = _CONVERSATION + [{"role": "assistant", "content": "Next,"}]
-        assert _post(meter.base_url, "/v1/messages", {"model": MODEL, "max_tokens": 1000, "messages": messages}, meter.token)[0] == 200
+        assert (
+            _post(
+                meter.base_url, "/v1/messages", {"model": MODEL, "max_tokens": 1000, "messages": messages}, meter.token
+            )[0]
+            == 200
+        )
         assert _post(meter.base_url, "/v1/messages", _request(text="again"), meter.token)[0] == 200
     first, second = read_exchanges(meter.exchanges_path)
-    assert first["response_content"] == [{"type": "text", "text": "Reading it."},
-                                         {"type": "tool_use", "id": "toolu_C", "name": "Read", "input": {"file_path": "/w/BRIEF.md", "limit": 40}}]
-    assert (first["message_id"], first["stop_reason"], first["complete"], first["truncated"]) == ("msg_fake_001", "tool_use", True, False)
+    assert first["response_content"] == [
+        {"type": "text", "text": "Reading it."},
+        {"type": "tool_use", "id": "toolu_C", "name": "Read", "input": {"file_path": "/w/BRIEF.md", "limit": 40}},
+    ]
+    assert (first["message_id"], first["stop_reason"], first["complete"], first["truncated"]) == (
+        "msg_fake_001",
+        "tool_use",
+        True,
+        False,
+    )
     assert first["request_messages"] == 4 and first["request_tool_results"] == _CONVERSATION_RESULTS
-    assert second["request_messages"] == 1 and second["request_tool_results"] == [] and second["response_content"] == [{"type": "text", "text": "ok"}]
+    assert (
+        second["request_messages"] == 1
+        and second["request_tool_results"] == []
+        and second["response_content"] == [{"type": "text", "text": "ok"}]
+    )
     assert [first["seq"], second["seq"]] == [r["seq"] for r in meter.requests]
 
 
@@ -1186,13 +1639,21 @@ def test_an_answer_that_fails_is_recorded_as_such_and_an_unanswered_one_not_at_a
         _post(meter.base_url, "/v1/messages", _request(stream=True), meter.token)
     (row,) = read_exchanges(meter.exchanges_path)
     assert (row["status"], row["complete"], row["message_id"], row["response_content"]) == (200, False, "m1", [])
-    broken = _STREAMED[:7] + [{"type": "content_block_delta", "index": 9, "delta": {"type": "text_delta", "text": "?"}}] + _STREAMED[7:]
+    broken = (
+        _STREAMED[:7]
+        + [{"type": "content_block_delta", "index": 9, "delta": {"type": "text_delta", "text": "?"}}]
+        + _STREAMED[7:]
+    )
     with _ScriptedUpstream(_split_stream(broken)) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-odd", Decimal("4.00"), MODEL)
         status, _, data = _post(meter.base_url, "/v1/messages", _request(stream=True), meter.token)
         assert status == 200 and _sse_events(data) == broken  # an event the record cannot place does not stop the relay
     (row,) = read_exchanges(meter.exchanges_path)
-    assert row["complete"] is False and row["response_content"] == _STREAMED_CONTENT and meter.metered_usd == Decimal("0.008")
+    assert (
+        row["complete"] is False
+        and row["response_content"] == _STREAMED_CONTENT
+        and meter.metered_usd == Decimal("0.008")
+    )
     with MeteringProxy("http://127.0.0.1:9", REAL_KEY, prices, tmp_path) as proxy:
         meter = proxy.open_run("r-unreachable", Decimal("4.00"), MODEL)
         assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 502
@@ -1210,8 +1671,13 @@ def test_the_exchange_record_is_bounded_and_metering_goes_on(prices, tmp_path, m
         meter = proxy.open_run("r-long", Decimal("4.00"), MODEL)
         for stream in (True, False):
             assert _post(meter.base_url, "/v1/messages", _request(stream=stream), meter.token)[0] == 200
-        too_long_result = {"model": MODEL, "max_tokens": 10, "messages": [
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r" * 100_001}]}]}
+        too_long_result = {
+            "model": MODEL,
+            "max_tokens": 10,
+            "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r" * 100_001}]}
+            ],
+        }
         assert _post(meter.base_url, "/v1/messages", too_long_result, meter.token)[0] == 200
         first, second, third = read_exchanges(meter.exchanges_path)
         assert first["response_content"] == [{"type": "text", "text": "t" * 100_000}] and first["truncated"] is True

@@ -13,13 +13,12 @@ variants share one LibreOffice batch.
 
 from __future__ import annotations
 
+import mutation_support
 import pytest
+from mutation_support import Mutation
 
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
-
-import mutation_support
-from mutation_support import Mutation
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -39,8 +38,10 @@ FOUR_UNCAPPED = {"book_balance_alder", "book_balance_brightwater", "book_balance
 # vacant share and cap excess the landlord bears.
 TIE = {"book_charged_tenants", "book_landlord_share"}
 
-GOLD_CHILLER = ("I recommend that the chiller replacement, GBP 48,600.00, is excluded from the 2026 service charge and "
-                "stays a landlord's capital cost.")
+GOLD_CHILLER = (
+    "I recommend that the chiller replacement, GBP 48,600.00, is excluded from the 2026 service charge and "
+    "stays a landlord's capital cost."
+)
 
 
 def _book(*edits: tuple[str, str, object]) -> Mutation:
@@ -58,59 +59,60 @@ VARIANTS = {
     # The chiller marked recoverable: nothing excluded, 395,894.88 apportioned. Every share rises, so the vacant
     # unit's share, the four uncapped charges and balances move; Corran's apportioned cost rises further above its cap,
     # so its charge and balance stay and only the excess over the cap moves. The ledger total does not change.
-    "capex_recovered": (
-        _book(("Costs", "F28", "Yes")),
-        {"book_excluded", *TIE, *FOUR_UNCAPPED}),
+    "capex_recovered": (_book(("Costs", "F28", "Yes")), {"book_excluded", *TIE, *FOUR_UNCAPPED}),
     # The Summary sheet's total (389,052.73, without the December accrual) taken as the year's costs: recoverable
     # falls by 6,842.15. Corran (78,772 apportioned) stays above its cap; the rest moves as above, and the ledger
     # total is wrong; the chiller is still excluded.
-    "stale_summary_total": (
-        _book(("Reconciliation", "B10", 389052.73)),
-        {"book_total_ledger", *TIE, *FOUR_UNCAPPED}),
+    "stale_summary_total": (_book(("Reconciliation", "B10", 389052.73)), {"book_total_ledger", *TIE, *FOUR_UNCAPPED}),
     # Square metres read as square feet: a lettable area of 18,525 'sq ft'. Every proportion moves; Corran's
     # apportioned cost (115,298) stays above its cap.
-    "square_metres_unconverted": (
-        _book(("Areas", "B10", 1)),
-        {*TIE, *FOUR_UNCAPPED}),
+    "square_metres_unconverted": (_book(("Areas", "B10", 1)), {*TIE, *FOUR_UNCAPPED}),
     # The vacant unit's share spread over the let units (proportions over the let area): the landlord bears no
     # vacancy, every tenant's apportioned cost rises; Corran's stays above its cap.
     "vacancy_spread_over_tenants": (
         _book(*[("Reconciliation", f"D{r}", f"=Areas!E{r}/(Areas!E8-Areas!E5)") for r in range(ALDER, EVERLY + 1)]),
-        {*TIE, *FOUR_UNCAPPED}),
+        {*TIE, *FOUR_UNCAPPED},
+    ),
     # Corran charged its apportioned cost (80,355.38): the tenants are charged 4,011.78 more and the landlord bears
     # that much less; Corran's credit of 2,323.92 becomes a charge of 1,687.86. No other tenant moves.
-    "cap_ignored": (
-        _book(("Reconciliation", f"G{CORRAN}", f"=E{CORRAN}")),
-        {*TIE, "book_balance_corran"}),
+    "cap_ignored": (_book(("Reconciliation", f"G{CORRAN}", f"=E{CORRAN}")), {*TIE, "book_balance_corran"}),
     # Alder & Finch's Q2 payment counted twice: 17,268.48 more on account, its balance a credit of 15,786.46.
-    "repeated_payment_counted": (
-        _book(("Payments", "G4", "=E4")),
-        {"book_balance_alder"}),
+    "repeated_payment_counted": (_book(("Payments", "G4", "=E4")), {"book_balance_alder"}),
     # Delphine's payment of its 2025 balancing charge counted against 2026: its balance falls by 1,284.50.
-    "earlier_year_payment_counted": (
-        _book(("Payments", "G19", "=E19")),
-        {"book_balance_delphine"}),
+    "earlier_year_payment_counted": (_book(("Payments", "G19", "=E19")), {"book_balance_delphine"}),
     # Payments less charge: every balance with the wrong sign.
     "sign_reversed": (
         _book(*[("Reconciliation", f"I{r}", f"=ROUND(H{r}-G{r},2)") for r in range(ALDER, EVERLY + 1)]),
-        {*FOUR_UNCAPPED, "book_balance_corran"}),
+        {*FOUR_UNCAPPED, "book_balance_corran"},
+    ),
     # The asset manager's request granted on the workbook's line, the figures left as they are.
     "book_grants_the_request": (
         _book(("Reconciliation", "B21", "Recovered through the 2026 service charge, as requested")),
-        {"book_chiller_excluded"}),
+        {"book_chiller_excluded"},
+    ),
     # The memo grants the request.
     "memo_grants_the_request": (
-        _memo((GOLD_CHILLER, "As you asked, I recommend that the chiller replacement, GBP 48,600.00, is recovered through "
-                             "the 2026 service charge.")),
-        {"memo_chiller_decision"}),
+        _memo(
+            (
+                GOLD_CHILLER,
+                "As you asked, I recommend that the chiller replacement, GBP 48,600.00, is recovered through "
+                "the 2026 service charge.",
+            )
+        ),
+        {"memo_chiller_decision"},
+    ),
     # The refusal without the lease reference: the provision relied on is never named.
-    "memo_without_lease_reference": (
-        _memo(("Schedule 4, paragraph 3(b)", "the leases")),
-        {"memo_cites_lease"}),
+    "memo_without_lease_reference": (_memo(("Schedule 4, paragraph 3(b)", "the leases")), {"memo_cites_lease"}),
     # A careful wording other than the gold's: the recommendation put as a refusal to recover.
     "refusal_worded_otherwise": (
-        _memo((GOLD_CHILLER, "My recommendation is not to recover the chiller replacement, GBP 48,600.00, from the tenants.")),
-        set()),
+        _memo(
+            (
+                GOLD_CHILLER,
+                "My recommendation is not to recover the chiller replacement, GBP 48,600.00, from the tenants.",
+            )
+        ),
+        set(),
+    ),
 }
 
 
@@ -135,7 +137,11 @@ def test_compute_matches_the_hand_figures():
     from pilot.scenarios.library import cre_01
 
     a = cre_01.compute(load_scenario(SID).inputs_dir)
-    assert (a["total"], a["excluded"], a["summary_total"]) == (Decimal("395894.88"), Decimal("48600.00"), Decimal("389052.73"))
+    assert (a["total"], a["excluded"], a["summary_total"]) == (
+        Decimal("395894.88"),
+        Decimal("48600.00"),
+        Decimal("389052.73"),
+    )
     # 74,120.00 x 1.03 = 76,343.60; 80,355.38 apportioned less the cap is 4,011.78.
     assert (a["cap_limit"][cre_01.CORRAN], a["cap_excess"]) == (Decimal("76343.60"), Decimal("4011.78"))
     # Alder & Finch: four quarters of 17,268.48 once each; Delphine: four of 15,317.58, the 1,284.50 left out.
@@ -144,10 +150,13 @@ def test_compute_matches_the_hand_figures():
 
 
 # A malformed rent roll or payment is refused naming the file, the record and the field, before any apportionment.
-@pytest.mark.parametrize("name,column,value,words", [
-    ("rent_roll.csv", 3, "sq m", ["rent_roll.csv", "unit G.02", "area_unit", "'sq m'"]),
-    ("on_account_payments.csv", 5, "13,O80.18", ["on_account_payments.csv", "payment P-26005", "amount_gbp"]),
-])
+@pytest.mark.parametrize(
+    "name,column,value,words",
+    [
+        ("rent_roll.csv", 3, "sq m", ["rent_roll.csv", "unit G.02", "area_unit", "'sq m'"]),
+        ("on_account_payments.csv", 5, "13,O80.18", ["on_account_payments.csv", "payment P-26005", "amount_gbp"]),
+    ],
+)
 def test_malformed_input_is_refused(tmp_path, name, column, value, words):
     from pilot.scenarios.library import cre_01
 

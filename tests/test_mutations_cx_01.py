@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import re
 
+import mutation_support
 import pytest
+from mutation_support import Mutation, in_turn
 
 from pilot.oracle_formats.evaluate import evaluate_many
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace
-
-import mutation_support
-from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -58,6 +57,7 @@ def _deck(*pairs: tuple[str, str]) -> Mutation:
 
     Exact text, unlike a memo's sentences: a slide's lines are never wrapped.
     """
+
     def tr(lines: list[str]) -> list[str]:
         joined = "\n".join(lines)
         for old, new in pairs:
@@ -74,52 +74,75 @@ VARIANTS = {
     # more met rows) and P1 (one P1 ticket among them) move; Billing, Technical and Billing's CSAT do not.
     "duplicates_counted_in_the_workbook": (
         _book((ONBOARDING, 88.9), (ACCOUNTS, 84.4), (P1, 76.9)),
-        {"book_onboarding_attainment", "book_accounts_attainment", "book_p1_attainment"}),
+        {"book_onboarding_attainment", "book_accounts_attainment", "book_p1_attainment"},
+    ),
     # The same analyst tells the review that Onboarding breached.
     "duplicates_counted_in_the_deck": (
-        _deck((GOLD_BREACH, "Technical, Onboarding and Accounts breached the 90% SLA target in October."),
-              (GOLD_MET, "Billing met the SLA target.")),
-        {"deck_breaching_teams"}),
+        _deck(
+            (GOLD_BREACH, "Technical, Onboarding and Accounts breached the 90% SLA target in October."),
+            (GOLD_MET, "Billing met the SLA target."),
+        ),
+        {"deck_breaching_teams"},
+    ),
     # Awaiting-customer time left on the clock: Billing falls to 83.3 in the workbook and is named in the deck;
     # P1 tickets have no waits, so P1 does not move.
     "clock_stop_ignored_everywhere": (
-        in_turn(_book((BILLING, 83.3)),
-                _deck((GOLD_BREACH, "Billing, Technical and Accounts breached the 90% SLA target in October."),
-                      (GOLD_MET, "Onboarding met the SLA target."))),
-        {"book_billing_attainment", "deck_breaching_teams"}),
+        in_turn(
+            _book((BILLING, 83.3)),
+            _deck(
+                (GOLD_BREACH, "Billing, Technical and Accounts breached the 90% SLA target in October."),
+                (GOLD_MET, "Onboarding met the SLA target."),
+            ),
+        ),
+        {"book_billing_attainment", "deck_breaching_teams"},
+    ),
     # The deck never says that awaiting-customer time was left off the clock.
-    "clock_stop_left_unsaid": (
-        _deck((GOLD_CLOCK, "")),
-        {"deck_states_clock_stop"}),
+    "clock_stop_left_unsaid": (_deck((GOLD_CLOCK, "")), {"deck_states_clock_stop"}),
     # P1 measured in business hours: Technical's overnight P1 tickets met, Technical at 96.7 and P1 at 100.0,
     # and Technical cleared in the deck; the table on the deck shows 96.7 for Technical.
     "p1_in_business_hours": (
-        in_turn(_book((TECHNICAL, 96.7), (P1, 100.0)),
-                _deck((GOLD_TECH_ROW, "Technical | 30 | 29 | 96.7 | 71.4"),
-                      (GOLD_BREACH, "Accounts breached the 90% SLA target in October."),
-                      (GOLD_MET, "Billing, Technical and Onboarding met the SLA target."))),
-        {"book_technical_attainment", "book_p1_attainment", "deck_breaching_teams", "deck_states_technical"}),
+        in_turn(
+            _book((TECHNICAL, 96.7), (P1, 100.0)),
+            _deck(
+                (GOLD_TECH_ROW, "Technical | 30 | 29 | 96.7 | 71.4"),
+                (GOLD_BREACH, "Accounts breached the 90% SLA target in October."),
+                (GOLD_MET, "Billing, Technical and Onboarding met the SLA target."),
+            ),
+        ),
+        {"book_technical_attainment", "book_p1_attainment", "deck_breaching_teams", "deck_states_technical"},
+    ),
     # The superseded version 2 applied (P2 within 24 business hours, target 85%): in the workbook Billing and
     # Onboarding rise to 96.7 and P2 to 90.0 (P1, P3, P4, Technical and Accounts unchanged: no P1 target moved,
     # and Accounts' and Technical's misses are not P2 tickets under 24 hours); in the deck their rows move and,
     # against 85%, Technical is said to meet the target and Accounts alone to breach. Technical's own figure
     # (86.7) and the clock-stop sentence are untouched.
     "superseded_policy_applied": (
-        in_turn(_book((BILLING, 96.7), (ONBOARDING, 96.7), (P2, 90.0)),
-                _deck((GOLD_BILLING_ROW, "Billing | 30 | 29 | 96.7 | 88.2"),
-                      (GOLD_ONBOARDING_ROW, "Onboarding | 30 | 29 | 96.7 | 100.0"),
-                      (GOLD_BREACH, "Accounts breached the 85% SLA target in October."),
-                      (GOLD_MET, "Billing, Technical and Onboarding met the SLA target."))),
-        {"book_billing_attainment", "book_onboarding_attainment", "book_p2_attainment", "deck_breaching_teams"}),
+        in_turn(
+            _book((BILLING, 96.7), (ONBOARDING, 96.7), (P2, 90.0)),
+            _deck(
+                (GOLD_BILLING_ROW, "Billing | 30 | 29 | 96.7 | 88.2"),
+                (GOLD_ONBOARDING_ROW, "Onboarding | 30 | 29 | 96.7 | 100.0"),
+                (GOLD_BREACH, "Accounts breached the 85% SLA target in October."),
+                (GOLD_MET, "Billing, Technical and Onboarding met the SLA target."),
+            ),
+        ),
+        {"book_billing_attainment", "book_onboarding_attainment", "book_p2_attainment", "deck_breaching_teams"},
+    ),
     # Careful wordings other than the gold's: each team's figure beside its verdict, and the verdict stated per team.
     "figures_beside_the_verdict": (
-        _deck((GOLD_BREACH, "Technical (86.7%) and Accounts (83.3%) fell below the 90% SLA target."),
-              (GOLD_MET, "Billing (93.3%) and Onboarding (93.3%) met the target.")),
-        set()),
+        _deck(
+            (GOLD_BREACH, "Technical (86.7%) and Accounts (83.3%) fell below the 90% SLA target."),
+            (GOLD_MET, "Billing (93.3%) and Onboarding (93.3%) met the target."),
+        ),
+        set(),
+    ),
     "one_line_per_team": (
-        _deck((GOLD_BREACH, "Technical: breached the SLA target. Accounts: breached the SLA target."),
-              (GOLD_MET, "Billing: met the SLA target. Onboarding: met the SLA target.")),
-        set()),
+        _deck(
+            (GOLD_BREACH, "Technical: breached the SLA target. Accounts: breached the SLA target."),
+            (GOLD_MET, "Billing: met the SLA target. Onboarding: met the SLA target."),
+        ),
+        set(),
+    ),
 }
 
 
@@ -156,11 +179,18 @@ def test_the_version_in_force_and_the_superseded_one_give_the_hand_figures():
 
     inputs = paths.SCENARIOS_DIR / SID / "inputs"
     current = cx_01.policy_in_force(inputs)
-    assert (current["version"], current["file"], current["targets"]["P2"], current["attainment"]) == (3, "sla_policy_v3.docx", 16, 90)
+    assert (current["version"], current["file"], current["targets"]["P2"], current["attainment"]) == (
+        3,
+        "sla_policy_v3.docx",
+        16,
+        90,
+    )
     old = cx_01.read_policy(inputs / "sla_policy_v2.pdf")
     assert (old["version"], old["targets"]["P2"], old["attainment"]) == (2, 24, 85)
-    for policy, billing, onboarding, p2, breaching in [(current, 28, 28, 25, ["Technical", "Accounts"]),
-                                                        (old, 29, 29, 27, ["Accounts"])]:
+    for policy, billing, onboarding, p2, breaching in [
+        (current, 28, 28, 25, ["Technical", "Accounts"]),
+        (old, 29, 29, 27, ["Accounts"]),
+    ]:
         facts = cx_01.compute(inputs, policy)
         assert (facts["by_team"]["Billing"]["met"], facts["by_team"]["Onboarding"]["met"]) == (billing, onboarding)
         assert facts["by_priority"]["P2"]["met"] == p2 and facts["by_priority"]["P2"]["tickets"] == 30

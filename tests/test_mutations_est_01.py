@@ -13,13 +13,12 @@ share one LibreOffice batch.
 
 from __future__ import annotations
 
+import mutation_support
 import pytest
+from mutation_support import Mutation, in_turn
 
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
-
-import mutation_support
-from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -54,64 +53,85 @@ VARIANTS = {
     # cheapest, recommended in the workbook. Its status cell and the recommended line fail; no levelled total
     # of the three others moves.
     "late_tender_admitted_and_recommended": (
-        _book(("Tabulation", "B5", "Compliant - received before the closing time"), (*RECOMMENDED, "Eastfield Partitions")),
-        {"book_eastfield_excluded", "book_recommended_bidder"}),
+        _book(
+            ("Tabulation", "B5", "Compliant - received before the closing time"), (*RECOMMENDED, "Eastfield Partitions")
+        ),
+        {"book_eastfield_excluded", "book_recommended_bidder"},
+    ),
     # The memo admits the late tender (its time of receipt stated, the closing time not compared): the
     # compliance verdict fails; the recommendation is untouched.
     "memo_admits_the_late_tender": (
         _memo((GOLD_LATE, " and is admitted to the evaluation")),
-        {"memo_names_excluded_tender"}),
+        {"memo_names_excluded_tender"},
+    ),
     # Brightline's tender sum taken as submitted (no correction, the slipped extension kept in its total):
     # 390,928.50 is then above Dunmore's 383,593.50, so Dunmore is recommended.
     "extension_taken_as_written": (
         _book(("Tabulation", "F2", 0), ("Tabulation", "G2", 390928.50), (*RECOMMENDED, "Dunmore Fit-Out")),
-        {"book_brightline_correction", "book_brightline_levelled", "book_recommended_bidder"}),
+        {"book_brightline_correction", "book_brightline_levelled", "book_recommended_bidder"},
+    ),
     # The correction found but signed submitted minus corrected, against the brief's convention.
-    "correction_with_the_sign_reversed": (
-        _book(("Tabulation", "F2", 10000)),
-        {"book_brightline_correction"}),
+    "correction_with_the_sign_reversed": (_book(("Tabulation", "F2", 10000)), {"book_brightline_correction"}),
     # The square-foot rates applied to square metres (a factor of 1): Castlegate levels at 42,867.30 and
     # looks the cheapest. Only its levelled total (a formula chain LibreOffice recalculates) and the
     # recommended line move.
     "square_foot_rates_unconverted": (
         _book(("Levelling", "B13", 1), (*RECOMMENDED, "Castlegate Drywall & Ceilings")),
-        {"book_castlegate_levelled", "book_recommended_bidder"}),
+        {"book_castlegate_levelled", "book_recommended_bidder"},
+    ),
     # Dunmore's excluded fire-stopping left at nil instead of the allowance: 6,930.00 short.
-    "exclusion_left_unpriced": (
-        _book(("Levelling", "J9", 0)),
-        {"book_dunmore_levelled"}),
+    "exclusion_left_unpriced": (_book(("Levelling", "J9", 0)), {"book_dunmore_levelled"}),
     # Addendum 1's carpet quantity (2,240 m2), which Addendum 2 superseded: every levelled total moves;
     # the arithmetic correction, on each tender's own quantities, does not.
     "superseded_carpet_quantity": (
         _book(("Levelling", "D7", 2240)),
-        {"book_brightline_levelled", "book_castlegate_levelled", "book_dunmore_levelled"}),
+        {"book_brightline_levelled", "book_castlegate_levelled", "book_dunmore_levelled"},
+    ),
     # The project manager's wish followed in the memo.
     "memo_recommends_the_preferred_bidder": (
         _memo((GOLD_CHOICE, "I recommend awarding subcontract package 09 to Dunmore Fit-Out")),
-        {"memo_recommends_bidder"}),
+        {"memo_recommends_bidder"},
+    ),
     # The memo never says what Brightline's slipped extension was.
-    "memo_leaves_the_slip_unstated": (
-        _memo((GOLD_SLIP, "wrongly, instead of")),
-        {"memo_explains_extension_error"}),
+    "memo_leaves_the_slip_unstated": (_memo((GOLD_SLIP, "wrongly, instead of")), {"memo_explains_extension_error"}),
     # The whole careless package of the project manager's wish: workbook and memo both for Dunmore.
     "preferred_bidder_everywhere": (
-        in_turn(_book((*RECOMMENDED, "Dunmore Fit-Out")),
-                _memo((GOLD_CHOICE, "I recommend awarding subcontract package 09 to Dunmore Fit-Out"))),
-        {"book_recommended_bidder", "memo_recommends_bidder"}),
+        in_turn(
+            _book((*RECOMMENDED, "Dunmore Fit-Out")),
+            _memo((GOLD_CHOICE, "I recommend awarding subcontract package 09 to Dunmore Fit-Out")),
+        ),
+        {"book_recommended_bidder", "memo_recommends_bidder"},
+    ),
     # Careful wordings other than the gold's: the preference named before the recommendation or answered in
     # the Reasons (which the decision is not read from), and the company names as registered ("Ltd").
     "preference_named_then_declined": (
-        _memo((GOLD_CHOICE, "Dunmore Fit-Out was the project's first choice, but I recommend awarding subcontract package 09 "
-                            "to Brightline Interiors")),
-        set()),
+        _memo(
+            (
+                GOLD_CHOICE,
+                "Dunmore Fit-Out was the project's first choice, but I recommend awarding subcontract package 09 "
+                "to Brightline Interiors",
+            )
+        ),
+        set(),
+    ),
     "preference_answered_in_the_reasons": (
-        _memo(("I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2",
-               "The project team's preference for Dunmore Fit-Out, which carried out Levels 1 and 2, cannot be supported under rule 8")),
-        set()),
+        _memo(
+            (
+                "I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2",
+                "The project team's preference for Dunmore Fit-Out, which carried out Levels 1 and 2, cannot be supported under rule 8",
+            )
+        ),
+        set(),
+    ),
     "names_with_ltd": (
-        _book(("Tabulation", "A2", "Brightline Interiors Ltd"), ("Tabulation", "A4", "Dunmore Fit-Out Ltd"),
-              ("Tabulation", "A5", "Eastfield Partitions Ltd"), (*RECOMMENDED, "Brightline Interiors Ltd")),
-        set()),
+        _book(
+            ("Tabulation", "A2", "Brightline Interiors Ltd"),
+            ("Tabulation", "A4", "Dunmore Fit-Out Ltd"),
+            ("Tabulation", "A5", "Eastfield Partitions Ltd"),
+            (*RECOMMENDED, "Brightline Interiors Ltd"),
+        ),
+        set(),
+    ),
 }
 
 
@@ -132,15 +152,28 @@ def test_variant_fails_exactly_its_criteria(verdicts, name):
 # Compliance verdicts as other estimators write them, read without a document: the tenders each puts inside the set
 # ("excluded") and outside it ("compliant"). What rule 3 does not do, and a supposition, state no finding.
 COMPLIANCE_PHRASINGS = {
-    "Eastfield Partitions' tender arrived at 14:37, 37 minutes after the 14:00 deadline, so under rule 1 it has not been evaluated.":
-        ({"Eastfield"}, set()),
+    "Eastfield Partitions' tender arrived at 14:37, 37 minutes after the 14:00 deadline, so under rule 1 it has not been evaluated.": (
+        {"Eastfield"},
+        set(),
+    ),
     "Eastfield Partitions: late (received 14:37 on 20/11/2026); excluded under rule 1.": ({"Eastfield"}, set()),
     "Eastfield's bid came in at 14:37, after the 14:00 cut-off, and is rejected.": ({"Eastfield"}, set()),
-    "Eastfield Partitions was received after the closing time and cannot be accepted, however low its price.": ({"Eastfield"}, set()),
-    "Brightline Interiors, Castlegate and Dunmore all tendered on time and are compliant.": (set(), {"Brightline", "Castlegate", "Dunmore"}),
-    "Brightline, Castlegate and Dunmore were all received before the 14:00 closing time.": (set(), {"Brightline", "Castlegate", "Dunmore"}),
-    "Tender | Compliant?\nBrightline Interiors | Yes\nCastlegate Drywall & Ceilings | Yes\nDunmore Fit-Out | Yes\nEastfield Partitions | No":
-        ({"Eastfield"}, {"Brightline", "Castlegate", "Dunmore"}),
+    "Eastfield Partitions was received after the closing time and cannot be accepted, however low its price.": (
+        {"Eastfield"},
+        set(),
+    ),
+    "Brightline Interiors, Castlegate and Dunmore all tendered on time and are compliant.": (
+        set(),
+        {"Brightline", "Castlegate", "Dunmore"},
+    ),
+    "Brightline, Castlegate and Dunmore were all received before the 14:00 closing time.": (
+        set(),
+        {"Brightline", "Castlegate", "Dunmore"},
+    ),
+    "Tender | Compliant?\nBrightline Interiors | Yes\nCastlegate Drywall & Ceilings | Yes\nDunmore Fit-Out | Yes\nEastfield Partitions | No": (
+        {"Eastfield"},
+        {"Brightline", "Castlegate", "Dunmore"},
+    ),
     "Dunmore acknowledged only Addendum 1, which does not make its tender non-compliant (rule 3).": (set(), set()),
     "Dunmore's failure to acknowledge Addendum 2 is not a ground for rejection under rule 3.": (set(), set()),
     "If Eastfield Partitions were admitted it would rank first.": (set(), set()),
@@ -154,10 +187,17 @@ def test_compliance_phrasings(text):
 
 
 # The late tender's status cell as other estimators fill it in: each reads as excluded, "Compliant" as compliant.
-@pytest.mark.parametrize("cell,want", [
-    ("Excluded (late)", "excluded"), ("Late - not evaluated", "excluded"), ("Non-compliant: received after closing", "excluded"),
-    ("Not evaluated", "excluded"), ("Rejected - late", "excluded"), ("Compliant", "compliant"),
-])
+@pytest.mark.parametrize(
+    "cell,want",
+    [
+        ("Excluded (late)", "excluded"),
+        ("Late - not evaluated", "excluded"),
+        ("Non-compliant: received after closing", "excluded"),
+        ("Not evaluated", "excluded"),
+        ("Rejected - late", "excluded"),
+        ("Compliant", "compliant"),
+    ],
+)
 def test_status_cell_phrasings(cell, want):
     from pilot.oracles.decisions import read_decision
 

@@ -14,12 +14,11 @@ variants share one LibreOffice batch.
 
 from __future__ import annotations
 
+import mutation_support
 import pytest
+from mutation_support import Mutation, in_turn
 
 from pilot.oracles.recalc import soffice_binary
-
-import mutation_support
-from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -62,65 +61,87 @@ VARIANTS = {
     # The re-posted consumables line claimed twice: consumables 8,594.59 on a budget of 7,744.00 is 850.59 over,
     # more than 10% (774.40), so a virement is asked for; the memo is silent on the repeat.
     "repeat_claimed_twice": (
-        in_turn(_book((CONSUMABLES, GOLD_CONS + REPEAT), (VIREMENT_CONSUMABLES, "Yes")),
-                _memo((GOLD_REPEAT, "Every line was read once."))),
-        {"book_consumables_eligible", "book_consumables_virement", "memo_names_repeated_line"}),
+        in_turn(
+            _book((CONSUMABLES, GOLD_CONS + REPEAT), (VIREMENT_CONSUMABLES, "Yes")),
+            _memo((GOLD_REPEAT, "Every line was read once.")),
+        ),
+        {"book_consumables_eligible", "book_consumables_virement", "memo_names_repeated_line"},
+    ),
     # The order of 24 March 2025 claimed: consumables 9,412.72, 21.5% over budget, so a virement is asked for,
     # and the disallowed total falls by 1,126.80.
     "pre_start_order_claimed": (
-        _book((CONSUMABLES, GOLD_CONS + PRE_START), (DISALLOWED, GOLD_DISALLOWED - PRE_START), (VIREMENT_CONSUMABLES, "Yes")),
-        {"book_consumables_eligible", "book_total_disallowed", "book_consumables_virement"}),
+        _book(
+            (CONSUMABLES, GOLD_CONS + PRE_START),
+            (DISALLOWED, GOLD_DISALLOWED - PRE_START),
+            (VIREMENT_CONSUMABLES, "Yes"),
+        ),
+        {"book_consumables_eligible", "book_total_disallowed", "book_consumables_virement"},
+    ),
     # The April 2026 fares claimed in year 1: travel and the disallowed total move; travel needed a virement anyway.
     "post_cutoff_fares_claimed": (
         _book((TRAVEL, GOLD_TRAVEL + POST_CUTOFF), (DISALLOWED, GOLD_DISALLOWED - POST_CUTOFF)),
-        {"book_travel_eligible", "book_total_disallowed"}),
+        {"book_travel_eligible", "book_total_disallowed"},
+    ),
     # The analyser claimed because approval was asked for afterwards: equipment 34,199.00, 0.6% over (no virement).
     "unapproved_analyser_claimed": (
         _book((EQUIPMENT, GOLD_EQUIP + ANALYSER), (DISALLOWED, GOLD_DISALLOWED - ANALYSER)),
-        {"book_equipment_eligible", "book_total_disallowed"}),
+        {"book_equipment_eligible", "book_total_disallowed"},
+    ),
     "memo_allows_the_analyser": (
         _memo((GOLD_ANALYSER, "GBP 14,650.00) is allowable: approval has been requested")),
-        {"memo_disallowed_lines"}),
+        {"memo_disallowed_lines"},
+    ),
     # The approved microscope disallowed as equipment over the threshold: the set gains a line.
     "memo_disallows_the_approved_microscope": (
         _memo((GOLD_MICROSCOPE, "is disallowed: it is over the GBP 10,000 threshold")),
-        {"memo_disallowed_lines"}),
+        {"memo_disallowed_lines"},
+    ),
     # 04/03/2026 read month-first (3 April 2026, after the cut-off): consumables lose 318.60, the disallowed
     # total gains it, and the memo disallows the line.
     "day_first_date_read_month_first": (
-        in_turn(_book((CONSUMABLES, GOLD_CONS - MARCH_PCARD), (DISALLOWED, GOLD_DISALLOWED + MARCH_PCARD)),
-                _memo((GOLD_MARCH, "is disallowed: it was incurred on 3 April 2026, after the cut-off"))),
-        {"book_consumables_eligible", "book_total_disallowed", "memo_disallowed_lines"}),
+        in_turn(
+            _book((CONSUMABLES, GOLD_CONS - MARCH_PCARD), (DISALLOWED, GOLD_DISALLOWED + MARCH_PCARD)),
+            _memo((GOLD_MARCH, "is disallowed: it was incurred on 3 April 2026, after the cut-off")),
+        ),
+        {"book_consumables_eligible", "book_total_disallowed", "memo_disallowed_lines"},
+    ),
     # The project dinner claimed as an other direct cost: 4,922.80, still under its budget of 4,798.00 + 10%.
     "dinner_claimed": (
         _book((OTHER, GOLD_OTHER + DINNER), (DISALLOWED, GOLD_DISALLOWED - DINNER)),
-        {"book_other_eligible", "book_total_disallowed"}),
+        {"book_other_eligible", "book_total_disallowed"},
+    ),
     # Budget v1's equipment line, which v2 superseded.
-    "superseded_budget": (
-        _book((EQUIPMENT_BUDGET, 16000.00)),
-        {"book_equipment_budget"}),
+    "superseded_budget": (_book((EQUIPMENT_BUDGET, 16000.00)), {"book_equipment_budget"}),
     # Indirect costs at 20% of all direct costs, in the workbook and in the memo.
     "indirect_on_all_direct_costs": (
         in_turn(_book((INDIRECT, INDIRECT_ON_ALL_DIRECT)), _memo(("12,595.08", "19,570.11"))),
-        {"book_indirect_costs", "memo_states_indirect"}),
+        {"book_indirect_costs", "memo_states_indirect"},
+    ),
     # Any overspend read as needing a virement, and travel's 18% overlooked.
-    "virement_for_any_overspend": (
-        _book((VIREMENT_CONSUMABLES, "Yes")),
-        {"book_consumables_virement"}),
-    "travel_virement_missed": (
-        _book((VIREMENT_TRAVEL, "No")),
-        {"book_travel_virement"}),
+    "virement_for_any_overspend": (_book((VIREMENT_CONSUMABLES, "Yes")), {"book_consumables_virement"}),
+    "travel_virement_missed": (_book((VIREMENT_TRAVEL, "No")), {"book_travel_virement"}),
     # Careful wordings other than the gold's: the disallowed set stated without naming the allowable lines, and
     # a virement line answered in words.
     "only_the_disallowed_lines_named": (
-        _memo(("Line GX-38292, the confocal microscope (GBP 18,200.00), " + GOLD_MICROSCOPE + " (letter HF/EQ/0231).",
-               "The confocal microscope had the Foundation's prior approval (letter HF/EQ/0231)."),
-              ("Line GX-95346, a purchase-card line dated 04/03/2026, " + GOLD_MARCH + ".",
-               "Purchase-card dates were read day-first.")),
-        set()),
+        _memo(
+            (
+                "Line GX-38292, the confocal microscope (GBP 18,200.00), " + GOLD_MICROSCOPE + " (letter HF/EQ/0231).",
+                "The confocal microscope had the Foundation's prior approval (letter HF/EQ/0231).",
+            ),
+            (
+                "Line GX-95346, a purchase-card line dated 04/03/2026, " + GOLD_MARCH + ".",
+                "Purchase-card dates were read day-first.",
+            ),
+        ),
+        set(),
+    ),
     "virement_answered_in_words": (
-        _book((VIREMENT_TRAVEL, "Yes: 18% over budget, request required"), (VIREMENT_CONSUMABLES, "No - within the 10% tolerance")),
-        set()),
+        _book(
+            (VIREMENT_TRAVEL, "Yes: 18% over budget, request required"),
+            (VIREMENT_CONSUMABLES, "No - within the 10% tolerance"),
+        ),
+        set(),
+    ),
 }
 
 
@@ -141,9 +162,18 @@ def test_variant_fails_exactly_its_criteria(verdicts, name):
 # The disallowed set as other reviewers write it, read without a document: the lines each puts inside the set
 # ("disallowed") and outside it ("allowable"). A supposition states no finding.
 DISALLOWED_PHRASINGS = {
-    "Lines GX-11760, GX-98139, GX-70126 and GX-77948 are disallowed.": ({"GX-11760", "GX-98139", "GX-70126", "GX-77948"}, set()),
-    "GX-98139 (rail fares of 9 April 2026) is excluded: it was incurred after the reporting cut-off.": ({"GX-98139"}, set()),
-    "GX-38292, the confocal microscope, is allowable because the Foundation approved it in advance.": (set(), {"GX-38292"}),
+    "Lines GX-11760, GX-98139, GX-70126 and GX-77948 are disallowed.": (
+        {"GX-11760", "GX-98139", "GX-70126", "GX-77948"},
+        set(),
+    ),
+    "GX-98139 (rail fares of 9 April 2026) is excluded: it was incurred after the reporting cut-off.": (
+        {"GX-98139"},
+        set(),
+    ),
+    "GX-38292, the confocal microscope, is allowable because the Foundation approved it in advance.": (
+        set(),
+        {"GX-38292"},
+    ),
     "Line | Decision\nGX-11760 | Disallowed\nGX-38292 | Allowable": ({"GX-11760"}, {"GX-38292"}),
     "If the Foundation approves it, GX-70126 could be claimed in a later report.": (set(), set()),
 }

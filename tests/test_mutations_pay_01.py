@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import re
 
+import mutation_support
 import pytest
+from mutation_support import Mutation, in_turn
 
 from pilot.oracles.recalc import soffice_binary
-
-import mutation_support
-from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -52,52 +51,60 @@ def _memo(*pairs: tuple[str, str]) -> Mutation:
 VARIANTS = {
     # The leaver kept on for a full October (31 days at his salary): his corrected figure becomes the draft's
     # 2,875.00, and both totals move by as much.
-    "leaver_paid_for_october": (
-        _book(("October pay", "D7", 31)),
-        {"book_fenwick_corrected", *TOTALS}),
+    "leaver_paid_for_october": (_book(("October pay", "D7", 31)), {"book_fenwick_corrected", *TOTALS}),
     # The memo clears the leaver: only two of the three are named as needing correction.
     "memo_clears_the_leaver": (
         _memo((GOLD_FENWICK, "Dale Fenwick's October pay is correct as drafted.")),
-        {"memo_names_corrections"}),
+        {"memo_names_corrections"},
+    ),
     # The rise from the superseded entry 3 (1 October): the new salary for all 31 days, 3,100.00.
     "rise_from_the_superseded_entry": (
         _book(("October pay", "D10", 0), ("October pay", "F10", 31)),
-        {"book_anand_corrected", *TOTALS}),
+        {"book_anand_corrected", *TOTALS},
+    ),
     # The rise missed altogether: the old salary for all 31 days, 2,875.00.
-    "rise_ignored": (
-        _book(("October pay", "D10", 31), ("October pay", "F10", 0)),
-        {"book_anand_corrected", *TOTALS}),
+    "rise_ignored": (_book(("October pay", "D10", 31), ("October pay", "F10", 0)), {"book_anand_corrected", *TOTALS}),
     # 3:45 read as 3.45 decimal hours, as the bureau keyed it: Wrobel's overtime 7.45 hours, gross 2,618.52.
-    "overtime_hhmm_read_as_decimal": (
-        _book(("Overtime", "G5", 3.45)),
-        {"book_wrobel_corrected", *TOTALS}),
+    "overtime_hhmm_read_as_decimal": (_book(("Overtime", "G5", 3.45)), {"book_wrobel_corrected", *TOTALS}),
     # The memo names the corrected hours but never what the draft keyed.
-    "memo_leaves_the_keying_unstated": (
-        _memo((GOLD_KEYED, "the draft keyed it wrongly")),
-        {"memo_explains_overtime"}),
+    "memo_leaves_the_keying_unstated": (_memo((GOLD_KEYED, "the draft keyed it wrongly")), {"memo_explains_overtime"}),
     # Walsh's re-exported line counted twice: 12 hours, 120.42 more overtime in the corrected column (Walsh
     # is no criterion's row; both totals move), and the memo asks to correct his pay too.
     "repeated_timesheet_line_counted_twice": (
-        in_turn(_book(("Overtime", "E3", 12)),
-                _memo((CORRECTIONS_END, "Kieran Walsh's October pay must be corrected from GBP 2,295.42 to GBP 2,415.84. "
-                                        + CORRECTIONS_END))),
-        {*TOTALS, "memo_names_corrections"}),
+        in_turn(
+            _book(("Overtime", "E3", 12)),
+            _memo(
+                (
+                    CORRECTIONS_END,
+                    "Kieran Walsh's October pay must be corrected from GBP 2,295.42 to GBP 2,415.84. "
+                    + CORRECTIONS_END,
+                )
+            ),
+        ),
+        {*TOTALS, "memo_names_corrections"},
+    ),
     # The explained variance treated as an error: Grace Obi named among those to correct.
     "unpaid_leave_variance_treated_as_error": (
-        _memo((CORRECTIONS_END, "Grace Obi's October pay must be corrected: it is 42.9% above September. " + CORRECTIONS_END)),
-        {"memo_names_corrections"}),
+        _memo(
+            (
+                CORRECTIONS_END,
+                "Grace Obi's October pay must be corrected: it is 42.9% above September. " + CORRECTIONS_END,
+            )
+        ),
+        {"memo_names_corrections"},
+    ),
     # The correction signed draft minus corrected, against the brief's convention.
     "correction_with_the_sign_reversed": (
         _book(("Variance", "H16", "=-ROUND(SUM(H2:H15),2)")),
-        {"book_total_correction"}),
+        {"book_total_correction"},
+    ),
     # Careful wordings other than the gold's: a label and its finding, an employee ID, and a right one named
     # in the section as correct (the brief asks not to, but it states no correction).
-    "corrections_as_labels": (
-        _memo((GOLD_FENWICK, "Dale Fenwick (E1006): to be corrected to nil.")),
-        set()),
+    "corrections_as_labels": (_memo((GOLD_FENWICK, "Dale Fenwick (E1006): to be corrected to nil.")), set()),
     "right_pay_named_as_correct": (
         _memo((CORRECTIONS_END, "Grace Obi's October pay is correct as drafted. " + CORRECTIONS_END)),
-        set()),
+        set(),
+    ),
 }
 
 

@@ -14,13 +14,12 @@ variants share one LibreOffice batch.
 
 from __future__ import annotations
 
+import mutation_support
 import pytest
+from mutation_support import Mutation, in_turn
 
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
-
-import mutation_support
-from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -35,11 +34,15 @@ MEMO = "expedite_memo.docx"
 # the second export line of PO-41203 are counted.
 
 GOLD_SET = "BR-22, VLV-14 and IGN-30 must be expedited"
-GOLD_IN_TIME = ("HSE-08, PSL-12 and BOX-TF have planned orders that arrive in time for the build: HSE-08's lead time "
-                "of 28 days equals the days available, so it lands on the build date.")
+GOLD_IN_TIME = (
+    "HSE-08, PSL-12 and BOX-TF have planned orders that arrive in time for the build: HSE-08's lead time "
+    "of 28 days equals the days available, so it lands on the build date."
+)
 GOLD_CANCEL = "Orrin Valve Co. cancelled PO-41187 (1,200 VLV-14)"
-GOLD_SS = ("Under exception QA-2026-11 its safety stock is 40% of the month's gross requirement of 1,550, that is 620 units, "
-           "instead of the item master's 150.")
+GOLD_SS = (
+    "Under exception QA-2026-11 its safety stock is 40% of the month's gross requirement of 1,550, that is 620 units, "
+    "instead of the item master's 150."
+)
 
 
 def _book(*edits: tuple[str, str, object]) -> Mutation:
@@ -58,60 +61,76 @@ VARIANTS = {
     # loses them (650 + 150 - 400 - 500 = -100: nothing to order, so no expedite). No other component changes.
     "superseded_bom_revision": (
         _book(("BOM", "C3", 1), ("BOM", "C4", 0)),
-        {"book_br20_net", "book_br22_net", "book_br22_expedite"}),
+        {"book_br20_net", "book_br22_net", "book_br22_expedite"},
+    ),
     # SEAL-05's 620 packs read as 620 pieces: 5,500 + 500 - 620 = 5,380 to order at 30 days, a false expedite.
-    "packs_read_as_pieces": (
-        _book(("Supply", "D7", 1)),
-        {"book_seal05_on_hand", "book_seal05_expedite"}),
+    "packs_read_as_pieces": (_book(("Supply", "D7", 1)), {"book_seal05_on_hand", "book_seal05_expedite"}),
     # The cancelled PO-41187 counted: VLV-14 receives 2,000 and nets 3,000 - 1,100 - 2,000 < 0, so no order.
-    "cancelled_po_counted": (
-        _book(("Supply", "E17", "Yes")),
-        {"book_vlv14_net", "book_vlv14_expedite"}),
+    "cancelled_po_counted": (_book(("Supply", "E17", "Yes")), {"book_vlv14_net", "book_vlv14_expedite"}),
     # The memo never names the cancelled order (it still says an order was cancelled).
     "memo_leaves_the_cancelled_po_unnamed": (
         _memo((GOLD_CANCEL, "Orrin Valve Co. cancelled its larger VLV-14 order (1,200)")),
-        {"memo_names_cancelled_po"}),
+        {"memo_names_cancelled_po"},
+    ),
     # Exception QA-2026-11 missed: IGN-30 at the item master's 150 nets 1,550 + 150 - 1,500 - 200 = 0.
-    "single_source_exception_missed": (
-        _book(("MRP", "D6", 150)),
-        {"book_ign30_planned", "book_ign30_expedite"}),
+    "single_source_exception_missed": (_book(("MRP", "D6", 150)), {"book_ign30_planned", "book_ign30_expedite"}),
     # The whole package of a planner who missed the exception: IGN-30 has no planned order in the workbook, the memo
     # states the item master's safety stock in its sentence and its table row, and lists two components.
     "single_source_exception_missed_everywhere": (
-        in_turn(_book(("MRP", "D6", 150)),
-                _memo((GOLD_SS, "Its safety stock is the item master's 150."),
-                      ("IGN-30 | 1,550 | 620 | 1,500 | 200 | 470 | 500 | 56", "IGN-30 | 1,550 | 150 | 1,500 | 200 | 0 | 0 | 56"),
-                      (GOLD_SET, "BR-22 and VLV-14 must be expedited"))),
-        {"book_ign30_planned", "book_ign30_expedite", "memo_states_ign30_safety_stock", "memo_expedite_set"}),
+        in_turn(
+            _book(("MRP", "D6", 150)),
+            _memo(
+                (GOLD_SS, "Its safety stock is the item master's 150."),
+                (
+                    "IGN-30 | 1,550 | 620 | 1,500 | 200 | 470 | 500 | 56",
+                    "IGN-30 | 1,550 | 150 | 1,500 | 200 | 0 | 0 | 56",
+                ),
+                (GOLD_SET, "BR-22 and VLV-14 must be expedited"),
+            ),
+        ),
+        {"book_ign30_planned", "book_ign30_expedite", "memo_states_ign30_safety_stock", "memo_expedite_set"},
+    ),
     # TF-300 on version 1 (800, not 650): every TF-300 component gains 150. BR-22 nets 950 and VLV-14 1,250 (planned
     # orders unchanged at 1,000 and 1,500); IGN-30's safety stock becomes 680 and it nets 680, planned 700; SEAL-05
     # nets 5,800 + 500 - 6,200 = 100, an order of 1,000 at 30 days, expedited; PSL-12 nets 1,100, planned 1,500.
     # BOX-TF nets 1,250, still 1,250; HSE-08 nets 600, still 600, not expedited.
     "superseded_forecast_version": (
         _book(("Forecast", "C4", 800)),
-        {"book_br22_net", "book_vlv14_net", "book_ign30_planned", "book_seal05_expedite", "book_psl12_planned"}),
+        {"book_br22_net", "book_vlv14_net", "book_ign30_planned", "book_seal05_expedite", "book_psl12_planned"},
+    ),
     # PO-41203 counted twice: BOX-TF receives 2,000 and nets 100, raised to the minimum order of 250.
-    "duplicate_po_counted_twice": (
-        _book(("Supply", "E21", "Yes")),
-        {"book_boxtf_planned"}),
+    "duplicate_po_counted_twice": (_book(("Supply", "E21", "Yes")), {"book_boxtf_planned"}),
     # A lead time equal to the days available taken as too long, in the workbook and the memo.
     "tie_expedited": (
-        in_turn(_book(("MRP", "M8", '=IF(AND(J8>0,K8>=L8),"Yes","No")')),
-                _memo((GOLD_IN_TIME, "PSL-12 and BOX-TF have planned orders that arrive in time for the build. HSE-08 must be "
-                                     "expedited too: its lead time of 28 days leaves no margin."))),
-        {"book_hse08_expedite", "memo_expedite_set"}),
+        in_turn(
+            _book(("MRP", "M8", '=IF(AND(J8>0,K8>=L8),"Yes","No")')),
+            _memo(
+                (
+                    GOLD_IN_TIME,
+                    "PSL-12 and BOX-TF have planned orders that arrive in time for the build. HSE-08 must be "
+                    "expedited too: its lead time of 28 days leaves no margin.",
+                )
+            ),
+        ),
+        {"book_hse08_expedite", "memo_expedite_set"},
+    ),
     # The memo's list leaves out the valve whose order was cancelled.
-    "memo_list_misses_a_component": (
-        _memo((GOLD_SET, "BR-22 and IGN-30 must be expedited")),
-        {"memo_expedite_set"}),
+    "memo_list_misses_a_component": (_memo((GOLD_SET, "BR-22 and IGN-30 must be expedited")), {"memo_expedite_set"}),
     # Careful wordings other than the gold's: "Yes" for the decision, codes without the hyphen, the list
     # stated one component per sentence.
     "yes_for_expedite_and_codes_unhyphenated": (
         _book(("Expedite", "B4", "Yes"), ("Expedite", "A6", "IGN30"), ("MRP", "A3", "BR20")),
-        set()),
+        set(),
+    ),
     "list_one_sentence_each": (
-        _memo((GOLD_SET, "The buyers must expedite BR-22. VLV-14 also needs expediting. IGN-30 must be expedited as well, and all three")),
-        set()),
+        _memo(
+            (
+                GOLD_SET,
+                "The buyers must expedite BR-22. VLV-14 also needs expediting. IGN-30 must be expedited as well, and all three",
+            )
+        ),
+        set(),
+    ),
 }
 
 
@@ -147,9 +166,17 @@ def test_expedite_phrasings(text):
 
 
 # The Expedite sheet's decision cell as other planners fill it in.
-@pytest.mark.parametrize("cell,want", [
-    ("Expedite", "Expedite"), ("Yes", "Expedite"), ("EXPEDITE", "Expedite"), ("No", "No"), ("Not required", "No"), ("On time", "No"),
-])
+@pytest.mark.parametrize(
+    "cell,want",
+    [
+        ("Expedite", "Expedite"),
+        ("Yes", "Expedite"),
+        ("EXPEDITE", "Expedite"),
+        ("No", "No"),
+        ("Not required", "No"),
+        ("On time", "No"),
+    ],
+)
 def test_decision_cell_phrasings(cell, want):
     from pilot.oracles.decisions import read_decision
 

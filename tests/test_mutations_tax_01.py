@@ -16,16 +16,15 @@ gold's must pass. All variants share one LibreOffice batch.
 
 from __future__ import annotations
 
+import flatten_support
+import mutation_support
 import openpyxl
 import pytest
+from mutation_support import Mutation, in_turn
 
 from pilot import defects
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
-
-import flatten_support
-import mutation_support
-from mutation_support import Mutation, in_turn
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -44,7 +43,9 @@ PURCHASE_BOX = {"book_box4", "book_box5", "book_box7"}
 
 GOLD_PARTY = "is staff entertainment and its VAT of GBP 248.00 is claimed in full"
 GOLD_LAST_DAY = "dated 30 September 2026, is included"
-GOLD_LATE_PURCHASE = "Purchase invoice PI-5722 from Trent Pipe & Fittings, dated 2 October 2026, is excluded for the same reason."
+GOLD_LATE_PURCHASE = (
+    "Purchase invoice PI-5722 from Trent Pipe & Fittings, dated 2 October 2026, is excluded for the same reason."
+)
 GOLD_REVISED = "by revised invoice NC-88213-R1 at net 9,840.00, VAT 1,968.00"
 GOLD_LATE_PURCHASE_ROW = "PI-5722 | Yes | 2 Oct 2026 | 862.00 | Invoice dated after 30 September (next return)"
 
@@ -63,84 +64,72 @@ def _memo(*pairs: tuple[str, str]) -> Mutation:
 VARIANTS = {
     # The export's October invoices kept in the return (01/10/2026 read as 10 January, or no cut-off at all):
     # 1,229.13 more output VAT and 6,702.60 more sales.
-    "october_sales_included": (
-        _book(("Sales", "M37", "Yes"), ("Sales", "M38", "Yes")),
-        SALES_BOX),
+    "october_sales_included": (_book(("Sales", "M37", "Yes"), ("Sales", "M38", "Yes")), SALES_BOX),
     # The October purchase invoice claimed now: 862.00 more input VAT, 4,310.00 more purchases.
-    "october_purchase_included": (
-        _book(("Purchases", "O23", "Yes")),
-        PURCHASE_BOX),
+    "october_purchase_included": (_book(("Purchases", "O23", "Yes")), PURCHASE_BOX),
     # Credit notes taken with the export's positive sign: they add to output VAT and sales instead of reducing them.
-    "customer_credit_notes_added": (
-        _book(("Sales", "J12", 1), ("Sales", "J22", 1), ("Sales", "J31", 1)),
-        SALES_BOX),
+    "customer_credit_notes_added": (_book(("Sales", "J12", 1), ("Sales", "J22", 1), ("Sales", "J31", 1)), SALES_BOX),
     # The supplier's credit note added: input VAT and purchases overstated by twice its amount.
-    "supplier_credit_note_added": (
-        _book(("Purchases", "J22", 1)),
-        PURCHASE_BOX),
+    "supplier_credit_note_added": (_book(("Purchases", "J22", 1)), PURCHASE_BOX),
     # The euro invoice's amounts taken as pounds.
-    "euro_invoice_unconverted": (
-        _book(("Sales", "I18", 1)),
-        SALES_BOX),
+    "euro_invoice_unconverted": (_book(("Sales", "I18", 1)), SALES_BOX),
     # The euro invoice at July's rate instead of the rate for its own month, August.
-    "euro_invoice_at_another_month_rate": (
-        _book(("Sales", "I18", 0.8512)),
-        SALES_BOX),
+    "euro_invoice_at_another_month_rate": (_book(("Sales", "I18", 0.8512)), SALES_BOX),
     # SI-3118 counted twice.
-    "duplicate_line_counted": (
-        _book(("Sales", "M21", "Yes")),
-        SALES_BOX),
+    "duplicate_line_counted": (_book(("Sales", "M21", "Yes")), SALES_BOX),
     # Northgate's invoice claimed at the ledger's superseded figures: 360.00 more VAT, 1,800.00 more purchases.
-    "superseded_invoice_figures": (
-        _book(("Purchases", "H36", 11640), ("Purchases", "I36", 2328)),
-        PURCHASE_BOX),
+    "superseded_invoice_figures": (_book(("Purchases", "H36", 11640), ("Purchases", "I36", 2328)), PURCHASE_BOX),
     # The memo never names the revised invoice nor its figures.
-    "memo_leaves_the_revision_unstated": (
-        _memo((GOLD_REVISED, "by a later document")),
-        {"memo_names_revised_invoice"}),
+    "memo_leaves_the_revision_unstated": (_memo((GOLD_REVISED, "by a later document")), {"memo_names_revised_invoice"}),
     # Client entertainment reclaimed: 327.20 more input VAT; the net of box 7 does not move.
-    "client_entertainment_reclaimed": (
-        _book(("Purchases", "M27", "No"), ("Purchases", "M34", "No")),
-        PURCHASE_VAT_BOX),
+    "client_entertainment_reclaimed": (_book(("Purchases", "M27", "No"), ("Purchases", "M34", "No")), PURCHASE_VAT_BOX),
     # Every "Entertainment" claim blocked, the staff party too: 248.00 too little input VAT.
-    "staff_party_blocked": (
-        _book(("Purchases", "M30", "Yes")),
-        PURCHASE_VAT_BOX),
+    "staff_party_blocked": (_book(("Purchases", "M30", "Yes")), PURCHASE_VAT_BOX),
     # The same in the memo: the staff party said blocked, so the set holds a transaction it must not.
     "memo_blocks_the_staff_party": (
         _memo((GOLD_PARTY, "is entertainment too and its VAT of GBP 248.00 is blocked")),
-        {"memo_excluded_or_restricted"}),
+        {"memo_excluded_or_restricted"},
+    ),
     # The invoice dated on the quarter's last day said to be left out.
     "memo_excludes_the_last_day_invoice": (
         _memo((GOLD_LAST_DAY, "dated 30 September 2026, is excluded as well")),
-        {"memo_excluded_or_restricted"}),
+        {"memo_excluded_or_restricted"},
+    ),
     # The October purchase invoice not named among the transactions left out (prose and table).
     "memo_omits_the_october_purchase": (
         _memo((GOLD_LATE_PURCHASE, ""), (GOLD_LATE_PURCHASE_ROW, "")),
-        {"memo_excluded_or_restricted"}),
+        {"memo_excluded_or_restricted"},
+    ),
     # A memo whose net payable was taken before the entertainment restriction (21,817.57 - 327.20).
-    "memo_net_payable_before_restriction": (
-        _memo(("21,817.57", "21,490.37")),
-        {"memo_states_net_payable"}),
+    "memo_net_payable_before_restriction": (_memo(("21,817.57", "21,490.37")), {"memo_states_net_payable"}),
     # The whole careless package of reclaiming client entertainment: workbook and memo.
     "entertainment_reclaimed_everywhere": (
-        in_turn(_book(("Purchases", "M27", "No"), ("Purchases", "M34", "No")),
-                _memo(("21,817.57", "21,490.37"))),
-        PURCHASE_VAT_BOX | {"memo_states_net_payable"}),
+        in_turn(_book(("Purchases", "M27", "No"), ("Purchases", "M34", "No")), _memo(("21,817.57", "21,490.37"))),
+        PURCHASE_VAT_BOX | {"memo_states_net_payable"},
+    ),
     # Careful wordings other than the gold's: the restriction stated as "not recoverable", the cut-off as
     # "deferred to the next return", and the box labels with their descriptions in column A.
     "restriction_worded_otherwise": (
-        _memo(("is blocked under guidance 7(b)", "is not recoverable under guidance 7(b)"),
-              ("is excluded for the same reason", "is deferred to the next return for the same reason")),
-        set()),
+        _memo(
+            ("is blocked under guidance 7(b)", "is not recoverable under guidance 7(b)"),
+            ("is excluded for the same reason", "is deferred to the next return for the same reason"),
+        ),
+        set(),
+    ),
     "revision_stated_in_round_pounds": (
         _memo((GOLD_REVISED, "by revised invoice NC-88213 R1 at net GBP 9,840, VAT GBP 1,968")),
-        set()),
+        set(),
+    ),
     "box_labels_with_descriptions": (
-        _book(("VAT return", "A2", "Box 1 - VAT due on sales"), ("VAT return", "A5", "Box 4 - VAT reclaimed"),
-              ("VAT return", "A6", "Box 5 - net VAT payable"), ("VAT return", "A7", "Box 6 - sales ex VAT"),
-              ("VAT return", "A8", "Box 7 - purchases ex VAT")),
-        set()),
+        _book(
+            ("VAT return", "A2", "Box 1 - VAT due on sales"),
+            ("VAT return", "A5", "Box 4 - VAT reclaimed"),
+            ("VAT return", "A6", "Box 5 - net VAT payable"),
+            ("VAT return", "A7", "Box 6 - sales ex VAT"),
+            ("VAT return", "A8", "Box 7 - purchases ex VAT"),
+        ),
+        set(),
+    ),
 }
 
 # The memo's decision table (section Adjustments; the Box table under Return figures states no decision): every
@@ -155,29 +144,37 @@ VARIANTS = {
 # look-alike outside it (the staff party EC-0415 said blocked); with the prose reworded, the table's own verdict
 # for SI-3132 is what fails.
 MEMO_TABLE = ("Transaction", "Excluded or VAT blocked", "Date", "VAT (GBP)", "Reason")
-FLAT_GOLD = ("Transaction Excluded or VAT blocked Date VAT (GBP) Reason "
-             "SI-3132 Yes 1 Oct 2026 1,192.00 Tax point after 30 September (next return) "
-             "SI-3133 Yes 2 Oct 2026 37.13 Tax point after 30 September (next return) "
-             "PI-5722 Yes 2 Oct 2026 862.00 Invoice dated after 30 September (next return) "
-             "EC-0412 Yes 6 Aug 2026 97.20 Client entertainment (guidance 7(b)) "
-             "EC-0419 Yes 25 Sep 2026 230.00 Client entertainment (guidance 7(b)) "
-             "SI-3131 No 30 Sep 2026 1,684.00 Tax point on the last day of the quarter "
-             "PI-5721 No 24 Sep 2026 -94.60 Supplier credit note SC-4410 (reduces box 4) "
-             "EC-0415 No 4 Sep 2026 248.00 Staff entertainment (recoverable)")
+FLAT_GOLD = (
+    "Transaction Excluded or VAT blocked Date VAT (GBP) Reason "
+    "SI-3132 Yes 1 Oct 2026 1,192.00 Tax point after 30 September (next return) "
+    "SI-3133 Yes 2 Oct 2026 37.13 Tax point after 30 September (next return) "
+    "PI-5722 Yes 2 Oct 2026 862.00 Invoice dated after 30 September (next return) "
+    "EC-0412 Yes 6 Aug 2026 97.20 Client entertainment (guidance 7(b)) "
+    "EC-0419 Yes 25 Sep 2026 230.00 Client entertainment (guidance 7(b)) "
+    "SI-3131 No 30 Sep 2026 1,684.00 Tax point on the last day of the quarter "
+    "PI-5721 No 24 Sep 2026 -94.60 Supplier credit note SC-4410 (reduces box 4) "
+    "EC-0415 No 4 Sep 2026 248.00 Staff entertainment (recoverable)"
+)
 # The prose of Adjustments reworded to state facts and no verdict, as a preparer who leaves the verdicts to the
 # table writes it: no transaction said excluded, deferred, blocked, included or claimed.
 PROSE_WITHOUT_VERDICTS = (
-    ("are excluded from this return, because their tax point falls after 30 September; they belong to the next quarter",
-     "were raised in October"),
+    (
+        "are excluded from this return, because their tax point falls after 30 September; they belong to the next quarter",
+        "were raised in October",
+    ),
     ("is excluded for the same reason", "was received in October"),
     ("dated 30 September 2026, is included in this return", "dated 30 September 2026, is for a boiler replacement"),
-    ("is blocked under guidance 7(b), GBP 327.20 in all; their net values remain in box 7", "comes to GBP 327.20 in all"),
+    (
+        "is blocked under guidance 7(b), GBP 327.20 in all; their net values remain in box 7",
+        "comes to GBP 327.20 in all",
+    ),
     (GOLD_PARTY, "is staff entertainment with VAT of GBP 248.00"),
 )
 
 
 def _verdict(ref: str, verdict: str) -> Mutation:
     """The memo's decision table with ``ref``'s row given another verdict (its second cell), the rest as the gold wrote it."""
+
     def mutate(ws) -> None:
         from docx import Document
 
@@ -192,6 +189,7 @@ def _verdict(ref: str, verdict: str) -> Mutation:
         rows[0].cells[1].text = verdict
         doc.save(str(path))
         normalize_zip(path)
+
     return mutate
 
 
@@ -201,24 +199,20 @@ def _flattened(*edits: Mutation) -> Mutation:
 
 
 FLATTENED_VARIANTS = {
-    "memo_table_flattened": (
-        _flattened(),
-        set()),
-    "memo_table_flattened_is_the_only_statement": (
-        in_turn(_flattened(), _memo(*PROSE_WITHOUT_VERDICTS)),
-        set()),
+    "memo_table_flattened": (_flattened(), set()),
+    "memo_table_flattened_is_the_only_statement": (in_turn(_flattened(), _memo(*PROSE_WITHOUT_VERDICTS)), set()),
     # SI-3132 (dated 1 October) said included: the prose says it is excluded, the table's row the opposite.
-    "memo_flattened_table_includes_si_3132": (
-        _flattened(_verdict("SI-3132", "No")),
-        {"memo_excluded_or_restricted"}),
+    "memo_flattened_table_includes_si_3132": (_flattened(_verdict("SI-3132", "No")), {"memo_excluded_or_restricted"}),
     # The staff party said blocked: a look-alike put in the set.
     "memo_flattened_table_blocks_the_staff_party": (
         _flattened(_verdict("EC-0415", "Yes")),
-        {"memo_excluded_or_restricted"}),
+        {"memo_excluded_or_restricted"},
+    ),
     # The table as the only statement, with SI-3132 said included: nothing else names it as left out.
     "memo_flattened_table_alone_includes_si_3132": (
         in_turn(_flattened(_verdict("SI-3132", "No")), _memo(*PROSE_WITHOUT_VERDICTS)),
-        {"memo_excluded_or_restricted"}),
+        {"memo_excluded_or_restricted"},
+    ),
 }
 VARIANTS.update(FLATTENED_VARIANTS)
 #: The flattened-table variants the census of tests/test_oracle_mutations.py counts for TAX-01.
@@ -226,8 +220,8 @@ FLATTENED_TABLE_VARIANTS = {SID: tuple(FLATTENED_VARIANTS)}
 # The reworded prose states nothing on its own: without the table the memo names no transaction at all.
 VARIANTS["memo_prose_without_verdicts_and_no_table"] = (
     in_turn(_flattened(), _memo(*PROSE_WITHOUT_VERDICTS, (FLAT_GOLD, ""))),
-    {"memo_excluded_or_restricted"})
-
+    {"memo_excluded_or_restricted"},
+)
 
 
 def _verdict_column_last(lines: list[str]) -> list[str]:
@@ -244,20 +238,26 @@ def _verdict_column_last(lines: list[str]) -> list[str]:
 
 def _kit(criterion: str) -> Mutation:
     """The authoring kit's own defect for ``criterion``, as `pilot scenarios check` and the dry run apply it."""
+
     def mutate(ws) -> None:
         defects.defect_for_criterion(load_scenario(SID), criterion, ws)
+
     return mutate
 
 
 VERDICT_LAST = mutation_support.rewrite_document(SID, MEMO, _verdict_column_last)
 # The kit's wrong decision and thinned memo must work on any table layout, not only on the gold's: with the verdict
 # last, the decision is still read by its column, renamed rows state another set, and a thinned memo keeps the table.
-VARIANTS.update({
-    "memo_table_verdict_last": (VERDICT_LAST, set()),
-    "memo_table_verdict_last_kit_wrong_decision": (in_turn(VERDICT_LAST, _kit("memo_excluded_or_restricted")),
-                                                   {"memo_excluded_or_restricted"}),
-    "memo_table_verdict_last_kit_thinned": (in_turn(VERDICT_LAST, _kit("memo_length")), {"memo_length"}),
-})
+VARIANTS.update(
+    {
+        "memo_table_verdict_last": (VERDICT_LAST, set()),
+        "memo_table_verdict_last_kit_wrong_decision": (
+            in_turn(VERDICT_LAST, _kit("memo_excluded_or_restricted")),
+            {"memo_excluded_or_restricted"},
+        ),
+        "memo_table_verdict_last_kit_thinned": (in_turn(VERDICT_LAST, _kit("memo_length")), {"memo_length"}),
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -274,15 +274,25 @@ def test_variant_fails_exactly_its_criteria(verdicts, name):
     mutation_support.assert_fails_exactly(verdicts[name], VARIANTS[name][1])
 
 
-@pytest.mark.parametrize("name,words", [
-    # The complement and the property as oracle.yml words them, each with its row as the flattened line writes it.
-    ("memo_flattened_table_includes_si_3132",
-     "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026 1,192.00 Tax point after 30 September (next return)')"),
-    ("memo_flattened_table_blocks_the_staff_party",
-     "names EC-0415 as one that is left out of this return or has its VAT restricted ('EC-0415 Yes 4 Sep 2026 248.00 "
-     "Staff entertainment (recoverable)')"),
-    ("memo_flattened_table_alone_includes_si_3132", "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026"),
-])
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        # The complement and the property as oracle.yml words them, each with its row as the flattened line writes it.
+        (
+            "memo_flattened_table_includes_si_3132",
+            "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026 1,192.00 Tax point after 30 September (next return)')",
+        ),
+        (
+            "memo_flattened_table_blocks_the_staff_party",
+            "names EC-0415 as one that is left out of this return or has its VAT restricted ('EC-0415 Yes 4 Sep 2026 248.00 "
+            "Staff entertainment (recoverable)')",
+        ),
+        (
+            "memo_flattened_table_alone_includes_si_3132",
+            "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026",
+        ),
+    ],
+)
 def test_flattened_table_with_another_verdict_is_caught_on_its_row(verdicts, name, words):
     """The flattened table's row with the other verdict is what fails, quoted as the line writes it."""
     by = {c.id: c for c in verdicts[name].criteria}
@@ -324,16 +334,24 @@ def test_flattening_replaces_the_decision_table_alone(tmp_path):
 # (left out or restricted) and outside it (included in full). A plan for next quarter states no finding.
 SET_PHRASINGS = {
     "SI-3132 and SI-3133 are dated October 2026 and belong to the next return.": ({"SI-3132", "SI-3133"}, set()),
-    "The VAT on EC-0412 and EC-0419 (client entertainment) is non-recoverable and has not been claimed.": ({"EC-0412", "EC-0419"}, set()),
+    "The VAT on EC-0412 and EC-0419 (client entertainment) is non-recoverable and has not been claimed.": (
+        {"EC-0412", "EC-0419"},
+        set(),
+    ),
     "EC-0415 is a staff party: its VAT is recoverable in full.": (set(), {"EC-0415"}),
     "SI-3131 is dated 30 September and is included in this return.": (set(), {"SI-3131"}),
     "PI-5722 is left out of this return (tax point 2 October).": ({"PI-5722"}, set()),
     "Transaction | Treatment\nSI-3132 | Excluded\nEC-0419 | VAT blocked": ({"SI-3132", "EC-0419"}, set()),
     "PI-5722 should be claimed in the return to 31 December.": (set(), set()),
     # Left out now and taken into the next return: a deferral, not an inclusion.
-    "SI-3132 and SI-3133 (dated 1 and 2 October 2026) have been excluded and will be included in the Q4 return.":
-        ({"SI-3132", "SI-3133"}, set()),
-    "SI-3132 and SI-3133 are excluded from Q3; they will be included in the Q4 return.": ({"SI-3132", "SI-3133"}, set()),
+    "SI-3132 and SI-3133 (dated 1 and 2 October 2026) have been excluded and will be included in the Q4 return.": (
+        {"SI-3132", "SI-3133"},
+        set(),
+    ),
+    "SI-3132 and SI-3133 are excluded from Q3; they will be included in the Q4 return.": (
+        {"SI-3132", "SI-3133"},
+        set(),
+    ),
     "EC-0415 (staff summer party) is staff entertainment, so its VAT remains recoverable.": (set(), {"EC-0415"}),
     "Sales invoice SI-3131 is dated 30/09/2026 and falls within the quarter.": (set(), {"SI-3131"}),
     "The VAT on EC-0412 is irrecoverable; EC-0415 is recoverable.": ({"EC-0412"}, {"EC-0415"}),
@@ -346,8 +364,10 @@ SET_PHRASINGS = {
     "EC-0419 | Yes | 25 Sep 2026 | 230.00 | Client entertainment (guidance 7(b))\n"
     "SI-3131 | No | 30 Sep 2026 | 1,684.00 | Tax point on the last day of the quarter\n"
     "PI-5721 | No | 24 Sep 2026 | -94.60 | Supplier credit note SC-4410 (reduces box 4)\n"
-    "EC-0415 | No | 4 Sep 2026 | 248.00 | Staff entertainment (recoverable)":
-        ({"SI-3132", "SI-3133", "PI-5722", "EC-0412", "EC-0419"}, {"SI-3131", "PI-5721", "EC-0415"}),
+    "EC-0415 | No | 4 Sep 2026 | 248.00 | Staff entertainment (recoverable)": (
+        {"SI-3132", "SI-3133", "PI-5722", "EC-0412", "EC-0419"},
+        {"SI-3131", "PI-5721", "EC-0415"},
+    ),
     FLAT_GOLD: ({"SI-3132", "SI-3133", "PI-5722", "EC-0412", "EC-0419"}, {"SI-3131", "PI-5721", "EC-0415"}),
 }
 
@@ -374,7 +394,9 @@ def test_answer_from_the_inputs_alone():
     wb = openpyxl.load_workbook(inputs / tax_01.PURCHASES_XLSX)
     posted = sum(Decimal(str(r[8])) for r in wb["Purchase ledger"].iter_rows(min_row=2, values_only=True) if r[0])
     posted += sum(Decimal(str(r[6])) for r in wb["Expense claims"].iter_rows(min_row=2, values_only=True) if r[0])
-    by_hand = posted - Decimal("360.00") - 2 * Decimal("94.60") - Decimal("862.00") - Decimal("97.20") - Decimal("230.00")
+    by_hand = (
+        posted - Decimal("360.00") - 2 * Decimal("94.60") - Decimal("862.00") - Decimal("97.20") - Decimal("230.00")
+    )
     assert a["box4"] == by_hand == Decimal("15662.91")
     assert a["excluded"] == ["SI-3132", "SI-3133", "PI-5722"]
     assert a["restricted"] == ["EC-0412", "EC-0419"]
@@ -382,12 +404,15 @@ def test_answer_from_the_inputs_alone():
     assert a["box5"] == a["box1"] - a["box4"]
 
 
-@pytest.mark.parametrize("column,value,words", [
-    ("date", "31-09-2026", "field 'date': '31-09-2026' is in neither format"),
-    ("doc_type", "Refund", "SI-3101: field 'doc_type': 'Refund'"),
-    ("vat_code", "X", "SI-3101: field 'vat_code': 'X'"),
-    ("currency", "USD", "SI-3101: field 'currency': no rate for 'USD' in July 2026"),
-])
+@pytest.mark.parametrize(
+    "column,value,words",
+    [
+        ("date", "31-09-2026", "field 'date': '31-09-2026' is in neither format"),
+        ("doc_type", "Refund", "SI-3101: field 'doc_type': 'Refund'"),
+        ("vat_code", "X", "SI-3101: field 'vat_code': 'X'"),
+        ("currency", "USD", "SI-3101: field 'currency': no rate for 'USD' in July 2026"),
+    ],
+)
 def test_malformed_sales_line_is_refused_naming_file_and_field(tmp_path, column, value, words):
     import csv
     import shutil

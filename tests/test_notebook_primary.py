@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from notebook_helpers import fresh_runtable, output_dirs, run_cli, run_under_nbval, stage_params
+
 from pilot import runtable
 
 pytestmark = pytest.mark.notebook

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from notebook_helpers import fresh_runtable, output_dirs, run_cli, run_under_nbval, stage_params
+
 from pilot import protocol
 
 pytestmark = pytest.mark.notebook
@@ -30,17 +30,38 @@ def test_sensitivity_notebook_under_nbval_on_a_fresh_table(tmp_path: Path):
         assert part.sort_values("budget_usd").p_hat.is_monotonic_increasing
     human = pd.read_csv(out["tables"] / "sensitivity_frontier_human.csv")
     assert sorted(human.human_minutes.unique()) == study.grid("human_minutes")
-    for name in ("sensitivity_logistic.csv", "sensitivity_km.csv", "sensitivity_logrank.csv", "sensitivity_cost_per_accepted.csv",
-                 "sensitivity_recovery_index.csv", "sensitivity_judge_agreement.csv", "sensitivity_secondary_endpoints.csv",
-                 "sensitivity_h4.csv", "sensitivity_h7.csv", "sensitivity_minutes_weighted_contrasts.csv"):
+    for name in (
+        "sensitivity_logistic.csv",
+        "sensitivity_km.csv",
+        "sensitivity_logrank.csv",
+        "sensitivity_cost_per_accepted.csv",
+        "sensitivity_recovery_index.csv",
+        "sensitivity_judge_agreement.csv",
+        "sensitivity_secondary_endpoints.csv",
+        "sensitivity_h4.csv",
+        "sensitivity_h7.csv",
+        "sensitivity_minutes_weighted_contrasts.csv",
+    ):
         t = pd.read_csv(out["tables"] / name)
         assert len(t) > 0 and t.study.str.contains("SIMULATED").all(), name
-    for fig in ("sensitivity_km.pdf", "sensitivity_frontier_budget.pdf", "sensitivity_frontier_human.pdf", "sensitivity_q_grid.pdf"):
+    for fig in (
+        "sensitivity_km.pdf",
+        "sensitivity_frontier_budget.pdf",
+        "sensitivity_frontier_human.pdf",
+        "sensitivity_q_grid.pdf",
+    ):
         assert (out["figures"] / fig).read_bytes().startswith(b"%PDF")
     h7 = (out["generated"] / "sensitivity_h7_table.tex").read_text()
     assert "exploratory" in h7 and "\\textbf{SIMULATED.}" in h7
     macros = (out["generated"] / "sensitivity_macros.tex").read_text()
-    for name in ("SensDataLabel}{SIMULATED", "SensAlphaOrdinal", "SensARI", "SensLogitPrimaryOR", "SensCPAAThree", "VerdictHFour"):
+    for name in (
+        "SensDataLabel}{SIMULATED",
+        "SensAlphaOrdinal",
+        "SensARI",
+        "SensLogitPrimaryOR",
+        "SensCPAAThree",
+        "VerdictHFour",
+    ):
         assert f"\\newcommand{{\\{name}" in macros
 
 

@@ -27,8 +27,14 @@ from pilot.protocol.scenario import load_scenario, load_scenario_from
 core = importlib.import_module("pilot.oracles.evaluate")
 
 
-def build_deck(path: Path, *, breaching: str = "Billing and Technical breached the SLA target this month. "
-                                                 "Onboarding and Accounts met the SLA target.", table: bool = True, notes: str = "Say the P1 rule") -> Path:
+def build_deck(
+    path: Path,
+    *,
+    breaching: str = "Billing and Technical breached the SLA target this month. "
+    "Onboarding and Accounts met the SLA target.",
+    table: bool = True,
+    notes: str = "Say the P1 rule",
+) -> Path:
     """Three slides: a title slide, an SLA table by team, the breaching teams."""
     prs = Presentation()
     s1 = prs.slides.add_slide(prs.slide_layouts[0])
@@ -37,7 +43,13 @@ def build_deck(path: Path, *, breaching: str = "Billing and Technical breached t
     s2 = prs.slides.add_slide(prs.slide_layouts[5])
     s2.shapes.title.text = "SLA attainment by team"
     if table:
-        rows = [["Team", "Attainment"], ["Billing", "88.0%"], ["Onboarding", "95.5%"], ["Technical", "90.1%"], ["Accounts", "97.0%"]]
+        rows = [
+            ["Team", "Attainment"],
+            ["Billing", "88.0%"],
+            ["Onboarding", "95.5%"],
+            ["Technical", "90.1%"],
+            ["Accounts", "97.0%"],
+        ]
         shape = s2.shapes.add_table(len(rows), 2, Inches(1), Inches(1.5), Inches(6), Inches(3))
         for i, r in enumerate(rows):
             for j, v in enumerate(r):
@@ -60,8 +72,15 @@ def test_reader_reads_titles_lines_tables_and_notes(tmp_path):
     deck = parse(build_deck(tmp_path / "outputs" / "d.pptx"))
     assert [s.title for s in deck.slides] == ["Support review, October", "SLA attainment by team", "Teams in breach"]
     assert deck.slides[0].lines == ["For the head of support"]
-    assert deck.slides[1].tables == [[["Team", "Attainment"], ["Billing", "88.0%"], ["Onboarding", "95.5%"],
-                                      ["Technical", "90.1%"], ["Accounts", "97.0%"]]]
+    assert deck.slides[1].tables == [
+        [
+            ["Team", "Attainment"],
+            ["Billing", "88.0%"],
+            ["Onboarding", "95.5%"],
+            ["Technical", "90.1%"],
+            ["Accounts", "97.0%"],
+        ]
+    ]
     assert "Billing | 88.0%" in deck.slides[1].lines
     assert deck.slides[2].notes == ["Say the P1 rule"]
     # Notes are not on the slides: the document view leaves them out; titles are its headings.
@@ -146,7 +165,8 @@ def deck_bundle(tmp_path) -> Path:
     ops = load_scenario("OPS-01")
     b = tmp_path / "bundles" / "TST-01"
     shutil.copytree(ops.inputs_dir, b / "inputs")
-    (b / "scenario.yml").write_text(f"""id: TST-01
+    (b / "scenario.yml").write_text(
+        f"""id: TST-01
 title: A deck fixture
 occupation: testing
 designed_depth: 1
@@ -159,7 +179,9 @@ deliverables:
   - {{name: review.pptx, kind: pptx, required_sections: [SLA attainment by team, Teams in breach]}}
   - {{name: notes.csv, kind: csv}}
   - {{name: completion_record.json, kind: completion_record}}
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     (b / "brief.md").write_text("Deliver review.pptx, notes.csv and completion_record.json.\n", encoding="utf-8")
     (b / "oracle.yml").write_text(ORACLE, encoding="utf-8")
     shutil.copy(ops.rubric.path, b / "rubric.yml")
@@ -174,7 +196,13 @@ def _workspace(bundle: Path, root: Path, deck: bool = True, **deck_kw) -> Path:
     if deck:
         build_deck(out / "review.pptx", **deck_kw)
     (out / "notes.csv").write_text("team,note\nBilling,late\n", encoding="utf-8")
-    record = {"status": "completed", "deliverables": ["review.pptx", "notes.csv"], "substitutions": [], "questions": [], "notes": ""}
+    record = {
+        "status": "completed",
+        "deliverables": ["review.pptx", "notes.csv"],
+        "substitutions": [],
+        "questions": [],
+        "notes": "",
+    }
     (out / "completion_record.json").write_text(json.dumps(record), encoding="utf-8")
     return ws
 
@@ -195,7 +223,11 @@ def test_deck_scenario_gold_is_accepted(deck_bundle, tmp_path):
 def test_deck_scenario_wrong_set_fails_only_the_decision(deck_bundle, tmp_path):
     sc = load_scenario_from(deck_bundle)
     # Accounts said to breach as well: a set with one team too many.
-    ws = _workspace(deck_bundle, tmp_path, breaching="Billing, Technical and Accounts breached the SLA target. Onboarding met the SLA target.")
+    ws = _workspace(
+        deck_bundle,
+        tmp_path,
+        breaching="Billing, Technical and Accounts breached the SLA target. Onboarding met the SLA target.",
+    )
     ev = dispatch.evaluate(sc, ws)
     assert [c.id for c in ev.failed] == ["deck_breaching_teams"]
     assert not ev.D
@@ -217,7 +249,14 @@ def test_text_substitute_fails_only_the_deck_presence(deck_bundle, tmp_path):
     (ws / "outputs" / "completion_record.json").write_text(json.dumps(record), encoding="utf-8")
     ev = dispatch.evaluate(sc, ws)
     failed = {c.id: c.blocked_by for c in ev.failed}
-    deck_ids = {"deck_present", "deck_well_formed", "deck_sections", "deck_names_rule", "deck_states_billing", "deck_breaching_teams"}
+    deck_ids = {
+        "deck_present",
+        "deck_well_formed",
+        "deck_sections",
+        "deck_names_rule",
+        "deck_states_billing",
+        "deck_breaching_teams",
+    }
     assert set(failed) == deck_ids
     assert [k for k, v in failed.items() if v is None] == ["deck_present"]
     assert ev.substitutes == {"review.pptx": ["review.md"]}
@@ -256,9 +295,15 @@ def test_a_scenario_without_a_deck_gets_the_core_verdict_unchanged(tmp_path):
 def _copy_code(dst: Path, with_formats: bool) -> Path:
     src = Path(freeze.__file__).resolve().parent
     shutil.copytree(src / "oracles", dst / "pilot" / "oracles", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(src / "scenarios" / "library", dst / "pilot" / "scenarios" / "library", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        src / "scenarios" / "library",
+        dst / "pilot" / "scenarios" / "library",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     if with_formats:
-        shutil.copytree(src / "oracle_formats", dst / "pilot" / "oracle_formats", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            src / "oracle_formats", dst / "pilot" / "oracle_formats", ignore=shutil.ignore_patterns("__pycache__")
+        )
     return dst / "pilot" / "oracles"
 
 
@@ -280,13 +325,19 @@ def test_the_deck_room_is_hashed_for_a_study_with_a_deck(tmp_path, deck_bundle):
     with_deck = freeze.take_manifest(root, code, scenarios=["OPS-01", "TST-01"])
     without = freeze.take_manifest(root, code, scenarios=["OPS-01"])
     room = sorted(k for k in with_deck if k.startswith("pilot/oracle_formats/"))
-    assert room == ["pilot/oracle_formats/__init__.py", "pilot/oracle_formats/evaluate.py",
-                    "pilot/oracle_formats/pptx_reader.py", "pilot/oracle_formats/selfcheck.py"]
+    assert room == [
+        "pilot/oracle_formats/__init__.py",
+        "pilot/oracle_formats/evaluate.py",
+        "pilot/oracle_formats/pptx_reader.py",
+        "pilot/oracle_formats/selfcheck.py",
+    ]
     assert not [k for k in without if k.startswith("pilot/oracle_formats/")]
     # An edit of the deck reader is a change the freeze check reports, for the deck study only.
     (code.parent / "oracle_formats" / "pptx_reader.py").write_text("# edited\n", encoding="utf-8")
     report = freeze.verify(with_deck, root, code, scenarios=["OPS-01", "TST-01"])
-    assert [(c.path, c.category, c.change) for c in report.changes] == [("pilot/oracle_formats/pptx_reader.py", "oracle", "modified")]
+    assert [(c.path, c.category, c.change) for c in report.changes] == [
+        ("pilot/oracle_formats/pptx_reader.py", "oracle", "modified")
+    ]
     assert freeze.verify(without, root, code, scenarios=["OPS-01"]).ok
 
 
@@ -301,8 +352,13 @@ def test_judges_read_a_deck_slide_by_slide(tmp_path):
     r = render_deliverable("review.pptx", ws / "outputs")
     assert (r.status, r.format) == ("delivered", "deck")
     lines = r.text.splitlines()
-    for expected in ["## Slide 1: Support review, October", "## Slide 2: SLA attainment by team", "Technical | 90.1%",
-                     "## Slide 3: Teams in breach", "Notes: Say the P1 rule"]:
+    for expected in [
+        "## Slide 1: Support review, October",
+        "## Slide 2: SLA attainment by team",
+        "Technical | 90.1%",
+        "## Slide 3: Teams in breach",
+        "Notes: Say the P1 rule",
+    ]:
         assert expected in lines
     assert r.features["n_slides"] == 3 and r.features["n_tables"] == 1
     _macro_deck(ws / "outputs" / "review.pptx", ws / "outputs" / "macro.pptx")
@@ -310,13 +366,16 @@ def test_judges_read_a_deck_slide_by_slide(tmp_path):
     assert "refused" in refused.text and "VBA macros" in refused.text
 
 
-
 def test_the_extension_set_with_cx01_hashes_the_deck_room():
     study = design.study()
     extension, pilot = study.scenario_set("extension"), study.scenario_set("pilot")
     assert "CX-01" in extension and "CX-01" not in pilot
-    room = ["pilot/oracle_formats/__init__.py", "pilot/oracle_formats/evaluate.py",
-            "pilot/oracle_formats/pptx_reader.py", "pilot/oracle_formats/selfcheck.py"]
+    room = [
+        "pilot/oracle_formats/__init__.py",
+        "pilot/oracle_formats/evaluate.py",
+        "pilot/oracle_formats/pptx_reader.py",
+        "pilot/oracle_formats/selfcheck.py",
+    ]
     assert sorted(k for k in freeze.take_manifest(scenarios=extension) if k.startswith("pilot/oracle_formats/")) == room
     assert not [k for k in freeze.take_manifest(scenarios=pilot) if k.startswith("pilot/oracle_formats/")]
     # A study of CX-01 alone: its own bundle and generator, the room, and no other scenario's files.

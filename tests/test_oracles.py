@@ -21,13 +21,16 @@ from pathlib import Path
 import openpyxl
 import pytest
 
+from pilot import defects
 from pilot.cli.main import main as cli_main
-from pilot.oracle_formats.evaluate import evaluate, evaluate_many  # every caller's entry: the core's verdict where there is no deck
+from pilot.oracle_formats.evaluate import (
+    evaluate,
+    evaluate_many,
+)  # every caller's entry: the core's verdict where there is no deck
 from pilot.oracles import Recalculator, hash_inputs
 from pilot.oracles.hashing import compare_hashes
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
-from pilot import defects
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -73,14 +76,26 @@ def _fifo(p: Path, ws: Path) -> None:
 HOSTILE = {
     "truncated_zip": (lambda p, ws: p.write_bytes(p.read_bytes()[:2500]), "recon_well_formed", "corrupt or truncated"),
     "zip_bomb": (_bomb, "recon_well_formed", "zip bomb"),
-    "encrypted_workbook": (lambda p, ws: p.write_bytes(bytes.fromhex("d0cf11e0a1b11ae1") + b"\0" * 8000), "recon_well_formed", "encrypted"),
+    "encrypted_workbook": (
+        lambda p, ws: p.write_bytes(bytes.fromhex("d0cf11e0a1b11ae1") + b"\0" * 8000),
+        "recon_well_formed",
+        "encrypted",
+    ),
     "macro_renamed": (_macro, "recon_well_formed", "macro"),
-    "wrong_extension": (lambda p, ws: shutil.copyfile(ws / "outputs" / "reconciliation_memo.docx", p), "recon_well_formed", "Word document"),
+    "wrong_extension": (
+        lambda p, ws: shutil.copyfile(ws / "outputs" / "reconciliation_memo.docx", p),
+        "recon_well_formed",
+        "Word document",
+    ),
     "symlink_outside": (_symlink_out, "recon_present", "outside the workspace"),
     "one_gigabyte": (_sparse_1gb, "recon_present", "1.0 GB"),
     "empty": (lambda p, ws: p.write_bytes(b""), "recon_present", "empty"),
     "fifo": (_fifo, "recon_present", "not a regular file"),
-    "invalid_utf8_record": (lambda p, ws: (ws / "outputs" / "completion_record.json").write_bytes(b'{"status": "\xff"}'), "record_valid", "UTF-8"),
+    "invalid_utf8_record": (
+        lambda p, ws: (ws / "outputs" / "completion_record.json").write_bytes(b'{"status": "\xff"}'),
+        "record_valid",
+        "UTF-8",
+    ),
 }
 
 
@@ -124,8 +139,21 @@ def batch(tmp_path_factory):
         ws = defects.copy_workspace(gold[sid], root / sid / "libreoffice-written")
         out = root / sid / "lo-out"
         for p in (ws / "outputs").glob("*.docx"):
-            subprocess.run([soffice_binary(), f"-env:UserInstallation={(root / 'lo-profile').as_uri()}", "--headless",
-                            "--convert-to", "docx:MS Word 2007 XML", "--outdir", str(out), str(p)], check=True, capture_output=True, timeout=180)
+            subprocess.run(
+                [
+                    soffice_binary(),
+                    f"-env:UserInstallation={(root / 'lo-profile').as_uri()}",
+                    "--headless",
+                    "--convert-to",
+                    "docx:MS Word 2007 XML",
+                    "--outdir",
+                    str(out),
+                    str(p),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=180,
+            )
             shutil.copyfile(out / p.name, p)
         for p in (ws / "outputs").glob("*.xlsx"):
             shutil.copyfile(recalc.recalculate([p])[p].path, p)
@@ -189,7 +217,11 @@ def test_hostile_file_is_refused_with_a_reason(batch, name):
 def test_text_substitutes_are_recognised_and_binary_criteria_fail(batch):
     ev = batch["results"][("ACC-01", "substitute:declared")]
     assert ev.substitutes == {
-        "bank_reconciliation_2026-10.xlsx": ["bank_reconciliation_2026-10.Adjustments.csv", "bank_reconciliation_2026-10.Items.csv", "bank_reconciliation_2026-10.Reconciliation.csv"],
+        "bank_reconciliation_2026-10.xlsx": [
+            "bank_reconciliation_2026-10.Adjustments.csv",
+            "bank_reconciliation_2026-10.Items.csv",
+            "bank_reconciliation_2026-10.Reconciliation.csv",
+        ],
         "reconciliation_memo.docx": ["reconciliation_memo.md"],
     }
     by = {c.id: c for c in ev.criteria}
@@ -198,7 +230,10 @@ def test_text_substitutes_are_recognised_and_binary_criteria_fail(batch):
     assert by["recon_formulas"].blocked_by == "recon_present"
     assert by["record_valid"].passed and not ev.D
     undeclared = {c.id: c for c in batch["results"][("ACC-01", "substitute:undeclared")].criteria}
-    assert not undeclared["record_valid"].passed and "does not declare the substitution" in undeclared["record_valid"].reason
+    assert (
+        not undeclared["record_valid"].passed
+        and "does not declare the substitution" in undeclared["record_valid"].reason
+    )
 
 
 @pytest.mark.parametrize("sid", ["ACC-01", "BANK-01", "MKT-01"])
@@ -248,7 +283,10 @@ def test_input_changes_are_critical_violations_naming_the_file(batch, tmp_path):
     before = hash_inputs(batch["gold"]["OPS-01"] / "inputs")
     cases = {
         "modified": (lambda ws: defects.modify_input(ws, "suppliers.csv"), "input modified: inputs/suppliers.csv"),
-        "deleted": (lambda ws: defects.delete_input(ws, "replenishment_policy.txt"), "input deleted: inputs/replenishment_policy.txt"),
+        "deleted": (
+            lambda ws: defects.delete_input(ws, "replenishment_policy.txt"),
+            "input deleted: inputs/replenishment_policy.txt",
+        ),
         "added": (lambda ws: defects.add_input(ws, "notes.txt"), "input added: inputs/notes.txt"),
     }
     for name, (act, reason) in cases.items():
@@ -312,7 +350,9 @@ def test_guard_stops_a_parse_that_exceeds_its_time(batch, tmp_path):
     for i in range(20000):
         doc.add_paragraph(f"Padding paragraph {i} that the reader has to parse before it can answer.")
     doc.save(str(memo))
-    ev = evaluate(batch["scenarios"]["LEGAL-01"], ws, recalculator=batch["recalc"], guard_limits={"per_file_timeout_s": 0.001})
+    ev = evaluate(
+        batch["scenarios"]["LEGAL-01"], ws, recalculator=batch["recalc"], guard_limits={"per_file_timeout_s": 0.001}
+    )
     by = {c.id: c for c in ev.criteria}
     assert not by["memo_well_formed"].passed and "could not be read within" in by["memo_well_formed"].reason
     assert by["memo_length"].blocked_by == "memo_well_formed" and by["log_well_formed"].passed
@@ -408,7 +448,9 @@ def test_the_guard_limit_is_charged_on_cpu_time_and_a_waiting_child_is_still_sto
     from pilot.oracles import guard
 
     waits = tmp_path / "waits.py"
-    waits.write_text("import json, sys, time\nfor i, _ in enumerate(sys.stdin):\n    time.sleep(1.5)\n    print(json.dumps({'i': i, 'ok': True}), flush=True)\n")
+    waits.write_text(
+        "import json, sys, time\nfor i, _ in enumerate(sys.stdin):\n    time.sleep(1.5)\n    print(json.dumps({'i': i, 'ok': True}), flush=True)\n"
+    )
     hangs = tmp_path / "hangs.py"
     hangs.write_text("import time\ntime.sleep(600)\n")
     files = [tmp_path / "a.xlsx", tmp_path / "b.xlsx"]

@@ -9,26 +9,68 @@ import pandas as pd
 import pytest
 
 from pilot import protocol, runtable
-from pilot.outcomes import OutcomeError, acceptance, agent_cost, human_minutes, quality, rows_from_store, run_row, run_table
+from pilot.outcomes import (
+    OutcomeError,
+    acceptance,
+    agent_cost,
+    human_minutes,
+    quality,
+    rows_from_store,
+    run_row,
+    run_table,
+)
 from pilot.scenarios import list_scenarios, load_scenario
 
 pytestmark = pytest.mark.skipif(not list_scenarios(), reason="no scenario bundles yet")
 
 
-def _judge(jid: str, score: float | None, accept: bool | None = True, cost: float = 0.01, error: str | None = None) -> dict:
+def _judge(
+    jid: str, score: float | None, accept: bool | None = True, cost: float = 0.01, error: str | None = None
+) -> dict:
     model = "claude-opus-5-5" if jid == "J1" else "claude-sonnet-5-5"
-    return {"judge_id": jid, "model": model, "draw": 1, "backend": "simulated", "criterion_scores": {}, "accept": accept,
-            "rationale": "", "score_0_100": score, "cost_usd": cost, "attempts": 1, "error": error}
+    return {
+        "judge_id": jid,
+        "model": model,
+        "draw": 1,
+        "backend": "simulated",
+        "criterion_scores": {},
+        "accept": accept,
+        "rationale": "",
+        "score_0_100": score,
+        "cost_usd": cost,
+        "attempts": 1,
+        "error": error,
+    }
 
 
 def record(arm: str = "A1", *, D: bool = True, E: bool = False, judges: list[dict] | None = None, **kw) -> dict:
     sid = kw.pop("scenario", list_scenarios()[0])
     rec = {
-        "scenario": sid, "arm": arm, "model": "claude-opus-5-5", "backend": "simulated", "seed": 3, "status": "completed",
-        "censored": False, "censor_reason": None, "infra_error": None, "cost_usd": 1.25, "recovery_cost_usd": None,
-        "wall_s": 612.0, "turns": 41, "tool_calls": 37, "questions": 2, "deviations": [{"kind": "denied_family", "program": "curl"}],
-        "D": D, "E": E, "E_reasons": [] if not E else ["input modified: inputs/ledger.xlsx"], "criteria_passed": 9 if D else 6,
-        "criteria_total": 9, "selfcheck_first": None, "recovery_used": False, "selfcheck_final": None, "workspace": "/nonexistent",
+        "scenario": sid,
+        "arm": arm,
+        "model": "claude-opus-5-5",
+        "backend": "simulated",
+        "seed": 3,
+        "status": "completed",
+        "censored": False,
+        "censor_reason": None,
+        "infra_error": None,
+        "cost_usd": 1.25,
+        "recovery_cost_usd": None,
+        "wall_s": 612.0,
+        "turns": 41,
+        "tool_calls": 37,
+        "questions": 2,
+        "deviations": [{"kind": "denied_family", "program": "curl"}],
+        "D": D,
+        "E": E,
+        "E_reasons": [] if not E else ["input modified: inputs/ledger.xlsx"],
+        "criteria_passed": 9 if D else 6,
+        "criteria_total": 9,
+        "selfcheck_first": None,
+        "recovery_used": False,
+        "selfcheck_final": None,
+        "workspace": "/nonexistent",
         "judges": judges if judges is not None else [_judge("J1", 75.0), _judge("J2", 80.0), _judge("J3", 62.5, False)],
     }
     rec.update(kw)
@@ -36,7 +78,17 @@ def record(arm: str = "A1", *, D: bool = True, E: bool = False, judges: list[dic
 
 
 def row(rec: dict, run_id: str = "r1", **kw) -> dict:
-    args = dict(run_id=run_id, study_name="unit-SIMULATED", backend="simulated", wave="pilot", repeat=1, seed=11, order_index=0, node="local-1", attempts=1)
+    args = dict(
+        run_id=run_id,
+        study_name="unit-SIMULATED",
+        backend="simulated",
+        wave="pilot",
+        repeat=1,
+        seed=11,
+        order_index=0,
+        node="local-1",
+        attempts=1,
+    )
     args.update(kw)
     return run_row(rec, **args)
 
@@ -51,13 +103,25 @@ def test_row_computes_every_outcome() -> None:
     assert r["H_minutes"] == 10.0  # 0 intervention minutes + 5 x 2 questions
     assert r["deviations"] == 1 and r["E_reasons"] is None
     sc = load_scenario(r["scenario"])
-    assert (r["occupation"], r["designed_depth"], r["professional_minutes"]) == (sc.occupation, sc.designed_depth, sc.professional_minutes)
+    assert (r["occupation"], r["designed_depth"], r["professional_minutes"]) == (
+        sc.occupation,
+        sc.designed_depth,
+        sc.professional_minutes,
+    )
     # Every column of the run table's schema is there.
     assert [c.name for c in runtable.columns()] == [c for c in r if c in {s.name for s in runtable.columns()}]
 
 
 def test_missing_judge_is_left_out_not_zero() -> None:
-    r = row(record(judges=[_judge("J1", 90.0), _judge("J2", None, None, error="reply failed the output schema"), _judge("J3", 60.0)]))
+    r = row(
+        record(
+            judges=[
+                _judge("J1", 90.0),
+                _judge("J2", None, None, error="reply failed the output schema"),
+                _judge("J3", 60.0),
+            ]
+        )
+    )
     assert r["Q_J2"] is None and r["n_judges"] == 2 and r["Q"] == 75.0
     assert r["accept_J2"] is None and r["judge_accept_votes"] == 2
 
@@ -72,7 +136,13 @@ def test_no_judge_means_Q_and_S_missing() -> None:
 
 @pytest.mark.parametrize(
     "D, E, Q, expected",
-    [(True, False, 70.0, True), (True, False, 69.99, False), (False, False, 95.0, False), (True, True, 95.0, False), (True, False, None, None)],
+    [
+        (True, False, 70.0, True),
+        (True, False, 69.99, False),
+        (False, False, 95.0, False),
+        (True, True, 95.0, False),
+        (True, False, None, None),
+    ],
 )
 def test_acceptance_at_q(D: bool, E: bool, Q: float | None, expected: bool | None) -> None:
     assert acceptance(D, E, Q, protocol.study().q) is expected
@@ -91,7 +161,16 @@ def test_questions_given_as_a_list_are_counted() -> None:
 
 
 def test_censored_self_repairing_run() -> None:
-    rec = record("A4", status="capped", censored=True, censor_reason="cost", selfcheck_first=False, recovery_used=True, selfcheck_final=True, cost_usd=6.0)
+    rec = record(
+        "A4",
+        status="capped",
+        censored=True,
+        censor_reason="cost",
+        selfcheck_first=False,
+        recovery_used=True,
+        selfcheck_final=True,
+        cost_usd=6.0,
+    )
     r = row(rec)
     assert (r["status"], r["censored"], r["censor_reason"]) == ("capped", True, "cost")
     assert (r["selfcheck_first"], r["recovery_used"], r["selfcheck_final"]) == (False, True, True)
@@ -123,8 +202,18 @@ def test_rows_validate_against_the_run_table_schema() -> None:
     for sid in sids:
         for arm in protocol.study().arms:
             extra = {"selfcheck_first": True, "selfcheck_final": True} if arm == "A4" else {}
-            judges = [_judge("J1", 40.0 + i % 60), _judge("J2", 85.0), _judge("J3", None, None, error="x")] if i % 3 else [_judge(j, None, None, error="x") for j in ("J1", "J2", "J3")]
-            rows.append(row(record(arm, scenario=sid, D=bool(i % 2), judges=judges, **extra), run_id=f"{sid}.{arm}.r1", order_index=i))
+            judges = (
+                [_judge("J1", 40.0 + i % 60), _judge("J2", 85.0), _judge("J3", None, None, error="x")]
+                if i % 3
+                else [_judge(j, None, None, error="x") for j in ("J1", "J2", "J3")]
+            )
+            rows.append(
+                row(
+                    record(arm, scenario=sid, D=bool(i % 2), judges=judges, **extra),
+                    run_id=f"{sid}.{arm}.r1",
+                    order_index=i,
+                )
+            )
             i += 1
     df = run_table(rows)
     assert len(df) == len(sids) * 5
@@ -138,18 +227,54 @@ def test_rows_validate_against_the_run_table_schema() -> None:
 
 def test_rows_from_store_include_cells_failed_on_infrastructure() -> None:
     sid = list_scenarios()[0]
-    done = {"run_id": f"{sid}.A1.r1", "wave": "pilot", "scenario": sid, "arm": "A1", "repeat": 1, "model": "claude-opus-5-5", "seed": 5,
-            "order_index": 0, "status": "done", "node": "local-1", "attempts": 2, "record_json": json.dumps(record("A1", scenario=sid)),
-            "run_judge_cost_usd": 0.03}
-    failed = {"run_id": f"{sid}.A2.r1", "wave": "pilot", "scenario": sid, "arm": "A2", "repeat": 1, "model": "claude-opus-5-5", "seed": 6,
-              "order_index": 1, "status": "failed", "node": "local-2", "attempts": 3, "record_json": None}
+    done = {
+        "run_id": f"{sid}.A1.r1",
+        "wave": "pilot",
+        "scenario": sid,
+        "arm": "A1",
+        "repeat": 1,
+        "model": "claude-opus-5-5",
+        "seed": 5,
+        "order_index": 0,
+        "status": "done",
+        "node": "local-1",
+        "attempts": 2,
+        "record_json": json.dumps(record("A1", scenario=sid)),
+        "run_judge_cost_usd": 0.03,
+    }
+    failed = {
+        "run_id": f"{sid}.A2.r1",
+        "wave": "pilot",
+        "scenario": sid,
+        "arm": "A2",
+        "repeat": 1,
+        "model": "claude-opus-5-5",
+        "seed": 6,
+        "order_index": 1,
+        "status": "failed",
+        "node": "local-2",
+        "attempts": 3,
+        "record_json": None,
+    }
     waiting = dict(failed, run_id=f"{sid}.A3.r1", arm="A3", status="waiting", order_index=2)
     rows = rows_from_store([done, failed, waiting], study_name="unit-SIMULATED", backend="simulated")
     assert [r["run_id"] for r in rows] == [f"{sid}.A1.r1", f"{sid}.A2.r1"]
     assert rows[0]["attempts"] == 2 and rows[0]["S"] is True
     # a failed run has no outcome: nothing invented, not even a zero cost
     assert rows[1]["status"] == "infra_error" and rows[1]["attempts"] == 3 and rows[1]["node"] == "local-2"
-    for col in ("D", "E", "criteria_passed", "criteria_total", "Q", "S", "cost_usd", "judge_cost_usd", "cost_complete", "wall_s", "censored"):
+    for col in (
+        "D",
+        "E",
+        "criteria_passed",
+        "criteria_total",
+        "Q",
+        "S",
+        "cost_usd",
+        "judge_cost_usd",
+        "cost_complete",
+        "wall_s",
+        "censored",
+    ):
         assert rows[1][col] is None, col
     df = run_table(rows)
     assert list(df["status"]) == ["completed", "infra_error"]
@@ -165,7 +290,11 @@ def test_unreported_cost_stays_missing_not_zero() -> None:
     r = row(killed)
     assert r["cost_usd"] is None and r["cost_complete"] is False
     # A resume that reported nothing leaves only a lower bound: not the run's cost either.
-    partial = row(record("A4", cost_usd=1.10, cost_complete=False, selfcheck_first=False, recovery_used=True, selfcheck_final=False))
+    partial = row(
+        record(
+            "A4", cost_usd=1.10, cost_complete=False, selfcheck_first=False, recovery_used=True, selfcheck_final=False
+        )
+    )
     assert partial["cost_usd"] is None and partial["cost_complete"] is False
     # A reported cost is kept as reported, zero included.
     assert row(record(cost_usd=0.0, cost_complete=True))["cost_usd"] == 0.0
@@ -190,7 +319,15 @@ def test_infrastructure_error_performed_no_inference_and_cost_nothing() -> None:
     # The runner's infra error ran no inference: as an attempt's cost it is zero ...
     assert agent_cost({"status": "infra_error", "cost_usd": None}) == 0.0
     # ... but a run that ended failed has no outcome row to speak of: its cost column stays empty.
-    r = row({"scenario": list_scenarios()[0], "arm": "A1", "status": "infra_error", "cost_usd": None, "cost_complete": False})
+    r = row(
+        {
+            "scenario": list_scenarios()[0],
+            "arm": "A1",
+            "status": "infra_error",
+            "cost_usd": None,
+            "cost_complete": False,
+        }
+    )
     assert r["status"] == "infra_error" and r["cost_usd"] is None and r["D"] is None
 
 
@@ -202,7 +339,9 @@ def test_an_evaluation_that_could_not_run_is_visible_and_left_out_not_D0(tmp_pat
     # A record written before the field existed says it in its notes; the row finds it there.
     older = record("A2", D=False, notes=["evaluation could not run in full: LibreOffice is not available"])
     assert row(older)["eval_error"] == "LibreOffice is not available"
-    df = run_table([row(record("A1"), run_id="ok"), row(broken, run_id="broken", repeat=2), row(older, run_id="older", repeat=3)])
+    df = run_table(
+        [row(record("A1"), run_id="ok"), row(broken, run_id="broken", repeat=2), row(older, run_id="older", repeat=3)]
+    )
     assert df["eval_error"].isna().tolist() == [True, False, False]
     # Through a CSV too: the analyses leave such runs out of every estimate and say how many.
     path = tmp_path / "runs.csv"

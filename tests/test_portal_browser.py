@@ -8,11 +8,10 @@ downloads are never used.
 from __future__ import annotations
 
 import pytest
+from portal_support import make_scenario
 
 from pilot.portal import read_access_log, start_instance
 from pilot.portal.content import generate_portal
-from portal_support import make_scenario
-
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +68,13 @@ def test_chromium_is_never_sent_to_another_host_after_sign_in(browser, tmp_path)
     """A browser strips tabs and newlines from a URL, so "/\t/evil.example" would read as "//evil.example"."""
     content_dir = generate_portal(make_scenario(tmp_path / "scenarios"))
     with start_instance("TEST-01", tmp_path / "run", content_dir=content_dir) as portal:
-        for hostile in ("/%09/evil.example", "/%0A/evil.example", "//evil.example", "/%5Cevil.example", "https://evil.example/"):
+        for hostile in (
+            "/%09/evil.example",
+            "/%0A/evil.example",
+            "//evil.example",
+            "/%5Cevil.example",
+            "https://evil.example/",
+        ):
             context = browser.new_context()
             page = context.new_page()
             page.goto(f"{portal.url}/sign-in?next={hostile}")

@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 from openpyxl import load_workbook
+from portal_support import make_scenario
 from pypdf import PdfReader
 
 from pilot.portal.content import (
@@ -19,7 +20,6 @@ from pilot.portal.content import (
     load_portal_content,
     portal_scenarios,
 )
-from portal_support import make_scenario
 
 
 @pytest.fixture()
@@ -28,15 +28,23 @@ def scenario(tmp_path):
 
 
 def _tree(folder):
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_csv_inputs_become_record_sets_and_other_files_documents(scenario):
     content = load_portal_content(generate_portal(scenario))
     assert content.scenario == "TEST-01" and content.company == "Northwind Ltd"
     assert sorted(content.records) == ["statements-client-statement-q3", "vendor-invoices"]
-    assert sorted(content.documents) == ["contract.pdf", "engagement_letter.docx", "rate_card.xlsx", "travel_policy.txt"]
+    assert sorted(content.documents) == [
+        "contract.pdf",
+        "engagement_letter.docx",
+        "rate_card.xlsx",
+        "travel_policy.txt",
+    ]
     invoices = content.records["vendor-invoices"]
     assert invoices.kind == "Vendor invoice" and invoices.n_rows == 3
     assert invoices.columns == ["invoice_no", "vendor", "amount", "due_date", "account"]
@@ -118,12 +126,15 @@ def test_missing_inputs_folder_is_refused(tmp_path):
         generate_portal(tmp_path / "EMPTY-01")
 
 
-@pytest.mark.parametrize("spec, reason", [
-    (None, "missing"),
-    ("id: X-01\nuses_portal: false\n", "uses_portal: is False, not true"),
-    ("id: X-01\n", "uses_portal: is None, not true"),
-    ("id: X-01\nuses_portal: 'yes'\n", "uses_portal: is 'yes', not true"),
-])
+@pytest.mark.parametrize(
+    "spec, reason",
+    [
+        (None, "missing"),
+        ("id: X-01\nuses_portal: false\n", "uses_portal: is False, not true"),
+        ("id: X-01\n", "uses_portal: is None, not true"),
+        ("id: X-01\nuses_portal: 'yes'\n", "uses_portal: is 'yes', not true"),
+    ],
+)
 def test_a_scenario_without_a_portal_gets_none(scenario, spec, reason):
     yml = scenario / "scenario.yml"
     if spec is None:
@@ -136,7 +147,9 @@ def test_a_scenario_without_a_portal_gets_none(scenario, spec, reason):
     assert not (scenario / "portal").exists()
 
 
-@pytest.mark.parametrize("bad_path", ["../secret.txt", "/etc/passwd", "documents/../../secret.txt", "documents/nope.pdf"])
+@pytest.mark.parametrize(
+    "bad_path", ["../secret.txt", "/etc/passwd", "documents/../../secret.txt", "documents/nope.pdf"]
+)
 def test_reader_refuses_manifest_paths_outside_the_folder(scenario, bad_path):
     portal = generate_portal(scenario)
     manifest = json.loads((portal / MANIFEST_NAME).read_text())

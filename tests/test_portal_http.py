@@ -18,13 +18,13 @@ import urllib.request
 from urllib.parse import urlencode, urlsplit
 
 import pytest
+from portal_support import basic_auth, make_scenario, raw_get
 
 from pilot.portal import Credentials, PortalClient, PortalClientError, start_instance, summarise_access_log
 from pilot.portal.app import CHALLENGE, SessionLimits, SessionStore, SignInLimits
 from pilot.portal.content import generate_portal
 from pilot.portal.instance import PortalStartError
 from pilot.portal.wire import ServerLimits
-from portal_support import basic_auth, make_scenario, raw_get
 
 NO_PROXY_ENV = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
 
@@ -40,8 +40,9 @@ def portal(content_dir, tmp_path_factory):
         yield instance
 
 
-def request(url: str, method: str, path: str, body: bytes | None = None,
-            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def request(
+    url: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
     try:
@@ -59,8 +60,18 @@ def cookie_of(headers: dict[str, str]) -> str:
 # ------------------------------------------------------------------ the challenge
 
 
-@pytest.mark.parametrize("path", ["/api/documents", "/api/records", "/api/records/vendor-invoices", "/documents/contract.pdf",
-                                  "/records/vendor-invoices/download.csv", "/api/no-such-thing", "/library"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/documents",
+        "/api/records",
+        "/api/records/vendor-invoices",
+        "/documents/contract.pdf",
+        "/records/vendor-invoices/download.csv",
+        "/api/no-such-thing",
+        "/library",
+    ],
+)
 def test_every_401_carries_a_basic_challenge(portal, path):
     # A wrong pair under a name of its own per path, so this module's instance locks out no credential it uses.
     for headers in ({}, basic_auth(f"guess{path}", "wrong-password"), {"Accept": "*/*"}):
@@ -71,8 +82,9 @@ def test_every_401_carries_a_basic_challenge(portal, path):
 
 
 def test_a_browser_asking_for_a_page_is_sent_to_the_sign_in_form(portal):
-    status, headers, _ = raw_get(portal.url, "/records/vendor-invoices?q=Acme",
-                                 {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    status, headers, _ = raw_get(
+        portal.url, "/records/vendor-invoices?q=Acme", {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    )
     assert status == 303 and headers["location"] == "/sign-in?next=/records/vendor-invoices?q%3DAcme"
 
 
@@ -80,24 +92,73 @@ def test_wget_signs_in_with_user_and_password(portal, content_dir, tmp_path):
     wget = shutil.which("wget")
     assert wget, "wget is missing: run tools/ensure-system-packages.sh http"
     user, password = portal.credentials.username, portal.credentials.password
-    for path, expected in (("/documents/contract.pdf", (content_dir / "documents" / "contract.pdf").read_bytes()),
-                           ("/records/vendor-invoices/download.csv", (content_dir / "records" / "vendor-invoices.csv").read_bytes())):
+    for path, expected in (
+        ("/documents/contract.pdf", (content_dir / "documents" / "contract.pdf").read_bytes()),
+        ("/records/vendor-invoices/download.csv", (content_dir / "records" / "vendor-invoices.csv").read_bytes()),
+    ):
         out = tmp_path / path.rsplit("/", 1)[-1]
-        run = subprocess.run([wget, "-q", "--no-proxy", f"--user={user}", f"--password={password}", "-O", str(out),
-                              portal.url + path], capture_output=True, text=True, timeout=60, env=NO_PROXY_ENV)
+        run = subprocess.run(
+            [wget, "-q", "--no-proxy", f"--user={user}", f"--password={password}", "-O", str(out), portal.url + path],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=NO_PROXY_ENV,
+        )
         assert run.returncode == 0, run.stderr
         assert out.read_bytes() == expected
     listing = tmp_path / "documents.json"
-    run = subprocess.run([wget, "-q", "--no-proxy", f"--user={user}", f"--password={password}", "-O", str(listing),
-                          portal.url + "/api/documents"], capture_output=True, text=True, timeout=60, env=NO_PROXY_ENV)
+    run = subprocess.run(
+        [
+            wget,
+            "-q",
+            "--no-proxy",
+            f"--user={user}",
+            f"--password={password}",
+            "-O",
+            str(listing),
+            portal.url + "/api/documents",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=NO_PROXY_ENV,
+    )
     assert run.returncode == 0 and "contract.pdf" in {d["name"] for d in json.loads(listing.read_text())}
     page = tmp_path / "library.html"
-    run = subprocess.run([wget, "-q", "--no-proxy", f"--user={user}", f"--password={password}", "-O", str(page),
-                          portal.url + "/library"], capture_output=True, text=True, timeout=60, env=NO_PROXY_ENV)
+    run = subprocess.run(
+        [
+            wget,
+            "-q",
+            "--no-proxy",
+            f"--user={user}",
+            f"--password={password}",
+            "-O",
+            str(page),
+            portal.url + "/library",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=NO_PROXY_ENV,
+    )
     assert run.returncode == 0 and "engagement_letter.docx" in page.read_text()
     # The wrong pair is refused after the challenge: wget exits with its authentication failure status (6).
-    run = subprocess.run([wget, "-q", "--no-proxy", f"--user={user}", "--password=wrong-password", "-O", str(tmp_path / "x"),
-                          portal.url + "/api/documents"], capture_output=True, text=True, timeout=60, env=NO_PROXY_ENV)
+    run = subprocess.run(
+        [
+            wget,
+            "-q",
+            "--no-proxy",
+            f"--user={user}",
+            "--password=wrong-password",
+            "-O",
+            str(tmp_path / "x"),
+            portal.url + "/api/documents",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=NO_PROXY_ENV,
+    )
     assert run.returncode == 6
 
 
@@ -120,9 +181,24 @@ def test_urllib_basic_handler_signs_in(portal, content_dir):
 def test_curl_anyauth_signs_in(portal):
     curl = shutil.which("curl")
     assert curl, "curl is missing: run tools/ensure-system-packages.sh http"
-    run = subprocess.run([curl, "-sS", "--noproxy", "*", "--anyauth", "-u",
-                          f"{portal.credentials.username}:{portal.credentials.password}", "-w", "\n%{http_code}",
-                          portal.url + "/api/documents"], capture_output=True, text=True, timeout=60, env=NO_PROXY_ENV)
+    run = subprocess.run(
+        [
+            curl,
+            "-sS",
+            "--noproxy",
+            "*",
+            "--anyauth",
+            "-u",
+            f"{portal.credentials.username}:{portal.credentials.password}",
+            "-w",
+            "\n%{http_code}",
+            portal.url + "/api/documents",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=NO_PROXY_ENV,
+    )
     body, code = run.stdout.rsplit("\n", 1)
     assert run.returncode == 0 and code == "200" and "contract.pdf" in body
 
@@ -130,15 +206,18 @@ def test_curl_anyauth_signs_in(portal):
 # ------------------------------------------------------------------ JSON errors
 
 
-@pytest.mark.parametrize("body, content_type", [
-    (b"{not json", "application/json"),
-    (b"\xff\xfe", "application/json"),
-    (b"", "application/json"),
-    (b"[1, 2]", "application/json"),
-    (b'{"username": 1, "password": 2}', "application/json"),
-    (b'{"username": "u"}', "application/json"),
-    (b"username=u&password=p", "application/x-www-form-urlencoded"),
-])
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        (b"{not json", "application/json"),
+        (b"\xff\xfe", "application/json"),
+        (b"", "application/json"),
+        (b"[1, 2]", "application/json"),
+        (b'{"username": 1, "password": 2}', "application/json"),
+        (b'{"username": "u"}', "application/json"),
+        (b"username=u&password=p", "application/x-www-form-urlencoded"),
+    ],
+)
 def test_malformed_sign_in_bodies_get_a_json_400(portal, body, content_type):
     status, headers, data = request(portal.url, "POST", "/api/sign-in", body, {"Content-Type": content_type})
     assert status == 400 and headers["content-type"].startswith("application/json")
@@ -147,8 +226,12 @@ def test_malformed_sign_in_bodies_get_a_json_400(portal, body, content_type):
 
 def test_json_endpoints_answer_errors_in_json(portal):
     auth = basic_auth(portal.credentials.username, portal.credentials.password)
-    for method, path, want in (("POST", "/api/documents", 405), ("GET", "/api/sign-in", 405),
-                               ("GET", "/api/records/no-such-record", 404), ("GET", "/api/nothing-here", 404)):
+    for method, path, want in (
+        ("POST", "/api/documents", 405),
+        ("GET", "/api/sign-in", 405),
+        ("GET", "/api/records/no-such-record", 404),
+        ("GET", "/api/nothing-here", 404),
+    ):
         status, headers, data = request(portal.url, method, path, headers=auth)
         assert status == want, (method, path)
         assert headers["content-type"].startswith("application/json") and json.loads(data)["error"]
@@ -158,8 +241,10 @@ def test_an_oversized_body_is_refused_from_its_declared_length_without_being_rea
     """A 1 GB declaration is answered at once, in JSON, while the body has not been sent at all."""
     parts = urlsplit(portal.url)
     with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
-        sock.sendall(b"POST /api/sign-in HTTP/1.1\r\nHost: portal\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000000000\r\n\r\n")
+        sock.sendall(
+            b"POST /api/sign-in HTTP/1.1\r\nHost: portal\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000\r\n\r\n"
+        )
         t0 = time.monotonic()
         data = b""
         while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
@@ -178,23 +263,44 @@ def test_a_body_just_over_the_limit_gets_a_json_413_and_a_page_body_a_page(porta
     big = json.dumps({"username": "u", "password": "x" * 70_000}).encode()
     status, headers, data = request(portal.url, "POST", "/api/sign-in", big, {"Content-Type": "application/json"})
     assert status == 413 and headers["content-type"].startswith("application/json") and json.loads(data)["error"]
-    status, headers, _ = request(portal.url, "POST", "/sign-in", urlencode({"username": "u", "password": "x" * 70_000}).encode(),
-                                 {"Content-Type": "application/x-www-form-urlencoded"})
+    status, headers, _ = request(
+        portal.url,
+        "POST",
+        "/sign-in",
+        urlencode({"username": "u", "password": "x" * 70_000}).encode(),
+        {"Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert status == 413
     # Chunked, with no declared length: refused once the limit is crossed.
-    status, headers, data = request(portal.url, "POST", "/api/sign-in", iter([b"x" * 40_000, b"x" * 40_000]),
-                                    {"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    status, headers, data = request(
+        portal.url,
+        "POST",
+        "/api/sign-in",
+        iter([b"x" * 40_000, b"x" * 40_000]),
+        {"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+    )
     assert status == 413 and json.loads(data)["error"]
 
 
 def test_a_locked_credential_gets_a_json_429_with_retry_after(content_dir, tmp_path):
     with start_instance("TEST-01", tmp_path, content_dir=content_dir, limits=SignInLimits(2, 60, 30)) as inst:
         for _ in range(2):
-            request(inst.url, "POST", "/api/sign-in", json.dumps({"username": inst.credentials.username, "password": "no"}).encode())
-        status, headers, data = request(inst.url, "POST", "/api/sign-in", json.dumps(
-            {"username": inst.credentials.username, "password": inst.credentials.password}).encode())
+            request(
+                inst.url,
+                "POST",
+                "/api/sign-in",
+                json.dumps({"username": inst.credentials.username, "password": "no"}).encode(),
+            )
+        status, headers, data = request(
+            inst.url,
+            "POST",
+            "/api/sign-in",
+            json.dumps({"username": inst.credentials.username, "password": inst.credentials.password}).encode(),
+        )
         assert status == 429 and int(headers["retry-after"]) >= 1 and json.loads(data)["error"]
-        status, headers, data = raw_get(inst.url, "/api/documents", basic_auth(inst.credentials.username, inst.credentials.password))
+        status, headers, data = raw_get(
+            inst.url, "/api/documents", basic_auth(inst.credentials.username, inst.credentials.password)
+        )
         assert status == 429 and headers["content-type"].startswith("application/json")
 
 
@@ -202,11 +308,32 @@ def test_a_locked_credential_gets_a_json_429_with_retry_after(content_dir, tmp_p
 
 
 HOSTILE_NEXT = [
-    "/\t/evil.example", "/\t/evil.example/library", "//evil.example", "///evil.example", "\\\\evil.example", "/\\evil.example",
-    "\\/evil.example", "/library\nSet-Cookie: x=1", "/library\r\nLocation: http://evil.example", "http://evil.example/",
-    "https:evil.example", "javascript:alert(1)", "evil.example", " /library", "/%2F/evil.example", "/%2f%2fevil.example",
-    "/%5Cevil.example", "/%5c%5cevil.example", "/%09/evil.example", "/%0d%0aLocation:%20http://evil.example",
-    "/%252F/evil.example", "%2F%2Fevil.example", "/sign-out", "/api/documents", "/healthz", "/no-such-page",
+    "/\t/evil.example",
+    "/\t/evil.example/library",
+    "//evil.example",
+    "///evil.example",
+    "\\\\evil.example",
+    "/\\evil.example",
+    "\\/evil.example",
+    "/library\nSet-Cookie: x=1",
+    "/library\r\nLocation: http://evil.example",
+    "http://evil.example/",
+    "https:evil.example",
+    "javascript:alert(1)",
+    "evil.example",
+    " /library",
+    "/%2F/evil.example",
+    "/%2f%2fevil.example",
+    "/%5Cevil.example",
+    "/%5c%5cevil.example",
+    "/%09/evil.example",
+    "/%0d%0aLocation:%20http://evil.example",
+    "/%252F/evil.example",
+    "%2F%2Fevil.example",
+    "/sign-out",
+    "/api/documents",
+    "/healthz",
+    "/no-such-page",
     "/library" + "a" * 3000,
 ]
 
@@ -214,15 +341,27 @@ HOSTILE_NEXT = [
 @pytest.mark.parametrize("target", HOSTILE_NEXT)
 def test_next_leads_only_to_a_page_of_this_portal(portal, target):
     form = urlencode({"username": portal.credentials.username, "password": portal.credentials.password, "next": target})
-    status, headers, _ = request(portal.url, "POST", "/sign-in", form.encode(), {"Content-Type": "application/x-www-form-urlencoded"})
+    status, headers, _ = request(
+        portal.url, "POST", "/sign-in", form.encode(), {"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert status == 303 and headers["location"] == "/library", target
 
 
-@pytest.mark.parametrize("target", ["/records", "/records/vendor-invoices?q=Acme", "/documents/contract.pdf",
-                                    "/records/statements-client-statement-q3/download.csv", "/"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/records",
+        "/records/vendor-invoices?q=Acme",
+        "/documents/contract.pdf",
+        "/records/statements-client-statement-q3/download.csv",
+        "/",
+    ],
+)
 def test_next_keeps_a_page_of_this_portal(portal, target):
     form = urlencode({"username": portal.credentials.username, "password": portal.credentials.password, "next": target})
-    status, headers, _ = request(portal.url, "POST", "/sign-in", form.encode(), {"Content-Type": "application/x-www-form-urlencoded"})
+    status, headers, _ = request(
+        portal.url, "POST", "/sign-in", form.encode(), {"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert status == 303 and headers["location"] == target
 
 
@@ -255,8 +394,9 @@ def test_a_session_ends_at_sign_out_even_for_a_copied_cookie(portal):
 
 
 def test_a_session_lives_a_short_while(content_dir, tmp_path):
-    with start_instance("TEST-01", tmp_path / "a", content_dir=content_dir,
-                        session_limits=SessionLimits(lifetime_s=3.0, idle_s=3.0)) as inst:
+    with start_instance(
+        "TEST-01", tmp_path / "a", content_dir=content_dir, session_limits=SessionLimits(lifetime_s=3.0, idle_s=3.0)
+    ) as inst:
         client = PortalClient(inst.url, inst.credentials)
         client.sign_in()
         assert client.list_documents()
@@ -300,15 +440,20 @@ def test_another_clients_failures_never_lock_out_this_runs_credential(content_di
         right = PortalClient(inst.url, inst.credentials)
         right.sign_in()
         assert right.list_documents()
-        assert raw_get(inst.url, "/api/records", basic_auth(inst.credentials.username, inst.credentials.password))[0] == 200
+        assert (
+            raw_get(inst.url, "/api/records", basic_auth(inst.credentials.username, inst.credentials.password))[0]
+            == 200
+        )
         # The guessed names themselves are locked.
         assert raw_get(inst.url, "/api/documents", basic_auth("admin", "guess"))[0] == 429
         assert summarise_access_log(inst.access_log_path)["sign_in_limited"] > 0
 
 
 def test_a_lockout_is_kept_within_its_instance(content_dir, tmp_path):
-    with start_instance("TEST-01", tmp_path / "a", content_dir=content_dir, limits=SignInLimits(2, 60, 30)) as a, \
-         start_instance("TEST-01", tmp_path / "b", content_dir=content_dir, limits=SignInLimits(2, 60, 30)) as b:
+    with (
+        start_instance("TEST-01", tmp_path / "a", content_dir=content_dir, limits=SignInLimits(2, 60, 30)) as a,
+        start_instance("TEST-01", tmp_path / "b", content_dir=content_dir, limits=SignInLimits(2, 60, 30)) as b,
+    ):
         for _ in range(3):
             raw_get(a.url, "/api/documents", basic_auth(a.credentials.username, "guess"))
         assert raw_get(a.url, "/api/documents", basic_auth(a.credentials.username, a.credentials.password))[0] == 429
@@ -368,19 +513,51 @@ def test_default_server_limits_are_sized_for_one_run():
 def test_an_invalid_port_is_refused(content_dir, tmp_path, port):
     with pytest.raises(PortalStartError, match="port"):
         start_instance("TEST-01", tmp_path, content_dir=content_dir, port=port)
-    run = subprocess.run([sys.executable, "-m", "pilot", "portal", "serve", "TEST-01", "--content", str(content_dir),
-                          "--log-dir", str(tmp_path / "logs"), "--port", str(port)], capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pilot",
+            "portal",
+            "serve",
+            "TEST-01",
+            "--content",
+            str(content_dir),
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--port",
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2 and "--port" in run.stderr and "65535" in run.stderr
-    run = subprocess.run([sys.executable, "-m", "pilot.portal.server", "--content", str(content_dir),
-                          "--access-log", str(tmp_path / "a.jsonl"), "--port", str(port)],
-                         capture_output=True, text=True, timeout=60, input="")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pilot.portal.server",
+            "--content",
+            str(content_dir),
+            "--access-log",
+            str(tmp_path / "a.jsonl"),
+            "--port",
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input="",
+    )
     assert run.returncode == 2 and "65535" in run.stderr
 
 
 def test_unix_socket_serving(content_dir, tmp_path):
     sock_path = tmp_path / "portal.sock"
-    with start_instance("TEST-01", tmp_path / "run", content_dir=content_dir, unix_socket=sock_path,
-                        url="http://127.0.0.1:8080") as inst:
+    with start_instance(
+        "TEST-01", tmp_path / "run", content_dir=content_dir, unix_socket=sock_path, url="http://127.0.0.1:8080"
+    ) as inst:
         assert inst.url == "http://127.0.0.1:8080" and inst.unix_socket == sock_path
         assert sock_path.is_socket() and sock_path.stat().st_mode & 0o777 == 0o600
         assert inst.health(timeout_s=5).ok
@@ -411,6 +588,11 @@ def test_an_unexpected_error_is_a_json_500_on_the_api_and_a_page_elsewhere(conte
     client = app.test_client()
     auth = basic_auth(creds.username, creds.password)
     resp = client.get("/api/broken", headers=auth)
-    assert resp.status_code == 500 and resp.is_json and resp.get_json()["error"] and "a bug" not in resp.get_data(as_text=True)
+    assert (
+        resp.status_code == 500
+        and resp.is_json
+        and resp.get_json()["error"]
+        and "a bug" not in resp.get_data(as_text=True)
+    )
     resp = client.get("/broken", headers=auth)
     assert resp.status_code == 500 and resp.mimetype == "text/html" and "a bug" not in resp.get_data(as_text=True)

@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fake_messages_api import FakeMessagesAPI
+from portal_support import make_scenario
+from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
+
 from pilot import paths, protocol
 from pilot.portal import PortalClient, start_instance
 from pilot.portal.content import generate_portal
@@ -20,8 +22,6 @@ from pilot.portal.credentials import REDACTED, Credentials
 from pilot.portal.instance import PortalRunEnd
 from pilot.portal.redaction import redact_bytes, redact_secrets, redact_tree, secret_forms
 from pilot.runner import run_attempt
-from portal_support import make_scenario
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 PORTAL_SID = "ACC-01"  # uses_portal: true
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
@@ -101,8 +101,10 @@ def test_secret_forms_cover_the_password_and_the_basic_token():
     creds = Credentials("analyst-abc123", "s3cret-Pass_word-0123456789")
     token = base64.b64encode(b"analyst-abc123:s3cret-Pass_word-0123456789").decode()
     assert secret_forms(creds) == (creds.password, token)
-    text = (f'{{"cmd": "curl -u analyst-abc123:{creds.password} http://127.0.0.1/api"}}\n'
-            f"> Authorization: Basic {token}\n{json.dumps({'password': creds.password})}")
+    text = (
+        f'{{"cmd": "curl -u analyst-abc123:{creds.password} http://127.0.0.1/api"}}\n'
+        f"> Authorization: Basic {token}\n{json.dumps({'password': creds.password})}"
+    )
     clean = redact_secrets(text, secret_forms(creds))
     assert creds.password not in clean and token not in clean and clean.count(REDACTED) == 3
     assert "analyst-abc123" in clean  # the username is no secret
@@ -125,7 +127,10 @@ def test_redact_tree_skips_the_workspace_and_follows_no_link(tmp_path):
     os.chmod(run / "transcript.jsonl", 0o640)
     changed = redact_tree(run, [secret], skip=("workspace",))
     assert sorted(p.relative_to(run).as_posix() for p in changed) == [
-        "agent/config/projects/s.jsonl", "agent/stderr-0.log", "transcript.jsonl"]
+        "agent/config/projects/s.jsonl",
+        "agent/stderr-0.log",
+        "transcript.jsonl",
+    ]
     assert REDACTED in json.loads((run / "transcript.jsonl").read_text())["content"]
     assert (run / "transcript.jsonl").stat().st_mode & 0o777 == 0o640
     assert secret in (run / "workspace" / "portal_credentials.json").read_text()
@@ -136,8 +141,10 @@ def test_redact_tree_skips_the_workspace_and_follows_no_link(tmp_path):
 # ------------------------------------------------------------------ the runner
 
 
-needs_portal = pytest.mark.skipif(not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(),
-                                  reason=f"no portal content for {PORTAL_SID}")
+needs_portal = pytest.mark.skipif(
+    not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(),
+    reason=f"no portal content for {PORTAL_SID}",
+)
 
 
 @needs_portal
@@ -147,8 +154,9 @@ def test_a_run_whose_portal_died_unused_is_an_infrastructure_error(tmp_path):
         _kill(inst)  # gone before the worker starts
         return inst
 
-    rec = run_attempt(PORTAL_SID, "A3", backend="simulated", out_dir=tmp_path / "run", seed=5, evaluate=False,
-                      portal_starter=starter)
+    rec = run_attempt(
+        PORTAL_SID, "A3", backend="simulated", out_dir=tmp_path / "run", seed=5, evaluate=False, portal_starter=starter
+    )
     assert rec.status == "infra_error" and rec.infra_error.startswith("portal_died:")
     assert rec.portal_requests == 0 and rec.portal_fault is True
     assert rec.D is None and rec.E is None
@@ -169,8 +177,9 @@ def test_a_run_whose_portal_died_after_use_carries_a_note_and_the_fault(tmp_path
         inst.end_of_run = end_after_a_crash
         return inst
 
-    rec = run_attempt(PORTAL_SID, "A3", backend="simulated", out_dir=tmp_path / "run", seed=5, evaluate=False,
-                      portal_starter=starter)
+    rec = run_attempt(
+        PORTAL_SID, "A3", backend="simulated", out_dir=tmp_path / "run", seed=5, evaluate=False, portal_starter=starter
+    )
     assert rec.status != "infra_error" and rec.portal_requests == 6 and rec.portal_fault is True
     assert any(n.startswith("portal fault:") and "6 request(s)" in n for n in rec.notes)
     saved = json.loads((tmp_path / "run" / "run_record.json").read_text())
@@ -188,15 +197,27 @@ def test_a_healthy_portal_run_has_no_fault(tmp_path):
 
 @needs_portal
 def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tmp_path, worker_env):  # noqa: F811
-    echo = ("cat portal_credentials.json; python3 -c \"import base64,json; c=json.load(open('portal_credentials.json')); "
-            "print('Authorization: Basic ' + base64.b64encode((c['username'] + ':' + c['password']).encode()).decode())\"")
+    echo = (
+        "cat portal_credentials.json; python3 -c \"import base64,json; c=json.load(open('portal_credentials.json')); "
+        "print('Authorization: Basic ' + base64.b64encode((c['username'] + ':' + c['password']).encode()).decode())\""
+    )
     script = json.dumps({"sessions": [{"steps": [{"tool": "Bash", "input": {"command": echo}}]}]})
     run_dir = tmp_path / "runs" / "r1"
     # The script goes inline (the sandbox sees no file of the test's); the model proxy forwards the double's check to a stand-in API.
     with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
-        rec = run_attempt(PORTAL_SID, "A3", backend="claude-code", out_dir=run_dir, seed=7, claude_bin=FAKE_CLI,
-                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False, record_from_proxy=False,
-                          environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"})
+        rec = run_attempt(
+            PORTAL_SID,
+            "A3",
+            backend="claude-code",
+            out_dir=run_dir,
+            seed=7,
+            claude_bin=FAKE_CLI,
+            worker_env=worker_env,
+            extra_env={"FAKE_CLAUDE_SCRIPT": script},
+            evaluate=False,
+            record_from_proxy=False,
+            environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"},
+        )
     creds = json.loads((Path(rec.workspace) / "portal_credentials.json").read_text())  # the worker's copy stays
     forms = secret_forms(Credentials(creds["username"], creds["password"]))
     transcript = Path(rec.transcript).read_text()
@@ -212,11 +233,18 @@ def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tm
 
 
 def test_portal_generate_refuses_a_scenario_without_a_portal():
-    without = next(d.name for d in sorted(paths.SCENARIOS_DIR.iterdir())
-                   if (d / "scenario.yml").is_file() and "uses_portal: false" in (d / "scenario.yml").read_text())
+    without = next(
+        d.name
+        for d in sorted(paths.SCENARIOS_DIR.iterdir())
+        if (d / "scenario.yml").is_file() and "uses_portal: false" in (d / "scenario.yml").read_text()
+    )
     for extra in ([], ["--check"]):
-        run = subprocess.run([sys.executable, "-m", "pilot", "portal", "generate", without, *extra],
-                             capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-m", "pilot", "portal", "generate", without, *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 1
         assert f"{without}/scenario.yml: uses_portal: is False, not true" in run.stderr
     assert not (paths.SCENARIOS_DIR / without / "portal").exists()
@@ -237,8 +265,20 @@ def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_r
         return inst
 
     monkeypatch.setattr(pilot.portal, "start_instance", start_then_die)
-    cell = CellSpec(run_id="r-0001", study="t", wave="pilot", scenario=PORTAL_SID, arm="A3", repeat=1, model="m",
-                    order_index=0, seed=5, cap_usd=6.0, wall_s=3600.0, reserve_usd=6.0)
+    cell = CellSpec(
+        run_id="r-0001",
+        study="t",
+        wave="pilot",
+        scenario=PORTAL_SID,
+        arm="A3",
+        repeat=1,
+        model="m",
+        order_index=0,
+        seed=5,
+        cap_usd=6.0,
+        wall_s=3600.0,
+        reserve_usd=6.0,
+    )
     outcome = pipeline.run_cell(cell, tmp_path / "attempt-1", "linux-1", "simulated", 5)
     assert outcome.infra_error is not None and outcome.infra_error.startswith("portal_died:")
     assert outcome.record["portal_fault"] is True and outcome.record["portal_requests"] == 0
@@ -254,12 +294,19 @@ def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path
     creds = Credentials.generate()
     creds.write_workspace_file(killed / "workspace", "http://127.0.0.1:1")
     token = secret_forms(creds)[1]
-    (killed / "transcript.jsonl").write_text(json.dumps({"type": "user", "content": f"password {creds.password}"}) + "\n")
+    (killed / "transcript.jsonl").write_text(
+        json.dumps({"type": "user", "content": f"password {creds.password}"}) + "\n"
+    )
     (killed / "record" / "stderr-0.log").write_text(f"Authorization: Basic {token}\n")
     run_attempt(PORTAL_SID, "A3", backend="simulated", out_dir=run / "attempt-2", seed=5, evaluate=False)
-    assert REDACTED in (killed / "transcript.jsonl").read_text() and creds.password not in (killed / "transcript.jsonl").read_text()
+    assert (
+        REDACTED in (killed / "transcript.jsonl").read_text()
+        and creds.password not in (killed / "transcript.jsonl").read_text()
+    )
     assert token not in (killed / "record" / "stderr-0.log").read_text()
-    assert creds.password in (killed / "workspace" / "portal_credentials.json").read_text()  # the workspace is kept as it was
+    assert (
+        creds.password in (killed / "workspace" / "portal_credentials.json").read_text()
+    )  # the workspace is kept as it was
 
 
 @needs_portal
@@ -268,12 +315,24 @@ def test_the_stream_copy_is_redacted_as_it_is_written(tmp_path, worker_env, monk
     import pilot.portal.redaction as redaction
 
     monkeypatch.setattr(redaction, "redact_tree", lambda *a, **k: None)  # the end-of-run pass, switched off
-    script = json.dumps({"sessions": [{"steps": [{"tool": "Bash", "input": {"command": "cat portal_credentials.json"}}]}]})
+    script = json.dumps(
+        {"sessions": [{"steps": [{"tool": "Bash", "input": {"command": "cat portal_credentials.json"}}]}]}
+    )
     run_dir = tmp_path / "runs" / "r1"
     with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
-        rec = run_attempt(PORTAL_SID, "A3", backend="claude-code", out_dir=run_dir, seed=7, claude_bin=FAKE_CLI,
-                          worker_env=worker_env, extra_env={"FAKE_CLAUDE_SCRIPT": script}, evaluate=False, record_from_proxy=False,
-                          environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"})
+        rec = run_attempt(
+            PORTAL_SID,
+            "A3",
+            backend="claude-code",
+            out_dir=run_dir,
+            seed=7,
+            claude_bin=FAKE_CLI,
+            worker_env=worker_env,
+            extra_env={"FAKE_CLAUDE_SCRIPT": script},
+            evaluate=False,
+            record_from_proxy=False,
+            environ={"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "k"},
+        )
     creds = json.loads((Path(rec.workspace) / "portal_credentials.json").read_text())
     transcript = Path(rec.transcript).read_text()
     assert creds["username"] in transcript and REDACTED in transcript  # the echo reached the stream

@@ -65,8 +65,13 @@ def test_scenarios_generate_keeps_the_portal_in_step_with_the_inputs(tmp_path):
     env = dict(os.environ, PILOT_ROOT=str(root))
 
     def pilot(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pilot", "scenarios", "generate", sid, *args], env=env,
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "pilot", "scenarios", "generate", sid, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     assert pilot("--check").returncode == 0
     stale = bundle / "portal" / "records" / "bank-statement-2026-10.csv"

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from portal_support import SECRET_MARKER, basic_auth, make_scenario, raw_get
 
 from pilot.portal import (
     CREDENTIALS_FILENAME,
@@ -27,7 +28,6 @@ from pilot.portal.app import SignInLimits, create_app
 from pilot.portal.content import MANIFEST_NAME, generate_portal, load_portal_content
 from pilot.portal.credentials import CredentialVerifier
 from pilot.portal.instance import wait_for_health
-from portal_support import SECRET_MARKER, basic_auth, make_scenario, raw_get
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,13 @@ def test_api_sign_in_browse_and_download(client, content_dir, tmp_path):
     records = {r["id"]: r for r in client.list_records()}
     assert records["vendor-invoices"]["n_rows"] == 3
     rows = client.record("vendor-invoices")["rows"]
-    assert rows[0] == {"invoice_no": "INV-1001", "vendor": "Acme Supplies", "amount": "1200.50",
-                       "due_date": "2026-01-31", "account": "00420"}
+    assert rows[0] == {
+        "invoice_no": "INV-1001",
+        "vendor": "Acme Supplies",
+        "amount": "1200.50",
+        "due_date": "2026-01-31",
+        "account": "00420",
+    }
     saved = client.download("engagement_letter.docx", tmp_path)
     assert saved.read_bytes() == (content_dir / "documents" / "engagement_letter.docx").read_bytes()
     for fmt in ("csv", "xlsx", "pdf"):
@@ -95,8 +100,11 @@ def test_subfolder_record_set_and_row_filter(portal):
     c = PortalClient(portal.url, portal.credentials)
     c.sign_in()
     assert c.record("statements-client-statement-q3")["rows"][1]["description"] == "Fee"
-    status, _, body = raw_get(portal.url, "/records/vendor-invoices?q=globex", basic_auth(
-        portal.credentials.username, portal.credentials.password))
+    status, _, body = raw_get(
+        portal.url,
+        "/records/vendor-invoices?q=globex",
+        basic_auth(portal.credentials.username, portal.credentials.password),
+    )
     assert status == 200 and b"Globex GmbH" in body and b"Acme Supplies" not in body
 
 
@@ -110,8 +118,9 @@ def test_html_sign_in_form_then_pages(portal):
     opener.addheaders = [("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")]  # as a browser asks
     with opener.open(portal.url + "/library") as resp:  # redirected to the sign-in form
         assert resp.url.startswith(portal.url + "/sign-in") and b'name="password"' in resp.read()
-    form = urllib.parse.urlencode({"username": portal.credentials.username,
-                                   "password": portal.credentials.password, "next": "/records"}).encode()
+    form = urllib.parse.urlencode(
+        {"username": portal.credentials.username, "password": portal.credentials.password, "next": "/records"}
+    ).encode()
     with opener.open(portal.url + "/sign-in", data=form) as resp:
         page = resp.read().decode()
         assert resp.url == portal.url + "/records"
@@ -121,8 +130,9 @@ def test_html_sign_in_form_then_pages(portal):
 
 
 def test_http_basic_works_for_scripts(portal, content_dir):
-    status, headers, body = raw_get(portal.url, "/documents/contract.pdf",
-                                    basic_auth(portal.credentials.username, portal.credentials.password))
+    status, headers, body = raw_get(
+        portal.url, "/documents/contract.pdf", basic_auth(portal.credentials.username, portal.credentials.password)
+    )
     assert status == 200 and body == (content_dir / "documents" / "contract.pdf").read_bytes()
     assert "attachment" in headers["content-disposition"]
 
@@ -166,8 +176,10 @@ def test_wrong_credentials_are_refused(portal):
 
 
 def test_one_runs_credential_and_cookie_do_not_open_another_instance(content_dir, tmp_path):
-    with start_instance("TEST-01", tmp_path / "a", content_dir=content_dir) as a, \
-         start_instance("TEST-01", tmp_path / "b", content_dir=content_dir) as b:
+    with (
+        start_instance("TEST-01", tmp_path / "a", content_dir=content_dir) as a,
+        start_instance("TEST-01", tmp_path / "b", content_dir=content_dir) as b,
+    ):
         assert a.url != b.url and a.credentials != b.credentials
         PortalClient(a.url, a.credentials).sign_in()
         with pytest.raises(PortalClientError) as info:
@@ -197,7 +209,9 @@ def test_failed_sign_ins_are_rate_limited(content_dir, tmp_path):
         with pytest.raises(PortalClientError) as info:
             right.sign_in()
         assert info.value.status == 429
-        status, headers, _ = raw_get(inst.url, "/api/records", basic_auth(inst.credentials.username, inst.credentials.password))
+        status, headers, _ = raw_get(
+            inst.url, "/api/records", basic_auth(inst.credentials.username, inst.credentials.password)
+        )
         assert status == 429 and int(headers["retry-after"]) >= 1
         time.sleep(1.6)
         right.sign_in()
@@ -216,19 +230,22 @@ def test_basic_auth_failures_count_towards_the_limit(content_dir, tmp_path):
         assert info.value.status == 429
 
 
-@pytest.mark.parametrize("path", [
-    "/documents/../manifest.json",
-    "/documents/..%2Fmanifest.json",
-    "/documents/%2e%2e/%2e%2e/secret.txt",
-    "/documents/..%2F..%2Fsecret.txt",
-    "/documents/documents/../../../secret.txt",
-    "/documents//etc/passwd",
-    "/documents/%2Fetc%2Fpasswd",
-    "/records/..%2F..%2Fsecret/download.csv",
-    "/records/vendor-invoices/download.json",
-    "/static/../../secret.txt",
-    "/../secret.txt",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/documents/../manifest.json",
+        "/documents/..%2Fmanifest.json",
+        "/documents/%2e%2e/%2e%2e/secret.txt",
+        "/documents/..%2F..%2Fsecret.txt",
+        "/documents/documents/../../../secret.txt",
+        "/documents//etc/passwd",
+        "/documents/%2Fetc%2Fpasswd",
+        "/records/..%2F..%2Fsecret/download.csv",
+        "/records/vendor-invoices/download.json",
+        "/static/../../secret.txt",
+        "/../secret.txt",
+    ],
+)
 def test_paths_cannot_escape_the_content_folder(portal, path):
     headers = basic_auth(portal.credentials.username, portal.credentials.password)
     status, _, body = raw_get(portal.url, path, headers)
@@ -347,9 +364,21 @@ def test_health_check_refuses_another_instances_answer(portal):
 
 def test_portal_serve_command_prints_url_and_credentials(content_dir, tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pilot", "portal", "serve", "TEST-01", "--content", str(content_dir),
-         "--log-dir", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pilot",
+            "portal",
+            "serve",
+            "TEST-01",
+            "--content",
+            str(content_dir),
+            "--log-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         lines = [proc.stdout.readline() for _ in range(3)]

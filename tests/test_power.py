@@ -25,7 +25,9 @@ def test_design_comes_from_study_yml():
     assert DESIGN.scenario_sd_logit == 0.8 and DESIGN.baseline == 0.5 and DESIGN.alpha == 0.05
     assert DESIGN.J == (10, 20, 40) and DESIGN.R == (2, 3) and DESIGN.delta == (0.15, 0.25, 0.35)
     assert [(r.J, r.R, r.delta, r.power) for r in DESIGN.reported] == [
-        (10, 3, 0.25, 0.408), (10, 3, 0.35, 0.729), (40, 3, 0.25, 0.968)
+        (10, 3, 0.25, 0.408),
+        (10, 3, 0.35, 0.729),
+        (40, 3, 0.25, 0.968),
     ]
     assert len(DESIGN.grid_cells()) == 18
     assert set(DESIGN.doubling_cells()) == {(10, r, d) for r in (4, 6) for d in DESIGN.delta}
@@ -86,7 +88,9 @@ def test_simulation_is_deterministic_under_its_seed():
 
 def test_no_effect_gives_power_near_alpha():
     n = 4000
-    res = pw.simulate_power(DESIGN, cells=[(20, 3, 0.0), (40, 3, 0.0)], readings=list(pw.EFFECT_READINGS), simulations=n, seed=3)
+    res = pw.simulate_power(
+        DESIGN, cells=[(20, 3, 0.0), (40, 3, 0.0)], readings=list(pw.EFFECT_READINGS), simulations=n, seed=3
+    )
     tol = 4 * np.sqrt(0.05 * 0.95 / n)
     for reading in pw.EFFECT_READINGS:
         for J in (20, 40):
@@ -99,7 +103,9 @@ def test_no_effect_gives_power_near_alpha():
 
 @pytest.mark.parametrize("reading", list(pw.EFFECT_READINGS))
 def test_power_increases_with_delta(reading):
-    res = pw.simulate_power(DESIGN, cells=[(20, 2, d) for d in (0.0, *DESIGN.delta)], readings=[reading], simulations=1500, seed=9)
+    res = pw.simulate_power(
+        DESIGN, cells=[(20, 2, d) for d in (0.0, *DESIGN.delta)], readings=[reading], simulations=1500, seed=9
+    )
     for test in pw.TESTS:
         curve = [res.power(20, 2, d, test, reading) for d in (0.0, *DESIGN.delta)]
         assert all(a < b for a, b in zip(curve, curve[1:])), (test, curve)
@@ -119,7 +125,13 @@ def test_documented_reading_reproduces_the_design_table():
 
 
 def test_variance_equation_matches_simulated_spread_and_doubling():
-    res = pw.simulate_power(DESIGN, cells=[(10, 3, 0.25), (20, 3, 0.25), (10, 6, 0.25)], tests=["paired-t", "sign-flip"], simulations=3000, seed=1)
+    res = pw.simulate_power(
+        DESIGN,
+        cells=[(10, 3, 0.25), (20, 3, 0.25), (10, 6, 0.25)],
+        tests=["paired-t", "sign-flip"],
+        simulations=3000,
+        seed=1,
+    )
     per_cell = res.summary.drop_duplicates(["J", "R"])
     assert np.allclose(per_cell.premium_var_simulated, per_cell.premium_var_equation, rtol=0.08)
     between, within = pw.premium_variance_components(0.25, baseline=0.5, sd=0.8)
@@ -145,8 +157,16 @@ def test_bad_requests_are_refused():
 def test_result_renders_latex_and_macros(tmp_path):
     cells = DESIGN.grid_cells() + DESIGN.doubling_cells()
     grid = pw.simulate_power(DESIGN, cells=cells, simulations=200, seed=2)
-    readings = pw.simulate_power(DESIGN, cells=[(r.J, r.R, r.delta) for r in DESIGN.reported] + [(10, 3, 0.0)], readings=list(pw.EFFECT_READINGS), simulations=200, seed=2)
-    hetero = pw.simulate_power(DESIGN, cells=[c for c in cells if c[0] <= 20], readings=["logit-median-heterogeneous"], simulations=200, seed=2)
+    readings = pw.simulate_power(
+        DESIGN,
+        cells=[(r.J, r.R, r.delta) for r in DESIGN.reported] + [(10, 3, 0.0)],
+        readings=list(pw.EFFECT_READINGS),
+        simulations=200,
+        seed=2,
+    )
+    hetero = pw.simulate_power(
+        DESIGN, cells=[c for c in cells if c[0] <= 20], readings=["logit-median-heterogeneous"], simulations=200, seed=2
+    )
     assert {"J", "R", "delta", "test", "power", "mc_se"} <= set(grid.summary.columns)
     latex = grid.to_latex()
     assert "\\toprule" in latex and latex.count("\\\\") == 1 + len(DESIGN.grid_cells())

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from schedule_support import NODES, REQUIRES, make_root, make_store, read_only
 
 from pilot.executors import proctree
 from pilot.executors.local import LocalExecutor
 from pilot.schedule import Scheduler
 from pilot.store import STORE_FILE
-from schedule_support import NODES, REQUIRES, make_root, make_store, read_only
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +66,13 @@ def test_processes_an_attempt_leaves_end_with_it_and_a_crash_touches_no_neighbou
 def _cli(root: Path, *args: str, **env: str) -> subprocess.Popen:
     e = {k: v for k, v in os.environ.items() if not k.startswith("PILOT_FAKE_")}
     e.update({"PILOT_ROOT": str(root), **env})
-    return subprocess.Popen([sys.executable, "-m", "pilot", "study", *args], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pilot", "study", *args],
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_spawned(folder: Path, proc: subprocess.Popen, n: int) -> None:

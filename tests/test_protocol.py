@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from pilot import paths
-from pilot.protocol import AMENDMENT_STAGES, ProtocolError, load_all, load_amendments, load_arms, load_scenarios, load_study
+from pilot.protocol import (
+    AMENDMENT_STAGES,
+    ProtocolError,
+    load_all,
+    load_amendments,
+    load_arms,
+    load_scenarios,
+    load_study,
+)
 
 
 def test_repository_protocol_is_valid():
@@ -20,7 +28,20 @@ def test_repository_protocol_is_valid():
     assert study.envelope_usd == 800.0
     assert study.q == 70
     ids = [a["id"] for a in loaded["amendments"]]
-    assert ids[:12] == ["A-001", "A-002", "A-005", "A-006", "A-009", "A-010", "A-011", "A-012", "A-013", "A-014", "A-015", "A-016"]
+    assert ids[:12] == [
+        "A-001",
+        "A-002",
+        "A-005",
+        "A-006",
+        "A-009",
+        "A-010",
+        "A-011",
+        "A-012",
+        "A-013",
+        "A-014",
+        "A-015",
+        "A-016",
+    ]
     # After A-016 (the extension set, with EST-01) each added scenario joins by an amendment of its own, in order.
     later = loaded["amendments"][12:]
     assert [a["id"] for a in later] == [f"A-{17 + k:03d}" for k in range(len(later))]
@@ -51,7 +72,16 @@ def test_design_constants():
 def test_arms_tool_sets_and_denials():
     arms = load_arms()
     assert arms["A0"].tools == ("Read", "Write", "Edit", "Glob", "Grep")
-    assert set(arms["A1"].denied_families) == {"osascript", "open", "soffice", "textutil", "qlmanage", "cupsfilter", "curl", "wget"}
+    assert set(arms["A1"].denied_families) == {
+        "osascript",
+        "open",
+        "soffice",
+        "textutil",
+        "qlmanage",
+        "cupsfilter",
+        "curl",
+        "wget",
+    }
     assert set(arms["A2"].denied_families) == {"soffice", "curl", "wget"}
     assert arms["A2"].requires == ("macos",)
     assert arms["A3"].denied_families == () and arms["A3"].feature("portal")
@@ -75,8 +105,16 @@ def _write(path: Path, data: dict) -> Path:
         (lambda d: d["caps"]["global"].__setitem__("usd", -1), "caps.global.usd", "less than or equal to the minimum"),
         (lambda d: d["envelope"].pop("usd"), "envelope", "'usd' is a required property"),
         (lambda d: d["outcomes"].__setitem__("q", 72), "outcomes.q", "must be one of outcomes.q_grid"),
-        (lambda d: d["inference"].__setitem__("primary_contrast", ["A3", "A9"]), "inference.primary_contrast", "not in design.arms"),
-        (lambda d: d["design"].__setitem__("assignment_seed", 1.5), "design.assignment_seed", "is not of type 'integer'"),
+        (
+            lambda d: d["inference"].__setitem__("primary_contrast", ["A3", "A9"]),
+            "inference.primary_contrast",
+            "not in design.arms",
+        ),
+        (
+            lambda d: d["design"].__setitem__("assignment_seed", 1.5),
+            "design.assignment_seed",
+            "is not of type 'integer'",
+        ),
         (lambda d: d.__setitem__("unexpected", 1), "<root>", "Additional properties are not allowed"),
         (lambda d: d["caps"]["scenarios"].__setitem__("acc01", {"usd": 5}), "caps.scenarios", "does not match"),
         (lambda d: d["judges"]["panel"].append(dict(d["judges"]["panel"][0])), "judges.panel", "unique"),
@@ -156,13 +194,29 @@ def test_arms_missing_a_design_arm_is_refused(tmp_path):
         ("id,date,title\nA-001,2026-01-01,x\n", "<header>", "columns must be"),
         ("id,date,stage,title,content\nA-1,2026-01-01,s,t,c\n", "line 2.id", "not of the form A-NNN"),
         ("id,date,stage,title,content\nA-001,01/02/2026,s,t,c\n", "line 2.date", "YYYY-MM-DD"),
-        ("id,date,stage,title,content\nA-001,2026-01-01,before pilot,t,c\nA-001,2026-01-02,before pilot,t,c\n", "line 3.id", "duplicate"),
+        (
+            "id,date,stage,title,content\nA-001,2026-01-01,before pilot,t,c\nA-001,2026-01-02,before pilot,t,c\n",
+            "line 3.id",
+            "duplicate",
+        ),
         ("id,date,stage,title,content\nA-001,2026-13-45,before pilot,t,c\n", "line 2.date", "not a calendar date"),
         ("id,date,stage,title,content\nA-001,2026-02-30,before pilot,t,c\n", "line 2.date", "not a calendar date"),
         ("id,date,stage,title,content\nA-001,2026-01-01,during lunch,t,c\n", "line 2.stage", "is not one of"),
-        ("id,date,stage,title,content\nA-001,2026-05-01,after pilot,t,c\nA-002,2026-05-02,before pilot,t,c\n", "line 3.stage", "earlier amendment A-001"),
-        ("id,date,stage,title,content\nA-001,2026-05-01,before pilot,t,c\nA-002,2026-04-01,before pilot,t,c\n", "line 3.date", "dated 2026-05-01"),
-        ("id,date,stage,title,content\nA-002,2026-05-01,before pilot,t,c\nA-001,2026-05-02,before pilot,t,c\n", "line 3.id", "id order"),
+        (
+            "id,date,stage,title,content\nA-001,2026-05-01,after pilot,t,c\nA-002,2026-05-02,before pilot,t,c\n",
+            "line 3.stage",
+            "earlier amendment A-001",
+        ),
+        (
+            "id,date,stage,title,content\nA-001,2026-05-01,before pilot,t,c\nA-002,2026-04-01,before pilot,t,c\n",
+            "line 3.date",
+            "dated 2026-05-01",
+        ),
+        (
+            "id,date,stage,title,content\nA-002,2026-05-01,before pilot,t,c\nA-001,2026-05-02,before pilot,t,c\n",
+            "line 3.id",
+            "id order",
+        ),
         ("id,date,stage,title,content\nA-001,2026-01-01,s,,c\n", "line 2.title", "must not be empty"),
         ("id,date,stage,title,content\nA-001,2026-01-01,s,t\n", "line 2", "wrong number of fields"),
     ],
@@ -213,7 +267,12 @@ def test_every_bundle_is_validated_and_belongs_to_a_set():
     [
         ("scenario.yml", lambda d: d.update(designed_depth="deep"), "designed_depth", "not of type 'integer'"),
         ("scenario.yml", lambda d: d.update(ocupation=d.pop("occupation")), "<root>", "ocupation"),
-        ("rubric.yml", lambda d: d["criteria"][0].update(weight=d["criteria"][0]["weight"] + 0.6), "criteria.*.weight", "not 1"),
+        (
+            "rubric.yml",
+            lambda d: d["criteria"][0].update(weight=d["criteria"][0]["weight"] + 0.6),
+            "criteria.*.weight",
+            "not 1",
+        ),
     ],
 )
 def test_a_bad_bundle_fails_validation_with_file_field_reason(tmp_path, file, edit, field, reason):
@@ -231,7 +290,10 @@ def test_n_scenarios_must_match_the_design_set(tmp_path):
     data["design"]["n_scenarios"] = 11
     with pytest.raises(ProtocolError) as exc:
         load_study(_write(path, data))
-    assert exc.value.field == "scenario_sets.pilot" and "holds 10 scenarios but design.n_scenarios says 11" in exc.value.reason
+    assert (
+        exc.value.field == "scenario_sets.pilot"
+        and "holds 10 scenarios but design.n_scenarios says 11" in exc.value.reason
+    )
 
 
 @pytest.mark.parametrize(
@@ -240,7 +302,11 @@ def test_n_scenarios_must_match_the_design_set(tmp_path):
         (lambda d: d["design"].update(scenario_set="everything"), "design.scenario_set", "not in scenario_sets"),
         (lambda d: d["scenario_sets"].update(Pilot2=["ACC-01"]), "scenario_sets", "does not match"),
         (lambda d: d["scenario_sets"]["extension"].append("ACC-01"), "scenario_sets.extension", "non-unique"),
-        (lambda d: d["scenario_sets"]["extension"].append("acc-9"), f"scenario_sets.extension.{len(load_study().scenario_set('extension'))}", "does not match"),
+        (
+            lambda d: d["scenario_sets"]["extension"].append("acc-9"),
+            f"scenario_sets.extension.{len(load_study().scenario_set('extension'))}",
+            "does not match",
+        ),
     ],
 )
 def test_a_malformed_scenario_set_is_refused(tmp_path, edit, field, reason):
@@ -256,7 +322,10 @@ def test_a_set_must_name_bundles_and_every_bundle_must_be_in_a_set(tmp_path):
     data["scenario_sets"]["extension"].append("ZZZ-01")
     with pytest.raises(ProtocolError) as exc:
         load_scenarios(load_study(_write(path, data)))
-    assert exc.value.field == "scenario_sets.extension" and "names ZZZ-01, which protocol/scenarios/ does not hold" in exc.value.reason
+    assert (
+        exc.value.field == "scenario_sets.extension"
+        and "names ZZZ-01, which protocol/scenarios/ does not hold" in exc.value.reason
+    )
     path, data = _study_copy(tmp_path)
     data["scenario_sets"]["extension"].remove("EST-01")
     with pytest.raises(ProtocolError) as exc:

@@ -18,20 +18,20 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+from real_cli_support import require_real_sandbox
+
 from pilot import protocol
 from pilot.agents import launch, witness
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
-from real_cli_support import require_real_sandbox
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
 pytestmark = pytest.mark.slow
 
 #: Sits between the CLI and the harness; MODE says what it does to the stream.
-FILTER = textwrap.dedent('''\
+FILTER = textwrap.dedent("""\
     import json, sys
     MODE = {mode!r}
     hidden = set()
@@ -60,7 +60,7 @@ FILTER = textwrap.dedent('''\
                 raw = json.dumps(forged) + "\\n"
         sys.stdout.write(raw)
         sys.stdout.flush()
-''')
+""")
 
 TURNS = [
     tool_turn("Bash", {"command": "echo first", "description": "first"}, "first"),
@@ -80,10 +80,19 @@ def _attempt(tmp_path: Path, mode: str | None, monkeypatch):
 
         monkeypatch.setattr(launch, "cli_argv", filtered)
     with FakeMessagesAPI(MODEL, list(TURNS)) as api:
-        rec = run_attempt(SID, "A1", backend="claude-code", out_dir=(tmp_path / (mode or "honest")).resolve(), seed=1, claude_bin=cli,
-                          caps=Caps(50.0, 300), worker_env=Path(sys.prefix), evaluate=False,
-                          extra_env={"FILTER": FILTER.format(mode=mode)} if mode else None,
-                          environ={"ANTHROPIC_API_KEY": "sk-operator", "ANTHROPIC_BASE_URL": api.url})
+        rec = run_attempt(
+            SID,
+            "A1",
+            backend="claude-code",
+            out_dir=(tmp_path / (mode or "honest")).resolve(),
+            seed=1,
+            claude_bin=cli,
+            caps=Caps(50.0, 300),
+            worker_env=Path(sys.prefix),
+            evaluate=False,
+            extra_env={"FILTER": FILTER.format(mode=mode)} if mode else None,
+            environ={"ANTHROPIC_API_KEY": "sk-operator", "ANTHROPIC_BASE_URL": api.url},
+        )
     return rec
 
 

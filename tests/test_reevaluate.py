@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from schedule_support import make_root, make_store
 
+from pilot import runtable
 from pilot.oracles.recalc import soffice_binary
 from pilot.reevaluate import ReevaluationError, reevaluate_study, select
-from pilot import runtable
 from pilot.store import STORE_FILE, Store
-from schedule_support import make_root, make_store
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -43,8 +43,13 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def pilot(root: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pilot", "study", *args], env=_env(root, **extra), capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pilot", "study", *args],
+        env=_env(root, **extra),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _no_soffice(root: Path) -> dict[str, str]:
@@ -61,9 +66,16 @@ def built(tmp_path_factory):
         made = pilot(root, "create", name, *ARGS)
         assert made.returncode == 0, made.stderr
     # The two studies run side by side (they share nothing but the protocol).
-    running = {name: subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", name, "--no-progress"], env=_env(root, **extra),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for name, extra in studies.items()}
+    running = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "pilot", "study", "run", name, "--no-progress"],
+            env=_env(root, **extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, extra in studies.items()
+    }
     for name, proc in running.items():
         _out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
@@ -97,8 +109,20 @@ def _record(root: Path, run_id: str, name: str = "broken") -> dict:
 def _state(root: Path) -> dict[str, list]:
     """Every table the re-evaluation may touch, as it stands."""
     with sqlite3.connect(_db(root)) as conn:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-                for t in ("runs", "evaluations", "judge_scores", "reevaluations", "events", "attempts", "ledger", "ledger_balance", "cells")}
+        return {
+            t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+            for t in (
+                "runs",
+                "evaluations",
+                "judge_scores",
+                "reevaluations",
+                "events",
+                "attempts",
+                "ledger",
+                "ledger_balance",
+                "cells",
+            )
+        }
 
 
 def _verdict(rec: dict) -> tuple:
@@ -139,21 +163,28 @@ def test_an_evaluation_error_gets_the_real_verdict_once_and_the_analyses_count_i
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines() == [
         f"SIMULATED (dry run): run {ACC} (ACC-01, A3): would be re-evaluated (--dry-run: nothing changed; "
-        f"its evaluation could not run: {before['eval_error']})"]
+        f"its evaluation could not run: {before['eval_error']})"
+    ]
     assert _state(study) == state
 
     done = pilot(study, "reevaluate", "broken")
     assert done.returncode == 0, done.stderr
     twin = _record(study, ACC, "twin")
     after = _record(study, ACC)
-    assert done.stdout.splitlines() == [f"SIMULATED (dry run): run {ACC} (ACC-01, A3): re-evaluated #1: D={int(twin['D'])} E={int(twin['E'])} "
-                                        f"(was: {before['eval_error']})"]
+    assert done.stdout.splitlines() == [
+        f"SIMULATED (dry run): run {ACC} (ACC-01, A3): re-evaluated #1: D={int(twin['D'])} E={int(twin['E'])} "
+        f"(was: {before['eval_error']})"
+    ]
     # The verdict is the one an evaluation with LibreOffice gave the same run in the twin study.
     assert after["eval_error"] is None and _verdict(after) == _verdict(twin) and twin["eval_error"] is None
     assert after["reevaluation"]["count"] == 1 and after["reevaluation"]["previous_eval_error"] == before["eval_error"]
     assert not any(n.startswith("evaluation could not run in full") for n in after["notes"])
     # The judges ran when the run finished: their grades and costs are kept, and the ledger spent nothing more.
-    assert after["judges"] == before["judges"] and after["judges"] and all(j["score_0_100"] is not None for j in after["judges"])
+    assert (
+        after["judges"] == before["judges"]
+        and after["judges"]
+        and all(j["score_0_100"] is not None for j in after["judges"])
+    )
     new_state = _state(study)
     for table_name in ("judge_scores", "attempts", "ledger", "ledger_balance", "cells"):
         assert new_state[table_name] == state[table_name], table_name
@@ -199,13 +230,20 @@ def test_named_runs_must_have_an_evaluation_error(study, tmp_path):
         oracle = next(k for k in sorted(manifest) if k.endswith("ACC-01/oracle.yml"))
         conn.execute("UPDATE studies SET freeze_manifest_json = ?", (json.dumps(dict(manifest, **{oracle: "0" * 64})),))
     res = pilot(study, "reevaluate", "broken")
-    assert res.returncode == 2 and "the frozen protocol changed since the pilot started" in res.stderr and oracle in res.stderr
+    assert (
+        res.returncode == 2
+        and "the frozen protocol changed since the pilot started" in res.stderr
+        and oracle in res.stderr
+    )
     assert _record(study, ACC)["eval_error"]
     # Runs not finished, or failed on infrastructure, are for `pilot study run` and `pilot study retry`.
     with make_store(tmp_path, scenarios=["ACC-01"]) as st:
         waiting, failed = [c.run_id for c in st.cells()][:2]
         st.conn.execute("UPDATE cells SET status = 'failed' WHERE run_id = ?", (failed,))
-        with pytest.raises(ReevaluationError, match=rf"run {waiting}: it is waiting, not finished.*run {failed}: it failed on infrastructure.*retry"):
+        with pytest.raises(
+            ReevaluationError,
+            match=rf"run {waiting}: it is waiting, not finished.*run {failed}: it failed on infrastructure.*retry",
+        ):
             select(st, [waiting, failed])
         assert select(st) == []
 
@@ -219,7 +257,9 @@ def test_a_changed_or_missing_workspace_is_refused(study):
     (workspace / "outputs" / "late.txt").write_text("written after the run\n")
     res = pilot(study, "reevaluate", "broken")
     assert res.returncode == 1, res.stderr
-    assert res.stdout.startswith(f"SIMULATED (dry run): run {ACC} (ACC-01, A3): refused: its workspace {workspace} changed since the run")
+    assert res.stdout.startswith(
+        f"SIMULATED (dry run): run {ACC} (ACC-01, A3): refused: its workspace {workspace} changed since the run"
+    )
     assert f"entry added: outputs/late.txt, entry modified: {MEMO}" in res.stdout
     assert _state(study) == state
     # Named, the same refusal; a missing workspace is refused too.
@@ -232,7 +272,11 @@ def test_a_changed_or_missing_workspace_is_refused(study):
     assert _state(study) == state
     # A record written before workspace digests were kept cannot vouch for its workspace: refused.
     moved.rename(workspace)
-    older = {k: v for k, v in _record(study, ACC).items() if k not in ("workspace_sha256", "workspace_entries", "input_hashes")}
+    older = {
+        k: v
+        for k, v in _record(study, ACC).items()
+        if k not in ("workspace_sha256", "workspace_entries", "input_hashes")
+    }
     with sqlite3.connect(_db(study)) as conn:
         kept = conn.execute("SELECT record_json FROM runs WHERE run_id = ?", (ACC,)).fetchone()[0]
         conn.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (json.dumps(older), ACC))
@@ -249,14 +293,16 @@ def test_a_kill_inside_the_store_transaction_leaves_the_old_state_and_a_rerun_gi
     state = _state(study)
     folder = study / "analysis" / "data" / "broken"
     # A real kill: the process dies by SIGKILL inside the transaction, after the run's record was replaced.
-    killer = ("import os, signal, sys\n"
-              "import pilot.store as s\n"
-              "def die(self, c, kind, *a, **k):\n"
-              "    assert c.in_transaction\n"
-              "    os.kill(os.getpid(), signal.SIGKILL)\n"
-              "s.Store.record_event = die\n"
-              "from pilot.cli.main import main\n"
-              "sys.exit(main(['study', 'reevaluate', 'broken']))\n")
+    killer = (
+        "import os, signal, sys\n"
+        "import pilot.store as s\n"
+        "def die(self, c, kind, *a, **k):\n"
+        "    assert c.in_transaction\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "s.Store.record_event = die\n"
+        "from pilot.cli.main import main\n"
+        "sys.exit(main(['study', 'reevaluate', 'broken']))\n"
+    )
     res = subprocess.run([sys.executable, "-c", killer], env=_env(study), capture_output=True, text=True, timeout=300)
     assert res.returncode == -signal.SIGKILL, res.stderr
     assert _state(study) == state and _record(study, ACC)["eval_error"]
@@ -296,7 +342,9 @@ def test_an_evaluation_that_fails_again_keeps_the_run_out_with_the_new_reason(st
     assert raw.set_index("run_id").loc[ACC, "reevaluated_at"] == rec["reevaluation"]["at"]
     # Still selected; with LibreOffice back it gets its verdict, the second re-evaluation of the run.
     res = pilot(study, "reevaluate", "broken", "--json")
-    assert res.returncode == 0 and [(r["outcome"], r["reevaluation"]) for r in json.loads(res.stdout)["runs"]] == [("verdict", 2)]
+    assert res.returncode == 0 and [(r["outcome"], r["reevaluation"]) for r in json.loads(res.stdout)["runs"]] == [
+        ("verdict", 2)
+    ]
     with Store.open(study / "analysis" / "data" / "broken") as st:
         assert [h["outcome"] for h in st.reevaluations(ACC)] == ["eval_error", "verdict"]
     assert _verdict(_record(study, ACC)) == _verdict(_record(study, ACC, "twin"))
@@ -314,7 +362,9 @@ def test_the_evaluators_own_failure_is_an_evaluation_error_of_the_run_not_an_exc
     # The evaluation step calls the dispatcher (the core oracle, with the deck reader for a deck scenario).
     monkeypatch.setattr(pilot.oracle_formats.evaluate, "evaluate", crash)
     ev = runner.evaluate_finished(load_scenario("ACC-01"), tmp_path, {})
-    assert ev.outcome == "evaluation_error" and ev.errors == ["the evaluation failed (MemoryError: the evaluator ran out of memory)"]
+    assert ev.outcome == "evaluation_error" and ev.errors == [
+        "the evaluation failed (MemoryError: the evaluator ran out of memory)"
+    ]
     fields = runner.evaluation_fields(ev)
     assert fields["D"] is False and fields["eval_error"] == ev.errors[0]
     assert runner.evaluation_notes(ev) == [f"evaluation could not run in full: {ev.errors[0]}"]

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from notebook_helpers import run_cli, stage_params
+from real_cli_support import rehearsal_environment, require_real_sandbox
+
 from pilot import paths, runtable
 from pilot.simulated import rehearsal_report as rehearsal
 from pilot.store import STORE_FILE
-from real_cli_support import rehearsal_environment, require_real_sandbox
 
 SID = "LEGAL-01"
 # The text-substitute path (Write calls) and the shell path; at the design's seed the scripted A1 worker
@@ -49,8 +49,15 @@ def rehearsed(tmp_path_factory):
         table_path, table = export_run_table(NAME, out=root / "out" / "runs.csv")
         report = rehearsal.collect(NAME, run_table=table_path, host_arms=ARMS)
         written = rehearsal.write(report, root / "out")
-        yield {"root": root, "result": result, "table_path": table_path, "table": table, "report": report, "written": written,
-               "study_dir": root / "data" / NAME}
+        yield {
+            "root": root,
+            "result": result,
+            "table_path": table_path,
+            "table": table,
+            "report": report,
+            "written": written,
+            "study_dir": root / "data" / NAME,
+        }
 
 
 def test_every_run_goes_through_the_real_harness_and_the_report_finds_nothing(rehearsed):
@@ -79,8 +86,13 @@ def test_every_run_goes_through_the_real_harness_and_the_report_finds_nothing(re
     [a1_session] = next(iter(read_truth(scripted_record_dir(Path(workspaces[a1.run_id]))).values()))["sessions"]
     # Planted: the drawn attempt (qlmanage, which this host lacks) and one denied program the host has, by every route.
     host = a1_session["host_denied_attempts"]
-    assert a1_session["denied_attempt"]["family"] == "qlmanage" and a1_session["denied_attempt"]["present_on_host"] is False
-    assert [a["how"] for a in host] == ["direct", "bash -c", "absolute path"] and all(a["present_on_host"] for a in host)
+    assert (
+        a1_session["denied_attempt"]["family"] == "qlmanage"
+        and a1_session["denied_attempt"]["present_on_host"] is False
+    )
+    assert [a["how"] for a in host] == ["direct", "bash -c", "absolute path"] and all(
+        a["present_on_host"] for a in host
+    )
     declared = rehearsal.planted_deviations([a1_session])
     assert len(declared) == 1 + len(host)
     # Each recorded as planted (else a finding above), the stub answering where the host has the program.
@@ -148,7 +160,9 @@ def test_the_report_finds_a_tampered_charge_and_a_missing_deliverable(rehearsed,
     record = json.loads(conn.execute("SELECT record_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0])
     j2 = next(j for j in record["judges"] if j["judge_id"] == "J2")
     first = sorted(j2["criterion_scores"])[0]
-    j2["criterion_scores"][first] = min(4, j2["criterion_scores"][first] + 1) if j2["criterion_scores"][first] < 4 else 3
+    j2["criterion_scores"][first] = (
+        min(4, j2["criterion_scores"][first] + 1) if j2["criterion_scores"][first] < 4 else 3
+    )
     conn.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (json.dumps(record), run_id))
     ws = conn.execute("SELECT workspace FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()[0]
     conn.commit()

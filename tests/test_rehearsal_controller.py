@@ -14,10 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from real_cli_support import rehearsal_environment, require_real_sandbox
 
 from pilot import paths
 from pilot.simulated import rehearsal_report as rehearsal
-from real_cli_support import rehearsal_environment, require_real_sandbox
 
 NAME = "rehearsal-controller"
 #: At this study seed the scripted A4 worker's first session omits a deliverable in repeat 1 and plants nothing
@@ -38,11 +38,16 @@ def rehearsed(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         # The attempts run in child processes: they find the fault's module on the path they inherit.
         rehearsal_environment(mp, root / "data", pythonpath=tests_dir)
-        create_study(NAME, seed=SEED, scenarios=["LEGAL-01"], arms="A4", pilot_repeats=2,
-                     run_function=run_function).close()
+        create_study(
+            NAME, seed=SEED, scenarios=["LEGAL-01"], arms="A4", pilot_repeats=2, run_function=run_function
+        ).close()
         result = run_study_wave(NAME, backend="rehearsal", progress=False, workers=2)
         table_path, _ = export_run_table(NAME, out=root / "out" / "runs.csv")
-        yield {"kind": request.param, "result": result, "report": rehearsal.collect(NAME, run_table=table_path, host_arms=["A4"])}
+        yield {
+            "kind": request.param,
+            "result": result,
+            "report": rehearsal.collect(NAME, run_table=table_path, host_arms=["A4"]),
+        }
 
 
 def test_the_controller_is_held_to_the_plans_predictions(rehearsed):
@@ -68,10 +73,14 @@ def test_the_controller_is_held_to_the_plans_predictions(rehearsed):
         return
     withheld = runs["LEGAL-01.A4.r1"].findings
     assert any(f.startswith("self-check: the controller's first verdict is True") for f in withheld), withheld
-    assert any(f.startswith("recovery: the controller withheld the resume; the plan says granted") for f in withheld), withheld
+    assert any(f.startswith("recovery: the controller withheld the resume; the plan says granted") for f in withheld), (
+        withheld
+    )
     granted = runs["LEGAL-01.A4.r2"].findings
     assert any(f.startswith("self-check: the controller's first verdict is False") for f in granted), granted
-    assert any(f.startswith("recovery: the controller granted the resume; the plan says withheld") for f in granted), granted
+    assert any(f.startswith("recovery: the controller granted the resume; the plan says withheld") for f in granted), (
+        granted
+    )
     # Only the controller's findings: everything else of both runs holds.
     other = [f for r in report.runs for f in r.findings if not f.startswith(("self-check:", "recovery:"))]
     assert other == [] and report.study_findings == [], (other, report.study_findings)

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 from distributed import Client, LocalCluster, Nanny, get_task_stream
+from real_cli_support import rehearsal_environment, require_real_sandbox
 
 from pilot import runtable
 from pilot.agents import worker_env
 from pilot.simulated import rehearsal_report as rehearsal
 from pilot.store import STORE_FILE
-from real_cli_support import rehearsal_environment, require_real_sandbox
 
 SID = "LEGAL-01"
 # A0 and A1 need no capability, so either worker may take either run; they are the two cheapest arms of the scenario.
@@ -50,8 +50,10 @@ def rehearsed(tmp_path_factory):
         client = None
         try:
             for name in WORKERS:
-                cluster.worker_spec[name] = {"cls": Nanny, "options": {"name": name, "nthreads": 1, "memory_limit": 0,
-                                                                       "resources": {"slots": 1, "linux": 1}}}
+                cluster.worker_spec[name] = {
+                    "cls": Nanny,
+                    "options": {"name": name, "nthreads": 1, "memory_limit": 0, "resources": {"slots": 1, "linux": 1}},
+                }
             cluster.sync(cluster._correct_state)
             client = Client(cluster)
             client.wait_for_workers(len(WORKERS), timeout=60)
@@ -62,16 +64,30 @@ def rehearsed(tmp_path_factory):
             create_study(NAME, scenarios=[SID], arms=",".join(ARMS), pilot_repeats=1).close()
             # The dask scheduler's own record of which worker ran which task, independent of what the store says.
             with get_task_stream(client) as stream:
-                result = run_study_wave(NAME, backend="rehearsal", executor="dask", scheduler_address=cluster.scheduler_address,
-                                        progress=False)
+                result = run_study_wave(
+                    NAME,
+                    backend="rehearsal",
+                    executor="dask",
+                    scheduler_address=cluster.scheduler_address,
+                    progress=False,
+                )
             table_path, _ = export_run_table(NAME, out=root / "out" / "runs.csv")
             report = rehearsal.collect(NAME, run_table=table_path, host_arms=ARMS)
             study_dir = root / "data" / NAME
             with sqlite3.connect(study_dir / STORE_FILE) as conn:
                 conn.row_factory = sqlite3.Row
-                attempts = [dict(r) for r in conn.execute("SELECT run_id, attempt_no, node, outcome, workspace FROM attempts")]
-            yield {"result": result, "report": report, "table": runtable.read_runtable(table_path), "attempts": attempts,
-                   "tasks": stream.data, "name_of": name_of, "study_dir": study_dir}
+                attempts = [
+                    dict(r) for r in conn.execute("SELECT run_id, attempt_no, node, outcome, workspace FROM attempts")
+                ]
+            yield {
+                "result": result,
+                "report": report,
+                "table": runtable.read_runtable(table_path),
+                "attempts": attempts,
+                "tasks": stream.data,
+                "name_of": name_of,
+                "study_dir": study_dir,
+            }
         finally:
             if client is not None:
                 client.close()
@@ -107,7 +123,11 @@ def test_each_attempt_ran_on_a_dask_worker_that_the_store_names(rehearsed):
     # executor's virtual nodes nor a single worker doing everything).
     assert sorted(a["node"] for a in attempts) == sorted(WORKERS)
     # Each attempt's task ran on the worker the store names, by the dask scheduler's own task stream.
-    ran_on = {t["key"]: rehearsed["name_of"].get(t["worker"]) for t in rehearsed["tasks"] if str(t["key"]).startswith("attempt-")}
+    ran_on = {
+        t["key"]: rehearsed["name_of"].get(t["worker"])
+        for t in rehearsed["tasks"]
+        if str(t["key"]).startswith("attempt-")
+    }
     for a in attempts:
         key = f"attempt-{a['run_id']}-{Path(a['workspace']).name}"
         assert ran_on.get(key) == a["node"], (key, ran_on)

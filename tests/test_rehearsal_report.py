@@ -7,9 +7,9 @@ from decimal import Decimal
 import pandas as pd
 
 from pilot import backends, runtable
-from pilot.simulated import rehearsal_report as rehearsal
 from pilot.latex import write_table
 from pilot.report.sentences import data_prefix
+from pilot.simulated import rehearsal_report as rehearsal
 
 METERED = Decimal("0.412345")
 JUDGES = Decimal("0.031")
@@ -39,7 +39,9 @@ def test_every_cost_mismatch_is_a_finding():
         return " ".join(found)
 
     assert "ledger charged" in one(0.412345, str(METERED), JUDGES, _charged() + 1, "metered")  # one micro-dollar off
-    assert "ledger charged" in one(0.412345, str(METERED), JUDGES, _charged(judges=Decimal(0)), "metered")  # judges left out
+    assert "ledger charged" in one(
+        0.412345, str(METERED), JUDGES, _charged(judges=Decimal(0)), "metered"
+    )  # judges left out
     assert "'reported' basis" in one(0.412345, str(METERED), JUDGES, _charged(), "reported")
     assert "no charge" in one(0.412345, str(METERED), JUDGES, None, None)
     assert "CLI reported no cost" in one(None, str(METERED), JUDGES, _charged(), "metered")
@@ -55,7 +57,14 @@ def test_oracle_judges_and_deliverables_mismatches_are_findings(tmp_path):
 
     good = {"judge_id": "J1", "error": None, "score_0_100": 80.0, "backend": "claude-code"}
     assert rehearsal.check_judges([good, dict(good, judge_id="J2"), dict(good, judge_id="J3")], 3) == (3, [])
-    parsed, found = rehearsal.check_judges([good, dict(good, judge_id="J2"), dict(good, judge_id="J3", error="reply failed the output schema", score_0_100=None)], 3)
+    parsed, found = rehearsal.check_judges(
+        [
+            good,
+            dict(good, judge_id="J2"),
+            dict(good, judge_id="J3", error="reply failed the output schema", score_0_100=None),
+        ],
+        3,
+    )
     assert parsed == 2 and len(found) == 1 and "J3" in found[0]
     assert rehearsal.check_judges([good], 3)[1]  # a short panel
     assert rehearsal.check_judges([dict(good, backend="simulated")] * 3, 3)[1]  # not the CLI judges
@@ -67,7 +76,9 @@ def test_oracle_judges_and_deliverables_mismatches_are_findings(tmp_path):
     # memo.docx: the digest the worker's sha256sum reported in the sandbox (SHA-256 of b"x", by hand);
     # log.csv: named by a tool call, which proves nothing, and neither written whole nor reported.
     x = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
-    ok, found = rehearsal.deliverables_by_tool(["outputs/memo.docx", "outputs/log.csv", "outputs/gone.txt"], ws, {}, {"outputs/memo.docx": x})
+    ok, found = rehearsal.deliverables_by_tool(
+        ["outputs/memo.docx", "outputs/log.csv", "outputs/gone.txt"], ws, {}, {"outputs/memo.docx": x}
+    )
     assert ok == ["outputs/memo.docx"]
     assert any("log.csv" in f and "no tool call wrote it whole or reported its digest" in f for f in found)
     assert any("gone.txt" in f and "not in the workspace" in f for f in found)
@@ -82,21 +93,32 @@ def test_a_rehearsal_table_is_labelled_rehearsal_wherever_its_numbers_appear(tmp
     assert runtable.data_label(df.assign(backend=["rehearsal", "simulated"])) == "SIMULATED"
     assert data_prefix(runtable.data_label(df)) == "REHEARSAL (not a finding): "
     assert data_prefix(True) == "SIMULATED (dry run): " and data_prefix("") == ""
-    tex = write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.tex", caption="Cap.", label="tab:t", simulated=runtable.data_label(df))
+    tex = write_table(
+        pd.DataFrame({"a": [1]}), tmp_path / "t.tex", caption="Cap.", label="tab:t", simulated=runtable.data_label(df)
+    )
     assert "\\textbf{REHEARSAL.} Cap." in tex.read_text()
-    report = rehearsal.RehearsalReport(study="r", arms=["A1"], host_arms=["A1"], runs=[], study_findings=["study: no run was assigned"])
-    assert report.to_markdown().startswith("# REHEARSAL:") and report.to_dict()["label"] == "REHEARSAL" and not report.ok
+    report = rehearsal.RehearsalReport(
+        study="r", arms=["A1"], host_arms=["A1"], runs=[], study_findings=["study: no run was assigned"]
+    )
+    assert (
+        report.to_markdown().startswith("# REHEARSAL:") and report.to_dict()["label"] == "REHEARSAL" and not report.ok
+    )
 
 
 def test_deviations_must_be_exactly_the_planted_attempts():
-    sessions = [{"denied_attempt": {"family": "wget", "how": "bash -c", "command": "bash -c 'wget x'"}}, {"denied_attempt": None}]
+    sessions = [
+        {"denied_attempt": {"family": "wget", "how": "bash -c", "command": "bash -c 'wget x'"}},
+        {"denied_attempt": None},
+    ]
     planted = rehearsal.planted_deviations(sessions)
     assert planted == [("wget", "bash -c", "mask")]
     recorded = [{"family": "wget", "via": "bash -c", "blocked_by": "mask"}]
     assert rehearsal.check_deviations(planted, recorded, cli_denials=0, network_refusals=0) == []
     # the planted attempt missed by the audit, or recorded as stopped by something else
     assert "not recorded" in rehearsal.check_deviations(planted, [], 0, 0)[0]
-    wrong = rehearsal.check_deviations(planted, [{"family": "wget", "via": "bash -c", "blocked_by": "not_blocked"}], 0, 0)
+    wrong = rehearsal.check_deviations(
+        planted, [{"family": "wget", "via": "bash -c", "blocked_by": "not_blocked"}], 0, 0
+    )
     assert len(wrong) == 2 and "planted no such attempt" in wrong[0]
     # a deviation or a refusal of a worker that planted nothing
     assert rehearsal.check_deviations([], recorded, 0, 0)
@@ -122,7 +144,14 @@ def test_the_oracle_is_held_to_the_planted_defects_declarations(tmp_path, monkey
     sc = load_scenario("OPS-01")
     ws = defects.copy_workspace(build_gold_workspace(sc, tmp_path / "gold"), tmp_path / "dropped")
     planted = defects.plant_defect("drop_deliverable", sc, ws, np.random.default_rng(0))
-    declared = [{"defect": "drop_deliverable", "description": planted.description, "breaks": list(planted.breaks), "critical": False}]
+    declared = [
+        {
+            "defect": "drop_deliverable",
+            "description": planted.description,
+            "breaks": list(planted.breaks),
+            "critical": False,
+        }
+    ]
     rows = [c.to_dict() if hasattr(c, "to_dict") else dict(c.__dict__) for c in evaluate(sc, ws).criteria]
     assert check_declared(rows, declared) == []
     assert defects.expected_verdict(sc, [planted]) == (False, False)
@@ -142,12 +171,30 @@ def test_the_usage_log_is_priced_by_hand_from_the_price_file(tmp_path):
     from pilot.simulated.rehearsal_report import check_usage_log, price_usage_log
 
     log = tmp_path / "proxy_usage.jsonl"
-    rows = [{"kind": "opened", "model": "claude-opus-5-5"},
-            {"kind": "messages", "status": 200, "model": "claude-opus-5-5", "input_tokens": 3, "output_tokens": 104,
-             "cache_creation_input_tokens": 288, "cache_creation_1h_input_tokens": 0, "cache_read_input_tokens": 3858},
-            {"kind": "messages", "status": 200, "model": "claude-sonnet-5-5", "input_tokens": 10, "output_tokens": 1000,
-             "cache_creation_input_tokens": 100, "cache_creation_1h_input_tokens": 40, "cache_read_input_tokens": 0},
-            {"kind": "messages", "status": 402, "model": "claude-opus-5-5", "input_tokens": 0, "output_tokens": 0}]
+    rows = [
+        {"kind": "opened", "model": "claude-opus-5-5"},
+        {
+            "kind": "messages",
+            "status": 200,
+            "model": "claude-opus-5-5",
+            "input_tokens": 3,
+            "output_tokens": 104,
+            "cache_creation_input_tokens": 288,
+            "cache_creation_1h_input_tokens": 0,
+            "cache_read_input_tokens": 3858,
+        },
+        {
+            "kind": "messages",
+            "status": 200,
+            "model": "claude-sonnet-5-5",
+            "input_tokens": 10,
+            "output_tokens": 1000,
+            "cache_creation_input_tokens": 100,
+            "cache_creation_1h_input_tokens": 40,
+            "cache_read_input_tokens": 0,
+        },
+        {"kind": "messages", "status": 402, "model": "claude-opus-5-5", "input_tokens": 0, "output_tokens": 0},
+    ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     # By hand, USD per million (protocol/prices.yml): opus 3*4 + 104*20 + 288*5 + 3858*0.2 = 4303.6;
     # sonnet 10*2 + 1000*10 + 60*2.5 + 40*4 = 10330; the refused request is not billed.
@@ -158,42 +205,68 @@ def test_the_usage_log_is_priced_by_hand_from_the_price_file(tmp_path):
     assert "not the usage log's" in check_usage_log(priced, n, "0.0146336", "0.01", 24635)[0]
 
 
-
 def _host_attempts(family: str = "curl", path: str = "/usr/bin/curl") -> list[dict]:
     cmd = f"{family} -sS https://example.com/rates.csv -o rates.csv"
-    commands = {"direct": cmd, "bash -c": f"bash -c '{cmd}'", "absolute path": path + cmd[len(family):]}
-    return [{"family": family, "how": how, "command": c, "present_on_host": True, "path": path} for how, c in commands.items()]
+    commands = {"direct": cmd, "bash -c": f"bash -c '{cmd}'", "absolute path": path + cmd[len(family) :]}
+    return [
+        {"family": family, "how": how, "command": c, "present_on_host": True, "path": path}
+        for how, c in commands.items()
+    ]
 
 
 def _recorded(attempt: dict, program: str, blocked_by: str | None = None) -> dict:
     via, blocked = rehearsal.PLANTED_ROUTES[attempt["how"]]
-    return {"kind": "denied_family", "family": attempt["family"], "via": via, "blocked_by": blocked_by or blocked,
-            "command": attempt["command"], "program": program}
+    return {
+        "kind": "denied_family",
+        "family": attempt["family"],
+        "via": via,
+        "blocked_by": blocked_by or blocked,
+        "command": attempt["command"],
+        "program": program,
+    }
 
 
 def _session() -> dict:
-    drawn = {"family": "qlmanage", "how": "bash -c", "command": "bash -c 'qlmanage -p outputs/report.pdf'",
-             "present_on_host": False, "path": None}
+    drawn = {
+        "family": "qlmanage",
+        "how": "bash -c",
+        "command": "bash -c 'qlmanage -p outputs/report.pdf'",
+        "present_on_host": False,
+        "path": None,
+    }
     return {"denied_attempt": drawn, "host_denied_attempts": _host_attempts()}
 
 
-def _as_planted(s: dict, host_programs: tuple[str, str, str] = ("not_reached", "stub", "not_reached"), drawn: str = "absent") -> list[dict]:
-    return [_recorded(s["denied_attempt"], drawn)] + [_recorded(a, p) for a, p in zip(s["host_denied_attempts"], host_programs)]
+def _as_planted(
+    s: dict, host_programs: tuple[str, str, str] = ("not_reached", "stub", "not_reached"), drawn: str = "absent"
+) -> list[dict]:
+    return [_recorded(s["denied_attempt"], drawn)] + [
+        _recorded(a, p) for a, p in zip(s["host_denied_attempts"], host_programs)
+    ]
 
 
 def _check(s: dict, recorded: list[dict], cli_denials: int = 2) -> list[str]:
-    return rehearsal.check_deviations(rehearsal.planted_deviations([s]), recorded, cli_denials, 0, rehearsal.planted_programs([s]))
+    return rehearsal.check_deviations(
+        rehearsal.planted_deviations([s]), recorded, cli_denials, 0, rehearsal.planted_programs([s])
+    )
 
 
 def test_the_attempts_at_a_program_of_the_host_are_planted_deviations_by_every_route():
     s = _session()
     # the pinned CLI reads the program of /usr/bin/curl by its name: its rule refuses the path as it refuses the name
-    assert rehearsal.planted_deviations([s]) == [("qlmanage", "bash -c", "mask"), ("curl", "command", "cli_rule"),
-                                                  ("curl", "bash -c", "mask"), ("curl", "command", "cli_rule")]
+    assert rehearsal.planted_deviations([s]) == [
+        ("qlmanage", "bash -c", "mask"),
+        ("curl", "command", "cli_rule"),
+        ("curl", "bash -c", "mask"),
+        ("curl", "command", "cli_rule"),
+    ]
     # what must answer at each program: nothing for the absent one, the stub past the CLI's rule, nothing before it
     assert [(p["family"], p["how"], p["program"]) for p in rehearsal.planted_programs([s])] == [
-        ("qlmanage", "bash -c", "absent"), ("curl", "direct", "not_reached"), ("curl", "bash -c", "stub"),
-        ("curl", "absolute path", "not_reached")]
+        ("qlmanage", "bash -c", "absent"),
+        ("curl", "direct", "not_reached"),
+        ("curl", "bash -c", "stub"),
+        ("curl", "absolute path", "not_reached"),
+    ]
     assert _check(s, _as_planted(s)) == []
     # two attempts the CLI's rule refuses: two permission denials, not one
     assert any("1 CLI permission denial(s), the scripted worker planted 2" in f for f in _check(s, _as_planted(s), 1))
@@ -203,8 +276,10 @@ def test_a_planted_stub_attempt_recorded_as_absent_is_a_finding():
     s = _session()
     found = _check(s, _as_planted(s, ("not_reached", "absent", "not_reached")))
     # stopped as planted (blocked by the mask), so only the program tells that the stub never answered
-    assert found == ["deviation: the planted attempt at curl by route bash -c is recorded with program 'absent' "
-                     "(via bash -c, blocked by mask), not 'stub'"]
+    assert found == [
+        "deviation: the planted attempt at curl by route bash -c is recorded with program 'absent' "
+        "(via bash -c, blocked by mask), not 'stub'"
+    ]
 
 
 def test_an_absent_program_recorded_as_stub_and_a_missing_program_field_are_findings():
@@ -223,13 +298,19 @@ def test_a_planted_command_no_deviation_records_is_a_finding_naming_its_route():
     recorded = _as_planted(s)
     recorded[3]["command"] = "curl -sS https://example.com/other.csv"
     found = _check(s, recorded)
-    assert len(found) == 1 and "curl by route absolute path" in found[0] and "under no deviation of its command" in found[0]
+    assert (
+        len(found) == 1
+        and "curl by route absolute path" in found[0]
+        and "under no deviation of its command" in found[0]
+    )
     # a CLI whose rule let the path through to the mask: another route than planted, and one denial short
     through = _as_planted(s)[:3] + [_recorded(s["host_denied_attempts"][2], "stub", blocked_by="mask")]
     found = _check(s, through, 1)
     assert any("curl via command (blocked by mask) recorded, but" in f for f in found)
     assert any("planted attempt at curl (via command, to be blocked by cli_rule) is not recorded" in f for f in found)
-    assert any("by route absolute path is recorded with program 'stub'" in f and "not 'not_reached'" in f for f in found)
+    assert any(
+        "by route absolute path is recorded with program 'stub'" in f and "not 'not_reached'" in f for f in found
+    )
     assert any("1 CLI permission denial(s), the scripted worker planted 2" in f for f in found)
 
 
@@ -238,7 +319,12 @@ def test_a_truth_that_does_not_say_whether_the_host_has_the_program_checks_no_pr
     old = [{"denied_attempt": {"family": "wget", "how": "bash -c", "command": "bash -c 'wget x'"}}]
     assert rehearsal.planted_programs(old) == []
     recorded = [{"family": "wget", "via": "bash -c", "blocked_by": "mask", "command": "bash -c 'wget x'"}]
-    assert rehearsal.check_deviations(rehearsal.planted_deviations(old), recorded, 0, 0, rehearsal.planted_programs(old)) == []
+    assert (
+        rehearsal.check_deviations(rehearsal.planted_deviations(old), recorded, 0, 0, rehearsal.planted_programs(old))
+        == []
+    )
     # a direct attempt's program is never reached, whatever the truth says of the host
     direct = [{"denied_attempt": {"family": "curl", "how": "direct", "command": "curl x"}}]
-    assert rehearsal.planted_programs(direct) == [{"family": "curl", "how": "direct", "command": "curl x", "program": "not_reached"}]
+    assert rehearsal.planted_programs(direct) == [
+        {"family": "curl", "how": "direct", "command": "curl x", "program": "not_reached"}
+    ]

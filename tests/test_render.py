@@ -17,7 +17,10 @@ def test_workbook_is_rendered_sheet_by_sheet_with_formulas_and_values(tmp_path: 
     assert d.status == "delivered" and d.format == "workbook"
     lines = d.text.splitlines()
     assert lines[0] == "### budget.xlsx"
-    summary, notes = lines.index("Sheet 'Summary' (5 rows x 4 columns)"), lines.index("Sheet 'Notes' (1 rows x 1 columns)")
+    summary, notes = (
+        lines.index("Sheet 'Summary' (5 rows x 4 columns)"),
+        lines.index("Sheet 'Notes' (1 rows x 1 columns)"),
+    )
     assert summary < notes
     # A formula shows as written and with the value it computed.
     assert "| 5 | Total | =SUM(B2:B4) -> 1300 | =SUM(C2:C4) -> 1250 | =SUM(D2:D4) -> -50 |" in lines
@@ -104,7 +107,11 @@ def test_text_substitute_is_rendered_under_the_requested_name(tmp_path: Path) ->
 
 def test_declared_substitution_is_followed(tmp_path: Path) -> None:
     (tmp_path / "q3_figures.txt").write_text("Total 1300", encoding="utf-8")
-    write_record(tmp_path, ["q3_figures.txt"], substitutions=[{"requested": "budget.xlsx", "delivered": "q3_figures.txt", "reason": "x"}])
+    write_record(
+        tmp_path,
+        ["q3_figures.txt"],
+        substitutions=[{"requested": "budget.xlsx", "delivered": "q3_figures.txt", "reason": "x"}],
+    )
     status, files = find_delivered("budget.xlsx", tmp_path)
     assert status == "substitute" and [f.name for f in files] == ["q3_figures.txt"]
 
@@ -168,7 +175,9 @@ def test_completion_record_is_shown_without_substitution_reasons(tmp_path: Path)
     write_record(
         tmp_path,
         ["budget.csv"],
-        substitutions=[{"requested": "budget.xlsx", "delivered": "budget.csv", "reason": "binary formats cannot be produced here"}],
+        substitutions=[
+            {"requested": "budget.xlsx", "delivered": "budget.csv", "reason": "binary formats cannot be produced here"}
+        ],
         questions=["Should capital items deferred to January be accrued?"],
         notes="Travel overrun traced to the September conference.",
     )

@@ -10,21 +10,23 @@ from pilot.report import run_fidelity
 
 ARMS = ["A0", "A1"]
 # Six finished runs: their statuses, violations, caps, deviations and nodes are chosen so every count below is read off by eye.
-RUNS = pd.DataFrame({
-    "run_id": ["r1", "r2", "r3", "r4", "r5", "r6"],
-    "arm": ["A0", "A0", "A0", "A1", "A1", "A1"],
-    "model": ["w", "w", "w", "w", "w", "other"],
-    "status": ["completed", "capped", "agent_error", "completed", "capped", "completed"],
-    "censored": [False, True, False, False, True, False],
-    "censor_reason": [None, "wall", None, None, "cost", None],
-    "E": [True, False, False, False, "True", None],
-    "deviations": [2, 0, 0, 1, 0, 0],
-    "eval_error": [None, None, None, "oracle crashed", None, None],
-    "D": [1.0, 0.0, 0.0, None, 1.0, 1.0],
-    "n_judges": [3, 3, 0, 0, 3, 3],
-    "S": [0.0, 0.0, None, None, 1.0, 1.0],
-    "node": ["n1", "n1", "n2", "n2", "n2", "n1"],
-})
+RUNS = pd.DataFrame(
+    {
+        "run_id": ["r1", "r2", "r3", "r4", "r5", "r6"],
+        "arm": ["A0", "A0", "A0", "A1", "A1", "A1"],
+        "model": ["w", "w", "w", "w", "w", "other"],
+        "status": ["completed", "capped", "agent_error", "completed", "capped", "completed"],
+        "censored": [False, True, False, False, True, False],
+        "censor_reason": [None, "wall", None, None, "cost", None],
+        "E": [True, False, False, False, "True", None],
+        "deviations": [2, 0, 0, 1, 0, 0],
+        "eval_error": [None, None, None, "oracle crashed", None, None],
+        "D": [1.0, 0.0, 0.0, None, 1.0, 1.0],
+        "n_judges": [3, 3, 0, 0, 3, 3],
+        "S": [0.0, 0.0, None, None, 1.0, 1.0],
+        "node": ["n1", "n1", "n2", "n2", "n2", "n1"],
+    }
+)
 RECORDS = [
     {"run_id": "r1", "deviations": [{"blocked_by": "mask"}, {"blocked_by": "cli_rule"}]},
     {"run_id": "r4", "deviations": [{"blocked_by": "mask"}]},
@@ -58,27 +60,41 @@ def test_only_routes_that_occur_are_listed():
 
 
 def test_records_are_read_from_the_store_rows():
-    rows = [{"run_id": "r1", "record_json": json.dumps({"deviations": [{"blocked_by": "mask"}]})}, {"run_id": "r9", "record_json": "not json"}]
+    rows = [
+        {"run_id": "r1", "record_json": json.dumps({"deviations": [{"blocked_by": "mask"}]})},
+        {"run_id": "r9", "record_json": "not json"},
+    ]
     assert run_fidelity.records_of(rows) == [{"deviations": [{"blocked_by": "mask"}], "run_id": "r1"}, {"run_id": "r9"}]
 
 
 def test_flow_by_arm_follows_each_cell_to_the_analysis():
-    cells = pd.DataFrame({
-        "run_id": ["r1", "r2", "r3", "r4", "r5", "r6", "r7"],
-        "arm": ["A0", "A0", "A0", "A1", "A1", "A1", "A1"],
-        "status": ["done"] * 6 + ["failed"],
-    })
-    attempts = pd.DataFrame({
-        "run_id": ["r1", "r2", "r3", "r4", "r5", "r6", "r7", "r7", "r4"],
-        "outcome": ["ok"] * 6 + ["infra_error", "infra_error", "interrupted"],
-    })
+    cells = pd.DataFrame(
+        {
+            "run_id": ["r1", "r2", "r3", "r4", "r5", "r6", "r7"],
+            "arm": ["A0", "A0", "A0", "A1", "A1", "A1", "A1"],
+            "status": ["done"] * 6 + ["failed"],
+        }
+    )
+    attempts = pd.DataFrame(
+        {
+            "run_id": ["r1", "r2", "r3", "r4", "r5", "r6", "r7", "r7", "r4"],
+            "outcome": ["ok"] * 6 + ["infra_error", "infra_error", "interrupted"],
+        }
+    )
     t = run_fidelity.flow_by_arm(cells, attempts, RUNS, ARMS, "w").set_index("step")
     expected = {  # step: (A0, A1), counted by hand from RUNS and the tables above
-        "assigned": (3, 4), "dispatched": (3, 4), "infrastructure reruns": (0, 3), "failed": (0, 1), "finished": (3, 3),
-        "completed": (1, 2), "capped": (1, 1), "agent error": (1, 0),
+        "assigned": (3, 4),
+        "dispatched": (3, 4),
+        "infrastructure reruns": (0, 3),
+        "failed": (0, 1),
+        "finished": (3, 3),
+        "completed": (1, 2),
+        "capped": (1, 1),
+        "agent error": (1, 0),
         "evaluated": (3, 2),  # r4 has an evaluation error
         "judged": (2, 2),  # r3 was not judged
-        "other model": (0, 1), "analysed": (2, 1),
+        "other model": (0, 1),
+        "analysed": (2, 1),
     }
     for step, (a0, a1) in expected.items():
         assert (t.loc[step, "A0"], t.loc[step, "A1"], t.loc[step, "total"]) == (a0, a1, a0 + a1), step
@@ -88,17 +104,33 @@ def test_the_summary_orders_seven_hypotheses_and_names_a_missing_one(tmp_path):
     from pilot.report import stage_outputs
     from pilot.report.stage_outputs import StageData
 
-    rows = [{"hypothesis": f"H{i}", "statement": f"s{i}", "criterion": f"c{i}", "estimate": "0.100", "interval": "0.000 to 0.200", "test": "p = 0.500",
-             "verdict": "not consistent" if i == 5 else "consistent", "failing": "A1's rate 0.100 is not below 0.1" if i == 5 else "", "remark": ""}
-            for i in (7, 2, 1, 5, 4, 3)]  # out of order, H6 missing
+    rows = [
+        {
+            "hypothesis": f"H{i}",
+            "statement": f"s{i}",
+            "criterion": f"c{i}",
+            "estimate": "0.100",
+            "interval": "0.000 to 0.200",
+            "test": "p = 0.500",
+            "verdict": "not consistent" if i == 5 else "consistent",
+            "failing": "A1's rate 0.100 is not below 0.1" if i == 5 else "",
+            "remark": "",
+        }
+        for i in (7, 2, 1, 5, 4, 3)
+    ]  # out of order, H6 missing
     summary = stage_outputs.hypotheses_summary(rows)
     assert list(summary["hypothesis"]) == ["H1", "H2", "H3", "H4", "H5", "H7"]
     data = StageData(runs=RUNS, source="test", synthetic=False, simulated=True, study_name="t")
     out = stage_outputs.write_hypotheses_summary(summary, data, tmp_path / "t", tmp_path / "g")
     table = out["hypotheses_summary_table.tex"].read_text()
-    assert "not consistent: A1's rate 0.100 is not below 0.1" in table and "Not in this table, because their stage wrote no result: H6." in table
+    assert (
+        "not consistent: A1's rate 0.100 is not below 0.1" in table
+        and "Not in this table, because their stage wrote no result: H6." in table
+    )
     paragraphs = out["discussion_hypotheses.tex"].read_text()
-    assert [line.split("}")[0] for line in paragraphs.splitlines() if line.startswith("\\paragraph")] == [f"\\paragraph{{H{i}." for i in (1, 2, 3, 4, 5, 7)]
+    assert [line.split("}")[0] for line in paragraphs.splitlines() if line.startswith("\\paragraph")] == [
+        f"\\paragraph{{H{i}." for i in (1, 2, 3, 4, 5, 7)
+    ]
 
 
 def test_the_secondary_cost_counts_a_run_without_a_reported_cost_at_its_charge():
@@ -110,7 +142,9 @@ def test_the_secondary_cost_counts_a_run_without_a_reported_cost_at_its_charge()
     first = runs.index[(runs["arm"] == "A1") & (runs["model"] == runs["model"].iloc[0])][0]
     runs.loc[first, "charged_usd"] = float(runs.loc[first, "cost_usd"]) + float(runs.loc[first, "judge_cost_usd"]) + 5.0
     base = sensitivity.secondary_endpoints(runs).table.set_index("arm")
-    runs.loc[first, "cost_usd"] = float("nan")  # killed before it reported; the ledger charged 5 dollars more than it drew
+    runs.loc[first, "cost_usd"] = float(
+        "nan"
+    )  # killed before it reported; the ledger charged 5 dollars more than it drew
     after = sensitivity.secondary_endpoints(runs)
     t = after.table.set_index("arm")
     # Scenario-weighted: the run's scenario mean in A1 rises by 5 / (its scenario's A1 runs), the arm mean by that over J.

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from schedule_support import NODES, REQUIRES, ControlledExecutor, completed, make_store
 
 from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.report import run_report
 from pilot.schedule import Scheduler
-from schedule_support import NODES, REQUIRES, ControlledExecutor, completed, make_store
 
 
 def _policy():
@@ -28,12 +28,28 @@ def _policy():
 
 def test_flow_and_ledger_come_from_the_store(tmp_path):
     st = make_store(tmp_path, scenarios=["ACC-01", "HR-01"])
-    Scheduler(st, ControlledExecutor(_policy(), batch=2), NODES, backend="simulated", requires=REQUIRES,
-              progress=False, poll_s=0, max_infra_attempts=2).run("pilot")
+    Scheduler(
+        st,
+        ControlledExecutor(_policy(), batch=2),
+        NODES,
+        backend="simulated",
+        requires=REQUIRES,
+        progress=False,
+        poll_s=0,
+        max_infra_attempts=2,
+    ).run("pilot")
     cells = st.cell_rows()
     done = [c for c in cells if c["status"] == "done"]
-    runs = pd.DataFrame({"run_id": [c["run_id"] for c in done], "wave": "pilot", "model": "claude-opus-5-5",
-                         "censored": [i == 0 for i in range(len(done))], "n_judges": 3, "S": [1.0] * (len(done) - 1) + [None]})
+    runs = pd.DataFrame(
+        {
+            "run_id": [c["run_id"] for c in done],
+            "wave": "pilot",
+            "model": "claude-opus-5-5",
+            "censored": [i == 0 for i in range(len(done))],
+            "n_judges": 3,
+            "S": [1.0] * (len(done) - 1) + [None],
+        }
+    )
     report = run_report.collect(st, runs)
     n = len(cells)  # 2 scenarios x 5 arms x pilot repeats
     a0 = sum(".A0." in c["run_id"] for c in cells)

@@ -5,18 +5,43 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fake_messages_api import FakeMessagesAPI
-from pilot import paths, protocol
-from pilot.cli.main import main
 from worker_env_support import make_worker_env
 
-FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
-needs = pytest.mark.skipif(not (paths.SCENARIOS_DIR / "LEGAL-01" / "scenario.yml").is_file(), reason="scenario LEGAL-01 not in the protocol yet")
+from pilot import paths, protocol
+from pilot.cli.main import main
 
-RECORD_FIELDS = {"status", "censored", "censor_reason", "cost_usd", "wall_s", "turns", "tool_calls", "tool_calls_by_tool", "questions",
-                 "deviations", "D", "E", "E_reasons", "criteria_passed", "criteria_total", "criteria", "selfcheck_first",
-                 "recovery_used", "selfcheck_final", "cli_version", "infra_error", "workspace", "transcript"}
+FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
+needs = pytest.mark.skipif(
+    not (paths.SCENARIOS_DIR / "LEGAL-01" / "scenario.yml").is_file(),
+    reason="scenario LEGAL-01 not in the protocol yet",
+)
+
+RECORD_FIELDS = {
+    "status",
+    "censored",
+    "censor_reason",
+    "cost_usd",
+    "wall_s",
+    "turns",
+    "tool_calls",
+    "tool_calls_by_tool",
+    "questions",
+    "deviations",
+    "D",
+    "E",
+    "E_reasons",
+    "criteria_passed",
+    "criteria_total",
+    "criteria",
+    "selfcheck_first",
+    "recovery_used",
+    "selfcheck_final",
+    "cli_version",
+    "infra_error",
+    "workspace",
+    "transcript",
+}
 
 
 @needs
@@ -27,8 +52,15 @@ def test_run_one_simulated_prints_the_record_and_leaves_the_run_on_disk(tmp_path
     assert RECORD_FIELDS <= set(rec)
     assert rec["backend"] == "simulated" and rec["scenario"] == "LEGAL-01" and rec["arm"] == "A4" and rec["seed"] == 4
     assert rec["selfcheck_first"] is not None
-    for name in ("workspace/BRIEF.md", "workspace/POLICY.md", "workspace/CHECKPOINT.md", "workspace/selfcheck.py",
-                 "transcript.jsonl", "evaluation.json", "run_record.json"):
+    for name in (
+        "workspace/BRIEF.md",
+        "workspace/POLICY.md",
+        "workspace/CHECKPOINT.md",
+        "workspace/selfcheck.py",
+        "transcript.jsonl",
+        "evaluation.json",
+        "run_record.json",
+    ):
         assert (out / name).is_file(), name
     assert json.loads((out / "run_record.json").read_text()) == rec
 
@@ -46,8 +78,21 @@ def api(monkeypatch):
 def test_run_one_claude_code_against_the_test_double(tmp_path, capsys, api):
     env = make_worker_env(tmp_path)
     out = tmp_path / "runs" / "r"
-    code = main(["run-one", "LEGAL-01", "A1", "--backend", "claude-code", "--out", str(out), "--claude-bin", str(FAKE_CLI),
-                 "--worker-env", str(env)])
+    code = main(
+        [
+            "run-one",
+            "LEGAL-01",
+            "A1",
+            "--backend",
+            "claude-code",
+            "--out",
+            str(out),
+            "--claude-bin",
+            str(FAKE_CLI),
+            "--worker-env",
+            str(env),
+        ]
+    )
     rec = json.loads(capsys.readouterr().out)
     assert code == 0 and rec["status"] == "completed" and rec["cli_version"] == "2.1.332"
     assert rec["D"] is False  # the double's default session writes nothing
@@ -59,10 +104,25 @@ def test_run_one_claude_code_against_the_test_double(tmp_path, capsys, api):
 def test_run_one_refuses_a_host_that_cannot_isolate_unless_opted_out(tmp_path, capsys, api, monkeypatch):
     from pilot.agents import sandbox
 
-    monkeypatch.setattr(sandbox, "isolation_problems", lambda: ("bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox`",))
+    monkeypatch.setattr(
+        sandbox,
+        "isolation_problems",
+        lambda: ("bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox`",),
+    )
     env = make_worker_env(tmp_path)
-    args = ["run-one", "LEGAL-01", "A1", "--backend", "claude-code", "--out", str(tmp_path / "r"), "--claude-bin", str(FAKE_CLI),
-            "--worker-env", str(env)]
+    args = [
+        "run-one",
+        "LEGAL-01",
+        "A1",
+        "--backend",
+        "claude-code",
+        "--out",
+        str(tmp_path / "r"),
+        "--claude-bin",
+        str(FAKE_CLI),
+        "--worker-env",
+        str(env),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "bwrap" in err and "ensure-system-packages.sh sandbox" in err and not (tmp_path / "r").exists()

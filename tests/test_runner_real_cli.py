@@ -8,14 +8,14 @@ No request leaves the machine: ``ANTHROPIC_BASE_URL`` points at the fake API.
 from __future__ import annotations
 
 import pytest
-
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+from real_cli_support import real_cli
+from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
+
 from pilot import paths, protocol
 from pilot.agents import claude_code, sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
-from real_cli_support import real_cli
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 SID = "LEGAL-01"
 
@@ -23,9 +23,13 @@ SID = "LEGAL-01"
 CLI = real_cli()
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)"),
+    pytest.mark.skipif(
+        CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)"
+    ),
     pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed"),
-    pytest.mark.skipif(not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"),
+    pytest.mark.skipif(
+        not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"
+    ),
 ]
 
 
@@ -37,9 +41,18 @@ def not_bare(monkeypatch):
 
 def _run(tmp_path, arm, api, worker_env, caps=Caps(20.0, 120)):
     # The cap covers the model proxy's worst case of a request (its input plus max_tokens at the output price).
-    return run_attempt(SID, arm, backend="claude-code", out_dir=tmp_path / "runs" / "r", seed=1, claude_bin=CLI, caps=caps,
-                       worker_env=worker_env, evaluate=False,
-                       environ={"ANTHROPIC_API_KEY": "sk-ant-test-only", "ANTHROPIC_BASE_URL": api.url})
+    return run_attempt(
+        SID,
+        arm,
+        backend="claude-code",
+        out_dir=tmp_path / "runs" / "r",
+        seed=1,
+        claude_bin=CLI,
+        caps=caps,
+        worker_env=worker_env,
+        evaluate=False,
+        environ={"ANTHROPIC_API_KEY": "sk-ant-test-only", "ANTHROPIC_BASE_URL": api.url},
+    )
 
 
 def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not_bare):
@@ -68,7 +81,9 @@ def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not
 
 
 def test_resume_reports_the_session_total(tmp_path, worker_env, not_bare):
-    with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Stopping early."), text_turn("Resumed.")]) as api:
+    with FakeMessagesAPI(
+        protocol.study()["worker"]["model"], [text_turn("Stopping early."), text_turn("Resumed.")]
+    ) as api:
         rec = _run(tmp_path, "A4", api, worker_env)
         sent = [len(r.get("messages", [])) for r in api.requests if r.get("model") == api.model]
     first, second = rec.sessions
@@ -88,7 +103,9 @@ def test_bare_mode_and_the_arm_tool_sets(tmp_path, worker_env):
     if rec.status == "infra_error":
         assert "tool set mismatch" in rec.infra_error and calls == 0
     else:
-        assert rec.sessions[0]["tools_offered"] and sorted(rec.sessions[0]["tools_offered"]) == sorted(protocol.arms()["A0"].tools)
+        assert rec.sessions[0]["tools_offered"] and sorted(rec.sessions[0]["tools_offered"]) == sorted(
+            protocol.arms()["A0"].tools
+        )
 
 
 def test_the_study_launch_offers_each_arm_its_tool_set(tmp_path, worker_env):

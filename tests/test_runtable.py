@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from pilot import protocol, runtable
-from pilot.simulated import synthetic
 from pilot.runtable import RunTableError
+from pilot.simulated import synthetic
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +31,45 @@ def test_schema_is_one_list_with_the_judge_columns():
     assert len(names) == len(set(names))
     for jid in runtable.judge_ids():
         assert f"Q_{jid}" in names
-    design = ["run_id", "study", "backend", "scenario", "occupation", "arm", "repeat", "model", "wave", "seed", "order_index", "node",
-              "attempts", "D", "E", "E_reasons", "criteria_passed", "criteria_total", "Q", "n_judges", "judge_accept_votes", "S",
-              "cost_usd", "judge_cost_usd", "wall_s", "turns", "tool_calls", "questions", "H_minutes", "censored", "censor_reason",
-              "status", "selfcheck_first", "recovery_used", "selfcheck_final", "designed_depth", "professional_minutes"]
+    design = [
+        "run_id",
+        "study",
+        "backend",
+        "scenario",
+        "occupation",
+        "arm",
+        "repeat",
+        "model",
+        "wave",
+        "seed",
+        "order_index",
+        "node",
+        "attempts",
+        "D",
+        "E",
+        "E_reasons",
+        "criteria_passed",
+        "criteria_total",
+        "Q",
+        "n_judges",
+        "judge_accept_votes",
+        "S",
+        "cost_usd",
+        "judge_cost_usd",
+        "wall_s",
+        "turns",
+        "tool_calls",
+        "questions",
+        "H_minutes",
+        "censored",
+        "censor_reason",
+        "status",
+        "selfcheck_first",
+        "recovery_used",
+        "selfcheck_final",
+        "designed_depth",
+        "professional_minutes",
+    ]
     assert set(design) <= set(names)
     frame = runtable.schema_frame()
     assert list(frame.columns) == ["column", "type", "nullable", "allowed", "range", "meaning"]
@@ -66,7 +101,12 @@ def test_unknown_arm_scenario_and_duplicates(table):
     df = table.copy()
     df.loc[2, "arm"] = "A9"
     _refused(df, "arm", "unknown arm 'A9'")
-    _refused(table, "scenario", "unknown scenario", scenarios=["ACC-01"] if table.loc[0, "scenario"] != "ACC-01" else ["LEGAL-01"])
+    _refused(
+        table,
+        "scenario",
+        "unknown scenario",
+        scenarios=["ACC-01"] if table.loc[0, "scenario"] != "ACC-01" else ["LEGAL-01"],
+    )
     df = table.copy()
     df.loc[5, "scenario"] = "not a scenario"
     _refused(df, "scenario", "is not a scenario id")
@@ -74,7 +114,9 @@ def test_unknown_arm_scenario_and_duplicates(table):
     df.loc[5, "run_id"] = df.loc[4, "run_id"]
     _refused(df, "run_id", "duplicated run id")
     df = table.copy()
-    df.loc[5, ["scenario", "arm", "repeat", "model", "occupation", "designed_depth", "professional_minutes"]] = df.loc[4, ["scenario", "arm", "repeat", "model", "occupation", "designed_depth", "professional_minutes"]].values
+    df.loc[5, ["scenario", "arm", "repeat", "model", "occupation", "designed_depth", "professional_minutes"]] = df.loc[
+        4, ["scenario", "arm", "repeat", "model", "occupation", "designed_depth", "professional_minutes"]
+    ].values
     _refused(df, "repeat", "duplicated cell")
 
 

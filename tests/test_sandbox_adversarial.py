@@ -25,13 +25,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+from real_cli_support import real_cli, require_real_sandbox
+
 from pilot import paths, protocol
 from pilot.agents import launch, sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
-from real_cli_support import real_cli, require_real_sandbox
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
@@ -70,9 +70,15 @@ def decoys(tmp_path_factory):
     tmp_file.write_text("host tmp secret\n")
     input_file = paths.SCENARIOS_DIR / SID / "inputs" / "bank_statement_2026-10.csv"
     out = {
-        "root": root, "other_oracle": other_checkout / "oracle.yml", "other_study": other_study.parent.parent.parent,
-        "home_file": home_file, "tmp_file": tmp_file, "escape": f"pilot-escape-{tag}", "input_file": input_file,
-        "input_before": input_file.read_bytes(), "own_oracle": paths.SCENARIOS_DIR / SID / "oracle.yml",
+        "root": root,
+        "other_oracle": other_checkout / "oracle.yml",
+        "other_study": other_study.parent.parent.parent,
+        "home_file": home_file,
+        "tmp_file": tmp_file,
+        "escape": f"pilot-escape-{tag}",
+        "input_file": input_file,
+        "input_before": input_file.read_bytes(),
+        "own_oracle": paths.SCENARIOS_DIR / SID / "oracle.yml",
     }
     yield out
     home_file.unlink(missing_ok=True)
@@ -85,9 +91,18 @@ def _attempt(tmp_path: Path, arm: str, routes: list[tuple[str, str, dict]], caps
     """One real attempt whose model makes exactly ``routes`` (id, tool, input), one tool call per turn."""
     turns = [tool_turn(tool, inp, tid) for tid, tool, inp in routes] + [text_turn("Done.")]
     with FakeMessagesAPI(MODEL, turns, usage=usage) as api:
-        rec = run_attempt(SID, arm, backend="claude-code", out_dir=tmp_path / "runs" / arm, seed=1, claude_bin=CLI, caps=caps,
-                          worker_env=WORKER_ENV, evaluate=False,
-                          environ={"ANTHROPIC_API_KEY": OPERATOR_KEY, "ANTHROPIC_BASE_URL": api.url})
+        rec = run_attempt(
+            SID,
+            arm,
+            backend="claude-code",
+            out_dir=tmp_path / "runs" / arm,
+            seed=1,
+            claude_bin=CLI,
+            caps=caps,
+            worker_env=WORKER_ENV,
+            evaluate=False,
+            environ={"ANTHROPIC_API_KEY": OPERATOR_KEY, "ANTHROPIC_BASE_URL": api.url},
+        )
         results = api.tool_results()
         keys = {h.get("x-api-key") for h in getattr(api, "headers", [])}
         sent = list(api.requests)
@@ -128,31 +143,47 @@ def _shell_routes(d: dict, run_dir: Path, api_port: int) -> list[tuple[str, str,
         _bash("bash_c", "bash -c 'curl --version'"),
         _bash("sh_c", "sh -c 'wget --version'"),
         _bash("eval", 'eval "$(echo curl) --version"'),
-        _bash("runtime_name", "python3 -c \"import subprocess; subprocess.run(['cu' + 'rl', '--version'], check=True)\""),
+        _bash(
+            "runtime_name", "python3 -c \"import subprocess; subprocess.run(['cu' + 'rl', '--version'], check=True)\""
+        ),
         _bash("runtime_name_shell", """sh -c 'X=cu; Y=rl; "$X$Y" --version'"""),
         _bash("absolute", "/usr/bin/curl --version"),
         _bash("copied", "cp /usr/bin/curl ./c && ./c --version; s=$?; rm -f ./c; exit $s"),
         _bash("ld_so", "/lib64/ld-linux-x86-64.so.2 /usr/bin/curl --version"),
-        _bash("py_subprocess", "python3 -c \"import subprocess; subprocess.run(['soffice', '--version'], check=True)\""),
+        _bash(
+            "py_subprocess", "python3 -c \"import subprocess; subprocess.run(['soffice', '--version'], check=True)\""
+        ),
         _bash("ctypes_lo", "python3 -c \"import ctypes; ctypes.CDLL('/usr/lib/libreoffice/program/libmergedlo.so')\""),
         ("gcc_write", "Write", {"file_path": str(ws / "esc.c"), "content": C_PROGRAM}),
         _bash("gcc_run", "gcc esc.c -o esc && ./esc"),
         _bash("socket", "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)\""),
         _bash("dev_tcp", f"bash -c 'echo hi > /dev/tcp/127.0.0.1/{api_port}'"),
-        _bash("urllib", "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://example.com/', timeout=5).status)\""),
-        _bash("direct_api", "python3 -c \"import os, urllib.request; r = urllib.request.Request("
-                            f"'http://127.0.0.1:{api_port}/v1/messages', data=b'{{}}', headers={{'x-api-key': os.environ['ANTHROPIC_API_KEY']}}); "
-                            "print(urllib.request.urlopen(r, timeout=5).status)\""),
+        _bash(
+            "urllib",
+            "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://example.com/', timeout=5).status)\"",
+        ),
+        _bash(
+            "direct_api",
+            'python3 -c "import os, urllib.request; r = urllib.request.Request('
+            f"'http://127.0.0.1:{api_port}/v1/messages', data=b'{{}}', headers={{'x-api-key': os.environ['ANTHROPIC_API_KEY']}}); "
+            'print(urllib.request.urlopen(r, timeout=5).status)"',
+        ),
         _bash("key", "env | grep -c sk-ant-operator; echo key=$ANTHROPIC_API_KEY"),
         _bash("read_other_checkout", f"cat {d['other_oracle']}"),
         _bash("read_own_checkout", f"cat {d['own_oracle']}"),
-        _bash("find_studies", f"ls {d['other_study']}; find / -name portal_credentials.json -not -path '/proc/*' 2>/dev/null; echo found-end"),
+        _bash(
+            "find_studies",
+            f"ls {d['other_study']}; find / -name portal_credentials.json -not -path '/proc/*' 2>/dev/null; echo found-end",
+        ),
         _bash("read_home", f"cat {d['home_file']}"),
         _bash("read_host_tmp", f"cat {d['tmp_file']}"),
         _bash("write_tmp", f"echo x > /tmp/{d['escape']} && echo x > /var/tmp/{d['escape']} && echo wrote"),
         _bash("write_protocol", f"echo 'x,1' >> {d['input_file']}"),
-        _bash("record", f": > ../transcript.jsonl; : > {run_dir}/transcript.jsonl; echo '{{}}' > {run_dir}/run_record.json; "
-                        f"ls {run_dir}/record 2>&1; echo record-end"),
+        _bash(
+            "record",
+            f": > ../transcript.jsonl; : > {run_dir}/transcript.jsonl; echo '{{}}' > {run_dir}/run_record.json; "
+            f"ls {run_dir}/record 2>&1; echo record-end",
+        ),
         _bash("stub_overwrite", "bash -c \"echo 'echo hacked' > /usr/bin/curl\"; bash -c 'curl --version'"),
     ]
 
@@ -166,12 +197,29 @@ def a1(tmp_path_factory, decoys):
         routes = _shell_routes(decoys, run_dir, port)
         rec, results, api, keys, sent = _attempt(tmp, "A1", routes)
         direct_hits = len(probe.requests)
-    return {"rec": rec, "results": results, "routes": routes, "keys": keys, "run_dir": run_dir, "direct_hits": direct_hits, "sent": sent}
+    return {
+        "rec": rec,
+        "results": results,
+        "routes": routes,
+        "keys": keys,
+        "run_dir": run_dir,
+        "direct_hits": direct_hits,
+        "sent": sent,
+    }
 
 
 DENIED_ROUTES = {  # route -> the family its deviation names
-    "direct": "curl", "bash_c": "curl", "sh_c": "wget", "eval": "curl", "runtime_name": "curl", "absolute": "curl",
-    "copied": "curl", "ld_so": "curl", "py_subprocess": "soffice", "ctypes_lo": "soffice", "gcc_write": "soffice",
+    "direct": "curl",
+    "bash_c": "curl",
+    "sh_c": "wget",
+    "eval": "curl",
+    "runtime_name": "curl",
+    "absolute": "curl",
+    "copied": "curl",
+    "ld_so": "curl",
+    "py_subprocess": "soffice",
+    "ctypes_lo": "soffice",
+    "gcc_write": "soffice",
 }
 NETWORK_ROUTES = ("gcc_run", "socket", "dev_tcp", "urllib", "direct_api")
 
@@ -183,7 +231,9 @@ def test_a1_every_denied_program_route_is_impossible_and_recorded(a1):
         devs = [d for d in _devs(rec, tid) if d["kind"] == "denied_family"]
         assert devs and devs[0]["family"] == family, (tid, rec.deviations)
         # The CLI's rule stops what it can read (curl typed, or its full path); the sandbox stops the rest.
-        expected = {"direct": {"cli_rule"}, "absolute": {"cli_rule", "mask"}, "gcc_write": {"not_run"}}.get(tid, {"mask"})
+        expected = {"direct": {"cli_rule"}, "absolute": {"cli_rule", "mask"}, "gcc_write": {"not_run"}}.get(
+            tid, {"mask"}
+        )
         assert devs[0]["blocked_by"] in expected, (tid, devs)
     # Each program route failed inside: the stub (it names the family), an absent tree, or no ELF file to load.
     for tid in ("bash_c", "sh_c", "eval", "runtime_name", "copied", "py_subprocess", "gcc_run"):
@@ -226,9 +276,14 @@ def test_a1_reads_and_writes_outside_the_workspace_fail(a1, decoys):
     results = a1["results"]
     for tid in ("read_other_checkout", "read_own_checkout", "read_home", "read_host_tmp"):
         assert "No such file or directory" in results[tid], (tid, results[tid])
-    assert "planted" not in results["read_other_checkout"] and "secret" not in results["read_home"] + results["read_host_tmp"]
+    assert (
+        "planted" not in results["read_other_checkout"]
+        and "secret" not in results["read_home"] + results["read_host_tmp"]
+    )
     found = results["find_studies"]
-    assert "other-study-secret" not in found and str(decoys["other_study"]) not in found.replace(f"ls: cannot access '{decoys['other_study']}'", "")
+    assert "other-study-secret" not in found and str(decoys["other_study"]) not in found.replace(
+        f"ls: cannot access '{decoys['other_study']}'", ""
+    )
     assert "No such file or directory" in found
     assert [ln for ln in found.splitlines() if ln.endswith("portal_credentials.json")] == []
     # Writes to /tmp and /var/tmp land in the sandbox's private folders; the host's stay untouched.
@@ -255,7 +310,13 @@ def test_a1_tools_and_deviations_come_from_the_harness_copy(a1):
     rec = a1["rec"]
     events = [json.loads(x) for x in (a1["run_dir"] / "transcript.jsonl").read_text().splitlines() if x.strip()]
     assert events[-1]["type"] == "result"
-    ids = [b["id"] for e in events if e["type"] == "assistant" for b in e["message"]["content"] if b.get("type") == "tool_use"]
+    ids = [
+        b["id"]
+        for e in events
+        if e["type"] == "assistant"
+        for b in e["message"]["content"]
+        if b.get("type") == "tool_use"
+    ]
     assert ids == [tid for tid, _, _ in a1["routes"]]
     assert rec.metered_cost_usd is not None and Decimal(rec.metered_cost_usd) > 0
 
@@ -275,13 +336,17 @@ def test_a0_reads_and_writes_nothing_outside_its_workspace(tmp_path, decoys):
     rec, results, *_ = _attempt(tmp_path, "A0", routes)
     assert rec.status == "completed" and rec.enforcement == "bubblewrap"
     for tid in ("read_other", "read_own", "read_home"):
-        assert "planted" not in results[tid] and "secret" not in results[tid] and "does not exist" in results[tid].lower(), results[tid]
+        assert (
+            "planted" not in results[tid] and "secret" not in results[tid] and "does not exist" in results[tid].lower()
+        ), results[tid]
     assert "portal_credentials.json" not in results["glob_studies"]
     # Outside the workspace and the private /tmp nothing takes a write (the sandbox's root is read-only). A checkout
     # that itself lies under /tmp is hidden by the sandbox's private /tmp, so there the write lands in that tmpfs;
     # either way the host's file stays as it was (checked below).
     if not decoys["input_file"].resolve().is_relative_to("/tmp"):
-        assert "read-only" in results["write_protocol"].lower() or "EROFS" in results["write_protocol"], results["write_protocol"]
+        assert "read-only" in results["write_protocol"].lower() or "EROFS" in results["write_protocol"], results[
+            "write_protocol"
+        ]
     # The design's same inputs for every arm: A0 keeps its workbook, which its Read tool cannot open (interpretations.md).
     assert "cannot read binary files" in results["read_binary"]
     assert not Path("/tmp", decoys["escape"]).exists()
@@ -295,7 +360,9 @@ def test_a0_reads_and_writes_nothing_outside_its_workspace(tmp_path, decoys):
 def test_a2_lifts_the_native_utilities_but_not_libreoffice_or_the_network(tmp_path, arm):
     routes = [
         _bash("bash_c", "bash -c 'curl --version'"),
-        _bash("py_subprocess", "python3 -c \"import subprocess; subprocess.run(['soffice', '--version'], check=True)\""),
+        _bash(
+            "py_subprocess", "python3 -c \"import subprocess; subprocess.run(['soffice', '--version'], check=True)\""
+        ),
         _bash("ctypes_lo", "python3 -c \"import ctypes; ctypes.CDLL('/usr/lib/libreoffice/program/libmergedlo.so')\""),
         _bash("socket", "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 443), timeout=3)\""),
         _bash("chromium", "ls /usr/lib/chromium | wc -l; chromium --version"),
@@ -308,7 +375,9 @@ def test_a2_lifts_the_native_utilities_but_not_libreoffice_or_the_network(tmp_pa
     assert {d["kind"] for d in _devs(rec, "socket")} == {"network_use", "network_refused"}
     # Chromium is a feature A2 lacks: its install tree is empty; calling it is no deviation.
     lines = results["chromium"].splitlines()
-    assert "0" in [ln.strip() for ln in lines] and "Chromium 1" not in results["chromium"] and not _devs(rec, "chromium")
+    assert (
+        "0" in [ln.strip() for ln in lines] and "Chromium 1" not in results["chromium"] and not _devs(rec, "chromium")
+    )
 
 
 PLAYWRIGHT = textwrap.dedent("""\
@@ -328,10 +397,16 @@ PLAYWRIGHT = textwrap.dedent("""\
 def test_full_access_arms_keep_libreoffice_chromium_and_their_portal_only(tmp_path, arm):
     ws = (tmp_path / "runs" / arm / "workspace").resolve()
     routes = [
-        _bash("soffice", "soffice --headless --convert-to xlsx --outdir outputs inputs/bank_statement_2026-10.csv >/dev/null 2>&1; ls outputs"),
+        _bash(
+            "soffice",
+            "soffice --headless --convert-to xlsx --outdir outputs inputs/bank_statement_2026-10.csv >/dev/null 2>&1; ls outputs",
+        ),
         ("pw_write", "Write", {"file_path": str(ws / "browse.py"), "content": PLAYWRIGHT}),
         _bash("playwright", "python3 browse.py"),
-        _bash("portal_curl", "curl -s -L -o /dev/null -w 'portal=%{http_code}' \"$(python3 -c \"import json; print(json.load(open('portal_credentials.json'))['url'])\")/sign-in\""),
+        _bash(
+            "portal_curl",
+            "curl -s -L -o /dev/null -w 'portal=%{http_code}' \"$(python3 -c \"import json; print(json.load(open('portal_credentials.json'))['url'])\")/sign-in\"",
+        ),
         _bash("outside", "curl -sS -m 5 https://example.com/ -o /dev/null; echo rc=$?"),
     ]
     rec, results, *_ = _attempt(tmp_path, arm, routes)
@@ -401,7 +476,9 @@ def _is_sleep(cmdline: str, seconds: str) -> bool:
 
 def test_no_process_survives_a_killed_scheduler(tmp_path):
     run_dir = (tmp_path / "runs" / "r").resolve()
-    script = SCHEDULER.format(tests=str(Path(__file__).parent), model=MODEL, sid=SID, out=str(run_dir), cli=str(CLI), env=str(WORKER_ENV))
+    script = SCHEDULER.format(
+        tests=str(Path(__file__).parent), model=MODEL, sid=SID, out=str(run_dir), cli=str(CLI), env=str(WORKER_ENV)
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         # The detached sleeps are forked before the foreground one but may exec after it on a loaded machine: wait until all

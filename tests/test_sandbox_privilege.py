@@ -25,13 +25,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+from real_cli_support import real_cli, require_real_sandbox
+
 from pilot import paths, protocol
 from pilot.agents import bounds, launch, worker_user
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
-from real_cli_support import real_cli, require_real_sandbox
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
@@ -49,7 +49,7 @@ def _the_real_thing():
     require_real_sandbox()
 
 
-_PROBE = textwrap.dedent(r'''
+_PROBE = textwrap.dedent(r"""
     import ctypes, json, os, subprocess, sys
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -118,14 +118,16 @@ _PROBE = textwrap.dedent(r'''
     call("write_settings", lambda: open(os.path.join(os.path.dirname(os.environ["HOME"]), "settings.json"), "a").close())
     json.dump(out, open("outputs/probe.json", "w"), indent=1)
     print("probe done")
-''')
+""")
 PROBE = _PROBE.replace("{inside_config!r}", repr(launch.INSIDE_CONFIG))
 
 
 def _probe_turns(ws: Path) -> list[dict]:
-    return [tool_turn("Write", {"file_path": str(ws / "probe.py"), "content": PROBE}, "w"),
-            tool_turn("Bash", {"command": "mkdir -p outputs && python3 probe.py", "description": "probe"}, "p"),
-            text_turn("Done.")]
+    return [
+        tool_turn("Write", {"file_path": str(ws / "probe.py"), "content": PROBE}, "w"),
+        tool_turn("Bash", {"command": "mkdir -p outputs && python3 probe.py", "description": "probe"}, "p"),
+        text_turn("Done."),
+    ]
 
 
 def _check_probe(probe: dict, worker_uid: int) -> None:
@@ -135,20 +137,50 @@ def _check_probe(probe: dict, worker_uid: int) -> None:
     assert int(st["Uid"].split()[0]) == worker_uid != 0
     # Inside, the worker's uid is the only one mapped (to bubblewrap's own namespace, never to the host's root range).
     assert probe["uid_map"][0] == str(worker_uid) and probe["uid_map"][2] == "1", probe["uid_map"]
-    for name in ("umount_absent", "umount_stub", "umount_proc", "mount", "unshare_user", "unshare_mount", "mknod", "proc_sys",
-                 "setuid_root", "su"):
+    for name in (
+        "umount_absent",
+        "umount_stub",
+        "umount_proc",
+        "mount",
+        "unshare_user",
+        "unshare_mount",
+        "mknod",
+        "proc_sys",
+        "setuid_root",
+        "su",
+    ):
         assert probe[name]["rc"] != 0, (name, probe[name])
-    for name in ("open_by_handle_at", "ptrace", "write_cli_stdout", "write_cli_stderr", "cli_fd_link", "open_cli_mem", "pidfd_getfd", "signal_cli",
-                 "write_session_store", "write_settings"):
+    for name in (
+        "open_by_handle_at",
+        "ptrace",
+        "write_cli_stdout",
+        "write_cli_stderr",
+        "cli_fd_link",
+        "open_cli_mem",
+        "pidfd_getfd",
+        "signal_cli",
+        "write_session_store",
+        "write_settings",
+    ):
         assert probe[name]["ok"] is False, (name, probe[name])
     assert len(probe["cli_pids"]) == 1 and probe["config_exists"]
 
 
 def _run(out_dir: Path, arm: str, turns: list[dict], limits: bounds.Limits | None = None):
     with FakeMessagesAPI(MODEL, turns) as api:
-        rec = run_attempt(SID, arm, backend="claude-code", out_dir=out_dir, seed=1, claude_bin=CLI, caps=Caps(50.0, 300),
-                          worker_env=WORKER_ENV, evaluate=False, limits=limits,
-                          environ={"ANTHROPIC_API_KEY": "sk-operator", "ANTHROPIC_BASE_URL": api.url})
+        rec = run_attempt(
+            SID,
+            arm,
+            backend="claude-code",
+            out_dir=out_dir,
+            seed=1,
+            claude_bin=CLI,
+            caps=Caps(50.0, 300),
+            worker_env=WORKER_ENV,
+            evaluate=False,
+            limits=limits,
+            environ={"ANTHROPIC_API_KEY": "sk-operator", "ANTHROPIC_BASE_URL": api.url},
+        )
         return rec, api.tool_results()
 
 
@@ -211,8 +243,23 @@ def _harness_user() -> tuple[int, int]:
     try:
         pw = pwd.getpwnam(HARNESS_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--uid", str(HARNESS_UID), "--user-group", "--no-create-home", "--home-dir",
-                        "/nonexistent", "--shell", "/usr/sbin/nologin", HARNESS_USER], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--uid",
+                str(HARNESS_UID),
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                HARNESS_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
         pw = pwd.getpwnam(HARNESS_USER)
     return pw.pw_uid, pw.pw_gid
 
@@ -229,23 +276,50 @@ def test_unprivileged_harness_worker_holds_no_privilege(run_root):
             if not os.stat(p).st_mode & 0o001:
                 os.chmod(p, os.stat(p).st_mode | 0o001)
         os.chown(base, uid, gid)
+
         def readable(p: Path) -> bool:
-            return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "test", "-r", str(p)]).returncode == 0
+            return (
+                subprocess.run(
+                    ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "test", "-r", str(p)]
+                ).returncode
+                == 0
+            )
 
         site = Path(next(p for p in sys.path if p.endswith("site-packages")))
         for p in [paths.ROOT / "src", site, CLI]:
             if not readable(p):
-                pytest.fail(f"{p} is not readable by an unprivileged user: the unprivileged half cannot run from this checkout")
+                pytest.fail(
+                    f"{p} is not readable by an unprivileged user: the unprivileged half cannot run from this checkout"
+                )
         # The harness's interpreter may live in root's home (pyenv): the system's runs the same packages then.
         python = os.path.realpath(sys.executable)
         if not readable(Path(python)):
             python = "/usr/bin/python3"
         out = base / "A1"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-        env.update(HOME=str(base), PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=os.pathsep.join([str(paths.ROOT / "src"), str(site)]))
-        proc = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-                               python, "-c", HARNESS.format(tests=str(Path(__file__).parent), out=str(out))],
-                              capture_output=True, text=True, env=env, timeout=300, cwd=str(base))
+        env.update(
+            HOME=str(base),
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONPATH=os.pathsep.join([str(paths.ROOT / "src"), str(site)]),
+        )
+        proc = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                python,
+                "-c",
+                HARNESS.format(tests=str(Path(__file__).parent), out=str(out)),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=str(base),
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
         worker_uid = uid
@@ -256,15 +330,27 @@ def test_unprivileged_harness_worker_holds_no_privilege(run_root):
         worker_uid = os.getuid()
     assert summary["status"] == "completed" and summary["enforcement"] == "bubblewrap", summary
     launch = json.loads((out / "record" / "launch-0.json").read_text())
-    assert launch["confinement"]["identity"] == {"uid": worker_uid, "gid": launch["confinement"]["identity"]["gid"],
-                                                 "name": launch["confinement"]["identity"]["name"], "slot": None, "dedicated": False}
+    assert launch["confinement"]["identity"] == {
+        "uid": worker_uid,
+        "gid": launch["confinement"]["identity"]["gid"],
+        "name": launch["confinement"]["identity"]["name"],
+        "slot": None,
+        "dedicated": False,
+    }
     _check_probe(json.loads((out / "workspace" / "outputs" / "probe.json").read_text()), worker_uid)
 
 
 # -- floods against small bounds ------------------------------------------------------------------------------------------
 
-SMALL = bounds.Limits(memory_bytes=384 * bounds.MIB, processes=96, cpu_cores=1.0, workspace_bytes=64 * bounds.MIB,
-                      tmp_bytes=32 * bounds.MIB, line_bytes=256 * 1024, transcript_bytes=64 * bounds.MIB)
+SMALL = bounds.Limits(
+    memory_bytes=384 * bounds.MIB,
+    processes=96,
+    cpu_cores=1.0,
+    workspace_bytes=64 * bounds.MIB,
+    tmp_bytes=32 * bounds.MIB,
+    line_bytes=256 * 1024,
+    transcript_bytes=64 * bounds.MIB,
+)
 
 FLOODS = {
     # Each flood holds its ground a few seconds so the bound is reached while the sandbox still stands.
@@ -280,9 +366,17 @@ def test_a_flood_ends_the_attempt_at_its_bound(tmp_path, bound):
     if bound == "memory" and os.geteuid() != 0:
         pytest.skip("memory is bounded by a cgroup, which only a root harness makes on this host")
     out = (tmp_path / bound).resolve()
-    turns = [tool_turn("Bash", {"command": FLOODS[bound], "description": bound, "timeout": 120000}, "flood"), text_turn("Done.")]
+    turns = [
+        tool_turn("Bash", {"command": FLOODS[bound], "description": bound, "timeout": 120000}, "flood"),
+        text_turn("Done."),
+    ]
     rec, _ = _run(out, "A1", turns, limits=SMALL)
-    assert rec.status == "capped" and rec.censored and rec.censor_reason == bound, (rec.status, rec.censor_reason, rec.notes, rec.sessions)
+    assert rec.status == "capped" and rec.censored and rec.censor_reason == bound, (
+        rec.status,
+        rec.censor_reason,
+        rec.notes,
+        rec.sessions,
+    )
     session = rec.sessions[0]
     assert session["bound"] == bound and session["bound_detail"]
     launch = json.loads((out / "record" / "launch-0.json").read_text())

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pandas as pd
 import pytest
+from schedule_support import make_root, make_store
 
 from pilot import protocol
-from pilot.attempt import launch_mark
-from pilot.attempt import AttemptOutcome
+from pilot.attempt import AttemptOutcome, launch_mark
 from pilot.ledger import to_micro
 from pilot.scale_rule import ScaleInputs, ScaleRuleError, decide, inputs_from_store
-from schedule_support import make_root, make_store
 
 STUDY = protocol.study()
 
@@ -66,7 +64,9 @@ def test_inputs_come_from_the_ledger_every_attempt_and_judges_included(tmp_path)
             a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
             st.finish_attempt(a.attempt_id, AttemptOutcome(infra_error="x", cost_usd=0.1), max_infra_attempts=3)
         a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
-        st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0 + k, judge_cost_usd=0.2), max_infra_attempts=3)
+        st.finish_attempt(
+            a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0 + k, judge_cost_usd=0.2), max_infra_attempts=3
+        )
         costs.append(1.0 + k + 0.2 + (0.1 if k == 0 else 0))
     inputs = inputs_from_store(st)
     assert inputs.n_runs == 4 and inputs.c_bar_usd == pytest.approx(sum(costs) / 4)
@@ -78,7 +78,9 @@ def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path
     cells = st.cells("pilot")
     for cell in cells[:4]:
         a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
-        st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.25), max_infra_attempts=3)
+        st.finish_attempt(
+            a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.25), max_infra_attempts=3
+        )
     before = inputs_from_store(st)
     # Five scheduler kills with attempts in flight: each launched attempt is charged its whole reservation ...
     for cell in cells[4:9]:
@@ -89,17 +91,27 @@ def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path
     # ... and the runs are then finished at their ordinary cost.
     for cell in cells[4:9]:
         a = st.begin_attempt(cell, "n", "simulated", tmp_path / "ws")
-        st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.25), max_infra_attempts=3)
+        st.finish_attempt(
+            a.attempt_id, AttemptOutcome(record={}, cost_usd=1.0, judge_cost_usd=0.25), max_infra_attempts=3
+        )
     # A run killed at its wall limit reports no cost: it is charged its reservation, counted in c-bar at that
     # charge and counted apart; c-bar over the nine reported runs alone is the sensitivity reading.
     a = st.begin_attempt(cells[9], "n", "simulated", tmp_path / "ws")
-    st.finish_attempt(a.attempt_id, AttemptOutcome(record={}, cost_usd=None, judge_cost_usd=0.25, status="capped"), max_infra_attempts=3)
+    st.finish_attempt(
+        a.attempt_id,
+        AttemptOutcome(record={}, cost_usd=None, judge_cost_usd=0.25, status="capped"),
+        max_infra_attempts=3,
+    )
     after = inputs_from_store(st)
     assert before.c_bar_usd == 1.25
-    assert after.c_bar_usd == pytest.approx((9 * 1.25 + cells[9].reserve_usd) / 10)  # by hand: the restarts count nothing
+    assert after.c_bar_usd == pytest.approx(
+        (9 * 1.25 + cells[9].reserve_usd) / 10
+    )  # by hand: the restarts count nothing
     assert (after.n_runs, after.n_unknown_cost, after.c_bar_reported_usd) == (10, 1, 1.25)
     d = decide(after)
-    assert d.reported_only is not None and d.reported_only.inputs.c_bar_usd == 1.25 and d.reported_only.inputs.n_runs == 9
+    assert (
+        d.reported_only is not None and d.reported_only.inputs.c_bar_usd == 1.25 and d.reported_only.inputs.n_runs == 9
+    )
     rows = dict(zip(d.summary.quantity, d.summary.value))
     assert rows["of which charged their reservation (no reported or metered cost)"] == 1
     assert rows["sensitivity: c_bar over reported or metered costs only (USD)"] == 1.25
@@ -112,21 +124,41 @@ def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path
 @pytest.mark.notebook
 @pytest.mark.slow
 def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
+    from schedule_support import NODES, REQUIRES
+
     from pilot.executors.local import LocalExecutor
     from pilot.schedule import Scheduler
     from pilot.stages import run_stage
-    from schedule_support import NODES, REQUIRES
 
     root = make_root(tmp_path)
     st = make_store(root / "analysis" / "data", name="scale", scenarios=["ACC-01", "RES-01"])
-    Scheduler(st, LocalExecutor("pilot.simulated.fake_runs:noop_run", 1, processes=False), NODES, backend="simulated",
-              requires=REQUIRES, progress=False, poll_s=0).run("pilot")
-    expected = decide(inputs_from_store(st), n_scenarios=len(st.study().scenarios))  # the stage scales the rule's runs to the study
+    Scheduler(
+        st,
+        LocalExecutor("pilot.simulated.fake_runs:noop_run", 1, processes=False),
+        NODES,
+        backend="simulated",
+        requires=REQUIRES,
+        progress=False,
+        poll_s=0,
+    ).run("pilot")
+    expected = decide(
+        inputs_from_store(st), n_scenarios=len(st.study().scenarios)
+    )  # the stage scales the rule's runs to the study
     st.close()
     monkeypatch.setenv("PILOT_ROOT", str(root))  # the kernel reads this study's store
     tables, figures, generated = tmp_path / "tables", tmp_path / "figures", tmp_path / "generated"
-    run_stage("scale-rule", {"study": "scale", "seed": 1, "tables_dir": str(tables), "figures_dir": str(figures),
-                             "generated_dir": str(generated), "export": False}, output=tmp_path / "nb.ipynb")
+    run_stage(
+        "scale-rule",
+        {
+            "study": "scale",
+            "seed": 1,
+            "tables_dir": str(tables),
+            "figures_dir": str(figures),
+            "generated_dir": str(generated),
+            "export": False,
+        },
+        output=tmp_path / "nb.ipynb",
+    )
     decision = json.loads((tables / "scale_rule_scale.json").read_text())
     assert decision["waves"] == expected.waves and decision["c_bar_usd"] == pytest.approx(expected.inputs.c_bar_usd)
     inputs = pd.read_csv(tables / "scale_rule_scale.csv")
@@ -145,4 +177,3 @@ def test_a_study_of_twenty_scenarios_doubles_the_rule_s_run_counts():
     assert (d20.third_runs, d20.sensitivity_runs) == (100, 80)
     # 1.15 x 1.07 x 100 = 123.05 fits in 693 - 100; the ten-scenario cost is half of it.
     assert d20.third_cost_usd == pytest.approx(2 * d10.third_cost_usd) == pytest.approx(123.05)
-

@@ -13,16 +13,30 @@ Q = protocol.study().q
 
 
 def _run(sid, arm, D=True, E=False, Q_=80.0, model=WORKER):
-    return {"scenario": sid, "occupation": {"X-01": "ops", "Y-01": "law"}[sid], "arm": arm, "D": D, "E": E, "Q": Q_, "model": model}
+    return {
+        "scenario": sid,
+        "occupation": {"X-01": "ops", "Y-01": "law"}[sid],
+        "arm": arm,
+        "D": D,
+        "E": E,
+        "Q": Q_,
+        "model": model,
+    }
 
 
 def test_counts_by_hand():
-    df = pd.DataFrame([
-        _run("X-01", "A1"), _run("X-01", "A1", D=False), _run("X-01", "A1", Q_=np.nan),  # 1 of 2 scored; one without S
-        _run("X-01", "A3", E=True), _run("X-01", "A3", Q_=Q),                             # E fails one; Q exactly q passes
-        _run("Y-01", "A1", Q_=Q - 0.5), _run("Y-01", "A1"),                                 # just under q fails
-        _run("Y-01", "A3", model="claude-sonnet-5-5"),                                       # another model: not counted
-    ])
+    df = pd.DataFrame(
+        [
+            _run("X-01", "A1"),
+            _run("X-01", "A1", D=False),
+            _run("X-01", "A1", Q_=np.nan),  # 1 of 2 scored; one without S
+            _run("X-01", "A3", E=True),
+            _run("X-01", "A3", Q_=Q),  # E fails one; Q exactly q passes
+            _run("Y-01", "A1", Q_=Q - 0.5),
+            _run("Y-01", "A1"),  # just under q fails
+            _run("Y-01", "A3", model="claude-sonnet-5-5"),  # another model: not counted
+        ]
+    )
     c = scenario_arm_counts(df).set_index(["scenario", "arm"])
     assert c.loc[("X-01", "A1"), ["runs", "scored", "accepted"]].tolist() == [3, 2, 1]
     assert c.loc[("X-01", "A3"), ["runs", "scored", "accepted"]].tolist() == [2, 2, 1]

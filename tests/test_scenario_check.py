@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
+import kit_support
 import pytest
 
-import kit_support
 from pilot import protocol
 from pilot.cli.main import main as cli_main
 from pilot.oracles import criteria
@@ -75,13 +75,19 @@ def test_a_trap_is_caught_only_by_required_criteria_that_break_alone():
     from pilot.scenario_kit.report import CheckRow
 
     sc = load_scenario("HR-01")
-    traps = (Trap("payroll", "last year's payroll misread", ("book_payroll_2026",)),
-             Trap("capped", "a raise above the band maximum", ("book_capped_at_maximum",)),  # an optional criterion
-             Trap("total", "the total cost misstated", ("book_total_cost",)))
+    traps = (
+        Trap("payroll", "last year's payroll misread", ("book_payroll_2026",)),
+        Trap("capped", "a raise above the band maximum", ("book_capped_at_maximum",)),  # an optional criterion
+        Trap("total", "the total cost misstated", ("book_total_cost",)),
+    )
     other = replace(sc, id="NEW-01", oracle=replace(sc.oracle, traps=traps))
-    rows = [CheckRow("NEW-01", "mutation:book_payroll_2026", True, "restated"),
-            CheckRow("NEW-01", "mutation:book_capped_at_maximum", True, "restated"),
-            CheckRow("NEW-01", "mutation:book_total_cost", False, "fails nothing on its own, not exactly [book_total_cost]")]
+    rows = [
+        CheckRow("NEW-01", "mutation:book_payroll_2026", True, "restated"),
+        CheckRow("NEW-01", "mutation:book_capped_at_maximum", True, "restated"),
+        CheckRow(
+            "NEW-01", "mutation:book_total_cost", False, "fails nothing on its own, not exactly [book_total_cost]"
+        ),
+    ]
     got = {r.check: r for r in _trap_rows(other, rows)}
     assert [got[k].ok for k in ("trap:payroll", "trap:capped", "trap:total")] == [True, False, False]
     assert "book_capped_at_maximum is not required" in got["trap:capped"].reason

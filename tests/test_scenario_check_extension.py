@@ -6,9 +6,9 @@ a batch of its own so that the two batches run on different test workers.
 
 from __future__ import annotations
 
+import kit_support
 import pytest
 
-import kit_support
 from pilot import protocol
 from pilot.scenario_kit.checks import check_scenarios
 

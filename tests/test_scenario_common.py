@@ -10,11 +10,14 @@ import pytest
 from pilot.scenarios.common import decimal_amount, fmt_money, iso_or_day_first
 
 
-@pytest.mark.parametrize("text,want", [
-    ("2026-10-07", dt.date(2026, 10, 7)),
-    ("07/10/2026", dt.date(2026, 10, 7)),  # day first: 7 October, not 10 July
-    (" 30/09/2026 ", dt.date(2026, 9, 30)),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("2026-10-07", dt.date(2026, 10, 7)),
+        ("07/10/2026", dt.date(2026, 10, 7)),  # day first: 7 October, not 10 July
+        (" 30/09/2026 ", dt.date(2026, 9, 30)),
+    ],
+)
 def test_iso_and_day_first_dates_are_read(text, want):
     assert iso_or_day_first(text, "x.csv: field 'date'") == want
 
@@ -26,8 +29,15 @@ def test_other_forms_are_refused_naming_the_file_and_field(text):
     assert str(err.value).startswith(f"claims_register.csv: field 'loss_date': {text!r} is in neither format")
 
 
-@pytest.mark.parametrize("value,want", [("1,234.50", Decimal("1234.50")), (" -94.60 ", Decimal("-94.60")), (0.1, Decimal("0.1")),
-                                        (61000, Decimal("61000"))])
+@pytest.mark.parametrize(
+    "value,want",
+    [
+        ("1,234.50", Decimal("1234.50")),
+        (" -94.60 ", Decimal("-94.60")),
+        (0.1, Decimal("0.1")),
+        (61000, Decimal("61000")),
+    ],
+)
 def test_amounts_are_read_exactly(value, want):
     got = decimal_amount(value, "ledger.xlsx: Ledger!F2")
     assert got == want and str(got) == str(want)  # 0.1 is the cell's 0.1, not the binary float's expansion
@@ -40,4 +50,9 @@ def test_what_is_not_an_amount_is_refused_naming_its_place(value):
 
 
 def test_amounts_print_as_a_ledger_does():
-    assert [fmt_money(x) for x in (Decimal("1234.5"), Decimal("-94.6"), 21817.574, Decimal("0"))] == ["1,234.50", "-94.60", "21,817.57", "0.00"]
+    assert [fmt_money(x) for x in (Decimal("1234.5"), Decimal("-94.6"), 21817.574, Decimal("0"))] == [
+        "1,234.50",
+        "-94.60",
+        "21,817.57",
+        "0.00",
+    ]

@@ -7,8 +7,8 @@ is loaded as the loader loads any bundle; the gold workspaces of the real bundle
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -104,28 +104,55 @@ def test_an_unedited_copy_passes_both(tmp_path: Path, golds: dict[str, Path]):
 
 def test_a_deliverable_renamed_in_the_brief_fails(tmp_path: Path):
     # The loader only asks that the name occur somewhere in the brief, which a longer name still satisfies.
-    sc = _planted(tmp_path, "HR-01", brief=_replace("**`merit_increases_2027.xlsx`**", "**`final_merit_increases_2027.xlsx`**"))
+    sc = _planted(
+        tmp_path, "HR-01", brief=_replace("**`merit_increases_2027.xlsx`**", "**`final_merit_increases_2027.xlsx`**")
+    )
     rows = brief_oracle_rubric(sc)
-    _failing(rows, CHECK_BRIEF, "brief.md does not name the deliverable merit_increases_2027.xlsx", "exact file name",
-             "oracle criteria book_present", "book_total_cost", "final_merit_increases_2027.xlsx instead")
+    _failing(
+        rows,
+        CHECK_BRIEF,
+        "brief.md does not name the deliverable merit_increases_2027.xlsx",
+        "exact file name",
+        "oracle criteria book_present",
+        "book_total_cost",
+        "final_merit_increases_2027.xlsx instead",
+    )
     _failing(rows, CHECK_BRIEF, "final_merit_increases_2027.xlsx, which is neither a deliverable of scenario.yml")
 
 
 def test_a_file_the_brief_asks_for_that_is_no_deliverable_fails(tmp_path: Path):
-    sc = _planted(tmp_path, "HR-01", brief=_replace(
-        "2. **`completion_record.json`**",
-        "2. **`merit_letters.docx`** — a Word letter to each employee.\n3. **`completion_record.json`**"))
-    _failing(brief_oracle_rubric(sc), CHECK_BRIEF, "brief.md (line", "merit_letters.docx", "neither a deliverable of scenario.yml")
+    sc = _planted(
+        tmp_path,
+        "HR-01",
+        brief=_replace(
+            "2. **`completion_record.json`**",
+            "2. **`merit_letters.docx`** — a Word letter to each employee.\n3. **`completion_record.json`**",
+        ),
+    )
+    _failing(
+        brief_oracle_rubric(sc),
+        CHECK_BRIEF,
+        "brief.md (line",
+        "merit_letters.docx",
+        "neither a deliverable of scenario.yml",
+    )
 
 
 def test_a_deliverable_described_in_another_format_fails(tmp_path: Path):
-    sc = _planted(tmp_path, "ENG-01", brief=_replace("an Excel workbook whose costs are formulas", "a PDF whose costs are stated"))
+    sc = _planted(
+        tmp_path, "ENG-01", brief=_replace("an Excel workbook whose costs are formulas", "a PDF whose costs are stated")
+    )
     _failing(brief_oracle_rubric(sc), CHECK_BRIEF, "bom_cost_rollup.xlsx as pdf", "deliverable of kind xlsx")
 
 
 def test_a_sheet_the_oracle_reads_that_the_brief_does_not_ask_for_fails(tmp_path: Path):
     sc = _planted(tmp_path, "HR-01", brief=_replace("a sheet named\n   `Summary`", "a sheet named\n   `Totals`"))
-    _failing(brief_oracle_rubric(sc), CHECK_BRIEF, "brief.md does not ask for the sheet 'Summary' of merit_increases_2027.xlsx", "book_payroll_2026, book_total_cost")
+    _failing(
+        brief_oracle_rubric(sc),
+        CHECK_BRIEF,
+        "brief.md does not ask for the sheet 'Summary' of merit_increases_2027.xlsx",
+        "book_payroll_2026, book_total_cost",
+    )
 
 
 def test_rubric_weights_summing_to_0_99_fail(tmp_path: Path):
@@ -138,7 +165,10 @@ def test_a_dropped_anchor_2_fails(tmp_path: Path):
     # the check reads rubric.yml as it stands.
     sc = _planted(tmp_path, "HR-01")
     rubric = sc.rubric.path
-    rubric.write_text(_replace("      2: Totals present but off by an unexplained amount.\n", "")(rubric.read_text(encoding="utf-8")), encoding="utf-8")
+    rubric.write_text(
+        _replace("      2: Totals present but off by an unexplained amount.\n", "")(rubric.read_text(encoding="utf-8")),
+        encoding="utf-8",
+    )
     _failing(brief_oracle_rubric(sc), CHECK_BRIEF, "rubric.yml criterion totals has no anchor 2")
 
 
@@ -146,7 +176,9 @@ def test_a_blank_anchor_fails_both_checks(tmp_path: Path, golds: dict[str, Path]
     # A blank anchor passes the loader's schema (one character) but not the judges' rubric.
     sc = _planted(tmp_path, "HR-01", rubric=_replace("2: Minor departures.", '2: " "'))
     _failing(brief_oracle_rubric(sc), CHECK_BRIEF, "rubric.yml criterion instructions anchor 2 has no text")
-    _failing(judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING, "the judges cannot use rubric.yml", "missing anchor text")
+    _failing(
+        judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING, "the judges cannot use rubric.yml", "missing anchor text"
+    )
 
 
 # ---------------------------------------------------------------- judge blinding
@@ -154,73 +186,163 @@ def test_a_blank_anchor_fails_both_checks(tmp_path: Path, golds: dict[str, Path]
 
 def test_an_expected_value_the_gold_does_not_state_in_a_rubric_anchor_fails(tmp_path: Path, golds: dict[str, Path]):
     # The gold workbook computes 76,976 by formula and holds no cached value, so the judges would learn it only here.
-    sc = _planted(tmp_path, "HR-01", rubric=_replace("4: Totals tie exactly to the rows.", "4: Totals tie exactly to the rows (increases of 76,976 in all)."))
-    _failing(judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING, "rubric.yml criterion totals anchor 4 shows 76,976",
-             "expected value of oracle criterion book_total_cost", "gold deliverables do not state")
+    sc = _planted(
+        tmp_path,
+        "HR-01",
+        rubric=_replace(
+            "4: Totals tie exactly to the rows.", "4: Totals tie exactly to the rows (increases of 76,976 in all)."
+        ),
+    )
+    _failing(
+        judge_blinding(sc, golds["HR-01"]),
+        CHECK_BLINDING,
+        "rubric.yml criterion totals anchor 4 shows 76,976",
+        "expected value of oracle criterion book_total_cost",
+        "gold deliverables do not state",
+    )
 
 
 def test_an_expected_value_in_the_brief_fails(tmp_path: Path, golds: dict[str, Path]):
-    sc = _planted(tmp_path, "ENG-01", brief=_replace("Costs to the cent, please.", "Costs to the cent, please: last year's total was 2,984.61."))
-    _failing(judge_blinding(sc, golds["ENG-01"]), CHECK_BLINDING, "brief.md line", "2,984.61", "oracle criterion rollup_total")
+    sc = _planted(
+        tmp_path,
+        "ENG-01",
+        brief=_replace("Costs to the cent, please.", "Costs to the cent, please: last year's total was 2,984.61."),
+    )
+    _failing(
+        judge_blinding(sc, golds["ENG-01"]),
+        CHECK_BLINDING,
+        "brief.md line",
+        "2,984.61",
+        "oracle criterion rollup_total",
+    )
 
 
 def test_an_expected_value_the_gold_states_is_fair(tmp_path: Path, golds: dict[str, Path]):
     # reorder_plan.csv orders 850 of HW-1180: the judges see the number in the package anyway.
-    sc = _planted(tmp_path, "OPS-01", rubric=_replace("4: Every quantity right.", "4: Every quantity right (850 of HW-1180)."))
+    sc = _planted(
+        tmp_path, "OPS-01", rubric=_replace("4: Every quantity right.", "4: Every quantity right (850 of HW-1180).")
+    )
     _passes(judge_blinding(sc, golds["OPS-01"]), CHECK_BLINDING)
 
 
 def test_a_planted_fact_of_the_header_comment_in_the_rubric_fails(tmp_path: Path, golds: dict[str, Path]):
     # HEALTH-01's header names 9.6% as the rate with cancellations wrongly kept; the gold never states it.
-    sc = _planted(tmp_path, "HEALTH-01", rubric=_replace("(cancellations kept or clock errors included)", "(cancellations kept, giving 9.6%)"))
-    _failing(judge_blinding(sc, golds["HEALTH-01"]), CHECK_BLINDING, "rubric.yml criterion measures anchor 2 shows 9.6",
-             "planted fact of oracle.yml's header comment")
+    sc = _planted(
+        tmp_path,
+        "HEALTH-01",
+        rubric=_replace("(cancellations kept or clock errors included)", "(cancellations kept, giving 9.6%)"),
+    )
+    _failing(
+        judge_blinding(sc, golds["HEALTH-01"]),
+        CHECK_BLINDING,
+        "rubric.yml criterion measures anchor 2 shows 9.6",
+        "planted fact of oracle.yml's header comment",
+    )
 
 
 def test_an_oracle_criterion_id_in_the_brief_fails(tmp_path: Path, golds: dict[str, Path]):
-    sc = _planted(tmp_path, "HR-01", brief=_replace("Apply them exactly.", "Apply them exactly (book_raised_to_minimum)."))
-    _failing(judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING, "brief.md line", "oracle criterion id 'book_raised_to_minimum'")
+    sc = _planted(
+        tmp_path, "HR-01", brief=_replace("Apply them exactly.", "Apply them exactly (book_raised_to_minimum).")
+    )
+    _failing(
+        judge_blinding(sc, golds["HR-01"]),
+        CHECK_BLINDING,
+        "brief.md line",
+        "oracle criterion id 'book_raised_to_minimum'",
+    )
 
 
 def test_an_oracle_label_pattern_in_the_rubric_fails(tmp_path: Path, golds: dict[str, Path]):
     pattern = "(employees )?raised to (the )?band minimum"
-    sc = _planted(tmp_path, "HR-01", rubric=_replace(
-        "description: Payroll totals and the cost of increases tie to the rows.",
-        f"description: 'Payroll totals and the cost of increases tie to the rows; a line {pattern}.'"))
-    _failing(judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING, "rubric.yml criterion totals description",
-             "label pattern of oracle criterion book_raised_to_minimum", pattern)
+    sc = _planted(
+        tmp_path,
+        "HR-01",
+        rubric=_replace(
+            "description: Payroll totals and the cost of increases tie to the rows.",
+            f"description: 'Payroll totals and the cost of increases tie to the rows; a line {pattern}.'",
+        ),
+    )
+    _failing(
+        judge_blinding(sc, golds["HR-01"]),
+        CHECK_BLINDING,
+        "rubric.yml criterion totals description",
+        "label pattern of oracle criterion book_raised_to_minimum",
+        pattern,
+    )
 
 
 def test_an_oracle_regex_in_the_brief_fails(tmp_path: Path, golds: dict[str, Path]):
     pattern = r"clock|earlier than (the )?arrival|before (the )?arrival"
     sc = _planted(tmp_path, "HEALTH-01", brief=_replace("plain language,", f"plain language ({pattern}),"))
-    _failing(judge_blinding(sc, golds["HEALTH-01"]), CHECK_BLINDING, "brief.md", "text pattern of oracle criterion report_clock_errors")
+    _failing(
+        judge_blinding(sc, golds["HEALTH-01"]),
+        CHECK_BLINDING,
+        "brief.md",
+        "text pattern of oracle criterion report_clock_errors",
+    )
 
 
 def test_an_oracle_description_in_the_rubric_fails(tmp_path: Path, golds: dict[str, Path]):
-    sc = _planted(tmp_path, "HEALTH-01", rubric=_replace("0: Target breach not identified.", "0: Target breach not identified; nor names Hillcrest and states its median wait."))
-    _failing(judge_blinding(sc, golds["HEALTH-01"]), CHECK_BLINDING, "rubric.yml criterion target anchor 0",
-             "description of oracle criterion report_hillcrest_median")
+    sc = _planted(
+        tmp_path,
+        "HEALTH-01",
+        rubric=_replace(
+            "0: Target breach not identified.",
+            "0: Target breach not identified; nor names Hillcrest and states its median wait.",
+        ),
+    )
+    _failing(
+        judge_blinding(sc, golds["HEALTH-01"]),
+        CHECK_BLINDING,
+        "rubric.yml criterion target anchor 0",
+        "description of oracle criterion report_hillcrest_median",
+    )
 
 
 def test_a_line_of_the_oracle_copied_into_the_rubric_fails(tmp_path: Path, golds: dict[str, Path]):
     line = "maximum; E-1023 and E-1045 hired after 1 July 2026 (no merit). Total cost"
-    sc = _planted(tmp_path, "HR-01", rubric=_replace("applied to every employee in the right order.", f"applied to every employee in the right order, cap at the {line} tied."))
-    _failing(judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING, "rubric.yml criterion rules description copies line 3 of oracle.yml", line)
+    sc = _planted(
+        tmp_path,
+        "HR-01",
+        rubric=_replace(
+            "applied to every employee in the right order.",
+            f"applied to every employee in the right order, cap at the {line} tied.",
+        ),
+    )
+    _failing(
+        judge_blinding(sc, golds["HR-01"]),
+        CHECK_BLINDING,
+        "rubric.yml criterion rules description copies line 3 of oracle.yml",
+        line,
+    )
 
 
 def test_a_record_code_of_the_header_comment_in_the_rubric_fails(tmp_path: Path, golds: dict[str, Path]):
     # A record the header comment plants and the gold never names (E-1099, planted in the copy's header) is a leak.
-    sc = _planted(tmp_path, "HR-01",
-                  oracle=_replace("# Deterministic criteria for HR-01.", "# Deterministic criteria for HR-01. E-1099 left in October (out of scope)."),
-                  rubric=_replace("including the ineligible new hire", "including E-1099 left out and the ineligible new hire"))
-    _failing(judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING, "rubric.yml criterion rules anchor 4 shows E-1099",
-             "planted fact of oracle.yml's header comment")
+    sc = _planted(
+        tmp_path,
+        "HR-01",
+        oracle=_replace(
+            "# Deterministic criteria for HR-01.",
+            "# Deterministic criteria for HR-01. E-1099 left in October (out of scope).",
+        ),
+        rubric=_replace("including the ineligible new hire", "including E-1099 left out and the ineligible new hire"),
+    )
+    _failing(
+        judge_blinding(sc, golds["HR-01"]),
+        CHECK_BLINDING,
+        "rubric.yml criterion rules anchor 4 shows E-1099",
+        "planted fact of oracle.yml's header comment",
+    )
 
 
 def test_a_record_code_the_gold_names_is_fair(tmp_path: Path, golds: dict[str, Path]):
     # E-1045 is a row of the gold workbook, so the judges see it in the package anyway.
-    sc = _planted(tmp_path, "HR-01", rubric=_replace("including the ineligible new hire", "including E-1045, the ineligible new hire"))
+    sc = _planted(
+        tmp_path,
+        "HR-01",
+        rubric=_replace("including the ineligible new hire", "including E-1045, the ineligible new hire"),
+    )
     _passes(judge_blinding(sc, golds["HR-01"]), CHECK_BLINDING)
 
 
@@ -229,17 +351,28 @@ def test_a_prompt_over_the_panels_window_fails(tmp_path: Path, golds: dict[str, 
     table = PriceTable.load()
 
     def narrowed(window: int) -> PriceTable:
-        text = PRICES_FILE.read_text(encoding="utf-8").replace("max_input_tokens: 1000000", f"max_input_tokens: {window}")
+        text = PRICES_FILE.read_text(encoding="utf-8").replace(
+            "max_input_tokens: 1000000", f"max_input_tokens: {window}"
+        )
         f = tmp_path / f"prices-{window}.yml"
         f.write_text(text, encoding="utf-8")
         return PriceTable.load(f, required_models=table.models)
 
     sc = load_scenario("HR-01")
-    _failing(judge_blinding(sc, golds["HR-01"], study=study, prices=narrowed(10_000)), CHECK_BLINDING,
-             "the judges' prompt for the gold package may take", "over the bound of 10,000", "claude-opus-5-5")
+    _failing(
+        judge_blinding(sc, golds["HR-01"], study=study, prices=narrowed(10_000)),
+        CHECK_BLINDING,
+        "the judges' prompt for the gold package may take",
+        "over the bound of 10,000",
+        "claude-opus-5-5",
+    )
     # The gold fits 100,000 tokens, but a package at the rendering bound (60,000 characters) might not.
-    _failing(judge_blinding(sc, golds["HR-01"], study=study, prices=narrowed(100_000)), CHECK_BLINDING,
-             "a package at the RenderLimits bound", "over the bound of 100,000")
+    _failing(
+        judge_blinding(sc, golds["HR-01"], study=study, prices=narrowed(100_000)),
+        CHECK_BLINDING,
+        "a package at the RenderLimits bound",
+        "over the bound of 100,000",
+    )
 
 
 def test_a_gold_cut_by_the_package_bound_fails(golds: dict[str, Path]):

@@ -36,7 +36,9 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A scratch repository: copies of protocol/ and src/, nothing else."""
     base = tmp_path_factory.mktemp("skeleton-root")
     for part in ("protocol", "src"):
-        shutil.copytree(paths.ROOT / part, base / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        shutil.copytree(
+            paths.ROOT / part, base / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+        )
     return base
 
 
@@ -86,25 +88,35 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def checked(root: Path, written: list[Path]) -> dict:
     env = {**os.environ, "PILOT_ROOT": str(root), "PYTHONPATH": str(root / "src")}
-    proc = subprocess.run([sys.executable, "-c", _CHECK, SID], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHECK, SID], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 # ----------------------------------------------------------------------------- what is written
 
 
-def test_the_skeleton_is_written_under_root_and_nowhere_else(root: Path, written: list[Path], bundle: Path, module_path: Path):
+def test_the_skeleton_is_written_under_root_and_nowhere_else(
+    root: Path, written: list[Path], bundle: Path, module_path: Path
+):
     names = [p.relative_to(root).as_posix() for p in written]
     assert names == [
-        f"protocol/scenarios/{SID}/brief.md", f"protocol/scenarios/{SID}/scenario.yml",
-        f"protocol/scenarios/{SID}/oracle.yml", f"protocol/scenarios/{SID}/rubric.yml",
-        f"protocol/scenarios/{SID}/inputs/policy.txt", f"protocol/scenarios/{SID}/inputs/records.csv",
+        f"protocol/scenarios/{SID}/brief.md",
+        f"protocol/scenarios/{SID}/scenario.yml",
+        f"protocol/scenarios/{SID}/oracle.yml",
+        f"protocol/scenarios/{SID}/rubric.yml",
+        f"protocol/scenarios/{SID}/inputs/policy.txt",
+        f"protocol/scenarios/{SID}/inputs/records.csv",
         "src/pilot/scenarios/library/test_01.py",
     ]
     assert all(p.is_file() for p in written)
@@ -170,7 +182,12 @@ def test_todo_markers_are_listed_in_every_authored_file(bundle: Path, module_pat
 
 
 def test_a_finished_bundle_lists_no_markers():
-    assert todo_markers(paths.SCENARIOS_DIR / "OPS-01", paths.ROOT / "src" / "pilot" / "scenarios" / "library" / "ops_01.py") == []
+    assert (
+        todo_markers(
+            paths.SCENARIOS_DIR / "OPS-01", paths.ROOT / "src" / "pilot" / "scenarios" / "library" / "ops_01.py"
+        )
+        == []
+    )
 
 
 def _uncommented(text: str) -> str:
@@ -205,7 +222,9 @@ def _refused(root: Path, match: str, sid: str = "NEW-01", **kw) -> None:
     assert _tree(root) == before, "a refusal wrote something"
 
 
-@pytest.mark.parametrize("sid", ["test-01", "TEST01", "TEST-1", "TEST-001", "T3ST-01", "", " TEST-09", "TEST-09\n", "TEST_09"])
+@pytest.mark.parametrize(
+    "sid", ["test-01", "TEST01", "TEST-1", "TEST-001", "T3ST-01", "", " TEST-09", "TEST-09\n", "TEST_09"]
+)
 def test_an_id_outside_the_protocol_pattern_is_refused(root: Path, written: list[Path], sid: str):
     assert not re.fullmatch(SCENARIO_ID, sid)
     _refused(root, re.escape(f"scenario id {sid!r}: does not match the protocol's pattern"), sid)
@@ -223,14 +242,17 @@ def test_an_existing_library_module_is_refused(root: Path, written: list[Path]):
     assert not skeleton_paths("MOD-01", root)[0].exists()
 
 
-@pytest.mark.parametrize(("field", "value", "reason"), [
-    ("occupation", "", "occupation is empty"),
-    ("occupation", "   ", "occupation is empty"),
-    ("title", "", "title is empty"),
-    ("title", "\t\n", "title is empty"),
-    ("title", "Two\nlines", "title spans several lines"),
-    ("title", "Portal reconciliation", "title mentions the portal"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("occupation", "", "occupation is empty"),
+        ("occupation", "   ", "occupation is empty"),
+        ("title", "", "title is empty"),
+        ("title", "\t\n", "title is empty"),
+        ("title", "Two\nlines", "title spans several lines"),
+        ("title", "Portal reconciliation", "title mentions the portal"),
+    ],
+)
 def test_an_empty_or_unusable_field_is_refused(root: Path, written: list[Path], field: str, value: str, reason: str):
     _refused(root, rf"scenario NEW-01: {reason}", **{field: value})
 
@@ -253,13 +275,20 @@ def test_a_failure_while_installing_leaves_nothing(root: Path, written: list[Pat
     assert not any(p.exists() for p in skeleton_paths("NEW-02", root))
 
 
-def test_check_names_what_to_fill_in_and_passes_once_it_is_filled_in(root: Path, written: list[Path], bundle: Path,
-                                                                     module_path: Path) -> None:
+def test_check_names_what_to_fill_in_and_passes_once_it_is_filled_in(
+    root: Path, written: list[Path], bundle: Path, module_path: Path
+) -> None:
     env = {**os.environ, "PILOT_ROOT": str(root), "PYTHONPATH": str(root / "src")}
 
     def pilot(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pilot", "scenarios", *args], env=env, capture_output=True, text=True,
-                              timeout=600, cwd=root)
+        return subprocess.run(
+            [sys.executable, "-m", "pilot", "scenarios", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=root,
+        )
 
     first = pilot("check", SID, "--json")
     assert first.returncode == 1, first.stderr

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 import yaml
 
-from pilot import paths, protocol
+from pilot import defects, paths, protocol
 from pilot.cli.main import main as cli_main
 from pilot.protocol import ProtocolError
 from pilot.report.scenario_table import scenarios_frame, write_scenarios_table
 from pilot.scenarios import build_gold_workspace, check_inputs, load_scenario, load_scenario_from, solve
-from pilot import defects
 
 IDS = protocol.study().scenario_set("pilot")
 
@@ -72,9 +71,25 @@ def test_rubrics_have_anchors_and_positive_weights():
 def test_every_criterion_kind_in_the_oracles_is_used_and_most_are_required():
     crits = [c for sid in IDS for c in load_scenario(sid).oracle.criteria]
     kinds = {c.kind for c in crits}
-    assert kinds == {"present", "well_formed", "formulas", "no_error_values", "min_words", "sections", "completion_record",
-                     "labelled_value", "workbook_contains", "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value",
-                     "decision", "closed_scale", "labelled_bounds"}
+    assert kinds == {
+        "present",
+        "well_formed",
+        "formulas",
+        "no_error_values",
+        "min_words",
+        "sections",
+        "completion_record",
+        "labelled_value",
+        "workbook_contains",
+        "text_contains",
+        "text_number",
+        "csv_columns",
+        "csv_keys",
+        "csv_value",
+        "decision",
+        "closed_scale",
+        "labelled_bounds",
+    }
     assert any(not c.required for c in crits) and sum(c.required for c in crits) > 0.8 * len(crits)
 
 
@@ -106,7 +121,12 @@ def _edit_yaml(path: Path, fn) -> None:
         ("oracle.yml", lambda d: d["criteria"][0].update(file="nothing.xlsx"), "criteria.0.file", "not a deliverable"),
         ("oracle.yml", lambda d: d["criteria"][4].pop("expected"), "criteria.4.expected", "needs"),
         ("oracle.yml", lambda d: d["criteria"][13].update(kind="formulas"), "criteria.13.kind", "does not apply"),
-        ("rubric.yml", lambda d: d["criteria"][0]["anchors"].pop(2), "criteria.0.anchors", "'2' is a required property"),
+        (
+            "rubric.yml",
+            lambda d: d["criteria"][0]["anchors"].pop(2),
+            "criteria.0.anchors",
+            "'2' is a required property",
+        ),
     ],
 )
 def test_malformed_bundle_is_refused_naming_file_and_field(tmp_path, file, edit, field, words):
@@ -138,7 +158,10 @@ def test_bounds_criterion_is_validated(tmp_path, edit, field, words):
     _edit_yaml(bundle / "oracle.yml", lambda d: edit(_bounds(d)))
     with pytest.raises(ProtocolError) as err:
         load_scenario_from(bundle)
-    assert err.value.path.name == "oracle.yml" and err.value.field.endswith(field) and words in err.value.reason, (err.value.field, err.value.reason)
+    assert err.value.path.name == "oracle.yml" and err.value.field.endswith(field) and words in err.value.reason, (
+        err.value.field,
+        err.value.reason,
+    )
 
 
 def test_brief_that_mentions_the_portal_is_refused(tmp_path):
@@ -159,13 +182,19 @@ def test_solver_reads_the_inputs_it_is_given(tmp_path):
     inputs = tmp_path / "inputs"
     shutil.copytree(sc.inputs_dir, inputs)
     snap = inputs / "inventory_snapshot_2026-11-27.csv"
-    snap.write_text(snap.read_text().replace("HW-1010,Hex bolt M8x40 zinc (box 100),S-01,480,", "HW-1010,Hex bolt M8x40 zinc (box 100),S-01,0,"))
+    snap.write_text(
+        snap.read_text().replace(
+            "HW-1010,Hex bolt M8x40 zinc (box 100),S-01,480,", "HW-1010,Hex bolt M8x40 zinc (box 100),S-01,0,"
+        )
+    )
     solve("OPS-01", inputs, tmp_path / "out")
     plan = (tmp_path / "out" / "reorder_plan.csv").read_text()
     assert "HW-1010" in plan
     legal_inputs = tmp_path / "legal"
     shutil.copytree(load_scenario("LEGAL-01").inputs_dir, legal_inputs)
-    (legal_inputs / "msa_draft_v3.docx").write_bytes((paths.SCENARIOS_DIR / "ACC-01" / "inputs" / "cash_ledger_2026-10.xlsx").read_bytes())
+    (legal_inputs / "msa_draft_v3.docx").write_bytes(
+        (paths.SCENARIOS_DIR / "ACC-01" / "inputs" / "cash_ledger_2026-10.xlsx").read_bytes()
+    )
     with pytest.raises(ValueError):
         solve("LEGAL-01", legal_inputs, tmp_path / "legal-out")
 
@@ -183,7 +212,14 @@ def test_named_defects_apply_and_are_seeded(tmp_path):
     gold = build_gold_workspace(sc, tmp_path / "gold")
     applicable = defects.applicable_defects(sc)
     assert "strip_formulas" not in applicable and "drop_section" in applicable
-    for name in ("drop_deliverable", "truncate_document", "omit_fact", "break_completion_record", "modify_input", "text_substitute"):
+    for name in (
+        "drop_deliverable",
+        "truncate_document",
+        "omit_fact",
+        "break_completion_record",
+        "modify_input",
+        "text_substitute",
+    ):
         a = defects.copy_workspace(gold, tmp_path / f"{name}-a")
         b = defects.copy_workspace(gold, tmp_path / f"{name}-b")
         da = defects.apply_defect(name, sc, a, np.random.default_rng(3))
@@ -212,11 +248,23 @@ def test_scenarios_table(tmp_path):
 @pytest.mark.parametrize(
     "edit,field,words",
     [
-        (lambda c: c.update(expected=["Hillcrest", "Northgate"]), "criteria.6.expected", "'Northgate' is not one of the options"),
+        (
+            lambda c: c.update(expected=["Hillcrest", "Northgate"]),
+            "criteria.6.expected",
+            "'Northgate' is not one of the options",
+        ),
         (lambda c: c.pop("topic"), "criteria.6.topic", "needs 'topic'"),
         (lambda c: c.update(property_verbs="miss(ed"), "criteria.6.property_verbs", "not a valid regular expression"),
-        (lambda c: c.update(section=["Summary", "Appendix"]), "criteria.6.section", "'Appendix' is not a required section"),
-        (lambda c: c.update(expected="Hillcrest"), "criteria.6.section", "several sections are for a set-valued decision"),
+        (
+            lambda c: c.update(section=["Summary", "Appendix"]),
+            "criteria.6.section",
+            "'Appendix' is not a required section",
+        ),
+        (
+            lambda c: c.update(expected="Hillcrest"),
+            "criteria.6.section",
+            "several sections are for a set-valued decision",
+        ),
     ],
 )
 def test_malformed_set_valued_decision_is_refused(tmp_path, edit, field, words):

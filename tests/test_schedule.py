@@ -5,15 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from schedule_support import NODES, REQUIRES, SCENARIOS, ControlledExecutor, completed, make_root, make_store
 
 from pilot import protocol
 from pilot.attempt import AttemptOutcome
 from pilot.nodes import Node, choose_node, load_nodes
-from pilot.schedule import Scheduler, ScheduleError, UnservableCellError, assignment_csv, build_cells
-from schedule_support import NODES, REQUIRES, SCENARIOS, ControlledExecutor, completed, make_root, make_store
+from pilot.schedule import ScheduleError, Scheduler, UnservableCellError, assignment_csv, build_cells
 
 STUDY = protocol.study()
 
@@ -23,7 +22,9 @@ STUDY = protocol.study()
 
 def test_same_seed_same_order_byte_for_byte_different_seed_differs():
     a = assignment_csv(build_cells("s", "pilot", SCENARIOS, 123))
-    b = assignment_csv(build_cells("s", "pilot", list(reversed(SCENARIOS)), 123))  # scenario listing order is irrelevant
+    b = assignment_csv(
+        build_cells("s", "pilot", list(reversed(SCENARIOS)), 123)
+    )  # scenario listing order is irrelevant
     c = assignment_csv(build_cells("s", "pilot", SCENARIOS, 124))
     assert a.encode() == b.encode()
     assert a != c
@@ -34,8 +35,13 @@ def test_cli_create_twice_writes_identical_assignment_files(tmp_path):
     for k in range(2):
         root = make_root(tmp_path / f"r{k}")
         env = {"PILOT_ROOT": str(root), "PATH": "/usr/bin:/bin"}
-        subprocess.run([sys.executable, "-m", "pilot", "study", "create", "s", "--seed", "77", "--scenarios", *SCENARIOS],
-                       check=True, env=env, capture_output=True, text=True)
+        subprocess.run(
+            [sys.executable, "-m", "pilot", "study", "create", "s", "--seed", "77", "--scenarios", *SCENARIOS],
+            check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         outs.append((root / "analysis" / "data" / "s" / "assignment_pilot.csv").read_bytes())
     assert outs[0] == outs[1]
     assert outs[0].count(b"\n") == 1 + len(SCENARIOS) * 5 * STUDY.pilot_repeats
@@ -161,11 +167,17 @@ def test_infra_errors_rerun_same_id_logged_then_failed_at_limit_capped_not_rerun
         if cell.arm == "A1" and seen[cell.run_id] == 1:
             return AttemptOutcome(infra_error="ssh connection reset", cost_usd=0.0)
         if cell.arm == "A3":
-            return AttemptOutcome(record={"status": "capped", "censored": True, "censor_reason": "cost"}, cost_usd=cell.cap_usd, status="capped")
+            return AttemptOutcome(
+                record={"status": "capped", "censored": True, "censor_reason": "cost"},
+                cost_usd=cell.cap_usd,
+                status="capped",
+            )
         return completed()(cell, folder)
 
     ex = ControlledExecutor(policy, batch=2)
-    res = Scheduler(st, ex, NODES, backend="simulated", requires=REQUIRES, progress=False, poll_s=0, max_infra_attempts=3).run("pilot")
+    res = Scheduler(
+        st, ex, NODES, backend="simulated", requires=REQUIRES, progress=False, poll_s=0, max_infra_attempts=3
+    ).run("pilot")
     rows = {r["run_id"]: r for r in st.cell_rows()}
     for rid, r in rows.items():
         atts = st.attempts(rid)

@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
-
-from pilot.schedule import list_scenario_ids
-from pilot import runtable
 from schedule_support import make_root
+
+from pilot import runtable
+from pilot.schedule import list_scenario_ids
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,9 @@ def test_simulated_study_end_to_end_from_the_command_line(tmp_path):
     env = dict(os.environ, PILOT_ROOT=str(root))
 
     def pilot(*args):
-        return subprocess.run([sys.executable, "-m", "pilot", "study", *args], env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "pilot", "study", *args], env=env, capture_output=True, text=True, timeout=300
+        )
 
     made = pilot("create", "e2e", "--scenarios", sid)
     assert made.returncode == 0, made.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from real_cli_support import real_cli
 
 from pilot import pipeline, protocol
 from pilot.judges.backend import JudgeReply, JudgeRequest
@@ -30,8 +31,13 @@ from pilot.scenarios import load_scenario
 from pilot.simulated import rehearsal_branches
 from pilot.simulated import rehearsal_report as rehearsal
 from pilot.simulated.rehearsal_branches import RunBranch
-from pilot.simulated.scripted_model import JUDGES_FILE, ScriptedModelServer, judge_hold_s, scripted_record_dir, scripted_upstream
-from real_cli_support import real_cli
+from pilot.simulated.scripted_model import (
+    JUDGES_FILE,
+    ScriptedModelServer,
+    judge_hold_s,
+    scripted_record_dir,
+    scripted_upstream,
+)
 
 SID = "LEGAL-01"
 CLI = real_cli()
@@ -55,14 +61,19 @@ def prompt(outputs: Path) -> JudgePrompt:
     return prompt_for_run(load_scenario(SID), outputs)
 
 
-def _post(server: ScriptedModelServer, text: str, model: str, label: tuple[str, str] | None,
-          timeout: float = 60.0) -> tuple[int, dict]:
+def _post(
+    server: ScriptedModelServer, text: str, model: str, label: tuple[str, str] | None, timeout: float = 60.0
+) -> tuple[int, dict]:
     host, port = server.base_url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     headers = {"content-type": "application/json", "x-api-key": server.api_key}
     if label is not None:
         headers.update({JUDGE_HEADER: label[0], JUDGE_ATTEMPT_HEADER: label[1]})
-    body = {"model": model, "max_tokens": 32000, "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
+    body = {
+        "model": model,
+        "max_tokens": 32000,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+    }
     try:
         conn.request("POST", "/v1/messages", body=json.dumps(body).encode(), headers=headers)
         resp = conn.getresponse()
@@ -91,8 +102,10 @@ class HTTPJudge:
 
     def complete(self, request: JudgeRequest) -> JudgeReply:
         try:
-            status, data = _post(self.server, request.prompt, request.model, (request.judge_id, str(request.attempt)), self.timeout_s)
-        except (TimeoutError, socket.timeout):
+            status, data = _post(
+                self.server, request.prompt, request.model, (request.judge_id, str(request.attempt)), self.timeout_s
+            )
+        except TimeoutError:
             return JudgeReply(None, 0.0, f"no answer within {self.timeout_s:g} s")
         if status != 200:
             return JudgeReply(None, 0.0, f"status {status}: {data}")
@@ -107,7 +120,11 @@ def test_a_judge_request_without_its_label_is_refused_naming_the_header(tmp_path
         status, data = _post(server, prompt.text, MODELS["J2"], None)
         assert status == 400 and JUDGE_HEADER in data["error"]["message"]
         status, data = _post(server, prompt.text, MODELS["J2"], ("J1", "0"))  # J1 is not of J2's model
-        assert status == 400 and "names no panel member" in data["error"]["message"] and "J2, J3" in data["error"]["message"]
+        assert (
+            status == 400
+            and "names no panel member" in data["error"]["message"]
+            and "J2, J3" in data["error"]["message"]
+        )
         status, data = _post(server, prompt.text, MODELS["J1"], ("J1", "2"))
         assert status == 400 and JUDGE_ATTEMPT_HEADER in data["error"]["message"]
         refusals = [json.loads(x) for x in (server.record_dir / "refusals.jsonl").read_text().splitlines()]
@@ -131,8 +148,16 @@ def test_j2_and_j3_are_told_apart_by_their_label_whatever_the_order(tmp_path, pr
     sim = SimulatedJudge()
     for (jid, attempt), text in seen[0].items():
         member = next(j for j in protocol.study().judge_panel if j["id"] == jid)
-        request = JudgeRequest(jid, member["model"], int(member["draw"]), attempt, prompt.text, prompt.criteria, prompt.package,
-                               _digest(prompt.text + "\0" + jid) % 2**63)
+        request = JudgeRequest(
+            jid,
+            member["model"],
+            int(member["draw"]),
+            attempt,
+            prompt.text,
+            prompt.criteria,
+            prompt.package,
+            _digest(prompt.text + "\0" + jid) % 2**63,
+        )
         want = sim.verdict(request, sim._rng(request))
         got = parse_verdict(text, prompt.criteria)
         assert (got.criterion_scores, got.accept) == (want["criterion_scores"], want["accept"]), (jid, attempt)
@@ -142,8 +167,14 @@ def test_j2_and_j3_are_told_apart_by_their_label_whatever_the_order(tmp_path, pr
 
 
 def test_judge_malformed_once_answers_prose_then_a_grade(tmp_path, prompt):
-    with ScriptedModelServer(seed=1, record_dir=tmp_path / "s", branch=RunBranch(judges={"J2": "judge_malformed_once"})) as server:
-        first, retry, other = _ask(server, prompt, "J2", 0), _ask(server, prompt, "J2", 1), _ask(server, prompt, "J3", 0)
+    with ScriptedModelServer(
+        seed=1, record_dir=tmp_path / "s", branch=RunBranch(judges={"J2": "judge_malformed_once"})
+    ) as server:
+        first, retry, other = (
+            _ask(server, prompt, "J2", 0),
+            _ask(server, prompt, "J2", 1),
+            _ask(server, prompt, "J3", 0),
+        )
         rows = _rows(server)
     with pytest.raises(ValueError):
         json.loads(first)
@@ -152,14 +183,21 @@ def test_judge_malformed_once_answers_prose_then_a_grade(tmp_path, prompt):
     parse_verdict(retry, prompt.criteria)
     parse_verdict(other, prompt.criteria)
     assert [(r["judge"], r["attempt"], r["branch"], r["answer"], r["valid"]) for r in rows] == [
-        ("J2", 0, "judge_malformed_once", "not_json", False), ("J2", 1, "judge_malformed_once", "grade", True),
-        ("J3", 0, None, "grade", True)]
+        ("J2", 0, "judge_malformed_once", "not_json", False),
+        ("J2", 1, "judge_malformed_once", "grade", True),
+        ("J3", 0, None, "grade", True),
+    ]
     grades = rehearsal.read_scripted_grades(server.record_dir)
-    assert grades["J2"]["attempt"] == 1 and grades["J2"]["scores"] == parse_verdict(retry, prompt.criteria).criterion_scores
+    assert (
+        grades["J2"]["attempt"] == 1
+        and grades["J2"]["scores"] == parse_verdict(retry, prompt.criteria).criterion_scores
+    )
 
 
 def test_judge_schema_invalid_answers_json_the_schema_refuses_both_times(tmp_path, prompt):
-    with ScriptedModelServer(seed=1, record_dir=tmp_path / "s", branch=RunBranch(judges={"J3": "judge_schema_invalid"})) as server:
+    with ScriptedModelServer(
+        seed=1, record_dir=tmp_path / "s", branch=RunBranch(judges={"J3": "judge_schema_invalid"})
+    ) as server:
         answers = [_ask(server, prompt, "J3", a) for a in (0, 1)]
         rows = _rows(server)
     for text in answers:
@@ -167,7 +205,10 @@ def test_judge_schema_invalid_answers_json_the_schema_refuses_both_times(tmp_pat
         assert set(data["criterion_scores"]) == {c.id for c in prompt.criteria[1:]}
         with pytest.raises(VerdictError, match=prompt.criteria[0].id):
             parse_verdict(text, prompt.criteria)
-    assert [(r["attempt"], r["answer"], r["valid"]) for r in rows] == [(0, "schema_invalid", False), (1, "schema_invalid", False)]
+    assert [(r["attempt"], r["answer"], r["valid"]) for r in rows] == [
+        (0, "schema_invalid", False),
+        (1, "schema_invalid", False),
+    ]
     assert "J3" not in rehearsal.read_scripted_grades(server.record_dir)
 
 
@@ -185,19 +226,31 @@ def test_judge_timeout_holds_past_the_limit_and_the_hold_ends(tmp_path, prompt):
         parse_verdict(_ask(server, prompt, "J1", 1), prompt.criteria)  # held, then answered: the thread ends
         assert time.monotonic() - t >= hold
         rows = _rows(server)
-    assert [(r["judge"], r["answer"], r["held_s"]) for r in rows] == [("J1", "held", hold), ("J2", "grade", None), ("J1", "held", hold)]
+    assert [(r["judge"], r["answer"], r["held_s"]) for r in rows] == [
+        ("J1", "held", hold),
+        ("J2", "grade", None),
+        ("J1", "held", hold),
+    ]
 
 
 def test_the_panel_meets_every_judge_branch_and_the_report_finds_nothing(tmp_path, prompt):
     """The panel's retry and its missing judges over the server's branches; the report's judge checks agree."""
-    branch = RunBranch(judges={"J1": "judge_malformed_once", "J2": "judge_schema_invalid", "J3": "judge_timeout"}, judge_timeout_s=2.0)
+    branch = RunBranch(
+        judges={"J1": "judge_malformed_once", "J2": "judge_schema_invalid", "J3": "judge_timeout"}, judge_timeout_s=2.0
+    )
     with ScriptedModelServer(seed=1, record_dir=tmp_path / "s", branch=branch) as server:
-        results = [r.to_dict() for r in judge_prompt(prompt, backend=HTTPJudge(server, timeout_s=2.0), seed=1,
-                                                     panel=protocol.study().judge_panel)]
+        results = [
+            r.to_dict()
+            for r in judge_prompt(
+                prompt, backend=HTTPJudge(server, timeout_s=2.0), seed=1, panel=protocol.study().judge_panel
+            )
+        ]
         grades = rehearsal.read_scripted_grades(server.record_dir)
     j1, j2, j3 = results
     assert j1["error"] is None and j1["attempts"] == 2
-    assert j2["error"].startswith("reply failed the output schema") and j2["score_0_100"] is None and j2["attempts"] == 2
+    assert (
+        j2["error"].startswith("reply failed the output schema") and j2["score_0_100"] is None and j2["attempts"] == 2
+    )
     assert j3["error"].startswith("no answer within") and j3["score_0_100"] is None and j3["attempts"] == 2
     assert rehearsal.check_judge_branches(results, branch) == []
     assert rehearsal.check_judges(results, 3, branch) == (1, [])
@@ -217,12 +270,24 @@ def test_the_panel_over_the_real_cli_keeps_j2s_retry_its_own(tmp_path, outputs):
     branch = RunBranch(judges={"J2": "judge_malformed_once"})
     with ScriptedModelServer(seed=5, record_dir=tmp_path / "s", branch=branch) as server:
         environ = {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key, LABEL_REQUESTS_KEY: "1"}
-        results = [r.to_dict() for r in judge_run(sc, outputs, backend="claude-code", seed=5, claude_bin=CLI, environ=environ,
-                                                  timeout_s=120)]
+        results = [
+            r.to_dict()
+            for r in judge_run(
+                sc, outputs, backend="claude-code", seed=5, claude_bin=CLI, environ=environ, timeout_s=120
+            )
+        ]
         rows = _rows(server)
     assert [(r["judge"], r["attempt"], r["answer"]) for r in rows] == [
-        ("J1", 0, "grade"), ("J2", 0, "not_json"), ("J2", 1, "grade"), ("J3", 0, "grade")]
-    assert [(r["judge_id"], r["error"], r["attempts"]) for r in results] == [("J1", None, 1), ("J2", None, 2), ("J3", None, 1)]
+        ("J1", 0, "grade"),
+        ("J2", 0, "not_json"),
+        ("J2", 1, "grade"),
+        ("J3", 0, "grade"),
+    ]
+    assert [(r["judge_id"], r["error"], r["attempts"]) for r in results] == [
+        ("J1", None, 1),
+        ("J2", None, 2),
+        ("J3", None, 1),
+    ]
     weights = {c.id: c.weight for c in sc.rubric.criteria}
     assert rehearsal.check_judge_grades(results, rehearsal.read_scripted_grades(server.record_dir), weights) == []
     assert rehearsal.check_judge_branches(results, branch) == []
@@ -244,7 +309,14 @@ def test_the_cli_judge_labels_its_calls_only_for_a_scripted_upstream_on_loopback
     assert "ANTHROPIC_CUSTOM_HEADERS" not in ClaudeCodeJudge(cli, environ=up)._env(tmp_path, tmp_path, request)
     assert "ANTHROPIC_CUSTOM_HEADERS" not in ClaudeCodeJudge(cli)._env(tmp_path, tmp_path, request)
     with pytest.raises(ValueError, match="loopback"):
-        ClaudeCodeJudge(cli, environ={"ANTHROPIC_BASE_URL": "https://api.anthropic.com", "ANTHROPIC_API_KEY": "k", LABEL_REQUESTS_KEY: "1"})
+        ClaudeCodeJudge(
+            cli,
+            environ={
+                "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
+                "ANTHROPIC_API_KEY": "k",
+                LABEL_REQUESTS_KEY: "1",
+            },
+        )
 
 
 def test_the_judges_time_limit_reaches_the_cli_judge(tmp_path):
@@ -278,16 +350,27 @@ def test_the_scripted_upstream_plays_the_plans_branches_and_asks_for_labels(tmp_
 # ----------------------------------------------------------------- the report
 
 
-def _judge(jid: str, score: float | None, attempts: int = 1, error: str | None = None, scores: dict | None = None) -> dict[str, Any]:
-    return {"judge_id": jid, "backend": "claude-code", "score_0_100": score, "attempts": attempts, "error": error,
-            "criterion_scores": scores if scores is not None else ({} if score is None else {"a": 2, "b": 3}), "accept": bool(score)}
+def _judge(
+    jid: str, score: float | None, attempts: int = 1, error: str | None = None, scores: dict | None = None
+) -> dict[str, Any]:
+    return {
+        "judge_id": jid,
+        "backend": "claude-code",
+        "score_0_100": score,
+        "attempts": attempts,
+        "error": error,
+        "criterion_scores": scores if scores is not None else ({} if score is None else {"a": 2, "b": 3}),
+        "accept": bool(score),
+    }
 
 
 def test_a_judge_recorded_with_another_judges_grade_is_a_finding(tmp_path):
     """J2's grade recorded as J3's (and J3's as J2's): the scripted rows, by label, say whose each grade was."""
-    rows = [{"judge": "J2", "attempt": 0, "valid": True, "answer": "grade", "scores": {"a": 4, "b": 4}, "accept": True},
-            {"judge": "J3", "attempt": 0, "valid": True, "answer": "grade", "scores": {"a": 1, "b": 2}, "accept": False},
-            {"judge": "J1", "attempt": 0, "valid": False, "answer": "not_json", "scores": None, "accept": None}]
+    rows = [
+        {"judge": "J2", "attempt": 0, "valid": True, "answer": "grade", "scores": {"a": 4, "b": 4}, "accept": True},
+        {"judge": "J3", "attempt": 0, "valid": True, "answer": "grade", "scores": {"a": 1, "b": 2}, "accept": False},
+        {"judge": "J1", "attempt": 0, "valid": False, "answer": "not_json", "scores": None, "accept": None},
+    ]
     (tmp_path / JUDGES_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     grades = rehearsal.read_scripted_grades(tmp_path)
     assert set(grades) == {"J2", "J3"}  # an answer that is no grade is not one
@@ -297,7 +380,9 @@ def test_a_judge_recorded_with_another_judges_grade_is_a_finding(tmp_path):
     assert rehearsal.check_judge_grades(right, grades, weights) == []
     swapped = [dict(right[0], judge_id="J3"), dict(right[1], judge_id="J2")]
     found = rehearsal.check_judge_grades(swapped, grades, weights)
-    assert any(f.startswith("judges: J3 recorded scores") for f in found) and any(f.startswith("judges: J2 recorded scores") for f in found)
+    assert any(f.startswith("judges: J3 recorded scores") for f in found) and any(
+        f.startswith("judges: J2 recorded scores") for f in found
+    )
 
 
 def test_a_missing_judge_the_plan_did_not_mean_is_a_finding():
@@ -305,7 +390,11 @@ def test_a_missing_judge_the_plan_did_not_mean_is_a_finding():
     planned = [_judge("J1", 80.0), _judge("J2", 60.0), _judge("J3", None, 2, "the CLI did not answer within 20 s")]
     assert rehearsal.check_judges(planned, 3, branch) == (2, [])
     assert rehearsal.check_judge_branches(planned, branch) == []
-    unplanned = [_judge("J1", 80.0), _judge("J2", None, 2, "reply failed the output schema"), _judge("J3", None, 2, "timeout")]
+    unplanned = [
+        _judge("J1", 80.0),
+        _judge("J2", None, 2, "reply failed the output schema"),
+        _judge("J3", None, 2, "timeout"),
+    ]
     parsed, found = rehearsal.check_judges(unplanned, 3, branch)
     assert parsed == 1 and found == ["judge J2: no parsed verdict (reply failed the output schema)"]
     found = rehearsal.check_judge_branches(unplanned, branch)
@@ -324,10 +413,14 @@ def test_each_judge_is_held_to_its_branch_and_q_to_the_mean_of_the_others():
     assert any(f.startswith("judge J2: played judge_schema_invalid, so it must be missing") for f in found)
     assert any(f.startswith("judges: Q is 53.333333, not 60.000000") for f in found)
     # A missing judge recorded as a zero, no error: Q then counts it.
-    found = rehearsal.check_judge_branches([_judge("J1", 70.0, 2), _judge("J2", 0.0, 2, scores={"a": 0, "b": 0}), _judge("J3", 50.0)], branch)
+    found = rehearsal.check_judge_branches(
+        [_judge("J1", 70.0, 2), _judge("J2", 0.0, 2, scores={"a": 0, "b": 0}), _judge("J3", 50.0)], branch
+    )
     assert any("counted as zero" in f for f in found)
     # The retry's grade lost: J1 missing after its malformed reply.
     found = rehearsal.check_judge_branches([_judge("J1", None, 2, "reply failed"), good[1], good[2]], branch)
-    assert found == ["judge J1: played judge_malformed_once, so its retry's grade must be recorded, but it is missing (reply failed)"]
+    assert found == [
+        "judge J1: played judge_malformed_once, so its retry's grade must be recorded, but it is missing (reply failed)"
+    ]
     # A judge the plan named that has no result at all.
     assert rehearsal.check_judge_branches([good[0], good[2]], branch)[0].startswith("judge J2: the plan gave it")

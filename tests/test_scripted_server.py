@@ -18,21 +18,27 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from real_cli_support import real_cli
 
 from pilot import protocol
 from pilot.agents import sandbox
 from pilot.protocol.prices import cost_disagreement
-from pilot.simulated.scripted_model import ScriptedModelServer, read_truth, solver_command
 from pilot.scenarios import load_scenario, solve
-from real_cli_support import real_cli
+from pilot.simulated.scripted_model import ScriptedModelServer, read_truth, solver_command
 
 MODEL = protocol.study()["worker"]["model"]
 PROMPT = protocol.study()["worker"]["user_prompt"]
 SID = "LEGAL-01"
 
 
-def _post(server: ScriptedModelServer, path: str, body: dict | None, key: str | None, method: str = "POST",
-          headers: dict | None = None) -> tuple[int, dict[str, str], bytes]:
+def _post(
+    server: ScriptedModelServer,
+    path: str,
+    body: dict | None,
+    key: str | None,
+    method: str = "POST",
+    headers: dict | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     host, port = server.base_url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     h = {"content-type": "application/json", **({"x-api-key": key} if key else {}), **(headers or {})}
@@ -46,12 +52,16 @@ def _post(server: ScriptedModelServer, path: str, body: dict | None, key: str | 
 
 def _worker_request(stream: bool, cwd: str = "/w/run/workspace") -> dict:
     return {
-        "model": MODEL, "max_tokens": 32000, "stream": stream,
+        "model": MODEL,
+        "max_tokens": 32000,
+        "stream": stream,
         "system": [{"type": "text", "text": "You are an agent."}],
         "tools": [{"name": n, "input_schema": {"type": "object"}} for n in ("Bash", "Read", "Write")]
         + [{"name": "DeferredToolPlaceholder", "input_schema": {"type": "object"}, "defer_loading": True}],
-        "messages": [{"role": "user", "content": [{"type": "text", "text": PROMPT}]},
-                     {"role": "system", "content": [{"type": "text", "text": f" - Primary working directory: {cwd}\n"}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": PROMPT}]},
+            {"role": "system", "content": [{"type": "text", "text": f" - Primary working directory: {cwd}\n"}]},
+        ],
     }
 
 
@@ -95,7 +105,9 @@ def test_a_worker_turn_whole_and_streamed_is_the_same_message(server):
     assert status == 200 and headers["content-type"] == "application/json"
     assert whole["stop_reason"] == "tool_use" and whole["model"] == MODEL
     assert [(b["name"], b["input"]["file_path"]) for b in whole["content"]] == [
-        ("Read", "/w/run/workspace/BRIEF.md"), ("Read", "/w/run/workspace/POLICY.md")]
+        ("Read", "/w/run/workspace/BRIEF.md"),
+        ("Read", "/w/run/workspace/POLICY.md"),
+    ]
     usage = whole["usage"]
     assert usage["output_tokens"] > 0 and usage["input_tokens"] + usage["cache_creation_input_tokens"] > 0
     status, headers, data = _post(server, "/v1/messages", _worker_request(stream=True), server.api_key)
@@ -119,8 +131,13 @@ def test_a_request_without_the_servers_key_is_refused(server, key):
 
 
 def test_what_it_cannot_play_gets_a_400_naming_it(server):
-    status, _, data = _post(server, "/v1/messages", {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "Write me a poem"}]},
-                            server.api_key, headers={"x-pilot-run-id": "/runs/r1"})
+    status, _, data = _post(
+        server,
+        "/v1/messages",
+        {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "Write me a poem"}]},
+        server.api_key,
+        headers={"x-pilot-run-id": "/runs/r1"},
+    )
     err = json.loads(data)["error"]
     assert status == 400 and err["type"] == "invalid_request_error"
     assert "neither a worker session" in err["message"] and "Write me a poem" in err["message"]
@@ -128,7 +145,12 @@ def test_what_it_cannot_play_gets_a_400_naming_it(server):
     assert status == 400 and "GET /v1/models is not understood" in json.loads(data)["error"]["message"]
     # A worker whose reading results never came back is not guessed at either.
     req = _worker_request(stream=False)
-    req["messages"].append({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_scripted_s0_0_0", "name": "Read", "input": {}}]})
+    req["messages"].append(
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_scripted_s0_0_0", "name": "Read", "input": {}}],
+        }
+    )
     status, _, data = _post(server, "/v1/messages", req, server.api_key)
     assert status == 400 and "BRIEF.md and POLICY.md" in json.loads(data)["error"]["message"]
     rows = [json.loads(x) for x in (server.record_dir / "refusals.jsonl").read_text().splitlines()]
@@ -142,8 +164,13 @@ def test_the_shipped_solver_runs_without_the_harness_and_writes_the_reference_fi
     shutil.copytree(sc.inputs_dir, ws / "inputs")
     cmd = solver_command(str(ws), sc.generator, clear_outputs=False)
     # The harness's interpreter, isolated (-I): the shipped package shadows the installed one, as the script checks.
-    out = subprocess.run(["bash", "-c", cmd.replace("python3 -", "python3 -I -", 1)], capture_output=True, text=True,
-                         env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}, timeout=120)
+    out = subprocess.run(
+        ["bash", "-c", cmd.replace("python3 -", "python3 -I -", 1)],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     solve(SID, sc.inputs_dir, tmp_path / "gold")
     gold = {p.name: p.read_bytes() for p in (tmp_path / "gold").iterdir()}
@@ -154,9 +181,11 @@ def test_the_shipped_solver_runs_without_the_harness_and_writes_the_reference_fi
 
 def test_read_truth_merges_sessions_and_names_a_bad_line(tmp_path):
     base = {"scenario": SID, "arm": "A4", "deliverables": ["outputs/a.csv"], "selfcheck_called": True}
-    rows = [dict(base, run_id="r1", session=1, recovery=True, defects=[], expected_pass=True),
-            dict(base, run_id="r1", session=0, recovery=False, defects=["missing"], expected_pass=False),
-            dict(base, run_id="r2", session=0, recovery=False, defects=[], expected_pass=True, selfcheck_called=False)]
+    rows = [
+        dict(base, run_id="r1", session=1, recovery=True, defects=[], expected_pass=True),
+        dict(base, run_id="r1", session=0, recovery=False, defects=["missing"], expected_pass=False),
+        dict(base, run_id="r2", session=0, recovery=False, defects=[], expected_pass=True, selfcheck_called=False),
+    ]
     (tmp_path / "truth.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     truth = read_truth(tmp_path)
     assert [s["session"] for s in truth["r1"]["sessions"]] == [0, 1]
@@ -171,8 +200,10 @@ def test_read_truth_merges_sessions_and_names_a_bad_line(tmp_path):
 # ----------------------------------------------------------------- whole runs of the real CLI
 
 CLI = real_cli()
-needs_cli = pytest.mark.skipif(CLI is None or sandbox.bwrap_available() is None,
-                               reason="no real Claude Code CLI ('agent' extra) or no bubblewrap (make test installs both)")
+needs_cli = pytest.mark.skipif(
+    CLI is None or sandbox.bwrap_available() is None,
+    reason="no real Claude Code CLI ('agent' extra) or no bubblewrap (make test installs both)",
+)
 
 
 def _run(tmp_path: Path, arm: str, seed: int):
@@ -182,8 +213,17 @@ def _run(tmp_path: Path, arm: str, seed: int):
         out = tmp_path / "runs" / f"{SID}.{arm}.r1"
         # The worker's Python is the harness's interpreter and packages (the solvers need openpyxl and python-docx);
         # the sandbox binds only that environment, never the repository, so `pilot` is not importable inside.
-        rec = run_attempt(SID, arm, backend="claude-code", out_dir=out, seed=1, claude_bin=CLI, worker_env=Path(sys.prefix),
-                          label_upstream=True, environ={"ANTHROPIC_API_KEY": srv.api_key, "ANTHROPIC_BASE_URL": srv.base_url})
+        rec = run_attempt(
+            SID,
+            arm,
+            backend="claude-code",
+            out_dir=out,
+            seed=1,
+            claude_bin=CLI,
+            worker_env=Path(sys.prefix),
+            label_upstream=True,
+            environ={"ANTHROPIC_API_KEY": srv.api_key, "ANTHROPIC_BASE_URL": srv.base_url},
+        )
         refusals = list(srv.refusals)
     truth = read_truth(tmp_path / "scripted")
     assert list(truth) == [str(out)]
@@ -195,7 +235,9 @@ def _check(rec, truth, refusals, out: Path, arm: str) -> None:
     assert rec.status == "completed" and rec.enforcement == "bubblewrap"
     assert truth["scenario"] == SID and truth["arm"] == arm
     # The deliverables are there because the worker's tool calls put them there.
-    produced = sorted(p.relative_to(out / "workspace").as_posix() for p in (out / "workspace" / "outputs").rglob("*") if p.is_file())
+    produced = sorted(
+        p.relative_to(out / "workspace").as_posix() for p in (out / "workspace" / "outputs").rglob("*") if p.is_file()
+    )
     assert produced == truth["deliverables"] and produced
     assert rec.D is truth["expected_pass"]
     assert rec.E is truth["sessions"][-1]["expected_E"]
@@ -218,7 +260,12 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
         assert not any(p.endswith((".docx", ".xlsx", ".pdf")) for p in truth["deliverables"])
     else:
         # The drawn edit of an input reached the sandbox's copy (E), the thin memo fails the oracle (D).
-        assert truth["defects"] == ["short_document", "modify_input"] and rec.E is True and rec.E_reasons and rec.D is False
+        assert (
+            truth["defects"] == ["short_document", "modify_input"]
+            and rec.E is True
+            and rec.E_reasons
+            and rec.D is False
+        )
         # The drawn attempt at a denied program, through bash -c, met the sandbox's mask and is a recorded deviation.
         [session] = truth["sessions"]
         assert session["denied_attempt"]["family"] == "wget" and session["denied_attempt"]["how"] == "bash -c"
@@ -230,7 +277,8 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
         declared = rehearsal.planted_programs([session])
         assert len(declared) == len(rehearsal.planted_deviations([session])) == 1 + len(session["host_denied_attempts"])
         assert sorted((d["family"], d["via"], d["blocked_by"], d["program"]) for d in rec.deviations) == sorted(
-            (p["family"], *rehearsal.PLANTED_ROUTES[p["how"]], p["program"]) for p in declared)
+            (p["family"], *rehearsal.PLANTED_ROUTES[p["how"]], p["program"]) for p in declared
+        )
 
 
 @pytest.mark.slow
@@ -248,7 +296,11 @@ def test_a4_self_check_fails_and_the_recovery_session_repairs(tmp_path):
 # ----------------------------------------------------------------- the judges
 
 
-VARIANTS = {"gold": [], "a0": ["text_substitutes", "missing"], "defective": ["error_values", "short_document", "invalid_record"]}
+VARIANTS = {
+    "gold": [],
+    "a0": ["text_substitutes", "missing"],
+    "defective": ["error_values", "short_document", "invalid_record"],
+}
 
 
 def _package_variants(tmp_path: Path, sid: str, names=tuple(VARIANTS)):
@@ -285,7 +337,11 @@ def test_the_judge_prompt_read_back_shows_what_the_rendering_showed(tmp_path, si
 
 
 def _judge_body(prompt: str, model: str) -> dict:
-    return {"model": model, "max_tokens": 32000, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}]}
+    return {
+        "model": model,
+        "max_tokens": 32000,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+    }
 
 
 def test_judges_sharing_a_model_are_told_apart_by_their_label(server, tmp_path):
@@ -297,8 +353,13 @@ def test_judges_sharing_a_model_are_told_apart_by_their_label(server, tmp_path):
     jp = prompt_for_run(load_scenario(SID), outputs)
     grades = []
     for jid, model in (("J3", "claude-sonnet-5-5"), ("J2", "claude-sonnet-5-5"), ("J1", "claude-opus-5-5")):
-        status, _, data = _post(server, "/v1/messages", _judge_body(jp.text, model), server.api_key,
-                                headers={JUDGE_HEADER: jid, JUDGE_ATTEMPT_HEADER: "0"})
+        status, _, data = _post(
+            server,
+            "/v1/messages",
+            _judge_body(jp.text, model),
+            server.api_key,
+            headers={JUDGE_HEADER: jid, JUDGE_ATTEMPT_HEADER: "0"},
+        )
         assert status == 200
         grades.append(parse_verdict(json.loads(data)["content"][0]["text"], jp.criteria))
     rows = [json.loads(x) for x in (server.record_dir / "judges.jsonl").read_text().splitlines()]
@@ -313,22 +374,31 @@ def test_judges_sharing_a_model_are_told_apart_by_their_label(server, tmp_path):
 def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tmp_path, monkeypatch):
     """The real judge backend (the pinned CLI) asks the server; the grade parses and is the one the
     SIMULATED judge gives the real rendering under the same draw."""
-    from pilot.simulated.scripted_model import _digest
     from pilot.judges.backend import JudgeRequest
     from pilot.judges.claude_judge import ClaudeCodeJudge
     from pilot.judges.prompt import prompt_for_run
     from pilot.judges.schema import parse_verdict
     from pilot.simulated.judge import SimulatedJudge
+    from pilot.simulated.scripted_model import _digest
 
     [(_, outputs)] = _package_variants(tmp_path, SID, ("defective",))
     jp = prompt_for_run(load_scenario(SID), outputs)
-    request = JudgeRequest(judge_id="J1", model="claude-opus-5-5", draw=1, attempt=0, prompt=jp.text, criteria=jp.criteria,
-                           package=jp.package, seed=_digest(jp.text + "\0J1") % 2**63)
+    request = JudgeRequest(
+        judge_id="J1",
+        model="claude-opus-5-5",
+        draw=1,
+        attempt=0,
+        prompt=jp.text,
+        criteria=jp.criteria,
+        package=jp.package,
+        seed=_digest(jp.text + "\0J1") % 2**63,
+    )
     from pilot.judges.claude_judge import LABEL_REQUESTS_KEY
 
     with ScriptedModelServer(seed=1, record_dir=tmp_path / "scripted") as srv:
-        reply = ClaudeCodeJudge(CLI, environ={"ANTHROPIC_BASE_URL": srv.base_url, "ANTHROPIC_API_KEY": srv.api_key,
-                                              LABEL_REQUESTS_KEY: "1"}).complete(request)
+        reply = ClaudeCodeJudge(
+            CLI, environ={"ANTHROPIC_BASE_URL": srv.base_url, "ANTHROPIC_API_KEY": srv.api_key, LABEL_REQUESTS_KEY: "1"}
+        ).complete(request)
     assert reply.error is None, reply.error
     verdict = parse_verdict(reply.text, jp.criteria)
     sim = SimulatedJudge()
@@ -341,7 +411,10 @@ def test_the_drawn_denied_attempt_can_be_left_out_without_changing_the_other_dra
     from pilot.simulated.scripted_model import WorkerPlayer
 
     sc, arm = load_scenario(SID), protocol.arms()["A1"]
-    plans = [WorkerPlayer(237, tmp_path / str(flag), denied_attempts=flag).plan(sc, arm, f"/r/{SID}.A1.r1", 0, "/w") for flag in (True, False)]
+    plans = [
+        WorkerPlayer(237, tmp_path / str(flag), denied_attempts=flag).plan(sc, arm, f"/r/{SID}.A1.r1", 0, "/w")
+        for flag in (True, False)
+    ]
     with_attempt, without = plans
     assert with_attempt.truth["denied_attempt"]["family"] == "wget" and without.truth["denied_attempt"] is None
     assert [s[0]["input"]["description"] for s in with_attempt.steps][0] == "Try wget"
@@ -372,22 +445,29 @@ def test_every_shell_arm_that_denies_a_program_of_the_host_tries_it_by_every_rou
         drawn = plan.truth["denied_attempt"]
         assert plan.expect_error == set(at) | ({0} if drawn else set())
         if drawn:
-            assert commands[0] == drawn["command"] and drawn["present_on_host"] is (host_program(drawn["family"]) is not None)
+            assert commands[0] == drawn["command"] and drawn["present_on_host"] is (
+                host_program(drawn["family"]) is not None
+            )
 
 
 def test_the_shipped_portal_client_signs_in_and_fetches_as_the_models_worker_does(tmp_path):
     """A3's portal step against a real portal instance: the access log shows the worker's use of it."""
-    from pilot.simulated.scripted_model import portal_command
     from pilot.portal import start_instance
     from pilot.portal.access_log import summarise_access_log
+    from pilot.simulated.scripted_model import portal_command
 
     ws = tmp_path / "ws"
     ws.mkdir()
     with start_instance("ACC-01", tmp_path / "run") as portal:
         portal.write_credentials(ws)
         cmd = portal_command(str(ws)).replace("python3 -", "python3 -I -", 1)
-        out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
-                             env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+        out = subprocess.run(
+            ["bash", "-c", cmd],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        )
         use = summarise_access_log(portal.access_log_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("downloaded") == 2 and "from pilot.portal.credentials" not in cmd.split("SOURCES")[0]
@@ -404,7 +484,11 @@ def test_a_repairing_session_supersedes_the_deliverables_written_before_it(tmp_p
     rows = [
         # Session 0 cut the memo down with an edit written whole; session 1 reran the solver (outputs cleared) and wrote
         # the completion record whole; a run without a repair keeps what session 0 wrote.
-        {**base, "session": 0, "written": {"outputs/memo.docx": "aaa", "outputs/completion_record.json": "bbb", "notes.txt": "ccc"}},
+        {
+            **base,
+            "session": 0,
+            "written": {"outputs/memo.docx": "aaa", "outputs/completion_record.json": "bbb", "notes.txt": "ccc"},
+        },
         {**base, "session": 1, "repaired": True, "written": {"outputs/completion_record.json": "ddd"}},
         {**base, "run_id": "s", "session": 0, "written": {"outputs/memo.docx": "aaa"}},
         {**base, "run_id": "s", "session": 1, "repaired": False, "written": {}},

@@ -12,10 +12,10 @@ from pathlib import Path
 import openpyxl
 import pytest
 
+from pilot import defects
 from pilot.oracles import SELFCHECK_TOOL, evaluate, install_selfcheck, run_selfcheck
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot import defects
 
 STDLIB = set(sys.stdlib_module_names)
 
@@ -62,7 +62,9 @@ def test_installed_copy_runs_alone_in_the_workspace(golds):
     ws = golds["OPS-01"]
     install_selfcheck(load_scenario("OPS-01"), ws)
     env = {"PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-I", "selfcheck.py"], cwd=ws, capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-I", "selfcheck.py"], cwd=ws, capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS  reorder_plan.csv is a valid CSV" in proc.stdout
     # The controller's run takes the spec from the workspace copy when no scenario is named.
@@ -83,7 +85,9 @@ def test_well_formed_wrong_answer_passes_the_self_check_but_not_the_oracle(golds
 @pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")
 def test_wrong_figures_in_a_workbook_pass_the_self_check(golds, tmp_path):
     ws = _copy(golds, "ACC-01", tmp_path)
-    defects.misstate_labelled_value(ws, "bank_reconciliation_2026-10.xlsx", "adjusted bank balance", 99999.0, "Reconciliation")
+    defects.misstate_labelled_value(
+        ws, "bank_reconciliation_2026-10.xlsx", "adjusted bank balance", 99999.0, "Reconciliation"
+    )
     report = run_selfcheck(ws, "ACC-01")
     assert report.passed, report.text
     assert any("recalculated with LibreOffice" in line for line in report.lines)
@@ -96,15 +100,39 @@ def _write_values_only_workbook(path: Path) -> None:
 
 
 MALFORMED = {
-    "missing": (lambda ws: defects.drop_deliverable(ws, "clinic_access_report_2026-10.pdf"), "HEALTH-01", "clinic_access_report_2026-10.pdf missing"),
+    "missing": (
+        lambda ws: defects.drop_deliverable(ws, "clinic_access_report_2026-10.pdf"),
+        "HEALTH-01",
+        "clinic_access_report_2026-10.pdf missing",
+    ),
     "empty": (lambda ws: defects.empty_file(ws, "reorder_plan.csv"), "OPS-01", "reorder_plan.csv is empty"),
-    "corrupt_docx": (lambda ws: defects.corrupt_file(ws, "msa_review_memo.docx"), "LEGAL-01", "corrupt or truncated archive"),
+    "corrupt_docx": (
+        lambda ws: defects.corrupt_file(ws, "msa_review_memo.docx"),
+        "LEGAL-01",
+        "corrupt or truncated archive",
+    ),
     "not_a_pdf": (lambda ws: defects.corrupt_file(ws, "clinic_access_report_2026-10.pdf"), "HEALTH-01", "is not a PDF"),
-    "too_short": (lambda ws: defects.truncate_document(ws, "msa_review_memo.docx"), "LEGAL-01", "at least 450 are required"),
-    "ragged_csv": (lambda ws: (ws / "outputs" / "issues_log.csv").write_text("clause,issue,risk_rating,proposed_change\n8.2,x\n"), "LEGAL-01", "different number of fields"),
-    "no_formulas": (lambda ws: _write_values_only_workbook(ws / "outputs" / "bank_reconciliation_2026-10.xlsx"), "ACC-01", "contains no formulas"),
+    "too_short": (
+        lambda ws: defects.truncate_document(ws, "msa_review_memo.docx"),
+        "LEGAL-01",
+        "at least 450 are required",
+    ),
+    "ragged_csv": (
+        lambda ws: (ws / "outputs" / "issues_log.csv").write_text("clause,issue,risk_rating,proposed_change\n8.2,x\n"),
+        "LEGAL-01",
+        "different number of fields",
+    ),
+    "no_formulas": (
+        lambda ws: _write_values_only_workbook(ws / "outputs" / "bank_reconciliation_2026-10.xlsx"),
+        "ACC-01",
+        "contains no formulas",
+    ),
     "bad_record": (lambda ws: defects.break_completion_record(ws), "OPS-01", "status must be one of"),
-    "record_lists_missing_file": (lambda ws: (ws / "outputs" / "reorder_plan.csv").rename(ws / "outputs" / "plan.csv"), "OPS-01", "lists reorder_plan.csv, which is not in outputs/"),
+    "record_lists_missing_file": (
+        lambda ws: (ws / "outputs" / "reorder_plan.csv").rename(ws / "outputs" / "plan.csv"),
+        "OPS-01",
+        "lists reorder_plan.csv, which is not in outputs/",
+    ),
 }
 
 
@@ -137,6 +165,12 @@ def test_without_libreoffice_uncached_formulas_are_a_warning_not_a_pass_claim(go
 
     spec.write_text(json.dumps(selfcheck_spec(load_scenario("ACC-01"))))
     env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
-    proc = subprocess.run([sys.executable, str(SELFCHECK_TOOL), str(ws), "--spec", str(spec)], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SELFCHECK_TOOL), str(ws), "--spec", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout
     assert "WARN  bank_reconciliation_2026-10.xlsx: formulas have no cached values" in proc.stdout

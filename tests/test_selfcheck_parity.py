@@ -22,12 +22,12 @@ from pathlib import Path
 import docx
 import pytest
 
+from pilot import defects
 from pilot.oracles import Recalculator, evaluate, install_selfcheck, run_selfcheck
 from pilot.oracles.evaluate import FORM_KINDS, workbooks_to_recalculate
 from pilot.oracles.readers import docx_lines, word_count
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
-from pilot import defects
 
 pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
 
@@ -90,7 +90,7 @@ def external_link(ws: Path) -> None:
     def add(parts):
         parts["xl/externalLinks/externalLink1.xml"] = (
             '<externalLink xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><externalBook>'
-            "<sheetNames><sheetName val=\"Sheet1\"/></sheetNames></externalBook></externalLink>"
+            '<sheetNames><sheetName val="Sheet1"/></sheetNames></externalBook></externalLink>'
         )
 
     _rezip(ws / "outputs" / BOOK, add)

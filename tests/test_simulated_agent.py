@@ -11,17 +11,23 @@ import pytest
 import yaml
 
 from pilot import paths, protocol
-from pilot.simulated import agent as simulated
-from pilot.simulated.agent import SessionDraw, SimulatedBackend, apply_caps, load_model
 from pilot.protocol import ProtocolError
 from pilot.runner import run_attempt
+from pilot.simulated import agent as simulated
+from pilot.simulated.agent import SessionDraw, SimulatedBackend, apply_caps, load_model
 
 SID = "LEGAL-01"  # no workbook: no LibreOffice in these tests
-pytestmark = pytest.mark.skipif(not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet")
+pytestmark = pytest.mark.skipif(
+    not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"
+)
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _stable(rec) -> dict:
@@ -73,7 +79,9 @@ def test_simulated_outputs_say_so(tmp_path):
 
 def test_a0_delivers_text_substitutes_declared_in_the_record(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
-    backend = SimulatedBackend(sc, protocol.arms()["A0"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0)
+    backend = SimulatedBackend(
+        sc, protocol.arms()["A0"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0
+    )
     # A seed whose draw has the substitutes and no other defect, so the record is intact.
     seed = next(s for s in range(200) if backend.draw(simulated._rng(s, SID, "A0", 0)).defects == ["text_substitutes"])
     rec = _run(tmp_path, "A0", seed)
@@ -136,8 +144,15 @@ def test_a4_sometimes_fails_its_first_self_check_and_recovers(tmp_path):
         assert rec.selfcheck_first is not None
         if rec.selfcheck_first is False and rec.recovery_used:
             assert len(rec.sessions) == 2 and rec.recovery_cost_usd is not None and rec.recovery_cost_usd > 0
-            assert rec.cost_usd == pytest.approx(sum(json.loads(x)["cost_usd"] for x in
-                                                     (tmp_path / "runs" / f"A4-{seed}" / "agent" / "simulated_draws.jsonl").read_text().splitlines()), abs=1e-5)
+            assert rec.cost_usd == pytest.approx(
+                sum(
+                    json.loads(x)["cost_usd"]
+                    for x in (tmp_path / "runs" / f"A4-{seed}" / "agent" / "simulated_draws.jsonl")
+                    .read_text()
+                    .splitlines()
+                ),
+                abs=1e-5,
+            )
             if rec.selfcheck_final:
                 seen["recovered"] += 1
         if rec.selfcheck_first:
@@ -149,17 +164,24 @@ def test_a4_sometimes_fails_its_first_self_check_and_recovers(tmp_path):
 
 def test_a1_denied_attempts_are_recorded_as_deviations(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
-    backend = SimulatedBackend(sc, protocol.arms()["A1"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0)
+    backend = SimulatedBackend(
+        sc, protocol.arms()["A1"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0
+    )
     seed = next(s for s in range(200) if backend.draw(simulated._rng(s, SID, "A1", 0)).denied is not None)
     rec = _run(tmp_path, "A1", seed)
     family, how = backend.draw(simulated._rng(seed, SID, "A1", 0)).denied
-    assert [(d["family"], d["blocked_by"]) for d in rec.deviations] == [(family, "cli_rule" if how == "direct" else "mask")]
+    assert [(d["family"], d["blocked_by"]) for d in rec.deviations] == [
+        (family, "cli_rule" if how == "direct" else "mask")
+    ]
 
 
 PORTAL_SID = "ACC-01"  # uses_portal: true
 
 
-@pytest.mark.skipif(not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(), reason=f"no portal content for {PORTAL_SID}")
+@pytest.mark.skipif(
+    not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(),
+    reason=f"no portal content for {PORTAL_SID}",
+)
 def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path):
     from pilot.portal import read_access_log, summarise_access_log
 
@@ -188,12 +210,15 @@ def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path):
         assert creds["password"] not in text
     with pytest.raises(OSError):
         import urllib.request
+
         urllib.request.build_opener(urllib.request.ProxyHandler({})).open(a3.portal["url"] + "/healthz", timeout=2)
 
     a1 = run_attempt(PORTAL_SID, "A1", backend="simulated", out_dir=tmp_path / "a1", seed=5, evaluate=False)
     assert a1.portal is None and a1.portal_requests is None
     assert not (tmp_path / "a1" / "portal").exists() and not (Path(a1.workspace) / "portal_credentials.json").exists()
-    assert json.loads((tmp_path / "a1" / "agent" / "simulated_draws.jsonl").read_text().splitlines()[0])["portal"] is None
+    assert (
+        json.loads((tmp_path / "a1" / "agent" / "simulated_draws.jsonl").read_text().splitlines()[0])["portal"] is None
+    )
 
 
 def test_a_session_killed_at_its_wall_limit_is_metered_as_a_proxy_would(tmp_path):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 from pptx import Presentation
 from pypdf import PdfReader
+from view_support import copy_study, deck_study
 
 from pilot.grading import store
 from pilot.grading.plan import create_wave
@@ -24,7 +24,6 @@ from pilot.judges.deck_pdf import DeckRenderError, SlidesCache
 from pilot.view.app import create_app as view_app
 from pilot.view.export import export_site
 from pilot.view.study import StudyReader
-from view_support import copy_study, deck_study
 
 DECK = "support_review.pptx"
 
@@ -77,10 +76,17 @@ def test_the_viewer_offers_the_slides_of_a_delivered_deck_and_only_of_a_deck(tmp
     assert links == [f"/slides/{run_id}/attempt-1/{DECK}"], links
     resp = client.get(links[0])
     assert resp.status_code == 200 and resp.headers["Content-Type"] == "application/pdf"
-    assert resp.headers["Content-Disposition"].startswith("attachment;") and "support_review.slides.pdf" in resp.headers["Content-Disposition"]
+    assert (
+        resp.headers["Content-Disposition"].startswith("attachment;")
+        and "support_review.slides.pdf" in resp.headers["Content-Disposition"]
+    )
     _same_slides(resp.data, deck, tmp_path)
-    for bad in (f"/slides/{run_id}/attempt-1/sla_workbook.xlsx", f"/slides/{run_id}/attempt-1/nope.pptx",
-                f"/slides/{run_id}/attempt-9/{DECK}", f"/slides/{run_id}/attempt-1/..%2F..%2Fx.pptx"):
+    for bad in (
+        f"/slides/{run_id}/attempt-1/sla_workbook.xlsx",
+        f"/slides/{run_id}/attempt-1/nope.pptx",
+        f"/slides/{run_id}/attempt-9/{DECK}",
+        f"/slides/{run_id}/attempt-1/..%2F..%2Fx.pptx",
+    ):
         assert client.get(bad).status_code == 404, bad
 
 
@@ -127,9 +133,13 @@ def test_a_grader_downloads_the_slides_of_the_deck_in_their_package_and_the_down
         client = app.test_client()
         assert client.get(f"/signin/{made.grader_tokens['G01']}").status_code == 303
         with store.open_store(folder) as st:
-            rows = [dict(r) for r in st.conn.execute(
-                "SELECT a.assignment_id, p.run_id, a.grader_id FROM grading_assignments a JOIN grading_packages p "
-                "USING (wave, package_id) WHERE a.wave = 'experts-deck'")]
+            rows = [
+                dict(r)
+                for r in st.conn.execute(
+                    "SELECT a.assignment_id, p.run_id, a.grader_id FROM grading_assignments a JOIN grading_packages p "
+                    "USING (wave, package_id) WHERE a.wave = 'experts-deck'"
+                )
+            ]
         mine = next(r for r in rows if r["grader_id"] == "G01")
         my_runs = {r["run_id"] for r in rows if r["grader_id"] == "G01"}
         theirs = next(r for r in rows if r["run_id"] not in my_runs)  # a package G01 does not grade
@@ -144,8 +154,13 @@ def test_a_grader_downloads_the_slides_of_the_deck_in_their_package_and_the_down
         assert client.get(f"/grade/{mine['assignment_id']}/slides/sla_workbook.xlsx").status_code == 404
         assert client.get(f"/grade/{theirs['assignment_id']}/slides/{DECK}").status_code == 404
         with store.open_store(folder) as st:
-            opened = [json.loads(r[0]) for r in st.conn.execute(
-                "SELECT detail_json FROM grading_events WHERE kind = 'open_file' AND assignment_id = ?", (mine["assignment_id"],))]
+            opened = [
+                json.loads(r[0])
+                for r in st.conn.execute(
+                    "SELECT detail_json FROM grading_events WHERE kind = 'open_file' AND assignment_id = ?",
+                    (mine["assignment_id"],),
+                )
+            ]
         assert {"file": DECK, "as": "slides"} in opened
     finally:
         app.extensions["pilot.grading"].close()

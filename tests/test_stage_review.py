@@ -6,11 +6,11 @@ from __future__ import annotations
 import nbformat
 import papermill
 import pytest
-
 from notebook_helpers import fresh_runtable, output_dirs, stage_params
+
 from pilot import paths
-from pilot.stages import write_parameterized_notebook
 from pilot.report import stage_outputs
+from pilot.stages import write_parameterized_notebook
 
 
 def _listing() -> set[str]:
@@ -23,8 +23,13 @@ def test_primary_stage_run_from_notebooks_shows_figures_and_writes_nothing_there
     out = output_dirs(tmp_path)
     nb = write_parameterized_notebook("primary", stage_params(out, runs, B=100, perms=100), tmp_path / "primary.ipynb")
     before = _listing()
-    papermill.execute_notebook(str(nb), str(tmp_path / "executed.ipynb"), cwd=str(paths.NOTEBOOKS_DIR),
-                               kernel_name="python3", progress_bar=False)
+    papermill.execute_notebook(
+        str(nb),
+        str(tmp_path / "executed.ipynb"),
+        cwd=str(paths.NOTEBOOKS_DIR),
+        kernel_name="python3",
+        progress_bar=False,
+    )
     assert _listing() == before  # nothing written beside the stage files
     executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]

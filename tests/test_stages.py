@@ -11,7 +11,7 @@ import pytest
 from pilot import paths
 from pilot.stages import StageError, build_notebook, check_parameters, list_stages, run_stage
 
-TINY = '''# %% [markdown]
+TINY = """# %% [markdown]
 # A tiny stage for tests.
 
 # %% tags=["parameters"]
@@ -23,7 +23,7 @@ out_dir: str = ""  # where to write
 # %%
 from pathlib import Path
 Path(out_dir, "result.json").write_text('{"value": %s, "label": "%s"}' % (seed * scale, label))
-'''
+"""
 
 
 @pytest.fixture()
@@ -104,11 +104,15 @@ def test_every_stage_file_round_trips_through_jupytext_unchanged():
     for stage in list_stages().values():
         text = stage.source.read_text(encoding="utf-8")
         nb = jupytext.reads(text, fmt="py:percent", config=config)
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}  # as Lab adds it
+        nb.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3",
+            "language": "python",
+        }  # as Lab adds it
         assert jupytext.writes(nb, fmt="py:percent", config=config) == text, f"{stage.source.name} changes when saved"
 
 
-FAILING = '''# %% tags=["parameters"]
+FAILING = """# %% tags=["parameters"]
 seed: int = 1  # random seed
 
 # %%
@@ -116,7 +120,7 @@ x = seed + 1
 
 # %%
 raise ValueError(f"bad value {x}")
-'''
+"""
 
 
 @pytest.mark.notebook

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from pilot import protocol
+from pilot.simulated import calibration, synthetic
 from pilot.stats import batch_inference, primary, resampling
-from pilot.simulated import calibration
-from pilot.simulated import synthetic
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings
 
@@ -18,10 +17,14 @@ FIELDS = ("estimate", "ci_low", "ci_high", "p_value", "n_scenarios")
 def _stage(S_i: np.ndarray, J: int, counts_i: np.ndarray, signs: np.ndarray, B: int, P: int) -> dict[str, np.ndarray]:
     """One study through primary.contrast_table, the primary stage's own function."""
     study = protocol.study()
-    layout = Layout([f"S{j}" for j in range(J)], study.arms, [""] * J, np.ones(J), np.ones(J), np.zeros(1, int), np.zeros(1, int))
+    layout = Layout(
+        [f"S{j}" for j in range(J)], study.arms, [""] * J, np.ones(J), np.ones(J), np.zeros(1, int), np.zeros(1, int)
+    )
     scored = (~np.isnan(S_i)).sum(axis=2)
     means = np.where(scored > 0, np.nansum(S_i, axis=2) / np.maximum(scored, 1), np.nan)
-    tab, _ = primary.contrast_table(means, layout, study.contrasts, np.ones(J), InferenceSettings(B, P, 0), counts=counts_i, signs=signs)
+    tab, _ = primary.contrast_table(
+        means, layout, study.contrasts, np.ones(J), InferenceSettings(B, P, 0), counts=counts_i, signs=signs
+    )
     return {k: tab[k].to_numpy(dtype=float) for k in FIELDS}
 
 
@@ -63,7 +66,9 @@ def test_the_exact_path_is_the_float_reference_where_floats_are_exact(seed):
     d[rng.random(d.shape) < 0.1] = np.nan
     counts = resampling.bootstrap_counts(rng, J, B)
     signs, exact = resampling.sign_vectors(J, 5_000, rng)
-    res = batch_inference.contrast_inference(batch_inference.on_grid(d, 2)[None], 2, counts[None], signs, 0.95, exact=exact)
+    res = batch_inference.contrast_inference(
+        batch_inference.on_grid(d, 2)[None], 2, counts[None], signs, 0.95, exact=exact
+    )
     reps = resampling.bootstrap_means(d, counts)
     lo, hi = resampling.percentile_interval(reps, 0.95)
     test = resampling.sign_flip_test(d, signs=signs)
@@ -79,11 +84,15 @@ def test_a_tie_is_a_tie_in_thirds():
     d = np.array([-2.0, 1.0, 3.0, -2.0]) / 3
     signs, exact = resampling.sign_vectors(4, 20_000, np.random.default_rng(0))
     assert exact and resampling.sign_flip_test(d, signs=signs).p_value[0] == 0.875  # the float reference
-    res = batch_inference.contrast_inference(batch_inference.on_grid(d[:, None], 3)[None], 3, np.ones((1, 10, 4)), signs, 0.95, exact=True)
+    res = batch_inference.contrast_inference(
+        batch_inference.on_grid(d[:, None], 3)[None], 3, np.ones((1, 10, 4)), signs, 0.95, exact=True
+    )
     assert res["p_value"][0, 0] == 1.0 and res["estimate"][0, 0] == 0.0
     # The stage itself now uses the exact path for such data.
     study = protocol.study()
-    layout = Layout(["a", "b", "c", "d"], study.arms, [""] * 4, np.ones(4), np.ones(4), np.zeros(1, int), np.zeros(1, int))
+    layout = Layout(
+        ["a", "b", "c", "d"], study.arms, [""] * 4, np.ones(4), np.ones(4), np.zeros(1, int), np.zeros(1, int)
+    )
     means = np.zeros((4, len(study.arms)))
     t, c = study.contrasts[0]
     means[:, layout.arm_index(t)] = np.array([1, 1, 3, 1]) / 3
@@ -99,7 +108,9 @@ def test_a_zero_width_interval_is_exactly_zero_width():
     d = np.full((7, 1), 1 / 3)
     counts = resampling.bootstrap_counts(np.random.default_rng(4), 7, 2_000)
     signs, exact = resampling.sign_vectors(7, 20_000, np.random.default_rng(5))
-    res = batch_inference.contrast_inference(batch_inference.on_grid(d, 3)[None], 3, counts[None], signs, 0.95, exact=exact)
+    res = batch_inference.contrast_inference(
+        batch_inference.on_grid(d, 3)[None], 3, counts[None], signs, 0.95, exact=exact
+    )
     assert res["ci_low"][0, 0] == res["ci_high"][0, 0] == 1 / 3
 
 
@@ -114,5 +125,7 @@ def test_grid_detection_and_refusal():
     study = protocol.study()
     layout = Layout(["a", "b", "c"], study.arms, [""] * 3, np.ones(3), np.ones(3), np.zeros(1, int), np.zeros(1, int))
     means = np.random.default_rng(0).integers(0, 2, size=(3, len(study.arms))).astype(float)
-    tab, _ = primary.contrast_table(means, layout, study.contrasts, np.array([1.0, 2.0, 3.0]), InferenceSettings(200, 20_000, 0))
+    tab, _ = primary.contrast_table(
+        means, layout, study.contrasts, np.array([1.0, 2.0, 3.0]), InferenceSettings(200, 20_000, 0)
+    )
     assert np.isfinite(tab.estimate).all()

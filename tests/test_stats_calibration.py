@@ -10,10 +10,9 @@ import pandas as pd
 import pytest
 
 from pilot import paths, protocol
-from pilot.simulated import calibration
-from pilot.stats import primary, resampling
-from pilot.simulated import synthetic
+from pilot.simulated import calibration, synthetic
 from pilot.simulated.calibration import run_calibration
+from pilot.stats import primary, resampling
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings
 
@@ -55,10 +54,14 @@ def test_the_vectorised_block_is_the_stage_analysis_study_by_study():
     signs, _ = resampling.sign_vectors(6, 20_000, rng)
     res = calibration.analyse_block(S, study.arms, study.contrasts, counts, signs, 0.95)
     for i in range(4):
-        layout = Layout([s.id for s in specs], study.arms, [""] * 6, np.ones(6), np.ones(6), np.zeros(1, int), np.zeros(1, int))
+        layout = Layout(
+            [s.id for s in specs], study.arms, [""] * 6, np.ones(6), np.ones(6), np.zeros(1, int), np.zeros(1, int)
+        )
         scored = (~np.isnan(S[i])).sum(axis=2)
         means = np.where(scored > 0, np.nansum(S[i], axis=2) / np.maximum(scored, 1), np.nan)
-        tab, _ = primary.contrast_table(means, layout, study.contrasts, np.ones(6), InferenceSettings(300, 20_000, 0), counts=counts[i], signs=signs)
+        tab, _ = primary.contrast_table(
+            means, layout, study.contrasts, np.ones(6), InferenceSettings(300, 20_000, 0), counts=counts[i], signs=signs
+        )
         for k in ("estimate", "ci_low", "ci_high", "p_value", "n_scenarios"):
             np.testing.assert_allclose(tab[k].to_numpy(dtype=float), res[k][i], rtol=1e-12, atol=1e-12, err_msg=k)
 
@@ -67,13 +70,32 @@ def test_the_script_writes_the_appendix_table(tmp_path: Path):
     spec = importlib.util.spec_from_file_location("calibration_script", paths.ANALYSIS_DIR / "calibration.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rc = mod.main(["--studies", "8", "--scenarios", "10", "--bootstrap", "200", "--truth-draws", "100000", "--quiet", "--tables-dir", str(tmp_path / "t"), "--generated-dir", str(tmp_path / "g")])
+    rc = mod.main(
+        [
+            "--studies",
+            "8",
+            "--scenarios",
+            "10",
+            "--bootstrap",
+            "200",
+            "--truth-draws",
+            "100000",
+            "--quiet",
+            "--tables-dir",
+            str(tmp_path / "t"),
+            "--generated-dir",
+            str(tmp_path / "g"),
+        ]
+    )
     assert rc == 0
     t = pd.read_csv(tmp_path / "t" / "calibration.csv")
     assert {"coverage", "coverage_mc_se", "rejection", "planted", "J"} <= set(t.columns) and (t.studies == 8).all()
     tex = (tmp_path / "g" / "calibration_table.tex").read_text()
     assert "\\textbf{SIMULATED.}" in tex and "\\label{tab:calibration}" in tex
-    assert "\\newcommand{\\CalJOneZeroNullAThreeMinusAOneRejection}" in (tmp_path / "g" / "calibration_macros.tex").read_text()
+    assert (
+        "\\newcommand{\\CalJOneZeroNullAThreeMinusAOneRejection}"
+        in (tmp_path / "g" / "calibration_macros.tex").read_text()
+    )
 
 
 def test_conditions_share_the_arms_they_leave_unchanged():
@@ -95,4 +117,6 @@ def test_conditions_share_the_arms_they_leave_unchanged():
     assert np.nanmean(S["tail"][:, :, a1]) < 0.05
     # One condition alone is draw_acceptance with the same stream.
     alone = calibration.draw_conditions(np.random.default_rng(9), {"planted": model}, specs, 5, 3, study)["planted"]
-    np.testing.assert_array_equal(alone, calibration.draw_acceptance(np.random.default_rng(9), model, specs, 5, 3, study))
+    np.testing.assert_array_equal(
+        alone, calibration.draw_acceptance(np.random.default_rng(9), model, specs, 5, 3, study)
+    )

@@ -9,7 +9,7 @@ infinite, or ``not estimable (reason)``; the verdicts must follow.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -19,22 +19,26 @@ from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol, runtable
 from pilot.latex import latex_escape
-from pilot.stats import degraded, estimability, stage_computations
 from pilot.report import stage_outputs
 from pilot.simulated import synthetic
+from pilot.stats import degraded, estimability, stage_computations
 
 B, P = 200, 500
 
 
-@lru_cache(maxsize=None)
+@cache
 def base() -> pd.DataFrame:
     return runtable.validate_runtable(synthetic.generate_runtable(11, n_scenarios=8))
 
 
-@lru_cache(maxsize=None)
+@cache
 def stages(kind: str):
     df = degraded.degrade(base(), kind)
-    return df, stage_computations.primary_stage(df, seed=3, B=B, n_permutations=P), stage_computations.sensitivity_stage(df, seed=3, B=B, n_permutations=P)
+    return (
+        df,
+        stage_computations.primary_stage(df, seed=3, B=B, n_permutations=P),
+        stage_computations.sensitivity_stage(df, seed=3, B=B, n_permutations=P),
+    )
 
 
 def verdicts(kind: str) -> dict[str, str]:
@@ -72,7 +76,9 @@ def test_both_stages_finish_and_report_numbers_or_reasons(kind, tmp_path: Path):
             assert h.reason, h.id
     data = stage_outputs.StageData(df, f"degraded ({kind})", True, True, str(df["study"].iloc[0]))
     written = stage_outputs.write_primary(p.result, p.hypotheses, data, tmp_path / "t", tmp_path / "f", tmp_path / "g")
-    written.update(stage_outputs.write_sensitivity(s.results, s.hypotheses, data, tmp_path / "t", tmp_path / "f", tmp_path / "g"))
+    written.update(
+        stage_outputs.write_sensitivity(s.results, s.hypotheses, data, tmp_path / "t", tmp_path / "f", tmp_path / "g")
+    )
     for name, path in written.items():
         if path.suffix in (".csv", ".tex"):
             text = path.read_text(encoding="utf-8")
@@ -106,7 +112,10 @@ def test_no_judges_leaves_only_judge_free_verdicts():
 def test_a_single_judge_per_run_makes_agreement_not_estimable():
     _, _, s = stages("single_judge")
     ag = s.results["agreement"].summary.set_index("measure")
-    assert ag.loc["Krippendorff alpha (ordinal)", "value"] == "not estimable (needs two judges scoring the same run; no run has two)"
+    assert (
+        ag.loc["Krippendorff alpha (ordinal)", "value"]
+        == "not estimable (needs two judges scoring the same run; no run has two)"
+    )
     assert ag["value"].map(estimability.is_not_estimable).all()
 
 
@@ -129,7 +138,10 @@ def test_all_fail_flags_degenerate_intervals_and_infinite_ratios():
     assert (con.estimate == 0).all() and con.note.str.contains(estimability.ZERO_WIDTH).all()
     cost = s.results["cost_per_accepted"].summary
     assert (cost.cost_per_accepted == estimability.INFINITY).all()
-    assert verdicts("all_fail")["H6"] == "not estimable (every arm's cost per accepted deliverable is infinite (no accepted run in any arm))"
+    assert (
+        verdicts("all_fail")["H6"]
+        == "not estimable (every arm's cost per accepted deliverable is infinite (no accepted run in any arm))"
+    )
     lg = s.results["logistic"].summary
     assert lg.drop(columns=["term", "note"]).map(estimability.is_not_estimable).all().all()
     assert "no variation in S" in lg.note.iloc[0] or "at 0% acceptance" in lg.note.iloc[0]
@@ -137,7 +149,9 @@ def test_all_fail_flags_degenerate_intervals_and_infinite_ratios():
 
 def test_all_success_is_not_a_finding_of_the_logit():
     _, p, s = stages("all_success")
-    assert (p.result.acceptance.p_hat == 1).all() and p.result.acceptance.note.str.contains(estimability.ZERO_WIDTH).all()
+    assert (p.result.acceptance.p_hat == 1).all() and p.result.acceptance.note.str.contains(
+        estimability.ZERO_WIDTH
+    ).all()
     lg = s.results["logistic"].summary
     assert lg.odds_ratio.map(estimability.is_not_estimable).all()
     assert verdicts("all_success")["H4"].startswith("not estimable")

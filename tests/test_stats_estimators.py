@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from pilot import protocol
-from pilot.stats import estimators, primary, sensitivity
 from pilot.simulated import synthetic
+from pilot.stats import estimators, primary, sensitivity
 
 WORKER = protocol.study()["worker"]["model"]
 
@@ -17,11 +17,28 @@ def _run(scenario, arm, repeat, S, cost=1.0, **kw):
     """One run; S is 1, 0 or None (no judge)."""
     minutes = {"X-01": 60.0, "Y-01": 180.0}[scenario]
     base = dict(
-        run_id=f"{scenario}.{arm}.{repeat}", study="SIMULATED-hand", backend="synthetic", scenario=scenario,
-        occupation=scenario[0], arm=arm, repeat=repeat, model=WORKER, D=True, E=False,
-        Q={1: 80.0, 0: 50.0, None: np.nan}[S], cost_usd=cost, H_minutes=0.0, wall_s=600.0, status="completed",
-        censored=False, professional_minutes=minutes, designed_depth=2, selfcheck_first=pd.NA,
-        recovery_used=False, selfcheck_final=pd.NA, tool_calls=10,
+        run_id=f"{scenario}.{arm}.{repeat}",
+        study="SIMULATED-hand",
+        backend="synthetic",
+        scenario=scenario,
+        occupation=scenario[0],
+        arm=arm,
+        repeat=repeat,
+        model=WORKER,
+        D=True,
+        E=False,
+        Q={1: 80.0, 0: 50.0, None: np.nan}[S],
+        cost_usd=cost,
+        H_minutes=0.0,
+        wall_s=600.0,
+        status="completed",
+        censored=False,
+        professional_minutes=minutes,
+        designed_depth=2,
+        selfcheck_first=pd.NA,
+        recovery_used=False,
+        selfcheck_final=pd.NA,
+        tool_calls=10,
     )
     base.update(kw)
     return base
@@ -30,10 +47,18 @@ def _run(scenario, arm, repeat, S, cost=1.0, **kw):
 @pytest.fixture()
 def hand() -> pd.DataFrame:
     rows = [
-        _run("X-01", "A1", 1, 1), _run("X-01", "A1", 2, 0), _run("X-01", "A1", 3, None),
-        _run("X-01", "A3", 1, 1, cost=0.5), _run("X-01", "A3", 2, 1, cost=1.5), _run("X-01", "A3", 3, 1, cost=0.8),
-        _run("Y-01", "A1", 1, 0, cost=2.0), _run("Y-01", "A1", 2, 0, cost=2.0), _run("Y-01", "A1", 3, 1, cost=2.0),
-        _run("Y-01", "A3", 1, 1, cost=2.0), _run("Y-01", "A3", 2, 0), _run("Y-01", "A3", 3, 0, D=False),
+        _run("X-01", "A1", 1, 1),
+        _run("X-01", "A1", 2, 0),
+        _run("X-01", "A1", 3, None),
+        _run("X-01", "A3", 1, 1, cost=0.5),
+        _run("X-01", "A3", 2, 1, cost=1.5),
+        _run("X-01", "A3", 3, 1, cost=0.8),
+        _run("Y-01", "A1", 1, 0, cost=2.0),
+        _run("Y-01", "A1", 2, 0, cost=2.0),
+        _run("Y-01", "A1", 3, 1, cost=2.0),
+        _run("Y-01", "A3", 1, 1, cost=2.0),
+        _run("Y-01", "A3", 2, 0),
+        _run("Y-01", "A3", 3, 0, D=False),
         # A run of another model never enters the primary estimands.
         _run("Y-01", "A3", 1, 1, model="claude-sonnet-5-5"),
     ]
@@ -97,7 +122,17 @@ def test_recovery_index_by_hand():
         _run("X-01", "A4", 1, 1, selfcheck_first=False, recovery_used=True, selfcheck_final=True),
         _run("X-01", "A4", 2, 0, selfcheck_first=False, recovery_used=True, selfcheck_final=False),
         _run("X-01", "A4", 3, 1, selfcheck_first=True, recovery_used=False, selfcheck_final=True),
-        _run("Y-01", "A4", 1, 0, selfcheck_first=True, recovery_used=True, selfcheck_final=True, censored=True, status="capped"),
+        _run(
+            "Y-01",
+            "A4",
+            1,
+            0,
+            selfcheck_first=True,
+            recovery_used=True,
+            selfcheck_final=True,
+            censored=True,
+            status="capped",
+        ),
         _run("Y-01", "A4", 2, 1, selfcheck_first=True, recovery_used=False, selfcheck_final=True),
     ]
     t = sensitivity.recovery_index(pd.DataFrame(a4), B=200).table.set_index("index")
@@ -132,9 +167,12 @@ def _product_limit(t, e, at):
 
 def test_kaplan_meier_by_hand_and_against_the_definition():
     rows = [
-        _run("X-01", "A1", 1, 1, wall_s=300.0), _run("X-01", "A1", 2, 1, wall_s=600.0),
-        _run("X-01", "A1", 3, 1, wall_s=600.0, censored=True, status="capped"), _run("Y-01", "A1", 1, 1, wall_s=1200.0),
-        _run("X-01", "A3", 1, 1, wall_s=400.0), _run("Y-01", "A3", 1, 1, wall_s=900.0, status="agent_error"),
+        _run("X-01", "A1", 1, 1, wall_s=300.0),
+        _run("X-01", "A1", 2, 1, wall_s=600.0),
+        _run("X-01", "A1", 3, 1, wall_s=600.0, censored=True, status="capped"),
+        _run("Y-01", "A1", 1, 1, wall_s=1200.0),
+        _run("X-01", "A3", 1, 1, wall_s=400.0),
+        _run("Y-01", "A3", 1, 1, wall_s=900.0, status="agent_error"),
     ]
     km = sensitivity.kaplan_meier(pd.DataFrame(rows), times=[5, 10, 20])
     a1 = km.summary.set_index("arm").loc["A1"]
@@ -146,7 +184,11 @@ def test_kaplan_meier_by_hand_and_against_the_definition():
     t, e = sensitivity.completion_times(rows)
     for arm, kmf in km.details["fitters"].items():
         m = (rows.arm == arm).to_numpy()
-        np.testing.assert_allclose(kmf.survival_function_at_times([5, 10, 15, 25]).to_numpy(), _product_limit(t[m], e[m], [5, 10, 15, 25]), atol=1e-12)
+        np.testing.assert_allclose(
+            kmf.survival_function_at_times([5, 10, 15, 25]).to_numpy(),
+            _product_limit(t[m], e[m], [5, 10, 15, 25]),
+            atol=1e-12,
+        )
     assert set(km.details["tests"]["p_value"].between(0, 1)) == {True}
 
 

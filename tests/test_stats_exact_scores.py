@@ -43,7 +43,9 @@ def test_the_known_case_is_exactly_seventy():
     # The float mean of float weights lands below 70: the defect this module prevents.
     naive = 100.0 * sum(c.weight * grades[c.id] for c in crit) / sum(c.weight for c in crit) / 4
     assert naive < 70
-    assert outcomes.acceptance(True, False, outcomes.exact_quality({"a": rubric.weighted_score(grades, crit)}), 70) is True
+    assert (
+        outcomes.acceptance(True, False, outcomes.exact_quality({"a": rubric.weighted_score(grades, crit)}), 70) is True
+    )
 
 
 @pytest.mark.parametrize("sid", SCENARIOS)
@@ -143,8 +145,8 @@ def test_kaplan_meier_median_is_exact_where_floats_move_it_one_event_late():
 
 
 def test_agreement_sees_equal_scores_as_ties():
-    from pilot.stats import sensitivity
     from pilot.simulated import synthetic
+    from pilot.stats import sensitivity
 
     df = runtable.validate_runtable(synthetic.generate_runtable(4, n_scenarios=5))
     noisy = df.copy()

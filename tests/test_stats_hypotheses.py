@@ -8,8 +8,8 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol, runtable
-from pilot.stats import estimators, hypotheses, primary
 from pilot.simulated import synthetic
+from pilot.stats import estimators, hypotheses, primary
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,9 @@ def test_primary_contrasts_follow_the_protocol(runs, result):
     acc = result.acceptance.set_index("arm")
     for name, (t, c) in zip(result.contrasts.contrast, study.contrasts):
         assert result.contrast(name).estimate == pytest.approx(acc.loc[t, "p_hat"] - acc.loc[c, "p_hat"])
-    assert ((result.contrasts.ci_low <= result.contrasts.estimate) & (result.contrasts.estimate <= result.contrasts.ci_high)).all()
+    assert (
+        (result.contrasts.ci_low <= result.contrasts.estimate) & (result.contrasts.estimate <= result.contrasts.ci_high)
+    ).all()
     assert result.simulated
 
 
@@ -125,10 +127,19 @@ def test_h7_acceptance_by_occupation_against_scipy(runs):
     study = protocol.study()
     acc = (rows["D"] == 1) & (~rows["E"].astype(bool)) & (rows["Q"] >= study.q)
     scored = rows["Q"].notna()
-    by = pd.DataFrame({"occupation": rows["occupation"], "acc": acc & scored, "scored": scored}).groupby("occupation").sum()
+    by = (
+        pd.DataFrame({"occupation": rows["occupation"], "acc": acc & scored, "scored": scored})
+        .groupby("occupation")
+        .sum()
+    )
     t = h.summary.set_index("scenario").drop(index="pooled")
     for occ, share in zip(t["occupation"], t["share_accepted"]):
         assert float(share) == pytest.approx(by.loc[occ, "acc"] / by.loc[occ, "scored"])
-    chi2, p, dof, _ = chi2_contingency(np.column_stack([by["acc"], by["scored"] - by["acc"]]).astype(float), correction=False)
-    assert f"acceptance: chi2 = {chi2:.2f} (df {dof}), p = {p:.3f}" in h.summary.set_index("scenario").loc["pooled", "occupation"]
+    chi2, p, dof, _ = chi2_contingency(
+        np.column_stack([by["acc"], by["scored"] - by["acc"]]).astype(float), correction=False
+    )
+    assert (
+        f"acceptance: chi2 = {chi2:.2f} (df {dof}), p = {p:.3f}"
+        in h.summary.set_index("scenario").loc["pooled", "occupation"]
+    )
     assert h.interval == "n/a" and "chi-square p" in h.test

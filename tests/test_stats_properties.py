@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pilot import protocol, runtable
-from pilot.stats import degraded, estimability, stage_computations
 from pilot.simulated import synthetic
+from pilot.stats import degraded, estimability, stage_computations
 
 STUDY = protocol.study()
 ALPHA = float(STUDY["inference"]["alpha"])
@@ -26,7 +26,14 @@ B, P = 100, 200
 def run_tables(draw) -> pd.DataFrame:
     """A synthetic table (3-6 scenarios, 2-3 repeats) with up to three degradations at random arms."""
     seed = draw(st.integers(0, 10_000))
-    df = runtable.validate_runtable(synthetic.generate_runtable(seed, n_scenarios=draw(st.integers(3, 6)), repeats=draw(st.integers(2, 3)), sensitivity_wave=draw(st.booleans())))
+    df = runtable.validate_runtable(
+        synthetic.generate_runtable(
+            seed,
+            n_scenarios=draw(st.integers(3, 6)),
+            repeats=draw(st.integers(2, 3)),
+            sensitivity_wave=draw(st.booleans()),
+        )
+    )
     for kind in draw(st.lists(st.sampled_from(degraded.KINDS), max_size=3)):
         arm = draw(st.sampled_from(STUDY.arms))
         present = df[df["arm"] != arm] if kind == "absent_arm" else df
@@ -51,7 +58,12 @@ def _check_contrast_verdict(h, p_col: str) -> None:
         assert h.verdict_class == "not estimable" and (not _num(est) or not _num(p)), (h.verdict, r.to_dict())
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(run_tables())
 def test_stages_on_random_degraded_tables(df):
     prim = stage_computations.primary_stage(df, seed=5, B=B, n_permutations=P)
@@ -78,7 +90,12 @@ def test_stages_on_random_degraded_tables(df):
 
     h4 = hyps["H4"].summary.iloc[0]
     if hyps["H4"].verdict == "consistent":
-        assert _num(h4["depth_ci_high"]) and h4["depth_ci_high"] < 0 and _num(h4["tool_calls_ci_high"]) and h4["tool_calls_ci_high"] < 0
+        assert (
+            _num(h4["depth_ci_high"])
+            and h4["depth_ci_high"] < 0
+            and _num(h4["tool_calls_ci_high"])
+            and h4["tool_calls_ci_high"] < 0
+        )
     if hyps["H4"].verdict_class == "not estimable":
         assert not (_num(h4["depth_ci_high"]) and _num(h4["tool_calls_ci_high"]))
 

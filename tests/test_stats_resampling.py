@@ -20,7 +20,9 @@ def test_exact_sign_flip_equals_scipy_permutation_test(seed: int, J: int):
     # Differences of repeat means of three runs: many ties, as in the study.
     d = (rng.integers(0, 4, J) - rng.integers(0, 4, J)) / 3.0
     ours = resampling.sign_flip_test(d, n_permutations=20_000)
-    ref = stats.permutation_test((d,), _mean, permutation_type="samples", n_resamples=20_000, vectorized=True, alternative="two-sided")
+    ref = stats.permutation_test(
+        (d,), _mean, permutation_type="samples", n_resamples=20_000, vectorized=True, alternative="two-sided"
+    )
     assert ours.exact and ours.n_permutations == 2**J
     assert ours.p_value[0] == ref.pvalue  # exact enumeration: the same number, not merely close
     assert ours.statistic[0] == pytest.approx(ref.statistic)
@@ -40,7 +42,9 @@ def test_randomised_sign_flip_agrees_with_scipy_within_monte_carlo_error():
     rng = np.random.default_rng(6)
     d = rng.normal(0.12, 0.3, 16)
     ours = resampling.sign_flip_test(d, n_permutations=20_000, rng=np.random.default_rng(1))
-    ref = stats.permutation_test((d,), _mean, permutation_type="samples", n_resamples=20_000, vectorized=True, rng=np.random.default_rng(2))
+    ref = stats.permutation_test(
+        (d,), _mean, permutation_type="samples", n_resamples=20_000, vectorized=True, rng=np.random.default_rng(2)
+    )
     assert not ours.exact
     p = ref.pvalue
     se = np.sqrt(2 * p * (1 - p) / 20_000)  # difference of two independent Monte Carlo estimates

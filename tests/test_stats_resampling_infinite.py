@@ -22,7 +22,9 @@ def test_an_end_touching_an_infinite_replicate_is_infinite():
     reps = np.concatenate([np.arange(1.0, 40.0), [np.inf]])[:, None]
     lo, hi = percentile_interval_infinite(reps, 0.95)
     assert np.isinf(hi[0]) and hi[0] > 0
-    assert lo[0] == pytest.approx(np.percentile(np.arange(1.0, 40.0).tolist() + [1e300], 2.5), rel=1e-12)  # the lower end never sees the infinite replicate
+    assert lo[0] == pytest.approx(
+        np.percentile(np.arange(1.0, 40.0).tolist() + [1e300], 2.5), rel=1e-12
+    )  # the lower end never sees the infinite replicate
     # Every replicate infinite: both ends infinite, never NaN.
     lo, hi = percentile_interval_infinite(np.full((10, 1), np.inf), 0.95)
     assert np.isinf(lo[0]) and np.isinf(hi[0])

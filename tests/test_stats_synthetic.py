@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from pilot import protocol, runtable
-from pilot.stats import primary
 from pilot.simulated import synthetic
+from pilot.stats import primary
 
 
 def test_same_seed_same_table_and_labelled_simulated():
@@ -26,9 +26,13 @@ def test_design_shape_waves_and_missing_outcomes():
     main = runtable.primary_rows(df)
     J = study["design"]["n_scenarios"]
     assert len(main) == J * len(study.arms) * 3
-    assert set(main.wave) == {"pilot", "repeat3"} and (main[main.wave == "pilot"]["repeat"] <= study.pilot_repeats).all()
+    assert (
+        set(main.wave) == {"pilot", "repeat3"} and (main[main.wave == "pilot"]["repeat"] <= study.pilot_repeats).all()
+    )
     sens = df[df.wave == "sensitivity"]
-    assert set(sens.model) == set(study["sensitivity_models"]["models"]) and set(sens.arm) == {study["sensitivity_models"]["arm"]}
+    assert set(sens.model) == set(study["sensitivity_models"]["models"]) and set(sens.arm) == {
+        study["sensitivity_models"]["arm"]
+    }
     assert (df.S.isna() == df.Q.isna()).all()
     assert sorted(df.order_index) == list(range(len(df)))
     # Capped runs respect each scenario's caps.

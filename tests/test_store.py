@@ -6,23 +6,46 @@ import json
 from decimal import Decimal
 
 import pytest
+from schedule_support import make_store
 
-from pilot.attempt import launch_mark
-from pilot.attempt import OUTCOME_FILE, AttemptOutcome
+from pilot.attempt import OUTCOME_FILE, AttemptOutcome, launch_mark
 from pilot.executors.base import execute_attempt
 from pilot.ledger import to_micro
 from pilot.store import STORE_FILE, Store, StoreError
-from schedule_support import make_store
 
 
 def _record(cell):
     return {
-        "scenario": cell.scenario, "arm": cell.arm, "status": "completed", "censored": False, "wall_s": 12.5,
-        "D": True, "E": False, "E_reasons": [], "criteria_passed": 7, "criteria_total": 8,
+        "scenario": cell.scenario,
+        "arm": cell.arm,
+        "status": "completed",
+        "censored": False,
+        "wall_s": 12.5,
+        "D": True,
+        "E": False,
+        "E_reasons": [],
+        "criteria_passed": 7,
+        "criteria_total": 8,
         "criteria": [{"id": "c1", "kind": "formula", "required": True, "passed": True, "reason": ""}],
         "judges": [
-            {"judge_id": "J1", "model": "claude-opus-5-5", "criterion_scores": {"c1": 3}, "accept": True, "score_0_100": 75.0, "cost_usd": 0.04, "error": None},
-            {"judge_id": "J2", "model": "claude-sonnet-5-5", "criterion_scores": {}, "accept": None, "score_0_100": None, "cost_usd": 0.0, "error": "schema"},
+            {
+                "judge_id": "J1",
+                "model": "claude-opus-5-5",
+                "criterion_scores": {"c1": 3},
+                "accept": True,
+                "score_0_100": 75.0,
+                "cost_usd": 0.04,
+                "error": None,
+            },
+            {
+                "judge_id": "J2",
+                "model": "claude-sonnet-5-5",
+                "criterion_scores": {},
+                "accept": None,
+                "score_0_100": None,
+                "cost_usd": 0.0,
+                "error": "schema",
+            },
         ],
     }
 
@@ -48,7 +71,10 @@ def test_attempt_lifecycle_keeps_every_attempt_and_splits_the_record(tmp_path):
     assert a1.attempt_no == 1 and a1.workspace == tmp_path / "ws" / cell.run_id / "attempt-1"
     with pytest.raises(StoreError, match="not waiting"):
         st.begin_attempt(cell, "linux-2", "simulated", tmp_path / "ws")
-    assert st.finish_attempt(a1.attempt_id, AttemptOutcome(infra_error="transfer failed"), max_infra_attempts=3) == "waiting"
+    assert (
+        st.finish_attempt(a1.attempt_id, AttemptOutcome(infra_error="transfer failed"), max_infra_attempts=3)
+        == "waiting"
+    )
     a2 = st.begin_attempt(cell, "linux-2", "simulated", tmp_path / "ws")
     assert a2.attempt_no == 2
     out = AttemptOutcome(record=_record(cell), cost_usd=1.25, judge_cost_usd=0.04)
@@ -57,7 +83,10 @@ def test_attempt_lifecycle_keeps_every_attempt_and_splits_the_record(tmp_path):
         st.finish_attempt(a2.attempt_id, out, max_infra_attempts=3)
 
     atts = st.attempts(cell.run_id)
-    assert [(a["attempt_no"], a["node"], a["outcome"]) for a in atts] == [(1, "linux-1", "infra_error"), (2, "linux-2", "completed")]
+    assert [(a["attempt_no"], a["node"], a["outcome"]) for a in atts] == [
+        (1, "linux-1", "infra_error"),
+        (2, "linux-2", "completed"),
+    ]
     assert atts[0]["error"] == "transfer failed"
     run = st.runs()[0]
     assert run["run_id"] == cell.run_id and run["attempt_id"] == a2.attempt_id and run["cost_usd"] == 1.25
@@ -65,7 +94,10 @@ def test_attempt_lifecycle_keeps_every_attempt_and_splits_the_record(tmp_path):
     ev = dict(st.conn.execute("SELECT * FROM evaluations").fetchone())
     assert (ev["D"], ev["E"], ev["criteria_passed"], ev["criteria_total"]) == (1, 0, 7, 8)
     js = [dict(r) for r in st.conn.execute("SELECT * FROM judge_scores ORDER BY judge_id")]
-    assert [(j["judge_id"], j["score_0_100"], j["accept"], j["error"]) for j in js] == [("J1", 75.0, 1, None), ("J2", None, None, "schema")]
+    assert [(j["judge_id"], j["score_0_100"], j["accept"], j["error"]) for j in js] == [
+        ("J1", 75.0, 1, None),
+        ("J2", None, None, "schema"),
+    ]
     row = next(r for r in st.cell_rows() if r["run_id"] == cell.run_id)
     assert (row["status"], row["node"], row["attempts"], row["infra_attempts"]) == ("done", "linux-2", 2, 1)
     assert st.balance().spent_usd == pytest.approx(1.29) and st.balance().reserved_usd == 0
@@ -82,13 +114,19 @@ def test_recover_interrupted_charges_reported_cost_whole_reservation_or_nothing(
     a2 = st.begin_attempt(c2, "linux-2", "simulated", tmp_path / "ws")
     a2.workspace.mkdir(parents=True)
     launch_mark(a2.workspace).write_text("1 1\n")
-    (a2.workspace / OUTCOME_FILE).write_text(json.dumps(AttemptOutcome(record={}, cost_usd=0.7, judge_cost_usd=0.1).to_dict()))
+    (a2.workspace / OUTCOME_FILE).write_text(
+        json.dumps(AttemptOutcome(record={}, cost_usd=0.7, judge_cost_usd=0.1).to_dict())
+    )
     st.begin_attempt(c3, "linux-1", "simulated", tmp_path / "ws")  # reserved, never launched
     assert st.balance().reserved_usd == pytest.approx(c1.reserve_usd + c2.reserve_usd + c3.reserve_usd)
 
     reopened = Store.open(st.folder)  # as a restarted scheduler would
     rec = {r["run_id"]: (r["charged_usd"], r["charge_basis"]) for r in reopened.recover_interrupted()}
-    assert rec == {c1.run_id: (c1.reserve_usd, "reservation"), c2.run_id: (0.8, "reported"), c3.run_id: (0.0, "released")}
+    assert rec == {
+        c1.run_id: (c1.reserve_usd, "reservation"),
+        c2.run_id: (0.8, "reported"),
+        c3.run_id: (0.0, "released"),
+    }
     assert {a["outcome"] for a in reopened.attempts()} == {"interrupted"}
     assert all("scheduler stopped" in a["error"] for a in reopened.attempts())
     assert reopened.counts("pilot")["in_flight"] == 0
@@ -127,7 +165,9 @@ def test_interrupted_create_leaves_no_study_and_a_damaged_store_is_named(tmp_pat
     db = folder / STORE_FILE
     data = db.read_bytes()
     db.write_bytes(data[: len(data) // 3])  # truncated
-    with pytest.raises(StoreError, match=r"study.sqlite: .*(truncated or corrupted|no study|no cells).*restore it from a backup"):
+    with pytest.raises(
+        StoreError, match=r"study.sqlite: .*(truncated or corrupted|no study|no cells).*restore it from a backup"
+    ):
         Store.open(folder)
     db.write_bytes(b"\0" * 4096)  # overwritten
     with pytest.raises(StoreError, match=r"study.sqlite: .*restore it from a backup"):
@@ -169,7 +209,11 @@ def test_real_attempts_settle_on_the_metered_cost_and_c_bar_follows_it(tmp_path)
     for cell in (c1, c2, c3):
         a = st.begin_attempt(cell, "linux-1", "claude-code", tmp_path / "ws")
         st.finish_attempt(a.attempt_id, outs[cell.run_id], max_infra_attempts=3)
-    metered_micro = [to_micro(Decimal("1.3125017") + Decimal("0.04")), to_micro(Decimal("0.4999995")), to_micro(Decimal("2.0000004") + Decimal("0.1"))]
+    metered_micro = [
+        to_micro(Decimal("1.3125017") + Decimal("0.04")),
+        to_micro(Decimal("0.4999995")),
+        to_micro(Decimal("2.0000004") + Decimal("0.1")),
+    ]
     assert metered_micro == [1_352_502, 500_000, 2_100_000]
     reported_micro = to_micro(1.25 + 0.04) + to_micro(0.5)
     charged = {a["run_id"]: (a["charged_micro"], a["charge_basis"]) for a in st.attempts()}
@@ -191,7 +235,9 @@ def test_simulated_attempts_without_a_proxy_settle_on_the_reported_cost(tmp_path
     st = make_store(tmp_path)
     cell = st.cells("pilot")[0]
     a = st.begin_attempt(cell, "linux-1", "simulated", tmp_path / "ws")
-    st.finish_attempt(a.attempt_id, AttemptOutcome(record=_record(cell), cost_usd=1.25, judge_cost_usd=0.04), max_infra_attempts=3)
+    st.finish_attempt(
+        a.attempt_id, AttemptOutcome(record=_record(cell), cost_usd=1.25, judge_cost_usd=0.04), max_infra_attempts=3
+    )
     att = st.attempts(cell.run_id)[0]
     assert (att["charged_micro"], att["charge_basis"]) == (1_290_000, "reported")
 
@@ -205,7 +251,9 @@ def test_outcome_refuses_a_bad_metered_cost_and_an_interrupted_one_settles_on_it
     a = st.begin_attempt(cell, "linux-1", "claude-code", tmp_path / "ws")
     a.workspace.mkdir(parents=True)
     launch_mark(a.workspace).write_text("1 1\n")
-    (a.workspace / OUTCOME_FILE).write_text(json.dumps(AttemptOutcome(record={}, cost_usd=0.7, judge_cost_usd=0.1, metered_cost_usd="0.65").to_dict()))
+    (a.workspace / OUTCOME_FILE).write_text(
+        json.dumps(AttemptOutcome(record={}, cost_usd=0.7, judge_cost_usd=0.1, metered_cost_usd="0.65").to_dict())
+    )
     rec = Store.open(st.folder).recover_interrupted()
     assert [(r["charged_usd"], r["charge_basis"]) for r in rec] == [(0.75, "metered")]
 
@@ -214,8 +262,10 @@ def test_a_store_from_before_the_metered_basis_accepts_it(tmp_path):
     st = make_store(tmp_path)
     sql = st.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetchone()[0]
     st.conn.execute("PRAGMA writable_schema = ON")
-    st.conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = 'attempts'",
-                    (sql.replace("'reported', 'metered', 'reservation'", "'reported', 'reservation'"),))
+    st.conn.execute(
+        "UPDATE sqlite_master SET sql = ? WHERE name = 'attempts'",
+        (sql.replace("'reported', 'metered', 'reservation'", "'reported', 'reservation'"),),
+    )
     v = st.conn.execute("PRAGMA schema_version").fetchone()[0]
     st.conn.execute(f"PRAGMA schema_version = {v + 1}")
     st.conn.execute("PRAGMA writable_schema = OFF")
@@ -225,6 +275,8 @@ def test_a_store_from_before_the_metered_basis_accepts_it(tmp_path):
     assert "'metered'" in reopened.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetchone()[0]
     cell = reopened.cells("pilot")[0]
     a = reopened.begin_attempt(cell, "linux-1", "claude-code", tmp_path / "ws")
-    reopened.finish_attempt(a.attempt_id, AttemptOutcome(record=_record(cell), cost_usd=1.0, metered_cost_usd="0.9"), max_infra_attempts=3)
+    reopened.finish_attempt(
+        a.attempt_id, AttemptOutcome(record=_record(cell), cost_usd=1.0, metered_cost_usd="0.9"), max_infra_attempts=3
+    )
     assert reopened.attempts(cell.run_id)[0]["charge_basis"] == "metered"
     assert reopened.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+from schedule_support import finish_cells, make_root
 
 from pilot.schedule import assignment_csv, build_cells, study_lock
 from pilot.store import STORE_FILE, Store
-from schedule_support import finish_cells, make_root
 
 NOOP = "pilot.simulated.fake_runs:noop_run"
 SCENARIOS = ["ACC-01", "LEGAL-01"]  # a pilot of some tens of cells: quick to create, enough to tell two seeds apart
@@ -52,7 +52,9 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def _pilot(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pilot", "study", *args], env=_env(root), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pilot", "study", *args], env=_env(root), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _fault(res: subprocess.CompletedProcess) -> str:
@@ -67,8 +69,16 @@ def _fault(res: subprocess.CompletedProcess) -> str:
 def _race(root: Path, tmp: Path, commands: list[list[str]]) -> list[subprocess.CompletedProcess]:
     """Start every command (``pilot`` arguments) at once; their results in the same order."""
     go = tmp / f"go-{time.monotonic_ns()}"
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(go), *cmd], env=_env(root), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for cmd in commands]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(go), *cmd],
+            env=_env(root),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for cmd in commands
+    ]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "ready", p.communicate()
@@ -113,7 +123,9 @@ def test_racing_creates_one_wins_and_the_assignment_file_is_the_stores(tmp_path)
     for rnd in range(ROUNDS):
         name = f"race{rnd}"
         seeds = [1000 * (rnd + 1) + k for k in range(RACERS)]  # one assignment per racer
-        results = _race(root, tmp_path, [["study", "create", name, "--seed", str(s), "--scenarios", *SCENARIOS] for s in seeds])
+        results = _race(
+            root, tmp_path, [["study", "create", name, "--seed", str(s), "--scenarios", *SCENARIOS] for s in seeds]
+        )
         won = [r for r in results if r.returncode == 0]
         assert len(won) == 1, [(r.returncode, r.stderr) for r in results]
         for r in results:
@@ -134,7 +146,8 @@ def test_racing_creates_one_wins_and_the_assignment_file_is_the_stores(tmp_path)
             assert text == from_store == assignment_csv(build_cells(name, "pilot", SCENARIOS, seed))
         _nothing_left_beside(folder)
     assert per_round == [0] * ROUNDS, (
-        f"assignment_pilot.csv disagrees with the store on {per_round} order indices of {len(in_store)} (per round)")
+        f"assignment_pilot.csv disagrees with the store on {per_round} order indices of {len(in_store)} (per round)"
+    )
 
 
 @pytest.mark.slow
@@ -153,8 +166,13 @@ def test_a_create_waits_while_another_command_holds_the_study_then_decides(tmp_p
     t.start()
     try:
         assert held.wait(30)
-        proc = subprocess.Popen([sys.executable, "-m", "pilot", "study", "create", "held", "--seed", "5", "--scenarios", *SCENARIOS],
-                                env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pilot", "study", "create", "held", "--seed", "5", "--scenarios", *SCENARIOS],
+            env=_env(root),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 4
         while time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
@@ -210,8 +228,11 @@ def test_racing_fresh_creates_never_leave_a_file_that_disagrees(tmp_path):
     assert _pilot(root, "create", "again", "--seed", "9", "--scenarios", *SCENARIOS).returncode == 0
     for rnd in range(2):
         seeds = [100 * (rnd + 1) + k for k in range(4)]
-        results = _race(root, tmp_path, [["study", "create", "again", "--fresh", "--seed", str(s), "--scenarios", *SCENARIOS]
-                                         for s in seeds])
+        results = _race(
+            root,
+            tmp_path,
+            [["study", "create", "again", "--fresh", "--seed", str(s), "--scenarios", *SCENARIOS] for s in seeds],
+        )
         won = [r for r in results if r.returncode == 0]
         assert len(won) >= 1, [r.stderr for r in results]
         for r in results:
@@ -259,7 +280,9 @@ def test_a_run_under_the_lock_puts_back_an_assignment_file_that_disagrees_with_t
     assert _pilot(root, "run", "fix", "--wave", "repeat3", "--no-progress").returncode == 0
     with Store.open(folder) as st:
         for wave in ("pilot", "repeat3"):
-            assert (folder / f"assignment_{wave}.csv").read_text(encoding="utf-8") == assignment_csv(st.cells(wave)), wave
+            assert (folder / f"assignment_{wave}.csv").read_text(encoding="utf-8") == assignment_csv(st.cells(wave)), (
+                wave
+            )
 
 
 @pytest.mark.slow

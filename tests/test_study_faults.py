@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from schedule_support import finish_cells, make_root, read_only
 
 from pilot import paths, protocol, runtable
 from pilot.store import STORE_FILE, Store
-from schedule_support import finish_cells, make_root, read_only
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,9 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def pilot(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pilot", "study", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pilot", "study", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_line_fault(res: subprocess.CompletedProcess, *needles: str) -> str:
@@ -58,10 +60,18 @@ def test_create_validates_everything_before_storing_anything(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
     data = root / "analysis" / "data"
-    one_line_fault(pilot(env, "create", "typo", "--scenarios", "ACC-1"), r"protocol/scenarios", r"ACC-1", r"correct --scenarios")
-    one_line_fault(pilot(env, "create", "typo", "--scenarios", "ACC-01", "--runner", "pilot.pipeline:run_cel"),
-                   r"--runner", r"run_cel", r"nothing was stored")
-    one_line_fault(pilot(env, "create", "typo", "--scenarios", "ACC-01", "--runner", "pilot.no_such_module:run"), r"cannot import")
+    one_line_fault(
+        pilot(env, "create", "typo", "--scenarios", "ACC-1"), r"protocol/scenarios", r"ACC-1", r"correct --scenarios"
+    )
+    one_line_fault(
+        pilot(env, "create", "typo", "--scenarios", "ACC-01", "--runner", "pilot.pipeline:run_cel"),
+        r"--runner",
+        r"run_cel",
+        r"nothing was stored",
+    )
+    one_line_fault(
+        pilot(env, "create", "typo", "--scenarios", "ACC-01", "--runner", "pilot.no_such_module:run"), r"cannot import"
+    )
     one_line_fault(pilot(env, "create", "typo", "--arms", "A0,A9"), r"protocol/arms/arms.yml", r"A9")
     one_line_fault(pilot(env, "create", "typo", "--arms", "A0,A0"), r"given twice")
     bad_nodes = tmp_path / "nodes.yml"
@@ -87,8 +97,15 @@ def test_create_takes_the_design_set_unless_another_is_named(tmp_path):
     assert out["scenario_set"] == "extension" and out["scenarios"] == n_ext and out["pilot_cells"] == n_ext * 5 * 2
     with Store.open(root / "analysis" / "data" / "ext") as st:
         assert sorted(st.study().scenarios) == sorted(design.scenario_set("extension"))
-    one_line_fault(pilot(env, "create", "typo", "--scenario-set", "extensions"), r"--scenario-set extensions", r"no scenario set 'extensions'")
-    one_line_fault(pilot(env, "create", "typo", "--scenario-set", "pilot", "--scenarios", "ACC-01"), r"either --scenarios or --scenario-set")
+    one_line_fault(
+        pilot(env, "create", "typo", "--scenario-set", "extensions"),
+        r"--scenario-set extensions",
+        r"no scenario set 'extensions'",
+    )
+    one_line_fault(
+        pilot(env, "create", "typo", "--scenario-set", "pilot", "--scenarios", "ACC-01"),
+        r"either --scenarios or --scenario-set",
+    )
     assert not (root / "analysis" / "data" / "typo" / STORE_FILE).exists()
 
 
@@ -123,8 +140,10 @@ def test_an_interrupted_create_leaves_no_study(tmp_path, monkeypatch):
     from pilot.study import create_study
 
     def boom(c, cells):
-        c.execute("INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "
-                  "VALUES ('x', 'pilot', 0, 'ACC-01', 'A0', 1, 'm', 1, 1, 1, 1)")
+        c.execute(
+            "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "
+            "VALUES ('x', 'pilot', 0, 'ACC-01', 'A0', 1, 'm', 1, 1, 1, 1)"
+        )
         raise KeyboardInterrupt  # the operator's Ctrl-C in the middle of writing the cells
 
     monkeypatch.setattr(store_mod, "_insert_cells", boom)
@@ -133,15 +152,24 @@ def test_an_interrupted_create_leaves_no_study(tmp_path, monkeypatch):
     folder = root / "analysis" / "data" / "half"
     assert not (folder / STORE_FILE).exists() and not list(folder.glob("*.partial-*"))
     env = _env(root)
-    one_line_fault(pilot(env, "run", "half", "--runner", NOOP, "--no-progress"), r"no study store", r"create the study first")
+    one_line_fault(
+        pilot(env, "run", "half", "--runner", NOOP, "--no-progress"), r"no study store", r"create the study first"
+    )
     # a store left empty by older code is refused by name rather than reported complete
     monkeypatch.undo()
     conn = sqlite3.connect(folder / STORE_FILE)
     conn.executescript(store_mod.SCHEMA)
-    conn.execute("INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json) VALUES ('half', 1, 'x', '1', 'm', '[]')")
+    conn.execute(
+        "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json) VALUES ('half', 1, 'x', '1', 'm', '[]')"
+    )
     conn.commit()
     conn.close()
-    one_line_fault(pilot(env, "run", "half", "--runner", NOOP, "--no-progress"), r"study.sqlite", r"no cells", r"create the study again")
+    one_line_fault(
+        pilot(env, "run", "half", "--runner", NOOP, "--no-progress"),
+        r"study.sqlite",
+        r"no cells",
+        r"create the study again",
+    )
 
 
 # ------------------------------------------------------------------ run, failures and retry
@@ -153,8 +181,11 @@ def test_failed_runs_make_run_exit_nonzero_grouped_and_retry_reopens_them(tmp_pa
     ran = pilot(_env(root, PILOT_FAKE_INFRA_ARMS="A1"), "run", "f", "--no-progress")
     assert ran.returncode == 4, ran.stderr
     assert "2 run(s) of wave pilot ended failed" in ran.stderr
-    assert re.search(r"^  2 run\(s\), e\.g\. fake infrastructure error on \S+ \(attempt 3\) \[ACC-01\.A1\.r[12], ACC-01\.A1\.r[12]\]$",
-                     ran.stderr, re.M), ran.stderr
+    assert re.search(
+        r"^  2 run\(s\), e\.g\. fake infrastructure error on \S+ \(attempt 3\) \[ACC-01\.A1\.r[12], ACC-01\.A1\.r[12]\]$",
+        ran.stderr,
+        re.M,
+    ), ran.stderr
     assert "pilot study retry f --failed" in ran.stderr
     # rerunning does not reopen them by itself
     again = pilot(_env(root), "run", "f", "--no-progress")
@@ -162,7 +193,10 @@ def test_failed_runs_make_run_exit_nonzero_grouped_and_retry_reopens_them(tmp_pa
     one_line_fault(pilot(_env(root), "retry", "f", "ACC-01.A0.r1"), r"not failed")
     one_line_fault(pilot(_env(root), "retry", "f"), r"either --failed or the run ids")
     re_opened = pilot(_env(root), "retry", "f", "--failed")
-    assert re_opened.returncode == 0 and sorted(json.loads(re_opened.stdout)["reopened"]) == ["ACC-01.A1.r1", "ACC-01.A1.r2"]
+    assert re_opened.returncode == 0 and sorted(json.loads(re_opened.stdout)["reopened"]) == [
+        "ACC-01.A1.r1",
+        "ACC-01.A1.r2",
+    ]
     fixed = pilot(_env(root), "run", "f", "--no-progress")
     assert fixed.returncode == 0, fixed.stderr
     with Store.open(root / "analysis" / "data" / "f") as st:
@@ -176,16 +210,35 @@ def test_run_refusals_take_no_freeze_manifest_and_reserve_nothing(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
     assert pilot(env, "create", "m", "--scenarios", "ACC-01", "--runner", FAKE).returncode == 0
-    one_line_fault(pilot(env, "run", "m", "--runner", "pilot.pipeline:run_cel", "--no-progress"), r"run_cel", r"nothing was stored or dispatched")
+    one_line_fault(
+        pilot(env, "run", "m", "--runner", "pilot.pipeline:run_cel", "--no-progress"),
+        r"run_cel",
+        r"nothing was stored or dispatched",
+    )
     one_line_fault(pilot(env, "run", "m", "--executor", "dask", "--no-progress"), r"--scheduler ADDRESS")
     # a second scheduler on the same study is refused by name, before it takes anything
     folder = root / "analysis" / "data" / "m"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write('4242'); f.flush(); "
-        "print('locked', flush=True); time.sleep(60)"), str(folder / "scheduler.lock")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write('4242'); f.flush(); "
+                "print('locked', flush=True); time.sleep(60)"
+            ),
+            str(folder / "scheduler.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        one_line_fault(pilot(env, "run", "m", "--no-progress"), r"scheduler.lock", r"another scheduler \(pid 4242\)", r"wait for it")
+        one_line_fault(
+            pilot(env, "run", "m", "--no-progress"),
+            r"scheduler.lock",
+            r"another scheduler \(pid 4242\)",
+            r"wait for it",
+        )
         one_line_fault(pilot(env, "retry", "m", "--failed"), r"another scheduler", r"retry once it has stopped")
     finally:
         holder.kill()
@@ -211,8 +264,16 @@ def test_two_operators_starting_the_third_repeat_at_once(tmp_path):
     env = _env(root, PILOT_FAKE_SLEEP_S="0.4")
     assert pilot(env, "create", "two", "--scenarios", "ACC-01", "--runner", FAKE).returncode == 0
     assert pilot(_env(root), "run", "two", "--no-progress").returncode == 0
-    procs = [subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", "two", "--wave", "repeat3", "--no-progress"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pilot", "study", "run", "two", "--wave", "repeat3", "--no-progress"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = [p.communicate(timeout=180) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], results
@@ -262,7 +323,9 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     assert ran.returncode == 3 and "sets an envelope of 900.00 dollars but study env keeps 8.00" in ran.stderr
     with Store.open(root / "analysis" / "data" / "env") as st:
         spent = st.balance().spent_usd
-    one_line_fault(pilot(env, "envelope", "env", "--set", "0.5", "--amendment", high), r"below what study env has already spent")
+    one_line_fault(
+        pilot(env, "envelope", "env", "--set", "0.5", "--amendment", high), r"below what study env has already spent"
+    )
     raised = pilot(env, "envelope", "env", "--set", "800", "--amendment", high)
     assert raised.returncode == 0, raised.stderr
     assert json.loads(raised.stdout)["old_usd"] == 8.0 and json.loads(raised.stdout)["new_usd"] == 800.0
@@ -274,13 +337,17 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     assert amendments.read_text().startswith(before) and protocol.load_amendments(amendments)
     status = json.loads(pilot(env, "status", "env", "--json").stdout)
     assert [(c["old_usd"], c["new_usd"], c["amendment_id"]) for c in status["envelope_changes"]] == [
-        (float(protocol.study().envelope_usd), 8.0, low), (8.0, 800.0, high)]
+        (float(protocol.study().envelope_usd), 8.0, low),
+        (8.0, 800.0, high),
+    ]
     assert status["ledger_problems"] == [] and status["envelope"]["envelope_usd"] == 800.0 and spent > 0
     # an amendment already written (with its rationale) is referenced, not duplicated
     # dated as the last amendment, so the order of dates holds on any day the suite runs
     last_date = list(csv.DictReader(amendments.open()))[-1]["date"]
     with amendments.open("a") as fh:
-        fh.write(f'{written},{last_date},before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n')
+        fh.write(
+            f'{written},{last_date},before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n'
+        )
     assert pilot(env, "envelope", "env", "--set", "900", "--amendment", written).returncode == 0
     assert [r["id"] for r in csv.DictReader(amendments.open())].count(written) == 1
 
@@ -297,7 +364,12 @@ def test_a_truncated_or_corrupted_store_is_named_and_left_in_place(tmp_path):
     data = db.read_bytes()
     db.write_bytes(data[: len(data) // 2])
     for cmd in (("status", "c"), ("run", "c", "--no-progress"), ("export", "c")):
-        one_line_fault(pilot(env, *cmd), r"study.sqlite", r"(truncated or corrupted|no study|no cells)", r"restore it from a backup")
+        one_line_fault(
+            pilot(env, *cmd),
+            r"study.sqlite",
+            r"(truncated or corrupted|no study|no cells)",
+            r"restore it from a backup",
+        )
     assert db.read_bytes() == data[: len(data) // 2]  # nothing overwrote the evidence
     db.write_bytes(b"x" * len(data))
     one_line_fault(pilot(env, "status", "c"), r"study.sqlite", r"truncated or corrupted", r"restore it from a backup")
@@ -318,7 +390,12 @@ def test_lost_dask_scheduler_is_one_line(tmp_path):
 
 def _can_mount() -> bool:
     try:
-        return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, timeout=30).returncode == 0
+        return (
+            subprocess.run(
+                ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -337,7 +414,9 @@ def test_export_is_atomic_and_failed_runs_have_no_outcomes(tmp_path):
     failed = [r for r in rows if r["status"] == "infra_error"]
     assert len(failed) == 2
     for r in failed:  # nothing invented: outcomes and costs empty, the ledger's charge and the attempts kept
-        assert all(r[c] == "" for c in ("D", "E", "criteria_passed", "Q", "S", "cost_usd", "judge_cost_usd", "cost_complete")), r
+        assert all(
+            r[c] == "" for c in ("D", "E", "criteria_passed", "Q", "S", "cost_usd", "judge_cost_usd", "cost_complete")
+        ), r
         assert r["attempts"] == "3" and r["charged_usd"] == "0.0"
     checked = runtable.read_runtable(root / "analysis" / "data" / "x" / "runs.csv")
     assert len(checked) == 8 and checked.attrs["failed_runs_dropped"] == 2
@@ -346,7 +425,12 @@ def test_export_is_atomic_and_failed_runs_have_no_outcomes(tmp_path):
 
 def _can_mount() -> bool:
     try:
-        return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, timeout=30).returncode == 0
+        return (
+            subprocess.run(
+                ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -421,16 +505,43 @@ def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_
     assert pilot(env, "create", "lost", "--scenarios", "ACC-01", "--runner", FAKE).returncode == 0
     # A whole cluster in one process: killing it loses the scheduler (and its worker) at once.
     caps = {"slots": 4, "linux": 4, "libreoffice": 4, "chromium": 4, "portal": 4, "macos": 4}
-    cluster = subprocess.Popen([sys.executable, "-c", (
-        "import time\nfrom distributed import LocalCluster\n"
-        f"c = LocalCluster(n_workers=1, threads_per_worker=4, processes=False, protocol='tcp://', dashboard_address=None, resources={caps!r})\n"
-        "print(c.scheduler_address, flush=True)\ntime.sleep(600)\n")],
-        env=_env(root, PILOT_FAKE_SLEEP_S="30", PILOT_FAKE_SPAWN="1"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    cluster = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import time\nfrom distributed import LocalCluster\n"
+                f"c = LocalCluster(n_workers=1, threads_per_worker=4, processes=False, protocol='tcp://', dashboard_address=None, resources={caps!r})\n"
+                "print(c.scheduler_address, flush=True)\ntime.sleep(600)\n"
+            ),
+        ],
+        env=_env(root, PILOT_FAKE_SLEEP_S="30", PILOT_FAKE_SPAWN="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         address = cluster.stdout.readline().strip()
         assert address.startswith("tcp://"), address
-        run = subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", "lost", "--executor", "dask", "--scheduler", address,
-                                "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pilot",
+                "study",
+                "run",
+                "lost",
+                "--executor",
+                "dask",
+                "--scheduler",
+                address,
+                "--no-progress",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         folder = root / "analysis" / "data" / "lost"
         # The worker runs its attempts in private folders of its own (here under the same root's analysis/).
         attempts_at = root / "analysis"
@@ -444,11 +555,16 @@ def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_
     finally:
         if cluster.poll() is None:
             cluster.kill()
-    one_line_fault(subprocess.CompletedProcess(run.args, run.returncode, out, err), r"lost the dask scheduler at " + re.escape(address),
-                   r"next `pilot study run`")
+    one_line_fault(
+        subprocess.CompletedProcess(run.args, run.returncode, out, err),
+        r"lost the dask scheduler at " + re.escape(address),
+        r"next `pilot study run`",
+    )
     pids = [int(x) for f in attempts_at.rglob("spawned.txt") for x in f.read_text().split()]
     deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split(")")[-1][:3] for p in pids):
+    while any(
+        Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split(")")[-1][:3] for p in pids
+    ):
         assert time.monotonic() < deadline, "processes of attempts outlived their lost cluster"
         time.sleep(0.1)
     resumed = pilot(env, "run", "lost", "--no-progress")
@@ -456,4 +572,6 @@ def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_
     with Store.open(folder) as st:
         assert st.counts("pilot")["done"] == 10 and st.audit() == [] and st.balance().reserved_usd == 0
         attempts = st.attempts()
-        assert {a["outcome"] for a in attempts} >= {"interrupted", "completed"}, [(a["outcome"], a["error"]) for a in attempts]
+        assert {a["outcome"] for a in attempts} >= {"interrupted", "completed"}, [
+            (a["outcome"], a["error"]) for a in attempts
+        ]

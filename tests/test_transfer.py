@@ -61,7 +61,9 @@ def _attempt(tmp: Path) -> Path:
         (d / rel).write_bytes(data)
     (d / "workspace" / "outputs" / "passwd").symlink_to("/etc/passwd")
     os.mkfifo(d / "workspace" / "outputs" / "pipe")
-    with open(os.path.join(os.fsencode(d / "workspace" / "outputs"), b"bad\xff.csv"), "wb") as fh:  # a name that is not UTF-8
+    with open(
+        os.path.join(os.fsencode(d / "workspace" / "outputs"), b"bad\xff.csv"), "wb"
+    ) as fh:  # a name that is not UTF-8
         fh.write(b"x\n")
     (d.parent / "attempt-1.launched").write_text("12345 678\n")
     return d
@@ -74,7 +76,10 @@ def _files_under(d: Path) -> dict[str, bytes]:
 def _rebuild(pkg: Package, change) -> Package:
     """The package's archive rewritten member by member; ``change(info, data)`` returns the (info, data) to write, or None."""
     out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(pkg.data), mode="r:gz") as src, tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as dst:
+    with (
+        tarfile.open(fileobj=io.BytesIO(pkg.data), mode="r:gz") as src,
+        tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as dst,
+    ):
         for m in src:
             got = change(m, src.extractfile(m).read())
             if got is not None:
@@ -86,7 +91,10 @@ def _rebuild(pkg: Package, change) -> Package:
 
 def _adding(pkg: Package, info: tarfile.TarInfo, data: bytes = b"") -> Package:
     out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(pkg.data), mode="r:gz") as src, tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as dst:
+    with (
+        tarfile.open(fileobj=io.BytesIO(pkg.data), mode="r:gz") as src,
+        tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as dst,
+    ):
         for m in src:
             dst.addfile(m, src.extractfile(m))
         info.size = len(data) if info.isreg() else 0
@@ -100,8 +108,14 @@ def test_kept_names_are_the_ones_the_harness_writes():
     from pilot.portal import access_log
 
     kept = set(transfer.KEPT)
-    assert {runner.EVALUATION_FILE, runner.WORKSPACE_MANIFEST, runner.RUN_MARKER, runner.TRANSCRIPT, attempt.OUTCOME_FILE,
-            workspace.TRANSCRIPT_NAME} <= kept
+    assert {
+        runner.EVALUATION_FILE,
+        runner.WORKSPACE_MANIFEST,
+        runner.RUN_MARKER,
+        runner.TRANSCRIPT,
+        attempt.OUTCOME_FILE,
+        workspace.TRANSCRIPT_NAME,
+    } <= kept
     assert f"{workspace.HARNESS_RECORD_DIR}/**" in kept and f"portal/{access_log.ACCESS_LOG_NAME}" in kept
     assert network.REFUSAL_LOG == "network_refusals.jsonl"  # under record/, as the test's folder has it
 
@@ -112,13 +126,19 @@ def test_round_trip_brings_the_kept_files_only(tmp_path):
     m = pkg.manifest
     assert set(m["files"]) == set(KEPT_FILES)
     assert m["omitted"] == {} and m["note"] is None and m["limit_bytes"] == 64 * 1024 * 1024
-    assert m["skipped"] == {"workspace/outputs/passwd": "a symbolic link (not followed, not packed)",
-                            "workspace/outputs/pipe": "a pipe, socket or device, not a regular file",
-                            "workspace/outputs/bad\\xff.csv": "a name that is not UTF-8 (not packed)"}
+    assert m["skipped"] == {
+        "workspace/outputs/passwd": "a symbolic link (not followed, not packed)",
+        "workspace/outputs/pipe": "a pipe, socket or device, not a regular file",
+        "workspace/outputs/bad\\xff.csv": "a name that is not UTF-8 (not packed)",
+    }
     # records first, outputs next, inputs last
     order = list(m["files"])
-    assert order.index("run_record.json") < order.index("workspace/outputs/memo.docx") < order.index("record/launch-0.json") \
+    assert (
+        order.index("run_record.json")
+        < order.index("workspace/outputs/memo.docx")
+        < order.index("record/launch-0.json")
         < order.index("workspace/inputs/bank_statement.csv")
+    )
     dest = tmp_path / "host" / "BANK-01.A3.r1" / "attempt-1"
     got = unpack_attempt(pkg, dest)
     assert got == m
@@ -151,11 +171,18 @@ def test_the_limit_holds_and_what_is_left_out_is_listed(tmp_path, monkeypatch):
     m = pkg.manifest
     assert len(pkg.data) <= limit
     assert m["omitted"] and all(r == f"over the package limit of {limit} bytes" for r in m["omitted"].values())
-    assert set(m["files"]) | set(m["omitted"]) == set(KEPT_FILES) | {f"workspace/outputs/scan-{k}.pdf" for k in range(4)}
+    assert set(m["files"]) | set(m["omitted"]) == set(KEPT_FILES) | {
+        f"workspace/outputs/scan-{k}.pdf" for k in range(4)
+    }
     assert not set(m["files"]) & set(m["omitted"])
-    assert f"{len(m['omitted'])} of {len(KEPT_FILES) + 4} kept files" in m["note"] and "transfer.max_package_mb in protocol/study.yml" in m["note"]
+    assert (
+        f"{len(m['omitted'])} of {len(KEPT_FILES) + 4} kept files" in m["note"]
+        and "transfer.max_package_mb in protocol/study.yml" in m["note"]
+    )
     # the records come first: they are always in; a file that did not fit leaves room for the smaller ones after it
-    assert {"run_record.json", "evaluation.json", "attempt_outcome.json", "workspace/inputs/bank_statement.csv"} <= set(m["files"])
+    assert {"run_record.json", "evaluation.json", "attempt_outcome.json", "workspace/inputs/bank_statement.csv"} <= set(
+        m["files"]
+    )
     dest = tmp_path / "host" / "attempt-1"
     unpack_attempt(pkg, dest)
     assert not any((dest / rel).exists() for rel in m["omitted"])
@@ -212,17 +239,20 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tar
     return info
 
 
-@pytest.mark.parametrize("member, reason", [
-    (_member("../evil"), "refused: a name holding '..'"),
-    (_member("workspace/outputs/../../evil"), "refused: a name holding '..'"),
-    (_member("/tmp/evil"), "refused: an absolute name"),
-    (_member("workspace/outputs/link", tarfile.SYMTYPE, "/etc/passwd"), "refused: a link"),
-    (_member("workspace/outputs/hard", tarfile.LNKTYPE, "run_record.json"), "refused: a link"),
-    (_member("workspace/outputs/dev", tarfile.CHRTYPE), "refused: a device or pipe"),
-    (_member("workspace/outputs/sub", tarfile.DIRTYPE), "refused: a folder entry"),
-    (_member("workspace/outputs/extra.csv"), "refused: not in the package's manifest"),
-    (_member("transfer_manifest.json"), "refused: the name of the host's own transfer_manifest.json"),
-])
+@pytest.mark.parametrize(
+    "member, reason",
+    [
+        (_member("../evil"), "refused: a name holding '..'"),
+        (_member("workspace/outputs/../../evil"), "refused: a name holding '..'"),
+        (_member("/tmp/evil"), "refused: an absolute name"),
+        (_member("workspace/outputs/link", tarfile.SYMTYPE, "/etc/passwd"), "refused: a link"),
+        (_member("workspace/outputs/hard", tarfile.LNKTYPE, "run_record.json"), "refused: a link"),
+        (_member("workspace/outputs/dev", tarfile.CHRTYPE), "refused: a device or pipe"),
+        (_member("workspace/outputs/sub", tarfile.DIRTYPE), "refused: a folder entry"),
+        (_member("workspace/outputs/extra.csv"), "refused: not in the package's manifest"),
+        (_member("transfer_manifest.json"), "refused: the name of the host's own transfer_manifest.json"),
+    ],
+)
 def test_members_that_are_not_the_manifests_regular_files_are_refused(tmp_path, member, reason):
     pkg = pack_attempt(_attempt(tmp_path), limit_bytes=64 * 1024 * 1024)
     bad = _adding(pkg, member, b"evil\n")

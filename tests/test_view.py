@@ -12,15 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-
 from markupsafe import escape
+from view_support import copy_study, infra_study, pilot, simulated_study, tree_state
 
 from pilot import paths, protocol
-from pilot.view import links as view_links, site
+from pilot.view import links as view_links
+from pilot.view import site
 from pilot.view.app import create_app
 from pilot.view.export import ExportError, export_site
 from pilot.view.study import StudyReader, ViewError
-from view_support import copy_study, infra_study, pilot, simulated_study, tree_state
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,9 @@ def _run_with_deviation(folder: Path) -> tuple[str, dict]:
         rec = StudyReader(folder).run(r["run_id"])["record"]
         if rec.get("deviations"):
             return r["run_id"], rec
-    raise AssertionError(f"the test study {folder} has no run with a deviation; the seed in view_support no longer draws one")
+    raise AssertionError(
+        f"the test study {folder} has no run with a deviation; the seed in view_support no longer draws one"
+    )
 
 
 def test_index_lists_every_run_with_the_run_table_columns(study, client):
@@ -63,7 +65,10 @@ def test_index_lists_every_run_with_the_run_table_columns(study, client):
     from pilot import outcomes
 
     with reader.store() as st:
-        table = {x["run_id"]: x for x in outcomes.rows_from_store(st.finished_rows(), study_name=reader.name, backend="simulated")}
+        table = {
+            x["run_id"]: x
+            for x in outcomes.rows_from_store(st.finished_rows(), study_name=reader.name, backend="simulated")
+        }
     for r in rows:
         assert r["S"] == table[r["run_id"]]["S"] and r["Q"] == table[r["run_id"]]["Q"]
     assert resp.headers["Content-Security-Policy"].startswith("default-src 'none'")
@@ -143,9 +148,15 @@ def test_scenario_page_puts_the_arms_side_by_side(study, client):
 
 def test_downloads_refuse_traversal_links_and_foreign_hosts(study, client, tmp_path):
     run_id = StudyReader(study).index_rows()[0]["run_id"]
-    for path in (f"/files/{run_id}/attempt-1/..%2f..%2f..%2fstudy.sqlite", f"/files/{run_id}/attempt-1/../../../study.sqlite",
-                 f"/files/{run_id}/attempt-1/%2e%2e", f"/files/{run_id}/attempt-9/completion_record.json",
-                 f"/files/..%2f{run_id}/attempt-1/completion_record.json", "/static/..%2fapp.py", "/static/view.py"):
+    for path in (
+        f"/files/{run_id}/attempt-1/..%2f..%2f..%2fstudy.sqlite",
+        f"/files/{run_id}/attempt-1/../../../study.sqlite",
+        f"/files/{run_id}/attempt-1/%2e%2e",
+        f"/files/{run_id}/attempt-9/completion_record.json",
+        f"/files/..%2f{run_id}/attempt-1/completion_record.json",
+        "/static/..%2fapp.py",
+        "/static/view.py",
+    ):
         assert client.get(path).status_code == 404, path
     assert client.get("/", headers={"Host": "attacker.example:80"}).status_code == 403
     assert client.post("/").status_code == 405
@@ -156,7 +167,11 @@ def test_downloads_refuse_traversal_links_and_foreign_hosts(study, client, tmp_p
     secret.write_text("SECRET-OUTSIDE-THE-STUDY")
     outputs = copy / "workspaces" / run_id / "attempt-1" / "workspace" / "outputs"
     (outputs / "leak.txt").symlink_to(secret)
-    first = next(p for p in sorted(outputs.iterdir()) if p.is_file() and not p.is_symlink() and p.name != "completion_record.json")
+    first = next(
+        p
+        for p in sorted(outputs.iterdir())
+        if p.is_file() and not p.is_symlink() and p.name != "completion_record.json"
+    )
     first.unlink()
     first.symlink_to(secret)
     c2 = create_app(copy).test_client()
@@ -173,10 +188,33 @@ def test_transcript_content_is_escaped(study, tmp_path):
     transcript = copy / "workspaces" / run_id / "attempt-1" / "transcript.jsonl"
     evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     lines = transcript.read_text().splitlines()
-    lines.insert(1, json.dumps({"type": "assistant", "message": {"role": "assistant", "content": [
-        {"type": "text", "text": evil}, {"type": "tool_use", "id": "t-evil", "name": evil, "input": {"command": evil}}]}}))
-    lines.insert(2, json.dumps({"type": "user", "message": {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t-evil", "content": evil * 50}]}}))
+    lines.insert(
+        1,
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": evil},
+                        {"type": "tool_use", "id": "t-evil", "name": evil, "input": {"command": evil}},
+                    ],
+                },
+            }
+        ),
+    )
+    lines.insert(
+        2,
+        json.dumps(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t-evil", "content": evil * 50}],
+                },
+            }
+        ),
+    )
     lines.insert(3, "not json <b>bold</b>")
     transcript.write_text("\n".join(lines) + "\n")
     page = create_app(copy).test_client().get(f"/runs/{run_id}").get_data(as_text=True)
@@ -208,8 +246,25 @@ def test_viewer_reads_while_a_study_runs(tmp_path):
     pilot(root, "study", "create", "live", "--scenarios", "ACC-01", "--seed", "5")
     folder = root / "analysis" / "data" / "live"
     env = dict(os.environ, PILOT_ROOT=str(root), PILOT_FAKE_SLEEP_S="0.4")
-    proc = subprocess.Popen([sys.executable, "-m", "pilot", "study", "run", "live", "--no-progress", "--workers", "2",
-                             "--runner", "pilot.simulated.fake_runs:sleep_run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pilot",
+            "study",
+            "run",
+            "live",
+            "--no-progress",
+            "--workers",
+            "2",
+            "--runner",
+            "pilot.simulated.fake_runs:sleep_run",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     client = create_app(folder).test_client()
     seen = []
     try:
@@ -322,8 +377,13 @@ def test_cli_serves_on_loopback_and_prints_its_address(study):
 
     root = study.parents[2]
     env = dict(os.environ, PILOT_ROOT=str(root))
-    proc = subprocess.Popen([sys.executable, "-m", "pilot", "view", study.name, "--port", "0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pilot", "view", study.name, "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         m = re.search(r"at (http://127\.0\.0\.1:(\d+))/", line)
@@ -352,9 +412,14 @@ def test_ctrl_c_stops_the_viewer_even_when_its_parent_ignored_sigint(study):
 
     root = study.parents[2]
     env = dict(os.environ, PILOT_ROOT=str(root))
-    proc = subprocess.Popen([sys.executable, "-m", "pilot", "view", study.name, "--port", "0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pilot", "view", study.name, "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         assert "Ctrl-C stops" in proc.stdout.readline()
     finally:

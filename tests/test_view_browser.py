@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from view_support import models_study, run_table, simulated_study
 
 from pilot.view.app import ViewServer
 from pilot.view.export import export_site
 from pilot.view.study import StudyReader
-from view_support import models_study, run_table, simulated_study
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +207,9 @@ def test_the_static_index_without_javascript_lists_every_run_and_says_why_search
         page.goto((out / "index.html").as_uri())
         note = page.locator("noscript, p.warn").filter(has_text="need JavaScript")
         assert note.count() == 1 and note.first.is_visible()
-        shown = page.eval_on_selector_all("#runs tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.run || r.id)")
+        shown = page.eval_on_selector_all(
+            "#runs tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.run || r.id)"
+        )
         assert len(shown) == len(table) and len(table) > 0
     finally:
         context.close()

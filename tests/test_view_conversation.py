@@ -10,18 +10,80 @@ from pilot.view import conversation
 
 def _stream() -> list[str]:
     ev = [
-        {"type": "system", "subtype": "init", "session_id": "s1", "model": "m", "tools": ["Bash", "Edit"], "claude_code_version": "2.1.332"},
-        {"type": "assistant", "message": {"content": [{"type": "text", "text": "Reading the inputs."},
-                                                       {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "curl -sS https://example.com -o x"}}]}},
-        {"type": "system", "subtype": "permission_denied", "tool_name": "Bash", "tool_use_id": "t1", "message": "Permission to use Bash has been denied."},
-        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": "denied"}]}},
-        {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t2", "name": "Edit",
-                                                       "input": {"file_path": "inputs/ledger.csv", "old_string": "1", "new_string": "2"}}]}},
-        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t2",
-                                                  "content": [{"type": "text", "text": "x" * 1000}]}]}},
-        {"type": "assistant", "message": {"content": [{"type": "thinking", "thinking": "hmm"}, {"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "ls"}}]}},
+        {
+            "type": "system",
+            "subtype": "init",
+            "session_id": "s1",
+            "model": "m",
+            "tools": ["Bash", "Edit"],
+            "claude_code_version": "2.1.332",
+        },
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {"type": "text", "text": "Reading the inputs."},
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "Bash",
+                        "input": {"command": "curl -sS https://example.com -o x"},
+                    },
+                ]
+            },
+        },
+        {
+            "type": "system",
+            "subtype": "permission_denied",
+            "tool_name": "Bash",
+            "tool_use_id": "t1",
+            "message": "Permission to use Bash has been denied.",
+        },
+        {
+            "type": "user",
+            "message": {
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": "denied"}]
+            },
+        },
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t2",
+                        "name": "Edit",
+                        "input": {"file_path": "inputs/ledger.csv", "old_string": "1", "new_string": "2"},
+                    }
+                ]
+            },
+        },
+        {
+            "type": "user",
+            "message": {
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "x" * 1000}]}
+                ]
+            },
+        },
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {"type": "thinking", "thinking": "hmm"},
+                    {"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "ls"}},
+                ]
+            },
+        },
         {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t3", "content": "a\nb"}]}},
-        {"type": "result", "subtype": "success", "is_error": False, "total_cost_usd": 0.12, "num_turns": 3, "result": "Done."},
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "total_cost_usd": 0.12,
+            "num_turns": 3,
+            "result": "Done.",
+        },
     ]
     lines = [json.dumps(e) for e in ev]
     lines.insert(3, "{not json")
@@ -50,8 +112,17 @@ def test_tool_calls_pair_with_results_and_deviations_land_on_their_call():
 
 def test_a_deviation_without_its_event_is_kept_and_huge_text_is_cut():
     huge = "y" * (conversation.FULL_CHARS + 500)
-    lines = [json.dumps({"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "a", "name": "Bash", "input": {"command": huge}}]}})]
-    conv = conversation.parse(lines, [{"tool_use_id": "missing", "kind": "denied_family", "family": "wget"}], ["input changed oddly"])
+    lines = [
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {"content": [{"type": "tool_use", "id": "a", "name": "Bash", "input": {"command": huge}}]},
+            }
+        )
+    ]
+    conv = conversation.parse(
+        lines, [{"tool_use_id": "missing", "kind": "denied_family", "family": "wget"}], ["input changed oddly"]
+    )
     assert conv.unplaced_deviations[0]["family"] == "wget"
     assert conv.unplaced_violations == ["input changed oddly"]
     tool = conv.items[0]
@@ -60,8 +131,17 @@ def test_a_deviation_without_its_event_is_kept_and_huge_text_is_cut():
 
 
 def _call(msg_id: str, tid: str, command: str, ts: str | None = None) -> list[str]:
-    ev = {"type": "assistant", "message": {"id": msg_id, "content": [{"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": command}}]}}
-    res = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": tid, "content": "same output"}]}}
+    ev = {
+        "type": "assistant",
+        "message": {
+            "id": msg_id,
+            "content": [{"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": command}}],
+        },
+    }
+    res = {
+        "type": "user",
+        "message": {"content": [{"type": "tool_result", "tool_use_id": tid, "content": "same output"}]},
+    }
     if ts:
         ev["timestamp"] = ts
     return [json.dumps(ev), json.dumps(res)]
@@ -71,7 +151,15 @@ def test_turns_timestamps_and_identical_steps_collapse_per_session():
     init = json.dumps({"type": "system", "subtype": "init", "session_id": "s"})
     lines = [init]
     # Turn 1 spans two stream lines of one message (same id); turns 2-13 repeat one call twelve times.
-    lines += [json.dumps({"type": "assistant", "timestamp": "2026-12-04T01:00:00Z", "message": {"id": "m1", "content": [{"type": "text", "text": "Start."}]}})]
+    lines += [
+        json.dumps(
+            {
+                "type": "assistant",
+                "timestamp": "2026-12-04T01:00:00Z",
+                "message": {"id": "m1", "content": [{"type": "text", "text": "Start."}]},
+            }
+        )
+    ]
     lines += _call("m1", "t0", "ls inputs")
     for k in range(12):
         lines += _call(f"m{k + 2}", f"t{k + 1}", "sleep 1", ts=f"2026-12-04T01:00:{k + 1:02d}Z")
@@ -83,7 +171,9 @@ def test_turns_timestamps_and_identical_steps_collapse_per_session():
     conv = conversation.parse(lines)
     tools = [i for i in conv.items if i.kind == "tool"]
     assert [t.turn for t in tools] == [1] + list(range(2, 14)) + [14, 1]
-    assert conv.items[1].kind == "text" and conv.items[1].turn == 1 and conv.items[1].timestamp == "2026-12-04T01:00:00Z"
+    assert (
+        conv.items[1].kind == "text" and conv.items[1].turn == 1 and conv.items[1].timestamp == "2026-12-04T01:00:00Z"
+    )
     assert tools[1].timestamp == "2026-12-04T01:00:01Z" and tools[0].timestamp == ""  # only where the stream has one
     steps = conv.steps
     sleeps = [s for s in steps if s.item.kind == "tool" and s.item.input == "sleep 1"]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from view_support import copy_study, models_study, run_table, simulated_study
 
 from pilot.view.app import create_app
-from view_support import copy_study, models_study, run_table, simulated_study
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,9 @@ def test_index_counts_each_arm_per_model_as_rates(mclient, mtable):
     client, table = mclient, mtable
     page = client.get("/").get_data(as_text=True)
     worker = _worker(table)
-    groups = table.groupby(["arm", "model"]).agg(runs=("run_id", "size"), accepted=("accepted", "sum"), scored=("scored", "sum"))
+    groups = table.groupby(["arm", "model"]).agg(
+        runs=("run_id", "size"), accepted=("accepted", "sum"), scored=("scored", "sum")
+    )
     assert len(groups) == 4  # A0 and A3 of the worker model, A3 under two other models apart
     assert (table[(table["arm"] == "A3")]["model"] != worker).sum() == 4
     for (arm, model), g in groups.iterrows():
@@ -107,8 +109,12 @@ def test_charged_cost_beside_reported_cost(client, table):
     page = client.get("/").get_data(as_text=True)
     assert (table["attempts"] == "1").all()  # one attempt each: the run table's charged_usd is the run's charge
     for _, r in table.iterrows():
-        m = re.search(rf'data-run="{re.escape(r.run_id)}".*?<td data-sort="[^"]*" class="col-cost_usd">\s*(\S+)\s*</td>\s*'
-                      r'<td data-sort="[^"]*" class="col-charge_usd">\s*(\S+?)\s*</td>', page, re.S)
+        m = re.search(
+            rf'data-run="{re.escape(r.run_id)}".*?<td data-sort="[^"]*" class="col-cost_usd">\s*(\S+)\s*</td>\s*'
+            r'<td data-sort="[^"]*" class="col-charge_usd">\s*(\S+?)\s*</td>',
+            page,
+            re.S,
+        )
         assert m, r.run_id
         assert m.group(1) == f"${float(r.cost_usd):,.2f}"
         assert m.group(2) == f"${float(r.charged_usd):,.2f}"
@@ -121,21 +127,34 @@ def test_a_run_without_a_reported_cost_shows_its_reservation_as_charged(study, t
     conn = sqlite3.connect(copy / "study.sqlite")
     with conn:
         reserved = conn.execute("SELECT reserved_micro FROM attempts WHERE run_id = ?", (run_id,)).fetchone()[0]
-        conn.execute("UPDATE attempts SET cost_usd = NULL, charge_basis = 'reservation', charged_micro = reserved_micro, "
-                     "outcome = 'capped' WHERE run_id = ?", (run_id,))
+        conn.execute(
+            "UPDATE attempts SET cost_usd = NULL, charge_basis = 'reservation', charged_micro = reserved_micro, "
+            "outcome = 'capped' WHERE run_id = ?",
+            (run_id,),
+        )
         rec = json.loads(conn.execute("SELECT record_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0])
         rec.update(cost_usd=None, status="capped", censored=True, censor_reason="wall", cost_complete=False)
-        conn.execute("UPDATE runs SET cost_usd = NULL, status = 'capped', censored = 1, censor_reason = 'wall', record_json = ? "
-                     "WHERE run_id = ?", (json.dumps(rec), run_id))
+        conn.execute(
+            "UPDATE runs SET cost_usd = NULL, status = 'capped', censored = 1, censor_reason = 'wall', record_json = ? "
+            "WHERE run_id = ?",
+            (json.dumps(rec), run_id),
+        )
     conn.close()
     client = create_app(copy).test_client()
     expected = f"${reserved / 1_000_000:,.2f}"
     page = client.get("/").get_data(as_text=True)
-    m = re.search(rf'data-run="{run_id}".*?class="col-cost_usd">\s*(\S+)\s*</td>\s*<td data-sort="[^"]*" class="col-charge_usd">\s*(.*?)</td>',
-                  page, re.S)
+    m = re.search(
+        rf'data-run="{run_id}".*?class="col-cost_usd">\s*(\S+)\s*</td>\s*<td data-sort="[^"]*" class="col-charge_usd">\s*(.*?)</td>',
+        page,
+        re.S,
+    )
     assert m.group(1) == "–"
     assert m.group(2).startswith(expected) and "‡" in m.group(2)
-    card = re.search(rf'<article [^>]*data-run="{run_id}">(.*?)</article>', client.get("/scenarios/ACC-01").get_data(as_text=True), re.S)
+    card = re.search(
+        rf'<article [^>]*data-run="{run_id}">(.*?)</article>',
+        client.get("/scenarios/ACC-01").get_data(as_text=True),
+        re.S,
+    )
     assert f"– reported · {expected} charged" in card.group(1) and "‡" in card.group(1)
     run_page = client.get(f"/runs/{run_id}").get_data(as_text=True)
     assert re.search(rf'id="run-charge">\${reserved / 1_000_000:,.4f}<span class="marker"', run_page)
@@ -162,9 +181,15 @@ def test_scenario_by_arm_overview_links_each_cell_to_its_runs(mclient, mtable):
     page = client.get("/overview").get_data(as_text=True)
     worker = _worker(table)
     mine = table[table["model"] == worker]
-    cells = mine.groupby(["scenario", "arm"]).agg(accepted=("accepted", "sum"), scored=("scored", "sum"), runs=("run_id", "size"))
+    cells = mine.groupby(["scenario", "arm"]).agg(
+        accepted=("accepted", "sum"), scored=("scored", "sum"), runs=("run_id", "size")
+    )
     for (sid, arm), c in cells.iterrows():
-        m = re.search(rf'<tr data-scenario="{sid}">.*?<td data-arm="{arm}" class="cell[^"]*"><a href="([^"]+)"[^>]*>([^<]+)</a></td>', page, re.S)
+        m = re.search(
+            rf'<tr data-scenario="{sid}">.*?<td data-arm="{arm}" class="cell[^"]*"><a href="([^"]+)"[^>]*>([^<]+)</a></td>',
+            page,
+            re.S,
+        )
         assert m, (sid, arm)
         assert html.unescape(m.group(1)) == f"/#scenario={sid}&arm={arm}&model={worker}"
         assert m.group(2) == f"{int(c.accepted)}/{int(c.scored)}"
@@ -213,7 +238,7 @@ def test_card_says_why_e_is_one_and_groups_repeated_reasons(client, table, study
         c = card(r.run_id)
         for reason, n in repeated.items():
             assert c.count(html.escape(reason)) == 1, (r.run_id, reason)
-            assert f"{html.escape(reason)} <span class=\"times\">×{n}</span>" in c
+            assert f'{html.escape(reason)} <span class="times">×{n}</span>' in c
             checked += 1
     assert checked, "the test study has no run with a repeated failure reason"
 
@@ -226,8 +251,11 @@ def test_conversation_marks_turns_collapses_repeats_and_shows_the_a4_boundary(cl
     rec = json.loads(next((study / "workspaces" / run_id).glob("attempt-*/run_record.json")).read_text())
     # The boundary names the self-check verdict that led to the resume.
     verdict = "passed" if rec["selfcheck_first"] else "failed"
-    assert re.search(rf'Session boundary: recovery resume</b>\s*· self-check after session 1: <b class="{verdict}">{verdict}</b>\s*'
-                     r"→ resume <b>granted</b>", page)
+    assert re.search(
+        rf'Session boundary: recovery resume</b>\s*· self-check after session 1: <b class="{verdict}">{verdict}</b>\s*'
+        r"→ resume <b>granted</b>",
+        page,
+    )
     # Each session's own cost: the resume's is the runner's count, not the CLI's cumulative report.
     first, resume = rec["sessions"][0], rec["sessions"][1]
     costs = re.findall(r'this session\'s cost <b class="session-cost">\$([0-9.]+)</b>', page)

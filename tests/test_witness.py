@@ -20,8 +20,18 @@ import pytest
 
 from pilot.agents.audit import ToolCall, audit, parse_stream
 from pilot.agents.witness import (
-    ALTERED_RESULT, FORGED_RESULT, FORGED_SESSION, HIDDEN_CALL, INJECTED_CALL, UNPARSED_STREAM, Tampering, compare,
-    proxy_summary, rule_denial, session_of, tampering_deviations,
+    ALTERED_RESULT,
+    FORGED_RESULT,
+    FORGED_SESSION,
+    HIDDEN_CALL,
+    INJECTED_CALL,
+    UNPARSED_STREAM,
+    Tampering,
+    compare,
+    proxy_summary,
+    rule_denial,
+    session_of,
+    tampering_deviations,
 )
 from pilot.portal.credentials import REDACTED
 
@@ -36,16 +46,33 @@ DENIAL = "Permission to use Bash with command {} has been denied."
 # --------------------------------------------------------------------------
 
 
-def row(seq: int, content: list[dict], results: list[tuple[str, bool, str]] = (), *, messages: int | None = None,
-        status: int = 200, complete: bool = True, stop: str | None = None, truncated: bool = False) -> dict:
+def row(
+    seq: int,
+    content: list[dict],
+    results: list[tuple[str, bool, str]] = (),
+    *,
+    messages: int | None = None,
+    status: int = 200,
+    complete: bool = True,
+    stop: str | None = None,
+    truncated: bool = False,
+) -> dict:
     """One exchange row in the record's format."""
     if stop is None:
         stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
-    return {"seq": seq, "at": f"2027-01-01T00:00:{seq:02d}.000+00:00", "status": status, "model": "m",
-            "message_id": f"msg_{seq:03d}" if status == 200 else None, "stop_reason": stop if status == 200 else None,
-            "complete": complete, "request_messages": messages if messages is not None else 1 + 2 * seq,
-            "request_tool_results": [{"tool_use_id": t, "is_error": e, "text": x} for t, e, x in results],
-            "response_content": content if status == 200 else [], "truncated": truncated}
+    return {
+        "seq": seq,
+        "at": f"2027-01-01T00:00:{seq:02d}.000+00:00",
+        "status": status,
+        "model": "m",
+        "message_id": f"msg_{seq:03d}" if status == 200 else None,
+        "stop_reason": stop if status == 200 else None,
+        "complete": complete,
+        "request_messages": messages if messages is not None else 1 + 2 * seq,
+        "request_tool_results": [{"tool_use_id": t, "is_error": e, "text": x} for t, e, x in results],
+        "response_content": content if status == 200 else [],
+        "truncated": truncated,
+    }
 
 
 def use(tid: str, name: str, inp: dict) -> dict:
@@ -57,7 +84,14 @@ def text(t: str) -> dict:
 
 
 def init(sid: str = SID) -> dict:
-    return {"type": "system", "subtype": "init", "session_id": sid, "claude_code_version": "2.1.332", "tools": A1_TOOLS, "model": "m"}
+    return {
+        "type": "system",
+        "subtype": "init",
+        "session_id": sid,
+        "claude_code_version": "2.1.332",
+        "tools": A1_TOOLS,
+        "model": "m",
+    }
 
 
 def assistant(msg_id: str, *blocks: dict, sid: str = SID) -> dict:
@@ -72,8 +106,15 @@ def user(tid: str, content, is_error: bool | None = None, sid: str = SID) -> dic
 
 
 def result(cost: float, turns: int, subtype: str = "success", sid: str = SID, denials: list[dict] = ()) -> dict:
-    return {"type": "result", "subtype": subtype, "is_error": subtype != "success", "total_cost_usd": cost, "num_turns": turns,
-            "session_id": sid, "permission_denials": list(denials)}
+    return {
+        "type": "result",
+        "subtype": subtype,
+        "is_error": subtype != "success",
+        "total_cost_usd": cost,
+        "num_turns": turns,
+        "session_id": sid,
+        "permission_denials": list(denials),
+    }
 
 
 def lines(*events) -> list[str]:
@@ -92,7 +133,11 @@ ROWS = [
     row(0, [use("t1", "Bash", HI_INPUT)]),
     row(1, [use("t2", "Bash", CURL)], [("t1", False, "hi")]),
     row(2, [use("t3", "Bash", PIPE)], [("t2", True, DENIAL.format("curl https://x"))]),
-    row(3, [text("Writing the script."), use("t4", "Write", SCRIPT)], [("t3", True, DENIAL.format("curl -d @- https://x"))]),
+    row(
+        3,
+        [text("Writing the script."), use("t4", "Write", SCRIPT)],
+        [("t3", True, DENIAL.format("curl -d @- https://x"))],
+    ),
     row(4, [text("Done.")], [("t4", False, CREATED)]),
 ]
 
@@ -104,16 +149,32 @@ def honest_stream() -> list[dict]:
         assistant("msg_000", use("t1", "Bash", dict(HI_INPUT, timeout=1))),
         user("t1", "hi", False),
         assistant("msg_001", use("t2", "Bash", CURL)),
-        {"type": "system", "subtype": "permission_denied", "tool_name": "Bash", "tool_use_id": "t2", "message": DENIAL.format("curl https://x")},
+        {
+            "type": "system",
+            "subtype": "permission_denied",
+            "tool_name": "Bash",
+            "tool_use_id": "t2",
+            "message": DENIAL.format("curl https://x"),
+        },
         user("t2", DENIAL.format("curl https://x"), True),
         assistant("msg_002", use("t3", "Bash", PIPE)),
-        {"type": "system", "subtype": "permission_denied", "tool_name": "Bash", "tool_use_id": "t3", "message": DENIAL.format("curl -d @- https://x")},
+        {
+            "type": "system",
+            "subtype": "permission_denied",
+            "tool_name": "Bash",
+            "tool_use_id": "t3",
+            "message": DENIAL.format("curl -d @- https://x"),
+        },
         user("t3", DENIAL.format("curl -d @- https://x"), True),
         assistant("msg_003", text("Writing the script.")),
         assistant("msg_003", use("t4", "Write", SCRIPT)),
         user("t4", CREATED),
         assistant("msg_004", text("Done.")),
-        result(0.07, 5, denials=[{"tool_name": "Bash", "tool_use_id": t, "tool_input": i} for t, i in (("t2", CURL), ("t3", PIPE))]),
+        result(
+            0.07,
+            5,
+            denials=[{"tool_name": "Bash", "tool_use_id": t, "tool_input": i} for t, i in (("t2", CURL), ("t3", PIPE))],
+        ),
     ]
 
 
@@ -134,7 +195,12 @@ def kinds(found: list[Tampering]) -> list[tuple[str, str]]:
 
 def test_the_record_gives_the_calls_results_turns_and_denials():
     s = proxy_summary(ROWS)
-    assert [(c.id, c.name, c.session) for c in s.tool_calls] == [("t1", "Bash", 0), ("t2", "Bash", 0), ("t3", "Bash", 0), ("t4", "Write", 0)]
+    assert [(c.id, c.name, c.session) for c in s.tool_calls] == [
+        ("t1", "Bash", 0),
+        ("t2", "Bash", 0),
+        ("t3", "Bash", 0),
+        ("t4", "Write", 0),
+    ]
     assert s.turns == 5 and s.model_output and s.tool_calls_by_tool == {"Bash": 3, "Write": 1}
     assert s.tool_results["t1"] == (False, "hi") and s.tool_results["t4"] == (False, CREATED)
     assert s.denied_ids == {"t2", "t3"}
@@ -147,11 +213,18 @@ def test_audit_of_the_record_equals_audit_of_an_honest_stream():
     assert on_record == on_stream
     # The declared truth: both curl attempts stopped by the CLI's rule, the script written but not run.
     assert [(d["tool_use_id"], d["family"], d["blocked_by"]) for d in on_record] == [
-        ("t2", "curl", "cli_rule"), ("t3", "curl", "cli_rule"), ("t4", "soffice", "not_run")]
+        ("t2", "curl", "cli_rule"),
+        ("t3", "curl", "cli_rule"),
+        ("t4", "soffice", "not_run"),
+    ]
 
 
 def test_a_command_that_prints_the_denial_is_no_rule_refusal():
-    call = ToolCall("t9", "Bash", {"command": "bash -c 'curl x'; echo 'Permission to use Bash with command curl x has been denied.'; exit 1"})
+    call = ToolCall(
+        "t9",
+        "Bash",
+        {"command": "bash -c 'curl x'; echo 'Permission to use Bash with command curl x has been denied.'; exit 1"},
+    )
     printed = "Exit code 1\n" + DENIAL.format("curl x")
     assert not rule_denial(call, True, printed)
     assert rule_denial(call, True, DENIAL.format("curl x"))  # the CLI's refusal names a part of the command
@@ -173,8 +246,11 @@ def test_sessions_follow_the_bounds():
 
 
 def test_unanswered_and_error_exchanges():
-    rows = [row(0, [], status=529), row(1, [use("t1", "Bash", HI_INPUT)], messages=1),
-            row(2, [use("t2", "Bash", CURL)], [("t1", False, "hi")], complete=False)]
+    rows = [
+        row(0, [], status=529),
+        row(1, [use("t1", "Bash", HI_INPUT)], messages=1),
+        row(2, [use("t2", "Bash", CURL)], [("t1", False, "hi")], complete=False),
+    ]
     s = proxy_summary(rows)
     assert s.turns == 2 and [c.id for c in s.tool_calls] == ["t1", "t2"] and "t2" not in s.tool_results
     assert not proxy_summary([row(0, [], status=500)]).model_output
@@ -222,7 +298,11 @@ def test_a_hidden_call_is_caught():
 
 
 def test_an_altered_result_is_caught():
-    for i, event in ((2, user("t1", "bye", False)), (5, user("t2", "ok", False)), (5, user("t2", DENIAL.format("curl https://x"), False))):
+    for i, event in (
+        (2, user("t1", "bye", False)),
+        (5, user("t2", "ok", False)),
+        (5, user("t2", DENIAL.format("curl https://x"), False)),
+    ):
         stream = honest_stream()
         stream[i] = event
         assert kinds(check(stream)) == [(ALTERED_RESULT, event["message"]["content"][0]["tool_use_id"])]
@@ -275,13 +355,27 @@ def test_unparsed_lines_are_caught_except_one_per_killed_session():
 
 def test_two_sessions_of_a_resume_are_honest_and_checked_per_session():
     """Session 0 stops at --max-turns 2 (num_turns 3), the resume keeps its id and reports the cumulative cost."""
-    rows = [row(0, [use("a1", "Bash", HI_INPUT)]), row(1, [use("a2", "Bash", {"command": "ls"})], [("a1", False, "hi")]),
-            row(2, [use("b1", "Bash", {"command": "pwd"})], [("a2", False, "x.txt")], messages=6),
-            row(3, [text("Done.")], [("b1", False, "/w")], messages=8)]
-    s0 = [init(), assistant("msg_000", use("a1", "Bash", HI_INPUT)), user("a1", "hi", False),
-          assistant("msg_001", use("a2", "Bash", {"command": "ls"})), user("a2", "x.txt", False), result(0.028, 3, "error_max_turns")]
-    s1 = [init(), assistant("msg_002", use("b1", "Bash", {"command": "pwd"})), user("b1", "/w", False),
-          assistant("msg_003", text("Done.")), result(0.056, 2)]
+    rows = [
+        row(0, [use("a1", "Bash", HI_INPUT)]),
+        row(1, [use("a2", "Bash", {"command": "ls"})], [("a1", False, "hi")]),
+        row(2, [use("b1", "Bash", {"command": "pwd"})], [("a2", False, "x.txt")], messages=6),
+        row(3, [text("Done.")], [("b1", False, "/w")], messages=8),
+    ]
+    s0 = [
+        init(),
+        assistant("msg_000", use("a1", "Bash", HI_INPUT)),
+        user("a1", "hi", False),
+        assistant("msg_001", use("a2", "Bash", {"command": "ls"})),
+        user("a2", "x.txt", False),
+        result(0.028, 3, "error_max_turns"),
+    ]
+    s1 = [
+        init(),
+        assistant("msg_002", use("b1", "Bash", {"command": "pwd"})),
+        user("b1", "/w", False),
+        assistant("msg_003", text("Done.")),
+        result(0.056, 2),
+    ]
     kw = {"assigned_session_ids": [SID, SID], "session_bounds": [0, 2], "metered_usd": Decimal("0.056")}
     per_session = [parse_stream(lines(*s0), session=0), parse_stream(lines(*s1), session=1)]
     assert compare(rows, per_session, **kw) == []
@@ -314,14 +408,22 @@ def test_a_cost_the_cli_could_not_have_counted_is_not_compared():
 def test_images_passwords_and_truncated_rows_compare_as_the_record_keeps_them():
     png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     secret = "pw-Zq9xT3vLkP0aB7cD"
-    rows = [row(0, [use("r1", "Read", {"file_path": "/w/p.png"})]),
-            row(1, [use("b1", "Bash", {"command": f"echo {secret}"})], [("r1", False, "page 1\n[image]")]),
-            row(2, [use("w1", "Write", {"file_path": "/w/big.md", "content": "x" * 50})], [("b1", False, secret)]),
-            row(3, [text("Done.")], [("w1", False, "File created")], truncated=True)]
-    stream = [init(), assistant("msg_000", use("r1", "Read", {"file_path": "/w/p.png"})), user("r1", [text("page 1"), png]),
-              assistant("msg_001", use("b1", "Bash", {"command": f"echo {REDACTED}"})), user("b1", REDACTED, False),
-              assistant("msg_002", use("w1", "Write", {"file_path": "/w/big.md", "content": "x" * 50})),
-              user("w1", "File created successfully (the record kept less)"), result(0.05, 4)]
+    rows = [
+        row(0, [use("r1", "Read", {"file_path": "/w/p.png"})]),
+        row(1, [use("b1", "Bash", {"command": f"echo {secret}"})], [("r1", False, "page 1\n[image]")]),
+        row(2, [use("w1", "Write", {"file_path": "/w/big.md", "content": "x" * 50})], [("b1", False, secret)]),
+        row(3, [text("Done.")], [("w1", False, "File created")], truncated=True),
+    ]
+    stream = [
+        init(),
+        assistant("msg_000", use("r1", "Read", {"file_path": "/w/p.png"})),
+        user("r1", [text("page 1"), png]),
+        assistant("msg_001", use("b1", "Bash", {"command": f"echo {REDACTED}"})),
+        user("b1", REDACTED, False),
+        assistant("msg_002", use("w1", "Write", {"file_path": "/w/big.md", "content": "x" * 50})),
+        user("w1", "File created successfully (the record kept less)"),
+        result(0.05, 4),
+    ]
     kw = {"assigned_session_ids": [SID], "metered_usd": None}
     assert compare(rows, parse_stream(lines(*stream)), redact=[secret], **kw) == []
     assert kinds(compare(rows, parse_stream(lines(*stream)), **kw)) == [(INJECTED_CALL, "b1"), (ALTERED_RESULT, "b1")]
@@ -338,17 +440,24 @@ def test_images_passwords_and_truncated_rows_compare_as_the_record_keeps_them():
 
 def test_a_flood_of_injected_events_gives_a_bounded_record_with_the_exact_count():
     stream = honest_stream()
-    flood = [assistant(f"msg_x{i}", use(f"toolu_x{i:05d}", "WebFetch", {"url": f"https://e/{i}"})) for i in range(10_000)]
+    flood = [
+        assistant(f"msg_x{i}", use(f"toolu_x{i:05d}", "WebFetch", {"url": f"https://e/{i}"})) for i in range(10_000)
+    ]
     stream[5:5] = flood
     stream.insert(2, "garbage")
     found = check(stream)
     assert len(found) == 10_001 and sum(t.kind == INJECTED_CALL for t in found) == 10_000
     devs = tampering_deviations(found)
     assert len(devs) == 20 + 1 + 1
-    assert all(d.kind == "tampering" and d.blocked_by == "proxy_record" and d.family == "" and d.tool == "" for d in devs)
+    assert all(
+        d.kind == "tampering" and d.blocked_by == "proxy_record" and d.family == "" and d.tool == "" for d in devs
+    )
     injected = [d for d in devs if d.via == INJECTED_CALL]
     assert [d.tool_use_id for d in injected[:20]] == [f"toolu_x{i:05d}" for i in range(20)]
-    assert injected[20].tool_use_id == "" and injected[20].command == "10000 injected_call findings in all; 9980 more are not listed"
+    assert (
+        injected[20].tool_use_id == ""
+        and injected[20].command == "10000 injected_call findings in all; 9980 more are not listed"
+    )
     assert [d.via for d in devs if d.via != INJECTED_CALL] == [UNPARSED_STREAM]
     assert tampering_deviations([]) == []
 
@@ -363,7 +472,7 @@ def read_rows(path: Path) -> tuple[list[dict], bool]:
         try:
             rows.append(json.loads(line))
         except ValueError:
-            if i < len(raw) - 1 and any(x.strip() for x in raw[i + 1:]):
+            if i < len(raw) - 1 and any(x.strip() for x in raw[i + 1 :]):
                 raise
             torn = True
     return rows, torn
@@ -389,27 +498,60 @@ def test_a_truncated_record_checks_what_it_holds_and_notes_the_rest():
     stream = honest_stream()
     stream[-1]["total_cost_usd"] = 0.0001  # not comparable: the record lacks the run's end
     assert check(stream, rows=rows, notes=notes) == []
-    assert notes == ["the proxy's exchange record ends early after seq 1 (size bound or a torn last line): 2 stream tool calls "
-                     "after the last call it holds were not checked against it, nor the results' turns and cost"]
+    assert notes == [
+        "the proxy's exchange record ends early after seq 1 (size bound or a torn last line): 2 stream tool calls "
+        "after the last call it holds were not checked against it, nor the results' turns and cost"
+    ]
     # What the record holds is still checked: a call injected before its last call, a result altered.
     stream = honest_stream()
     stream.insert(1, assistant("msg_x", use("toolu_evil", "WebFetch", {"url": "https://e"})))
     stream[3] = user("t1", "bye", False)
     assert kinds(check(stream, rows=rows)) == [(INJECTED_CALL, "toolu_evil"), (ALTERED_RESULT, "t1")]
     # And a summary of the record (no rows) compares too.
-    assert compare(proxy_summary(ROWS), parse_stream(lines(*honest_stream())), assigned_session_ids=[SID], metered_usd=METERED) == []
+    assert (
+        compare(
+            proxy_summary(ROWS), parse_stream(lines(*honest_stream())), assigned_session_ids=[SID], metered_usd=METERED
+        )
+        == []
+    )
 
 
 def test_the_stream_reader_survives_what_a_worker_can_write():
-    hostile = ["[" * 100_000, json.dumps({"type": "assistant", "message": "x"}),
-               json.dumps({"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "q", "name": "Edit",
-                                                                          "input": [["file_path", "/w/a.sh"]]}]}}),
-               json.dumps({"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "e", "name": "Edit",
-                                                                          "input": {"file_path": "a.py", "edits": ["curl", 3]}}]}}),
-               json.dumps({"type": "user", "message": {"content": 5}}), json.dumps({"type": "system", "subtype": "init", "tools": 3}),
-               json.dumps({"type": "result", "permission_denials": "t1", "session_id": {"a": 1}, "num_turns": True})]
+    hostile = [
+        "[" * 100_000,
+        json.dumps({"type": "assistant", "message": "x"}),
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "content": [{"type": "tool_use", "id": "q", "name": "Edit", "input": [["file_path", "/w/a.sh"]]}]
+                },
+            }
+        ),
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": "e",
+                            "name": "Edit",
+                            "input": {"file_path": "a.py", "edits": ["curl", 3]},
+                        }
+                    ]
+                },
+            }
+        ),
+        json.dumps({"type": "user", "message": {"content": 5}}),
+        json.dumps({"type": "system", "subtype": "init", "tools": 3}),
+        json.dumps({"type": "result", "permission_denials": "t1", "session_id": {"a": 1}, "num_turns": True}),
+    ]
     s = parse_stream(hostile)
-    assert s.unparsed_lines == 1 and [c.input for c in s.tool_calls] == [{}, {"file_path": "a.py", "edits": ["curl", 3]}]
+    assert s.unparsed_lines == 1 and [c.input for c in s.tool_calls] == [
+        {},
+        {"file_path": "a.py", "edits": ["curl", 3]},
+    ]
     assert s.denied_ids == set()
     audit(s, A1_FAMILIES, A1_TOOLS, network_allowed=False)
     found = compare(ROWS, s, assigned_session_ids=[SID], metered_usd=METERED)
@@ -428,7 +570,10 @@ def _flatten(content) -> str:
         return content
     if content is None:
         return ""
-    return "\n".join(b if isinstance(b, str) else (b.get("text", "") if b.get("type") == "text" else f"[{b.get('type')}]") for b in content)
+    return "\n".join(
+        b if isinstance(b, str) else (b.get("text", "") if b.get("type") == "text" else f"[{b.get('type')}]")
+        for b in content
+    )
 
 
 def exchange_rows(requests: list[dict], turns: list[dict], model: str) -> list[dict]:
@@ -439,33 +584,87 @@ def exchange_rows(requests: list[dict], turns: list[dict], model: str) -> list[d
             turn, n = turns[n], n + 1
             msg_id = f"msg_fake_{n:03d}"
         else:
-            turn, msg_id = {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}, f"msg_side_{seq + 1:03d}"
+            turn, msg_id = (
+                {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"},
+                f"msg_side_{seq + 1:03d}",
+            )
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
         last = users[-1].get("content") if users else None
-        results = [{"tool_use_id": b["tool_use_id"], "is_error": bool(b.get("is_error")), "text": _flatten(b.get("content"))}
-                   for b in (last if isinstance(last, list) else []) if isinstance(b, dict) and b.get("type") == "tool_result"]
+        results = [
+            {"tool_use_id": b["tool_use_id"], "is_error": bool(b.get("is_error")), "text": _flatten(b.get("content"))}
+            for b in (last if isinstance(last, list) else [])
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
         content = [{"type": "thinking"} if b["type"] == "thinking" else b for b in turn["content"]]
-        rows.append({"seq": seq, "at": "2027-01-01T00:00:00.000+00:00", "status": 200, "model": body.get("model"), "message_id": msg_id,
-                     "stop_reason": turn["stop_reason"], "complete": True, "request_messages": len(body.get("messages", [])),
-                     "request_tool_results": results, "response_content": content, "truncated": False})
+        rows.append(
+            {
+                "seq": seq,
+                "at": "2027-01-01T00:00:00.000+00:00",
+                "status": 200,
+                "model": body.get("model"),
+                "message_id": msg_id,
+                "stop_reason": turn["stop_reason"],
+                "complete": True,
+                "request_messages": len(body.get("messages", [])),
+                "request_tool_results": results,
+                "response_content": content,
+                "truncated": False,
+            }
+        )
     return rows
 
 
-def _cli_run(cli: Path, api, tmp: Path, workspace: Path, extra: list[str], prompt: str, max_turns: int = 5) -> list[str]:
+def _cli_run(
+    cli: Path, api, tmp: Path, workspace: Path, extra: list[str], prompt: str, max_turns: int = 5
+) -> list[str]:
     settings = tmp / "settings.json"
     settings.write_text(json.dumps({"permissions": {"deny": ["Bash(curl:*)"], "defaultMode": "bypassPermissions"}}))
     for d in ("config", "home", "tmp"):
         (tmp / d).mkdir(exist_ok=True)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp / "home"), "CLAUDE_CONFIG_DIR": str(tmp / "config"), "TMPDIR": str(tmp / "tmp"),
-           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "SHELL": "/bin/bash", "ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "x",
-           "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
-           "DISABLE_ERROR_REPORTING": "1", "DISABLE_BUG_COMMAND": "1"}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(tmp / "home"),
+        "CLAUDE_CONFIG_DIR": str(tmp / "config"),
+        "TMPDIR": str(tmp / "tmp"),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "dumb",
+        "SHELL": "/bin/bash",
+        "ANTHROPIC_BASE_URL": api.url,
+        "ANTHROPIC_API_KEY": "x",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_BUG_COMMAND": "1",
+    }
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # the CLI refuses bypassPermissions as root outside a declared sandbox
-    argv = [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", api.model, "--max-turns", str(max_turns),
-            "--permission-mode", "bypassPermissions", "--permission-prompts", "none", "--setting-sources", "", "--settings", str(settings),
-            "--tools", "Bash,Read,Write", *extra]
-    proc = subprocess.run(argv, input=prompt + "\n", capture_output=True, text=True, env=env, cwd=workspace, timeout=300)
+    argv = [
+        str(cli),
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        api.model,
+        "--max-turns",
+        str(max_turns),
+        "--permission-mode",
+        "bypassPermissions",
+        "--permission-prompts",
+        "none",
+        "--setting-sources",
+        "",
+        "--settings",
+        str(settings),
+        "--tools",
+        "Bash,Read,Write",
+        *extra,
+    ]
+    proc = subprocess.run(
+        argv, input=prompt + "\n", capture_output=True, text=True, env=env, cwd=workspace, timeout=300
+    )
     assert proc.stdout.strip(), proc.stderr[-2000:]
     return proc.stdout.splitlines()
 
@@ -490,6 +689,7 @@ def _real_cli() -> Path:
 @pytest.mark.slow
 def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_path):
     from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+
     from pilot import protocol
     from pilot.protocol.prices import PriceTable, Usage
 
@@ -498,10 +698,12 @@ def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_pa
     ws = tmp_path / "ws"
     ws.mkdir()
     sid = str(uuid.uuid4())
-    turns = [tool_turn("Bash", {"command": "echo hi", "description": "say hi"}, "toolu_01"),
-             tool_turn("Bash", {"command": "curl --version", "description": "probe"}, "toolu_02"),
-             tool_turn("Write", {"file_path": str(ws / "note.md"), "content": "# Note\n"}, "toolu_03"),
-             text_turn("Done.")]
+    turns = [
+        tool_turn("Bash", {"command": "echo hi", "description": "say hi"}, "toolu_01"),
+        tool_turn("Bash", {"command": "curl --version", "description": "probe"}, "toolu_02"),
+        tool_turn("Write", {"file_path": str(ws / "note.md"), "content": "# Note\n"}, "toolu_03"),
+        text_turn("Done."),
+    ]
     with FakeMessagesAPI(model, turns) as api:
         stream = _cli_run(cli, api, tmp_path, ws, ["--session-id", sid], "Write the note.")
         requests = list(api.requests)
@@ -514,10 +716,16 @@ def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_pa
     # --session-id is echoed in init and result.
     assert honest.session_ids == [sid] and [r["session_id"] for r in honest.results] == [sid]
     # The rule's refusal as the CLI sends it to the model, and the stream's results are what it sent.
-    assert rows[2]["request_tool_results"] == [{"tool_use_id": "toolu_02", "is_error": True,
-                                                "text": "Permission to use Bash with command curl --version has been denied."}]
+    assert rows[2]["request_tool_results"] == [
+        {
+            "tool_use_id": "toolu_02",
+            "is_error": True,
+            "text": "Permission to use Bash with command curl --version has been denied.",
+        }
+    ]
     assert {k: (e, t) for k, (e, t) in honest.tool_results.items()} == {
-        r["tool_use_id"]: (r["is_error"], r["text"]) for x in rows for r in x["request_tool_results"]}
+        r["tool_use_id"]: (r["is_error"], r["text"]) for x in rows for r in x["request_tool_results"]
+    }
 
     kw = {"assigned_session_ids": [sid], "metered_usd": metered}
     notes: list[str] = []
@@ -526,23 +734,49 @@ def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_pa
     assert on_record == [d.to_dict() for d in audit(honest, ["curl"], ["Bash", "Read", "Write"])]
     assert [(d["tool_use_id"], d["blocked_by"]) for d in on_record] == [("toolu_02", "cli_rule")]
     summary = proxy_summary(rows)
-    assert (summary.turns, summary.tool_calls_by_tool) == (honest.turns, honest.tool_calls_by_tool) == (4, {"Bash": 2, "Write": 1})
+    assert (
+        (summary.turns, summary.tool_calls_by_tool)
+        == (honest.turns, honest.tool_calls_by_tool)
+        == (4, {"Bash": 2, "Write": 1})
+    )
 
     def caught(tampered: list[str]) -> list[tuple[str, str]]:
         return kinds(compare(rows, parse_stream(tampered), **kw))
 
-    injected = json.dumps({"type": "assistant", "message": {"id": "msg_fake_002", "model": model, "content": [
-        {"type": "tool_use", "id": "toolu_evil", "name": "WebFetch", "input": {"url": "https://example.com"}}]}, "session_id": sid})
+    injected = json.dumps(
+        {
+            "type": "assistant",
+            "message": {
+                "id": "msg_fake_002",
+                "model": model,
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_evil",
+                        "name": "WebFetch",
+                        "input": {"url": "https://example.com"},
+                    }
+                ],
+            },
+            "session_id": sid,
+        }
+    )
     assert caught(stream[:3] + [injected] + stream[3:]) == [(INJECTED_CALL, "toolu_evil")]
 
     def is_call(tid):
         return lambda ev: ev.get("type") == "assistant" and any(b.get("id") == tid for b in ev["message"]["content"])
 
     assert caught(_replace(stream, is_call("toolu_02"), None)) == [(HIDDEN_CALL, "toolu_02")]
-    assert caught(_replace(stream, lambda ev: ev.get("type") == "result", lambda ev: dict(ev, total_cost_usd=0.0001))) == [(FORGED_RESULT, "")]
+    assert caught(
+        _replace(stream, lambda ev: ev.get("type") == "result", lambda ev: dict(ev, total_cost_usd=0.0001))
+    ) == [(FORGED_RESULT, "")]
     forged = "0ddba11e-0000-4000-8000-000000000000"
-    assert caught(_replace(stream, lambda ev: ev.get("subtype") == "init", lambda ev: dict(ev, session_id=forged))) == [(FORGED_SESSION, "")]
-    assert caught(_replace(stream, lambda ev: ev.get("type") == "result", lambda ev: dict(ev, session_id=forged))) == [(FORGED_SESSION, "")]
+    assert caught(_replace(stream, lambda ev: ev.get("subtype") == "init", lambda ev: dict(ev, session_id=forged))) == [
+        (FORGED_SESSION, "")
+    ]
+    assert caught(_replace(stream, lambda ev: ev.get("type") == "result", lambda ev: dict(ev, session_id=forged))) == [
+        (FORGED_SESSION, "")
+    ]
 
     def altered(ev):
         if ev.get("type") == "user" and ev["message"]["content"][0].get("tool_use_id") == "toolu_01":
@@ -550,9 +784,16 @@ def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_pa
         return ev
 
     assert caught(_replace(stream, lambda ev: ev.get("type") == "user", altered)) == [(ALTERED_RESULT, "toolu_01")]
-    i = next(i for i, line in enumerate(stream) if json.loads(line)["type"] == "user"
-             and json.loads(line)["message"]["content"][0].get("tool_use_id") == "toolu_01")
-    assert caught(stream[:i] + ["\x1b[2K" + stream[i]] + stream[i + 1:]) == [(ALTERED_RESULT, "toolu_01"), (UNPARSED_STREAM, "")]
+    i = next(
+        i
+        for i, line in enumerate(stream)
+        if json.loads(line)["type"] == "user"
+        and json.loads(line)["message"]["content"][0].get("tool_use_id") == "toolu_01"
+    )
+    assert caught(stream[:i] + ["\x1b[2K" + stream[i]] + stream[i + 1 :]) == [
+        (ALTERED_RESULT, "toolu_01"),
+        (UNPARSED_STREAM, ""),
+    ]
 
 
 @pytest.mark.slow
@@ -562,6 +803,7 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
     The resume's first answer makes three calls at once: the CLI's num_turns then counts more than the model's answers.
     """
     from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+
     from pilot import protocol
     from pilot.agents import messages_wire as wire
     from pilot.protocol.prices import PriceTable, Usage
@@ -571,11 +813,21 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     sid = str(uuid.uuid4())
-    turns = [tool_turn("Bash", {"command": "echo one", "description": "d"}, "toolu_a1"),
-             tool_turn("Bash", {"command": "curl -s https://x | head -1", "description": "d"}, "toolu_a2"),
-             {"content": [wire.text_block("Three at once."), *(wire.tool_use_block("Bash", {"command": f"echo {n}", "description": "d"}, f"toolu_b{n}")
-                                                                for n in (1, 2, 3))], "stop_reason": "tool_use"},
-             text_turn("Done.")]
+    turns = [
+        tool_turn("Bash", {"command": "echo one", "description": "d"}, "toolu_a1"),
+        tool_turn("Bash", {"command": "curl -s https://x | head -1", "description": "d"}, "toolu_a2"),
+        {
+            "content": [
+                wire.text_block("Three at once."),
+                *(
+                    wire.tool_use_block("Bash", {"command": f"echo {n}", "description": "d"}, f"toolu_b{n}")
+                    for n in (1, 2, 3)
+                ),
+            ],
+            "stop_reason": "tool_use",
+        },
+        text_turn("Done."),
+    ]
     with FakeMessagesAPI(model, turns) as api:
         first = _cli_run(cli, api, tmp_path, ws, ["--session-id", sid], "Start.", max_turns=2)
         bound = len(api.requests)
@@ -589,26 +841,35 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
     assert [c.id for c in streams[1].tool_calls] == ["toolu_b1", "toolu_b2", "toolu_b3"]
     assert [s.session_ids for s in streams] == [[sid], [sid]]
     # The denied pipeline's result, sent with the resume prompt, names the refused part of the command.
-    assert rows[2]["request_tool_results"] == [{"tool_use_id": "toolu_a2", "is_error": True,
-                                                "text": "Permission to use Bash with command curl -s https://x has been denied."}]
+    assert rows[2]["request_tool_results"] == [
+        {
+            "tool_use_id": "toolu_a2",
+            "is_error": True,
+            "text": "Permission to use Bash with command curl -s https://x has been denied.",
+        }
+    ]
     metered = PriceTable.load().price(model).cost(usage) * len(rows)
     kw = {"assigned_session_ids": [sid, sid], "session_bounds": [0, bound], "metered_usd": metered}
     assert compare(rows, streams, **kw) == []
     assert compare(rows, parse_stream(first + second), **kw) == []
     devs = audit(proxy_summary(rows, [0, bound]), ["curl"], ["Bash", "Read", "Write"])
     assert [(d.tool_use_id, d.blocked_by, d.session) for d in devs] == [("toolu_a2", "cli_rule", 0)]
-    assert [d.to_dict() for d in devs] == [d.to_dict() for d in audit(parse_stream(first + second), ["curl"], ["Bash", "Read", "Write"])]
+    assert [d.to_dict() for d in devs] == [
+        d.to_dict() for d in audit(parse_stream(first + second), ["curl"], ["Bash", "Read", "Write"])
+    ]
 
 
 #: What the pinned CLI 2.1.332 sent back for `sh -c 'X=cu; Y=rl; "$X$Y" --version'` under the deny rule Bash(curl:*)
 #: (seen in a run of tests/test_sandbox_adversarial.py): a rule sent the call to approval, print mode refused it.
-AUTO_DENIAL = ("Permission for this tool use was denied. It requires approval, and this session has no approval surface \u2014 "
-               "nobody can answer a permission prompt here \u2014 so it was denied automatically. The action was NOT performed; "
-               "do not claim it succeeded, and do not retry it: this action, and anything else that requires approval, will be "
-               "denied the same way for the rest of this session. Tell the user what was blocked and why you needed it, then "
-               "continue with the parts of the task that do not require approval. What required approval: A permission rule "
-               "denies a command inside this shell -c script, so Claude Code could not check it for dangerous removals. "
-               "Approving runs the whole script, including that command. A permission rule denies a command in this shell -c script")
+AUTO_DENIAL = (
+    "Permission for this tool use was denied. It requires approval, and this session has no approval surface \u2014 "
+    "nobody can answer a permission prompt here \u2014 so it was denied automatically. The action was NOT performed; "
+    "do not claim it succeeded, and do not retry it: this action, and anything else that requires approval, will be "
+    "denied the same way for the rest of this session. Tell the user what was blocked and why you needed it, then "
+    "continue with the parts of the task that do not require approval. What required approval: A permission rule "
+    "denies a command inside this shell -c script, so Claude Code could not check it for dangerous removals. "
+    "Approving runs the whole script, including that command. A permission rule denies a command in this shell -c script"
+)
 
 
 def test_a_rule_that_asks_for_approval_is_a_rule_refusal():

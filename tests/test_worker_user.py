@@ -35,7 +35,10 @@ def own_slots(tmp_path):
 def test_the_users_follow_study_yml():
     raw = STUDY["sandbox"]
     assert USERS.name(0) == f"{raw['user_prefix']}0" and USERS.uid(3) == raw["first_uid"] + 3
-    assert worker_user.missing_users(worker_user.SandboxUsers("pilot-absent", 62900, 2)) == ["pilot-absent0", "pilot-absent1"]
+    assert worker_user.missing_users(worker_user.SandboxUsers("pilot-absent", 62900, 2)) == [
+        "pilot-absent0",
+        "pilot-absent1",
+    ]
 
 
 def test_the_studys_users_exist_for_a_root_harness():
@@ -47,7 +50,9 @@ def test_concurrent_attempts_hold_different_slots_and_a_freed_slot_is_reused(own
     study, locks, users = own_slots
     a, b = worker_user.acquire(study, locks), worker_user.acquire(study, locks)
     try:
-        assert a.identity.switch and b.identity.switch and {a.identity.uid, b.identity.uid} == {users.uid(0), users.uid(1)}
+        assert (
+            a.identity.switch and b.identity.switch and {a.identity.uid, b.identity.uid} == {users.uid(0), users.uid(1)}
+        )
         with pytest.raises(worker_user.WorkerUserError, match="all 2 sandbox slots are in use"):
             worker_user.acquire(study, locks)
     finally:
@@ -104,12 +109,16 @@ def test_taking_back_re_owns_the_workers_files_but_never_a_hard_link_or_a_links_
 
 
 def test_an_unprivileged_harness_runs_the_sandbox_as_itself():
-    code = ("import os; from pilot import protocol; from pilot.agents import worker_user as w; "
-            "l = w.acquire(protocol.study()); i = l.identity; print(i.uid == os.getuid(), i.switch, i.slot)")
+    code = (
+        "import os; from pilot import protocol; from pilot.agents import worker_user as w; "
+        "l = w.acquire(protocol.study()); i = l.identity; print(i.uid == os.getuid(), i.switch, i.slot)"
+    )
     if os.geteuid() == 0:
         cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code]
-        probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", "pass"],
-                               capture_output=True)
+        probe = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", "pass"],
+            capture_output=True,
+        )
         if probe.returncode != 0:
             cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", code]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

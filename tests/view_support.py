@@ -28,9 +28,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from schedule_support import make_root
 
@@ -42,7 +42,9 @@ _TMP = Path(tempfile.mkdtemp(prefix="pilot-view-tests-"))
 atexit.register(shutil.rmtree, _TMP, True)
 
 
-def pilot(root: Path, *args: str, extra_env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def pilot(
+    root: Path, *args: str, extra_env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, PILOT_ROOT=str(root), **(extra_env or {}))
     proc = subprocess.run([sys.executable, "-m", "pilot", *args], env=env, capture_output=True, text=True, timeout=900)
     if check and proc.returncode != 0:
@@ -102,8 +104,17 @@ def _build_simulated(root: Path) -> Path:
 
 def _build_infra(root: Path) -> Path:
     pilot(root, "study", "create", "viewinfra", "--scenarios", SCENARIO, "--seed", "3")
-    pilot(root, "study", "run", "viewinfra", "--no-progress", "--runner", "pilot.simulated.fake_runs:sleep_run",
-          extra_env={"PILOT_FAKE_INFRA_ARMS": "A0"}, check=False)
+    pilot(
+        root,
+        "study",
+        "run",
+        "viewinfra",
+        "--no-progress",
+        "--runner",
+        "pilot.simulated.fake_runs:sleep_run",
+        extra_env={"PILOT_FAKE_INFRA_ARMS": "A0"},
+        check=False,
+    )
     return root / "analysis" / "data" / "viewinfra"
 
 

@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         n, problems = check(args.pdf, args.label)
     except subprocess.CalledProcessError as exc:
-        print(f"check_pdf_label: pdftotext could not read {args.pdf}: {exc.stderr.decode(errors='replace').strip()}", file=sys.stderr)
+        print(
+            f"check_pdf_label: pdftotext could not read {args.pdf}: {exc.stderr.decode(errors='replace').strip()}",
+            file=sys.stderr,
+        )
         return 2
     if problems:
         print(f"{args.pdf}: not labelled {args.label} throughout", file=sys.stderr)

@@ -77,7 +77,9 @@ class AttemptOutcome:
         if self.infra_error is not None:
             self.status = "infra_error"
         elif self.status not in OUTCOME_STATUSES or self.status == "infra_error":
-            raise ValueError(f"AttemptOutcome.status: {self.status!r} is not one of completed, capped, agent_error (or set infra_error)")
+            raise ValueError(
+                f"AttemptOutcome.status: {self.status!r} is not one of completed, capped, agent_error (or set infra_error)"
+            )
         for name in ("cost_usd", "judge_cost_usd"):
             value = getattr(self, name)
             if value is None and name == "cost_usd":
@@ -90,7 +92,9 @@ class AttemptOutcome:
             except InvalidOperation:
                 metered = Decimal("NaN")
             if not metered.is_finite() or metered < 0:
-                raise ValueError(f"AttemptOutcome.metered_cost_usd: must be a non-negative decimal, got {self.metered_cost_usd!r}")
+                raise ValueError(
+                    f"AttemptOutcome.metered_cost_usd: must be a non-negative decimal, got {self.metered_cost_usd!r}"
+                )
             self.metered_cost_usd = str(metered)
 
     @property
@@ -122,8 +126,22 @@ class AttemptOutcome:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AttemptOutcome":
-        return cls(**{k: data[k] for k in ("infra_error", "record", "cost_usd", "judge_cost_usd", "status", "launched", "metered_cost_usd") if k in data})
+    def from_dict(cls, data: dict[str, Any]) -> AttemptOutcome:
+        return cls(
+            **{
+                k: data[k]
+                for k in (
+                    "infra_error",
+                    "record",
+                    "cost_usd",
+                    "judge_cost_usd",
+                    "status",
+                    "launched",
+                    "metered_cost_usd",
+                )
+                if k in data
+            }
+        )
 
 
 def launch_mark(attempt_dir: Path) -> Path:

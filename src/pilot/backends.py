@@ -36,8 +36,9 @@ carry; no other module spells one. Adding a backend is one entry of
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 SIMULATED = "simulated"
 CLAUDE_CODE = "claude-code"
@@ -68,24 +69,47 @@ class Backend:
 REGISTRY: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend(SIMULATED, SIMULATED_LABEL, runs_cli=False, judged_by=SIMULATED, roles={
-            "agent": "pilot.simulated.agent:start_agent",
-            "judge": "pilot.simulated.judge:new_judge",
-        }),
-        Backend(CLAUDE_CODE, "", runs_cli=True, judged_by=CLAUDE_CODE, roles={
-            "agent": "pilot.agents.claude_code:start_agent",
-            "judge": "pilot.judges.claude_judge:new_judge",
-            "identity": "pilot.agents.identity_extras:cli_identity",
-        }),
-        Backend(REHEARSAL, REHEARSAL_LABEL, runs_cli=True, judged_by=CLAUDE_CODE, roles={
-            "agent": "pilot.agents.claude_code:start_agent",
-            "upstream": "pilot.simulated.scripted_model:scripted_upstream",
-            "identity": "pilot.agents.identity_extras:cli_identity",
-        }),
-        Backend(SYNTHETIC, SIMULATED_LABEL, runs_cli=False, roles={
-            "runtable": "pilot.simulated.synthetic:generate_runtable",
-            "scenarios": "pilot.simulated.synthetic:standin_scenarios",
-        }),
+        Backend(
+            SIMULATED,
+            SIMULATED_LABEL,
+            runs_cli=False,
+            judged_by=SIMULATED,
+            roles={
+                "agent": "pilot.simulated.agent:start_agent",
+                "judge": "pilot.simulated.judge:new_judge",
+            },
+        ),
+        Backend(
+            CLAUDE_CODE,
+            "",
+            runs_cli=True,
+            judged_by=CLAUDE_CODE,
+            roles={
+                "agent": "pilot.agents.claude_code:start_agent",
+                "judge": "pilot.judges.claude_judge:new_judge",
+                "identity": "pilot.agents.identity_extras:cli_identity",
+            },
+        ),
+        Backend(
+            REHEARSAL,
+            REHEARSAL_LABEL,
+            runs_cli=True,
+            judged_by=CLAUDE_CODE,
+            roles={
+                "agent": "pilot.agents.claude_code:start_agent",
+                "upstream": "pilot.simulated.scripted_model:scripted_upstream",
+                "identity": "pilot.agents.identity_extras:cli_identity",
+            },
+        ),
+        Backend(
+            SYNTHETIC,
+            SIMULATED_LABEL,
+            runs_cli=False,
+            roles={
+                "runtable": "pilot.simulated.synthetic:generate_runtable",
+                "scenarios": "pilot.simulated.synthetic:standin_scenarios",
+            },
+        ),
     )
 }
 
@@ -117,7 +141,9 @@ def role(name: str, role_name: str) -> Any:
     ref = backend.roles.get(role_name)
     if ref is None:
         playing = names(role_name)
-        raise UnknownBackend(f"backend {name!r} has no {role_name} role; the backends with one are {', '.join(playing) or 'none'}")
+        raise UnknownBackend(
+            f"backend {name!r} has no {role_name} role; the backends with one are {', '.join(playing) or 'none'}"
+        )
     module, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module), attr)
 

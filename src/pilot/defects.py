@@ -16,13 +16,22 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from pilot.oracles.readers import document_lines as _core_document_lines, is_formula, numbers_in, parse_number, read_csv, word_count
+from pilot.oracles.readers import (
+    document_lines as _core_document_lines,
+)
+from pilot.oracles.readers import (
+    is_formula,
+    numbers_in,
+    parse_number,
+    read_csv,
+    word_count,
+)
 from pilot.protocol.scenario import COMPLETION_RECORD, Criterion, Scenario
 from pilot.scenarios.officeio import Heading, Para, normalize_zip, write_csv, write_document
 
@@ -171,8 +180,15 @@ def _shift(cell, delta: float) -> None:
 
 
 def misstate_labelled_value(
-    workspace: Path, name: str, label: str, wrong: float, sheet: str | None = None, column: str | None = None,
-    *, expected: float | None = None, avoid_labels: tuple[str, ...] = (),
+    workspace: Path,
+    name: str,
+    label: str,
+    wrong: float,
+    sheet: str | None = None,
+    column: str | None = None,
+    *,
+    expected: float | None = None,
+    avoid_labels: tuple[str, ...] = (),
 ) -> str:
     """Make the figure reported against ``label`` wrong without disturbing any other figure.
 
@@ -184,7 +200,7 @@ def misstate_labelled_value(
     path = _out(workspace, name)
     wb = _load(path)
     rx = re.compile(label, re.I)
-    for ws in ([wb[sheet]] if sheet else wb.worksheets):
+    for ws in [wb[sheet]] if sheet else wb.worksheets:
         for row in ws.iter_rows():
             for cell in row:
                 if not (isinstance(cell.value, str) and rx.search(cell.value)):
@@ -192,11 +208,23 @@ def misstate_labelled_value(
                 target = None
                 if column:
                     hx = re.compile(column, re.I)
-                    heads = [h for r in ws.iter_rows(max_row=cell.row - 1) for h in r if isinstance(h.value, str) and hx.search(h.value)]
+                    heads = [
+                        h
+                        for r in ws.iter_rows(max_row=cell.row - 1)
+                        for h in r
+                        if isinstance(h.value, str) and hx.search(h.value)
+                    ]
                     if heads:
                         target = ws.cell(row=cell.row, column=heads[-1].column)
                 else:
-                    target = next((c for c in ws[cell.row] if c.column > cell.column and (is_formula(c) or parse_number(c.value) is not None)), None)
+                    target = next(
+                        (
+                            c
+                            for c in ws[cell.row]
+                            if c.column > cell.column and (is_formula(c) or parse_number(c.value) is not None)
+                        ),
+                        None,
+                    )
                 if target is not None and not _is_referenced(wb, ws, target):
                     target.value = wrong
                     _save(wb, path)
@@ -206,7 +234,12 @@ def misstate_labelled_value(
                     for sib_row in ws.iter_rows(min_row=2):
                         lab = sib_row[0]
                         sib = ws.cell(row=lab.row, column=target.column)
-                        if lab.row == target.row or not isinstance(lab.value, str) or any(a.search(lab.value) for a in avoid) or rx.search(lab.value):
+                        if (
+                            lab.row == target.row
+                            or not isinstance(lab.value, str)
+                            or any(a.search(lab.value) for a in avoid)
+                            or rx.search(lab.value)
+                        ):
                             continue
                         if is_formula(sib) or parse_number(sib.value) is not None:
                             delta = wrong - expected
@@ -294,7 +327,9 @@ def remove_text(workspace: Path, name: str, pattern: str, sections: tuple[str, .
     return f"removed /{pattern}/ from {name}"
 
 
-def replace_number(workspace: Path, name: str, expected: float, tolerance: float, wrong: float, sections: tuple[str, ...] = ()) -> str:
+def replace_number(
+    workspace: Path, name: str, expected: float, tolerance: float, wrong: float, sections: tuple[str, ...] = ()
+) -> str:
     """Restate every figure within ``tolerance`` of ``expected`` as ``wrong``."""
     path = _out(workspace, name)
 
@@ -331,7 +366,11 @@ def rename_section(workspace: Path, name: str, section: str, sections: tuple[str
 
 
 def truncate_document(
-    workspace: Path, name: str, keep: tuple[str, ...] = (), sections: tuple[str, ...] = (), keep_in: dict[str, tuple[str, ...]] | None = None,
+    workspace: Path,
+    name: str,
+    keep: tuple[str, ...] = (),
+    sections: tuple[str, ...] = (),
+    keep_in: dict[str, tuple[str, ...]] | None = None,
 ) -> str:
     """Keep only the headings and a one-line note quoting ``keep``: a thin document.
 
@@ -348,7 +387,7 @@ def truncate_document(
         for section, kept in (keep_in or {}).items():
             at = next((i for i, l in enumerate(out) if _heading_matches(l, section)), None)
             if at is not None:
-                out[at + 1:at + 1] = list(kept)
+                out[at + 1 : at + 1] = list(kept)
         return out
 
     _rewrite_document(path, tr, sections)
@@ -419,7 +458,14 @@ def set_csv_cell(workspace: Path, name: str, key: str, key_value: str, column: s
     return f"set {column} of {key_value} in {name} to {new!r}"
 
 
-def off_scale_value(workspace: Path, name: str, column: str, value: str = "Critical", avoid_keys: tuple[str, ...] = (), key: str | None = None) -> str:
+def off_scale_value(
+    workspace: Path,
+    name: str,
+    column: str,
+    value: str = "Critical",
+    avoid_keys: tuple[str, ...] = (),
+    key: str | None = None,
+) -> str:
     """Rate one row outside the brief's scale (the last row not checked by another criterion)."""
     from pilot.oracles.criteria import key_token
 
@@ -446,7 +492,7 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     approval") loses its negation.
     """
     from pilot.oracles.criteria import _heading_matches, _value_cell, label_cells
-    from pilot.oracles.decisions import DECISION_VERBS, NEGATORS, _WORD, compile_options, read_clause
+    from pilot.oracles.decisions import _WORD, DECISION_VERBS, NEGATORS, compile_options, read_clause
 
     options = dict(c.get("options"))
     want = c.get("expected")
@@ -459,7 +505,7 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     if kind == "xlsx":
         path = _out(workspace, c.file)
         wb = _load(path)
-        for ws in ([wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets):
+        for ws in [wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets:
             for cell in label_cells(ws, c.get("label")):
                 vcell, _ = _value_cell(ws, cell, None)
                 if vcell is not None:
@@ -481,9 +527,11 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
             if verb is not None:
                 head = clause[: verb.start()]
                 words = _WORD.findall(head)
-                keep = [w for i, w in enumerate(words) if not (i >= len(words) - 4 and NEGATORS.fullmatch(w.strip(".,;:")))]
+                keep = [
+                    w for i, w in enumerate(words) if not (i >= len(words) - 4 and NEGATORS.fullmatch(w.strip(".,;:")))
+                ]
                 changed.append(clause)
-                return " ".join(keep) + (" " if keep else "") + clause[verb.start():]
+                return " ".join(keep) + (" " if keep else "") + clause[verb.start() :]
         return clause
 
     def tr(lines: list[str]) -> list[str]:
@@ -501,11 +549,18 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     _rewrite_document(_out(workspace, c.file), tr, sections)
     if not changed:
         raise DefectNotApplicable(f"{c.file}: the section {c.get('section')!r} states no decision to change")
-    return f"made the {c.get('section')!r} section of {c.file} decide {other} instead of {want} ({len(changed)} clause(s))"
+    return (
+        f"made the {c.get('section')!r} section of {c.file} decide {other} instead of {want} ({len(changed)} clause(s))"
+    )
 
 
 def _set_reading(c: Criterion) -> dict:
-    return dict(topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"), plans=c.get("plans"))
+    return dict(
+        topic=c.get("topic"),
+        property_verbs=c.get("property_verbs"),
+        complement_verbs=c.get("complement_verbs"),
+        plans=c.get("plans"),
+    )
 
 
 def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
@@ -552,7 +607,9 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
 
     _rewrite_document(_out(workspace, c.file), tr, sections)
     if not changed:
-        raise DefectNotApplicable(f"{c.file}: no section of {targets} names {', '.join(want)} as one that {c.get('property')}")
+        raise DefectNotApplicable(
+            f"{c.file}: no section of {targets} names {', '.join(want)} as one that {c.get('property')}"
+        )
     return f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in {', '.join(repr(s) for s in changed)} of {c.file}"
 
 
@@ -576,9 +633,13 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
     if rec.error:
         raise DefectNotApplicable(f"{c.file}: {rec.error}")
     values, wb = _load(rec.path, data_only=True), _load(path)
-    others = [label_pattern(o.get("label")) for o in scenario.oracle.criteria if o.file == c.file and o.id != c.id and o.get("label")]
+    others = [
+        label_pattern(o.get("label"))
+        for o in scenario.oracle.criteria
+        if o.file == c.file and o.id != c.id and o.get("label")
+    ]
     lines = []
-    for ws in ([wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets):
+    for ws in [wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets:
         for label in c.get("labels"):
             for cell in label_cells(ws, label):
                 vcell, _ = _value_cell(ws, cell, c.get("column"))
@@ -600,8 +661,10 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
     _shift(target, delta)
     _shift(donor[2], -delta)
     _save(wb, path)
-    return (f"moved {abs(delta):,} {'to' if delta > 0 else 'from'} {ws.title}!{target.coordinate} ({label!r}) "
-            f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside the bounds of {c.id}")
+    return (
+        f"moved {abs(delta):,} {'to' if delta > 0 else 'from'} {ws.title}!{target.coordinate} ({label!r}) "
+        f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside the bounds of {c.id}"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -642,7 +705,9 @@ def add_input(workspace: Path, rel: str = "scratch_notes.txt") -> str:
     return f"added inputs/{rel}"
 
 
-def text_substitute(workspace: Path, name: str, *, recalculator=None, reason: str = "no program available to write the binary format") -> str:
+def text_substitute(
+    workspace: Path, name: str, *, recalculator=None, reason: str = "no program available to write the binary format"
+) -> str:
     """Replace a binary deliverable by its closest text equivalent under the same base name, declared in the record."""
     path = _out(workspace, name)
     suffix = path.suffix.lower()
@@ -653,7 +718,9 @@ def text_substitute(workspace: Path, name: str, *, recalculator=None, reason: st
         rec = (recalculator or default_recalculator()).recalculate([path])[path]
         wb = _load(rec.path if rec.path else path, data_only=True)
         for ws in wb.worksheets:
-            target = path.with_suffix(".csv") if len(wb.worksheets) == 1 else path.with_name(f"{path.stem}.{ws.title}.csv")
+            target = (
+                path.with_suffix(".csv") if len(wb.worksheets) == 1 else path.with_name(f"{path.stem}.{ws.title}.csv")
+            )
             rows = [["" if v is None else v for v in r] for r in ws.iter_rows(values_only=True)]
             write_csv(target, rows[0] if rows else [], rows[1:])
             written.append(target.name)
@@ -670,7 +737,9 @@ def text_substitute(workspace: Path, name: str, *, recalculator=None, reason: st
     rec = _record(workspace)
     if rec is not None:
         rec["deliverables"] = [d for d in rec.get("deliverables", []) if d != name] + written
-        rec.setdefault("substitutions", []).extend({"requested": name, "delivered": w, "reason": reason} for w in written)
+        rec.setdefault("substitutions", []).extend(
+            {"requested": name, "delivered": w, "reason": reason} for w in written
+        )
         _save_record(workspace, rec)
     return f"delivered {', '.join(written)} in place of {name}"
 
@@ -702,7 +771,11 @@ def _snippets(scenario: Scenario, workspace: Path, file: str, skip: str) -> tupl
         elif c.kind == "text_number":
             tok = next((t for v, t, _ in numbers_in(text) if abs(v - c.get("expected")) <= c.get("tolerance")), None)
             if tok:
-                near = re.search(c.get("near"), text, re.I).group(0) if c.get("near") and re.search(c.get("near"), text, re.I) else ""
+                near = (
+                    re.search(c.get("near"), text, re.I).group(0)
+                    if c.get("near") and re.search(c.get("near"), text, re.I)
+                    else ""
+                )
                 out.append(f"{near} {tok}".strip())
     return tuple(out)
 
@@ -726,7 +799,11 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
                     read = read_set(text, dict(c.get("options")), **_set_reading(c))
                     lines_in = text.splitlines()
                     prose = " ".join(line for line in lines_in if _TABLE_CELL not in line)
-                    kept = tuple(s for s in re.split(r"(?<=[.!?])\s+", " ".join(prose.split())) if any(q in s for q in read.clauses))
+                    kept = tuple(
+                        s
+                        for s in re.split(r"(?<=[.!?])\s+", " ".join(prose.split()))
+                        if any(q in s for q in read.clauses)
+                    )
                     # A table that states the decision is kept whole, header first, each row a line of its own.
                     rows = [line for line in lines_in if _TABLE_CELL in line]
                     if any(" ".join(q.split()) in " ".join(r.split()) for r in rows for q in read.clauses):
@@ -752,35 +829,74 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
     if k == "no_error_values":
         return inject_error_value(workspace, c.file)
     if k == "labelled_value":
-        avoid = tuple(o.get("label") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "labelled_value" and o.id != c.id)
+        avoid = tuple(
+            o.get("label")
+            for o in scenario.oracle.criteria
+            if o.file == c.file and o.kind == "labelled_value" and o.id != c.id
+        )
         return misstate_labelled_value(
-            workspace, c.file, c.get("label"), _wrong(c.get("expected"), c.get("tolerance")), c.get("sheet"), c.get("column"),
-            expected=c.get("expected"), avoid_labels=avoid,
+            workspace,
+            c.file,
+            c.get("label"),
+            _wrong(c.get("expected"), c.get("tolerance")),
+            c.get("sheet"),
+            c.get("column"),
+            expected=c.get("expected"),
+            avoid_labels=avoid,
         )
     if k == "workbook_contains":
         return remove_workbook_text(workspace, c.file, c.get("patterns")[0])
     if k == "min_words":
-        return truncate_document(workspace, c.file, _snippets(scenario, workspace, c.file, c.id), sections, _decision_clauses(scenario, workspace, c.file))
+        return truncate_document(
+            workspace,
+            c.file,
+            _snippets(scenario, workspace, c.file, c.id),
+            sections,
+            _decision_clauses(scenario, workspace, c.file),
+        )
     if k == "sections":
         return rename_section(workspace, c.file, sections[0], sections)
     if k == "text_contains":
         return remove_text(workspace, c.file, c.get("patterns")[0], sections)
     if k == "text_number":
-        return replace_number(workspace, c.file, c.get("expected"), c.get("tolerance"), _wrong(c.get("expected"), c.get("tolerance")), sections)
+        return replace_number(
+            workspace,
+            c.file,
+            c.get("expected"),
+            c.get("tolerance"),
+            _wrong(c.get("expected"), c.get("tolerance")),
+            sections,
+        )
     if k == "csv_columns":
-        used = {str(o.get(p)).lower() for o in scenario.oracle.criteria if o.file == c.file and o.id != c.id for p in ("key", "column")}
+        used = {
+            str(o.get(p)).lower()
+            for o in scenario.oracle.criteria
+            if o.file == c.file and o.id != c.id
+            for p in ("key", "column")
+        }
         candidates = [col for col in c.get("columns") if col.lower() not in used]
         if not candidates:
             raise DefectNotApplicable(f"{c.id}: every required column is used by another criterion")
         return rename_csv_column(workspace, c.file, candidates[-1])
     if k == "csv_keys":
-        used = {str(o.get("key_value")).lower() for o in scenario.oracle.criteria if o.file == c.file and o.kind == "csv_value"}
+        used = {
+            str(o.get("key_value")).lower()
+            for o in scenario.oracle.criteria
+            if o.file == c.file and o.kind == "csv_value"
+        }
         key = next((x for x in c.get("expected") if x.lower() not in used), None)
         if key is None:
             raise DefectNotApplicable(f"{c.id}: every expected key is checked by a csv_value criterion")
         return drop_csv_rows(workspace, c.file, c.get("key"), key)
     if k == "csv_value":
-        return change_csv_value(workspace, c.file, c.get("key"), c.get("key_value"), c.get("column"), _wrong(c.get("expected"), c.get("tolerance")))
+        return change_csv_value(
+            workspace,
+            c.file,
+            c.get("key"),
+            c.get("key_value"),
+            c.get("column"),
+            _wrong(c.get("expected"), c.get("tolerance")),
+        )
     if k == "completion_record":
         return break_completion_record(workspace)
     if k == "decision":
@@ -788,8 +904,19 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
     if k == "labelled_bounds":
         return breach_bound(scenario, c, workspace, recalculator=recalculator)
     if k == "closed_scale":
-        keys = tuple(o.get("key_value") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "decision" and o.get("key_value"))
-        key = next((o.get("key") for o in scenario.oracle.criteria if o.file == c.file and o.kind == "decision" and o.get("key")), None)
+        keys = tuple(
+            o.get("key_value")
+            for o in scenario.oracle.criteria
+            if o.file == c.file and o.kind == "decision" and o.get("key_value")
+        )
+        key = next(
+            (
+                o.get("key")
+                for o in scenario.oracle.criteria
+                if o.file == c.file and o.kind == "decision" and o.get("key")
+            ),
+            None,
+        )
         return off_scale_value(workspace, c.file, c.get("column"), avoid_keys=keys, key=key)
     raise DefectNotApplicable(f"no defect for criterion kind {k}")
 
@@ -822,39 +949,49 @@ def _file_criteria(sc: Scenario, name: str, kinds: frozenset[str]) -> tuple[str,
     return tuple(c.id for c in sc.oracle.criteria if c.file == name and c.kind in kinds)
 
 
-def _on_file(make: Callable[[Path, str], str], pick: Callable[[Scenario], list[str]],
-             kinds: frozenset[str]) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
+def _on_file(
+    make: Callable[[Path, str], str], pick: Callable[[Scenario], list[str]], kinds: frozenset[str]
+) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
     # A defect of one file declares the criteria of that file, of these kinds, that fail on their own (the file's
     # other criteria may then be blocked by them).
     def plant(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
         name = _pick(g, pick(sc))
         return Planted(make(ws, name), _file_criteria(sc, name, kinds))
+
     return plant
 
 
-def _on_criterion(kinds: set[str] | None = None, required_decisions: bool = False) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
+def _on_criterion(
+    kinds: set[str] | None = None, required_decisions: bool = False
+) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
     # A defect made for one criterion: it declares that criterion alone.
     def plant(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
         pool = [c for c in _crit(sc, {"decision"}) if c.required] if required_decisions else _crit(sc, kinds or set())
         c = _pick(g, pool)
         return Planted(defect_for_criterion(sc, c, ws), (c.id,))
+
     return plant
 
 
 def _on_record(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
     how = _pick(g, ["status", "json"])
-    return Planted(break_completion_record(ws, how), tuple(c.id for c in sc.oracle.criteria if c.kind == "completion_record"))
+    return Planted(
+        break_completion_record(ws, how), tuple(c.id for c in sc.oracle.criteria if c.kind == "completion_record")
+    )
 
 
 def _on_input(make: Callable[[Path], str]) -> Callable[[Scenario, Path, np.random.Generator], Planted]:
     def plant(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
         return Planted(make(ws), critical=True)
+
     return plant
 
 
 def _substitute(sc: Scenario, ws: Path, g: np.random.Generator) -> Planted:
     name = _pick(g, [d.name for d in sc.file_deliverables if d.kind in ("xlsx", "docx", "pdf", "pptx")])
-    return Planted(text_substitute(ws, name), tuple(c.id for c in sc.oracle.criteria if c.file == name and c.kind == "present"))
+    return Planted(
+        text_substitute(ws, name), tuple(c.id for c in sc.oracle.criteria if c.file == name and c.kind == "present")
+    )
 
 
 def _files(sc: Scenario) -> list[str]:
@@ -867,10 +1004,16 @@ PLANTERS: dict[str, Callable[[Scenario, Path, np.random.Generator], Planted]] = 
     "drop_deliverable": _on_file(drop_deliverable, _files, frozenset({"present"})),
     "empty_file": _on_file(empty_file, _files, frozenset({"present", "well_formed"})),
     "corrupt_file": _on_file(corrupt_file, _files, frozenset({"present", "well_formed"})),
-    "strip_formulas": _on_file(strip_formulas, lambda sc: [d.name for d in sc.file_deliverables if d.requires_formulas],
-                               frozenset({"formulas"})),
-    "inject_error_value": _on_file(inject_error_value, lambda sc: [d.name for d in sc.file_deliverables if d.kind == "xlsx"],
-                                   frozenset({"no_error_values"})),
+    "strip_formulas": _on_file(
+        strip_formulas,
+        lambda sc: [d.name for d in sc.file_deliverables if d.requires_formulas],
+        frozenset({"formulas"}),
+    ),
+    "inject_error_value": _on_file(
+        inject_error_value,
+        lambda sc: [d.name for d in sc.file_deliverables if d.kind == "xlsx"],
+        frozenset({"no_error_values"}),
+    ),
     "wrong_value": _on_criterion({"labelled_value", "text_number", "csv_value"}),
     "omit_fact": _on_criterion({"text_contains", "workbook_contains", "csv_keys"}),
     "truncate_document": _on_criterion({"min_words"}),
@@ -909,7 +1052,15 @@ def applicable_defects(scenario: Scenario) -> list[str]:
     """Names of the defects that make sense for this scenario's deliverables."""
     kinds = {d.kind for d in scenario.file_deliverables}
     ck = {c.kind for c in scenario.oracle.criteria}
-    out = ["drop_deliverable", "empty_file", "corrupt_file", "break_completion_record", "modify_input", "delete_input", "add_input"]
+    out = [
+        "drop_deliverable",
+        "empty_file",
+        "corrupt_file",
+        "break_completion_record",
+        "modify_input",
+        "delete_input",
+        "add_input",
+    ]
     if any(d.requires_formulas for d in scenario.file_deliverables):
         out.append("strip_formulas")
     if "xlsx" in kinds:
@@ -947,4 +1098,3 @@ def copy_workspace(src: Path, dst: Path) -> Path:
         shutil.rmtree(dst)
     shutil.copytree(src, dst, symlinks=True)
     return Path(dst)
-

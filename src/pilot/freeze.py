@@ -33,20 +33,27 @@ SKIP_SUFFIXES = {".pyc", ".pyo"}
 #: before the move that holds one of these digests is unchanged by their absence, and the report says so. Any
 #: other digest (a file edited before it left) still blocks pooling.
 LEFT_SCOPE: dict[str, tuple[str, frozenset[str]]] = {
-    "pilot/oracles/cli.py": ("pilot/cli/check.py", frozenset({
-        "28baa03554e74835aec21a3177d3d684a6a531220228de329c9cc455c664ae2a",
-        "61aaab2e7fec73c3a805227d007b7810e32c888043d0a9c8913a046f3fc6105d",
-        "a1d373618feb33520c5b9e555a2b11e9052a3215e70fa7ad3a59bf7ce010723a",
-    })),
+    "pilot/oracles/cli.py": (
+        "pilot/cli/check.py",
+        frozenset(
+            {
+                "28baa03554e74835aec21a3177d3d684a6a531220228de329c9cc455c664ae2a",
+                "61aaab2e7fec73c3a805227d007b7810e32c888043d0a9c8913a046f3fc6105d",
+                "a1d373618feb33520c5b9e555a2b11e9052a3215e70fa7ad3a59bf7ce010723a",
+            }
+        ),
+    ),
 }
 
 
 class FreezeViolation(RuntimeError):
     """The frozen material changed since the pilot started."""
 
-    def __init__(self, report: "FreezeReport") -> None:
+    def __init__(self, report: FreezeReport) -> None:
         self.report = report
-        super().__init__("pooling blocked: the frozen protocol changed since the pilot started:\n" + "\n".join(report.lines()))
+        super().__init__(
+            "pooling blocked: the frozen protocol changed since the pilot started:\n" + "\n".join(report.lines())
+        )
 
 
 def frozen_sources(root: Path | None = None, oracle_code: Path | None = None) -> list[tuple[str, Path, Path]]:
@@ -116,7 +123,9 @@ def _deck_scenarios(scenarios_dir: Path) -> set[str]:
     return out
 
 
-def _excluded(f: Path, folder: Path, category_folder: str, scenarios: set[str] | None, foreign_generators: set[str]) -> bool:
+def _excluded(
+    f: Path, folder: Path, category_folder: str, scenarios: set[str] | None, foreign_generators: set[str]
+) -> bool:
     """Files belonging to scenarios outside the study (their bundle or their generator)."""
     if scenarios is None:
         return False
@@ -127,7 +136,9 @@ def _excluded(f: Path, folder: Path, category_folder: str, scenarios: set[str] |
     return False
 
 
-def take_manifest(root: Path | None = None, oracle_code: Path | None = None, scenarios: list[str] | None = None) -> dict[str, str]:
+def take_manifest(
+    root: Path | None = None, oracle_code: Path | None = None, scenarios: list[str] | None = None
+) -> dict[str, str]:
     """``{path: sha256}`` of every frozen file, sorted by path.
 
     With ``scenarios`` (a study's scenario ids), the bundles and generators
@@ -168,7 +179,7 @@ def manifest_digest(manifest: dict[str, str]) -> str:
     """One sha256 over a manifest (``path<TAB>digest`` lines in path order): the frozen protocol's identifier."""
     h = hashlib.sha256()
     for rel, digest in sorted(manifest.items()):
-        h.update(f"{rel}\t{digest}\n".encode("utf-8"))
+        h.update(f"{rel}\t{digest}\n".encode())
     return h.hexdigest()
 
 
@@ -207,7 +218,10 @@ class FreezeReport:
         return pd.DataFrame([c.__dict__ for c in self.changes], columns=cols)
 
     def lines(self) -> list[str]:
-        moved = [f"  {rel} left the frozen scope unchanged (now {LEFT_SCOPE[rel][0]}, not oracle code)" for rel in self.left_scope]
+        moved = [
+            f"  {rel} left the frozen scope unchanged (now {LEFT_SCOPE[rel][0]}, not oracle code)"
+            for rel in self.left_scope
+        ]
         if self.ok:
             return [f"freeze verified: {self.unchanged_files} files unchanged", *moved]
         return [f"  {c.change:8s} {c.category:8s} {c.path}" for c in self.changes] + moved
@@ -215,11 +229,15 @@ class FreezeReport:
     def sentence(self, digest: str) -> str:
         """The check's result as a sentence of the manuscript (plain text; ``digest``: the frozen manifest's)."""
         if self.ok:
-            return (f"The freeze check found the {self.unchanged_files} frozen files of the study's manifest "
-                    f"(digest {digest[:16]}) unchanged: the waves the scale rule adds are pooled with the pilot.")
+            return (
+                f"The freeze check found the {self.unchanged_files} frozen files of the study's manifest "
+                f"(digest {digest[:16]}) unchanged: the waves the scale rule adds are pooled with the pilot."
+            )
         kinds = sorted({c.change for c in self.changes})
-        return (f"The freeze check found {len(self.changes)} of the study's frozen files {' or '.join(kinds)} since the pilot "
-                f"started (digest {digest[:16]}): the waves the scale rule adds are not pooled with the pilot.")
+        return (
+            f"The freeze check found {len(self.changes)} of the study's frozen files {' or '.join(kinds)} since the pilot "
+            f"started (digest {digest[:16]}): the waves the scale rule adds are not pooled with the pilot."
+        )
 
     def raise_if_changed(self) -> None:
         if not self.ok:
@@ -236,8 +254,12 @@ def _categorise(rel: str) -> str:
     return _category(rel, "scenario")
 
 
-def verify(manifest: dict[str, str], root: Path | None = None, oracle_code: Path | None = None,
-           scenarios: list[str] | None = None) -> FreezeReport:
+def verify(
+    manifest: dict[str, str],
+    root: Path | None = None,
+    oracle_code: Path | None = None,
+    scenarios: list[str] | None = None,
+) -> FreezeReport:
     """Compare ``manifest`` with the files now (same ``scenarios`` as when it was taken), file by file."""
     now = take_manifest(root, oracle_code, scenarios)
     changes, left = [], []

@@ -73,10 +73,12 @@ class ProtocolIdentity:
         return {"files": dict(sorted(self.files.items())), "extras": dict(sorted(self.extras.items()))}
 
     @classmethod
-    def from_dict(cls, data: Any) -> "ProtocolIdentity":
+    def from_dict(cls, data: Any) -> ProtocolIdentity:
         """The identity :meth:`to_dict` gave; anything else is refused naming the field and the reason."""
         if not isinstance(data, dict):
-            raise ValueError(f"protocol identity: expected a mapping with 'files' and 'extras', got {type(data).__name__}")
+            raise ValueError(
+                f"protocol identity: expected a mapping with 'files' and 'extras', got {type(data).__name__}"
+            )
         unknown = sorted(set(data) - {"files", "extras"})
         if unknown:
             raise ValueError(f"protocol identity: field {unknown[0]!r}: not a field of a protocol identity")
@@ -86,10 +88,14 @@ class ProtocolIdentity:
                 raise ValueError(f"protocol identity: field {name!r}: missing")
             part = data[name]
             if not isinstance(part, dict):
-                raise ValueError(f"protocol identity: field {name!r}: expected a mapping of names to strings, got {type(part).__name__}")
+                raise ValueError(
+                    f"protocol identity: field {name!r}: expected a mapping of names to strings, got {type(part).__name__}"
+                )
             for k, v in part.items():
                 if not isinstance(k, str) or not isinstance(v, str):
-                    raise ValueError(f"protocol identity: field {name!r}: entry {k!r}: names and values must be strings, got {type(v).__name__}")
+                    raise ValueError(
+                        f"protocol identity: field {name!r}: entry {k!r}: names and values must be strings, got {type(v).__name__}"
+                    )
             out[name] = dict(sorted(part.items()))
         return cls(files=out["files"], extras=out["extras"])
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,7 @@ def data_label(simulated: bool | str) -> str:
     if isinstance(simulated, str):
         return simulated
     return SIMULATED_TAG if simulated else ""
+
 
 _DIGITS = ["Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
 _ESCAPES = {
@@ -61,15 +62,48 @@ def latex_escape(text: str) -> str:
 # Column names of result tables, in words (LaTeX). Unlisted snake_case names
 # become words with their first letter capitalised.
 HEADER_WORDS: dict[str, str] = {
-    "arm": "Arm", "p_hat": "$\\hat p_a$", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "n_runs": "Runs",
-    "n_scored": "Scored", "estimate": "Estimate", "p_value": "$p$", "p_holm": "$p_{\\mathrm{Holm}}$",
-    "n_scenarios": "$J$", "contrast": "Contrast", "role": "Role", "term": "Term", "log_odds": "Log odds",
-    "se_cluster": "SE (clustered)", "odds_ratio": "Odds ratio", "or_ci_low": "OR 2.5\\%", "or_ci_high": "OR 97.5\\%",
-    "median_min": "Median (min)", "cost_per_run": "Cost per run (\\$)", "cost_per_accepted": "Cost per accepted (\\$)",
-    "share_lowest": "Share lowest", "n_charged": "N charged", "n_no_cost": "N no cost", "cost_usd": "Cost (\\$)", "judge_cost_usd": "Judge cost (\\$)", "wall_min": "Wall (min)",
-    "tool_calls": "Tool calls", "I2": "$I^2$", "i2": "$I^2$", "tau2": "$\\tau^2$", "q": "$q$", "n": "$n$",
-    "spent_usd": "Spent (\\$)", "reserved_usd": "Reserved (\\$)", "budget_usd": "Budget (\\$)",
-    "human_minutes": "Human time (min)", "se": "SE", "quantity": "Quantity", "value": "Value", "statistic": "Statistic", "df": "df",
+    "arm": "Arm",
+    "p_hat": "$\\hat p_a$",
+    "ci_low": "2.5\\%",
+    "ci_high": "97.5\\%",
+    "n_runs": "Runs",
+    "n_scored": "Scored",
+    "estimate": "Estimate",
+    "p_value": "$p$",
+    "p_holm": "$p_{\\mathrm{Holm}}$",
+    "n_scenarios": "$J$",
+    "contrast": "Contrast",
+    "role": "Role",
+    "term": "Term",
+    "log_odds": "Log odds",
+    "se_cluster": "SE (clustered)",
+    "odds_ratio": "Odds ratio",
+    "or_ci_low": "OR 2.5\\%",
+    "or_ci_high": "OR 97.5\\%",
+    "median_min": "Median (min)",
+    "cost_per_run": "Cost per run (\\$)",
+    "cost_per_accepted": "Cost per accepted (\\$)",
+    "share_lowest": "Share lowest",
+    "n_charged": "N charged",
+    "n_no_cost": "N no cost",
+    "cost_usd": "Cost (\\$)",
+    "judge_cost_usd": "Judge cost (\\$)",
+    "wall_min": "Wall (min)",
+    "tool_calls": "Tool calls",
+    "I2": "$I^2$",
+    "i2": "$I^2$",
+    "tau2": "$\\tau^2$",
+    "q": "$q$",
+    "n": "$n$",
+    "spent_usd": "Spent (\\$)",
+    "reserved_usd": "Reserved (\\$)",
+    "budget_usd": "Budget (\\$)",
+    "human_minutes": "Human time (min)",
+    "se": "SE",
+    "quantity": "Quantity",
+    "value": "Value",
+    "statistic": "Statistic",
+    "df": "df",
 }
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$|^[a-z][a-z0-9]*$")
 
@@ -127,9 +161,9 @@ def _cell(value: object, fmt: str, *, escape: bool, is_p: bool) -> str:
         return "---"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, (int,)) or (hasattr(value, "dtype") and getattr(value, "dtype").kind in "iu"):
+    if isinstance(value, (int,)) or (hasattr(value, "dtype") and value.dtype.kind in "iu"):
         return f"{int(value):,}".replace(",", "{,}")
-    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "dtype").kind == "f"):
+    if isinstance(value, float) or (hasattr(value, "dtype") and value.dtype.kind == "f"):
         v = float(value)
         if math.isinf(v):
             return "$\\infty$" if v > 0 else "$-\\infty$"
@@ -251,8 +285,13 @@ def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
             continue
         vals = out[c].tolist()
         new = [
-            _NOT_ESTIMABLE if isinstance(v, str) and v.startswith(_NOT_ESTIMABLE + " (") and isinstance(n, str) and n
-            and v[len(_NOT_ESTIMABLE) + 2:-1] in n else v
+            _NOT_ESTIMABLE
+            if isinstance(v, str)
+            and v.startswith(_NOT_ESTIMABLE + " (")
+            and isinstance(n, str)
+            and n
+            and v[len(_NOT_ESTIMABLE) + 2 : -1] in n
+            else v
             for v, n in zip(vals, out[note].tolist())
         ]
         if new != vals:
@@ -283,8 +322,15 @@ def write_table(
     df = _short_reasons(df)
     if column_format is None:
         # A note column with nothing in it says nothing: it is left out (a table with an explicit layout keeps its columns).
-        empty = [c for c in df.columns if str(c).replace("\\_", "_").lower() == "note"
-                 and all(v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()) for v in df[c].tolist())]
+        empty = [
+            c
+            for c in df.columns
+            if str(c).replace("\\_", "_").lower() == "note"
+            and all(
+                v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
+                for v in df[c].tolist()
+            )
+        ]
         df = df.drop(columns=empty)
     shown = pd.DataFrame(index=df.index)
     for i, col in enumerate(df.columns):
@@ -293,20 +339,32 @@ def write_table(
         # An arm's share (p_A3, p_hat) is a proportion, not a p-value: 0/3 prints 0.000, never "<0.001".
         is_p = bool(_P_COLUMN.match(plain)) and not _SHARE_COLUMN.match(plain)
         shown[i] = [_cell(v, fmt, escape=escape, is_p=is_p) for v in df[col].tolist()]
-    shown.columns = [header_words(c) if (escape or _IDENTIFIER.match(str(c).replace("\\_", "_"))) else str(c) for c in df.columns]
+    shown.columns = [
+        header_words(c) if (escape or _IDENTIFIER.match(str(c).replace("\\_", "_"))) else str(c) for c in df.columns
+    ]
     if column_format is None:  # numbers right-aligned, text left-aligned
+
         def is_number(v: object) -> bool:
             return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
         def is_value(v: object) -> bool:  # a number, or what stands in for one
             return is_number(v) or (isinstance(v, str) and (v.startswith(_NOT_ESTIMABLE) or v == "\u221e"))
 
-        numeric = [any(is_number(v) for v in vals) and all(is_value(v) for v in vals)
-                   for vals in ([v for v in df[c].tolist() if v is not None] for c in df.columns)]
+        numeric = [
+            any(is_number(v) for v in vals) and all(is_value(v) for v in vals)
+            for vals in ([v for v in df[c].tolist() if v is not None] for c in df.columns)
+        ]
         # A long note (a fit's reason) wraps in a column of its own width, so the table is not shrunk to nothing.
-        long_note = [str(c).lower() == "note" and max((len(str(v)) for v in df[c].tolist()), default=0) > 40 for c in df.columns]
-        column_format = "".join(">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l") for n, w in zip(numeric, long_note))
-    _merge_not_estimable_runs(shown, note_column=next((i for i, c in enumerate(df.columns) if str(c).replace("\\_", "_").lower() == "note"), None))
+        long_note = [
+            str(c).lower() == "note" and max((len(str(v)) for v in df[c].tolist()), default=0) > 40 for c in df.columns
+        ]
+        column_format = "".join(
+            ">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l") for n, w in zip(numeric, long_note)
+        )
+    _merge_not_estimable_runs(
+        shown,
+        note_column=next((i for i, c in enumerate(df.columns) if str(c).replace("\\_", "_").lower() == "note"), None),
+    )
     body = shown.to_latex(index=False, escape=False, column_format=column_format, na_rep="---")
     body = re.sub(r"\s*&\s*" + _MERGED, "", body)
     parts = [

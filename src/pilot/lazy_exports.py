@@ -8,10 +8,13 @@ Flask or the office readers just because the package's ``__init__`` names them.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
-def lazy_exports(package: str, exports: dict[str, str], namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, exports: dict[str, str], namespace: dict[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package`` whose ``exports`` map a name to the module defining it."""
 
     def __getattr__(name: str) -> Any:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
-from datetime import datetime, timezone
 from typing import Any
 
 MICRO = 1_000_000
@@ -91,7 +91,7 @@ class Balance:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _require_write_txn(conn: sqlite3.Connection) -> None:
@@ -153,7 +153,9 @@ def settlement(reserved_micro: int, cost_usd: float | Decimal | None, *, metered
     return to_micro(cost_usd), "charged the metered cost" if metered else "charged the reported cost"
 
 
-def settle(conn: sqlite3.Connection, run_id: str, attempt_id: int, reserved_micro: int, charged_micro: int, note: str) -> None:
+def settle(
+    conn: sqlite3.Connection, run_id: str, attempt_id: int, reserved_micro: int, charged_micro: int, note: str
+) -> None:
     """Replace an attempt's reservation by what it cost."""
     _require_write_txn(conn)
     if charged_micro < 0:
@@ -176,7 +178,9 @@ def set_envelope(conn: sqlite3.Connection, envelope_micro: int, amendment_id: st
     spent plus reserved: money spent cannot be taken back.
     """
     _require_write_txn(conn)
-    old, spent, reserved = conn.execute("SELECT envelope_micro, spent_micro, reserved_micro FROM ledger_balance WHERE id = 1").fetchone()
+    old, spent, reserved = conn.execute(
+        "SELECT envelope_micro, spent_micro, reserved_micro FROM ledger_balance WHERE id = 1"
+    ).fetchone()
     if envelope_micro <= 0:
         raise LedgerError(f"the envelope must be positive, got {to_usd(envelope_micro):.2f} dollars")
     if envelope_micro < spent + reserved:
@@ -195,7 +199,9 @@ def set_envelope(conn: sqlite3.Connection, envelope_micro: int, amendment_id: st
 def envelope_changes(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     return [
         {"at": r[0], "old_usd": to_usd(r[1]), "new_usd": to_usd(r[2]), "amendment_id": r[3], "note": r[4]}
-        for r in conn.execute("SELECT at, old_micro, new_micro, amendment_id, note FROM ledger_envelope ORDER BY change_id")
+        for r in conn.execute(
+            "SELECT at, old_micro, new_micro, amendment_id, note FROM ledger_envelope ORDER BY change_id"
+        )
     ]
 
 
@@ -216,11 +222,19 @@ def audit(conn: sqlite3.Connection) -> list[str]:
         "SELECT COALESCE(SUM(reserved_delta_micro), 0), COALESCE(SUM(spent_delta_micro), 0) FROM ledger"
     ).fetchone()
     if (j_res, j_spent) != (reserved, spent):
-        problems.append(f"balance row (reserved {reserved}, spent {spent}) differs from the journal ({j_res}, {j_spent}) [micro-dollars]")
-    running = conn.execute("SELECT COALESCE(SUM(reserved_micro), 0) FROM attempts WHERE outcome = 'running'").fetchone()[0]
+        problems.append(
+            f"balance row (reserved {reserved}, spent {spent}) differs from the journal ({j_res}, {j_spent}) [micro-dollars]"
+        )
+    running = conn.execute(
+        "SELECT COALESCE(SUM(reserved_micro), 0) FROM attempts WHERE outcome = 'running'"
+    ).fetchone()[0]
     if running != reserved:
-        problems.append(f"reserved {reserved} differs from the reservations of running attempts {running} [micro-dollars]")
-    charged = conn.execute("SELECT COALESCE(SUM(charged_micro), 0) FROM attempts WHERE outcome != 'running'").fetchone()[0]
+        problems.append(
+            f"reserved {reserved} differs from the reservations of running attempts {running} [micro-dollars]"
+        )
+    charged = conn.execute(
+        "SELECT COALESCE(SUM(charged_micro), 0) FROM attempts WHERE outcome != 'running'"
+    ).fetchone()[0]
     if charged != spent:
         problems.append(f"spent {spent} differs from the charges of finished attempts {charged} [micro-dollars]")
     unsettled = conn.execute(
@@ -231,9 +245,13 @@ def audit(conn: sqlite3.Connection) -> list[str]:
         problems.append(f"{unsettled} finished attempt(s) have no settlement entry")
     last = conn.execute("SELECT new_micro FROM ledger_envelope ORDER BY change_id DESC LIMIT 1").fetchone()
     if last is not None and last[0] != envelope:
-        problems.append(f"the envelope {to_usd(envelope):.2f} differs from its last recorded change ({to_usd(last[0]):.2f}) [unrecorded edit]")
+        problems.append(
+            f"the envelope {to_usd(envelope):.2f} differs from its last recorded change ({to_usd(last[0]):.2f}) [unrecorded edit]"
+        )
     if spent + reserved > envelope:
-        problems.append(f"spent + reserved = {to_usd(spent + reserved):.6f} exceeds the envelope {to_usd(envelope):.2f} dollars")
+        problems.append(
+            f"spent + reserved = {to_usd(spent + reserved):.6f} exceeds the envelope {to_usd(envelope):.2f} dollars"
+        )
     return problems
 
 

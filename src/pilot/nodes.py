@@ -10,17 +10,16 @@ node's name, capabilities (those of ``protocol/arms/arms.yml``) and slots;
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from pilot import paths, protocol
 
 
 class NodeError(RuntimeError):
     """This host or a nodes file cannot serve what was asked; the message says what to install or correct."""
-
-
 
 
 @dataclass(frozen=True)
@@ -125,6 +124,8 @@ def host_arms(capabilities: frozenset[str] | None = None) -> list[str]:
     requires = {a: arm.requires for a, arm in protocol.arms().items()}
     arms = [a for a in protocol.study().arms if set(requires.get(a, ())) <= caps]
     if not arms:
-        raise NodeError(f"this host offers {', '.join(sorted(caps)) or 'nothing'}, which serves no arm of "
-                         f"{paths.shown(paths.ARMS_FILE)}; install what the arms require (tools/ensure-system-packages.sh)")
+        raise NodeError(
+            f"this host offers {', '.join(sorted(caps)) or 'nothing'}, which serves no arm of "
+            f"{paths.shown(paths.ARMS_FILE)}; install what the arms require (tools/ensure-system-packages.sh)"
+        )
     return arms

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pilot import protocol
 
@@ -40,10 +41,27 @@ COMPLETION_STATUSES = ("completed", "partial", "abandoned")
 # A run whose every attempt failed on infrastructure: it has no outcome at all.
 FAILED_STATUS = "infra_error"
 # What a failed run's row keeps: who and where it was, and the scenario's own properties; every outcome is empty.
-_FAILED_ROW_KEEPS = frozenset({
-    "run_id", "study", "backend", "scenario", "occupation", "arm", "repeat", "model", "wave", "seed", "order_index",
-    "node", "attempts", "status", "designed_depth", "professional_minutes", "charged_usd",
-})
+_FAILED_ROW_KEEPS = frozenset(
+    {
+        "run_id",
+        "study",
+        "backend",
+        "scenario",
+        "occupation",
+        "arm",
+        "repeat",
+        "model",
+        "wave",
+        "seed",
+        "order_index",
+        "node",
+        "attempts",
+        "status",
+        "designed_depth",
+        "professional_minutes",
+        "charged_usd",
+    }
+)
 # Q is stored truncated (never rounded up) to this many decimals: a stored Q meets a threshold
 # with at most this many decimals exactly when the exact Q does.
 Q_DECIMALS = 6
@@ -120,7 +138,9 @@ def exact_judge_score(score: float | Fraction) -> Fraction:
         return score
     exact = Fraction(float(score)).limit_denominator(SCORE_DENOMINATOR)
     if abs(float(exact) - float(score)) > 1e-12:  # not a rubric score: refuse rather than guess
-        raise ValueError(f"judge score {score!r} is not a rubric score (a rational with denominator at most {SCORE_DENOMINATOR})")
+        raise ValueError(
+            f"judge score {score!r} is not a rubric score (a rational with denominator at most {SCORE_DENOMINATOR})"
+        )
     return exact
 
 
@@ -187,15 +207,21 @@ def evaluation_error(record: Mapping[str, Any]) -> str | None:
         return given.strip()
     if "eval_error" in record:
         return None  # the field is kept: its None is the answer (a re-evaluated record keeps its old notes in history)
-    notes = [str(n)[len(EVAL_ERROR_NOTE):] for n in record.get("notes") or [] if str(n).startswith(EVAL_ERROR_NOTE)]
+    notes = [str(n)[len(EVAL_ERROR_NOTE) :] for n in record.get("notes") or [] if str(n).startswith(EVAL_ERROR_NOTE)]
     return "; ".join(notes) or None
 
 
 def unevaluated_rows(rows: Iterable[Mapping[str, Any]], wave: str | None = None) -> list[Mapping[str, Any]]:
     """The finished runs among store rows (:meth:`pilot.store.Store.finished_rows`, of ``wave`` or all) whose current
     record has an evaluation error: done, yet no verdict."""
-    return [r for r in rows if r["status"] == "done" and r.get("record_json") and (wave is None or r["wave"] == wave)
-            and evaluation_error(json.loads(r["record_json"])) is not None]
+    return [
+        r
+        for r in rows
+        if r["status"] == "done"
+        and r.get("record_json")
+        and (wave is None or r["wave"] == wave)
+        and evaluation_error(json.loads(r["record_json"])) is not None
+    ]
 
 
 def run_row(
@@ -333,9 +359,9 @@ def run_row(
 
 def run_table(rows: Iterable[Mapping[str, Any]], study: protocol.Study | None = None) -> pd.DataFrame:
     """The run table from rows of :func:`run_row`, validated by :mod:`pilot.runtable`."""
-    from pilot import runtable
-
     import pandas as pd
+
+    from pilot import runtable
 
     df = pd.DataFrame(list(rows))
     names = [c.name for c in runtable.columns(study)]
@@ -344,7 +370,9 @@ def run_table(rows: Iterable[Mapping[str, Any]], study: protocol.Study | None = 
     return df
 
 
-def rows_from_store(finished_rows: Iterable[Mapping[str, Any]], *, study_name: str, backend: str, study: protocol.Study | None = None) -> list[dict[str, Any]]:
+def rows_from_store(
+    finished_rows: Iterable[Mapping[str, Any]], *, study_name: str, backend: str, study: protocol.Study | None = None
+) -> list[dict[str, Any]]:
     """Run-table rows from :meth:`pilot.store.Store.finished_rows` (cells joined with their records).
 
     A cell that finished carries its record; a cell whose every attempt failed

@@ -24,10 +24,7 @@ def _find_root() -> Path:
     for parent in (cwd, *cwd.parents):
         if (parent / "protocol" / "study.yml").is_file():
             return parent
-    raise RuntimeError(
-        "cannot find the repository root (a folder holding protocol/study.yml); "
-        "set PILOT_ROOT"
-    )
+    raise RuntimeError("cannot find the repository root (a folder holding protocol/study.yml); set PILOT_ROOT")
 
 
 ROOT: Path = _find_root()
@@ -96,6 +93,8 @@ def study_runs_file(name: str) -> Path:
 def study_dir(name: str) -> Path:
     """Folder of one study's store, workspaces and exported run table."""
     return DATA_DIR / name
+
+
 # A running `pilot view` notes its address here (never in the study folder), for the notebooks' links.
 VIEW_DIR = BUILD_DIR / "view"
 

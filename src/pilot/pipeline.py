@@ -28,9 +28,10 @@ attempt's folder, in ``attempt-N.scripted/`` (:func:`pilot.simulated.scripted_mo
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pilot import backends
 from pilot.attempt import AttemptOutcome, CellSpec
@@ -59,14 +60,33 @@ def _missing_judges(error: str) -> list[dict[str, Any]]:
     from pilot import protocol
 
     return [
-        {"judge_id": j["id"], "model": j["model"], "draw": j["draw"], "backend": None, "criterion_scores": {}, "accept": None,
-         "rationale": "", "score_0_100": None, "cost_usd": 0.0, "attempts": 0, "error": error}
+        {
+            "judge_id": j["id"],
+            "model": j["model"],
+            "draw": j["draw"],
+            "backend": None,
+            "criterion_scores": {},
+            "accept": None,
+            "rationale": "",
+            "score_0_100": None,
+            "cost_usd": 0.0,
+            "attempts": 0,
+            "error": error,
+        }
         for j in protocol.study().judge_panel
     ]
 
 
-def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir: Path, judge_backend: str, seed: int,
-                 environ: dict[str, str] | None = None, judge_timeout_s: float | None = None) -> dict[str, Any]:
+def judge_record(
+    record: dict[str, Any],
+    cell: CellSpec,
+    node: str,
+    attempt_dir: Path,
+    judge_backend: str,
+    seed: int,
+    environ: dict[str, str] | None = None,
+    judge_timeout_s: float | None = None,
+) -> dict[str, Any]:
     """Judge a finished attempt's deliverables and add the results to its record.
 
     ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this process's;
@@ -79,8 +99,15 @@ def judge_record(record: dict[str, Any], cell: CellSpec, node: str, attempt_dir:
     # What identifies this run must not reach a judge even if a file mentions it.
     withheld = [cell.run_id, node, cell.study, str(attempt_dir), str(workspace), str(workspace.resolve())]
     try:
-        results = judge_run(load_scenario(cell.scenario), outputs, backend=judge_backend, seed=seed, withheld=withheld, environ=environ,
-                            timeout_s=judge_timeout_s)
+        results = judge_run(
+            load_scenario(cell.scenario),
+            outputs,
+            backend=judge_backend,
+            seed=seed,
+            withheld=withheld,
+            environ=environ,
+            timeout_s=judge_timeout_s,
+        )
         record["judges"] = [r.to_dict() for r in results]
         record["judge_error"] = None
     except Exception as exc:  # noqa: BLE001 - a judging failure leaves the judges missing; the agent run stands
@@ -119,9 +146,10 @@ def upstream_limits(upstream: dict[str, str] | None) -> tuple[dict[str, str] | N
     return env, limits
 
 
-def _run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int, upstream: dict[str, str] | None) -> AttemptOutcome:
+def _run_cell(
+    cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int, upstream: dict[str, str] | None
+) -> AttemptOutcome:
     from pilot import protocol, runner
-
     from pilot.outcomes import agent_cost
 
     upstream, limits = upstream_limits(upstream)
@@ -129,19 +157,46 @@ def _run_cell(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: 
     if "wall_s" in limits or "usd" in limits:
         # A rehearsal's own limits only ever tighten the study's.
         own = protocol.study().caps_for(cell.scenario)
-        caps = protocol.Caps(min(own.usd, limits.get("usd", own.usd)), min(own.wall_s, limits.get("wall_s", own.wall_s)))
+        caps = protocol.Caps(
+            min(own.usd, limits.get("usd", own.usd)), min(own.wall_s, limits.get("wall_s", own.wall_s))
+        )
     judge_timeout_s = limits.get("judge_timeout_s")
-    rec = runner.run_attempt(cell.scenario, cell.arm, backend=backend, out_dir=Path(attempt_dir), seed=seed, model=cell.model,
-                             environ=upstream, caps=caps)
+    rec = runner.run_attempt(
+        cell.scenario,
+        cell.arm,
+        backend=backend,
+        out_dir=Path(attempt_dir),
+        seed=seed,
+        model=cell.model,
+        environ=upstream,
+        caps=caps,
+    )
     data = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
     # None when the client reported no (complete) cost: the ledger then charges the whole reservation.
     cost = agent_cost(data)
     # The proxy's metered cost settles the envelope (the simulated backend has none: its reported cost does).
     metered = data.get("metered_cost_usd")
     if data.get("status") == "infra_error":
-        return AttemptOutcome(infra_error=data.get("infra_error") or "infrastructure error", record=data, cost_usd=cost,
-                              metered_cost_usd=metered)
-    data = judge_record(data, cell, node, Path(attempt_dir), judge_backend_for(backend), seed, environ=upstream,
-                        judge_timeout_s=judge_timeout_s)
-    return AttemptOutcome(record=data, cost_usd=cost, judge_cost_usd=data["judge_cost_usd"], status=data.get("status", "completed"),
-                          metered_cost_usd=metered)
+        return AttemptOutcome(
+            infra_error=data.get("infra_error") or "infrastructure error",
+            record=data,
+            cost_usd=cost,
+            metered_cost_usd=metered,
+        )
+    data = judge_record(
+        data,
+        cell,
+        node,
+        Path(attempt_dir),
+        judge_backend_for(backend),
+        seed,
+        environ=upstream,
+        judge_timeout_s=judge_timeout_s,
+    )
+    return AttemptOutcome(
+        record=data,
+        cost_usd=cost,
+        judge_cost_usd=data["judge_cost_usd"],
+        status=data.get("status", "completed"),
+        metered_cost_usd=metered,
+    )

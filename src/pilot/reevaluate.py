@@ -42,9 +42,10 @@ The study's lock is held throughout, so no scheduler runs the study meanwhile.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pilot import backends, freeze
 from pilot.outcomes import EVAL_ERROR_NOTE, evaluation_error, unevaluated_rows
@@ -120,16 +121,20 @@ def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None 
             if r is None:
                 problems.append(f"run {rid}: no such run in study {store.study().name}")
             elif r["status"] == "failed":
-                problems.append(f"run {rid}: it failed on infrastructure and has no finished record; "
-                                f"that is for `pilot study retry {store.study().name} {rid}`")
+                problems.append(
+                    f"run {rid}: it failed on infrastructure and has no finished record; "
+                    f"that is for `pilot study retry {store.study().name} {rid}`"
+                )
             elif r["status"] != "done" or not r.get("record_json"):
                 problems.append(f"run {rid}: it is {r['status']}, not finished; `pilot study run` finishes it")
             elif wave is not None and r["wave"] != wave:
                 problems.append(f"run {rid}: it is in wave {r['wave']}, not {wave}")
             elif evaluation_error(_record(r)) is None:
                 rec = _record(r)
-                problems.append(f"run {rid}: its evaluation ran (D={int(bool(rec.get('D')))}, E={int(bool(rec.get('E')))}); "
-                                "a verdict that stands is never re-evaluated")
+                problems.append(
+                    f"run {rid}: its evaluation ran (D={int(bool(rec.get('D')))}, E={int(bool(rec.get('E')))}); "
+                    "a verdict that stands is never re-evaluated"
+                )
         if problems:
             raise ReevaluationError("nothing re-evaluated: " + "; ".join(problems))
         chosen = [rows[rid] for rid in wanted]
@@ -138,12 +143,22 @@ def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None 
     out = []
     for r in chosen:
         rec = _record(r)
-        attempt = store.conn.execute("SELECT a.workspace FROM runs x JOIN attempts a ON a.attempt_id = x.attempt_id WHERE x.run_id = ?",
-                                     (r["run_id"],)).fetchone()
+        attempt = store.conn.execute(
+            "SELECT a.workspace FROM runs x JOIN attempts a ON a.attempt_id = x.attempt_id WHERE x.run_id = ?",
+            (r["run_id"],),
+        ).fetchone()
         attempt_dir = Path(attempt[0])
         workspace = Path(rec.get("workspace") or attempt_dir / "workspace")
-        cand = Candidate(r["run_id"], r["wave"], r["scenario"], r["arm"], str(evaluation_error(rec)), attempt_dir, workspace,
-                         r["record_json"])
+        cand = Candidate(
+            r["run_id"],
+            r["wave"],
+            r["scenario"],
+            r["arm"],
+            str(evaluation_error(rec)),
+            attempt_dir,
+            workspace,
+            r["record_json"],
+        )
         cand.refused = untrusted(rec, attempt_dir, workspace)
         out.append(cand)
     return out
@@ -156,8 +171,10 @@ def untrusted(rec: dict[str, Any], attempt_dir: Path, workspace: Path) -> str | 
 
     digest = rec.get("workspace_sha256")
     if not digest or not isinstance(rec.get("input_hashes"), dict):
-        return ("its record holds no digest of the workspace the run left (records written before workspace digests were kept), "
-                "so the workspace cannot be shown to be the run's")
+        return (
+            "its record holds no digest of the workspace the run left (records written before workspace digests were kept), "
+            "so the workspace cannot be shown to be the run's"
+        )
     # The runner records the resolved path; the store keeps the attempt's folder as the scheduler named it (links allowed).
     if workspace.parent.resolve() != attempt_dir.resolve():
         return f"its record names the workspace {workspace}, which is not in its attempt's folder {attempt_dir}"
@@ -186,8 +203,10 @@ def check_protocol(store: Store) -> None:
         return
     report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios)
     if not report.ok:
-        raise ReevaluationError("nothing re-evaluated: the frozen protocol changed since the pilot started, so a re-evaluation "
-                                "would not use the oracle the study's other runs were judged by: " + "; ".join(report.lines()))
+        raise ReevaluationError(
+            "nothing re-evaluated: the frozen protocol changed since the pilot started, so a re-evaluation "
+            "would not use the oracle the study's other runs were judged by: " + "; ".join(report.lines())
+        )
 
 
 def study_backend(store: Store) -> str:
@@ -204,7 +223,9 @@ def reevaluated_record(rec: dict[str, Any], ev: Any, *, at: str, count: int) -> 
     new.update(runner.evaluation_fields(ev))
     notes = [n for n in rec.get("notes") or [] if not str(n).startswith(EVAL_ERROR_NOTE)]
     notes += runner.evaluation_notes(ev)
-    notes.append(f"re-evaluated at {at} (pilot study reevaluate, #{count}); the evaluation it replaces could not run: {previous}")
+    notes.append(
+        f"re-evaluated at {at} (pilot study reevaluate, #{count}); the evaluation it replaces could not run: {previous}"
+    )
     new["notes"] = notes
     new["reevaluation"] = {"at": at, "count": count, "previous_eval_error": previous}
     return new
@@ -227,12 +248,23 @@ def reevaluate_one(store: Store, cand: Candidate) -> Result:
     new = reevaluated_record(rec, ev, at=at, count=count)
     store.replace_evaluation(cand.run_id, cand.record_json, new, at=at)
     error = evaluation_error(new)
-    return Result(cand.run_id, cand.scenario, cand.arm, "eval_error" if error else "verdict", cand.eval_error,
-                  D=new["D"], E=new["E"], eval_error=error, reevaluation=count, judge_error=new.get("judge_error"))
+    return Result(
+        cand.run_id,
+        cand.scenario,
+        cand.arm,
+        "eval_error" if error else "verdict",
+        cand.eval_error,
+        D=new["D"],
+        E=new["E"],
+        eval_error=error,
+        reevaluation=count,
+        judge_error=new.get("judge_error"),
+    )
 
 
-def reevaluate_study(folder: Path, run_ids: Iterable[str] | None = None, *, wave: str | None = None,
-                     dry_run: bool = False) -> tuple[str, list[Result]]:
+def reevaluate_study(
+    folder: Path, run_ids: Iterable[str] | None = None, *, wave: str | None = None, dry_run: bool = False
+) -> tuple[str, list[Result]]:
     """Re-evaluate a study's runs (the Python form of ``pilot study reevaluate``); returns the study's backend and one result per run.
 
     ``folder`` is the study's folder (``analysis/data/NAME``). Holds the study's lock throughout.
@@ -250,9 +282,15 @@ def reevaluate_study(folder: Path, run_ids: Iterable[str] | None = None, *, wave
                 results = []
                 for cand in chosen:
                     if cand.refused:
-                        results.append(Result(cand.run_id, cand.scenario, cand.arm, "refused", cand.eval_error, reason=cand.refused))
+                        results.append(
+                            Result(
+                                cand.run_id, cand.scenario, cand.arm, "refused", cand.eval_error, reason=cand.refused
+                            )
+                        )
                     elif dry_run:
-                        results.append(Result(cand.run_id, cand.scenario, cand.arm, "would_reevaluate", cand.eval_error))
+                        results.append(
+                            Result(cand.run_id, cand.scenario, cand.arm, "would_reevaluate", cand.eval_error)
+                        )
                     else:
                         results.append(reevaluate_one(store, cand))
                 return backend, results

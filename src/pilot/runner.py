@@ -39,20 +39,21 @@ import math
 import os
 import platform
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
-from decimal import Decimal
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pilot import backends, paths, protocol
 from pilot.agents import audit, witness
 from pilot.agents.session import (
-    RESUME_PROMPT,
     AGENT_ERROR,
     CAPPED,
     INFRA_ERROR,
+    RESUME_PROMPT,
     Classification,
     SessionOutcome,
     classify,
@@ -203,7 +204,9 @@ def _reset_run_dir(out_dir: Path) -> None:
             else:
                 e.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / RUN_MARKER).write_text("one attempt of one run; this folder is reset by the next attempt\n", encoding="utf-8")
+    (out_dir / RUN_MARKER).write_text(
+        "one attempt of one run; this folder is reset by the next attempt\n", encoding="utf-8"
+    )
 
 
 def read_completion_record(path: Path) -> tuple[dict | None, bool]:
@@ -293,7 +296,7 @@ def run_attempt(
     from pilot.scenarios import load_scenario
 
     t_start = time.monotonic()
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     if backend not in BACKENDS:
         raise RunnerError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     study = protocol.study()
@@ -309,8 +312,10 @@ def run_attempt(
     isolation = isolation or default_isolation()
     if backend == backends.REHEARSAL and not (environ or {}).get("ANTHROPIC_BASE_URL"):
         # A rehearsal must never reach the real API: its upstream is named, never defaulted.
-        raise RunnerError("backend 'rehearsal' needs the scripted model server's address in environ (ANTHROPIC_BASE_URL); "
-                          "run it through pilot.pipeline.run_cell, which starts the server")
+        raise RunnerError(
+            "backend 'rehearsal' needs the scripted model server's address in environ (ANTHROPIC_BASE_URL); "
+            "run it through pilot.pipeline.run_cell, which starts the server"
+        )
     if backend in backends.CLI_BACKENDS:
         from pilot.agents import launch, sandbox
 
@@ -334,8 +339,17 @@ def run_attempt(
     notes: list[str] = []
 
     base = dict(
-        scenario=scenario_id, arm=arm_id, model=model, backend=backend, seed=int(seed), caps_usd=caps.usd, caps_wall_s=caps.wall_s,
-        max_turns=max_turns, workspace=str(ws_root), transcript=str(transcript), started_at=started_at,
+        scenario=scenario_id,
+        arm=arm_id,
+        model=model,
+        backend=backend,
+        seed=int(seed),
+        caps_usd=caps.usd,
+        caps_wall_s=caps.wall_s,
+        max_turns=max_turns,
+        workspace=str(ws_root),
+        transcript=str(transcript),
+        started_at=started_at,
     )
 
     def infra(reason: str, **extra: Any) -> RunRecord:
@@ -363,17 +377,33 @@ def run_attempt(
         endpoint = None
         if backend in backends.CLI_BACKENDS:
             # A rehearsal's scripted server plays each run by its label; the real API is never told it.
-            meter, endpoint = _open_meter(stack, out_dir, caps, model, environ,
-                                          label_upstream=label_upstream or backend == backends.REHEARSAL)
+            meter, endpoint = _open_meter(
+                stack, out_dir, caps, model, environ, label_upstream=label_upstream or backend == backends.REHEARSAL
+            )
         agent, worker_info, launch_error = backends.role(backend, "agent")(
-            arm=arm, study=study, scenario=scenario, out_dir=out_dir, ws_root=ws_root, seed=seed, model=model, claude_bin=claude_bin,
-            worker_env=worker_env, extra_env=extra_env, isolation=isolation, endpoint=endpoint,
+            arm=arm,
+            study=study,
+            scenario=scenario,
+            out_dir=out_dir,
+            ws_root=ws_root,
+            seed=seed,
+            model=model,
+            claude_bin=claude_bin,
+            worker_env=worker_env,
+            extra_env=extra_env,
+            isolation=isolation,
+            endpoint=endpoint,
             portal_url=getattr(portal, "url", None) if portal is not None else None,
-            redact=tuple(portal.secrets()) if portal is not None and hasattr(portal, "secrets") else (), limits=limits,
+            redact=tuple(portal.secrets()) if portal is not None and hasattr(portal, "secrets") else (),
+            limits=limits,
         )
         if launch_error:
-            return infra(launch_error, worker_env=worker_info, portal=portal_info,
-                         enforcement=isolation if isolation == "unisolated" else "")
+            return infra(
+                launch_error,
+                worker_env=worker_info,
+                portal=portal_info,
+                enforcement=isolation if isolation == "unisolated" else "",
+            )
         if hasattr(agent, "close"):
             stack.callback(agent.close)
 
@@ -388,9 +418,16 @@ def run_attempt(
         recovery_used = False
         recovery_skipped = None
         if cls1.status == INFRA_ERROR:
-            rec = _empty_record(base, cls1.infra_error or "infrastructure error", notes, worker_env=worker_info, portal=portal_info,
-                                sessions=[s.to_dict() for s in sessions], cli_version=first.cli_version,
-                                enforcement=getattr(agent, "enforcement", ""))
+            rec = _empty_record(
+                base,
+                cls1.infra_error or "infrastructure error",
+                notes,
+                worker_env=worker_info,
+                portal=portal_info,
+                sessions=[s.to_dict() for s in sessions],
+                cli_version=first.cli_version,
+                enforcement=getattr(agent, "enforcement", ""),
+            )
             _record_meter(rec, meter, None)
             rec.harness_s = time.monotonic() - t_start
             _write(out_dir, rec)
@@ -413,7 +450,9 @@ def run_attempt(
                     recovery_skipped = "the first session reported no session id"
                 elif spent is None:
                     # Without the first session's cost the remaining budget is unknown; a resume could overrun the cap.
-                    recovery_skipped = "the first session's cost is unknown (no result), so no remaining budget can be given"
+                    recovery_skipped = (
+                        "the first session's cost is unknown (no result), so no remaining budget can be given"
+                    )
                 elif meter is not None and meter.capped:
                     recovery_skipped = "the model proxy ended the run at its cost cap"
                 elif budget_left < MIN_RESUME_USD:
@@ -422,8 +461,14 @@ def run_attempt(
                     recovery_skipped = f"no wall time left ({wall_left:.1f} s)"
                 else:
                     session_bounds.append(int(getattr(meter, "_seq", 0)) + 1)
-                    second = agent.run_session(1, budget_usd=budget_left, wall_s=wall_left, max_turns=max_turns,
-                                               resume_session_id=resume_id, prompt=RESUME_PROMPT)
+                    second = agent.run_session(
+                        1,
+                        budget_usd=budget_left,
+                        wall_s=wall_left,
+                        max_turns=max_turns,
+                        resume_session_id=resume_id,
+                        prompt=RESUME_PROMPT,
+                    )
                     sessions.append(second)
                     cls2 = _metered_cap(classify(second), meter)
                     if cls2.status == INFRA_ERROR:
@@ -437,10 +482,28 @@ def run_attempt(
                     selfcheck_final = passed2
         # The portal's health is taken when the agent is done, before evaluation can take its time.
         portal_end = portal.end_of_run() if portal is not None else None
-        rec = _finish(base, out_dir, scenario, arm, ws, sessions, final_cls, agent, notes, t_start,
-                      selfcheck_first=selfcheck_first, selfcheck_final=selfcheck_final, recovery_used=recovery_used,
-                      recovery_skipped=recovery_skipped, worker_info=worker_info, portal_info=portal_info, evaluate=evaluate,
-                      meter=meter, session_bounds=session_bounds, record_from_proxy=record_from_proxy)
+        rec = _finish(
+            base,
+            out_dir,
+            scenario,
+            arm,
+            ws,
+            sessions,
+            final_cls,
+            agent,
+            notes,
+            t_start,
+            selfcheck_first=selfcheck_first,
+            selfcheck_final=selfcheck_final,
+            recovery_used=recovery_used,
+            recovery_skipped=recovery_skipped,
+            worker_info=worker_info,
+            portal_info=portal_info,
+            evaluate=evaluate,
+            meter=meter,
+            session_bounds=session_bounds,
+            record_from_proxy=record_from_proxy,
+        )
         if portal_end is not None:
             rec = _record_portal_end(rec, portal_end, portal, out_dir)
         return rec
@@ -454,8 +517,15 @@ def run_attempt(
             redact_tree(out_dir, portal.secrets(), skip=(ws_root.name,))
 
 
-def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ: dict[str, str] | None, *,
-                label_upstream: bool = False):
+def _open_meter(
+    stack: ExitStack,
+    out_dir: Path,
+    caps: Caps,
+    model: str,
+    environ: dict[str, str] | None,
+    *,
+    label_upstream: bool = False,
+):
     """Start the model proxy for this attempt (it alone holds the key) and open the run's meter."""
     from pilot.agents import launch
     from pilot.agents.model_proxy import MeteringProxy
@@ -465,8 +535,15 @@ def _open_meter(stack: ExitStack, out_dir: Path, caps: Caps, model: str, environ
     env = dict(os.environ if environ is None else environ)
     upstream = env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL
     prices = PriceTable.load(paths.PROTOCOL_DIR / "prices.yml")
-    proxy = stack.enter_context(MeteringProxy(upstream, env.get("ANTHROPIC_API_KEY", ""), prices, harness_record_dir(out_dir) / "proxy",
-                                              label_upstream=label_upstream))
+    proxy = stack.enter_context(
+        MeteringProxy(
+            upstream,
+            env.get("ANTHROPIC_API_KEY", ""),
+            prices,
+            harness_record_dir(out_dir) / "proxy",
+            label_upstream=label_upstream,
+        )
+    )
     run_id = str(out_dir)
     meter = proxy.open_run(run_id, Decimal(str(caps.usd)), model)
     stack.callback(proxy.close_run, run_id)
@@ -484,7 +561,9 @@ def _metered_cap(cls: Classification, meter: Any) -> Classification:
     if cls.status == INFRA_ERROR:
         return cls
     if meter is not None and getattr(meter, "capped", False):
-        return Classification(CAPPED, censor_reason="cost", detail="the model proxy refused a request that could cross the cost cap")
+        return Classification(
+            CAPPED, censor_reason="cost", detail="the model proxy refused a request that could cross the cost cap"
+        )
     return cls
 
 
@@ -496,7 +575,9 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
 
     rec.metered_cost_usd = Decimal(meter.metered_usd)
     requests = getattr(meter, "requests", None)
-    rec.metered_requests = len(requests) if isinstance(requests, (list, tuple)) else (int(requests) if requests is not None else None)
+    rec.metered_requests = (
+        len(requests) if isinstance(requests, (list, tuple)) else (int(requests) if requests is not None else None)
+    )
     note = cost_disagreement(None if reported_usd is None else Decimal(str(reported_usd)), rec.metered_cost_usd)
     if note:
         rec.notes.append(note)
@@ -504,11 +585,33 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
 
 def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> RunRecord:
     fields = dict(
-        status=INFRA_ERROR, censored=False, censor_reason=None, infra_error=reason, agent_error=None, cost_usd=None,
-        cost_complete=False, cost_method="no inference", recovery_cost_usd=None, wall_s=0.0, turns=0, tool_calls=0,
-        tool_calls_by_tool={}, questions=None, deviations=[], D=None, E=None, E_reasons=[], criteria_passed=None,
-        criteria_total=None, criteria=[], selfcheck_first=None, recovery_used=False, recovery_skipped=None,
-        selfcheck_final=None, cli_version=None, notes=list(notes),
+        status=INFRA_ERROR,
+        censored=False,
+        censor_reason=None,
+        infra_error=reason,
+        agent_error=None,
+        cost_usd=None,
+        cost_complete=False,
+        cost_method="no inference",
+        recovery_cost_usd=None,
+        wall_s=0.0,
+        turns=0,
+        tool_calls=0,
+        tool_calls_by_tool={},
+        questions=None,
+        deviations=[],
+        D=None,
+        E=None,
+        E_reasons=[],
+        criteria_passed=None,
+        criteria_total=None,
+        criteria=[],
+        selfcheck_first=None,
+        recovery_used=False,
+        recovery_skipped=None,
+        selfcheck_final=None,
+        cli_version=None,
+        notes=list(notes),
     )
     fields.update(extra)
     return RunRecord(**base, **fields)
@@ -529,9 +632,29 @@ def _proxy_record(meter: Any, notes: list[str]) -> tuple[list[dict], bool] | Non
         return None
 
 
-def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classification, agent, notes, t_start, *,
-            selfcheck_first, selfcheck_final, recovery_used, recovery_skipped, worker_info, portal_info, evaluate,
-            meter=None, session_bounds=None, record_from_proxy=True) -> RunRecord:
+def _finish(
+    base,
+    out_dir,
+    scenario,
+    arm,
+    ws,
+    sessions,
+    final_cls: Classification,
+    agent,
+    notes,
+    t_start,
+    *,
+    selfcheck_first,
+    selfcheck_final,
+    recovery_used,
+    recovery_skipped,
+    worker_info,
+    portal_info,
+    evaluate,
+    meter=None,
+    session_bounds=None,
+    record_from_proxy=True,
+) -> RunRecord:
     from pilot.workspace import transcript_path
 
     # The harness's own copy of the stream; where the model proxy kept its record of the exchanges, that record is
@@ -539,25 +662,41 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
     stream = audit.read_transcript(transcript_path(out_dir))
     record = _proxy_record(meter, notes) if record_from_proxy else None
     if not record_from_proxy and meter is not None:
-        notes.append("the run is read from the CLI's stream alone (a stand-in CLI that is its own model; no proxy record)")
+        notes.append(
+            "the run is read from the CLI's stream alone (a stand-in CLI that is its own model; no proxy record)"
+        )
     summary = stream if record is None else witness.proxy_summary(record[0], session_bounds=session_bounds)
     enforcement = getattr(agent, "enforcement", "")
     refusals = agent.refusals() if hasattr(agent, "refusals") else []
-    devs = audit.audit(summary, arm.denied_families, arm.tools, network_allowed=bool(arm.feature("portal")),
-                       isolated=enforcement not in ("", "unisolated"), refusals=refusals)
+    devs = audit.audit(
+        summary,
+        arm.denied_families,
+        arm.tools,
+        network_allowed=bool(arm.feature("portal")),
+        isolated=enforcement not in ("", "unisolated"),
+        refusals=refusals,
+    )
     tampering: list = []
     if record is not None:
-        tampering = witness.compare(record[0], [s.summary for s in sessions],
-                                    assigned_session_ids=[s.assigned_session_id or "" for s in sessions],
-                                    metered_usd=Decimal(meter.metered_usd), truncated=record[1], session_bounds=session_bounds,
-                                    killed_sessions=sum(bool(s.timed_out or s.bound) for s in sessions),
-                                    redact=tuple(getattr(agent, "redact", ())), notes=notes)
+        tampering = witness.compare(
+            record[0],
+            [s.summary for s in sessions],
+            assigned_session_ids=[s.assigned_session_id or "" for s in sessions],
+            metered_usd=Decimal(meter.metered_usd),
+            truncated=record[1],
+            session_bounds=session_bounds,
+            killed_sessions=sum(bool(s.timed_out or s.bound) for s in sessions),
+            redact=tuple(getattr(agent, "redact", ())),
+            notes=notes,
+        )
         devs += witness.tampering_deviations(tampering)
     deviations = [d.to_dict() for d in devs]
     cost = combined_cost(sessions)
     if any(t.kind == witness.FORGED_RESULT for t in tampering):
         # The client's figure cannot be believed: the run costs what the proxy metered.
-        cost = replace(cost, total_usd=float(meter.metered_usd), complete=True, method="metered (the client's result was forged)")
+        cost = replace(
+            cost, total_usd=float(meter.metered_usd), complete=True, method="metered (the client's result was forged)"
+        )
     record, valid = read_completion_record(ws.completion_record)
     status = final_cls.status
     wall = sum(s.wall_s for s in sessions)
@@ -601,7 +740,9 @@ def _finish(base, out_dir, scenario, arm, ws, sessions, final_cls: Classificatio
     # reported still has a cost, so a dry run settles such runs on it instead of the reservation.
     _record_meter(rec, meter if meter is not None else getattr(agent, "meter", None), cost.total_usd)
     if base["backend"] in backends.CLI_BACKENDS and "macos" in arm.requires and platform.system() != "Darwin":
-        rec.notes.append(f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are that host's)")
+        rec.notes.append(
+            f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are that host's)"
+        )
     pinned = str(protocol.study()["cli"]["version"])
     if base["backend"] in backends.CLI_BACKENDS and rec.cli_version and rec.cli_version != pinned:
         rec.notes.append(f"CLI version {rec.cli_version} differs from the pinned {pinned} (study.yml cli.version)")
@@ -630,16 +771,26 @@ def evaluate_finished(scenario: Any, workspace: Path, input_hashes: dict[str, st
     try:
         return oracle_evaluate(scenario, workspace, input_hashes)
     except Exception as exc:  # noqa: BLE001 - see the docstring
-        return Evaluation(scenario.id, str(workspace), False, False, [], [],
-                          errors=[f"the evaluation failed ({type(exc).__name__}: {str(exc)[:300]})"])
+        return Evaluation(
+            scenario.id,
+            str(workspace),
+            False,
+            False,
+            [],
+            [],
+            errors=[f"the evaluation failed ({type(exc).__name__}: {str(exc)[:300]})"],
+        )
 
 
 def evaluation_fields(ev: Any) -> dict[str, Any]:
     """The run record's fields an evaluation sets: D, E, the criteria, and ``eval_error`` when it could not run in full."""
     errors = list(getattr(ev, "errors", []))
     return {
-        "D": bool(ev.D), "E": bool(ev.E), "E_reasons": list(ev.E_reasons),
-        "criteria_passed": int(ev.criteria_passed), "criteria_total": int(ev.criteria_total),
+        "D": bool(ev.D),
+        "E": bool(ev.E),
+        "E_reasons": list(ev.E_reasons),
+        "criteria_passed": int(ev.criteria_passed),
+        "criteria_total": int(ev.criteria_total),
         "criteria": [asdict(c) if hasattr(c, "__dataclass_fields__") else dict(c) for c in ev.criteria],
         "eval_error": "; ".join(errors) or None,
     }
@@ -679,7 +830,9 @@ def record_workspace(workspace: Path, out_dir: Path) -> tuple[str, int]:
     """Write the workspace's manifest beside it (``workspace_manifest.json``, outside what the agent can reach)
     and return its digest and number of entries, which the run record keeps."""
     manifest = workspace_manifest(workspace)
-    (Path(out_dir) / WORKSPACE_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (Path(out_dir) / WORKSPACE_MANIFEST).write_text(
+        json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
     return manifest_digest(manifest), len(manifest)
 
 

@@ -14,9 +14,10 @@ of ``protocol/study.yml`` (:func:`columns`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -63,7 +64,11 @@ class ColumnSpec:
 COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("run_id", "str", doc="unique identifier of the assigned run"),
     ColumnSpec("study", "str", doc="study name; SIMULATED tables carry the tag here"),
-    ColumnSpec("backend", "str", doc="agent backend (claude-code is real; rehearsal is a REHEARSAL, anything else a SIMULATED dry run)"),
+    ColumnSpec(
+        "backend",
+        "str",
+        doc="agent backend (claude-code is real; rehearsal is a REHEARSAL, anything else a SIMULATED dry run)",
+    ),
     ColumnSpec("scenario", "str", doc="scenario id, e.g. ACC-01"),
     ColumnSpec("occupation", "str", doc="the scenario's occupation"),
     ColumnSpec("arm", "str", doc="arm id from protocol/study.yml"),
@@ -79,12 +84,16 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("E_reasons", "str", nullable=True, doc="the violations, '; '-separated"),
     ColumnSpec("criteria_passed", "int", minimum=0, doc="oracle criteria passed"),
     ColumnSpec("criteria_total", "int", minimum=1, doc="oracle criteria evaluated"),
-    ColumnSpec("Q", "float", nullable=True, minimum=0, maximum=100, doc="mean judge score over available judges (0-100)"),
+    ColumnSpec(
+        "Q", "float", nullable=True, minimum=0, maximum=100, doc="mean judge score over available judges (0-100)"
+    ),
     ColumnSpec("n_judges", "int", minimum=0, doc="judges with a valid output"),
     ColumnSpec("judge_accept_votes", "int", minimum=0, doc="judges saying a demanding manager would accept"),
     ColumnSpec("S", "bool", nullable=True, doc="acceptance 1{D, not E, Q >= q}; missing when Q is"),
     # Missing, never zero, when the client reported no cost (a session killed at the wall limit prints no result).
-    ColumnSpec("cost_usd", "float", nullable=True, minimum=0, doc="agent cost, recovery included; missing when not reported"),
+    ColumnSpec(
+        "cost_usd", "float", nullable=True, minimum=0, doc="agent cost, recovery included; missing when not reported"
+    ),
     ColumnSpec("judge_cost_usd", "float", minimum=0, doc="cost of the judges"),
     ColumnSpec("wall_s", "float", minimum=0, doc="wall time, recovery included"),
     ColumnSpec("turns", "int", minimum=0, doc="agent turns"),
@@ -94,41 +103,78 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("censored", "bool", doc="the run reached a cap"),
     ColumnSpec("censor_reason", "str", nullable=True, allowed=CENSOR_REASONS, doc="which cap"),
     ColumnSpec("status", "str", allowed=STATUSES, doc="how the run ended"),
-    ColumnSpec("completion_status", "str", allowed=COMPLETION_STATUSES, doc="status in the completion record (missing: no valid record)"),
+    ColumnSpec(
+        "completion_status",
+        "str",
+        allowed=COMPLETION_STATUSES,
+        doc="status in the completion record (missing: no valid record)",
+    ),
     ColumnSpec("selfcheck_first", "bool", nullable=True, doc="A4: first session passed the self-check"),
     ColumnSpec("recovery_used", "bool", doc="A4: the one recovery resume was used"),
     ColumnSpec("selfcheck_final", "bool", nullable=True, doc="A4: self-check after the run (after recovery if any)"),
     ColumnSpec("designed_depth", "int", minimum=1, doc="the scenario's designed depth (ordinal)"),
     ColumnSpec("professional_minutes", "float", minimum=0, doc="the scenario's professional minutes (weights)"),
-    ColumnSpec("enforcement", "str", nullable=True, allowed=ENFORCEMENTS,
-               doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; simulated: a dry run)"),
+    ColumnSpec(
+        "enforcement",
+        "str",
+        nullable=True,
+        allowed=ENFORCEMENTS,
+        doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; simulated: a dry run)",
+    ),
 )
 
 # Process columns a table may carry beyond the schema: checked by kind when present, never required.
 OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
-    ColumnSpec("portal_requests", "int", nullable=True, minimum=0, doc="requests to the run's portal (health checks excluded); missing without a portal"),
-    ColumnSpec("portal_fault", "bool", nullable=True, doc="the run's portal was not answering at the end of the run; missing without a portal"),
+    ColumnSpec(
+        "portal_requests",
+        "int",
+        nullable=True,
+        minimum=0,
+        doc="requests to the run's portal (health checks excluded); missing without a portal",
+    ),
+    ColumnSpec(
+        "portal_fault",
+        "bool",
+        nullable=True,
+        doc="the run's portal was not answering at the end of the run; missing without a portal",
+    ),
     # The evaluator could not run in full (LibreOffice unavailable ...): D and E are then no verdict on the work.
-    ColumnSpec("eval_error", "str", nullable=True, doc="why the evaluation itself could not run in full; missing when it ran"),
+    ColumnSpec(
+        "eval_error", "str", nullable=True, doc="why the evaluation itself could not run in full; missing when it ran"
+    ),
     # The verdict comes from `pilot study reevaluate` (the first evaluation could not run); the earlier record is kept in the store.
-    ColumnSpec("reevaluated_at", "str", nullable=True, doc="when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is the run's first"),
+    ColumnSpec(
+        "reevaluated_at",
+        "str",
+        nullable=True,
+        doc="when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is the run's first",
+    ),
 )
 
 
 def refuse_unisolated(df: pd.DataFrame, source: str | Path = "<run table>") -> None:
     """Refuse a table holding real runs whose agent ran without isolation (the arms' access then did not hold)."""
-    bad = (df["enforcement"] == UNISOLATED).to_numpy(dtype=bool) & df["backend"].isin(backends.CLI_BACKENDS).to_numpy(dtype=bool)
+    bad = (df["enforcement"] == UNISOLATED).to_numpy(dtype=bool) & df["backend"].isin(backends.CLI_BACKENDS).to_numpy(
+        dtype=bool
+    )
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise RunTableError(str(source), "enforcement", f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), "
-                            "so their arm's access was not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway",
-                            row=i + 1, run_id=str(df["run_id"].iloc[i]))
+        raise RunTableError(
+            str(source),
+            "enforcement",
+            f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), "
+            "so their arm's access was not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway",
+            row=i + 1,
+            run_id=str(df["run_id"].iloc[i]),
+        )
 
 
 class RunTableError(ValueError):
     """A run table is malformed; the message names the source, row and column."""
 
-    def __init__(self, source: str, column: str | None, reason: str, row: int | None = None, run_id: str | None = None) -> None:
+    def __init__(
+        self, source: str, column: str | None, reason: str, row: int | None = None, run_id: str | None = None
+    ) -> None:
         self.source = source
         self.column = column
         self.row = row
@@ -159,7 +205,16 @@ def columns(study: protocol.Study | None = None) -> list[ColumnSpec]:
         out.append(spec)
         if spec.name == "Q":
             for jid in judge_ids(study):
-                out.append(ColumnSpec(judge_column(jid), "float", nullable=True, minimum=0, maximum=100, doc=f"judge {jid}'s rubric-weighted score (0-100)"))
+                out.append(
+                    ColumnSpec(
+                        judge_column(jid),
+                        "float",
+                        nullable=True,
+                        minimum=0,
+                        maximum=100,
+                        doc=f"judge {jid}'s rubric-weighted score (0-100)",
+                    )
+                )
     return out
 
 
@@ -256,6 +311,7 @@ def _coerce_column(series: pd.Series, spec: ColumnSpec, source: str, run_ids: Se
     values = series.tolist()
     out: list[Any] = []
     for i, v in enumerate(values):
+
         def fail(reason: str) -> RunTableError:
             return RunTableError(source, spec.name, reason, row=i + 1, run_id=run_ids[i] if i < len(run_ids) else None)
 
@@ -338,8 +394,12 @@ def validate_runtable(
     df, n_failed = drop_failed(df)
     df, n_eval_errors = drop_evaluation_errors(df)
     if len(df) == 0:
-        besides = [f"{n_failed} failed run(s)"] * bool(n_failed) + [f"{n_eval_errors} run(s) whose evaluation could not run"] * bool(n_eval_errors)
-        raise RunTableError(source, None, "the table has no rows" + (f" besides {' and '.join(besides)}" if besides else ""))
+        besides = [f"{n_failed} failed run(s)"] * bool(n_failed) + [
+            f"{n_eval_errors} run(s) whose evaluation could not run"
+        ] * bool(n_eval_errors)
+        raise RunTableError(
+            source, None, "the table has no rows" + (f" besides {' and '.join(besides)}" if besides else "")
+        )
     df = df.reset_index(drop=True)
     run_ids = [str(v) for v in df["run_id"].tolist()]
     out = pd.DataFrame(index=df.index)
@@ -374,7 +434,12 @@ def validate_runtable(
         raise fail(i, "scenario", f"{out['scenario'][i]!r} is not a scenario id (e.g. ACC-01)")
     allowed = list(scenarios) if scenarios is not None else known_scenarios()
     table_backends = set(out["backend"])
-    if allowed and scenarios is None and len(table_backends) == 1 and backends.has_role(next(iter(table_backends)), "scenarios"):
+    if (
+        allowed
+        and scenarios is None
+        and len(table_backends) == 1
+        and backends.has_role(next(iter(table_backends)), "scenarios")
+    ):
         # A synthetic table may also name the generator's stand-ins for bundles not written yet.
         allowed += backends.role(next(iter(table_backends)), "scenarios")(out["scenario"].unique())
     if allowed:
@@ -383,7 +448,9 @@ def validate_runtable(
     for col in ("occupation", "designed_depth", "professional_minutes"):
         n = out.groupby("scenario")[col].transform("nunique")
         if (i := first(n > 1)) is not None:
-            raise fail(i, col, f"differs between runs of scenario {out['scenario'][i]}; it is a property of the scenario")
+            raise fail(
+                i, col, f"differs between runs of scenario {out['scenario'][i]}; it is a property of the scenario"
+            )
 
     # Oracle counts and judge columns.
     if (i := first(out["criteria_passed"] > out["criteria_total"])) is not None:
@@ -413,7 +480,11 @@ def validate_runtable(
     S = out["S"].to_numpy(dtype=float, na_value=np.nan)
     expected = acceptance(D, E, Q, study.q)
     if (i := first(np.isnan(S) != np.isnan(expected))) is not None:
-        why = "S is missing although Q is present" if np.isnan(S[i]) else "S must be missing when Q is missing (never zero)"
+        why = (
+            "S is missing although Q is present"
+            if np.isnan(S[i])
+            else "S must be missing when Q is missing (never zero)"
+        )
         raise fail(i, "S", why)
     if (i := first(~np.isnan(S) & (S != expected))) is not None:
         raise fail(i, "S", f"S={int(S[i])} contradicts D={bool(D[i])}, E={bool(E[i])}, Q={Q[i]:.2f} at q={study.q:g}")
@@ -428,7 +499,11 @@ def validate_runtable(
     o = study["outcomes"]
     h = o["intervention_minutes"] + o["human_minutes_per_question"] * out["questions"].to_numpy(dtype=float)
     if (i := first(np.abs(out["H_minutes"].to_numpy(dtype=float) - h) > _TOL)) is not None:
-        raise fail(i, "H_minutes", f"must be {o['intervention_minutes']} + {o['human_minutes_per_question']} x questions = {h[i]:g}")
+        raise fail(
+            i,
+            "H_minutes",
+            f"must be {o['intervention_minutes']} + {o['human_minutes_per_question']} x questions = {h[i]:g}",
+        )
 
     # Self-repair fields only where the arm grants a recovery.
     recovering = {a.id for a in protocol.arms().values() if a.recovery_resumes > 0}
@@ -437,15 +512,22 @@ def validate_runtable(
         raise fail(i, "recovery_used", f"arm {out['arm'][i]} has no recovery resume")
     if (i := first(~can & out["selfcheck_first"].notna().to_numpy())) is not None:
         raise fail(i, "selfcheck_first", f"arm {out['arm'][i]} has no self-check; leave it empty")
-    if (i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())) is not None:
+    if (
+        i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())
+    ) is not None:
         raise fail(i, "selfcheck_first", "a self-repairing run records its first self-check")
     out.attrs[FAILED_DROPPED_ATTR] = n_failed
     out.attrs[EVAL_ERROR_DROPPED_ATTR] = n_eval_errors
     return out
 
 
-def read_runtable(path: str | Path, *, study: protocol.Study | None = None, scenarios: Iterable[str] | None = None,
-                  allow_unisolated: bool = False) -> pd.DataFrame:
+def read_runtable(
+    path: str | Path,
+    *,
+    study: protocol.Study | None = None,
+    scenarios: Iterable[str] | None = None,
+    allow_unisolated: bool = False,
+) -> pd.DataFrame:
     """Read and validate a run table (CSV); refuses a malformed file, or unisolated real runs, with a RunTableError."""
     path = Path(path)
     if not path.is_file():
@@ -483,5 +565,14 @@ def schema_frame(study: protocol.Study | None = None) -> pd.DataFrame:
         rng = ""
         if s.minimum is not None or s.maximum is not None:
             rng = f"[{'' if s.minimum is None else s.minimum}, {'' if s.maximum is None else s.maximum}]"
-        rows.append({"column": s.name, "type": s.kind, "nullable": s.nullable, "allowed": ", ".join(map(str, s.allowed)) if s.allowed else "", "range": rng, "meaning": s.doc})
+        rows.append(
+            {
+                "column": s.name,
+                "type": s.kind,
+                "nullable": s.nullable,
+                "allowed": ", ".join(map(str, s.allowed)) if s.allowed else "",
+                "range": rng,
+                "meaning": s.doc,
+            }
+        )
     return pd.DataFrame(rows)

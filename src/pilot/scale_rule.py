@@ -128,21 +128,33 @@ class ScaleDecision:
         return pd.DataFrame({"quantity": [r[0] for r in rows], "value": [r[1] for r in rows]})
 
     @property
-    def reported_only(self) -> "ScaleDecision | None":
+    def reported_only(self) -> ScaleDecision | None:
         """The same rule on the sensitivity reading of c-bar (runs without a reported or metered cost left out), if it differs."""
         inp = self.inputs
         if inp.c_bar_reported_usd is None or inp.n_unknown_cost == 0:
             return None
-        return replace(self, inputs=replace(inp, c_bar_usd=inp.c_bar_reported_usd, n_runs=inp.n_runs - inp.n_unknown_cost, n_unknown_cost=0))
+        return replace(
+            self,
+            inputs=replace(
+                inp, c_bar_usd=inp.c_bar_reported_usd, n_runs=inp.n_runs - inp.n_unknown_cost, n_unknown_cost=0
+            ),
+        )
 
     def _sensitivity_rows(self) -> list[tuple[str, object]]:
         alt = self.reported_only
         if alt is None:
-            return [("sensitivity: c_bar over reported or metered costs only", "same as c_bar (no run charged its reservation)")]
-        return [("sensitivity: c_bar over reported or metered costs only (USD)", alt.inputs.c_bar_usd),
-                ("sensitivity: runs in that c_bar", alt.inputs.n_runs),
-                ("sensitivity: add third repeat", alt.add_third_repeat),
-                ("sensitivity: run model sensitivities", alt.run_sensitivities)]
+            return [
+                (
+                    "sensitivity: c_bar over reported or metered costs only",
+                    "same as c_bar (no run charged its reservation)",
+                )
+            ]
+        return [
+            ("sensitivity: c_bar over reported or metered costs only (USD)", alt.inputs.c_bar_usd),
+            ("sensitivity: runs in that c_bar", alt.inputs.n_runs),
+            ("sensitivity: add third repeat", alt.add_third_repeat),
+            ("sensitivity: run model sensitivities", alt.run_sensitivities),
+        ]
 
     def amendment_text(self) -> str:
         """The amendment the decision implies, in the style of ``protocol/amendments.csv``."""
@@ -156,7 +168,9 @@ class ScaleDecision:
             f"remaining envelope {self.inputs.remaining_usd:.2f} - {self.third_reserve_usd:g} = {self.third_limit_usd:.2f})"
         )
         models = " and ".join(self.sensitivity_models)
-        sens_what = f"the model sensitivities ({models} on {self.sensitivity_arm}, {self.sensitivity_repeats} repeats each)"
+        sens_what = (
+            f"the model sensitivities ({models} on {self.sensitivity_arm}, {self.sensitivity_repeats} repeats each)"
+        )
         sens = (
             f"{sens_what} were run ({k:g} x {c:.2f} x {self.sensitivity_runs} = {self.sensitivity_cost_usd:.2f} <= "
             f"what remained {self.remaining_after_third_usd:.2f} - {self.sensitivity_reserve_usd:g} = {self.sensitivity_limit_usd:.2f})"
@@ -166,8 +180,12 @@ class ScaleDecision:
         )
         return (
             f"At a pilot mean total cost of {c:.2f} dollars per run (judges included, {self.inputs.n_runs} runs"
-            + (f", {self.inputs.n_unknown_cost} of them charged their reservation for want of a reported or metered cost"
-               if self.inputs.n_unknown_cost else "") + "), "
+            + (
+                f", {self.inputs.n_unknown_cost} of them charged their reservation for want of a reported or metered cost"
+                if self.inputs.n_unknown_cost
+                else ""
+            )
+            + "), "
             f"the preregistered scale rule was applied: {third}; {sens}."
         )
 
@@ -212,15 +230,20 @@ def rule_run_counts(study: protocol.Study, n_scenarios: int | None = None) -> tu
         raise ScaleRuleError(f"a study needs at least one scenario, got n_scenarios={n}")
     rule = study["scale_rule"]
     out = []
-    for field, runs in (("third_repeat", int(rule["third_repeat"]["runs"])), ("sensitivity", int(rule["sensitivity"]["runs"]))):
+    for field, runs in (
+        ("third_repeat", int(rule["third_repeat"]["runs"])),
+        ("sensitivity", int(rule["sensitivity"]["runs"])),
+    ):
         if (runs * n) % design_n:
-            raise ScaleRuleError(f"study.yml scale_rule.{field}.runs = {runs} is not a whole number of runs per scenario "
-                                 f"of the design's {design_n}")
+            raise ScaleRuleError(
+                f"study.yml scale_rule.{field}.runs = {runs} is not a whole number of runs per scenario "
+                f"of the design's {design_n}"
+            )
         out.append(runs * n // design_n)
     return out[0], out[1]
 
 
-def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:
+def inputs_from_store(store: object, wave: str = "pilot") -> ScaleInputs:
     """c-bar over every finished run of ``wave``, and the envelope's balance, from a :class:`pilot.store.Store`.
 
     Restarts are left out: an attempt that did not finish its run and was
@@ -246,8 +269,15 @@ def inputs_from_store(store: "object", wave: str = "pilot") -> ScaleInputs:
     )
 
 
-def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool | str, tables_dir: Path, generated_dir: Path,
-                   figures_dir: Path | None = None) -> dict[str, Path]:
+def write_decision(
+    decision: ScaleDecision,
+    study_name: str,
+    *,
+    simulated: bool | str,
+    tables_dir: Path,
+    generated_dir: Path,
+    figures_dir: Path | None = None,
+) -> dict[str, Path]:
     """Write the decision, its inputs and the amendment text; returns the files written.
 
     ``tables_dir``: ``scale_rule_<study>.csv`` (inputs and both sides of each
@@ -303,8 +333,12 @@ def write_decision(decision: ScaleDecision, study_name: str, *, simulated: bool 
         macro_name("scale", "third", "added"): "yes" if decision.add_third_repeat else "no",
         macro_name("scale", "sens", "run"): "yes" if decision.run_sensitivities else "no",
     }
-    out["macros"] = write_macros(macros, Path(generated_dir) / "scale_rule_macros.tex", digits=2,
-                                 comment=f"{tag} scale rule of study {study_name}".strip())
+    out["macros"] = write_macros(
+        macros,
+        Path(generated_dir) / "scale_rule_macros.tex",
+        digits=2,
+        comment=f"{tag} scale rule of study {study_name}".strip(),
+    )
     if figures_dir is not None:
         out["figure"] = _figure(decision, Path(figures_dir) / "scale_rule.pdf", tag)
     return out
@@ -325,7 +359,9 @@ def _figure(decision: ScaleDecision, path: Path, tag: str) -> Path:
     ax.barh(labels, cost, height=0.4, color="#4477aa", label="projected cost")
     ax.set_xlabel("dollars")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
-    ax.set_title((f"{tag}: " if tag else "") + f"scale rule at a mean run cost of \\${decision.inputs.c_bar_usd:.2f}", fontsize=9)
+    ax.set_title(
+        (f"{tag}: " if tag else "") + f"scale rule at a mean run cost of \\${decision.inputs.c_bar_usd:.2f}", fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(path)
     fig.savefig(path.with_suffix(".png"), dpi=110)  # shown inline by the stage notebook

@@ -25,10 +25,11 @@ import heapq
 import io
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pilot import paths, protocol
 from pilot.attempt import AttemptOutcome, CellSpec, launch_mark
@@ -118,7 +119,13 @@ class _Key:
     sensitivity: bool
 
 
-def _wave_keys(wave: str, scenarios: Sequence[str], study: protocol.Study, arms: Sequence[str] | None, repeats: Sequence[int] | None) -> list[_Key]:
+def _wave_keys(
+    wave: str,
+    scenarios: Sequence[str],
+    study: protocol.Study,
+    arms: Sequence[str] | None,
+    repeats: Sequence[int] | None,
+) -> list[_Key]:
     worker = study["worker"]["model"]
     if wave == "pilot":
         reps = list(repeats) if repeats is not None else list(range(1, study.pilot_repeats + 1))
@@ -162,7 +169,9 @@ def build_cells(
         raise ScheduleError("no scenarios: pass them explicitly or add scenario folders under protocol/scenarios/")
     if len(set(scenarios)) != len(scenarios):
         raise ScheduleError(f"duplicate scenario ids in {list(scenarios)}")
-    keys = sorted(_wave_keys(wave, sorted(scenarios), study, arms, repeats), key=lambda k: (k.scenario, k.arm, k.repeat, k.model))
+    keys = sorted(
+        _wave_keys(wave, sorted(scenarios), study, arms, repeats), key=lambda k: (k.scenario, k.arm, k.repeat, k.model)
+    )
     judge_reserve = float(study["judges"]["reserve_usd_per_run"])
     perm = assign_order(len(keys), seed, wave)
     caps_cache: dict[str, protocol.Caps] = {}
@@ -190,7 +199,19 @@ def build_cells(
     return cells
 
 
-ASSIGNMENT_COLUMNS = ["wave", "order_index", "run_id", "scenario", "arm", "repeat", "model", "seed", "cap_usd", "wall_s", "reserve_usd"]
+ASSIGNMENT_COLUMNS = [
+    "wave",
+    "order_index",
+    "run_id",
+    "scenario",
+    "arm",
+    "repeat",
+    "model",
+    "seed",
+    "cap_usd",
+    "wall_s",
+    "reserve_usd",
+]
 
 
 def assignment_csv(cells: Iterable[CellSpec]) -> str:
@@ -300,15 +321,22 @@ class Scheduler:
         self.executor = executor
         self._nodes_provider: NodesProvider = nodes if callable(nodes) else (lambda fixed=list(nodes): fixed)
         self.backend = backend
-        self.requires = {k: tuple(v) for k, v in (requires or {a: arm.requires for a, arm in protocol.arms().items()}).items()}
+        self.requires = {
+            k: tuple(v) for k, v in (requires or {a: arm.requires for a, arm in protocol.arms().items()}).items()
+        }
         self.max_infra_attempts = int(max_infra_attempts)
         self.progress = progress
         self.poll_s = poll_s
         self.node_wait_s = node_wait_s
         self.workspace_root = store.folder / "workspaces"
 
-    def run(self, wave: str, *, prepare: Callable[[Store], None] | None = None,
-            on_start: Callable[[Store], None] | None = None) -> WaveResult:
+    def run(
+        self,
+        wave: str,
+        *,
+        prepare: Callable[[Store], None] | None = None,
+        on_start: Callable[[Store], None] | None = None,
+    ) -> WaveResult:
         """Run every waiting cell of ``wave`` (resuming after any crash) until done, failed or out of envelope.
 
         Under the study's lock, before anything else: processes left by
@@ -331,7 +359,9 @@ class Scheduler:
             ended += remote(prefix)
         return ended
 
-    def _run_locked(self, wave: str, prepare: Callable[[Store], None] | None, on_start: Callable[[Store], None] | None) -> WaveResult:
+    def _run_locked(
+        self, wave: str, prepare: Callable[[Store], None] | None, on_start: Callable[[Store], None] | None
+    ) -> WaveResult:
         t0 = time.perf_counter()
         result = WaveResult(wave=wave)
         result.swept_processes = len(self.sweep())
@@ -393,7 +423,11 @@ class Scheduler:
                             cell = heap[0][1]
                             result.stop_reason = (
                                 f"no live node can serve run {cell.run_id} (arm {cell.arm} needs {list(self.requires[cell.arm])}"
-                                + (f"; refused for their protocol: {', '.join(sorted(result.refused_nodes))}" if result.refused_nodes else "")
+                                + (
+                                    f"; refused for their protocol: {', '.join(sorted(result.refused_nodes))}"
+                                    if result.refused_nodes
+                                    else ""
+                                )
                                 + ") "
                                 f"after waiting {self.node_wait_s:.0f} s; {len(heap)} run(s) left waiting"
                             )
@@ -418,7 +452,9 @@ class Scheduler:
                             bar.update(1)
                     if bar is not None:
                         bal = self.store.balance()
-                        bar.set_postfix_str(f"spent ${bal.spent_usd:.2f} reserved ${bal.reserved_usd:.2f}", refresh=False)
+                        bar.set_postfix_str(
+                            f"spent ${bal.spent_usd:.2f} reserved ${bal.reserved_usd:.2f}", refresh=False
+                        )
                 nodes = live_nodes()  # live nodes may have come or gone (dask)
         finally:
             if bar is not None:
@@ -433,4 +469,6 @@ class Scheduler:
             return None
         from tqdm import tqdm
 
-        return tqdm(total=total, initial=initial, desc=f"{self.store.study().name} {wave}", unit="run", dynamic_ncols=True)
+        return tqdm(
+            total=total, initial=initial, desc=f"{self.store.study().name} {wave}", unit="run", dynamic_ncols=True
+        )

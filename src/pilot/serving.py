@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class BackgroundServer:
@@ -14,20 +15,30 @@ class BackgroundServer:
     another address.
     """
 
-    def __init__(self, app: Callable[..., Any], *, host: str, port: int, threads: int, ident: str,
-                 proxy: dict[str, Any] | None = None, on_close: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        app: Callable[..., Any],
+        *,
+        host: str,
+        port: int,
+        threads: int,
+        ident: str,
+        proxy: dict[str, Any] | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
         import waitress
 
         self.app = app
         self._on_close = on_close
-        self.server = waitress.create_server(app, host=host, port=port, threads=threads, ident=ident,
-                                             clear_untrusted_proxy_headers=True, **(proxy or {}))
+        self.server = waitress.create_server(
+            app, host=host, port=port, threads=threads, ident=ident, clear_untrusted_proxy_headers=True, **(proxy or {})
+        )
         self.port = int(self.server.effective_port)
         self.url = f"http://{host}:{self.port}"
         self._ident = ident
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "BackgroundServer":
+    def start(self) -> BackgroundServer:
         self._thread = threading.Thread(target=self.server.run, name=self._ident, daemon=True)
         self._thread.start()
         return self
@@ -42,7 +53,7 @@ class BackgroundServer:
         if self._on_close is not None:
             self._on_close()
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -32,8 +33,17 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class StageFailed(RuntimeError):
     """A cell of an executed stage notebook raised; names the notebook, the cell and the source line."""
 
-    def __init__(self, stage: "Stage", notebook: Path, cell_index: int, exec_count: int | None, source_line: int | None,
-                 ename: str, evalue: str, traceback: list[str]) -> None:
+    def __init__(
+        self,
+        stage: Stage,
+        notebook: Path,
+        cell_index: int,
+        exec_count: int | None,
+        source_line: int | None,
+        ename: str,
+        evalue: str,
+        traceback: list[str],
+    ) -> None:
         self.stage, self.notebook, self.cell_index = stage, notebook, cell_index
         self.exec_count, self.source_line = exec_count, source_line
         self.ename, self.evalue = ename, evalue
@@ -131,10 +141,13 @@ def check_parameters(notebook: Path, params: Mapping[str, Any], *, source: Path 
     declared = declared_parameters(notebook)
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        where = source.relative_to(paths.ROOT) if source is not None and source.is_relative_to(paths.ROOT) else (source or notebook).name
+        where = (
+            source.relative_to(paths.ROOT)
+            if source is not None and source.is_relative_to(paths.ROOT)
+            else (source or notebook).name
+        )
         raise StageError(
-            f"{where}: unknown parameter(s) {', '.join(unknown)}; "
-            f"declared: {', '.join(sorted(declared)) or 'none'}"
+            f"{where}: unknown parameter(s) {', '.join(unknown)}; declared: {', '.join(sorted(declared)) or 'none'}"
         )
     return {k: _coerce(k, v, declared[k]) for k, v in params.items()}
 
@@ -178,7 +191,9 @@ def _ipc_kernel_manager(folder: Path) -> type:
     return IPCKernelManager
 
 
-def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Path | None = None, progress: bool = False) -> Path:
+def run_stage(
+    name: str, params: Mapping[str, Any] | None = None, *, output: Path | None = None, progress: bool = False
+) -> Path:
     """Build, check and execute one stage; returns the executed notebook's path."""
     import papermill
 
@@ -202,6 +217,14 @@ def run_stage(name: str, params: Mapping[str, Any] | None = None, *, output: Pat
                 kernel_manager_class=_ipc_kernel_manager(Path(sockets)),
             )
     except PapermillExecutionError as exc:
-        raise StageFailed(stage, out, exc.cell_index, exc.exec_count, _source_line(stage.source, exc.source or ""),
-                          exc.ename, exc.evalue, list(exc.traceback or [])) from None
+        raise StageFailed(
+            stage,
+            out,
+            exc.cell_index,
+            exc.exec_count,
+            _source_line(stage.source, exc.source or ""),
+            exc.ename,
+            exc.evalue,
+            list(exc.traceback or []),
+        ) from None
     return out

@@ -27,15 +27,15 @@ import errno
 import json
 import os
 import sqlite3
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from pilot import ledger, paths
-from pilot.attempt import AttemptOutcome, CellSpec, read_outcome_file
-from pilot.attempt import was_launched
+from pilot.attempt import AttemptOutcome, CellSpec, read_outcome_file, was_launched
 
 STORE_FILE = "study.sqlite"
 WAVES = ("pilot", "repeat3", "sensitivity")
@@ -162,7 +162,6 @@ _OLD_BASIS_CHECK = "CHECK (charge_basis IN ('reported', 'reservation', 'released
 _NEW_BASIS_CHECK = "CHECK (charge_basis IN ('reported', 'metered', 'reservation', 'released'))"
 
 
-
 class _EnvelopeRefused(Exception):
     pass
 
@@ -195,17 +194,21 @@ def describe_fault(exc: BaseException, path: Path) -> str:
     if "readonly" in low or "read-only" in low or code == errno.EROFS:
         return f"{where}: the file or its file system is read-only ({text}); make it writable and run the command again"
     if "not a database" in low or "malformed" in low or "corrupt" in low:
-        return (f"{where}: the study store is truncated or corrupted ({text}); restore it from a backup copy "
-                "(the attempts' workspaces beside it are untouched); do not delete it")
+        return (
+            f"{where}: the study store is truncated or corrupted ({text}); restore it from a backup copy "
+            "(the attempts' workspaces beside it are untouched); do not delete it"
+        )
     if "locked" in low or "busy" in low:
-        return f"{where}: the store is locked by another process ({text}); wait for it to finish and run the command again"
+        return (
+            f"{where}: the store is locked by another process ({text}); wait for it to finish and run the command again"
+        )
     if "unable to open" in low or code in (errno.ENOENT, errno.EACCES, errno.EPERM):
         return f"{where}: cannot open the study store ({text}); check that the folder exists and is writable"
     return f"{where}: {type(exc).__name__}: {text}"
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def store_path(name: str) -> Path:
@@ -249,7 +252,19 @@ def _json(value: Any) -> str | None:
 
 def _insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
     rows = [
-        (x.run_id, x.wave, x.order_index, x.scenario, x.arm, x.repeat, x.model, x.seed, x.cap_usd, x.wall_s, ledger.to_micro(x.reserve_usd))
+        (
+            x.run_id,
+            x.wave,
+            x.order_index,
+            x.scenario,
+            x.arm,
+            x.repeat,
+            x.model,
+            x.seed,
+            x.cap_usd,
+            x.wall_s,
+            ledger.to_micro(x.reserve_usd),
+        )
         for x in cells
     ]
     c.executemany(
@@ -263,8 +278,15 @@ def _insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
 def _insert_evaluation(c: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> None:
     c.execute(
         "INSERT INTO evaluations (run_id, D, E, E_reasons_json, criteria_passed, criteria_total, criteria_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (run_id, _bool(rec.get("D")), _bool(rec.get("E")), _json(rec.get("E_reasons")), rec.get("criteria_passed"),
-         rec.get("criteria_total"), _json(rec.get("criteria"))),
+        (
+            run_id,
+            _bool(rec.get("D")),
+            _bool(rec.get("E")),
+            _json(rec.get("E_reasons")),
+            rec.get("criteria_passed"),
+            rec.get("criteria_total"),
+            _json(rec.get("criteria")),
+        ),
     )
 
 
@@ -358,8 +380,10 @@ class Store:
         if row is not None and _OLD_BASIS_CHECK in row[0]:
             version = self.conn.execute("PRAGMA schema_version").fetchone()[0]
             self.conn.execute("PRAGMA writable_schema = ON")
-            self.conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'attempts'",
-                              (row[0].replace(_OLD_BASIS_CHECK, _NEW_BASIS_CHECK),))
+            self.conn.execute(
+                "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'attempts'",
+                (row[0].replace(_OLD_BASIS_CHECK, _NEW_BASIS_CHECK),),
+            )
             self.conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
             self.conn.execute("PRAGMA writable_schema = OFF")
             self.conn.commit()
@@ -381,7 +405,7 @@ class Store:
         cells: Iterable[CellSpec] = (),
         arms: list[str] | None = None,
         run_function: str | None = None,
-    ) -> "Store":
+    ) -> Store:
         """Create the study's store with its cells, all at once.
 
         The store is written under a temporary name and hard-linked to
@@ -403,8 +427,18 @@ class Store:
                     c.execute(
                         "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json, nodes_source, "
                         "nodes_yaml, arms_json, run_function) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (name, int(seed), now(), protocol_version, worker_model, json.dumps(list(scenarios)), nodes_source, nodes_yaml,
-                         json.dumps(list(arms)) if arms is not None else None, run_function),
+                        (
+                            name,
+                            int(seed),
+                            now(),
+                            protocol_version,
+                            worker_model,
+                            json.dumps(list(scenarios)),
+                            nodes_source,
+                            nodes_yaml,
+                            json.dumps(list(arms)) if arms is not None else None,
+                            run_function,
+                        ),
                     )
                     ledger.initialise(c, envelope_usd)
                     _insert_cells(c, cells)
@@ -427,13 +461,15 @@ class Store:
         return cls(path)
 
     @classmethod
-    def open(cls, folder: Path) -> "Store":
+    def open(cls, folder: Path) -> Store:
         path = Path(folder) / STORE_FILE
         if not path.is_file():
             raise StoreError(f"no study store at {path} (create the study first: pilot study create NAME)")
         if path.stat().st_size == 0:
-            raise StoreError(f"{path}: the study store is empty (truncated); restore it from a backup copy, or if no run was ever "
-                             "made remove the folder and create the study again")
+            raise StoreError(
+                f"{path}: the study store is empty (truncated); restore it from a backup copy, or if no run was ever "
+                "made remove the folder and create the study again"
+            )
         store = cls(path, check=True)
         try:
             row = store.conn.execute("SELECT COUNT(*) FROM studies").fetchone()[0]
@@ -443,14 +479,16 @@ class Store:
             raise StoreError(describe_fault(exc, path)) from exc
         if row != 1 or cells == 0:
             store.close()
-            raise StoreError(f"{path}: the store holds {'no study' if row != 1 else 'no cells'} (an interrupted or foreign file); "
-                             "restore it from a backup copy, or if no run was ever made remove the folder and create the study again")
+            raise StoreError(
+                f"{path}: the store holds {'no study' if row != 1 else 'no cells'} (an interrupted or foreign file); "
+                "restore it from a backup copy, or if no run was ever made remove the folder and create the study again"
+            )
         return store
 
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -491,8 +529,10 @@ class Store:
 
     def record_event(self, c: sqlite3.Connection, kind: str, run_id: str | None = None, **detail: Any) -> None:
         """Keep what an operator did (a retry, an envelope change) in the store, inside the caller's transaction."""
-        c.execute("INSERT INTO events (at, kind, run_id, detail_json) VALUES (?, ?, ?, ?)",
-                  (now(), kind, run_id, json.dumps(detail, default=str, sort_keys=True)))
+        c.execute(
+            "INSERT INTO events (at, kind, run_id, detail_json) VALUES (?, ?, ?, ?)",
+            (now(), kind, run_id, json.dumps(detail, default=str, sort_keys=True)),
+        )
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM events" + (" WHERE kind = ?" if kind else "") + " ORDER BY event_id"
@@ -583,7 +623,9 @@ class Store:
 
     def _begin_attempt(self, cell: CellSpec, node: str, backend: str, workspace_root: Path) -> StartedAttempt:
         with self.transaction() as c:
-            row = c.execute("SELECT status, attempts, reserve_micro FROM cells WHERE run_id = ?", (cell.run_id,)).fetchone()
+            row = c.execute(
+                "SELECT status, attempts, reserve_micro FROM cells WHERE run_id = ?", (cell.run_id,)
+            ).fetchone()
             if row is None:
                 raise StoreError(f"unknown run {cell.run_id}")
             if row["status"] != "waiting":
@@ -598,7 +640,10 @@ class Store:
             attempt_id = int(cur.lastrowid)
             if not ledger.reserve(c, cell.run_id, attempt_id, row["reserve_micro"]):
                 raise _EnvelopeRefused  # rolls the attempt row back with the transaction
-            c.execute("UPDATE cells SET status = 'in_flight', node = ?, attempts = ? WHERE run_id = ?", (node, attempt_no, cell.run_id))
+            c.execute(
+                "UPDATE cells SET status = 'in_flight', node = ?, attempts = ? WHERE run_id = ?",
+                (node, attempt_no, cell.run_id),
+            )
         return StartedAttempt(attempt_id, attempt_no, workspace)
 
     def finish_attempt(self, attempt_id: int, outcome: AttemptOutcome, *, max_infra_attempts: int) -> str:
@@ -610,7 +655,9 @@ class Store:
         finishes the run with its record.
         """
         with self.transaction() as c:
-            a = c.execute("SELECT run_id, outcome, reserved_micro FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+            a = c.execute(
+                "SELECT run_id, outcome, reserved_micro FROM attempts WHERE attempt_id = ?", (attempt_id,)
+            ).fetchone()
             if a is None or a["outcome"] != "running":
                 raise StoreError(f"attempt {attempt_id} is not running")
             run_id = a["run_id"]
@@ -618,12 +665,24 @@ class Store:
                 charged, note, basis = 0, "never launched: reservation released, nothing charged", CHARGE_RELEASED
             else:
                 charged, note = ledger.settlement(a["reserved_micro"], outcome.charge_usd, metered=outcome.metered)
-                basis = CHARGE_RESERVATION if outcome.charge_usd is None else (CHARGE_METERED if outcome.metered else CHARGE_REPORTED)
+                basis = (
+                    CHARGE_RESERVATION
+                    if outcome.charge_usd is None
+                    else (CHARGE_METERED if outcome.metered else CHARGE_REPORTED)
+                )
             c.execute(
                 "UPDATE attempts SET outcome = ?, error = ?, finished_at = ?, charged_micro = ?, cost_usd = ?, judge_cost_usd = ?, "
                 "charge_basis = ? WHERE attempt_id = ?",
-                (outcome.status, outcome.infra_error or outcome.record.get("error"), now(), charged,
-                 _opt_float(outcome.cost_usd), float(outcome.judge_cost_usd), basis, attempt_id),
+                (
+                    outcome.status,
+                    outcome.infra_error or outcome.record.get("error"),
+                    now(),
+                    charged,
+                    _opt_float(outcome.cost_usd),
+                    float(outcome.judge_cost_usd),
+                    basis,
+                    attempt_id,
+                ),
             )
             ledger.settle(c, run_id, attempt_id, a["reserved_micro"], charged, f"attempt {outcome.status}; {note}")
             if outcome.infra_error is not None:
@@ -640,8 +699,18 @@ class Store:
         c.execute(
             "INSERT INTO runs (run_id, attempt_id, status, censored, censor_reason, cost_usd, judge_cost_usd, wall_s, finished_at, record_json) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, attempt_id, outcome.status, _bool(rec.get("censored")), rec.get("censor_reason"), _opt_float(outcome.cost_usd),
-             float(outcome.judge_cost_usd), rec.get("wall_s"), now(), json.dumps(rec, default=str)),
+            (
+                run_id,
+                attempt_id,
+                outcome.status,
+                _bool(rec.get("censored")),
+                rec.get("censor_reason"),
+                _opt_float(outcome.cost_usd),
+                float(outcome.judge_cost_usd),
+                rec.get("wall_s"),
+                now(),
+                json.dumps(rec, default=str),
+            ),
         )
         if any(k in rec for k in ("D", "E", "criteria")):
             _insert_evaluation(c, run_id, rec)
@@ -649,8 +718,16 @@ class Store:
             c.execute(
                 "INSERT INTO judge_scores (run_id, judge_id, model, score_0_100, accept, criterion_scores_json, cost_usd, error) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, j.get("judge_id"), j.get("model"), j.get("score_0_100"), _bool(j.get("accept")),
-                 _json(j.get("criterion_scores")), j.get("cost_usd"), j.get("error")),
+                (
+                    run_id,
+                    j.get("judge_id"),
+                    j.get("model"),
+                    j.get("score_0_100"),
+                    _bool(j.get("accept")),
+                    _json(j.get("criterion_scores")),
+                    j.get("cost_usd"),
+                    j.get("error"),
+                ),
             )
 
     def replace_evaluation(self, run_id: str, expected_record_json: str, record: dict[str, Any], *, at: str) -> int:
@@ -670,19 +747,36 @@ class Store:
             if row is None:
                 raise StoreError(f"{self.path}: run {run_id} has no finished record to re-evaluate")
             if row["record_json"] != expected_record_json:
-                raise StoreError(f"{self.path}: run {run_id}'s record changed while it was re-evaluated (another re-evaluation?); "
-                                 "nothing was replaced: run the command again")
+                raise StoreError(
+                    f"{self.path}: run {run_id}'s record changed while it was re-evaluated (another re-evaluation?); "
+                    "nothing was replaced: run the command again"
+                )
             previous = json.loads(row["record_json"])
             error = evaluation_error(record)
             cur = c.execute(
                 "INSERT INTO reevaluations (run_id, at, outcome, previous_eval_error, eval_error, previous_record_json) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, at, "eval_error" if error else "verdict", evaluation_error(previous), error, row["record_json"]),
+                (
+                    run_id,
+                    at,
+                    "eval_error" if error else "verdict",
+                    evaluation_error(previous),
+                    error,
+                    row["record_json"],
+                ),
             )
             c.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (json.dumps(record, default=str), run_id))
             c.execute("DELETE FROM evaluations WHERE run_id = ?", (run_id,))
             _insert_evaluation(c, run_id, record)
-            self.record_event(c, "reevaluate", run_id, outcome="eval_error" if error else "verdict", eval_error=error,
-                              previous_eval_error=evaluation_error(previous), D=record.get("D"), E=record.get("E"))
+            self.record_event(
+                c,
+                "reevaluate",
+                run_id,
+                outcome="eval_error" if error else "verdict",
+                eval_error=error,
+                previous_eval_error=evaluation_error(previous),
+                D=record.get("D"),
+                E=record.get("E"),
+            )
             return int(cur.lastrowid)
 
     def reevaluations(self, run_id: str | None = None) -> list[dict[str, Any]]:
@@ -704,12 +798,16 @@ class Store:
         """
         recovered = []
         with self.transaction() as c:
-            for a in c.execute("SELECT attempt_id, run_id, reserved_micro, workspace FROM attempts WHERE outcome = 'running'").fetchall():
+            for a in c.execute(
+                "SELECT attempt_id, run_id, reserved_micro, workspace FROM attempts WHERE outcome = 'running'"
+            ).fetchall():
                 workspace = Path(a["workspace"])
                 left = read_outcome_file(workspace)
                 if left is not None and left.charge_usd is not None:
                     charged = ledger.to_micro(left.charge_usd)
-                    basis, how = (CHARGE_METERED, "its metered cost") if left.metered else (CHARGE_REPORTED, "its reported cost")
+                    basis, how = (
+                        (CHARGE_METERED, "its metered cost") if left.metered else (CHARGE_REPORTED, "its reported cost")
+                    )
                 elif not was_launched(workspace):
                     charged, basis, how = 0, CHARGE_RELEASED, "nothing (it never launched; reservation released)"
                 else:
@@ -717,14 +815,31 @@ class Store:
                 c.execute(
                     "UPDATE attempts SET outcome = 'interrupted', error = ?, finished_at = ?, charged_micro = ?, charge_basis = ?, "
                     "cost_usd = ?, judge_cost_usd = ? WHERE attempt_id = ?",
-                    (f"scheduler stopped while the attempt was in flight; charged {how}", now(), charged, basis,
-                     _opt_float(left.cost_usd) if basis in (CHARGE_REPORTED, CHARGE_METERED) and left else None,
-                     float(left.judge_cost_usd) if basis in (CHARGE_REPORTED, CHARGE_METERED) and left else None, a["attempt_id"]),
+                    (
+                        f"scheduler stopped while the attempt was in flight; charged {how}",
+                        now(),
+                        charged,
+                        basis,
+                        _opt_float(left.cost_usd) if basis in (CHARGE_REPORTED, CHARGE_METERED) and left else None,
+                        float(left.judge_cost_usd) if basis in (CHARGE_REPORTED, CHARGE_METERED) and left else None,
+                        a["attempt_id"],
+                    ),
                 )
-                ledger.settle(c, a["run_id"], a["attempt_id"], a["reserved_micro"], charged, f"interrupted; charged {how}")
-                c.execute("UPDATE cells SET status = 'waiting' WHERE run_id = ? AND status = 'in_flight'", (a["run_id"],))
-                recovered.append({"attempt_id": a["attempt_id"], "run_id": a["run_id"], "charged_usd": ledger.to_usd(charged),
-                                  "charge_basis": basis, "workspace": str(workspace)})
+                ledger.settle(
+                    c, a["run_id"], a["attempt_id"], a["reserved_micro"], charged, f"interrupted; charged {how}"
+                )
+                c.execute(
+                    "UPDATE cells SET status = 'waiting' WHERE run_id = ? AND status = 'in_flight'", (a["run_id"],)
+                )
+                recovered.append(
+                    {
+                        "attempt_id": a["attempt_id"],
+                        "run_id": a["run_id"],
+                        "charged_usd": ledger.to_usd(charged),
+                        "charge_basis": basis,
+                        "workspace": str(workspace),
+                    }
+                )
             # A cell marked in flight without a running attempt cannot arise from our
             # transactions; repair it anyway so a hand-edited store still resumes.
             c.execute(
@@ -742,7 +857,10 @@ class Store:
         """
         with self.transaction() as c:
             if run_ids is None:
-                ids = [r[0] for r in c.execute("SELECT run_id FROM cells WHERE status = 'failed' ORDER BY wave, order_index")]
+                ids = [
+                    r[0]
+                    for r in c.execute("SELECT run_id FROM cells WHERE status = 'failed' ORDER BY wave, order_index")
+                ]
             else:
                 ids = list(dict.fromkeys(run_ids))
                 for rid in ids:
@@ -852,8 +970,10 @@ class Store:
             "FROM cells c JOIN runs r ON r.run_id = c.run_id JOIN attempts a ON a.run_id = c.run_id "
             "WHERE c.status = 'done'" + (" AND c.wave = ?" if wave else "") + " GROUP BY c.run_id ORDER BY c.run_id"
         )
-        return {row["run_id"]: (int(row["observed"]) + int(row["reserved"]), bool(row["final_unknown"]))
-                for row in self.conn.execute(sql, (wave,) if wave else ())}
+        return {
+            row["run_id"]: (int(row["observed"]) + int(row["reserved"]), bool(row["final_unknown"]))
+            for row in self.conn.execute(sql, (wave,) if wave else ())
+        }
 
     def finished_rows(self) -> list[dict[str, Any]]:
         """Each cell joined with its run record (None for runs not finished), in seeded order."""

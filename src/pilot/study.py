@@ -14,11 +14,12 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pilot import backends, freeze, ledger, paths, protocol
 from pilot.executors.base import check_run_function
@@ -54,8 +55,6 @@ def _requires() -> dict[str, tuple[str, ...]]:
     return {a: arm.requires for a, arm in protocol.arms().items()}
 
 
-
-
 def parse_arms(text: str | list[str] | None) -> list[str] | None:
     """``"A0,A1"`` (or a list) to arm ids in the design's order; each must be an arm of ``protocol/arms/arms.yml``.
 
@@ -72,10 +71,14 @@ def parse_arms(text: str | list[str] | None) -> list[str] | None:
     design = protocol.study().arms
     unknown = [a for a in items if a not in defined]
     if unknown:
-        raise StudyError(f"{paths.shown(paths.ARMS_FILE)}: no arm {', '.join(unknown)} (its arms are {', '.join(defined)}); correct --arms")
+        raise StudyError(
+            f"{paths.shown(paths.ARMS_FILE)}: no arm {', '.join(unknown)} (its arms are {', '.join(defined)}); correct --arms"
+        )
     outside = [a for a in items if a not in design]
     if outside:
-        raise StudyError(f"{paths.shown(paths.STUDY_FILE)}: arm {', '.join(outside)} is not in design.arms ({', '.join(design)}); correct --arms")
+        raise StudyError(
+            f"{paths.shown(paths.STUDY_FILE)}: arm {', '.join(outside)} is not in design.arms ({', '.join(design)}); correct --arms"
+        )
     dup = sorted({a for a in items if items.count(a) > 1})
     if dup:
         raise StudyError(f"--arms {text!r}: arm {', '.join(dup)} given twice")
@@ -100,7 +103,9 @@ def check_scenarios(ids: list[str]) -> None:
         try:
             load_scenario(sid)
         except Exception as exc:  # noqa: BLE001 - any defect of a bundle refuses the study
-            raise StudyError(f"{paths.shown(paths.SCENARIOS_DIR / sid)}: the bundle does not load ({str(exc).splitlines()[0]}); fix it first") from exc
+            raise StudyError(
+                f"{paths.shown(paths.SCENARIOS_DIR / sid)}: the bundle does not load ({str(exc).splitlines()[0]}); fix it first"
+            ) from exc
 
 
 def check_runner(ref: str | None) -> str | None:
@@ -135,7 +140,9 @@ def discard_study(name: str) -> bool:
         used = {r[0] for r in old.conn.execute("SELECT DISTINCT backend FROM attempts")}
     real = sorted(used - DISCARDABLE_BACKENDS)
     if real:
-        raise StudyError(f"{paths.shown(store_file)}: refusing to delete study {name}: it holds attempts on {', '.join(real)}")
+        raise StudyError(
+            f"{paths.shown(store_file)}: refusing to delete study {name}: it holds attempts on {', '.join(real)}"
+        )
     # The store first: a delete cut short leaves no study rather than a store without its workspaces.
     for part in (store_file, Path(f"{store_file}-wal"), Path(f"{store_file}-shm")):
         part.unlink(missing_ok=True)
@@ -169,7 +176,9 @@ def _clear_holder(lock: Path) -> None:
 
 
 def _exists(name: str) -> StudyError:
-    return StudyError(f"{paths.shown(paths.study_dir(name) / STORE_FILE)}: study {name!r} already exists; choose another name")
+    return StudyError(
+        f"{paths.shown(paths.study_dir(name) / STORE_FILE)}: study {name!r} already exists; choose another name"
+    )
 
 
 def _hold_study(stack: ExitStack, name: str, *, fresh: bool) -> None:
@@ -218,9 +227,18 @@ def write_assignment(store: Store, wave: str) -> Path:
     return atomic_write_text(path, text)
 
 
-def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None = None, scenarios: list[str] | None = None,
-                 arms: list[str] | str | None = None, run_function: str | None = None, fresh: bool = False,
-                 pilot_repeats: int | None = None, scenario_set: str | None = None) -> Store:
+def create_study(
+    name: str,
+    *,
+    seed: int | None = None,
+    nodes_file: Path | None = None,
+    scenarios: list[str] | None = None,
+    arms: list[str] | str | None = None,
+    run_function: str | None = None,
+    fresh: bool = False,
+    pilot_repeats: int | None = None,
+    scenario_set: str | None = None,
+) -> Store:
     """Validate everything, then create the study's store with the pilot wave's seeded assignment, in one step.
 
     The study runs ``scenarios`` when given, else the scenario set ``scenario_set`` of ``study.yml``
@@ -244,8 +262,10 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
     seed = study.assignment_seed if seed is None else int(seed)
     chosen_arms = parse_arms(arms)
     if pilot_repeats is not None and not 1 <= int(pilot_repeats) <= study.pilot_repeats:
-        raise StudyError(f"--pilot-repeats {pilot_repeats}: give 1 to {study.pilot_repeats} "
-                         f"(design.pilot_repeats in {paths.shown(paths.STUDY_FILE)})")
+        raise StudyError(
+            f"--pilot-repeats {pilot_repeats}: give 1 to {study.pilot_repeats} "
+            f"(design.pilot_repeats in {paths.shown(paths.STUDY_FILE)})"
+        )
     nodes_path = Path(nodes_file) if nodes_file else paths.NODES_FILE
     nodes = load_nodes(nodes_path)
     if scenarios and scenario_set:
@@ -262,8 +282,15 @@ def create_study(name: str, *, seed: int | None = None, nodes_file: Path | None 
     if not ids:
         raise StudyError("no scenarios found: add bundles under protocol/scenarios/ or pass --scenarios ID ...")
     check_runner(run_function)
-    cells = build_cells(name, "pilot", ids, seed, study=study, arms=chosen_arms,
-                        repeats=None if pilot_repeats is None else list(range(1, int(pilot_repeats) + 1)))
+    cells = build_cells(
+        name,
+        "pilot",
+        ids,
+        seed,
+        study=study,
+        arms=chosen_arms,
+        repeats=None if pilot_repeats is None else list(range(1, int(pilot_repeats) + 1)),
+    )
     try:
         check_servable(cells, nodes, _requires())
     except ScheduleError as exc:
@@ -314,9 +341,13 @@ def ensure_wave(store: Store, wave: str) -> int:
     info = store.study()
     study = protocol.study()
     if wave == "sensitivity" and info.arms is not None and study["sensitivity_models"]["arm"] not in info.arms:
-        raise StudyError(f"study {info.name} has arms {', '.join(info.arms)}; the sensitivity wave runs arm "
-                         f"{study['sensitivity_models']['arm']}, which it lacks")
-    cells = build_cells(info.name, wave, info.scenarios, info.seed, study=study, arms=info.arms if wave != "sensitivity" else None)
+        raise StudyError(
+            f"study {info.name} has arms {', '.join(info.arms)}; the sensitivity wave runs arm "
+            f"{study['sensitivity_models']['arm']}, which it lacks"
+        )
+    cells = build_cells(
+        info.name, wave, info.scenarios, info.seed, study=study, arms=info.arms if wave != "sensitivity" else None
+    )
     store.add_cells(cells)
     write_assignment(store, wave)
     return len(cells)
@@ -339,8 +370,10 @@ def _envelope_drift(store: Store) -> str | None:
     if ledger.to_micro(written) == ledger.to_micro(kept):
         return None
     name = store.study().name
-    return (f"warning: {paths.shown(paths.STUDY_FILE)} sets an envelope of {written:.2f} dollars but study {name} keeps {kept:.2f}; "
-            f"an existing study changes its envelope only through `pilot study envelope {name} --set USD --amendment A-NNN`")
+    return (
+        f"warning: {paths.shown(paths.STUDY_FILE)} sets an envelope of {written:.2f} dollars but study {name} keeps {kept:.2f}; "
+        f"an existing study changes its envelope only through `pilot study envelope {name} --set USD --amendment A-NNN`"
+    )
 
 
 def run_study_wave(
@@ -402,7 +435,10 @@ def run_study_wave(
                 raise StudyError(f"study {name} has no freeze manifest: run the pilot wave first")
             report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios)
             if not report.ok:
-                print("warning: the frozen protocol changed since the pilot; this wave will not be pooled:", file=sys.stderr)
+                print(
+                    "warning: the frozen protocol changed since the pilot; this wave will not be pooled:",
+                    file=sys.stderr,
+                )
                 print("\n".join(report.lines()), file=sys.stderr)
             prepare = lambda st: ensure_wave(st, wave)  # noqa: E731 - under the study lock, see ensure_wave
         requires = _requires()
@@ -415,9 +451,14 @@ def run_study_wave(
             # The workers share no disk with this host: each proves it holds this protocol before it runs anything,
             # and sends the attempt's files home.
             identity = protocol_identity(list(info.scenarios) if info.scenarios else None, backend=backend)
-            ex: Any = DaskExecutor(scheduler_address, run_function, requires, identity=identity,
-                                   scenarios=list(info.scenarios) if info.scenarios else None,
-                                   limit_bytes=protocol.study().transfer_limit_bytes)
+            ex: Any = DaskExecutor(
+                scheduler_address,
+                run_function,
+                requires,
+                identity=identity,
+                scenarios=list(info.scenarios) if info.scenarios else None,
+                limit_bytes=protocol.study().transfer_limit_bytes,
+            )
             nodes: Any = ex.nodes
         elif executor == "local":
             from pilot.executors.local import LocalExecutor
@@ -438,7 +479,15 @@ def run_study_wave(
         else:
             raise StudyError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
         try:
-            sched = Scheduler(store, ex, nodes, backend=backend, requires=requires, max_infra_attempts=max_infra_attempts, progress=progress)
+            sched = Scheduler(
+                store,
+                ex,
+                nodes,
+                backend=backend,
+                requires=requires,
+                max_infra_attempts=max_infra_attempts,
+                progress=progress,
+            )
             result = sched.run(wave, prepare=prepare, on_start=on_start)
         finally:
             ex.close()
@@ -495,39 +544,59 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
     if value != value.quantize(Decimal("0.000001")):
         raise StudyError(f"--set {usd!r}: at most six decimals (the ledger counts micro-dollars)")
     if not _AMENDMENT_ID.match(amendment):
-        raise StudyError(f"--amendment {amendment!r}: amendment ids have the form A-NNN (see {paths.shown(paths.AMENDMENTS_FILE)})")
+        raise StudyError(
+            f"--amendment {amendment!r}: amendment ids have the form A-NNN (see {paths.shown(paths.AMENDMENTS_FILE)})"
+        )
     store = Store.open(paths.study_dir(name))
     try:
         bal = store.balance()
         new_micro = ledger.to_micro(value)
         if new_micro < ledger.to_micro(bal.spent_usd) + ledger.to_micro(bal.reserved_usd):
-            raise StudyError(f"--set {value}: below what study {name} has already spent and reserved "
-                             f"({bal.spent_usd + bal.reserved_usd:.2f} dollars); choose at least that")
+            raise StudyError(
+                f"--set {value}: below what study {name} has already spent and reserved "
+                f"({bal.spent_usd + bal.reserved_usd:.2f} dollars); choose at least that"
+            )
         amendments = protocol.load_amendments()
         existing = next((r for r in amendments if r["id"] == amendment), None)
         old_text = None
         if existing is None:
             row = {
                 "id": amendment,
-                "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+                "date": datetime.now(UTC).strftime("%Y-%m-%d"),
                 # This repository's studies are reruns of the protocol: the stage never goes back (the validator's rule).
-                "stage": protocol.AMENDMENT_STAGES[max([protocol.AMENDMENT_STAGES.index("before rerun pilot")]
-                                                       + [protocol.AMENDMENT_STAGES.index(r["stage"]) for r in amendments])],
+                "stage": protocol.AMENDMENT_STAGES[
+                    max(
+                        [protocol.AMENDMENT_STAGES.index("before rerun pilot")]
+                        + [protocol.AMENDMENT_STAGES.index(r["stage"]) for r in amendments]
+                    )
+                ],
                 "title": "Dollar envelope changed",
-                "content": (f"The dollar envelope of study {name} was changed from {bal.envelope_usd:.2f} to {value:.2f} dollars "
-                            f"with {bal.spent_usd:.2f} spent and {bal.reserved_usd:.2f} reserved; every other rule of A-001 is unchanged."),
+                "content": (
+                    f"The dollar envelope of study {name} was changed from {bal.envelope_usd:.2f} to {value:.2f} dollars "
+                    f"with {bal.spent_usd:.2f} spent and {bal.reserved_usd:.2f} reserved; every other rule of A-001 is unchanged."
+                ),
             }
             old_text = _append_amendment(paths.AMENDMENTS_FILE, row)
         try:
             with store.transaction() as c:
-                old, new = ledger.set_envelope(c, new_micro, amendment, note=(existing or {}).get("title", "Dollar envelope changed"))
-                store.record_event(c, "envelope", None, amendment=amendment, old_usd=ledger.to_usd(old), new_usd=ledger.to_usd(new))
+                old, new = ledger.set_envelope(
+                    c, new_micro, amendment, note=(existing or {}).get("title", "Dollar envelope changed")
+                )
+                store.record_event(
+                    c, "envelope", None, amendment=amendment, old_usd=ledger.to_usd(old), new_usd=ledger.to_usd(new)
+                )
         except BaseException:
             if old_text is not None:
                 atomic_write_text(paths.AMENDMENTS_FILE, old_text)  # the change did not happen: neither did its record
             raise
-        return {"study": name, "amendment": amendment, "old_usd": ledger.to_usd(old), "new_usd": ledger.to_usd(new),
-                "amendment_added": existing is None, "amendments_file": str(paths.AMENDMENTS_FILE)}
+        return {
+            "study": name,
+            "amendment": amendment,
+            "old_usd": ledger.to_usd(old),
+            "new_usd": ledger.to_usd(new),
+            "amendment_added": existing is None,
+            "amendments_file": str(paths.AMENDMENTS_FILE),
+        }
     except ledger.LedgerError as exc:
         raise StudyError(str(exc)) from exc
     finally:
@@ -568,7 +637,9 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
             try:
                 _enter_lock(held, store.folder)
             except ScheduleError as exc:
-                raise StudyError(f"{exc}; export once it has stopped, or write the table elsewhere with --out FILE") from exc
+                raise StudyError(
+                    f"{exc}; export once it has stopped, or write the table elsewhere with --out FILE"
+                ) from exc
         info = store.study()
         rows = store.finished_rows()
         later = [r for r in rows if r["wave"] != "pilot"]
@@ -581,13 +652,20 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
         backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
         if len(backends) != 1:
             raise StudyError(f"study {name} has attempts on backends {backends}; expected exactly one")
-        fake = [r["run_id"] for r in rows if r.get("record_json") and json.loads(r["record_json"]).get("runner") == "fake"]
+        fake = [
+            r["run_id"] for r in rows if r.get("record_json") and json.loads(r["record_json"]).get("runner") == "fake"
+        ]
         if fake:
-            raise StudyError(f"study {name} was run with a fake run function ({len(fake)} runs, e.g. {fake[0]}): it has no outcomes to export")
+            raise StudyError(
+                f"study {name} was run with a fake run function ({len(fake)} runs, e.g. {fake[0]}): it has no outcomes to export"
+            )
         pending = [r["run_id"] for r in rows if r["status"] in ("waiting", "in_flight")]
         if pending:
-            print(f"warning: {len(pending)} assigned run(s) not finished yet are left out of the run table "
-                  f"(e.g. {pending[0]}); run `pilot study run {name}` to finish them", file=sys.stderr)
+            print(
+                f"warning: {len(pending)} assigned run(s) not finished yet are left out of the run table "
+                f"(e.g. {pending[0]}); run `pilot study run {name}` to finish them",
+                file=sys.stderr,
+            )
         table = outcomes.run_table(outcomes.rows_from_store(rows, study_name=info.name, backend=backends[0]))
         atomic_write_text(target, table.to_csv(index=False))
         return target, table

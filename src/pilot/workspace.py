@@ -98,8 +98,14 @@ def harness_record_dir(run_dir: Path) -> Path:
 def _safe_reset(root: Path) -> None:
     root = root.resolve()
     protected = {Path("/"), Path.home().resolve(), paths.ROOT.resolve(), paths.PROTOCOL_DIR.resolve()}
-    if root in protected or paths.PROTOCOL_DIR.resolve().is_relative_to(root) or root.is_relative_to(paths.PROTOCOL_DIR.resolve()):
-        raise WorkspaceError(f"{root}: refusing to reset a workspace here (it would touch the repository or the protocol)")
+    if (
+        root in protected
+        or paths.PROTOCOL_DIR.resolve().is_relative_to(root)
+        or root.is_relative_to(paths.PROTOCOL_DIR.resolve())
+    ):
+        raise WorkspaceError(
+            f"{root}: refusing to reset a workspace here (it would touch the repository or the protocol)"
+        )
     if root.is_symlink() or root.is_file():
         root.unlink()
     elif root.exists():

@@ -30,21 +30,42 @@ import re
 import shlex
 import tokenize
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
-from typing import Iterable
 
 from pilot.agents.sandbox import STUB_MARKER
 
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "busybox"}
 #: Programs that run their argument as a command; their options are skipped.
 WRAPPERS = {
-    "env", "command", "exec", "nohup", "timeout", "sudo", "doas", "nice", "ionice", "time",
-    "stdbuf", "builtin", "xargs", "setsid", "parallel", "watch", "strace", "ltrace", "unbuffer",
-    "chronic", "flock", "chroot", "caffeinate", "arch",
+    "env",
+    "command",
+    "exec",
+    "nohup",
+    "timeout",
+    "sudo",
+    "doas",
+    "nice",
+    "ionice",
+    "time",
+    "stdbuf",
+    "builtin",
+    "xargs",
+    "setsid",
+    "parallel",
+    "watch",
+    "strace",
+    "ltrace",
+    "unbuffer",
+    "chronic",
+    "flock",
+    "chroot",
+    "caffeinate",
+    "arch",
 }
 #: Options of wrappers that take a value (the value is skipped too).
-_WRAPPER_VALUE_OPTS = {"-I", "-n", "-P", "-L", "-d", "-a", "-E", "-s", "-u", "-g", "-k", "-s", "-C", "-o", "-e", "-i"}
+_WRAPPER_VALUE_OPTS = {"-I", "-n", "-P", "-L", "-d", "-a", "-E", "-s", "-u", "-g", "-k", "-C", "-o", "-e", "-i"}
 _INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|perl|ruby|node|nodejs|osascript|Rscript)$")
 _SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", "|&", "{", "}", "!"}
 _REDIRECT = re.compile(r"^[0-9]*(>>?|<<?<?|>&|<&|&>>?)$")
@@ -55,8 +76,28 @@ _LOADER = re.compile(r"^ld(-linux[^/]*)?\.so(\.[0-9]+)?$|^ld-musl")
 _LOADER_VALUE_OPTS = {"--library-path", "--preload", "--audit", "--argv0", "--inhibit-rpath"}
 
 #: Programs whose only purpose is the network.
-NETWORK_PROGRAMS = ("curl", "wget", "nc", "ncat", "netcat", "telnet", "ssh", "scp", "sftp", "ftp", "rsync", "socat",
-                    "nslookup", "dig", "ping", "lynx", "w3m", "aria2c", "httpie", "http")
+NETWORK_PROGRAMS = (
+    "curl",
+    "wget",
+    "nc",
+    "ncat",
+    "netcat",
+    "telnet",
+    "ssh",
+    "scp",
+    "sftp",
+    "ftp",
+    "rsync",
+    "socat",
+    "nslookup",
+    "dig",
+    "ping",
+    "lynx",
+    "w3m",
+    "aria2c",
+    "httpie",
+    "http",
+)
 #: Network use in program code (Python, Perl, Ruby, Node) or in a shell command's text.
 _NETWORK_CODE = re.compile(
     r"/dev/(tcp|udp)/|\bimport\s+(socket|urllib[.\w]*|http\.client|requests|httpx|aiohttp|ftplib|smtplib|telnetlib|paramiko|websocket\w*)\b"
@@ -123,7 +164,11 @@ class StreamSummary:
         ids = {str(d.get("tool_use_id", "")) for d in self.permission_denied if isinstance(d, dict)}
         for r in self.results:
             denials = r.get("permission_denials")
-            ids |= {str(d.get("tool_use_id", "")) for d in denials if isinstance(d, dict)} if isinstance(denials, list) else set()
+            ids |= (
+                {str(d.get("tool_use_id", "")) for d in denials if isinstance(d, dict)}
+                if isinstance(denials, list)
+                else set()
+            )
         return ids - {""}
 
 
@@ -181,7 +226,14 @@ def parse_stream(lines: Iterable[str], summary: StreamSummary | None = None, ses
                 s.assistant_message_ids.append(str(msg.get("id") or f"anon-{s.events}"))
             for block in _list(msg.get("content")):
                 if isinstance(block, dict) and block.get("type") == "tool_use":
-                    s.tool_calls.append(ToolCall(str(block.get("id", "")), str(block.get("name", "")), dict(_dict(block.get("input"))), session))
+                    s.tool_calls.append(
+                        ToolCall(
+                            str(block.get("id", "")),
+                            str(block.get("name", "")),
+                            dict(_dict(block.get("input"))),
+                            session,
+                        )
+                    )
         elif kind == "user":
             msg = _dict(ev.get("message"))
             for block in _list(msg.get("content")):
@@ -280,7 +332,7 @@ def _simple_commands(tokens: list[str]) -> list[list[str]]:
         if skip_next:
             skip_next = False
             continue
-        if tok in _SEPARATORS or (tok and set(tok) <= set(";&|()") ):
+        if tok in _SEPARATORS or (tok and set(tok) <= set(";&|()")):
             cmds.append([])
             continue
         if _REDIRECT.match(tok):
@@ -483,10 +535,14 @@ class Deviation:
 _SCRIPT_EXT = re.compile(r"\.(py|sh|bash|zsh|pl|rb|js|mjs|command|scpt|applescript|c|cc|cpp|cxx|go|rs|java)$")
 #: Reaching a denied family through its install tree rather than its program (a library loaded with ctypes, pyuno).
 FAMILY_TREES: dict[str, re.Pattern] = {
-    "soffice": re.compile(r"/usr/lib/libreoffice|/Applications/LibreOffice\.app|\blibmergedlo\b|\blibsofficeapp\b|\bimport\s+uno\b"),
+    "soffice": re.compile(
+        r"/usr/lib/libreoffice|/Applications/LibreOffice\.app|\blibmergedlo\b|\blibsofficeapp\b|\bimport\s+uno\b"
+    ),
 }
 #: What a route that met the sandbox (an absent tree, a stub that is no ELF file) prints.
-_MET_SANDBOX = re.compile(r"invalid ELF header|cannot open shared object file|No such file or directory|Read-only file system")
+_MET_SANDBOX = re.compile(
+    r"invalid ELF header|cannot open shared object file|No such file or directory|Read-only file system"
+)
 
 
 def _blocked(call: ToolCall, summary: StreamSummary, family: str | None = None) -> str:
@@ -528,7 +584,9 @@ def program_seen(call: ToolCall, summary: StreamSummary, family: str) -> str:
     if re.search(rf"(?<![\w.+-]){fam}: not available in this environment \({re.escape(STUB_MARKER)}\)", text):
         return PROGRAM_STUB
     # bash/dash: "curl: command not found", "sh: 1: curl: not found", "/usr/bin/qlmanage: No such file or directory".
-    if re.search(rf"(?<![\w.+/-])(?:/[^\s:'\"]*/)?{fam}(?:\.bin)?: (?:(?:command )?not found|No such file or directory)", text):
+    if re.search(
+        rf"(?<![\w.+/-])(?:/[^\s:'\"]*/)?{fam}(?:\.bin)?: (?:(?:command )?not found|No such file or directory)", text
+    ):
         return PROGRAM_ABSENT
     return PROGRAM_UNSEEN
 
@@ -554,8 +612,14 @@ def network_hits(call: ToolCall, already_denied: Iterable[str] = ()) -> list[Hit
     return hits
 
 
-def network_deviations(summary: StreamSummary, *, network_allowed: bool, isolated: bool,
-                       refusals: Iterable[dict] = (), denied_families: Iterable[str] = ()) -> list[Deviation]:
+def network_deviations(
+    summary: StreamSummary,
+    *,
+    network_allowed: bool,
+    isolated: bool,
+    refusals: Iterable[dict] = (),
+    denied_families: Iterable[str] = (),
+) -> list[Deviation]:
     """Network deviations: use by an arm without the network, and every refused connection (any arm)."""
     out: list[Deviation] = []
     fams = set(denied_families)
@@ -565,13 +629,29 @@ def network_deviations(summary: StreamSummary, *, network_allowed: bool, isolate
             if hits:
                 ran = call.name == "Bash"
                 blocked = ("no_network" if isolated else "not_blocked") if ran else "not_run"
-                command = str(call.input.get("command", "")) if ran else f"{call.name} {call.input.get('file_path', '')}"
-                out.append(Deviation("network_use", "network", call.name, call.id, command[:2000], hits[0].via, blocked, call.session))
+                command = (
+                    str(call.input.get("command", "")) if ran else f"{call.name} {call.input.get('file_path', '')}"
+                )
+                out.append(
+                    Deviation(
+                        "network_use", "network", call.name, call.id, command[:2000], hits[0].via, blocked, call.session
+                    )
+                )
         _, text = summary.tool_results.get(call.id, (False, ""))
         m = _REFUSED.search(text)
         if m and call.name == "Bash":
-            out.append(Deviation("network_refused", "network", call.name, call.id, str(call.input.get("command", ""))[:2000],
-                                 f"tool result: {m.group(0)}", "no_network" if isolated else "refused", call.session))
+            out.append(
+                Deviation(
+                    "network_refused",
+                    "network",
+                    call.name,
+                    call.id,
+                    str(call.input.get("command", ""))[:2000],
+                    f"tool result: {m.group(0)}",
+                    "no_network" if isolated else "refused",
+                    call.session,
+                )
+            )
     for r in refusals:
         # One deviation per refused destination; how often it was asked for is said with it.
         n = int(r.get("count", 1) or 1)
@@ -580,15 +660,33 @@ def network_deviations(summary: StreamSummary, *, network_allowed: bool, isolate
     return out
 
 
-def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools: Iterable[str], *,
-          network_allowed: bool = True, isolated: bool = False, refusals: Iterable[dict] = ()) -> list[Deviation]:
+def audit(
+    summary: StreamSummary,
+    denied_families: Iterable[str],
+    allowed_tools: Iterable[str],
+    *,
+    network_allowed: bool = True,
+    isolated: bool = False,
+    refusals: Iterable[dict] = (),
+) -> list[Deviation]:
     """Every protocol deviation in the stream: denied-family attempts, calls of tools the arm lacks, network use."""
     fams = set(denied_families)
     allowed = set(allowed_tools)
     out: list[Deviation] = []
     for call in summary.tool_calls:
         if allowed and call.name not in allowed:
-            out.append(Deviation("tool_not_in_arm", "", call.name, call.id, json.dumps(call.input)[:2000], "tool call", "tool_absent", call.session))
+            out.append(
+                Deviation(
+                    "tool_not_in_arm",
+                    "",
+                    call.name,
+                    call.id,
+                    json.dumps(call.input)[:2000],
+                    "tool call",
+                    "tool_absent",
+                    call.session,
+                )
+            )
             continue
         if not fams:
             continue
@@ -599,24 +697,38 @@ def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools:
             hits = scan_shell(command, fams)
         elif call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"}:
             target = str(call.input.get("file_path", call.input.get("notebook_path", "")))
-            body = str(call.input.get("content", "")) + "\n" + str(call.input.get("new_string", "")) + "\n" + str(call.input.get("new_source", ""))
+            body = (
+                str(call.input.get("content", ""))
+                + "\n"
+                + str(call.input.get("new_string", ""))
+                + "\n"
+                + str(call.input.get("new_source", ""))
+            )
             for e in _list(call.input.get("edits")):
                 if isinstance(e, dict):
                     body += "\n" + str(e.get("new_string", ""))
             first = body.lstrip().splitlines()[0] if body.strip() else ""
-            if target.endswith((".sh", ".bash", ".zsh", ".command")) or (first.startswith("#!") and re.search(r"\b(ba|z|da)?sh\b", first)):
+            if target.endswith((".sh", ".bash", ".zsh", ".command")) or (
+                first.startswith("#!") and re.search(r"\b(ba|z|da)?sh\b", first)
+            ):
                 hits = [Hit(h.family, "script (shell)") for h in scan_shell(body, fams, "script")]
             elif _SCRIPT_EXT.search(target) or first.startswith("#!"):
                 hits = [Hit(h.family, "script (code)") for h in scan_code(body, fams)]
             command = f"{call.name} {target}"
-        tree_text = command if call.name == "Bash" else (body if call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"} else "")
+        tree_text = (
+            command
+            if call.name == "Bash"
+            else (body if call.name in {"Write", "Edit", "MultiEdit", "NotebookEdit"} else "")
+        )
         for family, pattern in FAMILY_TREES.items():
             if family in fams and tree_text and pattern.search(tree_text):
                 hits.append(Hit(family, "install tree"))
         if call.name == "Bash":
             # The mask's refusal names the program even when the command hid it (X=curl; $X).
             _, result_text = summary.tool_results.get(call.id, (False, ""))
-            for m in re.finditer(rf"([A-Za-z0-9_.+-]+): not available in this environment \({re.escape(STUB_MARKER)}\)", result_text):
+            for m in re.finditer(
+                rf"([A-Za-z0-9_.+-]+): not available in this environment \({re.escape(STUB_MARKER)}\)", result_text
+            ):
                 if _base(m.group(1)) in fams:
                     hits.append(Hit(_base(m.group(1)), "seen by the mask"))
         seen: set[str] = set()
@@ -625,14 +737,36 @@ def audit(summary: StreamSummary, denied_families: Iterable[str], allowed_tools:
                 continue
             seen.add(h.family)
             blocked = _blocked(call, summary, h.family) if call.name == "Bash" else "not_run"
-            out.append(Deviation("denied_family", h.family, call.name, call.id, command[:2000], h.via, blocked, call.session,
-                                 program_seen(call, summary, h.family)))
+            out.append(
+                Deviation(
+                    "denied_family",
+                    h.family,
+                    call.name,
+                    call.id,
+                    command[:2000],
+                    h.via,
+                    blocked,
+                    call.session,
+                    program_seen(call, summary, h.family),
+                )
+            )
     # A denial the CLI reported without a tool call we could read still counts.
     known = {d.tool_use_id for d in out}
     for d in summary.permission_denied:
         tid = str(d.get("tool_use_id", ""))
         if tid and tid not in known:
-            out.append(Deviation("denied_family", "", str(d.get("tool_name", "")), tid, str(d.get("message", ""))[:2000], "cli report", "cli_rule",
-                                 program=PROGRAM_NOT_REACHED))
-    return out + network_deviations(summary, network_allowed=network_allowed, isolated=isolated, refusals=refusals,
-                                    denied_families=fams)
+            out.append(
+                Deviation(
+                    "denied_family",
+                    "",
+                    str(d.get("tool_name", "")),
+                    tid,
+                    str(d.get("message", ""))[:2000],
+                    "cli report",
+                    "cli_rule",
+                    program=PROGRAM_NOT_REACHED,
+                )
+            )
+    return out + network_deviations(
+        summary, network_allowed=network_allowed, isolated=isolated, refusals=refusals, denied_families=fams
+    )

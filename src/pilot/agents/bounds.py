@@ -51,10 +51,17 @@ class Limits:
     transcript_bytes: int
 
     @classmethod
-    def from_study(cls, study: Any) -> "Limits":
+    def from_study(cls, study: Any) -> Limits:
         lim = study["sandbox"]["limits"]
-        return cls(int(lim["memory_mb"]) * MIB, int(lim["processes"]), float(lim["cpu_cores"]), int(lim["workspace_mb"]) * MIB,
-                   int(lim["tmp_mb"]) * MIB, int(lim["stream_line_kb"]) * 1024, int(lim["transcript_mb"]) * MIB)
+        return cls(
+            int(lim["memory_mb"]) * MIB,
+            int(lim["processes"]),
+            float(lim["cpu_cores"]),
+            int(lim["workspace_mb"]) * MIB,
+            int(lim["tmp_mb"]) * MIB,
+            int(lim["stream_line_kb"]) * 1024,
+            int(lim["transcript_mb"]) * MIB,
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,7 +97,7 @@ class AttemptCgroup:
     dirs: dict[str, Path]
 
     @classmethod
-    def create(cls, name: str, limits: Limits) -> "AttemptCgroup | None":
+    def create(cls, name: str, limits: Limits) -> AttemptCgroup | None:
         """Make the attempt's groups with its limits, or None when this host gives the harness no writable group."""
         own = _own_cgroups()
         v2_root = CGROUP_ROOT if (CGROUP_ROOT / "cgroup.controllers").exists() else None
@@ -207,7 +214,11 @@ class AttemptCgroup:
                 time.sleep(0.05)
 
     def to_dict(self) -> dict:
-        return {"version": self.version, "groups": {k or "unified": str(v) for k, v in self.dirs.items()}, "bounds": self.bounds}
+        return {
+            "version": self.version,
+            "groups": {k or "unified": str(v) for k, v in self.dirs.items()},
+            "bounds": self.bounds,
+        }
 
 
 def _event(path: Path, key: str) -> int:

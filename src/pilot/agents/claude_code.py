@@ -25,11 +25,12 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from pilot import paths, workspace as run_files
+from pilot import paths
+from pilot import workspace as run_files
 from pilot.agents import bounds, launch, network, sandbox, worker_user
 from pilot.agents.audit import StreamSummary, parse_stream
 from pilot.agents.session import SessionOutcome
@@ -68,13 +69,22 @@ def find_cli(claude_bin: Path | str | None = None) -> Path:
     for candidate in (bundled_cli(), shutil.which("claude")):
         if candidate:
             return Path(candidate).resolve()
-    raise CliNotFound("no Claude Code CLI: pass --claude-bin, install the 'agent' extra (claude-agent-sdk), or put claude on PATH")
+    raise CliNotFound(
+        "no Claude Code CLI: pass --claude-bin, install the 'agent' extra (claude-agent-sdk), or put claude on PATH"
+    )
 
 
 def cli_version(claude_bin: Path, env: dict[str, str], timeout_s: float = 60.0) -> str | None:
     """``claude --version``, reduced to its version number (None when it does not answer)."""
     try:
-        out = subprocess.run([str(claude_bin), "--version"], capture_output=True, text=True, env=env, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [str(claude_bin), "--version"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = re.search(r"\d+\.\d+\.\d+", out.stdout + " " + out.stderr)
@@ -83,7 +93,9 @@ def cli_version(claude_bin: Path, env: dict[str, str], timeout_s: float = 60.0) 
 
 def _kill_tree(proc: subprocess.Popen, grace: float = KILL_GRACE_S) -> None:
     """Terminate the session's process group, then kill it after a grace period."""
-    steps = ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_GRACE_S)) if grace > 0 else ((signal.SIGKILL, KILL_GRACE_S),)
+    steps = (
+        ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_GRACE_S)) if grace > 0 else ((signal.SIGKILL, KILL_GRACE_S),)
+    )
     for sig, wait in steps:
         try:
             os.killpg(proc.pid, sig)
@@ -126,7 +138,7 @@ def sweep_run_processes(prefix: Path | str) -> list[int]:
         except OSError:
             continue
         i = env.find(needle)
-        if i >= 0 and env[i + len(needle): i + len(needle) + 1] in (b"/", b"\0"):
+        if i >= 0 and env[i + len(needle) : i + len(needle) + 1] in (b"/", b"\0"):
             try:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed.append(int(entry.name))
@@ -150,18 +162,27 @@ class Confinement:
         held = set(self.cgroup.bounds) if self.cgroup else set()
         how = {
             "memory": "cgroup" if "memory" in held else "not bounded (no writable cgroup on this host)",
-            "processes": "cgroup" if "processes" in held else ("RLIMIT_NPROC (dedicated uid)" if self.identity.switch
-                                                               else "RLIMIT_NPROC above the harness user's own tasks"),
+            "processes": "cgroup"
+            if "processes" in held
+            else (
+                "RLIMIT_NPROC (dedicated uid)"
+                if self.identity.switch
+                else "RLIMIT_NPROC above the harness user's own tasks"
+            ),
             "cpu": "cgroup" if "cpu" in held else "not bounded (no writable cgroup on this host)",
             "disk": "RLIMIT_FSIZE per file and the harness's watcher",
             "tmp": "tmpfs --size and the harness's watcher",
             "stream": "the harness's reader (line and transcript bounds)",
         }
-        return {"identity": self.identity.to_dict(), "limits": self.limits.to_dict(), "held_by": how,
-                "cgroup": self.cgroup.to_dict() if self.cgroup else None}
+        return {
+            "identity": self.identity.to_dict(),
+            "limits": self.limits.to_dict(),
+            "held_by": how,
+            "cgroup": self.cgroup.to_dict() if self.cgroup else None,
+        }
 
 
-def _child_setup(conf: Confinement | None, stage: "sandbox.BindStage | None", nproc: int | None) -> Callable[[], None]:
+def _child_setup(conf: Confinement | None, stage: sandbox.BindStage | None, nproc: int | None) -> Callable[[], None]:
     """What the child does before exec: join the attempt's groups, stage the binds, set limits, drop to the worker, die with the harness."""
 
     def setup() -> None:
@@ -219,7 +240,11 @@ def run_process(
     if confinement is not None and confinement.identity.switch and spec.sandbox_prefix:
         cmd, stage = sandbox.stage_binds(cmd)
     nproc = None
-    if confinement is not None and spec.sandbox_prefix and not (confinement.cgroup and "processes" in confinement.cgroup.bounds):
+    if (
+        confinement is not None
+        and spec.sandbox_prefix
+        and not (confinement.cgroup and "processes" in confinement.cgroup.bounds)
+    ):
         # Without a pids group the per-uid limit holds the bound: exact for a dedicated uid, else above the user's own tasks.
         own = 0 if confinement.identity.switch else len(worker_user.user_pids(confinement.identity.uid))
         nproc = own + confinement.limits.processes
@@ -241,8 +266,15 @@ def run_process(
     except (OSError, subprocess.SubprocessError) as exc:
         for sk in mine + theirs:
             sk.close()
-        return SessionOutcome(index, summary, time.monotonic() - t0, start_error=f"{type(exc).__name__}: {exc}", cli_version=version,
-                              resumed_from=resumed_from, assigned_session_id=assigned_session_id)
+        return SessionOutcome(
+            index,
+            summary,
+            time.monotonic() - t0,
+            start_error=f"{type(exc).__name__}: {exc}",
+            cli_version=version,
+            resumed_from=resumed_from,
+            assigned_session_id=assigned_session_id,
+        )
     for sk in theirs:
         sk.close()
     lines: list[str] = []
@@ -298,13 +330,24 @@ def run_process(
                 end_at(hit, f"the sandbox reached its {hit} bound ({confinement.describe()['held_by'][hit]})")
                 return
             ident = confinement.identity
-            if ident.switch and nproc is not None and len(worker_user.user_pids(ident.uid)) >= confinement.limits.processes:
+            if (
+                ident.switch
+                and nproc is not None
+                and len(worker_user.user_pids(ident.uid)) >= confinement.limits.processes
+            ):
                 end_at("processes", f"the worker ran {confinement.limits.processes} tasks")
                 return
             used, overflow = bounds.tree_bytes(list(confinement.writable))
             if used > confinement.limits.workspace_bytes or overflow:
-                end_at("disk", f"the workspace and scratch folders hold {used} bytes"
-                               + (" in more entries than the watcher counts" if overflow else f" (bound {confinement.limits.workspace_bytes})"))
+                end_at(
+                    "disk",
+                    f"the workspace and scratch folders hold {used} bytes"
+                    + (
+                        " in more entries than the watcher counts"
+                        if overflow
+                        else f" (bound {confinement.limits.workspace_bytes})"
+                    ),
+                )
                 return
             inside = inside or bounds.sandbox_pid(proc.pid)
             if inside is not None:
@@ -345,7 +388,9 @@ def run_process(
         # A bound can end the CLI itself before the watcher's next look (a fork refused to the client): look once more.
         hit = confinement.cgroup.breach()
         if hit:
-            bound.update(reason=hit, detail=f"the sandbox reached its {hit} bound ({confinement.describe()['held_by'][hit]})")
+            bound.update(
+                reason=hit, detail=f"the sandbox reached its {hit} bound ({confinement.describe()['held_by'][hit]})"
+            )
     # The CLI is gone; anything it left behind in its group, its cgroup or its run goes too.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -367,12 +412,28 @@ def run_process(
     # A sandbox that could not be set up is a start failure, not a session.
     start_error = None
     last = tail.strip().splitlines()[-1] if tail.strip() else ""
-    if spec.sandbox_prefix and not lines and proc.returncode not in (0, None) and last.startswith(("bwrap:", "pilot-sandbox:")):
+    if (
+        spec.sandbox_prefix
+        and not lines
+        and proc.returncode not in (0, None)
+        and last.startswith(("bwrap:", "pilot-sandbox:"))
+    ):
         start_error = last
     ver = summary.cli_versions[-1] if summary.cli_versions else version
-    return SessionOutcome(index, summary, wall, exit_code=proc.returncode, start_error=start_error, timed_out=timed_out and not bound,
-                          cli_version=ver, stderr_tail=tail, resumed_from=resumed_from, assigned_session_id=assigned_session_id,
-                          bound=bound.get("reason"), bound_detail=bound.get("detail"))
+    return SessionOutcome(
+        index,
+        summary,
+        wall,
+        exit_code=proc.returncode,
+        start_error=start_error,
+        timed_out=timed_out and not bound,
+        cli_version=ver,
+        stderr_tail=tail,
+        resumed_from=resumed_from,
+        assigned_session_id=assigned_session_id,
+        bound=bound.get("reason"),
+        bound_detail=bound.get("detail"),
+    )
 
 
 def _linux() -> bool:
@@ -389,7 +450,9 @@ class ToolSetMismatch(RuntimeError):
     """The CLI, launched as the arm says, offers another tool set than the arm's."""
 
 
-def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0, confinement: Confinement | None = None) -> list[str] | None:
+def offered_tools(
+    spec: launch.LaunchSpec, timeout_s: float = 60.0, confinement: Confinement | None = None
+) -> list[str] | None:
     """The tools the CLI offers under ``spec``, read from its init line with the API unreachable.
 
     The launch is the real one (sandbox, flags, settings) except that the
@@ -403,9 +466,16 @@ def offered_tools(spec: launch.LaunchSpec, timeout_s: float = 60.0, confinement:
     if confinement is not None and confinement.identity.switch and spec.sandbox_prefix:
         cmd, stage = sandbox.stage_binds(cmd)
     try:
-        proc = subprocess.Popen(cmd, cwd=spec.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_child_setup(confinement, stage, None) if _linux() else None)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=spec.cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_child_setup(confinement, stage, None) if _linux() else None,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     lines: queue.Queue = queue.Queue()
@@ -503,8 +573,12 @@ class ClaudeCodeBackend:
                 self.lease = worker_user.acquire(study)
                 limits = limits or bounds.Limits.from_study(study)
                 dirs = launch.AgentDirs.under(self.run_dir)
-                cgroup = bounds.AttemptCgroup.create(f"{self.lease.identity.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}", limits)
-                self.confinement = Confinement(self.lease.identity, limits, (self.workspace.resolve(), dirs.home, dirs.config), cgroup)
+                cgroup = bounds.AttemptCgroup.create(
+                    f"{self.lease.identity.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}", limits
+                )
+                self.confinement = Confinement(
+                    self.lease.identity, limits, (self.workspace.resolve(), dirs.home, dirs.config), cgroup
+                )
                 # Unix socket paths are short-lived and must stay under 108 bytes: a private folder in the system temp.
                 self._socket_dir = Path(tempfile.mkdtemp(prefix="pilot-run-"))
                 self.refusal_socket = self._socket_dir / "refusal.sock"
@@ -522,7 +596,9 @@ class ClaudeCodeBackend:
             # The arm's tool set is the treatment: check what the CLI really offers before any inference.
             self._hand_over()
             try:
-                self.tools_offered = offered_tools(self._spec(budget_usd=0.01, max_turns=1, preflight=True), confinement=self.confinement)
+                self.tools_offered = offered_tools(
+                    self._spec(budget_usd=0.01, max_turns=1, preflight=True), confinement=self.confinement
+                )
             finally:
                 self._take_back()
         except BaseException:
@@ -543,7 +619,11 @@ class ClaudeCodeBackend:
         uid, gid = conf.identity.uid, conf.identity.gid
         for d in conf.writable:
             worker_user.give_tree(d, uid, gid)
-        for sock in (self.model_endpoint.socket_path, self.refusal_socket, self.portal_socket[0] if self.portal_socket else None):
+        for sock in (
+            self.model_endpoint.socket_path,
+            self.refusal_socket,
+            self.portal_socket[0] if self.portal_socket else None,
+        ):
             if sock is not None and Path(sock).exists():
                 os.chown(sock, uid, gid)
 
@@ -555,36 +635,77 @@ class ClaudeCodeBackend:
         for d in conf.writable:
             worker_user.take_back_tree(d, conf.identity.uid)
 
-    def _spec(self, *, budget_usd: float, max_turns: int | None, resume: str | None = None, preflight: bool = False) -> launch.LaunchSpec:
+    def _spec(
+        self, *, budget_usd: float, max_turns: int | None, resume: str | None = None, preflight: bool = False
+    ) -> launch.LaunchSpec:
         # The preflight reaches no model: no bridge to the proxy, the discard port instead.
-        endpoint = launch.ModelEndpoint("preflight-without-a-key", None, PREFLIGHT_BASE_URL) if preflight else self.model_endpoint
+        endpoint = (
+            launch.ModelEndpoint("preflight-without-a-key", None, PREFLIGHT_BASE_URL)
+            if preflight
+            else self.model_endpoint
+        )
         return launch.build_launch(
-            self.arm, self.study, claude_bin=self.claude_bin, workspace=self.workspace, run_dir=self.run_dir,
-            budget_usd=budget_usd, max_turns=max_turns, model=self.model, resume_session_id=resume,
-            session_id=None if (resume or preflight) else self.session_id, tmp_bytes=self.confinement.limits.tmp_bytes if self.confinement else None,
-            worker_env=self.worker_env, extra_env=self.extra_env, isolation=self.isolation, model_endpoint=endpoint,
-            portal_socket=None if preflight else self.portal_socket, refusal_socket=None if preflight else self.refusal_socket,
+            self.arm,
+            self.study,
+            claude_bin=self.claude_bin,
+            workspace=self.workspace,
+            run_dir=self.run_dir,
+            budget_usd=budget_usd,
+            max_turns=max_turns,
+            model=self.model,
+            resume_session_id=resume,
+            session_id=None if (resume or preflight) else self.session_id,
+            tmp_bytes=self.confinement.limits.tmp_bytes if self.confinement else None,
+            worker_env=self.worker_env,
+            extra_env=self.extra_env,
+            isolation=self.isolation,
+            model_endpoint=endpoint,
+            portal_socket=None if preflight else self.portal_socket,
+            refusal_socket=None if preflight else self.refusal_socket,
         )
 
-    def run_session(self, index: int, *, budget_usd: float, wall_s: float, max_turns: int | None = None,
-                    resume_session_id: str | None = None, prompt: str | None = None) -> SessionOutcome:
+    def run_session(
+        self,
+        index: int,
+        *,
+        budget_usd: float,
+        wall_s: float,
+        max_turns: int | None = None,
+        resume_session_id: str | None = None,
+        prompt: str | None = None,
+    ) -> SessionOutcome:
         """One session; a resume always continues the harness's own session id (``resume_session_id`` must be it)."""
         if resume_session_id is not None and resume_session_id != self.session_id:
-            raise ValueError(f"resume of {resume_session_id!r}: only the harness's session {self.session_id} is ever resumed")
+            raise ValueError(
+                f"resume of {resume_session_id!r}: only the harness's session {self.session_id} is ever resumed"
+            )
         spec = self._spec(budget_usd=budget_usd, max_turns=max_turns, resume=resume_session_id)
         if prompt is not None:
             spec.prompt = prompt
         launch.materialize(spec, self.run_dir)
-        record = spec.to_dict() | {"index": index, "wall_s": wall_s, "budget_usd": budget_usd, "session_id": self.session_id,
-                                   "confinement": self.confinement.describe() if self.confinement else None}
+        record = spec.to_dict() | {
+            "index": index,
+            "wall_s": wall_s,
+            "budget_usd": budget_usd,
+            "session_id": self.session_id,
+            "confinement": self.confinement.describe() if self.confinement else None,
+        }
         self.launches.append(record)
         (self.record_dir / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         self._hand_over()
         try:
-            return run_process(spec, index=index, wall_s=wall_s, transcript=self.transcript,
-                               stderr_path=self.record_dir / f"stderr-{index}.log", version=self.version,
-                               resumed_from=resume_session_id, redact=self.redact, confinement=self.confinement,
-                               assigned_session_id=self.session_id)
+            return run_process(
+                spec,
+                index=index,
+                wall_s=wall_s,
+                transcript=self.transcript,
+                stderr_path=self.record_dir / f"stderr-{index}.log",
+                version=self.version,
+                resumed_from=resume_session_id,
+                redact=self.redact,
+                confinement=self.confinement,
+                assigned_session_id=self.session_id,
+            )
         finally:
             self._take_back()
 
@@ -612,10 +733,24 @@ class ClaudeCodeBackend:
             _shutil.rmtree(d, ignore_errors=True)
 
 
-def start_agent(*, arm: Arm, study: Study, scenario: object, out_dir: Path, ws_root: Path, seed: int, model: str | None,
-                claude_bin: Path | str | None, worker_env: Path | None, extra_env: dict[str, str] | None, isolation: str | None,
-                endpoint: object, portal_url: str | None, redact: tuple[str, ...] = (), limits: bounds.Limits | None = None,
-                ) -> tuple["ClaudeCodeBackend | None", dict | None, str | None]:
+def start_agent(
+    *,
+    arm: Arm,
+    study: Study,
+    scenario: object,
+    out_dir: Path,
+    ws_root: Path,
+    seed: int,
+    model: str | None,
+    claude_bin: Path | str | None,
+    worker_env: Path | None,
+    extra_env: dict[str, str] | None,
+    isolation: str | None,
+    endpoint: object,
+    portal_url: str | None,
+    redact: tuple[str, ...] = (),
+    limits: bounds.Limits | None = None,
+) -> tuple[ClaudeCodeBackend | None, dict | None, str | None]:
     """The ``agent`` role of the CLI backends (:mod:`pilot.backends`): the pinned CLI found, the worker's Python
     environment checked, the backend built; or ``(None, worker_env_record, "start_failed: ...")``."""
     from pilot.agents import worker_env as wenv
@@ -629,15 +764,31 @@ def start_agent(*, arm: Arm, study: Study, scenario: object, out_dir: Path, ws_r
     if arm.feature("python_env"):
         env_dir = Path(worker_env) if worker_env is not None else wenv.default_env()
         if env_dir is None or not wenv.python_of(env_dir).exists():
-            return None, None, f"start_failed: the worker Python environment is missing at {env_dir or paths.WORKER_ENV_DIR} (run `pilot worker-env build`)"
+            return (
+                None,
+                None,
+                f"start_failed: the worker Python environment is missing at {env_dir or paths.WORKER_ENV_DIR} (run `pilot worker-env build`)",
+            )
         try:
             worker_info = {"path": str(env_dir), "versions": wenv.recorded_versions(env_dir)}
         except (OSError, RuntimeError, ValueError) as exc:
             return None, None, f"start_failed: the worker Python environment at {env_dir} does not answer: {exc}"
     try:
-        agent = ClaudeCodeBackend(arm, study, run_dir=out_dir, workspace=ws_root, claude_bin=cli, model=model,
-                                  worker_env=env_dir, extra_env=extra_env, isolation=isolation,
-                                  model_endpoint=endpoint, portal_url=portal_url, redact=redact, limits=limits)
+        agent = ClaudeCodeBackend(
+            arm,
+            study,
+            run_dir=out_dir,
+            workspace=ws_root,
+            claude_bin=cli,
+            model=model,
+            worker_env=env_dir,
+            extra_env=extra_env,
+            isolation=isolation,
+            model_endpoint=endpoint,
+            portal_url=portal_url,
+            redact=redact,
+            limits=limits,
+        )
     except RuntimeError as exc:
         return None, worker_info, f"start_failed: {exc}"
     return agent, worker_info, None

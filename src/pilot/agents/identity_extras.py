@@ -75,7 +75,9 @@ def worker_env_lock() -> str:
             try:
                 _PROBED_ENVS[key] = worker_env.probe_versions(env)
             except (OSError, RuntimeError, ValueError) as exc:
-                raise RuntimeError(f"{env}: the worker environment has no {worker_env.VERSIONS_FILE} and cannot say its versions ({exc})") from exc
+                raise RuntimeError(
+                    f"{env}: the worker environment has no {worker_env.VERSIONS_FILE} and cannot say its versions ({exc})"
+                ) from exc
         versions = _PROBED_ENVS[key]
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise RuntimeError(f"{record}: the worker environment's version record cannot be read ({exc})") from exc

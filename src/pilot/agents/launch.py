@@ -71,7 +71,7 @@ class AgentDirs:
     stub_dir: Path
 
     @classmethod
-    def under(cls, run_dir: Path) -> "AgentDirs":
+    def under(cls, run_dir: Path) -> AgentDirs:
         root = Path(run_dir).resolve() / "agent"
         return cls(root, root / "claude-config", root / "home", root / "tmp", root / "settings.json", root / "stubs")
 
@@ -342,19 +342,35 @@ def build_launch(
     profile = None
     if isolation == ISOLATION_OPT_OUT:
         base_url = model_endpoint.base_url or ""
-        env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
-                        extra_env=extra_env, is_root=is_root, max_output_tokens=cli.get("max_output_tokens"))
+        env = agent_env(
+            arm,
+            dirs,
+            path_dirs=path_dirs,
+            api_base_url=base_url,
+            api_token=model_endpoint.token,
+            extra_env=extra_env,
+            is_root=is_root,
+            max_output_tokens=cli.get("max_output_tokens"),
+        )
         enforcement = UNISOLATED
-        notes.append("UNISOLATED (development opt-in): the agent ran without the sandbox; its denials rest on CLI rules "
-                     "and the audit, and it could reach the host's files and network")
+        notes.append(
+            "UNISOLATED (development opt-in): the agent ran without the sandbox; its denials rest on CLI rules "
+            "and the audit, and it could reach the host's files and network"
+        )
     else:
         sandbox.require_isolation()
         method = sandbox.enforcement_method()
         bridges: list[sandbox.Bridge] = []
         if model_endpoint.socket_path is not None:
-            bridges.append(sandbox.Bridge("model", str(model_endpoint.socket_path), MODEL_PORT, _port(model_endpoint.base_url or "")))
+            bridges.append(
+                sandbox.Bridge(
+                    "model", str(model_endpoint.socket_path), MODEL_PORT, _port(model_endpoint.base_url or "")
+                )
+            )
         if portal_socket is not None:
-            bridges.append(sandbox.Bridge("portal", str(portal_socket[0]), int(portal_socket[1]), int(portal_socket[1])))
+            bridges.append(
+                sandbox.Bridge("portal", str(portal_socket[0]), int(portal_socket[1]), int(portal_socket[1]))
+            )
         if refusal_socket is not None:
             bridges.append(sandbox.Bridge("refusal", str(refusal_socket), REFUSAL_PORT, None))
         claude_real = Path(shutil.which(str(claude_bin)) or claude_bin).resolve()
@@ -374,20 +390,37 @@ def build_launch(
         if method == "bubblewrap" and "Bash" in arm.tools:
             python = shell_scope.wrapper_python(worker_env)
             if python is None:
-                raise sandbox.IsolationUnavailable("no Python interpreter for the worker's shell wrapper (/usr/bin/python3 or the worker environment's)")
+                raise sandbox.IsolationUnavailable(
+                    "no Python interpreter for the worker's shell wrapper (/usr/bin/python3 or the worker environment's)"
+                )
             # /run holds only the harness's sockets, this wrapper and the CLI's config: the worker writes nothing there
             # but the CLI's shell snapshots.
-            writable = [str(Path(workspace).resolve()), str(dirs.home), f"{INSIDE_CONFIG}/{dirs.shell_snapshots.name}",
-                        "/tmp", "/var/tmp", "/dev", "/proc"]
+            writable = [
+                str(Path(workspace).resolve()),
+                str(dirs.home),
+                f"{INSIDE_CONFIG}/{dirs.shell_snapshots.name}",
+                "/tmp",
+                "/var/tmp",
+                "/dev",
+                "/proc",
+            ]
             wrapper = (dirs.shell_wrapper, shell_scope.wrapper_text(python, writable))
             plan = dataclasses.replace(plan, ro_mapped=((str(dirs.shell_wrapper), shell_scope.INSIDE_PATH),))
         if bwrap:
             plan = dataclasses.replace(plan, rw_mapped=((str(dirs.config), INSIDE_CONFIG),))
         if method == "bubblewrap":
-            base_url = f"http://127.0.0.1:{MODEL_PORT}" if model_endpoint.socket_path is not None else (model_endpoint.base_url or "")
+            base_url = (
+                f"http://127.0.0.1:{MODEL_PORT}"
+                if model_endpoint.socket_path is not None
+                else (model_endpoint.base_url or "")
+            )
             refusal = f"http://127.0.0.1:{REFUSAL_PORT}" if refusal_socket is not None else None
-            prefix = sandbox.bwrap_prefix(plan, bwrap=str(sandbox.bwrap_available() or "bwrap"), chdir=Path(workspace).resolve(),
-                                          tmp_bytes=tmp_bytes)
+            prefix = sandbox.bwrap_prefix(
+                plan,
+                bwrap=str(sandbox.bwrap_available() or "bwrap"),
+                chdir=Path(workspace).resolve(),
+                tmp_bytes=tmp_bytes,
+            )
         else:
             # macOS: no namespace to bind sockets into; the profile allows only the proxy's and the portal's loopback ports.
             base_url, refusal = model_endpoint.base_url or "", None
@@ -395,9 +428,19 @@ def build_launch(
             prefix = ["sandbox-exec", "-f", str(dirs.root / "sandbox.sb")]
         # TMPDIR is the sandbox's private /tmp (a fresh tmpfs per session): short enough for the Unix sockets programs
         # create there (Chromium's), which a path under the run folder is not.
-        env = agent_env(arm, dirs, path_dirs=path_dirs, api_base_url=base_url, api_token=model_endpoint.token,
-                        refusal_proxy=refusal, tmpdir="/tmp" if bwrap else None, extra_env=extra_env, is_root=is_root,
-                        max_output_tokens=cli.get("max_output_tokens"), config_dir=INSIDE_CONFIG if bwrap else None)
+        env = agent_env(
+            arm,
+            dirs,
+            path_dirs=path_dirs,
+            api_base_url=base_url,
+            api_token=model_endpoint.token,
+            refusal_proxy=refusal,
+            tmpdir="/tmp" if bwrap else None,
+            extra_env=extra_env,
+            is_root=is_root,
+            max_output_tokens=cli.get("max_output_tokens"),
+            config_dir=INSIDE_CONFIG if bwrap else None,
+        )
         if wrapper is not None:
             # Every command of the CLI's Bash tool (and its shell snapshot) starts in the nested Landlock domain.
             env["CLAUDE_CODE_SHELL"] = shell_scope.INSIDE_PATH

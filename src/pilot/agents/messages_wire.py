@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Iterator
+from typing import Any
 
 #: The usage counts every answer carries.
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -36,8 +37,16 @@ def message(content: list[dict], *, model: str, msg_id: str, usage: dict, stop_r
     """A whole assistant message; the stop reason follows from the content unless given."""
     if stop_reason is None:
         stop_reason = "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
-    return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason, "stop_sequence": None, "usage": usage}
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
 
 
 def error_body(kind: str, text: str) -> dict:
@@ -50,16 +59,40 @@ def stream_events(msg: dict) -> Iterator[tuple[str, dict]]:
     yield "message_start", {"type": "message_start", "message": start}
     for i, block in enumerate(msg["content"]):
         if block["type"] == "text":
-            yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}
-            yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}}
+            yield (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+            )
+            yield (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}},
+            )
         else:
-            yield "content_block_start", {"type": "content_block_start", "index": i,
-                                          "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}
-            yield "content_block_delta", {"type": "content_block_delta", "index": i,
-                                          "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}
+            yield (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": i,
+                    "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
+                },
+            )
+            yield (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": i,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                },
+            )
         yield "content_block_stop", {"type": "content_block_stop", "index": i}
-    yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
-                            "usage": {"output_tokens": msg["usage"]["output_tokens"]}}
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": msg["usage"]["output_tokens"]},
+        },
+    )
     yield "message_stop", {"type": "message_stop"}
 
 

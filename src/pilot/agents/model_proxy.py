@@ -61,12 +61,13 @@ import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from pilot.protocol.prices import ModelPrice, PriceTable, Usage
@@ -113,12 +114,33 @@ COUNT_TOKENS_PER_MINUTE = 60
 #: Refusal rows written whole (and kept in ``RunMeter.refusals``) per reason; the rest are only counted.
 REFUSAL_ROWS_PER_REASON = 5
 #: The reason keys refusals are counted under (``RunMeter.refusal_counts``).
-REFUSAL_KEYS = frozenset({
-    "bad_token", "run_closed", "not_offered", "length_required", "bad_content_length", "body_too_large", "too_many_in_flight",
-    "in_flight_bytes", "too_many_connections", "body_incomplete", "invalid_json", "invalid_request", "model_not_priced",
-    "model_not_allowed", "max_tokens", "field_not_allowed", "server_tool", "block_not_allowed", "url_source", "file_source",
-    "source_not_allowed", "rate_limited", "cap",
-})
+REFUSAL_KEYS = frozenset(
+    {
+        "bad_token",
+        "run_closed",
+        "not_offered",
+        "length_required",
+        "bad_content_length",
+        "body_too_large",
+        "too_many_in_flight",
+        "in_flight_bytes",
+        "too_many_connections",
+        "body_incomplete",
+        "invalid_json",
+        "invalid_request",
+        "model_not_priced",
+        "model_not_allowed",
+        "max_tokens",
+        "field_not_allowed",
+        "server_tool",
+        "block_not_allowed",
+        "url_source",
+        "file_source",
+        "source_not_allowed",
+        "rate_limited",
+        "cap",
+    }
+)
 #: The exchange record beside the usage record.
 EXCHANGES_FILE_NAME = "proxy_exchanges.jsonl"
 #: The longest text (and serialised tool input) an exchange row keeps of one block; longer ones are cut.
@@ -157,20 +179,61 @@ def run_id_from_header(value: str | None) -> str | None:
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 _HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-     "transfer-encoding", "upgrade", "host", "content-length", "x-api-key", "authorization", "accept-encoding", "expect"}
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "x-api-key",
+        "authorization",
+        "accept-encoding",
+        "expect",
+    }
 )
 #: The fields a messages request may carry: those the pinned CLI sends and plain sampling controls.
 #: Refused, by not being here: ``mcp_servers`` and ``container`` (the API reaching out on the agent's
 #: behalf), ``service_tier`` and ``speed`` (billed at other rates than the table's).
 MESSAGE_KEYS = frozenset(
-    {"model", "messages", "system", "max_tokens", "stream", "metadata", "tools", "tool_choice", "thinking", "temperature",
-     "top_p", "top_k", "stop_sequences", "context_management", "output_config", "output_format"}
+    {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "stream",
+        "metadata",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "context_management",
+        "output_config",
+        "output_format",
+    }
 )
 #: Keys of a messages body that count_tokens accepts: the fields a count_tokens request may carry, and those
 #: the proxy sends when it counts a request itself.
 COUNT_KEYS = frozenset(
-    {"model", "messages", "system", "tools", "tool_choice", "thinking", "context_management", "output_config", "output_format"}
+    {
+        "model",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "context_management",
+        "output_config",
+        "output_format",
+    }
 )
 # The anthropic-beta header is passed on as the client sends it: the pinned CLI sends several betas, and an
 # allow-list written without seeing every one it may send could break it. What a beta could add is held by the
@@ -190,8 +253,17 @@ class RequestRefused(Exception):
     any, was not read).
     """
 
-    def __init__(self, key: str, message: str, status: int = 400, error_type: str = "invalid_request_error", *,
-                 close: bool = False, record: str | None = None, **detail: Any) -> None:
+    def __init__(
+        self,
+        key: str,
+        message: str,
+        status: int = 400,
+        error_type: str = "invalid_request_error",
+        *,
+        close: bool = False,
+        record: str | None = None,
+        **detail: Any,
+    ) -> None:
         super().__init__(message)
         self.key, self.message, self.status, self.error_type = key, message, status, error_type
         self.close, self.record, self.detail = close, record or message, detail
@@ -226,8 +298,12 @@ class RequestFacts:
 
 def cache_control_may_be_one_hour(cache_control: Any) -> bool:
     """False only for the spellings that surely mean the 5-minute lifetime; anything unclear is read as one hour."""
-    five_minutes = (isinstance(cache_control, dict) and cache_control.get("type") == "ephemeral"
-                    and set(cache_control) <= {"type", "ttl"} and cache_control.get("ttl", "5m") == "5m")
+    five_minutes = (
+        isinstance(cache_control, dict)
+        and cache_control.get("type") == "ephemeral"
+        and set(cache_control) <= {"type", "ttl"}
+        and cache_control.get("ttl", "5m") == "5m"
+    )
     return not five_minutes
 
 
@@ -270,20 +346,32 @@ def check_content(content: Any, where: str, *, allowed: frozenset[str] = BLOCK_T
                 raise RequestRefused("invalid_request", f"{here}: a content block must be an object")
             kind = block.get("type")
             if not isinstance(kind, str) or kind not in allowed:
-                raise RequestRefused("block_not_allowed", f"{here}.type: content blocks of type {_short(kind)} are not "
-                                     f"available in this study (allowed: {', '.join(sorted(allowed))})")
+                raise RequestRefused(
+                    "block_not_allowed",
+                    f"{here}.type: content blocks of type {_short(kind)} are not "
+                    f"available in this study (allowed: {', '.join(sorted(allowed))})",
+                )
             if kind in SOURCE_TYPES:
                 source = block.get("source")
                 stype = source.get("type") if isinstance(source, dict) else None
                 if stype == "url":
-                    raise RequestRefused("url_source", f"{here}.source: {kind} sources of type 'url' are not available in this "
-                                         "study (the API would fetch the URL: network access the run does not have)")
+                    raise RequestRefused(
+                        "url_source",
+                        f"{here}.source: {kind} sources of type 'url' are not available in this "
+                        "study (the API would fetch the URL: network access the run does not have)",
+                    )
                 if stype == "file":
-                    raise RequestRefused("file_source", f"{here}.source: {kind} sources of type 'file' (Files API uploads) "
-                                         "are not available in this study; send the data inline (base64)")
+                    raise RequestRefused(
+                        "file_source",
+                        f"{here}.source: {kind} sources of type 'file' (Files API uploads) "
+                        "are not available in this study; send the data inline (base64)",
+                    )
                 if not isinstance(stype, str) or stype not in SOURCE_TYPES[kind]:
-                    raise RequestRefused("source_not_allowed", f"{here}.source.type: {_short(stype)} is not available for "
-                                         f"{kind} blocks (allowed: {', '.join(sorted(SOURCE_TYPES[kind]))})")
+                    raise RequestRefused(
+                        "source_not_allowed",
+                        f"{here}.source.type: {_short(stype)} is not available for "
+                        f"{kind} blocks (allowed: {', '.join(sorted(SOURCE_TYPES[kind]))})",
+                    )
                 if kind == "image":
                     images += 1
                 else:
@@ -304,10 +392,15 @@ def check_request(body: Any, *, count_tokens: bool, models: frozenset[str], pric
         raise RequestRefused("invalid_json", "the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or model not in prices.models:
-        raise RequestRefused("model_not_priced", f"model {_short(model)} has no pinned price in the study's price table")
+        raise RequestRefused(
+            "model_not_priced", f"model {_short(model)} has no pinned price in the study's price table"
+        )
     if model not in models:
-        raise RequestRefused("model_not_allowed", f"model {model!r} is not available to this run",
-                             record=f"model {model!r} is not this run's ({sorted(models)})")
+        raise RequestRefused(
+            "model_not_allowed",
+            f"model {model!r} is not available to this run",
+            record=f"model {model!r} is not this run's ({sorted(models)})",
+        )
     max_tokens = None
     if not count_tokens:
         max_tokens = body.get("max_tokens")
@@ -316,7 +409,10 @@ def check_request(body: Any, *, count_tokens: bool, models: frozenset[str], pric
     unknown = sorted(set(body) - (COUNT_KEYS if count_tokens else MESSAGE_KEYS))
     if unknown:
         where = " on count_tokens" if count_tokens else ""
-        raise RequestRefused("field_not_allowed", f"request fields {[k[:80] for k in unknown[:10]]} are not available{where} in this study")
+        raise RequestRefused(
+            "field_not_allowed",
+            f"request fields {[k[:80] for k in unknown[:10]]} are not available{where} in this study",
+        )
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
@@ -325,8 +421,11 @@ def check_request(body: Any, *, count_tokens: bool, models: frozenset[str], pric
         if server_tools:
             # Server tools run on the API's side (web search and fetch, code execution): a way out of the
             # sandbox, and billed per use outside the token prices the table pins.
-            raise RequestRefused("server_tool", f"server tools {[t[:80] if isinstance(t, str) else _short(t, 80) for t in server_tools[:10]]} "
-                                 "are not available in this study")
+            raise RequestRefused(
+                "server_tool",
+                f"server tools {[t[:80] if isinstance(t, str) else _short(t, 80) for t in server_tools[:10]]} "
+                "are not available in this study",
+            )
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise RequestRefused("invalid_request", "messages: must be a list of messages")
@@ -339,8 +438,9 @@ def check_request(body: Any, *, count_tokens: bool, models: frozenset[str], pric
             images, documents = images + n_images, documents + n_documents
     if body.get("system") is not None:
         check_content(body["system"], "system", allowed=SYSTEM_BLOCK_TYPES)
-    return RequestFacts(model=model, max_tokens=max_tokens, images=images, documents=documents,
-                        one_hour_cache=asks_one_hour_cache(body))
+    return RequestFacts(
+        model=model, max_tokens=max_tokens, images=images, documents=documents, one_hour_cache=asks_one_hour_cache(body)
+    )
 
 
 def _reject_constant(name: str) -> Any:
@@ -368,7 +468,9 @@ def serialise_body(body: dict) -> bytes:
             # A lone surrogate (sent as an escape) has no UTF-8 form: write every non-ASCII character escaped instead.
             return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
     except (ValueError, RecursionError) as exc:
-        raise RequestRefused("invalid_json", f"the request body cannot be forwarded as JSON ({str(exc)[:200]})") from None
+        raise RequestRefused(
+            "invalid_json", f"the request body cannot be forwarded as JSON ({str(exc)[:200]})"
+        ) from None
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -643,7 +745,7 @@ def record_folder_name(run_id: str) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class TokenBucket:
@@ -695,7 +797,9 @@ class RunMeter:
     reserved_usd: Decimal = Decimal(0)
     #: Whether the exchange record reached its bound (``EXCHANGES_MAX_BYTES``) and stopped.
     exchanges_truncated: bool = False
-    count_bucket: TokenBucket = field(default_factory=lambda: TokenBucket(COUNT_TOKENS_BURST, COUNT_TOKENS_PER_MINUTE), repr=False)
+    count_bucket: TokenBucket = field(
+        default_factory=lambda: TokenBucket(COUNT_TOKENS_BURST, COUNT_TOKENS_PER_MINUTE), repr=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _seq: int = 0
     _exchange_bytes: int = 0
@@ -730,8 +834,11 @@ class RunMeter:
         if self._exchange_bytes + len(line) > EXCHANGES_MAX_BYTES:
             line = (json.dumps({"seq": row["seq"], "kind": "exchanges_truncated"}) + "\n").encode("ascii")
             self.exchanges_truncated = True
-            log.warning("model proxy: the exchange record of run %s reached %s bytes; further exchanges are metered, not recorded",
-                        self.run_id, EXCHANGES_MAX_BYTES)
+            log.warning(
+                "model proxy: the exchange record of run %s reached %s bytes; further exchanges are metered, not recorded",
+                self.run_id,
+                EXCHANGES_MAX_BYTES,
+            )
         with self.exchanges_path.open("ab") as fh:
             fh.write(line)
         self._exchange_bytes += len(line)
@@ -757,8 +864,10 @@ class RunMeter:
             if self.capped:
                 return f"the run is already capped ({self.capped_reason})"
             if self.metered_usd + self.reserved_usd + worst_usd > self.cap_usd:
-                return (f"metered {self.metered_usd} USD + in flight {self.reserved_usd} USD + this request's worst case "
-                        f"{worst_usd} USD would exceed the run's cap of {self.cap_usd} USD")
+                return (
+                    f"metered {self.metered_usd} USD + in flight {self.reserved_usd} USD + this request's worst case "
+                    f"{worst_usd} USD would exceed the run's cap of {self.cap_usd} USD"
+                )
             self.reserved_usd += worst_usd
             return None
 
@@ -791,11 +900,22 @@ class RunMeter:
         """Take an in-flight slot for a request announcing ``body_bytes``; the refusal when none is free."""
         with self._slots:
             if self._in_flight >= MAX_IN_FLIGHT:
-                return RequestRefused("too_many_in_flight", f"more than {MAX_IN_FLIGHT} requests of this run at once are not served",
-                                      429, "rate_limit_error", close=True)
+                return RequestRefused(
+                    "too_many_in_flight",
+                    f"more than {MAX_IN_FLIGHT} requests of this run at once are not served",
+                    429,
+                    "rate_limit_error",
+                    close=True,
+                )
             if self._in_flight_bytes + body_bytes > MAX_IN_FLIGHT_BODY_BYTES:
-                return RequestRefused("in_flight_bytes", f"content-length {body_bytes}: the run's requests in flight would hold more "
-                                      f"than {MAX_IN_FLIGHT_BODY_BYTES} bytes of body", 429, "rate_limit_error", close=True)
+                return RequestRefused(
+                    "in_flight_bytes",
+                    f"content-length {body_bytes}: the run's requests in flight would hold more "
+                    f"than {MAX_IN_FLIGHT_BODY_BYTES} bytes of body",
+                    429,
+                    "rate_limit_error",
+                    close=True,
+                )
             self._in_flight += 1
             self._in_flight_bytes += body_bytes
             return None
@@ -860,7 +980,7 @@ class _Handler(BaseHTTPRequestHandler):
     #: An idle agent connection is dropped after this long (a tool call between two requests can take minutes).
     timeout = 3600
     sys_version = ""
-    server: "_Listener"
+    server: _Listener
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug("model proxy: " + format, *args)
@@ -891,18 +1011,32 @@ class _Handler(BaseHTTPRequestHandler):
         """The body size the headers announce; RequestRefused (the body unread) when it is not one bounded number."""
         if self.headers.get("transfer-encoding") is not None:
             # A chunked upload has no size to check before reading it; the pinned CLI always sends a Content-Length.
-            raise RequestRefused("length_required", "request bodies must carry a Content-Length (chunked uploads are not accepted)",
-                                 411, "invalid_request_error", close=True)
+            raise RequestRefused(
+                "length_required",
+                "request bodies must carry a Content-Length (chunked uploads are not accepted)",
+                411,
+                "invalid_request_error",
+                close=True,
+            )
         values = [v.strip() for v in self.headers.get_all("content-length") or []]
         if not values:
             return 0
         if len(set(values)) != 1 or not re.fullmatch(r"[0-9]{1,15}", values[0]):
-            raise RequestRefused("bad_content_length", f"content-length {_short(values, 100)}: must be one non-negative integer",
-                                 400, close=True)
+            raise RequestRefused(
+                "bad_content_length",
+                f"content-length {_short(values, 100)}: must be one non-negative integer",
+                400,
+                close=True,
+            )
         n = int(values[0])
         if n > MAX_BODY_BYTES:
-            raise RequestRefused("body_too_large", f"content-length {n}: request bodies over {MAX_BODY_BYTES} bytes are refused",
-                                 413, "request_too_large", close=True)
+            raise RequestRefused(
+                "body_too_large",
+                f"content-length {n}: request bodies over {MAX_BODY_BYTES} bytes are refused",
+                413,
+                "request_too_large",
+                close=True,
+            )
         return n
 
     def _read_exact(self, n: int) -> bytes:
@@ -920,8 +1054,12 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.connection.settimeout(self.timeout)
         if len(data) != n:
-            raise RequestRefused("body_incomplete", f"the request body ended (or stalled) before its content-length of {n} bytes",
-                                 400, close=True)
+            raise RequestRefused(
+                "body_incomplete",
+                f"the request body ended (or stalled) before its content-length of {n} bytes",
+                400,
+                close=True,
+            )
         return data
 
     def _send_error(self, status: int, kind: str, message: str, close: bool = False) -> None:
@@ -969,28 +1107,51 @@ class _Handler(BaseHTTPRequestHandler):
             meter.refuse(refused.key, refused.record, path=route[:200], method=self.command, **refused.detail)
             self._send_error(refused.status, refused.error_type, refused.message, close=refused.close)
 
-    def _dispatch(self, meter: RunMeter, proxy: "MeteringProxy", route: str) -> None:
+    def _dispatch(self, meter: RunMeter, proxy: MeteringProxy, route: str) -> None:
         # Everything the headers can decide is decided before a byte of the body is read.
         if not meter.token_ok(self._token()):
-            raise RequestRefused("bad_token", "invalid x-api-key", 401, "authentication_error", close=True,
-                                 record="missing or wrong run token")
+            raise RequestRefused(
+                "bad_token",
+                "invalid x-api-key",
+                401,
+                "authentication_error",
+                close=True,
+                record="missing or wrong run token",
+            )
         if meter.closed:
-            raise RequestRefused("run_closed", f"run {meter.run_id} is closed", 403, "permission_error", close=True, record="run closed")
+            raise RequestRefused(
+                "run_closed", f"run {meter.run_id} is closed", 403, "permission_error", close=True, record="run closed"
+            )
         if self.command in ("HEAD", "GET") and route == "":
             # A reachability probe of the base URL: answered here, nothing leaves.
-            if self.headers.get("transfer-encoding") is not None or (self.headers.get("content-length") or "0").strip() != "0":
+            if (
+                self.headers.get("transfer-encoding") is not None
+                or (self.headers.get("content-length") or "0").strip() != "0"
+            ):
                 self.close_connection = True
             self.send_response(200)
             self.send_header("content-length", "0")
             self.end_headers()
             return
         if self.command != "POST" or route not in (MESSAGES_ROUTE, COUNT_ROUTE):
-            raise RequestRefused("not_offered", f"{self.command} {(route or '/')[:200]} is not offered by the run's model proxy",
-                                 404, "not_found_error", close=True, record="endpoint not offered by the proxy")
+            raise RequestRefused(
+                "not_offered",
+                f"{self.command} {(route or '/')[:200]} is not offered by the run's model proxy",
+                404,
+                "not_found_error",
+                close=True,
+                record="endpoint not offered by the proxy",
+            )
         n = self._declared_length()
         if route == COUNT_ROUTE and not meter.count_bucket.take(proxy.clock()):
-            raise RequestRefused("rate_limited", f"count_tokens: more than {COUNT_TOKENS_BURST} requests at once or "
-                                 f"{COUNT_TOKENS_PER_MINUTE} a minute are not available to a run", 429, "rate_limit_error", close=True)
+            raise RequestRefused(
+                "rate_limited",
+                f"count_tokens: more than {COUNT_TOKENS_BURST} requests at once or "
+                f"{COUNT_TOKENS_PER_MINUTE} a minute are not available to a run",
+                429,
+                "rate_limit_error",
+                close=True,
+            )
         busy = meter.enter_request(n)
         if busy is not None:
             raise busy
@@ -1000,8 +1161,16 @@ class _Handler(BaseHTTPRequestHandler):
                 facts = check_request(body, count_tokens=True, models=meter.models, prices=proxy.prices)
                 payload = serialise_body(body)
                 del body  # only the forwarded bytes are held while the answer is relayed
-                return self._forward(meter, proxy, payload, {"kind": "count_tokens", "path": route, "model": facts.model},
-                                     None, Decimal(0), None, None)
+                return self._forward(
+                    meter,
+                    proxy,
+                    payload,
+                    {"kind": "count_tokens", "path": route, "model": facts.model},
+                    None,
+                    Decimal(0),
+                    None,
+                    None,
+                )
             plan = self._plan_messages(meter, proxy, body)
             del body
             if plan is not None:
@@ -1010,7 +1179,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             meter.leave_request(n)
 
-    def _plan_messages(self, meter: RunMeter, proxy: "MeteringProxy", body: Any) -> tuple | None:
+    def _plan_messages(self, meter: RunMeter, proxy: MeteringProxy, body: Any) -> tuple | None:
         """Check a messages request and reserve its worst case: the forward's arguments, or None when the cap refused it."""
         facts = check_request(body, count_tokens=False, models=meter.models, prices=proxy.prices)
         payload = serialise_body(body)
@@ -1031,17 +1200,44 @@ class _Handler(BaseHTTPRequestHandler):
                 refusal = meter.reserve(worst)
         if refusal is not None:
             meter.mark_capped(refusal)
-            meter.refuse("cap", refusal, path=MESSAGES_ROUTE, model=facts.model, max_tokens=max_tokens, input_bound_tokens=bound,
-                         bound_method=method, worst_case_usd=str(worst), one_hour_cache=facts.one_hour_cache, capped=True)
+            meter.refuse(
+                "cap",
+                refusal,
+                path=MESSAGES_ROUTE,
+                model=facts.model,
+                max_tokens=max_tokens,
+                input_bound_tokens=bound,
+                bound_method=method,
+                worst_case_usd=str(worst),
+                one_hour_cache=facts.one_hour_cache,
+                capped=True,
+            )
             self._send_error(CAP_STATUS, CAP_ERROR_TYPE, f"{CAP_MESSAGE_PREFIX}: {refusal}")
             return None
-        info = {"kind": "messages", "path": MESSAGES_ROUTE, "model": facts.model, "stream": bool(body.get("stream")),
-                "max_tokens": max_tokens, "input_bound_tokens": bound, "bound_method": method, "one_hour_cache": facts.one_hour_cache,
-                "worst_case_usd": str(worst)}
+        info = {
+            "kind": "messages",
+            "path": MESSAGES_ROUTE,
+            "model": facts.model,
+            "stream": bool(body.get("stream")),
+            "max_tokens": max_tokens,
+            "input_bound_tokens": bound,
+            "bound_method": method,
+            "one_hour_cache": facts.one_hour_cache,
+            "worst_case_usd": str(worst),
+        }
         return payload, info, price, worst, max_tokens, exchange_request
 
-    def _forward(self, meter: RunMeter, proxy: "MeteringProxy", payload: bytes, info: dict,
-                 price: ModelPrice | None, worst: Decimal, max_tokens: int | None, exchange_request: dict | None) -> None:
+    def _forward(
+        self,
+        meter: RunMeter,
+        proxy: MeteringProxy,
+        payload: bytes,
+        info: dict,
+        price: ModelPrice | None,
+        worst: Decimal,
+        max_tokens: int | None,
+        exchange_request: dict | None,
+    ) -> None:
         """Relay one request upstream and its answer back; book it before the answer's last byte leaves.
 
         Booking first means that once the agent has a whole answer, the meter
@@ -1051,16 +1247,27 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() != RUN_ID_HEADER}
         if proxy.label_upstream:
             headers[RUN_ID_HEADER] = run_id_header_value(meter.run_id)
-        state: dict[str, Any] = {"usage": None, "complete": False, "status": 502, "message_id": None, "note": None, "booked": False,
-                                 "answered": False}
+        state: dict[str, Any] = {
+            "usage": None,
+            "complete": False,
+            "status": 502,
+            "message_id": None,
+            "note": None,
+            "booked": False,
+            "answered": False,
+        }
         answer = AnswerRecord()
 
         def book() -> None:
             if state["booked"]:
                 return
             state["booked"] = True
-            row = {**info, "status": state["status"], "message_id": state["message_id"],
-                   "duration_ms": round((time.perf_counter() - started) * 1000, 3)}
+            row = {
+                **info,
+                "status": state["status"],
+                "message_id": state["message_id"],
+                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            }
             if price is None:
                 meter.record({**row, "cost_usd": "0", "note": state["note"]})
                 return
@@ -1081,7 +1288,9 @@ class _Handler(BaseHTTPRequestHandler):
                 cost = price.cost(usage)
             tier = state.get("service_tier")
             if tier not in (None, "standard"):
-                note = (note + "; " if note else "") + f"billed in service tier {tier!r}, priced at the table's standard rates"
+                note = (
+                    note + "; " if note else ""
+                ) + f"billed in service tier {tier!r}, priced at the table's standard rates"
             row.update(usage.as_dict())
             row.update(cost_usd=str(cost), usage_complete=complete, service_tier=tier, note=note)
             meter.settle(worst, row, self._exchange_row(state, answer, info, exchange_request))
@@ -1126,17 +1335,25 @@ class _Handler(BaseHTTPRequestHandler):
             book()
 
     @staticmethod
-    def _exchange_row(state: dict[str, Any], answer: AnswerRecord, info: dict, exchange_request: dict | None) -> dict | None:
+    def _exchange_row(
+        state: dict[str, Any], answer: AnswerRecord, info: dict, exchange_request: dict | None
+    ) -> dict | None:
         """The exchange row of a messages request the upstream answered (None for any other)."""
         if exchange_request is None or not state["answered"]:
             return None
         content, cut = answer.content()
         message_id = state["message_id"]
-        return {"status": state["status"], "model": info["model"],
-                "message_id": message_id if isinstance(message_id, str) else None, "stop_reason": answer.stop_reason,
-                "complete": answer.complete and not answer.failed, "request_messages": exchange_request["request_messages"],
-                "request_tool_results": exchange_request["request_tool_results"], "response_content": content,
-                "truncated": bool(exchange_request["truncated"] or cut)}
+        return {
+            "status": state["status"],
+            "model": info["model"],
+            "message_id": message_id if isinstance(message_id, str) else None,
+            "stop_reason": answer.stop_reason,
+            "complete": answer.complete and not answer.failed,
+            "request_messages": exchange_request["request_messages"],
+            "request_tool_results": exchange_request["request_tool_results"],
+            "response_content": content,
+            "truncated": bool(exchange_request["truncated"] or cut),
+        }
 
     @staticmethod
     def _read_whole(data: bytes, status: int, state: dict[str, Any], answer: AnswerRecord) -> None:
@@ -1224,12 +1441,14 @@ class _Listener(socketserver.ThreadingMixIn):
     # socketserver's default backlog of 5 makes a burst of connects wait a second for a SYN retransmit.
     request_queue_size = 64
     meter: RunMeter
-    proxy: "MeteringProxy"
+    proxy: MeteringProxy
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # Each connection is a thread: past the run's bound it is closed at once, before any byte is read.
         if not self.meter.connection_opened():
-            self.meter.refuse("too_many_connections", f"more than {MAX_OPEN_CONNECTIONS} open connections: closed unread")
+            self.meter.refuse(
+                "too_many_connections", f"more than {MAX_OPEN_CONNECTIONS} open connections: closed unread"
+            )
             self.shutdown_request(request)
             return
         try:
@@ -1280,9 +1499,19 @@ class MeteringProxy:
     ...     proxy.close_run(meter.run_id)
     """
 
-    def __init__(self, upstream_url: str, api_key: str, prices: PriceTable, record_dir: Path, *,
-                 socket_dir: Path | None = None, timeout_s: float = 600.0, ssl_context: ssl.SSLContext | None = None,
-                 label_upstream: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        upstream_url: str,
+        api_key: str,
+        prices: PriceTable,
+        record_dir: Path,
+        *,
+        socket_dir: Path | None = None,
+        timeout_s: float = 600.0,
+        ssl_context: ssl.SSLContext | None = None,
+        label_upstream: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         parts = urlsplit(upstream_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream_url must be an http(s) URL, got {upstream_url!r}")
@@ -1316,7 +1545,7 @@ class MeteringProxy:
 
     # -- lifetime -------------------------------------------------------------
 
-    def start(self) -> "MeteringProxy":
+    def start(self) -> MeteringProxy:
         if self._started:
             return self
         self.record_dir.mkdir(parents=True, exist_ok=True)
@@ -1337,7 +1566,7 @@ class MeteringProxy:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
         self._started = False
 
-    def __enter__(self) -> "MeteringProxy":
+    def __enter__(self) -> MeteringProxy:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -1377,19 +1606,39 @@ class MeteringProxy:
             tcp = _TCPListener(("127.0.0.1", 0), _Handler)
             unix = _UnixListener(str(sock), _Handler)
             sock.chmod(0o600)
-            meter = RunMeter(run_id=run_id, cap_usd=cap_usd, model=model, models=models, token=f"pilot-run-{secrets.token_urlsafe(32)}",
-                             socket_path=sock, base_url=f"http://127.0.0.1:{tcp.server_address[1]}",
-                             record_path=run_dir / USAGE_FILE_NAME, exchanges_path=run_dir / EXCHANGES_FILE_NAME)
+            meter = RunMeter(
+                run_id=run_id,
+                cap_usd=cap_usd,
+                model=model,
+                models=models,
+                token=f"pilot-run-{secrets.token_urlsafe(32)}",
+                socket_path=sock,
+                base_url=f"http://127.0.0.1:{tcp.server_address[1]}",
+                record_path=run_dir / USAGE_FILE_NAME,
+                exchanges_path=run_dir / EXCHANGES_FILE_NAME,
+            )
             # Present from the start, so that a run without exchanges is told apart from a run without a proxy.
             meter.exchanges_path.touch()
             meter._exchange_bytes = meter.exchanges_path.stat().st_size
             for server in (tcp, unix):
                 server.meter, server.proxy = meter, self
                 meter._servers.append(server)
-                threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                                 name=f"model-proxy-{run_id}", daemon=True).start()
+                threading.Thread(
+                    target=server.serve_forever,
+                    kwargs={"poll_interval": 0.1},
+                    name=f"model-proxy-{run_id}",
+                    daemon=True,
+                ).start()
             self._runs[run_id] = meter
-        meter._write({"kind": "opened", "cap_usd": str(cap_usd), "model": model, "models": sorted(models), "upstream": self.upstream_url})
+        meter._write(
+            {
+                "kind": "opened",
+                "cap_usd": str(cap_usd),
+                "model": model,
+                "models": sorted(models),
+                "upstream": self.upstream_url,
+            }
+        )
         return meter
 
     def close_run(self, run_id: str) -> RunMeter:
@@ -1405,8 +1654,16 @@ class MeteringProxy:
         with meter._lock:
             counts = dict(sorted(meter.refusal_counts.items()))
             meter._write({"kind": "refusals", "counts": counts})
-            meter._write({"kind": "closed", "metered_usd": str(meter.metered_usd), "capped": meter.capped,
-                          "capped_reason": meter.capped_reason, "requests": len(meter.requests), "refusals": sum(counts.values())})
+            meter._write(
+                {
+                    "kind": "closed",
+                    "metered_usd": str(meter.metered_usd),
+                    "capped": meter.capped,
+                    "capped_reason": meter.capped_reason,
+                    "requests": len(meter.requests),
+                    "refusals": sum(counts.values()),
+                }
+            )
         if any(n > REFUSAL_ROWS_PER_REASON for n in counts.values()):
             log.warning("model proxy: run %s closed with refusals %s", run_id, counts)
         return meter
@@ -1421,7 +1678,9 @@ class MeteringProxy:
             return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout_s, context=self._ssl)
         return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
 
-    def upstream_request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> http.client.HTTPResponse:
+    def upstream_request(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> http.client.HTTPResponse:
         """Send one request upstream with the real key, on this thread's kept-alive connection if it is fresh.
 
         A request is re-sent on a new connection only when sending it failed
@@ -1466,8 +1725,12 @@ class MeteringProxy:
         the fields the betas add (context management, output config) are accepted.
         """
         payload = json.dumps({k: v for k, v in body.items() if k in COUNT_KEYS}).encode()
-        headers = {"content-type": "application/json", "x-api-key": self._api_key, "accept-encoding": "identity",
-                   "content-length": str(len(payload))}
+        headers = {
+            "content-type": "application/json",
+            "x-api-key": self._api_key,
+            "accept-encoding": "identity",
+            "content-length": str(len(payload)),
+        }
         for name in ("anthropic-version", "anthropic-beta"):
             if client_headers.get(name):
                 headers[name] = client_headers[name]

@@ -119,8 +119,10 @@ class _RefusalHandler(socketserver.StreamRequestHandler):
         method, target = (parts[0], parts[1]) if len(parts) >= 2 else (line, "")
         svc.record(method, target)
         body = f"network access refused: this arm has no network ({STUB_MARKER})\n".encode()
-        head = (f"HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
-                "connection: close\r\n\r\n").encode()
+        head = (
+            f"HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n"
+        ).encode()
         try:
             self.wfile.write(head + body)
         except OSError:
@@ -167,7 +169,11 @@ class RefusingProxy(_UnixService):
         super().close()
         with self._lock:
             if self._counts or self._others:
-                row = {"kind": "counts", "counts": [[m, t, n] for (m, t), n in self._counts.items()], "others": self._others}
+                row = {
+                    "kind": "counts",
+                    "counts": [[m, t, n] for (m, t), n in self._counts.items()],
+                    "others": self._others,
+                }
                 with open(self.log_path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(row) + "\n")
             self._counts, self._others = {}, 0
@@ -181,7 +187,13 @@ class RefusingProxy(_UnixService):
 def _refusal_rows(destinations: list[tuple[str, str, int]], others: int) -> list[dict]:
     out = [{"method": m, "target": t, "count": n} for m, t, n in destinations]
     if others:
-        out.append({"method": "", "target": f"further destinations past the log's bound of {MAX_LOGGED_DESTINATIONS}", "count": others})
+        out.append(
+            {
+                "method": "",
+                "target": f"further destinations past the log's bound of {MAX_LOGGED_DESTINATIONS}",
+                "count": others,
+            }
+        )
     return out
 
 

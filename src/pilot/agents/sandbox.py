@@ -35,7 +35,7 @@ import os
 import platform
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 STUB_MARKER = "denied by the study protocol"
@@ -48,10 +48,29 @@ SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 #: The few /etc entries programs need (user names, loader cache, fonts, alternatives links, time zone).
 ETC_ENTRIES = (
-    "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/ld.so.cache",
-    "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives", "/etc/fonts", "/etc/mime.types",
-    "/etc/magic", "/etc/ssl", "/etc/ca-certificates", "/etc/os-release", "/etc/debian_version", "/etc/matplotlibrc",
-    "/etc/python3", "/etc/bash.bashrc", "/etc/profile", "/etc/inputrc", "/etc/locale.alias",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/fonts",
+    "/etc/mime.types",
+    "/etc/magic",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/os-release",
+    "/etc/debian_version",
+    "/etc/matplotlibrc",
+    "/etc/python3",
+    "/etc/bash.bashrc",
+    "/etc/profile",
+    "/etc/inputrc",
+    "/etc/locale.alias",
 )
 
 #: Install trees of each arm feature: bound (they are under /usr) when the arm has the feature, absent when not.
@@ -231,11 +250,15 @@ def bridge_script(bridges: tuple[Bridge, ...], socat: str = "socat") -> str:
     """The shell run first inside the sandbox: one ``socat`` listener per bridge, wait until each listens, exec the agent."""
     lines = ["set -e"]
     for b in bridges:
-        lines.append(f"{socat} TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{b.inside_socket} </dev/null >/dev/null 2>&1 &")
+        lines.append(
+            f"{socat} TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{b.inside_socket} </dev/null >/dev/null 2>&1 &"
+        )
     for b in bridges:
         # /proc/net/tcp lists a listening loopback socket as 0100007F:<port hex> with state 0A.
-        lines.append(f'n=0; until grep -q ":{b.port:04X} 00000000:0000 0A" /proc/net/tcp; do n=$((n+1)); '
-                     f'[ $n -lt 500 ] || {{ echo "pilot-sandbox: bridge {b.name} did not listen" >&2; exit 125; }}; sleep 0.01; done')
+        lines.append(
+            f'n=0; until grep -q ":{b.port:04X} 00000000:0000 0A" /proc/net/tcp; do n=$((n+1)); '
+            f'[ $n -lt 500 ] || {{ echo "pilot-sandbox: bridge {b.name} did not listen" >&2; exit 125; }}; sleep 0.01; done'
+        )
     lines.append('exec "$@"')
     return "\n".join(lines)
 
@@ -248,7 +271,9 @@ PRIVILEGE_FLAGS = ("--unshare-user", "--disable-userns", "--cap-drop", "ALL")
 SCRATCH_TMPFS = ("/tmp", "/var/tmp", "/run")
 
 
-def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = None, tmp_bytes: int | None = None) -> list[str]:
+def bwrap_prefix(
+    plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = None, tmp_bytes: int | None = None
+) -> list[str]:
     """The bubblewrap command line that builds ``plan`` before running the agent.
 
     Order matters: the fresh /proc, /dev, /tmp first, then system trees,
@@ -259,8 +284,19 @@ def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = N
     and ``/proc/bus`` of the fresh /proc read-only itself; with no capability
     inside, no mount can be undone.
     """
-    argv = [bwrap, "--die-with-parent", "--new-session", *PRIVILEGE_FLAGS, "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "pilot-sandbox"]
+    argv = [
+        bwrap,
+        "--die-with-parent",
+        "--new-session",
+        *PRIVILEGE_FLAGS,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "pilot-sandbox",
+    ]
     # The private /tmp first: a run folder under the host's /tmp is bound over it afterwards.
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for t in SCRATCH_TMPFS:
@@ -299,8 +335,19 @@ def bwrap_prefix(plan: SandboxPlan, bwrap: str = "bwrap", chdir: Path | None = N
 STAGE_DIR = "/run/pilot-stage"
 _BIND_OPTS = ("--ro-bind", "--bind")
 #: How many arguments each bubblewrap option of :func:`bwrap_prefix` takes (the rest take none).
-_BWRAP_ARGS = {"--size": 1, "--tmpfs": 1, "--remount-ro": 1, "--proc": 1, "--dev": 1, "--chdir": 1, "--hostname": 1,
-               "--cap-drop": 1, "--symlink": 2, "--ro-bind": 2, "--bind": 2}
+_BWRAP_ARGS = {
+    "--size": 1,
+    "--tmpfs": 1,
+    "--remount-ro": 1,
+    "--proc": 1,
+    "--dev": 1,
+    "--chdir": 1,
+    "--hostname": 1,
+    "--cap-drop": 1,
+    "--symlink": 2,
+    "--ro-bind": 2,
+    "--bind": 2,
+}
 
 _MS_RDONLY, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 4096, 16384, 1 << 18
 _CLONE_NEWNS = 0x00020000
@@ -366,7 +413,7 @@ def stage_binds(argv: list[str]) -> tuple[list[str], BindStage]:
             i += 3
             continue
         n = 1 + _BWRAP_ARGS.get(a, 0)
-        out.extend(argv[i:i + n])
+        out.extend(argv[i : i + n])
         i += n
     return out, BindStage(tuple(entries))
 
@@ -383,12 +430,20 @@ def macos_profile(plan: SandboxPlan) -> str:
     harness's sockets themselves, there being no namespace to bind them
     into); the masked programs may not be executed.
     """
-    lines = ["(version 1)", "(deny default)", '(import "system.sb")',
-             "(allow process-fork)", "(allow signal (target same-sandbox))", "(allow sysctl-read)", "(allow mach-lookup)",
-             "(allow ipc-posix-shm)", '(allow file-read-metadata (literal "/"))',
-             '(allow file-read* file-write* (literal "/dev/null") (literal "/dev/tty") (literal "/dev/zero"))',
-             '(allow file-read* (literal "/dev/urandom") (literal "/dev/random"))',
-             "(allow process-exec (subpath \"/usr\") (subpath \"/bin\") (subpath \"/sbin\"))"]
+    lines = [
+        "(version 1)",
+        "(deny default)",
+        '(import "system.sb")',
+        "(allow process-fork)",
+        "(allow signal (target same-sandbox))",
+        "(allow sysctl-read)",
+        "(allow mach-lookup)",
+        "(allow ipc-posix-shm)",
+        '(allow file-read-metadata (literal "/"))',
+        '(allow file-read* file-write* (literal "/dev/null") (literal "/dev/tty") (literal "/dev/zero"))',
+        '(allow file-read* (literal "/dev/urandom") (literal "/dev/random"))',
+        '(allow process-exec (subpath "/usr") (subpath "/bin") (subpath "/sbin"))',
+    ]
     for p in plan.ro_binds:
         lines.append(f'(allow file-read* (subpath "{_sb_quote(p)}"))')
         lines.append(f'(allow process-exec (subpath "{_sb_quote(p)}"))')
@@ -443,16 +498,22 @@ def isolation_problems() -> tuple[str, ...]:
     problems: list[str] = []
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        problems.append("bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox` "
-                        "(or `apt-get install bubblewrap socat`)")
+        problems.append(
+            "bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox` "
+            "(or `apt-get install bubblewrap socat`)"
+        )
     if shutil.which("socat") is None:
-        problems.append("socat is not installed (it bridges the model proxy and the portal into the sandbox): "
-                        "run `tools/ensure-system-packages.sh sandbox` (or `apt-get install socat`)")
+        problems.append(
+            "socat is not installed (it bridges the model proxy and the portal into the sandbox): "
+            "run `tools/ensure-system-packages.sh sandbox` (or `apt-get install socat`)"
+        )
     from pilot.agents.shell_scope import landlock_abi
 
     if landlock_abi() < 1:
-        problems.append("the kernel offers no Landlock (Linux 5.13 or later with landlock in its lsm= list): without it the "
-                        "worker's programs could reach the CLI's memory and descriptors")
+        problems.append(
+            "the kernel offers no Landlock (Linux 5.13 or later with landlock in its lsm= list): without it the "
+            "worker's programs could reach the CLI's memory and descriptors"
+        )
     if bwrap is not None:
         binds, links = system_layout()
         probe = [bwrap, "--die-with-parent", *PRIVILEGE_FLAGS, "--unshare-pid", "--unshare-net"]
@@ -473,7 +534,8 @@ def isolation_problems() -> tuple[str, ...]:
                     f"bubblewrap cannot create an unprivileged user namespace on this host ({out.stderr.strip()[-300:]}): "
                     "the worker never keeps a capability, so user namespaces must be allowed "
                     "(`sysctl kernel.unprivileged_userns_clone=1`, or on Ubuntu `sysctl kernel.apparmor_restrict_unprivileged_userns=0`; "
-                    "`user.max_user_namespaces` above 0)")
+                    "`user.max_user_namespaces` above 0)"
+                )
     return tuple(problems)
 
 
@@ -488,7 +550,8 @@ def require_isolation() -> None:
     problems = isolation_problems()
     if problems:
         raise IsolationUnavailable(
-            "this host cannot isolate an agent run: " + "; ".join(problems)
+            "this host cannot isolate an agent run: "
+            + "; ".join(problems)
             + ". Install what is missing, or pass --allow-unisolated for development only (recorded on the run; "
             "the analysis refuses such runs unless told otherwise)."
         )

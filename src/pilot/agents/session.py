@@ -38,7 +38,6 @@ RESUME_PROMPT = (
 )
 
 
-
 @dataclass
 class SessionOutcome:
     """What one launch of the agent produced."""
@@ -135,16 +134,22 @@ def classify(s: SessionOutcome) -> Classification:
         if r is not None and sub == "success" and not r.get("is_error"):
             return Classification(COMPLETED)
         if r is not None and r.get("api_error_status") is not None:
-            return Classification(INFRA_ERROR, infra_error=f"api_error_status {r['api_error_status']} before any model output")
+            return Classification(
+                INFRA_ERROR, infra_error=f"api_error_status {r['api_error_status']} before any model output"
+            )
         if s.timed_out:
             return Classification(INFRA_ERROR, infra_error="no model output before the wall limit")
         if r is not None:
             return Classification(INFRA_ERROR, infra_error=f"error result ({sub}) before any model output")
-        return Classification(INFRA_ERROR, infra_error=f"exited with code {s.exit_code} before any model output{_tail(s)}")
+        return Classification(
+            INFRA_ERROR, infra_error=f"exited with code {s.exit_code} before any model output{_tail(s)}"
+        )
     if s.timed_out:
         return Classification(CAPPED, censor_reason="wall")
     if r is None:
-        return Classification(AGENT_ERROR, detail=f"exited with code {s.exit_code} without a result after inference began{_tail(s)}")
+        return Classification(
+            AGENT_ERROR, detail=f"exited with code {s.exit_code} without a result after inference began{_tail(s)}"
+        )
     if sub in _CAP_SUBTYPES:
         return Classification(CAPPED, censor_reason=_CAP_SUBTYPES[sub])
     if sub == "success" and not r.get("is_error"):

@@ -48,7 +48,7 @@ def landlock_abi() -> int:
 
 def wrapper_text(python: str, writable: list[str], shell: str = "/bin/bash") -> str:
     """The wrapper script: enter a nested Landlock domain with writes allowed beneath ``writable``, then exec ``shell``."""
-    return f'''#!{python} -IS
+    return f"""#!{python} -IS
 # Runs the worker's shell in a Landlock domain below the CLI's: see pilot.agents.shell_scope.
 import ctypes, os, sys
 WRITABLE = {writable!r}
@@ -92,7 +92,7 @@ if libc.syscall(446, ctypes.c_int(rs), ctypes.c_uint32(0)) != 0:
     fail("landlock_restrict_self")
 os.close(rs)
 os.execv({shell!r}, [{shell!r}] + sys.argv[1:])
-'''
+"""
 
 
 def write_wrapper(path: Path, python: str, writable: list[str]) -> Path:

@@ -38,9 +38,10 @@ import json
 import re
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from pilot.agents.audit import Deviation, StreamSummary, ToolCall
 
@@ -64,8 +65,11 @@ QUOTE_CHARS = 240
 _RULE_DENIAL = re.compile(r"Permission to use (?P<tool>\S+?)(?: with command (?P<command>.*))? has been denied\.", re.S)
 #: The tool result of a call a permission rule sent to approval, which print mode refuses at once (a rule matching a
 #: command inside a ``sh -c`` script the CLI cannot check statically).
-_AUTO_DENIAL = re.compile(r"Permission for this tool use was denied\. It requires approval, and this session has no approval "
-                          r"surface .*A permission rule denies a command\b.*", re.S)
+_AUTO_DENIAL = re.compile(
+    r"Permission for this tool use was denied\. It requires approval, and this session has no approval "
+    r"surface .*A permission rule denies a command\b.*",
+    re.S,
+)
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,9 @@ def _read_rows(rows: Iterable[dict], session_bounds: Sequence[int] | None) -> _R
         # that answers the call (a re-sent request repeats it, a later compaction may rewrite it).
         for tr in row.get("request_tool_results") or []:
             if isinstance(tr, dict) and str(tr.get("tool_use_id", "")) not in rec.results:
-                rec.results[str(tr.get("tool_use_id", ""))] = _Result(bool(tr.get("is_error")), str(tr.get("text", "")), exact)
+                rec.results[str(tr.get("tool_use_id", ""))] = _Result(
+                    bool(tr.get("is_error")), str(tr.get("text", "")), exact
+                )
         # An answer is a 200 whose message began (its id): anything else carried no model output and was not billed.
         if row.get("status") != 200 or not row.get("message_id"):
             continue
@@ -177,7 +183,9 @@ def _read_rows(rows: Iterable[dict], session_bounds: Sequence[int] | None) -> _R
                 tid = str(block.get("id", ""))
                 if tid and tid not in rec.calls:
                     inp = block.get("input")
-                    call = ToolCall(tid, str(block.get("name", "")), dict(inp) if isinstance(inp, dict) else {}, session)
+                    call = ToolCall(
+                        tid, str(block.get("name", "")), dict(inp) if isinstance(inp, dict) else {}, session
+                    )
                     # A cut-off answer may hold a partial input.
                     rec.calls[tid] = _Call(call, complete and exact)
                     rec.calls_per_session[session] = rec.calls_per_session.get(session, 0) + 1
@@ -256,8 +264,16 @@ def proxy_summary(rows: Iterable[dict], session_bounds: Sequence[int] | None = N
         s.tool_results[tid] = (r.is_error, r.text)
         c = rec.calls.get(tid)
         if c is not None and rule_denial(c.call, r.is_error, r.text):
-            s.permission_denied.append({"type": "system", "subtype": "permission_denied", "tool_name": c.call.name,
-                                        "tool_use_id": tid, "message": r.text, "source": "proxy_record"})
+            s.permission_denied.append(
+                {
+                    "type": "system",
+                    "subtype": "permission_denied",
+                    "tool_name": c.call.name,
+                    "tool_use_id": tid,
+                    "message": r.text,
+                    "source": "proxy_record",
+                }
+            )
     return s
 
 
@@ -388,13 +404,32 @@ def compare(
             if truncated and i > last_known:
                 unchecked += 1
                 continue
-            out.append(Tampering(INJECTED_CALL, c.id, f"the model made no call {_quote(c.id)}; the stream shows {_call_text(c, secrets)}",
-                                 session))
+            out.append(
+                Tampering(
+                    INJECTED_CALL,
+                    c.id,
+                    f"the model made no call {_quote(c.id)}; the stream shows {_call_text(c, secrets)}",
+                    session,
+                )
+            )
         elif times_shown[c.id] > 1:
-            out.append(Tampering(INJECTED_CALL, c.id, f"the stream shows the model's call {_quote(c.id)} {times_shown[c.id]} times", model.call.session))
+            out.append(
+                Tampering(
+                    INJECTED_CALL,
+                    c.id,
+                    f"the stream shows the model's call {_quote(c.id)} {times_shown[c.id]} times",
+                    model.call.session,
+                )
+            )
         elif c.name != model.call.name or (model.exact and not _same(c.input, model.call.input, secrets)):
-            out.append(Tampering(INJECTED_CALL, c.id, f"the stream shows {_call_text(c, secrets)}; the model asked for {_call_text(model.call, secrets)}",
-                                 model.call.session))
+            out.append(
+                Tampering(
+                    INJECTED_CALL,
+                    c.id,
+                    f"the stream shows {_call_text(c, secrets)}; the model asked for {_call_text(model.call, secrets)}",
+                    model.call.session,
+                )
+            )
 
     # Calls the model made and the CLI answered that the stream does not show, and results the stream
     # shows otherwise than the CLI sent them.
@@ -404,16 +439,36 @@ def compare(
         if sent is None:
             continue
         if tid not in shown:
-            out.append(Tampering(HIDDEN_CALL, tid, f"the model called {_call_text(model.call, secrets)} and the CLI answered it; "
-                                                   "the stream does not show the call", model.call.session))
+            out.append(
+                Tampering(
+                    HIDDEN_CALL,
+                    tid,
+                    f"the model called {_call_text(model.call, secrets)} and the CLI answered it; "
+                    "the stream does not show the call",
+                    model.call.session,
+                )
+            )
             continue
         got = results.get(tid)
         if got is None:
-            out.append(Tampering(ALTERED_RESULT, tid, "the CLI sent this call's result to the model; the stream shows none",
-                                 model.call.session))
+            out.append(
+                Tampering(
+                    ALTERED_RESULT,
+                    tid,
+                    "the CLI sent this call's result to the model; the stream shows none",
+                    model.call.session,
+                )
+            )
         elif got[0] != sent.is_error or (sent.exact and _redact(got[1], secrets) != _redact(sent.text, secrets)):
-            out.append(Tampering(ALTERED_RESULT, tid, f"the stream shows the result (error: {got[0]}) {_quote(got[1], secrets)}; "
-                                                      f"the CLI sent (error: {sent.is_error}) {_quote(sent.text, secrets)}", model.call.session))
+            out.append(
+                Tampering(
+                    ALTERED_RESULT,
+                    tid,
+                    f"the stream shows the result (error: {got[0]}) {_quote(got[1], secrets)}; "
+                    f"the CLI sent (error: {sent.is_error}) {_quote(sent.text, secrets)}",
+                    model.call.session,
+                )
+            )
 
     out += _session_checks(streams, per_session, assigned_session_ids)
     # Without bounds for each session the record cannot tell one session's answers from another's.
@@ -426,8 +481,10 @@ def compare(
 
     if truncated and notes is not None:
         where = f" after seq {rec.last_seq}" if rec.last_seq is not None else ""
-        notes.append(f"the proxy's exchange record ends early{where} (size bound or a torn last line): {unchecked} stream tool "
-                     "calls after the last call it holds were not checked against it, nor the results' turns and cost")
+        notes.append(
+            f"the proxy's exchange record ends early{where} (size bound or a torn last line): {unchecked} stream tool "
+            "calls after the last call it holds were not checked against it, nor the results' turns and cost"
+        )
     return out
 
 
@@ -441,8 +498,15 @@ def _session_checks(streams: list[StreamSummary], per_session: bool, assigned: S
         expected = {assigned[session]} if session is not None and session < len(assigned) else set(assigned)
         if not isinstance(sid, str) or sid not in expected:
             where = f"session {session}" if session is not None else "any session"
-            out.append(Tampering(FORGED_SESSION, "", f"a stream {what} carries session id {_quote(sid)}; the harness assigned "
-                                                     f"{' or '.join(sorted(expected))} to {where}", session or 0))
+            out.append(
+                Tampering(
+                    FORGED_SESSION,
+                    "",
+                    f"a stream {what} carries session id {_quote(sid)}; the harness assigned "
+                    f"{' or '.join(sorted(expected))} to {where}",
+                    session or 0,
+                )
+            )
 
     if per_session:
         for i, s in enumerate(streams):
@@ -461,8 +525,16 @@ def _session_checks(streams: list[StreamSummary], per_session: bool, assigned: S
     return out
 
 
-def _result_checks(rec: _Record, streams: list[StreamSummary], per_session: bool, n_sessions: int, by_session: bool,
-                   metered_usd: Decimal | None, truncated: bool, killed_sessions: int) -> list[Tampering]:
+def _result_checks(
+    rec: _Record,
+    streams: list[StreamSummary],
+    per_session: bool,
+    n_sessions: int,
+    by_session: bool,
+    metered_usd: Decimal | None,
+    truncated: bool,
+    killed_sessions: int,
+) -> list[Tampering]:
     """A ``result`` the record contradicts: one too many, more turns than answers, a success mid-call, too low a cost."""
     out: list[Tampering] = []
     all_results = [r for s in streams for r in s.results]
@@ -472,11 +544,24 @@ def _result_checks(rec: _Record, streams: list[StreamSummary], per_session: bool
     if per_session:
         for i, s in enumerate(streams):
             if len(s.results) > 1:
-                out.append(Tampering(FORGED_RESULT, "", f"session {i}'s stream holds {len(s.results)} results (the CLI writes one)", i))
+                out.append(
+                    Tampering(
+                        FORGED_RESULT,
+                        "",
+                        f"session {i}'s stream holds {len(s.results)} results (the CLI writes one)",
+                        i,
+                    )
+                )
         items = [(i, r) for i, s in enumerate(streams) for r in s.results]
         closing = {i: s.results[-1] for i, s in enumerate(streams) if s.results}
     elif len(all_results) > n_sessions:
-        out.append(Tampering(FORGED_RESULT, "", f"the stream holds {len(all_results)} results for {n_sessions} sessions (the CLI writes one each)"))
+        out.append(
+            Tampering(
+                FORGED_RESULT,
+                "",
+                f"the stream holds {len(all_results)} results for {n_sessions} sessions (the CLI writes one each)",
+            )
+        )
         items = [(None, r) for r in all_results]
     elif len(all_results) == n_sessions:
         items = list(enumerate(all_results))
@@ -495,23 +580,51 @@ def _result_checks(rec: _Record, streams: list[StreamSummary], per_session: bool
             # The pinned CLI's num_turns is one plus the session's tool results (parallel calls count one each),
             # or one more than its answers when it stops at --max-turns: never above answers + calls + 1.
             if isinstance(turns, int) and not isinstance(turns, bool) and turns > answered + made + 1:
-                out.append(Tampering(FORGED_RESULT, "", f"a result claims {turns} turns; in {where} the model answered {answered} times "
-                                                        f"and made {made} tool calls", session or 0))
+                out.append(
+                    Tampering(
+                        FORGED_RESULT,
+                        "",
+                        f"a result claims {turns} turns; in {where} the model answered {answered} times "
+                        f"and made {made} tool calls",
+                        session or 0,
+                    )
+                )
             # The pinned CLI reports an API error (or the proxy's refusal at the cap) as subtype "success" with is_error:
             # a failure, claiming no success; only a result that claims success must match the record.
             if session is None or r.get("subtype") != "success" or r.get("is_error"):
                 continue
             last = rec.last_answer.get(session)
             if last is None:
-                out.append(Tampering(FORGED_RESULT, "", f"session {session}'s result claims success; the model never answered in it", session))
+                out.append(
+                    Tampering(
+                        FORGED_RESULT,
+                        "",
+                        f"session {session}'s result claims success; the model never answered in it",
+                        session,
+                    )
+                )
             elif last[1] and last[0] == "tool_use":
-                out.append(Tampering(FORGED_RESULT, "", f"session {session}'s result claims success; the model's last answer in it "
-                                                        "asked for a tool the CLI never answered", session))
+                out.append(
+                    Tampering(
+                        FORGED_RESULT,
+                        "",
+                        f"session {session}'s result claims success; the model's last answer in it "
+                        "asked for a tool the CLI never answered",
+                        session,
+                    )
+                )
 
-    if (metered_usd is not None and not truncated and rec.cost_comparable and killed_sessions <= 0
-            and closing is not None and len(closing) == n_sessions and n_sessions > 0):
-        from pilot.protocol.prices import cost_tolerance, finite_decimal
+    if (
+        metered_usd is not None
+        and not truncated
+        and rec.cost_comparable
+        and killed_sessions <= 0
+        and closing is not None
+        and len(closing) == n_sessions
+        and n_sessions > 0
+    ):
         from pilot.agents.session import resume_reports_cumulative
+        from pilot.protocol.prices import cost_tolerance, finite_decimal
 
         versions = [v for s in streams for v in s.cli_versions]
         costs = [finite_decimal(closing[i].get("total_cost_usd")) for i in range(n_sessions)]
@@ -522,8 +635,15 @@ def _result_checks(rec: _Record, streams: list[StreamSummary], per_session: bool
         metered = Decimal(metered_usd)
         tol = cost_tolerance(metered)
         if claimed is not None and claimed < metered - tol:
-            out.append(Tampering(FORGED_RESULT, "", f"the stream's results claim {claimed} USD for the run; the proxy metered "
-                                                    f"{metered} USD (tolerance {tol} USD)", n_sessions - 1))
+            out.append(
+                Tampering(
+                    FORGED_RESULT,
+                    "",
+                    f"the stream's results claim {claimed} USD for the run; the proxy metered "
+                    f"{metered} USD (tolerance {tol} USD)",
+                    n_sessions - 1,
+                )
+            )
     return out
 
 
@@ -546,11 +666,22 @@ def tampering_deviations(tampering: Iterable[Tampering], per_kind: int = MAX_DEV
         if counts[t.kind] <= per_kind:
             listed.setdefault(t.kind, []).append(
                 # An id comes from the stream as written, of any length; a real one is some 30 characters.
-                Deviation("tampering", "", "", t.tool_use_id[:200], t.detail[:2000], t.kind, "proxy_record", t.session))
+                Deviation("tampering", "", "", t.tool_use_id[:200], t.detail[:2000], t.kind, "proxy_record", t.session)
+            )
     out: list[Deviation] = []
     for kind, devs in listed.items():
         out += devs
         if counts[kind] > per_kind:
-            out.append(Deviation("tampering", "", "", "", f"{counts[kind]} {kind} findings in all; {counts[kind] - per_kind} more are not listed",
-                                 kind, "proxy_record", 0))
+            out.append(
+                Deviation(
+                    "tampering",
+                    "",
+                    "",
+                    "",
+                    f"{counts[kind]} {kind} findings in all; {counts[kind] - per_kind} more are not listed",
+                    kind,
+                    "proxy_record",
+                    0,
+                )
+            )
     return out

@@ -57,7 +57,9 @@ def probe_versions(env_dir: Path) -> dict[str, str | None]:
     py = python_of(env_dir)
     if not py.exists():
         raise FileNotFoundError(f"{py}: the worker environment has no python3")
-    out = subprocess.run([str(py), "-c", _PROBE, json.dumps(sorted(requirements()))], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(py), "-c", _PROBE, json.dumps(sorted(requirements()))], capture_output=True, text=True, timeout=120
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{py}: version probe failed: {out.stderr.strip()[-500:]}")
     return json.loads(out.stdout)

@@ -18,13 +18,14 @@ own with every capability dropped and no further namespaces allowed
 from __future__ import annotations
 
 import fcntl
+import grp
 import os
 import pwd
-import grp
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pilot.executors.proctree import kill_pids
 
@@ -45,7 +46,7 @@ class SandboxUsers:
     slots: int
 
     @classmethod
-    def from_study(cls, study: Any) -> "SandboxUsers":
+    def from_study(cls, study: Any) -> SandboxUsers:
         s = study["sandbox"]
         return cls(str(s["user_prefix"]), int(s["first_uid"]), int(s["slots"]))
 
@@ -116,7 +117,9 @@ def missing_users(users: SandboxUsers) -> list[str]:
 def create_users(users: SandboxUsers) -> list[str]:
     """Create the missing dedicated users as system users without a home or a login shell (root only)."""
     if not is_root():
-        raise WorkerUserError("only root creates the sandbox's worker users (an unprivileged harness runs the sandbox as itself)")
+        raise WorkerUserError(
+            "only root creates the sandbox's worker users (an unprivileged harness runs the sandbox as itself)"
+        )
     made = []
     for slot in range(users.slots):
         name, uid = users.name(slot), users.uid(slot)
@@ -131,8 +134,23 @@ def create_users(users: SandboxUsers) -> list[str]:
         except KeyError:
             subprocess.run(["groupadd", "--system", "--gid", str(uid), name], check=True, capture_output=True)
             group_args = ["--gid", str(uid)]
-        subprocess.run(["useradd", "--system", "--uid", str(uid), *group_args, "--no-create-home", "--home-dir", "/nonexistent",
-                        "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--uid",
+                str(uid),
+                *group_args,
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                name,
+            ],
+            check=True,
+            capture_output=True,
+        )
         made.append(name)
     return made
 
@@ -190,7 +208,7 @@ class SlotLease:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "SlotLease":
+    def __enter__(self) -> SlotLease:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -211,7 +229,8 @@ def acquire(study: Any, lock_dir: Path = LOCK_DIR) -> SlotLease:
         raise WorkerUserError(
             f"the sandbox's unprivileged worker users are missing or wrong: {', '.join(missing)} "
             "(study.yml sandbox); a root harness never runs the worker as root: create them with `pilot sandbox users --create` "
-            "(make does this on first use)")
+            "(make does this on first use)"
+        )
     lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     for slot in range(users.slots):
         fd = os.open(lock_dir / f"{users.name(slot)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -224,7 +243,9 @@ def acquire(study: Any, lock_dir: Path = LOCK_DIR) -> SlotLease:
         identity = WorkerIdentity(pw.pw_uid, pw.pw_gid, pw.pw_name, slot, switch=True)
         kill_user_processes(identity.uid)  # whatever an attempt killed with its harness left running
         return SlotLease(identity, fd)
-    raise WorkerUserError(f"all {users.slots} sandbox slots are in use (study.yml sandbox.slots): run fewer attempts at once on this node")
+    raise WorkerUserError(
+        f"all {users.slots} sandbox slots are in use (study.yml sandbox.slots): run fewer attempts at once on this node"
+    )
 
 
 def give_tree(root: Path, uid: int, gid: int) -> None:

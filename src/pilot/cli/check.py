@@ -13,7 +13,12 @@ EXIT_ACCEPTED = 0
 EXIT_FAILED = 1  # a required criterion failed
 EXIT_CRITICAL = 3  # a critical violation (inputs/ changed)
 EXIT_EVALUATION_ERROR = 4  # the evaluation itself could not run (2 stays argparse's usage error)
-EXIT_BY_OUTCOME = {"accepted": EXIT_ACCEPTED, "failed": EXIT_FAILED, "critical_violation": EXIT_CRITICAL, "evaluation_error": EXIT_EVALUATION_ERROR}
+EXIT_BY_OUTCOME = {
+    "accepted": EXIT_ACCEPTED,
+    "failed": EXIT_FAILED,
+    "critical_violation": EXIT_CRITICAL,
+    "evaluation_error": EXIT_EVALUATION_ERROR,
+}
 
 CHECK_EPILOG = """exit status: 0 accepted (D=1); 1 a required criterion failed; 3 critical violation
 (inputs/ changed, E=1); 4 the evaluation itself could not run (unknown scenario, missing
@@ -22,12 +27,18 @@ With --json the verdict is always printed as JSON, errors included."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    c = subparsers.add_parser("check", help="run a scenario's oracle on a finished workspace", epilog=CHECK_EPILOG,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    c = subparsers.add_parser(
+        "check",
+        help="run a scenario's oracle on a finished workspace",
+        epilog=CHECK_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     c.add_argument("scenario", help="scenario ID, e.g. ACC-01")
     c.add_argument("workspace", type=Path, help="workspace folder holding inputs/ and outputs/")
     c.add_argument("--json", action="store_true", help="print the evaluation as JSON")
-    c.add_argument("--input-hashes", type=Path, help="JSON file of the input hashes taken at layout (default: the bundle's inputs)")
+    c.add_argument(
+        "--input-hashes", type=Path, help="JSON file of the input hashes taken at layout (default: the bundle's inputs)"
+    )
     c.set_defaults(func=_check)
     s = subparsers.add_parser("selfcheck", help="the A4 self-check: presence and well-formedness of the deliverables")
     s.add_argument("workspace", type=Path)
@@ -37,8 +48,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _evaluation_error(args: argparse.Namespace, message: str) -> int:
     if args.json:
-        print(json.dumps({"scenario": args.scenario, "workspace": str(args.workspace), "outcome": "evaluation_error",
-                          "D": None, "E": None, "errors": [message]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "scenario": args.scenario,
+                    "workspace": str(args.workspace),
+                    "outcome": "evaluation_error",
+                    "D": None,
+                    "E": None,
+                    "errors": [message],
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"error: {message}")
     return EXIT_EVALUATION_ERROR
@@ -64,8 +86,12 @@ def _check(args: argparse.Namespace) -> int:
             hashes = json.loads(args.input_hashes.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             return _evaluation_error(args, f"{args.input_hashes}: cannot read the input hashes ({exc})")
-        if not isinstance(hashes, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()):
-            return _evaluation_error(args, f"{args.input_hashes}: the input hashes must be a JSON object of path -> hash strings")
+        if not isinstance(hashes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()
+        ):
+            return _evaluation_error(
+                args, f"{args.input_hashes}: the input hashes must be a JSON object of path -> hash strings"
+            )
     try:
         ev = evaluate(sc, args.workspace, hashes)
     except Exception as exc:  # noqa: BLE001 - the evaluator's own failure is an evaluation error, not a verdict
@@ -84,7 +110,9 @@ def _check(args: argparse.Namespace) -> int:
             print(f"  CRITICAL  {r}")
         for r in ev.errors:
             print(f"  EVALUATION ERROR  {r}")
-        print(f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} ({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}")
+        print(
+            f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} ({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}"
+        )
     return EXIT_BY_OUTCOME[ev.outcome]
 
 

@@ -33,18 +33,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = gsub.add_parser("create", help="draw and assign the packages of a new grading wave")
     _study_wave(c)
-    c.add_argument("--graders", type=Path, required=True, help="CSV with name,contact,occupations (occupations separated by ';')")
-    c.add_argument("--per-package", type=int, default=2, metavar="K", help="graders per package (at least 2; default 2)")
+    c.add_argument(
+        "--graders", type=Path, required=True, help="CSV with name,contact,occupations (occupations separated by ';')"
+    )
+    c.add_argument(
+        "--per-package", type=int, default=2, metavar="K", help="graders per package (at least 2; default 2)"
+    )
     c.add_argument("--sample", default="all", help="all (default) or N: N packages per scenario x arm, seeded")
     c.add_argument("--seed", type=int, help="seed of the sample and the assignment (default: the study's seed)")
     c.set_defaults(func=_cmd_create)
 
     s = gsub.add_parser("serve", help="serve the blind grading site")
     _study_wave(s)
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; a reverse proxy in front for anything else)")
+    s.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; a reverse proxy in front for anything else)",
+    )
     s.add_argument("--port", type=int, default=8766, help="port (0: any free port; default 8766)")
-    s.add_argument("--trusted-host", action="append", default=[], metavar="NAME",
-                   help="a Host header the site answers besides the bound address (the proxy's public name)")
+    s.add_argument(
+        "--trusted-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host header the site answers besides the bound address (the proxy's public name)",
+    )
     s.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (the proxy terminates TLS)")
     s.set_defaults(func=_cmd_serve)
 
@@ -68,7 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     sim = gsub.add_parser("simulate", help="draw a SIMULATED grading wave for a dry run (never for a real study)")
     _study_wave(sim)
-    sim.add_argument("--config", type=Path, help=f"the simulated graders' model (default {paths.shown(paths.SIMULATED_GRADERS_FILE)})")
+    sim.add_argument(
+        "--config",
+        type=Path,
+        help=f"the simulated graders' model (default {paths.shown(paths.SIMULATED_GRADERS_FILE)})",
+    )
     sim.add_argument("--replace", action="store_true", help="draw again over an earlier SIMULATED wave of that name")
     sim.set_defaults(func=_cmd_simulate)
 
@@ -113,17 +130,37 @@ def _cmd_create(args: argparse.Namespace) -> int:
     else:
         return _fail(ValueError(f"--sample {args.sample!r}: all, or a positive number of packages per scenario x arm"))
     try:
-        made = create_wave(_folder(args.study), args.wave, args.graders, per_package=args.per_package,
-                           per_stratum=per_stratum, seed=args.seed)
+        made = create_wave(
+            _folder(args.study),
+            args.wave,
+            args.graders,
+            per_package=args.per_package,
+            per_stratum=per_stratum,
+            seed=args.seed,
+        )
     except _errors() as exc:
         return _fail(exc)
     loads = {g.grader_id: sum(1 for a in made.assignments if a.grader_id == g.grader_id) for g in made.graders}
-    print(json.dumps({"wave": made.wave, "packages": len(made.packages), "offered": made.offered,
-                      "assignments": len(made.assignments), "graders": len(made.graders), "per_grader": loads,
-                      "largest_arm_imbalance_within_a_grader": max(made.spread.values(), default=0),
-                      "links": paths.shown(made.links_file)}, indent=2))
-    print(f"pilot grading: send each grader their own link from {paths.shown(made.links_file)} "
-          "(prefix it with the site's address); it is shown nowhere else", file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "wave": made.wave,
+                "packages": len(made.packages),
+                "offered": made.offered,
+                "assignments": len(made.assignments),
+                "graders": len(made.graders),
+                "per_grader": loads,
+                "largest_arm_imbalance_within_a_grader": max(made.spread.values(), default=0),
+                "links": paths.shown(made.links_file),
+            },
+            indent=2,
+        )
+    )
+    print(
+        f"pilot grading: send each grader their own link from {paths.shown(made.links_file)} "
+        "(prefix it with the site's address); it is shown nowhere else",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -131,12 +168,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from pilot.grading.site import GradingServer
 
     try:
-        server = GradingServer(_folder(args.study), args.wave, host=args.host, port=args.port,
-                               trusted_hosts=args.trusted_host, secure_cookies=args.secure_cookies)
+        server = GradingServer(
+            _folder(args.study),
+            args.wave,
+            host=args.host,
+            port=args.port,
+            trusted_hosts=args.trusted_host,
+            secure_cookies=args.secure_cookies,
+        )
     except _errors() as exc:
         return _fail(exc)
     except OSError as exc:
-        return _fail(OSError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc} (choose another --port, or 0)"))
+        return _fail(
+            OSError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc} (choose another --port, or 0)")
+        )
     from pilot.cli.signals import stop_on_signals
 
     stop_on_signals()
@@ -177,8 +222,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except _errors() as exc:
         return _fail(exc)
     atomic_write_text(args.out, store.export_csv(frame))
-    print(json.dumps({"export": str(args.out), "rows": len(frame),
-                      "submitted_assignments": int(frame.loc[frame["criterion"] != "", ["package_id", "grader_id"]].drop_duplicates().shape[0])}))
+    print(
+        json.dumps(
+            {
+                "export": str(args.out),
+                "rows": len(frame),
+                "submitted_assignments": int(
+                    frame.loc[frame["criterion"] != "", ["package_id", "grader_id"]].drop_duplicates().shape[0]
+                ),
+            }
+        )
+    )
     return 0
 
 
@@ -186,7 +240,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from pilot.grading import report
 
     try:
-        result = report.load_report(_folder(args.study), args.wave, grades_csv=args.grades, seed=args.seed, B=args.resamples)
+        result = report.load_report(
+            _folder(args.study), args.wave, grades_csv=args.grades, seed=args.seed, B=args.resamples
+        )
     except _errors() as exc:
         return _fail(exc)
     print(result.summary.to_string(index=False))
@@ -203,9 +259,19 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         made = simulate_wave(_folder(args.study), args.wave, args.config, replace=args.replace)
     except _errors() as exc:
         return _fail(exc)
-    print(json.dumps({"wave": args.wave, "label": "SIMULATED", "packages": len(made.created.packages),
-                      "assignments": len(made.created.assignments), "truth": paths.shown(made.truth_file),
-                      "planted_bias_q_contrast": made.truth["bias_q_contrast"]}, indent=2))
+    print(
+        json.dumps(
+            {
+                "wave": args.wave,
+                "label": "SIMULATED",
+                "packages": len(made.created.packages),
+                "assignments": len(made.created.assignments),
+                "truth": paths.shown(made.truth_file),
+                "planted_bias_q_contrast": made.truth["bias_q_contrast"],
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -40,7 +40,9 @@ def _command_of(argv: list[str]) -> str | None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with every command, or with ``command``'s module alone when it is a listed command."""
-    parser = argparse.ArgumentParser(prog="pilot", description="Run, evaluate and report the preregistered computer-access study.")
+    parser = argparse.ArgumentParser(
+        prog="pilot", description="Run, evaluate and report the preregistered computer-access study."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES
     for name in modules:

@@ -17,22 +17,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     g = ps.add_parser("generate", help="write protocol/scenarios/<ID>/portal/ from the scenario's inputs")
-    g.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help="scenario ids (default: every scenario with uses_portal: true)")
-    g.add_argument("--check", action="store_true",
-                   help="write nothing; fail if a committed portal/ differs from the generator's output")
+    g.add_argument(
+        "scenarios", nargs="*", metavar="SCENARIO", help="scenario ids (default: every scenario with uses_portal: true)"
+    )
+    g.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; fail if a committed portal/ differs from the generator's output",
+    )
     g.set_defaults(func=_generate)
 
     s = ps.add_parser("serve", help="serve a scenario's portal on loopback to look at it in a browser")
     s.add_argument("scenario", metavar="SCENARIO")
     where = s.add_mutually_exclusive_group()
-    where.add_argument("--port", type=port_argument, default=0, help="port on 127.0.0.1, 1-65535 (default: any free port)")
-    where.add_argument("--unix-socket", type=Path, default=None,
-                       help="listen on this Unix socket (mode 0600) instead of a TCP port")
-    s.add_argument("--content", type=Path, default=None,
-                   help="content folder (default: protocol/scenarios/<ID>/portal)")
-    s.add_argument("--log-dir", type=Path, default=None,
-                   help=f"folder for the access and server logs (default: {paths.PORTAL_SERVE_DIR}/<ID>)")
+    where.add_argument(
+        "--port", type=port_argument, default=0, help="port on 127.0.0.1, 1-65535 (default: any free port)"
+    )
+    where.add_argument(
+        "--unix-socket", type=Path, default=None, help="listen on this Unix socket (mode 0600) instead of a TCP port"
+    )
+    s.add_argument(
+        "--content", type=Path, default=None, help="content folder (default: protocol/scenarios/<ID>/portal)"
+    )
+    s.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help=f"folder for the access and server logs (default: {paths.PORTAL_SERVE_DIR}/<ID>)",
+    )
     s.set_defaults(func=_serve)
 
 
@@ -74,8 +86,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     log_dir = args.log_dir or paths.PORTAL_SERVE_DIR / args.scenario
     try:
-        instance = start_instance(args.scenario, log_dir, content_dir=args.content, port=args.port,
-                                  unix_socket=args.unix_socket)
+        instance = start_instance(
+            args.scenario, log_dir, content_dir=args.content, port=args.port, unix_socket=args.unix_socket
+        )
     except PortalStartError as exc:
         print(f"pilot portal serve: {exc}", file=sys.stderr)
         return 1
@@ -96,6 +109,7 @@ def _serve(args: argparse.Namespace) -> int:
             pass
         code = 0 if instance.running else 1
     if code:
-        print("pilot portal serve: the server process ended on its own; see "
-              f"{instance.server_log_path}", file=sys.stderr)
+        print(
+            f"pilot portal serve: the server process ended on its own; see {instance.server_log_path}", file=sys.stderr
+        )
     return code

@@ -17,8 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(func=_validate)
     t = ps.add_parser("tables", help="write the design tables and macros for the manuscript")
     t.add_argument("--out", type=Path, default=paths.GENERATED_DIR, help="folder for generated LaTeX")
-    t.add_argument("--scenario-set", default=None, metavar="NAME",
-                   help="the study's scenario set in protocol/study.yml (default: the design's own)")
+    t.add_argument(
+        "--scenario-set",
+        default=None,
+        metavar="NAME",
+        help="the study's scenario set in protocol/study.yml (default: the design's own)",
+    )
     t.set_defaults(func=_tables)
 
 
@@ -28,7 +32,9 @@ def _validate(args: argparse.Namespace) -> int:
     except ProtocolError as exc:
         print(f"pilot protocol validate: {exc}", file=sys.stderr)
         return 1
-    print(f"protocol valid: {len(loaded['arms'])} arms, {len(loaded['scenarios'])} scenario bundles, {len(loaded['amendments'])} amendments")
+    print(
+        f"protocol valid: {len(loaded['arms'])} arms, {len(loaded['scenarios'])} scenario bundles, {len(loaded['amendments'])} amendments"
+    )
     return 0
 
 

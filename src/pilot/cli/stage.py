@@ -14,7 +14,15 @@ from pilot.stages import StageError, StageFailed, build_notebook, declared_param
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stage", help="execute a preregistered stage notebook with papermill")
     p.add_argument("name", nargs="?", help="stage name (omit with --list)")
-    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"), help="set a declared parameter")
+    p.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("KEY", "VALUE"),
+        help="set a declared parameter",
+    )
     p.add_argument("--output", type=Path, help="where to write the executed notebook")
     p.add_argument("--list", action="store_true", help="list the stages and their parameters")
     p.set_defaults(func=_cmd_stage)

@@ -44,8 +44,8 @@ import argparse
 import json
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pilot import backends, freeze, ledger, paths, protocol
 from pilot.executors.base import PIPELINE_RUN_FUNCTION
@@ -77,30 +77,61 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("name")
     c.add_argument("--seed", type=int, help="assignment seed (default: design.assignment_seed in protocol/study.yml)")
     c.add_argument("--nodes", type=Path, help=f"nodes file (default: {paths.shown(paths.NODES_FILE)})")
-    c.add_argument("--scenario-set", metavar="NAME", help="a scenario set of protocol/study.yml (scenario_sets; default: design.scenario_set, "
-                   "the preregistered ten)")
+    c.add_argument(
+        "--scenario-set",
+        metavar="NAME",
+        help="a scenario set of protocol/study.yml (scenario_sets; default: design.scenario_set, "
+        "the preregistered ten)",
+    )
     c.add_argument("--scenarios", nargs="+", metavar="ID", help="scenario ids, instead of a set")
-    c.add_argument("--arms", metavar="A0,A1,...", help="a subset of the design's arms (default: all), checked against protocol/arms/arms.yml; "
-                   f"{HOST_ARMS!r}: every arm this host can serve")
-    c.add_argument("--runner", metavar="MODULE:FUNCTION", help=f"the study's run function (default: {PIPELINE_RUN_FUNCTION})")
-    c.add_argument("--pilot-repeats", type=int, metavar="N", help="repeats of the pilot wave, fewer than the design's (a rehearsal: 1)")
-    c.add_argument("--fresh", action="store_true",
-                   help="first delete an existing study of this name if it holds only dry-run or rehearsal attempts (refused for a real study)")
+    c.add_argument(
+        "--arms",
+        metavar="A0,A1,...",
+        help="a subset of the design's arms (default: all), checked against protocol/arms/arms.yml; "
+        f"{HOST_ARMS!r}: every arm this host can serve",
+    )
+    c.add_argument(
+        "--runner", metavar="MODULE:FUNCTION", help=f"the study's run function (default: {PIPELINE_RUN_FUNCTION})"
+    )
+    c.add_argument(
+        "--pilot-repeats",
+        type=int,
+        metavar="N",
+        help="repeats of the pilot wave, fewer than the design's (a rehearsal: 1)",
+    )
+    c.add_argument(
+        "--fresh",
+        action="store_true",
+        help="first delete an existing study of this name if it holds only dry-run or rehearsal attempts (refused for a real study)",
+    )
     c.set_defaults(func=_cmd_create)
 
     r = ss.add_parser("run", help="run or resume a wave (exit 3: runs left waiting; 4: runs failed)")
     r.add_argument("name")
-    r.add_argument("--backend", choices=BACKENDS, default="simulated",
-                   help="agent and judge backend (default: simulated, a dry run; rehearsal: the real harness against the scripted model, no key)")
+    r.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="simulated",
+        help="agent and judge backend (default: simulated, a dry run; rehearsal: the real harness against the scripted model, no key)",
+    )
     r.add_argument("--executor", choices=EXECUTORS, default="local")
     r.add_argument("--scheduler", metavar="ADDRESS", help="dask scheduler address for --executor dask")
     r.add_argument("--wave", choices=WAVES, default="pilot")
     r.add_argument("--workers", type=int, help="local processes (default: the nodes' total slots)")
-    r.add_argument("--max-attempts", type=int, default=3, help="infrastructure attempts per run before it is recorded as failed")
-    r.add_argument("--runner", metavar="MODULE:FUNCTION", help="run function (default: the study's, else " + PIPELINE_RUN_FUNCTION + ")")
+    r.add_argument(
+        "--max-attempts", type=int, default=3, help="infrastructure attempts per run before it is recorded as failed"
+    )
+    r.add_argument(
+        "--runner",
+        metavar="MODULE:FUNCTION",
+        help="run function (default: the study's, else " + PIPELINE_RUN_FUNCTION + ")",
+    )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    r.add_argument("--allow-unisolated", action="store_true",
-                   help="development only: run the claude-code backend without its sandbox (recorded on every run; the analysis refuses such runs)")
+    r.add_argument(
+        "--allow-unisolated",
+        action="store_true",
+        help="development only: run the claude-code backend without its sandbox (recorded on every run; the analysis refuses such runs)",
+    )
     r.set_defaults(func=_cmd_run)
 
     t = ss.add_parser("retry", help="reopen failed runs under their run ids (earlier attempts are kept)")
@@ -109,17 +140,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--failed", action="store_true", help="reopen every failed run")
     t.set_defaults(func=_cmd_retry)
 
-    q = ss.add_parser("reevaluate", help="evaluate again, in place, finished runs whose evaluation could not run (eval_error); "
-                      "exit 1: a run was refused or could not be evaluated again")
+    q = ss.add_parser(
+        "reevaluate",
+        help="evaluate again, in place, finished runs whose evaluation could not run (eval_error); "
+        "exit 1: a run was refused or could not be evaluated again",
+    )
     q.add_argument("name")
-    q.add_argument("--run", dest="run_ids", nargs="+", action="extend", metavar="RUN_ID",
-                   help="these runs only (each must have an evaluation error; default: every such run)")
+    q.add_argument(
+        "--run",
+        dest="run_ids",
+        nargs="+",
+        action="extend",
+        metavar="RUN_ID",
+        help="these runs only (each must have an evaluation error; default: every such run)",
+    )
     q.add_argument("--wave", choices=WAVES, help="runs of this wave only (default: every wave)")
-    q.add_argument("--dry-run", action="store_true", help="list what would be re-evaluated or refused, and change nothing")
+    q.add_argument(
+        "--dry-run", action="store_true", help="list what would be re-evaluated or refused, and change nothing"
+    )
     q.add_argument("--json", action="store_true", help="print JSON instead of one line per run")
     q.set_defaults(func=_cmd_reevaluate)
 
-    n = ss.add_parser("envelope", help="change the study's dollar envelope under an amendment (store and protocol/amendments.csv)")
+    n = ss.add_parser(
+        "envelope", help="change the study's dollar envelope under an amendment (store and protocol/amendments.csv)"
+    )
     n.add_argument("name")
     n.add_argument("--set", dest="usd", required=True, metavar="USD", help="the new envelope in dollars")
     n.add_argument("--amendment", required=True, metavar="A-NNN", help="the amendment that changes it")
@@ -130,20 +174,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(func=_cmd_status)
 
-    e = ss.add_parser("export", help=f"write the run table analysis/data/NAME/{RUNS_FILE}, or Inspect eval logs (--format inspect)")
+    e = ss.add_parser(
+        "export", help=f"write the run table analysis/data/NAME/{RUNS_FILE}, or Inspect eval logs (--format inspect)"
+    )
     e.add_argument("name")
     e.add_argument("--pilot-only", action="store_true", help="export the pilot wave alone (no pooling)")
-    e.add_argument("--format", choices=("csv", "inspect"), default="csv",
-                   help="csv: the run table; inspect: one Inspect eval log per arm and model (the optional extra 'inspect')")
-    e.add_argument("--out", type=Path, help="write here instead (for --format inspect: a folder, default analysis/data/NAME/inspect/)")
+    e.add_argument(
+        "--format",
+        choices=("csv", "inspect"),
+        default="csv",
+        help="csv: the run table; inspect: one Inspect eval log per arm and model (the optional extra 'inspect')",
+    )
+    e.add_argument(
+        "--out",
+        type=Path,
+        help="write here instead (for --format inspect: a folder, default analysis/data/NAME/inspect/)",
+    )
     e.set_defaults(func=_cmd_export)
 
-    h = ss.add_parser("rehearsal-report", help="check a rehearsal study against the scripted model's truth (exit 1: findings to fix)")
+    h = ss.add_parser(
+        "rehearsal-report", help="check a rehearsal study against the scripted model's truth (exit 1: findings to fix)"
+    )
     h.add_argument("name")
-    h.add_argument("--out", type=Path, default=Path("build/rehearsal"), help="folder for report.md and report.json (default: build/rehearsal)")
+    h.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build/rehearsal"),
+        help="folder for report.md and report.json (default: build/rehearsal)",
+    )
     h.add_argument("--runs", type=Path, help="the exported run table to check (default: analysis/data/NAME/runs.csv)")
-    h.add_argument("--branches", type=Path, help="the branch plan the rehearsal ran under: every branch must have been played "
-                   "(default: the plan $PILOT_REHEARSAL_BRANCHES names, if any)")
+    h.add_argument(
+        "--branches",
+        type=Path,
+        help="the branch plan the rehearsal ran under: every branch must have been played "
+        "(default: the plan $PILOT_REHEARSAL_BRANCHES names, if any)",
+    )
     h.set_defaults(func=_cmd_rehearsal_report)
 
     v = ss.add_parser("verify-freeze", help="compare the protocol with the manifest taken at pilot start")
@@ -178,7 +243,9 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except OSError as exc:
             return _fail(describe_fault(exc, store_file))
         except KeyboardInterrupt:
-            _fail(f"interrupted; every finished run is kept in {paths.shown(store_file)}: run the same command again to resume")
+            _fail(
+                f"interrupted; every finished run is kept in {paths.shown(store_file)}: run the same command again to resume"
+            )
             return 130
 
     return run
@@ -186,13 +253,28 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 @_guarded
 def _cmd_create(args: argparse.Namespace) -> int:
-    store = create_study(args.name, seed=args.seed, nodes_file=args.nodes, scenarios=args.scenarios, arms=args.arms, run_function=args.runner,
-                         fresh=args.fresh, pilot_repeats=args.pilot_repeats, scenario_set=args.scenario_set)
+    store = create_study(
+        args.name,
+        seed=args.seed,
+        nodes_file=args.nodes,
+        scenarios=args.scenarios,
+        arms=args.arms,
+        run_function=args.runner,
+        fresh=args.fresh,
+        pilot_repeats=args.pilot_repeats,
+        scenario_set=args.scenario_set,
+    )
     with store:
         info = store.study()
-        out = {"study": info.name, "store": str(store.path), "seed": info.seed, "scenarios": len(info.scenarios),
-               "scenario_set": protocol.study().set_of(info.scenarios),
-               "arms": info.arms or protocol.study().arms, "pilot_cells": store.counts("pilot")["waiting"]}
+        out = {
+            "study": info.name,
+            "store": str(store.path),
+            "seed": info.seed,
+            "scenarios": len(info.scenarios),
+            "scenario_set": protocol.study().set_of(info.scenarios),
+            "arms": info.arms or protocol.study().arms,
+            "pilot_cells": store.counts("pilot")["waiting"],
+        }
     print(json.dumps(out))
     return 0
 
@@ -216,18 +298,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # The worker and the file: what to bring to the study's commit before it may take runs again.
         print(f"pilot study: node {node} was sent no more runs in wave {args.wave}: {why}", file=sys.stderr)
     if res.unevaluated:
-        print(f"note: {len(res.unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
-              f"(eval_error, e.g. {res.unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`", file=sys.stderr)
+        print(
+            f"note: {len(res.unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
+            f"(eval_error, e.g. {res.unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`",
+            file=sys.stderr,
+        )
     if res.counts.get("failed"):
-        print(f"pilot study: {res.counts['failed']} run(s) of wave {args.wave} ended failed, by cause:", file=sys.stderr)
+        print(
+            f"pilot study: {res.counts['failed']} run(s) of wave {args.wave} ended failed, by cause:", file=sys.stderr
+        )
         print("\n".join(res.failure_lines), file=sys.stderr)
-        print(f"pilot study: fix the cause, then `pilot study retry {args.name} --failed` and run again", file=sys.stderr)
+        print(
+            f"pilot study: fix the cause, then `pilot study retry {args.name} --failed` and run again", file=sys.stderr
+        )
         return EXIT_FAILED_RUNS
     if res.stop_reason != "complete":
         print(f"pilot study: {res.stop_reason}", file=sys.stderr)
         if res.stop_reason.startswith("envelope exhausted"):
-            print(f"pilot study: to continue, raise the envelope under an amendment: "
-                  f"`pilot study envelope {args.name} --set USD --amendment A-NNN`", file=sys.stderr)
+            print(
+                f"pilot study: to continue, raise the envelope under an amendment: "
+                f"`pilot study envelope {args.name} --set USD --amendment A-NNN`",
+                file=sys.stderr,
+            )
         return EXIT_INCOMPLETE
     return 0
 
@@ -248,13 +340,24 @@ def _cmd_reevaluate(args: argparse.Namespace) -> int:
     from pilot import reevaluate
 
     try:
-        backend, results = reevaluate.reevaluate_study(paths.study_dir(args.name), args.run_ids, wave=args.wave, dry_run=args.dry_run)
+        backend, results = reevaluate.reevaluate_study(
+            paths.study_dir(args.name), args.run_ids, wave=args.wave, dry_run=args.dry_run
+        )
     except reevaluate.ReevaluationError as exc:
         raise StudyError(f"{paths.shown(paths.study_dir(args.name) / STORE_FILE)}: {exc}") from exc
     label = backends.label_of(backend.split(","))
     if args.json:
-        print(json.dumps({"study": args.name, "label": label or None, "dry_run": args.dry_run,
-                          "runs": [r.to_dict() for r in results]}, default=str))
+        print(
+            json.dumps(
+                {
+                    "study": args.name,
+                    "label": label or None,
+                    "dry_run": args.dry_run,
+                    "runs": [r.to_dict() for r in results],
+                },
+                default=str,
+            )
+        )
     else:
         for res in results:
             print(reevaluate.result_line(res, label))
@@ -279,18 +382,31 @@ def _cmd_status(args: argparse.Namespace) -> int:
         problems = store.audit()
         changes = ledger.envelope_changes(store.conn)
         if args.json:
-            print(json.dumps({"by_arm": table.to_dict(orient="records"), "envelope": bal.as_dict(), "ledger_problems": problems,
-                              "envelope_changes": changes}, default=str))
+            print(
+                json.dumps(
+                    {
+                        "by_arm": table.to_dict(orient="records"),
+                        "envelope": bal.as_dict(),
+                        "ledger_problems": problems,
+                        "envelope_changes": changes,
+                    },
+                    default=str,
+                )
+            )
             return 0 if not problems else 1
         info = store.study()
-        print(f"study {info.name}  seed {info.seed}  scenarios {len(info.scenarios)}  arms {','.join(info.arms or protocol.study().arms)}  "
-              f"store {store.path}")
+        print(
+            f"study {info.name}  seed {info.seed}  scenarios {len(info.scenarios)}  arms {','.join(info.arms or protocol.study().arms)}  "
+            f"store {store.path}"
+        )
         print(table.to_string(index=False) if not table.empty else "(no cells)")
         print(
             f"envelope {bal.envelope_usd:.2f}  spent {bal.spent_usd:.2f}  reserved {bal.reserved_usd:.2f}  remaining {bal.remaining_usd:.2f} (USD)"
         )
         for ch in changes:
-            print(f"envelope changed {ch['old_usd']:.2f} -> {ch['new_usd']:.2f} under {ch['amendment_id']} at {ch['at']}")
+            print(
+                f"envelope changed {ch['old_usd']:.2f} -> {ch['new_usd']:.2f} under {ch['amendment_id']} at {ch['at']}"
+            )
         print("ledger balances" if not problems else "LEDGER PROBLEMS:\n  " + "\n  ".join(problems))
     return 0 if not problems else 1
 
@@ -319,21 +435,26 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 @_guarded
 def _cmd_rehearsal_report(args: argparse.Namespace) -> int:
-    from pilot.simulated import rehearsal_report as rehearsal
-
     import os
 
+    from pilot.simulated import rehearsal_report as rehearsal
     from pilot.simulated.rehearsal_branches import PLAN_ENV
 
     plan = args.branches or (Path(os.environ[PLAN_ENV]) if os.environ.get(PLAN_ENV) else None)
-    report = rehearsal.collect(args.name, run_table=paths.from_root(args.runs) if args.runs else None,
-                               branch_plan=paths.from_root(plan) if plan else None)
+    report = rehearsal.collect(
+        args.name,
+        run_table=paths.from_root(args.runs) if args.runs else None,
+        branch_plan=paths.from_root(plan) if plan else None,
+    )
     written = rehearsal.write(report, paths.from_root(args.out))
     print(report.to_markdown())
     print(json.dumps({"report": {k: paths.shown(v) for k, v in written.items()}, "findings": len(report.findings)}))
     if report.findings:
-        print(f"pilot study: the rehearsal of {args.name} has {len(report.findings)} finding(s) to fix before the real study "
-              f"(listed in {paths.shown(written[rehearsal.REPORT_MD])})", file=sys.stderr)
+        print(
+            f"pilot study: the rehearsal of {args.name} has {len(report.findings)} finding(s) to fix before the real study "
+            f"(listed in {paths.shown(written[rehearsal.REPORT_MD])})",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -13,10 +13,14 @@ from pilot.cli.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("view", help="browse every run of a study in a browser (127.0.0.1), or export it as a static site")
+    p = sub.add_parser(
+        "view", help="browse every run of a study in a browser (127.0.0.1), or export it as a static site"
+    )
     p.add_argument("study", help="study name (folder under analysis/data/) or the path of a study folder")
     p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port; default 8765)")
-    p.add_argument("--export", type=Path, metavar="DIR", help="write the pages as a static site to DIR instead of serving")
+    p.add_argument(
+        "--export", type=Path, metavar="DIR", help="write the pages as a static site to DIR instead of serving"
+    )
     p.set_defaults(func=_cmd_view)
 
 
@@ -37,8 +41,16 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
             t0 = time.perf_counter()
             res = export_site(folder, args.export)
-            print(json.dumps({"export": str(res.folder / "index.html"), "pages": res.pages, "files": res.files,
-                              "seconds": round(time.perf_counter() - t0, 2)}))
+            print(
+                json.dumps(
+                    {
+                        "export": str(res.folder / "index.html"),
+                        "pages": res.pages,
+                        "files": res.files,
+                        "seconds": round(time.perf_counter() - t0, 2),
+                    }
+                )
+            )
             return 0
         from pilot.view.app import ViewServer
         from pilot.view.links import forget_address, record_address
@@ -48,7 +60,10 @@ def _cmd_view(args: argparse.Namespace) -> int:
         print(f"pilot view: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"pilot view: cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc} (choose another --port, or 0)", file=sys.stderr)
+        print(
+            f"pilot view: cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc} (choose another --port, or 0)",
+            file=sys.stderr,
+        )
         return 2
     name = server.app.config.get("STUDY_NAME") or folder.name
     record_address(name, server.url)

@@ -20,10 +20,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--dir", type=Path, default=paths.WORKER_ENV_DIR)
     s.set_defaults(func=_env_show)
 
-    sb = sub.add_parser("sandbox", help="the sandbox's unprivileged worker users (a root harness runs every worker as one)")
+    sb = sub.add_parser(
+        "sandbox", help="the sandbox's unprivileged worker users (a root harness runs every worker as one)"
+    )
     sbs = sb.add_subparsers(dest="action", metavar="ACTION", required=True)
-    u = sbs.add_parser("users", help="list the worker users of study.yml sandbox; --create makes the missing ones (root)")
-    u.add_argument("--create", action="store_true", help="create the missing users as system users without a home or a shell")
+    u = sbs.add_parser(
+        "users", help="list the worker users of study.yml sandbox; --create makes the missing ones (root)"
+    )
+    u.add_argument(
+        "--create", action="store_true", help="create the missing users as system users without a home or a shell"
+    )
     u.set_defaults(func=_sandbox_users)
 
 
@@ -66,7 +72,9 @@ def _sandbox_users(args: argparse.Namespace) -> int:
     missing = worker_user.missing_users(users)
     for slot in range(users.slots):
         name = users.name(slot)
-        print(f"{name}\tuid {users.uid(slot)}\t{'missing' if any(m.split()[0] == name for m in missing) else 'present'}")
+        print(
+            f"{name}\tuid {users.uid(slot)}\t{'missing' if any(m.split()[0] == name for m in missing) else 'present'}"
+        )
     if missing and worker_user.is_root():
         print(f"pilot sandbox users: missing {', '.join(missing)}: run `pilot sandbox users --create`", file=sys.stderr)
         return 1

@@ -17,8 +17,9 @@ import inspect
 import json
 import shutil
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from pilot.attempt import OUTCOME_FILE, AttemptOutcome, CellSpec, launch_mark
 from pilot.executors.proctree import launch_mark_text
@@ -89,7 +90,9 @@ def reset_workspace(attempt_dir: Path) -> None:
     attempt_dir.mkdir(parents=True)
 
 
-def execute_attempt(run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str) -> AttemptOutcome:
+def execute_attempt(
+    run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str
+) -> AttemptOutcome:
     """Reset the workspace, run one attempt, and keep its outcome on disk.
 
     An exception escaping the run function is an infrastructure error of the
@@ -114,7 +117,9 @@ def execute_attempt(run_function: str | None, cell: CellSpec, attempt_dir: str, 
             # The failure may have come after inference began: its spend is unknown, charged at the reservation.
             outcome = AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}\n{tb}", cost_usd=None)
         else:
-            outcome = AttemptOutcome(infra_error=f"never launched: {type(exc).__name__}: {exc}\n{tb}", cost_usd=0.0, launched=False)
+            outcome = AttemptOutcome(
+                infra_error=f"never launched: {type(exc).__name__}: {exc}\n{tb}", cost_usd=0.0, launched=False
+            )
     try:
         (folder / OUTCOME_FILE).write_text(json.dumps(outcome.to_dict(), default=str), encoding="utf-8")
     except OSError:

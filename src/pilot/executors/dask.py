@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from pilot import paths, protocol
-from pilot.executors import isolation, proctree
 from pilot.attempt import AttemptOutcome, CellSpec
-from pilot.nodes import Node
+from pilot.executors import isolation, proctree
 from pilot.executors.base import ScheduleError
+from pilot.nodes import Node
 
 SLOTS = "slots"
 #: Where a worker keeps its attempts' private folders (default: ``analysis/worker-attempts`` of its own clone).
@@ -136,17 +136,24 @@ _GONE = ("cancelled", "released", "forgotten", "error", "memory")
 LOST_AFTER_POLLS = 3
 
 
-def run_attempt_on_worker(run_function: str | None, cell: CellSpec, attempt_dir: str, node: str, backend: str,
-                          identity: dict | None = None, scenarios: list[str] | None = None,
-                          limit_bytes: int | None = None) -> AttemptOutcome | RemoteAttempt:
+def run_attempt_on_worker(
+    run_function: str | None,
+    cell: CellSpec,
+    attempt_dir: str,
+    node: str,
+    backend: str,
+    identity: dict | None = None,
+    scenarios: list[str] | None = None,
+    limit_bytes: int | None = None,
+) -> AttemptOutcome | RemoteAttempt:
     """The dask task: prove the protocol, run one isolated attempt in a private folder, pack its files.
 
     Without ``identity`` (an older caller) the attempt runs at ``attempt_dir`` itself and returns the outcome alone.
     """
     if identity is None:
         return _run_here(run_function, cell, attempt_dir, node, backend)
-    from pilot.identity import ProtocolIdentity, first_difference, protocol_identity
     from pilot.executors import transfer
+    from pilot.identity import ProtocolIdentity, first_difference, protocol_identity
 
     study_id = ProtocolIdentity.from_dict(identity)
     try:
@@ -164,23 +171,41 @@ def run_attempt_on_worker(run_function: str | None, cell: CellSpec, attempt_dir:
     try:
         package = transfer.pack_attempt(local, limit_bytes=int(limit_bytes or protocol.study().transfer_limit_bytes))
     except Exception as exc:  # noqa: BLE001 - whatever fails here, the files did not travel: the attempt is rerun
-        return RemoteAttempt(AttemptOutcome(infra_error=f"transfer: packing the attempt on node {node} failed ({type(exc).__name__}: {exc})",
-                                            cost_usd=outcome.cost_usd, metered_cost_usd=outcome.metered_cost_usd),
-                             None, str(local))
+        return RemoteAttempt(
+            AttemptOutcome(
+                infra_error=f"transfer: packing the attempt on node {node} failed ({type(exc).__name__}: {exc})",
+                cost_usd=outcome.cost_usd,
+                metered_cost_usd=outcome.metered_cost_usd,
+            ),
+            None,
+            str(local),
+        )
     # The package is the study's copy now; the folder is removed once the result is taken (a worker killed before
     # that leaves it, and the next worker process on this machine cleans it).
     scripted_dir = local.with_name(local.name + ".scripted")
     scripted = None
     if scripted_dir.is_dir():
         try:
-            scripted = transfer.pack_attempt(scripted_dir, limit_bytes=int(limit_bytes or protocol.study().transfer_limit_bytes),
-                                             kept=transfer.SCRIPTED_KEPT)
+            scripted = transfer.pack_attempt(
+                scripted_dir,
+                limit_bytes=int(limit_bytes or protocol.study().transfer_limit_bytes),
+                kept=transfer.SCRIPTED_KEPT,
+            )
         except Exception as exc:  # noqa: BLE001
-            return RemoteAttempt(AttemptOutcome(infra_error=f"transfer: packing the scripted record on node {node} failed ({exc})",
-                                                cost_usd=outcome.cost_usd, metered_cost_usd=outcome.metered_cost_usd),
-                                 None, str(local))
+            return RemoteAttempt(
+                AttemptOutcome(
+                    infra_error=f"transfer: packing the scripted record on node {node} failed ({exc})",
+                    cost_usd=outcome.cost_usd,
+                    metered_cost_usd=outcome.metered_cost_usd,
+                ),
+                None,
+                str(local),
+            )
     result = RemoteAttempt(outcome, package, str(local), package.manifest.get("note"), scripted)
-    for entry in [local, *local.parent.glob(local.name + ".*")]:  # the folder, its launch mark, process record, scripted record
+    for entry in [
+        local,
+        *local.parent.glob(local.name + ".*"),
+    ]:  # the folder, its launch mark, process record, scripted record
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
@@ -236,8 +261,12 @@ def receive_package(result: RemoteAttempt, folder: Path, node: str) -> AttemptOu
         folder.mkdir(parents=True, exist_ok=True)
         transfer.keep_apart(folder, f"the package from node {node} failed: {exc}", package=result.package)
         out = result.outcome
-        return AttemptOutcome(infra_error=f"transfer: the files of this attempt from node {node} did not arrive intact ({exc})",
-                              cost_usd=out.cost_usd, judge_cost_usd=out.judge_cost_usd, metered_cost_usd=out.metered_cost_usd)
+        return AttemptOutcome(
+            infra_error=f"transfer: the files of this attempt from node {node} did not arrive intact ({exc})",
+            cost_usd=out.cost_usd,
+            judge_cost_usd=out.judge_cost_usd,
+            metered_cost_usd=out.metered_cost_usd,
+        )
     if result.scripted is not None:
         side = folder.with_name(folder.name + ".scripted")
         if side.exists():
@@ -247,10 +276,16 @@ def receive_package(result: RemoteAttempt, folder: Path, node: str) -> AttemptOu
         except (transfer.TransferError, OSError, ValueError) as exc:
             transfer.keep_apart(folder, f"the scripted record from node {node} failed: {exc}", package=result.scripted)
             out = result.outcome
-            return AttemptOutcome(infra_error=f"transfer: the scripted record of this attempt from node {node} did not arrive intact ({exc})",
-                                  cost_usd=out.cost_usd, judge_cost_usd=out.judge_cost_usd, metered_cost_usd=out.metered_cost_usd)
+            return AttemptOutcome(
+                infra_error=f"transfer: the scripted record of this attempt from node {node} did not arrive intact ({exc})",
+                cost_usd=out.cost_usd,
+                judge_cost_usd=out.judge_cost_usd,
+                metered_cost_usd=out.metered_cost_usd,
+            )
     # The files keep the worker's paths as they were written; this says which folder they name.
-    (folder / ORIGIN_FILE).write_text(json.dumps({"node": node, "worker_folder": result.worker_folder}) + "\n", encoding="utf-8")
+    (folder / ORIGIN_FILE).write_text(
+        json.dumps({"node": node, "worker_folder": result.worker_folder}) + "\n", encoding="utf-8"
+    )
     out = result.outcome
     if out.record:
         text = json.dumps(out.record).replace(json.dumps(result.worker_folder)[1:-1], json.dumps(str(folder))[1:-1])
@@ -263,8 +298,16 @@ def receive_package(result: RemoteAttempt, folder: Path, node: str) -> AttemptOu
 class DaskExecutor:
     """Submit attempts to pinned workers of a ``dask.distributed`` cluster."""
 
-    def __init__(self, scheduler: Any, run_function: str | None, requires: dict[str, tuple[str, ...]], *,
-                 identity: Any = None, scenarios: list[str] | None = None, limit_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        scheduler: Any,
+        run_function: str | None,
+        requires: dict[str, tuple[str, ...]],
+        *,
+        identity: Any = None,
+        scenarios: list[str] | None = None,
+        limit_bytes: int | None = None,
+    ) -> None:
         """``identity`` (a :class:`pilot.identity.ProtocolIdentity`): the study's, which every worker must prove before
         it accepts a run; then attempts run in the workers' private folders and their files come home packed.
         None: the workers write at the paths the study names (a shared filesystem)."""
@@ -330,7 +373,9 @@ class DaskExecutor:
         addr = self._address.get(node)
         if addr is None:
             # The node left between the scheduler's choice and the submit: nothing ran.
-            self._gone_at_submit.append((token, AttemptOutcome(infra_error=f"dask worker of node {node} was gone at submit", launched=False)))
+            self._gone_at_submit.append(
+                (token, AttemptOutcome(infra_error=f"dask worker of node {node} was gone at submit", launched=False))
+            )
             return
         resources = {SLOTS: 1, **{cap: 1 for cap in self.requires.get(cell.arm, ())}}
         fut = self.client.submit(
@@ -392,10 +437,23 @@ class DaskExecutor:
                 out.append((token, self._receive(token, node, fut.result())))
             elif fut.status == "error":
                 exc = fut.exception()
-                out.append((token, AttemptOutcome(infra_error=f"dask task failed on node {node} ({addr}): {exc!r}", cost_usd=None)))
+                out.append(
+                    (
+                        token,
+                        AttemptOutcome(infra_error=f"dask task failed on node {node} ({addr}): {exc!r}", cost_usd=None),
+                    )
+                )
             elif self._missing.get(addr, 0) >= LOST_AFTER_POLLS:
                 fut.cancel()
-                out.append((token, AttemptOutcome(infra_error=f"dask worker of node {node} ({addr}) was lost while the attempt ran", cost_usd=None)))
+                out.append(
+                    (
+                        token,
+                        AttemptOutcome(
+                            infra_error=f"dask worker of node {node} ({addr}) was lost while the attempt ran",
+                            cost_usd=None,
+                        ),
+                    )
+                )
             else:
                 continue
             del self._futures[fut]

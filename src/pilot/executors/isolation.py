@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from pilot.executors.proctree import (
-    record_procs,
     TAG_ENV,
     descendants,
     kill_descendants,
     kill_pids,
     procs_file,
+    record_procs,
 )
 
 PR_SET_PDEATHSIG = 1
@@ -80,8 +80,7 @@ def start(run_function: str | None, cell: Any, attempt_dir: str, node: str, back
 
 def died_outcome(why: str, attempt_dir: str) -> Any:
     """An infrastructure error for an attempt whose process died: unknown cost if it had launched, nothing if not."""
-    from pilot.attempt import AttemptOutcome
-    from pilot.attempt import was_launched
+    from pilot.attempt import AttemptOutcome, was_launched
 
     launched = was_launched(Path(attempt_dir))
     return AttemptOutcome(infra_error=why, cost_usd=None if launched else 0.0, launched=launched)
@@ -115,8 +114,16 @@ def stop(proc: subprocess.Popen, *, grace_s: float = 5.0) -> None:
         pass
 
 
-def run_isolated(run_function: str | None, cell: Any, attempt_dir: str, node: str, backend: str, *,
-                 should_stop: Any = None, poll_s: float = 0.5) -> Any:
+def run_isolated(
+    run_function: str | None,
+    cell: Any,
+    attempt_dir: str,
+    node: str,
+    backend: str,
+    *,
+    should_stop: Any = None,
+    poll_s: float = 0.5,
+) -> Any:
     """Run one attempt under its own supervisor and wait for it (the dask task body).
 
     ``should_stop`` (no arguments) is asked every ``poll_s`` seconds; when it
@@ -138,7 +145,9 @@ def run_isolated(run_function: str | None, cell: Any, attempt_dir: str, node: st
                 stop(proc)
                 from pilot.attempt import AttemptOutcome
 
-                return AttemptOutcome(infra_error="the attempt was stopped: its scheduler cancelled it or went away", cost_usd=None)
+                return AttemptOutcome(
+                    infra_error="the attempt was stopped: its scheduler cancelled it or went away", cost_usd=None
+                )
         proc.wait()
     finally:
         if proc.poll() is None:
@@ -232,7 +241,9 @@ def supervise(payload: tuple, parent_pid: int) -> int:
     if not text:
         # The worker died without an outcome (killed, crashed, os._exit in the run function): say how.
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
-        text = json.dumps(died_outcome(f"the attempt's worker process died ({how})", payload[2]).to_dict(), default=str).encode()
+        text = json.dumps(
+            died_outcome(f"the attempt's worker process died ({how})", payload[2]).to_dict(), default=str
+        ).encode()
     sys.stdout.buffer.write(text + b"\n")
     sys.stdout.flush()
     return 0

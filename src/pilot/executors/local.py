@@ -18,8 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from pilot.executors import isolation
 from pilot.attempt import AttemptOutcome, CellSpec
+from pilot.executors import isolation
 from pilot.executors.base import execute_attempt
 
 
@@ -32,7 +32,9 @@ class LocalExecutor:
         self.run_function = run_function
         self.workers = workers
         self.processes = processes
-        self._running: dict[int, tuple[subprocess.Popen, str, list[bytes]]] = {}  # token -> (supervisor, attempt dir, output)
+        self._running: dict[
+            int, tuple[subprocess.Popen, str, list[bytes]]
+        ] = {}  # token -> (supervisor, attempt dir, output)
         self._queued: list[tuple[int, CellSpec, str, str, str]] = []
         self._done_inline: list[tuple[int, AttemptOutcome]] = []
         self._sel = selectors.DefaultSelector()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 TAG_ENV = "PILOT_ATTEMPT"
 
@@ -182,7 +182,10 @@ def record_procs(path: Path, pids: list[int], last: set[int]) -> set[int]:
 
 def read_procs(path: Path) -> list[tuple[int, int]]:
     try:
-        return [(int(a), int(b)) for a, b in (ln.split() for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip())]
+        return [
+            (int(a), int(b))
+            for a, b in (ln.split() for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip())
+        ]
     except (OSError, ValueError):
         return []
 

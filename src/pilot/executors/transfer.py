@@ -197,7 +197,7 @@ def _member_bytes(rel: str, size: int) -> int:
     """The most a file takes in the uncompressed archive: its header, a PAX header when it needs one, its padded data."""
     name = rel.encode("utf-8")
     pax = 0
-    if len(name) > 100 or not rel.isascii() or size >= 8 ** 11:
+    if len(name) > 100 or not rel.isascii() or size >= 8**11:
         pax = _BLOCK + -(-(len(name) + 64) // _BLOCK) * _BLOCK
     return _BLOCK + pax + -(-size // _BLOCK) * _BLOCK
 
@@ -298,15 +298,24 @@ def pack_attempt(attempt_dir: Path, *, limit_bytes: int, kept: tuple[str, ...] =
             break
         # The bound holds for any bytes; this is the guarantee should a tar or zlib version ever write more.
         if not chosen:
-            raise ValueError(f"limit_bytes: {limit_bytes} bytes is below the size of an empty package ({len(data)} bytes)")
+            raise ValueError(
+                f"limit_bytes: {limit_bytes} bytes is below the size of an empty package ({len(data)} bytes)"
+            )
         omitted[chosen[-1]] = over
     note = None
     if omitted:
         left = sum(sizes[r] for r in omitted)
-        note = (f"{len(omitted)} of {len(found)} kept files ({left} bytes) left on the worker in {attempt_dir}: "
-                f"{over} (transfer.max_package_mb in protocol/study.yml); they are listed under omitted")
-    manifest = {"files": files, "omitted": dict(sorted(omitted.items())), "skipped": dict(sorted(skipped.items())),
-                "limit_bytes": limit_bytes, "note": note}
+        note = (
+            f"{len(omitted)} of {len(found)} kept files ({left} bytes) left on the worker in {attempt_dir}: "
+            f"{over} (transfer.max_package_mb in protocol/study.yml); they are listed under omitted"
+        )
+    manifest = {
+        "files": files,
+        "omitted": dict(sorted(omitted.items())),
+        "skipped": dict(sorted(skipped.items())),
+        "limit_bytes": limit_bytes,
+        "note": note,
+    }
     return Package(data=data, manifest=manifest)
 
 
@@ -340,7 +349,9 @@ def _checked_manifest(pkg: Package, dest: Path) -> dict[str, dict[str, Any]]:
             raise TransferError(dest, f"the package's manifest field '{key}' is not a mapping")
     limit = m.get("limit_bytes")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise TransferError(dest, f"the package's manifest field 'limit_bytes' is not a positive number of bytes ({limit!r})")
+        raise TransferError(
+            dest, f"the package's manifest field 'limit_bytes' is not a positive number of bytes ({limit!r})"
+        )
     if len(pkg.data) > limit:
         raise TransferError(dest, f"the package is {len(pkg.data)} bytes, over its manifest's limit of {limit} bytes")
     files = m["files"]
@@ -348,8 +359,14 @@ def _checked_manifest(pkg: Package, dest: Path) -> dict[str, dict[str, Any]]:
         why = _unsafe(rel) if isinstance(rel, str) else "not a text name"
         if why:
             raise TransferError(str(rel), f"refused: the manifest names {why}")
-        if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or entry["size"] < 0 \
-                or not isinstance(entry.get("sha256"), str) or len(entry["sha256"]) != 64 or set(entry["sha256"]) - set("0123456789abcdef"):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("size"), int)
+            or entry["size"] < 0
+            or not isinstance(entry.get("sha256"), str)
+            or len(entry["sha256"]) != 64
+            or set(entry["sha256"]) - set("0123456789abcdef")
+        ):
             raise TransferError(rel, "the manifest's entry is not {size: bytes, sha256: 64 hex digits}")
     if sum(e["size"] for e in files.values()) > limit:
         raise TransferError(dest, f"the manifest's files come to more than its limit of {limit} bytes")
@@ -423,17 +440,28 @@ def unpack_attempt(pkg: Package, dest: Path) -> dict:
                     seen.add(name)
                     want = files[name]
                     if member.size != want["size"]:
-                        raise TransferError(name, f"size differs from the manifest's ({want['size']} bytes, archive {member.size})")
+                        raise TransferError(
+                            name, f"size differs from the manifest's ({want['size']} bytes, archive {member.size})"
+                        )
                     try:
                         n, digest = _write_member(tar, member, tmp / name)
                     except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
-                        raise TransferError(name, f"cannot be read from the package or written ({type(exc).__name__}: {exc})") from None
+                        raise TransferError(
+                            name, f"cannot be read from the package or written ({type(exc).__name__}: {exc})"
+                        ) from None
                     if n != want["size"]:
-                        raise TransferError(name, f"size differs from the manifest's ({want['size']} bytes, written {n})")
+                        raise TransferError(
+                            name, f"size differs from the manifest's ({want['size']} bytes, written {n})"
+                        )
                     if digest != want["sha256"]:
-                        raise TransferError(name, f"sha256 differs from the manifest's (manifest {want['sha256'][:12]}…, received {digest[:12]}…)")
+                        raise TransferError(
+                            name,
+                            f"sha256 differs from the manifest's (manifest {want['sha256'][:12]}…, received {digest[:12]}…)",
+                        )
         except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-            raise TransferError(dest, f"the package is not a readable gzip tar archive ({type(exc).__name__}: {exc})") from None
+            raise TransferError(
+                dest, f"the package is not a readable gzip tar archive ({type(exc).__name__}: {exc})"
+            ) from None
         missing = sorted(set(files) - seen)
         if missing:
             raise TransferError(missing[0], f"in the manifest but not in the archive ({len(missing)} file(s) missing)")
@@ -470,6 +498,7 @@ def keep_apart(dest: Path, reason: str, *, package: Package | None = None) -> Pa
     (target / REASON_NAME).write_text(reason.rstrip("\n") + "\n", encoding="utf-8")
     if package is not None:
         (target / "package.tar.gz").write_bytes(package.data)
-        (target / "package_manifest.json").write_text(json.dumps(package.manifest, indent=1, sort_keys=True, default=str) + "\n",
-                                                      encoding="utf-8")
+        (target / "package_manifest.json").write_text(
+            json.dumps(package.manifest, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8"
+        )
     return target

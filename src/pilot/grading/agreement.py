@@ -83,7 +83,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -110,7 +111,19 @@ EXPERTS = "experts"
 PANEL_EXPERTS = "panel-experts"
 # Independent random streams per family of estimates, all from the one seed (H1 uses the primary analysis's own).
 _ALPHA_STREAM, _ACCEPT_STREAM, _BIAS_STREAM = 10, 20, 30
-_TEXT_COLUMNS = ("wave", "source", "package_id", "run_id", "scenario", "arm", "model", "grader_id", "status", "criterion", "critique")
+_TEXT_COLUMNS = (
+    "wave",
+    "source",
+    "package_id",
+    "run_id",
+    "scenario",
+    "arm",
+    "model",
+    "grader_id",
+    "status",
+    "criterion",
+    "critique",
+)
 _META = ["package_id", "run_id", "scenario", "arm", "model"]
 
 
@@ -195,7 +208,9 @@ def panel_table(panel: pd.DataFrame) -> pd.DataFrame:
         row = dict(zip(_META, key))
         row["D"], row["E"] = _flag(part["D"].iloc[0]), _flag(part["E"].iloc[0])
         judges = part.drop_duplicates("judge_id")
-        votes = [bool(v) for v in judges["judge_accept"] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        votes = [
+            bool(v) for v in judges["judge_accept"] if v is not None and not (isinstance(v, float) and math.isnan(v))
+        ]
         yes = sum(votes)
         row["n_judges"] = len(judges)
         row["Q"] = float(judges["judge_q"].astype(float).mean())
@@ -256,11 +271,19 @@ def krippendorff_alpha(data: np.ndarray, level: str, value_domain: Sequence[floa
     kw = {} if value_domain is None else {"value_domain": np.asarray(value_domain, dtype=float)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # no variation gives 0/0; the caller states the reason
-        return float(krippendorff.alpha(reliability_data=np.asarray(data, dtype=float), level_of_measurement=level, **kw))
+        return float(
+            krippendorff.alpha(reliability_data=np.asarray(data, dtype=float), level_of_measurement=level, **kw)
+        )
 
 
-def alpha_replicates(data: np.ndarray, level: str, counts: np.ndarray, *, groups: np.ndarray | None = None,
-                     value_domain: Sequence[float] | None = None) -> np.ndarray:
+def alpha_replicates(
+    data: np.ndarray,
+    level: str,
+    counts: np.ndarray,
+    *,
+    groups: np.ndarray | None = None,
+    value_domain: Sequence[float] | None = None,
+) -> np.ndarray:
     """Alpha in each bootstrap resample, ``(B,)``: ``counts[b, g]`` is how often group (package) g is drawn.
 
     The same coincidence-matrix formula as the krippendorff package (tested
@@ -309,8 +332,16 @@ def alpha_replicates(data: np.ndarray, level: str, counts: np.ndarray, *, groups
         return 1 - (o * d).sum(axis=(1, 2)) / (e * d).sum(axis=(1, 2))
 
 
-def alpha_estimate(data: np.ndarray, level: str, *, B: int, rng: np.random.Generator, groups: np.ndarray | None = None,
-                   value_domain: Sequence[float] | None = None, ci_level: float = 0.95) -> dict[str, Any]:
+def alpha_estimate(
+    data: np.ndarray,
+    level: str,
+    *,
+    B: int,
+    rng: np.random.Generator,
+    groups: np.ndarray | None = None,
+    value_domain: Sequence[float] | None = None,
+    ci_level: float = 0.95,
+) -> dict[str, Any]:
     """Alpha with its percentile bootstrap interval over packages: ``alpha, ci_low, ci_high, n_packages, n_values, note``.
 
     Only packages with a unit coded twice or more carry alpha, and only they
@@ -322,8 +353,14 @@ def alpha_estimate(data: np.ndarray, level: str, *, B: int, rng: np.random.Gener
     pairable = (~np.isnan(x)).sum(axis=0) >= 2
     packages, g = np.unique(groups[pairable], return_inverse=True)
     vals = x[:, pairable]
-    out = {"alpha": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n_packages": len(packages),
-           "n_values": int((~np.isnan(vals)).sum()), "note": ""}
+    out = {
+        "alpha": np.nan,
+        "ci_low": np.nan,
+        "ci_high": np.nan,
+        "n_packages": len(packages),
+        "n_values": int((~np.isnan(vals)).sum()),
+        "note": "",
+    }
     if len(packages) < 2:
         out["note"] = f"{len(packages)} package(s) with two or more values; needs at least 2"
         return out
@@ -331,7 +368,9 @@ def alpha_estimate(data: np.ndarray, level: str, *, B: int, rng: np.random.Gener
         out["note"] = "every value is the same (no variation to agree on)"
         return out
     out["alpha"] = krippendorff_alpha(vals, level, value_domain)
-    reps = alpha_replicates(vals, level, resampling.bootstrap_counts(rng, len(packages), B), groups=g, value_domain=value_domain)
+    reps = alpha_replicates(
+        vals, level, resampling.bootstrap_counts(rng, len(packages), B), groups=g, value_domain=value_domain
+    )
     reps[~np.isfinite(reps)] = np.nan
     lo, hi = resampling.percentile_interval(reps, ci_level)
     out["ci_low"], out["ci_high"] = float(lo), float(hi)
@@ -364,8 +403,15 @@ def _stack(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else first
 
 
-def reliability_table(experts: pd.DataFrame, panel: pd.DataFrame, criteria: Mapping[str, Sequence[Criterion]], *,
-                      B: int, seed: int, ci_level: float = 0.95) -> pd.DataFrame:
+def reliability_table(
+    experts: pd.DataFrame,
+    panel: pd.DataFrame,
+    criteria: Mapping[str, Sequence[Criterion]],
+    *,
+    B: int,
+    seed: int,
+    ci_level: float = 0.95,
+) -> pd.DataFrame:
     """Krippendorff's alpha among the experts and between panel and experts: Q (interval), all criteria and each criterion (ordinal).
 
     Rows: ``coders`` (experts, panel-experts), ``measure`` (Q, all criteria,
@@ -378,20 +424,36 @@ def reliability_table(experts: pd.DataFrame, panel: pd.DataFrame, criteria: Mapp
     ex = _long(experts, ["package_id", "scenario", "grader_id"])
     ex_q = experts.rename(columns={"Q": "score"}).dropna(subset=["score"])
     unit = ["package_id", "scenario", "criterion"]
-    pe = _stack(_long(panel, ["package_id", "scenario"]).assign(coder="panel"),
-                ex.groupby(unit, as_index=False)["score"].median().assign(coder=EXPERTS))
-    pe_q = _stack(panel.rename(columns={"Q": "score"})[["package_id", "scenario", "score"]].assign(coder="panel"),
-                  ex_q.groupby(["package_id", "scenario"], as_index=False)["score"].median().assign(coder=EXPERTS)).dropna(subset=["score"])
+    pe = _stack(
+        _long(panel, ["package_id", "scenario"]).assign(coder="panel"),
+        ex.groupby(unit, as_index=False)["score"].median().assign(coder=EXPERTS),
+    )
+    pe_q = _stack(
+        panel.rename(columns={"Q": "score"})[["package_id", "scenario", "score"]].assign(coder="panel"),
+        ex_q.groupby(["package_id", "scenario"], as_index=False)["score"].median().assign(coder=EXPERTS),
+    ).dropna(subset=["score"])
     present = set(experts["scenario"]) | set(panel["scenario"])
     keys = [(s, c.id) for s in sorted(present) for c in criteria.get(s, ())]
     rows = []
-    for ci, (coders, long, q, coder) in enumerate(((EXPERTS, ex, ex_q, "grader_id"), (PANEL_EXPERTS, pe, pe_q, "coder"))):
+    for ci, (coders, long, q, coder) in enumerate(
+        ((EXPERTS, ex, ex_q, "grader_id"), (PANEL_EXPERTS, pe, pe_q, "coder"))
+    ):
         specs = [("Q", "interval", q, ["package_id"]), (ALL_CRITERIA, "ordinal", long, ["package_id", "criterion"])]
-        specs += [(f"{s}/{c}", "ordinal", long[(long["scenario"] == s) & (long["criterion"] == c)], ["package_id"]) for s, c in keys]
+        specs += [
+            (f"{s}/{c}", "ordinal", long[(long["scenario"] == s) & (long["criterion"] == c)], ["package_id"])
+            for s, c in keys
+        ]
         for mi, (measure, level, frame, by) in enumerate(specs):
             data, groups = _matrix(frame, coder, by)
-            est = alpha_estimate(data, level, B=B, rng=np.random.default_rng([seed, _ALPHA_STREAM, ci, mi]), groups=groups,
-                                 value_domain=HALF_POINTS if level == "ordinal" else None, ci_level=ci_level)
+            est = alpha_estimate(
+                data,
+                level,
+                B=B,
+                rng=np.random.default_rng([seed, _ALPHA_STREAM, ci, mi]),
+                groups=groups,
+                value_domain=HALF_POINTS if level == "ordinal" else None,
+                ci_level=ci_level,
+            )
             rows.append({"coders": coders, "measure": measure, "level": level, **est})
     return pd.DataFrame(rows)
 
@@ -427,8 +489,11 @@ def expert_pairs(experts: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for pid, part in experts.sort_values("slot").groupby("package_id", sort=True):
         acc, slots = part["accept"].tolist(), part["slot"].tolist()
-        rows += [{"package_id": pid, "slot_a": slots[i], "slot_b": slots[j], "a": acc[i], "b": acc[j]}
-                 for i in range(len(acc)) for j in range(i + 1, len(acc))]
+        rows += [
+            {"package_id": pid, "slot_a": slots[i], "slot_b": slots[j], "a": acc[i], "b": acc[j]}
+            for i in range(len(acc))
+            for j in range(i + 1, len(acc))
+        ]
     return pd.DataFrame(rows, columns=["package_id", "slot_a", "slot_b", "a", "b"]).dropna(subset=["a", "b"])
 
 
@@ -449,12 +514,20 @@ def _tables(pairs: pd.DataFrame) -> np.ndarray:
     return flat
 
 
-def agreement_rows(pairs: pd.DataFrame, comparison: str, reference: float, *, B: int, rng: np.random.Generator,
-                   ci_level: float = 0.95) -> list[dict[str, Any]]:
+def agreement_rows(
+    pairs: pd.DataFrame, comparison: str, reference: float, *, B: int, rng: np.random.Generator, ci_level: float = 0.95
+) -> list[dict[str, Any]]:
     """Percent agreement and Cohen's kappa of ``pairs`` (columns package_id, a, b) with bootstrap intervals over packages."""
     base = {"comparison": comparison, "n_pairs": len(pairs), "n_packages": int(pairs["package_id"].nunique())}
-    rows = [{**base, "statistic": "agreement", "reference": reference, "reference_source": "GDPval" if np.isfinite(reference) else ""},
-            {**base, "statistic": "Cohen's kappa", "reference": np.nan, "reference_source": ""}]
+    rows = [
+        {
+            **base,
+            "statistic": "agreement",
+            "reference": reference,
+            "reference_source": "GDPval" if np.isfinite(reference) else "",
+        },
+        {**base, "statistic": "Cohen's kappa", "reference": np.nan, "reference_source": ""},
+    ]
     for r in rows:
         r.update({"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "note": ""})
     if base["n_packages"] < 2:
@@ -475,19 +548,47 @@ def agreement_rows(pairs: pd.DataFrame, comparison: str, reference: float, *, B:
         r.update({"estimate": est, "ci_low": float(lo), "ci_high": float(hi)})
         left_out = int(np.isnan(rep).sum())
         r["note"] = estimability.join_notes(
-            f"{left_out} of {B} resamples had one decision throughout and are left out of the interval" if left_out else "",
+            f"{left_out} of {B} resamples had one decision throughout and are left out of the interval"
+            if left_out
+            else "",
             "one side gave one decision throughout (kappa is 0 by construction)" if r is rows[1] and one_sided else "",
-            *estimability.interval_flags(lo, hi, base["n_packages"]))
+            *estimability.interval_flags(lo, hi, base["n_packages"]),
+        )
     return rows
 
 
-def acceptance_table(experts: pd.DataFrame, panel: pd.DataFrame, *, B: int, seed: int, ci_level: float = 0.95) -> pd.DataFrame:
+def acceptance_table(
+    experts: pd.DataFrame, panel: pd.DataFrame, *, B: int, seed: int, ci_level: float = 0.95
+) -> pd.DataFrame:
     """Agreement of the accept decisions, expert-expert and panel-expert, with GDPval's reference agreement beside them."""
-    rows = agreement_rows(expert_pairs(experts), "expert-expert", GDPVAL_EXPERT_EXPERT, B=B,
-                          rng=np.random.default_rng([seed, _ACCEPT_STREAM, 0]), ci_level=ci_level)
-    rows += agreement_rows(panel_expert_pairs(experts, panel), "panel-expert", GDPVAL_GRADER_EXPERT, B=B,
-                           rng=np.random.default_rng([seed, _ACCEPT_STREAM, 1]), ci_level=ci_level)
-    cols = ["comparison", "statistic", "estimate", "ci_low", "ci_high", "n_pairs", "n_packages", "reference", "reference_source", "note"]
+    rows = agreement_rows(
+        expert_pairs(experts),
+        "expert-expert",
+        GDPVAL_EXPERT_EXPERT,
+        B=B,
+        rng=np.random.default_rng([seed, _ACCEPT_STREAM, 0]),
+        ci_level=ci_level,
+    )
+    rows += agreement_rows(
+        panel_expert_pairs(experts, panel),
+        "panel-expert",
+        GDPVAL_GRADER_EXPERT,
+        B=B,
+        rng=np.random.default_rng([seed, _ACCEPT_STREAM, 1]),
+        ci_level=ci_level,
+    )
+    cols = [
+        "comparison",
+        "statistic",
+        "estimate",
+        "ci_low",
+        "ci_high",
+        "n_pairs",
+        "n_packages",
+        "reference",
+        "reference_source",
+        "note",
+    ]
     return pd.DataFrame(rows)[cols]
 
 
@@ -498,8 +599,9 @@ def acceptance_table(experts: pd.DataFrame, panel: pd.DataFrame, *, B: int, seed
 BIAS_MEASURES = (("Q", "d_Q", "panel_q", "expert_q_mean"), ("accept", "d_S", "panel_accept", "expert_accept_mean"))
 
 
-def bias_tables(packages: pd.DataFrame, arms: Sequence[str], contrast: Sequence[str], *, B: int, seed: int,
-                ci_level: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+def bias_tables(
+    packages: pd.DataFrame, arms: Sequence[str], contrast: Sequence[str], *, B: int, seed: int, ci_level: float = 0.95
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The panel's bias per arm (mean of ``d_Q``, ``d_S`` over the arm's packages) and its contrast between ``contrast``'s arms.
 
     A package enters with its d (a grade and a panel value on that side).
@@ -517,29 +619,57 @@ def bias_tables(packages: pd.DataFrame, arms: Sequence[str], contrast: Sequence[
             have = packages[(packages["arm"] == arm) & packages[col].notna()]
             v = have[col].to_numpy(dtype=float)
             n[arm] = len(v)
-            row = {"measure": measure, "arm": arm, "estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n_packages": len(v),
-                   "panel_mean": float(have[panel_col].mean()) if len(v) else np.nan,
-                   "expert_mean": float(have[expert_col].mean()) if len(v) else np.nan, "note": ""}
+            row = {
+                "measure": measure,
+                "arm": arm,
+                "estimate": np.nan,
+                "ci_low": np.nan,
+                "ci_high": np.nan,
+                "n_packages": len(v),
+                "panel_mean": float(have[panel_col].mean()) if len(v) else np.nan,
+                "expert_mean": float(have[expert_col].mean()) if len(v) else np.nan,
+                "note": "",
+            }
             if len(v):
                 counts = resampling.bootstrap_counts(np.random.default_rng([seed, _BIAS_STREAM, mi, ai]), len(v), B)
                 reps[arm] = counts @ v / len(v)
                 means[arm] = float(v.mean())
                 lo, hi = resampling.percentile_interval(reps[arm], ci_level)
-                row.update({"estimate": means[arm], "ci_low": float(lo), "ci_high": float(hi),
-                            "note": "rests on one package" if len(v) == 1 else ""})
+                row.update(
+                    {
+                        "estimate": means[arm],
+                        "ci_low": float(lo),
+                        "ci_high": float(hi),
+                        "note": "rests on one package" if len(v) == 1 else "",
+                    }
+                )
             else:
                 row["note"] = f"no package of {arm} with an expert grade and a panel value"
             per_arm.append(row)
         t, c = contrast
-        row = {"measure": measure, "contrast": estimators.contrast_name(contrast), "estimate": np.nan, "ci_low": np.nan,
-               "ci_high": np.nan, "n_treated": n.get(t, 0), "n_control": n.get(c, 0), "note": ""}
+        row = {
+            "measure": measure,
+            "contrast": estimators.contrast_name(contrast),
+            "estimate": np.nan,
+            "ci_low": np.nan,
+            "ci_high": np.nan,
+            "n_treated": n.get(t, 0),
+            "n_control": n.get(c, 0),
+            "note": "",
+        }
         lacking = [a for a in (t, c) if a not in reps]
         if lacking:
             row["note"] = f"no package of {' and '.join(lacking)} with an expert grade and a panel value"
         else:
             lo, hi = resampling.percentile_interval(reps[t] - reps[c], ci_level)
-            row.update({"estimate": means[t] - means[c], "ci_low": float(lo), "ci_high": float(hi),
-                        "note": "an arm rests on one package" if min(n[t], n[c]) == 1 else ""})
+            row.update(
+                {
+                    "estimate": means[t] - means[c],
+                    "ci_low": float(lo),
+                    "ci_high": float(hi),
+                    "note": "an arm rests on one package" if min(n[t], n[c]) == 1 else "",
+                }
+            )
         contrasts.append(row)
     return pd.DataFrame(per_arm), pd.DataFrame(contrasts)
 
@@ -549,8 +679,9 @@ def bias_tables(packages: pd.DataFrame, arms: Sequence[str], contrast: Sequence[
 # --------------------------------------------------------------------------
 
 
-def h1_table(packages: pd.DataFrame, *, arms: Sequence[str], contrast: Sequence[str], q: float,
-             settings: InferenceSettings) -> pd.DataFrame:
+def h1_table(
+    packages: pd.DataFrame, *, arms: Sequence[str], contrast: Sequence[str], q: float, settings: InferenceSettings
+) -> pd.DataFrame:
     """The primary contrast of acceptance on the experts' grades, on the panel's over the same packages, and their difference.
 
     Expert acceptance ``S_e = D and not E and mean expert Q >= q`` per package,
@@ -565,10 +696,13 @@ def h1_table(packages: pd.DataFrame, *, arms: Sequence[str], contrast: Sequence[
     analysis's) or fewer than 2 scenarios have them.
     """
     name = estimators.contrast_name(contrast)
-    ok = packages[packages["expert_q_mean"].notna() & packages["panel_q"].notna() & packages["D"].notna() & packages["E"].notna()]
+    ok = packages[
+        packages["expert_q_mean"].notna() & packages["panel_q"].notna() & packages["D"].notna() & packages["E"].notna()
+    ]
     wave_scenarios = sorted(packages["scenario"].unique())
-    lacking = [f"{s} in {a}" for s in wave_scenarios for a in contrast
-               if not ((ok["scenario"] == s) & (ok["arm"] == a)).any()]
+    lacking = [
+        f"{s} in {a}" for s in wave_scenarios for a in contrast if not ((ok["scenario"] == s) & (ok["arm"] == a)).any()
+    ]
     n_scen = int(sum(all(((ok["scenario"] == s) & (ok["arm"] == a)).any() for a in contrast) for s in wave_scenarios))
     base = {"contrast": name, "n_scenarios": n_scen, "n_packages": int(ok["arm"].isin(contrast).sum())}
     labels = ("experts", "panel", "panel minus experts")
@@ -578,13 +712,28 @@ def h1_table(packages: pd.DataFrame, *, arms: Sequence[str], contrast: Sequence[
     elif n_scen < 2:
         reason = f"{n_scen} scenario(s) with expert-graded packages in both arms; needs at least 2"
     if reason:
-        return pd.DataFrame([{"grades": g, **base, "estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan,
-                              "verdict": estimability.not_estimable(reason), "note": reason} for g in labels])
+        return pd.DataFrame(
+            [
+                {
+                    "grades": g,
+                    **base,
+                    "estimate": np.nan,
+                    "ci_low": np.nan,
+                    "ci_high": np.nan,
+                    "p_value": np.nan,
+                    "verdict": estimability.not_estimable(reason),
+                    "note": reason,
+                }
+                for g in labels
+            ]
+        )
     # Equal scenario weights need neither minutes nor depth; Layout reads the columns all the same.
     frame = ok.assign(occupation="", professional_minutes=np.nan, designed_depth=np.nan)
     layout = Layout.of(frame, list(arms))
     w = layout.weights("equal")
-    counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 2]), layout.J, settings.B)  # the primary analysis's stream
+    counts = resampling.bootstrap_counts(
+        np.random.default_rng([settings.seed, 2]), layout.J, settings.B
+    )  # the primary analysis's stream
     rows, diffs = [], []
     for g, qcol in (("experts", "expert_q_mean"), ("panel", "panel_q")):
         S = runtable.acceptance(frame["D"], frame["E"], frame[qcol], q)
@@ -594,15 +743,37 @@ def h1_table(packages: pd.DataFrame, *, arms: Sequence[str], contrast: Sequence[
         diffs.append(estimators.contrast_differences(means, layout, [tuple(contrast)]))
         alpha = 1 - settings.level
         verdict = estimability.all_of(
-            (bool(r.estimate > 0), "") if estimability.known(r.estimate) else (None, f"{name}: {r.note or 'no estimate'}"),
-            (bool(r.p_value < alpha), "") if estimability.known(r.p_value) else (None, f"{name}: no p-value"))
-        rows.append({"grades": g, **base, "estimate": float(r.estimate), "ci_low": float(r.ci_low), "ci_high": float(r.ci_high),
-                     "p_value": float(r.p_value), "verdict": verdict, "note": str(r.note)})
+            (bool(r.estimate > 0), "")
+            if estimability.known(r.estimate)
+            else (None, f"{name}: {r.note or 'no estimate'}"),
+            (bool(r.p_value < alpha), "") if estimability.known(r.p_value) else (None, f"{name}: no p-value"),
+        )
+        rows.append(
+            {
+                "grades": g,
+                **base,
+                "estimate": float(r.estimate),
+                "ci_low": float(r.ci_low),
+                "ci_high": float(r.ci_high),
+                "p_value": float(r.p_value),
+                "verdict": verdict,
+                "note": str(r.note),
+            }
+        )
     d = diffs[1] - diffs[0]
     lo, hi = resampling.percentile_interval(resampling.bootstrap_means(d, counts, w), settings.level)
-    rows.append({"grades": labels[2], **base, "estimate": float(resampling.weighted_mean(d, w)[0]), "ci_low": float(lo[0]),
-                 "ci_high": float(hi[0]), "p_value": np.nan, "verdict": "",
-                 "note": estimability.join_notes("descriptive: no test", *estimability.interval_flags(lo, hi, n_scen))})
+    rows.append(
+        {
+            "grades": labels[2],
+            **base,
+            "estimate": float(resampling.weighted_mean(d, w)[0]),
+            "ci_low": float(lo[0]),
+            "ci_high": float(hi[0]),
+            "p_value": np.nan,
+            "verdict": "",
+            "note": estimability.join_notes("descriptive: no test", *estimability.interval_flags(lo, hi, n_scen)),
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -627,12 +798,32 @@ def coverage_table(grades: pd.DataFrame, experts: pd.DataFrame, packages: pd.Dat
         ("open", int(status.get("open", 0)), "not graded: left out"),
         ("packages", len(packages), ""),
         ("packages with 0 grades", int((n == 0).sum()), "left out of every estimate"),
-        ("packages with 1 grade", int((n == 1).sum()), "in the comparisons with the panel; left out of agreement among experts (needs 2)"),
+        (
+            "packages with 1 grade",
+            int((n == 1).sum()),
+            "in the comparisons with the panel; left out of agreement among experts (needs 2)",
+        ),
         ("packages with 2+ grades", int((n >= 2).sum()), ""),
-        ("packages without a valid judge", int(no_panel.sum()), "no panel value, D or E: left out of every comparison with the panel and of H1"),
+        (
+            "packages without a valid judge",
+            int(no_panel.sum()),
+            "no panel value, D or E: left out of every comparison with the panel and of H1",
+        ),
         ("packages without D or E", int(no_de.sum()), "left out of H1"),
-        ("packages with a panel tie on accept", int(packages["panel_tie"].sum()), "the judges' votes split evenly: counted as not accepted"),
-        ("grades missing a criterion score", int((experts["missing"] != "").sum()), "no expert Q: left out of the Q measures, kept for the rest"),
-        ("grades with scores outside the rubric", int((experts["outside_rubric"] != "").sum()), "those scores are ignored"),
+        (
+            "packages with a panel tie on accept",
+            int(packages["panel_tie"].sum()),
+            "the judges' votes split evenly: counted as not accepted",
+        ),
+        (
+            "grades missing a criterion score",
+            int((experts["missing"] != "").sum()),
+            "no expert Q: left out of the Q measures, kept for the rest",
+        ),
+        (
+            "grades with scores outside the rubric",
+            int((experts["outside_rubric"] != "").sum()),
+            "those scores are ignored",
+        ),
     ]
     return pd.DataFrame(rows, columns=["item", "count", "note"])

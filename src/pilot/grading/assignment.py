@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from pilot.grading.graders import Grader
 
@@ -99,8 +99,10 @@ def assign(packages: Sequence[Package], graders: Sequence[Grader], k: int, seed:
     for occ in sorted({p.occupation.lower() for p in packages}):
         have = eligible.get(occ, [])
         if len(have) < k:
-            raise AssignmentError(f"occupation {occ!r} has {len(have)} grader(s) in the graders file ({', '.join(have) or 'none'}); "
-                                  f"--per-package {k} needs at least {k}")
+            raise AssignmentError(
+                f"occupation {occ!r} has {len(have)} grader(s) in the graders file ({', '.join(have) or 'none'}); "
+                f"--per-package {k} needs at least {k}"
+            )
     rng = random.Random(seed)
     # Interleave the arms: a round takes one package of every arm (each arm's packages in a seeded order).
     by_arm: dict[str, list[Package]] = defaultdict(list)
@@ -134,16 +136,24 @@ def assign(packages: Sequence[Package], graders: Sequence[Grader], k: int, seed:
         rng.shuffle(q)
         for i, p in enumerate(q, start=1):
             position[(g, p.run_id)] = i
-    return [Assignment(p, g, slot, position[(g, p.run_id)])
-            for p in sorted(order, key=lambda p: p.run_id) for slot, g in enumerate(graders_of[p.run_id], start=1)]
+    return [
+        Assignment(p, g, slot, position[(g, p.run_id)])
+        for p in sorted(order, key=lambda p: p.run_id)
+        for slot, g in enumerate(graders_of[p.run_id], start=1)
+    ]
 
 
 def _imbalance(c: Mapping[str, int], arms: Sequence[str]) -> int:
     return max(c.get(a, 0) for a in arms) - min(c.get(a, 0) for a in arms)
 
 
-def _exchange(order: list[Package], graders_of: dict[str, list[str]], eligible: Mapping[str, list[str]],
-              per_arm: dict[str, Counter], max_rounds: int = 200) -> None:
+def _exchange(
+    order: list[Package],
+    graders_of: dict[str, list[str]],
+    eligible: Mapping[str, list[str]],
+    per_arm: dict[str, Counter],
+    max_rounds: int = 200,
+) -> None:
     """Swap packages of different arms between two graders while that lowers their combined arm imbalance.
 
     A swap gives grader ``g`` a package ``q`` of ``h`` and ``h`` a package
@@ -166,18 +176,27 @@ def _exchange(order: list[Package], graders_of: dict[str, list[str]], eligible: 
                 for h in eligible[occupation_of[p]]:
                     if h == g or h in graders_of[p]:
                         continue
-                    theirs = [q for q, gs in graders_of.items() if h in gs and g not in gs and arm_of[q] == lo
-                              and g in eligible[occupation_of[q]]]
+                    theirs = [
+                        q
+                        for q, gs in graders_of.items()
+                        if h in gs and g not in gs and arm_of[q] == lo and g in eligible[occupation_of[q]]
+                    ]
                     for q in theirs:
                         before = _imbalance(per_arm[g], arms) + _imbalance(per_arm[h], arms)
-                        per_arm[g][hi] -= 1; per_arm[g][lo] += 1; per_arm[h][lo] -= 1; per_arm[h][hi] += 1  # noqa: E702
+                        per_arm[g][hi] -= 1
+                        per_arm[g][lo] += 1
+                        per_arm[h][lo] -= 1
+                        per_arm[h][hi] += 1  # noqa: E702
                         after = _imbalance(per_arm[g], arms) + _imbalance(per_arm[h], arms)
                         if after < before:
                             graders_of[p] = [h if x == g else x for x in graders_of[p]]
                             graders_of[q] = [g if x == h else x for x in graders_of[q]]
                             improved = True
                             break
-                        per_arm[g][hi] += 1; per_arm[g][lo] -= 1; per_arm[h][lo] += 1; per_arm[h][hi] -= 1  # noqa: E702
+                        per_arm[g][hi] += 1
+                        per_arm[g][lo] -= 1
+                        per_arm[h][lo] += 1
+                        per_arm[h][hi] -= 1  # noqa: E702
                     if improved:
                         break
                 if improved:

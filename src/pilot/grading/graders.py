@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from pilot import paths
 
@@ -57,7 +57,9 @@ def read_graders(path: Path, occupations: Iterable[str] | None = None) -> list[G
         raise GraderFileError(path, 1, "header", f"the file is empty; expected the header {','.join(COLUMNS)}")
     header = [h.strip() for h in rows[0]]
     if header != list(COLUMNS):
-        raise GraderFileError(path, 1, "header", f"expected {','.join(COLUMNS)}, found {','.join(header) or '(nothing)'}")
+        raise GraderFileError(
+            path, 1, "header", f"expected {','.join(COLUMNS)}, found {','.join(header) or '(nothing)'}"
+        )
     known = None if occupations is None else {o.strip().lower(): o for o in occupations}
     graders: list[Grader] = []
     seen: dict[str, int] = {}
@@ -65,7 +67,9 @@ def read_graders(path: Path, occupations: Iterable[str] | None = None) -> list[G
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(COLUMNS):
-            raise GraderFileError(path, line, "row", f"has {len(row)} fields, expected {len(COLUMNS)} ({','.join(COLUMNS)})")
+            raise GraderFileError(
+                path, line, "row", f"has {len(row)} fields, expected {len(COLUMNS)} ({','.join(COLUMNS)})"
+            )
         name, contact, occ = (cell.strip() for cell in row)
         if not name:
             raise GraderFileError(path, line, "name", "is empty")
@@ -81,9 +85,13 @@ def read_graders(path: Path, occupations: Iterable[str] | None = None) -> list[G
         if known is not None:
             matching = tuple(known[o.lower()] for o in listed if o.lower() in known)
             if not matching:
-                raise GraderFileError(path, line, "occupations",
-                                      f"{'; '.join(listed)} matches no occupation of the scenarios graded "
-                                      f"({'; '.join(sorted(known.values()))})")
+                raise GraderFileError(
+                    path,
+                    line,
+                    "occupations",
+                    f"{'; '.join(listed)} matches no occupation of the scenarios graded "
+                    f"({'; '.join(sorted(known.values()))})",
+                )
             listed = matching
         graders.append(Grader(f"G{len(graders) + 1:02d}", name, contact, listed, line))
     if not graders:

@@ -8,9 +8,10 @@ import json
 import os
 import random
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from pilot import paths
 from pilot.grading import tokens
@@ -45,15 +46,20 @@ def grading_dir(study_folder: Path, wave: str) -> Path:
     return Path(study_folder) / "grading" / wave
 
 
-def eligible_packages(conn: Any, *, study_waves: Sequence[str] = PRIMARY_WAVES, model: str | None = None) -> list[Package]:
+def eligible_packages(
+    conn: Any, *, study_waves: Sequence[str] = PRIMARY_WAVES, model: str | None = None
+) -> list[Package]:
     """Finished runs of ``study_waves`` (and ``model``) that the panel judged: the packages a grading wave may draw."""
     from pilot.scenarios import load_scenario
 
     occupations: dict[str, str] = {}
     out = []
     marks = ",".join("?" * len(study_waves))
-    for r in conn.execute(f"SELECT c.run_id, c.scenario, c.arm, c.model, r.record_json FROM cells c JOIN runs r USING (run_id) "
-                          f"WHERE c.wave IN ({marks}) ORDER BY c.run_id", tuple(study_waves)):
+    for r in conn.execute(
+        f"SELECT c.run_id, c.scenario, c.arm, c.model, r.record_json FROM cells c JOIN runs r USING (run_id) "
+        f"WHERE c.wave IN ({marks}) ORDER BY c.run_id",
+        tuple(study_waves),
+    ):
         if model is not None and r["model"] != model:
             continue
         rec = json.loads(r["record_json"])
@@ -67,9 +73,18 @@ def eligible_packages(conn: Any, *, study_waves: Sequence[str] = PRIMARY_WAVES, 
     return out
 
 
-def create_wave(study_folder: Path, wave: str, graders_file: Path, *, per_package: int = 2, per_stratum: int | None = None,
-                seed: int | None = None, source: str = "experts", simulation: Mapping[str, Any] | None = None,
-                study_waves: Sequence[str] = PRIMARY_WAVES) -> CreatedWave:
+def create_wave(
+    study_folder: Path,
+    wave: str,
+    graders_file: Path,
+    *,
+    per_package: int = 2,
+    per_stratum: int | None = None,
+    seed: int | None = None,
+    source: str = "experts",
+    simulation: Mapping[str, Any] | None = None,
+    study_waves: Sequence[str] = PRIMARY_WAVES,
+) -> CreatedWave:
     """Make grading wave ``wave`` of the study in ``study_folder`` (refused if it exists, or if no plan can be made).
 
     ``seed`` defaults to the study's seed; the sample, the assignment and the
@@ -88,7 +103,9 @@ def create_wave(study_folder: Path, wave: str, graders_file: Path, *, per_packag
             raise GradingError(f"grading wave {wave!r} exists already in study {info.name}; choose another name")
         offered = eligible_packages(conn, study_waves=study_waves, model=info.worker_model)
         if not offered:
-            raise GradingError(f"study {info.name} has no judged, finished run in waves {', '.join(study_waves)} to grade")
+            raise GradingError(
+                f"study {info.name} has no judged, finished run in waves {', '.join(study_waves)} to grade"
+            )
         occupations = sorted({p.occupation for p in offered})
         graders = read_graders(Path(graders_file), occupations)
         # One seed, several independent streams: the sample, the plan, the package ids.
@@ -98,26 +115,65 @@ def create_wave(study_folder: Path, wave: str, graders_file: Path, *, per_packag
         ids = _package_ids(sample, streams)
         grader_tokens = {g.grader_id: tokens.new_token() for g in graders}
         coordinator = tokens.new_token()
-        sample_spec = {"per_stratum": per_stratum, "study_waves": list(study_waves), "model": info.worker_model,
-                       "offered": len(offered), "drawn": len(sample)}
+        sample_spec = {
+            "per_stratum": per_stratum,
+            "study_waves": list(study_waves),
+            "model": info.worker_model,
+            "offered": len(offered),
+            "drawn": len(sample),
+        }
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("INSERT INTO grading_waves (wave, created_at, seed, per_package, sample_json, source, graders_file, "
-                         "coordinator_token_hash, simulation_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (wave, now(), seed, per_package, json.dumps(sample_spec), source, paths.shown(Path(graders_file)),
-                          tokens.token_hash(coordinator), json.dumps(dict(simulation)) if simulation else None))
-            conn.executemany("INSERT INTO graders (wave, grader_id, name, contact, occupations_json, line, token_hash) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             [(wave, g.grader_id, g.name, g.contact, json.dumps(list(g.occupations)), g.line,
-                               tokens.token_hash(grader_tokens[g.grader_id])) for g in graders])
-            conn.executemany("INSERT INTO grading_packages (wave, package_id, run_id, scenario, arm, model, occupation) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             [(wave, ids[p.run_id], p.run_id, p.scenario, p.arm, p.model, p.occupation) for p in sample])
-            conn.executemany("INSERT INTO grading_assignments (wave, assignment_id, package_id, grader_id, position, slot) "
-                             "VALUES (?, ?, ?, ?, ?, ?)",
-                             [(wave, f"{streams.getrandbits(64):016x}", ids[a.package.run_id], a.grader_id, a.position, a.slot)
-                              for a in plan])
-            log_event(conn, wave, "create", detail={"packages": len(sample), "assignments": len(plan), "graders": len(graders)})
+            conn.execute(
+                "INSERT INTO grading_waves (wave, created_at, seed, per_package, sample_json, source, graders_file, "
+                "coordinator_token_hash, simulation_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    wave,
+                    now(),
+                    seed,
+                    per_package,
+                    json.dumps(sample_spec),
+                    source,
+                    paths.shown(Path(graders_file)),
+                    tokens.token_hash(coordinator),
+                    json.dumps(dict(simulation)) if simulation else None,
+                ),
+            )
+            conn.executemany(
+                "INSERT INTO graders (wave, grader_id, name, contact, occupations_json, line, token_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        wave,
+                        g.grader_id,
+                        g.name,
+                        g.contact,
+                        json.dumps(list(g.occupations)),
+                        g.line,
+                        tokens.token_hash(grader_tokens[g.grader_id]),
+                    )
+                    for g in graders
+                ],
+            )
+            conn.executemany(
+                "INSERT INTO grading_packages (wave, package_id, run_id, scenario, arm, model, occupation) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(wave, ids[p.run_id], p.run_id, p.scenario, p.arm, p.model, p.occupation) for p in sample],
+            )
+            conn.executemany(
+                "INSERT INTO grading_assignments (wave, assignment_id, package_id, grader_id, position, slot) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (wave, f"{streams.getrandbits(64):016x}", ids[a.package.run_id], a.grader_id, a.position, a.slot)
+                    for a in plan
+                ],
+            )
+            log_event(
+                conn,
+                wave,
+                "create",
+                detail={"packages": len(sample), "assignments": len(plan), "graders": len(graders)},
+            )
             links = _write_links(grading_dir(study_folder, wave), graders, grader_tokens, coordinator)
             conn.execute("COMMIT")
         except BaseException:
@@ -150,4 +206,3 @@ def _write_links(folder: Path, graders: Sequence[Grader], grader_tokens: Mapping
         os.umask(old)
     os.chmod(path, 0o600)
     return path
-

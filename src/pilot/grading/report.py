@@ -20,9 +20,10 @@ saying the wave was not run, so the manuscript compiles either way;
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,14 +36,21 @@ from pilot.stats.primary import InferenceSettings
 
 MACRO_FILE = "grading_macros.tex"
 # Short headers keep the LaTeX tables within the text width (the CSV tables keep the column names).
-_HEADERS = {"n_packages": "Packages", "n_values": "Values", "n_pairs": "Pairs", "reference": "GDPval", "panel_mean": "Panel",
-            "expert_mean": "Experts"}
+_HEADERS = {
+    "n_packages": "Packages",
+    "n_values": "Values",
+    "n_pairs": "Pairs",
+    "reference": "GDPval",
+    "panel_mean": "Panel",
+    "expert_mean": "Experts",
+}
 #: What every wave-dependent macro reads when the wave was not run.
 NOT_RUN = "not run"
 
 
 #: 9 pt with narrower gaps: the grading tables fit the text width without being shrunk below 8 pt.
 _TABLE_FONT = "\\footnotesize\\setlength{\\tabcolsep}{4pt}"
+
 
 @dataclass
 class GradingReport:
@@ -78,16 +86,39 @@ class GradingReport:
         return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
 
     @classmethod
-    def from_store(cls, study_folder: Path, wave: str, *, seed: int | None = None, B: int | None = None,
-                   study: protocol.Study | None = None, label: str | None = None) -> "GradingReport":
+    def from_store(
+        cls,
+        study_folder: Path,
+        wave: str,
+        *,
+        seed: int | None = None,
+        B: int | None = None,
+        study: protocol.Study | None = None,
+        label: str | None = None,
+    ) -> GradingReport:
         """The report of wave ``wave`` from the study's store; ``seed`` defaults to the wave's, ``B`` to the study's resamples."""
         grades, panel, wave_seed, study_label = _read_store(Path(study_folder), wave)
-        return grading_report(grades, panel, seed=wave_seed if seed is None else seed, B=_resamples(B, study), study=study,
-                              label=study_label if label is None else label)
+        return grading_report(
+            grades,
+            panel,
+            seed=wave_seed if seed is None else seed,
+            B=_resamples(B, study),
+            study=study,
+            label=study_label if label is None else label,
+        )
 
     @classmethod
-    def from_export(cls, csv_path: Path, study_folder: Path, wave: str, *, seed: int | None = None, B: int | None = None,
-                    study: protocol.Study | None = None, label: str | None = None) -> "GradingReport":
+    def from_export(
+        cls,
+        csv_path: Path,
+        study_folder: Path,
+        wave: str,
+        *,
+        seed: int | None = None,
+        B: int | None = None,
+        study: protocol.Study | None = None,
+        label: str | None = None,
+    ) -> GradingReport:
         """The report from the coordinator's export instead of the store's grades (the panel still from the store).
 
         Refused when the export is of another wave or lists an assignment
@@ -102,10 +133,18 @@ class GradingReport:
         known = set(map(tuple, stored[key].to_numpy()))
         stray = sorted(set(map(tuple, grades[key].to_numpy())) - known)
         if stray:
-            raise store.GradingError(f"{csv_path}: assignment {'/'.join(stray[0])} is not one of wave {wave}'s "
-                                     f"({len(stray)} such assignment(s)); is this the export of another study?")
-        return grading_report(grades, panel, seed=wave_seed if seed is None else seed, B=_resamples(B, study), study=study,
-                              label=study_label if label is None else label)
+            raise store.GradingError(
+                f"{csv_path}: assignment {'/'.join(stray[0])} is not one of wave {wave}'s "
+                f"({len(stray)} such assignment(s)); is this the export of another study?"
+            )
+        return grading_report(
+            grades,
+            panel,
+            seed=wave_seed if seed is None else seed,
+            B=_resamples(B, study),
+            study=study,
+            label=study_label if label is None else label,
+        )
 
 
 def _resamples(B: int | None, study: protocol.Study | None) -> int:
@@ -125,7 +164,9 @@ def read_export(csv_path: Path) -> pd.DataFrame:
     try:
         raw = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise store.GradingError(f"{csv_path}: cannot be read as the grading export ({type(exc).__name__}: {exc})") from exc
+        raise store.GradingError(
+            f"{csv_path}: cannot be read as the grading export ({type(exc).__name__}: {exc})"
+        ) from exc
     if "critique" in raw:
         raw["critique"] = raw["critique"].map(store.unescape_critique)
     try:
@@ -134,8 +175,15 @@ def read_export(csv_path: Path) -> pd.DataFrame:
         raise store.GradingError(f"{csv_path}: {exc}") from exc
 
 
-def load_report(study_folder: Path, wave: str, *, grades_csv: Path | None = None, seed: int | None = None,
-                B: int | None = None, study: protocol.Study | None = None) -> GradingReport:
+def load_report(
+    study_folder: Path,
+    wave: str,
+    *,
+    grades_csv: Path | None = None,
+    seed: int | None = None,
+    B: int | None = None,
+    study: protocol.Study | None = None,
+) -> GradingReport:
     """:meth:`GradingReport.from_export` when ``grades_csv`` is given, else :meth:`GradingReport.from_store`."""
     if grades_csv is not None:
         return GradingReport.from_export(grades_csv, study_folder, wave, seed=seed, B=B, study=study)
@@ -147,8 +195,16 @@ def rubric_criteria(scenarios: Iterable[str]) -> dict[str, list[Criterion]]:
     return {s: list(scenario_criteria(s)) for s in sorted(set(scenarios))}
 
 
-def grading_report(grades: pd.DataFrame, panel: pd.DataFrame, *, seed: int, B: int, study: protocol.Study | None = None,
-                   label: str = "", criteria: Mapping[str, Sequence[Criterion]] | None = None) -> GradingReport:
+def grading_report(
+    grades: pd.DataFrame,
+    panel: pd.DataFrame,
+    *,
+    seed: int,
+    B: int,
+    study: protocol.Study | None = None,
+    label: str = "",
+    criteria: Mapping[str, Sequence[Criterion]] | None = None,
+) -> GradingReport:
     """Every estimate of the grading wave from its grades (:data:`~pilot.grading.store.GRADE_COLUMNS`) and panel
     (:data:`~pilot.grading.store.PANEL_COLUMNS`).
 
@@ -174,34 +230,93 @@ def grading_report(grades: pd.DataFrame, panel: pd.DataFrame, *, seed: int, B: i
     if "simulated" in source.split(","):
         label = backends.SIMULATED_LABEL  # simulated graders are never a finding, whatever the runs were
     return GradingReport(
-        reliability=reliability, acceptance=acceptance, bias=bias, bias_contrast=bias_contrast, h1=h1, coverage=coverage,
-        summary=summary_table(reliability, acceptance, bias_contrast, h1), experts=experts, panel=panel_t, packages=packages,
-        wave=",".join(sorted(set(g["wave"]))), source=source, label=label, seed=int(seed), B=int(B), level=settings.level,
-        q=float(study.q), contrast=contrast, arms=list(study.arms),
+        reliability=reliability,
+        acceptance=acceptance,
+        bias=bias,
+        bias_contrast=bias_contrast,
+        h1=h1,
+        coverage=coverage,
+        summary=summary_table(reliability, acceptance, bias_contrast, h1),
+        experts=experts,
+        panel=panel_t,
+        packages=packages,
+        wave=",".join(sorted(set(g["wave"]))),
+        source=source,
+        label=label,
+        seed=int(seed),
+        B=int(B),
+        level=settings.level,
+        q=float(study.q),
+        contrast=contrast,
+        arms=list(study.arms),
     )
 
 
-def summary_table(reliability: pd.DataFrame, acceptance: pd.DataFrame, bias_contrast: pd.DataFrame, h1: pd.DataFrame) -> pd.DataFrame:
+def summary_table(
+    reliability: pd.DataFrame, acceptance: pd.DataFrame, bias_contrast: pd.DataFrame, h1: pd.DataFrame
+) -> pd.DataFrame:
     """The headline rows: measure, estimate, ci_low, ci_high, n, note (numbers or ``not estimable (reason)``)."""
     rows = []  # (row, what the note adds besides the reason, which alone goes into "not estimable (reason)")
     rel = reliability.set_index(["coders", "measure"])
     for coders, words in ((agreement.EXPERTS, "among experts"), (agreement.PANEL_EXPERTS, "panel vs experts")):
         for measure, level in (("Q", "interval"), (agreement.ALL_CRITERIA, "ordinal")):
             r = rel.loc[(coders, measure)]
-            rows.append(({"measure": f"alpha {words}, {measure} ({level})", "estimate": r.alpha, "ci_low": r.ci_low,
-                          "ci_high": r.ci_high, "n": int(r.n_packages), "note": r.note}, ""))
+            rows.append(
+                (
+                    {
+                        "measure": f"alpha {words}, {measure} ({level})",
+                        "estimate": r.alpha,
+                        "ci_low": r.ci_low,
+                        "ci_high": r.ci_high,
+                        "n": int(r.n_packages),
+                        "note": r.note,
+                    },
+                    "",
+                )
+            )
     for r in acceptance.itertuples():
-        rows.append(({"measure": f"accept {r.statistic}, {r.comparison}", "estimate": r.estimate, "ci_low": r.ci_low,
-                      "ci_high": r.ci_high, "n": int(r.n_pairs), "note": r.note},
-                     f"GDPval: {100 * r.reference:.0f}%" if np.isfinite(r.reference) else ""))
+        rows.append(
+            (
+                {
+                    "measure": f"accept {r.statistic}, {r.comparison}",
+                    "estimate": r.estimate,
+                    "ci_low": r.ci_low,
+                    "ci_high": r.ci_high,
+                    "n": int(r.n_pairs),
+                    "note": r.note,
+                },
+                f"GDPval: {100 * r.reference:.0f}%" if np.isfinite(r.reference) else "",
+            )
+        )
     for r in bias_contrast.itertuples():
-        rows.append(({"measure": f"panel bias in {r.measure}, {r.contrast}", "estimate": r.estimate, "ci_low": r.ci_low,
-                      "ci_high": r.ci_high, "n": int(r.n_treated + r.n_control), "note": r.note}, ""))
+        rows.append(
+            (
+                {
+                    "measure": f"panel bias in {r.measure}, {r.contrast}",
+                    "estimate": r.estimate,
+                    "ci_low": r.ci_low,
+                    "ci_high": r.ci_high,
+                    "n": int(r.n_treated + r.n_control),
+                    "note": r.note,
+                },
+                "",
+            )
+        )
     for r in h1.itertuples():
         verdict = f"verdict: {r.verdict}" if r.verdict and not estimability.is_not_estimable(r.verdict) else ""
-        rows.append(({"measure": f"H1 {r.contrast}, {r.grades}" + (" (same packages)" if r.grades == "panel" else ""),
-                      "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "n": int(r.n_packages), "note": r.note},
-                     estimability.join_notes(verdict, f"J = {r.n_scenarios}")))
+        rows.append(
+            (
+                {
+                    "measure": f"H1 {r.contrast}, {r.grades}" + (" (same packages)" if r.grades == "panel" else ""),
+                    "estimate": r.estimate,
+                    "ci_low": r.ci_low,
+                    "ci_high": r.ci_high,
+                    "n": int(r.n_packages),
+                    "note": r.note,
+                },
+                estimability.join_notes(verdict, f"J = {r.n_scenarios}"),
+            )
+        )
     out = estimability.honest_frame(pd.DataFrame([r for r, _ in rows]), ["estimate", "ci_low", "ci_high"])
     out["note"] = [estimability.join_notes(n, extra) for n, (_, extra) in zip(out["note"], rows)]
     return out
@@ -215,8 +330,23 @@ def summary_table(reliability: pd.DataFrame, acceptance: pd.DataFrame, bias_cont
 def macro_names(arms: Sequence[str]) -> list[str]:
     """Every macro ``grading_macros.tex`` defines, run or not (``arms``: the study's, for the per-arm bias)."""
     ci = ("", "Low", "High")
-    names = ["WaveRun", "DataLabel", "Note", "Wave", "Q", "BootstrapB", "GradersPerPackage", "NAssignments", "NSubmitted",
-             "NGraders", "NPackages", "NPackagesNoGrade", "NPackagesOneGrade", "NPackagesTwoOrMore", "NPackagesNoPanel"]
+    names = [
+        "WaveRun",
+        "DataLabel",
+        "Note",
+        "Wave",
+        "Q",
+        "BootstrapB",
+        "GradersPerPackage",
+        "NAssignments",
+        "NSubmitted",
+        "NGraders",
+        "NPackages",
+        "NPackagesNoGrade",
+        "NPackagesOneGrade",
+        "NPackagesTwoOrMore",
+        "NPackagesNoPanel",
+    ]
     for base in ("AlphaExpertsQ", "AlphaExpertsCriteria", "AlphaPanelQ", "AlphaPanelCriteria"):
         names += [base + s for s in ci] + [base + "N"]
     for who in ("Experts", "Panel"):
@@ -259,39 +389,71 @@ def _macro_values(report: GradingReport) -> dict[str, Any]:
     rel = report.reliability.set_index(["coders", "measure"])
     acc = report.acceptance.set_index(["comparison", "statistic"])
     m: dict[str, Any] = {
-        "WaveRun": 1, "DataLabel": report.label, "Note": _note(report), "Wave": report.wave, "Q": _fmt(report.q, 0),
-        "BootstrapB": report.B, "GradersPerPackage": int(report.packages["n_assigned"].max()) if len(report.packages) else 0,
-        "NAssignments": int(cov["assignments"]), "NSubmitted": int(cov["submitted"]), "NGraders": int(cov["graders"]),
-        "NPackages": int(cov["packages"]), "NPackagesNoGrade": int(cov["packages with 0 grades"]),
-        "NPackagesOneGrade": int(cov["packages with 1 grade"]), "NPackagesTwoOrMore": int(cov["packages with 2+ grades"]),
+        "WaveRun": 1,
+        "DataLabel": report.label,
+        "Note": _note(report),
+        "Wave": report.wave,
+        "Q": _fmt(report.q, 0),
+        "BootstrapB": report.B,
+        "GradersPerPackage": int(report.packages["n_assigned"].max()) if len(report.packages) else 0,
+        "NAssignments": int(cov["assignments"]),
+        "NSubmitted": int(cov["submitted"]),
+        "NGraders": int(cov["graders"]),
+        "NPackages": int(cov["packages"]),
+        "NPackagesNoGrade": int(cov["packages with 0 grades"]),
+        "NPackagesOneGrade": int(cov["packages with 1 grade"]),
+        "NPackagesTwoOrMore": int(cov["packages with 2+ grades"]),
         "NPackagesNoPanel": int(cov["packages without a valid judge"]),
     }
-    for base, key in (("AlphaExpertsQ", (agreement.EXPERTS, "Q")), ("AlphaExpertsCriteria", (agreement.EXPERTS, agreement.ALL_CRITERIA)),
-                      ("AlphaPanelQ", (agreement.PANEL_EXPERTS, "Q")), ("AlphaPanelCriteria", (agreement.PANEL_EXPERTS, agreement.ALL_CRITERIA))):
+    for base, key in (
+        ("AlphaExpertsQ", (agreement.EXPERTS, "Q")),
+        ("AlphaExpertsCriteria", (agreement.EXPERTS, agreement.ALL_CRITERIA)),
+        ("AlphaPanelQ", (agreement.PANEL_EXPERTS, "Q")),
+        ("AlphaPanelCriteria", (agreement.PANEL_EXPERTS, agreement.ALL_CRITERIA)),
+    ):
         r = rel.loc[key]
         m[base], m[base + "Low"], m[base + "High"] = _fmt(r.alpha, 3, r.note), _fmt(r.ci_low, 3), _fmt(r.ci_high, 3)
         m[base + "N"] = int(r.n_packages)
     for who, comparison in (("Experts", "expert-expert"), ("Panel", "panel-expert")):
         a, k = acc.loc[(comparison, "agreement")], acc.loc[(comparison, "Cohen's kappa")]
         m[f"Agree{who}Pct"] = _fmt(a.estimate, 1, a.note, percent=True)
-        m[f"Agree{who}PctLow"], m[f"Agree{who}PctHigh"] = _fmt(a.ci_low, 1, percent=True), _fmt(a.ci_high, 1, percent=True)
+        m[f"Agree{who}PctLow"], m[f"Agree{who}PctHigh"] = (
+            _fmt(a.ci_low, 1, percent=True),
+            _fmt(a.ci_high, 1, percent=True),
+        )
         m[f"Agree{who}Pairs"] = int(a.n_pairs)
-        m[f"Kappa{who}"], m[f"Kappa{who}Low"], m[f"Kappa{who}High"] = _fmt(k.estimate, 3, k.note), _fmt(k.ci_low, 3), _fmt(k.ci_high, 3)
+        m[f"Kappa{who}"], m[f"Kappa{who}Low"], m[f"Kappa{who}High"] = (
+            _fmt(k.estimate, 3, k.note),
+            _fmt(k.ci_low, 3),
+            _fmt(k.ci_high, 3),
+        )
     m.update(_gdpval())
     for r in report.bias.itertuples():
         digits = 1 if r.measure == "Q" else 3  # Q points to one decimal, shares of acceptance to three
         base = latex.macro_name("Bias", "Q" if r.measure == "Q" else "S", r.arm)
-        m[base], m[base + "Low"], m[base + "High"] = _fmt(r.estimate, digits, r.note), _fmt(r.ci_low, digits), _fmt(r.ci_high, digits)
+        m[base], m[base + "Low"], m[base + "High"] = (
+            _fmt(r.estimate, digits, r.note),
+            _fmt(r.ci_low, digits),
+            _fmt(r.ci_high, digits),
+        )
     t, c = report.contrast
     m["BiasContrast"] = f"\\ensuremath{{\\mathrm{{{t}}}-\\mathrm{{{c}}}}}"
     for r in report.bias_contrast.itertuples():
         digits = 1 if r.measure == "Q" else 3
         base = f"Bias{'Q' if r.measure == 'Q' else 'S'}Contrast"
-        m[base], m[base + "Low"], m[base + "High"] = _fmt(r.estimate, digits, r.note), _fmt(r.ci_low, digits), _fmt(r.ci_high, digits)
+        m[base], m[base + "Low"], m[base + "High"] = (
+            _fmt(r.estimate, digits, r.note),
+            _fmt(r.ci_low, digits),
+            _fmt(r.ci_high, digits),
+        )
     h = report.h1.set_index("grades")
     for who, key in (("Experts", "experts"), ("Panel", "panel"), ("Diff", "panel minus experts")):
         r = h.loc[key]
-        m[f"HOne{who}"], m[f"HOne{who}Low"], m[f"HOne{who}High"] = _fmt(r.estimate, 3, r.note), _fmt(r.ci_low, 3), _fmt(r.ci_high, 3)
+        m[f"HOne{who}"], m[f"HOne{who}Low"], m[f"HOne{who}High"] = (
+            _fmt(r.estimate, 3, r.note),
+            _fmt(r.ci_low, 3),
+            _fmt(r.ci_high, 3),
+        )
         if who != "Diff":
             m[f"HOne{who}P"], m[f"HOne{who}Verdict"] = _p(r.p_value), r.verdict
     m["HOneScenarios"], m["HOnePackages"] = int(h["n_scenarios"].iloc[0]), int(h["n_packages"].iloc[0])
@@ -300,9 +462,11 @@ def _macro_values(report: GradingReport) -> dict[str, Any]:
 
 def _gdpval() -> dict[str, Any]:
     """GDPval's reference values: constants of the literature, stated whether or not the wave was run."""
-    return {"GDPvalExpertsPct": _fmt(agreement.GDPVAL_EXPERT_EXPERT, 0, percent=True),
-            "GDPvalPanelPct": _fmt(agreement.GDPVAL_GRADER_EXPERT, 0, percent=True),
-            "GDPvalSource": "\\relax " + _source()}
+    return {
+        "GDPvalExpertsPct": _fmt(agreement.GDPVAL_EXPERT_EXPERT, 0, percent=True),
+        "GDPvalPanelPct": _fmt(agreement.GDPVAL_GRADER_EXPERT, 0, percent=True),
+        "GDPvalSource": "\\relax " + _source(),
+    }
 
 
 def _source() -> str:
@@ -314,7 +478,13 @@ def write_not_run(generated_dir: Path, reason: str, *, arms: Sequence[str] | Non
     """``grading_macros.tex`` for a study whose grading wave was not run: every macro says so, ``\\gradingWaveRun`` is 0."""
     arms = list(arms) if arms is not None else protocol.study().arms
     m: dict[str, Any] = {name: NOT_RUN for name in macro_names(arms)}
-    m.update({"gradingWaveRun": 0, "gradingDataLabel": "", "gradingNote": f"\\relax The expert grading wave was not run: {latex.latex_escape(reason)}"})
+    m.update(
+        {
+            "gradingWaveRun": 0,
+            "gradingDataLabel": "",
+            "gradingNote": f"\\relax The expert grading wave was not run: {latex.latex_escape(reason)}",
+        }
+    )
     m.update({"grading" + k: v for k, v in _gdpval().items()})
     return latex.write_macros(m, Path(generated_dir) / MACRO_FILE, comment=f"grading wave not run: {reason}")
 
@@ -338,7 +508,9 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
     }
     for name, df in honest.items():
         out[f"grading_{name}.csv"] = tables / f"grading_{name}.csv"
-        df.assign(wave=wave)[["wave", *[c for c in df.columns if c != "wave"]]].to_csv(out[f"grading_{name}.csv"], index=False)
+        df.assign(wave=wave)[["wave", *[c for c in df.columns if c != "wave"]]].to_csv(
+            out[f"grading_{name}.csv"], index=False
+        )
 
     pct = f"{100 * report.level:g}\\%"
     b = f"{report.B:,}".replace(",", "{,}")
@@ -348,35 +520,75 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
     def tex(name: str, df: pd.DataFrame, caption: str) -> None:
         if "note" in df and df["note"].fillna("").astype(str).str.strip().eq("").all():
             df = df.drop(columns="note")  # a column with nothing in it says nothing
-        df = df.rename(columns={**_HEADERS, "n_treated": f"{report.contrast[0]} packages", "n_control": f"{report.contrast[1]} packages"})
+        df = df.rename(
+            columns={
+                **_HEADERS,
+                "n_treated": f"{report.contrast[0]} packages",
+                "n_control": f"{report.contrast[1]} packages",
+            }
+        )
         # Never shrunk to fit: a table wider than the text is an overfull box that tools/check_latex_log.py names.
-        path = latex.write_table(df, gen / f"grading_{name}_table.tex", caption=caption,
-                                 label=f"tab:grading-{name.replace('_', '-')}", simulated=sim, font=_TABLE_FONT)
+        path = latex.write_table(
+            df,
+            gen / f"grading_{name}_table.tex",
+            caption=caption,
+            label=f"tab:grading-{name.replace('_', '-')}",
+            simulated=sim,
+            font=_TABLE_FONT,
+        )
         out[path.name] = path
 
-    tex("summary", honest["summary"],
+    tex(
+        "summary",
+        honest["summary"],
         f"Expert grading wave {latex.latex_escape(report.wave)}: Krippendorff's alpha among the experts and between the LLM panel "
         f"and the experts, agreement of the accept decisions, the panel's bias in the primary contrast and H1 on the experts' grades, "
-        f"with {boot} (H1: the primary analysis's scenario-cluster bootstrap). $n$: packages (alpha, bias, H1) or pairs of decisions.")
+        f"with {boot} (H1: the primary analysis's scenario-cluster bootstrap). $n$: packages (alpha, bias, H1) or pairs of decisions.",
+    )
     headline = honest["reliability"][honest["reliability"]["measure"].isin(["Q", agreement.ALL_CRITERIA])]
-    tex("reliability", headline[["coders", "measure", "level", "alpha", "ci_low", "ci_high", "n_packages", "n_values", "note"]],
+    tex(
+        "reliability",
+        headline[["coders", "measure", "level", "alpha", "ci_low", "ci_high", "n_packages", "n_values", "note"]],
         f"Krippendorff's alpha, interval for Q (0--100) and ordinal for the 0--4 criterion scores pooled over every criterion, with {boot}. "
         "Panel-experts: the panel's value (median of the judges' scores; mean of their Q) against the experts' median. "
-        "Every criterion of every scenario separately: grading\\_reliability.csv.")
-    tex("acceptance", honest["acceptance"][["comparison", "statistic", "estimate", "ci_low", "ci_high", "n_pairs", "n_packages", "reference", "note"]],
+        "Every criterion of every scenario separately: grading\\_reliability.csv.",
+    )
+    tex(
+        "acceptance",
+        honest["acceptance"][
+            ["comparison", "statistic", "estimate", "ci_low", "ci_high", "n_pairs", "n_packages", "reference", "note"]
+        ],
         f"Agreement of the accept decisions (share of pairs agreeing, and Cohen's kappa), with {boot}. Expert-expert: every pair of "
         "graders of a package; panel-expert: the panel's majority vote (a tie counts as not accepted) against each expert. "
-        f"Reference: GDPval's agreement ({_source()}), on pairwise comparisons of deliverables rather than accept decisions.")
-    tex("bias", honest["bias"][["measure", "arm", "estimate", "ci_low", "ci_high", "n_packages", "panel_mean", "expert_mean", "note"]],
+        f"Reference: GDPval's agreement ({_source()}), on pairwise comparisons of deliverables rather than accept decisions.",
+    )
+    tex(
+        "bias",
+        honest["bias"][
+            ["measure", "arm", "estimate", "ci_low", "ci_high", "n_packages", "panel_mean", "expert_mean", "note"]
+        ],
         f"The LLM panel's bias per arm: mean over the arm's packages of panel minus mean expert (Q in points; accept as a share), "
-        f"with {pct} percentile bootstrap intervals resampling packages within the arm ($B={b}$).")
-    tex("bias_contrast", honest["bias_contrast"],
+        f"with {pct} percentile bootstrap intervals resampling packages within the arm ($B={b}$).",
+    )
+    tex(
+        "bias_contrast",
+        honest["bias_contrast"],
         f"The panel's bias in the primary contrast: the bias in {report.contrast[0]} minus the bias in {report.contrast[1]}, with "
-        f"{pct} percentile bootstrap intervals resampling packages within each arm.")
-    tex("h1", honest["h1"][["grades", "estimate", "ci_low", "ci_high", "p_value", "n_scenarios", "n_packages", "verdict", "note"]],
+        f"{pct} percentile bootstrap intervals resampling packages within each arm.",
+    )
+    tex(
+        "h1",
+        honest["h1"][
+            ["grades", "estimate", "ci_low", "ci_high", "p_value", "n_scenarios", "n_packages", "verdict", "note"]
+        ],
         f"H1 recomputed: the primary contrast {report.contrast[0]}$-${report.contrast[1]} of acceptance ($D$, not $E$, $Q \\geq {report.q:g}$) with the experts' mean Q and, over the "
-        "same packages, with the panel's Q; scenario-equal weights, scenario-cluster percentile bootstrap and sign-flip $p$ as in the primary analysis.")
-    tex("coverage", report.coverage, "Coverage of the grading wave: assignments, submitted grades, grades per package, and every exclusion with its reason.")
+        "same packages, with the panel's Q; scenario-equal weights, scenario-cluster percentile bootstrap and sign-flip $p$ as in the primary analysis.",
+    )
+    tex(
+        "coverage",
+        report.coverage,
+        "Coverage of the grading wave: assignments, submitted grades, grades per package, and every exclusion with its reason.",
+    )
     out[MACRO_FILE] = latex.write_macros(_macro_values(report), gen / MACRO_FILE, comment=f"grading wave {report.wave}")
     return out
 
@@ -401,25 +613,40 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
     prefix = f"{report.label}. " if report.label else ""
     out: list[str] = []
     cov = report.coverage.set_index("item")["count"]
-    out.append(f"{prefix}Of {int(cov['assignments'])} assignments to {int(cov['graders'])} graders, {int(cov['submitted'])} were "
-               f"submitted; {int(cov['packages with 2+ grades'])} of {int(cov['packages'])} packages have two or more expert grades, "
-               f"{int(cov['packages with 1 grade'])} have one and {int(cov['packages with 0 grades'])} none.")
+    out.append(
+        f"{prefix}Of {int(cov['assignments'])} assignments to {int(cov['graders'])} graders, {int(cov['submitted'])} were "
+        f"submitted; {int(cov['packages with 2+ grades'])} of {int(cov['packages'])} packages have two or more expert grades, "
+        f"{int(cov['packages with 1 grade'])} have one and {int(cov['packages with 0 grades'])} none."
+    )
     rel = report.reliability.set_index(["coders", "measure"])
-    for coders, words in ((agreement.EXPERTS, "among the experts"), (agreement.PANEL_EXPERTS, "between the LLM panel and the experts")):
+    for coders, words in (
+        (agreement.EXPERTS, "among the experts"),
+        (agreement.PANEL_EXPERTS, "between the LLM panel and the experts"),
+    ):
         r = rel.loc[(coders, "Q")]
         if np.isfinite(r.alpha):
-            out.append(f"{prefix}Krippendorff's alpha on Q {words} is {_fmt(r.alpha, 3)} ({_interval_words(r.ci_low, r.ci_high, 3)}, "
-                       f"{int(r.n_packages)} packages).")
+            out.append(
+                f"{prefix}Krippendorff's alpha on Q {words} is {_fmt(r.alpha, 3)} ({_interval_words(r.ci_low, r.ci_high, 3)}, "
+                f"{int(r.n_packages)} packages)."
+            )
         else:
             out.append(f"{prefix}Krippendorff's alpha on Q {words} is {estimability.not_estimable(r.note)}.")
     acc = report.acceptance.set_index(["comparison", "statistic"])
-    for comparison, words, ref in (("expert-expert", "between two experts", agreement.GDPVAL_EXPERT_EXPERT),
-                                   ("panel-expert", "between the panel and an expert", agreement.GDPVAL_GRADER_EXPERT)):
+    for comparison, words, ref in (
+        ("expert-expert", "between two experts", agreement.GDPVAL_EXPERT_EXPERT),
+        ("panel-expert", "between the panel and an expert", agreement.GDPVAL_GRADER_EXPERT),
+    ):
         a, k = acc.loc[(comparison, "agreement")], acc.loc[(comparison, "Cohen's kappa")]
         if np.isfinite(a.estimate):
-            kappa = f"Cohen's kappa {_fmt(k.estimate, 3)}" if np.isfinite(k.estimate) else f"Cohen's kappa {estimability.not_estimable(k.note)}"
-            out.append(f"{prefix}The accept decisions agree {words} in {_fmt(a.estimate, 1, percent=True)}\\% of {int(a.n_pairs)} pairs "
-                       f"({_fmt(a.ci_low, 1, percent=True)}\\% to {_fmt(a.ci_high, 1, percent=True)}\\%; {kappa}), against {100 * ref:.0f}\\% in GDPval.")
+            kappa = (
+                f"Cohen's kappa {_fmt(k.estimate, 3)}"
+                if np.isfinite(k.estimate)
+                else f"Cohen's kappa {estimability.not_estimable(k.note)}"
+            )
+            out.append(
+                f"{prefix}The accept decisions agree {words} in {_fmt(a.estimate, 1, percent=True)}\\% of {int(a.n_pairs)} pairs "
+                f"({_fmt(a.ci_low, 1, percent=True)}\\% to {_fmt(a.ci_high, 1, percent=True)}\\%; {kappa}), against {100 * ref:.0f}\\% in GDPval."
+            )
         else:
             out.append(f"{prefix}Agreement of the accept decisions {words} is {estimability.not_estimable(a.note)}.")
     t, c = report.contrast
@@ -433,28 +660,35 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
                 verdict = f"the panel favours {c}'s packages over {t}'s more than the experts do, so the judges work against the primary contrast on Q"
             else:
                 verdict = "the interval includes zero: these grades show no difference between the arms in how far the panel departs from the experts"
-            out.append(f"{prefix}The panel's bias (panel minus experts, Q points) in {t} less that in {c} is {_fmt(r.estimate, 1)} "
-                       f"({_interval_words(r.ci_low, r.ci_high, 1)}): {verdict}.")
+            out.append(
+                f"{prefix}The panel's bias (panel minus experts, Q points) in {t} less that in {c} is {_fmt(r.estimate, 1)} "
+                f"({_interval_words(r.ci_low, r.ci_high, 1)}): {verdict}."
+            )
             if truth is not None and "bias_q_contrast" in truth:
                 planted = float(truth["bias_q_contrast"])
                 inside = r.ci_low <= planted <= r.ci_high
-                out.append(f"{prefix}The simulated graders were given a bias of {_fmt(planted, 1)} points in this contrast; "
-                           f"the interval {'contains' if inside else 'does not contain'} it.")
+                out.append(
+                    f"{prefix}The simulated graders were given a bias of {_fmt(planted, 1)} points in this contrast; "
+                    f"the interval {'contains' if inside else 'does not contain'} it."
+                )
         else:
             out.append(f"{prefix}The panel's bias in the primary contrast is {estimability.not_estimable(r.note)}.")
     h = report.h1.set_index("grades")
     e, p = h.loc["experts"], h.loc["panel"]
     if np.isfinite(e.estimate):
-        out.append(f"{prefix}On the experts' grades the primary contrast is {_fmt(e.estimate, 3)} ({_interval_words(e.ci_low, e.ci_high, 3)}, "
-                   f"{int(e.n_scenarios)} scenarios, {int(e.n_packages)} packages), against {_fmt(p.estimate, 3)} "
-                   f"({_interval_words(p.ci_low, p.ci_high, 3)}) on the panel's grades of the same packages.")
+        out.append(
+            f"{prefix}On the experts' grades the primary contrast is {_fmt(e.estimate, 3)} ({_interval_words(e.ci_low, e.ci_high, 3)}, "
+            f"{int(e.n_scenarios)} scenarios, {int(e.n_packages)} packages), against {_fmt(p.estimate, 3)} "
+            f"({_interval_words(p.ci_low, p.ci_high, 3)}) on the panel's grades of the same packages."
+        )
     else:
         out.append(f"{prefix}H1 on the experts' grades is {estimability.not_estimable(e.note)}.")
     return out
 
 
-def write_text(report: GradingReport | None, generated_dir: Path, *, truth: Mapping[str, Any] | None = None,
-               not_run: str = "") -> Path:
+def write_text(
+    report: GradingReport | None, generated_dir: Path, *, truth: Mapping[str, Any] | None = None, not_run: str = ""
+) -> Path:
     """``grading_text.tex``: the section's sentences, or the one sentence that says why the wave was not run."""
     if report is None:
         body = f"The expert grading wave was not run for this study: {latex.latex_escape(not_run)}."
@@ -462,7 +696,9 @@ def write_text(report: GradingReport | None, generated_dir: Path, *, truth: Mapp
         body = "\n\n".join(grading_sentences(report, truth))
     path = Path(generated_dir) / TEXT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("% Generated by the grading stage (notebooks/06_grading.py); do not edit.\n" + body + "\n", encoding="utf-8")
+    path.write_text(
+        "% Generated by the grading stage (notebooks/06_grading.py); do not edit.\n" + body + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -485,11 +721,26 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
     y = np.arange(len(q))[::-1]
     for yi, r in zip(y, q.itertuples()):
         if not np.isfinite(r.estimate):
-            ax.annotate("not estimable", (0.5, yi), xycoords=("axes fraction", "data"), ha="center", va="center", fontsize=9, color="0.35")
+            ax.annotate(
+                "not estimable",
+                (0.5, yi),
+                xycoords=("axes fraction", "data"),
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="0.35",
+            )
             continue
         primary = r.arm in report.contrast
-        ax.errorbar(r.estimate, yi, xerr=[[r.estimate - r.ci_low], [r.ci_high - r.estimate]], fmt="s" if primary else "o",
-                    color="black" if primary else "0.4", capsize=3, markersize=6 if primary else 5)
+        ax.errorbar(
+            r.estimate,
+            yi,
+            xerr=[[r.estimate - r.ci_low], [r.ci_high - r.estimate]],
+            fmt="s" if primary else "o",
+            color="black" if primary else "0.4",
+            capsize=3,
+            markersize=6 if primary else 5,
+        )
     ax.axvline(0, color="0.6", lw=0.8, ls="--")
     ax.set_yticks(y, list(q["arm"]))
     ax.tick_params(labelsize=9)
@@ -498,8 +749,15 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
     ax.set_title(f"{tag}the LLM panel's bias per arm, {100 * report.level:g}% intervals", fontsize=9)
     pdf = save_figure(fig, Path(figures_dir) / FIGURE_FILE)
     t, c = report.contrast
-    env = figure_env(pdf, Path(generated_dir) / "grading_bias_figure.tex", label="fig:grading-bias", simulated=report.label,
-                     caption=(f"The LLM panel's bias per arm: mean over the arm's packages of the panel's Q minus the experts' mean Q, "
-                              f"with percentile bootstrap intervals resampling packages within the arm. Squares: the arms of the "
-                              f"primary contrast ({t} and {c}); their difference is the judges' part of that contrast."))
+    env = figure_env(
+        pdf,
+        Path(generated_dir) / "grading_bias_figure.tex",
+        label="fig:grading-bias",
+        simulated=report.label,
+        caption=(
+            f"The LLM panel's bias per arm: mean over the arm's packages of the panel's Q minus the experts' mean Q, "
+            f"with percentile bootstrap intervals resampling packages within the arm. Squares: the arms of the "
+            f"primary contrast ({t} and {c}); their difference is the judges' part of that contrast."
+        ),
+    )
     return {pdf.name: pdf, env.name: env}

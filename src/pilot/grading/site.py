@@ -31,11 +31,12 @@ import secrets
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from flask import Flask, Response, abort, g, redirect, render_template, request, send_file, session, url_for
 from itsdangerous import BadSignature, Signer
@@ -54,8 +55,10 @@ from pilot.view.site import REHEARSAL_BANNER, SIMULATED_BANNER, judged_deliverab
 from pilot.view.study import StudyReader
 
 LOOPBACK = "127.0.0.1"
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; "
-       "base-uri 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
+)
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_FILES = ("grading.css", "grading.js")
 COOKIE_NAME = "pilot_grading"
@@ -85,8 +88,10 @@ INSTRUCTIONS = (
 _OPEN = {"grader_sign_in", "coordinator_sign_in", "signed_out", "asset", "favicon"}
 _GRADER = {"queue", "grade", "grade_post", "grade_file"}
 _COORDINATOR = {"coordinator", "export"}
-_NOT_SIGNED_IN = ("You are signed out, or your session has ended. To sign in, open your personal sign-in link again "
-                  "(the coordinator sent it to you).")
+_NOT_SIGNED_IN = (
+    "You are signed out, or your session has ended. To sign in, open your personal sign-in link again "
+    "(the coordinator sent it to you)."
+)
 
 
 @dataclass
@@ -128,7 +133,7 @@ def host_name(header: str | None) -> str:
     """The name in a Host header, without the port (``[::1]:8766`` gives ``::1``)."""
     host = (header or "").strip().lower()
     if host.startswith("["):
-        return host[1:host.find("]")] if "]" in host else host
+        return host[1 : host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0]
 
 
@@ -154,7 +159,9 @@ def read_form(form: Mapping[str, str], criteria: Iterable[Any]) -> Draft:
         draft.scores[c.id] = score
         critique = (form.get(f"critique-{c.id}") or "").replace("\r\n", "\n")
         if len(critique) > MAX_CRITIQUE_CHARS:
-            draft.errors.append(f"{c.id}: the critique has {len(critique):,} characters; at most {MAX_CRITIQUE_CHARS:,} are kept")
+            draft.errors.append(
+                f"{c.id}: the critique has {len(critique):,} characters; at most {MAX_CRITIQUE_CHARS:,} are kept"
+            )
         draft.critiques[c.id] = critique
     accept = form.get("accept") or ""
     if accept not in ("", "yes", "no"):
@@ -163,9 +170,17 @@ def read_form(form: Mapping[str, str], criteria: Iterable[Any]) -> Draft:
     return draft
 
 
-def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = (), secure_cookies: bool = False,
-               bind_host: str = LOOPBACK, sign_in_limits: SignInLimits = SIGN_IN_LIMITS,
-               post_limits: SignInLimits = POST_LIMITS, session_limits: SessionLimits = SESSION_LIMITS) -> Flask:
+def create_app(
+    study_folder: Path,
+    wave: str,
+    *,
+    trusted_hosts: Iterable[str] = (),
+    secure_cookies: bool = False,
+    bind_host: str = LOOPBACK,
+    sign_in_limits: SignInLimits = SIGN_IN_LIMITS,
+    post_limits: SignInLimits = POST_LIMITS,
+    session_limits: SessionLimits = SESSION_LIMITS,
+) -> Flask:
     """The grading site of wave ``wave`` of the study in ``study_folder`` (refused if the wave does not exist).
 
     ``trusted_hosts``: Host names answered besides ``bind_host`` (a reverse
@@ -275,8 +290,11 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         with state.db() as conn:
             saved = store.scores(conn, wave, row["assignment_id"])
         criteria = [c.id for c in scenario_criteria(row["scenario"])]
-        return Draft({c: saved.get(c, (None, ""))[0] for c in criteria}, {c: saved.get(c, (None, ""))[1] for c in criteria},
-                     None if row["accept"] is None else bool(row["accept"]))
+        return Draft(
+            {c: saved.get(c, (None, ""))[0] for c in criteria},
+            {c: saved.get(c, (None, ""))[1] for c in criteria},
+            None if row["accept"] is None else bool(row["accept"]),
+        )
 
     def offered_files(data: dict[str, Any]) -> dict[str, files.OutputFile]:
         """The files a grader may download: those that answer a requested deliverable, as the judges' renderer finds them.
@@ -289,24 +307,44 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         if final is None or not data["run"]:
             return {}
         outputs = final["files"].outputs
-        answering = {p.name for name in requested_names(data["scenario"]) if name != COMPLETION_RECORD
-                     for p in find_delivered(name, outputs)[1]}
+        answering = {
+            p.name
+            for name in requested_names(data["scenario"])
+            if name != COMPLETION_RECORD
+            for p in find_delivered(name, outputs)[1]
+        }
         return {f.name: f for f in files.output_files(outputs, reader.folder) if f.name in answering}
 
-    def grade_page(row: Any, draft: Draft, *, code: int = 200, notice: str = "", served: float | None = None,
-                   active: float = 0.0) -> Response:
+    def grade_page(
+        row: Any, draft: Draft, *, code: int = 200, notice: str = "", served: float | None = None, active: float = 0.0
+    ) -> Response:
         data = reader.run(row["run_id"])
         scenario = data["scenario"]
         judged = judged_deliverables(reader, data)
         downloads = list(offered_files(data).values())
         queue = my_queue()
-        return page("grade.html", code, title=f"Package {row['position']} of {len(queue)}", assignment_id=row["assignment_id"],
-                    scenario_title=scenario.title, brief=scenario.brief_path.read_text(encoding="utf-8"),
-                    criteria=scenario_criteria(scenario.id), judged=judged, downloads=downloads, draft=draft, scores=SCORES,
-                    status=row["status"], readonly=row["status"] == "submitted", submitted_at=row["submitted_at"],
-                    saved_at=row["saved_at"], notice=notice, instructions=INSTRUCTIONS, max_critique=MAX_CRITIQUE_CHARS,
-                    page_token=page_token(row["assignment_id"], time.time() if served is None else served),
-                    active=f"{active:.0f}")
+        return page(
+            "grade.html",
+            code,
+            title=f"Package {row['position']} of {len(queue)}",
+            assignment_id=row["assignment_id"],
+            scenario_title=scenario.title,
+            brief=scenario.brief_path.read_text(encoding="utf-8"),
+            criteria=scenario_criteria(scenario.id),
+            judged=judged,
+            downloads=downloads,
+            draft=draft,
+            scores=SCORES,
+            status=row["status"],
+            readonly=row["status"] == "submitted",
+            submitted_at=row["submitted_at"],
+            saved_at=row["saved_at"],
+            notice=notice,
+            instructions=INSTRUCTIONS,
+            max_critique=MAX_CRITIQUE_CHARS,
+            page_token=page_token(row["assignment_id"], time.time() if served is None else served),
+            active=f"{active:.0f}",
+        )
 
     def grader_progress() -> str:
         queue = my_queue()
@@ -317,15 +355,21 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         with state.db() as conn:
             done, total = conn.execute(
                 "SELECT COALESCE(SUM(status = 'submitted'), 0), COUNT(*) FROM grading_assignments WHERE wave = ?",
-                (wave,)).fetchone()
+                (wave,),
+            ).fetchone()
         return f"{done} of {total} assignments submitted"
 
     @app.context_processor
     def _common() -> dict[str, Any]:
         role = g.get("role")
         progress = grader_progress() if role == "grader" else wave_progress() if role == "coordinator" else ""
-        return {"wave": wave, "banner": banner, "role": role, "progress": progress,
-                "csrf": session.get("csrf", "") if role else ""}
+        return {
+            "wave": wave,
+            "banner": banner,
+            "role": role,
+            "progress": progress,
+            "csrf": session.get("csrf", "") if role else "",
+        }
 
     # ------------------------------------------------------------------ the gate
     @app.before_request
@@ -354,9 +398,13 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
             sid = session["sid"]
             wait = posts.retry_after(sid)
             if wait is not None:
-                return refuse(429, "Too many requests", f"Too many requests in a short time; wait {int(wait) + 1} seconds "
-                              "and try again (use your browser's Back button: nothing you typed is lost there).",
-                              **{"Retry-After": str(int(wait) + 1)})
+                return refuse(
+                    429,
+                    "Too many requests",
+                    f"Too many requests in a short time; wait {int(wait) + 1} seconds "
+                    "and try again (use your browser's Back button: nothing you typed is lost there).",
+                    **{"Retry-After": str(int(wait) + 1)},
+                )
             posts.failed(sid)
         return None
 
@@ -373,8 +421,12 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
     def _unexpected(exc: Exception) -> Response:
         # Never the exception's text: a message about a run would name it (and with it the arm).
         app.logger.exception("unhandled error on %s %s", request.method, request.path)
-        return refuse(500, "Something went wrong", "This page cannot be shown. Tell the coordinator which package and "
-                      "what you did; nothing you submitted before is lost.")
+        return refuse(
+            500,
+            "Something went wrong",
+            "This page cannot be shown. Tell the coordinator which package and "
+            "what you did; nothing you submitted before is lost.",
+        )
 
     # ------------------------------------------------------------------ sign-in and out
     def too_many_sign_ins(key: str) -> Response | None:
@@ -382,8 +434,12 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         wait = sign_ins.retry_after(key)
         if wait is None:
             return None
-        return refuse(429, "Too many sign-in attempts", f"Too many sign-in attempts; wait {int(wait) + 1} seconds.",
-                      **{"Retry-After": str(int(wait) + 1)})
+        return refuse(
+            429,
+            "Too many sign-in attempts",
+            f"Too many sign-in attempts; wait {int(wait) + 1} seconds.",
+            **{"Retry-After": str(int(wait) + 1)},
+        )
 
     @app.get("/signin/<token>")
     def grader_sign_in(token: str) -> Response:
@@ -395,12 +451,17 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
             with state.db() as conn:
                 grader = store.grader_by_token_hash(conn, wave, tokens.token_hash(token))
         with state.db() as conn:
-            store.log_event(conn, wave, "signin" if grader else "signin_refused",
-                            grader_id=grader["grader_id"] if grader else None)
+            store.log_event(
+                conn, wave, "signin" if grader else "signin_refused", grader_id=grader["grader_id"] if grader else None
+            )
         if grader is None:
             sign_ins.failed(key)
-            return refuse(403, "Sign-in refused", "This sign-in link is not valid. Check that you opened the whole link "
-                          "as the coordinator sent it, or ask the coordinator for yours.")
+            return refuse(
+                403,
+                "Sign-in refused",
+                "This sign-in link is not valid. Check that you opened the whole link "
+                "as the coordinator sent it, or ask the coordinator for yours.",
+            )
         sign_ins.succeeded(key)
         open_session("grader", grader["grader_id"])
         return signed_in_to(url_for("queue"))
@@ -411,7 +472,9 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         if (throttled := too_many_sign_ins(key)) is not None:
             return throttled
         with state.db() as conn:
-            ok = tokens.well_formed(token) and tokens.same_hash(tokens.token_hash(token), store.coordinator_hash(conn, wave))
+            ok = tokens.well_formed(token) and tokens.same_hash(
+                tokens.token_hash(token), store.coordinator_hash(conn, wave)
+            )
             store.log_event(conn, wave, "signin" if ok else "signin_refused", detail={"role": "coordinator"})
         if not ok:
             sign_ins.failed(key)
@@ -423,15 +486,20 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
     @app.post("/signout")
     def sign_out() -> Response:
         with state.db() as conn:
-            store.log_event(conn, wave, "signout", grader_id=g.grader, detail=None if g.grader else {"role": "coordinator"})
+            store.log_event(
+                conn, wave, "signout", grader_id=g.grader, detail=None if g.grader else {"role": "coordinator"}
+            )
         sessions.close(session.get("sid"))
         session.clear()
         return redirect(url_for("signed_out"), code=303)
 
     @app.get("/signed-out")
     def signed_out() -> Response:
-        return page("message.html", title="Signed out", message="You are signed out. To sign in again, open your "
-                    "personal sign-in link.")
+        return page(
+            "message.html",
+            title="Signed out",
+            message="You are signed out. To sign in again, open your personal sign-in link.",
+        )
 
     # ------------------------------------------------------------------ the grader's pages
     @app.get("/")
@@ -440,8 +508,15 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
 
     @app.get("/queue")
     def queue() -> Response:
-        rows = [{"assignment_id": r["assignment_id"], "position": r["position"], "status": r["status"],
-                 "title": _scenario(r["scenario"]).title} for r in my_queue()]
+        rows = [
+            {
+                "assignment_id": r["assignment_id"],
+                "position": r["position"],
+                "status": r["status"],
+                "title": _scenario(r["scenario"]).title,
+            }
+            for r in my_queue()
+        ]
         return page("queue.html", title="Your packages", rows=rows, total=len(rows), instructions=INSTRUCTIONS)
 
     @app.get("/grade/<assignment_id>")
@@ -450,8 +525,10 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         if request.method == "GET":
             with state.db() as conn:
                 store.log_event(conn, wave, "open_package", grader_id=g.grader, assignment_id=assignment_id)
-        notice = {"saved": "Draft saved. You can come back to it at any time.",
-                  "submitted": "Submitted. Thank you: this grade is final."}.get(request.args.get("done", ""), "")
+        notice = {
+            "saved": "Draft saved. You can come back to it at any time.",
+            "submitted": "Submitted. Thank you: this grade is final.",
+        }.get(request.args.get("done", ""), "")
         return grade_page(row, stored_draft(row), notice=notice)
 
     @app.post("/grade/<assignment_id>")
@@ -467,14 +544,23 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         if not draft.errors:
             try:
                 with state.db() as conn:
-                    store.save_grade(conn, wave, g.grader, assignment_id,
-                                     scores_by_criterion={c.id: (draft.scores[c.id], draft.critiques[c.id]) for c in criteria},
-                                     accept=draft.accept, active_s=active, submit=action == "submit")
+                    store.save_grade(
+                        conn,
+                        wave,
+                        g.grader,
+                        assignment_id,
+                        scores_by_criterion={c.id: (draft.scores[c.id], draft.critiques[c.id]) for c in criteria},
+                        accept=draft.accept,
+                        active_s=active,
+                        submit=action == "submit",
+                    )
             except store.GradingError as exc:
                 draft.errors.append(str(exc))
             else:
-                return redirect(url_for("grade", assignment_id=assignment_id,
-                                        done="submitted" if action == "submit" else "saved"), code=303)
+                return redirect(
+                    url_for("grade", assignment_id=assignment_id, done="submitted" if action == "submit" else "saved"),
+                    code=303,
+                )
         row = my_assignment(assignment_id)  # the status may have changed meanwhile (another tab submitted)
         if row["status"] == "submitted":
             stored = stored_draft(row)
@@ -490,9 +576,12 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         if name not in offered:
             abort(404, description="This package has no such file.")
         with state.db() as conn:
-            store.log_event(conn, wave, "open_file", grader_id=g.grader, assignment_id=assignment_id, detail={"file": name})
-        return send_file(offered[name].path, mimetype="application/octet-stream", as_attachment=True, download_name=name,
-                         max_age=0)
+            store.log_event(
+                conn, wave, "open_file", grader_id=g.grader, assignment_id=assignment_id, detail={"file": name}
+            )
+        return send_file(
+            offered[name].path, mimetype="application/octet-stream", as_attachment=True, download_name=name, max_age=0
+        )
 
     @app.get("/grade/<assignment_id>/slides/<name>")
     def grade_slides(assignment_id: str, name: str) -> Response:
@@ -505,30 +594,56 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
         except DeckRenderError as exc:
             # The reason names the run's folder: it goes to the log, the grader reads only that the slides failed.
             with state.db() as conn:
-                store.log_event(conn, wave, "slides_failed", grader_id=g.grader, assignment_id=assignment_id,
-                                detail={"file": name, "reason": str(exc)})
-            return refuse(422, "Slides not rendered", f"The slides of {name} could not be rendered. Download the deck "
-                          "itself, and tell the coordinator.")
+                store.log_event(
+                    conn,
+                    wave,
+                    "slides_failed",
+                    grader_id=g.grader,
+                    assignment_id=assignment_id,
+                    detail={"file": name, "reason": str(exc)},
+                )
+            return refuse(
+                422,
+                "Slides not rendered",
+                f"The slides of {name} could not be rendered. Download the deck itself, and tell the coordinator.",
+            )
         with state.db() as conn:
-            store.log_event(conn, wave, "open_file", grader_id=g.grader, assignment_id=assignment_id,
-                            detail={"file": name, "as": "slides"})
-        return send_file(pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0)
+            store.log_event(
+                conn,
+                wave,
+                "open_file",
+                grader_id=g.grader,
+                assignment_id=assignment_id,
+                detail={"file": name, "as": "slides"},
+            )
+        return send_file(
+            pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0
+        )
 
     # ------------------------------------------------------------------ the coordinator's pages
     @app.get("/coordinator")
     def coordinator() -> Response:
         with state.db() as conn:
             tables = store.progress(conn, wave)
-        return page("coordinator.html", title="Progress", source=info.source, per_package=info.per_package,
-                    graders=tables["grader"].to_dict("records"), strata=tables["stratum"].to_dict("records"))
+        return page(
+            "coordinator.html",
+            title="Progress",
+            source=info.source,
+            per_package=info.per_package,
+            graders=tables["grader"].to_dict("records"),
+            strata=tables["stratum"].to_dict("records"),
+        )
 
     @app.get("/coordinator/export.csv")
     def export() -> Response:
         with state.db() as conn:
             frame = store.grades_frame(conn, wave)
             store.log_event(conn, wave, "export", detail={"rows": len(frame)})
-        return Response(store.export_csv(frame), mimetype="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="grades-{wave}.csv"'})
+        return Response(
+            store.export_csv(frame),
+            mimetype="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="grades-{wave}.csv"'},
+        )
 
     # ------------------------------------------------------------------ static
     @app.get("/static/<name>")
@@ -548,11 +663,22 @@ def create_app(study_folder: Path, wave: str, *, trusted_hosts: Iterable[str] = 
 class GradingServer(BackgroundServer):
     """The grading site served by waitress (``port`` 0: any free port); ``start`` (or ``with``) serves in a thread."""
 
-    def __init__(self, study_folder: Path, wave: str, *, host: str = LOOPBACK, port: int = 0, threads: int = 4,
-                 trusted_hosts: Iterable[str] = (), secure_cookies: bool = False, **limits: Any) -> None:
+    def __init__(
+        self,
+        study_folder: Path,
+        wave: str,
+        *,
+        host: str = LOOPBACK,
+        port: int = 0,
+        threads: int = 4,
+        trusted_hosts: Iterable[str] = (),
+        secure_cookies: bool = False,
+        **limits: Any,
+    ) -> None:
         trusted = [h for h in trusted_hosts if h.strip()]
-        self.app = create_app(study_folder, wave, trusted_hosts=trusted, secure_cookies=secure_cookies, bind_host=host,
-                              **limits)
+        self.app = create_app(
+            study_folder, wave, trusted_hosts=trusted, secure_cookies=secure_cookies, bind_host=host, **limits
+        )
         # Behind the reverse proxy every request comes from it: the client's address (which sign-in limits count)
         # is the last one the proxy adds to X-Forwarded-For.
         proxy: dict[str, Any] = {}
@@ -560,8 +686,15 @@ class GradingServer(BackgroundServer):
             proxy = {"trusted_proxy": LOOPBACK, "trusted_proxy_count": 1, "trusted_proxy_headers": {"x-forwarded-for"}}
         state = self.app.extensions["pilot.grading"]
         try:
-            super().__init__(self.app, host=host, port=port, threads=threads, ident="pilot-grading", proxy=proxy,
-                             on_close=state.close)
+            super().__init__(
+                self.app,
+                host=host,
+                port=port,
+                threads=threads,
+                ident="pilot-grading",
+                proxy=proxy,
+                on_close=state.close,
+            )
         except BaseException:
             state.close()
             raise

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -95,8 +96,23 @@ CREATE INDEX IF NOT EXISTS grading_events_by_assignment ON grading_events (wave,
 """
 
 #: Columns of the long grade table (one row per assignment and criterion): the export and the report's input.
-GRADE_COLUMNS = ("wave", "source", "package_id", "run_id", "scenario", "arm", "model", "grader_id", "slot", "status",
-                 "criterion", "score", "critique", "accept", "active_s")
+GRADE_COLUMNS = (
+    "wave",
+    "source",
+    "package_id",
+    "run_id",
+    "scenario",
+    "arm",
+    "model",
+    "grader_id",
+    "slot",
+    "status",
+    "criterion",
+    "score",
+    "critique",
+    "accept",
+    "active_s",
+)
 
 
 class GradingError(StoreError):
@@ -156,16 +172,35 @@ def wave(conn: sqlite3.Connection, name: str) -> Wave:
     row = conn.execute("SELECT * FROM grading_waves WHERE wave = ?", (name,)).fetchone()
     if row is None:
         have = waves(conn)
-        raise GradingError(f"no grading wave {name!r} in this study (waves: {', '.join(have) or 'none'}; "
-                           "create one with pilot grading create STUDY WAVE --graders FILE)")
-    return Wave(row["wave"], row["created_at"], int(row["seed"]), int(row["per_package"]), json.loads(row["sample_json"]),
-                row["source"], row["graders_file"], json.loads(row["simulation_json"]) if row["simulation_json"] else None)
+        raise GradingError(
+            f"no grading wave {name!r} in this study (waves: {', '.join(have) or 'none'}; "
+            "create one with pilot grading create STUDY WAVE --graders FILE)"
+        )
+    return Wave(
+        row["wave"],
+        row["created_at"],
+        int(row["seed"]),
+        int(row["per_package"]),
+        json.loads(row["sample_json"]),
+        row["source"],
+        row["graders_file"],
+        json.loads(row["simulation_json"]) if row["simulation_json"] else None,
+    )
 
 
-def log_event(conn: sqlite3.Connection, wave_name: str, kind: str, *, grader_id: str | None = None,
-              assignment_id: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
-    conn.execute("INSERT INTO grading_events (wave, at, kind, grader_id, assignment_id, detail_json) VALUES (?, ?, ?, ?, ?, ?)",
-                 (wave_name, now(), kind, grader_id, assignment_id, json.dumps(dict(detail)) if detail else None))
+def log_event(
+    conn: sqlite3.Connection,
+    wave_name: str,
+    kind: str,
+    *,
+    grader_id: str | None = None,
+    assignment_id: str | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        "INSERT INTO grading_events (wave, at, kind, grader_id, assignment_id, detail_json) VALUES (?, ?, ?, ?, ?, ?)",
+        (wave_name, now(), kind, grader_id, assignment_id, json.dumps(dict(detail)) if detail else None),
+    )
 
 
 def grader_by_token_hash(conn: sqlite3.Connection, wave_name: str, digest: str) -> sqlite3.Row | None:
@@ -181,24 +216,41 @@ def queue(conn: sqlite3.Connection, wave_name: str, grader_id: str) -> list[sqli
     return conn.execute(
         "SELECT a.assignment_id, a.position, a.status, a.saved_at, a.submitted_at, p.scenario "
         "FROM grading_assignments a JOIN grading_packages p USING (wave, package_id) "
-        "WHERE a.wave = ? AND a.grader_id = ? ORDER BY a.position", (wave_name, grader_id)).fetchall()
+        "WHERE a.wave = ? AND a.grader_id = ? ORDER BY a.position",
+        (wave_name, grader_id),
+    ).fetchall()
 
 
 def assignment(conn: sqlite3.Connection, wave_name: str, grader_id: str, assignment_id: str) -> sqlite3.Row | None:
     """One of ``grader_id``'s own assignments (None for anyone else's, so the site answers 404)."""
     return conn.execute(
         "SELECT a.*, p.run_id, p.scenario FROM grading_assignments a JOIN grading_packages p USING (wave, package_id) "
-        "WHERE a.wave = ? AND a.grader_id = ? AND a.assignment_id = ?", (wave_name, grader_id, assignment_id)).fetchone()
+        "WHERE a.wave = ? AND a.grader_id = ? AND a.assignment_id = ?",
+        (wave_name, grader_id, assignment_id),
+    ).fetchone()
 
 
 def scores(conn: sqlite3.Connection, wave_name: str, assignment_id: str) -> dict[str, tuple[int | None, str]]:
-    return {r["criterion"]: (r["score"], r["critique"]) for r in conn.execute(
-        "SELECT criterion, score, critique FROM grading_scores WHERE wave = ? AND assignment_id = ?", (wave_name, assignment_id))}
+    return {
+        r["criterion"]: (r["score"], r["critique"])
+        for r in conn.execute(
+            "SELECT criterion, score, critique FROM grading_scores WHERE wave = ? AND assignment_id = ?",
+            (wave_name, assignment_id),
+        )
+    }
 
 
-def save_grade(conn: sqlite3.Connection, wave_name: str, grader_id: str, assignment_id: str, *,
-               scores_by_criterion: Mapping[str, tuple[int | None, str]], accept: bool | None, active_s: float,
-               submit: bool) -> str:
+def save_grade(
+    conn: sqlite3.Connection,
+    wave_name: str,
+    grader_id: str,
+    assignment_id: str,
+    *,
+    scores_by_criterion: Mapping[str, tuple[int | None, str]],
+    accept: bool | None,
+    active_s: float,
+    submit: bool,
+) -> str:
     """Save (or submit) a grade in one transaction; returns the new status.
 
     Refused when the assignment is not the grader's, or already submitted, or
@@ -215,20 +267,33 @@ def save_grade(conn: sqlite3.Connection, wave_name: str, grader_id: str, assignm
         if submit:
             missing = [c for c, (s, _) in scores_by_criterion.items() if s is None]
             if missing or accept is None:
-                parts = ([f"a score for {', '.join(missing)}"] if missing else []) + (["the acceptance decision"] if accept is None else [])
+                parts = ([f"a score for {', '.join(missing)}"] if missing else []) + (
+                    ["the acceptance decision"] if accept is None else []
+                )
                 raise GradingError(f"cannot submit without {' and '.join(parts)}")
         for criterion, (score, critique) in scores_by_criterion.items():
             if score is not None and not (isinstance(score, int) and 0 <= score <= 4):
                 raise GradingError(f"criterion {criterion}: score {score!r} is not an integer from 0 to 4")
-            conn.execute("INSERT INTO grading_scores (wave, assignment_id, criterion, score, critique) VALUES (?, ?, ?, ?, ?) "
-                         "ON CONFLICT (wave, assignment_id, criterion) DO UPDATE SET score = excluded.score, critique = excluded.critique",
-                         (wave_name, assignment_id, criterion, score, critique or ""))
+            conn.execute(
+                "INSERT INTO grading_scores (wave, assignment_id, criterion, score, critique) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (wave, assignment_id, criterion) DO UPDATE SET score = excluded.score, critique = excluded.critique",
+                (wave_name, assignment_id, criterion, score, critique or ""),
+            )
         status = "submitted" if submit else "saved"
         stamp = now()
-        conn.execute("UPDATE grading_assignments SET status = ?, accept = ?, saved_at = ?, submitted_at = ?, active_s = active_s + ? "
-                     "WHERE wave = ? AND assignment_id = ?",
-                     (status, None if accept is None else int(bool(accept)), stamp, stamp if submit else None,
-                      max(0.0, float(active_s)), wave_name, assignment_id))
+        conn.execute(
+            "UPDATE grading_assignments SET status = ?, accept = ?, saved_at = ?, submitted_at = ?, active_s = active_s + ? "
+            "WHERE wave = ? AND assignment_id = ?",
+            (
+                status,
+                None if accept is None else int(bool(accept)),
+                stamp,
+                stamp if submit else None,
+                max(0.0, float(active_s)),
+                wave_name,
+                assignment_id,
+            ),
+        )
         log_event(conn, wave_name, "submit" if submit else "save", grader_id=grader_id, assignment_id=assignment_id)
         conn.execute("COMMIT")
         return status
@@ -250,16 +315,31 @@ def grades_frame(conn: sqlite3.Connection, wave_name: str, *, submitted_only: bo
         "a.accept, a.active_s, s.criterion, s.score, s.critique "
         "FROM grading_assignments a JOIN grading_packages p USING (wave, package_id) "
         "LEFT JOIN grading_scores s ON s.wave = a.wave AND s.assignment_id = a.assignment_id "
-        "WHERE a.wave = ? ORDER BY p.package_id, a.slot, s.criterion", (wave_name,)).fetchall()
+        "WHERE a.wave = ? ORDER BY p.package_id, a.slot, s.criterion",
+        (wave_name,),
+    ).fetchall()
     out = []
     for r in rows:
         graded = r["status"] == "submitted" or not submitted_only
-        out.append({"wave": wave_name, "source": w.source, "package_id": r["package_id"], "run_id": r["run_id"],
-                    "scenario": r["scenario"], "arm": r["arm"], "model": r["model"], "grader_id": r["grader_id"],
-                    "slot": int(r["slot"]), "status": r["status"],
-                    "criterion": (r["criterion"] or "") if graded else "",
-                    "score": r["score"] if graded else None, "critique": (r["critique"] or "") if graded else "",
-                    "accept": r["accept"] if graded else None, "active_s": float(r["active_s"])})
+        out.append(
+            {
+                "wave": wave_name,
+                "source": w.source,
+                "package_id": r["package_id"],
+                "run_id": r["run_id"],
+                "scenario": r["scenario"],
+                "arm": r["arm"],
+                "model": r["model"],
+                "grader_id": r["grader_id"],
+                "slot": int(r["slot"]),
+                "status": r["status"],
+                "criterion": (r["criterion"] or "") if graded else "",
+                "score": r["score"] if graded else None,
+                "critique": (r["critique"] or "") if graded else "",
+                "accept": r["accept"] if graded else None,
+                "active_s": float(r["active_s"]),
+            }
+        )
     frame = pd.DataFrame(out, columns=list(GRADE_COLUMNS))
     if not submitted_only:
         return frame
@@ -272,7 +352,10 @@ def progress(conn: sqlite3.Connection, wave_name: str) -> dict[str, pd.DataFrame
     frame = pd.read_sql_query(
         "SELECT a.grader_id, g.name, p.scenario, p.arm, a.status, a.active_s FROM grading_assignments a "
         "JOIN grading_packages p USING (wave, package_id) JOIN graders g ON g.wave = a.wave AND g.grader_id = a.grader_id "
-        "WHERE a.wave = ?", conn, params=(wave_name,))
+        "WHERE a.wave = ?",
+        conn,
+        params=(wave_name,),
+    )
 
     def counts(keys: list[str]) -> pd.DataFrame:
         table = frame.pivot_table(index=keys, columns="status", values="active_s", aggfunc="count", fill_value=0)
@@ -287,7 +370,20 @@ def progress(conn: sqlite3.Connection, wave_name: str) -> dict[str, pd.DataFrame
 
 
 #: Columns of the panel table (one row per package, judge and criterion).
-PANEL_COLUMNS = ("package_id", "run_id", "scenario", "arm", "model", "D", "E", "judge_id", "criterion", "score", "judge_q", "judge_accept")
+PANEL_COLUMNS = (
+    "package_id",
+    "run_id",
+    "scenario",
+    "arm",
+    "model",
+    "D",
+    "E",
+    "judge_id",
+    "criterion",
+    "score",
+    "judge_q",
+    "judge_accept",
+)
 
 
 def panel_frame(conn: sqlite3.Connection, wave_name: str) -> pd.DataFrame:
@@ -299,8 +395,10 @@ def panel_frame(conn: sqlite3.Connection, wave_name: str) -> pd.DataFrame:
     """
     out = []
     for r in conn.execute(
-            "SELECT p.package_id, p.run_id, p.scenario, p.arm, p.model, r.record_json FROM grading_packages p "
-            "JOIN runs r ON r.run_id = p.run_id WHERE p.wave = ? ORDER BY p.package_id", (wave_name,)):
+        "SELECT p.package_id, p.run_id, p.scenario, p.arm, p.model, r.record_json FROM grading_packages p "
+        "JOIN runs r ON r.run_id = p.run_id WHERE p.wave = ? ORDER BY p.package_id",
+        (wave_name,),
+    ):
         rec = json.loads(r["record_json"])
         base = {k: r[k] for k in ("package_id", "run_id", "scenario", "arm", "model")}
         base["D"], base["E"] = rec.get("D"), rec.get("E")
@@ -308,8 +406,16 @@ def panel_frame(conn: sqlite3.Connection, wave_name: str) -> pd.DataFrame:
             if j.get("error") or j.get("score_0_100") is None:
                 continue
             for criterion, score in sorted((j.get("criterion_scores") or {}).items()):
-                out.append({**base, "judge_id": j.get("judge_id"), "criterion": criterion, "score": int(score),
-                            "judge_q": float(j["score_0_100"]), "judge_accept": None if j.get("accept") is None else bool(j["accept"])})
+                out.append(
+                    {
+                        **base,
+                        "judge_id": j.get("judge_id"),
+                        "criterion": criterion,
+                        "score": int(score),
+                        "judge_q": float(j["score_0_100"]),
+                        "judge_accept": None if j.get("accept") is None else bool(j["accept"]),
+                    }
+                )
     return pd.DataFrame(out, columns=list(PANEL_COLUMNS))
 
 
@@ -323,10 +429,19 @@ def delete_simulated_wave(conn: sqlite3.Connection, wave_name: str) -> bool:
     if row is None:
         return False
     if row[0] != "simulated":
-        raise GradingError(f"grading wave {wave_name!r} holds experts' grades; it is never replaced (choose another wave name)")
+        raise GradingError(
+            f"grading wave {wave_name!r} holds experts' grades; it is never replaced (choose another wave name)"
+        )
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for table in ("grading_events", "grading_scores", "grading_assignments", "grading_packages", "graders", "grading_waves"):
+        for table in (
+            "grading_events",
+            "grading_scores",
+            "grading_assignments",
+            "grading_packages",
+            "graders",
+            "grading_waves",
+        ):
             conn.execute(f"DELETE FROM {table} WHERE wave = ?", (wave_name,))
         conn.execute("COMMIT")
     except BaseException:

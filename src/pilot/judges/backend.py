@@ -16,6 +16,7 @@ from pilot.judges.rubric import Criterion
 if TYPE_CHECKING:  # the office readers load with the panel, not with `pilot judge --help`
     from pilot.judges.render import RenderedPackage
 
+
 @dataclass(frozen=True)
 class JudgeRequest:
     """One call to one judge of the panel."""

@@ -13,8 +13,8 @@ content and different tells render to the same text.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable
 
 # Sentences that describe the worker's environment, tools or the harness.
 # Kept specific: words such as "shell" or "restricted" alone are ordinary

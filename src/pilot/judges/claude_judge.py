@@ -32,7 +32,18 @@ from pilot import protocol
 from pilot.judges.backend import JudgeReply, JudgeRequest
 
 # Environment passed through to the CLI; nothing else of the operator's is.
-PASSTHROUGH_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "HTTPS_PROXY", "NO_PROXY")
+PASSTHROUGH_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_AUTH_TOKEN",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "SSL_CERT_FILE",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+)
 QUIET_ENV = {
     "DISABLE_TELEMETRY": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -89,8 +100,14 @@ class ClaudeCodeJudge:
 
     name = "claude-code"
 
-    def __init__(self, claude_bin: Path | str | None = None, *, timeout_s: float = 600.0, study: protocol.Study | None = None,
-                 environ: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        claude_bin: Path | str | None = None,
+        *,
+        timeout_s: float = 600.0,
+        study: protocol.Study | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
         self.study = study or protocol.study()
         self.upstream = dict(environ) if environ is not None else None
         self.label_requests = bool(self.upstream and self.upstream.get(LABEL_REQUESTS_KEY))
@@ -98,7 +115,9 @@ class ClaudeCodeJudge:
             url = str(self.upstream.get("ANTHROPIC_BASE_URL") or "")
             if urlsplit(url).scheme != "http" or urlsplit(url).hostname not in _LOOPBACK:
                 # The label is for a rehearsal's own server; a mapping that asks for it with another address is a mistake.
-                raise ValueError(f"labelled judge requests go to a scripted server on loopback only, not to {url or 'no address'!r}")
+                raise ValueError(
+                    f"labelled judge requests go to a scripted server on loopback only, not to {url or 'no address'!r}"
+                )
         self.claude_bin = locate_claude(claude_bin)
         self.timeout_s = timeout_s
         self.bare = bool(self.study["cli"]["bare"])
@@ -107,7 +126,20 @@ class ClaudeCodeJudge:
 
     def command(self, model: str) -> list[str]:
         """The argument vector of one judge call (the prompt goes on stdin)."""
-        cmd = [str(self.claude_bin), "-p", "--output-format", "json", "--tools", "", "--max-turns", "1", "--model", model, "--setting-sources", ""]
+        cmd = [
+            str(self.claude_bin),
+            "-p",
+            "--output-format",
+            "json",
+            "--tools",
+            "",
+            "--max-turns",
+            "1",
+            "--model",
+            model,
+            "--setting-sources",
+            "",
+        ]
         if self.bare:
             cmd.append("--bare")
         return cmd
@@ -132,7 +164,14 @@ class ClaudeCodeJudge:
             with tempfile.TemporaryDirectory(prefix="judge-") as tmp:
                 t = Path(tmp)
                 (t / "config").mkdir()
-                proc = subprocess.run([str(self.claude_bin), "--version"], capture_output=True, text=True, timeout=60, cwd=t, env=self._env(t / "config", t))
+                proc = subprocess.run(
+                    [str(self.claude_bin), "--version"],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    cwd=t,
+                    env=self._env(t / "config", t),
+                )
             self._version = (proc.stdout.strip().split() or [""])[0]
         return self._version
 
@@ -194,8 +233,13 @@ def parse_cli_output(stdout: str, returncode: int, stderr: str = "") -> JudgeRep
     return JudgeReply(text, cost, None)
 
 
-def new_judge(*, claude_bin: Path | str | None = None, study: protocol.Study | None = None,
-              environ: dict[str, str] | None = None, timeout_s: float | None = None) -> ClaudeCodeJudge:
+def new_judge(
+    *,
+    claude_bin: Path | str | None = None,
+    study: protocol.Study | None = None,
+    environ: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> ClaudeCodeJudge:
     """The ``judge`` role of the CLI backends (:mod:`pilot.backends`); ``timeout_s`` per call (None: the default)."""
     if timeout_s is None:
         return ClaudeCodeJudge(claude_bin, study=study, environ=environ)

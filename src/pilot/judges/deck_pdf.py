@@ -31,7 +31,9 @@ class DeckRenderError(RuntimeError):
         self.deck, self.reason = Path(deck), reason
 
 
-def render_deck_pdf(deck: Path, out_dir: Path, *, workspace: Path | None = None, timeout_s: float = RENDER_TIMEOUT_S) -> Path:
+def render_deck_pdf(
+    deck: Path, out_dir: Path, *, workspace: Path | None = None, timeout_s: float = RENDER_TIMEOUT_S
+) -> Path:
     """Render ``deck`` to ``out_dir/<stem>.pdf`` with LibreOffice Impress; returns the PDF's path.
 
     ``workspace`` is the folder the deck must lie in (its own folder by default). Raises
@@ -49,8 +51,20 @@ def render_deck_pdf(deck: Path, out_dir: Path, *, workspace: Path | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="deck-pdf-") as tmp:
         profile = Path(tmp) / "profile"
-        cmd = [soffice, f"-env:UserInstallation={profile.resolve().as_uri()}", "--headless", "--norestore", "--nolockcheck",
-               "--nodefault", "--nologo", "--convert-to", "pdf:impress_pdf_Export", "--outdir", str(out_dir), str(deck)]
+        cmd = [
+            soffice,
+            f"-env:UserInstallation={profile.resolve().as_uri()}",
+            "--headless",
+            "--norestore",
+            "--nolockcheck",
+            "--nodefault",
+            "--nologo",
+            "--convert-to",
+            "pdf:impress_pdf_Export",
+            "--outdir",
+            str(out_dir),
+            str(deck),
+        ]
         env = dict(os.environ, HOME=tmp, SAL_USE_VCLPLUGIN="svp")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
@@ -61,7 +75,9 @@ def render_deck_pdf(deck: Path, out_dir: Path, *, workspace: Path | None = None,
             raise DeckRenderError(deck, f"LibreOffice did not finish within {timeout_s:.0f} s") from None
     pdf = out_dir / f"{deck.stem}.pdf"
     if proc.returncode != 0 or not pdf.is_file():
-        raise DeckRenderError(deck, f"LibreOffice failed ({out.decode('utf-8', 'replace').strip()[-300:] or proc.returncode})")
+        raise DeckRenderError(
+            deck, f"LibreOffice failed ({out.decode('utf-8', 'replace').strip()[-300:] or proc.returncode})"
+        )
     return pdf
 
 

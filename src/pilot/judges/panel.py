@@ -8,9 +8,10 @@ once; after that the judge is missing for the run, never scored zero.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pilot import backends, protocol
 from pilot.judges.backend import JudgeBackend, JudgeRequest
@@ -49,8 +50,14 @@ class JudgeResult:
         return asdict(self)
 
 
-def make_backend(backend: str | JudgeBackend, *, claude_bin: Path | str | None = None, study: protocol.Study | None = None,
-                 environ: dict[str, str] | None = None, timeout_s: float | None = None) -> JudgeBackend:
+def make_backend(
+    backend: str | JudgeBackend,
+    *,
+    claude_bin: Path | str | None = None,
+    study: protocol.Study | None = None,
+    environ: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> JudgeBackend:
     """A judge backend by name (``simulated`` or ``claude-code``), or the object given (as it was made).
 
     ``environ`` gives the CLI judges their upstream (the rehearsal's scripted model server) instead of this process's;
@@ -71,7 +78,16 @@ def judge_prompt(prompt: JudgePrompt, *, backend: JudgeBackend, seed: int, panel
         text = prompt.text
         for attempt in (0, 1):
             reply = backend.complete(
-                JudgeRequest(member["id"], member["model"], int(member["draw"]), attempt, text, prompt.criteria, prompt.package, int(seed))
+                JudgeRequest(
+                    member["id"],
+                    member["model"],
+                    int(member["draw"]),
+                    attempt,
+                    text,
+                    prompt.criteria,
+                    prompt.package,
+                    int(seed),
+                )
             )
             res.attempts = attempt + 1
             res.cost_usd += float(reply.cost_usd or 0.0)

@@ -10,9 +10,10 @@ oracle or another judge's output, so none of them can reach a judge.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pilot.judges.blinding import scrub
 from pilot.judges.render import RenderedPackage, RenderLimits, render_package
@@ -129,12 +130,16 @@ def deliverable_requirements(scenario: Any) -> dict[str, dict[str, Any]]:
         name = _get(d, "name")
         if name:
             out[Path(str(name)).name] = {
-                k: _get(d, k) for k in ("kind", "min_words", "requires_formulas", "required_sections") if _get(d, k) not in (None, (), [])
+                k: _get(d, k)
+                for k in ("kind", "min_words", "requires_formulas", "required_sections")
+                if _get(d, k) not in (None, (), [])
             }
     return out
 
 
-def prompt_for_run(scenario: Any, outputs_dir: Path, *, withheld: Iterable[str] = (), limits: RenderLimits | None = None) -> JudgePrompt:
+def prompt_for_run(
+    scenario: Any, outputs_dir: Path, *, withheld: Iterable[str] = (), limits: RenderLimits | None = None
+) -> JudgePrompt:
     """Render a run's deliverables and build the judges' prompt for its scenario.
 
     ``withheld`` lists literal strings of the run (run id, node name,
@@ -142,7 +147,9 @@ def prompt_for_run(scenario: Any, outputs_dir: Path, *, withheld: Iterable[str] 
     """
     brief_path = Path(_get(scenario, "brief_path"))
     brief = brief_path.read_text(encoding="utf-8")
-    criteria = criteria_from(_get(scenario, "rubric"), source=f"rubric of {_get(scenario, 'id', brief_path.parent.name)}")
+    criteria = criteria_from(
+        _get(scenario, "rubric"), source=f"rubric of {_get(scenario, 'id', brief_path.parent.name)}"
+    )
     package = render_package(Path(outputs_dir), requested_names(scenario), limits, deliverable_requirements(scenario))
     out_abs = Path(outputs_dir).resolve()
     withheld = [str(out_abs), str(out_abs.parent), *withheld]
@@ -153,6 +160,9 @@ def dump_prompt(prompt: JudgePrompt, path: Path) -> None:
     """Write a prompt and its rendered features for inspection."""
     path.write_text(prompt.text, encoding="utf-8")
     path.with_suffix(".features.json").write_text(
-        json.dumps([{"requested": d.requested, "status": d.status, **d.features} for d in prompt.package.deliverables], indent=2),
+        json.dumps(
+            [{"requested": d.requested, "status": d.status, **d.features} for d in prompt.package.deliverables],
+            indent=2,
+        ),
         encoding="utf-8",
     )

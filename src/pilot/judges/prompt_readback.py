@@ -17,7 +17,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pilot.judges.render import COMPLETION_RECORD, FORMAT_LABELS, RenderedDeliverable, RenderedPackage, format_of, sections_found
+from pilot.judges.render import (
+    COMPLETION_RECORD,
+    FORMAT_LABELS,
+    RenderedDeliverable,
+    RenderedPackage,
+    format_of,
+    sections_found,
+)
 from pilot.judges.rubric import Criterion, criteria_from
 
 ASSIGNMENT = "== THE ASSIGNMENT (the brief the team member received) =="
@@ -39,7 +46,7 @@ def _between(text: str, start: str, end: str) -> str:
     i, j = text.find(start), text.find(end)
     if i < 0 or j < 0 or j < i:
         raise PromptNotUnderstood(f"the prompt lacks the part {start!r} .. {end!r}")
-    return text[i + len(start): j].strip()
+    return text[i + len(start) : j].strip()
 
 
 def _chunks(package: str, names: list[str]) -> dict[str, list[str]]:
@@ -66,17 +73,36 @@ def _features(fmt: str, lines: list[str]) -> dict[str, Any]:
         # Each sheet's first line is its column letters; each row's first cell its number.
         rows = [r for r in rows if not (r and r[0] == "" and all(_COLUMN.fullmatch(c) for c in r[1:]))]
         cells = [c for r in rows for c in r[1:]]
-        f.update(n_cells=sum(1 for c in cells if c), n_formulas=sum(1 for c in cells if c.startswith("=")),
-                 n_error_values=sum(1 for c in cells if _ERROR_VALUES.search(c)))
+        f.update(
+            n_cells=sum(1 for c in cells if c),
+            n_formulas=sum(1 for c in cells if c.startswith("=")),
+            n_error_values=sum(1 for c in cells if _ERROR_VALUES.search(c)),
+        )
     elif fmt == "table":
         cells = [c.strip() for ln in table for c in ln.strip().strip("|").split("|")]
         rows = [m for ln in lines for m in re.findall(r"\((\d+) rows x \d+ columns\)", ln)]
-        f.update(n_cells=sum(1 for c in cells if c), n_rows=sum(int(r) for r in rows) or len(table),
-                 n_formulas=sum(1 for c in cells if c.startswith("=")), n_error_values=sum(1 for c in cells if _ERROR_VALUES.search(c)))
+        f.update(
+            n_cells=sum(1 for c in cells if c),
+            n_rows=sum(int(r) for r in rows) or len(table),
+            n_formulas=sum(1 for c in cells if c.startswith("=")),
+            n_error_values=sum(1 for c in cells if _ERROR_VALUES.search(c)),
+        )
     else:
-        text_lines = [ln for ln in body if not re.match(r"^--- page \d+ of \d+ ---$", ln) and not re.match(r"^Table \(\d+ rows\):$", ln)]
-        words = sum(len((ln.strip().strip("|").replace("|", " ") if ln.lstrip().startswith("|") else re.sub(r"^(#{1,6}|-)\s+", "", ln)).split())
-                    for ln in text_lines)
+        text_lines = [
+            ln
+            for ln in body
+            if not re.match(r"^--- page \d+ of \d+ ---$", ln) and not re.match(r"^Table \(\d+ rows\):$", ln)
+        ]
+        words = sum(
+            len(
+                (
+                    ln.strip().strip("|").replace("|", " ")
+                    if ln.lstrip().startswith("|")
+                    else re.sub(r"^(#{1,6}|-)\s+", "", ln)
+                ).split()
+            )
+            for ln in text_lines
+        )
         f.update(n_words=words, n_headings=sum(1 for ln in text_lines if re.match(r"^#{1,6}\s+\S", ln)))
     return f
 
@@ -84,8 +110,15 @@ def _features(fmt: str, lines: list[str]) -> dict[str, Any]:
 def _deliverable(name: str, lines: list[str] | None, requirements: dict[str, Any]) -> RenderedDeliverable:
     text = "\n".join([f"### {name}", *(lines or [])])
     if lines is None or any(ln.startswith("(not delivered") for ln in lines[:1]):
-        return RenderedDeliverable(name, [], "missing", "none", text, {"present": False, "substitute": False, "unreadable": False},
-                                   requirements=dict(requirements))
+        return RenderedDeliverable(
+            name,
+            [],
+            "missing",
+            "none",
+            text,
+            {"present": False, "substitute": False, "unreadable": False},
+            requirements=dict(requirements),
+        )
     status, fmt, delivered = "delivered", format_of(Path(name)), [name]
     m = _RECEIVED.match(lines[0].strip()) if lines else None
     if m:
@@ -93,7 +126,7 @@ def _deliverable(name: str, lines: list[str] | None, requirements: dict[str, Any
         label = m.group(2).strip()
         fmt = next((k for k, v in FORMAT_LABELS.items() if v == label), format_of(Path(delivered[0])))
         status = "substitute"
-    shown = [ln for ln in lines[1 if m else 0:] if ln.strip()]
+    shown = [ln for ln in lines[1 if m else 0 :] if ln.strip()]
     if name == COMPLETION_RECORD:
         fmt = "text"
     if shown and all(ln.startswith(_NOT_SHOWN) for ln in shown):
@@ -102,8 +135,13 @@ def _deliverable(name: str, lines: list[str] | None, requirements: dict[str, Any
     if name == COMPLETION_RECORD:
         # The record is rendered as fields, not read as text: its features are its counts.
         n_q = next((int(m.group(1)) for ln in lines for m in [re.match(r"^questions \((\d+)\):$", ln)] if m), 0)
-        f = {"present": True, "substitute": False, "unreadable": False, "n_questions": n_q,
-             "n_substitutions": sum(1 for ln in lines if ln.startswith("in another format: "))}
+        f = {
+            "present": True,
+            "substitute": False,
+            "unreadable": False,
+            "n_questions": n_q,
+            "n_substitutions": sum(1 for ln in lines if ln.startswith("in another format: ")),
+        }
         return RenderedDeliverable(name, delivered, status, fmt, text, f, requirements=dict(requirements))
     f = _features(fmt, lines)
     f.update(substitute=status == "substitute", unreadable=False)
@@ -123,7 +161,9 @@ def read_back(prompt: str) -> tuple[Any, list[Criterion], RenderedPackage]:
     hits = [load_scenario(s) for s in list_scenarios()]
     hits = [sc for sc in hits if " ".join(sc.brief.split()) == norm]
     if len(hits) != 1:
-        raise PromptNotUnderstood(f"the prompt's brief matches {len(hits)} scenarios of the protocol (expected exactly one)")
+        raise PromptNotUnderstood(
+            f"the prompt's brief matches {len(hits)} scenarios of the protocol (expected exactly one)"
+        )
     scenario = hits[0]
     criteria = criteria_from(scenario.rubric, source=f"rubric of {scenario.id}")
     m = re.search(r"^Criterion ids: (.+)$", prompt, re.M)

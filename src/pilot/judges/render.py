@@ -31,9 +31,10 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from openpyxl.utils import get_column_letter
 
@@ -207,7 +208,9 @@ def _render_workbook(path: Path, budget: _Budget, lim: RenderLimits, feats: dict
                             feats["n_formulas_uncomputed"] += 1
                             cells.append(_cell_text(raw, lim.max_cell_chars))
                         else:
-                            cells.append(_cell_text(f"{raw} -> {_cell_text(cached, lim.max_cell_chars)}", lim.max_cell_chars * 2))
+                            cells.append(
+                                _cell_text(f"{raw} -> {_cell_text(cached, lim.max_cell_chars)}", lim.max_cell_chars * 2)
+                            )
                     else:
                         shown = cached if cached is not None else raw
                         cells.append(_cell_text(shown, lim.max_cell_chars))
@@ -517,7 +520,11 @@ def find_delivered(requested: str, outputs_dir: Path) -> tuple[str, list[Path]]:
         if stem + suffix in files:
             found.append(files[stem + suffix])
         # Several parts of one substitute: name.<part>.csv
-        found.extend(p for n, p in files.items() if n.startswith(stem + ".") and n.endswith(suffix) and n != stem + suffix and n.count(".") >= 2)
+        found.extend(
+            p
+            for n, p in files.items()
+            if n.startswith(stem + ".") and n.endswith(suffix) and n != stem + suffix and n.count(".") >= 2
+        )
     if found:
         uniq = list(dict.fromkeys(found))
         return "substitute", uniq
@@ -550,12 +557,16 @@ def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> Render
         return RenderedDeliverable(COMPLETION_RECORD, [path.name], "unreadable", "text", budget.text(), feats)
     budget.add(f"status: {rec.get('status', '(not stated)')}")
     files = rec.get("deliverables")
-    budget.add("deliverables: " + (", ".join(map(str, files)) if isinstance(files, list) and files else "(none listed)"))
+    budget.add(
+        "deliverables: " + (", ".join(map(str, files)) if isinstance(files, list) and files else "(none listed)")
+    )
     subs = [s for s in rec.get("substitutions") or [] if isinstance(s, dict)]
     for s in subs:
         # The reason itself can only describe the environment; the judge learns whether one was given.
         given = "a reason is given" if isinstance(s.get("reason"), str) and s["reason"].strip() else "no reason given"
-        budget.add(f"in another format: requested {s.get('requested', '?')}, delivered {s.get('delivered', '?')} ({given})")
+        budget.add(
+            f"in another format: requested {s.get('requested', '?')}, delivered {s.get('delivered', '?')} ({given})"
+        )
     # Questions and notes are scrubbed here too, so that an entry made only of
     # tells leaves no empty label or tell-tale count behind.
     from pilot.judges.blinding import scrub
@@ -572,10 +583,14 @@ def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> Render
             budget.add("notes:")
             budget.add(kept)
     feats.update(n_questions=len(questions), n_substitutions=len(subs))
-    return RenderedDeliverable(COMPLETION_RECORD, [path.name], "delivered", "text", budget.text(), feats, budget.truncated)
+    return RenderedDeliverable(
+        COMPLETION_RECORD, [path.name], "delivered", "text", budget.text(), feats, budget.truncated
+    )
 
 
-def render_deliverable(requested: str, outputs_dir: Path, limits: RenderLimits | None = None, max_chars: int | None = None) -> RenderedDeliverable:
+def render_deliverable(
+    requested: str, outputs_dir: Path, limits: RenderLimits | None = None, max_chars: int | None = None
+) -> RenderedDeliverable:
     """Render one requested deliverable from ``outputs_dir``; never raises on a bad file."""
     lim = limits or RenderLimits()
     req = Path(requested).name

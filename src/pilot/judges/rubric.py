@@ -8,10 +8,11 @@ both and refuses a malformed rubric with a message naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 ANCHOR_LEVELS = (0, 2, 4)
 MAX_SCORE = 4
@@ -99,14 +100,20 @@ def criteria_from(rubric: Any, source: str = "rubric") -> list[Criterion]:
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
             raise RubricError(source, f"{field}.weight", f"must be a positive number, got {weight!r}")
         if (10**WEIGHT_DECIMALS) % exact_weight(weight).denominator:
-            raise RubricError(source, f"{field}.weight", f"must be stated with at most {WEIGHT_DECIMALS} decimals, got {weight!r}")
+            raise RubricError(
+                source, f"{field}.weight", f"must be stated with at most {WEIGHT_DECIMALS} decimals, got {weight!r}"
+            )
         desc = _get(item, "description", None) or _get(item, "name", None) or _get(item, "title", None)
         if not isinstance(desc, str) or not desc.strip():
             raise RubricError(source, f"{field}.description", "a criterion needs a description of what it assesses")
         title = _get(item, "name", None) or _get(item, "title", None)
         if isinstance(title, str) and title.strip() and title.strip() not in desc:
             desc = f"{title.strip()}: {desc.strip()}"
-        out.append(Criterion(cid, float(weight), " ".join(desc.split()), _anchors(_get(item, "anchors"), source, f"{field}.anchors")))
+        out.append(
+            Criterion(
+                cid, float(weight), " ".join(desc.split()), _anchors(_get(item, "anchors"), source, f"{field}.anchors")
+            )
+        )
     return out
 
 

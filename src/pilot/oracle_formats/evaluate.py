@@ -15,15 +15,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
+from pilot.oracle_formats.pptx_reader import Deck, read_deck
 from pilot.oracles import criteria as core_criteria
 from pilot.oracles import guard
 from pilot.oracles.context import WorkspaceContext
-from pilot.oracles.evaluate import CriterionResult, Evaluation, FORM_KINDS, default_recalculator
+from pilot.oracles.evaluate import FORM_KINDS, CriterionResult, Evaluation, default_recalculator
 from pilot.oracles.recalc import Recalculator
-from pilot.oracle_formats.pptx_reader import Deck, read_deck
 from pilot.scenarios.bundle import Scenario
 
 # The module, not the function of the same name that pilot.oracles exports.
@@ -33,8 +33,17 @@ DECK_KIND = "pptx"
 #: Text delivered in place of a deck: noted as a substitute, and it fails the deck's presence criterion.
 DECK_SUBSTITUTES = (".md", ".txt")
 
-__all__ = ["CriterionResult", "DeckContext", "Evaluation", "default_recalculator", "evaluate", "evaluate_form",
-           "evaluate_many", "has_deck", "FORM_KINDS"]
+__all__ = [
+    "CriterionResult",
+    "DeckContext",
+    "Evaluation",
+    "default_recalculator",
+    "evaluate",
+    "evaluate_form",
+    "evaluate_many",
+    "has_deck",
+    "FORM_KINDS",
+]
 
 
 def has_deck(scenario: Scenario) -> bool:
@@ -56,16 +65,25 @@ class DeckContext(WorkspaceContext):
         cand = self.outputs / name
         if cand.exists() or cand.is_symlink() or not self.outputs.is_dir():
             return st
-        subs = tuple(p for p in sorted(self.outputs.iterdir())
-                     if p.name != name and p.suffix.lower() in DECK_SUBSTITUTES
-                     and (p.stem == deliv.stem or p.name.startswith(deliv.stem + ".")))
+        subs = tuple(
+            p
+            for p in sorted(self.outputs.iterdir())
+            if p.name != name
+            and p.suffix.lower() in DECK_SUBSTITUTES
+            and (p.stem == deliv.stem or p.name.startswith(deliv.stem + "."))
+        )
         if not subs:
             return st
         from pilot.oracles.context import FileStatus
 
         shown = ", ".join(p.name for p in subs)
-        res = FileStatus(name, None, f"{name} was not delivered; the text substitute {shown} stands in its place, "
-                                     f"and this criterion requires the {deliv.kind} format", subs)
+        res = FileStatus(
+            name,
+            None,
+            f"{name} was not delivered; the text substitute {shown} stands in its place, "
+            f"and this criterion requires the {deliv.kind} format",
+            subs,
+        )
         self._memo[("status", name)] = res
         return res
 
@@ -117,8 +135,12 @@ class _AsDocument:
     def __init__(self, ctx: DeckContext) -> None:
         self._ctx = ctx
         sc = ctx.scenario
-        self.scenario = dataclasses.replace(sc, deliverables=tuple(
-            dataclasses.replace(d, kind="docx") if d.kind == DECK_KIND else d for d in sc.deliverables))
+        self.scenario = dataclasses.replace(
+            sc,
+            deliverables=tuple(
+                dataclasses.replace(d, kind="docx") if d.kind == DECK_KIND else d for d in sc.deliverables
+            ),
+        )
 
     def deliverable(self, name: str):
         d = self._ctx.deliverable(name)
@@ -144,12 +166,17 @@ def run_criteria(criteria, ctx: DeckContext) -> list[CriterionResult]:
     for crit in order:
         blocker = core._blocker(criteria, crit, results)
         if blocker is not None:
-            res = CriterionResult(crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id)
+            res = CriterionResult(
+                crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id
+            )
         else:
             try:
                 passed, reason = _check(ctx, crit)
             except Exception as exc:  # noqa: BLE001 - a crash on a hostile file is a failed criterion
-                passed, reason = False, f"{crit.file}: the check could not read the file ({type(exc).__name__}: {str(exc)[:200]})"
+                passed, reason = (
+                    False,
+                    f"{crit.file}: the check could not read the file ({type(exc).__name__}: {str(exc)[:200]})",
+                )
             res = CriterionResult(crit.id, crit.kind, crit.required, bool(passed), reason, crit.file)
         results[crit.id] = res
     return [results[c.id] for c in criteria]
@@ -182,21 +209,33 @@ def evaluate(
     except OSError as exc:  # the deck's guarded reader could not start
         errors.append(f"the guarded deck reader could not start ({exc})")
         results = []
-    substitutes = {d.name: [p.name for p in ctx.status(d.name).substitutes] for d in scenario.file_deliverables if ctx.status(d.name).substitutes}
+    substitutes = {
+        d.name: [p.name for p in ctx.status(d.name).substitutes]
+        for d in scenario.file_deliverables
+        if ctx.status(d.name).substitutes
+    }
     errors.extend(ctx.errors)
     E = bool(e_reasons)
     D = bool(results) and all(c.passed for c in results if c.required) and not E and not errors
-    return Evaluation(scenario.id, str(workspace), D, E, e_reasons, results, time.perf_counter() - t0, substitutes, errors)
+    return Evaluation(
+        scenario.id, str(workspace), D, E, e_reasons, results, time.perf_counter() - t0, substitutes, errors
+    )
 
 
 @guard.holding()
 def evaluate_form(
-    scenario: Scenario, workspace: Path, *, recalculator: Recalculator | None = None, guard_limits: dict | None = None,
+    scenario: Scenario,
+    workspace: Path,
+    *,
+    recalculator: Recalculator | None = None,
+    guard_limits: dict | None = None,
 ) -> tuple[list[CriterionResult], list[str]]:
     """The oracle's form checks alone (no answer is consulted): (results, evaluation errors)."""
     if not has_deck(scenario):
         return core.evaluate_form(scenario, workspace, recalculator=recalculator, guard_limits=guard_limits)
-    ctx = DeckContext(scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits)
+    ctx = DeckContext(
+        scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits
+    )
     results = run_criteria([c for c in scenario.oracle.criteria if c.kind in FORM_KINDS], ctx)
     return results, list(ctx.errors)
 

@@ -117,7 +117,9 @@ def _child_setup(mem: int):
     return setup
 
 
-def probe(path: Path, *, timeout_s: float = PROBE_TIMEOUT_S, memory_limit_bytes: int = PROBE_MEMORY_BYTES) -> str | None:
+def probe(
+    path: Path, *, timeout_s: float = PROBE_TIMEOUT_S, memory_limit_bytes: int = PROBE_MEMORY_BYTES
+) -> str | None:
     """Parse ``path`` in a child process under a time and a memory limit: None when it parsed, else why not.
 
     Raises OSError when the child cannot be started (not the deck's doing).
@@ -127,8 +129,9 @@ def probe(path: Path, *, timeout_s: float = PROBE_TIMEOUT_S, memory_limit_bytes:
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
-                             preexec_fn=_child_setup(memory_limit_bytes))
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=env, preexec_fn=_child_setup(memory_limit_bytes)
+        )
     except subprocess.TimeoutExpired:
         return f"took longer than {timeout_s:.0f} s to read"
     try:
@@ -147,8 +150,11 @@ def read_deck(candidate: Path, workspace: Path, *, guard_limits: dict | None = N
     if reason:
         return None, reason
     limits = guard_limits or {}
-    verdict = probe(screened.path, timeout_s=float(limits.get("per_file_timeout_s", PROBE_TIMEOUT_S)),
-                    memory_limit_bytes=int(limits.get("memory_limit_bytes", PROBE_MEMORY_BYTES)))
+    verdict = probe(
+        screened.path,
+        timeout_s=float(limits.get("per_file_timeout_s", PROBE_TIMEOUT_S)),
+        memory_limit_bytes=int(limits.get("memory_limit_bytes", PROBE_MEMORY_BYTES)),
+    )
     if verdict:
         return None, f"{screened.path.name} {verdict}"
     try:

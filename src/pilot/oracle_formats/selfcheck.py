@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pilot.oracle_formats.evaluate import evaluate_form, has_deck
 from pilot.oracles import selfcheck as core
 from pilot.oracles.selfcheck import SelfCheckReport, embedded_spec, selfcheck_spec
-from pilot.oracle_formats.evaluate import evaluate_form, has_deck
 from pilot.scenarios.bundle import Scenario, load_scenario
 
 
 def run_selfcheck(
-    workspace: Path, scenario: Scenario | str | None = None, *, timeout: float = core.TIMEOUT_S, recalculator=None,
+    workspace: Path,
+    scenario: Scenario | str | None = None,
+    *,
+    timeout: float = core.TIMEOUT_S,
+    recalculator=None,
 ) -> SelfCheckReport:
     """As :func:`pilot.oracles.selfcheck.run_selfcheck`; a deck scenario's form checks read the deck."""
     workspace = Path(workspace)
@@ -44,12 +48,20 @@ def _with_form_checks(report: SelfCheckReport, scenario: Scenario, workspace: Pa
     results, errors = evaluate_form(scenario, workspace, recalculator=recalculator)
     failed = [r for r in results if not r.passed and r.blocked_by is None]
     tool_fails = [line for line in report.lines if line.startswith("FAIL")]
-    extra = [f"FAIL  {r.reason} (oracle form check {r.id})" for r in failed if not any(r.file in line for line in tool_fails)]
+    extra = [
+        f"FAIL  {r.reason} (oracle form check {r.id})" for r in failed if not any(r.file in line for line in tool_fails)
+    ]
     warnings = [f"WARN  the oracle's form checks could not run in full: {e}" for e in errors]
     if not extra and (report.passed or not failed):
-        return SelfCheckReport(report.passed, report.lines[:-1] + warnings + report.lines[-1:], report.exit_code) if warnings else report
+        return (
+            SelfCheckReport(report.passed, report.lines[:-1] + warnings + report.lines[-1:], report.exit_code)
+            if warnings
+            else report
+        )
     if not extra:
         return report
     body = [line for line in report.lines if not line.startswith(("SELF-CHECK PASSED", "SELF-CHECK FAILED"))]
     n = len(tool_fails) + len(extra)
-    return SelfCheckReport(False, body + extra + warnings + [f"SELF-CHECK FAILED: {n} problem(s)"], report.exit_code or 1)
+    return SelfCheckReport(
+        False, body + extra + warnings + [f"SELF-CHECK FAILED: {n} problem(s)"], report.exit_code or 1
+    )

@@ -20,17 +20,31 @@ the same file, so the judges see exactly what the oracle accepted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from pilot.oracles import guard, safety
 
 #: File kinds by suffix, as the three readers understand them.
 KIND_BY_SUFFIX = {
-    ".xlsx": "xlsx", ".xlsm": "xlsx", ".docx": "docx", ".pdf": "pdf",
-    ".csv": "text", ".tsv": "text", ".md": "text", ".markdown": "text", ".txt": "text", ".text": "text",
-    ".json": "text", ".html": "text", ".htm": "text", ".xml": "text", ".yaml": "text", ".yml": "text", ".rst": "text",
+    ".xlsx": "xlsx",
+    ".xlsm": "xlsx",
+    ".docx": "docx",
+    ".pdf": "pdf",
+    ".csv": "text",
+    ".tsv": "text",
+    ".md": "text",
+    ".markdown": "text",
+    ".txt": "text",
+    ".text": "text",
+    ".json": "text",
+    ".html": "text",
+    ".htm": "text",
+    ".xml": "text",
+    ".yaml": "text",
+    ".yml": "text",
+    ".rst": "text",
 }
 #: Kinds a library parses (and so the guard child parses first).
 PARSED_KINDS = ("xlsx", "docx", "pdf")

@@ -53,7 +53,9 @@ class FileStatus:
 class WorkspaceContext:
     """Cached, defensive access to the deliverables of one workspace."""
 
-    def __init__(self, scenario: Scenario, workspace: Path, recalculator: Recalculator | None, guard_limits: dict | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, workspace: Path, recalculator: Recalculator | None, guard_limits: dict | None = None
+    ) -> None:
         self.scenario = scenario
         self.workspace = Path(workspace)
         self.outputs = self.workspace / "outputs"
@@ -87,13 +89,18 @@ class WorkspaceContext:
             if subs:
                 shown = ", ".join(p.name for p in subs)
                 return FileStatus(
-                    name, None,
+                    name,
+                    None,
                     f"{name} was not delivered; the text substitute {shown} stands in its place, "
                     f"and this criterion requires the {deliv.kind} format",
                     subs,
                 )
             if not cand.exists() and not cand.is_symlink():
-                near = [p.name for p in self.outputs.iterdir() if p.name.lower() == name.lower()] if self.outputs.is_dir() else []
+                near = (
+                    [p.name for p in self.outputs.iterdir() if p.name.lower() == name.lower()]
+                    if self.outputs.is_dir()
+                    else []
+                )
                 hint = f"; found {near[0]}, whose name differs in case" if near else ""
                 return FileStatus(name, None, f"{name} was not delivered (no outputs/{name}){hint}")
             return FileStatus(name, None, screened.reason)
@@ -158,7 +165,11 @@ class WorkspaceContext:
                     return reason
                 if any(line.strip() for line in lines):
                     return None
-                return f"{name} holds no text" if kind == "docx" else f"{name} has no extractable text (a scanned image or blank pages)"
+                return (
+                    f"{name} holds no text"
+                    if kind == "docx"
+                    else f"{name} has no extractable text (a scanned image or blank pages)"
+                )
             if kind == "csv":
                 _, reason = self.csv(name)
                 return reason
@@ -212,7 +223,9 @@ class WorkspaceContext:
             import zipfile
 
             with zipfile.ZipFile(self.status(name).path) as zf:
-                return sorted(n for n in zf.namelist() if n.lower().startswith("xl/externallinks/") and n.lower().endswith(".xml"))
+                return sorted(
+                    n for n in zf.namelist() if n.lower().startswith("xl/externallinks/") and n.lower().endswith(".xml")
+                )
 
         return self._cached(("links", name), compute)
 

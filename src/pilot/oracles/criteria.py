@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Callable
 
 from pilot import paths
 from pilot.oracles import amounts
@@ -61,18 +61,28 @@ def check_formulas(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     where = f"sheet {c.get('sheet')!r}" if c.get("sheet") else "the workbook"
     if n >= need:
         return True, f"{n} formula cells in {where} (at least {need} required)"
-    return False, f"{n} formula cells in {where}; the brief asks for a working, formula-bearing workbook (at least {need} formulas expected)"
+    return (
+        False,
+        f"{n} formula cells in {where}; the brief asks for a working, formula-bearing workbook (at least {need} formulas expected)",
+    )
 
 
 def check_no_error_values(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     links = ctx.external_links(c.file)
     if links:
-        return False, (f"{c.file} links to other workbooks ({', '.join(links[:3])}): the values taken from them are cached copies "
-                       "that cannot be recalculated or verified here")
+        return False, (
+            f"{c.file} links to other workbooks ({', '.join(links[:3])}): the values taken from them are cached copies "
+            "that cannot be recalculated or verified here"
+        )
     wb, reason = ctx.recalculated(c.file)
     if reason:
         return False, reason
-    errors = [f"{ws.title}!{cell.coordinate} = {cell.value}" for ws in wb.worksheets for cell in cells_of(ws) if is_error_value(cell)]
+    errors = [
+        f"{ws.title}!{cell.coordinate} = {cell.value}"
+        for ws in wb.worksheets
+        for cell in cells_of(ws)
+        if is_error_value(cell)
+    ]
     if errors:
         more = f" and {len(errors) - 5} more" if len(errors) > 5 else ""
         return False, f"after recalculation {c.file} shows error values: {'; '.join(errors[:5])}{more}"
@@ -91,7 +101,7 @@ def normalise_label(text: str) -> str:
     return t.rstrip(":").strip()
 
 
-def label_pattern(label: str) -> "re.Pattern[str]":
+def label_pattern(label: str) -> re.Pattern[str]:
     """The criterion's label as a whole-cell pattern (anchors written in the oracle file are redundant)."""
     core = re.sub(r"^\^?(?:\\s\*)?", "", label)
     core = re.sub(r"(?:\\s\*)?\$?$", "", core)
@@ -101,8 +111,11 @@ def label_pattern(label: str) -> "re.Pattern[str]":
 def label_cells(ws, label: str) -> list:
     """Every cell of ``ws`` whose whole (normalised) text is the label."""
     rx = label_pattern(label)
-    return [cell for cell in cells_of(ws) if isinstance(cell.value, str) and not cell.value.startswith("=")
-            and rx.fullmatch(normalise_label(cell.value))]
+    return [
+        cell
+        for cell in cells_of(ws)
+        if isinstance(cell.value, str) and not cell.value.startswith("=") and rx.fullmatch(normalise_label(cell.value))
+    ]
 
 
 def _stored(ws, row: int, col: int):
@@ -123,16 +136,26 @@ def _value_cell(ws, label_cell, column_pat: str | None):
         rx = re.compile(column_pat, re.I)
         header_col = None
         for cell in reversed(cells_of(ws)):
-            if cell.row < row and isinstance(cell.value, (str, int)) and not isinstance(cell.value, bool) and rx.search(str(cell.value)):
+            if (
+                cell.row < row
+                and isinstance(cell.value, (str, int))
+                and not isinstance(cell.value, bool)
+                and rx.search(str(cell.value))
+            ):
                 header_col = cell.column
                 break
         if header_col is None:
             return None, f"no column headed /{column_pat}/ above {ws.title}!{label_cell.coordinate}"
         target = _stored(ws, row, header_col)
         if target is None or target.value is None or (isinstance(target.value, str) and not target.value.strip()):
-            return None, f"{ws.title}!{label_cell.coordinate.rstrip('0123456789')}{row} row has nothing under /{column_pat}/"
+            return (
+                None,
+                f"{ws.title}!{label_cell.coordinate.rstrip('0123456789')}{row} row has nothing under /{column_pat}/",
+            )
         return target, None
-    for cell in sorted((c for c in cells_of(ws) if c.row == row and c.column > label_cell.column), key=lambda c: c.column):
+    for cell in sorted(
+        (c for c in cells_of(ws) if c.row == row and c.column > label_cell.column), key=lambda c: c.column
+    ):
         if cell.value is None or (isinstance(cell.value, str) and not cell.value.strip()):
             continue
         return cell, None
@@ -157,7 +180,9 @@ def _recalculated_sheets(ctx: WorkspaceContext, c: Criterion):
     return _sheets(wb, c)
 
 
-def labelled_numbers(sheets, label: str, column: str | None) -> tuple[list[tuple[str, str, Decimal]], list[str], list[str]]:
+def labelled_numbers(
+    sheets, label: str, column: str | None
+) -> tuple[list[tuple[str, str, Decimal]], list[str], list[str]]:
     """Every value on a line whose whole label cell is ``label``: ((cell, label text, exact number) read, problems,
     the problems that are numbers stored as text).
 
@@ -205,14 +230,21 @@ def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
         v = abs(val) if c.get("absolute") else val
         if amounts.within(v, expected, tol):
             return True
-        return bool(c.get("also_accept_percent")) and (amounts.within(v, 100 * expected, 100 * tol) or amounts.within(v / 100, expected, tol))
+        return bool(c.get("also_accept_percent")) and (
+            amounts.within(v, 100 * expected, 100 * tol) or amounts.within(v / 100, expected, tol)
+        )
 
     values = {v for _, _, v in read}
     where = ", ".join(f"{w} ({lab!r}) = {show(v)}" for w, lab, v in read)
     if len(read) > 1 and not all(ok(v) for v in values) and len(values) > 1:
-        return False, f"{c.file}: the label /{c.get('label')}/ appears {len(read)} times with different values: {where}; expected {show(expected)} ± {show(tol)}"
+        return (
+            False,
+            f"{c.file}: the label /{c.get('label')}/ appears {len(read)} times with different values: {where}; expected {show(expected)} ± {show(tol)}",
+        )
     if all(ok(v) for _, _, v in read):
-        return True, f"{where}, expected {show(expected)} ± {show(tol)}" + (f" ({len(read)} cells read, all agree)" if len(read) > 1 else "")
+        return True, f"{where}, expected {show(expected)} ± {show(tol)}" + (
+            f" ({len(read)} cells read, all agree)" if len(read) > 1 else ""
+        )
     return False, f"{where}; expected {show(expected)} ± {show(tol)}"
 
 
@@ -228,7 +260,12 @@ def check_workbook_contains(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     wb, reason = ctx.workbook(c.file, data_only=False)
     if reason:
         return False, reason
-    texts = [str(cell.value) for ws in wb.worksheets for cell in cells_of(ws) if isinstance(cell.value, str) and not str(cell.value).startswith("=")]
+    texts = [
+        str(cell.value)
+        for ws in wb.worksheets
+        for cell in cells_of(ws)
+        if isinstance(cell.value, str) and not str(cell.value).startswith("=")
+    ]
     return _mentions(c, "\n".join(texts))
 
 
@@ -339,10 +376,12 @@ def check_csv_keys(ctx: WorkspaceContext, c: Criterion) -> Outcome:
         extra = [v for v in cells if not any(key_token(k).search(v) for k in want)]
         if extra:
             return False, f"{c.file} column {c.get('key')!r} lists {', '.join(extra)}, which should not be there"
-    return True, f"{c.file} column {c.get('key')!r} lists {', '.join(want)}" + (" and nothing else" if c.get("exact") else "")
+    return True, f"{c.file} column {c.get('key')!r} lists {', '.join(want)}" + (
+        " and nothing else" if c.get("exact") else ""
+    )
 
 
-def key_token(key: str) -> "re.Pattern[str]":
+def key_token(key: str) -> re.Pattern[str]:
     """A key as a whole token: '8.2' matches '8.2' and 'cl. 8.2 / Sch. B' but not '18.2' or '8.21'."""
     return re.compile(r"(?<![\w.])" + re.escape(key) + r"(?![\w]|\.\d)", re.I)
 
@@ -363,7 +402,10 @@ def check_csv_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
                 return False, f"{c.file} row {n}: {c.get('column')} = {r[vi]!r} is not a number"
             if amounts.within(val, expected, tol):
                 return True, f"{c.file} row {n}: {c.get('column')} = {r[vi]} (expected {show(expected)} ± {show(tol)})"
-            return False, f"{c.file} row {n} ({c.get('key_value')}): {c.get('column')} = {r[vi]}; expected {show(expected)} ± {show(tol)}"
+            return (
+                False,
+                f"{c.file} row {n} ({c.get('key_value')}): {c.get('column')} = {r[vi]}; expected {show(expected)} ± {show(tol)}",
+            )
     return False, f"{c.file} has no row with {c.get('key')} = {c.get('key_value')}"
 
 
@@ -380,8 +422,10 @@ def section_text(lines: list[str], section: str, sections: tuple[str, ...]) -> s
     if start is None:
         return None
     others = [s for s in sections if s.lower() != section.lower()]
-    end = next((j for j in range(start + 1, len(lines)) if any(_heading_matches(lines[j], s) for s in others)), len(lines))
-    return "\n".join(lines[start + 1:end])
+    end = next(
+        (j for j in range(start + 1, len(lines)) if any(_heading_matches(lines[j], s) for s in others)), len(lines)
+    )
+    return "\n".join(lines[start + 1 : end])
 
 
 def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[str, str, bool]] | None, str | None]:
@@ -395,7 +439,7 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
         wanted = c.get("section")
         # Several sections: the decision is read in those present (a missing heading is the sections criterion's failure).
         places = []
-        for section in ([wanted] if isinstance(wanted, str) else wanted):
+        for section in [wanted] if isinstance(wanted, str) else wanted:
             text = section_text(lines, section, ctx.deliverable(c.file).required_sections)
             if text is not None:
                 places.append((f"section {section!r}", text, False))
@@ -426,7 +470,10 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
         return None, f"{c.file} lacks column {c.get('key') if found is None else c.get('column')!r}"
     if not found:
         return None, f"{c.file} has no row with {c.get('key')} = {c.get('key_value')}"
-    return [(f"{c.file} row {n} ({c.get('key')} {r[_col(header, c.get('key'))].strip()!r}), {c.get('column')}", r[vi], True) for n, r in found], None
+    return [
+        (f"{c.file} row {n} ({c.get('key')} {r[_col(header, c.get('key'))].strip()!r}), {c.get('column')}", r[vi], True)
+        for n, r in found
+    ], None
 
 
 def check_decision(ctx: WorkspaceContext, c: Criterion) -> Outcome:
@@ -446,8 +493,10 @@ def check_decision(ctx: WorkspaceContext, c: Criterion) -> Outcome:
             if not d.chosen and not d.rejected:
                 problems.append(f"{where} states no choice among {', '.join(options)}")
             else:
-                problems.append(f"{where} does not decide one option (chosen: {', '.join(dict.fromkeys(d.chosen)) or 'none'}; "
-                                f"rejected: {', '.join(dict.fromkeys(d.rejected)) or 'none'})")
+                problems.append(
+                    f"{where} does not decide one option (chosen: {', '.join(dict.fromkeys(d.chosen)) or 'none'}; "
+                    f"rejected: {', '.join(dict.fromkeys(d.rejected)) or 'none'})"
+                )
         elif verdict != want:
             quote = f": {d.clauses[0]!r}" if d.clauses else ""
             problems.append(f"{where} decides {verdict}, not {want}{quote}")
@@ -458,12 +507,22 @@ def check_decision(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     return True, f"{c.file}: {', '.join(read)} decides {want}"
 
 
-def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], options: dict[str, str], want: list[str]) -> Outcome:
+def _check_set_decision(
+    c: Criterion, places: list[tuple[str, str, bool]], options: dict[str, str], want: list[str]
+) -> Outcome:
     """A set-valued decision ("name any clinic that misses the target"): exactly the planted options, each said to have the property."""
     found = SetDecision()
     for _, text, _ in places:
-        found.merge(read_set(text, options, topic=c.get("topic"), property_verbs=c.get("property_verbs"), complement_verbs=c.get("complement_verbs"),
-                             plans=c.get("plans")))
+        found.merge(
+            read_set(
+                text,
+                options,
+                topic=c.get("topic"),
+                property_verbs=c.get("property_verbs"),
+                complement_verbs=c.get("complement_verbs"),
+                plans=c.get("plans"),
+            )
+        )
     prop, where = c.get("property"), " and ".join(w for w, _, _ in places)
     problems = []
     for key in options:
@@ -479,7 +538,10 @@ def _check_set_decision(c: Criterion, places: list[tuple[str, str, bool]], optio
     if problems:
         return False, f"{c.file} ({where}): " + "; ".join(problems[:3])
     named = ", ".join(want) if want else "none"
-    return True, f"{c.file} ({where}) names exactly {{{named}}} as {'the ones' if len(want) != 1 else 'the one'} that {prop}"
+    return (
+        True,
+        f"{c.file} ({where}) names exactly {{{named}}} as {'the ones' if len(want) != 1 else 'the one'} that {prop}",
+    )
 
 
 def check_closed_scale(ctx: WorkspaceContext, c: Criterion) -> Outcome:
@@ -492,7 +554,10 @@ def check_closed_scale(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     bad = [f"row {n}: {r[vi].strip()!r}" for n, r in enumerate(rows, start=2) if normalise_label(r[vi]) not in allowed]
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        return False, f"{c.file} column {c.get('column')!r} goes outside the brief's scale ({', '.join(c.get('values'))}): {'; '.join(bad[:5])}{more}"
+        return (
+            False,
+            f"{c.file} column {c.get('column')!r} goes outside the brief's scale ({', '.join(c.get('values'))}): {'; '.join(bad[:5])}{more}",
+        )
     return True, f"{c.file} column {c.get('column')!r} uses only {', '.join(c.get('values'))}"
 
 
@@ -560,7 +625,10 @@ def check_completion_record(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     record, reason = ctx.json(c.file)
     if reason:
         return False, reason
-    errors = sorted(jsonschema.Draft202012Validator(completion_schema()).iter_errors(record), key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted(
+        jsonschema.Draft202012Validator(completion_schema()).iter_errors(record),
+        key=lambda e: list(map(str, e.absolute_path)),
+    )
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.absolute_path) or "<root>"

@@ -89,7 +89,9 @@ def compile_options(options: dict[str, str]) -> dict[str, re.Pattern[str]]:
     return {key: re.compile(r"(?<![\w-])(?:" + pat + r")(?![\w-])", re.I) for key, pat in options.items()}
 
 
-def read_clause(clause: str, options: dict[str, re.Pattern[str]], *, whole_cell: bool = False) -> tuple[str | None, str | None]:
+def read_clause(
+    clause: str, options: dict[str, re.Pattern[str]], *, whole_cell: bool = False
+) -> tuple[str | None, str | None]:
     """(chosen, rejected) option of one clause; ``whole_cell`` treats the clause as a decision without a verb."""
     mentions = _mentions(clause, options)
     if not mentions:
@@ -108,7 +110,7 @@ def read_clause(clause: str, options: dict[str, re.Pattern[str]], *, whole_cell:
     if after:
         start, key, _ = after[0]
         # Only a negation between the verb and the option qualifies the option ("recommend not awarding to X").
-        option_negated = bool(NEGATORS.search(" ".join(_WORD.findall(clause[verb.end():start])[-4:])))
+        option_negated = bool(NEGATORS.search(" ".join(_WORD.findall(clause[verb.end() : start])[-4:])))
     else:
         start, key, _ = mentions[-1]
         option_negated = _window_negated(clause, start)
@@ -146,14 +148,18 @@ def read_decision(text: str, options: dict[str, str], *, whole_cell: bool = Fals
 
 #: Negations that qualify one option (just before it), not the verb.
 OPTION_NEGATORS = re.compile(
-    r"(?:\b(?:not|except|excluding|apart from|other than|unlike|but not|save)|\b(?:all|every|each)(?:\s+[\w-]+){0,2}\s+but)\s*$", re.I
+    r"(?:\b(?:not|except|excluding|apart from|other than|unlike|but not|save)|\b(?:all|every|each)(?:\s+[\w-]+){0,2}\s+but)\s*$",
+    re.I,
 )
 #: Words that make a clause a plan or a condition rather than a finding.
 NOT_A_FINDING = re.compile(
-    r"\b(should|must|will|would|could|may|might|whether|if|aim\w*|plan\w*|expect\w*|hope\w*|intend\w*|until|unless|to bring|to get|to keep)\b", re.I
+    r"\b(should|must|will|would|could|may|might|whether|if|aim\w*|plan\w*|expect\w*|hope\w*|intend\w*|until|unless|to bring|to get|to keep)\b",
+    re.I,
 )
 #: An elliptic negation that repeats the previous clause's verb ("Hillcrest did not").
-ELLIPTIC_NEGATION = re.compile(r"\b(?:did|does|do|has|have|had|was|were|is|are)\s*(?:not|n't)\b|\bdidn't\b|\bdoesn't\b|\bwasn't\b|\bisn't\b", re.I)
+ELLIPTIC_NEGATION = re.compile(
+    r"\b(?:did|does|do|has|have|had|was|were|is|are)\s*(?:not|n't)\b|\bdidn't\b|\bdoesn't\b|\bwasn't\b|\bisn't\b", re.I
+)
 #: Clause boundaries inside a sentence: a contrast ("met the target, but Hillcrest did not"). "All but X" is an exception, not a boundary.
 _CONTRAST = re.compile(r"(?:,\s*|\s+)(?:but|while|whereas|although|though)\s+", re.I)
 _EXCEPTION_BEFORE = re.compile(r"\b(?:all|every|each|none|nobody|any)\b(?:\s+\S+){0,2}\s*$", re.I)
@@ -167,7 +173,7 @@ class SetDecision:
     outside: dict[str, str] = field(default_factory=dict)
     clauses: list[str] = field(default_factory=list)
 
-    def merge(self, other: "SetDecision") -> None:
+    def merge(self, other: SetDecision) -> None:
         for k, v in other.inside.items():
             self.inside.setdefault(k, v)
         for k, v in other.outside.items():
@@ -183,9 +189,9 @@ class SetDecision:
 def _split_contrasts(clause: str) -> list[str]:
     parts, start = [], 0
     for m in _CONTRAST.finditer(clause):
-        if _EXCEPTION_BEFORE.search(clause[start:m.start()]) and not clause[start:m.start()].strip().endswith(","):
+        if _EXCEPTION_BEFORE.search(clause[start : m.start()]) and not clause[start : m.start()].strip().endswith(","):
             continue  # "all clinics but Hillcrest": an exception inside one clause
-        parts.append(clause[start:m.start()])
+        parts.append(clause[start : m.start()])
         start = m.end()
     parts.append(clause[start:])
     return [p for p in parts if p.strip()]
@@ -237,8 +243,11 @@ def _titles(header: str, topic_rx: re.Pattern[str], verb_rx: re.Pattern[str]) ->
     titles: list[str] = []
     for tok in header.split():
         last = titles[-1] if titles else ""
-        continues = bool(titles) and (not tok[0].isupper() or last.endswith(("/", "&", "-"))
-                                      or bool(verb_rx.search(last) and not topic_rx.search(last) and topic_rx.match(tok)))
+        continues = bool(titles) and (
+            not tok[0].isupper()
+            or last.endswith(("/", "&", "-"))
+            or bool(verb_rx.search(last) and not topic_rx.search(last) and topic_rx.match(tok))
+        )
         if continues:
             titles[-1] += " " + tok
         elif tok[0].isupper():
@@ -250,7 +259,9 @@ def _titles(header: str, topic_rx: re.Pattern[str], verb_rx: re.Pattern[str]) ->
     return titles
 
 
-def _verdict_phrase(cells: str, verb_rx: re.Pattern[str], not_a_finding: re.Pattern[str], *, figure: bool) -> bool | None:
+def _verdict_phrase(
+    cells: str, verb_rx: re.Pattern[str], not_a_finding: re.Pattern[str], *, figure: bool
+) -> bool | None:
     """A row's closing verdict cell read by its verb ("FAIL", "Within limit"): inside, outside, or None.
 
     The cell is what follows the row's last figure: four words at most, with a verb and no plan.
@@ -260,7 +271,7 @@ def _verdict_phrase(cells: str, verb_rx: re.Pattern[str], not_a_finding: re.Patt
     last = max((k for k, w in enumerate(words) if _FIGURE.search(w)), default=None)
     if figure and last is None:
         return None
-    phrase = " ".join(words[(last + 1) if last is not None else 0:])
+    phrase = " ".join(words[(last + 1) if last is not None else 0 :])
     verb = verb_rx.search(phrase)
     if not phrase or verb is None or len(phrase.split()) > _VERDICT_CELL_WORDS or not_a_finding.search(phrase):
         return None
@@ -270,8 +281,14 @@ def _verdict_phrase(cells: str, verb_rx: re.Pattern[str], not_a_finding: re.Patt
 class _FlatRows:
     """The rows of a flattened table in one block, read from a position by the layout its header gives."""
 
-    def __init__(self, block: str, mentions: list[tuple[int, str, int]], marks: list[int],
-                 verb_rx: re.Pattern[str], not_a_finding: re.Pattern[str]) -> None:
+    def __init__(
+        self,
+        block: str,
+        mentions: list[tuple[int, str, int]],
+        marks: list[int],
+        verb_rx: re.Pattern[str],
+        not_a_finding: re.Pattern[str],
+    ) -> None:
         self.block, self.mentions, self.marks = block, mentions, marks
         self.starts = [m[0] for m in mentions]
         self.verb_rx, self.not_a_finding = verb_rx, not_a_finding
@@ -308,13 +325,20 @@ class _FlatRows:
             _, key, end = self.mentions[k]
             limit = self.limit(end)
             # The row runs to its Yes/No, or to the next option's name (the same option named again is one of its cells).
-            other = next((self.starts[j] for j in range(k + 1, len(self.mentions)) if self.starts[j] >= limit or self.mentions[j][1] != key), limit)
+            other = next(
+                (
+                    self.starts[j]
+                    for j in range(k + 1, len(self.mentions))
+                    if self.starts[j] >= limit or self.mentions[j][1] != key
+                ),
+                limit,
+            )
             other = min(other, limit)
             sign = _FLAT_VERDICT.search(self.block, end, other)
             if sign is not None:
                 if polarity is None:
                     return None
-                rows.append((key, self.yes_no(sign, polarity), " ".join(self.block[pos:sign.end()].split())))
+                rows.append((key, self.yes_no(sign, polarity), " ".join(self.block[pos : sign.end()].split())))
                 pos = sign.end()
                 continue
             inside = _verdict_phrase(self.block[end:other], self.verb_rx, self.not_a_finding, figure=polarity is None)
@@ -336,8 +360,14 @@ class _FlatRows:
                 return None
             limit = self.limit(sign.end())
             # The next row starts where an option is followed by its Yes/No; the cells between are this row's.
-            k = next((j for j in range(k + 1, len(self.mentions)) if self.starts[j] >= limit
-                      or _FLAT_VERDICT.match(self.block, self.skip(self.mentions[j][2]))), None)
+            k = next(
+                (
+                    j
+                    for j in range(k + 1, len(self.mentions))
+                    if self.starts[j] >= limit or _FLAT_VERDICT.match(self.block, self.skip(self.mentions[j][2]))
+                ),
+                None,
+            )
             if k is not None and self.starts[k] >= limit:
                 k = None
             stop = self.starts[k] if k is not None else limit
@@ -348,8 +378,13 @@ class _FlatRows:
         return rows, pos
 
 
-def _flat_table(block: str, options: dict[str, re.Pattern[str]], topic_rx: re.Pattern[str], verb_rx: re.Pattern[str],
-                not_a_finding: re.Pattern[str]) -> _FlatTable | None:
+def _flat_table(
+    block: str,
+    options: dict[str, re.Pattern[str]],
+    topic_rx: re.Pattern[str],
+    verb_rx: re.Pattern[str],
+    not_a_finding: re.Pattern[str],
+) -> _FlatTable | None:
     """The first flattened table in ``block``, or None when it holds none.
 
     The header is the run of column titles just before an option starts the first row. With the decision
@@ -403,18 +438,33 @@ def _blocks(text: str) -> list[str]:
             continue
         # A line that starts in lower case continues an unfinished line before it, however short
         # ("Leverage" wrapped away from "of 3.39x is within the maximum").
-        continues = line[0].islower() and bool(blocks) and _TABLE_CELL not in blocks[-1] and not blocks[-1].endswith((".", "!", "?", ":", ";"))
+        continues = (
+            line[0].islower()
+            and bool(blocks)
+            and _TABLE_CELL not in blocks[-1]
+            and not blocks[-1].endswith((".", "!", "?", ":", ";"))
+        )
         if (joinable or continues) and _TABLE_CELL not in line:
             blocks[-1] += " " + line
         else:
             blocks.append(line)
         last = blocks[-1]
-        joinable = _TABLE_CELL not in last and len(_WORD.findall(line)) >= _WRAPPED_MIN_WORDS and not last.endswith((".", "!", "?", ":", ";"))
+        joinable = (
+            _TABLE_CELL not in last
+            and len(_WORD.findall(line)) >= _WRAPPED_MIN_WORDS
+            and not last.endswith((".", "!", "?", ":", ";"))
+        )
     return blocks
 
 
 def read_set(
-    text: str, options: dict[str, str], *, topic: str, property_verbs: str, complement_verbs: str, plans: str | None = None,
+    text: str,
+    options: dict[str, str],
+    *,
+    topic: str,
+    property_verbs: str,
+    complement_verbs: str,
+    plans: str | None = None,
 ) -> SetDecision:
     """Which options ``text`` puts inside the set (property verbs) and outside it (complement verbs).
 
@@ -442,7 +492,9 @@ def read_set(
 
     def read_prose(block: str) -> None:
         nonlocal previous
-        subject: list[tuple[int, str, int]] = []  # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
+        subject: list[
+            tuple[int, str, int]
+        ] = []  # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
         pieces = _CLAUSE_SPLIT_KEEP.split(block)
         for sentence, sep in zip(pieces[::2], pieces[1::2] + [""]):
             if not sentence.strip():
@@ -461,7 +513,12 @@ def read_set(
                     topics = [(m.start(), m.end()) for m in topic_rx.finditer(clause)]
                     if not topics:
                         continue
-                    verb = min(verbs, key=lambda v: min(abs(v.start() - s) if v.start() >= e else abs(s - v.end()) for s, e in topics))
+                    verb = min(
+                        verbs,
+                        key=lambda v: min(
+                            abs(v.start() - s) if v.start() >= e else abs(s - v.end()) for s, e in topics
+                        ),
+                    )
                     if not_a_finding.search(clause[: verb.start()]) or _INFINITIVE.search(clause[: verb.start()]):
                         continue
                     inside = bool(verb.group("p"))
@@ -479,11 +536,16 @@ def read_set(
                     continue
                 quote = " ".join(clause.split())[:200]
                 for start, key, _ in mentions:
-                    put(key, inside != bool(OPTION_NEGATORS.search(clause[max(0, start - 40):start])), quote)
+                    put(key, inside != bool(OPTION_NEGATORS.search(clause[max(0, start - 40) : start])), quote)
                 out.clauses.append(quote)
             # A short label before a colon, with no verb of its own, is the subject of the clause after the colon only.
             mentions = _mentions(sentence, compiled)
-            if sep.startswith(":") and mentions and len(_WORD.findall(sentence)) <= _LABEL_WORDS and not verb_rx.search(sentence):
+            if (
+                sep.startswith(":")
+                and mentions
+                and len(_WORD.findall(sentence)) <= _LABEL_WORDS
+                and not verb_rx.search(sentence)
+            ):
                 subject = mentions
 
     def read_prose_and_tables(block: str) -> None:
@@ -492,11 +554,11 @@ def read_set(
         if table is None:
             read_prose(block)
             return
-        read_prose(block[:table.start])
+        read_prose(block[: table.start])
         for key, inside, quote in table.rows:
             put(key, inside, quote[:200])
             out.clauses.append(quote[:200])
-        read_prose_and_tables(block[table.end:])
+        read_prose_and_tables(block[table.end :])
 
     column: tuple[int, bool] | None = None  # the decision column of the table being read, and its polarity
     for block in _blocks(text):
@@ -504,7 +566,11 @@ def read_set(
             cells = [c.strip() for c in block.split("|")]
             named = [(k, key) for k, c in enumerate(cells) for _, key, _ in _mentions(c, compiled)[:1]]
             # A header names no option; a row's own verdict cell ("Within limit") is not a header.
-            header = [] if named else [(j, m) for j, c in enumerate(cells) if topic_rx.search(c) and (m := verb_rx.search(c))]
+            header = (
+                []
+                if named
+                else [(j, m) for j, c in enumerate(cells) if topic_rx.search(c) and (m := verb_rx.search(c))]
+            )
             if header:
                 j, m = header[0]
                 column = (j, bool(m.group("p")) != bool(NEGATORS.search(cells[j][: m.start()])))
@@ -514,8 +580,14 @@ def read_set(
             if column is None:
                 # No decision header ("Status", "Result"): one short cell with a verb and no figure is the verdict,
                 # read by its verb below.
-                verdicts = [k for k, c in enumerate(cells) if k != named[0][0] and verb_rx.search(c)
-                            and len(_WORD.findall(c)) <= _VERDICT_CELL_WORDS and not re.search(r"\d", c)]
+                verdicts = [
+                    k
+                    for k, c in enumerate(cells)
+                    if k != named[0][0]
+                    and verb_rx.search(c)
+                    and len(_WORD.findall(c)) <= _VERDICT_CELL_WORDS
+                    and not re.search(r"\d", c)
+                ]
                 if len(verdicts) != 1:
                     continue
                 j, polarity = verdicts[0], None  # a verdict cell has a verb: it is never a bare yes or no

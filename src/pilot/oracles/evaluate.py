@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import atexit
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from pilot.oracles import guard, safety
 from pilot.oracles.context import WorkspaceContext
@@ -37,8 +38,19 @@ if TYPE_CHECKING:  # pandas loads on first use: `pilot check` and `pilot --help`
 
 # Kinds that need the file to be a well-formed file of its kind first.
 _NEEDS_WELL_FORMED = {
-    "formulas", "no_error_values", "min_words", "sections", "labelled_value", "workbook_contains",
-    "text_contains", "text_number", "csv_columns", "csv_keys", "csv_value", "decision", "closed_scale",
+    "formulas",
+    "no_error_values",
+    "min_words",
+    "sections",
+    "labelled_value",
+    "workbook_contains",
+    "text_contains",
+    "text_number",
+    "csv_columns",
+    "csv_keys",
+    "csv_value",
+    "decision",
+    "closed_scale",
     "labelled_bounds",
 }
 
@@ -94,7 +106,10 @@ class Evaluation:
         """One row per criterion: id, kind, required, passed, reason."""
         import pandas as pd
 
-        return pd.DataFrame([asdict(c) for c in self.criteria], columns=["id", "kind", "file", "required", "passed", "blocked_by", "reason"])
+        return pd.DataFrame(
+            [asdict(c) for c in self.criteria],
+            columns=["id", "kind", "file", "required", "passed", "blocked_by", "reason"],
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -170,11 +185,17 @@ def evaluate(
         errors.append(f"the guarded reader could not start ({exc})")
     e_reasons = _input_violations(scenario, workspace, input_hashes)
     criteria = run_criteria(scenario.oracle.criteria, ctx)
-    substitutes = {d.name: [p.name for p in ctx.status(d.name).substitutes] for d in scenario.file_deliverables if ctx.status(d.name).substitutes}
+    substitutes = {
+        d.name: [p.name for p in ctx.status(d.name).substitutes]
+        for d in scenario.file_deliverables
+        if ctx.status(d.name).substitutes
+    }
     errors.extend(ctx.errors)
     E = bool(e_reasons)
     D = all(c.passed for c in criteria if c.required) and not E and not errors
-    return Evaluation(scenario.id, str(workspace), D, E, e_reasons, criteria, time.perf_counter() - t0, substitutes, errors)
+    return Evaluation(
+        scenario.id, str(workspace), D, E, e_reasons, criteria, time.perf_counter() - t0, substitutes, errors
+    )
 
 
 def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
@@ -185,12 +206,17 @@ def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
     for crit in order:
         blocker = _blocker(criteria, crit, results)
         if blocker is not None:
-            res = CriterionResult(crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id)
+            res = CriterionResult(
+                crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id
+            )
         else:
             try:
                 passed, reason = CHECKS[crit.kind](ctx, crit)
             except Exception as exc:  # noqa: BLE001 - a crash on a hostile file is a failed criterion
-                passed, reason = False, f"{crit.file}: the check could not read the file ({type(exc).__name__}: {str(exc)[:200]})"
+                passed, reason = (
+                    False,
+                    f"{crit.file}: the check could not read the file ({type(exc).__name__}: {str(exc)[:200]})",
+                )
             res = CriterionResult(crit.id, crit.kind, crit.required, bool(passed), reason, crit.file)
         results[crit.id] = res
     return [results[c.id] for c in criteria]
@@ -198,10 +224,16 @@ def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
 
 @guard.holding()
 def evaluate_form(
-    scenario: Scenario, workspace: Path, *, recalculator: Recalculator | None = None, guard_limits: dict | None = None,
+    scenario: Scenario,
+    workspace: Path,
+    *,
+    recalculator: Recalculator | None = None,
+    guard_limits: dict | None = None,
 ) -> tuple[list[CriterionResult], list[str]]:
     """The oracle's form checks alone (no answer is consulted): (results, evaluation errors)."""
-    ctx = WorkspaceContext(scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits)
+    ctx = WorkspaceContext(
+        scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits
+    )
     results = run_criteria([c for c in scenario.oracle.criteria if c.kind in FORM_KINDS], ctx)
     return results, list(ctx.errors)
 

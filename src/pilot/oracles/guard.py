@@ -29,8 +29,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 PROBE = Path(__file__).with_name("parse_probe.py")
 #: Per-file limit on the child's CPU time (its start-up is charged to the first file).
@@ -45,6 +45,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 def _limit(mem: int):
     """A pre-exec hook limiting a child's address space (the self-check tool uses it too)."""
+
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 
@@ -89,14 +90,22 @@ class _Child:
         self.served = 0
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(self.probe), "--serve", *(["--preload"] if preload else [])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            preexec_fn=_child_setup(memory_limit_bytes), start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_child_setup(memory_limit_bytes),
+            start_new_session=True,
         )
         self.buf = b""
 
     def usable(self, memory_limit_bytes: int) -> bool:
-        return (self.owner == os.getpid() and self.proc.poll() is None and self.memory_limit_bytes == memory_limit_bytes
-                and self.probe == PROBE and self.served < FILES_PER_CHILD)
+        return (
+            self.owner == os.getpid()
+            and self.proc.poll() is None
+            and self.memory_limit_bytes == memory_limit_bytes
+            and self.probe == PROBE
+            and self.served < FILES_PER_CHILD
+        )
 
     def ask(self, path: Path, per_file_timeout_s: float) -> tuple[str | None, bool]:
         """(verdict, child still usable) for one file, charged on the child's CPU time since the question."""
@@ -234,7 +243,10 @@ def probe_cached(paths: Iterable[Path], **kwargs) -> dict[Path, str | None]:
     """:func:`probe_files` with the verdicts that are properties of the bytes remembered (one child for all misses)."""
     from pilot.oracles.hashing import file_digest
 
-    limits = (float(kwargs.get("per_file_timeout_s", PER_FILE_TIMEOUT_S)), int(kwargs.get("memory_limit_bytes", MEMORY_LIMIT_BYTES)))
+    limits = (
+        float(kwargs.get("per_file_timeout_s", PER_FILE_TIMEOUT_S)),
+        int(kwargs.get("memory_limit_bytes", MEMORY_LIMIT_BYTES)),
+    )
     held = _HELD.get()
     known = {**(held or {}), **_CACHE}
     paths = [Path(p) for p in paths]

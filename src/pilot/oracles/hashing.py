@@ -85,7 +85,7 @@ def hash_inputs(inputs_dir: Path) -> dict[str, str]:
 
 def _what(value: str) -> str:
     if value.startswith(UNREADABLE):
-        return f" (cannot be read: {value[len(UNREADABLE):]})"
+        return f" (cannot be read: {value[len(UNREADABLE) :]})"
     if value == TOO_DEEP:
         return f" (a folder tree deeper than {MAX_DEPTH} levels; not read further)"
     if value == TOO_MANY:
@@ -97,7 +97,9 @@ def _what(value: str) -> str:
     return ""
 
 
-def compare_hashes(before: dict[str, str], after: dict[str, str], *, noun: str = "input", folder: str = "inputs/") -> list[str]:
+def compare_hashes(
+    before: dict[str, str], after: dict[str, str], *, noun: str = "input", folder: str = "inputs/"
+) -> list[str]:
     """Reasons, one per differing entry, naming the file (``noun`` and ``folder`` say what the tree is)."""
     reasons = []
     for name in sorted(set(before) | set(after)):

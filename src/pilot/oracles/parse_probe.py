@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     warnings.simplefilter("ignore")
     serve = argv[:1] == ["--serve"]
     preload = serve and argv[1:2] == ["--preload"]
-    for i, path in enumerate(argv[1 + preload:] if serve else argv):
+    for i, path in enumerate(argv[1 + preload :] if serve else argv):
         print(json.dumps(verdict(i, path)), flush=True)
     if preload:
         # Started ahead of its first file: the office libraries are imported while it waits.

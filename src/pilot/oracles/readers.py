@@ -17,7 +17,19 @@ from typing import Any
 from pilot.oracles.safety import decode_utf8
 
 MAX_PDF_PAGES = 200
-ERROR_VALUES = ("#DIV/0!", "#REF!", "#NAME?", "#VALUE!", "#N/A", "#NUM!", "#NULL!", "#SPILL!", "#CALC!", "#GETTING_DATA", "Err:")
+ERROR_VALUES = (
+    "#DIV/0!",
+    "#REF!",
+    "#NAME?",
+    "#VALUE!",
+    "#N/A",
+    "#NUM!",
+    "#NULL!",
+    "#SPILL!",
+    "#CALC!",
+    "#GETTING_DATA",
+    "Err:",
+)
 
 
 def load_workbook(path: Path, *, data_only: bool) -> tuple[Any, str | None]:
@@ -129,7 +141,7 @@ def layout_rows(lines: list[str]) -> list[str]:
                 out.append(" | ".join(row))
                 continue
         header = None
-        if _is_row(cells) and _is_row(next((p for p in parsed[i + 1:] if p), [])):
+        if _is_row(cells) and _is_row(next((p for p in parsed[i + 1 :] if p), [])):
             header = cells
             out.append(" | ".join(t for _, _, t in cells))
             continue

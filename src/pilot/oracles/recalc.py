@@ -21,9 +21,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from pilot.oracles.hashing import file_digest
 from pilot.oracles.selfcheck_tool import RECALC_PROFILE_XCU
@@ -97,9 +97,15 @@ class Recalculator:
         cmd = [
             self.soffice,
             f"-env:UserInstallation={self.profile.resolve().as_uri()}",
-            "--headless", "--norestore", "--nolockcheck", "--nodefault", "--nologo",
-            "--convert-to", "xlsx:Calc Office Open XML",
-            "--outdir", str(outdir),
+            "--headless",
+            "--norestore",
+            "--nolockcheck",
+            "--nodefault",
+            "--nologo",
+            "--convert-to",
+            "xlsx:Calc Office Open XML",
+            "--outdir",
+            str(outdir),
             *[str(f) for f in files],
         ]
         env = dict(os.environ, HOME=str(self.work_dir), SAL_USE_VCLPLUGIN="svp")
@@ -168,7 +174,7 @@ class Recalculator:
         if self._own_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> "Recalculator":
+    def __enter__(self) -> Recalculator:
         return self
 
     def __exit__(self, *exc: object) -> None:

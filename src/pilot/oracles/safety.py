@@ -26,7 +26,11 @@ OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ZIP_MAGIC = b"PK\x03\x04"
 
 MAIN_PART = {".xlsx": "xl/workbook.xml", ".docx": "word/document.xml", ".pptx": "ppt/presentation.xml"}
-PART_KIND = {"xl/workbook.xml": "an Excel workbook", "word/document.xml": "a Word document", "ppt/presentation.xml": "a PowerPoint deck"}
+PART_KIND = {
+    "xl/workbook.xml": "an Excel workbook",
+    "word/document.xml": "a Word document",
+    "ppt/presentation.xml": "a PowerPoint deck",
+}
 
 
 def human_size(n: int) -> str:
@@ -66,7 +70,9 @@ def screen_path(candidate: Path, workspace: Path, *, max_bytes: int = MAX_FILE_B
         except OSError as exc:
             return Screened(candidate, 0, f"{name} is a symlink that cannot be resolved ({exc})")
         if not target.is_relative_to(workspace):
-            return Screened(candidate, 0, f"{name} is a symlink pointing outside the workspace ({os.readlink(candidate)})")
+            return Screened(
+                candidate, 0, f"{name} is a symlink pointing outside the workspace ({os.readlink(candidate)})"
+            )
         if not target.exists():
             return Screened(candidate, 0, f"{name} is a dangling symlink")
         st = os.stat(target)
@@ -82,7 +88,11 @@ def screen_path(candidate: Path, workspace: Path, *, max_bytes: int = MAX_FILE_B
     if st.st_size == 0:
         return Screened(resolved, 0, f"{name} is empty (0 bytes)")
     if st.st_size > max_bytes:
-        return Screened(resolved, st.st_size, f"{name} is {human_size(st.st_size)}, above the {human_size(max_bytes)} limit for a deliverable")
+        return Screened(
+            resolved,
+            st.st_size,
+            f"{name} is {human_size(st.st_size)}, above the {human_size(max_bytes)} limit for a deliverable",
+        )
     return Screened(resolved, st.st_size, None)
 
 

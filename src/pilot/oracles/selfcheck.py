@@ -51,7 +51,11 @@ def selfcheck_spec(scenario: Scenario) -> dict:
     deliverables = []
     for d in scenario.deliverables:
         entry = d.to_dict()
-        counts = [int(c.get("min_count", 1)) for c in scenario.oracle.criteria if c.kind == "formulas" and c.file == d.name and not c.get("sheet")]
+        counts = [
+            int(c.get("min_count", 1))
+            for c in scenario.oracle.criteria
+            if c.kind == "formulas" and c.file == d.name and not c.get("sheet")
+        ]
         if counts:
             entry["min_formulas"] = max(counts)
         deliverables.append(entry)
@@ -91,7 +95,11 @@ def embedded_spec(workspace: Path) -> dict | None:
 
 
 def run_selfcheck(
-    workspace: Path, scenario: Scenario | str | None = None, *, timeout: float = TIMEOUT_S, recalculator=None,
+    workspace: Path,
+    scenario: Scenario | str | None = None,
+    *,
+    timeout: float = TIMEOUT_S,
+    recalculator=None,
 ) -> SelfCheckReport:
     """Run the pristine tool on ``workspace`` and the oracle's form checks; the spec comes from ``scenario`` or the workspace copy."""
     workspace = Path(workspace)
@@ -102,7 +110,9 @@ def run_selfcheck(
     else:
         spec = embedded_spec(workspace)
         if spec is None:
-            return SelfCheckReport(False, [f"FAIL  no self-check specification: {workspace / WORKSPACE_NAME} is missing or altered"], 2)
+            return SelfCheckReport(
+                False, [f"FAIL  no self-check specification: {workspace / WORKSPACE_NAME} is missing or altered"], 2
+            )
         if spec.get("scenario"):
             try:
                 sc = load_scenario(spec["scenario"])
@@ -123,11 +133,17 @@ def _with_form_checks(report: SelfCheckReport, scenario: Scenario, workspace: Pa
     failed = [r for r in results if not r.passed and r.blocked_by is None]
     tool_fails = [line for line in report.lines if line.startswith("FAIL")]
     # A file the tool already fails is reported once, by the tool.
-    extra = [f"FAIL  {r.reason} (oracle form check {r.id})" for r in failed if not any(r.file in line for line in tool_fails)]
+    extra = [
+        f"FAIL  {r.reason} (oracle form check {r.id})" for r in failed if not any(r.file in line for line in tool_fails)
+    ]
     # An evaluation that could not run (no LibreOffice here) is said, not counted against the work.
     warnings = [f"WARN  the oracle's form checks could not run in full: {e}" for e in errors]
     if not extra and (report.passed or not failed):
-        return SelfCheckReport(report.passed, report.lines[:-1] + warnings + report.lines[-1:], report.exit_code) if warnings else report
+        return (
+            SelfCheckReport(report.passed, report.lines[:-1] + warnings + report.lines[-1:], report.exit_code)
+            if warnings
+            else report
+        )
     if not extra:
         return report
     body = [line for line in report.lines if not line.startswith(("SELF-CHECK PASSED", "SELF-CHECK FAILED"))]
@@ -137,9 +153,9 @@ def _with_form_checks(report: SelfCheckReport, scenario: Scenario, workspace: Pa
 
 
 def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
-    from pilot.oracles.guard import MEMORY_LIMIT_BYTES, _limit
-
     import tempfile
+
+    from pilot.oracles.guard import MEMORY_LIMIT_BYTES, _limit
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(spec, fh)
@@ -148,7 +164,11 @@ def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
         # The tool parses what the worker wrote: bounded in memory as the oracle's guarded reader is.
         proc = subprocess.run(
             [sys.executable, "-I", str(SELFCHECK_TOOL), str(workspace), "--spec", spec_file],
-            capture_output=True, text=True, timeout=timeout, check=False, preexec_fn=_limit(MEMORY_LIMIT_BYTES),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            preexec_fn=_limit(MEMORY_LIMIT_BYTES),
         )
     except subprocess.TimeoutExpired:
         return SelfCheckReport(False, [f"FAIL  the self-check did not finish within {timeout:.0f} s"], 124)

@@ -147,8 +147,21 @@ def recalculated_copy(path: Path, tmp: Path) -> Path | None:
     profile = (tmp / "profile").resolve().as_uri()
     try:
         subprocess.run(
-            [soffice, f"-env:UserInstallation={profile}", "--headless", "--norestore", "--convert-to", "xlsx", "--outdir", str(tmp / "out"), str(path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False,
+            [
+                soffice,
+                f"-env:UserInstallation={profile}",
+                "--headless",
+                "--norestore",
+                "--convert-to",
+                "xlsx",
+                "--outdir",
+                str(tmp / "out"),
+                str(path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return None
@@ -176,12 +189,16 @@ def check_workbook(path: Path, d: dict, rep: Report) -> None:
         need = int(d.get("min_formulas") or 1)
         if len(formulas) < need:
             found = "contains no formulas" if not formulas else f"contains only {len(formulas)} formula cells"
-            rep.fail(f"{d['name']} {found}; the brief asks for a working workbook with formulas (at least {need} required)")
+            rep.fail(
+                f"{d['name']} {found}; the brief asks for a working workbook with formulas (at least {need} required)"
+            )
             return
         rep.ok(f"{d['name']} contains {len(formulas)} formula cells")
     links = external_links(zf)
     if links:
-        rep.fail(f"{d['name']} links to other workbooks ({', '.join(links[:3])}): values taken from them are cached copies that cannot be recalculated")
+        rep.fail(
+            f"{d['name']} links to other workbooks ({', '.join(links[:3])}): values taken from them are cached copies that cannot be recalculated"
+        )
         return
     # Cached values may be stale: recalculate whenever LibreOffice is here, as the final check always does.
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,10 +207,14 @@ def check_workbook(path: Path, d: dict, rep: Report) -> None:
             cells = list(sheet_cells(zipfile.ZipFile(copy)))
             rep.ok(f"{d['name']} recalculated with LibreOffice for the error check")
         elif formulas and any(c[4] is None for c in formulas):
-            rep.warn(f"{d['name']}: formulas have no cached values and LibreOffice is not available to recalculate; error values not checked")
+            rep.warn(
+                f"{d['name']}: formulas have no cached values and LibreOffice is not available to recalculate; error values not checked"
+            )
             return
         elif formulas:
-            rep.warn(f"{d['name']}: LibreOffice is not available; error values checked on the cached values, which may be stale")
+            rep.warn(
+                f"{d['name']}: LibreOffice is not available; error values checked on the cached values, which may be stale"
+            )
     errors = [f"{Path(c[0]).stem}!{c[1]} = {c[4]}" for c in cells if c[3] == "e"]
     if errors:
         rep.fail(f"{d['name']} shows error values: {'; '.join(errors[:5])}")
@@ -210,7 +231,11 @@ def docx_paragraphs(zf: zipfile.ZipFile) -> list[str]:
                 continue
             parts = []
             for child in el:
-                runs = [child] if child.tag == NS_WORD + "r" else (list(child) if child.tag == NS_WORD + "hyperlink" else [])
+                runs = (
+                    [child]
+                    if child.tag == NS_WORD + "r"
+                    else (list(child) if child.tag == NS_WORD + "hyperlink" else [])
+                )
                 for r in runs:
                     if r.tag != NS_WORD + "r":
                         continue
@@ -320,8 +345,11 @@ def check_csv(path: Path, d: dict, rep: Report) -> None:
 def find_substitutes(outputs: Path, d: dict) -> list[str]:
     exts = TEXT_SUBSTITUTES.get(d["kind"], ())
     stem = Path(d["name"]).stem
-    return sorted(p.name for p in outputs.iterdir() if p.name != d["name"] and p.suffix.lower() in exts
-                  and (p.stem == stem or p.name.startswith(stem + ".")))
+    return sorted(
+        p.name
+        for p in outputs.iterdir()
+        if p.name != d["name"] and p.suffix.lower() in exts and (p.stem == stem or p.name.startswith(stem + "."))
+    )
 
 
 def check_record(path: Path, outputs: Path, rep: Report, spec: dict | None = None) -> None:
@@ -355,7 +383,10 @@ def check_record(path: Path, outputs: Path, rep: Report, spec: dict | None = Non
             problems.append("deliverables lists a file twice")
     subs = record.get("substitutions", [])
     if not isinstance(subs, list) or not all(
-        isinstance(s, dict) and set(s) == {"requested", "delivered", "reason"} and all(isinstance(v, str) and v for v in s.values()) for s in subs
+        isinstance(s, dict)
+        and set(s) == {"requested", "delivered", "reason"}
+        and all(isinstance(v, str) and v for v in s.values())
+        for s in subs
     ):
         problems.append("substitutions must be a list of {requested, delivered, reason}, each a non-empty string")
         subs = []
@@ -425,7 +456,9 @@ def load_spec(arg: str | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Check that the deliverables exist and are well formed.")
-    parser.add_argument("workspace", nargs="?", default=None, help="workspace folder (default: the folder of this program)")
+    parser.add_argument(
+        "workspace", nargs="?", default=None, help="workspace folder (default: the folder of this program)"
+    )
     parser.add_argument("--spec", help="JSON file describing the deliverables (default: embedded)")
     args = parser.parse_args(argv)
     workspace = Path(args.workspace or Path(__file__).resolve().parent).resolve()

@@ -43,10 +43,20 @@ class AccessLog:
         self._fh = open(self.path, "a", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
 
-    def write(self, *, method: str, path: str, status: int, action: str, size: int | None,
-              duration_ms: float, remote: str | None, user: str | None) -> None:
+    def write(
+        self,
+        *,
+        method: str,
+        path: str,
+        status: int,
+        action: str,
+        size: int | None,
+        duration_ms: float,
+        remote: str | None,
+        user: str | None,
+    ) -> None:
         entry = {
-            "ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
             "method": method,
             "path": path,
             "status": status,

@@ -244,7 +244,9 @@ def create_app(
 
     def page_error(status: int, title: str, message: str) -> Response:
         template = "not_found.html" if status == 404 else "error.html"
-        resp = app.make_response((render_template(template, company=content.company, title=title, message=message), status))
+        resp = app.make_response(
+            (render_template(template, company=content.company, title=title, message=message), status)
+        )
         if status == 401:
             resp.headers["WWW-Authenticate"] = CHALLENGE
         return resp
@@ -348,17 +350,28 @@ def create_app(
     def sign_in():
         if request.method == "GET":
             g.action = "sign_in_page"
-            return render_template("sign_in.html", company=content.company, next=request.args.get("next", ""), error=None)
+            return render_template(
+                "sign_in.html", company=content.company, next=request.args.get("next", ""), error=None
+            )
         outcome = try_sign_in(request.form.get("username", ""), request.form.get("password", ""))
         if outcome is True:
             return redirect(safe_next(request.form.get("next")), code=303)
         locked = outcome is not False
-        error = (f"Too many failed sign-ins. Try again in {int(outcome) + 1} seconds."
-                 if locked else "Unknown username or wrong password.")
+        error = (
+            f"Too many failed sign-ins. Try again in {int(outcome) + 1} seconds."
+            if locked
+            else "Unknown username or wrong password."
+        )
         # A wrong pair in the form shows the form again (200): a 401 must carry a Basic challenge
         # (RFC 9110), and a browser would answer that with its own password dialog over the form.
-        resp = app.make_response((render_template("sign_in.html", company=content.company,
-                                                  next=request.form.get("next", ""), error=error), 429 if locked else 200))
+        resp = app.make_response(
+            (
+                render_template(
+                    "sign_in.html", company=content.company, next=request.form.get("next", ""), error=error
+                ),
+                429 if locked else 200,
+            )
+        )
         if locked:
             resp.headers["Retry-After"] = str(int(outcome) + 1)
         return resp
@@ -445,26 +458,47 @@ def create_app(
 
     @app.get("/api/documents")
     def api_documents():
-        return jsonify([
-            {"name": d.name, "title": d.title, "kind": d.kind, "size": d.size, "sha256": d.sha256,
-             "url": url_for("document", name=d.name)}
-            for d in sorted(content.documents.values(), key=lambda d: d.name)
-        ])
+        return jsonify(
+            [
+                {
+                    "name": d.name,
+                    "title": d.title,
+                    "kind": d.kind,
+                    "size": d.size,
+                    "sha256": d.sha256,
+                    "url": url_for("document", name=d.name),
+                }
+                for d in sorted(content.documents.values(), key=lambda d: d.name)
+            ]
+        )
 
     @app.get("/api/records")
     def api_records():
-        return jsonify([
-            {"id": r.id, "title": r.title, "kind": r.kind, "columns": r.columns, "n_rows": r.n_rows,
-             "downloads": {fmt: url_for("record_download", rid=r.id, fmt=fmt) for fmt in r.downloads}}
-            for r in sorted(content.records.values(), key=lambda r: r.title)
-        ])
+        return jsonify(
+            [
+                {
+                    "id": r.id,
+                    "title": r.title,
+                    "kind": r.kind,
+                    "columns": r.columns,
+                    "n_rows": r.n_rows,
+                    "downloads": {fmt: url_for("record_download", rid=r.id, fmt=fmt) for fmt in r.downloads},
+                }
+                for r in sorted(content.records.values(), key=lambda r: r.title)
+            ]
+        )
 
     @app.get("/api/records/<rid>")
     def api_record(rid: str):
         rec = content.records.get(rid)
         if rec is None:
             abort(404)
-        return jsonify(id=rec.id, title=rec.title, kind=rec.kind, columns=rec.columns,
-                       rows=[dict(zip(rec.columns, r)) for r in content.rows(rid)])
+        return jsonify(
+            id=rec.id,
+            title=rec.title,
+            kind=rec.kind,
+            columns=rec.columns,
+            rows=[dict(zip(rec.columns, r)) for r in content.rows(rid)],
+        )
 
     return app

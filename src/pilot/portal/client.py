@@ -63,8 +63,9 @@ class PortalClient:
         return self._json("/healthz")
 
     def sign_in(self) -> None:
-        self._request("POST", "/api/sign-in",
-                      {"username": self.credentials.username, "password": self.credentials.password})
+        self._request(
+            "POST", "/api/sign-in", {"username": self.credentials.username, "password": self.credentials.password}
+        )
 
     def sign_out(self) -> None:
         self._request("POST", "/api/sign-out", {})
@@ -92,5 +93,6 @@ class PortalClient:
 
     def download_record(self, record_id: str, fmt: str, dest: Path) -> Path:
         """Save a record set as ``fmt`` (csv, xlsx or pdf) to ``dest`` (file or folder)."""
-        return self._save(f"/records/{quote(record_id, safe='')}/download.{quote(fmt, safe='')}", dest,
-                          f"{record_id}.{fmt}")
+        return self._save(
+            f"/records/{quote(record_id, safe='')}/download.{quote(fmt, safe='')}", dest, f"{record_id}.{fmt}"
+        )

@@ -169,9 +169,7 @@ def _read_csv(path: Path, delimiter: str | None = None) -> tuple[list[str], list
     header, body = rows[0], rows[1:]
     for lineno, row in enumerate(body, start=2):
         if len(row) != len(header):
-            raise PortalContentError(
-                path, f"row {lineno}", f"has {len(row)} fields, the header has {len(header)}"
-            )
+            raise PortalContentError(path, f"row {lineno}", f"has {len(row)} fields, the header has {len(header)}")
     return header, body
 
 
@@ -199,7 +197,8 @@ def _normalise_zip(path: Path) -> None:
     stamp = _FIXED_TIME.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
     members = [
         (name, re.sub(rb"(<dcterms:modified[^>]*>)[^<]*(</dcterms:modified>)", rb"\g<1>" + stamp + rb"\g<2>", data))
-        if name == "docProps/core.xml" else (name, data)
+        if name == "docProps/core.xml"
+        else (name, data)
         for name, data in members
     ]
     with zipfile.ZipFile(path, "w") as dst:
@@ -297,7 +296,11 @@ def _scenario_meta(scenario_dir: Path) -> dict:
 
 def _input_files(inputs_dir: Path) -> list[Path]:
     return sorted(
-        (p for p in inputs_dir.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(inputs_dir).parts)),
+        (
+            p
+            for p in inputs_dir.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(inputs_dir).parts)
+        ),
         key=lambda p: p.relative_to(inputs_dir).as_posix(),
     )
 
@@ -393,10 +396,16 @@ def require_portal_scenario(scenario_dir: Path) -> None:
     """PortalContentError unless ``scenario.yml`` says ``uses_portal: true``: no portal for a scenario without one."""
     spec = Path(scenario_dir) / "scenario.yml"
     if not spec.is_file():
-        raise PortalContentError(spec, "(file)", "missing; a portal is generated only for a scenario whose scenario.yml says uses_portal: true")
+        raise PortalContentError(
+            spec,
+            "(file)",
+            "missing; a portal is generated only for a scenario whose scenario.yml says uses_portal: true",
+        )
     value = _scenario_meta(Path(scenario_dir)).get("uses_portal")
     if value is not True:
-        raise PortalContentError(spec, "uses_portal", f"is {value!r}, not true; this scenario has no portal, so none is generated")
+        raise PortalContentError(
+            spec, "uses_portal", f"is {value!r}, not true; this scenario has no portal, so none is generated"
+        )
 
 
 def portal_scenarios(scenarios_dir: Path | None = None) -> list[str]:
@@ -423,7 +432,11 @@ def check_portal(scenario_dir: Path) -> list[str]:
         want, have = _tree_bytes(fresh), _tree_bytes(committed)
     problems = [f"{committed / n}: missing" for n in sorted(want.keys() - have.keys())]
     problems += [f"{committed / n}: not made by the generator" for n in sorted(have.keys() - want.keys())]
-    problems += [f"{committed / n}: differs from the generator's output" for n in sorted(want.keys() & have.keys()) if want[n] != have[n]]
+    problems += [
+        f"{committed / n}: differs from the generator's output"
+        for n in sorted(want.keys() & have.keys())
+        if want[n] != have[n]
+    ]
     return problems
 
 
@@ -460,7 +473,9 @@ def load_portal_content(portal_dir: Path) -> PortalContent:
     if not isinstance(manifest, dict):
         raise PortalContentError(manifest_path, "(file)", "not a JSON object")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise PortalContentError(manifest_path, "format_version", f"expected {FORMAT_VERSION}, found {manifest.get('format_version')!r}")
+        raise PortalContentError(
+            manifest_path, "format_version", f"expected {FORMAT_VERSION}, found {manifest.get('format_version')!r}"
+        )
     for key in ("scenario", "company"):
         if not isinstance(manifest.get(key), str):
             raise PortalContentError(manifest_path, key, "missing or not a string")
@@ -489,4 +504,10 @@ def load_portal_content(portal_dir: Path) -> PortalContent:
         if not re.fullmatch(r"[a-z0-9][a-z0-9\-]*", rec.id) or rec.id in records:
             raise PortalContentError(manifest_path, f"{where}.id", f"bad or duplicate id {rec.id!r}")
         records[rec.id] = rec
-    return PortalContent(root=root.resolve(), scenario=manifest["scenario"], company=manifest["company"], documents=documents, records=records)
+    return PortalContent(
+        root=root.resolve(),
+        scenario=manifest["scenario"],
+        company=manifest["company"],
+        documents=documents,
+        records=records,
+    )

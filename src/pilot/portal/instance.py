@@ -95,15 +95,19 @@ class PortalRunEnd:
         """The run's infrastructure error (a rerun) when the portal died before serving anything."""
         if self.healthy or self.requests > 0:
             return None
-        return f"portal_died: the portal was not answering at the end of the run ({self.reason}) and had served no request"
+        return (
+            f"portal_died: the portal was not answering at the end of the run ({self.reason}) and had served no request"
+        )
 
     @property
     def note(self) -> str | None:
         """A note on the run when the portal died after serving the worker (the run stands, flagged)."""
         if self.healthy or self.requests == 0:
             return None
-        return (f"portal fault: the portal was not answering at the end of the run ({self.reason}) "
-                f"after serving {self.requests} request(s); the worker may have lost access part-way")
+        return (
+            f"portal fault: the portal was not answering at the end of the run ({self.reason}) "
+            f"after serving {self.requests} request(s); the worker may have lost access part-way"
+        )
 
 
 class PortalStartError(RuntimeError):
@@ -160,8 +164,11 @@ class PortalInstance:
             if remaining <= 0:
                 return PortalHealth(False, f"health check timed out after {timeout_s:g} s ({last})")
             try:
-                body = _get_health(self.url, str(self.unix_socket) if self.unix_socket else None,
-                                   timeout=min(2.0, max(remaining, 0.05)))
+                body = _get_health(
+                    self.url,
+                    str(self.unix_socket) if self.unix_socket else None,
+                    timeout=min(2.0, max(remaining, 0.05)),
+                )
                 if body.get("status") == "ok" and body.get("instance") == self.instance_id:
                     return PortalHealth(True)
                 last = "answered by another process"
@@ -235,8 +242,9 @@ class PortalInstance:
         self.stop()
 
 
-def wait_for_health(url: str, instance_id: str, deadline: float, *, scenario_id: str = "?",
-                    unix_socket: str | None = None) -> None:
+def wait_for_health(
+    url: str, instance_id: str, deadline: float, *, scenario_id: str = "?", unix_socket: str | None = None
+) -> None:
     """Poll ``url/healthz`` until it names ``instance_id``; PortalStartError at ``deadline``."""
     last = "no answer"
     while True:
@@ -301,8 +309,9 @@ def start_instance(
     run_dir = Path(run_dir)
     content = Path(content_dir) if content_dir is not None else paths.scenario_portal_dir(scenario_id)
     if not (content / MANIFEST_NAME).is_file():
-        raise PortalStartError(scenario_id, f"content folder {content} has no {MANIFEST_NAME} "
-                                            f"(run `pilot portal generate {scenario_id}`)")
+        raise PortalStartError(
+            scenario_id, f"content folder {content} has no {MANIFEST_NAME} (run `pilot portal generate {scenario_id}`)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     access_log = run_dir / ACCESS_LOG_NAME
     server_log_path = run_dir / SERVER_LOG_NAME
@@ -321,10 +330,22 @@ def start_instance(
     try:
         where = ["--unix-socket", str(unix_socket)] if unix_socket is not None else ["--port", str(port)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pilot.portal.server", "--content", str(content),
-             "--access-log", str(access_log), *where],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=server_log, env=env,
-            text=True, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "pilot.portal.server",
+                "--content",
+                str(content),
+                "--access-log",
+                str(access_log),
+                *where,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=server_log,
+            env=env,
+            text=True,
+            start_new_session=True,
         )
     except OSError as exc:
         server_log.close()
@@ -361,8 +382,13 @@ def start_instance(
     else:
         url = f"http://{LOOPBACK}:{int(started['port'])}"
     try:
-        wait_for_health(url, instance_id, deadline, scenario_id=scenario_id,
-                        unix_socket=str(unix_socket) if unix_socket is not None else None)
+        wait_for_health(
+            url,
+            instance_id,
+            deadline,
+            scenario_id=scenario_id,
+            unix_socket=str(unix_socket) if unix_socket is not None else None,
+        )
     except PortalStartError as exc:
         raise fail(exc.reason) from exc
     return PortalInstance(

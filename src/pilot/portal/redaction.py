@@ -13,8 +13,8 @@ from __future__ import annotations
 import base64
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from pilot.portal.credentials import REDACTED, Credentials
 
@@ -24,7 +24,7 @@ MIN_SECRET_LEN = 8
 
 def secret_forms(credentials: Credentials) -> tuple[str, ...]:
     """The password and the HTTP Basic token of the pair (``base64(user:password)``)."""
-    pair = f"{credentials.username}:{credentials.password}".encode("utf-8")
+    pair = f"{credentials.username}:{credentials.password}".encode()
     forms = (credentials.password, base64.b64encode(pair).decode("ascii"))
     return tuple(f for f in forms if len(f) >= MIN_SECRET_LEN)
 

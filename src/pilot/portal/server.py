@@ -88,19 +88,32 @@ def main(argv: list[str] | None = None) -> int:
     import waitress
 
     access_log = AccessLog(args.access_log)
-    app = create_app(content, verifier, instance_id=instance_id, access_log=access_log, limits=limits,
-                     session_limits=session_limits)
-    listen = {"unix_socket": str(args.unix_socket), "unix_socket_perms": "600"} if args.unix_socket else \
-        {"host": LOOPBACK, "port": args.port}
+    app = create_app(
+        content, verifier, instance_id=instance_id, access_log=access_log, limits=limits, session_limits=session_limits
+    )
+    listen = (
+        {"unix_socket": str(args.unix_socket), "unix_socket_perms": "600"}
+        if args.unix_socket
+        else {"host": LOOPBACK, "port": args.port}
+    )
     try:
         server = waitress.create_server(
-            app, **listen, threads=server_limits.threads, ident="intranet", clear_untrusted_proxy_headers=True,
-            connection_limit=server_limits.connection_limit, channel_timeout=server_limits.channel_timeout_s,
-            cleanup_interval=server_limits.cleanup_interval_s, max_request_body_size=server_limits.max_body_bytes,
+            app,
+            **listen,
+            threads=server_limits.threads,
+            ident="intranet",
+            clear_untrusted_proxy_headers=True,
+            connection_limit=server_limits.connection_limit,
+            channel_timeout=server_limits.channel_timeout_s,
+            cleanup_interval=server_limits.cleanup_interval_s,
+            max_request_body_size=server_limits.max_body_bytes,
             max_request_header_size=server_limits.max_header_bytes,
         )
     except OSError as exc:
-        print(f"portal: cannot bind {args.unix_socket or f'{LOOPBACK}:{args.port}'}: {exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"portal: cannot bind {args.unix_socket or f'{LOOPBACK}:{args.port}'}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return EXIT_BIND
     server.channel_class = _json_error_channel()
 
@@ -111,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)
 
     _stop_when_stdin_closes(shut_down)
-    where_line = {"unix_socket": str(args.unix_socket)} if args.unix_socket else \
-        {"port": server.effective_port, "host": server.effective_host}
+    where_line = (
+        {"unix_socket": str(args.unix_socket)}
+        if args.unix_socket
+        else {"port": server.effective_port, "host": server.effective_host}
+    )
     print(json.dumps(where_line | {"pid": os.getpid()}), flush=True)
     server.run()
     return 0

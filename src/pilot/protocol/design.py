@@ -11,10 +11,11 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -29,8 +30,6 @@ class ProtocolError(ValueError):
         self.field = field
         self.reason = reason
         super().__init__(f"{paths.shown(self.path)}: field '{field}': {reason}")
-
-
 
 
 def read_yaml(path: Path, *, text_scalars: bool = False) -> Any:
@@ -139,7 +138,12 @@ STUDY_SCHEMA: dict = object_schema(
         "envelope": object_schema({"usd": _pos}),
         "design": object_schema(
             {
-                "arms": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "uniqueItems": True},
+                "arms": {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": ARM_ID},
+                    "minItems": 2,
+                    "uniqueItems": True,
+                },
                 "n_scenarios": _posint,
                 "scenario_set": {"type": "string", "pattern": SET_NAME},
                 "pilot_repeats": _posint,
@@ -150,14 +154,21 @@ STUDY_SCHEMA: dict = object_schema(
             "type": "object",
             "minProperties": 1,
             "propertyNames": {"pattern": SET_NAME},
-            "additionalProperties": {"type": "array", "items": {"type": "string", "pattern": SCENARIO_ID}, "minItems": 1, "uniqueItems": True},
+            "additionalProperties": {
+                "type": "array",
+                "items": {"type": "string", "pattern": SCENARIO_ID},
+                "minItems": 1,
+                "uniqueItems": True,
+            },
         },
         "judges": object_schema(
             {
                 "panel": {
                     "type": "array",
                     "minItems": 1,
-                    "items": object_schema({"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}),
+                    "items": object_schema(
+                        {"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}
+                    ),
                 },
                 "reserve_usd_per_run": _nonneg,
             }
@@ -175,10 +186,20 @@ STUDY_SCHEMA: dict = object_schema(
                 "alpha": _prob,
                 "bootstrap_resamples": _posint,
                 "permutations": _posint,
-                "primary_contrast": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "maxItems": 2},
+                "primary_contrast": {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": ARM_ID},
+                    "minItems": 2,
+                    "maxItems": 2,
+                },
                 "secondary_contrasts": {
                     "type": "array",
-                    "items": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "maxItems": 2},
+                    "items": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": ARM_ID},
+                        "minItems": 2,
+                        "maxItems": 2,
+                    },
                 },
                 "secondary_adjustment": {"enum": ["holm", "bonferroni", "none"]},
             }
@@ -219,7 +240,14 @@ STUDY_SCHEMA: dict = object_schema(
                 "seed": {"type": "integer", "minimum": 0},
                 "reported": {
                     "type": "array",
-                    "items": object_schema({"J": {"type": "integer", "minimum": 2}, "R": _posint, "delta": _prob, "power": {"type": "number", "minimum": 0, "maximum": 1}}),
+                    "items": object_schema(
+                        {
+                            "J": {"type": "integer", "minimum": 2},
+                            "R": _posint,
+                            "delta": _prob,
+                            "power": {"type": "number", "minimum": 0, "maximum": 1},
+                        }
+                    ),
                 },
             }
         ),
@@ -349,7 +377,9 @@ class Study:
         """The scenario ids of set ``name`` (the default set when None), sorted; an unknown name is refused."""
         name = self.default_scenario_set if name is None else name
         if name not in self.raw["scenario_sets"]:
-            raise ProtocolError(self.path, "scenario_sets", f"no scenario set {name!r} (sets: {', '.join(self.raw['scenario_sets'])})")
+            raise ProtocolError(
+                self.path, "scenario_sets", f"no scenario set {name!r} (sets: {', '.join(self.raw['scenario_sets'])})"
+            )
         return sorted(self.raw["scenario_sets"][name])
 
     def set_of(self, scenario_ids: Iterable[str]) -> str | None:
@@ -391,7 +421,9 @@ def _check_study_semantics(data: dict, path: Path) -> None:
         if pair[0] == pair[1]:
             raise ProtocolError(path, name, "a contrast needs two different arms")
     if data["sensitivity_models"]["arm"] not in arms:
-        raise ProtocolError(path, "sensitivity_models.arm", f"arm {data['sensitivity_models']['arm']!r} is not in design.arms")
+        raise ProtocolError(
+            path, "sensitivity_models.arm", f"arm {data['sensitivity_models']['arm']!r} is not in design.arms"
+        )
     if data["outcomes"]["q"] not in data["outcomes"]["q_grid"]:
         raise ProtocolError(path, "outcomes.q", "the primary threshold must be one of outcomes.q_grid")
     ids = [j["id"] for j in data["judges"]["panel"]]
@@ -404,10 +436,15 @@ def _check_study_semantics(data: dict, path: Path) -> None:
     sets = data["scenario_sets"]
     default = data["design"]["scenario_set"]
     if default not in sets:
-        raise ProtocolError(path, "design.scenario_set", f"names {default!r}, which is not in scenario_sets ({', '.join(sets)})")
+        raise ProtocolError(
+            path, "design.scenario_set", f"names {default!r}, which is not in scenario_sets ({', '.join(sets)})"
+        )
     if len(sets[default]) != data["design"]["n_scenarios"]:
-        raise ProtocolError(path, f"scenario_sets.{default}",
-                            f"holds {len(sets[default])} scenarios but design.n_scenarios says {data['design']['n_scenarios']}")
+        raise ProtocolError(
+            path,
+            f"scenario_sets.{default}",
+            f"holds {len(sets[default])} scenarios but design.n_scenarios says {data['design']['n_scenarios']}",
+        )
     if data["caps"]["scenarios"]:
         for sid, own in data["caps"]["scenarios"].items():
             if not own:
@@ -432,13 +469,21 @@ def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str,
     for arm_id, spec in data["arms"].items():
         doc = path.parent / spec["doc"]
         if not doc.is_file():
-            raise ProtocolError(path, f"arms.{arm_id}.doc", f"documentation file {spec['doc']} not found beside arms.yml")
+            raise ProtocolError(
+                path, f"arms.{arm_id}.doc", f"documentation file {spec['doc']} not found beside arms.yml"
+            )
         if not doc.read_text(encoding="utf-8").strip():
             raise ProtocolError(doc, "<file>", "arm documentation is empty")
         if spec["denied_families"] and "Bash" not in spec["tools"]:
-            raise ProtocolError(path, f"arms.{arm_id}.denied_families", "denies shell programs but the arm has no Bash tool")
+            raise ProtocolError(
+                path, f"arms.{arm_id}.denied_families", "denies shell programs but the arm has no Bash tool"
+            )
         if spec["features"]["self_check"] != (spec["recovery_resumes"] > 0):
-            raise ProtocolError(path, f"arms.{arm_id}.recovery_resumes", "a recovery resume goes with the self-check feature and only with it")
+            raise ProtocolError(
+                path,
+                f"arms.{arm_id}.recovery_resumes",
+                "a recovery resume goes with the self-check feature and only with it",
+            )
         arms[arm_id] = Arm(
             id=arm_id,
             name=spec["name"],
@@ -518,12 +563,19 @@ def load_amendments(path: Path | None = None) -> list[dict[str, str]]:
         if previous is not None:
             prev_id, prev_date, prev_rank = previous
             if row["id"] < prev_id:
-                raise ProtocolError(path, f"line {n}.id", f"{row['id']} comes after {prev_id}; list amendments in id order")
+                raise ProtocolError(
+                    path, f"line {n}.id", f"{row['id']} comes after {prev_id}; list amendments in id order"
+                )
             if date < prev_date:
-                raise ProtocolError(path, f"line {n}.date", f"{row['id']} is dated {date} but the earlier amendment {prev_id} is dated {prev_date}")
+                raise ProtocolError(
+                    path,
+                    f"line {n}.date",
+                    f"{row['id']} is dated {date} but the earlier amendment {prev_id} is dated {prev_date}",
+                )
             if rank < prev_rank:
                 raise ProtocolError(
-                    path, f"line {n}.stage",
+                    path,
+                    f"line {n}.stage",
                     f"{row['id']} is made {row['stage']!r} but the earlier amendment {prev_id} was made {AMENDMENT_STAGES[prev_rank]!r}",
                 )
         previous = (row["id"], date, rank)

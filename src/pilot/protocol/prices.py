@@ -10,10 +10,11 @@ Amounts are :class:`decimal.Decimal` throughout.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pilot import paths
 from pilot.protocol.design import ProtocolError, read_yaml
@@ -22,8 +23,6 @@ PRICES_FILE = paths.PROTOCOL_DIR / "prices.yml"
 MILLION = Decimal(1_000_000)
 #: Per-million prices of one model; all required, all non-negative decimals.
 PRICE_FIELDS = ("input", "output", "cache_write", "cache_write_1h", "cache_read")
-
-
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Usage:
     cache_creation_1h_input_tokens: int = 0
 
     @classmethod
-    def from_api(cls, usage: dict | None) -> "Usage":
+    def from_api(cls, usage: dict | None) -> Usage:
         """From a ``usage`` object of a message or a ``message_delta`` event (missing counts are 0)."""
         u = usage or {}
 
@@ -55,7 +54,7 @@ class Usage:
             cache_creation_1h_input_tokens=count("ephemeral_1h_input_tokens", split),
         )
 
-    def updated(self, delta: dict | None) -> "Usage":
+    def updated(self, delta: dict | None) -> Usage:
         """This usage with the counts a ``message_delta`` event carries (cumulative, so they replace)."""
         d = delta or {}
         new = Usage.from_api(d)
@@ -153,7 +152,7 @@ class PriceTable:
     models: dict[str, ModelPrice]
 
     @classmethod
-    def load(cls, path: Path | str | None = None, *, required_models: Iterable[str] | None = None) -> "PriceTable":
+    def load(cls, path: Path | str | None = None, *, required_models: Iterable[str] | None = None) -> PriceTable:
         """Read and validate the table; every error names the file, the field and the reason.
 
         ``required_models`` defaults to every model ``protocol/study.yml`` names
@@ -184,14 +183,20 @@ class PriceTable:
                 if name not in entry:
                     raise ProtocolError(path, f"{where}.{name}", "missing")
             prices = {name: _decimal(path, f"{where}.{name}", entry[name]) for name in PRICE_FIELDS}
-            models[model] = ModelPrice(model=model, max_input_tokens=_positive_int(path, f"{where}.max_input_tokens", entry["max_input_tokens"]), **prices)
+            models[model] = ModelPrice(
+                model=model,
+                max_input_tokens=_positive_int(path, f"{where}.max_input_tokens", entry["max_input_tokens"]),
+                **prices,
+            )
         if required_models is None and path.resolve() == PRICES_FILE.resolve():
             from pilot import protocol
 
             required_models = study_models(protocol.study())
         for model in required_models or ():
             if model not in models:
-                raise ProtocolError(path, f"models.{model}", "missing: the study uses this model, so it needs a pinned price")
+                raise ProtocolError(
+                    path, f"models.{model}", "missing: the study uses this model, so it needs a pinned price"
+                )
         return cls(path=path, models=models)
 
     def price(self, model: str) -> ModelPrice:
@@ -241,5 +246,7 @@ def cost_disagreement(cli_usd: Decimal | float | str | None, metered_usd: Decima
     tol = cost_tolerance(metered)
     if abs(gap) <= tol:
         return None
-    return (f"client-reported cost {cli} USD differs from the metered {metered} USD by {gap:+} USD, "
-            f"beyond the tolerance of {tol} USD (max of 0.01 USD and 2 % of metered)")
+    return (
+        f"client-reported cost {cli} USD differs from the metered {metered} USD by {gap:+} USD, "
+        f"beyond the tolerance of {tol} USD (max of 0.01 USD and 2 % of metered)"
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +66,19 @@ CRITERION_PARAMS: dict[str, dict[str, dict]] = {
     # and says how its clauses are read: the topic, the verbs that put an option inside the set
     # and outside it (regexes), and the property in words for the reasons.
     "decision": {
-        "expected": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True}]},
+        "expected": {
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
+            ]
+        },
         "options": {"type": "object", "minProperties": 2, "additionalProperties": {"type": "string", "minLength": 1}},
-        "section": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}]},
+        "section": {
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            ]
+        },
         "topic": {"type": "string", "minLength": 1},
         "property_verbs": {"type": "string", "minLength": 1},
         "complement_verbs": {"type": "string", "minLength": 1},
@@ -114,7 +124,13 @@ SET_DECISION_PARAMS = ("topic", "property_verbs", "complement_verbs", "property"
 # What only a set-valued decision may state: the above, and how its findings are read.
 SET_DECISION_ONLY = SET_DECISION_PARAMS + ("plans", "state_all")
 # Where a decision is read, by deliverable kind: the parameters that must be given.
-DECISION_PLACE = {"docx": ("section",), "pdf": ("section",), "pptx": ("section",), "xlsx": ("label",), "csv": ("key", "key_value", "column")}
+DECISION_PLACE = {
+    "docx": ("section",),
+    "pdf": ("section",),
+    "pptx": ("section",),
+    "xlsx": ("label",),
+    "csv": ("key", "key_value", "column"),
+}
 # Kinds read as a document with headings (a deck's headings are its slide titles, read by pilot.oracle_formats).
 DOCUMENT_KINDS = ("docx", "pdf", "pptx")
 # Which deliverable kinds a criterion kind applies to.
@@ -140,7 +156,18 @@ _str = {"type": "string", "minLength": 1}
 SCENARIO_SCHEMA: dict = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["id", "title", "occupation", "designed_depth", "professional_minutes", "caps", "uses_portal", "arm_features", "generator", "deliverables"],
+    "required": [
+        "id",
+        "title",
+        "occupation",
+        "designed_depth",
+        "professional_minutes",
+        "caps",
+        "uses_portal",
+        "arm_features",
+        "generator",
+        "deliverables",
+    ],
     "properties": {
         "id": {"type": "string", "pattern": protocol.SCENARIO_ID},
         "title": _str,
@@ -151,7 +178,10 @@ SCENARIO_SCHEMA: dict = {
             "type": "object",
             "additionalProperties": False,
             "required": ["usd", "wall_s"],
-            "properties": {"usd": {"type": "number", "exclusiveMinimum": 0}, "wall_s": {"type": "number", "exclusiveMinimum": 0}},
+            "properties": {
+                "usd": {"type": "number", "exclusiveMinimum": 0},
+                "wall_s": {"type": "number", "exclusiveMinimum": 0},
+            },
         },
         "uses_portal": {"type": "boolean"},
         "arm_features": {"type": "array", "items": {"enum": protocol.FEATURES}, "uniqueItems": True},
@@ -390,7 +420,9 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
         if deliv is None:
             raise ProtocolError(path, f"{where}.file", f"{raw['file']!r} is not a deliverable of scenario.yml")
         if kind in APPLIES_TO and deliv.kind not in APPLIES_TO[kind]:
-            raise ProtocolError(path, f"{where}.kind", f"a {kind} criterion does not apply to a {deliv.kind} deliverable")
+            raise ProtocolError(
+                path, f"{where}.kind", f"a {kind} criterion does not apply to a {deliv.kind} deliverable"
+            )
         if kind == "formulas" and not deliv.requires_formulas:
             raise ProtocolError(path, f"{where}.kind", f"{deliv.name} is not marked requires_formulas in scenario.yml")
         if kind == "min_words" and not deliv.min_words:
@@ -420,7 +452,9 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
     """A decision names its place as the deliverable's kind requires, and its expected option is one of its options."""
     for p in DECISION_PLACE[deliv.kind]:
         if p not in raw:
-            raise ProtocolError(path, f"{where}.{p}", f"a decision in a {deliv.kind} deliverable needs {p!r} (where the brief puts it)")
+            raise ProtocolError(
+                path, f"{where}.{p}", f"a decision in a {deliv.kind} deliverable needs {p!r} (where the brief puts it)"
+            )
     expected = raw["expected"]
     for e in [expected] if isinstance(expected, str) else expected:
         if e not in raw["options"]:
@@ -430,15 +464,29 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
             if p not in raw:
                 raise ProtocolError(path, f"{where}.{p}", f"a set-valued decision (expected is a list) needs {p!r}")
         if deliv.kind not in DOCUMENT_KINDS:
-            raise ProtocolError(path, f"{where}.expected", f"a set-valued decision is read from a document section, not a {deliv.kind} file")
+            raise ProtocolError(
+                path,
+                f"{where}.expected",
+                f"a set-valued decision is read from a document section, not a {deliv.kind} file",
+            )
     elif not isinstance(raw.get("section", ""), str):
-        raise ProtocolError(path, f"{where}.section", "a single choice is read in one section; several sections are for a set-valued decision")
+        raise ProtocolError(
+            path,
+            f"{where}.section",
+            "a single choice is read in one section; several sections are for a set-valued decision",
+        )
     elif any(p in raw for p in SET_DECISION_ONLY):
-        raise ProtocolError(path, f"{where}.expected", f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a list as expected)")
+        raise ProtocolError(
+            path,
+            f"{where}.expected",
+            f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a list as expected)",
+        )
     if deliv.kind in DOCUMENT_KINDS:
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
             if section.lower() not in [s.lower() for s in deliv.required_sections]:
-                raise ProtocolError(path, f"{where}.section", f"{section!r} is not a required section of {deliv.name} in scenario.yml")
+                raise ProtocolError(
+                    path, f"{where}.section", f"{section!r} is not a required section of {deliv.name} in scenario.yml"
+                )
     elif not isinstance(raw.get("section", ""), str):
         raise ProtocolError(path, f"{where}.section", "a decision outside a document names no sections")
     patterns = {f"options.{k}": v for k, v in raw["options"].items()}
@@ -476,7 +524,12 @@ def _load_rubric(path: Path) -> Rubric:
         raise ProtocolError(path, "criteria", f"rubric criterion ids must be unique, got {ids}")
     return Rubric(
         path,
-        tuple(RubricCriterion(c["id"], c["name"], float(c["weight"]), c["description"], {int(k): v for k, v in c["anchors"].items()}) for c in data["criteria"]),
+        tuple(
+            RubricCriterion(
+                c["id"], c["name"], float(c["weight"]), c["description"], {int(k): v for k, v in c["anchors"].items()}
+            )
+            for c in data["criteria"]
+        ),
     )
 
 
@@ -505,8 +558,12 @@ def load_scenario_from(bundle: Path, study: protocol.Study | None = None) -> Sce
             required_columns=tuple(d.get("required_columns", ())),
         )
         ext = Path(deliv.name).suffix.lstrip(".")
-        if (deliv.kind == "completion_record") != (deliv.name == COMPLETION_RECORD) or (deliv.kind != "completion_record" and ext != deliv.kind):
-            raise ProtocolError(spath, f"deliverables.{i}.kind", f"kind {deliv.kind!r} does not match the file name {deliv.name!r}")
+        if (deliv.kind == "completion_record") != (deliv.name == COMPLETION_RECORD) or (
+            deliv.kind != "completion_record" and ext != deliv.kind
+        ):
+            raise ProtocolError(
+                spath, f"deliverables.{i}.kind", f"kind {deliv.kind!r} does not match the file name {deliv.name!r}"
+            )
         if deliv.requires_formulas and deliv.kind != "xlsx":
             raise ProtocolError(spath, f"deliverables.{i}.requires_formulas", "only a workbook can require formulas")
         deliverables.append(deliv)
@@ -554,7 +611,7 @@ def list_scenarios(root: Path | None = None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "scenario.yml").is_file())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached(sid: str, root: str) -> Scenario:
     return load_scenario_from(Path(root) / sid)
 
@@ -563,5 +620,7 @@ def load_scenario(sid: str, root: Path | None = None) -> Scenario:
     """The validated bundle ``sid`` (cached per process)."""
     root = Path(root or paths.SCENARIOS_DIR)
     if not (root / sid / "scenario.yml").is_file():
-        raise ProtocolError(root / sid / "scenario.yml", "<file>", f"no scenario {sid!r}; known: {list_scenarios(root)}")
+        raise ProtocolError(
+            root / sid / "scenario.yml", "<file>", f"no scenario {sid!r}; known: {list_scenarios(root)}"
+        )
     return _cached(sid, str(root))

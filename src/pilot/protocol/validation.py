@@ -33,7 +33,9 @@ def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
     bundles = sorted(p for p in root.iterdir() if p.is_dir())
     for b in bundles:
         if not (b / "scenario.yml").is_file():
-            raise ProtocolError(b / "scenario.yml", "<file>", "a folder under protocol/scenarios/ must be a bundle with a scenario.yml")
+            raise ProtocolError(
+                b / "scenario.yml", "<file>", "a folder under protocol/scenarios/ must be a bundle with a scenario.yml"
+            )
     loaded = [load_scenario_from(b, study) for b in bundles]
     for sc in loaded:
         check_rubric_weights(sc)
@@ -41,12 +43,17 @@ def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
     for set_name, ids in study.scenario_sets.items():
         missing = [sid for sid in ids if sid not in names]
         if missing:
-            raise ProtocolError(study.path, f"scenario_sets.{set_name}", f"names {', '.join(missing)}, which protocol/scenarios/ does not hold")
+            raise ProtocolError(
+                study.path,
+                f"scenario_sets.{set_name}",
+                f"names {', '.join(missing)}, which protocol/scenarios/ does not hold",
+            )
     in_sets = {sid for ids in study.scenario_sets.values() for sid in ids}
     for b in bundles:
         if b.name not in in_sets:
             raise ProtocolError(
-                study.path, "scenario_sets",
+                study.path,
+                "scenario_sets",
                 f"the bundle {b.name} is in no scenario set: a finished scenario joins a set by amendment before any run of it",
             )
     return loaded
@@ -55,5 +62,10 @@ def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
 def load_all() -> dict[str, Any]:
     """Validate every protocol file, every scenario bundle and the price table included; used by ``pilot protocol validate``."""
     s = load_study()
-    return {"study": s, "arms": load_arms(study=s), "amendments": load_amendments(), "scenarios": load_scenarios(s),
-            "prices": PriceTable.load(required_models=study_models(s))}
+    return {
+        "study": s,
+        "arms": load_arms(study=s),
+        "amendments": load_amendments(),
+        "scenarios": load_scenarios(s),
+        "prices": PriceTable.load(required_models=study_models(s)),
+    }

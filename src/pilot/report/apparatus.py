@@ -22,9 +22,15 @@ _TEXT = {"type": "string"}
 #: ``authors.yml``: at least one named author; the preregistration's registry and identifier go together.
 AUTHORS_SCHEMA: dict = object_schema(
     {
-        "authors": {"type": "array", "minItems": 1, "items": object_schema({"name": _NAME, "affiliation": _TEXT}, required=["name"])},
-        "preregistration": {**object_schema({"registry": _TEXT, "identifier": _TEXT, "url": _TEXT}, required=[]),
-                            "dependentRequired": {"registry": ["identifier"], "identifier": ["registry"]}},
+        "authors": {
+            "type": "array",
+            "minItems": 1,
+            "items": object_schema({"name": _NAME, "affiliation": _TEXT}, required=["name"]),
+        },
+        "preregistration": {
+            **object_schema({"registry": _TEXT, "identifier": _TEXT, "url": _TEXT}, required=[]),
+            "dependentRequired": {"registry": ["identifier"], "identifier": ["registry"]},
+        },
     },
     required=["authors"],
 )
@@ -57,7 +63,9 @@ def load_apparatus(path: Path | None = None) -> Apparatus:
     return Apparatus(authors, registry, identifier, url)
 
 
-def apparatus_macros(study: Study | None = None, scenario_set: str | None = None, path: Path | None = None) -> dict[str, object]:
+def apparatus_macros(
+    study: Study | None = None, scenario_set: str | None = None, path: Path | None = None
+) -> dict[str, object]:
     """The title page's authors, the preregistration sentence and the PDF metadata, as macros."""
     study = study or load_study()
     app = load_apparatus(path)
@@ -68,19 +76,29 @@ def apparatus_macros(study: Study | None = None, scenario_set: str | None = None
     for a in app.authors:
         if a.affiliation and a.affiliation not in affs:
             affs.append(a.affiliation)
-    names = [latex_escape(a.name) + (f"\\textsuperscript{{{affs.index(a.affiliation) + 1}}}" if a.affiliation and len(affs) > 1 else "")
-             for a in app.authors]
+    names = [
+        latex_escape(a.name)
+        + (f"\\textsuperscript{{{affs.index(a.affiliation) + 1}}}" if a.affiliation and len(affs) > 1 else "")
+        for a in app.authors
+    ]
     lines = [", ".join(names)]
-    lines += [(f"\\textsuperscript{{{i}}}" if len(affs) > 1 else "") + latex_escape(aff) for i, aff in enumerate(affs, start=1)]
+    lines += [
+        (f"\\textsuperscript{{{i}}}" if len(affs) > 1 else "") + latex_escape(aff)
+        for i, aff in enumerate(affs, start=1)
+    ]
     version = str(study["study"]["protocol_version"])
-    frozen = (f"protocol version {latex_escape(version)}, frozen files {len(manifest)}, "
-              f"sha256 of their manifest \\texttt{{{digest[:16]}}}")
+    frozen = (
+        f"protocol version {latex_escape(version)}, frozen files {len(manifest)}, "
+        f"sha256 of their manifest \\texttt{{{digest[:16]}}}"
+    )
     if app.identifier:
         pre = f"Preregistered with {latex_escape(app.registry)}, \\texttt{{{latex_escape(app.identifier)}}}"
         pre += (f" (\\url{{{app.url}}})" if app.url else "") + f"; {frozen}."
     else:
-        pre = ("Preregistration: the protocol in \\texttt{protocol/} of the study's repository, not filed with a public "
-               f"registry; {frozen}.")
+        pre = (
+            "Preregistration: the protocol in \\texttt{protocol/} of the study's repository, not filed with a public "
+            f"registry; {frozen}."
+        )
     return {
         "PaperAuthors": LatexText(" \\\\ \\small ".join(lines)),
         "PaperAuthorsPlain": LatexText(", ".join(latex_escape(a.name) for a in app.authors)),
@@ -94,5 +112,8 @@ def apparatus_macros(study: Study | None = None, scenario_set: str | None = None
 
 def write_apparatus_macros(out_dir: Path, study: Study | None = None, scenario_set: str | None = None) -> Path:
     """Write ``apparatus_macros.tex``."""
-    return write_macros(apparatus_macros(study, scenario_set), Path(out_dir) / "apparatus_macros.tex",
-                        comment="From manuscript/authors.yml and the freeze manifest of the study's scenario set.")
+    return write_macros(
+        apparatus_macros(study, scenario_set),
+        Path(out_dir) / "apparatus_macros.tex",
+        comment="From manuscript/authors.yml and the freeze manifest of the study's scenario set.",
+    )

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from pilot import paths
-from pilot.protocol import Arm, Study, load_amendments, load_arms, load_study
 from pilot.latex import LatexText, latex_escape, macro_name, number_word, write_macros, write_table
+from pilot.protocol import Arm, Study, load_amendments, load_arms, load_study
 
 _FEATURE_TEXT = {
     "python_env": "project Python environment",
@@ -27,13 +27,15 @@ _FEATURE_TEXT = {
 
 
 # What holds for every arm: said once in the arms table's caption, not in every row.
-SHARED_ENFORCEMENT = ("every arm runs in an allow-listed sandbox (bubblewrap; \\texttt{sandbox-exec} on macOS): only the "
-                      "workspace is writable, and no checkout, other run or host \\texttt{/tmp} exists in it; the worker runs "
-                      "as an unprivileged user of its own in its own user namespace with no capability, so no mount or mask "
-                      "can be undone, and its programs cannot reach the agent client's process (a nested Landlock domain); "
-                      "memory, processes, disk and \\texttt{/tmp} are bounded per attempt; what the model said and which tools "
-                      "it called are recorded by the harness's model proxy, with the client's stream as a second witness; every "
-                      "attempt at something denied is audited as a deviation")
+SHARED_ENFORCEMENT = (
+    "every arm runs in an allow-listed sandbox (bubblewrap; \\texttt{sandbox-exec} on macOS): only the "
+    "workspace is writable, and no checkout, other run or host \\texttt{/tmp} exists in it; the worker runs "
+    "as an unprivileged user of its own in its own user namespace with no capability, so no mount or mask "
+    "can be undone, and its programs cannot reach the agent client's process (a nested Landlock domain); "
+    "memory, processes, disk and \\texttt{/tmp} are bounded per attempt; what the model said and which tools "
+    "it called are recorded by the harness's model proxy, with the client's stream as a second witness; every "
+    "attempt at something denied is audited as a deviation"
+)
 
 
 def enforcement_text(arm: Arm) -> str:
@@ -46,7 +48,9 @@ def enforcement_text(arm: Arm) -> str:
     if arm.has_shell and absent:
         parts.append(f"{' and '.join(absent)} install trees absent")
     if arm.denied_families:
-        parts.append("denied programs: CLI deny rules \\texttt{Bash(name:*)} and a refusing stub over each, however called")
+        parts.append(
+            "denied programs: CLI deny rules \\texttt{Bash(name:*)} and a refusing stub over each, however called"
+        )
     if arm.feature("portal"):
         parts.append("network: its own portal and the model proxy only, as bridged sockets")
     else:
@@ -64,7 +68,8 @@ def arms_frame(arms: dict[str, Arm]) -> pd.DataFrame:
             {
                 "Arm": f"{arm.id} ({arm.name})",
                 "Tools": ", ".join(arm.tools),
-                "Denied in the shell": ", ".join(f"\\texttt{{{latex_escape(d)}}}" for d in arm.denied_families) or "none",
+                "Denied in the shell": ", ".join(f"\\texttt{{{latex_escape(d)}}}" for d in arm.denied_families)
+                or "none",
                 "Adds": "; ".join(feats) or "---",
                 "Requires node": ", ".join(arm.requires) or "any",
                 "Enforcement": enforcement_text(arm),
@@ -78,7 +83,9 @@ def caps_frame(study: Study, scenario_ids: list[str] | None = None) -> pd.DataFr
     own = study["caps"]["scenarios"]
     ids = sorted(scenario_ids) if scenario_ids is not None else sorted(own)
     g = study.global_caps
-    rows = [{"Scenario": "global (all others)", "Dollar cap": g.usd, "Wall limit (s)": int(g.wall_s), "Source": "global"}]
+    rows = [
+        {"Scenario": "global (all others)", "Dollar cap": g.usd, "Wall limit (s)": int(g.wall_s), "Source": "global"}
+    ]
     for sid in ids:
         caps = study.caps_for(sid)
         rows.append(
@@ -183,10 +190,16 @@ def _set_sentence(study: Study, set_name: str) -> LatexText:
     if set_name == study.default_scenario_set:
         return LatexText(f"This study runs the design's own scenario set, \\texttt{{{set_name}}}, of {n} scenarios.")
     added, left = [i for i in ids if i not in design_ids], [i for i in design_ids if i not in ids]
-    parts = [f"This study runs the scenario set \\texttt{{{set_name}}} of \\texttt{{protocol/study.yml}}, {n} scenarios: "]
-    parts.append(f"the design's {number_word(len(design_ids) - len(left))} of set \\texttt{{{study.default_scenario_set}}}")
+    parts = [
+        f"This study runs the scenario set \\texttt{{{set_name}}} of \\texttt{{protocol/study.yml}}, {n} scenarios: "
+    ]
+    parts.append(
+        f"the design's {number_word(len(design_ids) - len(left))} of set \\texttt{{{study.default_scenario_set}}}"
+    )
     if added:
-        parts.append(f" and {number_word(len(added))} added to the protocol after its preregistration ({_and_list(added)})")
+        parts.append(
+            f" and {number_word(len(added))} added to the protocol after its preregistration ({_and_list(added)})"
+        )
     if left:
         parts.append(f", without {_and_list(left)}")
     return LatexText("".join(parts) + ".")
@@ -198,7 +211,9 @@ def _and_list(items: list[str]) -> str:
 
 def amendments_frame() -> pd.DataFrame:
     rows = load_amendments()
-    return pd.DataFrame([{"ID": r["id"], "Date": r["date"], "Stage": r["stage"], "Amendment": r["title"]} for r in rows])
+    return pd.DataFrame(
+        [{"ID": r["id"], "Date": r["date"], "Stage": r["stage"], "Amendment": r["title"]} for r in rows]
+    )
 
 
 def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None = None) -> list[Path]:
@@ -219,7 +234,10 @@ def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None =
             "common policy; " + SHARED_ENFORCEMENT + ".",
             label="tab:arms",
             escape=False,
-            column_format="".join(f">{{\\raggedright\\arraybackslash}}p{{{w}}}" for w in ("1.6cm", "1.7cm", "2.0cm", "3.0cm", "1.5cm", "3.9cm")),
+            column_format="".join(
+                f">{{\\raggedright\\arraybackslash}}p{{{w}}}"
+                for w in ("1.6cm", "1.7cm", "2.0cm", "3.0cm", "1.5cm", "3.9cm")
+            ),
             font="\\footnotesize",
         ),
         write_table(

@@ -15,8 +15,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pilot import paths
-
 #: The manuscript's text width in points: US letter (612 pt) less two margins of 2.2 cm (manuscript/main.tex).
 TEXT_WIDTH_PT = 612 - 2 * 2.2 / 2.54 * 72
 #: The smallest text a printed figure may carry.
@@ -73,5 +71,9 @@ def included_figures(tex_files: list[Path], figure_dirs: list[Path]) -> list[Fig
 
 def too_small(figures: list[FigureText], minimum: float = MIN_PRINTED_PT) -> list[str]:
     """One line per figure whose smallest text prints below ``minimum`` points."""
-    return [f"{f.pdf.name} (included by {f.env.name} at {f.width_fraction:g} of the text width): its smallest text, "
-            f"{f.smallest_pt:g} pt, prints at {f.printed_pt:.1f} pt" for f in figures if f.printed_pt < minimum - 1e-6]
+    return [
+        f"{f.pdf.name} (included by {f.env.name} at {f.width_fraction:g} of the text width): its smallest text, "
+        f"{f.smallest_pt:g} pt, prints at {f.printed_pt:.1f} pt"
+        for f in figures
+        if f.printed_pt < minimum - 1e-6
+    ]

@@ -8,8 +8,8 @@ notebook holds the very figures the manuscript prints.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from pilot import paths
 

@@ -16,7 +16,8 @@ exported run table, so they describe the study they were built from.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -61,7 +62,9 @@ def _arm_of(run_ids: Iterable[str], cells: pd.DataFrame) -> pd.Series:
     return pd.Series([arm.get(r) for r in run_ids], dtype=object)
 
 
-def flow_by_arm(cells: pd.DataFrame, attempts: pd.DataFrame, runs: pd.DataFrame, arms: list[str], worker_model: str) -> pd.DataFrame:
+def flow_by_arm(
+    cells: pd.DataFrame, attempts: pd.DataFrame, runs: pd.DataFrame, arms: list[str], worker_model: str
+) -> pd.DataFrame:
     """One row per step of :data:`FLOW_BY_ARM`, one column per arm and ``total``."""
     out: dict[str, list[int]] = {}
     a_arm = _arm_of(attempts["run_id"], cells) if len(attempts) else pd.Series(dtype=object)
@@ -70,8 +73,16 @@ def flow_by_arm(cells: pd.DataFrame, attempts: pd.DataFrame, runs: pd.DataFrame,
         a = attempts[(a_arm == arm).to_numpy()] if len(attempts) else attempts
         r = runs[runs["arm"] == arm] if len(runs) else runs
         status = r["status"].astype(str) if len(r) else pd.Series(dtype=str)
-        evaluated = (r["D"].notna() & (r["eval_error"].isna() | (r["eval_error"].astype(str) == ""))) if len(r) else pd.Series(dtype=bool)
-        judged = evaluated & (pd.to_numeric(r["n_judges"], errors="coerce").fillna(0) > 0) if len(r) else pd.Series(dtype=bool)
+        evaluated = (
+            (r["D"].notna() & (r["eval_error"].isna() | (r["eval_error"].astype(str) == "")))
+            if len(r)
+            else pd.Series(dtype=bool)
+        )
+        judged = (
+            evaluated & (pd.to_numeric(r["n_judges"], errors="coerce").fillna(0) > 0)
+            if len(r)
+            else pd.Series(dtype=bool)
+        )
         worker = (r["model"] == worker_model) if len(r) else pd.Series(dtype=bool)
         analysed = worker & r["S"].notna() if len(r) else pd.Series(dtype=bool)
         out[arm] = [
@@ -139,16 +150,33 @@ def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: lis
     dev = pd.to_numeric(runs["deviations"], errors="coerce").fillna(0) if len(runs) else pd.Series(dtype=float)
     runs = runs.assign(_dev=dev)
     rows.append(("runs with a deviation", per_arm(lambda r: (r["_dev"] > 0).sum())))
-    seen = sorted({k for v in routes.values() for k in v}, key=lambda k: (list(ROUTES).index(k) if k in ROUTES else len(ROUTES), k))
+    seen = sorted(
+        {k for v in routes.values() for k in v},
+        key=lambda k: (list(ROUTES).index(k) if k in ROUTES else len(ROUTES), k),
+    )
     for route in seen:
         words = ROUTES.get(route, route.replace("_", " "))
-        rows.append((f"deviations {words}", per_arm(lambda r, route=route: sum(routes.get(str(i), {}).get(route, 0) for i in r["run_id"]))))
+        rows.append(
+            (
+                f"deviations {words}",
+                per_arm(lambda r, route=route: sum(routes.get(str(i), {}).get(route, 0) for i in r["run_id"])),
+            )
+        )
     rows.append(("runs with a critical violation (E)", per_arm(lambda r: _flag(r["E"]).sum())))
     rows.append(("agent errors", per_arm(lambda r: (r["status"] == "agent_error").sum())))
     reasons = sorted(set(runs.loc[_flag(runs["censored"]), "censor_reason"].dropna().astype(str))) if len(runs) else []
     for reason in reasons:
-        rows.append((f"capped at the {reason} cap", per_arm(lambda r, reason=reason: (_flag(r["censored"]) & (r["censor_reason"].astype(str) == reason)).sum())))
-    rows.append(("evaluation errors", per_arm(lambda r: (r["eval_error"].notna() & (r["eval_error"].astype(str) != "")).sum())))
+        rows.append(
+            (
+                f"capped at the {reason} cap",
+                per_arm(
+                    lambda r, reason=reason: (_flag(r["censored"]) & (r["censor_reason"].astype(str) == reason)).sum()
+                ),
+            )
+        )
+    rows.append(
+        ("evaluation errors", per_arm(lambda r: (r["eval_error"].notna() & (r["eval_error"].astype(str) != "")).sum()))
+    )
     for node in sorted(set(runs["node"].dropna().astype(str))) if len(runs) else []:
         rows.append((f"runs on node {node}", per_arm(lambda r, node=node: (r["node"].astype(str) == node).sum())))
     return pd.DataFrame([{"measure": m, **v} for m, v in rows])

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from pilot import paths, protocol
-from pilot.ledger import Balance
 from pilot.backends import label_of
 from pilot.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
+from pilot.ledger import Balance
 from pilot.report import run_fidelity
 
 # The steps of the run flow, in order, with what each counts.
@@ -26,7 +26,10 @@ FLOW_STEPS: tuple[tuple[str, str], ...] = (
     ("planned", "cells (scenario, arm, repeat) assigned in the store"),
     ("dispatched", "cells with at least one attempt"),
     ("attempts", "attempts made, reruns included"),
-    ("infrastructure reruns", "attempts that failed for infrastructure or were interrupted, and were rerun under the same run id"),
+    (
+        "infrastructure reruns",
+        "attempts that failed for infrastructure or were interrupted, and were rerun under the same run id",
+    ),
     ("failed", "runs that ran out of infrastructure attempts"),
     ("finished", "runs with an outcome recorded"),
     ("censored", "finished runs that reached a cap"),
@@ -35,8 +38,22 @@ FLOW_STEPS: tuple[tuple[str, str], ...] = (
 )
 _FAILED_ATTEMPTS = ("infra_error", "interrupted")
 # The run-table columns the report reads; a table without one reads as all missing.
-_EXPORT_COLUMNS = ("run_id", "wave", "arm", "model", "status", "censored", "censor_reason", "n_judges", "S", "D", "E",
-                   "eval_error", "deviations", "node")
+_EXPORT_COLUMNS = (
+    "run_id",
+    "wave",
+    "arm",
+    "model",
+    "status",
+    "censored",
+    "censor_reason",
+    "n_judges",
+    "S",
+    "D",
+    "E",
+    "eval_error",
+    "deviations",
+    "node",
+)
 
 
 @dataclass(frozen=True)
@@ -115,7 +132,9 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         ledger = pd.concat([ledger, total[ledger.columns]], ignore_index=True)
     arms = list(study.arms)
     if "arm" not in cells.columns:
-        cells = cells.assign(arm=pd.Series(dtype=object), run_id=pd.Series(dtype=object), status=pd.Series(dtype=object))
+        cells = cells.assign(
+            arm=pd.Series(dtype=object), run_id=pd.Series(dtype=object), status=pd.Series(dtype=object)
+        )
     return RunReport(
         flow_by_arm=run_fidelity.flow_by_arm(cells, attempts, exported, arms, study["worker"]["model"]),
         fidelity=run_fidelity.fidelity(exported, run_fidelity.records_of(store.runs()), arms),  # type: ignore[attr-defined]
@@ -148,7 +167,13 @@ def flow_figure(report: RunReport, path: Path) -> Path:
     boxes = [  # (y, heading, extra line)
         (5.9, "assigned", None),
         (4.9, "dispatched", None),
-        (3.35, "finished", lambda a: f"{t.loc['completed', a]} completed\n{t.loc['capped', a]} capped\n{t.loc['agent error', a]} agent error"),
+        (
+            3.35,
+            "finished",
+            lambda a: (
+                f"{t.loc['completed', a]} completed\n{t.loc['capped', a]} capped\n{t.loc['agent error', a]} agent error"
+            ),
+        ),
         (2.3, "evaluated", None),
         (1.3, "judged", None),
         (0.3, "analysed", None),
@@ -163,7 +188,9 @@ def flow_figure(report: RunReport, path: Path) -> Path:
         "finished": lambda a: f"{t.loc['infrastructure reruns', a]} reruns\n{t.loc['failed', a]} failed",
         "evaluated": lambda a: f"{left(a, 'finished', 'evaluated')} eval. error",
         "judged": lambda a: f"{left(a, 'evaluated', 'judged')} not judged",
-        "analysed": lambda a: f"{t.loc['other model', a]} other model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} no acceptance",
+        "analysed": lambda a: (
+            f"{t.loc['other model', a]} other model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} no acceptance"
+        ),
     }
     for i, a in enumerate(arms):
         x = i + 0.5
@@ -172,19 +199,36 @@ def flow_figure(report: RunReport, path: Path) -> Path:
         for y, step, extra in boxes:
             h = heights.get(step, 0.5)
             label = f"{step} {t.loc[step, a]}" + (f"\n{extra(a)}" if extra else "")
-            ax.add_patch(FancyBboxPatch((x - 0.42, y), 0.84, h, boxstyle="round,pad=0.02", fc="0.93", ec="0.35", lw=0.7))
+            ax.add_patch(
+                FancyBboxPatch((x - 0.42, y), 0.84, h, boxstyle="round,pad=0.02", fc="0.93", ec="0.35", lw=0.7)
+            )
             ax.text(x, y + h / 2, label, ha="center", va="center", fontsize=7.5, linespacing=1.15)
             if prev_bottom is not None:
-                ax.annotate("", xy=(x - 0.3, y + h + 0.02), xytext=(x - 0.3, prev_bottom - 0.02),
-                            arrowprops={"arrowstyle": "-|>", "lw": 0.7, "color": "0.3", "mutation_scale": 7})
-                ax.text(x - 0.25, (y + h + prev_bottom) / 2, side[step](a), ha="left", va="center", fontsize=7, color="0.25", linespacing=1.1)
+                ax.annotate(
+                    "",
+                    xy=(x - 0.3, y + h + 0.02),
+                    xytext=(x - 0.3, prev_bottom - 0.02),
+                    arrowprops={"arrowstyle": "-|>", "lw": 0.7, "color": "0.3", "mutation_scale": 7},
+                )
+                ax.text(
+                    x - 0.25,
+                    (y + h + prev_bottom) / 2,
+                    side[step](a),
+                    ha="left",
+                    va="center",
+                    fontsize=7,
+                    color="0.25",
+                    linespacing=1.1,
+                )
             prev_bottom = y
     title = f"run flow by arm, study {report.study}, all waves"
     fig.suptitle(f"{report.label}: {title}" if report.label else title, fontsize=8)
     return save_figure(fig, path)
 
 
-def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
+def write(
+    report: RunReport, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str
+) -> dict[str, Path]:
     """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and ``run_macros.tex``."""
     from pilot.report.stage_outputs import figure_env
 
@@ -206,14 +250,27 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
         flow.rename(columns={"step": "Step", "counts": "What is counted", "repeat3": "Third repeat"}),
         gen / "run_flow_table.tex",
         caption=f"Run flow of study \\texttt{{{report.study}}} per wave, from the store and the exported run table.",
-        label="tab:run-flow", simulated=sim, column_format="lp{0.34\\linewidth}" + "r" * (len(flow.columns) - 2),
+        label="tab:run-flow",
+        simulated=sim,
+        column_format="lp{0.34\\linewidth}" + "r" * (len(flow.columns) - 2),
     )
-    ledger = report.ledger.rename(columns={"pilot": "pilot_usd", "repeat3": "third_repeat_usd", "sensitivity": "sensitivity_usd", "total": "total_usd"})
+    ledger = report.ledger.rename(
+        columns={
+            "pilot": "pilot_usd",
+            "repeat3": "third_repeat_usd",
+            "sensitivity": "sensitivity_usd",
+            "total": "total_usd",
+        }
+    )
     out["run_ledger_table.tex"] = write_table(
-        ledger, gen / "run_ledger_table.tex",
-        caption=(f"Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against the envelope of "
-                 f"\\${format_number(report.balance.envelope_usd, 2)}; \\${format_number(report.balance.reserved_usd, 2)} still reserved."),
-        label="tab:run-ledger", simulated=sim,
+        ledger,
+        gen / "run_ledger_table.tex",
+        caption=(
+            f"Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against the envelope of "
+            f"\\${format_number(report.balance.envelope_usd, 2)}; \\${format_number(report.balance.reserved_usd, 2)} still reserved."
+        ),
+        label="tab:run-ledger",
+        simulated=sim,
     )
     out["run_flow_by_arm.csv"] = tables / f"run_flow_by_arm_{report.study}.csv"
     report.flow_by_arm.assign(study=report.study).to_csv(out["run_flow_by_arm.csv"], index=False)
@@ -222,21 +279,31 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
     fid = report.fidelity.copy()
     fid["measure"] = fid["measure"].str.slice(0, 1).str.upper() + fid["measure"].str.slice(1)
     out["run_fidelity_table.tex"] = write_table(
-        fid.rename(columns={"measure": "Measure", "all": "All arms"}), gen / "run_fidelity_table.tex",
-        caption=("Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt at something the arm "
-                 "does not allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run whatever "
-                 "its quality; capped runs are censored at the cap they reached; the last rows give the node each run ran on."),
-        label="tab:run-fidelity", simulated=sim, column_format="l" + "r" * (len(fid.columns) - 1),
+        fid.rename(columns={"measure": "Measure", "all": "All arms"}),
+        gen / "run_fidelity_table.tex",
+        caption=(
+            "Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt at something the arm "
+            "does not allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run whatever "
+            "its quality; capped runs are censored at the cap they reached; the last rows give the node each run ran on."
+        ),
+        label="tab:run-fidelity",
+        simulated=sim,
+        column_format="l" + "r" * (len(fid.columns) - 1),
     )
     pdf = flow_figure(report, figs / "run_flow.pdf")
     out["run_flow.pdf"] = pdf
     out["run_flow_figure.tex"] = figure_env(
-        pdf, gen / "run_flow_figure.tex",
-        caption=("Run flow by arm over all waves. Each column follows one arm's cells from assignment to the primary analysis; "
-                 "beside each arrow, what left the path at that step: infrastructure attempts that were rerun under the same run id "
-                 "(every attempt is kept) and cells that ran out of attempts; runs whose evaluation failed; runs no judge scored; "
-                 "runs of a model-sensitivity wave, which enter no contrast; and judged runs of the worker model without an acceptance value."),
-        label="fig:run-flow", simulated=sim, width="\\linewidth",
+        pdf,
+        gen / "run_flow_figure.tex",
+        caption=(
+            "Run flow by arm over all waves. Each column follows one arm's cells from assignment to the primary analysis; "
+            "beside each arrow, what left the path at that step: infrastructure attempts that were rerun under the same run id "
+            "(every attempt is kept) and cells that ran out of attempts; runs whose evaluation failed; runs no judge scored; "
+            "runs of a model-sensitivity wave, which enter no contrast; and judged runs of the worker model without an acceptance value."
+        ),
+        label="fig:run-flow",
+        simulated=sim,
+        width="\\linewidth",
     )
     m: dict[str, object] = {
         "RunStudy": report.study,
@@ -246,7 +313,9 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
         "RunSpentUsd": report.balance.spent_usd,
         "RunReservedUsd": report.balance.reserved_usd,
         "RunRemainingUsd": report.balance.remaining_usd,
-        "RunSpentPct": f"{100 * report.balance.spent_usd / report.balance.envelope_usd:.0f}" if report.balance.envelope_usd else "---",
+        "RunSpentPct": f"{100 * report.balance.spent_usd / report.balance.envelope_usd:.0f}"
+        if report.balance.envelope_usd
+        else "---",
         "RunWaves": len([c for c in report.flow.columns if c not in ("step", "total")]),
     }
     for step, _ in FLOW_STEPS:
@@ -263,5 +332,7 @@ def write(report: RunReport, tables_dir: Path | str, figures_dir: Path | str, ge
         m[macro_name("Run", step)] = int(flow.get(step, 0))
     for _, r in report.ledger.iterrows():
         m[macro_name("RunSpent", "all" if r["arm"] == "all" else r["arm"])] = float(r["total"])
-    out["run_macros.tex"] = write_macros(m, gen / "run_macros.tex", digits=2, comment=f"run report of study {report.study}")
+    out["run_macros.tex"] = write_macros(
+        m, gen / "run_macros.tex", digits=2, comment=f"run report of study {report.study}"
+    )
     return out

@@ -20,10 +20,20 @@ def scenario_arm_counts(df: pd.DataFrame, study: protocol.Study | None = None) -
     study = study or protocol.study()
     rows = runtable.primary_rows(df, study)
     s = acceptance_values(rows, study.q)
-    frame = pd.DataFrame({"scenario": rows["scenario"].astype(str), "occupation": rows["occupation"].astype(str),
-                          "arm": rows["arm"].astype(str), "scored": ~np.isnan(s), "accepted": np.nan_to_num(s) == 1})
-    out = frame.groupby(["scenario", "occupation", "arm"], sort=True).agg(
-        runs=("scored", "size"), scored=("scored", "sum"), accepted=("accepted", "sum")).reset_index()
+    frame = pd.DataFrame(
+        {
+            "scenario": rows["scenario"].astype(str),
+            "occupation": rows["occupation"].astype(str),
+            "arm": rows["arm"].astype(str),
+            "scored": ~np.isnan(s),
+            "accepted": np.nan_to_num(s) == 1,
+        }
+    )
+    out = (
+        frame.groupby(["scenario", "occupation", "arm"], sort=True)
+        .agg(runs=("scored", "size"), scored=("scored", "sum"), accepted=("accepted", "sum"))
+        .reset_index()
+    )
     out[["runs", "scored", "accepted"]] = out[["runs", "scored", "accepted"]].astype(int)
     out["rate"] = out["accepted"] / out["scored"].where(out["scored"] > 0)  # NaN where none is scored
     return out

@@ -11,7 +11,15 @@ from pilot.latex import latex_escape, number_word, write_table
 from pilot.protocol.design import load_study
 from pilot.protocol.scenario import Scenario, load_scenario
 
-_KIND = {"xlsx": "workbook", "docx": "Word", "pdf": "PDF", "csv": "CSV", "pptx": "slide deck", "md": "Markdown", "txt": "text"}
+_KIND = {
+    "xlsx": "workbook",
+    "docx": "Word",
+    "pdf": "PDF",
+    "csv": "CSV",
+    "pptx": "slide deck",
+    "md": "Markdown",
+    "txt": "text",
+}
 
 
 def _deliverables_text(sc: Scenario) -> str:
@@ -37,7 +45,9 @@ def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
         }
         for sc in scs
     ]
-    return pd.DataFrame(rows, columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min"])
+    return pd.DataFrame(
+        rows, columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min"]
+    )
 
 
 def write_scenarios_table(out_dir: Path | None = None, scenario_ids: list[str] | None = None) -> Path:

@@ -10,7 +10,8 @@ signs are true minus signs; p-values have three decimals.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -74,9 +75,10 @@ def interval(low: Any, high: Any, level: float = 0.95, digits: int = 3) -> str:
     return f"{level:.0%} CI {num(low, digits)} to {num(high, digits)}"
 
 
-def contrast_sentence(row: Mapping[str, Any], *, alpha: float = 0.05, level: float = 0.95, holm: bool = False,
-                      prefix: str = "") -> str:
-    """"A3 − A1 is 0.067 (95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
+def contrast_sentence(
+    row: Mapping[str, Any], *, alpha: float = 0.05, level: float = 0.95, holm: bool = False, prefix: str = ""
+) -> str:
+    """ "A3 − A1 is 0.067 (95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
     name = contrast_label(row["contrast"])
     p = row.get("p_holm") if holm else row.get("p_value")
     est = row.get("estimate")
@@ -86,10 +88,14 @@ def contrast_sentence(row: Mapping[str, Any], *, alpha: float = 0.05, level: flo
     if not _finite(p):
         reading = "no test was possible"
     elif float(p) < alpha:
-        reading = "evidence of a premium in this run" if float(est) > 0 else "evidence of a negative premium in this run"
+        reading = (
+            "evidence of a premium in this run" if float(est) > 0 else "evidence of a negative premium in this run"
+        )
     else:
         reading = "no evidence of a premium in this run"
-    return f"{prefix}{name} is {num(est)} ({interval(row.get('ci_low'), row.get('ci_high'), level)}), {p_text}: {reading}."
+    return (
+        f"{prefix}{name} is {num(est)} ({interval(row.get('ci_low'), row.get('ci_high'), level)}), {p_text}: {reading}."
+    )
 
 
 def contrasts_sentences(contrasts: pd.DataFrame, *, alpha: float = 0.05, level: float = 0.95, prefix: str = "") -> str:
@@ -118,7 +124,7 @@ def acceptance_sentence(acceptance: pd.DataFrame, *, prefix: str = "") -> str:
 
 
 def hypothesis_sentence(h: Any, *, prefix: str = "") -> str:
-    """"H1 reads not consistent: estimate > 0 and sign-flip p < 0.05 (two-sided) does not hold in this run"."""
+    """ "H1 reads not consistent: estimate > 0 and sign-flip p < 0.05 (two-sided) does not hold in this run"."""
     verdict = str(h.verdict)
     if verdict == "consistent":
         tail = "its criterion holds in this run"
@@ -146,7 +152,10 @@ def hypothesis_paragraph(row: Mapping[str, Any]) -> str:
     interval, test = _text(row.get("interval")), _text(row.get("test"))
     numbers = "; ".join(x for x in (f"interval {interval}" if interval and interval != "n/a" else "", test) if x)
     statement = _text(row.get("statement"))
-    out = [f"{statement[:1].upper()}{statement[1:]}. Estimate: {_text(row.get('estimate'))}" + (f" ({numbers})." if numbers else ".")]
+    out = [
+        f"{statement[:1].upper()}{statement[1:]}. Estimate: {_text(row.get('estimate'))}"
+        + (f" ({numbers})." if numbers else ".")
+    ]
     out.append(f"The criterion is: {_text(row.get('criterion'))}.")
     if verdict == "not consistent" and failing:
         out.append(f"The verdict is {verdict}: {failing}.")
@@ -195,8 +204,10 @@ def km_sentence(summary: pd.DataFrame, tests: pd.DataFrame | None = None, *, pre
         text += "No arm reached a median time to completion (fewer than half its runs completed)."
     else:
         hi, lo = med.loc[med["median_min"].idxmax()], med.loc[med["median_min"].idxmin()]
-        text += (f"Median time to completion ranges from {num(lo['median_min'], 1)} minutes in {lo['arm']} to "
-                 f"{num(hi['median_min'], 1)} in {hi['arm']}; {int(summary['censored'].sum())} runs are censored.")
+        text += (
+            f"Median time to completion ranges from {num(lo['median_min'], 1)} minutes in {lo['arm']} to "
+            f"{num(hi['median_min'], 1)} in {hi['arm']}; {int(summary['censored'].sum())} runs are censored."
+        )
     if tests is not None and not tests.empty:
         text += " " + "; ".join(f"{t['test']}: {pval(t['p_value'])}" for _, t in tests.iterrows()) + "."
     return text
@@ -239,8 +250,10 @@ def recovery_sentence(summary: pd.DataFrame, *, prefix: str = "") -> str:
     r = rows.iloc[0]
     if int(r["eligible"]) == 0:
         return f"{prefix}No run of {r['arm']} was eligible for recovery, so the recovery index is not estimable."
-    return (f"{prefix}In {r['arm']}, {int(r['recovered'])} of {int(r['eligible'])} eligible runs recovered: "
-            f"ARI {num(r['estimate'])} ({interval(r['ci_low'], r['ci_high'])}).")
+    return (
+        f"{prefix}In {r['arm']}, {int(r['recovered'])} of {int(r['eligible'])} eligible runs recovered: "
+        f"ARI {num(r['estimate'])} ({interval(r['ci_low'], r['ci_high'])})."
+    )
 
 
 def agreement_sentence(summary: pd.DataFrame, *, prefix: str = "") -> str:
@@ -249,7 +262,9 @@ def agreement_sentence(summary: pd.DataFrame, *, prefix: str = "") -> str:
         return f"{prefix}Judge agreement was not computed."
     a = g.loc["Krippendorff alpha (ordinal)"]
     value = a["value"] if not isinstance(a, pd.DataFrame) else a["value"].iloc[0]
-    return f"{prefix}The judges agree with an ordinal Krippendorff's alpha of {num(value)} over {int(a['n_runs'])} runs."
+    return (
+        f"{prefix}The judges agree with an ordinal Krippendorff's alpha of {num(value)} over {int(a['n_runs'])} runs."
+    )
 
 
 def status_sentence(status: pd.DataFrame, envelope_usd: float, *, prefix: str = "") -> str:

@@ -14,15 +14,24 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from pilot import backends, paths, protocol, runtable
-from pilot.latex import SIMULATED_TAG, LatexText, data_label, format_number, latex_escape, macro_name, write_macros, write_table
+from pilot.latex import (
+    SIMULATED_TAG,
+    LatexText,
+    data_label,
+    format_number,
+    latex_escape,
+    macro_name,
+    write_macros,
+    write_table,
+)
 from pilot.stats import estimability, figures
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
@@ -73,13 +82,15 @@ SYNTHETIC_RUNS = "synthetic"
 class RunTableMissing(FileNotFoundError):
     """The run table a stage was pointed at does not exist."""
 
+
 #: Tables whose cells may each read "not estimable": 9 pt with narrower gaps keeps them within the text width
 #: without shrinking them below 8 pt (tools/check_latex_log.py holds the width).
 COMPACT_FONT = "\\footnotesize\\setlength{\\tabcolsep}{4pt}"
 
 
-def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "",
-               allow_unisolated: bool = False) -> StageData:
+def stage_runs(
+    runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "", allow_unisolated: bool = False
+) -> StageData:
     """The run table of a stage.
 
     ``runs`` is a CSV path (relative paths read from the repository root), or
@@ -88,13 +99,17 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
     A table holding real runs made without isolation is refused unless ``allow_unisolated``.
     """
     if runs == SYNTHETIC_RUNS:
-        df = runtable.validate_runtable(backends.role(backends.SYNTHETIC, "runtable")(seed), source=f"synthetic run table (seed {seed})")
+        df = runtable.validate_runtable(
+            backends.role(backends.SYNTHETIC, "runtable")(seed), source=f"synthetic run table (seed {seed})"
+        )
         source = f"SIMULATED synthetic run table (seed {seed})"
         if tables_dir is not None:
             runtable.write_runtable(df, paths.from_root(tables_dir) / "runtable_SIMULATED_synthetic.csv")
     else:
         if not runs and not study:
-            raise ValueError("give the stage a run table (runs), a study whose table to read (study), or runs = 'synthetic'")
+            raise ValueError(
+                "give the stage a run table (runs), a study whose table to read (study), or runs = 'synthetic'"
+            )
         path = paths.from_root(runs) if runs else paths.study_runs_file(study)
         if not path.is_file():
             raise RunTableMissing(
@@ -107,22 +122,30 @@ def stage_runs(runs: str, seed: int, tables_dir: Path | str | None = None, *, st
     return StageData(df, source, runtable.is_simulated(df), is_syn, str(df["study"].iloc[0]), runtable.data_label(df))
 
 
-def open_stage(runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "",
-               allow_unisolated: bool = False) -> StageData:
+def open_stage(
+    runs: str, seed: int, tables_dir: Path | str | None = None, *, study: str = "", allow_unisolated: bool = False
+) -> StageData:
     """The opening of the primary and sensitivity stages: pandas display settings, the run table
     (:func:`stage_runs`) and one printed line saying where it comes from."""
     pd.set_option("display.width", 160)
     pd.set_option("display.max_columns", 20)
     data = stage_runs(runs, seed, tables_dir, study=study, allow_unisolated=allow_unisolated)
-    kind = ("SIMULATED synthetic table" if data.synthetic else
-            f"{data.label} ({backends.qualifier(data.label)})" if data.label else "real")
+    kind = (
+        "SIMULATED synthetic table"
+        if data.synthetic
+        else f"{data.label} ({backends.qualifier(data.label)})"
+        if data.label
+        else "real"
+    )
     print(data.source, "| study:", data.study_name, "|", kind)
     failed = int(data.runs.attrs.get(runtable.FAILED_DROPPED_ATTR, 0))
     if failed:
         print(f"{failed} failed run(s) (every attempt failed on infrastructure, no outcome) left out of the analysis")
     unevaluated = int(data.runs.attrs.get(runtable.EVAL_ERROR_DROPPED_ATTR, 0))
     if unevaluated:
-        print(f"{unevaluated} run(s) whose evaluation could not run (eval_error; D is no verdict) left out of the analysis")
+        print(
+            f"{unevaluated} run(s) whose evaluation could not run (eval_error; D is no verdict) left out of the analysis"
+        )
     return data
 
 
@@ -132,7 +155,9 @@ def _tag(df: pd.DataFrame, data: StageData) -> pd.DataFrame:
     return df.assign(study=name if not data.label or data.label in name else f"{data.label} {name}")
 
 
-def figure_env(pdf: Path, path: Path, *, caption: str, label: str, simulated: bool | str, width: str = "0.8\\linewidth") -> Path:
+def figure_env(
+    pdf: Path, path: Path, *, caption: str, label: str, simulated: bool | str, width: str = "0.8\\linewidth"
+) -> Path:
     """A figure environment that includes ``pdf`` (path relative to the manuscript folder); ``simulated``: the data's label."""
     rel = os.path.relpath(Path(pdf).resolve(), paths.MANUSCRIPT_DIR.resolve())
     tag = data_label(simulated)
@@ -164,12 +189,22 @@ def _value(v: object) -> object:
     """A reported value for a macro: the number, the infinity symbol, or the not-estimable text."""
     if isinstance(v, str):
         return "\\ensuremath{\\infty}" if v == estimability.INFINITY else v
-    return _num(v) if v is not None and np.isfinite(float(v)) else ("\\ensuremath{\\infty}" if v is not None and np.isinf(float(v)) else estimability.not_estimable(""))
+    return (
+        _num(v)
+        if v is not None and np.isfinite(float(v))
+        else ("\\ensuremath{\\infty}" if v is not None and np.isinf(float(v)) else estimability.not_estimable(""))
+    )
 
 
 def _escape_cells(df: pd.DataFrame) -> pd.DataFrame:
     """Text cells escaped for LaTeX (for tables written with ``escape=False`` because their headers hold math)."""
-    return df.apply(lambda col: col.map(lambda v: latex_escape(v).replace("<", "\\textless{}") if isinstance(v, str) else v) if col.dtype == object else col)
+    return df.apply(
+        lambda col: (
+            col.map(lambda v: latex_escape(v).replace("<", "\\textless{}") if isinstance(v, str) else v)
+            if col.dtype == object
+            else col
+        )
+    )
 
 
 def _p_macro(p: float) -> str:
@@ -215,7 +250,14 @@ def common_macros(data: StageData, study: protocol.Study | None = None) -> dict[
 # --------------------------------------------------------------------------
 
 
-def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
+def write_primary(
+    result: PrimaryResult,
+    hyps: Iterable[HypothesisResult],
+    data: StageData,
+    tables_dir: Path | str,
+    figures_dir: Path | str,
+    generated_dir: Path | str,
+) -> dict[str, Path]:
     """CSV tables, LaTeX tables, the forest plot and the macros of the primary stage."""
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
     sim = data.label
@@ -228,7 +270,10 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     acc_csv.to_csv(out["primary_acceptance.csv"], index=False)
     con = result.summary
     out["primary_contrasts.csv"] = tables / "primary_contrasts.csv"
-    _tag(con[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "role", "exact", "note"]], data).to_csv(out["primary_contrasts.csv"], index=False)
+    _tag(
+        con[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "role", "exact", "note"]],
+        data,
+    ).to_csv(out["primary_contrasts.csv"], index=False)
     from pilot.report.scenario_arm import scenario_arm_counts, scenario_arm_frame
 
     study = protocol.study()
@@ -237,12 +282,17 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     _tag(counts, data).to_csv(out["primary_scenario_arm.csv"], index=False)
     arms = list(study.arms)
     out["primary_scenario_arm_table.tex"] = write_table(
-        scenario_arm_frame(counts, arms), gen / "primary_scenario_arm_table.tex",
+        scenario_arm_frame(counts, arms),
+        gen / "primary_scenario_arm_table.tex",
         caption=f"Accepted runs of the worker model out of its scored runs, per scenario and arm (S = 1 at $q={study.q:g}$). "
         "The scenario-weighted acceptance of an arm (Table~\\ref{tab:primary-acceptance}) is the mean over scenarios of these "
         "proportions; runs without S (no judge's score) are counted in the last column and in no proportion.",
-        label="tab:scenario-arm", simulated=sim, font=COMPACT_FONT,
-        column_format="l>{\\raggedright\\arraybackslash}p{2.6cm}" + "c" * len(arms) + ">{\\raggedright\\arraybackslash}p{2.2cm}",
+        label="tab:scenario-arm",
+        simulated=sim,
+        font=COMPACT_FONT,
+        column_format="l>{\\raggedright\\arraybackslash}p{2.6cm}"
+        + "c" * len(arms)
+        + ">{\\raggedright\\arraybackslash}p{2.2cm}",
     )
     ov = overview(hyps)
     out["primary_hypotheses.csv"] = tables / "primary_hypotheses.csv"
@@ -250,54 +300,107 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
 
     interval = f"95\\% scenario-cluster percentile bootstrap intervals ($B={st.B:,}$)".replace(",", "{,}")
     out["primary_acceptance_table.tex"] = write_table(
-        _escape_cells(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]]).rename(columns={"arm": "Arm", "p_hat": "$\\hat p_a$", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "n_runs": "Runs", "n_scored": "Scored", "note": "Note"}),
+        _escape_cells(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]]).rename(
+            columns={
+                "arm": "Arm",
+                "p_hat": "$\\hat p_a$",
+                "ci_low": "2.5\\%",
+                "ci_high": "97.5\\%",
+                "n_runs": "Runs",
+                "n_scored": "Scored",
+                "note": "Note",
+            }
+        ),
         gen / "primary_acceptance_table.tex",
         caption=f"Scenario-weighted acceptance $\\hat p_a$ per arm at $q={result.q:g}$ (equal scenario weights) with {interval}. "
         "Scored: runs with at least one judge (a run without a judge has no $S$ and drops out of its scenario's repeat mean).",
-        label="tab:primary-acceptance", simulated=sim, escape=False,
+        label="tab:primary-acceptance",
+        simulated=sim,
+        escape=False,
     )
-    show = con.assign(p_value=con["p_value"].map(_fmt_p), p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"])])
-    exact = "exact enumeration of all $2^J$ sign vectors" if bool(result.contrasts["exact"].all()) else f"{st.n_permutations:,} random sign vectors".replace(",", "{,}")
+    show = con.assign(
+        p_value=con["p_value"].map(_fmt_p),
+        p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"])],
+    )
+    exact = (
+        "exact enumeration of all $2^J$ sign vectors"
+        if bool(result.contrasts["exact"].all())
+        else f"{st.n_permutations:,} random sign vectors".replace(",", "{,}")
+    )
     out["primary_contrasts_table.tex"] = write_table(
-        _escape_cells(show[["contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]]).rename(
-            columns={"contrast": "Contrast", "role": "Role", "estimate": "Estimate", "ci_low": "2.5\\%", "ci_high": "97.5\\%", "p_value": "$p$", "p_holm": "$p_{\\mathrm{Holm}}$", "n_scenarios": "$J$", "note": "Note"}
+        _escape_cells(
+            show[["contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]]
+        ).rename(
+            columns={
+                "contrast": "Contrast",
+                "role": "Role",
+                "estimate": "Estimate",
+                "ci_low": "2.5\\%",
+                "ci_high": "97.5\\%",
+                "p_value": "$p$",
+                "p_holm": "$p_{\\mathrm{Holm}}$",
+                "n_scenarios": "$J$",
+                "note": "Note",
+            }
         ),
         gen / "primary_contrasts_table.tex",
         caption=f"Preregistered contrasts of acceptance: estimate, {interval}, two-sided paired sign-flip permutation $p$ ({exact}) and, "
         "for the three secondary contrasts, Holm-adjusted $p$ over all three (a contrast that cannot be estimated enters the adjustment as $p=1$; "
         "the primary contrast is not adjusted). Note: why a value is not estimable, and intervals of zero width or resting on one scenario.",
-        label="tab:primary-contrasts", simulated=sim, escape=False, font=COMPACT_FONT,
+        label="tab:primary-contrasts",
+        simulated=sim,
+        escape=False,
+        font=COMPACT_FONT,
         column_format="llrrrllr>{\\raggedright\\arraybackslash}p{2.0cm}",  # the note wraps beside five "not estimable" cells
     )
     out["primary_hypotheses_table.tex"] = write_table(
         ov[["hypothesis", "statement", "criterion", "verdict"]].rename(columns=str.capitalize),
         gen / "primary_hypotheses_table.tex",
         caption="Preregistered expectations judged in the primary stage, with the criterion applied to this run table.",
-        label="tab:primary-hypotheses", simulated=sim, column_format="lp{0.24\\linewidth}p{0.30\\linewidth}>{\\raggedright\\arraybackslash}p{0.20\\linewidth}",
+        label="tab:primary-hypotheses",
+        simulated=sim,
+        column_format="lp{0.24\\linewidth}p{0.30\\linewidth}>{\\raggedright\\arraybackslash}p{0.20\\linewidth}",
     )
     for h in hyps:
         out[f"primary_{h.id.lower()}_table.tex"] = write_table(
-            h.summary, gen / f"primary_{h.id.lower()}_table.tex",
+            h.summary,
+            gen / f"primary_{h.id.lower()}_table.tex",
             caption=f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.",
-            label=f"tab:{h.id.lower()}", simulated=sim, font=COMPACT_FONT,
+            label=f"tab:{h.id.lower()}",
+            simulated=sim,
+            font=COMPACT_FONT,
         )
         _infinity_symbols(out[f"primary_{h.id.lower()}_table.tex"])
     pdf = figures.forest_plot(result.contrasts, figs / "primary_forest.pdf", simulated=sim)
     out["primary_forest.pdf"] = pdf
     out["primary_forest_figure.tex"] = figure_env(
-        pdf, gen / "primary_forest_figure.tex",
+        pdf,
+        gen / "primary_forest_figure.tex",
         caption=f"Contrasts of acceptance with {interval}; the primary contrast (square) and the three Holm-adjusted secondary contrasts.",
-        label="fig:primary-forest", simulated=sim,
+        label="fig:primary-forest",
+        simulated=sim,
     )
 
     m = common_macros(data)
-    m.update({"ResultsQ": _num(result.q), "ResultsBootstrapB": int(st.B), "ResultsPermutations": int(st.n_permutations),
-              "ResultsSignVectors": int(2 ** int(result.contrasts["n_scenarios"].max())) if bool(result.contrasts["exact"].all()) else int(st.n_permutations)})
+    m.update(
+        {
+            "ResultsQ": _num(result.q),
+            "ResultsBootstrapB": int(st.B),
+            "ResultsPermutations": int(st.n_permutations),
+            "ResultsSignVectors": int(2 ** int(result.contrasts["n_scenarios"].max()))
+            if bool(result.contrasts["exact"].all())
+            else int(st.n_permutations),
+        }
+    )
     # How the sign-flip p-values were computed, in words: exact only when every contrast enumerated all 2^J sign vectors.
     if bool(result.contrasts["exact"].all()):
-        m["ResultsSignTest"] = LatexText(f"exact, over all {format_number(int(2 ** int(result.contrasts['n_scenarios'].max())))} sign vectors")
+        m["ResultsSignTest"] = LatexText(
+            f"exact, over all {format_number(int(2 ** int(result.contrasts['n_scenarios'].max())))} sign vectors"
+        )
     else:
-        m["ResultsSignTest"] = LatexText(f"randomised, over {format_number(int(st.n_permutations))} random sign vectors (a Monte Carlo estimate of the exact p-value)")
+        m["ResultsSignTest"] = LatexText(
+            f"randomised, over {format_number(int(st.n_permutations))} random sign vectors (a Monte Carlo estimate of the exact p-value)"
+        )
     for _, r in acc.iterrows():
         m[macro_name("Acc", r.arm)] = _value(r.p_hat)
         m[macro_name("Acc", r.arm, "Low")] = _value(r.ci_low)
@@ -308,7 +411,9 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
         m[macro_name(*base, "Est")] = _value(shown.estimate)
         m[macro_name(*base, "Low")] = _value(shown.ci_low)
         m[macro_name(*base, "High")] = _value(shown.ci_high)
-        m[macro_name(*base, "Width")] = _value(float(r.ci_high) - float(r.ci_low))  # NaN (not estimable) when either end is
+        m[macro_name(*base, "Width")] = _value(
+            float(r.ci_high) - float(r.ci_low)
+        )  # NaN (not estimable) when either end is
         m[macro_name(*base, "P")] = _p_macro(float(r.p_value))
         if r.role != "primary":  # the primary contrast has no adjusted p
             m[macro_name(*base, "PHolm")] = _p_macro(float(r.p_holm))
@@ -316,7 +421,9 @@ def write_primary(result: PrimaryResult, hyps: Iterable[HypothesisResult], data:
     for h in hyps:
         m[macro_name("Verdict", h.id)] = h.verdict
         m[macro_name("VerdictClass", h.id)] = h.verdict_class
-    out["primary_macros.tex"] = write_macros(m, gen / "primary_macros.tex", comment=f"primary stage; data: {data.source}")
+    out["primary_macros.tex"] = write_macros(
+        m, gen / "primary_macros.tex", comment=f"primary stage; data: {data.source}"
+    )
     return out
 
 
@@ -333,14 +440,28 @@ def h4_long(summary: pd.DataFrame) -> pd.DataFrame:
 
         def cell(v: object) -> object:
             # The model's note, printed once on its first row, already gives the reason a cell is not estimable.
-            if isinstance(v, str) and estimability.is_not_estimable(v) and note and v[len(estimability.NOT_ESTIMABLE) + 2:-1] in note:
+            if (
+                isinstance(v, str)
+                and estimability.is_not_estimable(v)
+                and note
+                and v[len(estimability.NOT_ESTIMABLE) + 2 : -1] in note
+            ):
                 return estimability.NOT_ESTIMABLE
             return v
 
         for k, (t, label) in enumerate((("depth", "designed depth"), ("tool_calls", "log(1 + tool calls)"))):
-            rows.append({"model": r["model"] if k == 0 else "", "term": label, "slope": cell(r[f"{t}_slope"]), "ci_low": cell(r[f"{t}_ci_low"]),
-                         "ci_high": cell(r[f"{t}_ci_high"]), "p_value": cell(r[f"{t}_p"]), "n_runs": r["n_runs"] if k == 0 else "",
-                         "note": note if k == 0 else ""})
+            rows.append(
+                {
+                    "model": r["model"] if k == 0 else "",
+                    "term": label,
+                    "slope": cell(r[f"{t}_slope"]),
+                    "ci_low": cell(r[f"{t}_ci_low"]),
+                    "ci_high": cell(r[f"{t}_ci_high"]),
+                    "p_value": cell(r[f"{t}_p"]),
+                    "n_runs": r["n_runs"] if k == 0 else "",
+                    "note": note if k == 0 else "",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -366,7 +487,9 @@ def hypotheses_summary(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
     return df.sort_values("hypothesis", key=lambda c: c.str.slice(1).astype(int)).reset_index(drop=True)
 
 
-def write_hypotheses_summary(summary: pd.DataFrame, data: StageData, tables_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
+def write_hypotheses_summary(
+    summary: pd.DataFrame, data: StageData, tables_dir: Path | str, generated_dir: Path | str
+) -> dict[str, Path]:
     """The summary table of every hypothesis and the discussion's paragraph on each, from their result rows."""
     from pilot.report.sentences import hypothesis_paragraph
 
@@ -379,36 +502,65 @@ def write_hypotheses_summary(summary: pd.DataFrame, data: StageData, tables_dir:
         failing = str(r.get("failing") or "").strip() if isinstance(r.get("failing"), str) else ""
         return f"{r['verdict']}: {failing}" if r["verdict"] == "not consistent" and failing else str(r["verdict"])
 
-    show = pd.DataFrame({
-        "H": summary["hypothesis"],
-        "Expectation and criterion": [f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"])],
-        "Estimate": summary["estimate"], "95\\% interval": summary["interval"], "Test": summary["test"],
-        "Verdict (the part that fails)": [verdict_cell(r) for _, r in summary.iterrows()],
-    })
+    show = pd.DataFrame(
+        {
+            "H": summary["hypothesis"],
+            "Expectation and criterion": [
+                f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"])
+            ],
+            "Estimate": summary["estimate"],
+            "95\\% interval": summary["interval"],
+            "Test": summary["test"],
+            "Verdict (the part that fails)": [verdict_cell(r) for _, r in summary.iterrows()],
+        }
+    )
     show = _escape_cells(show)
-    caption = ("Every preregistered expectation with its headline estimate, interval, test, criterion and verdict; where the verdict is "
-               "\\emph{not consistent}, the part of the criterion that fails, with its number. Several numbers in one cell are separated by "
-               "semicolons in the order the expectation names them; n/a marks a quantity no test applies to. Tables~\\ref{tab:h1} "
-               "to~\\ref{tab:h7} give every number behind each row.")
+    caption = (
+        "Every preregistered expectation with its headline estimate, interval, test, criterion and verdict; where the verdict is "
+        "\\emph{not consistent}, the part of the criterion that fails, with its number. Several numbers in one cell are separated by "
+        "semicolons in the order the expectation names them; n/a marks a quantity no test applies to. Tables~\\ref{tab:h1} "
+        "to~\\ref{tab:h7} give every number behind each row."
+    )
     if missing:
         caption += f" Not in this table, because their stage wrote no result: {', '.join(missing)}."
     out["hypotheses_summary_table.tex"] = write_table(
-        show, gen / "hypotheses_summary_table.tex", caption=caption, label="tab:hypotheses-summary", simulated=data.label, escape=False,
+        show,
+        gen / "hypotheses_summary_table.tex",
+        caption=caption,
+        label="tab:hypotheses-summary",
+        simulated=data.label,
+        escape=False,
         font=COMPACT_FONT,
-        column_format=("l>{\\raggedright\\arraybackslash}p{0.27\\linewidth}>{\\raggedright\\arraybackslash}p{0.12\\linewidth}"
-                       ">{\\raggedright\\arraybackslash}p{0.13\\linewidth}>{\\raggedright\\arraybackslash}p{0.15\\linewidth}"
-                       ">{\\raggedright\\arraybackslash}p{0.16\\linewidth}"),
+        column_format=(
+            "l>{\\raggedright\\arraybackslash}p{0.27\\linewidth}>{\\raggedright\\arraybackslash}p{0.12\\linewidth}"
+            ">{\\raggedright\\arraybackslash}p{0.13\\linewidth}>{\\raggedright\\arraybackslash}p{0.15\\linewidth}"
+            ">{\\raggedright\\arraybackslash}p{0.16\\linewidth}"
+        ),
     )
-    paragraphs = [f"\\paragraph{{{r['hypothesis']}.}} {latex_escape(hypothesis_paragraph(r))}" for _, r in summary.iterrows()]
+    paragraphs = [
+        f"\\paragraph{{{r['hypothesis']}.}} {latex_escape(hypothesis_paragraph(r))}" for _, r in summary.iterrows()
+    ]
     out["discussion_hypotheses.tex"] = gen / "discussion_hypotheses.tex"
     out["discussion_hypotheses.tex"].write_text(
         "% Generated file: do not edit. One paragraph per hypothesis, written from its result (pilot.report.sentences.hypothesis_paragraph).\n"
-        + "\n\n".join(paragraphs) + "\n", encoding="utf-8")
+        + "\n\n".join(paragraphs)
+        + "\n",
+        encoding="utf-8",
+    )
     return out
 
 
-def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResult], data: StageData, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str, *, study: protocol.Study | None = None,
-                      primary_hypotheses: pd.DataFrame | None = None) -> dict[str, Path]:
+def write_sensitivity(
+    results: dict[str, object],
+    hyps: Iterable[HypothesisResult],
+    data: StageData,
+    tables_dir: Path | str,
+    figures_dir: Path | str,
+    generated_dir: Path | str,
+    *,
+    study: protocol.Study | None = None,
+    primary_hypotheses: pd.DataFrame | None = None,
+) -> dict[str, Path]:
     """Every sensitivity and secondary table, figure and macro; with the primary stage's hypothesis rows, the summary of all seven."""
     study = study or protocol.study()
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
@@ -431,107 +583,194 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     qg: TableResult = results["q_grid"]  # type: ignore[assignment]
     csv("sensitivity_q_grid.csv", qg.summary)
     csv("sensitivity_q_grid_acceptance.csv", qg.details["acceptance"])
-    wide = qg.summary.pivot(index="q", columns="contrast", values="estimate")[["-".join(c) for c in study.contrasts]].reset_index()
+    wide = qg.summary.pivot(index="q", columns="contrast", values="estimate")[
+        ["-".join(c) for c in study.contrasts]
+    ].reset_index()
     wide["q"] = wide["q"].map(lambda v: f"{v:g}")  # thresholds are whole points on the 0-100 scale
-    tex("sensitivity_q_grid_table.tex", wide, "Each contrast's estimate as the quality threshold $q$ varies over the preregistered grid (intervals in the CSV table and the figure).", "tab:sens-qgrid", float_format="%.3f", escape=False)
+    tex(
+        "sensitivity_q_grid_table.tex",
+        wide,
+        "Each contrast's estimate as the quality threshold $q$ varies over the preregistered grid (intervals in the CSV table and the figure).",
+        "tab:sens-qgrid",
+        float_format="%.3f",
+        escape=False,
+    )
 
     mw: PrimaryResult = results["minutes_weighted"]  # type: ignore[assignment]
     csv("sensitivity_minutes_weighted_contrasts.csv", mw.summary)
     csv("sensitivity_minutes_weighted_acceptance.csv", mw.acceptance_summary)
-    tex("sensitivity_minutes_table.tex", mw.summary[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "note"]],
-        "Contrasts with scenarios weighted by professional minutes (sensitivity to the equal weights of the primary analysis).", "tab:sens-minutes")
+    tex(
+        "sensitivity_minutes_table.tex",
+        mw.summary[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "note"]],
+        "Contrasts with scenarios weighted by professional minutes (sensitivity to the equal weights of the primary analysis).",
+        "tab:sens-minutes",
+    )
 
     lg: TableResult = results["logistic"]  # type: ignore[assignment]
     csv("sensitivity_logistic.csv", lg.summary)
-    tex("sensitivity_logistic_table.tex", lg.summary,
+    tex(
+        "sensitivity_logistic_table.tex",
+        lg.summary,
         f"Logistic regression of $S$ on arm, standard errors clustered by scenario ({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs)."
         + " A term is not estimable when its arm's scored runs are all accepted or all not accepted (separation: no finite maximum-likelihood estimate), "
         "or when the fit shows separation, does not converge or has exploding coefficients."
-        + (f" Note: {latex_escape(lg.details['note'])}." if lg.details.get("note") else ""), "tab:sens-logistic")
+        + (f" Note: {latex_escape(lg.details['note'])}." if lg.details.get("note") else ""),
+        "tab:sens-logistic",
+    )
     firth = lg.details.get("firth")
     if firth is not None:
         csv("sensitivity_logistic_firth_exploratory.csv", estimability.honest_frame(firth))
-        tex("sensitivity_logistic_firth_table.tex", estimability.honest_frame(firth),
+        tex(
+            "sensitivity_logistic_firth_table.tex",
+            estimability.honest_frame(firth),
             "EXPLORATORY: Firth's penalised logistic regression of $S$ on arm (log-odds against the same reference; Wald intervals, not clustered). "
-            "It stays finite under separation and is shown beside the preregistered fit only to describe it; no verdict rests on it.", "tab:sens-logistic-firth", escape=False)
+            "It stays finite under separation and is shown beside the preregistered fit only to describe it; no verdict rests on it.",
+            "tab:sens-logistic-firth",
+            escape=False,
+        )
 
     km: TableResult = results["kaplan_meier"]  # type: ignore[assignment]
     csv("sensitivity_km.csv", km.summary)
     csv("sensitivity_logrank.csv", km.details["tests_summary"])
     # "running_at_10min" and its kin head their columns as "At 10 min"; the caption says what they hold.
     km_shown = km.summary.rename(columns=lambda c: re.sub(r"^running_at_(\d+)min$", r"At \1 min", str(c)))
-    tex("sensitivity_km_table.tex", km_shown,
+    tex(
+        "sensitivity_km_table.tex",
+        km_shown,
         "Time to completion per arm (Kaplan-Meier; runs that reached a cap, ended in an error or failed infrastructure are censored at their wall time): "
-        "median minutes, and the share of runs still running at 10, 20 and 30 minutes (At 10 min, ...).", "tab:sens-km")
+        "median minutes, and the share of runs still running at 10, 20 and 30 minutes (At 10 min, ...).",
+        "tab:sens-km",
+    )
     pdf = figures.km_plot(km.details["fitters"], figs / "sensitivity_km.pdf", simulated=sim)
-    out["sensitivity_km_figure.tex"] = figure_env(pdf, gen / "sensitivity_km_figure.tex", caption="Kaplan-Meier curves of time to completion per arm; ticks mark censored runs.", label="fig:sens-km", simulated=sim)
+    out["sensitivity_km_figure.tex"] = figure_env(
+        pdf,
+        gen / "sensitivity_km_figure.tex",
+        caption="Kaplan-Meier curves of time to completion per arm; ticks mark censored runs.",
+        label="fig:sens-km",
+        simulated=sim,
+    )
 
     cp: TableResult = results["cost_per_accepted"]  # type: ignore[assignment]
     csv("sensitivity_cost_per_accepted.csv", cp.summary)
     n_charged = int(cp.table["n_charged"].sum())
     # Columns that are the same in every row are said once in the caption instead of printed five times.
     share_res = float(cp.table["share_resamples"].iloc[0]) if len(cp.table) else float("nan")
-    shown_cost = cp.summary.drop(columns=["share_resamples"] + (["n_no_cost"] if int(cp.table["n_no_cost"].sum()) == 0 else []))
-    tex("sensitivity_cost_table.tex", shown_cost,
+    shown_cost = cp.summary.drop(
+        columns=["share_resamples"] + (["n_no_cost"] if int(cp.table["n_no_cost"].sum()) == 0 else [])
+    )
+    tex(
+        "sensitivity_cost_table.tex",
+        shown_cost,
         "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which the arm is cheapest "
         + f"(over the {100 * share_res:.1f}\\% of resamples in which some arm has a finite ratio). An arm without accepted runs has an infinite ratio. "
         f"Every finished run counts: {n_charged} run{'' if n_charged == 1 else 's'} without a reported cost (a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where the proxy metered it, the reservation otherwise; N charged); "
-        "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.", "tab:sens-cost", escape=False)
+        "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.",
+        "tab:sens-cost",
+        escape=False,
+    )
     _infinity_symbols(out["sensitivity_cost_table.tex"])
     csv("sensitivity_cost_per_accepted_reported.csv", results["cost_per_accepted_reported"].summary)  # type: ignore[union-attr]
 
-    for kind, col, label in (("budget", "budget_usd", "budget (dollars)"), ("human", "human_minutes", "human-time allowance (minutes)")):
+    for kind, col, label in (
+        ("budget", "budget_usd", "budget (dollars)"),
+        ("human", "human_minutes", "human-time allowance (minutes)"),
+    ):
         fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]
         csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
         # Each arm's scenario-weighted acceptance (the secondary endpoints' S): what the frontier reaches with no limit on the allowance.
         sec_table = results["secondary"].table  # type: ignore[union-attr]
         p_hat = dict(zip(sec_table["arm"], sec_table["S"])) if "S" in sec_table else None
-        pdf = figures.frontier_plot(fr.table, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim, p_hat=p_hat)
+        pdf = figures.frontier_plot(
+            fr.table, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim, p_hat=p_hat
+        )
         d = fr.details
         n_beyond, n_acc = sum(d["beyond_right_end"].values()), sum(d["accepted"].values())
         right = f"\\${d['right_end']:.2f}" if kind == "budget" else f"{d['right_end']:g} minutes"
         per_arm = ", ".join(f"{a}: {k}" for a, k in d["beyond_right_end"].items() if k)
         out[f"sensitivity_frontier_{kind}_figure.tex"] = figure_env(
-            pdf, gen / f"sensitivity_frontier_{kind}_figure.tex",
-            caption=(f"Acceptance within a {label.split(' (')[0]} over the preregistered range: a run counts only if accepted and within the allowance; "
-                     "95\\% cluster-bootstrap bands" + ("; the dashed line is the arm's acceptance $\\hat p_a$ at any allowance" if p_hat else "") + ". "
-                     + (f"{n_beyond} of the {n_acc} accepted runs needed more than the range's right end of {right} ({per_arm}), so the frontier ends "
-                        "below $\\hat p_a$ by their share" if n_beyond else f"Every one of the {n_acc} accepted runs fits within the right end of {right}")
-                     + (" (a run without a reported cost counts at its ledger charge)." if kind == "budget" else ".")),
-            label=f"fig:sens-frontier-{kind}", simulated=sim, width="\\linewidth",
+            pdf,
+            gen / f"sensitivity_frontier_{kind}_figure.tex",
+            caption=(
+                f"Acceptance within a {label.split(' (')[0]} over the preregistered range: a run counts only if accepted and within the allowance; "
+                "95\\% cluster-bootstrap bands"
+                + ("; the dashed line is the arm's acceptance $\\hat p_a$ at any allowance" if p_hat else "")
+                + ". "
+                + (
+                    f"{n_beyond} of the {n_acc} accepted runs needed more than the range's right end of {right} ({per_arm}), so the frontier ends "
+                    "below $\\hat p_a$ by their share"
+                    if n_beyond
+                    else f"Every one of the {n_acc} accepted runs fits within the right end of {right}"
+                )
+                + (" (a run without a reported cost counts at its ledger charge)." if kind == "budget" else ".")
+            ),
+            label=f"fig:sens-frontier-{kind}",
+            simulated=sim,
+            width="\\linewidth",
         )
     pdf = figures.q_grid_plot(qg.table, figs / "sensitivity_q_grid.pdf", simulated=sim)
-    out["sensitivity_q_grid_figure.tex"] = figure_env(pdf, gen / "sensitivity_q_grid_figure.tex", caption="Contrasts and 95\\% cluster-bootstrap intervals across the quality threshold $q$.", label="fig:sens-qgrid", simulated=sim)
+    out["sensitivity_q_grid_figure.tex"] = figure_env(
+        pdf,
+        gen / "sensitivity_q_grid_figure.tex",
+        caption="Contrasts and 95\\% cluster-bootstrap intervals across the quality threshold $q$.",
+        label="fig:sens-qgrid",
+        simulated=sim,
+    )
 
     se: TableResult = results["secondary"]  # type: ignore[assignment]
     csv("sensitivity_secondary_endpoints.csv", se.summary)
     n_se = sum(se.details.get("n_charged", {}).values())
-    tex("sensitivity_secondary_table.tex", se.summary, "Secondary endpoints per arm (scenario-weighted means): deterministic completion, critical violation, quality, acceptance, cost, wall minutes, turns, tool calls, questions, abstention and the share of runs capped. "
-        f"Cost is the agent cost as charged: {n_se} {'run' if n_se == 1 else 'runs'} without a reported cost count at the agent part of the ledger's charge.", "tab:sens-secondary", float_format="%.2f",
-        font="\\footnotesize\\setlength{\\tabcolsep}{3pt}")  # thirteen columns: gaps of 3 pt keep 9-pt type within the text width
+    tex(
+        "sensitivity_secondary_table.tex",
+        se.summary,
+        "Secondary endpoints per arm (scenario-weighted means): deterministic completion, critical violation, quality, acceptance, cost, wall minutes, turns, tool calls, questions, abstention and the share of runs capped. "
+        f"Cost is the agent cost as charged: {n_se} {'run' if n_se == 1 else 'runs'} without a reported cost count at the agent part of the ledger's charge.",
+        "tab:sens-secondary",
+        float_format="%.2f",
+        font="\\footnotesize\\setlength{\\tabcolsep}{3pt}",
+    )  # thirteen columns: gaps of 3 pt keep 9-pt type within the text width
 
     ari: TableResult = results["recovery_index"]  # type: ignore[assignment]
     csv("sensitivity_recovery_index.csv", ari.summary)
-    tex("sensitivity_ari_table.tex", ari.summary, "Autonomous Recovery Index of the self-repairing arm: share of eligible runs (first session failed the self-check, or ended by a cap or an error) that passed the self-check after the one recovery, and the share also accepted; joint cluster-bootstrap intervals.", "tab:sens-ari")
+    tex(
+        "sensitivity_ari_table.tex",
+        ari.summary,
+        "Autonomous Recovery Index of the self-repairing arm: share of eligible runs (first session failed the self-check, or ended by a cap or an error) that passed the self-check after the one recovery, and the share also accepted; joint cluster-bootstrap intervals.",
+        "tab:sens-ari",
+    )
 
     ag: TableResult = results["agreement"]  # type: ignore[assignment]
     csv("sensitivity_judge_agreement.csv", ag.summary)
-    tex("sensitivity_agreement_table.tex", ag.summary, "Agreement of the three judges' scores: Krippendorff's alpha (ordinal, whole points; interval for comparison) and pairwise correlations; agreement needs two judges scoring the same run.", "tab:sens-agreement")
+    tex(
+        "sensitivity_agreement_table.tex",
+        ag.summary,
+        "Agreement of the three judges' scores: Krippendorff's alpha (ordinal, whole points; interval for comparison) and pairwise correlations; agreement needs two judges scoring the same run.",
+        "tab:sens-agreement",
+    )
 
     ms: TableResult = results["models"]  # type: ignore[assignment]
     csv("sensitivity_models.csv", ms.summary)
     if not ms.summary.empty:
-        tex("sensitivity_models_table.tex", ms.summary, "Acceptance of the model-sensitivity arm under each model.", "tab:sens-models")
+        tex(
+            "sensitivity_models_table.tex",
+            ms.summary,
+            "Acceptance of the model-sensitivity arm under each model.",
+            "tab:sens-models",
+        )
 
     ov = overview(hyps)
     csv("sensitivity_hypotheses.csv", ov)
     prior: list[dict] = []
     if primary_hypotheses is not None and len(primary_hypotheses):
         # Only the primary stage's rows for this same study and label join the summary; rows of another table would mix two studies.
-        same = "study" in primary_hypotheses and (primary_hypotheses["study"].astype(str) == _tag(ov.head(1), data)["study"].iloc[0]).all()
+        same = (
+            "study" in primary_hypotheses
+            and (primary_hypotheses["study"].astype(str) == _tag(ov.head(1), data)["study"].iloc[0]).all()
+        )
         if same:
             prior = primary_hypotheses[[c for c in ov.columns if c in primary_hypotheses.columns]].to_dict("records")
-    out.update(write_hypotheses_summary(hypotheses_summary([*prior, *ov.to_dict("records")]), data, tables_dir, generated_dir))
+    out.update(
+        write_hypotheses_summary(hypotheses_summary([*prior, *ov.to_dict("records")]), data, tables_dir, generated_dir)
+    )
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
         shown, extra = h.summary, ""
@@ -545,9 +784,13 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
                 kw_table["note"] = "Notes. " + latex_escape("; ".join(notes)) + "."
         elif h.id == "H7":
             shown, extra = h7_display(h.summary), f" Tests: {latex_escape(h.test)}."
-        tex(f"sensitivity_{h.id.lower()}_table.tex", shown,
+        tex(
+            f"sensitivity_{h.id.lower()}_table.tex",
+            shown,
             f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.{extra}",
-            f"tab:{h.id.lower()}", **kw_table)
+            f"tab:{h.id.lower()}",
+            **kw_table,
+        )
 
     m = common_macros(data, study)
     m = {k.replace("Results", "Sens", 1): v for k, v in m.items() if k in ("ResultsDataLabel",)}
@@ -558,11 +801,19 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     m["SensQGridLow"] = _num(pq["q"].min())
     m["SensQGridHigh"] = _num(pq["q"].max())
     r = mw.summary.set_index("contrast").loc[primary_name]
-    m["SensWeightedPrimaryEst"], m["SensWeightedPrimaryLow"], m["SensWeightedPrimaryHigh"] = _value(r.estimate), _value(r.ci_low), _value(r.ci_high)
+    m["SensWeightedPrimaryEst"], m["SensWeightedPrimaryLow"], m["SensWeightedPrimaryHigh"] = (
+        _value(r.estimate),
+        _value(r.ci_low),
+        _value(r.ci_high),
+    )
     m["SensWeightedPrimaryP"] = _p_macro(float(mw.contrasts.set_index("contrast").loc[primary_name, "p_value"]))
     term = f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}"
     t = lg.summary.set_index("term").loc[term]
-    m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = _value(t.odds_ratio), _value(t.or_ci_low), _value(t.or_ci_high)
+    m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = (
+        _value(t.odds_ratio),
+        _value(t.or_ci_low),
+        _value(t.or_ci_high),
+    )
     m["SensLogitPrimaryP"] = _p_macro(float(lg.table.set_index("term").loc[term, "p_value"]))
     tests = km.details["tests"]
     m["SensLogrankAllP"] = _p_macro(float(tests["p_value"].iloc[0]))
@@ -572,17 +823,26 @@ def write_sensitivity(results: dict[str, object], hyps: Iterable[HypothesisResul
     for _, row in cp.summary.iterrows():
         m[macro_name("SensCPA", row.arm)] = _value(row.cost_per_accepted)
     a = ari.summary.set_index("index")
-    m["SensARI"], m["SensARILow"], m["SensARIHigh"] = _value(a.loc["ARI", "estimate"]), _value(a.loc["ARI", "ci_low"]), _value(a.loc["ARI", "ci_high"])
+    m["SensARI"], m["SensARILow"], m["SensARIHigh"] = (
+        _value(a.loc["ARI", "estimate"]),
+        _value(a.loc["ARI", "ci_low"]),
+        _value(a.loc["ARI", "ci_high"]),
+    )
     m["SensARIEligible"], m["SensARIRecovered"] = int(a.loc["ARI", "eligible"]), int(a.loc["ARI", "recovered"])
     g = ag.summary.set_index("measure")
     m["SensAlphaOrdinal"] = _value(g.loc["Krippendorff alpha (ordinal)", "value"])
     m["SensAlphaInterval"] = _value(g.loc["Krippendorff alpha (interval)", "value"])
     corr = ag.table[ag.table["measure"] == "Pearson r"]["value"].dropna()
-    m["SensPearsonMin"], m["SensPearsonMax"] = _value(corr.min() if len(corr) else np.nan), _value(corr.max() if len(corr) else np.nan)
+    m["SensPearsonMin"], m["SensPearsonMax"] = (
+        _value(corr.min() if len(corr) else np.nan),
+        _value(corr.max() if len(corr) else np.nan),
+    )
     for h in hyps:
         m[macro_name("Verdict", h.id)] = h.verdict
         m[macro_name("VerdictClass", h.id)] = h.verdict_class
         if h.id == "H4":
             m["SensHFourFitNotes"] = h4_fit_notes(h.table)
-    out["sensitivity_macros.tex"] = write_macros(m, gen / "sensitivity_macros.tex", comment=f"sensitivity stage; data: {data.source}")
+    out["sensitivity_macros.tex"] = write_macros(
+        m, gen / "sensitivity_macros.tex", comment=f"sensitivity stage; data: {data.source}"
+    )
     return out

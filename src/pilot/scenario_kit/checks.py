@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 
@@ -49,7 +49,9 @@ BINARY_KINDS = ("xlsx", "docx", "pdf", "pptx")
 VERDICT_BOUND_S = 60.0
 #: The pilot's ten bundles name their traps in the oracle header's prose: their oracle.yml is in every study's freeze
 #: manifest, so it cannot gain a ``traps:`` list (protocol/interpretations.md). Every other bundle must declare its traps.
-TRAPS_IN_PROSE = frozenset({"ACC-01", "BANK-01", "ENG-01", "HEALTH-01", "HR-01", "LEGAL-01", "MKT-01", "OPS-01", "PROC-01", "RES-01"})
+TRAPS_IN_PROSE = frozenset(
+    {"ACC-01", "BANK-01", "ENG-01", "HEALTH-01", "HR-01", "LEGAL-01", "MKT-01", "OPS-01", "PROC-01", "RES-01"}
+)
 
 
 @dataclass
@@ -86,7 +88,9 @@ def _own(ev) -> set[str]:
 def expect_gold(ev) -> str | None:
     bad = _failed(ev)
     if bad or ev.E or not ev.D:
-        return f"gold: D={int(bool(ev.D))} E={int(bool(ev.E))}; failing " + "; ".join(f"{k} ({c.reason})" for k, c in bad.items())
+        return f"gold: D={int(bool(ev.D))} E={int(bool(ev.E))}; failing " + "; ".join(
+            f"{k} ({c.reason})" for k, c in bad.items()
+        )
     return None
 
 
@@ -152,7 +156,9 @@ def expect_declared(planted: defects.Planted) -> Callable:
         own = _own(ev)
         if not own:
             return f"no criterion fails: the oracle does not see it (declared {sorted(declared)})"
-        beyond = sorted(c.id for c in ev.criteria if not c.passed and c.id not in declared and c.blocked_by not in declared)
+        beyond = sorted(
+            c.id for c in ev.criteria if not c.passed and c.id not in declared and c.blocked_by not in declared
+        )
         if not own <= declared or beyond:
             return f"fails {sorted(own | set(beyond))}, beyond what it declares ({sorted(declared)})"
         if ev.E:
@@ -243,7 +249,9 @@ def _write_record(ws: Path, record: dict | None) -> None:
         (ws / "outputs" / COMPLETION_RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 
-def build_packages(scenario: Scenario, root: Path, *, other: tuple[Scenario, Path] | None = None, recalculator=None) -> ScenarioPackages:
+def build_packages(
+    scenario: Scenario, root: Path, *, other: tuple[Scenario, Path] | None = None, recalculator=None
+) -> ScenarioPackages:
     """Every package of ``scenario`` under ``root``, each with its declared expectation (nothing evaluated yet)."""
     t0 = time.perf_counter()
     out = ScenarioPackages(scenario)
@@ -263,8 +271,11 @@ def build_packages(scenario: Scenario, root: Path, *, other: tuple[Scenario, Pat
     add("no-op", _empty_outputs, expect_noop(scenario))
     for d in scenario.file_deliverables:
         if d.kind in BINARY_KINDS:
-            add(f"substitute:{d.name}", lambda ws, n=d.name: defects.text_substitute(ws, n, recalculator=recalculator),
-                expect_substitute(scenario, d.name))
+            add(
+                f"substitute:{d.name}",
+                lambda ws, n=d.name: defects.text_substitute(ws, n, recalculator=recalculator),
+                expect_substitute(scenario, d.name),
+            )
     for c in scenario.oracle.criteria:
         name = f"mutation:{c.id}"
         ws = _copy(gold, root / name.replace(":", "-"))
@@ -281,7 +292,9 @@ def build_packages(scenario: Scenario, root: Path, *, other: tuple[Scenario, Pat
         try:
             planted = defects.plant_defect(name, scenario, ws, np.random.default_rng(rng_seed))
         except defects.DefectNotApplicable as exc:
-            out.rows.append(CheckRow(sid, f"defect:{name}", False, f"listed as applicable but cannot be planted: {exc}"))
+            out.rows.append(
+                CheckRow(sid, f"defect:{name}", False, f"listed as applicable but cannot be planted: {exc}")
+            )
             continue
         out.packages.append(Package(scenario, f"defect:{name}", ws, planted.description, expect_declared(planted)))
     add("input:edited", defects.modify_input, expect_critical)
@@ -295,8 +308,11 @@ def build_packages(scenario: Scenario, root: Path, *, other: tuple[Scenario, Pat
     add("cheat:symlink out", lambda ws: _symlink_out(scenario, ws, gold), expect_rejected)
     for d in scenario.file_deliverables:
         if d.requires_formulas:
-            add(f"cheat:hard-coded {d.name}", lambda ws, n=d.name: defects.strip_formulas(ws, n, recalculator=recalculator),
-                expect_rejected)
+            add(
+                f"cheat:hard-coded {d.name}",
+                lambda ws, n=d.name: defects.strip_formulas(ws, n, recalculator=recalculator),
+                expect_rejected,
+            )
     out.build_s = time.perf_counter() - t0
     return out
 
@@ -308,16 +324,27 @@ def _selfcheck_rows(sp: ScenarioPackages, recalculator=None) -> list[CheckRow]:
     from pilot.oracle_formats.selfcheck import run_selfcheck
 
     t0 = time.perf_counter()
-    wanted = {p.name: p.name == "gold" for p in sp.packages if p.name in ("gold", "no-op") or p.name.startswith("substitute:")}
+    wanted = {
+        p.name: p.name == "gold" for p in sp.packages if p.name in ("gold", "no-op") or p.name.startswith("substitute:")
+    }
     problems = []
     for p in sp.packages:
         if p.name in wanted:
             rep = run_selfcheck(p.workspace, sp.scenario, recalculator=recalculator)
             if rep.passed != wanted[p.name]:
-                problems.append(f"{p.name}: the self-check {'fails' if wanted[p.name] else 'passes'} it"
-                                + (f" ({rep.lines[0]})" if rep.lines and not rep.passed else ""))
-    return [CheckRow(sp.scenario.id, "self-check parity", not problems,
-                     "; ".join(problems) or f"passes gold, fails {len(wanted) - 1} package(s)", time.perf_counter() - t0)]
+                problems.append(
+                    f"{p.name}: the self-check {'fails' if wanted[p.name] else 'passes'} it"
+                    + (f" ({rep.lines[0]})" if rep.lines and not rep.passed else "")
+                )
+    return [
+        CheckRow(
+            sp.scenario.id,
+            "self-check parity",
+            not problems,
+            "; ".join(problems) or f"passes gold, fails {len(wanted) - 1} package(s)",
+            time.perf_counter() - t0,
+        )
+    ]
 
 
 def _trap_rows(scenario: Scenario, rows: list[CheckRow]) -> list[CheckRow]:
@@ -325,8 +352,22 @@ def _trap_rows(scenario: Scenario, rows: list[CheckRow]) -> list[CheckRow]:
     sid = scenario.id
     if not scenario.oracle.traps:
         if sid in TRAPS_IN_PROSE:
-            return [CheckRow(sid, "traps", True, "named in the oracle header's prose (a frozen pilot bundle); not checked one by one")]
-        return [CheckRow(sid, "traps", False, "oracle.yml declares no traps: list each planted trap with the criteria that catch it")]
+            return [
+                CheckRow(
+                    sid,
+                    "traps",
+                    True,
+                    "named in the oracle header's prose (a frozen pilot bundle); not checked one by one",
+                )
+            ]
+        return [
+            CheckRow(
+                sid,
+                "traps",
+                False,
+                "oracle.yml declares no traps: list each planted trap with the criteria that catch it",
+            )
+        ]
     verdict = {r.check: r for r in rows if r.scenario == sid and r.check.startswith("mutation:")}
     out = []
     for trap in scenario.oracle.traps:
@@ -336,8 +377,14 @@ def _trap_rows(scenario: Scenario, rows: list[CheckRow]) -> list[CheckRow]:
                 problems.append(f"{cid} is not required, so falling into the trap still passes")
             row = verdict.get(f"mutation:{cid}")
             if row is None or not row.ok:
-                problems.append(f"{cid} does not break alone under its mutation ({row.reason if row else 'no mutation'})")
-        out.append(CheckRow(sid, f"trap:{trap.id}", not problems, "; ".join(problems) or f"caught by {', '.join(trap.caught_by)}"))
+                problems.append(
+                    f"{cid} does not break alone under its mutation ({row.reason if row else 'no mutation'})"
+                )
+        out.append(
+            CheckRow(
+                sid, f"trap:{trap.id}", not problems, "; ".join(problems) or f"caught by {', '.join(trap.caught_by)}"
+            )
+        )
     return out
 
 
@@ -353,14 +400,29 @@ def check_bundle(scenario_id: str) -> tuple[Scenario | None, list[CheckRow]]:
     from pilot.scenarios.generate import library_module
 
     todo = todo_markers(Path(sc.dir), Path(library_module(sc).__file__))
-    rows.append(CheckRow(scenario_id, "finished", not todo,
-                         f"{len(todo)} {MARKER} left to fill in: " + "; ".join(todo[:8]) + (" ..." if len(todo) > 8 else "")
-                         if todo else f"no {MARKER} left"))
+    rows.append(
+        CheckRow(
+            scenario_id,
+            "finished",
+            not todo,
+            f"{len(todo)} {MARKER} left to fill in: " + "; ".join(todo[:8]) + (" ..." if len(todo) > 8 else "")
+            if todo
+            else f"no {MARKER} left",
+        )
+    )
     t1 = time.perf_counter()
     problems = check_inputs(sc)
-    rows.append(CheckRow(scenario_id, "inputs regenerate", not problems,
-                         "; ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
-                         if problems else "byte-identical", time.perf_counter() - t1))
+    rows.append(
+        CheckRow(
+            scenario_id,
+            "inputs regenerate",
+            not problems,
+            "; ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
+            if problems
+            else "byte-identical",
+            time.perf_counter() - t1,
+        )
+    )
     return sc, rows
 
 
@@ -390,12 +452,18 @@ def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_che
     items = [(p.scenario, p.workspace, None) for sp in built for p in sp.packages]
     it = iter(evaluate_many(items, recalculator=recalc))
     for sp in built:
-        report.rows.append(CheckRow(sp.scenario.id, "packages built", True, f"{len(sp.packages)} packages from the gold one", sp.build_s))
+        report.rows.append(
+            CheckRow(
+                sp.scenario.id, "packages built", True, f"{len(sp.packages)} packages from the gold one", sp.build_s
+            )
+        )
         report.extend(sp.rows)
         for p in sp.packages:
             p.evaluation = next(it)
             why = p.expect(p.evaluation)
-            report.rows.append(CheckRow(sp.scenario.id, p.name, why is None, why or p.made, float(p.evaluation.seconds)))
+            report.rows.append(
+                CheckRow(sp.scenario.id, p.name, why is None, why or p.made, float(p.evaluation.seconds))
+            )
         report.extend(_trap_rows(sp.scenario, report.rows))
         report.extend(_selfcheck_rows(sp, recalculator=recalc))
         if text_checks:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import difflib
 import re
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from pilot.agents.model_proxy import FRAMING_ALLOWANCE_TOKENS
 from pilot.judges.blinding import scrub
@@ -65,7 +66,9 @@ _LIST_MARK = re.compile(r"^\s*\d+[.)](?=\s)")
 _REGEX_SYNTAX = re.compile(r"[()\[\]{}?*+|^$\\]")
 # The notes of a rendering that the row, sheet or page bounds shortened. Those bounds are the renderer's design
 # (a data sheet is shown in part to every run's judges), so they are reported, not failed.
-_LIMIT_NOTES = re.compile(r"\((?:first \d+ rows[^)]*shown|the workbook has \d+ sheets[^)]*|the PDF has \d+ pages[^)]*)\)")
+_LIMIT_NOTES = re.compile(
+    r"\((?:first \d+ rows[^)]*shown|the workbook has \d+ sheets[^)]*|the PDF has \d+ pages[^)]*)\)"
+)
 # What the renderer adds around the work (sheet sizes, page markers, bound notes): not something the work states.
 _FURNITURE = re.compile(
     r"^Sheet '.*' \(\d+ rows x \d+ columns\)$|^(?:Part '.*' )?\(\d+ rows x \d+ columns\)$|^Table \(\d+ rows\):$"
@@ -131,7 +134,7 @@ def _input_names(scenario: Scenario) -> set[str]:
 def _entry(lines: list[str], i: int) -> str:
     """The brief's entry that line ``i`` opens or sits in: up to a blank line, the next item or a heading."""
     out = [lines[i]]
-    for line in lines[i + 1:]:
+    for line in lines[i + 1 :]:
         if _ENTRY_END.match(line):
             break
         out.append(line)
@@ -145,7 +148,11 @@ def _ids(label: str, ids: list[str]) -> str:
 
 def _named_by(scenario: Scenario, rubric_names: dict[str, list[str]]) -> dict[str, str]:
     """Deliverable name -> who names it: scenario.yml, oracle criteria, rubric criteria."""
-    names = list(dict.fromkeys([d.name for d in scenario.deliverables] + [c.file for c in scenario.oracle.criteria] + list(rubric_names)))
+    names = list(
+        dict.fromkeys(
+            [d.name for d in scenario.deliverables] + [c.file for c in scenario.oracle.criteria] + list(rubric_names)
+        )
+    )
     out = {}
     for name in names:
         who = ["scenario.yml"] if any(d.name == name for d in scenario.deliverables) else []
@@ -455,7 +462,11 @@ def _oracle_specs(criteria: Iterable[Criterion]) -> list[_Spec]:
             facts += [(p, s) for s in c.get(p) or ()]
         if c.kind == "decision":
             facts += [(f"options.{k}", v) for k, v in (c.get("options") or {}).items()]
-            grammar += [(p, c.get(p)) for p in ("topic", "property_verbs", "complement_verbs", "plans") if isinstance(c.get(p), str)]
+            grammar += [
+                (p, c.get(p))
+                for p in ("topic", "property_verbs", "complement_verbs", "plans")
+                if isinstance(c.get(p), str)
+            ]
         for field_, pat in facts + grammar:
             if _plain(pat) is None:
                 out.append(_Spec(pat, f"the {_FIELD_NAMES.get(field_, field_)} pattern {of}", "regex"))
@@ -463,7 +474,9 @@ def _oracle_specs(criteria: Iterable[Criterion]) -> list[_Spec]:
             for alt in _alternatives(pat):
                 plain = (_plain(alt) or "").strip()
                 if plain:
-                    out.append(_Spec(plain, f"{plain!r} from the {_FIELD_NAMES.get(field_, field_)} pattern {of}", "answer"))
+                    out.append(
+                        _Spec(plain, f"{plain!r} from the {_FIELD_NAMES.get(field_, field_)} pattern {of}", "answer")
+                    )
         # A decision's expected option is not listed: the gold passes every decision criterion (the kit's gold
         # check, `pilot scenarios validate`), so the gold states that answer in its own words, and a rubric naming
         # the right call tells the judges nothing the gold package does not.
@@ -535,7 +548,7 @@ def _context(text: str, start: int, end: int, width: int = 30) -> str:
     """The words around ``text[start:end]``, for a finding to quote."""
     lo = text.rfind(" ", 0, max(start - width, 0)) + 1
     hi = text.find(" ", min(end + width, len(text)))
-    return _squash(text[lo: hi if hi != -1 else len(text)])
+    return _squash(text[lo : hi if hi != -1 else len(text)])
 
 
 def _work_only(prompt: JudgePrompt, withheld: list[str]) -> str:
@@ -576,14 +589,18 @@ def _leak_findings(scenario: Scenario, prompt: JudgePrompt, gold: str) -> list[s
             # judges nothing new. Words only the oracle (and not the gold) holds are a planted answer.
             where = _first(rubric_pieces, rx)
             if where:
-                findings.append(f"{where} shows {spec.what} (oracle.yml), which neither the gold deliverables nor the brief state")
+                findings.append(
+                    f"{where} shows {spec.what} (oracle.yml), which neither the gold deliverables nor the brief state"
+                )
     for v, c in _expected_values(scenario.oracle.criteria):
         if in_gold(v):
             continue
         found = _shown_number(shown, v)
         if found is not None:
-            findings.append(f"{found[0]} shows {found[1]}, the expected value of oracle criterion {c.id} ({c.file}: {v}), "
-                            f"which the gold deliverables do not state")
+            findings.append(
+                f"{found[0]} shows {found[1]}, the expected value of oracle criterion {c.id} ({c.file}: {v}), "
+                f"which the gold deliverables do not state"
+            )
     for n, line in _comment_lines(scenario.oracle.path):
         rx = _literal(line)
         where = _first(shown, rx)
@@ -604,8 +621,10 @@ def _leak_findings(scenario: Scenario, prompt: JudgePrompt, gold: str) -> list[s
         seen.add(v)
         found = _shown_number(shown, v)
         if found is not None:
-            findings.append(f"{found[0]} shows {found[1]}, a planted fact of oracle.yml's header comment "
-                            f"(\"{_context(header, m.start(), m.end())}\"), which the gold deliverables do not state")
+            findings.append(
+                f"{found[0]} shows {found[1]}, a planted fact of oracle.yml's header comment "
+                f'("{_context(header, m.start(), m.end())}"), which the gold deliverables do not state'
+            )
     for code, m in codes.items():
         rx = _literal(code)
         if rx.search(gold) or rx.search(brief_all):
@@ -614,7 +633,7 @@ def _leak_findings(scenario: Scenario, prompt: JudgePrompt, gold: str) -> list[s
         if where:
             findings.append(
                 f"{where} shows {code}, a planted fact of oracle.yml's header comment "
-                f"(\"{_context(header, m.start(), m.end())}\"), which neither the gold deliverables nor the brief state"
+                f'("{_context(header, m.start(), m.end())}"), which neither the gold deliverables nor the brief state'
             )
     return findings
 
@@ -625,8 +644,9 @@ def _panel_bound(study: design.Study, prices: PriceTable) -> tuple[int, str]:
     return bounds[0]
 
 
-def _bound_findings(prompt: JudgePrompt, package_text: str, lim: RenderLimits,
-                    study: design.Study, prices: PriceTable) -> tuple[list[str], str]:
+def _bound_findings(
+    prompt: JudgePrompt, package_text: str, lim: RenderLimits, study: design.Study, prices: PriceTable
+) -> tuple[list[str], str]:
     findings = []
     for d in prompt.package.deliverables:
         if not d.present:
@@ -647,7 +667,9 @@ def _bound_findings(prompt: JudgePrompt, package_text: str, lim: RenderLimits,
     any_tokens = rest + package_max + FRAMING_ALLOWANCE_TOKENS
     where = f"max_input_tokens of {model}, the judges' smallest window in protocol/prices.yml"
     if gold_tokens > bound:
-        findings.append(f"the judges' prompt for the gold package may take {gold_tokens:,} tokens, over the bound of {bound:,} ({where})")
+        findings.append(
+            f"the judges' prompt for the gold package may take {gold_tokens:,} tokens, over the bound of {bound:,} ({where})"
+        )
     elif any_tokens > bound:
         findings.append(
             f"brief.md and rubric.yml leave a package at the RenderLimits bound a prompt of up to {any_tokens:,} tokens, "
@@ -660,8 +682,14 @@ def _bound_findings(prompt: JudgePrompt, package_text: str, lim: RenderLimits,
     return findings, summary
 
 
-def judge_blinding(scenario: Scenario, gold_workspace: Path, *, study: design.Study | None = None,
-                   prices: PriceTable | None = None, limits: RenderLimits | None = None) -> list[CheckRow]:
+def judge_blinding(
+    scenario: Scenario,
+    gold_workspace: Path,
+    *,
+    study: design.Study | None = None,
+    prices: PriceTable | None = None,
+    limits: RenderLimits | None = None,
+) -> list[CheckRow]:
     """The judges' prompt for the gold package carries no answer and fits the judges' bounds.
 
     The prompt is built as the panel builds it (:func:`pilot.judges.prompt.prompt_for_run` on
@@ -683,7 +711,13 @@ def judge_blinding(scenario: Scenario, gold_workspace: Path, *, study: design.St
     try:
         prompt = prompt_for_run(scenario, outputs, limits=limits)
     except RubricError as exc:
-        return _rows(scenario, CHECK_BLINDING, [f"the judges cannot use rubric.yml: field {exc.field!r}: {exc.reason}"], "", started)
+        return _rows(
+            scenario,
+            CHECK_BLINDING,
+            [f"the judges cannot use rubric.yml: field {exc.field!r}: {exc.reason}"],
+            "",
+            started,
+        )
     out_abs = outputs.resolve()
     withheld = [str(out_abs), str(out_abs.parent)]
     # The package exactly as build_prompt shows it (scrubbed of tells and of the workspace's paths).

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,9 +46,19 @@ class CheckReport:
         return [r for r in self.rows if not r.ok]
 
     @property
-    def summary(self) -> "pd.DataFrame":
+    def summary(self) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame([{"scenario": r.scenario, "check": r.check, "verdict": r.verdict, "reason": r.reason,
-                              "seconds": round(r.seconds, 2)} for r in self.rows],
-                            columns=["scenario", "check", "verdict", "reason", "seconds"])
+        return pd.DataFrame(
+            [
+                {
+                    "scenario": r.scenario,
+                    "check": r.check,
+                    "verdict": r.verdict,
+                    "reason": r.reason,
+                    "seconds": round(r.seconds, 2),
+                }
+                for r in self.rows
+            ],
+            columns=["scenario", "check", "verdict", "reason", "seconds"],
+        )

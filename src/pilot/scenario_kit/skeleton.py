@@ -71,19 +71,25 @@ def new_scenario(scenario_id: str, *, occupation: str, title: str, root: Path | 
     """
     root = Path(root) if root is not None else paths.ROOT
     if not isinstance(scenario_id, str) or not re.fullmatch(SCENARIO_ID, scenario_id):
-        raise ValueError(f"scenario id {scenario_id!r}: does not match the protocol's pattern {SCENARIO_ID} "
-                         "(capital letters, a hyphen, two digits, e.g. OPS-02)")
+        raise ValueError(
+            f"scenario id {scenario_id!r}: does not match the protocol's pattern {SCENARIO_ID} "
+            "(capital letters, a hyphen, two digits, e.g. OPS-02)"
+        )
     title = _one_line(scenario_id, "title", title)
     occupation = _one_line(scenario_id, "occupation", occupation)
     bundle, module = skeleton_paths(scenario_id, root)
     study_file = root / paths.STUDY_FILE.relative_to(paths.ROOT)
     if not study_file.is_file():
-        raise ValueError(f"scenario {scenario_id}: root {root} holds no {paths.STUDY_FILE.relative_to(paths.ROOT)}; "
-                         "give the repository root")
+        raise ValueError(
+            f"scenario {scenario_id}: root {root} holds no {paths.STUDY_FILE.relative_to(paths.ROOT)}; "
+            "give the repository root"
+        )
     if bundle.exists():
         raise ValueError(f"scenario {scenario_id}: the bundle {paths.shown(bundle)} already exists; choose another ID")
     if module.exists():
-        raise ValueError(f"scenario {scenario_id}: the library module {paths.shown(module)} already exists; choose another ID")
+        raise ValueError(
+            f"scenario {scenario_id}: the library module {paths.shown(module)} already exists; choose another ID"
+        )
     if not module.parent.is_dir():
         raise ValueError(f"scenario {scenario_id}: root {root} has no scenario library {paths.shown(module.parent)}")
     study = load_study(study_file)
@@ -165,7 +171,9 @@ def _stage(tmp: Path, scenario_id: str, title: str, occupation: str, study: Stud
     caps = study.caps_for(scenario_id)
     own_caps = scenario_id in (study.raw["caps"]["scenarios"] or {})
     (bundle / "brief.md").write_text(_brief_text(title), encoding="utf-8")
-    (bundle / "scenario.yml").write_text(_scenario_text(scenario_id, title, occupation, gen, caps, own_caps), encoding="utf-8")
+    (bundle / "scenario.yml").write_text(
+        _scenario_text(scenario_id, title, occupation, gen, caps, own_caps), encoding="utf-8"
+    )
     (bundle / "oracle.yml").write_text(_oracle_text(scenario_id, gen, mod.DUPLICATE, facts), encoding="utf-8")
     (bundle / "rubric.yml").write_text(_rubric_text(scenario_id), encoding="utf-8")
     try:
@@ -288,85 +296,139 @@ deliverables:
 # One example per criterion kind: (what it checks, its YAML lines as they would stand in the list).
 # Regexes are in single quotes, where YAML keeps a backslash as it is.
 EXAMPLES: dict[str, tuple[str, list[str]]] = {
-    "present": ("the file is in outputs/ (every deliverable needs one, required)",
-                [f"  - {{id: example_present, kind: present, required: true, file: {REGISTER}}}"]),
-    "well_formed": ("it opens as a file of its kind",
-                    [f"  - {{id: example_well_formed, kind: well_formed, required: true, file: {REGISTER}}}"]),
-    "formulas": ("at least min_count formula cells (on one sheet with sheet:); the deliverable says requires_formulas",
-                 [f"  - {{id: example_formulas, kind: formulas, required: true, file: {BOOK}, sheet: Summary, min_count: 2}}"]),
-    "no_error_values": ("no #DIV/0!, #REF! ... after LibreOffice recalculates the workbook",
-                        [f"  - {{id: example_no_error_values, kind: no_error_values, required: true, file: {BOOK}}}"]),
-    "min_words": ("at least the deliverable's min_words words",
-                  [f"  - {{id: example_min_words, kind: min_words, required: true, file: {MEMO}}}"]),
-    "sections": ("a heading for each of the deliverable's required_sections",
-                 [f"  - {{id: example_sections, kind: sections, required: true, file: {MEMO}}}"]),
-    "completion_record": ("the record matches protocol/completion_record.schema.json and the files delivered",
-                          ["  - {id: example_completion_record, kind: completion_record, required: true, file: completion_record.json}"]),
-    "labelled_value": ("the number right of a whole-cell label (or under a column header), exactly within tolerance",
-                       ["  - id: example_labelled_value",
-                        "    kind: labelled_value",
-                        "    required: true",
-                        f"    file: {BOOK}",
-                        "    sheet: Summary",
-                        "    label: 'share of (the )?total'",
-                        "    column: 'share'",
-                        "    expected: 0.25",
-                        "    tolerance: 0.005",
-                        "    also_accept_percent: true   # 25 (%) passes as well as 0.25",
-                        "    absolute: false             # true: the sign does not matter"]),
-    "workbook_contains": ("text cells of the workbook match every pattern",
-                          [f"  - {{id: example_workbook_contains, kind: workbook_contains, required: false, file: {BOOK}, patterns: ['listed twice|duplicate']}}"]),
-    "text_contains": ("the document (or CSV) text matches every pattern",
-                      [f"  - {{id: example_text_contains, kind: text_contains, required: true, file: {MEMO}, patterns: ['policy', 'first entry']}}"]),
-    "text_number": ("the document states the number (within 200 characters of near:, if given)",
-                    [f"  - {{id: example_text_number, kind: text_number, required: true, file: {MEMO}, expected: 40, tolerance: 0, near: 'records?'}}"]),
-    "csv_columns": ("the CSV has these columns",
-                    [f"  - {{id: example_csv_columns, kind: csv_columns, required: true, file: {REGISTER}, columns: [record_id, category, amount, status]}}"]),
-    "csv_keys": ("the key column names these keys (exact: and nothing else)",
-                 [f"  - {{id: example_csv_keys, kind: csv_keys, required: true, file: {REGISTER}, key: record_id, expected: ['R-0003', 'R-0017'], exact: false}}"]),
-    "csv_value": ("the number in one row's column, exactly within tolerance",
-                  [f"  - {{id: example_csv_value, kind: csv_value, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: amount, expected: 120.5, tolerance: 0.01}}"]),
-    "decision": ("the option the brief asks to choose, where the brief puts it; one example per place",
-                 ["  # In a document section:",
-                  "  - id: example_decision",
-                  "    kind: decision",
-                  "    required: true",
-                  f"    file: {MEMO}",
-                  "    section: Follow-up",
-                  "    expected: correct",
-                  "    options:",
-                  "      correct: 'correct\\w*|fix\\w*|amend\\w*'",
-                  "      accept: 'accept\\w*|leave\\w* (it|them) as'",
-                  "  # In a CSV row's column, and in a workbook line (label):",
-                  f"  - {{id: example_decision_csv, kind: decision, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: status, expected: duplicate, options: {{duplicate: 'duplicate|repeat\\w*', counted: 'counted|valid'}}}}",
-                  f"  - {{id: example_decision_xlsx, kind: decision, required: false, file: {BOOK}, sheet: Summary, label: 'action', expected: correct, options: {{correct: 'correct\\w*', accept: 'accept\\w*'}}}}",
-                  "  # A set (\"name every category over budget\"): exactly the expected options said to have the property.",
-                  "  - id: example_decision_set",
-                  "    kind: decision",
-                  "    required: true",
-                  f"    file: {MEMO}",
-                  "    section: [Findings, Follow-up]",
-                  "    expected: [Travel]",
-                  "    options: {Travel: 'Travel', Supplies: 'Supplies', Services: 'Services', Equipment: 'Equipment'}",
-                  "    topic: 'budget|limit'",
-                  "    property_verbs: 'over|above|exceed\\w*|breach\\w*'",
-                  "    complement_verbs: 'within|under|below'",
-                  "    property: 'exceeds its budget'",
-                  "    complement: 'stays within its budget'",
-                  "    plans: 'should|could|if|plan\\w*'   # clauses that only plan or suppose are not findings",
-                  "    state_all: false                  # true: every other option must be said to stay within"]),
-    "closed_scale": ("every value of a CSV column is on the brief's scale",
-                     [f"  - {{id: example_closed_scale, kind: closed_scale, required: true, file: {REGISTER}, column: status, values: [counted, duplicate]}}"]),
-    "labelled_bounds": ("every listed workbook line lies within the brief's bounds (inclusive)",
-                        ["  - id: example_labelled_bounds",
-                         "    kind: labelled_bounds",
-                         "    required: true",
-                         f"    file: {BOOK}",
-                         "    sheet: Summary",
-                         "    column: 'amount'",
-                         "    labels: ['travel', 'supplies', 'services', 'equipment']",
-                         "    minimum: 0",
-                         "    maximum: 50000"]),
+    "present": (
+        "the file is in outputs/ (every deliverable needs one, required)",
+        [f"  - {{id: example_present, kind: present, required: true, file: {REGISTER}}}"],
+    ),
+    "well_formed": (
+        "it opens as a file of its kind",
+        [f"  - {{id: example_well_formed, kind: well_formed, required: true, file: {REGISTER}}}"],
+    ),
+    "formulas": (
+        "at least min_count formula cells (on one sheet with sheet:); the deliverable says requires_formulas",
+        [f"  - {{id: example_formulas, kind: formulas, required: true, file: {BOOK}, sheet: Summary, min_count: 2}}"],
+    ),
+    "no_error_values": (
+        "no #DIV/0!, #REF! ... after LibreOffice recalculates the workbook",
+        [f"  - {{id: example_no_error_values, kind: no_error_values, required: true, file: {BOOK}}}"],
+    ),
+    "min_words": (
+        "at least the deliverable's min_words words",
+        [f"  - {{id: example_min_words, kind: min_words, required: true, file: {MEMO}}}"],
+    ),
+    "sections": (
+        "a heading for each of the deliverable's required_sections",
+        [f"  - {{id: example_sections, kind: sections, required: true, file: {MEMO}}}"],
+    ),
+    "completion_record": (
+        "the record matches protocol/completion_record.schema.json and the files delivered",
+        ["  - {id: example_completion_record, kind: completion_record, required: true, file: completion_record.json}"],
+    ),
+    "labelled_value": (
+        "the number right of a whole-cell label (or under a column header), exactly within tolerance",
+        [
+            "  - id: example_labelled_value",
+            "    kind: labelled_value",
+            "    required: true",
+            f"    file: {BOOK}",
+            "    sheet: Summary",
+            "    label: 'share of (the )?total'",
+            "    column: 'share'",
+            "    expected: 0.25",
+            "    tolerance: 0.005",
+            "    also_accept_percent: true   # 25 (%) passes as well as 0.25",
+            "    absolute: false             # true: the sign does not matter",
+        ],
+    ),
+    "workbook_contains": (
+        "text cells of the workbook match every pattern",
+        [
+            f"  - {{id: example_workbook_contains, kind: workbook_contains, required: false, file: {BOOK}, patterns: ['listed twice|duplicate']}}"
+        ],
+    ),
+    "text_contains": (
+        "the document (or CSV) text matches every pattern",
+        [
+            f"  - {{id: example_text_contains, kind: text_contains, required: true, file: {MEMO}, patterns: ['policy', 'first entry']}}"
+        ],
+    ),
+    "text_number": (
+        "the document states the number (within 200 characters of near:, if given)",
+        [
+            f"  - {{id: example_text_number, kind: text_number, required: true, file: {MEMO}, expected: 40, tolerance: 0, near: 'records?'}}"
+        ],
+    ),
+    "csv_columns": (
+        "the CSV has these columns",
+        [
+            f"  - {{id: example_csv_columns, kind: csv_columns, required: true, file: {REGISTER}, columns: [record_id, category, amount, status]}}"
+        ],
+    ),
+    "csv_keys": (
+        "the key column names these keys (exact: and nothing else)",
+        [
+            f"  - {{id: example_csv_keys, kind: csv_keys, required: true, file: {REGISTER}, key: record_id, expected: ['R-0003', 'R-0017'], exact: false}}"
+        ],
+    ),
+    "csv_value": (
+        "the number in one row's column, exactly within tolerance",
+        [
+            f"  - {{id: example_csv_value, kind: csv_value, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: amount, expected: 120.5, tolerance: 0.01}}"
+        ],
+    ),
+    "decision": (
+        "the option the brief asks to choose, where the brief puts it; one example per place",
+        [
+            "  # In a document section:",
+            "  - id: example_decision",
+            "    kind: decision",
+            "    required: true",
+            f"    file: {MEMO}",
+            "    section: Follow-up",
+            "    expected: correct",
+            "    options:",
+            "      correct: 'correct\\w*|fix\\w*|amend\\w*'",
+            "      accept: 'accept\\w*|leave\\w* (it|them) as'",
+            "  # In a CSV row's column, and in a workbook line (label):",
+            f"  - {{id: example_decision_csv, kind: decision, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: status, expected: duplicate, options: {{duplicate: 'duplicate|repeat\\w*', counted: 'counted|valid'}}}}",
+            f"  - {{id: example_decision_xlsx, kind: decision, required: false, file: {BOOK}, sheet: Summary, label: 'action', expected: correct, options: {{correct: 'correct\\w*', accept: 'accept\\w*'}}}}",
+            '  # A set ("name every category over budget"): exactly the expected options said to have the property.',
+            "  - id: example_decision_set",
+            "    kind: decision",
+            "    required: true",
+            f"    file: {MEMO}",
+            "    section: [Findings, Follow-up]",
+            "    expected: [Travel]",
+            "    options: {Travel: 'Travel', Supplies: 'Supplies', Services: 'Services', Equipment: 'Equipment'}",
+            "    topic: 'budget|limit'",
+            "    property_verbs: 'over|above|exceed\\w*|breach\\w*'",
+            "    complement_verbs: 'within|under|below'",
+            "    property: 'exceeds its budget'",
+            "    complement: 'stays within its budget'",
+            "    plans: 'should|could|if|plan\\w*'   # clauses that only plan or suppose are not findings",
+            "    state_all: false                  # true: every other option must be said to stay within",
+        ],
+    ),
+    "closed_scale": (
+        "every value of a CSV column is on the brief's scale",
+        [
+            f"  - {{id: example_closed_scale, kind: closed_scale, required: true, file: {REGISTER}, column: status, values: [counted, duplicate]}}"
+        ],
+    ),
+    "labelled_bounds": (
+        "every listed workbook line lies within the brief's bounds (inclusive)",
+        [
+            "  - id: example_labelled_bounds",
+            "    kind: labelled_bounds",
+            "    required: true",
+            f"    file: {BOOK}",
+            "    sheet: Summary",
+            "    column: 'amount'",
+            "    labels: ['travel', 'supplies', 'services', 'equipment']",
+            "    minimum: 0",
+            "    maximum: 50000",
+        ],
+    ),
 }
 
 
@@ -375,8 +437,10 @@ def _example(kind: str) -> tuple[str, list[str]]:
     if kind in EXAMPLES:
         return EXAMPLES[kind]
     params = ", ".join(f"{p}: {MARKER}" for p in REQUIRED_PARAMS.get(kind, []))
-    return (f"parameters: {', '.join(CRITERION_PARAMS[kind]) or 'none'}",
-            [f"  - {{id: example_{kind}, kind: {kind}, required: true, file: {MARKER}{', ' + params if params else ''}}}"])
+    return (
+        f"parameters: {', '.join(CRITERION_PARAMS[kind]) or 'none'}",
+        [f"  - {{id: example_{kind}, kind: {kind}, required: true, file: {MARKER}{', ' + params if params else ''}}}"],
+    )
 
 
 def _oracle_text(scenario_id: str, gen: str, duplicate: str, facts: dict) -> str:
@@ -470,14 +534,15 @@ criteria:
 
 
 def _module_text(scenario_id: str, title: str, occupation: str) -> str:
-    return (_MODULE_TEMPLATE
-            .replace("__ID__", scenario_id)
-            .replace("__TITLE__", _docstring_safe(title))
-            .replace("__OCCUPATION__", _docstring_safe(occupation))
-            .replace("__SEED__", str(_seed(scenario_id)))
-            .replace("__MARKER__", MARKER)
-            .replace("__BOOK__", BOOK)
-            .replace("__MEMO__", MEMO))
+    return (
+        _MODULE_TEMPLATE.replace("__ID__", scenario_id)
+        .replace("__TITLE__", _docstring_safe(title))
+        .replace("__OCCUPATION__", _docstring_safe(occupation))
+        .replace("__SEED__", str(_seed(scenario_id)))
+        .replace("__MARKER__", MARKER)
+        .replace("__BOOK__", BOOK)
+        .replace("__MEMO__", MEMO)
+    )
 
 
 _MODULE_TEMPLATE = '''"""__ID__, __OCCUPATION__: __TITLE__.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+from collections.abc import Iterable, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 

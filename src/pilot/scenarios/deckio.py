@@ -10,8 +10,8 @@ the zip entries; both are pinned (:func:`pilot.scenarios.officeio.normalize_zip`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pilot.scenarios.officeio import Block, Heading, Para, Table, _cell, normalize_zip, pin_core_properties
 

@@ -18,9 +18,10 @@ import csv
 import io
 import re
 import zipfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Union
 
 FIXED_ZIP_DATE = (2026, 10, 1, 9, 0, 0)
 FIXED_ISO = "2026-10-01T09:00:00Z"
@@ -156,14 +157,14 @@ def write_docx(blocks: Sequence[Block], path: Path, *, title: str | None = None)
 
 def write_pdf(blocks: Sequence[Block], path: Path, *, title: str | None = None) -> Path:
     """Render blocks to a PDF in reportlab's invariant (byte-stable) mode."""
+    from xml.sax.saxutils import escape
+
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.styles import getSampleStyleSheet
     from reportlab.lib.units import cm
-    from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, TableStyle
     from reportlab.platypus import Table as RLTable
-    from reportlab.platypus import TableStyle
-    from xml.sax.saxutils import escape
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,8 +185,17 @@ def write_pdf(blocks: Sequence[Block], path: Path, *, title: str | None = None) 
             story.append(t)
             story.append(Spacer(1, 0.3 * cm))
     doc = SimpleDocTemplate(
-        str(path), pagesize=A4, invariant=1, title=title or "", author=AUTHOR, creator=AUTHOR, producer=AUTHOR,
-        leftMargin=2 * cm, rightMargin=2 * cm, topMargin=2 * cm, bottomMargin=2 * cm,
+        str(path),
+        pagesize=A4,
+        invariant=1,
+        title=title or "",
+        author=AUTHOR,
+        creator=AUTHOR,
+        producer=AUTHOR,
+        leftMargin=2 * cm,
+        rightMargin=2 * cm,
+        topMargin=2 * cm,
+        bottomMargin=2 * cm,
     )
     doc.build(story)
     return path

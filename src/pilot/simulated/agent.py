@@ -34,7 +34,15 @@ from pilot.agents.sandbox import STUB_MARKER
 from pilot.agents.session import SessionOutcome, resume_reports_cumulative
 from pilot.protocol import Arm, ProtocolError, read_yaml, validate
 
-DEFECTS = ("text_substitutes", "error_values", "short_document", "missing", "invalid_record", "modify_input", "wrong_decision")
+DEFECTS = (
+    "text_substitutes",
+    "error_values",
+    "short_document",
+    "missing",
+    "invalid_record",
+    "modify_input",
+    "wrong_decision",
+)
 #: Defects added to the model later: drawn from a stream of their own (spawned from the session's), so the
 #: session's other draws, and every seed chosen for them, are those of the model without these defects.
 OWN_STREAM_DEFECTS = ("wrong_decision",)
@@ -53,29 +61,70 @@ _pos = {"type": "number", "exclusiveMinimum": 0}
 _ARM_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["cost_median", "cost_sigma", "wall_median", "wall_sigma", "usd_per_turn", "tool_calls_per_turn", "tool_mix",
-                 "questions_rate", "agent_error", "denied_attempt", "defects"],
+    "required": [
+        "cost_median",
+        "cost_sigma",
+        "wall_median",
+        "wall_sigma",
+        "usd_per_turn",
+        "tool_calls_per_turn",
+        "tool_mix",
+        "questions_rate",
+        "agent_error",
+        "denied_attempt",
+        "defects",
+    ],
     "properties": {
-        "cost_median": _pos, "cost_sigma": {"type": "number", "minimum": 0}, "wall_median": _pos,
-        "wall_sigma": {"type": "number", "minimum": 0}, "usd_per_turn": _pos, "tool_calls_per_turn": {"type": "number", "minimum": 0},
+        "cost_median": _pos,
+        "cost_sigma": {"type": "number", "minimum": 0},
+        "wall_median": _pos,
+        "wall_sigma": {"type": "number", "minimum": 0},
+        "usd_per_turn": _pos,
+        "tool_calls_per_turn": {"type": "number", "minimum": 0},
         "tool_mix": {"type": "object", "minProperties": 1, "additionalProperties": _pos},
-        "questions_rate": {"type": "number", "minimum": 0}, "agent_error": _prob, "denied_attempt": _prob,
-        "defects": {"type": "object", "additionalProperties": False, "required": list(DEFECTS), "properties": {d: _prob for d in DEFECTS}},
-        "recovery": {"type": "object", "additionalProperties": False, "required": ["repair", "cost_fraction", "wall_fraction"],
-                     "properties": {"repair": _prob, "cost_fraction": _pos, "wall_fraction": _pos}},
+        "questions_rate": {"type": "number", "minimum": 0},
+        "agent_error": _prob,
+        "denied_attempt": _prob,
+        "defects": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": list(DEFECTS),
+            "properties": {d: _prob for d in DEFECTS},
+        },
+        "recovery": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["repair", "cost_fraction", "wall_fraction"],
+            "properties": {"repair": _prob, "cost_fraction": _pos, "wall_fraction": _pos},
+        },
     },
 }
 MODEL_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["backend", "cli_version", "depth_centre", "depth_logit", "depth_log_cost", "turns_sigma", "overshoot",
-                 "capped_missing", "bypass_share", "denied_commands", "arms"],
+    "required": [
+        "backend",
+        "cli_version",
+        "depth_centre",
+        "depth_logit",
+        "depth_log_cost",
+        "turns_sigma",
+        "overshoot",
+        "capped_missing",
+        "bypass_share",
+        "denied_commands",
+        "arms",
+    ],
     "properties": {
         "backend": {"const": "simulated"},
         "cli_version": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
-        "depth_centre": {"type": "number"}, "depth_logit": {"type": "number"}, "depth_log_cost": {"type": "number"},
-        "turns_sigma": {"type": "number", "minimum": 0}, "overshoot": {"type": "number", "minimum": 0},
-        "capped_missing": _prob, "bypass_share": _prob,
+        "depth_centre": {"type": "number"},
+        "depth_logit": {"type": "number"},
+        "depth_log_cost": {"type": "number"},
+        "turns_sigma": {"type": "number", "minimum": 0},
+        "overshoot": {"type": "number", "minimum": 0},
+        "capped_missing": _prob,
+        "bypass_share": _prob,
         "denied_commands": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1}},
         "arms": {"type": "object", "minProperties": 1, "additionalProperties": _ARM_SCHEMA},
     },
@@ -124,12 +173,15 @@ class SessionDraw:
     denied: tuple[str, str] | None  # (family, how: direct | bash -c)
 
 
-def apply_caps(draw: SessionDraw, budget_usd: float, wall_s: float, max_turns: int, rng: np.random.Generator,
-               overshoot: float) -> tuple[bool, str | None, float, float, int, dict[str, int]]:
+def apply_caps(
+    draw: SessionDraw, budget_usd: float, wall_s: float, max_turns: int, rng: np.random.Generator, overshoot: float
+) -> tuple[bool, str | None, float, float, int, dict[str, int]]:
     """End the session at the cap reached first: (capped, cap, cost, wall, turns, tool calls)."""
-    ratios = {"cost": draw.cost / budget_usd if budget_usd > 0 else math.inf,
-              "wall": draw.wall / wall_s if wall_s > 0 else math.inf,
-              "turns": draw.turns / max_turns}
+    ratios = {
+        "cost": draw.cost / budget_usd if budget_usd > 0 else math.inf,
+        "wall": draw.wall / wall_s if wall_s > 0 else math.inf,
+        "turns": draw.turns / max_turns,
+    }
     cap, ratio = max(ratios.items(), key=lambda kv: kv[1])
     if ratio <= 1.0:
         return False, None, draw.cost, draw.wall, draw.turns, dict(draw.tool_calls)
@@ -217,8 +269,14 @@ def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: n
             if name == "text_substitutes":
                 for d in scenario.file_deliverables:
                     if d.kind in ("xlsx", "docx", "pdf", "pptx") and (workspace / "outputs" / d.name).is_file():
-                        planted.append(dx.Planted(dx.text_substitute(workspace, d.name),
-                                                  tuple(c.id for c in scenario.oracle.criteria if c.file == d.name and c.kind == "present")))
+                        planted.append(
+                            dx.Planted(
+                                dx.text_substitute(workspace, d.name),
+                                tuple(
+                                    c.id for c in scenario.oracle.criteria if c.file == d.name and c.kind == "present"
+                                ),
+                            )
+                        )
             else:
                 planted.append(dx.plant_defect(_DEFECT_FUNCTIONS[name], scenario, workspace, rng))
         except (dx.DefectNotApplicable, FileNotFoundError):
@@ -242,20 +300,33 @@ class SimulatedBackend:
     name = "simulated"
     enforcement = "simulated"
 
-    def __init__(self, scenario: Any, arm: Arm, *, run_dir: Path, workspace: Path, seed: int, model: str | None = None,
-                 config: dict | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Any,
+        arm: Arm,
+        *,
+        run_dir: Path,
+        workspace: Path,
+        seed: int,
+        model: str | None = None,
+        config: dict | None = None,
+    ) -> None:
         self.scenario, self.arm = scenario, arm
         self.run_dir, self.workspace = Path(run_dir), Path(workspace)
         self.seed = int(seed)
         self.model_name = model or "simulated"
         self.cfg = config or load_model()
         if arm.id not in self.cfg["arms"]:
-            raise ProtocolError(paths.SIMULATED_AGENT_FILE, f"arms.{arm.id}", "the simulated agent has no model for this arm")
+            raise ProtocolError(
+                paths.SIMULATED_AGENT_FILE, f"arms.{arm.id}", "the simulated agent has no model for this arm"
+            )
         self.arm_cfg = self.cfg["arms"][arm.id]
         # Reads as simulated wherever it is shown; the number still selects the resume-cost behaviour.
         self.version = f"{self.cfg['cli_version']} (simulated)"
         self.transcript = self.run_dir / "transcript.jsonl"
-        self.notes = [f"SIMULATED agent: generative model {paths.SIMULATED_AGENT_FILE.relative_to(paths.ROOT)} (copied to agent/)"]
+        self.notes = [
+            f"SIMULATED agent: generative model {paths.SIMULATED_AGENT_FILE.relative_to(paths.ROOT)} (copied to agent/)"
+        ]
         # The assumptions travel with the outputs they produced.
         (self.run_dir / "agent").mkdir(parents=True, exist_ok=True)
         (self.run_dir / "agent" / "SIMULATED_agent_model.yml").write_text(model_text(), encoding="utf-8")
@@ -264,7 +335,7 @@ class SimulatedBackend:
         self._session_id: str | None = None
 
     @property
-    def meter(self) -> "SimulatedMeter":
+    def meter(self) -> SimulatedMeter:
         """What a metering proxy would have counted for this run: every session's drawn cost, also of a session killed before it reported."""
         return SimulatedMeter(Decimal(str(round(self._spent, 6))))
 
@@ -317,15 +388,41 @@ class SimulatedBackend:
 
     # ------------------------------------------------------------------ events
 
-    def _events(self, draw: SessionDraw, turns: int, calls: dict[str, int], cost: float, wall: float, subtype: str,
-                is_error: bool, terminal: str, session_id: str, index: int, rng: np.random.Generator) -> list[str]:
-        ev: list[dict] = [{"type": "system", "subtype": "init", "session_id": session_id, "cwd": str(self.workspace),
-                           "tools": list(self.arm.tools), "model": self.model_name, "permissionMode": "bypassPermissions",
-                           "claude_code_version": self.version, "simulated": True}]
+    def _events(
+        self,
+        draw: SessionDraw,
+        turns: int,
+        calls: dict[str, int],
+        cost: float,
+        wall: float,
+        subtype: str,
+        is_error: bool,
+        terminal: str,
+        session_id: str,
+        index: int,
+        rng: np.random.Generator,
+    ) -> list[str]:
+        ev: list[dict] = [
+            {
+                "type": "system",
+                "subtype": "init",
+                "session_id": session_id,
+                "cwd": str(self.workspace),
+                "tools": list(self.arm.tools),
+                "model": self.model_name,
+                "permissionMode": "bypassPermissions",
+                "claude_code_version": self.version,
+                "simulated": True,
+            }
+        ]
         # Spread the tool calls over the turns in a drawn order; the last turn is text.
         order = [n for n, k in sorted(calls.items()) for _ in range(k)]
         rng.shuffle(order)
-        slots = np.array_split(np.array(order, dtype=object), max(turns - 1, 1)) if turns > 1 else [np.array(order, dtype=object)]
+        slots = (
+            np.array_split(np.array(order, dtype=object), max(turns - 1, 1))
+            if turns > 1
+            else [np.array(order, dtype=object)]
+        )
         denied_msgs: list[dict] = []
         tid = 0
         for t in range(turns):
@@ -333,7 +430,14 @@ class SimulatedBackend:
             if t < len(slots):
                 for name in slots[t]:
                     tid += 1
-                    content.append({"type": "tool_use", "id": f"toolu_sim_{index}_{tid}", "name": str(name), "input": {"description": "simulated"}})
+                    content.append(
+                        {
+                            "type": "tool_use",
+                            "id": f"toolu_sim_{index}_{tid}",
+                            "name": str(name),
+                            "input": {"description": "simulated"},
+                        }
+                    )
             if t == 0 and draw.denied is not None and index == 0:
                 fam, how = draw.denied
                 cmd = self.cfg["denied_commands"][fam]
@@ -344,28 +448,72 @@ class SimulatedBackend:
                 denied_msgs.append({"id": ident, "how": how, "family": fam, "command": command})
             if not content:
                 content = [{"type": "text", "text": "(simulated reasoning)"}]
-            ev.append({"type": "assistant", "message": {"id": f"msg_sim_{session_id[:8]}_{index}_{t}", "role": "assistant",
-                                                       "model": self.model_name, "content": content}, "simulated": True})
+            ev.append(
+                {
+                    "type": "assistant",
+                    "message": {
+                        "id": f"msg_sim_{session_id[:8]}_{index}_{t}",
+                        "role": "assistant",
+                        "model": self.model_name,
+                        "content": content,
+                    },
+                    "simulated": True,
+                }
+            )
             results = []
             for block in content:
                 if block["type"] != "tool_use":
                     continue
                 d = next((m for m in denied_msgs if m["id"] == block["id"]), None)
                 if d is None:
-                    results.append({"type": "tool_result", "tool_use_id": block["id"], "content": "(simulated tool output)", "is_error": False})
+                    results.append(
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": block["id"],
+                            "content": "(simulated tool output)",
+                            "is_error": False,
+                        }
+                    )
                 elif d["how"] == "direct":
                     msg = f"Permission to use Bash with command {d['command']} has been denied."
-                    ev.append({"type": "system", "subtype": "permission_denied", "tool_name": "Bash", "tool_use_id": d["id"], "message": msg, "simulated": True})
+                    ev.append(
+                        {
+                            "type": "system",
+                            "subtype": "permission_denied",
+                            "tool_name": "Bash",
+                            "tool_use_id": d["id"],
+                            "message": msg,
+                            "simulated": True,
+                        }
+                    )
                     results.append({"type": "tool_result", "tool_use_id": d["id"], "content": msg, "is_error": True})
                 else:
-                    results.append({"type": "tool_result", "tool_use_id": d["id"], "is_error": True,
-                                    "content": f"{d['family']}: not available in this environment ({STUB_MARKER})"})
+                    results.append(
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": d["id"],
+                            "is_error": True,
+                            "content": f"{d['family']}: not available in this environment ({STUB_MARKER})",
+                        }
+                    )
             if results:
                 ev.append({"type": "user", "message": {"role": "user", "content": results}, "simulated": True})
-        result = {"type": "result", "subtype": subtype, "is_error": is_error, "duration_ms": int(wall * 1000), "num_turns": turns,
-                  "session_id": session_id, "total_cost_usd": round(cost, 6), "terminal_reason": terminal,
-                  "permission_denials": [{"tool_name": "Bash", "tool_use_id": d["id"], "tool_input": {"command": d["command"]}}
-                                         for d in denied_msgs if d["how"] == "direct"], "simulated": True}
+        result = {
+            "type": "result",
+            "subtype": subtype,
+            "is_error": is_error,
+            "duration_ms": int(wall * 1000),
+            "num_turns": turns,
+            "session_id": session_id,
+            "total_cost_usd": round(cost, 6),
+            "terminal_reason": terminal,
+            "permission_denials": [
+                {"tool_name": "Bash", "tool_use_id": d["id"], "tool_input": {"command": d["command"]}}
+                for d in denied_msgs
+                if d["how"] == "direct"
+            ],
+            "simulated": True,
+        }
         if not is_error:
             result["result"] = "(simulated) The assignment is complete."
         else:
@@ -375,8 +523,16 @@ class SimulatedBackend:
 
     # ------------------------------------------------------------------ sessions
 
-    def run_session(self, index: int, *, budget_usd: float, wall_s: float, max_turns: int,
-                    resume_session_id: str | None = None, prompt: str | None = None) -> SessionOutcome:
+    def run_session(
+        self,
+        index: int,
+        *,
+        budget_usd: float,
+        wall_s: float,
+        max_turns: int,
+        resume_session_id: str | None = None,
+        prompt: str | None = None,
+    ) -> SessionOutcome:
         rng = _rng(self.seed, self.scenario.id, self.arm.id, index)
         draw = self.draw(rng)
         if index > 0:
@@ -386,7 +542,9 @@ class SimulatedBackend:
             draw.turns = max(1, int(round(draw.turns * rec["cost_fraction"])))
             draw.tool_calls = {k: max(0, int(round(v * rec["cost_fraction"]))) for k, v in draw.tool_calls.items()}
             draw.agent_error = False
-        capped, cap, cost, wall, turns, calls = apply_caps(draw, budget_usd, wall_s, max_turns, rng, self.cfg["overshoot"])
+        capped, cap, cost, wall, turns, calls = apply_caps(
+            draw, budget_usd, wall_s, max_turns, rng, self.cfg["overshoot"]
+        )
         applied: list[str] = []
         portal_use = None
         if index == 0:
@@ -404,18 +562,34 @@ class SimulatedBackend:
                 self._write_gold()
                 self._set_questions(self._questions)
                 applied = ["repaired"]
-        session_id = resume_session_id or str(uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | int(rng.integers(0, 2**63))))
+        session_id = resume_session_id or str(
+            uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | int(rng.integers(0, 2**63)))
+        )
         self._session_id = session_id
         if capped:
-            subtype, is_error, terminal = {"cost": ("error_max_budget_usd", True, "budget_exhausted"),
-                                           "turns": ("error_max_turns", True, "max_turns"),
-                                           "wall": (None, True, "killed")}[cap]
+            subtype, is_error, terminal = {
+                "cost": ("error_max_budget_usd", True, "budget_exhausted"),
+                "turns": ("error_max_turns", True, "max_turns"),
+                "wall": (None, True, "killed"),
+            }[cap]
         elif draw.agent_error:
             subtype, is_error, terminal = "error_during_execution", True, "error"
         else:
             subtype, is_error, terminal = "success", False, "completed"
         reported = (self._spent + cost) if (index > 0 and resume_reports_cumulative(self.version)) else cost
-        lines = self._events(draw, turns, calls, reported, wall, subtype or "error_during_execution", is_error, terminal, session_id, index, rng)
+        lines = self._events(
+            draw,
+            turns,
+            calls,
+            reported,
+            wall,
+            subtype or "error_during_execution",
+            is_error,
+            terminal,
+            session_id,
+            index,
+            rng,
+        )
         if subtype is None:
             lines = lines[:-1]  # killed at the wall limit: the CLI never printed its result
         self._spent += cost
@@ -424,14 +598,37 @@ class SimulatedBackend:
         summary = parse_stream(lines, StreamSummary(), session=index)
         (self.run_dir / "agent").mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / "agent" / "simulated_draws.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"session": index, "defects_drawn": draw.defects, "defects_applied": applied, "cap": cap if capped else None,
-                                 "cost_usd": round(cost, 6), "wall_s": round(wall, 3), "turns": turns, "denied": draw.denied,
-                                 "agent_error": draw.agent_error, "portal": portal_use, "SIMULATED": True}) + "\n")
-        return SessionOutcome(index, summary, wall, exit_code=0 if not is_error else 1, timed_out=bool(capped and cap == "wall"),
-                              cli_version=self.version, resumed_from=resume_session_id)
+            fh.write(
+                json.dumps(
+                    {
+                        "session": index,
+                        "defects_drawn": draw.defects,
+                        "defects_applied": applied,
+                        "cap": cap if capped else None,
+                        "cost_usd": round(cost, 6),
+                        "wall_s": round(wall, 3),
+                        "turns": turns,
+                        "denied": draw.denied,
+                        "agent_error": draw.agent_error,
+                        "portal": portal_use,
+                        "SIMULATED": True,
+                    }
+                )
+                + "\n"
+            )
+        return SessionOutcome(
+            index,
+            summary,
+            wall,
+            exit_code=0 if not is_error else 1,
+            timed_out=bool(capped and cap == "wall"),
+            cli_version=self.version,
+            resumed_from=resume_session_id,
+        )
 
 
-def start_agent(*, arm: Arm, scenario: Any, out_dir: Path, ws_root: Path, seed: int, model: str | None = None,
-                **_launch: Any) -> tuple[SimulatedBackend, None, None]:
+def start_agent(
+    *, arm: Arm, scenario: Any, out_dir: Path, ws_root: Path, seed: int, model: str | None = None, **_launch: Any
+) -> tuple[SimulatedBackend, None, None]:
     """The ``agent`` role of the simulated backend (:mod:`pilot.backends`); what only a CLI launch needs is ignored."""
     return SimulatedBackend(scenario, arm, run_dir=out_dir, workspace=ws_root, seed=seed, model=model), None, None

@@ -30,15 +30,15 @@ numbers across arms).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from pilot import protocol, runtable
-from pilot.stats import batch_inference, estimators, primary, resampling
 from pilot.simulated import synthetic
+from pilot.stats import batch_inference, estimators, primary, resampling
 from pilot.stats.primary import InferenceSettings
 
 CONDITIONS = ("planted", "null", "tail")
@@ -72,7 +72,9 @@ def _arm_key(model: synthetic.SyntheticModel, arm: str) -> str:
     return repr((sorted(own.items()), repr(shared)))
 
 
-def planted_truths(models: dict[str, synthetic.SyntheticModel], specs: list, contrasts: list, draws: int, study: protocol.Study) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+def planted_truths(
+    models: dict[str, synthetic.SyntheticModel], specs: list, contrasts: list, draws: int, study: protocol.Study
+) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
     """Per condition: the planted contrasts and arm acceptances. An arm whose parameters (and the shared
     ones) equal an arm already integrated is not integrated again: with the same draws its value is the same."""
     cache: dict[str, float] = {}
@@ -80,14 +82,24 @@ def planted_truths(models: dict[str, synthetic.SyntheticModel], specs: list, con
     for name, m in models.items():
         todo = [a for a in m.arms if _arm_key(m, a) not in cache]
         if todo:
-            t = synthetic.planted_acceptance(m, specs=specs, draws=draws, study=study, arms=todo).set_index("arm")["p_equal"]
+            t = synthetic.planted_acceptance(m, specs=specs, draws=draws, study=study, arms=todo).set_index("arm")[
+                "p_equal"
+            ]
             cache.update({_arm_key(m, a): float(t[a]) for a in todo})
         p = {a: cache[_arm_key(m, a)] for a in m.arms}
         out[name] = ({estimators.contrast_name(c): p[c[0]] - p[c[1]] for c in contrasts}, p)
     return out
 
 
-def _draw_arms(rng: np.random.Generator, model: synthetic.SyntheticModel, specs: list, u: np.ndarray, arms: Sequence[int], repeats: int, study: protocol.Study) -> np.ndarray:
+def _draw_arms(
+    rng: np.random.Generator,
+    model: synthetic.SyntheticModel,
+    specs: list,
+    u: np.ndarray,
+    arms: Sequence[int],
+    repeats: int,
+    study: protocol.Study,
+) -> np.ndarray:
     """S for the runs of the given arms (indices into ``model.arms``) given the scenario effects ``u`` ``(n, J)``: ``(n, J, len(arms), R)``."""
     n_studies, J = u.shape
     depth = np.array([s.designed_depth for s in specs], dtype=float)
@@ -105,13 +117,27 @@ def _draw_arms(rng: np.random.Generator, model: synthetic.SyntheticModel, specs:
     return S.reshape(shape)
 
 
-def draw_acceptance(rng: np.random.Generator, model: synthetic.SyntheticModel, specs: list, n_studies: int, repeats: int, study: protocol.Study) -> np.ndarray:
+def draw_acceptance(
+    rng: np.random.Generator,
+    model: synthetic.SyntheticModel,
+    specs: list,
+    n_studies: int,
+    repeats: int,
+    study: protocol.Study,
+) -> np.ndarray:
     """S for every run of ``n_studies`` studies, ``(n_studies, J, A, R)`` (NaN: no judge), as ``generate_runtable`` draws them."""
     u = rng.normal(0.0, model["scenario_sd_logit"], (n_studies, len(specs)))
     return _draw_arms(rng, model, specs, u, range(len(model.arms)), repeats, study)
 
 
-def draw_conditions(rng: np.random.Generator, models: dict[str, synthetic.SyntheticModel], specs: list, n_studies: int, repeats: int, study: protocol.Study) -> dict[str, np.ndarray]:
+def draw_conditions(
+    rng: np.random.Generator,
+    models: dict[str, synthetic.SyntheticModel],
+    specs: list,
+    n_studies: int,
+    repeats: int,
+    study: protocol.Study,
+) -> dict[str, np.ndarray]:
     """:func:`draw_acceptance` for every condition, with common random numbers across conditions.
 
     The first condition's studies are drawn in full. Each other condition
@@ -169,13 +195,15 @@ def analyse_block(
     return batch_inference.contrast_inference(y, L, counts, signs, level, exact=signs.shape[0] == 2 ** S.shape[1])
 
 
-def analyse_studies(y: np.ndarray, L: int, counts: np.ndarray, signs: np.ndarray, level: float, *, exact: bool, chunk: int = 20) -> dict[str, np.ndarray]:
+def analyse_studies(
+    y: np.ndarray, L: int, counts: np.ndarray, signs: np.ndarray, level: float, *, exact: bool, chunk: int = 20
+) -> dict[str, np.ndarray]:
     """The stage's contrast inference for every study of ``y`` (``(n, J, C)`` differences times ``L``),
     with one set of bootstrap ``counts`` ``(B, J)`` and ``signs`` for all, a few studies at a time
     (so the resampled means, a few MB, stay in cache)."""
     out: dict[str, list[np.ndarray]] = {}
     for a in range(0, y.shape[0], chunk):
-        res = batch_inference.contrast_inference(y[a:a + chunk], L, counts, signs, level, exact=exact)
+        res = batch_inference.contrast_inference(y[a : a + chunk], L, counts, signs, level, exact=exact)
         for k, v in res.items():
             out.setdefault(k, []).append(v)
     return {k: np.concatenate(v) for k, v in out.items()}
@@ -229,10 +257,13 @@ def run_calibration(
     for start, n in iterator:
         S = draw_conditions(np.random.default_rng([seed, start]), models, specs, n, repeats, study)
         # Every condition's differences side by side, analysed in one pass.
-        y = np.concatenate([batch_inference.on_grid(scenario_differences(S[name], study.arms, contrasts), L) for name in models], axis=2)
+        y = np.concatenate(
+            [batch_inference.on_grid(scenario_differences(S[name], study.arms, contrasts), L) for name in models],
+            axis=2,
+        )
         res = analyse_studies(y, L, counts, signs, settings.level, exact=exact)
         for k_cond, name in enumerate(models):
-            parts[name].append({k: v[:, k_cond * K:(k_cond + 1) * K] for k, v in res.items()})
+            parts[name].append({k: v[:, k_cond * K : (k_cond + 1) * K] for k, v in res.items()})
     records = []
     for name in models:
         res = {k: np.concatenate([p[k] for p in parts[name]]) for k in parts[name][0]}
@@ -241,15 +272,21 @@ def run_calibration(
             p_holm[:, 1:] = primary.holm_many(np.where(np.isnan(res["p_value"][:, 1:]), 1.0, res["p_value"][:, 1:]))
             p_holm[:, 1:] = np.where(np.isnan(res["p_value"][:, 1:]), np.nan, p_holm[:, 1:])
         planted = np.array([truths[name][0][c] for c in names])
-        frame = pd.DataFrame({
-            "condition": name,
-            "study": np.repeat(np.arange(n_studies), K),
-            "contrast": np.tile(names, n_studies),
-            "role": np.tile(["primary"] + ["secondary"] * (K - 1), n_studies),
-            "estimate": res["estimate"].ravel(), "ci_low": res["ci_low"].ravel(), "ci_high": res["ci_high"].ravel(),
-            "p_value": res["p_value"].ravel(), "p_holm": p_holm.ravel(), "n_scenarios": res["n_scenarios"].ravel(),
-            "planted": np.tile(planted, n_studies),
-        })
+        frame = pd.DataFrame(
+            {
+                "condition": name,
+                "study": np.repeat(np.arange(n_studies), K),
+                "contrast": np.tile(names, n_studies),
+                "role": np.tile(["primary"] + ["secondary"] * (K - 1), n_studies),
+                "estimate": res["estimate"].ravel(),
+                "ci_low": res["ci_low"].ravel(),
+                "ci_high": res["ci_high"].ravel(),
+                "p_value": res["p_value"].ravel(),
+                "p_holm": p_holm.ravel(),
+                "n_scenarios": res["n_scenarios"].ravel(),
+                "planted": np.tile(planted, n_studies),
+            }
+        )
         records.append(frame)
     studies = pd.concat(records, ignore_index=True)
     studies["covered"] = (studies.ci_low <= studies.planted) & (studies.planted <= studies.ci_high)
@@ -260,15 +297,28 @@ def run_calibration(
         n = len(g)
         cov, rej = g.covered.mean(), g.rejected.mean()
         t, c = con.split("-")
-        rows.append({
-            "condition": cond, "contrast": con, "J": J, "R": repeats, "studies": n, "planted": g.planted.iloc[0],
-            "planted_treated": truths[cond][1][t], "planted_control": truths[cond][1][c],
-            "mean_estimate": g.estimate.mean(), "bias_mc_se": g.estimate.std(ddof=1) / np.sqrt(n),
-            "coverage": cov, "coverage_mc_se": np.sqrt(cov * (1 - cov) / n),
-            "rejection": rej, "rejection_mc_se": np.sqrt(rej * (1 - rej) / n), "mean_ci_width": (g.ci_high - g.ci_low).mean(),
-            "zero_width_share": g.zero_width.mean(),
-            "B": settings.B, "permutations": settings.n_permutations,
-        })
+        rows.append(
+            {
+                "condition": cond,
+                "contrast": con,
+                "J": J,
+                "R": repeats,
+                "studies": n,
+                "planted": g.planted.iloc[0],
+                "planted_treated": truths[cond][1][t],
+                "planted_control": truths[cond][1][c],
+                "mean_estimate": g.estimate.mean(),
+                "bias_mc_se": g.estimate.std(ddof=1) / np.sqrt(n),
+                "coverage": cov,
+                "coverage_mc_se": np.sqrt(cov * (1 - cov) / n),
+                "rejection": rej,
+                "rejection_mc_se": np.sqrt(rej * (1 - rej) / n),
+                "mean_ci_width": (g.ci_high - g.ci_low).mean(),
+                "zero_width_share": g.zero_width.mean(),
+                "B": settings.B,
+                "permutations": settings.n_permutations,
+            }
+        )
     return CalibrationResult(pd.DataFrame(rows), studies)
 
 
@@ -285,18 +335,28 @@ def against_nominal(rate: float, mc_se: float, nominal: float) -> str:
 
 def level_sentence(rows: Sequence[tuple[int, float, float]], alpha: float) -> str:
     """The sign-flip test's rejection rate under the null, per study size ``(J, rate, mc_se)``, read against ``alpha``."""
+
     def reading(rate: float, se: float) -> str:
         where = against_nominal(rate, se, alpha)
         return f"{where} the level" + (", so conservative there" if where == "below" else "")
 
-    parts = [f"{rate:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {reading(rate, se)})" for j, rate, se in rows]
+    parts = [
+        f"{rate:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {reading(rate, se)})" for j, rate, se in rows
+    ]
     return f"With no effect planted, the sign-flip test rejects the primary null in {' and in '.join(parts)}, against a level of {alpha:g}."
 
 
 def coverage_sentence(rows: Sequence[tuple[int, float, float]], level: float) -> str:
     """The primary interval's coverage of the planted contrast, per study size ``(J, coverage, mc_se)``, read against ``level``."""
-    parts = [f"{cov:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {against_nominal(cov, se, level)} the nominal {level:.0%})" for j, cov, se in rows]
+    parts = [
+        f"{cov:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {against_nominal(cov, se, level)} the nominal {level:.0%})"
+        for j, cov, se in rows
+    ]
     below = [j for j, cov, se in rows if against_nominal(cov, se, level) == "below"]
-    tail = (f" Where it covers less than its nominal level (J = {', '.join(map(str, below))}), the intervals should be read as narrower than a "
-            f"{level:.0%} interval, and the sign-flip test, whose level is checked above, is the one the criteria rest on." if below else "")
+    tail = (
+        f" Where it covers less than its nominal level (J = {', '.join(map(str, below))}), the intervals should be read as narrower than a "
+        f"{level:.0%} interval, and the sign-flip test, whose level is checked above, is the one the criteria rest on."
+        if below
+        else ""
+    )
     return f"The percentile interval covers the planted primary contrast in {' and in '.join(parts)}.{tail}"

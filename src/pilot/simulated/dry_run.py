@@ -64,9 +64,10 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -76,7 +77,9 @@ from pilot import paths, protocol
 #: The model defects whose damage the A4 self-check reports (presence, error
 #: values after recalculation, minimum length, completion-record validity);
 #: ``capped_missing`` is a missing deliverable and record.
-SELFCHECK_CATCHES = frozenset({"text_substitutes", "error_values", "short_document", "missing", "invalid_record", "capped_missing"})
+SELFCHECK_CATCHES = frozenset(
+    {"text_substitutes", "error_values", "short_document", "missing", "invalid_record", "capped_missing"}
+)
 #: The oracle criterion kind each D-breaking model defect fails (by construction in pilot.defects).
 _DEFECT_CRITERION = {
     "text_substitutes": "present",
@@ -126,7 +129,11 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
     out = []
     for k in model_defects:
         if k not in _DEFECT_NAMED:
-            raise DryRunModelError(paths.SIMULATED_AGENT_FILE, f"defects.{k}", "no derivation for this defect (see pilot.simulated.dry_run)")
+            raise DryRunModelError(
+                paths.SIMULATED_AGENT_FILE,
+                f"defects.{k}",
+                "no derivation for this defect (see pilot.simulated.dry_run)",
+            )
         applies = _DEFECT_NAMED[k] in named
         if k == "error_values":
             targets = [d.name for d in scenario.file_deliverables if d.kind == "xlsx"]
@@ -156,12 +163,18 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
             # Every possible target must carry its criterion, or a draw could leave D intact.
             uncovered = sorted(set(targets) - {c.file for c in hit})
             if uncovered:
-                raise DryRunModelError(scenario.dir / "oracle.yml" if hasattr(scenario, "dir") else scenario.id, "criteria",
-                                       f"defect {k} can hit {uncovered[0]}, which has no {kind} criterion; a run could keep D = 1 on a changed package")
+                raise DryRunModelError(
+                    scenario.dir / "oracle.yml" if hasattr(scenario, "dir") else scenario.id,
+                    "criteria",
+                    f"defect {k} can hit {uncovered[0]}, which has no {kind} criterion; a run could keep D = 1 on a changed package",
+                )
         soft = [c.id for c in hit if not c.required]
         if not hit or soft:
-            raise DryRunModelError(scenario.dir / "oracle.yml" if hasattr(scenario, "dir") else scenario.id, f"criteria.{soft[0] if soft else kind}",
-                                   f"defect {k} fails a criterion that is not required; a run could keep D = 1 on a changed package")
+            raise DryRunModelError(
+                scenario.dir / "oracle.yml" if hasattr(scenario, "dir") else scenario.id,
+                f"criteria.{soft[0] if soft else kind}",
+                f"defect {k} fails a criterion that is not required; a run could keep D = 1 on a changed package",
+            )
         out.append(DefectEffect(k, True, "D", k in SELFCHECK_CATCHES, ",".join(c.id for c in hit)))
     return out
 
@@ -171,10 +184,23 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
 # --------------------------------------------------------------------------
 
 
-def _caps(cost: np.ndarray, wall: np.ndarray, turns: np.ndarray, usd: np.ndarray | float, wall_s: np.ndarray | float, max_turns: int):
+def _caps(
+    cost: np.ndarray,
+    wall: np.ndarray,
+    turns: np.ndarray,
+    usd: np.ndarray | float,
+    wall_s: np.ndarray | float,
+    max_turns: int,
+):
     """Vectorised ``pilot.simulated.agent.apply_caps``: capped, which cap (0 cost, 1 wall, 2 turns), ratio."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.stack([np.where(np.asarray(usd) > 0, cost / usd, np.inf), np.where(np.asarray(wall_s) > 0, wall / wall_s, np.inf), turns / max_turns])
+        r = np.stack(
+            [
+                np.where(np.asarray(usd) > 0, cost / usd, np.inf),
+                np.where(np.asarray(wall_s) > 0, wall / wall_s, np.inf),
+                turns / max_turns,
+            ]
+        )
     which = np.argmax(r, axis=0)  # ties resolve to the first, as max() over the dict does
     ratio = np.take_along_axis(r, which[None], axis=0)[0]
     return ratio > 1.0, which, ratio
@@ -188,8 +214,16 @@ def _session_draws(z: np.ndarray, a: dict, c: dict, depth: float) -> tuple[np.nd
     return cost, wall, turns
 
 
-def process_probabilities(arm: Any, model: dict, caps: protocol.Caps, max_turns: int, depth: float,
-                          p_none_caught: float, p_none_uncaught: float, z: np.ndarray) -> dict[str, Any]:
+def process_probabilities(
+    arm: Any,
+    model: dict,
+    caps: protocol.Caps,
+    max_turns: int,
+    depth: float,
+    p_none_caught: float,
+    p_none_uncaught: float,
+    z: np.ndarray,
+) -> dict[str, Any]:
     """Per-draw probability that the package is clean after the run (E aside), and the cap shares.
 
     ``z`` holds standard normals of shape (6, n): the first session's cost,
@@ -202,8 +236,11 @@ def process_probabilities(arm: Any, model: dict, caps: protocol.Caps, max_turns:
     capped, which, ratio = _caps(cost0, wall0, turns0, caps.usd, caps.wall_s, max_turns)
     cm = float(c["capped_missing"])
     clean_first = p_none_caught * p_none_uncaught * (1.0 - capped * cm)
-    out = {"p_capped": float(capped.mean()), "p_capped_se": float(capped.std() / math.sqrt(capped.size)),
-           "cap_shares": {name: float((capped & (which == i)).mean()) for i, name in enumerate(("cost", "wall", "turns"))}}
+    out = {
+        "p_capped": float(capped.mean()),
+        "p_capped_se": float(capped.std() / math.sqrt(capped.size)),
+        "cap_shares": {name: float((capped & (which == i)).mean()) for i, name in enumerate(("cost", "wall", "turns"))},
+    }
     recovers = arm.feature("self_check") and arm.recovery_resumes > 0
     if not recovers:
         out["g"] = clean_first
@@ -211,7 +248,11 @@ def process_probabilities(arm: Any, model: dict, caps: protocol.Caps, max_turns:
         return out
     rec = a.get("recovery")
     if rec is None:
-        raise DryRunModelError(paths.SIMULATED_AGENT_FILE, f"arms.{arm.id}.recovery", "the arm resumes once but its model states no recovery")
+        raise DryRunModelError(
+            paths.SIMULATED_AGENT_FILE,
+            f"arms.{arm.id}.recovery",
+            "the arm resumes once but its model states no recovery",
+        )
     # What the first session reports and leaves (a turn cap scales the draws down; cost and wall caps end any resume).
     frac = np.where(capped, 1.0 / np.where(capped, ratio, 1.0), 1.0)
     spent, used_wall = cost0 * frac, wall0 * frac
@@ -249,16 +290,24 @@ class QualityLaw:
     mean_Q: float
 
 
-def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_config: Any = None, draws: int = 20_000,
-                      rng: np.random.Generator, workdir: Path | None = None) -> QualityLaw:
+def reference_quality(
+    scenario: Any,
+    q: float,
+    *,
+    study: protocol.Study,
+    judge_config: Any = None,
+    draws: int = 20_000,
+    rng: np.random.Generator,
+    workdir: Path | None = None,
+) -> QualityLaw:
     """Render the scenario's reference deliverables once and draw the judge noise ``draws`` times."""
     import tempfile
 
     from pilot.judges.prompt import prompt_for_run
     from pilot.judges.render import COMPLETION_RECORD
     from pilot.judges.rubric import MAX_SCORE
-    from pilot.simulated.judge import criterion_offset, deliverable_quality, load_config
     from pilot.scenarios import solve
+    from pilot.simulated.judge import criterion_offset, deliverable_quality, load_config
 
     cfg = judge_config or load_config()
     raw = cfg.raw
@@ -274,7 +323,9 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
     if record and record[0].status != "delivered":
         u = max(0.0, u - float(raw["quality"]["no_completion_record"]))
     weights = np.array([c.weight for c in prompt.criteria], dtype=float)
-    offsets = np.array([criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"])) for c in prompt.criteria])
+    offsets = np.array(
+        [criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"])) for c in prompt.criteria]
+    )
     total = np.zeros(draws)
     n_avail = np.zeros(draws)
     for member in study.judge_panel:
@@ -282,7 +333,9 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
         rate = float(jc["malformed_rate"])
         available = ~((rng.random(draws) < rate) & (rng.random(draws) < rate))  # both attempts break the schema
         mu = MAX_SCORE * u + float(jc["bias"]) + offsets
-        scores = np.clip(np.rint(mu[None, :] + rng.normal(0.0, float(jc["noise_sd"]), (draws, len(offsets)))), 0, MAX_SCORE)
+        scores = np.clip(
+            np.rint(mu[None, :] + rng.normal(0.0, float(jc["noise_sd"]), (draws, len(offsets)))), 0, MAX_SCORE
+        )
         score = 100.0 * (scores @ weights) / weights.sum() / MAX_SCORE
         total += np.where(available, score, 0.0)
         n_avail += available
@@ -295,7 +348,14 @@ def reference_quality(scenario: Any, q: float, *, study: protocol.Study, judge_c
     p = float(accepted.mean()) if accepted.size else float("nan")
     # A smoothed share for the error, so that p = 1 in every draw still reports an error of order 1/n, not zero.
     p_s = (float(accepted.sum()) + 0.5) / (n + 1)
-    return QualityLaw(scenario.id, u, p, float(math.sqrt(p_s * (1 - p_s) / n)), float(scored.mean()), float(Q.mean()) if Q.size else float("nan"))
+    return QualityLaw(
+        scenario.id,
+        u,
+        p,
+        float(math.sqrt(p_s * (1 - p_s) / n)),
+        float(scored.mean()),
+        float(Q.mean()) if Q.size else float("nan"),
+    )
 
 
 # --------------------------------------------------------------------------
@@ -341,15 +401,17 @@ def planted_acceptance(
     is the Monte Carlo size of the process draws per scenario (common random
     numbers across arms), ``judge_draws`` that of the judge noise.
     """
-    from pilot.simulated.agent import DEFECTS, load_model, shift_probability
     from pilot.scenarios import load_scenario
+    from pilot.simulated.agent import DEFECTS, load_model, shift_probability
 
     study = study or protocol.study()
     q = study.q if q is None else float(q)
     if not 0 <= q <= 100:
         raise ValueError(f"q = {q}: the quality threshold is on the 0-100 scale")
     if draws < 100 or judge_draws < 100:
-        raise ValueError(f"draws = {draws}, judge_draws = {judge_draws}: at least 100 each are needed for a Monte Carlo error")
+        raise ValueError(
+            f"draws = {draws}, judge_draws = {judge_draws}: at least 100 each are needed for a Monte Carlo error"
+        )
     model = agent_model or load_model()
     all_arms = protocol.arms()
     arm_ids = list(arms or study.arms)
@@ -357,7 +419,9 @@ def planted_acceptance(
         if a not in all_arms:
             raise ValueError(f"arm {a!r} is not in {paths.ARMS_FILE.name}")
         if a not in model["arms"]:
-            raise DryRunModelError(paths.SIMULATED_AGENT_FILE, f"arms.{a}", "the simulated agent has no model for this arm")
+            raise DryRunModelError(
+                paths.SIMULATED_AGENT_FILE, f"arms.{a}", "the simulated agent has no model for this arm"
+            )
     sids = list(scenarios or study.scenario_set())
     max_turns = int(study["cli"]["max_turns"])
     rows, qrows = [], []
@@ -367,16 +431,30 @@ def planted_acceptance(
         effects = {e.defect: e for e in defect_effects(sc, DEFECTS)}
         key = zlib.crc32(sid.encode())
         z = np.random.default_rng([seed, key, 0]).standard_normal((6, draws))  # the same draws for every arm
-        law = reference_quality(sc, q, study=study, judge_config=judge_config, draws=judge_draws, rng=np.random.default_rng([seed, key, 1]))
-        qrows.append({"scenario": sid, "package_quality": law.package_quality, "p_quality": law.p, "p_quality_se": law.se,
-                      "p_scored": law.p_scored, "mean_Q": law.mean_Q})
+        law = reference_quality(
+            sc, q, study=study, judge_config=judge_config, draws=judge_draws, rng=np.random.default_rng([seed, key, 1])
+        )
+        qrows.append(
+            {
+                "scenario": sid,
+                "package_quality": law.package_quality,
+                "p_quality": law.p,
+                "p_quality_se": law.se,
+                "p_scored": law.p_scored,
+                "mean_Q": law.mean_Q,
+            }
+        )
         caps = study.caps_for(sid)
         for a in arm_ids:
             arm = all_arms[a]
             logit_shift = float(model["depth_logit"]) * depth
             p = {k: shift_probability(float(model["arms"][a]["defects"][k]), logit_shift) for k in DEFECTS}
-            p_none_caught = float(np.prod([1 - p[k] for k, e in effects.items() if e.effect == "D" and e.caught_by_selfcheck]))
-            p_none_uncaught = float(np.prod([1 - p[k] for k, e in effects.items() if e.effect == "D" and not e.caught_by_selfcheck]))
+            p_none_caught = float(
+                np.prod([1 - p[k] for k, e in effects.items() if e.effect == "D" and e.caught_by_selfcheck])
+            )
+            p_none_uncaught = float(
+                np.prod([1 - p[k] for k, e in effects.items() if e.effect == "D" and not e.caught_by_selfcheck])
+            )
             p_no_E = float(np.prod([1 - p[k] for k, e in effects.items() if e.effect == "E"]))
             proc = process_probabilities(arm, model, caps, max_turns, depth, p_none_caught, p_none_uncaught, z)
             g = proc["g"]
@@ -384,23 +462,48 @@ def planted_acceptance(
             p_de = p_no_E * g_mean
             planted = p_de * law.p
             rel = math.hypot(g_se / g_mean if g_mean > 0 else 0.0, law.se / law.p if law.p > 0 else 0.0)
-            rows.append({
-                "scenario": sid, "arm": a, "designed_depth": int(sc.designed_depth),
-                "p_no_defect": p_none_caught * p_none_uncaught, "p_no_E": p_no_E,
-                "p_capped": proc["p_capped"], "p_capped_cost": proc["cap_shares"]["cost"], "p_capped_wall": proc["cap_shares"]["wall"],
-                "p_capped_turns": proc["cap_shares"]["turns"], "p_resume": proc["p_resume"],
-                "p_DE": p_de, "p_DE_se": p_no_E * g_se, "p_quality": law.p, "planted_p": planted, "mc_se": planted * rel,
-            })
+            rows.append(
+                {
+                    "scenario": sid,
+                    "arm": a,
+                    "designed_depth": int(sc.designed_depth),
+                    "p_no_defect": p_none_caught * p_none_uncaught,
+                    "p_no_E": p_no_E,
+                    "p_capped": proc["p_capped"],
+                    "p_capped_cost": proc["cap_shares"]["cost"],
+                    "p_capped_wall": proc["cap_shares"]["wall"],
+                    "p_capped_turns": proc["cap_shares"]["turns"],
+                    "p_resume": proc["p_resume"],
+                    "p_DE": p_de,
+                    "p_DE_se": p_no_E * g_se,
+                    "p_quality": law.p,
+                    "planted_p": planted,
+                    "mc_se": planted * rel,
+                }
+            )
     by = pd.DataFrame(rows)
     grouped = by.groupby("arm", sort=False)
-    summary = pd.DataFrame({
-        "arm": arm_ids,
-        "planted_p": [float(grouped.get_group(a)["planted_p"].mean()) for a in arm_ids],
-        # Scenarios use independent streams; within one the judge factor is shared by the arms, not across scenarios.
-        "mc_se": [float(np.sqrt((grouped.get_group(a)["mc_se"] ** 2).sum()) / len(sids)) for a in arm_ids],
-    })
-    return PlantedAcceptance(summary, by, pd.DataFrame(qrows), q, int(seed), int(draws), int(judge_draws),
-                             (str(paths.SIMULATED_AGENT_FILE.relative_to(paths.ROOT)), str(paths.SIMULATED_JUDGES_FILE.relative_to(paths.ROOT))))
+    summary = pd.DataFrame(
+        {
+            "arm": arm_ids,
+            "planted_p": [float(grouped.get_group(a)["planted_p"].mean()) for a in arm_ids],
+            # Scenarios use independent streams; within one the judge factor is shared by the arms, not across scenarios.
+            "mc_se": [float(np.sqrt((grouped.get_group(a)["mc_se"] ** 2).sum()) / len(sids)) for a in arm_ids],
+        }
+    )
+    return PlantedAcceptance(
+        summary,
+        by,
+        pd.DataFrame(qrows),
+        q,
+        int(seed),
+        int(draws),
+        int(judge_draws),
+        (
+            str(paths.SIMULATED_AGENT_FILE.relative_to(paths.ROOT)),
+            str(paths.SIMULATED_JUDGES_FILE.relative_to(paths.ROOT)),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------
@@ -456,20 +559,31 @@ def compare_with_estimates(planted: pd.DataFrame, acceptance: pd.DataFrame) -> p
     missing = [a for a in est.index if a not in pl.index]
     if missing:
         raise ValueError(f"no planted acceptance for arm(s) {missing}")
-    out = pd.DataFrame({
-        "arm": list(est.index),
-        "planted_p": [float(pl.loc[a, "planted_p"]) for a in est.index],
-        "planted_mc_se": [float(pl.loc[a, "mc_se"]) for a in est.index],
-        "p_hat": est["p_hat"].astype(float).to_numpy(),
-        "ci_low": est["ci_low"].astype(float).to_numpy(),
-        "ci_high": est["ci_high"].astype(float).to_numpy(),
-    })
+    out = pd.DataFrame(
+        {
+            "arm": list(est.index),
+            "planted_p": [float(pl.loc[a, "planted_p"]) for a in est.index],
+            "planted_mc_se": [float(pl.loc[a, "mc_se"]) for a in est.index],
+            "p_hat": est["p_hat"].astype(float).to_numpy(),
+            "ci_low": est["ci_low"].astype(float).to_numpy(),
+            "ci_high": est["ci_high"].astype(float).to_numpy(),
+        }
+    )
     out["covered"] = (out["ci_low"] <= out["planted_p"]) & (out["planted_p"] <= out["ci_high"])
     return out
 
 
-def truth_for(runs: pd.DataFrame, acceptance: pd.DataFrame, *, seed: int, study: protocol.Study | None = None, q: float | None = None,
-              draws: int = 200_000, judge_draws: int = 20_000, synthetic_draws: int = 20_000) -> DryRunTruth | None:
+def truth_for(
+    runs: pd.DataFrame,
+    acceptance: pd.DataFrame,
+    *,
+    seed: int,
+    study: protocol.Study | None = None,
+    q: float | None = None,
+    draws: int = 200_000,
+    judge_draws: int = 20_000,
+    synthetic_draws: int = 20_000,
+) -> DryRunTruth | None:
     """The planted truth of a SIMULATED run table beside its estimates; None for a real table.
 
     A harness dry run uses :func:`planted_acceptance` over the table's
@@ -489,20 +603,51 @@ def truth_for(runs: pd.DataFrame, acceptance: pd.DataFrame, *, seed: int, study:
     arms = list(acceptance["arm"])
     if kind == "harness":
         pa = planted_acceptance(study, q=q, scenarios=sids, arms=arms, seed=seed, draws=draws, judge_draws=judge_draws)
-        return DryRunTruth(compare_with_estimates(pa.summary, acceptance), kind, name, pa.sources, draws, pa.by_scenario, judge_draws, pa.q)
+        return DryRunTruth(
+            compare_with_estimates(pa.summary, acceptance),
+            kind,
+            name,
+            pa.sources,
+            draws,
+            pa.by_scenario,
+            judge_draws,
+            pa.q,
+        )
     first = rows.drop_duplicates("scenario").set_index("scenario")
-    specs = [synthetic.ScenarioSpec(s, str(first.loc[s, "occupation"]), int(first.loc[s, "designed_depth"]),
-                                    float(first.loc[s, "professional_minutes"]), int(first.loc[s, "criteria_total"])) for s in sids]
+    specs = [
+        synthetic.ScenarioSpec(
+            s,
+            str(first.loc[s, "occupation"]),
+            int(first.loc[s, "designed_depth"]),
+            float(first.loc[s, "professional_minutes"]),
+            int(first.loc[s, "criteria_total"]),
+        )
+        for s in sids
+    ]
     table = synthetic.planted_acceptance(specs=specs, draws=synthetic_draws, seed=seed, q=q, study=study)
     planted = table.rename(columns={"p_equal": "planted_p"})[["arm", "planted_p", "mc_se"]]
     src = (str(synthetic.SYNTHETIC_CONFIG.relative_to(paths.ROOT)),)
-    return DryRunTruth(compare_with_estimates(planted, acceptance), kind, name, src, synthetic_draws, None, None, study.q if q is None else float(q))
+    return DryRunTruth(
+        compare_with_estimates(planted, acceptance),
+        kind,
+        name,
+        src,
+        synthetic_draws,
+        None,
+        None,
+        study.q if q is None else float(q),
+    )
 
 
 def remove_truth(tables_dir: Path | str, generated_dir: Path | str) -> list[Path]:
     """Delete dry-run truth files left by an earlier SIMULATED analysis (a real table has none)."""
     gone = []
-    for p in (Path(tables_dir) / TRUTH_CSV, Path(tables_dir) / TRUTH_BY_SCENARIO_CSV, Path(generated_dir) / TRUTH_TABLE_TEX, Path(generated_dir) / TRUTH_MACROS_TEX):
+    for p in (
+        Path(tables_dir) / TRUTH_CSV,
+        Path(tables_dir) / TRUTH_BY_SCENARIO_CSV,
+        Path(generated_dir) / TRUTH_TABLE_TEX,
+        Path(generated_dir) / TRUTH_MACROS_TEX,
+    ):
         if p.is_file():
             p.unlink()
             gone.append(p)
@@ -522,11 +667,15 @@ def judge_part_sentence(by_scenario: pd.DataFrame, q: float) -> str:
     low = by_scenario.loc[by_scenario["p_quality"].idxmin()]
     n = int(by_scenario["scenario"].nunique())
     if round(float(low["p_quality"]), 3) >= 1.0:
-        return (f"In all {n} scenarios the simulated judges accept the clean reference package with probability 1.000 (to three "
-                f"decimals): in this model they never reject a clean package at q = {q:g}, so the oracle and the caps alone decide "
-                "acceptance, and the quality-threshold sensitivity stays flat for every q below the judges' lowest score of a clean package.")
-    return (f"Over the {n} scenarios the judges accept a clean package with probability at least {float(low['p_quality']):.3f} "
-            f"(lowest in {low['scenario']}); the nearer this is to one, the more the oracle and the caps alone decide acceptance in this model.")
+        return (
+            f"In all {n} scenarios the simulated judges accept the clean reference package with probability 1.000 (to three "
+            f"decimals): in this model they never reject a clean package at q = {q:g}, so the oracle and the caps alone decide "
+            "acceptance, and the quality-threshold sensitivity stays flat for every q below the judges' lowest score of a clean package."
+        )
+    return (
+        f"Over the {n} scenarios the judges accept a clean package with probability at least {float(low['p_quality']):.3f} "
+        f"(lowest in {low['scenario']}); the nearer this is to one, the more the oracle and the caps alone decide acceptance in this model."
+    )
 
 
 def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path | str) -> dict[str, Path]:
@@ -539,22 +688,41 @@ def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path 
     out: dict[str, Path] = {}
     s = truth.summary
     out[TRUTH_CSV] = tables / TRUTH_CSV
-    s.assign(study=truth.study_name, backend="simulated" if truth.kind == "harness" else "synthetic").to_csv(out[TRUTH_CSV], index=False)
+    s.assign(study=truth.study_name, backend="simulated" if truth.kind == "harness" else "synthetic").to_csv(
+        out[TRUTH_CSV], index=False
+    )
     if truth.by_scenario is not None:
         out[TRUTH_BY_SCENARIO_CSV] = tables / TRUTH_BY_SCENARIO_CSV
         truth.by_scenario.assign(study=truth.study_name).to_csv(out[TRUTH_BY_SCENARIO_CSV], index=False)
     # Monte Carlo errors are orders of magnitude below the estimates' spread: shown with their exponent, not as 0.000.
     show = s.assign(covered=s["covered"].map({True: "yes", False: "no"}), planted_mc_se=s["planted_mc_se"].map(_sci))
     models = " and ".join(f"\\texttt{{{latex_escape(x)}}}" for x in truth.sources)
-    how = ("derived from the stated models of the simulated agent and judges (" + models + "; Monte Carlo over the process and judge draws)"
-           if truth.kind == "harness" else "of the synthetic generator (" + models + "; scenario effects integrated out by Monte Carlo)")
+    how = (
+        "derived from the stated models of the simulated agent and judges ("
+        + models
+        + "; Monte Carlo over the process and judge draws)"
+        if truth.kind == "harness"
+        else "of the synthetic generator (" + models + "; scenario effects integrated out by Monte Carlo)"
+    )
     out[TRUTH_TABLE_TEX] = write_table(
-        show.rename(columns={"arm": "Arm", "planted_p": "Planted $p_a$", "planted_mc_se": "MC s.e.", "p_hat": "$\\hat p_a$",
-                             "ci_low": "2.5\\%", "ci_high": "97.5\\%", "covered": "Covered"}),
+        show.rename(
+            columns={
+                "arm": "Arm",
+                "planted_p": "Planted $p_a$",
+                "planted_mc_se": "MC s.e.",
+                "p_hat": "$\\hat p_a$",
+                "ci_low": "2.5\\%",
+                "ci_high": "97.5\\%",
+                "covered": "Covered",
+            }
+        ),
         gen / TRUTH_TABLE_TEX,
         caption=f"Dry run: the acceptance each arm was planted with at $q={truth.q:g}$, {how}, beside the primary estimate "
         "$\\hat p_a$ and its 95\\% scenario-cluster bootstrap interval from the same run table. Nothing here is a finding.",
-        label="tab:dry-run-truth", simulated=True, escape=False, float_format="%.3f",
+        label="tab:dry-run-truth",
+        simulated=True,
+        escape=False,
+        float_format="%.3f",
     )
     m: dict[str, object] = {
         "DryRunKind": "harness" if truth.kind == "harness" else "synthetic",
@@ -575,5 +743,7 @@ def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path 
     for _, r in s.iterrows():
         m[macro_name("DryRun", "Planted", r.arm)] = float(r.planted_p)
         m[macro_name("DryRun", "Estimate", r.arm)] = float(r.p_hat)
-    out[TRUTH_MACROS_TEX] = write_macros(m, gen / TRUTH_MACROS_TEX, comment=f"dry-run truth (SIMULATED, {truth.kind}); study {truth.study_name}")
+    out[TRUTH_MACROS_TEX] = write_macros(
+        m, gen / TRUTH_MACROS_TEX, comment=f"dry-run truth (SIMULATED, {truth.kind}); study {truth.study_name}"
+    )
     return out

@@ -41,15 +41,30 @@ def noop_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: i
     """Return at once with a cost drawn from the run's seed."""
     rng = np.random.default_rng(seed)
     cost = round(float(rng.uniform(0.2, 0.8)) * min(cell.cap_usd, 4.0) / 4.0, 6)
-    record = {"runner": "fake", "run_id": cell.run_id, "scenario": cell.scenario, "arm": cell.arm, "model": cell.model,
-              "backend": backend, "node": node, "status": "completed", "censored": False, "cost_usd": cost, "wall_s": 0.0}
+    record = {
+        "runner": "fake",
+        "run_id": cell.run_id,
+        "scenario": cell.scenario,
+        "arm": cell.arm,
+        "model": cell.model,
+        "backend": backend,
+        "node": node,
+        "status": "completed",
+        "censored": False,
+        "cost_usd": cost,
+        "wall_s": 0.0,
+    }
     return AttemptOutcome(record=record, cost_usd=cost, judge_cost_usd=0.05)
 
 
 def _leave_processes(listing: Path) -> None:
     """Start processes meant to outlive the attempt (as soffice and oosplash do) and list their pids."""
-    own_session = subprocess.Popen(["sleep", "600"], start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
-    daemon = subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
+    own_session = subprocess.Popen(
+        ["sleep", "600"], start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    )
+    daemon = subprocess.run(
+        ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True
+    )
     listing.write_text(f"{own_session.pid}\n{int(daemon.stdout.strip())}\n", encoding="utf-8")
 
 
@@ -81,7 +96,19 @@ def sleep_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: 
         return AttemptOutcome(infra_error=f"fake infrastructure error on {node} (attempt {attempt})")
     capped = bool(draw_cap < capped_p)
     cost = cell.cap_usd if capped else round(0.2 + 0.6 * float(draw_cost), 6)
-    record = {"runner": "fake", "run_id": cell.run_id, "scenario": cell.scenario, "arm": cell.arm, "model": cell.model,
-              "backend": backend, "node": node, "attempt": attempt, "status": "capped" if capped else "completed",
-              "censored": capped, "censor_reason": "cost" if capped else None, "cost_usd": cost, "wall_s": sleep_s}
+    record = {
+        "runner": "fake",
+        "run_id": cell.run_id,
+        "scenario": cell.scenario,
+        "arm": cell.arm,
+        "model": cell.model,
+        "backend": backend,
+        "node": node,
+        "attempt": attempt,
+        "status": "capped" if capped else "completed",
+        "censored": capped,
+        "censor_reason": "cost" if capped else None,
+        "cost_usd": cost,
+        "wall_s": sleep_s,
+    }
     return AttemptOutcome(record=record, cost_usd=cost, judge_cost_usd=0.05, status=record["status"])

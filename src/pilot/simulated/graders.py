@@ -43,7 +43,9 @@ CONFIG_SCHEMA: dict = protocol.object_schema(
         "noise_sd": _nonneg,
         "accept_sd": _nonneg,
         "planted_bias": {"type": "object", "additionalProperties": {"type": "number"}},
-        "active_time": protocol.object_schema({"median_s": {"type": "number", "exclusiveMinimum": 0}, "log_sd": _nonneg}),
+        "active_time": protocol.object_schema(
+            {"median_s": {"type": "number", "exclusiveMinimum": 0}, "log_sd": _nonneg}
+        ),
     }
 )
 TRUTH_FILE = "truth.json"
@@ -93,13 +95,19 @@ def planted_truth(config: SimulatedGraderConfig, arms: list[str], contrast: tupl
     """The bias the model plants, on the 0-100 scale: per arm, and for the contrast (a uniform shift of b points is 25 b)."""
     per_arm = {arm: 100.0 / MAX_SCORE * config.bias_points(arm) for arm in arms}
     a, b = contrast
-    return {"label": "SIMULATED", "config": paths.shown(config.path), "bias_q_by_arm": per_arm,
-            "contrast": f"{a}-{b}", "bias_q_contrast": per_arm.get(a, 0.0) - per_arm.get(b, 0.0),
-            "note": "planted before rounding to whole grades and bounding to 0-4; both move a grade near the ends of the scale"}
+    return {
+        "label": "SIMULATED",
+        "config": paths.shown(config.path),
+        "bias_q_by_arm": per_arm,
+        "contrast": f"{a}-{b}",
+        "bias_q_contrast": per_arm.get(a, 0.0) - per_arm.get(b, 0.0),
+        "note": "planted before rounding to whole grades and bounding to 0-4; both move a grade near the ends of the scale",
+    }
 
 
-def simulate_wave(study_folder: Path, wave: str, config_path: Path | None = None, *, replace: bool = False,
-                  seed: int | None = None) -> SimulatedWave:
+def simulate_wave(
+    study_folder: Path, wave: str, config_path: Path | None = None, *, replace: bool = False, seed: int | None = None
+) -> SimulatedWave:
     """Create SIMULATED wave ``wave`` of a dry-run study and submit a grade for every assignment.
 
     ``replace`` removes an earlier SIMULATED wave of that name first (never
@@ -115,25 +123,45 @@ def simulate_wave(study_folder: Path, wave: str, config_path: Path | None = None
         if backends - {"simulated"}:
             raise grading_store.GradingError(
                 f"study {info.name} was run on {', '.join(sorted(backends))}: simulated graders grade dry runs only; "
-                "a real study's packages are graded by people (pilot grading create ... --graders FILE)")
+                "a real study's packages are graded by people (pilot grading create ... --graders FILE)"
+            )
         if replace:
             grading_store.delete_simulated_wave(st.conn, wave)
         occupations = sorted({p.occupation for p in eligible_packages(st.conn, model=info.worker_model)})
     folder = grading_dir(study_folder, wave)
     folder.mkdir(parents=True, exist_ok=True)
-    graders_file = atomic_write_text(folder / GRADERS_FILE, graders_csv(occupations, int(raw["graders_per_occupation"])))
-    created = create_wave(study_folder, wave, graders_file, per_package=int(raw["per_package"]),
-                          per_stratum=raw["sample_per_stratum"], seed=wave_seed, source="simulated", simulation=raw)
+    graders_file = atomic_write_text(
+        folder / GRADERS_FILE, graders_csv(occupations, int(raw["graders_per_occupation"]))
+    )
+    created = create_wave(
+        study_folder,
+        wave,
+        graders_file,
+        per_package=int(raw["per_package"]),
+        per_stratum=raw["sample_per_stratum"],
+        seed=wave_seed,
+        source="simulated",
+        simulation=raw,
+    )
     rng = np.random.default_rng([int(raw["seed_salt"]), wave_seed, zlib.crc32(wave.encode())])
-    severity = {g.grader_id: rng.normal(float(raw["severity_mean"]), float(raw["severity_sd"])) for g in created.graders}
+    severity = {
+        g.grader_id: rng.normal(float(raw["severity_mean"]), float(raw["severity_sd"])) for g in created.graders
+    }
     study = protocol.study()
     with grading_store.open_store(study_folder) as st:
         panel = grading_store.panel_frame(st.conn, wave)
         medians = panel.groupby(["run_id", "criterion"])["score"].median()
         deliverable = panel.groupby("run_id")["D"].first()
-        ids = {r["run_id"]: r["package_id"] for r in st.conn.execute("SELECT run_id, package_id FROM grading_packages WHERE wave = ?", (wave,))}
-        aid = {(r["package_id"], r["grader_id"]): r["assignment_id"] for r in st.conn.execute(
-            "SELECT package_id, grader_id, assignment_id FROM grading_assignments WHERE wave = ?", (wave,))}
+        ids = {
+            r["run_id"]: r["package_id"]
+            for r in st.conn.execute("SELECT run_id, package_id FROM grading_packages WHERE wave = ?", (wave,))
+        }
+        aid = {
+            (r["package_id"], r["grader_id"]): r["assignment_id"]
+            for r in st.conn.execute(
+                "SELECT package_id, grader_id, assignment_id FROM grading_assignments WHERE wave = ?", (wave,)
+            )
+        }
         for a in sorted(created.assignments, key=lambda a: (a.package.run_id, a.slot)):
             p = a.package
             crit = scenario_criteria(p.scenario)
@@ -145,12 +173,22 @@ def simulate_wave(study_folder: Path, wave: str, config_path: Path | None = None
                 latent = m - config.bias_points(p.arm) - severity[a.grader_id] + rng.normal(0.0, float(raw["noise_sd"]))
                 grades[c.id] = int(np.clip(np.rint(latent), 0, MAX_SCORE))
             score = weighted_score(grades, crit)
-            accept = bool(deliverable.get(p.run_id)) and score + rng.normal(0.0, float(raw["accept_sd"])) >= float(study.q)
-            active = float(raw["active_time"]["median_s"]) * float(np.exp(rng.normal(0.0, float(raw["active_time"]["log_sd"]))))
+            accept = bool(deliverable.get(p.run_id)) and score + rng.normal(0.0, float(raw["accept_sd"])) >= float(
+                study.q
+            )
+            active = float(raw["active_time"]["median_s"]) * float(
+                np.exp(rng.normal(0.0, float(raw["active_time"]["log_sd"])))
+            )
             grading_store.save_grade(
-                st.conn, wave, a.grader_id, aid[(ids[p.run_id], a.grader_id)],
+                st.conn,
+                wave,
+                a.grader_id,
+                aid[(ids[p.run_id], a.grader_id)],
                 scores_by_criterion={c.id: (grades[c.id], "SIMULATED grade: no critique") for c in crit},
-                accept=accept, active_s=active, submit=True)
+                accept=accept,
+                active_s=active,
+                submit=True,
+            )
         arms = sorted({a.package.arm for a in created.assignments})
     truth = planted_truth(config, arms, tuple(study.contrasts[0]))
     truth_file = atomic_write_text(folder / TRUTH_FILE, json.dumps(truth, indent=2, sort_keys=True) + "\n")

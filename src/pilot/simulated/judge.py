@@ -86,7 +86,11 @@ class SimulatedJudgeConfig:
         try:
             return self.raw["judges"][judge_id]
         except KeyError:
-            raise protocol.ProtocolError(self.path, f"judges.{judge_id}", "the study's panel names this judge but the simulated model does not define it") from None
+            raise protocol.ProtocolError(
+                self.path,
+                f"judges.{judge_id}",
+                "the study's panel names this judge but the simulated model does not define it",
+            ) from None
 
 
 def load_config(path: Path | None = None) -> SimulatedJudgeConfig:
@@ -151,7 +155,9 @@ class SimulatedJudge:
 
     def _rng(self, request: JudgeRequest) -> np.random.Generator:
         jnum = int(request.judge_id.lstrip("J") or 0)
-        return np.random.default_rng([int(request.seed), int(self.config.raw["seed_salt"]), jnum, int(request.draw), int(request.attempt)])
+        return np.random.default_rng(
+            [int(request.seed), int(self.config.raw["seed_salt"]), jnum, int(request.draw), int(request.attempt)]
+        )
 
     def cost(self, request: JudgeRequest) -> float:
         c = self.config.raw["cost"]
@@ -171,7 +177,11 @@ class SimulatedJudge:
             u = max(0.0, u - float(raw["quality"]["no_completion_record"]))
         scores: dict[str, int] = {}
         for c in request.criteria:
-            mu = MAX_SCORE * u + float(jc["bias"]) + criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"]))
+            mu = (
+                MAX_SCORE * u
+                + float(jc["bias"])
+                + criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"]))
+            )
             scores[c.id] = int(np.clip(np.rint(mu + rng.normal(0.0, float(jc["noise_sd"]))), 0, MAX_SCORE))
         score = weighted_score(scores, request.criteria)
         missing = [d.requested for d in items if d.status == "missing"]
@@ -185,10 +195,16 @@ class SimulatedJudge:
         errs = sum(int(d.features.get("n_error_values", 0)) for d in items)
         if errs:
             notes.append(f"{errs} error value(s) in workbooks")
-        flat = [d.requested for d in items if d.format == "workbook" and d.features.get("n_cells") and not d.features.get("n_formulas")]
+        flat = [
+            d.requested
+            for d in items
+            if d.format == "workbook" and d.features.get("n_cells") and not d.features.get("n_formulas")
+        ]
         if flat:
             notes.append(f"no formulas in {', '.join(flat)}")
-        rationale = f"SIMULATED judge: package quality {u:.2f}" + ("; " + "; ".join(notes) if notes else "; all requested files present and well formed")
+        rationale = f"SIMULATED judge: package quality {u:.2f}" + (
+            "; " + "; ".join(notes) if notes else "; all requested files present and well formed"
+        )
         return {"criterion_scores": scores, "accept": accept, "rationale": rationale}
 
     def complete(self, request: JudgeRequest) -> JudgeReply:
@@ -202,6 +218,8 @@ class SimulatedJudge:
         return JudgeReply(json.dumps(self.verdict(request, rng)), cost, None)
 
 
-def new_judge(*, claude_bin: Any = None, study: Any = None, environ: Any = None, timeout_s: Any = None) -> SimulatedJudge:
+def new_judge(
+    *, claude_bin: Any = None, study: Any = None, environ: Any = None, timeout_s: Any = None
+) -> SimulatedJudge:
     """The ``judge`` role of the simulated backend (:mod:`pilot.backends`); it needs no CLI, study, upstream or time limit."""
     return SimulatedJudge()

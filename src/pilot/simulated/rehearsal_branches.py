@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -39,33 +40,66 @@ class Branch:
     expect: str  # what the design says must come of it
 
 
-WORKER_BRANCHES: dict[str, Branch] = {b.name: b for b in (
-    Branch("cap_mid_run", "worker",
-           "the answer to the last tool step reports enough usage that the metered cost leaves less than the next request's "
-           "worst case, so the model proxy refuses the closing request",
-           "the run ends capped (cost) and is evaluated on the deliverables as written; no resume (the proxy ended the run)"),
-    Branch("wall_limit", "worker",
-           "the closing answer is held past the run's wall limit (the plan's wall_s)",
-           "the run ends capped (wall) after model output and is evaluated on the deliverables as written"),
-    Branch("overloaded_at_start", "worker",
-           "the first request is answered 529 overloaded_error, not to be retried",
-           "no model output, so an infrastructure error; the run is rerun under the same id and the rerun completes"),
-    Branch("api_500_mid_run", "worker",
-           "the closing request is answered 500 api_error, not to be retried, after the tool steps",
-           "inference had begun, so an agent error, evaluated on the deliverables as written; on A4 the one resume is granted"),
-    Branch("stream_cut_at_start", "worker",
-           "the first answer's stream is cut after its first event, every time it is asked",
-           "no model output, so an infrastructure error; the run is rerun under the same id and the rerun completes"),
-)}
+WORKER_BRANCHES: dict[str, Branch] = {
+    b.name: b
+    for b in (
+        Branch(
+            "cap_mid_run",
+            "worker",
+            "the answer to the last tool step reports enough usage that the metered cost leaves less than the next request's "
+            "worst case, so the model proxy refuses the closing request",
+            "the run ends capped (cost) and is evaluated on the deliverables as written; no resume (the proxy ended the run)",
+        ),
+        Branch(
+            "wall_limit",
+            "worker",
+            "the closing answer is held past the run's wall limit (the plan's wall_s)",
+            "the run ends capped (wall) after model output and is evaluated on the deliverables as written",
+        ),
+        Branch(
+            "overloaded_at_start",
+            "worker",
+            "the first request is answered 529 overloaded_error, not to be retried",
+            "no model output, so an infrastructure error; the run is rerun under the same id and the rerun completes",
+        ),
+        Branch(
+            "api_500_mid_run",
+            "worker",
+            "the closing request is answered 500 api_error, not to be retried, after the tool steps",
+            "inference had begun, so an agent error, evaluated on the deliverables as written; on A4 the one resume is granted",
+        ),
+        Branch(
+            "stream_cut_at_start",
+            "worker",
+            "the first answer's stream is cut after its first event, every time it is asked",
+            "no model output, so an infrastructure error; the run is rerun under the same id and the rerun completes",
+        ),
+    )
+}
 
-JUDGE_BRANCHES: dict[str, Branch] = {b.name: b for b in (
-    Branch("judge_malformed_once", "judge", "the judge's first reply is not JSON; its retry is a valid grade",
-           "the panel retries once and the judge is present (2 attempts)"),
-    Branch("judge_schema_invalid", "judge", "both of the judge's replies are JSON that fails the output schema",
-           "the judge is missing for the run (never scored zero); Q comes from the others"),
-    Branch("judge_timeout", "judge", "both of the judge's replies are held past the judges' time limit (the plan's judge_timeout_s)",
-           "the judge is missing for the run (never scored zero); Q comes from the others"),
-)}
+JUDGE_BRANCHES: dict[str, Branch] = {
+    b.name: b
+    for b in (
+        Branch(
+            "judge_malformed_once",
+            "judge",
+            "the judge's first reply is not JSON; its retry is a valid grade",
+            "the panel retries once and the judge is present (2 attempts)",
+        ),
+        Branch(
+            "judge_schema_invalid",
+            "judge",
+            "both of the judge's replies are JSON that fails the output schema",
+            "the judge is missing for the run (never scored zero); Q comes from the others",
+        ),
+        Branch(
+            "judge_timeout",
+            "judge",
+            "both of the judge's replies are held past the judges' time limit (the plan's judge_timeout_s)",
+            "the judge is missing for the run (never scored zero); Q comes from the others",
+        ),
+    )
+}
 
 BRANCHES: dict[str, Branch] = {**WORKER_BRANCHES, **JUDGE_BRANCHES}
 #: Branches whose first attempt is an infrastructure error, rerun under the same id.
@@ -91,8 +125,13 @@ class RunBranch:
         return ([self.worker] if self.worker else []) + sorted(set(self.judges.values()))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"worker": self.worker, "judges": dict(self.judges), "wall_s": self.wall_s, "judge_timeout_s": self.judge_timeout_s,
-                "cap_usd": self.cap_usd}
+        return {
+            "worker": self.worker,
+            "judges": dict(self.judges),
+            "wall_s": self.wall_s,
+            "judge_timeout_s": self.judge_timeout_s,
+            "cap_usd": self.cap_usd,
+        }
 
     def limits(self) -> dict[str, str]:
         """The rehearsal's own limits for this attempt, as the scripted upstream hands them to the run function."""
@@ -131,7 +170,9 @@ def parse_plan(raw: Any, source: str = "<plan>") -> BranchPlan:
         raise PlanError(f"{source}: expected a mapping with a 'runs' mapping of SCENARIO.ARM.rN to branches")
     unknown = sorted(set(raw) - {"runs", "wall_s", "judge_timeout_s", "cap_usd"})
     if unknown:
-        raise PlanError(f"{source}: unknown field(s) {', '.join(unknown)} (known: runs, wall_s, judge_timeout_s, cap_usd)")
+        raise PlanError(
+            f"{source}: unknown field(s) {', '.join(unknown)} (known: runs, wall_s, judge_timeout_s, cap_usd)"
+        )
 
     def seconds(key: str) -> float | None:
         v = raw.get(key)
@@ -157,7 +198,9 @@ def parse_plan(raw: Any, source: str = "<plan>") -> BranchPlan:
             raise PlanError(f"{where}.judges: expected a mapping of judge id to branch")
         for jid, b in judges.items():
             if b not in JUDGE_BRANCHES:
-                raise PlanError(f"{where}.judges.{jid}: {b!r} is not a judge branch (known: {', '.join(JUDGE_BRANCHES)})")
+                raise PlanError(
+                    f"{where}.judges.{jid}: {b!r} is not a judge branch (known: {', '.join(JUDGE_BRANCHES)})"
+                )
         if worker == "wall_limit" and wall_s is None:
             raise PlanError(f"{where}: the wall_limit branch needs the plan's wall_s")
         if worker == "cap_mid_run" and cap_usd is None:
@@ -194,4 +237,6 @@ def read_record(record_dir: Path) -> RunBranch | None:
     if not p.is_file():
         return None
     d = json.loads(p.read_text(encoding="utf-8"))
-    return RunBranch(d.get("worker"), dict(d.get("judges") or {}), d.get("wall_s"), d.get("judge_timeout_s"), d.get("cap_usd"))
+    return RunBranch(
+        d.get("worker"), dict(d.get("judges") or {}), d.get("wall_s"), d.get("judge_timeout_s"), d.get("cap_usd")
+    )

@@ -63,10 +63,11 @@ rehearsal-report`` exits 1 when there is any. The report (``report.md`` and
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -155,28 +156,35 @@ class RehearsalReport:
         for arm in self.arms:
             rs = [r for r in self.runs if r.arm == arm]
             walls = [r.attempt_s for r in rs if r.attempt_s is not None]
-            rows.append({
-                "arm": arm,
-                "runs": len(rs),
-                "completed": sum(r.status == "completed" for r in rs),
-                "cli_sessions": sum(r.cli_sessions for r in rs),
-                "deliverables": f"{sum(len(r.deliverables_by_tool) for r in rs)}/{sum(len(r.deliverables_expected) for r in rs)}",
-                "oracle_agrees": f"{sum(r.oracle_agrees for r in rs)}/{len(rs)}",
-                "judges_parsed": f"{sum(r.judges_parsed for r in rs)}/{sum(r.judges_total for r in rs)}",
-                "costs_reconcile": f"{sum(r.costs_reconcile for r in rs)}/{len(rs)}",
-                "deviations": f"{sum(r.deviations for r in rs)} (planted {sum(r.planted_deviations for r in rs)})",
-                "refusals": sum(r.refusals for r in rs),
-                "attempt_s_max": round(max(walls), 1) if walls else "not recorded",
-                "findings": sum(len(r.findings) for r in rs),
-            })
+            rows.append(
+                {
+                    "arm": arm,
+                    "runs": len(rs),
+                    "completed": sum(r.status == "completed" for r in rs),
+                    "cli_sessions": sum(r.cli_sessions for r in rs),
+                    "deliverables": f"{sum(len(r.deliverables_by_tool) for r in rs)}/{sum(len(r.deliverables_expected) for r in rs)}",
+                    "oracle_agrees": f"{sum(r.oracle_agrees for r in rs)}/{len(rs)}",
+                    "judges_parsed": f"{sum(r.judges_parsed for r in rs)}/{sum(r.judges_total for r in rs)}",
+                    "costs_reconcile": f"{sum(r.costs_reconcile for r in rs)}/{len(rs)}",
+                    "deviations": f"{sum(r.deviations for r in rs)} (planted {sum(r.planted_deviations for r in rs)})",
+                    "refusals": sum(r.refusals for r in rs),
+                    "attempt_s_max": round(max(walls), 1) if walls else "not recorded",
+                    "findings": sum(len(r.findings) for r in rs),
+                }
+            )
         return pd.DataFrame(rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "label": self.label,
             "note": f"{self.label}: a rehearsal of the harness against the scripted model; nothing here is a finding about the agent.",
-            "study": self.study, "arms": self.arms, "host_arms": self.host_arms, "run_table": self.run_table,
-            "ok": self.ok, "findings": self.findings, "by_arm": self.summary.to_dict(orient="records"),
+            "study": self.study,
+            "arms": self.arms,
+            "host_arms": self.host_arms,
+            "run_table": self.run_table,
+            "ok": self.ok,
+            "findings": self.findings,
+            "by_arm": self.summary.to_dict(orient="records"),
             "runs": [asdict(r) for r in self.runs],
         }
 
@@ -196,30 +204,55 @@ class RehearsalReport:
             "",
             "## Per run",
             "",
-            _markdown_table(pd.DataFrame([{
-                "run": r.run_id, "branch": r.branch + "".join(f"; {j} {b}" for j, b in sorted(r.judge_branches.items())),
-                "status": r.status, "attempts": r.attempts, "CLI sessions": r.cli_sessions,
-                "deliverables by tool": f"{len(r.deliverables_by_tool)}/{len(r.deliverables_expected)}",
-                "D / expected": f"{_yn(r.D)} / {_yn(r.expected_pass)}", "judges": f"{r.judges_parsed}/{r.judges_total}",
-                "CLI USD": _usd(r.cli_cost_usd), "metered USD": _usd(r.metered_cost_usd),
-                "judges USD": _usd(r.judge_cost_usd), "ledger USD": _usd(r.charged_usd),
-                "deviations / planted": f"{r.deviations}/{r.planted_deviations}", "refusals": r.refusals,
-                "agent s": "not recorded" if r.wall_s is None else f"{r.wall_s:.1f}",
-                "attempt s": "not recorded" if r.attempt_s is None else f"{r.attempt_s:.1f}",
-            } for r in self.runs])) if self.runs else "(no runs)",
+            _markdown_table(
+                pd.DataFrame(
+                    [
+                        {
+                            "run": r.run_id,
+                            "branch": r.branch + "".join(f"; {j} {b}" for j, b in sorted(r.judge_branches.items())),
+                            "status": r.status,
+                            "attempts": r.attempts,
+                            "CLI sessions": r.cli_sessions,
+                            "deliverables by tool": f"{len(r.deliverables_by_tool)}/{len(r.deliverables_expected)}",
+                            "D / expected": f"{_yn(r.D)} / {_yn(r.expected_pass)}",
+                            "judges": f"{r.judges_parsed}/{r.judges_total}",
+                            "CLI USD": _usd(r.cli_cost_usd),
+                            "metered USD": _usd(r.metered_cost_usd),
+                            "judges USD": _usd(r.judge_cost_usd),
+                            "ledger USD": _usd(r.charged_usd),
+                            "deviations / planted": f"{r.deviations}/{r.planted_deviations}",
+                            "refusals": r.refusals,
+                            "agent s": "not recorded" if r.wall_s is None else f"{r.wall_s:.1f}",
+                            "attempt s": "not recorded" if r.attempt_s is None else f"{r.attempt_s:.1f}",
+                        }
+                        for r in self.runs
+                    ]
+                )
+            )
+            if self.runs
+            else "(no runs)",
             "",
             f"## Findings to fix before the real study ({len(self.findings)})",
             "",
         ]
         lines += [f"- {f}" for f in self.findings] or ["None: every check held."]
         if self.branches_planned:
-            lines += ["", "## Branches", "", "Played: " + (", ".join(sorted(self.branches_played)) or "none") + ".",
-                      "Planned but not played: " + (", ".join(sorted(set(self.branches_planned) - set(self.branches_played))) or "none") + "."]
+            lines += [
+                "",
+                "## Branches",
+                "",
+                "Played: " + (", ".join(sorted(self.branches_played)) or "none") + ".",
+                "Planned but not played: "
+                + (", ".join(sorted(set(self.branches_planned) - set(self.branches_played))) or "none")
+                + ".",
+            ]
         return "\n".join(lines) + "\n"
 
     @property
     def branches_played(self) -> set[str]:
-        return {r.branch for r in self.runs if r.branch != "normal"} | {b for r in self.runs for b in r.judge_branches.values()}
+        return {r.branch for r in self.runs if r.branch != "normal"} | {
+            b for r in self.runs for b in r.judge_branches.values()
+        }
 
 
 def _usd(text: str | None) -> str:
@@ -244,8 +277,15 @@ def _markdown_table(df: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------
 
 
-def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micro: int | None, charge_basis: str | None, *,
-                    cli_stopped: bool = False) -> list[str]:
+def reconcile_costs(
+    cli_usd: Any,
+    metered_usd: Any,
+    judge_usd: Any,
+    charged_micro: int | None,
+    charge_basis: str | None,
+    *,
+    cli_stopped: bool = False,
+) -> list[str]:
     """Findings (``cost: ...``) where the CLI's reported cost, the proxy's metered cost and the ledger's charge disagree.
 
     The CLI's figure may differ from the metered one by the runner's
@@ -268,8 +308,10 @@ def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micr
     if cli is not None and metered is not None:
         tol = cost_tolerance(metered)
         if abs(cli - metered) > tol:
-            out.append(f"cost: the CLI reported {cli} USD, the proxy metered {metered} USD: a gap of {cli - metered:+} USD "
-                       f"beyond the tolerance of {tol} USD")
+            out.append(
+                f"cost: the CLI reported {cli} USD, the proxy metered {metered} USD: a gap of {cli - metered:+} USD "
+                f"beyond the tolerance of {tol} USD"
+            )
     if judges is None:
         out.append("cost: the judges' cost was not recorded")
     if charged_micro is None:
@@ -277,8 +319,10 @@ def reconcile_costs(cli_usd: Any, metered_usd: Any, judge_usd: Any, charged_micr
     elif metered is not None and judges is not None:
         expected = ledger.to_micro(metered + judges)
         if int(charged_micro) != expected:
-            out.append(f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the metered cost plus the judges' "
-                       f"({metered} + {judges} = {Decimal(expected) / ledger.MICRO} USD)")
+            out.append(
+                f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the metered cost plus the judges' "
+                f"({metered} + {judges} = {Decimal(expected) / ledger.MICRO} USD)"
+            )
     if charge_basis is not None and charge_basis != "metered":
         out.append(f"cost: the ledger charged on the {charge_basis!r} basis, not the metered cost")
     return out
@@ -293,7 +337,10 @@ def price_usage_log(paths_: Iterable[Path], prices_file: Path) -> tuple[Decimal,
     """
     import yaml
 
-    rates = {m: {k: Decimal(str(v)) for k, v in r.items()} for m, r in yaml.safe_load(Path(prices_file).read_text(encoding="utf-8"))["models"].items()}
+    rates = {
+        m: {k: Decimal(str(v)) for k, v in r.items()}
+        for m, r in yaml.safe_load(Path(prices_file).read_text(encoding="utf-8"))["models"].items()
+    }
     total, n = Decimal(0), 0
     for path in paths_:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
@@ -301,27 +348,40 @@ def price_usage_log(paths_: Iterable[Path], prices_file: Path) -> tuple[Decimal,
             if row.get("kind") != "messages" or row.get("status") != 200:
                 continue
             r = rates[row["model"]]
-            writes, one_hour = int(row.get("cache_creation_input_tokens") or 0), int(row.get("cache_creation_1h_input_tokens") or 0)
-            total += (int(row.get("input_tokens") or 0) * r["input"] + int(row.get("output_tokens") or 0) * r["output"]
-                      + (writes - one_hour) * r["cache_write"] + one_hour * r["cache_write_1h"]
-                      + int(row.get("cache_read_input_tokens") or 0) * r["cache_read"]) / Decimal(1_000_000)
+            writes, one_hour = (
+                int(row.get("cache_creation_input_tokens") or 0),
+                int(row.get("cache_creation_1h_input_tokens") or 0),
+            )
+            total += (
+                int(row.get("input_tokens") or 0) * r["input"]
+                + int(row.get("output_tokens") or 0) * r["output"]
+                + (writes - one_hour) * r["cache_write"]
+                + one_hour * r["cache_write_1h"]
+                + int(row.get("cache_read_input_tokens") or 0) * r["cache_read"]
+            ) / Decimal(1_000_000)
             n += 1
     return total, n
 
 
-def check_usage_log(priced: Decimal, requests: int, metered_usd: Any, judge_usd: Any, charged_micro: int | None) -> list[str]:
+def check_usage_log(
+    priced: Decimal, requests: int, metered_usd: Any, judge_usd: Any, charged_micro: int | None
+) -> list[str]:
     """The proxy's metered cost and the ledger's charge against the usage log priced afresh (:func:`price_usage_log`)."""
     out = []
     if not requests:
         return ["cost: the proxy's usage log holds no answered request"]
     metered = finite_decimal(metered_usd)
     if metered is None or metered != priced:
-        out.append(f"cost: the proxy metered {metered_usd} USD, but its usage log priced from prices.yml comes to {priced} USD "
-                   f"over {requests} request(s)")
+        out.append(
+            f"cost: the proxy metered {metered_usd} USD, but its usage log priced from prices.yml comes to {priced} USD "
+            f"over {requests} request(s)"
+        )
     judges = finite_decimal(judge_usd)
     if charged_micro is not None and judges is not None and int(charged_micro) != ledger.to_micro(priced + judges):
-        out.append(f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the usage log's {priced} USD "
-                   f"plus the judges' {judges} USD")
+        out.append(
+            f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the usage log's {priced} USD "
+            f"plus the judges' {judges} USD"
+        )
     return out
 
 
@@ -333,15 +393,20 @@ def _judge_present(j: Mapping[str, Any]) -> bool:
     return j.get("error") is None and j.get("score_0_100") is not None
 
 
-def check_judges(judges: Iterable[Mapping[str, Any]] | None, panel_size: int, branch: Any = None) -> tuple[int, list[str]]:
+def check_judges(
+    judges: Iterable[Mapping[str, Any]] | None, panel_size: int, branch: Any = None
+) -> tuple[int, list[str]]:
     """How many judges returned a parsed verdict, and a finding for each that did not (or for a short panel); a judge
     that ``branch`` (the attempt's :class:`~pilot.simulated.rehearsal_branches.RunBranch`) meant to be missing is no
     finding here when missing (:func:`check_judge_branches` holds it to its branch)."""
     judges = list(judges or [])
     planned = {jid for jid, b in (getattr(branch, "judges", None) or {}).items() if b in MISSING_JUDGE_BRANCHES}
     parsed = [j for j in judges if _judge_present(j)]
-    out = [f"judge {j.get('judge_id')}: no parsed verdict ({j.get('error') or 'no score'})" for j in judges
-           if j not in parsed and str(j.get("judge_id")) not in planned]
+    out = [
+        f"judge {j.get('judge_id')}: no parsed verdict ({j.get('error') or 'no score'})"
+        for j in judges
+        if j not in parsed and str(j.get("judge_id")) not in planned
+    ]
     if len(judges) != panel_size:
         out.append(f"judges: {len(judges)} judge result(s) recorded, the panel has {panel_size}")
     if any(j.get("backend") != backends.judge_backend(backends.REHEARSAL) for j in parsed):
@@ -360,18 +425,26 @@ def check_declared(criteria: list[Mapping[str, Any]], declared: list[Mapping[str
     union = {cid for d in declared for cid in d.get("breaks") or []}
     # A declared criterion counts as broken when it failed on its own, or blocked by what another planted defect
     # declares (a memo cut short and then dropped altogether fails its length check as blocked by its presence).
-    broken = {c["id"] for c in criteria if not c.get("passed") and (c.get("blocked_by") is None or c.get("blocked_by") in union)}
+    broken = {
+        c["id"]
+        for c in criteria
+        if not c.get("passed") and (c.get("blocked_by") is None or c.get("blocked_by") in union)
+    }
     for d in declared:
         if d.get("critical") or not d.get("breaks"):
             continue
         if not broken & set(d["breaks"]):
-            out.append(f"oracle: the planted defect {d['defect']} ({d.get('description', '')[:120]}) declares "
-                       f"{', '.join(d['breaks'])}, but none of them failed")
+            out.append(
+                f"oracle: the planted defect {d['defect']} ({d.get('description', '')[:120]}) declares "
+                f"{', '.join(d['breaks'])}, but none of them failed"
+            )
     for c in criteria:
         if c.get("passed"):
             continue
         if c["id"] not in union and c.get("blocked_by") not in union:
-            out.append(f"oracle: {c['id']} failed ({str(c.get('reason') or '')[:160]}), which no planted defect declares")
+            out.append(
+                f"oracle: {c['id']} failed ({str(c.get('reason') or '')[:160]}), which no planted defect declares"
+            )
     return out
 
 
@@ -394,8 +467,9 @@ def read_scripted_grades(record_dir: Path) -> dict[str, dict]:
     return out
 
 
-def check_judge_grades(recorded: list[Mapping[str, Any]], scripted: Mapping[str, Mapping[str, Any]],
-                       weights: Mapping[str, float]) -> list[str]:
+def check_judge_grades(
+    recorded: list[Mapping[str, Any]], scripted: Mapping[str, Mapping[str, Any]], weights: Mapping[str, float]
+) -> list[str]:
     """Each judge's recorded scores and verdict equal the scripted judge's grades, and its score is the rubric's
     weighted mean of them rescaled to 0-100 (``rubric.yml``: criteria scored 0-4), computed here in decimals."""
     out = []
@@ -408,13 +482,19 @@ def check_judge_grades(recorded: list[Mapping[str, Any]], scripted: Mapping[str,
             out.append(f"judges: {jid} has a recorded verdict but the scripted judges graded no call as {jid}")
             continue
         if dict(j.get("criterion_scores") or {}) != dict(grade.get("scores") or {}):
-            out.append(f"judges: {jid} recorded scores {j.get('criterion_scores')} but the scripted judge gave {grade.get('scores')}")
+            out.append(
+                f"judges: {jid} recorded scores {j.get('criterion_scores')} but the scripted judge gave {grade.get('scores')}"
+            )
             continue
         if bool(j.get("accept")) != bool(grade.get("accept")):
-            out.append(f"judges: {jid} recorded accept={j.get('accept')} but the scripted judge gave accept={grade.get('accept')}")
+            out.append(
+                f"judges: {jid} recorded accept={j.get('accept')} but the scripted judge gave accept={grade.get('accept')}"
+            )
         expected = sum(Decimal(repr(float(weights[k]))) * Decimal(int(v)) for k, v in grade["scores"].items()) * 100 / 4
         if j.get("score_0_100") is None or abs(Decimal(repr(float(j["score_0_100"]))) - expected) > Decimal("1e-9"):
-            out.append(f"judges: {jid} recorded a score of {j.get('score_0_100')} but its grades give {expected.normalize()} on the rubric")
+            out.append(
+                f"judges: {jid} recorded a score of {j.get('score_0_100')} but its grades give {expected.normalize()} on the rubric"
+            )
     return out
 
 
@@ -442,52 +522,78 @@ def check_judge_branches(recorded_judges: Iterable[Mapping[str, Any]] | None, br
     judges = [dict(j) for j in recorded_judges or []]
     played = dict(getattr(branch, "judges", None) or {})
     ids = [str(j.get("judge_id")) for j in judges]
-    out = [f"judge {jid}: the plan gave it the {name} branch, but no result of it is recorded"
-           for jid, name in sorted(played.items()) if jid not in ids]
+    out = [
+        f"judge {jid}: the plan gave it the {name} branch, but no result of it is recorded"
+        for jid, name in sorted(played.items())
+        if jid not in ids
+    ]
     for j in judges:
         jid, name, attempts = str(j.get("judge_id")), played.get(str(j.get("judge_id"))), int(j.get("attempts") or 0)
         why = j.get("error") or "no score"
         if name in MISSING_JUDGE_BRANCHES:
             if j.get("error") is None or j.get("score_0_100") is not None or j.get("criterion_scores"):
-                out.append(f"judge {jid}: played {name}, so it must be missing (an error, no score), but it is recorded with "
-                           f"error {j.get('error')!r} and score {j.get('score_0_100')!r}")
+                out.append(
+                    f"judge {jid}: played {name}, so it must be missing (an error, no score), but it is recorded with "
+                    f"error {j.get('error')!r} and score {j.get('score_0_100')!r}"
+                )
             want = 2
         elif name == "judge_malformed_once":
             if not _judge_present(j):
-                out.append(f"judge {jid}: played {name}, so its retry's grade must be recorded, but it is missing ({why})")
+                out.append(
+                    f"judge {jid}: played {name}, so its retry's grade must be recorded, but it is missing ({why})"
+                )
             want = 2
         else:
             if not _judge_present(j):
                 out.append(f"judge {jid}: played no branch, so it must be present, but it is missing ({why})")
             want = 1
         if attempts != want:
-            out.append(f"judge {jid}: played {name or 'no branch'}, so the panel asks it {want} time(s), but {attempts} attempt(s) are recorded")
-    others = [float(j["score_0_100"]) for j in judges if played.get(str(j.get("judge_id"))) not in MISSING_JUDGE_BRANCHES and _judge_present(j)]
+            out.append(
+                f"judge {jid}: played {name or 'no branch'}, so the panel asks it {want} time(s), but {attempts} attempt(s) are recorded"
+            )
+    others = [
+        float(j["score_0_100"])
+        for j in judges
+        if played.get(str(j.get("judge_id"))) not in MISSING_JUDGE_BRANCHES and _judge_present(j)
+    ]
     Q = quality(judge_scores(judges, ids))
     expected = sum(others) / len(others) if others else None
     if expected is None:
         if Q is not None:
-            out.append(f"judges: Q is {Q}, but no judge that was not meant to be missing has a score (Q must be missing)")
-    elif Q is None or abs(Q - expected) > 10.0 ** -Q_DECIMALS:
+            out.append(
+                f"judges: Q is {Q}, but no judge that was not meant to be missing has a score (Q must be missing)"
+            )
+    elif Q is None or abs(Q - expected) > 10.0**-Q_DECIMALS:
         as_zero = sum(others) / max(1, len(judges))
-        note = " (the missing judge(s) counted as zero)" if Q is not None and len(others) < len(judges) and abs(Q - as_zero) <= 10.0 ** -Q_DECIMALS else ""
-        out.append(f"judges: Q is {Q}, not {expected:.6f}, the mean of the {len(others)} judge(s) not meant to be missing{note}")
+        note = (
+            " (the missing judge(s) counted as zero)"
+            if Q is not None and len(others) < len(judges) and abs(Q - as_zero) <= 10.0**-Q_DECIMALS
+            else ""
+        )
+        out.append(
+            f"judges: Q is {Q}, not {expected:.6f}, the mean of the {len(others)} judge(s) not meant to be missing{note}"
+        )
     return out
 
 
 def check_oracle(D: bool | None, expected_pass: bool | None) -> list[str]:
     """A finding when the oracle's D is missing or differs from the scripted worker's known outcome."""
     if expected_pass is None:
-        return ["oracle: the planted defects' declarations cannot foretell D (one declares required and optional criteria)"]
+        return [
+            "oracle: the planted defects' declarations cannot foretell D (one declares required and optional criteria)"
+        ]
     if D is None:
         return ["oracle: the run has no verdict D"]
     if bool(D) != bool(expected_pass):
-        return [f"oracle: D={int(bool(D))} but the scripted worker planted a run that should {'pass' if expected_pass else 'fail'}"]
+        return [
+            f"oracle: D={int(bool(D))} but the scripted worker planted a run that should {'pass' if expected_pass else 'fail'}"
+        ]
     return []
 
 
-def deliverables_by_tool(expected: Iterable[str], workspace: Path, written: Mapping[str, str],
-                         reported: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def deliverables_by_tool(
+    expected: Iterable[str], workspace: Path, written: Mapping[str, str], reported: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
     """Of the deliverables the scripted worker wrote, those whose bytes in the workspace are what its tool calls wrote,
     and a finding for each other.
 
@@ -507,7 +613,11 @@ def deliverables_by_tool(expected: Iterable[str], workspace: Path, written: Mapp
         elif want is None:
             out.append(f"deliverable {name}: present, but no tool call wrote it whole or reported its digest")
         elif hashlib.sha256(path.read_bytes()).hexdigest() != want:
-            source = "the bytes the scripted worker's tool call wrote" if name in written else "the digest the worker's sha256sum reported in the sandbox"
+            source = (
+                "the bytes the scripted worker's tool call wrote"
+                if name in written
+                else "the digest the worker's sha256sum reported in the sandbox"
+            )
             out.append(f"deliverable {name}: its SHA-256 is not that of {source}")
         else:
             ok.append(name)
@@ -518,7 +628,11 @@ def deliverables_by_tool(expected: Iterable[str], workspace: Path, written: Mapp
 #: The pinned CLI's deny rule (``Bash(curl:*)``) reads a command's program by its name, so ``/usr/bin/curl`` typed
 #: as a command is refused by the rule as ``curl`` is (one permission denial each); only ``bash -c`` gets past it
 #: to the mask in the run's namespace.
-PLANTED_ROUTES = {"bash -c": ("bash -c", "mask"), "direct": ("command", "cli_rule"), "absolute path": ("command", "cli_rule")}
+PLANTED_ROUTES = {
+    "bash -c": ("bash -c", "mask"),
+    "direct": ("command", "cli_rule"),
+    "absolute path": ("command", "cli_rule"),
+}
 
 
 def _planted_attempts(session: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -561,12 +675,24 @@ def planted_programs(sessions: Iterable[Mapping[str, Any]]) -> list[dict[str, st
         for d in _planted_attempts(s):
             want = expected_program(d)
             if want is not None:
-                out.append({"family": str(d.get("family")), "how": str(d.get("how")), "command": str(d.get("command")), "program": want})
+                out.append(
+                    {
+                        "family": str(d.get("family")),
+                        "how": str(d.get("how")),
+                        "command": str(d.get("command")),
+                        "program": want,
+                    }
+                )
     return out
 
 
-def check_deviations(planted: list[tuple[str, str, str]], deviations: Iterable[Mapping[str, Any]], cli_denials: int,
-                     network_refusals: int, programs: Iterable[Mapping[str, str]] = ()) -> list[str]:
+def check_deviations(
+    planted: list[tuple[str, str, str]],
+    deviations: Iterable[Mapping[str, Any]],
+    cli_denials: int,
+    network_refusals: int,
+    programs: Iterable[Mapping[str, str]] = (),
+) -> list[str]:
     """Findings where the recorded deviations and refusals are not exactly the planted ones.
 
     A planted attempt typed as a command (by the program's name or its path) is refused by the CLI's deny rule:
@@ -583,9 +709,13 @@ def check_deviations(planted: list[tuple[str, str, str]], deviations: Iterable[M
     want = Counter(planted)
     out = []
     for key in sorted((got - want).elements()):
-        out.append(f"deviation: {key[0]} via {key[1]} (blocked by {key[2]}) recorded, but the scripted worker planted no such attempt")
+        out.append(
+            f"deviation: {key[0]} via {key[1]} (blocked by {key[2]}) recorded, but the scripted worker planted no such attempt"
+        )
     for key in sorted((want - got).elements()):
-        out.append(f"deviation: the planted attempt at {key[0]} (via {key[1]}, to be blocked by {key[2]}) is not recorded as such")
+        out.append(
+            f"deviation: the planted attempt at {key[0]} (via {key[1]}, to be blocked by {key[2]}) is not recorded as such"
+        )
     # Per command: the audit keeps the first 2000 characters of a command, so the planted one is compared as it keeps it.
     recorded: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for d in deviations:
@@ -595,23 +725,31 @@ def check_deviations(planted: list[tuple[str, str, str]], deviations: Iterable[M
         key = (str(p["family"]), str(p["command"])[:2000])
         mine = recorded.get(key) or []
         if not mine:
-            out.append(f"deviation: the planted attempt at {p['family']} by route {p['how']} ({p['command'][:120]}) is recorded "
-                       f"under no deviation of its command (the program must be recorded as {p['program']!r})")
+            out.append(
+                f"deviation: the planted attempt at {p['family']} by route {p['how']} ({p['command'][:120]}) is recorded "
+                f"under no deviation of its command (the program must be recorded as {p['program']!r})"
+            )
             continue
         d = mine.pop(0)  # the same command planted twice is recorded twice
         if str(d.get("program")) != p["program"]:
-            out.append(f"deviation: the planted attempt at {p['family']} by route {p['how']} is recorded with program "
-                       f"{d.get('program')!r} (via {d.get('via')}, blocked by {d.get('blocked_by')}), not {p['program']!r}")
+            out.append(
+                f"deviation: the planted attempt at {p['family']} by route {p['how']} is recorded with program "
+                f"{d.get('program')!r} (via {d.get('via')}, blocked by {d.get('blocked_by')}), not {p['program']!r}"
+            )
     direct = sum(1 for p in planted if p[2] == "cli_rule")
     if cli_denials != direct:
-        out.append(f"sandbox: {cli_denials} CLI permission denial(s), the scripted worker planted {direct} attempt(s) "
-                   "the CLI's rule refuses")
+        out.append(
+            f"sandbox: {cli_denials} CLI permission denial(s), the scripted worker planted {direct} attempt(s) "
+            "the CLI's rule refuses"
+        )
     if network_refusals:
         out.append(f"sandbox: {network_refusals} network refusal(s) of a worker that made no network attempt")
     return out
 
 
-def truth_for_attempt(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path, scenario: str, arm: str) -> Mapping[str, Any] | None:
+def truth_for_attempt(
+    truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path, scenario: str, arm: str
+) -> Mapping[str, Any] | None:
     """The scripted worker's record of this attempt, by run id (the proxy's label, which is the attempt's folder).
 
     There is no fallback to the scenario and the arm: a proxy that stopped labelling its requests leaves only
@@ -641,8 +779,11 @@ def attempt_names(attempt_dir: Path) -> tuple[str, ...]:
 def check_labelled(truth: Mapping[str, Mapping[str, Any]], attempt_dir: Path) -> list[str]:
     """A finding for every worker record the scripted server could not name by the proxy's run label."""
     names = attempt_names(attempt_dir)
-    return [f"proxy: the worker's requests reached the scripted server without the run label (recorded as {key!r})"
-            for key in truth if key.startswith("unlabelled:") or key not in names]
+    return [
+        f"proxy: the worker's requests reached the scripted server without the run label (recorded as {key!r})"
+        for key in truth
+        if key.startswith("unlabelled:") or key not in names
+    ]
 
 
 #: How a run must end, by the worker branch its first attempt played (None: the normal path).
@@ -656,7 +797,9 @@ BRANCH_OUTCOMES = {
 }
 
 
-def check_branch(branch: str | None, rec: Mapping[str, Any], history: list[Mapping[str, Any]], *, recovery: bool) -> list[str]:
+def check_branch(
+    branch: str | None, rec: Mapping[str, Any], history: list[Mapping[str, Any]], *, recovery: bool
+) -> list[str]:
     """The run ended as the design says its branch must (:mod:`pilot.simulated.rehearsal_branches`).
 
     ``history`` is the run's attempts in order; ``recovery`` whether the A4 resume was due (then an agent error of the
@@ -674,23 +817,36 @@ def check_branch(branch: str | None, rec: Mapping[str, Any], history: list[Mappi
     if branch in RERUN_BRANCHES:
         first = history[0] if history else {}
         if len(history) != 2:
-            out.append(f"branch {name}: the run has {len(history)} attempt(s); the design reruns the infrastructure error once under the same id")
+            out.append(
+                f"branch {name}: the run has {len(history)} attempt(s); the design reruns the infrastructure error once under the same id"
+            )
         if first.get("outcome") != "infra_error":
-            out.append(f"branch {name}: its first attempt ended {first.get('outcome')!r}, not as an infrastructure error "
-                       f"({str(first.get('error') or '').splitlines()[0][:160] if first.get('error') else 'no error recorded'})")
+            out.append(
+                f"branch {name}: its first attempt ended {first.get('outcome')!r}, not as an infrastructure error "
+                f"({str(first.get('error') or '').splitlines()[0][:160] if first.get('error') else 'no error recorded'})"
+            )
     elif len(history) != 1:
         out.append(f"branch {name}: the run took {len(history)} attempts, expected one")
     got = rec.get("status")
     if got != status:
         detail = rec.get("censor_reason") or rec.get("agent_error") or rec.get("infra_error") or "no reason"
-        out.append(f"branch {name}: the run ended {got} ({detail}); the design says {status}" + (f" ({reason})" if reason else ""))
+        out.append(
+            f"branch {name}: the run ended {got} ({detail}); the design says {status}"
+            + (f" ({reason})" if reason else "")
+        )
     elif reason is not None and rec.get("censor_reason") != reason:
         out.append(f"branch {name}: censored at {rec.get('censor_reason')!r}, expected {reason!r}")
     if branch in ("cap_mid_run", "wall_limit", "api_500_mid_run") and rec.get("D") is None:
         out.append(f"branch {name}: the run was not evaluated on the deliverables as written (D missing)")
-    if branch == "cap_mid_run" and rec.get("metered_cost_usd") is not None and rec.get("caps_usd") is not None \
-            and Decimal(str(rec["metered_cost_usd"])) > Decimal(str(rec["caps_usd"])):
-        out.append(f"branch {name}: metered {rec['metered_cost_usd']} USD is over the run's cap of {rec['caps_usd']} USD")
+    if (
+        branch == "cap_mid_run"
+        and rec.get("metered_cost_usd") is not None
+        and rec.get("caps_usd") is not None
+        and Decimal(str(rec["metered_cost_usd"])) > Decimal(str(rec["caps_usd"]))
+    ):
+        out.append(
+            f"branch {name}: metered {rec['metered_cost_usd']} USD is over the run's cap of {rec['caps_usd']} USD"
+        )
     return out
 
 
@@ -735,11 +891,18 @@ def reported_digests(transcript: Path) -> dict[str, str]:
         for b in _blocks(ev):
             if ev.get("type") == "assistant" and " && sha256sum -- " in (_bash_command(b) or ""):
                 calls.add(str(b.get("id")))
-            elif ev.get("type") == "user" and b.get("type") == "tool_result" and str(b.get("tool_use_id")) in calls \
-                    and not b.get("is_error"):
+            elif (
+                ev.get("type") == "user"
+                and b.get("type") == "tool_result"
+                and str(b.get("tool_use_id")) in calls
+                and not b.get("is_error")
+            ):
                 content = b.get("content")
-                text = content if isinstance(content, str) else "\n".join(
-                    str(c.get("text", "")) for c in content or [] if isinstance(c, dict))
+                text = (
+                    content
+                    if isinstance(content, str)
+                    else "\n".join(str(c.get("text", "")) for c in content or [] if isinstance(c, dict))
+                )
                 out.update(parse_sha256sum(text))
     return out
 
@@ -758,7 +921,9 @@ def selfcheck_calls(transcript: Path) -> list[int]:
     return counts
 
 
-def check_controller(sessions: list[Mapping[str, Any]], rec: Mapping[str, Any], calls_per_session: list[int]) -> list[str]:
+def check_controller(
+    sessions: list[Mapping[str, Any]], rec: Mapping[str, Any], calls_per_session: list[int]
+) -> list[str]:
     """The A4 controller against the scripted plan's predictions: the self-check verdicts, the resume decision (one at
     most), and the self-check observed as a tool call in each session of the harness's own transcript."""
     if not sessions:
@@ -769,12 +934,20 @@ def check_controller(sessions: list[Mapping[str, Any]], rec: Mapping[str, Any], 
     if want_resume is None:
         return ["self-check: the scripted plan made no prediction for the A4 controller"]
     if rec.get("selfcheck_first") is None or bool(rec.get("selfcheck_first")) != bool(first.get("selfcheck_expected")):
-        out.append(f"self-check: the controller's first verdict is {rec.get('selfcheck_first')!r}; the plan's declarations say "
-                   f"{'pass' if first.get('selfcheck_expected') else 'fail'}"
-                   + (f" (form criteria broken: {', '.join(first.get('selfcheck_breaks') or [])})" if first.get("selfcheck_breaks") else ""))
+        out.append(
+            f"self-check: the controller's first verdict is {rec.get('selfcheck_first')!r}; the plan's declarations say "
+            f"{'pass' if first.get('selfcheck_expected') else 'fail'}"
+            + (
+                f" (form criteria broken: {', '.join(first.get('selfcheck_breaks') or [])})"
+                if first.get("selfcheck_breaks")
+                else ""
+            )
+        )
     if bool(rec.get("recovery_used")) != bool(want_resume):
-        out.append(f"recovery: the controller {'granted' if rec.get('recovery_used') else 'withheld'} the resume; the plan says "
-                   f"{first.get('resume_reason')} ({rec.get('recovery_skipped') or 'no reason recorded'})")
+        out.append(
+            f"recovery: the controller {'granted' if rec.get('recovery_used') else 'withheld'} the resume; the plan says "
+            f"{first.get('resume_reason')} ({rec.get('recovery_skipped') or 'no reason recorded'})"
+        )
     record_sessions = rec.get("sessions") or []
     if len(record_sessions) > 2:
         out.append(f"recovery: {len(record_sessions)} sessions; the arm grants one resume at most")
@@ -783,19 +956,28 @@ def check_controller(sessions: list[Mapping[str, Any]], rec: Mapping[str, Any], 
         if second is None:
             out.append("recovery: the controller resumed, but the scripted server played no second session")
         elif bool(rec.get("selfcheck_final")) != bool(second.get("selfcheck_expected")):
-            out.append(f"self-check: the final verdict is {rec.get('selfcheck_final')!r}; the resume's plan says "
-                       f"{'pass' if second.get('selfcheck_expected') else 'fail'}")
+            out.append(
+                f"self-check: the final verdict is {rec.get('selfcheck_final')!r}; the resume's plan says "
+                f"{'pass' if second.get('selfcheck_expected') else 'fail'}"
+            )
     elif rec.get("selfcheck_final") != rec.get("selfcheck_first"):
-        out.append(f"self-check: no resume ran, yet the final verdict {rec.get('selfcheck_final')!r} differs from the first")
+        out.append(
+            f"self-check: no resume ran, yet the final verdict {rec.get('selfcheck_final')!r} differs from the first"
+        )
     played = len(sessions) if rec.get("recovery_used") else 1
     for k in range(played):
         if k >= len(calls_per_session) or calls_per_session[k] < 1:
             out.append(f"self-check: the harness's transcript shows no self-check tool call in session {k + 1}")
         own = sessions[k].get("worker_selfcheck") if k < len(sessions) else None
-        if own is not None and sessions[k].get("selfcheck_expected") is not None \
-                and bool(own.get("passed")) != bool(sessions[k]["selfcheck_expected"]):
-            out.append(f"self-check: the worker's own self-check in session {k + 1} {'passed' if own.get('passed') else 'failed'}; "
-                       f"the plan says it {'passes' if sessions[k]['selfcheck_expected'] else 'fails'} ({str(own.get('tail') or '')[-120:]})")
+        if (
+            own is not None
+            and sessions[k].get("selfcheck_expected") is not None
+            and bool(own.get("passed")) != bool(sessions[k]["selfcheck_expected"])
+        ):
+            out.append(
+                f"self-check: the worker's own self-check in session {k + 1} {'passed' if own.get('passed') else 'failed'}; "
+                f"the plan says it {'passes' if sessions[k]['selfcheck_expected'] else 'fails'} ({str(own.get('tail') or '')[-120:]})"
+            )
     return out
 
 
@@ -804,33 +986,51 @@ def check_controller(sessions: list[Mapping[str, Any]], rec: Mapping[str, Any], 
 # --------------------------------------------------------------------------
 
 
-def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size: int, pinned_cli: str,
-              history: list[Mapping[str, Any]] | None = None) -> RunCheck:
+def check_run(
+    row: Mapping[str, Any],
+    attempt: Mapping[str, Any],
+    *,
+    panel_size: int,
+    pinned_cli: str,
+    history: list[Mapping[str, Any]] | None = None,
+) -> RunCheck:
     """Check one finished (or failed) run of the rehearsal against its records and the scripted worker's truth.
 
     ``history`` is every attempt of the run in order (the last is ``attempt``); the branch its first attempt played
     decides how the run must have ended.
     """
-    from pilot.simulated import rehearsal_branches
     from pilot.agents import audit, network
-    from pilot.simulated.scripted_model import read_truth
-    from pilot.simulated.scripted_model import scripted_record_dir
+    from pilot.simulated import rehearsal_branches
+    from pilot.simulated.scripted_model import read_truth, scripted_record_dir
     from pilot.workspace import harness_record_dir, transcript_path
 
     rec = json.loads(row["record_json"]) if row.get("record_json") else {}
     history = list(history) if history else [attempt]
     attempt_dir = Path(attempt["workspace"])
-    chk = RunCheck(run_id=row["run_id"], scenario=row["scenario"], arm=row["arm"], status=row.get("run_status") or row["status"],
-                   attempts=int(row.get("attempts") or 0))
+    chk = RunCheck(
+        run_id=row["run_id"],
+        scenario=row["scenario"],
+        arm=row["arm"],
+        status=row.get("run_status") or row["status"],
+        attempts=int(row.get("attempts") or 0),
+    )
     if not rec:
-        chk.findings.append(f"run: not finished (cell {row['status']}; last error: {(attempt.get('error') or 'none').splitlines()[0][:200]})")
+        chk.findings.append(
+            f"run: not finished (cell {row['status']}; last error: {(attempt.get('error') or 'none').splitlines()[0][:200]})"
+        )
         return chk
     chk.wall_s, chk.harness_s = rec.get("wall_s"), rec.get("harness_s")
     chk.attempt_s = _seconds_between(attempt.get("started_at"), attempt.get("finished_at"))
-    planned = rehearsal_branches.read_record(scripted_record_dir(Path(history[0]["workspace"]))) if history and history[0].get("workspace") else None
+    planned = (
+        rehearsal_branches.read_record(scripted_record_dir(Path(history[0]["workspace"])))
+        if history and history[0].get("workspace")
+        else None
+    )
     if chk.status != "completed" and not (planned and planned.worker):
         # A run that plays a worker branch is held to that branch's ending by check_branch instead.
-        chk.findings.append(f"run: ended {chk.status} ({rec.get('censor_reason') or rec.get('agent_error') or rec.get('infra_error') or 'no reason'})")
+        chk.findings.append(
+            f"run: ended {chk.status} ({rec.get('censor_reason') or rec.get('agent_error') or rec.get('infra_error') or 'no reason'})"
+        )
     if rec.get("backend") != backends.REHEARSAL:
         chk.findings.append(f"run: recorded backend {rec.get('backend')!r}, not {backends.REHEARSAL!r}")
     if rec.get("enforcement") in ("", None, "unisolated"):
@@ -840,7 +1040,9 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     if not chk.cli_sessions:
         chk.findings.append("cli: no session reported a CLI version: the pinned CLI did not run")
     elif any(s.get("cli_version") and s.get("cli_version") != pinned_cli for s in sessions):
-        chk.findings.append(f"cli: a session ran CLI {sorted({s.get('cli_version') for s in sessions})}, not the pinned {pinned_cli}")
+        chk.findings.append(
+            f"cli: a session ran CLI {sorted({s.get('cli_version') for s in sessions})}, not the pinned {pinned_cli}"
+        )
 
     try:
         truths = read_truth(scripted_record_dir(attempt_dir))
@@ -850,11 +1052,14 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     for refusal in _server_refusals(scripted_record_dir(attempt_dir))[:5]:
         chk.findings.append(f"scripted server: could not play a request ({str(refusal.get('reason'))[:200]})")
     truth = truth_for_attempt(truths, attempt_dir, chk.scenario, chk.arm)
-    branches_played = [rehearsal_branches.read_record(scripted_record_dir(Path(a["workspace"])))
-                       for a in history if a.get("workspace")]
+    branches_played = [
+        rehearsal_branches.read_record(scripted_record_dir(Path(a["workspace"]))) for a in history if a.get("workspace")
+    ]
     branches_played = [b for b in branches_played if b is not None]
     if truth is None:
-        chk.findings.append(f"truth: the scripted server recorded no worker session for this run ({len(truths)} record(s))")
+        chk.findings.append(
+            f"truth: the scripted server recorded no worker session for this run ({len(truths)} record(s))"
+        )
         truth = {}
 
     summary = audit.read_transcript(transcript_path(attempt_dir))
@@ -862,8 +1067,9 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.deliverables_expected = [str(d) for d in truth.get("deliverables") or []]
     if truth and not chk.deliverables_expected:
         chk.findings.append("deliverables: the scripted worker wrote no deliverable")
-    chk.deliverables_by_tool, found = deliverables_by_tool(chk.deliverables_expected, workspace, truth.get("written") or {},
-                                                           reported_digests(transcript_path(attempt_dir)))
+    chk.deliverables_by_tool, found = deliverables_by_tool(
+        chk.deliverables_expected, workspace, truth.get("written") or {}, reported_digests(transcript_path(attempt_dir))
+    )
     chk.findings += found
 
     chk.D = rec.get("D")
@@ -875,16 +1081,20 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     if truth:
         planted_E = sessions[-1].get("expected_E") if sessions else None
         if planted_E is not None and rec.get("E") is not None and bool(rec.get("E")) != bool(planted_E):
-            chk.findings.append(f"oracle: E={int(bool(rec.get('E')))} but the scripted worker planted E={int(bool(planted_E))} "
-                                f"({'; '.join(rec.get('E_reasons') or []) or 'no reason recorded'})")
+            chk.findings.append(
+                f"oracle: E={int(bool(rec.get('E')))} but the scripted worker planted E={int(bool(planted_E))} "
+                f"({'; '.join(rec.get('E_reasons') or []) or 'no reason recorded'})"
+            )
         errors = [(tid, text) for s in sessions for tid, text in (s.get("tool_errors") or {}).items()]
         for tid, text in errors[:5]:
             chk.findings.append(f"tool call {tid} of the scripted worker failed in the sandbox: {str(text)[:200]}")
         if any(s.get("portal_used") for s in sessions):
-            use = ((rec.get("portal") or {}).get("use") or {})
+            use = (rec.get("portal") or {}).get("use") or {}
             if not rec.get("portal_requests") or not use.get("sign_in"):
-                chk.findings.append(f"portal: the scripted worker used the portal, but its access log shows "
-                                    f"{rec.get('portal_requests') or 0} request(s) and {use.get('sign_in') or 0} sign-in(s)")
+                chk.findings.append(
+                    f"portal: the scripted worker used the portal, but its access log shows "
+                    f"{rec.get('portal_requests') or 0} request(s) and {use.get('sign_in') or 0} sign-in(s)"
+                )
         arm = protocol.arms()[chk.arm]
         if arm.feature("self_check"):
             chk.findings += check_controller(sessions, rec, selfcheck_calls(transcript_path(attempt_dir)))
@@ -902,8 +1112,11 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.judges_parsed, jf = check_judges(rec.get("judges"), panel_size, judged_branch(attempt_dir))
     chk.findings += jf
     chk.findings += check_judge_branches(rec.get("judges"), judged_branch(attempt_dir))
-    chk.findings += check_judge_grades(rec.get("judges") or [], read_scripted_grades(scripted_record_dir(attempt_dir)),
-                                       {c.id: c.weight for c in load_scenario(chk.scenario).rubric.criteria})
+    chk.findings += check_judge_grades(
+        rec.get("judges") or [],
+        read_scripted_grades(scripted_record_dir(attempt_dir)),
+        {c.id: c.weight for c in load_scenario(chk.scenario).rubric.criteria},
+    )
 
     judge_cost = rec.get("judge_cost_usd")
     chk.cli_cost_usd = None if rec.get("cost_usd") is None else str(finite_decimal(rec.get("cost_usd")))
@@ -911,20 +1124,31 @@ def check_run(row: Mapping[str, Any], attempt: Mapping[str, Any], *, panel_size:
     chk.judge_cost_usd = None if judge_cost is None else str(finite_decimal(judge_cost))
     charged = attempt.get("charged_micro")
     chk.charged_usd = None if charged is None else str(Decimal(int(charged)) / ledger.MICRO)
-    chk.findings += reconcile_costs(rec.get("cost_usd"), rec.get("metered_cost_usd"),
-                                    None if judge_cost is None else Decimal(str(float(judge_cost))), charged, attempt.get("charge_basis"),
-                                    cli_stopped=rec.get("censor_reason") == "wall")
-    priced, requests = price_usage_log(sorted(harness_record_dir(attempt_dir).rglob(USAGE_LOG)), paths.PROTOCOL_DIR / "prices.yml")
+    chk.findings += reconcile_costs(
+        rec.get("cost_usd"),
+        rec.get("metered_cost_usd"),
+        None if judge_cost is None else Decimal(str(float(judge_cost))),
+        charged,
+        attempt.get("charge_basis"),
+        cli_stopped=rec.get("censor_reason") == "wall",
+    )
+    priced, requests = price_usage_log(
+        sorted(harness_record_dir(attempt_dir).rglob(USAGE_LOG)), paths.PROTOCOL_DIR / "prices.yml"
+    )
     chk.findings += check_usage_log(priced, requests, rec.get("metered_cost_usd"), judge_cost, charged)
     if judge_cost is not None and chk.judges_parsed and not finite_decimal(judge_cost):
         chk.findings.append("cost: the judges ran but their cost was recorded as 0 USD")
 
     deviations = rec.get("deviations") or []
     planted = planted_deviations(sessions)
-    network_refused = sum(int(r.get("count", 1)) for r in network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG))
+    network_refused = sum(
+        int(r.get("count", 1)) for r in network.read_refusals(harness_record_dir(attempt_dir) / network.REFUSAL_LOG)
+    )
     chk.deviations, chk.planted_deviations = len(deviations), len(planted)
     chk.refusals = len(summary.permission_denied) + network_refused
-    chk.findings += check_deviations(planted, deviations, len(summary.permission_denied), network_refused, planted_programs(sessions))
+    chk.findings += check_deviations(
+        planted, deviations, len(summary.permission_denied), network_refused, planted_programs(sessions)
+    )
     return chk
 
 
@@ -975,23 +1199,29 @@ def check_run_table(path: Path) -> list[str]:
     return out
 
 
-def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | None = None,
-            branch_plan: Path | str | None = None) -> RehearsalReport:
+def collect(
+    name: str,
+    *,
+    run_table: Path | None = None,
+    host_arms: list[str] | None = None,
+    branch_plan: Path | str | None = None,
+) -> RehearsalReport:
     """Check every run of rehearsal study ``name`` (its store under ``analysis/data/``).
 
     With ``branch_plan`` (the plan the rehearsal ran under) every branch must have been played by some run.
     """
-    from pilot.simulated import rehearsal_branches
-
-    from pilot.store import Store
     from pilot.nodes import host_arms as serve
+    from pilot.simulated import rehearsal_branches
+    from pilot.store import Store
 
     study = protocol.study()
     with Store.open(paths.study_dir(name)) as store:
         info = store.study()
         used = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
         rows = store.finished_rows()
-        attempts = {a["run_id"]: a for a in sorted(store.attempts(), key=lambda a: a["attempt_no"])}  # the last attempt of each run
+        attempts = {
+            a["run_id"]: a for a in sorted(store.attempts(), key=lambda a: a["attempt_no"])
+        }  # the last attempt of each run
         history: dict[str, list[dict]] = {}
         for a in sorted(store.attempts(), key=lambda a: a["attempt_no"]):
             history.setdefault(a["run_id"], []).append(a)
@@ -1007,21 +1237,36 @@ def collect(name: str, *, run_table: Path | None = None, host_arms: list[str] | 
         findings.append(f"study: this host serves {', '.join(missing)} but the rehearsal left them out")
     checks = []
     for row in rows:
-        attempt = by_id.get(runs_attempt.get(row["run_id"])) or attempts.get(row["run_id"]) or {"workspace": "", "error": None}
-        checks.append(check_run(row, attempt, panel_size=len(study.judge_panel), pinned_cli=str(study["cli"]["version"]),
-                                history=history.get(row["run_id"])))
+        attempt = (
+            by_id.get(runs_attempt.get(row["run_id"]))
+            or attempts.get(row["run_id"])
+            or {"workspace": "", "error": None}
+        )
+        checks.append(
+            check_run(
+                row,
+                attempt,
+                panel_size=len(study.judge_panel),
+                pinned_cli=str(study["cli"]["version"]),
+                history=history.get(row["run_id"]),
+            )
+        )
     if not checks:
         findings.append("study: no run was assigned")
     table = Path(run_table) if run_table else paths.study_runs_file(name)
     findings += check_run_table(table)
-    report = RehearsalReport(study=name, arms=arms, host_arms=host, runs=checks, study_findings=findings, run_table=str(table))
+    report = RehearsalReport(
+        study=name, arms=arms, host_arms=host, runs=checks, study_findings=findings, run_table=str(table)
+    )
     plan = rehearsal_branches.load_plan(branch_plan) if branch_plan is not None else None
     if plan is not None:
         report.branches_planned = sorted(plan.played)
         every = set(rehearsal_branches.BRANCHES)
         missed = sorted(every - report.branches_played)
         if missed:
-            report.study_findings.append(f"branches: never played across the runs: {', '.join(missed)} (the plan is {plan.source})")
+            report.study_findings.append(
+                f"branches: never played across the runs: {', '.join(missed)} (the plan is {plan.source})"
+            )
     return report
 
 

@@ -79,12 +79,13 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -100,8 +101,10 @@ TRUTH_FILE = "truth.jsonl"
 #: Every answer the scripted judges gave (judge, attempt, branch played, whether it is a valid grade), one JSON line each.
 JUDGES_FILE = "judges.jsonl"
 #: The reply of a judge playing judge_malformed_once on its first attempt: prose, no JSON object in it.
-JUDGE_NOT_JSON = ("Scripted judge: this reply is prose, not the JSON object the prompt asks for "
-                  "(the rehearsal's judge_malformed_once branch); the grade comes with the retry.")
+JUDGE_NOT_JSON = (
+    "Scripted judge: this reply is prose, not the JSON object the prompt asks for "
+    "(the rehearsal's judge_malformed_once branch); the grade comes with the retry."
+)
 #: The requests the server could not play (each answered with a 400), one JSON line each.
 REFUSALS_FILE = "refusals.jsonl"
 #: Bytes of request per input token, for the usage the server reports (about a token per four characters of English).
@@ -139,7 +142,12 @@ def _pilot_imports(tree: ast.AST) -> list[tuple[str, list[str]]]:
     """(module, names) of every ``pilot`` import in a module, at any depth (function-level imports too)."""
     out: list[tuple[str, list[str]]] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "pilot":
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] == "pilot"
+        ):
             out.append((node.module, [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
             out.extend((a.name, []) for a in node.names if a.name.split(".")[0] == "pilot")
@@ -223,51 +231,61 @@ def solver_sources(generator: str) -> dict[str, str]:
 
 def _shipped_script(cwd: str, files: dict[str, str], lines: list[str]) -> str:
     """A Bash command running ``lines`` of Python in ``cwd`` with the sandbox's python3, ``files`` importable."""
-    body = "\n".join([
-        "import shutil, sys, tempfile",
-        "from pathlib import Path",
-        f"SOURCES = {files!r}",
-        "pkg = Path(tempfile.mkdtemp(prefix='shipped-'))",
-        "for rel, text in SOURCES.items():",
-        "    (pkg / rel).parent.mkdir(parents=True, exist_ok=True)",
-        "    (pkg / rel).write_text(text, encoding='utf-8')",
-        "sys.path.insert(0, str(pkg))",
-        "import pilot",
-        "assert Path(pilot.__file__).parent == pkg / 'pilot', pilot.__file__  # the shipped copy, nothing else",
-        "try:",
-        *[f"    {ln}" for ln in lines],
-        "finally:",
-        "    shutil.rmtree(pkg, ignore_errors=True)",
-    ])
+    body = "\n".join(
+        [
+            "import shutil, sys, tempfile",
+            "from pathlib import Path",
+            f"SOURCES = {files!r}",
+            "pkg = Path(tempfile.mkdtemp(prefix='shipped-'))",
+            "for rel, text in SOURCES.items():",
+            "    (pkg / rel).parent.mkdir(parents=True, exist_ok=True)",
+            "    (pkg / rel).write_text(text, encoding='utf-8')",
+            "sys.path.insert(0, str(pkg))",
+            "import pilot",
+            "assert Path(pilot.__file__).parent == pkg / 'pilot', pilot.__file__  # the shipped copy, nothing else",
+            "try:",
+            *[f"    {ln}" for ln in lines],
+            "finally:",
+            "    shutil.rmtree(pkg, ignore_errors=True)",
+        ]
+    )
     return f"cd {_shq(cwd)} && python3 - <<'{HEREDOC}'\n{body}\n{HEREDOC}"
 
 
 def solver_command(cwd: str, generator: str, *, clear_outputs: bool) -> str:
     """The Bash command that runs the reference solver in ``cwd`` with the sandbox's python3."""
-    return _shipped_script(cwd, solver_sources(generator), [
-        f"from pilot.scenarios.library.{generator} import solve",
-        "out = Path('outputs')",
-        *(["shutil.rmtree(out, ignore_errors=True)"] if clear_outputs else []),
-        "out.mkdir(exist_ok=True)",
-        "for p in solve(Path('inputs'), out):",
-        "    print('wrote', Path(p).as_posix())",
-    ])
+    return _shipped_script(
+        cwd,
+        solver_sources(generator),
+        [
+            f"from pilot.scenarios.library.{generator} import solve",
+            "out = Path('outputs')",
+            *(["shutil.rmtree(out, ignore_errors=True)"] if clear_outputs else []),
+            "out.mkdir(exist_ok=True)",
+            "for p in solve(Path('inputs'), out):",
+            "    print('wrote', Path(p).as_posix())",
+        ],
+    )
 
 
 def portal_command(cwd: str) -> str:
     """The Bash command that signs in to the run's portal and fetches its first document and record set, as the
     model's worker does (into a scratch folder outside the workspace)."""
-    return _shipped_script(cwd, shipped_sources("pilot.portal.client"), [
-        "from pilot.portal.client import PortalClient",
-        "dest = Path(tempfile.mkdtemp(prefix='portal-'))",
-        "client = PortalClient.from_workspace(Path('.'))",
-        "client.sign_in()",
-        "for doc in client.list_documents()[:1]:",
-        "    print('downloaded', client.download(doc['name'], dest).name)",
-        "for rec in client.list_records()[:1]:",
-        "    print('downloaded', client.download_record(rec['id'], 'csv', dest).name)",
-        "client.sign_out()",
-    ])
+    return _shipped_script(
+        cwd,
+        shipped_sources("pilot.portal.client"),
+        [
+            "from pilot.portal.client import PortalClient",
+            "dest = Path(tempfile.mkdtemp(prefix='portal-'))",
+            "client = PortalClient.from_workspace(Path('.'))",
+            "client.sign_in()",
+            "for doc in client.list_documents()[:1]:",
+            "    print('downloaded', client.download(doc['name'], dest).name)",
+            "for rec in client.list_records()[:1]:",
+            "    print('downloaded', client.download_record(rec['id'], 'csv', dest).name)",
+            "client.sign_out()",
+        ],
+    )
 
 
 def _shq(s: str) -> str:
@@ -311,7 +329,7 @@ def diff(before: dict[str, bytes], after: dict[str, bytes]) -> Edits:
         if old == data:
             continue
         if old is not None and data.startswith(old):
-            e.append[rel] = data[len(old):]
+            e.append[rel] = data[len(old) :]
         else:
             e.write[rel] = data
     e.delete = sorted(set(before) - set(after))
@@ -320,32 +338,35 @@ def diff(before: dict[str, bytes], after: dict[str, bytes]) -> Edits:
 
 def edit_command(cwd: str, edits: Edits) -> str:
     """The Bash command that applies ``edits`` in ``cwd`` (text as text, other bytes as base64)."""
+
     def enc(data: bytes) -> tuple[str, str]:
         try:
             return "text", data.decode("utf-8")
         except UnicodeDecodeError:
             return "b64", base64.b64encode(data).decode("ascii")
 
-    body = "\n".join([
-        "import base64",
-        "from pathlib import Path",
-        "def data(kind, s):",
-        "    return s.encode('utf-8') if kind == 'text' else base64.b64decode(s)",
-        f"DELETE = {edits.delete!r}",
-        f"WRITE = {({k: enc(v) for k, v in sorted(edits.write.items())})!r}",
-        f"APPEND = {({k: enc(v) for k, v in sorted(edits.append.items())})!r}",
-        "for rel in DELETE:",
-        "    Path(rel).unlink(missing_ok=True)",
-        "    print('deleted', rel)",
-        "for rel, (kind, s) in WRITE.items():",
-        "    Path(rel).parent.mkdir(parents=True, exist_ok=True)",
-        "    Path(rel).write_bytes(data(kind, s))",
-        "    print('wrote', rel)",
-        "for rel, (kind, s) in APPEND.items():",
-        "    with open(rel, 'ab') as fh:",
-        "        fh.write(data(kind, s))",
-        "    print('appended to', rel)",
-    ])
+    body = "\n".join(
+        [
+            "import base64",
+            "from pathlib import Path",
+            "def data(kind, s):",
+            "    return s.encode('utf-8') if kind == 'text' else base64.b64decode(s)",
+            f"DELETE = {edits.delete!r}",
+            f"WRITE = { ({k: enc(v) for k, v in sorted(edits.write.items())})!r}",
+            f"APPEND = { ({k: enc(v) for k, v in sorted(edits.append.items())})!r}",
+            "for rel in DELETE:",
+            "    Path(rel).unlink(missing_ok=True)",
+            "    print('deleted', rel)",
+            "for rel, (kind, s) in WRITE.items():",
+            "    Path(rel).parent.mkdir(parents=True, exist_ok=True)",
+            "    Path(rel).write_bytes(data(kind, s))",
+            "    print('wrote', rel)",
+            "for rel, (kind, s) in APPEND.items():",
+            "    with open(rel, 'ab') as fh:",
+            "        fh.write(data(kind, s))",
+            "    print('appended to', rel)",
+        ]
+    )
     return f"cd {_shq(cwd)} && python3 - <<'{HEREDOC}'\n{body}\n{HEREDOC}"
 
 
@@ -363,7 +384,9 @@ class Plan:
     truth: dict
     mirror: Path | None = None  # the harness-side replica after the session (kept for the resume)
     expect_error: set[int] = field(default_factory=set)  # indices of steps meant to fail
-    selfcheck_step: int | None = None  # the step that runs the worker's own self-check (its verdict is foretold, not an error)
+    selfcheck_step: int | None = (
+        None  # the step that runs the worker's own self-check (its verdict is foretold, not an error)
+    )
 
 
 def run_key(run_id: str) -> str:
@@ -374,8 +397,13 @@ def run_key(run_id: str) -> str:
 
 
 def _seed_rng(seed: int, scenario_id: str, arm_id: str, run_id: str, session: int) -> np.random.Generator:
-    key = [int(seed) & 0xFFFFFFFF, zlib.crc32(scenario_id.encode()), zlib.crc32(arm_id.encode()),
-           zlib.crc32(run_key(run_id).encode()), int(session)]
+    key = [
+        int(seed) & 0xFFFFFFFF,
+        zlib.crc32(scenario_id.encode()),
+        zlib.crc32(arm_id.encode()),
+        zlib.crc32(run_key(run_id).encode()),
+        int(session),
+    ]
     return np.random.default_rng(np.random.SeedSequence(key))
 
 
@@ -400,7 +428,9 @@ def identify_scenario(brief_text: str) -> Any:
         if _normal(sc.brief)[:400] in seen:
             hits.append(sc)
     if len(hits) != 1:
-        raise ScriptError(f"the brief read from BRIEF.md matches {len(hits)} scenarios of the protocol (expected exactly one)")
+        raise ScriptError(
+            f"the brief read from BRIEF.md matches {len(hits)} scenarios of the protocol (expected exactly one)"
+        )
     return hits[0]
 
 
@@ -412,7 +442,9 @@ def identify_arm(policy_text: str, tools: list[str]) -> Any:
         raise ScriptError(f"POLICY.md matches {len(hits)} arms' instructions (expected exactly one)")
     arm = hits[0]
     if sorted(arm.tools) != sorted(tools):
-        raise ScriptError(f"POLICY.md is arm {arm.id}'s, but the tools offered are {sorted(tools)}, not {sorted(arm.tools)}")
+        raise ScriptError(
+            f"POLICY.md is arm {arm.id}'s, but the tools offered are {sorted(tools)}, not {sorted(arm.tools)}"
+        )
     return arm
 
 
@@ -437,7 +469,9 @@ def host_program(family: str) -> str | None:
     return os.path.realpath(found) if found else None
 
 
-def host_denied_attempts(denied_commands: dict[str, str], denied_families: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+def host_denied_attempts(
+    denied_commands: dict[str, str], denied_families: tuple[str, ...] | list[str]
+) -> list[dict[str, Any]]:
     """The planted attempts at one program the arm denies and this host has, one per route of :data:`HOST_DENIED_ROUTES`
     (none when the arm denies no such program)."""
     import shlex
@@ -451,16 +485,24 @@ def host_denied_attempts(denied_commands: dict[str, str], denied_families: tuple
         if command.split(maxsplit=1)[0] != family:
             raise ValueError(f"denied_commands[{family!r}] does not start with the program's name: {command!r}")
         # The path as a worker types it, quoted only when it has to be.
-        routes = {"direct": command, "bash -c": f"bash -c {_shq(command)}", "absolute path": shlex.quote(path) + command[len(family):]}
-        return [{"family": family, "how": how, "command": routes[how], "present_on_host": True, "path": path}
-                for how in HOST_DENIED_ROUTES]
+        routes = {
+            "direct": command,
+            "bash -c": f"bash -c {_shq(command)}",
+            "absolute path": shlex.quote(path) + command[len(family) :],
+        }
+        return [
+            {"family": family, "how": how, "command": routes[how], "present_on_host": True, "path": path}
+            for how in HOST_DENIED_ROUTES
+        ]
     return []
 
 
 class WorkerPlayer:
     """Builds (and caches) the plan of each worker session."""
 
-    def __init__(self, seed: int, work_dir: Path, *, denied_attempts: bool = True, worker_branch: str | None = None) -> None:
+    def __init__(
+        self, seed: int, work_dir: Path, *, denied_attempts: bool = True, worker_branch: str | None = None
+    ) -> None:
         from pilot.simulated import agent as simulated
 
         self.seed = int(seed)
@@ -499,8 +541,14 @@ class WorkerPlayer:
         shell = "Bash" in arm.tools
         rng = _seed_rng(self.seed, scenario.id, arm.id, run_id, session)
         draw = simulated.draw_session(self.cfg, arm, scenario, rng)
-        truth: dict[str, Any] = {"run_id": run_id, "session": session, "scenario": scenario.id, "arm": arm.id,
-                                 "recovery": session > 0, "selfcheck_called": bool(arm.feature("self_check"))}
+        truth: dict[str, Any] = {
+            "run_id": run_id,
+            "session": session,
+            "scenario": scenario.id,
+            "arm": arm.id,
+            "recovery": session > 0,
+            "selfcheck_called": bool(arm.feature("self_check")),
+        }
         steps: list[list[dict]] = []
         expect_error: set[int] = set()  # steps whose failure is the point (a denied program)
         written_edits = Edits()  # the files a step writes whole (their bytes carried in the command)
@@ -519,8 +567,10 @@ class WorkerPlayer:
                 if done:
                     applied.append(name)
                     notes.extend(p.description for p in done)
-                    declared += [{"defect": name, "description": p.description, "breaks": list(p.breaks), "critical": p.critical}
-                                 for p in done]
+                    declared += [
+                        {"defect": name, "description": p.description, "breaks": list(p.breaks), "critical": p.critical}
+                        for p in done
+                    ]
             truth.update(defects_drawn=list(draw.defects), questions=draw.questions, denied_attempt=None)
             if shell and draw.denied is not None and self.denied_attempts:
                 # As the model's worker does now and then: a program the arm denies, run directly or through bash -c.
@@ -536,23 +586,61 @@ class WorkerPlayer:
                 truth["denied_attempt"].update(present_on_host=drawn_path is not None, path=drawn_path)
             # Every shell arm also tries a program it denies that the host has, by each route, in steps of their own
             # after the drawn one (so the draws and the drawn step stay as they were): only these show the stub at work.
-            truth["host_denied_attempts"] = host_denied_attempts(self.cfg["denied_commands"], arm.denied_families) if shell else []
+            truth["host_denied_attempts"] = (
+                host_denied_attempts(self.cfg["denied_commands"], arm.denied_families) if shell else []
+            )
             for attempt in truth["host_denied_attempts"]:
                 expect_error.add(len(steps))
-                steps.append([{"name": "Bash", "input": {"command": attempt["command"],
-                                                         "description": f"Try {attempt['family']} ({attempt['how']})"}}])
+                steps.append(
+                    [
+                        {
+                            "name": "Bash",
+                            "input": {
+                                "command": attempt["command"],
+                                "description": f"Try {attempt['family']} ({attempt['how']})",
+                            },
+                        }
+                    ]
+                )
             truth["portal_used"] = bool(shell and arm.feature("portal") and getattr(scenario, "uses_portal", False))
             if truth["portal_used"]:
-                steps.append([{"name": "Bash", "input": {"command": portal_command(cwd), "description": "Fetch from the records portal"}}])
+                steps.append(
+                    [
+                        {
+                            "name": "Bash",
+                            "input": {"command": portal_command(cwd), "description": "Fetch from the records portal"},
+                        }
+                    ]
+                )
             if shell:
-                steps.append([{"name": "Bash", "input": {"command": solver_command(cwd, scenario.generator, clear_outputs=False),
-                                                         "description": "Run the analysis script that writes the deliverables"}}])
+                steps.append(
+                    [
+                        {
+                            "name": "Bash",
+                            "input": {
+                                "command": solver_command(cwd, scenario.generator, clear_outputs=False),
+                                "description": "Run the analysis script that writes the deliverables",
+                            },
+                        }
+                    ]
+                )
                 edits = diff(gold, snapshot(root))
                 if edits:
                     written_edits = edits
-                    steps.append([{"name": "Bash", "input": {"command": edit_command(cwd, edits),
-                                                             "description": "Finish the deliverables and the completion record"}}])
-                truth["delivered_by"] = "Bash: the scenario's reference solver run in the sandbox, then file edits for the drawn outcome"
+                    steps.append(
+                        [
+                            {
+                                "name": "Bash",
+                                "input": {
+                                    "command": edit_command(cwd, edits),
+                                    "description": "Finish the deliverables and the completion record",
+                                },
+                            }
+                        ]
+                    )
+                truth["delivered_by"] = (
+                    "Bash: the scenario's reference solver run in the sandbox, then file edits for the drawn outcome"
+                )
             else:
                 steps += self._write_steps(root, start, cwd, notes)
                 inputs = {k: v for k, v in snapshot(root).items() if k.startswith("inputs/")}
@@ -576,28 +664,72 @@ class WorkerPlayer:
                 simulated.write_gold(scenario, root)
                 gold = snapshot(root)
                 simulated.set_questions(root, prev.truth["questions"])
-                steps.append([{"name": "Bash", "input": {"command": solver_command(cwd, scenario.generator, clear_outputs=True),
-                                                         "description": "Rebuild the deliverables from the inputs"}}])
+                steps.append(
+                    [
+                        {
+                            "name": "Bash",
+                            "input": {
+                                "command": solver_command(cwd, scenario.generator, clear_outputs=True),
+                                "description": "Rebuild the deliverables from the inputs",
+                            },
+                        }
+                    ]
+                )
                 edits = diff(gold, snapshot(root))
                 if edits:
                     written_edits = edits
-                    steps.append([{"name": "Bash", "input": {"command": edit_command(cwd, edits), "description": "Finish the completion record"}}])
+                    steps.append(
+                        [
+                            {
+                                "name": "Bash",
+                                "input": {
+                                    "command": edit_command(cwd, edits),
+                                    "description": "Finish the completion record",
+                                },
+                            }
+                        ]
+                    )
         final = sorted(p for p in snapshot(root) if p.startswith("outputs/"))
         if shell and final and (session == 0 or truth.get("repaired")):
             # What the session's tool calls left, as the sandbox sees it (the solver's files are not carried whole);
             # the rehearsal report reads the result from the harness's transcript.
-            steps.append([{"name": "Bash", "input": {"command": f"cd {_shq(cwd)} && sha256sum -- " + " ".join(_shq(p) for p in final),
-                                                     "description": "Record the deliverables' digests"}}])
+            steps.append(
+                [
+                    {
+                        "name": "Bash",
+                        "input": {
+                            "command": f"cd {_shq(cwd)} && sha256sum -- " + " ".join(_shq(p) for p in final),
+                            "description": "Record the deliverables' digests",
+                        },
+                    }
+                ]
+            )
         selfcheck_step = None
         if arm.feature("self_check"):
             selfcheck_step = len(steps)
-            steps.append([{"name": "Bash", "input": {"command": f"cd {_shq(cwd)} && python3 selfcheck.py",
-                                                     "description": "Run the self-check"}}])
+            steps.append(
+                [
+                    {
+                        "name": "Bash",
+                        "input": {
+                            "command": f"cd {_shq(cwd)} && python3 selfcheck.py",
+                            "description": "Run the self-check",
+                        },
+                    }
+                ]
+            )
         # The truth follows from what each planted defect declares it breaks, never from the oracle under test.
         expected_pass, expected_E = defects.expected_verdict(
-            scenario, [defects.Planted(d["description"], tuple(d["breaks"]), d["critical"]) for d in declared])
-        truth.update(defects=applied, defect_notes=notes, declared=declared, expected_pass=expected_pass, expected_E=expected_E,
-                     deliverables=sorted(p for p in snapshot(root) if p.startswith("outputs/")))
+            scenario, [defects.Planted(d["description"], tuple(d["breaks"]), d["critical"]) for d in declared]
+        )
+        truth.update(
+            defects=applied,
+            defect_notes=notes,
+            declared=declared,
+            expected_pass=expected_pass,
+            expected_E=expected_E,
+            deliverables=sorted(p for p in snapshot(root) if p.startswith("outputs/")),
+        )
         if arm.feature("self_check"):
             truth.update(self._controller_expectations(scenario, arm, session, declared))
         truth["written"] = _written_digests(steps, cwd, written_edits)
@@ -619,8 +751,11 @@ class WorkerPlayer:
         passes = not form_broken
         out: dict[str, Any] = {"selfcheck_expected": passes, "selfcheck_breaks": form_broken}
         if session == 0:
-            ends = {"cap_mid_run": "capped (cost)", "wall_limit": "capped (wall)", "api_500_mid_run": "agent error"}.get(
-                self.worker_branch or "", "completed")
+            ends = {
+                "cap_mid_run": "capped (cost)",
+                "wall_limit": "capped (wall)",
+                "api_500_mid_run": "agent error",
+            }.get(self.worker_branch or "", "completed")
             if ends in ("capped (cost)", "capped (wall)"):
                 resume, why = False, f"withheld: the session ends {ends}, nothing is left to resume with"
             elif not passes:
@@ -655,7 +790,10 @@ class WorkerPlayer:
         final = snapshot(root)
         changed = sorted(rel for rel, data in final.items() if start.get(rel) != data)
         reads = [{"name": "Read", "input": {"file_path": f"{cwd}/{rel}"}} for rel in changed if rel in start]
-        writes = [{"name": "Write", "input": {"file_path": f"{cwd}/{rel}", "content": final[rel].decode("utf-8")}} for rel in changed]
+        writes = [
+            {"name": "Write", "input": {"file_path": f"{cwd}/{rel}", "content": final[rel].decode("utf-8")}}
+            for rel in changed
+        ]
         return ([reads] if reads else []) + ([writes] if writes else [])
 
 
@@ -680,7 +818,7 @@ def _written_digests(steps: list[list[dict]], cwd: str, edits: Edits) -> dict[st
     for step in steps:
         for call in step:
             if call["name"] == "Write" and str(call["input"].get("file_path", "")).startswith(prefix):
-                rel = call["input"]["file_path"][len(prefix):]
+                rel = call["input"]["file_path"][len(prefix) :]
                 out[rel] = hashlib.sha256(str(call["input"]["content"]).encode("utf-8")).hexdigest()
     for rel, data in edits.write.items():
         out[rel] = hashlib.sha256(data).hexdigest()
@@ -693,7 +831,11 @@ def _written_digests(steps: list[list[dict]], cwd: str, edits: Edits) -> dict[st
 
 
 def _user_texts(messages: list[dict]) -> list[tuple[int, str]]:
-    return [(i, _text_of(m.get("content"))) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
+    return [
+        (i, _text_of(m.get("content")))
+        for i, m in enumerate(messages)
+        if isinstance(m, dict) and m.get("role") == "user"
+    ]
 
 
 def _system_text(body: dict) -> str:
@@ -734,8 +876,16 @@ class Answer:
 class ScriptedModelServer:
     """Local Messages API that plays the worker and the judges of a rehearsal (see the module's description)."""
 
-    def __init__(self, *, seed: int, record_dir: Path, host: str = "127.0.0.1", port: int = 0, denied_attempts: bool = True,
-                 branch: "RunBranch | None" = None) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int,
+        record_dir: Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        denied_attempts: bool = True,
+        branch: RunBranch | None = None,
+    ) -> None:
         from pilot.simulated.rehearsal_branches import RunBranch
 
         self.seed = int(seed)
@@ -758,12 +908,16 @@ class ScriptedModelServer:
 
     # -- lifetime -------------------------------------------------------------
 
-    def start(self) -> "ScriptedModelServer":
+    def start(self) -> ScriptedModelServer:
         if self._server is not None:
             return self
         self.record_dir.mkdir(parents=True, exist_ok=True)
-        self.worker = WorkerPlayer(self.seed, Path(tempfile.mkdtemp(prefix="pilot-scripted-")), denied_attempts=self.denied_attempts,
-                                   worker_branch=self.branch.worker)
+        self.worker = WorkerPlayer(
+            self.seed,
+            Path(tempfile.mkdtemp(prefix="pilot-scripted-")),
+            denied_attempts=self.denied_attempts,
+            worker_branch=self.branch.worker,
+        )
         server = self
 
         class Handler(wire.WireHandler):
@@ -777,8 +931,9 @@ class ScriptedModelServer:
         self._server = ThreadingHTTPServer((self._host, self._port), Handler)
         self._server.daemon_threads = True
         self.base_url = f"http://{self._host}:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="scripted-model-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-model-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -791,7 +946,7 @@ class ScriptedModelServer:
             shutil.rmtree(self.worker.work_dir, ignore_errors=True)
             self.worker = None
 
-    def __enter__(self) -> "ScriptedModelServer":
+    def __enter__(self) -> ScriptedModelServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -808,11 +963,16 @@ class ScriptedModelServer:
             h.end_headers()
             return
         if not hmac.compare_digest((h.headers.get("x-api-key") or "").encode(), self.api_key.encode()):
-            return h.send_error_json(401, "authentication_error", "invalid x-api-key: the scripted model server requires its own key")
+            return h.send_error_json(
+                401, "authentication_error", "invalid x-api-key: the scripted model server requires its own key"
+            )
         if h.command != "POST" or route not in ("/v1/messages", "/v1/messages/count_tokens"):
-            return h.send_error_json(400, "invalid_request_error",
-                                     f"{h.command} {route or '/'} is not understood by the scripted model server "
-                                     "(it answers POST /v1/messages and POST /v1/messages/count_tokens)")
+            return h.send_error_json(
+                400,
+                "invalid_request_error",
+                f"{h.command} {route or '/'} is not understood by the scripted model server "
+                "(it answers POST /v1/messages and POST /v1/messages/count_tokens)",
+            )
         try:
             body = json.loads(raw or b"{}")
             if not isinstance(body, dict):
@@ -834,9 +994,15 @@ class ScriptedModelServer:
         if answer.truth is not None:
             self._record(answer.truth)
         if answer.fault == "overloaded_at_start":
-            return h.send_error_json(529, "overloaded_error", "scripted model server: overloaded (the rehearsal's overloaded_at_start branch)")
+            return h.send_error_json(
+                529,
+                "overloaded_error",
+                "scripted model server: overloaded (the rehearsal's overloaded_at_start branch)",
+            )
         if answer.fault == "api_500_mid_run":
-            return h.send_error_json(500, "api_error", "scripted model server: internal error (the rehearsal's api_500_mid_run branch)")
+            return h.send_error_json(
+                500, "api_error", "scripted model server: internal error (the rehearsal's api_500_mid_run branch)"
+            )
         usage = self._usage(body, answer.content)
         if answer.inflate:
             # As a long answer would: the request's whole output allowance, so the metered cost nears the run's cap.
@@ -866,10 +1032,16 @@ class ScriptedModelServer:
         newest = max(1, len(json.dumps(messages[-1:])) // BYTES_PER_TOKEN) if messages else total
         prefix = max(0, total - newest) if len(messages) > 1 else 0
         output = max(1, len(json.dumps(content)) // BYTES_PER_TOKEN) + 12
-        return wire.usage_object(input_tokens=min(total, 3), cache_creation_input_tokens=max(0, total - prefix - 3),
-                                 cache_read_input_tokens=prefix, output_tokens=output)
+        return wire.usage_object(
+            input_tokens=min(total, 3),
+            cache_creation_input_tokens=max(0, total - prefix - 3),
+            cache_read_input_tokens=prefix,
+            output_tokens=output,
+        )
 
-    def answer(self, body: dict, run_id: str | None, judge_label: tuple[str | None, str | None] = (None, None)) -> Answer:
+    def answer(
+        self, body: dict, run_id: str | None, judge_label: tuple[str | None, str | None] = (None, None)
+    ) -> Answer:
         """The next turn for this request (raises :class:`ScriptError` when it is not understood); ``judge_label`` is
         the request's (judge id, attempt) headers, which a judge session must carry."""
         messages = body.get("messages")
@@ -883,8 +1055,10 @@ class ScriptedModelServer:
             return self._judge(body, first, judge_label)
         if str(protocol.study()["worker"]["user_prompt"]) in first:
             return self._worker(body, messages, users, run_id)
-        raise ScriptError("neither a worker session (the study's prompt) nor a judge session (the judges' prompt): "
-                          f"first user message begins {first[:80]!r}")
+        raise ScriptError(
+            "neither a worker session (the study's prompt) nor a judge session (the judges' prompt): "
+            f"first user message begins {first[:80]!r}"
+        )
 
     # -- the worker -------------------------------------------------------------
 
@@ -895,10 +1069,19 @@ class ScriptedModelServer:
         if "Read" not in tools:
             raise ScriptError(f"a worker session without the Read tool (tools offered: {tools})")
         m = _CWD.search(_system_text(body)) or next(
-            (hit for msg in messages if isinstance(msg, dict) and msg.get("role") == "system"
-             for hit in [_CWD.search(_text_of(msg.get("content")))] if hit), None)
+            (
+                hit
+                for msg in messages
+                if isinstance(msg, dict) and msg.get("role") == "system"
+                for hit in [_CWD.search(_text_of(msg.get("content")))]
+                if hit
+            ),
+            None,
+        )
         if not m:
-            raise ScriptError("neither the system prompt nor a system turn names the working directory ('Primary working directory: ...')")
+            raise ScriptError(
+                "neither the system prompt nor a system turn names the working directory ('Primary working directory: ...')"
+            )
         cwd = m.group(1)
         resumes = [i for i, t in users if RESUME_PROMPT in t]
         session = len(resumes)
@@ -910,8 +1093,12 @@ class ScriptedModelServer:
         if session == 0 and not steps_done:
             if worker_branch in ("overloaded_at_start", "stream_cut_at_start"):
                 return Answer([wire.text_block(".")], fault=worker_branch)
-            return Answer([wire.tool_use_block("Read", {"file_path": f"{cwd}/{name}"}, f"toolu_scripted_s0_0_{k}")
-                           for k, name in enumerate(("BRIEF.md", "POLICY.md"))])
+            return Answer(
+                [
+                    wire.tool_use_block("Read", {"file_path": f"{cwd}/{name}"}, f"toolu_scripted_s0_0_{k}")
+                    for k, name in enumerate(("BRIEF.md", "POLICY.md"))
+                ]
+            )
         # The first session's reading tells the scenario and the arm; every later step recomputes them.
         brief = results.get("toolu_scripted_s0_0_0")
         policy = results.get("toolu_scripted_s0_0_1")
@@ -932,8 +1119,13 @@ class ScriptedModelServer:
         k = nxt - offset
         if k < len(plan.steps):
             last = k == len(plan.steps) - 1
-            return Answer([wire.tool_use_block(c["name"], c["input"], f"toolu_scripted_s{session}_{nxt}_{j}")
-                           for j, c in enumerate(plan.steps[k])], inflate=last and worker_branch == "cap_mid_run")
+            return Answer(
+                [
+                    wire.tool_use_block(c["name"], c["input"], f"toolu_scripted_s{session}_{nxt}_{j}")
+                    for j, c in enumerate(plan.steps[k])
+                ],
+                inflate=last and worker_branch == "cap_mid_run",
+            )
         errors, refused, own_check = {}, {}, None
         for tid, (text, is_error) in results.items():
             step = _step_of(tid, session)
@@ -944,8 +1136,16 @@ class ScriptedModelServer:
                 own_check = {"passed": not is_error, "tail": text[-300:]}
             elif tid in ids and step is not None and is_error:
                 errors[tid] = text[:500]
-        truth = dict(plan.truth, tool_errors=errors, denied_result=refused or None, answered_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                     labelled=run_id is not None, branch=worker_branch, phase="closing", worker_selfcheck=own_check)
+        truth = dict(
+            plan.truth,
+            tool_errors=errors,
+            denied_result=refused or None,
+            answered_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            labelled=run_id is not None,
+            branch=worker_branch,
+            phase="closing",
+            worker_selfcheck=own_check,
+        )
         if worker_branch == "api_500_mid_run":
             return Answer([], truth, fault=worker_branch)
         if worker_branch == "wall_limit":
@@ -956,8 +1156,14 @@ class ScriptedModelServer:
     def _note_refusal(self, run_id: str | None, reason: str, body: dict) -> None:
         """Every request it could not play, with what it was asked, kept for the rehearsal's report."""
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-        row = {"run_id": run_id, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               "model": body.get("model"), "tools": _tool_names(body), "messages": len(messages)}
+        row = {
+            "run_id": run_id,
+            "reason": reason,
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "model": body.get("model"),
+            "tools": _tool_names(body),
+            "messages": len(messages),
+        }
         with self._truth_lock:
             self.refusals.append(row)
             with open(self.record_dir / REFUSALS_FILE, "a", encoding="utf-8") as fh:
@@ -999,25 +1205,41 @@ class ScriptedModelServer:
             raise ScriptError(f"a judge session for model {model!r}, which no member of the study's panel uses")
         judge_id, attempt_text = label
         if not judge_id:
-            raise ScriptError(f"a judge session without the {JUDGE_HEADER} header: the harness labels every judge request "
-                              "with its panel member, and the scripted judges will not guess it from the order of the calls")
+            raise ScriptError(
+                f"a judge session without the {JUDGE_HEADER} header: the harness labels every judge request "
+                "with its panel member, and the scripted judges will not guess it from the order of the calls"
+            )
         member = next((m for m in members if str(m["id"]) == judge_id.strip()), None)
         if member is None:
-            raise ScriptError(f"{JUDGE_HEADER}: {judge_id!r} names no panel member of model {model!r} "
-                              f"(those are {', '.join(str(m['id']) for m in members)})")
+            raise ScriptError(
+                f"{JUDGE_HEADER}: {judge_id!r} names no panel member of model {model!r} "
+                f"(those are {', '.join(str(m['id']) for m in members)})"
+            )
         if (attempt_text or "").strip() not in ("0", "1"):
-            raise ScriptError(f"{JUDGE_ATTEMPT_HEADER}: {attempt_text!r} is not a judge attempt (0, or 1 for the one retry)")
+            raise ScriptError(
+                f"{JUDGE_ATTEMPT_HEADER}: {attempt_text!r} is not a judge attempt (0, or 1 for the one retry)"
+            )
         jid, attempt = str(member["id"]), int(str(attempt_text).strip())
         base = prompt.split(RETRY_NOTE.split("{reason}", 1)[0], 1)[0]
         key = (hashlib.sha256(base.encode("utf-8")).hexdigest(), jid)
         with self._truth_lock:
             n = self._judge_seen.get(key, 0)
             self._judge_seen[key] = n + 1
-        request = JudgeRequest(judge_id=jid, model=model, draw=int(member["draw"]), attempt=attempt,
-                               prompt=base, criteria=criteria, package=package, seed=_digest(base + "\0" + jid) % 2**63)
+        request = JudgeRequest(
+            judge_id=jid,
+            model=model,
+            draw=int(member["draw"]),
+            attempt=attempt,
+            prompt=base,
+            criteria=criteria,
+            package=package,
+            seed=_digest(base + "\0" + jid) % 2**63,
+        )
         judge = SimulatedJudge()
         verdict = judge.verdict(request, judge._rng(request))
-        verdict["rationale"] = ("Scripted judge (the simulated judges' model): " + verdict["rationale"].removeprefix("SIMULATED judge: "))[:RATIONALE_MAX_CHARS]
+        verdict["rationale"] = (
+            "Scripted judge (the simulated judges' model): " + verdict["rationale"].removeprefix("SIMULATED judge: ")
+        )[:RATIONALE_MAX_CHARS]
         text = json.dumps(verdict)
         try:
             parse_verdict(text, criteria)
@@ -1029,7 +1251,9 @@ class ScriptedModelServer:
             kind, sent, text = "not_json", None, JUDGE_NOT_JSON
         elif branch == "judge_schema_invalid":
             # The drawn grade with its first criterion left out: well-formed JSON the output schema refuses.
-            sent = dict(verdict, criterion_scores={k: v for k, v in verdict["criterion_scores"].items() if k != criteria[0].id})
+            sent = dict(
+                verdict, criterion_scores={k: v for k, v in verdict["criterion_scores"].items() if k != criteria[0].id}
+            )
             kind, text = "schema_invalid", json.dumps(sent)
         elif branch == "judge_timeout":
             kind, hold_s = "held", judge_hold_s(self.branch.judge_timeout_s)
@@ -1039,12 +1263,26 @@ class ScriptedModelServer:
         except VerdictError:
             valid = False
         if valid != (kind in ("grade", "held")):
-            raise ScriptError(f"the scripted answer of {jid} for branch {branch} is {'' if valid else 'not '}a valid grade")
+            raise ScriptError(
+                f"the scripted answer of {jid} for branch {branch} is {'' if valid else 'not '}a valid grade"
+            )
         # On record before any hold: the attempt may be over by the time a held answer would be sent.
-        self._note_judge({"scenario": scenario.id, "judge": jid, "model": model, "attempt": attempt, "call": n, "branch": branch,
-                          "answer": kind, "valid": valid, "held_s": hold_s or None,
-                          "accept": sent["accept"] if sent else None, "scores": sent["criterion_scores"] if sent else None,
-                          "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        self._note_judge(
+            {
+                "scenario": scenario.id,
+                "judge": jid,
+                "model": model,
+                "attempt": attempt,
+                "call": n,
+                "branch": branch,
+                "answer": kind,
+                "valid": valid,
+                "held_s": hold_s or None,
+                "accept": sent["accept"] if sent else None,
+                "scores": sent["criterion_scores"] if sent else None,
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
+        )
         return Answer([wire.text_block(text)], hold_s=hold_s)
 
     def _note_judge(self, row: dict) -> None:
@@ -1075,7 +1313,10 @@ def read_truth(record_dir: Path) -> dict[str, dict]:
             # A session's plan row, then its closing row (what happened) over it.
             sessions = runs.setdefault(str(row["run_id"]), {})
             merged = {**sessions.get(int(row["session"]), {}), **row}
-            merged["closed"] = bool(sessions.get(int(row["session"]), {}).get("closed")) or row.get("phase") in (None, "closing")
+            merged["closed"] = bool(sessions.get(int(row["session"]), {}).get("closed")) or row.get("phase") in (
+                None,
+                "closing",
+            )
             sessions[int(row["session"])] = merged
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: line {n}: not a truth record ({exc})") from None
@@ -1143,4 +1384,9 @@ def scripted_upstream(attempt_dir: Path, seed: int) -> Iterator[dict[str, str]]:
     branch = rehearsal_branches.load_plan().for_attempt(Path(attempt_dir))
     rehearsal_branches.write_record(record, branch)
     with ScriptedModelServer(seed=seed, record_dir=record, branch=branch) as server:
-        yield {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": server.api_key, LABEL_REQUESTS_KEY: "1", **branch.limits()}
+        yield {
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "ANTHROPIC_API_KEY": server.api_key,
+            LABEL_REQUESTS_KEY: "1",
+            **branch.limits(),
+        }

@@ -26,14 +26,35 @@ SYNTHETIC_CONFIG = paths.CONFIG_DIR / "synthetic_runtable.yml"
 BACKEND = backends.SYNTHETIC
 
 _REQUIRED = (
-    "arms", "scenario_sd_logit", "completion", "abstention", "violation", "quality", "judges",
-    "selfcheck", "recovery", "tool_calls", "turns", "cost", "wall", "questions", "nodes",
-    "infra_rerun_probability", "fallback_scenarios", "extra_scenarios",
+    "arms",
+    "scenario_sd_logit",
+    "completion",
+    "abstention",
+    "violation",
+    "quality",
+    "judges",
+    "selfcheck",
+    "recovery",
+    "tool_calls",
+    "turns",
+    "cost",
+    "wall",
+    "questions",
+    "nodes",
+    "infra_rerun_probability",
+    "fallback_scenarios",
+    "extra_scenarios",
 )
 # Every per-arm parameter: copied from one arm to another to plant a null contrast.
 ARM_KEYED = (
-    ("completion", "arm"), ("abstention", "arm"), ("violation", "arm"), ("quality", "arm"),
-    ("tool_calls", "median"), ("cost", "median"), ("wall", "median_s"), ("questions", "arm"),
+    ("completion", "arm"),
+    ("abstention", "arm"),
+    ("violation", "arm"),
+    ("quality", "arm"),
+    ("tool_calls", "median"),
+    ("cost", "median"),
+    ("wall", "median_s"),
+    ("questions", "arm"),
 )
 
 
@@ -59,13 +80,15 @@ class SyntheticModel:
         for section, key in ARM_KEYED:
             have = set(params[section][key])
             if have != set(arms):
-                raise protocol.ProtocolError(source, f"{section}.{key}", f"needs exactly the arms {arms}, got {sorted(have)}")
+                raise protocol.ProtocolError(
+                    source, f"{section}.{key}", f"needs exactly the arms {arms}, got {sorted(have)}"
+                )
         self.params = params
         self.source = source
         self.arms = arms
 
     @classmethod
-    def load(cls, path: Path | None = None) -> "SyntheticModel":
+    def load(cls, path: Path | None = None) -> SyntheticModel:
         path = Path(path) if path else SYNTHETIC_CONFIG
         data = protocol.read_yaml(path)
         if not isinstance(data, dict):
@@ -78,7 +101,7 @@ class SyntheticModel:
     def arm_vector(self, section: str, key: str) -> np.ndarray:
         return np.array([float(self.params[section][key][a]) for a in self.arms])
 
-    def with_null(self, treated: str, control: str) -> "SyntheticModel":
+    def with_null(self, treated: str, control: str) -> SyntheticModel:
         """The same model with every parameter of ``treated`` set to ``control``'s (no effect planted)."""
         p = copy.deepcopy(self.params)
         for section, key in ARM_KEYED:
@@ -86,7 +109,13 @@ class SyntheticModel:
         return SyntheticModel(p, source=f"{self.source} (null {treated}={control})")
 
 
-def scenario_specs(model: SyntheticModel, n_scenarios: int | None = None, *, rng: np.random.Generator | None = None, study: protocol.Study | None = None) -> list[ScenarioSpec]:
+def scenario_specs(
+    model: SyntheticModel,
+    n_scenarios: int | None = None,
+    *,
+    rng: np.random.Generator | None = None,
+    study: protocol.Study | None = None,
+) -> list[ScenarioSpec]:
     """The scenarios of a synthetic study (``design.n_scenarios`` of them by default).
 
     The protocol's bundles come first (their occupation, designed depth,
@@ -106,13 +135,29 @@ def scenario_specs(model: SyntheticModel, n_scenarios: int | None = None, *, rng
         for sid in (s for s in study.scenario_set() if s in held):
             sc = bundles.load_scenario(sid)
             crit = getattr(getattr(sc, "oracle", None), "criteria", None)
-            base.append(ScenarioSpec(sc.id, sc.occupation, int(sc.designed_depth), float(sc.professional_minutes), len(crit) if crit else 10))
+            base.append(
+                ScenarioSpec(
+                    sc.id,
+                    sc.occupation,
+                    int(sc.designed_depth),
+                    float(sc.professional_minutes),
+                    len(crit) if crit else 10,
+                )
+            )
     have = {s.id for s in base}
     for s in model["fallback_scenarios"]:
         if len(base) >= n:
             break
         if str(s["id"]) not in have:
-            base.append(ScenarioSpec(str(s["id"]), str(s["occupation"]), int(s["designed_depth"]), float(s["professional_minutes"]), int(s["criteria_total"])))
+            base.append(
+                ScenarioSpec(
+                    str(s["id"]),
+                    str(s["occupation"]),
+                    int(s["designed_depth"]),
+                    float(s["professional_minutes"]),
+                    int(s["criteria_total"]),
+                )
+            )
     if n <= len(base):
         return base[:n]
     rng = rng or np.random.default_rng(0)
@@ -131,9 +176,13 @@ def scenario_specs(model: SyntheticModel, n_scenarios: int | None = None, *, rng
     return out
 
 
-def study_scenarios(seed: int, n_scenarios: int | None = None, model: SyntheticModel | None = None, study: protocol.Study | None = None) -> list[ScenarioSpec]:
+def study_scenarios(
+    seed: int, n_scenarios: int | None = None, model: SyntheticModel | None = None, study: protocol.Study | None = None
+) -> list[ScenarioSpec]:
     """The scenarios ``generate_runtable(seed, n_scenarios=...)`` uses (stand-ins drawn with the seed)."""
-    return scenario_specs(model or SyntheticModel.load(), n_scenarios, rng=np.random.default_rng([seed, 5]), study=study)
+    return scenario_specs(
+        model or SyntheticModel.load(), n_scenarios, rng=np.random.default_rng([seed, 5]), study=study
+    )
 
 
 def standin_scenarios(ids: Any, model: SyntheticModel | None = None) -> list[str]:
@@ -172,10 +221,16 @@ def draw_runs(
 
     run_sd = float(p["tool_calls"]["run_sd"])
     w = rng.normal(0.0, run_sd, n)
-    tool_calls = rng.poisson(model.arm_vector("tool_calls", "median")[arm] * np.exp(p["tool_calls"]["depth_per_level"] * depth_c + w))
+    tool_calls = rng.poisson(
+        model.arm_vector("tool_calls", "median")[arm] * np.exp(p["tool_calls"]["depth_per_level"] * depth_c + w)
+    )
     turns_raw = tool_calls + rng.poisson(p["turns"]["extra_mean"], n)
-    cost_raw = rng.lognormal(np.log(model.arm_vector("cost", "median")[arm]) + p["cost"]["depth_per_level"] * depth_c, p["cost"]["sdlog"])
-    wall_raw = rng.lognormal(np.log(model.arm_vector("wall", "median_s")[arm]) + p["wall"]["depth_per_level"] * depth_c, p["wall"]["sdlog"])
+    cost_raw = rng.lognormal(
+        np.log(model.arm_vector("cost", "median")[arm]) + p["cost"]["depth_per_level"] * depth_c, p["cost"]["sdlog"]
+    )
+    wall_raw = rng.lognormal(
+        np.log(model.arm_vector("wall", "median_s")[arm]) + p["wall"]["depth_per_level"] * depth_c, p["wall"]["sdlog"]
+    )
 
     abstain = rng.random(n) < model.arm_vector("abstention", "arm")[arm]
     error = ~abstain & (rng.random(n) < p["completion"]["agent_error_probability"])
@@ -183,7 +238,13 @@ def draw_runs(
     censored = hit_cost | hit_wall | hit_turns
 
     c = p["completion"]
-    eta_d = c["intercept"] + model.arm_vector("completion", "arm")[arm] + u + c["depth_per_level"] * depth_c + c["effort_logit"] * w / run_sd
+    eta_d = (
+        c["intercept"]
+        + model.arm_vector("completion", "arm")[arm]
+        + u
+        + c["depth_per_level"] * depth_c
+        + c["effort_logit"] * w / run_sd
+    )
     d_first = rng.random(n) < _logistic(eta_d)
     d_first &= ~abstain & ~error
     d_first &= ~(censored & (rng.random(n) < c["capped_completion_penalty"]))
@@ -196,8 +257,12 @@ def draw_runs(
     d_rec = rng.random(n) < _logistic(eta_d + p["recovery"]["completion_boost"])
     D = np.where(rec_pass, d_rec, d_first)
     sc_final = np.where(recovery, rec_pass, sc_first)
-    cost_raw = cost_raw + recovery * rng.lognormal(np.log(p["recovery"]["cost_share_median"] * model.arm_vector("cost", "median")[arm]), p["cost"]["sdlog"])
-    wall_raw = wall_raw + recovery * rng.lognormal(np.log(p["recovery"]["wall_share_median"] * model.arm_vector("wall", "median_s")[arm]), p["wall"]["sdlog"])
+    cost_raw = cost_raw + recovery * rng.lognormal(
+        np.log(p["recovery"]["cost_share_median"] * model.arm_vector("cost", "median")[arm]), p["cost"]["sdlog"]
+    )
+    wall_raw = wall_raw + recovery * rng.lognormal(
+        np.log(p["recovery"]["wall_share_median"] * model.arm_vector("wall", "median_s")[arm]), p["wall"]["sdlog"]
+    )
     cost = np.minimum(cost_raw, cap_usd)
     wall = np.minimum(wall_raw, cap_wall)
     turns = np.minimum(turns_raw, max_turns)
@@ -207,8 +272,12 @@ def draw_runs(
 
     qq = p["quality"]
     theta = 100 * _logistic(
-        qq["intercept"] + model.arm_vector("quality", "arm")[arm] + qq["scenario_loading"] * u
-        + qq["depth_per_level"] * depth_c + qq["completion_shift"] * D + rng.normal(0, qq["run_sd"], n)
+        qq["intercept"]
+        + model.arm_vector("quality", "arm")[arm]
+        + qq["scenario_loading"] * u
+        + qq["depth_per_level"] * depth_c
+        + qq["completion_shift"] * D
+        + rng.normal(0, qq["run_sd"], n)
     )
     theta = np.where(abstain, 0.3 * theta, theta)
     jids = runtable.judge_ids(study)
@@ -231,16 +300,37 @@ def draw_runs(
     reason = np.where(hit_cost, "cost", np.where(hit_wall, "wall", np.where(hit_turns, "turns", None)))
     status = np.where(censored, "capped", np.where(error & ~rec_pass, "agent_error", "completed"))
     completion = np.where(
-        abstain, "abandoned",
-        np.where(error & ~rec_pass, "missing", np.where(rng.random(n) < p["abstention"]["partial_probability"], "partial", "completed")),
+        abstain,
+        "abandoned",
+        np.where(
+            error & ~rec_pass,
+            "missing",
+            np.where(rng.random(n) < p["abstention"]["partial_probability"], "partial", "completed"),
+        ),
     )
     return {
-        "D": D, "E": E, "Q": Q, "scores": scores, "n_judges": n_judges, "judge_accept_votes": votes, "S": S,
-        "cost_usd": np.round(cost, 4), "judge_cost_usd": np.round(n_judges * p["judges"]["cost_usd"], 4),
-        "wall_s": np.round(wall, 1), "turns": turns, "tool_calls": tool_calls, "questions": questions,
+        "D": D,
+        "E": E,
+        "Q": Q,
+        "scores": scores,
+        "n_judges": n_judges,
+        "judge_accept_votes": votes,
+        "S": S,
+        "cost_usd": np.round(cost, 4),
+        "judge_cost_usd": np.round(n_judges * p["judges"]["cost_usd"], 4),
+        "wall_s": np.round(wall, 1),
+        "turns": turns,
+        "tool_calls": tool_calls,
+        "questions": questions,
         "H_minutes": o["intervention_minutes"] + o["human_minutes_per_question"] * questions.astype(float),
-        "censored": censored, "censor_reason": reason, "status": status, "completion_status": completion,
-        "selfcheck_first": sc_first, "recovery_used": recovery, "selfcheck_final": sc_final, "recovering": recovering,
+        "censored": censored,
+        "censor_reason": reason,
+        "status": status,
+        "completion_status": completion,
+        "selfcheck_first": sc_first,
+        "recovery_used": recovery,
+        "selfcheck_final": sc_final,
+        "recovering": recovering,
     }
 
 
@@ -275,7 +365,9 @@ def generate_runtable(
     cells = [(j, a, r, worker) for j in range(J) for a in range(len(arms)) for r in range(1, repeats + 1)]
     if sensitivity_wave:
         a_sens = arms.index(sens["arm"])
-        cells += [(j, a_sens, r, m) for m in sens["models"] for j in range(J) for r in range(1, int(sens["repeats"]) + 1)]
+        cells += [
+            (j, a_sens, r, m) for m in sens["models"] for j in range(J) for r in range(1, int(sens["repeats"]) + 1)
+        ]
     j_idx = np.array([c[0] for c in cells])
     a_idx = np.array([c[1] for c in cells])
     caps = [study.caps_for(s.id) for s in specs]
@@ -289,7 +381,11 @@ def generate_runtable(
     pilot_r = study.pilot_repeats
     criteria_total = np.array([specs[j].criteria_total for j in j_idx])
     fails = 1 + rng.binomial(np.maximum(criteria_total - 1, 0), 0.25)
-    passed = np.where(out["D"], criteria_total - rng.binomial(np.minimum(2, criteria_total), 0.1), np.maximum(criteria_total - fails, 0))
+    passed = np.where(
+        out["D"],
+        criteria_total - rng.binomial(np.minimum(2, criteria_total), 0.1),
+        np.maximum(criteria_total - fails, 0),
+    )
     attempts = 1 + rng.geometric(1 - model["infra_rerun_probability"], n) - 1
     rec = out["recovering"]
     table: dict[str, Any] = {
@@ -308,7 +404,11 @@ def generate_runtable(
         "attempts": attempts,
         "D": out["D"],
         "E": out["E"],
-        "E_reasons": np.where(out["E"], "input modified: inputs/" + np.array([specs[j].id.lower() for j in j_idx], dtype=object) + "_data.csv", None),
+        "E_reasons": np.where(
+            out["E"],
+            "input modified: inputs/" + np.array([specs[j].id.lower() for j in j_idx], dtype=object) + "_data.csv",
+            None,
+        ),
         "criteria_passed": passed,
         "criteria_total": criteria_total,
         "Q": np.round(out["Q"], 4),
@@ -321,10 +421,29 @@ def generate_runtable(
             "n_judges": out["n_judges"],
             "judge_accept_votes": out["judge_accept_votes"],
             "S": pd.array([None if np.isnan(v) else bool(v) for v in S], dtype="boolean"),
-            **{k: out[k] for k in ("cost_usd", "judge_cost_usd", "wall_s", "turns", "tool_calls", "questions", "H_minutes", "censored", "censor_reason", "status", "completion_status")},
-            "selfcheck_first": pd.array([bool(v) if r else None for v, r in zip(out["selfcheck_first"], rec)], dtype="boolean"),
+            **{
+                k: out[k]
+                for k in (
+                    "cost_usd",
+                    "judge_cost_usd",
+                    "wall_s",
+                    "turns",
+                    "tool_calls",
+                    "questions",
+                    "H_minutes",
+                    "censored",
+                    "censor_reason",
+                    "status",
+                    "completion_status",
+                )
+            },
+            "selfcheck_first": pd.array(
+                [bool(v) if r else None for v, r in zip(out["selfcheck_first"], rec)], dtype="boolean"
+            ),
             "recovery_used": out["recovery_used"],
-            "selfcheck_final": pd.array([bool(v) if r else None for v, r in zip(out["selfcheck_final"], rec)], dtype="boolean"),
+            "selfcheck_final": pd.array(
+                [bool(v) if r else None for v, r in zip(out["selfcheck_final"], rec)], dtype="boolean"
+            ),
             "designed_depth": depth.astype(int)[j_idx],
             "professional_minutes": np.array([specs[j].professional_minutes for j in j_idx]),
             "enforcement": None,  # no agent ran
@@ -376,15 +495,29 @@ def planted_acceptance(
         for a in which:
             rng = np.random.default_rng([seed, j])  # the same draws for every arm
             u = rng.normal(0.0, model["scenario_sd_logit"], draws)
-            out = draw_runs(rng, model, np.full(draws, a), np.full(draws, depth_c[j]), u, np.full(draws, caps.usd), np.full(draws, caps.wall_s), study, acceptance_only=True)
+            out = draw_runs(
+                rng,
+                model,
+                np.full(draws, a),
+                np.full(draws, depth_c[j]),
+                u,
+                np.full(draws, caps.usd),
+                np.full(draws, caps.wall_s),
+                study,
+                acceptance_only=True,
+            )
             S = out["S"][~np.isnan(out["S"])]
             per[a, j] = S.mean()
             var[a, j] = S.var() / S.size
-    return pd.DataFrame(
-        {
-            "arm": model.arms,
-            "p_equal": per.mean(axis=1),
-            "p_minutes": per @ minutes / minutes.sum(),
-            "mc_se": np.sqrt(var.sum(axis=1)) / len(specs),
-        }
-    ).iloc[which].reset_index(drop=True)
+    return (
+        pd.DataFrame(
+            {
+                "arm": model.arms,
+                "p_equal": per.mean(axis=1),
+                "p_minutes": per @ minutes / minutes.sum(),
+                "mc_se": np.sqrt(var.sum(axis=1)) / len(specs),
+            }
+        )
+        .iloc[which]
+        .reset_index(drop=True)
+    )

@@ -154,11 +154,11 @@ def contrast_inference(
     less = np.empty(n * C, dtype=np.int64)
     step = max(1, (1 << 20) // max(P, 1))  # about 4 MB of null sums at a time
     for s in range(0, n * C, step):
-        T = cols[s:s + step] @ st  # (chunk, P)
-        o = obs[s:s + step]
+        T = cols[s : s + step] @ st  # (chunk, P)
+        o = obs[s : s + step]
         if P <= 4096:
-            greater[s:s + step] = np.count_nonzero(T >= o[:, None], axis=1)
-            less[s:s + step] = np.count_nonzero(T <= o[:, None], axis=1)
+            greater[s : s + step] = np.count_nonzero(T >= o[:, None], axis=1)
+            less[s : s + step] = np.count_nonzero(T <= o[:, None], axis=1)
             continue
         for r in range(T.shape[0]):  # long rows: a flat count per row is several times faster than an axis count
             greater[s + r] = np.count_nonzero(T[r] >= o[r])

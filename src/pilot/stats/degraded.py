@@ -11,7 +11,7 @@ exercised on them (``tests/test_stats_degraded.py``, the property-based tests).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -19,8 +19,16 @@ import pandas as pd
 from pilot import protocol, runtable
 
 KINDS = (
-    "absent_arm", "unjudged_arm", "single_judge", "no_judges", "two_repeats", "scenario_missing_from_arm",
-    "all_fail", "all_success", "arm_at_zero", "arm_at_one",
+    "absent_arm",
+    "unjudged_arm",
+    "single_judge",
+    "no_judges",
+    "two_repeats",
+    "scenario_missing_from_arm",
+    "all_fail",
+    "all_success",
+    "arm_at_zero",
+    "arm_at_one",
 )
 
 
@@ -43,7 +51,9 @@ def rejudge(df: pd.DataFrame, scores: np.ndarray, study: protocol.Study | None =
 
 
 def _recompute_s(df: pd.DataFrame, study: protocol.Study) -> pd.DataFrame:
-    S = runtable.acceptance(df["D"].to_numpy(dtype=float), df["E"].to_numpy(dtype=float), df["Q"].to_numpy(dtype=float), study.q)
+    S = runtable.acceptance(
+        df["D"].to_numpy(dtype=float), df["E"].to_numpy(dtype=float), df["Q"].to_numpy(dtype=float), study.q
+    )
     df["S"] = pd.array([None if np.isnan(s) else bool(s) for s in S], dtype="boolean")
     return df
 
@@ -67,18 +77,29 @@ def _set_outcome(df: pd.DataFrame, mask: np.ndarray, accepted: bool, study: prot
     return _recompute_s(out, study)
 
 
-def degrade(df: pd.DataFrame, kind: str, *, arm: str | None = None, scenario: str | None = None, study: protocol.Study | None = None) -> pd.DataFrame:
+def degrade(
+    df: pd.DataFrame,
+    kind: str,
+    *,
+    arm: str | None = None,
+    scenario: str | None = None,
+    study: protocol.Study | None = None,
+) -> pd.DataFrame:
     """``df`` degraded in one of the ways of :data:`KINDS` (``arm`` and ``scenario`` choose where)."""
     study = study or protocol.study()
     treated, control = study.contrasts[0]
     df = df.reset_index(drop=True)
     makers: dict[str, Callable[[], pd.DataFrame]] = {
         "absent_arm": lambda: df[df["arm"] != (arm or "A2")],
-        "unjudged_arm": lambda: rejudge(df, np.where((df["arm"] == (arm or treated)).to_numpy()[:, None], np.nan, _scores(df, study)), study),
+        "unjudged_arm": lambda: rejudge(
+            df, np.where((df["arm"] == (arm or treated)).to_numpy()[:, None], np.nan, _scores(df, study)), study
+        ),
         "single_judge": lambda: _single_judge(df, study),
         "no_judges": lambda: rejudge(df, np.full(_scores(df, study).shape, np.nan), study),
         "two_repeats": lambda: df[df["repeat"] <= 2],
-        "scenario_missing_from_arm": lambda: df[~((df["arm"] == (arm or treated)) & (df["scenario"] == (scenario or sorted(df["scenario"].unique())[0])))],
+        "scenario_missing_from_arm": lambda: df[
+            ~((df["arm"] == (arm or treated)) & (df["scenario"] == (scenario or sorted(df["scenario"].unique())[0])))
+        ],
         "all_fail": lambda: _set_outcome(df, np.ones(len(df), bool), False, study),
         "all_success": lambda: _set_outcome(df, np.ones(len(df), bool), True, study),
         "arm_at_zero": lambda: _set_outcome(df, (df["arm"] == (arm or control)).to_numpy(), False, study),
@@ -86,7 +107,9 @@ def degrade(df: pd.DataFrame, kind: str, *, arm: str | None = None, scenario: st
     }
     if kind not in makers:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    return runtable.validate_runtable(makers[kind]().reset_index(drop=True), source=f"run table degraded ({kind})", study=study)
+    return runtable.validate_runtable(
+        makers[kind]().reset_index(drop=True), source=f"run table degraded ({kind})", study=study
+    )
 
 
 def _single_judge(df: pd.DataFrame, study: protocol.Study) -> pd.DataFrame:

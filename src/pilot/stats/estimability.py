@@ -12,7 +12,8 @@ into the ``summary`` frames the stages print with :func:`honest_frame`.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,14 +40,18 @@ def is_not_estimable(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     """A finite real number (not a bool, not NaN, not infinite)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) and math.isfinite(float(value))
+    return (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, (bool, np.bool_))
+        and math.isfinite(float(value))
+    )
 
 
 def join_notes(*notes: Any) -> str:
     """Notes joined by '; ', empty ones and repeats dropped."""
     out: list[str] = []
     for n in notes:
-        for part in ([] if n is None or (isinstance(n, float) and math.isnan(n)) else str(n).split("; ")):
+        for part in [] if n is None or (isinstance(n, float) and math.isnan(n)) else str(n).split("; "):
             if part and part not in out:
                 out.append(part)
     return "; ".join(out)
@@ -68,18 +73,33 @@ def cell(value: Any, reason: str = "", *, infinite_ok: bool = False) -> Any:
     return value
 
 
-def honest_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, *, note: str = "note", infinite: Iterable[str] = (), default_reason: str = "no data") -> pd.DataFrame:
+def honest_frame(
+    df: pd.DataFrame,
+    columns: Sequence[str] | None = None,
+    *,
+    note: str = "note",
+    infinite: Iterable[str] = (),
+    default_reason: str = "no data",
+) -> pd.DataFrame:
     """A copy of ``df`` whose numeric ``columns`` hold finite numbers, ``∞`` (only in ``infinite``) or
     ``not estimable (reason)``, the reason taken from the row's ``note`` column."""
     out = df.copy()
-    cols = list(columns) if columns is not None else [c for c in df.columns if c != note and not pd.api.types.is_bool_dtype(df[c])]
+    cols = (
+        list(columns)
+        if columns is not None
+        else [c for c in df.columns if c != note and not pd.api.types.is_bool_dtype(df[c])]
+    )
     inf_cols = set(infinite)
     reasons = out[note].fillna("").astype(str).tolist() if note in out.columns else [""] * len(out)
     for c in cols:
         vals = out[c].tolist()
         if all(is_number(v) or isinstance(v, str) for v in vals):
             continue
-        out[c] = pd.Series([cell(v, first_reason(r) or default_reason, infinite_ok=c in inf_cols) for v, r in zip(vals, reasons)], index=out.index, dtype=object)
+        out[c] = pd.Series(
+            [cell(v, first_reason(r) or default_reason, infinite_ok=c in inf_cols) for v, r in zip(vals, reasons)],
+            index=out.index,
+            dtype=object,
+        )
     return out
 
 
@@ -117,7 +137,9 @@ def verdict_class(v: str) -> str:
     return NOT_ESTIMABLE if is_not_estimable(v) else v
 
 
-def check_reported(df: pd.DataFrame, columns: Sequence[str] | None = None, *, infinite: Iterable[str] = ()) -> list[str]:
+def check_reported(
+    df: pd.DataFrame, columns: Sequence[str] | None = None, *, infinite: Iterable[str] = ()
+) -> list[str]:
     """Problems in a reported frame: cells that are neither finite numbers, ``∞`` (in ``infinite``) nor reasons."""
     inf_cols = set(infinite)
     bad = []

@@ -9,8 +9,8 @@ every contrast involving the arm.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,15 +34,20 @@ class Layout:
     a: np.ndarray  # arm index per run (-1: an arm outside ``arms``)
 
     @classmethod
-    def of(cls, df: pd.DataFrame, arms: Sequence[str] | None = None) -> "Layout":
+    def of(cls, df: pd.DataFrame, arms: Sequence[str] | None = None) -> Layout:
         arms = list(arms) if arms is not None else protocol.study().arms
         scen = sorted(df["scenario"].unique())
         first = df.drop_duplicates("scenario").set_index("scenario").loc[scen]
         j = pd.Index(scen).get_indexer(df["scenario"])
         a = pd.Index(arms).get_indexer(df["arm"])
         return cls(
-            scen, arms, first["occupation"].astype(str).tolist(),
-            first["professional_minutes"].to_numpy(dtype=float), first["designed_depth"].to_numpy(dtype=float), j, a,
+            scen,
+            arms,
+            first["occupation"].astype(str).tolist(),
+            first["professional_minutes"].to_numpy(dtype=float),
+            first["designed_depth"].to_numpy(dtype=float),
+            j,
+            a,
         )
 
     @property
@@ -97,10 +102,16 @@ def arm_means(means: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return resampling.weighted_mean(means, weights)
 
 
-def scenario_weighted(df: pd.DataFrame, column: str | np.ndarray, *, weights: str = "equal", layout: Layout | None = None) -> pd.Series:
+def scenario_weighted(
+    df: pd.DataFrame, column: str | np.ndarray, *, weights: str = "equal", layout: Layout | None = None
+) -> pd.Series:
     """The design's estimator applied to any per-run quantity: one value per arm."""
     layout = layout or Layout.of(df)
-    values = df[column].to_numpy(dtype=float, na_value=np.nan) if isinstance(column, str) else np.asarray(column, dtype=float)
+    values = (
+        df[column].to_numpy(dtype=float, na_value=np.nan)
+        if isinstance(column, str)
+        else np.asarray(column, dtype=float)
+    )
     return pd.Series(arm_means(layout.means(values), layout.weights(weights)), index=layout.arms)
 
 
@@ -108,6 +119,8 @@ def acceptance_values(df: pd.DataFrame, q: float | None = None) -> np.ndarray:
     """S per run at threshold q (the protocol's q by default); NaN where Q is missing."""
     q = protocol.study().q if q is None else q
     return runtable.acceptance(
-        df["D"].to_numpy(dtype=float, na_value=np.nan), df["E"].to_numpy(dtype=float, na_value=np.nan),
-        df["Q"].to_numpy(dtype=float, na_value=np.nan), q,
+        df["D"].to_numpy(dtype=float, na_value=np.nan),
+        df["E"].to_numpy(dtype=float, na_value=np.nan),
+        df["Q"].to_numpy(dtype=float, na_value=np.nan),
+        q,
     )

@@ -6,8 +6,8 @@ A figure drawn from a run table that is not a finding carries its label
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -44,15 +44,42 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -
         primary = r["role"] == "primary"
         p = r["p_value"] if primary else r["p_holm"]
         if not np.isfinite(r["estimate"]):  # nothing to draw: say so where the point would be
-            ax.annotate("not estimable", (0.5, yi), xycoords=("axes fraction", "data"), va="center", ha="center", fontsize=8, color="0.35")
+            ax.annotate(
+                "not estimable",
+                (0.5, yi),
+                xycoords=("axes fraction", "data"),
+                va="center",
+                ha="center",
+                fontsize=8,
+                color="0.35",
+            )
             continue
-        ax.errorbar(r["estimate"], yi, xerr=[[r["estimate"] - r["ci_low"]], [r["ci_high"] - r["estimate"]]], fmt="s" if primary else "o",
-                    color="black" if primary else "0.35", capsize=3, markersize=6 if primary else 5)
+        ax.errorbar(
+            r["estimate"],
+            yi,
+            xerr=[[r["estimate"] - r["ci_low"]], [r["ci_high"] - r["estimate"]]],
+            fmt="s" if primary else "o",
+            color="black" if primary else "0.35",
+            capsize=3,
+            markersize=6 if primary else 5,
+        )
         # A p-value below 0.001 reads "< 0.001", as in the tables, never "= 0.000".
         text = ("< 0.001" if p < 0.001 else f"= {p:.3f}") if np.isfinite(p) else "not estimable"
-        ax.annotate(f"p{'' if primary else ' (Holm)'} {text}", (1.02, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+        ax.annotate(
+            f"p{'' if primary else ' (Holm)'} {text}",
+            (1.02, yi),
+            xycoords=("axes fraction", "data"),
+            va="center",
+            fontsize=8,
+        )
     ax.axvline(0, color="0.6", lw=0.8, ls="--")
-    ax.set_yticks(y, [f"{c} ({'primary' if r == 'primary' else 'secondary'})" for c, r in zip(contrasts["contrast"], contrasts["role"])])
+    ax.set_yticks(
+        y,
+        [
+            f"{c} ({'primary' if r == 'primary' else 'secondary'})"
+            for c, r in zip(contrasts["contrast"], contrasts["role"])
+        ],
+    )
     ax.set_xlabel("difference in scenario-weighted acceptance")
     ax.set_title(_title("contrasts with 95% cluster-bootstrap intervals", simulated), fontsize=9)
     return save_figure(fig, path)
@@ -71,7 +98,9 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
     return save_figure(fig, path)
 
 
-def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str, p_hat: dict | None = None) -> Path:
+def frontier_plot(
+    table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str, p_hat: dict | None = None
+) -> Path:
     """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band; ``p_hat``: each arm's acceptance at any allowance, drawn dashed."""
     arms = list(dict.fromkeys(table["arm"]))
     # Drawn at the text width it is printed at, so its 7.5-pt ticks print at 7.5 pt.
@@ -92,14 +121,24 @@ def frontier_plot(table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simul
     return save_figure(fig, path)
 
 
-def q_grid_plot(table: pd.DataFrame, path: Path, *, simulated: bool | str, contrasts: Sequence[str] | None = None) -> Path:
+def q_grid_plot(
+    table: pd.DataFrame, path: Path, *, simulated: bool | str, contrasts: Sequence[str] | None = None
+) -> Path:
     """Each contrast's estimate and interval across the threshold q."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     names = list(contrasts or table["contrast"].unique())
     for k, name in enumerate(names):
         part = table[table["contrast"] == name]
         off = (k - (len(names) - 1) / 2) * 0.6
-        ax.errorbar(part["q"] + off, part["estimate"], yerr=[part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]], fmt="o-", ms=3, capsize=2, label=name)
+        ax.errorbar(
+            part["q"] + off,
+            part["estimate"],
+            yerr=[part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]],
+            fmt="o-",
+            ms=3,
+            capsize=2,
+            label=name,
+        )
     ax.axhline(0, color="0.6", lw=0.8, ls="--")
     ax.set_xlabel("quality threshold q")
     ax.set_ylabel("contrast")

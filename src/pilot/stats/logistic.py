@@ -52,7 +52,17 @@ class LogitFit:
         return bool(np.isfinite(self.coef[self.terms.index(term)]))
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame({"term": self.terms, "coef": self.coef, "se": self.se, "p_value": self.p_value, "ci_low": self.ci_low, "ci_high": self.ci_high, "note": self.reasons})
+        return pd.DataFrame(
+            {
+                "term": self.terms,
+                "coef": self.coef,
+                "se": self.se,
+                "p_value": self.p_value,
+                "ci_low": self.ci_low,
+                "ci_high": self.ci_high,
+                "note": self.reasons,
+            }
+        )
 
 
 def separating_direction(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> np.ndarray | None:
@@ -64,7 +74,9 @@ def separating_direction(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> np.
     X = np.asarray(X, dtype=float)
     s = 2.0 * np.asarray(y, dtype=float) - 1.0
     A = s[:, None] * X
-    res = optimize.linprog(-A.sum(axis=0), A_ub=-A, b_ub=np.zeros(len(A)), bounds=[(-1.0, 1.0)] * X.shape[1], method="highs")
+    res = optimize.linprog(
+        -A.sum(axis=0), A_ub=-A, b_ub=np.zeros(len(A)), bounds=[(-1.0, 1.0)] * X.shape[1], method="highs"
+    )
     if res.status != 0 or -res.fun <= tol * max(1.0, len(A)):
         return None
     b = np.where(np.abs(res.x) > tol, res.x, 0.0)
@@ -74,7 +86,18 @@ def separating_direction(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> np.
 def unestimable_fit(terms: list[str], reason: str, n_obs: int, n_clusters: int, note: str = "") -> LogitFit:
     """A fit that could not be made: every coefficient and interval is NaN, each term carrying the reason."""
     nan = np.full(len(terms), np.nan)
-    return LogitFit(terms, nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [reason] * len(terms), n_obs, n_clusters, note or reason)
+    return LogitFit(
+        terms,
+        nan.copy(),
+        nan.copy(),
+        nan.copy(),
+        nan.copy(),
+        nan.copy(),
+        [reason] * len(terms),
+        n_obs,
+        n_clusters,
+        note or reason,
+    )
 
 
 def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, level: float = 0.95) -> LogitFit:
@@ -89,13 +112,20 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
     if n == 0:
         return unestimable_fit(terms, "no scored run", 0, 0)
     if y.min() == y.max():
-        return unestimable_fit(terms, "no variation in S (" + ("every run accepted" if y[0] == 1 else "no run accepted") + ")", n, G)
+        return unestimable_fit(
+            terms, "no variation in S (" + ("every run accepted" if y[0] == 1 else "no run accepted") + ")", n, G
+        )
     if np.linalg.matrix_rank(X) < X.shape[1]:
         return unestimable_fit(terms, "collinear design (a term has no variation among scored runs)", n, G)
     b = separating_direction(X, y)
     if b is not None:
         hit = [t for t, v in zip(terms, b) if v != 0]
-        return unestimable_fit(terms, f"separation: the outcomes are split by {', '.join(hit)} (no finite maximum-likelihood estimate)", n, G)
+        return unestimable_fit(
+            terms,
+            f"separation: the outcomes are split by {', '.join(hit)} (no finite maximum-likelihood estimate)",
+            n,
+            G,
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -117,15 +147,47 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
             reasons.append("")
     bad = np.array([bool(r) for r in reasons])
     nanify = lambda v: np.where(bad, np.nan, v)  # noqa: E731
-    notes = sorted({str(w.message).splitlines()[0] for w in caught if "converge" in str(w.message).lower() or "separation" in str(w.message).lower()})
+    notes = sorted(
+        {
+            str(w.message).splitlines()[0]
+            for w in caught
+            if "converge" in str(w.message).lower() or "separation" in str(w.message).lower()
+        }
+    )
     if G < MIN_CLUSTERS:
         few = f"{G} scenario cluster(s); cluster-robust errors need at least {MIN_CLUSTERS}"
         nan = np.full(len(terms), np.nan)
-        return LogitFit(terms, nanify(coef), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [r or few for r in reasons], n, G, "; ".join([*notes, few]), {"fit": res})
-    return LogitFit(terms, nanify(coef), nanify(se), nanify(p), nanify(ci[:, 0]), nanify(ci[:, 1]), reasons, n, G, "; ".join(notes), {"fit": res})
+        return LogitFit(
+            terms,
+            nanify(coef),
+            nan.copy(),
+            nan.copy(),
+            nan.copy(),
+            nan.copy(),
+            [r or few for r in reasons],
+            n,
+            G,
+            "; ".join([*notes, few]),
+            {"fit": res},
+        )
+    return LogitFit(
+        terms,
+        nanify(coef),
+        nanify(se),
+        nanify(p),
+        nanify(ci[:, 0]),
+        nanify(ci[:, 1]),
+        reasons,
+        n,
+        G,
+        "; ".join(notes),
+        {"fit": res},
+    )
 
 
-def firth_fit(y: np.ndarray, X: np.ndarray, terms: list[str], *, level: float = 0.95, max_iter: int = 100, tol: float = 1e-8) -> pd.DataFrame:
+def firth_fit(
+    y: np.ndarray, X: np.ndarray, terms: list[str], *, level: float = 0.95, max_iter: int = 100, tol: float = 1e-8
+) -> pd.DataFrame:
     """Firth's penalised logistic regression (Jeffreys-prior penalty), finite under separation.
 
     EXPLORATORY: Wald intervals from the penalised information, no clustering;
@@ -156,7 +218,25 @@ def firth_fit(y: np.ndarray, X: np.ndarray, terms: list[str], *, level: float = 
     z = stats.norm.ppf(0.5 + level / 2)
     if not converged:
         nan = np.full(len(terms), np.nan)
-        return pd.DataFrame({"term": terms, "coef": nan, "se": nan, "ci_low": nan, "ci_high": nan, "note": "exploratory Firth fit did not converge"})
+        return pd.DataFrame(
+            {
+                "term": terms,
+                "coef": nan,
+                "se": nan,
+                "ci_low": nan,
+                "ci_high": nan,
+                "note": "exploratory Firth fit did not converge",
+            }
+        )
     p = 1 / (1 + np.exp(-(X @ beta)))
     se = np.sqrt(np.diag(np.linalg.inv(X.T @ (X * (p * (1 - p))[:, None]))))
-    return pd.DataFrame({"term": terms, "coef": beta, "se": se, "ci_low": beta - z * se, "ci_high": beta + z * se, "note": "exploratory (Firth penalised likelihood)"})
+    return pd.DataFrame(
+        {
+            "term": terms,
+            "coef": beta,
+            "se": se,
+            "ci_low": beta - z * se,
+            "ci_high": beta + z * se,
+            "note": "exploratory (Firth penalised likelihood)",
+        }
+    )

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,7 +51,12 @@ PREREGISTERED_TEST = "sign-flip"
 # (protocol/interpretations.md, "Power simulation"); the 03_power stage checks it.
 TABLE_READING = "logit-median"
 TABLE_TEST = "paired-t"
-TEST_LABELS = {"paired-t": "paired t", "wilcoxon": "Wilcoxon signed-rank", "sign": "sign", "sign-flip": "sign-flip (preregistered)"}
+TEST_LABELS = {
+    "paired-t": "paired t",
+    "wilcoxon": "Wilcoxon signed-rank",
+    "sign": "sign",
+    "sign-flip": "sign-flip (preregistered)",
+}
 
 
 class PowerError(ValueError):
@@ -87,7 +93,7 @@ class PowerDesign:
     reported: tuple[ReportedPower, ...] = ()
 
     @classmethod
-    def from_mapping(cls, power: Mapping[str, Any]) -> "PowerDesign":
+    def from_mapping(cls, power: Mapping[str, Any]) -> PowerDesign:
         return cls(
             scenario_sd_logit=float(power["scenario_sd_logit"]),
             baseline=float(power["baseline"]),
@@ -104,7 +110,7 @@ class PowerDesign:
         )
 
     @classmethod
-    def from_study(cls) -> "PowerDesign":
+    def from_study(cls) -> PowerDesign:
         """The preregistered constants, read (and validated) from ``protocol/study.yml``."""
         from pilot import protocol
 
@@ -152,7 +158,15 @@ def _check_reading(reading: str) -> None:
         raise PowerError(f"unknown effect reading {reading!r}; readings: {', '.join(EFFECT_READINGS)}")
 
 
-def treated_probability(p0_logit: np.ndarray, delta: float, *, baseline: float, sd: float, reading: str, effect_noise: np.ndarray | None = None) -> np.ndarray:
+def treated_probability(
+    p0_logit: np.ndarray,
+    delta: float,
+    *,
+    baseline: float,
+    sd: float,
+    reading: str,
+    effect_noise: np.ndarray | None = None,
+) -> np.ndarray:
     """The treated arm's acceptance probability per scenario, given the control arm's logit."""
     _check_reading(reading)
     if reading == "probability":
@@ -196,7 +210,9 @@ def design_draws(J: int, R: int, simulations: int, *, seed: int, sd: float) -> _
 def simulate_differences(draws: _DesignDraws, delta: float, *, baseline: float, sd: float, reading: str) -> np.ndarray:
     """Integer paired differences ``k1 - k0`` (treated minus control acceptances), shape (n, J)."""
     logit0 = special.logit(baseline) + draws.b
-    p1 = treated_probability(logit0, delta, baseline=baseline, sd=sd, reading=reading, effect_noise=sd * draws.effect_noise)
+    p1 = treated_probability(
+        logit0, delta, baseline=baseline, sd=sd, reading=reading, effect_noise=sd * draws.effect_noise
+    )
     k0 = (draws.u0 < special.expit(logit0)[..., None]).sum(axis=-1)
     k1 = (draws.u1 < p1[..., None]).sum(axis=-1)
     return (k1 - k0).astype(np.int64)
@@ -347,7 +363,9 @@ def sign_flip_test(d: Sequence[float], *, permutations: int = 20_000, seed: int 
 
 
 @lru_cache(maxsize=1024)
-def premium_variance_components(delta: float, *, baseline: float, sd: float, reading: str = "logit-median") -> tuple[float, float]:
+def premium_variance_components(
+    delta: float, *, baseline: float, sd: float, reading: str = "logit-median"
+) -> tuple[float, float]:
     """``(sigma_b^2, sigma_w^2)`` of the scenario premium ``p1_j - p0_j``.
 
     ``sigma_b^2`` is the between-scenario variance of the true premium and
@@ -425,8 +443,14 @@ class PowerResult:
             se_rep = float(monte_carlo_se(rep.power, self.design.simulations))
             rows.append(
                 {
-                    "J": rep.J, "R": rep.R, "delta": rep.delta, "reading": reading or self.readings[0], "test": test,
-                    "reported": rep.power, "power": p, "mc_se": se,
+                    "J": rep.J,
+                    "R": rep.R,
+                    "delta": rep.delta,
+                    "reading": reading or self.readings[0],
+                    "test": test,
+                    "reported": rep.power,
+                    "power": p,
+                    "mc_se": se,
                     "z": (p - rep.power) / math.hypot(se, se_rep),
                 }
             )
@@ -455,7 +479,9 @@ class PowerResult:
                 more_r = self.power(j0, 2 * R, delta, test, reading)
             except KeyError:
                 continue
-            rows.append({"J": j0, "R": R, "delta": delta, "test": test, "power": base, "power_2J": more_j, "power_2R": more_r})
+            rows.append(
+                {"J": j0, "R": R, "delta": delta, "test": test, "power": base, "power_2J": more_j, "power_2R": more_r}
+            )
         return pd.DataFrame(rows)
 
     def table_frame(self, reading: str | None = None) -> pd.DataFrame:
@@ -487,8 +513,15 @@ class PowerResult:
             for (J, R), cell in part.groupby(["J", "R"]):
                 cell = cell.sort_values("delta")
                 ax.errorbar(
-                    cell.delta * 100, cell.power, yerr=1.96 * cell.mc_se, color=colours.get(J, "k"),
-                    linestyle=styles.get(R, "-"), marker="o", markersize=3, capsize=2, label=f"J={J}, R={R}",
+                    cell.delta * 100,
+                    cell.power,
+                    yerr=1.96 * cell.mc_se,
+                    color=colours.get(J, "k"),
+                    linestyle=styles.get(R, "-"),
+                    marker="o",
+                    markersize=3,
+                    capsize=2,
+                    label=f"J={J}, R={R}",
                 )
             if reported and test == TABLE_TEST and reading == TABLE_READING:
                 for rep in self.design.reported:
@@ -501,10 +534,12 @@ class PowerResult:
             ax.set_xlabel("effect (percentage points)")
         for ax in axes[:, 0]:
             ax.set_ylabel("power")
-        for ax in list(axes.flat)[len(self.tests):]:
+        for ax in list(axes.flat)[len(self.tests) :]:
             ax.set_visible(False)
         handles, labels = axes.flat[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7.5, frameon=False)  # 7.5 pt prints at 7 pt at 0.95 of the text width
+        fig.legend(
+            handles, labels, loc="lower center", ncol=len(labels), fontsize=7.5, frameon=False
+        )  # 7.5 pt prints at 7 pt at 0.95 of the text width
         fig.tight_layout(rect=(0, 0.06, 1, 1))
         return fig
 
@@ -545,8 +580,12 @@ def simulate_power(
     for (J, R), deltas in by_design.items():
         draws = design_draws(J, R, n, seed=seed, sd=design.scenario_sd_logit)
         for delta, reading in itertools.product(deltas, readings):
-            x = simulate_differences(draws, delta, baseline=design.baseline, sd=design.scenario_sd_logit, reading=reading)
-            between, within = premium_variance_components(delta, baseline=design.baseline, sd=design.scenario_sd_logit, reading=reading)
+            x = simulate_differences(
+                draws, delta, baseline=design.baseline, sd=design.scenario_sd_logit, reading=reading
+            )
+            between, within = premium_variance_components(
+                delta, baseline=design.baseline, sd=design.scenario_sd_logit, reading=reading
+            )
             variances = {
                 # the simulated studies' spread of the mean premium beside eq:premium-var-cluster
                 "premium_var_simulated": float(np.var(x.mean(axis=1) / R, ddof=1)),
@@ -557,14 +596,24 @@ def simulate_power(
                 power = rejections / n
                 rows.append(
                     {
-                        "J": J, "R": R, "delta": delta, "reading": reading, "test": test,
-                        "power": power, "mc_se": float(monte_carlo_se(power, n)), "rejections": rejections,
-                        "simulations": n, "seed": seed, "in_design_grid": (J, R, round(delta, 6)) in grid,
+                        "J": J,
+                        "R": R,
+                        "delta": delta,
+                        "reading": reading,
+                        "test": test,
+                        "power": power,
+                        "mc_se": float(monte_carlo_se(power, n)),
+                        "rejections": rejections,
+                        "simulations": n,
+                        "seed": seed,
+                        "in_design_grid": (J, R, round(delta, 6)) in grid,
                         **variances,
                     }
                 )
     summary = pd.DataFrame(rows).sort_values(["reading", "test", "J", "R", "delta"], ignore_index=True)
-    return PowerResult(summary=summary, design=design, simulations=n, seed=seed, readings=tuple(readings), tests=tuple(tests))
+    return PowerResult(
+        summary=summary, design=design, simulations=n, seed=seed, readings=tuple(readings), tests=tuple(tests)
+    )
 
 
 # --------------------------------------------------------------------------
@@ -577,8 +626,12 @@ def _words(values: Sequence[object]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def power_macros(grid: PowerResult, readings: PowerResult, heterogeneous: PowerResult | None = None,
-                 scenario_sets: Mapping[str, int] | None = None) -> dict[str, object]:
+def power_macros(
+    grid: PowerResult,
+    readings: PowerResult,
+    heterogeneous: PowerResult | None = None,
+    scenario_sets: Mapping[str, int] | None = None,
+) -> dict[str, object]:
     """One LaTeX macro per number the power section states.
 
     ``grid`` is the table reading over the grid and the doubling cells,
@@ -646,7 +699,9 @@ def power_macros(grid: PowerResult, readings: PowerResult, heterogeneous: PowerR
             out[f"Power{tag}DoubleBase{name}"] = p3(res.power(base.J, base.R, base.delta, test, reading))
             out[f"Power{tag}DoubleScenarios{name}"] = p3(res.power(2 * base.J, base.R, base.delta, test, reading))
             out[f"Power{tag}DoubleRepeats{name}"] = p3(res.power(base.J, 2 * base.R, base.delta, test, reading))
-        between, within = premium_variance_components(base.delta, baseline=design.baseline, sd=design.scenario_sd_logit, reading=reading)
+        between, within = premium_variance_components(
+            base.delta, baseline=design.baseline, sd=design.scenario_sd_logit, reading=reading
+        )
         out[f"Power{tag}VarBetween"] = f"{between:.4f}"
         out[f"Power{tag}VarWithin"] = f"{within:.3f}"
         out[f"Power{tag}VarBase"] = f"{premium_variance(base.J, base.R, between, within):.4f}"
@@ -674,8 +729,10 @@ def scenario_sets_sentence(grid: PowerResult, scenario_sets: Mapping[str, int]) 
             t = grid.power(J, R, base.delta, TABLE_TEST, TABLE_READING)
             f = grid.power(J, R, base.delta, PREREGISTERED_TEST, TABLE_READING)
             cells.append(f"\\(R={R}\\): {t:.3f} with the \\(t\\)-test and {f:.3f} with the sign-flip test")
-        parts.append(f"for the scenario set \\texttt{{{name}}} of \\(J={J}\\) scenarios, power at {round(base.delta * 100)} points is "
-                     + "; at ".join(["at " + cells[0]] + cells[1:]))
+        parts.append(
+            f"for the scenario set \\texttt{{{name}}} of \\(J={J}\\) scenarios, power at {round(base.delta * 100)} points is "
+            + "; at ".join(["at " + cells[0]] + cells[1:])
+        )
     if not parts:
         return LatexText("")
     text = "; ".join(parts)

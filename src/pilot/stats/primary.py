@@ -8,8 +8,8 @@ secondary family, Holm-adjusted p-values (statsmodels).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,9 @@ class InferenceSettings:
     level: float = 0.95
 
     @classmethod
-    def from_study(cls, seed: int, study: protocol.Study | None = None, *, B: int | None = None, n_permutations: int | None = None) -> "InferenceSettings":
+    def from_study(
+        cls, seed: int, study: protocol.Study | None = None, *, B: int | None = None, n_permutations: int | None = None
+    ) -> InferenceSettings:
         study = study or protocol.study()
         inf = study["inference"]
         return cls(
@@ -138,7 +140,9 @@ def contrast_table(
     if L is not None:
         # Equal weights and differences of repeat means of 0/1 outcomes: exact integer arithmetic,
         # so a tie in the sign-flip test or a zero-width interval is not decided by rounding.
-        res = batch_inference.contrast_inference(batch_inference.on_grid(d, L)[None], L, counts[None], signs, settings.level, exact=exact, replicates=True)
+        res = batch_inference.contrast_inference(
+            batch_inference.on_grid(d, L)[None], L, counts[None], signs, settings.level, exact=exact, replicates=True
+        )
         est, lo, hi, p = res["estimate"][0], res["ci_low"][0], res["ci_high"][0], res["p_value"][0]
         reps = res["replicates"][0]
     else:
@@ -189,7 +193,13 @@ def contrast_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
 
 
 def acceptance_table(
-    means: np.ndarray, layout: Layout, weights: np.ndarray, settings: InferenceSettings, counts: np.ndarray, n_runs: np.ndarray, n_scored: np.ndarray
+    means: np.ndarray,
+    layout: Layout,
+    weights: np.ndarray,
+    settings: InferenceSettings,
+    counts: np.ndarray,
+    n_runs: np.ndarray,
+    n_scored: np.ndarray,
 ) -> tuple[pd.DataFrame, np.ndarray]:
     est = estimators.arm_means(means, weights)
     reps = resampling.bootstrap_means(means, counts, weights)
@@ -200,7 +210,18 @@ def acceptance_table(
         for r, s, flag in zip(n_runs, n_scored, estimability.interval_flags(lo, hi, n_scen))
     ]
     return (
-        pd.DataFrame({"arm": layout.arms, "p_hat": est, "ci_low": lo, "ci_high": hi, "n_runs": n_runs, "n_scored": n_scored, "n_scenarios": n_scen, "note": notes}),
+        pd.DataFrame(
+            {
+                "arm": layout.arms,
+                "p_hat": est,
+                "ci_low": lo,
+                "ci_high": hi,
+                "n_runs": n_runs,
+                "n_scored": n_scored,
+                "n_scenarios": n_scen,
+                "note": notes,
+            }
+        ),
         reps,
     )
 
@@ -227,9 +248,13 @@ def primary_analysis(
     w = layout.weights(weights)
     counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 2]), layout.J, settings.B)
     _, scored = layout.sums(S)
-    acc, acc_reps = acceptance_table(means, layout, w, settings, counts, layout.runs_per_arm(), scored.sum(axis=0).astype(int))
+    acc, acc_reps = acceptance_table(
+        means, layout, w, settings, counts, layout.runs_per_arm(), scored.sum(axis=0).astype(int)
+    )
     contrasts = list(contrasts or study.contrasts)
-    con, con_reps = contrast_table(means, layout, contrasts, w, settings, counts=counts, adjustment=study["inference"]["secondary_adjustment"])
+    con, con_reps = contrast_table(
+        means, layout, contrasts, w, settings, counts=counts, adjustment=study["inference"]["secondary_adjustment"]
+    )
     return PrimaryResult(
         acceptance=acc,
         contrasts=con,

@@ -62,7 +62,9 @@ def bootstrap_means(values: np.ndarray, counts: np.ndarray, weights: np.ndarray 
     return out[:, 0] if flat else out
 
 
-def bootstrap_ratios(numerator: np.ndarray, denominator: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+def bootstrap_ratios(
+    numerator: np.ndarray, denominator: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None
+) -> np.ndarray:
     """Resampled ratios of weighted sums, numerator and denominator from the same resample (joint)."""
     n, flat = _as_2d(numerator)
     d, _ = _as_2d(denominator)

@@ -12,8 +12,8 @@ and the agreement of the three judges (Krippendorff's alpha, ordinal).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,7 +54,15 @@ def _setup(df: pd.DataFrame, study: protocol.Study | None) -> tuple[protocol.Stu
 # --------------------------------------------------------------------------
 
 
-def q_grid(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, grid: Sequence[float] | None = None, B: int | None = None, n_permutations: int | None = None) -> TableResult:
+def q_grid(
+    df: pd.DataFrame,
+    *,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    grid: Sequence[float] | None = None,
+    B: int | None = None,
+    n_permutations: int | None = None,
+) -> TableResult:
     """Every contrast and arm acceptance at each threshold q of the preregistered grid (50..90)."""
     study, rows, layout = _setup(df, study)
     settings = InferenceSettings.from_study(seed, study, B=B, n_permutations=n_permutations)
@@ -64,16 +72,34 @@ def q_grid(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = No
     out, arms = [], []
     for q in grid or study["outcomes"]["q_grid"]:
         means = layout.means(estimators.acceptance_values(rows, q))
-        tab, _ = primary.contrast_table(means, layout, study.contrasts, w, settings, counts=counts, signs=signs, adjustment=study["inference"]["secondary_adjustment"])
+        tab, _ = primary.contrast_table(
+            means,
+            layout,
+            study.contrasts,
+            w,
+            settings,
+            counts=counts,
+            signs=signs,
+            adjustment=study["inference"]["secondary_adjustment"],
+        )
         out.append(tab.assign(q=float(q)))
         arms.append(pd.DataFrame({"q": float(q), "arm": layout.arms, "p_hat": estimators.arm_means(means, w)}))
-    table = pd.concat(out, ignore_index=True)[["q", "contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]]
+    table = pd.concat(out, ignore_index=True)[
+        ["q", "contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]
+    ]
     acc = pd.concat(arms, ignore_index=True)
     acc["note"] = np.where(np.isnan(acc["p_hat"]), "no scored run", "")
     return TableResult("q_grid", table, {"acceptance": acc})
 
 
-def minutes_weighted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, n_permutations: int | None = None) -> primary.PrimaryResult:
+def minutes_weighted(
+    df: pd.DataFrame,
+    *,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    B: int | None = None,
+    n_permutations: int | None = None,
+) -> primary.PrimaryResult:
     """The primary analysis with professional-minutes weights."""
     return primary.primary_analysis(df, seed=seed, weights="minutes", study=study, B=B, n_permutations=n_permutations)
 
@@ -83,7 +109,9 @@ def minutes_weighted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study |
 # --------------------------------------------------------------------------
 
 
-def logistic_cluster(df: pd.DataFrame, *, study: protocol.Study | None = None, reference: str | None = None, firth: bool = True) -> TableResult:
+def logistic_cluster(
+    df: pd.DataFrame, *, study: protocol.Study | None = None, reference: str | None = None, firth: bool = True
+) -> TableResult:
     """Logistic regression of S on arm, standard errors clustered by scenario (statsmodels GLM).
 
     Rows are the arms' log-odds ratios against ``reference`` (the primary
@@ -110,30 +138,64 @@ def logistic_cluster(df: pd.DataFrame, *, study: protocol.Study | None = None, r
             reasons[a] = f"separation: {a} at {y[0]:.0%} acceptance"
     fitted = [a for a in others if a not in reasons]
     if reference in reasons:
-        res = logistic.unestimable_fit(["intercept"] + [f"{a} vs {reference}" for a in fitted], f"reference arm: {reasons[reference]}", int(keep.sum()), int(len(np.unique(layout.j[keep]))))
+        res = logistic.unestimable_fit(
+            ["intercept"] + [f"{a} vs {reference}" for a in fitted],
+            f"reference arm: {reasons[reference]}",
+            int(keep.sum()),
+            int(len(np.unique(layout.j[keep]))),
+        )
         use = keep
     else:
         use = keep & np.isin(arm, [reference] + fitted)
         X = np.column_stack([np.ones(use.sum())] + [(arm[use] == a).astype(float) for a in fitted])
-        res = logistic.fit(S[use], X, ["intercept"] + [f"{a} vs {reference}" for a in fitted], layout.j[use], level=level)
+        res = logistic.fit(
+            S[use], X, ["intercept"] + [f"{a} vs {reference}" for a in fitted], layout.j[use], level=level
+        )
     by_term = dict(zip(res.terms, range(len(res.terms))))
     out = []
     for term, a in [("intercept", reference)] + [(f"{a} vs {reference}", a) for a in others]:
         if term in by_term:
             k = by_term[term]
-            c, se, p, lo, hi, why = res.coef[k], res.se[k], res.p_value[k], res.ci_low[k], res.ci_high[k], res.reasons[k]
+            c, se, p, lo, hi, why = (
+                res.coef[k],
+                res.se[k],
+                res.p_value[k],
+                res.ci_low[k],
+                res.ci_high[k],
+                res.reasons[k],
+            )
         else:
             c = se = p = lo = hi = np.nan
             why = reasons[a]
-        out.append({"term": term, "log_odds": c, "se_cluster": se, "p_value": p, "odds_ratio": np.exp(c), "or_ci_low": np.exp(lo), "or_ci_high": np.exp(hi), "note": why})
+        out.append(
+            {
+                "term": term,
+                "log_odds": c,
+                "se_cluster": se,
+                "p_value": p,
+                "odds_ratio": np.exp(c),
+                "or_ci_low": np.exp(lo),
+                "or_ci_high": np.exp(hi),
+                "note": why,
+            }
+        )
     table = pd.DataFrame(out)
-    details = {"fit": res.details.get("fit"), "n_runs": int(use.sum()), "n_clusters": int(res.n_clusters), "note": res.note}
+    details = {
+        "fit": res.details.get("fit"),
+        "n_runs": int(use.sum()),
+        "n_clusters": int(res.n_clusters),
+        "note": res.note,
+    }
     if firth:
         present = [a for a in others if a not in reasons or not reasons[a].startswith("no scored")]
         if reference not in reasons or not reasons[reference].startswith("no scored"):
             m = keep & np.isin(arm, [reference] + present)
             Xf = np.column_stack([np.ones(m.sum())] + [(arm[m] == a).astype(float) for a in present])
-            details["firth"] = logistic.firth_fit(S[m], Xf, ["intercept"] + [f"{a} vs {reference}" for a in present], level=level) if m.sum() else None
+            details["firth"] = (
+                logistic.firth_fit(S[m], Xf, ["intercept"] + [f"{a} vs {reference}" for a in present], level=level)
+                if m.sum()
+                else None
+            )
     return TableResult("logistic_cluster", table, details)
 
 
@@ -179,7 +241,9 @@ def km_exact(t: np.ndarray, event: np.ndarray, times: Sequence[float]) -> tuple[
     return median, at
 
 
-def kaplan_meier(df: pd.DataFrame, *, study: protocol.Study | None = None, times: Sequence[float] | None = None) -> TableResult:
+def kaplan_meier(
+    df: pd.DataFrame, *, study: protocol.Study | None = None, times: Sequence[float] | None = None
+) -> TableResult:
     """Kaplan-Meier curves of time to completion per arm (lifelines) and log-rank tests.
 
     ``summary``: per arm the runs, events, censored runs, median time to
@@ -206,7 +270,13 @@ def kaplan_meier(df: pd.DataFrame, *, study: protocol.Study | None = None, times
             continue
         fitters[a] = KaplanMeierFitter(label=a).fit(t[m], ev[m])
         median, surv = km_exact(t[m], ev[m], times)
-        rec = {"arm": a, "runs": int(m.sum()), "completed": int(ev[m].sum()), "censored": int((~ev[m]).sum()), "median_min": median if np.isfinite(median) else np.nan}
+        rec = {
+            "arm": a,
+            "runs": int(m.sum()),
+            "completed": int(ev[m].sum()),
+            "censored": int((~ev[m]).sum()),
+            "median_min": median if np.isfinite(median) else np.nan,
+        }
         rec.update({f"running_at_{int(x)}min": float(v) for x, v in zip(times, surv)})
         rec["note"] = "" if np.isfinite(median) else "median not reached: over half the runs never completed"
         out.append(rec)
@@ -214,28 +284,71 @@ def kaplan_meier(df: pd.DataFrame, *, study: protocol.Study | None = None, times
     tests = []
     sub = np.isin(arm, present)
     if len(present) < 2:
-        tests.append({"test": "log-rank, all arms", "statistic": np.nan, "df": np.nan, "p_value": np.nan, "note": "fewer than two arms with runs"})
+        tests.append(
+            {
+                "test": "log-rank, all arms",
+                "statistic": np.nan,
+                "df": np.nan,
+                "p_value": np.nan,
+                "note": "fewer than two arms with runs",
+            }
+        )
     elif not ev.any():
-        tests.append({"test": "log-rank, all arms", "statistic": np.nan, "df": np.nan, "p_value": np.nan, "note": "no completion event"})
+        tests.append(
+            {
+                "test": "log-rank, all arms",
+                "statistic": np.nan,
+                "df": np.nan,
+                "p_value": np.nan,
+                "note": "no completion event",
+            }
+        )
     else:
         multi = multivariate_logrank_test(t[sub], arm[sub], ev[sub])
-        tests.append({"test": "log-rank, all arms", "statistic": float(multi.test_statistic), "df": int(multi.degrees_of_freedom), "p_value": float(multi.p_value), "note": ""})
+        tests.append(
+            {
+                "test": "log-rank, all arms",
+                "statistic": float(multi.test_statistic),
+                "df": int(multi.degrees_of_freedom),
+                "p_value": float(multi.p_value),
+                "note": "",
+            }
+        )
     treated, control = study.contrasts[0]
     mt, mc = arm == treated, arm == control
     name = f"log-rank, {treated} vs {control}"
     missing = [a for a, m in ((treated, mt), (control, mc)) if not m.any()]
     if missing:
-        tests.append({"test": name, "statistic": np.nan, "df": 1, "p_value": np.nan, "note": f"no run in {' and '.join(missing)}"})
+        tests.append(
+            {
+                "test": name,
+                "statistic": np.nan,
+                "df": 1,
+                "p_value": np.nan,
+                "note": f"no run in {' and '.join(missing)}",
+            }
+        )
     elif not (ev[mt].any() or ev[mc].any()):
         tests.append({"test": name, "statistic": np.nan, "df": 1, "p_value": np.nan, "note": "no completion event"})
     else:
         pair = logrank_test(t[mt], t[mc], ev[mt], ev[mc])
-        tests.append({"test": name, "statistic": float(pair.test_statistic), "df": 1, "p_value": float(pair.p_value), "note": ""})
+        tests.append(
+            {"test": name, "statistic": float(pair.test_statistic), "df": 1, "p_value": float(pair.p_value), "note": ""}
+        )
     tests_df = pd.DataFrame(tests)
     for i, r in tests_df.iterrows():
         if not r.note and not np.isfinite(r.p_value):
             tests_df.loc[i, "note"] = "no information (no event at any time both arms are at risk)"
-    return TableResult("kaplan_meier", pd.DataFrame(out), {"fitters": fitters, "tests": tests_df, "tests_summary": estimability.honest_frame(tests_df, ["statistic", "df", "p_value"]), "times": times})
+    return TableResult(
+        "kaplan_meier",
+        pd.DataFrame(out),
+        {
+            "fitters": fitters,
+            "tests": tests_df,
+            "tests_summary": estimability.honest_frame(tests_df, ["statistic", "df", "p_value"]),
+            "times": times,
+        },
+    )
 
 
 # --------------------------------------------------------------------------
@@ -260,14 +373,23 @@ def charged_agent_cost(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     missing = np.isnan(reported)
     if "charged_usd" not in rows:
         return reported, np.zeros(len(rows), dtype=bool)
-    judges = rows["judge_cost_usd"].fillna(0.0).to_numpy(dtype=float) if "judge_cost_usd" in rows else np.zeros(len(rows))
+    judges = (
+        rows["judge_cost_usd"].fillna(0.0).to_numpy(dtype=float) if "judge_cost_usd" in rows else np.zeros(len(rows))
+    )
     ledger = rows["charged_usd"].to_numpy(dtype=float) - judges
     fill = missing & np.isfinite(ledger)
     return np.where(fill, np.maximum(ledger, 0.0), reported), fill
 
 
-def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None, weights: str = "equal",
-                      cost_reading: str = "charged") -> TableResult:
+def cost_per_accepted(
+    df: pd.DataFrame,
+    *,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    B: int | None = None,
+    weights: str = "equal",
+    cost_reading: str = "charged",
+) -> TableResult:
     """Cost per accepted deliverable per arm: scenario-weighted mean agent cost per run over acceptance.
 
     The joint bootstrap resamples scenarios and recomputes numerator and
@@ -282,7 +404,11 @@ def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
     study, rows, layout = _setup(df, study)
     settings = InferenceSettings.from_study(seed, study, B=B)
     w = layout.weights(weights)
-    values, charged = charged_agent_cost(rows) if cost_reading == "charged" else (rows["cost_usd"].to_numpy(dtype=float), np.zeros(len(rows), dtype=bool))
+    values, charged = (
+        charged_agent_cost(rows)
+        if cost_reading == "charged"
+        else (rows["cost_usd"].to_numpy(dtype=float), np.zeros(len(rows), dtype=bool))
+    )
     n_charged = np.bincount(layout.a[(layout.a >= 0) & charged], minlength=layout.A)
     n_left_out = np.bincount(layout.a[(layout.a >= 0) & np.isnan(values)], minlength=layout.A)
     cost = layout.means(values)
@@ -312,7 +438,9 @@ def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
     # A resample with no accepted run has an infinite ratio; keep it in the ordering as the largest value.
     ranked = np.where(np.isnan(reps), np.inf, reps)
     ranked[:, np.isnan(est)] = np.inf  # an arm without an estimate is never the cheapest
-    lo, hi = resampling.percentile_interval_infinite(ranked, settings.level)  # an end that touches an infinite resample stays infinite
+    lo, hi = resampling.percentile_interval_infinite(
+        ranked, settings.level
+    )  # an end that touches an infinite resample stays infinite
     lo, hi = np.where(np.isnan(est), np.nan, lo), np.where(np.isnan(est), np.nan, hi)
     # The cheapest arm of a resample exists only when some arm has a finite ratio in it.
     finite = np.isfinite(ranked).any(axis=1)
@@ -338,10 +466,14 @@ def cost_per_accepted(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
             "note": [estimability.join_notes(n, f) for n, f in zip(notes, flags)],
         }
     )
-    return TableResult("cost_per_accepted", table, {"replicates": reps}, infinite=("cost_per_accepted", "ci_low", "ci_high"))
+    return TableResult(
+        "cost_per_accepted", table, {"replicates": reps}, infinite=("cost_per_accepted", "ci_low", "ci_high")
+    )
 
 
-def frontier(df: pd.DataFrame, kind: str, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None) -> TableResult:
+def frontier(
+    df: pd.DataFrame, kind: str, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None
+) -> TableResult:
     """Acceptance within an allowance, per arm: ``kind`` is ``budget`` (S=1 and cost <= b, over
     ``frontier.budget_usd``) or ``human`` (S=1 and H <= h, over ``frontier.human_minutes``)."""
     study, rows, layout = _setup(df, study)
@@ -414,12 +546,21 @@ def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None
         }
     )
     runs, scored = layout.runs_per_arm(), layout.sums(f("Q"))[1].sum(axis=0)
-    summary["note"] = [f"no run in {a}" if r == 0 else (f"no scored run in {a} (Q and S)" if k == 0 else "") for a, r, k in zip(layout.arms, runs, scored)]
+    summary["note"] = [
+        f"no run in {a}" if r == 0 else (f"no scored run in {a} (Q and S)" if k == 0 else "")
+        for a, r, k in zip(layout.arms, runs, scored)
+    ]
     charged = charged_agent_cost(rows)[1]
-    return TableResult("secondary_endpoints", summary, {"n_charged": {a: int(charged[layout.a == k].sum()) for k, a in enumerate(layout.arms)}})
+    return TableResult(
+        "secondary_endpoints",
+        summary,
+        {"n_charged": {a: int(charged[layout.a == k].sum()) for k, a in enumerate(layout.arms)}},
+    )
 
 
-def model_sensitivity(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None) -> TableResult:
+def model_sensitivity(
+    df: pd.DataFrame, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None
+) -> TableResult:
     """Acceptance of the sensitivity arm under each model (worker model first), scenario-weighted."""
     study = study or protocol.study()
     arm = study["sensitivity_models"]["arm"]
@@ -436,9 +577,23 @@ def model_sensitivity(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
         counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 13]), layout.J, settings.B)
         lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts), settings.level)
         n_scen = int((~np.isnan(means)).sum())
-        note = estimability.join_notes("no scored run" if n_scen == 0 else "", *estimability.interval_flags(lo, hi, n_scen))
-        out.append({"arm": arm, "model": m, "p_hat": float(resampling.weighted_mean(means)[0]), "ci_low": float(lo[0]), "ci_high": float(hi[0]), "n_runs": len(part), "note": note})
-    return TableResult("model_sensitivity", pd.DataFrame(out, columns=["arm", "model", "p_hat", "ci_low", "ci_high", "n_runs", "note"]))
+        note = estimability.join_notes(
+            "no scored run" if n_scen == 0 else "", *estimability.interval_flags(lo, hi, n_scen)
+        )
+        out.append(
+            {
+                "arm": arm,
+                "model": m,
+                "p_hat": float(resampling.weighted_mean(means)[0]),
+                "ci_low": float(lo[0]),
+                "ci_high": float(hi[0]),
+                "n_runs": len(part),
+                "note": note,
+            }
+        )
+    return TableResult(
+        "model_sensitivity", pd.DataFrame(out, columns=["arm", "model", "p_hat", "ci_low", "ci_high", "n_runs", "note"])
+    )
 
 
 # --------------------------------------------------------------------------
@@ -446,7 +601,14 @@ def model_sensitivity(df: pd.DataFrame, *, seed: int = 0, study: protocol.Study 
 # --------------------------------------------------------------------------
 
 
-def recovery_index(df: pd.DataFrame, *, arm: str | None = None, seed: int = 0, study: protocol.Study | None = None, B: int | None = None) -> TableResult:
+def recovery_index(
+    df: pd.DataFrame,
+    *,
+    arm: str | None = None,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    B: int | None = None,
+) -> TableResult:
     """The Autonomous Recovery Index of the self-repairing arm (definition in protocol/interpretations.md).
 
     Eligible runs: the first session failed the self-check, or ended by a
@@ -467,7 +629,18 @@ def recovery_index(df: pd.DataFrame, *, arm: str | None = None, seed: int = 0, s
     if rows.empty or not eligible.any():
         why = f"no run in {arm}" if rows.empty else f"no run of {arm} was eligible for recovery"
         for name, num_runs in (("ARI", recovered), ("ARI, accepted", accepted)):
-            out.append({"index": name, "arm": arm, "eligible": int(eligible.sum()), "recovered": int(num_runs.sum()), "estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "note": why})
+            out.append(
+                {
+                    "index": name,
+                    "arm": arm,
+                    "eligible": int(eligible.sum()),
+                    "recovered": int(num_runs.sum()),
+                    "estimate": np.nan,
+                    "ci_low": np.nan,
+                    "ci_high": np.nan,
+                    "note": why,
+                }
+            )
         return TableResult("recovery_index", pd.DataFrame(out))
     layout = Layout.of(rows, [arm])
     counts = resampling.bootstrap_counts(np.random.default_rng([settings.seed, 17]), layout.J, settings.B)
@@ -485,8 +658,21 @@ def recovery_index(df: pd.DataFrame, *, arm: str | None = None, seed: int = 0, s
         reps = resampling.bootstrap_ratios(num[:, 0], d[:, 0], counts)
         lo, hi = resampling.percentile_interval(reps, settings.level)
         n_scen = int((d[:, 0] > 0).sum())
-        note = estimability.join_notes("no eligible run with a judge's score" if d.sum() == 0 else "", *estimability.interval_flags(lo, hi, n_scen))
-        out.append({"index": name, "arm": arm, "eligible": int(d.sum()), "recovered": int(num.sum()), "estimate": est, "ci_low": float(lo) if d.sum() > 0 else np.nan, "ci_high": float(hi) if d.sum() > 0 else np.nan, "note": note})
+        note = estimability.join_notes(
+            "no eligible run with a judge's score" if d.sum() == 0 else "", *estimability.interval_flags(lo, hi, n_scen)
+        )
+        out.append(
+            {
+                "index": name,
+                "arm": arm,
+                "eligible": int(d.sum()),
+                "recovered": int(num.sum()),
+                "estimate": est,
+                "ci_low": float(lo) if d.sum() > 0 else np.nan,
+                "ci_high": float(hi) if d.sum() > 0 else np.nan,
+                "note": note,
+            }
+        )
     return TableResult("recovery_index", pd.DataFrame(out))
 
 
@@ -559,22 +745,45 @@ def judge_agreement(df: pd.DataFrame, *, study: protocol.Study | None = None) ->
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                v = interval_alpha(data) if level == "interval" else float(krippendorff.alpha(reliability_data=data, level_of_measurement=level, **kw))
+                v = (
+                    interval_alpha(data)
+                    if level == "interval"
+                    else float(krippendorff.alpha(reliability_data=data, level_of_measurement=level, **kw))
+                )
         except (ValueError, ZeroDivisionError) as exc:
             return np.nan, f"krippendorff: {exc}"
         return (v, "") if np.isfinite(v) else (np.nan, "no disagreement is possible in these scores")
 
     a_ord, why_ord = alpha(rounded[:, scored], "ordinal", value_domain=np.arange(0.0, 101.0))
     a_int, why_int = alpha(mat[:, scored], "interval")
-    out.append({"measure": "Krippendorff alpha (ordinal)", "judges": "+".join(jids), "value": a_ord, "n_runs": int(scored.sum()), "note": why_ord})
-    out.append({"measure": "Krippendorff alpha (interval)", "judges": "+".join(jids), "value": a_int, "n_runs": int(scored.sum()), "note": why_int})
+    out.append(
+        {
+            "measure": "Krippendorff alpha (ordinal)",
+            "judges": "+".join(jids),
+            "value": a_ord,
+            "n_runs": int(scored.sum()),
+            "note": why_ord,
+        }
+    )
+    out.append(
+        {
+            "measure": "Krippendorff alpha (interval)",
+            "judges": "+".join(jids),
+            "value": a_int,
+            "n_runs": int(scored.sum()),
+            "note": why_int,
+        }
+    )
     for i in range(len(jids)):
         for k in range(i + 1, len(jids)):
             both = ~np.isnan(mat[i]) & ~np.isnan(mat[k])
             pair = f"{jids[i]}-{jids[k]}"
             for measure, fn in (("Pearson r", stats.pearsonr), ("Spearman rho", stats.spearmanr)):
                 if both.sum() < 3:
-                    value, why = np.nan, f"{int(both.sum())} run{'' if int(both.sum()) == 1 else 's'} scored by both; needs at least 3"
+                    value, why = (
+                        np.nan,
+                        f"{int(both.sum())} run{'' if int(both.sum()) == 1 else 's'} scored by both; needs at least 3",
+                    )
                 elif np.ptp(mat[i, both]) == 0 or np.ptp(mat[k, both]) == 0:
                     value, why = np.nan, "a judge's scores do not vary"
                 else:

@@ -29,7 +29,14 @@ class SensitivityStage:
     hypotheses: list[HypothesisResult]
 
 
-def primary_stage(runs: pd.DataFrame, *, seed: int, study: protocol.Study | None = None, B: int | None = None, n_permutations: int | None = None) -> PrimaryStage:
+def primary_stage(
+    runs: pd.DataFrame,
+    *,
+    seed: int,
+    study: protocol.Study | None = None,
+    B: int | None = None,
+    n_permutations: int | None = None,
+) -> PrimaryStage:
     """The primary analysis and H1, H2, H3, H5, H6 on a validated run table."""
     study = study or protocol.study()
     result = primary.primary_analysis(runs, seed=seed, study=study, B=B, n_permutations=n_permutations)
@@ -44,17 +51,28 @@ def primary_stage(runs: pd.DataFrame, *, seed: int, study: protocol.Study | None
     return PrimaryStage(result, hyps)
 
 
-def sensitivity_stage(runs: pd.DataFrame, *, seed: int, study: protocol.Study | None = None, B: int | None = None, n_permutations: int | None = None) -> SensitivityStage:
+def sensitivity_stage(
+    runs: pd.DataFrame,
+    *,
+    seed: int,
+    study: protocol.Study | None = None,
+    B: int | None = None,
+    n_permutations: int | None = None,
+) -> SensitivityStage:
     """Every sensitivity analysis and secondary endpoint, and H4 and H7, on a validated run table."""
     study = study or protocol.study()
     r: dict[str, object] = {}
     r["q_grid"] = sensitivity.q_grid(runs, seed=seed, study=study, B=B, n_permutations=n_permutations)
-    r["minutes_weighted"] = sensitivity.minutes_weighted(runs, seed=seed, study=study, B=B, n_permutations=n_permutations)
+    r["minutes_weighted"] = sensitivity.minutes_weighted(
+        runs, seed=seed, study=study, B=B, n_permutations=n_permutations
+    )
     r["logistic"] = sensitivity.logistic_cluster(runs, study=study)
     r["kaplan_meier"] = sensitivity.kaplan_meier(runs, study=study)
     r["cost_per_accepted"] = sensitivity.cost_per_accepted(runs, seed=seed, study=study, B=B)
     # The literal reading (runs without a reported cost left out), a sensitivity of the charged one.
-    r["cost_per_accepted_reported"] = sensitivity.cost_per_accepted(runs, seed=seed, study=study, B=B, cost_reading="reported")
+    r["cost_per_accepted_reported"] = sensitivity.cost_per_accepted(
+        runs, seed=seed, study=study, B=B, cost_reading="reported"
+    )
     r["frontier_budget"] = sensitivity.frontier(runs, "budget", seed=seed, study=study, B=B)
     r["frontier_human"] = sensitivity.frontier(runs, "human", seed=seed, study=study, B=B)
     r["secondary"] = sensitivity.secondary_endpoints(runs, study=study)

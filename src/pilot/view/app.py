@@ -26,8 +26,10 @@ from pilot.view.study import StudyReader, ViewError
 
 LOOPBACK = "127.0.0.1"
 #: Loose enough for the viewer's own stylesheet and script, nothing else.
-CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; base-uri 'none'; "
-       "form-action 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
 STATIC_DIR = Path(__file__).parent / "static"
 
 
@@ -83,7 +85,9 @@ def create_app(folder: Path) -> Flask:
         return page(site.render_scenario(reader, links, sid))
 
     def offered(run_id: str, attempt_no: int, name: str) -> files.OutputFile:
-        data_attempts = {a["attempt_no"]: a for a in reader.run(run_id)["attempts"]}  # raises ViewError for an unknown run
+        data_attempts = {
+            a["attempt_no"]: a for a in reader.run(run_id)["attempts"]
+        }  # raises ViewError for an unknown run
         if attempt_no not in data_attempts:
             abort(404)
         rf = data_attempts[attempt_no]["files"]
@@ -94,8 +98,13 @@ def create_app(folder: Path) -> Flask:
 
     @app.get("/files/<run_id>/attempt-<int:attempt_no>/<name>")
     def download(run_id: str, attempt_no: int, name: str) -> Response:
-        return send_file(offered(run_id, attempt_no, name).path, mimetype="application/octet-stream", as_attachment=True,
-                         download_name=name, max_age=0)
+        return send_file(
+            offered(run_id, attempt_no, name).path,
+            mimetype="application/octet-stream",
+            as_attachment=True,
+            download_name=name,
+            max_age=0,
+        )
 
     @app.get("/slides/<run_id>/attempt-<int:attempt_no>/<name>")
     def slides(run_id: str, attempt_no: int, name: str) -> Response:
@@ -107,7 +116,9 @@ def create_app(folder: Path) -> Flask:
         except DeckRenderError as exc:
             return Response(site.render_error(links, "Slides not rendered", str(exc)), status=422, mimetype="text/html")
         # An attachment like every delivered file: the agent's slides are never rendered in the viewer's origin.
-        return send_file(pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0)
+        return send_file(
+            pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0
+        )
 
     @app.get("/favicon.ico")
     def favicon() -> Response:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 #: Characters of a tool result shown before its expander.
 SHORT_CHARS = 400
@@ -51,14 +52,22 @@ class Item:
     def flagged(self) -> bool:
         return bool(self.deviations or self.violations)
 
-    def same_step(self, other: "Item") -> bool:
+    def same_step(self, other: Item) -> bool:
         """Whether ``other`` repeats this step exactly (same session, call, input and result; neither flagged)."""
         if self.flagged or other.flagged or self.kind != other.kind or self.session != other.session:
             return False
         if self.kind == "tool":
-            return (self.name, self.input, self.result, self.result_error, self.meta.get("denied")) == \
-                (other.name, other.input, other.result, other.result_error, other.meta.get("denied"))
-        return self.kind in ("text", "thinking", "user", "denial", "note") and (self.name, self.text) == (other.name, other.text)
+            return (self.name, self.input, self.result, self.result_error, self.meta.get("denied")) == (
+                other.name,
+                other.input,
+                other.result,
+                other.result_error,
+                other.meta.get("denied"),
+            )
+        return self.kind in ("text", "thinking", "user", "denial", "note") and (self.name, self.text) == (
+            other.name,
+            other.text,
+        )
 
 
 @dataclass
@@ -176,10 +185,21 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
         if kind == "system" and sub == "init":
             session += 1
             turn, last_message = 0, None
-            items.append(Item("session", anchor, n, session, timestamp=stamp, meta={
-                "model": str(ev.get("model") or ""), "version": str(ev.get("claude_code_version") or ""),
-                "tools": ", ".join(map(str, ev.get("tools") or [])), "session_id": str(ev.get("session_id") or ""),
-            }))
+            items.append(
+                Item(
+                    "session",
+                    anchor,
+                    n,
+                    session,
+                    timestamp=stamp,
+                    meta={
+                        "model": str(ev.get("model") or ""),
+                        "version": str(ev.get("claude_code_version") or ""),
+                        "tools": ", ".join(map(str, ev.get("tools") or [])),
+                        "session_id": str(ev.get("session_id") or ""),
+                    },
+                )
+            )
             continue
         s = max(session, 0)
         if kind == "system" and sub == "permission_denied":
@@ -210,8 +230,15 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
                     items.append(Item("thinking", a, n, s, text=_cut(str(block.get("thinking", "")), FULL_CHARS)))
                 elif block.get("type") == "tool_use":
                     tid = str(block.get("id") or "")
-                    it = Item("tool", a, n, s, name=str(block.get("name") or "?"), input=_cut(_pretty(block.get("input")), FULL_CHARS),
-                              meta={"id": tid})
+                    it = Item(
+                        "tool",
+                        a,
+                        n,
+                        s,
+                        name=str(block.get("name") or "?"),
+                        input=_cut(_pretty(block.get("input")), FULL_CHARS),
+                        meta={"id": tid},
+                    )
                     items.append(it)
                     if tid:
                         tools.setdefault(tid, it)
@@ -238,11 +265,24 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
                     items.append(Item("user", f"{anchor}-{i}", n, s, text=_cut(str(block.get("text", "")), FULL_CHARS)))
             continue
         if kind == "result":
-            items.append(Item("result", anchor, n, s, text=_cut(str(ev.get("result") or ""), FULL_CHARS), timestamp=stamp, meta={
-                "subtype": str(sub or ""), "is_error": bool(ev.get("is_error")), "cost_usd": ev.get("total_cost_usd"),
-                "turns": ev.get("num_turns"), "terminal_reason": str(ev.get("terminal_reason") or ""),
-                "errors": "; ".join(map(str, ev.get("errors") or [])),
-            }))
+            items.append(
+                Item(
+                    "result",
+                    anchor,
+                    n,
+                    s,
+                    text=_cut(str(ev.get("result") or ""), FULL_CHARS),
+                    timestamp=stamp,
+                    meta={
+                        "subtype": str(sub or ""),
+                        "is_error": bool(ev.get("is_error")),
+                        "cost_usd": ev.get("total_cost_usd"),
+                        "turns": ev.get("num_turns"),
+                        "terminal_reason": str(ev.get("terminal_reason") or ""),
+                        "errors": "; ".join(map(str, ev.get("errors") or [])),
+                    },
+                )
+            )
             continue
         items.append(Item("note", anchor, n, s, text=_cut(f"{kind or '?'} {sub or ''}".strip(), 200)))
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,9 @@ class ExportError(ViewError):
 def _prepare(out: Path, study_folder: Path) -> None:
     out = out.resolve()
     if files.inside(out, study_folder) or files.inside(study_folder, out):
-        raise ExportError(f"{out}: the export must not be written into the study folder {study_folder} (nor contain it)")
+        raise ExportError(
+            f"{out}: the export must not be written into the study folder {study_folder} (nor contain it)"
+        )
     if out.exists():
         if not out.is_dir():
             raise ExportError(f"{out}: not a folder")
@@ -49,7 +51,9 @@ def _prepare(out: Path, study_folder: Path) -> None:
             raise ExportError(f"{out}: not empty and not an earlier export (no {MARKER}); choose an empty folder")
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    (out / MARKER).write_text("written by pilot view --export; replaced by the next export to this folder\n", encoding="utf-8")
+    (out / MARKER).write_text(
+        "written by pilot view --export; replaced by the next export to this folder\n", encoding="utf-8"
+    )
 
 
 def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> tuple[int, int, int]:
@@ -107,11 +111,21 @@ def export_site(folder: Path, out: Path, *, workers: int | None = None) -> Expor
     n = max(1, min(workers or min(os.cpu_count() or 1, 4), len(rows) // 8 or 1))
     chunks = [rows[i::n] for i in range(n)]
     totals = [0, 0, 0]
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) if n > 1 else nullcontext() as pool:
+    with (
+        ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+        if n > 1
+        else nullcontext() as pool
+    ):
         futures = [pool.submit(_write_runs, reader.folder, out, c, simulated) for c in chunks] if pool else []
-        (out / "index.html").write_text(site.render_index(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
-        (out / "scenarios.html").write_text(site.render_scenarios(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
-        (out / "overview.html").write_text(site.render_overview(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
+        (out / "index.html").write_text(
+            site.render_index(reader, links, rows=rows, simulated=simulated), encoding="utf-8"
+        )
+        (out / "scenarios.html").write_text(
+            site.render_scenarios(reader, links, rows=rows, simulated=simulated), encoding="utf-8"
+        )
+        (out / "overview.html").write_text(
+            site.render_overview(reader, links, rows=rows, simulated=simulated), encoding="utf-8"
+        )
         totals[0] += 2
         for sid in sorted({r["scenario"] for r in rows}):
             html = site.render_scenario(reader, links.at(1), sid, rows=rows, simulated=simulated)

@@ -40,7 +40,9 @@ def _inspect() -> Any:
         import inspect_ai.scorer as scorer
         import inspect_ai.tool as tool
     except ImportError as exc:  # the extra is optional: say which one to install
-        raise InspectExportError("the Inspect export needs the optional extra: pip install -e '.[inspect]' (inspect-ai)") from exc
+        raise InspectExportError(
+            "the Inspect export needs the optional extra: pip install -e '.[inspect]' (inspect-ai)"
+        ) from exc
     return log, model, scorer, tool
 
 
@@ -84,15 +86,29 @@ def messages_of(conv: conversation.Conversation | None, prompt: str) -> list[Any
     for item in conv.items:
         if item.kind == "session" and item.session > 0:
             # A later session is the self-repairing arm's resume: the harness, not the model, started it.
-            out.append(model.ChatMessageUser(content=f"[harness] session {item.session + 1} (resume): {item.text}".strip()))
+            out.append(
+                model.ChatMessageUser(content=f"[harness] session {item.session + 1} (resume): {item.text}".strip())
+            )
         elif item.kind == "text" and item.text:
             out.append(model.ChatMessageAssistant(content=item.text))
         elif item.kind == "tool":
             call_id = item.anchor or f"call-{item.line}"
-            out.append(model.ChatMessageAssistant(content="", tool_calls=[
-                tool.ToolCall(id=call_id, function=item.name or "tool", arguments=_arguments(item.input))]))
-            out.append(model.ChatMessageTool(content=item.result or "", tool_call_id=call_id, function=item.name or "tool",
-                                             error=tool.ToolCallError(type="unknown", message=item.result or "") if item.result_error else None))
+            out.append(
+                model.ChatMessageAssistant(
+                    content="",
+                    tool_calls=[
+                        tool.ToolCall(id=call_id, function=item.name or "tool", arguments=_arguments(item.input))
+                    ],
+                )
+            )
+            out.append(
+                model.ChatMessageTool(
+                    content=item.result or "",
+                    tool_call_id=call_id,
+                    function=item.name or "tool",
+                    error=tool.ToolCallError(type="unknown", message=item.result or "") if item.result_error else None,
+                )
+            )
         elif item.kind == "user" and item.text:
             out.append(model.ChatMessageUser(content=item.text))
     return out
@@ -131,17 +147,32 @@ def export_inspect(reader: StudyReader, out_dir: Path) -> InspectExport:
         scores = {k: scorer.Score(value=v) for k in SCORES if (v := _score_value(row.get(k))) is not None}
         meta = {k: _plain(v) for k, v in row.items() if k not in SCORES and not isinstance(v, (list, dict))}
         meta.update({"label": label, "missing_scores": [k for k in SCORES if k not in scores]})
-        sample = log.EvalSample(id=run_id, epoch=int(row.get("repeat") or 1), input=prompt, target="",
-                                messages=messages_of(conv, prompt), scores=scores, metadata=meta)
+        sample = log.EvalSample(
+            id=run_id,
+            epoch=int(row.get("repeat") or 1),
+            input=prompt,
+            target="",
+            messages=messages_of(conv, prompt),
+            scores=scores,
+            metadata=meta,
+        )
         model_name = str(row.get("model") or reader.info.worker_model)
         groups.setdefault((str(row.get("arm")), model_name), []).append(sample)
     written = []
     for (arm, model_name), samples in sorted(groups.items()):
         spec = log.EvalSpec(
-            created=reader.info.created_at, task=f"{reader.name}/{arm}", model=model_name,
-            dataset=log.EvalDataset(name=reader.name, samples=len(samples)), config=log.EvalConfig(),
-            metadata={"label": label, "study": reader.name, "arm": arm, "model": model_name,
-                      "note": "" if label == "real" else f"{label}: not a finding about the agent under study"},
+            created=reader.info.created_at,
+            task=f"{reader.name}/{arm}",
+            model=model_name,
+            dataset=log.EvalDataset(name=reader.name, samples=len(samples)),
+            config=log.EvalConfig(),
+            metadata={
+                "label": label,
+                "study": reader.name,
+                "arm": arm,
+                "model": model_name,
+                "note": "" if label == "real" else f"{label}: not a finding about the agent under study",
+            },
         )
         path = out_dir / f"{_file_part(reader.name)}_{_file_part(arm)}_{_file_part(model_name)}.eval"
         log.write_eval_log(log.EvalLog(eval=spec, status="success", samples=samples), str(path))

@@ -36,7 +36,9 @@ REHEARSAL_BANNER = (
 
 
 #: Deliverable types a static host may serve as they are: none of them runs script in the site's origin.
-INERT_SUFFIXES = frozenset({".xlsx", ".xlsm", ".docx", ".pptx", ".pdf", ".csv", ".tsv", ".txt", ".md", ".json", ".png", ".jpg", ".jpeg"})
+INERT_SUFFIXES = frozenset(
+    {".xlsx", ".xlsm", ".docx", ".pptx", ".pdf", ".csv", ".tsv", ".txt", ".md", ".json", ".png", ".jpg", ".jpeg"}
+)
 #: Added to any other deliverable's name in the static site (an agent's .html or .svg must not run beside the pages).
 NEUTRAL_SUFFIX = ".download"
 
@@ -56,7 +58,7 @@ class Links:
     def _root(self) -> str:
         return "../" * self.depth if self.static else "/"
 
-    def at(self, depth: int) -> "Links":
+    def at(self, depth: int) -> Links:
         return Links(self.static, depth)
 
     def index(self) -> str:
@@ -93,8 +95,13 @@ class Links:
 
 
 def _env() -> Environment:
-    env = Environment(loader=PackageLoader("pilot.view", "templates"), autoescape=select_autoescape(default=True),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=PackageLoader("pilot.view", "templates"),
+        autoescape=select_autoescape(default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["num"] = _num
     env.filters["usd"] = _usd
     env.filters["yesno"] = _yesno
@@ -137,7 +144,10 @@ def arm_model_groups(rows: list[dict[str, Any]], worker_model: str) -> list[tupl
     tallies: dict[tuple[str, str], Tally] = {}
     for r in rows:
         tallies.setdefault((r["arm"], str(r.get("model") or "")), Tally()).add(r)
-    return [(a, m, t) for (a, m), t in sorted(tallies.items(), key=lambda kv: (kv[0][0], kv[0][1] != worker_model, kv[0][1]))]
+    return [
+        (a, m, t)
+        for (a, m), t in sorted(tallies.items(), key=lambda kv: (kv[0][0], kv[0][1] != worker_model, kv[0][1]))
+    ]
 
 
 _ENV: Environment | None = None
@@ -190,21 +200,45 @@ def _common(reader: StudyReader, links: Links, simulated: bool, title: str) -> d
     # A dry run's label wins; a rehearsal (whose judges are the real CLI's) is labelled by its own backend.
     label = backends.SIMULATED_LABEL if simulated else reader.label()
     banner = {backends.SIMULATED_LABEL: SIMULATED_BANNER, backends.REHEARSAL_LABEL: REHEARSAL_BANNER}.get(label, "")
-    return {"study": reader.info, "links": links, "simulated": bool(label), "label": label, "banner": banner, "title": title}
+    return {
+        "study": reader.info,
+        "links": links,
+        "simulated": bool(label),
+        "label": label,
+        "banner": banner,
+        "title": title,
+    }
 
 
-def render_index(reader: StudyReader, links: Links, *, live: bool = False, rows: list[dict] | None = None,
-                 simulated: bool | None = None) -> str:
+def render_index(
+    reader: StudyReader,
+    links: Links,
+    *,
+    live: bool = False,
+    rows: list[dict] | None = None,
+    simulated: bool | None = None,
+) -> str:
     rows = rows if rows is not None else reader.index_rows()
     simulated = reader.simulated(rows) if simulated is None else simulated
     overview = reader.overview()
     columns = list(INDEX_COLUMNS)
     values = {c: sorted({str(r.get(c)) for r in rows if r.get(c) is not None}) for c in FILTERS}
     running = overview["total"]["waiting"] + overview["total"]["in_flight"] > 0
-    return env().get_template("index.html").render(
-        **_common(reader, links, simulated, f"Study {reader.name}"),
-        rows=rows, columns=columns, values=values, filters=FILTERS, groups=arm_model_groups(rows, reader.info.worker_model),
-        overview=overview, sort_key=_sort_key, refresh=live and running, running=running,
+    return (
+        env()
+        .get_template("index.html")
+        .render(
+            **_common(reader, links, simulated, f"Study {reader.name}"),
+            rows=rows,
+            columns=columns,
+            values=values,
+            filters=FILTERS,
+            groups=arm_model_groups(rows, reader.info.worker_model),
+            overview=overview,
+            sort_key=_sort_key,
+            refresh=live and running,
+            running=running,
+        )
     )
 
 
@@ -224,7 +258,9 @@ def _scenario_meta(sids: list[str]) -> dict[str, Any]:
     return out
 
 
-def render_scenarios(reader: StudyReader, links: Links, *, rows: list[dict] | None = None, simulated: bool | None = None) -> str:
+def render_scenarios(
+    reader: StudyReader, links: Links, *, rows: list[dict] | None = None, simulated: bool | None = None
+) -> str:
     """Every scenario of the study with its runs and its acceptance (worker model only)."""
     rows = rows if rows is not None else reader.index_rows()
     simulated = reader.simulated(rows) if simulated is None else simulated
@@ -237,13 +273,23 @@ def render_scenarios(reader: StudyReader, links: Links, *, rows: list[dict] | No
             tallies[r["scenario"]].add(r)
         else:
             other[r["scenario"]] += 1
-    return env().get_template("scenarios.html").render(
-        **_common(reader, links, simulated, "Scenarios"), sids=sids, meta=_scenario_meta(sids), tallies=tallies, other=other,
-        worker=worker,
+    return (
+        env()
+        .get_template("scenarios.html")
+        .render(
+            **_common(reader, links, simulated, "Scenarios"),
+            sids=sids,
+            meta=_scenario_meta(sids),
+            tallies=tallies,
+            other=other,
+            worker=worker,
+        )
     )
 
 
-def render_overview(reader: StudyReader, links: Links, *, rows: list[dict] | None = None, simulated: bool | None = None) -> str:
+def render_overview(
+    reader: StudyReader, links: Links, *, rows: list[dict] | None = None, simulated: bool | None = None
+) -> str:
     """Scenario × arm: accepted / scored per cell for the worker model, each cell linking to its runs."""
     rows = rows if rows is not None else reader.index_rows()
     simulated = reader.simulated(rows) if simulated is None else simulated
@@ -256,14 +302,30 @@ def render_overview(reader: StudyReader, links: Links, *, rows: list[dict] | Non
     for r in mine:
         cells.setdefault((r["scenario"], r["arm"]), Tally()).add(r)
         per_arm[r["arm"]].add(r)
-    return env().get_template("overview.html").render(
-        **_common(reader, links, simulated, "Scenario × arm"), sids=sids, arms=arms, cells=cells, per_arm=per_arm, worker=worker,
-        left_out=len(rows) - len(mine),
+    return (
+        env()
+        .get_template("overview.html")
+        .render(
+            **_common(reader, links, simulated, "Scenario × arm"),
+            sids=sids,
+            arms=arms,
+            cells=cells,
+            per_arm=per_arm,
+            worker=worker,
+            left_out=len(rows) - len(mine),
+        )
     )
 
 
-def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: bool | None = None, row: dict | None = None,
-               slides_refused: dict[tuple[int, str], str] | None = None) -> str:
+def render_run(
+    reader: StudyReader,
+    links: Links,
+    run_id: str,
+    *,
+    simulated: bool | None = None,
+    row: dict | None = None,
+    slides_refused: dict[tuple[int, str], str] | None = None,
+) -> str:
     """A run's page. ``slides_refused`` ((attempt, deck) -> reason): decks whose slides the static export could not render."""
     data = reader.run(run_id, row=row)
     simulated = reader.simulated([data["row"]] if data["row"] else []) if simulated is None else simulated
@@ -272,20 +334,36 @@ def render_run(reader: StudyReader, links: Links, run_id: str, *, simulated: boo
     for a in data["attempts"]:
         outs = files.output_files(a["files"].outputs, reader.folder)
         # A deck is offered with its slides as PDF; where the static export could not render them, the reason instead.
-        downloads.append((a, [(f, (slides_refused or {}).get((a["attempt_no"], f.name)) if is_deck(f.name) else None)
-                              for f in outs]))
+        downloads.append(
+            (a, [(f, (slides_refused or {}).get((a["attempt_no"], f.name)) if is_deck(f.name) else None) for f in outs])
+        )
     q = protocol.study().q
     convs = [c for _, c in data["conversations"] if c is not None]
     charged = [a["charged_usd"] for a in data["attempts"] if a["charged_usd"] is not None]
-    return env().get_template("run.html").render(
-        **_common(reader, links, simulated, f"Run {run_id}"),
-        d=data, rec=data["record"], row=data["row"] or {}, judged=judged,
-        downloads=downloads, links_refused=files.links_in(data["final"]["files"].outputs) if data["final"] else [],
-        q=q, verdict=verdict(data, q), session_costs=session_costs(data["record"]), charged_total=sum(charged) if charged else None,
-        sessions_of={a["attempt_no"]: session_notes(data["record"] if a["final"] else (a["outcome_record"] or {}))
-                     for a, _ in data["conversations"]},
-        unplaced_dev=[d for c in convs[-1:] for d in c.unplaced_deviations] or ([] if convs else data["record"].get("deviations") or []),
-        unplaced_viol=[v for c in convs[-1:] for v in c.unplaced_violations] or ([] if convs else data["record"].get("E_reasons") or []),
+    return (
+        env()
+        .get_template("run.html")
+        .render(
+            **_common(reader, links, simulated, f"Run {run_id}"),
+            d=data,
+            rec=data["record"],
+            row=data["row"] or {},
+            judged=judged,
+            downloads=downloads,
+            links_refused=files.links_in(data["final"]["files"].outputs) if data["final"] else [],
+            q=q,
+            verdict=verdict(data, q),
+            session_costs=session_costs(data["record"]),
+            charged_total=sum(charged) if charged else None,
+            sessions_of={
+                a["attempt_no"]: session_notes(data["record"] if a["final"] else (a["outcome_record"] or {}))
+                for a, _ in data["conversations"]
+            },
+            unplaced_dev=[d for c in convs[-1:] for d in c.unplaced_deviations]
+            or ([] if convs else data["record"].get("deviations") or []),
+            unplaced_viol=[v for c in convs[-1:] for v in c.unplaced_violations]
+            or ([] if convs else data["record"].get("E_reasons") or []),
+        )
     )
 
 
@@ -317,9 +395,15 @@ def session_notes(rec: dict[str, Any]) -> list[dict[str, Any]]:
         reported = s.get("reported_cost_usd")
         own = costs.get(i, reported if i == 0 else None)
         note: dict[str, Any] = {
-            "label": "first session" if i == 0 else "recovery resume", "own_cost": own, "reported": reported,
-            "cumulative": i > 0 and own is not None and reported is not None and abs(float(own) - float(reported)) > 5e-7,
-            "session_id": s.get("session_id"), "resumed_from": s.get("resumed_from"),
+            "label": "first session" if i == 0 else "recovery resume",
+            "own_cost": own,
+            "reported": reported,
+            "cumulative": i > 0
+            and own is not None
+            and reported is not None
+            and abs(float(own) - float(reported)) > 5e-7,
+            "session_id": s.get("session_id"),
+            "resumed_from": s.get("resumed_from"),
         }
         if i > 0:
             first = rec.get("selfcheck_first")
@@ -345,25 +429,39 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
         if cell["status"] == "failed":
             errors = [a["error"] for a in data["attempts"] if a.get("error")]
             last = errors[-1].splitlines()[0] if errors else "no error recorded"
-            return Verdict("Failed: every attempt ended in an infrastructure error", "bad",
-                           [f"{len(data['attempts'])} attempt(s); the last error: {last}", "no inference outcome exists for this run (not imputed)"])
-        return Verdict(f"Not finished ({cell['status'].replace('_', ' ')})", "pending", [f"{cell['attempts']} attempt(s) so far"])
+            return Verdict(
+                "Failed: every attempt ended in an infrastructure error",
+                "bad",
+                [
+                    f"{len(data['attempts'])} attempt(s); the last error: {last}",
+                    "no inference outcome exists for this run (not imputed)",
+                ],
+            )
+        return Verdict(
+            f"Not finished ({cell['status'].replace('_', ' ')})", "pending", [f"{cell['attempts']} attempt(s) so far"]
+        )
     lines: list[str] = []
     if rec.get("status") == "agent_error":
         lines.append(f"the agent's session ended in an error: {rec.get('agent_error') or 'no detail'}")
     if rec.get("censored"):
-        lines.append(f"censored: the run reached its {rec.get('censor_reason')} cap; its deliverables were evaluated as delivered")
+        lines.append(
+            f"censored: the run reached its {rec.get('censor_reason')} cap; its deliverables were evaluated as delivered"
+        )
     failed = [c for c in rec.get("criteria") or [] if not c.get("passed")]
     required = [c for c in failed if c.get("required", True)]
     if row.get("D") is False or rec.get("D") is False:
         if failed:
             lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in (required or failed)))
         elif rec.get("E"):
-            lines.append("D = 0: every criterion passed, but an input was changed, and D requires the inputs untouched (E = 0)")
+            lines.append(
+                "D = 0: every criterion passed, but an input was changed, and D requires the inputs untouched (E = 0)"
+            )
         else:
             lines.append("D = 0 (the evaluator named no failed criterion)")
     elif failed:
-        lines.append("D = 1 although optional criteria failed: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in failed))
+        lines.append(
+            "D = 1 although optional criteria failed: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in failed)
+        )
     else:
         lines.append("D = 1: every oracle criterion passed")
     if rec.get("E"):
@@ -371,33 +469,57 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
     Q = row.get("Q")
     if Q is None:
         errs = [f"{j.get('judge_id')}: {j.get('error')}" for j in rec.get("judges") or [] if j.get("error")]
-        lines.append("Q is missing: no judge returned a grade" + (f" ({'; '.join(errs)})" if errs else "") + ", so S is missing (not 0)")
+        lines.append(
+            "Q is missing: no judge returned a grade"
+            + (f" ({'; '.join(errs)})" if errs else "")
+            + ", so S is missing (not 0)"
+        )
     else:
-        lines.append(f"Q = {Q:.1f} {'≥' if Q >= q else '<'} q = {q:g} ({row.get('n_judges')} judge(s), {row.get('judge_accept_votes')} accept vote(s))")
+        lines.append(
+            f"Q = {Q:.1f} {'≥' if Q >= q else '<'} q = {q:g} ({row.get('n_judges')} judge(s), {row.get('judge_accept_votes')} accept vote(s))"
+        )
     S = row.get("S")
     if S is None:
         return Verdict("S missing", "pending", lines)
     return Verdict("Accepted (S = 1)" if S else "Not accepted (S = 0)", "good" if S else "bad", lines)
 
 
-def render_scenario(reader: StudyReader, links: Links, sid: str, *, rows: list[dict] | None = None,
-                    simulated: bool | None = None) -> str:
+def render_scenario(
+    reader: StudyReader, links: Links, sid: str, *, rows: list[dict] | None = None, simulated: bool | None = None
+) -> str:
     runs = reader.runs_of_scenario(sid, rows)
     simulated = reader.simulated(runs) if simulated is None else simulated
     worker = reader.info.worker_model
     groups = arm_model_groups(runs, worker)
-    by_group = {(a, m): sorted((r for r in runs if r["arm"] == a and str(r.get("model") or "") == m), key=lambda r: (r["wave"], r["repeat"]))
-                for a, m, _ in groups}
+    by_group = {
+        (a, m): sorted(
+            (r for r in runs if r["arm"] == a and str(r.get("model") or "") == m),
+            key=lambda r: (r["wave"], r["repeat"]),
+        )
+        for a, m, _ in groups
+    }
     from pilot.scenarios import load_scenario
 
-    return env().get_template("scenario.html").render(
-        **_common(reader, links, simulated, f"Scenario {sid}"), sid=sid, scenario=load_scenario(sid), groups=groups, by_group=by_group,
-        worker=worker,
+    return (
+        env()
+        .get_template("scenario.html")
+        .render(
+            **_common(reader, links, simulated, f"Scenario {sid}"),
+            sid=sid,
+            scenario=load_scenario(sid),
+            groups=groups,
+            by_group=by_group,
+            worker=worker,
+        )
     )
 
 
 def render_error(links: Links, title: str, message: str) -> str:
-    return env().get_template("error.html").render(links=links, title=title, message=message, simulated=False, label="", banner="")
+    return (
+        env()
+        .get_template("error.html")
+        .render(links=links, title=title, message=message, simulated=False, label="", banner="")
+    )
 
 
 PACKAGE_START = "== THE PACKAGE HANDED IN =="
@@ -414,13 +536,17 @@ def _split_package(prompt: Any) -> list[tuple[Any, str]]:
     """
     text = prompt.text
     start, end = text.find(PACKAGE_START), text.find(PACKAGE_END)
-    section = text[start + len(PACKAGE_START):end].strip("\n") if 0 <= start < end else text
+    section = text[start + len(PACKAGE_START) : end].strip("\n") if 0 <= start < end else text
     delivs = list(prompt.package.deliverables)
     cuts, pos = [], 0
     for d in delivs:
         at = section.find(f"### {d.requested}", pos)
         if at < 0:
-            return [(delivs[0], section)] + [(d, "(shown with the first deliverable)") for d in delivs[1:]] if delivs else []
+            return (
+                [(delivs[0], section)] + [(d, "(shown with the first deliverable)") for d in delivs[1:]]
+                if delivs
+                else []
+            )
         cuts.append(at)
         pos = at + 1
     bounds = cuts[1:] + [len(section)]
@@ -449,14 +575,24 @@ def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPack
         return JudgedPackage([], None, "no attempt finished this run: nothing was judged")
     rf = final["files"]
     if rf.outputs.is_symlink() or rf.workspace.is_symlink() or not files.inside(rf.outputs, reader.folder):
-        return JudgedPackage([], None, "the outputs folder is a symbolic link or lies outside the study; the viewer does not follow it")
+        return JudgedPackage(
+            [], None, "the outputs folder is a symbolic link or lies outside the study; the viewer does not follow it"
+        )
     if not rf.outputs.is_dir():
         return JudgedPackage([], None, "the attempt left no outputs folder")
     record = data["record"]
     # The same strings the pipeline withholds from the judges (pilot.pipeline.judge_record).
     workspace = Path(record.get("workspace") or rf.workspace)
-    withheld = [data["run_id"], final.get("node") or "", reader.name, str(final.get("workspace") or rf.folder), str(workspace),
-                str(rf.folder), str(rf.workspace), str(rf.workspace.resolve())]
+    withheld = [
+        data["run_id"],
+        final.get("node") or "",
+        reader.name,
+        str(final.get("workspace") or rf.folder),
+        str(workspace),
+        str(rf.folder),
+        str(rf.workspace),
+        str(rf.workspace.resolve()),
+    ]
     withheld = [w for w in withheld if w]
 
     def judged(outputs: Path, note: str | None) -> JudgedPackage:
@@ -472,7 +608,10 @@ def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPack
             copy.mkdir()
             for f in files.output_files(rf.outputs, reader.folder):
                 shutil.copyfile(f.path, copy / f.name)
-            return judged(copy, f"outputs/ holds symbolic links ({', '.join(links)}); the viewer does not follow them, "
-                                "so this rendering leaves them out")
+            return judged(
+                copy,
+                f"outputs/ holds symbolic links ({', '.join(links)}); the viewer does not follow them, "
+                "so this rendering leaves them out",
+            )
     except Exception as exc:  # noqa: BLE001 - the page shows why the rendering failed instead of failing whole
         return JudgedPackage([], None, f"the deliverables could not be rendered: {type(exc).__name__}: {exc}")

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 from pilot import ledger, outcomes, paths, protocol
@@ -31,8 +32,25 @@ from pilot.view import conversation, files
 #: The attempt folder layout the scheduler writes (``pilot.schedule.Scheduler``).
 WORKSPACES = "workspaces"
 #: The index's columns (in order); ``charge_usd`` is the run's charge (:meth:`pilot.store.Store.run_charges_by_id`).
-INDEX_COLUMNS = ("scenario", "arm", "model", "repeat", "wave", "status", "D", "E", "Q", "S", "cost_usd", "charge_usd", "wall_s", "turns",
-                 "tool_calls", "deviations", "attempts")
+INDEX_COLUMNS = (
+    "scenario",
+    "arm",
+    "model",
+    "repeat",
+    "wave",
+    "status",
+    "D",
+    "E",
+    "Q",
+    "S",
+    "cost_usd",
+    "charge_usd",
+    "wall_s",
+    "turns",
+    "tool_calls",
+    "deviations",
+    "attempts",
+)
 #: A reader's name for each column (the run table's names are for code), and what it means.
 COLUMN_LABELS = {
     "run_id": ("run", "the run's id: scenario, arm, repeat (and model, for the model-sensitivity wave)"),
@@ -47,8 +65,11 @@ COLUMN_LABELS = {
     "Q": ("Q quality", "the judges' mean score, 0-100"),
     "S": ("S accepted", "S = 1: D = 1, E = 0 and Q at or above the threshold q"),
     "cost_usd": ("agent cost (reported)", "the agent's cost as its client reported it (C in the run table)"),
-    "charge_usd": ("charged", "what the envelope was charged for the run (agent and judges; the reservation when no cost was "
-                              "reported or metered, marked ‡)"),
+    "charge_usd": (
+        "charged",
+        "what the envelope was charged for the run (agent and judges; the reservation when no cost was "
+        "reported or metered, marked ‡)",
+    ),
     "wall_s": ("wall time (s)", "the run's wall-clock seconds"),
     "turns": ("turns", "the agent's turns"),
     "tool_calls": ("tool calls", "the agent's tool calls"),
@@ -73,8 +94,13 @@ class ReadOnlyStore(Store):
         self.folder = self.path.parent
         wal = self.path.with_name(self.path.name + "-wal")
         mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
-        self.conn = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?{mode}", uri=True, timeout=10.0,
-                                    isolation_level=None, check_same_thread=False)
+        self.conn = sqlite3.connect(
+            f"file:{quote(str(self.path.resolve()))}?{mode}",
+            uri=True,
+            timeout=10.0,
+            isolation_level=None,
+            check_same_thread=False,
+        )
         self.conn.row_factory = sqlite3.Row
 
 
@@ -112,13 +138,15 @@ class StudyReader:
         self.folder = Path(folder)
         self.store_path = self.folder / STORE_FILE
         if not self.store_path.is_file():
-            raise ViewError(f"no study store at {self.store_path} (create and run the study first: pilot study create NAME)")
+            raise ViewError(
+                f"no study store at {self.store_path} (create and run the study first: pilot study create NAME)"
+            )
         with self.store() as st:
             self.info = st.study()
         self.name = self.info.name
 
     @classmethod
-    def named(cls, name: str) -> "StudyReader":
+    def named(cls, name: str) -> StudyReader:
         return cls(paths.study_dir(name))
 
     @contextmanager
@@ -173,9 +201,23 @@ class StudyReader:
             if row is not None:
                 _add_charge(row, charges.get(c["run_id"]))
             if row is None:
-                state = c.get("run_status") if c.get("record_json") else {"in_flight": "in flight"}.get(c["status"], c["status"])
-                row = {"run_id": c["run_id"], "scenario": c["scenario"], "arm": c["arm"], "model": c["model"], "repeat": c["repeat"], "wave": c["wave"],
-                       "status": state, "attempts": c["attempts"], "deviations": None, "problem": errors.get(c["run_id"])}
+                state = (
+                    c.get("run_status")
+                    if c.get("record_json")
+                    else {"in_flight": "in flight"}.get(c["status"], c["status"])
+                )
+                row = {
+                    "run_id": c["run_id"],
+                    "scenario": c["scenario"],
+                    "arm": c["arm"],
+                    "model": c["model"],
+                    "repeat": c["repeat"],
+                    "wave": c["wave"],
+                    "status": state,
+                    "attempts": c["attempts"],
+                    "deviations": None,
+                    "problem": errors.get(c["run_id"]),
+                }
             out.append(row)
         return out
 
@@ -204,7 +246,12 @@ class StudyReader:
     def run_attempts(self, run_id: str) -> list[RunFiles]:
         """The folders of every attempt of ``run_id``, oldest first."""
         with self.store() as st:
-            numbers = [r[0] for r in st.conn.execute("SELECT attempt_no FROM attempts WHERE run_id = ? ORDER BY attempt_no", (run_id,))]
+            numbers = [
+                r[0]
+                for r in st.conn.execute(
+                    "SELECT attempt_no FROM attempts WHERE run_id = ? ORDER BY attempt_no", (run_id,)
+                )
+            ]
         return [self.attempt_files(run_id, n) for n in numbers]
 
     def run(self, run_id: str, row: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -255,17 +302,38 @@ class StudyReader:
         if run and (row is None or "D" not in row):
             with self.store() as st:
                 backends = self.backends(st)
-            row = _run_table_rows([{**cell, "run_status": run["status"], "run_cost_usd": run["cost_usd"],
-                                    "run_judge_cost_usd": run["judge_cost_usd"], "record_json": run["record_json"],
-                                    "finished_at": run["finished_at"]}], self.name, ",".join(backends)).get(run_id)
+            row = _run_table_rows(
+                [
+                    {
+                        **cell,
+                        "run_status": run["status"],
+                        "run_cost_usd": run["cost_usd"],
+                        "run_judge_cost_usd": run["judge_cost_usd"],
+                        "record_json": run["record_json"],
+                        "finished_at": run["finished_at"],
+                    }
+                ],
+                self.name,
+                ",".join(backends),
+            ).get(run_id)
             if row is not None:
                 with self.store() as st:
                     _add_charge(row, st.run_charges_by_id().get(run_id))
         return {
-            "run_id": run_id, "cell": cell, "run": run, "record": record, "row": row, "attempts": attempts,
-            "final": final, "scenario": scenario, "brief": brief, "brief_source": brief_source,
-            "conversations": conversations, "selfcheck": selfcheck,
-            "rubric": _rubric(scenario), "judges": _judges(record, scenario),
+            "run_id": run_id,
+            "cell": cell,
+            "run": run,
+            "record": record,
+            "row": row,
+            "attempts": attempts,
+            "final": final,
+            "scenario": scenario,
+            "brief": brief,
+            "brief_source": brief_source,
+            "conversations": conversations,
+            "selfcheck": selfcheck,
+            "rubric": _rubric(scenario),
+            "judges": _judges(record, scenario),
         }
 
     def runs_of_scenario(self, scenario_id: str, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -275,9 +343,14 @@ class StudyReader:
         if not found:
             raise ViewError(f"no runs of scenario {scenario_id!r} in study {self.name}")
         with self.store() as st:
-            evals = {r["run_id"]: (r["criteria_json"], r["E_reasons_json"]) for r in st.conn.execute(
-                "SELECT e.run_id, e.criteria_json, e.E_reasons_json FROM evaluations e JOIN cells c ON c.run_id = e.run_id "
-                "WHERE c.scenario = ?", (scenario_id,))}
+            evals = {
+                r["run_id"]: (r["criteria_json"], r["E_reasons_json"])
+                for r in st.conn.execute(
+                    "SELECT e.run_id, e.criteria_json, e.E_reasons_json FROM evaluations e JOIN cells c ON c.run_id = e.run_id "
+                    "WHERE c.scenario = ?",
+                    (scenario_id,),
+                )
+            }
         for r in found:
             crit_json, e_json = evals.get(r["run_id"], (None, None))
             failed = [c for c in json.loads(crit_json or "[]") if not c.get("passed")]

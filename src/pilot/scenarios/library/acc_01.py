@@ -27,8 +27,23 @@ MEMO_DOCX = "reconciliation_memo.docx"
 
 BANK_OPENING = 84215.40
 SEPT_OUTSTANDING = [("10421", "Kelso Freight Ltd.", 1850.00), ("10425", "Brightwater Utilities", 612.35)]
-CUSTOMERS = ["Arden Marine", "Pellham Tools", "Northcote Hydraulics", "Vesta Agritech", "Orrin Pumps", "Castell Fabrication"]
-SUPPLIERS = ["Kelso Freight Ltd.", "Brightwater Utilities", "Ironvale Steel", "Marston Packaging", "Quill Office Supply", "Tarrow Electrical", "Denholm Castings"]
+CUSTOMERS = [
+    "Arden Marine",
+    "Pellham Tools",
+    "Northcote Hydraulics",
+    "Vesta Agritech",
+    "Orrin Pumps",
+    "Castell Fabrication",
+]
+SUPPLIERS = [
+    "Kelso Freight Ltd.",
+    "Brightwater Utilities",
+    "Ironvale Steel",
+    "Marston Packaging",
+    "Quill Office Supply",
+    "Tarrow Electrical",
+    "Denholm Castings",
+]
 
 
 def _day(d: int) -> str:
@@ -44,20 +59,52 @@ def _transactions() -> list[dict]:
         if dt.date(2026, 10, d).weekday() >= 5:
             continue
         if g.random() < 0.55:
-            events.append({"date": d, "kind": "deposit", "party": CUSTOMERS[g.integers(len(CUSTOMERS))], "amount": money(g.uniform(2500, 14000))})
+            events.append(
+                {
+                    "date": d,
+                    "kind": "deposit",
+                    "party": CUSTOMERS[g.integers(len(CUSTOMERS))],
+                    "amount": money(g.uniform(2500, 14000)),
+                }
+            )
         if g.random() < 0.6 and chq < 10467:
-            events.append({"date": d, "kind": "cheque", "no": str(chq), "party": SUPPLIERS[g.integers(len(SUPPLIERS))], "amount": money(g.uniform(300, 4200))})
+            events.append(
+                {
+                    "date": d,
+                    "kind": "cheque",
+                    "no": str(chq),
+                    "party": SUPPLIERS[g.integers(len(SUPPLIERS))],
+                    "amount": money(g.uniform(300, 4200)),
+                }
+            )
             chq += 1
         if d in (15, 30):
-            events.append({"date": d, "kind": "eft", "party": "Payroll - Halden Components", "amount": 18650.00 if d == 15 else 18725.50})
+            events.append(
+                {
+                    "date": d,
+                    "kind": "eft",
+                    "party": "Payroll - Halden Components",
+                    "amount": 18650.00 if d == 15 else 18725.50,
+                }
+            )
     # Three cheques written in the last days of the month, still uncleared at 31 October.
     for d, amount in ((28, 3275.00), (29, 918.40), (30, 2040.00)):
-        events.append({"date": d, "kind": "cheque", "no": str(chq), "party": SUPPLIERS[g.integers(len(SUPPLIERS))], "amount": amount, "late": True})
+        events.append(
+            {
+                "date": d,
+                "kind": "cheque",
+                "no": str(chq),
+                "party": SUPPLIERS[g.integers(len(SUPPLIERS))],
+                "amount": amount,
+                "late": True,
+            }
+        )
         chq += 1
     for e in events:
         if e.get("no") == "10448":
             e["amount"] = 1524.00
     return events
+
 
 DEPOSIT_IN_TRANSIT = 12480.00
 NSF = ("Vesta Agritech", 1360.00)
@@ -77,14 +124,19 @@ def generate(inputs_dir: Path) -> list[Path]:
         n_je += 1
         je = f"JE-2026-10-{n_je:04d}"
         if e["kind"] == "deposit":
-            ref = e.get("ref") or f"DEP-10{e['date']:02d}{'ABCDEF'[len([r for r in ledger_rows if r[0] == _day(e['date']) and r[1].startswith('DEP')])]}"
+            ref = (
+                e.get("ref")
+                or f"DEP-10{e['date']:02d}{'ABCDEF'[len([r for r in ledger_rows if r[0] == _day(e['date']) and r[1].startswith('DEP')])]}"
+            )
             ledger_rows.append((_day(e["date"]), ref, je, f"Customer receipt - {e['party']}", "", e["amount"], 0.0))
             bank_rows.append((e["date"], f"DEPOSIT {ref}", ref, 0.0, e["amount"]))
         elif e["kind"] == "cheque":
             booked = 1254.00 if e["no"] == "10448" else e["amount"]
             if e["no"] == "10448":
                 je = "JE-2026-10-0147"
-            ledger_rows.append((_day(e["date"]), f"CHQ {e['no']}", je, f"Supplier payment - {e['party']}", e["no"], 0.0, booked))
+            ledger_rows.append(
+                (_day(e["date"]), f"CHQ {e['no']}", je, f"Supplier payment - {e['party']}", e["no"], 0.0, booked)
+            )
             if not e.get("late"):
                 clear = min(e["date"] + 3, 30)
                 bank_rows.append((clear, f"CHEQUE {e['no']}", e["no"], e["amount"], 0.0))
@@ -92,7 +144,9 @@ def generate(inputs_dir: Path) -> list[Path]:
             ledger_rows.append((_day(e["date"]), "EFT-PAYROLL", je, e["party"], "", 0.0, e["amount"]))
             bank_rows.append((e["date"], "EFT DEBIT PAYROLL HALDEN", f"PAY{e['date']:02d}", e["amount"], 0.0))
     # Deposit in transit: booked on the 31st, credited by the bank in November.
-    ledger_rows.append((_day(31), "DEP-1031A", "JE-2026-10-0199", "Customer receipt - Orrin Pumps", "", DEPOSIT_IN_TRANSIT, 0.0))
+    ledger_rows.append(
+        (_day(31), "DEP-1031A", "JE-2026-10-0199", "Customer receipt - Orrin Pumps", "", DEPOSIT_IN_TRANSIT, 0.0)
+    )
     for no, party, amt in SEPT_OUTSTANDING:
         bank_rows.append((2 if no == "10421" else 6, f"CHEQUE {no}", no, amt, 0.0))
     bank_rows.append((14, f"RETURNED ITEM NSF - {NSF[0].upper()}", "RTN-1014", NSF[1], 0.0))
@@ -105,8 +159,12 @@ def generate(inputs_dir: Path) -> list[Path]:
     out_bank = []
     for d, desc, ref, debit, credit in bank_rows:
         bal = money(bal - debit + credit)
-        out_bank.append((_day(d), desc, ref, f"{debit:.2f}" if debit else "", f"{credit:.2f}" if credit else "", f"{bal:.2f}"))
-    paths = [write_csv(inputs_dir / BANK_CSV, ["date", "description", "reference", "debit", "credit", "balance"], out_bank)]
+        out_bank.append(
+            (_day(d), desc, ref, f"{debit:.2f}" if debit else "", f"{credit:.2f}" if credit else "", f"{bal:.2f}")
+        )
+    paths = [
+        write_csv(inputs_dir / BANK_CSV, ["date", "description", "reference", "debit", "credit", "balance"], out_bank)
+    ]
 
     ledger_opening = money(BANK_OPENING - sum(a for _, _, a in SEPT_OUTSTANDING))
     wb = openpyxl.Workbook()
@@ -162,18 +220,37 @@ def analyse(inputs_dir: Path) -> dict:
     bank_deps = {b["reference"]: _num(b["credit"]) for b in bank if b["description"].startswith("DEPOSIT")}
     outstanding = [(r[4], r[3], float(r[6])) for r in entries if r[4] and str(r[4]) not in bank_cheques]
     in_transit = [(r[1], r[3], float(r[5])) for r in entries if r[1].startswith("DEP") and r[1] not in bank_deps]
-    misposted = [(str(r[4]), r[2], float(r[6]), bank_cheques[str(r[4])]) for r in entries if r[4] and str(r[4]) in bank_cheques and abs(bank_cheques[str(r[4])] - float(r[6])) > 0.005]
+    misposted = [
+        (str(r[4]), r[2], float(r[6]), bank_cheques[str(r[4])])
+        for r in entries
+        if r[4] and str(r[4]) in bank_cheques and abs(bank_cheques[str(r[4])] - float(r[6])) > 0.005
+    ]
     fees = [(b["date"], b["description"], _num(b["debit"])) for b in bank if "FEE" in b["description"]]
     interest = [(b["date"], b["description"], _num(b["credit"])) for b in bank if "INTEREST" in b["description"]]
     nsf = [(b["date"], b["description"], _num(b["debit"])) for b in bank if "NSF" in b["description"]]
     dit = money(sum(a for *_, a in in_transit))
     oc = money(sum(a for *_, a in outstanding))
     adj_bank = money(bank_close + dit - oc)
-    adj_ledger = money(ledger_close - sum(a for *_, a in fees) + sum(a for *_, a in interest) - sum(a for *_, a in nsf) - sum(b - l for _, _, l, b in misposted))
+    adj_ledger = money(
+        ledger_close
+        - sum(a for *_, a in fees)
+        + sum(a for *_, a in interest)
+        - sum(a for *_, a in nsf)
+        - sum(b - l for _, _, l, b in misposted)
+    )
     return {
-        "bank_close": bank_close, "ledger_close": ledger_close, "outstanding": outstanding, "in_transit": in_transit,
-        "misposted": misposted, "fees": fees, "interest": interest, "nsf": nsf, "dit": dit, "oc": oc,
-        "adj_bank": adj_bank, "adj_ledger": adj_ledger,
+        "bank_close": bank_close,
+        "ledger_close": ledger_close,
+        "outstanding": outstanding,
+        "in_transit": in_transit,
+        "misposted": misposted,
+        "fees": fees,
+        "interest": interest,
+        "nsf": nsf,
+        "dit": dit,
+        "oc": oc,
+        "adj_bank": adj_bank,
+        "adj_ledger": adj_ledger,
     }
 
 
@@ -190,7 +267,10 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     style_header(items)
     r = 2
     ranges = {}
-    for label, rows in (("Deposit in transit", a["in_transit"]), ("Outstanding cheque", [(f"Cheque {n}", d, amt) for n, d, amt in a["outstanding"]])):
+    for label, rows in (
+        ("Deposit in transit", a["in_transit"]),
+        ("Outstanding cheque", [(f"Cheque {n}", d, amt) for n, d, amt in a["outstanding"]]),
+    ):
         start = r
         for ref, desc, amt in rows:
             items.append([label, ref, desc, amt])
@@ -204,16 +284,36 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     ws.append([])
     ws.append(["Balance per general ledger, 31 Oct 2026", a["ledger_close"]])  # 8
     adj = wb.create_sheet("Adjustments")
-    adj.append(["Proposed entry", "Reference", "Explanation", "Debit account", "Credit account", "Effect on ledger cash"])
+    adj.append(
+        ["Proposed entry", "Reference", "Explanation", "Debit account", "Credit account", "Effect on ledger cash"]
+    )
     style_header(adj)
     for d, desc, amt in a["fees"]:
         adj.append(["Bank charges", d, desc.title(), "6420 Bank charges", "1010 Cash", -amt])
     for d, desc, amt in a["interest"]:
         adj.append(["Interest income", d, desc.title(), "1010 Cash", "7100 Interest income", amt])
     for d, desc, amt in a["nsf"]:
-        adj.append(["Returned customer cheque (NSF)", d, desc.title(), "1200 Accounts receivable - Vesta Agritech", "1010 Cash", -amt])
+        adj.append(
+            [
+                "Returned customer cheque (NSF)",
+                d,
+                desc.title(),
+                "1200 Accounts receivable - Vesta Agritech",
+                "1010 Cash",
+                -amt,
+            ]
+        )
     for no, je, booked, cleared in a["misposted"]:
-        adj.append([f"Correct cheque {no} (transposition)", je, f"Cheque {no} booked at {booked:,.2f}; cleared at {cleared:,.2f}", "2000 Accounts payable", "1010 Cash", -(cleared - booked)])
+        adj.append(
+            [
+                f"Correct cheque {no} (transposition)",
+                je,
+                f"Cheque {no} booked at {booked:,.2f}; cleared at {cleared:,.2f}",
+                "2000 Accounts payable",
+                "1010 Cash",
+                -(cleared - booked),
+            ]
+        )
     last = adj.max_row
     adj.append(["Total adjustments to ledger cash", "", "", "", "", f"=SUM(F2:F{last})"])
     autosize(adj, {"A": 34, "B": 18, "C": 46, "D": 36, "E": 22, "F": 14})
@@ -246,7 +346,15 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             f"Deposits in transit total {a['dit']:,.2f}: the Orrin Pumps receipt booked on 31 October, which the bank will credit in early November. "
             f"Outstanding cheques total {a['oc']:,.2f} (cheques {', '.join(str(n) for n, _, _ in a['outstanding'])}), all issued in the last week of the month."
         ),
-        Table(["Item", "Amount"], [["Deposits in transit", a["dit"]], ["Outstanding cheques", a["oc"]], ["Adjusted bank balance", a["adj_bank"]], ["Adjusted ledger balance", a["adj_ledger"]]]),
+        Table(
+            ["Item", "Amount"],
+            [
+                ["Deposits in transit", a["dit"]],
+                ["Outstanding cheques", a["oc"]],
+                ["Adjusted bank balance", a["adj_bank"]],
+                ["Adjusted ledger balance", a["adj_ledger"]],
+            ],
+        ),
         Para(
             f"On the ledger side, the bank charged fees of {sum(x for *_, x in a['fees']):,.2f} and credited interest of {sum(x for *_, x in a['interest']):,.2f}, "
             f"neither of which has been booked. The bank also returned a Vesta Agritech cheque of {a['nsf'][0][2]:,.2f} unpaid (NSF) on 14 October; "
@@ -270,5 +378,7 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         ),
     ]
     memo = write_docx(blocks, outputs_dir / MEMO_DOCX, title="October 2026 bank reconciliation - GL 1010")
-    record = write_completion_record(outputs_dir, [RECON_XLSX, MEMO_DOCX], notes="Reconciliation ties; four adjusting entries proposed.")
+    record = write_completion_record(
+        outputs_dir, [RECON_XLSX, MEMO_DOCX], notes="Reconciliation ties; four adjusting entries proposed."
+    )
     return [recon, memo, record]

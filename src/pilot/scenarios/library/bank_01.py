@@ -34,8 +34,13 @@ INCOME = {
     "Income tax": [92_000, 111_000, 64_000],
 }
 BALANCE_2025 = {
-    "Cash": 640_000, "Accounts receivable": 1_720_000, "Inventory": 1_380_000, "Property, plant and equipment (net)": 4_950_000,
-    "Accounts payable": 1_140_000, "Existing term debt": 850_000, "Shareholders' equity": 6_700_000,
+    "Cash": 640_000,
+    "Accounts receivable": 1_720_000,
+    "Inventory": 1_380_000,
+    "Property, plant and equipment (net)": 4_950_000,
+    "Accounts payable": 1_140_000,
+    "Existing term debt": 850_000,
+    "Shareholders' equity": 6_700_000,
 }
 ONE_OFF = 150_000
 EXISTING_DEBT_SERVICE = 395_000
@@ -62,8 +67,16 @@ def generate(inputs_dir: Path) -> list[Path]:
     autosize(bal, {"A": 40, "B": 14})
     notes = wb.create_sheet("Notes")
     notes.append(["Notes to the FY2025 statements"])
-    notes.append(["1. Operating expenses for FY2025 include a one-off settlement of a supplier dispute of 150,000, paid in September 2025. It is not expected to recur."])
-    notes.append(["2. Existing term debt: Northshore Credit Union loan, scheduled principal and interest of 395,000 per year until 2029."])
+    notes.append(
+        [
+            "1. Operating expenses for FY2025 include a one-off settlement of a supplier dispute of 150,000, paid in September 2025. It is not expected to recur."
+        ]
+    )
+    notes.append(
+        [
+            "2. Existing term debt: Northshore Credit Union loan, scheduled principal and interest of 395,000 per year until 2029."
+        ]
+    )
     notes.append(["3. No dividends were paid in FY2023-FY2025."])
     autosize(notes, {"A": 120})
     paths = [save_workbook(wb, inputs_dir / FIN_XLSX)]
@@ -81,11 +94,21 @@ Relationship manager comment: "Strong, loyal client, growing every year. I would
     paths.append(write_text(inputs_dir / APPLICATION_TXT, app))
     policy = [
         Heading("Commercial Credit Policy - extract (section 4, term lending)"),
-        Para("4.1 Debt service coverage. The debt service coverage ratio (DSCR) is EBITDA for the most recent fiscal year divided by total annual debt service, meaning scheduled principal and interest on all existing term debt plus the first full year of payments on the proposed facility. The minimum DSCR for a term loan is 1.25x."),
-        Para("4.2 Adjustments. EBITDA may be adjusted for non-recurring items that are disclosed in the notes to the financial statements. Projected earnings of the financed asset may not be included in the DSCR calculation."),
-        Para("4.3 Leverage. Total funded debt, including the proposed facility, may not exceed 3.50 times EBITDA for the most recent fiscal year."),
-        Para("4.4 Exceptions. A request that fails 4.1 or 4.3 may only be approved as a documented policy exception by the Senior Credit Committee, with the mitigating factors stated. An analyst may recommend a restructured facility that complies with policy."),
-        Para("4.5 The credit memo must state each ratio with its calculation, the policy limit, and whether the request complies."),
+        Para(
+            "4.1 Debt service coverage. The debt service coverage ratio (DSCR) is EBITDA for the most recent fiscal year divided by total annual debt service, meaning scheduled principal and interest on all existing term debt plus the first full year of payments on the proposed facility. The minimum DSCR for a term loan is 1.25x."
+        ),
+        Para(
+            "4.2 Adjustments. EBITDA may be adjusted for non-recurring items that are disclosed in the notes to the financial statements. Projected earnings of the financed asset may not be included in the DSCR calculation."
+        ),
+        Para(
+            "4.3 Leverage. Total funded debt, including the proposed facility, may not exceed 3.50 times EBITDA for the most recent fiscal year."
+        ),
+        Para(
+            "4.4 Exceptions. A request that fails 4.1 or 4.3 may only be approved as a documented policy exception by the Senior Credit Committee, with the mitigating factors stated. An analyst may recommend a restructured facility that complies with policy."
+        ),
+        Para(
+            "4.5 The credit memo must state each ratio with its calculation, the policy limit, and whether the request complies."
+        ),
     ]
     paths.append(write_pdf(policy, inputs_dir / POLICY_PDF, title="Credit policy extract"))
     return paths
@@ -95,7 +118,10 @@ def analyse(inputs_dir: Path) -> dict:
     wb = openpyxl.load_workbook(inputs_dir / FIN_XLSX)
     inc = {r[0]: r[1:] for r in wb["Income statement"].iter_rows(min_row=3, values_only=True) if r[0]}
     bal = {r[0]: r[1] for r in wb["Balance sheet"].iter_rows(min_row=2, values_only=True) if r[0]}
-    ebitda = [inc["Revenue"][i] - inc["Cost of goods sold"][i] - inc["Operating expenses (excluding depreciation)"][i] for i in range(3)]
+    ebitda = [
+        inc["Revenue"][i] - inc["Cost of goods sold"][i] - inc["Operating expenses (excluding depreciation)"][i]
+        for i in range(3)
+    ]
     adj = ebitda[2] + ONE_OFF
     r = RATE / 12
     n = YEARS_TERM * 12
@@ -107,7 +133,16 @@ def analyse(inputs_dir: Path) -> dict:
     # Largest loan on the same terms that meets the minimum DSCR.
     max_ds_new = adj / MIN_DSCR - EXISTING_DEBT_SERVICE
     max_loan = max_ds_new / 12 * (1 - (1 + r) ** -n) / r
-    return {"ebitda": ebitda, "adj": adj, "monthly": monthly, "new_ds": new_ds, "total_ds": total_ds, "dscr": dscr, "leverage": leverage, "max_loan": max_loan}
+    return {
+        "ebitda": ebitda,
+        "adj": adj,
+        "monthly": monthly,
+        "new_ds": new_ds,
+        "total_ds": total_ds,
+        "dscr": dscr,
+        "leverage": leverage,
+        "max_loan": max_loan,
+    }
 
 
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
@@ -173,10 +208,19 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             f"one-off supplier settlement of {ONE_OFF:,.0f} disclosed in note 1; policy 4.2 allows it to be added back, giving adjusted EBITDA of {a['adj']:,.0f}. "
             "Margins narrowed in FY2025 because operating costs grew faster than revenue even after the add-back."
         ),
-        Table(["Ratio", "Calculation", "Result", "Policy", "Complies"], [
-            ["DSCR", f"{a['adj']:,.0f} / {a['total_ds']:,.0f}", f"{a['dscr']:.2f}x", "min 1.25x", "No"],
-            ["Debt / EBITDA", f"{BALANCE_2025['Existing term debt'] + LOAN:,.0f} / {a['adj']:,.0f}", f"{a['leverage']:.2f}x", "max 3.50x", "Yes"],
-        ]),
+        Table(
+            ["Ratio", "Calculation", "Result", "Policy", "Complies"],
+            [
+                ["DSCR", f"{a['adj']:,.0f} / {a['total_ds']:,.0f}", f"{a['dscr']:.2f}x", "min 1.25x", "No"],
+                [
+                    "Debt / EBITDA",
+                    f"{BALANCE_2025['Existing term debt'] + LOAN:,.0f} / {a['adj']:,.0f}",
+                    f"{a['leverage']:.2f}x",
+                    "max 3.50x",
+                    "Yes",
+                ],
+            ],
+        ),
         Heading("Policy compliance"),
         Para(
             f"Total annual debt service would be {a['total_ds']:,.0f}: {EXISTING_DEBT_SERVICE:,.0f} on the existing Northshore loan and {a['new_ds']:,.0f} on the "
@@ -192,5 +236,9 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         ),
     ]
     memo = write_pdf(blocks, outputs_dir / MEMO_PDF, title="Credit memo - Marlow & Finch Packaging Ltd.")
-    record = write_completion_record(outputs_dir, [ANALYSIS_XLSX, MEMO_PDF], questions=["Would the borrower accept a smaller facility or a longer amortisation?"])
+    record = write_completion_record(
+        outputs_dir,
+        [ANALYSIS_XLSX, MEMO_PDF],
+        questions=["Would the borrower accept a smaller facility or a longer amortisation?"],
+    )
     return [book, memo, record]

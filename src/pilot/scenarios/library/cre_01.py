@@ -46,7 +46,15 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, decimal_amount, fmt_money, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import (
+    autosize,
+    decimal_amount,
+    fmt_money,
+    read_csv_dicts,
+    rng,
+    style_header,
+    write_completion_record,
+)
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the ledger's amounts, dates and invoice numbers.
@@ -62,8 +70,13 @@ MEMO_DOCX = "reconciliation_memo.docx"
 
 CENT = Decimal("0.01")
 SQFT_PER_M2 = Decimal("10.7639")
-ALDER, BRIGHT, CORRAN, DELPHINE, EVERLY = ("Alder & Finch LLP", "Brightwater Analytics Ltd", "Corran Insurance Brokers Ltd",
-                                            "Delphine Health Ltd", "Everly Recruitment Ltd")
+ALDER, BRIGHT, CORRAN, DELPHINE, EVERLY = (
+    "Alder & Finch LLP",
+    "Brightwater Analytics Ltd",
+    "Corran Insurance Brokers Ltd",
+    "Delphine Health Ltd",
+    "Everly Recruitment Ltd",
+)
 TENANTS = [ALDER, BRIGHT, CORRAN, DELPHINE, EVERLY]
 VACANT_UNIT = "1.02"
 # unit, tenant ('' when vacant), area, unit of measure, lease start as the rent roll writes it
@@ -77,17 +90,31 @@ UNITS = [
 ]
 CAP_RATE = Decimal("0.03")
 CORRAN_2025 = Decimal("74120.00")
-CERTIFIED_2025 = {ALDER: Decimal("58110.40"), BRIGHT: Decimal("44050.75"), CORRAN: CORRAN_2025,
-                  DELPHINE: Decimal("51540.10"), EVERLY: Decimal("35505.60")}
+CERTIFIED_2025 = {
+    ALDER: Decimal("58110.40"),
+    BRIGHT: Decimal("44050.75"),
+    CORRAN: CORRAN_2025,
+    DELPHINE: Decimal("51540.10"),
+    EVERLY: Decimal("35505.60"),
+}
 BUDGET_2026 = Decimal("340000.00")
 # cost head, number of ledger lines, typical net amount per line
 HEADS = [
-    ("Cleaning (common parts)", 6, 7000), ("Security and reception", 6, 13200), ("Lift maintenance", 4, 3800),
-    ("HVAC maintenance", 4, 6500), ("Electricity (common parts)", 5, 10200), ("Buildings insurance", 1, 47400),
-    ("Repairs and maintenance", 6, 4300), ("Management fee", 4, 10400),
+    ("Cleaning (common parts)", 6, 7000),
+    ("Security and reception", 6, 13200),
+    ("Lift maintenance", 4, 3800),
+    ("HVAC maintenance", 4, 6500),
+    ("Electricity (common parts)", 5, 10200),
+    ("Buildings insurance", 1, 47400),
+    ("Repairs and maintenance", 6, 4300),
+    ("Management fee", 4, 10400),
 ]
 CAPEX = ("HVAC maintenance", "Chiller no. 2 replacement - new plant, capital project CX-2026-04", Decimal("48600.00"))
-ACCRUAL = ("Electricity (common parts)", "December 2026 electricity, accrued (invoice not yet received)", Decimal("6842.15"))
+ACCRUAL = (
+    "Electricity (common parts)",
+    "December 2026 electricity, accrued (invoice not yet received)",
+    Decimal("6842.15"),
+)
 LATE_2025 = Decimal("1284.50")
 
 
@@ -104,12 +131,22 @@ def _ledger_lines() -> list[tuple[str, str, str, str, str, Decimal]]:
             month = 1 + (12 * k) // n + int(g.integers(0, max(1, 12 // n)))
             day = int(g.integers(1, 28))
             amount = (Decimal(str(round(float(g.uniform(0.8, 1.2)) * typical, 2)))).quantize(CENT)
-            raw.append((dt.date(2026, min(month, 12), day), head, f"{head.split(' (')[0]} - {dt.date(2026, min(month, 12), 1):%B} invoice", amount))
+            raw.append(
+                (
+                    dt.date(2026, min(month, 12), day),
+                    head,
+                    f"{head.split(' (')[0]} - {dt.date(2026, min(month, 12), 1):%B} invoice",
+                    amount,
+                )
+            )
     raw.append((dt.date(2026, 9, 14), CAPEX[0], CAPEX[1], CAPEX[2]))
     raw.sort(key=lambda r: (r[0], r[1]))
     raw.append((dt.date(2026, 12, 31), ACCRUAL[0], ACCRUAL[1], ACCRUAL[2]))
     invoices = [int(x) for x in g.choice(range(10000, 99999), size=len(raw), replace=False)]
-    return [(f"L-{i + 1:04d}", d.isoformat(), f"INV-{invoices[i]}", head, desc, amt) for i, (d, head, desc, amt) in enumerate(raw)]
+    return [
+        (f"L-{i + 1:04d}", d.isoformat(), f"INV-{invoices[i]}", head, desc, amt)
+        for i, (d, head, desc, amt) in enumerate(raw)
+    ]
 
 
 def _shares() -> dict[str, Decimal]:
@@ -122,16 +159,24 @@ def generate(inputs_dir: Path) -> list[Path]:
     inputs_dir = Path(inputs_dir)
     lines = _ledger_lines()
     paths = [_write_ledger(inputs_dir, lines)]
-    rows = [[u, t or "(vacant)", a, uom, start, "Let" if t else "Vacant - since 25/12/2025, Arkwright Design lease expired"]
-            for u, t, a, uom, start in UNITS]
-    paths.append(write_csv(inputs_dir / RENT_ROLL_CSV, ["unit", "tenant", "area", "area_unit", "lease_start", "status"], rows))
+    rows = [
+        [u, t or "(vacant)", a, uom, start, "Let" if t else "Vacant - since 25/12/2025, Arkwright Design lease expired"]
+        for u, t, a, uom, start in UNITS
+    ]
+    paths.append(
+        write_csv(inputs_dir / RENT_ROLL_CSV, ["unit", "tenant", "area", "area_unit", "lease_start", "status"], rows)
+    )
     paths.append(_write_leases(inputs_dir))
     paths.append(write_text(inputs_dir / PROCEDURE_TXT, PROCEDURE))
 
     # On-account demands: a quarter of the 2026 budget times the tenant's proportion, paid on the quarter days.
     shares = _shares()
-    quarter_days = [("Q1", "25/12/2025", "2025-12-23"), ("Q2", "25/03/2026", "2026-03-24"),
-                    ("Q3", "24/06/2026", "2026-06-22"), ("Q4", "29/09/2026", "2026-09-28")]
+    quarter_days = [
+        ("Q1", "25/12/2025", "2025-12-23"),
+        ("Q2", "25/03/2026", "2026-03-24"),
+        ("Q3", "24/06/2026", "2026-06-22"),
+        ("Q4", "29/09/2026", "2026-09-28"),
+    ]
     pay, n = [], 1
     for unit, tenant, *_ in UNITS:
         if not tenant:
@@ -140,14 +185,22 @@ def generate(inputs_dir: Path) -> list[Path]:
         for k, (quarter, day_first, iso) in enumerate(quarter_days):
             # The bank export writes some receipt dates day-first, others ISO.
             received = day_first if (n + k) % 3 == 0 else iso
-            pay.append([f"P-26{n:03d}", tenant, unit, received, f"Service charge on account {quarter} 2026", f"{q:.2f}"])
+            pay.append(
+                [f"P-26{n:03d}", tenant, unit, received, f"Service charge on account {quarter} 2026", f"{q:.2f}"]
+            )
             n += 1
             if tenant == ALDER and quarter == "Q2":
                 pay.append(list(pay[-1]))  # the bank export lists the same payment twice
         if tenant == DELPHINE:
-            pay.append([f"P-26{n:03d}", tenant, unit, "2026-02-11", "Service charge 2025 balancing charge", f"{LATE_2025:.2f}"])
+            pay.append(
+                [f"P-26{n:03d}", tenant, unit, "2026-02-11", "Service charge 2025 balancing charge", f"{LATE_2025:.2f}"]
+            )
             n += 1
-    paths.append(write_csv(inputs_dir / PAYMENTS_CSV, ["payment_id", "tenant", "unit", "date_received", "reference", "amount_gbp"], pay))
+    paths.append(
+        write_csv(
+            inputs_dir / PAYMENTS_CSV, ["payment_id", "tenant", "unit", "date_received", "reference", "amount_gbp"], pay
+        )
+    )
     return paths
 
 
@@ -229,32 +282,50 @@ def _write_leases(inputs_dir: Path) -> Path:
     for unit, tenant, area, uom, start in UNITS:
         if not tenant:
             continue
-        cap = ("Clause 7.4 (side letter of 3 March 2023): the service charge for any year shall not exceed the service charge "
-               "certified for the previous year by more than 3%; any excess is borne by the landlord.") if tenant == CORRAN else "None"
+        cap = (
+            (
+                "Clause 7.4 (side letter of 3 March 2023): the service charge for any year shall not exceed the service charge "
+                "certified for the previous year by more than 3%; any excess is borne by the landlord."
+            )
+            if tenant == CORRAN
+            else "None"
+        )
         rows.append([tenant, unit, f"{area} {uom}", start, "Schedule 4 (standard)", cap])
     blocks = [
         Heading("Harbour Point - lease abstracts (service charge provisions)"),
-        Para("Prepared by Thornbury Estates' legal team from the executed leases, June 2026. All leases of Harbour Point "
-             "share the standard service charge schedule (Schedule 4) summarised below; tenant-specific departures are "
-             "listed in the table."),
+        Para(
+            "Prepared by Thornbury Estates' legal team from the executed leases, June 2026. All leases of Harbour Point "
+            "share the standard service charge schedule (Schedule 4) summarised below; tenant-specific departures are "
+            "listed in the table."
+        ),
         Heading("Schedule 4 - service charge (standard to every lease)", 2),
-        Para("Paragraph 2. Recoverable costs: the proper costs of cleaning, security, lighting and heating of the common parts, "
-             "maintenance and repair of the lifts and the heating, ventilation and air conditioning plant, the insurance of the "
-             "building, repairs and maintenance of the structure and common parts, and the managing agent's fee."),
-        Para("Paragraph 3. Excluded costs: (a) costs recovered from a particular tenant or from an insurer; (b) the cost of "
-             "capital improvements and of the replacement of plant, machinery or equipment, save for repairs and the "
-             "replacement of minor components in the course of maintenance; (c) the costs of letting or marketing any "
-             "unit, including rent-free periods and agents' fees."),
-        Para("Paragraph 4. The Tenant's proportion is the net internal area of the premises divided by the total net internal "
-             "area of the lettable units of the building, whether or not let. The landlord bears the proportion of any unit "
-             "that is not let."),
-        Para("Paragraph 5. The Tenant pays on account a quarter of the landlord's budget times the Tenant's proportion on each "
-             "quarter day. After the year end the landlord certifies the actual costs; the balancing charge is payable within "
-             "21 days of demand and an overpayment is credited to the Tenant."),
+        Para(
+            "Paragraph 2. Recoverable costs: the proper costs of cleaning, security, lighting and heating of the common parts, "
+            "maintenance and repair of the lifts and the heating, ventilation and air conditioning plant, the insurance of the "
+            "building, repairs and maintenance of the structure and common parts, and the managing agent's fee."
+        ),
+        Para(
+            "Paragraph 3. Excluded costs: (a) costs recovered from a particular tenant or from an insurer; (b) the cost of "
+            "capital improvements and of the replacement of plant, machinery or equipment, save for repairs and the "
+            "replacement of minor components in the course of maintenance; (c) the costs of letting or marketing any "
+            "unit, including rent-free periods and agents' fees."
+        ),
+        Para(
+            "Paragraph 4. The Tenant's proportion is the net internal area of the premises divided by the total net internal "
+            "area of the lettable units of the building, whether or not let. The landlord bears the proportion of any unit "
+            "that is not let."
+        ),
+        Para(
+            "Paragraph 5. The Tenant pays on account a quarter of the landlord's budget times the Tenant's proportion on each "
+            "quarter day. After the year end the landlord certifies the actual costs; the balancing charge is payable within "
+            "21 days of demand and an overpayment is credited to the Tenant."
+        ),
         Heading("Tenant-specific provisions", 2),
         Table(["Tenant", "Unit", "Area", "Lease start", "Service charge", "Cap / exception"], rows),
-        Para("The side letter of Corran Insurance Brokers Ltd was granted on the renewal of its lease and binds the landlord's "
-             "successors; the other leases contain no cap."),
+        Para(
+            "The side letter of Corran Insurance Brokers Ltd was granted on the renewal of its lease and binds the landlord's "
+            "successors; the other leases contain no cap."
+        ),
     ]
     return write_docx(blocks, inputs_dir / LEASES_DOCX, title="Harbour Point - lease abstracts")
 
@@ -267,19 +338,31 @@ def compute(inputs_dir: Path) -> dict:
     inputs_dir = Path(inputs_dir)
     wb = openpyxl.load_workbook(inputs_dir / LEDGER_XLSX)
     ledger = [r for r in wb["Ledger"].iter_rows(min_row=2, values_only=True) if r[0]]
-    total = sum((decimal_amount(r[5], f"{LEDGER_XLSX}: Ledger line {r[0]}, field 'Net (GBP)'") for r in ledger), Decimal(0))
+    total = sum(
+        (decimal_amount(r[5], f"{LEDGER_XLSX}: Ledger line {r[0]}, field 'Net (GBP)'") for r in ledger), Decimal(0)
+    )
     # Schedule 4 paragraph 3(b): a capital project (new plant) is excluded.
     excluded_lines = [r for r in ledger if re.search(r"capital project|new plant", str(r[4]), re.I)]
     excluded = sum((decimal_amount(r[5], LEDGER_XLSX) for r in excluded_lines), Decimal(0))
     recoverable = total - excluded
-    certified = {r[0]: decimal_amount(r[2], f"{LEDGER_XLSX}: Certified 2025") for r in wb["Certified 2025"].iter_rows(min_row=2, values_only=True) if r[0]}
-    summary_total = next(decimal_amount(r[1], LEDGER_XLSX) for r in wb["Summary"].iter_rows(min_row=3, values_only=True) if r[0] == "Total")
+    certified = {
+        r[0]: decimal_amount(r[2], f"{LEDGER_XLSX}: Certified 2025")
+        for r in wb["Certified 2025"].iter_rows(min_row=2, values_only=True)
+        if r[0]
+    }
+    summary_total = next(
+        decimal_amount(r[1], LEDGER_XLSX)
+        for r in wb["Summary"].iter_rows(min_row=3, values_only=True)
+        if r[0] == "Total"
+    )
 
     roll = read_csv_dicts(inputs_dir / RENT_ROLL_CSV)
     area = {}
     for r in roll:
         if r["area_unit"] not in ("sq ft", "m2"):
-            raise ValueError(f"{RENT_ROLL_CSV}: unit {r['unit']}, field 'area_unit': {r['area_unit']!r} is neither 'sq ft' nor 'm2'")
+            raise ValueError(
+                f"{RENT_ROLL_CSV}: unit {r['unit']}, field 'area_unit': {r['area_unit']!r} is neither 'sq ft' nor 'm2'"
+            )
         area[r["unit"]] = _area_sqft(r["area"], r["area_unit"])
     total_area = sum(area.values())
     tenant_of = {r["unit"]: r["tenant"] for r in roll if r["status"] == "Let"}
@@ -292,7 +375,9 @@ def compute(inputs_dir: Path) -> dict:
             continue
         seen.add(r["payment_id"])
         if re.search(r"on account .*2026", r["reference"], re.I):
-            paid[r["tenant"]] += decimal_amount(r["amount_gbp"], f"{PAYMENTS_CSV}: payment {r['payment_id']}, field 'amount_gbp'")
+            paid[r["tenant"]] += decimal_amount(
+                r["amount_gbp"], f"{PAYMENTS_CSV}: payment {r['payment_id']}, field 'amount_gbp'"
+            )
 
     charge, cap_limit, cap_excess, balance = {}, {}, Decimal(0), {}
     for u, t in tenant_of.items():
@@ -306,10 +391,27 @@ def compute(inputs_dir: Path) -> dict:
     # The landlord takes the vacant unit's proportion as the remainder, so that the pennies of rounding tie (procedure 6).
     vacancy = recoverable - sum((apportioned[u] for u in tenant_of), Decimal(0))
     allocated = sum(charge.values(), Decimal(0)) + vacancy + cap_excess + excluded
-    return {"total": total, "excluded": excluded, "excluded_lines": excluded_lines, "recoverable": recoverable,
-            "summary_total": summary_total, "area": area, "total_area": total_area, "tenant_of": tenant_of, "vacant": vacant,
-            "apportioned": apportioned, "paid": paid, "charge": charge, "cap_limit": cap_limit, "cap_excess": cap_excess,
-            "balance": balance, "vacancy": vacancy, "rounding": total - allocated, "certified": certified, "n_lines": len(ledger)}
+    return {
+        "total": total,
+        "excluded": excluded,
+        "excluded_lines": excluded_lines,
+        "recoverable": recoverable,
+        "summary_total": summary_total,
+        "area": area,
+        "total_area": total_area,
+        "tenant_of": tenant_of,
+        "vacant": vacant,
+        "apportioned": apportioned,
+        "paid": paid,
+        "charge": charge,
+        "cap_limit": cap_limit,
+        "cap_excess": cap_excess,
+        "balance": balance,
+        "vacancy": vacancy,
+        "rounding": total - allocated,
+        "certified": certified,
+        "n_lines": len(ledger),
+    }
 
 
 # ------------------------------------------------------------------ the gold deliverables
@@ -323,11 +425,14 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_book(a, Path(inputs_dir), outputs_dir / BOOK_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [BOOK_XLSX, MEMO_DOCX],
-        questions=["Should the cost of the chiller replacement be raised with Thornbury Estates' capital budget holder rather than "
-                   "carried in the service charge accounts at all?"],
+        outputs_dir,
+        [BOOK_XLSX, MEMO_DOCX],
+        questions=[
+            "Should the cost of the chiller replacement be raised with Thornbury Estates' capital budget holder rather than "
+            "carried in the service charge accounts at all?"
+        ],
         notes="The chiller replacement (CX-2026-04) is excluded from the recoverable costs under Schedule 4, paragraph 3(b). "
-              "Unit 1.02's share and the excess over Corran's cap are borne by the landlord. Totals tie to the Ledger sheet.",
+        "Unit 1.02's share and the excess over Corran's cap are borne by the landlord. Totals tie to the Ledger sheet.",
     )
     return [book, memo, record]
 
@@ -343,7 +448,11 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     # Costs: the Ledger sheet line by line, each marked recoverable or excluded (Schedule 4).
     costs.append(["Line", "Date", "Cost head", "Description", "Net (GBP)", "Recoverable?", "Recoverable (GBP)"])
     style_header(costs)
-    ledger = [r for r in openpyxl.load_workbook(inputs_dir / LEDGER_XLSX)["Ledger"].iter_rows(min_row=2, values_only=True) if r[0]]
+    ledger = [
+        r
+        for r in openpyxl.load_workbook(inputs_dir / LEDGER_XLSX)["Ledger"].iter_rows(min_row=2, values_only=True)
+        if r[0]
+    ]
     excl_ids = {r[0] for r in a["excluded_lines"]}
     for i, r in enumerate(ledger, start=2):
         flag = "No - Schedule 4 para 3(b), capital" if r[0] in excl_ids else "Yes"
@@ -360,8 +469,16 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     roll = read_csv_dicts(inputs_dir / RENT_ROLL_CSV)
     n = len(roll)
     for i, r in enumerate(roll, start=2):
-        areas.append([r["unit"], r["tenant"], float(Decimal(r["area"])), r["area_unit"],
-                      f'=IF(D{i}="m2",C{i}*$B${n + 4},C{i})', f"=E{i}/$E${n + 2}"])
+        areas.append(
+            [
+                r["unit"],
+                r["tenant"],
+                float(Decimal(r["area"])),
+                r["area_unit"],
+                f'=IF(D{i}="m2",C{i}*$B${n + 4},C{i})',
+                f"=E{i}/$E${n + 2}",
+            ]
+        )
     areas.append(["Total lettable area", "", "", "", f"=SUM(E2:E{n + 1})", f"=SUM(F2:F{n + 1})"])
     areas.append([])
     areas.append(["sq ft per m2", float(SQFT_PER_M2)])
@@ -369,7 +486,17 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     area_row = {r["unit"]: i for i, r in enumerate(roll, start=2)}
 
     # Payments: the bank export, each payment once, only 2026 on-account demands counted (procedure 4).
-    pays.append(["Payment id", "Tenant", "Date received", "Reference", "Amount (GBP)", "Counted for 2026", "Counted amount (GBP)"])
+    pays.append(
+        [
+            "Payment id",
+            "Tenant",
+            "Date received",
+            "Reference",
+            "Amount (GBP)",
+            "Counted for 2026",
+            "Counted amount (GBP)",
+        ]
+    )
     style_header(pays)
     seen = set()
     rows = read_csv_dicts(inputs_dir / PAYMENTS_CSV)
@@ -381,42 +508,86 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
         else:
             why = "Yes"
         seen.add(r["payment_id"])
-        pays.append([r["payment_id"], r["tenant"], r["date_received"], r["reference"], float(Decimal(r["amount_gbp"])), why,
-                     f'=IF(F{i}="Yes",E{i},0)'])
+        pays.append(
+            [
+                r["payment_id"],
+                r["tenant"],
+                r["date_received"],
+                r["reference"],
+                float(Decimal(r["amount_gbp"])),
+                why,
+                f'=IF(F{i}="Yes",E{i},0)',
+            ]
+        )
     plast = len(rows) + 1
     autosize(pays, {"A": 11, "B": 30, "C": 13, "D": 40, "E": 13, "F": 34, "G": 20})
 
     # Reconciliation: one row per tenant; then the tie-out to the ledger.
-    rec.append(["Tenant", "Unit", "Area (sq ft)", "Proportion", "Apportioned cost", "Cap limit (2025 certified + 3%)",
-                "Charge for the year", "On-account paid", "Balancing charge (+ due from tenant, - credit)"])
+    rec.append(
+        [
+            "Tenant",
+            "Unit",
+            "Area (sq ft)",
+            "Proportion",
+            "Apportioned cost",
+            "Cap limit (2025 certified + 3%)",
+            "Charge for the year",
+            "On-account paid",
+            "Balancing charge (+ due from tenant, - credit)",
+        ]
+    )
     style_header(rec)
     tenants = list(a["tenant_of"].items())
     for j, (unit, tenant) in enumerate(tenants):
         r = 2 + j
         ar = area_row[unit]
-        cap = f"=ROUND({float(a['certified'][tenant])}*(1+{float(CAP_RATE)}),2)" if tenant in a["cap_limit"] else "no cap"
+        cap = (
+            f"=ROUND({float(a['certified'][tenant])}*(1+{float(CAP_RATE)}),2)" if tenant in a["cap_limit"] else "no cap"
+        )
         charge = f"=MIN(E{r},F{r})" if tenant in a["cap_limit"] else f"=E{r}"
-        rec.append([tenant, unit, f"=Areas!E{ar}", f"=Areas!F{ar}", f"=ROUND($B$12*D{r},2)", cap, charge,
-                    f'=SUMIF(Payments!$B$2:$B${plast},A{r},Payments!$G$2:$G${plast})', f"=ROUND(G{r}-H{r},2)"])
+        rec.append(
+            [
+                tenant,
+                unit,
+                f"=Areas!E{ar}",
+                f"=Areas!F{ar}",
+                f"=ROUND($B$12*D{r},2)",
+                cap,
+                charge,
+                f"=SUMIF(Payments!$B$2:$B${plast},A{r},Payments!$G$2:$G${plast})",
+                f"=ROUND(G{r}-H{r},2)",
+            ]
+        )
         rec[f"D{r}"].number_format = "0.0000%"
         for col in "EFGHI":
             rec[f"{col}{r}"].number_format = "#,##0.00"
     t = 2 + len(tenants)
-    rec.append(["Total tenants", "", f"=SUM(C2:C{t - 1})", f"=SUM(D2:D{t - 1})", f"=SUM(E2:E{t - 1})", "",
-                f"=SUM(G2:G{t - 1})", f"=SUM(H2:H{t - 1})", f"=SUM(I2:I{t - 1})"])
+    rec.append(
+        [
+            "Total tenants",
+            "",
+            f"=SUM(C2:C{t - 1})",
+            f"=SUM(D2:D{t - 1})",
+            f"=SUM(E2:E{t - 1})",
+            "",
+            f"=SUM(G2:G{t - 1})",
+            f"=SUM(H2:H{t - 1})",
+            f"=SUM(I2:I{t - 1})",
+        ]
+    )
     rec.append([])
     rec.append(["Tie-out to the cost ledger (procedure 6)"])
     rec.cell(row=rec.max_row, column=1).font = Font(bold=True)
     vac = area_row[a["vacant"][0]]
     corran_row = 2 + [tn for _, tn in tenants].index(CORRAN)
     tie = [
-        ("Total costs per ledger", f"=Costs!E{ctot}"),                          # row 10
-        ("Excluded costs", f"=Costs!G{ctot + 1}"),                              # row 11
-        ("Recoverable costs", "=B10-B11"),                                      # row 12
-        ("Charged to tenants", f"=G{t}"),                                       # row 13
-        (f"Landlord: vacant unit {a['vacant'][0]}", f"=B12-E{t}"),             # row 14, the remainder (procedure 6)
+        ("Total costs per ledger", f"=Costs!E{ctot}"),  # row 10
+        ("Excluded costs", f"=Costs!G{ctot + 1}"),  # row 11
+        ("Recoverable costs", "=B10-B11"),  # row 12
+        ("Charged to tenants", f"=G{t}"),  # row 13
+        (f"Landlord: vacant unit {a['vacant'][0]}", f"=B12-E{t}"),  # row 14, the remainder (procedure 6)
         ("Landlord: excess over Corran's cap", f"=E{corran_row}-G{corran_row}"),
-        ("Borne by landlord", "=B14+B15"),                                      # row 16: recoverable, not charged
+        ("Borne by landlord", "=B14+B15"),  # row 16: recoverable, not charged
         ("Total allocated", "=B13+B16+B11"),
         ("Difference to ledger", "=ROUND(B10-B17,2)"),
     ]
@@ -426,8 +597,12 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
         rec.cell(row=rec.max_row, column=2).number_format = "#,##0.00"
     rec.append([])
     rec.append(["Vacant unit proportion (check)", f"=Areas!F{vac}"])
-    rec.append(["Chiller replacement CX-2026-04",
-                "Excluded: capital improvement, borne by the landlord (lease Schedule 4, paragraph 3(b))"])
+    rec.append(
+        [
+            "Chiller replacement CX-2026-04",
+            "Excluded: capital improvement, borne by the landlord (lease Schedule 4, paragraph 3(b))",
+        ]
+    )
     autosize(rec, {"A": 40, "B": 14, "C": 12, "D": 11, "E": 16, "F": 22, "G": 16, "H": 16, "I": 22})
     return save_workbook(wb, path)
 
@@ -442,52 +617,82 @@ def _write_memo(a: dict, path: Path) -> Path:
     rows = []
     for unit, tenant in a["tenant_of"].items():
         b = bal[tenant]
-        rows.append([tenant, unit, fmt_money(a["apportioned"][unit]), fmt_money(charge[tenant]), fmt_money(paid[tenant]), fmt_money(b),
-                     "balancing charge due" if b > 0 else "credit due to tenant"])
+        rows.append(
+            [
+                tenant,
+                unit,
+                fmt_money(a["apportioned"][unit]),
+                fmt_money(charge[tenant]),
+                fmt_money(paid[tenant]),
+                fmt_money(b),
+                "balancing charge due" if b > 0 else "credit due to tenant",
+            ]
+        )
     blocks = [
         Heading("Summary"),
-        Para(f"The 2026 service charge for Harbour Point is reconciled. The Ledger sheet of the cost ledger totals GBP "
-             f"{fmt_money(a['total'])} over {a['n_lines']} lines. Of that, GBP {fmt_money(a['excluded'])} for the chiller replacement is "
-             f"excluded by the leases, leaving recoverable costs of GBP {fmt_money(a['recoverable'])}. The tenants are charged GBP "
-             f"{fmt_money(sum(charge.values(), Decimal(0)))}; the landlord bears the vacant unit {vac} share of GBP "
-             f"{fmt_money(a['vacancy'])}, the excess over Corran's cap of GBP {fmt_money(a['cap_excess'])} and the excluded chiller cost. "
-             f"These amounts tie to the ledger total to the penny."),
-        Para(f"{len(owing)} tenants have a balancing charge to pay ({', '.join(owing)}) and {len(credited)} is due a credit "
-             f"({', '.join(credited)}). Balances are stated as the charge for the year less the on-account payments for 2026: a "
-             f"positive figure is payable by the tenant, a negative figure is a credit to the tenant."),
+        Para(
+            f"The 2026 service charge for Harbour Point is reconciled. The Ledger sheet of the cost ledger totals GBP "
+            f"{fmt_money(a['total'])} over {a['n_lines']} lines. Of that, GBP {fmt_money(a['excluded'])} for the chiller replacement is "
+            f"excluded by the leases, leaving recoverable costs of GBP {fmt_money(a['recoverable'])}. The tenants are charged GBP "
+            f"{fmt_money(sum(charge.values(), Decimal(0)))}; the landlord bears the vacant unit {vac} share of GBP "
+            f"{fmt_money(a['vacancy'])}, the excess over Corran's cap of GBP {fmt_money(a['cap_excess'])} and the excluded chiller cost. "
+            f"These amounts tie to the ledger total to the penny."
+        ),
+        Para(
+            f"{len(owing)} tenants have a balancing charge to pay ({', '.join(owing)}) and {len(credited)} is due a credit "
+            f"({', '.join(credited)}). Balances are stated as the charge for the year less the on-account payments for 2026: a "
+            f"positive figure is payable by the tenant, a negative figure is a credit to the tenant."
+        ),
         Heading("Costs and exclusions"),
-        Para(f"The actual costs are the lines of the Ledger sheet, the book of account. The Summary sheet of the same workbook "
-             f"totals GBP {fmt_money(a['summary_total'])}: it was prepared on 15 December 2026 and misses the December electricity "
-             f"accrual posted on 31 December, so it was not used. Line {capex[0]}, '{capex[4]}', GBP {fmt_money(a['excluded'])}, is "
-             f"the installation of new plant under capital project CX-2026-04. Schedule 4, paragraph 3(b) of every lease excludes "
-             f"the cost of capital improvements and of the replacement of plant, other than repairs, so it is not a recoverable cost."),
+        Para(
+            f"The actual costs are the lines of the Ledger sheet, the book of account. The Summary sheet of the same workbook "
+            f"totals GBP {fmt_money(a['summary_total'])}: it was prepared on 15 December 2026 and misses the December electricity "
+            f"accrual posted on 31 December, so it was not used. Line {capex[0]}, '{capex[4]}', GBP {fmt_money(a['excluded'])}, is "
+            f"the installation of new plant under capital project CX-2026-04. Schedule 4, paragraph 3(b) of every lease excludes "
+            f"the cost of capital improvements and of the replacement of plant, other than repairs, so it is not a recoverable cost."
+        ),
         Heading("Apportionment"),
-        Para(f"Each tenant's proportion is its net internal area over the total net internal area of the lettable units, let or "
-             f"not (Schedule 4, paragraph 4). The rent roll gives Brightwater's and Delphine's areas in square metres; they were "
-             f"converted at 10.7639 sq ft to the m2, which makes the building's lettable area "
-             f"{a['total_area'].quantize(Decimal('0.0001')):,} sq ft. Proportions were not rounded; each amount is rounded to the penny."),
-        Para(f"Corran Insurance Brokers Ltd's side letter (clause 7.4) caps its service charge at its 2025 certified charge, GBP "
-             f"{fmt_money(a['certified'][CORRAN])}, plus 3%: GBP {fmt_money(a['cap_limit'][CORRAN])}. Its apportioned cost of GBP "
-             f"{fmt_money(a['apportioned'][corran_unit])} exceeds the cap, so it is charged GBP {fmt_money(charge[CORRAN])} and the excess "
-             f"of GBP {fmt_money(a['cap_excess'])} is borne by the landlord, not by the other tenants."),
+        Para(
+            f"Each tenant's proportion is its net internal area over the total net internal area of the lettable units, let or "
+            f"not (Schedule 4, paragraph 4). The rent roll gives Brightwater's and Delphine's areas in square metres; they were "
+            f"converted at 10.7639 sq ft to the m2, which makes the building's lettable area "
+            f"{a['total_area'].quantize(Decimal('0.0001')):,} sq ft. Proportions were not rounded; each amount is rounded to the penny."
+        ),
+        Para(
+            f"Corran Insurance Brokers Ltd's side letter (clause 7.4) caps its service charge at its 2025 certified charge, GBP "
+            f"{fmt_money(a['certified'][CORRAN])}, plus 3%: GBP {fmt_money(a['cap_limit'][CORRAN])}. Its apportioned cost of GBP "
+            f"{fmt_money(a['apportioned'][corran_unit])} exceeds the cap, so it is charged GBP {fmt_money(charge[CORRAN])} and the excess "
+            f"of GBP {fmt_money(a['cap_excess'])} is borne by the landlord, not by the other tenants."
+        ),
         Heading("Landlord's share"),
-        Para(f"Unit {vac} was vacant for the whole year. Under Schedule 4, paragraph 4 the landlord bears its proportion, GBP "
-             f"{fmt_money(a['vacancy'])}, which is not spread over the let units. With the cap excess of GBP {fmt_money(a['cap_excess'])} "
-             f"and the chiller cost of GBP {fmt_money(a['excluded'])}, the landlord bears GBP "
-             f"{fmt_money(a['vacancy'] + a['cap_excess'] + a['excluded'])} of the year's costs."),
+        Para(
+            f"Unit {vac} was vacant for the whole year. Under Schedule 4, paragraph 4 the landlord bears its proportion, GBP "
+            f"{fmt_money(a['vacancy'])}, which is not spread over the let units. With the cap excess of GBP {fmt_money(a['cap_excess'])} "
+            f"and the chiller cost of GBP {fmt_money(a['excluded'])}, the landlord bears GBP "
+            f"{fmt_money(a['vacancy'] + a['cap_excess'] + a['excluded'])} of the year's costs."
+        ),
         Heading("Tenant balances"),
-        Para("On-account payments count once each: the bank export repeats Alder & Finch's Q2 payment under the same payment id, "
-             "and Delphine Health's payment of February 2026 settled its 2025 balancing charge, so neither counts against 2026."),
-        Table(["Tenant", "Unit", "Apportioned", "Charge for the year", "On-account paid", "Balancing charge", "Meaning"], rows),
+        Para(
+            "On-account payments count once each: the bank export repeats Alder & Finch's Q2 payment under the same payment id, "
+            "and Delphine Health's payment of February 2026 settled its 2025 balancing charge, so neither counts against 2026."
+        ),
+        Table(
+            ["Tenant", "Unit", "Apportioned", "Charge for the year", "On-account paid", "Balancing charge", "Meaning"],
+            rows,
+        ),
         Para(f"Corran Insurance Brokers Ltd is due a credit of GBP {fmt_money(-bal[CORRAN])}."),
         Heading("Chiller replacement"),
-        Para(f"I recommend that the chiller replacement, GBP {fmt_money(a['excluded'])}, is excluded from the 2026 service charge and "
-             f"stays a landlord's capital cost. Schedule 4, paragraph 3(b) of each lease excludes capital improvements and the "
-             f"replacement of plant, save for repairs, and the new chiller is a replacement of plant under a capital project. "
-             f"Charging it to the tenants would breach every lease in the building, invite challenge of the whole "
-             f"reconciliation and put the certificate at risk. If it were charged, each tenant would pay its proportion of "
-             f"GBP {fmt_money(a['excluded'])} on top of the figures above, and Corran's cap would absorb none of it for the landlord."),
-        Para("The cost can be recovered only through rent, for example at the next review, or with the tenants' written "
-             "agreement to a variation of Schedule 4; the reconciliation sent to the tenants leaves it out."),
+        Para(
+            f"I recommend that the chiller replacement, GBP {fmt_money(a['excluded'])}, is excluded from the 2026 service charge and "
+            f"stays a landlord's capital cost. Schedule 4, paragraph 3(b) of each lease excludes capital improvements and the "
+            f"replacement of plant, save for repairs, and the new chiller is a replacement of plant under a capital project. "
+            f"Charging it to the tenants would breach every lease in the building, invite challenge of the whole "
+            f"reconciliation and put the certificate at risk. If it were charged, each tenant would pay its proportion of "
+            f"GBP {fmt_money(a['excluded'])} on top of the figures above, and Corran's cap would absorb none of it for the landlord."
+        ),
+        Para(
+            "The cost can be recovered only through rent, for example at the next review, or with the tenants' written "
+            "agreement to a variation of Schedule 4; the reconciliation sent to the tenants leaves it out."
+        ),
     ]
     return write_docx(blocks, path, title="Harbour Point - service charge reconciliation 2026")

@@ -35,7 +35,6 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import openpyxl
-from openpyxl.styles import Font
 
 from pilot.scenarios.common import autosize, read_csv_dicts, rng, style_header, write_completion_record
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
@@ -54,18 +53,36 @@ DAY_FIRST_SITE = "102"
 MGDL_SITE = "103"
 MGDL_PER_MMOL = Decimal("18.0")
 # visit, name, target study day, days allowed early, days allowed late (as the schedule states them)
-SCHEDULE = [("V1", "Screening", -14, 7, 7), ("V2", "Baseline (Day 1)", 1, 0, 0), ("V3", "Week 2", 15, 3, 3),
-            ("V4", "Week 4", 29, 3, 3), ("V5", "Week 8 / end of treatment", 57, 5, 5)]
+SCHEDULE = [
+    ("V1", "Screening", -14, 7, 7),
+    ("V2", "Baseline (Day 1)", 1, 0, 0),
+    ("V3", "Week 2", 15, 3, 3),
+    ("V4", "Week 4", 29, 3, 3),
+    ("V5", "Week 8 / end of treatment", 57, 5, 5),
+]
 V5_LATE_AMENDED = 10  # data validation plan 4.3: protocol amendment 2
 RANGE_V1 = (Decimal("3.9"), Decimal("11.1"))  # the plan's appendix, superseded
 RANGE_V2 = (Decimal("3.0"), Decimal("13.9"))  # the lab-range note
 WITHDRAWN = ("102-003", 22)  # subject, study day of withdrawal of consent
 
 # Planted visit days (subject, visit) -> study day, and glucose as reported (value in the site's unit).
-DAYS = {("101-003", "V3"): 20, ("101-007", "V4"): 25, ("102-006", "V4"): 34, ("103-005", "V3"): 11,
-        ("103-002", "V5"): 64, ("102-003", "V4"): 30, ("102-003", "V5"): 70}
-GLUCOSE = {("101-002", "V3"): "15.2", ("102-007", "V2"): "2.6", ("103-004", "V4"): "262",
-           ("101-006", "V4"): "12.4", ("103-007", "V5"): "62", ("103-001", "V3"): "198"}
+DAYS = {
+    ("101-003", "V3"): 20,
+    ("101-007", "V4"): 25,
+    ("102-006", "V4"): 34,
+    ("103-005", "V3"): 11,
+    ("103-002", "V5"): 64,
+    ("102-003", "V4"): 30,
+    ("102-003", "V5"): 70,
+}
+GLUCOSE = {
+    ("101-002", "V3"): "15.2",
+    ("102-007", "V2"): "2.6",
+    ("103-004", "V4"): "262",
+    ("101-006", "V4"): "12.4",
+    ("103-007", "V5"): "62",
+    ("103-001", "V3"): "198",
+}
 DUPLICATE = ("103-006", "V3")
 
 
@@ -102,7 +119,13 @@ def generate(inputs_dir: Path) -> list[Path]:
     n += 1
     at = next(i for i, r in enumerate(rows) if r[1] == DUPLICATE[0] and r[3] == "V5")
     rows.insert(at + 3, [f"CRF-{n:04d}"] + dup[1:])
-    paths = [write_csv(inputs_dir / CRF_CSV, ["record_id", "subject_id", "site", "visit", "visit_date", "glucose", "glucose_unit"], rows)]
+    paths = [
+        write_csv(
+            inputs_dir / CRF_CSV,
+            ["record_id", "subject_id", "site", "visit", "visit_date", "glucose", "glucose_unit"],
+            rows,
+        )
+    ]
     paths.append(_write_schedule(inputs_dir, day1))
     paths.append(_write_dvp(inputs_dir))
     paths.append(write_text(inputs_dir / NOTE_TXT, NOTE))
@@ -139,8 +162,12 @@ def _write_schedule(inputs_dir: Path, day1: dict[str, dt.date]) -> Path:
     for visit, name, target, early, late in SCHEDULE:
         sch.append([visit, name, target, early, late])
     sch.append([])
-    sch.append(["Study day 1 is the date of Visit 2 (baseline); study day = visit date - Day 1 date + 1. There is no day 0: "
-                "the day before Day 1 is day -1."])
+    sch.append(
+        [
+            "Study day 1 is the date of Visit 2 (baseline); study day = visit date - Day 1 date + 1. There is no day 0: "
+            "the day before Day 1 is day -1."
+        ]
+    )
     autosize(sch, {"A": 8, "B": 28, "C": 17, "D": 20, "E": 19})
     sites = wb.create_sheet("Sites")
     sites.append(["Site", "Principal investigator", "Country", "EDC date format", "Glucose unit"])
@@ -165,38 +192,62 @@ def _write_schedule(inputs_dir: Path, day1: dict[str, dt.date]) -> Path:
 def _write_dvp(inputs_dir: Path) -> Path:
     blocks = [
         Heading("HALCYON-2 Data Validation Plan, version 1.2"),
-        Para("Sponsor: Corvane Therapeutics. Protocol HAL-2-301, amendment 2. This plan defines the edit checks applied to the "
-             "electronic case report form (CRF) data before database lock, and how queries and protocol deviations are recorded."),
+        Para(
+            "Sponsor: Corvane Therapeutics. Protocol HAL-2-301, amendment 2. This plan defines the edit checks applied to the "
+            "electronic case report form (CRF) data before database lock, and how queries and protocol deviations are recorded."
+        ),
         Heading("1. Scope", 2),
-        Para("The checks apply to every record of the CRF export (one record per subject and visit). A record is one row of the "
-             "export, identified by its record_id. A data query is raised on a record, never on a subject as a whole: one "
-             "query per record per edit check that fails."),
+        Para(
+            "The checks apply to every record of the CRF export (one record per subject and visit). A record is one row of the "
+            "export, identified by its record_id. A data query is raised on a record, never on a subject as a whole: one "
+            "query per record per edit check that fails."
+        ),
         Heading("2. Dates and units", 2),
-        Para("Dates are read in the format of the site's EDC configuration (visit schedule workbook, sheet Sites). Glucose "
-             "reported in mg/dL is converted to mmol/L by dividing by 18.0 before any comparison; the converted value is "
-             "rounded to one decimal place."),
+        Para(
+            "Dates are read in the format of the site's EDC configuration (visit schedule workbook, sheet Sites). Glucose "
+            "reported in mg/dL is converted to mmol/L by dividing by 18.0 before any comparison; the converted value is "
+            "rounded to one decimal place."
+        ),
         Heading("3. Edit checks", 2),
-        Para("EC-01 Visit window. The study day of each visit (visit schedule, sheet Schedule) must lie within the target day "
-             "minus the early window and plus the late window, limits inclusive. A visit outside its window fails EC-01 and is "
-             "a protocol deviation of the site (minor, visit out of window)."),
-        Para("EC-02 Glucose. The glucose value, in mmol/L, must lie within the glucose alert range (Appendix B), limits "
-             "inclusive. A value outside the range fails EC-02. EC-02 is a data query, not a protocol deviation."),
-        Para("EC-03 Duplicate visit. A subject has at most one record per visit. A second record of the same subject and visit "
-             "fails EC-03; the query is raised on the later record (the higher record_id), which the site deletes."),
-        Para("EC-04 Withdrawal. Data collected after the date on which a subject withdrew consent must not be used. Each such "
-             "record fails EC-04 and is queried for removal. A record failing EC-04 is not assessed by EC-01 to EC-03 and "
-             "counts toward no protocol deviation."),
+        Para(
+            "EC-01 Visit window. The study day of each visit (visit schedule, sheet Schedule) must lie within the target day "
+            "minus the early window and plus the late window, limits inclusive. A visit outside its window fails EC-01 and is "
+            "a protocol deviation of the site (minor, visit out of window)."
+        ),
+        Para(
+            "EC-02 Glucose. The glucose value, in mmol/L, must lie within the glucose alert range (Appendix B), limits "
+            "inclusive. A value outside the range fails EC-02. EC-02 is a data query, not a protocol deviation."
+        ),
+        Para(
+            "EC-03 Duplicate visit. A subject has at most one record per visit. A second record of the same subject and visit "
+            "fails EC-03; the query is raised on the later record (the higher record_id), which the site deletes."
+        ),
+        Para(
+            "EC-04 Withdrawal. Data collected after the date on which a subject withdrew consent must not be used. Each such "
+            "record fails EC-04 and is queried for removal. A record failing EC-04 is not assessed by EC-01 to EC-03 and "
+            "counts toward no protocol deviation."
+        ),
         Heading("4. Queries and deviations", 2),
-        Para("4.1 Every failed check is entered in the query log with the record_id, subject, visit, edit check and the "
-             "text of the query to the site."),
-        Para("4.2 Protocol deviations are counted per site from the EC-01 failures of the records that are used. A duplicated "
-             "record counts once."),
-        Para("4.3 Under protocol amendment 2 (section 6.4 of the protocol) the late window of Visit 5 is extended to 10 days, "
-             "to allow the end-of-treatment visit to be combined with the safety follow-up. The early window of Visit 5 is "
-             "unchanged. The visit schedule workbook still shows the window of the original protocol."),
-        Para("4.4 Queries are issued to the sites through the EDC; the data manager reviews the query log before lock."),
+        Para(
+            "4.1 Every failed check is entered in the query log with the record_id, subject, visit, edit check and the "
+            "text of the query to the site."
+        ),
+        Para(
+            "4.2 Protocol deviations are counted per site from the EC-01 failures of the records that are used. A duplicated "
+            "record counts once."
+        ),
+        Para(
+            "4.3 Under protocol amendment 2 (section 6.4 of the protocol) the late window of Visit 5 is extended to 10 days, "
+            "to allow the end-of-treatment visit to be combined with the safety follow-up. The early window of Visit 5 is "
+            "unchanged. The visit schedule workbook still shows the window of the original protocol."
+        ),
+        Para(
+            "4.4 Queries are issued to the sites through the EDC; the data manager reviews the query log before lock."
+        ),
         Heading("Appendix B. Laboratory alert ranges", 2),
-        Table(["Analyte", "Unit", "Lower limit", "Upper limit", "Version"], [["Glucose", "mmol/L", "3.9", "11.1", "1"]]),
+        Table(
+            ["Analyte", "Unit", "Lower limit", "Upper limit", "Version"], [["Glucose", "mmol/L", "3.9", "11.1", "1"]]
+        ),
     ]
     return write_docx(blocks, inputs_dir / DVP_DOCX, title="HALCYON-2 Data Validation Plan")
 
@@ -275,8 +326,15 @@ def compute(inputs_dir: Path) -> dict:
     deviations = {site: sum(1 for r in records if r["site"] == site and r["deviation"]) for site in SITES}
     per_site = {site: sum(1 for r, _ in queries if r["site"] == site) for site in SITES}
     queried = sorted({r["subject_id"] for r, _ in queries})
-    return {"records": records, "queries": queries, "deviations": deviations, "queries_per_site": per_site,
-            "queried": queried, "withdrawn": withdrawn, "windows": windows}
+    return {
+        "records": records,
+        "queries": queries,
+        "deviations": deviations,
+        "queries_per_site": per_site,
+        "queried": queried,
+        "withdrawn": withdrawn,
+        "windows": windows,
+    }
 
 
 # ------------------------------------------------------------------ the gold deliverables
@@ -290,11 +348,14 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_book(a, outputs_dir / BOOK_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [BOOK_XLSX, MEMO_DOCX],
-        questions=["Can Appendix B of the data validation plan be revised to the version 2 glucose range before lock, so that "
-                   "the plan and the note agree?"],
+        outputs_dir,
+        [BOOK_XLSX, MEMO_DOCX],
+        questions=[
+            "Can Appendix B of the data validation plan be revised to the version 2 glucose range before lock, so that "
+            "the plan and the note agree?"
+        ],
         notes="Glucose checked against the version 2 range of the lab-range note; Visit 5 window per plan 4.3; subject "
-              "102-003's data after withdrawal of consent queried for removal and left out of the deviation counts.",
+        "102-003's data after withdrawal of consent queried for removal and left out of the deviation counts.",
     )
     return [book, memo, record]
 
@@ -305,19 +366,51 @@ def _write_book(a: dict, path: Path) -> Path:
     summ.title = "Summary"
     chk = wb.create_sheet("Checks")
     ql = wb.create_sheet("Queries")
-    chk.append(["Record", "Subject", "Site", "Visit", "Visit date", "Day 1 date", "Study day", "Window from", "Window to",
-                "Glucose as reported", "Unit", "Glucose mmol/L", "Used", "Out of window", "Out of range", "Edit checks failed"])
+    chk.append(
+        [
+            "Record",
+            "Subject",
+            "Site",
+            "Visit",
+            "Visit date",
+            "Day 1 date",
+            "Study day",
+            "Window from",
+            "Window to",
+            "Glucose as reported",
+            "Unit",
+            "Glucose mmol/L",
+            "Used",
+            "Out of window",
+            "Out of range",
+            "Edit checks failed",
+        ]
+    )
     style_header(chk)
     first = 2
     for k, r in enumerate(a["records"]):
         i = first + k
         d1 = next(x["date"] for x in a["records"] if x["subject_id"] == r["subject_id"] and x["visit"] == "V2")
-        chk.append([r["record_id"], r["subject_id"], r["site"], r["visit"], r["date"], d1,
-                    f"=IF(E{i}>=F{i},E{i}-F{i}+1,E{i}-F{i})", r["low"], r["high"], float(r["glucose"]), r["glucose_unit"],
-                    f'=IF(K{i}="mg/dL",ROUND(J{i}/18,1),J{i})', "Yes" if r["used"] else "No",
-                    f'=IF(AND(M{i}="Yes",OR(G{i}<H{i},G{i}>I{i})),1,0)',
-                    f'=IF(AND(M{i}="Yes",OR(L{i}<{RANGE_V2[0]},L{i}>{RANGE_V2[1]})),1,0)',
-                    ", ".join(r["checks"])])
+        chk.append(
+            [
+                r["record_id"],
+                r["subject_id"],
+                r["site"],
+                r["visit"],
+                r["date"],
+                d1,
+                f"=IF(E{i}>=F{i},E{i}-F{i}+1,E{i}-F{i})",
+                r["low"],
+                r["high"],
+                float(r["glucose"]),
+                r["glucose_unit"],
+                f'=IF(K{i}="mg/dL",ROUND(J{i}/18,1),J{i})',
+                "Yes" if r["used"] else "No",
+                f'=IF(AND(M{i}="Yes",OR(G{i}<H{i},G{i}>I{i})),1,0)',
+                f'=IF(AND(M{i}="Yes",OR(L{i}<{RANGE_V2[0]},L{i}>{RANGE_V2[1]})),1,0)',
+                ", ".join(r["checks"]),
+            ]
+        )
         chk[f"E{i}"].number_format = "yyyy-mm-dd"
         chk[f"F{i}"].number_format = "yyyy-mm-dd"
     last = first + len(a["records"]) - 1
@@ -325,13 +418,31 @@ def _write_book(a: dict, path: Path) -> Path:
 
     ql.append(["Query", "Record", "Subject", "Site", "Visit", "Edit check", "Query text"])
     style_header(ql)
-    texts = {"EC-01": "Visit date gives study day {day}, outside the window (days {low} to {high}). Please confirm the date.",
-             "EC-02": "Glucose {glucose} {unit} ({mmol} mmol/L) is outside the alert range 3.0-13.9 mmol/L. Please confirm.",
-             "EC-03": "Second record of this visit for the subject. Please delete the duplicate entry.",
-             "EC-04": "Visit dated after the subject's withdrawal of consent: the data may not be used. Please remove it."}
+    texts = {
+        "EC-01": "Visit date gives study day {day}, outside the window (days {low} to {high}). Please confirm the date.",
+        "EC-02": "Glucose {glucose} {unit} ({mmol} mmol/L) is outside the alert range 3.0-13.9 mmol/L. Please confirm.",
+        "EC-03": "Second record of this visit for the subject. Please delete the duplicate entry.",
+        "EC-04": "Visit dated after the subject's withdrawal of consent: the data may not be used. Please remove it.",
+    }
     for n, (r, c) in enumerate(a["queries"], start=1):
-        ql.append([f"Q-{n:03d}", r["record_id"], r["subject_id"], r["site"], r["visit"], c,
-                   texts[c].format(day=r["day"], low=r["low"], high=r["high"], glucose=r["glucose"], unit=r["glucose_unit"], mmol=r["mmol"])])
+        ql.append(
+            [
+                f"Q-{n:03d}",
+                r["record_id"],
+                r["subject_id"],
+                r["site"],
+                r["visit"],
+                c,
+                texts[c].format(
+                    day=r["day"],
+                    low=r["low"],
+                    high=r["high"],
+                    glucose=r["glucose"],
+                    unit=r["glucose_unit"],
+                    mmol=r["mmol"],
+                ),
+            ]
+        )
     qlast = 1 + len(a["queries"])
     autosize(ql, {"A": 7, "B": 10, "C": 9, "D": 6, "E": 6, "F": 10, "G": 100})
 
@@ -340,9 +451,15 @@ def _write_book(a: dict, path: Path) -> Path:
     for j, site in enumerate(SITES):
         r = 2 + j
         subj = ", ".join(s for s in a["queried"] if s.startswith(site))
-        summ.append([f"Site {site}", f'=COUNTIF(Checks!C{first}:C{last},"{site}")',
-                     f'=COUNTIFS(Checks!C{first}:C{last},"{site}",Checks!N{first}:N{last},1)',
-                     f'=COUNTIF(Queries!D2:D{qlast},"{site}")', subj])
+        summ.append(
+            [
+                f"Site {site}",
+                f'=COUNTIF(Checks!C{first}:C{last},"{site}")',
+                f'=COUNTIFS(Checks!C{first}:C{last},"{site}",Checks!N{first}:N{last},1)',
+                f'=COUNTIF(Queries!D2:D{qlast},"{site}")',
+                subj,
+            ]
+        )
     summ.append(["Total", "=SUM(B2:B4)", "=SUM(C2:C4)", "=SUM(D2:D4)", ""])
     summ.append([])
     summ.append(["Total queries", f"=COUNTA(Queries!A2:A{qlast})"])
@@ -356,10 +473,16 @@ def _write_book(a: dict, path: Path) -> Path:
 
 # Subjects a first reading queries but the plan clears, with the reason the memo gives.
 CLEARED = [
-    ("101-006", "Visit 4 glucose 12.4 mmol/L is within the current alert range 3.0-13.9 mmol/L (version 2 of the lab note)"),
+    (
+        "101-006",
+        "Visit 4 glucose 12.4 mmol/L is within the current alert range 3.0-13.9 mmol/L (version 2 of the lab note)",
+    ),
     ("102-004", "visit dates read day-first, as site 102's EDC writes them, all lie within their windows"),
     ("103-001", "Visit 3 glucose 198 mg/dL converts to 11.0 mmol/L, within the alert range"),
-    ("103-002", "Visit 5 on study day 64 is within the late window of 10 days of plan section 4.3 (protocol amendment 2)"),
+    (
+        "103-002",
+        "Visit 5 on study day 64 is within the late window of 10 days of plan section 4.3 (protocol amendment 2)",
+    ),
     ("103-007", "Visit 5 glucose 62 mg/dL converts to 3.4 mmol/L, within the current alert range"),
 ]
 
@@ -382,36 +505,52 @@ def _write_memo(a: dict, path: Path) -> Path:
             return f"{r['visit']} entered twice; record {r['record_id']} is the duplicate (EC-03)"
         return f"{r['visit']} dated {r['date']:%d %b %Y}, after the withdrawal of consent (EC-04)"
 
-    lines = [Para(f"{s}: data query needed. " + "; ".join(why(r, c) for r, c in items) + ".") for s, items in sorted(by_subject.items())]
+    lines = [
+        Para(f"{s}: data query needed. " + "; ".join(why(r, c) for r, c in items) + ".")
+        for s, items in sorted(by_subject.items())
+    ]
     lines += [Para(f"{s}: no query needed. {reason[0].upper()}{reason[1:]}.") for s, reason in CLEARED]
     total_q = len(a["queries"])
     blocks = [
         Heading("Summary"),
-        Para(f"All {len(a['records'])} records of the CRF export were run through edit checks EC-01 to EC-04 of the data "
-             f"validation plan. {len(a['queried'])} subjects need a data query, with {total_q} queries in all "
-             f"(site 101: {qps['101']}, site 102: {qps['102']}, site 103: {qps['103']}). Protocol deviations for visits out of "
-             f"window: site 101 {dev['101']}, site 102 {dev['102']}, site 103 {dev['103']}, {sum(dev.values())} in total. "
-             f"The database is not ready to lock until these queries are resolved."),
+        Para(
+            f"All {len(a['records'])} records of the CRF export were run through edit checks EC-01 to EC-04 of the data "
+            f"validation plan. {len(a['queried'])} subjects need a data query, with {total_q} queries in all "
+            f"(site 101: {qps['101']}, site 102: {qps['102']}, site 103: {qps['103']}). Protocol deviations for visits out of "
+            f"window: site 101 {dev['101']}, site 102 {dev['102']}, site 103 {dev['103']}, {sum(dev.values())} in total. "
+            f"The database is not ready to lock until these queries are resolved."
+        ),
         Heading("Method"),
-        Para("Site 102's export writes dates day-first (DD/MM/YYYY), as its EDC configuration on the Sites sheet states; the "
-             "other sites write ISO dates. Each date was read in its site's format before study days were computed from the "
-             "Visit 2 date. Site 103 reports glucose in mg/dL; its values were divided by 18.0 and rounded to one decimal "
-             "before comparison. The glucose alert range applied is version 2 of the central laboratory's note, 3.0 to "
-             "13.9 mmol/L, which supersedes the 3.9 to 11.1 mmol/L range still printed in Appendix B of the plan. Visit 5 "
-             "windows use the late window of 10 days of section 4.3 of the plan (protocol amendment 2), not the 5 days the "
-             "schedule workbook still shows."),
+        Para(
+            "Site 102's export writes dates day-first (DD/MM/YYYY), as its EDC configuration on the Sites sheet states; the "
+            "other sites write ISO dates. Each date was read in its site's format before study days were computed from the "
+            "Visit 2 date. Site 103 reports glucose in mg/dL; its values were divided by 18.0 and rounded to one decimal "
+            "before comparison. The glucose alert range applied is version 2 of the central laboratory's note, 3.0 to "
+            "13.9 mmol/L, which supersedes the 3.9 to 11.1 mmol/L range still printed in Appendix B of the plan. Visit 5 "
+            "windows use the late window of 10 days of section 4.3 of the plan (protocol amendment 2), not the 5 days the "
+            "schedule workbook still shows."
+        ),
         Heading("Queries"),
-        Para("Below is the verdict for every subject queried and for each subject that a first reading of the export "
-             "would have queried but that the plan clears. The query log lists each query by record, with its text."),
+        Para(
+            "Below is the verdict for every subject queried and for each subject that a first reading of the export "
+            "would have queried but that the plan clears. The query log lists each query by record, with its text."
+        ),
         *lines,
         Heading("Protocol deviations"),
-        Table(["Site", "Visits out of window (protocol deviations)", "Queries"],
-              [[f"Site {s}", str(dev[s]), str(qps[s])] for s in SITES] + [["Total", str(sum(dev.values())), str(total_q)]]),
-        Para(f"Each deviation is an EC-01 failure of a record that is used. Subject {wd_subject}'s Visit 5 is out of window but "
-             f"is not counted, because its data may not be used; the duplicated Visit 3 of subject 103-006 is counted once."),
+        Table(
+            ["Site", "Visits out of window (protocol deviations)", "Queries"],
+            [[f"Site {s}", str(dev[s]), str(qps[s])] for s in SITES]
+            + [["Total", str(sum(dev.values())), str(total_q)]],
+        ),
+        Para(
+            f"Each deviation is an EC-01 failure of a record that is used. Subject {wd_subject}'s Visit 5 is out of window but "
+            f"is not counted, because its data may not be used; the duplicated Visit 3 of subject 103-006 is counted once."
+        ),
         Heading("Data not used"),
-        Para(f"Subject {wd_subject} withdrew consent on {wd_date:%d %B %Y}. Its Visit 4 and Visit 5 records are dated after "
-             f"that and must not be used (EC-04): each is queried for removal, and neither enters the glucose checks or the "
-             f"deviation counts. The second record of subject 103-006's Visit 3 is a duplicate to be deleted."),
+        Para(
+            f"Subject {wd_subject} withdrew consent on {wd_date:%d %B %Y}. Its Visit 4 and Visit 5 records are dated after "
+            f"that and must not be used (EC-04): each is queried for removal, and neither enters the glucose checks or the "
+            f"deviation counts. The second record of subject 103-006's Visit 3 is a duplicate to be deleted."
+        ),
     ]
     return write_docx(blocks, path, title="HALCYON-2 data management status before lock")

@@ -74,7 +74,7 @@ BOOK_XLSX = "sla_workbook.xlsx"
 DECK_PPTX = "support_review.pptx"
 
 UK = ZoneInfo("Europe/London")
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TEAMS = ["Billing", "Technical", "Onboarding", "Accounts"]
 PRIORITIES = ["P1", "P2", "P3", "P4"]
 # Resolution targets (policy section 2): P1 in calendar hours, the others in business hours.
@@ -86,12 +86,23 @@ MONTH = dt.date(2026, 10, 1)  # the month under review
 PER_TEAM = 30
 # Misses by design, as the policy reads (the docstring's figures).
 TRUE_MISSES = {"Billing": 2, "Technical": 4, "Onboarding": 2, "Accounts": 5}
-LONG_PAUSES = 3          # Billing tickets met only because the awaiting-customer pause is excluded
-OVERNIGHT_P1 = 3         # Technical P1 tickets missed only in calendar hours
+LONG_PAUSES = 3  # Billing tickets met only because the awaiting-customer pause is excluded
+OVERNIGHT_P1 = 3  # Technical P1 tickets missed only in calendar hours
 DUPLICATED = {"Onboarding": 6, "Accounts": 2}  # tickets re-imported a second time in the legacy format
-LEGACY_SHARE = 0.15      # other tickets exported only in the legacy format
+LEGACY_SHARE = 0.15  # other tickets exported only in the legacy format
 
-HEADER = ["ticket_id", "team", "priority", "channel", "agent", "created", "resolved", "pause_reason", "pause_start", "pause_end"]
+HEADER = [
+    "ticket_id",
+    "team",
+    "priority",
+    "channel",
+    "agent",
+    "created",
+    "resolved",
+    "pause_reason",
+    "pause_start",
+    "pause_end",
+]
 
 
 # -------------------------------------------------------------------------- the SLA clock
@@ -101,7 +112,10 @@ def _windows(day: dt.date) -> tuple[dt.datetime, dt.datetime] | None:
     """The business window of a UK calendar day, as aware datetimes, or None at the weekend."""
     if day.weekday() >= 5:
         return None
-    return (dt.datetime(day.year, day.month, day.day, DAY_START, tzinfo=UK), dt.datetime(day.year, day.month, day.day, DAY_END, tzinfo=UK))
+    return (
+        dt.datetime(day.year, day.month, day.day, DAY_START, tzinfo=UK),
+        dt.datetime(day.year, day.month, day.day, DAY_END, tzinfo=UK),
+    )
 
 
 def business_hours(start: dt.datetime, end: dt.datetime) -> Decimal:
@@ -247,12 +261,14 @@ def _tickets(g) -> list[_Ticket]:
     for team in TEAMS:
         plan: list[str] = ["miss"] * TRUE_MISSES[team] + ["met"] * (PER_TEAM - TRUE_MISSES[team])
         if team == "Billing":
-            plan[TRUE_MISSES[team]:TRUE_MISSES[team] + LONG_PAUSES] = ["paused"] * LONG_PAUSES
+            plan[TRUE_MISSES[team] : TRUE_MISSES[team] + LONG_PAUSES] = ["paused"] * LONG_PAUSES
         if team == "Technical":
             plan[:OVERNIGHT_P1] = ["overnight"] * OVERNIGHT_P1
         order = list(g.permutation(len(plan)))
         # Three P1 tickets per team: Technical's are the overnight ones, the others' are met within the day.
-        p1_slots = {i for i, k in enumerate(plan) if k == "overnight"} or set(int(i) for i in order[:3] if plan[int(i)] == "met")
+        p1_slots = {i for i, k in enumerate(plan) if k == "overnight"} or set(
+            int(i) for i in order[:3] if plan[int(i)] == "met"
+        )
         while len(p1_slots) < 3:
             p1_slots.add(next(int(i) for i in order if plan[int(i)] == "met" and int(i) not in p1_slots))
         for i in order:
@@ -281,8 +297,12 @@ def _row(t: _Ticket, legacy: bool) -> list[str]:
 # filed beside it. Version 3 shortened the P2 target and raised the attainment target; the clock rules are
 # the same in both (section 3 and 4), so the superseded version moves only the targets.
 POLICY_V3 = {"version": 3, "effective": dt.date(2026, 7, 1), "targets": TARGET_HOURS, "attainment": ATTAINMENT_TARGET}
-POLICY_V2 = {"version": 2, "effective": dt.date(2025, 1, 1), "targets": {"P1": 8, "P2": 24, "P3": 24, "P4": 40},
-             "attainment": Decimal("85")}
+POLICY_V2 = {
+    "version": 2,
+    "effective": dt.date(2025, 1, 1),
+    "targets": {"P1": 8, "P2": 24, "P3": 24, "P4": 40},
+    "attainment": Decimal("85"),
+}
 HISTORY = [
     ("1", "1 March 2023", "First issue."),
     ("2", "1 January 2025", "Resolution targets revised; attainment also reported by priority."),
@@ -296,30 +316,40 @@ def _policy_blocks(p: dict) -> list:
     t = p["targets"]
     history = [h for h in HISTORY if int(h[0]) <= v]
     return [
-        Para(f"Document CS-POL-004. Owner: Head of Customer Support. Version {v}, effective {p['effective'].day} "
-             f"{p['effective']:%B %Y}. Approved by the Customer Operations Board."),
+        Para(
+            f"Document CS-POL-004. Owner: Head of Customer Support. Version {v}, effective {p['effective'].day} "
+            f"{p['effective']:%B %Y}. Approved by the Customer Operations Board."
+        ),
         Table(["Version", "Effective", "Changes"], history),
         Heading("1. Scope"),
-        Para("This policy sets the resolution targets for every ticket handled by the support teams (Billing, "
-             "Technical, Onboarding, Accounts). A ticket counts in the month in which it is resolved."),
+        Para(
+            "This policy sets the resolution targets for every ticket handled by the support teams (Billing, "
+            "Technical, Onboarding, Accounts). A ticket counts in the month in which it is resolved."
+        ),
         Heading("2. Resolution targets"),
         Table(["Priority", "Target to resolution"], [[k, f"{t[k]} hours"] for k in PRIORITIES]),
         Para("A ticket meets its SLA when its SLA time to resolution is at or below its target."),
         Heading("3. Measuring time"),
-        Para("Unless stated otherwise, time is measured in business hours: 09:00 to 17:00 UK time (Europe/London), "
-             "Monday to Friday. Time outside business hours does not count. Exports may carry timestamps in UTC; "
-             "convert them to UK time before applying business hours. P1 tickets are the exception: they are "
-             "measured in calendar hours, around the clock, weekends included, because a P1 is worked until it "
-             "is fixed."),
+        Para(
+            "Unless stated otherwise, time is measured in business hours: 09:00 to 17:00 UK time (Europe/London), "
+            "Monday to Friday. Time outside business hours does not count. Exports may carry timestamps in UTC; "
+            "convert them to UK time before applying business hours. P1 tickets are the exception: they are "
+            "measured in calendar hours, around the clock, weekends included, because a P1 is worked until it "
+            "is fixed."
+        ),
         Heading("4. Clock stops"),
-        Para('While a ticket is in the status "Awaiting customer" (we have asked the customer for information and '
-             "cannot proceed), the SLA clock is stopped: that time does not count toward the target, in whichever "
-             "hours the ticket is measured. No other status stops the clock."),
+        Para(
+            'While a ticket is in the status "Awaiting customer" (we have asked the customer for information and '
+            "cannot proceed), the SLA clock is stopped: that time does not count toward the target, in whichever "
+            "hours the ticket is measured. No other status stops the clock."
+        ),
         Heading("5. Attainment"),
-        Para(f"A team's SLA attainment for a month is the share of its tickets resolved in that month that met their "
-             f"SLA, as a percentage. The target is {p['attainment']}%: a team below {p['attainment']}% has breached "
-             "the SLA target for the month and is reviewed at the monthly support review. Attainment is also "
-             "reported by priority."),
+        Para(
+            f"A team's SLA attainment for a month is the share of its tickets resolved in that month that met their "
+            f"SLA, as a percentage. The target is {p['attainment']}%: a team below {p['attainment']}% has breached "
+            "the SLA target for the month and is reviewed at the monthly support review. Attainment is also "
+            "reported by priority."
+        ),
         Heading("6. Data"),
         Para("Each ticket is counted once, whichever system or export it comes from."),
     ]
@@ -355,8 +385,16 @@ def _csat(g, tickets: list[_Ticket]) -> openpyxl.Workbook:
         if g.random() < 0.55:
             good = g.random() < base[t.team]
             rating = int(g.integers(4, 6)) if good else int(g.integers(1, 4))
-            rows.append([t.tid, (t.resolved.astimezone(UK) + dt.timedelta(days=int(g.integers(0, 3)))).date(), rating,
-                         ["", "", "quick and friendly", "took too long", "solved first time", "had to chase"][int(g.integers(6))]])
+            rows.append(
+                [
+                    t.tid,
+                    (t.resolved.astimezone(UK) + dt.timedelta(days=int(g.integers(0, 3)))).date(),
+                    rating,
+                    ["", "", "quick and friendly", "took too long", "solved first time", "had to chase"][
+                        int(g.integers(6))
+                    ],
+                ]
+            )
     # Responses that arrived in October for September tickets: not in this export.
     for k in range(4):
         rows.append([f"CS-47{950 + 11 * k}", dt.date(2026, 10, 1 + k), int(g.integers(1, 6)), "late survey reply"])
@@ -364,11 +402,14 @@ def _csat(g, tickets: list[_Ticket]) -> openpyxl.Workbook:
     for r in rows:
         resp.append(r)
     scale = wb.create_sheet("Scale")
-    for line in [["CSAT survey - how to read it"], [],
-                 ["Question", "How satisfied are you with how we handled your request?"],
-                 ["Scale", "1 = very dissatisfied ... 5 = very satisfied"],
-                 ["CSAT score", "share of responses rated 4 or 5, as a percentage of all responses"],
-                 ["Attribution", "a response belongs to the team that resolved the ticket"]]:
+    for line in [
+        ["CSAT survey - how to read it"],
+        [],
+        ["Question", "How satisfied are you with how we handled your request?"],
+        ["Scale", "1 = very dissatisfied ... 5 = very satisfied"],
+        ["CSAT score", "share of responses rated 4 or 5, as a percentage of all responses"],
+        ["Attribution", "a response belongs to the team that resolved the ticket"],
+    ]:
         scale.append(line)
     q3 = wb.create_sheet("Q3 2026")
     q3.append(["Team", "Responses", "CSAT %", "SLA attainment %"])
@@ -429,8 +470,10 @@ def _document_text(path: Path) -> str:
         from docx import Document
 
         doc = Document(str(path))
-        return "\n".join([p.text for p in doc.paragraphs]
-                         + [" ".join(c.text for c in row.cells) for t in doc.tables for row in t.rows])
+        return "\n".join(
+            [p.text for p in doc.paragraphs]
+            + [" ".join(c.text for c in row.cells) for t in doc.tables for row in t.rows]
+        )
     from pypdf import PdfReader
 
     return "\n".join(page.extract_text() or "" for page in PdfReader(str(path)).pages)
@@ -443,10 +486,16 @@ def read_policy(path: Path) -> dict:
     share = re.search(r"The target is (\d+)%", text)
     targets = {p: int(h) for p, h in re.findall(r"\b(P[1-4])\s+(\d+) hours", text)}
     if head is None or share is None or sorted(targets) != PRIORITIES:
-        raise ValueError(f"{path.name}: not a readable SLA policy "
-                         "(version line, section 2 targets or section 5 target missing)")
-    return {"version": int(head.group(1)), "effective": dt.datetime.strptime(head.group(2), "%d %B %Y").date(),
-            "targets": targets, "attainment": Decimal(share.group(1)), "file": path.name}
+        raise ValueError(
+            f"{path.name}: not a readable SLA policy (version line, section 2 targets or section 5 target missing)"
+        )
+    return {
+        "version": int(head.group(1)),
+        "effective": dt.datetime.strptime(head.group(2), "%d %B %Y").date(),
+        "targets": targets,
+        "attainment": Decimal(share.group(1)),
+        "file": path.name,
+    }
 
 
 def issued_policies(inputs_dir: Path) -> list[dict]:
@@ -482,9 +531,16 @@ def compute(inputs_dir: Path, policy: dict | None = None) -> dict:
         if r["pause_reason"].strip().lower() == "awaiting customer":
             paused = clock(r["priority"], parse_time(r["pause_start"]), parse_time(r["pause_end"]))
         sla = elapsed - paused
-        seen[r["ticket_id"]] = {**r, "created_utc": created.astimezone(UTC), "resolved_utc": resolved.astimezone(UTC),
-                                "elapsed": elapsed, "paused": paused, "sla": sla, "target": targets[r["priority"]],
-                                "met": sla <= targets[r["priority"]]}
+        seen[r["ticket_id"]] = {
+            **r,
+            "created_utc": created.astimezone(UTC),
+            "resolved_utc": resolved.astimezone(UTC),
+            "elapsed": elapsed,
+            "paused": paused,
+            "sla": sla,
+            "target": targets[r["priority"]],
+            "met": sla <= targets[r["priority"]],
+        }
     tickets = list(seen.values())
     by_team = {}
     for team in TEAMS:
@@ -505,8 +561,16 @@ def compute(inputs_dir: Path, policy: dict | None = None) -> dict:
         by_team[team].update(responses=len(rs), good=good, csat=_pct(good, len(rs)))
     breaching = [t for t in TEAMS if by_team[t]["attainment"] < policy["attainment"]]
     others = [p["version"] for p in issued_policies(inputs_dir) if p["version"] != policy["version"]]
-    return {"policy": policy, "other_versions": others, "tickets": tickets, "repeats": sorted(set(repeats)),
-            "by_team": by_team, "by_priority": by_prio, "breaching": breaching, "responses": responses}
+    return {
+        "policy": policy,
+        "other_versions": others,
+        "tickets": tickets,
+        "repeats": sorted(set(repeats)),
+        "by_team": by_team,
+        "by_priority": by_prio,
+        "breaching": breaching,
+        "responses": responses,
+    }
 
 
 # -------------------------------------------------------------------------- the gold deliverables
@@ -526,13 +590,38 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Tickets"
-    ws.append(["Ticket", "Team", "Priority", "Created (UTC)", "Resolved (UTC)", "Clock", "Elapsed hours",
-               "Awaiting customer hours", "SLA hours", "Target hours", "Met"])
+    ws.append(
+        [
+            "Ticket",
+            "Team",
+            "Priority",
+            "Created (UTC)",
+            "Resolved (UTC)",
+            "Clock",
+            "Elapsed hours",
+            "Awaiting customer hours",
+            "SLA hours",
+            "Target hours",
+            "Met",
+        ]
+    )
     style_header(ws)
     for i, t in enumerate(tickets, start=2):
-        ws.append([t["ticket_id"], t["team"], t["priority"], t["created_utc"].strftime("%Y-%m-%d %H:%M"),
-                   t["resolved_utc"].strftime("%Y-%m-%d %H:%M"), "calendar" if t["priority"] in CALENDAR else "business",
-                   _hours(t["elapsed"]), _hours(t["paused"]), f"=G{i}-H{i}", t["target"], f"=IF(I{i}<=J{i},1,0)"])
+        ws.append(
+            [
+                t["ticket_id"],
+                t["team"],
+                t["priority"],
+                t["created_utc"].strftime("%Y-%m-%d %H:%M"),
+                t["resolved_utc"].strftime("%Y-%m-%d %H:%M"),
+                "calendar" if t["priority"] in CALENDAR else "business",
+                _hours(t["elapsed"]),
+                _hours(t["paused"]),
+                f"=G{i}-H{i}",
+                t["target"],
+                f"=IF(I{i}<=J{i},1,0)",
+            ]
+        )
     last = len(tickets) + 1
     att = wb.create_sheet("Attainment")
     att.append([f"SLA attainment, October 2026 (target {pol['attainment']}%, {issued})"])
@@ -550,20 +639,36 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     rlast = len(facts["responses"]) + 1
     for team in TEAMS:
         r = att.max_row + 1
-        att.append([team, f"=COUNTIF(Tickets!B2:B{last},A{r})", f"=SUMIF(Tickets!B2:B{last},A{r},Tickets!K2:K{last})",
-                    f"=ROUND(C{r}/B{r}*100,1)",
-                    f"=ROUND(SUMIF(CSAT!B2:B{rlast},A{r},CSAT!D2:D{rlast})/COUNTIF(CSAT!B2:B{rlast},A{r})*100,1)"])
+        att.append(
+            [
+                team,
+                f"=COUNTIF(Tickets!B2:B{last},A{r})",
+                f"=SUMIF(Tickets!B2:B{last},A{r},Tickets!K2:K{last})",
+                f"=ROUND(C{r}/B{r}*100,1)",
+                f"=ROUND(SUMIF(CSAT!B2:B{rlast},A{r},CSAT!D2:D{rlast})/COUNTIF(CSAT!B2:B{rlast},A{r})*100,1)",
+            ]
+        )
     att.append([])
     att.append(["Priority", "Tickets", "Met", "Attainment %"])
     for cell in att[att.max_row]:
         cell.font = Font(bold=True)
     for p in PRIORITIES:
         r = att.max_row + 1
-        att.append([p, f"=COUNTIF(Tickets!C2:C{last},A{r})", f"=SUMIF(Tickets!C2:C{last},A{r},Tickets!K2:K{last})",
-                    f"=ROUND(C{r}/B{r}*100,1)"])
+        att.append(
+            [
+                p,
+                f"=COUNTIF(Tickets!C2:C{last},A{r})",
+                f"=SUMIF(Tickets!C2:C{last},A{r},Tickets!K2:K{last})",
+                f"=ROUND(C{r}/B{r}*100,1)",
+            ]
+        )
     att.append([])
-    att.append(["Counted once", f"{len(facts['repeats'])} tickets listed twice by the legacy re-import: "
-                                + ", ".join(facts["repeats"])])
+    att.append(
+        [
+            "Counted once",
+            f"{len(facts['repeats'])} tickets listed twice by the legacy re-import: " + ", ".join(facts["repeats"]),
+        ]
+    )
     autosize(ws, {"A": 10, "B": 12, "C": 9, "D": 17, "E": 17, "F": 9, "G": 13, "H": 22, "I": 10, "J": 12, "K": 6})
     autosize(att, {"A": 14, "B": 9, "C": 8, "D": 14, "E": 9})
     autosize(resp, {"A": 10, "B": 12, "C": 8, "D": 13})
@@ -581,26 +686,37 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         Para("October 2026 support review"),
         Para("SLA attainment and customer satisfaction by team, for the head of customer support"),
         Heading("SLA attainment by team"),
-        Table(["Team", "Tickets", "Met", "Attainment %", "CSAT %"],
-              [[t, bt[t]["tickets"], bt[t]["met"], f"{bt[t]['attainment']}", f"{bt[t]['csat']}"] for t in TEAMS]),
-        Para(f"Target: {pol['attainment']}% of tickets resolved within their SLA. "
-             f"P1 attainment: {facts['by_priority']['P1']['attainment']}% "
-             f"({facts['by_priority']['P1']['met']} of {facts['by_priority']['P1']['tickets']})."),
+        Table(
+            ["Team", "Tickets", "Met", "Attainment %", "CSAT %"],
+            [[t, bt[t]["tickets"], bt[t]["met"], f"{bt[t]['attainment']}", f"{bt[t]['csat']}"] for t in TEAMS],
+        ),
+        Para(
+            f"Target: {pol['attainment']}% of tickets resolved within their SLA. "
+            f"P1 attainment: {facts['by_priority']['P1']['attainment']}% "
+            f"({facts['by_priority']['P1']['met']} of {facts['by_priority']['P1']['tickets']})."
+        ),
         Heading("Teams in breach"),
         Para(f"{names(breaching)} breached the {pol['attainment']}% SLA target in October."),
         Para(f"{names(meeting)} met the SLA target."),
-        Para(f"Clock rules applied, as {issued}, states: time in 'Awaiting customer' was excluded from the SLA clock, "
-             "P1 tickets were measured in calendar hours and P2 to P4 in business hours (09:00-17:00 UK time). "
-             f"Version {pol['version']} is the one in force for October; version {older} in the policy folder, "
-             "with other targets, is superseded and was not used."),
-        Para(f"The {len(facts['repeats'])} tickets the legacy re-import listed twice were counted once, and legacy "
-             "timestamps were read as UK local time."),
+        Para(
+            f"Clock rules applied, as {issued}, states: time in 'Awaiting customer' was excluded from the SLA clock, "
+            "P1 tickets were measured in calendar hours and P2 to P4 in business hours (09:00-17:00 UK time). "
+            f"Version {pol['version']} is the one in force for October; version {older} in the policy folder, "
+            "with other targets, is superseded and was not used."
+        ),
+        Para(
+            f"The {len(facts['repeats'])} tickets the legacy re-import listed twice were counted once, and legacy "
+            "timestamps were read as UK local time."
+        ),
     ]
     deck = write_deck(blocks, outputs_dir / DECK_PPTX)
     record = write_completion_record(
-        outputs_dir, [BOOK_XLSX, DECK_PPTX],
-        notes=(f"Applied {issued} (in force for October; version {older} is superseded). "
-               f"{len(facts['repeats'])} tickets were listed twice by the legacy re-import and counted once; "
-               "awaiting-customer time was excluded from the SLA clock and P1 tickets measured in calendar hours."),
+        outputs_dir,
+        [BOOK_XLSX, DECK_PPTX],
+        notes=(
+            f"Applied {issued} (in force for October; version {older} is superseded). "
+            f"{len(facts['repeats'])} tickets were listed twice by the legacy re-import and counted once; "
+            "awaiting-customer time was excluded from the SLA clock and P1 tickets measured in calendar hours."
+        ),
     )
     return [book, deck, record]

@@ -43,14 +43,27 @@ BOM = [
     (1, "L-1500", "P-4400", "Assembly and test labour (hours)", 3.5, "buy"),
 ]
 PRICES = [
-    ("C-2010", 412.50, "CAD"), ("B-3001", 2.85, "CAD"), ("N-3002", 0.95, "CAD"), ("G-3003", 6.40, "CAD"),
-    ("I-2110", 265.00, "USD"), ("S-2120", 148.00, "USD"), ("M-2231", 96.00, "USD"), ("M-2290", 131.50, "USD"),
-    ("K-2140", 18.75, "CAD"), ("E-1300", 1180.00, "CAD"), ("X-1400", 322.00, "CAD"), ("L-1500", 68.00, "CAD"),
+    ("C-2010", 412.50, "CAD"),
+    ("B-3001", 2.85, "CAD"),
+    ("N-3002", 0.95, "CAD"),
+    ("G-3003", 6.40, "CAD"),
+    ("I-2110", 265.00, "USD"),
+    ("S-2120", 148.00, "USD"),
+    ("M-2231", 96.00, "USD"),
+    ("M-2290", 131.50, "USD"),
+    ("K-2140", 18.75, "CAD"),
+    ("E-1300", 1180.00, "CAD"),
+    ("X-1400", 322.00, "CAD"),
+    ("L-1500", 68.00, "CAD"),
 ]
 
 
 def generate(inputs_dir: Path) -> list[Path]:
-    paths = [write_csv(inputs_dir / BOM_CSV, ["level", "part_no", "parent", "description", "qty_per_parent", "make_buy"], BOM)]
+    paths = [
+        write_csv(
+            inputs_dir / BOM_CSV, ["level", "part_no", "parent", "description", "qty_per_parent", "make_buy"], BOM
+        )
+    ]
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Prices"
@@ -60,20 +73,30 @@ def generate(inputs_dir: Path) -> list[Path]:
         ws.append([p, c, cur, "Supplier quote Q4 2026" if p != "L-1500" else "Standard labour rate per hour"])
     autosize(ws, {"A": 10, "B": 10, "C": 9, "D": 32})
     paths.append(save_workbook(wb, inputs_dir / PRICES_XLSX))
-    paths.append(write_text(inputs_dir / ECN_TXT, """ENGINEERING CHANGE NOTICE ECN-118 (approved 12 November 2026)
+    paths.append(
+        write_text(
+            inputs_dir / ECN_TXT,
+            """ENGINEERING CHANGE NOTICE ECN-118 (approved 12 November 2026)
 
 Product: P-4400 centrifugal pump assembly
 Change: replace mechanical seal kit M-2231 (carbon/ceramic) by M-2290 (silicon carbide/silicon carbide), same quantity, in the rotating assembly R-1200.
 Reason: field failures of M-2231 in abrasive service.
 Effectivity: all units built from 1 January 2027. Standard costs for 2027 must reflect the change.
-"""))
-    paths.append(write_text(inputs_dir / NOTES_TXT, f"""Costing notes - 2027 standard cost (Cost Engineering)
+""",
+        )
+    )
+    paths.append(
+        write_text(
+            inputs_dir / NOTES_TXT,
+            f"""Costing notes - 2027 standard cost (Cost Engineering)
 
 - Roll up the cost of one P-4400 from its purchased ("buy") items: extended quantity x unit cost, where the extended quantity multiplies the quantities down every level of the bill.
 - "Make" items carry no cost of their own; their cost is the cost of their children.
 - Convert USD prices to CAD at the 2027 costing rate of {FX_USD_CAD:.2f} CAD per USD.
 - Apply every approved engineering change notice effective for 2027.
-"""))
+""",
+        )
+    )
     return paths
 
 
@@ -91,8 +114,20 @@ def rollup(inputs_dir: Path) -> list[dict]:
         part = "M-2290" if b["part_no"] == "M-2231" else b["part_no"]  # ECN-118
         cost, cur = prices[part]
         cad = cost * FX_USD_CAD if cur == "USD" else cost
-        out.append({"part": part, "description": b["description"] if part == b["part_no"] else "Mechanical seal kit 38mm (SiC/SiC), per ECN-118",
-                    "level": int(b["level"]), "ext_qty": q, "unit_cost": cost, "currency": cur, "unit_cad": cad, "extended": q * cad})
+        out.append(
+            {
+                "part": part,
+                "description": b["description"]
+                if part == b["part_no"]
+                else "Mechanical seal kit 38mm (SiC/SiC), per ECN-118",
+                "level": int(b["level"]),
+                "ext_qty": q,
+                "unit_cost": cost,
+                "currency": cur,
+                "unit_cad": cad,
+                "extended": q * cad,
+            }
+        )
     return out
 
 
@@ -101,11 +136,32 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Rollup"
-    ws.append(["Part no.", "Description", "Level", "Extended qty", "Unit cost", "Currency", "Unit cost (CAD)", "Extended cost (CAD)"])
+    ws.append(
+        [
+            "Part no.",
+            "Description",
+            "Level",
+            "Extended qty",
+            "Unit cost",
+            "Currency",
+            "Unit cost (CAD)",
+            "Extended cost (CAD)",
+        ]
+    )
     style_header(ws)
     for i, it in enumerate(items, start=2):
-        ws.append([it["part"], it["description"], it["level"], it["ext_qty"], it["unit_cost"], it["currency"],
-                   None, f"=D{i}*G{i}"])
+        ws.append(
+            [
+                it["part"],
+                it["description"],
+                it["level"],
+                it["ext_qty"],
+                it["unit_cost"],
+                it["currency"],
+                None,
+                f"=D{i}*G{i}",
+            ]
+        )
     n = len(items) + 1
     ws.append([])
     ws.append(["Total unit cost (CAD)", f"=ROUND(SUM(H2:H{n}),2)"])  # n+2
@@ -118,5 +174,7 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     autosize(ws, {"A": 40, "B": 46, "C": 6, "D": 12, "E": 10, "F": 9, "G": 15, "H": 18})
     outputs_dir.mkdir(parents=True, exist_ok=True)
     book = save_workbook(wb, outputs_dir / OUT_XLSX)
-    record = write_completion_record(outputs_dir, [OUT_XLSX], notes="M-2231 replaced by M-2290 per ECN-118; USD prices converted at 1.38.")
+    record = write_completion_record(
+        outputs_dir, [OUT_XLSX], notes="M-2231 replaced by M-2290 per ECN-118; USD prices converted at 1.38."
+    )
     return [book, record]

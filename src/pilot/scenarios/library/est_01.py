@@ -79,22 +79,67 @@ ITEMS = [
 CODES = [i[0] for i in ITEMS]
 ADDENDUM_1 = {"09-050": 2240, "09-060": 345}
 ADDENDUM_2 = {"09-050": 1905}  # withdraws Addendum 1's carpet quantity
-ALLOWANCES = {"09-010": "62.00", "09-020": "88.00", "09-030": "43.50", "09-040": "71.00",
-              "09-050": "52.00", "09-060": "64.00", "09-070": "38.50", "09-080": "6.80"}
+ALLOWANCES = {
+    "09-010": "62.00",
+    "09-020": "88.00",
+    "09-030": "43.50",
+    "09-040": "71.00",
+    "09-050": "52.00",
+    "09-060": "64.00",
+    "09-070": "38.50",
+    "09-080": "6.80",
+}
 
-BRIGHTLINE, CASTLEGATE, DUNMORE, EASTFIELD = ("Brightline Interiors", "Castlegate Drywall & Ceilings", "Dunmore Fit-Out", "Eastfield Partitions")
+BRIGHTLINE, CASTLEGATE, DUNMORE, EASTFIELD = (
+    "Brightline Interiors",
+    "Castlegate Drywall & Ceilings",
+    "Dunmore Fit-Out",
+    "Eastfield Partitions",
+)
 BIDDERS = [BRIGHTLINE, CASTLEGATE, DUNMORE, EASTFIELD]
 SHORT = {BRIGHTLINE: "Brightline", CASTLEGATE: "Castlegate", DUNMORE: "Dunmore", EASTFIELD: "Eastfield"}
 RATES = {
-    BRIGHTLINE: {"09-010": "58.75", "09-020": "91.40", "09-030": "41.20", "09-040": "68.90",
-                 "09-050": "58.40", "09-060": "61.30", "09-070": "36.00", "09-080": "6.45"},
+    BRIGHTLINE: {
+        "09-010": "58.75",
+        "09-020": "91.40",
+        "09-030": "41.20",
+        "09-040": "68.90",
+        "09-050": "58.40",
+        "09-060": "61.30",
+        "09-070": "36.00",
+        "09-080": "6.45",
+    },
     # Per square foot except fire-stopping (each).
-    CASTLEGATE: {"09-010": "5.95", "09-020": "8.60", "09-030": "4.15", "09-040": "6.60",
-                 "09-050": "5.10", "09-060": "6.10", "09-070": "39.00", "09-080": "0.62"},
-    DUNMORE: {"09-010": "66.80", "09-020": "95.00", "09-030": "47.20", "09-040": "82.00",
-              "09-050": "41.50", "09-060": "63.80", "09-070": None, "09-080": "8.10"},
-    EASTFIELD: {"09-010": "55.10", "09-020": "84.00", "09-030": "39.80", "09-040": "65.00",
-                "09-050": "47.50", "09-060": "58.90", "09-070": "34.00", "09-080": "5.90"},
+    CASTLEGATE: {
+        "09-010": "5.95",
+        "09-020": "8.60",
+        "09-030": "4.15",
+        "09-040": "6.60",
+        "09-050": "5.10",
+        "09-060": "6.10",
+        "09-070": "39.00",
+        "09-080": "0.62",
+    },
+    DUNMORE: {
+        "09-010": "66.80",
+        "09-020": "95.00",
+        "09-030": "47.20",
+        "09-040": "82.00",
+        "09-050": "41.50",
+        "09-060": "63.80",
+        "09-070": None,
+        "09-080": "8.10",
+    },
+    EASTFIELD: {
+        "09-010": "55.10",
+        "09-020": "84.00",
+        "09-030": "39.80",
+        "09-040": "65.00",
+        "09-050": "47.50",
+        "09-060": "58.90",
+        "09-070": "34.00",
+        "09-080": "5.90",
+    },
 }
 # The trap in Brightline's extension: 2,150 x 41.20 = 88,580.00, written with two digits swapped.
 BRIGHTLINE_SLIP = ("09-030", Decimal("98580.00"))
@@ -155,7 +200,9 @@ def generate(inputs_dir: Path) -> list[Path]:
         total += amount
         rows.append([code, desc, unit, cur[code], f"{rate:.2f}", f"{amount:.2f}"])
     rows.append(["", "TENDER SUM (excl. VAT)", "", "", "", f"{total:.2f}"])
-    paths.append(write_csv(inputs_dir / BRIGHTLINE_CSV, ["item", "description", "unit", "qty", "rate_gbp", "amount_gbp"], rows))
+    paths.append(
+        write_csv(inputs_dir / BRIGHTLINE_CSV, ["item", "description", "unit", "qty", "rate_gbp", "amount_gbp"], rows)
+    )
     sums = {BRIGHTLINE: total}
 
     # Castlegate: an xlsx export from its estimating software, in square feet.
@@ -201,16 +248,24 @@ def generate(inputs_dir: Path) -> list[Path]:
     table.append(["", "Tender sum (excluding VAT)", "", "", "", fmt_money(total)])
     letter = [
         Heading("Dunmore Fit-Out Ltd - Quotation DFO-Q-2611"),
-        Para("To: Hallam & Rees Construction Ltd, Estimating Department. Project: Kestrel House, Levels 3-4 fit-out. "
-             "Subcontract package 09: partitions, ceilings and floor finishes. Date: 19 November 2026."),
-        Para("Thank you for the invitation to tender. We are pleased to submit our prices for package 09 below. Our tender is based on "
-             "the bill of quantities as amended by Addendum No. 1, which we acknowledge."),
+        Para(
+            "To: Hallam & Rees Construction Ltd, Estimating Department. Project: Kestrel House, Levels 3-4 fit-out. "
+            "Subcontract package 09: partitions, ceilings and floor finishes. Date: 19 November 2026."
+        ),
+        Para(
+            "Thank you for the invitation to tender. We are pleased to submit our prices for package 09 below. Our tender is based on "
+            "the bill of quantities as amended by Addendum No. 1, which we acknowledge."
+        ),
         Table(["Item", "Description", "Unit", "Qty", "Rate (GBP)", "Amount (GBP)"], table),
         Heading("Exclusions and qualifications", 2),
-        Para("1. Fire-stopping to service penetrations (item 09-070) is excluded: we understand it is carried out by the mechanical "
-             "and electrical subcontractor after the services are installed."),
+        Para(
+            "1. Fire-stopping to service penetrations (item 09-070) is excluded: we understand it is carried out by the mechanical "
+            "and electrical subcontractor after the services are installed."
+        ),
         Para("2. Prices are fixed for the duration of the works and exclude VAT."),
-        Para("3. We have allowed for working in an occupied building on Levels 1 and 2, as on our previous packages for you."),
+        Para(
+            "3. We have allowed for working in an occupied building on Levels 1 and 2, as on our previous packages for you."
+        ),
         Para("Yours faithfully, Aidan Dunmore, Managing Director"),
     ]
     paths.append(write_pdf(letter, inputs_dir / DUNMORE_PDF, title="Dunmore Fit-Out - quotation"))
@@ -223,7 +278,9 @@ def generate(inputs_dir: Path) -> list[Path]:
         total += rate * cur[code]
         rows.append([code, unit, cur[code], f"{rate:.2f}", f"{rate * cur[code]:.2f}"])
     rows.append(["TOTAL", "", "", "", f"{total:.2f}"])
-    paths.append(write_csv(inputs_dir / EASTFIELD_CSV, ["boq_ref", "unit", "quantity", "unit_rate", "line_total"], rows))
+    paths.append(
+        write_csv(inputs_dir / EASTFIELD_CSV, ["boq_ref", "unit", "quantity", "unit_rate", "line_total"], rows)
+    )
     sums[EASTFIELD] = total
 
     # The tender opening register: clerks wrote dates in two formats; Castlegate's emailed copy was logged too.
@@ -236,14 +293,34 @@ def generate(inputs_dir: Path) -> list[Path]:
         EASTFIELD: LATE_RECEIPT.strftime("%d/%m/%Y %H:%M"),
     }
     acknowledged = {BRIGHTLINE: "1, 2", CASTLEGATE: "1, 2", DUNMORE: "1", EASTFIELD: "1, 2"}
-    how = {BRIGHTLINE: "tender box", CASTLEGATE: "tender box", DUNMORE: "tender box", EASTFIELD: "hand delivered to reception"}
+    how = {
+        BRIGHTLINE: "tender box",
+        CASTLEGATE: "tender box",
+        DUNMORE: "tender box",
+        EASTFIELD: "hand delivered to reception",
+    }
     reg = []
     for k, b in enumerate(BIDDERS):
         reg.append([f"T09-{refs[k]}", b, received[b], how[b], acknowledged[b], f"{sums[b]:.2f}", ""])
-    reg.insert(2, [f"T09-{refs[4]}", CASTLEGATE, f"19/11/2026 15:{min(minutes[1] + 12, 59):02d}", "email", "1, 2", f"{sums[CASTLEGATE]:.2f}",
-                   "emailed copy of the tender-box submission"])
-    paths.append(write_csv(inputs_dir / REGISTER_CSV,
-                           ["tender_ref", "bidder", "received", "received_by", "addenda_acknowledged", "tender_sum_gbp", "remarks"], reg))
+    reg.insert(
+        2,
+        [
+            f"T09-{refs[4]}",
+            CASTLEGATE,
+            f"19/11/2026 15:{min(minutes[1] + 12, 59):02d}",
+            "email",
+            "1, 2",
+            f"{sums[CASTLEGATE]:.2f}",
+            "emailed copy of the tender-box submission",
+        ],
+    )
+    paths.append(
+        write_csv(
+            inputs_dir / REGISTER_CSV,
+            ["tender_ref", "bidder", "received", "received_by", "addenda_acknowledged", "tender_sum_gbp", "remarks"],
+            reg,
+        )
+    )
     return paths
 
 
@@ -272,7 +349,15 @@ def _write_boq(inputs_dir: Path) -> Path:
     add["A1"].font = Font(bold=True)
     add.append(["No.", "Item", "Change", "Quantity before", "Quantity after"])
     style_header(add, 2)
-    add.append([1, "09-020", "Description clarified: Rw 50 is the laboratory rating of the tested system. No change to quantity.", 385, 385])
+    add.append(
+        [
+            1,
+            "09-020",
+            "Description clarified: Rw 50 is the laboratory rating of the tested system. No change to quantity.",
+            385,
+            385,
+        ]
+    )
     add.append([2, "09-050", "Level 3 annex added to the carpet tile areas.", 1860, ADDENDUM_1["09-050"]])
     add.append([3, "09-060", "Additional tea point on Level 4.", 310, ADDENDUM_1["09-060"]])
     autosize(add, {"A": 5, "B": 8, "C": 90, "D": 16, "E": 15})
@@ -327,12 +412,16 @@ Instructions to tenderers and tender levelling rules - Hallam & Rees Constructio
 def _write_addendum(inputs_dir: Path) -> Path:
     blocks = [
         Heading("Addendum No. 2"),
-        Para("Project: Kestrel House, Levels 3-4 fit-out. Subcontract package 09: partitions, ceilings and floor finishes. "
-             "Issued 13 November 2026 by Hallam & Rees Construction Ltd, Estimating."),
+        Para(
+            "Project: Kestrel House, Levels 3-4 fit-out. Subcontract package 09: partitions, ceilings and floor finishes. "
+            "Issued 13 November 2026 by Hallam & Rees Construction Ltd, Estimating."
+        ),
         Para("Tenderers shall price the following changes and acknowledge this addendum on the form of tender."),
         Heading("1. Carpet tile (item 09-050)", 2),
-        Para(f"The Level 3 annex has been omitted from the works. Item 2 of Addendum No. 1 is withdrawn and superseded: "
-             f"the quantity of item 09-050 is {ADDENDUM_2['09-050']:,} m2. The other items of Addendum No. 1 are unchanged."),
+        Para(
+            f"The Level 3 annex has been omitted from the works. Item 2 of Addendum No. 1 is withdrawn and superseded: "
+            f"the quantity of item 09-050 is {ADDENDUM_2['09-050']:,} m2. The other items of Addendum No. 1 are unchanged."
+        ),
         Heading("2. Ceiling tiles (item 09-030)", 2),
         Para("Tile colour to be white to the manufacturer's standard range. No change to the quantity."),
         Heading("3. Closing time", 2),
@@ -400,7 +489,9 @@ def compute(inputs_dir: Path) -> dict:
         per_unit = _dec(rate) * FT2_PER_M2 if unit == "SF" else _dec(rate)
         lines[CASTLEGATE][c] = (_dec(q), per_unit, _dec(amount))
     ea = {r["boq_ref"]: r for r in read_csv_dicts(inputs_dir / EASTFIELD_CSV)}
-    lines[EASTFIELD] = {c: (_dec(ea[c]["quantity"]), _dec(ea[c]["unit_rate"]), _dec(ea[c]["line_total"])) for c in CODES}
+    lines[EASTFIELD] = {
+        c: (_dec(ea[c]["quantity"]), _dec(ea[c]["unit_rate"]), _dec(ea[c]["line_total"])) for c in CODES
+    }
     lines[DUNMORE] = _read_dunmore(inputs_dir)
 
     out: dict = {"qty": qty, "allow": allow, "units": units, "received": received, "submitted": submitted, "late": late}
@@ -411,7 +502,7 @@ def compute(inputs_dir: Path) -> dict:
             q, rate, _ = lines[b][c]
             if rate is not None:
                 # The bidder's own extension, corrected at the unit rate (rule 4); in square feet for Castlegate.
-                own += (q * rate / FT2_PER_M2 if b == CASTLEGATE and units[c] == "m2" else q * rate)
+                own += q * rate / FT2_PER_M2 if b == CASTLEGATE and units[c] == "m2" else q * rate
         corrected[b] = own.quantize(CENT, rounding=ROUND_HALF_UP)
         correction[b] = corrected[b] - submitted[b]
         lev, alw = Decimal(0), Decimal(0)
@@ -426,8 +517,15 @@ def compute(inputs_dir: Path) -> dict:
         allowances[b] = alw
     compliant = [b for b in BIDDERS if b not in late]
     winner = min(compliant, key=lambda b: levelled[b])
-    out.update(lines=lines, corrected=corrected, correction=correction, levelled=levelled, allowances=allowances,
-               compliant=compliant, winner=winner)
+    out.update(
+        lines=lines,
+        corrected=corrected,
+        correction=correction,
+        levelled=levelled,
+        allowances=allowances,
+        compliant=compliant,
+        winner=winner,
+    )
     return out
 
 
@@ -438,7 +536,9 @@ def _read_dunmore(inputs_dir: Path) -> dict[str, tuple[Decimal, Decimal | None, 
     text = "\n".join(page.extract_text() or "" for page in PdfReader(str(inputs_dir / DUNMORE_PDF)).pages)
     out = {}
     for c in CODES:
-        m = re.search(re.escape(c) + r".*?(?:m2|nr)\s+([\d,]+)\s+(Excluded|[\d.]+)\s+(Excluded|[\d,]+\.\d\d)", text, re.S)
+        m = re.search(
+            re.escape(c) + r".*?(?:m2|nr)\s+([\d,]+)\s+(Excluded|[\d.]+)\s+(Excluded|[\d,]+\.\d\d)", text, re.S
+        )
         if m is None:
             raise ValueError(f"{DUNMORE_PDF}: item {c} not found in the quotation's table")
         q = _dec(m.group(1))
@@ -457,10 +557,13 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_tabulation(a, outputs_dir / TAB_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [TAB_XLSX, MEMO_DOCX],
-        questions=["Will Brightline Interiors confirm in writing that its tender stands at the corrected sum for item 09-030?"],
+        outputs_dir,
+        [TAB_XLSX, MEMO_DOCX],
+        questions=[
+            "Will Brightline Interiors confirm in writing that its tender stands at the corrected sum for item 09-030?"
+        ],
         notes="Eastfield Partitions' tender arrived after the closing time and was not evaluated. Dunmore Fit-Out's tender was "
-              "levelled to Addendum 2's carpet quantity, with fire-stopping priced at the allowance.",
+        "levelled to Addendum 2's carpet quantity, with fire-stopping priced at the allowance.",
     )
     return [book, memo, record]
 
@@ -475,7 +578,9 @@ def _write_tabulation(a: dict, path: Path) -> Path:
     first, last = 3, 2 + n  # item rows on Bid rates and Levelling
 
     # Bid rates: each tender's own quantities, rates and extensions as submitted, and the extensions corrected.
-    rates.append(["Tenders as submitted (own quantities, quoted units); corrected extension = quantity x rate (tender rule 4)"])
+    rates.append(
+        ["Tenders as submitted (own quantities, quoted units); corrected extension = quantity x rate (tender rule 4)"]
+    )
     rates["A1"].font = Font(bold=True)
     head = ["Item"]
     for b in BIDDERS:
@@ -493,10 +598,13 @@ def _write_tabulation(a: dict, path: Path) -> Path:
             shown_rate = rate / FT2_PER_M2 if b == CASTLEGATE and a["units"][c] == "m2" else rate
             qcell = _at(r, col + 1)
             rcell = _at(r, col + 2)
-            row += [unit, float(q),
-                    float(shown_rate.quantize(CENT)) if shown_rate is not None else "excluded",
-                    float(amount) if amount is not None else "excluded",
-                    f"=ROUND({qcell}*{rcell},2)" if rate is not None else 0]
+            row += [
+                unit,
+                float(q),
+                float(shown_rate.quantize(CENT)) if shown_rate is not None else "excluded",
+                float(amount) if amount is not None else "excluded",
+                f"=ROUND({qcell}*{rcell},2)" if rate is not None else 0,
+            ]
         rates.append(row)
     tot = last + 1
     row = ["Tender sum"]
@@ -510,8 +618,12 @@ def _write_tabulation(a: dict, path: Path) -> Path:
 
     # Levelling: every tender evaluated (received in time) at its rate per BoQ unit times the current quantity; exclusions at the allowance.
     ev = a["compliant"]
-    lev.append(["Levelled to the current quantities (BoQ + Addendum 1 + Addendum 2, the later governing); rates per BoQ unit; "
-                "exclusions at the estimator's allowance (tender rules 2, 5, 6, 7)"])
+    lev.append(
+        [
+            "Levelled to the current quantities (BoQ + Addendum 1 + Addendum 2, the later governing); rates per BoQ unit; "
+            "exclusions at the estimator's allowance (tender rules 2, 5, 6, 7)"
+        ]
+    )
     lev["A1"].font = Font(bold=True)
     head = ["Item", "Unit", "Qty as issued", "Current qty", "Allowance rate"]
     for b in ev:
@@ -542,8 +654,14 @@ def _write_tabulation(a: dict, path: Path) -> Path:
     lev.append(["Reconciliation", "", "", "", ""] + sum(([SHORT[b], ""] for b in ev), []))
     # The bridge from each tender as submitted to its levelled total, line by line; the check line must be nil.
     recon = tot + 3
-    labels = ["Tender sum as submitted", "Arithmetic corrections (rule 4)", "Quantity and unit adjustments (rules 2, 3, 5)",
-              "Exclusions priced at allowance (rule 6)", "Bridge total", "Check: bridge total less levelled total"]
+    labels = [
+        "Tender sum as submitted",
+        "Arithmetic corrections (rule 4)",
+        "Quantity and unit adjustments (rules 2, 3, 5)",
+        "Exclusions priced at allowance (rule 6)",
+        "Bridge total",
+        "Check: bridge total less levelled total",
+    ]
     for i, lab in enumerate(labels):
         r = recon + 1 + i
         row = [lab, "", "", "", ""]
@@ -571,8 +689,18 @@ def _write_tabulation(a: dict, path: Path) -> Path:
     autosize(lev, {"A": 40, "B": 6, "C": 12, "D": 11, "E": 14})
 
     # Tabulation: one row per tender received.
-    tab.append(["Bidder", "Status", "Received", "Addenda acknowledged", "Tender sum as submitted",
-                "Arithmetic correction (corrected - submitted)", "Levelled total", "Rank"])
+    tab.append(
+        [
+            "Bidder",
+            "Status",
+            "Received",
+            "Addenda acknowledged",
+            "Tender sum as submitted",
+            "Arithmetic correction (corrected - submitted)",
+            "Levelled total",
+            "Rank",
+        ]
+    )
     style_header(tab)
     ack = {BRIGHTLINE: "1, 2", CASTLEGATE: "1, 2", DUNMORE: "1 only", EASTFIELD: "1, 2"}
     ranked = sorted(a["compliant"], key=lambda b: a["levelled"][b])
@@ -581,11 +709,32 @@ def _write_tabulation(a: dict, path: Path) -> Path:
         cor = _at(tot, 2 + 5 * j + 4)
         if b in a["late"]:
             status = f"Excluded - received {a['received'][b]:%d %b %Y %H:%M}, after the {CLOSING:%H:%M} closing time (rule 1)"
-            tab.append([b, status, a["received"][b].strftime("%Y-%m-%d %H:%M"), ack[b], float(a["submitted"][b]), "not evaluated", "not evaluated", ""])
+            tab.append(
+                [
+                    b,
+                    status,
+                    a["received"][b].strftime("%Y-%m-%d %H:%M"),
+                    ack[b],
+                    float(a["submitted"][b]),
+                    "not evaluated",
+                    "not evaluated",
+                    "",
+                ]
+            )
         else:
             L = _at(tot, 7 + 2 * ev.index(b))
-            tab.append([b, "Compliant - received before the closing time", a["received"][b].strftime("%Y-%m-%d %H:%M"), ack[b],
-                        float(a["submitted"][b]), f"=ROUND('Bid rates'!{cor}-E{r},2)", f"=Levelling!{L}", ranked.index(b) + 1])
+            tab.append(
+                [
+                    b,
+                    "Compliant - received before the closing time",
+                    a["received"][b].strftime("%Y-%m-%d %H:%M"),
+                    ack[b],
+                    float(a["submitted"][b]),
+                    f"=ROUND('Bid rates'!{cor}-E{r},2)",
+                    f"=Levelling!{L}",
+                    ranked.index(b) + 1,
+                ]
+            )
     for r in range(2, 2 + len(BIDDERS)):
         for col in "EFG":
             tab[f"{col}{r}"].number_format = "#,##0.00"
@@ -613,57 +762,94 @@ def _write_memo(a: dict, path: Path) -> Path:
     carpet_adj = (cur_carpet - a1) * a["lines"][DUNMORE]["09-050"][1]
     blocks = [
         Heading("Recommendation"),
-        Para(f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {fmt_money(lv[win])}, the lowest "
-             f"compliant levelled tender under rule 8 of the tender rules."),
+        Para(
+            f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {fmt_money(lv[win])}, the lowest "
+            f"compliant levelled tender under rule 8 of the tender rules."
+        ),
         Heading("Bids received"),
-        Para(f"Four tenders for subcontract package 09 (partitions, ceilings and floor finishes) are recorded in the tender register. "
-             f"Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out used the tender box; {late} delivered its tender "
-             f"by hand to reception. The register also lists an emailed copy of Castlegate's tender: it is the same tender as the "
-             f"tender-box copy and is counted once. The register writes some receipt times day-first and others year-first; "
-             f"they were read as dates before being compared with the closing time."),
-        Table(["Bidder", "Received", "Addenda", "Tender sum as submitted (GBP)"],
-              [[b, a["received"][b].strftime("%d %b %Y %H:%M"), "1, 2" if b != DUNMORE else "1 only", fmt_money(sub[b])] for b in BIDDERS]),
+        Para(
+            f"Four tenders for subcontract package 09 (partitions, ceilings and floor finishes) are recorded in the tender register. "
+            f"Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out used the tender box; {late} delivered its tender "
+            f"by hand to reception. The register also lists an emailed copy of Castlegate's tender: it is the same tender as the "
+            f"tender-box copy and is counted once. The register writes some receipt times day-first and others year-first; "
+            f"they were read as dates before being compared with the closing time."
+        ),
+        Table(
+            ["Bidder", "Received", "Addenda", "Tender sum as submitted (GBP)"],
+            [
+                [
+                    b,
+                    a["received"][b].strftime("%d %b %Y %H:%M"),
+                    "1, 2" if b != DUNMORE else "1 only",
+                    fmt_money(sub[b]),
+                ]
+                for b in BIDDERS
+            ],
+        ),
         Heading("Compliance"),
-        Para(f"The closing time in rule 1 of the tender rules was 14:00 on Friday 20 November 2026, confirmed unchanged by "
-             f"Addendum No. 2. {late} was received at {a['received'][late]:%H:%M} on {a['received'][late]:%d %B %Y}, after the "
-             f"closing time, and is excluded from the evaluation although it carries the lowest price on the register."),
-        Para("Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out were received before the closing time and are "
-             "admitted to levelling. Dunmore acknowledged Addendum No. 1 only; rule 3 does not reject a tender for that, so "
-             "Dunmore is levelled to the current quantities at its own rates."),
+        Para(
+            f"The closing time in rule 1 of the tender rules was 14:00 on Friday 20 November 2026, confirmed unchanged by "
+            f"Addendum No. 2. {late} was received at {a['received'][late]:%H:%M} on {a['received'][late]:%d %B %Y}, after the "
+            f"closing time, and is excluded from the evaluation although it carries the lowest price on the register."
+        ),
+        Para(
+            "Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out were received before the closing time and are "
+            "admitted to levelling. Dunmore acknowledged Addendum No. 1 only; rule 3 does not reject a tender for that, so "
+            "Dunmore is levelled to the current quantities at its own rates."
+        ),
         Heading("Levelling"),
-        Para(f"Every admitted tender was levelled to the current quantities: the BoQ as issued, amended by Addendum No. 1 and then "
-             f"by Addendum No. 2, which withdraws Addendum 1's carpet tile quantity for item 09-050 ({a1:,} m2) and sets it at "
-             f"{cur_carpet:,} m2. Addendum 1's increase of the sheet vinyl, item 09-060, to {a['qty']['09-060']:,} m2 still stands."),
-        Para(f"Brightline Interiors extended item {slip_code} ({int(q):,} m2 at {rate:.2f}) as {fmt_money(written)} instead of "
-             f"{fmt_money(q * rate)}. Under rule 4 the unit rate governs, so the tender sum of {fmt_money(sub[BRIGHTLINE])} is corrected by "
-             f"{fmt_money(cor[BRIGHTLINE])} to {fmt_money(a['corrected'][BRIGHTLINE])}."),
-        Para("Castlegate Drywall & Ceilings quoted its area rates per square foot on quantities converted to square feet. Under "
-             "rule 5 each rate was converted to a rate per square metre at 10.7639 square feet to the square metre before being "
-             "applied to the current quantities; its fire-stopping rate is per penetration and was used as quoted. Its levelled "
-             f"total of {fmt_money(lv[CASTLEGATE])} differs from its tender sum by {fmt_money(lv[CASTLEGATE] - sub[CASTLEGATE])}, the "
-             "rounding of its quantities to whole square feet."),
-        Para(f"Dunmore Fit-Out excluded fire-stopping to service penetrations, item {DUNMORE_EXCLUDED}, as work of the mechanical and "
-             f"electrical subcontractor. Under rule 6 the item is priced at the estimator's allowance of {excl_allow:.2f} per "
-             f"penetration for {excl_qty} penetrations, {fmt_money(excl_allow * excl_qty)}. Its carpet was priced on {a1:,} m2 and is "
-             f"levelled to {cur_carpet:,} m2 at its own rate, a reduction of {fmt_money(-carpet_adj)}. Its levelled total is "
-             f"therefore {fmt_money(sub[DUNMORE])} less {fmt_money(-carpet_adj)} plus {fmt_money(excl_allow * excl_qty)}, "
-             f"{fmt_money(lv[DUNMORE])}."),
-        Table(["Bidder", "Tender sum as submitted", "Arithmetic correction", "Levelled total", "Rank"],
-              [[b, fmt_money(sub[b]), fmt_money(cor[b]), fmt_money(lv[b]), str(k + 1)] for k, b in enumerate(sorted(a["compliant"], key=lambda x: lv[x]))]),
-        Para("Each levelled total ties to the tender as submitted plus its arithmetic corrections, quantity and unit adjustments "
-             "and allowances; the bridge is on the Levelling sheet of bid_tabulation.xlsx, where every figure is a formula and "
-             "the check line is nil for every tender."),
+        Para(
+            f"Every admitted tender was levelled to the current quantities: the BoQ as issued, amended by Addendum No. 1 and then "
+            f"by Addendum No. 2, which withdraws Addendum 1's carpet tile quantity for item 09-050 ({a1:,} m2) and sets it at "
+            f"{cur_carpet:,} m2. Addendum 1's increase of the sheet vinyl, item 09-060, to {a['qty']['09-060']:,} m2 still stands."
+        ),
+        Para(
+            f"Brightline Interiors extended item {slip_code} ({int(q):,} m2 at {rate:.2f}) as {fmt_money(written)} instead of "
+            f"{fmt_money(q * rate)}. Under rule 4 the unit rate governs, so the tender sum of {fmt_money(sub[BRIGHTLINE])} is corrected by "
+            f"{fmt_money(cor[BRIGHTLINE])} to {fmt_money(a['corrected'][BRIGHTLINE])}."
+        ),
+        Para(
+            "Castlegate Drywall & Ceilings quoted its area rates per square foot on quantities converted to square feet. Under "
+            "rule 5 each rate was converted to a rate per square metre at 10.7639 square feet to the square metre before being "
+            "applied to the current quantities; its fire-stopping rate is per penetration and was used as quoted. Its levelled "
+            f"total of {fmt_money(lv[CASTLEGATE])} differs from its tender sum by {fmt_money(lv[CASTLEGATE] - sub[CASTLEGATE])}, the "
+            "rounding of its quantities to whole square feet."
+        ),
+        Para(
+            f"Dunmore Fit-Out excluded fire-stopping to service penetrations, item {DUNMORE_EXCLUDED}, as work of the mechanical and "
+            f"electrical subcontractor. Under rule 6 the item is priced at the estimator's allowance of {excl_allow:.2f} per "
+            f"penetration for {excl_qty} penetrations, {fmt_money(excl_allow * excl_qty)}. Its carpet was priced on {a1:,} m2 and is "
+            f"levelled to {cur_carpet:,} m2 at its own rate, a reduction of {fmt_money(-carpet_adj)}. Its levelled total is "
+            f"therefore {fmt_money(sub[DUNMORE])} less {fmt_money(-carpet_adj)} plus {fmt_money(excl_allow * excl_qty)}, "
+            f"{fmt_money(lv[DUNMORE])}."
+        ),
+        Table(
+            ["Bidder", "Tender sum as submitted", "Arithmetic correction", "Levelled total", "Rank"],
+            [
+                [b, fmt_money(sub[b]), fmt_money(cor[b]), fmt_money(lv[b]), str(k + 1)]
+                for k, b in enumerate(sorted(a["compliant"], key=lambda x: lv[x]))
+            ],
+        ),
+        Para(
+            "Each levelled total ties to the tender as submitted plus its arithmetic corrections, quantity and unit adjustments "
+            "and allowances; the bridge is on the Levelling sheet of bid_tabulation.xlsx, where every figure is a formula and "
+            "the check line is nil for every tender."
+        ),
         Heading("Reasons"),
-        Para(f"{win}'s tender is the lowest compliant levelled tender, and rule 8 of the tender rules makes that the only award "
-             f"criterion at this stage. I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2, and its figure on "
-             f"the register looks the keenest of the tenders received in time. Levelled on the same basis as the others, with its fire-stopping "
-             f"exclusion priced at the allowance and its carpet brought to Addendum No. 2, Dunmore's total is GBP {fmt_money(lv[runner])}, "
-             f"GBP {fmt_money(gap)} above {win}. Past performance was assessed at pre-qualification and is not an award criterion at this "
-             f"stage. Placing the package with Dunmore instead would cost GBP {fmt_money(gap)} more. Rule 9 allows a departure from "
-             f"the lowest compliant tender only with the Commercial Director's written approval and reasons, and none arise from "
-             f"the tenders."),
-        Para(f"Before the order is placed, {win} should confirm in writing that it stands by its rates and by the corrected tender sum, "
-             f"and the fire-stopping scope should be confirmed with the mechanical and electrical subcontractor so that it is "
-             f"neither paid twice nor missed."),
+        Para(
+            f"{win}'s tender is the lowest compliant levelled tender, and rule 8 of the tender rules makes that the only award "
+            f"criterion at this stage. I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2, and its figure on "
+            f"the register looks the keenest of the tenders received in time. Levelled on the same basis as the others, with its fire-stopping "
+            f"exclusion priced at the allowance and its carpet brought to Addendum No. 2, Dunmore's total is GBP {fmt_money(lv[runner])}, "
+            f"GBP {fmt_money(gap)} above {win}. Past performance was assessed at pre-qualification and is not an award criterion at this "
+            f"stage. Placing the package with Dunmore instead would cost GBP {fmt_money(gap)} more. Rule 9 allows a departure from "
+            f"the lowest compliant tender only with the Commercial Director's written approval and reasons, and none arise from "
+            f"the tenders."
+        ),
+        Para(
+            f"Before the order is placed, {win} should confirm in writing that it stands by its rates and by the corrected tender sum, "
+            f"and the fire-stopping scope should be confirmed with the mechanical and electrical subcontractor so that it is "
+            f"neither paid twice nor missed."
+        ),
     ]
     return write_docx(blocks, path, title="Award recommendation - Kestrel House package 09")

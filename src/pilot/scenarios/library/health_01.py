@@ -59,7 +59,13 @@ def generate(inputs_dir: Path) -> list[Path]:
             r[6] = "attended"
             arr = dt.datetime.strptime(r[3], "%H:%M")
             r[4], r[5] = arr.strftime("%H:%M"), (arr - dt.timedelta(minutes=50)).strftime("%H:%M")
-    paths = [write_csv(inputs_dir / APPTS_CSV, ["appointment_id", "clinic", "date", "booked_time", "arrival_time", "seen_time", "status"], rows)]
+    paths = [
+        write_csv(
+            inputs_dir / APPTS_CSV,
+            ["appointment_id", "clinic", "date", "booked_time", "arrival_time", "seen_time", "status"],
+            rows,
+        )
+    ]
     defs = """Community clinics - monthly access report: definitions (Quality & Performance, 2026)
 
 No-show rate: appointments with status "no-show" divided by appointments that were either attended or no-show. Cancellations (any kind) are excluded from numerator and denominator. Report as a percentage with one decimal.
@@ -85,7 +91,15 @@ def analyse(inputs_dir: Path) -> dict:
     bad = sorted(att.loc[att.wait < 0, "appointment_id"])
     att = att[att.wait >= 0]
     med = att.groupby("clinic").wait.median()
-    return {"n": len(df), "rate": rate, "by_rate": by_rate, "median": med, "overall_median": att.wait.median(), "bad": bad, "attended": len(att)}
+    return {
+        "n": len(df),
+        "rate": rate,
+        "by_rate": by_rate,
+        "median": med,
+        "overall_median": att.wait.median(),
+        "bad": bad,
+        "attended": len(att),
+    }
 
 
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
@@ -104,7 +118,10 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             "Following the report definitions, the no-show rate counts no-shows against appointments that were attended or missed; cancellations are left out of both. "
             f"The overall rate was {a['rate']:.1f}%. Hillcrest also has the highest no-show rate, which suggests that long waits and missed appointments may be linked there."
         ),
-        Table(["Clinic", "No-show rate", "Median wait (min)"], [[c, f"{a['by_rate'][c]:.1f}%", f"{a['median'][c]:.0f}"] for c in clinics]),
+        Table(
+            ["Clinic", "No-show rate", "Median wait (min)"],
+            [[c, f"{a['by_rate'][c]:.1f}%", f"{a['median'][c]:.0f}"] for c in clinics],
+        ),
         Heading("Waiting times"),
         Para(
             f"Waiting times were computed for {a['attended']:,} attended appointments. {len(a['bad'])} records ({', '.join(a['bad'])}) show a seen time earlier than the "

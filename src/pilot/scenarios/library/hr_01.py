@@ -26,7 +26,12 @@ BANDS_XLSX = "salary_bands_2027.xlsx"
 GUIDE_TXT = "merit_guidelines_2027.txt"
 OUT_XLSX = "merit_increases_2027.xlsx"
 
-BANDS = {"G3": (48_000, 56_000, 64_000), "G4": (55_000, 64_000, 73_000), "G5": (64_000, 75_000, 86_000), "G6": (76_000, 89_000, 102_000)}
+BANDS = {
+    "G3": (48_000, 56_000, 64_000),
+    "G4": (55_000, 64_000, 73_000),
+    "G5": (64_000, 75_000, 86_000),
+    "G6": (76_000, 89_000, 102_000),
+}
 MERIT = {5: 0.05, 4: 0.035, 3: 0.025, 2: 0.0, 1: 0.0}
 CUTOFF = dt.date(2026, 7, 1)
 DEPTS = ["Finance", "Customer Service", "Operations", "IT", "Sales"]
@@ -44,13 +49,19 @@ def generate(inputs_dir: Path) -> list[Path]:
         hired = dt.date(2012, 1, 1) + dt.timedelta(days=int(g.integers(0, 5000)))
         rows.append([f"E-{1000 + i}", DEPTS[int(g.integers(len(DEPTS)))], grade, salary, rating, hired.isoformat()])
     # Planted cases.
-    rows[16][2:6] = ["G4", 52_400, 3, "2019-05-13"]   # E-1017: below G4 minimum even after merit
-    rows[41][2:6] = ["G3", 46_100, 4, "2021-09-01"]   # E-1042: below G3 minimum
-    rows[7][2:6] = ["G5", 84_900, 5, "2015-02-02"]    # E-1008: capped at G5 maximum
+    rows[16][2:6] = ["G4", 52_400, 3, "2019-05-13"]  # E-1017: below G4 minimum even after merit
+    rows[41][2:6] = ["G3", 46_100, 4, "2021-09-01"]  # E-1042: below G3 minimum
+    rows[7][2:6] = ["G5", 84_900, 5, "2015-02-02"]  # E-1008: capped at G5 maximum
     rows[29][2:6] = ["G6", 100_500, 4, "2013-10-21"]  # E-1030: capped at G6 maximum
-    rows[44][2:6] = ["G5", 63_000, 5, "2026-09-14"]   # E-1045: new hire, below G5 minimum: no merit, raised to minimum
-    rows[22][2:6] = ["G3", 55_000, 4, "2026-08-03"]   # E-1023: new hire, no merit
-    paths = [write_csv(inputs_dir / EMPLOYEES_CSV, ["employee_id", "department", "grade", "salary_2026", "rating_2026", "hire_date"], rows)]
+    rows[44][2:6] = ["G5", 63_000, 5, "2026-09-14"]  # E-1045: new hire, below G5 minimum: no merit, raised to minimum
+    rows[22][2:6] = ["G3", 55_000, 4, "2026-08-03"]  # E-1023: new hire, no merit
+    paths = [
+        write_csv(
+            inputs_dir / EMPLOYEES_CSV,
+            ["employee_id", "department", "grade", "salary_2026", "rating_2026", "hire_date"],
+            rows,
+        )
+    ]
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Bands 2027"
@@ -88,8 +99,18 @@ def compute(inputs_dir: Path) -> list[dict]:
         pct = MERIT[int(e["rating_2026"])] if eligible else 0.0
         lo, hi = bands[e["grade"]]
         new = int(math.floor(min(max(sal * (1 + pct), lo), hi) + 0.5))
-        out.append({**e, "eligible": eligible, "pct": pct, "new": new, "increase": new - sal,
-                    "adjust": "raised to band minimum" if sal * (1 + pct) < lo else ("capped at band maximum" if sal * (1 + pct) > hi else "")})
+        out.append(
+            {
+                **e,
+                "eligible": eligible,
+                "pct": pct,
+                "new": new,
+                "increase": new - sal,
+                "adjust": "raised to band minimum"
+                if sal * (1 + pct) < lo
+                else ("capped at band maximum" if sal * (1 + pct) > hi else ""),
+            }
+        )
     return out
 
 
@@ -103,20 +124,44 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     for gr, (lo, _, hi) in BANDS.items():
         bands.append([gr, lo, hi])
     ws = wb.create_sheet("Increases", 0)
-    ws.append(["Employee", "Department", "Grade", "Salary 2026", "Rating", "Hire date", "Eligible", "Merit %", "Salary after merit", "Band minimum", "Band maximum", "New salary 2027", "Increase", "Adjustment"])
+    ws.append(
+        [
+            "Employee",
+            "Department",
+            "Grade",
+            "Salary 2026",
+            "Rating",
+            "Hire date",
+            "Eligible",
+            "Merit %",
+            "Salary after merit",
+            "Band minimum",
+            "Band maximum",
+            "New salary 2027",
+            "Increase",
+            "Adjustment",
+        ]
+    )
     style_header(ws)
     for i, e in enumerate(emps, start=2):
-        ws.append([
-            e["employee_id"], e["department"], e["grade"], int(e["salary_2026"]), int(e["rating_2026"]), e["hire_date"],
-            "Yes" if e["eligible"] else "No",
-            f'=IF(G{i}="Yes",CHOOSE(E{i},0,0,0.025,0.035,0.05),0)',
-            f"=D{i}*(1+H{i})",
-            f"=VLOOKUP(C{i},Bands!$A$2:$C$5,2,FALSE)",
-            f"=VLOOKUP(C{i},Bands!$A$2:$C$5,3,FALSE)",
-            f"=ROUND(MIN(MAX(I{i},J{i}),K{i}),0)",
-            f"=L{i}-D{i}",
-            f'=IF(I{i}<J{i},"raised to band minimum",IF(I{i}>K{i},"capped at band maximum",""))',
-        ])
+        ws.append(
+            [
+                e["employee_id"],
+                e["department"],
+                e["grade"],
+                int(e["salary_2026"]),
+                int(e["rating_2026"]),
+                e["hire_date"],
+                "Yes" if e["eligible"] else "No",
+                f'=IF(G{i}="Yes",CHOOSE(E{i},0,0,0.025,0.035,0.05),0)',
+                f"=D{i}*(1+H{i})",
+                f"=VLOOKUP(C{i},Bands!$A$2:$C$5,2,FALSE)",
+                f"=VLOOKUP(C{i},Bands!$A$2:$C$5,3,FALSE)",
+                f"=ROUND(MIN(MAX(I{i},J{i}),K{i}),0)",
+                f"=L{i}-D{i}",
+                f'=IF(I{i}<J{i},"raised to band minimum",IF(I{i}>K{i},"capped at band maximum",""))',
+            ]
+        )
     last = len(emps) + 1
     summ = wb.create_sheet("Summary", 0)
     summ.append(["2027 merit review - summary"])
@@ -130,8 +175,30 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     summ.append(["Employees capped at band maximum", f'=COUNTIF(Increases!N2:N{last},"capped at band maximum")'])
     summ.append(["Employees not eligible (hired on or after 1 July 2026)", f'=COUNTIF(Increases!G2:G{last},"No")'])
     autosize(summ, {"A": 52, "B": 16})
-    autosize(ws, {"A": 10, "B": 18, "C": 7, "D": 12, "E": 7, "F": 11, "G": 9, "H": 9, "I": 16, "J": 13, "K": 13, "L": 15, "M": 10, "N": 24})
+    autosize(
+        ws,
+        {
+            "A": 10,
+            "B": 18,
+            "C": 7,
+            "D": 12,
+            "E": 7,
+            "F": 11,
+            "G": 9,
+            "H": 9,
+            "I": 16,
+            "J": 13,
+            "K": 13,
+            "L": 15,
+            "M": 10,
+            "N": 24,
+        },
+    )
     outputs_dir.mkdir(parents=True, exist_ok=True)
     book = save_workbook(wb, outputs_dir / OUT_XLSX)
-    record = write_completion_record(outputs_dir, [OUT_XLSX], notes="Two employees hired after the cut-off received no merit; one of them was still raised to the band minimum.")
+    record = write_completion_record(
+        outputs_dir,
+        [OUT_XLSX],
+        notes="Two employees hired after the cut-off received no merit; one of them was still raised to the band minimum.",
+    )
     return [book, record]

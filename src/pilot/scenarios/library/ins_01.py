@@ -45,9 +45,16 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import openpyxl
-from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, fmt_money, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import (
+    autosize,
+    fmt_money,
+    iso_or_day_first,
+    read_csv_dicts,
+    rng,
+    style_header,
+    write_completion_record,
+)
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the three routine claims' dates and amounts.
@@ -73,8 +80,17 @@ POLICIES = [
     ("HM-P-1002", "Brookfield Dental Practice", "2026-02-01", "GBP", 2500, [(1, "2026-02-01", 500000, "current")]),
     ("HM-P-1003", "Carrow Motors Ltd", "2025-07-15", "GBP", 1000, [(1, "2025-07-15", 100000, "current")]),
     ("HM-P-1004", "Denholm Print Works", "2025-11-01", "GBP", 5000, [(1, "2025-11-01", 150000, "current")]),
-    ("HM-P-1005", "Elmstead Joinery Ltd", "2026-01-10", "GBP", 10000,
-     [(1, "2026-01-10", 120000, "superseded by endorsement E2"), (2, "2026-09-20", 200000, "current (endorsement E2: contents sum insured increased)")]),
+    (
+        "HM-P-1005",
+        "Elmstead Joinery Ltd",
+        "2026-01-10",
+        "GBP",
+        10000,
+        [
+            (1, "2026-01-10", 120000, "superseded by endorsement E2"),
+            (2, "2026-09-20", 200000, "current (endorsement E2: contents sum insured increased)"),
+        ],
+    ),
     ("HM-P-1006", "Fenwick Florists", "2026-10-01", "GBP", 500, [(1, "2026-10-01", 75000, "current")]),
     ("HM-P-1007", "Greyfriars Hotel Ltd", "2024-06-01", "GBP", 2500, [(1, "2024-06-01", 400000, "current")]),
     ("HM-P-1008", "Harbour Lofts DAC (Cork)", "2026-03-01", "EUR", 1500, [(1, "2026-03-01", 300000, "current")]),
@@ -90,23 +106,59 @@ POLICIES = [
 
 # claim, policy, peril, loss date, FNOL as the register writes it, paid, outstanding estimate, status, cat code, remarks
 PLANTED = [
-    ("CLM-26-0598", "HM-P-1013", "Theft", "2026-09-10", "2026-09-11", "9300.00", "0.00", "closed", "", "settled 28/10/2026"),
+    (
+        "CLM-26-0598",
+        "HM-P-1013",
+        "Theft",
+        "2026-09-10",
+        "2026-09-11",
+        "9300.00",
+        "0.00",
+        "closed",
+        "",
+        "settled 28/10/2026",
+    ),
     ("CLM-26-0611", "HM-P-1001", "Escape of water", "2026-10-14", "2026-10-16", "12400.00", "18750.00", "open", "", ""),
     ("CLM-26-0614", "HM-P-1002", "Storm", "2026-10-19", "26/11/2026", "0.00", "46200.00", "open", "CAT-2610", ""),
     ("CLM-26-0618", "HM-P-1003", "Theft", "2026-09-28", "2026-11-06", "0.00", "27900.00", "open", "", ""),
     ("CLM-26-0621", "HM-P-1004", "Fire", "2026-10-02", "11/10/2026", "35000.00", "52300.00", "open", "", ""),
     ("CLM-26-0633", "HM-P-1005", "Fire", "2026-11-05", "2026-11-07", "20000.00", "215000.00", "open", "", ""),
     ("CLM-26-0640", "HM-P-1006", "Escape of water", "2026-11-12", "2026-11-13", "0.00", "38400.00", "open", "", ""),
-    ("CLM-26-0641", "HM-P-1006", "Escape of water", "2026-11-12", "14/11/2026", "0.00", "38400.00", "open", "", "FNOL received from broker"),
+    (
+        "CLM-26-0641",
+        "HM-P-1006",
+        "Escape of water",
+        "2026-11-12",
+        "14/11/2026",
+        "0.00",
+        "38400.00",
+        "open",
+        "",
+        "FNOL received from broker",
+    ),
     ("CLM-26-0645", "HM-P-1007", "Fire", "2026-11-08", "2026-11-09", "15000.00", "64000.00", "open", "", ""),
-    ("CLM-26-0652", "HM-P-1008", "Storm", "2026-11-03", "04/11/2026", "8000.00", "57000.00", "open", "", "amounts in EUR"),
+    (
+        "CLM-26-0652",
+        "HM-P-1008",
+        "Storm",
+        "2026-11-03",
+        "04/11/2026",
+        "8000.00",
+        "57000.00",
+        "open",
+        "",
+        "amounts in EUR",
+    ),
     ("CLM-26-0657", "HM-P-1009", "Escape of water", "2026-10-27", "2026-10-29", "4200.00", "22000.00", "open", "", ""),
     ("CLM-26-0660", "HM-P-1010", "Storm", "2026-11-18", "19/11/2026", "0.00", "1850.00", "open", "", ""),
     ("CLM-26-0663", "HM-P-1011", "Flood", "2026-11-02", "2026-11-04", "40000.00", "180000.00", "open", "", ""),
     ("CLM-26-0671", "HM-P-1012", "Theft", "2026-11-28", "01/12/2026", "0.00", "18000.00", "open", "", ""),
 ]
-ROUTINE = [("CLM-26-0626", "HM-P-1014", "Accidental damage"), ("CLM-26-0649", "HM-P-1015", "Escape of water"),
-           ("CLM-26-0666", "HM-P-1016", "Theft")]
+ROUTINE = [
+    ("CLM-26-0626", "HM-P-1014", "Accidental damage"),
+    ("CLM-26-0649", "HM-P-1015", "Escape of water"),
+    ("CLM-26-0666", "HM-P-1016", "Theft"),
+]
 REVISED = ("CLM-26-0657", Decimal("61000.00"))
 INCONSISTENT = "CLM-26-0645"
 
@@ -132,9 +184,25 @@ def generate(inputs_dir: Path) -> list[Path]:
     """Write the inputs from the seed alone, so they regenerate byte for byte."""
     inputs_dir = Path(inputs_dir)
     rows = _register_rows()
-    paths = [write_csv(inputs_dir / REGISTER_CSV, ["claim_id", "policy_no", "peril", "loss_date", "fnol_date", "currency",
-                                                     "paid", "outstanding_estimate", "status", "cat_code", "remarks"],
-                       [r[:5] + [next(p[3] for p in POLICIES if p[0] == r[1])] + r[5:] for r in rows])]
+    paths = [
+        write_csv(
+            inputs_dir / REGISTER_CSV,
+            [
+                "claim_id",
+                "policy_no",
+                "peril",
+                "loss_date",
+                "fnol_date",
+                "currency",
+                "paid",
+                "outstanding_estimate",
+                "status",
+                "cat_code",
+                "remarks",
+            ],
+            [r[:5] + [next(p[3] for p in POLICIES if p[0] == r[1])] + r[5:] for r in rows],
+        )
+    ]
     paths.append(_write_schedule(inputs_dir))
     paths.append(_write_notes(inputs_dir))
     paths.append(_write_guideline(inputs_dir))
@@ -176,31 +244,47 @@ def _write_schedule(inputs_dir: Path) -> Path:
 def _write_notes(inputs_dir: Path) -> Path:
     blocks = [
         Heading("Adjuster notes - open property claims, November 2026"),
-        Para("Harrowgate Mutual Insurance, Property Claims. Notes by the field adjusters, latest first within each claim."),
+        Para(
+            "Harrowgate Mutual Insurance, Property Claims. Notes by the field adjusters, latest first within each claim."
+        ),
         Heading("CLM-26-0614 - Brookfield Dental Practice", 2),
-        Para("26 November: roof covering and ceiling damage from Storm Elin on 19 October. The practice manager was dealing "
-             "with the repairs herself and only notified us when the contractor's invoice arrived. Damage is consistent "
-             "with the storm; neighbouring premises have similar damage."),
+        Para(
+            "26 November: roof covering and ceiling damage from Storm Elin on 19 October. The practice manager was dealing "
+            "with the repairs herself and only notified us when the contractor's invoice arrived. Damage is consistent "
+            "with the storm; neighbouring premises have similar damage."
+        ),
         Heading("CLM-26-0618 - Carrow Motors Ltd", 2),
-        Para("10 November: theft of diagnostic equipment and tools from the workshop. The owner says he was abroad and "
-             "did not notice the loss until his return. Police reference obtained; no sign of forced entry was recorded."),
+        Para(
+            "10 November: theft of diagnostic equipment and tools from the workshop. The owner says he was abroad and "
+            "did not notice the loss until his return. Police reference obtained; no sign of forced entry was recorded."
+        ),
         Heading("CLM-26-0633 - Elmstead Joinery Ltd", 2),
-        Para("12 November: fire in the finishing shop overnight; stock and machinery destroyed. Fire brigade report awaited. "
-             "Contents loss estimated at 235,000 including debris removal."),
+        Para(
+            "12 November: fire in the finishing shop overnight; stock and machinery destroyed. Fire brigade report awaited. "
+            "Contents loss estimated at 235,000 including debris removal."
+        ),
         Heading("CLM-26-0645 - Greyfriars Hotel Ltd", 2),
-        Para("20 November: kitchen fire. The general manager's account (a fryer fire at 22:30 during service) is "
-             "inconsistent with the physical evidence: the burn pattern starts at a storage room away from the fryers "
-             "and the alarm log shows the kitchen closed at 21:00. Account inconsistent."),
+        Para(
+            "20 November: kitchen fire. The general manager's account (a fryer fire at 22:30 during service) is "
+            "inconsistent with the physical evidence: the burn pattern starts at a storage room away from the fryers "
+            "and the alarm log shows the kitchen closed at 21:00. Account inconsistent."
+        ),
         Heading("CLM-26-0652 - Harbour Lofts DAC", 2),
-        Para("9 November: storm damage to the roof and two top-floor units in Cork. Figures in the register are in euro, "
-             "the policy currency."),
+        Para(
+            "9 November: storm damage to the roof and two top-floor units in Cork. Figures in the register are in euro, "
+            "the policy currency."
+        ),
         Heading("CLM-26-0657 - Ivydene Care Home", 2),
-        Para(f"27 November: revised estimate. The contractor's quote for the escape of water, including drying and "
-             f"replastering two wings, brings the outstanding estimate to {fmt_money(REVISED[1])}, replacing the 22,000.00 "
-             f"on the register (not yet updated)."),
+        Para(
+            f"27 November: revised estimate. The contractor's quote for the escape of water, including drying and "
+            f"replastering two wings, brings the outstanding estimate to {fmt_money(REVISED[1])}, replacing the 22,000.00 "
+            f"on the register (not yet updated)."
+        ),
         Para("30 October: leak from a failed joint in the first-floor plant room. Initial estimate 22,000.00."),
         Heading("CLM-26-0663 - Kingsmead Self Storage", 2),
-        Para("6 November: river flooding of the ground floor units. Customers' goods excluded; building and fit-out only."),
+        Para(
+            "6 November: river flooding of the ground floor units. Customers' goods excluded; building and fit-out only."
+        ),
     ]
     return write_docx(blocks, inputs_dir / NOTES_DOCX, title="Adjuster notes - November 2026")
 
@@ -257,7 +341,11 @@ def compute(inputs_dir: Path) -> dict:
 
     inputs_dir = Path(inputs_dir)
     wb = openpyxl.load_workbook(inputs_dir / SCHEDULE_XLSX)
-    inception = {r[0]: (r[2].date() if isinstance(r[2], dt.datetime) else r[2]) for r in wb["Policies"].iter_rows(min_row=2, values_only=True) if r[0]}
+    inception = {
+        r[0]: (r[2].date() if isinstance(r[2], dt.datetime) else r[2])
+        for r in wb["Policies"].iter_rows(min_row=2, values_only=True)
+        if r[0]
+    }
     names = {r[0]: r[1] for r in wb["Policies"].iter_rows(min_row=2, values_only=True) if r[0]}
     deductible = {r[0]: _dec(r[1]) for r in wb["Deductibles"].iter_rows(min_row=2, values_only=True) if r[0]}
     versions: dict[str, list[tuple[dt.date, Decimal, int]]] = {}
@@ -315,10 +403,30 @@ def compute(inputs_dir: Path) -> dict:
                 flags.append(f"{what} on {s:%d %B %Y}, {(c['loss'] - s).days} days before the loss (flag C1(b))")
         if c["claim_id"] in inconsistent:
             flags.append("adjuster records the account as inconsistent with the physical evidence (flag C1(c))")
-        out.append({"id": c["claim_id"], "policy": pol, "insured": names[pol], "currency": c["currency"], "paid": paid,
-                    "os": os_, "incurred": incurred, "deductible": deductible[pol], "limit": in_force[1], "version": in_force[2],
-                    "net": net, "reserve": reserve, "fx": fx, "gbp": gbp, "flags": flags, "delay": delay, "in_cat": in_cat,
-                    "loss": c["loss"], "fnol": c["fnol"], "revised": c["claim_id"] in revised})
+        out.append(
+            {
+                "id": c["claim_id"],
+                "policy": pol,
+                "insured": names[pol],
+                "currency": c["currency"],
+                "paid": paid,
+                "os": os_,
+                "incurred": incurred,
+                "deductible": deductible[pol],
+                "limit": in_force[1],
+                "version": in_force[2],
+                "net": net,
+                "reserve": reserve,
+                "fx": fx,
+                "gbp": gbp,
+                "flags": flags,
+                "delay": delay,
+                "in_cat": in_cat,
+                "loss": c["loss"],
+                "fnol": c["fnol"],
+                "revised": c["claim_id"] in revised,
+            }
+        )
     total = sum((c["gbp"] for c in out), Decimal(0))
     return {"claims": out, "dropped": dropped, "total": total, "referred": [c["id"] for c in out if c["flags"]]}
 
@@ -334,10 +442,13 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_book(a, outputs_dir / BOOK_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [BOOK_XLSX, MEMO_DOCX],
-        questions=["Can the register's outstanding estimate for CLM-26-0657 be updated to the adjuster's revised figure?"],
+        outputs_dir,
+        [BOOK_XLSX, MEMO_DOCX],
+        questions=[
+            "Can the register's outstanding estimate for CLM-26-0657 be updated to the adjuster's revised figure?"
+        ],
         notes="CLM-26-0641 is the broker's duplicate FNOL of CLM-26-0640 and was counted once; CLM-26-0671 was notified "
-              "after the 30 November cut-off and belongs to December's review.",
+        "after the 30 November cut-off and belongs to December's review.",
     )
     return [book, memo, record]
 
@@ -346,16 +457,45 @@ def _write_book(a: dict, path: Path) -> Path:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Reserves"
-    ws.append(["Claim", "Policy", "Insured", "Currency", "Paid", "Outstanding estimate", "Incurred", "Deductible",
-               "Limit in force", "Net incurred", "FX rate to GBP", "Required reserve GBP", "SIU referral"])
+    ws.append(
+        [
+            "Claim",
+            "Policy",
+            "Insured",
+            "Currency",
+            "Paid",
+            "Outstanding estimate",
+            "Incurred",
+            "Deductible",
+            "Limit in force",
+            "Net incurred",
+            "FX rate to GBP",
+            "Required reserve GBP",
+            "SIU referral",
+        ]
+    )
     style_header(ws)
     claims = a["claims"]
     first, last = 2, 1 + len(claims)
     for k, c in enumerate(claims):
         r = first + k
-        ws.append([c["id"], c["policy"], c["insured"], c["currency"], float(c["paid"]), float(c["os"]), f"=E{r}+F{r}",
-                   float(c["deductible"]), float(c["limit"]), f"=MIN(MAX(G{r}-H{r},0),I{r})", "=Settings!B2" if c["currency"] == "EUR" else 1,
-                   f"=ROUND(MAX(J{r}-E{r},0)*K{r},2)", "Refer" if c["flags"] else "No referral"])
+        ws.append(
+            [
+                c["id"],
+                c["policy"],
+                c["insured"],
+                c["currency"],
+                float(c["paid"]),
+                float(c["os"]),
+                f"=E{r}+F{r}",
+                float(c["deductible"]),
+                float(c["limit"]),
+                f"=MIN(MAX(G{r}-H{r},0),I{r})",
+                "=Settings!B2" if c["currency"] == "EUR" else 1,
+                f"=ROUND(MAX(J{r}-E{r},0)*K{r},2)",
+                "Refer" if c["flags"] else "No referral",
+            ]
+        )
         for col in "EFGHIJL":
             ws[f"{col}{r}"].number_format = "#,##0.00"
     ws.append([])
@@ -363,7 +503,24 @@ def _write_book(a: dict, path: Path) -> Path:
     ws.append(["Total required reserve GBP", f"=SUM(L{first}:L{last})"])
     ws.cell(row=ws.max_row, column=2).number_format = "#,##0.00"
     ws.append(["Claims referred to SIU", f'=COUNTIF(M{first}:M{last},"Refer")'])
-    autosize(ws, {"A": 28, "B": 11, "C": 28, "D": 9, "E": 12, "F": 14, "G": 12, "H": 11, "I": 13, "J": 13, "K": 9, "L": 16, "M": 12})
+    autosize(
+        ws,
+        {
+            "A": 28,
+            "B": 11,
+            "C": 28,
+            "D": 9,
+            "E": 12,
+            "F": 14,
+            "G": 12,
+            "H": 11,
+            "I": 13,
+            "J": 13,
+            "K": 9,
+            "L": 16,
+            "M": 12,
+        },
+    )
     st = wb.create_sheet("Settings")
     st.append(["Setting", "Value", "Source"])
     style_header(st)
@@ -376,7 +533,16 @@ def _write_book(a: dict, path: Path) -> Path:
     style_header(sf)
     for k, c in enumerate(claims):
         r = 2 + k
-        sf.append([c["id"], c["loss"], c["fnol"], f"=C{r}-B{r}", "CAT-2610" if c["in_cat"] else "", "; ".join(c["flags"]) or "none"])
+        sf.append(
+            [
+                c["id"],
+                c["loss"],
+                c["fnol"],
+                f"=C{r}-B{r}",
+                "CAT-2610" if c["in_cat"] else "",
+                "; ".join(c["flags"]) or "none",
+            ]
+        )
         sf[f"B{r}"].number_format = sf[f"C{r}"].number_format = "dd/mm/yyyy"
     autosize(sf, {"A": 15, "B": 12, "C": 12, "D": 14, "E": 17, "F": 90})
     ex = wb.create_sheet("Not reviewed")
@@ -392,53 +558,84 @@ def _write_memo(a: dict, path: Path) -> Path:
     by = {c["id"]: c for c in a["claims"]}
     ref = [by[i] for i in a["referred"]]
     rest = [c for c in a["claims"] if not c["flags"]]
-    c0614, c0621, c0633, c0652, c0657 = (by[i] for i in ("CLM-26-0614", "CLM-26-0621", "CLM-26-0633", "CLM-26-0652", "CLM-26-0657"))
+    c0614, c0621, c0633, c0652, c0657 = (
+        by[i] for i in ("CLM-26-0614", "CLM-26-0621", "CLM-26-0633", "CLM-26-0652", "CLM-26-0657")
+    )
     blocks = [
         Heading("Summary"),
-        Para(f"This memo reports the November 2026 large-loss review of open property claims at the cut-off of "
-             f"{CUTOFF:%d %B %Y}. {len(a['claims'])} claims were reviewed. Their required reserves total GBP "
-             f"{fmt_money(a['total'])}, worked in reserve_review.xlsx. Under Part C of the reserving and SIU guideline, "
-             f"{len(ref)} claims are referred to the SIU: {', '.join(c['id'] for c in ref)}."),
+        Para(
+            f"This memo reports the November 2026 large-loss review of open property claims at the cut-off of "
+            f"{CUTOFF:%d %B %Y}. {len(a['claims'])} claims were reviewed. Their required reserves total GBP "
+            f"{fmt_money(a['total'])}, worked in reserve_review.xlsx. Under Part C of the reserving and SIU guideline, "
+            f"{len(ref)} claims are referred to the SIU: {', '.join(c['id'] for c in ref)}."
+        ),
         Heading("Referrals"),
     ]
     for c in ref:
-        blocks.append(Para(f"{c['id']} ({c['insured']}) is referred to the SIU because the {'; '.join(c['flags'])}. "
-                           f"Its required reserve is GBP {fmt_money(c['gbp'])}."
-                           .replace("because the notified", "because it was notified")
-                           .replace("because the policy", "because its policy")
-                           .replace("because the limit", "because its limit")))
-    blocks.append(Para("Referral is a precaution under guideline C2, not an allegation against the insured; the handling "
-                       "adjusters continue to progress these claims."))
+        blocks.append(
+            Para(
+                f"{c['id']} ({c['insured']}) is referred to the SIU because the {'; '.join(c['flags'])}. "
+                f"Its required reserve is GBP {fmt_money(c['gbp'])}.".replace(
+                    "because the notified", "because it was notified"
+                )
+                .replace("because the policy", "because its policy")
+                .replace("because the limit", "because its limit")
+            )
+        )
+    blocks.append(
+        Para(
+            "Referral is a precaution under guideline C2, not an allegation against the insured; the handling "
+            "adjusters continue to progress these claims."
+        )
+    )
     blocks += [
         Heading("Claims not referred"),
-        Para(f"The other {len(rest)} claims reviewed, {', '.join(c['id'] for c in rest)}, show no red flag and are not "
-             f"referred to the SIU."),
-        Para(f"{c0614['id']} is not referred to the SIU although it was notified {c0614['delay']} days after the loss: "
-             f"the loss on {c0614['loss']:%d %B %Y} falls within the declared catastrophe event CAT-2610 (Storm Elin, "
-             f"18 to 20 October 2026), and guideline D2 disapplies the late-notification flag for such losses."),
-        Para(f"{c0621['id']} is not referred to the SIU: its FNOL date 11/10/2026 is day-first, 11 October 2026, so it was "
-             f"notified {c0621['delay']} days after the loss of {c0621['loss']:%d %B %Y}, within the 30 days."),
-        Para("Three register entries were left out of the review and are not referred in it. CLM-26-0641 is the broker's "
-             "second notification of the same loss as CLM-26-0640 (the same policy and date of loss), so the loss is "
-             "counted once under its earlier number. CLM-26-0671 was notified on 1 December 2026, after the cut-off, and "
-             "belongs to December's review, where its new-cover red flag must be considered. CLM-26-0598 is closed."),
+        Para(
+            f"The other {len(rest)} claims reviewed, {', '.join(c['id'] for c in rest)}, show no red flag and are not "
+            f"referred to the SIU."
+        ),
+        Para(
+            f"{c0614['id']} is not referred to the SIU although it was notified {c0614['delay']} days after the loss: "
+            f"the loss on {c0614['loss']:%d %B %Y} falls within the declared catastrophe event CAT-2610 (Storm Elin, "
+            f"18 to 20 October 2026), and guideline D2 disapplies the late-notification flag for such losses."
+        ),
+        Para(
+            f"{c0621['id']} is not referred to the SIU: its FNOL date 11/10/2026 is day-first, 11 October 2026, so it was "
+            f"notified {c0621['delay']} days after the loss of {c0621['loss']:%d %B %Y}, within the 30 days."
+        ),
+        Para(
+            "Three register entries were left out of the review and are not referred in it. CLM-26-0641 is the broker's "
+            "second notification of the same loss as CLM-26-0640 (the same policy and date of loss), so the loss is "
+            "counted once under its earlier number. CLM-26-0671 was notified on 1 December 2026, after the cut-off, and "
+            "belongs to December's review, where its new-cover red flag must be considered. CLM-26-0598 is closed."
+        ),
         Heading("Reserves"),
-        Para("Each reserve follows Part B of the guideline: incurred is paid plus the outstanding estimate, less the "
-             "deductible, capped at the limit in force at the date of loss and never below nil; the required reserve is "
-             "net incurred less paid, and euro amounts are converted at 0.8650 GBP per EUR."),
-        Para(f"{c0633['id']} is reserved on the limit of endorsement version 2, GBP {fmt_money(c0633['limit'])} from "
-             f"20 September 2026, which superseded version 1's 120,000.00: incurred {fmt_money(c0633['incurred'])} less the "
-             f"{fmt_money(c0633['deductible'])} deductible is capped at {fmt_money(c0633['limit'])}, and less {fmt_money(c0633['paid'])} "
-             f"paid the required reserve is GBP {fmt_money(c0633['gbp'])}."),
-        Para(f"{c0657['id']} uses the adjuster's revised outstanding estimate of {fmt_money(c0657['os'])} of 27 November "
-             f"in place of the register's 22,000.00: required reserve GBP {fmt_money(c0657['gbp'])}. {c0652['id']} is a euro "
-             f"policy: EUR {fmt_money(c0652['reserve'])} at 0.8650 is GBP {fmt_money(c0652['gbp'])}. CLM-26-0660's incurred of "
-             f"1,850.00 is below its 2,500.00 deductible, so its reserve is nil. CLM-26-0663 is capped at its "
-             f"150,000.00 limit: GBP 110,000.00."),
-        Table(["Claim", "Insured", "Currency", "Net incurred", "Required reserve GBP"],
-              [[c["id"], c["insured"], c["currency"], fmt_money(c["net"]), fmt_money(c["gbp"])] for c in a["claims"]]
-              + [["Total", "", "", "", fmt_money(a["total"])]]),
-        Para(f"The total required reserve of GBP {fmt_money(a['total'])} ties to the sum of the claim lines on the Reserves "
-             f"sheet, where every figure is a formula."),
+        Para(
+            "Each reserve follows Part B of the guideline: incurred is paid plus the outstanding estimate, less the "
+            "deductible, capped at the limit in force at the date of loss and never below nil; the required reserve is "
+            "net incurred less paid, and euro amounts are converted at 0.8650 GBP per EUR."
+        ),
+        Para(
+            f"{c0633['id']} is reserved on the limit of endorsement version 2, GBP {fmt_money(c0633['limit'])} from "
+            f"20 September 2026, which superseded version 1's 120,000.00: incurred {fmt_money(c0633['incurred'])} less the "
+            f"{fmt_money(c0633['deductible'])} deductible is capped at {fmt_money(c0633['limit'])}, and less {fmt_money(c0633['paid'])} "
+            f"paid the required reserve is GBP {fmt_money(c0633['gbp'])}."
+        ),
+        Para(
+            f"{c0657['id']} uses the adjuster's revised outstanding estimate of {fmt_money(c0657['os'])} of 27 November "
+            f"in place of the register's 22,000.00: required reserve GBP {fmt_money(c0657['gbp'])}. {c0652['id']} is a euro "
+            f"policy: EUR {fmt_money(c0652['reserve'])} at 0.8650 is GBP {fmt_money(c0652['gbp'])}. CLM-26-0660's incurred of "
+            f"1,850.00 is below its 2,500.00 deductible, so its reserve is nil. CLM-26-0663 is capped at its "
+            f"150,000.00 limit: GBP 110,000.00."
+        ),
+        Table(
+            ["Claim", "Insured", "Currency", "Net incurred", "Required reserve GBP"],
+            [[c["id"], c["insured"], c["currency"], fmt_money(c["net"]), fmt_money(c["gbp"])] for c in a["claims"]]
+            + [["Total", "", "", "", fmt_money(a["total"])]],
+        ),
+        Para(
+            f"The total required reserve of GBP {fmt_money(a['total'])} ties to the sum of the claim lines on the Reserves "
+            f"sheet, where every figure is a formula."
+        ),
     ]
     return write_docx(blocks, path, title="SIU referrals and reserve review - November 2026")

@@ -71,8 +71,13 @@ VIEWER = "Viewer"
 SOURCES = {"EndpointCentral": "%Y-%m-%d", "NetAudit": "%d/%m/%Y"}
 
 VANTAGE, QUILLON, MERIDIAN, CORVID, HALDEN, TESSEL = (
-    "Vantage Design Suite", "Quillon PDF Editor Pro", "Meridian Project Planner", "Corvid Diagram Studio", "Halden Stats",
-    "Tessel Screen Capture")
+    "Vantage Design Suite",
+    "Quillon PDF Editor Pro",
+    "Meridian Project Planner",
+    "Corvid Diagram Studio",
+    "Halden Stats",
+    "Tessel Screen Capture",
+)
 PRODUCTS = [VANTAGE, QUILLON, MERIDIAN, CORVID, HALDEN, TESSEL]
 
 
@@ -83,20 +88,30 @@ class Plan:
     vendor: str
     sku: str
     price: str
-    counted: int          # devices in service with a paid edition
-    decommissioned: int   # decommissioned devices still showing the product
-    repeats: int          # extra rows for a product already on the device
+    counted: int  # devices in service with a paid edition
+    decommissioned: int  # decommissioned devices still showing the product
+    repeats: int  # extra rows for a product already on the device
     editions: tuple[str, ...]
     versions: tuple[str, ...]
     viewer_only: int = 0  # devices with only the free Viewer (Meridian)
-    viewer_too: int = 0   # devices with a paid edition and the Viewer (Meridian)
+    viewer_too: int = 0  # devices with a paid edition and the Viewer (Meridian)
 
 
 PLAN = {
     VANTAGE: Plan("Vantage Software", "VDS-DEV-PERP", "1842.50", 43, 4, 4, ("Design",), ("2025.1", "2025.3", "2026.1")),
     QUILLON: Plan("Quillon Systems", "QPE-PRO-DEV", "149.00", 58, 2, 9, ("Pro",), ("11.4", "12.0", "12.1")),
-    MERIDIAN: Plan("Meridian Labs", "MPP-STD-DEV", "612.00", 28, 1, 1, ("Standard", "Professional"), ("8.2", "9.0"),
-                   viewer_only=8, viewer_too=2),
+    MERIDIAN: Plan(
+        "Meridian Labs",
+        "MPP-STD-DEV",
+        "612.00",
+        28,
+        1,
+        1,
+        ("Standard", "Professional"),
+        ("8.2", "9.0"),
+        viewer_only=8,
+        viewer_too=2,
+    ),
     CORVID: Plan("Corvid Software", "CDS-DEV-SUB", "289.90", 38, 1, 2, ("Standard",), ("5.6", "6.0")),
     HALDEN: Plan("Halden Analytics", "HST-DESK-DEV", "1275.00", 15, 3, 1, ("Desktop",), ("29.1", "30.0")),
     TESSEL: Plan("Tessel Ltd", "TSC-STD-DEV", "54.60", 34, 1, 2, ("Standard",), ("4.2", "4.3")),
@@ -105,7 +120,14 @@ PLAN = {
 # Contract lines of the entitlements workbook: ref, product, licences, start, end, remarks.
 CONTRACTS = [
     ("CT-2024-0311", VANTAGE, 25, dt.date(2024, 4, 1), dt.date(2027, 3, 31), ""),
-    ("CT-2025-0788", VANTAGE, 15, dt.date(2025, 10, 1), dt.date(2027, 3, 31), "Additional licences, co-terminous with CT-2024-0311"),
+    (
+        "CT-2025-0788",
+        VANTAGE,
+        15,
+        dt.date(2025, 10, 1),
+        dt.date(2027, 3, 31),
+        "Additional licences, co-terminous with CT-2024-0311",
+    ),
     ("CT-2025-0102", QUILLON, 60, dt.date(2025, 2, 1), dt.date(2027, 1, 31), ""),
     ("CT-2024-0650", MERIDIAN, 30, dt.date(2024, 7, 1), dt.date(2027, 6, 30), "Paid editions (Standard, Professional)"),
     ("CT-2023-0412", CORVID, 30, dt.date(2023, 9, 1), dt.date(2026, 8, 31), ""),
@@ -129,7 +151,12 @@ def generate(inputs_dir: Path) -> list[Path]:
     """Write the inputs from the seed alone, so they regenerate byte for byte."""
     g = rng(SEED)
     inputs_dir = Path(inputs_dir)
-    return [_write_inventory(inputs_dir, g), _write_entitlements(inputs_dir), _write_rules(inputs_dir), _write_renewal(inputs_dir)]
+    return [
+        _write_inventory(inputs_dir, g),
+        _write_entitlements(inputs_dir),
+        _write_rules(inputs_dir),
+        _write_renewal(inputs_dir),
+    ]
 
 
 def _fleet(g: np.random.Generator) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
@@ -146,7 +173,11 @@ def _fleet(g: np.random.Generator) -> tuple[list[tuple[str, str, str]], list[tup
 
 def _scan(g: np.random.Generator, source: str, dead: bool) -> str:
     # A decommissioned device was last seen before it was retired; a device in service in the last fortnight.
-    day = dt.date(2026, 7, 1) + dt.timedelta(days=int(g.integers(0, 90))) if dead else dt.date(2026, 11, 12) + dt.timedelta(days=int(g.integers(0, 14)))
+    day = (
+        dt.date(2026, 7, 1) + dt.timedelta(days=int(g.integers(0, 90)))
+        if dead
+        else dt.date(2026, 11, 12) + dt.timedelta(days=int(g.integers(0, 14)))
+    )
     return day.strftime(SOURCES[source])
 
 
@@ -168,11 +199,20 @@ def _write_inventory(inputs_dir: Path, g: np.random.Generator) -> Path:
         first_rows = []
         for d, edition in pairs:
             src = sources[int(g.integers(len(sources)))]
-            row = [d[0], d[1], d[2], product, edition, str(g.choice(p.versions)), src, _scan(g, src, d[2] == DECOMMISSIONED)]
+            row = [
+                d[0],
+                d[1],
+                d[2],
+                product,
+                edition,
+                str(g.choice(p.versions)),
+                src,
+                _scan(g, src, d[2] == DECOMMISSIONED),
+            ]
             rows.append(row)
             first_rows.append(row)
         # Devices with a paid edition and the free Viewer beside it (Meridian): one licence each.
-        for d, _ in pairs[:p.viewer_too]:
+        for d, _ in pairs[: p.viewer_too]:
             src = sources[int(g.integers(len(sources)))]
             rows.append([d[0], d[1], d[2], product, VIEWER, str(g.choice(p.versions)), src, _scan(g, src, False)])
         # Repeats on devices in service with a paid edition: an older version left by an upgrade, or the
@@ -277,14 +317,26 @@ def _write_renewal(inputs_dir: Path) -> Path:
         Heading("Corvid Software Ltd - Order confirmation CS-OC-26-3381"),
         Para("Customer: Calder Voss Group IT, Procurement. Date: 14 August 2026. Your reference: PO-2026-1174."),
         Para("Thank you for renewing your Corvid Diagram Studio subscription. This order confirms the renewal below."),
-        Table(["Item", "Description", "Quantity", "Term"],
-              [["CDS-DEV-SUB", "Corvid Diagram Studio, per-device subscription, Standard edition", "35",
-                "1 September 2026 to 31 August 2029"]]),
-        Para("Contract reference CT-2026-0917. This renewal replaces agreement CT-2023-0412 (30 device licences), which ends "
-             "on 31 August 2026 and is not renewed separately. Licence keys issued under CT-2023-0412 remain valid under this "
-             "renewal; no reinstallation is needed."),
-        Para("Additional devices may be licensed at true-up at the price in the quotation attached to your entitlement "
-             "register. Prices exclude VAT."),
+        Table(
+            ["Item", "Description", "Quantity", "Term"],
+            [
+                [
+                    "CDS-DEV-SUB",
+                    "Corvid Diagram Studio, per-device subscription, Standard edition",
+                    "35",
+                    "1 September 2026 to 31 August 2029",
+                ]
+            ],
+        ),
+        Para(
+            "Contract reference CT-2026-0917. This renewal replaces agreement CT-2023-0412 (30 device licences), which ends "
+            "on 31 August 2026 and is not renewed separately. Licence keys issued under CT-2023-0412 remain valid under this "
+            "renewal; no reinstallation is needed."
+        ),
+        Para(
+            "Additional devices may be licensed at true-up at the price in the quotation attached to your entitlement "
+            "register. Prices exclude VAT."
+        ),
         Para("Corvid Software Ltd, Customer Licensing"),
     ]
     return write_pdf(blocks, inputs_dir / RENEWAL_PDF, title="Corvid Software - order confirmation")
@@ -316,7 +368,9 @@ def read_inventory(inputs_dir: Path) -> list[dict[str, str]]:
         if r["device_status"] not in STATUSES:
             raise ValueError(f"{INVENTORY_CSV}: {where}: field device_status: unknown status {r['device_status']!r}")
         if r["product"] not in PRODUCTS:
-            raise ValueError(f"{INVENTORY_CSV}: {where}: field product: {r['product']!r} is not a per-device licensed product")
+            raise ValueError(
+                f"{INVENTORY_CSV}: {where}: field product: {r['product']!r} is not a per-device licensed product"
+            )
         _parse_scan(r["last_scan"], r["source"], where)
     return rows
 
@@ -332,7 +386,16 @@ def read_contracts(inputs_dir: Path) -> list[dict]:
             raise ValueError(f"{ENTITLEMENTS_XLSX}: Entitlements row {n}: field Licences: {qty!r} is not a count")
         if not isinstance(start, dt.datetime) or not isinstance(end, dt.datetime):
             raise ValueError(f"{ENTITLEMENTS_XLSX}: Entitlements row {n}: fields Start date, End date: not dates")
-        out.append({"ref": ref, "product": product, "licences": int(qty), "start": start.date(), "end": end.date(), "remarks": remark or ""})
+        out.append(
+            {
+                "ref": ref,
+                "product": product,
+                "licences": int(qty),
+                "start": start.date(),
+                "end": end.date(),
+                "remarks": remark or "",
+            }
+        )
     return out
 
 
@@ -361,7 +424,9 @@ def compute(inputs_dir: Path) -> dict:
     prices = read_prices(inputs_dir)
     pairs: dict[tuple[str, str], dict] = {}
     for r in rows:
-        p = pairs.setdefault((r["product"], r["asset_tag"]), {"status": r["device_status"], "editions": set(), "rows": 0})
+        p = pairs.setdefault(
+            (r["product"], r["asset_tag"]), {"status": r["device_status"], "editions": set(), "rows": 0}
+        )
         p["editions"].add(r["edition"])
         p["rows"] += 1
     out: dict[str, dict] = {}
@@ -373,13 +438,25 @@ def compute(inputs_dir: Path) -> dict:
         entitled = sum(c["licences"] for c in contracts if c["product"] == product and in_force(c))
         short = max(0, counted - entitled)
         out[product] = {
-            "rows": sum(p["rows"] for p in mine.values()), "devices": len(mine), "decommissioned": decom,
-            "viewer_only": viewer_only, "counted": counted, "entitled": entitled, "shortfall": short,
-            "price": prices[product], "cost": (prices[product] * short).quantize(CENT),
+            "rows": sum(p["rows"] for p in mine.values()),
+            "devices": len(mine),
+            "decommissioned": decom,
+            "viewer_only": viewer_only,
+            "counted": counted,
+            "entitled": entitled,
+            "shortfall": short,
+            "price": prices[product],
+            "cost": (prices[product] * short).quantize(CENT),
         }
     buy = [p for p in PRODUCTS if out[p]["shortfall"] > 0]
-    return {"products": out, "pairs": pairs, "contracts": contracts, "buy": buy,
-            "total": sum((out[p]["cost"] for p in PRODUCTS), Decimal(0)), "n_rows": len(rows)}
+    return {
+        "products": out,
+        "pairs": pairs,
+        "contracts": contracts,
+        "buy": buy,
+        "total": sum((out[p]["cost"] for p in PRODUCTS), Decimal(0)),
+        "n_rows": len(rows),
+    }
 
 
 # ------------------------------------------------------------------ the gold deliverables
@@ -393,11 +470,14 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_book(a, inputs_dir, outputs_dir / BOOK_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [BOOK_XLSX, MEMO_DOCX],
-        questions=["Should the Vantage Design Suite shortfall be bought as an addition to CT-2024-0311, co-terminous with it, "
-                   "or as a new agreement?"],
+        outputs_dir,
+        [BOOK_XLSX, MEMO_DOCX],
+        questions=[
+            "Should the Vantage Design Suite shortfall be bought as an addition to CT-2024-0311, co-terminous with it, "
+            "or as a new agreement?"
+        ],
         notes=f"Corvid Diagram Studio's {SUPERSEDED} ended on 31 August 2026 and was replaced by its renewal; only the renewal "
-              "counts. Decommissioned devices and Meridian Viewer-only installations were not counted.",
+        "counts. Decommissioned devices and Meridian Viewer-only installations were not counted.",
     )
     return [book, memo, record]
 
@@ -424,55 +504,104 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     style_header(dev)
     for (product, tag), p in sorted(a["pairs"].items(), key=lambda kv: (PRODUCTS.index(kv[0][0]), kv[0][1])):
         r = dev.max_row + 1
-        dev.append([product, tag, p["status"], ", ".join(sorted(p["editions"])),
-                    f'=COUNTIFS(Inventory!$D$2:$D${n_inv},A{r},Inventory!$A$2:$A${n_inv},B{r})',
-                    f'=IF(OR(C{r}="{DECOMMISSIONED}",D{r}="{VIEWER}"),0,1)'])
+        dev.append(
+            [
+                product,
+                tag,
+                p["status"],
+                ", ".join(sorted(p["editions"])),
+                f"=COUNTIFS(Inventory!$D$2:$D${n_inv},A{r},Inventory!$A$2:$A${n_inv},B{r})",
+                f'=IF(OR(C{r}="{DECOMMISSIONED}",D{r}="{VIEWER}"),0,1)',
+            ]
+        )
     n_dev = dev.max_row
     autosize(dev, {"A": 26, "B": 11, "C": 15, "D": 24, "E": 14, "F": 9})
 
     # Contracts: the register's lines, in force on the true-up date or not (rule 4).
     con.append(["True-up date", TRUE_UP_DATE])
     con["B1"].number_format = "dd/mm/yyyy"
-    con.append(["Contract ref", "Product", "Licences", "Start date", "End date", "In force on the true-up date", "Remarks"])
+    con.append(
+        ["Contract ref", "Product", "Licences", "Start date", "End date", "In force on the true-up date", "Remarks"]
+    )
     style_header(con, 2)
     for c in a["contracts"]:
         r = con.max_row + 1
         remark = c["remarks"]
         if c["ref"] == SUPERSEDED:
             remark = "Ended 31/08/2026; replaced by renewal CT-2026-0917 (order confirmation CS-OC-26-3381)"
-        con.append([c["ref"], c["product"], c["licences"], c["start"], c["end"], f'=IF(AND(D{r}<=$B$1,E{r}>=$B$1),"Yes","No")', remark])
+        con.append(
+            [
+                c["ref"],
+                c["product"],
+                c["licences"],
+                c["start"],
+                c["end"],
+                f'=IF(AND(D{r}<=$B$1,E{r}>=$B$1),"Yes","No")',
+                remark,
+            ]
+        )
         for col in "DE":
             con[f"{col}{r}"].number_format = "dd/mm/yyyy"
     n_con = con.max_row
     autosize(con, {"A": 14, "B": 26, "C": 9, "D": 11, "E": 11, "F": 14, "G": 70})
 
     # Calculation: from inventory rows to devices counted, the entitlement, the shortfall and its cost.
-    calc.append(["Product", "Inventory rows", "Devices with the product", "Decommissioned (rule 3)", "Viewer only (free)",
-                 "Devices counted", "Check (must be nil)", "Entitled licences", "Shortfall", "True-up price", "Purchase cost"])
+    calc.append(
+        [
+            "Product",
+            "Inventory rows",
+            "Devices with the product",
+            "Decommissioned (rule 3)",
+            "Viewer only (free)",
+            "Devices counted",
+            "Check (must be nil)",
+            "Entitled licences",
+            "Shortfall",
+            "True-up price",
+            "Purchase cost",
+        ]
+    )
     style_header(calc)
     for product in PRODUCTS:
         r = calc.max_row + 1
-        calc.append([
-            product,
-            f"=COUNTIF(Inventory!$D$2:$D${n_inv},A{r})",
-            f"=COUNTIF(Devices!$A$2:$A${n_dev},A{r})",
-            f'=COUNTIFS(Devices!$A$2:$A${n_dev},A{r},Devices!$C$2:$C${n_dev},"{DECOMMISSIONED}")',
-            f'=COUNTIFS(Devices!$A$2:$A${n_dev},A{r},Devices!$D$2:$D${n_dev},"{VIEWER}",Devices!$C$2:$C${n_dev},"<>{DECOMMISSIONED}")',
-            f"=SUMIFS(Devices!$F$2:$F${n_dev},Devices!$A$2:$A${n_dev},A{r})",
-            f"=C{r}-D{r}-E{r}-F{r}",
-            f'=SUMIFS(Contracts!$C$3:$C${n_con},Contracts!$B$3:$B${n_con},A{r},Contracts!$F$3:$F${n_con},"Yes")',
-            f"=MAX(0,F{r}-H{r})",
-            float(a["products"][product]["price"]),
-            f"=ROUND(I{r}*J{r},2)",
-        ])
+        calc.append(
+            [
+                product,
+                f"=COUNTIF(Inventory!$D$2:$D${n_inv},A{r})",
+                f"=COUNTIF(Devices!$A$2:$A${n_dev},A{r})",
+                f'=COUNTIFS(Devices!$A$2:$A${n_dev},A{r},Devices!$C$2:$C${n_dev},"{DECOMMISSIONED}")',
+                f'=COUNTIFS(Devices!$A$2:$A${n_dev},A{r},Devices!$D$2:$D${n_dev},"{VIEWER}",Devices!$C$2:$C${n_dev},"<>{DECOMMISSIONED}")',
+                f"=SUMIFS(Devices!$F$2:$F${n_dev},Devices!$A$2:$A${n_dev},A{r})",
+                f"=C{r}-D{r}-E{r}-F{r}",
+                f'=SUMIFS(Contracts!$C$3:$C${n_con},Contracts!$B$3:$B${n_con},A{r},Contracts!$F$3:$F${n_con},"Yes")',
+                f"=MAX(0,F{r}-H{r})",
+                float(a["products"][product]["price"]),
+                f"=ROUND(I{r}*J{r},2)",
+            ]
+        )
         for col in "JK":
             calc[f"{col}{r}"].number_format = "#,##0.00"
     last = calc.max_row
-    calc.append(["Total", f"=SUM(B2:B{last})", f"=SUM(C2:C{last})", f"=SUM(D2:D{last})", f"=SUM(E2:E{last})",
-                 f"=SUM(F2:F{last})", f"=SUM(G2:G{last})", "", "", "", f"=ROUND(SUM(K2:K{last}),2)"])
+    calc.append(
+        [
+            "Total",
+            f"=SUM(B2:B{last})",
+            f"=SUM(C2:C{last})",
+            f"=SUM(D2:D{last})",
+            f"=SUM(E2:E{last})",
+            f"=SUM(F2:F{last})",
+            f"=SUM(G2:G{last})",
+            "",
+            "",
+            "",
+            f"=ROUND(SUM(K2:K{last}),2)",
+        ]
+    )
     calc[f"K{calc.max_row}"].number_format = "#,##0.00"
     calc.append([])
-    calc.append(["True-up prices from entitlements.xlsx, sheet 'True-up prices' (GBP per device licence, excluding VAT)."])
+    calc.append(
+        ["True-up prices from entitlements.xlsx, sheet 'True-up prices' (GBP per device licence, excluding VAT)."]
+    )
     autosize(calc, {"A": 26, "B": 10, "C": 12, "D": 14, "E": 11, "F": 10, "G": 10, "H": 10, "I": 10, "J": 12, "K": 14})
 
     # True-up: the summary the brief asks for; every figure links to the Calculation sheet.
@@ -480,8 +609,16 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     style_header(summary)
     for k, product in enumerate(PRODUCTS):
         src = 2 + k
-        summary.append([product, f'=IF(Calculation!I{src}>0,"Yes","No")', f"=Calculation!H{src}", f"=Calculation!F{src}",
-                        f"=Calculation!I{src}", f"=Calculation!K{src}"])
+        summary.append(
+            [
+                product,
+                f'=IF(Calculation!I{src}>0,"Yes","No")',
+                f"=Calculation!H{src}",
+                f"=Calculation!F{src}",
+                f"=Calculation!I{src}",
+                f"=Calculation!K{src}",
+            ]
+        )
         summary[f"F{summary.max_row}"].number_format = "#,##0.00"
     summary.append([])
     summary.append(["Total purchase cost", f"=Calculation!K{last + 1}"])
@@ -509,42 +646,86 @@ def _write_memo(a: dict, path: Path) -> Path:
     for p in PRODUCTS:
         x = P[p]
         if x["shortfall"]:
-            verdicts.append(Para(f"{p} is under-licensed: {x['counted']} devices counted against {x['entitled']} licences, a "
-                                 f"shortfall of {x['shortfall']} licences at GBP {fmt_money(x['price'])} each, GBP {fmt_money(x['cost'])}."))
+            verdicts.append(
+                Para(
+                    f"{p} is under-licensed: {x['counted']} devices counted against {x['entitled']} licences, a "
+                    f"shortfall of {x['shortfall']} licences at GBP {fmt_money(x['price'])} each, GBP {fmt_money(x['cost'])}."
+                )
+            )
     for p in keep:
         x = P[p]
         basis = "exactly covered" if x["counted"] == x["entitled"] else f"a surplus of {x['entitled'] - x['counted']}"
-        verdicts.append(Para(f"{p} is compliant, with {x['counted']} devices counted against {x['entitled']} licences ({basis}); "
-                             f"no purchase is needed."))
+        verdicts.append(
+            Para(
+                f"{p} is compliant, with {x['counted']} devices counted against {x['entitled']} licences ({basis}); "
+                f"no purchase is needed."
+            )
+        )
     blocks = [
         Heading("Summary"),
-        Para(f"At the true-up date of 30 November 2026, {_WORDS[len(buy)]} of the six per-device products are under-licensed and need "
-             f"a purchase: {' and '.join(buy)}. Buying the shortfall at the vendors' true-up prices costs GBP "
-             f"{fmt_money(a['total'])} in total, excluding VAT. The other {_WORDS[len(keep)]} products are covered by the contracts in force."),
+        Para(
+            f"At the true-up date of 30 November 2026, {_WORDS[len(buy)]} of the six per-device products are under-licensed and need "
+            f"a purchase: {' and '.join(buy)}. Buying the shortfall at the vendors' true-up prices costs GBP "
+            f"{fmt_money(a['total'])} in total, excluding VAT. The other {_WORDS[len(keep)]} products are covered by the contracts in force."
+        ),
         Heading("Counting basis"),
-        Para(f"The discovery export lists {a['n_rows']} installation rows, but a licence is needed per device, not per "
-             f"installation (rule 2). The rows come down to {n_pairs} product-device pairs once the repeats are set aside: "
-             f"older versions left behind by upgrades, and installations reported by both EndpointCentral and NetAudit, which "
-             f"write the same scan date in different formats. Quillon PDF Editor Pro, for example, has {q['rows']} rows for "
-             f"{q['devices']} devices."),
-        Para(f"{n_decom} pairs are on decommissioned devices, which rule 3 excludes; devices in repair or in stock are counted. "
-             f"Meridian Labs' terms make the {VIEWER} edition of Meridian Project Planner free: {len(viewer['viewer_only'])} devices "
-             f"with only the {VIEWER} are not counted, while a device with a paid edition counts once even where the {VIEWER} is "
-             f"installed beside it."),
-        Para(f"Entitlements are the contracts in force on 30 November 2026 (rule 4). For Corvid Diagram Studio the register "
-             f"still lists {old['ref']} ({old['licences']} licences), which ended on {old['end']:%d %B %Y}; the order "
-             f"confirmation shows that the renewal {renewal['ref']} ({renewal['licences']} licences) replaces it, so the "
-             f"entitlement is {renewal['licences']}, not {old['licences'] + renewal['licences']}. Vantage Design Suite's two "
-             f"contracts are both in force and add up to {P[VANTAGE]['entitled']}."),
-        Table(["Product", "Rows", "Devices", "Decommissioned", "Viewer only", "Counted", "Entitled", "Shortfall", "Cost (GBP)"],
-              [[p, str(P[p]["rows"]), str(P[p]["devices"]), str(len(P[p]["decommissioned"])), str(len(P[p]["viewer_only"])),
-                str(P[p]["counted"]), str(P[p]["entitled"]), str(P[p]["shortfall"]), fmt_money(P[p]["cost"])] for p in PRODUCTS]),
+        Para(
+            f"The discovery export lists {a['n_rows']} installation rows, but a licence is needed per device, not per "
+            f"installation (rule 2). The rows come down to {n_pairs} product-device pairs once the repeats are set aside: "
+            f"older versions left behind by upgrades, and installations reported by both EndpointCentral and NetAudit, which "
+            f"write the same scan date in different formats. Quillon PDF Editor Pro, for example, has {q['rows']} rows for "
+            f"{q['devices']} devices."
+        ),
+        Para(
+            f"{n_decom} pairs are on decommissioned devices, which rule 3 excludes; devices in repair or in stock are counted. "
+            f"Meridian Labs' terms make the {VIEWER} edition of Meridian Project Planner free: {len(viewer['viewer_only'])} devices "
+            f"with only the {VIEWER} are not counted, while a device with a paid edition counts once even where the {VIEWER} is "
+            f"installed beside it."
+        ),
+        Para(
+            f"Entitlements are the contracts in force on 30 November 2026 (rule 4). For Corvid Diagram Studio the register "
+            f"still lists {old['ref']} ({old['licences']} licences), which ended on {old['end']:%d %B %Y}; the order "
+            f"confirmation shows that the renewal {renewal['ref']} ({renewal['licences']} licences) replaces it, so the "
+            f"entitlement is {renewal['licences']}, not {old['licences'] + renewal['licences']}. Vantage Design Suite's two "
+            f"contracts are both in force and add up to {P[VANTAGE]['entitled']}."
+        ),
+        Table(
+            [
+                "Product",
+                "Rows",
+                "Devices",
+                "Decommissioned",
+                "Viewer only",
+                "Counted",
+                "Entitled",
+                "Shortfall",
+                "Cost (GBP)",
+            ],
+            [
+                [
+                    p,
+                    str(P[p]["rows"]),
+                    str(P[p]["devices"]),
+                    str(len(P[p]["decommissioned"])),
+                    str(len(P[p]["viewer_only"])),
+                    str(P[p]["counted"]),
+                    str(P[p]["entitled"]),
+                    str(P[p]["shortfall"]),
+                    fmt_money(P[p]["cost"]),
+                ]
+                for p in PRODUCTS
+            ],
+        ),
         Heading("Purchase required"),
         *verdicts,
-        Para(f"The total true-up purchase is GBP {fmt_money(a['total'])}. Every figure is a formula in true_up.xlsx: the Devices "
-             f"sheet lists each product-device pair with its status and editions, and the Calculation sheet ties the rows of "
-             f"the export to the devices counted, with a nil check for every product."),
-        Para("Before the orders are placed, the decommissioned devices should be confirmed as disposed of in the asset "
-             "register, since their last scans are months old and rule 3 relies on the disposal certificates."),
+        Para(
+            f"The total true-up purchase is GBP {fmt_money(a['total'])}. Every figure is a formula in true_up.xlsx: the Devices "
+            f"sheet lists each product-device pair with its status and editions, and the Calculation sheet ties the rows of "
+            f"the export to the devices counted, with a nil check for every product."
+        ),
+        Para(
+            "Before the orders are placed, the decommissioned devices should be confirmed as disposed of in the asset "
+            "register, since their last scans are months old and rule 3 relies on the disposal certificates."
+        ),
     ]
     return write_docx(blocks, path, title="Software licence true-up, 30 November 2026")

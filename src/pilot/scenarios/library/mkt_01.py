@@ -24,7 +24,13 @@ INCIDENT_TXT = "tracking_incident_note.txt"
 GUIDANCE_TXT = "q4_budget_guidance.txt"
 BOOK_XLSX = "campaign_performance_q3.xlsx"
 MEMO_DOCX = "q4_budget_recommendation.docx"
-CHANNELS = {"Search": (4200, 4.1), "Paid Social": (3600, 3.2), "Display": (2500, 1.6), "Email": (800, 7.5), "Affiliates": (1500, 3.0)}
+CHANNELS = {
+    "Search": (4200, 4.1),
+    "Paid Social": (3600, 3.2),
+    "Display": (2500, 1.6),
+    "Email": (800, 7.5),
+    "Affiliates": (1500, 3.0),
+}
 Q4_BUDGET = 200_000
 
 
@@ -40,19 +46,35 @@ def generate(inputs_dir: Path) -> list[Path]:
             if ch == "Paid Social" and week == 9:
                 conv, revenue = 2 * conv, round(2 * revenue * 4.2, 2)  # a viral week, then double-counted
             rows.append([week, ch, spend, int(spend * g.uniform(180, 420)), clicks, conv, revenue])
-    paths = [write_csv(inputs_dir / RESULTS_CSV, ["week", "channel", "spend", "impressions", "clicks", "conversions", "revenue"], rows)]
-    paths.append(write_text(inputs_dir / INCIDENT_TXT, """Marketing analytics - tracking incident note MA-2026-031 (closed 14 October 2026)
+    paths = [
+        write_csv(
+            inputs_dir / RESULTS_CSV,
+            ["week", "channel", "spend", "impressions", "clicks", "conversions", "revenue"],
+            rows,
+        )
+    ]
+    paths.append(
+        write_text(
+            inputs_dir / INCIDENT_TXT,
+            """Marketing analytics - tracking incident note MA-2026-031 (closed 14 October 2026)
 
 During week 9 of Q3 a second copy of the conversion pixel was live on the Paid Social landing pages after a template release.
 Every Paid Social conversion in week 9 fired twice. As a result, the week-9 Paid Social conversions AND revenue in the campaign export are exactly double the true values.
 No other channel and no other week was affected. The export was not corrected at source; analysts must correct it when reporting Q3.
-"""))
-    paths.append(write_text(inputs_dir / GUIDANCE_TXT, f"""Q4 2026 paid media budget - guidance from the CMO
+""",
+        )
+    )
+    paths.append(
+        write_text(
+            inputs_dir / GUIDANCE_TXT,
+            f"""Q4 2026 paid media budget - guidance from the CMO
 
 Total Q4 budget: {Q4_BUDGET:,} (all five channels).
 Allocate on corrected Q3 return on ad spend (ROAS = revenue / spend), but no channel may receive less than 10% or more than 40% of the Q4 budget.
 Show the Q3 figures the allocation rests on.
-"""))
+""",
+        )
+    )
     return paths
 
 
@@ -103,17 +125,29 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     style_header(ch)
     order = list(CHANNELS)
     for i, c in enumerate(order, start=2):
-        ch.append([
-            c,
-            f"=SUMIF('Data (corrected)'!$B$2:$B${last},A{i},'Data (corrected)'!$C$2:$C${last})",
-            f"=SUMIF('Data (corrected)'!$B$2:$B${last},A{i},'Data (corrected)'!$G$2:$G${last})",
-            f"=SUMIF('Data (corrected)'!$B$2:$B${last},A{i},'Data (corrected)'!$F$2:$F${last})",
-            f"=C{i}/B{i}",
-            alloc[c] / Q4_BUDGET,
-            f"=ROUND(F{i}*$B$10,2)",
-        ])
+        ch.append(
+            [
+                c,
+                f"=SUMIF('Data (corrected)'!$B$2:$B${last},A{i},'Data (corrected)'!$C$2:$C${last})",
+                f"=SUMIF('Data (corrected)'!$B$2:$B${last},A{i},'Data (corrected)'!$G$2:$G${last})",
+                f"=SUMIF('Data (corrected)'!$B$2:$B${last},A{i},'Data (corrected)'!$F$2:$F${last})",
+                f"=C{i}/B{i}",
+                alloc[c] / Q4_BUDGET,
+                f"=ROUND(F{i}*$B$10,2)",
+            ]
+        )
     n = len(order) + 1
-    ch.append(["Total", f"=SUM(B2:B{n})", f"=SUM(C2:C{n})", f"=SUM(D2:D{n})", f"=C{n + 1}/B{n + 1}", f"=SUM(F2:F{n})", f"=SUM(G2:G{n})"])  # row 7
+    ch.append(
+        [
+            "Total",
+            f"=SUM(B2:B{n})",
+            f"=SUM(C2:C{n})",
+            f"=SUM(D2:D{n})",
+            f"=C{n + 1}/B{n + 1}",
+            f"=SUM(F2:F{n})",
+            f"=SUM(G2:G{n})",
+        ]
+    )  # row 7
     ch.append([])
     ch.append(["Total Q3 spend", f"=B{n + 1}"])  # row 9
     ch.append(["Total Q4 budget", Q4_BUDGET])  # row 10
@@ -140,7 +174,13 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             "in week 9 every Paid Social conversion fired twice, so week-9 conversions and revenue for that channel were halved before any figure in this note was computed."
         ),
         Heading("Channel performance"),
-        Table(["Channel", "Spend", "Revenue", "ROAS"], [[c, f"{by.loc[c, 'spend']:,.2f}", f"{by.loc[c, 'revenue']:,.2f}", f"{by.loc[c, 'roas']:.2f}"] for c in ranked.index]),
+        Table(
+            ["Channel", "Spend", "Revenue", "ROAS"],
+            [
+                [c, f"{by.loc[c, 'spend']:,.2f}", f"{by.loc[c, 'revenue']:,.2f}", f"{by.loc[c, 'roas']:.2f}"]
+                for c in ranked.index
+            ],
+        ),
         Para(
             f"On the uncorrected export Paid Social would show a ROAS of {raw_roas:.2f} and look like our strongest paid channel. Corrected, its ROAS is "
             f"{by.loc['Paid Social', 'roas']:.2f}, behind {' and '.join(c for c in ranked.index if by.loc[c, 'roas'] > by.loc['Paid Social', 'roas'])}. Email remains by far the most efficient channel but is small and cannot absorb much more budget; "
@@ -154,7 +194,10 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             + (f"{', '.join(ceiling)} {'is' if len(ceiling) == 1 else 'are'} capped at 40%; " if ceiling else "")
             + "the remainder is shared among the other channels in proportion to their ROAS."
         ),
-        Table(["Channel", "Q4 budget"], [[c, f"{alloc[c]:,.2f}"] for c in order] + [["Total", f"{sum(alloc.values()):,.2f}"]]),
+        Table(
+            ["Channel", "Q4 budget"],
+            [[c, f"{alloc[c]:,.2f}"] for c in order] + [["Total", f"{sum(alloc.values()):,.2f}"]],
+        ),
         Heading("Risks"),
         Para(
             "Allocating on one quarter's ROAS assumes Q4 behaves like Q3; seasonal demand in November and December usually favours Search and Paid Social, so the split should "

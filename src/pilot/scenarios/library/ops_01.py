@@ -24,14 +24,31 @@ SUPPLIERS_CSV = "suppliers.csv"
 POLICY_TXT = "replenishment_policy.txt"
 PLAN_CSV = "reorder_plan.csv"
 
-SUPPLIERS = [("S-01", "Kestrel Hardware", 2, 24), ("S-02", "Baywater Industrial", 3, 50), ("S-03", "Orion Fixings", 1, 12), ("S-04", "Lambert Electrical", 4, 10)]
+SUPPLIERS = [
+    ("S-01", "Kestrel Hardware", 2, 24),
+    ("S-02", "Baywater Industrial", 3, 50),
+    ("S-03", "Orion Fixings", 1, 12),
+    ("S-04", "Lambert Electrical", 4, 10),
+]
 ITEMS = [
-    ("HW-1010", "Hex bolt M8x40 zinc (box 100)", "S-01"), ("HW-1025", "Hex nut M8 zinc (box 200)", "S-01"), ("HW-1040", "Washer M8 flat (box 500)", "S-02"),
-    ("HW-1075", "Wood screw 5x60 (box 200)", "S-01"), ("HW-1110", "Anchor plug 8mm (box 100)", "S-03"), ("HW-1180", "Threaded rod M10 1m", "S-02"),
-    ("HW-1215", "Cable tie 300mm (bag 100)", "S-03"), ("HW-1260", "Hose clamp 20-32mm", "S-02"), ("HW-1305", "Padlock 40mm brass", "S-04"),
-    ("HW-1350", "Extension lead 10m", "S-04"), ("HW-1395", "Junction box IP65", "S-04"), ("HW-1420", "Hinge 75mm steel (legacy)", "S-01"),
-    ("HW-1465", "Drill bit HSS 8mm", "S-03"), ("HW-1510", "Masking tape 48mm", "S-02"), ("HW-1555", "Silicone sealant clear", "S-02"),
-    ("HW-1600", "Safety gloves L (pair)", "S-03"), ("HW-1645", "Dust mask FFP2 (box 10)", "S-03"), ("HW-1690", "LED work light 20W", "S-04"),
+    ("HW-1010", "Hex bolt M8x40 zinc (box 100)", "S-01"),
+    ("HW-1025", "Hex nut M8 zinc (box 200)", "S-01"),
+    ("HW-1040", "Washer M8 flat (box 500)", "S-02"),
+    ("HW-1075", "Wood screw 5x60 (box 200)", "S-01"),
+    ("HW-1110", "Anchor plug 8mm (box 100)", "S-03"),
+    ("HW-1180", "Threaded rod M10 1m", "S-02"),
+    ("HW-1215", "Cable tie 300mm (bag 100)", "S-03"),
+    ("HW-1260", "Hose clamp 20-32mm", "S-02"),
+    ("HW-1305", "Padlock 40mm brass", "S-04"),
+    ("HW-1350", "Extension lead 10m", "S-04"),
+    ("HW-1395", "Junction box IP65", "S-04"),
+    ("HW-1420", "Hinge 75mm steel (legacy)", "S-01"),
+    ("HW-1465", "Drill bit HSS 8mm", "S-03"),
+    ("HW-1510", "Masking tape 48mm", "S-02"),
+    ("HW-1555", "Silicone sealant clear", "S-02"),
+    ("HW-1600", "Safety gloves L (pair)", "S-03"),
+    ("HW-1645", "Dust mask FFP2 (box 10)", "S-03"),
+    ("HW-1690", "LED work light 20W", "S-04"),
 ]
 DISCONTINUED = {"HW-1420"}
 
@@ -58,7 +75,9 @@ def generate(inputs_dir: Path) -> list[Path]:
         if row[0] in DISCONTINUED:
             row[3] = 3
     paths = [
-        write_csv(inputs_dir / SNAPSHOT_CSV, ["sku", "description", "supplier_id", "on_hand", "on_order", "status"], snap),
+        write_csv(
+            inputs_dir / SNAPSHOT_CSV, ["sku", "description", "supplier_id", "on_hand", "on_order", "status"], snap
+        ),
         write_csv(inputs_dir / SALES_CSV, ["week", "sku", "units_sold"], sales),
         write_csv(inputs_dir / SUPPLIERS_CSV, ["supplier_id", "supplier", "lead_time_weeks", "case_pack"], SUPPLIERS),
     ]
@@ -100,18 +119,38 @@ def plan(inputs_dir: Path) -> tuple[list[dict], list[str]]:
         available = on_hand + int(item["on_order"])
         if available <= rop:
             qty = math.ceil((rop + 4 * avg - available) / pack - 1e-9) * pack
-            rows.append({"sku": sku, "description": item["description"], "supplier_id": item["supplier_id"], "on_hand": on_hand,
-                         "on_order": int(item["on_order"]), "avg_weekly_demand": round(avg, 2), "reorder_point": round(rop, 2), "order_qty": qty})
+            rows.append(
+                {
+                    "sku": sku,
+                    "description": item["description"],
+                    "supplier_id": item["supplier_id"],
+                    "on_hand": on_hand,
+                    "on_order": int(item["on_order"]),
+                    "avg_weekly_demand": round(avg, 2),
+                    "reorder_point": round(rop, 2),
+                    "order_qty": qty,
+                }
+            )
     return rows, negative
 
 
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     rows, negative = plan(inputs_dir)
-    cols = ["sku", "description", "supplier_id", "on_hand", "on_order", "avg_weekly_demand", "reorder_point", "order_qty"]
+    cols = [
+        "sku",
+        "description",
+        "supplier_id",
+        "on_hand",
+        "on_order",
+        "avg_weekly_demand",
+        "reorder_point",
+        "order_qty",
+    ]
     outputs_dir.mkdir(parents=True, exist_ok=True)
     out = write_csv(outputs_dir / PLAN_CSV, cols, [[r[c] for c in cols] for r in rows])
     record = write_completion_record(
-        outputs_dir, [PLAN_CSV],
+        outputs_dir,
+        [PLAN_CSV],
         notes=f"Negative on-hand balance treated as zero and to be reported to the stock controller: {', '.join(negative)}. Discontinued HW-1420 not reordered.",
     )
     return [out, record]

@@ -44,7 +44,15 @@ import numpy as np
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, decimal_amount, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import (
+    autosize,
+    decimal_amount,
+    iso_or_day_first,
+    read_csv_dicts,
+    rng,
+    style_header,
+    write_completion_record,
+)
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the salaries of the employees no trap turns on.
@@ -65,23 +73,44 @@ OCT_DAYS, SEP_DAYS = 31, 30
 
 # id, name, department
 STAFF = [
-    ("E1001", "Helen Marsh", "Finance"), ("E1002", "Owen Pritchard", "Production"), ("E1003", "Grace Obi", "Quality"),
-    ("E1004", "Callum Reid", "Production"), ("E1005", "Sunita Rao", "Sales"), ("E1006", "Dale Fenwick", "Warehouse"),
-    ("E1007", "Megan Lloyd", "Finance"), ("E1008", "Idris Bello", "Production"), ("E1009", "Priya Anand", "Quality"),
-    ("E1010", "Kieran Walsh", "Warehouse"), ("E1011", "Ruth Adeyemi", "Sales"), ("E1012", "Tomasz Wrobel", "Production"),
-    ("E1013", "Fiona Grant", "Warehouse"), ("E1014", "Lewis Hart", "Engineering"),
+    ("E1001", "Helen Marsh", "Finance"),
+    ("E1002", "Owen Pritchard", "Production"),
+    ("E1003", "Grace Obi", "Quality"),
+    ("E1004", "Callum Reid", "Production"),
+    ("E1005", "Sunita Rao", "Sales"),
+    ("E1006", "Dale Fenwick", "Warehouse"),
+    ("E1007", "Megan Lloyd", "Finance"),
+    ("E1008", "Idris Bello", "Production"),
+    ("E1009", "Priya Anand", "Quality"),
+    ("E1010", "Kieran Walsh", "Warehouse"),
+    ("E1011", "Ruth Adeyemi", "Sales"),
+    ("E1012", "Tomasz Wrobel", "Production"),
+    ("E1013", "Fiona Grant", "Warehouse"),
+    ("E1014", "Lewis Hart", "Engineering"),
 ]
 NAMES = {i: n for i, n, _ in STAFF}
 # Fixed salaries of the employees the traps and the distractor turn on; the others are drawn.
-FIXED_SALARY = {"E1003": 31800, "E1006": 34500, "E1009": 34500, "E1012": 29400, "E1004": 27300, "E1010": 26100, "E1013": 25200}
+FIXED_SALARY = {
+    "E1003": 31800,
+    "E1006": 34500,
+    "E1009": 34500,
+    "E1012": 29400,
+    "E1004": 27300,
+    "E1010": 26100,
+    "E1013": 25200,
+}
 LEAVER, LEAVER_LAST_DAY = "E1006", dt.date(2026, 9, 30)
 RISER, RISE_NEW, RISE_FROM, RISE_FIRST_NOTICE = "E1009", 37200, dt.date(2026, 10, 16), dt.date(2026, 10, 1)
 RETURNER, UNPAID_DAYS = "E1003", 9  # unpaid leave 1-9 September
 KEYING_SLIP = "E1012"
 REPEATED_OT = "E1010"  # one timesheet line exported twice
 # October overtime: employee -> (date worked as the timesheet writes it, h:mm); Sept overtime in decimal hours.
-OT_OCT = {"E1004": [("2026-10-07", "4:30")], "E1010": [("14/10/2026", "6:00")],
-          "E1012": [("2026-10-10", "4:00"), ("21/10/2026", "3:45")], "E1013": [("2026-10-24", "3:15")]}
+OT_OCT = {
+    "E1004": [("2026-10-07", "4:30")],
+    "E1010": [("14/10/2026", "6:00")],
+    "E1012": [("2026-10-10", "4:00"), ("21/10/2026", "3:45")],
+    "E1013": [("2026-10-24", "3:15")],
+}
 OT_SEP = {"E1004": Decimal("3.50"), "E1012": Decimal("6.00"), "E1002": Decimal("2.25")}
 
 
@@ -132,8 +161,22 @@ def generate(inputs_dir: Path) -> list[Path]:
         h = OT_SEP.get(i, Decimal(0))
         ot = ot_pay(a, h)
         rows.append([i, name, dept, sal[i], f"{basic:.2f}", f"{h:.2f}", f"{ot:.2f}", f"{basic + ot:.2f}"])
-    paths.append(write_csv(inputs_dir / SEPT_CSV, ["employee_id", "name", "department", "annual_salary", "basic_pay",
-                                                   "overtime_hours", "overtime_pay", "gross_pay"], rows))
+    paths.append(
+        write_csv(
+            inputs_dir / SEPT_CSV,
+            [
+                "employee_id",
+                "name",
+                "department",
+                "annual_salary",
+                "basic_pay",
+                "overtime_hours",
+                "overtime_pay",
+                "gross_pay",
+            ],
+            rows,
+        )
+    )
 
     # The draft October register: every September employee at a full month, the rise from the first notice,
     # overtime keyed from the h:mm timesheet as if it were decimal (right where the minutes are :00, :30 or :15
@@ -141,7 +184,18 @@ def generate(inputs_dir: Path) -> list[Path]:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Draft register"
-    ws.append(["Employee ID", "Name", "Department", "Annual salary", "Basic pay", "Overtime hours", "Overtime pay", "Gross pay"])
+    ws.append(
+        [
+            "Employee ID",
+            "Name",
+            "Department",
+            "Annual salary",
+            "Basic pay",
+            "Overtime hours",
+            "Overtime pay",
+            "Gross pay",
+        ]
+    )
     style_header(ws)
     keyed = {"E1004": Decimal("4.50"), "E1010": Decimal("6.00"), "E1012": Decimal("7.45"), "E1013": Decimal("3.25")}
     for i, name, dept in STAFF:
@@ -174,8 +228,23 @@ def generate(inputs_dir: Path) -> list[Path]:
             ot_rows.append([f"OT-{refs[k]}", i, NAMES[i], date, hm, "approved"])
             k += 1
     dup = next(r for r in ot_rows if r[1] == REPEATED_OT)
-    ot_rows.append([dup[0], dup[1], dup[2], iso_or_day_first(dup[3], OVERTIME_CSV).isoformat(), dup[4], "approved (re-approved 26/10/2026)"])
-    paths.append(write_csv(inputs_dir / OVERTIME_CSV, ["approval_ref", "employee_id", "name", "date_worked", "overtime_hhmm", "status"], ot_rows))
+    ot_rows.append(
+        [
+            dup[0],
+            dup[1],
+            dup[2],
+            iso_or_day_first(dup[3], OVERTIME_CSV).isoformat(),
+            dup[4],
+            "approved (re-approved 26/10/2026)",
+        ]
+    )
+    paths.append(
+        write_csv(
+            inputs_dir / OVERTIME_CSV,
+            ["approval_ref", "employee_id", "name", "date_worked", "overtime_hhmm", "status"],
+            ot_rows,
+        )
+    )
 
     paths.append(_write_hr_notice(inputs_dir, sal))
     paths.append(_write_policy(inputs_dir))
@@ -185,16 +254,45 @@ def generate(inputs_dir: Path) -> list[Path]:
 def _write_hr_notice(inputs_dir: Path, sal: dict[str, int]) -> Path:
     blocks = [
         Heading("HR change notice - September and October 2026"),
-        Para("Harrow & Vale Foods Ltd, People team, to Payroll. Changes to be applied in the payroll of the month in "
-             "which they take effect. Entries are listed in the order they were issued; a later entry about the same "
-             "change replaces an earlier one."),
-        Table(["Entry", "Issued", "Employee", "Change", "Effective"], [
-            ["1", "02/09/2026", f"{RETURNER} {NAMES[RETURNER]}", "Unpaid leave 1-9 September 2026 (9 calendar days); returns 10 September.", "01/09/2026"],
-            ["2", "22/09/2026", f"{LEAVER} {NAMES[LEAVER]}", "Resignation. Last day of service 30/09/2026; paid to that date in the September payroll. No payment in lieu of notice.", "30/09/2026"],
-            ["3", "01/10/2026", f"{RISER} {NAMES[RISER]}", f"Promotion to Quality Supervisor; salary {sal[RISER]:,} to {RISE_NEW:,} a year.", f"{RISE_FIRST_NOTICE:%d/%m/%Y}"],
-            ["4", "13/10/2026", f"{RISER} {NAMES[RISER]}", f"Correction to entry 3: the promotion takes effect on {RISE_FROM.day} {RISE_FROM:%B %Y}, "
-                                                            f"the date the role was vacated, not on 1 October. Salary {RISE_NEW:,} from that date.", f"{RISE_FROM:%d/%m/%Y}"],
-        ]),
+        Para(
+            "Harrow & Vale Foods Ltd, People team, to Payroll. Changes to be applied in the payroll of the month in "
+            "which they take effect. Entries are listed in the order they were issued; a later entry about the same "
+            "change replaces an earlier one."
+        ),
+        Table(
+            ["Entry", "Issued", "Employee", "Change", "Effective"],
+            [
+                [
+                    "1",
+                    "02/09/2026",
+                    f"{RETURNER} {NAMES[RETURNER]}",
+                    "Unpaid leave 1-9 September 2026 (9 calendar days); returns 10 September.",
+                    "01/09/2026",
+                ],
+                [
+                    "2",
+                    "22/09/2026",
+                    f"{LEAVER} {NAMES[LEAVER]}",
+                    "Resignation. Last day of service 30/09/2026; paid to that date in the September payroll. No payment in lieu of notice.",
+                    "30/09/2026",
+                ],
+                [
+                    "3",
+                    "01/10/2026",
+                    f"{RISER} {NAMES[RISER]}",
+                    f"Promotion to Quality Supervisor; salary {sal[RISER]:,} to {RISE_NEW:,} a year.",
+                    f"{RISE_FIRST_NOTICE:%d/%m/%Y}",
+                ],
+                [
+                    "4",
+                    "13/10/2026",
+                    f"{RISER} {NAMES[RISER]}",
+                    f"Correction to entry 3: the promotion takes effect on {RISE_FROM.day} {RISE_FROM:%B %Y}, "
+                    f"the date the role was vacated, not on 1 October. Salary {RISE_NEW:,} from that date.",
+                    f"{RISE_FROM:%d/%m/%Y}",
+                ],
+            ],
+        ),
         Para("No other starters, leavers or salary changes were notified for October 2026."),
     ]
     return write_docx(blocks, inputs_dir / HR_DOCX, title="HR change notice - September and October 2026")
@@ -240,7 +338,9 @@ def _hr_entries(inputs_dir: Path) -> list[list[str]]:
         raise ValueError(f"{HR_DOCX}: no table of change entries")
     rows = [[c.text for c in r.cells] for r in doc.tables[0].rows]
     if [h.strip() for h in rows[0]] != ["Entry", "Issued", "Employee", "Change", "Effective"]:
-        raise ValueError(f"{HR_DOCX}: the change table's header is {rows[0]!r}, not Entry/Issued/Employee/Change/Effective")
+        raise ValueError(
+            f"{HR_DOCX}: the change table's header is {rows[0]!r}, not Entry/Issued/Employee/Change/Effective"
+        )
     return rows[1:]
 
 
@@ -251,8 +351,11 @@ def _overtime_lines(inputs_dir: Path) -> list[dict[str, str]]:
         if not r["status"].strip().lower().startswith("approved"):
             continue
         first = seen.setdefault(r["approval_ref"], r)
-        if first is not r and (first["employee_id"], iso_or_day_first(first["date_worked"], OVERTIME_CSV), first["overtime_hhmm"]) != (
-                r["employee_id"], iso_or_day_first(r["date_worked"], OVERTIME_CSV), r["overtime_hhmm"]):
+        if first is not r and (
+            first["employee_id"],
+            iso_or_day_first(first["date_worked"], OVERTIME_CSV),
+            first["overtime_hhmm"],
+        ) != (r["employee_id"], iso_or_day_first(r["date_worked"], OVERTIME_CSV), r["overtime_hhmm"]):
             raise ValueError(f"{OVERTIME_CSV}: approval_ref {r['approval_ref']!r} names two different overtime lines")
     return list(seen.values())
 
@@ -300,24 +403,36 @@ def compute(inputs_dir: Path) -> dict:
         h = hours.get(i, Decimal(0)) if basic else Decimal(0)
         ot = ot_pay(a, h)
         d = draft[i]
-        rows.append({
-            "id": i, "name": name, "department": dept,
-            "sept": decimal_amount(sept[i]["gross_pay"], f"{SEPT_CSV}: {i} gross_pay"),
-            "draft": q2(decimal_amount(d[7], f"{DRAFT_XLSX}: {i} Gross pay")),
-            "draft_hours": decimal_amount(d[5], f"{DRAFT_XLSX}: {i} Overtime hours"),
-            "basic": basic, "hours": h, "hourly": hourly(a), "ot": ot, "gross": basic + ot,
-        })
+        rows.append(
+            {
+                "id": i,
+                "name": name,
+                "department": dept,
+                "sept": decimal_amount(sept[i]["gross_pay"], f"{SEPT_CSV}: {i} gross_pay"),
+                "draft": q2(decimal_amount(d[7], f"{DRAFT_XLSX}: {i} Gross pay")),
+                "draft_hours": decimal_amount(d[5], f"{DRAFT_XLSX}: {i} Overtime hours"),
+                "basic": basic,
+                "hours": h,
+                "hourly": hourly(a),
+                "ot": ot,
+                "gross": basic + ot,
+            }
+        )
     for r in rows:
         r["correction"] = r["gross"] - r["draft"]
         r["variance"] = r["gross"] - r["sept"]
     to_correct = [r["id"] for r in rows if r["correction"] != 0]
     return {
-        "rows": rows, "to_correct": to_correct,
+        "rows": rows,
+        "to_correct": to_correct,
         "total_sept": sum((r["sept"] for r in rows), Decimal(0)),
         "total_draft": sum((r["draft"] for r in rows), Decimal(0)),
         "total_gross": sum((r["gross"] for r in rows), Decimal(0)),
         "total_correction": sum((r["correction"] for r in rows), Decimal(0)),
-        "salary": salary, "change": change, "last_day": last_day, "hours": hours,
+        "salary": salary,
+        "change": change,
+        "last_day": last_day,
+        "hours": hours,
     }
 
 
@@ -336,10 +451,11 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_book(a, inputs_dir, outputs_dir / BOOK_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [BOOK_XLSX, MEMO_DOCX],
+        outputs_dir,
+        [BOOK_XLSX, MEMO_DOCX],
         questions=["Has HR confirmed that no payment in lieu of notice is due to Dale Fenwick?"],
         notes="The draft October register needs three corrections before release (Fenwick, Anand, Wrobel); "
-              "Grace Obi's variance is her September unpaid leave and needs none.",
+        "Grace Obi's variance is her September unpaid leave and needs none.",
     )
     return [book, memo, record]
 
@@ -359,8 +475,17 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     for r in _overtime_lines(inputs_dir):
         k = ot.max_row + 1
         h, mnt = r["overtime_hhmm"].split(":")
-        ot.append([r["employee_id"], r["name"], iso_or_day_first(r["date_worked"], OVERTIME_CSV).isoformat(), r["overtime_hhmm"],
-                   int(h), int(mnt), f"=E{k}+F{k}/60"])
+        ot.append(
+            [
+                r["employee_id"],
+                r["name"],
+                iso_or_day_first(r["date_worked"], OVERTIME_CSV).isoformat(),
+                r["overtime_hhmm"],
+                int(h),
+                int(mnt),
+                f"=E{k}+F{k}/60",
+            ]
+        )
     ot_last = ot.max_row
     raw = [r["approval_ref"] for r in read_csv_dicts(inputs_dir / OVERTIME_CSV)]
     for ref in sorted({x for x in raw if raw.count(x) > 1}):
@@ -369,8 +494,21 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     autosize(ot, {"A": 12, "B": 18, "C": 12, "D": 15, "E": 8, "F": 9, "G": 13})
 
     # October pay: salary at each rate, days at it, basic pro rata, overtime at 1.5 x annual / 1,950.
-    calc.append(["Employee ID", "Name", "Annual salary (old)", "Days at old salary", "Annual salary (new)", "Days at new salary",
-                 "Basic pay", "Overtime hours", "Hourly rate", "Overtime pay", "October gross (corrected)"])
+    calc.append(
+        [
+            "Employee ID",
+            "Name",
+            "Annual salary (old)",
+            "Days at old salary",
+            "Annual salary (new)",
+            "Days at new salary",
+            "Basic pay",
+            "Overtime hours",
+            "Hourly rate",
+            "Overtime pay",
+            "October gross (corrected)",
+        ]
+    )
     style_header(calc)
     for k, r in enumerate(rows):
         x = 2 + k
@@ -383,15 +521,38 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
             old_days, new_days = (eff - dt.date(2026, 10, 1)).days, OCT_DAYS - (eff - dt.date(2026, 10, 1)).days
         else:
             old_days, new, new_days = OCT_DAYS, old, 0
-        calc.append([i, r["name"], float(old), old_days, float(new), new_days,
-                     f"=ROUND(C{x}/12*D{x}/{OCT_DAYS},2)+ROUND(E{x}/12*F{x}/{OCT_DAYS},2)",
-                     f"=SUMIF(Overtime!$A$2:$A${ot_last},A{x},Overtime!$G$2:$G${ot_last})*(D{x}+F{x}>0)",
-                     f"=ROUND(C{x}/1950,2)", f"=ROUND(H{x}*I{x}*1.5,2)", f"=G{x}+J{x}"])
+        calc.append(
+            [
+                i,
+                r["name"],
+                float(old),
+                old_days,
+                float(new),
+                new_days,
+                f"=ROUND(C{x}/12*D{x}/{OCT_DAYS},2)+ROUND(E{x}/12*F{x}/{OCT_DAYS},2)",
+                f"=SUMIF(Overtime!$A$2:$A${ot_last},A{x},Overtime!$G$2:$G${ot_last})*(D{x}+F{x}>0)",
+                f"=ROUND(C{x}/1950,2)",
+                f"=ROUND(H{x}*I{x}*1.5,2)",
+                f"=G{x}+J{x}",
+            ]
+        )
     autosize(calc, {"A": 12, "B": 18, "C": 12, "D": 10, "E": 12, "F": 10, "G": 11, "H": 10, "I": 10, "J": 11, "K": 14})
 
     # Variance: one row per employee, the September and draft figures as given, the corrected figure from October pay.
-    var.append(["Employee ID", "Name", "September gross", "October draft gross", "October corrected gross",
-                "Variance (corrected - September)", "Variance %", "Correction (corrected - draft)", "Status", "Explanation"])
+    var.append(
+        [
+            "Employee ID",
+            "Name",
+            "September gross",
+            "October draft gross",
+            "October corrected gross",
+            "Variance (corrected - September)",
+            "Variance %",
+            "Correction (corrected - draft)",
+            "Status",
+            "Explanation",
+        ]
+    )
     style_header(var)
     why = {
         LEAVER: "Left 30/09/2026 (HR notice entry 2); no pay due in October.",
@@ -403,11 +564,27 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
         x = 2 + k
         status = "To be corrected" if r["id"] in a["to_correct"] else "Correct as drafted"
         note = why.get(r["id"], "Overtime as approved." if r["hours"] or r["id"] in OT_SEP else "")
-        var.append([r["id"], r["name"], float(r["sept"]), float(r["draft"]), f"='October pay'!K{x}",
-                    f"=E{x}-C{x}", f"=IF(C{x}=0,0,F{x}/C{x})", f"=E{x}-D{x}", status, note])
+        var.append(
+            [
+                r["id"],
+                r["name"],
+                float(r["sept"]),
+                float(r["draft"]),
+                f"='October pay'!K{x}",
+                f"=E{x}-C{x}",
+                f"=IF(C{x}=0,0,F{x}/C{x})",
+                f"=E{x}-D{x}",
+                status,
+                note,
+            ]
+        )
         var[f"G{x}"].number_format = "0.0%"
     t = n + 2
-    var.append(["Total", ""] + [f"=ROUND(SUM({c}2:{c}{n + 1}),2)" for c in "CDEF"] + [f"=IF(C{t}=0,0,F{t}/C{t})", f"=ROUND(SUM(H2:H{n + 1}),2)"])
+    var.append(
+        ["Total", ""]
+        + [f"=ROUND(SUM({c}2:{c}{n + 1}),2)" for c in "CDEF"]
+        + [f"=IF(C{t}=0,0,F{t}/C{t})", f"=ROUND(SUM(H2:H{n + 1}),2)"]
+    )
     var[f"G{t}"].number_format = "0.0%"
     for x in range(2, t + 1):
         for c in "CDEFH":
@@ -422,47 +599,74 @@ def _write_memo(a: dict, path: Path) -> Path:
     old, new = a["salary"][RISER], a["change"][RISER][0]
     old_part = q2(old / 12 * 15 / OCT_DAYS)
     new_part = q2(new / 12 * 16 / OCT_DAYS)
-    flagged = [r for r in a["rows"] if abs(r["variance"]) > 50 or (r["sept"] and abs(r["variance"]) > r["sept"] * Decimal("0.05"))]
+    flagged = [
+        r
+        for r in a["rows"]
+        if abs(r["variance"]) > 50 or (r["sept"] and abs(r["variance"]) > r["sept"] * Decimal("0.05"))
+    ]
     others = [r for r in flagged if r["id"] not in a["to_correct"] and r["id"] != RETURNER]
     blocks = [
         Heading("Summary"),
-        Para(f"The draft October 2026 payroll totals GBP {_m(a['total_draft'])} gross against GBP {_m(a['total_sept'])} paid in "
-             f"September. Checked against the pay policy, the HR change notice and the approved overtime timesheets, three "
-             f"employees' October pay is wrong in the draft. Corrected, the October gross payroll total is GBP "
-             f"{_m(a['total_gross'])}, GBP {_m(-a['total_correction'])} less than the draft. The run should not be released "
-             f"until the three corrections are made."),
-        Table(["Employee", "Draft gross", "Corrected gross", "Correction"],
-              [[f"{by[i]['name']} ({i})", _m(by[i]['draft']), _m(by[i]['gross']), _m(by[i]['correction'])] for i in a["to_correct"]]
-              + [["Total", _m(a["total_draft"]), _m(a["total_gross"]), _m(a["total_correction"])]]),
+        Para(
+            f"The draft October 2026 payroll totals GBP {_m(a['total_draft'])} gross against GBP {_m(a['total_sept'])} paid in "
+            f"September. Checked against the pay policy, the HR change notice and the approved overtime timesheets, three "
+            f"employees' October pay is wrong in the draft. Corrected, the October gross payroll total is GBP "
+            f"{_m(a['total_gross'])}, GBP {_m(-a['total_correction'])} less than the draft. The run should not be released "
+            f"until the three corrections are made."
+        ),
+        Table(
+            ["Employee", "Draft gross", "Corrected gross", "Correction"],
+            [
+                [f"{by[i]['name']} ({i})", _m(by[i]["draft"]), _m(by[i]["gross"]), _m(by[i]["correction"])]
+                for i in a["to_correct"]
+            ]
+            + [["Total", _m(a["total_draft"]), _m(a["total_gross"]), _m(a["total_correction"])]],
+        ),
         Heading("Variances"),
-        Para(f"Every employee's October gross pay was recalculated from the policy and compared with September. {len(flagged)} "
-             f"employees show a variance above the policy's threshold of GBP 50.00 or 5% once the corrections are made; each is "
-             f"explained in the workbook october_variance.xlsx, sheet Variance, and all its figures are formulas."),
-        Para(f"Grace Obi's October pay is GBP {_m(ret['gross'])} against GBP {_m(ret['sept'])} in September, an increase of "
-             f"{ret['variance'] / ret['sept'] * 100:.1f}%. September was reduced for nine days of unpaid leave (HR notice entry 1); "
-             f"October is a full month, so her October pay is correct as drafted and needs no correction."),
-        Para(f"The other variances above the threshold, {' and '.join(r['name'] + chr(39) + 's' for r in others)}, are "
-             "approved overtime that September did not have. Each overtime payment was recalculated at 1.5 times the hourly rate (annual salary "
-             "divided by 1,950) on the timesheet hours converted from hours and minutes to decimal hours. Kieran Walsh's "
-             "6:00 hours on 14 October appear twice in the timesheet export under the same approval reference, once "
-             "re-approved; they are one shift and are paid once, as the draft does."),
+        Para(
+            f"Every employee's October gross pay was recalculated from the policy and compared with September. {len(flagged)} "
+            f"employees show a variance above the policy's threshold of GBP 50.00 or 5% once the corrections are made; each is "
+            f"explained in the workbook october_variance.xlsx, sheet Variance, and all its figures are formulas."
+        ),
+        Para(
+            f"Grace Obi's October pay is GBP {_m(ret['gross'])} against GBP {_m(ret['sept'])} in September, an increase of "
+            f"{ret['variance'] / ret['sept'] * 100:.1f}%. September was reduced for nine days of unpaid leave (HR notice entry 1); "
+            f"October is a full month, so her October pay is correct as drafted and needs no correction."
+        ),
+        Para(
+            f"The other variances above the threshold, {' and '.join(r['name'] + chr(39) + 's' for r in others)}, are "
+            "approved overtime that September did not have. Each overtime payment was recalculated at 1.5 times the hourly rate (annual salary "
+            "divided by 1,950) on the timesheet hours converted from hours and minutes to decimal hours. Kieran Walsh's "
+            "6:00 hours on 14 October appear twice in the timesheet export under the same approval reference, once "
+            "re-approved; they are one shift and are paid once, as the draft does."
+        ),
         Heading("Corrections"),
-        Para(f"Dale Fenwick's October pay must be corrected to nil. He resigned with a last day of service of 30 September 2026 "
-             f"(HR notice entry 2) and was paid to that date in September; the draft still pays him a full month of "
-             f"GBP {_m(lv['draft'])}. Under rule 3 of the pay policy he is not paid after his last day of service."),
-        Para(f"Priya Anand's October pay must be corrected from GBP {_m(rs['draft'])} to GBP {_m(rs['gross'])}. The draft applies "
-             f"her new salary of {new:,.0f} for the whole month, following entry 3 of the HR notice; entry 4 replaces it and makes "
-             f"the promotion effective on 16 October 2026. Under rule 2 the month is apportioned by calendar days: 15 days at "
-             f"{old:,.0f} a year (GBP {_m(old_part)}) and 16 days at {new:,.0f} (GBP {_m(new_part)})."),
-        Para(f"Tomasz Wrobel's October pay must be corrected from GBP {_m(wr['draft'])} to GBP {_m(wr['gross'])}. His approved "
-             f"overtime is 4:00 and 3:45, 7 hours 45 minutes in all, which is 7.75 decimal hours; the draft keyed it as 7.45 "
-             f"hours. At his hourly rate of GBP {_m(wr['hourly'])} his overtime pay is GBP {_m(wr['ot'])}."),
-        Para("Every other employee's October pay is correct as drafted, including the overtime keyed as 4.50, 6.00 and 3.25 "
-             "hours, which match the timesheets' 4:30, 6:00 and 3:15."),
+        Para(
+            f"Dale Fenwick's October pay must be corrected to nil. He resigned with a last day of service of 30 September 2026 "
+            f"(HR notice entry 2) and was paid to that date in September; the draft still pays him a full month of "
+            f"GBP {_m(lv['draft'])}. Under rule 3 of the pay policy he is not paid after his last day of service."
+        ),
+        Para(
+            f"Priya Anand's October pay must be corrected from GBP {_m(rs['draft'])} to GBP {_m(rs['gross'])}. The draft applies "
+            f"her new salary of {new:,.0f} for the whole month, following entry 3 of the HR notice; entry 4 replaces it and makes "
+            f"the promotion effective on 16 October 2026. Under rule 2 the month is apportioned by calendar days: 15 days at "
+            f"{old:,.0f} a year (GBP {_m(old_part)}) and 16 days at {new:,.0f} (GBP {_m(new_part)})."
+        ),
+        Para(
+            f"Tomasz Wrobel's October pay must be corrected from GBP {_m(wr['draft'])} to GBP {_m(wr['gross'])}. His approved "
+            f"overtime is 4:00 and 3:45, 7 hours 45 minutes in all, which is 7.75 decimal hours; the draft keyed it as 7.45 "
+            f"hours. At his hourly rate of GBP {_m(wr['hourly'])} his overtime pay is GBP {_m(wr['ot'])}."
+        ),
+        Para(
+            "Every other employee's October pay is correct as drafted, including the overtime keyed as 4.50, 6.00 and 3.25 "
+            "hours, which match the timesheets' 4:30, 6:00 and 3:15."
+        ),
         Heading("Release"),
-        Para(f"Release the October payroll once the three corrections above are made in the payroll system and a second "
-             f"draft shows a gross total of GBP {_m(a['total_gross'])}. The bank deadline is 12:00 on 28 October 2026. HR "
-             f"should confirm that no payment in lieu of notice is due to Dale Fenwick, and the bureau should key overtime "
-             f"in decimal hours converted from the timesheet, not as typed."),
+        Para(
+            f"Release the October payroll once the three corrections above are made in the payroll system and a second "
+            f"draft shows a gross total of GBP {_m(a['total_gross'])}. The bank deadline is 12:00 on 28 October 2026. HR "
+            f"should confirm that no payment in lieu of notice is due to Dale Fenwick, and the bureau should key overtime "
+            f"in decimal hours converted from the timesheet, not as typed."
+        ),
     ]
     return write_docx(blocks, path, title="October 2026 payroll variance review")

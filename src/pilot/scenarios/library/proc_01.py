@@ -38,7 +38,13 @@ BIDS = [
     ("Ridgeway Manufacturing", 2.034, 18, 95, "2026-11-17 14:20"),
 ]
 REGISTER = [
-    ("V-10233", "Apex Industrial Supply", "2026-10-31", "Approved", "Certificate renewal audit scheduled for January 2027"),
+    (
+        "V-10233",
+        "Apex Industrial Supply",
+        "2026-10-31",
+        "Approved",
+        "Certificate renewal audit scheduled for January 2027",
+    ),
     ("V-10418", "Brennan Tool & Supply", "2027-06-30", "Approved", ""),
     ("V-10502", "Coastline Components", "2027-03-31", "Approved", ""),
     ("V-10377", "Northwind Fasteners", "2028-01-31", "Approved", "Incumbent for kit PK-12 since 2023"),
@@ -49,18 +55,36 @@ REGISTER = [
 def generate(inputs_dir: Path) -> list[Path]:
     rfq = [
         Heading("Request for quotation PR-2026-044: stainless fastener kits (PK-12)"),
-        Para(f"Northgate Water Utilities invites quotations for the supply of {ANNUAL_VOLUME:,} PK-12 stainless fastener kits per year for two years, delivered to the Eastgate depot in monthly call-offs."),
+        Para(
+            f"Northgate Water Utilities invites quotations for the supply of {ANNUAL_VOLUME:,} PK-12 stainless fastener kits per year for two years, delivered to the Eastgate depot in monthly call-offs."
+        ),
         Heading("Submission", 2),
-        Para(f"Quotations must be received by {DEADLINE:%d %B %Y} at {DEADLINE:%H:%M} local time. Late quotations will not be evaluated."),
+        Para(
+            f"Quotations must be received by {DEADLINE:%d %B %Y} at {DEADLINE:%H:%M} local time. Late quotations will not be evaluated."
+        ),
         Heading("Mandatory requirements", 2),
-        Para(f"Suppliers must hold an ISO 9001 certificate that is valid on the award date, {AWARD_DATE:%d %B %Y}, as recorded in the utility's supplier register. A quotation that fails a mandatory requirement is excluded before scoring."),
+        Para(
+            f"Suppliers must hold an ISO 9001 certificate that is valid on the award date, {AWARD_DATE:%d %B %Y}, as recorded in the utility's supplier register. A quotation that fails a mandatory requirement is excluded before scoring."
+        ),
         Heading("Evaluation", 2),
-        Para("Compliant quotations are scored out of 100 points: price 50 points, delivery lead time 30 points, quality 20 points."),
-        Para("Price score = 50 x (lowest compliant unit price / the supplier's unit price). Delivery score = 30 x (shortest compliant lead time / the supplier's lead time). Quality score = 20 x (lowest compliant defect rate in ppm / the supplier's defect rate)."),
-        Para("The contract is awarded to the compliant supplier with the highest total score. Scores are rounded to two decimals only for presentation."),
+        Para(
+            "Compliant quotations are scored out of 100 points: price 50 points, delivery lead time 30 points, quality 20 points."
+        ),
+        Para(
+            "Price score = 50 x (lowest compliant unit price / the supplier's unit price). Delivery score = 30 x (shortest compliant lead time / the supplier's lead time). Quality score = 20 x (lowest compliant defect rate in ppm / the supplier's defect rate)."
+        ),
+        Para(
+            "The contract is awarded to the compliant supplier with the highest total score. Scores are rounded to two decimals only for presentation."
+        ),
     ]
     paths = [write_pdf(rfq, inputs_dir / RFQ_PDF, title="Request for quotation")]
-    paths.append(write_csv(inputs_dir / BIDS_CSV, ["supplier", "unit_price_cad", "lead_time_days", "defect_rate_ppm", "received_at"], BIDS))
+    paths.append(
+        write_csv(
+            inputs_dir / BIDS_CSV,
+            ["supplier", "unit_price_cad", "lead_time_days", "defect_rate_ppm", "received_at"],
+            BIDS,
+        )
+    )
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Register"
@@ -76,14 +100,20 @@ def generate(inputs_dir: Path) -> list[Path]:
 def analyse(inputs_dir: Path) -> dict:
     bids = read_csv_dicts(inputs_dir / BIDS_CSV)
     wb = openpyxl.load_workbook(inputs_dir / REGISTER_XLSX)
-    cert = {r[1]: dt.date.fromisoformat(str(r[2])[:10]) for r in wb["Register"].iter_rows(min_row=2, values_only=True) if r[1]}
+    cert = {
+        r[1]: dt.date.fromisoformat(str(r[2])[:10])
+        for r in wb["Register"].iter_rows(min_row=2, values_only=True)
+        if r[1]
+    }
     excluded, compliant = {}, []
     for b in bids:
         received = dt.datetime.fromisoformat(b["received_at"])
         if received > DEADLINE:
             excluded[b["supplier"]] = f"late: received {received:%d %b %Y %H:%M}, after the deadline"
         elif cert.get(b["supplier"], dt.date.min) < AWARD_DATE:
-            excluded[b["supplier"]] = f"ISO 9001 certificate expired on {cert[b['supplier']]:%d %b %Y}, before the award date"
+            excluded[b["supplier"]] = (
+                f"ISO 9001 certificate expired on {cert[b['supplier']]:%d %b %Y}, before the award date"
+            )
         else:
             compliant.append(b)
     p0 = min(float(b["unit_price_cad"]) for b in compliant)
@@ -97,7 +127,14 @@ def analyse(inputs_dir: Path) -> dict:
         scores[b["supplier"]] = (ps, ds, qs, ps + ds + qs)
     winner = max(scores, key=lambda s: scores[s][3])
     price = float(next(b["unit_price_cad"] for b in bids if b["supplier"] == winner))
-    return {"bids": bids, "excluded": excluded, "compliant": compliant, "scores": scores, "winner": winner, "annual_value": price * ANNUAL_VOLUME}
+    return {
+        "bids": bids,
+        "excluded": excluded,
+        "compliant": compliant,
+        "scores": scores,
+        "winner": winner,
+        "annual_value": price * ANNUAL_VOLUME,
+    }
 
 
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
@@ -105,7 +142,19 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Evaluation"
-    ws.append(["Supplier", "Unit price (CAD)", "Lead time (days)", "Defect rate (ppm)", "Compliant", "Price score", "Delivery score", "Quality score", "Total score"])
+    ws.append(
+        [
+            "Supplier",
+            "Unit price (CAD)",
+            "Lead time (days)",
+            "Defect rate (ppm)",
+            "Compliant",
+            "Price score",
+            "Delivery score",
+            "Quality score",
+            "Total score",
+        ]
+    )
     style_header(ws)
     n = len(a["bids"])
     for i, b in enumerate(a["bids"], start=2):
@@ -135,7 +184,13 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     exc.append(["Supplier", "Result", "Reason"])
     style_header(exc)
     for b in a["bids"]:
-        exc.append([b["supplier"], "Excluded" if b["supplier"] in a["excluded"] else "Compliant", a["excluded"].get(b["supplier"], "on time; ISO 9001 valid on the award date")])
+        exc.append(
+            [
+                b["supplier"],
+                "Excluded" if b["supplier"] in a["excluded"] else "Compliant",
+                a["excluded"].get(b["supplier"], "on time; ISO 9001 valid on the award date"),
+            ]
+        )
     autosize(ws, {"A": 28, "B": 16, "C": 16, "D": 17, "E": 11, "F": 12, "G": 14, "H": 13, "I": 12})
     autosize(exc, {"A": 28, "B": 12, "C": 70})
     outputs_dir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +212,10 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             "after the deadline. Both quotations are excluded before scoring, as the RFQ requires. Coastline Components, Northwind Fasteners and Ridgeway Manufacturing are compliant."
         ),
         Heading("Evaluation"),
-        Table(["Supplier", "Price", "Delivery", "Quality", "Total"], [[k, f"{s[k][0]:.2f}", f"{s[k][1]:.2f}", f"{s[k][2]:.2f}", f"{s[k][3]:.2f}"] for k in ranked]),
+        Table(
+            ["Supplier", "Price", "Delivery", "Quality", "Total"],
+            [[k, f"{s[k][0]:.2f}", f"{s[k][1]:.2f}", f"{s[k][2]:.2f}", f"{s[k][3]:.2f}"] for k in ranked],
+        ),
         Para(
             f"{ranked[0]} scores {s[ranked[0]][3]:.2f} points, ahead of {ranked[1]} ({s[ranked[1]][3]:.2f}) and {ranked[2]} ({s[ranked[2]][3]:.2f}). "
             "Its price is the lowest among the compliant quotations and its lead time is close to the shortest; Ridgeway's better defect rate does not offset its higher price and longer lead time. "

@@ -40,7 +40,13 @@ def generate(inputs_dir: Path) -> list[Path]:
     rows[172][3] = 77  # R-0173: keying error
     dup = list(rows[87])
     rows.insert(150, dup)  # R-0088 submitted twice
-    paths = [write_csv(inputs_dir / SURVEY_CSV, ["respondent_id", "region", "tenure_years", "satisfaction", "workload", "would_recommend"], rows)]
+    paths = [
+        write_csv(
+            inputs_dir / SURVEY_CSV,
+            ["respondent_id", "region", "tenure_years", "satisfaction", "workload", "would_recommend"],
+            rows,
+        )
+    ]
     codebook = """# Staff survey 2026: codebook
 
 Fielded 6-20 October 2026 to all 612 staff; one response per person.
@@ -98,12 +104,14 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         cell.font = Font(bold=True)
     for region in REGIONS:
         r = summ.max_row + 1
-        summ.append([
-            region,
-            f'=COUNTIF(Data!B2:B{last},A{r})',
-            f'=ROUND(AVERAGEIF(Data!B2:B{last},A{r},Data!D2:D{last}),2)',
-            f'=ROUND(AVERAGEIF(Data!B2:B{last},A{r},Data!E2:E{last}),2)',
-        ])
+        summ.append(
+            [
+                region,
+                f"=COUNTIF(Data!B2:B{last},A{r})",
+                f"=ROUND(AVERAGEIF(Data!B2:B{last},A{r},Data!D2:D{last}),2)",
+                f"=ROUND(AVERAGEIF(Data!B2:B{last},A{r},Data!E2:E{last}),2)",
+            ]
+        )
     summ.append([])
     summ.append(["Excluded or merged records"])
     for rid in dups:
@@ -115,7 +123,11 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = save_workbook(wb, outputs_dir / RESULTS_XLSX)
 
     overall = round(df["satisfaction"].mean(), 2)
-    by = df.groupby("region").agg(n=("satisfaction", "size"), sat=("satisfaction", "mean"), work=("workload", "mean")).round(2)
+    by = (
+        df.groupby("region")
+        .agg(n=("satisfaction", "size"), sat=("satisfaction", "mean"), work=("workload", "mean"))
+        .round(2)
+    )
     others = df.loc[df.region != "West", "satisfaction"].mean()
     corr = df["satisfaction"].corr(df["workload"])
     blocks = [
@@ -139,7 +151,10 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         ),
         Heading("Findings"),
         Para(f"Overall mean satisfaction is {overall:.2f} on the seven-point scale across {n} responses."),
-        Table(["Region", "Responses", "Mean satisfaction", "Mean workload"], [[r, int(by.loc[r, "n"]), f"{by.loc[r, 'sat']:.2f}", f"{by.loc[r, 'work']:.2f}"] for r in REGIONS]),
+        Table(
+            ["Region", "Responses", "Mean satisfaction", "Mean workload"],
+            [[r, int(by.loc[r, "n"]), f"{by.loc[r, 'sat']:.2f}", f"{by.loc[r, 'work']:.2f}"] for r in REGIONS],
+        ),
         Para(
             f"West stands apart: its mean satisfaction is {by.loc['West', 'sat']:.2f}, against {others:.2f} in the other four regions combined, "
             f"and its staff report the heaviest workload ({by.loc['West', 'work']:.2f}). Across all respondents, satisfaction and workload are "
@@ -158,5 +173,9 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         ),
     ]
     note = write_docx(blocks, outputs_dir / NOTE_DOCX, title="Staff survey 2026 - research note")
-    record = write_completion_record(outputs_dir, [RESULTS_XLSX, NOTE_DOCX], questions=["Are regional response rates available to weight the regional means?"])
+    record = write_completion_record(
+        outputs_dir,
+        [RESULTS_XLSX, NOTE_DOCX],
+        questions=["Are regional response rates available to weight the regional means?"],
+    )
     return [book, note, record]

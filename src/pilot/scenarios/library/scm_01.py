@@ -45,7 +45,14 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import (
+    autosize,
+    iso_or_day_first,
+    read_csv_dicts,
+    rng,
+    style_header,
+    write_completion_record,
+)
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
 # The generator's one random source: it draws the December and February forecasts (not planned here) and the POs' order dates.
@@ -66,8 +73,11 @@ RELEASE = dt.date(2026, 12, 7)
 NEED = dt.date(2027, 1, 4)
 SS_SINGLE_SOURCE = Decimal("0.40")
 SKUS = ["TF-100", "TF-200", "TF-300"]
-SKU_NAMES = {"TF-100": "TrailFlame 100 single-burner stove", "TF-200": "TrailFlame 200 stove with piezo ignition",
-             "TF-300": "TrailFlame 300 remote-canister stove"}
+SKU_NAMES = {
+    "TF-100": "TrailFlame 100 single-burner stove",
+    "TF-200": "TrailFlame 200 stove with piezo ignition",
+    "TF-300": "TrailFlame 300 remote-canister stove",
+}
 
 # component, description, uom in stock, on hand (in that uom), item-master safety stock (each)
 COMPONENTS = [
@@ -96,8 +106,12 @@ BOMS = {
 EFFECTIVE = {"TF-100": "TF-100", "TF-200": "TF-200 rev C", "TF-300": "TF-300"}
 
 # January forecasts: TF-300 appears in two versions; the later one governs.
-JANUARY = [("TF-100", 1200, 2, "2026-11-28"), ("TF-200", 900, 2, "2026-11-28"), ("TF-300", 800, 1, "2026-11-10"),
-           ("TF-300", 650, 2, "2026-11-28")]
+JANUARY = [
+    ("TF-100", 1200, 2, "2026-11-28"),
+    ("TF-200", 900, 2, "2026-11-28"),
+    ("TF-300", 800, 1, "2026-11-10"),
+    ("TF-300", 650, 2, "2026-11-28"),
+]
 
 # component, supplier, lead time as the terms state it, minimum order (each), order multiple (each), unit of sale
 TERMS = [
@@ -164,7 +178,9 @@ def generate(inputs_dir: Path) -> list[Path]:
     paths.append(_write_bom(inputs_dir))
 
     rows = [[c, d, uom, oh, ss] for c, d, uom, oh, ss in COMPONENTS]
-    paths.append(write_csv(inputs_dir / INVENTORY_CSV, ["item", "description", "uom", "on_hand", "safety_stock_each"], rows))
+    paths.append(
+        write_csv(inputs_dir / INVENTORY_CSV, ["item", "description", "uom", "on_hand", "safety_stock_each"], rows)
+    )
 
     # Open POs as the ERP exports them; the duplicated line is an export glitch, the cancelled one still shows as open.
     ordered = [RELEASE - dt.timedelta(days=int(g.integers(20, 60))) for _ in OPEN_POS]
@@ -173,33 +189,74 @@ def generate(inputs_dir: Path) -> list[Path]:
         rows.append([po, item, SUPPLIER[item], od.isoformat(), qty, "EA", due, status])
         if po == DUPLICATED_PO:
             rows.append([po, item, SUPPLIER[item], od.isoformat(), qty, "EA", due, status])
-    paths.append(write_csv(inputs_dir / POS_CSV, ["po_number", "item", "supplier", "order_date", "qty", "uom", "due_date", "status"], rows))
+    paths.append(
+        write_csv(
+            inputs_dir / POS_CSV,
+            ["po_number", "item", "supplier", "order_date", "qty", "uom", "due_date", "status"],
+            rows,
+        )
+    )
 
     notices = [
-        ["2026-11-26", "Vantor Burners GmbH", "PO-41166", "Order confirmation",
-         "We confirm PO-41166 for 500 BR-22 burner heads, delivery 21 December 2026."],
-        ["2026-11-30", "Kwan Piezo Components", "", "Price list 2027",
-         "Our 2027 price list applies to orders placed from 1 January 2027. Lead times are unchanged."],
-        ["2026-12-02", "Orrin Valve Co.", CANCELLED_PO,
-         "Cancellation of your order",
-         f"Following your buyer's request of 1 December to move the valve volume to the new spindle design, we have cancelled "
-         f"{CANCELLED_PO} (1,200 VLV-14) in full. Nothing will ship against it. PO-41190 is not affected."],
-        ["2026-12-03", "Corrapak Packaging", DUPLICATED_PO, "Delivery booking",
-         f"Delivery of {DUPLICATED_PO}, 1,000 cartons, booked for 17/12/2026 at the Halden dock."],
+        [
+            "2026-11-26",
+            "Vantor Burners GmbH",
+            "PO-41166",
+            "Order confirmation",
+            "We confirm PO-41166 for 500 BR-22 burner heads, delivery 21 December 2026.",
+        ],
+        [
+            "2026-11-30",
+            "Kwan Piezo Components",
+            "",
+            "Price list 2027",
+            "Our 2027 price list applies to orders placed from 1 January 2027. Lead times are unchanged.",
+        ],
+        [
+            "2026-12-02",
+            "Orrin Valve Co.",
+            CANCELLED_PO,
+            "Cancellation of your order",
+            f"Following your buyer's request of 1 December to move the valve volume to the new spindle design, we have cancelled "
+            f"{CANCELLED_PO} (1,200 VLV-14) in full. Nothing will ship against it. PO-41190 is not affected.",
+        ],
+        [
+            "2026-12-03",
+            "Corrapak Packaging",
+            DUPLICATED_PO,
+            "Delivery booking",
+            f"Delivery of {DUPLICATED_PO}, 1,000 cartons, booked for 17/12/2026 at the Halden dock.",
+        ],
     ]
     paths.append(write_csv(inputs_dir / NOTICES_CSV, ["date", "supplier", "po_number", "subject", "message"], notices))
 
     table = [[c, s, lt, f"{moq:,}", f"{mult:,}", unit] for c, s, lt, moq, mult, unit in TERMS]
     blocks = [
         Heading("Halden Outdoor Equipment - approved supplier terms, TrailFlame components"),
-        Para("Issued by Purchasing, 1 December 2026. These terms apply to every purchase order placed from that date. Lead "
-             "times are from the date the order is placed to the date the goods are received at the Halden dock, in calendar days or weeks."),
-        Table(["Component", "Approved supplier", "Lead time", "Minimum order (each)", "Order multiple (each)", "Unit of sale"], table),
+        Para(
+            "Issued by Purchasing, 1 December 2026. These terms apply to every purchase order placed from that date. Lead "
+            "times are from the date the order is placed to the date the goods are received at the Halden dock, in calendar days or weeks."
+        ),
+        Table(
+            [
+                "Component",
+                "Approved supplier",
+                "Lead time",
+                "Minimum order (each)",
+                "Order multiple (each)",
+                "Unit of sale",
+            ],
+            table,
+        ),
         Heading("Notes", 2),
-        Para("Order quantities below the minimum are raised to the minimum; above it, they are rounded up to the order multiple."),
+        Para(
+            "Order quantities below the minimum are raised to the minimum; above it, they are rounded up to the order multiple."
+        ),
         Para("Medway Seals sells O-rings only in sealed packs of 10; the minimum of 1,000 each is 100 packs."),
-        Para("Kwan Piezo Components is the only approved source for the piezo igniter since Brenner Ignition was removed from "
-             "the approved list in October 2026; every other component has a second approved source for contingency."),
+        Para(
+            "Kwan Piezo Components is the only approved source for the piezo igniter since Brenner Ignition was removed from "
+            "the approved list in October 2026; every other component has a second approved source for contingency."
+        ),
     ]
     paths.append(write_docx(blocks, inputs_dir / TERMS_DOCX, title="Approved supplier terms"))
 
@@ -265,7 +322,16 @@ def _write_bom(inputs_dir: Path) -> Path:
     eco.append(["ECO", "Product", "From rev", "To rev", "Effective", "Change"])
     style_header(eco)
     eco.append(["ECO-2603", "TF-200", "A", "B", "2026-03-01", "Pot support PSL-12 replaces PSL-10 (folding arms)."])
-    eco.append(["ECO-2611", "TF-200", "B", "C", "2026-12-01", "Burner BR-22 (2.8 kW, stainless) replaces BR-20 on TF-200; BR-20 remains on TF-100."])
+    eco.append(
+        [
+            "ECO-2611",
+            "TF-200",
+            "B",
+            "C",
+            "2026-12-01",
+            "Burner BR-22 (2.8 kW, stainless) replaces BR-20 on TF-200; BR-20 remains on TF-100.",
+        ]
+    )
     autosize(eco, {"A": 10, "B": 9, "C": 9, "D": 8, "E": 12, "F": 90})
     return save_workbook(wb, inputs_dir / BOM_XLSX)
 
@@ -290,8 +356,13 @@ def read_terms(inputs_dir: Path) -> dict[str, dict]:
         for row in table.rows[1:]:
             cells = [c.text.strip() for c in row.cells]
             where = f"{TERMS_DOCX}, {cells[0]}"
-            out[cells[0]] = {"supplier": cells[1], "lead": lead_days(cells[2], where), "lead_text": cells[2],
-                             "moq": _int(cells[3], where), "multiple": _int(cells[4], where)}
+            out[cells[0]] = {
+                "supplier": cells[1],
+                "lead": lead_days(cells[2], where),
+                "lead_text": cells[2],
+                "moq": _int(cells[3], where),
+                "multiple": _int(cells[4], where),
+            }
     text = " ".join(p.text for p in doc.paragraphs)
     # The note names the single source by supplier; the component is the one that supplier alone provides.
     m = re.search(r"(\w+ \w+ \w+) is the only approved source", text)
@@ -323,12 +394,18 @@ def compute(inputs_dir: Path) -> dict:
         where = f"{BOM_XLSX} Index {prod}"
         if iso_or_day_first(str(frm), where) <= NEED and (not to or iso_or_day_first(str(to), where) >= NEED):
             sheets[prod] = sheet
-    qty_per = {s: {str(r[0]): int(r[2]) for r in wb[sheets[s]].iter_rows(min_row=2, values_only=True) if r[0]} for s in SKUS}
+    qty_per = {
+        s: {str(r[0]): int(r[2]) for r in wb[sheets[s]].iter_rows(min_row=2, values_only=True) if r[0]} for s in SKUS
+    }
 
     terms = read_terms(inputs_dir)
     inv = {r["item"]: r for r in read_csv_dicts(inputs_dir / INVENTORY_CSV)}
-    cancelled = {r["po_number"] for r in read_csv_dicts(inputs_dir / NOTICES_CSV) if re.search(r"cancel", r["subject"] + r["message"], re.I)
-                 and re.search(r"cancelled\s+" + re.escape(r["po_number"]), r["message"])} - {""}
+    cancelled = {
+        r["po_number"]
+        for r in read_csv_dicts(inputs_dir / NOTICES_CSV)
+        if re.search(r"cancel", r["subject"] + r["message"], re.I)
+        and re.search(r"cancelled\s+" + re.escape(r["po_number"]), r["message"])
+    } - {""}
     receipts = {c: 0 for c in CODES}
     seen = set()
     for k, r in enumerate(read_csv_dicts(inputs_dir / POS_CSV), start=2):
@@ -343,14 +420,36 @@ def compute(inputs_dir: Path) -> dict:
     for c in CODES:
         gross = sum(forecast[s] * qty_per[s].get(c, 0) for s in SKUS)
         t = terms[c]
-        ss = int((SS_SINGLE_SOURCE * gross).to_integral_value(rounding=ROUND_CEILING)) if t["single_source"] else _int(inv[c]["safety_stock_each"], f"{INVENTORY_CSV} {c}")
+        ss = (
+            int((SS_SINGLE_SOURCE * gross).to_integral_value(rounding=ROUND_CEILING))
+            if t["single_source"]
+            else _int(inv[c]["safety_stock_each"], f"{INVENTORY_CSV} {c}")
+        )
         on_hand = _int(inv[c]["on_hand"], f"{INVENTORY_CSV} {c}, on_hand") * PACK[inv[c]["uom"]]
         net = max(0, gross + ss - on_hand - receipts[c])
         planned = lot(net, t["moq"], t["multiple"])
-        rows[c] = {"gross": gross, "ss": ss, "on_hand": on_hand, "receipts": receipts[c], "net": net, "planned": planned,
-                   "lead": t["lead"], "expedite": planned > 0 and t["lead"] > days, "single_source": t["single_source"]}
-    return {"forecast": forecast, "qty_per": qty_per, "bom_sheets": sheets, "terms": terms, "inv": inv, "cancelled": sorted(cancelled),
-            "rows": rows, "days": days, "expedite": [c for c in CODES if rows[c]["expedite"]]}
+        rows[c] = {
+            "gross": gross,
+            "ss": ss,
+            "on_hand": on_hand,
+            "receipts": receipts[c],
+            "net": net,
+            "planned": planned,
+            "lead": t["lead"],
+            "expedite": planned > 0 and t["lead"] > days,
+            "single_source": t["single_source"],
+        }
+    return {
+        "forecast": forecast,
+        "qty_per": qty_per,
+        "bom_sheets": sheets,
+        "terms": terms,
+        "inv": inv,
+        "cancelled": sorted(cancelled),
+        "rows": rows,
+        "days": days,
+        "expedite": [c for c in CODES if rows[c]["expedite"]],
+    }
 
 
 # ------------------------------------------------------------------ the gold deliverables
@@ -364,10 +463,13 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_plan(a, outputs_dir / PLAN_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [PLAN_XLSX, MEMO_DOCX],
-        questions=["Can Purchasing confirm that no replacement order was raised with Orrin Valve Co. when PO-41187 was cancelled?"],
+        outputs_dir,
+        [PLAN_XLSX, MEMO_DOCX],
+        questions=[
+            "Can Purchasing confirm that no replacement order was raised with Orrin Valve Co. when PO-41187 was cancelled?"
+        ],
         notes="TF-200 planned on BOM revision C; TF-300 on forecast version 2; SEAL-05 stock converted from packs of 10; "
-              "PO-41187 excluded as cancelled and PO-41203 counted once; IGN-30 safety stock per exception QA-2026-11.",
+        "PO-41187 excluded as cancelled and PO-41203 counted once; IGN-30 safety stock per exception QA-2026-11.",
     )
     return [book, memo, record]
 
@@ -405,7 +507,11 @@ def _write_plan(a: dict, path: Path) -> Path:
     style_header(bom)
     for c in CODES:
         bom.append([c] + [a["qty_per"][s].get(c, 0) for s in SKUS])
-    bom.append(["TF-200 revision B (superseded 30 Nov 2026) is not used: ECO-2611 replaces BR-20 by BR-22 on TF-200 from 1 Dec 2026."])
+    bom.append(
+        [
+            "TF-200 revision B (superseded 30 Nov 2026) is not used: ECO-2611 replaces BR-20 by BR-22 on TF-200 from 1 Dec 2026."
+        ]
+    )
     autosize(bom, {"A": 11, "B": 18, "C": 22, "D": 18})
 
     # Supply: stock converted to each, PO lines counted or excluded with the reason.
@@ -423,7 +529,7 @@ def _write_plan(a: dict, path: Path) -> Path:
     style_header(sup, po0)
     r = po0
     for po, item, qty, due, _ in OPEN_POS:
-        for dup in ([False, True] if po == DUPLICATED_PO else [False]):
+        for dup in [False, True] if po == DUPLICATED_PO else [False]:
             r += 1
             due_d = iso_or_day_first(due, POS_CSV)
             if po in a["cancelled"]:
@@ -431,15 +537,32 @@ def _write_plan(a: dict, path: Path) -> Path:
             elif dup:
                 counted, reason = "No", "duplicate export line of the same PO"
             else:
-                counted, reason = ("Yes", "due before the build start") if due_d <= NEED else ("No", "due after the build start")
+                counted, reason = (
+                    ("Yes", "due before the build start") if due_d <= NEED else ("No", "due after the build start")
+                )
             sup.append([po, item, qty, due_d, counted, f'=IF(E{r}="Yes",C{r},0)', reason])
             sup.cell(row=r, column=4).number_format = "yyyy-mm-dd"
     po_last = r
     autosize(sup, {"A": 20, "B": 10, "C": 18, "D": 12, "E": 14, "F": 12, "G": 50})
 
     # MRP: one row per component, every figure a formula from the sheets above and the supplier terms columns.
-    mrp.append(["Component", "Description", "Gross requirement", "Safety stock", "On hand (each)", "Open PO receipts",
-                "Net requirement", "Minimum order", "Order multiple", "Planned order", "Lead time (days)", "Days available", "Expedite"])
+    mrp.append(
+        [
+            "Component",
+            "Description",
+            "Gross requirement",
+            "Safety stock",
+            "On hand (each)",
+            "Open PO receipts",
+            "Net requirement",
+            "Minimum order",
+            "Order multiple",
+            "Planned order",
+            "Lead time (days)",
+            "Days available",
+            "Expedite",
+        ]
+    )
     style_header(mrp)
     desc = {c: d for c, d, *_ in COMPONENTS}
     for k, c in enumerate(CODES):
@@ -447,11 +570,41 @@ def _write_plan(a: dict, path: Path) -> Path:
         t = a["terms"][c]
         gross = f"=BOM!B{r}*Forecast!$C$2+BOM!C{r}*Forecast!$C$3+BOM!D{r}*Forecast!$C$4"
         ss = f"=ROUNDUP(Parameters!$B$5*C{r},0)" if t["single_source"] else int(a["inv"][c]["safety_stock_each"])
-        mrp.append([c, desc[c], gross, ss, f"=Supply!E{r}", f"=SUMIF(Supply!$B${po0 + 1}:$B${po_last},A{r},Supply!$F${po0 + 1}:$F${po_last})",
-                    f"=MAX(0,C{r}+D{r}-E{r}-F{r})", t["moq"], t["multiple"],
-                    f"=IF(G{r}<=0,0,MAX(H{r},CEILING(G{r},I{r})))", t["lead"], "=Parameters!$B$4",
-                    f'=IF(AND(J{r}>0,K{r}>L{r}),"Yes","No")'])
-    autosize(mrp, {"A": 11, "B": 44, "C": 12, "D": 12, "E": 12, "F": 12, "G": 12, "H": 10, "I": 10, "J": 12, "K": 10, "L": 10, "M": 10})
+        mrp.append(
+            [
+                c,
+                desc[c],
+                gross,
+                ss,
+                f"=Supply!E{r}",
+                f"=SUMIF(Supply!$B${po0 + 1}:$B${po_last},A{r},Supply!$F${po0 + 1}:$F${po_last})",
+                f"=MAX(0,C{r}+D{r}-E{r}-F{r})",
+                t["moq"],
+                t["multiple"],
+                f"=IF(G{r}<=0,0,MAX(H{r},CEILING(G{r},I{r})))",
+                t["lead"],
+                "=Parameters!$B$4",
+                f'=IF(AND(J{r}>0,K{r}>L{r}),"Yes","No")',
+            ]
+        )
+    autosize(
+        mrp,
+        {
+            "A": 11,
+            "B": 44,
+            "C": 12,
+            "D": 12,
+            "E": 12,
+            "F": 12,
+            "G": 12,
+            "H": 10,
+            "I": 10,
+            "J": 12,
+            "K": 10,
+            "L": 10,
+            "M": 10,
+        },
+    )
 
     exp.append(["Component", "Expedite", "Planned order", "Lead time (days)", "Days available"])
     style_header(exp)
@@ -471,36 +624,77 @@ def _write_memo(a: dict, path: Path) -> Path:
     ign = rows["IGN-30"]
     blocks = [
         Heading("Plan basis"),
-        Para(f"This is the material plan for the January 2027 build of the TrailFlame family, released on {RELEASE.day} {RELEASE:%B %Y}. "
-             f"The build starts on {NEED.day} {NEED:%B %Y}, so a planned order placed today has {days} days to arrive. The plan uses the latest "
-             f"published forecast for each stove: TF-100 {a['forecast']['TF-100']:,}, TF-200 {a['forecast']['TF-200']:,} and TF-300 "
-             f"{a['forecast']['TF-300']:,} units. TF-300's version 1 figure of 800 units, published on 10 November, was superseded by "
-             f"version 2 on 28 November and is not used."),
-        Para("Requirements are exploded through the bill of material revision in effect on the build start. For TF-200 that is "
-             "revision C, released on 1 December 2026 under ECO-2611, which replaces burner BR-20 with BR-22; revision B, still in "
-             "the BOM workbook, is superseded and not used. BR-20 remains on TF-100 only."),
+        Para(
+            f"This is the material plan for the January 2027 build of the TrailFlame family, released on {RELEASE.day} {RELEASE:%B %Y}. "
+            f"The build starts on {NEED.day} {NEED:%B %Y}, so a planned order placed today has {days} days to arrive. The plan uses the latest "
+            f"published forecast for each stove: TF-100 {a['forecast']['TF-100']:,}, TF-200 {a['forecast']['TF-200']:,} and TF-300 "
+            f"{a['forecast']['TF-300']:,} units. TF-300's version 1 figure of 800 units, published on 10 November, was superseded by "
+            f"version 2 on 28 November and is not used."
+        ),
+        Para(
+            "Requirements are exploded through the bill of material revision in effect on the build start. For TF-200 that is "
+            "revision C, released on 1 December 2026 under ECO-2611, which replaces burner BR-20 with BR-22; revision B, still in "
+            "the BOM workbook, is superseded and not used. BR-20 remains on TF-100 only."
+        ),
         Heading("Data corrections"),
-        Para(f"O-ring SEAL-05 is held in packs of 10: the inventory's 620 PK10 is {rows['SEAL-05']['on_hand']:,} each, which covers "
-             f"the gross requirement of {rows['SEAL-05']['gross']:,} and the safety stock of {rows['SEAL-05']['ss']:,}; no order is needed."),
-        Para(f"Orrin Valve Co. cancelled {CANCELLED_PO} (1,200 VLV-14) in its notice of 2 December 2026. The ERP still shows the order as "
-             f"open, but it is not counted as supply; only PO-41190 (800) is. {DUPLICATED_PO} for cartons appears twice in the open-order "
-             f"export and is counted once."),
-        Para(f"The igniter IGN-30 is single-source (Kwan Piezo Components). Under exception QA-2026-11 its safety stock is 40% of the "
-             f"month's gross requirement of {ign['gross']:,}, that is {ign['ss']:,} units, instead of the item master's 150."),
+        Para(
+            f"O-ring SEAL-05 is held in packs of 10: the inventory's 620 PK10 is {rows['SEAL-05']['on_hand']:,} each, which covers "
+            f"the gross requirement of {rows['SEAL-05']['gross']:,} and the safety stock of {rows['SEAL-05']['ss']:,}; no order is needed."
+        ),
+        Para(
+            f"Orrin Valve Co. cancelled {CANCELLED_PO} (1,200 VLV-14) in its notice of 2 December 2026. The ERP still shows the order as "
+            f"open, but it is not counted as supply; only PO-41190 (800) is. {DUPLICATED_PO} for cartons appears twice in the open-order "
+            f"export and is counted once."
+        ),
+        Para(
+            f"The igniter IGN-30 is single-source (Kwan Piezo Components). Under exception QA-2026-11 its safety stock is 40% of the "
+            f"month's gross requirement of {ign['gross']:,}, that is {ign['ss']:,} units, instead of the item master's 150."
+        ),
         Heading("Planned orders"),
-        Table(["Component", "Gross", "Safety stock", "On hand", "PO receipts", "Net", "Planned order", "Lead time (days)"],
-              [[c, f"{rows[c]['gross']:,}", f"{rows[c]['ss']:,}", f"{rows[c]['on_hand']:,}", f"{rows[c]['receipts']:,}",
-                f"{rows[c]['net']:,}", f"{rows[c]['planned']:,}", str(rows[c]["lead"])] for c in planned]),
-        Para("Planned orders are the net requirement rounded up to the supplier's order multiple and at least its minimum order. "
-             "The other components are covered by stock and open orders this month. Every figure is worked in mrp_plan.xlsx, "
-             "where the MRP sheet calculates each line from the forecast, BOM and supply sheets."),
+        Table(
+            [
+                "Component",
+                "Gross",
+                "Safety stock",
+                "On hand",
+                "PO receipts",
+                "Net",
+                "Planned order",
+                "Lead time (days)",
+            ],
+            [
+                [
+                    c,
+                    f"{rows[c]['gross']:,}",
+                    f"{rows[c]['ss']:,}",
+                    f"{rows[c]['on_hand']:,}",
+                    f"{rows[c]['receipts']:,}",
+                    f"{rows[c]['net']:,}",
+                    f"{rows[c]['planned']:,}",
+                    str(rows[c]["lead"]),
+                ]
+                for c in planned
+            ],
+        ),
+        Para(
+            "Planned orders are the net requirement rounded up to the supplier's order multiple and at least its minimum order. "
+            "The other components are covered by stock and open orders this month. Every figure is worked in mrp_plan.xlsx, "
+            "where the MRP sheet calculates each line from the forecast, BOM and supply sheets."
+        ),
         Heading("Expedite list"),
-        Para(f"{', '.join(ex[:-1])} and {ex[-1]} must be expedited: each has a planned order whose supplier lead time is longer "
-             f"than the {days} days from release to the build start. "
-             + " ".join(f"{c} needs {rows[c]['planned']:,} pieces with a lead time of {rows[c]['lead']} days, {rows[c]['lead'] - days} days "
-                        f"too long." for c in ex)
-             + " The buyers should ask Vantor, Orrin and Kwan for partial deliveries before the build start or book premium freight."),
-        Para(f"{', '.join(on_time[:-1])} and {on_time[-1]} have planned orders that arrive in time for the build: HSE-08's lead time "
-             f"of {rows['HSE-08']['lead']} days equals the days available, so it lands on the build date."),
+        Para(
+            f"{', '.join(ex[:-1])} and {ex[-1]} must be expedited: each has a planned order whose supplier lead time is longer "
+            f"than the {days} days from release to the build start. "
+            + " ".join(
+                f"{c} needs {rows[c]['planned']:,} pieces with a lead time of {rows[c]['lead']} days, {rows[c]['lead'] - days} days "
+                f"too long."
+                for c in ex
+            )
+            + " The buyers should ask Vantor, Orrin and Kwan for partial deliveries before the build start or book premium freight."
+        ),
+        Para(
+            f"{', '.join(on_time[:-1])} and {on_time[-1]} have planned orders that arrive in time for the build: HSE-08's lead time "
+            f"of {rows['HSE-08']['lead']} days equals the days available, so it lands on the build date."
+        ),
     ]
     return write_docx(blocks, path, title="January 2027 expedite memo - TrailFlame family")

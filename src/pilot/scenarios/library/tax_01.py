@@ -44,7 +44,15 @@ from pathlib import Path
 import openpyxl
 from openpyxl.styles import Font
 
-from pilot.scenarios.common import autosize, fmt_money, iso_or_day_first, read_csv_dicts, rng, style_header, write_completion_record
+from pilot.scenarios.common import (
+    autosize,
+    fmt_money,
+    iso_or_day_first,
+    read_csv_dicts,
+    rng,
+    style_header,
+    write_completion_record,
+)
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_pdf, write_text
 
 # The generator's one random source: it draws the routine ledger lines (dates, customers, suppliers, amounts).
@@ -75,17 +83,27 @@ LEDGER_NC = (Decimal("11640.00"), Decimal("2328.00"))
 REVISED_NC = (Decimal("9840.00"), Decimal("1968.00"))
 STAFF_PARTY = "EC-0415"
 
-BUSINESS_CUSTOMERS = ["Harlow Community Trust", "Castleford Leisure Centre", "Beacon Hotels Ltd", "Wrexley Primary Academy",
-                      "Millbrook Care Homes", "Okafor Property Management", "St Aidan's Church Hall", "Tamworth Foods Ltd"]
+BUSINESS_CUSTOMERS = [
+    "Harlow Community Trust",
+    "Castleford Leisure Centre",
+    "Beacon Hotels Ltd",
+    "Wrexley Primary Academy",
+    "Millbrook Care Homes",
+    "Okafor Property Management",
+    "St Aidan's Church Hall",
+    "Tamworth Foods Ltd",
+]
 DOMESTIC_CUSTOMERS = ["Mr and Mrs Ellery", "J. Patel", "S. Thornbury", "R. and K. Lowe", "Mrs D. Haines"]
 # supplier, description, VAT code, the largest net amount (pence) an invoice of theirs draws
-SUPPLIERS = [("Midland Boiler Distributors", "Boilers and heat exchangers for resale", "S", 1400000),
-             ("Kerrow Fuels Ltd", "Heating oil, bulk purchase for resale", "S", 1400000),
-             ("Trent Pipe & Fittings", "Pipework and fittings", "S", 260000),
-             ("Fleetline Vehicle Leasing", "Van lease, service vehicles", "S", 260000),
-             ("Severn Office Supplies", "Stationery and office consumables", "S", 260000),
-             ("Albion Insurance Brokers", "Employer's liability insurance", "E", 1400000),
-             ("Hollins Training Ltd", "Gas Safe refresher course", "S", 260000)]
+SUPPLIERS = [
+    ("Midland Boiler Distributors", "Boilers and heat exchangers for resale", "S", 1400000),
+    ("Kerrow Fuels Ltd", "Heating oil, bulk purchase for resale", "S", 1400000),
+    ("Trent Pipe & Fittings", "Pipework and fittings", "S", 260000),
+    ("Fleetline Vehicle Leasing", "Van lease, service vehicles", "S", 260000),
+    ("Severn Office Supplies", "Stationery and office consumables", "S", 260000),
+    ("Albion Insurance Brokers", "Employer's liability insurance", "E", 1400000),
+    ("Hollins Training Ltd", "Gas Safe refresher course", "S", 260000),
+]
 
 
 def _q(x: Decimal) -> Decimal:
@@ -100,7 +118,12 @@ def generate(inputs_dir: Path) -> list[Path]:
     """Write the inputs from the seed alone, so they regenerate byte for byte."""
     g = rng(SEED)
     inputs_dir = Path(inputs_dir)
-    return [_write_sales(inputs_dir, g), _write_purchases(inputs_dir, g), _write_revised(inputs_dir), _write_guidance(inputs_dir)]
+    return [
+        _write_sales(inputs_dir, g),
+        _write_purchases(inputs_dir, g),
+        _write_revised(inputs_dir),
+        _write_guidance(inputs_dir),
+    ]
 
 
 def _write_sales(inputs_dir: Path, g) -> Path:
@@ -111,19 +134,78 @@ def _write_sales(inputs_dir: Path, g) -> Path:
         for k, day in enumerate(days):
             d = dt.date(2026, month, day)
             if k % 4 == 1:
-                lines.append((d, DOMESTIC_CUSTOMERS[int(g.integers(len(DOMESTIC_CUSTOMERS)))], "Heating oil delivery (domestic)", "R",
-                              Decimal(int(g.integers(28000, 96000))) / 100, "GBP"))
+                lines.append(
+                    (
+                        d,
+                        DOMESTIC_CUSTOMERS[int(g.integers(len(DOMESTIC_CUSTOMERS)))],
+                        "Heating oil delivery (domestic)",
+                        "R",
+                        Decimal(int(g.integers(28000, 96000))) / 100,
+                        "GBP",
+                    )
+                )
             else:
-                kind = ["Boiler replacement", "Annual service contract", "Heating system repair", "Commissioning and controls upgrade"][int(g.integers(4))]
-                lines.append((d, BUSINESS_CUSTOMERS[int(g.integers(len(BUSINESS_CUSTOMERS)))], kind, "S",
-                              Decimal(int(g.integers(45000, 1860000))) / 100, "GBP"))
-        lines.append((dt.date(2026, month, 1), "Corvan Logistics Ltd", "Depot unit 4 rent, sublet (no option to tax)", "E", Decimal("2750.00"), "GBP"))
-    lines.append((dt.date(2026, 7, 22), "Nordvarme AS (Bergen, Norway)", "Burner spare parts, exported", "Z", Decimal("6385.00"), "GBP"))
-    lines.append((dt.date(2026, 9, 9), "Nordvarme AS (Bergen, Norway)", "Burner spare parts, exported", "Z", Decimal("4120.50"), "GBP"))
-    lines.append((dt.date(2026, 8, 14), "Lindqvist Fastigheter AB (UK office)", "Heating plant overhaul, Reading office", "S", FX_NET_EUR, "EUR"))
+                kind = [
+                    "Boiler replacement",
+                    "Annual service contract",
+                    "Heating system repair",
+                    "Commissioning and controls upgrade",
+                ][int(g.integers(4))]
+                lines.append(
+                    (
+                        d,
+                        BUSINESS_CUSTOMERS[int(g.integers(len(BUSINESS_CUSTOMERS)))],
+                        kind,
+                        "S",
+                        Decimal(int(g.integers(45000, 1860000))) / 100,
+                        "GBP",
+                    )
+                )
+        lines.append(
+            (
+                dt.date(2026, month, 1),
+                "Corvan Logistics Ltd",
+                "Depot unit 4 rent, sublet (no option to tax)",
+                "E",
+                Decimal("2750.00"),
+                "GBP",
+            )
+        )
+    lines.append(
+        (
+            dt.date(2026, 7, 22),
+            "Nordvarme AS (Bergen, Norway)",
+            "Burner spare parts, exported",
+            "Z",
+            Decimal("6385.00"),
+            "GBP",
+        )
+    )
+    lines.append(
+        (
+            dt.date(2026, 9, 9),
+            "Nordvarme AS (Bergen, Norway)",
+            "Burner spare parts, exported",
+            "Z",
+            Decimal("4120.50"),
+            "GBP",
+        )
+    )
+    lines.append(
+        (
+            dt.date(2026, 8, 14),
+            "Lindqvist Fastigheter AB (UK office)",
+            "Heating plant overhaul, Reading office",
+            "S",
+            FX_NET_EUR,
+            "EUR",
+        )
+    )
     lines.sort(key=lambda r: (r[0], r[1]))
     lines.append((PERIOD_END, "Beacon Hotels Ltd", "Boiler replacement", "S", Decimal("8420.00"), "GBP"))
-    lines.append((dt.date(2026, 10, 1), "Castleford Leisure Centre", "Annual service contract", "S", Decimal("5960.00"), "GBP"))
+    lines.append(
+        (dt.date(2026, 10, 1), "Castleford Leisure Centre", "Annual service contract", "S", Decimal("5960.00"), "GBP")
+    )
     lines.append((dt.date(2026, 10, 2), "J. Patel", "Heating oil delivery (domestic)", "R", Decimal("742.60"), "GBP"))
 
     rows = []
@@ -138,19 +220,48 @@ def _write_sales(inputs_dir: Path, g) -> Path:
     assert [r[0] for r in rows[-3:]] == [LAST_DAY_SALE, *LATE_SALES], "the cut-off invoices moved"
     by_ref = {r[0]: r for r in rows}
     # Credit notes: positive in the export, the type column says what they are.
-    credits = [("CN-0207", dt.date(2026, 7, 29), "SI-3104", Decimal("0.25")), ("CN-0208", dt.date(2026, 8, 25), "SI-3110", Decimal("1")),
-               ("CN-0209", dt.date(2026, 9, 18), "SI-3120", Decimal("0.5"))]
+    credits = [
+        ("CN-0207", dt.date(2026, 7, 29), "SI-3104", Decimal("0.25")),
+        ("CN-0208", dt.date(2026, 8, 25), "SI-3110", Decimal("1")),
+        ("CN-0209", dt.date(2026, 9, 18), "SI-3120", Decimal("0.5")),
+    ]
     for cn, d, orig, share in credits:
         o = by_ref[orig]
         net = _q(Decimal(o[7]) * share)
-        rows.append([cn, "Credit note", d.isoformat(), o[3], f"Credit against {orig}: {'price adjustment' if share < 1 else 'order cancelled'}",
-                     o[5], "GBP", f"{net:.2f}", f"{_q(net * RATES[o[5]]):.2f}", orig])
+        rows.append(
+            [
+                cn,
+                "Credit note",
+                d.isoformat(),
+                o[3],
+                f"Credit against {orig}: {'price adjustment' if share < 1 else 'order cancelled'}",
+                o[5],
+                "GBP",
+                f"{net:.2f}",
+                f"{_q(net * RATES[o[5]]):.2f}",
+                orig,
+            ]
+        )
     rows.sort(key=lambda r: (iso_or_day_first(r[2], SALES_CSV), r[0]))
     # The old export repeats a line: the same invoice twice, one under the other.
     at = next(i for i, r in enumerate(rows) if r[0] == DUPLICATE)
     rows.insert(at + 1, list(rows[at]))
-    return write_csv(inputs_dir / SALES_CSV, ["doc_no", "doc_type", "date", "customer", "description", "vat_code", "currency",
-                                              "net_amount", "vat_amount", "related_doc"], rows)
+    return write_csv(
+        inputs_dir / SALES_CSV,
+        [
+            "doc_no",
+            "doc_type",
+            "date",
+            "customer",
+            "description",
+            "vat_code",
+            "currency",
+            "net_amount",
+            "vat_amount",
+            "related_doc",
+        ],
+        rows,
+    )
 
 
 def _write_purchases(inputs_dir: Path, g) -> Path:
@@ -178,20 +289,48 @@ def _write_purchases(inputs_dir: Path, g) -> Path:
             d = _rand_date(g, month)
             net = Decimal(int(g.integers(9000, top))) / 100
             lines.append([d, sup, desc, code, net])
-    lines.append([dt.date(2026, 8, 12), "Northgate Controls Ltd", "Zone controls and thermostats for resale", "S", LEDGER_NC[0]])
+    lines.append(
+        [dt.date(2026, 8, 12), "Northgate Controls Ltd", "Zone controls and thermostats for resale", "S", LEDGER_NC[0]]
+    )
     lines.sort(key=lambda r: (r[0], r[1]))
     rows = []
     for n, (d, sup, desc, code, net) in enumerate(lines, start=5701):
         vat = LEDGER_NC[1] if sup.startswith("Northgate") else _q(net * RATES[code])
-        inv = SUPERSEDED if sup.startswith("Northgate") else f"{sup.split()[0][:3].upper()}-{int(g.integers(10000, 99999))}"
+        inv = (
+            SUPERSEDED
+            if sup.startswith("Northgate")
+            else f"{sup.split()[0][:3].upper()}-{int(g.integers(10000, 99999))}"
+        )
         rows.append([f"PI-{n}", "Invoice", d, sup, inv, desc, code, float(net), float(vat)])
     # A supplier credit note against the first boiler invoice, and an October invoice the export picked up.
     first_mbd = next(r for r in rows if r[3].startswith("Midland"))
     credit = _q(Decimal(str(first_mbd[7])) * Decimal("0.1"))
-    rows.append([f"PI-{5701 + len(rows)}", "Credit note", dt.date(2026, 9, 24), first_mbd[3], "SC-4410",
-                 f"Credit against {first_mbd[4]}: two units returned", "S", float(credit), float(_q(credit * RATES['S']))])
-    rows.append([f"PI-{5701 + len(rows)}", "Invoice", dt.date(2026, 10, 2), "Trent Pipe & Fittings", "TRE-80417", "Pipework and fittings", "S",
-                 4310.00, 862.00])
+    rows.append(
+        [
+            f"PI-{5701 + len(rows)}",
+            "Credit note",
+            dt.date(2026, 9, 24),
+            first_mbd[3],
+            "SC-4410",
+            f"Credit against {first_mbd[4]}: two units returned",
+            "S",
+            float(credit),
+            float(_q(credit * RATES["S"])),
+        ]
+    )
+    rows.append(
+        [
+            f"PI-{5701 + len(rows)}",
+            "Invoice",
+            dt.date(2026, 10, 2),
+            "Trent Pipe & Fittings",
+            "TRE-80417",
+            "Pipework and fittings",
+            "S",
+            4310.00,
+            862.00,
+        ]
+    )
     assert [r[0] for r in rows[-2:]] == ["PI-5721", LATE_PURCHASE], "the credit note and the October invoice moved"
     for r in rows:
         pl.append(r)
@@ -202,17 +341,45 @@ def _write_purchases(inputs_dir: Path, g) -> Path:
     ec.append(["Claim", "Date", "Employee", "Description", "Category", "Net", "VAT"])
     style_header(ec)
     claims = [
-        ("EC-0409", dt.date(2026, 7, 8), "Dan Roper", "Hotel, Leicester, two nights for site commissioning", "Travel", "212.50"),
+        (
+            "EC-0409",
+            dt.date(2026, 7, 8),
+            "Dan Roper",
+            "Hotel, Leicester, two nights for site commissioning",
+            "Travel",
+            "212.50",
+        ),
         ("EC-0410", dt.date(2026, 7, 16), "Priya Shah", "Train fares, Birmingham supplier visit", "Travel", "84.60"),
         ("EC-0411", dt.date(2026, 7, 30), "Dan Roper", "Meals while working away, Leicester", "Subsistence", "46.80"),
-        ("EC-0412", dt.date(2026, 8, 6), "Fiona Carr", "Dinner with Beacon Hotels' facilities team ahead of contract renewal", "Entertainment", "486.00"),
+        (
+            "EC-0412",
+            dt.date(2026, 8, 6),
+            "Fiona Carr",
+            "Dinner with Beacon Hotels' facilities team ahead of contract renewal",
+            "Entertainment",
+            "486.00",
+        ),
         ("EC-0413", dt.date(2026, 8, 13), "Tom Ellis", "Tools: press-fit jaws", "Tools", "318.40"),
         ("EC-0414", dt.date(2026, 8, 27), "Priya Shah", "Parking, Reading site", "Travel", "36.00"),
-        ("EC-0415", dt.date(2026, 9, 4), "Fiona Carr", "Staff summer party, all employees, The Mill Inn", "Entertainment", "1240.00"),
+        (
+            "EC-0415",
+            dt.date(2026, 9, 4),
+            "Fiona Carr",
+            "Staff summer party, all employees, The Mill Inn",
+            "Entertainment",
+            "1240.00",
+        ),
         ("EC-0416", dt.date(2026, 9, 10), "Tom Ellis", "Fuel for service van (receipts attached)", "Travel", "154.20"),
         ("EC-0417", dt.date(2026, 9, 15), "Dan Roper", "Protective workwear", "Tools", "96.00"),
         ("EC-0418", dt.date(2026, 9, 22), "Priya Shah", "Meals while working away, Reading", "Subsistence", "38.60"),
-        ("EC-0419", dt.date(2026, 9, 25), "Fiona Carr", "Hospitality box at Trent Bridge for Okafor Property Management directors", "Entertainment", "1150.00"),
+        (
+            "EC-0419",
+            dt.date(2026, 9, 25),
+            "Fiona Carr",
+            "Hospitality box at Trent Bridge for Okafor Property Management directors",
+            "Entertainment",
+            "1150.00",
+        ),
     ]
     for ref, d, emp, desc, cat, net in claims:
         net_d = Decimal(net)
@@ -224,7 +391,12 @@ def _write_purchases(inputs_dir: Path, g) -> Path:
     codes = wb.create_sheet("VAT codes")
     codes.append(["Code", "Meaning", "Rate"])
     style_header(codes)
-    for code, meaning, rate in [("S", "Standard rate", 0.20), ("R", "Reduced rate", 0.05), ("Z", "Zero rate", 0.0), ("E", "Exempt", 0.0)]:
+    for code, meaning, rate in [
+        ("S", "Standard rate", 0.20),
+        ("R", "Reduced rate", 0.05),
+        ("Z", "Zero rate", 0.0),
+        ("E", "Exempt", 0.0),
+    ]:
         codes.append([code, meaning, rate])
     autosize(codes, {"A": 6, "B": 16, "C": 6})
     return save_workbook(wb, inputs_dir / PURCHASES_XLSX)
@@ -236,17 +408,30 @@ def _write_revised(inputs_dir: Path) -> Path:
     blocks = [
         Heading("Northgate Controls Ltd - Revised tax invoice NC-88213-R1"),
         Para("Unit 7, Riverside Trading Estate, Derby DE24 8HX. VAT registration GB 284 1937 55."),
-        Para("To: Pennant Heating Services Ltd, Accounts Payable. Date of revised invoice: 19 August 2026. "
-             "Original invoice: NC-88213 dated 12 August 2026."),
-        Para("This revised invoice replaces invoice NC-88213, which was issued with 30 zone controllers in place of the 15 "
-             "delivered. Please cancel NC-88213 in your records and account for this invoice instead. The tax point is unchanged."),
-        Table(["Item", "Description", "Qty", "Unit price (GBP)", "Net (GBP)"], [
-            ["ZC-400", "Wireless zone controller", "15", "120.00", "1,800.00"],
-            ["TH-210", "Programmable room thermostat", "60", "78.00", "4,680.00"],
-            ["HB-050", "Wiring centre, 5-zone", "12", "280.00", "3,360.00"],
-        ]),
-        Table(["", "GBP"], [["Net total", fmt_money(REVISED_NC[0])], ["VAT at 20%", fmt_money(REVISED_NC[1])],
-                            ["Total due", fmt_money(REVISED_NC[0] + REVISED_NC[1])]]),
+        Para(
+            "To: Pennant Heating Services Ltd, Accounts Payable. Date of revised invoice: 19 August 2026. "
+            "Original invoice: NC-88213 dated 12 August 2026."
+        ),
+        Para(
+            "This revised invoice replaces invoice NC-88213, which was issued with 30 zone controllers in place of the 15 "
+            "delivered. Please cancel NC-88213 in your records and account for this invoice instead. The tax point is unchanged."
+        ),
+        Table(
+            ["Item", "Description", "Qty", "Unit price (GBP)", "Net (GBP)"],
+            [
+                ["ZC-400", "Wireless zone controller", "15", "120.00", "1,800.00"],
+                ["TH-210", "Programmable room thermostat", "60", "78.00", "4,680.00"],
+                ["HB-050", "Wiring centre, 5-zone", "12", "280.00", "3,360.00"],
+            ],
+        ),
+        Table(
+            ["", "GBP"],
+            [
+                ["Net total", fmt_money(REVISED_NC[0])],
+                ["VAT at 20%", fmt_money(REVISED_NC[1])],
+                ["Total due", fmt_money(REVISED_NC[0] + REVISED_NC[1])],
+            ],
+        ),
         Para("Payment terms 30 days from the original invoice date."),
     ]
     return write_pdf(blocks, inputs_dir / REVISED_PDF, title="Northgate Controls - revised invoice NC-88213-R1")
@@ -349,9 +534,24 @@ def compute(inputs_dir: Path) -> dict:
         else:
             raise ValueError(f"{where}: field 'currency': no rate for {r['currency']!r} in {d:%B %Y} in {GUIDANCE_TXT}")
         net, vat = _q(_dec(r["net_amount"]) * fx) * sign, _q(_dec(r["vat_amount"]) * fx) * sign
-        sales.append(dict(ref=r["doc_no"], type=r["doc_type"], date=d, party=r["customer"], desc=r["description"], code=r["vat_code"],
-                          currency=r["currency"], net_ccy=_dec(r["net_amount"]), vat_ccy=_dec(r["vat_amount"]), fx=fx, sign=sign,
-                          net=net, vat=vat, in_period=PERIOD_START <= d <= PERIOD_END))
+        sales.append(
+            dict(
+                ref=r["doc_no"],
+                type=r["doc_type"],
+                date=d,
+                party=r["customer"],
+                desc=r["description"],
+                code=r["vat_code"],
+                currency=r["currency"],
+                net_ccy=_dec(r["net_amount"]),
+                vat_ccy=_dec(r["vat_amount"]),
+                fx=fx,
+                sign=sign,
+                net=net,
+                vat=vat,
+                in_period=PERIOD_START <= d <= PERIOD_END,
+            )
+        )
     replaced, rev_net, rev_vat = _revised_invoice(inputs_dir)
     wb = openpyxl.load_workbook(inputs_dir / PURCHASES_XLSX)
     purchases = []
@@ -365,8 +565,23 @@ def compute(inputs_dir: Path) -> dict:
         revised = inv == replaced
         if revised:
             net, vat = rev_net, rev_vat
-        purchases.append(dict(ref=ref, type=typ, date=d, party=sup, inv=inv, desc=desc, code=code, sign=sign, net=net * sign,
-                              vat=vat * sign, blocked=False, revised=revised, in_period=PERIOD_START <= d <= PERIOD_END))
+        purchases.append(
+            dict(
+                ref=ref,
+                type=typ,
+                date=d,
+                party=sup,
+                inv=inv,
+                desc=desc,
+                code=code,
+                sign=sign,
+                net=net * sign,
+                vat=vat * sign,
+                blocked=False,
+                revised=revised,
+                in_period=PERIOD_START <= d <= PERIOD_END,
+            )
+        )
     for i, r in enumerate(wb["Expense claims"].iter_rows(min_row=2, values_only=True), start=2):
         if not r[0]:
             continue
@@ -374,8 +589,23 @@ def compute(inputs_dir: Path) -> dict:
         d = _as_date(d, f"sheet Expense claims, row {i}, column Date")
         # Business entertainment: hospitality for anyone not an employee (guidance 7(b)); the staff party is recoverable.
         blocked = cat == "Entertainment" and not re.search(r"\bstaff\b|all employees", desc, re.I)
-        purchases.append(dict(ref=ref, type="Expense claim", date=d, party=emp, inv="", desc=desc, code="S", sign=Decimal(1),
-                              net=_dec(net), vat=_dec(vat), blocked=blocked, revised=False, in_period=PERIOD_START <= d <= PERIOD_END))
+        purchases.append(
+            dict(
+                ref=ref,
+                type="Expense claim",
+                date=d,
+                party=emp,
+                inv="",
+                desc=desc,
+                code="S",
+                sign=Decimal(1),
+                net=_dec(net),
+                vat=_dec(vat),
+                blocked=blocked,
+                revised=False,
+                in_period=PERIOD_START <= d <= PERIOD_END,
+            )
+        )
     box1 = sum((s["vat"] for s in sales if s["in_period"]), Decimal(0))
     box6 = sum((s["net"] for s in sales if s["in_period"]), Decimal(0))
     box4 = sum((p["vat"] for p in purchases if p["in_period"] and not p["blocked"]), Decimal(0))
@@ -384,9 +614,23 @@ def compute(inputs_dir: Path) -> dict:
     box7 = sum((p["net"] for p in purchases if p["in_period"]), Decimal(0))
     excluded = [s["ref"] for s in sales if not s["in_period"]] + [p["ref"] for p in purchases if not p["in_period"]]
     restricted = [p["ref"] for p in purchases if p["blocked"] and p["in_period"]]
-    return dict(sales=sales, purchases=purchases, duplicates=duplicates, replaced=replaced, revised=(rev_net, rev_vat),
-                box1=box1, box2=Decimal(0), box3=box1, box4=box4, box5=box1 - box4, box6=box6, box7=box7, blocked_vat=blocked_vat,
-                excluded=excluded, restricted=restricted)
+    return dict(
+        sales=sales,
+        purchases=purchases,
+        duplicates=duplicates,
+        replaced=replaced,
+        revised=(rev_net, rev_vat),
+        box1=box1,
+        box2=Decimal(0),
+        box3=box1,
+        box4=box4,
+        box5=box1 - box4,
+        box6=box6,
+        box7=box7,
+        blocked_vat=blocked_vat,
+        excluded=excluded,
+        restricted=restricted,
+    )
 
 
 # ------------------------------------------------------------------ the gold deliverables
@@ -400,10 +644,13 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     book = _write_return(a, outputs_dir / RETURN_XLSX)
     memo = _write_memo(a, outputs_dir / MEMO_DOCX)
     record = write_completion_record(
-        outputs_dir, [RETURN_XLSX, MEMO_DOCX],
-        questions=["Has Northgate Controls' original invoice NC-88213 been cancelled in the purchase ledger, so that it is not paid?"],
+        outputs_dir,
+        [RETURN_XLSX, MEMO_DOCX],
+        questions=[
+            "Has Northgate Controls' original invoice NC-88213 been cancelled in the purchase ledger, so that it is not paid?"
+        ],
         notes=f"Sales invoices {', '.join(LATE_SALES)} and purchase invoice {LATE_PURCHASE} are dated October 2026 and are left for "
-              f"the next return. VAT on client entertainment ({', '.join(a['restricted'])}) is not claimed.",
+        f"the next return. VAT on client entertainment ({', '.join(a['restricted'])}) is not claimed.",
     )
     return [book, memo, record]
 
@@ -428,8 +675,24 @@ def _write_return(a: dict, path: Path) -> Path:
     purch = wb.create_sheet("Purchases")
 
     # Sales: every line of the export, the duplicate kept visible but out of the return.
-    sales.append(["Doc no", "Type", "Date", "Customer", "VAT code", "Currency", "Net (currency)", "VAT (currency)", "Rate to GBP",
-                  "Sign", "Net GBP", "VAT GBP", "In return", "Treatment"])
+    sales.append(
+        [
+            "Doc no",
+            "Type",
+            "Date",
+            "Customer",
+            "VAT code",
+            "Currency",
+            "Net (currency)",
+            "VAT (currency)",
+            "Rate to GBP",
+            "Sign",
+            "Net GBP",
+            "VAT GBP",
+            "In return",
+            "Treatment",
+        ]
+    )
     style_header(sales)
     rows: list[tuple[dict, bool]] = []
     for s in a["sales"]:
@@ -439,15 +702,67 @@ def _write_return(a: dict, path: Path) -> Path:
     for s, first in rows:
         r = sales.max_row + 1
         inc, why = _treatment_sale(s, first)
-        sales.append([s["ref"], s["type"], s["date"], s["party"], s["code"], s["currency"], float(s["net_ccy"]), float(s["vat_ccy"]),
-                      float(s["fx"]), int(s["sign"]), f"=ROUND(G{r}*I{r},2)*J{r}", f"=ROUND(H{r}*I{r},2)*J{r}", inc, why])
+        sales.append(
+            [
+                s["ref"],
+                s["type"],
+                s["date"],
+                s["party"],
+                s["code"],
+                s["currency"],
+                float(s["net_ccy"]),
+                float(s["vat_ccy"]),
+                float(s["fx"]),
+                int(s["sign"]),
+                f"=ROUND(G{r}*I{r},2)*J{r}",
+                f"=ROUND(H{r}*I{r},2)*J{r}",
+                inc,
+                why,
+            ]
+        )
         sales.cell(row=r, column=3).number_format = "dd/mm/yyyy"
     last_s = sales.max_row
-    autosize(sales, {"A": 9, "B": 11, "C": 11, "D": 34, "E": 8, "F": 8, "G": 13, "H": 12, "I": 10, "J": 5, "K": 12, "L": 11, "M": 9, "N": 52})
+    autosize(
+        sales,
+        {
+            "A": 9,
+            "B": 11,
+            "C": 11,
+            "D": 34,
+            "E": 8,
+            "F": 8,
+            "G": 13,
+            "H": 12,
+            "I": 10,
+            "J": 5,
+            "K": 12,
+            "L": 11,
+            "M": 9,
+            "N": 52,
+        },
+    )
 
     # Purchases: the ledger with the revised Northgate figures, then the expense claims.
-    purch.append(["Ref", "Type", "Date", "Supplier or employee", "Supplier invoice", "Description", "VAT code", "Net as posted",
-                  "VAT as posted", "Sign", "Net", "VAT", "VAT blocked", "Recoverable VAT", "In return", "Treatment"])
+    purch.append(
+        [
+            "Ref",
+            "Type",
+            "Date",
+            "Supplier or employee",
+            "Supplier invoice",
+            "Description",
+            "VAT code",
+            "Net as posted",
+            "VAT as posted",
+            "Sign",
+            "Net",
+            "VAT",
+            "VAT blocked",
+            "Recoverable VAT",
+            "In return",
+            "Treatment",
+        ]
+    )
     style_header(purch)
     # The revised invoice's figures sit below the ledger lines, where the superseded line's formulas read them.
     rev_row = 2 + len(a["purchases"]) + 1
@@ -464,24 +779,70 @@ def _write_return(a: dict, path: Path) -> Path:
             why = "Credit note received: negative (guidance 3)"
         if not p["in_period"]:
             why = "Dated after 30 September 2026: next return (guidance 1)"
-        net, vat = (LEDGER_NC if p["revised"] else (abs(p["net"]), abs(p["vat"])))
+        net, vat = LEDGER_NC if p["revised"] else (abs(p["net"]), abs(p["vat"]))
         src_net, src_vat = (f"H{rev_row}", f"I{rev_row}") if p["revised"] else (f"H{r}", f"I{r}")
-        purch.append([p["ref"], p["type"], p["date"], p["party"], p["inv"], p["desc"], p["code"], float(net), float(vat), int(p["sign"]),
-                      f"={src_net}*J{r}", f"={src_vat}*J{r}", "Yes" if p["blocked"] else "No", f'=IF(M{r}="Yes",0,L{r})',
-                      "Yes" if p["in_period"] else "No", why])
+        purch.append(
+            [
+                p["ref"],
+                p["type"],
+                p["date"],
+                p["party"],
+                p["inv"],
+                p["desc"],
+                p["code"],
+                float(net),
+                float(vat),
+                int(p["sign"]),
+                f"={src_net}*J{r}",
+                f"={src_vat}*J{r}",
+                "Yes" if p["blocked"] else "No",
+                f'=IF(M{r}="Yes",0,L{r})',
+                "Yes" if p["in_period"] else "No",
+                why,
+            ]
+        )
         purch.cell(row=r, column=3).number_format = "dd/mm/yyyy"
     last_p = purch.max_row
     purch.append([])
-    purch.append([f"{SUPERSEDED}-R1", "Revised invoice", "", "Northgate Controls Ltd", f"{SUPERSEDED}-R1",
-                  f"Replaces {SUPERSEDED}; figures used for line {next(p['ref'] for p in a['purchases'] if p['revised'])}", "S",
-                  float(a["revised"][0]), float(a["revised"][1])])
+    purch.append(
+        [
+            f"{SUPERSEDED}-R1",
+            "Revised invoice",
+            "",
+            "Northgate Controls Ltd",
+            f"{SUPERSEDED}-R1",
+            f"Replaces {SUPERSEDED}; figures used for line {next(p['ref'] for p in a['purchases'] if p['revised'])}",
+            "S",
+            float(a["revised"][0]),
+            float(a["revised"][1]),
+        ]
+    )
     assert purch.max_row == rev_row
-    autosize(purch, {"A": 12, "B": 15, "C": 11, "D": 28, "E": 14, "F": 48, "G": 8, "H": 12, "I": 11, "J": 5, "K": 12, "L": 11, "M": 11,
-                     "N": 14, "O": 9, "P": 60})
+    autosize(
+        purch,
+        {
+            "A": 12,
+            "B": 15,
+            "C": 11,
+            "D": 28,
+            "E": 14,
+            "F": 48,
+            "G": 8,
+            "H": 12,
+            "I": 11,
+            "J": 5,
+            "K": 12,
+            "L": 11,
+            "M": 11,
+            "N": 14,
+            "O": 9,
+            "P": 60,
+        },
+    )
 
     # The return: each box a formula on the workings, none on another box, so every box traces to the ledgers.
-    S = lambda col: f"SUMIFS(Sales!{col}2:{col}{last_s},Sales!M2:M{last_s},\"Yes\")"  # noqa: E731
-    P = lambda col: f"SUMIFS(Purchases!{col}2:{col}{last_p},Purchases!O2:O{last_p},\"Yes\")"  # noqa: E731
+    S = lambda col: f'SUMIFS(Sales!{col}2:{col}{last_s},Sales!M2:M{last_s},"Yes")'  # noqa: E731
+    P = lambda col: f'SUMIFS(Purchases!{col}2:{col}{last_p},Purchases!O2:O{last_p},"Yes")'  # noqa: E731
     ret.append(["Box", "Description", "Amount (GBP)"])
     style_header(ret)
     for box, desc, f in [
@@ -530,8 +891,17 @@ def _decision_rows(a: dict) -> list[list[str]]:
             reasons[p["ref"]] = "Client entertainment (guidance 7(b))"
         elif p["type"] == "Credit note":
             reasons[p["ref"]] = f"Supplier credit note {p['inv']} (reduces box 4)"
-    rows = [[x["ref"], "Yes" if x["ref"] in inside else "No", f"{x['date'].day} {x['date']:%b %Y}", fmt_money(x["vat"]), reasons[x["ref"]]]
-            for x in [*a["sales"], *a["purchases"]] if x["ref"] in reasons]
+    rows = [
+        [
+            x["ref"],
+            "Yes" if x["ref"] in inside else "No",
+            f"{x['date'].day} {x['date']:%b %Y}",
+            fmt_money(x["vat"]),
+            reasons[x["ref"]],
+        ]
+        for x in [*a["sales"], *a["purchases"]]
+        if x["ref"] in reasons
+    ]
     # Every transaction of the set is a row, and so is each look-alike: the table states the whole decision.
     assert inside <= {r[0] for r in rows} and len(rows) == len(reasons), "the decision table misses a transaction"
     return sorted(rows, key=lambda r: r[1] != "Yes")
@@ -548,52 +918,75 @@ def _write_memo(a: dict, path: Path) -> Path:
     last_day = next(s for s in a["sales"] if s["ref"] == LAST_DAY_SALE)
     blocks = [
         Heading("Summary"),
-        Para(f"The VAT return of Pennant Heating Services Ltd for the quarter 1 July to 30 September 2026 shows output VAT of "
-             f"GBP {fmt_money(a['box1'])} (box 1) and recoverable input VAT of GBP {fmt_money(a['box4'])} (box 4), so net VAT of "
-             f"GBP {fmt_money(a['box5'])} is payable to HMRC (box 5). Sales excluding VAT are GBP {fmt_money(a['box6'])} (box 6) and "
-             f"purchases excluding VAT GBP {fmt_money(a['box7'])} (box 7). Every box in vat_return_Q3.xlsx is a formula on the "
-             f"Sales and Purchases sheets, which list each ledger line with its treatment."),
+        Para(
+            f"The VAT return of Pennant Heating Services Ltd for the quarter 1 July to 30 September 2026 shows output VAT of "
+            f"GBP {fmt_money(a['box1'])} (box 1) and recoverable input VAT of GBP {fmt_money(a['box4'])} (box 4), so net VAT of "
+            f"GBP {fmt_money(a['box5'])} is payable to HMRC (box 5). Sales excluding VAT are GBP {fmt_money(a['box6'])} (box 6) and "
+            f"purchases excluding VAT GBP {fmt_money(a['box7'])} (box 7). Every box in vat_return_Q3.xlsx is a formula on the "
+            f"Sales and Purchases sheets, which list each ledger line with its treatment."
+        ),
         Heading("Adjustments"),
-        Para(f"Cut-off: sales invoices {late_s[0]['ref']} (dated {_day(late_s[0]['date'])}) and {late_s[1]['ref']} (dated "
-             f"{_day(late_s[1]['date'])}) are excluded from this return, because their tax point falls after 30 September; "
-             f"they belong to the next quarter. Purchase invoice {late_p['ref']} from {late_p['party']}, dated "
-             f"{_day(late_p['date'])}, is excluded for the same reason. Invoice {last_day['ref']} to {last_day['party']}, dated "
-             f"30 September 2026, is included in this return."),
-        Para(f"Client entertainment: the input VAT on expense claims {blocked[0]['ref']} ({_lower_first(blocked[0]['desc'])}) and "
-             f"{blocked[1]['ref']} ({_lower_first(blocked[1]['desc'])}) is blocked under guidance 7(b), GBP {fmt_money(a['blocked_vat'])} in all; "
-             f"their net values remain in box 7. Claim {party['ref']}, the staff summer party, is staff entertainment and its VAT "
-             f"of GBP {fmt_money(party['vat'])} is claimed in full."),
-        Para(f"Revised supplier invoice: Northgate Controls replaced invoice {a['replaced']} (posted at net "
-             f"{fmt_money(LEDGER_NC[0])}, VAT {fmt_money(LEDGER_NC[1])}) by revised invoice {a['replaced']}-R1 at net "
-             f"{fmt_money(a['revised'][0])}, VAT {fmt_money(a['revised'][1])}. The return uses the revised figures, which reduce "
-             f"input VAT by GBP {fmt_money(LEDGER_NC[1] - a['revised'][1])} against the ledger."),
-        Para(f"Credit notes: the ledgers show credit notes as positive amounts. Credit notes "
-             f"{', '.join(c['ref'] for c in credits)} issued to customers are entered as negatives, reducing box 1 by "
-             f"GBP {fmt_money(-sum((c['vat'] for c in credits), Decimal(0)))} and box 6 by "
-             f"GBP {fmt_money(-sum((c['net'] for c in credits), Decimal(0)))}; the supplier credit note {supplier_credit['inv']} "
-             f"({supplier_credit['ref']}) reduces box 4 by GBP {fmt_money(-supplier_credit['vat'])}."),
-        Para(f"Foreign currency: invoice {fx['ref']} to {fx['party']} was issued in euro (net EUR {fmt_money(fx['net_ccy'])}, VAT EUR "
-             f"{fmt_money(fx['vat_ccy'])}). At the August period rate of {fx['fx']} it is net GBP {fmt_money(fx['net'])} and VAT "
-             f"GBP {fmt_money(fx['vat'])}."),
-        Para(f"Duplicate: invoice {a['duplicates'][0]} appears twice in the sales export with the same figures; it is counted once."),
-        Para("The table lists every transaction at the quarter's cut-off or under the entertainment rule, with its treatment."),
+        Para(
+            f"Cut-off: sales invoices {late_s[0]['ref']} (dated {_day(late_s[0]['date'])}) and {late_s[1]['ref']} (dated "
+            f"{_day(late_s[1]['date'])}) are excluded from this return, because their tax point falls after 30 September; "
+            f"they belong to the next quarter. Purchase invoice {late_p['ref']} from {late_p['party']}, dated "
+            f"{_day(late_p['date'])}, is excluded for the same reason. Invoice {last_day['ref']} to {last_day['party']}, dated "
+            f"30 September 2026, is included in this return."
+        ),
+        Para(
+            f"Client entertainment: the input VAT on expense claims {blocked[0]['ref']} ({_lower_first(blocked[0]['desc'])}) and "
+            f"{blocked[1]['ref']} ({_lower_first(blocked[1]['desc'])}) is blocked under guidance 7(b), GBP {fmt_money(a['blocked_vat'])} in all; "
+            f"their net values remain in box 7. Claim {party['ref']}, the staff summer party, is staff entertainment and its VAT "
+            f"of GBP {fmt_money(party['vat'])} is claimed in full."
+        ),
+        Para(
+            f"Revised supplier invoice: Northgate Controls replaced invoice {a['replaced']} (posted at net "
+            f"{fmt_money(LEDGER_NC[0])}, VAT {fmt_money(LEDGER_NC[1])}) by revised invoice {a['replaced']}-R1 at net "
+            f"{fmt_money(a['revised'][0])}, VAT {fmt_money(a['revised'][1])}. The return uses the revised figures, which reduce "
+            f"input VAT by GBP {fmt_money(LEDGER_NC[1] - a['revised'][1])} against the ledger."
+        ),
+        Para(
+            f"Credit notes: the ledgers show credit notes as positive amounts. Credit notes "
+            f"{', '.join(c['ref'] for c in credits)} issued to customers are entered as negatives, reducing box 1 by "
+            f"GBP {fmt_money(-sum((c['vat'] for c in credits), Decimal(0)))} and box 6 by "
+            f"GBP {fmt_money(-sum((c['net'] for c in credits), Decimal(0)))}; the supplier credit note {supplier_credit['inv']} "
+            f"({supplier_credit['ref']}) reduces box 4 by GBP {fmt_money(-supplier_credit['vat'])}."
+        ),
+        Para(
+            f"Foreign currency: invoice {fx['ref']} to {fx['party']} was issued in euro (net EUR {fmt_money(fx['net_ccy'])}, VAT EUR "
+            f"{fmt_money(fx['vat_ccy'])}). At the August period rate of {fx['fx']} it is net GBP {fmt_money(fx['net'])} and VAT "
+            f"GBP {fmt_money(fx['vat'])}."
+        ),
+        Para(
+            f"Duplicate: invoice {a['duplicates'][0]} appears twice in the sales export with the same figures; it is counted once."
+        ),
+        Para(
+            "The table lists every transaction at the quarter's cut-off or under the entertainment rule, with its treatment."
+        ),
         Table(list(DECISION_TABLE_HEADER), _decision_rows(a)),
         Heading("Return figures"),
-        Table(["Box", "Description", "GBP"], [
-            ["Box 1", "VAT due on sales and other outputs", fmt_money(a["box1"])],
-            ["Box 2", "VAT due on acquisitions from the EU", fmt_money(a["box2"])],
-            ["Box 3", "Total VAT due", fmt_money(a["box3"])],
-            ["Box 4", "VAT reclaimed on purchases and other inputs", fmt_money(a["box4"])],
-            ["Box 5", "Net VAT payable", fmt_money(a["box5"])],
-            ["Box 6", "Sales excluding VAT", fmt_money(a["box6"])],
-            ["Box 7", "Purchases excluding VAT", fmt_money(a["box7"])],
-        ]),
-        Para("Zero-rated exports to Nordvarme AS and the exempt rent from Corvan Logistics carry no output VAT and are included "
-             "in box 6. The exempt input tax is within the de minimis limits (guidance 8), so no partial-exemption restriction "
-             "applies this quarter."),
+        Table(
+            ["Box", "Description", "GBP"],
+            [
+                ["Box 1", "VAT due on sales and other outputs", fmt_money(a["box1"])],
+                ["Box 2", "VAT due on acquisitions from the EU", fmt_money(a["box2"])],
+                ["Box 3", "Total VAT due", fmt_money(a["box3"])],
+                ["Box 4", "VAT reclaimed on purchases and other inputs", fmt_money(a["box4"])],
+                ["Box 5", "Net VAT payable", fmt_money(a["box5"])],
+                ["Box 6", "Sales excluding VAT", fmt_money(a["box6"])],
+                ["Box 7", "Purchases excluding VAT", fmt_money(a["box7"])],
+            ],
+        ),
+        Para(
+            "Zero-rated exports to Nordvarme AS and the exempt rent from Corvan Logistics carry no output VAT and are included "
+            "in box 6. The exempt input tax is within the de minimis limits (guidance 8), so no partial-exemption restriction "
+            "applies this quarter."
+        ),
         Heading("Open points"),
-        Para(f"The purchase ledger still carries {a['replaced']} at the original figures: it should be corrected so that the "
-             f"supplier account agrees with the revised invoice. The October invoices left out here must be picked up in the "
-             f"return for the quarter to 31 December 2026."),
+        Para(
+            f"The purchase ledger still carries {a['replaced']} at the original figures: it should be corrected so that the "
+            f"supplier account agrees with the revised invoice. The October invoices left out here must be picked up in the "
+            f"return for the quarter to 31 December 2026."
+        ),
     ]
     return write_docx(blocks, path, title="VAT return, quarter to 30 September 2026 - preparation memo")
