@@ -16,10 +16,14 @@ Second part: the sandbox's start-up cost per attempt. Reference, in the same
 process: a bare launch of the pinned CLI (``claude --version``, the
 harness's own call). Measured: the same launch inside the run's sandbox as
 ``pilot.agents.launch`` builds it for each arm, with its socket bridges
-(``socat``) started and waited for, confined as a real attempt is (the
-attempt's control group, the binds staged for and the launch dropped to a
-dedicated worker uid when run as root); the overhead is the difference of
-the medians (target: under 0.5 s per attempt).
+(``socat``) started and waited for, confined as a real session is: the
+session's bounded disk made (a size-limited tmpfs in a namespace of the
+harness's own) and the run's folders copied onto it, the attempt's control
+group, the binds staged for and the launch dropped to a dedicated worker
+uid when run as root, and after it the take-back (the folders copied back
+by descriptor, the disk let go). The overhead is the difference of the
+medians (target: under 0.5 s per attempt); the disk's own share (made,
+copied in, taken back, without the launch) is printed beside it.
 
     .venv/bin/python benchmarks/bench_runner.py [--part attempt|sandbox|all] [--repeats 3] [--arms A0 A1 A3]
 """
@@ -75,29 +79,64 @@ def _median_run(argv: list[str], env: dict, cwd: Path, repeats: int, setup=None)
     return statistics.median(times)
 
 
+def session_round(spec, lease, limits, folders: list, mount_point: Path, name: str, launch_it: bool) -> float:
+    """One session's confinement, timed: the bounded disk made and filled, the launch (or none), the take-back."""
+    import subprocess
+
+    from pilot.agents import bounded_disk, bounds, claude_code, takeback
+
+    owner = (lease.identity.uid, lease.identity.gid) if lease.identity.switch else None
+    copy_limits = takeback.CopyBounds(limits.workspace_bytes, bounded_disk.MAX_ENTRIES)
+    t0 = time.perf_counter()
+    cgroup = bounds.AttemptCgroup.create(f"bench-{name}-{os.getpid()}", limits) if launch_it else None
+    disk = bounded_disk.SessionDisk.create(mount_point, limits.workspace_bytes)
+    try:
+        takeback.copy_folders(folders, disk.root_fd, copy_limits, to_disk=True, owner=owner)
+        if launch_it:
+            conf = claude_code.Confinement(lease.identity, limits, tuple(p for p, _ in folders), cgroup, disk)
+            cmd, stage = conf.command(spec)
+            out = subprocess.run(
+                cmd,
+                env=spec.env,
+                cwd=spec.cwd,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                preexec_fn=claude_code._child_setup(conf, stage, None),
+            )
+            if out.returncode != 0:
+                raise RuntimeError(f"the sandboxed launch exited {out.returncode}: {out.stderr[-500:]}")
+        takeback.copy_folders(folders, disk.root_fd, copy_limits, to_disk=False)
+    finally:
+        disk.close()
+        if cgroup is not None:
+            cgroup.remove()
+    return time.perf_counter() - t0
+
+
 def bench_sandbox(arms: list[str], repeats: int) -> None:
     """Sandbox start-up per attempt against a bare launch of the pinned CLI, per arm."""
     import sys
 
-    from pilot.agents import bounds, claude_code, launch, network, sandbox, worker_user
+    from pilot.agents import bounded_disk, bounds, claude_code, launch, network, worker_user
 
     cli = claude_code.find_cli()
     study = protocol.study()
     lease = worker_user.acquire(study)
     limits = bounds.Limits.from_study(study)
-    print(
-        f"confined as {lease.identity.name} (uid {lease.identity.uid}{', dedicated slot' if lease.identity.switch else ''})"
-    )
-    print(
-        f"sandbox start-up per attempt: CLI {cli.name} --version, bare vs inside the run's sandbox (median of {repeats})"
-    )
-    print(f"{'arm':4} {'bare s':>8} {'sandboxed s':>12} {'overhead s':>11} {'ratio':>6}  target < 0.5 s")
+    who = f"{lease.identity.name} (uid {lease.identity.uid}{', dedicated slot' if lease.identity.switch else ''})"
+    print(f"confined as {who}; bounded disk: {bounded_disk.KIND} in a {bounded_disk.namespace_kind()} namespace")
+    print(f"sandbox start-up per session: CLI {cli.name} --version, bare vs in the run's sandbox (median of {repeats})")
+    print(f"{'arm':4} {'bare s':>8} {'sandboxed s':>12} {'overhead s':>11} {'ratio':>6} {'disk s':>7}  target < 0.5 s")
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
         root = Path(tmp)
         services = [
             network.RefusingProxy(root / "model.sock", root / "m.log"),
             network.RefusingProxy(root / "refusal.sock", root / "r.log"),
         ]
+        if lease.identity.switch:
+            for sock in (root / "model.sock", root / "refusal.sock"):
+                os.chown(sock, lease.identity.uid, lease.identity.gid)
         try:
             for arm_id in arms:
                 arm = protocol.arms()[arm_id]
@@ -114,28 +153,19 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
                     refusal_socket=root / "refusal.sock",
                     worker_env=Path(sys.prefix),
                 )
-                launch.materialize(spec, run)
-                argv = [str(cli), "--version"]
-                # The whole per-attempt confinement: the attempt's group, the staged binds, the limits, the worker's uid.
-                cgroup = bounds.AttemptCgroup.create(f"bench-{arm_id}", limits)
-                conf = claude_code.Confinement(lease.identity, limits, (run / "workspace",), cgroup)
-                cmd, stage = list(spec.command[: len(spec.sandbox_prefix)]) + argv, None
-                if lease.identity.switch:
-                    cmd, stage = sandbox.stage_binds(cmd)
-                    for d in (run / "workspace", run / "agent" / "home", run / "agent" / "claude-config"):
-                        worker_user.give_tree(d, lease.identity.uid, lease.identity.gid)
-                    for sock in (root / "model.sock", root / "refusal.sock"):
-                        os.chown(sock, lease.identity.uid, lease.identity.gid)
-                setup = claude_code._child_setup(conf, stage, None)
-                _median_run(argv, spec.env, spec.cwd, 1)  # warm the file cache
-                bare = _median_run(argv, spec.env, spec.cwd, repeats)
-                try:
-                    boxed = _median_run(cmd, spec.env, spec.cwd, repeats, setup)
-                finally:
-                    if cgroup is not None:
-                        cgroup.remove()
+                spec.argv = [str(cli), "--version"]
+                dirs = launch.materialize(spec, run)
+                folders = list(zip((run / "workspace", dirs.home, dirs.config), bounded_disk.HOLDS, strict=True))
+                mount_point = root / f"disk-{arm_id}"
+                mount_point.mkdir()
+                args = (spec, lease, limits, folders, mount_point, arm_id)
+                _median_run(spec.argv, spec.env, spec.cwd, 1)  # warm the file cache
+                bare = _median_run(spec.argv, spec.env, spec.cwd, repeats)
+                session_round(*args, True)  # warm the sandbox's own first launch
+                boxed = statistics.median(session_round(*args, True) for _ in range(repeats))
+                disk_only = statistics.median(session_round(*args, False) for _ in range(repeats))
                 print(
-                    f"{arm_id:4} {bare:8.3f} {boxed:12.3f} {boxed - bare:11.3f} {boxed / bare:6.2f}  "
+                    f"{arm_id:4} {bare:8.3f} {boxed:12.3f} {boxed - bare:11.3f} {boxed / bare:6.2f} {disk_only:7.3f}  "
                     f"{'ok' if boxed - bare < 0.5 else 'OVER'}"
                 )
         finally:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
-from real_cli_support import real_cli, require_real_sandbox
+from real_cli_support import passable, real_cli, require_real_sandbox, run_python_as
 
 from pilot import paths, protocol
 from pilot.agents import bounds, launch, worker_user
@@ -270,55 +270,11 @@ def test_unprivileged_harness_worker_holds_no_privilege(run_root):
         uid, gid = _harness_user()
         base = run_root
         # pytest's own temporary root is private to root: the test user gets a folder of its own beneath a passable one.
-        for p in [base, *base.parents]:
-            if p == Path("/"):
-                break
-            if not os.stat(p).st_mode & 0o001:
-                os.chmod(p, os.stat(p).st_mode | 0o001)
+        passable(base)
         os.chown(base, uid, gid)
-
-        def readable(p: Path) -> bool:
-            return (
-                subprocess.run(
-                    ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "test", "-r", str(p)]
-                ).returncode
-                == 0
-            )
-
-        site = Path(next(p for p in sys.path if p.endswith("site-packages")))
-        for p in [paths.ROOT / "src", site, CLI]:
-            if not readable(p):
-                pytest.fail(
-                    f"{p} is not readable by an unprivileged user: the unprivileged half cannot run from this checkout"
-                )
-        # The harness's interpreter may live in root's home (pyenv): the system's runs the same packages then.
-        python = os.path.realpath(sys.executable)
-        if not readable(Path(python)):
-            python = "/usr/bin/python3"
         out = base / "A1"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-        env.update(
-            HOME=str(base),
-            PYTHONDONTWRITEBYTECODE="1",
-            PYTHONPATH=os.pathsep.join([str(paths.ROOT / "src"), str(site)]),
-        )
-        proc = subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={uid}",
-                f"--regid={gid}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                python,
-                "-c",
-                HARNESS.format(tests=str(Path(__file__).parent), out=str(out)),
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            cwd=str(base),
+        proc = run_python_as(
+            uid, gid, HARNESS.format(tests=str(Path(__file__).parent), out=str(out)), home=base, timeout=300
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         summary = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -100,12 +100,17 @@ def test_taking_back_re_owns_the_workers_files_but_never_a_hard_link_or_a_links_
     worker_user.give_tree(ws, uid, uid)
     assert (ws / "sub" / "made.txt").stat().st_uid == uid and os.lstat(ws / "pointer").st_uid == uid
     assert outside.stat().st_uid == 0  # a file with a second name (outside) is never handed over, nor a link's target
-    worker_user.take_back_tree(ws, uid)
+    report = worker_user.take_back_tree(ws)
     assert (ws / "sub" / "made.txt").stat().st_uid == 0 and (ws / "sub").stat().st_uid == 0
     assert os.lstat(ws / "pointer").st_uid == 0 and outside.stat().st_uid == 0
+    # The hard link's name in the tree is removed (never re-owned through it); the file outside keeps its name.
+    assert not os.path.lexists(ws / "linked.txt") and outside.read_text() == "a host file"
+    assert report.removed == 1 and report.removed_names == ["linked.txt (a hard link (a file with another name))"]
     os.chown(outside, uid, uid)  # now a worker-owned inode with a link outside the tree
-    worker_user.take_back_tree(ws, uid)
+    os.link(outside, ws / "linked.txt")
+    report = worker_user.take_back_tree(ws)
     assert outside.stat().st_uid == uid  # never re-owned through the tree
+    assert not os.path.lexists(ws / "linked.txt") and report.removed == 1
 
 
 def test_an_unprivileged_harness_runs_the_sandbox_as_itself():

@@ -10,10 +10,17 @@ workspace disk, ``/tmp`` size, and the size of the CLI's stream.
   falls back to ``RLIMIT_NPROC``, which is exact for a dedicated worker uid
   (:mod:`pilot.agents.worker_user`); memory and CPU are then unbounded and
   the run's launch record says so.
-* workspace disk: ``RLIMIT_FSIZE`` for any one file, and the harness's
-  watcher summing the worker's writable folders twice a second;
-* ``/tmp``, ``/var/tmp``, ``/run``: ``--size`` on each tmpfs (host RAM), and
-  the watcher reads their use through the sandbox's root;
+* workspace disk: the kernel. The workspace, the scratch home and the CLI's
+  config folder live, while a session runs, on a size-limited tmpfs of the
+  bound (:mod:`pilot.agents.bounded_disk`), so a file held open after
+  ``unlink``, a path longer than ``PATH_MAX`` and a burst of ``fallocate``
+  count as any write does; ``RLIMIT_FSIZE`` bounds any one file. The
+  watcher only records the bound when the disk is full. Without a bounded
+  disk (the macOS profile) the watcher sums the writable folders twice a
+  second and ends the session past the bound;
+* ``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm``: ``--size`` on each tmpfs
+  (host RAM; bubblewrap's own ``/dev`` is read-only), and the watcher reads
+  their use through the sandbox's root to record the bound;
 * the stream: a bound on one line and on the whole transcript (``claude_code``).
 
 Reaching a bound ends the attempt as censored with that bound as its reason;
@@ -35,7 +42,8 @@ MIB = 1024 * 1024
 BOUND_REASONS = ("memory", "processes", "disk", "tmp", "stream")
 #: How often the watcher looks (seconds).
 WATCH_INTERVAL_S = 0.5
-#: The watcher's disk walk stops counting after this many entries (a flood of empty files is itself a breach).
+#: The watcher's disk walk stops counting after this many entries (a flood of empty files is itself a breach); the same
+#: number as the bounded disk's entries (``pilot.agents.bounded_disk.MAX_ENTRIES``).
 MAX_WATCHED_ENTRIES = 200_000
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 

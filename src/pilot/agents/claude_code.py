@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pilot import paths
 from pilot import workspace as run_files
-from pilot.agents import bounds, launch, network, sandbox, worker_user
+from pilot.agents import bounded_disk, bounds, launch, network, sandbox, takeback, worker_user
 from pilot.agents.audit import StreamSummary, parse_stream
 from pilot.agents.session import SessionOutcome
 from pilot.protocol import Arm, Study
@@ -153,13 +153,53 @@ class Confinement:
 
     identity: worker_user.WorkerIdentity
     limits: bounds.Limits
-    #: The worker's writable folders on the host (the disk bound counts them).
+    #: The worker's writable folders in the run folder: workspace, scratch home, CLI config (``bounded_disk.HOLDS``).
     writable: tuple[Path, ...] = ()
     cgroup: bounds.AttemptCgroup | None = None
+    #: The session's bounded disk while one runs (bubblewrap): the writable folders live on it, bound at their paths.
+    disk: bounded_disk.SessionDisk | None = None
+
+    @property
+    def disk_bound(self) -> bool:
+        """Whether this host holds the disk bound by a bounded disk per session (a bubblewrap sandbox)."""
+        return sandbox.enforcement_method() == "bubblewrap"
+
+    def disk_sources(self) -> dict[str, str]:
+        """Each writable folder's host path -> its folder on the session's bounded disk (empty without one)."""
+        if self.disk is None:
+            return {}
+        return {str(host): self.disk.folder(name) for host, name in zip(self.writable, bounded_disk.HOLDS, strict=True)}
+
+    def command(self, spec: launch.LaunchSpec) -> tuple[list[str], sandbox.BindStage | None]:
+        """The launch's command line as this confinement runs it: binds from the disk, staged for a worker uid."""
+        cmd = list(spec.command)
+        if not spec.sandbox_prefix:
+            return cmd, None
+        sources = self.disk_sources()
+        if sources:
+            cmd = sandbox.map_binds(cmd, sources)
+        if self.identity.switch:
+            return sandbox.stage_binds(cmd, frozenset(sources.values()))
+        return cmd, None
 
     def describe(self) -> dict:
         """What holds each bound on this host (recorded in every launch record)."""
         held = set(self.cgroup.bounds) if self.cgroup else set()
+        if self.disk_bound:
+            plan = (
+                self.disk.describe()
+                if self.disk is not None
+                else bounded_disk.describe_plan(self.limits.workspace_bytes)
+            )
+            disk = (
+                f"the kernel: a size-limited tmpfs of {plan['bytes']} bytes and {plan['entries']} entries in a "
+                f"{plan['namespace']} namespace of the harness's own, holding the workspace, scratch home and CLI "
+                "config folder (unlinked-open files, deep paths and allocations count); RLIMIT_FSIZE per file; "
+                "the watcher records the bound when the tmpfs is full"
+            )
+        else:
+            plan = None
+            disk = "RLIMIT_FSIZE per file and the harness's watcher"
         how = {
             "memory": "cgroup" if "memory" in held else "not bounded (no writable cgroup on this host)",
             "processes": "cgroup"
@@ -170,8 +210,9 @@ class Confinement:
                 else "RLIMIT_NPROC above the harness user's own tasks"
             ),
             "cpu": "cgroup" if "cpu" in held else "not bounded (no writable cgroup on this host)",
-            "disk": "RLIMIT_FSIZE per file and the harness's watcher",
-            "tmp": "tmpfs --size and the harness's watcher",
+            "disk": disk,
+            "tmp": "the kernel: --size on each tmpfs (/tmp, /var/tmp, /run, /dev/shm; /dev read-only); the watcher "
+            "records the bound when one is full",
             "stream": "the harness's reader (line and transcript bounds)",
         }
         return {
@@ -179,15 +220,19 @@ class Confinement:
             "limits": self.limits.to_dict(),
             "held_by": how,
             "cgroup": self.cgroup.to_dict() if self.cgroup else None,
+            "disk": plan,
         }
 
 
 def _child_setup(conf: Confinement | None, stage: sandbox.BindStage | None, nproc: int | None) -> Callable[[], None]:
-    """What the child does before exec: join the attempt's groups, stage the binds, set limits, drop to the worker, die with the harness."""
+    """What the child does before exec: join the attempt's groups and its disk's namespace, stage the binds, set limits,
+    drop to the worker, die with the harness."""
 
     def setup() -> None:
         if conf is not None and conf.cgroup is not None:
             conf.cgroup.attach_self()
+        if conf is not None and conf.disk is not None:
+            conf.disk.enter()
         if stage is not None:
             stage.mount()
         if conf is not None:
@@ -235,10 +280,7 @@ def run_process(
     summary = StreamSummary()
     t0 = time.monotonic()
     limits = confinement.limits if confinement is not None else None
-    cmd = list(spec.command)
-    stage = None
-    if confinement is not None and confinement.identity.switch and spec.sandbox_prefix:
-        cmd, stage = sandbox.stage_binds(cmd)
+    cmd, stage = confinement.command(spec) if confinement is not None else (list(spec.command), None)
     nproc = None
     if (
         confinement is not None
@@ -337,7 +379,14 @@ def run_process(
             ):
                 end_at("processes", f"the worker ran {confinement.limits.processes} tasks")
                 return
-            used, overflow = bounds.tree_bytes(list(confinement.writable))
+            if confinement.disk is not None:
+                full = confinement.disk.full()
+                if full:
+                    end_at("disk", full)
+                    return
+                used, overflow = 0, False
+            else:
+                used, overflow = bounds.tree_bytes(list(confinement.writable))
             if used > confinement.limits.workspace_bytes or overflow:
                 end_at(
                     "disk",
@@ -391,6 +440,11 @@ def run_process(
             bound.update(
                 reason=hit, detail=f"the sandbox reached its {hit} bound ({confinement.describe()['held_by'][hit]})"
             )
+    if not bound and confinement is not None and confinement.disk is not None:
+        # So can a full disk (the CLI failing to write its store): it is the bound the session reached.
+        full = confinement.disk.full()
+        if full:
+            bound.update(reason="disk", detail=full)
     # The CLI is gone; anything it left behind in its group, its cgroup or its run goes too.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -462,9 +516,7 @@ def offered_tools(
     import queue
 
     env = dict(spec.env, ANTHROPIC_BASE_URL=PREFLIGHT_BASE_URL, ANTHROPIC_API_KEY="preflight-without-a-key")
-    cmd, stage = list(spec.command), None
-    if confinement is not None and confinement.identity.switch and spec.sandbox_prefix:
-        cmd, stage = sandbox.stage_binds(cmd)
+    cmd, stage = confinement.command(spec) if confinement is not None else (list(spec.command), None)
     try:
         proc = subprocess.Popen(
             cmd,
@@ -600,7 +652,7 @@ class ClaudeCodeBackend:
                     self._spec(budget_usd=0.01, max_turns=1, preflight=True), confinement=self.confinement
                 )
             finally:
-                self._take_back()
+                self._take_back("preflight")
         except BaseException:
             self.close()
             raise
@@ -612,13 +664,39 @@ class ClaudeCodeBackend:
             )
 
     def _hand_over(self) -> None:
-        """Give the worker its writable folders and the sockets of its bridges for a session (a dedicated uid only)."""
+        """Give the worker its writable folders and the sockets of its bridges for a session.
+
+        With bubblewrap the folders are copied, by descriptor, onto a fresh
+        bounded disk (:mod:`pilot.agents.bounded_disk`), owned there by the
+        worker's uid; the run folder's copies stay the harness's. Otherwise
+        (the macOS profile) a dedicated uid is given the folders themselves.
+        Raises :class:`pilot.agents.bounded_disk.BoundedDiskError` when the
+        disk cannot be made or the folders do not fit it.
+        """
         conf = self.confinement
-        if conf is None or not conf.identity.switch:
+        if conf is None:
             return
         uid, gid = conf.identity.uid, conf.identity.gid
-        for d in conf.writable:
-            worker_user.give_tree(d, uid, gid)
+        if conf.disk_bound:
+            mount_point = self._socket_dir / "disk"
+            mount_point.mkdir(mode=0o700, exist_ok=True)
+            conf.disk = bounded_disk.SessionDisk.create(mount_point, conf.limits.workspace_bytes)
+            try:
+                report = self._copy(to_disk=True, owner=(uid, gid) if conf.identity.switch else None)
+            except OSError as exc:
+                raise bounded_disk.BoundedDiskError(
+                    f"the run's folders could not be copied onto its disk: {exc}"
+                ) from exc
+            if report.removed:
+                raise bounded_disk.BoundedDiskError(
+                    f"the run's folders do not fit the session's disk ({conf.limits.workspace_bytes} bytes): "
+                    + "; ".join(report.removed_names[:5])
+                )
+        elif conf.identity.switch:
+            for d in conf.writable:
+                worker_user.give_tree(d, uid, gid)
+        if not conf.identity.switch:
+            return
         for sock in (
             self.model_endpoint.socket_path,
             self.refusal_socket,
@@ -627,13 +705,45 @@ class ClaudeCodeBackend:
             if sock is not None and Path(sock).exists():
                 os.chown(sock, uid, gid)
 
-    def _take_back(self) -> None:
-        """After a session: the worker's files go back to the harness's user (the harness reads and evaluates them)."""
+    def _copy(self, *, to_disk: bool, owner: tuple[int, int] | None = None) -> takeback.TakeBack:
+        """Copy the writable folders onto the session's disk or back into the run folder, within the bound."""
         conf = self.confinement
-        if conf is None or not conf.identity.switch:
-            return
-        for d in conf.writable:
-            worker_user.take_back_tree(d, conf.identity.uid)
+        assert conf is not None and conf.disk is not None
+        return takeback.copy_folders(
+            zip(conf.writable, bounded_disk.HOLDS, strict=True),
+            conf.disk.root_fd,
+            takeback.CopyBounds(conf.limits.workspace_bytes, conf.disk.entries),
+            to_disk=to_disk,
+            owner=owner,
+        )
+
+    def _take_back(self, label: str) -> dict | None:
+        """After a session: what the worker wrote becomes the harness's own files in the run folder, nothing else.
+
+        With a bounded disk, the take-back is the copy out of it into fresh
+        folders of the run (then the disk is let go, and with it whatever
+        was not taken); otherwise the folders are re-owned in place by
+        descriptor. What was removed is recorded (``record/takeback-<label>.json``)
+        and returned for the session's record.
+        """
+        conf = self.confinement
+        if conf is None:
+            return None
+        if conf.disk is not None:
+            try:
+                report = self._copy(to_disk=False)
+            finally:
+                conf.disk.close()
+                conf.disk = None
+        elif conf.identity.switch:
+            report = takeback.TakeBack()
+            for d in conf.writable:
+                report.add(worker_user.take_back_tree(d))
+        else:
+            return None
+        taken = report.to_dict()
+        (self.record_dir / f"takeback-{label}.json").write_text(json.dumps(taken, indent=2) + "\n", encoding="utf-8")
+        return taken
 
     def _spec(
         self, *, budget_usd: float, max_turns: int | None, resume: str | None = None, preflight: bool = False
@@ -688,13 +798,26 @@ class ClaudeCodeBackend:
             "wall_s": wall_s,
             "budget_usd": budget_usd,
             "session_id": self.session_id,
-            "confinement": self.confinement.describe() if self.confinement else None,
         }
+        try:
+            self._hand_over()
+        except (OSError, bounded_disk.BoundedDiskError) as exc:
+            self._drop_disk()
+            return SessionOutcome(
+                index,
+                StreamSummary(),
+                0.0,
+                start_error=f"the session's folders could not be handed over: {exc}",
+                cli_version=self.version,
+                resumed_from=resume_session_id,
+                assigned_session_id=self.session_id,
+            )
+        # Written after the hand-over: the record says which bounded disk the session has.
+        record["confinement"] = self.confinement.describe() if self.confinement else None
         self.launches.append(record)
         (self.record_dir / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        self._hand_over()
         try:
-            return run_process(
+            outcome = run_process(
                 spec,
                 index=index,
                 wall_s=wall_s,
@@ -707,7 +830,15 @@ class ClaudeCodeBackend:
                 assigned_session_id=self.session_id,
             )
         finally:
-            self._take_back()
+            taken = self._take_back(str(index))
+        outcome.taken_back = taken
+        return outcome
+
+    def _drop_disk(self) -> None:
+        conf = self.confinement
+        if conf is not None and conf.disk is not None:
+            conf.disk.close()
+            conf.disk = None
 
     def refusals(self) -> list[dict]:
         """The destinations the refusing proxy turned away during this run."""
@@ -723,6 +854,8 @@ class ClaudeCodeBackend:
             svc.close()
         self._services = []
         conf = getattr(self, "confinement", None)
+        if conf is not None:
+            self._drop_disk()
         if conf is not None and conf.cgroup is not None:
             conf.cgroup.remove()
         lease = getattr(self, "lease", None)

@@ -35,6 +35,7 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,8 +268,11 @@ def bridge_script(bridges: tuple[Bridge, ...], socat: str = "socat") -> str:
 #: further user namespace allowed (so nothing inside can regain a capability by making one), whoever starts it.
 PRIVILEGE_FLAGS = ("--unshare-user", "--disable-userns", "--cap-drop", "ALL")
 
-#: The private tmpfs folders of a sandbox; each has a size (host RAM) from study.yml sandbox.limits.tmp_mb.
-SCRATCH_TMPFS = ("/tmp", "/var/tmp", "/run")
+#: The private tmpfs folders of a sandbox; each has a size (host RAM) from study.yml sandbox.limits.tmp_mb. /dev/shm is
+#: mounted over the folder bubblewrap's /dev makes (that /dev's own tmpfs has no size and is made read-only).
+SCRATCH_TMPFS = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+#: The size of each empty tmpfs over an absent install tree (read-only; it holds only the mount points of stubs).
+ABSENT_TMPFS_BYTES = 64 * 1024
 
 
 def bwrap_prefix(
@@ -276,10 +280,10 @@ def bwrap_prefix(
 ) -> list[str]:
     """The bubblewrap command line that builds ``plan`` before running the agent.
 
-    Order matters: the fresh /proc, /dev, /tmp first, then system trees,
-    /etc entries and the extra read-only binds, then the read-write binds, then the empty tmpfs over absent
-    trees, the stubs over masked programs (a stub may sit inside an absent
-    tree) and last the remount that makes the absent trees read-only.
+    Order matters: the fresh /proc, /dev, /tmp (and the other scratch tmpfs, each of ``tmp_bytes``) first,
+    then system trees, /etc entries and the extra read-only binds, then the read-write binds, then the empty
+    tmpfs over absent trees, the stubs over masked programs (a stub may sit inside an absent tree) and last
+    the remounts that make the absent trees, bubblewrap's unsized /dev and the root read-only.
     bubblewrap covers ``/proc/sys``, ``/proc/sysrq-trigger``, ``/proc/irq``
     and ``/proc/bus`` of the fresh /proc read-only itself; with no capability
     inside, no mount can be undone.
@@ -316,11 +320,13 @@ def bwrap_prefix(
     for src, dst in plan.ro_mapped:
         argv += ["--ro-bind", src, dst]
     for t in plan.absent:
-        argv += ["--tmpfs", t]
+        argv += ["--size", str(ABSENT_TMPFS_BYTES), "--tmpfs", t]
     for dst, src in plan.stubs:
         argv += ["--ro-bind", src, dst]
     for t in plan.absent:
         argv += ["--remount-ro", t]
+    # bubblewrap's /dev is a tmpfs without a size: read-only; its devices still answer, /dev/shm (above) takes writes.
+    argv += ["--remount-ro", "/dev"]
     # The root that holds the mount points is read-only too: nothing but the allowed folders takes a write.
     argv += ["--remount-ro", "/"]
     if chdir is not None:
@@ -390,13 +396,9 @@ class BindStage:
             check(libc.mount(src.encode(), staged.encode(), None, _MS_BIND | _MS_REC, None), f"bind {src}")
 
 
-def stage_binds(argv: list[str]) -> tuple[list[str], BindStage]:
-    """``argv`` with every ``--ro-bind``/``--bind SRC DST`` reading its source from the stage (:class:`BindStage`).
-
-    Sources that do not exist stay as they are, so bubblewrap names them in its error.
-    """
+def _rewrite_binds(argv: list[str], rewrite: Callable[[str, str, str], str]) -> list[str]:
+    """``argv`` with each ``--ro-bind``/``--bind SRC DST`` before ``--`` reading from ``rewrite(option, SRC, DST)``."""
     out: list[str] = []
-    entries: list[tuple[str, str, bool]] = []
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -404,18 +406,41 @@ def stage_binds(argv: list[str]) -> tuple[list[str], BindStage]:
             out.extend(argv[i:])
             break
         if a in _BIND_OPTS and i + 2 < len(argv):
-            src, dst = argv[i + 1], argv[i + 2]
-            if os.path.exists(src):
-                staged = f"{STAGE_DIR}/{len(entries)}"
-                entries.append((src, staged, os.path.isdir(src)))
-                src = staged
-            out += [a, src, dst]
+            out += [a, rewrite(a, argv[i + 1], argv[i + 2]), argv[i + 2]]
             i += 3
             continue
         n = 1 + _BWRAP_ARGS.get(a, 0)
         out.extend(argv[i : i + n])
         i += n
-    return out, BindStage(tuple(entries))
+    return out
+
+
+def map_binds(argv: list[str], sources: dict[str, str]) -> list[str]:
+    """``argv`` with each ``--bind SRC DST`` whose ``SRC`` is a key of ``sources`` reading from its value instead.
+
+    The worker's writable folders are bound from the session's bounded disk
+    (:mod:`pilot.agents.bounded_disk`) at the paths the worker knows them by.
+    """
+    return _rewrite_binds(argv, lambda opt, src, dst: sources.get(src, src) if opt == "--bind" else src)
+
+
+def stage_binds(argv: list[str], elsewhere: frozenset[str] = frozenset()) -> tuple[list[str], BindStage]:
+    """``argv`` with every ``--ro-bind``/``--bind SRC DST`` reading its source from the stage (:class:`BindStage`).
+
+    Sources that do not exist stay as they are, so bubblewrap names them in
+    its error; ``elsewhere`` names folders that exist only in the mount
+    namespace the launch joins (the bounded disk's), staged all the same.
+    """
+    entries: list[tuple[str, str, bool]] = []
+
+    def stage(opt: str, src: str, dst: str) -> str:
+        if not (src in elsewhere or os.path.exists(src)):
+            return src
+        staged = f"{STAGE_DIR}/{len(entries)}"
+        entries.append((src, staged, src in elsewhere or os.path.isdir(src)))
+        return staged
+
+    return _rewrite_binds(argv, stage), BindStage(tuple(entries))
 
 
 def _sb_quote(p: str) -> str:
@@ -509,6 +534,9 @@ def isolation_problems() -> tuple[str, ...]:
         )
     from pilot.agents.shell_scope import landlock_abi
 
+    disk = _bounded_disk_problem()
+    if disk:
+        problems.append(disk)
     if landlock_abi() < 1:
         problems.append(
             "the kernel offers no Landlock (Linux 5.13 or later with landlock in its lsm= list): without it the "
@@ -537,6 +565,23 @@ def isolation_problems() -> tuple[str, ...]:
                     "`user.max_user_namespaces` above 0)"
                 )
     return tuple(problems)
+
+
+def _bounded_disk_problem() -> str | None:
+    """Why this harness cannot hold a session's disk bound by a size-limited tmpfs of its own, or None."""
+    import tempfile
+
+    from pilot.agents.bounded_disk import BoundedDiskError, SessionDisk
+
+    with tempfile.TemporaryDirectory(prefix="pilot-disk-probe-") as tmp:
+        try:
+            SessionDisk.create(Path(tmp), 64 * 1024, entries=16).close()
+        except BoundedDiskError as exc:
+            return (
+                f"{exc}: the workspace disk bound is held by a size-limited tmpfs in a mount namespace of the "
+                "harness's own (a root harness needs CAP_SYS_ADMIN; an unprivileged one, user namespaces)"
+            )
+    return None
 
 
 def _probe_as_nobody() -> None:

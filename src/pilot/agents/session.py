@@ -56,6 +56,9 @@ class SessionOutcome:
     #: A resource bound the session reached (``pilot.agents.bounds.BOUND_REASONS``) and what was seen.
     bound: str | None = None
     bound_detail: str | None = None
+    #: What the harness took back after the session (``pilot.agents.takeback.TakeBack.to_dict``): entries, bytes and
+    #: what was removed, with why; None when nothing was handed to the worker.
+    taken_back: dict | None = None
 
     @property
     def result(self) -> dict | None:
@@ -83,6 +86,7 @@ class SessionOutcome:
             "resumed_from": self.resumed_from,
             "bound": self.bound,
             "bound_detail": self.bound_detail,
+            "taken_back": self.taken_back,
             "exit_code": self.exit_code,
             "start_error": self.start_error,
             "timed_out": self.timed_out,

@@ -25,9 +25,12 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pilot.executors.proctree import kill_pids
+
+if TYPE_CHECKING:
+    from pilot.agents.takeback import TakeBack
 
 #: Where a root harness keeps the slot locks (root-only folder).
 LOCK_DIR = Path("/run/pilot-sandbox")
@@ -257,18 +260,20 @@ def give_tree(root: Path, uid: int, gid: int) -> None:
         os.lchown(path, uid, gid)
 
 
-def take_back_tree(root: Path, worker_uid: int, uid: int | None = None, gid: int | None = None) -> None:
-    """After a session: what the worker owns under ``root`` goes back to the harness's user.
+def take_back_tree(root: Path, uid: int | None = None, gid: int | None = None) -> TakeBack:
+    """After a session without a bounded disk: every entry under ``root`` goes back to the harness's user, in place.
 
-    Only entries owned by the worker are changed, and a file only when it has
-    a single link: a hard link to a file outside the tree (which the kernel's
-    protected_hardlinks refuses anyway) is never re-owned.
+    A walk by file descriptor (:func:`pilot.agents.takeback.take_back_in_place`):
+    every entry is re-owned with no set-id bit and no world-writable mode; a
+    file with another name (a hard link, whose other name may lie outside
+    the tree) is never re-owned: its name in the tree is removed, as is
+    anything that is not a file, folder or link and whatever lies deeper
+    than the take-back's bounds. The report says what was removed.
     """
-    uid = os.getuid() if uid is None else uid
-    gid = os.getgid() if gid is None else gid
-    for path, st in _owned_entries(Path(root)):
-        if st.st_uid == worker_uid:
-            os.lchown(path, uid, gid)
+    from pilot.agents.bounded_disk import MAX_ENTRIES
+    from pilot.agents.takeback import CopyBounds, take_back_in_place
+
+    return take_back_in_place(root, CopyBounds(0, MAX_ENTRIES), uid, gid)
 
 
 def _owned_entries(root: Path) -> Iterator[tuple[str, os.stat_result]]:
