@@ -1539,6 +1539,27 @@ _CONVERSATION_RESULTS = [
     {"tool_use_id": "toolu_X", "is_error": False, "text": "line one\nline two"},
     {"tool_use_id": "toolu_Y", "is_error": True, "text": "ls: cannot open\nexit 2\n[image]"},
 ]
+#: Every other block of that first request, with its message and role: the record holds nothing of the run yet.
+_CONVERSATION_BLOCKS = [
+    {"message": 0, "role": "user", "type": "text", "text": "Read BRIEF.md and carry it out."},
+    {
+        "message": 1,
+        "role": "assistant",
+        "type": "tool_use",
+        "id": "toolu_X",
+        "name": "Read",
+        "input": {"file_path": "/w/a"},
+    },
+    {
+        "message": 1,
+        "role": "assistant",
+        "type": "tool_use",
+        "id": "toolu_Y",
+        "name": "Bash",
+        "input": {"command": "ls"},
+    },
+    {"message": 2, "role": "user", "type": "text", "text": "go on"},
+]
 
 
 def test_the_exchange_of_a_streamed_answer_is_recorded_as_declared(prices, tmp_path):
@@ -1566,10 +1587,16 @@ def test_the_exchange_of_a_streamed_answer_is_recorded_as_declared(prices, tmp_p
         "complete",
         "request_messages",
         "request_tool_results",
+        "request_blocks",
+        "request_blocks_unrecorded",
+        "request_digest",
         "response_content",
         "truncated",
+        "cost_usd",
+        "ended_by",
     ]
     assert row["seq"] == usage_row["seq"] and row["at"] == usage_row["at"]
+    assert re.fullmatch(r"[0-9a-f]{32}", row.pop("request_digest"))
     assert {k: row[k] for k in list(row)[2:]} == {
         "status": 200,
         "model": MODEL,
@@ -1578,8 +1605,12 @@ def test_the_exchange_of_a_streamed_answer_is_recorded_as_declared(prices, tmp_p
         "complete": True,
         "request_messages": 3,
         "request_tool_results": _CONVERSATION_RESULTS,
+        "request_blocks": _CONVERSATION_BLOCKS,
+        "request_blocks_unrecorded": 0,
         "response_content": _STREAMED_CONTENT,
         "truncated": False,
+        "cost_usd": "0.008",
+        "ended_by": None,
     }
     assert meter.metered_usd == Decimal("0.008")  # 1000 x 4 + 200 x 20 per million
 
@@ -1698,7 +1729,8 @@ def test_every_refusal_key_in_the_code_is_a_declared_one():
     import pilot.agents.model_proxy as mp
 
     source = Path(mp.__file__).read_text(encoding="utf-8")
-    used = set(re.findall(r'(?:RequestRefused|refuse)\("([a-z_]+)"', source))
+    # A call may open its argument list on a line of its own (as the formatter writes long ones).
+    used = set(re.findall(r'(?:RequestRefused|refuse)\(\s*"([a-z_]+)"', source))
     assert used == mp.REFUSAL_KEYS
 
 
