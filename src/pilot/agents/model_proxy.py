@@ -1968,7 +1968,7 @@ class MeteringProxy:
         label_upstream: bool = False,
         clock: Callable[[], float] = time.monotonic,
         headers: HeaderPolicy | None = None,
-        close_wait_s: float = CLOSE_WAIT_S,
+        close_wait_s: float | None = None,
     ) -> None:
         parts = urlsplit(upstream_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -1995,8 +1995,8 @@ class MeteringProxy:
         self.clock = clock
         #: Which request headers pass upstream (default: study.yml's ``model_proxy``).
         self.headers = headers if headers is not None else HeaderPolicy.from_study()
-        #: How long closing a run waits for its requests in flight (:meth:`close_run`).
-        self.close_wait_s = float(close_wait_s)
+        #: How long closing a run waits for its requests in flight (:meth:`close_run`; default ``CLOSE_WAIT_S``).
+        self.close_wait_s = CLOSE_WAIT_S if close_wait_s is None else float(close_wait_s)
         self._runs: dict[str, RunMeter] = {}
         self._lock = threading.Lock()
         self._pool = threading.local()
