@@ -50,3 +50,78 @@ def rehearsal_environment(mp, data_dir: Path, *, pythonpath: str | None = None) 
     mp.delenv("PILOT_REHEARSAL_BRANCHES", raising=False)
     if pythonpath:
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [pythonpath, os.environ.get("PYTHONPATH")])))
+
+
+#: The tests' own unprivileged harness user (made when missing; root only), shared by every test that runs the harness
+#: without privilege.
+HARNESS_USER = "pilot-test-harness"
+HARNESS_UID = 61990
+
+
+def harness_user() -> tuple[int, int]:
+    """The uid and gid of the tests' unprivileged harness user, made first if missing (needs root)."""
+    import pwd
+    import subprocess
+
+    try:
+        pw = pwd.getpwnam(HARNESS_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--uid", str(HARNESS_UID), "--user-group", "--no-create-home"]
+            + ["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", HARNESS_USER],
+            check=True,
+            capture_output=True,
+        )
+        pw = pwd.getpwnam(HARNESS_USER)
+    return pw.pw_uid, pw.pw_gid
+
+
+def run_as_unprivileged_harness(base: Path, script: str, timeout: float = 300):
+    """Run a Python ``script`` as the unprivileged harness user (from root), in ``base``, which it is given.
+
+    ``base``'s parents are made passable; the checkout's sources, the site
+    packages and the CLI must be readable by that user (the test fails
+    otherwise: the unprivileged half cannot run from such a checkout). The
+    harness's interpreter is used when the user can read it, the system's
+    otherwise. Returns the finished process (stdout and stderr as text).
+    """
+    import subprocess
+    import sys
+
+    import pytest
+
+    from pilot import paths
+
+    uid, gid = harness_user()
+    for p in [base, *base.parents]:
+        if p == Path("/"):
+            break
+        if not os.stat(p).st_mode & 0o001:
+            os.chmod(p, os.stat(p).st_mode | 0o001)
+    os.chown(base, uid, gid)
+    setpriv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+
+    def readable(p: Path) -> bool:
+        return subprocess.run([*setpriv, "test", "-r", str(p)]).returncode == 0
+
+    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    for p in [paths.ROOT / "src", site, real_cli()]:
+        if p is None or not readable(p):
+            pytest.fail(
+                f"{p} is not readable by an unprivileged user: the unprivileged half cannot run from this checkout"
+            )
+    python = os.path.realpath(sys.executable)
+    if not readable(Path(python)):
+        python = "/usr/bin/python3"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(
+        HOME=str(base), PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=os.pathsep.join([str(paths.ROOT / "src"), str(site)])
+    )
+    return subprocess.run(
+        [*setpriv, "--inh-caps=-all", "--bounding-set=-all", python, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=str(base),
+    )
