@@ -307,48 +307,48 @@ class LineTooLong(Exception):
 class EventLines:
     """Splits a byte stream into lines, in time linear in its length, holding at most ``limit`` bytes of one line.
 
-    Each byte is copied at most twice: into the pending line, and out with the
-    line when its newline arrives; only the new chunk is searched for a newline.
-    ``work`` counts the bytes copied (a test reads it to show the cost is linear).
-    A line longer than ``limit`` raises :class:`LineTooLong` as soon as it
-    passes the bound, before it is held whole.
+    The pending line is a list of pieces joined once, when its newline comes;
+    only the new chunk is searched for a newline. Each byte is copied at most
+    twice (cut out of its chunk, and joined into its line); ``work`` counts
+    the bytes copied (a test reads it to show the cost is linear). A line
+    longer than ``limit`` raises :class:`LineTooLong` as soon as it passes the
+    bound, before it is held whole.
     """
 
     def __init__(self, limit: int = MAX_EVENT_LINE_BYTES) -> None:
         self.limit = limit
-        self._pending = bytearray()
+        self._pending: list[bytes] = []
+        self._size = 0
         self.work = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines this chunk completes (without their ``\\n`` or ``\\r\\n``)."""
         lines: list[bytes] = []
-        view = memoryview(chunk)
         start = 0
         while True:
             end = chunk.find(b"\n", start)
-            piece = view[start:] if end < 0 else view[start:end]
-            if len(self._pending) + len(piece) > self.limit:
-                self._pending.clear()
+            stop = len(chunk) if end < 0 else end
+            if self._size + stop - start > self.limit:
+                self._pending, self._size = [], 0
                 raise LineTooLong(f"an event line longer than {self.limit} bytes")
-            if end < 0:
-                self._pending += piece
+            # The whole chunk is kept as it is when it holds no newline; any other part is cut out (a copy).
+            piece = chunk if start == 0 and end < 0 else chunk[start:stop]
+            if piece is not chunk:
                 self.work += len(piece)
+            if end < 0:
+                if piece:
+                    self._pending.append(piece)
+                    self._size += len(piece)
                 return lines
             if self._pending:
-                self._pending += piece
-                line = bytes(self._pending)
-                self._pending.clear()
-                self.work += len(piece) + len(line)
-            else:
-                line = bytes(piece)
+                self._pending.append(piece)
+                line = b"".join(self._pending)
+                self._pending, self._size = [], 0
                 self.work += len(line)
+            else:
+                line = piece
             lines.append(line[:-1] if line.endswith(b"\r") else line)
             start = end + 1
-
-
-# --------------------------------------------------------------------------
-# What a request may carry
-# --------------------------------------------------------------------------
 
 
 class RequestRefused(Exception):
