@@ -271,7 +271,8 @@ def _check(out: Path, up: Upstream) -> None:
     assert held_row["message_id"] == held["id"] and held_row["ended_by"] == "run_closed"
     assert Decimal(held_row["cost_usd"]) == worst == price.worst_case(held["bytes"] + 4096, DETACHED_MAX_TOKENS, False)
     closed = next(r for r in usage_rows if r["kind"] == "closed")
-    assert closed["booked_at_close"] == 1
+    # Every header the pinned CLI sends (and the worker's urllib) is on study.yml's list: none was dropped.
+    assert closed["booked_at_close"] == 1 and closed["dropped_headers"] == {}, closed
 
     metered = 3 * CLI_ANSWER_USD + SIDE_USD + DETACHED_USD + worst
     assert Decimal(str(rec["metered_cost_usd"])) == metered == Decimal(closed["metered_usd"])

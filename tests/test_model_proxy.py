@@ -733,6 +733,7 @@ def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_pa
         result = _run_cli(CLI, meter, tmp_path)
         proxy.close_run(meter.run_id)
         seen_keys = {h["x-api-key"] for h in api.headers}
+        api_headers = list(api.headers)
     assert (
         result["subtype"] == "success" and not result["is_error"] and (tmp_path / "note.md").read_text() == "# Note\n"
     )
@@ -745,6 +746,8 @@ def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_pa
     assert cli_tokens["inputTokens"] == sum(r["input_tokens"] for r in used)
     assert cli_tokens["cacheReadInputTokens"] == sum(r["cache_read_input_tokens"] for r in used)
     assert seen_keys == {REAL_KEY} and meter.refusals == [] and meter.refusal_counts == {}
+    # Every header the pinned CLI sends is on study.yml's list, and its betas with it: nothing dropped or refused.
+    assert meter.dropped_headers == {} and {h.get("anthropic-beta") for h in api_headers} != {None}
     # The exchange record holds what the scripted model said and the tool result the CLI sent back.
     from pilot.agents.model_proxy import read_exchanges
 

@@ -1399,11 +1399,16 @@ class RunMeter:
             still = sorted(self._open, key=lambda r: r.started)
             for request in still:
                 request.ended_by = "run_closed"
-                row = {**request.usage_row(), "cost_usd": str(request.worst), "booked_at": "worst_case"}
-                row["note"] = (
-                    f"still open when the run closed ({wait_s:g} s after its end): booked at its reserved worst case"
-                    + (f"; {row['note']}" if row.get("note") else "")
-                )
+                said = request.note if not request.answered else request.usage_row().get("note")
+                row = {
+                    **request.usage_row(),
+                    # Not answered yet: no status of the upstream's (the 502 an unreachable upstream gets is not it).
+                    "status": request.status if request.answered else None,
+                    "cost_usd": str(request.worst),
+                    "booked_at": "worst_case",
+                    "note": f"still open {wait_s:g} s after the run was closed: booked at its reserved worst case"
+                    + (f"; {said}" if said else ""),
+                }
                 self._settle(request, row)
             self.booked_at_close += len(still)
         if still:

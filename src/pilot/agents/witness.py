@@ -32,7 +32,9 @@ What the pinned CLI was seen to do, and what the checks rest on:
   of both sessions (cumulative) and the turns of its own session;
 * the only user-role blocks it sends the model, besides the tool results of
   the model's own calls, are the prompt the harness gave the session (on
-  stdin, with its newline) and its own ``<system-reminder>`` texts.
+  stdin, with its newline), its own ``<system-reminder>`` texts and, near
+  the end of its context window, its compaction's request for a summary
+  and the summary it sends in the conversation's place.
 
 Two checks read the record alone, since the stream does not show what they
 concern: a user block the model was sent that is neither of those (a
@@ -83,6 +85,12 @@ TAMPERING_KINDS = (
 UPSTREAM_ENDS = frozenset({"upstream_cut", "event_line_bound"})
 #: The pinned CLI's own reminders in a user message (e.g. its commit attribution before the first prompt).
 _CLI_REMINDER = re.compile(r"<system-reminder>\n.*\n</system-reminder>\n?", re.S)
+#: How the pinned CLI's own compaction texts begin: its request for a summary of the conversation, and the summary it
+#: then sends in the conversation's place (seen with the CLI 2.1.332 near the end of its context window).
+CLI_COMPACTION_OPENINGS = (
+    "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n",
+    "This session is being continued from a previous conversation that ran out of context. ",
+)
 
 #: Deviations listed per kind of tampering; the rest of a kind is one deviation that carries the count.
 MAX_DEVIATIONS_PER_KIND = 20
@@ -711,8 +719,14 @@ def _result_checks(
     return out
 
 
-def cli_reminder(text: str) -> bool:
-    """Whether a user text is one of the pinned CLI's own reminders (never another session's message)."""
+def cli_text(text: str) -> bool:
+    """Whether a user text is one the pinned CLI writes itself: a reminder, or its compaction's request or summary.
+
+    Another session's message reaches the model wrapped in
+    ``<cross-session-message ...>``, so it never has one of these forms.
+    """
+    if text.startswith(CLI_COMPACTION_OPENINGS):
+        return True
     return bool(_CLI_REMINDER.fullmatch(text)) and "<cross-session-message" not in text
 
 
@@ -722,8 +736,8 @@ def injected_messages(
     """Every user block the model was sent that neither the harness nor the pinned CLI wrote.
 
     Allowed: the prompt the harness gave the block's session (as the CLI
-    sends it, with its newline), the CLI's own ``<system-reminder>`` texts,
-    and the tool results of calls the model made. Anything else in a user
+    sends it, with its newline), the CLI's own texts (:func:`cli_text`), and
+    the tool results of calls the model made. Anything else in a user
     message (another session's message through the CLI's messaging socket, a
     side request's text, an image, a result for a call the model never
     made) is ``injected_message``. Without ``session_bounds`` a prompt is
@@ -735,7 +749,7 @@ def injected_messages(
         text = block.get("text") if block.get("type") == "text" else None
         if isinstance(text, str):
             own = [prompts[session]] if session_bounds and session < len(prompts) else list(prompts)
-            if any(text in (p, p + "\n") for p in own) or cli_reminder(text):
+            if any(text in (p, p + "\n") for p in own) or cli_text(text):
                 continue
         shown = _quote(text) if isinstance(text, str) else _quote({k: v for k, v in block.items() if k != "role"})
         out.append(
