@@ -39,9 +39,24 @@ checked from its headers before any byte of its body is read, a run has a
 bounded number of connections and requests in flight, and refusals are
 counted per reason with only the first few of each written whole.
 
+Request headers pass upstream only from ``study.yml``'s ``model_proxy`` lists
+(:class:`HeaderPolicy`): others are dropped and counted, and an API version or
+beta the lists do not name refuses the request before its body is read.
+
+Every forwarded request is booked once (:class:`OpenRequest`,
+:meth:`RunMeter.book`), at the usage its events report as they arrive; an
+answer cut, malformed or ended at the event-line bound (lines are split in
+linear time, :class:`EventLines`) is booked at what it said, its output at
+``max_tokens``. Closing a run (:meth:`MeteringProxy.close_run`, which the
+runner calls when the agent is done) refuses whatever comes, waits a bounded
+time for the requests in flight and books any still open at its reserved
+worst case, so no request the upstream bills is missed.
+
 Beside the usage record the proxy writes ``proxy_exchanges.jsonl``: for each
-answered messages request, the tool results the model was shown and the
-content it answered (text, tool calls), bounded; see :func:`read_exchanges`.
+answered messages request, every block of the request the record does not
+hold yet (tool results, and any other block with its message and role) and
+the content the model answered (text, tool calls), bounded; see
+:func:`read_exchanges` and :func:`request_blocks`.
 """
 
 from __future__ import annotations
@@ -1418,13 +1433,6 @@ class RunMeter:
                 len(still),
             )
         return len(still)
-
-    def record(self, row: dict) -> dict:
-        """Book an exchange that costs nothing (a count_tokens call)."""
-        with self._lock:
-            row = self._write({**row, "metered_usd": str(self.metered_usd)})
-            self.requests.append(row)
-            return row
 
     # -- admission --------------------------------------------------------------
 
