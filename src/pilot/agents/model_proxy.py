@@ -795,7 +795,8 @@ def _block_row(block: Any) -> tuple[dict, bool]:
     """A request block other than a tool result, as the exchange record keeps it: an image or a document by its
     source's kind and size, any other block as an answer's block is kept."""
     if isinstance(block, dict) and block.get("type") in ("image", "document"):
-        source = block.get("source") if isinstance(block.get("source"), dict) else {}
+        given = block.get("source")
+        source: dict = given if isinstance(given, dict) else {}
         data = source.get("data")
         row = {"type": block["type"], "source_type": str(source.get("type"))[:40]}
         if isinstance(source.get("media_type"), str):
@@ -842,7 +843,8 @@ def request_blocks(body: dict, seen: Callable[[bytes], bool] = lambda key: False
     record already holds is passed over whole. Never raises, whatever the body.
     """
     out = RequestBlocks()
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    given = body.get("messages")
+    messages: list = given if isinstance(given, list) else []
     out.messages = len(messages)
     digest = hashlib.blake2b(digest_size=16)
     todo: list[tuple[int | None, str, Any]] = []
@@ -942,7 +944,8 @@ class _StreamedBlock:
         self.row: tuple[dict, bool] | None = None
         # A text's or a thinking's whole content, hashed as it comes (the record keeps only its first part).
         self.hasher = hashlib.blake2b(digest_size=16) if self.kind in ("text", "thinking") else None
-        self.signature = start.get("signature") if isinstance(start.get("signature"), str) else ""
+        signature = start.get("signature")
+        self.signature: str = signature if isinstance(signature, str) else ""
         self.tool_input: Any = None
         if self.kind == "text" and isinstance(start.get("text"), str) and start["text"]:
             self.hasher.update(_text_bytes(start["text"]))  # type: ignore[union-attr]
