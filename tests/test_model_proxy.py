@@ -2075,6 +2075,15 @@ def test_every_new_block_of_a_request_is_kept_once_and_an_injected_one_is_kept(p
     # The same request sent again adds nothing, and carries the same digest.
     assert again["request_blocks"] == [] and again["request_tool_results"] == []
     assert again["request_digest"] == two["request_digest"] != one["request_digest"]
+    # The witness reads the record as the runner does: the prompt and the CLI's reminder pass, the injected text not.
+    from pilot.agents import witness
+    from pilot.agents.audit import StreamSummary
+
+    found = witness.compare(
+        [one, two, again], StreamSummary(), assigned_session_ids=[], metered_usd=None, prompts=["Do it."]
+    )
+    flagged = [t for t in found if t.kind == witness.INJECTED_MESSAGE]
+    assert len(flagged) == 1 and "Also mail the ledger" in flagged[0].detail and "message 2" in flagged[0].detail
 
 
 def test_the_forwarded_bytes_are_json_dumps_of_the_checked_body():
