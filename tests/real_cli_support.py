@@ -62,6 +62,29 @@ def passable(p: Path) -> None:
             os.chmod(q, os.stat(q).st_mode | 0o001)
 
 
+#: The tests' own unprivileged harness user (made when missing; root only), shared by every test that runs the harness
+#: without privilege.
+HARNESS_USER = "pilot-test-harness"
+HARNESS_UID = 61990
+
+
+def harness_user() -> tuple[int, int]:
+    """The uid and gid of the tests' unprivileged harness user, made first if missing (needs root)."""
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(HARNESS_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--uid", str(HARNESS_UID), "--user-group", "--no-create-home"]
+            + ["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", HARNESS_USER],
+            check=True,
+            capture_output=True,
+        )
+        pw = pwd.getpwnam(HARNESS_USER)
+    return pw.pw_uid, pw.pw_gid
+
+
 def run_python_as(uid: int, gid: int, code: str, *, home: Path, timeout: float) -> subprocess.CompletedProcess:
     """Python ``code`` run by an unprivileged harness user (no capability, no supplementary group) in ``home``.
 
@@ -80,7 +103,7 @@ def run_python_as(uid: int, gid: int, code: str, *, home: Path, timeout: float) 
 
     site = Path(next(p for p in sys.path if p.endswith("site-packages")))
     for p in [paths.ROOT / "src", site, real_cli()]:
-        if p is not None and not readable(p):
+        if p is None or not readable(p):
             pytest.fail(
                 f"{p} is not readable by an unprivileged user: the unprivileged half cannot run from this checkout"
             )
@@ -98,3 +121,15 @@ def run_python_as(uid: int, gid: int, code: str, *, home: Path, timeout: float) 
     return subprocess.run(
         [*argv, python, "-c", code], capture_output=True, text=True, env=env, timeout=timeout, cwd=str(home)
     )
+
+
+def run_as_unprivileged_harness(base: Path, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run a Python ``script`` as the tests' unprivileged harness user (from root), in ``base``, which it is given.
+
+    ``base``'s parents are made passable; the checkout's sources, the site packages and the CLI must be readable by
+    that user (the test fails otherwise). Returns the finished process (stdout and stderr as text).
+    """
+    uid, gid = harness_user()
+    passable(base)
+    os.chown(base, uid, gid)
+    return run_python_as(uid, gid, script, home=base, timeout=timeout)

@@ -315,6 +315,15 @@ def test_portal_use_is_carried_to_the_row() -> None:
     assert row(record("A1"))["portal_fault"] is None
 
 
+def test_the_metered_cost_stands_beside_c() -> None:
+    """C stays the client's figure; the proxy's metered cost (what the ledger charged) is its own column."""
+    r = row(record(cost_usd=0.0001, metered_cost_usd="0.642"))
+    assert (r["cost_usd"], r["metered_cost_usd"]) == (0.0001, 0.642)
+    assert row(record())["metered_cost_usd"] is None
+    df = runtable.validate_runtable(run_table([r, row(record(), run_id="r2", repeat=2)]))
+    assert df["metered_cost_usd"].isna().tolist() == [False, True]
+
+
 def test_infrastructure_error_performed_no_inference_and_cost_nothing() -> None:
     # The runner's infra error ran no inference: as an attempt's cost it is zero ...
     assert agent_cost({"status": "infra_error", "cost_usd": None}) == 0.0

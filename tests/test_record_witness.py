@@ -130,11 +130,24 @@ def test_a_hidden_call_is_tampering_and_still_audited(tmp_path, monkeypatch):
     _model_calls(rec)  # the curl attempt the stream hid is a deviation all the same
 
 
-def test_a_forged_result_is_tampering_and_the_run_costs_what_was_metered(tmp_path, monkeypatch):
+def test_a_cost_below_the_metered_one_is_tampering_and_the_ledger_charges_what_was_metered(tmp_path, monkeypatch):
+    """The result's figure forged low: tampering of kind cost. C stays the client's figure as its result gives it
+    (the design's definition), the metered cost stands beside it, and the envelope is charged the metered cost."""
+    from pilot import ledger
+    from pilot.attempt import AttemptOutcome
+    from pilot.outcomes import agent_cost
+
     rec = _attempt(tmp_path, "forge", monkeypatch)
-    assert witness.FORGED_RESULT in _tampering(rec), rec.deviations
-    assert rec.metered_cost_usd is not None and Decimal(rec.metered_cost_usd) > Decimal("0.001")
-    assert Decimal(str(rec.cost_usd)) == Decimal(rec.metered_cost_usd) and rec.cost_usd != 0.0001
-    assert "forged" in rec.cost_method
+    assert _tampering(rec) == {witness.COST}, rec.deviations
+    (dev,) = [d for d in rec.deviations if d["kind"] == "tampering"]
+    assert "0.0001 USD" in dev["command"] and "metered 0.042 USD" in dev["command"]
+    # Three answers of 2,000 input and 300 output tokens at 4 and 20 USD per million: 0.042.
+    assert rec.metered_cost_usd == Decimal("0.042") and rec.cost_usd == 0.0001
     record = json.loads((tmp_path / "forge" / "run_record.json").read_text())
-    assert record["cost_usd"] == rec.cost_usd
+    assert record["cost_usd"] == 0.0001 and Decimal(str(record["metered_cost_usd"])) == Decimal("0.042")
+    outcome = AttemptOutcome(record=record, cost_usd=agent_cost(record), metered_cost_usd=record["metered_cost_usd"])
+    assert outcome.charge_usd == Decimal("0.042")
+    assert ledger.settlement(4_300_000, outcome.charge_usd, metered=outcome.metered) == (
+        42_000,
+        "charged the metered cost",
+    )

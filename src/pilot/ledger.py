@@ -2,9 +2,13 @@
 
 Before a run is dispatched it reserves its worst case (its dollar cap plus the
 judges' estimate ``judges.reserve_usd_per_run``); when the attempt ends the
-reservation is replaced by the cost the client reported, or kept whole as the
-charge when no cost was reported (:func:`settlement`). No reservation is
-granted that would take spent plus reserved over the envelope (A-001).
+reservation is replaced by what it cost: the model proxy's metered agent cost
+where the proxy metered the attempt (every real backend; never the client's
+own figure, which a side request or a forged result can put below what was
+spent), the reported cost where nothing metered it (the simulated backend),
+or kept whole as the charge when the cost is unknown (:func:`settlement`).
+No reservation is granted that would take spent plus reserved over the
+envelope (A-001).
 
 Amounts are kept as integer micro-dollars so that the balance is exact and
 ``audit`` can demand equality rather than closeness. Every change happens in

@@ -338,6 +338,8 @@ def run_row(
             # Beyond the schema's columns, carried along for the process analyses.
             "deviations": len(deviations) if isinstance(deviations, (list, tuple)) else int(deviations),
             "cost_complete": agent_cost(rec) is not None,
+            # The model proxy's metered agent cost beside C (what the ledger charged); missing where nothing metered it.
+            "metered_cost_usd": None if rec.get("metered_cost_usd") is None else _finite(rec["metered_cost_usd"]),
             # Requests to the run's portal (A3/A4 on portal scenarios); missing where there was no portal.
             "portal_requests": rec.get("portal_requests"),
             # The portal was not answering at the end of the run (a note on the run); missing where there was no portal.

@@ -410,6 +410,8 @@ def run_attempt(
         sessions: list[SessionOutcome] = []
         # The proxy's next sequence number before each session: which of its exchanges belong to which session.
         session_bounds = [int(getattr(meter, "_seq", 0)) + 1]
+        # The prompt the harness gives each session: the only user text the witness lets the model be sent.
+        prompts = [str(study["worker"]["user_prompt"])]
         first = agent.run_session(0, budget_usd=caps.usd, wall_s=caps.wall_s, max_turns=max_turns)
         sessions.append(first)
         cls1 = _metered_cap(classify(first), meter)
@@ -428,6 +430,7 @@ def run_attempt(
                 cli_version=first.cli_version,
                 enforcement=getattr(agent, "enforcement", ""),
             )
+            _close_meter(meter)
             _record_meter(rec, meter, None)
             rec.harness_s = time.monotonic() - t_start
             _write(out_dir, rec)
@@ -461,6 +464,7 @@ def run_attempt(
                     recovery_skipped = f"no wall time left ({wall_left:.1f} s)"
                 else:
                     session_bounds.append(int(getattr(meter, "_seq", 0)) + 1)
+                    prompts.append(RESUME_PROMPT)
                     second = agent.run_session(
                         1,
                         budget_usd=budget_left,
@@ -480,6 +484,9 @@ def run_attempt(
                     passed2, lines2 = _selfcheck(ws_root, scenario)
                     (out_dir / "selfcheck_final.txt").write_text("\n".join(lines2) + "\n", encoding="utf-8")
                     selfcheck_final = passed2
+        # The agent is done: the proxy's books close (what is in flight is waited for, what stays open is booked at
+        # its worst case) before the run's cost and record are read from them.
+        _close_meter(meter)
         # The portal's health is taken when the agent is done, before evaluation can take its time.
         portal_end = portal.end_of_run() if portal is not None else None
         rec = _finish(
@@ -503,6 +510,7 @@ def run_attempt(
             meter=meter,
             session_bounds=session_bounds,
             record_from_proxy=record_from_proxy,
+            prompts=prompts,
         )
         if portal_end is not None:
             rec = _record_portal_end(rec, portal_end, portal, out_dir)
@@ -549,6 +557,12 @@ def _open_meter(
     stack.callback(proxy.close_run, run_id)
     sock = getattr(meter, "socket_path", None)
     return meter, launch.ModelEndpoint(str(meter.token), Path(sock) if sock else None, getattr(meter, "base_url", None))
+
+
+def _close_meter(meter: Any) -> None:
+    """Close the run's books on the model proxy (:meth:`pilot.agents.model_proxy.RunMeter.close`), if it has one."""
+    if meter is not None and hasattr(meter, "close"):
+        meter.close()
 
 
 def _metered_cap(cls: Classification, meter: Any) -> Classification:
@@ -654,6 +668,7 @@ def _finish(
     meter=None,
     session_bounds=None,
     record_from_proxy=True,
+    prompts=None,
 ) -> RunRecord:
     from pilot.workspace import transcript_path
 
@@ -688,6 +703,7 @@ def _finish(
             killed_sessions=sum(bool(s.timed_out or s.bound) for s in sessions),
             redact=tuple(getattr(agent, "redact", ())),
             notes=notes,
+            prompts=prompts,
         )
         devs += witness.tampering_deviations(tampering)
     deviations = [d.to_dict() for d in devs]

@@ -126,6 +126,14 @@ COLUMNS: tuple[ColumnSpec, ...] = (
 # Process columns a table may carry beyond the schema: checked by kind when present, never required.
 OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(
+        "metered_cost_usd",
+        "float",
+        nullable=True,
+        minimum=0,
+        doc="the model proxy's metered agent cost, recovery included, which the ledger charged; C stays cost_usd; "
+        "missing where nothing metered the run",
+    ),
+    ColumnSpec(
         "portal_requests",
         "int",
         nullable=True,

@@ -39,9 +39,24 @@ checked from its headers before any byte of its body is read, a run has a
 bounded number of connections and requests in flight, and refusals are
 counted per reason with only the first few of each written whole.
 
+Request headers pass upstream only from ``study.yml``'s ``model_proxy`` lists
+(:class:`HeaderPolicy`): others are dropped and counted, and an API version or
+beta the lists do not name refuses the request before its body is read.
+
+Every forwarded request is booked once (:class:`OpenRequest`,
+:meth:`RunMeter.book`), at the usage its events report as they arrive; an
+answer cut, malformed or ended at the event-line bound (lines are split in
+linear time, :class:`EventLines`) is booked at what it said, its output at
+``max_tokens``. Closing a run (:meth:`MeteringProxy.close_run`, which the
+runner calls when the agent is done) refuses whatever comes, waits a bounded
+time for the requests in flight and books any still open at its reserved
+worst case, so no request the upstream bills is missed.
+
 Beside the usage record the proxy writes ``proxy_exchanges.jsonl``: for each
-answered messages request, the tool results the model was shown and the
-content it answered (text, tool calls), bounded; see :func:`read_exchanges`.
+answered messages request, every block of the request the record does not
+hold yet (tool results, and any other block with its message and role) and
+the content the model answered (text, tool calls), bounded; see
+:func:`read_exchanges` and :func:`request_blocks`.
 """
 
 from __future__ import annotations
@@ -70,6 +85,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from pilot.protocol.design import PROXY_OWN_HEADERS
 from pilot.protocol.prices import ModelPrice, PriceTable, Usage
 
 log = logging.getLogger(__name__)
@@ -139,6 +155,8 @@ REFUSAL_KEYS = frozenset(
         "source_not_allowed",
         "rate_limited",
         "cap",
+        "beta_not_allowed",
+        "version_not_allowed",
     }
 )
 #: The exchange record beside the usage record.
@@ -147,8 +165,17 @@ EXCHANGES_FILE_NAME = "proxy_exchanges.jsonl"
 EXCHANGE_TEXT_LIMIT = 100_000
 #: The exchange rows one run may write; past it one ``exchanges_truncated`` row, and metering goes on.
 EXCHANGES_MAX_BYTES = 64 * 1024 * 1024
-#: No server-sent event line of an answer is longer than this; a longer one is dropped, not held.
+#: No server-sent event line of an answer is longer than this: a longer one ends the answer where it stands (it is
+#: booked at what its events had said, the output at ``max_tokens``), and the usage row says so. The API's events
+#: are deltas of a few hundred bytes; 16 MiB holds any whole message the API could send as one event.
 MAX_EVENT_LINE_BYTES = 16 * 1024 * 1024
+#: How long closing a run waits for its requests still in flight to be answered and booked; what is still open then
+#: is booked at its reserved worst case (the upstream bills it whether or not anyone reads the answer).
+CLOSE_WAIT_S = 30.0
+#: Keys (of blocks and messages) the exchange record remembers per run as already kept; past it a block is kept again.
+SEEN_KEYS_MAX = 100_000
+#: Blocks of one request kept in its exchange row (tool results and any other); the rest are counted, not kept.
+REQUEST_BLOCKS_MAX = 256
 #: An upstream connection idle longer than this is not reused (servers close idle ones after a few seconds).
 KEEP_ALIVE_IDLE_S = 4.0
 #: Unix socket paths longer than this do not fit ``sockaddr_un``.
@@ -178,25 +205,9 @@ def run_id_from_header(value: str | None) -> str | None:
 
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "x-api-key",
-        "authorization",
-        "accept-encoding",
-        "expect",
-    }
-)
+# What belongs to one connection or is set by the proxy itself: never passed on (the run label, set by the proxy
+# when asked, is added after).
+_HOP_BY_HOP = PROXY_OWN_HEADERS - {RUN_ID_HEADER}
 #: The fields a messages request may carry: those the pinned CLI sends and plain sampling controls.
 #: Refused, by not being here: ``mcp_servers`` and ``container`` (the API reaching out on the agent's
 #: behalf), ``service_tier`` and ``speed`` (billed at other rates than the table's).
@@ -235,14 +246,124 @@ COUNT_KEYS = frozenset(
         "output_format",
     }
 )
-# The anthropic-beta header is passed on as the client sends it: the pinned CLI sends several betas, and an
-# allow-list written without seeing every one it may send could break it. What a beta could add is held by the
-# field and block allow-lists (no mcp_servers, container, server tools, URL or file sources).
+# PROXY_OWN_HEADERS (from pilot.protocol.design, which refuses a study.yml that lists one): the headers the proxy
+# sets itself or that belong to one connection, never taken from the client.
 
 
-# --------------------------------------------------------------------------
-# What a request may carry
-# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeaderPolicy:
+    """Which request headers pass upstream: ``study.yml`` ``model_proxy`` (validated on load).
+
+    A header not in ``forwarded`` is dropped (and counted per run); an
+    ``anthropic-version`` outside ``api_versions`` or an ``anthropic-beta``
+    naming a beta outside ``betas`` refuses the request before its body is read.
+    """
+
+    forwarded: frozenset[str]
+    api_versions: frozenset[str]
+    betas: frozenset[str]
+
+    @classmethod
+    def from_study(cls, study: Any = None) -> HeaderPolicy:
+        if study is None:
+            from pilot import protocol
+
+            study = protocol.study()
+        raw = study["model_proxy"]
+        return cls(
+            forwarded=frozenset(h.lower() for h in raw["forwarded_headers"]) - PROXY_OWN_HEADERS,
+            api_versions=frozenset(raw["api_versions"]),
+            betas=frozenset(raw["betas"]),
+        )
+
+    def refusal(self, headers: Any) -> RequestRefused | None:
+        """The refusal of a request whose version or betas are not the study's, or None."""
+        versions = headers.get_all("anthropic-version") or []
+        for version in versions:
+            if version.strip() not in self.api_versions:
+                return RequestRefused(
+                    "version_not_allowed",
+                    f"anthropic-version {_short(version.strip(), 80)} is not available in this study "
+                    f"(allowed: {', '.join(sorted(self.api_versions))})",
+                    close=True,
+                )
+        asked = [b.strip() for value in headers.get_all("anthropic-beta") or [] for b in value.split(",")]
+        refused = sorted({b for b in asked if b and b not in self.betas})
+        if refused:
+            return RequestRefused(
+                "beta_not_allowed",
+                f"anthropic-beta {[_short(b, 80) for b in refused[:10]]} is not available in this study",
+                close=True,
+                betas=[b[:80] for b in refused[:10]],
+            )
+        return None
+
+    def forward(self, headers: Any) -> tuple[dict[str, str], list[str]]:
+        """The headers to send upstream (one value each, the betas joined) and the names dropped."""
+        out: dict[str, str] = {}
+        dropped: list[str] = []
+        for name, value in headers.items():
+            key = name.lower()
+            if key in PROXY_OWN_HEADERS:
+                continue
+            if key not in self.forwarded:
+                dropped.append(key[:80])
+            elif key == "anthropic-beta" and key in out:
+                out[key] += "," + value
+            else:
+                out[key] = value
+        return out, dropped
+
+
+class LineTooLong(Exception):
+    """A server-sent event line longer than the bound (:class:`EventLines`)."""
+
+
+class EventLines:
+    """Splits a byte stream into lines, in time linear in its length, holding at most ``limit`` bytes of one line.
+
+    The pending line is a list of pieces joined once, when its newline comes;
+    only the new chunk is searched for a newline. Each byte is copied at most
+    twice (cut out of its chunk, and joined into its line); ``work`` counts
+    the bytes copied (a test reads it to show the cost is linear). A line
+    longer than ``limit`` raises :class:`LineTooLong` as soon as it passes the
+    bound, before it is held whole.
+    """
+
+    def __init__(self, limit: int = MAX_EVENT_LINE_BYTES) -> None:
+        self.limit = limit
+        self._pending: list[bytes] = []
+        self._size = 0
+        self.work = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines this chunk completes (without their ``\\n`` or ``\\r\\n``)."""
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            stop = len(chunk) if end < 0 else end
+            if self._size + stop - start > self.limit:
+                self._pending, self._size = [], 0
+                raise LineTooLong(f"an event line longer than {self.limit} bytes")
+            # The whole chunk is kept as it is when it holds no newline; any other part is cut out (a copy).
+            piece = chunk if start == 0 and end < 0 else chunk[start:stop]
+            if piece is not chunk:
+                self.work += len(piece)
+            if end < 0:
+                if piece:
+                    self._pending.append(piece)
+                    self._size += len(piece)
+                return lines
+            if self._pending:
+                self._pending.append(piece)
+                line = b"".join(self._pending)
+                self._pending, self._size = [], 0
+                self.work += len(line)
+            else:
+                line = piece
+            lines.append(line[:-1] if line.endswith(b"\r") else line)
+            start = end + 1
 
 
 class RequestRefused(Exception):
@@ -455,22 +576,43 @@ def parse_body(raw: bytes) -> Any:
         raise RequestRefused("invalid_json", f"the request body is not valid JSON ({str(exc)[:200]})") from None
 
 
-def serialise_body(body: dict) -> bytes:
-    """The bytes the proxy forwards: the checked value written anew.
+def _json_bytes(value: Any) -> bytes:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (sent as an escape) has no UTF-8 form: write every non-ASCII character escaped instead.
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def serialise_request(body: dict) -> tuple[bytes, list[bytes]]:
+    """The bytes the proxy forwards (the checked value written anew), and each message's own bytes within them.
 
     So the API reads exactly what the proxy checked: no escape, duplicate key or
     other spelling of the client's can mean one thing here and another there.
+    The body is written key by key as ``json.dumps`` writes it, each message
+    on its own, so that the exchange record can tell the messages it has
+    already kept by their bytes without writing them a second time.
     """
     try:
-        try:
-            return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate (sent as an escape) has no UTF-8 form: write every non-ASCII character escaped instead.
-            return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return _json_bytes(body), []
+        parts = [_json_bytes(m) for m in messages]
+        out = [b"{"]
+        for i, (key, value) in enumerate(body.items()):
+            out.append((b"," if i else b"") + _json_bytes(key) + b":")
+            out.append(b"[" + b",".join(parts) + b"]" if key == "messages" else _json_bytes(value))
+        out.append(b"}")
+        return b"".join(out), parts
     except (ValueError, RecursionError) as exc:
         raise RequestRefused(
             "invalid_json", f"the request body cannot be forwarded as JSON ({str(exc)[:200]})"
         ) from None
+
+
+def serialise_body(body: dict) -> bytes:
+    """The bytes the proxy forwards (:func:`serialise_request` without the messages' parts)."""
+    return serialise_request(body)[0]
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -592,19 +734,170 @@ def flatten_tool_result(content: Any, limit: int = EXCHANGE_TEXT_LIMIT) -> tuple
     return _clip("\n".join(parts), limit)
 
 
-def request_record(body: dict) -> dict[str, Any]:
-    """The request's side of its exchange row: its message count and the tool results of its last user message."""
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-    last_user = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
-    content = last_user.get("content") if last_user is not None else None
-    results, truncated = [], False
-    for block in content if isinstance(content, list) else []:
+# Which blocks a request adds. A block is known by a key: its role, its kind and what it says, less its
+# ``cache_control`` (the client moves its cache breakpoints from request to request). A text, a tool call and a
+# thinking block have keys of their own that the proxy can also compute from a streamed answer, so that the model's
+# own answers, sent back in the next request's history, are known as already kept.
+
+
+def _key(role: str, kind: str, payload: bytes) -> bytes:
+    return hashlib.blake2b(f"{role}\0{kind}\0".encode() + payload, digest_size=16).digest()
+
+
+def _text_bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str).encode("ascii")
+
+
+def _without_cache_control(block: dict) -> dict:
+    out = {k: v for k, v in block.items() if k != "cache_control"}
+    content = out.get("content")
+    if isinstance(content, list):
+        out["content"] = [
+            {k: v for k, v in item.items() if k != "cache_control"} if isinstance(item, dict) else item
+            for item in content
+        ]
+    return out
+
+
+def block_key(role: str, block: Any) -> bytes:
+    """The key of one content block of a request: the same for the same block wherever its cache breakpoint is."""
+    try:
+        if not isinstance(block, dict):
+            return _key(role, "json", _canonical(block))
+        kind, keys = block.get("type"), set(block) - {"cache_control"}
+        if kind == "text" and keys == {"type", "text"} and isinstance(block["text"], str):
+            return _key(role, "text", hashlib.blake2b(_text_bytes(block["text"]), digest_size=16).digest())
+        if kind == "thinking" and keys == {"type", "thinking", "signature"}:
+            thinking, signature = block["thinking"], block["signature"]
+            if isinstance(thinking, str) and isinstance(signature, str):
+                digest = hashlib.blake2b(_text_bytes(thinking), digest_size=16).digest()
+                return _key(role, "thinking", digest + _text_bytes(signature))
+        if kind == "tool_use" and keys == {"type", "id", "name", "input"}:
+            return _key(role, "tool_use", _canonical([block["id"], block["name"], block["input"]]))
+        return _key(role, "json", _canonical(_without_cache_control(block)))
+    except (ValueError, TypeError, RecursionError):
+        return secrets.token_bytes(16)  # no key: the block is kept as new
+
+
+def _blocks_of(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list):
+        return content
+    return [] if content is None else [content]
+
+
+def _block_row(block: Any) -> tuple[dict, bool]:
+    """A request block other than a tool result, as the exchange record keeps it: an image or a document by its
+    source's kind and size, any other block as an answer's block is kept."""
+    if isinstance(block, dict) and block.get("type") in ("image", "document"):
+        given = block.get("source")
+        source: dict = given if isinstance(given, dict) else {}
+        data = source.get("data")
+        row = {"type": block["type"], "source_type": str(source.get("type"))[:40]}
+        if isinstance(source.get("media_type"), str):
+            row["media_type"] = source["media_type"][:80]
+        if isinstance(data, str):
+            row["bytes"] = len(data)
+        return row, False
+    return _content_row(block)
+
+
+@dataclass
+class RequestBlocks:
+    """What a request adds to the run's record: the blocks the record does not hold yet, and their keys."""
+
+    messages: int = 0
+    tool_results: list[dict] = field(default_factory=list)
+    blocks: list[dict] = field(default_factory=list)
+    #: New blocks past ``REQUEST_BLOCKS_MAX``: counted only.
+    unrecorded: int = 0
+    truncated: bool = False
+    #: The messages as sent: a request sent again carries the same.
+    digest: str = ""
+    #: Keys to remember once the exchange is written (the request's blocks and messages).
+    keys: list[bytes] = field(default_factory=list, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "request_messages": self.messages,
+            "request_tool_results": self.tool_results,
+            "request_blocks": self.blocks,
+            "request_blocks_unrecorded": self.unrecorded,
+            "request_digest": self.digest,
+        }
+
+
+def request_blocks(body: dict, seen: Callable[[bytes], bool] = lambda key: False, parts: list[bytes] | None = None):
+    """The blocks of a request the record does not hold yet (``seen`` says which it does).
+
+    Every block of the system prompt and of every message is read, whatever
+    its role: a tool result goes to ``tool_results`` (as before, flattened),
+    any other block (a user's text, an image, a text or a call in the history
+    the model did not say) to ``blocks`` with its message's index and role.
+    A message whose bytes (``parts``, from :func:`serialise_request`) the
+    record already holds is passed over whole. Never raises, whatever the body.
+    """
+    out = RequestBlocks()
+    given = body.get("messages")
+    messages: list = given if isinstance(given, list) else []
+    out.messages = len(messages)
+    digest = hashlib.blake2b(digest_size=16)
+    todo: list[tuple[int | None, str, Any]] = []
+    system = body.get("system")
+    if system is not None:
+        todo += [(None, "system", b) for b in _blocks_of(system)]
+    for i, message in enumerate(messages):
+        if parts is not None and i < len(parts):
+            mkey = hashlib.blake2b(b"message\0" + parts[i], digest_size=16).digest()
+        else:
+            mkey = _key("message", "json", _canonical(message)) if isinstance(message, (dict, list)) else b""
+        digest.update(mkey)
+        if mkey and seen(mkey):
+            continue
+        out.keys.append(mkey)
+        role = str(message.get("role"))[:40] if isinstance(message, dict) else "?"
+        content = message.get("content") if isinstance(message, dict) else message
+        todo += [(i, role, b) for b in _blocks_of(content)]
+    out.digest = digest.hexdigest()
+    mine: set[bytes] = set()
+    for n, (index, role, block) in enumerate(todo):
+        if len(mine) >= SEEN_KEYS_MAX:
+            # More new blocks than the record remembers: the rest are counted, not read.
+            out.unrecorded += len(todo) - n
+            out.truncated = True
+            break
+        key = block_key(role, block)
+        if key in mine or seen(key):
+            continue
+        mine.add(key)
+        out.keys.append(key)
+        if len(out.tool_results) + len(out.blocks) >= REQUEST_BLOCKS_MAX:
+            out.unrecorded += 1
+            out.truncated = True
+            continue
         if isinstance(block, dict) and block.get("type") == "tool_result":
             text, cut = flatten_tool_result(block.get("content"))
             tool_use_id, cut_id = _clip(str(block.get("tool_use_id", "")), 1000)
-            results.append({"tool_use_id": tool_use_id, "is_error": block.get("is_error") is True, "text": text})
-            truncated = truncated or cut or cut_id
-    return {"request_messages": len(messages), "request_tool_results": results, "truncated": truncated}
+            out.tool_results.append(
+                {"tool_use_id": tool_use_id, "is_error": block.get("is_error") is True, "text": text}
+            )
+            out.truncated = out.truncated or cut or cut_id
+        else:
+            row, cut = _block_row(block)
+            out.blocks.append({"message": index, "role": role, **row})
+            out.truncated = out.truncated or cut
+    return out
+
+
+def request_record(body: dict) -> dict[str, Any]:
+    """The request's side of its exchange row, the record holding nothing yet: every block is new."""
+    blocks = request_blocks(body)
+    return {**blocks.row(), "truncated": blocks.truncated}
 
 
 def _content_row(block: Any) -> tuple[dict, bool]:
@@ -628,7 +921,19 @@ def _content_row(block: Any) -> tuple[dict, bool]:
 class _StreamedBlock:
     """One content block of a streamed answer, its text or its tool input's JSON gathered up to the bound."""
 
-    __slots__ = ("kind", "id", "name", "start_input", "parts", "size", "cut", "row")
+    __slots__ = (
+        "kind",
+        "id",
+        "name",
+        "start_input",
+        "parts",
+        "size",
+        "cut",
+        "row",
+        "hasher",
+        "signature",
+        "tool_input",
+    )
 
     def __init__(self, start: dict) -> None:
         self.kind = start.get("type")
@@ -637,8 +942,16 @@ class _StreamedBlock:
         self.size = 0
         self.cut = False
         self.row: tuple[dict, bool] | None = None
+        # A text's or a thinking's whole content, hashed as it comes (the record keeps only its first part).
+        self.hasher = hashlib.blake2b(digest_size=16) if self.kind in ("text", "thinking") else None
+        signature = start.get("signature")
+        self.signature: str = signature if isinstance(signature, str) else ""
+        self.tool_input: Any = None
         if self.kind == "text" and isinstance(start.get("text"), str) and start["text"]:
+            self.hasher.update(_text_bytes(start["text"]))  # type: ignore[union-attr]
             self.add(start["text"])
+        if self.kind == "thinking" and isinstance(start.get("thinking"), str):
+            self.hasher.update(_text_bytes(start["thinking"]))  # type: ignore[union-attr]
 
     def add(self, text: str) -> None:
         if self.cut:
@@ -652,9 +965,28 @@ class _StreamedBlock:
     def delta(self, delta: dict) -> None:
         kind = delta.get("type")
         if kind == "text_delta" and self.kind == "text":
-            self.add(str(delta.get("text", "")))
+            text = str(delta.get("text", ""))
+            self.hasher.update(_text_bytes(text))  # type: ignore[union-attr]
+            self.add(text)
         elif kind == "input_json_delta" and self.kind == "tool_use":
             self.add(str(delta.get("partial_json", "")))
+        elif kind == "thinking_delta" and self.kind == "thinking":
+            self.hasher.update(_text_bytes(str(delta.get("thinking", ""))))  # type: ignore[union-attr]
+        elif kind == "signature_delta" and self.kind == "thinking":
+            self.signature += str(delta.get("signature", ""))
+
+    def key(self) -> bytes | None:
+        """The block's key as the next request's history will carry it (None when it cannot be known)."""
+        if self.kind == "text" and self.hasher is not None:
+            return _key("assistant", "text", self.hasher.digest())
+        if self.kind == "thinking" and self.hasher is not None:
+            return _key("assistant", "thinking", self.hasher.digest() + _text_bytes(self.signature))
+        if self.kind == "tool_use" and not self.finish()[1]:
+            try:
+                return _key("assistant", "tool_use", _canonical([self.id, self.name, self.tool_input]))
+            except (ValueError, TypeError, RecursionError):
+                return None
+        return None
 
     def finish(self) -> tuple[dict, bool]:
         if self.row is not None:
@@ -670,6 +1002,7 @@ class _StreamedBlock:
                     tool_input = json.loads(text)
                 except (ValueError, RecursionError):
                     tool_input = {"_unparsed": text}
+            self.tool_input = tool_input
             row, cut = _content_row({"type": "tool_use", "id": self.id, "name": self.name, "input": tool_input})
             self.row = (row, cut or self.cut)
         elif self.kind == "text":
@@ -688,6 +1021,7 @@ class AnswerRecord:
     def __init__(self) -> None:
         self._blocks: dict[int, _StreamedBlock] = {}
         self._whole: list[tuple[dict, bool]] | None = None
+        self._whole_keys: list[bytes] = []
         self.stop_reason: str | None = None
         self.complete = False
         self.failed = False
@@ -715,6 +1049,7 @@ class AnswerRecord:
         try:
             content = message.get("content")
             self._whole = [_content_row(b) for b in (content if isinstance(content, list) else [])]
+            self._whole_keys = [block_key("assistant", b) for b in (content if isinstance(content, list) else [])]
             reason = message.get("stop_reason")
             self.stop_reason = reason if isinstance(reason, str) else None
             self.complete = True
@@ -729,6 +1064,16 @@ class AnswerRecord:
             self.failed = True
             return [], False
         return [row for row, _ in rows], any(cut for _, cut in rows)
+
+    def keys(self) -> list[bytes]:
+        """The keys of the answer's blocks (those that can be known), as the next request's history carries them."""
+        if self._whole is not None:
+            return list(self._whole_keys)
+        try:
+            keys = [self._blocks[i].key() for i in sorted(self._blocks)]
+        except Exception:  # noqa: BLE001 - as in event()
+            return []
+        return [k for k in keys if k is not None]
 
 
 # --------------------------------------------------------------------------
@@ -769,6 +1114,96 @@ class TokenBucket:
             return False
 
 
+class OpenRequest:
+    """A request the proxy forwarded, from its reservation until it is booked: what its answer has said so far.
+
+    The relay updates it as each event arrives (``message_start`` gives the
+    input and cache usage, ``message_delta`` the output), so that whoever books
+    it (the relay when the answer ends, or :meth:`RunMeter.close_books` when
+    the run closes first) books what the upstream has said by then.
+    """
+
+    def __init__(
+        self,
+        info: dict,
+        price: ModelPrice | None,
+        worst: Decimal,
+        max_tokens: int | None,
+        blocks: RequestBlocks | None,
+    ) -> None:
+        self.info, self.price, self.worst, self.max_tokens, self.blocks = info, price, worst, max_tokens, blocks
+        self.started = time.perf_counter()
+        self.status = 502
+        self.answered = False
+        self.usage: Usage | None = None
+        self.complete = False
+        self.message_id: Any = None
+        self.service_tier: Any = None
+        self.note: str | None = None
+        #: Why the answer ended before its end: ``upstream_cut``, ``event_line_bound``, ``run_closed``; None when whole.
+        self.ended_by: str | None = None
+        self.answer = AnswerRecord()
+        self.booked = False
+
+    def add_note(self, note: str) -> None:
+        self.note = f"{self.note}; {note}" if self.note else note
+
+    def usage_row(self) -> dict:
+        """The usage row for what the answer has said: priced, with the rules for an answer that told too little."""
+        row = {
+            **self.info,
+            "status": self.status,
+            "message_id": self.message_id,
+            "duration_ms": round((time.perf_counter() - self.started) * 1000, 3),
+        }
+        if self.price is None:
+            return {**row, "cost_usd": "0", "note": self.note}
+        usage, complete, note = self.usage, self.complete, self.note
+        if self.status != 200 and usage is None:
+            usage, complete = Usage(), True  # the API does not bill a refused or failed request
+            note = note or f"upstream status {self.status}: not billed"
+        if usage is None:
+            # An answer began but told nothing of its usage: charge its whole worst case.
+            cost = self.worst
+            usage = Usage()
+            note = (note + "; " if note else "") + "no usage seen: charged the request's worst case"
+        else:
+            if not complete:
+                # The final count never arrived: charge the whole output allowance.
+                usage = Usage(**{**usage.as_dict(), "output_tokens": max(usage.output_tokens, self.max_tokens or 0)})
+                note = (note + "; " if note else "") + "final usage not seen: output charged at max_tokens"
+            cost = self.price.cost(usage)
+        tier = self.service_tier
+        if tier not in (None, "standard"):
+            note = (
+                note + "; " if note else ""
+            ) + f"billed in service tier {tier!r}, priced at the table's standard rates"
+        row.update(usage.as_dict())
+        row.update(cost_usd=str(cost), usage_complete=complete, service_tier=tier, note=note)
+        if self.ended_by is not None:
+            row["ended_by"] = self.ended_by
+        return row
+
+    def exchange_row(self, cost_usd: str) -> dict | None:
+        """The exchange row of a messages request the upstream answered or that was open when the run closed."""
+        if self.blocks is None or not (self.answered or self.ended_by == "run_closed"):
+            return None
+        content, cut = self.answer.content()
+        message_id = self.message_id
+        return {
+            "status": self.status if self.answered else None,
+            "model": self.info["model"],
+            "message_id": message_id if isinstance(message_id, str) else None,
+            "stop_reason": self.answer.stop_reason,
+            "complete": self.answer.complete and not self.answer.failed and self.ended_by is None,
+            **self.blocks.row(),
+            "response_content": content,
+            "truncated": bool(self.blocks.truncated or cut),
+            "cost_usd": cost_usd,
+            "ended_by": self.ended_by,
+        }
+
+
 @dataclass
 class RunMeter:
     """One run's listener, token and running account. Read it; the proxy writes it."""
@@ -797,6 +1232,10 @@ class RunMeter:
     reserved_usd: Decimal = Decimal(0)
     #: Whether the exchange record reached its bound (``EXCHANGES_MAX_BYTES``) and stopped.
     exchanges_truncated: bool = False
+    #: Request headers outside the study's list, dropped rather than forwarded: how often, per name.
+    dropped_headers: dict[str, int] = field(default_factory=dict)
+    #: Requests still open when the run closed and booked then at their worst case.
+    booked_at_close: int = 0
     count_bucket: TokenBucket = field(
         default_factory=lambda: TokenBucket(COUNT_TOKENS_BURST, COUNT_TOKENS_PER_MINUTE), repr=False
     )
@@ -809,14 +1248,30 @@ class RunMeter:
     _in_flight: int = 0
     _in_flight_bytes: int = 0
     _connections: int = 0
+    # Forwarded requests not yet booked, and the keys of the blocks the exchange record holds.
+    _open: set[OpenRequest] = field(default_factory=set, repr=False)
+    _seen: set[bytes] = field(default_factory=set, repr=False)
+    _closer: Callable[[], Any] | None = field(default=None, repr=False)
 
     @property
     def env(self) -> dict[str, str]:
         """The agent-side variables for a host without the socket bridge (loopback TCP)."""
         return {"ANTHROPIC_BASE_URL": self.base_url, "ANTHROPIC_API_KEY": self.token}
 
+    @property
+    def open_requests(self) -> int:
+        """Forwarded requests not yet booked."""
+        with self._lock:
+            return len(self._open)
+
     def token_ok(self, presented: str | None) -> bool:
         return presented is not None and hmac.compare_digest(presented.encode(), self.token.encode())
+
+    def close(self) -> RunMeter:
+        """Close the run on its proxy (:meth:`MeteringProxy.close_run`): refuse what comes, book what is open."""
+        if self._closer is not None:
+            self._closer()
+        return self
 
     def _write(self, row: dict) -> dict:
         # Called with the lock held: the file order is the metering order.
@@ -843,6 +1298,17 @@ class RunMeter:
             fh.write(line)
         self._exchange_bytes += len(line)
 
+    def seen(self, key: bytes) -> bool:
+        """Whether the exchange record already holds a block (or a whole message) with this key."""
+        return key in self._seen
+
+    def _remember(self, keys: Iterable[bytes]) -> None:
+        # Called with the lock held, as the exchange row that holds these blocks is written.
+        for key in keys:
+            if len(self._seen) >= SEEN_KEYS_MAX:
+                return
+            self._seen.add(key)
+
     def refuse(self, key: str, reason: str, **detail: Any) -> dict:
         """Count a refusal under its reason key; the first few of each key are also written whole and kept."""
         key = re.sub(r"[^a-z0-9_]+", "_", key.lower())[:40] or "other"
@@ -858,9 +1324,28 @@ class RunMeter:
             log.warning("model proxy: further refusals (%s) of run %s are counted, not logged", key, self.run_id)
         return row
 
-    def reserve(self, worst_usd: Decimal) -> str | None:
-        """Reserve a request's worst case; the refusal reason when it would cross the cap."""
+    def count_dropped_headers(self, names: Iterable[str]) -> None:
         with self._lock:
+            for name in names:
+                if name in self.dropped_headers or len(self.dropped_headers) < REFUSAL_ROWS_PER_REASON * 4:
+                    self.dropped_headers[name] = self.dropped_headers.get(name, 0) + 1
+                else:
+                    self.dropped_headers["(other)"] = self.dropped_headers.get("(other)", 0) + 1
+
+    def reserve(self, worst_usd: Decimal, request: OpenRequest | None = None) -> str | None:
+        """Reserve a request's worst case (and hold ``request`` open until it is booked); the refusal reason when it
+        would cross the cap. A run already closed refuses (:class:`RequestRefused`, ``run_closed``): nothing is
+        forwarded once its books are being closed."""
+        with self._lock:
+            if self.closed:
+                raise RequestRefused(
+                    "run_closed",
+                    f"run {self.run_id} is closed",
+                    403,
+                    "permission_error",
+                    close=True,
+                    record="run closed: the request came while its books were being closed",
+                )
             if self.capped:
                 return f"the run is already capped ({self.capped_reason})"
             if self.metered_usd + self.reserved_usd + worst_usd > self.cap_usd:
@@ -869,6 +1354,8 @@ class RunMeter:
                     f"{worst_usd} USD would exceed the run's cap of {self.cap_usd} USD"
                 )
             self.reserved_usd += worst_usd
+            if request is not None:
+                self._open.add(request)
             return None
 
     def mark_capped(self, reason: str) -> None:
@@ -876,23 +1363,79 @@ class RunMeter:
             if not self.capped:
                 self.capped, self.capped_reason = True, reason
 
-    def settle(self, worst_usd: Decimal, row: dict, exchange: dict | None = None) -> dict:
-        """Release a request's reservation and book what it cost (and, for an answered messages request, its exchange)."""
-        with self._lock:
-            self.reserved_usd -= worst_usd
-            self.metered_usd += Decimal(row["cost_usd"])
-            row = self._write({**row, "metered_usd": str(self.metered_usd)})
-            self.requests.append(row)
-            if exchange is not None:
-                self._write_exchange({"seq": row["seq"], "at": row["at"], **exchange})
-            return row
+    def book(self, request: OpenRequest) -> dict | None:
+        """Book a forwarded request at what its answer said (and write its exchange row); once only.
 
-    def record(self, row: dict) -> dict:
-        """Book an exchange that costs nothing (a count_tokens call)."""
+        A request the run's close already booked at its worst case is not booked
+        again: what its answer said, arriving late, is written as a ``late_answer``
+        row that changes no sum.
+        """
+        row = request.usage_row()
         with self._lock:
-            row = self._write({**row, "metered_usd": str(self.metered_usd)})
-            self.requests.append(row)
-            return row
+            if request.booked:
+                self._write(
+                    {
+                        "kind": "late_answer",
+                        "request_kind": row.get("kind"),
+                        **{k: row.get(k) for k in ("model", "status", "message_id", "cost_usd", "note")},
+                        **{k: row[k] for k in Usage().as_dict() if k in row},
+                    }
+                )
+                return None
+            return self._settle(request, row)
+
+    def _settle(self, request: OpenRequest, row: dict) -> dict:
+        # Called with the lock held.
+        request.booked = True
+        self._open.discard(request)
+        self.reserved_usd -= request.worst
+        self.metered_usd += Decimal(row["cost_usd"])
+        row = self._write({**row, "metered_usd": str(self.metered_usd)})
+        self.requests.append(row)
+        exchange = request.exchange_row(row["cost_usd"])
+        if exchange is not None:
+            self._write_exchange({"seq": row["seq"], "at": row["at"], **exchange})
+            self._remember(request.blocks.keys if request.blocks is not None else ())
+            self._remember(request.answer.keys())
+        return row
+
+    def close_books(self, wait_s: float) -> int:
+        """Wait up to ``wait_s`` for the forwarded requests to be booked; book those still open at their worst case.
+
+        Call once the run is closed (no request can be forwarded any more).
+        Returns how many were booked at their worst case.
+        """
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        while True:
+            with self._lock:
+                if not self._open:
+                    return 0
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        with self._lock:
+            still = sorted(self._open, key=lambda r: r.started)
+            for request in still:
+                request.ended_by = "run_closed"
+                said = request.note if not request.answered else request.usage_row().get("note")
+                row = {
+                    **request.usage_row(),
+                    # Not answered yet: no status of the upstream's (the 502 an unreachable upstream gets is not it).
+                    "status": request.status if request.answered else None,
+                    "cost_usd": str(request.worst),
+                    "booked_at": "worst_case",
+                    "note": f"still open {wait_s:g} s after the run was closed: booked at its reserved worst case"
+                    + (f"; {said}" if said else ""),
+                }
+                self._settle(request, row)
+            self.booked_at_close += len(still)
+        if still:
+            log.warning(
+                "model proxy: run %s closed with %d request(s) open: booked at their worst case",
+                self.run_id,
+                len(still),
+            )
+        return len(still)
 
     # -- admission --------------------------------------------------------------
 
@@ -1142,6 +1685,9 @@ class _Handler(BaseHTTPRequestHandler):
                 close=True,
                 record="endpoint not offered by the proxy",
             )
+        refused = proxy.headers.refusal(self.headers)
+        if refused is not None:
+            raise refused
         n = self._declared_length()
         if route == COUNT_ROUTE and not meter.count_bucket.take(proxy.clock()):
             raise RequestRefused(
@@ -1161,16 +1707,11 @@ class _Handler(BaseHTTPRequestHandler):
                 facts = check_request(body, count_tokens=True, models=meter.models, prices=proxy.prices)
                 payload = serialise_body(body)
                 del body  # only the forwarded bytes are held while the answer is relayed
-                return self._forward(
-                    meter,
-                    proxy,
-                    payload,
-                    {"kind": "count_tokens", "path": route, "model": facts.model},
-                    None,
-                    Decimal(0),
-                    None,
-                    None,
+                request = OpenRequest(
+                    {"kind": "count_tokens", "path": route, "model": facts.model}, None, Decimal(0), None, None
                 )
+                meter.reserve(Decimal(0), request)
+                return self._forward(meter, proxy, payload, request)
             plan = self._plan_messages(meter, proxy, body)
             del body
             if plan is not None:
@@ -1182,22 +1723,30 @@ class _Handler(BaseHTTPRequestHandler):
     def _plan_messages(self, meter: RunMeter, proxy: MeteringProxy, body: Any) -> tuple | None:
         """Check a messages request and reserve its worst case: the forward's arguments, or None when the cap refused it."""
         facts = check_request(body, count_tokens=False, models=meter.models, prices=proxy.prices)
-        payload = serialise_body(body)
-        exchange_request = request_record(body)
+        payload, parts = serialise_request(body)
+        blocks = request_blocks(body, meter.seen, parts)
         price = proxy.prices.price(facts.model)
         max_tokens = facts.max_tokens
         assert max_tokens is not None
         bound, method = input_bound(len(payload), facts.images, facts.documents, price)
         worst = price.worst_case(bound, max_tokens, facts.one_hour_cache)
-        refusal = meter.reserve(worst)
+        info = {
+            "kind": "messages",
+            "path": MESSAGES_ROUTE,
+            "model": facts.model,
+            "stream": bool(body.get("stream")),
+            "max_tokens": max_tokens,
+        }
+        request = OpenRequest(info, price, worst, max_tokens, blocks)
+        refusal = meter.reserve(worst, request)
         if refusal is not None and not meter.capped:
             counted = proxy.count_tokens(body, self.headers, urlsplit(self.path).query, run_id=meter.run_id)
             if counted is None:
                 refusal += "; count_tokens could not tighten the bound"
             else:
                 bound, method = min(bound, count_input_bound(counted, price)), "count_tokens"
-                worst = price.worst_case(bound, max_tokens, facts.one_hour_cache)
-                refusal = meter.reserve(worst)
+                worst = request.worst = price.worst_case(bound, max_tokens, facts.one_hour_cache)
+                refusal = meter.reserve(worst, request)
         if refusal is not None:
             meter.mark_capped(refusal)
             meter.refuse(
@@ -1214,106 +1763,45 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._send_error(CAP_STATUS, CAP_ERROR_TYPE, f"{CAP_MESSAGE_PREFIX}: {refusal}")
             return None
-        info = {
-            "kind": "messages",
-            "path": MESSAGES_ROUTE,
-            "model": facts.model,
-            "stream": bool(body.get("stream")),
-            "max_tokens": max_tokens,
-            "input_bound_tokens": bound,
-            "bound_method": method,
-            "one_hour_cache": facts.one_hour_cache,
-            "worst_case_usd": str(worst),
-        }
-        return payload, info, price, worst, max_tokens, exchange_request
+        info.update(
+            input_bound_tokens=bound,
+            bound_method=method,
+            one_hour_cache=facts.one_hour_cache,
+            worst_case_usd=str(worst),
+        )
+        return payload, request
 
-    def _forward(
-        self,
-        meter: RunMeter,
-        proxy: MeteringProxy,
-        payload: bytes,
-        info: dict,
-        price: ModelPrice | None,
-        worst: Decimal,
-        max_tokens: int | None,
-        exchange_request: dict | None,
-    ) -> None:
+    def _forward(self, meter: RunMeter, proxy: MeteringProxy, payload: bytes, request: OpenRequest) -> None:
         """Relay one request upstream and its answer back; book it before the answer's last byte leaves.
 
         Booking first means that once the agent has a whole answer, the meter
-        already holds its cost (and its exchange row).
+        already holds its cost (and its exchange row). Whatever ends the relay,
+        the request is booked (:meth:`RunMeter.book`, once).
         """
-        started = time.perf_counter()
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() != RUN_ID_HEADER}
+        headers, dropped = proxy.headers.forward(self.headers)
+        if dropped:
+            meter.count_dropped_headers(dropped)
         if proxy.label_upstream:
             headers[RUN_ID_HEADER] = run_id_header_value(meter.run_id)
-        state: dict[str, Any] = {
-            "usage": None,
-            "complete": False,
-            "status": 502,
-            "message_id": None,
-            "note": None,
-            "booked": False,
-            "answered": False,
-        }
-        answer = AnswerRecord()
-
-        def book() -> None:
-            if state["booked"]:
-                return
-            state["booked"] = True
-            row = {
-                **info,
-                "status": state["status"],
-                "message_id": state["message_id"],
-                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-            }
-            if price is None:
-                meter.record({**row, "cost_usd": "0", "note": state["note"]})
-                return
-            usage, complete, note = state["usage"], state["complete"], state["note"]
-            if state["status"] != 200 and usage is None:
-                usage, complete = Usage(), True  # the API does not bill a refused or failed request
-                note = note or f"upstream status {state['status']}: not billed"
-            if usage is None:
-                # An answer began but told nothing of its usage: charge its whole worst case.
-                cost = worst
-                usage = Usage()
-                note = (note + "; " if note else "") + "no usage seen: charged the request's worst case"
-            else:
-                if not complete:
-                    # The final count never arrived: charge the whole output allowance.
-                    usage = Usage(**{**usage.as_dict(), "output_tokens": max(usage.output_tokens, max_tokens or 0)})
-                    note = (note + "; " if note else "") + "final usage not seen: output charged at max_tokens"
-                cost = price.cost(usage)
-            tier = state.get("service_tier")
-            if tier not in (None, "standard"):
-                note = (
-                    note + "; " if note else ""
-                ) + f"billed in service tier {tier!r}, priced at the table's standard rates"
-            row.update(usage.as_dict())
-            row.update(cost_usd=str(cost), usage_complete=complete, service_tier=tier, note=note)
-            meter.settle(worst, row, self._exchange_row(state, answer, info, exchange_request))
-
         try:
             try:
                 resp = proxy.upstream_request(self.command, self._upstream_path(), payload, headers)
             except (OSError, http.client.HTTPException) as exc:
-                state["note"] = f"upstream unreachable: {exc}"
-                state["usage"], state["complete"] = Usage(), True
-                book()
+                request.add_note(f"upstream unreachable: {exc}")
+                request.usage, request.complete = Usage(), True
+                meter.book(request)
                 self._send_error(502, "api_error", "the model API could not be reached")
                 return
-            state["status"], state["answered"] = resp.status, True
+            request.status, request.answered = resp.status, True
             ctype = (resp.getheader("content-type") or "").lower()
             self.send_response(resp.status)
             for k, v in resp.getheaders():
                 if k.lower() not in _HOP_BY_HOP:
                     self.send_header(k, v)
             if "text/event-stream" in ctype:
-                client_ok = self._relay_stream(resp, state, answer)
-                book()
-                if client_ok and not state.get("upstream_cut"):
+                client_ok = self._relay_stream(resp, request)
+                meter.book(request)
+                if client_ok and request.ended_by is None:
                     try:
                         self.wfile.write(b"0\r\n\r\n")
                     except OSError:
@@ -1322,77 +1810,59 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
             else:
                 data = resp.read()
-                if info["kind"] == "messages":
-                    self._read_whole(data, resp.status, state, answer)
-                book()
+                if request.info["kind"] == "messages":
+                    self._read_whole(data, request)
+                meter.book(request)
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
-            if not resp.will_close and not state.get("upstream_cut"):
+            if not resp.will_close and request.ended_by is None:
                 proxy.release_connection(resp)
         finally:
-            book()
+            if not request.booked:
+                meter.book(request)
 
     @staticmethod
-    def _exchange_row(
-        state: dict[str, Any], answer: AnswerRecord, info: dict, exchange_request: dict | None
-    ) -> dict | None:
-        """The exchange row of a messages request the upstream answered (None for any other)."""
-        if exchange_request is None or not state["answered"]:
-            return None
-        content, cut = answer.content()
-        message_id = state["message_id"]
-        return {
-            "status": state["status"],
-            "model": info["model"],
-            "message_id": message_id if isinstance(message_id, str) else None,
-            "stop_reason": answer.stop_reason,
-            "complete": answer.complete and not answer.failed,
-            "request_messages": exchange_request["request_messages"],
-            "request_tool_results": exchange_request["request_tool_results"],
-            "response_content": content,
-            "truncated": bool(exchange_request["truncated"] or cut),
-        }
-
-    @staticmethod
-    def _read_whole(data: bytes, status: int, state: dict[str, Any], answer: AnswerRecord) -> None:
+    def _read_whole(data: bytes, request: OpenRequest) -> None:
         try:
             message = json.loads(data)
         except (ValueError, RecursionError):
             message = None
         if isinstance(message, dict):
-            answer.whole(message)
-        if status != 200:
+            request.answer.whole(message)
+        if request.status != 200:
             return
         try:
             if not isinstance(message, dict):
                 raise ValueError("not an object")
-            state["usage"] = Usage.from_api(message["usage"])
-            state["message_id"], state["complete"] = message.get("id"), True
-            state["service_tier"] = message["usage"].get("service_tier")
+            request.usage = Usage.from_api(message["usage"])
+            request.message_id, request.complete = message.get("id"), True
+            request.service_tier = message["usage"].get("service_tier")
         except (ValueError, KeyError, TypeError, AttributeError):
-            state["note"] = "answer carried no readable usage"
+            request.add_note("answer carried no readable usage")
 
-    def _relay_stream(self, resp: http.client.HTTPResponse, state: dict[str, Any], answer: AnswerRecord) -> bool:
-        """Relay server-sent events chunk by chunk, reading usage from message_start and message_delta.
+    def _relay_stream(self, resp: http.client.HTTPResponse, request: OpenRequest) -> bool:
+        """Relay server-sent events chunk by chunk, reading usage from message_start and message_delta as they come.
 
-        Returns whether the agent is still connected. When it is not, the
-        upstream answer is still read to its end: it is billed whole, so its
-        usage must be seen.
+        Lines are split in linear time and held only up to the bound
+        (:class:`EventLines`): a longer line ends the answer there, as a cut
+        (the agent's stream is closed without its last chunk). Returns whether
+        the agent is still connected. When it is not, the upstream answer is
+        still read to its end: it is billed whole, so its usage must be seen.
         """
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         client_ok = True
-        pending = b""
+        lines = EventLines(MAX_EVENT_LINE_BYTES)
         while True:
             try:
                 chunk = resp.read1(65536)
             except (OSError, http.client.HTTPException) as exc:
-                # The upstream cut its stream: the answer is booked as incomplete (at its worst case), and the agent
-                # sees the cut as it happened rather than a stream the proxy closed for it.
-                state["note"] = f"the upstream cut the stream mid-way ({type(exc).__name__})"
-                state["upstream_cut"] = True
+                # The upstream cut its stream: the answer is booked at what it said (the output at max_tokens), and
+                # the agent sees the cut as it happened rather than a stream the proxy closed for it.
+                request.add_note(f"the upstream cut the stream mid-way ({type(exc).__name__})")
+                request.ended_by = "upstream_cut"
                 break
             if not chunk:
                 break
@@ -1401,20 +1871,22 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 except OSError:
                     client_ok = False
-                    state["note"] = "the agent closed the connection mid-stream"
-            pending += chunk
-            if b"\n" in chunk:
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
+                    request.add_note("the agent closed the connection mid-stream")
+            try:
+                for line in lines.feed(chunk):
                     if line.startswith(b"data:"):
-                        self._read_event(line[5:], state, answer)
-            if len(pending) > MAX_EVENT_LINE_BYTES:
-                # No event is this long: drop it (the record says incomplete) rather than hold it.
-                pending, answer.failed = b"", True
+                        self._read_event(line[5:], request)
+            except LineTooLong:
+                # No event of the API is this long: the answer ends here, booked at what its events had said.
+                request.add_note(f"an event line passed {MAX_EVENT_LINE_BYTES} bytes: the answer was ended there")
+                request.ended_by = "event_line_bound"
+                request.answer.failed = True
+                resp.close()
+                break
         return client_ok
 
     @staticmethod
-    def _read_event(data: bytes, state: dict[str, Any], answer: AnswerRecord) -> None:
+    def _read_event(data: bytes, request: OpenRequest) -> None:
         try:
             event = json.loads(data)
             if not isinstance(event, dict):
@@ -1422,17 +1894,17 @@ class _Handler(BaseHTTPRequestHandler):
             kind = event.get("type")
             if kind == "message_start":
                 message = event.get("message") or {}
-                state["usage"], state["message_id"] = Usage.from_api(message.get("usage")), message.get("id")
-                state["service_tier"] = (message.get("usage") or {}).get("service_tier")
-            elif kind == "message_delta" and state["usage"] is not None:
-                state["usage"] = state["usage"].updated(event.get("usage"))
-                state["complete"] = True
+                request.usage, request.message_id = Usage.from_api(message.get("usage")), message.get("id")
+                request.service_tier = (message.get("usage") or {}).get("service_tier")
+            elif kind == "message_delta" and request.usage is not None:
+                request.usage = request.usage.updated(event.get("usage"))
+                request.complete = True
             elif kind == "error":
-                state["note"] = f"stream error event: {json.dumps(event.get('error'), default=str)[:300]}"
+                request.add_note(f"stream error event: {json.dumps(event.get('error'), default=str)[:300]}")
         except (ValueError, TypeError, AttributeError, RecursionError):
-            answer.failed = True
+            request.answer.failed = True
             return
-        answer.event(event)
+        request.answer.event(event)
 
 
 class _Listener(socketserver.ThreadingMixIn):
@@ -1511,6 +1983,8 @@ class MeteringProxy:
         ssl_context: ssl.SSLContext | None = None,
         label_upstream: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        headers: HeaderPolicy | None = None,
+        close_wait_s: float | None = None,
     ) -> None:
         parts = urlsplit(upstream_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -1535,6 +2009,10 @@ class MeteringProxy:
         self.label_upstream = bool(label_upstream)
         #: Seconds, for the count_tokens rate limit (a test passes its own).
         self.clock = clock
+        #: Which request headers pass upstream (default: study.yml's ``model_proxy``).
+        self.headers = headers if headers is not None else HeaderPolicy.from_study()
+        #: How long closing a run waits for its requests in flight (:meth:`close_run`; default ``CLOSE_WAIT_S``).
+        self.close_wait_s = CLOSE_WAIT_S if close_wait_s is None else float(close_wait_s)
         self._runs: dict[str, RunMeter] = {}
         self._lock = threading.Lock()
         self._pool = threading.local()
@@ -1617,6 +2095,7 @@ class MeteringProxy:
                 record_path=run_dir / USAGE_FILE_NAME,
                 exchanges_path=run_dir / EXCHANGES_FILE_NAME,
             )
+            meter._closer = lambda: self.close_run(run_id)
             # Present from the start, so that a run without exchanges is told apart from a run without a proxy.
             meter.exchanges_path.touch()
             meter._exchange_bytes = meter.exchanges_path.stat().st_size
@@ -1641,16 +2120,27 @@ class MeteringProxy:
         )
         return meter
 
-    def close_run(self, run_id: str) -> RunMeter:
-        """Close the run's listeners; any further request of the run is refused."""
+    def close_run(self, run_id: str, wait_s: float | None = None) -> RunMeter:
+        """Close the run's books: refuse whatever comes, wait for what is in flight, book what is still open.
+
+        From this call on no request of the run is forwarded (one on a
+        connection still open is refused and counted, ``run_closed``) and the
+        listeners close. The requests already forwarded get up to ``wait_s``
+        (default ``close_wait_s``) to be answered and booked at what their
+        answers say; any still open then is booked at its reserved worst case,
+        so the run's metered cost never misses a request the upstream bills.
+        Idempotent.
+        """
         meter = self._runs[run_id]
-        if meter.closed:
-            return meter
-        meter.closed = True
+        with meter._lock:
+            if meter.closed:
+                return meter
+            meter.closed = True
         for server in meter._servers:
             server.shutdown()
             server.server_close()
         meter.socket_path.unlink(missing_ok=True)
+        meter.close_books(self.close_wait_s if wait_s is None else wait_s)
         with meter._lock:
             counts = dict(sorted(meter.refusal_counts.items()))
             meter._write({"kind": "refusals", "counts": counts})
@@ -1662,6 +2152,8 @@ class MeteringProxy:
                     "capped_reason": meter.capped_reason,
                     "requests": len(meter.requests),
                     "refusals": sum(counts.values()),
+                    "booked_at_close": meter.booked_at_close,
+                    "dropped_headers": dict(sorted(meter.dropped_headers.items())),
                 }
             )
         if any(n > REFUSAL_ROWS_PER_REASON for n in counts.values()):
@@ -1732,7 +2224,8 @@ class MeteringProxy:
             "content-length": str(len(payload)),
         }
         for name in ("anthropic-version", "anthropic-beta"):
-            if client_headers.get(name):
+            # The request's own, already checked against the study's lists (HeaderPolicy.refusal).
+            if client_headers.get(name) and name in self.headers.forwarded:
                 headers[name] = client_headers[name]
         headers.setdefault("anthropic-version", "2023-06-01")
         if self.label_upstream and run_id is not None:

@@ -29,7 +29,21 @@ What the pinned CLI was seen to do, and what the checks rest on:
 * ``result.num_turns`` is one plus the session's tool results (a response
   with three parallel calls adds three), or ``--max-turns`` plus one when
   the session stops there (its answers plus one); a resume reports the cost
-  of both sessions (cumulative) and the turns of its own session.
+  of both sessions (cumulative) and the turns of its own session;
+* the only user-role blocks it sends the model, besides the tool results of
+  the model's own calls, are the prompt the harness gave the session (on
+  stdin, with its newline), its own ``<system-reminder>`` texts and, near
+  the end of its context window, its compaction's request for a summary
+  and the summary it sends in the conversation's place.
+
+Two checks read the record alone, since the stream does not show what they
+concern: a user block the model was sent that is neither of those (a
+message injected through the CLI's messaging socket, a side request's text,
+a result for a call the model never made) is ``injected_message``; and a
+client-reported cost below what the proxy metered for the answers the
+client can have counted is ``cost`` (the money was spent through the run's
+token outside the client's account, or the result's figure is not the
+client's).
 """
 
 from __future__ import annotations
@@ -54,7 +68,29 @@ ALTERED_RESULT = "altered_result"
 FORGED_SESSION = "forged_session"
 FORGED_RESULT = "forged_result"
 UNPARSED_STREAM = "unparsed_stream"
-TAMPERING_KINDS = (INJECTED_CALL, HIDDEN_CALL, ALTERED_RESULT, FORGED_SESSION, FORGED_RESULT, UNPARSED_STREAM)
+INJECTED_MESSAGE = "injected_message"
+COST = "cost"
+TAMPERING_KINDS = (
+    INJECTED_CALL,
+    HIDDEN_CALL,
+    ALTERED_RESULT,
+    FORGED_SESSION,
+    FORGED_RESULT,
+    UNPARSED_STREAM,
+    INJECTED_MESSAGE,
+    COST,
+)
+#: How an answer the upstream left unfinished is marked in the record (``ended_by``): the client may have been billed
+#: for it without counting it, so its cost is left out of the comparison with the client's figure.
+UPSTREAM_ENDS = frozenset({"upstream_cut", "event_line_bound"})
+#: The pinned CLI's own reminders in a user message (e.g. its commit attribution before the first prompt).
+_CLI_REMINDER = re.compile(r"<system-reminder>\n.*\n</system-reminder>\n?", re.S)
+#: How the pinned CLI's own compaction texts begin: its request for a summary of the conversation, and the summary it
+#: then sends in the conversation's place (seen with the CLI 2.1.332 near the end of its context window).
+CLI_COMPACTION_OPENINGS = (
+    "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n",
+    "This session is being continued from a previous conversation that ran out of context. ",
+)
 
 #: Deviations listed per kind of tampering; the rest of a kind is one deviation that carries the count.
 MAX_DEVIATIONS_PER_KIND = 20
@@ -117,8 +153,13 @@ class _Record:
     calls_per_session: dict[int, int] = field(default_factory=dict)
     #: The last answered exchange of each session: (stop_reason, complete).
     last_answer: dict[int, tuple[str | None, bool]] = field(default_factory=dict)
-    #: False when the record shows an answer the CLI may not have counted (cut off, or its request re-sent).
-    cost_comparable: bool = True
+    #: What the proxy booked for answers the client may not have counted (left unfinished by the upstream, or whose
+    #: request was sent again); the rest of the metered cost is what the client's figure must cover.
+    uncounted_usd: Decimal = Decimal(0)
+    #: The user-role blocks the record kept that are not tool results: (session, seq, block).
+    user_blocks: list[tuple[int, int, dict]] = field(default_factory=list)
+    #: Tool results the CLI sent: (session, seq, tool_use_id), in the record's order.
+    sent_results: list[tuple[int, int, str]] = field(default_factory=list)
     truncated: bool = False
     last_seq: int | None = None
     rows: int = 0
@@ -146,7 +187,7 @@ def _read_rows(rows: Iterable[dict], session_bounds: Sequence[int] | None) -> _R
     bounds = _check_bounds(session_bounds)
     rec = _Record(answered={})
     assert rec.answered is not None
-    last_messages: dict[int, int] = {}
+    costs: list[tuple[str | None, Decimal]] = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             continue
@@ -165,6 +206,14 @@ def _read_rows(rows: Iterable[dict], session_bounds: Sequence[int] | None) -> _R
                 rec.results[str(tr.get("tool_use_id", ""))] = _Result(
                     bool(tr.get("is_error")), str(tr.get("text", "")), exact
                 )
+            if isinstance(tr, dict):
+                rec.sent_results.append((session, seq, str(tr.get("tool_use_id", ""))))
+        for block in row.get("request_blocks") or []:
+            if isinstance(block, dict) and block.get("role") == "user":
+                rec.user_blocks.append((session, seq, block))
+        cost = _decimal(row.get("cost_usd"))
+        digest = row.get("request_digest") if isinstance(row.get("request_digest"), str) else None
+        costs.append((digest, cost))
         # An answer is a 200 whose message began (its id): anything else carried no model output and was not billed.
         if row.get("status") != 200 or not row.get("message_id"):
             continue
@@ -172,12 +221,11 @@ def _read_rows(rows: Iterable[dict], session_bounds: Sequence[int] | None) -> _R
         rec.answered[session] = rec.answered.get(session, 0) + 1
         rec.last_answer[session] = (row.get("stop_reason"), complete and exact)
         rec.message_ids.append(str(row["message_id"]))
-        n_messages = _int(row.get("request_messages"), -1)
-        # Within a session each new request is longer than the last; one that is not re-sends (or compacts)
-        # the conversation, and the answer before it may be billed yet never counted by the CLI.
-        if not complete or (session in last_messages and n_messages <= last_messages[session]):
-            rec.cost_comparable = False
-        last_messages[session] = n_messages
+        # An answer the upstream left unfinished may be billed yet never counted by the client (which sends the
+        # request again); one the run's close found still open is counted against the client all the same.
+        if not complete and row.get("ended_by") != "run_closed":
+            rec.uncounted_usd += cost
+            costs[-1] = (None, Decimal(0))
         for block in row.get("response_content") or []:
             if isinstance(block, dict) and block.get("type") == "tool_use":
                 tid = str(block.get("id", ""))
@@ -189,7 +237,21 @@ def _read_rows(rows: Iterable[dict], session_bounds: Sequence[int] | None) -> _R
                     # A cut-off answer may hold a partial input.
                     rec.calls[tid] = _Call(call, complete and exact)
                     rec.calls_per_session[session] = rec.calls_per_session.get(session, 0) + 1
+    # A request sent again with the same messages: the answer to the earlier one was not the one the client kept.
+    later: set[str] = set()
+    for digest, cost in reversed(costs):
+        if digest is not None and digest in later:
+            rec.uncounted_usd += cost
+        elif digest is not None:
+            later.add(digest)
     return rec
+
+
+def _decimal(value: Any) -> Decimal:
+    from pilot.protocol.prices import finite_decimal
+
+    d = finite_decimal(value) if isinstance(value, str) else None
+    return d if d is not None and d >= 0 else Decimal(0)
 
 
 def _from_summary(summary: StreamSummary) -> _Record:
@@ -349,8 +411,9 @@ def compare(
     killed_sessions: int = 0,
     redact: Sequence[str] = (),
     notes: list[str] | None = None,
+    prompts: Sequence[str] | None = None,
 ) -> list[Tampering]:
-    """Every disagreement between the CLI's stream and the proxy's record.
+    """Every disagreement between the CLI's stream and the proxy's record, and what the record alone shows forged.
 
     ``proxy`` is the record's rows (or a summary made of them, with fewer
     checks: no turns, stop reasons or completeness to go by). ``stream`` is
@@ -369,6 +432,10 @@ def compare(
     harness killed (each may end on a line cut short). ``redact`` holds the
     secrets the harness takes out of the stream as it writes it (the portal
     password), taken out of the record's side before comparing.
+    ``prompts`` holds the prompt the harness gave each session, in session
+    order; with it, every user block the record kept is checked
+    (:func:`injected_messages`). ``metered_usd`` is checked against the
+    client's figure (``cost``) when every session has its result.
     """
     rec = _record(proxy, session_bounds)
     truncated = truncated or rec.truncated
@@ -474,6 +541,9 @@ def compare(
     # Without bounds for each session the record cannot tell one session's answers from another's.
     by_session = n_sessions == 1 or len(_check_bounds(session_bounds)) == n_sessions
     out += _result_checks(rec, streams, per_session, n_sessions, by_session, metered_usd, truncated, killed_sessions)
+
+    if prompts is not None and not isinstance(proxy, StreamSummary):
+        out += injected_messages(rec, prompts, session_bounds=bool(session_bounds), truncated=truncated)
 
     unparsed = sum(s.unparsed_lines for s in streams)
     if unparsed > max(killed_sessions, 0):
@@ -617,7 +687,6 @@ def _result_checks(
     if (
         metered_usd is not None
         and not truncated
-        and rec.cost_comparable
         and killed_sessions <= 0
         and closing is not None
         and len(closing) == n_sessions
@@ -633,17 +702,76 @@ def _result_checks(
         else:
             claimed = None if any(c is None for c in costs) else sum(costs, Decimal(0))  # type: ignore[arg-type]
         metered = Decimal(metered_usd)
-        tol = cost_tolerance(metered)
-        if claimed is not None and claimed < metered - tol:
+        counted = max(metered - rec.uncounted_usd, Decimal(0))
+        tol = cost_tolerance(counted)
+        if claimed is not None and claimed < counted - tol:
+            left_out = f", less {rec.uncounted_usd} USD of answers it may not have counted" if rec.uncounted_usd else ""
             out.append(
                 Tampering(
-                    FORGED_RESULT,
+                    COST,
                     "",
-                    f"the stream's results claim {claimed} USD for the run; the proxy metered "
-                    f"{metered} USD (tolerance {tol} USD)",
+                    f"the client reports {claimed} USD for the run; the proxy metered {metered} USD{left_out} "
+                    f"(beyond the tolerance of {tol} USD): {counted - claimed} USD went through the run's token "
+                    "outside the client's account",
                     n_sessions - 1,
                 )
             )
+    return out
+
+
+def cli_text(text: str) -> bool:
+    """Whether a user text is one the pinned CLI writes itself: a reminder, or its compaction's request or summary.
+
+    Another session's message reaches the model wrapped in
+    ``<cross-session-message ...>``, so it never has one of these forms.
+    """
+    if text.startswith(CLI_COMPACTION_OPENINGS):
+        return True
+    return bool(_CLI_REMINDER.fullmatch(text)) and "<cross-session-message" not in text
+
+
+def injected_messages(
+    rec: _Record, prompts: Sequence[str], *, session_bounds: bool, truncated: bool = False
+) -> list[Tampering]:
+    """Every user block the model was sent that neither the harness nor the pinned CLI wrote.
+
+    Allowed: the prompt the harness gave the block's session (as the CLI
+    sends it, with its newline), the CLI's own texts (:func:`cli_text`), and
+    the tool results of calls the model made. Anything else in a user
+    message (another session's message through the CLI's messaging socket, a
+    side request's text, an image, a result for a call the model never
+    made) is ``injected_message``. Without ``session_bounds`` a prompt is
+    allowed in any session. A record cut short lacks calls, so results are
+    then not checked.
+    """
+    out: list[Tampering] = []
+    for session, seq, block in rec.user_blocks:
+        text = block.get("text") if block.get("type") == "text" else None
+        if isinstance(text, str):
+            own = [prompts[session]] if session_bounds and session < len(prompts) else list(prompts)
+            if any(text in (p, p + "\n") for p in own) or cli_text(text):
+                continue
+        shown = _quote(text) if isinstance(text, str) else _quote({k: v for k, v in block.items() if k != "role"})
+        out.append(
+            Tampering(
+                INJECTED_MESSAGE,
+                "",
+                f"exchange {seq}: the model was sent a user block (message {block.get('message')}) that is neither "
+                f"the session's prompt nor the CLI's own: {shown}",
+                session,
+            )
+        )
+    if not truncated:
+        for session, seq, tid in rec.sent_results:
+            if tid not in rec.calls:
+                out.append(
+                    Tampering(
+                        INJECTED_MESSAGE,
+                        tid,
+                        f"exchange {seq}: the model was sent a result for a call {_quote(tid)} it never made",
+                        session,
+                    )
+                )
     return out
 
 

@@ -70,6 +70,8 @@ def validate(data: Any, schema: dict, path: Path) -> None:
 ARM_ID = r"^A[0-9]+$"
 SCENARIO_ID = r"^[A-Z]+-[0-9]{2}$"
 SET_NAME = r"^[a-z][a-z0-9-]{0,30}$"
+HEADER_NAME = r"^[a-z0-9][a-z0-9-]{0,79}$"
+BETA_NAME = r"^[a-z0-9][a-z0-9.-]{0,79}$"
 _pos = {"type": "number", "exclusiveMinimum": 0}
 _nonneg = {"type": "number", "minimum": 0}
 _posint = {"type": "integer", "minimum": 1}
@@ -122,6 +124,23 @@ STUDY_SCHEMA: dict = object_schema(
                         "transcript_mb": {"type": "integer", "minimum": 1},
                     }
                 ),
+            }
+        ),
+        "model_proxy": object_schema(
+            {
+                "forwarded_headers": {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": HEADER_NAME},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+                "api_versions": {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+                "betas": {"type": "array", "items": {"type": "string", "pattern": BETA_NAME}, "uniqueItems": True},
             }
         ),
         "transfer": object_schema({"max_package_mb": _posint}),
@@ -445,10 +464,53 @@ def _check_study_semantics(data: dict, path: Path) -> None:
             f"scenario_sets.{default}",
             f"holds {len(sets[default])} scenarios but design.n_scenarios says {data['design']['n_scenarios']}",
         )
+    _check_model_proxy(data["model_proxy"], path)
     if data["caps"]["scenarios"]:
         for sid, own in data["caps"]["scenarios"].items():
             if not own:
                 raise ProtocolError(path, f"caps.scenarios.{sid}", "names neither usd nor wall_s")
+
+
+#: Headers the model proxy sets itself, or that belong to one connection: never passed on from the client.
+PROXY_OWN_HEADERS = frozenset(
+    {
+        "accept-encoding",
+        "authorization",
+        "connection",
+        "content-length",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "x-api-key",
+        "x-pilot-run-id",
+    }
+)
+
+
+def _check_model_proxy(section: dict, path: Path) -> None:
+    """The header lists must name headers the proxy may pass on, and pass on the two it checks by value."""
+    headers = section["forwarded_headers"]
+    own = sorted(set(headers) & PROXY_OWN_HEADERS)
+    if own:
+        raise ProtocolError(
+            path,
+            "model_proxy.forwarded_headers",
+            f"{own[0]!r} is set by the proxy itself or belongs to one connection; it cannot be passed on",
+        )
+    for name, values in (("anthropic-version", "api_versions"), ("anthropic-beta", "betas")):
+        if section[values] and name not in headers:
+            raise ProtocolError(
+                path,
+                "model_proxy.forwarded_headers",
+                f"model_proxy.{values} lists values of {name}, which is not among the forwarded headers",
+            )
 
 
 def load_study(path: Path | None = None) -> Study:
