@@ -47,9 +47,8 @@ tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_d
 started = time.perf_counter()
 data = stage_outputs.open_stage(runs, seed, tables, study=study_name, allow_unisolated=allow_unisolated)
 print(len(data.runs), "runs in the table; worker model:", study["worker"]["model"])
-label = sentences.data_prefix(
-    data.label, data.synthetic
-)  # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
+# starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
+label = sentences.data_prefix(data.label, data.synthetic)
 
 # %% [markdown]
 # ## Acceptance per arm
