@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pilot import paths
 from pilot import workspace as run_files
-from pilot.agents import bounds, launch, network, sandbox, worker_user
+from pilot.agents import bounds, launch, network, sandbox, session_store, worker_user
 from pilot.agents.audit import StreamSummary, parse_stream
 from pilot.agents.session import SessionOutcome
 from pilot.protocol import Arm, Study
@@ -568,6 +568,10 @@ class ClaudeCodeBackend:
         self.confinement: Confinement | None = None
         #: The session id the harness gives the first session and resumes; never one read from the stream.
         self.session_id = str(uuid.uuid4())
+        #: The session store as the first session left it (:mod:`pilot.agents.session_store`), or why no resume.
+        self.store_seal: session_store.Seal | None = None
+        self.store_refusal: str | None = None
+        self._store_started_ns = time.time_ns()
         try:
             if isolation == launch.ISOLATION_REQUIRED:
                 self.lease = worker_user.acquire(study)
@@ -611,14 +615,22 @@ class ClaudeCodeBackend:
                 f"whose tools are {sorted(arm.tools)} (bare mode: {bool(study['cli'].get('bare'))})"
             )
 
-    def _hand_over(self) -> None:
-        """Give the worker its writable folders and the sockets of its bridges for a session (a dedicated uid only)."""
+    def _hand_over(self, resume: bool = False) -> None:
+        """Give the worker its writable folders and the sockets of its bridges for a session (a dedicated uid only).
+
+        For the resume the CLI's store is lent, not given (:func:`pilot.agents.session_store.lend`): what the first
+        session left stays the harness's, so the worker's shell can change none of its metadata.
+        """
         conf = self.confinement
         if conf is None or not conf.identity.switch:
             return
         uid, gid = conf.identity.uid, conf.identity.gid
+        config = launch.AgentDirs.under(self.run_dir).config
         for d in conf.writable:
-            worker_user.give_tree(d, uid, gid)
+            if resume and Path(d) == config:
+                session_store.lend(d, worker_uid=uid, worker_gid=gid, owner_uid=os.getuid())
+            else:
+                worker_user.give_tree(d, uid, gid)
         for sock in (
             self.model_endpoint.socket_path,
             self.refusal_socket,
@@ -634,6 +646,8 @@ class ClaudeCodeBackend:
             return
         for d in conf.writable:
             worker_user.take_back_tree(d, conf.identity.uid)
+        config = launch.AgentDirs.under(self.run_dir).config
+        session_store.reclaim(config, worker_gid=conf.identity.gid, owner_uid=os.getuid(), owner_gid=os.getgid())
 
     def _spec(
         self, *, budget_usd: float, max_turns: int | None, resume: str | None = None, preflight: bool = False
@@ -692,9 +706,9 @@ class ClaudeCodeBackend:
         }
         self.launches.append(record)
         (self.record_dir / f"launch-{index}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        self._hand_over()
+        self._hand_over(resume=resume_session_id is not None)
         try:
-            return run_process(
+            outcome = run_process(
                 spec,
                 index=index,
                 wall_s=wall_s,
@@ -708,6 +722,54 @@ class ClaudeCodeBackend:
             )
         finally:
             self._take_back()
+        if resume_session_id is None and self.arm.recovery_resumes > 0:
+            self._seal_store()
+        return outcome
+
+    def _store_record(self, key: str, value: dict) -> None:
+        path = self.record_dir / "session_store.json"
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        data[key] = value
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+    def _seal_store(self) -> None:
+        """After the first session of an arm that may resume: undo what the kernel could not stop, record the store."""
+        config = launch.AgentDirs.under(self.run_dir).config
+        try:
+            self.store_seal = session_store.seal(config, started_ns=self._store_started_ns)
+        except (session_store.StoreRefused, OSError) as exc:
+            self.store_seal, self.store_refusal = None, f"the session store cannot be sealed: {exc}"
+            self._store_record("seal", {"refusal": self.store_refusal})
+            return
+        self._store_record("seal", self.store_seal.to_dict())
+        if self.store_seal.restored:
+            self.notes.append(
+                f"session store: {len(self.store_seal.restored)} change(s) the worker's shell could make were undone "
+                f"after the first session ({'; '.join(self.store_seal.restored[:3])})"
+            )
+
+    def resume_refusal(self) -> str | None:
+        """Why the harness's session cannot be resumed from its store (None: it may), checked just before the resume.
+
+        The store must be what :meth:`_seal_store` recorded: metadata changed since is restored and noted; anything
+        else refuses the resume (:func:`pilot.agents.session_store.check`).
+        """
+        if self.store_refusal is not None:
+            return self.store_refusal
+        if self.store_seal is None:
+            return "the session store was not sealed after the first session"
+        config = launch.AgentDirs.under(self.run_dir).config
+        try:
+            result = session_store.check(config, self.store_seal)
+        except (session_store.StoreRefused, OSError) as exc:
+            result = session_store.Check(refusal=f"the session store cannot be read: {exc}")
+        self._store_record("check", result.to_dict())
+        if result.restored:
+            self.notes.append(
+                f"session store: {len(result.restored)} change(s) of metadata since the first session were restored "
+                f"before the resume ({'; '.join(result.restored[:3])})"
+            )
+        return result.refusal
 
     def refusals(self) -> list[dict]:
         """The destinations the refusing proxy turned away during this run."""
