@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -430,3 +431,211 @@ def _as_unprivileged_harness() -> dict:
         return summary
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- the launch and the store, without a session ---------------------------------------------------------------------
+
+#: The only variables a worker's program may receive (the harness's choice; everything else of the CLI's stays there).
+WORKER_NAMES = {
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "SHELL",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "PILOT_RUN_CONFIG",
+}
+
+
+def _spec(tmp_path: Path, arm_id: str) -> launch.LaunchSpec:
+    run = tmp_path / "run"
+    (run / "workspace").mkdir(parents=True, exist_ok=True)
+    return launch.build_launch(
+        protocol.arms()[arm_id],
+        protocol.study(),
+        claude_bin=CLI,
+        workspace=run / "workspace",
+        run_dir=run,
+        budget_usd=1.0,
+        model_endpoint=launch.ModelEndpoint("run-token", tmp_path / "model.sock", "http://127.0.0.1:9"),
+        refusal_socket=tmp_path / "refusal.sock",
+        worker_env=WORKER_ENV,
+    )
+
+
+def _literal(text: str, name: str):
+    import ast
+
+    line = next(x for x in text.splitlines() if x.startswith(f"{name} = "))
+    return ast.literal_eval(line.split(" = ", 1)[1])
+
+
+@pytest.mark.parametrize("arm_id", ["A0", "A1", "A4"])
+def test_the_cli_reads_the_harness_folder_and_the_shell_gets_an_allow_list(tmp_path, arm_id):
+    spec = _spec(tmp_path.resolve(), arm_id)
+    run = tmp_path.resolve() / "run"
+    env = spec.env
+    # The CLI: its home and every configuration folder beneath the harness's read-only folder, messaging off.
+    assert env["HOME"] == "/run/pilot-cli/home" and env["CLAUDE_CODE_HARBOR_KITE"] == "0"
+    for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "ANTHROPIC_CONFIG_DIR"):
+        assert env[k].startswith("/run/pilot-cli/home/"), k
+    assert (env["GIT_CONFIG_GLOBAL"], env["GIT_CONFIG_NOSYSTEM"], env["GIT_ATTR_NOSYSTEM"]) == ("/dev/null", "1", "1")
+    assert env["FONTCONFIG_FILE"] == "/run/pilot-cli/fonts.conf"
+    assert env["PATH"].split(":")[0] == "/run/pilot-cli/bin"
+    assert not {"LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "RIPGREP_CONFIG_PATH"} & set(env)
+    assert (str(run / "agent" / "cli"), "/run/pilot-cli") in spec.plan.ro_mapped
+    names = {str(p.relative_to(run / "agent" / "cli")) for p, _, _ in spec.cli_files}
+    assert names == {"fonts.conf", "bin/git", "bin/pdftoppm", "bin/pdfinfo"}
+    # The file tools may not write the store, whatever the arm.
+    assert {"Edit(//run/pilot-config/**)", "Write(//run/pilot-config/**)"} <= set(spec.settings["permissions"]["deny"])
+    if arm_id == "A0":
+        assert spec.shell_wrapper is None
+        return
+    shell = _literal(spec.shell_wrapper[1], "ENV")
+    assert set(shell) <= WORKER_NAMES and {"PATH", "HOME", "TMPDIR"} <= set(shell)
+    assert shell["HOME"] == str(run / "agent" / "home")
+    assert "/run/pilot-cli" not in shell["PATH"] and shell["PATH"].split(":")[0] == str(WORKER_ENV / "bin")
+    assert "run-token" not in json.dumps(shell)
+
+
+def test_a_helper_called_by_the_cli_reads_no_repository_and_writes_nothing(tmp_path):
+    """The git helper on this host: from the CLI a fixed environment and no writes; from the worker, its own git."""
+    from pilot.agents import shell_scope
+
+    root = tmp_path.resolve()
+    ws, home = root / "ws", root / "home"
+    ws.mkdir()
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = worker-config\n")
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    helper = root / "git"
+    env = launch.helper_env(str(root / "cli"), list(launch.SYSTEM_PATH))
+    helper.write_text(
+        shell_scope.helper_text(
+            "/usr/bin/python3",
+            shutil.which("git"),
+            env,
+            marker=launch.HELPER_MARK_VAR,
+            worker_writable=[str(ws), "/dev"],
+        )
+    )
+    helper.chmod(0o555)
+    worker = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+
+    def run(args: list[str], **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(helper), *args],
+            cwd=ws,
+            env={**worker, **extra},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+
+    # From the CLI: the worker's repository and home configuration do not exist for it, and it may write nothing.
+    mark = {launch.HELPER_MARK_VAR: "x"}
+    assert run(["--version"], **mark).returncode == 0  # git itself runs
+    cli = run(["config", "user.name"], **mark)
+    assert cli.returncode == 1 and cli.stdout == ""  # no such key: neither the home's file nor the repository is read
+    assert "not a git repository" in run(["rev-parse", "--git-dir"], **mark).stderr
+    assert run(["init", "-q", str(ws / "sub")], **mark).returncode != 0 and not (ws / "sub").exists()
+    # From the worker's shell: its own repository, home and writable folders, as the real git.
+    assert run(["config", "user.name"]).stdout.strip() == "worker-config"
+    assert run(["init", "-q", str(ws / "sub")]).returncode == 0 and (ws / "sub" / ".git").is_dir()
+    assert run(["init", "-q", str(root / "outside")]).returncode != 0  # its domain: the worker's folders only
+
+
+def _store(root: Path) -> Path:
+    store = root / "store"
+    (store / "projects" / "p").mkdir(parents=True)
+    (store / "shell-snapshots").mkdir()
+    (store / "projects" / "p" / "s.jsonl").write_text('{"type":"user"}\n')
+    (store / ".claude.json").write_text("{}")
+    return store
+
+
+def test_the_seal_undoes_what_the_shell_could_change_and_the_check_refuses_any_other_change(tmp_path):
+    import time
+
+    from pilot.agents import session_store
+
+    store = _store(tmp_path)
+    started = time.time_ns() - 10**9
+    t = store / "projects" / "p" / "s.jsonl"
+    t.chmod(0)
+    os.utime(t, (946684800, 946684800))
+    os.setxattr(t, "user.pilot", b"worker")
+    (store / "projects" / "p").chmod(0)
+    (store / "projects" / "link").symlink_to("/etc/passwd")
+    os.mkfifo(store / "fifo")
+    (store / "shell-snapshots" / "snap.sh").write_text("echo\n")
+    seal = session_store.seal(store, started_ns=started)
+    assert sorted(seal.restored) == sorted(
+        [
+            "fifo: removed (not a file or folder: mode prw-r--r--)",
+            "projects/link: removed (not a file or folder: mode lrwxrwxrwx)",
+            "projects/p: mode 0000 -> 0700",
+            "projects/p/s.jsonl: mode 0000 -> 0600",
+            "projects/p/s.jsonl: modification time outside the first session's window put back to its end",
+            "projects/p/s.jsonl: extended attributes user.pilot removed",
+            "shell-snapshots/snap.sh: removed (a shell snapshot)",
+        ]
+    )
+    assert set(seal.entries) == {".claude.json", "projects", "projects/p", "projects/p/s.jsonl", "shell-snapshots"}
+    assert session_store.check(store, seal).to_dict() == {"restored": [], "refusal": None}
+    # Metadata changed since the seal is put back; the content is the same.
+    t.chmod(0)
+    os.setxattr(t, "user.again", b"1")
+    before = seal.entries["projects/p/s.jsonl"]
+    result = session_store.check(store, seal)
+    assert result.refusal is None and len(result.restored) == 2, result
+    st = t.stat()
+    assert (st.st_mode & 0o777, st.st_mtime_ns, os.listxattr(t)) == (before.mode, before.mtime_ns, [])
+    # Content, a new entry, a removed one: never resumed.
+    with open(t, "a") as f:
+        f.write("{}\n")
+    (store / "projects" / "p" / "new.jsonl").write_text("x")
+    (store / ".claude.json").unlink()
+    refusal = session_store.check(store, seal).refusal
+    assert refusal.startswith("the session store changed after the first session ended (3 entries: ")
+    for part in ("projects/p/new.jsonl was added", "projects/p/s.jsonl has other content", ".claude.json was removed"):
+        assert part in refusal
+
+
+def test_a_hard_link_in_the_store_is_refused_at_the_seal(tmp_path):
+    import time
+
+    from pilot.agents import session_store
+
+    store = _store(tmp_path)
+    os.link(store / ".claude.json", tmp_path / "outside")
+    with pytest.raises(session_store.StoreRefused, match=r"\.claude\.json has 2 links"):
+        session_store.seal(store, started_ns=time.time_ns())
+
+
+def test_the_lent_store_stays_the_harness_and_comes_back_whole(tmp_path):
+    if os.geteuid() != 0:
+        pytest.fail("lending the store to a dedicated user is the root harness's (run as root, as make test does)")
+    from pilot.agents import session_store
+
+    store = _store(tmp_path)
+    worker = 61000 + 77  # a uid and gid no one holds: only ownership is looked at
+    n = session_store.lend(store, worker_uid=worker, worker_gid=worker, owner_uid=0)
+    assert n == 4  # projects, projects/p, its transcript, .claude.json (the snapshots folder is the worker's)
+    for p in (store, store / "projects" / "p", store / "projects" / "p" / "s.jsonl", store / ".claude.json"):
+        st = p.stat()
+        assert (st.st_uid, st.st_gid) == (0, worker) and st.st_mode & 0o060 == 0o060 and not st.st_mode & 0o007, p
+    assert (store / "shell-snapshots").stat().st_uid == worker
+    session_store.reclaim(store, worker_gid=worker, owner_uid=0, owner_gid=0)
+    for p in (store, store / "projects" / "p" / "s.jsonl"):
+        st = p.stat()
+        assert (st.st_uid, st.st_gid) == (0, 0) and not st.st_mode & 0o077, p

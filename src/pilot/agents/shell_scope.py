@@ -129,9 +129,10 @@ def helper_text(
     domain below its caller's before it execs ``program``. Called by the CLI
     (whose environment alone carries ``marker``, a name the worker's shell
     never receives), the program gets exactly ``env`` (the harness's
-    configuration, no repository for git) and may write nothing but, when
-    ``output_beneath`` is given, the folder its last argument names (the
-    pages a PDF tool renders) if that folder lies beneath ``output_beneath``.
+    configuration, no repository for git) and may write nothing but the
+    sandbox's ``/dev`` and, when ``output_beneath`` is given, the folder its
+    last argument names (the pages a PDF tool renders) if that folder lies
+    beneath ``output_beneath``.
     Called from the worker's shell, it keeps the caller's environment and the
     worker's own writable folders: a domain the caller already has, so the
     worker's git and PDF tools work as the real ones do, and a caller that
@@ -143,7 +144,7 @@ NAME = {name!r}
 {_LANDLOCK}
 BENEATH = {output_beneath!r}
 if {marker!r} in os.environ:
-    env, writable = {env!r}, []
+    env, writable = {env!r}, ["/dev"]  # /dev/null and the like
     if BENEATH is not None and len(sys.argv) > 1:
         folder = os.path.dirname(os.path.abspath(sys.argv[-1]))
         # Resolved, so no link leads the grant out of the CLI's tool results.
