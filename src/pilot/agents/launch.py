@@ -92,8 +92,9 @@ class AgentDirs:
 
     ``config`` and ``home`` are bound read-write into the sandbox, whose
     TMPDIR is its private /tmp (``tmp`` serves a development run without the
-    sandbox); ``settings`` is bound read-only; ``stub_dir`` is never visible (its
-    stubs are bound over the denied programs).
+    sandbox); ``settings`` and :attr:`cli_root` (the CLI's own home and
+    helpers) are bound read-only; ``stub_dir`` is never visible (its stubs
+    are bound over the denied programs).
     """
 
     root: Path
@@ -307,9 +308,13 @@ FONTS_CONF = """<?xml version="1.0"?>
 """
 
 
-def helper_env(root: str, path_dirs: list[str]) -> dict[str, str]:
-    """The whole environment of a CLI helper: the CLI's pins, the system's programs, and for git no repository."""
+def helper_env(root: str, path_dirs: list[str], run_mark: str | None = None) -> dict[str, str]:
+    """The whole environment of a CLI helper: the CLI's pins, the system's programs, and for git no repository.
+
+    ``run_mark`` is the run's :data:`RUN_MARK_VAR` (the leftover sweep finds every process of an attempt by it).
+    """
     return {
+        **({RUN_MARK_VAR: run_mark} if run_mark else {}),
         "PATH": os.pathsep.join(d for d in SYSTEM_PATH if Path(d).is_dir()),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
@@ -329,7 +334,7 @@ def cli_files(
     files: list[tuple[Path, str, int]] = [(dirs.cli_root / "fonts.conf", FONTS_CONF, 0o444)]
     if python is None:
         return files
-    env = helper_env(root, path_dirs)
+    env = helper_env(root, path_dirs, str(dirs.config))
     for name, writes_output in CLI_HELPERS.items():
         program = shutil.which(name, path=os.pathsep.join(path_dirs))
         if program is None:
