@@ -25,7 +25,14 @@ by descriptor, the disk let go). The overhead is the difference of the
 medians (target: under 0.5 s per attempt); the disk's own share (made,
 copied in, taken back, without the launch) is printed beside it.
 
-    .venv/bin/python benchmarks/bench_runner.py [--part attempt|sandbox|all] [--repeats 3] [--arms A0 A1 A3]
+Third part: the CLI's confined helpers (git, pdftoppm, pdfinfo on the CLI's
+PATH, :func:`pilot.agents.shell_scope.helper_text`), which the CLI runs at
+start (git) and on a PDF read. Reference, in the same process: the real
+program (``git --version``, ``pdfinfo -v``) started directly; measured: the
+same call through the wrapper as the CLI makes it (a Landlock domain below
+the caller, the fixed environment), the difference of the medians per call.
+
+    .venv/bin/python benchmarks/bench_runner.py [--part attempt|sandbox|helpers|all] [--repeats 3] [--arms A0 A1 A3]
 """
 
 from __future__ import annotations
@@ -174,9 +181,46 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
             lease.release()
 
 
+def bench_helpers(repeats: int) -> None:
+    """One call of each confined helper against the same program started directly (median of ``repeats``)."""
+    import shutil
+    import sys
+
+    from pilot.agents import launch
+
+    study = protocol.study()
+    print(f"CLI helpers: one call through the confined wrapper vs the program itself (median of {repeats})")
+    print(f"{'helper':9} {'direct s':>9} {'wrapped s':>10} {'overhead s':>11} {'ratio':>6}")
+    with tempfile.TemporaryDirectory(prefix="bench-helpers-") as tmp:
+        run = Path(tmp) / "A1"
+        (run / "workspace").mkdir(parents=True)
+        spec = launch.build_launch(
+            protocol.arms()["A1"],
+            study,
+            claude_bin=sys.executable,
+            workspace=run / "workspace",
+            run_dir=run,
+            budget_usd=1.0,
+            model_endpoint=launch.ModelEndpoint("bench-token", Path(tmp) / "model.sock", "http://127.0.0.1:9"),
+            worker_env=Path(sys.prefix),
+        )
+        dirs = launch.materialize(spec, run)
+        env = {"PATH": "/usr/bin:/bin", launch.HELPER_MARK_VAR: launch.INSIDE_CLI}
+        for name, args in (("git", ["--version"]), ("pdfinfo", ["-v"])):
+            real = shutil.which(name)
+            wrapper = dirs.cli_root / "bin" / name
+            if real is None or not wrapper.exists():
+                print(f"{name:9} not installed on this host")
+                continue
+            _median_run([real, *args], env, run, 1)
+            direct = _median_run([real, *args], env, run, repeats)
+            wrapped = _median_run([str(wrapper), *args], env, run, repeats)
+            print(f"{name:9} {direct:9.4f} {wrapped:10.4f} {wrapped - direct:11.4f} {wrapped / direct:6.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["attempt", "sandbox", "all"], default="all")
+    ap.add_argument("--part", choices=["attempt", "sandbox", "helpers", "all"], default="all")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--arms", nargs="+", default=["A0", "A1", "A2", "A3", "A4"])
     ap.add_argument("--seed", type=int, default=1)
@@ -184,7 +228,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.part in ("sandbox", "all"):
         bench_sandbox(args.arms, max(args.repeats, 5))
-    if args.part == "sandbox":
+    if args.part in ("helpers", "all"):
+        bench_helpers(max(args.repeats, 20))
+    if args.part in ("sandbox", "helpers"):
         return
     print("SIMULATED agent: one attempt, evaluation included, LibreOffice recalculation excluded (cached)")
     print(f"{'scenario':10} {'arm':4} {'attempt s':>10} {'solver s':>9} {'ratio':>7}  outcome")

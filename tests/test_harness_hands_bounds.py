@@ -42,7 +42,8 @@ from pathlib import Path
 import pytest
 import test_sandbox_privilege as privilege
 from fake_messages_api import text_turn, tool_turn
-from real_cli_support import passable, require_real_sandbox, run_python_as
+from privilege_support import harness_user, passable, run_python_as
+from real_cli_support import require_real_sandbox
 
 from pilot import paths
 from pilot.agents import bounded_disk, bounds, sandbox, takeback
@@ -334,7 +335,7 @@ def _run(mode: str, which: str, run_disk) -> tuple[dict, Path, RunDisk, int]:
         launch = json.loads((out / "record" / "launch-0.json").read_text())
         return summary, out, disk, launch["confinement"]["identity"]["uid"]
     # The test's own unprivileged user runs the harness; the test (root) mounts and measures its run folder's disk.
-    uid, gid = privilege._harness_user() if os.geteuid() == 0 else (os.getuid(), os.getgid())
+    uid, gid = harness_user() if os.geteuid() == 0 else (os.getuid(), os.getgid())
     disk = run_disk((uid, gid))
     passable(disk.root)
     out = disk.root / which

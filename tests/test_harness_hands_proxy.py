@@ -329,9 +329,9 @@ def test_side_and_detached_requests_are_booked_and_flagged_unprivileged_harness(
     out = run_root / "A1"
     with Upstream(_turns(out / "workspace")) as up:
         if os.geteuid() == 0:
-            from real_cli_support import run_as_unprivileged_harness
+            from privilege_support import run_as_harness_user
 
-            proc = run_as_unprivileged_harness(
+            proc, _ = run_as_harness_user(
                 run_root, HARNESS.format(tests=str(Path(__file__).parent), out=str(out), url=up.url)
             )
             assert proc.returncode == 0, proc.stderr[-3000:]

@@ -66,7 +66,11 @@ def test_argv_is_derived_from_the_arm_and_the_study(arm_id, tmp_path):
 def test_settings_deny_exactly_the_denied_families(arm_id, tmp_path):
     arm = ARMS[arm_id]
     spec = _spec(arm_id, tmp_path, **UNISOLATED)
-    assert spec.settings["permissions"]["deny"] == [f"Bash({f}:*)" for f in arm.denied_families]
+    # The denied families, and the CLI's own config folder (the session store) for its file tools, whatever the arm.
+    store = f"/{tmp_path.resolve()}/runs/r1/agent/claude-config/**"
+    assert spec.settings["permissions"]["deny"] == [f"Bash({f}:*)" for f in arm.denied_families] + [
+        f"{tool}({store})" for tool in ("Edit", "Write", "NotebookEdit")
+    ]
     dirs = launch.materialize(spec, tmp_path / "runs" / "r1")
     assert json.loads(dirs.settings.read_text()) == spec.settings
     assert _value(spec.argv, "--settings") == str(dirs.settings)

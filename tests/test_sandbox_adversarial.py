@@ -165,7 +165,7 @@ def _shell_routes(d: dict, run_dir: Path, api_port: int) -> list[tuple[str, str,
         _bash(
             "direct_api",
             'python3 -c "import os, urllib.request; r = urllib.request.Request('
-            f"'http://127.0.0.1:{api_port}/v1/messages', data=b'{{}}', headers={{'x-api-key': os.environ['ANTHROPIC_API_KEY']}}); "
+            f"'http://127.0.0.1:{api_port}/v1/messages', data=b'{{}}', headers={{'x-api-key': os.environ.get('ANTHROPIC_API_KEY', '')}}); "
             'print(urllib.request.urlopen(r, timeout=5).status)"',
         ),
         _bash("key", "env | grep -c sk-ant-operator; echo key=$ANTHROPIC_API_KEY"),
@@ -263,8 +263,8 @@ def test_a1_has_no_network_and_every_try_is_recorded(a1):
 def test_a1_key_is_not_in_the_agent_environment(a1):
     out = a1["results"]["key"]
     assert out.splitlines()[0].strip() == "0" and OPERATOR_KEY not in out
-    token = out.split("key=", 1)[1].strip()
-    assert token and token != OPERATOR_KEY
+    # Not even the run's token: the worker's shell gets an allow-listed environment (the CLI alone holds the token).
+    assert out.split("key=", 1)[1].strip() == ""
     # The CLI presented the run's token; only the proxy sent the operator's key upstream.
     assert a1["keys"] <= {OPERATOR_KEY, None}
     assert not any(OPERATOR_KEY in json.dumps(r) for r in a1["sent"])

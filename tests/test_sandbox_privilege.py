@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
-from real_cli_support import passable, real_cli, require_real_sandbox, run_python_as
+from privilege_support import run_as_harness_user
+from real_cli_support import real_cli, require_real_sandbox
 
 from pilot import paths, protocol
 from pilot.agents import bounds, launch, worker_user
@@ -38,9 +38,6 @@ MODEL = protocol.study()["worker"]["model"]
 CLI = real_cli()
 WORKER_ENV = Path(sys.prefix)
 pytestmark = pytest.mark.slow
-#: The test's own unprivileged harness user (made here when missing; root only).
-HARNESS_USER = "pilot-test-harness"
-HARNESS_UID = 61990
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -239,43 +236,11 @@ HARNESS = textwrap.dedent("""\
 """)
 
 
-def _harness_user() -> tuple[int, int]:
-    try:
-        pw = pwd.getpwnam(HARNESS_USER)
-    except KeyError:
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--uid",
-                str(HARNESS_UID),
-                "--user-group",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                HARNESS_USER,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        pw = pwd.getpwnam(HARNESS_USER)
-    return pw.pw_uid, pw.pw_gid
-
-
 def test_unprivileged_harness_worker_holds_no_privilege(run_root):
     """The harness itself runs as a user without privilege: the sandbox is built the same way and holds the same."""
     if os.geteuid() == 0:
-        uid, gid = _harness_user()
-        base = run_root
-        # pytest's own temporary root is private to root: the test user gets a folder of its own beneath a passable one.
-        passable(base)
-        os.chown(base, uid, gid)
-        out = base / "A1"
-        proc = run_python_as(
-            uid, gid, HARNESS.format(tests=str(Path(__file__).parent), out=str(out)), home=base, timeout=300
-        )
+        out = run_root / "A1"
+        proc, uid = run_as_harness_user(run_root, HARNESS.format(tests=str(Path(__file__).parent), out=str(out)))
         assert proc.returncode == 0, proc.stderr[-3000:]
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
         worker_uid = uid

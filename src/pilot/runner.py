@@ -462,6 +462,9 @@ def run_attempt(
                     recovery_skipped = f"no budget left ({budget_left:.4f} USD)"
                 elif wall_left < MIN_RESUME_WALL_S:
                     recovery_skipped = f"no wall time left ({wall_left:.1f} s)"
+                elif refusal := _resume_refusal(agent):
+                    # The store the resume would read is not what the first session left: never resumed.
+                    recovery_skipped = refusal
                 else:
                     session_bounds.append(int(getattr(meter, "_seq", 0)) + 1)
                     prompts.append(RESUME_PROMPT)
@@ -523,6 +526,12 @@ def run_attempt(
             from pilot.portal.redaction import redact_tree
 
             redact_tree(out_dir, portal.secrets(), skip=(ws_root.name,))
+
+
+def _resume_refusal(agent: Any) -> str | None:
+    """The agent backend's reason not to resume its session (the real CLI checks its session store), or None."""
+    check = getattr(agent, "resume_refusal", None)
+    return check() if callable(check) else None
 
 
 def _open_meter(

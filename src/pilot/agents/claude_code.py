@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pilot import paths
 from pilot import workspace as run_files
-from pilot.agents import bounded_disk, bounds, launch, network, sandbox, takeback, worker_user
+from pilot.agents import bounded_disk, bounds, launch, network, sandbox, session_store, takeback, worker_user
 from pilot.agents.audit import StreamSummary, parse_stream
 from pilot.agents.session import SessionOutcome
 from pilot.protocol import Arm, Study
@@ -620,6 +620,12 @@ class ClaudeCodeBackend:
         self.confinement: Confinement | None = None
         #: The session id the harness gives the first session and resumes; never one read from the stream.
         self.session_id = str(uuid.uuid4())
+        #: The session store as the first session left it (:mod:`pilot.agents.session_store`), or why no resume.
+        self.store_seal: session_store.Seal | None = None
+        self.store_refusal: str | None = None
+        self._store_started_ns = time.time_ns()
+        #: The store was lent to the worker's group for the session now running (a resume under a dedicated uid).
+        self._store_lent = False
         try:
             if isolation == launch.ISOLATION_REQUIRED:
                 self.lease = worker_user.acquire(study)
@@ -663,20 +669,26 @@ class ClaudeCodeBackend:
                 f"whose tools are {sorted(arm.tools)} (bare mode: {bool(study['cli'].get('bare'))})"
             )
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, resume: bool = False) -> None:
         """Give the worker its writable folders and the sockets of its bridges for a session.
 
         With bubblewrap the folders are copied, by descriptor, onto a fresh
         bounded disk (:mod:`pilot.agents.bounded_disk`), owned there by the
         worker's uid; the run folder's copies stay the harness's. Otherwise
         (the macOS profile) a dedicated uid is given the folders themselves.
-        Raises :class:`pilot.agents.bounded_disk.BoundedDiskError` when the
-        disk cannot be made or the folders do not fit it.
+        For the resume the CLI's store is lent, not given
+        (:func:`pilot.agents.session_store.lend`): its entries stay the
+        harness's, open to the worker's group, so the worker's shell can change
+        none of their metadata. Raises
+        :class:`pilot.agents.bounded_disk.BoundedDiskError` when the disk
+        cannot be made or the folders do not fit it.
         """
         conf = self.confinement
         if conf is None:
             return
         uid, gid = conf.identity.uid, conf.identity.gid
+        lend = resume and conf.identity.switch
+        self._store_lent = lend
         if conf.disk_bound:
             mount_point = self._socket_dir / "disk"
             mount_point.mkdir(mode=0o700, exist_ok=True)
@@ -692,9 +704,15 @@ class ClaudeCodeBackend:
                     f"the run's folders do not fit the session's disk ({conf.limits.workspace_bytes} bytes): "
                     + "; ".join(report.removed_names[:5])
                 )
+            if lend:
+                session_store.lend(self._disk_store(), worker_uid=uid, worker_gid=gid, owner_uid=os.getuid())
         elif conf.identity.switch:
+            config = launch.AgentDirs.under(self.run_dir).config
             for d in conf.writable:
-                worker_user.give_tree(d, uid, gid)
+                if lend and Path(d) == config:
+                    session_store.lend(d, worker_uid=uid, worker_gid=gid, owner_uid=os.getuid())
+                else:
+                    worker_user.give_tree(d, uid, gid)
         if not conf.identity.switch:
             return
         for sock in (
@@ -731,6 +749,9 @@ class ClaudeCodeBackend:
             return None
         if conf.disk is not None:
             try:
+                if self._store_lent:
+                    # What the resume lent to the worker's group is the harness's alone again before it is copied.
+                    self._reclaim_store(self._disk_store())
                 report = self._copy(to_disk=False)
             finally:
                 conf.disk.close()
@@ -739,11 +760,28 @@ class ClaudeCodeBackend:
             report = takeback.TakeBack()
             for d in conf.writable:
                 report.add(worker_user.take_back_tree(d))
+            if self._store_lent:
+                self._reclaim_store(str(launch.AgentDirs.under(self.run_dir).config))
         else:
             return None
         taken = report.to_dict()
         (self.record_dir / f"takeback-{label}.json").write_text(json.dumps(taken, indent=2) + "\n", encoding="utf-8")
         return taken
+
+    def _reclaim_store(self, store: str) -> None:
+        conf = self.confinement
+        assert conf is not None
+        self._store_lent = False
+        try:
+            session_store.reclaim(store, worker_gid=conf.identity.gid, owner_uid=os.getuid(), owner_gid=os.getgid())
+        except OSError as exc:  # the store gone or unreadable: the take-back copies (and records) what is left
+            self.notes.append(f"session store: what the resume lent could not be reclaimed in place ({exc})")
+
+    def _disk_store(self) -> str:
+        """The CLI's store on the session's bounded disk, as a path the harness can reach (through the disk's folder)."""
+        conf = self.confinement
+        assert conf is not None and conf.disk is not None
+        return f"/proc/self/fd/{conf.disk.root_fd}/{bounded_disk.HOLDS[2]}"
 
     def _spec(
         self, *, budget_usd: float, max_turns: int | None, resume: str | None = None, preflight: bool = False
@@ -800,7 +838,7 @@ class ClaudeCodeBackend:
             "session_id": self.session_id,
         }
         try:
-            self._hand_over()
+            self._hand_over(resume=resume_session_id is not None)
         except (OSError, bounded_disk.BoundedDiskError) as exc:
             self._drop_disk()
             return SessionOutcome(
@@ -832,6 +870,8 @@ class ClaudeCodeBackend:
         finally:
             taken = self._take_back(str(index))
         outcome.taken_back = taken
+        if resume_session_id is None and self.arm.recovery_resumes > 0:
+            self._seal_store()
         return outcome
 
     def _drop_disk(self) -> None:
@@ -839,6 +879,51 @@ class ClaudeCodeBackend:
         if conf is not None and conf.disk is not None:
             conf.disk.close()
             conf.disk = None
+
+    def _store_record(self, key: str, value: dict) -> None:
+        path = self.record_dir / "session_store.json"
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        data[key] = value
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+    def _seal_store(self) -> None:
+        """After the first session of an arm that may resume: undo what the kernel could not stop, record the store."""
+        config = launch.AgentDirs.under(self.run_dir).config
+        try:
+            self.store_seal = session_store.seal(config, started_ns=self._store_started_ns)
+        except (session_store.StoreRefused, OSError) as exc:
+            self.store_seal, self.store_refusal = None, f"the session store cannot be sealed: {exc}"
+            self._store_record("seal", {"refusal": self.store_refusal})
+            return
+        self._store_record("seal", self.store_seal.to_dict())
+        if self.store_seal.restored:
+            self.notes.append(
+                f"session store: {len(self.store_seal.restored)} change(s) the worker's shell could make were undone "
+                f"after the first session ({'; '.join(self.store_seal.restored[:3])})"
+            )
+
+    def resume_refusal(self) -> str | None:
+        """Why the harness's session cannot be resumed from its store (None: it may), checked just before the resume.
+
+        The store must be what :meth:`_seal_store` recorded: metadata changed since is restored and noted; anything
+        else refuses the resume (:func:`pilot.agents.session_store.check`).
+        """
+        if self.store_refusal is not None:
+            return self.store_refusal
+        if self.store_seal is None:
+            return "the session store was not sealed after the first session"
+        config = launch.AgentDirs.under(self.run_dir).config
+        try:
+            result = session_store.check(config, self.store_seal)
+        except (session_store.StoreRefused, OSError) as exc:
+            result = session_store.Check(refusal=f"the session store cannot be read: {exc}")
+        self._store_record("check", result.to_dict())
+        if result.restored:
+            self.notes.append(
+                f"session store: {len(result.restored)} change(s) of metadata since the first session were restored "
+                f"before the resume ({'; '.join(result.restored[:3])})"
+            )
+        return result.refusal
 
     def refusals(self) -> list[dict]:
         """The destinations the refusing proxy turned away during this run."""

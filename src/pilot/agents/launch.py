@@ -29,13 +29,16 @@ from pilot.protocol import Arm, Study
 MODEL_PORT = 2080
 REFUSAL_PORT = 3128
 
-#: Quiet the CLI: no telemetry, no update checks, no error reports.
+#: Quiet the CLI: no telemetry, no update checks, no error reports, no cross-session messaging (the pinned CLI would
+#: otherwise listen on a Unix socket whose address and token it hands to every program it starts, and put what
+#: arrives there before the model as a message from another session).
 QUIET_ENV = {
     "DISABLE_TELEMETRY": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     "DISABLE_AUTOUPDATER": "1",
     "DISABLE_ERROR_REPORTING": "1",
     "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_HARBOR_KITE": "0",
 }
 
 #: The worker's PATH after the worker Python environment; the operator's PATH is not inherited.
@@ -46,6 +49,36 @@ SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/s
 INSIDE_CONFIG = "/run/pilot-config"
 #: The variable naming the run's config folder on the host in every process of an attempt (the leftover sweep's mark).
 RUN_MARK_VAR = "PILOT_RUN_CONFIG"
+#: Where the CLI's own home appears inside a bubblewrap sandbox, read-only to every process in it (the CLI included):
+#: the home, configuration folders, fontconfig file and helper programs of the CLI, which the worker never wrote.
+INSIDE_CLI = "/run/pilot-cli"
+
+#: The only variables the worker's shell receives (values decided by the harness, :func:`worker_shell_env`); nothing
+#: else of the CLI's environment reaches a program the worker runs.
+SHELL_ENV = (
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "SHELL",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    RUN_MARK_VAR,
+)
+
+#: The programs the pinned CLI starts by name outside its shell, each replaced on the CLI's PATH by a confined helper
+#: (:func:`pilot.agents.shell_scope.helper_text`); whether a helper may write the folder its last argument names.
+CLI_HELPERS = {"git": False, "pdftoppm": True, "pdfinfo": False}
+#: The variable that tells a helper the CLI called it (only the CLI's environment carries it; see :data:`SHELL_ENV`).
+HELPER_MARK_VAR = "PILOT_CLI_ROOT"
 
 #: How a launch is isolated: ``required`` (refuse when the host cannot) or ``unisolated`` (development opt-in).
 ISOLATION_REQUIRED, ISOLATION_OPT_OUT = "required", "unisolated"
@@ -59,8 +92,9 @@ class AgentDirs:
 
     ``config`` and ``home`` are bound read-write into the sandbox, whose
     TMPDIR is its private /tmp (``tmp`` serves a development run without the
-    sandbox); ``settings`` is bound read-only; ``stub_dir`` is never visible (its
-    stubs are bound over the denied programs).
+    sandbox); ``settings`` and :attr:`cli_root` (the CLI's own home and
+    helpers) are bound read-only; ``stub_dir`` is never visible (its stubs
+    are bound over the denied programs).
     """
 
     root: Path
@@ -79,6 +113,11 @@ class AgentDirs:
     def shell_wrapper(self) -> Path:
         """The worker's shell wrapper on the host (bound read-only at :data:`pilot.agents.shell_scope.INSIDE_PATH`)."""
         return self.root / "shell" / "bash"
+
+    @property
+    def cli_root(self) -> Path:
+        """The CLI's own home, configuration and helpers on the host (bound read-only at :data:`INSIDE_CLI`)."""
+        return self.root / "cli"
 
     @property
     def shell_snapshots(self) -> Path:
@@ -117,6 +156,8 @@ class LaunchSpec:
     sandbox_profile: str | None = None
     #: The worker's shell wrapper to write (host path, text), for arms with a shell in the bubblewrap sandbox.
     shell_wrapper: tuple[Path, str] | None = None
+    #: The CLI's own folder to write (host path, text, mode): its fontconfig file and confined helpers.
+    cli_files: tuple[tuple[Path, str, int], ...] = ()
 
     @property
     def command(self) -> list[str]:
@@ -144,9 +185,18 @@ def deny_rules(arm: Arm) -> list[str]:
     return [f"Bash({family}:*)" for family in arm.denied_families]
 
 
-def arm_settings(arm: Arm) -> dict:
-    """The ``--settings`` file content: the deny rules and no prompts."""
-    return {"permissions": {"deny": deny_rules(arm), "defaultMode": "bypassPermissions"}}
+def store_rules(config_dir: str) -> list[str]:
+    """The CLI's file tools never write its own config folder (the session store a resume reads), whatever the arm.
+
+    ``config_dir`` is the folder as the CLI sees it; the CLI resolves links
+    and ``..`` before it matches a rule, so no other name of it gets through.
+    """
+    return [f"{tool}(/{config_dir.rstrip('/')}/**)" for tool in ("Edit", "Write", "NotebookEdit")]
+
+
+def arm_settings(arm: Arm, config_dir: str = INSIDE_CONFIG) -> dict:
+    """The ``--settings`` file content: the arm's deny rules, the store's, and no prompts."""
+    return {"permissions": {"deny": [*deny_rules(arm), *store_rules(config_dir)], "defaultMode": "bypassPermissions"}}
 
 
 def worker_path_dirs(arm: Arm, worker_env: Path | None) -> list[str]:
@@ -213,6 +263,93 @@ def agent_env(
         # Set after extra_env: the bound is part of the protocol, not a per-run option.
         env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(int(max_output_tokens))
     return env
+
+
+def worker_shell_env(env: dict[str, str]) -> dict[str, str]:
+    """What the worker's shell gets of an agent environment: the names of :data:`SHELL_ENV` only (an allow-list)."""
+    return {k: env[k] for k in SHELL_ENV if k in env}
+
+
+def cli_pins(root: str) -> dict[str, str]:
+    """Where the CLI and its helpers find every configuration they read: beneath ``root``, the harness's own folder.
+
+    The CLI's home, its XDG folders (git's, fontconfig's, the API profile
+    store's), git's global, system and attribute files and fontconfig's file
+    are the harness's, never the worker's scratch home; so nothing the worker
+    writes there (a ``.gitconfig`` filter, a ``fonts.conf``, a ``.bunfig.toml``,
+    an API profile) is read by a process with the CLI's reach.
+    """
+    home = f"{root}/home"
+    return {
+        "HOME": home,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+        "ANTHROPIC_CONFIG_DIR": f"{home}/.config/anthropic",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_CEILING_DIRECTORIES": "/",
+        "FONTCONFIG_FILE": f"{root}/fonts.conf",
+        "FONTCONFIG_PATH": root,
+    }
+
+
+#: The fontconfig file of the CLI's PDF tools: the system's fonts and rules, and no file of any home (the rules'
+#: per-user includes resolve beneath the CLI's own read-only home, where nothing is).
+FONTS_CONF = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">
+<fontconfig>
+  <dir>/usr/share/fonts</dir>
+  <dir>/usr/local/share/fonts</dir>
+  <include ignore_missing="yes">/etc/fonts/conf.d</include>
+</fontconfig>
+"""
+
+
+def helper_env(root: str, path_dirs: list[str], run_mark: str | None = None) -> dict[str, str]:
+    """The whole environment of a CLI helper: the CLI's pins, the system's programs, and for git no repository.
+
+    ``run_mark`` is the run's :data:`RUN_MARK_VAR` (the leftover sweep finds every process of an attempt by it).
+    """
+    return {
+        **({RUN_MARK_VAR: run_mark} if run_mark else {}),
+        "PATH": os.pathsep.join(d for d in SYSTEM_PATH if Path(d).is_dir()),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        **cli_pins(root),
+        # The CLI names the repository it found itself (the workspace's .git): the helper's git never reads one.
+        "GIT_DIR": f"{root}/no-repository",
+    }
+
+
+def cli_files(
+    dirs: AgentDirs, root: str, path_dirs: list[str], python: str | None, worker_writable: list[str]
+) -> list[tuple[Path, str, int]]:
+    """The files of the CLI's own folder (host path, text, mode): its fontconfig file and its confined helpers."""
+    from pilot.agents import shell_scope
+
+    files: list[tuple[Path, str, int]] = [(dirs.cli_root / "fonts.conf", FONTS_CONF, 0o444)]
+    if python is None:
+        return files
+    env = helper_env(root, path_dirs, str(dirs.config))
+    for name, writes_output in CLI_HELPERS.items():
+        program = shutil.which(name, path=os.pathsep.join(path_dirs))
+        if program is None:
+            continue  # the CLI finds no such program either
+        text = shell_scope.helper_text(
+            python,
+            os.path.realpath(program),
+            env,
+            marker=HELPER_MARK_VAR,
+            worker_writable=worker_writable,
+            output_beneath=f"{INSIDE_CONFIG}/projects" if writes_output else None,
+            name=f"pilot-{name}",
+        )
+        files.append((dirs.cli_root / "bin" / name, text, 0o555))
+    return files
 
 
 def cli_argv(
@@ -323,7 +460,6 @@ def build_launch(
     cli = study["cli"]
     path_dirs = worker_path_dirs(arm, worker_env)
     masked = masked_programs(arm, path_dirs)
-    settings = arm_settings(arm)
     argv = cli_argv(
         arm,
         claude_bin=claude_bin,
@@ -340,6 +476,7 @@ def build_launch(
     wrapper = None
     prefix: list[str] = []
     profile = None
+    files: list[tuple[Path, str, int]] = []
     if isolation == ISOLATION_OPT_OUT:
         base_url = model_endpoint.base_url or ""
         env = agent_env(
@@ -374,10 +511,10 @@ def build_launch(
         if refusal_socket is not None:
             bridges.append(sandbox.Bridge("refusal", str(refusal_socket), REFUSAL_PORT, None))
         claude_real = Path(shutil.which(str(claude_bin)) or claude_bin).resolve()
-        extra_ro = [claude_real.parent, dirs.settings]
+        bwrap = method == "bubblewrap"
+        extra_ro = [claude_real.parent, dirs.settings] + ([] if bwrap else [dirs.cli_root])
         if worker_env is not None and arm.feature("python_env"):
             extra_ro += [Path(worker_env), *_python_home(Path(worker_env))]
-        bwrap = method == "bubblewrap"
         plan = sandbox.make_plan(
             features={f: bool(arm.feature(f)) for f in sandbox.FEATURE_TREES},
             extra_ro=extra_ro,
@@ -387,27 +524,21 @@ def build_launch(
             stub_dir=dirs.stub_dir,
             bridges=bridges,
         )
-        if method == "bubblewrap" and "Bash" in arm.tools:
+        python = None
+        if bwrap:
+            # The worker's shell and the CLI's helpers each run in a Landlock domain below the CLI's (Linux only).
             python = shell_scope.wrapper_python(worker_env)
             if python is None:
                 raise sandbox.IsolationUnavailable(
-                    "no Python interpreter for the worker's shell wrapper (/usr/bin/python3 or the worker environment's)"
+                    "no Python interpreter for the worker's shell wrapper and the CLI's helpers "
+                    "(/usr/bin/python3 or the worker environment's)"
                 )
-            # /run holds only the harness's sockets, this wrapper and the CLI's config: the worker writes nothing there
-            # but the CLI's shell snapshots.
-            writable = [
-                str(Path(workspace).resolve()),
-                str(dirs.home),
-                f"{INSIDE_CONFIG}/{dirs.shell_snapshots.name}",
-                "/tmp",
-                "/var/tmp",
-                "/dev",
-                "/proc",
-            ]
-            wrapper = (dirs.shell_wrapper, shell_scope.wrapper_text(python, writable))
-            plan = dataclasses.replace(plan, ro_mapped=((str(dirs.shell_wrapper), shell_scope.INSIDE_PATH),))
-        if bwrap:
-            plan = dataclasses.replace(plan, rw_mapped=((str(dirs.config), INSIDE_CONFIG),))
+            plan = dataclasses.replace(
+                plan,
+                rw_mapped=((str(dirs.config), INSIDE_CONFIG),),
+                ro_mapped=((str(dirs.cli_root), INSIDE_CLI),),
+            )
+        cli_root = INSIDE_CLI if bwrap else str(dirs.cli_root)
         if method == "bubblewrap":
             base_url = (
                 f"http://127.0.0.1:{MODEL_PORT}"
@@ -415,17 +546,9 @@ def build_launch(
                 else (model_endpoint.base_url or "")
             )
             refusal = f"http://127.0.0.1:{REFUSAL_PORT}" if refusal_socket is not None else None
-            prefix = sandbox.bwrap_prefix(
-                plan,
-                bwrap=str(sandbox.bwrap_available() or "bwrap"),
-                chdir=Path(workspace).resolve(),
-                tmp_bytes=tmp_bytes,
-            )
         else:
-            # macOS: no namespace to bind sockets into; the profile allows only the proxy's and the portal's loopback ports.
+            # macOS: no namespace to bind sockets into; the profile allows only the proxy's and the portal's ports.
             base_url, refusal = model_endpoint.base_url or "", None
-            profile = sandbox.macos_profile(plan)
-            prefix = ["sandbox-exec", "-f", str(dirs.root / "sandbox.sb")]
         # TMPDIR is the sandbox's private /tmp (a fresh tmpfs per session): short enough for the Unix sockets programs
         # create there (Chromium's), which a path under the run folder is not.
         env = agent_env(
@@ -441,14 +564,49 @@ def build_launch(
             max_output_tokens=cli.get("max_output_tokens"),
             config_dir=INSIDE_CONFIG if bwrap else None,
         )
-        if wrapper is not None:
+        shell_env = worker_shell_env(env)
+        # /run holds only the harness's sockets, the CLI's read-only folder, the shell wrapper and the CLI's config:
+        # the worker writes nothing there but the CLI's shell snapshots.
+        writable = [
+            str(Path(workspace).resolve()),
+            str(dirs.home),
+            f"{INSIDE_CONFIG}/{dirs.shell_snapshots.name}",
+            "/tmp",
+            "/var/tmp",
+            "/dev",
+            "/proc",
+        ]
+        # The CLI reads its configuration (and runs its helpers) from the harness's read-only folder, never the
+        # worker's home; its confined helpers come first on its PATH.
+        env.update(cli_pins(cli_root))
+        env[HELPER_MARK_VAR] = cli_root
+        files = cli_files(dirs, cli_root, path_dirs, python, writable)
+        if any(path.parent.name == "bin" for path, _, _ in files):
+            env["PATH"] = os.pathsep.join([f"{cli_root}/bin", *path_dirs])
+        if bwrap and "Bash" in arm.tools:
+            assert python is not None
+            wrapper = (dirs.shell_wrapper, shell_scope.wrapper_text(python, writable, shell_env))
+            plan = dataclasses.replace(
+                plan, ro_mapped=(*plan.ro_mapped, (str(dirs.shell_wrapper), shell_scope.INSIDE_PATH))
+            )
             # Every command of the CLI's Bash tool (and its shell snapshot) starts in the nested Landlock domain.
             env["CLAUDE_CODE_SHELL"] = shell_scope.INSIDE_PATH
+        if method == "bubblewrap":
+            prefix = sandbox.bwrap_prefix(
+                plan,
+                bwrap=str(sandbox.bwrap_available() or "bwrap"),
+                chdir=Path(workspace).resolve(),
+                tmp_bytes=tmp_bytes,
+            )
+        else:
+            profile = sandbox.macos_profile(plan)
+            prefix = ["sandbox-exec", "-f", str(dirs.root / "sandbox.sb")]
         enforcement = method
+    bwrap_config = isolation != ISOLATION_OPT_OUT and sandbox.enforcement_method() == "bubblewrap"
     return LaunchSpec(
         arm_id=arm.id,
         argv=argv,
-        settings=settings,
+        settings=arm_settings(arm, INSIDE_CONFIG if bwrap_config else str(dirs.config)),
         env=env,
         masked_programs=masked,
         plan=plan,
@@ -459,6 +617,7 @@ def build_launch(
         notes=notes,
         sandbox_profile=profile,
         shell_wrapper=wrapper,
+        cli_files=tuple(files) if isolation != ISOLATION_OPT_OUT else (),
     )
 
 
@@ -473,9 +632,17 @@ def materialize(spec: LaunchSpec, run_dir: Path) -> AgentDirs:
     if spec.sandbox_profile is not None:
         (dirs.root / "sandbox.sb").write_text(spec.sandbox_profile, encoding="utf-8")
     if spec.shell_wrapper is not None:
-        path, text = spec.shell_wrapper
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.unlink(missing_ok=True)
-        path.write_text(text, encoding="utf-8")
-        path.chmod(0o555)
+        _write_readonly(*spec.shell_wrapper, 0o555)
+    if spec.cli_files:
+        (dirs.cli_root / "home").mkdir(parents=True, exist_ok=True)
+        for path, text, mode in spec.cli_files:
+            _write_readonly(path, text, mode)
     return dirs
+
+
+def _write_readonly(path: Path, text: str, mode: int) -> None:
+    # Replaced, never written through: a file left by an earlier launch may be read-only.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
