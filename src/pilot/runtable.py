@@ -149,6 +149,13 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
         nullable=True,
         doc="when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is the run's first",
     ),
+    # The harness failed after inference began: the run is its own outcome, evaluated as delivered, never rerun.
+    ColumnSpec(
+        "harness_fault",
+        "str",
+        nullable=True,
+        doc="the harness's failure after inference began (phase and error); missing when there was none",
+    ),
 )
 
 

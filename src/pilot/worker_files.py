@@ -428,6 +428,15 @@ class Folder:
         finally:
             os.close(fd)
 
+    def read_prefix(self, rel: str | os.PathLike, *, max_bytes: int) -> tuple[bytes, int]:
+        """(the first ``max_bytes`` bytes, the whole size) of the regular file at ``rel``, whatever its size: for a
+        page that shows the start of a long text. Nothing but a regular file is opened, no link followed."""
+        fd, st = self.open_file(rel, max_bytes=None)
+        try:
+            return _read_fd(fd, min(st.st_size, max_bytes)), st.st_size
+        finally:
+            os.close(fd)
+
     def sha256(self, rel: str | os.PathLike, *, max_bytes: int) -> str:
         """SHA-256 (hex) of the regular file at ``rel``, streamed; refused above ``max_bytes``."""
         fd, st = self.open_file(rel, max_bytes=max_bytes)
