@@ -184,8 +184,8 @@ def mark_phase(
     """Record that the attempt in ``attempt_dir`` entered ``phase`` (:data:`PHASES`).
 
     ``requests_record`` (with ``agent``) is the model proxy's usage record of the run: inference has begun once it
-    holds a line (the first model request reached the proxy); without one (a stand-in agent that is its own model)
-    inference begins with the phase. ``inference`` states it outright once the session has ended.
+    holds a request's row (the first model request reached the proxy); without one (a stand-in agent that is its
+    own model) inference begins with the phase. ``inference`` states it outright once the session has ended.
     """
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: expected one of {', '.join(PHASES)}")
@@ -217,6 +217,8 @@ def inference_began(attempt_dir: Path) -> bool:
 
     Decided from the runner's phase mark and the model proxy's usage record, both files of the harness that the
     worker cannot write: before the first model request no tool of the worker has run, so nothing it made exists.
+    The proxy writes a row when it opens and when it closes the run (:data:`PROXY_LIFECYCLE_ROWS`); any other row
+    was written for a request that reached it.
     """
     mark = read_phase(attempt_dir)
     if mark is None or mark["phase"] == "setup":
@@ -224,12 +226,27 @@ def inference_began(attempt_dir: Path) -> bool:
     if mark.get("inference") is not None:
         return bool(mark["inference"])
     record = mark.get("requests_record")
-    if not record:
-        return False
+    return bool(record) and _holds_a_request(Path(record))
+
+
+#: Rows the model proxy writes for a run's own life, not for a request: when it opens the run and when it closes it.
+PROXY_LIFECYCLE_ROWS = frozenset({"opened", "refusals", "closed"})
+
+
+def _holds_a_request(record: Path) -> bool:
+    """Whether the proxy's usage record holds a row a request wrote (any row but the run's opening and closing)."""
     try:
-        return os.stat(record).st_size > 0
+        with record.open("rb") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    return True  # a torn row is the proxy's, written while a request was answered
+                if not isinstance(row, dict) or row.get("kind") not in PROXY_LIFECYCLE_ROWS:
+                    return True
     except OSError:
         return False
+    return False
 
 
 #: How a harness fault after inference is named on the run record and in the run table (``harness_fault``).

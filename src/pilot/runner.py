@@ -149,7 +149,8 @@ class RunRecord:
     reevaluation: dict | None = None
     #: The harness failed after inference began (its phase and the failure): the run stands as delivered, not rerun.
     harness_fault: str | None = None
-    #: Bytes of the worker's files the harness read in this attempt (through :mod:`pilot.worker_files`).
+    #: Bytes of the worker's files the runner read in this attempt (through :mod:`pilot.worker_files`; the judges'
+    #: rendering comes after the record is written).
     worker_bytes_read: int | None = None
 
     def to_dict(self) -> dict:
@@ -399,6 +400,8 @@ def run_attempt(
     stack = ExitStack()
     ws = meter = agent = worker_info = None
     sessions: list[SessionOutcome] = []
+    selfcheck_first = selfcheck_final = None
+    recovery_used = False
     try:
         from pilot.workspace import lay_out
 
@@ -565,6 +568,7 @@ def run_attempt(
             evaluate=evaluate,
             t_start=t_start,
             bytes_start=bytes_start,
+            selfcheck=(selfcheck_first, selfcheck_final, recovery_used),
         )
     finally:
         stack.close()
@@ -839,6 +843,7 @@ def _harness_fault(
     evaluate: bool,
     t_start: float,
     bytes_start: int,
+    selfcheck: tuple[bool | None, bool | None, bool] = (None, None, False),
 ) -> RunRecord:
     """The run's own record when the harness failed after inference began: an agent error, evaluated as delivered.
 
@@ -869,6 +874,9 @@ def _harness_fault(
         D=False,
         E=False,
         eval_error="the harness failed before the evaluation could run (see harness_fault)",
+        selfcheck_first=selfcheck[0],
+        selfcheck_final=selfcheck[1],
+        recovery_used=selfcheck[2],
     )
     rec.notes.append(fault)
     try:

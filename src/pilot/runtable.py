@@ -519,8 +519,14 @@ def validate_runtable(
         raise fail(i, "recovery_used", f"arm {out['arm'][i]} has no recovery resume")
     if (i := first(~can & out["selfcheck_first"].notna().to_numpy())) is not None:
         raise fail(i, "selfcheck_first", f"arm {out['arm'][i]} has no self-check; leave it empty")
+    # A harness fault after inference may end a run before its self-check: the run table names the fault instead.
+    faulted = (
+        out["harness_fault"].notna().to_numpy() if "harness_fault" in out.columns else np.zeros(len(out), dtype=bool)
+    )
     if (
-        i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())
+        i := first(
+            can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy() & ~faulted
+        )
     ) is not None:
         raise fail(i, "selfcheck_first", "a self-repairing run records its first self-check")
     out.attrs[FAILED_DROPPED_ATTR] = n_failed

@@ -77,6 +77,7 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | os.O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC
 _CHUNK = 1024 * 1024
+_PATH_MAX = 4096
 
 
 class _OpenHow(ctypes.Structure):
@@ -168,7 +169,9 @@ class Refused(Exception):
 
 
 def describe_mode(mode: int) -> str:
-    """What a non-regular entry is, in words."""
+    """What an entry is, in words."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
     if stat.S_ISLNK(mode):
         return "a symbolic link"
     if stat.S_ISDIR(mode):
@@ -329,8 +332,10 @@ class Folder:
         if not parts:
             return os.dup(self.fd)
         try:
-            if HAVE_OPENAT2:
-                return openat2(self.fd, "/".join(parts), DIR_FLAGS)
+            joined = "/".join(parts)
+            # A path longer than the kernel takes in one call (PATH_MAX) is walked a name at a time instead.
+            if HAVE_OPENAT2 and len(os.fsencode(joined)) < _PATH_MAX:
+                return openat2(self.fd, joined, DIR_FLAGS)
             fd = os.dup(self.fd)
             try:
                 for name in parts:
@@ -543,6 +548,8 @@ class Entry:
     st: os.stat_result | None
     error: str | None = None
     too_deep: bool = False
+    #: Set it False while the listing is looked at, and the walk does not enter this folder.
+    descend: bool = True
     _dir_fd: int = field(default=-1, repr=False)
 
     def open(self, *, max_bytes: int | None) -> tuple[int, os.stat_result]:
@@ -568,6 +575,23 @@ class Entry:
     def link_target(self) -> str:
         """A link's target text (read, never followed)."""
         return os.readlink(self.name, dir_fd=self._dir_fd)
+
+    def rewrite(self, data: bytes) -> None:
+        """Put ``data`` in this file's place: a new file in the same folder, renamed over it, both by descriptor (its
+        permission bits kept, owned by the harness)."""
+        tmp = f".{self.name}.{os.getpid()}.rewrite"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | _O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=self._dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchmod(fh.fileno(), stat.S_IMODE(self.st.st_mode) if self.st is not None else 0o644)
+            os.replace(tmp, self.name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self._dir_fd)
+            raise
 
 
 @dataclass
@@ -646,7 +670,7 @@ def _walk_fd(top: int, max_depth: int, max_entries: int) -> Iterator[Listing]:
             yield Listing(rel, depth, entries, truncated=truncated)
             if truncated:
                 return
-            subdirs = [e for e in entries if e.kind == "folder" and not e.too_deep]
+            subdirs = [e for e in entries if e.kind == "folder" and not e.too_deep and e.descend]
             here.waiting = len(subdirs)
             if not subdirs:
                 here.waiting = 1
