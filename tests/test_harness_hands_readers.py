@@ -690,6 +690,13 @@ def test_a_harness_fault_after_inference_is_the_run_s_outcome_and_named(attacked
     rows = list(csv.DictReader(io.StringIO(attacked["runs_csv"])))
     faults = {r["run_id"] for r in rows if r.get("harness_fault")}
     assert faults == {r for r, k in attacked["kind_of"].items() if k in ("harness_bug", "worker_dies")}
+    # ... and This run's fidelity table counts them.
+    import pandas as pd
+
+    from pilot.report import run_fidelity
+
+    table = run_fidelity.fidelity(pd.read_csv(io.StringIO(attacked["runs_csv"])), [], ["A1", "A3", "A4"])
+    assert table.set_index("measure").loc["harness faults after inference", "all"] == 2
 
 
 def test_the_sparse_giants_cost_the_harness_no_reads(attacked):
