@@ -226,7 +226,7 @@ def inference_began(attempt_dir: Path) -> bool:
     if mark.get("inference") is not None:
         return bool(mark["inference"])
     record = mark.get("requests_record")
-    return bool(record) and _holds_a_request(Path(record))
+    return isinstance(record, str) and bool(record) and _holds_a_request(Path(record))
 
 
 #: Rows the model proxy writes for a run's own life, not for a request: when it opens the run and when it closes it.

@@ -761,7 +761,7 @@ def _finish(
         cost = replace(
             cost, total_usd=float(meter.metered_usd), complete=True, method="metered (the client's result was forged)"
         )
-    record, valid, refused = load_completion_record(ws.root)
+    completion, valid, refused = load_completion_record(ws.root)
     if refused:
         # Its questions are then missing (never zero): H has no count to add.
         notes.append(f"the completion record was not read: {refused}")
@@ -782,7 +782,7 @@ def _finish(
         turns=summary.turns,
         tool_calls=len(summary.tool_calls),
         tool_calls_by_tool=summary.tool_calls_by_tool,
-        questions=count_questions(record),
+        questions=count_questions(completion),
         deviations=deviations,
         D=None,
         E=None,
@@ -797,7 +797,7 @@ def _finish(
         cli_version=sessions[-1].cli_version or sessions[0].cli_version,
         sessions=[s.to_dict() for s in sessions],
         completion_record_valid=valid,
-        completion_status=record.get("status") if valid and isinstance(record, dict) else None,
+        completion_status=completion.get("status") if valid and isinstance(completion, dict) else None,
         enforcement=enforcement,
         worker_env=worker_info,
         portal=portal_info,

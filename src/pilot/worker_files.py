@@ -55,7 +55,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -465,7 +465,7 @@ class Folder:
         finally:
             os.close(dfd)
 
-    def walk(self, rel: str | os.PathLike = "", *, max_depth: int, max_entries: int) -> Iterator[Listing]:
+    def walk(self, rel: str | os.PathLike = "", *, max_depth: int, max_entries: int) -> Generator[Listing, None, None]:
         """The folders of the tree at ``rel`` one by one (depth first, children by name), each opened by descriptor.
 
         Each :class:`Listing` holds its folder's entries while it is being looked at (:meth:`Entry.open`,
@@ -618,7 +618,7 @@ class _Held:
             self.fd = -1
 
 
-def _walk_fd(top: int, max_depth: int, max_entries: int) -> Iterator[Listing]:
+def _walk_fd(top: int, max_depth: int, max_entries: int) -> Generator[Listing, None, None]:
     # Stack items: (rel, depth, parent holding a descriptor or None for the top, name in the parent).
     stack: list[tuple[str, int, _Held | None, str]] = [("", 0, None, "")]
     seen = 0
@@ -642,23 +642,23 @@ def _walk_fd(top: int, max_depth: int, max_entries: int) -> Iterator[Listing]:
             truncated = False
             try:
                 with os.scandir(fd) as it:
-                    raw = []
-                    for e in it:
+                    raw: list[os.DirEntry[str]] = []
+                    for d in it:
                         if seen + len(raw) >= max_entries:
                             truncated = True
                             break
-                        raw.append(e)
-                    raw.sort(key=lambda e: e.name)
-                    for e in raw:
-                        child = f"{rel}/{e.name}" if rel else e.name
+                        raw.append(d)
+                    raw.sort(key=lambda d: d.name)
+                    for d in raw:
+                        child = f"{rel}/{d.name}" if rel else d.name
                         try:
-                            st = e.stat(follow_symlinks=False)
+                            st = d.stat(follow_symlinks=False)
                         except OSError as exc:
-                            entries.append(Entry(child, e.name, "unreadable", None, exc.strerror or type(exc).__name__))
+                            entries.append(Entry(child, d.name, "unreadable", None, exc.strerror or type(exc).__name__))
                             continue
                         kind = kind_of_mode(st.st_mode)
                         entries.append(
-                            Entry(child, e.name, kind, st, too_deep=kind == "folder" and depth + 1 >= max_depth)
+                            Entry(child, d.name, kind, st, too_deep=kind == "folder" and depth + 1 >= max_depth)
                         )
             except OSError as exc:
                 here.release()

@@ -83,7 +83,7 @@ def hash_inputs(inputs_dir: Path) -> dict[str, str]:
                     if len(out) >= MAX_ENTRIES:
                         out[rel] = TOO_MANY
                         return out
-                    if entry.kind == "unreadable":
+                    if entry.kind == "unreadable" or entry.st is None:
                         out[rel] = UNREADABLE + (entry.error or "unknown")
                     elif entry.kind == "link":
                         try:
