@@ -224,7 +224,6 @@ def load_completion_record(workspace: Path) -> tuple[dict | None, bool, str | No
     """
     import jsonschema
 
-    from pilot import worker_files
     from pilot.oracles.safety import MAX_FILE_BYTES
 
     try:
@@ -878,7 +877,10 @@ def _harness_fault(
         selfcheck_final=selfcheck[1],
         recovery_used=selfcheck[2],
     )
+    import traceback
+
     rec.notes.append(fault)
+    rec.notes.append("traceback of the harness fault:\n" + "".join(traceback.format_exception(exc, limit=8)))
     try:
         _record_meter(rec, meter if meter is not None else getattr(agent, "meter", None), rec.cost_usd)
     except Exception as again:  # noqa: BLE001 - the record is written whatever else fails
