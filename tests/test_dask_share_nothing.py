@@ -255,17 +255,26 @@ def test_a_worker_one_byte_off_in_an_oracle_is_refused_and_named(cluster):
         cluster.procs.pop("w3").terminate()
 
 
-def test_a_package_broken_in_the_packing_is_rerun_under_the_same_id(cluster):
+def test_a_package_broken_after_the_run_keeps_the_run_s_outcome_once(cluster):
+    """The files of a finished attempt fail to arrive: the run keeps its outcome (evaluated and judged on the node),
+    names the fault, and is never drawn again; the broken package is kept apart."""
     addr = cluster.names()["w1"]
     cluster.client.run(_break_next_package, workers=[addr])
     result = _study("broken", cluster.tmp, cluster)
     assert result.stop_reason == "complete"
     attempts = _attempts("broken")
-    failed = [a for a in attempts if a["outcome"] == "infra_error"]
-    assert len(failed) == 1 and "did not arrive intact" in failed[0]["error"]
-    again = [a for a in attempts if a["run_id"] == failed[0]["run_id"]]
-    assert [a["attempt_no"] for a in again] == [1, 2] and again[-1]["outcome"] == "completed"
-    kept = list(Path(failed[0]["workspace"]).parent.glob("attempt-1.transfer-failed-*"))
+    assert all(a["outcome"] == "completed" for a in attempts)
+    assert len({a["run_id"] for a in attempts}) == len(attempts)  # one attempt each: nothing rerun
+    with Store.open(paths.study_dir("broken")) as st:
+        records = {r["run_id"]: json.loads(r["record_json"]) for r in st.runs()}
+    faulted = [rid for rid, rec in records.items() if rec.get("harness_fault")]
+    assert len(faulted) == 1, faulted
+    rec = records[faulted[0]]
+    fault = rec["harness_fault"]
+    assert "(phase transfer): transfer: the files of this attempt from node w1 did not arrive intact" in fault
+    assert rec["D"] is not None and rec["judges"]  # its verdict and grades, from the node
+    broken = next(a for a in attempts if a["run_id"] == faulted[0])
+    kept = list(Path(broken["workspace"]).parent.glob("attempt-1.transfer-failed-*"))
     assert kept and (kept[0] / "package.tar.gz").is_file()
 
 

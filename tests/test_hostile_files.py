@@ -266,14 +266,14 @@ def test_an_input_that_cannot_be_read_is_a_change_not_a_crash(golds, tmp_path, m
     ws = defects.copy_workspace(golds["LEGAL-01"], tmp_path / "ws")
     before = hashing.hash_inputs(ws / "inputs")
     victim = sorted(before)[0]
-    real = hashing.file_digest
+    real = hashing.file_digest_of
 
-    def refuse(path):
-        if Path(path).name == Path(victim).name:
+    def refuse(entry):
+        if entry.name == Path(victim).name:
             raise PermissionError(13, "Permission denied")
-        return real(path)
+        return real(entry)
 
-    monkeypatch.setattr(hashing, "file_digest", refuse)
+    monkeypatch.setattr(hashing, "file_digest_of", refuse)
     reasons = hashing.compare_hashes(before, hashing.hash_inputs(ws / "inputs"))
     assert reasons == [f"input modified: inputs/{victim} (cannot be read: Permission denied)"]
 

@@ -50,6 +50,8 @@ def test_fidelity_counts_each_measure_per_arm():
     assert t.loc["capped at the wall cap"].to_dict() == {"A0": 1, "A1": 0, "all": 1}
     assert t.loc["capped at the cost cap"].to_dict() == {"A0": 0, "A1": 1, "all": 1}
     assert t.loc["evaluation errors"].to_dict() == {"A0": 0, "A1": 1, "all": 1}
+    # The table has no harness_fault column: none is counted, and the row is there all the same.
+    assert t.loc["harness faults after inference"].to_dict() == {"A0": 0, "A1": 0, "all": 0}
     assert t.loc["runs on node n1"].to_dict() == {"A0": 2, "A1": 1, "all": 3}
     assert t.loc["runs on node n2"].to_dict() == {"A0": 1, "A1": 2, "all": 3}
 

@@ -114,6 +114,7 @@ def test_kept_names_are_the_ones_the_harness_writes():
         runner.RUN_MARKER,
         runner.TRANSCRIPT,
         attempt.OUTCOME_FILE,
+        attempt.PHASE_FILE,
         workspace.TRANSCRIPT_NAME,
     } <= kept
     assert f"{workspace.HARNESS_RECORD_DIR}/**" in kept and f"portal/{access_log.ACCESS_LOG_NAME}" in kept

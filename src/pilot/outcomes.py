@@ -29,7 +29,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pilot import protocol
@@ -38,6 +37,8 @@ if TYPE_CHECKING:  # pandas loads with the run table, not in every attempt's pro
     import pandas as pd
 
 COMPLETION_STATUSES = ("completed", "partial", "abandoned")
+#: The most of a completion record read to learn its status (the oracle's limit for a deliverable).
+COMPLETION_RECORD_MAX_BYTES = 50 * 1024 * 1024
 # A run whose every attempt failed on infrastructure: it has no outcome at all.
 FAILED_STATUS = "infra_error"
 # What a failed run's row keeps: who and where it was, and the scenario's own properties; every outcome is empty.
@@ -183,10 +184,14 @@ def completion_status(record: Mapping[str, Any]) -> str:
         return str(status)
     ws = record.get("workspace")
     if ws:
-        path = Path(ws) / "outputs" / "completion_record.json"
+        # The worker's file, read beneath its workspace by the bounded reader: no link followed, nothing but a
+        # regular file opened, at most a deliverable's size read.
+        from pilot import worker_files
+
         try:
-            status = json.loads(path.read_text(encoding="utf-8")).get("status")
-        except (OSError, ValueError, AttributeError):
+            raw = worker_files.read_bytes(ws, "outputs/completion_record.json", max_bytes=COMPLETION_RECORD_MAX_BYTES)
+            status = json.loads(raw.decode("utf-8")).get("status")
+        except (worker_files.Refused, OSError, ValueError, AttributeError, RecursionError):
             status = None
         if status in COMPLETION_STATUSES:
             return str(status)
@@ -349,6 +354,8 @@ def run_row(
             "eval_error": evaluation_error(rec),
             # The current verdict was given by `pilot study reevaluate` (its time); missing for a run's first evaluation.
             "reevaluated_at": (rec.get("reevaluation") or {}).get("at"),
+            # The harness failed after inference began: the run stands as delivered (never rerun), and says so here.
+            "harness_fault": rec.get("harness_fault") or None,
         }
     )
     for jid in panel_ids:

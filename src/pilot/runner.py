@@ -47,7 +47,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pilot import backends, paths, protocol
+from pilot import backends, paths, protocol, worker_files
 from pilot.agents import audit, witness
 from pilot.agents.session import (
     AGENT_ERROR,
@@ -59,6 +59,7 @@ from pilot.agents.session import (
     classify,
     combined_cost,
 )
+from pilot.attempt import HARNESS_FAULT_PREFIX, inference_began, mark_phase, read_phase
 from pilot.outcomes import EVAL_ERROR_NOTE
 from pilot.protocol import Caps
 
@@ -146,6 +147,11 @@ class RunRecord:
     workspace_entries: int | None = None
     #: Set when the verdict comes from ``pilot study reevaluate``: when, how many times, and the earlier error.
     reevaluation: dict | None = None
+    #: The harness failed after inference began (its phase and the failure): the run stands as delivered, not rerun.
+    harness_fault: str | None = None
+    #: Bytes of the worker's files the runner read in this attempt (through :mod:`pilot.worker_files`; the judges'
+    #: rendering comes after the record is written).
+    worker_bytes_read: int | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -209,22 +215,41 @@ def _reset_run_dir(out_dir: Path) -> None:
     )
 
 
-def read_completion_record(path: Path) -> tuple[dict | None, bool]:
-    """The completion record and whether it is valid against the schema."""
+def load_completion_record(workspace: Path) -> tuple[dict | None, bool, str | None]:
+    """The completion record of ``workspace``, whether it is valid against the schema, and why it was not read.
+
+    Read beneath the workspace by the bounded reader (:mod:`pilot.worker_files`): a link (to a host file, to
+    ``/proc/self/mem``), a pipe, a device or a file over the deliverable limit is refused unread, and the third
+    value names the file and the reason (None when it was read, or when there is no record at all).
+    """
     import jsonschema
 
-    if not path.is_file():
-        return None, False
+    from pilot.oracles.safety import MAX_FILE_BYTES
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None, False
+        with worker_files.Folder(workspace) as folder:
+            raw = folder.read_bytes("outputs/completion_record.json", max_bytes=MAX_FILE_BYTES)
+    except worker_files.Refused as exc:
+        if exc.kind in (worker_files.MISSING, worker_files.NOT_A_FOLDER):
+            return None, False, None
+        return None, False, f"outputs/completion_record.json {exc.reason}"
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return None, False, None
     try:
         schema = json.loads(paths.COMPLETION_SCHEMA_FILE.read_text(encoding="utf-8"))
         jsonschema.validate(data, schema)
-        return data, True
+        return data, True, None
     except jsonschema.ValidationError:
-        return data if isinstance(data, dict) else None, False
+        return (data if isinstance(data, dict) else None), False, None
+
+
+def read_completion_record(path: Path) -> tuple[dict | None, bool]:
+    """The completion record at ``path`` (``<workspace>/outputs/completion_record.json``) and whether it is valid
+    against the schema; read through :func:`load_completion_record`, so nothing it links to is ever read."""
+    data, valid, _refused = load_completion_record(Path(path).parent.parent)
+    return data, valid
 
 
 def count_questions(record: dict | None) -> int | None:
@@ -328,6 +353,9 @@ def run_attempt(
                 raise IsolationRefused(str(exc)) from exc
         sweep_leftovers(out_dir)
     _reset_run_dir(out_dir)
+    # From the first model request on the attempt is the run's own: the phase mark says where it is (pilot.attempt).
+    mark_phase(out_dir, "setup")
+    bytes_start = worker_files.bytes_read()
     from pilot.portal.redaction import redact_abandoned_attempts
     from pilot.workspace import harness_record_dir, transcript_path
 
@@ -369,11 +397,14 @@ def run_attempt(
         except Exception as exc:  # noqa: BLE001 - any start failure is infrastructure, by the design's definition
             return infra(f"portal_start: {exc}".splitlines()[0])
     stack = ExitStack()
+    ws = meter = agent = worker_info = None
+    sessions: list[SessionOutcome] = []
+    selfcheck_first = selfcheck_final = None
+    recovery_used = False
     try:
         from pilot.workspace import lay_out
 
         ws = lay_out(scenario, arm, ws_root, portal=portal)
-        meter = None
         endpoint = None
         if backend in backends.CLI_BACKENDS:
             # A rehearsal's scripted server plays each run by its label; the real API is never told it.
@@ -407,14 +438,19 @@ def run_attempt(
         if hasattr(agent, "close"):
             stack.callback(agent.close)
 
-        sessions: list[SessionOutcome] = []
         # The proxy's next sequence number before each session: which of its exchanges belong to which session.
         session_bounds = [int(getattr(meter, "_seq", 0)) + 1]
         # The prompt the harness gives each session: the only user text the witness lets the model be sent.
         prompts = [str(study["worker"]["user_prompt"])]
+        # Inference begins with the first request the proxy meters (a stand-in agent without one is its own model).
+        proxied = meter is not None and record_from_proxy
+        mark_phase(out_dir, "agent", requests_record=getattr(meter, "record_path", None) if proxied else None)
         first = agent.run_session(0, budget_usd=caps.usd, wall_s=caps.wall_s, max_turns=max_turns)
         sessions.append(first)
         cls1 = _metered_cap(classify(first), meter)
+        mark_phase(
+            out_dir, "selfcheck" if arm.feature("self_check") else "collect", inference=cls1.status != INFRA_ERROR
+        )
         final_cls = cls1
         selfcheck_first = selfcheck_final = None
         recovery_used = False
@@ -468,6 +504,7 @@ def run_attempt(
                 else:
                     session_bounds.append(int(getattr(meter, "_seq", 0)) + 1)
                     prompts.append(RESUME_PROMPT)
+                    mark_phase(out_dir, "recovery")
                     second = agent.run_session(
                         1,
                         budget_usd=budget_left,
@@ -484,6 +521,7 @@ def run_attempt(
                     else:
                         recovery_used = True
                         final_cls = cls2
+                    mark_phase(out_dir, "selfcheck")
                     passed2, lines2 = _selfcheck(ws_root, scenario)
                     (out_dir / "selfcheck_final.txt").write_text("\n".join(lines2) + "\n", encoding="utf-8")
                     selfcheck_final = passed2
@@ -491,6 +529,7 @@ def run_attempt(
         # its worst case) before the run's cost and record are read from them.
         _close_meter(meter)
         # The portal's health is taken when the agent is done, before evaluation can take its time.
+        mark_phase(out_dir, "collect")
         portal_end = portal.end_of_run() if portal is not None else None
         rec = _finish(
             base,
@@ -514,10 +553,33 @@ def run_attempt(
             session_bounds=session_bounds,
             record_from_proxy=record_from_proxy,
             prompts=prompts,
+            bytes_start=bytes_start,
         )
         if portal_end is not None:
             rec = _record_portal_end(rec, portal_end, portal, out_dir)
         return rec
+    except Exception as exc:
+        # Before the first model request nothing of the worker's exists: the failure is the harness's own parts',
+        # an infrastructure error (rerun). After it, whatever failed, the run stands as delivered.
+        if not inference_began(out_dir):
+            raise
+        return _harness_fault(
+            base,
+            out_dir,
+            scenario,
+            exc,
+            ws=ws,
+            sessions=sessions,
+            meter=meter,
+            agent=agent,
+            notes=notes,
+            worker_info=worker_info,
+            portal_info=portal_info,
+            evaluate=evaluate,
+            t_start=t_start,
+            bytes_start=bytes_start,
+            selfcheck=(selfcheck_first, selfcheck_final, recovery_used),
+        )
     finally:
         stack.close()
         if portal is not None:
@@ -678,6 +740,7 @@ def _finish(
     session_bounds=None,
     record_from_proxy=True,
     prompts=None,
+    bytes_start: int = 0,
 ) -> RunRecord:
     from pilot.workspace import transcript_path
 
@@ -722,7 +785,10 @@ def _finish(
         cost = replace(
             cost, total_usd=float(meter.metered_usd), complete=True, method="metered (the client's result was forged)"
         )
-    record, valid = read_completion_record(ws.completion_record)
+    completion, valid, refused = load_completion_record(ws.root)
+    if refused:
+        # Its questions are then missing (never zero): H has no count to add.
+        notes.append(f"the completion record was not read: {refused}")
     status = final_cls.status
     wall = sum(s.wall_s for s in sessions)
     rec = RunRecord(
@@ -740,7 +806,7 @@ def _finish(
         turns=summary.turns,
         tool_calls=len(summary.tool_calls),
         tool_calls_by_tool=summary.tool_calls_by_tool,
-        questions=count_questions(record),
+        questions=count_questions(completion),
         deviations=deviations,
         D=None,
         E=None,
@@ -755,7 +821,7 @@ def _finish(
         cli_version=sessions[-1].cli_version or sessions[0].cli_version,
         sessions=[s.to_dict() for s in sessions],
         completion_record_valid=valid,
-        completion_status=record.get("status") if valid and isinstance(record, dict) else None,
+        completion_status=completion.get("status") if valid and isinstance(completion, dict) else None,
         enforcement=enforcement,
         worker_env=worker_info,
         portal=portal_info,
@@ -775,9 +841,87 @@ def _finish(
     rec.input_hashes = dict(ws.input_hashes)
     rec.workspace_sha256, rec.workspace_entries = record_workspace(ws.root, out_dir)
     if evaluate:
+        mark_phase(out_dir, "evaluation")
         ev = evaluate_finished(scenario, ws.root, ws.input_hashes)
         (out_dir / EVALUATION_FILE).write_text(json.dumps(ev.to_dict(), indent=2) + "\n", encoding="utf-8")
         apply_evaluation(rec, ev)
+    rec.worker_bytes_read = worker_files.bytes_read() - bytes_start
+    rec.harness_s = time.monotonic() - t_start
+    _write(out_dir, rec)
+    return rec
+
+
+def _harness_fault(
+    base: dict,
+    out_dir: Path,
+    scenario: Any,
+    exc: BaseException,
+    *,
+    ws: Any,
+    sessions: list[SessionOutcome],
+    meter: Any,
+    agent: Any,
+    notes: list[str],
+    worker_info: Any,
+    portal_info: Any,
+    evaluate: bool,
+    t_start: float,
+    bytes_start: int,
+    selfcheck: tuple[bool | None, bool | None, bool] = (None, None, False),
+) -> RunRecord:
+    """The run's own record when the harness failed after inference began: an agent error, evaluated as delivered.
+
+    Not an infrastructure error: whether the fault came from the harness or from what the worker made, a rerun
+    would give the run a fresh draw. ``harness_fault`` names the phase and the failure, so the run table counts
+    such runs; what the agent spent stays charged.
+    """
+    phase = (read_phase(out_dir) or {}).get("phase", "unknown")
+    fault = f"{HARNESS_FAULT_PREFIX} (phase {phase}): {type(exc).__name__}: {str(exc)[:300]}"
+    cost = combined_cost(sessions) if sessions else None
+    rec = _empty_record(
+        base,
+        "",
+        notes,
+        status=AGENT_ERROR,
+        infra_error=None,
+        agent_error=fault,
+        harness_fault=fault,
+        cost_usd=cost.total_usd if cost else None,
+        cost_complete=bool(cost and cost.complete),
+        cost_method=cost.method if cost else "unknown: the harness failed before a session ended",
+        wall_s=round(sum(s.wall_s for s in sessions), 3),
+        sessions=[s.to_dict() for s in sessions],
+        cli_version=next((s.cli_version for s in sessions if s.cli_version), None),
+        enforcement=getattr(agent, "enforcement", ""),
+        worker_env=worker_info,
+        portal=portal_info,
+        D=False,
+        E=False,
+        eval_error="the harness failed before the evaluation could run (see harness_fault)",
+        selfcheck_first=selfcheck[0],
+        selfcheck_final=selfcheck[1],
+        recovery_used=selfcheck[2],
+    )
+    import traceback
+
+    rec.notes.append(fault)
+    rec.notes.append("traceback of the harness fault:\n" + "".join(traceback.format_exception(exc, limit=8)))
+    try:
+        _record_meter(rec, meter if meter is not None else getattr(agent, "meter", None), rec.cost_usd)
+    except Exception as again:  # noqa: BLE001 - the record is written whatever else fails
+        rec.notes.append(f"the metered cost could not be read ({type(again).__name__}: {again})")
+    if ws is not None:
+        try:
+            rec.input_hashes = dict(ws.input_hashes)
+            rec.workspace_sha256, rec.workspace_entries = record_workspace(ws.root, out_dir)
+            if evaluate:
+                mark_phase(out_dir, "evaluation")
+                ev = evaluate_finished(scenario, ws.root, ws.input_hashes)
+                (out_dir / EVALUATION_FILE).write_text(json.dumps(ev.to_dict(), indent=2) + "\n", encoding="utf-8")
+                apply_evaluation(rec, ev)
+        except Exception as again:  # noqa: BLE001 - the run keeps its eval_error; pilot study reevaluate can retry
+            rec.eval_error = f"the evaluation after the harness fault failed too ({type(again).__name__}: {again})"
+    rec.worker_bytes_read = worker_files.bytes_read() - bytes_start
     rec.harness_s = time.monotonic() - t_start
     _write(out_dir, rec)
     return rec

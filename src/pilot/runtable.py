@@ -157,6 +157,13 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
         nullable=True,
         doc="when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is the run's first",
     ),
+    # The harness failed after inference began: the run is its own outcome, evaluated as delivered, never rerun.
+    ColumnSpec(
+        "harness_fault",
+        "str",
+        nullable=True,
+        doc="the harness's failure after inference began (phase and error); missing when there was none",
+    ),
 )
 
 
@@ -520,8 +527,14 @@ def validate_runtable(
         raise fail(i, "recovery_used", f"arm {out['arm'][i]} has no recovery resume")
     if (i := first(~can & out["selfcheck_first"].notna().to_numpy())) is not None:
         raise fail(i, "selfcheck_first", f"arm {out['arm'][i]} has no self-check; leave it empty")
+    # A harness fault after inference may end a run before its self-check: the run table names the fault instead.
+    faulted = (
+        out["harness_fault"].notna().to_numpy() if "harness_fault" in out.columns else np.zeros(len(out), dtype=bool)
+    )
     if (
-        i := first(can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy())
+        i := first(
+            can & out["selfcheck_first"].isna().to_numpy() & (out["status"] != "infra_error").to_numpy() & ~faulted
+        )
     ) is not None:
         raise fail(i, "selfcheck_first", "a self-repairing run records its first self-check")
     out.attrs[FAILED_DROPPED_ATTR] = n_failed

@@ -5,9 +5,10 @@ A run function performs one attempt of one cell on a node and returns an
 (``"package.module:function"``) so that it can be imported inside a worker
 process or on another machine. :func:`execute_attempt` is the function the
 executors actually ship: it resets the attempt's workspace, calls the run
-function, turns an escaping exception into an infrastructure error, and
-leaves the outcome on disk so that an attempt which finished just before a
-crash of the scheduler is charged what it really cost.
+function, turns an escaping exception into an infrastructure error (or,
+after inference began, into the run's own outcome), and leaves the outcome
+on disk so that an attempt which finished just before a crash of the
+scheduler is charged what it really cost.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from pilot.attempt import OUTCOME_FILE, AttemptOutcome, CellSpec, launch_mark
+from pilot.attempt import OUTCOME_FILE, AttemptOutcome, CellSpec, harness_fault_outcome, inference_began, launch_mark
 from pilot.executors.proctree import launch_mark_text
 
 PIPELINE_RUN_FUNCTION = "pilot.pipeline:run_cell"
@@ -95,11 +96,16 @@ def execute_attempt(
 ) -> AttemptOutcome:
     """Reset the workspace, run one attempt, and keep its outcome on disk.
 
-    An exception escaping the run function is an infrastructure error of the
-    attempt (with its traceback), so the scheduler reruns it up to its limit
-    instead of losing the run. A failure before the run function is called
-    (the workspace cannot be reset, the function cannot be imported) spent
-    nothing: the attempt is marked as never launched.
+    An exception escaping the run function before inference began (the
+    runner's phase mark, :func:`pilot.attempt.inference_began`: no model
+    request yet) is an infrastructure error of the attempt (with its
+    traceback), so the scheduler reruns it up to its limit instead of losing
+    the run. After inference began it is the run's own outcome
+    (:func:`pilot.attempt.harness_fault_outcome`): a rerun would give the run
+    a fresh draw, which nothing the worker made may decide. A failure before
+    the run function is called (the workspace cannot be reset, the function
+    cannot be imported) spent nothing: the attempt is marked as never
+    launched.
     """
     folder = Path(attempt_dir)
     launched = False
@@ -111,9 +117,12 @@ def execute_attempt(
         outcome = fn(cell, folder, node, backend, cell.seed)
         if not isinstance(outcome, AttemptOutcome):
             raise TypeError(f"run function returned {type(outcome).__name__}, not AttemptOutcome")
-    except Exception as exc:  # noqa: BLE001 - any failure of the harness is an infra error of this attempt
+    except Exception as exc:  # noqa: BLE001 - any failure of the harness: an infra error, or after inference the run's
         tb = traceback.format_exc(limit=8)
-        if launched:
+        if launched and inference_began(folder):
+            outcome = harness_fault_outcome(folder, f"{type(exc).__name__}: {exc}")
+            outcome.record.setdefault("notes", []).append(f"traceback of the harness fault:\n{tb}")
+        elif launched:
             # The failure may have come after inference began: its spend is unknown, charged at the reservation.
             outcome = AttemptOutcome(infra_error=f"{type(exc).__name__}: {exc}\n{tb}", cost_usd=None)
         else:

@@ -25,8 +25,12 @@ study keeps of it is packed with a manifest of sizes and SHA-256 digests
 (:mod:`pilot.executors.transfer`) and returned as the task's result. The
 study's host unpacks it where a local attempt would have written it,
 verifies every digest, and only then hands the outcome to the scheduler,
-which commits the run; a package that fails is an infrastructure error of
-the attempt, its files kept apart for inspection. Evaluation and judging
+which commits the run. A package that fails (to pack on the worker, or to
+unpack and verify here) after the attempt reached its outcome leaves that
+outcome standing, evaluated and judged where it ran, with the failure named
+as a harness fault on its record and the package kept apart for
+inspection: a transfer after inference never gives a run a fresh draw. An
+attempt that failed before inference is an infrastructure error, rerun. Evaluation and judging
 ran on the worker, beside LibreOffice and the CLI; the verdict stands for
 the files the study holds because the digests prove they are the files
 evaluated.
@@ -49,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot import paths, protocol
-from pilot.attempt import AttemptOutcome, CellSpec
+from pilot.attempt import AttemptOutcome, CellSpec, with_harness_fault
 from pilot.executors import isolation, proctree
 from pilot.executors.base import ScheduleError
 from pilot.nodes import Node
@@ -170,13 +174,15 @@ def run_attempt_on_worker(
     outcome = _run_here(run_function, cell, str(local), node, backend)
     try:
         package = transfer.pack_attempt(local, limit_bytes=int(limit_bytes or protocol.study().transfer_limit_bytes))
-    except Exception as exc:  # noqa: BLE001 - whatever fails here, the files did not travel: the attempt is rerun
+    except Exception as exc:  # noqa: BLE001 - whatever fails here, the files did not travel
+        why = f"transfer: packing the attempt on node {node} failed ({type(exc).__name__}: {exc})"
+        if outcome.infra_error is None:
+            # The run reached its outcome here (evaluated and judged on this node): it stands, its files stay here.
+            return RemoteAttempt(
+                with_harness_fault(outcome, "transfer", f"{why}; its files stay in {local}"), None, str(local)
+            )
         return RemoteAttempt(
-            AttemptOutcome(
-                infra_error=f"transfer: packing the attempt on node {node} failed ({type(exc).__name__}: {exc})",
-                cost_usd=outcome.cost_usd,
-                metered_cost_usd=outcome.metered_cost_usd,
-            ),
+            AttemptOutcome(infra_error=why, cost_usd=outcome.cost_usd, metered_cost_usd=outcome.metered_cost_usd),
             None,
             str(local),
         )
@@ -192,12 +198,11 @@ def run_attempt_on_worker(
                 kept=transfer.SCRIPTED_KEPT,
             )
         except Exception as exc:  # noqa: BLE001
+            why = f"transfer: packing the scripted record on node {node} failed ({exc})"
+            if outcome.infra_error is None:
+                return RemoteAttempt(with_harness_fault(outcome, "transfer", why), package, str(local))
             return RemoteAttempt(
-                AttemptOutcome(
-                    infra_error=f"transfer: packing the scripted record on node {node} failed ({exc})",
-                    cost_usd=outcome.cost_usd,
-                    metered_cost_usd=outcome.metered_cost_usd,
-                ),
+                AttemptOutcome(infra_error=why, cost_usd=outcome.cost_usd, metered_cost_usd=outcome.metered_cost_usd),
                 None,
                 str(local),
             )
@@ -244,25 +249,34 @@ def receive_package(result: RemoteAttempt, folder: Path, node: str) -> AttemptOu
     """Unpack a worker's package into the study's attempt folder and verify it; the outcome to commit.
 
     The outcome's record names the worker's private folder: those paths are rewritten to the study's. A package
-    that fails (a digest that differs, a member it must not hold) makes the attempt an infrastructure error,
-    rerun under the same id, its files kept apart beside the folder for inspection.
+    that fails (a digest that differs, a member it must not hold) is kept apart beside the folder for inspection;
+    an attempt that reached its outcome on the node keeps it (the failure named as a harness fault on its record),
+    one that failed before inference is an infrastructure error, rerun under the same id.
     """
-    import json
-
     from pilot.executors import transfer
 
     folder = Path(folder)
     if folder.exists() and not any(folder.iterdir()):
         folder.rmdir()  # the store names the folder; the package brings its content
+    if result.package is None:
+        # Packing failed on the node after the run reached its outcome: the outcome travels alone.
+        folder.mkdir(parents=True, exist_ok=True)
+        return _rewritten(result, folder, node)
     try:
         transfer.unpack_attempt(result.package, folder)
     except (transfer.TransferError, OSError, ValueError) as exc:
         # Nothing half-unpacked is left at the folder; the package itself is kept beside it, with the reason.
         folder.mkdir(parents=True, exist_ok=True)
-        transfer.keep_apart(folder, f"the package from node {node} failed: {exc}", package=result.package)
+        kept = transfer.keep_apart(folder, f"the package from node {node} failed: {exc}", package=result.package)
         out = result.outcome
+        why = f"transfer: the files of this attempt from node {node} did not arrive intact ({exc})"
+        if out.infra_error is None:
+            # The run reached its outcome on the node (evaluated and judged there): it stands, never drawn again.
+            folder.mkdir(parents=True, exist_ok=True)
+            result.outcome = with_harness_fault(out, "transfer", f"{why}; the package is kept in {kept}")
+            return _rewritten(result, folder, node)
         return AttemptOutcome(
-            infra_error=f"transfer: the files of this attempt from node {node} did not arrive intact ({exc})",
+            infra_error=why,
             cost_usd=out.cost_usd,
             judge_cost_usd=out.judge_cost_usd,
             metered_cost_usd=out.metered_cost_usd,
@@ -276,12 +290,23 @@ def receive_package(result: RemoteAttempt, folder: Path, node: str) -> AttemptOu
         except (transfer.TransferError, OSError, ValueError) as exc:
             transfer.keep_apart(folder, f"the scripted record from node {node} failed: {exc}", package=result.scripted)
             out = result.outcome
+            why = f"transfer: the scripted record of this attempt from node {node} did not arrive intact ({exc})"
+            if out.infra_error is None:
+                result.outcome = with_harness_fault(out, "transfer", why)
+                return _rewritten(result, folder, node)
             return AttemptOutcome(
-                infra_error=f"transfer: the scripted record of this attempt from node {node} did not arrive intact ({exc})",
+                infra_error=why,
                 cost_usd=out.cost_usd,
                 judge_cost_usd=out.judge_cost_usd,
                 metered_cost_usd=out.metered_cost_usd,
             )
+    return _rewritten(result, folder, node)
+
+
+def _rewritten(result: RemoteAttempt, folder: Path, node: str) -> AttemptOutcome:
+    """The outcome with the worker's folder named as the study's in its record, and where the attempt really ran."""
+    import json
+
     # The files keep the worker's paths as they were written; this says which folder they name.
     (folder / ORIGIN_FILE).write_text(
         json.dumps({"node": node, "worker_folder": result.worker_folder}) + "\n", encoding="utf-8"

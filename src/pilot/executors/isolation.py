@@ -12,7 +12,10 @@ orphaned because the process that started it died (``PR_SET_PDEATHSIG``),
 it kills the tree and exits.
 
 A crash of one attempt (its worker killed, ``os._exit`` in a run function)
-touches no other attempt: each has its own supervisor. Every process of the
+touches no other attempt: each has its own supervisor. A worker that dies
+without being asked to stop after inference began (the runner's phase mark)
+leaves the run's own outcome (:func:`pilot.attempt.harness_fault_outcome`),
+not an infrastructure error: its run is not drawn again. Every process of the
 tree carries ``PILOT_ATTEMPT=<attempt folder>`` in its environment, and the
 worker's pid and start time are in the attempt's launch mark, so that a
 resume can :func:`sweep` whatever outlived a supervisor that was itself
@@ -239,11 +242,14 @@ def supervise(payload: tuple, parent_pid: int) -> int:
         return 143
     text = b"".join(chunks)
     if not text:
-        # The worker died without an outcome (killed, crashed, os._exit in the run function): say how.
+        # The worker died without an outcome (killed, crashed, os._exit in the run function): say how. Nobody asked
+        # it to stop, so after inference began its death is the run's own outcome, not a fresh draw.
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
-        text = json.dumps(
-            died_outcome(f"the attempt's worker process died ({how})", payload[2]).to_dict(), default=str
-        ).encode()
+        why = f"the attempt's worker process died ({how})"
+        from pilot.attempt import harness_fault_outcome, inference_began
+
+        outcome = harness_fault_outcome(Path(payload[2]), why) if inference_began(Path(payload[2])) else None
+        text = json.dumps((outcome or died_outcome(why, payload[2])).to_dict(), default=str).encode()
     sys.stdout.buffer.write(text + b"\n")
     sys.stdout.flush()
     return 0

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from pilot import worker_files
+
 #: What the study keeps of an attempt's folder, in the order files go into a package (relative POSIX paths:
 #: a file's name, or ``folder/**`` for every regular file below a folder). Names as pilot.runner, pilot.attempt,
 #: pilot.workspace and pilot.portal.access_log write them (tests/test_transfer.py holds them to those modules).
@@ -47,6 +49,8 @@ KEPT: tuple[str, ...] = (
     "selfcheck_first.txt",
     "selfcheck_final.txt",
     ".pilot-run",
+    # the runner's phase mark: whether inference began (pilot.attempt)
+    "attempt_phase.json",
     # the deliverables and the completion record as the worker left them; A4's checkpoint
     "workspace/outputs/**",
     "workspace/CHECKPOINT.md",
@@ -107,7 +111,11 @@ SCRIPTED_KEPT: tuple[str, ...] = ("branch.json", "truth.jsonl", "judges.jsonl", 
 
 
 def _kept_files(attempt_dir: Path, skipped: dict[str, str], kept: tuple[str, ...] = KEPT) -> list[tuple[str, int, int]]:
-    """(rel, size, place in KEPT) of every regular file KEPT names; what it names that is not one goes to ``skipped``."""
+    """(rel, size, place in KEPT) of every regular file KEPT names; what it names that is not one goes to ``skipped``.
+
+    Read beneath the attempt's folder by the bounded reader (:mod:`pilot.worker_files`): every entry is looked at
+    without following a link, and a tree is walked by descriptor (bounded in depth and entries, not by ``PATH_MAX``).
+    """
     out: list[tuple[str, int, int]] = []
     seen: set[str] = set()
 
@@ -130,66 +138,54 @@ def _kept_files(attempt_dir: Path, skipped: dict[str, str], kept: tuple[str, ...
             skipped[rel] = "a pipe, socket or device, not a regular file"
         return False
 
-    def lstat(rel: str) -> os.stat_result | None:
+    def lstat(folder: worker_files.Folder, rel: str) -> os.stat_result | None:
         try:
-            return os.lstat(attempt_dir / rel)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            skipped[rel] = f"cannot be read ({exc.strerror or type(exc).__name__})"
+            return folder.lstat(rel)
+        except worker_files.Refused as exc:
+            if exc.kind not in (worker_files.MISSING, worker_files.NOT_A_FOLDER):
+                skipped[rel] = f"cannot be read ({exc.reason})"
             return None
 
-    for place, pattern in enumerate(kept):
-        tree = pattern.endswith("/**")
-        rel = pattern[:-3] if tree else pattern
-        # Every folder on the way must be a real folder: a link among them would lead outside the attempt.
-        parts = PurePosixPath(rel).parts
-        reachable = True
-        for i in range(1, len(parts)):
-            st = lstat("/".join(parts[:i]))
-            if st is None or stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-                if st is not None and stat.S_ISLNK(st.st_mode):
-                    skipped["/".join(parts[:i])] = "a symbolic link (not followed, not packed)"
-                reachable = False
-                break
-        st = lstat(rel) if reachable else None
-        if st is None:
-            continue
-        if not tree:
-            if consider(rel, place, st):
-                skipped[rel] = "a folder, not a regular file"
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            skipped[rel] = "a symbolic link (not followed, not packed)" if stat.S_ISLNK(st.st_mode) else "not a folder"
-            continue
-        stack, entries = [(rel, 0)], 0
-        while stack:
-            here, depth = stack.pop()
-            try:
-                with os.scandir(attempt_dir / here) as it:
-                    names = sorted(it, key=lambda e: e.name)
-            except OSError as exc:
-                skipped[here + "/"] = f"cannot be read ({exc.strerror or type(exc).__name__})"
-                continue
-            subdirs = []
-            for entry in names:
-                child = f"{here}/{entry.name}"
-                entries += 1
-                if entries > MAX_ENTRIES:
-                    skipped[here + "/"] = f"more than {MAX_ENTRIES} entries under {rel}/ (not read further)"
-                    stack.clear()
+    with worker_files.Folder(attempt_dir) as folder:
+        for place, pattern in enumerate(kept):
+            tree = pattern.endswith("/**")
+            rel = pattern[:-3] if tree else pattern
+            # Every folder on the way must be a real folder: a link among them would lead outside the attempt.
+            parts = PurePosixPath(rel).parts
+            reachable = True
+            for i in range(1, len(parts)):
+                st = lstat(folder, "/".join(parts[:i]))
+                if st is None or stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+                    if st is not None and stat.S_ISLNK(st.st_mode):
+                        skipped["/".join(parts[:i])] = "a symbolic link (not followed, not packed)"
+                    reachable = False
                     break
-                try:
-                    est = entry.stat(follow_symlinks=False)
-                except OSError as exc:
-                    skipped[child] = f"cannot be read ({exc.strerror or type(exc).__name__})"
+            st = lstat(folder, rel) if reachable else None
+            if st is None:
+                continue
+            if not tree:
+                if consider(rel, place, st):
+                    skipped[rel] = "a folder, not a regular file"
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                skipped[rel] = (
+                    "a symbolic link (not followed, not packed)" if stat.S_ISLNK(st.st_mode) else "not a folder"
+                )
+                continue
+            for listing in folder.walk(rel, max_depth=MAX_DEPTH, max_entries=MAX_ENTRIES):
+                here = f"{rel}/{listing.rel}" if listing.rel else rel
+                if listing.error is not None:
+                    skipped[here + "/"] = f"cannot be read ({listing.error})"
                     continue
-                if consider(child, place, est):
-                    if depth + 1 >= MAX_DEPTH:
+                for entry in listing.entries:
+                    child = f"{rel}/{entry.rel}"
+                    if entry.st is None:
+                        skipped[child] = f"cannot be read ({entry.error})"
+                        continue
+                    if consider(child, place, entry.st) and entry.too_deep:
                         skipped[child + "/"] = f"a folder tree deeper than {MAX_DEPTH} levels (not read further)"
-                    else:
-                        subdirs.append(child)
-            stack.extend((d, depth + 1) for d in reversed(subdirs))
+                if listing.truncated:
+                    skipped[here + "/"] = f"more than {MAX_ENTRIES} entries under {rel}/ (not read further)"
     return out
 
 
@@ -226,26 +222,20 @@ class _Hashing:
         return b
 
 
-def _open_regular(path: Path) -> tuple[BinaryIO, os.stat_result]:
-    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a pipe since the walk is neither followed nor waited on.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise OSError(0, "no longer a regular file")
-    return os.fdopen(fd, "rb"), st
-
-
 def _archive(attempt_dir: Path, chosen: list[str]) -> tuple[bytes, dict[str, dict[str, Any]]]:
     buf = io.BytesIO()
     files: dict[str, dict[str, Any]] = {}
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=COMPRESS_LEVEL, format=tarfile.PAX_FORMAT) as tar:
+    with (
+        worker_files.Folder(attempt_dir) as folder,
+        tarfile.open(fileobj=buf, mode="w:gz", compresslevel=COMPRESS_LEVEL, format=tarfile.PAX_FORMAT) as tar,
+    ):
         for rel in chosen:
+            # Beneath the attempt's folder, no link followed, a regular file only (never waited on: O_NONBLOCK).
             try:
-                fh, st = _open_regular(attempt_dir / rel)
-            except OSError as exc:
-                raise _Changed(rel, f"changed while it was packed ({exc.strerror or exc})") from None
-            with fh:
+                fd, st = folder.open_file(rel, max_bytes=None)
+            except worker_files.Refused as exc:
+                raise _Changed(rel, f"changed while it was packed ({exc.reason})") from None
+            with os.fdopen(fd, "rb") as fh:
                 info = tarfile.TarInfo(rel)
                 # Owner and mode are the worker's and mean nothing on the host; the mtime is kept.
                 info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644

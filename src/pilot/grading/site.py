@@ -26,6 +26,7 @@ cost, the oracle, the conversation or any other grade.
 from __future__ import annotations
 
 import hmac
+import io
 import math
 import secrets
 import tempfile
@@ -43,6 +44,7 @@ from itsdangerous import BadSignature, Signer
 from jinja2 import StrictUndefined
 from werkzeug.exceptions import HTTPException
 
+from pilot import worker_files
 from pilot.grading import store, tokens
 from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
 from pilot.judges.prompt import requested_names
@@ -575,12 +577,17 @@ def create_app(
         offered = offered_files(reader.run(row["run_id"]))
         if name not in offered:
             abort(404, description="This package has no such file.")
+        # The bytes the bounded reader read (beneath the workspace, no link followed), never a path the server opens.
+        try:
+            data = offered[name].read_bytes()
+        except worker_files.Refused as exc:
+            return refuse(422, "File not offered", f"{name} {exc.reason}. Tell the coordinator.")
         with state.db() as conn:
             store.log_event(
                 conn, wave, "open_file", grader_id=g.grader, assignment_id=assignment_id, detail={"file": name}
             )
         return send_file(
-            offered[name].path, mimetype="application/octet-stream", as_attachment=True, download_name=name, max_age=0
+            io.BytesIO(data), mimetype="application/octet-stream", as_attachment=True, download_name=name, max_age=0
         )
 
     @app.get("/grade/<assignment_id>/slides/<name>")
@@ -590,7 +597,12 @@ def create_app(
         if name not in offered or not is_deck(name):
             abort(404, description="This package has no such deck.")
         try:
-            pdf = slides_cache.pdf(offered[name].path)
+            with worker_files.copies_scope():
+                pdf = slides_cache.pdf(offered[name].private_copy())
+        except worker_files.Refused as exc:
+            return refuse(
+                422, "Slides not rendered", f"{name} {exc.reason}. Download the deck itself, or tell the coordinator."
+            )
         except DeckRenderError as exc:
             # The reason names the run's folder: it goes to the log, the grader reads only that the slides failed.
             with state.db() as conn:

@@ -10,12 +10,13 @@ page (pypdf), a CSV as a table, a text file as it is. A text substitute (a
 ``name.xlsx`` or ``name.docx``) is rendered under the requested name.
 
 Every file is opened through the oracle's guarded reader
-(:mod:`pilot.oracles.admission`) before any library touches it: a link out
-of the workspace, a pipe, an oversized file, a zip bomb, an encrypted or
-macro-bearing archive, or a file that a time- and memory-limited child
+(:mod:`pilot.oracles.admission`) before any library touches it: a link (out
+of the workspace or not), a pipe, an oversized file, a zip bomb, an encrypted
+or macro-bearing archive, or a file that a time- and memory-limited child
 process cannot parse reaches the judges as "refused: <reason>", never its
-contents or its target; an admitted file is rendered from its resolved path
-inside the workspace (a deck, which the core reader does not parse, is
+contents or its target; an admitted file is rendered from a private copy of
+its bytes, read beneath the workspace by the bounded reader
+(:mod:`pilot.worker_files`) (a deck, which the core reader does not parse, is
 screened and parsed in such a child by :mod:`pilot.oracle_formats.pptx_reader`).
 Rendering is bounded (rows, columns, pages, characters
 per deliverable and in total) and never raises: a file that cannot be
@@ -38,6 +39,7 @@ from typing import Any
 
 from openpyxl.utils import get_column_letter
 
+from pilot import worker_files
 from pilot.oracles import admission, guard
 
 COMPLETION_RECORD = "completion_record.json"
@@ -462,9 +464,9 @@ def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, la
 def _listing(outputs_dir: Path) -> dict[str, Path]:
     """Every entry of outputs/, links, folders and special files included, so that a link, a folder
     or a pipe under a requested name is found and refused rather than read or skipped."""
-    if outputs_dir.is_symlink() or not outputs_dir.is_dir():
-        return {}
-    return {p.name.lower(): p for p in sorted(outputs_dir.iterdir()) if not p.name.startswith(".")}
+    outputs_dir = Path(outputs_dir)
+    names = admission.output_names(outputs_dir)
+    return {n.lower(): outputs_dir / n for n in names if not n.startswith(".")}
 
 
 def _record(outputs_dir: Path) -> tuple[Any, str | None, admission.Admission]:
@@ -541,7 +543,7 @@ def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> Render
     budget = _Budget(max_chars)
     budget.add(f"### {COMPLETION_RECORD}")
     path = Path(outputs_dir) / COMPLETION_RECORD
-    present = path.is_symlink() or path.exists()
+    present = COMPLETION_RECORD in admission.output_names(Path(outputs_dir))
     feats: dict[str, Any] = {"present": present, "substitute": False, "unreadable": False}
     if not present:
         budget.add("(not delivered: no file of this name is in the package)")
@@ -627,6 +629,7 @@ def render_deliverable(
 
 
 @guard.holding()
+@worker_files.copies_scope()
 def render_package(
     outputs_dir: Path,
     requested: Iterable[str],

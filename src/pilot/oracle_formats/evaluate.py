@@ -18,10 +18,11 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from pilot import worker_files
 from pilot.oracle_formats.pptx_reader import Deck, read_deck
 from pilot.oracles import criteria as core_criteria
 from pilot.oracles import guard
-from pilot.oracles.context import WorkspaceContext
+from pilot.oracles.context import WorkspaceContext, output_names
 from pilot.oracles.evaluate import FORM_KINDS, CriterionResult, Evaluation, default_recalculator
 from pilot.oracles.recalc import Recalculator
 from pilot.scenarios.bundle import Scenario
@@ -62,12 +63,12 @@ class DeckContext(WorkspaceContext):
         if st.ok or st.substitutes or not self._is_deck(name):
             return st
         deliv = self.deliverable(name)
-        cand = self.outputs / name
-        if cand.exists() or cand.is_symlink() or not self.outputs.is_dir():
+        names = output_names(self.outputs)
+        if name in names or not names:
             return st
         subs = tuple(
             p
-            for p in sorted(self.outputs.iterdir())
+            for p in (self.outputs / n for n in names)
             if p.name != name
             and p.suffix.lower() in DECK_SUBSTITUTES
             and (p.stem == deliv.stem or p.name.startswith(deliv.stem + "."))
@@ -183,6 +184,7 @@ def run_criteria(criteria, ctx: DeckContext) -> list[CriterionResult]:
 
 
 @guard.holding()
+@worker_files.copies_scope()
 def evaluate(
     scenario: Scenario,
     workspace: Path,
@@ -223,6 +225,7 @@ def evaluate(
 
 
 @guard.holding()
+@worker_files.copies_scope()
 def evaluate_form(
     scenario: Scenario,
     workspace: Path,
@@ -241,6 +244,7 @@ def evaluate_form(
 
 
 @guard.holding()
+@worker_files.copies_scope()
 def evaluate_many(
     items: Iterable[tuple[Scenario, Path, dict[str, str] | None]],
     *,

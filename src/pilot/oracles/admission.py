@@ -4,17 +4,18 @@ The oracle, the judge renderer and the A4 self-check all ask this module
 before any library touches a file a worker wrote. Admission is three gates,
 each returning a reason a person can act on:
 
-1. the path (:func:`pilot.oracles.safety.screen_path`): it resolves inside
-   the workspace, to a regular, non-empty file of bounded size (no link out
-   of the workspace, no pipe, socket or device);
+1. the path (:func:`pilot.oracles.safety.screen_path`): it is read beneath
+   the workspace by the bounded reader (:mod:`pilot.worker_files`), a
+   regular, non-empty file of bounded size reached through no link (no pipe,
+   socket or device is opened), and copied into a folder of the harness's own;
 2. the format (:func:`screen_format`): an Office file is a real,
    unencrypted, macro-free Office Open XML archive whose expansion is
    bounded, a PDF has a PDF header and a bounded size, a text file is UTF-8;
 3. the parse (:mod:`pilot.oracles.guard`): an office file or PDF is parsed
    first in a child process under a time and a memory limit.
 
-Only an admitted file is parsed in the calling process, and only from the
-resolved path inside the workspace. Every caller gets the same verdict for
+Only an admitted file is parsed in the calling process, and only from its
+private copy. Every caller gets the same verdict for
 the same file, so the judges see exactly what the oracle accepted.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pilot import worker_files
 from pilot.oracles import guard, safety
 
 #: File kinds by suffix, as the three readers understand them.
@@ -48,6 +50,16 @@ KIND_BY_SUFFIX = {
 }
 #: Kinds a library parses (and so the guard child parses first).
 PARSED_KINDS = ("xlsx", "docx", "pdf")
+
+
+def output_names(outputs: Path) -> list[str]:
+    """The names in ``outputs/`` (links and special files included), sorted, listed beneath the workspace without
+    following a link (:mod:`pilot.worker_files`); none when ``outputs`` is not a folder of the workspace."""
+    try:
+        with worker_files.Folder(Path(outputs).parent) as folder:
+            return [e.name for e in folder.listdir(Path(outputs).name)]
+    except worker_files.Refused:
+        return []
 
 
 def kind_of(path: Path, kind: str | None = None) -> str:

@@ -3,8 +3,10 @@
 Every criterion asks the context for a deliverable (``status``), its
 well-formedness, its workbook (formulas or recalculated values), its lines of
 text or its CSV table. The context screens each file before any library
-touches it (``pilot.oracles.safety``) and remembers every answer, so a file
-is parsed once however many criteria read it.
+touches it (``pilot.oracles.safety``: read beneath the workspace by the
+bounded reader, :mod:`pilot.worker_files`, and parsed from a private copy) and
+remembers every answer, so a file is read and parsed once however many
+criteria ask.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pilot import worker_files
 from pilot.oracles import admission, guard, readers, safety
+from pilot.oracles.admission import output_names
 from pilot.oracles.recalc import Recalculator
 from pilot.scenarios.bundle import Deliverable, Scenario
 
@@ -25,10 +29,11 @@ TEXT_SUBSTITUTES = {"xlsx": (".csv",), "docx": (".md", ".txt"), "pdf": (".md", "
 def find_substitutes(outputs: Path, deliverable: Deliverable) -> list[Path]:
     """Text files delivered in place of a binary deliverable: ``name.csv``, ``name.<sheet>.csv``, ``name.md``."""
     exts = TEXT_SUBSTITUTES.get(deliverable.kind, ())
-    if not exts or not outputs.is_dir():
+    if not exts:
         return []
     found = []
-    for p in sorted(outputs.iterdir()):
+    for name in output_names(outputs):
+        p = outputs / name
         if p.name == deliverable.name:
             continue
         if p.suffix.lower() in exts and (p.stem == deliverable.stem or p.name.startswith(deliverable.stem + ".")):
@@ -78,6 +83,20 @@ class WorkspaceContext:
         return self.scenario.deliverable(name)
 
     # -- presence ---------------------------------------------------------
+    def output_kind(self, name: str) -> str | None:
+        """What ``outputs/<name>`` is (``file``, ``folder``, ``link``, ``special``), looked at beneath the workspace
+        without following a link; None when nothing is there or the name leaves ``outputs/``."""
+
+        def compute() -> str | None:
+            try:
+                with worker_files.Folder(self.workspace) as folder:
+                    st = folder.lstat(f"outputs/{name}")
+            except worker_files.Refused:
+                return None
+            return worker_files.kind_of_mode(st.st_mode)
+
+        return self._cached(("kind", name), compute)
+
     def status(self, name: str) -> FileStatus:
         def compute() -> FileStatus:
             deliv = self.deliverable(name)
@@ -85,7 +104,9 @@ class WorkspaceContext:
             screened = safety.screen_path(cand, self.workspace)
             if screened.ok:
                 return FileStatus(name, screened.path, None)
-            subs = tuple(find_substitutes(self.outputs, deliv)) if not cand.exists() and not cand.is_symlink() else ()
+            names = output_names(self.outputs)
+            absent = name not in names
+            subs = tuple(find_substitutes(self.outputs, deliv)) if absent else ()
             if subs:
                 shown = ", ".join(p.name for p in subs)
                 return FileStatus(
@@ -95,12 +116,8 @@ class WorkspaceContext:
                     f"and this criterion requires the {deliv.kind} format",
                     subs,
                 )
-            if not cand.exists() and not cand.is_symlink():
-                near = (
-                    [p.name for p in self.outputs.iterdir() if p.name.lower() == name.lower()]
-                    if self.outputs.is_dir()
-                    else []
-                )
+            if absent and screened.reason == f"{name} not found":
+                near = [n for n in names if n.lower() == name.lower()]
                 hint = f"; found {near[0]}, whose name differs in case" if near else ""
                 return FileStatus(name, None, f"{name} was not delivered (no outputs/{name}){hint}")
             return FileStatus(name, None, screened.reason)

@@ -636,16 +636,16 @@ def check_completion_record(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     problems = []
     outputs = ctx.outputs
     for name in record["deliverables"]:
-        if name != COMPLETION_RECORD and not (outputs / name).is_file():
+        if name != COMPLETION_RECORD and ctx.output_kind(name) != "file":
             problems.append(f"lists {name}, which is not in outputs/")
     declared = {s["delivered"] for s in record["substitutions"]}
     for s in record["substitutions"]:
         if "/" in s["delivered"] or "\\" in s["delivered"]:
             problems.append(f"declares the substitute {s['delivered']}, a path rather than a file name in outputs/")
-        elif not (outputs / s["delivered"]).is_file():
+        elif ctx.output_kind(s["delivered"]) != "file":
             problems.append(f"declares the substitute {s['delivered']}, which is not in outputs/")
     for d in ctx.scenario.file_deliverables:
-        if (outputs / d.name).exists():
+        if ctx.output_kind(d.name) is not None:
             continue
         subs = find_substitutes(outputs, d)
         undeclared = [p.name for p in subs if p.name not in declared]

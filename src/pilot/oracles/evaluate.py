@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pilot import worker_files
 from pilot.oracles import guard, safety
 from pilot.oracles.context import WorkspaceContext
 from pilot.oracles.criteria import CHECKS
@@ -158,6 +159,7 @@ def _blocker(criteria, crit, results: dict[str, CriterionResult]) -> CriterionRe
 
 
 @guard.holding()
+@worker_files.copies_scope()
 def evaluate(
     scenario: Scenario,
     workspace: Path,
@@ -223,6 +225,7 @@ def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
 
 
 @guard.holding()
+@worker_files.copies_scope()
 def evaluate_form(
     scenario: Scenario,
     workspace: Path,
@@ -268,6 +271,7 @@ def workbooks_to_recalculate(scenario: Scenario, workspace: Path) -> list[Path]:
 
 
 @guard.holding()
+@worker_files.copies_scope()
 def evaluate_many(
     items: Iterable[tuple[Scenario, Path, dict[str, str] | None]],
     *,

@@ -1,9 +1,11 @@
 """Defences against hostile or broken deliverables.
 
-Nothing a worker writes is opened before it has been screened here: the path
-must stay inside the workspace, the file must be a regular file of bounded
-size, and an office archive must be a real, unencrypted, macro-free Office
-Open XML zip whose declared uncompressed size is bounded (zip bombs). Each
+Nothing a worker writes is opened before it has been screened here: it is
+read beneath the workspace by the harness's bounded reader
+(:mod:`pilot.worker_files`: no link followed, a regular file of bounded size,
+copied into a folder of the harness's own before any library sees it), and
+an office archive must be a real, unencrypted, macro-free Office Open XML
+zip whose declared uncompressed size is bounded (zip bombs). Each
 check returns a reason a person can act on instead of raising, so a hostile
 file becomes a failed criterion and never a crash or a hang.
 """
@@ -15,6 +17,8 @@ import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from pilot import worker_files
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_UNCOMPRESSED_BYTES = 32 * 1024 * 1024
@@ -55,45 +59,59 @@ class Screened:
 
 
 def screen_path(candidate: Path, workspace: Path, *, max_bytes: int = MAX_FILE_BYTES) -> Screened:
-    """Check that ``candidate`` resolves inside ``workspace`` to a regular, non-empty, bounded file."""
-    workspace = Path(workspace).resolve()
+    """Read ``candidate`` beneath ``workspace`` through the bounded reader; its ``path`` is a private copy of the bytes.
+
+    The file must be a regular, non-empty file of at most ``max_bytes`` reached
+    from the workspace without following any link (:mod:`pilot.worker_files`:
+    ``openat2`` beneath the workspace, no symbolic or magic link, nothing but a
+    regular file opened, the size bounded before a byte is read). What is read
+    is copied into a folder of the harness's own, and every later reader
+    (the format screens, the guarded parse, openpyxl, python-docx, pypdf,
+    LibreOffice) opens that copy, never a path the worker could redirect. A
+    candidate that is already such a copy is taken as it is.
+    """
     name = candidate.name
-    try:
-        st = os.lstat(candidate)
-    except FileNotFoundError:
-        return Screened(candidate, 0, f"{name} not found")
-    except OSError as exc:
-        return Screened(candidate, 0, f"{name} cannot be read ({exc.strerror})")
-    if stat.S_ISLNK(st.st_mode):
+    if worker_files.is_private_copy(candidate):
         try:
-            target = Path(os.path.realpath(candidate))
+            st = os.lstat(candidate)
         except OSError as exc:
-            return Screened(candidate, 0, f"{name} is a symlink that cannot be resolved ({exc})")
-        if not target.is_relative_to(workspace):
-            return Screened(
-                candidate, 0, f"{name} is a symlink pointing outside the workspace ({os.readlink(candidate)})"
-            )
-        if not target.exists():
-            return Screened(candidate, 0, f"{name} is a dangling symlink")
-        st = os.stat(target)
-        resolved = target
-    else:
-        resolved = Path(candidate)
-        # A parent folder may itself be a link out of the workspace.
-        if not Path(os.path.realpath(candidate)).is_relative_to(workspace):
-            return Screened(candidate, 0, f"{name} lies outside the workspace through a linked folder")
-    if not stat.S_ISREG(st.st_mode):
-        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (pipe, socket or device)"
-        return Screened(candidate, 0, f"{name} is {what}")
-    if st.st_size == 0:
-        return Screened(resolved, 0, f"{name} is empty (0 bytes)")
-    if st.st_size > max_bytes:
-        return Screened(
-            resolved,
-            st.st_size,
-            f"{name} is {human_size(st.st_size)}, above the {human_size(max_bytes)} limit for a deliverable",
-        )
-    return Screened(resolved, st.st_size, None)
+            return Screened(candidate, 0, f"{name} cannot be read ({exc.strerror})")
+        if not stat.S_ISREG(st.st_mode):
+            return Screened(candidate, 0, f"{name} is not a regular file (pipe, socket or device)")
+        if st.st_size == 0:
+            return Screened(candidate, 0, f"{name} is empty (0 bytes)")
+        return Screened(candidate, st.st_size, None)
+    try:
+        rel = worker_files.relative_to(candidate, workspace)
+        with worker_files.Folder(workspace) as folder:
+            copy, size = worker_files.private_copy(folder, rel, max_bytes=max_bytes)
+    except worker_files.Refused as exc:
+        return Screened(candidate, exc.size or 0, refusal_reason(name, exc, max_bytes))
+    if size == 0:
+        return Screened(copy, 0, f"{name} is empty (0 bytes)")
+    return Screened(copy, size, None)
+
+
+def refusal_reason(name: str, exc: worker_files.Refused, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The reason a deliverable the bounded reader refused is not read, in the oracle's words."""
+    if exc.kind in (worker_files.MISSING, worker_files.NOT_A_FOLDER):
+        return f"{name} not found" if exc.kind == worker_files.MISSING else f"{name} {exc.reason}"
+    if exc.kind == worker_files.LINK:
+        if exc.reason.startswith("lies below"):
+            where = "outside the workspace" if exc.outward else "below a link"
+            return f"{name} lies {where} through a linked folder (links are not followed)"
+        if exc.outward:
+            return f"{name} is a symlink pointing outside the workspace (links are not followed)"
+        return f"{name} is a symlink (links are not followed, even inside the workspace)"
+    if exc.kind == worker_files.FOLDER:
+        return f"{name} is a folder"
+    if exc.kind == worker_files.SPECIAL:
+        return f"{name} is not a regular file (pipe, socket or device)"
+    if exc.kind == worker_files.TOO_LARGE:
+        return f"{name} is {human_size(exc.size or 0)}, above the {human_size(max_bytes)} limit for a deliverable"
+    if exc.kind == worker_files.OUTSIDE:
+        return f"{name} lies outside the workspace"
+    return f"{name} {exc.reason}"
 
 
 def read_head(path: Path, n: int = 1024) -> bytes:

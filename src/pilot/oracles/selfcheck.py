@@ -4,13 +4,15 @@ The tool (``selfcheck_tool.py``) imports nothing from ``pilot``; the
 workspace copy carries the deliverable specification (names, formats,
 formula and length requirements, all stated in the brief) embedded between
 markers. It never sees the answers in ``oracle.yml``, the rubric or the
-solver. The controller runs the pristine package copy against the
-workspace (in a child process under a time and a memory limit), with the
-specification taken from the scenario, so a worker who edits its own copy
-cannot change the verdict; and the controller's verdict also requires the
-oracle's own form checks (:data:`pilot.oracles.evaluate.FORM_KINDS`, read
-through the oracle's guarded reader) to pass, so the self-check can never
-pass what the oracle fails on form.
+solver. The controller runs the pristine package copy (in a child process
+under a time and a memory limit) on a private snapshot of the deliverables,
+read beneath the workspace by the bounded reader (:mod:`pilot.worker_files`),
+with the specification taken from the scenario, so a worker who edits its own
+copy cannot change the verdict and the tool never opens the worker's files;
+and the controller's verdict also requires the oracle's own form checks
+(:data:`pilot.oracles.evaluate.FORM_KINDS`, read through the oracle's guarded
+reader) to pass, so the self-check can never pass what the oracle fails on
+form.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pilot import worker_files
 from pilot.scenarios.bundle import Scenario, load_scenario
 
 SELFCHECK_TOOL = Path(__file__).with_name("selfcheck_tool.py")
 WORKSPACE_NAME = "selfcheck.py"
 _SPEC_LINE = re.compile(r"^SPEC_JSON = .*$", re.M)
 TIMEOUT_S = 300.0
+#: The most of the workspace's ``selfcheck.py`` read to find its embedded specification.
+MAX_TOOL_BYTES = 1024 * 1024
+#: The most entries of ``outputs/`` the snapshot the tool reads lists.
+MAX_OUTPUT_ENTRIES = 10_000
 
 
 @dataclass
@@ -78,10 +85,12 @@ def install_selfcheck(scenario: Scenario, workspace: Path) -> Path:
 
 
 def embedded_spec(workspace: Path) -> dict | None:
-    path = Path(workspace) / WORKSPACE_NAME
-    if not path.is_file():
+    # The workspace copy is the worker's file: read beneath the workspace, bounded, never through a link.
+    try:
+        raw = worker_files.read_bytes(workspace, WORKSPACE_NAME, max_bytes=MAX_TOOL_BYTES)
+    except worker_files.Refused:
         return None
-    m = _SPEC_LINE.search(path.read_text(encoding="utf-8", errors="replace"))
+    m = _SPEC_LINE.search(raw.decode("utf-8", errors="replace"))
     if not m:
         return None
     try:
@@ -152,7 +161,45 @@ def _with_form_checks(report: SelfCheckReport, scenario: Scenario, workspace: Pa
     return SelfCheckReport(False, lines, report.exit_code or 1)
 
 
+def snapshot_outputs(workspace: Path, spec: dict, into: Path) -> dict[str, str]:
+    """Lay out in ``into`` what the tool reads of the workspace: ``outputs/`` as the bounded reader sees it.
+
+    Each deliverable the specification names is copied with its bytes, read beneath the workspace by
+    :mod:`pilot.worker_files` (no link followed, nothing but a regular file opened, at most the deliverable limit
+    read); every other regular file of ``outputs/`` is there by name only (empty: the tool reads only the
+    deliverables, and only the names of the rest). Links, pipes, devices and folders are left out. Returns
+    deliverable name -> why it was not copied, in the oracle's words, for those refused.
+    """
+    from pilot.oracles.safety import MAX_FILE_BYTES, refusal_reason
+
+    refused: dict[str, str] = {}
+    wanted = {d["name"] for d in spec.get("deliverables", []) if isinstance(d, dict) and d.get("name")}
+    out = Path(into) / "outputs"
+    try:
+        folder = worker_files.Folder(workspace)
+    except worker_files.Refused:
+        return refused
+    with folder:
+        try:
+            listed = folder.listdir("outputs", max_entries=MAX_OUTPUT_ENTRIES)
+        except worker_files.Refused:
+            return refused  # no outputs/ folder the tool may read: it says so itself
+        out.mkdir(parents=True)
+        for entry in listed:
+            if entry.name in wanted:
+                try:
+                    data = folder.read_bytes(f"outputs/{entry.name}", max_bytes=MAX_FILE_BYTES)
+                except worker_files.Refused as exc:
+                    refused[entry.name] = refusal_reason(entry.name, exc)
+                    continue
+                (out / entry.name).write_bytes(data)
+            elif entry.kind == "file":
+                (out / entry.name).touch()
+    return refused
+
+
 def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
+    import shutil
     import tempfile
 
     from pilot.oracles.guard import MEMORY_LIMIT_BYTES, _limit
@@ -160,10 +207,13 @@ def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(spec, fh)
         spec_file = fh.name
+    # The pristine tool reads a private snapshot of the deliverables, never the worker's folder itself.
+    snapshot = Path(tempfile.mkdtemp(prefix="pilot-selfcheck-"))
     try:
+        refused = snapshot_outputs(Path(workspace), spec, snapshot)
         # The tool parses what the worker wrote: bounded in memory as the oracle's guarded reader is.
         proc = subprocess.run(
-            [sys.executable, "-I", str(SELFCHECK_TOOL), str(workspace), "--spec", spec_file],
+            [sys.executable, "-I", str(SELFCHECK_TOOL), str(snapshot), "--spec", spec_file],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -174,5 +224,20 @@ def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
         return SelfCheckReport(False, [f"FAIL  the self-check did not finish within {timeout:.0f} s"], 124)
     finally:
         Path(spec_file).unlink(missing_ok=True)
-    lines = proc.stdout.splitlines() + [f"ERROR {l}" for l in proc.stderr.splitlines() if l.strip()]
+        shutil.rmtree(snapshot, ignore_errors=True)
+    lines = proc.stdout.splitlines() + [f"ERROR {line}" for line in proc.stderr.splitlines() if line.strip()]
+    # A deliverable the reader refused is absent from the snapshot: the tool's "missing" is replaced by why.
+    lines = [
+        f"FAIL  {refused[name]}"
+        if (name := _missing_name(line)) in refused
+        else line.replace(snapshot.name, Path(workspace).name)
+        for line in lines
+    ]
     return SelfCheckReport(proc.returncode == 0, lines, proc.returncode)
+
+
+def _missing_name(line: str) -> str | None:
+    """The deliverable a tool line ``FAIL  <name> missing`` names, or None."""
+    if line.startswith("FAIL  ") and line.endswith(" missing"):
+        return line[len("FAIL  ") : -len(" missing")]
+    return None

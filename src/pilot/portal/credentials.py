@@ -20,6 +20,9 @@ CREDENTIALS_FILENAME = "portal_credentials.json"
 #: What a redacted secret reads as (``pilot.portal.redaction``).
 REDACTED = "[portal-password]"
 
+#: The most of a ``portal_credentials.json`` read (the harness writes a few hundred bytes).
+MAX_CREDENTIALS_BYTES = 64 * 1024
+
 
 @dataclass(frozen=True)
 class Credentials:
@@ -60,11 +63,17 @@ class Credentials:
     @classmethod
     def read_workspace_file(cls, path: Path) -> tuple[str, Credentials]:
         """(url, credentials) from a ``portal_credentials.json``."""
+        from pilot import worker_files
+
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+            # A file in the worker's workspace: read beneath its folder, no link followed, bounded.
+            raw = worker_files.read_bytes(path.parent, path.name, max_bytes=MAX_CREDENTIALS_BYTES)
+            data = json.loads(raw.decode("utf-8"))
+        except (worker_files.Refused, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: cannot read portal credentials: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: cannot read portal credentials: not a JSON object")
         for key in ("url", "username", "password"):
             if not isinstance(data.get(key), str) or not data[key]:
                 raise ValueError(f"{path}: field '{key}': missing or not a non-empty string")

@@ -20,6 +20,11 @@ from pilot.portal.credentials import REDACTED, Credentials
 
 #: Secrets shorter than this are not redacted: replacing a two-letter string would shred a transcript.
 MIN_SECRET_LEN = 8
+#: Bounds on the walk of a run folder: a larger file (a worker's scratch file; every record is far smaller) is not
+#: read, a deeper or larger tree not walked further.
+MAX_REDACT_BYTES = 256 * 1024 * 1024
+MAX_REDACT_DEPTH = 64
+MAX_REDACT_ENTRIES = 100_000
 
 
 def secret_forms(credentials: Credentials) -> tuple[str, ...]:
@@ -72,26 +77,39 @@ def redact_file(path: Path, secrets: Iterable[str]) -> bool:
 def redact_tree(root: Path, secrets: Iterable[str], *, skip: Iterable[str] = ()) -> list[Path]:
     """Redact every regular file under ``root`` except the top-level entries named in ``skip``.
 
-    Returns the files that held a secret. Symbolic links are not followed:
-    a link could point at a file the harness does not own.
+    Returns the files that held a secret. The run folder holds the worker's scratch files too, so the tree is
+    walked by the harness's bounded reader (:mod:`pilot.worker_files`): by descriptor, no link followed, nothing
+    but a regular file opened, and no file larger than :data:`MAX_REDACT_BYTES` read (such a file, which no
+    record of the run is, is left as it is); a file is rewritten in its folder by descriptor.
     """
+    from pilot import worker_files
+
     root = Path(root)
     secrets = _usable(secrets)
     skipped = set(skip)
     changed: list[Path] = []
-    if not secrets or not root.is_dir():
+    if not secrets:
         return changed
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        if here == root:
-            dirnames[:] = [d for d in dirnames if d not in skipped]
-            filenames = [f for f in filenames if f not in skipped]
-        for name in filenames:
-            path = here / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            if redact_file(path, secrets):
-                changed.append(path)
+    try:
+        folder = worker_files.Folder(root)
+    except worker_files.Refused:
+        return changed
+    with folder:
+        for listing in folder.walk(max_depth=MAX_REDACT_DEPTH, max_entries=MAX_REDACT_ENTRIES):
+            for entry in listing.entries:
+                if not listing.rel and entry.name in skipped:
+                    entry.descend = False
+                    continue
+                if entry.kind != "file" or entry.st is None or entry.st.st_size > MAX_REDACT_BYTES:
+                    continue
+                try:
+                    data = entry.read_bytes(max_bytes=MAX_REDACT_BYTES)
+                except (worker_files.Refused, OSError):
+                    continue
+                clean = redact_bytes(data, secrets)
+                if clean != data:
+                    entry.rewrite(clean)
+                    changed.append(root / entry.rel)
     return changed
 
 

@@ -130,13 +130,20 @@ def records_of(store_runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _named(runs: pd.DataFrame, column: str) -> pd.Series:
+    """Whether each run has a non-empty text in ``column`` (all False for a table without it)."""
+    if column not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs[column].notna() & (runs[column].astype(str).str.strip() != "")
+
+
 def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: list[str]) -> pd.DataFrame:
     """One row per measure of protocol fidelity, one column per arm and ``all``.
 
     Rows: finished runs; runs with a deviation and the deviations by the route
     that stopped them (only routes that occur); runs with a critical violation;
     agent errors; capped runs by the cap reached; runs whose evaluation failed;
-    and the runs per node. Every count is over the finished runs of the export.
+    runs a harness fault after inference shaped (``harness_fault``); and the runs per node. Every count is over the finished runs of the export.
     """
     routes = _deviation_routes(records)
     rows: list[tuple[str, dict[str, int]]] = []
@@ -177,6 +184,8 @@ def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: lis
     rows.append(
         ("evaluation errors", per_arm(lambda r: (r["eval_error"].notna() & (r["eval_error"].astype(str) != "")).sum()))
     )
+    # A harness fault after inference leaves the run its own outcome (never rerun); each one is counted here.
+    rows.append(("harness faults after inference", per_arm(lambda r: _named(r, "harness_fault").sum())))
     for node in sorted(set(runs["node"].dropna().astype(str))) if len(runs) else []:
         rows.append((f"runs on node {node}", per_arm(lambda r, node=node: (r["node"].astype(str) == node).sum())))
     return pd.DataFrame([{"measure": m, **v} for m, v in rows])

@@ -51,6 +51,7 @@ _EXPORT_COLUMNS = (
     "D",
     "E",
     "eval_error",
+    "harness_fault",
     "deviations",
     "node",
 )
@@ -326,6 +327,7 @@ def write(
     m["RunViolationRuns"] = int(fid.get("runs with a critical violation (E)", 0))
     m["RunAgentErrors"] = int(fid.get("agent errors", 0))
     m["RunEvalErrors"] = int(fid.get("evaluation errors", 0))
+    m["RunHarnessFaults"] = int(fid.get("harness faults after inference", 0))
     m["RunNodes"] = len([i for i in fid.index if i.startswith("runs on node ")])
     flow = report.flow_by_arm.set_index("step")["total"] if len(report.flow_by_arm) else pd.Series(dtype=int)
     for step in ("completed", "capped", "other model"):

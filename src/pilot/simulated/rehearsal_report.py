@@ -255,6 +255,10 @@ class RehearsalReport:
         }
 
 
+#: The most of a deliverable read to check its digest (the oracle's limit for a deliverable).
+DELIVERABLE_MAX_BYTES = 50 * 1024 * 1024
+
+
 def _usd(text: str | None) -> str:
     """A dollar amount for the table, to the micro-dollar (the JSON keeps each as recorded)."""
     d = finite_decimal(text)
@@ -601,18 +605,26 @@ def deliverables_by_tool(
     for a file the solver made in the sandbox, the digest the worker's own ``sha256sum`` tool call reported at the end
     of its session. A name in a tool call proves nothing (the solver's shipped source names every deliverable).
     """
-    import hashlib
+    from pilot import worker_files
+
+    def digest(name: str) -> str | None:
+        # The worker's file, read beneath the workspace by the bounded reader: no link followed, bounded.
+        try:
+            with worker_files.Folder(workspace) as folder:
+                return folder.sha256(name, max_bytes=DELIVERABLE_MAX_BYTES)
+        except worker_files.Refused:
+            return None
 
     ok: list[str] = []
     out: list[str] = []
     for name in expected:
-        path = Path(workspace) / name
         want = written.get(name) or reported.get(name)
-        if not path.is_file():
+        got = digest(name)
+        if got is None:
             out.append(f"deliverable {name}: the scripted worker wrote it but it is not in the workspace")
         elif want is None:
             out.append(f"deliverable {name}: present, but no tool call wrote it whole or reported its digest")
-        elif hashlib.sha256(path.read_bytes()).hexdigest() != want:
+        elif got != want:
             source = (
                 "the bytes the scripted worker's tool call wrote"
                 if name in written

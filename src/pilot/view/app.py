@@ -5,20 +5,24 @@ loopback address the server bound are refused, so a web page elsewhere
 cannot reach the viewer through a rebinding DNS name. Downloads are looked
 up by name in the listing of the attempt's ``outputs/`` folder (regular
 files only), so no path in a URL ever reaches the file system; they are
-sent as attachments with a neutral type, never rendered in the viewer's
-origin. A delivered deck's slides are rendered to PDF by LibreOffice on
-request (:class:`pilot.judges.deck_pdf.SlidesCache`) and sent as an
-attachment too.
+read by the bounded reader (:mod:`pilot.worker_files`: beneath the
+workspace, no link followed, bounded) and sent from those bytes as
+attachments with a neutral type, never rendered in the viewer's origin. A
+delivered deck's slides are rendered to PDF by LibreOffice on request from a
+private copy of its bytes (:class:`pilot.judges.deck_pdf.SlidesCache`) and
+sent as an attachment too.
 """
 
 from __future__ import annotations
 
+import io
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, abort, request, send_file
 
+from pilot import worker_files
 from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
 from pilot.serving import BackgroundServer, set_security_headers
 from pilot.view import files, site
@@ -96,14 +100,20 @@ def create_app(folder: Path) -> Flask:
             abort(404)
         return listed[name]
 
+    def refused(name: str, exc: worker_files.Refused) -> Response:
+        return Response(
+            site.render_error(links, "Not offered", f"{name} {exc.reason}"), status=422, mimetype="text/html"
+        )
+
     @app.get("/files/<run_id>/attempt-<int:attempt_no>/<name>")
     def download(run_id: str, attempt_no: int, name: str) -> Response:
+        # The bytes the bounded reader read (beneath the workspace, no link followed), never a path the server opens.
+        try:
+            data = offered(run_id, attempt_no, name).read_bytes()
+        except worker_files.Refused as exc:
+            return refused(name, exc)
         return send_file(
-            offered(run_id, attempt_no, name).path,
-            mimetype="application/octet-stream",
-            as_attachment=True,
-            download_name=name,
-            max_age=0,
+            io.BytesIO(data), mimetype="application/octet-stream", as_attachment=True, download_name=name, max_age=0
         )
 
     @app.get("/slides/<run_id>/attempt-<int:attempt_no>/<name>")
@@ -112,9 +122,16 @@ def create_app(folder: Path) -> Flask:
             abort(404)
         deck = offered(run_id, attempt_no, name)
         try:
-            pdf = slides_cache.pdf(deck.path)
+            with worker_files.copies_scope():
+                pdf = slides_cache.pdf(deck.private_copy())
+        except worker_files.Refused as exc:
+            return refused(name, exc)
         except DeckRenderError as exc:
-            return Response(site.render_error(links, "Slides not rendered", str(exc)), status=422, mimetype="text/html")
+            return Response(
+                site.render_error(links, "Slides not rendered", f"{name}: not rendered: {exc.reason}"),
+                status=422,
+                mimetype="text/html",
+            )
         # An attachment like every delivered file: the agent's slides are never rendered in the viewer's origin.
         return send_file(
             pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0

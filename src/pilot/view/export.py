@@ -19,6 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from pilot import worker_files
 from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
 from pilot.view import files, site
 from pilot.view.study import StudyReader, ViewError, check_run_id
@@ -68,15 +69,22 @@ def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> t
             refused: dict[tuple[int, str], str] = {}
             for a in reader.run_attempts(run_id):
                 for f in files.output_files(a.outputs, reader.folder):
+                    # The bytes the bounded reader read (no link followed, bounded), never a copy made by path.
+                    try:
+                        data = f.read_bytes()
+                    except worker_files.Refused as exc:
+                        refused[(a.attempt_no, f.name)] = f"not exported: {exc.reason}"
+                        continue
                     target = out / "files" / run_id / f"attempt-{a.attempt_no}" / site.exported_name(f.name)
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f.path, target)
+                    target.write_bytes(data)
                     copied += 1
-                    size += f.size
+                    size += len(data)
                     if is_deck(f.name):
                         # Rendered before the page is, so the page links the slides or says why there are none.
                         try:
-                            pdf = slides.pdf(f.path)
+                            with worker_files.copies_scope():
+                                pdf = slides.pdf(worker_files.write_private(data, f.name))
                             # A folder of their own: an agent's file of the same name can never be overwritten.
                             dest = out / "slides" / run_id / f"attempt-{a.attempt_no}" / slides_name(f.name)
                             dest.parent.mkdir(parents=True, exist_ok=True)

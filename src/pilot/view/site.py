@@ -10,8 +10,6 @@ transcript, file names, judges' comments) is escaped.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -565,8 +563,8 @@ class JudgedPackage:
 def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPackage:
     """The run's deliverables through the judges' own renderer and scrubbing, with the run's identifiers withheld as for the judges.
 
-    A symbolic link in ``outputs/`` is never followed: the renderer then
-    reads a copy of the regular files only, and the page says so.
+    A symbolic link in ``outputs/`` is never followed: the renderer reads through the bounded reader
+    (:mod:`pilot.worker_files`), shows a link refused as the judges saw it, and the page says so.
     """
     from pilot.judges import prompt_for_run
 
@@ -601,17 +599,13 @@ def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPack
 
     links = files.links_in(rf.outputs)
     try:
-        if not links:
-            return judged(rf.outputs, None)
-        with tempfile.TemporaryDirectory(prefix="pilot-view-") as tmp:
-            copy = Path(tmp) / "outputs"
-            copy.mkdir()
-            for f in files.output_files(rf.outputs, reader.folder):
-                shutil.copyfile(f.path, copy / f.name)
-            return judged(
-                copy,
-                f"outputs/ holds symbolic links ({', '.join(links)}); the viewer does not follow them, "
-                "so this rendering leaves them out",
-            )
+        # The judges' renderer reads through the bounded reader (no link followed, bounded): the same rendering.
+        note = (
+            f"outputs/ holds symbolic links ({', '.join(links)}); links are not followed, so they are shown refused, "
+            "as the judges saw them"
+            if links
+            else None
+        )
+        return judged(rf.outputs, note)
     except Exception as exc:  # noqa: BLE001 - the page shows why the rendering failed instead of failing whole
         return JudgedPackage([], None, f"the deliverables could not be rendered: {type(exc).__name__}: {exc}")
