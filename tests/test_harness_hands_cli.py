@@ -368,11 +368,18 @@ def _check_routes(summary: dict) -> None:
 
 
 def _check_seal(summary: dict) -> None:
-    """The first session's chmod, utime and setxattr on the transcript were undone at the seal and recorded."""
+    """The first session's chmod, utime and setxattr on the transcript were undone before the resume, and recorded.
+
+    The take-back copies the store home as the harness's own files (a mode of 000 becomes 600, extended attributes
+    are not copied); the seal undoes what the copy keeps (the modification time) and lists it.
+    """
     attack = summary["store_attack"]["one"]
     assert attack["transcripts"] and attack["chmod"] == attack["utime"] == attack["setxattr"] == "done", attack
-    restored = " | ".join(summary["session_store"]["seal"]["restored"])
-    assert "mode 0000 -> 0600" in restored and "modification time" in restored and "user.pilot" in restored, restored
+    seal = summary["session_store"]["seal"]
+    restored = " | ".join(seal["restored"])
+    assert "modification time" in restored, restored
+    transcripts = [e for k, e in seal["entries"].items() if k.endswith(".jsonl") and k.startswith("projects/")]
+    assert transcripts and all(e["mode"] == 0o600 and not e["xattrs"] for e in transcripts), transcripts
     assert any("session store" in n for n in summary["notes"]), summary["notes"]
 
 

@@ -1,8 +1,12 @@
 """Money through the model proxy, attacked from the worker's shell with the real pinned CLI in the real sandbox.
 
 One A1 attempt against a scripted Messages API: the model writes a program and
-runs it, and the program uses the run's token (``ANTHROPIC_API_KEY`` in its
-environment) to reach the proxy behind the CLI's back:
+runs it. The program first looks for the run's token where a worker could
+find it (its environment, every ``/proc/<pid>/environ`` it can read): the
+shell's environment is an allow-list, so it finds none. The test then plays a
+token that leaked anyway (it puts the token in the workspace, a file the
+program reads), and the program uses it to reach the proxy behind the CLI's
+back:
 
 * a side request of its own, which the upstream answers at 0.60 USD (the
   client never counts it);
@@ -63,9 +67,16 @@ SIDE_USD = Decimal("0.6")
 DETACHED_USD = Decimal("0.005")
 
 ATTACK = textwrap.dedent("""\
-    import json, os, subprocess, sys, time, urllib.error, urllib.request
-    base, token = os.environ.get("ANTHROPIC_BASE_URL"), os.environ.get("ANTHROPIC_API_KEY")
-    out = {"has_token": bool(token), "base": base}
+    import glob, json, os, subprocess, sys, time, urllib.error, urllib.request
+    found = []
+    for env in ["/proc/self/environ", *glob.glob("/proc/[0-9]*/environ")]:
+        try:
+            found += [env for v in open(env, "rb").read().split(b"\\0") if v.startswith(b"ANTHROPIC_API_KEY=")]
+        except OSError:
+            pass
+    out = {"env_token": bool(os.environ.get("ANTHROPIC_API_KEY")), "proc_token": found}
+    base, token = LEAK["base_url"], open(LEAK["file"]).read().strip()
+    out["has_token"] = bool(token)
 
     def post(body, **headers):
         req = urllib.request.Request(base + "/v1/messages", data=json.dumps(body).encode(), method="POST", headers={
@@ -100,9 +111,10 @@ DETACHED = textwrap.dedent("""\
     n = sys.argv[1]
     body = {"model": MODEL, "max_tokens": MAX_TOKENS, "stream": True,
             "messages": [{"role": "user", "content": f"DETACHED-{n}: keep talking after the session"}]}
-    req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", data=json.dumps(body).encode(),
+    token = open(LEAK["file"]).read().strip()
+    req = urllib.request.Request(LEAK["base_url"] + "/v1/messages", data=json.dumps(body).encode(),
                                  method="POST", headers={"content-type": "application/json",
-                                 "anthropic-version": "2023-06-01", "x-api-key": os.environ["ANTHROPIC_API_KEY"]})
+                                 "anthropic-version": "2023-06-01", "x-api-key": token})
     answer = urllib.request.urlopen(req, timeout=600)
     answer.readline()  # the answer has begun upstream: this request is in flight
     open(f"sent-{n}", "w").close()
@@ -182,19 +194,28 @@ class Upstream:
         self.server.server_close()
 
 
+#: Where the test puts the leaked token for the worker's program (in the workspace) and the proxy's address inside.
+LEAK_FILE = "leaked-run-token"
+
+
 def _turns(ws: Path) -> list[dict]:
+    from pilot.agents import launch
+
+    leak = json.dumps({"file": str(ws / LEAK_FILE), "base_url": f"http://127.0.0.1:{launch.MODEL_PORT}"})
     model, n = json.dumps(MODEL), str(DETACHED_MAX_TOKENS)
     return [
         {
             "content": [
                 wire.tool_use_block(
-                    "Write", {"file_path": str(ws / "attack.py"), "content": f"MODEL = {model}\n" + ATTACK}, "w1"
+                    "Write",
+                    {"file_path": str(ws / "attack.py"), "content": f"MODEL = {model}\nLEAK = {leak}\n" + ATTACK},
+                    "w1",
                 ),
                 wire.tool_use_block(
                     "Write",
                     {
                         "file_path": str(ws / "detached.py"),
-                        "content": f"MODEL = {model}\nMAX_TOKENS = {n}\n" + DETACHED,
+                        "content": f"MODEL = {model}\nMAX_TOKENS = {n}\nLEAK = {leak}\n" + DETACHED,
                     },
                     "w2",
                 ),
@@ -215,6 +236,15 @@ def attack_attempt(out: Path, upstream_url: str):
     from pilot.runner import run_attempt
 
     model_proxy.CLOSE_WAIT_S = CLOSE_WAIT_S
+    open_run = model_proxy.MeteringProxy.open_run
+
+    def leaking_open_run(self, run_id, *args, **kwargs):
+        # The run's token leaks: the test puts it where the worker's program reads it (the workspace is laid out).
+        meter = open_run(self, run_id, *args, **kwargs)
+        (Path(run_id) / "workspace" / LEAK_FILE).write_text(str(meter.token) + "\n", encoding="utf-8")
+        return meter
+
+    model_proxy.MeteringProxy.open_run = leaking_open_run
     return run_attempt(
         SID,
         "A1",
@@ -233,9 +263,9 @@ def _check(out: Path, up: Upstream) -> None:
     """What the harness's own records must say after the attack (``out`` is the attempt's folder)."""
     rec = json.loads((out / "run_record.json").read_text())
     attack = json.loads((out / "workspace" / "outputs" / "attack.json").read_text())
-    assert attack["has_token"], (
-        "the worker's shell has no run token: the side-request route is closed; see the docstring"
-    )
+    # The shell's environment holds no token, nor does any process environment the worker can read.
+    assert attack["env_token"] is False and attack["proc_token"] == [], attack
+    assert attack["has_token"], attack  # the token the test leaked
     assert attack["side"][0] == 200 and attack["beta"] == [400, "invalid_request_error"], attack
     assert attack["detached_sent"] == [True, True], attack
     assert rec["status"] == "completed" and rec["enforcement"] == "bubblewrap", (rec["status"], rec["notes"])

@@ -874,12 +874,10 @@ def test_the_real_cli_s_hostile_workspace_is_read_past_by_an_unprivileged_harnes
         (base / "env").mkdir()
         drop: list[str] = []
         if os.geteuid() == 0:
-            import test_sandbox_privilege as priv
+            from privilege_support import harness_user, passable
 
-            uid, gid = priv._harness_user()
-            for p in [base, *base.parents]:
-                if p != Path("/") and not os.stat(p).st_mode & 0o001:
-                    os.chmod(p, os.stat(p).st_mode | 0o001)
+            uid, gid = harness_user()
+            passable(base)
             for p in (base, base / "env"):
                 os.chown(p, uid, gid)
             drop = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all"]
