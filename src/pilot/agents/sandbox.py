@@ -387,6 +387,11 @@ def isolation_problems() -> tuple[str, ...]:
             "the kernel offers no Landlock (Linux 5.13 or later with landlock in its lsm= list): without it the "
             "worker's programs could reach the CLI's memory and descriptors"
         )
+    # What the worker delivers is recalculated and rendered by a confined LibreOffice (pilot.confined): a root
+    # harness needs its renderer user too.
+    from pilot import confined
+
+    problems.extend(p for p in confined.problems() if p not in problems)
     return tuple(problems)
 
 
