@@ -7,8 +7,9 @@ rendering a deck or a document) runs under bubblewrap, built from nothing:
 * read-only: the host's system trees and a short list of ``/etc`` entries
   (:mod:`pilot.bubblewrap`, shared with the agent's sandbox), and exactly the
   files and folders it is given, each at its own path;
-* one writable folder for its output; a private HOME, ``TMPDIR`` and
-  ``/tmp`` on tmpfs of a bounded size, gone with the process;
+* one writable folder for its output; a private HOME and ``TMPDIR``, and a
+  private ``/var/tmp``, on tmpfs of a bounded size, gone with the process;
+  nothing else takes a write (``/tmp`` is read-only);
 * a user namespace holding no capability and allowed no further one, a new
   session, and death with its parent;
 * bounded: wall time (the whole tree is killed: it is the sandbox's PID
@@ -84,7 +85,7 @@ class Limits:
     memory_bytes: int = 2048 * MIB
     #: The largest file it may write (its output included).
     file_bytes: int = 256 * MIB
-    #: The size of each private tmpfs (HOME and TMPDIR, ``/tmp``, ``/var/tmp``).
+    #: The size of each private tmpfs (HOME and TMPDIR; ``/var/tmp``).
     scratch_bytes: int = 512 * MIB
     #: Processes and threads of the dedicated renderer uid, all its runs on the host together.
     processes: int = 2048
@@ -410,9 +411,10 @@ def bwrap_argv(
         "--dev",
         "/dev",
     ]
-    # The private tmpfs first: a folder it is given under the host's /tmp is bound over it afterwards.
-    for t in ("/tmp", "/var/tmp"):
-        out += ["--size", str(limits.scratch_bytes), "--tmpfs", t]
+    # A private /var/tmp, which LibreOffice needs writable for its pipe (it tries /tmp, then /var/tmp). /tmp stays on
+    # the read-only root: the folders a helper is given often lie under the host's /tmp, and their parents inside
+    # are then mere mount points it cannot write beside.
+    out += ["--size", str(limits.scratch_bytes), "--tmpfs", "/var/tmp"]
     for dst, target in links:
         out += ["--symlink", target, dst]
     for p in binds:
@@ -487,6 +489,29 @@ def _read_info(fd: int, deadline: float) -> int | None:
         except (ValueError, TypeError, AttributeError):
             continue
     return None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, already dead and waiting to be reaped, is not)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def _wait_gone(pid: int, seconds: float) -> None:
+    """Wait until ``pid`` has died (its namespace emptied with it), at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def run(
@@ -578,12 +603,17 @@ def run(
         proc.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
         timed_out = True
-    # Whatever it left in its group goes too (inside bubblewrap the PID namespace dies with its first process).
+    # Whatever it left goes too: its process group, and inside bubblewrap its PID namespace, which the kernel empties
+    # when the namespace's first process (bubblewrap's child) dies.
+    if timed_out and inner is not None:
+        _kill(inner)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    if inner is not None:
+        _wait_gone(inner, 10.0)
     for reader in readers:
         reader.join(timeout=10)
     if info_r is not None:

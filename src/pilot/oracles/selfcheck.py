@@ -7,7 +7,9 @@ markers. It never sees the answers in ``oracle.yml``, the rubric or the
 solver. The controller runs the pristine package copy against the
 workspace (in a child process under a time and a memory limit), with the
 specification taken from the scenario, so a worker who edits its own copy
-cannot change the verdict; and the controller's verdict also requires the
+cannot change the verdict; the tool runs confined on a copy of the
+workspace's outputs (it parses what the worker wrote and starts LibreOffice
+on it: :func:`pilot.confined.run`); and the controller's verdict also requires the
 oracle's own form checks (:data:`pilot.oracles.evaluate.FORM_KINDS`, read
 through the oracle's guarded reader) to pass, so the self-check can never
 pass what the oracle fails on form.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,26 +155,50 @@ def _with_form_checks(report: SelfCheckReport, scenario: Scenario, workspace: Pa
 
 
 def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
+    """The pristine tool on ``workspace``, confined: it reads a copy of ``outputs/`` and nothing else of the host.
+
+    The tool parses what the worker wrote and may start LibreOffice on it, so it
+    runs as every helper on worker material does (:func:`pilot.confined.run`: no
+    network, read-only, a private profile and ``/tmp``, bounded in time and
+    memory as the oracle's guarded reader is, never the harness's uid). It sees
+    the workspace's ``outputs/`` as a copy under the workspace's own name
+    (:func:`pilot.confined.mirror_folder`), so its report reads as before.
+    """
+    import os
     import tempfile
 
-    from pilot.oracles.guard import MEMORY_LIMIT_BYTES, _limit
+    from pilot import confined, office_convert
+    from pilot.oracles import selfcheck_tool
+    from pilot.oracles.guard import MEMORY_LIMIT_BYTES
 
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(spec, fh)
-        spec_file = fh.name
-    try:
-        # The tool parses what the worker wrote: bounded in memory as the oracle's guarded reader is.
-        proc = subprocess.run(
-            [sys.executable, "-I", str(SELFCHECK_TOOL), str(workspace), "--spec", spec_file],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            preexec_fn=_limit(MEMORY_LIMIT_BYTES),
+    workspace = Path(workspace)
+    with tempfile.TemporaryDirectory(prefix="pilot-selfcheck-") as tmp:
+        root = Path(tmp)
+        staged = root / "ws" / workspace.name
+        staged.mkdir(parents=True)
+        os.chmod(staged.parent, 0o755)
+        confined.mirror_folder(
+            workspace / "outputs", staged / "outputs", within=workspace, max_file_bytes=selfcheck_tool.MAX_BYTES
         )
-    except subprocess.TimeoutExpired:
+        spec_file = root / "spec.json"
+        spec_file.write_text(json.dumps(spec), encoding="utf-8")
+        os.chmod(spec_file, 0o644)
+        soffice = shutil.which("soffice") or shutil.which("libreoffice")
+        done = confined.run(
+            [sys.executable, "-I", str(SELFCHECK_TOOL), str(staged), "--spec", str(spec_file)],
+            read_only=[
+                staged,
+                spec_file,
+                SELFCHECK_TOOL,
+                *confined.python_binds(),
+                *(office_convert.libreoffice_binds(soffice) if soffice else []),
+            ],
+            scratch=root / "scratch",
+            limits=confined.Limits(wall_s=timeout, memory_bytes=MEMORY_LIMIT_BYTES),
+            merge_stderr=False,
+        )
+    if done.timed_out:
         return SelfCheckReport(False, [f"FAIL  the self-check did not finish within {timeout:.0f} s"], 124)
-    finally:
-        Path(spec_file).unlink(missing_ok=True)
-    lines = proc.stdout.splitlines() + [f"ERROR {l}" for l in proc.stderr.splitlines() if l.strip()]
-    return SelfCheckReport(proc.returncode == 0, lines, proc.returncode)
+    lines = done.output.splitlines() + [f"ERROR {line}" for line in done.errors.splitlines() if line.strip()]
+    code = done.returncode if done.returncode is not None else 2
+    return SelfCheckReport(code == 0, lines, code)
