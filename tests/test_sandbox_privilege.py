@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+from harness_user_support import can_read, harness_user, passable, run_as, site_packages
 from real_cli_support import real_cli, require_real_sandbox
 
 from pilot import paths, protocol
@@ -38,9 +38,6 @@ MODEL = protocol.study()["worker"]["model"]
 CLI = real_cli()
 WORKER_ENV = Path(sys.prefix)
 pytestmark = pytest.mark.slow
-#: The test's own unprivileged harness user (made here when missing; root only).
-HARNESS_USER = "pilot-test-harness"
-HARNESS_UID = 61990
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -239,87 +236,21 @@ HARNESS = textwrap.dedent("""\
 """)
 
 
-def _harness_user() -> tuple[int, int]:
-    try:
-        pw = pwd.getpwnam(HARNESS_USER)
-    except KeyError:
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--uid",
-                str(HARNESS_UID),
-                "--user-group",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                HARNESS_USER,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        pw = pwd.getpwnam(HARNESS_USER)
-    return pw.pw_uid, pw.pw_gid
-
-
 def test_unprivileged_harness_worker_holds_no_privilege(run_root):
     """The harness itself runs as a user without privilege: the sandbox is built the same way and holds the same."""
     if os.geteuid() == 0:
-        uid, gid = _harness_user()
+        uid, gid = harness_user()
         base = run_root
         # pytest's own temporary root is private to root: the test user gets a folder of its own beneath a passable one.
-        for p in [base, *base.parents]:
-            if p == Path("/"):
-                break
-            if not os.stat(p).st_mode & 0o001:
-                os.chmod(p, os.stat(p).st_mode | 0o001)
+        passable(base)
         os.chown(base, uid, gid)
-
-        def readable(p: Path) -> bool:
-            return (
-                subprocess.run(
-                    ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "test", "-r", str(p)]
-                ).returncode
-                == 0
-            )
-
-        site = Path(next(p for p in sys.path if p.endswith("site-packages")))
-        for p in [paths.ROOT / "src", site, CLI]:
-            if not readable(p):
+        for p in [paths.ROOT / "src", site_packages(), CLI]:
+            if not can_read(uid, gid, p):
                 pytest.fail(
                     f"{p} is not readable by an unprivileged user: the unprivileged half cannot run from this checkout"
                 )
-        # The harness's interpreter may live in root's home (pyenv): the system's runs the same packages then.
-        python = os.path.realpath(sys.executable)
-        if not readable(Path(python)):
-            python = "/usr/bin/python3"
         out = base / "A1"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-        env.update(
-            HOME=str(base),
-            PYTHONDONTWRITEBYTECODE="1",
-            PYTHONPATH=os.pathsep.join([str(paths.ROOT / "src"), str(site)]),
-        )
-        proc = subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={uid}",
-                f"--regid={gid}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                python,
-                "-c",
-                HARNESS.format(tests=str(Path(__file__).parent), out=str(out)),
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            cwd=str(base),
-        )
+        proc = run_as(uid, gid, HARNESS.format(tests=str(Path(__file__).parent), out=str(out)), home=base, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
         worker_uid = uid
