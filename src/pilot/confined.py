@@ -82,7 +82,7 @@ class Limits:
     """What one confined run may use."""
 
     wall_s: float
-    memory_bytes: int = 2048 * MIB
+    memory_bytes: int = 4096 * MIB
     #: The largest file it may write (its output included).
     file_bytes: int = 256 * MIB
     #: The size of each private tmpfs (HOME and TMPDIR; ``/var/tmp``).

@@ -83,7 +83,9 @@ def _seeds_folder() -> Path:
         root = Path(tempfile.mkdtemp(prefix="pilot-office-profiles-"))
         os.chmod(root, 0o711)  # the renderer user walks to the template it reads
         _seed_root.append(root)
-        atexit.register(shutil.rmtree, root, True)
+        maker = os.getpid()
+        # Removed when the process that made it exits (a forked child that exits normally leaves it to its parent).
+        atexit.register(lambda: os.getpid() == maker and shutil.rmtree(root, ignore_errors=True))
     return _seed_root[0]
 
 

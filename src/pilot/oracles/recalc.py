@@ -101,8 +101,10 @@ class Recalculator:
 
     def _run(self, files: list[Path], outdir: Path, timeout: float) -> tuple[bool, str, str]:
         """One confined soffice process converting ``files`` into ``outdir``; (finished, message, confinement)."""
-        if not self.soffice or not os.path.exists(self.soffice):
+        if not self.soffice:
             raise RecalcUnavailable("LibreOffice (soffice) is not installed; workbooks cannot be recalculated")
+        if not os.path.exists(self.soffice):
+            raise RecalcUnavailable(f"no LibreOffice program at {self.soffice}; workbooks cannot be recalculated")
         self.processes += 1
         done = office_convert.convert(
             files,
