@@ -422,8 +422,8 @@ def bwrap_argv(
     for p in _existing([*ETC_ENTRIES, *SHARED_CACHES]):
         out += ["--ro-bind", p, p]
     seen: set[str] = set()
-    for p in read_only:
-        s = str(Path(p).absolute())
+    for given in read_only:
+        s = str(Path(given).absolute())
         if s not in seen:
             seen.add(s)
             out += ["--ro-bind", s, s]

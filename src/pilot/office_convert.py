@@ -84,8 +84,13 @@ def _seeds_folder() -> Path:
         os.chmod(root, 0o711)  # the renderer user walks to the template it reads
         _seed_root.append(root)
         maker = os.getpid()
+
         # Removed when the process that made it exits (a forked child that exits normally leaves it to its parent).
-        atexit.register(lambda: os.getpid() == maker and shutil.rmtree(root, ignore_errors=True))
+        def remove() -> None:
+            if os.getpid() == maker:
+                shutil.rmtree(root, ignore_errors=True)
+
+        atexit.register(remove)
     return _seed_root[0]
 
 
