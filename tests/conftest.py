@@ -66,6 +66,7 @@ LONG_FILES = (
     "test_sandbox_privilege.py",
     "test_chaos.py",
     "test_selfcheck.py",
+    "test_harness_hands_render.py",
     "test_judges.py",
     "test_notebook_primary.py",
     "test_grading_stage.py",

@@ -25,7 +25,6 @@ MAY_IMPORT_STAND_INS = ("pilot.simulated", "pilot.cli")
 #: Private names that cross modules inside the frozen oracle code, or from it: every study's freeze manifest holds
 #: these files' digests, so renaming the names would make every later wave of a frozen study unpoolable.
 FROZEN_PRIVATE = {
-    ("pilot.oracles.selfcheck", "pilot.oracles.guard", "_limit"),
     ("pilot.defects", "pilot.oracles.criteria", "_heading_matches"),
     ("pilot.defects", "pilot.oracles.criteria", "_value_cell"),
     ("pilot.defects", "pilot.oracles.decisions", "_WORD"),

@@ -47,7 +47,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pilot import backends, paths, protocol, worker_files
+from pilot import backends, confined, paths, protocol, worker_files
 from pilot.agents import audit, witness
 from pilot.agents.session import (
     AGENT_ERROR,
@@ -72,8 +72,9 @@ EVALUATION_FILE = "evaluation.json"
 WORKSPACE_MANIFEST = "workspace_manifest.json"
 #: The Messages API the model proxy forwards to when the operator names none.
 DEFAULT_API_URL = "https://api.anthropic.com"
-#: Environment variable holding the default isolation (``required``, or ``unisolated`` for development).
-ISOLATION_ENV = "PILOT_ISOLATION"
+#: Environment variable holding the default isolation (``required``, or ``unisolated`` for development); the
+#: confined helpers (LibreOffice on worker material) read the same one.
+ISOLATION_ENV = confined.ISOLATION_ENV
 
 #: A resume needs at least this much budget and wall time left to be worth starting.
 MIN_RESUME_USD = 0.01

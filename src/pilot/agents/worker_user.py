@@ -21,12 +21,12 @@ import fcntl
 import grp
 import os
 import pwd
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pilot import confined
 from pilot.executors.proctree import kill_pids
 
 if TYPE_CHECKING:
@@ -93,12 +93,8 @@ def is_root() -> bool:
 
 def own_identity() -> WorkerIdentity:
     """The harness's own user (an unprivileged harness runs the sandbox as itself)."""
-    uid, gid = os.getuid(), os.getgid()
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = str(uid)
-    return WorkerIdentity(uid, gid, name)
+    own = confined.own_identity()
+    return WorkerIdentity(own.uid, own.gid, own.name)
 
 
 def missing_users(users: SandboxUsers) -> list[str]:
@@ -125,36 +121,8 @@ def create_users(users: SandboxUsers) -> list[str]:
         )
     made = []
     for slot in range(users.slots):
-        name, uid = users.name(slot), users.uid(slot)
-        try:
-            pwd.getpwnam(name)
-            continue
-        except KeyError:
-            pass
-        try:
-            grp.getgrgid(uid)
-            group_args = []  # a group with that id exists: the user gets its own named group anyway
-        except KeyError:
-            subprocess.run(["groupadd", "--system", "--gid", str(uid), name], check=True, capture_output=True)
-            group_args = ["--gid", str(uid)]
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--uid",
-                str(uid),
-                *group_args,
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                name,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        made.append(name)
+        if confined.create_system_user(users.name(slot), users.uid(slot)):
+            made.append(users.name(slot))
     return made
 
 

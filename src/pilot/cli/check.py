@@ -110,6 +110,9 @@ def _check(args: argparse.Namespace) -> int:
             print(f"  CRITICAL  {r}")
         for r in ev.errors:
             print(f"  EVALUATION ERROR  {r}")
+        for d, notes in ev.notes.items():
+            for note in notes:
+                print(f"  NOTE  {d}: {note}")
         print(
             f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} ({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}"
         )

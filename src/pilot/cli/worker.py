@@ -21,11 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_env_show)
 
     sb = sub.add_parser(
-        "sandbox", help="the sandbox's unprivileged worker users (a root harness runs every worker as one)"
+        "sandbox",
+        help="the sandbox's unprivileged users (a root harness runs every worker, and LibreOffice, as one of them)",
     )
     sbs = sb.add_subparsers(dest="action", metavar="ACTION", required=True)
     u = sbs.add_parser(
-        "users", help="list the worker users of study.yml sandbox; --create makes the missing ones (root)"
+        "users", help="list the worker and renderer users of study.yml sandbox; --create makes the missing ones (root)"
     )
     u.add_argument(
         "--create", action="store_true", help="create the missing users as system users without a home or a shell"
@@ -54,13 +55,17 @@ def _env_show(args: argparse.Namespace) -> int:
 
 
 def _sandbox_users(args: argparse.Namespace) -> int:
-    from pilot import protocol
+    from pilot import confined, protocol
     from pilot.agents import worker_user
 
-    users = worker_user.SandboxUsers.from_study(protocol.study())
+    study = protocol.study()
+    users = worker_user.SandboxUsers.from_study(study)
+    renderer, renderer_uid = confined.renderer_account(study)
     if args.create and worker_user.is_root():
         try:
             made = worker_user.create_users(users)
+            if confined.create_system_user(renderer, renderer_uid):
+                made.append(renderer)
         except (OSError, RuntimeError) as exc:
             print(f"pilot sandbox users: {exc}", file=sys.stderr)
             return 1
@@ -75,6 +80,11 @@ def _sandbox_users(args: argparse.Namespace) -> int:
         print(
             f"{name}\tuid {users.uid(slot)}\t{'missing' if any(m.split()[0] == name for m in missing) else 'present'}"
         )
+    # The renderer runs LibreOffice on what workers delivered; it is no worker's identity.
+    bad_renderer = confined.missing_renderer(study)
+    print(f"{renderer}\tuid {renderer_uid}\t{'missing' if bad_renderer else 'present'} (renderer)")
+    if bad_renderer:
+        missing.append(bad_renderer)
     if missing and worker_user.is_root():
         print(f"pilot sandbox users: missing {', '.join(missing)}: run `pilot sandbox users --create`", file=sys.stderr)
         return 1

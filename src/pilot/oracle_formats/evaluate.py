@@ -220,7 +220,16 @@ def evaluate(
     E = bool(e_reasons)
     D = bool(results) and all(c.passed for c in results if c.required) and not E and not errors
     return Evaluation(
-        scenario.id, str(workspace), D, E, e_reasons, results, time.perf_counter() - t0, substitutes, errors
+        scenario.id,
+        str(workspace),
+        D,
+        E,
+        e_reasons,
+        results,
+        time.perf_counter() - t0,
+        substitutes,
+        errors,
+        dict(ctx.notes),
     )
 
 

@@ -69,6 +69,9 @@ class WorkspaceContext:
         self._memo: dict[tuple, Any] = {}
         #: Why the evaluation itself could not run (not the deliverable's fault), in order.
         self.errors: list[str] = []
+        #: What LibreOffice was not shown, by deliverable: each link made inert in its copy, and a run without
+        #: its confinement (the development opt-out). Reported with the verdict; no verdict depends on it.
+        self.notes: dict[str, list[str]] = {}
 
     def _error(self, message: str) -> None:
         if message not in self.errors:
@@ -222,6 +225,11 @@ class WorkspaceContext:
             except Exception as exc:  # noqa: BLE001 - LibreOffice missing or broken: the evaluation could not run
                 self._error(f"LibreOffice could not recalculate ({exc})")
                 return None, f"{name}: recalculation failed ({exc})"
+            notes = [str(n) for n in getattr(res, "neutralised", ())]
+            if getattr(res, "confinement", "") == "unisolated":
+                notes.append("recalculated by LibreOffice without its confinement (development opt-out)")
+            if notes:
+                self.notes[name] = notes
             if res.error:
                 return None, f"{name}: {res.error}"
             wb, reason = readers.load_workbook(res.path, data_only=True)

@@ -80,6 +80,8 @@ class Evaluation:
     seconds: float = 0.0
     substitutes: dict[str, list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: By deliverable, what LibreOffice was not shown (links made inert in its copy) and how it was held.
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def outcome(self) -> str:
@@ -125,6 +127,7 @@ class Evaluation:
             "substitutes": self.substitutes,
             "outcome": self.outcome,
             "errors": list(self.errors),
+            "notes": {k: list(v) for k, v in self.notes.items()},
             "seconds": round(self.seconds, 3),
         }
 
@@ -196,7 +199,16 @@ def evaluate(
     E = bool(e_reasons)
     D = all(c.passed for c in criteria if c.required) and not E and not errors
     return Evaluation(
-        scenario.id, str(workspace), D, E, e_reasons, criteria, time.perf_counter() - t0, substitutes, errors
+        scenario.id,
+        str(workspace),
+        D,
+        E,
+        e_reasons,
+        criteria,
+        time.perf_counter() - t0,
+        substitutes,
+        errors,
+        dict(ctx.notes),
     )
 
 

@@ -44,7 +44,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _limit(mem: int):
-    """A pre-exec hook limiting a child's address space (the self-check tool uses it too)."""
+    """A pre-exec hook limiting a child's address space."""
 
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))

@@ -6,18 +6,25 @@ oracle therefore never trusts what is in the file: every workbook goes
 through LibreOffice, which recalculates on load (the private profile sets
 recalculation to "always") and writes an xlsx whose cached values are fresh.
 
+LibreOffice never meets the worker's file: each workbook is copied through
+the wall (a regular file, no link followed, bounded) into the batch's own
+folder and made inert there (:mod:`pilot.office_links`: links to other
+files, web functions and DDE lose their targets; what was changed is kept
+on the result for the oracle to report), and ``soffice`` runs confined
+(:mod:`pilot.confined`: no network, a read-only view of exactly the batch's
+copies, its own output folder, a private profile, bounded time and memory,
+never the harness's uid). Its output comes back by a bounded copy.
+
 Many files go through one ``soffice`` process (start-up dominates the cost).
-The conversion runs under a timeout in its own process group; when it
-expires the group is killed and every file it did not finish is retried
-alone under a shorter timeout, so one hostile file cannot hang a batch.
+The conversion runs under a timeout; when it expires its whole process tree
+is killed and every file it did not finish is retried alone under a shorter
+timeout, so one hostile file cannot hang a batch.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -25,15 +32,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pilot import confined, office_convert
+from pilot.office_links import Neutralised, Refused
 from pilot.oracles.hashing import file_digest
+from pilot.oracles.safety import MAX_FILE_BYTES
 from pilot.oracles.selfcheck_tool import RECALC_PROFILE_XCU
 
 BATCH_BASE_TIMEOUT_S = 60.0
 BATCH_PER_FILE_TIMEOUT_S = 8.0
 SINGLE_TIMEOUT_S = 45.0
 
-# One profile for the oracle and the A4 self-check: recalculate on load always, never run a macro.
+# One profile for the oracle and the A4 self-check: recalculate on load always, never run a macro, never update a link.
 _PROFILE_XCU = RECALC_PROFILE_XCU
+#: The largest recalculated copy taken back from LibreOffice.
+MAX_OUTPUT_BYTES = 4 * MAX_FILE_BYTES
 
 
 class RecalcUnavailable(RuntimeError):
@@ -48,6 +60,10 @@ class Recalculated:
     path: Path | None
     error: str | None
     seconds: float
+    #: Links made inert in the copy LibreOffice recalculated (which part, what, which target).
+    neutralised: tuple[Neutralised, ...] = ()
+    #: How LibreOffice was held: ``bubblewrap``, or ``unisolated`` under the development opt-out.
+    confinement: str = ""
 
 
 def soffice_binary() -> str | None:
@@ -57,8 +73,9 @@ def soffice_binary() -> str | None:
 class Recalculator:
     """Recalculates workbooks in batches and caches results by content hash.
 
-    One instance owns one private LibreOffice profile and one output folder;
-    calls are serialised by a lock because a profile serves one process.
+    One instance owns one work folder (a batch's copies, LibreOffice's output
+    and the copies taken back); calls are serialised by a lock. Each
+    ``soffice`` starts from a pristine private profile (:mod:`pilot.office_convert`).
     """
 
     def __init__(
@@ -76,62 +93,75 @@ class Recalculator:
         self._own_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="pilot-recalc-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.profile = self.work_dir / "profile"
         self.soffice = soffice or soffice_binary()
         self._cache: dict[str, Recalculated] = {}
         self._lock = threading.Lock()
         self.batches = 0
         self.processes = 0
 
-    def _ensure_profile(self) -> None:
-        user = self.profile / "user"
-        if not (user / "registrymodifications.xcu").exists():
-            user.mkdir(parents=True, exist_ok=True)
-            (user / "registrymodifications.xcu").write_text(_PROFILE_XCU, encoding="utf-8")
-
-    def _run(self, files: list[Path], outdir: Path, timeout: float) -> tuple[bool, str]:
-        """One soffice process converting ``files`` into ``outdir``; (finished, message)."""
+    def _run(self, files: list[Path], outdir: Path, timeout: float) -> tuple[bool, str, str]:
+        """One confined soffice process converting ``files`` into ``outdir``; (finished, message, confinement)."""
         if not self.soffice:
             raise RecalcUnavailable("LibreOffice (soffice) is not installed; workbooks cannot be recalculated")
-        self._ensure_profile()
-        cmd = [
-            self.soffice,
-            f"-env:UserInstallation={self.profile.resolve().as_uri()}",
-            "--headless",
-            "--norestore",
-            "--nolockcheck",
-            "--nodefault",
-            "--nologo",
-            "--convert-to",
-            "xlsx:Calc Office Open XML",
-            "--outdir",
-            str(outdir),
-            *[str(f) for f in files],
-        ]
-        env = dict(os.environ, HOME=str(self.work_dir), SAL_USE_VCLPLUGIN="svp")
+        if not os.path.exists(self.soffice):
+            raise RecalcUnavailable(f"no LibreOffice program at {self.soffice}; workbooks cannot be recalculated")
         self.processes += 1
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        done = office_convert.convert(
+            files,
+            outdir,
+            target="xlsx:Calc Office Open XML",
+            soffice=self.soffice,
+            settings_xcu=_PROFILE_XCU,
+            scratch=outdir.parent / f"scratch-{self.processes:05d}",
+            limits=confined.Limits(wall_s=timeout),
+        )
+        if done.timed_out:
+            return False, f"LibreOffice did not finish within {timeout:.0f} s", done.confinement
+        return done.returncode == 0, done.output[-500:], done.confinement
+
+    def _take_back(self, produced: Path, folder: Path) -> Path | None:
+        """LibreOffice's output, copied into the harness's ``folder``; None when it wrote nothing usable there."""
+        folder.mkdir(exist_ok=True)
         try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return False, f"LibreOffice did not finish within {timeout:.0f} s"
-        return proc.returncode == 0, out.decode("utf-8", "replace")[-500:]
+            return office_convert.adopt(produced, folder / produced.name, MAX_OUTPUT_BYTES)
+        except OSError:
+            return None
 
     def recalculate(self, sources: Iterable[Path]) -> dict[Path, Recalculated]:
-        """Recalculate every workbook in ``sources``; results keyed by the source path."""
+        """Recalculate every workbook in ``sources``; results keyed by the source path.
+
+        Raises :class:`pilot.confined.ConfinementUnavailable` when LibreOffice cannot be confined on this host
+        (and nobody opted out), :class:`RecalcUnavailable` when it is not installed.
+        """
         sources = [Path(s) for s in sources]
         results: dict[Path, Recalculated] = {}
         with self._lock:
+            incoming = self.work_dir / "incoming"
+            incoming.mkdir(exist_ok=True)
             pending: dict[str, list[Path]] = {}
-            for src in sources:
-                digest = file_digest(src)
+            copies: dict[str, tuple[Path, tuple[Neutralised, ...]]] = {}
+            for n, src in enumerate(sources):
+                # The worker's file crosses the wall once: a bounded copy that follows no link, made inert.
+                copy = incoming / f"c{n:05d}.xlsx"
+                copy.unlink(missing_ok=True)
+                try:
+                    neutralised = tuple(office_convert.stage(src, copy, MAX_FILE_BYTES))
+                except (OSError, Refused) as exc:
+                    results[src] = Recalculated(src, None, f"recalculation refused: {exc}", 0.0)
+                    continue
+                digest = file_digest(copy)
                 if digest in self._cache:
                     cached = self._cache[digest]
-                    results[src] = Recalculated(src, cached.path, cached.error, 0.0)
+                    results[src] = Recalculated(
+                        src, cached.path, cached.error, 0.0, cached.neutralised, cached.confinement
+                    )
+                    copy.unlink()
+                elif digest in pending:
+                    pending[digest].append(src)
+                    copy.unlink()
                 else:
-                    pending.setdefault(digest, []).append(src)
+                    pending[digest] = [src]
+                    copies[digest] = (copy, neutralised)
             if not pending:
                 return results
             self.batches += 1
@@ -139,35 +169,37 @@ class Recalculator:
             indir, outdir = batch / "in", batch / "out"
             indir.mkdir(parents=True)
             outdir.mkdir()
+            os.chmod(indir, 0o755)
             staged: dict[str, Path] = {}
-            for digest, srcs in pending.items():
+            for digest, (copy, _) in copies.items():
                 dst = indir / f"w{digest[:24]}.xlsx"
-                shutil.copyfile(srcs[0], dst)
+                os.replace(copy, dst)
                 staged[digest] = dst
             t0 = time.perf_counter()
             timeout = self.batch_timeout_s + self.per_file_timeout_s * len(staged)
-            _, message = self._run(list(staged.values()), outdir, timeout)
+            _, message, how = self._run(list(staged.values()), outdir, timeout)
             per_file = (time.perf_counter() - t0) / len(staged)
             for digest, staged_path in staged.items():
-                out = outdir / staged_path.name
-                if not out.is_file():
+                neutralised = copies[digest][1]
+                out = self._take_back(outdir / staged_path.name, batch / "done")
+                if out is None:
                     # Retry alone: the batch timed out or this file stopped it.
                     single = batch / f"single-{digest[:12]}"
                     single.mkdir()
                     t1 = time.perf_counter()
-                    ok, msg = self._run([staged_path], single, self.single_timeout_s)
-                    out = single / staged_path.name
+                    ok, msg, how = self._run([staged_path], single, self.single_timeout_s)
+                    out = self._take_back(single / staged_path.name, batch / "done")
                     per = time.perf_counter() - t1
-                    if not out.is_file():
+                    if out is None:
                         reason = msg if "did not finish" in msg else "LibreOffice could not open or convert it"
-                        rec = Recalculated(staged_path, None, f"recalculation failed: {reason}", per)
+                        rec = Recalculated(staged_path, None, f"recalculation failed: {reason}", per, neutralised, how)
                     else:
-                        rec = Recalculated(staged_path, out, None, per)
+                        rec = Recalculated(staged_path, out, None, per, neutralised, how)
                 else:
-                    rec = Recalculated(staged_path, out, None, per_file)
+                    rec = Recalculated(staged_path, out, None, per_file, neutralised, how)
                 self._cache[digest] = rec
                 for src in pending[digest]:
-                    results[src] = Recalculated(src, rec.path, rec.error, rec.seconds)
+                    results[src] = Recalculated(src, rec.path, rec.error, rec.seconds, neutralised, how)
         return results
 
     def close(self) -> None:

@@ -5,21 +5,23 @@ workspace copy carries the deliverable specification (names, formats,
 formula and length requirements, all stated in the brief) embedded between
 markers. It never sees the answers in ``oracle.yml``, the rubric or the
 solver. The controller runs the pristine package copy (in a child process
-under a time and a memory limit) on a private snapshot of the deliverables,
-read beneath the workspace by the bounded reader (:mod:`pilot.worker_files`),
-with the specification taken from the scenario, so a worker who edits its own
-copy cannot change the verdict and the tool never opens the worker's files;
-and the controller's verdict also requires the oracle's own form checks
-(:data:`pilot.oracles.evaluate.FORM_KINDS`, read through the oracle's guarded
-reader) to pass, so the self-check can never pass what the oracle fails on
-form.
+under a time and a memory limit, confined: :func:`pilot.confined.run`, no
+network, read-only, a private profile and ``/tmp``, never the harness's uid)
+on a private snapshot of the deliverables, read beneath the workspace by the
+bounded reader (:mod:`pilot.worker_files`), with the specification taken
+from the scenario, so a worker who edits its own copy cannot change the
+verdict and the tool never opens the worker's files; and the controller's
+verdict also requires the oracle's own form checks
+(:data:`pilot.oracles.evaluate.FORM_KINDS`, read through the oracle's
+guarded reader) to pass, so the self-check can never pass what the oracle
+fails on form.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,41 +201,48 @@ def snapshot_outputs(workspace: Path, spec: dict, into: Path) -> dict[str, str]:
 
 
 def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
-    import shutil
+    """The pristine tool on a private snapshot of the deliverables, confined (it parses what the worker wrote and
+    may start LibreOffice on it: :func:`pilot.confined.run`, bounded in time and memory as the oracle's guarded reader
+    is). The snapshot (:func:`snapshot_outputs`) lies under the workspace's own name, so the tool's report reads as
+    it would on the workspace.
+    """
+    import os
     import tempfile
 
-    from pilot.oracles.guard import MEMORY_LIMIT_BYTES, _limit
+    from pilot import confined, office_convert
+    from pilot.oracles.guard import MEMORY_LIMIT_BYTES
 
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(spec, fh)
-        spec_file = fh.name
-    # The pristine tool reads a private snapshot of the deliverables, never the worker's folder itself.
-    snapshot = Path(tempfile.mkdtemp(prefix="pilot-selfcheck-"))
-    try:
-        refused = snapshot_outputs(Path(workspace), spec, snapshot)
-        # The tool parses what the worker wrote: bounded in memory as the oracle's guarded reader is.
-        proc = subprocess.run(
-            [sys.executable, "-I", str(SELFCHECK_TOOL), str(snapshot), "--spec", spec_file],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            preexec_fn=_limit(MEMORY_LIMIT_BYTES),
+    workspace = Path(workspace)
+    with tempfile.TemporaryDirectory(prefix="pilot-selfcheck-") as tmp:
+        root = Path(tmp)
+        staged = root / "ws" / workspace.name
+        staged.mkdir(parents=True)
+        os.chmod(staged.parent, 0o755)
+        refused = snapshot_outputs(workspace, spec, staged)
+        spec_file = root / "spec.json"
+        spec_file.write_text(json.dumps(spec), encoding="utf-8")
+        os.chmod(spec_file, 0o644)
+        soffice = shutil.which("soffice") or shutil.which("libreoffice")
+        done = confined.run(
+            [sys.executable, "-I", str(SELFCHECK_TOOL), str(staged), "--spec", str(spec_file)],
+            read_only=[
+                staged,
+                spec_file,
+                SELFCHECK_TOOL,
+                *confined.python_binds(),
+                *(office_convert.libreoffice_binds(soffice) if soffice else []),
+            ],
+            scratch=root / "scratch",
+            limits=confined.Limits(wall_s=timeout, memory_bytes=MEMORY_LIMIT_BYTES),
+            merge_stderr=False,
         )
-    except subprocess.TimeoutExpired:
+    if done.timed_out:
         return SelfCheckReport(False, [f"FAIL  the self-check did not finish within {timeout:.0f} s"], 124)
-    finally:
-        Path(spec_file).unlink(missing_ok=True)
-        shutil.rmtree(snapshot, ignore_errors=True)
-    lines = proc.stdout.splitlines() + [f"ERROR {line}" for line in proc.stderr.splitlines() if line.strip()]
+    lines = done.output.splitlines() + [f"ERROR {line}" for line in done.errors.splitlines() if line.strip()]
     # A deliverable the reader refused is absent from the snapshot: the tool's "missing" is replaced by why.
-    lines = [
-        f"FAIL  {refused[name]}"
-        if (name := _missing_name(line)) in refused
-        else line.replace(snapshot.name, Path(workspace).name)
-        for line in lines
-    ]
-    return SelfCheckReport(proc.returncode == 0, lines, proc.returncode)
+    lines = [f"FAIL  {refused[name]}" if (name := _missing_name(line)) in refused else line for line in lines]
+    code = done.returncode if done.returncode is not None else 2
+    return SelfCheckReport(code == 0, lines, code)
 
 
 def _missing_name(line: str) -> str | None:

@@ -113,6 +113,12 @@ STUDY_SCHEMA: dict = object_schema(
                 "user_prefix": {"type": "string", "pattern": r"^[a-z][a-z0-9-]{0,20}$"},
                 "first_uid": {"type": "integer", "minimum": 1000, "maximum": 4294967000},
                 "slots": {"type": "integer", "minimum": 1, "maximum": 256},
+                "renderer": object_schema(
+                    {
+                        "user": {"type": "string", "pattern": r"^[a-z][a-z0-9-]{0,30}$"},
+                        "uid": {"type": "integer", "minimum": 1000, "maximum": 4294967000},
+                    }
+                ),
                 "limits": object_schema(
                     {
                         "memory_mb": {"type": "integer", "minimum": 64},
@@ -469,6 +475,18 @@ def _check_study_semantics(data: dict, path: Path) -> None:
         for sid, own in data["caps"]["scenarios"].items():
             if not own:
                 raise ProtocolError(path, f"caps.scenarios.{sid}", "names neither usd nor wall_s")
+    _check_renderer(data["sandbox"], path)
+
+
+def _check_renderer(sandbox: dict, path: Path) -> None:
+    """The renderer is an identity of its own: neither a worker slot's uid nor a worker's name."""
+    r, first, slots = sandbox["renderer"], sandbox["first_uid"], sandbox["slots"]
+    if first <= r["uid"] < first + slots:
+        raise ProtocolError(
+            path, "sandbox.renderer.uid", f"{r['uid']} is a worker slot's uid ({first} to {first + slots - 1})"
+        )
+    if r["user"].startswith(sandbox["user_prefix"]) and r["user"][len(sandbox["user_prefix"]) :].isdigit():
+        raise ProtocolError(path, "sandbox.renderer.user", f"{r['user']!r} is a worker slot's name")
 
 
 #: Headers the model proxy sets itself, or that belong to one connection: never passed on from the client.
