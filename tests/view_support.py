@@ -6,6 +6,11 @@ one through ``bash -c``) and a changed input (E). ``models_study()`` is the
 same scenario and seed under arms A0 and A3 with the model-sensitivity wave
 (A3 under two other worker models, twice each): 8 runs, two models apart.
 ``deck_study()`` is the slide-deck scenario under A1 and A3, twice.
+``rehearsal_study()`` runs the real pinned CLI in its sandbox behind the
+metering proxy, the scripted model server answering (no key, no network):
+ACC-01 under A1, whose run plays the dollar cap reached mid-run, and under
+A4, whose first session ends on an API error and is resumed, so its proxy
+records hold real token counts, a capped run and a resumed one.
 ``run_table()`` exports a study's run table (``pilot study export``) outside
 the study, for tests that compute expected values without the viewer's code. ``infra_study()`` is run
 by the scheduler's fake run function with every A0 attempt failing on
@@ -93,7 +98,19 @@ def _built(name: str, build: Callable[[Path], Path]) -> Path:
     return _BUILT[name]
 
 
-_STUDY_NAMES = {"simulated": "viewsim", "infra": "viewinfra", "models": "viewmodels", "deck": "viewdeck"}
+_STUDY_NAMES = {
+    "simulated": "viewsim",
+    "infra": "viewinfra",
+    "models": "viewmodels",
+    "deck": "viewdeck",
+    "rehearsal": "viewrehearsal",
+}
+#: The rehearsal study's branches (``pilot.simulated.rehearsal_branches``): a capped run and a resumed one.
+REHEARSAL_BRANCHES = """cap_usd: 1.20
+runs:
+  ACC-01.A1.r1: {worker: cap_mid_run}
+  ACC-01.A4.r1: {worker: api_500_mid_run}
+"""
 
 
 def _build_simulated(root: Path) -> Path:
@@ -129,6 +146,32 @@ def _build_deck(root: Path) -> Path:
     pilot(root, "study", "create", "viewdeck", "--scenarios", DECK_SCENARIO, "--seed", str(SEED), "--arms", "A1,A3")
     pilot(root, "study", "run", "viewdeck", "--no-progress")
     return root / "analysis" / "data" / "viewdeck"
+
+
+def _build_rehearsal(root: Path) -> Path:
+    import sys as _sys
+
+    from pilot import paths
+
+    if not (root / "src").exists():
+        # The scripted model ships the scenario's solver source from the repository root's src/.
+        (root / "src").symlink_to(paths.ROOT / "src")
+    plan = root / "view_rehearsal_branches.yml"
+    plan.write_text(REHEARSAL_BRANCHES, encoding="utf-8")
+    env = {
+        "PILOT_WORKER_ENV": _sys.prefix,  # the harness's environment stands in for build/worker-env
+        "ANTHROPIC_API_KEY": "",  # a rehearsal needs none
+        "ANTHROPIC_BASE_URL": "http://192.0.2.1:9",  # nothing may reach an upstream
+        "PILOT_REHEARSAL_BRANCHES": str(plan),
+    }
+    pilot(root, "study", "create", "viewrehearsal", "--scenarios", SCENARIO, "--arms", "A1,A4", "--pilot-repeats", "1")
+    pilot(root, "study", "run", "viewrehearsal", "--no-progress", "--backend", "rehearsal", extra_env=env)
+    return root / "analysis" / "data" / "viewrehearsal"
+
+
+def rehearsal_study() -> Path:
+    """A finished rehearsal study (real CLI, sandbox and proxy; scripted model): a capped A1 run, a resumed A4 run."""
+    return _built("rehearsal", _build_rehearsal)
 
 
 def deck_study() -> Path:

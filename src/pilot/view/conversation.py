@@ -247,6 +247,7 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
                 it.turn, it.timestamp = turn, stamp
                 # Which answer of the model this came from (the proxy's record names it too), and its usage once.
                 it.meta["message_id"] = str(mid) if isinstance(mid, str) else ""
+                it.meta["model"] = str(msg.get("model") or "") if isinstance(msg, dict) else ""
                 if usage is not None and k == 0:
                     it.meta["usage"] = usage
             continue
