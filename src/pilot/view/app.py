@@ -80,6 +80,10 @@ def create_app(folder: Path) -> Flask:
     def overview() -> Response:
         return page(site.render_overview(reader, links))
 
+    @app.get("/why")
+    def why() -> Response:
+        return page(site.render_why(reader, links))
+
     @app.get("/scenarios/<sid>")
     def scenario(sid: str) -> Response:
         return page(site.render_scenario(reader, links, sid))

@@ -97,16 +97,16 @@ def first_session_problems(rec: dict[str, Any]) -> list[str]:
     first = sessions[0] if sessions and isinstance(sessions[0], dict) else {}
     out = []
     if rec.get("selfcheck_first") is False:
-        out.append("its deliverables failed the self-check")
+        out.append("the first session's deliverables failed the self-check")
     cap = next((h for h in cap_hits(rec) if h.session == 0), None)
     if cap is not None:
-        out.append(f"it reached {CAP_WORDS.get(cap.cap, cap.cap)}")
+        out.append(f"the first session reached {CAP_WORDS.get(cap.cap, cap.cap)}")
     elif first and first.get("api_error_status") is not None:
-        out.append(f"it ended in an error of the model API (status {first.get('api_error_status')})")
+        out.append(f"the first session ended in an error of the model API (status {first.get('api_error_status')})")
     elif first and (first.get("result_is_error") or first.get("result_subtype") not in (None, "success")):
-        out.append(f"it ended in an agent error ({first.get('result_subtype') or 'no result'})")
+        out.append(f"the first session ended in an agent error ({first.get('result_subtype') or 'no result'})")
     elif first and first.get("result_subtype") is None and not first.get("timed_out") and first.get("model_output"):
-        out.append("it ended in an agent error (no result)")
+        out.append("the first session ended in an agent error (no result)")
     return out
 
 
@@ -124,7 +124,7 @@ def resume_decision(rec: dict[str, Any]) -> ResumeDecision:
     if rec.get("selfcheck_first") is None:
         return ResumeDecision(None, "no self-check", "the arm has no self-check and no recovery resume")
     problems = first_session_problems(rec)
-    because = "the first session " + "; ".join(problems) if problems else ""
+    because = "; ".join(problems)
     if rec.get("recovery_used"):
         return ResumeDecision(True, "resume granted", because or "the first session asked for it")
     skipped = rec.get("recovery_skipped")

@@ -59,10 +59,9 @@ INDEX_COLUMNS = (
     "attempts",
 )
 #: The columns shown before a reader chooses (the rest one click away in the column chooser): they fit 1440 px.
+#: The run id names the scenario, arm and repeat, and the model of a model-sensitivity run.
 DEFAULT_COLUMNS = (
-    "scenario",
     "arm",
-    "model",
     "status",
     "D",
     "E",
@@ -266,6 +265,11 @@ class StudyReader:
             out.append(row)
         return out
 
+    def run_ids(self) -> list[str]:
+        """Every run id in the run table's order (waves in turn, each in its seeded order)."""
+        with self.store() as st:
+            return [r["run_id"] for r in st.finished_rows()]
+
     def label(self) -> str:
         """The label of this study's backends (SIMULATED, REHEARSAL, or "" for a real study; :func:`pilot.backends.label_of`)."""
         from pilot import backends
@@ -398,9 +402,20 @@ class StudyReader:
                     (scenario_id,),
                 )
             }
+        from pilot.scenarios import load_scenario
+        from pilot.view.oracle_text import for_people
+
+        try:
+            specs = {c.id: c for c in load_scenario(scenario_id).oracle.criteria}
+        except Exception:  # noqa: BLE001 - a scenario that no longer loads keeps its reasons as the oracle wrote them
+            specs = {}
         for r in found:
             crit_json, e_json = evals.get(r["run_id"], (None, None))
-            failed = [c for c in json.loads(crit_json or "[]") if not c.get("passed")]
+            failed = [
+                {**c, "reason": for_people(c.get("reason"), specs.get(str(c.get("id"))))}
+                for c in json.loads(crit_json or "[]")
+                if not c.get("passed")
+            ]
             r["failed_criteria"] = failed
             r["failed_groups"] = group_by_reason(failed)
             r["e_reasons"] = [str(x) for x in json.loads(e_json or "[]")]
@@ -452,6 +467,7 @@ def add_facts(row: dict[str, Any], rec: dict[str, Any], attempt_folder: Path | N
     row["cap_kinds"] = sorted({h.cap for h in hits})
     row["hit_cap"] = "; ".join(h.label for h in hits) or None
     row["failed_ids"] = [str(c.get("id")) for c in rec.get("criteria") or [] if not c.get("passed")]
+    row["failed_kinds"] = sorted({str(c.get("kind")) for c in rec.get("criteria") or [] if not c.get("passed")})
     row["required_failed_ids"] = [
         str(c.get("id")) for c in rec.get("criteria") or [] if not c.get("passed") and c.get("required", True)
     ]
