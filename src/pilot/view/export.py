@@ -5,8 +5,9 @@ Every page is the live page rendered with relative links (``index.html``,
 ``scenarios/<id>.html``), filtering and sorting run in the browser, and
 each attempt's deliverables are copied beside the pages (regular files
 only, never a link), with a delivered deck's slides rendered to PDF under
-``slides/``, so the folder works from ``file://`` and on any static host; a deliverable a browser would show in the tab from disk (a PDF,
-JSON, text) also gets a script copy that the page saves as a download
+``slides/``, so the folder works from ``file://`` and on any static host;
+a deliverable a browser would show in the tab from disk (a PDF, JSON,
+text) also gets a script copy that the page saves as a download
 (:func:`write_download_script`). The study itself is only read.
 """
 
