@@ -6,7 +6,9 @@ one through ``bash -c``) and a changed input (E). ``models_study()`` is the
 same scenario and seed under arms A0 and A3 with the model-sensitivity wave
 (A3 under two other worker models, twice each): 8 runs, two models apart.
 ``deck_study()`` is the slide-deck scenario under A1 and A3, twice.
-``rehearsal_study()`` runs the real pinned CLI in its sandbox behind the
+``caps_study()`` is ACC-01 under A1 and A4, twice, at a seed whose A4 run
+ACC-01.A4.r2 reaches the turn cap in its first session, is resumed and
+completes (its run-table censoring is empty). ``rehearsal_study()`` runs the real pinned CLI in its sandbox behind the
 metering proxy, the scripted model server answering (no key, no network):
 ACC-01 under A1, whose run plays the dollar cap reached mid-run, and under
 A4, whose first session ends on an API error and is resumed, so its proxy
@@ -104,7 +106,9 @@ _STUDY_NAMES = {
     "models": "viewmodels",
     "deck": "viewdeck",
     "rehearsal": "viewrehearsal",
+    "caps": "viewcaps",
 }
+CAPS_SEED = 7  # ACC-01.A4.r2's first session draws more turns than the cap allows; the resume completes the run
 #: The rehearsal study's branches (``pilot.simulated.rehearsal_branches``): a capped run and a resumed one.
 REHEARSAL_BRANCHES = """cap_usd: 1.20
 runs:
@@ -169,6 +173,17 @@ def _build_rehearsal(root: Path) -> Path:
     return root / "analysis" / "data" / "viewrehearsal"
 
 
+def _build_caps(root: Path) -> Path:
+    pilot(root, "study", "create", "viewcaps", "--scenarios", SCENARIO, "--seed", str(CAPS_SEED), "--arms", "A1,A4")
+    pilot(root, "study", "run", "viewcaps", "--no-progress")
+    return root / "analysis" / "data" / "viewcaps"
+
+
+def caps_study() -> Path:
+    """A finished simulated study in which one A4 run's first session reached the turn cap and was resumed."""
+    return _built("caps", _build_caps)
+
+
 def rehearsal_study() -> Path:
     """A finished rehearsal study (real CLI, sandbox and proxy; scripted model): a capped A1 run, a resumed A4 run."""
     return _built("rehearsal", _build_rehearsal)
@@ -185,7 +200,7 @@ def models_study() -> Path:
 
 
 def run_table(folder: Path, dest: Path) -> Path:
-    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study is not written)."""
+    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study unwritten)."""
     pilot(folder.parent.parent.parent, "study", "export", folder.name, "--out", str(dest))
     return dest
 

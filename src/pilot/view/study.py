@@ -75,7 +75,7 @@ DEFAULT_COLUMNS = (
     "recovery_used",
 )
 #: What a phone shows before a reader chooses (390 px wide).
-NARROW_COLUMNS = ("S", "Q", "status")
+NARROW_COLUMNS = ("Q", "S")
 #: A reader's name for each column (the run table's names are for code), and what it means.
 COLUMN_LABELS = {
     "run_id": ("run", "the run's id: scenario, arm, repeat (and model, for the model-sensitivity wave)"),

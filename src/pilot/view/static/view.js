@@ -235,6 +235,9 @@
       if (st) try { st.removeItem(COLUMNS_KEY); } catch (e) { /* nothing kept */ }
       show(defaults);
     });
+    // The chooser floats over the table: a click elsewhere or Escape closes it.
+    document.addEventListener("click", function (e) { if (chooser.open && !chooser.contains(e.target)) chooser.open = false; });
+    document.addEventListener("keydown", function (e) { if (e.key === "Escape") chooser.open = false; });
   }
 
   function csvField(v) {
