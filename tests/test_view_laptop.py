@@ -292,6 +292,7 @@ def test_the_run_table_on_a_laptop_and_a_phone(browser, tmp_path, viewport):
         # The CSV of the rows shown: every run-table column, the rows in the order shown, the run table's values.
         with page.expect_download() as dl:
             page.click("#download-csv")
+        assert dl.value.suggested_filename.endswith("_SIMULATED.csv")
         rows = list(csv.DictReader(io.StringIO(Path(dl.value.path()).read_text(encoding="utf-8"))))
         assert [r["run_id"] for r in rows] == _visible_runs(page)
         names = [c.name for c in runtable.columns()]

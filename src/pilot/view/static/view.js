@@ -270,7 +270,9 @@
         var r = byRun[tr.dataset.run];
         if (r) lines.push(r.map(csvField).join(","));
       });
-      saveBlob(table.dataset.study + "_runs_shown.csv", new Blob([lines.join("\r\n") + "\r\n"], { type: "text/csv" }));
+      // A dry run's or a rehearsal's file says so in its name, as every table of it does.
+      var label = table.dataset.label ? "_" + table.dataset.label : "";
+      saveBlob(table.dataset.study + "_runs_shown" + label + ".csv", new Blob([lines.join("\r\n") + "\r\n"], { type: "text/csv" }));
     });
   }
 
