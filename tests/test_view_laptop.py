@@ -383,3 +383,61 @@ def test_a_scenario_page_shows_every_arm_with_the_sensitivity_models_below(brows
         page.screenshot(path=str(tmp_path / f"scenario-{viewport[0]}.png"), full_page=True)
         ctx.close()
     assert not errors, errors
+
+
+def _proxy_tokens(folder: Path, run_id: str) -> int:
+    """Every token of a run's final attempt, summed here from the proxy's own file."""
+    with sqlite3.connect(f"file:{folder / 'study.sqlite'}?mode=ro", uri=True) as con:
+        [(n,)] = con.execute(
+            "SELECT a.attempt_no FROM runs r JOIN attempts a ON a.attempt_id = r.attempt_id WHERE r.run_id = ?",
+            (run_id,),
+        )
+    total = 0
+    for f in (folder / "workspaces" / run_id / f"attempt-{n}" / "record" / "proxy").glob("*/proxy_usage.jsonl"):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            total += sum(
+                row.get(k, 0)
+                for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+            )
+    return total
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS, ids=IDS)
+def test_tokens_per_run_and_per_arm_come_from_the_proxy_record(browser, tmp_path, viewport):
+    from view_support import rehearsal_study
+
+    folder = rehearsal_study()
+    records = _records(folder)
+    want = {rid: _proxy_tokens(folder, rid) for rid in records}
+    assert all(want.values()), want
+    errors: list[str] = []
+    with ViewServer(folder) as server:
+        ctx, page = _page(browser, viewport, errors)
+        page.goto(f"{server.url}/")
+        page.wait_for_selector("#runs")
+        assert "REHEARSAL" in page.inner_text("#simulated-banner")
+        for rid, n in want.items():
+            cell = page.locator(f"#runs tr[data-run='{rid}'] td.col-tokens")
+            assert cell.get_attribute("data-sort") == str(n)
+        page.goto(f"{server.url}/why#tokens")
+        for rid, n in want.items():
+            arm = rid.split(".")[1]
+            row = page.locator(f"#tokens-table tr[data-col^='{arm}'] td.all-tokens")
+            assert row.get_attribute("data-value") == str(n)
+        _no_page_scroll_sideways(page)
+        # The A4 run was resumed: its page counts the tokens of each session and of all its requests.
+        a4 = next(r for r in want if ".A4." in r)
+        page.goto(f"{server.url}/runs/{a4}")
+        total = page.locator("#tokens-by-session tr.total td")
+        cells = [int(total.nth(i).inner_text()) for i in range(1, 5)]
+        assert sum(cells) == want[a4]
+        sessions_shown = page.eval_on_selector_all(
+            "#tokens-by-session tbody tr td:first-child", "t => t.map(x => x.textContent)"
+        )
+        assert "session 1 (first session)" in sessions_shown and "session 2 (recovery resume)" in sessions_shown
+        assert page.inner_text("#resume-decision").startswith("resume granted: the first session ended in an error")
+        _no_page_scroll_sideways(page)
+        page.screenshot(path=str(tmp_path / f"run-tokens-{viewport[0]}.png"), full_page=True)
+        ctx.close()
+    assert not errors, errors
