@@ -116,3 +116,19 @@ def test_an_added_input_and_a_link_are_reported_without_following_the_link(tmp_p
     link = changes["link.txt"]
     assert link.change == "added" and link.actual_digest.startswith("symlink:")
     assert not link.diff and "not for the viewer" not in json.dumps(link.__dict__, default=str)
+
+
+def test_bytes_appended_to_a_workbook_change_no_cell_and_say_so(tmp_path):
+    from pilot import defects
+
+    folder, rec, bundle = _attempt(tmp_path, "ACC-01")
+    # The simulated agent's input edit: one newline appended to the file (a workbook still opens).
+    defects.modify_input(folder / "workspace", "cash_ledger_2026-10.xlsx")
+    _after_run(folder)
+    [ch] = input_changes(rec, folder, bundle)
+    assert ch.kind == "workbook" and ch.cells == []
+    size = (bundle / "cash_ledger_2026-10.xlsx").stat().st_size
+    assert (
+        ch.note
+        == f"no cell differs: 1 byte(s) added at the end ({size} bytes laid out, {size + 1} bytes after the run)"
+    )

@@ -264,9 +264,14 @@ def _content(change: InputChange, original: Path | None, copy: Path | None, data
             change.kind, change.note = "binary", f"the changed file cannot be read: {type(exc).__name__}: {exc}"
             return
         if not change.cells and not change.note:
+            what = "no cell differs" if change.kind == "workbook" else "no paragraph or table cell differs"
+            how = (
+                f"{len(data) - len(before_bytes)} byte(s) added at the end"
+                if data.startswith(before_bytes) and len(data) > len(before_bytes)
+                else "the bytes changed"
+            )
             change.note = (
-                "no cell or paragraph differs: the bytes changed "
-                f"({change.expected_size} bytes laid out, {change.actual_size} bytes after the run)"
+                f"{what}: {how} ({change.expected_size} bytes laid out, {change.actual_size} bytes after the run)"
             )
         return
     change.kind, change.note = "binary", f"no content comparison for {suffix or 'this'} files: only the digests"
