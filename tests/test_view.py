@@ -144,6 +144,10 @@ def test_scenario_page_puts_the_arms_side_by_side(study, client):
         assert f'<section class="arm" data-arm="{arm}" data-model="{worker}">' in page
     assert page.count('<article class="card') == 10
     assert client.get("/scenarios/NOPE-99").status_code == 404
+    # A dry run's error pages say SIMULATED too.
+    for missing in ("/scenarios/NOPE-99", "/no-such-page", "/files/NOPE/attempt-1/x.pdf"):
+        resp = client.get(missing)
+        assert resp.status_code == 404 and 'id="simulated-banner"' in resp.get_data(as_text=True), missing
 
 
 def test_downloads_refuse_traversal_links_and_foreign_hosts(study, client, tmp_path):
@@ -158,7 +162,8 @@ def test_downloads_refuse_traversal_links_and_foreign_hosts(study, client, tmp_p
         "/static/view.py",
     ):
         assert client.get(path).status_code == 404, path
-    assert client.get("/", headers={"Host": "attacker.example:80"}).status_code == 403
+    refused = client.get("/", headers={"Host": "attacker.example:80"})
+    assert refused.status_code == 403 and StudyReader(study).name not in refused.get_data(as_text=True)
     assert client.post("/").status_code == 405
 
     # A symbolic link in outputs/ is neither offered, nor served, nor rendered.

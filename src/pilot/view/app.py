@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, abort, request, send_file
+from werkzeug.exceptions import HTTPException
 
 from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
 from pilot.serving import BackgroundServer, set_security_headers
@@ -60,9 +61,19 @@ def create_app(folder: Path) -> Flask:
     def page(html: str) -> Response:
         return Response(html, mimetype="text/html")
 
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        # The viewer's own page, so that a dry run's "not found" still says SIMULATED; a refused host
+        # (a page elsewhere reaching the viewer through a rebinding name) learns nothing of the study.
+        return Response(
+            site.render_error(links, exc.name, exc.description or exc.name, None if exc.code == 403 else reader),
+            status=exc.code or 500,
+            mimetype="text/html",
+        )
+
     @app.errorhandler(ViewError)
     def _not_found(exc: ViewError) -> Response:
-        return Response(site.render_error(links, "Not found", str(exc)), status=404, mimetype="text/html")
+        return Response(site.render_error(links, "Not found", str(exc), reader), status=404, mimetype="text/html")
 
     @app.get("/")
     def index() -> Response:
@@ -118,7 +129,9 @@ def create_app(folder: Path) -> Flask:
         try:
             pdf = slides_cache.pdf(deck.path)
         except DeckRenderError as exc:
-            return Response(site.render_error(links, "Slides not rendered", str(exc)), status=422, mimetype="text/html")
+            return Response(
+                site.render_error(links, "Slides not rendered", str(exc), reader), status=422, mimetype="text/html"
+            )
         # An attachment like every delivered file: the agent's slides are never rendered in the viewer's origin.
         return send_file(
             pdf, mimetype="application/pdf", as_attachment=True, download_name=slides_name(name), max_age=0

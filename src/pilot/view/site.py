@@ -691,12 +691,15 @@ def render_scenario(
     )
 
 
-def render_error(links: Links, title: str, message: str) -> str:
-    return (
-        env()
-        .get_template("error.html")
-        .render(links=links, title=title, message=message, simulated=False, label="", banner="")
-    )
+def render_error(links: Links, title: str, message: str, reader: StudyReader | None = None) -> str:
+    """An error page; with the study's reader it carries the study's label (a dry run's 404 says SIMULATED too)."""
+    common: dict[str, Any] = {"links": links, "title": title, "simulated": False, "label": "", "banner": ""}
+    if reader is not None:
+        try:
+            common = _common(reader, links, reader.simulated(), title)
+        except Exception:  # noqa: BLE001 - an error page must render even when the store cannot say its label
+            pass
+    return env().get_template("error.html").render(**common, message=message)
 
 
 PACKAGE_START = "== THE PACKAGE HANDED IN =="
