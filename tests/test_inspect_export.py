@@ -364,14 +364,14 @@ def test_inspect_view_shows_a_real_duration_tokens_and_score(browser, rehearsed,
         page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
         page.goto(f"http://127.0.0.1:{port}/")
         row = page.locator(f"text={log.eval.task}")
-        row.first.wait_for(timeout=30000)
+        row.first.wait_for(timeout=120_000)
         if viewport[0] >= 1440:  # the phone's list hides columns; the log's own page says the rest
-            # The list fills in as the viewer reads the logs' headers.
-            page.locator(f"text={tokens:,}").first.wait_for(timeout=30000)
+            # The list fills in as the viewer reads the logs' headers (slowly on a loaded machine: a long wait).
+            page.locator(f"text={tokens:,}").first.wait_for(timeout=120_000)
         listing = page.inner_text("body")
         assert "NaN" not in listing and "1970" not in listing
         row.first.click()
-        page.locator("text=DURATION").first.wait_for(timeout=30000)
+        page.locator("text=DURATION").first.wait_for(timeout=120_000)
         header = page.inner_text("body")
         assert "NaN" not in header and "1970" not in header
         seconds = (pd.Timestamp(log.stats.completed_at) - pd.Timestamp(log.stats.started_at)).total_seconds()
