@@ -1,7 +1,7 @@
 """A study's runs as Inspect eval logs, written with ``inspect_ai``'s own types and log writer.
 
 ``pilot study export NAME --format inspect`` writes one log per arm and
-worker model (``<study>_<arm>_<model>.eval``, task ``<study>/<arm>/<model>``).
+worker model (``<study>_<arm>_<model>.eval``, task ``<study>_<arm>_<model>``).
 A sample is a scenario under the arm (id ``<scenario>.<arm>``); the repeats
 are its epochs, so Inspect's epoch grouping and reduction apply. What a
 native log holds is reproduced from the study's own records:
@@ -45,6 +45,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pilot.agents.session import RESUME_PROMPT
 from pilot.protocol.prices import Usage
 from pilot.view import changes, conversation, oracle_text, sessions, usage
 from pilot.view.study import StudyReader
@@ -461,8 +462,6 @@ def _session_events(
     for s in range(n_sessions):
         if s > 0:
             decision = sessions.resume_decision(rec)
-            from pilot.agents.session import RESUME_PROMPT
-
             b.span = None
             b.add(
                 api.event.InfoEvent,
