@@ -216,7 +216,8 @@ def document_paragraphs(before: Path, after: Path) -> tuple[list[CellChange], bo
         for k in range(max(i2 - i1, j2 - j1)):
             wa = a[i1 + k] if i1 + k < i2 else None
             wb = b[j1 + k] if j1 + k < j2 else None
-            where = (wb or wa)[0] if (wb or wa) else ""
+            either = wb or wa
+            where = either[0] if either else ""
             out.append(CellChange(where, wa[1] if wa else None, wb[1] if wb else None))
     return out[:MAX_CELLS], len(out) > MAX_CELLS
 
