@@ -859,8 +859,8 @@ def export_inspect(reader: StudyReader, out_dir: Path) -> InspectExport:
     for (arm, model_name), samples in sorted(groups.items()):
         samples.sort(key=lambda s: (s.id, s.epoch))
         results, reductions = results_of(api, samples)
-        starts = [t for s in samples if (t := _time(s.started_at)) is not None]
-        ends = [t for s in samples if (t := _time(s.completed_at)) is not None]
+        starts = [at for s in samples if (at := _time(s.started_at)) is not None]
+        ends = [at for s in samples if (at := _time(s.completed_at)) is not None]
         totals: dict[str, usage.Tokens] = {}
         for s in samples:
             for m, u in (s.model_usage or {}).items():
