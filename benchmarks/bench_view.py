@@ -10,10 +10,16 @@ given with ``--study-dir``. Timed in this process, best of ``--repeat``:
 - index: the index page rendered (``pilot.view.site.render_index``) and the
   same page requested through the Flask application (a whole GET /);
 - the scenario list and the scenario × arm overview (GET /scenarios, GET /overview);
+- the aggregates ("why") page, rendered (``pilot.view.site.render_why``) and
+  requested (GET /why): failures per arm, acceptance with its bootstrap
+  interval, the cost-against-Q scatter;
 - export: the static site of every page and download (once; it is the
-  minute-scale one).
+  minute-scale one);
+- the Inspect export: one eval log per arm and model, every run a sample with
+  its events (``pilot.view.inspect_log.export_inspect``, once).
 
-Targets (issue): the index under one second, the export under a minute.
+Targets: the index and the aggregates page under one second, each export of
+the 190 runs under a minute.
 Usage: ``python benchmarks/bench_view.py [--study-dir PATH] [--repeat 5]``.
 """
 
@@ -34,6 +40,7 @@ from pilot import outcomes, paths
 from pilot.view import site
 from pilot.view.app import create_app
 from pilot.view.export import export_site
+from pilot.view.inspect_log import export_inspect
 from pilot.view.study import StudyReader
 
 STUDY = "bench-view"
@@ -81,6 +88,9 @@ def main() -> None:
         resp = client.get("/")
         assert resp.status_code == 200
 
+    def why_render() -> None:
+        site.render_why(reader, site.Links())
+
     def other_get(url: str) -> Callable[[], None]:
         def get() -> None:
             assert client.get(url).status_code == 200
@@ -95,11 +105,18 @@ def main() -> None:
     t_get = best(index_get, args.repeat)
     t_scen = best(other_get("/scenarios"), args.repeat)
     t_over = best(other_get("/overview"), args.repeat)
+    other_get("/why")()  # the statistics' imports, out of the timing
+    t_why = best(why_render, args.repeat)
+    t_why_get = best(other_get("/why"), args.repeat)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         t0, c0 = time.perf_counter(), cpu_s()
         res = export_site(folder, Path(tmp) / "site")
         t_export, c_export = time.perf_counter() - t0, cpu_s() - c0
+    with tempfile.TemporaryDirectory() as tmp:
+        t0, c0 = time.perf_counter(), cpu_s()
+        inspect = export_inspect(reader, Path(tmp) / "inspect")
+        t_inspect, c_inspect = time.perf_counter() - t0, cpu_s() - c0
     load_after = os.getloadavg()[0]
     table = pd.DataFrame(
         [
@@ -108,6 +125,13 @@ def main() -> None:
             ("index page, GET /", t_get, t_get / t_ref, "< 1 s: " + ("met" if t_get < 1 else "NOT met")),
             ("scenario list, GET /scenarios", t_scen, t_scen / t_ref, ""),
             ("scenario × arm, GET /overview", t_over, t_over / t_ref, ""),
+            ("aggregates (why), rendered", t_why, t_why / t_ref, "< 1 s: " + ("met" if t_why < 1 else "NOT met")),
+            (
+                "aggregates (why), GET /why",
+                t_why_get,
+                t_why_get / t_ref,
+                "< 1 s: " + ("met" if t_why_get < 1 else "NOT met"),
+            ),
             (
                 f"static export ({res.pages} pages, {res.files} files), wall",
                 t_export,
@@ -115,6 +139,13 @@ def main() -> None:
                 "< 60 s: " + ("met" if t_export < 60 else "NOT met"),
             ),
             ("static export, CPU (all processes)", c_export, c_export / t_ref, ""),
+            (
+                f"Inspect export ({len(inspect.logs)} logs, {inspect.samples} samples), wall",
+                t_inspect,
+                t_inspect / t_ref,
+                "< 60 s: " + ("met" if t_inspect < 60 else "NOT met"),
+            ),
+            ("Inspect export, CPU", c_inspect, c_inspect / t_ref, ""),
         ],
         columns=["what", "seconds", "ratio to reference", "target"],
     )

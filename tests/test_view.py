@@ -144,6 +144,10 @@ def test_scenario_page_puts_the_arms_side_by_side(study, client):
         assert f'<section class="arm" data-arm="{arm}" data-model="{worker}">' in page
     assert page.count('<article class="card') == 10
     assert client.get("/scenarios/NOPE-99").status_code == 404
+    # A dry run's error pages say SIMULATED too.
+    for missing in ("/scenarios/NOPE-99", "/no-such-page", "/files/NOPE/attempt-1/x.pdf"):
+        resp = client.get(missing)
+        assert resp.status_code == 404 and 'id="simulated-banner"' in resp.get_data(as_text=True), missing
 
 
 def test_downloads_refuse_traversal_links_and_foreign_hosts(study, client, tmp_path):
@@ -158,7 +162,8 @@ def test_downloads_refuse_traversal_links_and_foreign_hosts(study, client, tmp_p
         "/static/view.py",
     ):
         assert client.get(path).status_code == 404, path
-    assert client.get("/", headers={"Host": "attacker.example:80"}).status_code == 403
+    refused = client.get("/", headers={"Host": "attacker.example:80"})
+    assert refused.status_code == 403 and StudyReader(study).name not in refused.get_data(as_text=True)
     assert client.post("/").status_code == 405
 
     # A symbolic link in outputs/ is neither offered, nor served, nor rendered.
@@ -306,7 +311,8 @@ def test_static_export_links_relatively_and_carries_the_banner(study, tmp_path):
     out = tmp_path / "site"
     res = export_site(study, out)
     pages = sorted(out.rglob("*.html"))
-    assert res.pages == len(pages) == 1 + 10 + 1 + 2  # index, runs, the scenario, the scenario list and the overview
+    # index, runs, the scenario, the scenario list, the overview and the "why" page
+    assert res.pages == len(pages) == 1 + 10 + 1 + 3
     for p in pages:
         text = p.read_text()
         assert 'id="simulated-banner"' in text, p
@@ -315,7 +321,12 @@ def test_static_export_links_relatively_and_carries_the_banner(study, tmp_path):
             assert (p.parent / href).resolve().exists() or "%" in href, (p, href)
     assert res.files > 0 and all(f.is_file() and not f.is_symlink() for f in (out / "files").rglob("*") if f.is_file())
     # Deliverables keep their bytes; a type that could run script beside the pages is stored under a neutral name.
+    # Beside a file a browser shows in the tab, the export's own script copy of it (a download from file://).
     for f in (out / "files").rglob("*"):
+        if f.is_file() and f.name.endswith(site.WRAPPER_SUFFIX):
+            original = f.with_name(f.name.removesuffix(site.WRAPPER_SUFFIX))
+            assert original.is_file() and site.wrapped(original.name), f
+            continue
         if f.is_file():
             assert f.suffix in site.INERT_SUFFIXES or f.name.endswith(site.NEUTRAL_SUFFIX), f
             assert f.name.endswith(site.NEUTRAL_SUFFIX) == (f.suffix == site.NEUTRAL_SUFFIX)

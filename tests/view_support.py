@@ -6,6 +6,13 @@ one through ``bash -c``) and a changed input (E). ``models_study()`` is the
 same scenario and seed under arms A0 and A3 with the model-sensitivity wave
 (A3 under two other worker models, twice each): 8 runs, two models apart.
 ``deck_study()`` is the slide-deck scenario under A1 and A3, twice.
+``caps_study()`` is ACC-01 under A1 and A4, twice, at a seed whose A4 run
+ACC-01.A4.r2 reaches the turn cap in its first session, is resumed and
+completes (its run-table censoring is empty). ``rehearsal_study()`` runs the real pinned CLI in its sandbox behind the
+metering proxy, the scripted model server answering (no key, no network):
+ACC-01 under A1, whose run plays the dollar cap reached mid-run, and under
+A4, whose first session ends on an API error and is resumed, so its proxy
+records hold real token counts, a capped run and a resumed one.
 ``run_table()`` exports a study's run table (``pilot study export``) outside
 the study, for tests that compute expected values without the viewer's code. ``infra_study()`` is run
 by the scheduler's fake run function with every A0 attempt failing on
@@ -93,7 +100,21 @@ def _built(name: str, build: Callable[[Path], Path]) -> Path:
     return _BUILT[name]
 
 
-_STUDY_NAMES = {"simulated": "viewsim", "infra": "viewinfra", "models": "viewmodels", "deck": "viewdeck"}
+_STUDY_NAMES = {
+    "simulated": "viewsim",
+    "infra": "viewinfra",
+    "models": "viewmodels",
+    "deck": "viewdeck",
+    "rehearsal": "viewrehearsal",
+    "caps": "viewcaps",
+}
+CAPS_SEED = 7  # ACC-01.A4.r2's first session draws more turns than the cap allows; the resume completes the run
+#: The rehearsal study's branches (``pilot.simulated.rehearsal_branches``): a capped run and a resumed one.
+REHEARSAL_BRANCHES = """cap_usd: 1.20
+runs:
+  ACC-01.A1.r1: {worker: cap_mid_run}
+  ACC-01.A4.r1: {worker: api_500_mid_run}
+"""
 
 
 def _build_simulated(root: Path) -> Path:
@@ -131,6 +152,43 @@ def _build_deck(root: Path) -> Path:
     return root / "analysis" / "data" / "viewdeck"
 
 
+def _build_rehearsal(root: Path) -> Path:
+    import sys as _sys
+
+    from pilot import paths
+
+    if not (root / "src").exists():
+        # The scripted model ships the scenario's solver source from the repository root's src/.
+        (root / "src").symlink_to(paths.ROOT / "src")
+    plan = root / "view_rehearsal_branches.yml"
+    plan.write_text(REHEARSAL_BRANCHES, encoding="utf-8")
+    env = {
+        "PILOT_WORKER_ENV": _sys.prefix,  # the harness's environment stands in for build/worker-env
+        "ANTHROPIC_API_KEY": "",  # a rehearsal needs none
+        "ANTHROPIC_BASE_URL": "http://192.0.2.1:9",  # nothing may reach an upstream
+        "PILOT_REHEARSAL_BRANCHES": str(plan),
+    }
+    pilot(root, "study", "create", "viewrehearsal", "--scenarios", SCENARIO, "--arms", "A1,A4", "--pilot-repeats", "1")
+    pilot(root, "study", "run", "viewrehearsal", "--no-progress", "--backend", "rehearsal", extra_env=env)
+    return root / "analysis" / "data" / "viewrehearsal"
+
+
+def _build_caps(root: Path) -> Path:
+    pilot(root, "study", "create", "viewcaps", "--scenarios", SCENARIO, "--seed", str(CAPS_SEED), "--arms", "A1,A4")
+    pilot(root, "study", "run", "viewcaps", "--no-progress")
+    return root / "analysis" / "data" / "viewcaps"
+
+
+def caps_study() -> Path:
+    """A finished simulated study in which one A4 run's first session reached the turn cap and was resumed."""
+    return _built("caps", _build_caps)
+
+
+def rehearsal_study() -> Path:
+    """A finished rehearsal study (real CLI, sandbox and proxy; scripted model): a capped A1 run, a resumed A4 run."""
+    return _built("rehearsal", _build_rehearsal)
+
+
 def deck_study() -> Path:
     """A finished simulated study of the slide-deck scenario under A1 and A3, twice each (built on first use)."""
     return _built("deck", _build_deck)
@@ -142,7 +200,7 @@ def models_study() -> Path:
 
 
 def run_table(folder: Path, dest: Path) -> Path:
-    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study is not written)."""
+    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study unwritten)."""
     pilot(folder.parent.parent.parent, "study", "export", folder.name, "--out", str(dest))
     return dest
 

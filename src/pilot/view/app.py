@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, abort, request, send_file
+from werkzeug.exceptions import HTTPException
 
 from pilot import worker_files
 from pilot.judges.deck_pdf import DeckRenderError, SlidesCache, is_deck, slides_name
@@ -64,9 +65,19 @@ def create_app(folder: Path) -> Flask:
     def page(html: str) -> Response:
         return Response(html, mimetype="text/html")
 
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        # The viewer's own page, so that a dry run's "not found" still says SIMULATED; a refused host
+        # (a page elsewhere reaching the viewer through a rebinding name) learns nothing of the study.
+        return Response(
+            site.render_error(links, exc.name, exc.description or exc.name, None if exc.code == 403 else reader),
+            status=exc.code or 500,
+            mimetype="text/html",
+        )
+
     @app.errorhandler(ViewError)
     def _not_found(exc: ViewError) -> Response:
-        return Response(site.render_error(links, "Not found", str(exc)), status=404, mimetype="text/html")
+        return Response(site.render_error(links, "Not found", str(exc), reader), status=404, mimetype="text/html")
 
     @app.get("/")
     def index() -> Response:
@@ -83,6 +94,10 @@ def create_app(folder: Path) -> Flask:
     @app.get("/overview")
     def overview() -> Response:
         return page(site.render_overview(reader, links))
+
+    @app.get("/why")
+    def why() -> Response:
+        return page(site.render_why(reader, links))
 
     @app.get("/scenarios/<sid>")
     def scenario(sid: str) -> Response:
@@ -128,7 +143,7 @@ def create_app(folder: Path) -> Flask:
             return refused(name, exc)
         except DeckRenderError as exc:
             return Response(
-                site.render_error(links, "Slides not rendered", f"{name}: not rendered: {exc.reason}"),
+                site.render_error(links, "Slides not rendered", f"{name}: not rendered: {exc.reason}", reader),
                 status=422,
                 mimetype="text/html",
             )

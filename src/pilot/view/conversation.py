@@ -242,8 +242,14 @@ def parse(lines: Iterable[str], deviations: Iterable[dict] = (), e_reasons: Iter
                     items.append(it)
                     if tid:
                         tools.setdefault(tid, it)
-            for it in items[start:]:
+            usage = msg.get("usage") if isinstance(msg, dict) and isinstance(msg.get("usage"), dict) else None
+            for k, it in enumerate(items[start:]):
                 it.turn, it.timestamp = turn, stamp
+                # Which answer of the model this came from (the proxy's record names it too), and its usage once.
+                it.meta["message_id"] = str(mid) if isinstance(mid, str) else ""
+                it.meta["model"] = str(msg.get("model") or "") if isinstance(msg, dict) else ""
+                if usage is not None and k == 0:
+                    it.meta["usage"] = usage
             continue
         if kind == "user":
             msg = ev.get("message") or {}

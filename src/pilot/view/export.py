@@ -1,15 +1,20 @@
 """``pilot view STUDY --export DIR``: the viewer's pages as a static site.
 
 Every page is the live page rendered with relative links (``index.html``,
-``scenarios.html``, ``overview.html``, ``runs/<id>.html``, ``scenarios/<id>.html``), filtering and sorting run in
-the browser, and each attempt's deliverables are copied beside the pages
-(regular files only, never a link), with a delivered deck's slides rendered
-to PDF under ``slides/``, so the folder works from ``file://`` and on any
-static host. The study itself is only read.
+``scenarios.html``, ``overview.html``, ``why.html``, ``runs/<id>.html``,
+``scenarios/<id>.html``), filtering and sorting run in the browser, and
+each attempt's deliverables are copied beside the pages (regular files
+only, never a link), with a delivered deck's slides rendered to PDF under
+``slides/``, so the folder works from ``file://`` and on any static host;
+a deliverable a browser would show in the tab from disk (a PDF, JSON,
+text) also gets a script copy that the page saves as a download
+(:func:`write_download_script`). The study itself is only read.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import multiprocessing
 import os
 import shutil
@@ -57,8 +62,27 @@ def _prepare(out: Path, study_folder: Path) -> None:
     )
 
 
-def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> tuple[int, int, int]:
-    """Render the pages of ``run_ids`` and copy their deliverables; returns (pages, files, bytes)."""
+def write_download_script(copy: Path, name: str) -> int:
+    """Beside the export's copy of a deliverable, a script that hands its bytes to the page as a download.
+
+    Opened from disk, a browser shows a PDF or a JSON file in the tab and
+    ignores the link's ``download`` attribute; the page loads this script
+    instead (``view.js``), so the file is saved under its own name. Made
+    from the export's own copy (already read once); its only content is the
+    name as a JSON string and the bytes in base64. Returns the bytes written.
+    """
+    data = copy.read_bytes()
+    script = f"window.pilotFile({json.dumps(name)}, {json.dumps(base64.b64encode(data).decode('ascii'))});\n"
+    dest = copy.with_name(copy.name + site.WRAPPER_SUFFIX)
+    dest.write_text(script, encoding="ascii")
+    return len(script)
+
+
+def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool, order: list[str]) -> tuple[int, int, int]:
+    """Render the pages of ``rows`` and copy their deliverables; returns (pages, files, bytes).
+
+    ``order``: every run id in the run table's order, for each page's previous and next run.
+    """
     reader = StudyReader(folder)
     links = site.Links(static=True, depth=1)
     pages = copied = size = 0
@@ -80,6 +104,8 @@ def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> t
                     target.write_bytes(data)
                     copied += 1
                     size += len(data)
+                    if site.wrapped(f.name):
+                        size += write_download_script(target, f.name)
                     if is_deck(f.name):
                         # Rendered before the page is, so the page links the slides or says why there are none.
                         try:
@@ -93,7 +119,9 @@ def _write_runs(folder: Path, out: Path, rows: list[dict], simulated: bool) -> t
                             size += dest.stat().st_size
                         except DeckRenderError as exc:
                             refused[(a.attempt_no, f.name)] = exc.reason
-            html = site.render_run(reader, links, run_id, simulated=simulated, row=row, slides_refused=refused)
+            html = site.render_run(
+                reader, links, run_id, simulated=simulated, row=row, slides_refused=refused, order=order
+            )
             (out / "runs" / f"{run_id}.html").write_text(html, encoding="utf-8")
             pages += 1
     return pages, copied, size
@@ -124,7 +152,8 @@ def export_site(folder: Path, out: Path, *, workers: int | None = None) -> Expor
         if n > 1
         else nullcontext() as pool
     ):
-        futures = [pool.submit(_write_runs, reader.folder, out, c, simulated) for c in chunks] if pool else []
+        order = [str(r["run_id"]) for r in rows]
+        futures = [pool.submit(_write_runs, reader.folder, out, c, simulated, order) for c in chunks] if pool else []
         (out / "index.html").write_text(
             site.render_index(reader, links, rows=rows, simulated=simulated), encoding="utf-8"
         )
@@ -134,12 +163,13 @@ def export_site(folder: Path, out: Path, *, workers: int | None = None) -> Expor
         (out / "overview.html").write_text(
             site.render_overview(reader, links, rows=rows, simulated=simulated), encoding="utf-8"
         )
-        totals[0] += 2
+        (out / "why.html").write_text(site.render_why(reader, links, rows=rows, simulated=simulated), encoding="utf-8")
+        totals[0] += 3
         for sid in sorted({r["scenario"] for r in rows}):
             html = site.render_scenario(reader, links.at(1), sid, rows=rows, simulated=simulated)
             (out / "scenarios" / f"{sid}.html").write_text(html, encoding="utf-8")
             totals[0] += 1
-        results = [f.result() for f in futures] if pool else [_write_runs(reader.folder, out, rows, simulated)]
+        results = [f.result() for f in futures] if pool else [_write_runs(reader.folder, out, rows, simulated, order)]
     for r in results:
         totals = [a + b for a, b in zip(totals, r)]
     return ExportResult(out, totals[0] + 1, totals[1], totals[2])

@@ -19,8 +19,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from pilot import protocol
 from pilot.judges.deck_pdf import is_deck, slides_name
-from pilot.view import files
-from pilot.view.study import COLUMN_LABELS, INDEX_COLUMNS, StudyReader
+from pilot.view import aggregates, changes, files, oracle_text, sessions, usage
+from pilot.view.study import COLUMN_LABELS, DEFAULT_COLUMNS, INDEX_COLUMNS, NARROW_COLUMNS, StudyReader
 
 STATIC_FILES = ("view.css", "view.js")
 SIMULATED_BANNER = (
@@ -44,6 +44,17 @@ NEUTRAL_SUFFIX = ".download"
 def exported_name(name: str) -> str:
     """The file name a deliverable gets in the static site (the link still downloads it under its own name)."""
     return name if Path(name).suffix.lower() in INERT_SUFFIXES else name + NEUTRAL_SUFFIX
+
+
+#: Deliverable types a browser opens in the tab from file://, where it ignores a link's download attribute.
+SHOWN_IN_TAB = frozenset({".pdf", ".json", ".txt", ".md", ".csv", ".tsv", ".png", ".jpg", ".jpeg"})
+#: The static site's script copy of such a file, which the page turns into a download (:mod:`pilot.view.export`).
+WRAPPER_SUFFIX = ".dl.js"
+
+
+def wrapped(name: str) -> bool:
+    """Whether the static site keeps a script copy of a deliverable, so that it downloads from file:// too."""
+    return Path(name).suffix.lower() in SHOWN_IN_TAB
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,9 @@ class Links:
     def overview(self) -> str:
         return self._root() + "overview" + (".html" if self.static else "")
 
+    def why(self) -> str:
+        return self._root() + "why" + (".html" if self.static else "")
+
     def runs(self, **filters: Any) -> str:
         """The index with its run list filtered (the filters live in the address's hash, so this works from file:// too)."""
         parts = [f"{quote(k, safe='')}={quote(str(v), safe='')}" for k, v in filters.items() if v not in (None, "")]
@@ -82,6 +96,12 @@ class Links:
     def file(self, run_id: str, attempt_no: int, name: str) -> str:
         stored = exported_name(name) if self.static else name
         return self._root() + f"files/{quote(run_id, safe='')}/attempt-{int(attempt_no)}/{quote(stored, safe='')}"
+
+    def file_wrapper(self, run_id: str, attempt_no: int, name: str) -> str | None:
+        """The static site's script copy of a deliverable a browser would show rather than save (:func:`wrapped`)."""
+        if not self.static or not wrapped(name):
+            return None
+        return self.file(run_id, attempt_no, name) + WRAPPER_SUFFIX
 
     def slides(self, run_id: str, attempt_no: int, name: str) -> str:
         """A delivered deck's slides as PDF: rendered on request live, written under ``slides/`` in the static site."""
@@ -105,10 +125,39 @@ def _env() -> Environment:
     env.filters["yesno"] = _yesno
     env.filters["short_id"] = short_id
     env.filters["slides_name"] = slides_name
+    env.filters["kilo"] = kilo
+    env.filters["token_title"] = token_title
+    env.filters["pct"] = pct
+    env.filters["for_people"] = oracle_text.for_people
+    env.filters["intent"] = oracle_text.criterion_intent
     env.tests["deck"] = is_deck
     env.globals["rate"] = rate
     env.globals["labels"] = COLUMN_LABELS
     return env
+
+
+def kilo(value: Any) -> str:
+    """A token count for a table cell: 950, 12.3k, 1.25M."""
+    if _missing(value):
+        return "–"
+    n = float(value)
+    if n < 1000:
+        return f"{n:.0f}"
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def token_title(t: usage.Tokens) -> str:
+    """A run's tokens in full, for a cell's title."""
+    return (
+        f"{t.requests} request(s): input {t.input:,}, cache writes {t.cache_write:,}, cache reads {t.cache_read:,}, "
+        f"output {t.output:,}; metered ${float(t.cost_usd):,.4f}"
+    )
+
+
+def pct(value: Any, digits: int = 0) -> str:
+    return "–" if _missing(value) else f"{100 * float(value):.{digits}f}%"
 
 
 def short_id(value: Any, keep: int = 8) -> str:
@@ -229,8 +278,13 @@ def render_index(
             **_common(reader, links, simulated, f"Study {reader.name}"),
             rows=rows,
             columns=columns,
+            default_columns=DEFAULT_COLUMNS,
+            narrow_columns=NARROW_COLUMNS,
             values=values,
             filters=FILTERS,
+            cap_values=sorted({c for r in rows for c in r.get("cap_kinds") or []}),
+            session_values=sorted({r["sessions"] for r in rows if r.get("sessions") is not None}),
+            csv=csv_payload(rows),
             groups=arm_model_groups(rows, reader.info.worker_model),
             overview=overview,
             sort_key=_sort_key,
@@ -242,6 +296,54 @@ def render_index(
 
 #: The index's drop-down filters (each also a key of the address's hash).
 FILTERS = ("arm", "model", "scenario", "wave", "status")
+#: What the index's CSV adds to the run table's columns.
+CSV_EXTRA = (
+    "charge_usd",
+    "sessions",
+    "hit_cap",
+    "tokens",
+    "input_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
+    "output_tokens",
+    "token_requests",
+    "metered_usd",
+)
+
+
+def _csv_value(value: Any) -> Any:
+    """A run-table value as the exported CSV writes it (true/false, missing as empty)."""
+    if _missing(value):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, (int, float, str)) else str(value)
+
+
+def csv_payload(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The columns and values the index's "download CSV" writes for the rows its filters show (run-table order)."""
+    from pilot import runtable
+
+    names = [c.name for c in runtable.columns()]
+    names += [c.name for c in runtable.OPTIONAL_COLUMNS if any(c.name in r for r in rows)]
+    names += list(CSV_EXTRA)
+    out = []
+    for r in rows:
+        t = r.get("tokens_detail")
+        extra = (
+            {
+                "input_tokens": t.input,
+                "cache_write_tokens": t.cache_write,
+                "cache_read_tokens": t.cache_read,
+                "output_tokens": t.output,
+                "token_requests": t.requests,
+                "metered_usd": str(t.cost_usd),
+            }
+            if t is not None
+            else {}
+        )
+        out.append([_csv_value({**r, **extra}.get(n)) for n in names])
+    return {"columns": names, "rows": out}
 
 
 def _scenario_meta(sids: list[str]) -> dict[str, Any]:
@@ -315,6 +417,27 @@ def render_overview(
     )
 
 
+def render_why(
+    reader: StudyReader, links: Links, *, rows: list[dict] | None = None, simulated: bool | None = None
+) -> str:
+    """The aggregates of why runs fail: criteria, deviations, violations and caps per arm, acceptance and cost."""
+    from pilot.view import charts
+
+    rows = rows if rows is not None else reader.index_rows()
+    simulated = reader.simulated(rows) if simulated is None else simulated
+    agg = aggregates.aggregates(rows, reader.info.worker_model, reader.info.seed)
+    return (
+        env()
+        .get_template("why.html")
+        .render(
+            **_common(reader, links, simulated, "Why runs are not accepted"),
+            agg=agg,
+            intervals=charts.interval_plot(agg.acceptance),
+            scatter=charts.scatter_plot(agg.points, agg.q),
+        )
+    )
+
+
 def render_run(
     reader: StudyReader,
     links: Links,
@@ -323,8 +446,14 @@ def render_run(
     simulated: bool | None = None,
     row: dict | None = None,
     slides_refused: dict[tuple[int, str], str] | None = None,
+    order: list[str] | None = None,
 ) -> str:
-    """A run's page. ``slides_refused`` ((attempt, deck) -> reason): decks whose slides the static export could not render."""
+    """A run's page.
+
+    ``slides_refused`` ((attempt, deck) -> reason): decks whose slides the
+    static export could not render; ``order``: every run id in the run
+    table's order (prev and next), read from the store when not given.
+    """
     data = reader.run(run_id, row=row)
     simulated = reader.simulated([data["row"]] if data["row"] else []) if simulated is None else simulated
     judged = judged_deliverables(reader, data)
@@ -338,16 +467,45 @@ def render_run(
     q = protocol.study().q
     convs = [c for _, c in data["conversations"] if c is not None]
     charged = [a["charged_usd"] for a in data["attempts"] if a["charged_usd"] is not None]
+    rec = data["record"]
+    final = data["final"]
+    folder = final["files"].folder if final is not None and data["run"] is not None else None
+    record = usage.read_usage(folder) if folder is not None else usage.UsageRecord()
+    final_conv = next((c for a, c in data["conversations"] if a.get("final")), None)
+    session_of = {
+        str(it.meta.get("message_id")): it.session
+        for it in (final_conv.items if final_conv else [])
+        if it.meta.get("message_id")
+    }
+    per_session: dict[int | None, usage.Tokens] = {}
+    for r in record.requests:
+        per_session.setdefault(session_of.get(r.message_id or ""), usage.Tokens()).add(r)
+    inputs_dir = Path(data["scenario"].inputs_dir) if data.get("scenario") is not None else None
+    changed = changes.input_changes(rec, folder, inputs_dir) if rec.get("E") and folder is not None else []
+    ids = order if order is not None else reader.run_ids()
+    at = ids.index(run_id) if run_id in ids else -1
     return (
         env()
         .get_template("run.html")
         .render(
             **_common(reader, links, simulated, f"Run {run_id}"),
             d=data,
-            rec=data["record"],
+            rec=rec,
             row=data["row"] or {},
             judged=judged,
             downloads=downloads,
+            specs=criterion_specs(data.get("scenario")),
+            hits=sessions.cap_hits(rec) if rec else [],
+            decision=sessions.resume_decision(rec) if rec else None,
+            usage_record=record,
+            session_of=session_of,
+            session_tokens=sorted((k, v) for k, v in per_session.items() if k is not None),
+            unmatched_tokens=per_session.get(None),
+            session_label=sessions.session_label,
+            input_changes=changed,
+            prev_id=ids[at - 1] if at > 0 else None,
+            next_id=ids[at + 1] if 0 <= at < len(ids) - 1 else None,
+            position=(at + 1, len(ids)),
             links_refused=files.links_in(data["final"]["files"].outputs) if data["final"] else [],
             q=q,
             verdict=verdict(data, q),
@@ -411,6 +569,18 @@ def session_notes(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def criterion_specs(scenario: Any) -> dict[str, Any]:
+    """criterion id -> its oracle.yml entry (what reasons are rewritten from); empty for an unknown scenario."""
+    try:
+        return {c.id: c for c in scenario.oracle.criteria}
+    except AttributeError:
+        return {}
+
+
+def _reason(c: dict[str, Any], specs: dict[str, Any]) -> str:
+    return oracle_text.for_people(c.get("reason"), specs.get(str(c.get("id"))))
+
+
 @dataclass
 class Verdict:
     """Why a run stands where it does, in a headline and a few lines."""
@@ -445,11 +615,17 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
         lines.append(
             f"censored: the run reached its {rec.get('censor_reason')} cap; its deliverables were evaluated as delivered"
         )
+    earlier = [
+        h for h in sessions.cap_hits(rec) if not (rec.get("censored") and h.session == sessions.final_session(rec))
+    ]
+    for h in earlier:
+        lines.append(f"{h.words}; the run went on (recovery resume), so its final censoring does not show it")
     failed = [c for c in rec.get("criteria") or [] if not c.get("passed")]
     required = [c for c in failed if c.get("required", True)]
+    specs = criterion_specs(data.get("scenario"))
     if row.get("D") is False or rec.get("D") is False:
         if failed:
-            lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in (required or failed)))
+            lines.append("D = 0: " + "; ".join(f"{c.get('id')}: {_reason(c, specs)}" for c in (required or failed)))
         elif rec.get("E"):
             lines.append(
                 "D = 0: every criterion passed, but an input was changed, and D requires the inputs untouched (E = 0)"
@@ -458,7 +634,8 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
             lines.append("D = 0 (the evaluator named no failed criterion)")
     elif failed:
         lines.append(
-            "D = 1 although optional criteria failed: " + "; ".join(f"{c.get('id')}: {c.get('reason')}" for c in failed)
+            "D = 1 although optional criteria failed: "
+            + "; ".join(f"{c.get('id')}: {_reason(c, specs)}" for c in failed)
         )
     else:
         lines.append("D = 1: every oracle criterion passed")
@@ -512,12 +689,15 @@ def render_scenario(
     )
 
 
-def render_error(links: Links, title: str, message: str) -> str:
-    return (
-        env()
-        .get_template("error.html")
-        .render(links=links, title=title, message=message, simulated=False, label="", banner="")
-    )
+def render_error(links: Links, title: str, message: str, reader: StudyReader | None = None) -> str:
+    """An error page; with the study's reader it carries the study's label (a dry run's 404 says SIMULATED too)."""
+    common: dict[str, Any] = {"links": links, "title": title, "simulated": False, "label": "", "banner": ""}
+    if reader is not None:
+        try:
+            common = _common(reader, links, reader.simulated(), title)
+        except Exception:  # noqa: BLE001 - an error page must render even when the store cannot say its label
+            pass
+    return env().get_template("error.html").render(**common, message=message)
 
 
 PACKAGE_START = "== THE PACKAGE HANDED IN =="

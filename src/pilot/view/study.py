@@ -27,7 +27,7 @@ from urllib.parse import quote
 from pilot import ledger, outcomes, paths, protocol
 from pilot.judges.rubric import scenario_criteria
 from pilot.store import STORE_FILE, WAVES, Store, StoreError
-from pilot.view import conversation, files
+from pilot.view import conversation, files, sessions, usage
 
 #: The attempt folder layout the scheduler writes (``pilot.schedule.Scheduler``).
 WORKSPACES = "workspaces"
@@ -46,11 +46,36 @@ INDEX_COLUMNS = (
     "cost_usd",
     "charge_usd",
     "wall_s",
+    "tokens",
     "turns",
     "tool_calls",
     "deviations",
+    "hit_cap",
+    "censor_reason",
+    "sessions",
+    "recovery_used",
+    "selfcheck_first",
+    "selfcheck_final",
     "attempts",
 )
+#: The columns shown before a reader chooses (the rest one click away in the column chooser): they fit 1440 px.
+#: The run id names the scenario, arm and repeat, and the model of a model-sensitivity run.
+DEFAULT_COLUMNS = (
+    "arm",
+    "status",
+    "D",
+    "E",
+    "Q",
+    "S",
+    "cost_usd",
+    "wall_s",
+    "tokens",
+    "deviations",
+    "hit_cap",
+    "recovery_used",
+)
+#: What a phone shows before a reader chooses (390 px wide).
+NARROW_COLUMNS = ("Q", "S")
 #: A reader's name for each column (the run table's names are for code), and what it means.
 COLUMN_LABELS = {
     "run_id": ("run", "the run's id: scenario, arm, repeat (and model, for the model-sensitivity wave)"),
@@ -75,6 +100,20 @@ COLUMN_LABELS = {
     "tool_calls": ("tool calls", "the agent's tool calls"),
     "deviations": ("deviations", "recorded deviations (attempts to reach what the arm forbids)"),
     "attempts": ("attempts", "attempts the scheduler made (more than one after an infrastructure error)"),
+    "tokens": (
+        "tokens",
+        "tokens the model proxy metered for the run's final attempt (input, cache writes and reads, output); "
+        "– where no proxy record exists (a simulated run)",
+    ),
+    "hit_cap": (
+        "hit a cap",
+        "every cap a session reached, with the session named (a first session capped and then resumed counts too)",
+    ),
+    "censor_reason": ("censored", "the cap the run's final session ended on (the run table's censor_reason)"),
+    "sessions": ("sessions", "agent sessions: 2 when the A4 recovery resume ran"),
+    "recovery_used": ("recovery", "A4: the one recovery resume was used"),
+    "selfcheck_first": ("self-check 1st", "A4: the self-check after the first session"),
+    "selfcheck_final": ("self-check final", "A4: the self-check at the end of the run (after the resume if any)"),
 }
 
 
@@ -192,6 +231,7 @@ class StudyReader:
             cells = st.finished_rows()
             backends = self.backends(st)
             charges = st.run_charges_by_id()
+            finals = final_attempts(st)
         backend = backends[0] if len(backends) == 1 else ",".join(backends) or "none"
         computed = _run_table_rows(cells, self.name, backend)
         errors = computed.pop("__errors__", {})
@@ -200,6 +240,9 @@ class StudyReader:
             row = computed.get(c["run_id"])
             if row is not None:
                 _add_charge(row, charges.get(c["run_id"]))
+                final = finals.get(c["run_id"])
+                folder = self.attempt_files(c["run_id"], final).folder if final is not None else None
+                add_facts(row, json.loads(c["record_json"]) if c.get("record_json") else {}, folder)
             if row is None:
                 state = (
                     c.get("run_status")
@@ -218,8 +261,14 @@ class StudyReader:
                     "deviations": None,
                     "problem": errors.get(c["run_id"]),
                 }
+                add_facts(row, {}, None)
             out.append(row)
         return out
+
+    def run_ids(self) -> list[str]:
+        """Every run id in the run table's order (waves in turn, each in its seeded order)."""
+        with self.store() as st:
+            return [r["run_id"] for r in st.finished_rows()]
 
     def label(self) -> str:
         """The label of this study's backends (SIMULATED, REHEARSAL, or "" for a real study; :func:`pilot.backends.label_of`)."""
@@ -319,6 +368,8 @@ class StudyReader:
             if row is not None:
                 with self.store() as st:
                     _add_charge(row, st.run_charges_by_id().get(run_id))
+        if row is not None and "hit_cap" not in row:
+            add_facts(row, record, final["files"].folder if final and run else None)
         return {
             "run_id": run_id,
             "cell": cell,
@@ -351,9 +402,20 @@ class StudyReader:
                     (scenario_id,),
                 )
             }
+        from pilot.scenarios import load_scenario
+        from pilot.view.oracle_text import for_people
+
+        try:
+            specs = {c.id: c for c in load_scenario(scenario_id).oracle.criteria}
+        except Exception:  # noqa: BLE001 - a scenario that no longer loads keeps its reasons as the oracle wrote them
+            specs = {}
         for r in found:
             crit_json, e_json = evals.get(r["run_id"], (None, None))
-            failed = [c for c in json.loads(crit_json or "[]") if not c.get("passed")]
+            failed = [
+                {**c, "reason": for_people(c.get("reason"), specs.get(str(c.get("id"))))}
+                for c in json.loads(crit_json or "[]")
+                if not c.get("passed")
+            ]
             r["failed_criteria"] = failed
             r["failed_groups"] = group_by_reason(failed)
             r["e_reasons"] = [str(x) for x in json.loads(e_json or "[]")]
@@ -374,6 +436,52 @@ def group_by_reason(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
         g["ids"].append(str(c.get("id")))
         g["count"] += 1
     return list(groups.values())
+
+
+def final_attempts(st: ReadOnlyStore) -> dict[str, int]:
+    """run id -> the number of the attempt whose record is the run's."""
+    return {
+        r[0]: int(r[1])
+        for r in st.conn.execute(
+            "SELECT r.run_id, a.attempt_no FROM runs r JOIN attempts a ON a.attempt_id = r.attempt_id"
+        )
+    }
+
+
+def _violation_kind(reason: str) -> str:
+    """``input modified: inputs/x.csv`` -> ``input modified`` (the family of a critical violation)."""
+    head = str(reason).split(":", 1)[0].strip()
+    return head or "other"
+
+
+def add_facts(row: dict[str, Any], rec: dict[str, Any], attempt_folder: Path | None) -> dict[str, Any]:
+    """What the index asks of a run beyond the run table: sessions, caps hit, tokens, failed criteria, deviations.
+
+    Every key is a plain value or a list of strings except ``tokens_detail``
+    (a :class:`pilot.view.usage.Tokens`, or None without a proxy record).
+    """
+    runs_sessions = [s for s in rec.get("sessions") or [] if isinstance(s, dict)]
+    hits = sessions.cap_hits(rec) if rec else []
+    row["sessions"] = len(runs_sessions) if rec else None
+    row["cap_hits"] = [h.label for h in hits]
+    row["cap_kinds"] = sorted({h.cap for h in hits})
+    row["hit_cap"] = "; ".join(h.label for h in hits) or None
+    row["failed_ids"] = [str(c.get("id")) for c in rec.get("criteria") or [] if not c.get("passed")]
+    row["failed_kinds"] = sorted({str(c.get("kind")) for c in rec.get("criteria") or [] if not c.get("passed")})
+    row["required_failed_ids"] = [
+        str(c.get("id")) for c in rec.get("criteria") or [] if not c.get("passed") and c.get("required", True)
+    ]
+    row["dev_families"] = sorted(
+        {str(d.get("family") or d.get("kind") or "other") for d in rec.get("deviations") or [] if isinstance(d, dict)}
+    )
+    row["violation_kinds"] = sorted({_violation_kind(r) for r in rec.get("E_reasons") or []})
+    tokens = None
+    if attempt_folder is not None:
+        record = usage.read_usage(attempt_folder)
+        tokens = record.tokens() if record.found else None
+    row["tokens_detail"] = tokens
+    row["tokens"] = tokens.total if tokens is not None else None
+    return row
 
 
 def _add_charge(row: dict[str, Any], charge: tuple[int, bool] | None) -> None:
