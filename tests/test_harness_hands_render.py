@@ -437,7 +437,7 @@ def test_a_linked_document_renders_without_fetching(hostile, listener, canary, t
 
 
 def test_the_a4_self_check_reads_a_copy_confined_and_reports_as_before(hostile, listener, canary, tmp_path):
-    """The pristine self-check tool runs confined on a copy of outputs/: a link out of the workspace still reads as one,
+    """The pristine self-check tool runs confined on a snapshot of outputs/: a link out of the workspace reads as one,
     a linked workbook still fails as linked, and neither the listener nor the canary is reached."""
     from pilot.oracles.selfcheck import run_selfcheck
     from pilot.scenarios.generate import build_gold_workspace
@@ -455,7 +455,7 @@ def test_the_a4_self_check_reads_a_copy_confined_and_reports_as_before(hostile, 
     assert not rep.passed and canary["text"] not in rep.text
     assert f"Self-check of {ws.name} (ACC-01)" in rep.lines[0]
     assert "FAIL  bank_reconciliation_2026-10.xlsx links to other workbooks" in rep.text
-    assert "FAIL  reconciliation_memo.docx is a link pointing outside the workspace" in rep.text
+    assert "FAIL  reconciliation_memo.docx is a symlink pointing outside the workspace" in rep.text
 
 
 def test_libreoffice_holds_the_settings_that_forbid_links(hostile, listener, canary, tmp_path):
