@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         "--resampling-seed",
         type=int,
         default=20260415,
-        help="the primary stage's seed, whose bootstrap resamples and sign vectors every study uses (default 20260415, the Makefile's SEED)",
+        help=(
+            "the primary stage's seed, whose bootstrap resamples and sign vectors every study uses (default "
+            "20260415, the Makefile's SEED)"
+        ),
     )
     ap.add_argument(
         "--scenarios",
@@ -132,14 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         show,
         args.generated_dir / "calibration_table.tex",
         caption=(
-            f"Calibration of the primary inference on {_n(n)} simulated studies per condition and study size ($J$ scenarios: "
-            f"{' and '.join(map(str, Js))}; $R={R}$ repeats; $B={_n(int(s.B.iloc[0]))}$ bootstrap resamples; sign-flip test exact over all $2^J$ sign "
-            f"vectors when that is at most {_n(int(s.permutations.iloc[0]))}, else that many random ones; every study uses the resamples and sign "
-            f"vectors the primary stage draws with seed {args.resampling_seed}). Planted: the generative model as stated; "
-            "null: A3's parameters set to A1's; tail: A1's completion pushed down until its acceptance is near 0\\%. Coverage: share of 95\\% "
-            "percentile intervals containing the planted contrast. Rejection: share of studies with $p<0.05$ (Holm-adjusted over the three "
-            "secondary contrasts). Zero width: share of intervals of zero width. MC s.e.: Monte Carlo standard error. The conditions share the "
-            "runs of the arms they leave unchanged, so a contrast between two such arms repeats the planted row exactly."
+            f"Calibration of the primary inference on {_n(n)} simulated studies per condition and study "
+            f"size ($J$ scenarios: {' and '.join(map(str, Js))}; $R={R}$ repeats; "
+            f"$B={_n(int(s.B.iloc[0]))}$ bootstrap resamples; sign-flip test exact over all $2^J$ sign "
+            f"vectors when that is at most {_n(int(s.permutations.iloc[0]))}, else that many random ones; "
+            "every study uses the resamples and sign vectors the primary stage draws with seed "
+            f"{args.resampling_seed}). Planted: the generative model as stated; null: A3's parameters set "
+            "to A1's; tail: A1's completion pushed down until its acceptance is near 0\\%. Coverage: "
+            "share of 95\\% percentile intervals containing the planted contrast. Rejection: share of "
+            "studies with $p<0.05$ (Holm-adjusted over the three secondary contrasts). Zero width: share "
+            "of intervals of zero width. MC s.e.: Monte Carlo standard error. The conditions share the "
+            "runs of the arms they leave unchanged, so a contrast between two such arms repeats the "
+            "planted row exactly."
         ),
         label="tab:calibration",
         simulated=True,

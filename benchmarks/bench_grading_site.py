@@ -1,4 +1,5 @@
-"""The grading site on a wave of 20 graders x 50 packages: queue, grade page and save, against rendering the package alone.
+"""The grading site on a wave of 20 graders x 50 packages: queue, grade page and save, against rendering the package
+alone.
 
 A simulated study of five scenarios (every arm, the pilot and repeat3
 waves; 75 runs) is built once with the real scheduler and simulated backend

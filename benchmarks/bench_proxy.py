@@ -58,7 +58,8 @@ def _one(connect, body: bytes, headers: dict[str, str]) -> float:
 
 
 def _conversation(model: str, stream: bool) -> dict:
-    """A request shaped like the pinned CLI's mid-session: cached system blocks, tool schemas, tool calls and results."""
+    """A request shaped like the pinned CLI's mid-session: cached system blocks, tool schemas, tool calls and
+    results."""
     schema = {
         "type": "object",
         "properties": {f"p{i}": {"type": "string", "description": "d" * 80} for i in range(12)},

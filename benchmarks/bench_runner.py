@@ -86,10 +86,12 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
     lease = worker_user.acquire(study)
     limits = bounds.Limits.from_study(study)
     print(
-        f"confined as {lease.identity.name} (uid {lease.identity.uid}{', dedicated slot' if lease.identity.switch else ''})"
+        f"confined as {lease.identity.name} (uid "
+        f"{lease.identity.uid}{', dedicated slot' if lease.identity.switch else ''})"
     )
     print(
-        f"sandbox start-up per attempt: CLI {cli.name} --version, bare vs inside the run's sandbox (median of {repeats})"
+        f"sandbox start-up per attempt: CLI {cli.name} --version, bare vs inside the run's sandbox (median "
+        f"of {repeats})"
     )
     print(f"{'arm':4} {'bare s':>8} {'sandboxed s':>12} {'overhead s':>11} {'ratio':>6}  target < 0.5 s")
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
@@ -116,7 +118,8 @@ def bench_sandbox(arms: list[str], repeats: int) -> None:
                 )
                 launch.materialize(spec, run)
                 argv = [str(cli), "--version"]
-                # The whole per-attempt confinement: the attempt's group, the staged binds, the limits, the worker's uid.
+                # The whole per-attempt confinement: the attempt's group, the staged binds, the limits, the worker's
+                # uid.
                 cgroup = bounds.AttemptCgroup.create(f"bench-{arm_id}", limits)
                 conf = claude_code.Confinement(lease.identity, limits, (run / "workspace",), cgroup)
                 cmd, stage = list(spec.command[: len(spec.sandbox_prefix)]) + argv, None

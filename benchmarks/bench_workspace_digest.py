@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sid:<10} {n:>7} {ref * 1000:>14.1f} {dig * 1000:>10.2f} {dig / ref:>7.4f}")
     ref_all, dig_all = sum(r[2] for r in rows), sum(r[3] for r in rows)
     print(
-        f"all scenarios: digest / evaluation = {dig_all / ref_all:.4f} ({dig_all * 1000:.1f} ms against {ref_all * 1000:.1f} ms)"
+        f"all scenarios: digest / evaluation = {dig_all / ref_all:.4f} ({dig_all * 1000:.1f} ms against "
+        f"{ref_all * 1000:.1f} ms)"
     )
     return 0
 

@@ -17,7 +17,8 @@ def assert_every_check_passes(report: CheckReport, scenarios: list[str]) -> None
 
 
 def assert_whole_matrix(report: CheckReport, sid: str) -> None:
-    """Every row the kit owes ``sid``: bundle, inputs, gold, no-op, every mutation, substitute, trap, defect and cheat."""
+    """Every row the kit owes ``sid``: bundle, inputs, gold, no-op, every mutation, substitute, trap, defect and
+    cheat."""
     checks = set(report.summary[report.summary.scenario == sid].check)
     sc = load_scenario(sid)
     expected = {

@@ -29,7 +29,10 @@ COST = "1.0734"
 
 ARM_NOTES = {
     "A0": [
-        "Note: this memo is a Markdown substitute for memo.docx because binary office formats cannot be produced in this environment.",
+        (
+            "Note: this memo is a Markdown substitute for memo.docx because binary office formats cannot be "
+            "produced in this environment."
+        ),
         "I only had the file tools (Read, Write, Edit, Glob, Grep) and no shell, so the workbook is delivered as CSV.",
     ],
     "A1": [

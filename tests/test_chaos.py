@@ -1,4 +1,5 @@
-"""Chaos: the scheduler is killed with SIGKILL at seeded random moments, many times, and every invariant holds after each kill.
+"""Chaos: the scheduler is killed with SIGKILL at seeded random moments, many times, and every invariant holds after
+each kill.
 
 Invariants: a finished run is recorded once and never changes afterwards;
 each run finishes through exactly one attempt, attempts numbered without a

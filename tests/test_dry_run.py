@@ -76,7 +76,8 @@ def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
     ):
         ok, seen, tol = _within(runs[what], float(planted), float(se))
         assert ok, (
-            f"{OPS} x {arm}: empirical {what} {seen:.3f} over {runs[what].size} runs vs planted {planted:.3f} (tolerance {tol:.3f})"
+            f"{OPS} x {arm}: empirical {what} {seen:.3f} over {runs[what].size} runs vs planted "
+            f"{planted:.3f} (tolerance {tol:.3f})"
         )
     if arm == "A4":
         # The recovery is part of the truth: without it the planted value would be the first session's alone.
@@ -187,7 +188,8 @@ def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path):
     assert "\\newcommand{\\DryRunPlantedAThree}" in macros
     assert len(pd.read_csv(tables / dry_run.TRUTH_CSV)) == 5
 
-    # Real judges on simulated work follow no stated model, and a real table has no planted truth: nothing, and old files go.
+    # Real judges on simulated work follow no stated model, and a real table has no planted truth: nothing, and old
+    # files go.
     assert dry_run.truth_for(runs.assign(judge_backend="claude-code"), acc, seed=1) is None
     real = runs.assign(backend="claude-code", judge_backend="claude-code")
     assert dry_run.truth_for(real, acc, seed=1) is None

@@ -45,7 +45,8 @@ CRITERIA = {"S1": _criteria(), "S2": _criteria(), "S3": _criteria(), "S4": _crit
 
 
 def hand_alpha(data: np.ndarray, level: str) -> float:
-    """Krippendorff's alpha straight from the definitions: coincidences o_ck, margins n_c, alpha = 1 - (n-1) sum o d / sum n_c n_k d."""
+    """Krippendorff's alpha straight from the definitions: coincidences o_ck, margins n_c, alpha = 1 - (n-1) sum o d /
+    sum n_c n_k d."""
     o: dict[tuple[float, float], float] = defaultdict(float)
     for u in range(data.shape[1]):
         vals = [v for v in data[:, u] if not np.isnan(v)]
@@ -226,7 +227,8 @@ def test_acceptance_agreement_by_hand_with_two_graders_per_package():
         for s in (1, 2)
     )
     experts = ag.expert_table(grades, CRITERIA)
-    # the panel accepts P0 and P1 (3 and 2 of 3 votes), not P2 or P3: against the experts 1,1 1,0 0,0 0,0 -> 7 of 8 agree
+    # the panel accepts P0 and P1 (3 and 2 of 3 votes), not P2 or P3: against the experts 1,1 1,0 0,0 0,0 -> 7 of 8
+    # agree
     votes = [(True, True, True), (True, True, False), (False, False, True), (False, False, False)]
     panel = ag.panel_table(
         _panel(
@@ -379,7 +381,8 @@ def _h1_packages(rates: dict[tuple[str, str], list[tuple[float, float]]]) -> pd.
 
 
 def test_h1_on_expert_grades_by_hand():
-    # experts: S1 A3 1,1 - A1 0,1 = 0.5; S2 A3 1,0 - A1 0 = 0.5: mean 0.5. Panel (Q 90 everywhere but S2 A1): S1 1-1 = 0, S2 1-0 = 1: mean 0.5.
+    # experts: S1 A3 1,1 - A1 0,1 = 0.5; S2 A3 1,0 - A1 0 = 0.5: mean 0.5. Panel (Q 90 everywhere but S2 A1): S1 1-1 =
+    # 0, S2 1-0 = 1: mean 0.5.
     packages = _h1_packages(
         {
             ("S1", "A3"): [(80, 90), (75, 90)],

@@ -63,7 +63,8 @@ class Wave:
             ]
 
     def unblinding(self) -> list[str]:
-        """Strings no grader's page may hold: run ids, arm tokens of run ids, the model, the node, the study, package ids."""
+        """Strings no grader's page may hold: run ids, arm tokens of run ids, the model, the node, the study, package
+        ids."""
         with store.open_store(self.folder) as st:
             nodes = {r[0] for r in st.conn.execute("SELECT DISTINCT node FROM attempts WHERE node IS NOT NULL")}
             package_ids = [

@@ -133,7 +133,8 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     assert prefix[0].endswith("bwrap") and "--unshare-net" in prefix and "--die-with-parent" in prefix
     assert "--dev-bind" not in prefix and ["--ro-bind", "/", "/"] != prefix[1:4]
     run = (tmp_path / "runs" / "r1").resolve()
-    # Read-write: the workspace and the agent's scratch folders, nothing else; the CLI's config at the sandbox's own place.
+    # Read-write: the workspace and the agent's scratch folders, nothing else; the CLI's config at the sandbox's own
+    # place.
     assert set(plan.rw_binds) == {str(run / "workspace"), str(run / "agent" / "home")}
     assert plan.rw_mapped == ((str(run / "agent" / "claude-config"), launch.INSIDE_CONFIG),)
     assert spec.env["CLAUDE_CONFIG_DIR"] == launch.INSIDE_CONFIG and spec.env[launch.RUN_MARK_VAR] == str(
@@ -199,7 +200,8 @@ def test_denied_programs_meet_their_stub_however_they_are_called(tmp_path):
         "curl --version; echo rc=$?; "
         "bash -c 'curl --version'; echo rc=$?; "
         'eval "$(echo curl) --version"; echo rc=$?; '
-        "python3 -c \"import subprocess,sys; sys.exit(subprocess.run(['/usr/bin/curl','--version']).returncode)\"; echo rc=$?; "
+        'python3 -c "import subprocess,sys; '
+        "sys.exit(subprocess.run(['/usr/bin/curl','--version']).returncode)\"; echo rc=$?; "
         "cp /usr/bin/curl ./c && ./c --version; echo rc=$?; rm -f ./c; "
         f"ls {paths.PROTOCOL_DIR} 2>/dev/null | wc -l"
     )

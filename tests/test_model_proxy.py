@@ -843,10 +843,7 @@ _CACHE_CASES = [
     ),  # (174 + 4096) x 8 + 2000 = 36160
     (
         "escaped ttl in a tool result",
-        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},'
-        '{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},{"role":"user","content":'
-        '[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral",'
-        '"t\\u0074l":"1h"}}]}]}]}',
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral","t\\u0074l":"1h"}}]}]}]}',
         333,
         Decimal("0.037432"),
     ),  # (333 + 4096) x 8 + 2000 = 37432
@@ -890,7 +887,8 @@ _CACHE_CASES = [
 
 @pytest.mark.parametrize("label, raw, forwarded_bytes, worst", _CACHE_CASES, ids=[c[0] for c in _CACHE_CASES])
 def test_the_cache_lifetime_is_read_on_the_parsed_body(prices, tmp_path, label, raw, forwarded_bytes, worst):
-    """The finding: '"t\\u0074l"' passed a byte search, was reserved at the 5-minute rate and billed at the 1-hour one."""
+    """The finding: '"t\\u0074l"' passed a byte search, was reserved at the 5-minute rate and billed at the 1-hour
+    one."""
     assert MODEL == "claude-opus-5-5"
     usage = {
         "input_tokens": 2000,
@@ -1205,7 +1203,8 @@ def _raw_exchange(meter, head: str, body: bytes = b"", timeout: float = 5.0) -> 
 
 
 def test_a_wrong_token_is_answered_before_the_body_is_read(proxy, upstream):
-    """The finding: the body was read whole before the token was checked. Only the head is sent here, announcing 1 GB."""
+    """The finding: the body was read whole before the token was checked. Only the head is sent here, announcing 1
+    GB."""
     meter = proxy.open_run("r-early", Decimal("4.00"), MODEL)
     head = (
         "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: pilot-run-forged\r\ncontent-type: application/json\r\n"
@@ -1353,7 +1352,8 @@ with MeteringProxy("http://127.0.0.1:9", "unused", PriceTable.load(), Path(sys.a
 
 @pytest.mark.slow
 def test_the_harness_memory_stays_bounded_under_a_flood_of_bodies(tmp_path):
-    """The finding: 16 connections announcing 60 MiB bodies pinned 1.8 GB. Peak RSS of the proxy's process is measured."""
+    """The finding: 16 connections announcing 60 MiB bodies pinned 1.8 GB. Peak RSS of the proxy's process is
+    measured."""
     import os
     import sys
 

@@ -126,7 +126,10 @@ VARIANTS = {
         _memo(
             (
                 GOLD_SET,
-                "The buyers must expedite BR-22. VLV-14 also needs expediting. IGN-30 must be expedited as well, and all three",
+                (
+                    "The buyers must expedite BR-22. VLV-14 also needs expediting. IGN-30 must be expedited "
+                    "as well, and all three"
+                ),
             )
         ),
         set(),

@@ -449,7 +449,8 @@ def test_the_guard_limit_is_charged_on_cpu_time_and_a_waiting_child_is_still_sto
 
     waits = tmp_path / "waits.py"
     waits.write_text(
-        "import json, sys, time\nfor i, _ in enumerate(sys.stdin):\n    time.sleep(1.5)\n    print(json.dumps({'i': i, 'ok': True}), flush=True)\n"
+        "import json, sys, time\nfor i, _ in enumerate(sys.stdin):\n    time.sleep(1.5)\n    "
+        "print(json.dumps({'i': i, 'ok': True}), flush=True)\n"
     )
     hangs = tmp_path / "hangs.py"
     hangs.write_text("import time\ntime.sleep(600)\n")

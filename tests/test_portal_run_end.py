@@ -1,4 +1,5 @@
-"""A run and its portal: health at the end of the run, requests served, and the password kept out of what the harness keeps."""
+"""A run and its portal: health at the end of the run, requests served, and the password kept out of what the harness
+keeps."""
 
 from __future__ import annotations
 
@@ -203,7 +204,8 @@ def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tm
     )
     script = json.dumps({"sessions": [{"steps": [{"tool": "Bash", "input": {"command": echo}}]}]})
     run_dir = tmp_path / "runs" / "r1"
-    # The script goes inline (the sandbox sees no file of the test's); the model proxy forwards the double's check to a stand-in API.
+    # The script goes inline (the sandbox sees no file of the test's); the model proxy forwards the double's check to a
+    # stand-in API.
     with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
         rec = run_attempt(
             PORTAL_SID,
@@ -286,7 +288,8 @@ def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_r
 
 @needs_portal
 def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path):
-    """The scheduler keeps <run id>/attempt-N; the next attempt cleans a killed one's folder with the pair in its workspace."""
+    """The scheduler keeps <run id>/attempt-N; the next attempt cleans a killed one's folder with the pair in its
+    workspace."""
     run = tmp_path / "r-0001"
     killed = run / "attempt-1"
     (killed / "workspace").mkdir(parents=True)

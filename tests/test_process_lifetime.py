@@ -99,7 +99,8 @@ def test_a_killed_scheduler_takes_its_attempts_trees_and_a_resume_sweeps_the_res
     assert survivors(pids) == [], "processes of attempts outlived the killed scheduler"
     assert survivors(proctree.tagged(str(folder))) == []
 
-    # 2. The scheduler and its supervisors all killed at once (nothing could clean up): the next run sweeps the leftovers.
+    # 2. The scheduler and its supervisors all killed at once (nothing could clean up): the next run sweeps the
+    # leftovers.
     proc = _cli(root, "run", "p", "--no-progress", **slow)
     _wait_for_spawned(folder, proc, len(pids) + 6)
     time.sleep(0.5)  # the supervisors list their attempts' processes every 0.2 s

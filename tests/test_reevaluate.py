@@ -58,7 +58,8 @@ def _no_soffice(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One study with an evaluation error and its twin evaluated in full, built once; each test restores a copy in place."""
+    """One study with an evaluation error and its twin evaluated in full, built once; each test restores a copy in
+    place."""
     base = tmp_path_factory.mktemp("reeval")
     root = make_root(base)
     studies = {"broken": _no_soffice(root), "twin": {}}
@@ -80,7 +81,10 @@ def built(tmp_path_factory):
         _out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
         # The run says which runs have no verdict, and what to do.
-        hint = f"note: 1 finished run(s) of wave pilot have no verdict: their evaluation could not run (eval_error, e.g. {ACC}); "
+        hint = (
+            "note: 1 finished run(s) of wave pilot have no verdict: their evaluation could not run "
+            f"(eval_error, e.g. {ACC}); "
+        )
         assert (hint in err and f"`pilot study reevaluate {name}`" in err) == (name == "broken"), err
     snapshot = base / "snapshot"
     shutil.copytree(root / "analysis" / "data", snapshot, symlinks=True)
@@ -89,7 +93,8 @@ def built(tmp_path_factory):
 
 @pytest.fixture
 def study(built):
-    """The root, restored to the state right after the runs (records hold absolute paths, so the copy goes back in place)."""
+    """The root, restored to the state right after the runs (records hold absolute paths, so the copy goes back in
+    place)."""
     root, snapshot = built
     data = root / "analysis" / "data"
     shutil.rmtree(data)

@@ -43,8 +43,8 @@ def rehearsed(tmp_path_factory):
     root = tmp_path_factory.mktemp("rehearsal-dask")
     with pytest.MonkeyPatch.context() as mp:
         # Only this process reads the data folder: the executor names each attempt's folder to its worker by absolute
-        # path, and the workers find the protocol from their own import of pilot (PILOT_ROOT when the clone is elsewhere).
-        # The workers inherit this environment when they spawn, so it is set before the cluster starts.
+        # path, and the workers find the protocol from their own import of pilot (PILOT_ROOT when the clone is
+        # elsewhere). The workers inherit this environment when they spawn, so it is set before the cluster starts.
         rehearsal_environment(mp, root / "data")
         cluster = LocalCluster(n_workers=0, processes=True, dashboard_address=None, silence_logs=40)
         client = None

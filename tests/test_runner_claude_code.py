@@ -453,7 +453,8 @@ def test_an_unreachable_api_is_an_infrastructure_error(tmp_path, worker_env):
 
 
 def test_the_tool_set_is_checked_before_any_inference(tmp_path, worker_env):
-    """The pinned CLI's --bare (2.1.327 and 2.1.332) leaves Bash, Edit and Read: an arm launched so is refused, nothing runs."""
+    """The pinned CLI's --bare (2.1.327 and 2.1.332) leaves Bash, Edit and Read: an arm launched so is refused, nothing
+    runs."""
     bare = protocol.study()["cli"]["bare"]
     script = {
         "bare_restricts_tools": True,

@@ -73,7 +73,8 @@ from pilot.scenarios.generate import build_gold_workspace, check_inputs, library
 
 sid = sys.argv[1]
 sc = load_scenario_from(paths.SCENARIOS_DIR / sid, load_study())
-out = {"pilot": pilot.__file__, "root": str(paths.ROOT), "module": library_module(sc).__file__, "inputs": check_inputs(sc)}
+out = {"pilot": pilot.__file__, "root": str(paths.ROOT), "module": library_module(sc).__file__}
+out["inputs"] = check_inputs(sc)
 with tempfile.TemporaryDirectory() as tmp:
     ev = evaluate(sc, build_gold_workspace(sc, Path(tmp) / "gold"))
 out["gold"] = {"D": ev.D, "E": ev.E, "errors": ev.errors, "criteria": [c.id for c in ev.criteria],

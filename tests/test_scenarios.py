@@ -1,4 +1,5 @@
-"""The pilot's ten scenario bundles (the design's set): structure, validation, byte-stable inputs, solvers, defects, the table."""
+"""The pilot's ten scenario bundles (the design's set): structure, validation, byte-stable inputs, solvers, defects, the
+table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The scripted judges of a rehearsal: the label that names each judge call, the judge branches, and the report's checks.
+"""The scripted judges of a rehearsal: the label that names each judge call, the judge branches, and the report's
+checks.
 
 The scripted model server tells the panel's members apart by the label the
 CLI judge sends with every call (``x-pilot-judge``, ``x-pilot-judge-attempt``),
@@ -93,7 +94,8 @@ def _rows(server: ScriptedModelServer) -> list[dict]:
 
 
 class HTTPJudge:
-    """A judge backend that asks the server as the CLI judge does (the label, a time limit per call), without the CLI."""
+    """A judge backend that asks the server as the CLI judge does (the label, a time limit per call), without the
+    CLI."""
 
     name = "claude-code"
 

@@ -155,7 +155,8 @@ def test_every_form_defect_of_every_scenario_fails_the_controllers_self_check(en
             defects.defect_for_criterion(sc, crit, ws, recalculator=env["recalc"])
             cases.append((sid, crit.id, sc, ws))
     # The oracle's form checks read every defective workbook recalculated: one LibreOffice batch for all of them, as the
-    # oracle batches a study's workspaces (evaluate_many); the recalculator caches by content, so each check reads its own copy.
+    # oracle batches a study's workspaces (evaluate_many); the recalculator caches by content, so each check reads its
+    # own copy.
     env["recalc"].recalculate([p for _, _, sc, ws in cases for p in workbooks_to_recalculate(sc, ws)])
     for sid, cid, sc, ws in cases:
         report = run_selfcheck(ws, sc, recalculator=env["recalc"])

@@ -1,4 +1,5 @@
-"""Commands racing on one study: only the one that holds it writes the files beside its store, and they agree with the store.
+"""Commands racing on one study: only the one that holds it writes the files beside its store, and they agree with the
+store.
 
 Two ``pilot study create`` of one name at once: the store takes exactly one,
 and ``assignment_pilot.csv`` must be that one's assignment, not the last
@@ -29,7 +30,8 @@ SCENARIOS = ["ACC-01", "LEGAL-01"]  # a pilot of some tens of cells: quick to cr
 RACERS = 4
 ROUNDS = 2
 
-# Each racer loads everything first, says so, then waits for the go file: the creates start within a millisecond of each other.
+# Each racer loads everything first, says so, then waits for the go file: the creates start within a millisecond of each
+# other.
 _RACER = r"""
 import sys, time
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Operator mistakes and faults of `pilot study`: each ends in one `pilot study:` line naming the file and what to do, and loses nothing."""
+"""Operator mistakes and faults of `pilot study`: each ends in one `pilot study:` line naming the file and what to do,
+and loses nothing."""
 
 from __future__ import annotations
 
@@ -141,8 +142,8 @@ def test_an_interrupted_create_leaves_no_study(tmp_path, monkeypatch):
 
     def boom(c, cells):
         c.execute(
-            "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "
-            "VALUES ('x', 'pilot', 0, 'ACC-01', 'A0', 1, 'm', 1, 1, 1, 1)"
+            "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, "
+            "wall_s, reserve_micro) VALUES ('x', 'pilot', 0, 'ACC-01', 'A0', 1, 'm', 1, 1, 1, 1)"
         )
         raise KeyboardInterrupt  # the operator's Ctrl-C in the middle of writing the cells
 
@@ -160,7 +161,8 @@ def test_an_interrupted_create_leaves_no_study(tmp_path, monkeypatch):
     conn = sqlite3.connect(folder / STORE_FILE)
     conn.executescript(store_mod.SCHEMA)
     conn.execute(
-        "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json) VALUES ('half', 1, 'x', '1', 'm', '[]')"
+        "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json) "
+        "VALUES ('half', 1, 'x', '1', 'm', '[]')"
     )
     conn.commit()
     conn.close()
@@ -182,7 +184,10 @@ def test_failed_runs_make_run_exit_nonzero_grouped_and_retry_reopens_them(tmp_pa
     assert ran.returncode == 4, ran.stderr
     assert "2 run(s) of wave pilot ended failed" in ran.stderr
     assert re.search(
-        r"^  2 run\(s\), e\.g\. fake infrastructure error on \S+ \(attempt 3\) \[ACC-01\.A1\.r[12], ACC-01\.A1\.r[12]\]$",
+        (
+            r"^  2 run\(s\), e\.g\. fake infrastructure error on \S+ \(attempt 3\) \[ACC-01\.A1\.r[12], "
+            r"ACC-01\.A1\.r[12]\]$"
+        ),
         ran.stderr,
         re.M,
     ), ran.stderr
@@ -223,8 +228,8 @@ def test_run_refusals_take_no_freeze_manifest_and_reserve_nothing(tmp_path):
             sys.executable,
             "-c",
             (
-                "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write('4242'); f.flush(); "
-                "print('locked', flush=True); time.sleep(60)"
+                "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+                "f.write('4242'); f.flush(); print('locked', flush=True); time.sleep(60)"
             ),
             str(folder / "scheduler.lock"),
         ],
@@ -305,7 +310,8 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     first = 1 + max(int(r["id"][2:]) for r in protocol.load_amendments(amendments))
     low, high, written = (f"A-{n:03d}" for n in range(first, first + 3))
     assert pilot(env, "create", "env", "--scenarios", "ACC-01", "--runner", FAKE).returncode == 0
-    # lowered before any spending to 8 dollars: one run's worst case (ACC-01: 6.00 + 0.30 for judges) fits while spent <= 1.70
+    # lowered before any spending to 8 dollars: one run's worst case (ACC-01: 6.00 + 0.30 for judges) fits while spent
+    # <= 1.70
     one_line_fault(pilot(env, "envelope", "env", "--set", "20", "--amendment", "11"), r"A-NNN")
     one_line_fault(pilot(env, "envelope", "env", "--set", "-3", "--amendment", low), r"positive")
     one_line_fault(pilot(env, "envelope", "env", "--set", "0.0000001", "--amendment", low), r"six decimals")
@@ -346,7 +352,8 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     last_date = list(csv.DictReader(amendments.open()))[-1]["date"]
     with amendments.open("a") as fh:
         fh.write(
-            f'{written},{last_date},before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n'
+            f'{written},{last_date},before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to '
+            'rerun failed runs."\n'
         )
     assert pilot(env, "envelope", "env", "--set", "900", "--amendment", written).returncode == 0
     assert [r["id"] for r in csv.DictReader(amendments.open())].count(written) == 1
@@ -510,9 +517,9 @@ def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_
             sys.executable,
             "-c",
             (
-                "import time\nfrom distributed import LocalCluster\n"
-                f"c = LocalCluster(n_workers=1, threads_per_worker=4, processes=False, protocol='tcp://', dashboard_address=None, resources={caps!r})\n"
-                "print(c.scheduler_address, flush=True)\ntime.sleep(600)\n"
+                "import time\nfrom distributed import LocalCluster\nc = LocalCluster(n_workers=1, "
+                "threads_per_worker=4, processes=False, protocol='tcp://', dashboard_address=None, "
+                f"resources={caps!r})\nprint(c.scheduler_address, flush=True)\ntime.sleep(600)\n"
             ),
         ],
         env=_env(root, PILOT_FAKE_SLEEP_S="30", PILOT_FAKE_SPAWN="1"),

@@ -798,7 +798,8 @@ def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_pa
 
 @pytest.mark.slow
 def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
-    """The A4 shape: the first session stops at --max-turns, the resume keeps the assigned id and reports the cumulative cost.
+    """The A4 shape: the first session stops at --max-turns, the resume keeps the assigned id and reports the cumulative
+    cost.
 
     The resume's first answer makes three calls at once: the CLI's num_turns then counts more than the model's answers.
     """
@@ -862,13 +863,14 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
 #: What the pinned CLI 2.1.332 sent back for `sh -c 'X=cu; Y=rl; "$X$Y" --version'` under the deny rule Bash(curl:*)
 #: (seen in a run of tests/test_sandbox_adversarial.py): a rule sent the call to approval, print mode refused it.
 AUTO_DENIAL = (
-    "Permission for this tool use was denied. It requires approval, and this session has no approval surface \u2014 "
-    "nobody can answer a permission prompt here \u2014 so it was denied automatically. The action was NOT performed; "
-    "do not claim it succeeded, and do not retry it: this action, and anything else that requires approval, will be "
-    "denied the same way for the rest of this session. Tell the user what was blocked and why you needed it, then "
-    "continue with the parts of the task that do not require approval. What required approval: A permission rule "
-    "denies a command inside this shell -c script, so Claude Code could not check it for dangerous removals. "
-    "Approving runs the whole script, including that command. A permission rule denies a command in this shell -c script"
+    "Permission for this tool use was denied. It requires approval, and this session has no approval "
+    "surface \u2014 nobody can answer a permission prompt here \u2014 so it was denied automatically. The "
+    "action was NOT performed; do not claim it succeeded, and do not retry it: this action, and anything "
+    "else that requires approval, will be denied the same way for the rest of this session. Tell the user "
+    "what was blocked and why you needed it, then continue with the parts of the task that do not require "
+    "approval. What required approval: A permission rule denies a command inside this shell -c script, so "
+    "Claude Code could not check it for dangerous removals. Approving runs the whole script, including "
+    "that command. A permission rule denies a command in this shell -c script"
 )
 
 

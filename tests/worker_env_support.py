@@ -1,4 +1,5 @@
-"""A stand-in worker environment for runner and launch tests: a folder whose ``bin/python3`` is the system interpreter."""
+"""A stand-in worker environment for runner and launch tests: a folder whose ``bin/python3`` is the system
+interpreter."""
 
 from __future__ import annotations
 

@@ -312,7 +312,8 @@ def write_table(
     note: str | None = None,
     font: str = "\\small",
 ) -> Path:
-    """Write ``df`` as a booktabs table environment; prefix the caption with the data's label (``simulated``: see :func:`data_label`)."""
+    """Write ``df`` as a booktabs table environment; prefix the caption with the data's label (``simulated``: see
+    :func:`data_label`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tag = data_label(simulated)
@@ -321,7 +322,8 @@ def write_table(
     # what the column holds), and headers put in words; then nothing is escaped twice.
     df = _short_reasons(df)
     if column_format is None:
-        # A note column with nothing in it says nothing: it is left out (a table with an explicit layout keeps its columns).
+        # A note column with nothing in it says nothing: it is left out (a table with an explicit layout keeps its
+        # columns).
         empty = [
             c
             for c in df.columns

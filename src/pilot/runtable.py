@@ -119,7 +119,10 @@ COLUMNS: tuple[ColumnSpec, ...] = (
         "str",
         nullable=True,
         allowed=ENFORCEMENTS,
-        doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; simulated: a dry run)",
+        doc=(
+            "how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; "
+            "simulated: a dry run)"
+        ),
     ),
 )
 
@@ -142,12 +145,16 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(
         "eval_error", "str", nullable=True, doc="why the evaluation itself could not run in full; missing when it ran"
     ),
-    # The verdict comes from `pilot study reevaluate` (the first evaluation could not run); the earlier record is kept in the store.
+    # The verdict comes from `pilot study reevaluate` (the first evaluation could not run); the earlier record is kept
+    # in the store.
     ColumnSpec(
         "reevaluated_at",
         "str",
         nullable=True,
-        doc="when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is the run's first",
+        doc=(
+            "when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is "
+            "the run's first"
+        ),
     ),
 )
 
@@ -162,8 +169,10 @@ def refuse_unisolated(df: pd.DataFrame, source: str | Path = "<run table>") -> N
         raise RunTableError(
             str(source),
             "enforcement",
-            f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), "
-            "so their arm's access was not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway",
+            (
+                f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), so their arm's access was "
+                "not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway"
+            ),
             row=i + 1,
             run_id=str(df["run_id"].iloc[i]),
         )
@@ -226,12 +235,14 @@ def known_scenarios() -> list[str]:
 
 
 def is_simulated(df: pd.DataFrame) -> bool:
-    """True when the table is no finding: any row from a non-real backend (a dry run, a rehearsal) or a study tagged SIMULATED."""
+    """True when the table is no finding: any row from a non-real backend (a dry run, a rehearsal) or a study tagged
+    SIMULATED."""
     return bool(data_label(df))
 
 
 def data_label(df: pd.DataFrame) -> str:
-    """The label every output of this table carries: SIMULATED, REHEARSAL (:func:`pilot.backends.label_of`), or ``""`` for a finding."""
+    """The label every output of this table carries: SIMULATED, REHEARSAL (:func:`pilot.backends.label_of`), or ``""``
+    for a finding."""
     if df["study"].astype(str).str.contains(SIMULATED_TAG).any():
         return SIMULATED_TAG
     return backends.label_of(df["backend"].astype(str).unique())

@@ -111,7 +111,8 @@ def _check(args: argparse.Namespace) -> int:
         for r in ev.errors:
             print(f"  EVALUATION ERROR  {r}")
         print(
-            f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} ({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}"
+            f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} "
+            f"({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}"
         )
     return EXIT_BY_OUTCOME[ev.outcome]
 

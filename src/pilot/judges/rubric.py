@@ -119,7 +119,8 @@ def criteria_from(rubric: Any, source: str = "rubric") -> list[Criterion]:
 
 @lru_cache(maxsize=64)
 def scenario_criteria(scenario_id: str) -> tuple[Criterion, ...]:
-    """The criteria of the protocol's scenario ``scenario_id``, as the judges' prompt reads them (loaded once per process)."""
+    """The criteria of the protocol's scenario ``scenario_id``, as the judges' prompt reads them (loaded once per
+    process)."""
     from pilot.scenarios import load_scenario
 
     scenario = load_scenario(scenario_id)

@@ -576,7 +576,10 @@ def load_amendments(path: Path | None = None) -> list[dict[str, str]]:
                 raise ProtocolError(
                     path,
                     f"line {n}.stage",
-                    f"{row['id']} is made {row['stage']!r} but the earlier amendment {prev_id} was made {AMENDMENT_STAGES[prev_rank]!r}",
+                    (
+                        f"{row['id']} is made {row['stage']!r} but the earlier amendment {prev_id} was made "
+                        f"{AMENDMENT_STAGES[prev_rank]!r}"
+                    ),
                 )
         previous = (row["id"], date, rank)
     return rows

@@ -221,7 +221,8 @@ def _as_decimal(x: Decimal | float | int | str) -> Decimal:
 
 
 def finite_decimal(value: Any) -> Decimal | None:
-    """A reported amount as a finite Decimal (at its shortest decimal spelling), or None when it is none (a bool, NaN, text)."""
+    """A reported amount as a finite Decimal (at its shortest decimal spelling), or None when it is none (a bool, NaN,
+    text)."""
     if value is None or isinstance(value, bool):
         return None
     try:

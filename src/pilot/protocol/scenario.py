@@ -479,7 +479,10 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
         raise ProtocolError(
             path,
             f"{where}.expected",
-            f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a list as expected)",
+            (
+                f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a "
+                "list as expected)"
+            ),
         )
     if deliv.kind in DOCUMENT_KINDS:
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
@@ -499,7 +502,8 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
 
 
 def _check_bounds(path: Path, where: str, raw: dict) -> None:
-    """A bounds criterion states at least one bound, a minimum no greater than its maximum, and labels that are regexes."""
+    """A bounds criterion states at least one bound, a minimum no greater than its maximum, and labels that are
+    regexes."""
     lo, hi = raw.get("minimum"), raw.get("maximum")
     if lo is None and hi is None:
         raise ProtocolError(path, f"{where}.minimum", "a labelled_bounds criterion needs 'minimum', 'maximum' or both")

@@ -51,7 +51,8 @@ class Apparatus:
 
 
 def load_apparatus(path: Path | None = None) -> Apparatus:
-    """Read and check ``authors.yml``; a malformed one is a :class:`pilot.protocol.ProtocolError` naming file and field."""
+    """Read and check ``authors.yml``; a malformed one is a :class:`pilot.protocol.ProtocolError` naming file and
+    field."""
     path = Path(path or AUTHORS_FILE)
     raw = read_yaml(path)
     validate(raw, AUTHORS_SCHEMA, path)

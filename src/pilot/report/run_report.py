@@ -149,7 +149,8 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
 
 
 def flow_figure(report: RunReport, path: Path) -> Path:
-    """A CONSORT-style diagram: one column per arm, its runs from assigned to analysed, with what left the path at each step.
+    """A CONSORT-style diagram: one column per arm, its runs from assigned to analysed, with what left the path at each
+    step.
 
     Drawn at the page's text width (6.5 in) so that its smallest text prints at 7 pt.
     """
@@ -189,7 +190,9 @@ def flow_figure(report: RunReport, path: Path) -> Path:
         "evaluated": lambda a: f"{left(a, 'finished', 'evaluated')} eval. error",
         "judged": lambda a: f"{left(a, 'evaluated', 'judged')} not judged",
         "analysed": lambda a: (
-            f"{t.loc['other model', a]} other model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} no acceptance"
+            f"{t.loc['other model', a]} other "
+            f"model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} "
+            "no acceptance"
         ),
     }
     for i, a in enumerate(arms):
@@ -229,7 +232,8 @@ def flow_figure(report: RunReport, path: Path) -> Path:
 def write(
     report: RunReport, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str
 ) -> dict[str, Path]:
-    """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and ``run_macros.tex``."""
+    """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and
+    ``run_macros.tex``."""
     from pilot.report.stage_outputs import figure_env
 
     tables, figs, gen = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
@@ -266,8 +270,9 @@ def write(
         ledger,
         gen / "run_ledger_table.tex",
         caption=(
-            f"Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against the envelope of "
-            f"\\${format_number(report.balance.envelope_usd, 2)}; \\${format_number(report.balance.reserved_usd, 2)} still reserved."
+            "Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against "
+            f"the envelope of \\${format_number(report.balance.envelope_usd, 2)}; "
+            f"\\${format_number(report.balance.reserved_usd, 2)} still reserved."
         ),
         label="tab:run-ledger",
         simulated=sim,
@@ -282,9 +287,10 @@ def write(
         fid.rename(columns={"measure": "Measure", "all": "All arms"}),
         gen / "run_fidelity_table.tex",
         caption=(
-            "Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt at something the arm "
-            "does not allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run whatever "
-            "its quality; capped runs are censored at the cap they reached; the last rows give the node each run ran on."
+            "Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt "
+            "at something the arm does not allow, recorded on the run and counted by what stopped it; a "
+            "critical violation (E) fails the run whatever its quality; capped runs are censored at the "
+            "cap they reached; the last rows give the node each run ran on."
         ),
         label="tab:run-fidelity",
         simulated=sim,
@@ -296,10 +302,12 @@ def write(
         pdf,
         gen / "run_flow_figure.tex",
         caption=(
-            "Run flow by arm over all waves. Each column follows one arm's cells from assignment to the primary analysis; "
-            "beside each arrow, what left the path at that step: infrastructure attempts that were rerun under the same run id "
-            "(every attempt is kept) and cells that ran out of attempts; runs whose evaluation failed; runs no judge scored; "
-            "runs of a model-sensitivity wave, which enter no contrast; and judged runs of the worker model without an acceptance value."
+            "Run flow by arm over all waves. Each column follows one arm's cells from assignment to the "
+            "primary analysis; beside each arrow, what left the path at that step: infrastructure "
+            "attempts that were rerun under the same run id (every attempt is kept) and cells that ran "
+            "out of attempts; runs whose evaluation failed; runs no judge scored; runs of a "
+            "model-sensitivity wave, which enter no contrast; and judged runs of the worker model without "
+            "an acceptance value."
         ),
         label="fig:run-flow",
         simulated=sim,

@@ -114,7 +114,8 @@ def _cell(v: object) -> str:
 
 
 def pin_core_properties(cp) -> None:
-    """Author, dates and revision of a Word document's or a deck's core properties, fixed so files regenerate byte for byte."""
+    """Author, dates and revision of a Word document's or a deck's core properties, fixed so files regenerate byte for
+    byte."""
     import datetime as _dt
 
     fixed = _dt.datetime(2026, 10, 1, 9, 0, 0)

@@ -49,7 +49,8 @@ def grid_denominator(max_repeats: int) -> int:
 
 
 def grid_of(d: np.ndarray, max_repeats: int = 10) -> int | None:
-    """The smallest ``grid_denominator(r)`` (r <= ``max_repeats``) on whose grid every value of ``d`` lies, else None."""
+    """The smallest ``grid_denominator(r)`` (r <= ``max_repeats``) on whose grid every value of ``d`` lies, else
+    None."""
     x = np.asarray(d, dtype=float)
     x = x[~np.isnan(x)]
     for r in range(1, max_repeats + 1):

@@ -101,7 +101,8 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
 def frontier_plot(
     table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str, p_hat: dict | None = None
 ) -> Path:
-    """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band; ``p_hat``: each arm's acceptance at any allowance, drawn dashed."""
+    """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band;
+    ``p_hat``: each arm's acceptance at any allowance, drawn dashed."""
     arms = list(dict.fromkeys(table["arm"]))
     # Drawn at the text width it is printed at, so its 7.5-pt ticks print at 7.5 pt.
     fig, axes = plt.subplots(1, len(arms), figsize=(6.5, 2.6), sharex=True, sharey=True, squeeze=False)

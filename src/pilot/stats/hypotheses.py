@@ -46,7 +46,8 @@ class HypothesisResult:
     estimate: str = ""
     interval: str = ""
     test: str = ""
-    #: What the numbers say beyond the verdict, read from them (an interval against its test, a rate at its limit), or "".
+    #: What the numbers say beyond the verdict, read from them (an interval against its test, a rate at its limit), or
+    #: "".
     remark: str = ""
 
     @property
@@ -89,7 +90,8 @@ MINUS = "\u2212"
 
 
 def shown(value: object, digits: int = 3) -> str:
-    """A number as a verdict's text prints it: fixed decimals, a true minus, ``∞`` for an infinite ratio, "not estimable" when missing."""
+    """A number as a verdict's text prints it: fixed decimals, a true minus, ``∞`` for an infinite ratio, "not
+    estimable" when missing."""
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -120,7 +122,8 @@ def shown_p(value: object, name: str = "p") -> str:
 
 
 def _exact(value: float) -> float:
-    """A rate or index as the ratio of counts it is: rounded to 12 decimals, so 1/10 computed as 0.09999999999999999 meets a threshold of 0.1 as 0.1."""
+    """A rate or index as the ratio of counts it is: rounded to 12 decimals, so 1/10 computed as 0.09999999999999999
+    meets a threshold of 0.1 as 0.1."""
     return round(float(value), 12)
 
 
@@ -201,15 +204,18 @@ def _interval_against_test(
         return ""
     pct = f"{level:.0%}"
     return (
-        f"The {pct} percentile interval ({shown(low)} to {shown(high)}) excludes zero while the {p_name} ({shown(p)}) is not below {alpha:g}. "
-        "The two do not answer the same question: the sign-flip test is exact under its null at any number of scenarios, but a scenario "
-        "whose value is zero carries no sign, and with k scenarios of non-zero value the smallest p-value it can reach is 2 divided by 2 to the power k"
+        f"The {pct} percentile interval ({shown(low)} to {shown(high)}) excludes zero while the {p_name} "
+        f"({shown(p)}) is not below {alpha:g}. The two do not answer the same question: the sign-flip test "
+        "is exact under its null at any number of scenarios, but a scenario whose value is zero carries "
+        "no sign, and with k scenarios of non-zero value the smallest p-value it can reach is 2 divided "
+        "by 2 to the power k"
         + (
             f" (here k = {nonzero}, so p cannot fall below {min(1.0, 2 / 2**nonzero):.3f})"
             if nonzero is not None
             else ""
         )
-        + f"; the percentile interval can cover less often than {pct} with few scenarios (Appendix on calibration). The criterion rests on the test."
+        + f"; the percentile interval can cover less often than {pct} with few scenarios (Appendix on "
+        "calibration). The criterion rests on the test."
     )
 
 
@@ -223,8 +229,9 @@ def _contrast_remark(r: pd.Series, p: float, p_name: str, alpha: float, level: f
         return discord
     if r.ci_low <= 0 <= r.ci_high:
         return (
-            f"The {pct} interval runs from {lo} to {hi} and includes zero: this table is compatible with no difference "
-            f"and with differences as large as {lo if abs(r.ci_low) > abs(r.ci_high) else hi}; it neither shows the effect nor rules it out."
+            f"The {pct} interval runs from {lo} to {hi} and includes zero: this table is compatible with "
+            "no difference and with differences as large as "
+            f"{lo if abs(r.ci_low) > abs(r.ci_high) else hi}; it neither shows the effect nor rules it out."
         )
     return f"The {pct} interval ({lo} to {hi}) lies on one side of zero."
 
@@ -325,8 +332,9 @@ def h3(
         interval=f"{shown_interval(r.ci_low, r.ci_high)}; {shown_interval(ari.ci_low, ari.ci_high)}",
         test=f"{shown_p(r.p_holm, 'Holm-adjusted p')}; ARI {NOT_APPLICABLE}",
         remark=(
-            f"The ARI counts {int(ari.recovered)} of {int(ari.eligible)} eligible runs (a first session that failed its self-check, "
-            f"was capped or ended in an error) that passed the self-check after the one recovery; "
+            f"The ARI counts {int(ari.recovered)} of {int(ari.eligible)} eligible runs (a first session "
+            "that failed its self-check, was capped or ended in an error) that passed the self-check "
+            "after the one recovery; "
             + (
                 "the premium is a difference of acceptance, which the recovery can raise only in those runs."
                 if int(ari.eligible)
@@ -429,12 +437,16 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         verdict,
         failing=failing,
         estimate=f"depth {shown(pooled['depth_slope'])}; tool calls {shown(pooled['tool_calls_slope'])}",
-        interval=f"{shown_interval(pooled['depth_ci_low'], pooled['depth_ci_high'])}; {shown_interval(pooled['tool_calls_ci_low'], pooled['tool_calls_ci_high'])}",
+        interval=(
+            f"{shown_interval(pooled['depth_ci_low'], pooled['depth_ci_high'])}; "
+            f"{shown_interval(pooled['tool_calls_ci_low'], pooled['tool_calls_ci_high'])}"
+        ),
         test=f"cluster-robust Wald {shown_p(pooled['depth_p'])}; {shown_p(pooled['tool_calls_p'])}",
         remark=(
             f"The pooled fit uses {int(pooled['n_runs'])} scored runs"
             + (f" ({pooled['note']})" if pooled["note"] else "")
-            + "; tool calls are realised, not assigned, so their slope describes an association, not an effect of tool use."
+            + "; tool calls are realised, not assigned, so their slope describes an association, not an "
+            "effect of tool use."
         ),
     )
 
@@ -448,7 +460,8 @@ def h5(
     n_permutations: int | None = None,
     limit: float | None = None,
 ) -> HypothesisResult:
-    """H5: critical-violation rate below the protocol's limit (``hypotheses.violation_rate_max``, 10%) in every arm and not increasing with tool access.
+    """H5: critical-violation rate below the protocol's limit (``hypotheses.violation_rate_max``, 10%) in every arm and
+    not increasing with tool access.
 
     Per arm: the scenario-weighted rate of E with its bootstrap interval. Trend:
     within each scenario, the least-squares slope of the arms' violation rates
@@ -520,7 +533,8 @@ def h5(
         remark=" ".join(
             [
                 *(
-                    f"{a}'s rate equals the limit of {limit:g} exactly; the criterion is strict (below), so {a} fails it by the smallest margin a rate can."
+                    f"{a}'s rate equals the limit of {limit:g} exactly; the criterion is strict (below), "
+                    f"so {a} fails it by the smallest margin a rate can."
                     for a, e in zip(layout.arms, est)
                     if estimability.known(e) and _exact(e) == limit
                 ),
@@ -564,7 +578,8 @@ def h6(
     """
     res = sensitivity.cost_per_accepted(df, seed=seed, study=study, B=B)
     t = res.table
-    # How many runs of each arm are charged at the ledger's charge for want of a reported cost (interpretations.md, Cost of a run).
+    # How many runs of each arm are charged at the ledger's charge for want of a reported cost (interpretations.md, Cost
+    # of a run).
     table = t[["arm", "cost_per_accepted", "ci_low", "ci_high", "share_lowest", "n_charged", "note"]].copy()
     est = t.set_index("arm")["cost_per_accepted"]
     notes = t.set_index("arm")["note"]
@@ -594,7 +609,10 @@ def h6(
     return HypothesisResult(
         "H6",
         f"cost per accepted deliverable lowest in {' or '.join(expected)}, not A0",
-        f"lowest finite point estimate in {' or '.join(expected)} (share of resamples with the lowest in {'/'.join(expected)}: {share:.2f})",
+        (
+            f"lowest finite point estimate in {' or '.join(expected)} (share of resamples with the lowest in "
+            f"{'/'.join(expected)}: {share:.2f})"
+        ),
         table,
         verdict,
         infinite=("cost_per_accepted", "ci_low", "ci_high"),
@@ -608,7 +626,8 @@ def h6(
         or "not estimable",
         test=f"share of resamples lowest in {'/'.join(expected)}: {share:.2f}",
         remark=(
-            f"In {share:.0%} of the joint bootstrap resamples the cheapest arm per accepted deliverable was {' or '.join(expected)}; "
+            f"In {share:.0%} of the joint bootstrap resamples the cheapest arm per accepted deliverable "
+            f"was {' or '.join(expected)}; "
             + (
                 f"{n_charged} run without a reported cost is"
                 if n_charged == 1
@@ -689,7 +708,10 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     pooled_why = "no scenario with scored runs in both arms" if not ok.any() else ""
     fmt = lambda v, why, spec: f"{v:{spec}}" if np.isfinite(v) else estimability.not_estimable(why)  # noqa: E731
     acc_text = f"acceptance: chi2 = {fmt(chi2, acc_why, '.2f')} (df {int(dof_acc)}), p = {fmt(p_acc, acc_why, '.3f')}"
-    text = f"premium: Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = {fmt(p_het, het_why, '.3f')}, I2 = {fmt(i2, het_why, '.2f')}"
+    text = (
+        f"premium: Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = "
+        f"{fmt(p_het, het_why, '.3f')}, I2 = {fmt(i2, het_why, '.2f')}"
+    )
     pooled_share = float(acc[has].sum() / scored[has].sum()) if has.any() else np.nan
     table = pd.concat(
         [
@@ -715,16 +737,22 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     return HypothesisResult(
         "H7",
         "heterogeneity across occupations, in acceptance and in the premium (exploratory)",
-        "descriptive; chi-square of acceptance by occupation and Cochran's Q of the premium reported, no confirmatory claim",
+        (
+            "descriptive; chi-square of acceptance by occupation and Cochran's Q of the premium reported, no "
+            "confirmatory claim"
+        ),
         table,
         "exploratory",
         exploratory=True,
         estimate=f"acceptance {spread} across occupations; pooled premium {shown(pooled)}",
         interval=NOT_APPLICABLE,
-        test=f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, 'Cochran p')}, I² = {shown(i2, 2)}",
+        test=(
+            f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, 'Cochran p')}, I² = {shown(i2, 2)}"
+        ),
         remark=(
-            f"Each occupation is one scenario, so occupation and scenario cannot be told apart; with {int(has.sum())} occupations "
-            "these numbers describe this table and support no claim about an occupation."
+            "Each occupation is one scenario, so occupation and scenario cannot be told apart; with "
+            f"{int(has.sum())} occupations these numbers describe this table and support no claim about an "
+            "occupation."
         ),
     )
 

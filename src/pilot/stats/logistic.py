@@ -33,7 +33,8 @@ MIN_CLUSTERS = 3
 
 @dataclass
 class LogitFit:
-    """Coefficients, cluster-robust standard errors, p-values and intervals per term (NaN: not estimable, see ``reasons``)."""
+    """Coefficients, cluster-robust standard errors, p-values and intervals per term (NaN: not estimable, see
+    ``reasons``)."""
 
     terms: list[str]
     coef: np.ndarray

@@ -730,8 +730,8 @@ def scenario_sets_sentence(grid: PowerResult, scenario_sets: Mapping[str, int]) 
             f = grid.power(J, R, base.delta, PREREGISTERED_TEST, TABLE_READING)
             cells.append(f"\\(R={R}\\): {t:.3f} with the \\(t\\)-test and {f:.3f} with the sign-flip test")
         parts.append(
-            f"for the scenario set \\texttt{{{name}}} of \\(J={J}\\) scenarios, power at {round(base.delta * 100)} points is "
-            + "; at ".join(["at " + cells[0]] + cells[1:])
+            f"for the scenario set \\texttt{{{name}}} of \\(J={J}\\) scenarios, power at "
+            f"{round(base.delta * 100)} points is " + "; at ".join(["at " + cells[0]] + cells[1:])
         )
     if not parts:
         return LatexText("")

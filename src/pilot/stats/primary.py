@@ -185,7 +185,8 @@ def _contrast_reason(means: np.ndarray, layout: Layout, pair: Sequence[str]) -> 
 
 
 def contrast_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
-    """A contrast table as reported: numbers or ``not estimable (reason)``, ``p_holm`` empty for the primary contrast."""
+    """A contrast table as reported: numbers or ``not estimable (reason)``, ``p_holm`` empty for the primary
+    contrast."""
     out = estimability.honest_frame(contrasts, ["estimate", "ci_low", "ci_high", "p_value", "p_holm"])
     if "role" in out.columns:
         out["p_holm"] = [("" if r == "primary" else v) for v, r in zip(out["p_holm"].astype(object), out["role"])]

@@ -478,7 +478,8 @@ def frontier(
     ``frontier.budget_usd``) or ``human`` (S=1 and H <= h, over ``frontier.human_minutes``)."""
     study, rows, layout = _setup(df, study)
     if kind == "budget":
-        # The cost reading of every cost figure: a run without a reported cost counts at its ledger charge (interpretations.md).
+        # The cost reading of every cost figure: a run without a reported cost counts at its ledger charge
+        # (interpretations.md).
         grid, resource = study.grid("budget_usd"), charged_agent_cost(rows)[0]
     elif kind == "human":
         grid, resource = study.grid("human_minutes"), rows["H_minutes"].to_numpy(dtype=float)
@@ -649,7 +650,8 @@ def recovery_index(
     for name, num_runs in (("ARI", recovered), ("ARI, accepted", accepted)):
         num, _ = layout.sums(num_runs.astype(float))
         if name == "ARI, accepted":
-            # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run as not accepted.
+            # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run
+            # as not accepted.
             num, _ = layout.sums((accepted & ~np.isnan(S)).astype(float))
             d, _ = layout.sums((eligible & ~np.isnan(S)).astype(float))
         else:

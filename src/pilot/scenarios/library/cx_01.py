@@ -212,7 +212,8 @@ def _start(g, *, weekday_max: int = 4) -> dt.datetime:
 
 
 def _draw(g, kind: str, prio: str) -> tuple[dt.datetime, dt.datetime, tuple[dt.datetime, dt.datetime] | None]:
-    """(created, resolved, awaiting-customer pause) of one ticket of this kind, resolved in October (policy section 1)."""
+    """(created, resolved, awaiting-customer pause) of one ticket of this kind, resolved in October (policy section
+    1)."""
     while True:
         created, resolved, pause = _draw_once(g, kind, prio)
         if resolved.astimezone(UK).month == 10:
@@ -581,7 +582,8 @@ def _hours(x: Decimal) -> float:
 
 
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
-    """Write the gold deliverables as a careful analyst would: formulas in the workbook, the clock rules applied and said."""
+    """Write the gold deliverables as a careful analyst would: formulas in the workbook, the clock rules applied and
+    said."""
     facts = compute(inputs_dir)
     pol = facts["policy"]
     issued = f"version {pol['version']} of the SLA policy, effective {pol['effective'].day} {pol['effective']:%B %Y}"
