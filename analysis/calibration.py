@@ -26,19 +26,19 @@ import os
 # and on a shared machine they stall, so one thread unless the caller sets it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
+import numpy as np
+import pandas as pd
+from scipy import stats
 
-from pilot import paths, protocol  # noqa: E402
-from pilot.latex import LatexText, latex_escape, macro_name, write_macros, write_table  # noqa: E402
-from pilot.simulated import calibration  # noqa: E402
-from pilot.simulated.calibration import run_calibration  # noqa: E402
-from pilot.stats.primary import InferenceSettings  # noqa: E402
+from pilot import paths, protocol
+from pilot.latex import LatexText, latex_escape, macro_name, write_macros, write_table
+from pilot.simulated import calibration
+from pilot.simulated.calibration import run_calibration
+from pilot.stats.primary import InferenceSettings
 
 
 def _n(x: int) -> str:
@@ -180,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             m[macro_name(*base, "PlantedControl")] = float(r.planted_control)
     # The appendix's and the discussion's readings of these numbers, written from them.
     primary_name = "-".join(protocol.study().contrasts[0])
-    pick = lambda cond, col, se: [
-        (int(r.J), float(r[col]), float(r[se]))
-        for _, r in s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J").iterrows()
-    ]  # noqa: E731
+
+    def pick(cond: str, col: str, se: str) -> list[tuple[int, float, float]]:
+        rows = s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J")
+        return [(int(r.J), float(r[col]), float(r[se])) for _, r in rows.iterrows()]
+
     settings = InferenceSettings.from_study(0, protocol.study())
     m["CalLevelSentence"] = LatexText(
         latex_escape(calibration.level_sentence(pick("null", "rejection", "rejection_mc_se"), 1 - settings.level))

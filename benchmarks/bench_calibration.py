@@ -33,15 +33,15 @@ import os
 # 2-core machine (both sides use BLAS the same way).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import time  # noqa: E402
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from pilot import protocol  # noqa: E402
+from pilot import protocol
 from pilot.simulated import calibration, synthetic
-from pilot.stats import batch_inference, estimators, primary, resampling  # noqa: E402
-from pilot.stats.estimators import Layout  # noqa: E402
-from pilot.stats.primary import InferenceSettings  # noqa: E402
+from pilot.stats import batch_inference, estimators, primary, resampling
+from pilot.stats.estimators import Layout
+from pilot.stats.primary import InferenceSettings
 
 
 def reference(y_float: np.ndarray, counts: np.ndarray, signs: np.ndarray, level: float) -> dict[str, np.ndarray]:

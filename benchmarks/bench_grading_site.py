@@ -127,7 +127,10 @@ def measure(app, folder: Path, made, repeat: int) -> int:
 
     # The reference and the page in turn, package by package, so that neither gets the quieter moments.
     pairs = [
-        (seconds(lambda: judged_deliverables(reader, reader.run(run_id))), seconds(lambda: get(f"/grade/{aid}")))
+        (
+            seconds(lambda run_id=run_id: judged_deliverables(reader, reader.run(run_id))),
+            seconds(lambda aid=aid: get(f"/grade/{aid}")),
+        )
         for aid, run_id in (queue[i % len(queue)] for i in range(repeat))
     ]
     t_ref = statistics.median(r for r, _ in pairs)

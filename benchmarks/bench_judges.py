@@ -139,7 +139,7 @@ def cold(repeats: int) -> None:
                     )
                     acc.append(float(done.stdout.split()[-1]))
             row = [statistics.median(x) for x in (guarded_t, ref_t, fresh_g, fresh_r)]
-            totals = [a + b for a, b in zip(totals, row)]
+            totals = [a + b for a, b in zip(totals, row, strict=True)]
             print(
                 f"{sid:<10} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>10.1f} {row[0] / row[1]:>6.2f}   "
                 f"{row[2] * 1e3:>11.1f} {row[3] * 1e3:>10.1f} {row[2] / row[3]:>6.2f}"
@@ -185,8 +185,8 @@ def main() -> None:
                 path = ws / "outputs" / d.name
                 if d.kind == "completion_record" or not path.is_file():
                     continue
-                t_render = timed(lambda: render_deliverable(d.name, ws / "outputs"), args.repeats)
-                t_ref = timed(lambda: reference_read(path), args.repeats)
+                t_render = timed(lambda name=d.name, out=ws / "outputs": render_deliverable(name, out), args.repeats)
+                t_ref = timed(lambda path=path: reference_read(path), args.repeats)
                 rows.append((sid, d.name, format_of(path), path.stat().st_size, t_render, t_ref))
 
     print()

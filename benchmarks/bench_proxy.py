@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fake_messages_api import FakeMessagesAPI  # noqa: E402
+from fake_messages_api import FakeMessagesAPI
 
-from pilot import protocol  # noqa: E402
-from pilot.agents.model_proxy import MeteringProxy, UnixHTTPConnection, read_exchanges  # noqa: E402
+from pilot import protocol
+from pilot.agents.model_proxy import MeteringProxy, UnixHTTPConnection, read_exchanges
 from pilot.protocol.prices import PriceTable
 
 TARGET_MS = 5.0
@@ -161,7 +161,7 @@ def main() -> None:
                 print(f"{shown:<22} {kind:<7} {'direct':<11} {ref:8.3f} {1.0:6.2f} {0.0:12.3f}")
                 for name in ("proxy tcp", "proxy unix"):
                     ms = statistics.median(times[name])
-                    over = statistics.median(p - d for p, d in zip(times[name], times["direct"]))
+                    over = statistics.median(p - d for p, d in zip(times[name], times["direct"], strict=True))
                     worst[label] = max(worst[label], over)
                     print(f"{shown:<22} {kind:<7} {name:<11} {ms:8.3f} {ms / ref:6.2f} {over:12.3f}")
         proxy.close_run("bench")

@@ -23,15 +23,15 @@ import os
 # shared 2-core machine. It applies to both sides (scipy's resampling uses no BLAS).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import time  # noqa: E402
+import time
 
-import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
+import numpy as np
+from scipy import stats
 
-from pilot import protocol  # noqa: E402
+from pilot import protocol
 from pilot.simulated import synthetic
-from pilot.stats import estimators, resampling  # noqa: E402
-from pilot.stats.estimators import Layout  # noqa: E402
+from pilot.stats import estimators, resampling
+from pilot.stats.estimators import Layout
 
 
 def _mean(x, axis):

@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
             sc = load_scenario(sid)
             ws = build_gold_workspace(sc, Path(tmp) / sid)
             evaluate(sc, ws, recalculator=recalc)  # warm: workbooks recalculated and cached by content
-            ref = _median(lambda: evaluate(sc, ws, recalculator=recalc), args.repeats)
-            dig = _median(lambda: runner.manifest_digest(runner.workspace_manifest(ws)), args.repeats)
+            ref = _median(lambda sc=sc, ws=ws: evaluate(sc, ws, recalculator=recalc), args.repeats)
+            dig = _median(lambda ws=ws: runner.manifest_digest(runner.workspace_manifest(ws)), args.repeats)
             entries = len(runner.workspace_manifest(ws))
             rows.append((sid, entries, ref, dig))
     print(f"{'scenario':<10} {'entries':>7} {'evaluation ms':>14} {'digest ms':>10} {'ratio':>7}")

@@ -34,6 +34,7 @@ export: bool = True  # export the run table afterwards (pooled when the freeze v
 
 # %%
 import pandas as pd
+from IPython.display import display
 
 from pilot import freeze, paths, scale_rule
 from pilot.backends import SIMULATED_LABEL, label_of
@@ -170,19 +171,19 @@ say(
     f"({report.count('infrastructure reruns')} infrastructure reruns); {report.count('censored')} were "
     f"censored at a cap, {report.count('judged')} judged and {report.count('analysed')} analysed."
 )
-display(report.flow)  # noqa: F821 (IPython)
+display(report.flow)
 say(
     f"{prefix}The ledger charged {sentences.usd(report.balance.spent_usd)} of the "
     f"{sentences.usd(report.balance.envelope_usd)} envelope ({sentences.usd(report.balance.reserved_usd)} "
     f"still reserved, {sentences.usd(report.balance.remaining_usd)} left)."
 )
-display(report.ledger.round(2))  # noqa: F821 (IPython)
+display(report.ledger.round(2))
 fid = report.fidelity.set_index("measure")["all"]
 say(
     f"{prefix}Protocol fidelity: {fid['runs with a deviation']} finished runs recorded a deviation, "
     f"{fid['runs with a critical violation (E)']} a critical violation and {fid['agent errors']} an agent "
     f"error; {fid['evaluation errors']} evaluations failed."
 )
-display(report.flow_by_arm)  # noqa: F821 (IPython)
-display(report.fidelity)  # noqa: F821 (IPython)
+display(report.flow_by_arm)
+display(report.fidelity)
 show_figures(written.values())

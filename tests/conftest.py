@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,12 @@ def browser() -> Iterator[object]:
         b = pw.chromium.launch(executable_path=str(paths.CHROMIUM_BIN), args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
+
+
+# ------------------------------------------------------------------ a stand-in worker environment
+@pytest.fixture
+def worker_env(tmp_path: Path) -> Path:
+    """A fresh stand-in worker environment under the test's temporary folder (``worker_env_support``)."""
+    from worker_env_support import make_worker_env
+
+    return make_worker_env(tmp_path)

@@ -349,7 +349,7 @@ def assert_blind_real(prompt: str, root: Path, arm: str) -> None:
 
 def _simulated_runner_available() -> bool:
     try:
-        import pilot.runner  # noqa: F401
+        import pilot.runner
         import pilot.simulated.agent  # noqa: F401
     except ImportError:
         return False

@@ -24,7 +24,7 @@ def test_the_gold_deck_renders_one_page_per_slide_with_its_titles(gold, tmp_path
     titles = [s.shapes.title.text for s in Presentation(str(gold)).slides if s.shapes.title is not None]
     pages = PdfReader(str(pdf)).pages
     assert len(pages) == len(Presentation(str(gold)).slides) >= 3
-    for page, title in zip(pages, titles):
+    for page, title in zip(pages, titles, strict=True):
         assert " ".join(title.split()) in " ".join(page.extract_text().split())
 
 

@@ -115,7 +115,7 @@ def test_every_package_gets_k_distinct_graders_of_its_occupation_with_arms_balan
     for a in plan:
         by_package.setdefault(a.package.run_id, []).append(a)
     assert set(by_package) == {p.run_id for p in pk}
-    for run, assigned in by_package.items():
+    for assigned in by_package.values():
         assert sorted(a.slot for a in assigned) == [1, 2]
         assert len({a.grader_id for a in assigned}) == 2  # no grader sees a run twice
         assert all(assigned[0].package.occupation in occ[a.grader_id] for a in assigned)

@@ -136,7 +136,7 @@ def _ok(scores: tuple[int, int, int], accept: bool = True, cost: float = 0.01) -
     return JudgeReply(
         json.dumps(
             {
-                "criterion_scores": dict(zip(["accuracy", "completeness", "clarity"], scores)),
+                "criterion_scores": dict(zip(["accuracy", "completeness", "clarity"], scores, strict=True)),
                 "accept": accept,
                 "rationale": "r",
             }

@@ -153,7 +153,7 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     # Each denied program's paths get its own family's stub, from a folder the sandbox never mounts.
     expected = {sandbox.canonical(p) for hits in spec.masked_programs.values() for p in hits}
     assert set(plan.masked) == expected
-    for dst, src in plan.stubs:
+    for _dst, src in plan.stubs:
         assert Path(src).parent == run / "agent" / "stubs"
     assert not any(Path(p).is_relative_to(run / "agent" / "stubs") for p in [*plan.ro_binds, *plan.rw_binds])
     assert spec.command[len(prefix) :] == spec.argv and spec.enforcement == "bubblewrap"

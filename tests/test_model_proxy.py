@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from real_cli_support import real_cli
 
 from pilot import protocol
@@ -430,7 +432,7 @@ def test_a_closed_run_is_refused(proxy, upstream):
     with pytest.raises(ValueError, match="already open"):
         proxy.open_run(odd.run_id, Decimal("1"), MODEL)
     with pytest.raises(ValueError, match="positive Decimal"):
-        proxy.open_run("r-float", 4.0, MODEL)  # type: ignore[arg-type]
+        proxy.open_run("r-float", 4.0, MODEL)  # a float where the signature asks for a Decimal
 
 
 class _ScriptedUpstream:
@@ -914,8 +916,8 @@ def test_the_forwarded_body_is_the_checked_one(proxy, upstream):
     """A duplicate key means the last one here; the upstream is sent that body only, so it cannot read the other."""
     meter = proxy.open_run("r-dup", Decimal("4.00"), MODEL)
     raw = (
-        '{"model":"claude-fable-5-1","model":"%s","max_tokens":100,"messages":[{"role":"user","content":"h\\u0069"}]}'
-        % MODEL
+        f'{{"model":"claude-fable-5-1","model":"{MODEL}","max_tokens":100,'
+        '"messages":[{"role":"user","content":"h\\u0069"}]}'
     ).encode()
     assert _post(meter.base_url, "/v1/messages", raw, meter.token)[0] == 200
     forwarded = {"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
@@ -931,9 +933,6 @@ def test_the_forwarded_body_is_the_checked_one(proxy, upstream):
         assert status == 400 and json.loads(data)["error"]["type"] == "invalid_request_error"
     assert len(upstream.requests) == 1 and meter.refusal_counts == {"invalid_json": 4}
 
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 _NAMES = st.sampled_from(
     [

@@ -328,6 +328,7 @@ def _transposition_reversed_and_rebooked(wb):
             "1010 Cash",
             -1524,
         ],
+        strict=True,
     ):
         ws[f"{col}7"] = value
     ws["A8"], ws["F8"] = "Total adjustments to ledger cash", "=SUM(F2:F7)"
@@ -881,7 +882,7 @@ def verdicts(tmp_path_factory):
         names.append(name)
     with Recalculator(root / "recalc") as r:
         evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return dict(zip(names, evaluations, strict=True))
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -1232,7 +1233,7 @@ def test_one_sided_bounds_and_their_defect(tmp_path):
                 described[name] = defects.defect_for_criterion(sc, "book_allocation_within_bounds", ws, recalculator=r)
             items.append((sc, ws, None))
         evaluations = evaluate_many(items, recalculator=r)
-    for (name, (_, passes, words)), ev in zip(ONE_SIDED.items(), evaluations):
+    for (name, (_, passes, words)), ev in zip(ONE_SIDED.items(), evaluations, strict=True):
         by = {c.id: c for c in ev.criteria}
         reason = by["book_allocation_within_bounds"].reason
         assert by["book_allocation_within_bounds"].passed is passes, (name, reason)

@@ -164,7 +164,7 @@ def batch(tmp_path_factory):
     yield {
         "scenarios": scenarios,
         "gold": gold,
-        "results": dict(zip(keys, evaluations)),
+        "results": dict(zip(keys, evaluations, strict=True)),
         "described": described,
         "recalc": recalc,
         "eval_processes": recalc.processes - processes_before,

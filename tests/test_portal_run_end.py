@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from fake_messages_api import FakeMessagesAPI
 from portal_support import make_scenario
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 from pilot import paths, protocol
 from pilot.portal import PortalClient, start_instance
@@ -197,7 +196,7 @@ def test_a_healthy_portal_run_has_no_fault(tmp_path):
 
 
 @needs_portal
-def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tmp_path, worker_env):  # noqa: F811
+def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tmp_path, worker_env):
     echo = (
         "cat portal_credentials.json; python3 -c \"import base64,json; c=json.load(open('portal_credentials.json')); "
         "print('Authorization: Basic ' + base64.b64encode((c['username'] + ':' + c['password']).encode()).decode())\""
@@ -313,7 +312,7 @@ def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path
 
 
 @needs_portal
-def test_the_stream_copy_is_redacted_as_it_is_written(tmp_path, worker_env, monkeypatch):  # noqa: F811
+def test_the_stream_copy_is_redacted_as_it_is_written(tmp_path, worker_env, monkeypatch):
     """Without the end-of-run safety net, the harness's transcript still never holds the password."""
     import pilot.portal.redaction as redaction
 

@@ -150,7 +150,7 @@ def _no_verdict(study: Path) -> dict[str, int]:
     sentence = status_sentence(table, 800.0)
     total = int(table.loc[table["arm"] == "all", "no_verdict"].iloc[0])
     assert ("1 of them without a verdict: their evaluation could not run" in sentence) is (total == 1), sentence
-    return dict(zip(table["arm"], table["no_verdict"].astype(int)))
+    return dict(zip(table["arm"], table["no_verdict"].astype(int), strict=True))
 
 
 def test_an_evaluation_error_gets_the_real_verdict_once_and_the_analyses_count_it(study):

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from fake_messages_api import FakeMessagesAPI
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 from pilot import paths, protocol
 from pilot.agents import launch, sandbox

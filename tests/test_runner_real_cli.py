@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 from real_cli_support import real_cli
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 from pilot import paths, protocol
 from pilot.agents import claude_code, sandbox

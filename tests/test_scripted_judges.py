@@ -300,7 +300,7 @@ def test_the_panel_over_the_real_cli_keeps_j2s_retry_its_own(tmp_path, outputs):
 
 
 def test_the_cli_judge_labels_its_calls_only_for_a_scripted_upstream_on_loopback(tmp_path):
-    request = JudgeRequest("J3", "claude-sonnet-5-5", 2, 1, "p", [], None, 1)  # type: ignore[arg-type]
+    request = JudgeRequest("J3", "claude-sonnet-5-5", 2, 1, "p", [], None, 1)  # no package: only the label is read
     cli = tmp_path / "claude"
     cli.write_text("#!/bin/sh\n")
     cli.chmod(0o755)

@@ -86,7 +86,7 @@ def _race(root: Path, tmp: Path, commands: list[list[str]]) -> list[subprocess.C
             assert p.stdout.readline().strip() == "ready", p.communicate()
         go.touch()
         done = []
-        for cmd, p in zip(commands, procs):
+        for cmd, p in zip(commands, procs, strict=True):
             out, err = p.communicate(timeout=300)
             done.append(subprocess.CompletedProcess(cmd, p.returncode, out, err))
         return done

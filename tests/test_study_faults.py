@@ -282,7 +282,7 @@ def test_two_operators_starting_the_third_repeat_at_once(tmp_path):
     results = [p.communicate(timeout=180) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], results
-    loser = next(err for p, (out, err) in zip(procs, results) if p.returncode == 2)
+    loser = next(err for p, (out, err) in zip(procs, results, strict=True) if p.returncode == 2)
     assert "IntegrityError" not in loser and "Traceback" not in loser
     assert re.search(r"^pilot study: .*scheduler.lock: another scheduler", loser, re.M), loser
     with Store.open(root / "analysis" / "data" / "two") as st:
@@ -453,7 +453,6 @@ def test_full_and_read_only_disks_lose_nothing(tmp_path):
     with Store.open(data / "done") as st:
         finish_cells(st, failed=1)
     assert pilot(env, "export", "done").returncode == 0
-    good_csv = (data / "done" / "runs.csv").read_bytes()
     assert pilot(env, "create", "todo", "--scenarios", "ACC-01", "RES-01", "--runner", FAKE).returncode == 0
     saved = tmp_path / "saved"
     shutil.copytree(data, saved)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 
 def make_worker_env(parent: Path) -> Path:
     """Create ``<parent>/worker-env/bin/python3`` (a link to ``/usr/bin/python3``) and return the environment folder."""
@@ -14,9 +12,3 @@ def make_worker_env(parent: Path) -> Path:
     (env / "bin").mkdir(parents=True)
     (env / "bin" / "python3").symlink_to("/usr/bin/python3")
     return env
-
-
-@pytest.fixture
-def worker_env(tmp_path) -> Path:
-    """A fresh stand-in worker environment under the test's temporary folder."""
-    return make_worker_env(tmp_path)

@@ -156,7 +156,7 @@ def take_manifest(
     }
     kinds = ["bundles", "arms", "oracle", "library"]
     out: dict[str, str] = {}
-    for kind, (_, folder, base) in zip(kinds, sources):
+    for kind, (_, folder, base) in zip(kinds, sources, strict=True):
         if not folder.is_dir():
             continue
         for f in sorted(folder.rglob("*")):

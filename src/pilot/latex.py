@@ -292,7 +292,7 @@ def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
             and n
             and v[len(_NOT_ESTIMABLE) + 2 : -1] in n
             else v
-            for v, n in zip(vals, out[note].tolist())
+            for v, n in zip(vals, out[note].tolist(), strict=True)
         ]
         if new != vals:
             out[c] = pd.Series(new, index=out.index, dtype=object)
@@ -361,7 +361,8 @@ def write_table(
             str(c).lower() == "note" and max((len(str(v)) for v in df[c].tolist()), default=0) > 40 for c in df.columns
         ]
         column_format = "".join(
-            ">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l") for n, w in zip(numeric, long_note)
+            ">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l")
+            for n, w in zip(numeric, long_note, strict=True)
         )
     _merge_not_estimable_runs(
         shown,

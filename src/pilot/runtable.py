@@ -255,18 +255,17 @@ Q_UNITS = 10**6
 
 def meets_threshold(Q: Any, q: float) -> np.ndarray:
     """Q >= q compared in whole micro-points (False where Q is missing)."""
-    Q = np.asarray(Q, dtype=float)
+    scores = np.asarray(Q, dtype=float)
     with np.errstate(invalid="ignore"):
-        return np.round(Q * Q_UNITS) >= round(float(q) * Q_UNITS)
+        met: np.ndarray = np.round(scores * Q_UNITS) >= round(float(q) * Q_UNITS)
+    return met
 
 
 def acceptance(D: Any, E: Any, Q: Any, q: float) -> np.ndarray:
     """S = 1{D=1, E=0, Q>=q} as floats (Q compared in micro-points); NaN where Q is missing (never zero)."""
-    D = np.asarray(D, dtype=float)
-    E = np.asarray(E, dtype=float)
-    Q = np.asarray(Q, dtype=float)
-    s = ((D == 1) & (E == 0) & meets_threshold(Q, q)).astype(float)
-    s[np.isnan(Q) | np.isnan(D) | np.isnan(E)] = np.nan
+    d, e, scores = (np.asarray(v, dtype=float) for v in (D, E, Q))
+    s: np.ndarray = ((d == 1) & (e == 0) & meets_threshold(scores, q)).astype(float)
+    s[np.isnan(scores) | np.isnan(d) | np.isnan(e)] = np.nan
     return s
 
 
@@ -321,26 +320,26 @@ def _coerce_value(v: Any, kind: str) -> Any:
 def _coerce_column(series: pd.Series, spec: ColumnSpec, source: str, run_ids: Sequence[str]) -> pd.Series:
     values = series.tolist()
     out: list[Any] = []
+
+    def fail(i: int, reason: str) -> RunTableError:
+        return RunTableError(source, spec.name, reason, row=i + 1, run_id=run_ids[i] if i < len(run_ids) else None)
+
     for i, v in enumerate(values):
-
-        def fail(reason: str) -> RunTableError:
-            return RunTableError(source, spec.name, reason, row=i + 1, run_id=run_ids[i] if i < len(run_ids) else None)
-
         if _is_missing(v):
             if not spec.nullable:
-                raise fail("missing value (this column may not be empty)")
+                raise fail(i, "missing value (this column may not be empty)")
             out.append(None)
             continue
         try:
             c = _coerce_value(v, spec.kind)
         except (TypeError, ValueError) as exc:
-            raise fail(f"wrong type: expected {spec.kind}; {exc}") from None
+            raise fail(i, f"wrong type: expected {spec.kind}; {exc}") from None
         if spec.allowed is not None and c not in spec.allowed:
-            raise fail(f"{c!r} is not one of {list(spec.allowed)}")
+            raise fail(i, f"{c!r} is not one of {list(spec.allowed)}")
         if spec.minimum is not None and c < spec.minimum:
-            raise fail(f"{c!r} is below the minimum {spec.minimum}")
+            raise fail(i, f"{c!r} is below the minimum {spec.minimum}")
         if spec.maximum is not None and c > spec.maximum:
-            raise fail(f"{c!r} is above the maximum {spec.maximum}")
+            raise fail(i, f"{c!r} is above the maximum {spec.maximum}")
         out.append(c)
     if spec.kind == "str":
         return pd.Series(out, index=series.index, dtype=object)

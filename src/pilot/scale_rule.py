@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
+from typing import Protocol
 
 import pandas as pd
 
@@ -250,7 +251,16 @@ def rule_run_counts(study: protocol.Study, n_scenarios: int | None = None) -> tu
     return out[0], out[1]
 
 
-def inputs_from_store(store: object, wave: str = "pilot") -> ScaleInputs:
+class ChargeReader(Protocol):
+    """What the scale rule reads from a study's store (a :class:`pilot.store.Store`)."""
+
+    path: Path
+
+    def run_charges(self, wave: str | None = None) -> list[tuple[int, bool]]: ...
+    def balance(self) -> Balance: ...
+
+
+def inputs_from_store(store: ChargeReader, wave: str = "pilot") -> ScaleInputs:
     """c-bar over every finished run of ``wave``, and the envelope's balance, from a :class:`pilot.store.Store`.
 
     Restarts are left out: an attempt that did not finish its run and was
@@ -260,10 +270,10 @@ def inputs_from_store(store: object, wave: str = "pilot") -> ScaleInputs:
     metered cost counts at that attempt's reservation, and is counted apart
     (``n_unknown_cost``), with c-bar over the other runs as the sensitivity.
     """
-    charges = store.run_charges(wave)  # type: ignore[attr-defined]
-    bal = store.balance()  # type: ignore[attr-defined]
+    charges = store.run_charges(wave)
+    bal = store.balance()
     if not charges:
-        raise ScaleRuleError(f"no finished {wave} run in the store {store.path}")  # type: ignore[attr-defined]
+        raise ScaleRuleError(f"no finished {wave} run in the store {store.path}")
     observed = [m for m, reserved in charges if not reserved]
     return ScaleInputs(
         c_bar_usd=float(Decimal(sum(m for m, _ in charges)) / len(charges) / 1_000_000),

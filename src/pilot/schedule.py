@@ -90,7 +90,7 @@ def list_scenario_ids(explicit: Sequence[str] | None = None) -> list[str]:
     if explicit:
         return list(explicit)
     try:
-        from pilot.scenarios import list_scenarios  # type: ignore[attr-defined]
+        from pilot.scenarios import list_scenarios
     except ImportError:
         list_scenarios = None
     if list_scenarios is not None:

@@ -104,7 +104,7 @@ def check_scenarios(ids: list[str]) -> None:
     for sid in ids:
         try:
             load_scenario(sid)
-        except Exception as exc:  # noqa: BLE001 - any defect of a bundle refuses the study
+        except Exception as exc:  # any defect of a bundle refuses the study
             raise StudyError(
                 f"{paths.shown(paths.SCENARIOS_DIR / sid)}: the bundle does not load "
                 f"({str(exc).splitlines()[0]}); fix it first"

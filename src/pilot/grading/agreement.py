@@ -175,13 +175,13 @@ def expert_table(grades: pd.DataFrame, criteria: Mapping[str, Sequence[Criterion
     keys = [*_META, "grader_id", "slot", "accept"]
     rows = []
     for key, part in g.groupby(keys, sort=True, dropna=False):
-        row = dict(zip(keys, key))
+        row = dict(zip(keys, key, strict=True))
         scenario = row["scenario"]
         if scenario not in criteria:
             raise ValueError(f"no rubric given for scenario {scenario} (package {row['package_id']})")
         rubric = list(criteria[scenario])
         ids = {c.id for c in rubric}
-        scores = {str(c): s for c, s in zip(part["criterion"], part["score"]) if not math.isnan(s)}
+        scores = {str(c): s for c, s in zip(part["criterion"], part["score"], strict=True) if not math.isnan(s)}
         missing = [c.id for c in rubric if c.id not in scores]
         row["Q"] = np.nan if missing else weighted_score({c: int(s) for c, s in scores.items() if c in ids}, rubric)
         row["missing"] = ", ".join(missing)
@@ -207,7 +207,7 @@ def panel_table(panel: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     for key, part in panel.groupby(_META, sort=True):
-        row = dict(zip(_META, key))
+        row = dict(zip(_META, key, strict=True))
         row["D"], row["E"] = _flag(part["D"].iloc[0]), _flag(part["E"].iloc[0])
         judges = part.drop_duplicates("judge_id")
         votes = [

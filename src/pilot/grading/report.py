@@ -320,7 +320,7 @@ def summary_table(
             )
         )
     out = estimability.honest_frame(pd.DataFrame([r for r, _ in rows]), ["estimate", "ci_low", "ci_high"])
-    out["note"] = [estimability.join_notes(n, extra) for n, (_, extra) in zip(out["note"], rows)]
+    out["note"] = [estimability.join_notes(n, extra) for n, (_, extra) in zip(out["note"], rows, strict=True)]
     return out
 
 
@@ -763,7 +763,7 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
     q = report.bias[report.bias["measure"] == "Q"].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(5.5, 0.45 * max(len(q), 1) + 1.3))
     y = np.arange(len(q))[::-1]
-    for yi, r in zip(y, q.itertuples()):
+    for yi, r in zip(y, q.itertuples(), strict=True):
         if not np.isfinite(r.estimate):
             ax.annotate(
                 "not estimable",

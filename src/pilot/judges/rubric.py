@@ -57,7 +57,7 @@ def _anchors(raw: Any, source: str, field: str) -> dict[int, str]:
                 raise RubricError(source, f"{field}.{k}", "anchor keys must be the scores 0, 2 and 4") from None
             items[level] = str(v).strip()
     elif isinstance(raw, (list, tuple)) and len(raw) == len(ANCHOR_LEVELS):
-        items = {lvl: str(v).strip() for lvl, v in zip(ANCHOR_LEVELS, raw)}
+        items = {lvl: str(v).strip() for lvl, v in zip(ANCHOR_LEVELS, raw, strict=True)}
     else:
         raise RubricError(source, field, "must map the scores 0, 2 and 4 to their descriptions")
     missing = [lvl for lvl in ANCHOR_LEVELS if not items.get(lvl)]

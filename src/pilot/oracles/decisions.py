@@ -496,11 +496,10 @@ def read_set(
 
     def read_prose(block: str) -> None:
         nonlocal previous
-        subject: list[
-            tuple[int, str, int]
-        ] = []  # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
+        # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
+        subject: list[tuple[int, str, int]] = []
         pieces = _CLAUSE_SPLIT_KEEP.split(block)
-        for sentence, sep in zip(pieces[::2], pieces[1::2] + [""]):
+        for sentence, sep in zip(pieces[::2], pieces[1::2] + [""], strict=True):
             if not sentence.strip():
                 continue
             for clause in _split_contrasts(sentence):

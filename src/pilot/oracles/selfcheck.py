@@ -176,5 +176,5 @@ def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
         return SelfCheckReport(False, [f"FAIL  the self-check did not finish within {timeout:.0f} s"], 124)
     finally:
         Path(spec_file).unlink(missing_ok=True)
-    lines = proc.stdout.splitlines() + [f"ERROR {l}" for l in proc.stderr.splitlines() if l.strip()]
+    lines = proc.stdout.splitlines() + [f"ERROR {line}" for line in proc.stderr.splitlines() if line.strip()]
     return SelfCheckReport(proc.returncode == 0, lines, proc.returncode)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pilot import freeze, paths
 from pilot.latex import LatexText, latex_escape, write_macros
@@ -20,7 +21,7 @@ AUTHORS_FILE: Path = paths.MANUSCRIPT_DIR / "authors.yml"
 _NAME = {"type": "string", "pattern": r"\S"}  # a name with at least one visible character
 _TEXT = {"type": "string"}
 #: ``authors.yml``: at least one named author; the preregistration's registry and identifier go together.
-AUTHORS_SCHEMA: dict = object_schema(
+AUTHORS_SCHEMA: dict[str, Any] = object_schema(
     {
         "authors": {
             "type": "array",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -81,14 +82,30 @@ class RunReport:
         return int(self.flow.set_index("step").loc[step, wave])
 
 
-def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | None = None) -> RunReport:
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class StoreReader(Protocol):
+    """What the run report reads from a study's store (a :class:`pilot.store.Store`)."""
+
+    def cell_rows(self, wave: str | None = None) -> list[dict[str, Any]]: ...
+    def attempts(self, run_id: str | None = None) -> list[dict[str, Any]]: ...
+    def runs(self) -> list[dict[str, Any]]: ...
+    def status_by_arm(self) -> list[dict[str, Any]]: ...
+    def study(self) -> _Named: ...
+    def balance(self) -> Balance: ...
+
+
+def collect(store: StoreReader, runs: pd.DataFrame | None, study: protocol.Study | None = None) -> RunReport:
     """The run flow and ledger of the study in ``store``; ``runs`` is its exported run table (or None)."""
     study = study or protocol.study()
-    cells = pd.DataFrame(store.cell_rows())  # type: ignore[attr-defined]
-    attempts = pd.DataFrame(store.attempts())  # type: ignore[attr-defined]
+    cells = pd.DataFrame(store.cell_rows())
+    attempts = pd.DataFrame(store.attempts())
     backends = sorted(set(attempts["backend"])) if not attempts.empty else []
     waves = [w for w in ("pilot", "repeat3", "sensitivity") if not cells.empty and (cells["wave"] == w).any()]
-    wave_of = dict(zip(cells["run_id"], cells["wave"])) if not cells.empty else {}
+    wave_of = dict(zip(cells["run_id"], cells["wave"], strict=True)) if not cells.empty else {}
     if not attempts.empty:
         attempts = attempts.assign(wave=attempts["run_id"].map(wave_of))
     exported = runs if runs is not None else pd.DataFrame(columns=list(_EXPORT_COLUMNS))
@@ -119,7 +136,7 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         flow[w] = [counts[w][s] for s, _ in FLOW_STEPS]
     flow["total"] = flow[waves].sum(axis=1) if waves else 0
 
-    status = pd.DataFrame(store.status_by_arm())  # type: ignore[attr-defined]
+    status = pd.DataFrame(store.status_by_arm())
     if status.empty:
         ledger = pd.DataFrame(columns=["arm", "total"])
     else:
@@ -137,14 +154,14 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         )
     return RunReport(
         flow_by_arm=run_fidelity.flow_by_arm(cells, attempts, exported, arms, study["worker"]["model"]),
-        fidelity=run_fidelity.fidelity(exported, run_fidelity.records_of(store.runs()), arms),  # type: ignore[attr-defined]
-        study=store.study().name,  # type: ignore[attr-defined]
+        fidelity=run_fidelity.fidelity(exported, run_fidelity.records_of(store.runs()), arms),
+        study=store.study().name,
         backend=", ".join(backends) or "none",
         simulated=bool(label_of(backends)) or not backends,
         label=label_of(backends) if backends else SIMULATED_TAG,
         flow=flow,
         ledger=ledger,
-        balance=store.balance(),  # type: ignore[attr-defined]
+        balance=store.balance(),
     )
 
 

@@ -80,8 +80,8 @@ def contrast_sentence(
 ) -> str:
     """ "A3 − A1 is 0.067 (95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
     name = contrast_label(row["contrast"])
-    p = row.get("p_holm") if holm else row.get("p_value")
-    est = row.get("estimate")
+    p: Any = row.get("p_holm") if holm else row.get("p_value")
+    est: Any = row.get("estimate")
     if not _finite(est):
         return f"{prefix}{name} is {num(est)} in this run."
     p_text = pval(p) + (" (Holm)" if holm else "")
@@ -100,7 +100,7 @@ def contrast_sentence(
 
 def contrasts_sentences(contrasts: pd.DataFrame, *, alpha: float = 0.05, level: float = 0.95, prefix: str = "") -> str:
     """One sentence per preregistered contrast; secondary contrasts are read with their Holm-adjusted p."""
-    out = []
+    out: list[str] = []
     for _, r in contrasts.iterrows():
         holm = r.get("role") == "secondary" and "p_holm" in r
         out.append(contrast_sentence(r, alpha=alpha, level=level, holm=holm, prefix=prefix if not out else ""))

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,11 @@ class StageData:
     def __post_init__(self) -> None:
         if self.label is None:
             object.__setattr__(self, "label", SIMULATED_TAG if self.simulated else "")
+
+    @property
+    def tag(self) -> str:
+        """The label every output carries: SIMULATED, REHEARSAL or "" (a finding)."""
+        return self.label or ""
 
     @property
     def note(self) -> str:
@@ -187,7 +193,27 @@ def _fmt_p(p: object) -> object:
     """A p-value for a table: 0.039, <0.001, or the reason it is not estimable."""
     if isinstance(p, str):
         return p
-    return "not estimable" if p is None or np.isnan(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+    if p is None or np.isnan(_float(p)):
+        return "not estimable"
+    return f"{_float(p):.3f}" if _float(p) >= 0.001 else "<0.001"
+
+
+def _float(v: object) -> float:
+    """A table cell that holds a number, as a float (a cell of another type is a programming error)."""
+    if isinstance(v, (int, float, np.number)):
+        return float(v)
+    raise TypeError(f"not a number: {v!r}")
+
+
+_R = TypeVar("_R")
+
+
+def _result(results: Mapping[str, object], key: str, kind: type[_R]) -> _R:
+    """One of the sensitivity stage's results, checked to be the kind the outputs read."""
+    value = results[key]
+    if not isinstance(value, kind):
+        raise TypeError(f"sensitivity result {key!r} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
 
 
 def _value(v: object) -> object:
@@ -195,9 +221,9 @@ def _value(v: object) -> object:
     if isinstance(v, str):
         return "\\ensuremath{\\infty}" if v == estimability.INFINITY else v
     return (
-        _num(v)
-        if v is not None and np.isfinite(float(v))
-        else ("\\ensuremath{\\infty}" if v is not None and np.isinf(float(v)) else estimability.not_estimable(""))
+        _num(_float(v))
+        if v is not None and np.isfinite(_float(v))
+        else ("\\ensuremath{\\infty}" if v is not None and np.isinf(_float(v)) else estimability.not_estimable(""))
     )
 
 
@@ -265,7 +291,7 @@ def write_primary(
 ) -> dict[str, Path]:
     """CSV tables, LaTeX tables, the forest plot and the macros of the primary stage."""
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
-    sim = data.label
+    sim = data.tag
     hyps = list(hyps)
     st = result.settings
     out: dict[str, Path] = {}
@@ -331,7 +357,7 @@ def write_primary(
     )
     show = con.assign(
         p_value=con["p_value"].map(_fmt_p),
-        p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"])],
+        p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"], strict=True)],
     )
     exact = (
         "exact enumeration of all $2^J$ sign vectors"
@@ -459,30 +485,30 @@ def write_primary(
 def h4_long(summary: pd.DataFrame) -> pd.DataFrame:
     """H4's fits one row per model and term (slope, interval, p), so the table reads down instead of running off the
     page."""
+
+    def cell(v: object, note: str) -> object:
+        # The model's note, printed once on its first row, already gives the reason a cell is not estimable.
+        if (
+            isinstance(v, str)
+            and estimability.is_not_estimable(v)
+            and note
+            and v[len(estimability.NOT_ESTIMABLE) + 2 : -1] in note
+        ):
+            return estimability.NOT_ESTIMABLE
+        return v
+
     rows = []
     for _, r in summary.iterrows():
         note = str(r["note"] or "")
-
-        def cell(v: object) -> object:
-            # The model's note, printed once on its first row, already gives the reason a cell is not estimable.
-            if (
-                isinstance(v, str)
-                and estimability.is_not_estimable(v)
-                and note
-                and v[len(estimability.NOT_ESTIMABLE) + 2 : -1] in note
-            ):
-                return estimability.NOT_ESTIMABLE
-            return v
-
         for k, (t, label) in enumerate((("depth", "designed depth"), ("tool_calls", "log(1 + tool calls)"))):
             rows.append(
                 {
                     "model": r["model"] if k == 0 else "",
                     "term": label,
-                    "slope": cell(r[f"{t}_slope"]),
-                    "ci_low": cell(r[f"{t}_ci_low"]),
-                    "ci_high": cell(r[f"{t}_ci_high"]),
-                    "p_value": cell(r[f"{t}_p"]),
+                    "slope": cell(r[f"{t}_slope"], note),
+                    "ci_low": cell(r[f"{t}_ci_low"], note),
+                    "ci_high": cell(r[f"{t}_ci_high"], note),
+                    "p_value": cell(r[f"{t}_p"], note),
                     "n_runs": r["n_runs"] if k == 0 else "",
                     "note": note if k == 0 else "",
                 }
@@ -531,7 +557,7 @@ def write_hypotheses_summary(
         {
             "H": summary["hypothesis"],
             "Expectation and criterion": [
-                f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"])
+                f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"], strict=True)
             ],
             "Estimate": summary["estimate"],
             "95\\% interval": summary["interval"],
@@ -554,7 +580,7 @@ def write_hypotheses_summary(
         gen / "hypotheses_summary_table.tex",
         caption=caption,
         label="tab:hypotheses-summary",
-        simulated=data.label,
+        simulated=data.tag,
         escape=False,
         font=COMPACT_FONT,
         column_format=(
@@ -590,7 +616,7 @@ def write_sensitivity(
     all seven."""
     study = study or protocol.study()
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
-    sim = data.label
+    sim = data.tag
     hyps = list(hyps)
     out: dict[str, Path] = {}
 
@@ -598,7 +624,7 @@ def write_sensitivity(
         out[name] = tables / name
         _tag(df, data).to_csv(out[name], index=False)
 
-    def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw) -> None:
+    def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw: Any) -> None:
         if kw.get("escape") is False:  # captions with math: the column names and text cells still need escaping
             df = _escape_cells(df).rename(columns=lambda c: latex_escape(str(c)))
         # Never shrunk to fit: a table wider than the text is an overfull box that tools/check_latex_log.py names.
@@ -606,7 +632,7 @@ def write_sensitivity(
         out[name] = _infinity_symbols(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw))
 
     primary_name = "-".join(study.contrasts[0])
-    qg: TableResult = results["q_grid"]  # type: ignore[assignment]
+    qg = _result(results, "q_grid", TableResult)
     csv("sensitivity_q_grid.csv", qg.summary)
     csv("sensitivity_q_grid_acceptance.csv", qg.details["acceptance"])
     wide = qg.summary.pivot(index="q", columns="contrast", values="estimate")[
@@ -625,7 +651,7 @@ def write_sensitivity(
         escape=False,
     )
 
-    mw: PrimaryResult = results["minutes_weighted"]  # type: ignore[assignment]
+    mw = _result(results, "minutes_weighted", PrimaryResult)
     csv("sensitivity_minutes_weighted_contrasts.csv", mw.summary)
     csv("sensitivity_minutes_weighted_acceptance.csv", mw.acceptance_summary)
     tex(
@@ -638,7 +664,7 @@ def write_sensitivity(
         "tab:sens-minutes",
     )
 
-    lg: TableResult = results["logistic"]  # type: ignore[assignment]
+    lg = _result(results, "logistic", TableResult)
     csv("sensitivity_logistic.csv", lg.summary)
     tex(
         "sensitivity_logistic_table.tex",
@@ -668,7 +694,7 @@ def write_sensitivity(
             escape=False,
         )
 
-    km: TableResult = results["kaplan_meier"]  # type: ignore[assignment]
+    km = _result(results, "kaplan_meier", TableResult)
     csv("sensitivity_km.csv", km.summary)
     csv("sensitivity_logrank.csv", km.details["tests_summary"])
     # "running_at_10min" and its kin head their columns as "At 10 min"; the caption says what they hold.
@@ -692,7 +718,7 @@ def write_sensitivity(
         simulated=sim,
     )
 
-    cp: TableResult = results["cost_per_accepted"]  # type: ignore[assignment]
+    cp = _result(results, "cost_per_accepted", TableResult)
     csv("sensitivity_cost_per_accepted.csv", cp.summary)
     n_charged = int(cp.table["n_charged"].sum())
     # Columns that are the same in every row are said once in the caption instead of printed five times.
@@ -721,18 +747,21 @@ def write_sensitivity(
         escape=False,
     )
     _infinity_symbols(out["sensitivity_cost_table.tex"])
-    csv("sensitivity_cost_per_accepted_reported.csv", results["cost_per_accepted_reported"].summary)  # type: ignore[union-attr]
+    csv(
+        "sensitivity_cost_per_accepted_reported.csv",
+        _result(results, "cost_per_accepted_reported", TableResult).summary,
+    )
 
     for kind, col, label in (
         ("budget", "budget_usd", "budget (dollars)"),
         ("human", "human_minutes", "human-time allowance (minutes)"),
     ):
-        fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]
+        fr = _result(results, f"frontier_{kind}", TableResult)
         csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
         # Each arm's scenario-weighted acceptance (the secondary endpoints' S): what the frontier reaches with no limit
         # on the allowance.
-        sec_table = results["secondary"].table  # type: ignore[union-attr]
-        p_hat = dict(zip(sec_table["arm"], sec_table["S"])) if "S" in sec_table else None
+        sec_table = _result(results, "secondary", TableResult).table
+        p_hat = dict(zip(sec_table["arm"], sec_table["S"], strict=True)) if "S" in sec_table else None
         pdf = figures.frontier_plot(
             fr.table, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim, p_hat=p_hat
         )
@@ -769,7 +798,7 @@ def write_sensitivity(
         simulated=sim,
     )
 
-    se: TableResult = results["secondary"]  # type: ignore[assignment]
+    se = _result(results, "secondary", TableResult)
     csv("sensitivity_secondary_endpoints.csv", se.summary)
     n_se = sum(se.details.get("n_charged", {}).values())
     tex(
@@ -787,7 +816,7 @@ def write_sensitivity(
         font="\\footnotesize\\setlength{\\tabcolsep}{3pt}",
     )  # thirteen columns: gaps of 3 pt keep 9-pt type within the text width
 
-    ari: TableResult = results["recovery_index"]  # type: ignore[assignment]
+    ari = _result(results, "recovery_index", TableResult)
     csv("sensitivity_recovery_index.csv", ari.summary)
     tex(
         "sensitivity_ari_table.tex",
@@ -800,7 +829,7 @@ def write_sensitivity(
         "tab:sens-ari",
     )
 
-    ag: TableResult = results["agreement"]  # type: ignore[assignment]
+    ag = _result(results, "agreement", TableResult)
     csv("sensitivity_judge_agreement.csv", ag.summary)
     tex(
         "sensitivity_agreement_table.tex",
@@ -812,7 +841,7 @@ def write_sensitivity(
         "tab:sens-agreement",
     )
 
-    ms: TableResult = results["models"]  # type: ignore[assignment]
+    ms = _result(results, "models", TableResult)
     csv("sensitivity_models.csv", ms.summary)
     if not ms.summary.empty:
         tex(
@@ -824,7 +853,7 @@ def write_sensitivity(
 
     ov = overview(hyps)
     csv("sensitivity_hypotheses.csv", ov)
-    prior: list[dict] = []
+    prior: list[dict[str, Any]] = []
     if primary_hypotheses is not None and len(primary_hypotheses):
         # Only the primary stage's rows for this same study and label join the summary; rows of another table would mix
         # two studies.
@@ -840,11 +869,11 @@ def write_sensitivity(
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
         shown, extra = h.summary, ""
-        kw_table: dict = {}
+        kw_table: dict[str, Any] = {}
         if h.id == "H4":
             # The fits' notes are long sentences: they are listed under the table, each named by its model.
             shown = h4_long(h.summary)
-            notes = [f"{m}: {n}" for m, n in zip(shown["model"], shown["note"]) if n]
+            notes = [f"{m}: {n}" for m, n in zip(shown["model"], shown["note"], strict=True) if n]
             shown = shown.drop(columns="note")
             if notes:
                 kw_table["note"] = "Notes. " + latex_escape("; ".join(notes)) + "."

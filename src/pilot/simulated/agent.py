@@ -208,7 +208,7 @@ def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -
     names = sorted(a["tool_mix"])
     weights = np.array([a["tool_mix"][n] for n in names], dtype=float)
     split = rng.multinomial(n_calls, weights / weights.sum())
-    tool_calls = {n: int(k) for n, k in zip(names, split) if k}
+    tool_calls = {n: int(k) for n, k in zip(names, split, strict=True) if k}
     questions = int(rng.poisson(a["questions_rate"]))
     agent_error = bool(rng.random() < a["agent_error"])
     p = {d: shift_probability(float(a["defects"][d]), c["depth_logit"] * depth) for d in DEFECTS}

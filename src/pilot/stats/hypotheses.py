@@ -9,7 +9,9 @@ run table only; with J=10 the intervals are wide.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -63,10 +65,10 @@ class HypothesisResult:
         v = self.verdict
         return v[len(estimability.NOT_ESTIMABLE) + 2 : -1] if estimability.is_not_estimable(v) else ""
 
-    def to_latex(self, **kwargs) -> str:
-        return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
+    def to_latex(self, **kwargs: Any) -> str:
+        return str(self.summary.to_latex(index=False, float_format="%.3f", **kwargs))
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
         return {
             "hypothesis": self.id,
             "statement": self.statement,
@@ -132,7 +134,7 @@ def _judge(*parts: tuple[str, tuple[bool | None, str]]) -> tuple[str, tuple[str,
     return estimability.all_of(*(c for _, c in parts)), tuple(words for words, (ok, _) in parts if ok is False)
 
 
-def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) -> PrimaryResult:
+def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw: Any) -> PrimaryResult:
     return result if result is not None else primary.primary_analysis(df, seed=seed, **kw)
 
 
@@ -160,7 +162,7 @@ def _known(value: float, reason: str) -> tuple[bool | None, str]:
     return (True, "") if estimability.known(value) else (None, reason)
 
 
-def _cond(value: float, test, reason: str) -> tuple[bool | None, str]:
+def _cond(value: float, test: Callable[[float], bool], reason: str) -> tuple[bool | None, str]:
     """A condition on a number: its truth, or None (with the reason) when the number is not estimable."""
     return (bool(test(value)), "") if estimability.known(value) else (None, reason)
 
@@ -183,7 +185,14 @@ def _contrast_verdict(
     )
 
 
-def _contrast_headline(r: pd.Series, p: float, p_name: str, alpha: float, level: float) -> dict[str, str]:
+class _Headline(TypedDict):
+    estimate: str
+    interval: str
+    test: str
+    remark: str
+
+
+def _contrast_headline(r: pd.Series, p: float, p_name: str, alpha: float, level: float) -> _Headline:
     return {
         "estimate": shown(r.estimate),
         "interval": shown_interval(r.ci_low, r.ci_high),
@@ -237,7 +246,12 @@ def _contrast_remark(r: pd.Series, p: float, p_name: str, alpha: float, level: f
 
 
 def h1(
-    df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw
+    df: pd.DataFrame,
+    *,
+    result: PrimaryResult | None = None,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    **kw: Any,
 ) -> HypothesisResult:
     """H1 (primary): the computer-use premium p(A3) - p(A1) > 0."""
     study = study or protocol.study()
@@ -258,7 +272,12 @@ def h1(
 
 
 def h2(
-    df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw
+    df: pd.DataFrame,
+    *,
+    result: PrimaryResult | None = None,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    **kw: Any,
 ) -> HypothesisResult:
     """H2: the shell premium p(A1) - p(A0) > 0 (Holm-adjusted over the secondary family of three)."""
     study = study or protocol.study()
@@ -279,7 +298,12 @@ def h2(
 
 
 def h3(
-    df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw
+    df: pd.DataFrame,
+    *,
+    result: PrimaryResult | None = None,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    **kw: Any,
 ) -> HypothesisResult:
     """H3: the self-repair premium p(A4) - p(A3) >= 0 and an Autonomous Recovery Index above one half."""
     study = study or protocol.study()
@@ -368,7 +392,8 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         if not keep.any():
             return v
         sd = v[keep].std()
-        return (v - v[keep].mean()) / (sd if sd > 0 else 1.0)
+        out: np.ndarray = (v - v[keep].mean()) / (sd if sd > 0 else 1.0)
+        return out
 
     depth_z, tc_z = z(depth), z(tc)
     layout = Layout.of(rows, study.arms)
@@ -377,7 +402,7 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     # The names a fit's messages use (a separation note names its terms in words).
     words = {"depth": "designed depth", "tool_calls": "log(1 + tool calls)"}
 
-    def row(model: str, mask: np.ndarray, with_arms: bool) -> tuple[dict, logistic.LogitFit]:
+    def row(model: str, mask: np.ndarray, with_arms: bool) -> tuple[dict[str, Any], logistic.LogitFit]:
         informative = [a for a in layout.arms if (mask & (arm == a)).any() and np.ptp(S[mask & (arm == a)]) > 0]
         left_out = [a for a in layout.arms if (mask & (arm == a)).any() and a not in informative]
         m = mask & np.isin(arm, informative) if with_arms else mask
@@ -392,7 +417,7 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
             )
         else:
             fit = logistic.fit(S[m], np.column_stack(cols), names, layout.j[m], level=level)
-        rec: dict = {"model": model}
+        rec: dict[str, Any] = {"model": model}
         for t in terms:
             k = names.index(words[t])
             rec.update(
@@ -482,8 +507,10 @@ def h5(
     lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts, w), settings.level)
     rank = np.arange(layout.A, dtype=float)
     slopes = np.array([_slope(rank, m) for m in means])
-    s_est = resampling.weighted_mean(slopes, w)
-    s_lo, s_hi = resampling.percentile_interval(resampling.bootstrap_means(slopes, counts, w), settings.level)
+    s_est = float(resampling.weighted_mean(slopes, w))
+    s_lo, s_hi = (
+        float(v) for v in resampling.percentile_interval(resampling.bootstrap_means(slopes, counts, w), settings.level)
+    )
     test = resampling.sign_flip_test(
         slopes, weights=w, n_permutations=settings.n_permutations, rng=np.random.default_rng([settings.seed, 23])
     )
@@ -510,14 +537,16 @@ def h5(
     verdict, failing = _judge(
         *(
             (f"{a}'s rate {shown(e)} is not below {limit:g}", _cond(e, lambda v: _exact(v) < limit, f"no run in {a}"))
-            for a, e in zip(layout.arms, est)
+            for a, e in zip(layout.arms, est, strict=True)
         ),
         (
             f"the slope {shown(s_est)} is positive with sign-flip p {shown(slope_p)} below {alpha:g}",
             _cond(s_est, lambda v: not (v > 0 and slope_p < alpha), "trend: no scenario with runs in two arms"),
         ),
     )
-    known_rates = [(a, e, l_, h_) for a, e, l_, h_ in zip(layout.arms, est, lo, hi) if estimability.known(e)]
+    known_rates = [
+        (a, e, l_, h_) for a, e, l_, h_ in zip(layout.arms, est, lo, hi, strict=True) if estimability.known(e)
+    ]
     top = max(known_rates, key=lambda t: t[1]) if known_rates else None
     return HypothesisResult(
         "H5",
@@ -535,7 +564,7 @@ def h5(
                 *(
                     f"{a}'s rate equals the limit of {limit:g} exactly; the criterion is strict (below), "
                     f"so {a} fails it by the smallest margin a rate can."
-                    for a, e in zip(layout.arms, est)
+                    for a, e in zip(layout.arms, est, strict=True)
                     if estimability.known(e) and _exact(e) == limit
                 ),
                 _interval_against_test(
@@ -706,7 +735,10 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     )
     het_why = "needs two scenarios with a premium" if dfree <= 0 else ""
     pooled_why = "no scenario with scored runs in both arms" if not ok.any() else ""
-    fmt = lambda v, why, spec: f"{v:{spec}}" if np.isfinite(v) else estimability.not_estimable(why)  # noqa: E731
+
+    def fmt(v: float, why: str, spec: str) -> str:
+        return f"{v:{spec}}" if np.isfinite(v) else estimability.not_estimable(why)
+
     acc_text = f"acceptance: chi2 = {fmt(chi2, acc_why, '.2f')} (df {int(dof_acc)}), p = {fmt(p_acc, acc_why, '.3f')}"
     text = (
         f"premium: Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = "

@@ -145,7 +145,7 @@ def generate(inputs_dir: Path) -> list[Path]:
     ledger_rows.append(
         (_day(31), "DEP-1031A", "JE-2026-10-0199", "Customer receipt - Orrin Pumps", "", DEPOSIT_IN_TRANSIT, 0.0)
     )
-    for no, party, amt in SEPT_OUTSTANDING:
+    for no, _party, amt in SEPT_OUTSTANDING:
         bank_rows.append((2 if no == "10421" else 6, f"CHEQUE {no}", no, amt, 0.0))
     bank_rows.append((14, f"RETURNED ITEM NSF - {NSF[0].upper()}", "RTN-1014", NSF[1], 0.0))
     for d, text, amt in FEES:
@@ -234,7 +234,7 @@ def analyse(inputs_dir: Path) -> dict:
         - sum(a for *_, a in fees)
         + sum(a for *_, a in interest)
         - sum(a for *_, a in nsf)
-        - sum(b - l for _, _, l, b in misposted)
+        - sum(booked - ledger for _, _, ledger, booked in misposted)
     )
     return {
         "bank_close": bank_close,

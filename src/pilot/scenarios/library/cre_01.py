@@ -267,7 +267,7 @@ def _write_ledger(inputs_dir: Path, lines) -> Path:
     bud.append(["Cost head", "Budget (GBP)"])
     style_header(bud, 2)
     weights = [Decimal(n * t) for _, n, t in HEADS]
-    for (head, _, _), w in zip(HEADS, weights):
+    for (head, _, _), w in zip(HEADS, weights, strict=True):
         bud.append([head, float((BUDGET_2026 * w / sum(weights)).quantize(Decimal("100")))])
     bud.append(["Total budget", float(BUDGET_2026)])
     autosize(bud, {"A": 30, "B": 14})

@@ -415,7 +415,9 @@ def _csat(g, tickets: list[_Ticket]) -> openpyxl.Workbook:
     q3 = wb.create_sheet("Q3 2026")
     q3.append(["Team", "Responses", "CSAT %", "SLA attainment %"])
     style_header(q3)
-    for team, vals in zip(TEAMS, [(141, 84.4, 92.1), (188, 71.3, 88.0), (97, 90.7, 95.2), (122, 77.9, 86.5)]):
+    for team, vals in zip(
+        TEAMS, [(141, 84.4, 92.1), (188, 71.3, 88.0), (97, 90.7, 95.2), (122, 77.9, 86.5)], strict=True
+    ):
         q3.append([team, *vals])
     autosize(resp, {"A": 12, "B": 12, "C": 8, "D": 22})
     autosize(scale, {"A": 14, "B": 64})

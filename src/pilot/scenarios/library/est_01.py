@@ -278,7 +278,7 @@ def generate(inputs_dir: Path) -> list[Path]:
 
     # Eastfield: a CSV export like Brightline's; the tender arrived after the closing time.
     rows, total = [], Decimal(0)
-    for code, desc, unit, _ in ITEMS:
+    for code, _desc, unit, _ in ITEMS:
         rate = Decimal(RATES[EASTFIELD][code])
         total += rate * cur[code]
         rows.append([code, unit, cur[code], f"{rate:.2f}", f"{rate * cur[code]:.2f}"])

@@ -236,7 +236,7 @@ def _lines(g) -> list[dict]:
         )
     lines.sort(key=lambda r: (r["date"], r["category"], r["description"]))
     ids = sorted(int(x) for x in g.choice(range(10000, 99999), size=len(lines), replace=False))
-    for r, i in zip(lines, ids):
+    for r, i in zip(lines, ids, strict=True):
         r["line_id"] = f"GX-{i}"
     return lines
 
@@ -328,7 +328,7 @@ def _write_budget(inputs_dir: Path, v2: dict[str, str]) -> Path:
     posts = wb.create_sheet("Posts")
     posts.append(["Post", "FTE", "Monthly cost (GBP)", "Start"])
     style_header(posts)
-    for (desc, amt), fte in zip(POSTS, ["1.0", "0.5"]):
+    for (desc, amt), fte in zip(POSTS, ["1.0", "0.5"], strict=True):
         posts.append([desc.split(" (")[0], float(fte), float(amt), "2025-04-01"])
     autosize(posts, {"A": 28, "B": 6, "C": 18, "D": 12})
     return save_workbook(wb, inputs_dir / BUDGET_XLSX)

@@ -165,8 +165,8 @@ def _fleet(g: np.random.Generator) -> tuple[list[tuple[str, str, str]], list[tup
     kinds = g.choice(["LT", "DT"], size=len(numbers), p=[0.7, 0.3])
     sites = g.choice(["lon", "man", "bri"], size=len(numbers), p=[0.5, 0.3, 0.2])
     live_status = g.choice(STATUSES[:3], size=N_DEVICES, p=[0.9, 0.05, 0.05])
-    devices = [(f"{k}-{n}", f"{s}-{k.lower()}-{n}", "") for n, k, s in zip(numbers, kinds, sites)]
-    live = [(t, h, str(st)) for (t, h, _), st in zip(devices[:N_DEVICES], live_status)]
+    devices = [(f"{k}-{n}", f"{s}-{k.lower()}-{n}", "") for n, k, s in zip(numbers, kinds, sites, strict=True)]
+    live = [(t, h, str(st)) for (t, h, _), st in zip(devices[:N_DEVICES], live_status, strict=True)]
     dead = [(t, h, DECOMMISSIONED) for t, h, _ in devices[N_DEVICES:]]
     return live, dead
 

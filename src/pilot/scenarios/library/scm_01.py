@@ -186,7 +186,7 @@ def generate(inputs_dir: Path) -> list[Path]:
     # Open POs as the ERP exports them; the duplicated line is an export glitch, the cancelled one still shows as open.
     ordered = [RELEASE - dt.timedelta(days=int(g.integers(20, 60))) for _ in OPEN_POS]
     rows = []
-    for (po, item, qty, due, status), od in zip(OPEN_POS, ordered):
+    for (po, item, qty, due, status), od in zip(OPEN_POS, ordered, strict=True):
         rows.append([po, item, SUPPLIER[item], od.isoformat(), qty, "EA", due, status])
         if po == DUPLICATED_PO:
             rows.append([po, item, SUPPLIER[item], od.isoformat(), qty, "EA", due, status])
