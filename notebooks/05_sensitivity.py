@@ -21,9 +21,7 @@
 seed: int = 20260415  # seed of the resampling (and of the synthetic table when runs is empty)
 tables_dir: str = "analysis/tables"  # folder for the sensitivity_*.csv tables
 figures_dir: str = "manuscript/figures"  # folder for the Kaplan-Meier, frontier and q-grid figures
-generated_dir: str = (
-    "manuscript/generated"  # folder for the LaTeX tables, figure environments and sensitivity_macros.tex
-)
+generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, figures' environments and macros
 study_name: str = "pilot-simulated"  # study whose exported run table is analysed when runs is empty
 runs: str = ""  # run table (CSV) to analyse instead; "synthetic": a SIMULATED synthetic table drawn with seed
 allow_unisolated: bool = False  # analyse real runs made without the sandbox (development only); refused by default

@@ -46,8 +46,3 @@ def assert_whole_matrix(report: CheckReport, sid: str) -> None:
     assert expected <= checks, sorted(expected - checks)
     assert any(c.startswith("cheat:") and c.endswith(" gold") for c in checks)  # another scenario's gold package
     assert {f"defect:{n}" for n in applicable_defects(sc)} <= checks
-
-
-def assert_within_a_minute(report: CheckReport) -> None:
-    per = report.summary.groupby("scenario").seconds.sum()
-    assert (per < 60).all(), per.to_dict()

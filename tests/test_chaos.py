@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from schedule_support import make_root, read_only
 from test_process_lifetime import spawned_pids, survivors
 
@@ -28,8 +27,6 @@ from pilot.attempt import was_launched
 from pilot.executors import proctree
 from pilot.ledger import audit
 from pilot.store import STORE_FILE
-
-pytestmark = pytest.mark.slow
 
 SEED = 20261201
 FAKE = "pilot.simulated.fake_runs:sleep_run"

@@ -18,11 +18,10 @@ from pilot.executors import proctree
 from pilot.executors.dask import DaskExecutor, nodes_from_workers, run_attempt_on_worker
 from pilot.schedule import Scheduler
 
-pytestmark = pytest.mark.slow
-
 RUNNER = "pilot.simulated.fake_runs:sleep_run"
 LINUX = {"slots": 2, "linux": 2, "libreoffice": 2, "chromium": 2, "portal": 2}
 MAC = {"slots": 1, "macos": 1}
+pytestmark = pytest.mark.usefixtures("dask")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from pilot import paths
 from pilot.judges.deck_pdf import DeckRenderError, render_deck_pdf
 from pilot.scenarios.library import cx_01
 
+pytestmark = pytest.mark.usefixtures("soffice")
+
 
 @pytest.fixture(scope="module")
 def gold(tmp_path_factory):

@@ -16,7 +16,6 @@ from pilot.agents import launch, sandbox
 ARMS = protocol.arms()
 STUDY = protocol.study()
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
-needs_bwrap = pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed")
 
 
 TOKEN = "run-token-1"
@@ -123,7 +122,7 @@ def test_masked_programs_follow_the_denied_families(arm_id, tmp_path):
             assert hits, f"{family} is on PATH but not masked"
 
 
-@needs_bwrap
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.parametrize("arm_id", list(ARMS))
 def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     arm = ARMS[arm_id]
@@ -191,7 +190,7 @@ def _in_sandbox(spec: launch.LaunchSpec, run_dir: Path, script: str) -> subproce
     )
 
 
-@needs_bwrap
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
 def test_denied_programs_meet_their_stub_however_they_are_called(tmp_path):
     run = tmp_path / "runs" / "r1"
@@ -214,7 +213,7 @@ def test_denied_programs_meet_their_stub_however_they_are_called(tmp_path):
     assert lines[-1] == "0"
 
 
-@needs_bwrap
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
 def test_an_arm_that_denies_nothing_runs_the_same_program(tmp_path):
     spec = _spec("A3", tmp_path)

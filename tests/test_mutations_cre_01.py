@@ -17,10 +17,9 @@ import mutation_support
 import pytest
 from mutation_support import Mutation
 
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "CRE-01"
 BOOK = "service_charge_reconciliation.xlsx"

@@ -21,9 +21,7 @@ import pytest
 from mutation_support import Mutation, in_turn, set_cell
 from openpyxl.workbook.workbook import Workbook
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "CTDM-01"
 BOOK = "query_log.xlsx"

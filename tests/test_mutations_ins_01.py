@@ -16,9 +16,7 @@ import mutation_support
 import pytest
 from mutation_support import Mutation
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "INS-01"
 BOOK = "reserve_review.xlsx"

@@ -18,10 +18,9 @@ import mutation_support
 import pytest
 from mutation_support import Mutation, in_turn
 
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "SCM-01"
 BOOK = "mrp_plan.xlsx"

@@ -23,10 +23,9 @@ import pytest
 from mutation_support import Mutation, in_turn
 
 from pilot import defects
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "TAX-01"
 BOOK = "vat_return_Q3.xlsx"

@@ -23,11 +23,10 @@ import pytest
 
 from pilot import defects
 from pilot.oracles import Recalculator, evaluate_many
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 from pilot.scenarios.officeio import normalize_zip
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 ACC_BOOK = "bank_reconciliation_2026-10.xlsx"
 MKT_BOOK = "campaign_performance_q3.xlsx"

@@ -8,15 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from schedule_support import NODES, REQUIRES, make_root, make_store, read_only
 
 from pilot.executors import proctree
 from pilot.executors.local import LocalExecutor
 from pilot.schedule import Scheduler
 from pilot.store import STORE_FILE
-
-pytestmark = pytest.mark.slow
 
 FAKE = "pilot.simulated.fake_runs:sleep_run"
 

@@ -28,7 +28,7 @@ from pilot.runner import run_attempt
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap")
 
 #: Sits between the CLI and the harness; MODE says what it does to the stream.
 FILTER = textwrap.dedent("""\

@@ -24,11 +24,10 @@ import pytest
 from schedule_support import make_root, make_store
 
 from pilot import runtable
-from pilot.oracles.recalc import soffice_binary
 from pilot.reevaluate import ReevaluationError, reevaluate_study, select
 from pilot.store import STORE_FILE, Store
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 BROKEN = "PILOT_SOFFICE"
 ARGS = ("--scenarios", "ACC-01", "LEGAL-01", "--arms", "A3", "--pilot-repeats", "1")

@@ -31,8 +31,7 @@ ARMS = ["A0", "A1"]
 NAME = "rehearsal-dask"
 # One slot each: the study's scheduler (least loaded first) then puts one run on each worker.
 WORKERS = ("dask-w1", "dask-w2")
-
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap", "soffice", "dask")
 
 
 @pytest.fixture(scope="module")

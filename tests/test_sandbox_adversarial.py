@@ -37,10 +37,10 @@ SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
 OPERATOR_KEY = "sk-ant-operator-secret-0000"
 CAPS = Caps(50.0, 300)
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap")
 
 
 CLI = real_cli()
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -36,8 +36,8 @@ from pilot.runner import run_attempt
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
 CLI = real_cli()
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap")
 WORKER_ENV = Path(sys.prefix)
-pytestmark = pytest.mark.slow
 #: The test's own unprivileged harness user (made here when missing; root only).
 HARNESS_USER = "pilot-test-harness"
 HARNESS_UID = 61990

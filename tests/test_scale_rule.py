@@ -121,8 +121,7 @@ def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path
     assert charged > 0 and st.audit() == []
 
 
-@pytest.mark.notebook
-@pytest.mark.slow
+@pytest.mark.usefixtures("notebook")
 def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
     from schedule_support import NODES, REQUIRES
 

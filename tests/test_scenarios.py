@@ -94,7 +94,6 @@ def test_every_criterion_kind_in_the_oracles_is_used_and_most_are_required():
     assert any(not c.required for c in crits) and sum(c.required for c in crits) > 0.8 * len(crits)
 
 
-@pytest.mark.slow
 def test_inputs_regenerate_byte_for_byte():
     problems = [p for sid in IDS for p in check_inputs(sid)]
     assert problems == []

@@ -14,8 +14,6 @@ from schedule_support import make_root
 from pilot import runtable
 from pilot.schedule import list_scenario_ids
 
-pytestmark = pytest.mark.slow
-
 
 def test_simulated_study_end_to_end_from_the_command_line(tmp_path):
     scenarios = list_scenario_ids()

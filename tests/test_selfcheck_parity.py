@@ -26,10 +26,9 @@ from pilot import defects
 from pilot.oracles import Recalculator, evaluate, install_selfcheck, run_selfcheck
 from pilot.oracles.evaluate import FORM_KINDS, workbooks_to_recalculate
 from pilot.oracles.readers import docx_lines, word_count
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 BOOK = "bank_reconciliation_2026-10.xlsx"
 MEMO = "reconciliation_memo.docx"

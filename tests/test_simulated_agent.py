@@ -17,9 +17,6 @@ from pilot.simulated import agent as simulated
 from pilot.simulated.agent import SessionDraw, SimulatedBackend, apply_caps, load_model
 
 SID = "LEGAL-01"  # no workbook: no LibreOffice in these tests
-pytestmark = pytest.mark.skipif(
-    not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"
-)
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -178,10 +175,6 @@ def test_a1_denied_attempts_are_recorded_as_deviations(tmp_path):
 PORTAL_SID = "ACC-01"  # uses_portal: true
 
 
-@pytest.mark.skipif(
-    not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(),
-    reason=f"no portal content for {PORTAL_SID}",
-)
 def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path):
     from pilot.portal import read_access_log, summarise_access_log
 

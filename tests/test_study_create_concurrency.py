@@ -117,7 +117,6 @@ def _nothing_left_beside(folder: Path) -> None:
 # ------------------------------------------------------------------ create
 
 
-@pytest.mark.slow
 def test_racing_creates_one_wins_and_the_assignment_file_is_the_stores(tmp_path):
     root = make_root(tmp_path)
     data = root / "analysis" / "data"
@@ -152,7 +151,6 @@ def test_racing_creates_one_wins_and_the_assignment_file_is_the_stores(tmp_path)
     )
 
 
-@pytest.mark.slow
 def test_a_create_waits_while_another_command_holds_the_study_then_decides(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "held"
@@ -192,7 +190,6 @@ def test_a_create_waits_while_another_command_holds_the_study_then_decides(tmp_p
 # ------------------------------------------------------------------ --fresh
 
 
-@pytest.mark.slow
 def test_fresh_refuses_a_study_another_command_holds_and_deletes_nothing(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "fr"
@@ -213,7 +210,6 @@ def test_fresh_refuses_a_study_another_command_holds_and_deletes_nothing(tmp_pat
     _nothing_left_beside(folder)
 
 
-@pytest.mark.slow
 def test_fresh_refuses_while_another_create_of_the_name_holds_it(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "mid"
@@ -223,7 +219,6 @@ def test_fresh_refuses_while_another_create_of_the_name_holds_it(tmp_path):
         assert not (folder / STORE_FILE).exists() and not (folder / "assignment_pilot.csv").exists()
 
 
-@pytest.mark.slow
 def test_racing_fresh_creates_never_leave_a_file_that_disagrees(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "again"
@@ -250,7 +245,6 @@ def test_racing_fresh_creates_never_leave_a_file_that_disagrees(tmp_path):
 # ------------------------------------------------------------------ later waves and the run table
 
 
-@pytest.mark.slow
 def test_racing_wave_starts_add_the_wave_once_and_its_file_is_the_stores(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "w"
@@ -268,7 +262,6 @@ def test_racing_wave_starts_add_the_wave_once_and_its_file_is_the_stores(tmp_pat
     _nothing_left_beside(folder)
 
 
-@pytest.mark.slow
 def test_a_run_under_the_lock_puts_back_an_assignment_file_that_disagrees_with_the_store(tmp_path):
     # Studies created before creates were serialised may keep the losing racer's file: the next run repairs it.
     root = make_root(tmp_path)
@@ -287,7 +280,6 @@ def test_a_run_under_the_lock_puts_back_an_assignment_file_that_disagrees_with_t
             )
 
 
-@pytest.mark.slow
 def test_export_beside_the_store_refuses_while_the_study_is_held_and_elsewhere_goes_ahead(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "ex"

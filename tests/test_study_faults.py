@@ -20,8 +20,6 @@ from schedule_support import finish_cells, make_root, read_only
 from pilot import paths, protocol, runtable
 from pilot.store import STORE_FILE, Store
 
-pytestmark = pytest.mark.slow
-
 FAKE = "pilot.simulated.fake_runs:sleep_run"
 NOOP = "pilot.simulated.fake_runs:noop_run"
 

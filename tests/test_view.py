@@ -22,8 +22,6 @@ from pilot.view.app import create_app
 from pilot.view.export import ExportError, export_site
 from pilot.view.study import StudyReader, ViewError
 
-pytestmark = pytest.mark.slow
-
 
 def _esc(text: str) -> str:
     return str(escape(text))

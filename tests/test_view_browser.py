@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from view_support import models_study, run_table, simulated_study
 
 from pilot.view.app import ViewServer
 from pilot.view.export import export_site
 from pilot.view.study import StudyReader
-
-pytestmark = pytest.mark.slow
 
 
 def _visible_arms(page) -> list[str]:

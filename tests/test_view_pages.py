@@ -19,8 +19,6 @@ from view_support import copy_study, models_study, run_table, simulated_study
 
 from pilot.view.app import create_app
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def study() -> Path:

@@ -677,23 +677,13 @@ def _replace(stream: list[str], pick, change) -> list[str]:
     return [line for line in out if line is not None]
 
 
-def _real_cli() -> Path:
-    from real_cli_support import real_cli
-
-    cli = real_cli()
-    if cli is None:
-        pytest.fail("the pinned Claude Code CLI is not installed (make test installs it; or set PILOT_TEST_CLAUDE_BIN)")
-    return cli
-
-
-@pytest.mark.slow
-def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_path):
+def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_path, real_cli):
     from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 
     from pilot import protocol
     from pilot.protocol.prices import PriceTable, Usage
 
-    cli = _real_cli()
+    cli = real_cli
     model = protocol.study()["worker"]["model"]
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -796,8 +786,7 @@ def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_pa
     ]
 
 
-@pytest.mark.slow
-def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
+def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path, real_cli):
     """The A4 shape: the first session stops at --max-turns, the resume keeps the assigned id and reports the cumulative
     cost.
 
@@ -809,7 +798,7 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
     from pilot.agents import messages_wire as wire
     from pilot.protocol.prices import PriceTable, Usage
 
-    cli = _real_cli()
+    cli = real_cli
     model = protocol.study()["worker"]["model"]
     ws = tmp_path / "ws"
     ws.mkdir()
