@@ -32,7 +32,6 @@ from pilot.portal import start_instance
 from pilot.portal.content import generate_portal
 
 
-
 def _exchange(url: str, head: bytes, body: bytes) -> tuple[float, bytes]:
     """Seconds from the request's last byte to the whole answer, and the answer's status line."""
     parts = urlsplit(url)
