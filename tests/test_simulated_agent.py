@@ -77,7 +77,7 @@ def test_simulated_outputs_say_so(tmp_path):
 def test_a0_delivers_text_substitutes_declared_in_the_record(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
     backend = SimulatedBackend(
-        sc, protocol.arms()["A0"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0
+        sc, protocol.arms()["A0"], run_dir=tmp_path / "run", workspace=Path("/nonexistent"), seed=0
     )
     # A seed whose draw has the substitutes and no other defect, so the record is intact.
     seed = next(s for s in range(200) if backend.draw(simulated._rng(s, SID, "A0", 0)).defects == ["text_substitutes"])
@@ -119,11 +119,11 @@ def test_the_cap_reached_first_ends_the_session(draw, cap):
         assert (cost, wall, turns) == (draw.cost, draw.wall, draw.turns)
 
 
-def test_draws_censor_some_runs_under_the_protocol_caps():
+def test_draws_censor_some_runs_under_the_protocol_caps(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
     arm = protocol.arms()["A4"]
     caps = protocol.study().caps_for(SID)
-    backend = SimulatedBackend(sc, arm, run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0)
+    backend = SimulatedBackend(sc, arm, run_dir=tmp_path / "run", workspace=Path("/nonexistent"), seed=0)
     reasons = []
     for seed in range(400):
         draw = backend.draw(simulated._rng(seed, SID, "A4", 0))
@@ -162,7 +162,7 @@ def test_a4_sometimes_fails_its_first_self_check_and_recovers(tmp_path):
 def test_a1_denied_attempts_are_recorded_as_deviations(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
     backend = SimulatedBackend(
-        sc, protocol.arms()["A1"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0
+        sc, protocol.arms()["A1"], run_dir=tmp_path / "run", workspace=Path("/nonexistent"), seed=0
     )
     seed = next(s for s in range(200) if backend.draw(simulated._rng(s, SID, "A1", 0)).denied is not None)
     rec = _run(tmp_path, "A1", seed)
