@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 # The functions this module runs on the workers travel by value: the workers have no tests/ to import them from.
-import cloudpickle  # noqa: E402
+import cloudpickle
 import pytest
 from distributed import Client
 
