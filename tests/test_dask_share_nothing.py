@@ -39,7 +39,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 SCENARIOS = ["LEGAL-01", "HR-01"]
 ARMS = "A0,A1"
 DASK = Path(sys.executable).with_name("dask")
-pytestmark = pytest.mark.usefixtures("dask")
+# The workers run simulated studies whose oracles recalculate workbooks.
+pytestmark = pytest.mark.usefixtures("dask", "soffice")
 
 
 def _own_repository(root: Path, *, oracle_byte: bool = False) -> Path:

@@ -242,7 +242,7 @@ def test_portal_generate_refuses_a_scenario_without_a_portal():
     assert not (paths.SCENARIOS_DIR / without / "portal").exists()
 
 
-@pytest.mark.usefixtures("bwrap")
+@pytest.mark.usefixtures("bwrap", "soffice")
 def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_rerun(tmp_path, monkeypatch):
     """Through the scheduler's run function, with the runner's own portal start (no starter passed)."""
     import pilot.portal

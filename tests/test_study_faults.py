@@ -209,6 +209,7 @@ def test_failed_runs_make_run_exit_nonzero_grouped_and_retry_reopens_them(tmp_pa
         assert len(st.events("reopen")) == 2 and st.audit() == []
 
 
+@pytest.mark.usefixtures("dask")
 def test_run_refusals_take_no_freeze_manifest_and_reserve_nothing(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
@@ -380,6 +381,7 @@ def test_a_truncated_or_corrupted_store_is_named_and_left_in_place(tmp_path):
     one_line_fault(pilot(env, "status", "c"), r"study.sqlite", r"truncated or corrupted", r"restore it from a backup")
 
 
+@pytest.mark.usefixtures("dask")
 def test_lost_dask_scheduler_is_one_line(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
@@ -503,6 +505,7 @@ cmp -s "$D/done/runs.csv" {saved}/done/runs.csv && echo same-csv
     assert len(faults) == 7, shown
 
 
+@pytest.mark.usefixtures("dask")
 def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
