@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from portal_support import make_scenario
+from portal_support import make_scenario, read_json_answer
 
 from pilot.portal import start_instance
 from pilot.portal.content import generate_portal
@@ -38,12 +38,7 @@ def _exchange(url: str, head: bytes, body: bytes) -> tuple[float, bytes]:
     with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
         sock.sendall(head + body)
         t0 = time.perf_counter()
-        data = b""
-        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_json_answer(sock)
         return time.perf_counter() - t0, data.split(b"\r\n", 1)[0]
 
 

@@ -18,7 +18,7 @@ import urllib.request
 from urllib.parse import urlencode, urlsplit
 
 import pytest
-from portal_support import basic_auth, make_scenario, raw_get
+from portal_support import basic_auth, make_scenario, raw_get, read_json_answer
 
 from pilot.portal import Credentials, PortalClient, PortalClientError, start_instance, summarise_access_log
 from pilot.portal.app import CHALLENGE, SessionLimits, SessionStore, SignInLimits
@@ -249,12 +249,7 @@ def test_an_oversized_body_is_refused_from_its_declared_length_without_being_rea
             b"POST /api/sign-in HTTP/1.1\r\nHost: portal\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000000000\r\n\r\n"
         )
-        data = b""
-        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_json_answer(sock)
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413"), head
     assert b"application/json" in head and "error" in json.loads(body)
