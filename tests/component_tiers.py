@@ -512,6 +512,9 @@ class _Guard:
         sys.addaudithook(self._audit)
         _install_dask_watch(self)
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
     # -- what a test may start
     def _stand_in_dir(self, refused: frozenset[str]) -> Path:
         if refused not in self.stand_ins:
