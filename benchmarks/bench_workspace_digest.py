@@ -133,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{'path walk ms':>13} {'digest/path walk':>17}"
     )
     for sid, n, ref, dig, old in rows:
-        print(f"{sid:<10} {n:>7} {ref * 1000:>14.1f} {dig * 1000:>10.2f} {dig / ref:>9.4f} {old * 1000:>13.2f} {dig / old:>17.3f}")
+        print(
+            f"{sid:<10} {n:>7} {ref * 1000:>14.1f} {dig * 1000:>10.2f} {dig / ref:>9.4f} {old * 1000:>13.2f} {dig / old:>17.3f}"
+        )
     ref_all, dig_all, old_all = (sum(r[k] for r in rows) for k in (2, 3, 4))
-    print(f"all scenarios: digest / evaluation = {dig_all / ref_all:.4f} ({dig_all * 1000:.1f} ms against {ref_all * 1000:.1f} ms)")
+    print(
+        f"all scenarios: digest / evaluation = {dig_all / ref_all:.4f} ({dig_all * 1000:.1f} ms against {ref_all * 1000:.1f} ms)"
+    )
     print(
         f"all scenarios: digest (bounded walk) / path walk = {dig_all / old_all:.3f} "
         f"({dig_all * 1000:.1f} ms against {old_all * 1000:.1f} ms)"

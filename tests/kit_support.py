@@ -17,7 +17,8 @@ def assert_every_check_passes(report: CheckReport, scenarios: list[str]) -> None
 
 
 def assert_whole_matrix(report: CheckReport, sid: str) -> None:
-    """Every row the kit owes ``sid``: bundle, inputs, gold, no-op, every mutation, substitute, trap, defect and cheat."""
+    """Every row the kit owes ``sid``: bundle, inputs, gold, no-op, every mutation, substitute, trap, defect and
+    cheat."""
     checks = set(report.summary[report.summary.scenario == sid].check)
     sc = load_scenario(sid)
     expected = {
@@ -45,8 +46,3 @@ def assert_whole_matrix(report: CheckReport, sid: str) -> None:
     assert expected <= checks, sorted(expected - checks)
     assert any(c.startswith("cheat:") and c.endswith(" gold") for c in checks)  # another scenario's gold package
     assert {f"defect:{n}" for n in applicable_defects(sc)} <= checks
-
-
-def assert_within_a_minute(report: CheckReport) -> None:
-    per = report.summary.groupby("scenario").seconds.sum()
-    assert (per < 60).all(), per.to_dict()

@@ -234,7 +234,7 @@ def test_a_tree_deeper_than_path_max_is_walked_by_descriptor(tmp_path, mode):
     full = ws / "deep" / rel
     assert len(os.fsencode(full)) > 4096
     with pytest.raises(OSError) as info:  # the path itself is beyond what the kernel resolves
-        open(full, "rb")  # noqa: SIM115
+        open(full, "rb")
     assert info.value.errno == errno.ENAMETOOLONG
     fds = open_fds()
     with worker_files.Folder(ws) as folder:

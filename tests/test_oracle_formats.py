@@ -139,7 +139,8 @@ criteria:
   - {id: deck_well_formed, kind: well_formed, required: true, file: review.pptx}
   - {id: deck_sections, kind: sections, required: true, file: review.pptx}
   - {id: deck_names_rule, kind: text_contains, required: true, file: review.pptx, patterns: ['awaiting customer']}
-  - {id: deck_states_billing, kind: text_number, required: true, file: review.pptx, expected: 88.0, tolerance: 0.05, near: Billing}
+  - {id: deck_states_billing, kind: text_number, required: true, file: review.pptx, expected: 88.0, tolerance: 0.05,
+     near: Billing}
   - id: deck_breaching_teams
     kind: decision
     required: true

@@ -73,7 +73,8 @@ from pilot.scenarios.generate import build_gold_workspace, check_inputs, library
 
 sid = sys.argv[1]
 sc = load_scenario_from(paths.SCENARIOS_DIR / sid, load_study())
-out = {"pilot": pilot.__file__, "root": str(paths.ROOT), "module": library_module(sc).__file__, "inputs": check_inputs(sc)}
+out = {"pilot": pilot.__file__, "root": str(paths.ROOT), "module": library_module(sc).__file__}
+out["inputs"] = check_inputs(sc)
 with tempfile.TemporaryDirectory() as tmp:
     ev = evaluate(sc, build_gold_workspace(sc, Path(tmp) / "gold"))
 out["gold"] = {"D": ev.D, "E": ev.E, "errors": ev.errors, "criteria": [c.id for c in ev.criteria],
@@ -86,7 +87,7 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def checked(root: Path, written: list[Path]) -> dict:
+def checked(root: Path, written: list[Path], soffice: str) -> dict:
     env = {**os.environ, "PILOT_ROOT": str(root), "PYTHONPATH": str(root / "src")}
     proc = subprocess.run(
         [sys.executable, "-c", _CHECK, SID], cwd=root, env=env, capture_output=True, text=True, timeout=300
@@ -149,7 +150,7 @@ def test_inputs_regenerate_byte_for_byte(checked: dict):
     assert checked["inputs"] == []
 
 
-@pytest.mark.libreoffice
+@pytest.mark.usefixtures("soffice")
 def test_gold_passes_every_active_criterion(checked: dict, bundle: Path, root: Path):
     gold = checked["gold"]
     assert gold["failed"] == [] and gold["errors"] == []
@@ -275,6 +276,7 @@ def test_a_failure_while_installing_leaves_nothing(root: Path, written: list[Pat
     assert not any(p.exists() for p in skeleton_paths("NEW-02", root))
 
 
+@pytest.mark.usefixtures("soffice")
 def test_check_names_what_to_fill_in_and_passes_once_it_is_filled_in(
     root: Path, written: list[Path], bundle: Path, module_path: Path
 ) -> None:

@@ -14,7 +14,6 @@ import pytest
 
 from pilot import defects
 from pilot.oracles import SELFCHECK_TOOL, evaluate, install_selfcheck, run_selfcheck
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 
 STDLIB = set(sys.stdlib_module_names)
@@ -81,8 +80,7 @@ def test_well_formed_wrong_answer_passes_the_self_check_but_not_the_oracle(golds
     assert not ev.D and {c.id for c in ev.failed} == {"plan_skus", "plan_qty_negative_stock", "plan_qty_case_pack"}
 
 
-@pytest.mark.libreoffice
-@pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")
+@pytest.mark.usefixtures("soffice")
 def test_wrong_figures_in_a_workbook_pass_the_self_check(golds, tmp_path):
     ws = _copy(golds, "ACC-01", tmp_path)
     defects.misstate_labelled_value(
@@ -136,6 +134,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.usefixtures("soffice")
 @pytest.mark.parametrize("name", list(MALFORMED))
 def test_malformed_deliverable_fails_with_a_reason(golds, tmp_path, name):
     act, sid, words = MALFORMED[name]
@@ -148,8 +147,7 @@ def test_malformed_deliverable_fails_with_a_reason(golds, tmp_path, name):
     assert report.lines[-1].startswith("SELF-CHECK FAILED")
 
 
-@pytest.mark.libreoffice
-@pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")
+@pytest.mark.usefixtures("soffice")
 def test_error_value_in_an_openpyxl_workbook_is_found_by_recalculation(golds, tmp_path):
     ws = _copy(golds, "ACC-01", tmp_path)
     defects.inject_error_value(ws, "bank_reconciliation_2026-10.xlsx", "Reconciliation")

@@ -33,7 +33,8 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"pilot protocol validate: {exc}", file=sys.stderr)
         return 1
     print(
-        f"protocol valid: {len(loaded['arms'])} arms, {len(loaded['scenarios'])} scenario bundles, {len(loaded['amendments'])} amendments"
+        f"protocol valid: {len(loaded['arms'])} arms, {len(loaded['scenarios'])} scenario bundles, "
+        f"{len(loaded['amendments'])} amendments"
     )
     return 0
 

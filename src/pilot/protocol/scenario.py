@@ -23,7 +23,7 @@ DELIVERABLE_KINDS = ["xlsx", "docx", "pdf", "csv", "completion_record", "pptx"]
 COMPLETION_RECORD = "completion_record.json"
 
 # Parameters each criterion kind takes besides id, kind, required, file.
-CRITERION_PARAMS: dict[str, dict[str, dict]] = {
+CRITERION_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "present": {},
     "well_formed": {},
     "formulas": {"min_count": {"type": "integer", "minimum": 1}, "sheet": {"type": "string"}},
@@ -153,7 +153,7 @@ APPLIES_TO = {
 }
 
 _str = {"type": "string", "minLength": 1}
-SCENARIO_SCHEMA: dict = {
+SCENARIO_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": [
@@ -207,7 +207,7 @@ SCENARIO_SCHEMA: dict = {
 }
 
 
-def _criteria_file_schema(min_items: int, criterion: dict) -> dict:
+def _criteria_file_schema(min_items: int, criterion: dict[str, Any]) -> dict[str, Any]:
     """A file that holds one list, ``criteria``, of at least ``min_items`` entries (oracle.yml and rubric.yml)."""
     return {
         "type": "object",
@@ -217,7 +217,7 @@ def _criteria_file_schema(min_items: int, criterion: dict) -> dict:
     }
 
 
-ORACLE_SCHEMA: dict = _criteria_file_schema(
+ORACLE_SCHEMA: dict[str, Any] = _criteria_file_schema(
     1,
     {
         "type": "object",
@@ -247,7 +247,7 @@ ORACLE_SCHEMA["properties"]["traps"] = {
     },
 }
 
-RUBRIC_SCHEMA: dict = _criteria_file_schema(
+RUBRIC_SCHEMA: dict[str, Any] = _criteria_file_schema(
     3,
     {
         "type": "object",
@@ -437,7 +437,7 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
     for d in deliverables.values():
         if not any(c.kind == "present" and c.file == d.name for c in out):
             raise ProtocolError(path, "criteria", f"no presence criterion for deliverable {d.name}")
-    traps = []
+    traps: list[Trap] = []
     for i, raw in enumerate(data.get("traps") or []):
         if raw["id"] in {t.id for t in traps}:
             raise ProtocolError(path, f"traps.{i}.id", f"duplicate trap id {raw['id']!r}")
@@ -448,7 +448,7 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
     return Oracle(path, tuple(out), tuple(traps))
 
 
-def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> None:
+def _check_decision(path: Path, where: str, raw: dict[str, Any], deliv: Deliverable) -> None:
     """A decision names its place as the deliverable's kind requires, and its expected option is one of its options."""
     for p in DECISION_PLACE[deliv.kind]:
         if p not in raw:
@@ -479,7 +479,10 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
         raise ProtocolError(
             path,
             f"{where}.expected",
-            f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a list as expected)",
+            (
+                f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a "
+                "list as expected)"
+            ),
         )
     if deliv.kind in DOCUMENT_KINDS:
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
@@ -498,8 +501,9 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
             raise ProtocolError(path, f"{where}.{key}", f"not a valid regular expression ({exc})") from None
 
 
-def _check_bounds(path: Path, where: str, raw: dict) -> None:
-    """A bounds criterion states at least one bound, a minimum no greater than its maximum, and labels that are regexes."""
+def _check_bounds(path: Path, where: str, raw: dict[str, Any]) -> None:
+    """A bounds criterion states at least one bound, a minimum no greater than its maximum, and labels that are
+    regexes."""
     lo, hi = raw.get("minimum"), raw.get("maximum")
     if lo is None and hi is None:
         raise ProtocolError(path, f"{where}.minimum", "a labelled_bounds criterion needs 'minimum', 'maximum' or both")

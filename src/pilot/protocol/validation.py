@@ -26,7 +26,8 @@ def check_rubric_weights(scenario: Any) -> None:
 
 
 def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
-    """Every scenario bundle under ``protocol/scenarios``, validated; each belongs to a scenario set and every set's ids are bundles."""
+    """Every scenario bundle under ``protocol/scenarios``, validated; each belongs to a scenario set and every set's ids
+    are bundles."""
     root = Path(root) if root is not None else paths.SCENARIOS_DIR
     if not root.is_dir():
         raise ProtocolError(root, "<dir>", "the scenarios folder is missing")
@@ -54,13 +55,17 @@ def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
             raise ProtocolError(
                 study.path,
                 "scenario_sets",
-                f"the bundle {b.name} is in no scenario set: a finished scenario joins a set by amendment before any run of it",
+                (
+                    f"the bundle {b.name} is in no scenario set: a finished scenario joins a set by amendment "
+                    "before any run of it"
+                ),
             )
     return loaded
 
 
 def load_all() -> dict[str, Any]:
-    """Validate every protocol file, every scenario bundle and the price table included; used by ``pilot protocol validate``."""
+    """Validate every protocol file, every scenario bundle and the price table included; used by ``pilot protocol
+    validate``."""
     s = load_study()
     return {
         "study": s,
