@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pilot import defects
+from pilot import defects, paths
 from pilot.protocol import ProtocolError
 from pilot.protocol.scenario import COMPLETION_RECORD, Scenario, list_scenarios, load_scenario
 from pilot.scenario_kit import readings, traps
@@ -407,20 +407,23 @@ def check_bundle(scenario_id: str) -> tuple[Scenario | None, list[CheckRow]]:
     except (ProtocolError, KeyError, FileNotFoundError) as exc:
         return None, [CheckRow(scenario_id, "bundle", False, str(exc).splitlines()[0], time.perf_counter() - t0)]
     rows = [CheckRow(scenario_id, "bundle", True, "schema valid; caps equal study.yml", time.perf_counter() - t0)]
-    from pilot.scenario_kit.skeleton import MARKER, todo_markers
+    from pilot.scenario_kit.skeleton import MARKER, mutation_tests_path, todo_markers
     from pilot.scenarios.generate import library_module
 
     todo = todo_markers(Path(sc.dir), Path(library_module(sc).__file__))
-    rows.append(
-        CheckRow(
-            scenario_id,
-            "finished",
-            not todo,
-            f"{len(todo)} {MARKER} left to fill in: " + "; ".join(todo[:8]) + (" ..." if len(todo) > 8 else "")
-            if todo
-            else f"no {MARKER} left",
-        )
+    own_tests = mutation_tests_path(scenario_id)
+    # The suite runs every added scenario's own mutation tests; `pilot scenarios new` writes the file.
+    missing = [] if scenario_id in TRAPS_IN_PROSE or own_tests.is_file() else [paths.shown(own_tests)]
+    left = (
+        f"{paths.shown(own_tests)} is missing (the suite runs each added scenario's own mutation tests); "
+        if missing
+        else ""
+    ) + (
+        f"{len(todo)} {MARKER} left to fill in: " + "; ".join(todo[:8]) + (" ..." if len(todo) > 8 else "")
+        if todo
+        else ""
     )
+    rows.append(CheckRow(scenario_id, "finished", not (todo or missing), left or f"no {MARKER} left"))
     t1 = time.perf_counter()
     problems = check_inputs(sc)
     rows.append(
