@@ -30,7 +30,6 @@ import yaml
 
 from pilot import paths
 from pilot.protocol.design import (
-    AMENDMENT_COLUMNS,
     AMENDMENT_STAGES,
     SCENARIO_ID,
     SET_NAME,

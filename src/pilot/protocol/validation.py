@@ -80,7 +80,8 @@ def check_added_scenarios(study: Study, amendments: list[dict[str, str]], bundle
             raise ProtocolError(
                 paths.AMENDMENTS_FILE,
                 "title",
-                f"no amendment adds the bundle {sid} (in set {', '.join(sets) or 'none'}): a scenario joins a set by an "
+                f"no amendment adds the bundle {sid} (in set {', '.join(sets) or 'none'}): a scenario joins a set by "
+                "an "
                 f"amendment titled '{EXTENSION_TITLE}{sid}', made before any run of the set; write it with "
                 f"`pilot protocol amend --scenario {sid} --set NAME --content ...`",
             )

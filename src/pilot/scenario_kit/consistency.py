@@ -249,7 +249,7 @@ def _reads_findings(scenario: Scenario, brief: str, *, own_words: bool) -> list[
     unstated: list[str] = []
 
     def need(text: str, what: str, file: str, reader: str, pattern: str | None = None) -> None:
-        # A pattern the oracle searches for (a column, a figure's context, brief_asks) is searched for; text is a phrase.
+        # A pattern the oracle searches for (a column, a figure's context, brief_asks) is searched; text is a phrase.
         if not _brief_asks(entries.get(file, ""), pattern if pattern is not None else _literal(text).pattern):
             missing.setdefault((what, file), []).append(reader)
 
