@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kit_support
 import pytest
 
 from pilot import paths
@@ -110,16 +111,7 @@ def test_the_skeleton_is_written_under_root_and_nowhere_else(
     root: Path, written: list[Path], bundle: Path, module_path: Path
 ):
     names = [p.relative_to(root).as_posix() for p in written]
-    assert names == [
-        f"protocol/scenarios/{SID}/brief.md",
-        f"protocol/scenarios/{SID}/scenario.yml",
-        f"protocol/scenarios/{SID}/oracle.yml",
-        f"protocol/scenarios/{SID}/rubric.yml",
-        f"protocol/scenarios/{SID}/inputs/policy.txt",
-        f"protocol/scenarios/{SID}/inputs/records.csv",
-        "src/pilot/scenarios/library/test_01.py",
-        "tests/test_mutations_test_01.py",
-    ]
+    assert names == kit_support.skeleton_files(SID)
     assert all(p.is_file() for p in written)
     assert not (paths.SCENARIOS_DIR / SID).exists()
     assert not (paths.ROOT / "src" / "pilot" / "scenarios" / "library" / "test_01.py").exists()

@@ -192,9 +192,7 @@ def shown(value: object) -> str:
     """A cell's or figure's value as a row of the check prints it: a number exactly, with thousands separators."""
     if isinstance(value, bool) or value is None:
         return repr(value)
-    if isinstance(value, (int, float)):
-        from decimal import Decimal
-
+    if isinstance(value, (int, float, Decimal)):
         d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
         return format(d, ",f")
     return repr(value) if not (isinstance(value, str) and value.startswith("=")) else value

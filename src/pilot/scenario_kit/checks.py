@@ -457,9 +457,17 @@ def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_che
     built: list[ScenarioPackages] = []
     for i, sc in enumerate(loaded):
         # Another scenario's gold: the next one in the list (a scenario alone borrows none).
+        # A bundle made by the same generator (a copy under another id) has the same gold: it lends none.
         other = None
-        if len(loaded) > 1:
-            o = loaded[(i + 1) % len(loaded)]
+        o = next(
+            (
+                loaded[(i + k) % len(loaded)]
+                for k in range(1, len(loaded))
+                if loaded[(i + k) % len(loaded)].generator != sc.generator
+            ),
+            None,
+        )
+        if o is not None:
             golds.setdefault(o.id, build_gold_workspace(o, workdir / "_others" / o.id))
             other = (o, golds[o.id])
         built.append(build_packages(sc, workdir / sc.id, other=other, recalculator=recalc))

@@ -169,11 +169,14 @@ def numeric_probe(scenario: Scenario, c: Criterion, gold: Reading, fallen: list[
     if problems:
         return CheckRow(scenario.id, f"probe:{c.id}", False, "; ".join(problems))
     if moved:
+        # The fallen figures nearest the expected value: those a looser tolerance would admit first.
+        expected = Decimal(repr(c.get("expected")))
+        nearest = sorted(dict.fromkeys(moved), key=lambda v: abs(v - expected))[:3]
         return CheckRow(
             scenario.id,
             f"probe:{c.id}",
             True,
-            f"{tol} admits none of the fallen packages' figures ({_figures(tuple(moved))})",
+            f"{tol} admits none of the fallen packages' figures (nearest: {_figures(tuple(nearest))})",
         )
     return CheckRow(scenario.id, f"probe:{c.id}", True, f"{tol}; no trap moves its figure")
 
