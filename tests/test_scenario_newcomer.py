@@ -80,7 +80,8 @@ def added(checkout: Path) -> dict[str, subprocess.CompletedProcess]:
     for name in BUNDLE_FILES:
         shutil.copyfile(FIXTURE / name, bundle / name)
     shutil.copyfile(FIXTURE / "cus_01.py", checkout / "src" / "pilot" / "scenarios" / "library" / "cus_01.py")
-    shutil.copyfile(FIXTURE / "test_mutations_cus_01.py", checkout / "tests" / "test_mutations_cus_01.py")
+    # Kept as .txt in the fixture, so that the repository's own suite does not collect it.
+    shutil.copyfile(FIXTURE / "test_mutations_cus_01.py.txt", checkout / "tests" / "test_mutations_cus_01.py")
     steps["generate"] = pilot(checkout, "scenarios", "generate", SID)
     steps["amend"] = pilot(
         checkout,
