@@ -115,3 +115,39 @@ def test_a_named_defect_is_held_to_what_it_declares(tmp_path):
     wrong = defects.Planted(planted.description, ("record_valid",))
     assert "beyond what it declares (['record_valid'])" in expect_declared(wrong)(ev)
     assert "E=0" in expect_declared(defects.Planted("edited an input", critical=True))(ev)
+
+
+def test_without_libreoffice_the_check_says_how_to_install_it_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    # A machine without soffice on PATH: the check stops before building anything, with the install step.
+    env = {k: v for k, v in os.environ.items() if k != "PILOT_SOFFICE"}
+    env["PATH"] = str(tmp_path)  # nothing there
+    proc = subprocess.run(
+        [sys.executable, "-m", "pilot", "scenarios", "check", "OPS-01", "--keep", str(tmp_path / "k")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("pilot scenarios check: LibreOffice (soffice) is not installed")
+    assert "tools/ensure-system-packages.sh office" in lines[0] and "PILOT_SOFFICE" in lines[0]
+    assert not (tmp_path / "k" / "OPS-01").exists()
+
+
+def test_a_libreoffice_that_vanishes_mid_run_is_the_same_one_line(tmp_path, monkeypatch, capsys):
+    from pilot.oracles import recalc
+    from pilot.scenario_kit import checks
+
+    def gone(*args, **kwargs):
+        raise recalc.RecalcUnavailable("LibreOffice (soffice) is not installed; workbooks cannot be recalculated")
+
+    monkeypatch.setattr(checks, "check_scenarios", gone)
+    assert cli_main(["scenarios", "check", "OPS-01", "--keep", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tools/ensure-system-packages.sh office" in err[0]

@@ -872,7 +872,12 @@ def reword(workspace: Path, name: str, text: str, becomes: str, sections: tuple[
 def apply_fallen_edit(scenario: Scenario, workspace: Path, edit) -> str:
     """Apply one edit of a trap's ``fallen`` list (:class:`pilot.protocol.scenario.FallenEdit`) to a copy of the gold."""
     if edit.form == "cell":
-        return set_workbook_cell(workspace, edit.file, edit.get("sheet"), edit.get("cell"), edit.get("value"))
+        value = edit.get("value")
+        if edit.get("date") is not None:
+            import datetime as dt
+
+            value = dt.datetime.fromisoformat(edit.get("date"))
+        return set_workbook_cell(workspace, edit.file, edit.get("sheet"), edit.get("cell"), value)
     if edit.form == "text":
         sections = scenario.deliverable(edit.file).required_sections
         return reword(workspace, edit.file, edit.get("text"), edit.get("becomes"), sections)

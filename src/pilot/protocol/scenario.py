@@ -236,7 +236,7 @@ ORACLE_SCHEMA: dict = _criteria_file_schema(
 ORACLE_SCHEMA["properties"]["criteria"]["items"]["properties"]["brief_asks"] = {"type": "string", "minLength": 1}
 
 #: One edit of the gold package that turns it into a trap's fallen package (``traps[].fallen``): a workbook cell typed
-#: over (figure, text or formula), a passage of a document or CSV reworded, or a CSV cell.
+#: over (figure, text or formula, or a date), a passage of a document or CSV reworded, or a CSV cell.
 FALLEN_EDIT_SCHEMA: dict = {
     "oneOf": [
         {
@@ -248,6 +248,17 @@ FALLEN_EDIT_SCHEMA: dict = {
                 "sheet": _str,
                 "cell": {"type": "string", "pattern": r"^[A-Z]{1,3}[1-9][0-9]*$"},
                 "value": {"type": ["number", "string", "null"]},
+            },
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["file", "sheet", "cell", "date"],
+            "properties": {
+                "file": _str,
+                "sheet": _str,
+                "cell": {"type": "string", "pattern": r"^[A-Z]{1,3}[1-9][0-9]*$"},
+                "date": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
             },
         },
         {
