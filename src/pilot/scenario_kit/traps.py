@@ -99,48 +99,68 @@ def _failing(ev) -> dict[str, object]:
     return {c.id: c for c in ev.criteria if not c.passed}
 
 
-def trap_row(scenario: Scenario, trap: Trap, fallen: Fallen, mutation_rows: dict[str, CheckRow]) -> CheckRow:
-    """``trap:<id>``: the fallen package fails exactly the catching criteria, each a required content check that
-    breaks alone under its mutation; anything else is named."""
+def catcher_problems(scenario: Scenario, trap: Trap) -> list[str]:
+    """What makes a declared catching criterion unable to catch the trap: optional, or a check any file satisfies."""
     problems = []
     for cid in trap.caught_by:
         c = scenario.oracle.by_id(cid)
         if c.kind in FORM_KINDS:
             problems.append(
-                f"{cid} is a {c.kind} criterion, which any delivered file satisfies whatever it says: it cannot catch a trap"
+                f"{cid} is a {c.kind} criterion, which any delivered file satisfies whatever it says: "
+                "it cannot catch a trap"
             )
         if not c.required:
             problems.append(f"{cid} is not required, so falling into the trap still passes")
+    return problems
+
+
+def fallen_problems(trap: Trap, fallen: Fallen) -> tuple[list[str], list[str]]:
+    """(problems, notes) of a trap's evaluated fallen package: it must fail every catching criterion and no other
+    required one, not be accepted and touch no input. An optional criterion it also fails is a note, not a problem
+    (it decides nothing)."""
+    ev = fallen.evaluation
+    if fallen.workspace is None or ev is None:
+        return [fallen.made], []
+    problems, notes = [], []
+    failing = _failing(ev)
+    declared = set(trap.caught_by)
+    passed = [
+        f"{cid} ({next(c.reason for c in ev.criteria if c.id == cid)})" for cid in trap.caught_by if cid not in failing
+    ]
+    if passed:
+        problems.append("its fallen package passes " + "; ".join(passed))
+    beyond = [f"{cid} ({c.reason})" for cid, c in failing.items() if cid not in declared and c.required]
+    if beyond:
+        problems.append("its fallen package also fails " + "; ".join(beyond) + ", which caught_by does not name")
+    optional = [cid for cid, c in failing.items() if cid not in declared and not c.required]
+    if optional:
+        notes.append(f"it also fails the optional {', '.join(optional)}")
+    if ev.D:
+        problems.append("its fallen package is accepted (D=1)")
+    if ev.E:
+        problems.append(f"its fallen package touches an input (E=1: {'; '.join(ev.E_reasons)})")
+    return problems, notes
+
+
+def trap_row(scenario: Scenario, trap: Trap, fallen: Fallen, mutation_rows: dict[str, CheckRow]) -> CheckRow:
+    """``trap:<id>``: the fallen package fails exactly the catching criteria, each a required content check that
+    breaks alone under its mutation; anything else is named."""
+    problems = catcher_problems(scenario, trap)
+    for cid in trap.caught_by:
         row = mutation_rows.get(f"mutation:{cid}")
         if row is None or not row.ok:
             problems.append(f"{cid} does not break alone under its mutation ({row.reason if row else 'no mutation'})")
-    ev = fallen.evaluation
-    if fallen.workspace is None or ev is None:
-        problems.append(fallen.made)
-    else:
-        failing = _failing(ev)
-        declared = set(trap.caught_by)
-        passed = [
-            f"{cid} ({next(c.reason for c in ev.criteria if c.id == cid)})"
-            for cid in trap.caught_by
-            if cid not in failing
-        ]
-        if passed:
-            problems.append("its fallen package passes " + "; ".join(passed))
-        beyond = [f"{cid} ({c.reason})" for cid, c in failing.items() if cid not in declared]
-        if beyond:
-            problems.append("its fallen package also fails " + "; ".join(beyond) + ", which caught_by does not name")
-        if ev.D:
-            problems.append("its fallen package is accepted (D=1)")
-        if ev.E:
-            problems.append(f"its fallen package touches an input (E=1: {'; '.join(ev.E_reasons)})")
+    found, notes = fallen_problems(trap, fallen)
+    problems += found
     if problems:
         return CheckRow(scenario.id, f"trap:{trap.id}", False, "; ".join(problems))
     return CheckRow(
         scenario.id,
         f"trap:{trap.id}",
         True,
-        f"its fallen package fails exactly {', '.join(trap.caught_by)} (D=0): {fallen.made}",
+        f"its fallen package fails exactly {', '.join(trap.caught_by)} (D=0)"
+        + (f"; {'; '.join(notes)}" if notes else "")
+        + f": {fallen.made}",
     )
 
 
