@@ -253,9 +253,15 @@ def _write_record(ws: Path, record: dict | None) -> None:
 
 
 def build_packages(
-    scenario: Scenario, root: Path, *, other: tuple[Scenario, Path] | None = None, recalculator=None
+    scenario: Scenario,
+    root: Path,
+    *,
+    other: tuple[Scenario, Path] | None = None,
+    recalculator=None,
+    prove_traps: bool = True,
 ) -> ScenarioPackages:
-    """Every package of ``scenario`` under ``root``, each with its declared expectation (nothing evaluated yet)."""
+    """Every package of ``scenario`` under ``root``, each with its declared expectation (nothing evaluated yet), and
+    with ``prove_traps`` the fallen package of each declared trap."""
     t0 = time.perf_counter()
     out = ScenarioPackages(scenario)
     gold = build_gold_workspace(scenario, root / "gold")
@@ -330,7 +336,7 @@ def build_packages(
                 lambda ws, n=d.name: defects.strip_formulas(ws, n, recalculator=recalculator),
                 expect_rejected,
             )
-    for trap in scenario.oracle.traps:
+    for trap in scenario.oracle.traps if prove_traps else ():
         out.fallen.append(traps.build_fallen(scenario, trap, gold, root / f"fallen-{trap.id}"))
     out.build_s = time.perf_counter() - t0
     return out
@@ -440,8 +446,20 @@ def check_bundle(scenario_id: str) -> tuple[Scenario | None, list[CheckRow]]:
     return sc, rows
 
 
-def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_checks: bool = True) -> CheckReport:
-    """Run every check on each scenario (all bundles by default); the packages are built under ``workdir``."""
+def check_scenarios(
+    ids: Iterable[str] | None = None,
+    *,
+    workdir: Path,
+    text_checks: bool = True,
+    prove_traps: bool = True,
+    recalculator=None,
+) -> CheckReport:
+    """Run every check on each scenario (all bundles by default); the packages are built under ``workdir``.
+
+    ``prove_traps=False`` builds no fallen package and probes nothing (a declared trap then gets no row): the check
+    as it stood before traps were proved by their fallen packages, which benchmarks/bench_scenario_check.py times as
+    its reference. ``recalculator`` defaults to the process's own.
+    """
     from pilot.oracle_formats.evaluate import default_recalculator, evaluate_many
 
     ids = list(ids) if ids else list_scenarios()
@@ -452,7 +470,7 @@ def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_che
         report.extend(rows)
         if sc is not None:
             loaded.append(sc)
-    recalc = default_recalculator()
+    recalc = recalculator or default_recalculator()
     golds: dict[str, Path] = {}
     built: list[ScenarioPackages] = []
     for i, sc in enumerate(loaded):
@@ -470,7 +488,7 @@ def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_che
         if o is not None:
             golds.setdefault(o.id, build_gold_workspace(o, workdir / "_others" / o.id))
             other = (o, golds[o.id])
-        built.append(build_packages(sc, workdir / sc.id, other=other, recalculator=recalc))
+        built.append(build_packages(sc, workdir / sc.id, other=other, recalculator=recalc, prove_traps=prove_traps))
     # Every package of every scenario, the fallen packages among them, in one batch: one LibreOffice recalculates all.
     items = [(p.scenario, p.workspace, None) for sp in built for p in sp.packages]
     items += [(sp.scenario, f.workspace, None) for sp in built for f in sp.fallen if f.workspace is not None]
@@ -499,7 +517,7 @@ def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_che
                 f.evaluation = next(it)
     for sp in built:
         report.extend(_trap_rows(sp, report.rows))
-        if sp.scenario.oracle.traps:
+        if sp.scenario.oracle.traps and prove_traps:
             gold = next(p.workspace for p in sp.packages if p.name == "gold")
             report.extend(traps.probe_rows(sp.scenario, gold, sp.fallen, recalc))
         report.extend(_selfcheck_rows(sp, recalculator=recalc))
