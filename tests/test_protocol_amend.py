@@ -49,7 +49,8 @@ def test_an_amendment_is_appended_as_one_row_with_the_next_id(root: Path):
     )
     number = int(last["id"][2:]) + 1
     assert (made.id, made.stage) == (f"A-{number:03d}", last["stage"])
-    row = f'A-{number:03d},2026-12-06,{last["stage"]},Judge retry bound stated,"Made before any run, identical for every arm."\n'
+    content = '"Made before any run, identical for every arm."'
+    row = f"A-{number:03d},2026-12-06,{last['stage']},Judge retry bound stated,{content}\n"
     assert _files(root)["amendments.csv"] == before["amendments.csv"] + row.encode()
     assert _files(root)["study.yml"] == before["study.yml"]
 

@@ -633,7 +633,7 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
 
 
 def set_reading(c: Criterion) -> dict:
-    """How a set-valued decision criterion reads its clauses: the keyword arguments of pilot.oracles.decisions.read_set."""
+    """How a set-valued decision criterion reads its clauses: keyword arguments of pilot.oracles.decisions.read_set."""
     return dict(
         topic=c.get("topic"),
         property_verbs=c.get("property_verbs"),
@@ -870,7 +870,7 @@ def reword(workspace: Path, name: str, text: str, becomes: str, sections: tuple[
 
 
 def apply_fallen_edit(scenario: Scenario, workspace: Path, edit) -> str:
-    """Apply one edit of a trap's ``fallen`` list (:class:`pilot.protocol.scenario.FallenEdit`) to a copy of the gold."""
+    """Apply one edit of a trap's ``fallen`` list (a :class:`pilot.protocol.scenario.FallenEdit`) to a gold copy."""
     if edit.form == "cell":
         value = edit.get("value")
         if edit.get("date") is not None:

@@ -134,8 +134,9 @@ def _generate(args: argparse.Namespace) -> int:
 #: What `pilot scenarios check` says when it cannot recalculate a workbook: one line, with the install step.
 NO_LIBREOFFICE = (
     "pilot scenarios check: LibreOffice (soffice) is not installed, and the check recalculates every workbook with it; "
-    "install it with `tools/ensure-system-packages.sh office` (or `sudo apt-get install -y libreoffice-calc-nogui "
-    "libreoffice-writer-nogui libreoffice-impress-nogui`; `make test` installs it too), or set PILOT_SOFFICE to its binary"
+    "install it with `tools/ensure-system-packages.sh office` (or `sudo apt-get install -y "
+    "libreoffice-calc-nogui libreoffice-writer-nogui libreoffice-impress-nogui`; `make test` installs it too), "
+    "or set PILOT_SOFFICE to its binary"
 )
 
 

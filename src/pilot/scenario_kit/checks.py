@@ -500,7 +500,7 @@ def check_scenarios(
                 "packages built",
                 True,
                 f"{len(sp.packages)} packages from the gold one"
-                + (f", and a fallen package for each of {len(sp.fallen)} traps" if sp.fallen else ""),
+                + (f", and {len(sp.fallen)} fallen package(s), one per declared trap" if sp.fallen else ""),
                 sp.build_s,
             )
         )

@@ -375,7 +375,8 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "text_contains": (
         "the document (or CSV) text matches every pattern",
         [
-            f"  - {{id: example_text_contains, kind: text_contains, required: true, file: {MEMO}, patterns: ['first entry'],",
+            f"  - {{id: example_text_contains, kind: text_contains, required: true, file: {MEMO},",
+            "     patterns: ['first entry'],",
             "     brief_asks: 'with the reason'}",
         ],
     ),
@@ -507,7 +508,8 @@ def _oracle_text(scenario_id: str, gen: str, duplicate: str, facts: dict) -> str
         f"  - {{id: memo_sections, kind: sections, required: true, file: {MEMO}}}",
         "  # A text criterion's patterns are the answer, which the brief never states: brief_asks quotes the words",
         "  # of the brief's entry for the file that ask for it (a regex, as near: is for a figure).",
-        f"  - {{id: memo_names_duplicate, kind: text_contains, required: true, file: {MEMO}, patterns: ['{duplicate}'],",
+        f"  - {{id: memo_names_duplicate, kind: text_contains, required: true, file: {MEMO},",
+        f"     patterns: ['{duplicate}'],",
         "     brief_asks: 'record you did not count'}",
         f"  - {{id: memo_states_total, kind: text_number, required: true, file: {MEMO}, expected: {total}, tolerance: 0.01, near: 'total'}}",
         "  - {id: record_present, kind: present, required: true, file: completion_record.json}",
@@ -624,7 +626,10 @@ VARIANTS = {
         {"book_records_counted"},
     ),
     # The memo never names the record entered twice.
-    "memo_leaves_the_duplicate_unnamed": (mutation_support.rewrite_document(SID, MEMO, _unname), {"memo_names_duplicate"}),
+    "memo_leaves_the_duplicate_unnamed": (
+        mutation_support.rewrite_document(SID, MEMO, _unname),
+        {"memo_names_duplicate"},
+    ),
     # A careful wording other than the gold's: a label in capitals is the same label.
     "label_in_capitals": (mutation_support.set_cells(BOOK, ("Summary", "A3", "RECORDS COUNTED")), set()),
 }

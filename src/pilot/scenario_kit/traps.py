@@ -8,10 +8,12 @@ trap declares none, by the generator module's
 with the careless reading. It is evaluated in the same batch as every other
 package, and:
 
-- ``trap:<id>``: exactly the trap's ``caught_by`` criteria fail on it, each
+- ``trap:<id>``: exactly the trap's ``caught_by`` criteria fail on it (an
+  optional criterion it also fails is noted: it decides nothing), each
   required, none a check that any delivered file satisfies whatever it says
   (presence, form, length, sections, formulas, the completion record), each
-  breaking alone under its own mutation; the package is not accepted;
+  breaking alone under its own mutation; the package is not accepted and
+  touches no input;
 - ``probe:<criterion>`` (a bundle that declares traps): a numeric
   criterion's tolerance admits no figure of a fallen package that the gold
   does not state (the figure a trap produces is rejected however near it
@@ -183,7 +185,8 @@ def numeric_probe(scenario: Scenario, c: Criterion, gold: Reading, fallen: list[
         passed = f.evaluation is not None and any(r.id == c.id and r.passed for r in f.evaluation.criteria)
         if passed and admitted and not set(reading.accepted) & set(gold.accepted):
             problems.append(
-                f"its tolerance {tol} admits {_figures(tuple(admitted))}, the figure of trap {f.trap.id}'s fallen package "
+                f"its tolerance {tol} admits {_figures(tuple(admitted))}, the figure of trap {f.trap.id}'s "
+                "fallen package "
                 f"(the gold states {_figures(gold.accepted) or 'nothing it accepts'})"
             )
     if problems:
