@@ -373,9 +373,11 @@ def brief_oracle_rubric(scenario: Scenario) -> list[CheckRow]:
 
     Each deliverable of scenario.yml and each file an oracle criterion or the rubric names is named in
     brief.md by its exact file name (which carries its format; a format word beside it must agree); every
-    file name in the brief is a deliverable or an input; the sheets, lines, sections, columns and scales the
-    oracle reads are asked for in the brief; the rubric's weights sum to exactly 1 as decimals and each of
-    its criteria has text for the anchors 0, 2 and 4.
+    file name in the brief is a deliverable or an input; the sheets, lines, sections, columns, scales, length
+    and formulas the oracle reads are asked for in the entry of the file it reads them in (and, in a bundle
+    that declares its traps, each text criterion's ``brief_asks``); no sentence of the brief states a trap's
+    answer unless the trap confirms it (``brief_names``); the rubric's weights sum to exactly 1 as decimals and
+    each of its criteria has text for the anchors 0, 2 and 4.
     """
     started = time.perf_counter()
     brief = scenario.brief
@@ -387,7 +389,7 @@ def brief_oracle_rubric(scenario: Scenario) -> list[CheckRow]:
     n_files = len(scenario.deliverables)
     passed = (
         f"brief.md names all {n_files} deliverables exactly and asks for nothing else; the oracle's "
-        f"{len(scenario.oracle.criteria)} criteria read what the brief asks for; rubric.yml weights sum to 1 "
+        f"{len(scenario.oracle.criteria)} criteria read what each file's entry asks for; rubric.yml weights sum to 1 "
         f"and its {len(scenario.rubric.criteria)} criteria have anchors 0, 2 and 4"
     )
     return _rows(scenario, CHECK_BRIEF, findings, passed, started)
