@@ -1067,7 +1067,6 @@ def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
     from pilot import protocol
     from pilot.oracles.criteria import section_text
     from pilot.oracles.readers import document_lines
-
     from pilot.protocol.scenario import list_scenarios
 
     pilot = set(protocol.study().scenario_set("pilot"))
