@@ -20,7 +20,7 @@ from pilot.scenarios.officeio import Heading, Para, save_workbook, write_csv, wr
 @pytest.mark.parametrize(
     ("formula", "sheet", "refs"),
     [
-        # The shape: a product of a cell and a cell of another sheet. "G2*Summary" is no sheet name.
+        # A product of a cell and a cell of another sheet, as CUS-01 writes it: "G2*Summary" is no sheet name.
         ("ROUND(G2*Summary!$B$8,2)", "Lines", [("Lines", 7, 2, 7, 2), ("Summary", 2, 8, 2, 8)]),
         ("Summary!B8+Lines!C3-D4", "Lines", [("Summary", 2, 8, 2, 8), ("Lines", 3, 3, 3, 3), ("Lines", 4, 4, 4, 4)]),
         ("SUM('October pay'!K2:K15)", "Variance", [("October pay", 11, 2, 11, 15)]),
