@@ -53,6 +53,7 @@ LONG_FILES = (
     "test_runner_claude_code.py",
     "test_scenario_check.py",
     "test_scenario_check_extension.py",
+    "test_scenario_newcomer.py",
     "test_model_proxy.py",
     "test_blinding.py",
     "test_study_faults.py",

@@ -1081,15 +1081,24 @@ def _flattened_variants(sid: str, pilot: set[str]) -> dict[str, set[str]]:
         names = FLATTENED_TABLE_VARIANTS.get(sid, ())
         assert all(VARIANTS[n][0] == sid for n in names), (sid, names)
         return {n: (set() if VARIANTS[n][3] else {VARIANTS[n][2]}) for n in names}
-    module = importlib.import_module("test_mutations_" + sid.lower().replace("-", "_"))
+    name = "test_mutations_" + sid.lower().replace("-", "_")
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        pytest.fail(
+            f"tests/{name}.py is missing: every scenario added to the design's ten has its own mutation tests "
+            "(pilot scenarios new writes the file; docs/adding-a-scenario.md)"
+        )
     declared = getattr(module, "FLATTENED_TABLE_VARIANTS", {})
     assert set(declared) <= {sid}, f"{module.__file__} declares flattened variants of {sorted(set(declared) - {sid})}"
     return {n: set(module.VARIANTS[n][1]) for n in declared.get(sid, ())}
 
 
 def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
-    """Each gold document of the extension set (the design's ten among them) that states a decision in a table is
-    flattened.
+    """Each gold document of every bundle (the design's ten and every one added) that states a decision in a table is
+    flattened; every added bundle has its own tests/test_mutations_<id>.py (``pilot scenarios new`` writes it).
 
     A decision table is one inside a section where a decision criterion reads. For every such scenario a
     flattened table must pass and a flattened table with another verdict must fail that decision criterion
@@ -1098,11 +1107,12 @@ def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
     from pilot import protocol
     from pilot.oracles.criteria import section_text
     from pilot.oracles.readers import document_lines
+    from pilot.protocol.scenario import list_scenarios
 
     pilot = set(protocol.study().scenario_set("pilot"))
     assert set(FLATTENED_TABLE_VARIANTS) <= pilot, "an added scenario's flattened variants live in its own file"
     tables: dict[str, set[str]] = {}  # scenario -> the decision criteria that read a table
-    for sid in protocol.study().scenario_set("extension"):
+    for sid in list_scenarios():
         sc = load_scenario(sid)
         # Documents only: a slide deck's decision (read by pilot.oracle_formats, not this reader) has no flattened
         # variants.
@@ -1121,7 +1131,7 @@ def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
                 text = section_text(lines, section, sc.deliverable(name).required_sections) or ""
                 if any(" | " in line for line in text.splitlines()):
                     tables.setdefault(sid, set()).add(cid)
-    covered = {sid: v for sid in protocol.study().scenario_set("extension") if (v := _flattened_variants(sid, pilot))}
+    covered = {sid: v for sid in list_scenarios() if (v := _flattened_variants(sid, pilot))}
     assert set(tables) == set(covered)
     for sid, variants in covered.items():
         failing = [want for want in variants.values() if want]

@@ -139,15 +139,35 @@ def _generate(args: argparse.Namespace) -> int:
     return status
 
 
+#: What `pilot scenarios check` says when it cannot recalculate a workbook: one line, with the install step.
+NO_LIBREOFFICE = (
+    "pilot scenarios check: LibreOffice (soffice) is not installed, and the check recalculates every workbook with it; "
+    "install it with `tools/ensure-system-packages.sh office` (or `sudo apt-get install -y "
+    "libreoffice-calc-nogui libreoffice-writer-nogui libreoffice-impress-nogui`; `make test` installs it too), "
+    "or set PILOT_SOFFICE to its binary"
+)
+
+
 def _check(args: argparse.Namespace) -> int:
     import json
 
+    from pilot.oracles.recalc import RecalcUnavailable, soffice_binary
     from pilot.scenario_kit.checks import check_scenarios
 
+    if soffice_binary() is None:
+        print(NO_LIBREOFFICE, file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="pilot-check-") as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        report = check_scenarios(args.ids or None, workdir=workdir)
+        try:
+            report = check_scenarios(args.ids or None, workdir=workdir)
+        except RecalcUnavailable:
+            print(NO_LIBREOFFICE, file=sys.stderr)
+            return 2
+        except ProtocolError as exc:
+            print(f"pilot scenarios check: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps(report.summary.to_dict(orient="records")))
     else:
