@@ -219,7 +219,7 @@ def grading_report(
     if criteria is None:
         criteria = rubric_criteria(set(g["scenario"]) | set(panel["scenario"]))
     settings = InferenceSettings.from_study(seed, study, B=B)
-    contrast = tuple(study.contrasts[0])
+    contrast = study.hypothesis_contrast("H1").arms
     experts = agreement.expert_table(g, criteria)
     panel_t = agreement.panel_table(panel)
     packages = agreement.package_table(g, experts, panel_t)

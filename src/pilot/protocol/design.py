@@ -71,6 +71,7 @@ ARM_ID = r"^A[0-9]+$"
 SCENARIO_ID = r"^[A-Z]+-[0-9]{2}$"
 SET_NAME = r"^[a-z][a-z0-9-]{0,30}$"
 HEADER_NAME = r"^[a-z0-9][a-z0-9-]{0,79}$"
+CONTRAST_NAME = r"^[a-z][a-z0-9-]{0,40}$"
 BETA_NAME = r"^[a-z0-9][a-z0-9.-]{0,79}$"
 _pos = {"type": "number", "exclusiveMinimum": 0}
 _nonneg = {"type": "number", "minimum": 0}
@@ -90,6 +91,18 @@ def object_schema(props: dict[str, Any], required: Iterable[str] | None = None) 
 
 def _grid(lo: dict[str, Any] = _nonneg) -> dict[str, Any]:
     return object_schema({"start": lo, "stop": lo, "step": _pos})
+
+
+#: A preregistered contrast: its name and its two arms, treated then control.
+_CONTRAST = object_schema(
+    {
+        "name": {"type": "string", "pattern": CONTRAST_NAME},
+        "arms": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "maxItems": 2},
+    }
+)
+#: The hypotheses that test a contrast, and which kind each must name: H1 is read on the primary contrast's own p,
+#: H2 and H3 on a Holm-adjusted p, which only a secondary contrast has.
+CONTRAST_HYPOTHESES = {"H1": "primary", "H2": "secondary", "H3": "secondary"}
 
 
 STUDY_SCHEMA: dict[str, Any] = object_schema(
@@ -211,21 +224,8 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
                 "alpha": _prob,
                 "bootstrap_resamples": _posint,
                 "permutations": _posint,
-                "primary_contrast": {
-                    "type": "array",
-                    "items": {"type": "string", "pattern": ARM_ID},
-                    "minItems": 2,
-                    "maxItems": 2,
-                },
-                "secondary_contrasts": {
-                    "type": "array",
-                    "items": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": ARM_ID},
-                        "minItems": 2,
-                        "maxItems": 2,
-                    },
-                },
+                "primary_contrast": _CONTRAST,
+                "secondary_contrasts": {"type": "array", "items": _CONTRAST},
                 "secondary_adjustment": {"enum": ["holm", "bonferroni", "none"]},
             }
         ),
@@ -239,7 +239,15 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
                 "deferred_scenarios": _posint,
             }
         ),
-        "hypotheses": object_schema({"ari_min": _prob, "violation_rate_max": _prob}),
+        "hypotheses": object_schema(
+            {
+                "contrasts": object_schema(
+                    {h: {"type": "string", "pattern": CONTRAST_NAME} for h in CONTRAST_HYPOTHESES}
+                ),
+                "ari_min": _prob,
+                "violation_rate_max": _prob,
+            }
+        ),
         "human_wave": object_schema(
             {
                 "participants_per_scenario_per_condition": _posint,
@@ -322,6 +330,20 @@ class Caps:
 
     usd: float
     wall_s: float
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A preregistered contrast of acceptance, treated minus control, under the name ``study.yml`` gives it."""
+
+    name: str
+    treated: str
+    control: str
+    primary: bool
+
+    @property
+    def arms(self) -> tuple[str, str]:
+        return (self.treated, self.control)
 
 
 @dataclass(frozen=True)
@@ -430,21 +452,38 @@ class Study:
         return [round(g["start"] + i * g["step"], 10) for i in range(n + 1)]
 
     @property
-    def contrasts(self) -> list[tuple[str, str]]:
+    def named_contrasts(self) -> list[Contrast]:
+        """Every preregistered contrast, the primary first, then the secondary ones in their order."""
         inf = self.raw["inference"]
-        return [tuple(inf["primary_contrast"])] + [tuple(c) for c in inf["secondary_contrasts"]]
+        return [
+            Contrast(c["name"], c["arms"][0], c["arms"][1], i == 0)
+            for i, c in enumerate([inf["primary_contrast"], *inf["secondary_contrasts"]])
+        ]
+
+    @property
+    def contrasts(self) -> list[tuple[str, str]]:
+        """The contrasts' arm pairs (treated, control), the primary first."""
+        return [c.arms for c in self.named_contrasts]
+
+    @property
+    def primary_contrast(self) -> Contrast:
+        return self.named_contrasts[0]
+
+    def contrast(self, name: str) -> Contrast:
+        """The contrast named ``name`` under ``inference``; an unknown name is refused."""
+        found = {c.name: c for c in self.named_contrasts}
+        if name not in found:
+            raise ProtocolError(self.path, "inference", f"no contrast named {name!r} (contrasts: {', '.join(found)})")
+        return found[name]
+
+    def hypothesis_contrast(self, hypothesis: str) -> Contrast:
+        """The contrast a premium hypothesis (H1, H2, H3) tests, by the name ``hypotheses.contrasts`` gives it."""
+        return self.contrast(self.raw["hypotheses"]["contrasts"][hypothesis])
 
 
 def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     arms = data["design"]["arms"]
-    inf = data["inference"]
-    for i, pair in enumerate([inf["primary_contrast"], *inf["secondary_contrasts"]]):
-        name = "inference.primary_contrast" if i == 0 else f"inference.secondary_contrasts.{i - 1}"
-        for a in pair:
-            if a not in arms:
-                raise ProtocolError(path, name, f"arm {a!r} is not in design.arms {arms}")
-        if pair[0] == pair[1]:
-            raise ProtocolError(path, name, "a contrast needs two different arms")
+    _check_contrasts(data, path)
     if data["sensitivity_models"]["arm"] not in arms:
         raise ProtocolError(
             path, "sensitivity_models.arm", f"arm {data['sensitivity_models']['arm']!r} is not in design.arms"
@@ -478,7 +517,42 @@ def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     _check_renderer(data["sandbox"], path)
 
 
-def _check_renderer(sandbox: dict, path: Path) -> None:
+def _check_contrasts(data: dict[str, Any], path: Path) -> None:
+    """Each contrast compares two arms of the design under a name of its own; each premium hypothesis names one of the
+    kind it is read on (:data:`CONTRAST_HYPOTHESES`)."""
+    arms, inf = data["design"]["arms"], data["inference"]
+    fields = ["inference.primary_contrast"] + [
+        f"inference.secondary_contrasts.{i}" for i in range(len(inf["secondary_contrasts"]))
+    ]
+    named: dict[str, str] = {}
+    for where, c in zip(fields, [inf["primary_contrast"], *inf["secondary_contrasts"]], strict=True):
+        for a in c["arms"]:
+            if a not in arms:
+                raise ProtocolError(path, f"{where}.arms", f"arm {a!r} is not in design.arms {arms}")
+        if c["arms"][0] == c["arms"][1]:
+            raise ProtocolError(path, f"{where}.arms", "a contrast needs two different arms")
+        if c["name"] in named:
+            raise ProtocolError(path, f"{where}.name", f"{c['name']!r} already names {named[c['name']]}")
+        named[c["name"]] = where
+    primary = inf["primary_contrast"]["name"]
+    for hyp, kind in CONTRAST_HYPOTHESES.items():
+        name = data["hypotheses"]["contrasts"][hyp]
+        where = f"hypotheses.contrasts.{hyp}"
+        if name not in named:
+            raise ProtocolError(
+                path, where, f"names {name!r}, which is no contrast under inference ({', '.join(named)})"
+            )
+        if kind == "primary" and name != primary:
+            raise ProtocolError(
+                path, where, f"{hyp} is read on the primary contrast's own p, but {name!r} is a secondary contrast"
+            )
+        if kind == "secondary" and name == primary:
+            raise ProtocolError(
+                path, where, f"{hyp} is read on a Holm-adjusted p, which the primary contrast {name!r} does not have"
+            )
+
+
+def _check_renderer(sandbox: dict[str, Any], path: Path) -> None:
     """The renderer is an identity of its own: neither a worker slot's uid nor a worker's name."""
     r, first, slots = sandbox["renderer"], sandbox["first_uid"], sandbox["slots"]
     if first <= r["uid"] < first + slots:
@@ -512,7 +586,7 @@ PROXY_OWN_HEADERS = frozenset(
 )
 
 
-def _check_model_proxy(section: dict, path: Path) -> None:
+def _check_model_proxy(section: dict[str, Any], path: Path) -> None:
     """The header lists must name headers the proxy may pass on, and pass on the two it checks by value."""
     headers = section["forwarded_headers"]
     own = sorted(set(headers) & PROXY_OWN_HEADERS)

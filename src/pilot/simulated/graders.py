@@ -194,7 +194,7 @@ def simulate_wave(
                 submit=True,
             )
         arms = sorted({a.package.arm for a in created.assignments})
-    truth = planted_truth(config, arms, tuple(study.contrasts[0]))
+    truth = planted_truth(config, arms, study.primary_contrast.arms)
     truth_file = atomic_write_text(folder / TRUTH_FILE, json.dumps(truth, indent=2, sort_keys=True) + "\n")
     return SimulatedWave(created, truth, truth_file)
 
