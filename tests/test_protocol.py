@@ -220,6 +220,23 @@ def test_arm_documentation_must_exist(tmp_path):
     assert exc.value.field == "arms.A3.doc"
 
 
+def test_each_arm_declares_its_access_rank(tmp_path):
+    assert {a: arm.access_rank for a, arm in load_arms().items()} == {"A0": 0, "A1": 1, "A2": 2, "A3": 3, "A4": 4}
+    folder = _arms_copy(tmp_path)
+    data = yaml.safe_load((folder / "arms.yml").read_text())
+    del data["arms"]["A2"]["access_rank"]
+    _write(folder / "arms.yml", data)
+    with pytest.raises(ProtocolError, match="'access_rank' is a required property") as exc:
+        load_arms(folder / "arms.yml")
+    assert exc.value.field == "arms.A2"
+    for arm in data["arms"].values():
+        arm["access_rank"] = 1
+    _write(folder / "arms.yml", data)
+    with pytest.raises(ProtocolError, match="H5's trend along access needs two ranks") as exc:
+        load_arms(folder / "arms.yml", study=load_study())
+    assert exc.value.field == "arms.A0.access_rank"
+
+
 def test_arms_missing_a_design_arm_is_refused(tmp_path):
     folder = _arms_copy(tmp_path)
     data = yaml.safe_load((folder / "arms.yml").read_text())

@@ -86,6 +86,20 @@ def test_h5_rates_are_the_violation_shares(runs):
     np.testing.assert_allclose(h.summary.estimate.iloc[:5], est.to_numpy())
 
 
+def test_h5_reads_each_arms_access_rank_from_the_arms(runs):
+    import dataclasses
+
+    arms = protocol.arms()
+    h = hypotheses.h5(runs, B=300, n_permutations=2000, arms=arms)
+    # The ranks reversed (A0 = 4, ..., A4 = 0): every scenario's least-squares slope changes sign, so does their mean.
+    flipped = {a: dataclasses.replace(arm, access_rank=4 - arm.access_rank) for a, arm in arms.items()}
+    r = hypotheses.h5(runs, B=300, n_permutations=2000, arms=flipped)
+    slope, flipped_slope = h.table.estimate.iloc[-1], r.table.estimate.iloc[-1]
+    assert slope != 0 and flipped_slope == pytest.approx(-slope, abs=1e-12)
+    # The per-arm rates do not depend on the ranks.
+    np.testing.assert_allclose(h.table.estimate.iloc[:5].astype(float), r.table.estimate.iloc[:5].astype(float))
+
+
 def test_h6_lowest_arm_and_shares(runs):
     h = hypotheses.h6(runs, B=400)
     assert h.summary.share_lowest.sum() == pytest.approx(1.0)

@@ -300,6 +300,7 @@ ARMS_SCHEMA: dict[str, Any] = object_schema(
             "additionalProperties": object_schema(
                 {
                     "name": _str,
+                    "access_rank": {"type": "integer", "minimum": 0},
                     "doc": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.md$"},
                     "tools": {"type": "array", "items": {"enum": TOOLS}, "minItems": 1, "uniqueItems": True},
                     "denied_families": {
@@ -352,6 +353,8 @@ class Arm:
 
     id: str
     name: str
+    #: The arm's place on the scale of computer access (``access_rank`` in arms.yml): H5's trend is read along it.
+    access_rank: int
     doc_path: Path
     tools: tuple[str, ...]
     denied_families: tuple[str, ...]
@@ -641,6 +644,7 @@ def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str,
         arms[arm_id] = Arm(
             id=arm_id,
             name=spec["name"],
+            access_rank=int(spec["access_rank"]),
             doc_path=doc,
             tools=tuple(spec["tools"]),
             denied_families=tuple(spec["denied_families"]),
@@ -656,6 +660,12 @@ def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str,
         missing = [a for a in study.arms if a not in arms]
         if missing:
             raise ProtocolError(path, "arms", f"design.arms names {missing} but arms.yml does not define them")
+        if len({arms[a].access_rank for a in study.arms}) < 2:
+            raise ProtocolError(
+                path,
+                f"arms.{study.arms[0]}.access_rank",
+                "every arm of design.arms has the same access rank: H5's trend along access needs two ranks",
+            )
     return arms
 
 

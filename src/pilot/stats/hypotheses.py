@@ -484,14 +484,15 @@ def h5(
     B: int | None = None,
     n_permutations: int | None = None,
     limit: float | None = None,
+    arms: dict[str, protocol.Arm] | None = None,
 ) -> HypothesisResult:
     """H5: critical-violation rate below the protocol's limit (``hypotheses.violation_rate_max``, 10%) in every arm and
     not increasing with tool access.
 
     Per arm: the scenario-weighted rate of E with its bootstrap interval. Trend:
     within each scenario, the least-squares slope of the arms' violation rates
-    on access rank (the protocol's arm order, A0=0 ... A4=4); its mean over
-    scenarios with a bootstrap interval and a sign-flip p-value. E needs no
+    on their access rank (``access_rank`` of ``arms``, by default arms.yml's: A0=0 ... A4=4); its mean
+    over scenarios with a bootstrap interval and a sign-flip p-value. E needs no
     judge, so H5 stays estimable without judges; an arm without runs leaves
     "every arm" unjudgeable unless another arm already breaks the limit.
     """
@@ -505,7 +506,8 @@ def h5(
     w = layout.weights("equal")
     est = estimators.arm_means(means, w)
     lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts, w), settings.level)
-    rank = np.arange(layout.A, dtype=float)
+    arms = arms if arms is not None else protocol.arms()
+    rank = np.array([arms[a].access_rank for a in layout.arms], dtype=float)
     slopes = np.array([_slope(rank, m) for m in means])
     s_est = float(resampling.weighted_mean(slopes, w))
     s_lo, s_hi = (
