@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from pilot import backends, freeze
-from pilot.outcomes import EVAL_ERROR_NOTE, evaluation_error, unevaluated_rows
+from pilot.outcomes import unevaluated_rows
+from pilot.run_record import EVAL_ERROR_NOTE, evaluation_error
 from pilot.store import Store, atomic_write_text, now
 
 #: The file each re-evaluation writes beside the attempt's ``evaluation.json`` (which is kept).

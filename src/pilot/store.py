@@ -764,7 +764,7 @@ class Store:
         second re-evaluation finished first), nothing is changed and
         :class:`StoreError` says so, so a run never gets two verdicts.
         """
-        from pilot.outcomes import evaluation_error
+        from pilot.run_record import evaluation_error
 
         with self.transaction() as c:
             row = c.execute("SELECT record_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
