@@ -335,7 +335,7 @@ def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], s
     if reason:
         raise DefectNotApplicable(reason)
     new = transform([line for line in lines if line.strip()])
-    blocks = [Heading(l) if any(_heading_matches(l, s) for s in sections) else Para(l) for l in new if l.strip()]
+    blocks = [Heading(t) if any(_heading_matches(t, s) for s in sections) else Para(t) for t in new if t.strip()]
     if path.suffix.lower() == ".pptx":
         from pilot.scenarios.deckio import write_deck
 
@@ -430,7 +430,7 @@ def rename_section(workspace: Path, name: str, section: str, sections: tuple[str
     path = _out(workspace, name)
 
     def tr(lines: list[str]) -> list[str]:
-        return ["Further remarks" if _heading_matches(l, section) else l for l in lines]
+        return ["Further remarks" if _heading_matches(line, section) else line for line in lines]
 
     _rewrite_document(path, tr, tuple(s for s in sections if s != section))
     return f"removed the section heading {section!r} from {name}"
@@ -453,10 +453,10 @@ def truncate_document(
 
     def tr(lines: list[str]) -> list[str]:
         snippets = list(keep)
-        heads = [l for l in lines if any(_heading_matches(l, s) for s in sections)]
+        heads = [line for line in lines if any(_heading_matches(line, s) for s in sections)]
         out = (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
         for section, kept in (keep_in or {}).items():
-            at = next((i for i, l in enumerate(out) if _heading_matches(l, section)), None)
+            at = next((i for i, line in enumerate(out) if _heading_matches(line, section)), None)
             if at is not None:
                 out[at + 1 : at + 1] = list(kept)
         return out
@@ -689,7 +689,10 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
         raise DefectNotApplicable(
             f"{c.file}: no section of {targets} names {', '.join(want)} as one that {c.get('property')}"
         )
-    return f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in {', '.join(repr(s) for s in changed)} of {c.file}"
+    return (
+        f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in "
+        f"{', '.join(repr(s) for s in changed)} of {c.file}"
+    )
 
 
 def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalculator=None) -> str:
@@ -742,7 +745,8 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
     _save(wb, path)
     return (
         f"moved {abs(delta):,} {'to' if delta > 0 else 'from'} {ws.title}!{target.coordinate} ({label!r}) "
-        f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside the bounds of {c.id}"
+        f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside "
+        f"the bounds of {c.id}"
     )
 
 
@@ -808,7 +812,7 @@ def text_substitute(
         if why:
             raise DefectNotApplicable(why)
         target = path.with_suffix(".md")
-        target.write_text("\n\n".join(l for l in lines if l.strip()) + "\n", encoding="utf-8")
+        target.write_text("\n\n".join(line for line in lines if line.strip()) + "\n", encoding="utf-8")
         written.append(target.name)
     else:
         raise DefectNotApplicable(f"{name} is already a text format")
