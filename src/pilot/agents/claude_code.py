@@ -777,7 +777,7 @@ class ClaudeCodeBackend:
         self._store_lent = False
         try:
             session_store.reclaim(store, worker_gid=conf.identity.gid, owner_uid=os.getuid(), owner_gid=os.getgid())
-        except OSError as exc:  # the store gone or unreadable: the take-back copies (and records) what is left
+        except (OSError, session_store.StoreRefused) as exc:  # gone, unreadable: the take-back copies what is left
             self.notes.append(f"session store: what the resume lent could not be reclaimed in place ({exc})")
 
     def _disk_store(self) -> str:
