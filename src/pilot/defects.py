@@ -123,7 +123,7 @@ def strip_formulas(workspace: Path, name: str, *, recalculator=None) -> str:
 
     path = _out(workspace, name)
     rec = (recalculator or default_recalculator()).recalculate([path])[path]
-    if rec.error:
+    if rec.error or rec.path is None:
         raise DefectNotApplicable(f"{name}: {rec.error}")
     values = _load(rec.path, data_only=True)
     wb = _load(path)
@@ -328,12 +328,18 @@ def document_lines(path: Path) -> tuple[list[str] | None, str | None]:
     return _core_document_lines(path)
 
 
+def _readable_lines(path: Path) -> list[str]:
+    """A document's lines (:func:`document_lines`), or :class:`DefectNotApplicable` with the reason it has none."""
+    lines, reason = document_lines(path)
+    if reason or lines is None:
+        raise DefectNotApplicable(reason or f"{Path(path).name}: no lines to read")
+    return lines
+
+
 def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], sections: tuple[str, ...] = ()) -> None:
     from pilot.oracles.criteria import _heading_matches
 
-    lines, reason = document_lines(path)
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(path)
     new = transform([line for line in lines if line.strip()])
     blocks = [Heading(t) if any(_heading_matches(t, s) for s in sections) else Para(t) for t in new if t.strip()]
     if path.suffix.lower() == ".pptx":
@@ -361,7 +367,7 @@ def remove_text(workspace: Path, name: str, pattern: str, sections: tuple[str, .
         hits = [m.group(0) for m in re.finditer(pattern, text, re.I)]
         path.write_text(re.sub(pattern, "(omitted)", text, flags=re.I), encoding="utf-8")
         return f"replaced {len(hits)} mention(s) of /{pattern}/ in {name} ({_mentions(hits)}) by '(omitted)'"
-    hits: list[str] = []
+    hits = []
 
     def tr(lines: list[str]) -> list[str]:
         joined = "\n".join(lines)
@@ -712,7 +718,7 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
 
     path = _out(workspace, c.file)
     rec = (recalculator or default_recalculator()).recalculate([path])[path]
-    if rec.error:
+    if rec.error or rec.path is None:
         raise DefectNotApplicable(f"{c.file}: {rec.error}")
     values, wb = _load(rec.path, data_only=True), _load(path)
     others = [
@@ -808,9 +814,7 @@ def text_substitute(
             write_csv(target, rows[0] if rows else [], rows[1:])
             written.append(target.name)
     elif suffix in (".docx", ".pdf", ".pptx"):
-        lines, why = document_lines(path)
-        if why:
-            raise DefectNotApplicable(why)
+        lines = _readable_lines(path)
         target = path.with_suffix(".md")
         target.write_text("\n\n".join(line for line in lines if line.strip()) + "\n", encoding="utf-8")
         written.append(target.name)
@@ -864,9 +868,7 @@ def reword(workspace: Path, name: str, text: str, becomes: str, sections: tuple[
         found.append(len(pattern.findall(joined)))
         return pattern.sub(lambda _: becomes, joined).split("\n")
 
-    lines, reason = document_lines(path)
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(path)
     if not pattern.search("\n".join(line for line in lines if line.strip())):
         raise DefectNotApplicable(f"{name} does not contain {short!r}")
     _rewrite_document(path, tr, sections)
@@ -901,9 +903,7 @@ def _wrong(expected: float, tol: float) -> float:
 
 def _snippets(scenario: Scenario, workspace: Path, file: str, skip: str) -> tuple[str, ...]:
     """Quotes from a document that satisfy its other text criteria, kept when it is thinned."""
-    lines, reason = document_lines(_out(workspace, file))
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(_out(workspace, file))
     text = re.sub(r"\s+", " ", " ".join(lines))
     out: list[str] = []
     for c in scenario.oracle.criteria:
@@ -931,9 +931,7 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
     from pilot.oracles.criteria import section_text
     from pilot.oracles.decisions import read_decision, read_set
 
-    lines, reason = document_lines(_out(workspace, file))
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(_out(workspace, file))
     out: dict[str, tuple[str, ...]] = {}
     for c in scenario.oracle.criteria:
         if c.file == file and c.kind == "decision":
