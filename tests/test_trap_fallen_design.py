@@ -22,14 +22,13 @@ import pytest
 
 from pilot.oracle_formats.evaluate import evaluate_many
 from pilot.oracles import Recalculator
-from pilot.oracles.recalc import soffice_binary
 from pilot.protocol import study
 from pilot.protocol.scenario import FallenEdit, Trap, load_scenario
 from pilot.scenario_kit import traps
 from pilot.scenario_kit.readings import NUMERIC_KINDS, read_package
 from pilot.scenarios import build_gold_workspace
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 
 def cell(file: str, sheet: str, ref: str, value: object) -> FallenEdit:
