@@ -586,7 +586,7 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
 
 
 def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> RunRecord:
-    fields = dict(
+    fields: dict[str, Any] = dict(
         status=INFRA_ERROR,
         censored=False,
         censor_reason=None,
