@@ -87,7 +87,7 @@ def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_p
     from pilot import defects as dx
     from pilot.oracles import evaluate, hash_inputs, run_selfcheck
     from pilot.scenarios import build_gold_workspace, load_scenario
-    from pilot.simulated.agent import _DEFECT_FUNCTIONS, DEFECTS
+    from pilot.simulated.agent import DEFECTS, NAMED_DEFECTS
 
     sid = "PROC-01"  # a workbook, a document and decisions: every defect of the model applies
     sc = load_scenario(sid)
@@ -104,7 +104,7 @@ def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_p
                 if d.kind in ("xlsx", "docx", "pdf"):
                     dx.text_substitute(ws, d.name)
         else:
-            dx.apply_defect(_DEFECT_FUNCTIONS[k], sc, ws, np.random.default_rng(0))
+            dx.apply_defect(NAMED_DEFECTS[k], sc, ws, np.random.default_rng(0))
         ev = evaluate(sc, ws, hashes)
         if effects[k].effect == "E":
             assert ev.E, k
