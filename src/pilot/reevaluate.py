@@ -143,13 +143,10 @@ def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None 
     else:
         chosen = unevaluated_rows(rows.values(), wave)
     out = []
+    finals = store.final_attempts()
     for r in chosen:
         rec = _record(r)
-        attempt = store.conn.execute(
-            "SELECT a.workspace FROM runs x JOIN attempts a ON a.attempt_id = x.attempt_id WHERE x.run_id = ?",
-            (r["run_id"],),
-        ).fetchone()
-        attempt_dir = Path(attempt[0])
+        attempt_dir = Path(finals[r["run_id"]]["workspace"])
         workspace = Path(rec.get("workspace") or attempt_dir / "workspace")
         cand = Candidate(
             r["run_id"],
@@ -213,7 +210,7 @@ def check_protocol(store: Store) -> None:
 
 
 def study_backend(store: Store) -> str:
-    used = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
+    used = store.backends_used()
     return used[0] if len(used) == 1 else ",".join(used)
 
 

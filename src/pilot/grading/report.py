@@ -156,7 +156,7 @@ def _read_store(folder: Path, wave: str) -> tuple[pd.DataFrame, pd.DataFrame, in
     """The wave's grades and panel, its seed, and the label of the study's backends."""
     with store.open_store(folder) as st:
         w = store.wave(st.conn, wave)
-        used = [r[0] for r in st.conn.execute("SELECT DISTINCT backend FROM attempts")]
+        used = st.backends_used()
         return store.grades_frame(st.conn, wave), store.panel_frame(st.conn, wave), w.seed, backends.label_of(used)
 
 
