@@ -233,9 +233,10 @@ def _turns(ws: Path) -> list[dict]:
 def attack_attempt(out: Path, upstream_url: str):
     """One A1 attempt of the attack against ``upstream_url`` (the harness waits ``CLOSE_WAIT_S`` at the close)."""
     import pilot.agents.model_proxy as model_proxy
+    from pilot.agents.model_proxy import relay
     from pilot.runner import run_attempt
 
-    model_proxy.CLOSE_WAIT_S = CLOSE_WAIT_S
+    relay.CLOSE_WAIT_S = CLOSE_WAIT_S
     open_run = model_proxy.MeteringProxy.open_run
 
     def leaking_open_run(self, run_id, *args, **kwargs):
