@@ -24,8 +24,6 @@ from pilot.agents.session import RESUME_PROMPT
 from pilot.view.inspect_log import SCORES, export_inspect
 from pilot.view.study import StudyReader
 
-pytestmark = pytest.mark.slow
-
 
 def native_log(folder: Path):
     """A log written by Inspect itself: its mock model calls a tool once and answers, over two epochs."""
