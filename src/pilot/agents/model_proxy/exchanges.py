@@ -292,7 +292,8 @@ def _content_row(block: Any) -> tuple[dict, bool]:
         return {"type": type(block).__name__}, False
     kind = block.get("type")
     if kind == "text":
-        text, cut = _clip(block.get("text") if isinstance(block.get("text"), str) else "")
+        said = block.get("text")
+        text, cut = _clip(said if isinstance(said, str) else "")
         return {"type": "text", "text": text}, cut
     if kind == "tool_use":
         tool_input, cut = _bounded_input(block.get("input", {}))

@@ -250,7 +250,7 @@ def check_content(
                         f"{here}.source.type: {short_repr(stype)} is not available for "
                         f"{kind} blocks (allowed: {', '.join(sorted(sources))})",
                     )
-                if stype == "content":
+                if stype == "content" and isinstance(source, dict):
                     todo.append((source.get("content"), f"{here}.source.content"))
             elif kind == "tool_result" and block.get("content") is not None:
                 todo.append((block["content"], f"{here}.content"))

@@ -560,7 +560,7 @@ class _Listener(socketserver.ThreadingMixIn):
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
-            super().process_request_thread(request, client_address)  # type: ignore[misc]
+            super().process_request_thread(request, client_address)
         finally:
             self.meter.connection_closed()
 
@@ -838,7 +838,7 @@ class MeteringProxy:
         if reused is not None and time.monotonic() - idle_since > KEEP_ALIVE_IDLE_S:
             reused.close()
             reused = None
-        conn = reused or self._connect()
+        conn: http.client.HTTPConnection = reused or self._connect()
         try:
             conn.request(method, self._prefix + path, body=body or None, headers=headers)
         except (ConnectionResetError, BrokenPipeError):
