@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from pilot import paths
+from pilot import judge_providers, paths
 from pilot.protocol import request_policy
 from pilot.protocol.request_policy import PolicyError, RequestPolicy
 
@@ -194,7 +194,12 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
                     "type": "array",
                     "minItems": 1,
                     "items": object_schema(
-                        {"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}
+                        {
+                            "id": {"type": "string", "pattern": r"^J[0-9]+$"},
+                            # provider/model: the judge provider (pilot.judge_providers) and the model it runs.
+                            "model": {"type": "string", "pattern": judge_providers.MEMBER_PATTERN},
+                            "draw": _posint,
+                        }
                     ),
                 },
                 "reserve_usd_per_run": _nonneg,
@@ -468,7 +473,12 @@ class Study:
 
     @property
     def judge_panel(self) -> list[dict[str, Any]]:
-        return [dict(j) for j in self.raw["judges"]["panel"]]
+        """The panel's members: ``id``, ``provider`` and ``model`` (study.yml's ``provider/model`` split), ``draw``."""
+        members = []
+        for j in self.raw["judges"]["panel"]:
+            provider, model = judge_providers.split(j["model"])
+            members.append({**j, "provider": provider, "model": model})
+        return members
 
     @property
     def transfer_limit_bytes(self) -> int:
@@ -541,6 +551,21 @@ def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     ids = [j["id"] for j in data["judges"]["panel"]]
     if len(set(ids)) != len(ids):
         raise ProtocolError(path, "judges.panel", f"judge ids must be unique, got {ids}")
+    for i, member in enumerate(data["judges"]["panel"]):
+        name = judge_providers.split(member["model"])[0]
+        provider = judge_providers.REGISTRY.get(name)
+        if provider is None:
+            raise ProtocolError(
+                path,
+                f"judges.panel.{i}.model",
+                f"unknown judge provider {name!r} (the providers: {', '.join(judge_providers.REGISTRY)})",
+            )
+        if not provider.finding:
+            raise ProtocolError(
+                path,
+                f"judges.panel.{i}.model",
+                f"{name!r} is a stand-in ({provider.label}): a dry run's backend chooses it, the study never names it",
+            )
     for name in ("budget_usd", "human_minutes"):
         g = data["frontier"][name]
         if g["stop"] < g["start"]:

@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from pilot import paths
+from pilot import judge_providers, paths
 from pilot.protocol.design import ProtocolError, read_yaml
 
 PRICES_FILE = paths.PROTOCOL_DIR / "prices.yml"
@@ -140,7 +140,8 @@ def study_models(study: Any) -> list[str]:
     """Every model study.yml names: the worker, the judges and the sensitivity models."""
     raw = study.raw if hasattr(study, "raw") else study
     models = [raw["worker"]["model"]]
-    models += [j["model"] for j in raw.get("judges", {}).get("panel", [])]
+    # A judge is named provider/model; the price is the model's.
+    models += [judge_providers.split(j["model"])[1] for j in raw.get("judges", {}).get("panel", [])]
     models += list(raw.get("sensitivity_models", {}).get("models", []))
     return list(dict.fromkeys(models))
 
