@@ -447,14 +447,19 @@ def _read_text(path: Path, lim: RenderLimits) -> str:
     return text[: lim.max_file_bytes]
 
 
+def csv_delimiter(text: str, name: str) -> str:
+    """The delimiter of a delivered table: a tab for ``.tsv``, else what the text uses of comma, semicolon and tab."""
+    if name.lower().endswith(".tsv"):
+        return "\t"
+    try:
+        return csv.Sniffer().sniff(text[:4096], delimiters=",;\t").delimiter
+    except csv.Error:
+        return ","
+
+
 def _render_table(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, label: str | None = None) -> None:
     text = _read_text(path, lim)
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    if delimiter == ",":
-        try:
-            delimiter = csv.Sniffer().sniff(text[:4096], delimiters=",;\t").delimiter
-        except csv.Error:
-            pass
+    delimiter = csv_delimiter(text, path.name)
     rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
     n_rows = len(rows)
     n_cols = max((len(r) for r in rows), default=0)
