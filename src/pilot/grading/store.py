@@ -11,6 +11,7 @@ times and submitted once; a submitted grade is never changed.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -208,6 +209,28 @@ def open_store(study_folder: Path) -> Iterator[Store]:
         yield st
     finally:
         st.close()
+
+
+def backup(study_folder: Path, out: Path) -> Path:
+    """A consistent copy of the study's store (grades included) while the site runs, by SQLite's online backup.
+
+    Written beside ``out`` and renamed over it, owner-only: a backup holds names, contacts and critiques.
+    """
+    out = Path(out)
+    if out.resolve() == (Path(study_folder) / STORE_FILE).resolve():
+        raise GradingError(f"{out}: that is the store itself; name another file for the backup")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    tmp.unlink(missing_ok=True)
+    with open_store(study_folder) as st:
+        dest = sqlite3.connect(tmp)
+        try:
+            st.conn.backup(dest)
+        finally:
+            dest.close()
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, out)
+    return out
 
 
 def waves(conn: sqlite3.Connection) -> list[str]:
