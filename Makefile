@@ -71,7 +71,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## create .venv from pyproject.toml (reused until that file changes)
 
-$(STAMPS)/system-%:
+$(STAMPS)/system-%: tools/ensure-system-packages.sh
 	@tools/ensure-system-packages.sh $*
 	@mkdir -p $(@D) && touch $@
 

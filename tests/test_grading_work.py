@@ -350,7 +350,7 @@ def test_the_coordinator_sees_time_last_activity_and_short_critiques_and_preview
     html = text(coord.get("/coordinator"))
     row = re.search(r'<tr data-grader="G02">(.*?)</tr>', html, re.S).group(1)
     assert re.search(r'class="short-critiques flagged">[1-9]', row)
-    assert re.search(r'class="last-activity">\d{4}-\d\d-\d\dT', row)
+    assert re.search(r'class="last-activity" data-at="\d{4}-\d\d-\d\dT[^"]+">\d{4}-\d\d-\d\d \d\d:\d\d UTC<', row)
     assert 'class="active-s"' in row and 'class="file-s"' in row
     with store.open_store(wave.folder) as st:
         package_id, run_id = st.conn.execute(

@@ -49,8 +49,12 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in inner.split("|")]
 
 
-def blocks(text: str) -> list[Block]:
-    """The judges' text of one deliverable as blocks (its ``### name`` heading first)."""
+def blocks(text: str, *, flowing: bool = False) -> list[Block]:
+    """The judges' text of one deliverable as blocks (its ``### name`` heading first).
+
+    ``flowing``: consecutive lines of text are one paragraph (a PDF's extraction breaks lines where the page did;
+    a reader sees them flow). The words are the judges' either way.
+    """
     out: list[Block] = []
     table: list[list[str]] = []
 
@@ -79,6 +83,8 @@ def blocks(text: str) -> list[Block]:
             out.append(Block("caption", stripped))
         elif _NOTE.match(stripped):
             out.append(Block("note", stripped))
+        elif flowing and out and out[-1].kind == "text":
+            out[-1].text += " " + stripped
         else:
             out.append(Block("text", line.rstrip()))
     flush()

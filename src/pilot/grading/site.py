@@ -443,7 +443,7 @@ def create_app(
         return renders.get(digest.hexdigest(), lambda: judged_deliverables(reader, data))
 
     def package_blocks(judged: JudgedPackage) -> list[tuple[Any, list[page.Block]]]:
-        return [(d, page.blocks(text)) for d, text in judged.deliverables]
+        return [(d, page.blocks(text, flowing=d.format == "pdf")) for d, text in judged.deliverables]
 
     def offered_download(data: dict[str, Any], name: str) -> downloads.Offered:
         """The neutral download of the delivered file ``name`` (a workbook: its recalculated copy)."""
