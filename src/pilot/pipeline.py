@@ -93,6 +93,7 @@ def judge_record(
     ``judge_timeout_s`` a rehearsal's shorter time limit per judge call (None: the backend's own).
     """
     from pilot.judges.recalculated import Recalculated
+    from pilot.judges.render import DEFAULT_RENDERING
     from pilot.scenarios import load_scenario
 
     workspace = Path(record.get("workspace") or attempt_dir)
@@ -113,6 +114,8 @@ def judge_record(
         )
         record["judges"] = [r.to_dict() for r in results]
         record["judge_error"] = None
+        # Which workbook rendering the judges read (A-027); a record without it was judged under the earlier one.
+        record["judge_rendering"] = DEFAULT_RENDERING
     except Exception as exc:  # noqa: BLE001 - a judging failure leaves the judges missing; the agent run stands
         record["judges"] = _missing_judges(f"judging failed: {type(exc).__name__}: {exc}")
         record["judge_error"] = f"{type(exc).__name__}: {exc}"
