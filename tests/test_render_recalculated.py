@@ -68,6 +68,21 @@ def saved_by_libreoffice(source: Path, dest: Path, scratch: Path) -> Path:
     return dest
 
 
+def stored_values_none(path: Path) -> bool:
+    """Whether no formula of the workbook stores a value (as openpyxl writes one)."""
+    from openpyxl import load_workbook
+
+    formulas, values = load_workbook(path), load_workbook(path, data_only=True)
+    cells = [
+        values[ws.title][c.coordinate].value
+        for ws in formulas.worksheets
+        for row in ws.iter_rows()
+        for c in row
+        if isinstance(c.value, str) and c.value.startswith("=")
+    ]
+    return bool(cells) and all(v is None for v in cells)
+
+
 def stored_values(path: Path) -> list[object]:
     from openpyxl import load_workbook
 
@@ -217,3 +232,38 @@ def test_the_tables_of_every_gold_pdf_reach_the_judges_as_rows_of_cells(tmp_path
             checked.append(sid)
     # BANK-01's ratios, HEALTH-01's clinics and PROC-01's scores (scenario.yml asks each for a PDF memo).
     assert {"BANK-01", "HEALTH-01", "PROC-01"} <= set(checked)
+
+
+@pytest.mark.parametrize("sid", ["ACC-01", "BANK-01"])
+def test_a_gold_package_saved_through_libreoffice_keeps_its_verdict_and_its_judges_prompt(sid, tmp_path):
+    """The simulated worker of an arm with LibreOffice saves its workbooks with it (stored values); nothing the
+    oracle or the judges read may change (checked on every protocol scenario with a workbook when this was built)."""
+    from openpyxl import load_workbook
+
+    from pilot.simulated.agent import save_through_spreadsheet
+
+    sc = load_scenario(sid)
+    plain = build_gold_workspace(sc, tmp_path / "plain" / "workspace")
+    saved = build_gold_workspace(sc, tmp_path / "saved" / "workspace")
+    assert save_through_spreadsheet(sc, saved, cache=tmp_path / "cache")
+    book = next(d.name for d in sc.file_deliverables if d.kind == "xlsx")
+    formulas = load_workbook(saved / "outputs" / book)
+    values = load_workbook(saved / "outputs" / book, data_only=True)
+    stored = [
+        values[ws.title][c.coordinate].value
+        for ws in formulas.worksheets
+        for row in ws.iter_rows()
+        for c in row
+        if isinstance(c.value, str) and c.value.startswith("=")
+    ]
+    assert stored and all(v is not None for v in stored)  # every formula stores its value now
+    assert stored_values_none(plain / "outputs" / book)  # openpyxl's stored none
+    kept = {
+        who: keep_recalculated(ws.parent, ws / "outputs", requested_names(sc))
+        for who, ws in (("plain", plain), ("saved", saved))
+    }
+    assert (
+        prompt_for_run(sc, plain / "outputs", recalculated=kept["plain"]).text
+        == prompt_for_run(sc, saved / "outputs", recalculated=kept["saved"]).text
+    )
+    assert evaluate(sc, plain).D and evaluate(sc, saved).D

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import uuid
 import zlib
@@ -97,6 +98,7 @@ _ARM_SCHEMA = {
             "required": ["repair", "cost_fraction", "wall_fraction"],
             "properties": {"repair": _prob, "cost_fraction": _pos, "wall_fraction": _pos},
         },
+        "saves_through_spreadsheet": _prob,
     },
 }
 MODEL_SCHEMA = {
@@ -171,6 +173,8 @@ class SessionDraw:
     agent_error: bool
     defects: list[str]
     denied: tuple[str, str] | None  # (family, how: direct | bash -c)
+    #: The worker opens and saves its workbooks with LibreOffice (an arm with it), so they store computed values.
+    spreadsheet_save: bool = False
 
 
 def apply_caps(
@@ -215,12 +219,14 @@ def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -
     defects = [d for d in DEFECTS if d not in OWN_STREAM_DEFECTS and rng.random() < p[d]]
     own = rng.spawn(1)[0]  # spawning leaves rng's own sequence of draws unchanged
     defects += [d for d in OWN_STREAM_DEFECTS if own.random() < p[d]]
+    # After the own-stream defects, from the same stream: every earlier draw is as it was before this joined the model.
+    spreadsheet_save = bool(own.random() < float(a.get("saves_through_spreadsheet", 0.0)))
     denied = None
     families = [f for f in arm.denied_families if f in c["denied_commands"]]
     if families and rng.random() < a["denied_attempt"]:
         fam = families[int(rng.integers(len(families)))]
         denied = (fam, "bash -c" if rng.random() < c["bypass_share"] else "direct")
-    return SessionDraw(cost, wall, turns, tool_calls, questions, agent_error, defects, denied)
+    return SessionDraw(cost, wall, turns, tool_calls, questions, agent_error, defects, denied, spreadsheet_save)
 
 
 def write_gold(scenario: Any, workspace: Path) -> None:
@@ -232,6 +238,64 @@ def write_gold(scenario: Any, workspace: Path) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     solve(scenario.id, Path(workspace) / "inputs", out)
+
+
+def save_through_spreadsheet(scenario: Any, workspace: Path, cache: Path | None = None) -> list[str]:
+    """Open and save every delivered workbook with LibreOffice, as a worker with it does (confined, headless).
+
+    The saved workbook stores the values its formulas compute; its zip entries and core dates are pinned
+    (:func:`pilot.scenarios.officeio.normalize_zip`), so equal input bytes give equal output bytes, and each result is
+    kept in ``cache`` by the SHA-256 of the bytes saved (a scenario's workbook is the same in most runs). Returns what
+    was done, for the session's record; nothing when LibreOffice is not installed.
+    """
+    import hashlib
+    import tempfile
+
+    from pilot import confined, office_convert
+    from pilot.oracles.recalc import soffice_binary
+    from pilot.oracles.selfcheck_tool import RECALC_PROFILE_XCU
+    from pilot.scenarios.officeio import normalize_zip
+
+    soffice = soffice_binary()
+    done: list[str] = []
+    books = [
+        Path(workspace) / "outputs" / d.name
+        for d in scenario.file_deliverables
+        if d.kind == "xlsx" and (Path(workspace) / "outputs" / d.name).is_file()
+    ]
+    if not books or not soffice:
+        return done
+    cache = Path(cache) if cache is not None else paths.BUILD_DIR / "cache" / "spreadsheet-saves"
+    cache.mkdir(parents=True, exist_ok=True)
+    for book in books:
+        digest = hashlib.sha256(book.read_bytes()).hexdigest()
+        kept = cache / f"{digest}.xlsx"
+        if not kept.is_file():
+            with tempfile.TemporaryDirectory(prefix="simulated-save-") as tmp:
+                indir, outdir = Path(tmp) / "in", Path(tmp) / "out"
+                indir.mkdir(mode=0o755)
+                outdir.mkdir()
+                shutil.copyfile(book, indir / book.name)
+                result = office_convert.convert(
+                    [indir / book.name],
+                    outdir,
+                    target="xlsx:Calc Office Open XML",
+                    soffice=soffice,
+                    settings_xcu=RECALC_PROFILE_XCU,
+                    scratch=Path(tmp) / "scratch",
+                    limits=confined.Limits(wall_s=120.0),
+                )
+                saved = outdir / book.name
+                if result.timed_out or result.returncode != 0 or not saved.is_file():
+                    done.append(f"{book.name} not saved with LibreOffice (it failed); kept as written")
+                    continue
+                normalize_zip(saved)
+                tmp_kept = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+                shutil.copyfile(saved, tmp_kept)
+                os.replace(tmp_kept, kept)
+        shutil.copyfile(kept, book)
+        done.append(f"opened and saved {book.name} with LibreOffice")
+    return done
 
 
 def question_texts(n: int) -> list[str]:
@@ -556,12 +620,16 @@ class SimulatedBackend:
             if capped and rng.random() < self.cfg["capped_missing"]:
                 applied += self._apply_defects(["missing"], rng)
                 (self.workspace / "outputs" / "completion_record.json").unlink(missing_ok=True)
+            if draw.spreadsheet_save:
+                applied += save_through_spreadsheet(self.scenario, self.workspace)
         else:
             rec = self.arm_cfg.get("recovery") or {"repair": 0.0}
             if not capped and rng.random() < rec["repair"]:
                 self._write_gold()
                 self._set_questions(self._questions)
                 applied = ["repaired"]
+                if draw.spreadsheet_save:
+                    applied += save_through_spreadsheet(self.scenario, self.workspace)
         session_id = resume_session_id or str(
             uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | int(rng.integers(0, 2**63)))
         )
