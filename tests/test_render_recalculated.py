@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 from openpyxl import Workbook
 
-from pilot import confined, office_convert
 from pilot.judges import recalculated
 from pilot.judges.prompt import prompt_for_run, requested_names
 from pilot.judges.render import NOT_COMPUTED_NOTE, RECALCULATED_NOTE, keep_recalculated, render_package
 from pilot.oracle_formats.evaluate import evaluate
-from pilot.oracles.recalc import Recalculator, soffice_binary
-from pilot.oracles.selfcheck_tool import RECALC_PROFILE_XCU
+from pilot.oracles.recalc import Recalculator
 from pilot.scenarios import build_gold_workspace, load_scenario
+from pilot.simulated.agent import save_with_libreoffice
 
 SCENARIO = "BANK-01"
 
@@ -47,40 +46,18 @@ def openpyxl_workbook(path: Path) -> Path:
     return path
 
 
-def saved_by_libreoffice(source: Path, dest: Path, scratch: Path) -> Path:
-    """``source`` opened and saved by LibreOffice, as a worker with a spreadsheet program hands it in."""
-    indir, outdir = scratch / "in", scratch / "out"
-    indir.mkdir(parents=True)
-    outdir.mkdir()
-    shutil.copy(source, indir / source.name)
-    done = office_convert.convert(
-        [indir / source.name],
-        outdir,
-        target="xlsx:Calc Office Open XML",
-        soffice=soffice_binary(),
-        settings_xcu=RECALC_PROFILE_XCU,
-        scratch=scratch / "profile",
-        limits=confined.Limits(wall_s=120),
-    )
-    assert done.returncode == 0 and not done.timed_out, done.output
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(outdir / source.name, dest)
-    return dest
-
-
-def stored_values_none(path: Path) -> bool:
-    """Whether no formula of the workbook stores a value (as openpyxl writes one)."""
+def formula_values(path: Path) -> list[object]:
+    """The value each formula cell of the workbook stores (None where it stores none)."""
     from openpyxl import load_workbook
 
     formulas, values = load_workbook(path), load_workbook(path, data_only=True)
-    cells = [
+    return [
         values[ws.title][c.coordinate].value
         for ws in formulas.worksheets
         for row in ws.iter_rows()
         for c in row
         if isinstance(c.value, str) and c.value.startswith("=")
     ]
-    return bool(cells) and all(v is None for v in cells)
 
 
 def stored_values(path: Path) -> list[object]:
@@ -100,10 +77,9 @@ def two_runs(tmp_path_factory):
     for who in ("openpyxl", "libreoffice"):
         run = base / who
         ws = build_gold_workspace(sc, run / "workspace")
-        if who == "openpyxl":
-            shutil.copy(made, ws / "outputs" / book)
-        else:
-            saved_by_libreoffice(made, ws / "outputs" / book, base / "lo-save")
+        shutil.copy(made, ws / "outputs" / book)
+        if who == "libreoffice":  # opened and saved with LibreOffice, as a worker with it hands it in
+            assert save_with_libreoffice(ws / "outputs" / book, base / "lo-save")
         runs[who] = run
     # The premise: one file stores no value for any formula, the other stores them all.
     assert stored_values(runs["openpyxl"] / "workspace" / "outputs" / book)[3:6] == [None, None, None]
@@ -238,8 +214,6 @@ def test_the_tables_of_every_gold_pdf_reach_the_judges_as_rows_of_cells(tmp_path
 def test_a_gold_package_saved_through_libreoffice_keeps_its_verdict_and_its_judges_prompt(sid, tmp_path):
     """The simulated worker of an arm with LibreOffice saves its workbooks with it (stored values); nothing the
     oracle or the judges read may change (checked on every protocol scenario with a workbook when this was built)."""
-    from openpyxl import load_workbook
-
     from pilot.simulated.agent import save_through_spreadsheet
 
     sc = load_scenario(sid)
@@ -247,17 +221,9 @@ def test_a_gold_package_saved_through_libreoffice_keeps_its_verdict_and_its_judg
     saved = build_gold_workspace(sc, tmp_path / "saved" / "workspace")
     assert save_through_spreadsheet(sc, saved, cache=tmp_path / "cache")
     book = next(d.name for d in sc.file_deliverables if d.kind == "xlsx")
-    formulas = load_workbook(saved / "outputs" / book)
-    values = load_workbook(saved / "outputs" / book, data_only=True)
-    stored = [
-        values[ws.title][c.coordinate].value
-        for ws in formulas.worksheets
-        for row in ws.iter_rows()
-        for c in row
-        if isinstance(c.value, str) and c.value.startswith("=")
-    ]
+    stored = formula_values(saved / "outputs" / book)
     assert stored and all(v is not None for v in stored)  # every formula stores its value now
-    assert stored_values_none(plain / "outputs" / book)  # openpyxl's stored none
+    assert all(v is None for v in formula_values(plain / "outputs" / book))  # openpyxl's stored none
     kept = {
         who: keep_recalculated(ws.parent, ws / "outputs", requested_names(sc))
         for who, ws in (("plain", plain), ("saved", saved))

@@ -240,13 +240,11 @@ def write_gold(scenario: Any, workspace: Path) -> None:
     solve(scenario.id, Path(workspace) / "inputs", out)
 
 
-def save_through_spreadsheet(scenario: Any, workspace: Path, cache: Path | None = None) -> list[str]:
-    """Open and save every delivered workbook with LibreOffice, as a worker with it does (confined, headless).
+def save_with_libreoffice(book: Path, cache: Path) -> bool:
+    """Replace the workbook ``book`` by LibreOffice's save of it (confined, headless; values stored); False if it failed.
 
-    The saved workbook stores the values its formulas compute; its zip entries and core dates are pinned
-    (:func:`pilot.scenarios.officeio.normalize_zip`), so equal input bytes give equal output bytes, and each result is
-    kept in ``cache`` by the SHA-256 of the bytes saved (a scenario's workbook is the same in most runs). Returns what
-    was done, for the session's record; nothing when LibreOffice is not installed.
+    The result's zip entries and core dates are pinned (:func:`pilot.scenarios.officeio.normalize_zip`) and kept in
+    ``cache`` by the SHA-256 of the bytes saved, so equal workbooks cost one LibreOffice run.
     """
     import hashlib
     import tempfile
@@ -257,44 +255,54 @@ def save_through_spreadsheet(scenario: Any, workspace: Path, cache: Path | None 
     from pilot.scenarios.officeio import normalize_zip
 
     soffice = soffice_binary()
-    done: list[str] = []
-    books = [
-        Path(workspace) / "outputs" / d.name
-        for d in scenario.file_deliverables
-        if d.kind == "xlsx" and (Path(workspace) / "outputs" / d.name).is_file()
-    ]
-    if not books or not soffice:
-        return done
-    cache = Path(cache) if cache is not None else paths.BUILD_DIR / "cache" / "spreadsheet-saves"
+    if not soffice:
+        return False
+    cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
-    for book in books:
-        digest = hashlib.sha256(book.read_bytes()).hexdigest()
-        kept = cache / f"{digest}.xlsx"
-        if not kept.is_file():
-            with tempfile.TemporaryDirectory(prefix="simulated-save-") as tmp:
-                indir, outdir = Path(tmp) / "in", Path(tmp) / "out"
-                indir.mkdir(mode=0o755)
-                outdir.mkdir()
-                shutil.copyfile(book, indir / book.name)
-                result = office_convert.convert(
-                    [indir / book.name],
-                    outdir,
-                    target="xlsx:Calc Office Open XML",
-                    soffice=soffice,
-                    settings_xcu=RECALC_PROFILE_XCU,
-                    scratch=Path(tmp) / "scratch",
-                    limits=confined.Limits(wall_s=120.0),
-                )
-                saved = outdir / book.name
-                if result.timed_out or result.returncode != 0 or not saved.is_file():
-                    done.append(f"{book.name} not saved with LibreOffice (it failed); kept as written")
-                    continue
-                normalize_zip(saved)
-                tmp_kept = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
-                shutil.copyfile(saved, tmp_kept)
-                os.replace(tmp_kept, kept)
-        shutil.copyfile(kept, book)
-        done.append(f"opened and saved {book.name} with LibreOffice")
+    kept = cache / f"{hashlib.sha256(Path(book).read_bytes()).hexdigest()}.xlsx"
+    if not kept.is_file():
+        with tempfile.TemporaryDirectory(prefix="simulated-save-") as tmp:
+            indir, outdir = Path(tmp) / "in", Path(tmp) / "out"
+            indir.mkdir(mode=0o755)
+            outdir.mkdir()
+            shutil.copyfile(book, indir / Path(book).name)
+            result = office_convert.convert(
+                [indir / Path(book).name],
+                outdir,
+                target="xlsx:Calc Office Open XML",
+                soffice=soffice,
+                settings_xcu=RECALC_PROFILE_XCU,
+                scratch=Path(tmp) / "scratch",
+                limits=confined.Limits(wall_s=120.0),
+            )
+            saved = outdir / Path(book).name
+            if result.timed_out or result.returncode != 0 or not saved.is_file():
+                return False
+            normalize_zip(saved)
+            tmp_kept = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+            shutil.copyfile(saved, tmp_kept)
+            os.replace(tmp_kept, kept)
+    shutil.copyfile(kept, book)
+    return True
+
+
+def save_through_spreadsheet(scenario: Any, workspace: Path, cache: Path | None = None) -> list[str]:
+    """Open and save every delivered workbook with LibreOffice, as a worker with it does (:func:`save_with_libreoffice`).
+
+    Returns what was done, for the session's record; nothing when there is no workbook or LibreOffice.
+    """
+    from pilot.oracles.recalc import soffice_binary
+
+    cache = Path(cache) if cache is not None else paths.BUILD_DIR / "cache" / "spreadsheet-saves"
+    done: list[str] = []
+    for d in scenario.file_deliverables:
+        book = Path(workspace) / "outputs" / d.name
+        if d.kind != "xlsx" or not book.is_file() or not soffice_binary():
+            continue
+        if save_with_libreoffice(book, cache):
+            done.append(f"opened and saved {book.name} with LibreOffice")
+        else:
+            done.append(f"{book.name} not saved with LibreOffice (it failed); kept as written")
     return done
 
 
