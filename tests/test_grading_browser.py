@@ -33,7 +33,6 @@ from pilot.grading import store
 from pilot.grading.plan import create_wave, grading_dir
 from pilot.grading.site import GradingServer
 
-pytestmark = pytest.mark.slow
 WAVE = "browser-1"
 CRITIQUE = "The NSF cheque is booked twice; the memo's <summary> & totals disagree."
 MORE = " The timing items are named but not dated."

@@ -30,7 +30,6 @@ from pilot import paths
 from pilot.grading import store
 from pilot.grading.plan import create_wave
 
-pytestmark = pytest.mark.slow
 WAVE = "remote-1"
 NAME = "grading.example.test"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -67,7 +67,7 @@ def stored_values(path: Path) -> list[object]:
 
 
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
+def two_runs(tmp_path_factory, soffice):
     """Two runs of one scenario whose workbooks differ only in the program that saved them."""
     base = tmp_path_factory.mktemp("recalc-render")
     sc = load_scenario(SCENARIO)
@@ -211,7 +211,7 @@ def test_the_tables_of_every_gold_pdf_reach_the_judges_as_rows_of_cells(tmp_path
 
 
 @pytest.mark.parametrize("sid", ["ACC-01", "BANK-01"])
-def test_a_gold_package_saved_through_libreoffice_keeps_its_verdict_and_its_judges_prompt(sid, tmp_path):
+def test_a_gold_package_saved_through_libreoffice_keeps_its_verdict_and_its_judges_prompt(sid, tmp_path, soffice):
     """The simulated worker of an arm with LibreOffice saves its workbooks with it (stored values); nothing the
     oracle or the judges read may change (checked on every protocol scenario with a workbook when this was built)."""
     from pilot.simulated.agent import save_through_spreadsheet

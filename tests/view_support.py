@@ -215,7 +215,7 @@ def deck_study() -> Path:
 
 
 def pdf_study() -> Path:
-    """A finished simulated study of a scenario whose memo is a PDF with a table, under A1 and A3 (built on first use)."""
+    """A finished simulated study of a scenario whose memo is a PDF with a table, A1 and A3 (built on first use)."""
     return _built("pdf", _build_pdf)
 
 
@@ -225,7 +225,8 @@ def models_study() -> Path:
 
 
 def run_table(folder: Path, dest: Path) -> Path:
-    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study unwritten)."""
+    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study is not
+    written)."""
     pilot(folder.parent.parent.parent, "study", "export", folder.name, "--out", str(dest))
     return dest
 

@@ -325,7 +325,7 @@ class RenderingSensitivity:
 def rendering_sensitivity(
     paired: Any, *, label: str, q: float, contrasts: Sequence[Sequence[str]] = ()
 ) -> RenderingSensitivity:
-    """Per arm: runs, scenario-weighted Q and S under each rendering and their change; per contrast, the S difference."""
+    """Per arm: runs, scenario-weighted Q and S under each rendering and their change; per contrast, the S change."""
     import pandas as pd
 
     rows = []
