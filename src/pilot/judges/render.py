@@ -299,7 +299,7 @@ def _render_workbook(
         if copy is not None:
             # The copy is LibreOffice's output from the worker's bytes: admitted like any file the worker caused.
             adm = admission.admit(copy, copy.parent.parent, "xlsx")
-            if adm.ok:
+            if adm.ok and adm.path is not None:
                 _render_workbook_recalculated(adm.path, budget, lim, feats, source.show_formulas)
                 return
         feats["recalculated"] = False
