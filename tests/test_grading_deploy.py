@@ -119,18 +119,17 @@ def deployed(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def remote_browser(deployed):
-    from conftest import CHROMIUM_ARGS
-    from playwright.sync_api import sync_playwright
+def remote_browser(deployed, browser):
+    """A Chromium of its own that resolves the public name to loopback, launched by the tier's Playwright."""
+    from component_tiers import CHROMIUM_ARGS
 
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(
-            executable_path=str(paths.CHROMIUM_BIN),
-            args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {NAME} 127.0.0.1"],
-            headless=True,
-        )
-        yield b
-        b.close()
+    b = browser.browser_type.launch(
+        executable_path=str(paths.CHROMIUM_BIN),
+        args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {NAME} 127.0.0.1"],
+        headless=True,
+    )
+    yield b
+    b.close()
 
 
 def test_a_grader_works_over_https_by_the_public_name(deployed, remote_browser):
