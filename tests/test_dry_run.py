@@ -150,11 +150,12 @@ def _table(backend: str, n_scenarios: int = 3):
     return df.assign(backend=backend, judge_backend="simulated" if backend == "simulated" else None)
 
 
-def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path):
+def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path, soffice):
     from pilot.simulated import synthetic
     from pilot.stats import primary
 
     tables, gen = tmp_path / "t", tmp_path / "g"
+    # The planted truth renders each reference package as its judges read it (workbooks recalculated, A-027): soffice.
     # A dry run of the harness: planted from the simulated agent's and judges' models, over the table's scenarios.
     runs = _table("simulated")
     acc = primary.primary_analysis(runs, seed=1, B=200, n_permutations=100).acceptance
