@@ -200,8 +200,25 @@ endif
 	$(PILOT) stage grading $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p wave "$(GRADING_WAVE)" $(call STAGE_OUTPUT,06_grading)
 	$(stage_written)
 
+# The rendering sensitivity (A-027): the study's runs judged again under the other workbook rendering, and Q and S
+# per arm under both (manuscript appendix). A dry run rejudges every run (simulated judges: no cost); a real study
+# only when REJUDGE_SAMPLE says how many per scenario and arm (all, or N), for its judges cost money; otherwise the
+# tables are written from what was rejudged before, if anything.
+ifeq ($(BACKEND),simulated)
+REJUDGE_SAMPLE ?= all
+else
+REJUDGE_SAMPLE ?=
+endif
+$(RUN_STAMPS)/rejudge: $(RUN_STAMPS)/stage-scale-rule src/pilot/rejudge.py $(wildcard src/pilot/judges/*.py) \
+  src/pilot/simulated/judge.py analysis/config/simulated_judges.yml $(call gone,$(RUN_STAMPS)/rejudge)
+	$(stage_started)
+	$(PILOT) study rejudge $(STUDY) $(if $(REJUDGE_SAMPLE),--sample $(REJUDGE_SAMPLE),--report-only) \
+	  --tables-dir $(TABLES) --generated-dir $(GENERATED)
+	$(stage_written)
+
 STAGE_STAMPS := $(RUN_STAMPS)/design-tables $(RUN_STAMPS)/stage-power $(RUN_STAMPS)/stage-pilot $(RUN_STAMPS)/stage-scale-rule
 STAGE_STAMPS += $(RUN_STAMPS)/stage-primary $(RUN_STAMPS)/stage-sensitivity $(RUN_STAMPS)/calibration $(RUN_STAMPS)/stage-grading
+STAGE_STAMPS += $(RUN_STAMPS)/rejudge
 .PRECIOUS: $(STAGE_STAMPS)
 
 stages: $(STAGE_STAMPS) ## run every stage whose inputs or outputs changed (cached by make)

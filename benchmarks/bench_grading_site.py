@@ -11,13 +11,18 @@ assignments. Timed in this process with the application's test client,
 median of ``--repeat``:
 
 - reference: one package rendered alone, as the judges received it
-  (``StudyReader.run`` and ``judged_deliverables`` for the run);
+  (``StudyReader.run`` and ``judged_deliverables`` for the run: workbooks
+  from the oracle's recalculated copies, A-027), computed afresh each time;
+- first view: GET /grade/<id> of a package no page has shown yet (the
+  rendering computed, then kept by the digest of the bytes it came from);
 - queue: GET /queue of one grader (50 rows);
 - grade page: GET /grade/<id>, going through the grader's packages (each
-  timed against rendering that same package alone);
-- save: POST /grade/<id> of a draft (the store's transaction included).
+  timed against rendering that same package alone; the rendering is the kept one);
+- save: POST /grade/<id> of a draft (the store's transaction included);
+- autosave: POST /grade/<id>/autosave, the page's own save while a grader types.
 
-Target (issue 28): every page's median under 200 ms; the script exits 1 otherwise.
+Target: every page's median under 200 ms (the first view is reported, not held to it: it renders the package once);
+the script exits 1 otherwise.
 Usage: ``python benchmarks/bench_grading_site.py [--study-dir PATH] [--repeat 25]``.
 """
 
@@ -119,10 +124,9 @@ def measure(app, folder: Path, made, repeat: int) -> int:
         assert resp.status_code == 200, (url, resp.status_code)
         return resp.get_data(as_text=True)
 
-    # Imports, scenario loading and each package's first rendering, out of every timing.
-    for aid, run_id in queue:
-        judged_deliverables(reader, reader.run(run_id))
-        get(f"/grade/{aid}")
+    # Imports and scenario loading out of every timing; then each package's first view, timed (it renders).
+    judged_deliverables(reader, reader.run(queue[0][1]))
+    t_first = statistics.median(seconds(lambda aid=aid: get(f"/grade/{aid}")) for aid, _ in queue)
     assert len(re.findall(r'class="open-package"', get("/queue"))) == len(queue) == len(made.packages)
 
     # The reference and the page in turn, package by package, so that neither gets the quieter moments.
@@ -152,11 +156,23 @@ def measure(app, folder: Path, made, repeat: int) -> int:
         assert resp.status_code == 303, resp.status_code
 
     t_save = median_s(save, repeat)
-    rows = [("package rendered alone (reference)", t_ref, "")]
+    auto = {**form, "revision": "", "tab": "bench"}
+    auto.pop("action")
+
+    def autosave() -> None:
+        resp = client.post(f"/grade/{aid}/autosave", data=auto)
+        assert resp.status_code == 200 and resp.json["ok"], resp.status_code
+
+    t_auto = median_s(autosave, repeat)
+    rows = [
+        ("package rendered alone (reference)", t_ref, ""),
+        ("first view of a package, GET /grade/<id> (renders)", t_first, "reported"),
+    ]
     for what, t in (
         ("queue page, GET /queue (50 packages)", t_queue),
         ("grade page, GET /grade/<id>", t_grade),
         ("save a draft, POST /grade/<id>", t_save),
+        ("the page's own save, POST /grade/<id>/autosave", t_auto),
     ):
         rows.append((what, t, f"< {TARGET_MS:.0f} ms: " + ("met" if t * 1000 < TARGET_MS else "NOT met")))
     table = pd.DataFrame(
@@ -168,7 +184,7 @@ def measure(app, folder: Path, made, repeat: int) -> int:
         f"({n_assignments} assignments); {repeat} repeats; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}"
     )
     print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    slow = [w for w, t, _ in rows[1:] if t * 1000 >= TARGET_MS]
+    slow = [w for w, t, target in rows[2:] if t * 1000 >= TARGET_MS]
     if slow:
         print(f"FAILED: median over {TARGET_MS:.0f} ms: {'; '.join(slow)}", file=sys.stderr)
         return 1

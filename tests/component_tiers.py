@@ -142,6 +142,7 @@ SLOW: dict[str, str] = {
     "test_dask_executor.py": "starts local dask clusters",
     "test_dask_share_nothing.py": "a study on dask workers in their own processes",
     "test_grading_browser.py": "serves the grading site to Chromium",
+    "test_grading_deploy.py": "serves the grading site to Chromium through nginx and TLS",
     "test_portal_browser.py": "serves the portal to Chromium",
     "test_view_browser.py": "serves the viewer to Chromium",
     "test_record_witness.py": "runs the real CLI through a stream filter",

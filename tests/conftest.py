@@ -75,6 +75,8 @@ LONG_FILES = (
     "test_judges.py",
     "test_notebook_primary.py",
     "test_grading_stage.py",
+    "test_grading_browser.py",
+    "test_rejudge.py",
     "test_notebook_sensitivity.py",
     "test_reevaluate.py",
     "test_rehearsal_dask.py",

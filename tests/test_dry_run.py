@@ -63,7 +63,7 @@ def _within(observed: np.ndarray, planted: float, mc_se: float) -> tuple[bool, f
 # A4's self-check recalculates with LibreOffice, which runs only confined (bubblewrap): both components are used.
 @pytest.mark.usefixtures("soffice")
 @pytest.mark.parametrize(("arm", "n"), [("A1", 300), ("A4", 100)])
-def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
+def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n, soffice):
     truth = dry_run.planted_acceptance(scenarios=[OPS], arms=[arm], draws=50_000, judge_draws=5_000, seed=11)
     row = truth.by_scenario.set_index("arm").loc[arm]
     runs = _empirical(tmp_path, OPS, arm, n)
@@ -115,7 +115,8 @@ def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_p
             assert run_selfcheck(ws, sc).passed is (not effects[k].caught_by_selfcheck), k
 
 
-def test_what_the_derivation_gives_without_running_anything():
+def test_what_the_derivation_gives_without_running_anything(soffice):
+    # No agent runs; the reference packages are rendered as the judges read them (recalculated: soffice).
     truth = dry_run.planted_acceptance(draws=2_000, judge_draws=500, seed=3)
     by = truth.by_scenario
     assert list(truth.summary.columns) == ["arm", "planted_p", "mc_se"]
@@ -152,11 +153,12 @@ def _table(backend: str, n_scenarios: int = 3):
     return df.assign(backend=backend, judge_backend="simulated" if backend == "simulated" else None)
 
 
-def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path):
+def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path, soffice):
     from pilot.simulated import synthetic
     from pilot.stats import primary
 
     tables, gen = tmp_path / "t", tmp_path / "g"
+    # The planted truth renders each reference package as its judges read it (workbooks recalculated, A-027): soffice.
     # A dry run of the harness: planted from the simulated agent's and judges' models, over the table's scenarios.
     runs = _table("simulated")
     acc = primary.primary_analysis(runs, seed=1, B=200, n_permutations=100).acceptance

@@ -108,7 +108,12 @@ def test_run_page_explains_the_verdict_with_oracle_judges_and_deliverables(study
 
     final = data["final"]["files"]
     withheld = [run_id, data["final"]["node"], reader.name, data["final"]["workspace"], rec["workspace"]]
-    prompt = prompt_for_run(data["scenario"], final.outputs, withheld=withheld)
+    from pilot.judges.recalculated import Recalculated
+
+    # With the run's kept recalculated workbooks, as the pipeline's judges read them (A-027).
+    kept = Recalculated.load(final.folder)
+    assert kept is not None and kept.copies
+    prompt = prompt_for_run(data["scenario"], final.outputs, withheld=withheld, recalculated=kept)
     assert _esc(prompt.text) in page  # the judges' whole prompt, verbatim
     for dl in prompt.package.deliverables:
         assert f"<code>{_esc(dl.requested)}</code> · {dl.status}" in page

@@ -43,6 +43,7 @@ from schedule_support import make_root
 
 SCENARIO = "ACC-01"
 DECK_SCENARIO = "CX-01"  # its deliverables include a slide deck
+PDF_SCENARIO = "BANK-01"  # its credit memo is a PDF holding a table of ratios, beside a workbook
 SEED = 5  # this seed's draws: A1 curl typed directly, A1 wget and A2 curl through bash -c, A2 changes an input
 _BUILT: dict[str, Path] = {}
 _TMP = Path(tempfile.mkdtemp(prefix="pilot-view-tests-"))
@@ -152,6 +153,25 @@ def _build_deck(root: Path) -> Path:
     return root / "analysis" / "data" / "viewdeck"
 
 
+def _build_pdf(root: Path) -> Path:
+    pilot(
+        root,
+        "study",
+        "create",
+        "viewpdf",
+        "--scenarios",
+        PDF_SCENARIO,
+        "--seed",
+        str(SEED),
+        "--arms",
+        "A1,A3",
+        "--pilot-repeats",
+        "1",
+    )
+    pilot(root, "study", "run", "viewpdf", "--no-progress", "--wave", "pilot")
+    return root / "analysis" / "data" / "viewpdf"
+
+
 def _build_rehearsal(root: Path) -> Path:
     import sys as _sys
 
@@ -192,6 +212,11 @@ def rehearsal_study() -> Path:
 def deck_study() -> Path:
     """A finished simulated study of the slide-deck scenario under A1 and A3, twice each (built on first use)."""
     return _built("deck", _build_deck)
+
+
+def pdf_study() -> Path:
+    """A finished simulated study of a scenario whose memo is a PDF with a table, A1 and A3 (built on first use)."""
+    return _built("pdf", _build_pdf)
 
 
 def models_study() -> Path:

@@ -47,7 +47,11 @@ check_group() {
     http)
       # The portal tests sign in with wget and curl as a worker's script would.
       command -v wget >/dev/null 2>&1 || need wget
-      command -v curl >/dev/null 2>&1 || need curl ;;
+      command -v curl >/dev/null 2>&1 || need curl
+      # The grading site's deployment recipe is tried behind nginx terminating TLS (a self-signed certificate, made
+      # with openssl) on loopback.
+      command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need nginx
+      command -v openssl >/dev/null 2>&1 || need openssl ;;
     *)
       echo "ensure-system-packages: unknown group '$1' (known: venv latex office sandbox browser http)" >&2
       exit 2 ;;

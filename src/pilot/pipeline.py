@@ -93,6 +93,8 @@ def judge_record(
     ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this
     process's; ``judge_timeout_s`` a rehearsal's shorter time limit per judge call (None: the backend's own).
     """
+    from pilot.judges.recalculated import Recalculated
+    from pilot.judges.render import DEFAULT_RENDERING
     from pilot.scenarios import load_scenario
 
     workspace = Path(record.workspace or attempt_dir)
@@ -108,9 +110,13 @@ def judge_record(
             withheld=withheld,
             environ=environ,
             timeout_s=judge_timeout_s,
+            # The oracle's recalculated workbooks, kept by the runner: the judges see what its pass computed.
+            recalculated=Recalculated.load(Path(attempt_dir)),
         )
         record.judges = [r.to_dict() for r in results]
         record.judge_error = None
+        # Which workbook rendering the judges read (A-027); a record without it was judged under the earlier one.
+        record.judge_rendering = DEFAULT_RENDERING
     except Exception as exc:  # noqa: BLE001 - a judging failure leaves the judges missing; the agent run stands
         record.judges = _missing_judges(f"judging failed: {type(exc).__name__}: {exc}")
         record.judge_error = f"{type(exc).__name__}: {exc}"

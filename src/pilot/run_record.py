@@ -147,6 +147,8 @@ class RunRecord:
     judges: list[dict[str, Any]] | None = None
     judge_cost_usd: float | None = None
     judge_error: str | None = None
+    #: Which workbook rendering the judges read (A-027); None on a record judged under the earlier one.
+    judge_rendering: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -13,6 +13,10 @@
 - ``pilot grading report STUDY WAVE [--grades FILE] [--out DIR]`` computes agreement and the panel's bias per arm.
 - ``pilot grading simulate STUDY WAVE [--config FILE] [--replace]`` draws a SIMULATED wave for a dry run.
 - ``pilot grading list STUDY`` lists the study's waves.
+- ``pilot grading links reissue|revoke STUDY WAVE GRADER`` gives a grader (or ``coordinator``) a new sign-in link, or
+  none; the old link stops working at once and their open sessions end.
+- ``pilot grading secret rotate STUDY WAVE`` replaces the site's secret: everyone is signed out.
+- ``pilot grading backup STUDY WAVE --out FILE`` copies the study's store (grades included) while the site runs.
 
 Every failure ends in one line ``pilot grading: <what happened>``.
 """
@@ -89,6 +93,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--replace", action="store_true", help="draw again over an earlier SIMULATED wave of that name")
     sim.set_defaults(func=_cmd_simulate)
 
+    ln = gsub.add_parser("links", help="reissue a lost sign-in link or revoke a leaked one (the old one stops at once)")
+    ln.add_argument("action", choices=("reissue", "revoke"))
+    _study_wave(ln)
+    ln.add_argument("grader", help="the grader's id (G01 ...), or coordinator")
+    ln.set_defaults(func=_cmd_links)
+
+    sec = gsub.add_parser("secret", help="rotate the grading site's secret (signs everyone out)")
+    sec.add_argument("action", choices=("rotate",))
+    _study_wave(sec)
+    sec.set_defaults(func=_cmd_secret)
+
+    bk = gsub.add_parser("backup", help="a consistent copy of the study's store, grades included, while the site runs")
+    _study_wave(bk)
+    bk.add_argument("--out", type=Path, required=True, help="the backup file to write (SQLite)")
+    bk.set_defaults(func=_cmd_backup)
+
     ls = gsub.add_parser("list", help="the study's grading waves")
     ls.add_argument("study", help="study name (folder under analysis/data/) or a study folder")
     ls.set_defaults(func=_cmd_list)
@@ -116,8 +136,9 @@ def _errors() -> tuple[type[Exception], ...]:
     from pilot.grading.graders import GraderFileError
     from pilot.protocol import ProtocolError
     from pilot.store import StoreError
+    from pilot.web_sessions import SecretError
 
-    return (AssignmentError, GraderFileError, ProtocolError, StoreError)
+    return (AssignmentError, GraderFileError, ProtocolError, StoreError, SecretError)
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
@@ -285,4 +306,55 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return _fail(exc)
     for w in rows:
         print(f"{w.wave}\t{w.source}\tK={w.per_package}\tcreated {w.created_at}")
+    return 0
+
+
+def _cmd_links(args: argparse.Namespace) -> int:
+    from pilot.grading.links import change_link
+
+    try:
+        change = change_link(_folder(args.study), args.wave, args.grader, revoke=args.action == "revoke")
+    except _errors() as exc:
+        return _fail(exc)
+    print(
+        json.dumps(
+            {
+                "who": change.who,
+                "link": "revoked" if change.path is None else "reissued",
+                "sessions_closed": change.sessions_closed,
+                "links": paths.shown(change.links_file),
+            },
+            indent=2,
+        )
+    )
+    if change.path is not None:
+        print(
+            f"pilot grading: send {change.who} the new link from {paths.shown(change.links_file)} "
+            "(prefix it with the site's address); the old one no longer signs in",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _cmd_secret(args: argparse.Namespace) -> int:
+    from pilot.grading.links import rotate_secret
+
+    try:
+        closed = rotate_secret(_folder(args.study), args.wave)
+    except _errors() as exc:
+        return _fail(exc)
+    print(json.dumps({"wave": args.wave, "secret": "rotated", "sessions_closed": closed}))
+    return 0
+
+
+def _cmd_backup(args: argparse.Namespace) -> int:
+    from pilot.grading import store
+
+    try:
+        with store.open_store(_folder(args.study)) as st:
+            store.wave(st.conn, args.wave)
+        out = store.backup(_folder(args.study), args.out)
+    except _errors() as exc:
+        return _fail(exc)
+    print(json.dumps({"backup": str(out), "bytes": out.stat().st_size}))
     return 0

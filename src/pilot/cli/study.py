@@ -15,6 +15,9 @@
   by error; ``retry`` reopens them).
 - ``pilot study retry NAME (--failed | RUN_ID ...)`` reopens failed runs
   under their run ids; their earlier attempts are kept.
+- ``pilot study rejudge NAME [--sample all|N] [--rendering R] [--dry-run] [--report-only] [--tables-dir D]
+  [--generated-dir D]`` judges finished runs again under the other workbook rendering (:mod:`pilot.rejudge`) and
+  writes Q and S per arm under both renderings.
 - ``pilot study reevaluate NAME [--run RUN_ID ...] [--wave W] [--dry-run] [--json]``
   evaluates again, in place, the finished runs whose evaluation could not run
   (``eval_error``), on their kept workspaces (:mod:`pilot.reevaluate`); the
@@ -169,6 +172,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--json", action="store_true", help="print JSON instead of one line per run")
     q.set_defaults(func=_cmd_reevaluate)
+
+    rj = ss.add_parser(
+        "rejudge",
+        help="judge finished runs again under the other workbook rendering (A-027) and report Q and S under both",
+    )
+    rj.add_argument("name")
+    rj.add_argument(
+        "--sample", default="all", help="all (default) or N: N runs per scenario x arm, seeded (the judges cost money)"
+    )
+    rj.add_argument("--seed", type=int, help="seed of the sample (default: the study's seed)")
+    rj.add_argument(
+        "--rendering", choices=("recalculated", "stored"), help="judge under this rendering (default: the other one)"
+    )
+    rj.add_argument("--dry-run", action="store_true", help="list what would be judged, judge nothing")
+    rj.add_argument("--report-only", action="store_true", help="judge nothing; write the tables from what is stored")
+    rj.add_argument("--tables-dir", type=Path, help="write rendering_sensitivity*.csv here")
+    rj.add_argument("--generated-dir", type=Path, help="write the manuscript's table and macros here")
+    rj.set_defaults(func=_cmd_rejudge)
 
     n = ss.add_parser(
         "envelope", help="change the study's dollar envelope under an amendment (store and protocol/amendments.csv)"
@@ -378,6 +399,36 @@ def _cmd_reevaluate(args: argparse.Namespace) -> int:
             head = f"{label} ({backends.qualifier(label)}): " if label else ""
             print(f"{head}study {args.name}: no finished run has an evaluation error; nothing to re-evaluate")
     return 1 if any(r.outcome in ("refused", "eval_error") for r in results) else 0
+
+
+@_guarded
+def _cmd_rejudge(args: argparse.Namespace) -> int:
+    from pilot import rejudge
+
+    folder = paths.study_dir(args.name)
+    if args.sample == "all":
+        per_stratum = None
+    elif args.sample.isdigit() and int(args.sample) > 0:
+        per_stratum = int(args.sample)
+    else:
+        raise StudyError(f"--sample {args.sample!r}: all, or a positive number of runs per scenario x arm")
+    try:
+        if not args.report_only:
+            done = rejudge.rejudge_study(
+                folder, per_stratum=per_stratum, seed=args.seed, rendering=args.rendering, dry_run=args.dry_run
+            )
+            head = f"{done.label} ({backends.qualifier(done.label)}): " if done.label else ""
+            verb = "would judge" if args.dry_run else "judged"
+            print(
+                f"{head}study {args.name}: {verb} {len(done.judged)} run(s) again with the {done.judge_backend} judges "
+                f"(${done.cost_usd:.4f}); {len(done.already)} already rejudged; {len(done.skipped)} skipped"
+            )
+        written = rejudge.write_outputs(folder, args.tables_dir, args.generated_dir)
+    except rejudge.RejudgeError as exc:
+        raise StudyError(f"{paths.shown(folder / STORE_FILE)}: {exc}") from exc
+    for path in written:
+        print(f"wrote {paths.shown(path)}")
+    return 0
 
 
 @_guarded

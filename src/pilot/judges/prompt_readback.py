@@ -34,6 +34,8 @@ ANSWER = "== YOUR ANSWER =="
 
 _ERROR_VALUES = re.compile(r"#(?:DIV/0!|REF!|VALUE!|NAME\?|N/A|NUM!|NULL!)")
 _COLUMN = re.compile(r"[A-Z]{1,3}")
+#: A workbook cell of the recalculated rendering that shows a formula after its value: ``0.2 [=ROUND(B9/B8,2)]``.
+_VALUE_AND_FORMULA = re.compile(r"(?:^|\s)\[=.*\]$")
 _RECEIVED = re.compile(r"^\(received as (.+?): (.+)\)$")
 _NOT_SHOWN = ("(this file cannot be shown", "(refused: ")
 
@@ -73,10 +75,14 @@ def _features(fmt: str, lines: list[str]) -> dict[str, Any]:
         # Each sheet's first line is its column letters; each row's first cell its number.
         rows = [r for r in rows if not (r and r[0] == "" and all(_COLUMN.fullmatch(c) for c in r[1:]))]
         cells = [c for r in rows for c in r[1:]]
+        # A formula is shown as ``=F -> v`` or a bare ``=F`` (the stored rendering: bare when the file stores no
+        # value), or as ``v [=F]`` (the recalculated rendering).
+        bare = sum(1 for c in cells if c.startswith("=") and " -> " not in c)
         f.update(
             n_cells=sum(1 for c in cells if c),
-            n_formulas=sum(1 for c in cells if c.startswith("=")),
+            n_formulas=sum(1 for c in cells if c.startswith("=") or _VALUE_AND_FORMULA.search(c)),
             n_error_values=sum(1 for c in cells if _ERROR_VALUES.search(c)),
+            n_formulas_uncomputed=bare,
         )
     elif fmt == "table":
         cells = [c.strip() for ln in table for c in ln.strip().strip("|").split("|")]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import uuid
 import zlib
@@ -99,6 +100,7 @@ _ARM_SCHEMA = {
             "required": ["repair", "cost_fraction", "wall_fraction"],
             "properties": {"repair": _prob, "cost_fraction": _pos, "wall_fraction": _pos},
         },
+        "saves_through_spreadsheet": _prob,
     },
 }
 MODEL_SCHEMA = {
@@ -173,6 +175,8 @@ class SessionDraw:
     agent_error: bool
     defects: list[str]
     denied: tuple[str, str] | None  # (family, how: direct | bash -c)
+    #: The worker opens and saves its workbooks with LibreOffice (an arm with it), so they store computed values.
+    spreadsheet_save: bool = False
 
 
 def apply_caps(
@@ -217,12 +221,14 @@ def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -
     defects = [d for d in DEFECTS if d not in OWN_STREAM_DEFECTS and rng.random() < p[d]]
     own = rng.spawn(1)[0]  # spawning leaves rng's own sequence of draws unchanged
     defects += [d for d in OWN_STREAM_DEFECTS if own.random() < p[d]]
+    # After the own-stream defects, from the same stream: every earlier draw is as it was before this joined the model.
+    spreadsheet_save = bool(own.random() < float(a.get("saves_through_spreadsheet", 0.0)))
     denied = None
     families = [f for f in arm.denied_families if f in c["denied_commands"]]
     if families and rng.random() < a["denied_attempt"]:
         fam = families[int(rng.integers(len(families)))]
         denied = (fam, "bash -c" if rng.random() < c["bypass_share"] else "direct")
-    return SessionDraw(cost, wall, turns, tool_calls, questions, agent_error, defects, denied)
+    return SessionDraw(cost, wall, turns, tool_calls, questions, agent_error, defects, denied, spreadsheet_save)
 
 
 def write_gold(scenario: Any, workspace: Path) -> None:
@@ -234,6 +240,72 @@ def write_gold(scenario: Any, workspace: Path) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     solve(scenario.id, Path(workspace) / "inputs", out)
+
+
+def save_with_libreoffice(book: Path, cache: Path) -> bool:
+    """Replace the workbook ``book`` by LibreOffice's save of it (confined, headless; values stored); False on failure.
+
+    The result's zip entries and core dates are pinned (:func:`pilot.scenarios.officeio.normalize_zip`) and kept in
+    ``cache`` by the SHA-256 of the bytes saved, so equal workbooks cost one LibreOffice run.
+    """
+    import hashlib
+    import tempfile
+
+    from pilot import confined, office_convert
+    from pilot.oracles.recalc import soffice_binary
+    from pilot.oracles.selfcheck_tool import RECALC_PROFILE_XCU
+    from pilot.scenarios.officeio import normalize_zip
+
+    soffice = soffice_binary()
+    if not soffice:
+        return False
+    cache = Path(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    kept = cache / f"{hashlib.sha256(Path(book).read_bytes()).hexdigest()}.xlsx"
+    if not kept.is_file():
+        with tempfile.TemporaryDirectory(prefix="simulated-save-") as tmp:
+            indir, outdir = Path(tmp) / "in", Path(tmp) / "out"
+            indir.mkdir(mode=0o755)
+            outdir.mkdir()
+            shutil.copyfile(book, indir / Path(book).name)
+            result = office_convert.convert(
+                [indir / Path(book).name],
+                outdir,
+                target="xlsx:Calc Office Open XML",
+                soffice=soffice,
+                settings_xcu=RECALC_PROFILE_XCU,
+                scratch=Path(tmp) / "scratch",
+                limits=confined.Limits(wall_s=120.0),
+            )
+            saved = outdir / Path(book).name
+            if result.timed_out or result.returncode != 0 or not saved.is_file():
+                return False
+            normalize_zip(saved)
+            tmp_kept = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+            shutil.copyfile(saved, tmp_kept)
+            os.replace(tmp_kept, kept)
+    shutil.copyfile(kept, book)
+    return True
+
+
+def save_through_spreadsheet(scenario: Any, workspace: Path, cache: Path | None = None) -> list[str]:
+    """Open and save every delivered workbook with LibreOffice as a worker with it does (:func:`save_with_libreoffice`).
+
+    Returns what was done, for the session's record; nothing when there is no workbook or LibreOffice.
+    """
+    from pilot.oracles.recalc import soffice_binary
+
+    cache = Path(cache) if cache is not None else paths.BUILD_DIR / "cache" / "spreadsheet-saves"
+    done: list[str] = []
+    for d in scenario.file_deliverables:
+        book = Path(workspace) / "outputs" / d.name
+        if d.kind != "xlsx" or not book.is_file() or not soffice_binary():
+            continue
+        if save_with_libreoffice(book, cache):
+            done.append(f"opened and saved {book.name} with LibreOffice")
+        else:
+            done.append(f"{book.name} not saved with LibreOffice (it failed); kept as written")
+    return done
 
 
 def question_texts(n: int) -> list[str]:
@@ -561,12 +633,16 @@ class SimulatedBackend:
             if capped and rng.random() < self.cfg["capped_missing"]:
                 applied += self._apply_defects(["missing"], rng)
                 (self.workspace / "outputs" / "completion_record.json").unlink(missing_ok=True)
+            if draw.spreadsheet_save:
+                applied += save_through_spreadsheet(self.scenario, self.workspace)
         else:
             rec = self.arm_cfg.get("recovery") or {"repair": 0.0}
             if not capped and rng.random() < rec["repair"]:
                 self._write_gold()
                 self._set_questions(self._questions)
                 applied = ["repaired"]
+                if draw.spreadsheet_save:
+                    applied += save_through_spreadsheet(self.scenario, self.workspace)
         session_id = resume_session_id or str(
             uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | int(rng.integers(0, 2**63)))
         )

@@ -298,23 +298,26 @@ def reference_quality(
     """Render the scenario's reference deliverables once and draw the judge noise ``draws`` times."""
     import tempfile
 
-    from pilot.judges.prompt import prompt_for_run
-    from pilot.judges.render import COMPLETION_RECORD
+    from pilot.judges.prompt import prompt_for_run, requested_names
+    from pilot.judges.render import COMPLETION_RECORD, keep_recalculated
     from pilot.judges.rubric import MAX_SCORE
     from pilot.scenarios import solve
-    from pilot.simulated.judge import criterion_offset, deliverable_quality, load_config
+    from pilot.simulated.judge import criterion_offset, deliverable_quality, load_config, uncomputed_penalty
 
     cfg = judge_config or load_config()
     raw = cfg.raw
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        out = Path(tmp) / "outputs"
-        out.mkdir()
+        out = Path(tmp) / "workspace" / "outputs"
+        out.mkdir(parents=True)
         solve(scenario.id, scenario.inputs_dir, out)
-        prompt = prompt_for_run(scenario, out)
+        # Rendered as the dry run's judges read it: workbooks from their recalculated copies (A-027).
+        kept = keep_recalculated(Path(tmp), out, requested_names(scenario))
+        prompt = prompt_for_run(scenario, out, recalculated=kept)
     items = [d for d in prompt.package.deliverables if d.requested != COMPLETION_RECORD]
     record = [d for d in prompt.package.deliverables if d.requested == COMPLETION_RECORD]
     # The package quality U exactly as SimulatedJudge.verdict computes it.
-    u = float(np.mean([deliverable_quality(d, raw["quality"]) for d in items])) if items else 0.0
+    penalty = uncomputed_penalty(raw)
+    u = float(np.mean([deliverable_quality(d, raw["quality"], penalty) for d in items])) if items else 0.0
     if record and record[0].status != "delivered":
         u = max(0.0, u - float(raw["quality"]["no_completion_record"]))
     weights = np.array([c.weight for c in prompt.criteria], dtype=float)

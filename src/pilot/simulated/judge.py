@@ -48,6 +48,7 @@ CONFIG_SCHEMA: dict = protocol.object_schema(
                 "no_completion_record": _prob,
             }
         ),
+        "rendering_effect": protocol.object_schema({"uncomputed_formulas": _prob}),
         "criterion_sd": _nonneg,
         "judges": {
             "type": "object",
@@ -106,8 +107,17 @@ def _cached_config(path: str) -> SimulatedJudgeConfig:
     return load_config(Path(path))
 
 
-def deliverable_quality(d: RenderedDeliverable, q: dict) -> float:
-    """Quality in [0, 1] of one rendered deliverable, from its observable features."""
+def uncomputed_penalty(raw: dict) -> float:
+    """The quality a workbook loses when every formula is shown without a value (``rendering_effect``)."""
+    return float((raw.get("rendering_effect") or {}).get("uncomputed_formulas", 0.0))
+
+
+def deliverable_quality(d: RenderedDeliverable, q: dict, uncomputed: float = 0.0) -> float:
+    """Quality in [0, 1] of one rendered deliverable, from its observable features.
+
+    ``uncomputed``: what a workbook loses when its rendering shows every formula without a value (in proportion to
+    the share so shown; :func:`uncomputed_penalty`).
+    """
     f = d.features
     if d.status == "missing":
         return 0.0
@@ -124,6 +134,9 @@ def deliverable_quality(d: RenderedDeliverable, q: dict) -> float:
         if cells > 0 and int(f.get("n_formulas", 0)) == 0 and wants_formulas:
             u -= float(q["no_formulas"])
         u -= min(float(q["error_values_max"]), float(q["per_error_value"]) * int(f.get("n_error_values", 0)))
+        formulas = int(f.get("n_formulas", 0))
+        if d.format == "workbook" and formulas:
+            u -= uncomputed * int(f.get("n_formulas_uncomputed", 0)) / formulas
     else:
         min_words = int(req.get("min_words") or q["min_words"])
         if words < min_words:
@@ -171,7 +184,7 @@ class SimulatedJudge:
         jc = self.config.judge(request.judge_id)
         items = [d for d in request.package.deliverables if d.requested != COMPLETION_RECORD]
         record = [d for d in request.package.deliverables if d.requested == COMPLETION_RECORD]
-        qualities = [deliverable_quality(d, raw["quality"]) for d in items]
+        qualities = [deliverable_quality(d, raw["quality"], uncomputed_penalty(raw)) for d in items]
         u = float(np.mean(qualities)) if qualities else 0.0
         if record and record[0].status != "delivered":
             u = max(0.0, u - float(raw["quality"]["no_completion_record"]))
@@ -202,6 +215,9 @@ class SimulatedJudge:
         ]
         if flat:
             notes.append(f"no formulas in {', '.join(flat)}")
+        bare = [d.requested for d in items if d.format == "workbook" and d.features.get("n_formulas_uncomputed")]
+        if bare:
+            notes.append(f"formulas shown without values in {', '.join(bare)}")
         rationale = f"SIMULATED judge: package quality {u:.2f}" + (
             "; " + "; ".join(notes) if notes else "; all requested files present and well formed"
         )
