@@ -105,7 +105,7 @@ def _ensure_schema(store: Store) -> None:
 
 def eligible(store: Store) -> list[dict[str, Any]]:
     """Finished runs of the primary waves of the worker model, judged by at least one judge, verdict standing."""
-    from pilot.outcomes import evaluation_error
+    from pilot.run_record import evaluation_error
 
     model = store.study().worker_model
     out = []
