@@ -3,7 +3,7 @@
 The components (each a marker; ``make check`` runs the tests that carry none, ``make test`` runs them all):
 
 ========== ===================================================================================================
-soffice    LibreOffice headless: recalculates workbooks, renders documents and decks
+soffice    LibreOffice headless: recalculates workbooks, renders documents and decks (confined: brings bwrap)
 bwrap      the agent's sandbox: bubblewrap and the socat bridges into it
 real_cli   the pinned Claude Code CLI (the ``agent`` extra)
 browser    Chromium driven by Playwright
@@ -18,7 +18,8 @@ How a test gets its markers (never by hand in the test file):
 - from the fixtures it requests, directly, through other fixtures or with ``pytest.mark.usefixtures``:
   each component has a fixture of its name here that hands the test the component (its program, its
   browser) after checking that it is installed; a test that uses a component asks for it, so the marker
-  follows from what the test uses (:data:`FIXTURES`);
+  follows from what the test uses (:data:`FIXTURES`); a component that runs inside another asks for that one
+  in turn (:data:`NEEDS`: LibreOffice runs confined by bubblewrap, as the oracles run it);
 - from the support modules its file imports (:data:`SUPPORT_MODULES`): a file that imports
   ``notebook_helpers`` runs notebooks;
 - ``slow`` from :data:`SLOW`: the tests that the fast tier cannot afford, each with its reason.
@@ -72,6 +73,19 @@ GUARDED = tuple(c for c in COMPONENTS if c != "slow")
 
 #: Fixtures that hand a test a component: requesting one (in any way) marks the test.
 FIXTURES: dict[str, str] = {c: c for c in GUARDED}
+
+#: The components a component runs inside, whose fixtures its own fixture requests: the harness starts LibreOffice
+#: only confined by bubblewrap (pilot.confined), so a test of it uses bwrap too.
+NEEDS: dict[str, frozenset[str]] = {"soffice": frozenset({"bwrap"})}
+
+
+def with_needs(components: Iterable[str]) -> frozenset[str]:
+    """``components`` with what each runs inside (:data:`NEEDS`)."""
+    found = set(components)
+    for c in list(found):
+        found |= NEEDS.get(c, frozenset())
+    return frozenset(found)
+
 
 #: Support modules whose importers use a component in every test (the module's own purpose).
 SUPPORT_MODULES: dict[str, frozenset[str]] = {
@@ -177,7 +191,7 @@ class FileUses:
         found = {FIXTURES[f] for f in self.fixtures if f in FIXTURES}
         for mod in self.imports:
             found |= SUPPORT_MODULES.get(mod, frozenset())
-        return frozenset(found)
+        return with_needs(found)
 
 
 def _usefixtures(node: ast.AST) -> Iterator[str]:
@@ -347,8 +361,8 @@ def _need(what: str, where: str | None, how: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def soffice() -> str:
-    """The LibreOffice program the oracles run (``PILOT_SOFFICE`` or ``soffice`` on PATH)."""
+def soffice(bwrap: str) -> str:
+    """The LibreOffice program the oracles run (``PILOT_SOFFICE`` or ``soffice`` on PATH), in its confinement."""
     from pilot.oracles.recalc import soffice_binary
 
     return _need("LibreOffice", soffice_binary(), "tools/ensure-system-packages.sh office (make test does it)")

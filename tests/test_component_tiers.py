@@ -39,15 +39,24 @@ def test_libreoffice_started_by_an_unmarked_test_fails_it_and_a_marked_one_may(p
         test_planted="""
         import subprocess
 
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def bwrap():
+            # The confinement the soffice fixture asks for, stood in for: this suite starts no real component.
+            return "bwrap (a stand-in)"
+
         def test_in_this_process():
             subprocess.run(["soffice", "--headless", "--version"], check=False)
 
         def test_in_a_child_process():
             subprocess.run(["sh", "-c", "soffice --headless --version"], check=False)
 
-        def test_with_the_fixture(soffice):
+        def test_with_the_fixture(soffice, request):
             out = subprocess.run([soffice, "--version"], capture_output=True, text=True, check=True).stdout
             assert "stand-in" in out
+            # LibreOffice runs confined: the soffice fixture brings the sandbox's marker with it.
+            assert {m.name for m in request.node.iter_markers()} >= {"soffice", "bwrap"}
 
         def test_a_dask_cluster_in_this_process():
             from distributed import LocalCluster
@@ -109,7 +118,7 @@ def test_markers_follow_the_fixtures_and_support_modules_and_deselected_files_ar
     assert "2 test file(s) not imported" in fast.stdout.str()
     assert "imported although" not in fast.stdout.str()
     assert tiers.file_uses(pytester.path / "test_notebooks.py").components == {"notebook"}
-    assert tiers.file_uses(pytester.path / "test_never_imported.py").components == {"soffice"}
+    assert tiers.file_uses(pytester.path / "test_never_imported.py").components == {"soffice", "bwrap"}
     assert tiers.file_uses(pytester.path / "test_fixtures.py").components == set()
 
 

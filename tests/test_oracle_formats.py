@@ -263,6 +263,7 @@ def test_text_substitute_fails_only_the_deck_presence(deck_bundle, tmp_path):
     assert ev.substitutes == {"review.pptx": ["review.md"]}
 
 
+@pytest.mark.usefixtures("bwrap")  # run_selfcheck runs the tool confined
 def test_selfcheck_agrees_with_the_oracle_form_verdict(deck_bundle, tmp_path):
     sc = load_scenario_from(deck_bundle)
     ws = _workspace(deck_bundle, tmp_path)

@@ -40,6 +40,7 @@ RECORD_FIELDS = {
 }
 
 
+@pytest.mark.usefixtures("bwrap")  # the A4 run's self-check runs confined
 def test_run_one_simulated_prints_the_record_and_leaves_the_run_on_disk(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run-one", "LEGAL-01", "A4", "--backend", "simulated", "--out", str(out), "--seed", "4"]) == 0

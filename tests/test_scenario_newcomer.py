@@ -31,15 +31,12 @@ import kit_support
 import pytest
 
 from pilot import paths
-from pilot.oracles.recalc import soffice_binary
 
 pytestmark = [
     # The weakenings are checked in one batch, set up by the first test that asks for them: more than the suite's
     # default 600 s on a loaded machine.
     pytest.mark.timeout(2400),
-    pytest.mark.libreoffice,
-    pytest.mark.slow,
-    pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed"),
+    pytest.mark.usefixtures("soffice"),
 ]
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cus_01"

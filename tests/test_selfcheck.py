@@ -50,6 +50,7 @@ def test_spec_embedded_in_the_workspace_copy_holds_only_the_brief_requirements(g
     assert "bank_reconciliation_2026-10.xlsx" in text and '"requires_formulas": true' in text
 
 
+@pytest.mark.usefixtures("bwrap")  # run_selfcheck runs the tool confined
 @pytest.mark.parametrize("sid", ["OPS-01", "HEALTH-01", "LEGAL-01"])
 def test_gold_passes(golds, sid):
     report = run_selfcheck(golds[sid], sid)
@@ -57,6 +58,7 @@ def test_gold_passes(golds, sid):
     assert report.lines[-1].startswith("SELF-CHECK PASSED")
 
 
+@pytest.mark.usefixtures("bwrap")
 def test_installed_copy_runs_alone_in_the_workspace(golds):
     ws = golds["OPS-01"]
     install_selfcheck(load_scenario("OPS-01"), ws)
@@ -70,6 +72,7 @@ def test_installed_copy_runs_alone_in_the_workspace(golds):
     assert run_selfcheck(ws).passed
 
 
+@pytest.mark.usefixtures("bwrap")
 def test_well_formed_wrong_answer_passes_the_self_check_but_not_the_oracle(golds, tmp_path):
     sc = load_scenario("OPS-01")
     ws = _copy(golds, "OPS-01", tmp_path)

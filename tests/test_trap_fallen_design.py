@@ -22,14 +22,13 @@ import pytest
 
 from pilot.oracle_formats.evaluate import evaluate_many
 from pilot.oracles import Recalculator
-from pilot.oracles.recalc import soffice_binary
 from pilot.protocol import study
 from pilot.protocol.scenario import FallenEdit, Trap, load_scenario
 from pilot.scenario_kit import traps
 from pilot.scenario_kit.readings import NUMERIC_KINDS, read_package
 from pilot.scenarios import build_gold_workspace
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 
 def cell(file: str, sheet: str, ref: str, value: object) -> FallenEdit:
@@ -99,8 +98,9 @@ TRAPS: dict[str, list[Trap]] = {
                 *_clear_row(ACC_BOOK, "Adjustments", 6, "ABCDEF"),
                 text(
                     ACC_MEMO,
-                    "Cheque 10448 was posted in the ledger (JE-2026-10-0147) at 1,254.00, while the bank paid 1,524.00, "
-                    "the amount of the supplier's invoice. This is a transposition error of 270.00 in the ledger.",
+                    "Cheque 10448 was posted in the ledger (JE-2026-10-0147) at 1,254.00, while the bank paid "
+                    "1,524.00, the amount of the supplier's invoice. This is a transposition error of 270.00 in the "
+                    "ledger.",
                     "",
                 ),
                 text(
@@ -121,8 +121,8 @@ TRAPS: dict[str, list[Trap]] = {
                 *_clear_row(ACC_BOOK, "Adjustments", 5, "ABCDEF"),
                 text(
                     ACC_MEMO,
-                    "The bank also returned a Vesta Agritech cheque of 1,360.00 unpaid (NSF) on 14 October; the receipt "
-                    "was booked on 8 October and has not been reversed.",
+                    "The bank also returned a Vesta Agritech cheque of 1,360.00 unpaid (NSF) on 14 October; the "
+                    "receipt was booked on 8 October and has not been reversed.",
                     "",
                 ),
                 text(
@@ -133,8 +133,8 @@ TRAPS: dict[str, list[Trap]] = {
                 ),
                 text(
                     ACC_MEMO,
-                    "Ask Accounts Receivable to contact Vesta Agritech about the returned cheque and to put the account "
-                    "on hold until it is replaced. ",
+                    "Ask Accounts Receivable to contact Vesta Agritech about the returned cheque and to put the "
+                    "account on hold until it is replaced. ",
                     "",
                 ),
             ),
@@ -241,11 +241,11 @@ TRAPS: dict[str, list[Trap]] = {
             (
                 text(
                     LEGAL_LOG,
-                    "8.2 / Schedule B para 4,\"Termination for convenience conflicts: clause 8.2 allows 30 days' notice "
-                    "without penalty, Schedule B para 4 requires 180 days and all remaining fees; under clause 1.2 the "
-                    'Schedule prevails.",High,"Delete Schedule B para 4 (or align it with 8.2) and amend clause 1.2 so '
-                    "the body prevails over the Schedules; notice of no more than 90 days, no payment beyond services "
-                    'delivered."\n9.4,',
+                    "8.2 / Schedule B para 4,\"Termination for convenience conflicts: clause 8.2 allows 30 days' "
+                    "notice without penalty, Schedule B para 4 requires 180 days and all remaining fees; under clause "
+                    '1.2 the Schedule prevails.",High,"Delete Schedule B para 4 (or align it with 8.2) and amend '
+                    "clause 1.2 so the body prevails over the Schedules; notice of no more than 90 days, no payment "
+                    'beyond services delivered."\n9.4,',
                     "9.4,",
                 ),
                 text(
@@ -258,18 +258,18 @@ TRAPS: dict[str, list[Trap]] = {
                 text(
                     LEGAL_MEMO,
                     "Termination for convenience (clause 8.2 and Schedule B paragraph 4). Clause 8.2 lets Corvane "
-                    "terminate on 30 days' notice without penalty, which is within our playbook. Schedule B paragraph 4 "
-                    "says the opposite: 180 days' notice and payment of all fees for the rest of the term. Because clause "
-                    "1.2 makes the Schedules prevail over the body, the Schedule B version would govern, and leaving "
-                    "early in year one would cost close to three years of fees. Risk: high.",
+                    "terminate on 30 days' notice without penalty, which is within our playbook. Schedule B paragraph "
+                    "4 says the opposite: 180 days' notice and payment of all fees for the rest of the term. Because "
+                    "clause 1.2 makes the Schedules prevail over the body, the Schedule B version would govern, and "
+                    "leaving early in year one would cost close to three years of fees. Risk: high.",
                     "Termination for convenience (clause 8.2). Clause 8.2 lets Corvane terminate on 30 days' notice "
                     "without penalty, which is within our playbook, and the other termination rights are standard for "
                     "an agreement of this kind. Risk: low.",
                 ),
                 text(
                     LEGAL_MEMO,
-                    "Delete Schedule B paragraph 4 or align it with clause 8.2, and reverse clause 1.2 so that the body "
-                    "prevails unless a Schedule expressly amends a named clause. ",
+                    "Delete Schedule B paragraph 4 or align it with clause 8.2, and reverse clause 1.2 so that the "
+                    "body prevails unless a Schedule expressly amends a named clause. ",
                     "",
                 ),
             ),
@@ -296,9 +296,9 @@ TRAPS: dict[str, list[Trap]] = {
                 cell(MKT_BOOK, "Data (corrected)", "H43", None),
                 text(
                     MKT_NOTE,
-                    " The campaign export overstates Paid Social: incident note MA-2026-031 records that in week 9 every "
-                    "Paid Social conversion fired twice, so week-9 conversions and revenue for that channel were halved "
-                    "before any figure in this note was computed.",
+                    " The campaign export overstates Paid Social: incident note MA-2026-031 records that in week 9 "
+                    "every Paid Social conversion fired twice, so week-9 conversions and revenue for that channel "
+                    "were halved before any figure in this note was computed.",
                     " The channel figures below are taken from the campaign export as it was delivered, week by week, "
                     "for the thirteen weeks of the quarter, and every figure in this note is computed from them in the "
                     "workbook, so each can be traced to its week and channel.",

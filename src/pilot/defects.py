@@ -123,7 +123,7 @@ def strip_formulas(workspace: Path, name: str, *, recalculator=None) -> str:
 
     path = _out(workspace, name)
     rec = (recalculator or default_recalculator()).recalculate([path])[path]
-    if rec.error:
+    if rec.error or rec.path is None:
         raise DefectNotApplicable(f"{name}: {rec.error}")
     values = _load(rec.path, data_only=True)
     wb = _load(path)
@@ -328,14 +328,20 @@ def document_lines(path: Path) -> tuple[list[str] | None, str | None]:
     return _core_document_lines(path)
 
 
+def _readable_lines(path: Path) -> list[str]:
+    """A document's lines (:func:`document_lines`), or :class:`DefectNotApplicable` with the reason it has none."""
+    lines, reason = document_lines(path)
+    if reason or lines is None:
+        raise DefectNotApplicable(reason or f"{Path(path).name}: no lines to read")
+    return lines
+
+
 def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], sections: tuple[str, ...] = ()) -> None:
     from pilot.oracles.criteria import _heading_matches
 
-    lines, reason = document_lines(path)
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(path)
     new = transform([line for line in lines if line.strip()])
-    blocks = [Heading(l) if any(_heading_matches(l, s) for s in sections) else Para(l) for l in new if l.strip()]
+    blocks = [Heading(t) if any(_heading_matches(t, s) for s in sections) else Para(t) for t in new if t.strip()]
     if path.suffix.lower() == ".pptx":
         from pilot.scenarios.deckio import write_deck
 
@@ -361,7 +367,7 @@ def remove_text(workspace: Path, name: str, pattern: str, sections: tuple[str, .
         hits = [m.group(0) for m in re.finditer(pattern, text, re.I)]
         path.write_text(re.sub(pattern, "(omitted)", text, flags=re.I), encoding="utf-8")
         return f"replaced {len(hits)} mention(s) of /{pattern}/ in {name} ({_mentions(hits)}) by '(omitted)'"
-    hits: list[str] = []
+    hits = []
 
     def tr(lines: list[str]) -> list[str]:
         joined = "\n".join(lines)
@@ -430,7 +436,7 @@ def rename_section(workspace: Path, name: str, section: str, sections: tuple[str
     path = _out(workspace, name)
 
     def tr(lines: list[str]) -> list[str]:
-        return ["Further remarks" if _heading_matches(l, section) else l for l in lines]
+        return ["Further remarks" if _heading_matches(line, section) else line for line in lines]
 
     _rewrite_document(path, tr, tuple(s for s in sections if s != section))
     return f"removed the section heading {section!r} from {name}"
@@ -453,10 +459,10 @@ def truncate_document(
 
     def tr(lines: list[str]) -> list[str]:
         snippets = list(keep)
-        heads = [l for l in lines if any(_heading_matches(l, s) for s in sections)]
+        heads = [line for line in lines if any(_heading_matches(line, s) for s in sections)]
         out = (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
         for section, kept in (keep_in or {}).items():
-            at = next((i for i, l in enumerate(out) if _heading_matches(l, section)), None)
+            at = next((i for i, line in enumerate(out) if _heading_matches(line, section)), None)
             if at is not None:
                 out[at + 1 : at + 1] = list(kept)
         return out
@@ -689,7 +695,10 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
         raise DefectNotApplicable(
             f"{c.file}: no section of {targets} names {', '.join(want)} as one that {c.get('property')}"
         )
-    return f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in {', '.join(repr(s) for s in changed)} of {c.file}"
+    return (
+        f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in "
+        f"{', '.join(repr(s) for s in changed)} of {c.file}"
+    )
 
 
 def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalculator=None) -> str:
@@ -709,7 +718,7 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
 
     path = _out(workspace, c.file)
     rec = (recalculator or default_recalculator()).recalculate([path])[path]
-    if rec.error:
+    if rec.error or rec.path is None:
         raise DefectNotApplicable(f"{c.file}: {rec.error}")
     values, wb = _load(rec.path, data_only=True), _load(path)
     others = [
@@ -742,7 +751,8 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
     _save(wb, path)
     return (
         f"moved {abs(delta):,} {'to' if delta > 0 else 'from'} {ws.title}!{target.coordinate} ({label!r}) "
-        f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside the bounds of {c.id}"
+        f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside "
+        f"the bounds of {c.id}"
     )
 
 
@@ -804,11 +814,9 @@ def text_substitute(
             write_csv(target, rows[0] if rows else [], rows[1:])
             written.append(target.name)
     elif suffix in (".docx", ".pdf", ".pptx"):
-        lines, why = document_lines(path)
-        if why:
-            raise DefectNotApplicable(why)
+        lines = _readable_lines(path)
         target = path.with_suffix(".md")
-        target.write_text("\n\n".join(l for l in lines if l.strip()) + "\n", encoding="utf-8")
+        target.write_text("\n\n".join(line for line in lines if line.strip()) + "\n", encoding="utf-8")
         written.append(target.name)
     else:
         raise DefectNotApplicable(f"{name} is already a text format")
@@ -860,9 +868,7 @@ def reword(workspace: Path, name: str, text: str, becomes: str, sections: tuple[
         found.append(len(pattern.findall(joined)))
         return pattern.sub(lambda _: becomes, joined).split("\n")
 
-    lines, reason = document_lines(path)
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(path)
     if not pattern.search("\n".join(line for line in lines if line.strip())):
         raise DefectNotApplicable(f"{name} does not contain {short!r}")
     _rewrite_document(path, tr, sections)
@@ -897,9 +903,7 @@ def _wrong(expected: float, tol: float) -> float:
 
 def _snippets(scenario: Scenario, workspace: Path, file: str, skip: str) -> tuple[str, ...]:
     """Quotes from a document that satisfy its other text criteria, kept when it is thinned."""
-    lines, reason = document_lines(_out(workspace, file))
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(_out(workspace, file))
     text = re.sub(r"\s+", " ", " ".join(lines))
     out: list[str] = []
     for c in scenario.oracle.criteria:
@@ -927,9 +931,7 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
     from pilot.oracles.criteria import section_text
     from pilot.oracles.decisions import read_decision, read_set
 
-    lines, reason = document_lines(_out(workspace, file))
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(_out(workspace, file))
     out: dict[str, tuple[str, ...]] = {}
     for c in scenario.oracle.criteria:
         if c.file == file and c.kind == "decision":

@@ -155,14 +155,14 @@ def _replace_all(new: dict[Path, str]) -> None:
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
                 fh.write(text)
             staged[path] = Path(tmp)
-        for path, tmp in staged.items():
+        for path, staged_copy in staged.items():
             old[path] = path.read_bytes()
-            os.replace(tmp, path)
+            os.replace(staged_copy, path)
     except BaseException:
         for path, data in old.items():
             path.write_bytes(data)
-        for tmp in staged.values():
-            Path(tmp).unlink(missing_ok=True)
+        for staged_copy in staged.values():
+            staged_copy.unlink(missing_ok=True)
         raise
 
 

@@ -478,7 +478,7 @@ def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     _check_renderer(data["sandbox"], path)
 
 
-def _check_renderer(sandbox: dict, path: Path) -> None:
+def _check_renderer(sandbox: dict[str, Any], path: Path) -> None:
     """The renderer is an identity of its own: neither a worker slot's uid nor a worker's name."""
     r, first, slots = sandbox["renderer"], sandbox["first_uid"], sandbox["slots"]
     if first <= r["uid"] < first + slots:
@@ -512,7 +512,7 @@ PROXY_OWN_HEADERS = frozenset(
 )
 
 
-def _check_model_proxy(section: dict, path: Path) -> None:
+def _check_model_proxy(section: dict[str, Any], path: Path) -> None:
     """The header lists must name headers the proxy may pass on, and pass on the two it checks by value."""
     headers = section["forwarded_headers"]
     own = sorted(set(headers) & PROXY_OWN_HEADERS)

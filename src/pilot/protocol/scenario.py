@@ -237,7 +237,7 @@ ORACLE_SCHEMA["properties"]["criteria"]["items"]["properties"]["brief_asks"] = {
 
 #: One edit of the gold package that turns it into a trap's fallen package (``traps[].fallen``): a workbook cell typed
 #: over (figure, text or formula, or a date), a passage of a document or CSV reworded, or a CSV cell.
-FALLEN_EDIT_SCHEMA: dict = {
+FALLEN_EDIT_SCHEMA: dict[str, Any] = {
     "oneOf": [
         {
             "type": "object",
@@ -541,7 +541,7 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
     return Oracle(path, tuple(out), tuple(traps))
 
 
-def _fallen_edit(path: Path, where: str, raw: dict, deliverables: dict[str, Deliverable]) -> FallenEdit:
+def _fallen_edit(path: Path, where: str, raw: dict[str, Any], deliverables: dict[str, Deliverable]) -> FallenEdit:
     """One ``fallen`` edit, its form read from its fields and its file a deliverable of the kind the form edits."""
     form = "cell" if "cell" in raw else "text" if "text" in raw else "csv"
     deliv = deliverables.get(raw["file"])
@@ -557,7 +557,7 @@ def _fallen_edit(path: Path, where: str, raw: dict, deliverables: dict[str, Deli
     return FallenEdit(form, raw["file"], {k: v for k, v in raw.items() if k != "file"})
 
 
-def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> None:
+def _check_decision(path: Path, where: str, raw: dict[str, Any], deliv: Deliverable) -> None:
     """A decision names its place as the deliverable's kind requires, and its expected option is one of its options."""
     for p in DECISION_PLACE[deliv.kind]:
         if p not in raw:

@@ -143,7 +143,8 @@ def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: lis
     Rows: finished runs; runs with a deviation and the deviations by the route
     that stopped them (only routes that occur); runs with a critical violation;
     agent errors; capped runs by the cap reached; runs whose evaluation failed;
-    runs a harness fault after inference shaped (``harness_fault``); and the runs per node. Every count is over the finished runs of the export.
+    runs a harness fault after inference shaped (``harness_fault``); and the runs per node. Every count is over the
+    finished runs of the export.
     """
     routes = _deviation_routes(records)
     rows: list[tuple[str, dict[str, int]]] = []

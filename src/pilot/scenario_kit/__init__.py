@@ -1,4 +1,5 @@
-"""The scenario authoring kit: ``pilot scenarios new`` writes a skeleton, ``pilot scenarios check`` proves a bundle's oracle.
+"""The scenario authoring kit: ``pilot scenarios new`` writes a skeleton, ``pilot scenarios check`` proves a bundle's
+oracle.
 
 - :mod:`pilot.scenario_kit.report`: one row per check (verdict, reason, seconds) and the report of several scenarios;
 - :mod:`pilot.scenario_kit.checks`: the checks that evaluate workspaces (gold, no-op, text substitutes, the mutation

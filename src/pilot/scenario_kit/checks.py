@@ -49,7 +49,8 @@ BINARY_KINDS = ("xlsx", "docx", "pdf", "pptx")
 #: A verdict on a hostile or cheating package must come within this many seconds.
 VERDICT_BOUND_S = 60.0
 #: The pilot's ten bundles name their traps in the oracle header's prose: their oracle.yml is in every study's freeze
-#: manifest, so it cannot gain a ``traps:`` list (protocol/interpretations.md). Every other bundle must declare its traps.
+#: manifest, so it cannot gain a ``traps:`` list (protocol/interpretations.md). Every other bundle must declare its
+#: traps.
 TRAPS_IN_PROSE = frozenset(
     {"ACC-01", "BANK-01", "ENG-01", "HEALTH-01", "HR-01", "LEGAL-01", "MKT-01", "OPS-01", "PROC-01", "RES-01"}
 )
@@ -104,7 +105,10 @@ def expect_noop(scenario: Scenario) -> Callable:
         bad = _failed(ev)
         passing = [cid for cid in required if cid not in bad]
         if ev.D or ev.E or passing:
-            return f"an empty outputs/ gives D={int(bool(ev.D))} E={int(bool(ev.E))}; still passing: {', '.join(passing) or 'none'}"
+            return (
+                f"an empty outputs/ gives D={int(bool(ev.D))} E={int(bool(ev.E))}; "
+                f"still passing: {', '.join(passing) or 'none'}"
+            )
         return None
 
     return check
@@ -200,7 +204,10 @@ def _symlink_input(ws: Path) -> str:
     shutil.copyfile(target, content)
     target.unlink()
     target.symlink_to(content)
-    return f"replaced inputs/{target.relative_to(ws / 'inputs').as_posix()} by a symlink to an identical file outside the workspace"
+    return (
+        f"replaced inputs/{target.relative_to(ws / 'inputs').as_posix()} by a symlink to an identical file outside "
+        "the workspace"
+    )
 
 
 def _inputs_as_deliverables(scenario: Scenario, ws: Path) -> str:

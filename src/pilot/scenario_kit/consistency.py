@@ -72,7 +72,8 @@ _LIMIT_NOTES = re.compile(
 # What the renderer adds around the work (sheet sizes, page markers, bound notes): not something the work states.
 _FURNITURE = re.compile(
     r"^Sheet '.*' \(\d+ rows x \d+ columns\)$|^(?:Part '.*' )?\(\d+ rows x \d+ columns\)$|^Table \(\d+ rows\):$"
-    r"|^--- page \d+ of \d+ ---$|^\(the workbook has \d+ sheets.*\)$|^\(first \d+ rows.*shown\)$|^\(the PDF has \d+ pages.*\)$",
+    r"|^--- page \d+ of \d+ ---$|^\(the workbook has \d+ sheets.*\)$|^\(first \d+ rows.*shown\)$"
+    r"|^\(the PDF has \d+ pages.*\)$",
     re.M,
 )
 # The number the renderer puts in the first cell of each workbook row.
@@ -196,7 +197,8 @@ def _deliverable_findings(scenario: Scenario, brief: str, rubric_names: dict[str
             others = sorted({k for e in entries for k, rx_k in _FORMAT_WORDS.items() if k != kind and rx_k.search(e)})
             if others:
                 findings.append(
-                    f"brief.md describes the deliverable {name} as {' or '.join(others)}, but scenario.yml makes it a deliverable of kind {kind}"
+                    f"brief.md describes the deliverable {name} as {' or '.join(others)}, but scenario.yml makes it a "
+                    f"deliverable of kind {kind}"
                 )
     for name in sorted(mentioned):
         if name not in kinds and name not in inputs:
@@ -833,14 +835,18 @@ def _bound_findings(
     where = f"max_input_tokens of {model}, the judges' smallest window in protocol/prices.yml"
     if gold_tokens > bound:
         findings.append(
-            f"the judges' prompt for the gold package may take {gold_tokens:,} tokens, over the bound of {bound:,} ({where})"
+            f"the judges' prompt for the gold package may take {gold_tokens:,} tokens, over the bound of {bound:,} "
+            f"({where})"
         )
     elif any_tokens > bound:
         findings.append(
-            f"brief.md and rubric.yml leave a package at the RenderLimits bound a prompt of up to {any_tokens:,} tokens, "
-            f"over the bound of {bound:,} ({where})"
+            "brief.md and rubric.yml leave a package at the RenderLimits bound a prompt of up to "
+            f"{any_tokens:,} tokens, over the bound of {bound:,} ({where})"
         )
-    summary = f"prompt at most {gold_tokens:,} tokens for the gold, {any_tokens:,} for any package within RenderLimits, bound {bound:,} ({where})"
+    summary = (
+        f"prompt at most {gold_tokens:,} tokens for the gold, {any_tokens:,} for any package within RenderLimits, "
+        f"bound {bound:,} ({where})"
+    )
     notes = [f"{d.requested} {n}" for d in prompt.package.deliverables for n in _LIMIT_NOTES.findall(d.text)]
     if notes:
         summary += "; shown in part by the rendering bounds, as for every run: " + ", ".join(notes)
@@ -893,5 +899,8 @@ def judge_blinding(
     findings += _leak_findings(scenario, prompt, _work_only(prompt, withheld))
     bound_findings, summary = _bound_findings(prompt, package_text, lim, study, prices)
     findings += bound_findings
-    passed = f"no oracle id, pattern, expected value or planted fact reaches the judges beyond what the gold states; {summary}"
+    passed = (
+        "no oracle id, pattern, expected value or planted fact reaches the judges beyond what the gold states; "
+        f"{summary}"
+    )
     return _rows(scenario, CHECK_BLINDING, findings, passed, started)

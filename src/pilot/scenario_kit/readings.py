@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import cast
 
 from pilot.oracles import amounts
 from pilot.oracles.criteria import labelled_numbers
@@ -53,7 +54,8 @@ def just_outside(c: Criterion) -> float | None:
     """The figure one place beyond criterion ``c``'s tolerance (``expected + tolerance`` plus one unit of the finer of
     the two as written), or None when the criterion would still accept it (a percentage read both ways near zero)."""
     expected, tol = amounts.exact(c.get("expected")), amounts.exact(c.get("tolerance"))
-    places = max(-expected.as_tuple().exponent, -tol.as_tuple().exponent, 0)
+    # A finite decimal's exponent is an int (the casts tell the type checker; nothing changes at run time).
+    places = max(-cast(int, expected.as_tuple().exponent), -cast(int, tol.as_tuple().exponent), 0)
     wrong = expected + tol + Decimal(1).scaleb(-places)
     return None if accepts(c, wrong) else float(wrong)
 
@@ -87,13 +89,13 @@ def read(ctx, c: Criterion) -> Reading:
             return Reading(reason=reason)
         text = _flatten(text)
         spans = [m.span() for m in re.finditer(c.get("near"), text, re.I)] if c.get("near") else None
-        figures = []
+        near: list[Decimal] = []
         for _, tok, at in _numbers(text):
             if spans is None or any(s - NEAR_CHARS <= at <= e + NEAR_CHARS for s, e in spans):
                 value = amounts.text_decimal(tok)
                 if value is not None:
-                    figures.append(value)
-        return _reading(c, tuple(figures), f"no figure near /{c.get('near')}/")
+                    near.append(value)
+        return _reading(c, tuple(near), f"no figure near /{c.get('near')}/")
     raise ValueError(f"{c.id}: a {c.kind} criterion reads no single figure")
 
 

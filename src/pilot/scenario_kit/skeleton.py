@@ -284,6 +284,7 @@ Put everything in the `outputs/` folder.
 
 def _scenario_text(scenario_id: str, title: str, occupation: str, gen: str, caps: Caps, own_caps: bool) -> str:
     caps_note = "A-006: study.yml caps.scenarios" if own_caps else "global caps"
+    wall_s = int(caps.wall_s) if caps.wall_s.is_integer() else repr(caps.wall_s)
     return f"""# {scenario_id}: {title}. Inputs: pilot.scenarios.library.{gen}.
 # {MARKER}: one line on what makes the task hard (the rules to apply, the trap to find).
 id: {scenario_id}
@@ -297,7 +298,7 @@ designed_depth: 2
 professional_minutes: 45
 # Must equal what protocol/study.yml gives {scenario_id} (A-006): the larger of its global caps and
 # caps.scenarios.{scenario_id}. A scenario that needs more gets its own caps there first.
-caps: {{usd: {_number(caps.usd)}, wall_s: {int(caps.wall_s) if caps.wall_s.is_integer() else repr(caps.wall_s)}}}   # {caps_note}
+caps: {{usd: {_number(caps.usd)}, wall_s: {wall_s}}}   # {caps_note}
 uses_portal: false
 # The arm features the task can use (pilot.protocol.FEATURES); 'portal' exactly when uses_portal is true.
 arm_features: [python_env, text_substitutes, libreoffice, self_check]
@@ -369,7 +370,8 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "workbook_contains": (
         "text cells of the workbook match every pattern",
         [
-            f"  - {{id: example_workbook_contains, kind: workbook_contains, required: false, file: {BOOK}, patterns: ['listed twice|duplicate']}}"
+            f"  - {{id: example_workbook_contains, kind: workbook_contains, required: false, file: {BOOK}, patterns: "
+            "['listed twice|duplicate']}"
         ],
     ),
     "text_contains": (
@@ -383,25 +385,29 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "text_number": (
         "the document states the number (within 200 characters of near:, if given)",
         [
-            f"  - {{id: example_text_number, kind: text_number, required: true, file: {MEMO}, expected: 40, tolerance: 0, near: 'records?'}}"
+            f"  - {{id: example_text_number, kind: text_number, required: true, file: {MEMO}, expected: 40, tolerance: "
+            "0, near: 'records?'}"
         ],
     ),
     "csv_columns": (
         "the CSV has these columns",
         [
-            f"  - {{id: example_csv_columns, kind: csv_columns, required: true, file: {REGISTER}, columns: [record_id, category, amount, status]}}"
+            f"  - {{id: example_csv_columns, kind: csv_columns, required: true, file: {REGISTER}, columns: [record_id, "
+            "category, amount, status]}"
         ],
     ),
     "csv_keys": (
         "the key column names these keys (exact: and nothing else)",
         [
-            f"  - {{id: example_csv_keys, kind: csv_keys, required: true, file: {REGISTER}, key: record_id, expected: ['R-0003', 'R-0017'], exact: false}}"
+            f"  - {{id: example_csv_keys, kind: csv_keys, required: true, file: {REGISTER}, key: record_id, expected: "
+            "['R-0003', 'R-0017'], exact: false}"
         ],
     ),
     "csv_value": (
         "the number in one row's column, exactly within tolerance",
         [
-            f"  - {{id: example_csv_value, kind: csv_value, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: amount, expected: 120.5, tolerance: 0.01}}"
+            f"  - {{id: example_csv_value, kind: csv_value, required: true, file: {REGISTER}, key: record_id, "
+            "key_value: 'R-0017', column: amount, expected: 120.5, tolerance: 0.01}"
         ],
     ),
     "decision": (
@@ -418,8 +424,11 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
             "      correct: 'correct\\w*|fix\\w*|amend\\w*'",
             "      accept: 'accept\\w*|leave\\w* (it|them) as'",
             "  # In a CSV row's column, and in a workbook line (label):",
-            f"  - {{id: example_decision_csv, kind: decision, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: status, expected: duplicate, options: {{duplicate: 'duplicate|repeat\\w*', counted: 'counted|valid'}}}}",
-            f"  - {{id: example_decision_xlsx, kind: decision, required: false, file: {BOOK}, sheet: Summary, label: 'action', expected: correct, options: {{correct: 'correct\\w*', accept: 'accept\\w*'}}}}",
+            f"  - {{id: example_decision_csv, kind: decision, required: true, file: {REGISTER}, key: record_id, "
+            "key_value: 'R-0017', column: status, expected: duplicate, options: {duplicate: 'duplicate|repeat\\w*', "
+            "counted: 'counted|valid'}}",
+            f"  - {{id: example_decision_xlsx, kind: decision, required: false, file: {BOOK}, sheet: Summary, label: "
+            "'action', expected: correct, options: {correct: 'correct\\w*', accept: 'accept\\w*'}}",
             '  # A set ("name every category over budget"): exactly the expected options said to have the property.',
             "  - id: example_decision_set",
             "    kind: decision",
@@ -440,7 +449,8 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "closed_scale": (
         "every value of a CSV column is on the brief's scale",
         [
-            f"  - {{id: example_closed_scale, kind: closed_scale, required: true, file: {REGISTER}, column: status, values: [counted, duplicate]}}"
+            f"  - {{id: example_closed_scale, kind: closed_scale, required: true, file: {REGISTER}, column: status, "
+            "values: [counted, duplicate]}"
         ],
     ),
     "labelled_bounds": (
@@ -500,8 +510,10 @@ def _oracle_text(scenario_id: str, gen: str, duplicate: str, facts: dict) -> str
         f"  - {{id: book_well_formed, kind: well_formed, required: true, file: {BOOK}}}",
         f"  - {{id: book_formulas, kind: formulas, required: true, file: {BOOK}, min_count: 2}}",
         f"  - {{id: book_no_errors, kind: no_error_values, required: true, file: {BOOK}}}",
-        f"  - {{id: book_records_counted, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: 'records counted', expected: {count}, tolerance: 0}}",
-        f"  - {{id: book_total_amount, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: 'total amount', expected: {total}, tolerance: 0.01}}",
+        f"  - {{id: book_records_counted, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: "
+        f"'records counted', expected: {count}, tolerance: 0}}",
+        f"  - {{id: book_total_amount, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: "
+        f"'total amount', expected: {total}, tolerance: 0.01}}",
         f"  - {{id: memo_present, kind: present, required: true, file: {MEMO}}}",
         f"  - {{id: memo_well_formed, kind: well_formed, required: true, file: {MEMO}}}",
         f"  - {{id: memo_length, kind: min_words, required: true, file: {MEMO}}}",
@@ -511,7 +523,8 @@ def _oracle_text(scenario_id: str, gen: str, duplicate: str, facts: dict) -> str
         f"  - {{id: memo_names_duplicate, kind: text_contains, required: true, file: {MEMO},",
         f"     patterns: ['{duplicate}'],",
         "     brief_asks: 'record you did not count'}",
-        f"  - {{id: memo_states_total, kind: text_number, required: true, file: {MEMO}, expected: {total}, tolerance: 0.01, near: 'total'}}",
+        f"  - {{id: memo_states_total, kind: text_number, required: true, file: {MEMO}, expected: {total}, tolerance: "
+        "0.01, near: 'total'}",
         "  - {id: record_present, kind: present, required: true, file: completion_record.json}",
         "  - {id: record_valid, kind: completion_record, required: true, file: completion_record.json}",
         "",
@@ -536,7 +549,8 @@ criteria:
   - id: correctness
     name: Correct figures
     weight: 0.4
-    description: "{MARKER}: the figures the rules fix. Here: the records counted and the total amount follow the counting rules, in the workbook and in the memo."
+    description: "{MARKER}: the figures the rules fix. \
+Here: the records counted and the total amount follow the counting rules, in the workbook and in the memo."
     anchors:
       0: Figures wrong or missing.
       2: Method right but a figure off, or workbook and memo disagree.
@@ -544,7 +558,8 @@ criteria:
   - id: inconsistency
     name: Planted inconsistency handled
     weight: 0.3
-    description: "{MARKER}: what a careful professional notices in the inputs and does about it. Here: a record entered twice is counted once and reported."
+    description: "{MARKER}: what a careful professional notices in the inputs and does about it. \
+Here: a record entered twice is counted once and reported."
     anchors:
       0: Not noticed; the figures include it.
       2: Handled in the figures but not reported, or reported but not handled.
@@ -552,7 +567,8 @@ criteria:
   - id: communication
     name: Clear memo
     weight: 0.2
-    description: "{MARKER}: what the memo must make plain to its reader. Here: the summary states the result, the findings explain it, the follow-up says what to do next."
+    description: "{MARKER}: what the memo must make plain to its reader. \
+Here: the summary states the result, the findings explain it, the follow-up says what to do next."
     anchors:
       0: The memo does not say what was found.
       2: The result is there but the reasoning or the follow-up is thin.
@@ -560,7 +576,8 @@ criteria:
   - id: instructions
     name: Instructions followed
     weight: 0.1
-    description: "{MARKER}: the formats the brief fixes. Here: file names, the Summary sheet and its labels, the memo's sections and the completion record as requested."
+    description: "{MARKER}: the formats the brief fixes. \
+Here: file names, the Summary sheet and its labels, the memo's sections and the completion record as requested."
     anchors:
       0: Wrong formats or files missing.
       2: Minor departures.
@@ -717,7 +734,8 @@ def generate(inputs_dir: Path) -> list[Path]:
     g = rng(SEED)
     start = dt.date(2026, 10, 1)
     rows = [[f"R-{i:04d}", (start + dt.timedelta(days=int(g.integers(0, 31)))).isoformat(),
-             CATEGORIES[int(g.integers(len(CATEGORIES)))], f"{g.uniform(40, 4000):.2f}"] for i in range(1, N_RECORDS + 1)]
+             CATEGORIES[int(g.integers(len(CATEGORIES)))], f"{g.uniform(40, 4000):.2f}"] \
+for i in range(1, N_RECORDS + 1)]
     # The second entry a few lines further down, where a reader skimming the file misses it.
     at = next(i for i, r in enumerate(rows) if r[0] == DUPLICATE)
     rows.insert(at + 6, list(rows[at]))

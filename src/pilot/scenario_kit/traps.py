@@ -33,7 +33,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from pilot import defects
-from pilot.oracles.evaluate import FORM_KINDS
+from pilot.oracles.evaluate import FORM_KINDS, CriterionResult, Evaluation
 from pilot.protocol.scenario import Criterion, Scenario, Trap
 from pilot.scenario_kit.readings import NUMERIC_KINDS, Reading, read_package
 from pilot.scenario_kit.report import CheckRow
@@ -55,7 +55,7 @@ class Fallen:
     trap: Trap
     workspace: Path | None
     made: str
-    evaluation: object | None = None
+    evaluation: Evaluation | None = None
 
 
 def package_name(trap: Trap) -> str:
@@ -97,7 +97,7 @@ def build_fallen(scenario: Scenario, trap: Trap, gold: Path, dst: Path) -> Falle
 # -------------------------------------------------------------------------- the trap rows
 
 
-def _failing(ev) -> dict[str, object]:
+def _failing(ev: Evaluation) -> dict[str, CriterionResult]:
     return {c.id: c for c in ev.criteria if not c.passed}
 
 
@@ -251,7 +251,7 @@ def probe_rows(scenario: Scenario, gold: Path, fallen: list[Fallen], recalculato
     numeric = [c for c in scenario.oracle.criteria if c.kind in NUMERIC_KINDS]
     built = [f for f in fallen if f.workspace is not None and f.evaluation is not None]
     gold_reads = read_package(scenario, gold, numeric, recalculator)
-    fallen_reads = [(f, read_package(scenario, f.workspace, numeric, recalculator)) for f in built]
+    fallen_reads = [(f, read_package(scenario, ws, numeric, recalculator)) for f in built if (ws := f.workspace)]
     rows = []
     for c in scenario.oracle.criteria:
         if c.kind in NUMERIC_KINDS:
