@@ -62,6 +62,7 @@ from pilot.agents.session import (
 from pilot.attempt import HARNESS_FAULT_PREFIX, inference_began, mark_phase, read_phase
 from pilot.outcomes import EVAL_ERROR_NOTE
 from pilot.protocol import Caps
+from pilot.protocol.request_policy import RequestPolicy
 
 BACKENDS = backends.AGENT_BACKENDS
 RUN_MARKER = ".pilot-run"
@@ -410,7 +411,13 @@ def run_attempt(
         if backend in backends.CLI_BACKENDS:
             # A rehearsal's scripted server plays each run by its label; the real API is never told it.
             meter, endpoint = _open_meter(
-                stack, out_dir, caps, model, environ, label_upstream=label_upstream or backend == backends.REHEARSAL
+                stack,
+                out_dir,
+                caps,
+                model,
+                environ,
+                label_upstream=label_upstream or backend == backends.REHEARSAL,
+                policy=arm.request_policy,
             )
         agent, worker_info, launch_error = backends.role(backend, "agent")(
             arm=arm,
@@ -605,8 +612,10 @@ def _open_meter(
     environ: dict[str, str] | None,
     *,
     label_upstream: bool = False,
+    policy: RequestPolicy | None = None,
 ):
-    """Start the model proxy for this attempt (it alone holds the key) and open the run's meter."""
+    """Start the model proxy for this attempt (it alone holds the key) and open the run's meter, held to ``policy``
+    (the arm's :class:`~pilot.protocol.request_policy.RequestPolicy`)."""
     from pilot.agents import launch
     from pilot.agents.model_proxy import MeteringProxy
     from pilot.protocol.prices import PriceTable
@@ -625,7 +634,7 @@ def _open_meter(
         )
     )
     run_id = str(out_dir)
-    meter = proxy.open_run(run_id, Decimal(str(caps.usd)), model)
+    meter = proxy.open_run(run_id, Decimal(str(caps.usd)), model, policy=policy)
     stack.callback(proxy.close_run, run_id)
     sock = getattr(meter, "socket_path", None)
     return meter, launch.ModelEndpoint(str(meter.token), Path(sock) if sock else None, getattr(meter, "base_url", None))

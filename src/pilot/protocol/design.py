@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 
-from pilot import paths
+from pilot import judge_providers, paths
+from pilot.protocol import request_policy
+from pilot.protocol.request_policy import PolicyError, RequestPolicy
 
 
 class ProtocolError(ValueError):
@@ -192,7 +194,12 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
                     "type": "array",
                     "minItems": 1,
                     "items": object_schema(
-                        {"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}
+                        {
+                            "id": {"type": "string", "pattern": r"^J[0-9]+$"},
+                            # provider/model: the judge provider (pilot.judge_providers) and the model it runs.
+                            "model": {"type": "string", "pattern": judge_providers.MEMBER_PATTERN},
+                            "draw": _posint,
+                        }
                     ),
                 },
                 "reserve_usd_per_run": _nonneg,
@@ -279,34 +286,102 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
     }
 )
 
-TOOLS = ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]
-FEATURES = ["shell", "python_env", "text_substitutes", "libreoffice", "chromium", "portal", "checkpoint", "self_check"]
+#: Node capabilities an arm may require (``requires``): what :mod:`pilot.nodes` detects on a host.
 CAPABILITIES = ["macos", "linux", "libreoffice", "chromium", "portal"]
+#: A CLI tool's name (``--tools``) and a feature's.
+TOOL_NAME = r"^[A-Z][A-Za-z0-9]{0,63}$"
+FEATURE_NAME = r"^[a-z][a-z0-9_]{0,63}$"
 
+_BOUND = {
+    "oneOf": [
+        {"enum": [request_policy.BODY, request_policy.CONTEXT]},
+        object_schema({request_policy.ALLOWANCE: {"type": "integer", "minimum": 1}}),
+    ]
+}
+_BLOCKS = {"type": "object", "propertyNames": {"pattern": request_policy.BLOCK_KIND}, "additionalProperties": _BOUND}
+_KINDS = {
+    "type": "array",
+    "items": {"type": "string", "pattern": request_policy.BLOCK_KIND},
+    "minItems": 1,
+    "uniqueItems": True,
+}
+#: ``request_policy`` of arms.yml: what every arm's requests may carry through the model proxy.
+REQUEST_POLICY_SCHEMA: dict[str, Any] = object_schema(
+    {
+        "blocks": {**_BLOCKS, "minProperties": 1},
+        "system_blocks": _KINDS,
+        "sources": {
+            "type": "object",
+            "propertyNames": {"pattern": request_policy.BLOCK_KIND},
+            "additionalProperties": _KINDS,
+        },
+    }
+)
+#: An arm's own ``proxy``: block kinds and server tools it adds to the common policy.
+ARM_PROXY_SCHEMA: dict[str, Any] = object_schema(
+    {
+        "blocks": _BLOCKS,
+        "server_tools": {
+            "type": "object",
+            "propertyNames": {"pattern": request_policy.SERVER_TOOL_TYPE},
+            "additionalProperties": object_schema(
+                {
+                    "name": {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,63}$"},
+                    "usage": {"type": "string", "pattern": request_policy.USAGE_COUNTER},
+                    "max_uses": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "per_use": _BOUND,
+                }
+            ),
+        },
+    },
+    required=[],
+)
+
+#: arms.yml as a whole: the vocabularies its arms are written in, the common request policy, and the arms
+#: (each checked against the vocabularies by :func:`arm_schema`).
 ARMS_SCHEMA: dict[str, Any] = object_schema(
     {
+        "tools": {
+            "type": "array",
+            "items": {"type": "string", "pattern": TOOL_NAME},
+            "minItems": 1,
+            "uniqueItems": True,
+        },
+        "features": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": FEATURE_NAME},
+            "additionalProperties": {"type": ["string", "null"], "minLength": 1},
+        },
+        "request_policy": REQUEST_POLICY_SCHEMA,
         "arms": {
             "type": "object",
             "minProperties": 1,
             "propertyNames": {"pattern": ARM_ID},
-            "additionalProperties": object_schema(
-                {
-                    "name": _str,
-                    "doc": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.md$"},
-                    "tools": {"type": "array", "items": {"enum": TOOLS}, "minItems": 1, "uniqueItems": True},
-                    "denied_families": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.+-]+$"},
-                        "uniqueItems": True,
-                    },
-                    "features": object_schema({f: {"type": "boolean"} for f in FEATURES}),
-                    "recovery_resumes": {"type": "integer", "minimum": 0, "maximum": 1},
-                    "requires": {"type": "array", "items": {"enum": CAPABILITIES}, "uniqueItems": True},
-                }
-            ),
-        }
+            "additionalProperties": {"type": "object"},
+        },
     }
 )
+
+
+def arm_schema(tools: Iterable[str], features: Iterable[str]) -> dict[str, Any]:
+    """One arm of arms.yml, written in the file's vocabularies: its tools among ``tools``, every feature said."""
+    props = {
+        "name": _str,
+        "doc": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.md$"},
+        "tools": {"type": "array", "items": {"enum": list(tools)}, "minItems": 1, "uniqueItems": True},
+        "denied_families": {
+            "type": "array",
+            "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.+-]+$"},
+            "uniqueItems": True,
+        },
+        "features": object_schema({f: {"type": "boolean"} for f in features}),
+        "recovery_resumes": {"type": "integer", "minimum": 0, "maximum": 1},
+        "requires": {"type": "array", "items": {"enum": CAPABILITIES}, "uniqueItems": True},
+        "proxy": ARM_PROXY_SCHEMA,
+    }
+    return object_schema(props, required=[k for k in props if k != "proxy"])
+
 
 AMENDMENT_COLUMNS = ["id", "date", "stage", "title", "content"]
 
@@ -336,6 +411,8 @@ class Arm:
     features: dict[str, bool]
     recovery_resumes: int
     requires: tuple[str, ...]
+    #: What the model proxy lets this arm's requests carry: arms.yml's ``request_policy`` with the arm's ``proxy``.
+    request_policy: RequestPolicy = field(repr=False, compare=False)
 
     @property
     def documentation(self) -> str:
@@ -346,7 +423,22 @@ class Arm:
         return "Bash" in self.tools
 
     def feature(self, name: str) -> bool:
-        return bool(self.features[name])
+        """Whether the arm has feature ``name``; a name arms.yml's ``features`` does not declare is an error."""
+        try:
+            return bool(self.features[name])
+        except KeyError:
+            raise KeyError(
+                f"feature {name!r} is not declared in arms.yml's features ({', '.join(self.features)})"
+            ) from None
+
+
+@dataclass(frozen=True)
+class ArmVocabulary:
+    """The words arms.yml's arms are written in: its CLI tools and its features (each with the words the design's
+    arms table shows for it, or None when the table shows nothing)."""
+
+    tools: tuple[str, ...]
+    features: dict[str, str | None]
 
 
 @dataclass(frozen=True)
@@ -381,7 +473,12 @@ class Study:
 
     @property
     def judge_panel(self) -> list[dict[str, Any]]:
-        return [dict(j) for j in self.raw["judges"]["panel"]]
+        """The panel's members: ``id``, ``provider`` and ``model`` (study.yml's ``provider/model`` split), ``draw``."""
+        members = []
+        for j in self.raw["judges"]["panel"]:
+            provider, model = judge_providers.split(j["model"])
+            members.append({**j, "provider": provider, "model": model})
+        return members
 
     @property
     def transfer_limit_bytes(self) -> int:
@@ -454,6 +551,21 @@ def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     ids = [j["id"] for j in data["judges"]["panel"]]
     if len(set(ids)) != len(ids):
         raise ProtocolError(path, "judges.panel", f"judge ids must be unique, got {ids}")
+    for i, member in enumerate(data["judges"]["panel"]):
+        name = judge_providers.split(member["model"])[0]
+        provider = judge_providers.REGISTRY.get(name)
+        if provider is None:
+            raise ProtocolError(
+                path,
+                f"judges.panel.{i}.model",
+                f"unknown judge provider {name!r} (the providers: {', '.join(judge_providers.REGISTRY)})",
+            )
+        if not provider.finding:
+            raise ProtocolError(
+                path,
+                f"judges.panel.{i}.model",
+                f"{name!r} is a stand-in ({provider.label}): a dry run's backend chooses it, the study never names it",
+            )
     for name in ("budget_usd", "human_minutes"):
         g = data["frontier"][name]
         if g["stop"] < g["start"]:
@@ -540,11 +652,52 @@ def load_study(path: Path | None = None) -> Study:
     return Study(path=path, raw=data)
 
 
+def _read_arms_file(path: Path) -> tuple[dict[str, Any], ArmVocabulary]:
+    """arms.yml parsed and checked as a whole (:data:`ARMS_SCHEMA`), and its vocabularies."""
+    data = read_yaml(path)
+    validate(data, ARMS_SCHEMA, path)
+    return data, ArmVocabulary(tools=tuple(data["tools"]), features=dict(data["features"]))
+
+
+_VOCABULARIES: dict[tuple[str, int, int], ArmVocabulary] = {}
+
+
+def arm_vocabulary(path: Path | None = None) -> ArmVocabulary:
+    """The vocabularies of arms.yml (``tools`` and ``features``), read once per version of the file."""
+    path = Path(path) if path is not None else paths.ARMS_FILE
+    if not path.is_file():
+        raise ProtocolError(path, "<file>", "file not found")
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _VOCABULARIES:
+        _VOCABULARIES[key] = _read_arms_file(path)[1]
+    return _VOCABULARIES[key]
+
+
+def common_request_policy(path: Path | None = None) -> RequestPolicy:
+    """arms.yml's ``request_policy``: what every arm's requests may carry through the model proxy."""
+    path = Path(path) if path is not None else paths.ARMS_FILE
+    data, _ = _read_arms_file(path)
+    return _common_policy(data, path)
+
+
+def _common_policy(data: dict[str, Any], path: Path) -> RequestPolicy:
+    try:
+        return RequestPolicy.common(data["request_policy"])
+    except PolicyError as exc:
+        raise ProtocolError(path, f"request_policy.{exc.field}", exc.reason) from None
+
+
 def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str, Arm]:
     """Read and validate ``protocol/arms/arms.yml`` and check each arm's documentation exists."""
     path = Path(path) if path is not None else paths.ARMS_FILE
-    data = read_yaml(path)
-    validate(data, ARMS_SCHEMA, path)
+    data, vocabulary = _read_arms_file(path)
+    props = ARMS_SCHEMA["properties"]
+    each = arm_schema(vocabulary.tools, vocabulary.features)
+    validate(
+        data, {**ARMS_SCHEMA, "properties": {**props, "arms": {**props["arms"], "additionalProperties": each}}}, path
+    )
+    common = _common_policy(data, path)
     arms: dict[str, Arm] = {}
     for arm_id, spec in data["arms"].items():
         doc = path.parent / spec["doc"]
@@ -558,12 +711,16 @@ def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str,
             raise ProtocolError(
                 path, f"arms.{arm_id}.denied_families", "denies shell programs but the arm has no Bash tool"
             )
-        if spec["features"]["self_check"] != (spec["recovery_resumes"] > 0):
+        if spec["features"].get("self_check", False) != (spec["recovery_resumes"] > 0):
             raise ProtocolError(
                 path,
                 f"arms.{arm_id}.recovery_resumes",
                 "a recovery resume goes with the self-check feature and only with it",
             )
+        try:
+            policy = common.widened(arm_id, spec.get("proxy"))
+        except PolicyError as exc:
+            raise ProtocolError(path, f"arms.{arm_id}.proxy.{exc.field}", exc.reason) from None
         arms[arm_id] = Arm(
             id=arm_id,
             name=spec["name"],
@@ -573,10 +730,11 @@ def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str,
             features=dict(spec["features"]),
             recovery_resumes=int(spec["recovery_resumes"]),
             requires=tuple(spec["requires"]),
+            request_policy=policy,
         )
-    policy = path.parent / "policy.md"
-    if not policy.is_file() or not policy.read_text(encoding="utf-8").strip():
-        raise ProtocolError(policy, "<file>", "the common policy is missing or empty")
+    policy_md = path.parent / "policy.md"
+    if not policy_md.is_file() or not policy_md.read_text(encoding="utf-8").strip():
+        raise ProtocolError(policy_md, "<file>", "the common policy is missing or empty")
     study = study if study is not None else (load_study() if path == paths.ARMS_FILE else None)
     if study is not None:
         missing = [a for a in study.arms if a not in arms]
