@@ -134,7 +134,7 @@ def test_draws_censor_some_runs_under_the_protocol_caps(tmp_path):
     assert {"cost", "wall"} <= set(reasons)
 
 
-def test_a4_sometimes_fails_its_first_self_check_and_recovers(tmp_path):
+def test_a4_sometimes_fails_its_first_self_check_and_recovers(tmp_path, bwrap):
     seen = {"recovered": 0, "passed_first": 0}
     for seed in range(30):
         rec = _run(tmp_path, "A4", seed)
