@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from view_support import SCENARIO, infra_study, pilot, rehearsal_study, simulated_study
+from view_support import (
+    SCENARIO,
+    TOKEN_KEYS,
+    final_usage_rows,
+    infra_study,
+    pilot,
+    rehearsal_study,
+    simulated_study,
+)
 
 from pilot.agents.session import RESUME_PROMPT
 from pilot.view.inspect_log import SCORES, export_inspect
@@ -87,7 +95,7 @@ def native(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def rehearsed(tmp_path_factory):
+def rehearsed(tmp_path_factory, real_cli):
     folder = rehearsal_study()
     out = tmp_path_factory.mktemp("inspect-rehearsal")
     done = export_inspect(StudyReader(folder), out)
@@ -189,6 +197,72 @@ def test_tokens_and_cost_are_what_the_cli_and_the_proxy_reported(rehearsed):
             )
     totals = {p.name: read_eval_log(str(p), header_only=True).stats.model_usage for p in done.logs}
     assert all(u and next(iter(u.values())).total_tokens > 0 for u in totals.values())
+
+
+def test_a_dry_runs_tokens_reach_every_reader_and_say_simulated(exported):
+    """The simulated agent's stand-in records, read back by ``read_eval_log`` and all five data-frame readers."""
+    from inspect_ai.analysis import (
+        EventInfo,
+        EventTiming,
+        ModelEventColumns,
+        evals_df,
+        events_df,
+        messages_df,
+        samples_df,
+    )
+
+    from pilot.view.usage import SIMULATED_TOKENS
+
+    reader, logs, out = exported
+    want, requests = {}, {}
+    for log, s in _samples(logs):
+        run_id = _run_of(s)
+        rows = final_usage_rows(reader.folder, run_id)  # the stand-in's own file, summed here by hand
+        assert rows and all(r["simulated"] is True for r in rows)
+        requests[run_id] = len(rows)
+        want[run_id] = {k: sum(r[k] for r in rows) for k in TOKEN_KEYS}
+        [(model, got)] = s.model_usage.items()
+        assert model == s.metadata["model"]
+        assert (got.input_tokens, got.output_tokens, got.input_tokens_cache_write, got.input_tokens_cache_read) == (
+            want[run_id]["input_tokens"],
+            want[run_id]["output_tokens"],
+            want[run_id]["cache_creation_input_tokens"],
+            want[run_id]["cache_read_input_tokens"],
+        )
+        assert got.total_tokens == sum(want[run_id].values()) > 0
+        assert got.total_cost == pytest.approx(float(s.metadata["metered_cost_usd"]), abs=1e-9)
+        assert s.metadata["tokens_source"] == SIMULATED_TOKENS and s.metadata["label"] == "SIMULATED"
+        # One model event per simulated request, each with its tokens, its time, and the label.
+        model_events = [e for e in s.events if e.event == "model"]
+        assert len(model_events) == len(rows)
+        assert [e.output.usage.output_tokens for e in model_events] == [r["output_tokens"] for r in rows]
+        assert all(
+            e.metadata["label"] == "SIMULATED" and e.metadata["tokens_source"] == SIMULATED_TOKENS for e in model_events
+        )
+        assert all(e.working_time and e.working_time > 0 for e in model_events)
+        assert log.eval.metadata["tokens_source"] == SIMULATED_TOKENS
+    # evals_df has no token columns (its logs' usage is in their samples): each log says where its tokens come from.
+    ev = evals_df(str(out))
+    assert len(ev) == len(logs)
+    assert {json.loads(m)["tokens_source"] for m in ev["metadata"]} == {SIMULATED_TOKENS}
+    sm = samples_df(str(out))
+    totals = {k: sum(w.values()) for k, w in want.items()}
+    assert dict(zip(sm["metadata_run_id"], sm["total_tokens"], strict=True)) == totals
+    assert set(sm["metadata_tokens_source"]) == {SIMULATED_TOKENS} and set(sm["metadata_label"]) == {"SIMULATED"}
+    assert len(messages_df(str(out))) > len(sm)
+    # The model events with their usage: one per simulated request, their tokens summing to the sample's.
+    models = events_df(
+        str(out), columns=EventInfo + EventTiming + ModelEventColumns, filter=lambda e: e.event == "model"
+    )
+    assert len(models) == sum(requests.values()) and (models["working_time"] > 0).all()
+    run_of_sample = dict(zip(sm["sample_id"], sm["metadata_run_id"], strict=True))
+    per_run: dict[str, int] = {}
+    for sample_id, used in zip(models["sample_id"], models["model_event_usage"], strict=True):
+        u = json.loads(used)
+        run_id = run_of_sample[sample_id]
+        per_run[run_id] = per_run.get(run_id, 0) + u["input_tokens"] + u["output_tokens"]
+        per_run[run_id] += (u.get("input_tokens_cache_write") or 0) + (u.get("input_tokens_cache_read") or 0)
+    assert per_run == totals
 
 
 def test_a_capped_run_has_its_limit_and_a_resumed_run_its_boundary(rehearsed):

@@ -402,7 +402,7 @@ def _proxy_tokens(folder: Path, run_id: str) -> int:
 
 
 @pytest.mark.parametrize("viewport", VIEWPORTS, ids=IDS)
-def test_tokens_per_run_and_per_arm_come_from_the_proxy_record(browser, tmp_path, viewport):
+def test_tokens_per_run_and_per_arm_come_from_the_proxy_record(browser, real_cli, tmp_path, viewport):
     from view_support import rehearsal_study
 
     folder = rehearsal_study()

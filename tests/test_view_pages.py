@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from view_support import copy_study, models_study, run_table, simulated_study
+from view_support import TOKEN_KEYS, copy_study, final_usage_rows, models_study, run_table, simulated_study
 
 from pilot.view.app import create_app
 
@@ -277,3 +277,61 @@ def test_conversation_marks_turns_collapses_repeats_and_shows_the_a4_boundary(cl
     assert f'<span class="turn">turn {first_session_turns + 1}</span>' not in page.split("Session boundary")[0]
     assert re.search(r'<span class="times" title="this step (\d+) times in a row">×\1</span>', page)
     assert '<details class="repeats">' in page
+
+
+def test_a_dry_runs_tokens_show_per_run_and_per_arm_and_say_simulated(models, mclient, mtable):
+    """The simulated agent's stand-in records: counted per run and per arm as the files hold them, priced (by hand, at
+    protocol/prices.yml) to the run table's metered cost, and labelled SIMULATED wherever they are shown."""
+    from decimal import Decimal
+
+    import yaml
+
+    from pilot import paths
+
+    prices = yaml.safe_load((paths.PROTOCOL_DIR / "prices.yml").read_text(encoding="utf-8"))["models"]
+    page = mclient.get("/").get_data(as_text=True)
+    heads = re.findall(r"<th data-col=[^>]*><button type=\"button\">([^<]*)</button>", page)
+    assert "tokens SIMULATED" in heads
+    per_column: dict[str, int] = {}
+    for _, r in mtable.iterrows():
+        rows = final_usage_rows(models, r.run_id)
+        assert rows and all(x["simulated"] is True and x["note"].startswith("SIMULATED") for x in rows), r.run_id
+        p = {k: Decimal(str(v)) for k, v in prices[r.model].items()}
+        priced = sum(
+            (
+                x["input_tokens"] * p["input"]
+                + x["output_tokens"] * p["output"]
+                + x["cache_creation_input_tokens"] * p["cache_write"]
+                + x["cache_read_input_tokens"] * p["cache_read"]
+                for x in rows
+            ),
+            Decimal(0),
+        ) / Decimal(1_000_000)
+        assert priced == Decimal(r.metered_cost_usd), r.run_id
+        n = sum(x[k] for x in rows for k in TOKEN_KEYS)
+        m = re.search(
+            rf'data-run="{re.escape(r.run_id)}".*?<td data-sort="([^"]*)" class="col-tokens">\s*'
+            r'<span title="([^"]*)" class="sim-tokens">',
+            page,
+            re.S,
+        )
+        assert m and m.group(1) == str(n), r.run_id
+        assert html.unescape(m.group(2)).startswith("SIMULATED: drawn by the simulated agent's token model")
+        label = r.arm if r.wave != "sensitivity" else f"{r.arm} · {r.model}"
+        per_column[label] = per_column.get(label, 0) + n
+        run_page = mclient.get(f"/runs/{r.run_id}").get_data(as_text=True)
+        cell = re.search(r'<td id="run-tokens"[^>]*>(.*?)</td>', run_page, re.S).group(1)
+        assert cell.startswith('<b class="sim-tokens">SIMULATED</b>')
+        assert '<h3 id="tokens">Tokens (SIMULATED)</h3>' in run_page and 'id="tokens-simulated"' in run_page
+    assert len(per_column) == 4  # A0 and A3 of the worker model, A3 under two other models
+    why = mclient.get("/why").get_data(as_text=True)
+    section = re.search(r'<section id="tokens">.*?</section>', why, re.S).group(0)
+    assert "<h2>Tokens per arm (SIMULATED)</h2>" in section and "priced (SIMULATED)" in section
+    for label, n in per_column.items():
+        row = re.search(rf"<td>{re.escape(label)}</td>(.*?)</tr>", section, re.S)
+        assert row, label
+        assert "SIMULATED" in row.group(1) and f'class="all-tokens" data-value="{n}"' in row.group(1)
+    # The CSV the index downloads says where every row's tokens come from.
+    payload = json.loads(html.unescape(re.search(r'id="runs-data">(.*?)</script>', page, re.S).group(1)))
+    at = payload["columns"].index("tokens_source")
+    assert {row[at] for row in payload["rows"]} == {"SIMULATED (the simulated agent's token model)"}

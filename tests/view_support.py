@@ -231,6 +231,25 @@ def run_table(folder: Path, dest: Path) -> Path:
     return dest
 
 
+#: A usage row's token counts (the proxy writes the API's own names; so does the simulated agent's stand-in).
+TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def final_usage_rows(folder: Path, run_id: str) -> list[dict]:
+    """The usage rows (``proxy_usage.jsonl``) of a run's final attempt, read from its files, the attempt named by the
+    store."""
+    import json
+    import sqlite3
+
+    with sqlite3.connect(f"file:{folder / 'study.sqlite'}?mode=ro", uri=True) as con:
+        [(n,)] = con.execute(
+            "SELECT a.attempt_no FROM runs r JOIN attempts a ON a.attempt_id = r.attempt_id WHERE r.run_id = ?",
+            (run_id,),
+        )
+    files = sorted((folder / "workspaces" / run_id / f"attempt-{n}" / "record" / "proxy").glob("*/proxy_usage.jsonl"))
+    return [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines()]
+
+
 def simulated_study() -> Path:
     """The folder of a finished simulated study (built on first use)."""
     return _built("simulated", _build_simulated)

@@ -7,7 +7,11 @@ A session writes real deliverables into the workspace (the scenario's
 solver, then the defects of ``pilot.defects``) and an event
 stream in the CLI's stream-json shape (every event marked
 ``"simulated": true``), so the runner collects, audits, classifies and
-evaluates it exactly as it does a real session. On arms with the portal,
+evaluates it exactly as it does a real session. Each session also writes a
+stand-in of the model proxy's usage record (:mod:`pilot.simulated.tokens`:
+one row per request, its tokens drawn from the model's token model to
+reproduce the session's drawn cost, every row marked simulated), so that a
+dry run has tokens where a real run has them. On arms with the portal,
 for scenarios that use it, the first session signs in to the run's portal
 and downloads a document and a record over real HTTP
 (:class:`pilot.portal.client.PortalClient`), so its use shows in the
@@ -23,6 +27,7 @@ import shutil
 import uuid
 import zlib
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -31,9 +36,13 @@ import numpy as np
 
 from pilot import paths
 from pilot.agents.audit import StreamSummary, parse_stream
+from pilot.agents.model_proxy import USAGE_FILE_NAME, record_folder_name
 from pilot.agents.sandbox import STUB_MARKER
 from pilot.agents.session import SessionOutcome, resume_reports_cumulative
 from pilot.protocol import Arm, ProtocolError, read_yaml, validate
+from pilot.protocol.prices import PriceTable
+from pilot.simulated import tokens as sim_tokens
+from pilot.workspace import harness_record_dir
 
 DEFECTS = (
     "text_substitutes",
@@ -116,6 +125,7 @@ MODEL_SCHEMA = {
         "overshoot",
         "capped_missing",
         "bypass_share",
+        "tokens",
         "denied_commands",
         "arms",
     ],
@@ -129,6 +139,7 @@ MODEL_SCHEMA = {
         "overshoot": {"type": "number", "minimum": 0},
         "capped_missing": _prob,
         "bypass_share": _prob,
+        "tokens": sim_tokens.TOKEN_SCHEMA,
         "denied_commands": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1}},
         "arms": {"type": "object", "minProperties": 1, "additionalProperties": _ARM_SCHEMA},
     },
@@ -229,6 +240,11 @@ def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -
         fam = families[int(rng.integers(len(families)))]
         denied = (fam, "bash -c" if rng.random() < c["bypass_share"] else "direct")
     return SessionDraw(cost, wall, turns, tool_calls, questions, agent_error, defects, denied, spreadsheet_save)
+
+
+def message_id(session_id: str, session: int, turn: int) -> str:
+    """The id of a simulated answer: in the stream and in the usage record, so that each row finds its turn."""
+    return f"msg_sim_{session_id[:8]}_{session}_{turn}"
 
 
 def write_gold(scenario: Any, workspace: Path) -> None:
@@ -361,8 +377,8 @@ def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: n
 
 @dataclass(frozen=True)
 class SimulatedMeter:
-    """The simulated run's stand-in for the model proxy's meter: the cost it would have metered, and no exchange
-    record."""
+    """The simulated run's stand-in for the model proxy's meter: the cost it would have metered, the requests of its
+    stand-in usage record (None when it wrote none), and no exchange record."""
 
     metered_usd: Decimal
     capped: bool = False
@@ -409,12 +425,32 @@ class SimulatedBackend:
         self._spent = 0.0
         self._questions = 0
         self._session_id: str | None = None
+        self.usage_record = self._usage_record()
+        # The simulated clock of the usage record: the first session starts when it runs, each next one where the
+        # one before ended (its drawn wall time later).
+        self._clock: datetime | None = None
+
+    def _usage_record(self) -> sim_tokens.UsageRecord | None:
+        """The stand-in of the proxy's usage record, where the proxy would keep it; None for a model without a price."""
+        prices = PriceTable.load()
+        if self.model_name not in prices.models:
+            self.notes.append(
+                f"SIMULATED tokens not written: model {self.model_name!r} has no pinned price in "
+                f"{prices.path.name}, so its tokens are missing (never 0)"
+            )
+            return None
+        run_id = str(self.run_dir)
+        folder = harness_record_dir(self.run_dir) / "proxy" / record_folder_name(run_id)
+        return sim_tokens.UsageRecord(
+            folder / USAGE_FILE_NAME, run_id, self.model_name, prices.price(self.model_name), self.cfg["tokens"]
+        )
 
     @property
     def meter(self) -> SimulatedMeter:
         """What a metering proxy would have counted for this run: every session's drawn cost, also of a session killed
         before it reported."""
-        return SimulatedMeter(Decimal(str(round(self._spent, 6))))
+        requests = self.usage_record.requests if self.usage_record is not None else None
+        return SimulatedMeter(Decimal(str(round(self._spent, 6))), requests=requests)
 
     # ------------------------------------------------------------------ draws
 
@@ -529,7 +565,7 @@ class SimulatedBackend:
                 {
                     "type": "assistant",
                     "message": {
-                        "id": f"msg_sim_{session_id[:8]}_{index}_{t}",
+                        "id": message_id(session_id, index, t),
                         "role": "assistant",
                         "model": self.model_name,
                         "content": content,
@@ -597,6 +633,21 @@ class SimulatedBackend:
             result["errors"] = [terminal]
         ev.append(result)
         return [json.dumps(e) for e in ev]
+
+    def _write_usage(self, index: int, cost_usd: Decimal, wall: float, session_id: str, turns: int) -> None:
+        """The session's rows of the stand-in usage record, from the token stream (no draw of the session's own)."""
+        if self.usage_record is None:
+            return
+        start = self._clock or datetime.now(UTC)
+        self.usage_record.append_session(
+            session=index,
+            cost_usd=cost_usd,
+            wall_s=wall,
+            message_ids=[message_id(session_id, index, t) for t in range(turns)],
+            start=start,
+            rng=sim_tokens.token_rng(self.seed, self.scenario.id, self.arm.id, index),
+        )
+        self._clock = start + timedelta(seconds=wall)
 
     # ------------------------------------------------------------------ sessions
 
@@ -673,9 +724,13 @@ class SimulatedBackend:
         )
         if subtype is None:
             lines = lines[:-1]  # killed at the wall limit: the CLI never printed its result
+        metered_before = self.meter.metered_usd
         self._spent += cost
         with open(self.transcript, "a", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")
+        # The session's cost as the meter counts it (to 6 decimals, run total after less before), so that the record
+        # sums to the run's metered cost.
+        self._write_usage(index, self.meter.metered_usd - metered_before, wall, session_id, turns)
         summary = parse_stream(lines, StreamSummary(), session=index)
         (self.run_dir / "agent").mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / "agent" / "simulated_draws.jsonl", "a", encoding="utf-8") as fh:

@@ -29,7 +29,10 @@ native log holds is reproduced from the study's own records:
 
 Every log's metadata carries the study's label (SIMULATED, REHEARSAL or
 ``real``), and so does every sample's, so a dry run read in ``inspect view``
-or Inspect's data frames still says what it is. ``inspect_ai`` is an
+or Inspect's data frames still says what it is. A dry run's tokens are the
+simulated agent's stand-in of the proxy's record (:mod:`pilot.simulated.tokens`):
+its model events carry them like a real run's, and say SIMULATED in their
+metadata, as do the sample's and the log's ``tokens_source``. ``inspect_ai`` is an
 optional extra (``pip install -e '.[inspect]'``), imported here only.
 """
 
@@ -610,6 +613,8 @@ def _model_event(
             "cost_usd": str(req.cost_usd) if req.cost_usd is not None else None,
             "usage_complete": req.complete,
         }
+        if req.simulated:
+            meta.update(label="SIMULATED", tokens_source=usage.SIMULATED_TOKENS)
     elif turn is not None:
         meta = {"message_id": turn.message_id, "note": "from the CLI stream: the model proxy recorded no such request"}
     b.add(
@@ -737,7 +742,7 @@ def build_sample(api: _Api, reader: StudyReader, row: dict[str, Any], ctx: _Cont
             "cap_hits": [h.words for h in sessions.cap_hits(rec)],
             "resume": sessions.resume_decision(rec).headline if rec else None,
             "deviations": [_deviation_words(d) for d in rec.get("deviations") or [] if isinstance(d, dict)],
-            "tokens_source": "model proxy record" if record.found else "not recorded (no model proxy record)",
+            "tokens_source": usage.source_of(record),
         }
     )
     return api.log.EvalSample(
@@ -875,6 +880,11 @@ def export_inspect(reader: StudyReader, out_dir: Path) -> InspectExport:
                         Decimal(str(u.total_cost or 0)),
                     )
                 )
+        sources = {str((s.metadata or {}).get("tokens_source")) for s in samples}
+        # A log with any SIMULATED tokens says so first, whatever else its samples hold.
+        tokens_source = next(
+            (x for x in (usage.SIMULATED_TOKENS, usage.METERED_TOKENS) if x in sources), usage.NO_TOKENS
+        )
         sensitivity = model_name != ctx.worker
         # Inspect reads "a/b" as a package and a task: the study, arm and model joined by underscores instead.
         task = f"{reader.name}_{arm}_{model_name}"
@@ -914,6 +924,7 @@ def export_inspect(reader: StudyReader, out_dir: Path) -> InspectExport:
                 "model": model_name,
                 "waves": sorted(waves[(arm, model_name)]),
                 "model_sensitivity": sensitivity,
+                "tokens_source": tokens_source,
                 "note": "" if label == "real" else f"{label}: not a finding about the agent under study",
             },
         )

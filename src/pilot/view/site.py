@@ -134,6 +134,7 @@ def _env() -> Environment:
     env.tests["deck"] = is_deck
     env.globals["rate"] = rate
     env.globals["labels"] = COLUMN_LABELS
+    env.globals["simulated_tokens"] = usage.SIMULATED_TOKENS
     return env
 
 
@@ -150,11 +151,23 @@ def kilo(value: Any) -> str:
 
 
 def token_title(t: usage.Tokens) -> str:
-    """A run's tokens in full, for a cell's title."""
-    return (
+    """A run's tokens in full, for a cell's title (a dry run's say SIMULATED first)."""
+    counts = (
         f"{t.requests} request(s): input {t.input:,}, cache writes {t.cache_write:,}, cache reads {t.cache_read:,}, "
-        f"output {t.output:,}; metered ${float(t.cost_usd):,.4f}"
+        f"output {t.output:,}"
     )
+    if t.simulated:
+        return f"{usage.SIMULATED_TOKENS}. {counts}; priced ${float(t.cost_usd):,.4f}"
+    return f"{counts}; metered ${float(t.cost_usd):,.4f}"
+
+
+#: The index's tokens column when its counts are a dry run's.
+SIMULATED_TOKENS_LABEL = ("tokens SIMULATED", usage.SIMULATED_TOKENS + "; – where no record exists")
+
+
+def tokens_simulated(rows: list[dict[str, Any]]) -> bool:
+    """Whether any row's token counts are SIMULATED (the simulated agent's stand-in of the proxy's record)."""
+    return any(r.get("tokens_detail") is not None and r["tokens_detail"].simulated for r in rows)
 
 
 def pct(value: Any, digits: int = 0) -> str:
@@ -273,11 +286,15 @@ def render_index(
     columns = list(INDEX_COLUMNS)
     values = {c: sorted({str(r.get(c)) for r in rows if r.get(c) is not None}) for c in FILTERS}
     running = overview["total"]["waiting"] + overview["total"]["in_flight"] > 0
+    labels = dict(COLUMN_LABELS)
+    if tokens_simulated(rows):
+        labels["tokens"] = SIMULATED_TOKENS_LABEL
     return (
         env()
         .get_template("index.html")
         .render(
             **_common(reader, links, simulated, f"Study {reader.name}"),
+            labels=labels,
             rows=rows,
             columns=columns,
             default_columns=DEFAULT_COLUMNS,
@@ -310,6 +327,7 @@ CSV_EXTRA = (
     "output_tokens",
     "token_requests",
     "metered_usd",
+    "tokens_source",
 )
 
 
@@ -340,6 +358,7 @@ def csv_payload(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "output_tokens": t.output,
                 "token_requests": t.requests,
                 "metered_usd": str(t.cost_usd),
+                "tokens_source": "SIMULATED (the simulated agent's token model)" if t.simulated else "model proxy",
             }
             if t is not None
             else {}

@@ -103,7 +103,7 @@ COLUMN_LABELS = {
     "tokens": (
         "tokens",
         "tokens the model proxy metered for the run's final attempt (input, cache writes and reads, output); "
-        "– where no proxy record exists (a simulated run)",
+        "– where no proxy record exists (a stand-in CLI that is its own model)",
     ),
     "hit_cap": (
         "hit a cap",
@@ -443,7 +443,8 @@ def add_facts(row: dict[str, Any], rec: dict[str, Any], attempt_folder: Path | N
     """What the index asks of a run beyond the run table: sessions, caps hit, tokens, failed criteria, deviations.
 
     Every key is a plain value or a list of strings except ``tokens_detail``
-    (a :class:`pilot.view.usage.Tokens`, or None without a proxy record).
+    (a :class:`pilot.view.usage.Tokens`, SIMULATED when the simulated agent
+    drew them, or None without a proxy record).
     """
     runs_sessions = [s for s in rec.get("sessions") or [] if isinstance(s, dict)]
     hits = sessions.cap_hits(rec) if rec else []

@@ -6,8 +6,11 @@ on the harness side (the worker never reaches the run folder). The viewer
 and the Inspect export read it here, tolerantly and by field name: a row is
 a model request when it carries token counts, whatever other fields a later
 proxy adds; a torn last line (the harness stopped mid-write) is left out and
-counted. A run without a record (the simulated backend has no proxy, a stand-in
-CLI is its own model) has no token counts: they are missing, never zero.
+counted. A run without a record (a stand-in CLI that is its own model) has no
+token counts: they are missing, never zero. The simulated agent writes a
+stand-in of the record (:mod:`pilot.simulated.tokens`) whose every row is
+marked ``"simulated": true``: its requests, and any sum of them, say so
+(``simulated``), so that wherever they are shown they read SIMULATED.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ EXCHANGES_FILE = "proxy_exchanges.jsonl"
 #: Read at most this much of one record (a run of 150 turns writes well under a megabyte).
 MAX_RECORD_BYTES = 32 * 1024 * 1024
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+#: What a dry run's token counts are, wherever they are shown.
+SIMULATED_TOKENS = (
+    "SIMULATED: drawn by the simulated agent's token model (analysis/config/simulated_agent.yml) so that their price "
+    "at protocol/prices.yml is each session's drawn cost; no model was called, nothing was metered"
+)
+#: What a real run's token counts are, and the words for a run without any.
+METERED_TOKENS = "the model proxy's record (metered)"
+NO_TOKENS = "not recorded (no model proxy record)"
 
 
 def _count(value: Any) -> int:
@@ -73,6 +84,8 @@ class Request:
     cost_usd: Decimal | None
     complete: bool
     note: str | None
+    #: Drawn by the simulated agent's token model (a stand-in row), not metered by a proxy.
+    simulated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -89,8 +102,11 @@ class Tokens:
     cache_write: int = 0
     cache_read: int = 0
     cost_usd: Decimal = Decimal(0)
+    #: Some of the requests summed are SIMULATED (drawn by the simulated agent, not metered).
+    simulated: bool = False
 
     def add(self, r: Request) -> None:
+        self.simulated = self.simulated or r.simulated
         self.requests += 1
         self.input += r.input_tokens
         self.output += r.output_tokens
@@ -101,6 +117,7 @@ class Tokens:
     def merge(self, other: Tokens) -> None:
         for name in ("requests", "input", "output", "cache_write", "cache_read", "cost_usd"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.simulated = self.simulated or other.simulated
 
     @property
     def total(self) -> int:
@@ -121,6 +138,11 @@ class UsageRecord:
     def found(self) -> bool:
         return bool(self.files)
 
+    @property
+    def simulated(self) -> bool:
+        """Whether the record holds SIMULATED rows (the simulated agent's stand-in of the proxy's record)."""
+        return any(r.simulated for r in self.requests)
+
     def tokens(self) -> Tokens:
         t = Tokens()
         for r in self.requests:
@@ -132,6 +154,13 @@ class UsageRecord:
         for r in self.requests:
             out.setdefault(r.model, Tokens()).add(r)
         return out
+
+
+def source_of(tokens: Tokens | UsageRecord | None) -> str:
+    """Where token counts come from, in words: the proxy's record, the simulated agent's stand-in, or none."""
+    if tokens is None or (isinstance(tokens, UsageRecord) and not tokens.found):
+        return NO_TOKENS
+    return SIMULATED_TOKENS if tokens.simulated else METERED_TOKENS
 
 
 def _request(row: dict[str, Any]) -> Request | None:
@@ -156,6 +185,7 @@ def _request(row: dict[str, Any]) -> Request | None:
         cost_usd=_decimal(row.get("cost_usd")),
         complete=row.get("usage_complete") is not False,
         note=str(row["note"]) if row.get("note") else None,
+        simulated=row.get("simulated") is True,
     )
 
 
