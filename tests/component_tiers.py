@@ -75,8 +75,9 @@ GUARDED = tuple(c for c in COMPONENTS if c != "slow")
 FIXTURES: dict[str, str] = {c: c for c in GUARDED}
 
 #: The components a component runs inside, whose fixtures its own fixture requests: the harness starts LibreOffice
-#: only confined by bubblewrap (pilot.confined), so a test of it uses bwrap too.
-NEEDS: dict[str, frozenset[str]] = {"soffice": frozenset({"bwrap"})}
+#: only confined by bubblewrap (pilot.confined), and the real CLI only in the agent's sandbox (a rehearsal refuses a
+#: host that cannot isolate it), so a test of either uses bwrap too.
+NEEDS: dict[str, frozenset[str]] = {"soffice": frozenset({"bwrap"}), "real_cli": frozenset({"bwrap"})}
 
 
 def with_needs(components: Iterable[str]) -> frozenset[str]:
@@ -379,7 +380,7 @@ def bwrap() -> str:
 
 
 @pytest.fixture(scope="session")
-def real_cli() -> Path:
+def real_cli(bwrap: str) -> Path:
     """The pinned Claude Code CLI: ``PILOT_TEST_CLAUDE_BIN``, else the one bundled in ``claude-agent-sdk``."""
     from real_cli_support import real_cli as find
 

@@ -34,7 +34,8 @@ from pilot.attempt import AttemptOutcome
 from pilot.simulated import synthetic
 from pilot.store import Store
 
-pytestmark = pytest.mark.usefixtures("notebook", "latex")
+# The rehearsal drives the pinned CLI in the agent's sandbox, and its oracles recalculate with LibreOffice.
+pytestmark = pytest.mark.usefixtures("notebook", "latex", "real_cli", "soffice")
 
 STUDY = "rehearsal"
 LABEL = backends.label(backends.REHEARSAL)

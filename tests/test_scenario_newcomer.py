@@ -120,8 +120,11 @@ def test_generate_and_amend_write_inputs_and_the_amendment(added: dict, checkout
     amend = added["amend"]
     assert amend.returncode == 0, amend.stderr
     assert f": Extension scenario {SID}" in amend.stdout and f"scenario_sets.{SET} holds 11 scenarios" in amend.stdout
+    # The next identifier after the repository's own last amendment (read from the file, not from the kit).
+    before = (paths.ROOT / "protocol" / "amendments.csv").read_bytes().splitlines()[-1].split(b",")[0]
+    expected = b"A-%03d," % (int(before.removeprefix(b"A-")) + 1)
     last = (checkout / "protocol" / "amendments.csv").read_bytes().splitlines(keepends=True)[-1]
-    assert last.startswith(b"A-026,") and b",Extension scenario CUS-01," in last and last.endswith(b'."\n')
+    assert last.startswith(expected) and b",Extension scenario CUS-01," in last and last.endswith(b'."\n')
 
 
 @pytest.fixture(scope="module")

@@ -620,9 +620,8 @@ from __future__ import annotations
 import mutation_support
 import pytest
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+# The oracle recalculates the workbooks with LibreOffice: the fixture puts these tests in make test's tier.
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "__ID__"
 BOOK = "__BOOK__"
