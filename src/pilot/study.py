@@ -119,8 +119,9 @@ def check_runner(ref: str | None) -> str | None:
     return ref
 
 
-#: Backends whose studies ``create --fresh`` may delete: their runs are checks of the harness, never findings.
-DISCARDABLE_BACKENDS = frozenset(backends.AGENT_BACKENDS) - backends.REAL_BACKENDS
+#: Backends whose studies ``create --fresh`` may delete: their runs are checks of the harness, never findings (a dry
+#: run's SIMULATED participants among them; a wave of people never).
+DISCARDABLE_BACKENDS = frozenset({*backends.AGENT_BACKENDS, backends.SIMULATED_HUMAN}) - backends.REAL_BACKENDS
 
 
 def discard_study(name: str) -> bool:

@@ -383,6 +383,43 @@ def submit(
     return on_task
 
 
+# ---------------------------------------------------------------------- the assistant's exchanges
+def record_exchange(
+    st: Store,
+    wave: str,
+    participant_id: str,
+    prompt: str,
+    reply: Any,
+    *,
+    status: str = "answered",
+    error: str | None = None,
+) -> None:
+    """Keep one exchange with H1's assistant: what was typed, and the answer with its tokens and metered cost
+    (``reply`` a :class:`pilot.human.assistant.Reply`), or why there was none."""
+    usage = reply.usage if reply is not None else {}
+    with st.transaction() as c:
+        c.execute(
+            "INSERT INTO human_assistant (wave, participant_id, at, prompt, reply, status, message_id, input_tokens, "
+            "cache_creation_input_tokens, cache_read_input_tokens, output_tokens, cost_usd, error) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                wave,
+                participant_id,
+                now(),
+                prompt,
+                reply.text if reply is not None else None,
+                status if reply is None else "answered",
+                reply.message_id if reply is not None else None,
+                usage.get("input_tokens"),
+                usage.get("cache_creation_input_tokens"),
+                usage.get("cache_read_input_tokens"),
+                usage.get("output_tokens"),
+                str(reply.cost_usd) if reply is not None else None,
+                error,
+            ),
+        )
+
+
 # ---------------------------------------------------------------------- active time and interventions
 def page_view(st: Store, wave: str, participant_id: str, view_id: str, *, at: float | None = None) -> None:
     """A task page was served: its view id starts counting active seconds (:func:`report_active`)."""

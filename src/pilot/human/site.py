@@ -55,7 +55,7 @@ from pilot.human.status import clock_text, status_rows
 from pilot.human.wave import ASSISTED
 from pilot.portal.app import SessionLimits, SessionStore, SignInLimiter, SignInLimits
 from pilot.serving import BackgroundServer, set_security_headers
-from pilot.store import Store, now
+from pilot.store import Store
 from pilot.view.site import REHEARSAL_BANNER, SIMULATED_BANNER
 
 LOOPBACK = "127.0.0.1"
@@ -660,13 +660,13 @@ def create_app(
         pid = row["participant_id"]
         incoming = request.files.get("file")
         with state.own(pid):
+            fresh = open_or_closed(row)
+            if isinstance(fresh, Response):
+                return fresh
             with state.db() as s:
                 try:
                     deliverable, folder = sessions_mod.upload_target(s, wave, pid, name)
                 except sessions_mod.SessionError:
-                    fresh = open_or_closed(row)
-                    if isinstance(fresh, Response):
-                        return fresh
                     abort(404, description="The brief asks for no such file.")
             if incoming is None or not incoming.filename:
                 with state.db() as s:
@@ -705,15 +705,17 @@ def create_app(
                 return fresh
             if errors:
                 return task_page(fresh, code=400, errors=errors, draft=draft)
+            refused = ""
             with state.db() as s:
                 sessions_mod.save_draft(s, wave, pid, draft)
                 if action == "submit":
                     try:
                         sessions_mod.submit(s, wave, pid, ended_by="participant")
                     except sessions_mod.SessionError as exc:
-                        fresh = store.participant(s.conn, wave, pid)
-                        return task_page(fresh, code=400, errors=[str(exc)], draft=draft)
+                        refused = str(exc)
                 fresh = store.participant(s.conn, wave, pid)
+            if refused:
+                return task_page(fresh, code=400, errors=[refused], draft=draft)
             if action == "submit":
                 after_submit(fresh)
                 return redirect(url_for("done", session_id=session_id), code=303)
@@ -741,36 +743,15 @@ def create_app(
                 reply = state.assistant.ask(folder, history, text)
             except AssistantUnavailable as exc:
                 if text.strip():
-                    with state.db() as s, s.transaction() as c:
-                        c.execute(
-                            "INSERT INTO human_assistant (wave, participant_id, at, prompt, status, error) "
-                            "VALUES (?, ?, ?, ?, ?, ?)",
-                            (wave, pid, now(), text[: settings.max_message_chars], exc.status, str(exc)),
+                    with state.db() as s:
+                        sessions_mod.record_exchange(
+                            s, wave, pid, text[: settings.max_message_chars], None, status=exc.status, error=str(exc)
                         )
                 with state.db() as s:
                     fresh = store.participant(s.conn, wave, pid)
                 return task_page(fresh, code=409 if exc.status == "refused" else 502, errors=[f"Assistant: {exc}"])
-            with state.db() as s, s.transaction() as c:
-                c.execute(
-                    "INSERT INTO human_assistant (wave, participant_id, at, prompt, reply, status, message_id, "
-                    "input_tokens, "
-                    "cache_creation_input_tokens, cache_read_input_tokens, output_tokens, cost_usd) "
-                    "VALUES (?, ?, ?, ?, ?, 'answered', ?, ?, ?, ?, ?, ?)",
-                    (
-                        wave,
-                        pid,
-                        now(),
-                        text.strip(),
-                        reply.text,
-                        reply.message_id,
-                        reply.usage.get("input_tokens"),
-                        reply.usage.get("cache_creation_input_tokens"),
-                        reply.usage.get("cache_read_input_tokens"),
-                        reply.usage.get("output_tokens"),
-                        str(reply.cost_usd),
-                    ),
-                )
             with state.db() as s:
+                sessions_mod.record_exchange(s, wave, pid, text.strip(), reply)
                 fresh = store.participant(s.conn, wave, pid)
         return task_page(fresh)
 

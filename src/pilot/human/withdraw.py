@@ -138,3 +138,33 @@ def withdrawn_run_ids(st: Store, wave: str | None = None) -> set[str]:
     """Runs of participants who withdrew after analysis started (kept, but left out of every later export)."""
     sql = "SELECT run_id FROM human_participants WHERE status = 'withdrawn'" + (" AND wave = ?" if wave else "")
     return {r[0] for r in st.conn.execute(sql, (wave,) if wave else ())}
+
+
+def discard_simulated_wave(st: Store, wave: str) -> int:
+    """Remove a SIMULATED wave whole (to draw it again): its runs, files, rows and folder; returns the runs removed.
+
+    A wave of people is never discarded: their data go only by withdrawal or by
+    the retention rules, each logged. Refused for it, naming the wave.
+    """
+    w = store.wave(st.conn, wave)
+    if not w.simulated:
+        raise store.HumanWaveError(
+            f"human wave {wave!r} is a wave of people; it is never discarded (choose another name)"
+        )
+    removed = 0
+    for row in store.participants(st.conn, wave):
+        if st.conn.execute("SELECT 1 FROM cells WHERE run_id = ?", (row["run_id"],)).fetchone() is not None:
+            st.remove_run(row["run_id"], reason=f"SIMULATED wave {wave} drawn again")
+            removed += 1
+        shutil.rmtree(st.folder / "workspaces" / row["run_id"], ignore_errors=True)
+    with st.transaction() as c:
+        for table in (
+            *store.PARTICIPANT_TABLES,
+            "human_participants",
+            "human_withdrawals",
+            "human_deletions",
+            "human_waves",
+        ):
+            c.execute(f"DELETE FROM {table} WHERE wave = ?", (wave,))
+    shutil.rmtree(wave_dir(st.folder, wave), ignore_errors=True)
+    return removed

@@ -16,9 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from pilot import paths, protocol
-from pilot.backends import label_of
+from pilot.backends import PARTICIPANT_BACKENDS, label_of
 from pilot.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
 from pilot.ledger import Balance
+from pilot.store import HUMAN_WAVE
 from pilot.report import run_fidelity
 
 # The steps of the run flow, in order, with what each counts.
@@ -87,6 +88,11 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
     study = study or protocol.study()
     cells = pd.DataFrame(store.cell_rows())  # type: ignore[attr-defined]
     attempts = pd.DataFrame(store.attempts())  # type: ignore[attr-defined]
+    # The human wave's sessions (pilot.human) have a report of their own (stage 07): this one is the agent runs'.
+    if not cells.empty:
+        cells = cells[cells["wave"] != HUMAN_WAVE].reset_index(drop=True)
+    if not attempts.empty:
+        attempts = attempts[~attempts["backend"].isin(PARTICIPANT_BACKENDS)].reset_index(drop=True)
     backends = sorted(set(attempts["backend"])) if not attempts.empty else []
     waves = [w for w in ("pilot", "repeat3", "sensitivity") if not cells.empty and (cells["wave"] == w).any()]
     wave_of = dict(zip(cells["run_id"], cells["wave"])) if not cells.empty else {}
@@ -121,6 +127,8 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
     flow["total"] = flow[waves].sum(axis=1) if waves else 0
 
     status = pd.DataFrame(store.status_by_arm())  # type: ignore[attr-defined]
+    if not status.empty:
+        status = status[status["wave"] != HUMAN_WAVE]
     if status.empty:
         ledger = pd.DataFrame(columns=["arm", "total"])
     else:
