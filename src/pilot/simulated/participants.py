@@ -311,3 +311,44 @@ def simulate_wave(
         "evaluated": sum(1 for s in evaluated.values() if s == "done"),
         "truth": paths.shown(truth_file),
     }
+
+
+def truth_check(humans: Any, truth: dict[str, Any], *, seed: int, B: int = 2000, level: float = 0.95) -> Any:
+    """Each condition's estimated P(D = 1) (scenario-weighted, scenario-cluster bootstrap) beside the planted one.
+
+    Also the share of sessions that reached the wall limit beside its planted
+    probability. SIMULATED: the truth is the model's, and no person took part.
+    """
+    import pandas as pd
+
+    from pilot.stats import estimators, resampling
+    from pilot.stats.estimators import Layout
+
+    layout = Layout.of(humans, list(CONDITIONS))
+    counts = resampling.bootstrap_counts(np.random.default_rng([int(seed), 9]), layout.J, int(B))
+    d = humans["D"].to_numpy(dtype=float, na_value=np.nan)
+    means = layout.means(d)
+    w = layout.weights("equal")
+    est = estimators.arm_means(means, w)
+    lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts, w), level)
+    rows = []
+    for k, cond in enumerate(CONDITIONS):
+        planted = truth["conditions"][cond]
+        per = [planted["scenarios"][s]["p_D"] for s in layout.scenarios if s in planted["scenarios"]]
+        p_d = float(np.mean(per)) if per else float("nan")
+        capped = humans.loc[humans["arm"] == cond, "censored"].astype(bool)
+        rows.append(
+            {
+                "condition": cond,
+                "label": f"{LABEL} ({NO_PERSON})",
+                "planted_p_D": p_d,
+                "estimate_D": float(est[k]),
+                "ci_low": float(lo[k]),
+                "ci_high": float(hi[k]),
+                "covered": bool(lo[k] <= p_d <= hi[k]),
+                "planted_p_capped": float(planted["p_capped"]),
+                "observed_capped": float(capped.mean()) if len(capped) else float("nan"),
+                "sessions": int(len(capped)),
+            }
+        )
+    return pd.DataFrame(rows)
