@@ -56,7 +56,7 @@ class HumanComparison:
 
     @property
     def tag(self) -> str:
-        """What every caption and sentence starts with: the label, and for SIMULATED participants that no person took part."""
+        """What every caption and sentence starts with (for SIMULATED participants: and "no person took part")."""
         if not self.people:
             return f"SIMULATED ({NO_PERSON})"
         return self.label
