@@ -624,7 +624,7 @@ def create_app(
             no_assistant=NO_ASSISTANT,
             history=history,
             spent=f"{spent:.4f}",
-            budget=str(settings.usd_per_session),
+            budget=f"{settings.usd_per_session:.2f}",
             max_message_chars=settings.max_message_chars,
             portal=portal_for(row),
             stand_ins=", ".join(uploads.TEXT_STAND_INS),
