@@ -206,6 +206,11 @@ def create_app(
         st.close()
         raise
     settings = Settings.from_mapping(info.assistant)
+    # The oracle's guarded parse child starts now, its office libraries imported while nobody waits: the first
+    # upload is admitted as fast as the others.
+    from pilot.oracles import guard
+
+    guard.prestart()
     state = SiteState(st, folder, wave, threading.Lock(), assistant or Assistant(settings), consent)
     state.evaluate_judge = judge
     if evaluate_in_background:
