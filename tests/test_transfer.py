@@ -31,6 +31,8 @@ KEPT_FILES = {
     f"{PROXY}/proxy_usage.jsonl": b'{"input_tokens": 10}\n',
     f"{PROXY}/proxy_exchanges.jsonl": b'{"request": 1}\n' * 50,
     "portal/portal_access.jsonl": b'{"path": "/"}\n',
+    "recalculated/recalculated.json": b'{"copies": []}\n',
+    "recalculated/w000.xlsx": os.urandom(3000),
     "workspace/CHECKPOINT.md": b"# Checkpoint\n",
     "workspace/inputs/bank_statement.csv": b"date,amount\n2026-10-01,12.50\n",
     "workspace/outputs/completion_record.json": b'{"status": "complete"}\n',
@@ -118,6 +120,9 @@ def test_kept_names_are_the_ones_the_harness_writes():
         workspace.TRANSCRIPT_NAME,
     } <= kept
     assert f"{workspace.HARNESS_RECORD_DIR}/**" in kept and f"portal/{access_log.ACCESS_LOG_NAME}" in kept
+    from pilot.judges import recalculated
+
+    assert f"{recalculated.FOLDER}/**" in kept
     assert network.REFUSAL_LOG == "network_refusals.jsonl"  # under record/, as the test's folder has it
 
 

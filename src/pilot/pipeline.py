@@ -92,6 +92,7 @@ def judge_record(
     ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this process's;
     ``judge_timeout_s`` a rehearsal's shorter time limit per judge call (None: the backend's own).
     """
+    from pilot.judges.recalculated import Recalculated
     from pilot.scenarios import load_scenario
 
     workspace = Path(record.get("workspace") or attempt_dir)
@@ -107,6 +108,8 @@ def judge_record(
             withheld=withheld,
             environ=environ,
             timeout_s=judge_timeout_s,
+            # The oracle's recalculated workbooks, kept by the runner: the judges see what its pass computed.
+            recalculated=Recalculated.load(Path(attempt_dir)),
         )
         record["judges"] = [r.to_dict() for r in results]
         record["judge_error"] = None

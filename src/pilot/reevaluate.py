@@ -237,7 +237,7 @@ def reevaluate_one(store: Store, cand: Candidate) -> Result:
     from pilot.scenarios import load_scenario
 
     rec = json.loads(cand.record_json)
-    ev = runner.evaluate_finished(load_scenario(cand.scenario), cand.workspace, rec["input_hashes"])
+    ev = runner.evaluate_finished(load_scenario(cand.scenario), cand.workspace, rec["input_hashes"], cand.attempt_dir)
     # The verdict must rest on the bytes the run left: the workspace is checked again after the evaluation read it.
     after = untrusted(rec, cand.attempt_dir, cand.workspace)
     if after is not None:

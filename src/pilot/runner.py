@@ -843,7 +843,7 @@ def _finish(
     rec.workspace_sha256, rec.workspace_entries = record_workspace(ws.root, out_dir)
     if evaluate:
         mark_phase(out_dir, "evaluation")
-        ev = evaluate_finished(scenario, ws.root, ws.input_hashes)
+        ev = evaluate_finished(scenario, ws.root, ws.input_hashes, out_dir)
         (out_dir / EVALUATION_FILE).write_text(json.dumps(ev.to_dict(), indent=2) + "\n", encoding="utf-8")
         apply_evaluation(rec, ev)
     rec.worker_bytes_read = worker_files.bytes_read() - bytes_start
@@ -917,7 +917,7 @@ def _harness_fault(
             rec.workspace_sha256, rec.workspace_entries = record_workspace(ws.root, out_dir)
             if evaluate:
                 mark_phase(out_dir, "evaluation")
-                ev = evaluate_finished(scenario, ws.root, ws.input_hashes)
+                ev = evaluate_finished(scenario, ws.root, ws.input_hashes, out_dir)
                 (out_dir / EVALUATION_FILE).write_text(json.dumps(ev.to_dict(), indent=2) + "\n", encoding="utf-8")
                 apply_evaluation(rec, ev)
         except Exception as again:  # noqa: BLE001 - the run keeps its eval_error; pilot study reevaluate can retry
@@ -928,9 +928,15 @@ def _harness_fault(
     return rec
 
 
-def evaluate_finished(scenario: Any, workspace: Path, input_hashes: dict[str, str] | None) -> Any:
+def evaluate_finished(
+    scenario: Any, workspace: Path, input_hashes: dict[str, str] | None, run_folder: Path | None = None
+) -> Any:
     """The evaluation of a finished run: the input-hash check, the oracle and the guarded reader
     (:func:`pilot.oracle_formats.evaluate.evaluate`: the core oracle, with the deck reader for a deck). The runner and ``pilot study reevaluate`` both call this.
+
+    With ``run_folder`` the run's delivered workbooks are recalculated first, in one LibreOffice pass whose
+    copies are kept in ``run_folder/recalculated`` for the judges' rendering (:mod:`pilot.judges.recalculated`);
+    the oracle then reads the same pass's results from its recalculator's cache.
 
     The evaluator's own failure is an evaluation error of the run (``errors``), never an exception:
     a finished run cannot become an infrastructure error, whatever happens in its evaluation.
@@ -938,6 +944,16 @@ def evaluate_finished(scenario: Any, workspace: Path, input_hashes: dict[str, st
     from pilot.oracle_formats.evaluate import evaluate as oracle_evaluate
     from pilot.oracles.evaluate import Evaluation
 
+    if run_folder is not None:
+        from pilot.judges.prompt import requested_names
+        from pilot.judges.render import keep_recalculated
+
+        try:
+            keep_recalculated(run_folder, Path(workspace) / "outputs", requested_names(scenario))
+        except Exception as exc:  # noqa: BLE001 - no kept copy: the workbooks render with that said; the oracle runs
+            import logging
+
+            logging.getLogger(__name__).warning("recalculated copies not kept: %s: %s", type(exc).__name__, exc)
     try:
         return oracle_evaluate(scenario, workspace, input_hashes)
     except Exception as exc:  # noqa: BLE001 - see the docstring

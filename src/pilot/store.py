@@ -357,6 +357,17 @@ def atomic_write_text(path: Path, text: str) -> Path:
     return path
 
 
+def atomic_write_private(path: Path, text: str) -> Path:
+    """:func:`atomic_write_text`, readable and writable by the owner alone (links, secrets)."""
+    old = os.umask(0o077)
+    try:
+        atomic_write_text(path, text)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return Path(path)
+
+
 class Store:
     """One study's SQLite store. Open it with :meth:`open` (existing) or :meth:`create`."""
 

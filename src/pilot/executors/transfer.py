@@ -59,6 +59,8 @@ KEPT: tuple[str, ...] = (
     "portal/portal_access.jsonl",
     # the harness's copy of the event stream
     "transcript.jsonl",
+    # the oracle's recalculated workbooks, from which the judges, the graders and the viewer render them
+    "recalculated/**",
     # the rest of the workspace as left: the inputs (the E check's evidence) and what the harness laid out, so that
     # the study's copy has the digest the record took of the whole workspace (pilot study reevaluate checks it)
     "workspace/**",

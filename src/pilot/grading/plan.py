@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,12 +17,15 @@ from pilot.grading import tokens
 from pilot.grading.assignment import Assignment, Package, arm_spread, assign, draw_sample
 from pilot.grading.graders import Grader, read_graders
 from pilot.grading.store import GradingError, log_event, open_store
-from pilot.store import atomic_write_text, now
+from pilot.store import atomic_write_private, now
 
 #: The study waves a grading wave draws from by default: the primary analysis's runs (not the model-sensitivity wave).
 PRIMARY_WAVES = ("pilot", "repeat3")
 #: Where a wave's sign-in links are written (readable by the owner alone): analysis/data/STUDY/grading/WAVE/links.csv
 LINKS_FILE = "links.csv"
+#: The grading site's secret and its open sessions, beside the links (owner-only; pilot.web_sessions).
+SECRET_FILE = "site.secret"
+SESSIONS_FILE = "sessions.sqlite"
 _WAVE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
 
@@ -198,11 +200,4 @@ def _write_links(folder: Path, graders: Sequence[Grader], grader_tokens: Mapping
     w.writerow(["coordinator", "", "", "", f"/coordinator/signin/{coordinator}"])
     for g in graders:
         w.writerow(["grader", g.grader_id, g.name, g.contact, f"/signin/{grader_tokens[g.grader_id]}"])
-    path = folder / LINKS_FILE
-    old = os.umask(0o077)
-    try:
-        atomic_write_text(path, buf.getvalue())
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    return path
+    return atomic_write_private(folder / LINKS_FILE, buf.getvalue())

@@ -93,7 +93,37 @@ CREATE TABLE IF NOT EXISTS grading_events (
     detail_json TEXT
 );
 CREATE INDEX IF NOT EXISTS grading_events_by_assignment ON grading_events (wave, assignment_id);
+-- Each save of a draft, numbered per assignment: a page saves on the revision it was given, so two tabs on one
+-- package cannot overwrite each other unseen. ``tab`` is the page's own random id.
+CREATE TABLE IF NOT EXISTS grading_revisions (
+    wave TEXT NOT NULL,
+    assignment_id TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    tab TEXT NOT NULL,
+    saved_at TEXT NOT NULL,
+    PRIMARY KEY (wave, assignment_id),
+    FOREIGN KEY (wave, assignment_id) REFERENCES grading_assignments (wave, assignment_id)
+);
+-- Time a grader spent with a downloaded file of a package open, as they stated it on returning to the page
+-- (recorded apart from the page's own active seconds, grading_assignments.active_s).
+CREATE TABLE IF NOT EXISTS grading_file_time (
+    entry_id INTEGER PRIMARY KEY,
+    wave TEXT NOT NULL,
+    assignment_id TEXT NOT NULL,
+    file TEXT NOT NULL,
+    seconds REAL NOT NULL CHECK (seconds >= 0),
+    at TEXT NOT NULL,
+    FOREIGN KEY (wave, assignment_id) REFERENCES grading_assignments (wave, assignment_id)
+);
 """
+
+#: The subject of the coordinator's sessions (a grader's is their grader id).
+COORDINATOR = "coordinator"
+#: A submitted grade needs a critique of at least this many characters for every criterion (the procedure,
+#: protocol/human/evaluation.md); a draft may have any.
+MIN_CRITIQUE_CHARS = 20
+#: The most time with a downloaded file one statement may add: a working day.
+MAX_FILE_S = 12 * 3600.0
 
 #: Columns of the long grade table (one row per assignment and criterion): the export and the report's input.
 GRADE_COLUMNS = (
@@ -117,6 +147,22 @@ GRADE_COLUMNS = (
 
 class GradingError(StoreError):
     """A grading wave cannot be created, read or written; the message says which and why."""
+
+
+class StaleDraft(GradingError):
+    """A save based on an earlier revision of the draft than the stored one (another tab or window saved since)."""
+
+    def __init__(self, revision: int, saved_at: str) -> None:
+        super().__init__(
+            f"this package was saved from another tab or window at {saved_at}; "
+            "reload the page to continue from that version (what you typed here is not saved)"
+        )
+        self.revision, self.saved_at = revision, saved_at
+
+
+def short_critiques(critiques: Mapping[str, str]) -> list[str]:
+    """The criteria whose critique is shorter than :data:`MIN_CRITIQUE_CHARS` (blank characters not counted)."""
+    return [c for c, text in critiques.items() if len(" ".join((text or "").split())) < MIN_CRITIQUE_CHARS]
 
 
 @dataclass(frozen=True)
@@ -203,6 +249,47 @@ def log_event(
     )
 
 
+def packages(conn: sqlite3.Connection, wave_name: str) -> list[dict[str, Any]]:
+    """The wave's packages for the coordinator: id, scenario, arm, and each assignment's grader and status."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in conn.execute(
+        "SELECT p.package_id, p.scenario, p.arm, a.grader_id, a.status FROM grading_packages p "
+        "JOIN grading_assignments a USING (wave, package_id) WHERE p.wave = ? ORDER BY p.package_id, a.slot",
+        (wave_name,),
+    ):
+        pkg = out.setdefault(
+            r["package_id"], {"package_id": r["package_id"], "scenario": r["scenario"], "arm": r["arm"], "graders": []}
+        )
+        pkg["graders"].append((r["grader_id"], r["status"]))
+    return list(out.values())
+
+
+def set_link(conn: sqlite3.Connection, wave_name: str, who: str, token_hash: str, *, kind: str) -> None:
+    """Store a new sign-in hash for ``who`` (a grader id, or :data:`COORDINATOR`): the old link stops working.
+
+    ``kind`` (``reissue`` or ``revoke``) is logged; a revoked link's hash is that of a token nobody holds.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if who == COORDINATOR:
+            wave(conn, wave_name)
+            conn.execute("UPDATE grading_waves SET coordinator_token_hash = ? WHERE wave = ?", (token_hash, wave_name))
+        else:
+            done = conn.execute(
+                "UPDATE graders SET token_hash = ? WHERE wave = ? AND grader_id = ?", (token_hash, wave_name, who)
+            ).rowcount
+            if not done:
+                have = [r[0] for r in conn.execute("SELECT grader_id FROM graders WHERE wave = ?", (wave_name,))]
+                raise GradingError(
+                    f"no grader {who!r} in wave {wave_name!r} (graders: {', '.join(have) or 'none'}; or {COORDINATOR})"
+                )
+        log_event(conn, wave_name, f"link_{kind}", grader_id=None if who == COORDINATOR else who, detail={"who": who})
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 def grader_by_token_hash(conn: sqlite3.Connection, wave_name: str, digest: str) -> sqlite3.Row | None:
     return conn.execute("SELECT * FROM graders WHERE wave = ? AND token_hash = ?", (wave_name, digest)).fetchone()
 
@@ -240,6 +327,15 @@ def scores(conn: sqlite3.Connection, wave_name: str, assignment_id: str) -> dict
     }
 
 
+def revision(conn: sqlite3.Connection, wave_name: str, assignment_id: str) -> tuple[int, str | None, str | None]:
+    """(revision, tab, saved_at) of an assignment's draft: (0, None, None) before its first save."""
+    row = conn.execute(
+        "SELECT revision, tab, saved_at FROM grading_revisions WHERE wave = ? AND assignment_id = ?",
+        (wave_name, assignment_id),
+    ).fetchone()
+    return (0, None, None) if row is None else (int(row[0]), row[1], row[2])
+
+
 def save_grade(
     conn: sqlite3.Connection,
     wave_name: str,
@@ -250,12 +346,17 @@ def save_grade(
     accept: bool | None,
     active_s: float,
     submit: bool,
-) -> str:
-    """Save (or submit) a grade in one transaction; returns the new status.
+    base_revision: int | None = None,
+    tab: str = "",
+) -> tuple[str, int]:
+    """Save (or submit) a grade in one transaction; returns the new status and the draft's revision.
 
     Refused when the assignment is not the grader's, or already submitted, or
-    (on submit) when a score or the acceptance is missing. ``active_s`` is
-    added to the time already recorded.
+    (on submit) when a score, the acceptance or a critique of
+    :data:`MIN_CRITIQUE_CHARS` is missing. With ``base_revision`` (the
+    revision the page was given), refused with :class:`StaleDraft` when another
+    tab (``tab`` differs) saved since. ``active_s`` is added to the time
+    already recorded.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -264,12 +365,18 @@ def save_grade(
             raise GradingError(f"assignment {assignment_id} is not one of {grader_id}'s")
         if row["status"] == "submitted":
             raise GradingError("this package was already submitted; a submitted grade is final")
+        current, last_tab, last_saved = revision(conn, wave_name, assignment_id)
+        if base_revision is not None and base_revision != current and not (tab and tab == last_tab):
+            raise StaleDraft(current, last_saved or "")
         if submit:
             missing = [c for c, (s, _) in scores_by_criterion.items() if s is None]
-            if missing or accept is None:
+            short = short_critiques({c: t for c, (_, t) in scores_by_criterion.items()})
+            if missing or accept is None or short:
                 parts = ([f"a score for {', '.join(missing)}"] if missing else []) + (
                     ["the acceptance decision"] if accept is None else []
                 )
+                if short:
+                    parts.append(f"a critique of at least {MIN_CRITIQUE_CHARS} characters for {', '.join(short)}")
                 raise GradingError(f"cannot submit without {' and '.join(parts)}")
         for criterion, (score, critique) in scores_by_criterion.items():
             if score is not None and not (isinstance(score, int) and 0 <= score <= 4):
@@ -294,16 +401,43 @@ def save_grade(
                 assignment_id,
             ),
         )
+        conn.execute(
+            "INSERT INTO grading_revisions (wave, assignment_id, revision, tab, saved_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (wave, assignment_id) DO UPDATE SET revision = excluded.revision, tab = excluded.tab, "
+            "saved_at = excluded.saved_at",
+            (wave_name, assignment_id, current + 1, tab, stamp),
+        )
         log_event(conn, wave_name, "submit" if submit else "save", grader_id=grader_id, assignment_id=assignment_id)
         conn.execute("COMMIT")
-        return status
+        return status, current + 1
     except BaseException:
         conn.execute("ROLLBACK")
         raise
 
 
+def add_file_time(
+    conn: sqlite3.Connection, wave_name: str, grader_id: str, assignment_id: str, file: str, seconds: float
+) -> float:
+    """Record time the grader says they spent with a downloaded file of the package; returns the seconds kept."""
+    if assignment(conn, wave_name, grader_id, assignment_id) is None:
+        raise GradingError(f"assignment {assignment_id} is not one of {grader_id}'s")
+    kept = min(max(0.0, float(seconds)), MAX_FILE_S)
+    conn.execute(
+        "INSERT INTO grading_file_time (wave, assignment_id, file, seconds, at) VALUES (?, ?, ?, ?, ?)",
+        (wave_name, assignment_id, file, kept, now()),
+    )
+    log_event(
+        conn, wave_name, "file_time", grader_id=grader_id, assignment_id=assignment_id, detail={"file": file, "s": kept}
+    )
+    return kept
+
+
 def grades_frame(conn: sqlite3.Connection, wave_name: str, *, submitted_only: bool = True) -> pd.DataFrame:
-    """The wave's grades, one row per assignment and criterion (columns :data:`GRADE_COLUMNS`).
+    """The wave's grades, one row per assignment and criterion (columns :data:`GRADE_COLUMNS`, then ``file_s``).
+
+    ``active_s`` is the time on the package's page, ``file_s`` the time the
+    grader said they spent with its downloaded files: two measures, never
+    added together here.
 
     Only submitted grades by default: a draft is not a grade. An assignment
     with no grade yet has one row with ``criterion`` empty, so the coverage
@@ -312,7 +446,9 @@ def grades_frame(conn: sqlite3.Connection, wave_name: str, *, submitted_only: bo
     w = wave(conn, wave_name)
     rows = conn.execute(
         "SELECT a.assignment_id, p.package_id, p.run_id, p.scenario, p.arm, p.model, a.grader_id, a.slot, a.status, "
-        "a.accept, a.active_s, s.criterion, s.score, s.critique "
+        "a.accept, a.active_s, s.criterion, s.score, s.critique, "
+        "(SELECT COALESCE(SUM(t.seconds), 0) FROM grading_file_time t "
+        "WHERE t.wave = a.wave AND t.assignment_id = a.assignment_id) AS file_s "
         "FROM grading_assignments a JOIN grading_packages p USING (wave, package_id) "
         "LEFT JOIN grading_scores s ON s.wave = a.wave AND s.assignment_id = a.assignment_id "
         "WHERE a.wave = ? ORDER BY p.package_id, a.slot, s.criterion",
@@ -338,9 +474,10 @@ def grades_frame(conn: sqlite3.Connection, wave_name: str, *, submitted_only: bo
                 "critique": (r["critique"] or "") if graded else "",
                 "accept": r["accept"] if graded else None,
                 "active_s": float(r["active_s"]),
+                "file_s": float(r["file_s"]),
             }
         )
-    frame = pd.DataFrame(out, columns=list(GRADE_COLUMNS))
+    frame = pd.DataFrame(out, columns=[*GRADE_COLUMNS, "file_s"])
     if not submitted_only:
         return frame
     # one placeholder row per ungraded assignment
@@ -348,9 +485,15 @@ def grades_frame(conn: sqlite3.Connection, wave_name: str, *, submitted_only: bo
 
 
 def progress(conn: sqlite3.Connection, wave_name: str) -> dict[str, pd.DataFrame]:
-    """Counts of open, saved and submitted assignments per grader and per stratum (scenario x arm)."""
+    """Counts of open, saved and submitted assignments per grader and per stratum (scenario x arm).
+
+    Per grader also: the seconds on the package pages (``active_s``) and with
+    downloaded files (``file_s``), the last thing they did on the site
+    (``last_activity``, UTC) and ``short_critiques``, the saved or submitted
+    assignments with a critique under :data:`MIN_CRITIQUE_CHARS` characters.
+    """
     frame = pd.read_sql_query(
-        "SELECT a.grader_id, g.name, p.scenario, p.arm, a.status, a.active_s FROM grading_assignments a "
+        "SELECT a.assignment_id, a.grader_id, g.name, p.scenario, p.arm, a.status, a.active_s FROM grading_assignments a "
         "JOIN grading_packages p USING (wave, package_id) JOIN graders g ON g.wave = a.wave AND g.grader_id = a.grader_id "
         "WHERE a.wave = ?",
         conn,
@@ -366,7 +509,34 @@ def progress(conn: sqlite3.Connection, wave_name: str) -> dict[str, pd.DataFrame
         table["assigned"] = table.sum(axis=1)
         return table.reset_index()
 
-    return {"grader": counts(["grader_id", "name"]), "stratum": counts(["scenario", "arm"])}
+    graders = counts(["grader_id", "name"])
+    file_s = dict(
+        conn.execute(
+            "SELECT a.grader_id, SUM(t.seconds) FROM grading_file_time t JOIN grading_assignments a "
+            "ON a.wave = t.wave AND a.assignment_id = t.assignment_id WHERE t.wave = ? GROUP BY a.grader_id",
+            (wave_name,),
+        ).fetchall()
+    )
+    last = dict(
+        conn.execute(
+            "SELECT grader_id, MAX(at) FROM grading_events WHERE wave = ? AND grader_id IS NOT NULL GROUP BY grader_id",
+            (wave_name,),
+        ).fetchall()
+    )
+    critiques: dict[str, dict[str, str]] = {}
+    for r in conn.execute(
+        "SELECT s.assignment_id, s.criterion, s.critique FROM grading_scores s JOIN grading_assignments a "
+        "ON a.wave = s.wave AND a.assignment_id = s.assignment_id WHERE s.wave = ? AND a.status != 'open'",
+        (wave_name,),
+    ):
+        critiques.setdefault(r[0], {})[r[1]] = r[2]
+    short = frame[frame["assignment_id"].map(lambda a: bool(short_critiques(critiques.get(a, {"": ""}))))]
+    short = short[short["status"] != "open"].groupby("grader_id").size()
+    graders["active_s"] = graders["grader_id"].map(frame.groupby("grader_id")["active_s"].sum()).fillna(0.0)
+    graders["file_s"] = graders["grader_id"].map(lambda g: float(file_s.get(g) or 0.0))
+    graders["last_activity"] = graders["grader_id"].map(lambda g: last.get(g) or "")
+    graders["short_critiques"] = graders["grader_id"].map(short).fillna(0).astype(int)
+    return {"grader": graders, "stratum": counts(["scenario", "arm"])}
 
 
 #: Columns of the panel table (one row per package, judge and criterion).

@@ -16,7 +16,8 @@ from typing import Any
 from pilot import backends, protocol
 from pilot.judges.backend import JudgeBackend, JudgeRequest
 from pilot.judges.prompt import JudgePrompt, prompt_for_run
-from pilot.judges.render import RenderLimits
+from pilot.judges.recalculated import Recalculated
+from pilot.judges.render import DEFAULT_RENDERING, RenderLimits
 from pilot.judges.rubric import weighted_score
 from pilot.judges.schema import VerdictError, parse_verdict
 
@@ -123,6 +124,8 @@ def judge_run(
     limits: RenderLimits | None = None,
     environ: dict[str, str] | None = None,
     timeout_s: float | None = None,
+    recalculated: Recalculated | None = None,
+    rendering: str = DEFAULT_RENDERING,
 ) -> list[JudgeResult]:
     """Judge one run's deliverables with the study's panel.
 
@@ -130,11 +133,15 @@ def judge_run(
     ``withheld`` lists the run's own identifiers (run id, node, workspace)
     that must not reach a judge; ``environ`` the CLI judges' upstream
     (default: this process's); ``timeout_s`` the time limit of each judge
-    call (default: the backend's; a rehearsal's is shorter). Returns one
+    call (default: the backend's; a rehearsal's is shorter); ``recalculated``
+    the run's kept recalculated workbooks and ``rendering`` which rendering
+    (:mod:`pilot.judges.render`). Returns one
     result per panel member, in panel order; a missing judge has ``error``
     set and no score.
     """
     study = study or protocol.study()
-    prompt = prompt_for_run(scenario, Path(outputs_dir), withheld=withheld, limits=limits)
+    prompt = prompt_for_run(
+        scenario, Path(outputs_dir), withheld=withheld, limits=limits, recalculated=recalculated, rendering=rendering
+    )
     judge = make_backend(backend, claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s)
     return judge_prompt(prompt, backend=judge, seed=seed, panel=study.judge_panel)

@@ -1,8 +1,11 @@
 """Render a run's deliverables as text a judge can read.
 
 Each requested deliverable is looked up in the run's ``outputs/`` folder and
-rendered by the library made for its format: a workbook sheet by sheet with
-cell values and formulas (openpyxl), a Word document with its headings,
+rendered by the library made for its format: a workbook sheet by sheet as a
+spreadsheet program shows it on opening, each formula cell as the value it
+computes with its formula beside it when the scenario asks for formulas, read
+from the oracle's recalculated copy (:mod:`pilot.judges.recalculated`; the
+same LibreOffice pass, never a second), a Word document with its headings,
 paragraphs and tables in order (python-docx), a slide deck slide by slide
 with its titles, text, tables and notes (python-pptx), a PDF's text page by
 page (pypdf), a CSV as a table, a text file as it is. A text substitute (a
@@ -24,15 +27,23 @@ opened is shown as such. Each
 rendered deliverable also carries a few observable features (presence,
 formulas, error values, words, headings, tables) that the simulated judge
 scores; the real judges read only the text.
+
+Two renderings of a workbook exist. ``recalculated`` (the default, the
+study's rendering since amendment A-027) reads the recalculated copy, so a
+workbook written by openpyxl (formulas, no stored values) and the same
+workbook saved by a spreadsheet program render to the same text. ``stored``
+is the rendering before it, kept for ``pilot study rejudge``: the values
+stored in the file, and a formula alone where the file stores none.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +51,7 @@ from typing import Any
 from openpyxl.utils import get_column_letter
 
 from pilot import worker_files
+from pilot.judges.recalculated import Recalculated
 from pilot.oracles import admission, guard
 
 COMPLETION_RECORD = "completion_record.json"
@@ -64,6 +76,22 @@ FORMAT_LABELS = {
     "text": "plain text",
     "other": "file",
 }
+
+
+#: The workbook renderings (see the module's docstring); the first is the study's.
+RENDERINGS = ("recalculated", "stored")
+DEFAULT_RENDERING = RENDERINGS[0]
+#: Said once before a recalculated workbook's sheets, the same for every workbook, so a judge reads the brackets.
+RECALCULATED_NOTE = (
+    "(values as a spreadsheet program computes them on opening; where formulas are shown, "
+    "each formula follows its value in brackets)"
+)
+VALUES_NOTE = "(values as a spreadsheet program computes them on opening)"
+#: When the values of a workbook could not be computed, the stored rendering follows this line.
+NOT_COMPUTED_NOTE = (
+    "(the values of this workbook could not be computed; the values stored in the file are shown, "
+    "and a formula alone where the file stores none)"
+)
 
 
 @dataclass(frozen=True)
@@ -172,7 +200,24 @@ def _is_error_value(v: Any) -> bool:
 # ---------------------------------------------------------------- formats
 
 
-def _render_workbook(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> None:
+@dataclass(frozen=True)
+class WorkbookSource:
+    """How the workbooks of one package are rendered: which rendering, from which kept copies, formulas shown or not."""
+
+    rendering: str = DEFAULT_RENDERING
+    recalculated: Recalculated | None = None
+    show_formulas: bool = True
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _render_sheets(
+    path: Path, budget: _Budget, lim: RenderLimits, feats: dict, cell: Callable[[Any, Any, dict], str]
+) -> None:
+    """A workbook sheet by sheet, bounded; ``cell(formula_view, value_view, feats)`` gives each cell's text."""
     from openpyxl import load_workbook
 
     wb_f = load_workbook(path, data_only=False, read_only=True)
@@ -198,26 +243,12 @@ def _render_workbook(path: Path, budget: _Budget, lim: RenderLimits, feats: dict
             rows_f = ws_f.iter_rows(min_row=1, max_row=shown_rows, max_col=shown_cols)
             rows_v = ws_v.iter_rows(min_row=1, max_row=shown_rows, max_col=shown_cols, values_only=True)
             body: list[list[str]] = []
-            for r_idx, (row_f, row_v) in enumerate(zip(rows_f, rows_v), start=1):
+            for r_idx, (row_f, row_v) in enumerate(zip(rows_f, rows_v, strict=False), start=1):
                 cells = [str(r_idx)]
-                for cell, cached in zip(row_f, row_v):
-                    raw = cell.value
-                    if raw is not None:
+                for c_f, value in zip(row_f, row_v, strict=False):
+                    if c_f.value is not None:
                         feats["n_cells"] += 1
-                    if isinstance(raw, str) and raw.startswith("="):
-                        feats["n_formulas"] += 1
-                        if cached is None:
-                            feats["n_formulas_uncomputed"] += 1
-                            cells.append(_cell_text(raw, lim.max_cell_chars))
-                        else:
-                            cells.append(
-                                _cell_text(f"{raw} -> {_cell_text(cached, lim.max_cell_chars)}", lim.max_cell_chars * 2)
-                            )
-                    else:
-                        shown = cached if cached is not None else raw
-                        cells.append(_cell_text(shown, lim.max_cell_chars))
-                    if _is_error_value(cached) or getattr(cell, "data_type", None) == "e":
-                        feats["n_error_values"] += 1
+                    cells.append(cell(c_f, value, feats))
                 # Drop trailing empty cells so sparse sheets stay compact.
                 while len(cells) > 1 and cells[-1] == "":
                     cells.pop()
@@ -231,6 +262,69 @@ def _render_workbook(path: Path, budget: _Budget, lim: RenderLimits, feats: dict
     finally:
         wb_f.close()
         wb_v.close()
+
+
+def _render_workbook_recalculated(
+    copy: Path, budget: _Budget, lim: RenderLimits, feats: dict, show_formulas: bool
+) -> None:
+    """A workbook from its recalculated copy: each formula cell as its computed value, the formula beside it."""
+
+    def cell(c_f: Any, value: Any, feats: dict) -> str:
+        raw = c_f.value
+        shown = _cell_text(value, lim.max_cell_chars)
+        if isinstance(raw, str) and raw.startswith("="):
+            feats["n_formulas"] += 1
+            if value is None:
+                feats["n_formulas_uncomputed"] += 1
+            if show_formulas:
+                shown = _cell_text(f"{shown} [{raw}]".lstrip(), lim.max_cell_chars * 2)
+        if _is_error_value(value):
+            feats["n_error_values"] += 1
+        return shown
+
+    budget.add(RECALCULATED_NOTE if show_formulas else VALUES_NOTE)
+    _render_sheets(copy, budget, lim, feats, cell)
+    feats["recalculated"] = True
+
+
+def _render_workbook(
+    path: Path, budget: _Budget, lim: RenderLimits, feats: dict, source: WorkbookSource | None = None
+) -> None:
+    """A workbook as the study renders it: from its recalculated copy; as stored when asked or when there is none."""
+    source = source or WorkbookSource(rendering="stored")
+    if source.rendering == "recalculated":
+        kept = source.recalculated.find(path.name, _sha256(path)) if source.recalculated is not None else None
+        copy = source.recalculated.path(kept) if kept is not None and source.recalculated is not None else None
+        if copy is not None:
+            # The copy is LibreOffice's output from the worker's bytes: admitted like any file the worker caused.
+            adm = admission.admit(copy, copy.parent.parent, "xlsx")
+            if adm.ok:
+                _render_workbook_recalculated(adm.path, budget, lim, feats, source.show_formulas)
+                return
+        feats["recalculated"] = False
+        budget.add(NOT_COMPUTED_NOTE)
+    _render_workbook_stored(path, budget, lim, feats)
+
+
+def _render_workbook_stored(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> None:
+    """The rendering before A-027: the values stored in the file, a formula alone where the file stores none."""
+
+    def cell(c_f: Any, cached: Any, feats: dict) -> str:
+        raw = c_f.value
+        if isinstance(raw, str) and raw.startswith("="):
+            feats["n_formulas"] += 1
+            if cached is None:
+                feats["n_formulas_uncomputed"] += 1
+                shown = _cell_text(raw, lim.max_cell_chars)
+            else:
+                shown = _cell_text(f"{raw} -> {_cell_text(cached, lim.max_cell_chars)}", lim.max_cell_chars * 2)
+        else:
+            shown = _cell_text(cached if cached is not None else raw, lim.max_cell_chars)
+        if _is_error_value(cached) or getattr(c_f, "data_type", None) == "e":
+            feats["n_error_values"] += 1
+        return shown
+
+    _render_sheets(path, budget, lim, feats, cell)
 
 
 def _render_document(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> None:
@@ -297,7 +391,23 @@ def _render_deck(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) ->
             return
 
 
-def _render_pdf(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> None:
+def _pdf_page_lines(page: Any, tables: bool) -> list[str]:
+    """A page's lines: with ``tables``, in layout mode, each table row as ``| a | b | c |`` (the oracle's reading of
+    a table, :func:`pilot.oracles.readers.layout_rows`); otherwise plain extraction (the rendering before A-027)."""
+    if not tables:
+        return (page.extract_text() or "").splitlines()
+    from pilot.oracles.readers import layout_rows
+
+    try:
+        text = page.extract_text(extraction_mode="layout") or ""
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - a page layout mode cannot lay out is read as plain text
+        return (page.extract_text() or "").splitlines()
+    return [f"| {row} |" if " | " in row else row for row in layout_rows(text.splitlines())]
+
+
+def _render_pdf(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, tables: bool = True) -> None:
     from pypdf import PdfReader
 
     reader = PdfReader(str(path))
@@ -305,15 +415,21 @@ def _render_pdf(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) -> 
         reader.decrypt("")
     n = len(reader.pages)
     feats.update(n_pages=n, n_words=0)
+    if tables:
+        feats["n_tables"] = 0
     for i, page in enumerate(reader.pages):
         if i >= lim.max_pages:
             budget.add(f"(the PDF has {n} pages; the first {lim.max_pages} are shown)")
             return
-        text = page.extract_text() or ""
-        feats["n_words"] += len(text.split())
+        lines = _pdf_page_lines(page, tables)
+        feats["n_words"] += sum(len(line.replace(" | ", " ").strip("| ").split()) for line in lines)
+        if tables:
+            feats["n_tables"] += sum(
+                1 for a, b in zip([""] + lines, lines, strict=False) if b.startswith("| ") and not a.startswith("| ")
+            )
         if not budget.add(f"--- page {i + 1} of {n} ---"):
             return
-        for line in text.splitlines():
+        for line in lines:
             line = line.rstrip()
             if line and not budget.add(line):
                 return
@@ -331,14 +447,19 @@ def _read_text(path: Path, lim: RenderLimits) -> str:
     return text[: lim.max_file_bytes]
 
 
+def csv_delimiter(text: str, name: str) -> str:
+    """The delimiter of a delivered table: a tab for ``.tsv``, else what the text uses of comma, semicolon and tab."""
+    if name.lower().endswith(".tsv"):
+        return "\t"
+    try:
+        return csv.Sniffer().sniff(text[:4096], delimiters=",;\t").delimiter
+    except csv.Error:
+        return ","
+
+
 def _render_table(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, label: str | None = None) -> None:
     text = _read_text(path, lim)
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    if delimiter == ",":
-        try:
-            delimiter = csv.Sniffer().sniff(text[:4096], delimiters=",;\t").delimiter
-        except csv.Error:
-            pass
+    delimiter = csv_delimiter(text, path.name)
     rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
     n_rows = len(rows)
     n_cols = max((len(r) for r in rows), default=0)
@@ -424,7 +545,14 @@ def _refusal(adm: admission.Admission) -> str:
     return _ABS_PATH.sub("<path>", adm.refusal)
 
 
-def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, label: str | None = None) -> str | None:
+def _render_file(
+    path: Path,
+    budget: _Budget,
+    lim: RenderLimits,
+    feats: dict,
+    label: str | None = None,
+    source: WorkbookSource | None = None,
+) -> str | None:
     """Render one file into ``budget``; return a reason when it cannot be rendered."""
     fmt = format_of(path)
     adm = admission.admit(path, path.parent.parent)
@@ -450,7 +578,13 @@ def _render_file(path: Path, budget: _Budget, lim: RenderLimits, feats: dict, la
         else:
             if label is not None:
                 budget.add(f"Part '{label}'")
-            _RENDERERS[fmt](path, budget, lim, feats)
+            if fmt == "workbook":
+                # A private copy keeps the delivered name: the kept copies are found by name and bytes.
+                _render_workbook(path, budget, lim, feats, source)
+            elif fmt == "pdf":
+                _render_pdf(path, budget, lim, feats, tables=(source or WorkbookSource()).rendering == "recalculated")
+            else:
+                _RENDERERS[fmt](path, budget, lim, feats)
     except _NotText as exc:
         return f"refused: {exc}"
     except Exception as exc:  # noqa: BLE001 - any failure to open is shown, never raised
@@ -533,6 +667,42 @@ def find_delivered(requested: str, outputs_dir: Path) -> tuple[str, list[Path]]:
     return "missing", []
 
 
+def delivered_workbooks(outputs: Path, requested: Iterable[str]) -> list[Path]:
+    """The workbooks of ``outputs/`` that answer a requested deliverable, as this renderer finds them."""
+    found: list[Path] = []
+    for name in requested:
+        _, files = find_delivered(Path(name).name, Path(outputs))
+        found.extend(p for p in files if format_of(p) == "workbook")
+    return list(dict.fromkeys(found))
+
+
+def keep_recalculated(
+    run_folder: Path, outputs: Path, requested: Iterable[str], recalculator: Any = None
+) -> Recalculated:
+    """Recalculate the run's delivered workbooks in one LibreOffice pass and keep the copies beside the run
+    (:func:`pilot.judges.recalculated.keep`): the runner calls this before the oracle, in the same process."""
+    from pilot.judges import recalculated
+
+    return recalculated.keep(run_folder, outputs, delivered_workbooks(outputs, requested), recalculator)
+
+
+def ensure_recalculated(
+    run_folder: Path, outputs: Path, requested: Iterable[str], recalculator: Any = None
+) -> Recalculated:
+    """The run's kept copies, made now (one LibreOffice pass) when the run has none, or none for its present bytes.
+
+    For a run judged before copies were kept (``pilot study rejudge``, a grading wave of an older study); a run
+    the pipeline finished already has them, and they are read, never made again.
+    """
+    from pilot.judges import recalculated
+
+    books = delivered_workbooks(outputs, requested)
+    have = Recalculated.load(run_folder)
+    if have is not None and recalculated.current(have, outputs, books):
+        return have
+    return recalculated.keep(run_folder, outputs, books, recalculator)
+
+
 def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> RenderedDeliverable:
     """The completion record as the judges see it: status, files, substitutions, questions, notes.
 
@@ -591,9 +761,17 @@ def render_completion_record(outputs_dir: Path, max_chars: int = 4000) -> Render
 
 
 def render_deliverable(
-    requested: str, outputs_dir: Path, limits: RenderLimits | None = None, max_chars: int | None = None
+    requested: str,
+    outputs_dir: Path,
+    limits: RenderLimits | None = None,
+    max_chars: int | None = None,
+    source: WorkbookSource | None = None,
 ) -> RenderedDeliverable:
-    """Render one requested deliverable from ``outputs_dir``; never raises on a bad file."""
+    """Render one requested deliverable from ``outputs_dir``; never raises on a bad file.
+
+    ``source`` says how a workbook is rendered (by default from no kept copy: each workbook then carries the
+    line that its values could not be computed, and is shown as stored).
+    """
     lim = limits or RenderLimits()
     req = Path(requested).name
     if req == COMPLETION_RECORD:
@@ -617,7 +795,7 @@ def render_deliverable(
         if multi:
             parts = p.name.split(".")
             label = parts[-2] if len(parts) >= 3 else p.stem
-        reason = _render_file(p, budget, lim, feats, label)
+        reason = _render_file(p, budget, lim, feats, label, source or WorkbookSource())
         if reason:
             problems.append(reason)
             budget.add(f"({reason})" if reason.startswith("refused: ") else f"(this file cannot be shown: {reason})")
@@ -635,8 +813,18 @@ def render_package(
     requested: Iterable[str],
     limits: RenderLimits | None = None,
     requirements: dict[str, dict[str, Any]] | None = None,
+    *,
+    recalculated: Recalculated | None = None,
+    rendering: str = DEFAULT_RENDERING,
 ) -> RenderedPackage:
-    """Render every requested deliverable, sharing the total character budget equally."""
+    """Render every requested deliverable, sharing the total character budget equally.
+
+    ``recalculated``: the run's kept copies (:meth:`Recalculated.load`), from which workbooks are rendered;
+    ``rendering``: ``recalculated`` (the study's) or ``stored`` (the rendering before A-027). A workbook's
+    formulas are shown beside its values when the scenario asks for formulas in it (``requires_formulas``).
+    """
+    if rendering not in RENDERINGS:
+        raise ValueError(f"unknown rendering {rendering!r}; choose one of {list(RENDERINGS)}")
     lim = limits or RenderLimits()
     names = [Path(r).name for r in requested]
     files = [n for n in names if n != COMPLETION_RECORD]
@@ -649,8 +837,10 @@ def render_package(
     share = (lim.max_total_chars - record_share) // max(len(files), 1)
     out = []
     for n in names:
-        d = render_deliverable(n, Path(outputs_dir), lim, record_share if n == COMPLETION_RECORD else share)
-        d.requirements = dict((requirements or {}).get(n, {}))
+        wanted = dict((requirements or {}).get(n, {}))
+        source = WorkbookSource(rendering, recalculated, bool(wanted.get("requires_formulas", True)))
+        d = render_deliverable(n, Path(outputs_dir), lim, record_share if n == COMPLETION_RECORD else share, source)
+        d.requirements = wanted
         if d.requirements.get("required_sections") and d.present:
             d.features["sections_found"] = sections_found(d.text, d.requirements["required_sections"])
         out.append(d)

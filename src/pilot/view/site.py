@@ -773,8 +773,13 @@ def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPack
     ]
     withheld = [w for w in withheld if w]
 
+    from pilot.judges.recalculated import Recalculated
+
+    # The oracle's recalculated workbooks, kept beside the run: the same rendering the judges received.
+    kept = Recalculated.load(rf.folder)
+
     def judged(outputs: Path, note: str | None) -> JudgedPackage:
-        prompt = prompt_for_run(data["scenario"], outputs, withheld=withheld)
+        prompt = prompt_for_run(data["scenario"], outputs, withheld=withheld, recalculated=kept)
         return JudgedPackage(_split_package(prompt), prompt.text, note)
 
     links = files.links_in(rf.outputs)
