@@ -355,3 +355,24 @@ def test_the_experimenters_minutes_enter_h_with_their_reason(wave):
     row = pd.read_csv(folder / "human_runs.csv").iloc[0]
     # H = intervention minutes (2.5 + 1) + 5 minutes x 1 question.
     assert (row["intervention_minutes"], row["H_minutes"]) == (3.5, 8.5)
+
+
+def test_a_restarted_site_signs_no_one_out_and_a_withdrawal_ends_every_session(wave):
+    root, folder, by = wave
+    pid = _of(by, "H0")
+    first_app = create_app(folder, WAVE, evaluate_in_background=False)
+    p = Participant(first_app, links(folder)[pid])
+    p.consent_and_start()
+    cookie = p.client.get_cookie("pilot_participant").value
+    first_app.extensions["pilot.human"].close()
+    # A new process of the site: the same wave's secret and session store.
+    second_app = create_app(folder, WAVE, evaluate_in_background=False)
+    again = second_app.test_client()
+    again.set_cookie("pilot_participant", cookie)
+    assert again.get(f"/s/{p.session_id}/task").status_code == 200
+    for name in ("site.secret", "sessions.sqlite"):
+        assert (folder / "human" / WAVE / name).stat().st_mode & 0o077 == 0, name
+    # Withdrawn by the coordinator's command while signed in: the open session ends at its next request.
+    pilot(root, "human", "withdraw", folder.name, WAVE, pid)
+    assert again.get(f"/s/{p.session_id}/task").status_code == 403
+    second_app.extensions["pilot.human"].close()

@@ -6,8 +6,11 @@ admits nothing but the sign-in links, the signed-out page and the static
 files without a session; it refuses a Host header the site was not told to
 answer and checks the CSRF token of every POST, and counts POSTs per session
 (429 past the limit); failed sign-ins are counted per client address. A
-session is a random id in a cookie signed with the process's key and worth
-nothing once it leaves the server's session store. Every page carries a
+session is a random id in a cookie signed with the wave's own secret, worth
+nothing once it leaves the wave's session store (:mod:`pilot.web_sessions`,
+the grading site's); both are kept beside the wave (``human/<wave>/site.secret``
+and ``sessions.sqlite``, owner-only), so a restart of the site signs no one
+out. Every page carries a
 strict Content-Security-Policy (scripts and styles of the site's own files
 only), no framing, no referrer and no caching.
 
@@ -27,6 +30,7 @@ stopped site left.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import io
 import queue
@@ -44,7 +48,7 @@ from flask import Flask, Response, abort, g, redirect, render_template, request,
 from jinja2 import StrictUndefined
 from werkzeug.exceptions import HTTPException
 
-from pilot import worker_files
+from pilot import web_sessions, worker_files
 from pilot.grading import tokens
 from pilot.grading.site import allowed_hosts, host_name
 from pilot.human import bundle, evaluate, store, uploads, withdraw
@@ -52,11 +56,12 @@ from pilot.human import session as sessions_mod
 from pilot.human.assistant import Assistant, AssistantUnavailable, Settings
 from pilot.human.consent import Consent, load_consent
 from pilot.human.status import clock_text, status_rows
-from pilot.human.wave import ASSISTED
-from pilot.portal.app import SessionLimits, SessionStore, SignInLimiter, SignInLimits
+from pilot.human.wave import ASSISTED, SECRET_FILE, SESSIONS_FILE, wave_dir
+from pilot.portal.app import SignInLimiter, SignInLimits
 from pilot.serving import BackgroundServer, set_security_headers
 from pilot.store import Store
 from pilot.view.site import REHEARSAL_BANNER, SIMULATED_BANNER
+from pilot.web_sessions import SessionLimits
 
 LOOPBACK = "127.0.0.1"
 CSP = (
@@ -100,6 +105,7 @@ class SiteState:
     lock: threading.Lock
     assistant: Assistant
     consent: Consent
+    logins: web_sessions.SessionStore
     session_locks: dict[str, threading.Lock] = field(default_factory=dict)
     portals: dict[str, Any] = field(default_factory=dict)
     evaluations: queue.Queue[str | None] = field(default_factory=queue.Queue)
@@ -127,6 +133,7 @@ class SiteState:
             portal.stop()
         self.portals.clear()
         self.assistant.close()
+        self.logins.close_store()
         with self.lock:
             self.study.close()
 
@@ -202,6 +209,8 @@ def create_app(
     try:
         info = store.wave(st.conn, wave)
         consent = load_consent()
+        secret = web_sessions.load_secret(wave_dir(folder, wave) / SECRET_FILE)
+        logins = web_sessions.SessionStore(wave_dir(folder, wave) / SESSIONS_FILE, session_limits)
     except BaseException:
         st.close()
         raise
@@ -211,7 +220,7 @@ def create_app(
     from pilot.oracles import guard
 
     guard.prestart()
-    state = SiteState(st, folder, wave, threading.Lock(), assistant or Assistant(settings), consent)
+    state = SiteState(st, folder, wave, threading.Lock(), assistant or Assistant(settings), consent, logins)
     state.evaluate_judge = judge
     if evaluate_in_background:
         state.evaluator = threading.Thread(
@@ -222,8 +231,10 @@ def create_app(
     app.extensions["pilot.human"] = state
     app.jinja_env.undefined = StrictUndefined
     app.config.update(
-        SECRET_KEY=secrets.token_bytes(32),
+        # The wave's own key: a cookie from before a restart of the site still verifies.
+        SECRET_KEY=secret,
         SESSION_COOKIE_NAME=COOKIE_NAME,
+        PERMANENT_SESSION_LIFETIME=int(session_limits.lifetime_s),
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
         SESSION_COOKIE_SECURE=bool(secure_cookies),
@@ -231,8 +242,6 @@ def create_app(
         MAX_FORM_MEMORY_SIZE=2 * 1024 * 1024,
     )
     hosts = allowed_hosts(bind_host, trusted_hosts)
-    # Until the grading site's persisted session store lands, the portal's in-process one (the same interface).
-    logins = SessionStore(session_limits)
     sign_ins = SignInLimiter(sign_in_limits)
     posts = SignInLimiter(post_limits)
     banner = ""
@@ -255,9 +264,11 @@ def create_app(
         return resp
 
     def open_login(role: str, participant_id: str | None) -> None:
-        logins.close(session.get("sid"))
+        logins.close(session.get("sid"))  # a sign-in always starts a new session
         session.clear()
-        session.update(sid=logins.open(), role=role, participant=participant_id, csrf=secrets.token_urlsafe(32))
+        sid, _ = logins.open(role, participant_id)
+        session.permanent = True
+        session["sid"] = sid
 
     def signed_in_to(target: str) -> Response:
         # A SameSite=Strict cookie is not sent on a navigation another site started: move on by the page's own refresh.
@@ -360,7 +371,7 @@ def create_app(
             "wave": wave,
             "banner": banner,
             "role": role,
-            "csrf": session.get("csrf", "") if role else "",
+            "csrf": g.session.csrf if g.get("session") is not None else "",
             "session_id": g.get("session_id", ""),
         }
 
@@ -368,28 +379,30 @@ def create_app(
     @app.before_request
     def gate() -> Response | None:
         g.role = None
+        g.session = None
         if request.method not in ("GET", "HEAD", "POST"):
             abort(405)
         if host_name(request.host) not in hosts:
             abort(403, description="This site does not answer that host name.")
         if request.endpoint in _OPEN or request.endpoint is None:
             return None
-        if not logins.touch(session.get("sid")):
+        current = logins.get(session.get("sid"))
+        if current is None:
             if session:
-                session.clear()
+                session.clear()  # drop the stale cookie (never one the browser did not send)
             return refuse(403, "Not signed in", _NOT_SIGNED_IN)
-        role = session.get("role")
+        role = current.role
         if request.endpoint in _EXPERIMENTER and role != "experimenter":
             abort(403, description="This page is the experimenter's.")
         if request.endpoint not in _EXPERIMENTER and role != "participant":
             abort(403, description="The experimenter has no task; this page is a participant's.")
-        g.role, g.participant = role, session.get("participant")
+        g.role, g.participant, g.session = role, current.subject, current
         if request.method == "POST":
             sent = request.form.get("csrf", "") or request.headers.get("X-CSRF-Token", "")
-            expected = session.get("csrf", "")
+            expected = current.csrf
             if not expected or not hmac.compare_digest(sent.encode("utf-8", "replace"), expected.encode("utf-8")):
                 abort(403, description="The form's security token is missing or wrong. Reload the page and try again.")
-            sid = session["sid"]
+            sid = hashlib.sha256(str(session.get("sid")).encode()).hexdigest()
             wait = posts.retry_after(sid)
             if wait is not None:
                 return refuse(
@@ -802,7 +815,7 @@ def create_app(
             close_session_services(row)
             with state.db() as s:
                 made = withdraw.withdraw(s, wave, pid, via="site")
-        logins.close(session.get("sid"))
+        logins.close_subject(pid)  # every session of theirs, in every browser
         session.clear()
         text = (
             "You have withdrawn from the study. Everything you produced in this session has been deleted; "

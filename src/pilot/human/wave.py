@@ -49,6 +49,9 @@ from pilot.store import HUMAN_WAVE, atomic_write_text, insert_cells, now
 
 LINKS_FILE = "links.csv"
 ASSIGNMENT_FILE = "assignment.csv"
+#: The participant site's own secret and session store (pilot.web_sessions), beside the plan (owner-only files).
+SECRET_FILE = "site.secret"
+SESSIONS_FILE = "sessions.sqlite"
 #: The model column of a human session's run: the worker is a person (H1's assistant model is kept apart).
 HUMAN_MODEL = "human"
 #: The conditions the site knows: H0 without AI, H1 with the assistant.

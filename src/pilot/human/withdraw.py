@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pilot.human import session, store
 from pilot.human.evaluate import charge_so_far
-from pilot.human.wave import remove_contact, wave_dir
+from pilot.human.wave import SESSIONS_FILE, remove_contact, wave_dir
 from pilot.store import Store, now
 
 VIAS = ("site", "command")
@@ -100,6 +101,7 @@ def withdraw(st: Store, wave: str, participant_id: str, *, via: str, reason: str
         deleted["session"] = 1
         contacts = remove_contact(wave_dir(st.folder, wave), participant_id)
         deleted["contact"] = contacts
+        deleted["sign_in"] = sign_out_everywhere(st.folder, wave, participant_id)
         c.execute(
             "INSERT INTO human_withdrawals (wave, participant_id, at, via, action, stage, charged_usd, reason) "
             "VALUES (?, ?, ?, ?, 'deleted', ?, ?, ?)",
@@ -110,8 +112,23 @@ def withdraw(st: Store, wave: str, participant_id: str, *, via: str, reason: str
     return Withdrawal(participant_id, "deleted", stage, charged, deleted)
 
 
+def sign_out_everywhere(study_folder: Path, wave: str, participant_id: str) -> int:
+    """End every open session of the participant on the site (a running site ends it at its next request)."""
+    from pilot import web_sessions
+
+    path = wave_dir(study_folder, wave) / SESSIONS_FILE
+    if not path.exists():
+        return 0
+    sessions = web_sessions.SessionStore(path, web_sessions.SessionLimits(1.0, 1.0))
+    try:
+        return sessions.close_subject(participant_id)
+    finally:
+        sessions.close_store()
+
+
 def _exclude(st: Store, wave: str, row: Any, via: str, reason: str | None, stage: str) -> Withdrawal:
     pid = row["participant_id"]
+    sign_out_everywhere(st.folder, wave, pid)
     with st.transaction() as c:
         store.set_status(c, wave, pid, "withdrawn")
         c.execute(
