@@ -376,3 +376,30 @@ def test_a_restarted_site_signs_no_one_out_and_a_withdrawal_ends_every_session(w
     pilot(root, "human", "withdraw", folder.name, WAVE, pid)
     assert again.get(f"/s/{p.session_id}/task").status_code == 403
     second_app.extensions["pilot.human"].close()
+
+
+def test_human_packages_enter_a_grading_wave_like_any_other(wave, tmp_path):
+    root, folder, by = wave
+    app = create_app(folder, WAVE, evaluate_in_background=False)
+    for pid in (_of(by, "H0"), _of(by, "H1")):
+        p = Participant(app, links(folder)[pid])
+        p.consent_and_start()
+        p.upload(GOOD_CSV, "plan.csv")
+        p.submit()
+        with store.open_store(folder) as st:
+            evaluate.evaluate_session(st, WAVE, pid, judge="simulated")
+    graders = tmp_path / "graders.csv"
+    graders.write_text("name,contact,occupations\nA,a@example.org,operations\nB,b@example.org,operations\n")
+    pilot(root, "grading", "create", folder.name, "experts-h", "--graders", str(graders), "--with-human")
+    import sqlite3
+
+    conn = sqlite3.connect(folder / "study.sqlite")
+    arms = sorted(r[0] for r in conn.execute("SELECT arm FROM grading_packages WHERE wave = 'experts-h'"))
+    # Every finished, judged run of the study: the agent's (unless it ended in an error) and the two sessions.
+    finished = sorted(
+        c
+        for c, status in conn.execute("SELECT c.arm, r.status FROM cells c JOIN runs r USING (run_id)")
+        if status in ("completed", "capped")
+    )
+    conn.close()
+    assert arms == finished and {"H0", "H1"} <= set(arms)
