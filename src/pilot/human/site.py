@@ -44,9 +44,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, abort, g, redirect, render_template, request, send_file, session, url_for
+from flask import Flask, abort, g, redirect, render_template, request, send_file, session, url_for
 from jinja2 import StrictUndefined
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
 
 from pilot import web_sessions, worker_files
 from pilot.grading import tokens
@@ -57,6 +58,7 @@ from pilot.human.assistant import Assistant, AssistantUnavailable, Settings
 from pilot.human.consent import Consent, load_consent
 from pilot.human.status import clock_text, status_rows
 from pilot.human.wave import ASSISTED, SECRET_FILE, SESSIONS_FILE, wave_dir
+from pilot.oracles import safety
 from pilot.portal.app import SignInLimiter, SignInLimits
 from pilot.serving import BackgroundServer, set_security_headers
 from pilot.store import Store
@@ -156,10 +158,8 @@ def _evaluator_loop(state: SiteState) -> None:
             if not pid:
                 with store.open_store(state.folder) as st:
                     closed = evaluate.close_expired(st, state.wave)
-                    folders = [
-                        sessions_mod.attempt_dir(st, store.participant(st.conn, state.wave, p)["run_id"])
-                        for p in closed
-                    ]
+                    rows = [store.participant(st.conn, state.wave, p) for p in closed]
+                    folders = [sessions_mod.attempt_dir(st, r["run_id"]) if r is not None else None for r in rows]
                 for p, folder in zip(closed, folders, strict=True):
                     if folder is not None:
                         state.assistant.close_session(folder)
@@ -416,7 +416,8 @@ def create_app(
 
     @app.after_request
     def _headers(resp: Response) -> Response:
-        return set_security_headers(resp, CSP)
+        secured: Response = set_security_headers(resp, CSP)
+        return secured
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:
@@ -425,7 +426,7 @@ def create_app(
             return refuse(
                 413,
                 "File too large",
-                f"The file is larger than {uploads.safety.human_size(uploads.MAX_UPLOAD_BYTES)}, the most any "
+                f"The file is larger than {safety.human_size(uploads.MAX_UPLOAD_BYTES)}, the most any "
                 "deliverable may weigh. Use your browser's Back button and choose a smaller file.",
             )
         return refuse(status, exc.name, exc.description or exc.name)
@@ -782,7 +783,9 @@ def create_app(
             )
             fresh = store.participant(s.conn, wave, row["participant_id"])
         clock = sessions_mod.clock_of(fresh) if fresh is not None else None
-        left = clock.left(time.time()) if clock is not None and fresh["status"] == "started" else 0.0
+        left = (
+            clock.left(time.time()) if clock is not None and fresh is not None and fresh["status"] == "started" else 0.0
+        )
         return app.response_class(f'{{"kept": {kept:.1f}, "left": {left:.1f}}}', mimetype="application/json")
 
     @app.get("/s/<session_id>/done")

@@ -283,23 +283,26 @@ def log_deletion(
 
 
 def participant(conn: sqlite3.Connection, wave_name: str, participant_id: str) -> sqlite3.Row | None:
-    return conn.execute(
+    row: sqlite3.Row | None = conn.execute(
         "SELECT * FROM human_participants WHERE wave = ? AND participant_id = ?", (wave_name, participant_id)
     ).fetchone()
+    return row
 
 
 def own_session(conn: sqlite3.Connection, wave_name: str, participant_id: str, session_id: str) -> sqlite3.Row | None:
     """The signed-in participant's session when ``session_id`` is theirs; None for anyone else's (the site's 404)."""
-    return conn.execute(
+    row: sqlite3.Row | None = conn.execute(
         "SELECT * FROM human_participants WHERE wave = ? AND participant_id = ? AND session_id = ?",
         (wave_name, participant_id, session_id),
     ).fetchone()
+    return row
 
 
 def participant_by_token_hash(conn: sqlite3.Connection, wave_name: str, digest: str) -> sqlite3.Row | None:
-    return conn.execute(
+    row: sqlite3.Row | None = conn.execute(
         "SELECT * FROM human_participants WHERE wave = ? AND token_hash = ?", (wave_name, digest)
     ).fetchone()
+    return row
 
 
 def experimenter_hash(conn: sqlite3.Connection, wave_name: str) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from pilot import paths, protocol
-from pilot.human import evaluate, session, store
+from pilot.human import evaluate, session, store, uploads
 from pilot.human.assistant import Assistant, AssistantUnavailable, Settings
 from pilot.human.participants import Participant
 from pilot.human.wave import ASSISTED, CONDITIONS, create_wave, scenarios_by_occupation, wave_dir
@@ -222,7 +222,7 @@ def play_session(
             with open(f, "rb") as fh:
                 try:
                     session.upload(st, wave, pid, d.name, f.name, fh, at=during)
-                except session.uploads.UploadRefused:
+                except uploads.UploadRefused:
                     refused += 1
         questions = int(rng.poisson(float(c["questions_rate"])))
         if not lost:
