@@ -35,8 +35,6 @@ from pilot.human.wave import create_wave
 from pilot.simulated.scripted_model import scripted_assistant_reply
 from pilot.view.app import ViewServer
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):

@@ -44,8 +44,6 @@ from pilot.human.site import create_app
 from pilot.human.wave import create_wave
 from pilot.simulated.scripted_model import scripted_assistant_reply
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

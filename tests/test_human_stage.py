@@ -23,7 +23,7 @@ from view_support import pilot
 
 from pilot import paths
 
-pytestmark = pytest.mark.notebook
+pytestmark = pytest.mark.usefixtures("notebook")
 TAG = "SIMULATED (no person took part)"
 SCENARIOS = ("OPS-01", "HR-01")
 
@@ -135,9 +135,7 @@ def test_a_study_without_a_human_wave_says_it_was_not_run(root, tmp_path):
 
 
 @pytest.mark.parametrize("which", ["simulated", "not-run"])
-def test_the_section_typesets_with_the_generated_files(root, simulated, tmp_path, which):
-    if shutil.which("latexmk") is None:
-        pytest.fail("latexmk missing: run `tools/ensure-system-packages.sh latex` (`make test` does it)")
+def test_the_section_typesets_with_the_generated_files(root, simulated, tmp_path, which, latex):
     _, out = simulated
     doc = tmp_path / "doc"
     (doc / "sections").mkdir(parents=True)

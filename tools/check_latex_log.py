@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     for b in over:
         print(f"{args.log}: {b.describe()}", file=sys.stderr)
     print(
-        f"{args.log}: {len(over)} overfull box(es) above {args.max_pt:g}pt; {len(under)} underfull box(es) (badness only, not failed)"
+        f"{args.log}: {len(over)} overfull box(es) above {args.max_pt:g}pt; {len(under)} underfull box(es) "
+        "(badness only, not failed)"
     )
     return 1 if over else 0
 

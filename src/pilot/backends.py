@@ -187,7 +187,8 @@ def label(backend: str) -> str:
 
 
 def label_of(backends: Iterable[str]) -> str:
-    """The label of a table whose rows come from ``backends``: a rehearsal's or a dry run's, never a finding's if any row is not real.
+    """The label of a table whose rows come from ``backends``: a rehearsal's or a dry run's, never a finding's if any
+    row is not real.
 
     SIMULATED wins over REHEARSAL when both occur (a mixed table is no rehearsal of anything).
     """

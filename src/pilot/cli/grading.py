@@ -143,7 +143,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
             per_package=args.per_package,
             per_stratum=per_stratum,
             seed=args.seed,
-            **({"study_waves": (*PRIMARY_WAVES, HUMAN_WAVE)} if args.with_human else {}),
+            study_waves=(*PRIMARY_WAVES, HUMAN_WAVE) if args.with_human else PRIMARY_WAVES,
         )
     except _errors() as exc:
         return _fail(exc)

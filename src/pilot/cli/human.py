@@ -29,7 +29,7 @@ from pathlib import Path
 from pilot import paths
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("human", help="the human wave (H0, H1): plan, participant site, evaluation, withdrawal, export")
     hsub = p.add_subparsers(dest="human_command", metavar="SUBCOMMAND", required=True)
 

@@ -401,7 +401,8 @@ def create_app(
         )
 
     def offered_files(data: dict[str, Any]) -> dict[str, files.OutputFile]:
-        """The files a grader may download: those that answer a requested deliverable, as the judges' renderer finds them.
+        """The files a grader may download: those that answer a requested deliverable, as the judges' renderer finds
+        them.
 
         Never the completion record (the page shows it as the judges saw it,
         without the substitutions' reasons, which describe the worker's

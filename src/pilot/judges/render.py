@@ -41,6 +41,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -298,7 +299,7 @@ def _render_workbook(
         if copy is not None:
             # The copy is LibreOffice's output from the worker's bytes: admitted like any file the worker caused.
             adm = admission.admit(copy, copy.parent.parent, "xlsx")
-            if adm.ok:
+            if adm.ok and adm.path is not None:
                 _render_workbook_recalculated(adm.path, budget, lim, feats, source.show_formulas)
                 return
         feats["recalculated"] = False
@@ -495,7 +496,7 @@ def _render_text(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) ->
     feats["n_words"] = feats.get("n_words", 0) + len(text.split())
     feats["n_headings"] = feats.get("n_headings", 0) + sum(1 for ln in lines if re.match(r"^#{1,6}\s+\S", ln))
     feats["n_tables"] = feats.get("n_tables", 0) + sum(
-        1 for a, b in zip(lines, lines[1:]) if a.lstrip().startswith("|") and re.match(r"^\s*\|?\s*:?-{3,}", b)
+        1 for a, b in itertools.pairwise(lines) if a.lstrip().startswith("|") and re.match(r"^\s*\|?\s*:?-{3,}", b)
     )
     for line in lines:
         if not budget.add(line.rstrip()):

@@ -16,7 +16,7 @@ exported run table, so they describe the study they were built from.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -58,7 +58,7 @@ def _flag(values: pd.Series) -> pd.Series:
 
 
 def _arm_of(run_ids: Iterable[str], cells: pd.DataFrame) -> pd.Series:
-    arm = dict(zip(cells["run_id"], cells["arm"])) if len(cells) else {}
+    arm = dict(zip(cells["run_id"], cells["arm"], strict=True)) if len(cells) else {}
     return pd.Series([arm.get(r) for r in run_ids], dtype=object)
 
 
@@ -143,12 +143,13 @@ def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: lis
     Rows: finished runs; runs with a deviation and the deviations by the route
     that stopped them (only routes that occur); runs with a critical violation;
     agent errors; capped runs by the cap reached; runs whose evaluation failed;
-    runs a harness fault after inference shaped (``harness_fault``); and the runs per node. Every count is over the finished runs of the export.
+    runs a harness fault after inference shaped (``harness_fault``); and the runs per node. Every count is over the
+    finished runs of the export.
     """
     routes = _deviation_routes(records)
     rows: list[tuple[str, dict[str, int]]] = []
 
-    def per_arm(f) -> dict[str, int]:
+    def per_arm(f: Callable[..., Any]) -> dict[str, int]:
         vals = {a: int(f(runs[runs["arm"] == a])) if len(runs) else 0 for a in arms}
         vals["all"] = int(f(runs)) if len(runs) else 0
         return vals

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -19,8 +20,8 @@ from pilot import paths, protocol
 from pilot.backends import PARTICIPANT_BACKENDS, label_of
 from pilot.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
 from pilot.ledger import Balance
-from pilot.store import HUMAN_WAVE
 from pilot.report import run_fidelity
+from pilot.store import HUMAN_WAVE
 
 # The steps of the run flow, in order, with what each counts.
 FLOW_STEPS: tuple[tuple[str, str], ...] = (
@@ -83,11 +84,27 @@ class RunReport:
         return int(self.flow.set_index("step").loc[step, wave])
 
 
-def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | None = None) -> RunReport:
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class StoreReader(Protocol):
+    """What the run report reads from a study's store (a :class:`pilot.store.Store`)."""
+
+    def cell_rows(self, wave: str | None = None) -> list[dict[str, Any]]: ...
+    def attempts(self, run_id: str | None = None) -> list[dict[str, Any]]: ...
+    def runs(self) -> list[dict[str, Any]]: ...
+    def status_by_arm(self) -> list[dict[str, Any]]: ...
+    def study(self) -> _Named: ...
+    def balance(self) -> Balance: ...
+
+
+def collect(store: StoreReader, runs: pd.DataFrame | None, study: protocol.Study | None = None) -> RunReport:
     """The run flow and ledger of the study in ``store``; ``runs`` is its exported run table (or None)."""
     study = study or protocol.study()
-    cells = pd.DataFrame(store.cell_rows())  # type: ignore[attr-defined]
-    attempts = pd.DataFrame(store.attempts())  # type: ignore[attr-defined]
+    cells = pd.DataFrame(store.cell_rows())
+    attempts = pd.DataFrame(store.attempts())
     # The human wave's sessions (pilot.human) have a report of their own (stage 07): this one is the agent runs'.
     if not cells.empty:
         cells = cells[cells["wave"] != HUMAN_WAVE].reset_index(drop=True)
@@ -95,7 +112,7 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         attempts = attempts[~attempts["backend"].isin(PARTICIPANT_BACKENDS)].reset_index(drop=True)
     backends = sorted(set(attempts["backend"])) if not attempts.empty else []
     waves = [w for w in ("pilot", "repeat3", "sensitivity") if not cells.empty and (cells["wave"] == w).any()]
-    wave_of = dict(zip(cells["run_id"], cells["wave"])) if not cells.empty else {}
+    wave_of = dict(zip(cells["run_id"], cells["wave"], strict=True)) if not cells.empty else {}
     if not attempts.empty:
         attempts = attempts.assign(wave=attempts["run_id"].map(wave_of))
     exported = runs if runs is not None else pd.DataFrame(columns=list(_EXPORT_COLUMNS))
@@ -126,7 +143,7 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         flow[w] = [counts[w][s] for s, _ in FLOW_STEPS]
     flow["total"] = flow[waves].sum(axis=1) if waves else 0
 
-    status = pd.DataFrame(store.status_by_arm())  # type: ignore[attr-defined]
+    status = pd.DataFrame(store.status_by_arm())
     if not status.empty:
         status = status[status["wave"] != HUMAN_WAVE]
     if status.empty:
@@ -146,19 +163,20 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         )
     return RunReport(
         flow_by_arm=run_fidelity.flow_by_arm(cells, attempts, exported, arms, study["worker"]["model"]),
-        fidelity=run_fidelity.fidelity(exported, run_fidelity.records_of(store.runs()), arms),  # type: ignore[attr-defined]
-        study=store.study().name,  # type: ignore[attr-defined]
+        fidelity=run_fidelity.fidelity(exported, run_fidelity.records_of(store.runs()), arms),
+        study=store.study().name,
         backend=", ".join(backends) or "none",
         simulated=bool(label_of(backends)) or not backends,
         label=label_of(backends) if backends else SIMULATED_TAG,
         flow=flow,
         ledger=ledger,
-        balance=store.balance(),  # type: ignore[attr-defined]
+        balance=store.balance(),
     )
 
 
 def flow_figure(report: RunReport, path: Path) -> Path:
-    """A CONSORT-style diagram: one column per arm, its runs from assigned to analysed, with what left the path at each step.
+    """A CONSORT-style diagram: one column per arm, its runs from assigned to analysed, with what left the path at each
+    step.
 
     Drawn at the page's text width (6.5 in) so that its smallest text prints at 7 pt.
     """
@@ -198,7 +216,9 @@ def flow_figure(report: RunReport, path: Path) -> Path:
         "evaluated": lambda a: f"{left(a, 'finished', 'evaluated')} eval. error",
         "judged": lambda a: f"{left(a, 'evaluated', 'judged')} not judged",
         "analysed": lambda a: (
-            f"{t.loc['other model', a]} other model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} no acceptance"
+            f"{t.loc['other model', a]} other "
+            f"model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} "
+            "no acceptance"
         ),
     }
     for i, a in enumerate(arms):
@@ -238,7 +258,8 @@ def flow_figure(report: RunReport, path: Path) -> Path:
 def write(
     report: RunReport, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str
 ) -> dict[str, Path]:
-    """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and ``run_macros.tex``."""
+    """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and
+    ``run_macros.tex``."""
     from pilot.report.stage_outputs import figure_env
 
     tables, figs, gen = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
@@ -275,8 +296,9 @@ def write(
         ledger,
         gen / "run_ledger_table.tex",
         caption=(
-            f"Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against the envelope of "
-            f"\\${format_number(report.balance.envelope_usd, 2)}; \\${format_number(report.balance.reserved_usd, 2)} still reserved."
+            "Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against "
+            f"the envelope of \\${format_number(report.balance.envelope_usd, 2)}; "
+            f"\\${format_number(report.balance.reserved_usd, 2)} still reserved."
         ),
         label="tab:run-ledger",
         simulated=sim,
@@ -291,9 +313,10 @@ def write(
         fid.rename(columns={"measure": "Measure", "all": "All arms"}),
         gen / "run_fidelity_table.tex",
         caption=(
-            "Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt at something the arm "
-            "does not allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run whatever "
-            "its quality; capped runs are censored at the cap they reached; the last rows give the node each run ran on."
+            "Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt "
+            "at something the arm does not allow, recorded on the run and counted by what stopped it; a "
+            "critical violation (E) fails the run whatever its quality; capped runs are censored at the "
+            "cap they reached; the last rows give the node each run ran on."
         ),
         label="tab:run-fidelity",
         simulated=sim,
@@ -305,10 +328,12 @@ def write(
         pdf,
         gen / "run_flow_figure.tex",
         caption=(
-            "Run flow by arm over all waves. Each column follows one arm's cells from assignment to the primary analysis; "
-            "beside each arrow, what left the path at that step: infrastructure attempts that were rerun under the same run id "
-            "(every attempt is kept) and cells that ran out of attempts; runs whose evaluation failed; runs no judge scored; "
-            "runs of a model-sensitivity wave, which enter no contrast; and judged runs of the worker model without an acceptance value."
+            "Run flow by arm over all waves. Each column follows one arm's cells from assignment to the "
+            "primary analysis; beside each arrow, what left the path at that step: infrastructure "
+            "attempts that were rerun under the same run id (every attempt is kept) and cells that ran "
+            "out of attempts; runs whose evaluation failed; runs no judge scored; runs of a "
+            "model-sensitivity wave, which enter no contrast; and judged runs of the worker model without "
+            "an acceptance value."
         ),
         label="fig:run-flow",
         simulated=sim,

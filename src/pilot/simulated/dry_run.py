@@ -166,7 +166,10 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
                 raise DryRunModelError(
                     scenario.dir / "oracle.yml" if hasattr(scenario, "dir") else scenario.id,
                     "criteria",
-                    f"defect {k} can hit {uncovered[0]}, which has no {kind} criterion; a run could keep D = 1 on a changed package",
+                    (
+                        f"defect {k} can hit {uncovered[0]}, which has no {kind} criterion; a run could keep D "
+                        "= 1 on a changed package"
+                    ),
                 )
         soft = [c.id for c in hit if not c.required]
         if not hit or soft:
@@ -263,7 +266,8 @@ def process_probabilities(
     turns1 = np.maximum(1, np.rint(turns1_raw * rec["cost_fraction"]))
     capped1, _, _ = _caps(cost1, wall1, turns1, np.maximum(budget_left, 1e-12), np.maximum(wall_left, 1e-12), max_turns)
     repaired = feasible & ~capped1
-    # P(dirty and the resume is asked for): a cap or an agent error always asks; otherwise only a failed self-check does.
+    # P(dirty and the resume is asked for): a cap or an agent error always asks; otherwise only a failed self-check
+    # does.
     dirty = 1.0 - clean_first
     caught_or_capped = 1.0 - p_none_caught * (1.0 - capped * cm)
     ae = float(a["agent_error"])
@@ -380,7 +384,10 @@ class PlantedAcceptance:
         return float(self.summary.set_index("arm").loc[arm, "planted_p"])
 
     def __repr__(self) -> str:
-        return f"PlantedAcceptance(q={self.q:g}, scenarios={self.by_scenario['scenario'].nunique()}, draws={self.draws}, SIMULATED)\n{self.summary}"
+        return (
+            f"PlantedAcceptance(q={self.q:g}, scenarios={self.by_scenario['scenario'].nunique()}, "
+            f"draws={self.draws}, SIMULATED)\n{self.summary}"
+        )
 
 
 def planted_acceptance(
@@ -487,7 +494,8 @@ def planted_acceptance(
         {
             "arm": arm_ids,
             "planted_p": [float(grouped.get_group(a)["planted_p"].mean()) for a in arm_ids],
-            # Scenarios use independent streams; within one the judge factor is shared by the arms, not across scenarios.
+            # Scenarios use independent streams; within one the judge factor is shared by the arms, not across
+            # scenarios.
             "mc_se": [float(np.sqrt((grouped.get_group(a)["mc_se"] ** 2).sum()) / len(sids)) for a in arm_ids],
         }
     )
@@ -553,7 +561,8 @@ def truth_kind(runs: pd.DataFrame) -> str | None:
 
 
 def compare_with_estimates(planted: pd.DataFrame, acceptance: pd.DataFrame) -> pd.DataFrame:
-    """Join planted (arm, planted_p, mc_se) with estimates (arm, p_hat, ci_low, ci_high); covered = planted in the interval."""
+    """Join planted (arm, planted_p, mc_se) with estimates (arm, p_hat, ci_low, ci_high); covered = planted in the
+    interval."""
     est = acceptance.set_index("arm")
     pl = planted.set_index("arm")
     missing = [a for a in est.index if a not in pl.index]
@@ -668,13 +677,15 @@ def judge_part_sentence(by_scenario: pd.DataFrame, q: float) -> str:
     n = int(by_scenario["scenario"].nunique())
     if round(float(low["p_quality"]), 3) >= 1.0:
         return (
-            f"In all {n} scenarios the simulated judges accept the clean reference package with probability 1.000 (to three "
-            f"decimals): in this model they never reject a clean package at q = {q:g}, so the oracle and the caps alone decide "
-            "acceptance, and the quality-threshold sensitivity stays flat for every q below the judges' lowest score of a clean package."
+            f"In all {n} scenarios the simulated judges accept the clean reference package with "
+            "probability 1.000 (to three decimals): in this model they never reject a clean package at q "
+            f"= {q:g}, so the oracle and the caps alone decide acceptance, and the quality-threshold "
+            "sensitivity stays flat for every q below the judges' lowest score of a clean package."
         )
     return (
-        f"Over the {n} scenarios the judges accept a clean package with probability at least {float(low['p_quality']):.3f} "
-        f"(lowest in {low['scenario']}); the nearer this is to one, the more the oracle and the caps alone decide acceptance in this model."
+        f"Over the {n} scenarios the judges accept a clean package with probability at least "
+        f"{float(low['p_quality']):.3f} (lowest in {low['scenario']}); the nearer this is to one, the more "
+        "the oracle and the caps alone decide acceptance in this model."
     )
 
 
@@ -717,8 +728,11 @@ def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path 
             }
         ),
         gen / TRUTH_TABLE_TEX,
-        caption=f"Dry run: the acceptance each arm was planted with at $q={truth.q:g}$, {how}, beside the primary estimate "
-        "$\\hat p_a$ and its 95\\% scenario-cluster bootstrap interval from the same run table. Nothing here is a finding.",
+        caption=(
+            f"Dry run: the acceptance each arm was planted with at $q={truth.q:g}$, {how}, beside the primary "
+            "estimate $\\hat p_a$ and its 95\\% scenario-cluster bootstrap interval from the same run table. "
+            "Nothing here is a finding."
+        ),
         label="tab:dry-run-truth",
         simulated=True,
         escape=False,

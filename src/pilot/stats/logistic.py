@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,8 @@ MIN_CLUSTERS = 3
 
 @dataclass
 class LogitFit:
-    """Coefficients, cluster-robust standard errors, p-values and intervals per term (NaN: not estimable, see ``reasons``)."""
+    """Coefficients, cluster-robust standard errors, p-values and intervals per term (NaN: not estimable, see
+    ``reasons``)."""
 
     terms: list[str]
     coef: np.ndarray
@@ -45,7 +47,7 @@ class LogitFit:
     n_obs: int
     n_clusters: int
     note: str = ""
-    details: dict = field(default_factory=dict, repr=False)
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def estimable(self, term: str) -> bool:
         """The term has a point estimate (its errors may still be missing, see ``reasons``)."""
@@ -119,7 +121,7 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
         return unestimable_fit(terms, "collinear design (a term has no variation among scored runs)", n, G)
     b = separating_direction(X, y)
     if b is not None:
-        hit = [t for t, v in zip(terms, b) if v != 0]
+        hit = [t for t, v in zip(terms, b, strict=True) if v != 0]
         return unestimable_fit(
             terms,
             f"separation: the outcomes are split by {', '.join(hit)} (no finite maximum-likelihood estimate)",
@@ -140,13 +142,17 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
     coef, se, p = np.asarray(res.params, float), np.asarray(res.bse, float), np.asarray(res.pvalues, float)
     ci = np.asarray(res.conf_int(alpha=1 - level), float)
     reasons = []
-    for c, s in zip(coef, se):
+    for c, s in zip(coef, se, strict=True):
         if not (np.isfinite(c) and np.isfinite(s)) or abs(c) > MAX_COEF or s > MAX_SE or s <= 0:
             reasons.append("coefficient or standard error explodes (near separation)")
         else:
             reasons.append("")
     bad = np.array([bool(r) for r in reasons])
-    nanify = lambda v: np.where(bad, np.nan, v)  # noqa: E731
+
+    def nanify(v: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.where(bad, np.nan, v)
+        return out
+
     notes = sorted(
         {
             str(w.message).splitlines()[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -32,15 +33,15 @@ class TableResult:
 
     name: str
     table: pd.DataFrame
-    details: dict = field(default_factory=dict, repr=False)
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
     infinite: tuple[str, ...] = ()
 
     @property
     def summary(self) -> pd.DataFrame:
         return estimability.honest_frame(self.table, infinite=self.infinite)
 
-    def to_latex(self, **kwargs) -> str:
-        return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
+    def to_latex(self, **kwargs: Any) -> str:
+        return str(self.summary.to_latex(index=False, float_format="%.3f", **kwargs))
 
 
 def _setup(df: pd.DataFrame, study: protocol.Study | None) -> tuple[protocol.Study, pd.DataFrame, Layout]:
@@ -151,7 +152,7 @@ def logistic_cluster(
         res = logistic.fit(
             S[use], X, ["intercept"] + [f"{a} vs {reference}" for a in fitted], layout.j[use], level=level
         )
-    by_term = dict(zip(res.terms, range(len(res.terms))))
+    by_term = dict(zip(res.terms, range(len(res.terms)), strict=True))
     out = []
     for term, a in [("intercept", reference)] + [(f"{a} vs {reference}", a) for a in others]:
         if term in by_term:
@@ -277,7 +278,7 @@ def kaplan_meier(
             "censored": int((~ev[m]).sum()),
             "median_min": median if np.isfinite(median) else np.nan,
         }
-        rec.update({f"running_at_{int(x)}min": float(v) for x, v in zip(times, surv)})
+        rec.update({f"running_at_{int(x)}min": float(v) for x, v in zip(times, surv, strict=True)})
         rec["note"] = "" if np.isfinite(median) else "median not reached: over half the runs never completed"
         out.append(rec)
     present = [a for a in layout.arms if (arm == a).any()]
@@ -463,7 +464,7 @@ def cost_per_accepted(
             "share_resamples": float(finite.mean()),
             "n_charged": n_charged,
             "n_no_cost": n_left_out,
-            "note": [estimability.join_notes(n, f) for n, f in zip(notes, flags)],
+            "note": [estimability.join_notes(n, f) for n, f in zip(notes, flags, strict=True)],
         }
     )
     return TableResult(
@@ -478,7 +479,8 @@ def frontier(
     ``frontier.budget_usd``) or ``human`` (S=1 and H <= h, over ``frontier.human_minutes``)."""
     study, rows, layout = _setup(df, study)
     if kind == "budget":
-        # The cost reading of every cost figure: a run without a reported cost counts at its ledger charge (interpretations.md).
+        # The cost reading of every cost figure: a run without a reported cost counts at its ledger charge
+        # (interpretations.md).
         grid, resource = study.grid("budget_usd"), charged_agent_cost(rows)[0]
     elif kind == "human":
         grid, resource = study.grid("human_minutes"), rows["H_minutes"].to_numpy(dtype=float)
@@ -500,7 +502,7 @@ def frontier(
     runs = np.tile(layout.runs_per_arm(), len(grid))
     notes = [
         estimability.join_notes(("no run" if r == 0 else "no scored run") if k == 0 else "", f)
-        for r, k, f in zip(runs, n_scen, estimability.interval_flags(lo, hi, n_scen))
+        for r, k, f in zip(runs, n_scen, estimability.interval_flags(lo, hi, n_scen), strict=True)
     ]
     table = pd.DataFrame(
         {
@@ -526,8 +528,14 @@ def frontier(
 def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None) -> TableResult:
     """Per arm, scenario-weighted means of D, E, Q, S, cost, wall time, process counts, abstention and capping."""
     study, rows, layout = _setup(df, study)
-    est = lambda v: estimators.arm_means(layout.means(np.asarray(v, dtype=float)), layout.weights("equal"))  # noqa: E731
-    f = lambda c: rows[c].to_numpy(dtype=float, na_value=np.nan)  # noqa: E731
+
+    def est(v: Any) -> np.ndarray:
+        return estimators.arm_means(layout.means(np.asarray(v, dtype=float)), layout.weights("equal"))
+
+    def f(c: str) -> np.ndarray:
+        col: np.ndarray = rows[c].to_numpy(dtype=float, na_value=np.nan)
+        return col
+
     summary = pd.DataFrame(
         {
             "arm": layout.arms,
@@ -548,7 +556,7 @@ def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None
     runs, scored = layout.runs_per_arm(), layout.sums(f("Q"))[1].sum(axis=0)
     summary["note"] = [
         f"no run in {a}" if r == 0 else (f"no scored run in {a} (Q and S)" if k == 0 else "")
-        for a, r, k in zip(layout.arms, runs, scored)
+        for a, r, k in zip(layout.arms, runs, scored, strict=True)
     ]
     charged = charged_agent_cost(rows)[1]
     return TableResult(
@@ -649,7 +657,8 @@ def recovery_index(
     for name, num_runs in (("ARI", recovered), ("ARI, accepted", accepted)):
         num, _ = layout.sums(num_runs.astype(float))
         if name == "ARI, accepted":
-            # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run as not accepted.
+            # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run
+            # as not accepted.
             num, _ = layout.sums((accepted & ~np.isnan(S)).astype(float))
             d, _ = layout.sums((eligible & ~np.isnan(S)).astype(float))
         else:
@@ -736,7 +745,7 @@ def judge_agreement(df: pd.DataFrame, *, study: protocol.Study | None = None) ->
     scored = (~np.isnan(rounded)).sum(axis=0) >= 2
     out = []
 
-    def alpha(data: np.ndarray, level: str, **kw) -> tuple[float, str]:
+    def alpha(data: np.ndarray, level: Literal["ordinal", "interval"], **kw: Any) -> tuple[float, str]:
         """Ordinal alpha from the krippendorff package; interval alpha in closed form (:func:`interval_alpha`)."""
         if not scored.any():
             return np.nan, "needs two judges scoring the same run; no run has two"
