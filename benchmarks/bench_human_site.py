@@ -26,7 +26,7 @@ The workbook is what a participant's 20 MB workbook is made of: 2,000 rows of
 figures with formulas and an embedded photograph (incompressible, as a scan
 is), within the oracle's limits on an archive's expansion.
 
-Targets (issue 40): every page's median under 200 ms; the upload's median
+Targets: every page's median under 200 ms; the upload's median
 under 2 s. The script exits 1 otherwise.
 Usage: ``python benchmarks/bench_human_site.py [--study-dir PATH] [--repeat 15]``.
 """

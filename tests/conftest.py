@@ -75,6 +75,7 @@ LONG_FILES = (
     "test_judges.py",
     "test_notebook_primary.py",
     "test_grading_stage.py",
+    "test_human_stage.py",
     "test_notebook_sensitivity.py",
     "test_reevaluate.py",
     "test_rehearsal_dask.py",

@@ -10,7 +10,9 @@ from schedule_support import make_store
 
 from pilot import ledger
 from pilot.attempt import AttemptOutcome, CellSpec
+from pilot.reevaluate import study_backend
 from pilot.store import SCHEMA, Store, StoreError
+from pilot.study import agent_backends
 
 
 def _human_cell(run_id: str = "OPS-01.H1.w1.r1", order: int = 0) -> CellSpec:
@@ -83,4 +85,16 @@ def test_a_removed_run_leaves_its_charge_in_the_ledger_and_only_a_human_run_is_r
     assert removed == ledger.to_micro("0.425")
     with pytest.raises(StoreError, match="only a human session's run is ever removed"):
         st.remove_run(st.cells("pilot")[0].run_id, reason="no")
+    st.close()
+
+
+def test_the_studys_backend_is_its_agents_whatever_the_human_wave_used(tmp_path):
+    st = make_store(tmp_path, scenarios=["OPS-01"])
+    st.add_cells([_human_cell()])
+    assert study_backend(st) == ""
+    st.begin_attempt(st.cells("human")[0], "participant-site", "human", tmp_path / "ws")
+    # A study of participants alone is theirs; once an agent has run, reevaluate and rejudge read the agents'.
+    assert study_backend(st) == "human" and agent_backends(st) == []
+    st.begin_attempt(st.cells("pilot")[0], "n1", "simulated", tmp_path / "ws")
+    assert study_backend(st) == "simulated" and agent_backends(st) == ["simulated"]
     st.close()

@@ -36,7 +36,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pilot import backends, pipeline, runner
+from pilot import pipeline, runner, study
 from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.human import session, store
 from pilot.human.assistant import Settings
@@ -63,9 +63,7 @@ def evaluation_lock(study_folder: Path, wave: str) -> Iterator[None]:
 
 def judge_backend(st: Store, wave_backend: str) -> str:
     """The judges of the study's agent runs (its one agent backend's), else the human backend's own."""
-    agents = sorted(
-        {r[0] for r in st.conn.execute("SELECT DISTINCT backend FROM attempts")} - backends.PARTICIPANT_BACKENDS
-    )
+    agents = study.agent_backends(st)
     return pipeline.judge_backend_for(agents[0] if len(agents) == 1 else wave_backend)
 
 
