@@ -332,6 +332,12 @@ def test_the_experimenters_minutes_enter_h_with_their_reason(wave):
 
     csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
     assert not any(c in page for c in CONTACTS)
+    # The times are shown to the second in UTC (the store keeps them in ISO 8601 at UTC, to the microsecond).
+    with store.open_store(folder) as st:
+        started, submitted = (store.participant(st.conn, WAVE, pid)[k] for k in ("started_at", "submitted_at"))
+    assert started.endswith("+00:00") and submitted.endswith("+00:00")
+    for stamp in (started, submitted):
+        assert f'<td class="when">{stamp[:10]} {stamp[11:19]} UTC</td>' in page
     refused = e.post(f"/experimenter/intervention/{pid}", data={"csrf": csrf, "minutes": "4", "reason": ""})
     assert refused.status_code == 400
     assert (

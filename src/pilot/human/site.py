@@ -56,7 +56,7 @@ from pilot.human import bundle, evaluate, store, uploads, withdraw
 from pilot.human import session as sessions_mod
 from pilot.human.assistant import Assistant, AssistantUnavailable, Settings
 from pilot.human.consent import Consent, load_consent
-from pilot.human.status import clock_text, status_rows
+from pilot.human.status import clock_text, status_rows, utc_time
 from pilot.human.wave import ASSISTED, SECRET_FILE, SESSIONS_FILE, wave_dir
 from pilot.oracles import safety
 from pilot.portal.app import SignInLimiter, SignInLimits
@@ -230,6 +230,7 @@ def create_app(
     app = Flask(__name__, static_folder=None)
     app.extensions["pilot.human"] = state
     app.jinja_env.undefined = StrictUndefined
+    app.jinja_env.filters["utc_time"] = utc_time
     app.config.update(
         # The wave's own key: a cookie from before a restart of the site still verifies.
         SECRET_KEY=secret,

@@ -9,6 +9,7 @@ is evaluated, its D and E.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from pilot.human import session, store
@@ -19,6 +20,13 @@ def clock_text(seconds: float) -> str:
     """Seconds as ``H:MM:SS``."""
     s = max(0, int(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def utc_time(stamp: str) -> str:
+    """A timestamp of the store (ISO 8601) as the pages show it, to the second: ``2026-12-06 09:47:06 UTC``."""
+    if not stamp:
+        return ""
+    return datetime.fromisoformat(stamp).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def status_rows(st: Store, wave: str, *, at: float | None = None) -> list[dict[str, Any]]:
