@@ -224,6 +224,9 @@ def test_the_site_evaluates_the_submitted_sessions_and_the_viewer_shows_the_h1_r
         assert resp.status == 200
         body = page.inner_text("body")
         assert run_id in body and "H1" in body
+        # The assistant's requests are the participant's, not an agent's stream that lost its answer.
+        tokens = page.inner_text("#tokens-by-session")
+        assert "the assistant (answers shown to the participant)" in tokens and "not in the stream" not in tokens
         page.screenshot(path=str(out / "14-viewer-run.png"), full_page=True)
         page.goto(view.url + "/")
         assert run_id in page.inner_text("body")
