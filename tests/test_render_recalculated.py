@@ -75,7 +75,7 @@ def stored_values(path: Path) -> list[object]:
 
 
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
+def two_runs(tmp_path_factory, soffice):
     """Two runs of one scenario whose workbooks differ only in the program that saved them."""
     base = tmp_path_factory.mktemp("recalc-render")
     sc = load_scenario(SCENARIO)
