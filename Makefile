@@ -191,8 +191,8 @@ GRADING_WAVE ?=
 endif
 GRADING_SRC := $(wildcard src/pilot/grading/*.py) src/pilot/simulated/graders.py analysis/config/simulated_graders.yml
 # The study's store is a prerequisite too: a grade submitted on the site makes the stage run again.
-$(RUN_STAMPS)/stage-grading: $(RUN_STAMPS)/stage-scale-rule notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) protocol/study.yml \
-  $(wildcard analysis/data/$(STUDY)/study.sqlite) $(call gone,$(RUN_STAMPS)/stage-grading)
+$(RUN_STAMPS)/stage-grading: $(RUN_STAMPS)/stage-scale-rule $(RUN_STAMPS)/stage-human notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) \
+  protocol/study.yml $(wildcard analysis/data/$(STUDY)/study.sqlite) $(call gone,$(RUN_STAMPS)/stage-grading)
 	$(stage_started)
 ifeq ($(BACKEND),simulated)
 	$(PILOT) grading simulate $(STUDY) $(GRADING_WAVE) --replace
@@ -216,9 +216,32 @@ $(RUN_STAMPS)/rejudge: $(RUN_STAMPS)/stage-scale-rule src/pilot/rejudge.py $(wil
 	  --tables-dir $(TABLES) --generated-dir $(GENERATED)
 	$(stage_written)
 
+# The human wave (A-028): H0 and H1 beside the agent arms. A dry run draws SIMULATED participants (pilot human
+# simulate, analysis/config/simulated_participants.yml, its truth written before the draw; no person takes part); a
+# real study's wave is run by people on the participant site (pilot human create/serve, protocol/human/) and
+# HUMAN_STUDY names the study that holds it; with no wave the manuscript says the human wave was not run. It runs
+# before the grading stage, which may draw human packages too: both write the study's store.
+HUMAN_STUDY ?= $(STUDY)
+HUMAN_SRC := $(wildcard src/pilot/human/*.py) src/pilot/simulated/participants.py analysis/config/simulated_participants.yml
+ifeq ($(BACKEND),simulated)
+HUMAN_DEPS :=
+else
+# A session evaluated on the site makes the stage run again.
+HUMAN_DEPS := $(wildcard analysis/data/$(HUMAN_STUDY)/study.sqlite)
+endif
+$(RUN_STAMPS)/stage-human: $(RUN_STAMPS)/stage-scale-rule notebooks/07_human.py $(HUMAN_SRC) $(STATS_SRC) $(REPORT_SRC) protocol/study.yml \
+  $(HUMAN_DEPS) $(call gone,$(RUN_STAMPS)/stage-human)
+	$(stage_started)
+ifeq ($(BACKEND),simulated)
+	$(PILOT) human simulate $(STUDY) simulated-participants --replace
+endif
+	-$(PILOT) human export $(HUMAN_STUDY)
+	$(PILOT) stage human $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p human_study $(HUMAN_STUDY) $(call STAGE_OUTPUT,07_human)
+	$(call stage_written,analysis/data/$(HUMAN_STUDY)/human_runs.csv)
+
 STAGE_STAMPS := $(RUN_STAMPS)/design-tables $(RUN_STAMPS)/stage-power $(RUN_STAMPS)/stage-pilot $(RUN_STAMPS)/stage-scale-rule
 STAGE_STAMPS += $(RUN_STAMPS)/stage-primary $(RUN_STAMPS)/stage-sensitivity $(RUN_STAMPS)/calibration $(RUN_STAMPS)/stage-grading
-STAGE_STAMPS += $(RUN_STAMPS)/rejudge
+STAGE_STAMPS += $(RUN_STAMPS)/stage-human $(RUN_STAMPS)/rejudge
 .PRECIOUS: $(STAGE_STAMPS)
 
 stages: $(STAGE_STAMPS) ## run every stage whose inputs or outputs changed (cached by make)

@@ -94,6 +94,8 @@ SUPPORT_MODULES: dict[str, frozenset[str]] = {
     "mutation_support": frozenset({"soffice"}),  # evaluates mutated gold packages, workbooks recalculated
     # builds finished simulated studies (shared by the run), whose oracles recalculate workbooks with LibreOffice
     "view_support": frozenset({"soffice"}),
+    # builds human waves on a simulated study and evaluates their sessions: the same oracles, LibreOffice included
+    "human_support": frozenset({"soffice"}),
 }
 
 #: The tests the fast tier leaves out although they need no component: a test file, or a test (file::name, every

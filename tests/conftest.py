@@ -77,6 +77,7 @@ LONG_FILES = (
     "test_grading_stage.py",
     "test_grading_browser.py",
     "test_rejudge.py",
+    "test_human_stage.py",
     "test_notebook_sensitivity.py",
     "test_reevaluate.py",
     "test_rehearsal_dask.py",

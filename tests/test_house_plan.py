@@ -259,9 +259,14 @@ def test_the_labels_come_from_the_registry():
         "claude-code": "",
         "rehearsal": "REHEARSAL",
         "synthetic": "SIMULATED",
+        # People on the participant site are findings; SIMULATED participants are a dry run's stand-ins.
+        "human": "",
+        "simulated-human": "SIMULATED",
     }
     assert backends.label("a-backend-nobody-registered") == "SIMULATED"
-    assert backends.CLI_BACKENDS == {"claude-code", "rehearsal"} and backends.REAL_BACKENDS == {"claude-code"}
+    assert backends.CLI_BACKENDS == {"claude-code", "rehearsal"}
+    assert backends.REAL_BACKENDS == {"claude-code", "human"}
+    assert backends.PARTICIPANT_BACKENDS == {"human", "simulated-human"}
 
 
 # -------------------------------------------------------------------------- the rules can fail

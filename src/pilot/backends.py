@@ -14,6 +14,12 @@
 - ``synthetic``: run tables drawn from a declared model
   (:mod:`pilot.simulated.synthetic`), for the statistics' own checks;
   SIMULATED as well.
+- ``human``: the human wave's participants (conditions H0 and H1), who work
+  through the participant site (:mod:`pilot.human`); their sessions are runs
+  of the study like any other, judged by the study's own panel. Findings.
+- ``simulated-human``: SIMULATED participants drawn from a stated model
+  (:mod:`pilot.simulated.participants`), only to exercise the human wave's
+  pipeline in a dry run; no person took part.
 
 A role is a ``"module:attr"`` reference, imported only when that backend is
 asked for it, so a real run never loads a stand-in:
@@ -26,7 +32,8 @@ asked for it, so a real run never loads a stand-in:
 - ``identity``: ``() -> {name: value}``, what a run depends on besides the protocol's files (the real CLI's
   version, the worker environment's lock), for :func:`pilot.identity.protocol_identity`;
 - ``runtable``: ``(seed) -> DataFrame``, a run table of this backend;
-- ``scenarios``: ``(ids) -> list[str]``, scenario ids a table of this backend may name beyond the bundles.
+- ``scenarios``: ``(ids) -> list[str]``, scenario ids a table of this backend may name beyond the bundles;
+- ``participants``: ``(study_folder, wave, **options) -> ...``, a human wave drawn from a stated model (a stand-in's).
 
 Whatever reads a run table asks :func:`label` which label its numbers
 carry; no other module spells one. Adding a backend is one entry of
@@ -44,6 +51,8 @@ SIMULATED = "simulated"
 CLAUDE_CODE = "claude-code"
 REHEARSAL = "rehearsal"
 SYNTHETIC = "synthetic"
+HUMAN = "human"
+SIMULATED_HUMAN = "simulated-human"
 
 SIMULATED_LABEL = "SIMULATED"
 REHEARSAL_LABEL = "REHEARSAL"
@@ -110,6 +119,16 @@ REGISTRY: dict[str, Backend] = {
                 "scenarios": "pilot.simulated.synthetic:standin_scenarios",
             },
         ),
+        # People on the participant site: no agent role (nothing here launches them), judged by the CLI judges of a
+        # real study (a dry-run study's human runs are judged as its agent runs are: pilot.human.evaluate).
+        Backend(HUMAN, "", runs_cli=False, judged_by=CLAUDE_CODE),
+        Backend(
+            SIMULATED_HUMAN,
+            SIMULATED_LABEL,
+            runs_cli=False,
+            judged_by=SIMULATED,
+            roles={"participants": "pilot.simulated.participants:simulate_wave"},
+        ),
     )
 }
 
@@ -156,6 +175,9 @@ JUDGE_BACKENDS = names("judge")
 CLI_BACKENDS = frozenset(n for n, b in REGISTRY.items() if b.runs_cli)
 #: Backends whose numbers are findings.
 REAL_BACKENDS = frozenset(n for n, b in REGISTRY.items() if b.finding)
+#: Backends of the human wave's sessions (people, or SIMULATED participants): their runs are wave ``human``, kept
+#: apart from the agent runs (the agent run table, a study's one agent backend, a scheduler's recovery).
+PARTICIPANT_BACKENDS = frozenset({HUMAN, SIMULATED_HUMAN})
 
 
 def label(backend: str) -> str:

@@ -45,6 +45,15 @@ CREATE TABLE IF NOT EXISTS ledger (
     note TEXT
 );
 CREATE INDEX IF NOT EXISTS ledger_attempt ON ledger (attempt_id);
+-- Attempts whose rows were removed from the store (a participant who withdrew has their run deleted): the charge
+-- stays spent, kept here so that the audit still finds every dollar.
+CREATE TABLE IF NOT EXISTS ledger_removed (
+    attempt_id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    charged_micro INTEGER NOT NULL CHECK (charged_micro >= 0),
+    note TEXT
+);
 CREATE TABLE IF NOT EXISTS ledger_envelope (
     change_id INTEGER PRIMARY KEY,
     at TEXT NOT NULL,
@@ -175,6 +184,15 @@ def settle(
     )
 
 
+def keep_removed_charge(conn: sqlite3.Connection, run_id: str, attempt_id: int, charged_micro: int, note: str) -> None:
+    """Keep a settled attempt's charge before its row leaves the store (the money stays spent; the audit counts it)."""
+    _require_write_txn(conn)
+    conn.execute(
+        "INSERT INTO ledger_removed (attempt_id, at, run_id, charged_micro, note) VALUES (?, ?, ?, ?, ?)",
+        (attempt_id, _now(), run_id, int(charged_micro), note),
+    )
+
+
 def set_envelope(conn: sqlite3.Connection, envelope_micro: int, amendment_id: str, note: str = "") -> tuple[int, int]:
     """Change the envelope under an amendment; returns (old, new) in micro-dollars.
 
@@ -240,8 +258,13 @@ def audit(conn: sqlite3.Connection) -> list[str]:
     charged = conn.execute(
         "SELECT COALESCE(SUM(charged_micro), 0) FROM attempts WHERE outcome != 'running'"
     ).fetchone()[0]
+    # A store read-only from before removals existed has no such table, and nothing removed.
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_removed'").fetchone():
+        charged += conn.execute("SELECT COALESCE(SUM(charged_micro), 0) FROM ledger_removed").fetchone()[0]
     if charged != spent:
-        problems.append(f"spent {spent} differs from the charges of finished attempts {charged} [micro-dollars]")
+        problems.append(
+            f"spent {spent} differs from the charges of finished (and removed) attempts {charged} [micro-dollars]"
+        )
     unsettled = conn.execute(
         "SELECT COUNT(*) FROM attempts a WHERE outcome != 'running' AND NOT EXISTS "
         "(SELECT 1 FROM ledger l WHERE l.attempt_id = a.attempt_id AND l.kind = 'settle')"

@@ -116,9 +116,11 @@ def profile_seed(soffice: str, settings_xcu: str, *, timeout_s: float = SEED_TIM
         if key in _seeds:
             return _seeds[key]
         root = _seeds_folder()
-        n = len(_seeds)
-        bare = root / f"settings-{n}"
-        (bare / "user").mkdir(parents=True)
+        # A name of its own: a forked child shares the folder but not the parent's later seeds, so a count of this
+        # process's seeds could name a folder the parent made after the fork.
+        bare = Path(tempfile.mkdtemp(prefix="settings-", dir=root))
+        n = bare.name.removeprefix("settings-")
+        (bare / "user").mkdir()
         (bare / "user" / "registrymodifications.xcu").write_text(settings_xcu, encoding="utf-8")
         for p in (bare, bare / "user"):
             os.chmod(p, 0o755)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from pilot import protocol
 from pilot.run_record import RunRecord, evaluation_error
+from pilot.backends import PARTICIPANT_BACKENDS
 
 if TYPE_CHECKING:  # pandas loads with the run table, not in every attempt's process
     import pandas as pd
@@ -175,10 +176,27 @@ def acceptance(D: bool, E: bool, Q: Fraction | float | None, q: float) -> bool |
     return bool(D) and not bool(E) and Fraction(Q) >= Fraction(repr(float(q)))
 
 
-def human_minutes(questions: int, study: protocol.Study | None = None) -> float:
-    """H: intervention minutes plus the stated minutes per unanswered question."""
+def human_minutes(questions: int, study: protocol.Study | None = None, intervention: float | None = None) -> float:
+    """H: intervention minutes plus the stated minutes per unanswered question.
+
+    ``intervention`` is the minutes an experimenter recorded for a human session (:mod:`pilot.human`); an agent run
+    has none recorded, and takes the design's stated assumption (``outcomes.intervention_minutes``).
+    """
     o = (study or protocol.study())["outcomes"]
-    return float(o["intervention_minutes"]) + float(o["human_minutes_per_question"]) * int(questions)
+    base = float(o["intervention_minutes"]) if intervention is None else float(intervention)
+    return base + float(o["human_minutes_per_question"]) * int(questions)
+
+
+#: What a human session's record adds to its run-table row (its ``human`` mapping, :mod:`pilot.human.evaluate`):
+#: time on task and active time, the experimenter's intervention minutes, and the H1 assistant's metered use.
+HUMAN_ROW_KEYS = (
+    "time_on_task_s",
+    "active_s",
+    "intervention_minutes",
+    "assistant_requests",
+    "assistant_tokens",
+    "assistant_cost_usd",
+)
 
 
 def completion_status(record: RunRecord) -> str:
@@ -311,7 +329,7 @@ def run_row(
             "turns": _count(rec.turns),
             "tool_calls": _count(rec.tool_calls),
             "questions": questions,
-            "H_minutes": human_minutes(questions, study),
+            "H_minutes": human_minutes(questions, study, (rec.human or {}).get("intervention_minutes")),
             "censored": censored,
             "censor_reason": rec.censor_reason if censored else None,
             "status": "capped" if censored else status,
@@ -345,6 +363,9 @@ def run_row(
     for jid in panel_ids:
         j = next((j for j in judges if j.get("judge_id") == jid), None)
         row[f"accept_{jid}"] = None if j is None or j.get("error") or j.get("accept") is None else bool(j["accept"])
+    human = rec.human
+    if isinstance(human, Mapping):
+        row.update({k: human.get(k) for k in HUMAN_ROW_KEYS})
     if status == FAILED_STATUS:
         row = {k: (v if k in _FAILED_ROW_KEEPS else None) for k, v in row.items()}
     return row
@@ -397,7 +418,8 @@ def rows_from_store(
                 record,
                 run_id=r["run_id"],
                 study_name=study_name,
-                backend=backend,
+                # A human session names its own backend (people or SIMULATED participants), whatever ran the agents.
+                backend=str(rec["backend"]) if rec.get("backend") in PARTICIPANT_BACKENDS else backend,
                 wave=r["wave"],
                 repeat=r["repeat"],
                 seed=r["seed"],

@@ -45,6 +45,10 @@ TABLES_DIR = ANALYSIS_DIR / "tables"
 CONFIG_DIR = ANALYSIS_DIR / "config"
 SIMULATED_JUDGES_FILE = CONFIG_DIR / "simulated_judges.yml"
 SIMULATED_GRADERS_FILE = CONFIG_DIR / "simulated_graders.yml"
+# The SIMULATED participants' model of a dry run's human wave (pilot.simulated.participants).
+SIMULATED_PARTICIPANTS_FILE = CONFIG_DIR / "simulated_participants.yml"
+# The consent text the participant site shows before anything of the task (its version line is validated on load).
+CONSENT_FILE = HUMAN_DIR / "consent.md"
 # The default nodes file of the scheduler (virtual nodes of the local executor).
 NODES_FILE = CONFIG_DIR / "nodes.yml"
 
@@ -88,6 +92,15 @@ RUNS_FILE_NAME = "runs.csv"
 def study_runs_file(name: str) -> Path:
     """The exported run table of study ``name``."""
     return study_dir(name) / RUNS_FILE_NAME
+
+
+# The run table of a study's human wave (``pilot human export``, and ``pilot study export`` beside runs.csv).
+HUMAN_RUNS_FILE_NAME = "human_runs.csv"
+
+
+def study_human_runs_file(name: str) -> Path:
+    """The exported human-wave run table of study ``name``."""
+    return study_dir(name) / HUMAN_RUNS_FILE_NAME
 
 
 def study_dir(name: str) -> Path:

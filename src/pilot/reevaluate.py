@@ -210,8 +210,11 @@ def check_protocol(store: Store) -> None:
 
 
 def study_backend(store: Store) -> str:
-    used = store.backends_used()
-    return used[0] if len(used) == 1 else ",".join(used)
+    """The backend of the study's agent runs; a human wave's participants (pilot.human) are not one of them, and a
+    study with no agent run has its participants' backend. Several backends are joined by commas."""
+    used = set(store.backends_used())
+    named = sorted(used - backends.PARTICIPANT_BACKENDS) or sorted(used)
+    return named[0] if len(named) == 1 else ",".join(named)
 
 
 def reevaluated_record(rec: dict[str, Any], ev: Any, *, at: str, count: int) -> dict[str, Any]:

@@ -149,6 +149,9 @@ class RunRecord:
     judge_error: str | None = None
     #: Which workbook rendering the judges read (A-027); None on a record judged under the earlier one.
     judge_rendering: str | None = None
+    #: A human session's own measures (pilot.human.evaluate: times, intervention minutes, the H1 assistant's use);
+    #: None for an agent run.
+    human: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -28,7 +28,10 @@ from pilot import backends, paths, protocol
 REAL_BACKENDS = backends.REAL_BACKENDS
 SIMULATED_TAG = backends.SIMULATED_LABEL
 
-WAVES = ("pilot", "repeat3", "sensitivity")
+WAVES = ("pilot", "repeat3", "sensitivity", "human")
+#: The human wave's sessions (arms H0 and H1): a table of its own (pilot.human.export), validated by these rules with
+#: the human conditions as its arms.
+HUMAN_WAVE = "human"
 STATUSES = ("completed", "capped", "agent_error", "infra_error")
 # Runs whose every attempt failed on infrastructure: exported with empty outcomes, dropped (and counted) on validation.
 FAILED_STATUS = "infra_error"
@@ -74,7 +77,7 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("arm", "str", doc="arm id from protocol/study.yml"),
     ColumnSpec("repeat", "int", minimum=1, doc="repeat number within (scenario, arm, model)"),
     ColumnSpec("model", "str", doc="worker model"),
-    ColumnSpec("wave", "str", allowed=WAVES, doc="pilot, repeat3 or sensitivity"),
+    ColumnSpec("wave", "str", allowed=WAVES, doc="pilot, repeat3 or sensitivity (human: a human session)"),
     ColumnSpec("seed", "int", minimum=0, doc="seed of the run"),
     ColumnSpec("order_index", "int", minimum=0, doc="position in the seeded assignment order"),
     ColumnSpec("node", "str", doc="node the run was dispatched to"),
@@ -170,6 +173,39 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
         "str",
         nullable=True,
         doc="the harness's failure after inference began (phase and error); missing when there was none",
+    ),
+    # A human session's own measures (pilot.human): missing on an agent run.
+    ColumnSpec(
+        "time_on_task_s",
+        "float",
+        nullable=True,
+        minimum=0,
+        doc="a human session: seconds from the participant's start to the completion record",
+    ),
+    ColumnSpec(
+        "active_s",
+        "float",
+        nullable=True,
+        minimum=0,
+        doc="a human session: seconds the task page was in view and in use (within the last minute)",
+    ),
+    ColumnSpec(
+        "intervention_minutes",
+        "float",
+        nullable=True,
+        minimum=0,
+        doc="a human session: the experimenter's intervention minutes (H's first term); missing: the design's",
+    ),
+    ColumnSpec(
+        "assistant_requests", "int", nullable=True, minimum=0, doc="H1: requests the assistant sent to the model"
+    ),
+    ColumnSpec("assistant_tokens", "int", nullable=True, minimum=0, doc="H1: tokens the proxy metered for them"),
+    ColumnSpec(
+        "assistant_cost_usd",
+        "float",
+        nullable=True,
+        minimum=0,
+        doc="H1: the assistant's cost as the model proxy metered it (0 in H0, which has no assistant)",
     ),
 )
 
@@ -398,8 +434,11 @@ def validate_runtable(
     *,
     study: protocol.Study | None = None,
     scenarios: Iterable[str] | None = None,
+    arms: Iterable[str] | None = None,
 ) -> pd.DataFrame:
     """Check ``df`` against the schema and the outcome definitions; return a typed copy.
+
+    ``arms`` are the arms a row may name (default: the design's; the human wave's table names its conditions).
 
     ``scenarios`` lists the allowed scenario ids; by default the protocol's
     bundles (no check beyond the id's form while none exist). Refuses with a
@@ -451,9 +490,9 @@ def validate_runtable(
     cell = out.duplicated(["scenario", "arm", "repeat", "model"])
     if (i := first(cell)) is not None:
         raise fail(i, "repeat", "duplicated cell (scenario, arm, repeat, model)")
-    arms = set(study.arms)
-    if (i := first(~out["arm"].isin(arms))) is not None:
-        raise fail(i, "arm", f"unknown arm {out['arm'][i]!r}; the protocol's arms are {sorted(arms)}")
+    allowed_arms = set(study.arms if arms is None else arms)
+    if (i := first(~out["arm"].isin(allowed_arms))) is not None:
+        raise fail(i, "arm", f"unknown arm {out['arm'][i]!r}; the protocol's arms are {sorted(allowed_arms)}")
     pattern = out["scenario"].str.fullmatch(protocol.SCENARIO_ID[1:-1])
     if (i := first(~pattern)) is not None:
         raise fail(i, "scenario", f"{out['scenario'][i]!r} is not a scenario id (e.g. ACC-01)")
@@ -522,12 +561,17 @@ def validate_runtable(
     if (i := first(cens != (out["status"] == "capped").to_numpy())) is not None:
         raise fail(i, "status", "a censored run has status 'capped', and only a censored run does")
     o = study["outcomes"]
-    h = o["intervention_minutes"] + o["human_minutes_per_question"] * out["questions"].to_numpy(dtype=float)
+    # A human session's recorded intervention minutes replace the design's assumption (an agent run has none).
+    intervention = np.full(len(out), float(o["intervention_minutes"]))
+    if "intervention_minutes" in out.columns:
+        recorded = out["intervention_minutes"].to_numpy(dtype=float, na_value=np.nan)
+        intervention = np.where(np.isnan(recorded), intervention, recorded)
+    h = intervention + o["human_minutes_per_question"] * out["questions"].to_numpy(dtype=float)
     if (i := first(np.abs(out["H_minutes"].to_numpy(dtype=float) - h) > _TOL)) is not None:
         raise fail(
             i,
             "H_minutes",
-            f"must be {o['intervention_minutes']} + {o['human_minutes_per_question']} x questions = {h[i]:g}",
+            f"must be {intervention[i]:g} + {o['human_minutes_per_question']} x questions = {h[i]:g}",
         )
 
     # Self-repair fields only where the arm grants a recovery.

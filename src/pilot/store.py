@@ -6,7 +6,10 @@ state), ``attempts`` (every attempt kept, with node, outcome, error and
 charge), ``runs`` (the run record of the attempt that finished the run),
 ``evaluations``, ``judge_scores``, ``reevaluations`` (each record a
 re-evaluation replaced, :meth:`Store.replace_evaluation`), and the ledger
-(``pilot.ledger``).
+(``pilot.ledger``). The human wave's sessions are cells of wave ``human``
+(arms H0 and H1) whose attempts the participant site opens and closes
+(:mod:`pilot.human`); its own tables (participants, sessions, the
+assistant's exchanges) sit beside these, never inside them.
 
 Every state change of a run is one ``BEGIN IMMEDIATE`` transaction that
 moves the cell, the attempt and the ledger together, so a scheduler killed at
@@ -36,9 +39,13 @@ from typing import Any
 
 from pilot import ledger, paths
 from pilot.attempt import AttemptOutcome, CellSpec, read_outcome_file, was_launched
+from pilot.backends import PARTICIPANT_BACKENDS
 
 STORE_FILE = "study.sqlite"
+#: The waves the scheduler runs (agent arms).
 WAVES = ("pilot", "repeat3", "sensitivity")
+#: The wave of the human sessions (H0, H1), which the participant site runs, never the scheduler.
+HUMAN_WAVE = "human"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS studies (
@@ -57,7 +64,7 @@ CREATE TABLE IF NOT EXISTS studies (
 );
 CREATE TABLE IF NOT EXISTS cells (
     run_id TEXT PRIMARY KEY,
-    wave TEXT NOT NULL CHECK (wave IN ('pilot', 'repeat3', 'sensitivity')),
+    wave TEXT NOT NULL CHECK (wave IN ('pilot', 'repeat3', 'sensitivity', 'human')),
     order_index INTEGER NOT NULL,
     scenario TEXT NOT NULL,
     arm TEXT NOT NULL,
@@ -161,6 +168,9 @@ CHARGE_RELEASED = "released"  # the attempt never launched: nothing was spent
 _REPORTED = "(a.charge_basis IN ('reported', 'metered') OR (a.charge_basis IS NULL AND a.cost_usd IS NOT NULL))"
 _OLD_BASIS_CHECK = "CHECK (charge_basis IN ('reported', 'reservation', 'released'))"
 _NEW_BASIS_CHECK = "CHECK (charge_basis IN ('reported', 'metered', 'reservation', 'released'))"
+# Stores created before the human wave: the cells' wave CHECK widened to admit it (as the basis CHECK above).
+_OLD_WAVE_CHECK = "CHECK (wave IN ('pilot', 'repeat3', 'sensitivity'))"
+_NEW_WAVE_CHECK = "CHECK (wave IN ('pilot', 'repeat3', 'sensitivity', 'human'))"
 
 
 class _EnvelopeRefused(Exception):
@@ -284,6 +294,11 @@ def _insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
     return len(rows)
 
 
+def insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
+    """Insert cells inside the caller's write transaction (a human wave's plan is written whole with its own rows)."""
+    return _insert_cells(c, cells)
+
+
 def _insert_evaluation(c: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> None:
     c.execute(
         (
@@ -399,17 +414,21 @@ class Store:
                 self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
         # Stores created before the 'metered' basis existed: widen the CHECK in place (SQLite's
         # documented procedure for changing a CHECK constraint; existing rows satisfy the wider one).
-        row = self.conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'attempts'").fetchone()
-        if row is not None and _OLD_BASIS_CHECK in row[0]:
-            version = self.conn.execute("PRAGMA schema_version").fetchone()[0]
-            self.conn.execute("PRAGMA writable_schema = ON")
-            self.conn.execute(
-                "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'attempts'",
-                (row[0].replace(_OLD_BASIS_CHECK, _NEW_BASIS_CHECK),),
-            )
-            self.conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
-            self.conn.execute("PRAGMA writable_schema = OFF")
-            self.conn.commit()
+        widened = (("attempts", _OLD_BASIS_CHECK, _NEW_BASIS_CHECK), ("cells", _OLD_WAVE_CHECK, _NEW_WAVE_CHECK))
+        for table, old, new in widened:
+            row = self.conn.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            ).fetchone()
+            if row is not None and old in row[0]:
+                version = self.conn.execute("PRAGMA schema_version").fetchone()[0]
+                self.conn.execute("PRAGMA writable_schema = ON")
+                self.conn.execute(
+                    "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?",
+                    (row[0].replace(old, new), table),
+                )
+                self.conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
+                self.conn.execute("PRAGMA writable_schema = OFF")
+                self.conn.commit()
 
     # ------------------------------------------------------------------ life
     @classmethod
@@ -835,9 +854,13 @@ class Store:
         not count toward a run's infrastructure limit.
         """
         recovered = []
+        # A human session's attempt belongs to the participant site, which closes it (pilot.human), never a scheduler.
+        people = ",".join("?" * len(PARTICIPANT_BACKENDS))
         with self.transaction() as c:
             for a in c.execute(
-                "SELECT attempt_id, run_id, reserved_micro, workspace FROM attempts WHERE outcome = 'running'"
+                "SELECT attempt_id, run_id, reserved_micro, workspace FROM attempts WHERE outcome = 'running' "
+                f"AND backend NOT IN ({people})",
+                sorted(PARTICIPANT_BACKENDS),
             ).fetchall():
                 workspace = Path(a["workspace"])
                 left = read_outcome_file(workspace)
@@ -915,6 +938,43 @@ class Store:
                 c.execute("UPDATE cells SET status = 'waiting', infra_attempts = 0 WHERE run_id = ?", (rid,))
                 self.record_event(c, "reopen", rid, reason=reason, infra_attempts_before=n)
         return ids
+
+    def remove_run(self, run_id: str, *, reason: str, open_charge_usd: Any = None) -> dict[str, Any]:
+        """Delete one run of the human wave from the store (a participant withdrew), keeping every dollar it cost.
+
+        One transaction: an attempt still open is settled first, at
+        ``open_charge_usd`` (what the session's assistant was metered) or, when
+        that is unknown, at its whole reservation; each attempt's charge is kept
+        in the ledger (:func:`pilot.ledger.keep_removed_charge`); then the run's
+        judge scores, evaluation, earlier records, run, attempts and cell are
+        deleted and an event says so. Only a run of wave ``human`` is ever removed.
+        """
+        with self.transaction() as c:
+            cell = c.execute("SELECT wave FROM cells WHERE run_id = ?", (run_id,)).fetchone()
+            if cell is None:
+                raise StoreError(f"{self.path}: no run {run_id!r} in this study")
+            if cell["wave"] != HUMAN_WAVE:
+                raise StoreError(f"run {run_id} is of wave {cell['wave']}; only a human session's run is ever removed")
+            charged_total = 0
+            attempts = c.execute(
+                "SELECT attempt_id, outcome, reserved_micro, charged_micro FROM attempts WHERE run_id = ?", (run_id,)
+            ).fetchall()
+            for a in attempts:
+                charged = a["charged_micro"]
+                if a["outcome"] == "running":
+                    if open_charge_usd is None:
+                        charged, note = a["reserved_micro"], "removed while open; cost unknown: charged its reservation"
+                    else:
+                        charged, note = ledger.to_micro(open_charge_usd), "removed while open; charged its metered cost"
+                    ledger.settle(c, run_id, a["attempt_id"], a["reserved_micro"], charged, note)
+                ledger.keep_removed_charge(c, run_id, a["attempt_id"], int(charged or 0), reason)
+                charged_total += int(charged or 0)
+            for table in ("judge_scores", "evaluations", "reevaluations", "runs", "attempts", "cells"):
+                c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            self.record_event(
+                c, "remove_run", run_id, reason=reason, attempts=len(attempts), charged_usd=ledger.to_usd(charged_total)
+            )
+        return {"run_id": run_id, "attempts": len(attempts), "charged_usd": ledger.to_usd(charged_total)}
 
     def failures(self, wave: str | None = None) -> list[dict[str, Any]]:
         """Each failed cell with the error of its last attempt."""

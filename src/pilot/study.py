@@ -35,7 +35,7 @@ from pilot.schedule import (
     list_scenario_ids,
     study_lock,
 )
-from pilot.store import STORE_FILE, WAVES, Store, atomic_write_text
+from pilot.store import HUMAN_WAVE, STORE_FILE, WAVES, Store, atomic_write_text
 
 if TYPE_CHECKING:  # pandas loads on first use: the study commands start without it
     import pandas as pd
@@ -122,8 +122,9 @@ def check_runner(ref: str | None) -> str | None:
     return ref
 
 
-#: Backends whose studies ``create --fresh`` may delete: their runs are checks of the harness, never findings.
-DISCARDABLE_BACKENDS = frozenset(backends.AGENT_BACKENDS) - backends.REAL_BACKENDS
+#: Backends whose studies ``create --fresh`` may delete: their runs are checks of the harness, never findings (a dry
+#: run's SIMULATED participants among them; a wave of people never).
+DISCARDABLE_BACKENDS = frozenset({*backends.AGENT_BACKENDS, backends.SIMULATED_HUMAN}) - backends.REAL_BACKENDS
 
 
 def discard_study(name: str) -> bool:
@@ -360,9 +361,14 @@ def ensure_wave(store: Store, wave: str) -> int:
     return len(cells)
 
 
-def _check_backend(store: Store, backend: str) -> None:
+def agent_backends(store: Store) -> list[str]:
+    """The backends the study's agent runs used (a human wave's participants are not agents: pilot.human)."""
     used = set(store.backends_used())
-    other = used - {backend}
+    return sorted(used - backends.PARTICIPANT_BACKENDS)
+
+
+def _check_backend(store: Store, backend: str) -> None:
+    other = set(agent_backends(store)) - {backend}
     if other:
         raise StudyError(
             f"study {store.study().name} was run with backend {', '.join(sorted(other))}; "
@@ -656,16 +662,18 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
                 ) from exc
         info = store.study()
         rows = store.finished_rows()
-        later = [r for r in rows if r["wave"] != "pilot"]
+        later = [r for r in rows if r["wave"] not in ("pilot", HUMAN_WAVE)]
         if later and not pilot_only:
             if info.freeze_manifest is None:
                 raise StudyError(f"study {name} has later waves but no freeze manifest; export with --pilot-only")
             freeze.verify(info.freeze_manifest, scenarios=info.scenarios).raise_if_changed()
         if pilot_only:
             rows = [r for r in rows if r["wave"] == "pilot"]
-        backends = sorted(set(store.backends_used()))
+        # The human wave's sessions have a table of their own (pilot.human.export): this one holds the agent runs.
+        rows = [r for r in rows if r["wave"] != HUMAN_WAVE]
+        backends = agent_backends(store)
         if len(backends) != 1:
-            raise StudyError(f"study {name} has attempts on backends {backends}; expected exactly one")
+            raise StudyError(f"study {name} has agent attempts on backends {backends}; expected exactly one")
         fake = [
             r["run_id"] for r in rows if r.get("record_json") and json.loads(r["record_json"]).get("runner") == "fake"
         ]

@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--sample", default="all", help="all (default) or N: N packages per scenario x arm, seeded")
     c.add_argument("--seed", type=int, help="seed of the sample and the assignment (default: the study's seed)")
+    c.add_argument(
+        "--with-human",
+        action="store_true",
+        help="draw the human wave's packages too (pilot human), blind among the agents' as the judges saw them",
+    )
     c.set_defaults(func=_cmd_create)
 
     s = gsub.add_parser("serve", help="serve the blind grading site")
@@ -142,7 +147,8 @@ def _errors() -> tuple[type[Exception], ...]:
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
-    from pilot.grading.plan import create_wave
+    from pilot.grading.plan import PRIMARY_WAVES, create_wave
+    from pilot.store import HUMAN_WAVE
 
     if args.sample == "all":
         per_stratum = None
@@ -158,6 +164,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
             per_package=args.per_package,
             per_stratum=per_stratum,
             seed=args.seed,
+            study_waves=(*PRIMARY_WAVES, HUMAN_WAVE) if args.with_human else PRIMARY_WAVES,
         )
     except _errors() as exc:
         return _fail(exc)

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "judge": "pilot.cli.judge",
     "view": "pilot.cli.view",
     "grading": "pilot.cli.grading",
+    "human": "pilot.cli.human",
 }
 COMMAND_MODULES = list(dict.fromkeys(COMMANDS.values()))
 

@@ -492,10 +492,48 @@ def _cmd_export(args: argparse.Namespace) -> int:
             return _fail(str(exc))
         print(json.dumps({"format": "inspect", "logs": [str(p) for p in done.logs], "samples": done.samples}))
         return 0
-    target, table = export_run_table(args.name, pilot_only=args.pilot_only, out=args.out)
-    failed = int((table["status"] == "infra_error").sum())
-    print(json.dumps({"run_table": str(target), "rows": len(table), "failed_runs": failed}))
+    report: dict[str, object] = {}
+    folder = paths.study_dir(args.name)
+    people = _human_sessions(folder)
+    if not people or _has_agent_runs(folder):
+        target, table = export_run_table(args.name, pilot_only=args.pilot_only, out=args.out)
+        failed = int((table["status"] == "infra_error").sum())
+        report.update({"run_table": str(target), "rows": len(table), "failed_runs": failed})
+    if people and not args.pilot_only:
+        # The human wave's sessions: a table of their own beside the agents' (pilot.human.export), never a contact.
+        from pilot.human.export import HumanExportError, export_human_table
+
+        beside = (Path(args.out).parent if args.out else folder) / paths.HUMAN_RUNS_FILE_NAME
+        try:
+            human_target, made = export_human_table(folder, beside)
+        except HumanExportError as exc:
+            report["human_runs"] = f"not written: {exc}"
+        else:
+            report.update(
+                {
+                    "human_runs": str(human_target),
+                    "human_rows": len(made.table),
+                    "human_not_evaluated": made.pending,
+                    "human_withdrawn_excluded": made.withdrawn,
+                }
+            )
+    print(json.dumps(report))
     return 0
+
+
+def _human_sessions(folder: Path) -> bool:
+    """Whether the study holds a human wave's sessions (cells of wave ``human``)."""
+    from pilot.store import HUMAN_WAVE
+
+    with Store.open(folder) as st:
+        return st.has_wave(HUMAN_WAVE)
+
+
+def _has_agent_runs(folder: Path) -> bool:
+    from pilot.study import agent_backends
+
+    with Store.open(folder) as st:
+        return bool(agent_backends(st)) or any(c.wave != "human" for c in st.cells())
 
 
 @_guarded

@@ -17,7 +17,7 @@ from pilot.grading import tokens
 from pilot.grading.assignment import Assignment, Package, arm_spread, assign, draw_sample
 from pilot.grading.graders import Grader, read_graders
 from pilot.grading.store import GradingError, log_event, open_store
-from pilot.store import atomic_write_private, now
+from pilot.store import HUMAN_WAVE, atomic_write_private, now
 
 #: The study waves a grading wave draws from by default: the primary analysis's runs (not the model-sensitivity wave).
 PRIMARY_WAVES = ("pilot", "repeat3")
@@ -58,11 +58,12 @@ def eligible_packages(
     out = []
     marks = ",".join("?" * len(study_waves))
     for r in conn.execute(
-        f"SELECT c.run_id, c.scenario, c.arm, c.model, r.record_json FROM cells c JOIN runs r USING (run_id) "
+        f"SELECT c.run_id, c.wave, c.scenario, c.arm, c.model, r.record_json FROM cells c JOIN runs r USING (run_id) "
         f"WHERE c.wave IN ({marks}) ORDER BY c.run_id",
         tuple(study_waves),
     ):
-        if model is not None and r["model"] != model:
+        # A human session's worker is a person (model "human"): the model filter is the agents'.
+        if model is not None and r["model"] != model and r["wave"] != HUMAN_WAVE:
             continue
         rec = json.loads(r["record_json"])
         if rec.get("status") not in ("completed", "capped"):

@@ -258,7 +258,15 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
         "human_wave": object_schema(
             {
                 "participants_per_scenario_per_condition": _posint,
-                "conditions": {"type": "array", "items": _str, "minItems": 1},
+                "conditions": {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": r"^H[0-9]+$"},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+                "assistant": object_schema(
+                    {"usd_per_session": _pos, "max_tokens": _posint, "max_message_chars": _posint}
+                ),
             }
         ),
         "sensitivity_models": object_schema(

@@ -17,10 +17,11 @@ from typing import Any, Protocol
 import pandas as pd
 
 from pilot import paths, protocol
-from pilot.backends import label_of
+from pilot.backends import PARTICIPANT_BACKENDS, label_of
 from pilot.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
 from pilot.ledger import Balance
 from pilot.report import run_fidelity
+from pilot.store import HUMAN_WAVE
 
 # The steps of the run flow, in order, with what each counts.
 FLOW_STEPS: tuple[tuple[str, str], ...] = (
@@ -104,6 +105,11 @@ def collect(store: StoreReader, runs: pd.DataFrame | None, study: protocol.Study
     study = study or protocol.study()
     cells = pd.DataFrame(store.cell_rows())
     attempts = pd.DataFrame(store.attempts())
+    # The human wave's sessions (pilot.human) have a report of their own (stage 07): this one is the agent runs'.
+    if not cells.empty:
+        cells = cells[cells["wave"] != HUMAN_WAVE].reset_index(drop=True)
+    if not attempts.empty:
+        attempts = attempts[~attempts["backend"].isin(PARTICIPANT_BACKENDS)].reset_index(drop=True)
     backends = sorted(set(attempts["backend"])) if not attempts.empty else []
     waves = [w for w in ("pilot", "repeat3", "sensitivity") if not cells.empty and (cells["wave"] == w).any()]
     wave_of = dict(zip(cells["run_id"], cells["wave"], strict=True)) if not cells.empty else {}
@@ -138,6 +144,8 @@ def collect(store: StoreReader, runs: pd.DataFrame | None, study: protocol.Study
     flow["total"] = flow[waves].sum(axis=1) if waves else 0
 
     status = pd.DataFrame(store.status_by_arm())
+    if not status.empty:
+        status = status[status["wave"] != HUMAN_WAVE]
     if status.empty:
         ledger = pd.DataFrame(columns=["arm", "total"])
     else:

@@ -1055,12 +1055,31 @@ class ScriptedModelServer:
 
         if INSTRUCTIONS.split("\n", 1)[0][:60] in first:
             return self._judge(body, first, judge_label)
+        from pilot.human.assistant import SYSTEM_PROMPT as ASSISTANT_PROMPT
+
+        if _system_text(body).startswith(ASSISTANT_PROMPT[:60]):
+            return self._assistant(body, users)
         if str(protocol.study()["worker"]["user_prompt"]) in first:
             return self._worker(body, messages, users, run_id)
         raise ScriptError(
-            "neither a worker session (the study's prompt) nor a judge session (the judges' prompt): "
+            "neither a worker session (the study's prompt), a judge session (the judges' prompt) "
+            "nor an H1 assistant's conversation (its system text): "
             f"first user message begins {first[:80]!r}"
         )
+
+    # -- the H1 assistant --------------------------------------------------------
+
+    def _assistant(self, body: dict, users: list[tuple[int, str]]) -> Answer:
+        """An H1 participant's assistant (:mod:`pilot.human.assistant`): a reply that says what it is and what it read.
+
+        The reply is a function of the conversation alone (its turn number and
+        the last message's length and first words), so a test can state it
+        before the request is sent (:func:`scripted_assistant_reply`).
+        """
+        if body.get("tools"):
+            raise ScriptError("the H1 assistant is offered no tool, yet the request carries tools")
+        last = users[-1][1] if users else ""
+        return Answer([{"type": "text", "text": scripted_assistant_reply(len(users), last)}])
 
     # -- the worker -------------------------------------------------------------
 
@@ -1293,6 +1312,15 @@ class ScriptedModelServer:
         with self._truth_lock:
             with open(self.record_dir / JUDGES_FILE, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def scripted_assistant_reply(turn: int, message: str) -> str:
+    """The scripted server's answer to an H1 assistant's ``turn``-th message (1-based), as the site shows it."""
+    words = " ".join(message.split()[:8])
+    return (
+        f"(Scripted assistant, turn {turn}: no model answered.) You wrote {len(message)} characters, "
+        f"beginning: {words}. I cannot see your files; tell me what the figures are and I will reason from them."
+    )
 
 
 def judge_hold_s(judge_timeout_s: float | None) -> float:

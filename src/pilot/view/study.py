@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from pilot import ledger, outcomes, paths, protocol
 from pilot.judges.rubric import scenario_criteria
-from pilot.store import STORE_FILE, WAVES, Store, StoreError
+from pilot.store import HUMAN_WAVE, STORE_FILE, WAVES, Store, StoreError
 from pilot.view import conversation, files, sessions, usage
 
 #: The attempt folder layout the scheduler writes (``pilot.schedule.Scheduler``).
@@ -211,10 +211,17 @@ class StudyReader:
     def backends(self, st: ReadOnlyStore) -> list[str]:
         return st.backends_used()
 
+    def agent_backend(self, st: ReadOnlyStore) -> str:
+        """The backend the agent rows are computed under (a human session's row names its own: pilot.outcomes)."""
+        from pilot.backends import PARTICIPANT_BACKENDS
+
+        agents = [b for b in self.backends(st) if b not in PARTICIPANT_BACKENDS]
+        return agents[0] if len(agents) == 1 else ",".join(agents) or "none"
+
     def overview(self) -> dict[str, Any]:
         """Progress, envelope, ledger audit and counts per wave and arm."""
         with self.store() as st:
-            counts = {w: st.counts(w) for w in WAVES if st.has_wave(w)}
+            counts = {w: st.counts(w) for w in (*WAVES, HUMAN_WAVE) if st.has_wave(w)}
             bal = st.balance()
             return {
                 "backends": self.backends(st),
@@ -229,10 +236,9 @@ class StudyReader:
         """One row per assigned run: run-table columns for finished runs, the cell's state for the rest."""
         with self.store() as st:
             cells = st.finished_rows()
-            backends = self.backends(st)
+            backend = self.agent_backend(st)
             charges = st.run_charges_by_id()
             finals = final_attempts(st)
-        backend = backends[0] if len(backends) == 1 else ",".join(backends) or "none"
         computed = _run_table_rows(cells, self.name, backend)
         errors = computed.pop("__errors__", {})
         out = []
@@ -344,7 +350,7 @@ class StudyReader:
                 selfcheck[key] = files.read_text(rf.folder / f"{key}.txt", self.folder)
         if run and (row is None or "D" not in row):
             with self.store() as st:
-                backends = self.backends(st)
+                backend = self.agent_backend(st)
             row = _run_table_rows(
                 [
                     {
@@ -357,7 +363,7 @@ class StudyReader:
                     }
                 ],
                 self.name,
-                ",".join(backends),
+                backend,
             ).get(run_id)
             if row is not None:
                 with self.store() as st:
