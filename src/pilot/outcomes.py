@@ -33,8 +33,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from pilot import protocol
-from pilot.run_record import RunRecord, evaluation_error
 from pilot.backends import PARTICIPANT_BACKENDS
+from pilot.run_record import RunRecord, evaluation_error
 
 if TYPE_CHECKING:  # pandas loads with the run table, not in every attempt's process
     import pandas as pd

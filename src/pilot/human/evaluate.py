@@ -176,20 +176,20 @@ def evaluate_session(st: Store, wave: str, participant_id: str, *, judge: Any = 
     cell = next(c for c in st.cells("human") if c.run_id == row["run_id"])
     folder = Path(attempt["workspace"])
     rec, _ev = build_record(st, row, attempt, cell, w.backend)
-    data = rec.to_dict()
-    data["human"] = human_fields(st, row, folder)
+    rec.human = human_fields(st, row, folder)
     rec_path = folder / "run_record.json"
-    rec_path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    data = pipeline.judge_record(
-        data, cell, session.SITE_NODE, folder, judge if judge is not None else judge_backend(st, w.backend), cell.seed
+    rec_path.write_text(json.dumps(rec.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    rec = pipeline.judge_record(
+        rec, cell, session.SITE_NODE, folder, judge if judge is not None else judge_backend(st, w.backend), cell.seed
     )
+    data = rec.to_dict()
     rec_path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     metered = data.get("metered_cost_usd")
     outcome = AttemptOutcome(
         record=data,
-        cost_usd=agent_cost(data),
-        judge_cost_usd=float(data["judge_cost_usd"]),
-        status=str(data["status"]),
+        cost_usd=agent_cost(rec),
+        judge_cost_usd=float(rec.judge_cost_usd or 0.0),
+        status=rec.status,
         metered_cost_usd=str(metered) if metered is not None else None,
     )
     status = st.finish_attempt(int(attempt["attempt_id"]), outcome, max_infra_attempts=1)
