@@ -22,6 +22,8 @@ from pilot.store import atomic_write_text, now
 
 #: The study waves a grading wave draws from by default: the primary analysis's runs (not the model-sensitivity wave).
 PRIMARY_WAVES = ("pilot", "repeat3")
+#: The statuses of a finished run: what it delivered was evaluated and judged, however its session ended.
+FINISHED = ("completed", "capped", "agent_error")
 #: Where a wave's sign-in links are written (readable by the owner alone): analysis/data/STUDY/grading/WAVE/links.csv
 LINKS_FILE = "links.csv"
 _WAVE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -63,7 +65,8 @@ def eligible_packages(
         if model is not None and r["model"] != model:
             continue
         rec = json.loads(r["record_json"])
-        if rec.get("status") not in ("completed", "capped"):
+        # Every finished run the primary analysis scores, an agent error included (protocol/human/evaluation.md: all of them).
+        if rec.get("status") not in FINISHED:
             continue
         if not any(j.get("score_0_100") is not None and not j.get("error") for j in rec.get("judges") or []):
             continue

@@ -42,11 +42,13 @@ def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
             "Wall (s)": f"{int(sc.caps.wall_s):,}".replace(",", "{,}"),
             "Depth": sc.designed_depth,
             "Prof.\\ min": f"{sc.professional_minutes:g}",
+            "Portal": "yes" if sc.uses_portal else "no",
         }
         for sc in scs
     ]
     return pd.DataFrame(
-        rows, columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min"]
+        rows,
+        columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min", "Portal"],
     )
 
 
@@ -64,11 +66,13 @@ def write_scenarios_table(out_dir: Path | None = None, scenario_ids: list[str] |
             f"The {number_word(len(ids))} scenarios of this study ({which} of \\texttt{{protocol/study.yml}}), generated "
             "from \\texttt{protocol/scenarios}: deliverables requested by each brief "
             "(every scenario also requires the completion record), caps (the larger of the global caps and the "
-            "author's own, A-006), designed depth (ordinal, 1--5, used by H4) and professional minutes (the weights "
-            "of the sensitivity analysis)."
+            "author's own, A-006), designed depth (ordinal, 1--5, used by H4), professional minutes (the weights "
+            "of the sensitivity analysis) and whether the scenario comes with the company portal, which A3 and A4 "
+            "reach: its content is generated from the scenario's own inputs and only mirrors them, so the arms "
+            "without it lose no information, and what the portal adds is a way in, not a source."
         ),
         label="tab:scenarios",
         escape=False,
-        column_format="l>{\\raggedright\\arraybackslash}p{2.2cm}>{\\raggedright\\arraybackslash}p{5.8cm}rrrr",
+        column_format="l>{\\raggedright\\arraybackslash}p{1.9cm}>{\\raggedright\\arraybackslash}p{4.6cm}rrrrl",
         font="\\footnotesize",
     )
