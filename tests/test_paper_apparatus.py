@@ -77,7 +77,7 @@ def test_a_malformed_deviations_file_is_refused_by_field(tmp_path, text, field):
 
 
 def test_every_stand_in_sentence_names_what_it_stands_in_for_and_its_model():
-    text = stand_ins.study_sentence(["simulated"])
+    text = stand_ins.study_sentence(b for b in ["simulated"])  # any iterable, a generator too
     assert text.startswith("SIMULATED: ")
     for s in backends.STAND_INS[backends.SIMULATED]:
         assert f"standing in for {s.stands_for}" in text

@@ -152,7 +152,7 @@ def subsection(dev: Deviations | None = None) -> str:
         "amendment above, so it covers other oracles for MKT-01, BANK-01 and HEALTH-01 (A-012 to A-014) than this run "
         "used, and this run's waves are never pooled with the recorded study's runs. This run's own waves are pooled "
         "on this run's freeze check, whose manifest was taken when its pilot started"
-        "\\ifdef{\\FreezeTakenAt}{ (\\FreezeTakenAt)}{}, after every amendment above: "
+        "\\ifdef{\\FreezeTakenAt}{ (\\FreezeTakenAt)}{}, after every amendment above. "
         "\\ifdef{\\FreezeSentence}{\\FreezeSentence}{no freeze check was made for this build.}"
     )
     return (

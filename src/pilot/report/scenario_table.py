@@ -26,7 +26,8 @@ def _deliverables_text(sc: Scenario) -> str:
     parts = []
     for d in sc.file_deliverables:
         extra = " with formulas" if d.requires_formulas else (f", $\\geq${d.min_words} words" if d.min_words else "")
-        parts.append(f"\\texttt{{{latex_escape(d.name)}}} ({_KIND[d.kind]}{extra})")
+        # A file name may break at its underscores and dots (url's \nolinkurl): no name sticks out of its column.
+        parts.append(f"\\nolinkurl{{{d.name}}} ({_KIND[d.kind]}{extra})")
     return "; ".join(parts) + "; completion record"
 
 
@@ -36,7 +37,8 @@ def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
     rows = [
         {
             "ID": sc.id,
-            "Occupation": latex_escape(sc.occupation),
+            # \hspace{0pt} lets TeX hyphenate the cell's first word ("administration") in its narrow column.
+            "Occupation": "\\hspace{0pt}" + latex_escape(sc.occupation),
             "Deliverables": _deliverables_text(sc),
             "Cap (\\$)": f"{sc.caps.usd:.2f}",
             "Wall (s)": f"{int(sc.caps.wall_s):,}".replace(",", "{,}"),

@@ -744,7 +744,8 @@ def write_sensitivity(
         csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
         if kind == "budget" and "frontier_budget_reported" in results:
             # The literal reading of an unreported cost (within no budget), the sensitivity of the one cost rule.
-            csv("sensitivity_frontier_budget_reported.csv", results["frontier_budget_reported"].summary)  # type: ignore[union-attr]
+            reported: TableResult = results["frontier_budget_reported"]  # type: ignore[assignment]
+            csv("sensitivity_frontier_budget_reported.csv", reported.summary)
         # Each arm's scenario-weighted acceptance (the secondary endpoints' S): what the frontier reaches with no limit on the allowance.
         sec_table = results["secondary"].table  # type: ignore[union-attr]
         p_hat = dict(zip(sec_table["arm"], sec_table["S"])) if "S" in sec_table else None

@@ -36,7 +36,8 @@ def _and(items: list[str]) -> str:
 
 def study_sentence(used: Iterable[str]) -> str:
     """What the study's runs were made by: the stand-ins of every backend its attempts used, or the real parts."""
-    entries = [s for b in sorted(set(used)) for s in backends.stand_ins(b)]
+    used = sorted(set(used))  # read once: a generator would be spent before the label is taken
+    entries = [s for b in used for s in backends.stand_ins(b)]
     if not entries:
         return (
             "The agent and the judges of this study are the real ones: the pinned CLI and the models the protocol "
