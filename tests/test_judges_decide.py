@@ -22,7 +22,7 @@ def test_the_shortfall_is_drawn_once_per_run_with_the_stated_share():
     spec = raw["unseen_shortfall"]
     # The same run (seed) gets the same shortfall, whoever asks: every judge and both attempts see it.
     assert unseen_shortfall(raw, 12345) == unseen_shortfall(raw, 12345)
-    draws = np.array([unseen_shortfall(raw, s) for s in range(20_000)])
+    draws = np.array([unseen_shortfall(raw, s) for s in range(5_000)])
     hit = draws > 0
     # The share of runs that fall short: the stated share within four binomial standard errors.
     se = np.sqrt(spec["share"] * (1 - spec["share"]) / draws.size)

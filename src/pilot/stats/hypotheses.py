@@ -519,7 +519,9 @@ def h5(
         failing=failing,
         estimate=(f"highest rate {shown(top[1])} ({top[0]}); " if top else "highest rate not estimable; ")
         + f"slope {shown(s_est)}",
-        interval=(f"{shown_interval(top[2], top[3])}; " if top else "") + shown_interval(s_lo, s_hi),
+        interval=(f"{shown_interval(top[2], top[3])}; " if top else "")
+        + shown_interval(s_lo, s_hi)
+        + (" (an end on a lattice point: not read against zero)" if lattice else ""),
         test=f"slope: {shown_p(slope_p, 'sign-flip p')}",
         remark=" ".join(
             [
