@@ -1,8 +1,15 @@
-# The study's build graph. `make manuscript` and `make test` set up all they
-# need on a fresh Debian/Ubuntu machine; `make help` lists the targets.
+# The study's build graph. `make help` lists the targets, one line each.
+#
+#   make check        lint, format, types and the tests that need no external component (no root, no apt)
+#   make test         the whole suite, with every real component (LibreOffice, the sandbox, the pinned CLI, ...)
+#   make manuscript   every stage on the embedded default (a SIMULATED dry run), then manuscript/build/main.pdf
+#
+# Everything installs what it needs: .venv from pyproject.toml (the only place versions are written) and the
+# system packages through tools/ensure-system-packages.sh (the only place the machine is provisioned).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
+# A recipe that fails leaves no half-written target behind to look up to date next time.
 .DELETE_ON_ERROR:
 
 PYTHON ?= python3
@@ -59,62 +66,88 @@ STAGE_DIRS := -p tables_dir $(TABLES) -p figures_dir $(FIGURES) -p generated_dir
 REPORT_SRC := $(wildcard src/pilot/report/*.py) src/pilot/latex.py src/pilot/stages.py
 
 help: ## list the targets with one line each
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # ---------------------------------------------------------------- environment
-$(VENV)/.installed: pyproject.toml
-	@tools/ensure-system-packages.sh venv
+# System packages by group (venv latex office sandbox browser http): the script checks what is there in a moment
+# and installs only what is missing, so these run every time instead of leaving a stamp that could go stale.
+SYSTEM_GROUPS := venv latex office sandbox browser http
+SYSTEM := $(addprefix system-,$(SYSTEM_GROUPS))
+$(SYSTEM): system-%:
+	@tools/ensure-system-packages.sh $*
+
+system: $(SYSTEM) ## install every system package the suite and the manuscript use (root or password-less sudo)
+
+# The project and its test and dev extras (pytest, ruff, mypy); reinstalled when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | system-venv
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,dev]'
 	@touch $@
 
 venv: $(VENV)/.installed ## create .venv from pyproject.toml (reused until that file changes)
 
-$(STAMPS)/system-%:
-	@tools/ensure-system-packages.sh $*
-	@mkdir -p $(@D) && touch $@
-
-# A root harness runs every worker as one of study.yml's unprivileged sandbox users; they are made once.
-$(STAMPS)/sandbox-users: $(VENV)/.installed $(STAMPS)/system-sandbox protocol/study.yml
+# A root harness runs every worker as one of study.yml's unprivileged sandbox users; they are made once (the stamp
+# stands for accounts on this machine, not for files make could look at).
+$(STAMPS)/sandbox-users: $(VENV)/.installed protocol/study.yml | system-sandbox
 	$(PILOT) sandbox users --create
 	@mkdir -p $(@D) && touch $@
 
-# ---------------------------------------------------------------- stages
-$(RUN_STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) $(wildcard src/pilot/protocol/*.py) $(shell find protocol -type f -not -path '*/inputs/*') \
-  manuscript/authors.yml
-	$(PILOT) protocol validate
-	$(PILOT) protocol tables --out $(GENERATED) $(SET_ARG)
+# The real backend needs the pinned CLI (the `agent` extra) and the worker's own Python environment
+# (build/worker-env, many files: a stamp stands for it).
+$(STAMPS)/agent-env: $(VENV)/.installed src/pilot/agents/worker_requirements.txt
+	$(BIN)/python -m pip install -q -e '.[agent]'
+	$(PILOT) worker-env build
 	@mkdir -p $(@D) && touch $@
-
-$(RUN_STAMPS)/stage-power: $(VENV)/.installed notebooks/03_power.py src/pilot/stats/power.py $(REPORT_SRC) protocol/study.yml
-	$(PILOT) stage power $(STAGE_DIRS) $(call STAGE_OUTPUT,03_power)
-	@mkdir -p $(@D) && touch $@
-
-# The real backend needs the pinned CLI (the `agent` extra) and the worker's
-# own Python environment (build/worker-env).
 ifeq ($(BACKEND),simulated)
 BACKEND_DEPS :=
 else
 BACKEND_DEPS := $(STAMPS)/agent-env
 endif
 
-$(STAMPS)/agent-env: $(VENV)/.installed src/pilot/agents/worker_requirements.txt
-	$(BIN)/python -m pip install -q -e '.[agent]'
-	$(PILOT) worker-env build
-	@mkdir -p $(@D) && touch $@
+# ---------------------------------------------------------------- stages
+# Each stage writes many tables, figures and LaTeX files, so a stamp stands for it. The stamp lists the files the
+# stage wrote (those newer than the moment it started); when one of them is gone, `gone` makes the stage a
+# prerequisite of FORCE and it runs again, so deleting a generated table rebuilds it. Two stages run at once
+# (make -j) may both list a file: deleting it then runs both, never neither.
+OUTPUT_DIRS := $(TABLES) $(FIGURES) $(GENERATED)
+written = $(if $(wildcard $(1)),$(file < $(1)))
+gone = $(if $(filter-out $(wildcard $(call written,$(1))),$(call written,$(1))),FORCE)
+define stage_started
+@mkdir -p $(@D) $(OUTPUT_DIRS) && touch $@.started
+endef
+define stage_written
+@{ find $(OUTPUT_DIRS) $(1) -type f -newer $@.started ! -name .gitkeep 2>/dev/null || true; } | sort >$@.tmp
+@mv $@.tmp $@ && rm -f $@.started
+endef
+
+$(RUN_STAMPS)/design-tables: $(VENV)/.installed $(REPORT_SRC) $(wildcard src/pilot/protocol/*.py) $(shell find protocol -type f -not -path '*/inputs/*') \
+  manuscript/authors.yml $(call gone,$(RUN_STAMPS)/design-tables)
+	$(stage_started)
+	$(PILOT) protocol validate
+	$(PILOT) protocol tables --out $(GENERATED) $(SET_ARG)
+	$(stage_written)
+
+$(RUN_STAMPS)/stage-power: $(VENV)/.installed notebooks/03_power.py src/pilot/stats/power.py $(REPORT_SRC) protocol/study.yml \
+  $(call gone,$(RUN_STAMPS)/stage-power)
+	$(stage_started)
+	$(PILOT) stage power $(STAGE_DIRS) $(call STAGE_OUTPUT,03_power)
+	$(stage_written)
 
 # The study: pilot wave, then the scale rule, which runs the waves it adds and
 # exports the pooled run table analysis/data/$(STUDY)/runs.csv.
-$(RUN_STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(BACKEND_DEPS) notebooks/01_pilot.py $(HARNESS_SRC)
+$(RUN_STAMPS)/stage-pilot: $(VENV)/.installed $(STAMPS)/sandbox-users $(BACKEND_DEPS) notebooks/01_pilot.py $(HARNESS_SRC) \
+  $(call gone,$(RUN_STAMPS)/stage-pilot) | system-office system-sandbox
+	$(stage_started)
 	$(PILOT) stage pilot $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p fresh $(FRESH) $(SET_PARAM) \
 	  $(call STAGE_OUTPUT,01_pilot)
-	@mkdir -p $(@D) && touch $@
+	$(stage_written)
 
-$(RUN_STAMPS)/stage-scale-rule: $(RUN_STAMPS)/stage-pilot notebooks/02_scale_rule.py $(REPORT_SRC)
+$(RUN_STAMPS)/stage-scale-rule: $(RUN_STAMPS)/stage-pilot notebooks/02_scale_rule.py $(REPORT_SRC) $(call gone,$(RUN_STAMPS)/stage-scale-rule)
+	$(stage_started)
 	$(PILOT) stage scale-rule $(STAGE_DIRS) -p study $(STUDY) -p backend $(BACKEND) -p executor $(EXECUTOR) -p run_waves true \
 	  $(call STAGE_OUTPUT,02_scale_rule)
-	@mkdir -p $(@D) && touch $@
+	$(call stage_written,analysis/data/$(STUDY)/runs.csv)
 
 # The run table the statistics stages read: by default the study's export.
 # RUNS=path/to/runs.csv analyses another table; RUNS=synthetic a SIMULATED synthetic one.
@@ -123,13 +156,17 @@ RUNS_DEP := $(if $(filter analysis/data/$(STUDY)/runs.csv,$(RUNS)),$(RUN_STAMPS)
 STATS_SRC := $(filter-out src/pilot/stats/power.py,$(wildcard src/pilot/stats/*.py)) src/pilot/runtable.py src/pilot/simulated/synthetic.py \
   src/pilot/simulated/calibration.py analysis/config/synthetic_runtable.yml
 
-$(RUN_STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/simulated/dry_run.py protocol/study.yml $(RUNS_DEP)
+$(RUN_STAMPS)/stage-primary: $(VENV)/.installed notebooks/04_primary.py $(STATS_SRC) $(REPORT_SRC) src/pilot/simulated/dry_run.py protocol/study.yml $(RUNS_DEP) \
+  $(call gone,$(RUN_STAMPS)/stage-primary)
+	$(stage_started)
 	$(PILOT) stage primary $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)" $(call STAGE_OUTPUT,04_primary)
-	@mkdir -p $(@D) && touch $@
+	$(stage_written)
 
-$(RUN_STAMPS)/stage-sensitivity: $(RUN_STAMPS)/stage-primary $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP)
+$(RUN_STAMPS)/stage-sensitivity: $(RUN_STAMPS)/stage-primary $(VENV)/.installed notebooks/05_sensitivity.py $(STATS_SRC) $(REPORT_SRC) protocol/study.yml $(RUNS_DEP) \
+  $(call gone,$(RUN_STAMPS)/stage-sensitivity)
+	$(stage_started)
 	$(PILOT) stage sensitivity $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p runs "$(RUNS)" $(call STAGE_OUTPUT,05_sensitivity)
-	@mkdir -p $(@D) && touch $@
+	$(stage_written)
 
 # Coverage and size of the primary inference over 10,000 SIMULATED studies per condition at J = 10 and 40,
 # analysed with the primary stage's own resamples for SEED (about a minute of CPU time; a few minutes of wall time on a
@@ -137,9 +174,10 @@ $(RUN_STAMPS)/stage-sensitivity: $(RUN_STAMPS)/stage-primary $(VENV)/.installed 
 # CALIBRATION_ARGS passes options to the script (e.g. --studies 1000 for a quick draft build; the
 # default is the preregistered 10,000 per condition and the tables state the count used).
 CALIBRATION_ARGS ?=
-$(RUN_STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml
+$(RUN_STAMPS)/calibration: $(VENV)/.installed analysis/calibration.py $(STATS_SRC) protocol/study.yml $(call gone,$(RUN_STAMPS)/calibration)
+	$(stage_started)
 	$(BIN)/python analysis/calibration.py --tables-dir $(TABLES) --generated-dir $(GENERATED) --resampling-seed $(SEED) $(CALIBRATION_ARGS)
-	@mkdir -p $(@D) && touch $@
+	$(stage_written)
 
 # The expert grading wave (A-005): agreement among experts and with the LLM panel, and the panel's
 # bias per arm. A dry run draws a SIMULATED wave from analysis/config/simulated_graders.yml (its
@@ -154,24 +192,25 @@ endif
 GRADING_SRC := $(wildcard src/pilot/grading/*.py) src/pilot/simulated/graders.py analysis/config/simulated_graders.yml
 # The study's store is a prerequisite too: a grade submitted on the site makes the stage run again.
 $(RUN_STAMPS)/stage-grading: $(RUN_STAMPS)/stage-scale-rule notebooks/06_grading.py $(GRADING_SRC) $(REPORT_SRC) protocol/study.yml \
-  $(wildcard analysis/data/$(STUDY)/study.sqlite)
+  $(wildcard analysis/data/$(STUDY)/study.sqlite) $(call gone,$(RUN_STAMPS)/stage-grading)
+	$(stage_started)
 ifeq ($(BACKEND),simulated)
 	$(PILOT) grading simulate $(STUDY) $(GRADING_WAVE) --replace
 endif
 	$(PILOT) stage grading $(STAGE_DIRS) -p seed $(SEED) -p study_name $(STUDY) -p wave "$(GRADING_WAVE)" $(call STAGE_OUTPUT,06_grading)
-	@mkdir -p $(@D) && touch $@
+	$(stage_written)
 
 STAGE_STAMPS := $(RUN_STAMPS)/design-tables $(RUN_STAMPS)/stage-power $(RUN_STAMPS)/stage-pilot $(RUN_STAMPS)/stage-scale-rule
 STAGE_STAMPS += $(RUN_STAMPS)/stage-primary $(RUN_STAMPS)/stage-sensitivity $(RUN_STAMPS)/calibration $(RUN_STAMPS)/stage-grading
 .PRECIOUS: $(STAGE_STAMPS)
 
-stages: $(STAGE_STAMPS) ## run every stage whose inputs changed (cached by make)
+stages: $(STAGE_STAMPS) ## run every stage whose inputs or outputs changed (cached by make)
 
 # ---------------------------------------------------------------- manuscript
 MANUSCRIPT_SRC := manuscript/main.tex $(wildcard manuscript/sections/*.tex) manuscript/references.bib
 
 # The LaTeX log goes under manuscript/build/ (untracked), never beside the sources.
-manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_SRC)
+manuscript/build/main.pdf: $(STAGE_STAMPS) $(MANUSCRIPT_SRC) | system-latex
 	@mkdir -p manuscript/build
 	@rm -f manuscript/build/main.failed-checks.pdf
 	cd manuscript && latexmk -pdf -interaction=nonstopmode -halt-on-error -outdir=build main.tex >build/latexmk.log 2>&1 \
@@ -183,7 +222,7 @@ manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_S
 
 # Another scenario set: a copy of manuscript/ that sees only this set's generated files and figures,
 # and every page must say SIMULATED (a dry run; a real study of the set runs through BACKEND=...).
-build/sets/%/manuscript/build/main.pdf: $(STAMPS)/system-latex $(STAGE_STAMPS) $(MANUSCRIPT_SRC)
+build/sets/%/manuscript/build/main.pdf: $(STAGE_STAMPS) $(MANUSCRIPT_SRC) | system-latex
 	tools/typeset-manuscript.sh $(SET_DIR)/manuscript $(GENERATED) $(FIGURES)
 	tools/check-typesetting.sh $@ $(GENERATED) $(FIGURES) $(BIN)/python
 	$(if $(filter simulated,$(BACKEND)),$(BIN)/python tools/check_pdf_label.py $@ SIMULATED)
@@ -232,7 +271,7 @@ tools/typeset-manuscript.sh $(REHEARSAL_DIR)/manuscript $(REHEARSAL_DIR)/generat
 $(BIN)/python tools/check_pdf_label.py $(REHEARSAL_DIR)/manuscript/build/main.pdf REHEARSAL
 endef
 
-rehearsal: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/agent-env $(STAMPS)/system-latex ## rehearse the real study against the scripted model (no key, no network); report and manuscript in build/rehearsal/
+rehearsal: $(VENV)/.installed $(STAMPS)/sandbox-users $(STAMPS)/agent-env | system-office system-sandbox system-browser system-latex ## rehearse the real study against the scripted model (no key, no network); report and manuscript in build/rehearsal/
 	rm -rf $(REHEARSAL_DIR) && mkdir -p $(REHEARSAL_DIR)
 	$(PILOT) study create $(REHEARSAL_STUDY) --fresh --scenarios $(REHEARSAL_SCENARIOS) --arms $(REHEARSAL_ARMS) --pilot-repeats 1
 	@# exit 4 (runs failed) goes on: the report lists each failed run as a finding
@@ -245,22 +284,42 @@ rehearsal: $(VENV)/.installed $(STAMPS)/system-office $(STAMPS)/system-sandbox $
 
 # The same manuscript steps on a rehearsal already run (its study and $(REHEARSAL_DIR)/runs.csv, analysed by
 # the primary and sensitivity stages), e.g. after a change to the manuscript or to what the stages write.
-rehearsal-manuscript: $(VENV)/.installed $(STAMPS)/system-sandbox $(STAMPS)/system-latex ## typeset the manuscript from the last rehearsal into build/rehearsal/manuscript/ and check its REHEARSAL label
+rehearsal-manuscript: $(VENV)/.installed | system-sandbox system-latex ## typeset the manuscript from the last rehearsal into build/rehearsal/manuscript/ and check its REHEARSAL label
 	@test -f $(REHEARSAL_DIR)/generated/primary_macros.tex || { echo "no rehearsal in $(REHEARSAL_DIR): run make rehearsal" >&2; exit 1; }
 	$(REHEARSAL_MANUSCRIPT)
 
 # ---------------------------------------------------------------- checks
-# The suite drives the real pinned CLI (the `agent` extra) inside the sandbox.
-$(STAMPS)/agent-extra: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e '.[agent]'
-	@mkdir -p $(@D) && touch $@
+# Each test is marked with the external components it uses (tests/component_tiers.py, applied from the fixtures it
+# requests); `make check` runs those with no marker (--fast-tier), which need no root, no apt, nothing but .venv.
+check: lint types test-fast ## lint, format and types, then every test that needs no external component (no root, no apt)
+
+lint: $(VENV)/.installed ## ruff's rules and its formatter over the tree
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# mypy over src/: the analysis path strict and clean, the rest held to tools/mypy_baseline.json (it may only shrink).
+types: $(VENV)/.installed ## mypy: the analysis path strict with no error, the rest no worse than tools/mypy_baseline.json
+	$(BIN)/python tools/mypy_ratchet.py
+
+mypy-baseline: $(VENV)/.installed ## lower tools/mypy_baseline.json to today's counts (after fixing type errors)
+	$(BIN)/python tools/mypy_ratchet.py --update
 
 # The test files are spread over TEST_WORKERS processes (pytest-xdist). A file stays on one
 # worker, so its module fixtures (one LibreOffice batch, a built study) are built once; files go out in
 # collection order, the longest first (tests/conftest.py LONG_FILES).
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/system-latex $(STAMPS)/system-office $(STAMPS)/system-sandbox $(STAMPS)/sandbox-users $(STAMPS)/system-browser $(STAMPS)/system-http ## run the test suite (unit, integration, notebook)
-	PILOT_FORBID_SKIPS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+test-fast: $(VENV)/.installed ## the tests that need none of the components (part of make check)
+	$(PYTEST) --fast-tier
+
+# The suite drives the real pinned CLI (the `agent` extra) inside the sandbox.
+$(STAMPS)/agent-extra: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[agent]'
+	@mkdir -p $(@D) && touch $@
+
+test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/sandbox-users | $(SYSTEM) ## run the whole test suite (unit, integration, notebook; every real component)
+	PILOT_FORBID_SKIPS=1 $(PYTEST)
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
@@ -278,4 +337,6 @@ clean: ## remove built outputs (never protocol/ or collected data under analysis
 	rm -rf build manuscript/build
 	find $(GENERATED) $(FIGURES) $(TABLES) -type f ! -name .gitkeep -delete
 
-.PHONY: help venv stages manuscript rehearsal rehearsal-manuscript test bench lab clean
+FORCE:
+.PHONY: help system $(SYSTEM) venv stages manuscript rehearsal rehearsal-manuscript check lint types mypy-baseline test-fast \
+  test bench lab clean FORCE

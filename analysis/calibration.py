@@ -26,19 +26,19 @@ import os
 # and on a shared machine they stall, so one thread unless the caller sets it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
+import numpy as np
+import pandas as pd
+from scipy import stats
 
-from pilot import paths, protocol  # noqa: E402
-from pilot.latex import LatexText, latex_escape, macro_name, write_macros, write_table  # noqa: E402
-from pilot.simulated import calibration  # noqa: E402
-from pilot.simulated.calibration import run_calibration  # noqa: E402
-from pilot.stats.primary import InferenceSettings  # noqa: E402
+from pilot import paths, protocol
+from pilot.latex import LatexText, latex_escape, macro_name, write_macros, write_table
+from pilot.simulated import calibration
+from pilot.simulated.calibration import run_calibration
+from pilot.stats.primary import InferenceSettings
 
 
 def _n(x: int) -> str:
@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         "--resampling-seed",
         type=int,
         default=20260415,
-        help="the primary stage's seed, whose bootstrap resamples and sign vectors every study uses (default 20260415, the Makefile's SEED)",
+        help=(
+            "the primary stage's seed, whose bootstrap resamples and sign vectors every study uses (default "
+            "20260415, the Makefile's SEED)"
+        ),
     )
     ap.add_argument(
         "--scenarios",
@@ -132,14 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         show,
         args.generated_dir / "calibration_table.tex",
         caption=(
-            f"Calibration of the primary inference on {_n(n)} simulated studies per condition and study size ($J$ scenarios: "
-            f"{' and '.join(map(str, Js))}; $R={R}$ repeats; $B={_n(int(s.B.iloc[0]))}$ bootstrap resamples; sign-flip test exact over all $2^J$ sign "
-            f"vectors when that is at most {_n(int(s.permutations.iloc[0]))}, else that many random ones; every study uses the resamples and sign "
-            f"vectors the primary stage draws with seed {args.resampling_seed}). Planted: the generative model as stated; "
-            "null: A3's parameters set to A1's; tail: A1's completion pushed down until its acceptance is near 0\\%. Coverage: share of nominal 95\\% "
-            "percentile intervals containing the planted contrast. Rejection: share of studies with $p<0.05$ (Holm-adjusted over the three "
-            "secondary contrasts). Zero width: share of intervals of zero width. MC s.e.: Monte Carlo standard error. The conditions share the "
-            "runs of the arms they leave unchanged, so a contrast between two such arms repeats the planted row exactly."
+            f"Calibration of the primary inference on {_n(n)} simulated studies per condition and study "
+            f"size ($J$ scenarios: {' and '.join(map(str, Js))}; $R={R}$ repeats; "
+            f"$B={_n(int(s.B.iloc[0]))}$ bootstrap resamples; sign-flip test exact over all $2^J$ sign "
+            f"vectors when that is at most {_n(int(s.permutations.iloc[0]))}, else that many random ones; "
+            "every study uses the resamples and sign vectors the primary stage draws with seed "
+            f"{args.resampling_seed}). Planted: the generative model as stated; null: A3's parameters set "
+            "to A1's; tail: A1's completion pushed down until its acceptance is near 0\\%. Coverage: "
+            "share of nominal 95\\% percentile intervals containing the planted contrast. Rejection: share of "
+            "studies with $p<0.05$ (Holm-adjusted over the three secondary contrasts). Zero width: share "
+            "of intervals of zero width. MC s.e.: Monte Carlo standard error. The conditions share the "
+            "runs of the arms they leave unchanged, so a contrast between two such arms repeats the "
+            "planted row exactly."
         ),
         label="tab:calibration",
         simulated=True,
@@ -173,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             m[macro_name(*base, "PlantedControl")] = float(r.planted_control)
     # The appendix's and the discussion's readings of these numbers, written from them.
     primary_name = "-".join(protocol.study().contrasts[0])
-    pick = lambda cond, col, se: [
-        (int(r.J), float(r[col]), float(r[se]))
-        for _, r in s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J").iterrows()
-    ]  # noqa: E731
+
+    def pick(cond: str, col: str, se: str) -> list[tuple[int, float, float]]:
+        rows = s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J")
+        return [(int(r.J), float(r[col]), float(r[se])) for _, r in rows.iterrows()]
+
     settings = InferenceSettings.from_study(0, protocol.study())
     m["CalLevelSentence"] = LatexText(
         latex_escape(calibration.level_sentence(pick("null", "rejection", "rejection_mc_se"), 1 - settings.level))
@@ -185,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     # measured here for the primary contrast at the design's number of scenarios, as the generative model is stated.
     cov = [c for j, c, _ in pick("planted", "coverage", "coverage_mc_se") if j == J]
     m["IntervalNote"] = LatexText(
-        f"nominal {100 * settings.level:g}\\,\\%; calibrated coverage {cov[0]:.2f} at $J={J}$, Appendix~\\ref{{app:calibration}}"
+        f"nominal {100 * settings.level:g}\\,\\%; calibrated coverage {cov[0]:.2f} at $J={J}$, "
+        "Appendix~\\ref{app:calibration}"
         if cov
         else f"nominal {100 * settings.level:g}\\,\\%; not calibrated at $J={J}$"
     )

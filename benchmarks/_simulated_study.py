@@ -14,7 +14,8 @@ from pilot import paths
 def build_study(
     root: Path, name: str, *, waves: Sequence[str], scenarios: Sequence[str] = (), seed: int | None = None
 ) -> Path:
-    """The folder of study ``name`` under ``root`` (every scenario unless ``scenarios`` names some), made once and reused."""
+    """The folder of study ``name`` under ``root`` (every scenario unless ``scenarios`` names some), made once and
+    reused."""
     folder = root / "analysis" / "data" / name
     if (folder / "study.sqlite").is_file():
         return folder

@@ -33,15 +33,15 @@ import os
 # 2-core machine (both sides use BLAS the same way).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import time  # noqa: E402
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from pilot import protocol  # noqa: E402
+from pilot import protocol
 from pilot.simulated import calibration, synthetic
-from pilot.stats import batch_inference, estimators, primary, resampling  # noqa: E402
-from pilot.stats.estimators import Layout  # noqa: E402
-from pilot.stats.primary import InferenceSettings  # noqa: E402
+from pilot.stats import batch_inference, estimators, primary, resampling
+from pilot.stats.estimators import Layout
+from pilot.stats.primary import InferenceSettings
 
 
 def reference(y_float: np.ndarray, counts: np.ndarray, signs: np.ndarray, level: float) -> dict[str, np.ndarray]:
@@ -144,16 +144,19 @@ def main() -> int:
     for J, n_ref, n_batch in ((10, 30, 1000), (40, 10, 500)):
         ref, batch = whole(J, n_ref, n_batch)
         print(
-            f"{J:>3} {ref * 1e3:>12.1f} ms {batch * 1e3:>7.2f} ms {ref / batch:>6.1f}x   ({n_ref} and {n_batch} studies)"
+            f"{J:>3} {ref * 1e3:>12.1f} ms {batch * 1e3:>7.2f} ms {ref / batch:>6.1f}x   ({n_ref} and "
+            f"{n_batch} studies)"
         )
     print("2. Analysis only, same differences and resamples (per study, three conditions)")
     print(
-        f"{'J':>3} {'float per study':>15} {'batch':>10} {'ratio':>7}  p-values differing (exact ties the float path rounded)"
+        f"{'J':>3} {'float per study':>15} {'batch':>10} {'ratio':>7}  p-values differing (exact ties the "
+        "float path rounded)"
     )
     for J, n in ((10, 300), (40, 100)):
         r = analysis_only(J, n)
         print(
-            f"{J:>3} {r['ref_s'] * 1e3:>12.2f} ms {r['batch_s'] * 1e3:>7.2f} ms {r['ref_s'] / r['batch_s']:>6.1f}x  {r['p_differs']} of {r['p_checked']}"
+            f"{J:>3} {r['ref_s'] * 1e3:>12.2f} ms {r['batch_s'] * 1e3:>7.2f} ms "
+            f"{r['ref_s'] / r['batch_s']:>6.1f}x  {r['p_differs']} of {r['p_checked']}"
         )
     return 0
 

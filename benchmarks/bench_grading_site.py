@@ -1,4 +1,5 @@
-"""The grading site on a wave of 20 graders x 50 packages: queue, grade page and save, against rendering the package alone.
+"""The grading site on a wave of 20 graders x 50 packages: queue, grade page and save, against rendering the package
+alone.
 
 A simulated study of five scenarios (every arm, the pilot and repeat3
 waves; 75 runs) is built once with the real scheduler and simulated backend
@@ -126,7 +127,10 @@ def measure(app, folder: Path, made, repeat: int) -> int:
 
     # The reference and the page in turn, package by package, so that neither gets the quieter moments.
     pairs = [
-        (seconds(lambda: judged_deliverables(reader, reader.run(run_id))), seconds(lambda: get(f"/grade/{aid}")))
+        (
+            seconds(lambda run_id=run_id: judged_deliverables(reader, reader.run(run_id))),
+            seconds(lambda aid=aid: get(f"/grade/{aid}")),
+        )
         for aid, run_id in (queue[i % len(queue)] for i in range(repeat))
     ]
     t_ref = statistics.median(r for r, _ in pairs)

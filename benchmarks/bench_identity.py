@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ):
         print(f"{name:<28} {t * 1000:>9.2f} {t / ref:>9.2f}")
     print(
-        f"per dispatch (warm identity + compare): {(warm + compare) * 1000:.2f} ms; first check of a process: {(cold + compare) * 1000:.1f} ms"
+        f"per dispatch (warm identity + compare): {(warm + compare) * 1000:.2f} ms; first check of a "
+        f"process: {(cold + compare) * 1000:.1f} ms"
     )
     return 0
 

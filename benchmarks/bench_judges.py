@@ -111,10 +111,12 @@ def cold(repeats: int) -> None:
     from pilot.oracles import guard
 
     print(
-        "Cold rendering per run: the whole prompt, guard verdicts forgotten, against the unguarded reference (median ms)"
+        "Cold rendering per run: the whole prompt, guard verdicts forgotten, against the unguarded "
+        "reference (median ms)"
     )
     print(
-        f"{'scenario':<10} {'in-process':>11} {'unguarded':>10} {'ratio':>6}   {'fresh proc':>11} {'unguarded':>10} {'ratio':>6}"
+        f"{'scenario':<10} {'in-process':>11} {'unguarded':>10} {'ratio':>6}   {'fresh proc':>11} "
+        f"{'unguarded':>10} {'ratio':>6}"
     )
     totals = [0.0, 0.0, 0.0, 0.0]
     with tempfile.TemporaryDirectory(prefix="bench-judges-cold-") as tmp:
@@ -137,14 +139,16 @@ def cold(repeats: int) -> None:
                     )
                     acc.append(float(done.stdout.split()[-1]))
             row = [statistics.median(x) for x in (guarded_t, ref_t, fresh_g, fresh_r)]
-            totals = [a + b for a, b in zip(totals, row)]
+            totals = [a + b for a, b in zip(totals, row, strict=True)]
             print(
-                f"{sid:<10} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>10.1f} {row[0] / row[1]:>6.2f}   {row[2] * 1e3:>11.1f} {row[3] * 1e3:>10.1f} {row[2] / row[3]:>6.2f}"
+                f"{sid:<10} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>10.1f} {row[0] / row[1]:>6.2f}   "
+                f"{row[2] * 1e3:>11.1f} {row[3] * 1e3:>10.1f} {row[2] / row[3]:>6.2f}"
             )
     n = len(list_scenarios())
     print(
-        f"mean per run: in-process {totals[0] / n * 1e3:.1f} ms vs unguarded {totals[1] / n * 1e3:.1f} ms, ratio {totals[0] / totals[1]:.2f}; "
-        f"fresh process {totals[2] / n * 1e3:.1f} ms vs unguarded {totals[3] / n * 1e3:.1f} ms, ratio {totals[2] / totals[3]:.2f}"
+        f"mean per run: in-process {totals[0] / n * 1e3:.1f} ms vs unguarded {totals[1] / n * 1e3:.1f} ms, "
+        f"ratio {totals[0] / totals[1]:.2f}; fresh process {totals[2] / n * 1e3:.1f} ms vs unguarded "
+        f"{totals[3] / n * 1e3:.1f} ms, ratio {totals[2] / totals[3]:.2f}"
     )
 
 
@@ -181,8 +185,8 @@ def main() -> None:
                 path = ws / "outputs" / d.name
                 if d.kind == "completion_record" or not path.is_file():
                     continue
-                t_render = timed(lambda: render_deliverable(d.name, ws / "outputs"), args.repeats)
-                t_ref = timed(lambda: reference_read(path), args.repeats)
+                t_render = timed(lambda name=d.name, out=ws / "outputs": render_deliverable(name, out), args.repeats)
+                t_ref = timed(lambda path=path: reference_read(path), args.repeats)
                 rows.append((sid, d.name, format_of(path), path.stat().st_size, t_render, t_ref))
 
     print()
@@ -194,7 +198,8 @@ def main() -> None:
         total_r = sum(r[4] for r in rows)
         total_f = sum(r[5] for r in rows)
         print(
-            f"all {len(rows)} deliverables: render {total_r * 1e3:.1f} ms, reference {total_f * 1e3:.1f} ms, ratio {total_r / total_f:.2f}"
+            f"all {len(rows)} deliverables: render {total_r * 1e3:.1f} ms, reference {total_f * 1e3:.1f} "
+            f"ms, ratio {total_r / total_f:.2f}"
         )
 
 

@@ -49,17 +49,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fake_messages_api import FakeMessagesAPI  # noqa: E402
+from fake_messages_api import FakeMessagesAPI
 
-from pilot import protocol  # noqa: E402
-from pilot.agents.model_proxy import (  # noqa: E402
+from pilot import protocol
+from pilot.agents.model_proxy import (
     MAX_EVENT_LINE_BYTES,
     EventLines,
     MeteringProxy,
     UnixHTTPConnection,
     read_exchanges,
 )
-from pilot.protocol.prices import PriceTable  # noqa: E402
+from pilot.protocol.prices import PriceTable
 
 TARGET_MS = 5.0
 
@@ -78,7 +78,8 @@ def _one(connect, body: bytes, headers: dict[str, str]) -> float:
 
 
 def _conversation(model: str, stream: bool) -> dict:
-    """A request shaped like the pinned CLI's mid-session: cached system blocks, tool schemas, tool calls and results."""
+    """A request shaped like the pinned CLI's mid-session: cached system blocks, tool schemas, tool calls and
+    results."""
     schema = {
         "type": "object",
         "properties": {f"p{i}": {"type": "string", "description": "d" * 80} for i in range(12)},
@@ -312,7 +313,7 @@ def main() -> None:
                 print(f"{shown:<22} {kind:<7} {'direct':<11} {ref:8.3f} {1.0:6.2f} {0.0:12.3f}")
                 for name in ("proxy tcp", "proxy unix"):
                     ms = statistics.median(times[name])
-                    over = statistics.median(p - d for p, d in zip(times[name], times["direct"]))
+                    over = statistics.median(p - d for p, d in zip(times[name], times["direct"], strict=True))
                     worst[label] = max(worst[label], over)
                     print(f"{shown:<22} {kind:<7} {name:<11} {ms:8.3f} {ms / ref:6.2f} {over:12.3f}")
         proxy.close_run("bench")

@@ -12,7 +12,8 @@ timed once on its own (``workspace_reset_us``). The reference run is n = 1,000 i
 process; each larger n is reported as its per-cell time over the
 reference's, beside the ratio n log n growth would allow
 (log n / log 1000); the verdict uses CPU time (the algorithm), wall time is
-shown beside it (it adds the shared disk's write-back waits). Usage: ``python benchmarks/bench_schedule.py [--max 100000]``.
+shown beside it (it adds the shared disk's write-back waits). Usage: ``python benchmarks/bench_schedule.py [--max
+100000]``.
 """
 
 from __future__ import annotations

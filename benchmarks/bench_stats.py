@@ -23,15 +23,15 @@ import os
 # shared 2-core machine. It applies to both sides (scipy's resampling uses no BLAS).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import time  # noqa: E402
+import time
 
-import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
+import numpy as np
+from scipy import stats
 
-from pilot import protocol  # noqa: E402
+from pilot import protocol
 from pilot.simulated import synthetic
-from pilot.stats import estimators, resampling  # noqa: E402
-from pilot.stats.estimators import Layout  # noqa: E402
+from pilot.stats import estimators, resampling
+from pilot.stats.estimators import Layout
 
 
 def _mean(x, axis):
@@ -113,15 +113,17 @@ def main() -> None:
     B, n_perm = int(study["inference"]["bootstrap_resamples"]), int(study["inference"]["permutations"])
     X, D = workload()
     print(
-        f"workload: {X.shape[1]} bootstrapped statistics and {D.shape[1]} sign-flip tests over J={X.shape[0]} scenarios; B={B}, permutations={n_perm} (exact: 2^{X.shape[0]})"
+        f"workload: {X.shape[1]} bootstrapped statistics and {D.shape[1]} sign-flip tests over "
+        f"J={X.shape[0]} scenarios; B={B}, permutations={n_perm} (exact: 2^{X.shape[0]})"
     )
 
     t_ours, out = best_of(lambda: ours(X, D, B, n_perm, 1))
     t_ref, ref = best_of(lambda: reference(X, D, B, n_perm, 1), repeat=1)
     p_equal, ci_ok, max_diff = agree(out, ref, B)
     print(
-        f"all statistics    pilot.stats {t_ours * 1e3:8.1f} ms   scipy.stats {t_ref * 1e3:8.1f} ms   ratio {t_ref / t_ours:6.1f}x   "
-        f"p-values equal: {p_equal}   intervals within MC tolerance: {ci_ok} (max |diff| {max_diff:.3f})"
+        f"all statistics    pilot.stats {t_ours * 1e3:8.1f} ms   scipy.stats {t_ref * 1e3:8.1f} ms   ratio "
+        f"{t_ref / t_ours:6.1f}x   p-values equal: {p_equal}   intervals within MC tolerance: {ci_ok} (max "
+        f"|diff| {max_diff:.3f})"
     )
 
     x1, d1 = X[:, [0]], D[:, [0]]
@@ -129,13 +131,15 @@ def main() -> None:
     r1t, r1 = best_of(lambda: reference(x1, d1, B, n_perm, 2), repeat=5)
     p_equal1, ok1, diff1 = agree(o1, r1, B)
     print(
-        f"one contrast      pilot.stats {t1 * 1e3:8.2f} ms   scipy.stats {r1t * 1e3:8.2f} ms   ratio {r1t / t1:6.1f}x   "
-        f"p-values equal: {p_equal1}   intervals within MC tolerance: {ok1} (max |diff| {diff1:.3f})"
+        f"one contrast      pilot.stats {t1 * 1e3:8.2f} ms   scipy.stats {r1t * 1e3:8.2f} ms   ratio "
+        f"{r1t / t1:6.1f}x   p-values equal: {p_equal1}   intervals within MC tolerance: {ok1} (max |diff| "
+        f"{diff1:.3f})"
     )
     stage_computations()  # warm the imports (statsmodels, lifelines, krippendorff)
     print(
-        f"primary + sensitivity computations, 10 x 5 x 3 study (table generation, validation, every estimate, test and H1-H7, separation checks, exploratory Firth fit): "
-        f"{stage_computations():.2f} s (budget 10 s)"
+        "primary + sensitivity computations, 10 x 5 x 3 study (table generation, validation, every "
+        f"estimate, test and H1-H7, separation checks, exploratory Firth fit): {stage_computations():.2f} "
+        "s (budget 10 s)"
     )
 
 

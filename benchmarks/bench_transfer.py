@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     print("one simulated attempt (LEGAL-01, A1) as the local executor runs it, then its files sent home:")
     print(f"{'attempt, local executor (reference)':<40} {attempt_s:>9.4f} {1.0:>7.2f}")
     print(
-        f"{'attempt + pack + unpack + verify':<40} {attempt_s + transfer_s:>9.4f} {(attempt_s + transfer_s) / attempt_s:>7.3f}"
+        f"{'attempt + pack + unpack + verify':<40} {attempt_s + transfer_s:>9.4f} "
+        f"{(attempt_s + transfer_s) / attempt_s:>7.3f}"
     )
     return 0
 

@@ -1,4 +1,5 @@
-"""Cost of the workspace digest each run records: against the oracle's evaluation, and against the path walk it replaced.
+"""Cost of the workspace digest each run records: against the oracle's evaluation, and against the path walk it
+replaced.
 
 Three measurements, medians over the repeats, in the same process:
 
@@ -25,6 +26,7 @@ Three measurements, medians over the repeats, in the same process:
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import stat
@@ -111,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             sc = load_scenario(sid)
             ws = build_gold_workspace(sc, Path(tmp) / sid)
             evaluate(sc, ws, recalculator=recalc)  # warm: workbooks recalculated and cached by content
-            ref = _median(lambda: evaluate(sc, ws, recalculator=recalc), args.repeats)
-            dig = _median(lambda: _digest(ws), args.repeats)
-            old = _median(lambda: path_walk_manifest(ws), args.repeats)
+            ref = _median(functools.partial(evaluate, sc, ws, recalculator=recalc), args.repeats)
+            dig = _median(functools.partial(_digest, ws), args.repeats)
+            old = _median(functools.partial(path_walk_manifest, ws), args.repeats)
             # The bounded walk records exactly what the path walk recorded on a normal workspace.
             assert path_walk_manifest(ws)[0] == runner.workspace_manifest(ws), sid
             rows.append((sid, len(runner.workspace_manifest(ws)), ref, dig, old))
@@ -133,9 +135,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{'path walk ms':>13} {'digest/path walk':>17}"
     )
     for sid, n, ref, dig, old in rows:
-        print(f"{sid:<10} {n:>7} {ref * 1000:>14.1f} {dig * 1000:>10.2f} {dig / ref:>9.4f} {old * 1000:>13.2f} {dig / old:>17.3f}")
+        print(
+            f"{sid:<10} {n:>7} {ref * 1000:>14.1f} {dig * 1000:>10.2f} {dig / ref:>9.4f} {old * 1000:>13.2f} "
+            f"{dig / old:>17.3f}"
+        )
     ref_all, dig_all, old_all = (sum(r[k] for r in rows) for k in (2, 3, 4))
-    print(f"all scenarios: digest / evaluation = {dig_all / ref_all:.4f} ({dig_all * 1000:.1f} ms against {ref_all * 1000:.1f} ms)")
+    print(
+        f"all scenarios: digest / evaluation = {dig_all / ref_all:.4f} ({dig_all * 1000:.1f} ms against "
+        f"{ref_all * 1000:.1f} ms)"
+    )
     print(
         f"all scenarios: digest (bounded walk) / path walk = {dig_all / old_all:.3f} "
         f"({dig_all * 1000:.1f} ms against {old_all * 1000:.1f} ms)"

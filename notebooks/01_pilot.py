@@ -80,7 +80,8 @@ if scenario_set and set_name != scenario_set:
         "name another study or start it afresh"
     )
 print(
-    f"seed {info.seed}; scenario set {set_name or '(a list)'}; {len(info.scenarios)} scenarios: {', '.join(info.scenarios)}"
+    f"seed {info.seed}; scenario set {set_name or '(a list)'}; {len(info.scenarios)} scenarios: "
+    f"{', '.join(info.scenarios)}"
 )
 
 # %% [markdown]
@@ -145,10 +146,10 @@ write_macros(
 )
 by_arm = pilot_rows.groupby("arm")[["D", "E", "Q", "S", "cost_usd", "wall_s"]].mean(numeric_only=True)
 say(
-    prefix
-    + f"{len(pilot_rows)} pilot runs exported; raw run means (not yet the scenario-weighted estimates of stage 04) put "
-    f"acceptance between {sentences.num(by_arm['S'].min())} and {sentences.num(by_arm['S'].max())} across arms, and the mean "
-    f"total cost of a run (agent and judges) at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}."
+    prefix + f"{len(pilot_rows)} pilot runs exported; raw run means (not yet the scenario-weighted estimates of "
+    f"stage 04) put acceptance between {sentences.num(by_arm['S'].min())} and "
+    f"{sentences.num(by_arm['S'].max())} across arms, and the mean total cost of a run (agent and judges) "
+    f"at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}."
 )
 by_arm.round({"D": 2, "E": 2, "Q": 1, "S": 2, "cost_usd": 2, "wall_s": 0})
 

@@ -34,6 +34,7 @@ export: bool = True  # export the run table afterwards (pooled when the freeze v
 
 # %%
 import pandas as pd
+from IPython.display import display
 
 from pilot import freeze, paths, scale_rule
 from pilot.backends import SIMULATED_LABEL, label_of
@@ -48,7 +49,8 @@ store = Store.open(paths.study_dir(study))
 backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
 data_label = label_of(backends) if backends else SIMULATED_LABEL  # SIMULATED, REHEARSAL, or "" for a real study
 print(
-    f"study {study}: backend {', '.join(backends) or 'none'}{f' ({data_label})' if data_label else ''}, seed of record {seed}"
+    f"study {study}: backend {', '.join(backends) or 'none'}{f' ({data_label})' if data_label else ''}, "
+    f"seed of record {seed}"
 )
 print(pd.DataFrame(store.status_by_arm()).to_string(index=False))
 
@@ -168,21 +170,24 @@ with Store.open(paths.study_dir(study)) as store:
 written = run_report.write(report, tables, figures, generated)
 prefix = sentences.data_prefix(report.label)
 say(
-    f"{prefix}Of {report.count('planned')} planned runs, {report.count('finished')} finished and {report.count('failed')} failed, "
-    f"after {report.count('attempts')} attempts ({report.count('infrastructure reruns')} infrastructure reruns); "
-    f"{report.count('censored')} were censored at a cap, {report.count('judged')} judged and {report.count('analysed')} analysed."
+    f"{prefix}Of {report.count('planned')} planned runs, {report.count('finished')} finished and "
+    f"{report.count('failed')} failed, after {report.count('attempts')} attempts "
+    f"({report.count('infrastructure reruns')} infrastructure reruns); {report.count('censored')} were "
+    f"censored at a cap, {report.count('judged')} judged and {report.count('analysed')} analysed."
 )
-display(report.flow)  # noqa: F821 (IPython)
+display(report.flow)
 say(
-    f"{prefix}The ledger charged {sentences.usd(report.balance.spent_usd)} of the {sentences.usd(report.balance.envelope_usd)} envelope "
-    f"({sentences.usd(report.balance.reserved_usd)} still reserved, {sentences.usd(report.balance.remaining_usd)} left)."
+    f"{prefix}The ledger charged {sentences.usd(report.balance.spent_usd)} of the "
+    f"{sentences.usd(report.balance.envelope_usd)} envelope ({sentences.usd(report.balance.reserved_usd)} "
+    f"still reserved, {sentences.usd(report.balance.remaining_usd)} left)."
 )
-display(report.ledger.round(2))  # noqa: F821 (IPython)
+display(report.ledger.round(2))
 fid = report.fidelity.set_index("measure")["all"]
 say(
-    f"{prefix}Protocol fidelity: {fid['runs with a deviation']} finished runs recorded a deviation, {fid['runs with a critical violation (E)']} a critical violation "
-    f"and {fid['agent errors']} an agent error; {fid['evaluation errors']} evaluations failed."
+    f"{prefix}Protocol fidelity: {fid['runs with a deviation']} finished runs recorded a deviation, "
+    f"{fid['runs with a critical violation (E)']} a critical violation and {fid['agent errors']} an agent "
+    f"error; {fid['evaluation errors']} evaluations failed."
 )
-display(report.flow_by_arm)  # noqa: F821 (IPython)
-display(report.fidelity)  # noqa: F821 (IPython)
+display(report.flow_by_arm)
+display(report.fidelity)
 show_figures(written.values())

@@ -182,12 +182,13 @@ fig.savefig(figures / "power_curves.pdf")
 fig.savefig(figures / "power_curves.png", dpi=110)  # the same drawing, shown inline below
 show_figures([figures / "power_curves.pdf"])
 
-# J and R are printed where they change, so the rows read as groups; the columns are set apart so they do not run together.
+# J and R are printed where they change, so the rows read as groups; the columns are set apart so they do not run
+# together.
 power_frame = grid.table_frame().rename(columns={**power.TEST_LABELS, "effect (points)": "Effect (points)"})
-group = list(zip(power_frame.J, power_frame.R))
+group = list(zip(power_frame.J, power_frame.R, strict=True))
 new_group = [i == 0 or group[i] != group[i - 1] for i in range(len(group))]
 for col in ("J", "R"):
-    power_frame[col] = [str(v) if first else "" for v, first in zip(power_frame[col], new_group)]
+    power_frame[col] = [str(v) if first else "" for v, first in zip(power_frame[col], new_group, strict=True)]
 write_table(
     power_frame,
     generated / "power_table.tex",

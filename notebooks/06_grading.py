@@ -20,7 +20,7 @@
 seed: int = 20260415  # seed of the bootstrap over packages (and of H1's scenario bootstrap)
 tables_dir: str = "analysis/tables"  # folder for the grading_*.csv tables
 figures_dir: str = "manuscript/figures"  # folder for grading_bias.pdf (the panel's bias per arm)
-generated_dir: str = "manuscript/generated"  # folder for the LaTeX tables, the figure environment, grading_text.tex and grading_macros.tex
+generated_dir: str = "manuscript/generated"  # folder for LaTeX tables, figure, grading_text.tex, grading_macros.tex
 study_name: str = "pilot-simulated"  # study whose grading wave is analysed
 wave: str = ""  # grading wave; "": the study's most recent wave of experts' grades (none: not run)
 grades: str = ""  # the coordinator's export (CSV) to read instead of the store's grades

@@ -1,22 +1,26 @@
-"""Suite-wide rule: under ``make test`` a skipped test fails the run.
+"""Suite-wide rules: the test tiers, and under ``make test`` a skipped test fails the run.
+
+The tiers (``tests/component_tiers.py``): each test is marked with the components it uses (LibreOffice, the
+sandbox, the real CLI, Chromium, dask, LaTeX, a notebook kernel) or as slow; ``make check`` runs the tests
+with no marker, ``make test`` all of them.
 
 ``make test`` installs every real component the suite exercises (the pinned
 CLI, LibreOffice, bubblewrap, Chromium), so a skip there means a real part
 went untested; it sets ``PILOT_FORBID_SKIPS=1``. A developer running a
 subset without them still sees skips as skips.
 
-Also the browser tests' ``browser`` fixture (one headless Chromium per module) and the
-folder the workers of one run share (``PILOT_TEST_SHARED_DIR``).
+Also the order of the test files (the longest first), the folder the workers of one run share
+(``PILOT_TEST_SHARED_DIR``) and a stand-in worker environment (``worker_env``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from pilot import paths
+pytest_plugins = ["pytester", "component_tiers"]
 
 
 def _skipped(config: pytest.Config) -> list:
@@ -49,6 +53,7 @@ LONG_FILES = (
     "test_runner_claude_code.py",
     "test_scenario_check.py",
     "test_scenario_check_extension.py",
+    "test_scenario_newcomer.py",
     "test_model_proxy.py",
     "test_blinding.py",
     "test_study_faults.py",
@@ -96,30 +101,10 @@ def _shared_test_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
         os.environ["PILOT_TEST_SHARED_DIR"] = str(tmp_path_factory.getbasetemp().parent / "shared")
 
 
-# ------------------------------------------------------------------ the browser tests' Chromium
-# The distribution's Chromium under Playwright (`make test` installs it through
-# tools/ensure-system-packages.sh browser; Playwright's own downloads are never used).
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+# ------------------------------------------------------------------ a stand-in worker environment
+@pytest.fixture
+def worker_env(tmp_path: Path) -> Path:
+    """A fresh stand-in worker environment under the test's temporary folder (``worker_env_support``)."""
+    from worker_env_support import make_worker_env
 
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    """One headless Chromium per test module."""
-    if not paths.CHROMIUM_BIN.exists():
-        pytest.fail(
-            f"{paths.CHROMIUM_BIN} missing: run `tools/ensure-system-packages.sh browser` (`make test` does it)"
-        )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(paths.CHROMIUM_BIN), args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
+    return make_worker_env(tmp_path)

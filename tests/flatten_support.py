@@ -20,9 +20,11 @@ from pilot.scenarios.officeio import normalize_zip
 
 
 def flat_line(rows: Sequence[Sequence[str]], last_cells: Mapping[str, str] | None = None) -> str:
-    """The table's cells in reading order on one line; ``last_cells`` (a row's first cell -> text) rewrites those rows' last cell.
+    """The table's cells in reading order on one line; ``last_cells`` (a row's first cell -> text) rewrites those rows'
+    last cell.
 
-    Every row named in ``last_cells`` must be in the table, or the variant would change nothing and pass for the wrong reason.
+    Every row named in ``last_cells`` must be in the table, or the variant would change nothing and pass for the wrong
+    reason.
     """
     last_cells = dict(last_cells or {})
     missing = set(last_cells) - {row[0] for row in rows}

@@ -59,9 +59,17 @@ DELIVERABLES = [
 ]
 
 MEMO_PARAGRAPHS = {
-    "Summary": "Spending in the third quarter came to 1,250 thousand, 4 per cent under the approved budget of 1,300 thousand.",
-    "Findings": "Travel ran 12 per cent over plan while salaries were on plan. The under-spend sits in capital items deferred to January.",
-    "Recommendation": "Keep the full-year forecast unchanged and ask the travel budget holders to explain the overrun by the next review.",
+    "Summary": (
+        "Spending in the third quarter came to 1,250 thousand, 4 per cent under the approved budget of 1,300 thousand."
+    ),
+    "Findings": (
+        "Travel ran 12 per cent over plan while salaries were on plan. The under-spend sits in capital items "
+        "deferred to January."
+    ),
+    "Recommendation": (
+        "Keep the full-year forecast unchanged and ask the travel budget holders to explain the overrun by "
+        "the next review."
+    ),
 }
 
 

@@ -120,7 +120,7 @@ def evaluate_variants(
         names.append(name)
     with Recalculator(root / "recalc") as r:
         evaluations = evaluate(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return dict(zip(names, evaluations, strict=True))
 
 
 def _reasons(ev: Any) -> list[tuple[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -58,6 +59,17 @@ def raw_get(url: str, path: str, headers: dict[str, str] | None = None) -> tuple
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:
         conn.close()
+
+
+def read_json_answer(sock: socket.socket) -> bytes:
+    """An HTTP answer read off ``sock`` until its JSON body is complete or the server closes the connection."""
+    data = b""
+    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def basic_auth(username: str, password: str) -> dict[str, str]:

@@ -1,4 +1,7 @@
-"""Running a harness as an unprivileged user from a root test (the tests' own user, made when missing)."""
+"""Running a harness as an unprivileged user from a root test (the tests' own user, made when missing).
+
+A test that is not root already runs without privilege: it runs the harness as itself.
+"""
 
 from __future__ import annotations
 
@@ -44,12 +47,13 @@ def run_python_as(uid: int, gid: int, code: str, *, home: Path, timeout: float) 
     """Python ``code`` run by an unprivileged harness user (no capability, no supplementary group) in ``home``.
 
     The user's interpreter imports this checkout's package and the test environment's site-packages; the test fails
-    (never skips) when the user cannot read them or the real CLI.
+    (never skips) when the user cannot read them or the real CLI. A test that is not root runs ``code`` as itself
+    (there is no privilege to drop, and none to drop it with).
     """
     import pytest
     from real_cli_support import real_cli
 
-    drop = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+    drop = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"] if os.geteuid() == 0 else []
 
     def readable(p: Path) -> bool:
         return subprocess.run([*drop, "test", "-r", str(p)]).returncode == 0
@@ -69,7 +73,7 @@ def run_python_as(uid: int, gid: int, code: str, *, home: Path, timeout: float) 
         PYTHONPATH=os.pathsep.join([str(paths.ROOT / "src"), str(site)]),
     )
     return subprocess.run(
-        [*drop, "--inh-caps=-all", "--bounding-set=-all", python, "-c", code],
+        [*drop, *(["--inh-caps=-all", "--bounding-set=-all"] if drop else []), python, "-c", code],
         capture_output=True,
         text=True,
         env=env,
@@ -79,10 +83,13 @@ def run_python_as(uid: int, gid: int, code: str, *, home: Path, timeout: float) 
 
 
 def run_as_harness_user(base: Path, code: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:
-    """Run ``python -c code`` as :data:`HARNESS_USER` in ``base`` (made passable and given to it) with this checkout.
+    """Run ``python -c code`` as :data:`HARNESS_USER` in ``base`` (made passable and given to it) with this checkout;
+    a test that is not root runs it as itself.
 
     Returns the finished process and the user's uid.
     """
+    if os.geteuid() != 0:
+        return run_python_as(os.getuid(), os.getgid(), code, home=base, timeout=timeout), os.getuid()
     uid, gid = harness_user()
     # pytest's own temporary root is private to root: the test user gets a folder of its own beneath a passable one.
     passable(base)

@@ -9,7 +9,8 @@ from pilot.agents import claude_code
 
 
 def real_cli() -> Path | None:
-    """``PILOT_TEST_CLAUDE_BIN`` when it names a file, else the CLI bundled in ``claude-agent-sdk`` (the ``agent`` extra)."""
+    """``PILOT_TEST_CLAUDE_BIN`` when it names a file, else the CLI bundled in ``claude-agent-sdk`` (the ``agent``
+    extra)."""
     env = os.environ.get("PILOT_TEST_CLAUDE_BIN")
     if env and Path(env).is_file():
         return Path(env)
@@ -17,7 +18,8 @@ def real_cli() -> Path | None:
 
 
 def require_real_sandbox() -> Path:
-    """The real CLI, after checking that it and the sandbox are here: a test of them fails, never skips, without them."""
+    """The real CLI, after checking that it and the sandbox are here: a test of them fails, never skips, without
+    them."""
     import pytest
 
     from pilot.agents import sandbox

@@ -1,4 +1,5 @@
-"""The appendices' readings of their numbers (calibration level and coverage, the dry run's judge part), against hand-worked cases."""
+"""The appendices' readings of their numbers (calibration level and coverage, the dry run's judge part), against
+hand-worked cases."""
 
 from __future__ import annotations
 

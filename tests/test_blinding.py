@@ -29,7 +29,10 @@ COST = "1.0734"
 
 ARM_NOTES = {
     "A0": [
-        "Note: this memo is a Markdown substitute for memo.docx because binary office formats cannot be produced in this environment.",
+        (
+            "Note: this memo is a Markdown substitute for memo.docx because binary office formats cannot be "
+            "produced in this environment."
+        ),
         "I only had the file tools (Read, Write, Edit, Glob, Grep) and no shell, so the workbook is delivered as CSV.",
     ],
     "A1": [
@@ -344,16 +347,7 @@ def assert_blind_real(prompt: str, root: Path, arm: str) -> None:
             assert s.lower() not in lower, f"{s!r} reached the prompt of {arm}"
 
 
-def _simulated_runner_available() -> bool:
-    try:
-        import pilot.runner  # noqa: F401
-        import pilot.simulated.agent  # noqa: F401
-    except ImportError:
-        return False
-    return bool(_scenario_ids())
-
-
-@pytest.mark.skipif(not _simulated_runner_available(), reason="the runner's simulated agent backend is not available")
+@pytest.mark.usefixtures("soffice")
 @pytest.mark.parametrize("arm", list(ARM_NOTES))
 def test_runner_outputs_of_every_arm_reach_judges_blind(tmp_path: Path, arm: str) -> None:
     from pilot import runner

@@ -1,4 +1,5 @@
-"""Chaos: the scheduler is killed with SIGKILL at seeded random moments, many times, and every invariant holds after each kill.
+"""Chaos: the scheduler is killed with SIGKILL at seeded random moments, many times, and every invariant holds after
+each kill.
 
 Invariants: a finished run is recorded once and never changes afterwards;
 each run finishes through exactly one attempt, attempts numbered without a
@@ -19,7 +20,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from schedule_support import make_root, read_only
 from test_process_lifetime import spawned_pids, survivors
 
@@ -27,8 +27,6 @@ from pilot.attempt import was_launched
 from pilot.executors import proctree
 from pilot.ledger import audit
 from pilot.store import STORE_FILE
-
-pytestmark = pytest.mark.slow
 
 SEED = 20261201
 FAKE = "pilot.simulated.fake_runs:sleep_run"

@@ -39,7 +39,8 @@ def test_boxes_over_a_point_fail_with_their_file_and_lines(tmp_path):
     out = _run(tmp_path, LOG)
     assert out.returncode == 1
     failed = [ln for ln in out.stderr.splitlines() if "Overfull" in ln]
-    # 25.76 pt in the run-flow table (reported in two passes, counted once) and 3.5 pt in the appendix; 0.90 pt is tolerated.
+    # 25.76 pt in the run-flow table (reported in two passes, counted once) and 3.5 pt in the appendix; 0.90 pt is
+    # tolerated.
     assert len(failed) == 2
     assert "25.7642pt" in failed[0] and "lines 7--22" in failed[0] and "./generated/run_flow_table.tex" in failed[0]
     assert "3.5pt" in failed[1] and "./sections/appendix.tex" in failed[1]

@@ -10,19 +10,18 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from distributed import Client, LocalCluster, Nanny  # noqa: E402
-from schedule_support import REQUIRES, make_store, read_only  # noqa: E402
-from test_process_lifetime import alive, spawned_pids, survivors  # noqa: E402
+from distributed import Client, LocalCluster, Nanny
+from schedule_support import REQUIRES, make_store, read_only
+from test_process_lifetime import alive, spawned_pids, survivors
 
-from pilot.executors import proctree  # noqa: E402
-from pilot.executors.dask import DaskExecutor, nodes_from_workers, run_attempt_on_worker  # noqa: E402
-from pilot.schedule import Scheduler  # noqa: E402
-
-pytestmark = pytest.mark.slow
+from pilot.executors import proctree
+from pilot.executors.dask import DaskExecutor, nodes_from_workers, run_attempt_on_worker
+from pilot.schedule import Scheduler
 
 RUNNER = "pilot.simulated.fake_runs:sleep_run"
 LINUX = {"slots": 2, "linux": 2, "libreoffice": 2, "chromium": 2, "portal": 2}
 MAC = {"slots": 1, "macos": 1}
+pytestmark = pytest.mark.usefixtures("dask")
 
 
 @pytest.fixture(scope="module")

@@ -26,22 +26,21 @@ import sys
 import time
 from pathlib import Path
 
+# The functions this module runs on the workers travel by value: the workers have no tests/ to import them from.
+import cloudpickle
 import pytest
 from distributed import Client
 
 from pilot import paths
 from pilot.store import Store
 
-pytestmark = pytest.mark.slow
-
-# The functions this module runs on the workers travel by value: the workers have no tests/ to import them from.
-import cloudpickle  # noqa: E402
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SCENARIOS = ["LEGAL-01", "HR-01"]
 ARMS = "A0,A1"
 DASK = Path(sys.executable).with_name("dask")
+# The workers run simulated studies whose oracles recalculate workbooks.
+pytestmark = pytest.mark.usefixtures("dask", "soffice")
 
 
 def _own_repository(root: Path, *, oracle_byte: bool = False) -> Path:
@@ -303,6 +302,7 @@ def test_a_worker_killed_between_attempt_and_transfer_loses_and_repeats_nothing(
     assert not any(p.exists() for p in stale)
 
 
+@pytest.mark.usefixtures("real_cli", "bwrap", "soffice")
 def test_a_rehearsal_through_the_real_cli_on_a_worker_of_its_own_comes_home_whole(cluster):
     """The real harness on a worker that shares nothing: the scripted server's record travels with the attempt, so the
     study's host checks the run as it checks a local one, and finds nothing."""

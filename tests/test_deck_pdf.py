@@ -10,6 +10,8 @@ from pilot import paths
 from pilot.judges.deck_pdf import DeckRenderError, render_deck_pdf
 from pilot.scenarios.library import cx_01
 
+pytestmark = pytest.mark.usefixtures("soffice")
+
 
 @pytest.fixture(scope="module")
 def gold(tmp_path_factory):
@@ -24,7 +26,7 @@ def test_the_gold_deck_renders_one_page_per_slide_with_its_titles(gold, tmp_path
     titles = [s.shapes.title.text for s in Presentation(str(gold)).slides if s.shapes.title is not None]
     pages = PdfReader(str(pdf)).pages
     assert len(pages) == len(Presentation(str(gold)).slides) >= 3
-    for page, title in zip(pages, titles):
+    for page, title in zip(pages, titles, strict=True):
         assert " ".join(title.split()) in " ".join(page.extract_text().split())
 
 

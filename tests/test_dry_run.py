@@ -17,14 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pilot import outcomes, paths, protocol
+from pilot import outcomes, protocol
 from pilot.simulated import dry_run
 from pilot.simulated.agent import load_model
 
 OPS = "OPS-01"  # one CSV deliverable: a run takes a few hundredths of a second
-pytestmark = pytest.mark.skipif(
-    not (paths.SCENARIOS_DIR / OPS / "scenario.yml").is_file(), reason=f"scenario {OPS} not in the protocol"
-)
 
 #: Tolerance in standard errors: |empirical - planted| <= Z * sqrt(p (1 - p) / n + mc_se^2).
 #: Two-sided, Z = 4 leaves a false alarm of about 6e-5 per comparison under a correct derivation.
@@ -63,7 +60,8 @@ def _within(observed: np.ndarray, planted: float, mc_se: float) -> tuple[bool, f
     return abs(observed.mean() - planted) <= tol, float(observed.mean()), tol
 
 
-@pytest.mark.slow
+# A4's self-check runs the oracle's tools confined, under bubblewrap.
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.parametrize(("arm", "n"), [("A1", 300), ("A4", 100)])
 def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
     truth = dry_run.planted_acceptance(scenarios=[OPS], arms=[arm], draws=50_000, judge_draws=5_000, seed=11)
@@ -76,7 +74,8 @@ def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
     ):
         ok, seen, tol = _within(runs[what], float(planted), float(se))
         assert ok, (
-            f"{OPS} x {arm}: empirical {what} {seen:.3f} over {runs[what].size} runs vs planted {planted:.3f} (tolerance {tol:.3f})"
+            f"{OPS} x {arm}: empirical {what} {seen:.3f} over {runs[what].size} runs vs planted "
+            f"{planted:.3f} (tolerance {tol:.3f})"
         )
     if arm == "A4":
         # The recovery is part of the truth: without it the planted value would be the first session's alone.
@@ -84,8 +83,7 @@ def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
         assert row.p_DE > row.p_no_E * row.p_no_defect * (1 - row.p_capped * float(load_model()["capped_missing"]))
 
 
-@pytest.mark.slow
-@pytest.mark.libreoffice
+@pytest.mark.usefixtures("soffice")
 def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_path):
     """The structural claims of the derivation, on real files with the real oracle and self-check."""
     from pilot import defects as dx
@@ -187,7 +185,8 @@ def test_the_primary_stage_truth_for_each_kind_of_run_table(tmp_path):
     assert "\\newcommand{\\DryRunPlantedAThree}" in macros
     assert len(pd.read_csv(tables / dry_run.TRUTH_CSV)) == 5
 
-    # Real judges on simulated work follow no stated model, and a real table has no planted truth: nothing, and old files go.
+    # Real judges on simulated work follow no stated model, and a real table has no planted truth: nothing, and old
+    # files go.
     assert dry_run.truth_for(runs.assign(judge_backend="claude-code"), acc, seed=1) is None
     real = runs.assign(backend="claude-code", judge_backend="claude-code")
     assert dry_run.truth_for(real, acc, seed=1) is None

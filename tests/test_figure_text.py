@@ -5,9 +5,9 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from pilot.report import figure_text  # noqa: E402
+from pilot.report import figure_text
 
 
 def _figure(path, width_in: float, tick_pt: float):

@@ -105,7 +105,6 @@ def test_a_scenario_outside_the_study_does_not_block_but_shared_code_does(tmp_pa
     assert changed == {"pilot/scenarios/library/shared.py", "pilot/scenarios/library/acc_01.py"}
 
 
-@pytest.mark.slow
 def test_cli_takes_manifest_at_pilot_start_and_export_refuses_to_pool_a_changed_protocol(tmp_path):
     root = make_root(tmp_path)
     env = dict(os.environ, PILOT_ROOT=str(root))

@@ -38,14 +38,17 @@ KRIPPENDORFF_2011 = np.array(
 
 
 def _criteria(ids=("c1", "c2", "c3"), weights=(0.5, 0.3, 0.2)) -> list[Criterion]:
-    return [Criterion(i, w, f"criterion {i}", {0: "none", 2: "some", 4: "all"}) for i, w in zip(ids, weights)]
+    return [
+        Criterion(i, w, f"criterion {i}", {0: "none", 2: "some", 4: "all"}) for i, w in zip(ids, weights, strict=True)
+    ]
 
 
 CRITERIA = {"S1": _criteria(), "S2": _criteria(), "S3": _criteria(), "S4": _criteria()}
 
 
 def hand_alpha(data: np.ndarray, level: str) -> float:
-    """Krippendorff's alpha straight from the definitions: coincidences o_ck, margins n_c, alpha = 1 - (n-1) sum o d / sum n_c n_k d."""
+    """Krippendorff's alpha straight from the definitions: coincidences o_ck, margins n_c, alpha = 1 - (n-1) sum o d /
+    sum n_c n_k d."""
     o: dict[tuple[float, float], float] = defaultdict(float)
     for u in range(data.shape[1]):
         vals = [v for v in data[:, u] if not np.isnan(v)]
@@ -183,7 +186,7 @@ def _grade_rows(
         return [{**base, "criterion": "", "score": None, "critique": "", "accept": None}]
     return [
         {**base, "criterion": c, "score": s, "critique": f"on {c}, with a comma", "accept": int(accept)}
-        for c, s in zip(criteria, scores)
+        for c, s in zip(criteria, scores, strict=True)
     ]
 
 
@@ -205,7 +208,7 @@ def _panel_rows(package, scenario, arm, judges, *, D=True, E=False, criteria=("c
             "judge_accept": acc,
         }
         for j, scores, q, acc in judges
-        for c, s in zip(criteria, scores)
+        for c, s in zip(criteria, scores, strict=True)
     ]
 
 
@@ -226,7 +229,8 @@ def test_acceptance_agreement_by_hand_with_two_graders_per_package():
         for s in (1, 2)
     )
     experts = ag.expert_table(grades, CRITERIA)
-    # the panel accepts P0 and P1 (3 and 2 of 3 votes), not P2 or P3: against the experts 1,1 1,0 0,0 0,0 -> 7 of 8 agree
+    # the panel accepts P0 and P1 (3 and 2 of 3 votes), not P2 or P3: against the experts 1,1 1,0 0,0 0,0 -> 7 of 8
+    # agree
     votes = [(True, True, True), (True, True, False), (False, False, True), (False, False, False)]
     panel = ag.panel_table(
         _panel(
@@ -250,7 +254,7 @@ def test_acceptance_agreement_by_hand_with_two_graders_per_package():
 def test_three_graders_pool_every_pair_of_slots():
     grades = _grades(_grade_rows("P1", "S1", "A1", f"G{s}", s, (2, 2, 2), a) for s, a in ((1, 1), (2, 1), (3, 0)))
     pairs = ag.expert_pairs(ag.expert_table(grades, CRITERIA))
-    assert list(zip(pairs["slot_a"], pairs["slot_b"], pairs["a"], pairs["b"])) == [
+    assert list(zip(pairs["slot_a"], pairs["slot_b"], pairs["a"], pairs["b"], strict=True)) == [
         (1, 2, 1, 1),
         (1, 3, 1, 0),
         (2, 3, 1, 0),
@@ -379,7 +383,8 @@ def _h1_packages(rates: dict[tuple[str, str], list[tuple[float, float]]]) -> pd.
 
 
 def test_h1_on_expert_grades_by_hand():
-    # experts: S1 A3 1,1 - A1 0,1 = 0.5; S2 A3 1,0 - A1 0 = 0.5: mean 0.5. Panel (Q 90 everywhere but S2 A1): S1 1-1 = 0, S2 1-0 = 1: mean 0.5.
+    # experts: S1 A3 1,1 - A1 0,1 = 0.5; S2 A3 1,0 - A1 0 = 0.5: mean 0.5. Panel (Q 90 everywhere but S2 A1): S1 1-1 =
+    # 0, S2 1-0 = 1: mean 0.5.
     packages = _h1_packages(
         {
             ("S1", "A3"): [(80, 90), (75, 90)],
@@ -446,7 +451,7 @@ def _synthetic(seed: int, shift_points: int = 1) -> tuple[pd.DataFrame, pd.DataF
         judges = []
         for j in range(3):
             sc = t + rng.integers(-1, 2, 3)
-            q = 100 * sum(c.weight * v for c, v in zip(crit, sc)) / 4
+            q = 100 * sum(c.weight * v for c, v in zip(crit, sc, strict=True)) / 4
             judges.append((f"J{j}", tuple(int(v) for v in sc), q, bool(q >= 60)))
         panel.append(_panel_rows(pid, s, arm, judges, D=bool(rng.random() < 0.9)))
         for slot in (1, 2):

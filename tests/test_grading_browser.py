@@ -20,7 +20,6 @@ from pilot.grading import store
 from pilot.grading.plan import create_wave
 from pilot.grading.site import GradingServer
 
-pytestmark = pytest.mark.slow
 WAVE = "browser-1"
 CRITIQUE = "The NSF cheque is booked twice; the memo's <summary> & totals disagree."
 

@@ -17,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from view_support import copy_study, pilot, simulated_study
 
 from pilot.grading import tokens
 from pilot.grading.assignment import AssignmentError, Package, arm_spread, assign, draw_sample
@@ -115,7 +114,7 @@ def test_every_package_gets_k_distinct_graders_of_its_occupation_with_arms_balan
     for a in plan:
         by_package.setdefault(a.package.run_id, []).append(a)
     assert set(by_package) == {p.run_id for p in pk}
-    for run, assigned in by_package.items():
+    for assigned in by_package.values():
         assert sorted(a.slot for a in assigned) == [1, 2]
         assert len({a.grader_id for a in assigned}) == 2  # no grader sees a run twice
         assert all(assigned[0].package.occupation in occ[a.grader_id] for a in assigned)
@@ -165,7 +164,9 @@ def test_too_few_graders_for_k_is_refused_naming_the_occupation(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
+def study(tmp_path_factory, soffice) -> Path:
+    from view_support import copy_study, simulated_study
+
     return copy_study(simulated_study(), tmp_path_factory.mktemp("grading-plan") / "viewsim")
 
 
@@ -207,6 +208,8 @@ def test_pilot_grading_create_on_the_dry_run_gives_a_balanced_plan_and_hashed_to
 
 
 def test_the_cli_refuses_a_grader_of_no_matching_occupation_naming_the_line_and_writes_nothing(study, tmp_path):
+    from view_support import copy_study, pilot
+
     root = tmp_path / "root"
     (root / "analysis" / "data").mkdir(parents=True)
     for name in ("protocol",):

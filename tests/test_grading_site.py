@@ -63,7 +63,8 @@ class Wave:
             ]
 
     def unblinding(self) -> list[str]:
-        """Strings no grader's page may hold: run ids, arm tokens of run ids, the model, the node, the study, package ids."""
+        """Strings no grader's page may hold: run ids, arm tokens of run ids, the model, the node, the study, package
+        ids."""
         with store.open_store(self.folder) as st:
             nodes = {r[0] for r in st.conn.execute("SELECT DISTINCT node FROM attempts WHERE node IS NOT NULL")}
             package_ids = [
@@ -163,18 +164,18 @@ def test_every_response_carries_the_security_headers_and_the_cookie_is_strict(wa
     cookie = resp.headers["Set-Cookie"]
     assert cookie.startswith(f"{COOKIE_NAME}=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert "Secure" not in cookie
-    for resp in (
+    for answer in (
         resp,
         client.get("/queue"),
         client.get("/grade/nope"),
         client.get("/static/grading.js"),
         app.test_client().get("/queue"),
     ):
-        assert resp.headers["Content-Security-Policy"] == CSP
+        assert answer.headers["Content-Security-Policy"] == CSP
         assert "default-src 'none'" in CSP and "script-src 'self'" in CSP and "frame-ancestors 'none'" in CSP
-        assert resp.headers["X-Content-Type-Options"] == "nosniff"
-        assert resp.headers["Referrer-Policy"] == "no-referrer"
-        assert resp.headers["Cache-Control"] == "no-store"
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+        assert answer.headers["Referrer-Policy"] == "no-referrer"
+        assert answer.headers["Cache-Control"] == "no-store"
     secure = make_app(secure_cookies=True).test_client().get(f"/signin/{wave.made.grader_tokens['G01']}")
     assert "Secure" in secure.headers["Set-Cookie"]
 
@@ -227,7 +228,7 @@ def test_a_draft_is_kept_then_submitted_once(wave, make_app):
     assert re.search(r'id="score-correctness-4" value="4" checked', refused) and "changed my mind" in refused
     assert wave.row(aid)["status"] == "saved"
 
-    full = {f"score-{c}": str(n) for c, n in zip(CRITERIA, (4, 3, 2, 1, 0))}
+    full = {f"score-{c}": str(n) for c, n in zip(CRITERIA, (4, 3, 2, 1, 0), strict=True)}
     full.update({f"critique-{c}": f"critique of {c}" for c in CRITERIA})
     resp = client.post(f"/grade/{aid}", data=form_fields(refused, action="submit", accept="yes", **full))
     assert resp.status_code == 303 and resp.headers["Location"] == f"/grade/{aid}?done=submitted"
@@ -235,7 +236,7 @@ def test_a_draft_is_kept_then_submitted_once(wave, make_app):
     assert row["status"] == "submitted" and row["accept"] == 1 and row["submitted_at"]
     with store.open_store(wave.folder) as st:
         assert store.scores(st.conn, WAVE, aid) == {
-            c: (n, f"critique of {c}") for c, n in zip(CRITERIA, (4, 3, 2, 1, 0))
+            c: (n, f"critique of {c}") for c, n in zip(CRITERIA, (4, 3, 2, 1, 0), strict=True)
         }
 
     # Read-only afterwards, and a second submission is refused with a clear message.

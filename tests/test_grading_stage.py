@@ -16,7 +16,7 @@ from view_support import copy_study, pilot, simulated_study
 
 from pilot import paths
 
-pytestmark = pytest.mark.notebook
+pytestmark = pytest.mark.usefixtures("notebook")
 
 
 @pytest.fixture(scope="module")

@@ -347,7 +347,7 @@ def _run(mode: str, which: str, run_disk) -> tuple[dict, Path, RunDisk, int]:
 # -- the disk bound --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("real_cli", "bwrap")
 @pytest.mark.parametrize("mode", ["root", "unprivileged"])
 def test_unlinked_deep_and_fallocated_bytes_count_and_stop_at_the_workspace_bound(mode, run_disk):
     summary, out, disk, _ = _run(mode, "disk", run_disk)
@@ -390,7 +390,7 @@ def _entries(root: Path):
             yield p, os.lstat(p)
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("real_cli", "bwrap")
 @pytest.mark.parametrize("mode", ["root", "unprivileged"])
 def test_shm_stops_at_the_tmp_bound_and_the_take_back_leaves_nothing_of_the_workers(mode, run_disk):
     shadow = os.lstat("/etc/shadow")

@@ -51,7 +51,7 @@ from pilot.protocol.prices import PriceTable
 
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap")
 
 #: What the harness waits for requests in flight when it closes a run's books, here (30 s in a study).
 CLOSE_WAIT_S = 3.0

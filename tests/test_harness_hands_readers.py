@@ -234,7 +234,7 @@ def test_a_tree_deeper_than_path_max_is_walked_by_descriptor(tmp_path, mode):
     full = ws / "deep" / rel
     assert len(os.fsencode(full)) > 4096
     with pytest.raises(OSError) as info:  # the path itself is beyond what the kernel resolves
-        open(full, "rb")  # noqa: SIM115
+        open(full, "rb")
     assert info.value.errno == errno.ENAMETOOLONG
     fds = open_fds()
     with worker_files.Folder(ws) as folder:
@@ -391,6 +391,7 @@ def _selfcheck_spec():
     }
 
 
+@pytest.mark.usefixtures("bwrap")  # the tool runs confined
 def test_the_self_check_tool_reads_a_private_snapshot_never_the_worker_s_files(tree):
     from pilot.oracles import selfcheck
 
@@ -564,7 +565,7 @@ def planting_run_cell(cell, attempt_dir, node, backend, seed):
 
 
 @pytest.fixture(scope="module")
-def attacked(tmp_path_factory):
+def attacked(tmp_path_factory, bwrap):  # the A4 runs' self-check runs confined
     """One study whose runs each met one hostile kind, run by `pilot study run` and exported."""
     from schedule_support import make_root
 
@@ -775,7 +776,7 @@ def _check_hostile_real_run(rec: dict, out: Path) -> None:
 
 
 @pytest.fixture
-def real_cli_or_fail():
+def real_cli_or_fail(real_cli, bwrap):
     from real_cli_support import require_real_sandbox
 
     return require_real_sandbox()
@@ -867,37 +868,14 @@ def test_the_real_cli_s_hostile_workspace_is_read_past_by_an_unprivileged_harnes
     import shutil
     import uuid
 
+    from privilege_support import run_as_harness_user
+
     base = paths.BUILD_DIR / "test-harness-hands" / uuid.uuid4().hex[:10]
     base.mkdir(parents=True)
     try:
         canary = canary_file(base)
-        (base / "env").mkdir()
-        drop: list[str] = []
-        if os.geteuid() == 0:
-            from privilege_support import harness_user, passable
-
-            uid, gid = harness_user()
-            passable(base)
-            for p in (base, base / "env"):
-                os.chown(p, uid, gid)
-            drop = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all"]
-            drop.append("--bounding-set=-all")
-        site = Path(next(p for p in sys.path if p.endswith("site-packages")))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-        env.update(
-            HOME=str(base),
-            PYTHONDONTWRITEBYTECODE="1",
-            PYTHONPATH=os.pathsep.join([str(paths.ROOT / "src"), str(site), str(TESTS)]),
-        )
         script = UNPRIVILEGED.format(tests=str(TESTS), base=str(base), canary=str(canary), cli=str(real_cli_or_fail))
-        proc = subprocess.run(
-            [*drop, os.path.realpath(sys.executable), "-c", script],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-            cwd=str(base),
-        )
+        proc, _ = run_as_harness_user(base, script, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         rec = json.loads(proc.stdout.strip().splitlines()[-1])
         assert rec["enforcement"] == "bubblewrap"

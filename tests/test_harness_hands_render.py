@@ -48,8 +48,6 @@ from pilot.judges.deck_pdf import SlidesCache, links_record, render_deck_pdf
 from pilot.oracles.recalc import Recalculator, soffice_binary
 from pilot.oracles.selfcheck_tool import RECALC_PROFILE_XCU
 
-pytestmark = [pytest.mark.slow, pytest.mark.libreoffice]
-
 #: The canary image's size and colour: nothing else in these files has them.
 CANARY_SIZE, CANARY_RGB = (37, 23), (201, 13, 77)
 #: What the listener serves: an image of its own size and colour.
@@ -57,9 +55,9 @@ SERVED_SIZE, SERVED_RGB = (41, 29), (7, 200, 9)
 REL_IMAGE = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/image"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _the_real_thing():
-    # Not a skip: without LibreOffice and a host that confines it these checks would pass by not running.
+@pytest.fixture(scope="module")
+def confined_libreoffice(soffice):
+    """LibreOffice and a host that confines it (``soffice`` brings ``bwrap``); a test of them fails without them."""
     if soffice_binary() is None:
         pytest.fail("LibreOffice is not installed: `make test` installs it (tools/ensure-system-packages.sh office)")
     if confined.problems():
@@ -359,6 +357,7 @@ def reference_render(src: Path, out: Path, target: str) -> Path:
 # -------------------------------------------------------------------------- the routes
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_the_hostile_files_do_fetch_when_libreoffice_runs_as_it_comes(hostile, listener, canary, tmp_path):
     """The reference: without the copy made inert, the settings and the confinement, both links are followed."""
     before = len(listener.hits)
@@ -368,6 +367,7 @@ def test_the_hostile_files_do_fetch_when_libreoffice_runs_as_it_comes(hostile, l
     assert CANARY_RGB in colours and SERVED_RGB in colours, colours
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_the_deck_renderer_fetches_no_link_and_embeds_no_host_file(hostile, listener, canary, tmp_path):
     before = list(listener.hits)
     pdf = render_deck_pdf(hostile["deck"], tmp_path / "pdf")
@@ -389,6 +389,7 @@ def test_the_deck_renderer_fetches_no_link_and_embeds_no_host_file(hostile, list
     assert json.loads(links_record(served).read_text(encoding="utf-8"))["neutralised"] == record["neutralised"]
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_the_oracle_recalculates_a_linked_workbook_without_fetching_and_reports_what_it_made_inert(
     hostile, listener, canary, tmp_path
 ):
@@ -411,6 +412,7 @@ def test_the_oracle_recalculates_a_linked_workbook_without_fetching_and_reports_
     assert any(w == "reference to another file" and canary["folder"].as_uri() in t for _, w, t in shown), shown
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_a_linked_document_renders_without_fetching(hostile, listener, canary, tmp_path):
     before = list(listener.hits)
     copy = tmp_path / "in" / "reconciliation_memo.docx"
@@ -436,8 +438,9 @@ def test_a_linked_document_renders_without_fetching(hostile, listener, canary, t
     assert kinds == ["INCLUDETEXT field", "linked image", "linked image"], made_inert
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_the_a4_self_check_reads_a_copy_confined_and_reports_as_before(hostile, listener, canary, tmp_path):
-    """The pristine self-check tool runs confined on a copy of outputs/: a link out of the workspace still reads as one,
+    """The pristine self-check tool runs confined on a snapshot of outputs/: a link out of the workspace reads as one,
     a linked workbook still fails as linked, and neither the listener nor the canary is reached."""
     from pilot.oracles.selfcheck import run_selfcheck
     from pilot.scenarios.generate import build_gold_workspace
@@ -455,9 +458,10 @@ def test_the_a4_self_check_reads_a_copy_confined_and_reports_as_before(hostile, 
     assert not rep.passed and canary["text"] not in rep.text
     assert f"Self-check of {ws.name} (ACC-01)" in rep.lines[0]
     assert "FAIL  bank_reconciliation_2026-10.xlsx links to other workbooks" in rep.text
-    assert "FAIL  reconciliation_memo.docx is a link pointing outside the workspace" in rep.text
+    assert "FAIL  reconciliation_memo.docx is a symlink pointing outside the workspace" in rep.text
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_libreoffice_holds_the_settings_that_forbid_links(hostile, listener, canary, tmp_path):
     """The keys are LibreOffice's own: it reads them and writes them back; unconfined and on the file as it is,
     they alone keep the deck's links unfollowed."""
@@ -557,6 +561,7 @@ def check_probe(result: dict, run: Path, uid: int) -> None:
     assert sorted(p.name for p in (run / "batch").iterdir()) == ["in", "out"]
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_the_confined_helper_reaches_nothing_but_its_output_folder(listener, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the root harness's half: run as root (as make test runs in CI)")
@@ -581,6 +586,7 @@ def _processes_naming(text: str) -> list[int]:
     return found
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_a_workbook_that_keeps_libreoffice_busy_is_killed_with_its_whole_tree_at_the_bound(tmp_path):
     wb = openpyxl.Workbook()
     for r in range(1, 401):  # each a million-row product: minutes of work for LibreOffice
@@ -608,6 +614,7 @@ def test_a_workbook_that_keeps_libreoffice_busy_is_killed_with_its_whole_tree_at
     assert [p for p in _processes_naming(str(tmp_path / "scratch")) if confined.alive(p)] == []
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_without_a_confinement_libreoffice_refuses_in_one_line_unless_opted_out(hostile, monkeypatch, tmp_path):
     missing = "bubblewrap (bwrap) is not installed: run `tools/ensure-system-packages.sh sandbox`"
     monkeypatch.setattr(confined, "bwrap_problems", lambda: (missing,))
@@ -646,6 +653,7 @@ HARNESS = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.usefixtures("confined_libreoffice")
 def test_an_unprivileged_harness_confines_libreoffice_alike(hostile, listener, canary, tmp_path):
     """The harness itself runs as a user without privilege: the helper runs as that user, confined the same way."""
     if os.geteuid() != 0:

@@ -24,10 +24,9 @@ from pilot.cli.check import EXIT_CRITICAL, EXIT_EVALUATION_ERROR, EXIT_FAILED
 from pilot.cli.main import main as cli_main
 from pilot.judges.render import render_deliverable
 from pilot.oracles import Recalculator, evaluate, run_selfcheck
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 BOOK = "bank_reconciliation_2026-10.xlsx"
 MEMO = "reconciliation_memo.docx"

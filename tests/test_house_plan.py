@@ -286,7 +286,8 @@ def test_each_rule_finds_what_a_planted_package_breaks(tmp_path):
             "simulated/__init__.py": "",
             "simulated/agent.py": "from toy.stats import helpers\nhelpers._secret()\n",  # a private attribute read
             "cli/__init__.py": "",
-            "cli/main.py": "from toy.simulated import agent\nfrom toy.b import _hidden\n",  # allowed stand-in; a private import
+            # an allowed stand-in; a private import
+            "cli/main.py": "from toy.simulated import agent\nfrom toy.b import _hidden\n",
             "stats/__init__.py": "",
             "stats/helpers.py": "from toy import report\n",
             "report/__init__.py": "from toy.stats import helpers\n",  # two rooms importing each other

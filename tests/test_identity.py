@@ -113,6 +113,7 @@ def test_extras_differ():
     assert first_difference(study, worse).startswith("protocol/study.yml differs")
 
 
+@pytest.mark.usefixtures("real_cli")
 def test_cli_backends_carry_the_cli_and_the_worker_environment():
     for name in sorted(backends.CLI_BACKENDS):
         extras = protocol_identity(None, backend=name).extras

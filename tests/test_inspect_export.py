@@ -24,8 +24,6 @@ from pilot.agents.session import RESUME_PROMPT
 from pilot.view.inspect_log import SCORES, export_inspect
 from pilot.view.study import StudyReader
 
-pytestmark = pytest.mark.slow
-
 
 def native_log(folder: Path):
     """A log written by Inspect itself: its mock model calls a tool once and answers, over two epochs."""
@@ -371,11 +369,13 @@ def test_inspect_view_shows_a_real_duration_tokens_and_score(browser, rehearsed,
         listing = page.inner_text("body")
         assert "NaN" not in listing and "1970" not in listing
         row.first.click()
-        page.locator("text=DURATION").first.wait_for(timeout=120_000)
-        header = page.inner_text("body")
-        assert "NaN" not in header and "1970" not in header
         seconds = (pd.Timestamp(log.stats.completed_at) - pd.Timestamp(log.stats.started_at)).total_seconds()
         shown = f"{seconds:.1f} sec" if seconds < 60 else f"{int(seconds // 60)} min"
+        # The log's page says "Loading log…" until it has read the log (slowly on a loaded machine): wait for it.
+        page.locator("text=DURATION").first.wait_for(timeout=120_000)
+        page.get_by_text("Loading log").first.wait_for(state="detached", timeout=120_000)
+        header = page.inner_text("body")
+        assert "NaN" not in header and "1970" not in header
         assert shown in header, (shown, header[:600])
         score = log.results.scores[0]
         assert f"{score.name} (mean)" in header or score.name in header

@@ -74,12 +74,18 @@ def test_valid_reply_parses_plain_and_fenced() -> None:
             "criterion_scores.accuracy",
         ),
         (
-            '{"criterion_scores": {"accuracy": 2.5, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}',
+            (
+                '{"criterion_scores": {"accuracy": 2.5, "completeness": 4, "clarity": 2}, "accept": true, '
+                '"rationale": "x"}'
+            ),
             "criterion_scores.accuracy",
         ),
         ('{"criterion_scores": {"accuracy": 3, "completeness": 4}, "accept": true, "rationale": "x"}', "clarity"),
         (
-            '{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2, "style": 1}, "accept": true, "rationale": "x"}',
+            (
+                '{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2, "style": 1}, "accept": '
+                'true, "rationale": "x"}'
+            ),
             "style",
         ),
         (
@@ -88,7 +94,10 @@ def test_valid_reply_parses_plain_and_fenced() -> None:
         ),
         ('{"criterion_scores": {"accuracy": 3, "completeness": 4, "clarity": 2}, "accept": true}', "rationale"),
         (
-            '{"criterion_scores": {"accuracy": true, "completeness": 4, "clarity": 2}, "accept": true, "rationale": "x"}',
+            (
+                '{"criterion_scores": {"accuracy": true, "completeness": 4, "clarity": 2}, "accept": true, '
+                '"rationale": "x"}'
+            ),
             "accuracy",
         ),
         ("I would accept this.", "no JSON object"),
@@ -127,7 +136,7 @@ def _ok(scores: tuple[int, int, int], accept: bool = True, cost: float = 0.01) -
     return JudgeReply(
         json.dumps(
             {
-                "criterion_scores": dict(zip(["accuracy", "completeness", "clarity"], scores)),
+                "criterion_scores": dict(zip(["accuracy", "completeness", "clarity"], scores, strict=True)),
                 "accept": accept,
                 "rationale": "r",
             }

@@ -53,7 +53,7 @@ def test_judges_through_the_cli_single_turn_tool_less(tmp_path: Path, run, monke
     seen = calls(log)
     assert len(seen) == 3
     panel = protocol.study().judge_panel
-    for call, member in zip(seen, panel):
+    for call, member in zip(seen, panel, strict=True):
         argv = call["argv"]
         assert argv[:3] == ["-p", "--output-format", "json"]
         assert argv[argv.index("--tools") + 1] == "" and argv[argv.index("--max-turns") + 1] == "1"

@@ -12,8 +12,6 @@ from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.outcomes import run_row
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
 
-pytestmark = pytest.mark.skipif(not list_scenarios(), reason="no scenario bundles yet")
-
 
 def cell(arm: str = "A3", sid: str | None = None) -> CellSpec:
     sid = sid or list_scenarios()[0]
@@ -156,15 +154,7 @@ def test_judge_backend_pairing(monkeypatch: pytest.MonkeyPatch) -> None:
         pipeline.judge_backend_for("simulated")
 
 
-def _simulated_runner_available() -> bool:
-    try:
-        import pilot.simulated.agent  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _simulated_runner_available(), reason="the runner's simulated agent backend is not available")
+@pytest.mark.usefixtures("soffice")
 @pytest.mark.parametrize("arm", ["A0", "A4"])
 def test_run_cell_with_the_real_runner(tmp_path: Path, arm: str) -> None:
     c = cell(arm)

@@ -9,13 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from schedule_support import make_root, read_only
 from test_process_lifetime import survivors
 
 from pilot.store import STORE_FILE
-
-pytestmark = pytest.mark.slow
 
 RUNNER = "pilot.simulated.fake_runs:sleep_run"
 SCENARIOS = ["ACC-01", "BANK-01", "RES-01"]  # 30 runs

@@ -16,7 +16,6 @@ from pilot.agents import launch, sandbox
 ARMS = protocol.arms()
 STUDY = protocol.study()
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
-needs_bwrap = pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed")
 
 
 TOKEN = "run-token-1"
@@ -127,7 +126,7 @@ def test_masked_programs_follow_the_denied_families(arm_id, tmp_path):
             assert hits, f"{family} is on PATH but not masked"
 
 
-@needs_bwrap
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.parametrize("arm_id", list(ARMS))
 def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     arm = ARMS[arm_id]
@@ -137,7 +136,8 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     assert prefix[0].endswith("bwrap") and "--unshare-net" in prefix and "--die-with-parent" in prefix
     assert "--dev-bind" not in prefix and ["--ro-bind", "/", "/"] != prefix[1:4]
     run = (tmp_path / "runs" / "r1").resolve()
-    # Read-write: the workspace and the agent's scratch folders, nothing else; the CLI's config at the sandbox's own place.
+    # Read-write: the workspace and the agent's scratch folders, nothing else; the CLI's config at the sandbox's own
+    # place.
     assert set(plan.rw_binds) == {str(run / "workspace"), str(run / "agent" / "home")}
     assert plan.rw_mapped == ((str(run / "agent" / "claude-config"), launch.INSIDE_CONFIG),)
     assert spec.env["CLAUDE_CONFIG_DIR"] == launch.INSIDE_CONFIG and spec.env[launch.RUN_MARK_VAR] == str(
@@ -156,7 +156,7 @@ def test_the_sandbox_is_an_allow_list(arm_id, tmp_path):
     # Each denied program's paths get its own family's stub, from a folder the sandbox never mounts.
     expected = {sandbox.canonical(p) for hits in spec.masked_programs.values() for p in hits}
     assert set(plan.masked) == expected
-    for dst, src in plan.stubs:
+    for _dst, src in plan.stubs:
         assert Path(src).parent == run / "agent" / "stubs"
     assert not any(Path(p).is_relative_to(run / "agent" / "stubs") for p in [*plan.ro_binds, *plan.rw_binds])
     assert spec.command[len(prefix) :] == spec.argv and spec.enforcement == "bubblewrap"
@@ -194,7 +194,7 @@ def _in_sandbox(spec: launch.LaunchSpec, run_dir: Path, script: str) -> subproce
     )
 
 
-@needs_bwrap
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
 def test_denied_programs_meet_their_stub_however_they_are_called(tmp_path):
     run = tmp_path / "runs" / "r1"
@@ -203,7 +203,8 @@ def test_denied_programs_meet_their_stub_however_they_are_called(tmp_path):
         "curl --version; echo rc=$?; "
         "bash -c 'curl --version'; echo rc=$?; "
         'eval "$(echo curl) --version"; echo rc=$?; '
-        "python3 -c \"import subprocess,sys; sys.exit(subprocess.run(['/usr/bin/curl','--version']).returncode)\"; echo rc=$?; "
+        'python3 -c "import subprocess,sys; '
+        "sys.exit(subprocess.run(['/usr/bin/curl','--version']).returncode)\"; echo rc=$?; "
         "cp /usr/bin/curl ./c && ./c --version; echo rc=$?; rm -f ./c; "
         f"ls {paths.PROTOCOL_DIR} 2>/dev/null | wc -l"
     )
@@ -216,7 +217,7 @@ def test_denied_programs_meet_their_stub_however_they_are_called(tmp_path):
     assert lines[-1] == "0"
 
 
-@needs_bwrap
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
 def test_an_arm_that_denies_nothing_runs_the_same_program(tmp_path):
     spec = _spec("A3", tmp_path)

@@ -27,6 +27,8 @@ from manuscript_support import calibration_command, study_root
 
 from pilot import paths
 
+pytestmark = pytest.mark.usefixtures("notebook", "latex", "soffice")
+
 STUDY = "drylabels"
 SCENARIOS = ("HR-01", "OPS-01")
 REPEATS = 2

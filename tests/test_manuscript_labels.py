@@ -10,7 +10,6 @@ are the backends' labels (:mod:`pilot.backends`), not the switch's own.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -88,9 +87,9 @@ CASES = {
 }
 
 
+@pytest.mark.usefixtures("latex")
 @pytest.mark.parametrize("case", list(CASES))
 def test_title_and_every_page_carry_the_label(tmp_path, case):
-    assert shutil.which("pdflatex"), "the manuscript's LaTeX is part of make test (build/stamps/system-latex)"
     labels, word = CASES[case]
     pages = _typeset(tmp_path, labels)
     assert len(pages) == 3

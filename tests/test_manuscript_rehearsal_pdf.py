@@ -35,7 +35,7 @@ from pilot.attempt import AttemptOutcome
 from pilot.simulated import synthetic
 from pilot.store import Store
 
-pytestmark = [pytest.mark.notebook, pytest.mark.slow]
+pytestmark = pytest.mark.usefixtures("notebook", "latex")
 
 STUDY = "rehearsal"
 LABEL = backends.label(backends.REHEARSAL)
@@ -154,7 +154,7 @@ def _first_line(text: str) -> str:
 def built(tmp_path_factory) -> dict:
     for tool in ("pdflatex", "latexmk", "pdftotext", "pdfinfo"):
         assert shutil.which(tool), (
-            f"{tool} is part of make test (build/stamps/system-latex; pdftotext and pdfinfo: poppler-utils)"
+            f"{tool} is part of make test (make system-latex; pdftotext and pdfinfo: poppler-utils)"
         )
     tmp = tmp_path_factory.mktemp("rehearsal-pdf")
     root = study_root(tmp)

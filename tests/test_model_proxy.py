@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
-from real_cli_support import real_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pilot import protocol
 from pilot.agents.model_proxy import CAP_STATUS, MeteringProxy, UnixHTTPConnection
@@ -430,7 +431,7 @@ def test_a_closed_run_is_refused(proxy, upstream):
     with pytest.raises(ValueError, match="already open"):
         proxy.open_run(odd.run_id, Decimal("1"), MODEL)
     with pytest.raises(ValueError, match="positive Decimal"):
-        proxy.open_run("r-float", 4.0, MODEL)  # type: ignore[arg-type]
+        proxy.open_run("r-float", 4.0, MODEL)  # a float where the signature asks for a Decimal
 
 
 class _ScriptedUpstream:
@@ -661,12 +662,6 @@ def test_cost_disagreement_tolerance():
 # ----------------------------------------------------------------- the pinned CLI through the proxy
 
 
-CLI = real_cli()
-needs_cli = pytest.mark.skipif(
-    CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)"
-)
-
-
 def _run_cli(cli: Path, meter, cwd: Path, max_turns: int = 5) -> dict:
     home = cwd / "home"
     home.mkdir(exist_ok=True)
@@ -712,9 +707,7 @@ def _run_cli(cli: Path, meter, cwd: Path, max_turns: int = 5) -> dict:
     return results[-1]
 
 
-@pytest.mark.slow
-@needs_cli
-def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_path):
+def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_path, real_cli):
     usage = {
         "input_tokens": 2000,
         "output_tokens": 300,
@@ -730,7 +723,7 @@ def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_pa
         MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy,
     ):
         meter = proxy.open_run("LEGAL-01.A1.r1", Decimal("4.00"), MODEL)
-        result = _run_cli(CLI, meter, tmp_path)
+        result = _run_cli(real_cli, meter, tmp_path)
         proxy.close_run(meter.run_id)
         seen_keys = {h["x-api-key"] for h in api.headers}
         api_headers = list(api.headers)
@@ -773,24 +766,20 @@ def test_the_pinned_cli_streams_through_the_proxy_and_costs_agree(prices, tmp_pa
     assert exchanges[1]["request_messages"] == exchanges[0]["request_messages"] + 2
 
 
-@pytest.mark.slow
-@needs_cli
-def test_the_pinned_cli_stops_at_the_first_cap_refusal(prices, tmp_path):
+def test_the_pinned_cli_stops_at_the_first_cap_refusal(prices, tmp_path, real_cli):
     """The CLI asks for max_tokens 128,000 (2.56 USD of output): under a 1-dollar cap it is refused once and stops."""
     with (
         FakeMessagesAPI(MODEL, [text_turn("Done.")]) as api,
         MeteringProxy(api.url, REAL_KEY, prices, tmp_path / "records") as proxy,
     ):
         meter = proxy.open_run("r-cli-cap", Decimal("1.00"), MODEL)
-        result = _run_cli(CLI, meter, tmp_path)
+        result = _run_cli(real_cli, meter, tmp_path)
         upstream_calls = len(api.requests)
     assert result["is_error"] and result["api_error_status"] == 402 and "run cost cap reached" in result["result"]
     assert upstream_calls == 0 and meter.capped and len(meter.refusals) == 1 and meter.metered_usd == 0
 
 
-@pytest.mark.slow
-@needs_cli
-def test_the_pinned_cli_with_a_wrong_token_is_refused_once(prices, tmp_path):
+def test_the_pinned_cli_with_a_wrong_token_is_refused_once(prices, tmp_path, real_cli):
     """A forged token: one 401 (x-should-retry false, so the CLI does not retry) and nothing reaches the upstream."""
     with (
         FakeMessagesAPI(MODEL, [text_turn("Done.")]) as api,
@@ -801,7 +790,7 @@ def test_the_pinned_cli_with_a_wrong_token_is_refused_once(prices, tmp_path):
         class Forged:
             env = {**meter.env, "ANTHROPIC_API_KEY": "pilot-run-forged"}
 
-        result = _run_cli(CLI, Forged, tmp_path)
+        result = _run_cli(real_cli, Forged, tmp_path)
         upstream_calls = len(api.requests)
     assert result["is_error"] and result["api_error_status"] == 401
     assert upstream_calls == 0 and [r["reason"] for r in meter.refusals] == ["missing or wrong run token"]
@@ -846,10 +835,7 @@ _CACHE_CASES = [
     ),  # (174 + 4096) x 8 + 2000 = 36160
     (
         "escaped ttl in a tool result",
-        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},'
-        '{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},{"role":"user","content":'
-        '[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral",'
-        '"t\\u0074l":"1h"}}]}]}]}',
+        '{"model":"claude-opus-5-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral","t\\u0074l":"1h"}}]}]}]}',
         333,
         Decimal("0.037432"),
     ),  # (333 + 4096) x 8 + 2000 = 37432
@@ -893,7 +879,8 @@ _CACHE_CASES = [
 
 @pytest.mark.parametrize("label, raw, forwarded_bytes, worst", _CACHE_CASES, ids=[c[0] for c in _CACHE_CASES])
 def test_the_cache_lifetime_is_read_on_the_parsed_body(prices, tmp_path, label, raw, forwarded_bytes, worst):
-    """The finding: '"t\\u0074l"' passed a byte search, was reserved at the 5-minute rate and billed at the 1-hour one."""
+    """The finding: '"t\\u0074l"' passed a byte search, was reserved at the 5-minute rate and billed at the 1-hour
+    one."""
     assert MODEL == "claude-opus-5-5"
     usage = {
         "input_tokens": 2000,
@@ -919,8 +906,8 @@ def test_the_forwarded_body_is_the_checked_one(proxy, upstream):
     """A duplicate key means the last one here; the upstream is sent that body only, so it cannot read the other."""
     meter = proxy.open_run("r-dup", Decimal("4.00"), MODEL)
     raw = (
-        '{"model":"claude-fable-5-1","model":"%s","max_tokens":100,"messages":[{"role":"user","content":"h\\u0069"}]}'
-        % MODEL
+        f'{{"model":"claude-fable-5-1","model":"{MODEL}","max_tokens":100,'
+        '"messages":[{"role":"user","content":"h\\u0069"}]}'
     ).encode()
     assert _post(meter.base_url, "/v1/messages", raw, meter.token)[0] == 200
     forwarded = {"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
@@ -936,9 +923,6 @@ def test_the_forwarded_body_is_the_checked_one(proxy, upstream):
         assert status == 400 and json.loads(data)["error"]["type"] == "invalid_request_error"
     assert len(upstream.requests) == 1 and meter.refusal_counts == {"invalid_json": 4}
 
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 _NAMES = st.sampled_from(
     [
@@ -1208,7 +1192,8 @@ def _raw_exchange(meter, head: str, body: bytes = b"", timeout: float = 5.0) -> 
 
 
 def test_a_wrong_token_is_answered_before_the_body_is_read(proxy, upstream):
-    """The finding: the body was read whole before the token was checked. Only the head is sent here, announcing 1 GB."""
+    """The finding: the body was read whole before the token was checked. Only the head is sent here, announcing 1
+    GB."""
     meter = proxy.open_run("r-early", Decimal("4.00"), MODEL)
     head = (
         "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: pilot-run-forged\r\ncontent-type: application/json\r\n"
@@ -1354,9 +1339,9 @@ with MeteringProxy("http://127.0.0.1:9", "unused", PriceTable.load(), Path(sys.a
 """
 
 
-@pytest.mark.slow
 def test_the_harness_memory_stays_bounded_under_a_flood_of_bodies(tmp_path):
-    """The finding: 16 connections announcing 60 MiB bodies pinned 1.8 GB. Peak RSS of the proxy's process is measured."""
+    """The finding: 16 connections announcing 60 MiB bodies pinned 1.8 GB. Peak RSS of the proxy's process is
+    measured."""
     import os
     import sys
 

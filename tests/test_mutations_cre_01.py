@@ -17,10 +17,9 @@ import mutation_support
 import pytest
 from mutation_support import Mutation
 
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "CRE-01"
 BOOK = "service_charge_reconciliation.xlsx"
@@ -160,7 +159,8 @@ def test_compute_matches_the_hand_figures():
 def test_malformed_input_is_refused(tmp_path, name, column, value, words):
     from pilot.scenarios.library import cre_01
 
-    # The rent roll's line 3 is G.02; the payments' line 7 is P-26005, Brightwater's first payment (line 4 repeats line 3).
+    # The rent roll's line 3 is G.02; the payments' line 7 is P-26005, Brightwater's first payment (line 4 repeats line
+    # 3).
     line = 3 if name == "rent_roll.csv" else 7
     message = mutation_support.refusal_of_edited_input(SID, tmp_path, name, line, column, value, cre_01.compute)
     assert all(w in message for w in words), message

@@ -21,9 +21,7 @@ import pytest
 from mutation_support import Mutation, in_turn, set_cell
 from openpyxl.workbook.workbook import Workbook
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "CTDM-01"
 BOOK = "query_log.xlsx"
@@ -150,11 +148,17 @@ VARIANTS = {
             _memo(
                 (
                     CLEAR_101_006,
-                    "101-006: data query needed. V4 glucose 12.4 mmol/L, outside the alert range 3.9-11.1 mmol/L (EC-02).",
+                    (
+                        "101-006: data query needed. V4 glucose 12.4 mmol/L, outside the alert range 3.9-11.1 "
+                        "mmol/L (EC-02)."
+                    ),
                 ),
                 (
                     CLEAR_103_007,
-                    "103-007: data query needed. V5 glucose 3.4 mmol/L, outside the alert range 3.9-11.1 mmol/L (EC-02).",
+                    (
+                        "103-007: data query needed. V5 glucose 3.4 mmol/L, outside the alert range 3.9-11.1 "
+                        "mmol/L (EC-02)."
+                    ),
                 ),
             ),
         ),
@@ -167,8 +171,10 @@ VARIANTS = {
                 (old, old.replace("13.9", "11.1").replace("3.0", "3.9"))
                 for old in [
                     "alert range 3.0-13.9 mmol/L",
-                    "version 2 of the central laboratory's note, 3.0 to 13.9 mmol/L, which supersedes the 3.9 to 11.1 mmol/L range "
-                    "still printed in Appendix B of the plan.",
+                    (
+                        "version 2 of the central laboratory's note, 3.0 to 13.9 mmol/L, which supersedes the "
+                        "3.9 to 11.1 mmol/L range still printed in Appendix B of the plan."
+                    ),
                 ]
             ]
         ),
@@ -191,14 +197,16 @@ VARIANTS = {
         in_turn(_book(_delete_query(DUP_QUERY_ROW)), _memo((QUERY_103_006 + "\n", ""))),
         {"book_total_queries", "memo_query_set"},
     ),
-    # Careful wordings other than the gold's: the set as one list instead of a line per subject, the cleared subjects together.
+    # Careful wordings other than the gold's: the set as one list instead of a line per subject, the cleared subjects
+    # together.
     "queries_as_lists": (
         _queries_section(
-            "The following subjects need a data query: 101-002 (Visit 3 glucose above the alert range, EC-02), 101-003 and "
-            "101-007 (visits out of window, EC-01), 102-003 (two visits after withdrawal of consent, EC-04), 102-006 (Visit 4 "
-            "out of window), 102-007 (Visit 2 glucose below the range), 103-004 (Visit 4 glucose 14.6 mmol/L), 103-005 "
-            "(Visit 3 out of window) and 103-006 (Visit 3 entered twice, EC-03). Subjects 103-002, 101-006, 103-007, 103-001 "
-            "and 102-004 were reviewed against the edit checks and need no query."
+            "The following subjects need a data query: 101-002 (Visit 3 glucose above the alert range, "
+            "EC-02), 101-003 and 101-007 (visits out of window, EC-01), 102-003 (two visits after "
+            "withdrawal of consent, EC-04), 102-006 (Visit 4 out of window), 102-007 (Visit 2 glucose "
+            "below the range), 103-004 (Visit 4 glucose 14.6 mmol/L), 103-005 (Visit 3 out of window) and "
+            "103-006 (Visit 3 entered twice, EC-03). Subjects 103-002, 101-006, 103-007, 103-001 and "
+            "102-004 were reviewed against the edit checks and need no query."
         ),
         set(),
     ),

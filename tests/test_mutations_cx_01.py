@@ -26,10 +26,9 @@ import pytest
 from mutation_support import Mutation, in_turn
 
 from pilot.oracle_formats.evaluate import evaluate_many
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "CX-01"
 BOOK = "sla_workbook.xlsx"

@@ -17,10 +17,9 @@ import mutation_support
 import pytest
 from mutation_support import Mutation, in_turn
 
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "EST-01"
 BOOK = "bid_tabulation.xlsx"
@@ -118,7 +117,10 @@ VARIANTS = {
         _memo(
             (
                 "I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2",
-                "The project team's preference for Dunmore Fit-Out, which carried out Levels 1 and 2, cannot be supported under rule 8",
+                (
+                    "The project team's preference for Dunmore Fit-Out, which carried out Levels 1 and 2, "
+                    "cannot be supported under rule 8"
+                ),
             )
         ),
         set(),
@@ -152,7 +154,10 @@ def test_variant_fails_exactly_its_criteria(verdicts, name):
 # Compliance verdicts as other estimators write them, read without a document: the tenders each puts inside the set
 # ("excluded") and outside it ("compliant"). What rule 3 does not do, and a supposition, state no finding.
 COMPLIANCE_PHRASINGS = {
-    "Eastfield Partitions' tender arrived at 14:37, 37 minutes after the 14:00 deadline, so under rule 1 it has not been evaluated.": (
+    (
+        "Eastfield Partitions' tender arrived at 14:37, 37 minutes after the 14:00 deadline, so under rule 1 "
+        "it has not been evaluated."
+    ): (
         {"Eastfield"},
         set(),
     ),
@@ -170,7 +175,10 @@ COMPLIANCE_PHRASINGS = {
         set(),
         {"Brightline", "Castlegate", "Dunmore"},
     ),
-    "Tender | Compliant?\nBrightline Interiors | Yes\nCastlegate Drywall & Ceilings | Yes\nDunmore Fit-Out | Yes\nEastfield Partitions | No": (
+    (
+        "Tender | Compliant?\nBrightline Interiors | Yes\nCastlegate Drywall & Ceilings | Yes\nDunmore "
+        "Fit-Out | Yes\nEastfield Partitions | No"
+    ): (
         {"Eastfield"},
         {"Brightline", "Castlegate", "Dunmore"},
     ),

@@ -18,9 +18,7 @@ import mutation_support
 import pytest
 from mutation_support import Mutation, in_turn
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "GRANT-01"
 BOOK = "interim_report.xlsx"
@@ -37,7 +35,8 @@ VIREMENT_TRAVEL, VIREMENT_CONSUMABLES = "B14", "B15"
 # The planted amounts (oracle.yml's header) and the gold's figures.
 REPEAT, PRE_START, POST_CUTOFF, ANALYSER, DINNER, MARCH_PCARD = 308.67, 1126.80, 268.40, 14650.00, 412.50, 318.60
 GOLD_TRAVEL, GOLD_CONS, GOLD_EQUIP, GOLD_OTHER, GOLD_DISALLOWED = 2529.92, 8285.92, 19549.00, 4510.30, 16457.70
-# 20% of all eligible direct costs (62,975.40 + 2,529.92 + 8,285.92 + 19,549.00 + 4,510.30 = 97,850.54) instead of staff only.
+# 20% of all eligible direct costs (62,975.40 + 2,529.92 + 8,285.92 + 19,549.00 + 4,510.30 = 97,850.54) instead of staff
+# only.
 INDIRECT_ON_ALL_DIRECT = 19570.11
 
 GOLD_REPEAT = "Line GX-58235 appears twice in the export (the same line re-posted); it is one cost and is counted once."

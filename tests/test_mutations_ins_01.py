@@ -16,9 +16,7 @@ import mutation_support
 import pytest
 from mutation_support import Mutation
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "INS-01"
 BOOK = "reserve_review.xlsx"
@@ -101,8 +99,14 @@ VARIANTS = {
     "day_first_date_misread": (
         _memo(
             (
-                "CLM-26-0621 is not referred to the SIU: its FNOL date 11/10/2026 is day-first, 11 October 2026, so it was notified 9 days",
-                "CLM-26-0621 is referred to the SIU because its FNOL date 11/10/2026 is 10 November 2026, so it was notified 39 days",
+                (
+                    "CLM-26-0621 is not referred to the SIU: its FNOL date 11/10/2026 is day-first, 11 "
+                    "October 2026, so it was notified 9 days"
+                ),
+                (
+                    "CLM-26-0621 is referred to the SIU because its FNOL date 11/10/2026 is 10 November 2026, "
+                    "so it was notified 39 days"
+                ),
             )
         ),
         {"memo_siu_referrals"},

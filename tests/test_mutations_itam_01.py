@@ -17,9 +17,7 @@ import mutation_support
 import pytest
 from mutation_support import Mutation
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "ITAM-01"
 BOOK = "true_up.xlsx"

@@ -18,9 +18,7 @@ import mutation_support
 import pytest
 from mutation_support import Mutation, in_turn
 
-from pilot.oracles.recalc import soffice_binary
-
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "PAY-01"
 BOOK = "october_variance.xlsx"

@@ -18,10 +18,9 @@ import mutation_support
 import pytest
 from mutation_support import Mutation, in_turn
 
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "SCM-01"
 BOOK = "mrp_plan.xlsx"
@@ -126,7 +125,10 @@ VARIANTS = {
         _memo(
             (
                 GOLD_SET,
-                "The buyers must expedite BR-22. VLV-14 also needs expediting. IGN-30 must be expedited as well, and all three",
+                (
+                    "The buyers must expedite BR-22. VLV-14 also needs expediting. IGN-30 must be expedited "
+                    "as well, and all three"
+                ),
             )
         ),
         set(),

@@ -23,10 +23,9 @@ import pytest
 from mutation_support import Mutation, in_turn
 
 from pilot import defects
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 SID = "TAX-01"
 BOOK = "vat_return_Q3.xlsx"
@@ -159,7 +158,10 @@ FLAT_GOLD = (
 # table writes it: no transaction said excluded, deferred, blocked, included or claimed.
 PROSE_WITHOUT_VERDICTS = (
     (
-        "are excluded from this return, because their tax point falls after 30 September; they belong to the next quarter",
+        (
+            "are excluded from this return, because their tax point falls after 30 September; they belong to "
+            "the next quarter"
+        ),
         "were raised in October",
     ),
     ("is excluded for the same reason", "was received in October"),
@@ -173,7 +175,8 @@ PROSE_WITHOUT_VERDICTS = (
 
 
 def _verdict(ref: str, verdict: str) -> Mutation:
-    """The memo's decision table with ``ref``'s row given another verdict (its second cell), the rest as the gold wrote it."""
+    """The memo's decision table with ``ref``'s row given another verdict (its second cell), the rest as the gold wrote
+    it."""
 
     def mutate(ws) -> None:
         from docx import Document
@@ -280,12 +283,17 @@ def test_variant_fails_exactly_its_criteria(verdicts, name):
         # The complement and the property as oracle.yml words them, each with its row as the flattened line writes it.
         (
             "memo_flattened_table_includes_si_3132",
-            "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026 1,192.00 Tax point after 30 September (next return)')",
+            (
+                "says SI-3132 is included in this return in full ('SI-3132 No 1 Oct 2026 1,192.00 Tax point "
+                "after 30 September (next return)')"
+            ),
         ),
         (
             "memo_flattened_table_blocks_the_staff_party",
-            "names EC-0415 as one that is left out of this return or has its VAT restricted ('EC-0415 Yes 4 Sep 2026 248.00 "
-            "Staff entertainment (recoverable)')",
+            (
+                "names EC-0415 as one that is left out of this return or has its VAT restricted ('EC-0415 Yes "
+                "4 Sep 2026 248.00 Staff entertainment (recoverable)')"
+            ),
         ),
         (
             "memo_flattened_table_alone_includes_si_3132",

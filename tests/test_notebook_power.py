@@ -12,7 +12,7 @@ import pytest
 
 from pilot.stages import StageError, write_parameterized_notebook
 
-pytestmark = pytest.mark.notebook
+pytestmark = pytest.mark.usefixtures("notebook")
 
 
 def test_power_notebook_under_nbval(tmp_path: Path):

@@ -10,7 +10,7 @@ from notebook_helpers import fresh_runtable, output_dirs, run_cli, run_under_nbv
 
 from pilot import protocol
 
-pytestmark = pytest.mark.notebook
+pytestmark = pytest.mark.usefixtures("notebook")
 
 
 def test_sensitivity_notebook_under_nbval_on_a_fresh_table(tmp_path: Path):

@@ -139,7 +139,8 @@ criteria:
   - {id: deck_well_formed, kind: well_formed, required: true, file: review.pptx}
   - {id: deck_sections, kind: sections, required: true, file: review.pptx}
   - {id: deck_names_rule, kind: text_contains, required: true, file: review.pptx, patterns: ['awaiting customer']}
-  - {id: deck_states_billing, kind: text_number, required: true, file: review.pptx, expected: 88.0, tolerance: 0.05, near: Billing}
+  - {id: deck_states_billing, kind: text_number, required: true, file: review.pptx, expected: 88.0, tolerance: 0.05,
+     near: Billing}
   - id: deck_breaching_teams
     kind: decision
     required: true
@@ -262,6 +263,7 @@ def test_text_substitute_fails_only_the_deck_presence(deck_bundle, tmp_path):
     assert ev.substitutes == {"review.pptx": ["review.md"]}
 
 
+@pytest.mark.usefixtures("bwrap")  # run_selfcheck runs the tool confined
 def test_selfcheck_agrees_with_the_oracle_form_verdict(deck_bundle, tmp_path):
     sc = load_scenario_from(deck_bundle)
     ws = _workspace(deck_bundle, tmp_path)

@@ -23,11 +23,10 @@ import pytest
 
 from pilot import defects
 from pilot.oracles import Recalculator, evaluate_many
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 from pilot.scenarios.officeio import normalize_zip
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 ACC_BOOK = "bank_reconciliation_2026-10.xlsx"
 MKT_BOOK = "campaign_performance_q3.xlsx"
@@ -102,26 +101,32 @@ def _bank_memo(table: tuple[list[str], list[list[str]]] | None, compliance: str,
         blocks = [
             Heading("Request"),
             Para(
-                "Marlow & Finch Packaging Ltd. asks for a term loan of 2,400,000 CAD over 7 years at a fixed 7.25% with level monthly "
-                "payments of 36,516.44 (438,197 a year), to finance a second extrusion line costing 3,050,000."
+                "Marlow & Finch Packaging Ltd. asks for a term loan of 2,400,000 CAD over 7 years at a "
+                "fixed 7.25% with level monthly payments of 36,516.44 (438,197 a year), to finance a "
+                "second extrusion line costing 3,050,000."
             ),
             Heading("Borrower"),
             Para(
-                "An established flexible packaging manufacturer in Hamilton with 86 employees, banking with us since 2019 and with an unused "
-                "revolving line at the last two year-ends. Revenue grew from 11.84 million in FY2023 to 13.19 million in FY2025. Equity of "
-                "6.70 million against total assets of 8.69 million, cash of 0.64 million and existing term debt of 0.85 million with the "
-                "Northshore Credit Union, amortising until 2029, make for a conservative balance sheet; earnings are the weakness."
+                "An established flexible packaging manufacturer in Hamilton with 86 employees, banking "
+                "with us since 2019 and with an unused revolving line at the last two year-ends. Revenue "
+                "grew from 11.84 million in FY2023 to 13.19 million in FY2025. Equity of 6.70 million "
+                "against total assets of 8.69 million, cash of 0.64 million and existing term debt of "
+                "0.85 million with the Northshore Credit Union, amortising until 2029, make for a "
+                "conservative balance sheet; earnings are the weakness."
             ),
             Para(
-                "Receivables and inventory are in line with the activity level, working capital is positive, and the owners have run the "
-                "business for more than twenty years. The new line would add capacity for food-grade films, where the order book is growing."
+                "Receivables and inventory are in line with the activity level, working capital is "
+                "positive, and the owners have run the business for more than twenty years. The new line "
+                "would add capacity for food-grade films, where the order book is growing."
             ),
             Heading("Financial analysis"),
             Para(
-                "EBITDA was 870,000, 950,000 and 810,000 in FY2023-FY2025. The one-off supplier settlement of 150,000 in note 1 is added back "
-                "under policy 4.2, giving adjusted EBITDA of 960,000. Existing debt service is 395,000 a year; with the proposed facility, total "
-                "annual debt service would be 833,197. Total funded debt would be 3,250,000. Margins narrowed in FY2025 because operating "
-                "costs grew faster than revenue, even after the add-back, and the projected revenue of the new line cannot be counted."
+                "EBITDA was 870,000, 950,000 and 810,000 in FY2023-FY2025. The one-off supplier "
+                "settlement of 150,000 in note 1 is added back under policy 4.2, giving adjusted EBITDA "
+                "of 960,000. Existing debt service is 395,000 a year; with the proposed facility, total "
+                "annual debt service would be 833,197. Total funded debt would be 3,250,000. Margins "
+                "narrowed in FY2025 because operating costs grew faster than revenue, even after the "
+                "add-back, and the projected revenue of the new line cannot be counted."
             ),
         ]
         if table is not None:
@@ -132,8 +137,9 @@ def _bank_memo(table: tuple[list[str], list[list[str]]] | None, compliance: str,
             Heading("Recommendation"),
             Para(recommendation),
             Para(
-                "Questions for the relationship manager: whether the borrower would accept a smaller facility or a longer "
-                "amortisation, and whether the shareholders would inject equity or give a guarantee."
+                "Questions for the relationship manager: whether the borrower would accept a smaller "
+                "facility or a longer amortisation, and whether the shareholders would inject equity or "
+                "give a guarantee."
             ),
         ]
         write_pdf(blocks, ws / "outputs" / "credit_memo.pdf", title="Credit memo - Marlow & Finch Packaging Ltd.")
@@ -142,9 +148,10 @@ def _bank_memo(table: tuple[list[str], list[list[str]]] | None, compliance: str,
 
 
 BANK_DECLINE = (
-    "Decline the request as submitted. I recommend that we offer a facility of about 2,042,915 on the same rate and term, "
-    "which would produce a DSCR of 1.25x and comply with policy, or the full amount over a longer amortisation if the asset "
-    "life supports it; an exception for the full request belongs to the Senior Credit Committee with documented mitigants."
+    "Decline the request as submitted. I recommend that we offer a facility of about 2,042,915 on the "
+    "same rate and term, which would produce a DSCR of 1.25x and comply with policy, or the full amount "
+    "over a longer amortisation if the asset life supports it; an exception for the full request belongs "
+    "to the Senior Credit Committee with documented mitigants."
 )
 BANK_STATUS_TABLE = (
     ["Ratio", "Actual", "Policy limit", "Status"],
@@ -155,7 +162,8 @@ BANK_STATUS_TABLE = (
 def _flatten_table(name: str, last_cells: dict[str, str] | None = None):
     """The document's table written as one line of text, its cells in reading order, as some writers flatten a table.
 
-    ``last_cells`` (a row's first cell -> text) rewrites the last cell of those rows: a flattened table with another verdict.
+    ``last_cells`` (a row's first cell -> text) rewrites the last cell of those rows: a flattened table with another
+    verdict.
     """
     sid = next(k for k, v in SCENARIO_OF.items() if v == name)
     return flatten_support.flatten_pdf_table(sid, name, last_cells)
@@ -264,7 +272,8 @@ def _edits(*steps):
 
 
 def _roas_proportional_unbounded(wb):
-    """MKT-01's Q4 budget split in proportion to corrected ROAS without the CMO's 10-40 % bounds (Display lands near 8 %)."""
+    """MKT-01's Q4 budget split in proportion to corrected ROAS without the CMO's 10-40 % bounds (Display lands near 8
+    %)."""
     ws = wb["Channels"]
     for r in range(2, 7):
         ws[f"F{r}"] = f"=E{r}/SUM($E$2:$E$6)"
@@ -297,7 +306,8 @@ def _nsf_not_charged_back(wb):
 
 
 def _transposition_reversed_and_rebooked(wb):
-    """ACC-01's cheque 10448 corrected as two entries (reverse 1,254.00, rebook 1,524.00): the same decision, in other entries."""
+    """ACC-01's cheque 10448 corrected as two entries (reverse 1,254.00, rebook 1,524.00): the same decision, in other
+    entries."""
     ws = wb["Adjustments"]
     ws.insert_rows(7)
     ws["A6"], ws["C6"], ws["D6"], ws["E6"], ws["F6"] = (
@@ -317,6 +327,7 @@ def _transposition_reversed_and_rebooked(wb):
             "1010 Cash",
             -1524,
         ],
+        strict=True,
     ):
         ws[f"{col}7"] = value
     ws["A8"], ws["F8"] = "Total adjustments to ledger cash", "=SUM(F2:F7)"
@@ -324,7 +335,8 @@ def _transposition_reversed_and_rebooked(wb):
 
 
 def _keep_in_data(*row):
-    """RES-01's cleaned data keep a record the codebook excludes (appended, with every Summary formula's range extended to it)."""
+    """RES-01's cleaned data keep a record the codebook excludes (appended, with every Summary formula's range extended
+    to it)."""
     import re
 
     def edit(wb):
@@ -520,8 +532,11 @@ VARIANTS = {
         "BANK-01",
         _bank_memo(
             BANK_STATUS_TABLE,
-            "The request does not comply with section 4.1: adjusted EBITDA of 960,000 over total debt service of 833,197 gives a DSCR "
-            "of 1.15x. To comply with 4.1 the loan would need to be reduced to about 2,042,915, which would bring the DSCR to 1.25x.",
+            (
+                "The request does not comply with section 4.1: adjusted EBITDA of 960,000 over total debt "
+                "service of 833,197 gives a DSCR of 1.15x. To comply with 4.1 the loan would need to be "
+                "reduced to about 2,042,915, which would bring the DSCR to 1.25x."
+            ),
             BANK_DECLINE,
         ),
         "memo_states_ratio_compliance",
@@ -544,8 +559,11 @@ VARIANTS = {
         "BANK-01",
         _bank_memo(
             None,
-            "The pro forma DSCR of 1.15x (960,000 / 833,197) is well short of the 1.25x policy minimum, a breach of section 4.1. "
-            "Total debt to EBITDA of 3.39x (3,250,000 / 960,000) remains inside the 3.50x limit of section 4.3.",
+            (
+                "The pro forma DSCR of 1.15x (960,000 / 833,197) is well short of the 1.25x policy minimum, a "
+                "breach of section 4.1. Total debt to EBITDA of 3.39x (3,250,000 / 960,000) remains inside "
+                "the 3.50x limit of section 4.3."
+            ),
             BANK_DECLINE,
         ),
         "memo_states_ratio_compliance",
@@ -559,15 +577,19 @@ VARIANTS = {
                 BANK_STATUS_TABLE[0],
                 [["DSCR", "1.15x", "min 1.25x", "PASS"], ["Debt / EBITDA", "3.39x", "max 3.50x", "PASS"]],
             ),
-            "Adjusted EBITDA of 960,000 over total debt service of 833,197 gives a DSCR of 1.15x; the minimum is 1.25x.",
+            (
+                "Adjusted EBITDA of 960,000 over total debt service of 833,197 gives a DSCR of 1.15x; the "
+                "minimum is 1.25x."
+            ),
             BANK_DECLINE,
         ),
         "memo_states_ratio_compliance",
         False,
         "says DSCR complies with the credit policy",
     ),
-    # The gold's ratio table flattened into one line ("Ratio Calculation Result Policy Complies DSCR ... No Debt / EBITDA ... Yes"):
-    # each Yes/No belongs to the ratio that starts its row, so the line says what the table said; with another verdict it is caught.
+    # The gold's ratio table flattened into one line ("Ratio Calculation Result Policy Complies DSCR ... No Debt /
+    # EBITDA ... Yes"): each Yes/No belongs to the ratio that starts its row, so the line says what the table said; with
+    # another verdict it is caught.
     "credit_memo_table_flattened": (
         "BANK-01",
         _flatten_table("credit_memo.pdf"),
@@ -599,7 +621,10 @@ VARIANTS = {
         _flatten_table("credit_memo.pdf", {"Debt / EBITDA": "No"}),
         "memo_states_ratio_compliance",
         False,
-        "names Debt / EBITDA as one that fails the credit policy ('Debt / EBITDA 3,250,000 / 960,000 3.39x max 3.50x No')",
+        (
+            "names Debt / EBITDA as one that fails the credit policy ('Debt / EBITDA 3,250,000 / 960,000 "
+            "3.39x max 3.50x No')"
+        ),
     ),
     "credit_memo_never_says_dscr_fails": (
         "BANK-01",
@@ -856,7 +881,7 @@ def verdicts(tmp_path_factory):
         names.append(name)
     with Recalculator(root / "recalc") as r:
         evaluations = evaluate_many(items, recalculator=r)
-    return dict(zip(names, evaluations))
+    return dict(zip(names, evaluations, strict=True))
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -903,8 +928,12 @@ HEALTH_PHRASINGS = {
     # A label before a colon is the subject of what follows it; a sentence that merely names a clinic is not.
     "Hillcrest: median 30 minutes, above the 20-minute target.": ({"Hillcrest"}, set()),
     "Hillcrest had clock errors in its data. The other clinics met the 20-minute target.": (set(), set()),
-    # A wrapped line continues its sentence; a Word table is read by its decision column; a PDF table's cells are not prose.
-    "The median wait was 14 minutes overall. Three clinics met the\n20-minute target; Hillcrest did not, with a median wait of 30 minutes, and needs\naction.": (
+    # A wrapped line continues its sentence; a Word table is read by its decision column; a PDF table's cells are not
+    # prose.
+    (
+        "The median wait was 14 minutes overall. Three clinics met the\n20-minute target; Hillcrest did not, "
+        "with a median wait of 30 minutes, and needs\naction."
+    ): (
         {"Hillcrest"},
         set(),
     ),
@@ -914,7 +943,8 @@ HEALTH_PHRASINGS = {
     ),
     "Clinic | Median wait | Above target?\nHillcrest | 30 | Yes\nRiverside | 11 | No": ({"Hillcrest"}, {"Riverside"}),
     "Clinic\nMedian wait (min)\nMeets target\nHillcrest\n30\nNo\nLakeview\n14\nYes": (set(), set()),
-    # A table flattened into one line is read by its header's order; one that judges no clinic (the gold's kind) says nothing.
+    # A table flattened into one line is read by its header's order; one that judges no clinic (the gold's kind) says
+    # nothing.
     "Clinic Median wait (min) Meets target Hillcrest 30 No Lakeview 14 Yes Old Town 10 Yes": (
         {"Hillcrest"},
         {"Lakeview", "Old Town"},
@@ -956,13 +986,19 @@ BANK_PHRASINGS = {
     "A smaller loan of 2.04 million would meet the DSCR minimum of 1.25x.": (set(), set()),
     "If the loan were reduced to 2,042,915, the DSCR would meet the 1.25x minimum.": (set(), set()),
     "Both ratios comply with policy.": (set(), set()),
-    "Ratio | Calculation | Result | Policy | Complies\nDSCR | 960,000 / 833,197 | 1.15x | min 1.25x | No\nDebt / EBITDA | 3,250,000 / 960,000 | 3.39x | max 3.50x | Yes": (
+    (
+        "Ratio | Calculation | Result | Policy | Complies\nDSCR | 960,000 / 833,197 | 1.15x | min 1.25x | "
+        "No\nDebt / EBITDA | 3,250,000 / 960,000 | 3.39x | max 3.50x | Yes"
+    ): (
         {"DSCR"},
         {"Debt / EBITDA"},
     ),
     "Ratio | Result | Breach?\nDSCR | 1.15x | Yes\nLeverage | 3.39x | No": ({"DSCR"}, {"Debt / EBITDA"}),
     # No decision header: one short verdict cell per row.
-    "Ratio | Actual | Limit | Status\nDSCR | 1.15x | min 1.25x | FAIL\nDebt / EBITDA | 3.39x | max 3.50x | Within limit": (
+    (
+        "Ratio | Actual | Limit | Status\nDSCR | 1.15x | min 1.25x | FAIL\nDebt / EBITDA | 3.39x | max 3.50x "
+        "| Within limit"
+    ): (
         {"DSCR"},
         {"Debt / EBITDA"},
     ),
@@ -972,8 +1008,9 @@ BANK_PHRASINGS = {
         set(),
     ),
     "The DSCR needs to reach 1.25x to meet the minimum.": (set(), set()),
-    # A table flattened into one line: the last column's Yes/No belongs to the ratio that starts its row, not to the header's
-    # "Complies"; the prose before and after it is read as prose (a Word paragraph that follows is joined to the line).
+    # A table flattened into one line: the last column's Yes/No belongs to the ratio that starts its row, not to the
+    # header's "Complies"; the prose before and after it is read as prose (a Word paragraph that follows is joined to
+    # the line).
     BANK_FLAT: ({"DSCR"}, {"Debt / EBITDA"}),
     BANK_FLAT.replace("1.25x No", "1.25x Yes"): (set(), {"DSCR", "Debt / EBITDA"}),
     BANK_FLAT + " The DSCR is therefore 1.15x, below the policy minimum of 1.25x (section 4.1).": (
@@ -995,13 +1032,16 @@ BANK_PHRASINGS = {
         {"DSCR"},
         {"Debt / EBITDA"},
     ),
-    # A flattened line that cannot be read unambiguously states nothing either way: the verdict column in the middle, a Yes/No
-    # after another ratio's name, two in a row, a lower-case yes or no; the prose after it still counts.
+    # A flattened line that cannot be read unambiguously states nothing either way: the verdict column in the middle, a
+    # Yes/No after another ratio's name, two in a row, a lower-case yes or no; the prose after it still counts.
     "Ratio Result Complies Policy DSCR 1.15x No min 1.25x Debt / EBITDA 3.39x Yes max 3.50x": (set(), set()),
     "Ratio Result Complies DSCR 1.15x Debt / EBITDA 3.39x Yes": (set(), set()),
     "Ratio Result Complies DSCR 1.15x No No Debt / EBITDA 3.39x Yes": (set(), set()),
     "Ratio Result Complies DSCR 1.15x no Debt / EBITDA 3.39x yes": (set(), set()),
-    "Ratio Result Complies Policy DSCR 1.15x No min 1.25x Debt / EBITDA 3.39x Yes max 3.50x. The DSCR of 1.15x is below the 1.25x minimum.": (
+    (
+        "Ratio Result Complies Policy DSCR 1.15x No min 1.25x Debt / EBITDA 3.39x Yes max 3.50x. The DSCR of "
+        "1.15x is below the 1.25x minimum."
+    ): (
         {"DSCR"},
         set(),
     ),
@@ -1041,14 +1081,24 @@ def _flattened_variants(sid: str, pilot: set[str]) -> dict[str, set[str]]:
         names = FLATTENED_TABLE_VARIANTS.get(sid, ())
         assert all(VARIANTS[n][0] == sid for n in names), (sid, names)
         return {n: (set() if VARIANTS[n][3] else {VARIANTS[n][2]}) for n in names}
-    module = importlib.import_module("test_mutations_" + sid.lower().replace("-", "_"))
+    name = "test_mutations_" + sid.lower().replace("-", "_")
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        pytest.fail(
+            f"tests/{name}.py is missing: every scenario added to the design's ten has its own mutation tests "
+            "(pilot scenarios new writes the file; docs/adding-a-scenario.md)"
+        )
     declared = getattr(module, "FLATTENED_TABLE_VARIANTS", {})
     assert set(declared) <= {sid}, f"{module.__file__} declares flattened variants of {sorted(set(declared) - {sid})}"
     return {n: set(module.VARIANTS[n][1]) for n in declared.get(sid, ())}
 
 
 def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
-    """Each gold document of the extension set (the design's ten among them) that states a decision in a table is flattened.
+    """Each gold document of every bundle (the design's ten and every one added) that states a decision in a table is
+    flattened; every added bundle has its own tests/test_mutations_<id>.py (``pilot scenarios new`` writes it).
 
     A decision table is one inside a section where a decision criterion reads. For every such scenario a
     flattened table must pass and a flattened table with another verdict must fail that decision criterion
@@ -1057,13 +1107,15 @@ def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
     from pilot import protocol
     from pilot.oracles.criteria import section_text
     from pilot.oracles.readers import document_lines
+    from pilot.protocol.scenario import list_scenarios
 
     pilot = set(protocol.study().scenario_set("pilot"))
     assert set(FLATTENED_TABLE_VARIANTS) <= pilot, "an added scenario's flattened variants live in its own file"
     tables: dict[str, set[str]] = {}  # scenario -> the decision criteria that read a table
-    for sid in protocol.study().scenario_set("extension"):
+    for sid in list_scenarios():
         sc = load_scenario(sid)
-        # Documents only: a slide deck's decision (read by pilot.oracle_formats, not this reader) has no flattened variants.
+        # Documents only: a slide deck's decision (read by pilot.oracle_formats, not this reader) has no flattened
+        # variants.
         places = [
             (c.id, c.file, c.get("section"))
             for c in sc.oracle.criteria
@@ -1079,7 +1131,7 @@ def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
                 text = section_text(lines, section, sc.deliverable(name).required_sections) or ""
                 if any(" | " in line for line in text.splitlines()):
                     tables.setdefault(sid, set()).add(cid)
-    covered = {sid: v for sid in protocol.study().scenario_set("extension") if (v := _flattened_variants(sid, pilot))}
+    covered = {sid: v for sid in list_scenarios() if (v := _flattened_variants(sid, pilot))}
     assert set(tables) == set(covered)
     for sid, variants in covered.items():
         failing = [want for want in variants.values() if want]
@@ -1088,7 +1140,8 @@ def test_every_gold_decision_table_has_its_flattened_variants(tmp_path):
 
 
 def test_a_pdf_table_is_read_by_its_columns_and_prose_stays_prose(tmp_path):
-    """A PDF's tables reach a set-valued decision as rows (left-aligned, centred, an empty cell); justified prose does not."""
+    """A PDF's tables reach a set-valued decision as rows (left-aligned, centred, an empty cell); justified prose does
+    not."""
     from reportlab.lib.enums import TA_JUSTIFY
     from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
     from reportlab.platypus import Paragraph, SimpleDocTemplate, Table
@@ -1189,7 +1242,7 @@ def test_one_sided_bounds_and_their_defect(tmp_path):
                 described[name] = defects.defect_for_criterion(sc, "book_allocation_within_bounds", ws, recalculator=r)
             items.append((sc, ws, None))
         evaluations = evaluate_many(items, recalculator=r)
-    for (name, (_, passes, words)), ev in zip(ONE_SIDED.items(), evaluations):
+    for (name, (_, passes, words)), ev in zip(ONE_SIDED.items(), evaluations, strict=True):
         by = {c.id: c for c in ev.criteria}
         reason = by["book_allocation_within_bounds"].reason
         assert by["book_allocation_within_bounds"].passed is passes, (name, reason)

@@ -8,7 +8,6 @@ recalculated by one LibreOffice process before any verdict is read.
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import os
@@ -16,12 +15,13 @@ import shutil
 import subprocess
 import time
 import zipfile
-from pathlib import Path
 
 import openpyxl
 import pytest
+import yaml
+from hostile_support import HOSTILE, HOSTILE_TARGET
 
-from pilot import defects
+from pilot import defects, paths
 from pilot.cli.main import main as cli_main
 from pilot.oracle_formats.evaluate import (
     evaluate,
@@ -32,71 +32,7 @@ from pilot.oracles.hashing import compare_hashes
 from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
-
-HOSTILE_TARGET = ("ACC-01", "bank_reconciliation_2026-10.xlsx")
-
-
-def _bomb(p: Path, ws: Path) -> None:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("[Content_Types].xml", "<Types/>")
-        z.writestr("xl/workbook.xml", "<workbook/>")
-        z.writestr("xl/worksheets/sheet1.xml", b"\0" * (200 * 1024 * 1024))
-    p.write_bytes(buf.getvalue())
-
-
-def _macro(p: Path, ws: Path) -> None:
-    src = zipfile.ZipFile(p)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for info in src.infolist():
-            z.writestr(info, src.read(info))
-        z.writestr("xl/vbaProject.bin", b"\x00Attribute VB_Name")
-    p.write_bytes(buf.getvalue())
-
-
-def _symlink_out(p: Path, ws: Path) -> None:
-    p.unlink()
-    os.symlink("/etc/passwd", p)
-
-
-def _sparse_1gb(p: Path, ws: Path) -> None:
-    p.unlink()
-    with open(p, "wb") as fh:
-        fh.truncate(1024**3)
-
-
-def _fifo(p: Path, ws: Path) -> None:
-    p.unlink()
-    os.mkfifo(p)
-
-
-# name -> (mutation, criterion that must fail, words its reason must contain)
-HOSTILE = {
-    "truncated_zip": (lambda p, ws: p.write_bytes(p.read_bytes()[:2500]), "recon_well_formed", "corrupt or truncated"),
-    "zip_bomb": (_bomb, "recon_well_formed", "zip bomb"),
-    "encrypted_workbook": (
-        lambda p, ws: p.write_bytes(bytes.fromhex("d0cf11e0a1b11ae1") + b"\0" * 8000),
-        "recon_well_formed",
-        "encrypted",
-    ),
-    "macro_renamed": (_macro, "recon_well_formed", "macro"),
-    "wrong_extension": (
-        lambda p, ws: shutil.copyfile(ws / "outputs" / "reconciliation_memo.docx", p),
-        "recon_well_formed",
-        "Word document",
-    ),
-    "symlink_outside": (_symlink_out, "recon_present", "outside the workspace"),
-    "one_gigabyte": (_sparse_1gb, "recon_present", "1.0 GB"),
-    "empty": (lambda p, ws: p.write_bytes(b""), "recon_present", "empty"),
-    "fifo": (_fifo, "recon_present", "not a regular file"),
-    "invalid_utf8_record": (
-        lambda p, ws: (ws / "outputs" / "completion_record.json").write_bytes(b'{"status": "\xff"}'),
-        "record_valid",
-        "UTF-8",
-    ),
-}
+pytestmark = pytest.mark.usefixtures("soffice")
 
 
 @pytest.fixture(scope="session")
@@ -164,7 +100,7 @@ def batch(tmp_path_factory):
     yield {
         "scenarios": scenarios,
         "gold": gold,
-        "results": dict(zip(keys, evaluations)),
+        "results": dict(zip(keys, evaluations, strict=True)),
         "described": described,
         "recalc": recalc,
         "eval_processes": recalc.processes - processes_before,
@@ -177,7 +113,15 @@ def _own_failures(ev) -> list[str]:
     return [c.id for c in ev.criteria if not c.passed and c.blocked_by is None]
 
 
-ALL_CRITERIA = [(sid, c.id) for sid in list_scenarios() for c in load_scenario(sid).oracle.criteria]
+def _criterion_ids(sid: str) -> list[str]:
+    # The ids as oracle.yml lists them, read without validating the bundle: parametrizing should not load every
+    # scenario at collection (the batch fixture loads them, validated, when the tests run).
+    data = yaml.load((paths.SCENARIOS_DIR / sid / "oracle.yml").read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+    return [str(c["id"]) for c in data["criteria"]]
+
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+ALL_CRITERIA = [(sid, cid) for sid in list_scenarios() for cid in _criterion_ids(sid)]
 
 
 def test_one_libreoffice_process_recalculates_the_whole_batch(batch):
@@ -211,7 +155,6 @@ def test_hostile_file_is_refused_with_a_reason(batch, name):
     assert criterion in failed, [(c.id, c.reason) for c in ev.failed]
     assert words.lower() in failed[criterion].reason.lower()
     assert not ev.D
-    assert ev.seconds < 20
 
 
 def test_text_substitutes_are_recognised_and_binary_criteria_fail(batch):
@@ -312,14 +255,15 @@ def test_hash_inputs_records_links_and_empty_folders(tmp_path):
 
 def test_hung_libreoffice_becomes_a_failed_criterion_not_a_hang(batch, tmp_path):
     fake = tmp_path / "soffice"
-    fake.write_text("#!/bin/sh\nsleep 60\n")
+    fake.write_text("#!/bin/sh\nsleep 600\n")
     fake.chmod(0o755)
     hung = Recalculator(tmp_path / "r", soffice=str(fake), batch_timeout_s=1, per_file_timeout_s=0, single_timeout_s=1)
     ev = evaluate(batch["scenarios"]["ENG-01"], batch["gold"]["ENG-01"], recalculator=hung)
     by = {c.id: c for c in ev.criteria}
     assert not by["rollup_no_errors"].passed and "did not finish within 1 s" in by["rollup_no_errors"].reason
     assert not by["rollup_total"].passed and by["rollup_formulas"].passed
-    assert not ev.D and ev.seconds < 15
+    # Stopped, not hung: a LibreOffice that never answers costs its timeouts, far from the ten minutes it would take.
+    assert not ev.D and ev.seconds < 120
 
 
 def test_missing_libreoffice_fails_value_criteria_with_a_reason(batch, tmp_path):
@@ -449,7 +393,8 @@ def test_the_guard_limit_is_charged_on_cpu_time_and_a_waiting_child_is_still_sto
 
     waits = tmp_path / "waits.py"
     waits.write_text(
-        "import json, sys, time\nfor i, _ in enumerate(sys.stdin):\n    time.sleep(1.5)\n    print(json.dumps({'i': i, 'ok': True}), flush=True)\n"
+        "import json, sys, time\nfor i, _ in enumerate(sys.stdin):\n    time.sleep(1.5)\n    "
+        "print(json.dumps({'i': i, 'ok': True}), flush=True)\n"
     )
     hangs = tmp_path / "hangs.py"
     hangs.write_text("import time\ntime.sleep(600)\n")

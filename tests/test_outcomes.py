@@ -21,8 +21,6 @@ from pilot.outcomes import (
 )
 from pilot.scenarios import list_scenarios, load_scenario
 
-pytestmark = pytest.mark.skipif(not list_scenarios(), reason="no scenario bundles yet")
-
 
 def _judge(
     jid: str, score: float | None, accept: bool | None = True, cost: float = 0.01, error: str | None = None

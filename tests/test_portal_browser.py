@@ -7,13 +7,10 @@ downloads are never used.
 
 from __future__ import annotations
 
-import pytest
 from portal_support import make_scenario
 
 from pilot.portal import read_access_log, start_instance
 from pilot.portal.content import generate_portal
-
-pytestmark = pytest.mark.slow
 
 
 def test_chromium_signs_in_browses_and_downloads(browser, tmp_path):

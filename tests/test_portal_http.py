@@ -18,7 +18,7 @@ import urllib.request
 from urllib.parse import urlencode, urlsplit
 
 import pytest
-from portal_support import basic_auth, make_scenario, raw_get
+from portal_support import basic_auth, make_scenario, raw_get, read_json_answer
 
 from pilot.portal import Credentials, PortalClient, PortalClientError, start_instance, summarise_access_log
 from pilot.portal.app import CHALLENGE, SessionLimits, SessionStore, SignInLimits
@@ -238,25 +238,21 @@ def test_json_endpoints_answer_errors_in_json(portal):
 
 
 def test_an_oversized_body_is_refused_from_its_declared_length_without_being_read(portal):
-    """A 1 GB declaration is answered at once, in JSON, while the body has not been sent at all."""
+    """A 1 GB declaration is answered, in JSON, while the body has not been sent at all.
+
+    A server that waited for the body would leave the read below to its timeout (how fast the refusal comes is
+    measured by benchmarks/bench_portal.py).
+    """
     parts = urlsplit(portal.url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
         sock.sendall(
             b"POST /api/sign-in HTTP/1.1\r\nHost: portal\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000000000\r\n\r\n"
         )
-        t0 = time.monotonic()
-        data = b""
-        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        elapsed = time.monotonic() - t0
+        data = read_json_answer(sock)
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413"), head
     assert b"application/json" in head and "error" in json.loads(body)
-    assert elapsed < 5
 
 
 def test_a_body_just_over_the_limit_gets_a_json_413_and_a_page_body_a_page(portal):

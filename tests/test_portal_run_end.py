@@ -1,4 +1,5 @@
-"""A run and its portal: health at the end of the run, requests served, and the password kept out of what the harness keeps."""
+"""A run and its portal: health at the end of the run, requests served, and the password kept out of what the harness
+keeps."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 import pytest
 from fake_messages_api import FakeMessagesAPI
 from portal_support import make_scenario
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 from pilot import paths, protocol
 from pilot.portal import PortalClient, start_instance
@@ -141,13 +141,6 @@ def test_redact_tree_skips_the_workspace_and_follows_no_link(tmp_path):
 # ------------------------------------------------------------------ the runner
 
 
-needs_portal = pytest.mark.skipif(
-    not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(),
-    reason=f"no portal content for {PORTAL_SID}",
-)
-
-
-@needs_portal
 def test_a_run_whose_portal_died_unused_is_an_infrastructure_error(tmp_path):
     def starter(scenario_id, run_dir):
         inst = start_instance(scenario_id, run_dir)
@@ -164,7 +157,6 @@ def test_a_run_whose_portal_died_unused_is_an_infrastructure_error(tmp_path):
     assert saved["status"] == "infra_error" and saved["portal_fault"] is True
 
 
-@needs_portal
 def test_a_run_whose_portal_died_after_use_carries_a_note_and_the_fault(tmp_path):
     def starter(scenario_id, run_dir):
         inst = start_instance(scenario_id, run_dir)
@@ -186,7 +178,6 @@ def test_a_run_whose_portal_died_after_use_carries_a_note_and_the_fault(tmp_path
     assert saved["portal_fault"] is True and saved["notes"] == rec.notes
 
 
-@needs_portal
 def test_a_healthy_portal_run_has_no_fault(tmp_path):
     rec = run_attempt(PORTAL_SID, "A3", backend="simulated", out_dir=tmp_path / "a3", seed=5, evaluate=False)
     assert rec.portal_fault is False and rec.portal_requests == 6
@@ -195,15 +186,16 @@ def test_a_healthy_portal_run_has_no_fault(tmp_path):
     assert a1.portal_fault is None and a1.portal_requests is None
 
 
-@needs_portal
-def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tmp_path, worker_env):  # noqa: F811
+@pytest.mark.usefixtures("bwrap")
+def test_the_password_a_worker_echoes_is_redacted_from_what_the_harness_keeps(tmp_path, worker_env):
     echo = (
         "cat portal_credentials.json; python3 -c \"import base64,json; c=json.load(open('portal_credentials.json')); "
         "print('Authorization: Basic ' + base64.b64encode((c['username'] + ':' + c['password']).encode()).decode())\""
     )
     script = json.dumps({"sessions": [{"steps": [{"tool": "Bash", "input": {"command": echo}}]}]})
     run_dir = tmp_path / "runs" / "r1"
-    # The script goes inline (the sandbox sees no file of the test's); the model proxy forwards the double's check to a stand-in API.
+    # The script goes inline (the sandbox sees no file of the test's); the model proxy forwards the double's check to a
+    # stand-in API.
     with FakeMessagesAPI(protocol.study()["worker"]["model"], []) as api:
         rec = run_attempt(
             PORTAL_SID,
@@ -250,7 +242,7 @@ def test_portal_generate_refuses_a_scenario_without_a_portal():
     assert not (paths.SCENARIOS_DIR / without / "portal").exists()
 
 
-@needs_portal
+@pytest.mark.usefixtures("bwrap", "soffice")
 def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_rerun(tmp_path, monkeypatch):
     """Through the scheduler's run function, with the runner's own portal start (no starter passed)."""
     import pilot.portal
@@ -284,9 +276,9 @@ def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_r
     assert outcome.record["portal_fault"] is True and outcome.record["portal_requests"] == 0
 
 
-@needs_portal
 def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path):
-    """The scheduler keeps <run id>/attempt-N; the next attempt cleans a killed one's folder with the pair in its workspace."""
+    """The scheduler keeps <run id>/attempt-N; the next attempt cleans a killed one's folder with the pair in its
+    workspace."""
     run = tmp_path / "r-0001"
     killed = run / "attempt-1"
     (killed / "workspace").mkdir(parents=True)
@@ -309,8 +301,8 @@ def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path
     )  # the workspace is kept as it was
 
 
-@needs_portal
-def test_the_stream_copy_is_redacted_as_it_is_written(tmp_path, worker_env, monkeypatch):  # noqa: F811
+@pytest.mark.usefixtures("bwrap")
+def test_the_stream_copy_is_redacted_as_it_is_written(tmp_path, worker_env, monkeypatch):
     """Without the end-of-run safety net, the harness's transcript still never holds the password."""
     import pilot.portal.redaction as redaction
 

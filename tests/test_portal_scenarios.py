@@ -44,7 +44,8 @@ def test_a_real_scenario_portal_serves_its_inputs(tmp_path):
 
 
 def test_scenarios_generate_keeps_the_portal_in_step_with_the_inputs(tmp_path):
-    """`pilot scenarios generate` rebuilds a portal bundle's content with its inputs; `--check` catches a stale portal."""
+    """`pilot scenarios generate` rebuilds a portal bundle's content with its inputs; `--check` catches a stale
+    portal."""
     import os
     import shutil
     import subprocess

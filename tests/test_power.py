@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -108,7 +110,7 @@ def test_power_increases_with_delta(reading):
     )
     for test in pw.TESTS:
         curve = [res.power(20, 2, d, test, reading) for d in (0.0, *DESIGN.delta)]
-        assert all(a < b for a, b in zip(curve, curve[1:])), (test, curve)
+        assert all(a < b for a, b in pairwise(curve)), (test, curve)
 
 
 def test_documented_reading_reproduces_the_design_table():

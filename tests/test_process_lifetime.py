@@ -8,15 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from schedule_support import NODES, REQUIRES, make_root, make_store, read_only
 
 from pilot.executors import proctree
 from pilot.executors.local import LocalExecutor
 from pilot.schedule import Scheduler
 from pilot.store import STORE_FILE
-
-pytestmark = pytest.mark.slow
 
 FAKE = "pilot.simulated.fake_runs:sleep_run"
 
@@ -99,7 +96,8 @@ def test_a_killed_scheduler_takes_its_attempts_trees_and_a_resume_sweeps_the_res
     assert survivors(pids) == [], "processes of attempts outlived the killed scheduler"
     assert survivors(proctree.tagged(str(folder))) == []
 
-    # 2. The scheduler and its supervisors all killed at once (nothing could clean up): the next run sweeps the leftovers.
+    # 2. The scheduler and its supervisors all killed at once (nothing could clean up): the next run sweeps the
+    # leftovers.
     proc = _cli(root, "run", "p", "--no-progress", **slow)
     _wait_for_spawned(folder, proc, len(pids) + 6)
     time.sleep(0.5)  # the supervisors list their attempts' processes every 0.2 s

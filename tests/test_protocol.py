@@ -42,16 +42,21 @@ def test_repository_protocol_is_valid():
         "A-015",
         "A-016",
     ]
-    # After A-016 (the extension set, with EST-01) each added scenario joins by an amendment of its own, in order;
-    # later amendments of the rerun's protocol follow, all before its pilot.
+    # After A-016 (the extension set, with EST-01) the amendments follow in order of id, and every bundle beyond the
+    # design's ten joined a set by an amendment of its own, titled "Extension scenario <ID>" (pilot protocol amend).
     later = loaded["amendments"][12:]
     assert [a["id"] for a in later] == [f"A-{17 + k:03d}" for k in range(len(later))]
-    added = set(study.scenario_set("extension")) - set(study.scenario_set("pilot")) - {"EST-01"}
-    scenarios = [a for a in later if a["title"].startswith("Extension scenario ")]
-    assert sorted(a["title"].removeprefix("Extension scenario ") for a in scenarios) == sorted(added)
-    assert later[: len(scenarios)] == scenarios
-    assert all(a["stage"] == "before rerun pilot" for a in later)
+    added = {sc.id for sc in loaded["scenarios"]} - set(study.scenario_set("pilot"))
+    titled = {a["title"].removeprefix("Extension scenario ") for a in later if a["title"].startswith("Extension ")}
+    assert titled | {"EST-01"} == added
+    assert [a["title"] for a in loaded["amendments"] if "EST-01" in a["content"]][0] == "Extension scenario set"
+    assert all(a["stage"] in ("before rerun pilot", "after rerun pilot") for a in later)
     assert study["cli"]["max_output_tokens"] == 32000
+
+
+def test_amendments_use_one_line_ending():
+    data = paths.AMENDMENTS_FILE.read_bytes()
+    assert b"\r" not in data and data.endswith(b"\n")
 
 
 def test_caps_are_the_larger_of_global_and_own():
@@ -257,11 +262,11 @@ def _edit_yaml(path: Path, edit) -> None:
 def test_every_bundle_is_validated_and_belongs_to_a_set():
     study = load_study()
     loaded = load_scenarios(study)
-    # The design: ten preregistered scenarios; the extension holds them and adds.
+    # The design: ten preregistered scenarios; the extension holds them and adds; every bundle is in a set.
     assert study["design"]["n_scenarios"] == 10 and study.default_scenario_set == "pilot"
     assert len(study.scenario_set()) == 10 and "EST-01" in study.scenario_set("extension")
     assert set(study.scenario_set("pilot")) < set(study.scenario_set("extension"))
-    assert {sc.id for sc in loaded} == set(study.scenario_set("extension"))
+    assert {sc.id for sc in loaded} == {sid for ids in study.scenario_sets.values() for sid in ids}
     assert study.set_of(reversed(study.scenario_set("pilot"))) == "pilot" and study.set_of(["ACC-01"]) is None
 
 

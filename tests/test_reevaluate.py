@@ -24,11 +24,10 @@ import pytest
 from schedule_support import make_root, make_store
 
 from pilot import runtable
-from pilot.oracles.recalc import soffice_binary
 from pilot.reevaluate import ReevaluationError, reevaluate_study, select
 from pilot.store import STORE_FILE, Store
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 BROKEN = "PILOT_SOFFICE"
 ARGS = ("--scenarios", "ACC-01", "LEGAL-01", "--arms", "A3", "--pilot-repeats", "1")
@@ -58,7 +57,8 @@ def _no_soffice(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One study with an evaluation error and its twin evaluated in full, built once; each test restores a copy in place."""
+    """One study with an evaluation error and its twin evaluated in full, built once; each test restores a copy in
+    place."""
     base = tmp_path_factory.mktemp("reeval")
     root = make_root(base)
     studies = {"broken": _no_soffice(root), "twin": {}}
@@ -80,7 +80,10 @@ def built(tmp_path_factory):
         _out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
         # The run says which runs have no verdict, and what to do.
-        hint = f"note: 1 finished run(s) of wave pilot have no verdict: their evaluation could not run (eval_error, e.g. {ACC}); "
+        hint = (
+            "note: 1 finished run(s) of wave pilot have no verdict: their evaluation could not run "
+            f"(eval_error, e.g. {ACC}); "
+        )
         assert (hint in err and f"`pilot study reevaluate {name}`" in err) == (name == "broken"), err
     snapshot = base / "snapshot"
     shutil.copytree(root / "analysis" / "data", snapshot, symlinks=True)
@@ -89,7 +92,8 @@ def built(tmp_path_factory):
 
 @pytest.fixture
 def study(built):
-    """The root, restored to the state right after the runs (records hold absolute paths, so the copy goes back in place)."""
+    """The root, restored to the state right after the runs (records hold absolute paths, so the copy goes back in
+    place)."""
     root, snapshot = built
     data = root / "analysis" / "data"
     shutil.rmtree(data)
@@ -145,7 +149,7 @@ def _no_verdict(study: Path) -> dict[str, int]:
     sentence = status_sentence(table, 800.0)
     total = int(table.loc[table["arm"] == "all", "no_verdict"].iloc[0])
     assert ("1 of them without a verdict: their evaluation could not run" in sentence) is (total == 1), sentence
-    return dict(zip(table["arm"], table["no_verdict"].astype(int)))
+    return dict(zip(table["arm"], table["no_verdict"].astype(int), strict=True))
 
 
 def test_an_evaluation_error_gets_the_real_verdict_once_and_the_analyses_count_it(study):

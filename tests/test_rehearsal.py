@@ -32,8 +32,7 @@ SID = "LEGAL-01"
 # A4 as well: the controller's self-check and its decision on the one resume, both foretold by the scripted plan.
 ARMS = ["A0", "A1", "A4"]
 NAME = "rehearsal-e2e"
-
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap", "soffice")
 
 
 @pytest.fixture(scope="module")

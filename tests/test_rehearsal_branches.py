@@ -219,7 +219,7 @@ def _attempt(outcome: str, error: str | None = None) -> dict:
 def test_each_branch_is_held_to_the_ending_the_design_gives_it(branch, rec, history, recovery, want):
     found = rehearsal.check_branch(branch, rec, history, recovery=recovery)
     assert len(found) == len(want), found
-    for f, w in zip(found, want):
+    for f, w in zip(found, want, strict=True):
         assert w in f, (f, w)
 
 

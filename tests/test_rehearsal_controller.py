@@ -23,8 +23,7 @@ NAME = "rehearsal-controller"
 #: At this study seed the scripted A4 worker's first session omits a deliverable in repeat 1 and plants nothing
 #: in repeat 2 (the test checks the plan's declarations say so before it reads the report).
 SEED = 0
-
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap", "soffice")
 
 
 @pytest.fixture(scope="module", params=["honest", "faulty"])

@@ -31,8 +31,7 @@ ARMS = ["A0", "A1"]
 NAME = "rehearsal-dask"
 # One slot each: the study's scheduler (least loaded first) then puts one run on each worker.
 WORKERS = ("dask-w1", "dask-w2")
-
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap", "soffice", "dask")
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +42,8 @@ def rehearsed(tmp_path_factory):
     root = tmp_path_factory.mktemp("rehearsal-dask")
     with pytest.MonkeyPatch.context() as mp:
         # Only this process reads the data folder: the executor names each attempt's folder to its worker by absolute
-        # path, and the workers find the protocol from their own import of pilot (PILOT_ROOT when the clone is elsewhere).
-        # The workers inherit this environment when they spawn, so it is set before the cluster starts.
+        # path, and the workers find the protocol from their own import of pilot (PILOT_ROOT when the clone is
+        # elsewhere). The workers inherit this environment when they spawn, so it is set before the cluster starts.
         rehearsal_environment(mp, root / "data")
         cluster = LocalCluster(n_workers=0, processes=True, dashboard_address=None, silence_logs=40)
         client = None

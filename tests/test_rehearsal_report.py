@@ -241,7 +241,7 @@ def _as_planted(
     s: dict, host_programs: tuple[str, str, str] = ("not_reached", "stub", "not_reached"), drawn: str = "absent"
 ) -> list[dict]:
     return [_recorded(s["denied_attempt"], drawn)] + [
-        _recorded(a, p) for a, p in zip(s["host_denied_attempts"], host_programs)
+        _recorded(a, p) for a, p in zip(s["host_denied_attempts"], host_programs, strict=True)
     ]
 
 

@@ -9,7 +9,8 @@ import pandas as pd
 from pilot.report import run_fidelity
 
 ARMS = ["A0", "A1"]
-# Six finished runs: their statuses, violations, caps, deviations and nodes are chosen so every count below is read off by eye.
+# Six finished runs: their statuses, violations, caps, deviations and nodes are chosen so every count below is read off
+# by eye.
 RUNS = pd.DataFrame(
     {
         "run_id": ["r1", "r2", "r3", "r4", "r5", "r6"],
@@ -159,7 +160,8 @@ def test_the_secondary_cost_counts_a_run_without_a_reported_cost_at_its_charge()
     )  # killed before it reported; the ledger charged 5 dollars more than it drew
     after = sensitivity.secondary_endpoints(runs)
     t = after.table.set_index("arm")
-    # Scenario-weighted: the run's scenario mean in A1 rises by 5 / (its scenario's A1 runs), the arm mean by that over J.
+    # Scenario-weighted: the run's scenario mean in A1 rises by 5 / (its scenario's A1 runs), the arm mean by that over
+    # J.
     rows = runtable.primary_rows(runs)
     n_cell = int(((rows["arm"] == "A1") & (rows["scenario"] == runs.loc[first, "scenario"])).sum())
     J = rows["scenario"].nunique()

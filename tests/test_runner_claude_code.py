@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from fake_messages_api import FakeMessagesAPI
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
 from pilot import paths, protocol
 from pilot.agents import launch, sandbox
@@ -26,9 +25,8 @@ from pilot.runner import run_attempt
 
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
 SID = "ACC-01"
-pytestmark = pytest.mark.skipif(
-    not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"
-)
+
+pytestmark = pytest.mark.usefixtures("bwrap", "soffice")
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +181,7 @@ def test_a_run_that_modifies_an_input_gets_E(tmp_path, gold_steps, worker_env):
     assert any("modified" in r and ".csv" in r for r in rec.E_reasons)
 
 
-@pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed")
+@pytest.mark.usefixtures("bwrap")
 def test_denied_command_through_bash_c_is_a_deviation_and_is_stopped(tmp_path, worker_env):
     script = {
         "sessions": [
@@ -212,7 +210,7 @@ def test_denied_command_through_bash_c_is_a_deviation_and_is_stopped(tmp_path, w
     assert "rc=126" in results["toolu_0_001"] and sandbox.STUB_MARKER in results["toolu_0_001"]
 
 
-@pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed")
+@pytest.mark.usefixtures("bwrap")
 def test_a2_lifts_the_native_utilities_but_not_libreoffice(tmp_path, worker_env):
     script = {
         "sessions": [
@@ -281,7 +279,7 @@ def test_wall_limit_kills_the_whole_process_tree(tmp_path, worker_env):
                 "steps": [
                     {"text": "starting"},
                     {"tool": "Bash", "input": {"command": f"(setsid sleep {marker} &) ; echo started"}},
-                    {"sleep": 60},
+                    {"sleep": 600},
                 ],
                 "end": "hang",
             }
@@ -289,7 +287,7 @@ def test_wall_limit_kills_the_whole_process_tree(tmp_path, worker_env):
     }
     t0 = time.monotonic()
     rec = attempt(tmp_path, "A1", script, worker_env=worker_env, caps=Caps(4.0, 2.0))
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 120  # stopped by the 2 s wall limit, not left to the session's ten minutes
     assert rec.status == "capped" and rec.censor_reason == "wall" and rec.censored
     assert rec.cost_usd is None and rec.cost_complete is False  # killed before the CLI reported its cost
     time.sleep(0.3)
@@ -453,7 +451,8 @@ def test_an_unreachable_api_is_an_infrastructure_error(tmp_path, worker_env):
 
 
 def test_the_tool_set_is_checked_before_any_inference(tmp_path, worker_env):
-    """The pinned CLI's --bare (2.1.327 and 2.1.332) leaves Bash, Edit and Read: an arm launched so is refused, nothing runs."""
+    """The pinned CLI's --bare (2.1.327 and 2.1.332) leaves Bash, Edit and Read: an arm launched so is refused, nothing
+    runs."""
     bare = protocol.study()["cli"]["bare"]
     script = {
         "bare_restricts_tools": True,

@@ -12,10 +12,6 @@ from pilot import paths, protocol
 from pilot.cli.main import main
 
 FAKE_CLI = paths.ROOT / "tests" / "fake_claude" / "claude"
-needs = pytest.mark.skipif(
-    not (paths.SCENARIOS_DIR / "LEGAL-01" / "scenario.yml").is_file(),
-    reason="scenario LEGAL-01 not in the protocol yet",
-)
 
 RECORD_FIELDS = {
     "status",
@@ -44,7 +40,7 @@ RECORD_FIELDS = {
 }
 
 
-@needs
+@pytest.mark.usefixtures("bwrap")  # the A4 run's self-check runs confined
 def test_run_one_simulated_prints_the_record_and_leaves_the_run_on_disk(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run-one", "LEGAL-01", "A4", "--backend", "simulated", "--out", str(out), "--seed", "4"]) == 0
@@ -74,7 +70,7 @@ def api(monkeypatch):
         yield fake
 
 
-@needs
+@pytest.mark.usefixtures("bwrap")
 def test_run_one_claude_code_against_the_test_double(tmp_path, capsys, api):
     env = make_worker_env(tmp_path)
     out = tmp_path / "runs" / "r"
@@ -100,7 +96,6 @@ def test_run_one_claude_code_against_the_test_double(tmp_path, capsys, api):
     assert (out / "record" / "launch-0.json").is_file() and (out / "transcript.jsonl").stat().st_size > 0
 
 
-@needs
 def test_run_one_refuses_a_host_that_cannot_isolate_unless_opted_out(tmp_path, capsys, api, monkeypatch):
     from pilot.agents import sandbox
 
@@ -132,7 +127,6 @@ def test_run_one_refuses_a_host_that_cannot_isolate_unless_opted_out(tmp_path, c
     assert rec["enforcement"] == "unisolated" and any("UNISOLATED" in n for n in rec["notes"])
 
 
-@needs
 def test_run_one_refuses_bad_arguments_with_a_clear_message(tmp_path, capsys):
     assert main(["run-one", "LEGAL-01", "A9", "--out", str(tmp_path / "x")]) == 2
     assert "arm 'A9'" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The real pinned CLI, launched exactly as a run launches it, against a scripted Messages API on loopback.
 
-Skipped unless a real CLI is at hand: the one bundled in ``claude-agent-sdk``
-(``pip install -e '.[agent]'``) or the file named by ``PILOT_TEST_CLAUDE_BIN``.
+Needs a real CLI (the ``real_cli`` fixture: the one bundled in ``claude-agent-sdk``,
+``pip install -e '.[agent]'``, or the file named by ``PILOT_TEST_CLAUDE_BIN``) and the sandbox.
 No request leaves the machine: ``ANTHROPIC_BASE_URL`` points at the fake API.
 """
 
@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import pytest
 from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
-from real_cli_support import real_cli
-from worker_env_support import worker_env  # noqa: F401  (pytest fixture)
 
-from pilot import paths, protocol
+from pilot import protocol
 from pilot.agents import claude_code, sandbox
 from pilot.protocol import Caps
 from pilot.runner import run_attempt
@@ -20,17 +18,7 @@ from pilot.runner import run_attempt
 SID = "LEGAL-01"
 
 
-CLI = real_cli()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        CLI is None, reason="no real Claude Code CLI (install the 'agent' extra or set PILOT_TEST_CLAUDE_BIN)"
-    ),
-    pytest.mark.skipif(sandbox.bwrap_available() is None, reason="bubblewrap not installed"),
-    pytest.mark.skipif(
-        not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"
-    ),
-]
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap")
 
 
 @pytest.fixture
@@ -39,7 +27,7 @@ def not_bare(monkeypatch):
     monkeypatch.setitem(protocol.study().raw["cli"], "bare", False)
 
 
-def _run(tmp_path, arm, api, worker_env, caps=Caps(20.0, 120)):
+def _run(tmp_path, arm, api, worker_env, cli, caps=Caps(20.0, 120)):
     # The cap covers the model proxy's worst case of a request (its input plus max_tokens at the output price).
     return run_attempt(
         SID,
@@ -47,7 +35,7 @@ def _run(tmp_path, arm, api, worker_env, caps=Caps(20.0, 120)):
         backend="claude-code",
         out_dir=tmp_path / "runs" / "r",
         seed=1,
-        claude_bin=CLI,
+        claude_bin=cli,
         caps=caps,
         worker_env=worker_env,
         evaluate=False,
@@ -55,7 +43,7 @@ def _run(tmp_path, arm, api, worker_env, caps=Caps(20.0, 120)):
     )
 
 
-def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not_bare):
+def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, real_cli, not_bare):
     out = tmp_path / "runs" / "r" / "workspace" / "outputs" / "note.md"
     turns = [
         tool_turn("Bash", {"command": "bash -c 'curl --version'; echo rc=$?", "description": "probe"}, "toolu_01"),
@@ -64,7 +52,7 @@ def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not
         text_turn("Done."),
     ]
     with FakeMessagesAPI(protocol.study()["worker"]["model"], turns) as api:
-        rec = _run(tmp_path, "A1", api, worker_env)
+        rec = _run(tmp_path, "A1", api, worker_env, real_cli)
         results = api.tool_results()
         requests = list(api.requests)
     assert rec.status == "completed" and rec.turns == 4
@@ -80,11 +68,11 @@ def test_denials_hold_both_ways_and_the_stream_is_read(tmp_path, worker_env, not
     assert sent == {protocol.study()["cli"]["max_output_tokens"]}
 
 
-def test_resume_reports_the_session_total(tmp_path, worker_env, not_bare):
+def test_resume_reports_the_session_total(tmp_path, worker_env, real_cli, not_bare):
     with FakeMessagesAPI(
         protocol.study()["worker"]["model"], [text_turn("Stopping early."), text_turn("Resumed.")]
     ) as api:
-        rec = _run(tmp_path, "A4", api, worker_env)
+        rec = _run(tmp_path, "A4", api, worker_env, real_cli)
         sent = [len(r.get("messages", [])) for r in api.requests if r.get("model") == api.model]
     first, second = rec.sessions
     assert rec.selfcheck_first is False and rec.recovery_used
@@ -95,10 +83,10 @@ def test_resume_reports_the_session_total(tmp_path, worker_env, not_bare):
     assert rec.recovery_cost_usd == pytest.approx(first["reported_cost_usd"])
 
 
-def test_bare_mode_and_the_arm_tool_sets(tmp_path, worker_env):
+def test_bare_mode_and_the_arm_tool_sets(tmp_path, worker_env, real_cli):
     """With study.yml's bare mode, the runner refuses a CLI that would offer another tool set than the arm's."""
     with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Done.")]) as api:
-        rec = _run(tmp_path, "A0", api, worker_env)
+        rec = _run(tmp_path, "A0", api, worker_env, real_cli)
         calls = len(api.requests)
     if rec.status == "infra_error":
         assert "tool set mismatch" in rec.infra_error and calls == 0
@@ -108,24 +96,24 @@ def test_bare_mode_and_the_arm_tool_sets(tmp_path, worker_env):
         )
 
 
-def test_the_study_launch_offers_each_arm_its_tool_set(tmp_path, worker_env):
+def test_the_study_launch_offers_each_arm_its_tool_set(tmp_path, worker_env, real_cli):
     """As study.yml launches the CLI (no --bare, A-010), A0 gets exactly its five tools and the model is called."""
     assert protocol.study()["cli"]["bare"] is False
     with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Done.")]) as api:
-        rec = _run(tmp_path, "A0", api, worker_env)
+        rec = _run(tmp_path, "A0", api, worker_env, real_cli)
         calls = len(api.requests)
     assert rec.status == "completed" and calls >= 1
     assert sorted(rec.sessions[0]["tools_offered"]) == ["Edit", "Glob", "Grep", "Read", "Write"]
 
 
-def test_bare_mode_strips_the_tool_set(tmp_path, worker_env, monkeypatch):
+def test_bare_mode_strips_the_tool_set(tmp_path, worker_env, real_cli, monkeypatch):
     """The finding behind A-010, on the pinned CLI: --bare leaves A0 with Edit and Read, and the attempt is refused."""
-    version = claude_code.cli_version(CLI, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    version = claude_code.cli_version(real_cli, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     if version != protocol.study()["cli"]["version"]:
         pytest.skip(f"CLI {version} is not the pinned {protocol.study()['cli']['version']}")
     monkeypatch.setitem(protocol.study().raw["cli"], "bare", True)
     with FakeMessagesAPI(protocol.study()["worker"]["model"], [text_turn("Done.")]) as api:
-        rec = _run(tmp_path, "A0", api, worker_env)
+        rec = _run(tmp_path, "A0", api, worker_env, real_cli)
         calls = len(api.requests)
     assert rec.status == "infra_error" and calls == 0
     assert "tool set mismatch" in rec.infra_error and "offers ['Edit', 'Read']" in rec.infra_error

@@ -37,10 +37,10 @@ SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
 OPERATOR_KEY = "sk-ant-operator-secret-0000"
 CAPS = Caps(50.0, 300)
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap")
 
 
 CLI = real_cli()
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -160,12 +160,16 @@ def _shell_routes(d: dict, run_dir: Path, api_port: int) -> list[tuple[str, str,
         _bash("dev_tcp", f"bash -c 'echo hi > /dev/tcp/127.0.0.1/{api_port}'"),
         _bash(
             "urllib",
-            "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://example.com/', timeout=5).status)\"",
+            (
+                "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://example.com/', "
+                'timeout=5).status)"'
+            ),
         ),
         _bash(
             "direct_api",
             'python3 -c "import os, urllib.request; r = urllib.request.Request('
-            f"'http://127.0.0.1:{api_port}/v1/messages', data=b'{{}}', headers={{'x-api-key': os.environ.get('ANTHROPIC_API_KEY', '')}}); "
+            f"'http://127.0.0.1:{api_port}/v1/messages', data=b'{{}}', "
+            "headers={'x-api-key': os.environ.get('ANTHROPIC_API_KEY', '')}); "
             'print(urllib.request.urlopen(r, timeout=5).status)"',
         ),
         _bash("key", "env | grep -c sk-ant-operator; echo key=$ANTHROPIC_API_KEY"),
@@ -173,7 +177,10 @@ def _shell_routes(d: dict, run_dir: Path, api_port: int) -> list[tuple[str, str,
         _bash("read_own_checkout", f"cat {d['own_oracle']}"),
         _bash(
             "find_studies",
-            f"ls {d['other_study']}; find / -name portal_credentials.json -not -path '/proc/*' 2>/dev/null; echo found-end",
+            (
+                f"ls {d['other_study']}; find / -name portal_credentials.json -not -path '/proc/*' "
+                "2>/dev/null; echo found-end"
+            ),
         ),
         _bash("read_home", f"cat {d['home_file']}"),
         _bash("read_host_tmp", f"cat {d['tmp_file']}"),
@@ -347,7 +354,8 @@ def test_a0_reads_and_writes_nothing_outside_its_workspace(tmp_path, decoys):
         assert "read-only" in results["write_protocol"].lower() or "EROFS" in results["write_protocol"], results[
             "write_protocol"
         ]
-    # The design's same inputs for every arm: A0 keeps its workbook, which its Read tool cannot open (interpretations.md).
+    # The design's same inputs for every arm: A0 keeps its workbook, which its Read tool cannot open
+    # (interpretations.md).
     assert "cannot read binary files" in results["read_binary"]
     assert not Path("/tmp", decoys["escape"]).exists()
     assert decoys["input_file"].read_bytes() == decoys["input_before"]
@@ -399,13 +407,19 @@ def test_full_access_arms_keep_libreoffice_chromium_and_their_portal_only(tmp_pa
     routes = [
         _bash(
             "soffice",
-            "soffice --headless --convert-to xlsx --outdir outputs inputs/bank_statement_2026-10.csv >/dev/null 2>&1; ls outputs",
+            (
+                "soffice --headless --convert-to xlsx --outdir outputs inputs/bank_statement_2026-10.csv "
+                ">/dev/null 2>&1; ls outputs"
+            ),
         ),
         ("pw_write", "Write", {"file_path": str(ws / "browse.py"), "content": PLAYWRIGHT}),
         _bash("playwright", "python3 browse.py"),
         _bash(
             "portal_curl",
-            "curl -s -L -o /dev/null -w 'portal=%{http_code}' \"$(python3 -c \"import json; print(json.load(open('portal_credentials.json'))['url'])\")/sign-in\"",
+            (
+                "curl -s -L -o /dev/null -w 'portal=%{http_code}' \"$(python3 -c \"import json; "
+                "print(json.load(open('portal_credentials.json'))['url'])\")/sign-in\""
+            ),
         ),
         _bash("outside", "curl -sS -m 5 https://example.com/ -o /dev/null; echo rc=$?"),
     ]
@@ -421,7 +435,8 @@ def test_full_access_arms_keep_libreoffice_chromium_and_their_portal_only(tmp_pa
 
 
 def test_a_huge_turn_cannot_cross_the_cap(tmp_path):
-    """Every answer is as large as a request allows; the model proxy refuses the request whose worst case would cross the cap."""
+    """Every answer is as large as a request allows; the model proxy refuses the request whose worst case would cross
+    the cap."""
     routes = [_bash(f"step{i}", "true") for i in range(6)]
     cap = Caps(3.0, 300)
     rec, results, api, keys, sent = _attempt(tmp_path, "A1", routes, caps=cap, usage=(2000, 32000))
@@ -438,11 +453,12 @@ SCHEDULER = textwrap.dedent("""\
     from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
     from pilot.protocol import Caps
     from pilot.runner import run_attempt
-    turns = [tool_turn("Bash", {{"command": "(setsid sleep 311 &); nohup sleep 312 >/dev/null 2>&1 & sleep 313", "timeout": 600000}}, "t1"),
-             text_turn("Done.")]
+    command = "(setsid sleep 311 &); nohup sleep 312 >/dev/null 2>&1 & sleep 313"
+    turns = [tool_turn("Bash", {{"command": command, "timeout": 600000}}, "t1"), text_turn("Done.")]
     with FakeMessagesAPI({model!r}, turns) as api:
-        run_attempt("{sid}", "A1", backend="claude-code", out_dir=Path({out!r}), seed=1, claude_bin=Path({cli!r}), caps=Caps(50.0, 600),
-                    worker_env=Path({env!r}), evaluate=False, environ={{"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": api.url}})
+        run_attempt("{sid}", "A1", backend="claude-code", out_dir=Path({out!r}), seed=1, claude_bin=Path({cli!r}),
+                    caps=Caps(50.0, 600), worker_env=Path({env!r}), evaluate=False,
+                    environ={{"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": api.url}})
 """)
 
 
@@ -481,8 +497,8 @@ def test_no_process_survives_a_killed_scheduler(tmp_path):
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        # The detached sleeps are forked before the foreground one but may exec after it on a loaded machine: wait until all
-        # three sleeps run (the sleep itself, not the shell whose command line names all three).
+        # The detached sleeps are forked before the foreground one but may exec after it on a loaded machine: wait until
+        # all three sleeps run (the sleep itself, not the shell whose command line names all three).
         wanted = ("311", "312", "313")
         deadline, alive = time.monotonic() + 120, []
         while time.monotonic() < deadline:

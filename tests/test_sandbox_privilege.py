@@ -36,8 +36,8 @@ from pilot.runner import run_attempt
 SID = "ACC-01"
 MODEL = protocol.study()["worker"]["model"]
 CLI = real_cli()
+pytestmark = pytest.mark.usefixtures("real_cli", "bwrap")
 WORKER_ENV = Path(sys.prefix)
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -61,7 +61,8 @@ _PROBE = textwrap.dedent(r"""
         except OSError as e:
             out[name] = {"ok": False, "errno": e.errno, "err": str(e)[:200]}
     status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
-    out["status"] = {k: status[k].strip() for k in ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")}
+    fields = ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")
+    out["status"] = {k: status[k].strip() for k in fields}
     out["uid_map"] = open("/proc/self/uid_map").read().split()
     sh("umount_absent", "umount /usr/lib/libreoffice")
     sh("umount_stub", "umount /usr/bin/curl")
@@ -112,7 +113,8 @@ _PROBE = textwrap.dedent(r"""
     cfg = {inside_config!r}  # the CLI's config folder as the sandbox shows it
     out["config_exists"] = os.path.isdir(os.path.join(cfg, "projects"))
     call("write_session_store", lambda: open(os.path.join(cfg, "projects", "forged.jsonl"), "w").close())
-    call("write_settings", lambda: open(os.path.join(os.path.dirname(os.environ["HOME"]), "settings.json"), "a").close())
+    settings = os.path.join(os.path.dirname(os.environ["HOME"]), "settings.json")
+    call("write_settings", lambda: open(settings, "a").close())
     json.dump(out, open("outputs/probe.json", "w"), indent=1)
     print("probe done")
 """)
@@ -188,7 +190,8 @@ def _needs_root() -> None:
 
 @pytest.fixture
 def run_root():
-    """A run folder under the checkout's build/ (as a study's own analysis/data is), which an unprivileged user can reach."""
+    """A run folder under the checkout's build/ (as a study's own analysis/data is), which an unprivileged user can
+    reach."""
     import shutil
     import uuid
 
@@ -261,7 +264,7 @@ def test_unprivileged_harness_worker_holds_no_privilege(run_root):
     _check_probe(json.loads((out / "workspace" / "outputs" / "probe.json").read_text()), worker_uid)
 
 
-# -- floods against small bounds ------------------------------------------------------------------------------------------
+# -- floods against small bounds ---------------------------------------------------------------------------------------
 
 SMALL = bounds.Limits(
     memory_bytes=384 * bounds.MIB,

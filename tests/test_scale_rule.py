@@ -50,7 +50,7 @@ def test_boundaries_are_inclusive_and_each_condition_can_fail():
 def test_summary_frame_lists_inputs_and_both_sides():
     s = decide(_inputs(1.07, 693.0)).summary
     assert isinstance(s, pd.DataFrame) and list(s.columns) == ["quantity", "value"]
-    q = dict(zip(s["quantity"], s["value"]))
+    q = dict(zip(s["quantity"], s["value"], strict=True))
     assert q["remaining envelope E_r (USD)"] == pytest.approx(693.0)
     assert q["add third repeat"] is True
 
@@ -112,7 +112,7 @@ def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path
     assert (
         d.reported_only is not None and d.reported_only.inputs.c_bar_usd == 1.25 and d.reported_only.inputs.n_runs == 9
     )
-    rows = dict(zip(d.summary.quantity, d.summary.value))
+    rows = dict(zip(d.summary.quantity, d.summary.value, strict=True))
     assert rows["of which charged their reservation (no reported or metered cost)"] == 1
     assert rows["sensitivity: c_bar over reported or metered costs only (USD)"] == 1.25
     # the envelope still carries every worst-case charge: E_r is not flattered by the rule
@@ -121,8 +121,7 @@ def test_c_bar_counts_observed_costs_only_so_restarts_do_not_distort_it(tmp_path
     assert charged > 0 and st.audit() == []
 
 
-@pytest.mark.notebook
-@pytest.mark.slow
+@pytest.mark.usefixtures("notebook")
 def test_stage_writes_decision_inputs_and_amendment(tmp_path, monkeypatch):
     from schedule_support import NODES, REQUIRES
 

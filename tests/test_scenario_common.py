@@ -1,4 +1,5 @@
-"""The generators' shared readings: dates ISO or day-first (never month-first) and amounts exact, bad input refused by file and field."""
+"""The generators' shared readings: dates ISO or day-first (never month-first) and amounts exact, bad input refused by
+file and field."""
 
 from __future__ import annotations
 

@@ -150,8 +150,88 @@ def test_a_sheet_the_oracle_reads_that_the_brief_does_not_ask_for_fails(tmp_path
     _failing(
         brief_oracle_rubric(sc),
         CHECK_BRIEF,
-        "brief.md does not ask for the sheet 'Summary' of merit_increases_2027.xlsx",
+        "brief.md's entry for merit_increases_2027.xlsx does not ask for the sheet 'Summary'",
         "book_payroll_2026, book_total_cost",
+    )
+
+
+def test_a_label_asked_for_only_outside_its_files_entry_or_in_the_plural_fails(tmp_path: Path):
+    # HR-01's Summary line "Total cost of increases" dropped from the workbook's entry; the words stay elsewhere in
+    # the brief, in the plural, which the check once took for the line.
+    sc = _planted(
+        tmp_path,
+        "HR-01",
+        brief=lambda t: (
+            _replace("   - Total cost of increases\n", "")(t) + "\nTotal costs of increases matter to Finance.\n"
+        ),
+    )
+    _failing(
+        brief_oracle_rubric(sc),
+        CHECK_BRIEF,
+        "brief.md's entry for merit_increases_2027.xlsx does not ask for the line /total cost of increases/",
+        "book_total_cost",
+    )
+
+
+def test_a_text_criterion_needs_the_words_of_its_files_entry_that_ask_for_it(tmp_path: Path):
+    # PAY-01 declares its traps, so its text criteria say what the brief asks (brief_asks); without it, or with
+    # words its file's entry does not hold, the check fails naming the criterion.
+    dropped = _planted(
+        tmp_path / "a",
+        "PAY-01",
+        oracle=_replace(", brief_asks: 'the amount in the draft, the correct amount and why'", ""),
+    )
+    _failing(
+        brief_oracle_rubric(dropped),
+        CHECK_BRIEF,
+        "oracle criterion memo_explains_overtime (text_contains) reads variance_memo.docx",
+        "give it brief_asks",
+    )
+    elsewhere = _planted(
+        tmp_path / "b",
+        "PAY-01",
+        oracle=_replace(
+            "brief_asks: 'the amount in the draft, the correct amount and why'", "brief_asks: 'pay policy'"
+        ),
+    )
+    _failing(
+        brief_oracle_rubric(elsewhere),
+        CHECK_BRIEF,
+        "brief.md's entry for variance_memo.docx does not ask for /pay policy/ (its brief_asks)",
+        "memo_explains_overtime",
+    )
+
+
+def test_a_brief_sentence_naming_a_traps_answer_fails_unless_the_trap_confirms_it(tmp_path: Path):
+    # PAY-01's repeated timesheet line: the sentence names Wrobel's keying slip as 7.45 for 7.75, the two patterns
+    # memo_explains_overtime reads, so it gives the overtime trap away.
+    said = "Note that Tomasz Wrobel's 7:45 of overtime was keyed as 7.45 hours."
+    sc = _planted(
+        tmp_path / "a", "PAY-01", brief=_replace("Gross pay in pounds to the penny, before deductions.", said)
+    )
+    _failing(brief_oracle_rubric(sc), CHECK_BRIEF, "names the answer of trap overtime_hh_mm", "memo_explains_overtime")
+    confirmed = _planted(
+        tmp_path / "b",
+        "PAY-01",
+        brief=_replace("Gross pay in pounds to the penny, before deductions.", said),
+        oracle=_replace(
+            "caught_by: [book_wrobel_corrected,",
+            "brief_names: ['was keyed as 7.45 hours']\n    caught_by: [book_wrobel_corrected,",
+        ),
+    )
+    _passes(brief_oracle_rubric(confirmed), CHECK_BRIEF)
+    stale = _planted(
+        tmp_path / "c",
+        "PAY-01",
+        oracle=_replace(
+            "caught_by: [book_wrobel_corrected,",
+            "brief_names: ['was keyed as 7.45 hours']\n    caught_by: [book_wrobel_corrected,",
+        ),
+    )
+    _failing(
+        brief_oracle_rubric(stale),
+        CHECK_BRIEF,
+        "confirms 'was keyed as 7.45 hours', which no sentence of brief.md holds",
     )
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kit_support
 import pytest
 
 from pilot import paths
@@ -73,7 +74,8 @@ from pilot.scenarios.generate import build_gold_workspace, check_inputs, library
 
 sid = sys.argv[1]
 sc = load_scenario_from(paths.SCENARIOS_DIR / sid, load_study())
-out = {"pilot": pilot.__file__, "root": str(paths.ROOT), "module": library_module(sc).__file__, "inputs": check_inputs(sc)}
+out = {"pilot": pilot.__file__, "root": str(paths.ROOT), "module": library_module(sc).__file__}
+out["inputs"] = check_inputs(sc)
 with tempfile.TemporaryDirectory() as tmp:
     ev = evaluate(sc, build_gold_workspace(sc, Path(tmp) / "gold"))
 out["gold"] = {"D": ev.D, "E": ev.E, "errors": ev.errors, "criteria": [c.id for c in ev.criteria],
@@ -86,7 +88,7 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def checked(root: Path, written: list[Path]) -> dict:
+def checked(root: Path, written: list[Path], soffice: str) -> dict:
     env = {**os.environ, "PILOT_ROOT": str(root), "PYTHONPATH": str(root / "src")}
     proc = subprocess.run(
         [sys.executable, "-c", _CHECK, SID], cwd=root, env=env, capture_output=True, text=True, timeout=300
@@ -110,15 +112,7 @@ def test_the_skeleton_is_written_under_root_and_nowhere_else(
     root: Path, written: list[Path], bundle: Path, module_path: Path
 ):
     names = [p.relative_to(root).as_posix() for p in written]
-    assert names == [
-        f"protocol/scenarios/{SID}/brief.md",
-        f"protocol/scenarios/{SID}/scenario.yml",
-        f"protocol/scenarios/{SID}/oracle.yml",
-        f"protocol/scenarios/{SID}/rubric.yml",
-        f"protocol/scenarios/{SID}/inputs/policy.txt",
-        f"protocol/scenarios/{SID}/inputs/records.csv",
-        "src/pilot/scenarios/library/test_01.py",
-    ]
+    assert names == kit_support.skeleton_files(SID)
     assert all(p.is_file() for p in written)
     assert not (paths.SCENARIOS_DIR / SID).exists()
     assert not (paths.ROOT / "src" / "pilot" / "scenarios" / "library" / "test_01.py").exists()
@@ -149,7 +143,7 @@ def test_inputs_regenerate_byte_for_byte(checked: dict):
     assert checked["inputs"] == []
 
 
-@pytest.mark.libreoffice
+@pytest.mark.usefixtures("soffice")
 def test_gold_passes_every_active_criterion(checked: dict, bundle: Path, root: Path):
     gold = checked["gold"]
     assert gold["failed"] == [] and gold["errors"] == []
@@ -177,7 +171,7 @@ def test_todo_markers_are_listed_in_every_authored_file(bundle: Path, module_pat
         assert MARKER in text
         assert MARKER in path.read_text(encoding="utf-8").splitlines()[line - 1]
         by_file.setdefault(path.name, []).append(line)
-    assert {"brief.md", "oracle.yml", "rubric.yml", module_path.name} <= set(by_file)
+    assert {"brief.md", "oracle.yml", "rubric.yml", module_path.name, "test_mutations_test_01.py"} <= set(by_file)
     assert found == todo_markers(bundle, module_path)
 
 
@@ -242,6 +236,13 @@ def test_an_existing_library_module_is_refused(root: Path, written: list[Path]):
     assert not skeleton_paths("MOD-01", root)[0].exists()
 
 
+def test_an_existing_test_file_is_refused(root: Path, written: list[Path]):
+    tests = skeleton.mutation_tests_path("TST-01", root)
+    tests.write_text('"""Tests of the same name, written before the bundle."""\n', encoding="utf-8")
+    _refused(root, r"scenario TST-01: the test file .*tests/test_mutations_tst_01\.py already exists", "TST-01")
+    assert not skeleton_paths("TST-01", root)[0].exists() and not skeleton_paths("TST-01", root)[1].exists()
+
+
 @pytest.mark.parametrize(
     ("field", "value", "reason"),
     [
@@ -273,8 +274,10 @@ def test_a_failure_while_installing_leaves_nothing(root: Path, written: list[Pat
         new_scenario("NEW-02", occupation="finance", title="A title", root=root)
     assert _tree(root) == before
     assert not any(p.exists() for p in skeleton_paths("NEW-02", root))
+    assert not skeleton.mutation_tests_path("NEW-02", root).exists()
 
 
+@pytest.mark.usefixtures("soffice")
 def test_check_names_what_to_fill_in_and_passes_once_it_is_filled_in(
     root: Path, written: list[Path], bundle: Path, module_path: Path
 ) -> None:
@@ -296,7 +299,11 @@ def test_check_names_what_to_fill_in_and_passes_once_it_is_filled_in(
     assert rows["finished"]["verdict"] == "FAIL" and MARKER in rows["finished"]["reason"]
     assert [c for c, r in rows.items() if r["verdict"] != "pass"] == ["finished"], rows
     # The author's part, in its smallest form: every marker answered, the inputs written again from the generator.
-    for path in [*(bundle / name for name in skeleton.BUNDLE_FILES), module_path]:
+    for path in [
+        *(bundle / name for name in skeleton.BUNDLE_FILES),
+        module_path,
+        skeleton.mutation_tests_path(SID, root),
+    ]:
         path.write_text(path.read_text(encoding="utf-8").replace(MARKER, "Decided"), encoding="utf-8")
     assert todo_markers(bundle, module_path) == []
     assert pilot("generate", SID).returncode == 0

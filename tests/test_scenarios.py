@@ -1,4 +1,5 @@
-"""The pilot's ten scenario bundles (the design's set): structure, validation, byte-stable inputs, solvers, defects, the table."""
+"""The pilot's ten scenario bundles (the design's set): structure, validation, byte-stable inputs, solvers, defects, the
+table."""
 
 from __future__ import annotations
 
@@ -93,7 +94,6 @@ def test_every_criterion_kind_in_the_oracles_is_used_and_most_are_required():
     assert any(not c.required for c in crits) and sum(c.required for c in crits) > 0.8 * len(crits)
 
 
-@pytest.mark.slow
 def test_inputs_regenerate_byte_for_byte():
     problems = [p for sid in IDS for p in check_inputs(sid)]
     assert problems == []

@@ -14,7 +14,8 @@ from schedule_support import make_root
 from pilot import runtable
 from pilot.schedule import list_scenario_ids
 
-pytestmark = pytest.mark.slow
+# The study runs on the simulated backend through the oracle, which recalculates workbooks.
+pytestmark = pytest.mark.usefixtures("soffice")
 
 
 def test_simulated_study_end_to_end_from_the_command_line(tmp_path):

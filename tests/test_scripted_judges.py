@@ -1,4 +1,5 @@
-"""The scripted judges of a rehearsal: the label that names each judge call, the judge branches, and the report's checks.
+"""The scripted judges of a rehearsal: the label that names each judge call, the judge branches, and the report's
+checks.
 
 The scripted model server tells the panel's members apart by the label the
 CLI judge sends with every call (``x-pilot-judge``, ``x-pilot-judge-attempt``),
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_cli_support import real_cli
 
 from pilot import pipeline, protocol
 from pilot.judges.backend import JudgeReply, JudgeRequest
@@ -40,7 +40,6 @@ from pilot.simulated.scripted_model import (
 )
 
 SID = "LEGAL-01"
-CLI = real_cli()
 MODELS = {str(j["id"]): str(j["model"]) for j in protocol.study().judge_panel}
 
 
@@ -93,7 +92,8 @@ def _rows(server: ScriptedModelServer) -> list[dict]:
 
 
 class HTTPJudge:
-    """A judge backend that asks the server as the CLI judge does (the label, a time limit per call), without the CLI."""
+    """A judge backend that asks the server as the CLI judge does (the label, a time limit per call), without the
+    CLI."""
 
     name = "claude-code"
 
@@ -261,9 +261,7 @@ def test_the_panel_meets_every_judge_branch_and_the_report_finds_nothing(tmp_pat
     assert len(rehearsal.check_judge_branches(results, None)) == 2 + 3
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(CLI is None, reason="no real Claude Code CLI ('agent' extra; make test installs it)")
-def test_the_panel_over_the_real_cli_keeps_j2s_retry_its_own(tmp_path, outputs):
+def test_the_panel_over_the_real_cli_keeps_j2s_retry_its_own(tmp_path, outputs, real_cli):
     """J2 answers prose once, so the calls go J1, J2, J2 (retry), J3: J3's call is not taken for J2's retry, because the
     pinned CLI sends each call's label (ANTHROPIC_CUSTOM_HEADERS) and the server reads it."""
     sc = load_scenario(SID)
@@ -273,7 +271,7 @@ def test_the_panel_over_the_real_cli_keeps_j2s_retry_its_own(tmp_path, outputs):
         results = [
             r.to_dict()
             for r in judge_run(
-                sc, outputs, backend="claude-code", seed=5, claude_bin=CLI, environ=environ, timeout_s=120
+                sc, outputs, backend="claude-code", seed=5, claude_bin=real_cli, environ=environ, timeout_s=120
             )
         ]
         rows = _rows(server)
@@ -298,7 +296,7 @@ def test_the_panel_over_the_real_cli_keeps_j2s_retry_its_own(tmp_path, outputs):
 
 
 def test_the_cli_judge_labels_its_calls_only_for_a_scripted_upstream_on_loopback(tmp_path):
-    request = JudgeRequest("J3", "claude-sonnet-5-5", 2, 1, "p", [], None, 1)  # type: ignore[arg-type]
+    request = JudgeRequest("J3", "claude-sonnet-5-5", 2, 1, "p", [], None, 1)  # no package: only the label is read
     cli = tmp_path / "claude"
     cli.write_text("#!/bin/sh\n")
     cli.chmod(0o755)

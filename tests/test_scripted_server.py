@@ -18,7 +18,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from real_cli_support import real_cli
 
 from pilot import protocol
 from pilot.agents import sandbox
@@ -199,14 +198,8 @@ def test_read_truth_merges_sessions_and_names_a_bad_line(tmp_path):
 
 # ----------------------------------------------------------------- whole runs of the real CLI
 
-CLI = real_cli()
-needs_cli = pytest.mark.skipif(
-    CLI is None or sandbox.bwrap_available() is None,
-    reason="no real Claude Code CLI ('agent' extra) or no bubblewrap (make test installs both)",
-)
 
-
-def _run(tmp_path: Path, arm: str, seed: int):
+def _run(tmp_path: Path, arm: str, seed: int, cli: Path):
     from pilot.runner import run_attempt
 
     with ScriptedModelServer(seed=seed, record_dir=tmp_path / "scripted") as srv:
@@ -219,7 +212,7 @@ def _run(tmp_path: Path, arm: str, seed: int):
             backend="claude-code",
             out_dir=out,
             seed=1,
-            claude_bin=CLI,
+            claude_bin=cli,
             worker_env=Path(sys.prefix),
             label_upstream=True,
             environ={"ANTHROPIC_API_KEY": srv.api_key, "ANTHROPIC_BASE_URL": srv.base_url},
@@ -247,11 +240,10 @@ def _check(rec, truth, refusals, out: Path, arm: str) -> None:
     assert not [n for n in rec.notes if "metered" in n]
 
 
-@pytest.mark.slow
-@needs_cli
+@pytest.mark.usefixtures("bwrap")
 @pytest.mark.parametrize("arm,seed,tool", [("A1", 237, "Bash"), ("A0", 11, "Write")])
-def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intended(tmp_path, arm, seed, tool):
-    rec, truth, refusals, out = _run(tmp_path, arm, seed)
+def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intended(tmp_path, arm, seed, tool, real_cli):
+    rec, truth, refusals, out = _run(tmp_path, arm, seed, real_cli)
     _check(rec, truth, refusals, out, arm)
     assert rec.tool_calls_by_tool.get(tool, 0) >= 1
     if arm == "A0":
@@ -281,10 +273,9 @@ def test_a_run_through_the_real_cli_delivers_by_tool_calls_and_scores_as_intende
         )
 
 
-@pytest.mark.slow
-@needs_cli
-def test_a4_self_check_fails_and_the_recovery_session_repairs(tmp_path):
-    rec, truth, refusals, out = _run(tmp_path, "A4", 3)
+@pytest.mark.usefixtures("bwrap")
+def test_a4_self_check_fails_and_the_recovery_session_repairs(tmp_path, real_cli):
+    rec, truth, refusals, out = _run(tmp_path, "A4", 3, real_cli)
     _check(rec, truth, refusals, out, "A4")
     first, second = truth["sessions"]
     assert first["defects"] == ["missing"] and first["expected_pass"] is False and first["selfcheck_called"]
@@ -369,9 +360,7 @@ def test_judges_sharing_a_model_are_told_apart_by_their_label(server, tmp_path):
     assert status == 400 and "no member of the study's panel" in json.loads(data)["error"]["message"]
 
 
-@pytest.mark.slow
-@needs_cli
-def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tmp_path, monkeypatch):
+def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tmp_path, monkeypatch, real_cli):
     """The real judge backend (the pinned CLI) asks the server; the grade parses and is the one the
     SIMULATED judge gives the real rendering under the same draw."""
     from pilot.judges.backend import JudgeRequest
@@ -397,7 +386,8 @@ def test_a_judge_session_through_the_real_cli_gets_the_simulated_judges_grade(tm
 
     with ScriptedModelServer(seed=1, record_dir=tmp_path / "scripted") as srv:
         reply = ClaudeCodeJudge(
-            CLI, environ={"ANTHROPIC_BASE_URL": srv.base_url, "ANTHROPIC_API_KEY": srv.api_key, LABEL_REQUESTS_KEY: "1"}
+            real_cli,
+            environ={"ANTHROPIC_BASE_URL": srv.base_url, "ANTHROPIC_API_KEY": srv.api_key, LABEL_REQUESTS_KEY: "1"},
         ).complete(request)
     assert reply.error is None, reply.error
     verdict = parse_verdict(reply.text, jp.criteria)

@@ -14,7 +14,6 @@ import pytest
 
 from pilot import defects
 from pilot.oracles import SELFCHECK_TOOL, evaluate, install_selfcheck, run_selfcheck
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 
 STDLIB = set(sys.stdlib_module_names)
@@ -51,6 +50,7 @@ def test_spec_embedded_in_the_workspace_copy_holds_only_the_brief_requirements(g
     assert "bank_reconciliation_2026-10.xlsx" in text and '"requires_formulas": true' in text
 
 
+@pytest.mark.usefixtures("bwrap")  # run_selfcheck runs the tool confined
 @pytest.mark.parametrize("sid", ["OPS-01", "HEALTH-01", "LEGAL-01"])
 def test_gold_passes(golds, sid):
     report = run_selfcheck(golds[sid], sid)
@@ -58,6 +58,7 @@ def test_gold_passes(golds, sid):
     assert report.lines[-1].startswith("SELF-CHECK PASSED")
 
 
+@pytest.mark.usefixtures("bwrap")
 def test_installed_copy_runs_alone_in_the_workspace(golds):
     ws = golds["OPS-01"]
     install_selfcheck(load_scenario("OPS-01"), ws)
@@ -71,6 +72,7 @@ def test_installed_copy_runs_alone_in_the_workspace(golds):
     assert run_selfcheck(ws).passed
 
 
+@pytest.mark.usefixtures("bwrap")
 def test_well_formed_wrong_answer_passes_the_self_check_but_not_the_oracle(golds, tmp_path):
     sc = load_scenario("OPS-01")
     ws = _copy(golds, "OPS-01", tmp_path)
@@ -81,8 +83,7 @@ def test_well_formed_wrong_answer_passes_the_self_check_but_not_the_oracle(golds
     assert not ev.D and {c.id for c in ev.failed} == {"plan_skus", "plan_qty_negative_stock", "plan_qty_case_pack"}
 
 
-@pytest.mark.libreoffice
-@pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")
+@pytest.mark.usefixtures("soffice")
 def test_wrong_figures_in_a_workbook_pass_the_self_check(golds, tmp_path):
     ws = _copy(golds, "ACC-01", tmp_path)
     defects.misstate_labelled_value(
@@ -136,6 +137,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.usefixtures("soffice")
 @pytest.mark.parametrize("name", list(MALFORMED))
 def test_malformed_deliverable_fails_with_a_reason(golds, tmp_path, name):
     act, sid, words = MALFORMED[name]
@@ -148,8 +150,7 @@ def test_malformed_deliverable_fails_with_a_reason(golds, tmp_path, name):
     assert report.lines[-1].startswith("SELF-CHECK FAILED")
 
 
-@pytest.mark.libreoffice
-@pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")
+@pytest.mark.usefixtures("soffice")
 def test_error_value_in_an_openpyxl_workbook_is_found_by_recalculation(golds, tmp_path):
     ws = _copy(golds, "ACC-01", tmp_path)
     defects.inject_error_value(ws, "bank_reconciliation_2026-10.xlsx", "Reconciliation")

@@ -26,10 +26,9 @@ from pilot import defects
 from pilot.oracles import Recalculator, evaluate, install_selfcheck, run_selfcheck
 from pilot.oracles.evaluate import FORM_KINDS, workbooks_to_recalculate
 from pilot.oracles.readers import docx_lines, word_count
-from pilot.oracles.recalc import soffice_binary
 from pilot.scenarios import build_gold_workspace, load_scenario
 
-pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+pytestmark = pytest.mark.usefixtures("soffice")
 
 BOOK = "bank_reconciliation_2026-10.xlsx"
 MEMO = "reconciliation_memo.docx"
@@ -155,7 +154,8 @@ def test_every_form_defect_of_every_scenario_fails_the_controllers_self_check(en
             defects.defect_for_criterion(sc, crit, ws, recalculator=env["recalc"])
             cases.append((sid, crit.id, sc, ws))
     # The oracle's form checks read every defective workbook recalculated: one LibreOffice batch for all of them, as the
-    # oracle batches a study's workspaces (evaluate_many); the recalculator caches by content, so each check reads its own copy.
+    # oracle batches a study's workspaces (evaluate_many); the recalculator caches by content, so each check reads its
+    # own copy.
     env["recalc"].recalculate([p for _, _, sc, ws in cases for p in workbooks_to_recalculate(sc, ws)])
     for sid, cid, sc, ws in cases:
         report = run_selfcheck(ws, sc, recalculator=env["recalc"])

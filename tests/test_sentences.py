@@ -117,7 +117,8 @@ def test_a_degenerate_logistic_fit_is_not_read():
 def test_secondary_sentence_keeps_arm_names():
     summary = pd.DataFrame({"arm": ["A0", "A1"], "E": [0.0, 0.1], "cost_usd": [0.3, 1.2], "wall_min": [5.0, 9.25]})
     assert sentences.secondary_sentence(summary) == (
-        "Critical violations are most frequent in A1 (0.100); the costliest arm per run is A1 ($1.20); the slowest is A1 (9.2 minutes)."
+        "Critical violations are most frequent in A1 (0.100); the costliest arm per run is A1 ($1.20); "
+        "the slowest is A1 (9.2 minutes)."
     )
 
 
@@ -135,9 +136,9 @@ def test_a_hypothesis_paragraph_names_the_failing_part_and_keeps_case():
     }
     text = sentences.hypothesis_paragraph(row)
     assert text == (
-        "Self-repair premium A4-A3 >= 0 and ARI > 0.5. Estimate: premium 0.100; ARI 0.400 (interval 0.000 to 0.200; 0.100 to 0.700; "
-        "Holm-adjusted p = 0.500; ARI n/a). The criterion is: premium estimate >= 0 and ARI estimate > 0.5. "
-        "The verdict is not consistent: the ARI 0.400 is not above 0.5."
+        "Self-repair premium A4-A3 >= 0 and ARI > 0.5. Estimate: premium 0.100; ARI 0.400 (interval 0.000 "
+        "to 0.200; 0.100 to 0.700; Holm-adjusted p = 0.500; ARI n/a). The criterion is: premium estimate "
+        ">= 0 and ARI estimate > 0.5. The verdict is not consistent: the ARI 0.400 is not above 0.5."
     )
 
 

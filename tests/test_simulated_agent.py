@@ -17,9 +17,6 @@ from pilot.simulated import agent as simulated
 from pilot.simulated.agent import SessionDraw, SimulatedBackend, apply_caps, load_model
 
 SID = "LEGAL-01"  # no workbook: no LibreOffice in these tests
-pytestmark = pytest.mark.skipif(
-    not (paths.SCENARIOS_DIR / SID / "scenario.yml").is_file(), reason=f"scenario {SID} not in the protocol yet"
-)
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -80,7 +77,7 @@ def test_simulated_outputs_say_so(tmp_path):
 def test_a0_delivers_text_substitutes_declared_in_the_record(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
     backend = SimulatedBackend(
-        sc, protocol.arms()["A0"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0
+        sc, protocol.arms()["A0"], run_dir=tmp_path / "run", workspace=Path("/nonexistent"), seed=0
     )
     # A seed whose draw has the substitutes and no other defect, so the record is intact.
     seed = next(s for s in range(200) if backend.draw(simulated._rng(s, SID, "A0", 0)).defects == ["text_substitutes"])
@@ -122,11 +119,11 @@ def test_the_cap_reached_first_ends_the_session(draw, cap):
         assert (cost, wall, turns) == (draw.cost, draw.wall, draw.turns)
 
 
-def test_draws_censor_some_runs_under_the_protocol_caps():
+def test_draws_censor_some_runs_under_the_protocol_caps(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
     arm = protocol.arms()["A4"]
     caps = protocol.study().caps_for(SID)
-    backend = SimulatedBackend(sc, arm, run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0)
+    backend = SimulatedBackend(sc, arm, run_dir=tmp_path / "run", workspace=Path("/nonexistent"), seed=0)
     reasons = []
     for seed in range(400):
         draw = backend.draw(simulated._rng(seed, SID, "A4", 0))
@@ -165,7 +162,7 @@ def test_a4_sometimes_fails_its_first_self_check_and_recovers(tmp_path):
 def test_a1_denied_attempts_are_recorded_as_deviations(tmp_path):
     sc = type("S", (), {"id": SID, "designed_depth": 3})()
     backend = SimulatedBackend(
-        sc, protocol.arms()["A1"], run_dir=Path("/nonexistent"), workspace=Path("/nonexistent"), seed=0
+        sc, protocol.arms()["A1"], run_dir=tmp_path / "run", workspace=Path("/nonexistent"), seed=0
     )
     seed = next(s for s in range(200) if backend.draw(simulated._rng(s, SID, "A1", 0)).denied is not None)
     rec = _run(tmp_path, "A1", seed)
@@ -178,10 +175,6 @@ def test_a1_denied_attempts_are_recorded_as_deviations(tmp_path):
 PORTAL_SID = "ACC-01"  # uses_portal: true
 
 
-@pytest.mark.skipif(
-    not (paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").is_file(),
-    reason=f"no portal content for {PORTAL_SID}",
-)
 def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path):
     from pilot.portal import read_access_log, summarise_access_log
 

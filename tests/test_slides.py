@@ -34,7 +34,7 @@ def _same_slides(pdf_bytes: bytes, deck: Path, tmp_path: Path) -> None:
     pages = PdfReader(str(pdf)).pages
     slides = list(Presentation(str(deck)).slides)
     assert len(pages) == len(slides) >= 3
-    for page, slide in zip(pages, slides):
+    for page, slide in zip(pages, slides, strict=True):
         title = slide.shapes.title.text if slide.shapes.title is not None else ""
         assert " ".join(title.split()) in " ".join(page.extract_text().split())
 

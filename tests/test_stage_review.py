@@ -17,7 +17,7 @@ def _listing() -> set[str]:
     return {str(p.relative_to(paths.NOTEBOOKS_DIR)) for p in paths.NOTEBOOKS_DIR.rglob("*")}
 
 
-@pytest.mark.notebook
+@pytest.mark.usefixtures("notebook")
 def test_primary_stage_run_from_notebooks_shows_figures_and_writes_nothing_there(tmp_path):
     runs = fresh_runtable(tmp_path, seed=11, n_scenarios=4)
     out = output_dirs(tmp_path)

@@ -87,7 +87,7 @@ def _stage_folder(tmp_path: Path, monkeypatch, name: str, text: str) -> None:
     monkeypatch.setattr(paths, "NOTEBOOK_BUILD_DIR", tmp_path / "build")
 
 
-@pytest.mark.notebook
+@pytest.mark.usefixtures("notebook")
 def test_run_stage_executes_with_papermill(tmp_path, monkeypatch):
     _stage_folder(tmp_path, monkeypatch, "09_tiny.py", TINY)
     out = run_stage("tiny", {"seed": "4", "out_dir": str(tmp_path)})
@@ -123,7 +123,7 @@ raise ValueError(f"bad value {x}")
 """
 
 
-@pytest.mark.notebook
+@pytest.mark.usefixtures("notebook")
 def test_a_failing_stage_names_the_executed_notebook_and_the_cell(tmp_path, monkeypatch, capfd):
     from pilot import stages
 
@@ -144,7 +144,7 @@ def test_a_failing_stage_names_the_executed_notebook_and_the_cell(tmp_path, monk
     assert "09_failing.ipynb" in out and "09_failing.py line 8" in out
 
 
-@pytest.mark.notebook
+@pytest.mark.usefixtures("notebook")
 def test_stage_kernels_use_no_tcp_transport(tmp_path, monkeypatch, capfd):
     _stage_folder(tmp_path, monkeypatch, "09_tiny.py", TINY)
     run_stage("tiny", {"out_dir": str(tmp_path)})

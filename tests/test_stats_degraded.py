@@ -214,7 +214,7 @@ def test_the_h4_text_macro_states_the_reasons_the_fits_give(kind, tmp_path: Path
     data = stage_outputs.StageData(df, f"degraded ({kind})", True, True, str(df["study"].iloc[0]))
     stage_outputs.write_sensitivity(s.results, s.hypotheses, data, tmp_path / "t", tmp_path / "f", tmp_path / "g")
     macros = (tmp_path / "g" / "sensitivity_macros.tex").read_text(encoding="utf-8")
-    line = next(l for l in macros.splitlines() if "\\SensHFourFitNotes}" in l)
+    line = next(ln for ln in macros.splitlines() if "\\SensHFourFitNotes}" in ln)
     notes = [n for n in h4.table["note"] if isinstance(n, str) and n]
     assert notes, kind  # a degraded table must leave a reason in some fit
     for n in notes:

@@ -217,14 +217,16 @@ def test_interval_alpha_equals_the_krippendorff_package():
 
 
 def test_cost_per_accepted_charges_a_run_without_a_reported_cost_at_the_ledger(hand):
-    # Y-01's A1 repeat 3 was killed at its wall limit: no reported cost; the ledger charged 4.30 in all, 0.30 of it judges.
+    # Y-01's A1 repeat 3 was killed at its wall limit: no reported cost; the ledger charged 4.30 in all, 0.30 of it
+    # judges.
     df = hand.assign(charged_usd=hand.cost_usd + 0.3, judge_cost_usd=0.3)
     at = (df.scenario == "Y-01") & (df.arm == "A1") & (df.repeat == 3)
     df.loc[at, ["cost_usd", "charged_usd"]] = [np.nan, 4.3]
     charged = sensitivity.cost_per_accepted(df, B=300).table.set_index("arm")
     reported = sensitivity.cost_per_accepted(df, B=300, cost_reading="reported").table.set_index("arm")
     acc_a1 = (1 / 2 + 1 / 3) / 2
-    # By hand, A1's mean cost per run: X-01 (1, 1, 1) -> 1; Y-01 (2, 2, 4.30 - 0.30) -> 8/3 charged, (2, 2) -> 2 reported.
+    # By hand, A1's mean cost per run: X-01 (1, 1, 1) -> 1; Y-01 (2, 2, 4.30 - 0.30) -> 8/3 charged, (2, 2) -> 2
+    # reported.
     assert charged.loc["A1", "cost_per_accepted"] == pytest.approx((1 + 8 / 3) / 2 / acc_a1)
     assert reported.loc["A1", "cost_per_accepted"] == pytest.approx((1 + 2) / 2 / acc_a1)
     assert (charged.loc["A1", "n_charged"], charged.loc["A1", "n_no_cost"]) == (1, 0)

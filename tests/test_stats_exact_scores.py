@@ -37,7 +37,7 @@ def _grid() -> list[int]:
 
 def test_the_known_case_is_exactly_seventy():
     crit = _criteria("LEGAL-01")
-    grades = dict(zip([c.id for c in crit], (3, 3, 1, 3, 4)))
+    grades = dict(zip([c.id for c in crit], (3, 3, 1, 3, 4), strict=True))
     assert rubric.exact_score(grades, crit) == 70
     assert rubric.weighted_score(grades, crit) == 70.0
     # The float mean of float weights lands below 70: the defect this module prevents.
@@ -59,7 +59,7 @@ def test_every_grade_vector_single_judge(sid):
     stored = np.empty(len(vectors))
     naive_flips = 0
     for i, g in enumerate(vectors):
-        grades = dict(zip(ids, map(int, g)))
+        grades = dict(zip(ids, map(int, g), strict=True))
         exact = rubric.exact_score(grades, crit)
         assert exact == Fraction(25 * int(N[i]), M)
         score = rubric.weighted_score(grades, crit)

@@ -32,7 +32,7 @@ def test_primary_contrasts_follow_the_protocol(runs, result):
     # The primary contrast stands alone: no adjusted p (empty in the reported summary).
     assert np.isnan(result.contrasts.p_holm.iloc[0]) and result.summary.p_holm.iloc[0] == ""
     acc = result.acceptance.set_index("arm")
-    for name, (t, c) in zip(result.contrasts.contrast, study.contrasts):
+    for name, (t, c) in zip(result.contrasts.contrast, study.contrasts, strict=True):
         assert result.contrast(name).estimate == pytest.approx(acc.loc[t, "p_hat"] - acc.loc[c, "p_hat"])
     assert (
         (result.contrasts.ci_low <= result.contrasts.estimate) & (result.contrasts.estimate <= result.contrasts.ci_high)
@@ -133,7 +133,7 @@ def test_h7_acceptance_by_occupation_against_scipy(runs):
         .sum()
     )
     t = h.summary.set_index("scenario").drop(index="pooled")
-    for occ, share in zip(t["occupation"], t["share_accepted"]):
+    for occ, share in zip(t["occupation"], t["share_accepted"], strict=True):
         assert float(share) == pytest.approx(by.loc[occ, "acc"] / by.loc[occ, "scored"])
     chi2, p, dof, _ = chi2_contingency(
         np.column_stack([by["acc"], by["scored"] - by["acc"]]).astype(float), correction=False

@@ -126,7 +126,7 @@ def test_batched_holm_equals_statsmodels_row_by_row():
     p = rng.uniform(0, 0.3, (12, 3))
     p[5] = [0.02, 0.02, 0.01]  # ties
     ours = primary.holm_many(p)
-    for row, adj in zip(p, ours):
+    for row, adj in zip(p, ours, strict=True):
         np.testing.assert_allclose(adj, multipletests(row, method="holm")[1], rtol=0, atol=1e-15)
 
 

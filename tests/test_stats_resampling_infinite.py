@@ -1,4 +1,5 @@
-"""Percentile intervals over replicates that may be infinite: ∞ stays ∞, against numpy's own percentile where both are defined."""
+"""Percentile intervals over replicates that may be infinite: ∞ stays ∞, against numpy's own percentile where both are
+defined."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def test_an_end_touching_an_infinite_replicate_is_infinite():
 
 
 def test_an_exact_order_statistic_next_to_infinity_stays_finite():
-    # 41 replicates, two infinite: the 97.5% point is position 39.0 exactly, the 40th value (40), with no weight on infinity.
+    # 41 replicates, two infinite: the 97.5% point is position 39.0 exactly, the 40th value (40), with no weight on
+    # infinity.
     reps = np.concatenate([np.arange(1.0, 40.0), [40.0, np.inf]])[:, None]
     _, hi = percentile_interval_infinite(reps, 0.95)
     assert hi[0] == 40.0

@@ -1,4 +1,5 @@
-"""Commands racing on one study: only the one that holds it writes the files beside its store, and they agree with the store.
+"""Commands racing on one study: only the one that holds it writes the files beside its store, and they agree with the
+store.
 
 Two ``pilot study create`` of one name at once: the store takes exactly one,
 and ``assignment_pilot.csv`` must be that one's assignment, not the last
@@ -29,7 +30,8 @@ SCENARIOS = ["ACC-01", "LEGAL-01"]  # a pilot of some tens of cells: quick to cr
 RACERS = 4
 ROUNDS = 2
 
-# Each racer loads everything first, says so, then waits for the go file: the creates start within a millisecond of each other.
+# Each racer loads everything first, says so, then waits for the go file: the creates start within a millisecond of each
+# other.
 _RACER = r"""
 import sys, time
 from pathlib import Path
@@ -84,7 +86,7 @@ def _race(root: Path, tmp: Path, commands: list[list[str]]) -> list[subprocess.C
             assert p.stdout.readline().strip() == "ready", p.communicate()
         go.touch()
         done = []
-        for cmd, p in zip(commands, procs):
+        for cmd, p in zip(commands, procs, strict=True):
             out, err = p.communicate(timeout=300)
             done.append(subprocess.CompletedProcess(cmd, p.returncode, out, err))
         return done
@@ -115,7 +117,6 @@ def _nothing_left_beside(folder: Path) -> None:
 # ------------------------------------------------------------------ create
 
 
-@pytest.mark.slow
 def test_racing_creates_one_wins_and_the_assignment_file_is_the_stores(tmp_path):
     root = make_root(tmp_path)
     data = root / "analysis" / "data"
@@ -150,7 +151,6 @@ def test_racing_creates_one_wins_and_the_assignment_file_is_the_stores(tmp_path)
     )
 
 
-@pytest.mark.slow
 def test_a_create_waits_while_another_command_holds_the_study_then_decides(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "held"
@@ -190,7 +190,6 @@ def test_a_create_waits_while_another_command_holds_the_study_then_decides(tmp_p
 # ------------------------------------------------------------------ --fresh
 
 
-@pytest.mark.slow
 def test_fresh_refuses_a_study_another_command_holds_and_deletes_nothing(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "fr"
@@ -211,7 +210,6 @@ def test_fresh_refuses_a_study_another_command_holds_and_deletes_nothing(tmp_pat
     _nothing_left_beside(folder)
 
 
-@pytest.mark.slow
 def test_fresh_refuses_while_another_create_of_the_name_holds_it(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "mid"
@@ -221,7 +219,6 @@ def test_fresh_refuses_while_another_create_of_the_name_holds_it(tmp_path):
         assert not (folder / STORE_FILE).exists() and not (folder / "assignment_pilot.csv").exists()
 
 
-@pytest.mark.slow
 def test_racing_fresh_creates_never_leave_a_file_that_disagrees(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "again"
@@ -248,7 +245,6 @@ def test_racing_fresh_creates_never_leave_a_file_that_disagrees(tmp_path):
 # ------------------------------------------------------------------ later waves and the run table
 
 
-@pytest.mark.slow
 def test_racing_wave_starts_add_the_wave_once_and_its_file_is_the_stores(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "w"
@@ -266,7 +262,6 @@ def test_racing_wave_starts_add_the_wave_once_and_its_file_is_the_stores(tmp_pat
     _nothing_left_beside(folder)
 
 
-@pytest.mark.slow
 def test_a_run_under_the_lock_puts_back_an_assignment_file_that_disagrees_with_the_store(tmp_path):
     # Studies created before creates were serialised may keep the losing racer's file: the next run repairs it.
     root = make_root(tmp_path)
@@ -285,7 +280,6 @@ def test_a_run_under_the_lock_puts_back_an_assignment_file_that_disagrees_with_t
             )
 
 
-@pytest.mark.slow
 def test_export_beside_the_store_refuses_while_the_study_is_held_and_elsewhere_goes_ahead(tmp_path):
     root = make_root(tmp_path)
     folder = root / "analysis" / "data" / "ex"

@@ -1,4 +1,5 @@
-"""Operator mistakes and faults of `pilot study`: each ends in one `pilot study:` line naming the file and what to do, and loses nothing."""
+"""Operator mistakes and faults of `pilot study`: each ends in one `pilot study:` line naming the file and what to do,
+and loses nothing."""
 
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ from schedule_support import finish_cells, make_root, read_only
 
 from pilot import paths, protocol, runtable
 from pilot.store import STORE_FILE, Store
-
-pytestmark = pytest.mark.slow
 
 FAKE = "pilot.simulated.fake_runs:sleep_run"
 NOOP = "pilot.simulated.fake_runs:noop_run"
@@ -141,8 +140,8 @@ def test_an_interrupted_create_leaves_no_study(tmp_path, monkeypatch):
 
     def boom(c, cells):
         c.execute(
-            "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "
-            "VALUES ('x', 'pilot', 0, 'ACC-01', 'A0', 1, 'm', 1, 1, 1, 1)"
+            "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, "
+            "wall_s, reserve_micro) VALUES ('x', 'pilot', 0, 'ACC-01', 'A0', 1, 'm', 1, 1, 1, 1)"
         )
         raise KeyboardInterrupt  # the operator's Ctrl-C in the middle of writing the cells
 
@@ -160,7 +159,8 @@ def test_an_interrupted_create_leaves_no_study(tmp_path, monkeypatch):
     conn = sqlite3.connect(folder / STORE_FILE)
     conn.executescript(store_mod.SCHEMA)
     conn.execute(
-        "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json) VALUES ('half', 1, 'x', '1', 'm', '[]')"
+        "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json) "
+        "VALUES ('half', 1, 'x', '1', 'm', '[]')"
     )
     conn.commit()
     conn.close()
@@ -182,7 +182,10 @@ def test_failed_runs_make_run_exit_nonzero_grouped_and_retry_reopens_them(tmp_pa
     assert ran.returncode == 4, ran.stderr
     assert "2 run(s) of wave pilot ended failed" in ran.stderr
     assert re.search(
-        r"^  2 run\(s\), e\.g\. fake infrastructure error on \S+ \(attempt 3\) \[ACC-01\.A1\.r[12], ACC-01\.A1\.r[12]\]$",
+        (
+            r"^  2 run\(s\), e\.g\. fake infrastructure error on \S+ \(attempt 3\) \[ACC-01\.A1\.r[12], "
+            r"ACC-01\.A1\.r[12]\]$"
+        ),
         ran.stderr,
         re.M,
     ), ran.stderr
@@ -206,6 +209,7 @@ def test_failed_runs_make_run_exit_nonzero_grouped_and_retry_reopens_them(tmp_pa
         assert len(st.events("reopen")) == 2 and st.audit() == []
 
 
+@pytest.mark.usefixtures("dask")
 def test_run_refusals_take_no_freeze_manifest_and_reserve_nothing(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
@@ -223,8 +227,8 @@ def test_run_refusals_take_no_freeze_manifest_and_reserve_nothing(tmp_path):
             sys.executable,
             "-c",
             (
-                "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write('4242'); f.flush(); "
-                "print('locked', flush=True); time.sleep(60)"
+                "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+                "f.write('4242'); f.flush(); print('locked', flush=True); time.sleep(60)"
             ),
             str(folder / "scheduler.lock"),
         ],
@@ -277,7 +281,7 @@ def test_two_operators_starting_the_third_repeat_at_once(tmp_path):
     results = [p.communicate(timeout=180) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], results
-    loser = next(err for p, (out, err) in zip(procs, results) if p.returncode == 2)
+    loser = next(err for p, (out, err) in zip(procs, results, strict=True) if p.returncode == 2)
     assert "IntegrityError" not in loser and "Traceback" not in loser
     assert re.search(r"^pilot study: .*scheduler.lock: another scheduler", loser, re.M), loser
     with Store.open(root / "analysis" / "data" / "two") as st:
@@ -305,7 +309,8 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     first = 1 + max(int(r["id"][2:]) for r in protocol.load_amendments(amendments))
     low, high, written = (f"A-{n:03d}" for n in range(first, first + 3))
     assert pilot(env, "create", "env", "--scenarios", "ACC-01", "--runner", FAKE).returncode == 0
-    # lowered before any spending to 8 dollars: one run's worst case (ACC-01: 6.00 + 0.30 for judges) fits while spent <= 1.70
+    # lowered before any spending to 8 dollars: one run's worst case (ACC-01: 6.00 + 0.30 for judges) fits while spent
+    # <= 1.70
     one_line_fault(pilot(env, "envelope", "env", "--set", "20", "--amendment", "11"), r"A-NNN")
     one_line_fault(pilot(env, "envelope", "env", "--set", "-3", "--amendment", low), r"positive")
     one_line_fault(pilot(env, "envelope", "env", "--set", "0.0000001", "--amendment", low), r"six decimals")
@@ -346,7 +351,8 @@ def test_exhausted_envelope_has_a_documented_way_forward(tmp_path):
     last_date = list(csv.DictReader(amendments.open()))[-1]["date"]
     with amendments.open("a") as fh:
         fh.write(
-            f'{written},{last_date},before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to rerun failed runs."\n'
+            f'{written},{last_date},before rerun pilot,Envelope for the rerun,"Raised to 900 dollars to '
+            'rerun failed runs."\n'
         )
     assert pilot(env, "envelope", "env", "--set", "900", "--amendment", written).returncode == 0
     assert [r["id"] for r in csv.DictReader(amendments.open())].count(written) == 1
@@ -375,6 +381,7 @@ def test_a_truncated_or_corrupted_store_is_named_and_left_in_place(tmp_path):
     one_line_fault(pilot(env, "status", "c"), r"study.sqlite", r"truncated or corrupted", r"restore it from a backup")
 
 
+@pytest.mark.usefixtures("dask")
 def test_lost_dask_scheduler_is_one_line(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
@@ -446,7 +453,6 @@ def test_full_and_read_only_disks_lose_nothing(tmp_path):
     with Store.open(data / "done") as st:
         finish_cells(st, failed=1)
     assert pilot(env, "export", "done").returncode == 0
-    good_csv = (data / "done" / "runs.csv").read_bytes()
     assert pilot(env, "create", "todo", "--scenarios", "ACC-01", "RES-01", "--runner", FAKE).returncode == 0
     saved = tmp_path / "saved"
     shutil.copytree(data, saved)
@@ -499,6 +505,7 @@ cmp -s "$D/done/runs.csv" {saved}/done/runs.csv && echo same-csv
     assert len(faults) == 7, shown
 
 
+@pytest.mark.usefixtures("dask")
 def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_path):
     root = make_root(tmp_path)
     env = _env(root)
@@ -510,9 +517,9 @@ def test_dask_scheduler_lost_mid_wave_is_one_line_and_the_next_run_recovers(tmp_
             sys.executable,
             "-c",
             (
-                "import time\nfrom distributed import LocalCluster\n"
-                f"c = LocalCluster(n_workers=1, threads_per_worker=4, processes=False, protocol='tcp://', dashboard_address=None, resources={caps!r})\n"
-                "print(c.scheduler_address, flush=True)\ntime.sleep(600)\n"
+                "import time\nfrom distributed import LocalCluster\nc = LocalCluster(n_workers=1, "
+                "threads_per_worker=4, processes=False, protocol='tcp://', dashboard_address=None, "
+                f"resources={caps!r})\nprint(c.scheduler_address, flush=True)\ntime.sleep(600)\n"
             ),
         ],
         env=_env(root, PILOT_FAKE_SLEEP_S="30", PILOT_FAKE_SPAWN="1"),

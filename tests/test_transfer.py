@@ -74,7 +74,8 @@ def _files_under(d: Path) -> dict[str, bytes]:
 
 
 def _rebuild(pkg: Package, change) -> Package:
-    """The package's archive rewritten member by member; ``change(info, data)`` returns the (info, data) to write, or None."""
+    """The package's archive rewritten member by member; ``change(info, data)`` returns the (info, data) to write, or
+    None."""
     out = io.BytesIO()
     with (
         tarfile.open(fileobj=io.BytesIO(pkg.data), mode="r:gz") as src,

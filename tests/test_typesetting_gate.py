@@ -17,7 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pilot import paths
+
+pytestmark = pytest.mark.usefixtures("latex")
 
 STAMPS = ("system-latex", "design-tables", "stage-power", "stage-pilot", "stage-scale-rule", "stage-primary")
 STAMPS += ("stage-sensitivity", "calibration", "stage-grading")

@@ -22,8 +22,6 @@ from pilot.view.app import create_app
 from pilot.view.export import ExportError, export_site
 from pilot.view.study import StudyReader, ViewError
 
-pytestmark = pytest.mark.slow
-
 
 def _esc(text: str) -> str:
     return str(escape(text))
@@ -103,7 +101,7 @@ def test_run_page_explains_the_verdict_with_oracle_judges_and_deliverables(study
         assert _esc(c["reason"]) in page
     for j in rec["judges"]:
         assert _esc(j["rationale"]) in page
-        for crit, grade in j["criterion_scores"].items():
+        for crit in j["criterion_scores"]:
             assert f"<code>{crit}</code>" in page
     # The deliverables are the judges' own rendering (pilot.judges.prompt_for_run), not a re-implementation.
     from pilot.judges import prompt_for_run

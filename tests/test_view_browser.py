@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from view_support import models_study, run_table, simulated_study
 
 from pilot.view.app import ViewServer
 from pilot.view.export import export_site
 from pilot.view.study import StudyReader
-
-pytestmark = pytest.mark.slow
 
 
 def _visible_arms(page) -> list[str]:
@@ -118,7 +115,7 @@ def _check_new_pages(page, base: str, table, suffix: str) -> None:
     page.wait_for_selector("#runs")
     assert _visible_runs(page) == set(mine["run_id"])
     assert page.input_value("#filter-model") == worker and page.input_value("#filter-arm") == "A3"
-    assert page.inner_text("#arm-counts tr[data-arm='A3'][data-model='%s'] .n-runs" % sens[0]) == "0"
+    assert page.inner_text(f"#arm-counts tr[data-arm='A3'][data-model='{sens[0]}'] .n-runs") == "0"
     # The filters follow the hash live (no reload), and a changed filter goes into the hash.
     page.evaluate("window.__same_document = true")
     page.evaluate(f"location.hash = '#arm=A3&model={sens[0]}'")

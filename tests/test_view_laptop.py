@@ -23,8 +23,6 @@ from view_support import SCENARIO, caps_study, models_study, run_table, simulate
 from pilot.view.app import ViewServer
 from pilot.view.export import export_site
 
-pytestmark = pytest.mark.slow
-
 VIEWPORTS = [(1440, 900), (390, 844)]
 IDS = ["laptop", "phone"]
 

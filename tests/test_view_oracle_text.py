@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from mutation_support import evaluate_variants, in_turn, replace_sentences, set_cells
 
 from pilot.scenarios import load_scenario
 from pilot.view.oracle_text import criterion_intent, describe_pattern, for_people, pattern_words
@@ -60,8 +59,11 @@ def test_only_the_criterion_s_own_patterns_are_rewritten():
     )
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("soffice")
 def test_the_real_oracle_s_reasons_read_for_people(tmp_path):
+    # Imported here: the other tests of this file need no LibreOffice (tests/component_tiers.py SUPPORT_MODULES).
+    from mutation_support import evaluate_variants, in_turn, replace_sentences, set_cells
+
     sid = "ACC-01"
     memo = "reconciliation_memo.docx"
     variants = {

@@ -19,8 +19,6 @@ from view_support import copy_study, models_study, run_table, simulated_study
 
 from pilot.view.app import create_app
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def study() -> Path:
@@ -144,7 +142,10 @@ def test_a_run_without_a_reported_cost_shows_its_reservation_as_charged(study, t
     expected = f"${reserved / 1_000_000:,.2f}"
     page = client.get("/").get_data(as_text=True)
     m = re.search(
-        rf'data-run="{run_id}".*?class="col-cost_usd">\s*(\S+)\s*</td>\s*<td data-sort="[^"]*" class="col-charge_usd">\s*(.*?)</td>',
+        (
+            rf'data-run="{run_id}".*?class="col-cost_usd">\s*(\S+)\s*</td>\s*<td data-sort="[^"]*" '
+            r'class="col-charge_usd">\s*(.*?)</td>'
+        ),
         page,
         re.S,
     )
@@ -186,7 +187,10 @@ def test_scenario_by_arm_overview_links_each_cell_to_its_runs(mclient, mtable):
     )
     for (sid, arm), c in cells.iterrows():
         m = re.search(
-            rf'<tr data-scenario="{sid}">.*?<td data-arm="{arm}" class="cell[^"]*"><a href="([^"]+)"[^>]*>([^<]+)</a></td>',
+            (
+                rf'<tr data-scenario="{sid}">.*?<td data-arm="{arm}" class="cell[^"]*"><a '
+                r'href="([^"]+)"[^>]*>([^<]+)</a></td>'
+            ),
             page,
             re.S,
         )

@@ -739,23 +739,13 @@ def _replace(stream: list[str], pick, change) -> list[str]:
     return [line for line in out if line is not None]
 
 
-def _real_cli() -> Path:
-    from real_cli_support import real_cli
-
-    cli = real_cli()
-    if cli is None:
-        pytest.fail("the pinned Claude Code CLI is not installed (make test installs it; or set PILOT_TEST_CLAUDE_BIN)")
-    return cli
-
-
-@pytest.mark.slow
-def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_path):
+def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_path, real_cli):
     from fake_messages_api import FakeMessagesAPI, text_turn, tool_turn
 
     from pilot import protocol
     from pilot.protocol.prices import PriceTable, Usage
 
-    cli = _real_cli()
+    cli = real_cli
     model = protocol.study()["worker"]["model"]
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -858,9 +848,9 @@ def test_the_real_cli_agrees_with_the_record_and_each_tampering_is_caught(tmp_pa
     ]
 
 
-@pytest.mark.slow
-def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
-    """The A4 shape: the first session stops at --max-turns, the resume keeps the assigned id and reports the cumulative cost.
+def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path, real_cli):
+    """The A4 shape: the first session stops at --max-turns, the resume keeps the assigned id and reports the cumulative
+    cost.
 
     The resume's first answer makes three calls at once: the CLI's num_turns then counts more than the model's answers.
     """
@@ -870,7 +860,7 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
     from pilot.agents import messages_wire as wire
     from pilot.protocol.prices import PriceTable, Usage
 
-    cli = _real_cli()
+    cli = real_cli
     model = protocol.study()["worker"]["model"]
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -924,13 +914,14 @@ def test_the_real_cli_across_a_turn_cap_and_a_resume_is_honest(tmp_path):
 #: What the pinned CLI 2.1.332 sent back for `sh -c 'X=cu; Y=rl; "$X$Y" --version'` under the deny rule Bash(curl:*)
 #: (seen in a run of tests/test_sandbox_adversarial.py): a rule sent the call to approval, print mode refused it.
 AUTO_DENIAL = (
-    "Permission for this tool use was denied. It requires approval, and this session has no approval surface \u2014 "
-    "nobody can answer a permission prompt here \u2014 so it was denied automatically. The action was NOT performed; "
-    "do not claim it succeeded, and do not retry it: this action, and anything else that requires approval, will be "
-    "denied the same way for the rest of this session. Tell the user what was blocked and why you needed it, then "
-    "continue with the parts of the task that do not require approval. What required approval: A permission rule "
-    "denies a command inside this shell -c script, so Claude Code could not check it for dangerous removals. "
-    "Approving runs the whole script, including that command. A permission rule denies a command in this shell -c script"
+    "Permission for this tool use was denied. It requires approval, and this session has no approval "
+    "surface \u2014 nobody can answer a permission prompt here \u2014 so it was denied automatically. The "
+    "action was NOT performed; do not claim it succeeded, and do not retry it: this action, and anything "
+    "else that requires approval, will be denied the same way for the rest of this session. Tell the user "
+    "what was blocked and why you needed it, then continue with the parts of the task that do not require "
+    "approval. What required approval: A permission rule denies a command inside this shell -c script, so "
+    "Claude Code could not check it for dangerous removals. Approving runs the whole script, including "
+    "that command. A permission rule denies a command in this shell -c script"
 )
 
 
@@ -943,8 +934,7 @@ def test_a_rule_that_asks_for_approval_is_a_rule_refusal():
     assert [d.blocked_by for d in audit(proxy_summary(rows), ["curl"], ["Bash"])] == ["cli_rule"]
 
 
-@pytest.mark.slow
-def test_the_real_cli_compacting_its_conversation_sends_no_injected_message(tmp_path):
+def test_the_real_cli_compacting_its_conversation_sends_no_injected_message(tmp_path, real_cli):
     """Near the end of its context window the pinned CLI asks the model for a summary and sends the summary in the
     conversation's place: user texts of its own, which the witness knows. Run through the real proxy, whose record is
     read as the runner reads it; the client's cost agrees with the metered one."""
@@ -954,7 +944,7 @@ def test_the_real_cli_compacting_its_conversation_sends_no_injected_message(tmp_
     from pilot.agents.model_proxy import MeteringProxy, read_exchanges
     from pilot.protocol.prices import PriceTable
 
-    cli = _real_cli()
+    cli = real_cli
     model = protocol.study()["worker"]["model"]
     ws = tmp_path / "ws"
     ws.mkdir()

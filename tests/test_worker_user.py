@@ -23,7 +23,8 @@ def _root() -> None:
 
 @pytest.fixture
 def own_slots(tmp_path):
-    """Two slots of users of this test's own (so the suite's real attempts, which hold study.yml's slots, are never touched)."""
+    """Two slots of users of this test's own (so the suite's real attempts, which hold study.yml's slots, are never
+    touched)."""
     _root()
     users = worker_user.SandboxUsers("pilot-tslot", 61980, 2)
     worker_user.create_users(users)

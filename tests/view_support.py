@@ -200,7 +200,8 @@ def models_study() -> Path:
 
 
 def run_table(folder: Path, dest: Path) -> Path:
-    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study unwritten)."""
+    """``dest``: the run table of the study in ``folder`` as ``pilot study export`` writes it (the study is not
+    written)."""
     pilot(folder.parent.parent.parent, "study", "export", folder.name, "--out", str(dest))
     return dest
 

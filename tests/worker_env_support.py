@@ -1,10 +1,9 @@
-"""A stand-in worker environment for runner and launch tests: a folder whose ``bin/python3`` is the system interpreter."""
+"""A stand-in worker environment for runner and launch tests: a folder whose ``bin/python3`` is the system
+interpreter."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 
 def make_worker_env(parent: Path) -> Path:
@@ -13,9 +12,3 @@ def make_worker_env(parent: Path) -> Path:
     (env / "bin").mkdir(parents=True)
     (env / "bin" / "python3").symlink_to("/usr/bin/python3")
     return env
-
-
-@pytest.fixture
-def worker_env(tmp_path) -> Path:
-    """A fresh stand-in worker environment under the test's temporary folder."""
-    return make_worker_env(tmp_path)

@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.log}: {line}", file=sys.stderr)
     print(
         f"{args.log}: {len(fail)} typesetting failure(s) (overfull boxes above {args.max_pt:g}pt, lines of "
-        f"badness 10000 in tables, undefined references); {len(listed)} other underfull box(es) listed, not failed"
+        f"badness 10000 in tables, undefined references); {len(listed)} other underfull box(es) listed, "
+        "not failed"
     )
     return 1 if fail else 0
 

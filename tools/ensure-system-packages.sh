@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Make sure the Debian/Ubuntu packages a target needs are installed.
+# Make sure the Debian/Ubuntu packages a target needs are installed: the one place the build provisions the machine.
 #   tools/ensure-system-packages.sh GROUP...   (groups: venv latex office sandbox browser http)
 # Installs what is missing with apt-get when it can (root, or sudo without a
 # password); otherwise stops and prints the one command the user must run.
+# Another apt or dpkg (unattended upgrades, a second make) may hold the package lock: apt-get waits for it
+# (APT_LOCK_TIMEOUT seconds, 600 by default) instead of failing at once.
 set -euo pipefail
+
+APT_LOCK_TIMEOUT=${APT_LOCK_TIMEOUT:-600}
 
 missing=()
 need() { missing+=("$@"); }
@@ -68,7 +72,26 @@ else
   exit 1
 fi
 
+# apt-get with the lock wait: DPkg::Lock::Timeout covers dpkg's lock; the package lists' lock of `apt-get update`
+# is retried here until the same deadline, so a lock held by another apt never fails the build at once.
+apt() {
+  local deadline=$((SECONDS + APT_LOCK_TIMEOUT)) err
+  err=$(mktemp)
+  until "${sudo[@]}" apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT" "$@" 2>"$err"; do
+    if grep -qiE 'could not get lock|unable to lock|is held by process' "$err" && [ $SECONDS -lt $deadline ]; then
+      echo "ensure-system-packages: another apt holds the package lock; waiting" >&2
+      sleep 5
+    else
+      cat "$err" >&2
+      rm -f "$err"
+      return 1
+    fi
+  done
+  cat "$err" >&2
+  rm -f "$err"
+}
+
 echo "Installing system packages: ${pkgs[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" "${cmd[@]}" -qq
+apt update -qq
+apt "${cmd[@]:1}" -qq

@@ -87,7 +87,8 @@ class AttemptOutcome:
             self.status = "infra_error"
         elif self.status not in OUTCOME_STATUSES or self.status == "infra_error":
             raise ValueError(
-                f"AttemptOutcome.status: {self.status!r} is not one of completed, capped, agent_error (or set infra_error)"
+                f"AttemptOutcome.status: {self.status!r} is not one of completed, capped, agent_error (or "
+                "set infra_error)"
             )
         for name in ("cost_usd", "judge_cost_usd"):
             value = getattr(self, name)
@@ -123,7 +124,8 @@ class AttemptOutcome:
 
     @property
     def charge_usd(self) -> Decimal | None:
-        """What the envelope is charged, exactly: the metered agent cost (else the reported one) plus the judges; None if unknown."""
+        """What the envelope is charged, exactly: the metered agent cost (else the reported one) plus the judges; None
+        if unknown."""
         judges = Decimal(str(float(self.judge_cost_usd)))
         if self.metered_cost_usd is not None:
             return Decimal(self.metered_cost_usd) + judges
@@ -154,7 +156,8 @@ class AttemptOutcome:
 
 
 def launch_mark(attempt_dir: Path) -> Path:
-    """The attempt's launch mark: ``attempt-N.launched`` beside ``attempt-N/``, holding the worker's pid and start time."""
+    """The attempt's launch mark: ``attempt-N.launched`` beside ``attempt-N/``, holding the worker's pid and start
+    time."""
     attempt_dir = Path(attempt_dir)
     return attempt_dir.with_name(attempt_dir.name + LAUNCH_SUFFIX)
 

@@ -146,7 +146,8 @@ STAND_INS: dict[str, tuple[StandIn, ...]] = {
     CLAUDE_CODE: (),
 }
 
-#: The sources of a grading wave (``pilot grading create --source``): experts are people; a simulated wave is a stand-in.
+#: The sources of a grading wave (``pilot grading create --source``): experts are people; a simulated wave is a
+#: stand-in.
 GRADER_STAND_INS: dict[str, StandIn | None] = {
     "experts": None,
     SIMULATED: StandIn("graders", "the experts of A-015", "analysis/config/simulated_graders.yml"),
@@ -226,7 +227,8 @@ def label(backend: str) -> str:
 
 
 def label_of(backends: Iterable[str]) -> str:
-    """The label of a table whose rows come from ``backends``: a rehearsal's or a dry run's, never a finding's if any row is not real.
+    """The label of a table whose rows come from ``backends``: a rehearsal's or a dry run's, never a finding's if any
+    row is not real.
 
     SIMULATED wins over REHEARSAL when both occur (a mixed table is no rehearsal of anything).
     """

@@ -32,6 +32,7 @@ harness creates.
 
 from __future__ import annotations
 
+import errno
 import grp
 import json
 import os
@@ -40,7 +41,6 @@ import resource
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pilot import worker_files
 from pilot.bubblewrap import ETC_ENTRIES, PRIVILEGE_FLAGS, bwrap_problems, stage_binds, system_layout
 
 #: The environment variable of the development opt-out (``pilot.runner`` reads the same one).
@@ -90,7 +91,7 @@ class Limits:
     #: Processes and threads of the dedicated renderer uid, all its runs on the host together.
     processes: int = 2048
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -103,7 +104,7 @@ class Identity:
     name: str
     switch: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"uid": self.uid, "gid": self.gid, "name": self.name, "dedicated": self.switch}
 
 
@@ -118,7 +119,7 @@ class Completed:
     seconds: float
     #: ``bubblewrap``, or ``unisolated`` when the operator's opt-out let it run without the confinement.
     confinement: str
-    identity: dict = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
     #: Why it ran unconfined (the host's missing pieces), when it did.
     unconfined_reason: str = ""
     #: The helper's pid as the host sees it (bubblewrap's ``child-pid``), when known.
@@ -262,38 +263,22 @@ def require(study: Any | None = None) -> None:
 def copy_regular(src: Path, dst: Path, max_bytes: int) -> int:
     """Copy the regular file ``src`` to the new file ``dst``; the number of bytes copied.
 
-    ``src`` is opened without following a link (``O_NOFOLLOW``) and without
-    blocking on a pipe; anything that is not a regular file, or holds more
-    than ``max_bytes`` (sparse or not, growing or not), raises
-    :class:`UnsafeFile` and leaves no ``dst``. ``dst`` must not exist.
+    ``src`` is read through the bounded reader (:func:`pilot.worker_files.copy_out`, beneath its folder): no link
+    is followed, a pipe never blocks; anything that is not a regular file, or holds more than ``max_bytes`` (sparse
+    or not), raises :class:`UnsafeFile` and leaves no ``dst``, and a file that grows while read is copied at the size
+    it had when opened. ``dst`` must not exist.
     """
     src, dst = Path(src), Path(dst)
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise UnsafeFile(exc.errno, f"{src.name}: cannot be opened without following a link ({exc.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(0, f"{src.name}: not a regular file")
-        if st.st_size > max_bytes:
-            raise UnsafeFile(0, f"{src.name}: {st.st_size} bytes, above the {max_bytes}-byte bound")
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        total = 0
-        try:
-            while chunk := os.read(fd, 1024 * 1024):
-                total += len(chunk)
-                if total > max_bytes:
-                    raise UnsafeFile(0, f"{src.name}: grew above the {max_bytes}-byte bound while read")
-                os.write(out, chunk)
-        except BaseException:
-            os.close(out)
-            dst.unlink(missing_ok=True)
-            raise
-        os.close(out)
-        return total
-    finally:
-        os.close(fd)
+        with worker_files.Folder(src.parent) as folder:
+            return worker_files.copy_out(folder, src.name, dst, max_bytes=max_bytes, mode=0o644)
+    except worker_files.Refused as exc:
+        if exc.kind in (worker_files.FOLDER, worker_files.SPECIAL):
+            raise UnsafeFile(0, f"{src.name}: not a regular file") from None
+        if exc.kind == worker_files.TOO_LARGE:
+            raise UnsafeFile(0, f"{src.name}: {exc.size} bytes, above the {max_bytes}-byte bound") from None
+        code = {worker_files.LINK: errno.ELOOP, worker_files.MISSING: errno.ENOENT}.get(exc.kind, errno.EACCES)
+        raise UnsafeFile(code, f"{src.name}: cannot be opened without following a link ({exc})") from None
 
 
 def python_binds() -> list[Path]:

@@ -18,6 +18,7 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -122,7 +123,7 @@ def strip_formulas(workspace: Path, name: str, *, recalculator=None) -> str:
 
     path = _out(workspace, name)
     rec = (recalculator or default_recalculator()).recalculate([path])[path]
-    if rec.error:
+    if rec.error or rec.path is None:
         raise DefectNotApplicable(f"{name}: {rec.error}")
     values = _load(rec.path, data_only=True)
     wb = _load(path)
@@ -149,27 +150,52 @@ def inject_error_value(workspace: Path, name: str, sheet: str | None = None) -> 
     return f"wrote =1/0 into {ws.title}!A{row} of {name}"
 
 
-_REF = re.compile(r"(?:'?([^'!=(),]+)'?!)?\$?([A-Z]{1,3})\$?(\d+)(?::\$?([A-Z]{1,3})\$?(\d+))?")
+# A cell or range reference inside a formula, sheet-qualified or not: A1, $B$8, A2:A40, Summary!$B$8,
+# 'October pay'!K7 ('' is a quote inside a quoted name). An unquoted sheet name is a run of word characters and dots,
+# so an operator ends it (=ROUND(G2*Summary!$B$8,2) refers to G2 and to Summary!B8), and a reference starts where no
+# name character precedes it and ends where no function call follows (LOG10( is no cell).
+_REF = re.compile(
+    r"(?<![\w.$'!])(?:'((?:[^']|'')+)'!|([A-Za-z_][\w.]*)!)?"
+    r"\$?([A-Z]{1,3})\$?(\d+)(?::\$?([A-Z]{1,3})\$?(\d+))?(?![\w(])"
+)
+
+
+def formula_references(formula: str, own_sheet: str) -> list[tuple[str, int, int, int, int]]:
+    """Every cell or range ``formula`` refers to: (sheet, first column, first row, last column, last row), 1-based;
+    a reference without a sheet is on ``own_sheet``."""
+    from openpyxl.utils import column_index_from_string
+
+    out = []
+    for m in _REF.finditer(formula):
+        quoted, bare, col1, row1, col2, row2 = m.groups()
+        sheet = quoted.replace("''", "'") if quoted is not None else (bare or own_sheet)
+        c1, r1 = column_index_from_string(col1), int(row1)
+        c2, r2 = (column_index_from_string(col2), int(row2)) if col2 else (c1, r1)
+        out.append((sheet.strip(), min(c1, c2), min(r1, r2), max(c1, c2), max(r1, r2)))
+    return out
 
 
 def _is_referenced(wb, ws, cell) -> bool:
     """Whether any formula in the workbook refers to ``cell`` (directly or inside a range)."""
-    from openpyxl.utils import column_index_from_string
-
     for other in wb.worksheets:
         for row in other.iter_rows():
             for c in row:
                 if not is_formula(c) or c is cell:
                     continue
-                for m in _REF.finditer(str(c.value)):
-                    sheet = (m.group(1) or other.title).strip()
-                    if sheet != ws.title:
-                        continue
-                    c1, r1 = column_index_from_string(m.group(2)), int(m.group(3))
-                    c2, r2 = (column_index_from_string(m.group(4)), int(m.group(5))) if m.group(4) else (c1, r1)
-                    if min(c1, c2) <= cell.column <= max(c1, c2) and min(r1, r2) <= cell.row <= max(r1, r2):
+                for sheet, c1, r1, c2, r2 in formula_references(str(c.value)[1:], other.title):
+                    if sheet == ws.title and c1 <= cell.column <= c2 and r1 <= cell.row <= r2:
                         return True
     return False
+
+
+def shown(value: object) -> str:
+    """A cell's or figure's value as a row of the check prints it: a number exactly, with thousands separators."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, (int, float, Decimal)):
+        d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+        return format(d, ",f")
+    return repr(value) if not (isinstance(value, str) and value.startswith("=")) else value
 
 
 def _shift(cell, delta: float) -> None:
@@ -177,6 +203,16 @@ def _shift(cell, delta: float) -> None:
         cell.value = f"={str(cell.value)[1:]}+({delta:g})"
     else:
         cell.value = (parse_number(cell.value) or 0.0) + delta
+
+
+def _sheet_named(wb, sheet: str | None) -> list:
+    """The sheets a criterion reads: the one named (as the oracle matches names, case and spaces aside), or all."""
+    if not sheet:
+        return list(wb.worksheets)
+    found = [ws for ws in wb.worksheets if ws.title.strip().lower() == sheet.strip().lower()]
+    if not found:
+        raise DefectNotApplicable(f"no sheet named {sheet!r}")
+    return found
 
 
 def misstate_labelled_value(
@@ -192,70 +228,67 @@ def misstate_labelled_value(
 ) -> str:
     """Make the figure reported against ``label`` wrong without disturbing any other figure.
 
-    The value cell is overwritten when no formula depends on it. When a total
-    depends on it, the figure is shifted and a sibling in the same column is
-    shifted back (the total still ties, the line is wrong). Otherwise the
-    line is retired and restated with the wrong figure at the bottom.
+    The line is found as the oracle finds it (the whole label cell, the value
+    to its right or under ``column``). The value cell is overwritten when no
+    formula depends on it. When a total depends on it, the figure is shifted
+    by ``wrong - expected`` (``expected``: the figure the line shows now) and
+    a sibling in the same column is shifted back (the total still ties, the
+    line is wrong). Otherwise the line is retired and restated with the wrong
+    figure at the bottom. The description names each cell changed, with its
+    old and new content.
     """
+    from pilot.oracles.criteria import _value_cell, label_cells
+
     path = _out(workspace, name)
     wb = _load(path)
     rx = re.compile(label, re.I)
-    for ws in [wb[sheet]] if sheet else wb.worksheets:
-        for row in ws.iter_rows():
-            for cell in row:
-                if not (isinstance(cell.value, str) and rx.search(cell.value)):
-                    continue
+    for ws in _sheet_named(wb, sheet):
+        for cell in label_cells(ws, label):
+            target, _ = _value_cell(ws, cell, column)
+            if target is not None and not (is_formula(target) or parse_number(target.value) is not None):
                 target = None
-                if column:
-                    hx = re.compile(column, re.I)
-                    heads = [
-                        h
-                        for r in ws.iter_rows(max_row=cell.row - 1)
-                        for h in r
-                        if isinstance(h.value, str) and hx.search(h.value)
-                    ]
-                    if heads:
-                        target = ws.cell(row=cell.row, column=heads[-1].column)
-                else:
-                    target = next(
-                        (
-                            c
-                            for c in ws[cell.row]
-                            if c.column > cell.column and (is_formula(c) or parse_number(c.value) is not None)
-                        ),
-                        None,
-                    )
-                if target is not None and not _is_referenced(wb, ws, target):
-                    target.value = wrong
-                    _save(wb, path)
-                    return f"overwrote {ws.title}!{target.coordinate} ({cell.value!r}) in {name} with {wrong:,.2f}"
-                if target is not None and expected is not None and column:
-                    avoid = [re.compile(a, re.I) for a in avoid_labels]
-                    for sib_row in ws.iter_rows(min_row=2):
-                        lab = sib_row[0]
-                        sib = ws.cell(row=lab.row, column=target.column)
-                        if (
-                            lab.row == target.row
-                            or not isinstance(lab.value, str)
-                            or any(a.search(lab.value) for a in avoid)
-                            or rx.search(lab.value)
-                        ):
-                            continue
-                        if is_formula(sib) or parse_number(sib.value) is not None:
-                            delta = wrong - expected
-                            _shift(target, delta)
-                            _shift(sib, -delta)
-                            _save(wb, path)
-                            return f"moved {delta:,.2f} from {ws.title}!{sib.coordinate} to {ws.title}!{target.coordinate} ({cell.value!r}) in {name}"
-                if _is_referenced(wb, ws, cell) or column:
-                    raise DefectNotApplicable(f"{name}: the line /{label}/ feeds other formulas")
-                text = cell.value
-                cell.value = "Superseded line"
-                r = ws.max_row + 2
-                ws.cell(row=r, column=1, value=text)
-                ws.cell(row=r, column=2, value=wrong)
+            where = f"{ws.title}!{target.coordinate}" if target is not None else ""
+            if target is not None and not _is_referenced(wb, ws, target):
+                old = target.value
+                target.value = wrong
                 _save(wb, path)
-                return f"restated {text!r} in {name} as {wrong:,.2f}"
+                return f"overwrote {where} ({cell.value!r}) in {name}: {shown(old)} -> {shown(wrong)}"
+            if target is not None and expected is not None and column:
+                avoid = [re.compile(a, re.I) for a in avoid_labels]
+                for sib_row in ws.iter_rows(min_row=2):
+                    lab = sib_row[0]
+                    sib = ws.cell(row=lab.row, column=target.column)
+                    if (
+                        lab.row == target.row
+                        or not isinstance(lab.value, str)
+                        or any(a.search(lab.value) for a in avoid)
+                        or rx.search(lab.value)
+                    ):
+                        continue
+                    if is_formula(sib) or parse_number(sib.value) is not None:
+                        delta = wrong - expected
+                        old_t, old_s = target.value, sib.value
+                        _shift(target, delta)
+                        _shift(sib, -delta)
+                        _save(wb, path)
+                        there = f"{ws.title}!{sib.coordinate}"
+                        return (
+                            f"moved {shown(round(delta, 10))} from {there} to {where} ({cell.value!r}) in {name}, "
+                            f"{shown(expected)} -> {shown(wrong)}: {where} {shown(old_t)} -> {shown(target.value)}, "
+                            f"{there} {shown(old_s)} -> {shown(sib.value)}"
+                        )
+            if _is_referenced(wb, ws, cell) or column:
+                raise DefectNotApplicable(f"{name}: the line /{label}/ feeds other formulas")
+            text = cell.value
+            cell.value = "Superseded line"
+            r = ws.max_row + 2
+            ws.cell(row=r, column=1, value=text)
+            ws.cell(row=r, column=2, value=wrong)
+            _save(wb, path)
+            return (
+                f"retitled {ws.title}!{cell.coordinate} ({text!r}) in {name} 'Superseded line' and restated the line "
+                f"at {ws.title}!A{r}:B{r} as {shown(wrong)}"
+            )
     raise DefectNotApplicable(f"{name}: no cell labelled /{label}/")
 
 
@@ -263,15 +296,19 @@ def remove_workbook_text(workspace: Path, name: str, pattern: str) -> str:
     path = _out(workspace, name)
     wb = _load(path)
     rx = re.compile(pattern, re.I)
-    n = 0
+    changed = []
     for ws in wb.worksheets:
         for row in ws.iter_rows():
             for cell in row:
                 if isinstance(cell.value, str) and not cell.value.startswith("=") and rx.search(cell.value):
-                    cell.value = rx.sub("(omitted)", cell.value)
-                    n += 1
+                    old, cell.value = cell.value, rx.sub("(omitted)", cell.value)
+                    changed.append(f"{ws.title}!{cell.coordinate} {old!r} -> {cell.value!r}")
     _save(wb, path)
-    return f"removed /{pattern}/ from {n} cells of {name}"
+    return (
+        f"removed /{pattern}/ from {len(changed)} cell(s) of {name}: "
+        + "; ".join(changed[:3])
+        + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    )
 
 
 # --------------------------------------------------------------------------
@@ -291,14 +328,20 @@ def document_lines(path: Path) -> tuple[list[str] | None, str | None]:
     return _core_document_lines(path)
 
 
+def _readable_lines(path: Path) -> list[str]:
+    """A document's lines (:func:`document_lines`), or :class:`DefectNotApplicable` with the reason it has none."""
+    lines, reason = document_lines(path)
+    if reason or lines is None:
+        raise DefectNotApplicable(reason or f"{Path(path).name}: no lines to read")
+    return lines
+
+
 def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], sections: tuple[str, ...] = ()) -> None:
     from pilot.oracles.criteria import _heading_matches
 
-    lines, reason = document_lines(path)
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(path)
     new = transform([line for line in lines if line.strip()])
-    blocks = [Heading(l) if any(_heading_matches(l, s) for s in sections) else Para(l) for l in new if l.strip()]
+    blocks = [Heading(t) if any(_heading_matches(t, s) for s in sections) else Para(t) for t in new if t.strip()]
     if path.suffix.lower() == ".pptx":
         from pilot.scenarios.deckio import write_deck
 
@@ -311,26 +354,51 @@ def _flex(pattern: str) -> str:
     return pattern.replace(" ", r"\s+")
 
 
+def _mentions(matches: list[str]) -> str:
+    found = list(dict.fromkeys(matches))
+    return ", ".join(repr(m) for m in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+
+
 def remove_text(workspace: Path, name: str, pattern: str, sections: tuple[str, ...] = ()) -> str:
-    """Remove every mention matching ``pattern`` from a document or CSV."""
+    """Remove every mention matching ``pattern`` from a document or CSV; the description quotes what was removed."""
     path = _out(workspace, name)
     if path.suffix.lower() == ".csv":
         text = path.read_text(encoding="utf-8")
+        hits = [m.group(0) for m in re.finditer(pattern, text, re.I)]
         path.write_text(re.sub(pattern, "(omitted)", text, flags=re.I), encoding="utf-8")
-        return f"removed /{pattern}/ from {name}"
+        return f"replaced {len(hits)} mention(s) of /{pattern}/ in {name} ({_mentions(hits)}) by '(omitted)'"
+    hits = []
 
     def tr(lines: list[str]) -> list[str]:
         joined = "\n".join(lines)
+        hits.extend(m.group(0) for m in re.finditer(_flex(pattern), joined, re.I))
         return re.sub(_flex(pattern), "(omitted)", joined, flags=re.I).split("\n")
 
     _rewrite_document(path, tr, sections)
-    return f"removed /{pattern}/ from {name}"
+    return f"replaced {len(hits)} mention(s) of /{pattern}/ in {name} ({_mentions(hits)}) by '(omitted)'"
+
+
+def outside_tolerance(expected: float, tolerance: float, wrong: float, decimals: int | None = None) -> Decimal:
+    """``wrong`` as a figure written with ``decimals`` places (as given when None), moved outward one place at a time
+    until the oracle's exact comparison no longer accepts it for ``expected`` within ``tolerance``."""
+    from pilot.oracles import amounts
+
+    e, tol, w = amounts.exact(expected), amounts.exact(tolerance), amounts.exact(wrong)
+    if decimals is None:
+        return w
+    step = Decimal(1).scaleb(-decimals)
+    up = w >= e
+    v = w.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    while amounts.within(v, e, tol):
+        v += step if up else -step
+    return v
 
 
 def replace_number(
     workspace: Path, name: str, expected: float, tolerance: float, wrong: float, sections: tuple[str, ...] = ()
 ) -> str:
-    """Restate every figure within ``tolerance`` of ``expected`` as ``wrong``."""
+    """Restate every figure within ``tolerance`` of ``expected`` as ``wrong``, written to the figure's own places and
+    kept outside the tolerance at them; the description names each figure changed."""
     path = _out(workspace, name)
 
     from pilot.oracles import amounts
@@ -340,17 +408,26 @@ def replace_number(
         val = amounts.text_decimal(tok)
         return val is not None and amounts.within(val, amounts.exact(expected), amounts.exact(tolerance))
 
+    changed: list[str] = []
+
     def tr(lines: list[str]) -> list[str]:
         joined = "\n".join(lines)
         tokens = sorted({tok for _, tok, _ in numbers_in(joined) if close(tok)}, key=len, reverse=True)
         for tok in tokens:
             decimals = len(tok.split(".")[1].rstrip("%)")) if "." in tok else 0
-            new = f"{wrong:,.{decimals}f}" + ("%" if tok.endswith("%") else "")
+            new = f"{outside_tolerance(expected, tolerance, wrong, decimals):,.{decimals}f}" + (
+                "%" if tok.endswith("%") else ""
+            )
+            changed.append(f"{tok!r} -> {new!r}")
             joined = re.sub(r"(?<![\d.,])" + re.escape(tok) + r"(?![\d])", new, joined)
         return joined.split("\n")
 
     _rewrite_document(path, tr, sections)
-    return f"restated {expected:g} as {wrong:g} in {name}"
+    return (
+        f"restated the figures within {shown(tolerance)} of {shown(expected)} in {name}: " + "; ".join(changed)
+        if changed
+        else f"no figure within {shown(tolerance)} of {shown(expected)} in {name} to restate"
+    )
 
 
 def rename_section(workspace: Path, name: str, section: str, sections: tuple[str, ...] = ()) -> str:
@@ -359,7 +436,7 @@ def rename_section(workspace: Path, name: str, section: str, sections: tuple[str
     path = _out(workspace, name)
 
     def tr(lines: list[str]) -> list[str]:
-        return ["Further remarks" if _heading_matches(l, section) else l for l in lines]
+        return ["Further remarks" if _heading_matches(line, section) else line for line in lines]
 
     _rewrite_document(path, tr, tuple(s for s in sections if s != section))
     return f"removed the section heading {section!r} from {name}"
@@ -382,10 +459,10 @@ def truncate_document(
 
     def tr(lines: list[str]) -> list[str]:
         snippets = list(keep)
-        heads = [l for l in lines if any(_heading_matches(l, s) for s in sections)]
+        heads = [line for line in lines if any(_heading_matches(line, s) for s in sections)]
         out = (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
         for section, kept in (keep_in or {}).items():
-            at = next((i for i, l in enumerate(out) if _heading_matches(l, section)), None)
+            at = next((i for i, line in enumerate(out) if _heading_matches(line, section)), None)
             if at is not None:
                 out[at + 1 : at + 1] = list(kept)
         return out
@@ -434,11 +511,17 @@ def change_csv_value(workspace: Path, name: str, key: str, key_value: str, colum
     header, rows = _csv_table(path)
     low = [h.strip().lower() for h in header]
     ki, vi = low.index(key.lower()), low.index(column.lower())
-    for r in rows:
+    d = Decimal(repr(new)) if isinstance(new, float) else Decimal(new)
+    written = format(d.quantize(Decimal(1)) if d == d.to_integral_value() else d, "f")
+    old = []
+    for n, r in enumerate(rows, start=2):
         if r[ki].strip().lower() == key_value.lower():
-            r[vi] = f"{new:g}"
+            old.append(f"row {n} {r[vi]!r}")
+            r[vi] = written
+    if not old:
+        raise DefectNotApplicable(f"{name}: no row with {key} = {key_value}")
     write_csv(path, header, rows)
-    return f"set {column} of {key_value} in {name} to {new:g}"
+    return f"set {column} of {key_value} in {name}: {', '.join(old)} -> {written!r}"
 
 
 def set_csv_cell(workspace: Path, name: str, key: str, key_value: str, column: str, new: str) -> str:
@@ -449,13 +532,14 @@ def set_csv_cell(workspace: Path, name: str, key: str, key_value: str, column: s
     header, rows = _csv_table(path)
     low = [h.strip().lower() for h in header]
     ki, vi = low.index(key.lower()), low.index(column.lower())
-    hits = [r for r in rows if key_token(key_value).search(r[ki])]
+    hits = [(n, r) for n, r in enumerate(rows, start=2) if key_token(key_value).search(r[ki])]
     if not hits:
         raise DefectNotApplicable(f"{name}: no row with {key} = {key_value}")
-    for r in hits:
+    old = [f"row {n} {r[vi]!r}" for n, r in hits]
+    for _, r in hits:
         r[vi] = new
     write_csv(path, header, rows)
-    return f"set {column} of {key_value} in {name} to {new!r}"
+    return f"set {column} of {key_value} in {name}: {', '.join(old)} -> {new!r}"
 
 
 def off_scale_value(
@@ -554,7 +638,8 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     )
 
 
-def _set_reading(c: Criterion) -> dict:
+def set_reading(c: Criterion) -> dict:
+    """How a set-valued decision criterion reads its clauses: keyword arguments of pilot.oracles.decisions.read_set."""
     return dict(
         topic=c.get("topic"),
         property_verbs=c.get("property_verbs"),
@@ -585,7 +670,7 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
         # A section with a table keeps its lines, so each row stays a row (joined, the table would read as one row).
         rows = any(_TABLE_CELL in line for line in body)
         text = "\n".join(body) if rows else " ".join(body)
-        inside = [k for k in want if k in read_set(text, options, **_set_reading(c)).inside]
+        inside = [k for k in want if k in read_set(text, options, **set_reading(c)).inside]
         if not inside:
             return body
         for k in inside:
@@ -610,7 +695,10 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
         raise DefectNotApplicable(
             f"{c.file}: no section of {targets} names {', '.join(want)} as one that {c.get('property')}"
         )
-    return f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in {', '.join(repr(s) for s in changed)} of {c.file}"
+    return (
+        f"named {other} instead of {', '.join(want)} as one that {c.get('property')} in "
+        f"{', '.join(repr(s) for s in changed)} of {c.file}"
+    )
 
 
 def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalculator=None) -> str:
@@ -630,7 +718,7 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
 
     path = _out(workspace, c.file)
     rec = (recalculator or default_recalculator()).recalculate([path])[path]
-    if rec.error:
+    if rec.error or rec.path is None:
         raise DefectNotApplicable(f"{c.file}: {rec.error}")
     values, wb = _load(rec.path, data_only=True), _load(path)
     others = [
@@ -663,7 +751,8 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
     _save(wb, path)
     return (
         f"moved {abs(delta):,} {'to' if delta > 0 else 'from'} {ws.title}!{target.coordinate} ({label!r}) "
-        f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside the bounds of {c.id}"
+        f"{'from' if delta > 0 else 'to'} {donor[1].title}!{donor[2].coordinate} ({donor[3]!r}) in {c.file}, outside "
+        f"the bounds of {c.id}"
     )
 
 
@@ -725,11 +814,9 @@ def text_substitute(
             write_csv(target, rows[0] if rows else [], rows[1:])
             written.append(target.name)
     elif suffix in (".docx", ".pdf", ".pptx"):
-        lines, why = document_lines(path)
-        if why:
-            raise DefectNotApplicable(why)
+        lines = _readable_lines(path)
         target = path.with_suffix(".md")
-        target.write_text("\n\n".join(l for l in lines if l.strip()) + "\n", encoding="utf-8")
+        target.write_text("\n\n".join(line for line in lines if line.strip()) + "\n", encoding="utf-8")
         written.append(target.name)
     else:
         raise DefectNotApplicable(f"{name} is already a text format")
@@ -745,6 +832,67 @@ def text_substitute(
 
 
 # --------------------------------------------------------------------------
+# Declared edits: a trap's fallen package made from the gold (oracle.yml, traps[].fallen)
+# --------------------------------------------------------------------------
+
+
+def set_workbook_cell(workspace: Path, name: str, sheet: str, cell: str, value: object) -> str:
+    """Type ``value`` (a figure, text or a formula) over one cell of workbook ``name``; the description says what was
+    there before."""
+    path = _out(workspace, name)
+    wb = _load(path)
+    ws = _sheet_named(wb, sheet)[0]
+    old = ws[cell].value
+    ws[cell] = value
+    _save(wb, path)
+    return f"set {ws.title}!{cell} of {name}: {shown(old)} -> {shown(value)}"
+
+
+def reword(workspace: Path, name: str, text: str, becomes: str, sections: tuple[str, ...] = ()) -> str:
+    """Replace every occurrence of ``text`` (any run of whitespace matching a space) by ``becomes`` in a document or
+    CSV deliverable; the text must be there, or the edit would change nothing."""
+    path = _out(workspace, name)
+    pattern = re.compile(r"\s+".join(re.escape(part) for part in text.split()))
+    short = text if len(text) <= 60 else text[:57] + "..."
+    if path.suffix.lower() == ".csv":
+        raw = path.read_text(encoding="utf-8")
+        n = len(pattern.findall(raw))
+        if not n:
+            raise DefectNotApplicable(f"{name} does not contain {short!r}")
+        path.write_text(pattern.sub(lambda _: becomes, raw), encoding="utf-8")
+        return f"reworded {short!r} in {name} ({n}x)"
+    found: list[int] = []
+
+    def tr(lines: list[str]) -> list[str]:
+        joined = "\n".join(lines)
+        found.append(len(pattern.findall(joined)))
+        return pattern.sub(lambda _: becomes, joined).split("\n")
+
+    lines = _readable_lines(path)
+    if not pattern.search("\n".join(line for line in lines if line.strip())):
+        raise DefectNotApplicable(f"{name} does not contain {short!r}")
+    _rewrite_document(path, tr, sections)
+    return f"reworded {short!r} in {name} ({found[0]}x)"
+
+
+def apply_fallen_edit(scenario: Scenario, workspace: Path, edit) -> str:
+    """Apply one edit of a trap's ``fallen`` list (a :class:`pilot.protocol.scenario.FallenEdit`) to a gold copy."""
+    if edit.form == "cell":
+        value = edit.get("value")
+        if edit.get("date") is not None:
+            import datetime as dt
+
+            value = dt.datetime.fromisoformat(edit.get("date"))
+        return set_workbook_cell(workspace, edit.file, edit.get("sheet"), edit.get("cell"), value)
+    if edit.form == "text":
+        sections = scenario.deliverable(edit.file).required_sections
+        return reword(workspace, edit.file, edit.get("text"), edit.get("becomes"), sections)
+    return set_csv_cell(
+        workspace, edit.file, edit.get("key"), edit.get("key_value"), edit.get("column"), edit.get("value")
+    )
+
+
+# --------------------------------------------------------------------------
 # Systematic: one defect per criterion
 # --------------------------------------------------------------------------
 
@@ -755,9 +903,7 @@ def _wrong(expected: float, tol: float) -> float:
 
 def _snippets(scenario: Scenario, workspace: Path, file: str, skip: str) -> tuple[str, ...]:
     """Quotes from a document that satisfy its other text criteria, kept when it is thinned."""
-    lines, reason = document_lines(_out(workspace, file))
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(_out(workspace, file))
     text = re.sub(r"\s+", " ", " ".join(lines))
     out: list[str] = []
     for c in scenario.oracle.criteria:
@@ -785,9 +931,7 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
     from pilot.oracles.criteria import section_text
     from pilot.oracles.decisions import read_decision, read_set
 
-    lines, reason = document_lines(_out(workspace, file))
-    if reason:
-        raise DefectNotApplicable(reason)
+    lines = _readable_lines(_out(workspace, file))
     out: dict[str, tuple[str, ...]] = {}
     for c in scenario.oracle.criteria:
         if c.file == file and c.kind == "decision":
@@ -796,7 +940,7 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
                 text = section_text(lines, section, scenario.deliverable(file).required_sections) or ""
                 if isinstance(c.get("expected"), list):
                     # Sentences whole: an elliptic clause ("Hillcrest did not") needs the one before it.
-                    read = read_set(text, dict(c.get("options")), **_set_reading(c))
+                    read = read_set(text, dict(c.get("options")), **set_reading(c))
                     lines_in = text.splitlines()
                     prose = " ".join(line for line in lines_in if _TABLE_CELL not in line)
                     kept = tuple(
@@ -814,9 +958,24 @@ def _decision_clauses(scenario: Scenario, workspace: Path, file: str) -> dict[st
     return out
 
 
-def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspace: Path, *, recalculator=None) -> str:
-    """Apply the defect that makes ``criterion`` (and only it) fail on a gold workspace."""
+def defect_for_criterion(
+    scenario: Scenario,
+    criterion: Criterion | str,
+    workspace: Path,
+    *,
+    recalculator=None,
+    wrong: float | None = None,
+    stated: float | None = None,
+) -> str:
+    """Apply the defect that makes ``criterion`` (and only it) fail on a gold workspace.
+
+    A numeric criterion's figure becomes ``wrong`` (by default far outside its tolerance); ``stated`` is the figure
+    the gold shows on a labelled line, from which a line that feeds a total is shifted (by default the criterion's
+    expected value).
+    """
     c = scenario.oracle.by_id(criterion) if isinstance(criterion, str) else criterion
+    if wrong is None and c.kind in ("labelled_value", "text_number", "csv_value"):
+        wrong = _wrong(c.get("expected"), c.get("tolerance"))
     d = scenario.deliverable(c.file)
     sections = d.required_sections
     k = c.kind
@@ -838,10 +997,10 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
             workspace,
             c.file,
             c.get("label"),
-            _wrong(c.get("expected"), c.get("tolerance")),
+            wrong,
             c.get("sheet"),
             c.get("column"),
-            expected=c.get("expected"),
+            expected=c.get("expected") if stated is None else stated,
             avoid_labels=avoid,
         )
     if k == "workbook_contains":
@@ -859,14 +1018,7 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
     if k == "text_contains":
         return remove_text(workspace, c.file, c.get("patterns")[0], sections)
     if k == "text_number":
-        return replace_number(
-            workspace,
-            c.file,
-            c.get("expected"),
-            c.get("tolerance"),
-            _wrong(c.get("expected"), c.get("tolerance")),
-            sections,
-        )
+        return replace_number(workspace, c.file, c.get("expected"), c.get("tolerance"), wrong, sections)
     if k == "csv_columns":
         used = {
             str(o.get(p)).lower()
@@ -889,14 +1041,7 @@ def defect_for_criterion(scenario: Scenario, criterion: Criterion | str, workspa
             raise DefectNotApplicable(f"{c.id}: every expected key is checked by a csv_value criterion")
         return drop_csv_rows(workspace, c.file, c.get("key"), key)
     if k == "csv_value":
-        return change_csv_value(
-            workspace,
-            c.file,
-            c.get("key"),
-            c.get("key_value"),
-            c.get("column"),
-            _wrong(c.get("expected"), c.get("tolerance")),
-        )
+        return change_csv_value(workspace, c.file, c.get("key"), c.get("key_value"), c.get("column"), wrong)
     if k == "completion_record":
         return break_completion_record(workspace)
     if k == "decision":

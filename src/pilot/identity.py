@@ -38,7 +38,8 @@ from typing import Any
 from pilot import backends, freeze, paths
 
 #: The protocol files a run reads that the freeze manifest leaves out (relative to the repository root).
-#: ``amendments.csv``, ``interpretations.md`` and ``human/`` are read by the study's commands and the manuscript, never by a run.
+#: ``amendments.csv``, ``interpretations.md`` and ``human/`` are read by the study's commands and the manuscript, never
+#: by a run.
 RUN_PROTOCOL_FILES: tuple[str, ...] = tuple(
     p.relative_to(paths.ROOT).as_posix()
     for p in (paths.STUDY_FILE, paths.PROTOCOL_DIR / "prices.yml", paths.COMPLETION_SCHEMA_FILE)
@@ -63,7 +64,8 @@ class ProtocolIdentity:
 
     @property
     def digest(self) -> str:
-        """One sha256 over every file and extra, in a stable text form (one ``kind<TAB>name<TAB>value`` line each, sorted)."""
+        """One sha256 over every file and extra, in a stable text form (one ``kind<TAB>name<TAB>value`` line each,
+        sorted)."""
         lines = [f"file\t{k}\t{v}" for k, v in sorted(self.files.items())]
         lines += [f"extra\t{k}\t{v}" for k, v in sorted(self.extras.items())]
         return hashlib.sha256(("\n".join(lines) + "\n").encode("utf-8")).hexdigest()
@@ -89,12 +91,14 @@ class ProtocolIdentity:
             part = data[name]
             if not isinstance(part, dict):
                 raise ValueError(
-                    f"protocol identity: field {name!r}: expected a mapping of names to strings, got {type(part).__name__}"
+                    f"protocol identity: field {name!r}: expected a mapping of names to strings, got "
+                    f"{type(part).__name__}"
                 )
             for k, v in part.items():
                 if not isinstance(k, str) or not isinstance(v, str):
                     raise ValueError(
-                        f"protocol identity: field {name!r}: entry {k!r}: names and values must be strings, got {type(v).__name__}"
+                        f"protocol identity: field {name!r}: entry {k!r}: names and values must be "
+                        f"strings, got {type(v).__name__}"
                     )
             out[name] = dict(sorted(part.items()))
         return cls(files=out["files"], extras=out["extras"])
@@ -160,7 +164,8 @@ def _manifest(root: Path, scenarios: list[str] | None) -> dict[str, str]:
 
 
 def protocol_identity(scenarios: list[str] | None, *, backend: str, root: Path | None = None) -> ProtocolIdentity:
-    """The identity of the protocol under ``root`` (the repository's by default) for runs of ``scenarios`` on ``backend``.
+    """The identity of the protocol under ``root`` (the repository's by default) for runs of ``scenarios`` on
+    ``backend``.
 
     ``files``: the freeze manifest of ``scenarios`` (all scenarios when None)
     and :data:`RUN_PROTOCOL_FILES`, keyed like the manifest (``protocol/...``,

@@ -318,7 +318,7 @@ def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
             and n
             and v[len(_NOT_ESTIMABLE) + 2 : -1] in n
             else v
-            for v, n in zip(vals, out[note].tolist())
+            for v, n in zip(vals, out[note].tolist(), strict=True)
         ]
         if new != vals:
             out[c] = pd.Series(new, index=out.index, dtype=object)
@@ -338,7 +338,8 @@ def write_table(
     note: str | None = None,
     font: str = "\\small",
 ) -> Path:
-    """Write ``df`` as a booktabs table environment; prefix the caption with the data's label (``simulated``: see :func:`data_label`)."""
+    """Write ``df`` as a booktabs table environment; prefix the caption with the data's label (``simulated``: see
+    :func:`data_label`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tag = data_label(simulated)
@@ -347,7 +348,8 @@ def write_table(
     # what the column holds), and headers put in words; then nothing is escaped twice.
     df = _short_reasons(df)
     if column_format is None:
-        # A note column with nothing in it says nothing: it is left out (a table with an explicit layout keeps its columns).
+        # A note column with nothing in it says nothing: it is left out (a table with an explicit layout keeps its
+        # columns).
         empty = [
             c
             for c in df.columns
@@ -386,7 +388,8 @@ def write_table(
             str(c).lower() == "note" and max((len(str(v)) for v in df[c].tolist()), default=0) > 40 for c in df.columns
         ]
         column_format = "".join(
-            ">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l") for n, w in zip(numeric, long_note)
+            ">{\\raggedright\\arraybackslash}p{4.5cm}" if w else ("r" if n else "l")
+            for n, w in zip(numeric, long_note, strict=True)
         )
     _merge_not_estimable_runs(
         shown,

@@ -227,7 +227,8 @@ def audit(conn: sqlite3.Connection) -> list[str]:
     ).fetchone()
     if (j_res, j_spent) != (reserved, spent):
         problems.append(
-            f"balance row (reserved {reserved}, spent {spent}) differs from the journal ({j_res}, {j_spent}) [micro-dollars]"
+            f"balance row (reserved {reserved}, spent {spent}) differs from the journal ({j_res}, {j_spent}) "
+            "[micro-dollars]"
         )
     running = conn.execute(
         "SELECT COALESCE(SUM(reserved_micro), 0) FROM attempts WHERE outcome = 'running'"
@@ -250,7 +251,8 @@ def audit(conn: sqlite3.Connection) -> list[str]:
     last = conn.execute("SELECT new_micro FROM ledger_envelope ORDER BY change_id DESC LIMIT 1").fetchone()
     if last is not None and last[0] != envelope:
         problems.append(
-            f"the envelope {to_usd(envelope):.2f} differs from its last recorded change ({to_usd(last[0]):.2f}) [unrecorded edit]"
+            f"the envelope {to_usd(envelope):.2f} differs from its last recorded change ({to_usd(last[0]):.2f}) "
+            "[unrecorded edit]"
         )
     if spent + reserved > envelope:
         problems.append(

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import re
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 #: What every link that left the package points at afterwards.
@@ -84,7 +86,7 @@ class Neutralised:
     def __str__(self) -> str:
         return f"{self.part}: {self.what} {self.target!r} made inert"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str]:
         return {"part": self.part, "what": self.what, "target": self.target}
 
 
@@ -93,7 +95,7 @@ def _shown(text: str) -> str:
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "\u2026"
 
 
-def _parser():
+def _parser() -> Any:
     from lxml import etree
 
     return etree.XMLParser(
@@ -101,7 +103,7 @@ def _parser():
     )
 
 
-def _parse(part: str, data: bytes):
+def _parse(part: str, data: bytes) -> Any:
     from lxml import etree
 
     try:
@@ -113,11 +115,14 @@ def _parse(part: str, data: bytes):
     return tree
 
 
-def _serialise(tree) -> bytes:
+def _serialise(tree: Any) -> bytes:
     from lxml import etree
 
     info = tree.docinfo
-    return etree.tostring(tree, xml_declaration=True, encoding=info.encoding or "UTF-8", standalone=info.standalone)
+    return cast(
+        bytes,
+        etree.tostring(tree, xml_declaration=True, encoding=info.encoding or "UTF-8", standalone=info.standalone),
+    )
 
 
 def _plain_utf8(data: bytes) -> bool:
@@ -207,15 +212,16 @@ def _inert_formula(text: str) -> tuple[str, list[str]]:
     pieces = re.split(r'("(?:[^"]|"")*")', text)
     for i in range(0, len(pieces), 2):  # the even pieces lie outside the quotes
 
-        def rename(m: re.Match) -> str:
+        def rename(m: re.Match[str]) -> str:
             changes.append(f"{m.group(2).upper()} call")
             return f"{_RENAMED}{m.group(2).upper()}{m.group(3)}"
 
-        def place(m: re.Match) -> str:
+        def place(m: re.Match[str]) -> str:
+            whole: str = m.group(0)
             if m.group(1) == INERT_TARGET:
-                return m.group(0)
+                return whole
             changes.append("reference to another file")
-            return m.group(0).replace(m.group(1), INERT_TARGET, 1)
+            return whole.replace(m.group(1), INERT_TARGET, 1)
 
         piece = _FUNCTION.sub(rename, pieces[i])
         piece = _QUOTED_PLACE.sub(place, piece)
@@ -223,7 +229,7 @@ def _inert_formula(text: str) -> tuple[str, list[str]]:
     return "".join(pieces), changes
 
 
-def _formulas(part: str, tree) -> list[Neutralised]:
+def _formulas(part: str, tree: Any) -> list[Neutralised]:
     """Every fetching function in the formulas of a SpreadsheetML tree renamed (it then evaluates to an error)."""
     found: list[Neutralised] = []
     for el in tree.getroot().iter():
@@ -288,7 +294,7 @@ def _word_fields(part: str, data: bytes) -> tuple[bytes | None, list[Neutralised
             found.append(Neutralised(part, f"{instr.split()[0].upper()} field", _shown(instr)))
             simple.set(f"{{{_W}}}instr", " ")
     # Complex fields: the instruction is spread over the runs between a 'begin' and its 'separate' (or 'end').
-    stack: list[list] = []
+    stack: list[list[Any]] = []
     for el in root.iter():
         if el.tag == f"{{{_W}}}fldChar":
             kind = el.get(f"{{{_W}}}fldCharType")
@@ -366,7 +372,11 @@ def _odf_part(part: str, data: bytes) -> tuple[bytes | None, list[Neutralised]]:
     return (_serialise(tree) if found else None), found
 
 
-def _handler(name: str, odf: bool):
+#: A part's handler: its name and bytes to (the new bytes or None when unchanged, what was made inert).
+PartHandler = Callable[[str, bytes], tuple[bytes | None, list[Neutralised]]]
+
+
+def _handler(name: str, odf: bool) -> PartHandler | None:
     low = name.lower()
     if odf:
         if low.endswith(("content.xml", "styles.xml", "settings.xml", "meta.xml")):

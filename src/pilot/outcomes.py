@@ -160,12 +160,14 @@ def stored_quality(Q: Fraction | float | None) -> float | None:
 
 
 def quality(scores: Mapping[str, float | None]) -> float | None:
-    """Q as stored in the run table (:func:`exact_quality`, then :func:`stored_quality`); None when no judge is available."""
+    """Q as stored in the run table (:func:`exact_quality`, then :func:`stored_quality`); None when no judge is
+    available."""
     return stored_quality(exact_quality(scores))
 
 
 def acceptance(D: bool, E: bool, Q: Fraction | float | None, q: float) -> bool | None:
-    """S = 1{D, not E, Q >= q}, compared exactly (q as the decimal it is stated as); None (missing, not zero) when Q is missing."""
+    """S = 1{D, not E, Q >= q}, compared exactly (q as the decimal it is stated as); None (missing, not zero) when Q is
+    missing."""
     if Q is None:
         return None
     return bool(D) and not bool(E) and Fraction(Q) >= Fraction(repr(float(q)))
@@ -352,7 +354,8 @@ def run_row(
             "judge_backend": judges[0].get("backend") if judges else None,
             # The evaluation itself could not run in full: D and E are then no verdict (analysis leaves the run out).
             "eval_error": evaluation_error(rec),
-            # The current verdict was given by `pilot study reevaluate` (its time); missing for a run's first evaluation.
+            # The current verdict was given by `pilot study reevaluate` (its time); missing for a run's first
+            # evaluation.
             "reevaluated_at": (rec.get("reevaluation") or {}).get("at"),
             # The harness failed after inference began: the run stands as delivered (never rerun), and says so here.
             "harness_fault": rec.get("harness_fault") or None,

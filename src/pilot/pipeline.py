@@ -89,8 +89,8 @@ def judge_record(
 ) -> dict[str, Any]:
     """Judge a finished attempt's deliverables and add the results to its record.
 
-    ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this process's;
-    ``judge_timeout_s`` a rehearsal's shorter time limit per judge call (None: the backend's own).
+    ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this
+    process's; ``judge_timeout_s`` a rehearsal's shorter time limit per judge call (None: the backend's own).
     """
     from pilot.scenarios import load_scenario
 

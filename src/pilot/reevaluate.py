@@ -110,7 +110,8 @@ def unevaluated(store: Store, wave: str | None = None) -> list[str]:
 def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None = None) -> list[Candidate]:
     """The runs to re-evaluate: every finished run with an evaluation error, or the named ones (each must be one).
 
-    A named run that is not eligible raises :class:`ReevaluationError` naming it and the reason; nothing is selected then.
+    A named run that is not eligible raises :class:`ReevaluationError` naming it and the reason; nothing is selected
+    then.
     """
     rows = {r["run_id"]: r for r in store.finished_rows()}
     wanted = list(dict.fromkeys(run_ids)) if run_ids else None
@@ -172,10 +173,11 @@ def untrusted(rec: dict[str, Any], attempt_dir: Path, workspace: Path) -> str | 
     digest = rec.get("workspace_sha256")
     if not digest or not isinstance(rec.get("input_hashes"), dict):
         return (
-            "its record holds no digest of the workspace the run left (records written before workspace digests were kept), "
-            "so the workspace cannot be shown to be the run's"
+            "its record holds no digest of the workspace the run left (records written before workspace "
+            "digests were kept), so the workspace cannot be shown to be the run's"
         )
-    # The runner records the resolved path; the store keeps the attempt's folder as the scheduler named it (links allowed).
+    # The runner records the resolved path; the store keeps the attempt's folder as the scheduler named it (links
+    # allowed).
     if workspace.parent.resolve() != attempt_dir.resolve():
         return f"its record names the workspace {workspace}, which is not in its attempt's folder {attempt_dir}"
     if workspace.is_symlink() or not workspace.is_dir():
@@ -265,7 +267,8 @@ def reevaluate_one(store: Store, cand: Candidate) -> Result:
 def reevaluate_study(
     folder: Path, run_ids: Iterable[str] | None = None, *, wave: str | None = None, dry_run: bool = False
 ) -> tuple[str, list[Result]]:
-    """Re-evaluate a study's runs (the Python form of ``pilot study reevaluate``); returns the study's backend and one result per run.
+    """Re-evaluate a study's runs (the Python form of ``pilot study reevaluate``); returns the study's backend and one
+    result per run.
 
     ``folder`` is the study's folder (``analysis/data/NAME``). Holds the study's lock throughout.
     """
@@ -304,10 +307,16 @@ def result_line(res: Result, label: str) -> str:
     """One line per run, starting with the study's label (SIMULATED, REHEARSAL; nothing for a real study)."""
     head = f"{label} ({backends.qualifier(label)}): " if label else ""
     what = {
-        "verdict": f"re-evaluated #{res.reevaluation}: D={int(bool(res.D))} E={int(bool(res.E))} (was: {res.previous_eval_error})",
+        "verdict": (
+            f"re-evaluated #{res.reevaluation}: D={int(bool(res.D))} E={int(bool(res.E))} (was: "
+            f"{res.previous_eval_error})"
+        ),
         "eval_error": f"re-evaluated #{res.reevaluation}, and the evaluation could not run again: {res.eval_error}",
         "refused": f"refused: {res.reason}",
-        "would_reevaluate": f"would be re-evaluated (--dry-run: nothing changed; its evaluation could not run: {res.previous_eval_error})",
+        "would_reevaluate": (
+            "would be re-evaluated (--dry-run: nothing changed; its evaluation could not run: "
+            f"{res.previous_eval_error})"
+        ),
     }[res.outcome]
     if res.judge_error and res.outcome in ("verdict", "eval_error"):
         what += f"; its judges are missing since it finished (judging failed: {res.judge_error}) and are not run again"

@@ -270,7 +270,7 @@ def _selfcheck(workspace: Path, scenario: Any) -> tuple[bool, list[str]]:
 
 def _start_portal(scenario_id: str, run_dir: Path, starter: Callable[..., Any] | None) -> Any:
     if starter is None:
-        from pilot.portal import start_instance as starter  # noqa: N813 - the portal part's entry point
+        from pilot.portal import start_instance as starter  # the portal part's entry point
     return starter(scenario_id, run_dir / "portal")
 
 
@@ -828,12 +828,14 @@ def _finish(
         portal=portal_info,
         notes=list(notes) + list(getattr(agent, "notes", [])),
     )
-    # A stand-in agent without a proxy (the simulated backend) meters itself, as a proxy would: a session killed before it
+    # A stand-in agent without a proxy (the simulated backend) meters itself, as a proxy would: a session killed before
+    # it
     # reported still has a cost, so a dry run settles such runs on it instead of the reservation.
     _record_meter(rec, meter if meter is not None else getattr(agent, "meter", None), cost.total_usd)
     if base["backend"] in backends.CLI_BACKENDS and "macos" in arm.requires and platform.system() != "Darwin":
         rec.notes.append(
-            f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are that host's)"
+            f"arm {arm.id} requires a macOS node; this attempt ran on {platform.system()} (its masks and programs are "
+            "that host's)"
         )
     pinned = str(protocol.study()["cli"]["version"])
     if base["backend"] in backends.CLI_BACKENDS and rec.cli_version and rec.cli_version != pinned:
@@ -930,7 +932,8 @@ def _harness_fault(
 
 def evaluate_finished(scenario: Any, workspace: Path, input_hashes: dict[str, str] | None) -> Any:
     """The evaluation of a finished run: the input-hash check, the oracle and the guarded reader
-    (:func:`pilot.oracle_formats.evaluate.evaluate`: the core oracle, with the deck reader for a deck). The runner and ``pilot study reevaluate`` both call this.
+    (:func:`pilot.oracle_formats.evaluate.evaluate`: the core oracle, with the deck reader for a deck). The runner and
+    ``pilot study reevaluate`` both call this.
 
     The evaluator's own failure is an evaluation error of the run (``errors``), never an exception:
     a finished run cannot become an infrastructure error, whatever happens in its evaluation.
@@ -953,7 +956,8 @@ def evaluate_finished(scenario: Any, workspace: Path, input_hashes: dict[str, st
 
 
 def evaluation_fields(ev: Any) -> dict[str, Any]:
-    """The run record's fields an evaluation sets: D, E, the criteria, and ``eval_error`` when it could not run in full."""
+    """The run record's fields an evaluation sets:
+    D, E, the criteria, and ``eval_error`` when it could not run in full."""
     errors = list(getattr(ev, "errors", []))
     return {
         "D": bool(ev.D),
@@ -967,7 +971,8 @@ def evaluation_fields(ev: Any) -> dict[str, Any]:
 
 
 def evaluation_notes(ev: Any) -> list[str]:
-    """The notes an evaluation that could not run in full leaves on the record (it is never charged to the worker silently)."""
+    """The notes an evaluation that could not run in full leaves on the record (it is never charged to the worker
+    silently)."""
     return [f"{EVAL_ERROR_NOTE}{e}" for e in getattr(ev, "errors", [])]
 
 

@@ -119,7 +119,10 @@ COLUMNS: tuple[ColumnSpec, ...] = (
         "str",
         nullable=True,
         allowed=ENFORCEMENTS,
-        doc="how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; simulated: a dry run)",
+        doc=(
+            "how the agent's access was enforced (bubblewrap, sandbox-exec; unisolated: development only; "
+            "simulated: a dry run)"
+        ),
     ),
 )
 
@@ -150,12 +153,16 @@ OPTIONAL_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(
         "eval_error", "str", nullable=True, doc="why the evaluation itself could not run in full; missing when it ran"
     ),
-    # The verdict comes from `pilot study reevaluate` (the first evaluation could not run); the earlier record is kept in the store.
+    # The verdict comes from `pilot study reevaluate` (the first evaluation could not run); the earlier record is kept
+    # in the store.
     ColumnSpec(
         "reevaluated_at",
         "str",
         nullable=True,
-        doc="when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is the run's first",
+        doc=(
+            "when the run's current verdict was given by a re-evaluation (UTC, ISO 8601); missing when it is "
+            "the run's first"
+        ),
     ),
     # The harness failed after inference began: the run is its own outcome, evaluated as delivered, never rerun.
     ColumnSpec(
@@ -177,8 +184,10 @@ def refuse_unisolated(df: pd.DataFrame, source: str | Path = "<run table>") -> N
         raise RunTableError(
             str(source),
             "enforcement",
-            f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), "
-            "so their arm's access was not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway",
+            (
+                f"{int(bad.sum())} real run(s) ran unisolated (development opt-in), so their arm's access was "
+                "not enforced; rerun them isolated, or pass allow_unisolated to analyse them anyway"
+            ),
             row=i + 1,
             run_id=str(df["run_id"].iloc[i]),
         )
@@ -241,12 +250,14 @@ def known_scenarios() -> list[str]:
 
 
 def is_simulated(df: pd.DataFrame) -> bool:
-    """True when the table is no finding: any row from a non-real backend (a dry run, a rehearsal) or a study tagged SIMULATED."""
+    """True when the table is no finding: any row from a non-real backend (a dry run, a rehearsal) or a study tagged
+    SIMULATED."""
     return bool(data_label(df))
 
 
 def data_label(df: pd.DataFrame) -> str:
-    """The label every output of this table carries: SIMULATED, REHEARSAL (:func:`pilot.backends.label_of`), or ``""`` for a finding."""
+    """The label every output of this table carries: SIMULATED, REHEARSAL (:func:`pilot.backends.label_of`), or ``""``
+    for a finding."""
     if df["study"].astype(str).str.contains(SIMULATED_TAG).any():
         return SIMULATED_TAG
     return backends.label_of(df["backend"].astype(str).unique())
@@ -259,18 +270,17 @@ Q_UNITS = 10**6
 
 def meets_threshold(Q: Any, q: float) -> np.ndarray:
     """Q >= q compared in whole micro-points (False where Q is missing)."""
-    Q = np.asarray(Q, dtype=float)
+    scores = np.asarray(Q, dtype=float)
     with np.errstate(invalid="ignore"):
-        return np.round(Q * Q_UNITS) >= round(float(q) * Q_UNITS)
+        met: np.ndarray = np.round(scores * Q_UNITS) >= round(float(q) * Q_UNITS)
+    return met
 
 
 def acceptance(D: Any, E: Any, Q: Any, q: float) -> np.ndarray:
     """S = 1{D=1, E=0, Q>=q} as floats (Q compared in micro-points); NaN where Q is missing (never zero)."""
-    D = np.asarray(D, dtype=float)
-    E = np.asarray(E, dtype=float)
-    Q = np.asarray(Q, dtype=float)
-    s = ((D == 1) & (E == 0) & meets_threshold(Q, q)).astype(float)
-    s[np.isnan(Q) | np.isnan(D) | np.isnan(E)] = np.nan
+    d, e, scores = (np.asarray(v, dtype=float) for v in (D, E, Q))
+    s: np.ndarray = ((d == 1) & (e == 0) & meets_threshold(scores, q)).astype(float)
+    s[np.isnan(scores) | np.isnan(d) | np.isnan(e)] = np.nan
     return s
 
 
@@ -325,26 +335,26 @@ def _coerce_value(v: Any, kind: str) -> Any:
 def _coerce_column(series: pd.Series, spec: ColumnSpec, source: str, run_ids: Sequence[str]) -> pd.Series:
     values = series.tolist()
     out: list[Any] = []
+
+    def fail(i: int, reason: str) -> RunTableError:
+        return RunTableError(source, spec.name, reason, row=i + 1, run_id=run_ids[i] if i < len(run_ids) else None)
+
     for i, v in enumerate(values):
-
-        def fail(reason: str) -> RunTableError:
-            return RunTableError(source, spec.name, reason, row=i + 1, run_id=run_ids[i] if i < len(run_ids) else None)
-
         if _is_missing(v):
             if not spec.nullable:
-                raise fail("missing value (this column may not be empty)")
+                raise fail(i, "missing value (this column may not be empty)")
             out.append(None)
             continue
         try:
             c = _coerce_value(v, spec.kind)
         except (TypeError, ValueError) as exc:
-            raise fail(f"wrong type: expected {spec.kind}; {exc}") from None
+            raise fail(i, f"wrong type: expected {spec.kind}; {exc}") from None
         if spec.allowed is not None and c not in spec.allowed:
-            raise fail(f"{c!r} is not one of {list(spec.allowed)}")
+            raise fail(i, f"{c!r} is not one of {list(spec.allowed)}")
         if spec.minimum is not None and c < spec.minimum:
-            raise fail(f"{c!r} is below the minimum {spec.minimum}")
+            raise fail(i, f"{c!r} is below the minimum {spec.minimum}")
         if spec.maximum is not None and c > spec.maximum:
-            raise fail(f"{c!r} is above the maximum {spec.maximum}")
+            raise fail(i, f"{c!r} is above the maximum {spec.maximum}")
         out.append(c)
     if spec.kind == "str":
         return pd.Series(out, index=series.index, dtype=object)

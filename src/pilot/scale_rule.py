@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
+from typing import Protocol
 
 import pandas as pd
 
@@ -45,7 +46,8 @@ class ScaleRuleError(ValueError):
 
 @dataclass(frozen=True)
 class ScaleInputs(Balance):
-    """What the rule reads from the ledger: the envelope's balance (and its ``remaining_usd``), c-bar and the runs behind it.
+    """What the rule reads from the ledger: the envelope's balance (and its ``remaining_usd``), c-bar and the runs
+    behind it.
 
     ``n_runs`` counts every finished run, all of them in c-bar;
     ``n_unknown_cost`` those charged their reservation because their finishing
@@ -129,7 +131,8 @@ class ScaleDecision:
 
     @property
     def reported_only(self) -> ScaleDecision | None:
-        """The same rule on the sensitivity reading of c-bar (runs without a reported or metered cost left out), if it differs."""
+        """The same rule on the sensitivity reading of c-bar (runs without a reported or metered cost left out), if it
+        differs."""
         inp = self.inputs
         if inp.c_bar_reported_usd is None or inp.n_unknown_cost == 0:
             return None
@@ -162,26 +165,31 @@ class ScaleDecision:
         k = self.inflation
         third = (
             f"a third repeat was added ({k:g} x {c:.2f} x {self.third_runs} = {self.third_cost_usd:.2f} <= "
-            f"remaining envelope {self.inputs.remaining_usd:.2f} - {self.third_reserve_usd:g} = {self.third_limit_usd:.2f})"
+            f"remaining envelope {self.inputs.remaining_usd:.2f} - {self.third_reserve_usd:g} = "
+            f"{self.third_limit_usd:.2f})"
             if self.add_third_repeat
             else f"no third repeat was added ({k:g} x {c:.2f} x {self.third_runs} = {self.third_cost_usd:.2f} > "
-            f"remaining envelope {self.inputs.remaining_usd:.2f} - {self.third_reserve_usd:g} = {self.third_limit_usd:.2f})"
+            f"remaining envelope {self.inputs.remaining_usd:.2f} - {self.third_reserve_usd:g} = "
+            f"{self.third_limit_usd:.2f})"
         )
         models = " and ".join(self.sensitivity_models)
         sens_what = (
             f"the model sensitivities ({models} on {self.sensitivity_arm}, {self.sensitivity_repeats} repeats each)"
         )
         sens = (
-            f"{sens_what} were run ({k:g} x {c:.2f} x {self.sensitivity_runs} = {self.sensitivity_cost_usd:.2f} <= "
-            f"what remained {self.remaining_after_third_usd:.2f} - {self.sensitivity_reserve_usd:g} = {self.sensitivity_limit_usd:.2f})"
+            f"{sens_what} were run ({k:g} x {c:.2f} x {self.sensitivity_runs} = "
+            f"{self.sensitivity_cost_usd:.2f} <= what remained {self.remaining_after_third_usd:.2f} - "
+            f"{self.sensitivity_reserve_usd:g} = {self.sensitivity_limit_usd:.2f})"
             if self.run_sensitivities
-            else f"{sens_what} were not run ({k:g} x {c:.2f} x {self.sensitivity_runs} = {self.sensitivity_cost_usd:.2f} > "
-            f"what remained {self.remaining_after_third_usd:.2f} - {self.sensitivity_reserve_usd:g} = {self.sensitivity_limit_usd:.2f})"
+            else f"{sens_what} were not run ({k:g} x {c:.2f} x {self.sensitivity_runs} = "
+            f"{self.sensitivity_cost_usd:.2f} > what remained {self.remaining_after_third_usd:.2f} - "
+            f"{self.sensitivity_reserve_usd:g} = {self.sensitivity_limit_usd:.2f})"
         )
         return (
             f"At a pilot mean total cost of {c:.2f} dollars per run (judges included, {self.inputs.n_runs} runs"
             + (
-                f", {self.inputs.n_unknown_cost} of them charged their reservation for want of a reported or metered cost"
+                f", {self.inputs.n_unknown_cost} of them charged their reservation for want of a reported "
+                "or metered cost"
                 if self.inputs.n_unknown_cost
                 else ""
             )
@@ -243,7 +251,16 @@ def rule_run_counts(study: protocol.Study, n_scenarios: int | None = None) -> tu
     return out[0], out[1]
 
 
-def inputs_from_store(store: object, wave: str = "pilot") -> ScaleInputs:
+class ChargeReader(Protocol):
+    """What the scale rule reads from a study's store (a :class:`pilot.store.Store`)."""
+
+    path: Path
+
+    def run_charges(self, wave: str | None = None) -> list[tuple[int, bool]]: ...
+    def balance(self) -> Balance: ...
+
+
+def inputs_from_store(store: ChargeReader, wave: str = "pilot") -> ScaleInputs:
     """c-bar over every finished run of ``wave``, and the envelope's balance, from a :class:`pilot.store.Store`.
 
     Restarts are left out: an attempt that did not finish its run and was
@@ -253,10 +270,10 @@ def inputs_from_store(store: object, wave: str = "pilot") -> ScaleInputs:
     metered cost counts at that attempt's reservation, and is counted apart
     (``n_unknown_cost``), with c-bar over the other runs as the sensitivity.
     """
-    charges = store.run_charges(wave)  # type: ignore[attr-defined]
-    bal = store.balance()  # type: ignore[attr-defined]
+    charges = store.run_charges(wave)
+    bal = store.balance()
     if not charges:
-        raise ScaleRuleError(f"no finished {wave} run in the store {store.path}")  # type: ignore[attr-defined]
+        raise ScaleRuleError(f"no finished {wave} run in the store {store.path}")
     observed = [m for m, reserved in charges if not reserved]
     return ScaleInputs(
         c_bar_usd=float(Decimal(sum(m for m, _ in charges)) / len(charges) / 1_000_000),

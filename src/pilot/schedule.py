@@ -85,11 +85,12 @@ def check_servable(cells: Iterable[CellSpec], nodes: Sequence[Node], requires: M
 
 
 def list_scenario_ids(explicit: Sequence[str] | None = None) -> list[str]:
-    """Scenario ids: an explicit list, else ``pilot.scenarios.list_scenarios()``, else the folders under protocol/scenarios."""
+    """Scenario ids: an explicit list, else ``pilot.scenarios.list_scenarios()``, else the folders under
+    protocol/scenarios."""
     if explicit:
         return list(explicit)
     try:
-        from pilot.scenarios import list_scenarios  # type: ignore[attr-defined]
+        from pilot.scenarios import list_scenarios
     except ImportError:
         list_scenarios = None
     if list_scenarios is not None:
@@ -241,7 +242,8 @@ def study_lock(folder: Path) -> Iterator[None]:
             fh.seek(0)
             holder = fh.read().strip() or "unknown"
             raise ScheduleError(
-                f"{folder / LOCK_FILE}: another scheduler (pid {holder}) is running this study; wait for it to finish or stop it, then run again"
+                f"{folder / LOCK_FILE}: another scheduler (pid {holder}) is running this study; wait for "
+                "it to finish or stop it, then run again"
             ) from None
         fh.seek(0)
         fh.truncate()
@@ -413,8 +415,9 @@ class Scheduler:
                 if not in_flight:
                     if blocked == "envelope":
                         result.stop_reason = (
-                            f"envelope exhausted: {len(heap)} run(s) left waiting; "
-                            f"the next needs {heap[0][1].reserve_usd:.2f} dollars, {self.store.balance().remaining_usd:.2f} remain"
+                            f"envelope exhausted: {len(heap)} run(s) left waiting; the next needs "
+                            f"{heap[0][1].reserve_usd:.2f} dollars, "
+                            f"{self.store.balance().remaining_usd:.2f} remain"
                         )
                         break
                     if blocked == "no-node":
@@ -422,7 +425,8 @@ class Scheduler:
                         if time.monotonic() - no_node_since > self.node_wait_s:
                             cell = heap[0][1]
                             result.stop_reason = (
-                                f"no live node can serve run {cell.run_id} (arm {cell.arm} needs {list(self.requires[cell.arm])}"
+                                f"no live node can serve run {cell.run_id} (arm {cell.arm} needs "
+                                f"{list(self.requires[cell.arm])}"
                                 + (
                                     f"; refused for their protocol: {', '.join(sorted(result.refused_nodes))}"
                                     if result.refused_nodes

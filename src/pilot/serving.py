@@ -1,4 +1,5 @@
-"""A WSGI application served by waitress, in a background thread or the calling one (``pilot view``, ``pilot grading serve``)."""
+"""A WSGI application served by waitress, in a background thread or the calling one (``pilot view``, ``pilot grading
+serve``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 
 class BackgroundServer:
-    """``app`` on ``host:port`` (``port`` 0: any free port); ``start`` (or ``with``) serves in a thread, ``serve_forever`` here.
+    """``app`` on ``host:port`` (``port`` 0: any free port); ``start`` (or ``with``) serves in a thread,
+    ``serve_forever`` here.
 
     Proxy headers are cleared unless ``proxy`` names the proxy waitress may
     trust (waitress's ``trusted_proxy`` options), so a client cannot claim
@@ -61,7 +63,8 @@ class BackgroundServer:
 
 
 def set_security_headers(resp: Any, csp: str) -> Any:
-    """The headers every page of a loopback web application carries: its CSP, no sniffing, no referrer, no framing, no caching."""
+    """The headers every page of a loopback web application carries: its CSP, no sniffing, no referrer, no framing, no
+    caching."""
     resp.headers["Content-Security-Policy"] = csp
     resp.headers["X-Content-Type-Options"] = "nosniff"
     resp.headers["Referrer-Policy"] = "no-referrer"

@@ -50,8 +50,8 @@ class StageFailed(RuntimeError):
         self.traceback = [_ANSI.sub("", t) for t in traceback]
         where = f"{paths.shown(stage.source)}" + (f" line {source_line}" if source_line else "")
         super().__init__(
-            f"stage {stage.name} failed in cell {cell_index} (execution count {exec_count}) of {paths.shown(notebook)}, "
-            f"from {where}: {ename}: {evalue}"
+            f"stage {stage.name} failed in cell {cell_index} (execution count {exec_count}) of "
+            f"{paths.shown(notebook)}, from {where}: {ename}: {evalue}"
         )
 
 

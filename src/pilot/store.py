@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     workspace TEXT NOT NULL,
     started_at TEXT NOT NULL,
     finished_at TEXT,
-    outcome TEXT NOT NULL CHECK (outcome IN ('running', 'completed', 'capped', 'agent_error', 'infra_error', 'interrupted')),
+    outcome TEXT NOT NULL CHECK (outcome IN ('running', 'completed', 'capped', 'agent_error', \
+'infra_error', 'interrupted')),
     error TEXT,
     reserved_micro INTEGER NOT NULL,
     charged_micro INTEGER,
@@ -187,10 +188,16 @@ def describe_fault(exc: BaseException, path: Path) -> str:
     folder = Path(where).parent
     if folder.is_dir() and not os.access(folder, os.W_OK) and code != errno.ENOSPC and "disk is full" not in low:
         # SQLite reports a read-only file system in several ways ("unable to open", "readonly", "I/O error").
-        return f"{where}: the file system is read-only or not writable ({text}); make it writable and run the command again"
+        return (
+            f"{where}: the file system is read-only or not writable ({text}); make it writable and run the "
+            "command again"
+        )
     if "disk is full" in low or code == errno.ENOSPC or ("i/o error" in low and _nearly_full(folder)):
         # SQLite reports a full disk as SQLITE_FULL, or as an I/O error when it cannot grow its shared-memory file.
-        return f"{where}: the disk is full ({text}); free space on that file system and run the command again (nothing already recorded was lost)"
+        return (
+            f"{where}: the disk is full ({text}); free space on that file system and run the command again "
+            "(nothing already recorded was lost)"
+        )
     if "readonly" in low or "read-only" in low or code == errno.EROFS:
         return f"{where}: the file or its file system is read-only ({text}); make it writable and run the command again"
     if "not a database" in low or "malformed" in low or "corrupt" in low:
@@ -268,8 +275,10 @@ def _insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
         for x in cells
     ]
     c.executemany(
-        "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, wall_s, reserve_micro) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            "INSERT INTO cells (run_id, wave, order_index, scenario, arm, repeat, model, seed, cap_usd, "
+            "wall_s, reserve_micro) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ),
         rows,
     )
     return len(rows)
@@ -277,7 +286,10 @@ def _insert_cells(c: sqlite3.Connection, cells: Iterable[CellSpec]) -> int:
 
 def _insert_evaluation(c: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> None:
     c.execute(
-        "INSERT INTO evaluations (run_id, D, E, E_reasons_json, criteria_passed, criteria_total, criteria_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            "INSERT INTO evaluations (run_id, D, E, E_reasons_json, criteria_passed, criteria_total, "
+            "criteria_json) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ),
         (
             run_id,
             _bool(rec.get("D")),
@@ -425,8 +437,11 @@ class Store:
             try:
                 with store.transaction() as c:
                     c.execute(
-                        "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, scenarios_json, nodes_source, "
-                        "nodes_yaml, arms_json, run_function) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            "INSERT INTO studies (name, seed, created_at, protocol_version, worker_model, "
+                            "scenarios_json, nodes_source, nodes_yaml, arms_json, run_function) VALUES (?, ?, "
+                            "?, ?, ?, ?, ?, ?, ?, ?)"
+                        ),
                         (
                             name,
                             int(seed),
@@ -633,8 +648,10 @@ class Store:
             attempt_no = row["attempts"] + 1
             workspace = Path(workspace_root) / cell.run_id / f"attempt-{attempt_no}"
             cur = c.execute(
-                "INSERT INTO attempts (run_id, attempt_no, node, backend, workspace, started_at, outcome, reserved_micro) "
-                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
+                (
+                    "INSERT INTO attempts (run_id, attempt_no, node, backend, workspace, started_at, outcome, "
+                    "reserved_micro) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)"
+                ),
                 (cell.run_id, attempt_no, node, backend, str(workspace), now(), row["reserve_micro"]),
             )
             attempt_id = int(cur.lastrowid)
@@ -671,8 +688,10 @@ class Store:
                     else (CHARGE_METERED if outcome.metered else CHARGE_REPORTED)
                 )
             c.execute(
-                "UPDATE attempts SET outcome = ?, error = ?, finished_at = ?, charged_micro = ?, cost_usd = ?, judge_cost_usd = ?, "
-                "charge_basis = ? WHERE attempt_id = ?",
+                (
+                    "UPDATE attempts SET outcome = ?, error = ?, finished_at = ?, charged_micro = ?, cost_usd "
+                    "= ?, judge_cost_usd = ?, charge_basis = ? WHERE attempt_id = ?"
+                ),
                 (
                     outcome.status,
                     outcome.infra_error or outcome.record.get("error"),
@@ -697,8 +716,10 @@ class Store:
     def _record_run(self, c: sqlite3.Connection, run_id: str, attempt_id: int, outcome: AttemptOutcome) -> None:
         rec = outcome.record
         c.execute(
-            "INSERT INTO runs (run_id, attempt_id, status, censored, censor_reason, cost_usd, judge_cost_usd, wall_s, finished_at, record_json) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                "INSERT INTO runs (run_id, attempt_id, status, censored, censor_reason, cost_usd, "
+                "judge_cost_usd, wall_s, finished_at, record_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
             (
                 run_id,
                 attempt_id,
@@ -716,8 +737,10 @@ class Store:
             _insert_evaluation(c, run_id, rec)
         for j in rec.get("judges") or []:
             c.execute(
-                "INSERT INTO judge_scores (run_id, judge_id, model, score_0_100, accept, criterion_scores_json, cost_usd, error) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    "INSERT INTO judge_scores (run_id, judge_id, model, score_0_100, accept, "
+                    "criterion_scores_json, cost_usd, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
                 (
                     run_id,
                     j.get("judge_id"),
@@ -731,7 +754,8 @@ class Store:
             )
 
     def replace_evaluation(self, run_id: str, expected_record_json: str, record: dict[str, Any], *, at: str) -> int:
-        """Make ``record`` the run's current record after a re-evaluation, keeping the one it replaces; returns the history row's id.
+        """Make ``record`` the run's current record after a re-evaluation, keeping the one it replaces; returns the
+        history row's id.
 
         One transaction: the earlier record goes to ``reevaluations``, the new
         one to ``runs`` and ``evaluations``, and an event is kept, all or
@@ -754,7 +778,10 @@ class Store:
             previous = json.loads(row["record_json"])
             error = evaluation_error(record)
             cur = c.execute(
-                "INSERT INTO reevaluations (run_id, at, outcome, previous_eval_error, eval_error, previous_record_json) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    "INSERT INTO reevaluations (run_id, at, outcome, previous_eval_error, eval_error, "
+                    "previous_record_json) VALUES (?, ?, ?, ?, ?, ?)"
+                ),
                 (
                     run_id,
                     at,
@@ -813,8 +840,11 @@ class Store:
                 else:
                     charged, basis, how = a["reserved_micro"], CHARGE_RESERVATION, "its reservation (cost unknown)"
                 c.execute(
-                    "UPDATE attempts SET outcome = 'interrupted', error = ?, finished_at = ?, charged_micro = ?, charge_basis = ?, "
-                    "cost_usd = ?, judge_cost_usd = ? WHERE attempt_id = ?",
+                    (
+                        "UPDATE attempts SET outcome = 'interrupted', error = ?, finished_at = ?, "
+                        "charged_micro = ?, charge_basis = ?, cost_usd = ?, judge_cost_usd = ? WHERE "
+                        "attempt_id = ?"
+                    ),
                     (
                         f"scheduler stopped while the attempt was in flight; charged {how}",
                         now(),
@@ -904,7 +934,8 @@ class Store:
         return {s: int(got.get(s, 0)) for s in ("waiting", "in_flight", "done", "failed")}
 
     def status_by_arm(self) -> list[dict[str, Any]]:
-        """Per wave and arm: cells by state, finished runs without a verdict, failed attempts, dollars spent and reserved."""
+        """Per wave and arm: cells by state, finished runs without a verdict, failed attempts, dollars spent and
+        reserved."""
         sql = """
         SELECT c.wave, c.arm,
                SUM(c.status = 'done') AS done, SUM(c.status = 'in_flight') AS in_flight,
@@ -949,7 +980,8 @@ class Store:
         return [ledger.to_usd(r[0]) for r in self.conn.execute(sql, (wave,) if wave else ())]
 
     def run_charges(self, wave: str | None = None) -> list[tuple[int, bool]]:
-        """Each finished run's charge in micro-dollars, and whether it rests on a reservation (no cost was reported or metered).
+        """Each finished run's charge in micro-dollars, and whether it rests on a reservation (no cost was reported or
+        metered).
 
         A run is charged what its attempts were charged from an observation
         (the proxy's metered cost, else the reported one; judges included) and,
@@ -962,13 +994,16 @@ class Store:
         return list(self.run_charges_by_id(wave).values())
 
     def run_charges_by_id(self, wave: str | None = None) -> dict[str, tuple[int, bool]]:
-        """:meth:`run_charges` keyed by run id (in run-id order), for showing each run's charge beside its reported cost."""
+        """:meth:`run_charges` keyed by run id (in run-id order), for showing each run's charge beside its reported
+        cost."""
         sql = (
             f"SELECT c.run_id, SUM(CASE WHEN {_REPORTED} THEN a.charged_micro ELSE 0 END) AS observed, "
-            f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN COALESCE(a.charged_micro, 0) ELSE 0 END) AS reserved, "
-            f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN 1 ELSE 0 END) AS final_unknown "
-            "FROM cells c JOIN runs r ON r.run_id = c.run_id JOIN attempts a ON a.run_id = c.run_id "
-            "WHERE c.status = 'done'" + (" AND c.wave = ?" if wave else "") + " GROUP BY c.run_id ORDER BY c.run_id"
+            f"SUM(CASE WHEN a.attempt_id = r.attempt_id AND NOT ({_REPORTED}) THEN "
+            "COALESCE(a.charged_micro, 0) ELSE 0 END) AS reserved, SUM(CASE WHEN a.attempt_id = "
+            f"r.attempt_id AND NOT ({_REPORTED}) THEN 1 ELSE 0 END) AS final_unknown FROM cells c JOIN "
+            "runs r ON r.run_id = c.run_id JOIN attempts a ON a.run_id = c.run_id WHERE c.status = 'done'"
+            + (" AND c.wave = ?" if wave else "")
+            + " GROUP BY c.run_id ORDER BY c.run_id"
         )
         return {
             row["run_id"]: (int(row["observed"]) + int(row["reserved"]), bool(row["final_unknown"]))

@@ -72,12 +72,14 @@ def parse_arms(text: str | list[str] | None) -> list[str] | None:
     unknown = [a for a in items if a not in defined]
     if unknown:
         raise StudyError(
-            f"{paths.shown(paths.ARMS_FILE)}: no arm {', '.join(unknown)} (its arms are {', '.join(defined)}); correct --arms"
+            f"{paths.shown(paths.ARMS_FILE)}: no arm {', '.join(unknown)} (its arms are "
+            f"{', '.join(defined)}); correct --arms"
         )
     outside = [a for a in items if a not in design]
     if outside:
         raise StudyError(
-            f"{paths.shown(paths.STUDY_FILE)}: arm {', '.join(outside)} is not in design.arms ({', '.join(design)}); correct --arms"
+            f"{paths.shown(paths.STUDY_FILE)}: arm {', '.join(outside)} is not in design.arms "
+            f"({', '.join(design)}); correct --arms"
         )
     dup = sorted({a for a in items if items.count(a) > 1})
     if dup:
@@ -93,8 +95,8 @@ def check_scenarios(ids: list[str]) -> None:
     missing = [s for s in ids if s not in known]
     if missing:
         raise StudyError(
-            f"{paths.shown(paths.SCENARIOS_DIR)}: no scenario bundle {', '.join(missing)} (known: {', '.join(known) or 'none'}); "
-            "correct --scenarios"
+            f"{paths.shown(paths.SCENARIOS_DIR)}: no scenario bundle {', '.join(missing)} (known: "
+            f"{', '.join(known) or 'none'}); correct --scenarios"
         )
     dup = sorted({s for s in ids if ids.count(s) > 1})
     if dup:
@@ -102,9 +104,10 @@ def check_scenarios(ids: list[str]) -> None:
     for sid in ids:
         try:
             load_scenario(sid)
-        except Exception as exc:  # noqa: BLE001 - any defect of a bundle refuses the study
+        except Exception as exc:  # any defect of a bundle refuses the study
             raise StudyError(
-                f"{paths.shown(paths.SCENARIOS_DIR / sid)}: the bundle does not load ({str(exc).splitlines()[0]}); fix it first"
+                f"{paths.shown(paths.SCENARIOS_DIR / sid)}: the bundle does not load "
+                f"({str(exc).splitlines()[0]}); fix it first"
             ) from exc
 
 
@@ -203,7 +206,8 @@ def _hold_study(stack: ExitStack, name: str, *, fresh: bool) -> None:
                 except OSError:
                     holder = "unknown"
                 raise StudyError(
-                    f"{paths.shown(folder / LOCK_FILE)}: study {name!r} is being created or run by another process (pid {holder}); "
+                    f"{paths.shown(folder / LOCK_FILE)}: study {name!r} is being created or run by another "
+                    f"process (pid {holder}); "
                     + ("--fresh deletes a study only while no other command holds it: " if fresh else "")
                     + "wait for that one to finish, then run again"
                 ) from None
@@ -244,9 +248,11 @@ def create_study(
     The study runs ``scenarios`` when given, else the scenario set ``scenario_set`` of ``study.yml``
     (``scenario_sets``), else the design's own set (``design.scenario_set``, the preregistered ten).
 
-    ``pilot_repeats`` gives the pilot wave fewer repeats than the design's (1 to ``design.pilot_repeats``; a rehearsal uses 1).
+    ``pilot_repeats`` gives the pilot wave fewer repeats than the design's (1 to ``design.pilot_repeats``; a rehearsal
+    uses 1).
 
-    ``fresh`` first deletes an existing study of that name that holds only dry-run or rehearsal attempts (:func:`discard_study`).
+    ``fresh`` first deletes an existing study of that name that holds only dry-run or rehearsal attempts
+    (:func:`discard_study`).
 
     Two creates of one name at once: the store takes exactly one; the other
     is refused and writes nothing. The store is made, and
@@ -319,7 +325,8 @@ def create_study(
         try:
             write_assignment(store, "pilot")
         except BaseException:
-            # A study is created whole or not at all: while the lock is held no other command can have run or changed it.
+            # A study is created whole or not at all: while the lock is held no other command can have run or changed
+            # it.
             store.close()
             for part in (store.path, Path(f"{store.path}-wal"), Path(f"{store.path}-shm")):
                 part.unlink(missing_ok=True)
@@ -364,15 +371,17 @@ def _check_backend(store: Store, backend: str) -> None:
 
 
 def _envelope_drift(store: Store) -> str | None:
-    """A warning when ``protocol/study.yml`` names another envelope than the study keeps (editing it changes nothing)."""
+    """A warning when ``protocol/study.yml`` names another envelope than the study keeps (editing it changes
+    nothing)."""
     kept = store.balance().envelope_usd
     written = protocol.study().envelope_usd
     if ledger.to_micro(written) == ledger.to_micro(kept):
         return None
     name = store.study().name
     return (
-        f"warning: {paths.shown(paths.STUDY_FILE)} sets an envelope of {written:.2f} dollars but study {name} keeps {kept:.2f}; "
-        f"an existing study changes its envelope only through `pilot study envelope {name} --set USD --amendment A-NNN`"
+        f"warning: {paths.shown(paths.STUDY_FILE)} sets an envelope of {written:.2f} dollars but study "
+        f"{name} keeps {kept:.2f}; an existing study changes its envelope only through `pilot study "
+        f"envelope {name} --set USD --amendment A-NNN`"
     )
 
 
@@ -501,7 +510,8 @@ def run_study_wave(
 
 
 def retry_runs(name: str, run_ids: list[str] | None = None) -> list[str]:
-    """Reopen failed runs (all of them when ``run_ids`` is None) under their run ids; the next ``run`` dispatches them."""
+    """Reopen failed runs (all of them when ``run_ids`` is None) under their run ids; the next ``run`` dispatches
+    them."""
     store = Store.open(paths.study_dir(name))
     try:
         try:
@@ -514,7 +524,8 @@ def retry_runs(name: str, run_ids: list[str] | None = None) -> list[str]:
 
 
 def _append_amendment(path: Path, row: dict[str, str]) -> str:
-    """Add one row to ``amendments.csv`` (atomically) after checking the result is still a valid file; returns the old text."""
+    """Add one row to ``amendments.csv`` (atomically) after checking the result is still a valid file; returns the old
+    text."""
     old = path.read_text(encoding="utf-8")
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow([row[c] for c in protocol.AMENDMENT_COLUMNS])
@@ -563,7 +574,8 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
             row = {
                 "id": amendment,
                 "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-                # This repository's studies are reruns of the protocol: the stage never goes back (the validator's rule).
+                # This repository's studies are reruns of the protocol: the stage never goes back (the validator's
+                # rule).
                 "stage": protocol.AMENDMENT_STAGES[
                     max(
                         [protocol.AMENDMENT_STAGES.index("before rerun pilot")]
@@ -572,8 +584,9 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
                 ],
                 "title": "Dollar envelope changed",
                 "content": (
-                    f"The dollar envelope of study {name} was changed from {bal.envelope_usd:.2f} to {value:.2f} dollars "
-                    f"with {bal.spent_usd:.2f} spent and {bal.reserved_usd:.2f} reserved; every other rule of A-001 is unchanged."
+                    f"The dollar envelope of study {name} was changed from {bal.envelope_usd:.2f} to "
+                    f"{value:.2f} dollars with {bal.spent_usd:.2f} spent and {bal.reserved_usd:.2f} "
+                    "reserved; every other rule of A-001 is unchanged."
                 ),
             }
             old_text = _append_amendment(paths.AMENDMENTS_FILE, row)
@@ -604,7 +617,8 @@ def set_envelope(name: str, usd: str | Decimal | float, amendment: str) -> dict[
 
 
 def status_table(store: Store) -> pd.DataFrame:
-    """Per wave and arm: runs done (of which without a verdict), in flight, waiting, failed, failed attempts, dollars spent and reserved."""
+    """Per wave and arm: runs done (of which without a verdict), in flight, waiting, failed, failed attempts, dollars
+    spent and reserved."""
     import pandas as pd
 
     df = pd.DataFrame(store.status_by_arm())
@@ -657,7 +671,8 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
         ]
         if fake:
             raise StudyError(
-                f"study {name} was run with a fake run function ({len(fake)} runs, e.g. {fake[0]}): it has no outcomes to export"
+                f"study {name} was run with a fake run function ({len(fake)} runs, e.g. {fake[0]}): it has "
+                "no outcomes to export"
             )
         pending = [r["run_id"] for r in rows if r["status"] in ("waiting", "in_flight")]
         if pending:

@@ -55,9 +55,10 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # ---------------------------------------------------------------------------------------------- openat2
 
@@ -84,7 +85,7 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _libc_syscall():
+def _libc_syscall() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -207,7 +208,7 @@ def _classify(rel: str, st: os.stat_result, max_bytes: int | None, link_outward:
         )
 
 
-def split_relative(rel: str | os.PathLike) -> list[str]:
+def split_relative(rel: str | os.PathLike[str]) -> list[str]:
     """The names of a relative path, or :class:`Refused` (kind :data:`OUTSIDE`) for one that could leave its root."""
     text = os.fspath(rel)
     if isinstance(text, bytes):
@@ -247,8 +248,9 @@ def bytes_read() -> int:
     return _BYTES_READ
 
 
-def _read_fd(fd: int, size: int, sink=None) -> bytes:
-    """Up to ``size`` bytes from ``fd`` (the size ``fstat`` gave), counted; into ``sink`` (a hash) when given."""
+def _read_fd(fd: int, size: int, sink: Callable[[bytes], object] | None = None) -> bytes:
+    """Up to ``size`` bytes from ``fd`` (the size ``fstat`` gave), counted; each chunk to ``sink`` (a hash's update,
+    a file's write) when given, else all of them returned."""
     chunks: list[bytes] = []
     left = size
     while left > 0:
@@ -261,7 +263,7 @@ def _read_fd(fd: int, size: int, sink=None) -> bytes:
         left -= len(chunk)
         _count(len(chunk))
         if sink is not None:
-            sink.update(chunk)
+            sink(chunk)
         else:
             chunks.append(chunk)
     return b"".join(chunks)
@@ -298,7 +300,7 @@ class Folder:
     must not be a link. Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, root: str | os.PathLike) -> None:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         try:
             self.fd = os.open(self.root, DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0))
@@ -387,7 +389,13 @@ class Folder:
             return Refused(rel, OUTSIDE, "lies outside its folder")
         return Refused(rel, UNREADABLE, f"cannot be read ({exc.strerror})")
 
-    def lstat(self, rel: str | os.PathLike) -> os.stat_result:
+    def open_folder(self, rel: str | os.PathLike[str] = "") -> int:
+        """A descriptor of the folder at ``rel`` beneath the root (no link followed), or :class:`Refused`; the caller
+        closes it."""
+        text = os.fspath(rel)
+        return self._open_dir(split_relative(text), text or ".")
+
+    def lstat(self, rel: str | os.PathLike[str]) -> os.stat_result:
         """The entry's own status (a link's, never its target's), or :class:`Refused` when it cannot be reached."""
         text = os.fspath(rel)
         parts = split_relative(text)
@@ -403,7 +411,7 @@ class Folder:
         finally:
             os.close(dfd)
 
-    def exists(self, rel: str | os.PathLike) -> bool:
+    def exists(self, rel: str | os.PathLike[str]) -> bool:
         """Whether an entry (of any kind, a link included) is at ``rel``, reached without following anything."""
         try:
             self.lstat(rel)
@@ -413,7 +421,7 @@ class Folder:
             raise
         return True
 
-    def open_file(self, rel: str | os.PathLike, *, max_bytes: int | None) -> tuple[int, os.stat_result]:
+    def open_file(self, rel: str | os.PathLike[str], *, max_bytes: int | None) -> tuple[int, os.stat_result]:
         """(descriptor, fstat) of the regular file at ``rel``, at most ``max_bytes`` long; the caller closes it."""
         text = os.fspath(rel)
         parts = split_relative(text)
@@ -425,7 +433,7 @@ class Folder:
         finally:
             os.close(dfd)
 
-    def read_bytes(self, rel: str | os.PathLike, *, max_bytes: int) -> bytes:
+    def read_bytes(self, rel: str | os.PathLike[str], *, max_bytes: int) -> bytes:
         """The bytes of the regular file at ``rel`` (refused above ``max_bytes``), counted in :func:`bytes_read`."""
         fd, st = self.open_file(rel, max_bytes=max_bytes)
         try:
@@ -433,7 +441,7 @@ class Folder:
         finally:
             os.close(fd)
 
-    def read_prefix(self, rel: str | os.PathLike, *, max_bytes: int) -> tuple[bytes, int]:
+    def read_prefix(self, rel: str | os.PathLike[str], *, max_bytes: int) -> tuple[bytes, int]:
         """(the first ``max_bytes`` bytes, the whole size) of the regular file at ``rel``, whatever its size: for a
         page that shows the start of a long text. Nothing but a regular file is opened, no link followed."""
         fd, st = self.open_file(rel, max_bytes=None)
@@ -442,17 +450,17 @@ class Folder:
         finally:
             os.close(fd)
 
-    def sha256(self, rel: str | os.PathLike, *, max_bytes: int) -> str:
+    def sha256(self, rel: str | os.PathLike[str], *, max_bytes: int) -> str:
         """SHA-256 (hex) of the regular file at ``rel``, streamed; refused above ``max_bytes``."""
         fd, st = self.open_file(rel, max_bytes=max_bytes)
         try:
             h = hashlib.sha256()
-            _read_fd(fd, min(st.st_size, max_bytes), h)
+            _read_fd(fd, min(st.st_size, max_bytes), h.update)
             return h.hexdigest()
         finally:
             os.close(fd)
 
-    def listdir(self, rel: str | os.PathLike = "", *, max_entries: int = 10_000) -> list[Listed]:
+    def listdir(self, rel: str | os.PathLike[str] = "", *, max_entries: int = 10_000) -> list[Listed]:
         """The entries of the folder at ``rel``, sorted by name, links and special files included (never followed).
 
         At most ``max_entries`` are returned (the first the folder yields, then sorted); a folder that cannot be
@@ -465,7 +473,9 @@ class Folder:
         finally:
             os.close(dfd)
 
-    def walk(self, rel: str | os.PathLike = "", *, max_depth: int, max_entries: int) -> Generator[Listing, None, None]:
+    def walk(
+        self, rel: str | os.PathLike[str] = "", *, max_depth: int, max_entries: int
+    ) -> Generator[Listing, None, None]:
         """The folders of the tree at ``rel`` one by one (depth first, children by name), each opened by descriptor.
 
         Each :class:`Listing` holds its folder's entries while it is being looked at (:meth:`Entry.open`,
@@ -552,6 +562,12 @@ class Entry:
     descend: bool = True
     _dir_fd: int = field(default=-1, repr=False)
 
+    @property
+    def dir_fd(self) -> int:
+        """The descriptor of the entry's folder, open while its listing is looked at: a caller that changes the entry
+        (its mode, its owner, its removal) does so relative to it, by :attr:`name`, never by a path."""
+        return self._dir_fd
+
     def open(self, *, max_bytes: int | None) -> tuple[int, os.stat_result]:
         """(descriptor, fstat) of this regular file, checked to be the entry the walk saw; the caller closes it."""
         return _open_leaf(self._dir_fd, self.name, self.rel, max_bytes, [])
@@ -567,7 +583,7 @@ class Entry:
         fd, st = self.open(max_bytes=max_bytes)
         try:
             h = hashlib.sha256()
-            _read_fd(fd, min(st.st_size, max_bytes), h)
+            _read_fd(fd, min(st.st_size, max_bytes), h.update)
             return h.hexdigest()
         finally:
             os.close(fd)
@@ -689,13 +705,13 @@ def _walk_fd(top: int, max_depth: int, max_entries: int) -> Generator[Listing, N
 # ---------------------------------------------------------------------------------------------- one-call helpers
 
 
-def read_bytes(root: str | os.PathLike, rel: str | os.PathLike, *, max_bytes: int) -> bytes:
+def read_bytes(root: str | os.PathLike[str], rel: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     """The bytes of ``root/rel`` read beneath ``root`` (:meth:`Folder.read_bytes`)."""
     with Folder(root) as folder:
         return folder.read_bytes(rel, max_bytes=max_bytes)
 
 
-def relative_to(path: str | os.PathLike, root: str | os.PathLike) -> str:
+def relative_to(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
     """``path`` below ``root`` as a relative POSIX path, decided on the text alone (nothing resolved, no link followed).
 
     Raises :class:`Refused` (kind :data:`OUTSIDE`) when ``path`` is not lexically below ``root``.
@@ -734,7 +750,7 @@ def copies_root() -> Path:
         return Path(str(_COPIES["root"]))
 
 
-def is_private_copy(path: str | os.PathLike) -> bool:
+def is_private_copy(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a copy :func:`private_copy` made in this process (decided on the text: it made the path)."""
     root = _COPIES.get("root")
     if root is None or _COPIES.get("pid") != os.getpid():
@@ -776,7 +792,42 @@ def write_private(data: bytes, name: str) -> Path:
     return dest
 
 
-def private_copy(folder: Folder, rel: str | os.PathLike, *, max_bytes: int) -> tuple[Path, int]:
+def copy_out(
+    folder: Folder, rel: str | os.PathLike[str], dst: str | os.PathLike[str], *, max_bytes: int, mode: int
+) -> int:
+    """Copy the regular file at ``rel`` beneath ``folder`` into the new file ``dst`` (of mode ``mode``, which must not
+    exist) through the bounded reader; the bytes copied.
+
+    ``rel`` is refused as :meth:`Folder.open_file` refuses it (a link, not a regular file, above ``max_bytes``); no
+    more than the size it had when opened is copied. ``dst`` is created without following a link and removed again
+    when the copy fails.
+    """
+    fd, st = folder.open_file(rel, max_bytes=max_bytes)
+    try:
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | _O_CLOEXEC, mode)
+        copied = 0
+        try:
+
+            def write(chunk: bytes) -> None:
+                nonlocal copied
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+                copied += len(chunk)
+
+            _read_fd(fd, min(st.st_size, max_bytes), write)
+        except BaseException:
+            os.close(out)
+            with contextlib.suppress(OSError):
+                os.unlink(dst)
+            raise
+        os.close(out)
+        return copied
+    finally:
+        os.close(fd)
+
+
+def private_copy(folder: Folder, rel: str | os.PathLike[str], *, max_bytes: int) -> tuple[Path, int]:
     """(path, size) of a copy of ``rel`` beneath ``folder``, read through the bounded reader, under its own name.
 
     A library that insists on a path (openpyxl, python-docx, pypdf, LibreOffice) is given this copy: it sits in a

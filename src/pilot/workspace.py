@@ -91,7 +91,8 @@ def transcript_path(run_dir: Path) -> Path:
 
 
 def harness_record_dir(run_dir: Path) -> Path:
-    """The folder of the harness's launch records of a run (``launch-N.json``, ``stderr-N.log``, refused connections)."""
+    """The folder of the harness's launch records of a run (``launch-N.json``, ``stderr-N.log``, refused
+    connections)."""
     return Path(run_dir) / HARNESS_RECORD_DIR
 
 

@@ -476,7 +476,7 @@ def _string_literals(code: str) -> list[str]:
                 import ast
 
                 value = ast.literal_eval(tok.string)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a token literal_eval cannot read (an f-string, a bad escape) is no literal
                 continue
             if isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")

@@ -35,8 +35,10 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: The folders a session's disk holds, by the name of their folder in the run (workspace) or its agent folder.
 HOLDS = ("workspace", "home", "claude-config")
@@ -67,7 +69,7 @@ def namespace_kind(root: bool | None = None) -> str:
     return "mount" if root else "user+mount"
 
 
-def describe_plan(size_bytes: int, root: bool | None = None) -> dict:
+def describe_plan(size_bytes: int, root: bool | None = None) -> dict[str, Any]:
     """The bounded disk a session of this harness gets, as data (the launch record's ``confinement.disk``)."""
     return {
         "kind": KIND,
@@ -171,7 +173,7 @@ class SessionDisk:
             return f"the workspace disk holds its most entries ({self.entries}, a size-limited tmpfs)"
         return None
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return describe_plan(self.size_bytes, self.user_fd is None) | {"entries": self.entries}
 
     def close(self) -> None:
@@ -193,7 +195,9 @@ class SessionDisk:
         self.close()
 
 
-def _keeper(sock_fd: int, target: str, opts: str, uid: int, gid: int, root: bool, libc: ctypes.CDLL):
+def _keeper(
+    sock_fd: int, target: str, opts: str, uid: int, gid: int, root: bool, libc: ctypes.CDLL
+) -> Callable[[], None]:
     """The helper's work, done in the forked child before it execs ``true``: mount, send the descriptors, exit."""
 
     def setup() -> None:

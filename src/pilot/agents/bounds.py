@@ -169,7 +169,8 @@ class AttemptCgroup:
                 fh.write("0")
 
     def breach(self) -> str | None:
-        """The bound reached so far: ``memory`` (a process was killed for memory) or ``processes`` (a fork was refused)."""
+        """The bound reached so far: ``memory`` (a process was killed for memory) or ``processes``
+        (a fork was refused)."""
         if self.version == 2:
             d = self.dirs[""]
             if _event(d / "memory.events", "oom_kill") > 0:
@@ -296,7 +297,8 @@ def tree_bytes(roots: list[Path], cap_entries: int = MAX_WATCHED_ENTRIES) -> tup
 
 
 def sandbox_pid(outer_pid: int) -> int | None:
-    """A process inside the sandbox's mount namespace: the first descendant of ``outer_pid`` whose root differs from ours."""
+    """A process inside the sandbox's mount namespace: the first descendant of ``outer_pid`` whose root differs from
+    ours."""
     try:
         own = os.stat("/proc/self/root/")
     except OSError:

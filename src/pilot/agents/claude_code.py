@@ -119,7 +119,8 @@ def _pdeathsig() -> None:
 
 
 def sweep_run_processes(prefix: Path | str) -> list[int]:
-    """Kill every process whose run mark (``PILOT_RUN_CONFIG``, the run's config folder) lies under ``prefix`` (leftovers of an attempt).
+    """Kill every process whose run mark (``PILOT_RUN_CONFIG``, the run's config folder) lies under ``prefix``
+    (leftovers of an attempt).
 
     An attempt's processes all carry their run's config folder in their
     environment (bubblewrap, the bridges, the CLI and what it starts).
@@ -149,7 +150,8 @@ def sweep_run_processes(prefix: Path | str) -> list[int]:
 
 @dataclass
 class Confinement:
-    """Who a session runs as and what bounds it, beyond the sandbox's mounts (:mod:`pilot.agents.worker_user`, :mod:`pilot.agents.bounds`)."""
+    """Who a session runs as and what bounds it, beyond the sandbox's mounts (:mod:`pilot.agents.worker_user`,
+    :mod:`pilot.agents.bounds`)."""
 
     identity: worker_user.WorkerIdentity
     limits: bounds.Limits
@@ -287,7 +289,8 @@ def run_process(
         and spec.sandbox_prefix
         and not (confinement.cgroup and "processes" in confinement.cgroup.bounds)
     ):
-        # Without a pids group the per-uid limit holds the bound: exact for a dedicated uid, else above the user's own tasks.
+        # Without a pids group the per-uid limit holds the bound: exact for a dedicated uid, else above the user's own
+        # tasks.
         own = 0 if confinement.identity.switch else len(worker_user.user_pids(confinement.identity.uid))
         nproc = own + confinement.limits.processes
     socks = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
@@ -774,11 +777,12 @@ class ClaudeCodeBackend:
         self._store_lent = False
         try:
             session_store.reclaim(store, worker_gid=conf.identity.gid, owner_uid=os.getuid(), owner_gid=os.getgid())
-        except OSError as exc:  # the store gone or unreadable: the take-back copies (and records) what is left
+        except (OSError, session_store.StoreRefused) as exc:  # gone, unreadable: the take-back copies what is left
             self.notes.append(f"session store: what the resume lent could not be reclaimed in place ({exc})")
 
     def _disk_store(self) -> str:
-        """The CLI's store on the session's bounded disk, as a path the harness can reach (through the disk's folder)."""
+        """The CLI's store on the session's bounded disk,
+        as a path the harness can reach (through the disk's folder)."""
         conf = self.confinement
         assert conf is not None and conf.disk is not None
         return f"/proc/self/fd/{conf.disk.root_fd}/{bounded_disk.HOLDS[2]}"
@@ -985,7 +989,8 @@ def start_agent(
             return (
                 None,
                 None,
-                f"start_failed: the worker Python environment is missing at {env_dir or paths.WORKER_ENV_DIR} (run `pilot worker-env build`)",
+                f"start_failed: the worker Python environment is missing at {env_dir or paths.WORKER_ENV_DIR} (run "
+                "`pilot worker-env build`)",
             )
         try:
             worker_info = {"path": str(env_dir), "versions": wenv.recorded_versions(env_dir)}

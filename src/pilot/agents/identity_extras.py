@@ -21,7 +21,8 @@ _CLI_VERSIONS: dict[tuple[str, tuple[int, int, int, int]], str] = {}
 
 
 def worker_cli_version() -> str:
-    """The version the CLI this machine would run (:func:`pilot.agents.claude_code.find_cli`) reports, cached per process.
+    """The version the CLI this machine would run (:func:`pilot.agents.claude_code.find_cli`) reports, cached per
+    process.
 
     ``absent`` when there is no CLI, ``no answer`` when it does not say its version.
     """
@@ -40,7 +41,8 @@ def worker_cli_version() -> str:
     return _CLI_VERSIONS[key]
 
 
-# Probed versions of worker environments without a versions.json, per (python3 path, size, mtime_ns): the probe spawns a process.
+# Probed versions of worker environments without a versions.json, per (python3 path, size, mtime_ns): the probe spawns a
+# process.
 _PROBED_ENVS: dict[tuple[str, int, int], dict] = {}
 
 
@@ -76,7 +78,8 @@ def worker_env_lock() -> str:
                 _PROBED_ENVS[key] = worker_env.probe_versions(env)
             except (OSError, RuntimeError, ValueError) as exc:
                 raise RuntimeError(
-                    f"{env}: the worker environment has no {worker_env.VERSIONS_FILE} and cannot say its versions ({exc})"
+                    f"{env}: the worker environment has no {worker_env.VERSIONS_FILE} and cannot say its versions "
+                    f"({exc})"
                 ) from exc
         versions = _PROBED_ENVS[key]
     except (OSError, UnicodeDecodeError, ValueError) as exc:

@@ -1082,7 +1082,8 @@ class AnswerRecord:
 
 
 def record_folder_name(run_id: str) -> str:
-    """The run's folder under ``record_dir``: the run id itself when it is a plain name, else a safe spelling with a digest."""
+    """The run's folder under ``record_dir``: the run id itself when it is a plain name, else a safe spelling with a
+    digest."""
     if _SAFE_NAME.match(run_id):
         return run_id
     plain = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("._-")[-40:] or "run"
@@ -1221,7 +1222,8 @@ class RunMeter:
     exchanges_path: Path
     metered_usd: Decimal = Decimal(0)
     requests: list[dict] = field(default_factory=list)
-    #: The first refusal rows of each reason (at most ``REFUSAL_ROWS_PER_REASON`` each); ``refusal_counts`` has them all.
+    #: The first refusal rows of each reason (at most ``REFUSAL_ROWS_PER_REASON`` each); ``refusal_counts`` has them
+    #: all.
     refusals: list[dict] = field(default_factory=list)
     #: Refusals per reason key (``bad_token``, ``url_source``, ``cap``, ...), every one counted.
     refusal_counts: dict[str, int] = field(default_factory=dict)
@@ -1290,7 +1292,8 @@ class RunMeter:
             line = (json.dumps({"seq": row["seq"], "kind": "exchanges_truncated"}) + "\n").encode("ascii")
             self.exchanges_truncated = True
             log.warning(
-                "model proxy: the exchange record of run %s reached %s bytes; further exchanges are metered, not recorded",
+                "model proxy: the exchange record of run %s reached %s bytes; further exchanges are metered, not "
+                "recorded",
                 self.run_id,
                 EXCHANGES_MAX_BYTES,
             )
@@ -1525,7 +1528,7 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     server: _Listener
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # `format`: the base class's parameter name
         log.debug("model proxy: " + format, *args)
 
     def setup(self) -> None:
@@ -1721,7 +1724,8 @@ class _Handler(BaseHTTPRequestHandler):
             meter.leave_request(n)
 
     def _plan_messages(self, meter: RunMeter, proxy: MeteringProxy, body: Any) -> tuple | None:
-        """Check a messages request and reserve its worst case: the forward's arguments, or None when the cap refused it."""
+        """Check a messages request and reserve its worst case: the forward's arguments, or None when the cap refused
+        it."""
         facts = check_request(body, count_tokens=False, models=meter.models, prices=proxy.prices)
         payload, parts = serialise_request(body)
         blocks = request_blocks(body, meter.seen, parts)

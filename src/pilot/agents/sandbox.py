@@ -216,17 +216,20 @@ def make_plan(
 
 
 def bridge_script(bridges: tuple[Bridge, ...], socat: str = "socat") -> str:
-    """The shell run first inside the sandbox: one ``socat`` listener per bridge, wait until each listens, exec the agent."""
+    """The shell run first inside the sandbox: one ``socat`` listener per bridge, wait until each listens, exec the
+    agent."""
     lines = ["set -e"]
     for b in bridges:
         lines.append(
-            f"{socat} TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{b.inside_socket} </dev/null >/dev/null 2>&1 &"
+            f"{socat} TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{b.inside_socket} </dev/null "
+            ">/dev/null 2>&1 &"
         )
     for b in bridges:
         # /proc/net/tcp lists a listening loopback socket as 0100007F:<port hex> with state 0A.
         lines.append(
             f'n=0; until grep -q ":{b.port:04X} 00000000:0000 0A" /proc/net/tcp; do n=$((n+1)); '
-            f'[ $n -lt 500 ] || {{ echo "pilot-sandbox: bridge {b.name} did not listen" >&2; exit 125; }}; sleep 0.01; done'
+            f'[ $n -lt 500 ] || {{ echo "pilot-sandbox: bridge {b.name} did not listen" >&2; exit 125; }}; sleep 0.01; '
+            "done"
         )
     lines.append('exec "$@"')
     return "\n".join(lines)

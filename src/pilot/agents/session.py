@@ -51,7 +51,8 @@ class SessionOutcome:
     cli_version: str | None = None
     stderr_tail: str = ""
     resumed_from: str | None = None
-    #: The session id the harness gave the CLI (``--session-id``; a resume keeps it): the one resumed, never a streamed one.
+    #: The session id the harness gave the CLI (``--session-id``; a resume keeps it): the one resumed, never a streamed
+    #: one.
     assigned_session_id: str | None = None
     #: A resource bound the session reached (``pilot.agents.bounds.BOUND_REASONS``) and what was seen.
     bound: str | None = None

@@ -25,8 +25,13 @@ modification time would have the CLI's start-up clean-up delete it). So:
   ``chown`` and an explicit ``utime`` on them from the worker's shell
   (the owner or a capability is needed, and the worker has neither).
 
-Every walk goes by file descriptor, never follows a link and reads at most
-:data:`MAX_HASHED_BYTES` in all.
+Every walk is the harness's one walk by file descriptor
+(:meth:`pilot.worker_files.Folder.walk`): it never follows a link, reads at
+most :data:`MAX_HASHED_BYTES` in all, and refuses a store deeper than
+:data:`MAX_DEPTH` folders or larger than :data:`MAX_ENTRIES` entries (far
+beyond what the CLI makes). Entries are removed and their modes changed by
+descriptor too (:func:`pilot.agents.takeback.remove_tree`,
+:func:`pilot.agents.takeback.chmod_entry`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ import stat
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pilot import worker_files
+from pilot.agents.takeback import chmod_entry, remove_tree
 
 #: The folder of the store the worker's shell writes by design (the CLI's shell snapshots); emptied at the seal.
 SHELL_SNAPSHOTS = "shell-snapshots"
@@ -46,6 +55,9 @@ SHELL_SNAPSHOTS = "shell-snapshots"
 MAX_HASHED_BYTES = 1 << 30
 #: Slack around the first session's window for the times the CLI gave its files (clock granularity).
 TIME_SLACK_NS = 2_000_000_000
+#: The deepest and the largest store a walk reads; a store past either is refused (the CLI makes a few levels).
+MAX_DEPTH = 64
+MAX_ENTRIES = 100_000
 #: Mode bits no store entry keeps: set-id, sticky, and writable by group or others.
 _STRIPPED = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -79,7 +91,7 @@ class Seal:
     sealed_at: float
     restored: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sealed_at": self.sealed_at,
             "restored": list(self.restored),
@@ -94,8 +106,13 @@ class Check:
     restored: list[str] = field(default_factory=list)
     refusal: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"restored": list(self.restored), "refusal": self.refusal}
+
+
+def _st(entry: worker_files.Entry) -> os.stat_result:
+    assert entry.st is not None  # _walk refuses an entry whose status it could not read
+    return entry.st
 
 
 def _kind(st: os.stat_result) -> str | None:
@@ -130,44 +147,30 @@ def _digest(fd: int, size: int, budget: list[int]) -> str | None:
     return h.hexdigest()
 
 
-def _children(dfd: int) -> list[str]:
-    # listdir on a descriptor: the folder the walk holds, whatever its name now leads to.
-    return sorted(os.listdir(dfd))
+def _walk(root: str) -> Iterator[worker_files.Entry]:
+    """Every entry below ``root``, parents first, by descriptor, no link followed
+    (:meth:`pilot.worker_files.Folder.walk`).
 
-
-def _walk(root: str) -> Iterator[tuple[str, int, str, os.stat_result]]:
-    """(relative path, parent descriptor, name, stat) of every entry below ``root``, parents first, links not followed.
-
-    A folder is opened by descriptor relative to its parent's descriptor with
-    ``O_NOFOLLOW``; the caller may change an entry (its mode, say) before the
-    walk descends into it.
+    The caller may change an entry (its mode, say) before the walk lists what a folder holds; one that removes a
+    folder sets its ``descend`` to False. What cannot be read raises :class:`OSError`; a store past the walk's
+    bounds, :class:`StoreRefused`.
     """
-    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    stack: list[tuple[str, int]] = [("", top)]
     try:
-        while stack:
-            rel, dfd = stack.pop()
-            try:
-                for name in _children(dfd):
-                    path = f"{rel}/{name}" if rel else name
-                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                    yield path, dfd, name, st
-                    try:
-                        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)  # the caller may have changed it
-                    except FileNotFoundError:
-                        continue  # the caller removed it
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(
-                            (
-                                path,
-                                os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd),
-                            )
-                        )
-            finally:
-                os.close(dfd)
-    finally:
-        for _, fd in stack:
-            os.close(fd)
+        folder = worker_files.Folder(root)
+    except worker_files.Refused as exc:
+        raise OSError(errno.ENOENT if exc.kind == worker_files.MISSING else errno.EIO, str(exc)) from None
+    with folder:
+        for listing in folder.walk(max_depth=MAX_DEPTH, max_entries=MAX_ENTRIES):
+            if listing.error:
+                raise OSError(errno.EIO, f"{listing.rel or 'the session store'} cannot be listed ({listing.error})")
+            for entry in listing.entries:
+                if entry.st is None:
+                    raise OSError(errno.EIO, f"{entry.rel} cannot be read ({entry.error})")
+                if entry.too_deep:
+                    raise StoreRefused(f"{entry.rel} lies deeper than {MAX_DEPTH} folders")
+                yield entry
+            if listing.truncated:
+                raise StoreRefused(f"the session store holds more than {MAX_ENTRIES} entries")
 
 
 def _open_entry(dfd: int, name: str, kind: str) -> int:
@@ -198,33 +201,9 @@ def _record(dfd: int, name: str, st: os.stat_result, kind: str, budget: list[int
         os.close(fd)
 
 
-def _chmod(dfd: int, name: str, mode: int) -> None:
-    # Linux has no chmod that refuses a link: the entry is pinned by an O_PATH descriptor and changed through it.
-    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-    try:
-        if stat.S_ISLNK(os.fstat(fd).st_mode):
-            raise StoreRefused(f"{name} became a link")
-        os.chmod(f"/proc/self/fd/{fd}", mode)
-    finally:
-        os.close(fd)
-
-
 def _canonical_mode(mode: int, kind: str) -> int:
     mode = stat.S_IMODE(mode) & ~_STRIPPED
     return mode | (0o700 if kind == "dir" else 0o600)
-
-
-def _remove(dfd: int, name: str, st: os.stat_result) -> None:
-    if stat.S_ISDIR(st.st_mode):
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-        try:
-            for child in _children(fd):
-                _remove(fd, child, os.stat(child, dir_fd=fd, follow_symlinks=False))
-        finally:
-            os.close(fd)
-        os.rmdir(name, dir_fd=dfd)
-    else:
-        os.unlink(name, dir_fd=dfd)
 
 
 def _strip_xattrs(dfd: int, name: str, kind: str, names: tuple[str, ...]) -> None:
@@ -236,7 +215,7 @@ def _strip_xattrs(dfd: int, name: str, kind: str, names: tuple[str, ...]) -> Non
         os.close(fd)
 
 
-def seal(root: os.PathLike | str, *, started_ns: int, ended_ns: int | None = None) -> Seal:
+def seal(root: os.PathLike[str] | str, *, started_ns: int, ended_ns: int | None = None) -> Seal:
     """Undo what the kernel could not stop during the first session, then record the store (see the module).
 
     ``started_ns`` is when the store was laid out (the earliest time the CLI
@@ -250,16 +229,18 @@ def seal(root: os.PathLike | str, *, started_ns: int, ended_ns: int | None = Non
     budget = [MAX_HASHED_BYTES]
     entries: dict[str, Entry] = {}
     refusals: list[str] = []
-    for path, dfd, name, st in _walk(root):
+    for e in _walk(root):
+        path, dfd, name, st = e.rel, e.dir_fd, e.name, _st(e)
         kind = _kind(st)
         top = path.split("/", 1)[0]
         if kind is None:
-            _remove(dfd, name, st)
+            remove_tree(name, dfd)
             restored.append(f"{path}: removed (not a file or folder: mode {stat.filemode(st.st_mode)})")
             continue
         if top == SHELL_SNAPSHOTS and path != SHELL_SNAPSHOTS:
             # Written by the worker's shell by design; the resumed CLI makes a snapshot of its own.
-            _remove(dfd, name, st)
+            e.descend = False
+            remove_tree(name, dfd)
             restored.append(f"{path}: removed (a shell snapshot)")
             continue
         if kind == "file" and st.st_nlink > 1:
@@ -267,7 +248,7 @@ def seal(root: os.PathLike | str, *, started_ns: int, ended_ns: int | None = Non
             continue
         mode = _canonical_mode(st.st_mode, kind)
         if mode != stat.S_IMODE(st.st_mode):
-            _chmod(dfd, name, mode)
+            chmod_entry(name, dfd, mode)
             restored.append(f"{path}: mode {stat.S_IMODE(st.st_mode):04o} -> {mode:04o}")
         if not low <= st.st_mtime_ns <= high:
             os.utime(name, ns=(ended_ns, ended_ns), dir_fd=dfd, follow_symlinks=False)
@@ -286,14 +267,15 @@ def seal(root: os.PathLike | str, *, started_ns: int, ended_ns: int | None = Non
     return Seal(entries, time.time(), restored)
 
 
-def check(root: os.PathLike | str, sealed: Seal) -> Check:
+def check(root: os.PathLike[str] | str, sealed: Seal) -> Check:
     """Compare the store with ``sealed`` before the resume: restore metadata, refuse any other change."""
     root = os.fspath(root)
     out = Check()
     seen: set[str] = set()
     changed: list[str] = []
     budget = [MAX_HASHED_BYTES]
-    for path, dfd, name, st in _walk(root):
+    for e in _walk(root):
+        path, dfd, name, st = e.rel, e.dir_fd, e.name, _st(e)
         seen.add(path)
         want = sealed.entries.get(path)
         kind = _kind(st)
@@ -305,10 +287,10 @@ def check(root: os.PathLike | str, sealed: Seal) -> Check:
             continue
         if kind == "dir" and stat.S_IMODE(st.st_mode) != want.mode:
             # Restored first: the walk descends into it next.
-            _chmod(dfd, name, want.mode)
+            chmod_entry(name, dfd, want.mode)
             out.restored.append(f"{path}: mode {stat.S_IMODE(st.st_mode):04o} -> {want.mode:04o}")
         if kind == "file" and stat.S_IMODE(st.st_mode) & 0o400 == 0:
-            _chmod(dfd, name, want.mode)
+            chmod_entry(name, dfd, want.mode)
             out.restored.append(f"{path}: mode {stat.S_IMODE(st.st_mode):04o} -> {want.mode:04o}")
         now = _record(dfd, name, os.stat(name, dir_fd=dfd, follow_symlinks=False), kind, budget)
         if kind == "file" and (now.size != want.size or now.digest is None or now.digest != want.digest):
@@ -328,7 +310,7 @@ def check(root: os.PathLike | str, sealed: Seal) -> Check:
 
 def _restore(dfd: int, name: str, path: str, now: Entry, want: Entry, restored: list[str]) -> None:
     if now.mode != want.mode:
-        _chmod(dfd, name, want.mode)
+        chmod_entry(name, dfd, want.mode)
         restored.append(f"{path}: mode {now.mode:04o} -> {want.mode:04o}")
     if (now.uid, now.gid) != (want.uid, want.gid):
         os.chown(name, want.uid, want.gid, dir_fd=dfd, follow_symlinks=False)
@@ -343,7 +325,7 @@ def _restore(dfd: int, name: str, path: str, now: Entry, want: Entry, restored: 
         restored.append(f"{path}: modification time put back")
 
 
-def lend(root: os.PathLike | str, *, worker_uid: int, worker_gid: int, owner_uid: int) -> int:
+def lend(root: os.PathLike[str] | str, *, worker_uid: int, worker_gid: int, owner_uid: int) -> int:
     """For the resume under a dedicated worker user: the sealed entries stay the harness's, open to the worker's group.
 
     Folders get the group's read, write and search bits, files its read and
@@ -356,7 +338,8 @@ def lend(root: os.PathLike | str, *, worker_uid: int, worker_gid: int, owner_uid
     n = 0
     os.chown(root, owner_uid, worker_gid, follow_symlinks=False)
     os.chmod(root, (stat.S_IMODE(os.stat(root, follow_symlinks=False).st_mode) | 0o770) & ~0o7007)
-    for path, dfd, name, st in _walk(root):
+    for e in _walk(root):
+        path, dfd, name, st = e.rel, e.dir_fd, e.name, _st(e)
         kind = _kind(st)
         if kind is None:
             continue
@@ -365,19 +348,20 @@ def lend(root: os.PathLike | str, *, worker_uid: int, worker_gid: int, owner_uid
             continue
         os.chown(name, owner_uid, worker_gid, dir_fd=dfd, follow_symlinks=False)
         group = 0o070 if kind == "dir" else 0o060
-        _chmod(dfd, name, (stat.S_IMODE(st.st_mode) | group) & ~0o7007)
+        chmod_entry(name, dfd, (stat.S_IMODE(st.st_mode) | group) & ~0o7007)
         n += 1
     return n
 
 
-def reclaim(root: os.PathLike | str, *, worker_gid: int, owner_uid: int, owner_gid: int) -> None:
+def reclaim(root: os.PathLike[str] | str, *, worker_gid: int, owner_uid: int, owner_gid: int) -> None:
     """After the resume: what :func:`lend` opened to the worker's group is the harness's alone again."""
     root = os.fspath(root)
     st = os.stat(root, follow_symlinks=False)
     if st.st_uid == owner_uid and st.st_gid == worker_gid:
         os.chown(root, owner_uid, owner_gid, follow_symlinks=False)
         os.chmod(root, stat.S_IMODE(st.st_mode) & ~0o7077)
-    for _path, dfd, name, st in _walk(root):
+    for e in _walk(root):
+        dfd, name, st = e.dir_fd, e.name, _st(e)
         if _kind(st) is not None and st.st_uid == owner_uid and st.st_gid == worker_gid:
             os.chown(name, owner_uid, owner_gid, dir_fd=dfd, follow_symlinks=False)
-            _chmod(dfd, name, stat.S_IMODE(st.st_mode) & ~0o7077)
+            chmod_entry(name, dfd, stat.S_IMODE(st.st_mode) & ~0o7077)

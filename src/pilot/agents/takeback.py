@@ -20,6 +20,11 @@ redirect, so a tree of any depth and any link in it is handled alike.
   macOS profile): every entry is re-owned by the harness with the same
   modes, except a file with another name (a hard link, whose other name may
   lie outside the tree): its name in the tree is removed, never re-owned.
+  It visits the tree through the harness's one walk by descriptor
+  (:meth:`pilot.worker_files.Folder.walk`).
+* :func:`remove_tree` removes a tree by descriptor (children before their
+  folder), and :func:`chmod_entry` changes one entry's mode without
+  following a link; the session store's seal uses both.
 
 Both return a :class:`TakeBack` report: what was taken back, and what was
 removed with why (a count, and the first :data:`NAMES_KEPT` names).
@@ -30,10 +35,14 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pilot import worker_files
 
 #: Folder levels below the root of a taken-back tree (deeper entries are removed with everything beneath them).
 MAX_DEPTH = 64
@@ -74,7 +83,7 @@ class TakeBack:
     hard_links: int = 0
     removed: int = 0
     removed_names: list[str] = field(default_factory=list)
-    reasons: Counter = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
 
     def remove(self, rel: str, reason: str) -> None:
         self.removed += 1
@@ -92,7 +101,7 @@ class TakeBack:
         self.removed += other.removed
         self.reasons.update(other.reasons)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "entries": self.entries,
             "bytes": self.bytes,
@@ -123,22 +132,31 @@ def _join(rel: str, name: str) -> str:
     return f"{rel}/{name}" if rel else name
 
 
+def chmod_entry(name: str, dir_fd: int, mode: int, st: os.stat_result | None = None) -> None:
+    """Set the mode of the entry ``name`` of the folder ``dir_fd``, never following a link.
+
+    Linux has no chmod that refuses a link: the entry is pinned by an ``O_PATH`` descriptor and changed through it
+    (``/proc/self/fd``). A link is refused (``ELOOP``), and so is an entry that is no longer ``st`` when given.
+    """
+    pfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        now = os.fstat(pfd)
+        if stat.S_ISLNK(now.st_mode):
+            raise OSError(errno.ELOOP, "is a symbolic link (its mode is not changed)", name)
+        if st is not None and not os.path.samestat(now, st):
+            raise PermissionError(errno.EACCES, "the entry changed while it was taken back")
+        os.chmod(f"/proc/self/fd/{pfd}", mode)
+    finally:
+        os.close(pfd)
+
+
 def _open_own(name: str, dir_fd: int, flags: int, st: os.stat_result) -> int:
     """Open an entry; one of the copier's own whose mode closes it to its owner (an unprivileged harness's disk) is
-    opened to its owner first.
-
-    The mode is changed through an ``O_PATH`` descriptor of the very entry (``/proc/self/fd``), never by name.
-    """
+    opened to its owner first (:func:`chmod_entry`)."""
     need = 0o500 if stat.S_ISDIR(st.st_mode) else 0o400
     euid = os.geteuid()
     if euid != 0 and st.st_uid == euid and (st.st_mode & need) != need:
-        pfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-        try:
-            if not os.path.samestat(os.fstat(pfd), st):
-                raise PermissionError(errno.EACCES, "the entry changed while it was taken back")
-            os.chmod(f"/proc/self/fd/{pfd}", stat.S_IMODE(st.st_mode) | need)
-        finally:
-            os.close(pfd)
+        chmod_entry(name, dir_fd, stat.S_IMODE(st.st_mode) | need, st)
     return os.open(name, flags, dir_fd=dir_fd)
 
 
@@ -298,7 +316,7 @@ def _copy_file(
 
 
 def copy_folders(
-    folders: Iterable[tuple[str | os.PathLike, str]],
+    folders: Iterable[tuple[str | os.PathLike[str], str]],
     disk_fd: int,
     limits: CopyBounds,
     *,
@@ -346,7 +364,7 @@ def copy_folders(
     return report
 
 
-def open_folder(path: str | os.PathLike, dir_fd: int | None = None) -> int:
+def open_folder(path: str | os.PathLike[str], dir_fd: int | None = None) -> int:
     """A descriptor of a folder, refusing a link (``O_NOFOLLOW``) and anything that is not a folder."""
     return os.open(path, _DIR_OPEN, dir_fd=dir_fd)
 
@@ -384,7 +402,7 @@ def remove_tree(name: str, dir_fd: int) -> None:
 
 
 def take_back_in_place(
-    root: str | os.PathLike, limits: CopyBounds, uid: int | None = None, gid: int | None = None
+    root: str | os.PathLike[str], limits: CopyBounds, uid: int | None = None, gid: int | None = None
 ) -> TakeBack:
     """Re-own a tree the worker wrote in place, by descriptor (a sandbox without a bounded disk).
 
@@ -392,77 +410,97 @@ def take_back_in_place(
     :func:`safe_mode`; a file with more than one name, anything but a file,
     folder or link, and whatever lies past ``limits`` is removed (depth,
     path length, entries) and reported. Bytes are not bounded here: the
-    tree is already on the host's disk.
+    tree is already on the host's disk. A folder is re-owned before the walk
+    opens it to list what it holds.
     """
     uid = os.getuid() if uid is None else uid
     gid = os.getgid() if gid is None else gid
     report = TakeBack()
     try:
-        top = open_folder(root)
-    except FileNotFoundError:
-        return report
-    stack: list[tuple[int, str, int, list[str]]] = [(top, "", 0, sorted(os.listdir(top), reverse=True))]
-    try:
-        _reown(top, os.fstat(top), uid, gid)
-        while stack:
-            fd, here, depth, names = stack[-1]
-            if not names:
-                stack.pop()
-                os.close(fd)
-                continue
-            name = names.pop()
-            path = _join(here, name)
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                too_long = len(path.encode("utf-8", "surrogateescape")) > limits.max_path
-                past = report.entries >= limits.max_entries
-                if stat.S_ISDIR(st.st_mode):
-                    if too_long or past or depth + 1 > limits.max_depth:
-                        remove_tree(name, fd)
-                        report.remove(path, "a folder past the take-back's bounds, with all it holds")
-                        continue
-                    child = open_folder(name, fd)
-                    if not os.path.samestat(os.fstat(child), st):
-                        os.close(child)
-                        continue
-                    _reown(child, st, uid, gid)
-                    report.entries += 1
-                    stack.append((child, path, depth + 1, sorted(os.listdir(child), reverse=True)))
-                elif stat.S_ISLNK(st.st_mode):
-                    if too_long or past:
-                        os.unlink(name, dir_fd=fd)
-                        report.remove(path, "a link past the take-back's bounds")
-                        continue
-                    os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
-                    report.entries += 1
-                elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                    # Its other name may lie outside the tree: never re-owned through this one.
-                    os.unlink(name, dir_fd=fd)
-                    report.remove(path, "a hard link (a file with another name)")
-                elif stat.S_ISREG(st.st_mode) and not (too_long or past):
-                    f = os.open(name, _FILE_OPEN, dir_fd=fd)
-                    try:
-                        if os.path.samestat(os.fstat(f), st):
-                            _reown(f, st, uid, gid)
-                            report.entries += 1
-                            report.bytes += st.st_blocks * 512
-                    finally:
-                        os.close(f)
-                else:
-                    os.unlink(name, dir_fd=fd)
-                    report.remove(
-                        path, "a file past the take-back's bounds" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
-                    )
-            except OSError as exc:
-                try:
-                    remove_tree(name, fd)
-                    report.remove(path, f"could not be taken back: {exc.strerror or exc}")
-                except OSError:
-                    report.remove(path, f"could neither be taken back nor removed: {exc.strerror or exc}")
-    finally:
-        for fd, _, _, _ in stack:
-            os.close(fd)
+        folder = worker_files.Folder(root)
+    except worker_files.Refused as exc:
+        if exc.kind == worker_files.MISSING:
+            return report
+        raise OSError(errno.ELOOP if exc.kind == worker_files.LINK else errno.ENOTDIR, str(exc)) from None
+    with folder:
+        _reown(folder.fd, os.fstat(folder.fd), uid, gid)
+        # The walk's own bounds stay out of the way: what lies past the take-back's is removed, not left unvisited.
+        for listing in folder.walk(max_depth=limits.max_depth + 1, max_entries=sys.maxsize):
+            if listing.error:
+                _remove_unlisted(folder, listing.rel, listing.error, report)
+            for entry in listing.entries:
+                _take_back_entry(entry, limits, uid, gid, report)
     return report
+
+
+def _remove_unlisted(folder: worker_files.Folder, rel: str, error: str, report: TakeBack) -> None:
+    """A folder re-owned but then not listed (it changed under the walk): removed, with all it holds."""
+    parent, _, name = rel.rpartition("/")
+    try:
+        pfd = folder.open_folder(parent)
+        try:
+            remove_tree(name, pfd)
+        finally:
+            os.close(pfd)
+        report.remove(rel, f"could not be listed ({error}), with all it holds")
+    except (OSError, worker_files.Refused) as exc:
+        report.remove(rel, f"could neither be listed ({error}) nor removed: {exc}")
+
+
+def _take_back_entry(entry: worker_files.Entry, limits: CopyBounds, uid: int, gid: int, report: TakeBack) -> None:
+    """Re-own, or remove, one entry met by the walk (a folder the walk must not enter is marked so)."""
+    fd, name, path = entry.dir_fd, entry.name, entry.rel
+    try:
+        if entry.st is None:
+            raise OSError(errno.EIO, entry.error or "its status cannot be read")
+        st = entry.st
+        too_long = len(path.encode("utf-8", "surrogateescape")) > limits.max_path
+        past = report.entries >= limits.max_entries
+        if stat.S_ISDIR(st.st_mode):
+            if too_long or past or entry.too_deep:
+                entry.descend = False
+                remove_tree(name, fd)
+                report.remove(path, "a folder past the take-back's bounds, with all it holds")
+                return
+            child = open_folder(name, fd)
+            try:
+                if not os.path.samestat(os.fstat(child), st):
+                    entry.descend = False
+                    return
+                _reown(child, st, uid, gid)
+            finally:
+                os.close(child)
+            report.entries += 1
+        elif stat.S_ISLNK(st.st_mode):
+            if too_long or past:
+                os.unlink(name, dir_fd=fd)
+                report.remove(path, "a link past the take-back's bounds")
+                return
+            os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+            report.entries += 1
+        elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            # Its other name may lie outside the tree: never re-owned through this one.
+            os.unlink(name, dir_fd=fd)
+            report.remove(path, "a hard link (a file with another name)")
+        elif stat.S_ISREG(st.st_mode) and not (too_long or past):
+            f = os.open(name, _FILE_OPEN, dir_fd=fd)
+            try:
+                if os.path.samestat(os.fstat(f), st):
+                    _reown(f, st, uid, gid)
+                    report.entries += 1
+                    report.bytes += st.st_blocks * 512
+            finally:
+                os.close(f)
+        else:
+            os.unlink(name, dir_fd=fd)
+            report.remove(path, "a file past the take-back's bounds" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode))
+    except OSError as exc:
+        entry.descend = False
+        try:
+            remove_tree(name, fd)
+            report.remove(path, f"could not be taken back: {exc.strerror or exc}")
+        except OSError:
+            report.remove(path, f"could neither be taken back nor removed: {exc.strerror or exc}")
 
 
 def _reown(fd: int, st: os.stat_result, uid: int, gid: int) -> None:

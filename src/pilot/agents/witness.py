@@ -48,6 +48,7 @@ client's).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from bisect import bisect_right
@@ -174,7 +175,7 @@ def session_of(seq: int, session_bounds: Sequence[int] | None) -> int:
 
 def _check_bounds(session_bounds: Sequence[int] | None) -> list[int]:
     bounds = [int(b) for b in session_bounds or []]
-    if any(b > a for b, a in zip(bounds, bounds[1:])):
+    if any(b > a for b, a in itertools.pairwise(bounds)):
         raise ValueError(f"session_bounds must not decrease, got {bounds}")
     return bounds
 
@@ -380,7 +381,7 @@ def _same(a: Any, b: Any, secrets: Sequence[str] = ()) -> bool:
         elif isinstance(x, list) and isinstance(y, list):
             if len(x) != len(y):
                 return False
-            stack.extend(zip(x, y))
+            stack.extend(zip(x, y, strict=True))
         elif not (x is None and y is None):
             return False
     return True
@@ -605,7 +606,8 @@ def _result_checks(
     truncated: bool,
     killed_sessions: int,
 ) -> list[Tampering]:
-    """A ``result`` the record contradicts: one too many, more turns than answers, a success mid-call, too low a cost."""
+    """A ``result`` the record contradicts:
+    one too many, more turns than answers, a success mid-call, too low a cost."""
     out: list[Tampering] = []
     all_results = [r for s in streams for r in s.results]
     # Each result with its session where that is known, and the result that closes each session.
@@ -659,7 +661,8 @@ def _result_checks(
                         session or 0,
                     )
                 )
-            # The pinned CLI reports an API error (or the proxy's refusal at the cap) as subtype "success" with is_error:
+            # The pinned CLI reports an API error (or the proxy's refusal at the cap) as subtype "success" with
+            # is_error:
             # a failure, claiming no success; only a result that claims success must match the record.
             if session is None or r.get("subtype") != "success" or r.get("is_error"):
                 continue
@@ -781,7 +784,8 @@ def injected_messages(
 
 
 def tampering_deviations(tampering: Iterable[Tampering], per_kind: int = MAX_DEVIATIONS_PER_KIND) -> list[Deviation]:
-    """The run's ``tampering`` deviations: the first ``per_kind`` findings of each kind, then one carrying the rest's count.
+    """The run's ``tampering`` deviations: the first ``per_kind`` findings of each kind, then one carrying the rest's
+    count.
 
     ``via`` names the kind of tampering, ``command`` the finding;
     ``blocked_by`` is ``proxy_record``: what the run measured came from the

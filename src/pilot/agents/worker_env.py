@@ -87,12 +87,14 @@ def build(env_dir: Path | None = None, *, python: str | None = None) -> dict[str
     return versions
 
 
-#: Names the worker environment to use instead of ``build/worker-env`` (e.g. one built once and shared by a node's checkouts).
+#: Names the worker environment to use instead of ``build/worker-env`` (e.g. one built once and shared by a node's
+#: checkouts).
 ENV_VAR = "PILOT_WORKER_ENV"
 
 
 def default_env() -> Path | None:
-    """The worker environment ``PILOT_WORKER_ENV`` names (the runner checks it has a python3), else the built one, if there is one."""
+    """The worker environment ``PILOT_WORKER_ENV`` names (the runner checks it has a python3), else the built one, if
+    there is one."""
     named = os.environ.get(ENV_VAR)
     if named:
         return Path(named)

@@ -199,7 +199,8 @@ def acquire(study: Any, lock_dir: Path = LOCK_DIR) -> SlotLease:
     if missing:
         raise WorkerUserError(
             f"the sandbox's unprivileged worker users are missing or wrong: {', '.join(missing)} "
-            "(study.yml sandbox); a root harness never runs the worker as root: create them with `pilot sandbox users --create` "
+            "(study.yml sandbox); a root harness never runs the worker as root: create them with `pilot sandbox users "
+            "--create` "
             "(make does this on first use)"
         )
     lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -224,7 +225,7 @@ def give_tree(root: Path, uid: int, gid: int) -> None:
 
     A file with more than one link is not handed over: its other name may lie outside the tree.
     """
-    for path, st in _owned_entries(Path(root)):
+    for path, _st in _owned_entries(Path(root)):
         os.lchown(path, uid, gid)
 
 

@@ -114,7 +114,8 @@ def _check(args: argparse.Namespace) -> int:
             for note in notes:
                 print(f"  NOTE  {d}: {note}")
         print(
-            f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} ({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}"
+            f"D={int(ev.D)} E={int(ev.E)} criteria {ev.criteria_passed}/{ev.criteria_total} "
+            f"({ev.seconds:.1f} s) - {ev.outcome.replace('_', ' ')}"
         )
     return EXIT_BY_OUTCOME[ev.outcome]
 

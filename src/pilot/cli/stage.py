@@ -1,4 +1,5 @@
-"""``pilot stage NAME [-p KEY VALUE ...] [--output PATH]`` and ``pilot stage --list``: run a preregistered stage notebook."""
+"""``pilot stage NAME [-p KEY VALUE ...] [--output PATH]`` and ``pilot stage --list``: run a preregistered stage
+notebook."""
 
 from __future__ import annotations
 

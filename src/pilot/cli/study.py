@@ -102,7 +102,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--fresh",
         action="store_true",
-        help="first delete an existing study of this name if it holds only dry-run or rehearsal attempts (refused for a real study)",
+        help=(
+            "first delete an existing study of this name if it holds only dry-run or rehearsal attempts "
+            "(refused for a real study)"
+        ),
     )
     c.set_defaults(func=_cmd_create)
 
@@ -112,7 +115,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--backend",
         choices=BACKENDS,
         default="simulated",
-        help="agent and judge backend (default: simulated, a dry run; rehearsal: the real harness against the scripted model, no key)",
+        help=(
+            "agent and judge backend (default: simulated, a dry run; rehearsal: the real harness against the "
+            "scripted model, no key)"
+        ),
     )
     r.add_argument("--executor", choices=EXECUTORS, default="local")
     r.add_argument("--scheduler", metavar="ADDRESS", help="dask scheduler address for --executor dask")
@@ -130,7 +136,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument(
         "--allow-unisolated",
         action="store_true",
-        help="development only: run the claude-code backend without its sandbox (recorded on every run; the analysis refuses such runs)",
+        help=(
+            "development only: run the claude-code backend without its sandbox (recorded on every run; the "
+            "analysis refuses such runs)"
+        ),
     )
     r.set_defaults(func=_cmd_run)
 
@@ -244,7 +253,8 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             return _fail(describe_fault(exc, store_file))
         except KeyboardInterrupt:
             _fail(
-                f"interrupted; every finished run is kept in {paths.shown(store_file)}: run the same command again to resume"
+                f"interrupted; every finished run is kept in {paths.shown(store_file)}: run the same "
+                "command again to resume"
             )
             return 130
 
@@ -299,8 +309,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"pilot study: node {node} was sent no more runs in wave {args.wave}: {why}", file=sys.stderr)
     if res.unevaluated:
         print(
-            f"note: {len(res.unevaluated)} finished run(s) of wave {args.wave} have no verdict: their evaluation could not run "
-            f"(eval_error, e.g. {res.unevaluated[0]}); once the cause is fixed, `pilot study reevaluate {args.name}`",
+            (
+                f"note: {len(res.unevaluated)} finished run(s) of wave {args.wave} have no verdict: their "
+                f"evaluation could not run (eval_error, e.g. {res.unevaluated[0]}); once the cause is fixed, "
+                f"`pilot study reevaluate {args.name}`"
+            ),
             file=sys.stderr,
         )
     if res.counts.get("failed"):
@@ -396,12 +409,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
             return 0 if not problems else 1
         info = store.study()
         print(
-            f"study {info.name}  seed {info.seed}  scenarios {len(info.scenarios)}  arms {','.join(info.arms or protocol.study().arms)}  "
-            f"store {store.path}"
+            f"study {info.name}  seed {info.seed}  scenarios {len(info.scenarios)}  arms "
+            f"{','.join(info.arms or protocol.study().arms)}  store {store.path}"
         )
         print(table.to_string(index=False) if not table.empty else "(no cells)")
         print(
-            f"envelope {bal.envelope_usd:.2f}  spent {bal.spent_usd:.2f}  reserved {bal.reserved_usd:.2f}  remaining {bal.remaining_usd:.2f} (USD)"
+            f"envelope {bal.envelope_usd:.2f}  spent {bal.spent_usd:.2f}  reserved {bal.reserved_usd:.2f}  "
+            f"remaining {bal.remaining_usd:.2f} (USD)"
         )
         for ch in changes:
             print(
@@ -451,8 +465,10 @@ def _cmd_rehearsal_report(args: argparse.Namespace) -> int:
     print(json.dumps({"report": {k: paths.shown(v) for k, v in written.items()}, "findings": len(report.findings)}))
     if report.findings:
         print(
-            f"pilot study: the rehearsal of {args.name} has {len(report.findings)} finding(s) to fix before the real study "
-            f"(listed in {paths.shown(written[rehearsal.REPORT_MD])})",
+            (
+                f"pilot study: the rehearsal of {args.name} has {len(report.findings)} finding(s) to fix "
+                f"before the real study (listed in {paths.shown(written[rehearsal.REPORT_MD])})"
+            ),
             file=sys.stderr,
         )
         return 1

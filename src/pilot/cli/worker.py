@@ -1,4 +1,5 @@
-"""``pilot worker-env`` (the worker's Python environment) and ``pilot sandbox users`` (the unprivileged worker users)."""
+"""``pilot worker-env`` (the worker's Python environment) and ``pilot sandbox users`` (the unprivileged worker
+users)."""
 
 from __future__ import annotations
 

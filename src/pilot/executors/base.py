@@ -48,7 +48,8 @@ class Executor(Protocol):
 
 
 def resolve_run_function(ref: str | None) -> RunFunction:
-    """Import a run function from ``"module:function"`` (``None``: :data:`PIPELINE_RUN_FUNCTION`, runner, judges and outcomes).
+    """Import a run function from ``"module:function"`` (``None``: :data:`PIPELINE_RUN_FUNCTION`, runner, judges and
+    outcomes).
 
     A study stores its run function as this reference; one whose module has
     moved since (:data:`MOVED_RUN_MODULES`) is found where it lives now.

@@ -343,7 +343,8 @@ class DaskExecutor:
             self.client = scheduler if isinstance(scheduler, Client) else Client(scheduler, timeout=15)
         except (OSError, TimeoutError) as exc:
             raise ScheduleError(
-                f"cannot reach the dask scheduler at {scheduler} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                f"cannot reach the dask scheduler at {scheduler} ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); "
                 "start it (docs/dask-nodes.md) or correct --scheduler"
             ) from None
         self._owns_client = not isinstance(scheduler, Client)
@@ -365,7 +366,8 @@ class DaskExecutor:
 
     def _lost(self, exc: BaseException) -> ScheduleError:
         return ScheduleError(
-            f"lost the dask scheduler at {self.address} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            f"lost the dask scheduler at {self.address} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); "
             "its attempts in flight are closed by the next `pilot study run` once the scheduler is back"
         )
 
@@ -451,8 +453,10 @@ class DaskExecutor:
             # "connecting" too: on losing its scheduler the client has already cancelled every attempt's future.
             raise self._lost(RuntimeError(f"client {self.client.status}"))
         if any(fut.status == "cancelled" for fut in self._futures):
-            # Only the client cancels a future this executor still holds (its own cancels leave the table at once), and it
-            # does so when it loses its scheduler: those attempts' fate is unknown, so the next run closes them as interrupted.
+            # Only the client cancels a future this executor still holds (its own cancels leave the table at once), and
+            # it
+            # does so when it loses its scheduler: those attempts' fate is unknown, so the next run closes them as
+            # interrupted.
             raise self._lost(RuntimeError("the client cancelled the attempts in flight"))
         live = set(self._workers())
         # A worker counts as lost only when it is missing from several consecutive answers of the scheduler.

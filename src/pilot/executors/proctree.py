@@ -49,7 +49,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def start_time(pid: int) -> int | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), which tells a process from a later one with its pid."""
+    """The kernel's start time of ``pid`` (clock ticks since boot),
+    which tells a process from a later one with its pid."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -97,7 +98,8 @@ def _reap() -> None:
 
 
 def kill_descendants(pid: int, *, timeout: float = 5.0) -> int:
-    """Kill every descendant of ``pid`` until none is left (reaping them if ``pid`` is this process); returns how many."""
+    """Kill every descendant of ``pid`` until none is left (reaping them if ``pid`` is this process);
+    returns how many."""
     killed: set[int] = set()
     deadline = time.monotonic() + timeout
     while True:

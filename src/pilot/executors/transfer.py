@@ -190,7 +190,8 @@ def _kept_files(attempt_dir: Path, skipped: dict[str, str], kept: tuple[str, ...
 
 
 def _member_bytes(rel: str, size: int) -> int:
-    """The most a file takes in the uncompressed archive: its header, a PAX header when it needs one, its padded data."""
+    """The most a file takes in the uncompressed archive:
+    its header, a PAX header when it needs one, its padded data."""
     name = rel.encode("utf-8")
     pax = 0
     if len(name) > 100 or not rel.isascii() or size >= 8**11:
@@ -199,7 +200,8 @@ def _member_bytes(rel: str, size: int) -> int:
 
 
 def _bound(tar_bytes: int) -> int:
-    """The most gzip makes of ``tar_bytes`` (zlib's deflateBound, the end of the archive, the gzip header and trailer)."""
+    """The most gzip makes of ``tar_bytes`` (zlib's deflateBound, the end of the archive,
+    the gzip header and trailer)."""
     t = tar_bytes + 2 * _BLOCK + tarfile.RECORDSIZE
     return t + (t >> 12) + (t >> 14) + (t >> 25) + 64
 
@@ -393,7 +395,8 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -
 
 
 def unpack_attempt(pkg: Package, dest: Path) -> dict:
-    """Write the package's files into ``dest`` (absent or empty) and return its manifest, or raise :class:`TransferError`.
+    """Write the package's files into ``dest`` (absent or empty) and return its manifest, or raise
+    :class:`TransferError`.
 
     Only the regular files the manifest names are written; any member with an
     absolute name, a ``..``, a link, a device or a name the manifest does not
@@ -446,7 +449,8 @@ def unpack_attempt(pkg: Package, dest: Path) -> dict:
                     if digest != want["sha256"]:
                         raise TransferError(
                             name,
-                            f"sha256 differs from the manifest's (manifest {want['sha256'][:12]}…, received {digest[:12]}…)",
+                            f"sha256 differs from the manifest's (manifest {want['sha256'][:12]}…, received "
+                            f"{digest[:12]}…)",
                         )
         except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
             raise TransferError(
@@ -468,7 +472,8 @@ def unpack_attempt(pkg: Package, dest: Path) -> dict:
 
 
 def keep_apart(dest: Path, reason: str, *, package: Package | None = None) -> Path:
-    """Move a failed transfer's folder to ``<name>.transfer-failed-<n>`` beside it, with ``reason`` in ``transfer_failed.txt``.
+    """Move a failed transfer's folder to ``<name>.transfer-failed-<n>`` beside it, with ``reason`` in
+    ``transfer_failed.txt``.
 
     ``n`` is the first number not yet used. A ``dest`` that does not exist
     (an unpack that failed leaves none) gives a folder with the reason

@@ -39,8 +39,8 @@ Intervals
     B resamples): alpha and acceptance agreement resample the packages that
     carry the measure (for the pooled criteria a package's criteria go
     together; alpha's replicates are the package's coincidence-matrix formula
-    in matrix form, :func:`alpha_replicates`, tested equal to it); the bias resamples packages within each arm (independently per
-    arm, so the contrast's replicate is the difference of the two arms'); H1
+    in matrix form, :func:`alpha_replicates`, tested equal to it); the bias resamples packages within each arm
+    (independently per arm, so the contrast's replicate is the difference of the two arms'); H1
     uses the primary analysis's scenario-cluster bootstrap and sign-flip test
     (:mod:`pilot.stats.primary`). An estimate is a number or ``not estimable
     (reason)`` (:mod:`pilot.stats.estimability`): alpha and agreement when
@@ -162,7 +162,8 @@ def normalise_grades(grades: pd.DataFrame) -> pd.DataFrame:
 
 
 def expert_table(grades: pd.DataFrame, criteria: Mapping[str, Sequence[Criterion]]) -> pd.DataFrame:
-    """One row per submitted grade: meta, ``grader_id``, ``slot``, ``accept``, ``Q``, ``missing`` and the criterion columns.
+    """One row per submitted grade: meta, ``grader_id``, ``slot``, ``accept``, ``Q``, ``missing`` and the criterion
+    columns.
 
     ``criteria`` maps each scenario to its rubric's criteria (the weights of
     Q). ``Q`` is NaN when a rubric criterion has no score (``missing`` names
@@ -174,13 +175,13 @@ def expert_table(grades: pd.DataFrame, criteria: Mapping[str, Sequence[Criterion
     keys = [*_META, "grader_id", "slot", "accept"]
     rows = []
     for key, part in g.groupby(keys, sort=True, dropna=False):
-        row = dict(zip(keys, key))
+        row = dict(zip(keys, key, strict=True))
         scenario = row["scenario"]
         if scenario not in criteria:
             raise ValueError(f"no rubric given for scenario {scenario} (package {row['package_id']})")
         rubric = list(criteria[scenario])
         ids = {c.id for c in rubric}
-        scores = {str(c): s for c, s in zip(part["criterion"], part["score"]) if not math.isnan(s)}
+        scores = {str(c): s for c, s in zip(part["criterion"], part["score"], strict=True) if not math.isnan(s)}
         missing = [c.id for c in rubric if c.id not in scores]
         row["Q"] = np.nan if missing else weighted_score({c: int(s) for c, s in scores.items() if c in ids}, rubric)
         row["missing"] = ", ".join(missing)
@@ -193,7 +194,8 @@ def expert_table(grades: pd.DataFrame, criteria: Mapping[str, Sequence[Criterion
 
 
 def panel_table(panel: pd.DataFrame) -> pd.DataFrame:
-    """One row per package the panel judged: meta, D, E, ``n_judges``, ``Q``, ``accept``, ``panel_tie``, criterion columns.
+    """One row per package the panel judged: meta, D, E, ``n_judges``, ``Q``, ``accept``, ``panel_tie``, criterion
+    columns.
 
     A criterion's value is the median of the valid judges' scores (a half
     point when their number is even and the middle two differ); ``Q`` is the
@@ -205,7 +207,7 @@ def panel_table(panel: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     for key, part in panel.groupby(_META, sort=True):
-        row = dict(zip(_META, key))
+        row = dict(zip(_META, key, strict=True))
         row["D"], row["E"] = _flag(part["D"].iloc[0]), _flag(part["E"].iloc[0])
         judges = part.drop_duplicates("judge_id")
         votes = [
@@ -231,7 +233,8 @@ def _flag(v: Any) -> float:
 
 
 def package_table(grades: pd.DataFrame, experts: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
-    """One row per package of the wave (assigned, or judged): grade counts, expert and panel values, ``d_Q`` and ``d_S``.
+    """One row per package of the wave (assigned, or judged): grade counts, expert and panel values, ``d_Q`` and
+    ``d_S``.
 
     ``d_Q`` = panel Q - mean expert Q (grades with a Q), ``d_S`` = panel accept
     - mean expert accept; NaN where either side is missing.
@@ -342,7 +345,8 @@ def alpha_estimate(
     value_domain: Sequence[float] | None = None,
     ci_level: float = 0.95,
 ) -> dict[str, Any]:
-    """Alpha with its percentile bootstrap interval over packages: ``alpha, ci_low, ci_high, n_packages, n_values, note``.
+    """Alpha with its percentile bootstrap interval over packages: ``alpha, ci_low, ci_high, n_packages, n_values,
+    note``.
 
     Only packages with a unit coded twice or more carry alpha, and only they
     are resampled. Not estimable (NaN, the reason in ``note``) with fewer than
@@ -412,7 +416,8 @@ def reliability_table(
     seed: int,
     ci_level: float = 0.95,
 ) -> pd.DataFrame:
-    """Krippendorff's alpha among the experts and between panel and experts: Q (interval), all criteria and each criterion (ordinal).
+    """Krippendorff's alpha among the experts and between panel and experts: Q (interval), all criteria and each
+    criterion (ordinal).
 
     Rows: ``coders`` (experts, panel-experts), ``measure`` (Q, all criteria,
     SCENARIO/criterion for the scenarios of the wave), ``level``, ``alpha``,
@@ -485,7 +490,8 @@ def percent_agreement(table: np.ndarray) -> float:
 
 
 def expert_pairs(experts: pd.DataFrame) -> pd.DataFrame:
-    """Pairs of submitted grades on the same package: every slot pair i < j (``a`` the lower slot's accept, ``b`` the higher's)."""
+    """Pairs of submitted grades on the same package: every slot pair i < j (``a`` the lower slot's accept, ``b`` the
+    higher's)."""
     rows = []
     for pid, part in experts.sort_values("slot").groupby("package_id", sort=True):
         acc, slots = part["accept"].tolist(), part["slot"].tolist()
@@ -517,7 +523,8 @@ def _tables(pairs: pd.DataFrame) -> np.ndarray:
 def agreement_rows(
     pairs: pd.DataFrame, comparison: str, reference: float, *, B: int, rng: np.random.Generator, ci_level: float = 0.95
 ) -> list[dict[str, Any]]:
-    """Percent agreement and Cohen's kappa of ``pairs`` (columns package_id, a, b) with bootstrap intervals over packages."""
+    """Percent agreement and Cohen's kappa of ``pairs`` (columns package_id, a, b) with bootstrap intervals over
+    packages."""
     base = {"comparison": comparison, "n_pairs": len(pairs), "n_packages": int(pairs["package_id"].nunique())}
     rows = [
         {
@@ -560,7 +567,8 @@ def agreement_rows(
 def acceptance_table(
     experts: pd.DataFrame, panel: pd.DataFrame, *, B: int, seed: int, ci_level: float = 0.95
 ) -> pd.DataFrame:
-    """Agreement of the accept decisions, expert-expert and panel-expert, with GDPval's reference agreement beside them."""
+    """Agreement of the accept decisions, expert-expert and panel-expert, with GDPval's reference agreement beside
+    them."""
     rows = agreement_rows(
         expert_pairs(experts),
         "expert-expert",
@@ -602,7 +610,8 @@ BIAS_MEASURES = (("Q", "d_Q", "panel_q", "expert_q_mean"), ("accept", "d_S", "pa
 def bias_tables(
     packages: pd.DataFrame, arms: Sequence[str], contrast: Sequence[str], *, B: int, seed: int, ci_level: float = 0.95
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The panel's bias per arm (mean of ``d_Q``, ``d_S`` over the arm's packages) and its contrast between ``contrast``'s arms.
+    """The panel's bias per arm (mean of ``d_Q``, ``d_S`` over the arm's packages) and its contrast between
+    ``contrast``'s arms.
 
     A package enters with its d (a grade and a panel value on that side).
     Intervals: percentile bootstrap resampling packages within each arm; the
@@ -682,7 +691,8 @@ def bias_tables(
 def h1_table(
     packages: pd.DataFrame, *, arms: Sequence[str], contrast: Sequence[str], q: float, settings: InferenceSettings
 ) -> pd.DataFrame:
-    """The primary contrast of acceptance on the experts' grades, on the panel's over the same packages, and their difference.
+    """The primary contrast of acceptance on the experts' grades, on the panel's over the same packages, and their
+    difference.
 
     Expert acceptance ``S_e = D and not E and mean expert Q >= q`` per package,
     the panel's ``S_p`` the same with the panel's Q (the run's S). Both go

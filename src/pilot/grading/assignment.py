@@ -186,7 +186,7 @@ def _exchange(
                         per_arm[g][hi] -= 1
                         per_arm[g][lo] += 1
                         per_arm[h][lo] -= 1
-                        per_arm[h][hi] += 1  # noqa: E702
+                        per_arm[h][hi] += 1
                         after = _imbalance(per_arm[g], arms) + _imbalance(per_arm[h], arms)
                         if after < before:
                             graders_of[p] = [h if x == g else x for x in graders_of[p]]
@@ -196,7 +196,7 @@ def _exchange(
                         per_arm[g][hi] += 1
                         per_arm[g][lo] -= 1
                         per_arm[h][lo] += 1
-                        per_arm[h][hi] -= 1  # noqa: E702
+                        per_arm[h][hi] -= 1
                     if improved:
                         break
                 if improved:

@@ -65,7 +65,8 @@ def eligible_packages(
         if model is not None and r["model"] != model:
             continue
         rec = json.loads(r["record_json"])
-        # Every finished run the primary analysis scores, an agent error included (protocol/human/evaluation.md: all of them).
+        # Every finished run the primary analysis scores, an agent error included (protocol/human/evaluation.md:
+        # all of them).
         if rec.get("status") not in FINISHED:
             continue
         if not any(j.get("score_0_100") is not None and not j.get("error") for j in rec.get("judges") or []):

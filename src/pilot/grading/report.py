@@ -30,8 +30,8 @@ import pandas as pd
 
 from pilot import backends, latex, protocol
 from pilot.grading import agreement, store
-from pilot.report import stand_ins
 from pilot.judges.rubric import Criterion, scenario_criteria
+from pilot.report import stand_ins
 from pilot.stats import estimability
 from pilot.stats.primary import InferenceSettings
 
@@ -97,7 +97,8 @@ class GradingReport:
         study: protocol.Study | None = None,
         label: str | None = None,
     ) -> GradingReport:
-        """The report of wave ``wave`` from the study's store; ``seed`` defaults to the wave's, ``B`` to the study's resamples."""
+        """The report of wave ``wave`` from the study's store; ``seed`` defaults to the wave's, ``B`` to the study's
+        resamples."""
         grades, panel, wave_seed, study_label = _read_store(Path(study_folder), wave)
         return grading_report(
             grades,
@@ -169,7 +170,8 @@ def _read_store(folder: Path, wave: str) -> tuple[pd.DataFrame, pd.DataFrame, in
 
 
 def read_export(csv_path: Path) -> pd.DataFrame:
-    """The coordinator's export as a grade frame (typed as :func:`pilot.grading.agreement.normalise_grades` types it)."""
+    """The coordinator's export as a grade frame (typed as :func:`pilot.grading.agreement.normalise_grades` types
+    it)."""
     try:
         raw = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
@@ -328,7 +330,7 @@ def summary_table(
             )
         )
     out = estimability.honest_frame(pd.DataFrame([r for r, _ in rows]), ["estimate", "ci_low", "ci_high"])
-    out["note"] = [estimability.join_notes(n, extra) for n, (_, extra) in zip(out["note"], rows)]
+    out["note"] = [estimability.join_notes(n, extra) for n, (_, extra) in zip(out["note"], rows, strict=True)]
     return out
 
 
@@ -377,7 +379,8 @@ def macro_names(arms: Sequence[str]) -> list[str]:
 
 
 def _fmt(value: Any, digits: int, reason: str = "", *, percent: bool = False) -> str:
-    """A number for the text (true minus sign), or ``not estimable (reason)``; ``percent`` shows a share as a percentage."""
+    """A number for the text (true minus sign), or ``not estimable (reason)``; ``percent`` shows a share as a
+    percentage."""
     if isinstance(value, (int, float, np.integer, np.floating)) and np.isfinite(value):
         return latex.signed(f"{100 * float(value) if percent else float(value):.{digits}f}")
     return estimability.not_estimable(reason) if reason else estimability.NOT_ESTIMABLE
@@ -392,9 +395,15 @@ def _p(p: float) -> str:
 def _note(report: GradingReport) -> str:
     where = f"grading wave {latex.latex_escape(report.wave)}"
     if report.label == backends.SIMULATED_LABEL:
-        return f"\\relax SIMULATED: every number of the {where} comes from simulated graders or a dry run; none is a finding."
+        return (
+            f"\\relax SIMULATED: every number of the {where} comes from simulated graders or a dry run; none "
+            "is a finding."
+        )
     if report.label:
-        return f"\\relax {report.label}: every number of the {where} comes from a {backends.qualifier(report.label) or 'run that is no finding'}."
+        return (
+            f"\\relax {report.label}: every number of the {where} comes from a "
+            f"{backends.qualifier(report.label) or 'run that is no finding'}."
+        )
     return f"\\relax Every number in this section comes from the experts' grades of {where}."
 
 
@@ -495,7 +504,8 @@ def _source() -> str:
 
 
 def write_not_run(generated_dir: Path, reason: str, *, arms: Sequence[str] | None = None) -> Path:
-    """``grading_macros.tex`` for a study whose grading wave was not run: every macro says so, ``\\gradingWaveRun`` is 0."""
+    """``grading_macros.tex`` for a study whose grading wave was not run: every macro says so, ``\\gradingWaveRun`` is
+    0."""
     arms = list(arms) if arms is not None else protocol.study().arms
     m: dict[str, Any] = {name: NOT_RUN for name in macro_names(arms)}
     m.update(
@@ -567,56 +577,75 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
     tex(
         "summary",
         honest["summary"],
-        f"Grading wave {latex.latex_escape(report.wave)} of the {who}: Krippendorff's alpha among the {who} and between the LLM "
-        f"panel and the {who}, agreement of the accept decisions, the panel's bias in the primary contrast and H1 on the grades "
-        f"of the {who}, "
-        f"with {boot} (H1: the primary analysis's scenario-cluster bootstrap). $n$: packages (alpha, bias, H1) or pairs of decisions.",
+        (
+            f"Grading wave {latex.latex_escape(report.wave)} of the {who}: Krippendorff's alpha among the {who} "
+            f"and between the LLM panel and the {who}, agreement of the accept decisions, the panel's bias in the "
+            f"primary contrast and H1 on the grades of the {who}, with {boot} (H1: the primary analysis's "
+            "scenario-cluster bootstrap). $n$: packages (alpha, bias, H1) or pairs of decisions."
+        ),
     )
     headline = honest["reliability"][honest["reliability"]["measure"].isin(["Q", agreement.ALL_CRITERIA])]
     tex(
         "reliability",
         headline[["coders", "measure", "level", "alpha", "ci_low", "ci_high", "n_packages", "n_values", "note"]],
-        f"Krippendorff's alpha, interval for Q (0--100) and ordinal for the 0--4 criterion scores pooled over every criterion, with {boot}. "
-        f"Panel-experts: the panel's value (median of the judges' scores; mean of their Q) against the median of the {who}. "
-        "Every criterion of every scenario separately: grading\\_reliability.csv.",
+        (
+            "Krippendorff's alpha, interval for Q (0--100) and ordinal for the 0--4 criterion scores pooled "
+            f"over every criterion, with {boot}. Panel-experts: the panel's value (median of the judges' "
+            f"scores; mean of their Q) against the median of the {who}. Every criterion of every scenario "
+            "separately: grading\\_reliability.csv."
+        ),
     )
     tex(
         "acceptance",
         honest["acceptance"][
             ["comparison", "statistic", "estimate", "ci_low", "ci_high", "n_pairs", "n_packages", "reference", "note"]
         ],
-        f"Agreement of the accept decisions (share of pairs agreeing, and Cohen's kappa), with {boot}. Expert-expert: every pair of "
-        f"the {who} grading a package; panel-expert: the panel's majority vote (a tie counts as not accepted) against each of "
-        f"the {who}. "
-        f"Reference: GDPval's agreement ({_source()}), on pairwise comparisons of deliverables rather than accept decisions.",
+        (
+            f"Agreement of the accept decisions (share of pairs agreeing, and Cohen's kappa), with {boot}. "
+            f"Expert-expert: every pair of the {who} grading a package; panel-expert: the panel's majority vote "
+            f"(a tie counts as not accepted) against each of the {who}. Reference: GDPval's agreement "
+            f"({_source()}), on pairwise comparisons of deliverables rather than accept decisions."
+        ),
     )
     tex(
         "bias",
         honest["bias"][
             ["measure", "arm", "estimate", "ci_low", "ci_high", "n_packages", "panel_mean", "expert_mean", "note"]
         ],
-        f"The LLM panel's bias per arm: mean over the arm's packages of the panel minus the mean of the {who} (Q in points; "
-        "accept as a share), "
-        f"with nominal {pct} percentile bootstrap intervals resampling packages within the arm ($B={b}$).",
+        (
+            f"The LLM panel's bias per arm: mean over the arm's packages of the panel minus the mean of the {who} "
+            f"(Q in points; accept as a share), with nominal {pct} percentile bootstrap intervals resampling "
+            f"packages within the arm ($B={b}$)."
+        ),
     )
     tex(
         "bias_contrast",
         honest["bias_contrast"],
-        f"The panel's bias in the primary contrast: the bias in {report.contrast[0]} minus the bias in {report.contrast[1]}, with "
-        f"nominal {pct} percentile bootstrap intervals resampling packages within each arm.",
+        (
+            f"The panel's bias in the primary contrast: the bias in {report.contrast[0]} minus the bias in "
+            f"{report.contrast[1]}, with nominal {pct} percentile bootstrap intervals resampling packages within "
+            "each arm."
+        ),
     )
     tex(
         "h1",
         honest["h1"][
             ["grades", "estimate", "ci_low", "ci_high", "p_value", "n_scenarios", "n_packages", "verdict", "note"]
         ],
-        f"H1 recomputed: the primary contrast {report.contrast[0]}$-${report.contrast[1]} of acceptance ($D$, not $E$, $Q \\geq {report.q:g}$) with the mean Q of the {who} and, over the "
-        "same packages, with the panel's Q; scenario-equal weights, scenario-cluster percentile bootstrap and sign-flip $p$ as in the primary analysis.",
+        (
+            f"H1 recomputed: the primary contrast {report.contrast[0]}$-${report.contrast[1]} of acceptance "
+            f"($D$, not $E$, $Q \\geq {report.q:g}$) with the mean Q of the {who} and, over the same packages, "
+            "with the panel's Q; scenario-equal weights, scenario-cluster percentile bootstrap and sign-flip "
+            "$p$ as in the primary analysis."
+        ),
     )
     tex(
         "coverage",
         report.coverage,
-        "Coverage of the grading wave: assignments, submitted grades, grades per package, and every exclusion with its reason.",
+        (
+            "Coverage of the grading wave: assignments, submitted grades, grades per package, and every "
+            "exclusion with its reason."
+        ),
     )
     out[MACRO_FILE] = latex.write_macros(_macro_values(report), gen / MACRO_FILE, comment=f"grading wave {report.wave}")
     return out
@@ -645,8 +674,9 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
     out: list[str] = []
     cov = report.coverage.set_index("item")["count"]
     out.append(
-        f"{prefix}Of {int(cov['assignments'])} assignments to {int(cov['graders'])} graders, {int(cov['submitted'])} were "
-        f"submitted; {int(cov['packages with 2+ grades'])} of {int(cov['packages'])} packages have two or more grades, "
+        f"{prefix}Of {int(cov['assignments'])} assignments to {int(cov['graders'])} graders, "
+        f"{int(cov['submitted'])} were submitted; {int(cov['packages with 2+ grades'])} of "
+        f"{int(cov['packages'])} packages have two or more grades, "
         f"{int(cov['packages with 1 grade'])} have one and {int(cov['packages with 0 grades'])} none."
     )
     rel = report.reliability.set_index(["coders", "measure"])
@@ -657,8 +687,8 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
         r = rel.loc[(coders, "Q")]
         if np.isfinite(r.alpha):
             out.append(
-                f"{prefix}Krippendorff's alpha on Q {words} is {_fmt(r.alpha, 3)} ({_interval_words(r.ci_low, r.ci_high, 3)}, "
-                f"{int(r.n_packages)} packages)."
+                f"{prefix}Krippendorff's alpha on Q {words} is {_fmt(r.alpha, 3)} "
+                f"({_interval_words(r.ci_low, r.ci_high, 3)}, {int(r.n_packages)} packages)."
             )
         else:
             out.append(f"{prefix}Krippendorff's alpha on Q {words} is {estimability.not_estimable(r.note)}.")
@@ -675,8 +705,9 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
                 else f"Cohen's kappa {estimability.not_estimable(k.note)}"
             )
             out.append(
-                f"{prefix}The accept decisions agree {words} in {_fmt(a.estimate, 1, percent=True)}\\% of {int(a.n_pairs)} pairs "
-                f"({_fmt(a.ci_low, 1, percent=True)}\\% to {_fmt(a.ci_high, 1, percent=True)}\\%; {kappa}), against {100 * ref:.0f}\\% in GDPval."
+                f"{prefix}The accept decisions agree {words} in {_fmt(a.estimate, 1, percent=True)}\\% of "
+                f"{int(a.n_pairs)} pairs ({_fmt(a.ci_low, 1, percent=True)}\\% to "
+                f"{_fmt(a.ci_high, 1, percent=True)}\\%; {kappa}), against {100 * ref:.0f}\\% in GDPval."
             )
         else:
             out.append(f"{prefix}Agreement of the accept decisions {words} is {estimability.not_estimable(a.note)}.")
@@ -686,14 +717,23 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
         r = bc.loc["Q"]
         if np.isfinite(r.estimate):
             if r.ci_low > 0:
-                verdict = f"the panel favours {t}'s packages over {c}'s more than the {who} do, so part of the primary contrast on Q is the judges'"
+                verdict = (
+                    f"the panel favours {t}'s packages over {c}'s more than the {who} do, so part of the "
+                    "primary contrast on Q is the judges'"
+                )
             elif r.ci_high < 0:
-                verdict = f"the panel favours {c}'s packages over {t}'s more than the {who} do, so the judges work against the primary contrast on Q"
+                verdict = (
+                    f"the panel favours {c}'s packages over {t}'s more than the {who} do, so the judges work "
+                    "against the primary contrast on Q"
+                )
             else:
-                verdict = f"the interval includes zero: these grades show no difference between the arms in how far the panel departs from the {who}"
+                verdict = (
+                    "the interval includes zero: these grades show no difference between the arms in how far "
+                    f"the panel departs from the {who}"
+                )
             out.append(
-                f"{prefix}The panel's bias (panel minus {who}, Q points) in {t} less that in {c} is {_fmt(r.estimate, 1)} "
-                f"({_interval_words(r.ci_low, r.ci_high, 1)}): {verdict}."
+                f"{prefix}The panel's bias (panel minus {who}, Q points) in {t} less that in {c} is "
+                f"{_fmt(r.estimate, 1)} ({_interval_words(r.ci_low, r.ci_high, 1)}): {verdict}."
             )
             if truth is not None and "bias_q_contrast" in truth:
                 planted = float(truth["bias_q_contrast"])
@@ -708,8 +748,9 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
     e, p = h.loc["experts"], h.loc["panel"]
     if np.isfinite(e.estimate):
         out.append(
-            f"{prefix}On the {who}' grades the primary contrast is {_fmt(e.estimate, 3)} ({_interval_words(e.ci_low, e.ci_high, 3)}, "
-            f"{int(e.n_scenarios)} scenarios, {int(e.n_packages)} packages), against {_fmt(p.estimate, 3)} "
+            f"{prefix}On the {who}' grades the primary contrast is {_fmt(e.estimate, 3)} "
+            f"({_interval_words(e.ci_low, e.ci_high, 3)}, {int(e.n_scenarios)} scenarios, "
+            f"{int(e.n_packages)} packages), against {_fmt(p.estimate, 3)} "
             f"({_interval_words(p.ci_low, p.ci_high, 3)}) on the panel's grades of the same packages."
         )
     else:
@@ -750,7 +791,7 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
     q = report.bias[report.bias["measure"] == "Q"].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(5.5, 0.45 * max(len(q), 1) + 1.3))
     y = np.arange(len(q))[::-1]
-    for yi, r in zip(y, q.itertuples()):
+    for yi, r in zip(y, q.itertuples(), strict=True):
         if not np.isfinite(r.estimate):
             ax.annotate(
                 "not estimable",

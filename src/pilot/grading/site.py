@@ -108,7 +108,8 @@ class Draft:
 
 @dataclass
 class SiteState:
-    """What the application keeps between requests (``app.extensions["pilot.grading"]``); ``close`` releases the store."""
+    """What the application keeps between requests (``app.extensions["pilot.grading"]``); ``close`` releases the
+    store."""
 
     study: store.Store
     lock: threading.Lock
@@ -299,7 +300,8 @@ def create_app(
         )
 
     def offered_files(data: dict[str, Any]) -> dict[str, files.OutputFile]:
-        """The files a grader may download: those that answer a requested deliverable, as the judges' renderer finds them.
+        """The files a grader may download: those that answer a requested deliverable, as the judges' renderer finds
+        them.
 
         Never the completion record (the page shows it as the judges saw it,
         without the substitutions' reasons, which describe the worker's

@@ -141,7 +141,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
 
 
 def connect(study_folder: Path) -> Store:
-    """The study's store with the grading tables present, for a caller that keeps it open and closes it (the grading site)."""
+    """The study's store with the grading tables present, for a caller that keeps it open and closes it (the grading
+    site)."""
     path = Path(study_folder) / STORE_FILE
     if not path.is_file():
         raise GradingError(f"no study store at {path} (create and run the study first: pilot study create NAME)")
@@ -275,15 +276,20 @@ def save_grade(
             if score is not None and not (isinstance(score, int) and 0 <= score <= 4):
                 raise GradingError(f"criterion {criterion}: score {score!r} is not an integer from 0 to 4")
             conn.execute(
-                "INSERT INTO grading_scores (wave, assignment_id, criterion, score, critique) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (wave, assignment_id, criterion) DO UPDATE SET score = excluded.score, critique = excluded.critique",
+                (
+                    "INSERT INTO grading_scores (wave, assignment_id, criterion, score, critique) VALUES (?, "
+                    "?, ?, ?, ?) ON CONFLICT (wave, assignment_id, criterion) DO UPDATE SET score = "
+                    "excluded.score, critique = excluded.critique"
+                ),
                 (wave_name, assignment_id, criterion, score, critique or ""),
             )
         status = "submitted" if submit else "saved"
         stamp = now()
         conn.execute(
-            "UPDATE grading_assignments SET status = ?, accept = ?, saved_at = ?, submitted_at = ?, active_s = active_s + ? "
-            "WHERE wave = ? AND assignment_id = ?",
+            (
+                "UPDATE grading_assignments SET status = ?, accept = ?, saved_at = ?, submitted_at = ?, "
+                "active_s = active_s + ? WHERE wave = ? AND assignment_id = ?"
+            ),
             (
                 status,
                 None if accept is None else int(bool(accept)),
@@ -350,9 +356,11 @@ def grades_frame(conn: sqlite3.Connection, wave_name: str, *, submitted_only: bo
 def progress(conn: sqlite3.Connection, wave_name: str) -> dict[str, pd.DataFrame]:
     """Counts of open, saved and submitted assignments per grader and per stratum (scenario x arm)."""
     frame = pd.read_sql_query(
-        "SELECT a.grader_id, g.name, p.scenario, p.arm, a.status, a.active_s FROM grading_assignments a "
-        "JOIN grading_packages p USING (wave, package_id) JOIN graders g ON g.wave = a.wave AND g.grader_id = a.grader_id "
-        "WHERE a.wave = ?",
+        (
+            "SELECT a.grader_id, g.name, p.scenario, p.arm, a.status, a.active_s FROM grading_assignments a "
+            "JOIN grading_packages p USING (wave, package_id) JOIN graders g ON g.wave = a.wave AND "
+            "g.grader_id = a.grader_id WHERE a.wave = ?"
+        ),
         conn,
         params=(wave_name,),
     )

@@ -27,8 +27,8 @@ _ENV_PHRASES = [
     r"\bbinary (office )?(file|format|document)s?\b",
     r"\b(cannot|can ?not|can't|could not|couldn't|unable to|not able to|no way to|impossible to)\b.{0,60}"
     r"\b(produce|create|write|generate|save|run|execute|render|convert|recalculat\w*|build|export)\b.{0,60}"
-    r"\b(xlsx|docx|excel|word document|binary|office (file|format)s?|programs?|scripts?|formulas?|libreoffice|shell|python|"
-    r"spreadsheet file|workbook file|pdf file)\b",
+    r"\b(xlsx|docx|excel|word document|binary|office (file|format)s?|programs?|scripts?|formulas?|libreoffice|"
+    r"shell|python|spreadsheet file|workbook file|pdf file)\b",
     r"\b(no|without( a| any)?|lack(ing)?( of)?|not have( a| any)?|no access to( a| any)?)\s+"
     r"(shell|terminal|command[- ]line|bash|python|code execution|program execution|scripting|ability to run)",
     r"\bfile tools\b",

@@ -75,7 +75,8 @@ class ClaudeNotFound(RuntimeError):
 
 
 def locate_claude(explicit: Path | str | None = None) -> Path:
-    """The CLI to run: an explicit path, ``$PILOT_CLAUDE_BIN``, the one bundled in ``claude-agent-sdk``, or ``claude`` on PATH."""
+    """The CLI to run: an explicit path, ``$PILOT_CLAUDE_BIN``, the one bundled in ``claude-agent-sdk``, or ``claude``
+    on PATH."""
     candidates: list[Path] = []
     if explicit:
         candidates.append(Path(explicit))
@@ -91,7 +92,8 @@ def locate_claude(explicit: Path | str | None = None) -> Path:
         if c.is_file() and os.access(c, os.X_OK):
             return c
     raise ClaudeNotFound(
-        "no Claude Code CLI found: pass claude_bin, set PILOT_CLAUDE_BIN, or install the 'agent' extra (claude-agent-sdk)"
+        "no Claude Code CLI found: pass claude_bin, set PILOT_CLAUDE_BIN, or install the 'agent' extra "
+        "(claude-agent-sdk)"
     )
 
 
@@ -114,7 +116,8 @@ class ClaudeCodeJudge:
         if self.label_requests:
             url = str(self.upstream.get("ANTHROPIC_BASE_URL") or "")
             if urlsplit(url).scheme != "http" or urlsplit(url).hostname not in _LOOPBACK:
-                # The label is for a rehearsal's own server; a mapping that asks for it with another address is a mistake.
+                # The label is for a rehearsal's own server; a mapping that asks for it with another address is a
+                # mistake.
                 raise ValueError(
                     f"labelled judge requests go to a scripted server on loopback only, not to {url or 'no address'!r}"
                 )

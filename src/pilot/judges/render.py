@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 from collections.abc import Iterable
@@ -198,9 +199,9 @@ def _render_workbook(path: Path, budget: _Budget, lim: RenderLimits, feats: dict
             rows_f = ws_f.iter_rows(min_row=1, max_row=shown_rows, max_col=shown_cols)
             rows_v = ws_v.iter_rows(min_row=1, max_row=shown_rows, max_col=shown_cols, values_only=True)
             body: list[list[str]] = []
-            for r_idx, (row_f, row_v) in enumerate(zip(rows_f, rows_v), start=1):
+            for r_idx, (row_f, row_v) in enumerate(zip(rows_f, rows_v, strict=True), start=1):
                 cells = [str(r_idx)]
-                for cell, cached in zip(row_f, row_v):
+                for cell, cached in zip(row_f, row_v, strict=True):
                     raw = cell.value
                     if raw is not None:
                         feats["n_cells"] += 1
@@ -374,7 +375,7 @@ def _render_text(path: Path, budget: _Budget, lim: RenderLimits, feats: dict) ->
     feats["n_words"] = feats.get("n_words", 0) + len(text.split())
     feats["n_headings"] = feats.get("n_headings", 0) + sum(1 for ln in lines if re.match(r"^#{1,6}\s+\S", ln))
     feats["n_tables"] = feats.get("n_tables", 0) + sum(
-        1 for a, b in zip(lines, lines[1:]) if a.lstrip().startswith("|") and re.match(r"^\s*\|?\s*:?-{3,}", b)
+        1 for a, b in itertools.pairwise(lines) if a.lstrip().startswith("|") and re.match(r"^\s*\|?\s*:?-{3,}", b)
     )
     for line in lines:
         if not budget.add(line.rstrip()):

@@ -57,7 +57,7 @@ def _anchors(raw: Any, source: str, field: str) -> dict[int, str]:
                 raise RubricError(source, f"{field}.{k}", "anchor keys must be the scores 0, 2 and 4") from None
             items[level] = str(v).strip()
     elif isinstance(raw, (list, tuple)) and len(raw) == len(ANCHOR_LEVELS):
-        items = {lvl: str(v).strip() for lvl, v in zip(ANCHOR_LEVELS, raw)}
+        items = {lvl: str(v).strip() for lvl, v in zip(ANCHOR_LEVELS, raw, strict=True)}
     else:
         raise RubricError(source, field, "must map the scores 0, 2 and 4 to their descriptions")
     missing = [lvl for lvl in ANCHOR_LEVELS if not items.get(lvl)]
@@ -119,7 +119,8 @@ def criteria_from(rubric: Any, source: str = "rubric") -> list[Criterion]:
 
 @lru_cache(maxsize=64)
 def scenario_criteria(scenario_id: str) -> tuple[Criterion, ...]:
-    """The criteria of the protocol's scenario ``scenario_id``, as the judges' prompt reads them (loaded once per process)."""
+    """The criteria of the protocol's scenario ``scenario_id``, as the judges' prompt reads them (loaded once per
+    process)."""
     from pilot.scenarios import load_scenario
 
     scenario = load_scenario(scenario_id)

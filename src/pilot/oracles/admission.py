@@ -121,7 +121,7 @@ def admit_many(
     """All three gates for many files; the office files share one guarded child process."""
     items = [(Path(p), k) for p, k in candidates]
     screened = [screen(p, workspace, k) for p, k in items]
-    to_parse = [a.path for a, (p, k) in zip(screened, items) if a.ok and kind_of(p, k) in PARSED_KINDS]
+    to_parse = [a.path for a, (p, k) in zip(screened, items, strict=True) if a.ok and kind_of(p, k) in PARSED_KINDS]
     verdicts = guard.probe_cached(to_parse, **(guard_limits or {})) if to_parse else {}
     out = []
     for a in screened:

@@ -63,7 +63,10 @@ def check_formulas(ctx: WorkspaceContext, c: Criterion) -> Outcome:
         return True, f"{n} formula cells in {where} (at least {need} required)"
     return (
         False,
-        f"{n} formula cells in {where}; the brief asks for a working, formula-bearing workbook (at least {need} formulas expected)",
+        (
+            f"{n} formula cells in {where}; the brief asks for a working, formula-bearing workbook (at least "
+            f"{need} formulas expected)"
+        ),
     )
 
 
@@ -239,7 +242,10 @@ def check_labelled_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     if len(read) > 1 and not all(ok(v) for v in values) and len(values) > 1:
         return (
             False,
-            f"{c.file}: the label /{c.get('label')}/ appears {len(read)} times with different values: {where}; expected {show(expected)} ± {show(tol)}",
+            (
+                f"{c.file}: the label /{c.get('label')}/ appears {len(read)} times with different values: "
+                f"{where}; expected {show(expected)} ± {show(tol)}"
+            ),
         )
     if all(ok(v) for _, _, v in read):
         return True, f"{where}, expected {show(expected)} ± {show(tol)}" + (
@@ -404,7 +410,10 @@ def check_csv_value(ctx: WorkspaceContext, c: Criterion) -> Outcome:
                 return True, f"{c.file} row {n}: {c.get('column')} = {r[vi]} (expected {show(expected)} ± {show(tol)})"
             return (
                 False,
-                f"{c.file} row {n} ({c.get('key_value')}): {c.get('column')} = {r[vi]}; expected {show(expected)} ± {show(tol)}",
+                (
+                    f"{c.file} row {n} ({c.get('key_value')}): {c.get('column')} = {r[vi]}; expected "
+                    f"{show(expected)} ± {show(tol)}"
+                ),
             )
     return False, f"{c.file} has no row with {c.get('key')} = {c.get('key_value')}"
 
@@ -437,7 +446,8 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
         if reason:
             return None, reason
         wanted = c.get("section")
-        # Several sections: the decision is read in those present (a missing heading is the sections criterion's failure).
+        # Several sections: the decision is read in those present (a missing heading is the sections criterion's
+        # failure).
         places = []
         for section in [wanted] if isinstance(wanted, str) else wanted:
             text = section_text(lines, section, ctx.deliverable(c.file).required_sections)
@@ -510,7 +520,8 @@ def check_decision(ctx: WorkspaceContext, c: Criterion) -> Outcome:
 def _check_set_decision(
     c: Criterion, places: list[tuple[str, str, bool]], options: dict[str, str], want: list[str]
 ) -> Outcome:
-    """A set-valued decision ("name any clinic that misses the target"): exactly the planted options, each said to have the property."""
+    """A set-valued decision ("name any clinic that misses the target"): exactly the planted options, each said to have
+    the property."""
     found = SetDecision()
     for _, text, _ in places:
         found.merge(
@@ -556,7 +567,10 @@ def check_closed_scale(ctx: WorkspaceContext, c: Criterion) -> Outcome:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         return (
             False,
-            f"{c.file} column {c.get('column')!r} goes outside the brief's scale ({', '.join(c.get('values'))}): {'; '.join(bad[:5])}{more}",
+            (
+                f"{c.file} column {c.get('column')!r} goes outside the brief's scale "
+                f"({', '.join(c.get('values'))}): {'; '.join(bad[:5])}{more}"
+            ),
         )
     return True, f"{c.file} column {c.get('column')!r} uses only {', '.join(c.get('values'))}"
 

@@ -148,19 +148,22 @@ def read_decision(text: str, options: dict[str, str], *, whole_cell: bool = Fals
 
 #: Negations that qualify one option (just before it), not the verb.
 OPTION_NEGATORS = re.compile(
-    r"(?:\b(?:not|except|excluding|apart from|other than|unlike|but not|save)|\b(?:all|every|each)(?:\s+[\w-]+){0,2}\s+but)\s*$",
+    r"(?:\b(?:not|except|excluding|apart from|other than|unlike|but not|save)"
+    r"|\b(?:all|every|each)(?:\s+[\w-]+){0,2}\s+but)\s*$",
     re.I,
 )
 #: Words that make a clause a plan or a condition rather than a finding.
 NOT_A_FINDING = re.compile(
-    r"\b(should|must|will|would|could|may|might|whether|if|aim\w*|plan\w*|expect\w*|hope\w*|intend\w*|until|unless|to bring|to get|to keep)\b",
+    r"\b(should|must|will|would|could|may|might|whether|if|aim\w*|plan\w*|expect\w*|hope\w*|intend\w*|until|unless"
+    r"|to bring|to get|to keep)\b",
     re.I,
 )
 #: An elliptic negation that repeats the previous clause's verb ("Hillcrest did not").
 ELLIPTIC_NEGATION = re.compile(
     r"\b(?:did|does|do|has|have|had|was|were|is|are)\s*(?:not|n't)\b|\bdidn't\b|\bdoesn't\b|\bwasn't\b|\bisn't\b", re.I
 )
-#: Clause boundaries inside a sentence: a contrast ("met the target, but Hillcrest did not"). "All but X" is an exception, not a boundary.
+#: Clause boundaries inside a sentence: a contrast ("met the target, but Hillcrest did not"). "All but X" is an
+#: exception, not a boundary.
 _CONTRAST = re.compile(r"(?:,\s*|\s+)(?:but|while|whereas|although|though)\s+", re.I)
 _EXCEPTION_BEFORE = re.compile(r"\b(?:all|every|each|none|nobody|any)\b(?:\s+\S+){0,2}\s*$", re.I)
 
@@ -324,7 +327,8 @@ class _FlatRows:
                 return None if _FLAT_VERDICT.match(self.block, pos) else (rows, pos)
             _, key, end = self.mentions[k]
             limit = self.limit(end)
-            # The row runs to its Yes/No, or to the next option's name (the same option named again is one of its cells).
+            # The row runs to its Yes/No, or to the next option's name (the same option named again is one of its
+            # cells).
             other = next(
                 (
                     self.starts[j]
@@ -492,11 +496,10 @@ def read_set(
 
     def read_prose(block: str) -> None:
         nonlocal previous
-        subject: list[
-            tuple[int, str, int]
-        ] = []  # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
+        # the options of a label just before a colon ("DSCR: 1.15x - does not comply")
+        subject: list[tuple[int, str, int]] = []
         pieces = _CLAUSE_SPLIT_KEEP.split(block)
-        for sentence, sep in zip(pieces[::2], pieces[1::2] + [""]):
+        for sentence, sep in zip(pieces[::2], pieces[1::2] + [""], strict=True):
             if not sentence.strip():
                 continue
             for clause in _split_contrasts(sentence):

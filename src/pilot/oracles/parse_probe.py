@@ -32,7 +32,7 @@ def parse(path: str) -> None:
             getattr(block, "text", None)
             for row in getattr(block, "rows", []):
                 for cell in row.cells:
-                    cell.text
+                    _ = cell.text  # reading a cell's text parses it
     elif lower.endswith(".pdf"):
         import logging
 

@@ -150,11 +150,15 @@ def screen_ooxml(path: Path, suffix: str | None = None) -> str | None:
             total += info.file_size
             if info.file_size > 1_000_000 and info.compress_size and info.file_size / info.compress_size > MAX_RATIO:
                 return (
-                    f"{name} looks like a zip bomb: entry {info.filename} expands {info.file_size / max(info.compress_size, 1):.0f}-fold "
-                    f"to {human_size(info.file_size)}"
+                    f"{name} looks like a zip bomb: entry {info.filename} expands "
+                    f"{info.file_size / max(info.compress_size, 1):.0f}-fold to "
+                    f"{human_size(info.file_size)}"
                 )
         if total > MAX_UNCOMPRESSED_BYTES:
-            return f"{name} expands to {human_size(total)}, above the {human_size(MAX_UNCOMPRESSED_BYTES)} limit (zip bomb?)"
+            return (
+                f"{name} expands to {human_size(total)}, above the {human_size(MAX_UNCOMPRESSED_BYTES)} limit "
+                "(zip bomb?)"
+            )
         if "[Content_Types].xml" not in names:
             return f"{name} is a zip archive but not an Office file (no [Content_Types].xml)"
         lowered = {n.lower() for n in names}

@@ -112,7 +112,8 @@ def run_selfcheck(
     timeout: float = TIMEOUT_S,
     recalculator=None,
 ) -> SelfCheckReport:
-    """Run the pristine tool on ``workspace`` and the oracle's form checks; the spec comes from ``scenario`` or the workspace copy."""
+    """Run the pristine tool on ``workspace`` and the oracle's form checks; the spec comes from ``scenario`` or the
+    workspace copy."""
     workspace = Path(workspace)
     sc = None
     if scenario is not None:
@@ -137,7 +138,8 @@ def run_selfcheck(
 
 
 def _with_form_checks(report: SelfCheckReport, scenario: Scenario, workspace: Path, recalculator) -> SelfCheckReport:
-    """The tool's report, failed as well by every oracle form check that fails (named once, with the oracle's reason)."""
+    """The tool's report, failed as well by every oracle form check that fails (named once, with the oracle's
+    reason)."""
     from pilot.oracles.evaluate import evaluate_form
 
     results, errors = evaluate_form(scenario, workspace, recalculator=recalculator)

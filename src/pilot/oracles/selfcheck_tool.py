@@ -54,13 +54,20 @@ NS_WORD = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 # never; Writer: 2 is never). The final check uses the same profile.
 RECALC_PROFILE_XCU = """<?xml version="1.0" encoding="UTF-8"?>
 <oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
-<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop></item>
-<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="ODFRecalcMode" oor:op="fuse"><value>0</value></prop></item>
-<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="MacroSecurityLevel" oor:op="fuse"><value>3</value></prop></item>
-<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="DisableMacrosExecution" oor:op="fuse"><value>true</value></prop></item>
-<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="BlockUntrustedRefererLinks" oor:op="fuse"><value>true</value></prop></item>
-<item oor:path="/org.openoffice.Office.Calc/Content/Update"><prop oor:name="Link" oor:op="fuse"><value>1</value></prop></item>
-<item oor:path="/org.openoffice.Office.Writer/Content/Update"><prop oor:name="Link" oor:op="fuse"><value>2</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load">\
+<prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load">\
+<prop oor:name="ODFRecalcMode" oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting">\
+<prop oor:name="MacroSecurityLevel" oor:op="fuse"><value>3</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting">\
+<prop oor:name="DisableMacrosExecution" oor:op="fuse"><value>true</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting">\
+<prop oor:name="BlockUntrustedRefererLinks" oor:op="fuse"><value>true</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Content/Update">\
+<prop oor:name="Link" oor:op="fuse"><value>1</value></prop></item>
+<item oor:path="/org.openoffice.Office.Writer/Content/Update">\
+<prop oor:name="Link" oor:op="fuse"><value>2</value></prop></item>
 </oor:items>
 """
 
@@ -202,7 +209,8 @@ def check_workbook(path: Path, d: dict, rep: Report) -> None:
     links = external_links(zf)
     if links:
         rep.fail(
-            f"{d['name']} links to other workbooks ({', '.join(links[:3])}): values taken from them are cached copies that cannot be recalculated"
+            f"{d['name']} links to other workbooks ({', '.join(links[:3])}): values taken from them are cached copies "
+            "that cannot be recalculated"
         )
         return
     # Cached values may be stale: recalculate whenever LibreOffice is here, as the final check always does.
@@ -213,12 +221,14 @@ def check_workbook(path: Path, d: dict, rep: Report) -> None:
             rep.ok(f"{d['name']} recalculated with LibreOffice for the error check")
         elif formulas and any(c[4] is None for c in formulas):
             rep.warn(
-                f"{d['name']}: formulas have no cached values and LibreOffice is not available to recalculate; error values not checked"
+                f"{d['name']}: formulas have no cached values and LibreOffice is not available to recalculate; error "
+                "values not checked"
             )
             return
         elif formulas:
             rep.warn(
-                f"{d['name']}: LibreOffice is not available; error values checked on the cached values, which may be stale"
+                f"{d['name']}: LibreOffice is not available; error values checked on the cached values, which may be "
+                "stale"
             )
     errors = [f"{Path(c[0]).stem}!{c[1]} = {c[4]}" for c in cells if c[3] == "e"]
     if errors:
@@ -254,7 +264,8 @@ def docx_paragraphs(zf: zipfile.ZipFile) -> list[str]:
 
 
 def document_lines(path: Path, kind: str) -> tuple[list[str] | None, str | None]:
-    """The lines of a document (paragraphs of a docx, text lines of a PDF), or the problem; (None, None) when pypdf is absent."""
+    """The lines of a document (paragraphs of a docx, text lines of a PDF), or the problem; (None, None) when pypdf is
+    absent."""
     if kind == "docx":
         zf, problem = open_archive(path, "docx")
         if problem:

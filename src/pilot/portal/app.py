@@ -146,7 +146,7 @@ class SessionStore:
 
     def close(self, sid: object) -> None:
         with self._lock:
-            self._open.pop(sid, None)  # type: ignore[arg-type]
+            self._open.pop(sid, None)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -498,7 +498,7 @@ def create_app(
             title=rec.title,
             kind=rec.kind,
             columns=rec.columns,
-            rows=[dict(zip(rec.columns, r)) for r in content.rows(rid)],
+            rows=[dict(zip(rec.columns, r, strict=True)) for r in content.rows(rid)],
         )
 
     return app

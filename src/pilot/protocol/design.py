@@ -51,7 +51,7 @@ def read_yaml(path: Path, *, text_scalars: bool = False) -> Any:
         raise ProtocolError(path, "<file>", f"not valid YAML{where}: {exc}") from exc
 
 
-def validate(data: Any, schema: dict, path: Path) -> None:
+def validate(data: Any, schema: dict[str, Any], path: Path) -> None:
     """Validate ``data`` against a JSON schema; the first error becomes a ProtocolError."""
     import jsonschema  # loaded when a file is first validated, not by `pilot --help`
 
@@ -79,7 +79,7 @@ _prob = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
 _str = {"type": "string", "minLength": 1}
 
 
-def object_schema(props: dict, required: Iterable[str] | None = None) -> dict:
+def object_schema(props: dict[str, Any], required: Iterable[str] | None = None) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": props,
@@ -88,11 +88,11 @@ def object_schema(props: dict, required: Iterable[str] | None = None) -> dict:
     }
 
 
-def _grid(lo: dict = _nonneg) -> dict:
+def _grid(lo: dict[str, Any] = _nonneg) -> dict[str, Any]:
     return object_schema({"start": lo, "stop": lo, "step": _pos})
 
 
-STUDY_SCHEMA: dict = object_schema(
+STUDY_SCHEMA: dict[str, Any] = object_schema(
     {
         "study": object_schema({"title": _str, "short_name": _str, "protocol_version": _str}),
         "worker": object_schema({"model": _str, "effort": _str, "user_prompt": _str}),
@@ -283,7 +283,7 @@ TOOLS = ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]
 FEATURES = ["shell", "python_env", "text_substitutes", "libreoffice", "chromium", "portal", "checkpoint", "self_check"]
 CAPABILITIES = ["macos", "linux", "libreoffice", "chromium", "portal"]
 
-ARMS_SCHEMA: dict = object_schema(
+ARMS_SCHEMA: dict[str, Any] = object_schema(
     {
         "arms": {
             "type": "object",
@@ -354,7 +354,7 @@ class Study:
     """The validated ``study.yml`` with typed accessors for what the code uses."""
 
     path: Path
-    raw: dict = field(repr=False)
+    raw: dict[str, Any] = field(repr=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.raw[key]
@@ -380,7 +380,7 @@ class Study:
         return float(self.raw["outcomes"]["q"])
 
     @property
-    def judge_panel(self) -> list[dict]:
+    def judge_panel(self) -> list[dict[str, Any]]:
         return [dict(j) for j in self.raw["judges"]["panel"]]
 
     @property
@@ -435,7 +435,7 @@ class Study:
         return [tuple(inf["primary_contrast"])] + [tuple(c) for c in inf["secondary_contrasts"]]
 
 
-def _check_study_semantics(data: dict, path: Path) -> None:
+def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     arms = data["design"]["arms"]
     inf = data["inference"]
     for i, pair in enumerate([inf["primary_contrast"], *inf["secondary_contrasts"]]):
@@ -478,7 +478,7 @@ def _check_study_semantics(data: dict, path: Path) -> None:
     _check_renderer(data["sandbox"], path)
 
 
-def _check_renderer(sandbox: dict, path: Path) -> None:
+def _check_renderer(sandbox: dict[str, Any], path: Path) -> None:
     """The renderer is an identity of its own: neither a worker slot's uid nor a worker's name."""
     r, first, slots = sandbox["renderer"], sandbox["first_uid"], sandbox["slots"]
     if first <= r["uid"] < first + slots:
@@ -512,7 +512,7 @@ PROXY_OWN_HEADERS = frozenset(
 )
 
 
-def _check_model_proxy(section: dict, path: Path) -> None:
+def _check_model_proxy(section: dict[str, Any], path: Path) -> None:
     """The header lists must name headers the proxy may pass on, and pass on the two it checks by value."""
     headers = section["forwarded_headers"]
     own = sorted(set(headers) & PROXY_OWN_HEADERS)
@@ -656,7 +656,10 @@ def load_amendments(path: Path | None = None) -> list[dict[str, str]]:
                 raise ProtocolError(
                     path,
                     f"line {n}.stage",
-                    f"{row['id']} is made {row['stage']!r} but the earlier amendment {prev_id} was made {AMENDMENT_STAGES[prev_rank]!r}",
+                    (
+                        f"{row['id']} is made {row['stage']!r} but the earlier amendment {prev_id} was made "
+                        f"{AMENDMENT_STAGES[prev_rank]!r}"
+                    ),
                 )
         previous = (row["id"], date, rank)
     return rows

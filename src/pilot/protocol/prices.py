@@ -37,15 +37,16 @@ class Usage:
     cache_creation_1h_input_tokens: int = 0
 
     @classmethod
-    def from_api(cls, usage: dict | None) -> Usage:
+    def from_api(cls, usage: dict[str, Any] | None) -> Usage:
         """From a ``usage`` object of a message or a ``message_delta`` event (missing counts are 0)."""
         u = usage or {}
 
-        def count(key: str, src: dict = u) -> int:
+        def count(key: str, src: dict[str, Any] = u) -> int:
             v = src.get(key)
             return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
 
-        split = u.get("cache_creation") if isinstance(u.get("cache_creation"), dict) else {}
+        creation = u.get("cache_creation")
+        split: dict[str, Any] = creation if isinstance(creation, dict) else {}
         return cls(
             input_tokens=count("input_tokens"),
             output_tokens=count("output_tokens"),
@@ -54,7 +55,7 @@ class Usage:
             cache_creation_1h_input_tokens=count("ephemeral_1h_input_tokens", split),
         )
 
-    def updated(self, delta: dict | None) -> Usage:
+    def updated(self, delta: dict[str, Any] | None) -> Usage:
         """This usage with the counts a ``message_delta`` event carries (cumulative, so they replace)."""
         d = delta or {}
         new = Usage.from_api(d)
@@ -221,7 +222,8 @@ def _as_decimal(x: Decimal | float | int | str) -> Decimal:
 
 
 def finite_decimal(value: Any) -> Decimal | None:
-    """A reported amount as a finite Decimal (at its shortest decimal spelling), or None when it is none (a bool, NaN, text)."""
+    """A reported amount as a finite Decimal (at its shortest decimal spelling), or None when it is none (a bool, NaN,
+    text)."""
     if value is None or isinstance(value, bool):
         return None
     try:

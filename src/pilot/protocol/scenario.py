@@ -23,7 +23,7 @@ DELIVERABLE_KINDS = ["xlsx", "docx", "pdf", "csv", "completion_record", "pptx"]
 COMPLETION_RECORD = "completion_record.json"
 
 # Parameters each criterion kind takes besides id, kind, required, file.
-CRITERION_PARAMS: dict[str, dict[str, dict]] = {
+CRITERION_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "present": {},
     "well_formed": {},
     "formulas": {"min_count": {"type": "integer", "minimum": 1}, "sheet": {"type": "string"}},
@@ -153,7 +153,7 @@ APPLIES_TO = {
 }
 
 _str = {"type": "string", "minLength": 1}
-SCENARIO_SCHEMA: dict = {
+SCENARIO_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": [
@@ -207,7 +207,7 @@ SCENARIO_SCHEMA: dict = {
 }
 
 
-def _criteria_file_schema(min_items: int, criterion: dict) -> dict:
+def _criteria_file_schema(min_items: int, criterion: dict[str, Any]) -> dict[str, Any]:
     """A file that holds one list, ``criteria``, of at least ``min_items`` entries (oracle.yml and rubric.yml)."""
     return {
         "type": "object",
@@ -217,7 +217,7 @@ def _criteria_file_schema(min_items: int, criterion: dict) -> dict:
     }
 
 
-ORACLE_SCHEMA: dict = _criteria_file_schema(
+ORACLE_SCHEMA: dict[str, Any] = _criteria_file_schema(
     1,
     {
         "type": "object",
@@ -231,8 +231,57 @@ ORACLE_SCHEMA: dict = _criteria_file_schema(
         },
     },
 )
-# The planted traps an oracle names, each with the criteria that catch a run falling into it
-# (``pilot scenarios check`` proves each of those criteria breaks); optional for the pilot's ten bundles.
+# What the brief's entry for a criterion's file says to ask for what the criterion reads (a regex, read case-blind);
+# the words of a text criterion's patterns are the answer, which the brief never states, so they need one.
+ORACLE_SCHEMA["properties"]["criteria"]["items"]["properties"]["brief_asks"] = {"type": "string", "minLength": 1}
+
+#: One edit of the gold package that turns it into a trap's fallen package (``traps[].fallen``): a workbook cell typed
+#: over (figure, text or formula, or a date), a passage of a document or CSV reworded, or a CSV cell.
+FALLEN_EDIT_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["file", "sheet", "cell", "value"],
+            "properties": {
+                "file": _str,
+                "sheet": _str,
+                "cell": {"type": "string", "pattern": r"^[A-Z]{1,3}[1-9][0-9]*$"},
+                "value": {"type": ["number", "string", "null"]},
+            },
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["file", "sheet", "cell", "date"],
+            "properties": {
+                "file": _str,
+                "sheet": _str,
+                "cell": {"type": "string", "pattern": r"^[A-Z]{1,3}[1-9][0-9]*$"},
+                "date": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
+            },
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["file", "text", "becomes"],
+            "properties": {"file": _str, "text": _str, "becomes": {"type": "string"}},
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["file", "key", "key_value", "column", "value"],
+            "properties": {"file": _str, "key": _str, "key_value": _str, "column": _str, "value": {"type": "string"}},
+        },
+    ]
+}
+#: The deliverable kinds each form of fallen edit applies to.
+FALLEN_EDIT_KINDS = {"cell": {"xlsx"}, "text": {"docx", "pdf", "pptx", "csv"}, "csv": {"csv"}}
+
+# The planted traps an oracle names, each with the criteria that catch a run falling into it and the package of a
+# worker who falls into it (``fallen``: edits of the gold package; or the generator module's ``solve_fallen``).
+# ``pilot scenarios check`` builds that package and proves exactly those criteria fail on it; optional for the
+# pilot's ten bundles, whose traps are named in prose and whose fallen packages live in the test suite.
 ORACLE_SCHEMA["properties"]["traps"] = {
     "type": "array",
     "items": {
@@ -243,11 +292,14 @@ ORACLE_SCHEMA["properties"]["traps"] = {
             "id": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
             "description": {"type": "string", "minLength": 1},
             "caught_by": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
+            "fallen": {"type": "array", "minItems": 1, "items": FALLEN_EDIT_SCHEMA},
+            # Words of brief.md the author confirms may name this trap's answer (each must occur in the brief).
+            "brief_names": {"type": "array", "minItems": 1, "uniqueItems": True, "items": _str},
         },
     },
 }
 
-RUBRIC_SCHEMA: dict = _criteria_file_schema(
+RUBRIC_SCHEMA: dict[str, Any] = _criteria_file_schema(
     3,
     {
         "type": "object",
@@ -305,6 +357,24 @@ class Criterion:
     file: str
     params: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    # The words of the brief's entry for ``file`` that ask for what the criterion reads (a regex; ``brief_asks``).
+    brief_asks: str = ""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+
+@dataclass(frozen=True)
+class FallenEdit:
+    """One edit of the gold package towards a trap's fallen package (``traps[].fallen`` of oracle.yml).
+
+    ``form`` is ``cell`` (``sheet``, ``cell``, ``value``: a workbook cell typed over), ``text`` (``text`` reworded as
+    ``becomes`` in a document or CSV) or ``csv`` (``key``, ``key_value``, ``column``, ``value``: a CSV cell).
+    """
+
+    form: str
+    file: str
+    params: dict[str, Any] = field(default_factory=dict)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.params.get(key, default)
@@ -312,11 +382,14 @@ class Criterion:
 
 @dataclass(frozen=True)
 class Trap:
-    """A planted trap: what a careless professional gets wrong, and the criteria that catch it."""
+    """A planted trap: what a careless professional gets wrong, the criteria that catch it, and how the package of
+    a worker who falls into it is made from the gold (``fallen``; empty: the generator module's ``solve_fallen``)."""
 
     id: str
     description: str
     caught_by: tuple[str, ...]
+    fallen: tuple[FallenEdit, ...] = ()
+    brief_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -404,7 +477,7 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
     for i, raw in enumerate(data["criteria"]):
         where = f"criteria.{i}"
         kind = raw["kind"]
-        allowed = set(CRITERION_PARAMS[kind]) | {"id", "kind", "required", "file", "description"}
+        allowed = set(CRITERION_PARAMS[kind]) | {"id", "kind", "required", "file", "description", "brief_asks"}
         extra = sorted(set(raw) - allowed)
         if extra:
             raise ProtocolError(path, f"{where}.{extra[0]}", f"not a parameter of a {kind} criterion")
@@ -433,22 +506,58 @@ def _load_oracle(path: Path, deliverables: dict[str, Deliverable]) -> Oracle:
             _check_decision(path, where, raw, deliv)
         if kind == "labelled_bounds":
             _check_bounds(path, where, raw)
-        out.append(Criterion(raw["id"], kind, bool(raw["required"]), raw["file"], params, raw.get("description", "")))
+        if "brief_asks" in raw:
+            try:
+                re.compile(raw["brief_asks"])
+            except re.error as exc:
+                raise ProtocolError(path, f"{where}.brief_asks", f"not a valid regular expression ({exc})") from None
+        out.append(
+            Criterion(
+                raw["id"],
+                kind,
+                bool(raw["required"]),
+                raw["file"],
+                params,
+                raw.get("description", ""),
+                raw.get("brief_asks", ""),
+            )
+        )
     for d in deliverables.values():
         if not any(c.kind == "present" and c.file == d.name for c in out):
             raise ProtocolError(path, "criteria", f"no presence criterion for deliverable {d.name}")
-    traps = []
+    traps: list[Trap] = []
     for i, raw in enumerate(data.get("traps") or []):
         if raw["id"] in {t.id for t in traps}:
             raise ProtocolError(path, f"traps.{i}.id", f"duplicate trap id {raw['id']!r}")
         for j, cid in enumerate(raw["caught_by"]):
             if cid not in seen:
                 raise ProtocolError(path, f"traps.{i}.caught_by.{j}", f"{cid!r} is not a criterion of this oracle")
-        traps.append(Trap(raw["id"], raw["description"], tuple(raw["caught_by"])))
+        fallen = tuple(
+            _fallen_edit(path, f"traps.{i}.fallen.{j}", e, deliverables) for j, e in enumerate(raw.get("fallen") or [])
+        )
+        traps.append(
+            Trap(raw["id"], raw["description"], tuple(raw["caught_by"]), fallen, tuple(raw.get("brief_names") or ()))
+        )
     return Oracle(path, tuple(out), tuple(traps))
 
 
-def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> None:
+def _fallen_edit(path: Path, where: str, raw: dict[str, Any], deliverables: dict[str, Deliverable]) -> FallenEdit:
+    """One ``fallen`` edit, its form read from its fields and its file a deliverable of the kind the form edits."""
+    form = "cell" if "cell" in raw else "text" if "text" in raw else "csv"
+    deliv = deliverables.get(raw["file"])
+    if deliv is None:
+        raise ProtocolError(path, f"{where}.file", f"{raw['file']!r} is not a deliverable of scenario.yml")
+    if deliv.kind not in FALLEN_EDIT_KINDS[form]:
+        raise ProtocolError(
+            path,
+            f"{where}.file",
+            f"a {form} edit applies to a {' or '.join(sorted(FALLEN_EDIT_KINDS[form]))} deliverable, "
+            f"not to {deliv.name} ({deliv.kind})",
+        )
+    return FallenEdit(form, raw["file"], {k: v for k, v in raw.items() if k != "file"})
+
+
+def _check_decision(path: Path, where: str, raw: dict[str, Any], deliv: Deliverable) -> None:
     """A decision names its place as the deliverable's kind requires, and its expected option is one of its options."""
     for p in DECISION_PLACE[deliv.kind]:
         if p not in raw:
@@ -479,7 +588,10 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
         raise ProtocolError(
             path,
             f"{where}.expected",
-            f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a list as expected)",
+            (
+                f"{', '.join(p for p in SET_DECISION_ONLY if p in raw)} apply only to a set-valued decision (a "
+                "list as expected)"
+            ),
         )
     if deliv.kind in DOCUMENT_KINDS:
         for section in [raw["section"]] if isinstance(raw["section"], str) else raw["section"]:
@@ -498,8 +610,9 @@ def _check_decision(path: Path, where: str, raw: dict, deliv: Deliverable) -> No
             raise ProtocolError(path, f"{where}.{key}", f"not a valid regular expression ({exc})") from None
 
 
-def _check_bounds(path: Path, where: str, raw: dict) -> None:
-    """A bounds criterion states at least one bound, a minimum no greater than its maximum, and labels that are regexes."""
+def _check_bounds(path: Path, where: str, raw: dict[str, Any]) -> None:
+    """A bounds criterion states at least one bound, a minimum no greater than its maximum, and labels that are
+    regexes."""
     lo, hi = raw.get("minimum"), raw.get("maximum")
     if lo is None and hi is None:
         raise ProtocolError(path, f"{where}.minimum", "a labelled_bounds criterion needs 'minimum', 'maximum' or both")

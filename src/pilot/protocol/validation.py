@@ -26,7 +26,8 @@ def check_rubric_weights(scenario: Any) -> None:
 
 
 def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
-    """Every scenario bundle under ``protocol/scenarios``, validated; each belongs to a scenario set and every set's ids are bundles."""
+    """Every scenario bundle under ``protocol/scenarios``, validated; each belongs to a scenario set and every set's ids
+    are bundles."""
     root = Path(root) if root is not None else paths.SCENARIOS_DIR
     if not root.is_dir():
         raise ProtocolError(root, "<dir>", "the scenarios folder is missing")
@@ -54,18 +55,50 @@ def load_scenarios(study: Study, root: Path | None = None) -> list[Any]:
             raise ProtocolError(
                 study.path,
                 "scenario_sets",
-                f"the bundle {b.name} is in no scenario set: a finished scenario joins a set by amendment before any run of it",
+                f"the bundle {b.name} is in no scenario set: a finished scenario joins a set by amendment before any "
+                f"run of it (`pilot protocol amend --scenario {b.name} --set NAME --content ...` writes both)",
             )
     return loaded
 
 
+def check_added_scenarios(study: Study, amendments: list[dict[str, str]], bundles: list[str]) -> None:
+    """Every bundle beyond the design's set was added by an amendment of its own, titled ``Extension scenario <ID>``
+    (:mod:`pilot.protocol.amend`), once; and every such amendment names a bundle."""
+    from pilot.protocol.amend import EXTENSION_TITLE, added_by
+
+    design = set(study.scenario_set(None))
+    added = added_by(amendments)
+    for sid, ids in added.items():
+        if len(ids) > 1:
+            raise ProtocolError(paths.AMENDMENTS_FILE, "title", f"{sid} is added twice, by {' and '.join(ids)}")
+        if sid not in bundles:
+            raise ProtocolError(
+                paths.AMENDMENTS_FILE, "title", f"{ids[0]} adds {sid}, which protocol/scenarios/ does not hold"
+            )
+    for sid in bundles:
+        if sid not in design and sid not in added:
+            sets = [name for name, ids in study.scenario_sets.items() if sid in ids]
+            raise ProtocolError(
+                paths.AMENDMENTS_FILE,
+                "title",
+                f"no amendment adds the bundle {sid} (in set {', '.join(sets) or 'none'}): a scenario joins a set by "
+                "an "
+                f"amendment titled '{EXTENSION_TITLE}{sid}', made before any run of the set; write it with "
+                f"`pilot protocol amend --scenario {sid} --set NAME --content ...`",
+            )
+
+
 def load_all() -> dict[str, Any]:
-    """Validate every protocol file, every scenario bundle and the price table included; used by ``pilot protocol validate``."""
+    """Validate every protocol file, every scenario bundle and the price table included; used by ``pilot protocol
+    validate``."""
     s = load_study()
+    amendments = load_amendments()
+    scenarios = load_scenarios(s)
+    check_added_scenarios(s, amendments, [sc.id for sc in scenarios])
     return {
         "study": s,
         "arms": load_arms(study=s),
-        "amendments": load_amendments(),
-        "scenarios": load_scenarios(s),
+        "amendments": amendments,
+        "scenarios": scenarios,
         "prices": PriceTable.load(required_models=study_models(s)),
     }

@@ -1,1 +1,2 @@
-"""Turn results into the manuscript's generated LaTeX: stage outputs, run reports, design tables, sentences and inline numbers."""
+"""Turn results into the manuscript's generated LaTeX: stage outputs, run reports, design tables, sentences and inline
+numbers."""

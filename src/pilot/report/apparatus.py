@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pilot import freeze, paths
 from pilot.latex import LatexText, latex_escape, write_macros
@@ -20,7 +21,7 @@ AUTHORS_FILE: Path = paths.MANUSCRIPT_DIR / "authors.yml"
 _NAME = {"type": "string", "pattern": r"\S"}  # a name with at least one visible character
 _TEXT = {"type": "string"}
 #: ``authors.yml``: at least one named author; the preregistration's registry and identifier go together.
-AUTHORS_SCHEMA: dict = object_schema(
+AUTHORS_SCHEMA: dict[str, Any] = object_schema(
     {
         "authors": {
             "type": "array",
@@ -72,7 +73,8 @@ class Apparatus:
 
 
 def load_apparatus(path: Path | None = None) -> Apparatus:
-    """Read and check ``authors.yml``; a malformed one is a :class:`pilot.protocol.ProtocolError` naming file and field."""
+    """Read and check ``authors.yml``; a malformed one is a :class:`pilot.protocol.ProtocolError` naming file and
+    field."""
     path = Path(path or AUTHORS_FILE)
     raw = read_yaml(path)
     validate(raw, AUTHORS_SCHEMA, path)
@@ -162,7 +164,8 @@ def write_apparatus_macros(out_dir: Path, study: Study | None = None, scenario_s
     missing = load_apparatus().missing()
     if missing:
         print(
-            f"{paths.shown(AUTHORS_FILE)}: {', '.join(missing)} not filled in; the paper prints a placeholder that says so",
+            f"{paths.shown(AUTHORS_FILE)}: {', '.join(missing)} not filled in; the paper prints a placeholder "
+            "that says so",
             file=sys.stderr,
         )
     return write_macros(

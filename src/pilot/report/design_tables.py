@@ -39,7 +39,8 @@ SHARED_ENFORCEMENT = (
 
 
 def enforcement_text(arm: Arm) -> str:
-    """How each of the arm's own limits holds, in words for the arms table (the shared part is ``SHARED_ENFORCEMENT``)."""
+    """How each of the arm's own limits holds, in words for the arms table (the shared part is
+    ``SHARED_ENFORCEMENT``)."""
     # Mirrors pilot.agents.launch, pilot.agents.sandbox and pilot.agents.audit.
     parts = []
     if not arm.has_shell:
@@ -177,7 +178,8 @@ CLOSED_TO_FILE_TOOLS = {".xlsx": "workbook", ".docx": "document", ".pptx": "slid
 
 
 def closed_to_file_tools(scenario_ids: list[str]) -> dict[str, list[str]]:
-    """Scenario id -> the kinds of its inputs that an arm with file tools alone cannot open (scenarios with none left out)."""
+    """Scenario id -> the kinds of its inputs that an arm with file tools alone cannot open (scenarios with none left
+    out)."""
     out: dict[str, list[str]] = {}
     for sid in scenario_ids:
         inputs = paths.SCENARIOS_DIR / sid / "inputs"
@@ -243,7 +245,8 @@ def amendments_frame() -> pd.DataFrame:
 
 
 def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None = None) -> list[Path]:
-    """Write ``arms_table.tex``, ``caps_table.tex``, ``amendments_table.tex``, ``design_macros.tex`` and the scenario table.
+    """Write ``arms_table.tex``, ``caps_table.tex``, ``amendments_table.tex``, ``design_macros.tex`` and the scenario
+    table.
 
     ``scenario_set`` names the study's set in ``study.yml`` (default: the design's own); the caps and
     scenario tables list its scenarios only.
@@ -256,8 +259,12 @@ def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None =
         write_table(
             arms_frame(arms),
             out / "arms_table.tex",
-            caption="Treatment arms, generated from \\texttt{protocol/arms}. Every arm shares the model, brief, inputs, caps and "
-            "common policy; " + SHARED_ENFORCEMENT + ".",
+            caption=(
+                "Treatment arms, generated from \\texttt{protocol/arms}. Every arm shares the model, brief, "
+                "inputs, caps and common policy; "
+            )
+            + SHARED_ENFORCEMENT
+            + ".",
             label="tab:arms",
             escape=False,
             column_format="".join(
@@ -269,7 +276,10 @@ def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None =
         write_table(
             caps_frame(study, scenario_ids),
             out / "caps_table.tex",
-            caption="Per-run caps, generated from \\texttt{protocol/study.yml}: the larger of the global caps and the scenario author's own (A-006).",
+            caption=(
+                "Per-run caps, generated from \\texttt{protocol/study.yml}: the larger of the global caps and "
+                "the scenario author's own (A-006)."
+            ),
             label="tab:caps",
             float_format="%.2f",
         ),

@@ -1,4 +1,5 @@
-"""How large a figure's text prints: the smallest font in each figure PDF, scaled to the width the manuscript includes it at.
+"""How large a figure's text prints: the smallest font in each figure PDF, scaled to the width the manuscript includes
+it at.
 
 A figure drawn 7.85 inches wide and included at 0.8 of a 6.8-inch text width
 prints its 7-point ticks at 4.8 points. The figure environments the stages
@@ -56,7 +57,8 @@ def smallest_font_pt(pdf: Path) -> tuple[float, float]:
 
 
 def included_figures(tex_files: list[Path], figure_dirs: list[Path]) -> list[FigureText]:
-    """Every figure the given LaTeX files include, found as LaTeX finds it (the path itself, then each of ``figure_dirs``)."""
+    """Every figure the given LaTeX files include, found as LaTeX finds it (the path itself, then each of
+    ``figure_dirs``)."""
     out = []
     for tex in tex_files:
         for frac, rel in _INCLUDE.findall(Path(tex).read_text(encoding="utf-8")):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -59,7 +59,7 @@ def _flag(values: pd.Series) -> pd.Series:
 
 
 def _arm_of(run_ids: Iterable[str], cells: pd.DataFrame) -> pd.Series:
-    arm = dict(zip(cells["run_id"], cells["arm"])) if len(cells) else {}
+    arm = dict(zip(cells["run_id"], cells["arm"], strict=True)) if len(cells) else {}
     return pd.Series([arm.get(r) for r in run_ids], dtype=object)
 
 
@@ -191,7 +191,8 @@ def fidelity(
     Rows: finished runs; runs with a deviation and the deviations by the route
     that stopped them (only routes that occur); runs with a critical violation;
     agent errors; capped runs by the cap reached; runs whose evaluation failed;
-    runs a harness fault after inference shaped (``harness_fault``); and the runs per node. Every count is over the finished runs of the export.
+    runs a harness fault after inference shaped (``harness_fault``); and the runs per node. Every count is over the
+    finished runs of the export.
     """
     routes = _deviation_routes(records)
     rows: list[tuple[str, dict[str, int]]] = []
@@ -199,7 +200,7 @@ def fidelity(
         runs = runs.assign(arm=runs["arm"].where(runs["model"] == worker_model, OTHER_MODELS))
         arms = [*arms, OTHER_MODELS]
 
-    def per_arm(f) -> dict[str, int]:
+    def per_arm(f: Callable[..., Any]) -> dict[str, int]:
         vals = {a: int(f(runs[runs["arm"] == a])) if len(runs) else 0 for a in arms}
         vals["all"] = int(f(runs)) if len(runs) else 0
         return vals

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -90,14 +91,30 @@ class RunReport:
         return int(self.flow.set_index("step").loc[step, wave])
 
 
-def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | None = None) -> RunReport:
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class StoreReader(Protocol):
+    """What the run report reads from a study's store (a :class:`pilot.store.Store`)."""
+
+    def cell_rows(self, wave: str | None = None) -> list[dict[str, Any]]: ...
+    def attempts(self, run_id: str | None = None) -> list[dict[str, Any]]: ...
+    def runs(self) -> list[dict[str, Any]]: ...
+    def status_by_arm(self) -> list[dict[str, Any]]: ...
+    def study(self) -> _Named: ...
+    def balance(self) -> Balance: ...
+
+
+def collect(store: StoreReader, runs: pd.DataFrame | None, study: protocol.Study | None = None) -> RunReport:
     """The run flow and ledger of the study in ``store``; ``runs`` is its exported run table (or None)."""
     study = study or protocol.study()
-    cells = pd.DataFrame(store.cell_rows())  # type: ignore[attr-defined]
-    attempts = pd.DataFrame(store.attempts())  # type: ignore[attr-defined]
+    cells = pd.DataFrame(store.cell_rows())
+    attempts = pd.DataFrame(store.attempts())
     backends = sorted(set(attempts["backend"])) if not attempts.empty else []
     waves = [w for w in ("pilot", "repeat3", "sensitivity") if not cells.empty and (cells["wave"] == w).any()]
-    wave_of = dict(zip(cells["run_id"], cells["wave"])) if not cells.empty else {}
+    wave_of = dict(zip(cells["run_id"], cells["wave"], strict=True)) if not cells.empty else {}
     if not attempts.empty:
         attempts = attempts.assign(wave=attempts["run_id"].map(wave_of))
     exported = runs if runs is not None else pd.DataFrame(columns=list(_EXPORT_COLUMNS))
@@ -128,7 +145,7 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         flow[w] = [counts[w][s] for s, _ in FLOW_STEPS]
     flow["total"] = flow[waves].sum(axis=1) if waves else 0
 
-    status = pd.DataFrame(store.status_by_arm())  # type: ignore[attr-defined]
+    status = pd.DataFrame(store.status_by_arm())
     if status.empty:
         ledger = pd.DataFrame(columns=["arm", "total"])
     else:
@@ -144,9 +161,9 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         cells = cells.assign(
             arm=pd.Series(dtype=object), run_id=pd.Series(dtype=object), status=pd.Series(dtype=object)
         )
-    records = run_fidelity.records_of(store.runs())  # type: ignore[attr-defined]
+    records = run_fidelity.records_of(store.runs())
     resume_arm = next((a.id for a in protocol.arms().values() if a.recovery_resumes > 0 and a.id in arms), "")
-    name = store.study().name  # type: ignore[attr-defined]
+    name = store.study().name
     try:
         from pilot.view.study import StudyReader, ViewError
 
@@ -171,7 +188,7 @@ def collect(store: object, runs: pd.DataFrame | None, study: protocol.Study | No
         label=label_of(backends) if backends else SIMULATED_TAG,
         flow=flow,
         ledger=ledger,
-        balance=store.balance(),  # type: ignore[attr-defined]
+        balance=store.balance(),
     )
 
 
@@ -182,9 +199,9 @@ def _nodes_sentence(report: RunReport, fid: pd.Series) -> str:
     off = int(fid.get("runs of a macOS arm on a host that is not macOS", 0))
     if unsandboxed:
         return (
-            f"The runs were dispatched to {n} nodes of the nodes file, but in this dry run they are virtual nodes: labels "
-            "that the local executor shares out on one host. A node offering macOS is then only a label, so the macOS "
-            "arm's programs and sandbox were not exercised, and no run had its arm's sandbox at all: "
+            f"The runs were dispatched to {n} nodes of the nodes file, but in this dry run they are virtual nodes: "
+            "labels that the local executor shares out on one host. A node offering macOS is then only a label, so "
+            "the macOS arm's programs and sandbox were not exercised, and no run had its arm's sandbox at all: "
             f"{unsandboxed} runs were made by the simulated agent, which writes its files directly. The table's last "
             "rows give each node's share of each arm."
         )
@@ -198,7 +215,8 @@ def _nodes_sentence(report: RunReport, fid: pd.Series) -> str:
 
 
 def flow_figure(report: RunReport, path: Path) -> Path:
-    """A CONSORT-style diagram: one column per arm, its runs from assigned to analysed, with what left the path at each step.
+    """A CONSORT-style diagram: one column per arm, its runs from assigned to analysed, with what left the path at each
+    step.
 
     Drawn at the page's text width (6.5 in) so that its smallest text prints at 7 pt.
     """
@@ -238,7 +256,9 @@ def flow_figure(report: RunReport, path: Path) -> Path:
         "evaluated": lambda a: f"{left(a, 'finished', 'evaluated')} eval. error",
         "judged": lambda a: f"{left(a, 'evaluated', 'judged')} not judged",
         "analysed": lambda a: (
-            f"{t.loc['other model', a]} other model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} no acceptance"
+            f"{t.loc['other model', a]} other "
+            f"model\n{max(0, int(t.loc['judged', a]) - int(t.loc['other model', a]) - int(t.loc['analysed', a]))} "
+            "no acceptance"
         ),
     }
     for i, a in enumerate(arms):
@@ -278,7 +298,8 @@ def flow_figure(report: RunReport, path: Path) -> Path:
 def write(
     report: RunReport, tables_dir: Path | str, figures_dir: Path | str, generated_dir: Path | str
 ) -> dict[str, Path]:
-    """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and ``run_macros.tex``."""
+    """CSV and LaTeX tables of the flow and the ledger, the run-flow figure and its environment, and
+    ``run_macros.tex``."""
     from pilot.report.stage_outputs import figure_env
 
     tables, figs, gen = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
@@ -315,8 +336,9 @@ def write(
         ledger,
         gen / "run_ledger_table.tex",
         caption=(
-            f"Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against the envelope of "
-            f"\\${format_number(report.balance.envelope_usd, 2)}; \\${format_number(report.balance.reserved_usd, 2)} still reserved."
+            "Dollars charged by the ledger (agents and judges, every attempt) per arm and wave, against "
+            f"the envelope of \\${format_number(report.balance.envelope_usd, 2)}; "
+            f"\\${format_number(report.balance.reserved_usd, 2)} still reserved."
         ),
         label="tab:run-ledger",
         simulated=sim,
@@ -331,10 +353,11 @@ def write(
         fid.rename(columns={"measure": "Measure", "all": "All arms"}),
         gen / "run_fidelity_table.tex",
         caption=(
-            "Protocol fidelity per arm, over every finished run of every wave (the model-sensitivity runs in a column of their "
-            "own, never in their arm). A deviation is an attempt at something the arm "
-            "does not allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run whatever "
-            "its quality; capped runs are censored at the cap they reached; the last rows give the node each run ran on."
+            "Protocol fidelity per arm, over every finished run of every wave (the model-sensitivity runs in a "
+            "column of their own, never in their arm). A deviation is an attempt at something the arm does not "
+            "allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run "
+            "whatever its quality; capped runs are censored at the cap they reached; the last rows give the node "
+            "each run ran on."
         ),
         label="tab:run-fidelity",
         simulated=sim,
@@ -351,10 +374,10 @@ def write(
             ).rename(columns={"decision": "Decision", "reason": "Why", "runs": "Runs"}),
             gen / "run_resumes_table.tex",
             caption=(
-                f"The one recovery resume of {report.resume_arm}, run by run: the controller grants it when the first session "
-                "fails the self-check or ends at a cap or in an error, and withholds it when no budget, wall time or session is "
-                f"left to resume; {granted} of {int(report.resumes['runs'].sum())} finished runs of {report.resume_arm} "
-                "were resumed. Every finished run of the arm is counted once."
+                f"The one recovery resume of {report.resume_arm}, run by run: the controller grants it when the first "
+                "session fails the self-check or ends at a cap or in an error, and withholds it when no budget, wall "
+                f"time or session is left to resume; {granted} of {int(report.resumes['runs'].sum())} finished runs "
+                f"of {report.resume_arm} were resumed. Every finished run of the arm is counted once."
             ),
             label="tab:run-resumes",
             simulated=sim,
@@ -380,10 +403,10 @@ def write(
             shown,
             gen / "run_failures_table.tex",
             caption=(
-                "What failed, per arm of the worker model, read from every run's record: runs failing at least one oracle "
-                "criterion of each kind out of the runs the oracle evaluated; runs with a deviation of each family, a critical "
-                "violation of each kind, and a cap of each kind reached in any session, out of the finished runs. A run can "
-                "count in several rows."
+                "What failed, per arm of the worker model, read from every run's record: runs failing at least one "
+                "oracle criterion of each kind out of the runs the oracle evaluated; runs with a deviation of each "
+                "family, a critical violation of each kind, and a cap of each kind reached in any session, out of the "
+                "finished runs. A run can count in several rows."
             ),
             label="tab:run-failures",
             simulated=sim,
@@ -402,11 +425,12 @@ def write(
         pdf,
         gen / "run_flow_figure.tex",
         caption=(
-            "Run flow by arm over all waves. Each column follows one arm's cells of the worker model from assignment to the "
-            "primary analysis (the model-sensitivity runs in a column of their own, never pooled into their arm); "
-            "beside each arrow, what left the path at that step: infrastructure attempts that were rerun under the same run id "
-            "(every attempt is kept) and cells that ran out of attempts; runs whose evaluation failed; runs no judge scored; "
-            "runs of a model-sensitivity wave, which enter no contrast; and judged runs of the worker model without an acceptance value."
+            "Run flow by arm over all waves. Each column follows one arm's cells of the worker model from "
+            "assignment to the primary analysis (the model-sensitivity runs in a column of their own, never "
+            "pooled into their arm); beside each arrow, what left the path at that step: infrastructure attempts "
+            "that were rerun under the same run id (every attempt is kept) and cells that ran out of attempts; "
+            "runs whose evaluation failed; runs no judge scored; runs of a model-sensitivity wave, which enter no "
+            "contrast; and judged runs of the worker model without an acceptance value."
         ),
         label="fig:run-flow",
         simulated=sim,

@@ -16,7 +16,8 @@ from pilot.stats.estimators import acceptance_values
 
 
 def scenario_arm_counts(df: pd.DataFrame, study: protocol.Study | None = None) -> pd.DataFrame:
-    """One row per (scenario, arm) of the worker model's runs: runs, scored, accepted and the rate (NaN with none scored)."""
+    """One row per (scenario, arm) of the worker model's runs: runs, scored, accepted and the rate (NaN with none
+    scored)."""
     study = study or protocol.study()
     rows = runtable.primary_rows(df, study)
     s = acceptance_values(rows, study.q)

@@ -65,13 +65,14 @@ def write_scenarios_table(out_dir: Path | None = None, scenario_ids: list[str] |
         scenarios_frame([load_scenario(s) for s in ids]),
         out / "scenarios_table.tex",
         caption=(
-            f"The {number_word(len(ids))} scenarios of this study ({which} of \\texttt{{protocol/study.yml}}), generated "
-            "from \\texttt{protocol/scenarios}: deliverables requested by each brief "
-            "(every scenario also requires the completion record), caps (the larger of the global caps and the "
-            "author's own, A-006), designed depth (ordinal, 1--5, used by H4), professional minutes (the weights "
-            "of the sensitivity analysis) and whether the scenario comes with the company portal, which A3 and A4 "
-            "reach: its content is generated from the scenario's own inputs and only mirrors them, so the arms "
-            "without it lose no information, and what the portal adds is a way in, not a source."
+            f"The {number_word(len(ids))} scenarios of this study ({which} of "
+            "\\texttt{protocol/study.yml}), generated from \\texttt{protocol/scenarios}: deliverables "
+            "requested by each brief (every scenario also requires the completion record), caps (the "
+            "larger of the global caps and the author's own, A-006), designed depth (ordinal, 1--5, used "
+            "by H4), professional minutes (the weights of the sensitivity analysis) and whether the "
+            "scenario comes with the company portal, which A3 and A4 reach: its content is generated from "
+            "the scenario's own inputs and only mirrors them, so the arms without it lose no information, "
+            "and what the portal adds is a way in, not a source."
         ),
         label="tab:scenarios",
         escape=False,

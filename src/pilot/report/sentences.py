@@ -80,8 +80,8 @@ def contrast_sentence(
 ) -> str:
     """ "A3 − A1 is 0.067 (95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
     name = contrast_label(row["contrast"])
-    p = row.get("p_holm") if holm else row.get("p_value")
-    est = row.get("estimate")
+    p: Any = row.get("p_holm") if holm else row.get("p_value")
+    est: Any = row.get("estimate")
     if not _finite(est):
         return f"{prefix}{name} is {num(est)} in this run."
     p_text = pval(p) + (" (Holm)" if holm else "")
@@ -100,7 +100,7 @@ def contrast_sentence(
 
 def contrasts_sentences(contrasts: pd.DataFrame, *, alpha: float = 0.05, level: float = 0.95, prefix: str = "") -> str:
     """One sentence per preregistered contrast; secondary contrasts are read with their Holm-adjusted p."""
-    out = []
+    out: list[str] = []
     for _, r in contrasts.iterrows():
         holm = r.get("role") == "secondary" and "p_holm" in r
         out.append(contrast_sentence(r, alpha=alpha, level=level, holm=holm, prefix=prefix if not out else ""))
@@ -116,10 +116,13 @@ def acceptance_sentence(acceptance: pd.DataFrame, *, prefix: str = "") -> str:
     widest = (acc["ci_high"].astype(float) - acc["ci_low"].astype(float)).max()
     scored = ""
     if {"n_runs", "n_scored"} <= set(acceptance.columns):
-        scored = f" {int(acceptance['n_scored'].sum())} of {int(acceptance['n_runs'].sum())} runs had a judge score and enter the means."
+        scored = (
+            f" {int(acceptance['n_scored'].sum())} of {int(acceptance['n_runs'].sum())} runs had a judge score "
+            "and enter the means."
+        )
     return (
-        f"{prefix}Acceptance is highest in {hi['arm']} ({num(hi['p_hat'])}) and lowest in {lo['arm']} ({num(lo['p_hat'])}); "
-        f"the widest 95% interval spans {num(widest)}.{scored}"
+        f"{prefix}Acceptance is highest in {hi['arm']} ({num(hi['p_hat'])}) and lowest in {lo['arm']} "
+        f"({num(lo['p_hat'])}); the widest 95% interval spans {num(widest)}.{scored}"
     )
 
 
@@ -142,7 +145,8 @@ def _text(value: Any) -> str:
 
 
 def hypothesis_paragraph(row: Mapping[str, Any]) -> str:
-    """The discussion's paragraph on one hypothesis, from its result's row (:meth:`HypothesisResult.row`): numbers, criterion, verdict, what fails, what the numbers say.
+    """The discussion's paragraph on one hypothesis, from its result's row (:meth:`HypothesisResult.row`): numbers,
+    criterion, verdict, what fails, what the numbers say.
 
     The row may come from the result object or from the CSV table a stage
     wrote from it; every number in the paragraph is one of the row's.
@@ -276,9 +280,10 @@ def status_sentence(status: pd.DataFrame, envelope_usd: float, *, prefix: str = 
     no_verdict = int(total.get("no_verdict", 0) or 0)
     unjudged = f" ({no_verdict} of them without a verdict: their evaluation could not run)" if no_verdict else ""
     return (
-        f"{prefix}{int(total['done'])} of {assigned} assigned runs are done{unjudged} and {int(total['failed'])} failed; "
-        f"{int(total['failed_attempts'])} infrastructure attempts were rerun; {usd(total['spent_usd'])} spent of the "
-        f"{usd(envelope_usd)} envelope ({usd(total['reserved_usd'])} still reserved)."
+        f"{prefix}{int(total['done'])} of {assigned} assigned runs are done{unjudged} and "
+        f"{int(total['failed'])} failed; {int(total['failed_attempts'])} infrastructure attempts were "
+        f"rerun; {usd(total['spent_usd'])} spent of the {usd(envelope_usd)} envelope "
+        f"({usd(total['reserved_usd'])} still reserved)."
     )
 
 

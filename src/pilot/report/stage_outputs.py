@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -56,22 +57,29 @@ class StageData:
             object.__setattr__(self, "label", SIMULATED_TAG if self.simulated else "")
 
     @property
+    def tag(self) -> str:
+        """The label every output carries: SIMULATED, REHEARSAL or "" (a finding)."""
+        return self.label or ""
+
+    @property
     def note(self) -> str:
         """One sentence for the manuscript on where the numbers come from."""
         if self.synthetic:
             return (
-                f"{SIMULATED_TAG}: every number in this section comes from a synthetic run table drawn from the generative model "
-                f"in \\texttt{{analysis/config/synthetic\\_runtable.yml}} ({latex_escape(self.study_name)}); no agent was run."
+                f"{SIMULATED_TAG}: every number in this section comes from a synthetic run table drawn "
+                "from the generative model in \\texttt{analysis/config/synthetic\\_runtable.yml} "
+                f"({latex_escape(self.study_name)}); no agent was run."
             )
         if self.label == backends.REHEARSAL_LABEL:
             return (
-                f"{backends.REHEARSAL_LABEL}: every number in this section comes from a rehearsal of the harness against the scripted model "
-                f"(study {latex_escape(self.study_name)}); it checks the harness, and none is a finding."
+                f"{backends.REHEARSAL_LABEL}: every number in this section comes from a rehearsal of the "
+                f"harness against the scripted model (study {latex_escape(self.study_name)}); it checks "
+                "the harness, and none is a finding."
             )
         if self.simulated:
             return (
-                f"{SIMULATED_TAG}: every number in this section comes from a dry run of the harness on its simulated backends "
-                f"(study {latex_escape(self.study_name)}); none is a finding."
+                f"{SIMULATED_TAG}: every number in this section comes from a dry run of the harness on its "
+                f"simulated backends (study {latex_escape(self.study_name)}); none is a finding."
             )
         return f"Every number in this section comes from the run table of study {latex_escape(self.study_name)}."
 
@@ -120,8 +128,9 @@ def stage_runs(
         path = paths.from_root(runs) if runs else paths.study_runs_file(study)
         if not path.is_file():
             raise RunTableMissing(
-                f"run table {path} not found: run the study first (`make stages`, or `pilot study export {study or '<name>'}`), "
-                f"or set runs = {SYNTHETIC_RUNS!r} to analyse a SIMULATED synthetic table"
+                f"run table {path} not found: run the study first (`make stages`, or `pilot study export "
+                f"{study or '<name>'}`), or set runs = {SYNTHETIC_RUNS!r} to analyse a SIMULATED synthetic "
+                "table"
             )
         df = runtable.read_runtable(path, allow_unisolated=allow_unisolated)
         source = str(path.relative_to(paths.ROOT)) if path.is_relative_to(paths.ROOT) else str(path)
@@ -151,7 +160,8 @@ def open_stage(
     unevaluated = int(data.runs.attrs.get(runtable.EVAL_ERROR_DROPPED_ATTR, 0))
     if unevaluated:
         print(
-            f"{unevaluated} run(s) whose evaluation could not run (eval_error; D is no verdict) left out of the analysis"
+            f"{unevaluated} run(s) whose evaluation could not run (eval_error; D is no verdict) left out "
+            "of the analysis"
         )
     return data
 
@@ -165,7 +175,8 @@ def _tag(df: pd.DataFrame, data: StageData) -> pd.DataFrame:
 def figure_env(
     pdf: Path, path: Path, *, caption: str, label: str, simulated: bool | str, width: str = "0.8\\linewidth"
 ) -> Path:
-    """A figure environment that includes ``pdf`` (path relative to the manuscript folder); ``simulated``: the data's label."""
+    """A figure environment that includes ``pdf`` (path relative to the manuscript folder); ``simulated``: the data's
+    label."""
     rel = os.path.relpath(Path(pdf).resolve(), paths.MANUSCRIPT_DIR.resolve())
     tag = data_label(simulated)
     cap = (f"\\textbf{{{tag}.}} " if tag else "") + caption
@@ -189,7 +200,27 @@ def _fmt_p(p: object) -> object:
     """A p-value for a table: 0.039, <0.001, or the reason it is not estimable."""
     if isinstance(p, str):
         return p
-    return "not estimable" if p is None or np.isnan(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+    if p is None or np.isnan(_float(p)):
+        return "not estimable"
+    return f"{_float(p):.3f}" if _float(p) >= 0.001 else "<0.001"
+
+
+def _float(v: object) -> float:
+    """A table cell that holds a number, as a float (a cell of another type is a programming error)."""
+    if isinstance(v, (int, float, np.number)):
+        return float(v)
+    raise TypeError(f"not a number: {v!r}")
+
+
+_R = TypeVar("_R")
+
+
+def _result(results: Mapping[str, object], key: str, kind: type[_R]) -> _R:
+    """One of the sensitivity stage's results, checked to be the kind the outputs read."""
+    value = results[key]
+    if not isinstance(value, kind):
+        raise TypeError(f"sensitivity result {key!r} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
 
 
 def _value(v: object) -> object:
@@ -197,9 +228,9 @@ def _value(v: object) -> object:
     if isinstance(v, str):
         return "\\ensuremath{\\infty}" if v == estimability.INFINITY else v
     return (
-        _num(v)
-        if v is not None and np.isfinite(float(v))
-        else ("\\ensuremath{\\infty}" if v is not None and np.isinf(float(v)) else estimability.not_estimable(""))
+        _num(_float(v))
+        if v is not None and np.isfinite(_float(v))
+        else ("\\ensuremath{\\infty}" if v is not None and np.isinf(_float(v)) else estimability.not_estimable(""))
     )
 
 
@@ -267,7 +298,7 @@ def write_primary(
 ) -> dict[str, Path]:
     """CSV tables, LaTeX tables, the forest plot and the macros of the primary stage."""
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
-    sim = data.label
+    sim = data.tag
     hyps = list(hyps)
     st = result.settings
     out: dict[str, Path] = {}
@@ -291,9 +322,12 @@ def write_primary(
     out["primary_scenario_arm_table.tex"] = write_table(
         scenario_arm_frame(counts, arms),
         gen / "primary_scenario_arm_table.tex",
-        caption=f"Accepted runs of the worker model out of its scored runs, per scenario and arm (S = 1 at $q={study.q:g}$). "
-        "The scenario-weighted acceptance of an arm (Table~\\ref{tab:primary-acceptance}) is the mean over scenarios of these "
-        "proportions; runs without S (no judge's score) are counted in the last column and in no proportion.",
+        caption=(
+            "Accepted runs of the worker model out of its scored runs, per scenario and arm (S = 1 at "
+            f"$q={study.q:g}$). The scenario-weighted acceptance of an arm "
+            "(Table~\\ref{tab:primary-acceptance}) is the mean over scenarios of these proportions; runs "
+            "without S (no judge's score) are counted in the last column and in no proportion."
+        ),
         label="tab:scenario-arm",
         simulated=sim,
         font=COMPACT_FONT,
@@ -319,15 +353,18 @@ def write_primary(
             }
         ),
         gen / "primary_acceptance_table.tex",
-        caption=f"Scenario-weighted acceptance $\\hat p_a$ per arm at $q={result.q:g}$ (equal scenario weights) with {interval}. "
-        "Scored: runs with at least one judge (a run without a judge has no $S$ and drops out of its scenario's repeat mean).",
+        caption=(
+            f"Scenario-weighted acceptance $\\hat p_a$ per arm at $q={result.q:g}$ (equal scenario weights) "
+            f"with {interval}. Scored: runs with at least one judge (a run without a judge has no $S$ and "
+            "drops out of its scenario's repeat mean)."
+        ),
         label="tab:primary-acceptance",
         simulated=sim,
         escape=False,
     )
     show = con.assign(
         p_value=con["p_value"].map(_fmt_p),
-        p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"])],
+        p_holm=[_fmt_p(p) if r == "secondary" else "" for p, r in zip(con["p_holm"], con["role"], strict=True)],
     )
     exact = (
         "exact enumeration of all $2^J$ sign vectors"
@@ -354,12 +391,15 @@ def write_primary(
             }
         ),
         gen / "primary_contrasts_table.tex",
-        caption=f"Preregistered contrasts of acceptance: estimate, {interval}, two-sided paired sign-flip permutation $p$ ({exact}) and, "
-        "for the three secondary contrasts, Holm-adjusted $p$ over all three (a contrast that cannot be estimated enters the adjustment as $p=1$; "
-        "the primary contrast is not adjusted)."
+        caption=(
+            f"Preregistered contrasts of acceptance: estimate, {interval}, two-sided paired sign-flip "
+            f"permutation $p$ ({exact}) and, for the three secondary contrasts, Holm-adjusted $p$ over all "
+            "three (a contrast that cannot be estimated enters the adjustment as $p=1$; the primary contrast "
+            "is not adjusted)."
+        )
         + (
-            " Note: why a value is not estimable, and intervals of zero width, resting on one scenario or ending on a value "
-            "a resample reaches with probability above 2.5\\%."
+            " Note: why a value is not estimable, and intervals of zero width, resting on one scenario or "
+            "ending on a value a resample reaches with probability above 2.5\\%."
             if has_note
             else ""
         ),
@@ -382,8 +422,11 @@ def write_primary(
         out[f"primary_{h.id.lower()}_table.tex"] = write_table(
             h.summary,
             gen / f"primary_{h.id.lower()}_table.tex",
-            caption=f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}. "
-            f"Intervals: scenario-cluster percentile bootstrap {INTERVAL_LABEL_INLINE}.",
+            caption=(
+                f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: "
+                f"{latex_escape(h.verdict)}. Intervals: scenario-cluster percentile bootstrap "
+                f"{INTERVAL_LABEL_INLINE}."
+            ),
             label=f"tab:{h.id.lower()}",
             simulated=sim,
             font=COMPACT_FONT,
@@ -394,7 +437,10 @@ def write_primary(
     out["primary_forest_figure.tex"] = figure_env(
         pdf,
         gen / "primary_forest_figure.tex",
-        caption=f"Contrasts of acceptance with {interval}; the primary contrast (square) and the three Holm-adjusted secondary contrasts.",
+        caption=(
+            f"Contrasts of acceptance with {interval}; the primary contrast (square) and the three "
+            "Holm-adjusted secondary contrasts."
+        ),
         label="fig:primary-forest",
         simulated=sim,
     )
@@ -410,14 +456,16 @@ def write_primary(
             else int(st.n_permutations),
         }
     )
-    # How the sign-flip p-values were computed, in words: exact only when every contrast enumerated all 2^J sign vectors.
+    # How the sign-flip p-values were computed, in words: exact only when every contrast enumerated all 2^J sign
+    # vectors.
     if bool(result.contrasts["exact"].all()):
         m["ResultsSignTest"] = LatexText(
             f"exact, over all {format_number(int(2 ** int(result.contrasts['n_scenarios'].max())))} sign vectors"
         )
     else:
         m["ResultsSignTest"] = LatexText(
-            f"randomised, over {format_number(int(st.n_permutations))} random sign vectors (a Monte Carlo estimate of the exact p-value)"
+            f"randomised, over {format_number(int(st.n_permutations))} random sign vectors (a Monte Carlo "
+            "estimate of the exact p-value)"
         )
     for _, r in acc.iterrows():
         m[macro_name("Acc", r.arm)] = _value(r.p_hat)
@@ -451,32 +499,33 @@ def write_primary(
 
 
 def h4_long(summary: pd.DataFrame) -> pd.DataFrame:
-    """H4's fits one row per model and term (slope, interval, p), so the table reads down instead of running off the page."""
+    """H4's fits one row per model and term (slope, interval, p), so the table reads down instead of running off the
+    page."""
+
+    def cell(v: object, note: str) -> object:
+        # The model's note, printed once on its first row, already gives the reason a cell is not estimable.
+        if (
+            isinstance(v, str)
+            and estimability.is_not_estimable(v)
+            and note
+            and v[len(estimability.NOT_ESTIMABLE) + 2 : -1] in note
+        ):
+            return estimability.NOT_ESTIMABLE
+        return v
+
     rows = []
     for _, r in summary.iterrows():
         note = str(r["note"] or "")
-
-        def cell(v: object) -> object:
-            # The model's note, printed once on its first row, already gives the reason a cell is not estimable.
-            if (
-                isinstance(v, str)
-                and estimability.is_not_estimable(v)
-                and note
-                and v[len(estimability.NOT_ESTIMABLE) + 2 : -1] in note
-            ):
-                return estimability.NOT_ESTIMABLE
-            return v
-
         for k, (t, label) in enumerate((("depth", "designed depth"), ("tool_calls", "log(1 + tool calls)"))):
             rows.append(
                 {
                     "model": r["model"] if k == 0 else "",
                     "term": label,
-                    "slope": cell(r[f"{t}_slope"]),
-                    "ci_low": cell(r[f"{t}_ci_low"]),
-                    "ci_high": cell(r[f"{t}_ci_high"]),
-                    "p_value": cell(r[f"{t}_p"]),
-                    "p_t": cell(r[f"{t}_p_t"]) if f"{t}_p_t" in r else estimability.NOT_ESTIMABLE,
+                    "slope": cell(r[f"{t}_slope"], note),
+                    "ci_low": cell(r[f"{t}_ci_low"], note),
+                    "ci_high": cell(r[f"{t}_ci_high"], note),
+                    "p_value": cell(r[f"{t}_p"], note),
+                    "p_t": cell(r[f"{t}_p_t"], note) if f"{t}_p_t" in r else estimability.NOT_ESTIMABLE,
                     "n_runs": r["n_runs"] if k == 0 else "",
                     "note": note if k == 0 else "",
                 }
@@ -532,7 +581,7 @@ def write_hypotheses_summary(
         {
             "H": summary["hypothesis"],
             "Expectation and criterion": [
-                f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"])
+                f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"], strict=True)
             ],
             "Estimate": summary["estimate"],
             "Nominal 95\\% interval": summary["interval"],
@@ -542,12 +591,13 @@ def write_hypotheses_summary(
     )
     show = _escape_cells(show)
     caption = (
-        "Every preregistered expectation with its headline estimate, interval, test, criterion and verdict; where the verdict is "
-        "\\emph{not consistent}, the part of the criterion that fails, with its number. Several numbers in one cell are separated by "
-        "semicolons in the order the expectation names them; n/a marks a quantity no test applies to; intervals are "
-        f"scenario-cluster percentile bootstraps {INTERVAL_LABEL_INLINE}, Wald intervals for H4. Tables~\\ref{{tab:h4}}, \\ref{{tab:h5}}, \\ref{{tab:h6}} "
-        "and~\\ref{tab:h7} and, in the supplement, Tables~\\ref{tab:h1}, \\ref{tab:h2} and~\\ref{tab:h3} give every number "
-        "behind each row."
+        "Every preregistered expectation with its headline estimate, interval, test, criterion and "
+        "verdict; where the verdict is \\emph{not consistent}, the part of the criterion that fails, with "
+        "its number. Several numbers in one cell are separated by semicolons in the order the expectation "
+        "names them; n/a marks a quantity no test applies to; intervals are scenario-cluster percentile "
+        f"bootstraps {INTERVAL_LABEL_INLINE}, Wald intervals for H4. Tables~\\ref{{tab:h4}}, "
+        "\\ref{tab:h5}, \\ref{tab:h6} and~\\ref{tab:h7} and, in the supplement, Tables~\\ref{tab:h1}, "
+        "\\ref{tab:h2} and~\\ref{tab:h3} give every number behind each row."
     )
     if missing:
         caption += f" Not in this table, because their stage wrote no result: {', '.join(missing)}."
@@ -556,7 +606,7 @@ def write_hypotheses_summary(
         gen / "hypotheses_summary_table.tex",
         caption=caption,
         label="tab:hypotheses-summary",
-        simulated=data.label,
+        simulated=data.tag,
         escape=False,
         font=COMPACT_FONT,
         column_format=(
@@ -571,9 +621,8 @@ def write_hypotheses_summary(
     ]
     out["discussion_hypotheses.tex"] = gen / "discussion_hypotheses.tex"
     out["discussion_hypotheses.tex"].write_text(
-        "% Generated file: do not edit. One paragraph per hypothesis, written from its result (pilot.report.sentences.hypothesis_paragraph).\n"
-        + "\n\n".join(paragraphs)
-        + "\n",
+        "% Generated file: do not edit. One paragraph per hypothesis, written from its result "
+        "(pilot.report.sentences.hypothesis_paragraph).\n" + "\n\n".join(paragraphs) + "\n",
         encoding="utf-8",
     )
     return out
@@ -590,10 +639,11 @@ def write_sensitivity(
     study: protocol.Study | None = None,
     primary_hypotheses: pd.DataFrame | None = None,
 ) -> dict[str, Path]:
-    """Every sensitivity and secondary table, figure and macro; with the primary stage's hypothesis rows, the summary of all seven."""
+    """Every sensitivity and secondary table, figure and macro; with the primary stage's hypothesis rows, the summary of
+    all seven."""
     study = study or protocol.study()
     tables, figs, gen = _dirs(tables_dir, figures_dir, generated_dir)
-    sim = data.label
+    sim = data.tag
     hyps = list(hyps)
     out: dict[str, Path] = {}
 
@@ -601,7 +651,7 @@ def write_sensitivity(
         out[name] = tables / name
         _tag(df, data).to_csv(out[name], index=False)
 
-    def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw) -> None:
+    def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw: Any) -> None:
         if kw.get("escape") is False:  # captions with math: the column names and text cells still need escaping
             df = _escape_cells(df).rename(columns=lambda c: latex_escape(str(c)))
         # Never shrunk to fit: a table wider than the text is an overfull box that tools/check_latex_log.py names.
@@ -609,7 +659,7 @@ def write_sensitivity(
         out[name] = _infinity_symbols(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw))
 
     primary_name = "-".join(study.contrasts[0])
-    qg: TableResult = results["q_grid"]  # type: ignore[assignment]
+    qg = _result(results, "q_grid", TableResult)
     csv("sensitivity_q_grid.csv", qg.summary)
     csv("sensitivity_q_grid_acceptance.csv", qg.details["acceptance"])
     wide = qg.summary.pivot(index="q", columns="contrast", values="estimate")[
@@ -619,37 +669,43 @@ def write_sensitivity(
     tex(
         "sensitivity_q_grid_table.tex",
         wide,
-        "Each contrast's estimate as the quality threshold $q$ varies over the preregistered grid (intervals in the CSV table and the figure).",
+        (
+            "Each contrast's estimate as the quality threshold $q$ varies over the preregistered grid "
+            "(intervals in the CSV table and the figure)."
+        ),
         "tab:sens-qgrid",
         float_format="%.3f",
         escape=False,
     )
 
-    mw: PrimaryResult = results["minutes_weighted"]  # type: ignore[assignment]
+    mw = _result(results, "minutes_weighted", PrimaryResult)
     csv("sensitivity_minutes_weighted_contrasts.csv", mw.summary)
     csv("sensitivity_minutes_weighted_acceptance.csv", mw.acceptance_summary)
     tex(
         "sensitivity_minutes_table.tex",
         mw.summary[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "note"]],
-        "Contrasts with scenarios weighted by professional minutes (sensitivity to the equal weights of the primary analysis).",
+        (
+            "Contrasts with scenarios weighted by professional minutes (sensitivity to the equal weights of "
+            "the primary analysis)."
+        ),
         "tab:sens-minutes",
     )
 
-    ss: TableResult = results["small_sample"]  # type: ignore[assignment]
+    ss = _result(results, "small_sample", TableResult)
     csv("sensitivity_small_sample.csv", ss.summary)
     tex(
         "sensitivity_small_sample_table.tex",
         ss.summary,
-        "Small-sample sensitivities of the contrasts, beside the preregistered reading (every verdict rests on the latter): "
-        f"the percentile interval (Pct.; {INTERVAL_NOTE}) and sign-flip $p$; the studentised interval with a "
-        "$t(J-1)$ reference ($t$); and the wild cluster bootstrap-$t$ over scenarios "
-        f"({latex_escape(str(ss.details.get('wild_weights') or 'not estimable'))} weights; interval with the estimate "
-        "unrestricted, $p$ with the null imposed; with every sign vector enumerated its $p$ equals the sign-flip $p$, "
-        "since the studentised mean orders the sign vectors as the mean does).",
+        "Small-sample sensitivities of the contrasts, beside the preregistered reading (every verdict rests on "
+        f"the latter): the percentile interval (Pct.; {INTERVAL_NOTE}) and sign-flip $p$; the studentised "
+        "interval with a $t(J-1)$ reference ($t$); and the wild cluster bootstrap-$t$ over scenarios "
+        f"({latex_escape(str(ss.details.get('wild_weights') or 'not estimable'))} weights; interval with the "
+        "estimate unrestricted, $p$ with the null imposed; with every sign vector enumerated its $p$ equals the "
+        "sign-flip $p$, since the studentised mean orders the sign vectors as the mean does).",
         "tab:sens-small-sample",
     )
 
-    rl: TableResult = results["reliability"]  # type: ignore[assignment]
+    rl = _result(results, "reliability", TableResult)
     csv("sensitivity_reliability.csv", rl.summary)
     R = int(rl.details.get("R", 0))
     tex(
@@ -657,21 +713,26 @@ def write_sensitivity(
         rl.summary,
         "Reliability across repeats per arm: pass$^k$ as $\\tau$-bench defines it, the mean over scenarios of "
         "$\\binom{c}{k}/\\binom{n}{k}$ ($c$ accepted of $n$ scored repeats), for $k=1$ to "
-        f"$R={R}$ (pass$^1$ is $\\hat p_a$), and the share of scenarios whose every one of $R$ scored repeats was accepted. "
-        "Descriptive: no interval, no test.",
+        f"$R={R}$ (pass$^1$ is $\\hat p_a$), and the share of scenarios whose every one of $R$ scored repeats "
+        "was accepted. Descriptive: no interval, no test.",
         "tab:sens-reliability",
     )
 
-    lg: TableResult = results["logistic"]  # type: ignore[assignment]
+    lg = _result(results, "logistic", TableResult)
     csv("sensitivity_logistic.csv", lg.summary)
     tex(
         "sensitivity_logistic_table.tex",
         lg.summary,
-        f"Logistic regression of $S$ on arm, standard errors clustered by scenario ({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs): "
-        f"Wald intervals (nominal 95\\%) and $p$ against the normal, as preregistered; beside them, as a small-sample sensitivity, "
-        f"the same statistics against $t({max(int(lg.details['n_clusters']) - 1, 1)})$ (p t, OR CI t)."
-        + " A term is not estimable when its arm's scored runs are all accepted or all not accepted (separation: no finite maximum-likelihood estimate), "
-        "or when the fit shows separation, does not converge or has exploding coefficients."
+        (
+            "Logistic regression of $S$ on arm, standard errors clustered by scenario "
+            f"({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs): Wald intervals "
+            "(nominal 95\\%) and $p$ against the normal, as preregistered; beside them, as a small-sample "
+            f"sensitivity, the same statistics against $t({max(int(lg.details['n_clusters']) - 1, 1)})$ "
+            "(p t, OR CI t)."
+        )
+        + " A term is not estimable when its arm's scored runs are all accepted or all not accepted "
+        "(separation: no finite maximum-likelihood estimate), or when the fit shows separation, does not "
+        "converge or has exploding coefficients."
         + (f" Note: {latex_escape(lg.details['note'])}." if lg.details.get("note") else ""),
         "tab:sens-logistic",
     )
@@ -681,13 +742,16 @@ def write_sensitivity(
         tex(
             "sensitivity_logistic_firth_table.tex",
             estimability.honest_frame(firth),
-            "EXPLORATORY: Firth's penalised logistic regression of $S$ on arm (log-odds against the same reference; Wald intervals, not clustered). "
-            "It stays finite under separation and is shown beside the preregistered fit only to describe it; no verdict rests on it.",
+            (
+                "EXPLORATORY: Firth's penalised logistic regression of $S$ on arm (log-odds against the same "
+                "reference; Wald intervals, not clustered). It stays finite under separation and is shown "
+                "beside the preregistered fit only to describe it; no verdict rests on it."
+            ),
             "tab:sens-logistic-firth",
             escape=False,
         )
 
-    km: TableResult = results["kaplan_meier"]  # type: ignore[assignment]
+    km = _result(results, "kaplan_meier", TableResult)
     csv("sensitivity_km.csv", km.summary)
     csv("sensitivity_logrank.csv", km.details["tests_summary"])
     # "running_at_10min" and its kin head their columns as "At 10 min"; the caption says what they hold.
@@ -695,8 +759,11 @@ def write_sensitivity(
     tex(
         "sensitivity_km_table.tex",
         km_shown,
-        "Time to completion per arm (Kaplan-Meier; runs that reached a cap, ended in an error or failed infrastructure are censored at their wall time): "
-        "median minutes, and the share of runs still running at 10, 20 and 30 minutes (At 10 min, ...).",
+        (
+            "Time to completion per arm (Kaplan-Meier; runs that reached a cap, ended in an error or failed "
+            "infrastructure are censored at their wall time): median minutes, and the share of runs still "
+            "running at 10, 20 and 30 minutes (At 10 min, ...)."
+        ),
         "tab:sens-km",
     )
     pdf = figures.km_plot(km.details["fitters"], figs / "sensitivity_km.pdf", simulated=sim)
@@ -708,7 +775,7 @@ def write_sensitivity(
         simulated=sim,
     )
 
-    cp: TableResult = results["cost_per_accepted"]  # type: ignore[assignment]
+    cp = _result(results, "cost_per_accepted", TableResult)
     csv("sensitivity_cost_per_accepted.csv", cp.summary)
     n_charged = int(cp.table["n_charged"].sum())
     # Columns that are the same in every row are said once in the caption instead of printed five times.
@@ -719,36 +786,44 @@ def write_sensitivity(
     tex(
         "sensitivity_cost_table.tex",
         shown_cost,
-        "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by acceptance, with joint scenario-cluster bootstrap intervals "
-        + INTERVAL_LABEL_INLINE
-        + "; share of resamples in which the arm is cheapest "
+        (
+            "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by "
+            f"acceptance, with joint scenario-cluster bootstrap intervals {INTERVAL_LABEL_INLINE}; share of "
+            "resamples in which the arm is cheapest "
+        )
         + (
             "(every resample has an arm with a finite ratio). "
             if share_res == 1.0
             else f"(over the {100 * share_res:.1f}\\% of resamples in which some arm has a finite ratio). "
         )
         + "An arm without accepted runs has an infinite ratio. "
-        f"Every finished run counts: {n_charged} run{'' if n_charged == 1 else 's'} without a reported cost (a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where the proxy metered it, the reservation otherwise; N charged); "
+        f"Every finished run counts: {n_charged} run{'' if n_charged == 1 else 's'} without a reported cost "
+        "(a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where "
+        "the proxy metered it, the reservation otherwise; N charged); "
         "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.",
         "tab:sens-cost",
         escape=False,
     )
     _infinity_symbols(out["sensitivity_cost_table.tex"])
-    csv("sensitivity_cost_per_accepted_reported.csv", results["cost_per_accepted_reported"].summary)  # type: ignore[union-attr]
+    csv(
+        "sensitivity_cost_per_accepted_reported.csv",
+        _result(results, "cost_per_accepted_reported", TableResult).summary,
+    )
 
     for kind, col, label in (
         ("budget", "budget_usd", "budget (dollars)"),
         ("human", "human_minutes", "human-time allowance (minutes)"),
     ):
-        fr: TableResult = results[f"frontier_{kind}"]  # type: ignore[assignment]
+        fr = _result(results, f"frontier_{kind}", TableResult)
         csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
         if kind == "budget" and "frontier_budget_reported" in results:
             # The literal reading of an unreported cost (within no budget), the sensitivity of the one cost rule.
-            reported: TableResult = results["frontier_budget_reported"]  # type: ignore[assignment]
+            reported = _result(results, "frontier_budget_reported", TableResult)
             csv("sensitivity_frontier_budget_reported.csv", reported.summary)
-        # Each arm's scenario-weighted acceptance (the secondary endpoints' S): what the frontier reaches with no limit on the allowance.
-        sec_table = results["secondary"].table  # type: ignore[union-attr]
-        p_hat = dict(zip(sec_table["arm"], sec_table["S"])) if "S" in sec_table else None
+        # Each arm's scenario-weighted acceptance (the secondary endpoints' S): what the frontier reaches with no limit
+        # on the allowance.
+        sec_table = _result(results, "secondary", TableResult).table
+        p_hat = dict(zip(sec_table["arm"], sec_table["S"], strict=True)) if "S" in sec_table else None
         pdf = figures.frontier_plot(
             fr.table, col, label, figs / f"sensitivity_frontier_{kind}.pdf", simulated=sim, p_hat=p_hat
         )
@@ -760,13 +835,13 @@ def write_sensitivity(
             pdf,
             gen / f"sensitivity_frontier_{kind}_figure.tex",
             caption=(
-                f"Acceptance within a {label.split(' (')[0]} over the preregistered range: a run counts only if accepted and within the allowance; "
-                f"cluster-bootstrap bands {INTERVAL_LABEL_INLINE}"
+                f"Acceptance within a {label.split(' (')[0]} over the preregistered range: a run counts "
+                f"only if accepted and within the allowance; cluster-bootstrap bands {INTERVAL_LABEL_INLINE}"
                 + ("; the dashed line is the arm's acceptance $\\hat p_a$ at any allowance" if p_hat else "")
                 + ". "
                 + (
-                    f"{n_beyond} of the {n_acc} accepted runs needed more than the range's right end of {right} ({per_arm}), so the frontier ends "
-                    "below $\\hat p_a$ by their share"
+                    f"{n_beyond} of the {n_acc} accepted runs needed more than the range's right end of "
+                    f"{right} ({per_arm}), so the frontier ends below $\\hat p_a$ by their share"
                     if n_beyond
                     else f"Every one of the {n_acc} accepted runs fits within the right end of {right}"
                 )
@@ -790,40 +865,52 @@ def write_sensitivity(
         simulated=sim,
     )
 
-    se: TableResult = results["secondary"]  # type: ignore[assignment]
+    se = _result(results, "secondary", TableResult)
     csv("sensitivity_secondary_endpoints.csv", se.summary)
     n_se = sum(se.details.get("n_charged", {}).values())
     tex(
         "sensitivity_secondary_table.tex",
         se.summary,
-        "Secondary endpoints per arm (scenario-weighted means): deterministic completion, critical violation, quality, acceptance, cost, wall minutes, turns, tool calls, questions, abstention and the share of runs capped. "
-        f"Cost is the agent cost as charged: {n_se} {'run' if n_se == 1 else 'runs'} without a reported cost count at the agent part of the ledger's charge.",
+        (
+            "Secondary endpoints per arm (scenario-weighted means): deterministic completion, critical "
+            "violation, quality, acceptance, cost, wall minutes, turns, tool calls, questions, abstention and "
+            f"the share of runs capped. Cost is the agent cost as charged: {n_se} "
+            f"{'run' if n_se == 1 else 'runs'} without a reported cost count at the agent part of the ledger's "
+            "charge."
+        ),
         "tab:sens-secondary",
         float_format="%.2f",
         font="\\footnotesize\\setlength{\\tabcolsep}{3pt}",
     )  # thirteen columns: gaps of 3 pt keep 9-pt type within the text width
 
-    ari: TableResult = results["recovery_index"]  # type: ignore[assignment]
+    ari = _result(results, "recovery_index", TableResult)
     csv("sensitivity_recovery_index.csv", ari.summary)
     tex(
         "sensitivity_ari_table.tex",
         ari.summary,
-        "Autonomous Recovery Index of the self-repairing arm: share of eligible runs (first session failed the self-check, or ended by a cap or an error) that passed the self-check after the one recovery, and the share also accepted; joint cluster-bootstrap intervals "
+        (
+            "Autonomous Recovery Index of the self-repairing arm: share of eligible runs (first session "
+            "failed the self-check, or ended by a cap or an error) that passed the self-check after the one "
+            "recovery, and the share also accepted; joint cluster-bootstrap intervals "
+        )
         + INTERVAL_LABEL_INLINE
         + ".",
         "tab:sens-ari",
     )
 
-    ag: TableResult = results["agreement"]  # type: ignore[assignment]
+    ag = _result(results, "agreement", TableResult)
     csv("sensitivity_judge_agreement.csv", ag.summary)
     tex(
         "sensitivity_agreement_table.tex",
         ag.summary,
-        "Agreement of the three judges' scores: Krippendorff's alpha (ordinal, whole points; interval for comparison) and pairwise correlations; agreement needs two judges scoring the same run.",
+        (
+            "Agreement of the three judges' scores: Krippendorff's alpha (ordinal, whole points; interval for "
+            "comparison) and pairwise correlations; agreement needs two judges scoring the same run."
+        ),
         "tab:sens-agreement",
     )
 
-    ms: TableResult = results["models"]  # type: ignore[assignment]
+    ms = _result(results, "models", TableResult)
     csv("sensitivity_models.csv", ms.summary)
     if not ms.summary.empty:
         tex(
@@ -835,9 +922,10 @@ def write_sensitivity(
 
     ov = overview(hyps)
     csv("sensitivity_hypotheses.csv", ov)
-    prior: list[dict] = []
+    prior: list[dict[str, Any]] = []
     if primary_hypotheses is not None and len(primary_hypotheses):
-        # Only the primary stage's rows for this same study and label join the summary; rows of another table would mix two studies.
+        # Only the primary stage's rows for this same study and label join the summary; rows of another table would mix
+        # two studies.
         same = (
             "study" in primary_hypotheses
             and (primary_hypotheses["study"].astype(str) == _tag(ov.head(1), data)["study"].iloc[0]).all()
@@ -850,11 +938,11 @@ def write_sensitivity(
     for h in hyps:
         csv(f"sensitivity_{h.id.lower()}.csv", h.summary)
         shown, extra = h.summary, ""
-        kw_table: dict = {}
+        kw_table: dict[str, Any] = {}
         if h.id == "H4":
             # The fits' notes are long sentences: they are listed under the table, each named by its model.
             shown = h4_long(h.summary)
-            notes = [f"{m}: {n}" for m, n in zip(shown["model"], shown["note"]) if n]
+            notes = [f"{m}: {n}" for m, n in zip(shown["model"], shown["note"], strict=True) if n]
             shown = shown.drop(columns="note")
             if notes:
                 kw_table["note"] = "Notes. " + latex_escape("; ".join(notes)) + "."
@@ -863,7 +951,10 @@ def write_sensitivity(
         tex(
             f"sensitivity_{h.id.lower()}_table.tex",
             shown,
-            f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: {latex_escape(h.verdict)}.{extra}",
+            (
+                f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: "
+                f"{latex_escape(h.verdict)}.{extra}"
+            ),
             f"tab:{h.id.lower()}",
             **kw_table,
         )

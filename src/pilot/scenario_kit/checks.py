@@ -37,9 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pilot import defects
+from pilot import defects, paths
 from pilot.protocol import ProtocolError
 from pilot.protocol.scenario import COMPLETION_RECORD, Scenario, list_scenarios, load_scenario
+from pilot.scenario_kit import readings, traps
 from pilot.scenario_kit.report import CheckReport, CheckRow
 from pilot.scenarios.generate import build_gold_workspace, check_inputs
 
@@ -48,7 +49,8 @@ BINARY_KINDS = ("xlsx", "docx", "pdf", "pptx")
 #: A verdict on a hostile or cheating package must come within this many seconds.
 VERDICT_BOUND_S = 60.0
 #: The pilot's ten bundles name their traps in the oracle header's prose: their oracle.yml is in every study's freeze
-#: manifest, so it cannot gain a ``traps:`` list (protocol/interpretations.md). Every other bundle must declare its traps.
+#: manifest, so it cannot gain a ``traps:`` list (protocol/interpretations.md). Every other bundle must declare its
+#: traps.
 TRAPS_IN_PROSE = frozenset(
     {"ACC-01", "BANK-01", "ENG-01", "HEALTH-01", "HR-01", "LEGAL-01", "MKT-01", "OPS-01", "PROC-01", "RES-01"}
 )
@@ -72,6 +74,8 @@ class ScenarioPackages:
     packages: list[Package] = field(default_factory=list)
     rows: list[CheckRow] = field(default_factory=list)
     build_s: float = 0.0
+    # One fallen package per declared trap, evaluated in the same batch and judged by its trap row.
+    fallen: list[traps.Fallen] = field(default_factory=list)
 
 
 # -------------------------------------------------------------------------- what each package must give
@@ -101,7 +105,10 @@ def expect_noop(scenario: Scenario) -> Callable:
         bad = _failed(ev)
         passing = [cid for cid in required if cid not in bad]
         if ev.D or ev.E or passing:
-            return f"an empty outputs/ gives D={int(bool(ev.D))} E={int(bool(ev.E))}; still passing: {', '.join(passing) or 'none'}"
+            return (
+                f"an empty outputs/ gives D={int(bool(ev.D))} E={int(bool(ev.E))}; "
+                f"still passing: {', '.join(passing) or 'none'}"
+            )
         return None
 
     return check
@@ -197,7 +204,10 @@ def _symlink_input(ws: Path) -> str:
     shutil.copyfile(target, content)
     target.unlink()
     target.symlink_to(content)
-    return f"replaced inputs/{target.relative_to(ws / 'inputs').as_posix()} by a symlink to an identical file outside the workspace"
+    return (
+        f"replaced inputs/{target.relative_to(ws / 'inputs').as_posix()} by a symlink to an identical file outside "
+        "the workspace"
+    )
 
 
 def _inputs_as_deliverables(scenario: Scenario, ws: Path) -> str:
@@ -250,9 +260,15 @@ def _write_record(ws: Path, record: dict | None) -> None:
 
 
 def build_packages(
-    scenario: Scenario, root: Path, *, other: tuple[Scenario, Path] | None = None, recalculator=None
+    scenario: Scenario,
+    root: Path,
+    *,
+    other: tuple[Scenario, Path] | None = None,
+    recalculator=None,
+    prove_traps: bool = True,
 ) -> ScenarioPackages:
-    """Every package of ``scenario`` under ``root``, each with its declared expectation (nothing evaluated yet)."""
+    """Every package of ``scenario`` under ``root``, each with its declared expectation (nothing evaluated yet), and
+    with ``prove_traps`` the fallen package of each declared trap."""
     t0 = time.perf_counter()
     out = ScenarioPackages(scenario)
     gold = build_gold_workspace(scenario, root / "gold")
@@ -276,11 +292,25 @@ def build_packages(
                 lambda ws, n=d.name: defects.text_substitute(ws, n, recalculator=recalculator),
                 expect_substitute(scenario, d.name),
             )
+    # A numeric criterion's mutation lands just outside its tolerance, so its row proves the tolerance is as tight as
+    # written; a line that feeds a total moves from the figure the gold shows there.
+    numeric = [c for c in scenario.oracle.criteria if c.kind in readings.NUMERIC_KINDS]
+    gold_reads = readings.read_package(scenario, gold, numeric, recalculator or _recalculator()) if numeric else {}
     for c in scenario.oracle.criteria:
         name = f"mutation:{c.id}"
         ws = _copy(gold, root / name.replace(":", "-"))
+        wrong, stated, near = None, None, ""
+        if c.kind in readings.NUMERIC_KINDS:
+            wrong = readings.just_outside(c)
+            if wrong is not None:
+                near = f" (just outside {defects.shown(c.get('expected'))} ± {defects.shown(c.get('tolerance'))})"
+                shown_now = gold_reads[c.id].accepted
+                stated = float(shown_now[0]) if shown_now else None
         try:
-            made = defects.defect_for_criterion(scenario, c, ws, recalculator=recalculator)
+            made = (
+                defects.defect_for_criterion(scenario, c, ws, recalculator=recalculator, wrong=wrong, stated=stated)
+                + near
+            )
         except defects.DefectNotApplicable as exc:
             # An optional criterion nothing breaks weakens nothing; a required one is a criterion that cannot fail.
             out.rows.append(CheckRow(sid, name, not c.required, f"no plausible mistake breaks it: {exc}"))
@@ -313,8 +343,16 @@ def build_packages(
                 lambda ws, n=d.name: defects.strip_formulas(ws, n, recalculator=recalculator),
                 expect_rejected,
             )
+    for trap in scenario.oracle.traps if prove_traps else ():
+        out.fallen.append(traps.build_fallen(scenario, trap, gold, root / f"fallen-{trap.id}"))
     out.build_s = time.perf_counter() - t0
     return out
+
+
+def _recalculator():
+    from pilot.oracle_formats.evaluate import default_recalculator
+
+    return default_recalculator()
 
 
 # -------------------------------------------------------------------------- the checks
@@ -347,8 +385,10 @@ def _selfcheck_rows(sp: ScenarioPackages, recalculator=None) -> list[CheckRow]:
     ]
 
 
-def _trap_rows(scenario: Scenario, rows: list[CheckRow]) -> list[CheckRow]:
-    """Each declared trap is caught: every criterion that catches it is required and its mutation breaks it alone."""
+def _trap_rows(sp: ScenarioPackages, rows: list[CheckRow]) -> list[CheckRow]:
+    """Each declared trap is caught: its fallen package fails exactly the criteria that catch it, each required, a
+    check of content and breaking alone under its mutation (:func:`pilot.scenario_kit.traps.trap_row`)."""
+    scenario = sp.scenario
     sid = scenario.id
     if not scenario.oracle.traps:
         if sid in TRAPS_IN_PROSE:
@@ -369,23 +409,7 @@ def _trap_rows(scenario: Scenario, rows: list[CheckRow]) -> list[CheckRow]:
             )
         ]
     verdict = {r.check: r for r in rows if r.scenario == sid and r.check.startswith("mutation:")}
-    out = []
-    for trap in scenario.oracle.traps:
-        problems = []
-        for cid in trap.caught_by:
-            if not scenario.oracle.by_id(cid).required:
-                problems.append(f"{cid} is not required, so falling into the trap still passes")
-            row = verdict.get(f"mutation:{cid}")
-            if row is None or not row.ok:
-                problems.append(
-                    f"{cid} does not break alone under its mutation ({row.reason if row else 'no mutation'})"
-                )
-        out.append(
-            CheckRow(
-                sid, f"trap:{trap.id}", not problems, "; ".join(problems) or f"caught by {', '.join(trap.caught_by)}"
-            )
-        )
-    return out
+    return [traps.trap_row(scenario, f.trap, f, verdict) for f in sp.fallen]
 
 
 def check_bundle(scenario_id: str) -> tuple[Scenario | None, list[CheckRow]]:
@@ -396,20 +420,23 @@ def check_bundle(scenario_id: str) -> tuple[Scenario | None, list[CheckRow]]:
     except (ProtocolError, KeyError, FileNotFoundError) as exc:
         return None, [CheckRow(scenario_id, "bundle", False, str(exc).splitlines()[0], time.perf_counter() - t0)]
     rows = [CheckRow(scenario_id, "bundle", True, "schema valid; caps equal study.yml", time.perf_counter() - t0)]
-    from pilot.scenario_kit.skeleton import MARKER, todo_markers
+    from pilot.scenario_kit.skeleton import MARKER, mutation_tests_path, todo_markers
     from pilot.scenarios.generate import library_module
 
     todo = todo_markers(Path(sc.dir), Path(library_module(sc).__file__))
-    rows.append(
-        CheckRow(
-            scenario_id,
-            "finished",
-            not todo,
-            f"{len(todo)} {MARKER} left to fill in: " + "; ".join(todo[:8]) + (" ..." if len(todo) > 8 else "")
-            if todo
-            else f"no {MARKER} left",
-        )
+    own_tests = mutation_tests_path(scenario_id)
+    # The suite runs every added scenario's own mutation tests; `pilot scenarios new` writes the file.
+    missing = [] if scenario_id in TRAPS_IN_PROSE or own_tests.is_file() else [paths.shown(own_tests)]
+    left = (
+        f"{paths.shown(own_tests)} is missing (the suite runs each added scenario's own mutation tests); "
+        if missing
+        else ""
+    ) + (
+        f"{len(todo)} {MARKER} left to fill in: " + "; ".join(todo[:8]) + (" ..." if len(todo) > 8 else "")
+        if todo
+        else ""
     )
+    rows.append(CheckRow(scenario_id, "finished", not (todo or missing), left or f"no {MARKER} left"))
     t1 = time.perf_counter()
     problems = check_inputs(sc)
     rows.append(
@@ -426,8 +453,20 @@ def check_bundle(scenario_id: str) -> tuple[Scenario | None, list[CheckRow]]:
     return sc, rows
 
 
-def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_checks: bool = True) -> CheckReport:
-    """Run every check on each scenario (all bundles by default); the packages are built under ``workdir``."""
+def check_scenarios(
+    ids: Iterable[str] | None = None,
+    *,
+    workdir: Path,
+    text_checks: bool = True,
+    prove_traps: bool = True,
+    recalculator=None,
+) -> CheckReport:
+    """Run every check on each scenario (all bundles by default); the packages are built under ``workdir``.
+
+    ``prove_traps=False`` builds no fallen package and probes nothing (a declared trap then gets no row): the check
+    as it stood before traps were proved by their fallen packages, which benchmarks/bench_scenario_check.py times as
+    its reference. ``recalculator`` defaults to the process's own.
+    """
     from pilot.oracle_formats.evaluate import default_recalculator, evaluate_many
 
     ids = list(ids) if ids else list_scenarios()
@@ -438,23 +477,38 @@ def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_che
         report.extend(rows)
         if sc is not None:
             loaded.append(sc)
-    recalc = default_recalculator()
+    recalc = recalculator or default_recalculator()
     golds: dict[str, Path] = {}
     built: list[ScenarioPackages] = []
     for i, sc in enumerate(loaded):
         # Another scenario's gold: the next one in the list (a scenario alone borrows none).
+        # A bundle made by the same generator (a copy under another id) has the same gold: it lends none.
         other = None
-        if len(loaded) > 1:
-            o = loaded[(i + 1) % len(loaded)]
+        o = next(
+            (
+                loaded[(i + k) % len(loaded)]
+                for k in range(1, len(loaded))
+                if loaded[(i + k) % len(loaded)].generator != sc.generator
+            ),
+            None,
+        )
+        if o is not None:
             golds.setdefault(o.id, build_gold_workspace(o, workdir / "_others" / o.id))
             other = (o, golds[o.id])
-        built.append(build_packages(sc, workdir / sc.id, other=other, recalculator=recalc))
+        built.append(build_packages(sc, workdir / sc.id, other=other, recalculator=recalc, prove_traps=prove_traps))
+    # Every package of every scenario, the fallen packages among them, in one batch: one LibreOffice recalculates all.
     items = [(p.scenario, p.workspace, None) for sp in built for p in sp.packages]
+    items += [(sp.scenario, f.workspace, None) for sp in built for f in sp.fallen if f.workspace is not None]
     it = iter(evaluate_many(items, recalculator=recalc))
     for sp in built:
         report.rows.append(
             CheckRow(
-                sp.scenario.id, "packages built", True, f"{len(sp.packages)} packages from the gold one", sp.build_s
+                sp.scenario.id,
+                "packages built",
+                True,
+                f"{len(sp.packages)} packages from the gold one"
+                + (f", and {len(sp.fallen)} fallen package(s), one per declared trap" if sp.fallen else ""),
+                sp.build_s,
             )
         )
         report.extend(sp.rows)
@@ -464,7 +518,15 @@ def check_scenarios(ids: Iterable[str] | None = None, *, workdir: Path, text_che
             report.rows.append(
                 CheckRow(sp.scenario.id, p.name, why is None, why or p.made, float(p.evaluation.seconds))
             )
-        report.extend(_trap_rows(sp.scenario, report.rows))
+    for sp in built:
+        for f in sp.fallen:
+            if f.workspace is not None:
+                f.evaluation = next(it)
+    for sp in built:
+        report.extend(_trap_rows(sp, report.rows))
+        if sp.scenario.oracle.traps and prove_traps:
+            gold = next(p.workspace for p in sp.packages if p.name == "gold")
+            report.extend(traps.probe_rows(sp.scenario, gold, sp.fallen, recalc))
         report.extend(_selfcheck_rows(sp, recalculator=recalc))
         if text_checks:
             report.extend(_text_rows(sp))

@@ -33,7 +33,7 @@ from pilot.judges.rubric import ANCHOR_LEVELS, RubricError
 from pilot.protocol import design
 from pilot.protocol.design import ProtocolError, read_yaml
 from pilot.protocol.prices import PriceTable
-from pilot.protocol.scenario import Criterion, Scenario
+from pilot.protocol.scenario import Criterion, Scenario, Trap
 from pilot.scenario_kit.report import CheckRow
 
 CHECK_BRIEF = "brief/oracle/rubric"
@@ -72,7 +72,8 @@ _LIMIT_NOTES = re.compile(
 # What the renderer adds around the work (sheet sizes, page markers, bound notes): not something the work states.
 _FURNITURE = re.compile(
     r"^Sheet '.*' \(\d+ rows x \d+ columns\)$|^(?:Part '.*' )?\(\d+ rows x \d+ columns\)$|^Table \(\d+ rows\):$"
-    r"|^--- page \d+ of \d+ ---$|^\(the workbook has \d+ sheets.*\)$|^\(first \d+ rows.*shown\)$|^\(the PDF has \d+ pages.*\)$",
+    r"|^--- page \d+ of \d+ ---$|^\(the workbook has \d+ sheets.*\)$|^\(first \d+ rows.*shown\)$"
+    r"|^\(the PDF has \d+ pages.*\)$",
     re.M,
 )
 # The number the renderer puts in the first cell of each workbook row.
@@ -196,7 +197,8 @@ def _deliverable_findings(scenario: Scenario, brief: str, rubric_names: dict[str
             others = sorted({k for e in entries for k, rx_k in _FORMAT_WORDS.items() if k != kind and rx_k.search(e)})
             if others:
                 findings.append(
-                    f"brief.md describes the deliverable {name} as {' or '.join(others)}, but scenario.yml makes it a deliverable of kind {kind}"
+                    f"brief.md describes the deliverable {name} as {' or '.join(others)}, but scenario.yml makes it a "
+                    f"deliverable of kind {kind}"
                 )
     for name in sorted(mentioned):
         if name not in kinds and name not in inputs:
@@ -216,14 +218,41 @@ def _brief_asks(brief_norm: str, pattern: str) -> bool:
         return _literal(pattern).search(brief_norm) is not None
 
 
-def _reads_findings(scenario: Scenario, brief: str) -> list[str]:
-    """What the oracle reads is what the brief asks for: sheets, labels, sections, columns, scales."""
-    norm = _squash(brief.replace("`", " ").replace("*", " "))
+def _whole(pattern: str) -> str:
+    """An oracle pattern as whole words of the brief: ``exchange rate`` does not match inside ``exchange rates``.
+
+    Anchors written for a whole cell (``^total$``) are dropped: in prose the label is a phrase among others.
+    """
+    core = re.sub(r"^\^", "", pattern)
+    core = re.sub(r"(?<!\\)\$$", "", core)
+    return r"(?<![A-Za-z0-9])(?:" + core + r")(?![A-Za-z0-9])"
+
+
+def deliverable_entries(scenario: Scenario, brief: str) -> dict[str, str]:
+    """Each deliverable's entry in the brief, markup and line breaks removed: every passage that names it by its exact
+    file name, from that line up to a blank line, the next numbered item or a heading."""
+    lines = brief.splitlines()
+    out = {}
+    for d in scenario.deliverables:
+        rx = _names_exactly(d.name)
+        passages = [_entry(lines, i) for i, line in enumerate(lines) if rx.search(line)]
+        out[d.name] = _squash(" ".join(passages).replace("`", " ").replace("*", " "))
+    return out
+
+
+def _reads_findings(scenario: Scenario, brief: str, *, own_words: bool) -> list[str]:
+    """What the oracle reads is what the brief asks for, in the entry of the file it reads: sheets, labels, columns,
+    sections, scales, the length and formulas a file must have, the figures of the text (``near``) and, with
+    ``own_words`` (a bundle that declares its traps), what each criterion says the brief asks for (``brief_asks``),
+    which a text criterion must give: its patterns are the answer, which the brief never states."""
+    entries = deliverable_entries(scenario, brief)
     # (what is missing, in which file) -> the readers that need it
     missing: dict[tuple[str, str], list[str]] = {}
+    unstated: list[str] = []
 
     def need(text: str, what: str, file: str, reader: str, pattern: str | None = None) -> None:
-        if not _brief_asks(norm, pattern if pattern is not None else _literal(text).pattern):
+        # A pattern the oracle searches for (a column, a figure's context, brief_asks) is searched; text is a phrase.
+        if not _brief_asks(entries.get(file, ""), pattern if pattern is not None else _literal(text).pattern):
             missing.setdefault((what, file), []).append(reader)
 
     for d in scenario.file_deliverables:
@@ -231,16 +260,23 @@ def _reads_findings(scenario: Scenario, brief: str) -> list[str]:
             need(s, f"the section {s!r}", d.name, "scenario.yml")
         for col in d.required_columns:
             need(col, f"the column {col!r}", d.name, "scenario.yml")
+        if d.min_words:
+            words = f"{d.min_words:,}|{d.min_words}"
+            need(words, f"at least {d.min_words:,} words", d.name, "scenario.yml", _whole(words))
+        if d.requires_formulas:
+            need("formulas", "formulas", d.name, "scenario.yml", r"formulas?")
     for c in scenario.oracle.criteria:
         if c.get("sheet"):
             need(c.get("sheet"), f"the sheet {c.get('sheet')!r}", c.file, c.id)
         label = c.get("label")
         if c.kind in ("labelled_value", "labelled_bounds", "decision") and not c.get("key"):
-            # A label read under a column is a row key (a part number, a channel), not a line the brief asks for.
+            # A label read under a column is a row key (a part number, a channel), not a line the brief asks for; a
+            # criterion that says what the brief asks (brief_asks) reads a line the brief cannot name (a bidder).
             if c.get("column"):
                 need(c.get("column"), f"the column /{c.get('column')}/", c.file, c.id, c.get("column"))
-            elif label:
-                need(label, f"the line /{label}/", c.file, c.id, label)
+            elif label and not c.brief_asks:
+                # The oracle reads a whole label cell: "Exchange rate" is not asked for by "exchange rates".
+                need(label, f"the line /{label}/", c.file, c.id, _whole(label))
         for col in c.get("columns") or ():
             need(col, f"the column {col!r}", c.file, c.id)
         if c.kind in ("csv_keys", "csv_value", "closed_scale") or (c.kind == "decision" and c.get("key")):
@@ -249,14 +285,31 @@ def _reads_findings(scenario: Scenario, brief: str) -> list[str]:
                     need(c.get(p), f"the column {c.get(p)!r}", c.file, c.id)
         for v in (c.get("values") or ()) if c.kind == "closed_scale" else ():
             need(v, f"the value {v!r} of column {c.get('column')!r}", c.file, c.id)
+        if c.brief_asks:
+            need(c.brief_asks, f"/{c.brief_asks}/ (its brief_asks)", c.file, c.id, c.brief_asks)
+        elif own_words and c.kind == "text_number" and c.get("near"):
+            # The figure's context is what the brief asks for, unless it names the answer (then: brief_asks).
+            if not _brief_asks(entries.get(c.file, ""), c.get("near")):
+                unstated.append(
+                    f"brief.md's entry for {c.file} does not ask for the figure near /{c.get('near')}/, which oracle "
+                    f"criterion {c.id} reads: ask for it there, or give the criterion brief_asks, the words of that "
+                    "entry that ask for it"
+                )
+        elif own_words and c.kind in ("text_contains", "workbook_contains", "text_number"):
+            unstated.append(
+                f"oracle criterion {c.id} ({c.kind}) reads {c.file} for "
+                + (f"/{'/, /'.join(c.get('patterns'))}/" if c.get("patterns") else "a figure anywhere in it")
+                + f", which the brief cannot state: give it brief_asks, the words of {c.file}'s entry in brief.md "
+                "that ask for it"
+            )
     findings = []
     for (what, file), readers in missing.items():
         oracle = [r for r in readers if r != "scenario.yml"]
         who = ["scenario.yml requires it"] if "scenario.yml" in readers else []
         if oracle:
             who.append(_ids("oracle criterion", oracle) + " read" + ("s" if len(set(oracle)) == 1 else "") + " it")
-        findings.append(f"brief.md does not ask for {what} of {file}, which {' and '.join(who)}")
-    return findings
+        findings.append(f"brief.md's entry for {file} does not ask for {what}, which {' and '.join(who)}")
+    return findings + unstated
 
 
 def _anchor_levels(raw: Any) -> dict[int, Any]:
@@ -322,23 +375,97 @@ def brief_oracle_rubric(scenario: Scenario) -> list[CheckRow]:
 
     Each deliverable of scenario.yml and each file an oracle criterion or the rubric names is named in
     brief.md by its exact file name (which carries its format; a format word beside it must agree); every
-    file name in the brief is a deliverable or an input; the sheets, lines, sections, columns and scales the
-    oracle reads are asked for in the brief; the rubric's weights sum to exactly 1 as decimals and each of
-    its criteria has text for the anchors 0, 2 and 4.
+    file name in the brief is a deliverable or an input; the sheets, lines, sections, columns, scales, length
+    and formulas the oracle reads are asked for in the entry of the file it reads them in (and, in a bundle
+    that declares its traps, each text criterion's ``brief_asks``); no sentence of the brief states a trap's
+    answer unless the trap confirms it (``brief_names``); the rubric's weights sum to exactly 1 as decimals and
+    each of its criteria has text for the anchors 0, 2 and 4.
     """
     started = time.perf_counter()
     brief = scenario.brief
     rubric_findings, rubric_names = _rubric_findings(scenario.rubric.path)
     findings = _deliverable_findings(scenario, brief, rubric_names)
-    findings += _reads_findings(scenario, brief)
+    findings += _reads_findings(scenario, brief, own_words=bool(scenario.oracle.traps))
+    findings += giveaways(scenario)
     findings += rubric_findings
     n_files = len(scenario.deliverables)
     passed = (
         f"brief.md names all {n_files} deliverables exactly and asks for nothing else; the oracle's "
-        f"{len(scenario.oracle.criteria)} criteria read what the brief asks for; rubric.yml weights sum to 1 "
+        f"{len(scenario.oracle.criteria)} criteria read what each file's entry asks for; rubric.yml weights sum to 1 "
         f"and its {len(scenario.rubric.criteria)} criteria have anchors 0, 2 and 4"
     )
     return _rows(scenario, CHECK_BRIEF, findings, passed, started)
+
+
+# ---------------------------------------------------------------- what the brief gives away
+
+
+def giveaways(scenario: Scenario) -> list[str]:
+    """Sentences of the brief that state the answer of a trap's catching criterion (its expected figure, option or
+    key, or all its patterns), each unless the trap's ``brief_names`` confirms it; and confirmations the brief no
+    longer holds."""
+    sentences = brief_sentences(scenario.brief)
+    findings = []
+    for trap in scenario.oracle.traps:
+        for n, sentence in sentences:
+            named = _answers_named(scenario, trap, sentence)
+            if not named:
+                continue
+            if any(" ".join(phrase.split()).lower() in sentence.lower() for phrase in trap.brief_names):
+                continue
+            findings.append(
+                f'brief.md line {n} names the answer of trap {trap.id} ({"; ".join(named)}): "{_shorten(sentence)}"; '
+                "a brief states no answer: reword it, or confirm it under the trap's brief_names"
+            )
+        for phrase in trap.brief_names:
+            if not any(" ".join(phrase.split()).lower() in s.lower() for _, s in sentences):
+                findings.append(
+                    f"trap {trap.id}'s brief_names confirms {phrase!r}, which no sentence of brief.md holds"
+                )
+    return findings
+
+
+def _shorten(text: str, width: int = 140) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _answers_named(scenario: Scenario, trap: Trap, sentence: str) -> list[str]:
+    named = []
+    for cid in trap.caught_by:
+        c = scenario.oracle.by_id(cid)
+        if c.kind in ("labelled_value", "text_number", "csv_value"):
+            hit = states_figure(sentence, Decimal(repr(c.get("expected"))))
+            if hit:
+                named.append(f"{cid}'s expected figure, as {hit}")
+        elif c.kind in ("text_contains", "workbook_contains") and all(
+            re.search(p, sentence, re.I) for p in c.get("patterns")
+        ):
+            named.append(
+                f"{cid}'s pattern{'s' if len(c.get('patterns')) > 1 else ''} /{'/, /'.join(c.get('patterns'))}/"
+            )
+        elif c.kind == "csv_keys":
+            keys = [k for k in c.get("expected") if re.search(r"(?<![\w.-])" + re.escape(k) + r"(?![\w-])", sentence)]
+            if keys:
+                named.append(f"{cid}'s expected key{'s' if len(keys) > 1 else ''} {', '.join(keys)}")
+        elif c.kind == "decision":
+            decided = _decided(c, sentence)
+            if decided:
+                named.append(f"{cid}'s expected {'options' if len(decided) > 1 else 'option'} {', '.join(decided)}")
+    return named
+
+
+def _decided(c: Criterion, sentence: str) -> list[str]:
+    """The expected options of decision ``c`` that ``sentence`` decides, read as the oracle reads the deliverable."""
+    from pilot.oracles.decisions import read_decision, read_set
+
+    options = dict(c.get("options"))
+    wanted = c.get("expected")
+    if isinstance(wanted, list):
+        from pilot.defects import set_reading
+
+        inside = read_set(sentence, options, **set_reading(c)).inside
+        return [o for o in wanted if o in inside]
+    return [wanted] if wanted in read_decision(sentence, options).chosen else []
 
 
 # ---------------------------------------------------------------- judge blinding
@@ -399,6 +526,46 @@ def _states(x: Decimal, v: Decimal) -> bool:
         return fine.quantize(Decimal(1).scaleb(coarse.as_tuple().exponent), rounding=ROUND_HALF_UP) == coarse
     except InvalidOperation:
         return False
+
+
+def states_figure(text: str, value: Decimal) -> str | None:
+    """The number ``text`` writes for ``value`` (to the precision it writes it, three significant digits at least),
+    or None."""
+    return next((t for t, x in _numbers(text) if _states(x, value)), None)
+
+
+# Where a sentence of prose ends: a full stop, question or exclamation mark before a space and a capital or a quote.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(*`])")
+
+
+def brief_sentences(brief: str) -> list[tuple[int, str]]:
+    """The brief's sentences, markup removed, each with the line it starts on; a list item is a sentence of its own."""
+    out: list[tuple[int, str]] = []
+    block: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        if not block:
+            return
+        text, starts = "", []
+        for n, line in block:
+            starts.append((len(text), n))
+            text += line.strip() + " "
+        pos = 0
+        for part in _SENTENCE_END.split(text):
+            where = text.find(part, pos)
+            pos = where + len(part)
+            n = max((ln for at, ln in starts if at <= where), default=block[0][0])
+            if part.strip():
+                out.append((n, _squash(part.replace("`", "").replace("*", ""))))
+        block.clear()
+
+    for n, line in enumerate(brief.splitlines(), 1):
+        if _ENTRY_END.match(line) or re.match(r"^\s*[-*]\s", line):
+            flush()
+        if line.strip() and not line.lstrip().startswith("#"):
+            block.append((n, _LIST_MARK.sub("", re.sub(r"^\s*[-*]\s", "", line))))
+    flush()
+    return out
 
 
 def _plain(pattern: str) -> str | None:
@@ -668,14 +835,18 @@ def _bound_findings(
     where = f"max_input_tokens of {model}, the judges' smallest window in protocol/prices.yml"
     if gold_tokens > bound:
         findings.append(
-            f"the judges' prompt for the gold package may take {gold_tokens:,} tokens, over the bound of {bound:,} ({where})"
+            f"the judges' prompt for the gold package may take {gold_tokens:,} tokens, over the bound of {bound:,} "
+            f"({where})"
         )
     elif any_tokens > bound:
         findings.append(
-            f"brief.md and rubric.yml leave a package at the RenderLimits bound a prompt of up to {any_tokens:,} tokens, "
-            f"over the bound of {bound:,} ({where})"
+            "brief.md and rubric.yml leave a package at the RenderLimits bound a prompt of up to "
+            f"{any_tokens:,} tokens, over the bound of {bound:,} ({where})"
         )
-    summary = f"prompt at most {gold_tokens:,} tokens for the gold, {any_tokens:,} for any package within RenderLimits, bound {bound:,} ({where})"
+    summary = (
+        f"prompt at most {gold_tokens:,} tokens for the gold, {any_tokens:,} for any package within RenderLimits, "
+        f"bound {bound:,} ({where})"
+    )
     notes = [f"{d.requested} {n}" for d in prompt.package.deliverables for n in _LIMIT_NOTES.findall(d.text)]
     if notes:
         summary += "; shown in part by the rendering bounds, as for every run: " + ", ".join(notes)
@@ -728,5 +899,8 @@ def judge_blinding(
     findings += _leak_findings(scenario, prompt, _work_only(prompt, withheld))
     bound_findings, summary = _bound_findings(prompt, package_text, lim, study, prices)
     findings += bound_findings
-    passed = f"no oracle id, pattern, expected value or planted fact reaches the judges beyond what the gold states; {summary}"
+    passed = (
+        "no oracle id, pattern, expected value or planted fact reaches the judges beyond what the gold states; "
+        f"{summary}"
+    )
     return _rows(scenario, CHECK_BLINDING, findings, passed, started)

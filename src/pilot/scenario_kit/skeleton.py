@@ -62,6 +62,13 @@ def skeleton_paths(scenario_id: str, root: Path | None = None) -> tuple[Path, Pa
     return bundle, module
 
 
+def mutation_tests_path(scenario_id: str, root: Path | None = None) -> Path:
+    """The scenario's own mutation tests, ``tests/test_mutations_<id>.py``, which the suite requires of every bundle
+    added to the design's ten (hand-made careless packages, each failing the criteria reasoned for it)."""
+    root = Path(root) if root is not None else paths.ROOT
+    return root / "tests" / f"test_mutations_{generator_name(scenario_id)}.py"
+
+
 def new_scenario(scenario_id: str, *, occupation: str, title: str, root: Path | None = None) -> list[Path]:
     """Write the skeleton of scenario ``scenario_id`` under ``root`` (the repository by default); the files written.
 
@@ -90,19 +97,26 @@ def new_scenario(scenario_id: str, *, occupation: str, title: str, root: Path | 
         raise ValueError(
             f"scenario {scenario_id}: the library module {paths.shown(module)} already exists; choose another ID"
         )
+    tests = mutation_tests_path(scenario_id, root)
+    if tests.exists():
+        raise ValueError(
+            f"scenario {scenario_id}: the test file {paths.shown(tests)} already exists; choose another ID"
+        )
     if not module.parent.is_dir():
         raise ValueError(f"scenario {scenario_id}: root {root} has no scenario library {paths.shown(module.parent)}")
     study = load_study(study_file)
     with tempfile.TemporaryDirectory(prefix=f"pilot-new-{scenario_id}-") as tmp:
-        staged_bundle, staged_module = _stage(Path(tmp), scenario_id, title, occupation, study)
-        return _install(staged_bundle, staged_module, bundle, module)
+        staged_bundle, staged_module, staged_tests = _stage(Path(tmp), scenario_id, title, occupation, study)
+        return _install(staged_bundle, staged_module, staged_tests, bundle, module, tests)
 
 
-def todo_markers(bundle_dir: Path, module_path: Path) -> list[str]:
+def todo_markers(bundle_dir: Path, module_path: Path, tests_path: Path | None = None) -> list[str]:
     """Every line that still carries ``TODO(author)``, as ``file:line: text``.
 
     Read: the bundle's brief, scenario, oracle and rubric, its text inputs,
-    then the library module; a file that is missing is skipped.
+    the library module, then the scenario's own test file (by default
+    ``tests/test_mutations_<id>.py`` beside the library's ``src/``); a file
+    that is missing is skipped.
     """
     bundle_dir = Path(bundle_dir)
     files = [bundle_dir / name for name in BUNDLE_FILES]
@@ -110,6 +124,11 @@ def todo_markers(bundle_dir: Path, module_path: Path) -> list[str]:
     if inputs.is_dir():
         files += sorted(p for p in inputs.rglob("*") if p.is_file() and p.suffix.lower() in _TEXT_INPUTS)
     files.append(Path(module_path))
+    if tests_path is None:
+        # The library module sits at <root>/src/pilot/scenarios/library/<id>.py.
+        root = Path(module_path).resolve().parents[4]
+        tests_path = mutation_tests_path(bundle_dir.name, root)
+    files.append(Path(tests_path))
     found = []
     for path in files:
         try:
@@ -157,8 +176,8 @@ def _load_module(path: Path, name: str) -> ModuleType:
     return mod
 
 
-def _stage(tmp: Path, scenario_id: str, title: str, occupation: str, study: Study) -> tuple[Path, Path]:
-    """Write the whole skeleton into ``tmp`` and prove it loads; (bundle, module) there."""
+def _stage(tmp: Path, scenario_id: str, title: str, occupation: str, study: Study) -> tuple[Path, Path, Path]:
+    """Write the whole skeleton into ``tmp`` and prove it loads; (bundle, module, test file) there."""
     gen = generator_name(scenario_id)
     staged_module = tmp / f"{gen}.py"
     staged_module.write_text(_module_text(scenario_id, title, occupation), encoding="utf-8")
@@ -180,28 +199,35 @@ def _stage(tmp: Path, scenario_id: str, title: str, occupation: str, study: Stud
         check_rubric_weights(load_scenario_from(bundle, study))
     except ValueError as exc:
         raise ValueError(f"scenario {scenario_id}: the skeleton would not load ({exc})") from exc
-    return bundle, staged_module
+    staged_tests = tmp / f"test_mutations_{gen}.py"
+    staged_tests.write_text(_tests_text(scenario_id, facts), encoding="utf-8")
+    return bundle, staged_module, staged_tests
 
 
-def _install(staged_bundle: Path, staged_module: Path, bundle: Path, module: Path) -> list[Path]:
+def _install(
+    staged_bundle: Path, staged_module: Path, staged_tests: Path, bundle: Path, module: Path, tests: Path
+) -> list[Path]:
     """Copy the staged skeleton into place; on any failure remove what this call created."""
-    made_bundle = made_module = False
+    made: list[Path] = []
     try:
         bundle.mkdir()  # exclusive: a bundle that appeared meanwhile is never overwritten
-        made_bundle = True
+        made.append(bundle)
         shutil.copytree(staged_bundle, bundle, dirs_exist_ok=True)
-        with module.open("x", encoding="utf-8") as fh:
-            made_module = True
-            fh.write(staged_module.read_text(encoding="utf-8"))
+        for staged, target in ((staged_module, module), (staged_tests, tests)):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("x", encoding="utf-8") as fh:
+                made.append(target)
+                fh.write(staged.read_text(encoding="utf-8"))
     except BaseException:
-        if made_bundle:
-            shutil.rmtree(bundle, ignore_errors=True)
-        if made_module:
-            module.unlink(missing_ok=True)
+        for path in made:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         raise
     written = [bundle / name for name in BUNDLE_FILES]
     written += sorted(p for p in (bundle / "inputs").rglob("*") if p.is_file())
-    return written + [module]
+    return written + [module, tests]
 
 
 # ----------------------------------------------------------------------------- the files
@@ -258,6 +284,7 @@ Put everything in the `outputs/` folder.
 
 def _scenario_text(scenario_id: str, title: str, occupation: str, gen: str, caps: Caps, own_caps: bool) -> str:
     caps_note = "A-006: study.yml caps.scenarios" if own_caps else "global caps"
+    wall_s = int(caps.wall_s) if caps.wall_s.is_integer() else repr(caps.wall_s)
     return f"""# {scenario_id}: {title}. Inputs: pilot.scenarios.library.{gen}.
 # {MARKER}: one line on what makes the task hard (the rules to apply, the trap to find).
 id: {scenario_id}
@@ -271,7 +298,7 @@ designed_depth: 2
 professional_minutes: 45
 # Must equal what protocol/study.yml gives {scenario_id} (A-006): the larger of its global caps and
 # caps.scenarios.{scenario_id}. A scenario that needs more gets its own caps there first.
-caps: {{usd: {_number(caps.usd)}, wall_s: {int(caps.wall_s) if caps.wall_s.is_integer() else repr(caps.wall_s)}}}   # {caps_note}
+caps: {{usd: {_number(caps.usd)}, wall_s: {wall_s}}}   # {caps_note}
 uses_portal: false
 # The arm features the task can use (pilot.protocol.FEATURES); 'portal' exactly when uses_portal is true.
 arm_features: [python_env, text_substitutes, libreoffice, self_check]
@@ -343,37 +370,44 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "workbook_contains": (
         "text cells of the workbook match every pattern",
         [
-            f"  - {{id: example_workbook_contains, kind: workbook_contains, required: false, file: {BOOK}, patterns: ['listed twice|duplicate']}}"
+            f"  - {{id: example_workbook_contains, kind: workbook_contains, required: false, file: {BOOK}, patterns: "
+            "['listed twice|duplicate']}"
         ],
     ),
     "text_contains": (
         "the document (or CSV) text matches every pattern",
         [
-            f"  - {{id: example_text_contains, kind: text_contains, required: true, file: {MEMO}, patterns: ['policy', 'first entry']}}"
+            f"  - {{id: example_text_contains, kind: text_contains, required: true, file: {MEMO},",
+            "     patterns: ['first entry'],",
+            "     brief_asks: 'with the reason'}",
         ],
     ),
     "text_number": (
         "the document states the number (within 200 characters of near:, if given)",
         [
-            f"  - {{id: example_text_number, kind: text_number, required: true, file: {MEMO}, expected: 40, tolerance: 0, near: 'records?'}}"
+            f"  - {{id: example_text_number, kind: text_number, required: true, file: {MEMO}, expected: 40, tolerance: "
+            "0, near: 'records?'}"
         ],
     ),
     "csv_columns": (
         "the CSV has these columns",
         [
-            f"  - {{id: example_csv_columns, kind: csv_columns, required: true, file: {REGISTER}, columns: [record_id, category, amount, status]}}"
+            f"  - {{id: example_csv_columns, kind: csv_columns, required: true, file: {REGISTER}, columns: [record_id, "
+            "category, amount, status]}"
         ],
     ),
     "csv_keys": (
         "the key column names these keys (exact: and nothing else)",
         [
-            f"  - {{id: example_csv_keys, kind: csv_keys, required: true, file: {REGISTER}, key: record_id, expected: ['R-0003', 'R-0017'], exact: false}}"
+            f"  - {{id: example_csv_keys, kind: csv_keys, required: true, file: {REGISTER}, key: record_id, expected: "
+            "['R-0003', 'R-0017'], exact: false}"
         ],
     ),
     "csv_value": (
         "the number in one row's column, exactly within tolerance",
         [
-            f"  - {{id: example_csv_value, kind: csv_value, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: amount, expected: 120.5, tolerance: 0.01}}"
+            f"  - {{id: example_csv_value, kind: csv_value, required: true, file: {REGISTER}, key: record_id, "
+            "key_value: 'R-0017', column: amount, expected: 120.5, tolerance: 0.01}"
         ],
     ),
     "decision": (
@@ -390,8 +424,11 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
             "      correct: 'correct\\w*|fix\\w*|amend\\w*'",
             "      accept: 'accept\\w*|leave\\w* (it|them) as'",
             "  # In a CSV row's column, and in a workbook line (label):",
-            f"  - {{id: example_decision_csv, kind: decision, required: true, file: {REGISTER}, key: record_id, key_value: 'R-0017', column: status, expected: duplicate, options: {{duplicate: 'duplicate|repeat\\w*', counted: 'counted|valid'}}}}",
-            f"  - {{id: example_decision_xlsx, kind: decision, required: false, file: {BOOK}, sheet: Summary, label: 'action', expected: correct, options: {{correct: 'correct\\w*', accept: 'accept\\w*'}}}}",
+            f"  - {{id: example_decision_csv, kind: decision, required: true, file: {REGISTER}, key: record_id, "
+            "key_value: 'R-0017', column: status, expected: duplicate, options: {duplicate: 'duplicate|repeat\\w*', "
+            "counted: 'counted|valid'}}",
+            f"  - {{id: example_decision_xlsx, kind: decision, required: false, file: {BOOK}, sheet: Summary, label: "
+            "'action', expected: correct, options: {correct: 'correct\\w*', accept: 'accept\\w*'}}",
             '  # A set ("name every category over budget"): exactly the expected options said to have the property.',
             "  - id: example_decision_set",
             "    kind: decision",
@@ -412,7 +449,8 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "closed_scale": (
         "every value of a CSV column is on the brief's scale",
         [
-            f"  - {{id: example_closed_scale, kind: closed_scale, required: true, file: {REGISTER}, column: status, values: [counted, duplicate]}}"
+            f"  - {{id: example_closed_scale, kind: closed_scale, required: true, file: {REGISTER}, column: status, "
+            "values: [counted, duplicate]}"
         ],
     ),
     "labelled_bounds": (
@@ -451,23 +489,42 @@ def _oracle_text(scenario_id: str, gen: str, duplicate: str, facts: dict) -> str
         f"# total {total:,.2f}.",
         f"# {MARKER}: replace the stub trap by the planted inconsistency your task turns on, name it",
         "# here with the figures it changes, and give each fact the brief asks for a criterion.",
-        f"# Each planted trap, with the criteria that catch a run falling into it ({MARKER}: yours).",
+        f"# Each planted trap ({MARKER}: yours), with the criteria that catch a run falling into it:",
+        "# caught_by lists exactly the criteria its fallen package fails (the package of a worker who",
+        "# falls into it, made by solve_fallen in the module), each a required check of a figure, a",
+        "# decision or a fact; a presence, form, length or sections check cannot catch a trap.",
         "traps:",
-        f"  - {{id: duplicate_record, description: 'record {duplicate} is listed twice; counting it twice overstates the count and the total', caught_by: [book_records_counted, book_total_amount, memo_names_duplicate]}}",
+        "  - id: duplicate_record",
+        f"    description: 'record {duplicate} is listed twice; counting it twice overstates the count and the total'",
+        "    caught_by: [book_records_counted, book_total_amount, memo_names_duplicate, memo_states_total]",
+        "    # Instead of solve_fallen, a trap may list its fallen package as edits of the gold package:",
+        "    #   fallen:",
+        f"    #     - {{file: {BOOK}, sheet: Summary, cell: B3, value: {count + 1}}}     # a cell typed over",
+        f"    #     - {{file: {MEMO}, text: 'entered twice', becomes: 'counted'}}  # a passage reworded",
+        "    #     - {file: register.csv, key: record_id, key_value: R-0017, column: status, value: counted}",
+        "    # A sentence of the brief that states this trap's answer fails the check unless confirmed here:",
+        "    #   brief_names: ['words of that sentence']",
         "# required: true criteria decide acceptance (D); required: false ones are reported only.",
         "criteria:",
         f"  - {{id: book_present, kind: present, required: true, file: {BOOK}}}",
         f"  - {{id: book_well_formed, kind: well_formed, required: true, file: {BOOK}}}",
         f"  - {{id: book_formulas, kind: formulas, required: true, file: {BOOK}, min_count: 2}}",
         f"  - {{id: book_no_errors, kind: no_error_values, required: true, file: {BOOK}}}",
-        f"  - {{id: book_records_counted, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: 'records counted', expected: {count}, tolerance: 0}}",
-        f"  - {{id: book_total_amount, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: 'total amount', expected: {total}, tolerance: 0.01}}",
+        f"  - {{id: book_records_counted, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: "
+        f"'records counted', expected: {count}, tolerance: 0}}",
+        f"  - {{id: book_total_amount, kind: labelled_value, required: true, file: {BOOK}, sheet: Summary, label: "
+        f"'total amount', expected: {total}, tolerance: 0.01}}",
         f"  - {{id: memo_present, kind: present, required: true, file: {MEMO}}}",
         f"  - {{id: memo_well_formed, kind: well_formed, required: true, file: {MEMO}}}",
         f"  - {{id: memo_length, kind: min_words, required: true, file: {MEMO}}}",
         f"  - {{id: memo_sections, kind: sections, required: true, file: {MEMO}}}",
-        f"  - {{id: memo_names_duplicate, kind: text_contains, required: true, file: {MEMO}, patterns: ['{duplicate}']}}",
-        f"  - {{id: memo_states_total, kind: text_number, required: true, file: {MEMO}, expected: {total}, tolerance: 0.01, near: 'total'}}",
+        "  # A text criterion's patterns are the answer, which the brief never states: brief_asks quotes the words",
+        "  # of the brief's entry for the file that ask for it (a regex, as near: is for a figure).",
+        f"  - {{id: memo_names_duplicate, kind: text_contains, required: true, file: {MEMO},",
+        f"     patterns: ['{duplicate}'],",
+        "     brief_asks: 'record you did not count'}",
+        f"  - {{id: memo_states_total, kind: text_number, required: true, file: {MEMO}, expected: {total}, tolerance: "
+        "0.01, near: 'total'}",
         "  - {id: record_present, kind: present, required: true, file: completion_record.json}",
         "  - {id: record_valid, kind: completion_record, required: true, file: completion_record.json}",
         "",
@@ -492,7 +549,8 @@ criteria:
   - id: correctness
     name: Correct figures
     weight: 0.4
-    description: "{MARKER}: the figures the rules fix. Here: the records counted and the total amount follow the counting rules, in the workbook and in the memo."
+    description: "{MARKER}: the figures the rules fix. \
+Here: the records counted and the total amount follow the counting rules, in the workbook and in the memo."
     anchors:
       0: Figures wrong or missing.
       2: Method right but a figure off, or workbook and memo disagree.
@@ -500,7 +558,8 @@ criteria:
   - id: inconsistency
     name: Planted inconsistency handled
     weight: 0.3
-    description: "{MARKER}: what a careful professional notices in the inputs and does about it. Here: a record entered twice is counted once and reported."
+    description: "{MARKER}: what a careful professional notices in the inputs and does about it. \
+Here: a record entered twice is counted once and reported."
     anchors:
       0: Not noticed; the figures include it.
       2: Handled in the figures but not reported, or reported but not handled.
@@ -508,7 +567,8 @@ criteria:
   - id: communication
     name: Clear memo
     weight: 0.2
-    description: "{MARKER}: what the memo must make plain to its reader. Here: the summary states the result, the findings explain it, the follow-up says what to do next."
+    description: "{MARKER}: what the memo must make plain to its reader. \
+Here: the summary states the result, the findings explain it, the follow-up says what to do next."
     anchors:
       0: The memo does not say what was found.
       2: The result is there but the reasoning or the follow-up is thin.
@@ -516,7 +576,8 @@ criteria:
   - id: instructions
     name: Instructions followed
     weight: 0.1
-    description: "{MARKER}: the formats the brief fixes. Here: file names, the Summary sheet and its labels, the memo's sections and the completion record as requested."
+    description: "{MARKER}: the formats the brief fixes. \
+Here: file names, the Summary sheet and its labels, the memo's sections and the completion record as requested."
     anchors:
       0: Wrong formats or files missing.
       2: Minor departures.
@@ -531,6 +592,83 @@ criteria:
 #       2: Mostly clear; some figures unlabelled.
 #       4: Every figure labelled and easy to trace.
 """
+
+
+def _tests_text(scenario_id: str, facts: dict) -> str:
+    return (
+        _TESTS_TEMPLATE.replace("__ID__", scenario_id)
+        .replace("__MARKER__", MARKER)
+        .replace("__BOOK__", BOOK)
+        .replace("__MEMO__", MEMO)
+        .replace("__COUNT_TWICE__", str(facts["count"] + 1))
+    )
+
+
+# The scenario's own mutation tests: the skeleton's stub variants, which pass on the skeleton as written.
+_TESTS_TEMPLATE = '''"""__ID__'s oracle fails the package of a worker who makes one of its mistakes, and only there.
+
+__MARKER__: say which careless readings the variants below stand for. Each variant is the gold
+package copied and edited by hand the way a careless worker would have produced it; the criteria
+each must fail are worked out from the mistake (which cell or sentence it changes), not read off
+the oracle. Careful wordings other than the gold's must pass. All variants share one LibreOffice
+batch. ``pilot scenarios check __ID__`` proves each trap with its whole fallen package; these are
+single mistakes, file by file, as you reason about them.
+"""
+
+from __future__ import annotations
+
+import mutation_support
+import pytest
+
+from pilot.oracles.recalc import soffice_binary
+
+pytestmark = [pytest.mark.libreoffice, pytest.mark.skipif(soffice_binary() is None, reason="LibreOffice not installed")]
+
+SID = "__ID__"
+BOOK = "__BOOK__"
+MEMO = "__MEMO__"
+
+
+def _unname(lines: list[str]) -> list[str]:
+    return [line.replace("R-0017", "one record") for line in lines]
+
+
+# name -> (mutation, the criteria it must fail and nothing else; an empty set: the package passes)
+# __MARKER__: replace these by your task's variants: for each trap, the workbook line and the memo
+# passage of a worker who falls into it, and careful wordings other than the gold's that must pass.
+VARIANTS = {
+    # The record entered twice counted twice: the Summary's count (row 3) is one more.
+    "duplicate_counted_in_the_book": (
+        mutation_support.set_cells(BOOK, ("Summary", "B3", __COUNT_TWICE__)),
+        {"book_records_counted"},
+    ),
+    # The memo never names the record entered twice.
+    "memo_leaves_the_duplicate_unnamed": (
+        mutation_support.rewrite_document(SID, MEMO, _unname),
+        {"memo_names_duplicate"},
+    ),
+    # A careful wording other than the gold's: a label in capitals is the same label.
+    "label_in_capitals": (mutation_support.set_cells(BOOK, ("Summary", "A3", "RECORDS COUNTED")), set()),
+}
+
+# When the gold states a decision in a table inside a section a decision criterion reads, the suite's census
+# (tests/test_oracle_mutations.py) also asks for FLATTENED_TABLE_VARIANTS = {SID: (names of VARIANTS)}: the
+# table flattened into one line must pass, and flattened with another verdict must fail (see TAX-01's).
+
+
+@pytest.fixture(scope="module")
+def evaluations(tmp_path_factory):
+    return mutation_support.evaluate_variants(SID, VARIANTS, tmp_path_factory.mktemp(SID.lower()))
+
+
+def test_the_gold_package_passes(evaluations):
+    mutation_support.assert_gold_passes(evaluations["gold"])
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_variant_fails_exactly_what_its_mistake_breaks(evaluations, name):
+    mutation_support.assert_fails_exactly(evaluations[name], VARIANTS[name][1])
+'''
 
 
 def _module_text(scenario_id: str, title: str, occupation: str) -> str:
@@ -553,6 +691,11 @@ library modules do; oracle.yml's header names the same facts with their figures.
 Planted facts (the skeleton's stub, to replace): records.csv lists record R-0017 twice, and
 the counting rules say a record is counted once and reported; the records counted and the
 total amount follow from the rules once the second entry is dropped.
+
+Each trap of oracle.yml has its fallen package, the deliverables of a worker who falls into
+it: ``solve_fallen`` runs this reference solver with the careless reading of that trap
+(``compute(..., careless=trap_id)``), and ``pilot scenarios check`` proves the package fails
+exactly the trap's ``caught_by`` criteria.
 """
 
 from __future__ import annotations
@@ -579,6 +722,9 @@ N_RECORDS = 40
 # on (a figure that does not tie, a rule one file breaks, a record another contradicts) and name
 # it in the header comment of oracle.yml.
 DUPLICATE = "R-0017"
+# The traps oracle.yml declares, by id: each has a careless reading in compute() and a fallen package.
+# __MARKER__: one id per trap of your task, as oracle.yml's traps: list names them.
+TRAPS = ("duplicate_record",)
 
 
 def generate(inputs_dir: Path) -> list[Path]:
@@ -588,7 +734,8 @@ def generate(inputs_dir: Path) -> list[Path]:
     g = rng(SEED)
     start = dt.date(2026, 10, 1)
     rows = [[f"R-{i:04d}", (start + dt.timedelta(days=int(g.integers(0, 31)))).isoformat(),
-             CATEGORIES[int(g.integers(len(CATEGORIES)))], f"{g.uniform(40, 4000):.2f}"] for i in range(1, N_RECORDS + 1)]
+             CATEGORIES[int(g.integers(len(CATEGORIES)))], f"{g.uniform(40, 4000):.2f}"] \
+for i in range(1, N_RECORDS + 1)]
     # The second entry a few lines further down, where a reader skimming the file misses it.
     at = next(i for i, r in enumerate(rows) if r[0] == DUPLICATE)
     rows.insert(at + 6, list(rows[at]))
@@ -603,13 +750,19 @@ def generate(inputs_dir: Path) -> list[Path]:
     return paths
 
 
-def compute(inputs_dir: Path) -> dict:
-    """The rules' answer from the inputs alone: the records counted, the ids entered twice, the count, the total."""
-    # __MARKER__: compute your task's answer; oracle.yml states its figures.
+def compute(inputs_dir: Path, *, careless: str | None = None) -> dict:
+    """The rules' answer from the inputs alone: the records counted, the ids entered twice, the count, the total.
+
+    ``careless`` names a trap whose careless reading to take instead of the rule (what a worker who falls into
+    it computes): ``duplicate_record`` counts every line of records.csv.
+    """
+    # __MARKER__: compute your task's answer; oracle.yml states its figures. Give each trap its careless reading.
+    if careless is not None and careless not in TRAPS:
+        raise ValueError(f"no trap {careless!r}; the traps are {', '.join(TRAPS)}")
     seen: set[str] = set()
     kept, repeats = [], []
     for r in read_csv_dicts(inputs_dir / RECORDS_CSV):
-        if r["record_id"] in seen:
+        if r["record_id"] in seen and careless != "duplicate_record":
             repeats.append(r["record_id"])
             continue
         seen.add(r["record_id"])
@@ -621,8 +774,16 @@ def compute(inputs_dir: Path) -> dict:
 
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     """Write the gold deliverables as a careful professional would: formulas in the workbook, the trap reported."""
-    # __MARKER__: write your task's gold deliverables; they must pass every criterion of oracle.yml.
-    facts = compute(inputs_dir)
+    return _deliverables(compute(inputs_dir), outputs_dir)
+
+
+def solve_fallen(trap_id: str, inputs_dir: Path, outputs_dir: Path) -> list[Path]:
+    """Write the deliverables of a worker who falls into trap ``trap_id``: the same solver, the careless reading."""
+    return _deliverables(compute(inputs_dir, careless=trap_id), outputs_dir)
+
+
+def _deliverables(facts: dict, outputs_dir: Path) -> list[Path]:
+    # __MARKER__: write your task's deliverables from its facts; the gold must pass every criterion of oracle.yml.
     wb = openpyxl.Workbook()
     summ = wb.active
     summ.title = "Summary"
@@ -643,7 +804,8 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         cell.font = Font(bold=True)
     for c in CATEGORIES:
         r = summ.max_row + 1
-        summ.append([c, f"=COUNTIF(Records!C2:C{last},A{r})", f"=ROUND(SUMIF(Records!C2:C{last},A{r},Records!D2:D{last}),2)"])
+        summ.append([c, f"=COUNTIF(Records!C2:C{last},A{r})",
+                     f"=ROUND(SUMIF(Records!C2:C{last},A{r},Records!D2:D{last}),2)"])
     summ.append([])
     summ.append(["Not counted"])
     for rid in facts["repeats"]:
@@ -655,26 +817,38 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
 
     total, count, repeats = f"{facts['total']:,.2f}", facts["count"], ", ".join(facts["repeats"])
     by_cat = {c: [r for r in facts["records"] if r["category"] == c] for c in CATEGORIES}
+    if repeats:
+        summary = (f"The records file has {count + len(facts['repeats'])} lines but {count} distinct records: record "
+                   f"{repeats} is entered twice. Counted once, as the counting rules require, the {count} records come "
+                   f"to a total amount of {total}.")
+        findings = (f"Every record id was checked for repeats before any figure was computed. Record {repeats} appears "
+                    "a second time a few lines below its first entry, with the same date, category and amount, so it "
+                    "is the same record entered twice rather than a second transaction. Following rule 1, the first "
+                    "entry was kept and the second dropped.")
+        follow_up = (f"Record {repeats} should be corrected at its source so that the next extract lists it once; "
+                     "until then any total taken straight from the file overstates the amount by that record.")
+    else:  # the careless reading: every line counted
+        summary = (f"The records file lists {count} records, and every one of them is counted. Together they come "
+                   f"to a total amount of {total}.")
+        findings = ("Each line of the records file was taken as a record of its own and added to the total. The "
+                    "records spread over the four categories as the table shows, and no amount is missing or "
+                    "negative, so every line could be counted as it stands.")
+        follow_up = "No correction of the extract is needed; the figures can be reported as they are."
     blocks = [
         Heading("Summary"),
-        Para(f"The records file has {count + len(facts['repeats'])} lines but {count} distinct records: record {repeats} "
-             f"is entered twice. Counted once, as the counting rules require, the {count} records come to a total "
-             f"amount of {total}."),
+        Para(summary),
         Heading("Findings"),
-        Para(f"Every record id was checked for repeats before any figure was computed. Record {repeats} appears a "
-             "second time a few lines below its first entry, with the same date, category and amount, so it is "
-             "the same record entered twice rather than a second transaction. Following rule 1, the first entry "
-             "was kept and the second dropped; the workbook lists the records counted on its Records sheet and "
-             "computes the summary figures from them with formulas, so each figure can be traced."),
+        Para(findings + " The workbook lists the records counted on its Records sheet and computes the summary "
+             "figures from them with formulas, so each figure can be traced."),
         Table(["Category", "Records", "Amount"],
-              [[c, len(rs), f"{sum((Decimal(r['amount']) for r in rs), Decimal('0')):,.2f}"] for c, rs in by_cat.items()]),
+              [[c, len(rs), f"{sum((Decimal(r['amount']) for r in rs), Decimal('0')):,.2f}"]
+               for c, rs in by_cat.items()]),
         Heading("Follow-up"),
-        Para(f"Record {repeats} should be corrected at its source so that the next extract lists it once; until then "
-             "any total taken straight from the file overstates the amount by that record. No other record id "
-             "repeats, and no amount is missing or negative, so no further correction is needed."),
+        Para(follow_up + " No amount in the file is missing or negative, so no further correction is needed, and "
+             "the same check should be run on next month's extract before it is used."),
     ]
     memo = write_document(blocks, outputs_dir / MEMO_DOCX, title="Records review")
-    record = write_completion_record(outputs_dir, [BOOK_XLSX, MEMO_DOCX],
-                                     notes=f"Record {repeats} is entered twice in records.csv; counted once.")
+    note = f"Record {repeats} is entered twice in records.csv; counted once." if repeats else "Every line counted."
+    record = write_completion_record(outputs_dir, [BOOK_XLSX, MEMO_DOCX], notes=note)
     return [book, memo, record]
 '''

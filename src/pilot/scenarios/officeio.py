@@ -21,7 +21,6 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 FIXED_ZIP_DATE = (2026, 10, 1, 9, 0, 0)
 FIXED_ISO = "2026-10-01T09:00:00Z"
@@ -104,7 +103,7 @@ class Table:
     rows: Sequence[Sequence[object]] = field(default_factory=list)
 
 
-Block = Union[Heading, Para, Table]
+Block = Heading | Para | Table
 
 
 def _cell(v: object) -> str:
@@ -114,7 +113,8 @@ def _cell(v: object) -> str:
 
 
 def pin_core_properties(cp) -> None:
-    """Author, dates and revision of a Word document's or a deck's core properties, fixed so files regenerate byte for byte."""
+    """Author, dates and revision of a Word document's or a deck's core properties, fixed so files regenerate byte for
+    byte."""
     import datetime as _dt
 
     fixed = _dt.datetime(2026, 10, 1, 9, 0, 0)

@@ -208,7 +208,7 @@ def draw_session(cfg: dict, arm: Arm, scenario: Any, rng: np.random.Generator) -
     names = sorted(a["tool_mix"])
     weights = np.array([a["tool_mix"][n] for n in names], dtype=float)
     split = rng.multinomial(n_calls, weights / weights.sum())
-    tool_calls = {n: int(k) for n, k in zip(names, split) if k}
+    tool_calls = {n: int(k) for n, k in zip(names, split, strict=True) if k}
     questions = int(rng.poisson(a["questions_rate"]))
     agent_error = bool(rng.random() < a["agent_error"])
     p = {d: shift_probability(float(a["defects"][d]), c["depth_logit"] * depth) for d in DEFECTS}
@@ -259,7 +259,8 @@ def apply_model_defects(scenario: Any, workspace: Path, names: list[str], rng: n
 
 
 def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: np.random.Generator) -> list[Any]:
-    """:func:`apply_model_defects`, each planted defect with the criteria it declares it breaks (:class:`pilot.defects.Planted`)."""
+    """:func:`apply_model_defects`, each planted defect with the criteria it declares it breaks
+    (:class:`pilot.defects.Planted`)."""
     from pilot import defects as dx
 
     workspace = Path(workspace)
@@ -286,7 +287,8 @@ def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: n
 
 @dataclass(frozen=True)
 class SimulatedMeter:
-    """The simulated run's stand-in for the model proxy's meter: the cost it would have metered, and no exchange record."""
+    """The simulated run's stand-in for the model proxy's meter: the cost it would have metered, and no exchange
+    record."""
 
     metered_usd: Decimal
     capped: bool = False
@@ -336,7 +338,8 @@ class SimulatedBackend:
 
     @property
     def meter(self) -> SimulatedMeter:
-        """What a metering proxy would have counted for this run: every session's drawn cost, also of a session killed before it reported."""
+        """What a metering proxy would have counted for this run: every session's drawn cost, also of a session killed
+        before it reported."""
         return SimulatedMeter(Decimal(str(round(self._spent, 6))))
 
     # ------------------------------------------------------------------ draws

@@ -100,7 +100,8 @@ def _draw_arms(
     repeats: int,
     study: protocol.Study,
 ) -> np.ndarray:
-    """S for the runs of the given arms (indices into ``model.arms``) given the scenario effects ``u`` ``(n, J)``: ``(n, J, len(arms), R)``."""
+    """S for the runs of the given arms (indices into ``model.arms``) given the scenario effects ``u`` ``(n, J)``: ``(n,
+    J, len(arms), R)``."""
     n_studies, J = u.shape
     depth = np.array([s.designed_depth for s in specs], dtype=float)
     depth_c = depth - depth.mean()
@@ -125,7 +126,8 @@ def draw_acceptance(
     repeats: int,
     study: protocol.Study,
 ) -> np.ndarray:
-    """S for every run of ``n_studies`` studies, ``(n_studies, J, A, R)`` (NaN: no judge), as ``generate_runtable`` draws them."""
+    """S for every run of ``n_studies`` studies, ``(n_studies, J, A, R)`` (NaN: no judge), as ``generate_runtable``
+    draws them."""
     u = rng.normal(0.0, model["scenario_sd_logit"], (n_studies, len(specs)))
     return _draw_arms(rng, model, specs, u, range(len(model.arms)), repeats, study)
 
@@ -334,7 +336,8 @@ def against_nominal(rate: float, mc_se: float, nominal: float) -> str:
 
 
 def level_sentence(rows: Sequence[tuple[int, float, float]], alpha: float) -> str:
-    """The sign-flip test's rejection rate under the null, per study size ``(J, rate, mc_se)``, read against ``alpha``."""
+    """The sign-flip test's rejection rate under the null, per study size ``(J, rate, mc_se)``, read against
+    ``alpha``."""
 
     def reading(rate: float, se: float) -> str:
         where = against_nominal(rate, se, alpha)
@@ -343,19 +346,25 @@ def level_sentence(rows: Sequence[tuple[int, float, float]], alpha: float) -> st
     parts = [
         f"{rate:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {reading(rate, se)})" for j, rate, se in rows
     ]
-    return f"With no effect planted, the sign-flip test rejects the primary null in {' and in '.join(parts)}, against a level of {alpha:g}."
+    return (
+        f"With no effect planted, the sign-flip test rejects the primary null in {' and in '.join(parts)}, "
+        f"against a level of {alpha:g}."
+    )
 
 
 def coverage_sentence(rows: Sequence[tuple[int, float, float]], level: float) -> str:
-    """The primary interval's coverage of the planted contrast, per study size ``(J, coverage, mc_se)``, read against ``level``."""
+    """The primary interval's coverage of the planted contrast, per study size ``(J, coverage, mc_se)``, read against
+    ``level``."""
     parts = [
-        f"{cov:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; {against_nominal(cov, se, level)} the nominal {level:.0%})"
+        f"{cov:.3f} of the studies at J = {j} (Monte Carlo s.e. {se:.3f}; "
+        f"{against_nominal(cov, se, level)} the nominal {level:.0%})"
         for j, cov, se in rows
     ]
     below = [j for j, cov, se in rows if against_nominal(cov, se, level) == "below"]
     tail = (
-        f" Where it covers less than its nominal level (J = {', '.join(map(str, below))}), the intervals should be read as narrower than a "
-        f"{level:.0%} interval, and the sign-flip test, whose level is checked above, is the one the criteria rest on."
+        f" Where it covers less than its nominal level (J = {', '.join(map(str, below))}), the intervals "
+        f"should be read as narrower than a {level:.0%} interval, and the sign-flip test, whose level is "
+        "checked above, is the one the criteria rest on."
         if below
         else ""
     )

@@ -166,7 +166,10 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
                 raise DryRunModelError(
                     scenario.dir / "oracle.yml" if hasattr(scenario, "dir") else scenario.id,
                     "criteria",
-                    f"defect {k} can hit {uncovered[0]}, which has no {kind} criterion; a run could keep D = 1 on a changed package",
+                    (
+                        f"defect {k} can hit {uncovered[0]}, which has no {kind} criterion; a run could keep D "
+                        "= 1 on a changed package"
+                    ),
                 )
         soft = [c.id for c in hit if not c.required]
         if not hit or soft:
@@ -263,7 +266,8 @@ def process_probabilities(
     turns1 = np.maximum(1, np.rint(turns1_raw * rec["cost_fraction"]))
     capped1, _, _ = _caps(cost1, wall1, turns1, np.maximum(budget_left, 1e-12), np.maximum(wall_left, 1e-12), max_turns)
     repaired = feasible & ~capped1
-    # P(dirty and the resume is asked for): a cap or an agent error always asks; otherwise only a failed self-check does.
+    # P(dirty and the resume is asked for): a cap or an agent error always asks; otherwise only a failed self-check
+    # does.
     dirty = 1.0 - clean_first
     caught_or_capped = 1.0 - p_none_caught * (1.0 - capped * cm)
     ae = float(a["agent_error"])
@@ -390,7 +394,10 @@ class PlantedAcceptance:
         return float(self.summary.set_index("arm").loc[arm, "planted_p"])
 
     def __repr__(self) -> str:
-        return f"PlantedAcceptance(q={self.q:g}, scenarios={self.by_scenario['scenario'].nunique()}, draws={self.draws}, SIMULATED)\n{self.summary}"
+        return (
+            f"PlantedAcceptance(q={self.q:g}, scenarios={self.by_scenario['scenario'].nunique()}, "
+            f"draws={self.draws}, SIMULATED)\n{self.summary}"
+        )
 
 
 def planted_acceptance(
@@ -497,7 +504,8 @@ def planted_acceptance(
         {
             "arm": arm_ids,
             "planted_p": [float(grouped.get_group(a)["planted_p"].mean()) for a in arm_ids],
-            # Scenarios use independent streams; within one the judge factor is shared by the arms, not across scenarios.
+            # Scenarios use independent streams; within one the judge factor is shared by the arms, not across
+            # scenarios.
             "mc_se": [float(np.sqrt((grouped.get_group(a)["mc_se"] ** 2).sum()) / len(sids)) for a in arm_ids],
         }
     )
@@ -567,7 +575,8 @@ def truth_kind(runs: pd.DataFrame) -> str | None:
 
 
 def compare_with_estimates(planted: pd.DataFrame, acceptance: pd.DataFrame) -> pd.DataFrame:
-    """Join planted (arm, planted_p, mc_se) with estimates (arm, p_hat, ci_low, ci_high); covered = planted in the interval."""
+    """Join planted (arm, planted_p, mc_se) with estimates (arm, p_hat, ci_low, ci_high); covered = planted in the
+    interval."""
     est = acceptance.set_index("arm")
     pl = planted.set_index("arm")
     missing = [a for a in est.index if a not in pl.index]
@@ -708,16 +717,17 @@ def judge_part_sentence(by_scenario: pd.DataFrame, q: float) -> str:
     n = int(by_scenario["scenario"].nunique())
     if round(float(low["p_quality"]), 3) >= 1.0:
         return (
-            f"In all {n} scenarios the simulated judges accept the clean reference package with probability 1.000 (to three "
-            f"decimals): in this model they never reject a clean package at q = {q:g}, so the oracle and the caps alone decide "
-            "acceptance, and the quality-threshold sensitivity stays flat for every q below the judges' lowest score of a clean package."
+            f"In all {n} scenarios the simulated judges accept the clean reference package with "
+            "probability 1.000 (to three decimals): in this model they never reject a clean package at q "
+            f"= {q:g}, so the oracle and the caps alone decide acceptance, and the quality-threshold "
+            "sensitivity stays flat for every q below the judges' lowest score of a clean package."
         )
     high = by_scenario.loc[by_scenario["p_quality"].idxmax()]
     return (
         f"The simulated judges put a clean package below q = {q:g} in {1 - float(high['p_quality']):.3f} to "
-        f"{1 - float(low['p_quality']):.3f} of runs over the {n} scenarios (most often in {low['scenario']}), through the "
-        "unseen shortfall stated in the judges' model: these are the acceptances the judges, not the oracle, decide, and "
-        "they are why the quality-threshold sensitivity moves."
+        f"{1 - float(low['p_quality']):.3f} of runs over the {n} scenarios (most often in {low['scenario']}), "
+        "through the unseen shortfall stated in the judges' model: these are the acceptances the judges, not "
+        "the oracle, decide, and they are why the quality-threshold sensitivity moves."
     )
 
 
@@ -760,8 +770,11 @@ def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path 
             }
         ),
         gen / TRUTH_TABLE_TEX,
-        caption=f"Dry run: the acceptance each arm was planted with at $q={truth.q:g}$, {how}, beside the primary estimate "
-        "$\\hat p_a$ and its scenario-cluster bootstrap interval (\\IntervalNote{}) from the same run table. Nothing here is a finding.",
+        caption=(
+            f"Dry run: the acceptance each arm was planted with at $q={truth.q:g}$, {how}, beside the primary "
+            "estimate $\\hat p_a$ and its scenario-cluster bootstrap interval (\\IntervalNote{}) from the same "
+            "run table. Nothing here is a finding."
+        ),
         label="tab:dry-run-truth",
         simulated=True,
         escape=False,
@@ -794,11 +807,14 @@ def write_truth(truth: DryRunTruth, tables_dir: Path | str, generated_dir: Path 
         out[TRUTH_CONTRASTS_TEX] = write_table(
             shown_con,
             gen / TRUTH_CONTRASTS_TEX,
-            caption=f"Dry run: each preregistered contrast as planted at $q={truth.q:g}$ (the equal-weight mean over scenarios of "
-            "the two arms' planted acceptance difference, the quantity the contrast estimates) beside its estimate and "
-            "scenario-cluster bootstrap interval (\\IntervalNote{}) from the same run table; calibrated coverage: how often "
-            "intervals of this construction covered the planted contrast over the calibration's simulated studies at this "
-            "number of scenarios (Appendix~\\ref{app:calibration}). Nothing here is a finding.",
+            caption=(
+                f"Dry run: each preregistered contrast as planted at $q={truth.q:g}$ (the equal-weight mean over "
+                "scenarios of the two arms' planted acceptance difference, the quantity the contrast estimates) "
+                "beside its estimate and scenario-cluster bootstrap interval (\\IntervalNote{}) from the same run "
+                "table; calibrated coverage: how often intervals of this construction covered the planted contrast "
+                "over the calibration's simulated studies at this number of scenarios "
+                "(Appendix~\\ref{app:calibration}). Nothing here is a finding."
+            ),
             label="tab:dry-run-contrasts",
             simulated=True,
             escape=False,

@@ -69,7 +69,8 @@ def _leave_processes(listing: Path) -> None:
 
 
 def long_run(cell: CellSpec, attempt_dir: Path, node: str, backend: str, seed: int) -> AttemptOutcome:
-    """Leave processes behind (as ``PILOT_FAKE_SPAWN`` does) and then run for ten minutes: an attempt that must be stopped."""
+    """Leave processes behind (as ``PILOT_FAKE_SPAWN`` does) and then run for ten minutes: an attempt that must be
+    stopped."""
     (attempt_dir / "outputs").mkdir(exist_ok=True)
     _leave_processes(attempt_dir / "outputs" / "spawned.txt")
     time.sleep(600)

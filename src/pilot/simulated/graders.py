@@ -81,7 +81,8 @@ def load_config(path: Path | None = None) -> SimulatedGraderConfig:
 
 
 def graders_csv(occupations: list[str], per_occupation: int) -> str:
-    """A graders file of simulated graders, ``per_occupation`` for each occupation (ids in the reserved .invalid domain)."""
+    """A graders file of simulated graders, ``per_occupation`` for each occupation (ids in the reserved .invalid
+    domain)."""
     lines = ["name,contact,occupations"]
     n = 0
     for occ in sorted(occupations):
@@ -92,7 +93,8 @@ def graders_csv(occupations: list[str], per_occupation: int) -> str:
 
 
 def planted_truth(config: SimulatedGraderConfig, arms: list[str], contrast: tuple[str, str]) -> dict[str, Any]:
-    """The bias the model plants, on the 0-100 scale: per arm, and for the contrast (a uniform shift of b points is 25 b)."""
+    """The bias the model plants, on the 0-100 scale: per arm, and for the contrast (a uniform shift of b points is 25
+    b)."""
     per_arm = {arm: 100.0 / MAX_SCORE * config.bias_points(arm) for arm in arms}
     a, b = contrast
     return {
@@ -101,7 +103,9 @@ def planted_truth(config: SimulatedGraderConfig, arms: list[str], contrast: tupl
         "bias_q_by_arm": per_arm,
         "contrast": f"{a}-{b}",
         "bias_q_contrast": per_arm.get(a, 0.0) - per_arm.get(b, 0.0),
-        "note": "planted before rounding to whole grades and bounding to 0-4; both move a grade near the ends of the scale",
+        "note": (
+            "planted before rounding to whole grades and bounding to 0-4; both move a grade near the ends of the scale"
+        ),
     }
 
 

@@ -252,5 +252,6 @@ class SimulatedJudge:
 def new_judge(
     *, claude_bin: Any = None, study: Any = None, environ: Any = None, timeout_s: Any = None
 ) -> SimulatedJudge:
-    """The ``judge`` role of the simulated backend (:mod:`pilot.backends`); it needs no CLI, study, upstream or time limit."""
+    """The ``judge`` role of the simulated backend (:mod:`pilot.backends`); it needs no CLI, study, upstream or time
+    limit."""
     return SimulatedJudge()

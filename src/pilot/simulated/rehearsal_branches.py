@@ -46,9 +46,14 @@ WORKER_BRANCHES: dict[str, Branch] = {
         Branch(
             "cap_mid_run",
             "worker",
-            "the answer to the last tool step reports enough usage that the metered cost leaves less than the next request's "
-            "worst case, so the model proxy refuses the closing request",
-            "the run ends capped (cost) and is evaluated on the deliverables as written; no resume (the proxy ended the run)",
+            (
+                "the answer to the last tool step reports enough usage that the metered cost leaves less than "
+                "the next request's worst case, so the model proxy refuses the closing request"
+            ),
+            (
+                "the run ends capped (cost) and is evaluated on the deliverables as written; no resume (the "
+                "proxy ended the run)"
+            ),
         ),
         Branch(
             "wall_limit",
@@ -66,7 +71,10 @@ WORKER_BRANCHES: dict[str, Branch] = {
             "api_500_mid_run",
             "worker",
             "the closing request is answered 500 api_error, not to be retried, after the tool steps",
-            "inference had begun, so an agent error, evaluated on the deliverables as written; on A4 the one resume is granted",
+            (
+                "inference had begun, so an agent error, evaluated on the deliverables as written; on A4 the "
+                "one resume is granted"
+            ),
         ),
         Branch(
             "stream_cut_at_start",

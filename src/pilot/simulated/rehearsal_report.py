@@ -156,13 +156,15 @@ class RehearsalReport:
         for arm in self.arms:
             rs = [r for r in self.runs if r.arm == arm]
             walls = [r.attempt_s for r in rs if r.attempt_s is not None]
+            delivered = sum(len(r.deliverables_by_tool) for r in rs)
+            expected = sum(len(r.deliverables_expected) for r in rs)
             rows.append(
                 {
                     "arm": arm,
                     "runs": len(rs),
                     "completed": sum(r.status == "completed" for r in rs),
                     "cli_sessions": sum(r.cli_sessions for r in rs),
-                    "deliverables": f"{sum(len(r.deliverables_by_tool) for r in rs)}/{sum(len(r.deliverables_expected) for r in rs)}",
+                    "deliverables": f"{delivered}/{expected}",
                     "oracle_agrees": f"{sum(r.oracle_agrees for r in rs)}/{len(rs)}",
                     "judges_parsed": f"{sum(r.judges_parsed for r in rs)}/{sum(r.judges_total for r in rs)}",
                     "costs_reconcile": f"{sum(r.costs_reconcile for r in rs)}/{len(rs)}",
@@ -177,7 +179,10 @@ class RehearsalReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "label": self.label,
-            "note": f"{self.label}: a rehearsal of the harness against the scripted model; nothing here is a finding about the agent.",
+            "note": (
+                f"{self.label}: a rehearsal of the harness against the scripted model; nothing here is a "
+                "finding about the agent."
+            ),
             "study": self.study,
             "arms": self.arms,
             "host_arms": self.host_arms,
@@ -195,7 +200,10 @@ class RehearsalReport:
             f"**{self.label} (not a finding).** The real harness (pinned CLI, sandbox, metering proxy, oracles, "
             "three CLI judges) against the scripted model server; it checks the harness, never the agent.",
             "",
-            f"Arms rehearsed: {', '.join(self.arms) or 'none'} (this host serves {', '.join(self.host_arms) or 'none'}).",
+            (
+                f"Arms rehearsed: {', '.join(self.arms) or 'none'} (this host serves "
+                f"{', '.join(self.host_arms) or 'none'})."
+            ),
             f"Run table: {self.run_table or 'not exported'}.",
             "",
             "## Per arm",
@@ -290,7 +298,8 @@ def reconcile_costs(
     *,
     cli_stopped: bool = False,
 ) -> list[str]:
-    """Findings (``cost: ...``) where the CLI's reported cost, the proxy's metered cost and the ledger's charge disagree.
+    """Findings (``cost: ...``) where the CLI's reported cost, the proxy's metered cost and the ledger's charge
+    disagree.
 
     The CLI's figure may differ from the metered one by the runner's
     tolerance (max of one cent and 2 % of the metered cost); the ledger must
@@ -324,8 +333,9 @@ def reconcile_costs(
         expected = ledger.to_micro(metered + judges)
         if int(charged_micro) != expected:
             out.append(
-                f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the metered cost plus the judges' "
-                f"({metered} + {judges} = {Decimal(expected) / ledger.MICRO} USD)"
+                f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the "
+                f"metered cost plus the judges' ({metered} + {judges} = {Decimal(expected) / ledger.MICRO} "
+                "USD)"
             )
     if charge_basis is not None and charge_basis != "metered":
         out.append(f"cost: the ledger charged on the {charge_basis!r} basis, not the metered cost")
@@ -370,21 +380,22 @@ def price_usage_log(paths_: Iterable[Path], prices_file: Path) -> tuple[Decimal,
 def check_usage_log(
     priced: Decimal, requests: int, metered_usd: Any, judge_usd: Any, charged_micro: int | None
 ) -> list[str]:
-    """The proxy's metered cost and the ledger's charge against the usage log priced afresh (:func:`price_usage_log`)."""
+    """The proxy's metered cost and the ledger's charge against the usage log priced afresh
+    (:func:`price_usage_log`)."""
     out = []
     if not requests:
         return ["cost: the proxy's usage log holds no answered request"]
     metered = finite_decimal(metered_usd)
     if metered is None or metered != priced:
         out.append(
-            f"cost: the proxy metered {metered_usd} USD, but its usage log priced from prices.yml comes to {priced} USD "
-            f"over {requests} request(s)"
+            f"cost: the proxy metered {metered_usd} USD, but its usage log priced from prices.yml comes to "
+            f"{priced} USD over {requests} request(s)"
         )
     judges = finite_decimal(judge_usd)
     if charged_micro is not None and judges is not None and int(charged_micro) != ledger.to_micro(priced + judges):
         out.append(
-            f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the usage log's {priced} USD "
-            f"plus the judges' {judges} USD"
+            f"cost: the ledger charged {Decimal(int(charged_micro)) / ledger.MICRO} USD, not the usage "
+            f"log's {priced} USD plus the judges' {judges} USD"
         )
     return out
 
@@ -487,17 +498,20 @@ def check_judge_grades(
             continue
         if dict(j.get("criterion_scores") or {}) != dict(grade.get("scores") or {}):
             out.append(
-                f"judges: {jid} recorded scores {j.get('criterion_scores')} but the scripted judge gave {grade.get('scores')}"
+                f"judges: {jid} recorded scores {j.get('criterion_scores')} but the scripted judge gave "
+                f"{grade.get('scores')}"
             )
             continue
         if bool(j.get("accept")) != bool(grade.get("accept")):
             out.append(
-                f"judges: {jid} recorded accept={j.get('accept')} but the scripted judge gave accept={grade.get('accept')}"
+                f"judges: {jid} recorded accept={j.get('accept')} but the scripted judge gave "
+                f"accept={grade.get('accept')}"
             )
         expected = sum(Decimal(repr(float(weights[k]))) * Decimal(int(v)) for k, v in grade["scores"].items()) * 100 / 4
         if j.get("score_0_100") is None or abs(Decimal(repr(float(j["score_0_100"]))) - expected) > Decimal("1e-9"):
             out.append(
-                f"judges: {jid} recorded a score of {j.get('score_0_100')} but its grades give {expected.normalize()} on the rubric"
+                f"judges: {jid} recorded a score of {j.get('score_0_100')} but its grades give "
+                f"{expected.normalize()} on the rubric"
             )
     return out
 
@@ -553,7 +567,8 @@ def check_judge_branches(recorded_judges: Iterable[Mapping[str, Any]] | None, br
             want = 1
         if attempts != want:
             out.append(
-                f"judge {jid}: played {name or 'no branch'}, so the panel asks it {want} time(s), but {attempts} attempt(s) are recorded"
+                f"judge {jid}: played {name or 'no branch'}, so the panel asks it {want} time(s), but "
+                f"{attempts} attempt(s) are recorded"
             )
     others = [
         float(j["score_0_100"])
@@ -575,7 +590,8 @@ def check_judge_branches(recorded_judges: Iterable[Mapping[str, Any]] | None, br
             else ""
         )
         out.append(
-            f"judges: Q is {Q}, not {expected:.6f}, the mean of the {len(others)} judge(s) not meant to be missing{note}"
+            f"judges: Q is {Q}, not {expected:.6f}, the mean of the {len(others)} judge(s) not meant to be "
+            f"missing{note}"
         )
     return out
 
@@ -590,7 +606,8 @@ def check_oracle(D: bool | None, expected_pass: bool | None) -> list[str]:
         return ["oracle: the run has no verdict D"]
     if bool(D) != bool(expected_pass):
         return [
-            f"oracle: D={int(bool(D))} but the scripted worker planted a run that should {'pass' if expected_pass else 'fail'}"
+            f"oracle: D={int(bool(D))} but the scripted worker planted a run that should "
+            f"{'pass' if expected_pass else 'fail'}"
         ]
     return []
 
@@ -636,10 +653,10 @@ def deliverables_by_tool(
     return ok, out
 
 
-#: How the harness must record a planted attempt at a denied program, by how the scripted worker made it: (via, blocked_by).
-#: The pinned CLI's deny rule (``Bash(curl:*)``) reads a command's program by its name, so ``/usr/bin/curl`` typed
-#: as a command is refused by the rule as ``curl`` is (one permission denial each); only ``bash -c`` gets past it
-#: to the mask in the run's namespace.
+#: How the harness must record a planted attempt at a denied program, by how the scripted worker made it: (via,
+#: blocked_by). The pinned CLI's deny rule (``Bash(curl:*)``) reads a command's program by its name, so
+#: ``/usr/bin/curl`` typed as a command is refused by the rule as ``curl`` is (one permission denial each); only ``bash
+#: -c`` gets past it to the mask in the run's namespace.
 PLANTED_ROUTES = {
     "bash -c": ("bash -c", "mask"),
     "direct": ("command", "cli_rule"),
@@ -648,7 +665,8 @@ PLANTED_ROUTES = {
 
 
 def _planted_attempts(session: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """A session's planted attempts at denied programs: the generative model's drawn one, then those at a program of the host."""
+    """A session's planted attempts at denied programs: the generative model's drawn one, then those at a program of the
+    host."""
     drawn = session.get("denied_attempt")
     return ([drawn] if drawn else []) + [a for a in session.get("host_denied_attempts") or [] if a]
 
@@ -722,13 +740,16 @@ def check_deviations(
     out = []
     for key in sorted((got - want).elements()):
         out.append(
-            f"deviation: {key[0]} via {key[1]} (blocked by {key[2]}) recorded, but the scripted worker planted no such attempt"
+            f"deviation: {key[0]} via {key[1]} (blocked by {key[2]}) recorded, but the scripted worker "
+            "planted no such attempt"
         )
     for key in sorted((want - got).elements()):
         out.append(
-            f"deviation: the planted attempt at {key[0]} (via {key[1]}, to be blocked by {key[2]}) is not recorded as such"
+            f"deviation: the planted attempt at {key[0]} (via {key[1]}, to be blocked by {key[2]}) is not "
+            "recorded as such"
         )
-    # Per command: the audit keeps the first 2000 characters of a command, so the planted one is compared as it keeps it.
+    # Per command: the audit keeps the first 2000 characters of a command, so the planted one is compared as it keeps
+    # it.
     recorded: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for d in deviations:
         if d.get("kind", "denied_family") == "denied_family":
@@ -738,8 +759,9 @@ def check_deviations(
         mine = recorded.get(key) or []
         if not mine:
             out.append(
-                f"deviation: the planted attempt at {p['family']} by route {p['how']} ({p['command'][:120]}) is recorded "
-                f"under no deviation of its command (the program must be recorded as {p['program']!r})"
+                f"deviation: the planted attempt at {p['family']} by route {p['how']} "
+                f"({p['command'][:120]}) is recorded under no deviation of its command (the program must "
+                f"be recorded as {p['program']!r})"
             )
             continue
         d = mine.pop(0)  # the same command planted twice is recorded twice
@@ -830,12 +852,14 @@ def check_branch(
         first = history[0] if history else {}
         if len(history) != 2:
             out.append(
-                f"branch {name}: the run has {len(history)} attempt(s); the design reruns the infrastructure error once under the same id"
+                f"branch {name}: the run has {len(history)} attempt(s); the design reruns the "
+                "infrastructure error once under the same id"
             )
         if first.get("outcome") != "infra_error":
+            error = str(first.get("error") or "").splitlines()[0][:160] if first.get("error") else "no error recorded"
             out.append(
                 f"branch {name}: its first attempt ended {first.get('outcome')!r}, not as an infrastructure error "
-                f"({str(first.get('error') or '').splitlines()[0][:160] if first.get('error') else 'no error recorded'})"
+                f"({error})"
             )
     elif len(history) != 1:
         out.append(f"branch {name}: the run took {len(history)} attempts, expected one")
@@ -947,8 +971,8 @@ def check_controller(
         return ["self-check: the scripted plan made no prediction for the A4 controller"]
     if rec.get("selfcheck_first") is None or bool(rec.get("selfcheck_first")) != bool(first.get("selfcheck_expected")):
         out.append(
-            f"self-check: the controller's first verdict is {rec.get('selfcheck_first')!r}; the plan's declarations say "
-            f"{'pass' if first.get('selfcheck_expected') else 'fail'}"
+            f"self-check: the controller's first verdict is {rec.get('selfcheck_first')!r}; the plan's "
+            f"declarations say {'pass' if first.get('selfcheck_expected') else 'fail'}"
             + (
                 f" (form criteria broken: {', '.join(first.get('selfcheck_breaks') or [])})"
                 if first.get("selfcheck_breaks")
@@ -957,8 +981,9 @@ def check_controller(
         )
     if bool(rec.get("recovery_used")) != bool(want_resume):
         out.append(
-            f"recovery: the controller {'granted' if rec.get('recovery_used') else 'withheld'} the resume; the plan says "
-            f"{first.get('resume_reason')} ({rec.get('recovery_skipped') or 'no reason recorded'})"
+            f"recovery: the controller {'granted' if rec.get('recovery_used') else 'withheld'} the resume; "
+            f"the plan says {first.get('resume_reason')} "
+            f"({rec.get('recovery_skipped') or 'no reason recorded'})"
         )
     record_sessions = rec.get("sessions") or []
     if len(record_sessions) > 2:
@@ -987,8 +1012,10 @@ def check_controller(
             and bool(own.get("passed")) != bool(sessions[k]["selfcheck_expected"])
         ):
             out.append(
-                f"self-check: the worker's own self-check in session {k + 1} {'passed' if own.get('passed') else 'failed'}; "
-                f"the plan says it {'passes' if sessions[k]['selfcheck_expected'] else 'fails'} ({str(own.get('tail') or '')[-120:]})"
+                f"self-check: the worker's own self-check in session {k + 1} "
+                f"{'passed' if own.get('passed') else 'failed'}; the plan says it "
+                f"{'passes' if sessions[k]['selfcheck_expected'] else 'fails'} "
+                f"({str(own.get('tail') or '')[-120:]})"
             )
     return out
 
@@ -1028,7 +1055,8 @@ def check_run(
     )
     if not rec:
         chk.findings.append(
-            f"run: not finished (cell {row['status']}; last error: {(attempt.get('error') or 'none').splitlines()[0][:200]})"
+            f"run: not finished (cell {row['status']}; last error: "
+            f"{(attempt.get('error') or 'none').splitlines()[0][:200]})"
         )
         return chk
     chk.wall_s, chk.harness_s = rec.get("wall_s"), rec.get("harness_s")
@@ -1041,7 +1069,8 @@ def check_run(
     if chk.status != "completed" and not (planned and planned.worker):
         # A run that plays a worker branch is held to that branch's ending by check_branch instead.
         chk.findings.append(
-            f"run: ended {chk.status} ({rec.get('censor_reason') or rec.get('agent_error') or rec.get('infra_error') or 'no reason'})"
+            f"run: ended {chk.status} "
+            f"({rec.get('censor_reason') or rec.get('agent_error') or rec.get('infra_error') or 'no reason'})"
         )
     if rec.get("backend") != backends.REHEARSAL:
         chk.findings.append(f"run: recorded backend {rec.get('backend')!r}, not {backends.REHEARSAL!r}")

@@ -98,7 +98,8 @@ if TYPE_CHECKING:
     from pilot.simulated.rehearsal_branches import RunBranch
 
 TRUTH_FILE = "truth.jsonl"
-#: Every answer the scripted judges gave (judge, attempt, branch played, whether it is a valid grade), one JSON line each.
+#: Every answer the scripted judges gave (judge, attempt, branch played, whether it is a valid grade), one JSON line
+#: each.
 JUDGES_FILE = "judges.jsonl"
 #: The reply of a judge playing judge_malformed_once on its first attempt: prose, no JSON object in it.
 JUDGE_NOT_JSON = (
@@ -506,7 +507,8 @@ class WorkerPlayer:
         from pilot.simulated import agent as simulated
 
         self.seed = int(seed)
-        #: the worker branch the first session plays (it decides how that session ends, so the controller's expected decision)
+        #: the worker branch the first session plays (it decides how that session ends, so the controller's expected
+        #: decision)
         self.worker_branch = worker_branch
         self.denied_attempts = bool(denied_attempts)
         self.work_dir = Path(work_dir)
@@ -1080,7 +1082,8 @@ class ScriptedModelServer:
         )
         if not m:
             raise ScriptError(
-                "neither the system prompt nor a system turn names the working directory ('Primary working directory: ...')"
+                "neither the system prompt nor a system turn names the working directory ('Primary "
+                "working directory: ...')"
             )
         cwd = m.group(1)
         resumes = [i for i, t in users if RESUME_PROMPT in t]
@@ -1183,7 +1186,8 @@ class ScriptedModelServer:
 
     def _judge(self, body: dict, prompt: str, label: tuple[str | None, str | None] = (None, None)) -> Answer:
         """The answer of the panel member and attempt the request's label names, as the attempt's branch for that
-        judge has it (none: a schema-valid grade from the SIMULATED judges' model, of the package as the prompt shows it).
+        judge has it (none: a schema-valid grade from the SIMULATED judges' model, of the package as the prompt shows
+        it).
 
         The member is told by its label alone, never by the order of the calls: two members share a model (J2 and
         J3), and the retry of one would otherwise be taken for the other. The grade is drawn from the prompt without
@@ -1300,7 +1304,8 @@ def judge_hold_s(judge_timeout_s: float | None) -> float:
 
 
 def read_truth(record_dir: Path) -> dict[str, dict]:
-    """run_id -> what the scripted worker intended for that run, its sessions merged (the last one decides the outcome)."""
+    """run_id -> what the scripted worker intended for that run, its sessions merged (the last one decides the
+    outcome)."""
     path = Path(record_dir) / TRUTH_FILE
     runs: dict[str, dict[int, dict]] = {}
     if not path.is_file():

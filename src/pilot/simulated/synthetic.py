@@ -438,11 +438,11 @@ def generate_runtable(
                 )
             },
             "selfcheck_first": pd.array(
-                [bool(v) if r else None for v, r in zip(out["selfcheck_first"], rec)], dtype="boolean"
+                [bool(v) if r else None for v, r in zip(out["selfcheck_first"], rec, strict=True)], dtype="boolean"
             ),
             "recovery_used": out["recovery_used"],
             "selfcheck_final": pd.array(
-                [bool(v) if r else None for v, r in zip(out["selfcheck_final"], rec)], dtype="boolean"
+                [bool(v) if r else None for v, r in zip(out["selfcheck_final"], rec, strict=True)], dtype="boolean"
             ),
             "designed_depth": depth.astype(int)[j_idx],
             "professional_minutes": np.array([specs[j].professional_minutes for j in j_idx]),

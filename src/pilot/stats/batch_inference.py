@@ -49,7 +49,8 @@ def grid_denominator(max_repeats: int) -> int:
 
 
 def grid_of(d: np.ndarray, max_repeats: int = 10) -> int | None:
-    """The smallest ``grid_denominator(r)`` (r <= ``max_repeats``) on whose grid every value of ``d`` lies, else None."""
+    """The smallest ``grid_denominator(r)`` (r <= ``max_repeats``) on whose grid every value of ``d`` lies, else
+    None."""
     x = np.asarray(d, dtype=float)
     x = x[~np.isnan(x)]
     for r in range(1, max_repeats + 1):
@@ -61,7 +62,7 @@ def grid_of(d: np.ndarray, max_repeats: int = 10) -> int | None:
 
 def on_grid(d: np.ndarray, L: int) -> np.ndarray:
     """``L d`` as exact integers (float64; NaN stays NaN). Refuses values off the grid."""
-    y = np.rint(d * L)
+    y: np.ndarray = np.rint(d * L)
     off = np.abs(d * L - y)
     if np.nanmax(off, initial=0.0) > 1e-6:
         raise ValueError(f"scenario differences are not multiples of 1/{L}: largest departure {np.nanmax(off) / L:.3g}")
@@ -73,7 +74,8 @@ def _linear_quantile_rows(ordered: np.ndarray, prob: float) -> np.ndarray:
     pos = prob * (ordered.shape[-1] - 1)
     lo = int(np.floor(pos))
     hi = min(lo + 1, ordered.shape[-1] - 1)
-    return ordered[..., lo] + (pos - lo) * (ordered[..., hi] - ordered[..., lo])
+    q: np.ndarray = ordered[..., lo] + (pos - lo) * (ordered[..., hi] - ordered[..., lo])
+    return q
 
 
 def contrast_inference(
@@ -112,9 +114,12 @@ def contrast_inference(
 
     def resampled(values: np.ndarray) -> np.ndarray:
         rows = np.moveaxis(values, 1, 2).astype(ftype)  # (n, C, J)
+        sums: np.ndarray
         if cT.ndim == 2:  # shared resamples: one product for every study
-            return (rows.reshape(n * C, J) @ cT).reshape(n, C, B)
-        return np.matmul(rows, cT)
+            sums = (rows.reshape(n * C, J) @ cT).reshape(n, C, B)
+        else:
+            sums = np.matmul(rows, cT)
+        return sums
 
     numb = resampled(yv)
     a = (1 - level) / 2
@@ -137,7 +142,7 @@ def contrast_inference(
         denb = resampled(v)
         with np.errstate(invalid="ignore", divide="ignore"):
             reps = numb.astype(float) / (L * denb.astype(float))  # NaN: no scenario in the resample
-        for i, k in zip(*np.nonzero(partial)):
+        for i, k in zip(*np.nonzero(partial), strict=True):
             r = reps[i, k]
             if np.isnan(r).any():  # some resample lacks the statistic; the stage ignores those
                 lo[i, k], hi[i, k] = resampling.percentile_interval(r, level)
@@ -147,9 +152,9 @@ def contrast_inference(
 
     # Sign flip: integer sums, so ties are exact.
     P = signs.shape[0]
-    cols = np.ascontiguousarray(np.moveaxis(yv, 1, 2).reshape(n * C, J), dtype=ftype)
+    cols: np.ndarray = np.ascontiguousarray(np.moveaxis(yv, 1, 2).reshape(n * C, J), dtype=ftype)
     obs = num.reshape(n * C).astype(ftype)
-    st = np.ascontiguousarray(signs.T, dtype=ftype)
+    st: np.ndarray = np.ascontiguousarray(signs.T, dtype=ftype)
     greater = np.empty(n * C, dtype=np.int64)
     less = np.empty(n * C, dtype=np.int64)
     step = max(1, (1 << 20) // max(P, 1))  # about 4 MB of null sums at a time
@@ -166,7 +171,8 @@ def contrast_inference(
     adj = 0 if exact else 1
     p = np.minimum(1.0, 2 * np.minimum((greater + adj) / (P + adj), (less + adj) / (P + adj))).reshape(n, C)
     p = np.where(n_scen > 0, p, np.nan)
-    out = {"estimate": est, "ci_low": lo, "ci_high": hi, "p_value": p, "n_scenarios": n_scen}
+    result = {"estimate": est, "ci_low": lo, "ci_high": hi, "p_value": p, "n_scenarios": n_scen}
     if replicates:
-        out["replicates"] = np.moveaxis(reps, 2, 1)  # (n, B, C)
-    return out
+        assert reps is not None  # computed above whenever replicates are asked for
+        result["replicates"] = np.moveaxis(reps, 2, 1)  # (n, B, C)
+    return result

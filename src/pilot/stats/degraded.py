@@ -59,7 +59,8 @@ def _recompute_s(df: pd.DataFrame, study: protocol.Study) -> pd.DataFrame:
 
 
 def _scores(df: pd.DataFrame, study: protocol.Study) -> np.ndarray:
-    return df[[runtable.judge_column(j) for j in runtable.judge_ids(study)]].to_numpy(dtype=float)
+    scores: np.ndarray = df[[runtable.judge_column(j) for j in runtable.judge_ids(study)]].to_numpy(dtype=float)
+    return scores
 
 
 def _set_outcome(df: pd.DataFrame, mask: np.ndarray, accepted: bool, study: protocol.Study) -> pd.DataFrame:

@@ -96,7 +96,10 @@ def honest_frame(
         if all(is_number(v) or isinstance(v, str) for v in vals):
             continue
         out[c] = pd.Series(
-            [cell(v, first_reason(r) or default_reason, infinite_ok=c in inf_cols) for v, r in zip(vals, reasons)],
+            [
+                cell(v, first_reason(r) or default_reason, infinite_ok=c in inf_cols)
+                for v, r in zip(vals, reasons, strict=True)
+            ],
             index=out.index,
             dtype=object,
         )
@@ -115,7 +118,7 @@ def interval_flags(low: Any, high: Any, n_scenarios: Any) -> list[str]:
     hi = np.atleast_1d(np.asarray(high, dtype=float))
     n = np.broadcast_to(np.atleast_1d(np.asarray(n_scenarios, dtype=float)), lo.shape)
     out = []
-    for a, b, k in zip(lo, hi, n):
+    for a, b, k in zip(lo, hi, n, strict=True):
         flags = []
         if np.isfinite(a) and np.isfinite(b) and a == b:
             flags.append(ZERO_WIDTH)

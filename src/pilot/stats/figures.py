@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from pilot.latex import data_label  # noqa: E402
+from pilot.latex import data_label
 
 
 def _title(text: str, simulated: bool | str) -> str:
@@ -40,7 +41,7 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -
     """Contrasts with their 95% bootstrap intervals; the primary contrast on top."""
     fig, ax = plt.subplots(figsize=(5.5, 0.55 * len(contrasts) + 1.2))
     y = np.arange(len(contrasts))[::-1]
-    for yi, (_, r) in zip(y, contrasts.iterrows()):
+    for yi, (_, r) in zip(y, contrasts.iterrows(), strict=True):
         primary = r["role"] == "primary"
         p = r["p_value"] if primary else r["p_holm"]
         if not np.isfinite(r["estimate"]):  # nothing to draw: say so where the point would be
@@ -77,7 +78,7 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -
         y,
         [
             f"{c.replace('-', chr(0x2212))} ({'primary' if r == 'primary' else 'secondary'})"
-            for c, r in zip(contrasts["contrast"], contrasts["role"])
+            for c, r in zip(contrasts["contrast"], contrasts["role"], strict=True)
         ],
     )
     ax.set_xlabel("difference in scenario-weighted acceptance")
@@ -85,10 +86,10 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -
     return save_figure(fig, path)
 
 
-def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
+def km_plot(fitters: dict[str, Any], path: Path, *, simulated: bool | str) -> Path:
     """Kaplan-Meier curves of the share of runs not yet completed, per arm (cap-censored runs marked)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for arm, kmf in fitters.items():
+    for kmf in fitters.values():
         kmf.plot_survival_function(ax=ax, ci_show=False, show_censors=True, censor_styles={"marker": "|", "ms": 6})
     # The legend sits beside the axes, never over the curves.
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -99,13 +100,14 @@ def km_plot(fitters: dict, path: Path, *, simulated: bool | str) -> Path:
 
 
 def frontier_plot(
-    table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str, p_hat: dict | None = None
+    table: pd.DataFrame, x: str, xlabel: str, path: Path, *, simulated: bool | str, p_hat: dict[str, Any] | None = None
 ) -> Path:
-    """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band; ``p_hat``: each arm's acceptance at any allowance, drawn dashed."""
+    """Acceptance within an allowance, one small panel per arm on shared axes, each with its 95% bootstrap band;
+    ``p_hat``: each arm's acceptance at any allowance, drawn dashed."""
     arms = list(dict.fromkeys(table["arm"]))
     # Drawn at the text width it is printed at, so its 7.5-pt ticks print at 7.5 pt.
     fig, axes = plt.subplots(1, len(arms), figsize=(6.5, 2.6), sharex=True, sharey=True, squeeze=False)
-    for ax, arm in zip(axes[0], arms):
+    for ax, arm in zip(axes[0], arms, strict=True):
         part = table[table["arm"] == arm]
         ax.fill_between(part[x], part["ci_low"], part["ci_high"], color="0.82", lw=0)
         ax.plot(part[x], part["p_hat"], color="black", lw=1.2, marker="o", ms=2)

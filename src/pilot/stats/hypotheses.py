@@ -9,7 +9,9 @@ run table only; with J=10 the intervals are wide.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -46,7 +48,8 @@ class HypothesisResult:
     estimate: str = ""
     interval: str = ""
     test: str = ""
-    #: What the numbers say beyond the verdict, read from them (an interval against its test, a rate at its limit), or "".
+    #: What the numbers say beyond the verdict, read from them (an interval against its test, a rate at its limit), or
+    #: "".
     remark: str = ""
 
     @property
@@ -62,10 +65,10 @@ class HypothesisResult:
         v = self.verdict
         return v[len(estimability.NOT_ESTIMABLE) + 2 : -1] if estimability.is_not_estimable(v) else ""
 
-    def to_latex(self, **kwargs) -> str:
-        return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
+    def to_latex(self, **kwargs: Any) -> str:
+        return str(self.summary.to_latex(index=False, float_format="%.3f", **kwargs))
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
         return {
             "hypothesis": self.id,
             "statement": self.statement,
@@ -89,7 +92,8 @@ MINUS = "\u2212"
 
 
 def shown(value: object, digits: int = 3) -> str:
-    """A number as a verdict's text prints it: fixed decimals, a true minus, ``∞`` for an infinite ratio, "not estimable" when missing."""
+    """A number as a verdict's text prints it: fixed decimals, a true minus, ``∞`` for an infinite ratio, "not
+    estimable" when missing."""
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -120,7 +124,8 @@ def shown_p(value: object, name: str = "p") -> str:
 
 
 def _exact(value: float) -> float:
-    """A rate or index as the ratio of counts it is: rounded to 12 decimals, so 1/10 computed as 0.09999999999999999 meets a threshold of 0.1 as 0.1."""
+    """A rate or index as the ratio of counts it is: rounded to 12 decimals, so 1/10 computed as 0.09999999999999999
+    meets a threshold of 0.1 as 0.1."""
     return round(float(value), 12)
 
 
@@ -129,7 +134,7 @@ def _judge(*parts: tuple[str, tuple[bool | None, str]]) -> tuple[str, tuple[str,
     return estimability.all_of(*(c for _, c in parts)), tuple(words for words, (ok, _) in parts if ok is False)
 
 
-def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw) -> PrimaryResult:
+def _primary(df: pd.DataFrame, result: PrimaryResult | None, seed: int, **kw: Any) -> PrimaryResult:
     return result if result is not None else primary.primary_analysis(df, seed=seed, **kw)
 
 
@@ -157,7 +162,7 @@ def _known(value: float, reason: str) -> tuple[bool | None, str]:
     return (True, "") if estimability.known(value) else (None, reason)
 
 
-def _cond(value: float, test, reason: str) -> tuple[bool | None, str]:
+def _cond(value: float, test: Callable[[float], bool], reason: str) -> tuple[bool | None, str]:
     """A condition on a number: its truth, or None (with the reason) when the number is not estimable."""
     return (bool(test(value)), "") if estimability.known(value) else (None, reason)
 
@@ -180,7 +185,14 @@ def _contrast_verdict(
     )
 
 
-def _contrast_headline(r: pd.Series, p: float, p_name: str, alpha: float, level: float) -> dict[str, str]:
+class _Headline(TypedDict):
+    estimate: str
+    interval: str
+    test: str
+    remark: str
+
+
+def _contrast_headline(r: pd.Series, p: float, p_name: str, alpha: float, level: float) -> _Headline:
     return {
         "estimate": shown(r.estimate),
         "interval": shown_interval(r.ci_low, r.ci_high),
@@ -201,15 +213,18 @@ def _interval_against_test(
         return ""
     pct = f"nominal {level:.0%}"
     return (
-        f"The {pct} percentile interval ({shown(low)} to {shown(high)}) excludes zero while the {p_name} ({shown(p)}) is not below {alpha:g}. "
-        "The two do not answer the same question: the sign-flip test is exact under its null at any number of scenarios, but a scenario "
-        "whose value is zero carries no sign, and with k scenarios of non-zero value the smallest p-value it can reach is 2 divided by 2 to the power k"
+        f"The {pct} percentile interval ({shown(low)} to {shown(high)}) excludes zero while the {p_name} "
+        f"({shown(p)}) is not below {alpha:g}. The two do not answer the same question: the sign-flip test "
+        "is exact under its null at any number of scenarios, but a scenario whose value is zero carries "
+        "no sign, and with k scenarios of non-zero value the smallest p-value it can reach is 2 divided "
+        "by 2 to the power k"
         + (
             f" (here k = {nonzero}, so p cannot fall below {min(1.0, 2 / 2**nonzero):.3f})"
             if nonzero is not None
             else ""
         )
-        + f"; the percentile interval can cover less often than its nominal level with few scenarios, as the calibration appendix measures. The criterion rests on the test."
+        + "; the percentile interval can cover less often than its nominal level with few scenarios, as the "
+        "calibration appendix measures. The criterion rests on the test."
     )
 
 
@@ -223,14 +238,20 @@ def _contrast_remark(r: pd.Series, p: float, p_name: str, alpha: float, level: f
         return discord
     if r.ci_low <= 0 <= r.ci_high:
         return (
-            f"The {pct} interval runs from {lo} to {hi} and includes zero: this table is compatible with no difference "
-            f"and with differences as large as {lo if abs(r.ci_low) > abs(r.ci_high) else hi}; it neither shows the effect nor rules it out."
+            f"The {pct} interval runs from {lo} to {hi} and includes zero: this table is compatible with "
+            "no difference and with differences as large as "
+            f"{lo if abs(r.ci_low) > abs(r.ci_high) else hi}; it neither shows the effect nor rules it out."
         )
     return f"The {pct} interval ({lo} to {hi}) lies on one side of zero."
 
 
 def h1(
-    df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw
+    df: pd.DataFrame,
+    *,
+    result: PrimaryResult | None = None,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    **kw: Any,
 ) -> HypothesisResult:
     """H1 (primary): the computer-use premium p(A3) - p(A1) > 0."""
     study = study or protocol.study()
@@ -251,7 +272,12 @@ def h1(
 
 
 def h2(
-    df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw
+    df: pd.DataFrame,
+    *,
+    result: PrimaryResult | None = None,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    **kw: Any,
 ) -> HypothesisResult:
     """H2: the shell premium p(A1) - p(A0) > 0 (Holm-adjusted over the secondary family of three)."""
     study = study or protocol.study()
@@ -272,7 +298,12 @@ def h2(
 
 
 def h3(
-    df: pd.DataFrame, *, result: PrimaryResult | None = None, seed: int = 0, study: protocol.Study | None = None, **kw
+    df: pd.DataFrame,
+    *,
+    result: PrimaryResult | None = None,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    **kw: Any,
 ) -> HypothesisResult:
     """H3: the self-repair premium p(A4) - p(A3) >= 0 and an Autonomous Recovery Index above one half."""
     study = study or protocol.study()
@@ -325,8 +356,9 @@ def h3(
         interval=f"{shown_interval(r.ci_low, r.ci_high)}; {shown_interval(ari.ci_low, ari.ci_high)}",
         test=f"{shown_p(r.p_holm, 'Holm-adjusted p')}; ARI {NOT_APPLICABLE}",
         remark=(
-            f"The ARI counts {int(ari.recovered)} of {int(ari.eligible)} eligible runs (a first session that failed its self-check, "
-            f"was capped or ended in an error) that passed the self-check after the one recovery; "
+            f"The ARI counts {int(ari.recovered)} of {int(ari.eligible)} eligible runs (a first session "
+            "that failed its self-check, was capped or ended in an error) that passed the self-check "
+            "after the one recovery; "
             + (
                 "the premium is a difference of acceptance, which the recovery can raise only in those runs."
                 if int(ari.eligible)
@@ -360,7 +392,8 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         if not keep.any():
             return v
         sd = v[keep].std()
-        return (v - v[keep].mean()) / (sd if sd > 0 else 1.0)
+        out: np.ndarray = (v - v[keep].mean()) / (sd if sd > 0 else 1.0)
+        return out
 
     depth_z, tc_z = z(depth), z(tc)
     layout = Layout.of(rows, study.arms)
@@ -369,7 +402,7 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     # The names a fit's messages use (a separation note names its terms in words).
     words = {"depth": "designed depth", "tool_calls": "log(1 + tool calls)"}
 
-    def row(model: str, mask: np.ndarray, with_arms: bool) -> tuple[dict, logistic.LogitFit]:
+    def row(model: str, mask: np.ndarray, with_arms: bool) -> tuple[dict[str, Any], logistic.LogitFit]:
         informative = [a for a in layout.arms if (mask & (arm == a)).any() and np.ptp(S[mask & (arm == a)]) > 0]
         left_out = [a for a in layout.arms if (mask & (arm == a)).any() and a not in informative]
         m = mask & np.isin(arm, informative) if with_arms else mask
@@ -384,7 +417,7 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
             )
         else:
             fit = logistic.fit(S[m], np.column_stack(cols), names, layout.j[m], level=level)
-        rec: dict = {"model": model}
+        rec: dict[str, Any] = {"model": model}
         for t in terms:
             k = names.index(words[t])
             rec.update(
@@ -425,17 +458,22 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     return HypothesisResult(
         "H4",
         "acceptance falls within arm with designed depth and realised tool calls",
-        f"both pooled slopes (log-odds per SD, clustered by scenario) negative with nominal {level:.0%} Wald intervals below zero",
+        f"both pooled slopes (log-odds per SD, clustered by scenario) negative with nominal {level:.0%} Wald "
+        "intervals below zero",
         table,
         verdict,
         failing=failing,
         estimate=f"depth {shown(pooled['depth_slope'])}; tool calls {shown(pooled['tool_calls_slope'])}",
-        interval=f"{shown_interval(pooled['depth_ci_low'], pooled['depth_ci_high'])}; {shown_interval(pooled['tool_calls_ci_low'], pooled['tool_calls_ci_high'])}",
+        interval=(
+            f"{shown_interval(pooled['depth_ci_low'], pooled['depth_ci_high'])}; "
+            f"{shown_interval(pooled['tool_calls_ci_low'], pooled['tool_calls_ci_high'])}"
+        ),
         test=f"cluster-robust Wald {shown_p(pooled['depth_p'])}; {shown_p(pooled['tool_calls_p'])}",
         remark=(
             f"The pooled fit uses {int(pooled['n_runs'])} scored runs"
             + (f" ({pooled['note']})" if pooled["note"] else "")
-            + "; tool calls are realised, not assigned, so their slope describes an association, not an effect of tool use."
+            + "; tool calls are realised, not assigned, so their slope describes an association, not an "
+            "effect of tool use."
         ),
     )
 
@@ -449,7 +487,8 @@ def h5(
     n_permutations: int | None = None,
     limit: float | None = None,
 ) -> HypothesisResult:
-    """H5: critical-violation rate below the protocol's limit (``hypotheses.violation_rate_max``, 10%) in every arm and not increasing with tool access.
+    """H5: critical-violation rate below the protocol's limit (``hypotheses.violation_rate_max``, 10%) in every arm and
+    not increasing with tool access.
 
     Per arm: the scenario-weighted rate of E with its bootstrap interval. Trend:
     within each scenario, the least-squares slope of the arms' violation rates
@@ -470,8 +509,10 @@ def h5(
     lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts, w), settings.level)
     rank = np.arange(layout.A, dtype=float)
     slopes = np.array([_slope(rank, m) for m in means])
-    s_est = resampling.weighted_mean(slopes, w)
-    s_lo, s_hi = resampling.percentile_interval(resampling.bootstrap_means(slopes, counts, w), settings.level)
+    s_est = float(resampling.weighted_mean(slopes, w))
+    s_lo, s_hi = (
+        float(v) for v in resampling.percentile_interval(resampling.bootstrap_means(slopes, counts, w), settings.level)
+    )
     test = resampling.sign_flip_test(
         slopes, weights=w, n_permutations=settings.n_permutations, rng=np.random.default_rng([settings.seed, 23])
     )
@@ -501,14 +542,16 @@ def h5(
     verdict, failing = _judge(
         *(
             (f"{a}'s rate {shown(e)} is not below {limit:g}", _cond(e, lambda v: _exact(v) < limit, f"no run in {a}"))
-            for a, e in zip(layout.arms, est)
+            for a, e in zip(layout.arms, est, strict=True)
         ),
         (
             f"the slope {shown(s_est)} is positive with sign-flip p {shown(slope_p)} below {alpha:g}",
             _cond(s_est, lambda v: not (v > 0 and slope_p < alpha), "trend: no scenario with runs in two arms"),
         ),
     )
-    known_rates = [(a, e, l_, h_) for a, e, l_, h_ in zip(layout.arms, est, lo, hi) if estimability.known(e)]
+    known_rates = [
+        (a, e, l_, h_) for a, e, l_, h_ in zip(layout.arms, est, lo, hi, strict=True) if estimability.known(e)
+    ]
     top = max(known_rates, key=lambda t: t[1]) if known_rates else None
     return HypothesisResult(
         "H5",
@@ -526,8 +569,9 @@ def h5(
         remark=" ".join(
             [
                 *(
-                    f"{a}'s rate equals the limit of {limit:g} exactly; the criterion is strict (below), so {a} fails it by the smallest margin a rate can."
-                    for a, e in zip(layout.arms, est)
+                    f"{a}'s rate equals the limit of {limit:g} exactly; the criterion is strict (below), "
+                    f"so {a} fails it by the smallest margin a rate can."
+                    for a, e in zip(layout.arms, est, strict=True)
                     if estimability.known(e) and _exact(e) == limit
                 ),
                 (
@@ -574,7 +618,8 @@ def h6(
     """
     res = sensitivity.cost_per_accepted(df, seed=seed, study=study, B=B)
     t = res.table
-    # How many runs of each arm are charged at the ledger's charge for want of a reported cost (interpretations.md, Cost of a run).
+    # How many runs of each arm are charged at the ledger's charge for want of a reported cost (interpretations.md, Cost
+    # of a run).
     table = t[["arm", "cost_per_accepted", "ci_low", "ci_high", "share_lowest", "n_charged", "note"]].copy()
     est = t.set_index("arm")["cost_per_accepted"]
     notes = t.set_index("arm")["note"]
@@ -604,7 +649,10 @@ def h6(
     return HypothesisResult(
         "H6",
         f"cost per accepted deliverable lowest in {' or '.join(expected)}, not A0",
-        f"lowest finite point estimate in {' or '.join(expected)} (share of resamples with the lowest in {'/'.join(expected)}: {share:.2f})",
+        (
+            f"lowest finite point estimate in {' or '.join(expected)} (share of resamples with the lowest in "
+            f"{'/'.join(expected)}: {share:.2f})"
+        ),
         table,
         verdict,
         infinite=("cost_per_accepted", "ci_low", "ci_high"),
@@ -618,7 +666,8 @@ def h6(
         or "not estimable",
         test=f"share of resamples lowest in {'/'.join(expected)}: {share:.2f}",
         remark=(
-            f"In {share:.0%} of the joint bootstrap resamples the cheapest arm per accepted deliverable was {' or '.join(expected)}; "
+            f"In {share:.0%} of the joint bootstrap resamples the cheapest arm per accepted deliverable "
+            f"was {' or '.join(expected)}; "
             + (
                 f"{n_charged} run without a reported cost is"
                 if n_charged == 1
@@ -697,7 +746,10 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     )
     het_why = "needs two scenarios with a premium" if dfree <= 0 else ""
     pooled_why = "no scenario with scored runs in both arms" if not ok.any() else ""
-    fmt = lambda v, why, spec: f"{v:{spec}}" if np.isfinite(v) else estimability.not_estimable(why)  # noqa: E731
+
+    def fmt(v: float, why: str, spec: str) -> str:
+        return f"{v:{spec}}" if np.isfinite(v) else estimability.not_estimable(why)
+
     acc_text = f"acceptance: chi2 = {fmt(chi2, acc_why, '.2f')} (df {int(dof_acc)}), p = {fmt(p_acc, acc_why, '.3f')}"
     text = (
         f"premium: Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = {fmt(p_het, het_why, '.3f')}, "
@@ -731,7 +783,10 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     return HypothesisResult(
         "H7",
         "heterogeneity across occupations, in acceptance and in the premium (exploratory)",
-        "descriptive; chi-square of acceptance by occupation and Cochran's Q of the premium reported, no confirmatory claim",
+        (
+            "descriptive; chi-square of acceptance by occupation and Cochran's Q of the premium reported, no "
+            "confirmatory claim"
+        ),
         table,
         "exploratory",
         exploratory=True,
@@ -740,10 +795,13 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
             f"contrast); inverse-variance weighted {shown(pooled)} (descriptive)"
         ),
         interval=NOT_APPLICABLE,
-        test=f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, 'Cochran p')}, I² = {shown(i2, 2)}",
+        test=(
+            f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, 'Cochran p')}, I² = {shown(i2, 2)}"
+        ),
         remark=(
-            f"Each occupation is one scenario, so occupation and scenario cannot be told apart; with {int(has.sum())} occupations "
-            "these numbers describe this table and support no claim about an occupation."
+            "Each occupation is one scenario, so occupation and scenario cannot be told apart; with "
+            f"{int(has.sum())} occupations these numbers describe this table and support no claim about an "
+            "occupation."
         ),
     )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,7 +39,8 @@ MIN_CLUSTERS = 3
 
 @dataclass
 class LogitFit:
-    """Coefficients, cluster-robust standard errors, p-values and intervals per term (NaN: not estimable, see ``reasons``)."""
+    """Coefficients, cluster-robust standard errors, p-values and intervals per term (NaN: not estimable, see
+    ``reasons``)."""
 
     terms: list[str]
     coef: np.ndarray
@@ -50,8 +52,9 @@ class LogitFit:
     n_obs: int
     n_clusters: int
     note: str = ""
-    details: dict = field(default_factory=dict, repr=False)
-    #: The same Wald statistics read against t(G - 1) instead of the normal (a small-sample sensitivity, never the verdict's).
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The same Wald statistics read against t(G - 1) instead of the normal (a small-sample sensitivity, never the
+    #: verdict's).
     p_t: np.ndarray = field(default_factory=lambda: np.array([]))
     ci_t_low: np.ndarray = field(default_factory=lambda: np.array([]))
     ci_t_high: np.ndarray = field(default_factory=lambda: np.array([]))
@@ -136,7 +139,7 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
         return unestimable_fit(terms, "collinear design (a term has no variation among scored runs)", n, G)
     b = separating_direction(X, y)
     if b is not None:
-        hit = [t for t, v in zip(terms, b) if v != 0]
+        hit = [t for t, v in zip(terms, b, strict=True) if v != 0]
         return unestimable_fit(
             terms,
             f"separation: the outcomes are split by {', '.join(hit)} (no finite maximum-likelihood estimate)",
@@ -157,13 +160,17 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
     coef, se, p = np.asarray(res.params, float), np.asarray(res.bse, float), np.asarray(res.pvalues, float)
     ci = np.asarray(res.conf_int(alpha=1 - level), float)
     reasons = []
-    for c, s in zip(coef, se):
+    for c, s in zip(coef, se, strict=True):
         if not (np.isfinite(c) and np.isfinite(s)) or abs(c) > MAX_COEF or s > MAX_SE or s <= 0:
             reasons.append("coefficient or standard error explodes (near separation)")
         else:
             reasons.append("")
     bad = np.array([bool(r) for r in reasons])
-    nanify = lambda v: np.where(bad, np.nan, v)  # noqa: E731
+
+    def nanify(v: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.where(bad, np.nan, v)
+        return out
+
     notes = sorted(
         {
             str(w.message).splitlines()[0]
@@ -187,7 +194,7 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
             "; ".join([*notes, few]),
             {"fit": res},
         )
-    t_read = np.array([small_sample.t_reference(c, s, G, level) for c, s in zip(coef, se)], dtype=float)
+    t_read = np.array([small_sample.t_reference(c, s, G, level) for c, s in zip(coef, se, strict=True)], dtype=float)
     return LogitFit(
         terms,
         nanify(coef),

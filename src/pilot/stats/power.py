@@ -26,11 +26,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
+
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
+    from matplotlib.figure import Figure
 
 # How "an effect of delta points" enters the random-effects model.
 EFFECT_READINGS: dict[str, str] = {
@@ -169,15 +172,19 @@ def treated_probability(
 ) -> np.ndarray:
     """The treated arm's acceptance probability per scenario, given the control arm's logit."""
     _check_reading(reading)
+    p: np.ndarray
     if reading == "probability":
-        return np.minimum(special.expit(p0_logit) + delta, 1.0)
+        p = np.minimum(special.expit(p0_logit) + delta, 1.0)
+        return p
     shift = logit_shift(delta, baseline, sd, reading)
     if reading == "logit-median-heterogeneous":
         if effect_noise is None:
             raise PowerError("the heterogeneous reading needs the scenario-specific effect draws")
         # The extra effect is zero when delta is zero, so the null stays the null.
-        return special.expit(p0_logit + (shift + effect_noise if delta != 0 else 0.0))
-    return special.expit(p0_logit + shift)
+        p = special.expit(p0_logit + (shift + effect_noise if delta != 0 else 0.0))
+        return p
+    p = special.expit(p0_logit + shift)
+    return p
 
 
 # --------------------------------------------------------------------------
@@ -215,7 +222,8 @@ def simulate_differences(draws: _DesignDraws, delta: float, *, baseline: float, 
     )
     k0 = (draws.u0 < special.expit(logit0)[..., None]).sum(axis=-1)
     k1 = (draws.u1 < p1[..., None]).sum(axis=-1)
-    return (k1 - k0).astype(np.int64)
+    diff: np.ndarray = (k1 - k0).astype(np.int64)
+    return diff
 
 
 # --------------------------------------------------------------------------
@@ -258,7 +266,7 @@ def _lattice_weights(kind: str, counts: Sequence[int]) -> list[int]:
         return [1] * len(counts)
     if kind == "wilcoxon":  # twice the average rank of |d| among non-zero differences
         below = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        return [int(2 * lo + c + 1) for lo, c in zip(below, counts)]
+        return [int(2 * lo + c + 1) for lo, c in zip(below, counts, strict=True)]
     raise PowerError(f"no lattice statistic for test {kind!r}")
 
 
@@ -267,7 +275,7 @@ def _lattice_tail(kind: str, counts: tuple[int, ...]) -> np.ndarray:
     """``tail[t] = P(|T| >= t)`` under random signs, where ``T = sum_m w_m (2 B_m - c_m)``, ``B_m ~ Bin(c_m, 1/2)``."""
     weights = _lattice_weights(kind, counts)
     pmf = np.ones(1)
-    for w, c in zip(weights, counts):
+    for w, c in zip(weights, counts, strict=True):
         if c == 0:
             continue
         part = np.zeros(2 * w * c + 1)
@@ -304,7 +312,8 @@ def lattice_pvalues(x: np.ndarray, kind: str) -> np.ndarray:
     flat = np.concatenate(tails)
     w = np.asarray(weights, dtype=np.int64)[inverse]  # (n, max_abs)
     observed = np.abs((w * (2 * positive - counts)).sum(axis=1))
-    return flat[np.asarray(offsets[:-1])[inverse] + observed]
+    tail: np.ndarray = flat[np.asarray(offsets[:-1])[inverse] + observed]
+    return tail
 
 
 def pvalues(x: np.ndarray, test: str) -> np.ndarray:
@@ -337,24 +346,24 @@ def sign_flip_test(d: Sequence[float], *, permutations: int = 20_000, seed: int 
     generator and ``p = (1 + #{|T*| >= |T|}) / (1 + permutations)``, which
     keeps the test exact (valid) under the null.
     """
-    d = np.asarray(d, dtype=np.float64)
-    if d.ndim != 1 or d.size < 1:
+    x = np.asarray(d, dtype=np.float64)
+    if x.ndim != 1 or x.size < 1:
         raise PowerError("sign_flip_test needs a one-dimensional array of paired differences")
-    J = d.size
-    observed = abs(d.mean())
-    tol = 1e-12 * max(1.0, float(np.abs(d).max()))
+    J = x.size
+    observed = abs(x.mean())
+    tol = 1e-12 * max(1.0, float(np.abs(x).max()))
     if 2**J <= permutations:
         signs = 1 - 2 * ((np.arange(2**J)[:, None] >> np.arange(J)) & 1)
-        null = np.abs(signs @ d) / J
-        return SignFlipResult(float(d.mean()), float(np.mean(null >= observed - tol)), "exact", 2**J)
+        null = np.abs(signs @ x) / J
+        return SignFlipResult(float(x.mean()), float(np.mean(null >= observed - tol)), "exact", 2**J)
     if seed is None:
         raise PowerError(f"J={J} needs Monte Carlo sign flips (2^J > {permutations}); give a seed")
     rng = np.random.default_rng(seed)
     hits = 0
     for start in range(0, permutations, 4096):  # chunks keep memory flat at J = 40
         signs = rng.choice(np.array([-1.0, 1.0]), size=(min(4096, permutations - start), J))
-        hits += int(np.sum(np.abs(signs @ d) / J >= observed - tol))
-    return SignFlipResult(float(d.mean()), (1 + hits) / (1 + permutations), "monte-carlo", permutations)
+        hits += int(np.sum(np.abs(signs @ x) / J >= observed - tol))
+    return SignFlipResult(float(x.mean()), (1 + hits) / (1 + permutations), "monte-carlo", permutations)
 
 
 # --------------------------------------------------------------------------
@@ -399,7 +408,8 @@ def premium_variance(J: int, R: int, between: float, within: float) -> float:
 
 def monte_carlo_se(power: np.ndarray | float, n: int) -> np.ndarray | float:
     """Binomial Monte Carlo standard error ``sqrt(p (1 - p) / n)``."""
-    return np.sqrt(np.asarray(power) * (1 - np.asarray(power)) / n)
+    se: np.ndarray | float = np.sqrt(np.asarray(power) * (1 - np.asarray(power)) / n)
+    return se
 
 
 @dataclass
@@ -412,7 +422,7 @@ class PowerResult:
     seed: int
     readings: tuple[str, ...]
     tests: tuple[str, ...]
-    _index: dict = field(default_factory=dict, repr=False)
+    _index: dict[tuple[int, int, float, str, str], float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._index = {
@@ -494,7 +504,7 @@ class PowerResult:
         wide["delta"] = (wide["delta"] * 100).round().astype(int)
         return wide.rename(columns={"delta": "effect (points)"})
 
-    def plot(self, reading: str | None = None, *, reported: bool = True):
+    def plot(self, reading: str | None = None, *, reported: bool = True) -> Figure:
         """Power curves over delta, one panel per test, a line per (J, R) of the grid; returns the figure."""
         import matplotlib
 
@@ -506,12 +516,12 @@ class PowerResult:
         ncol = 2 if len(self.tests) > 1 else 1
         nrow = math.ceil(len(self.tests) / ncol)
         fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.8 * nrow), sharex=True, sharey=True, squeeze=False)
-        colours = dict(zip(sorted(self.design.J), ["#1b9e77", "#d95f02", "#7570b3", "#e7298a"]))
-        styles = dict(zip(sorted(self.design.R), ["--", "-", ":", "-."]))
+        colours = dict(zip(sorted(self.design.J), ["#1b9e77", "#d95f02", "#7570b3", "#e7298a"], strict=False))
+        styles = dict(zip(sorted(self.design.R), ["--", "-", ":", "-."], strict=False))
         # The repeats differ in marker as well as in line, so the legend's short samples tell them apart.
-        markers = dict(zip(sorted(self.design.R), ["o", "s", "^", "D"]))
-        hollow = dict(zip(sorted(self.design.R), [True, False, True, False]))
-        for ax, test in zip(axes.flat, self.tests):
+        markers = dict(zip(sorted(self.design.R), ["o", "s", "^", "D"], strict=False))
+        hollow = dict(zip(sorted(self.design.R), [True, False, True, False], strict=False))
+        for ax, test in zip(axes.flat, self.tests, strict=False):
             part = df[df.test == test]
             for (J, R), cell in part.groupby(["J", "R"]):
                 cell = cell.sort_values("delta")
@@ -556,7 +566,7 @@ class PowerResult:
     def to_latex(self, reading: str | None = None, **kwargs: Any) -> str:
         """The grid as a LaTeX tabular (booktabs), power per test."""
         kwargs.setdefault("float_format", "%.3f")
-        return self.table_frame(reading).to_latex(index=False, **kwargs)
+        return str(self.table_frame(reading).to_latex(index=False, **kwargs))
 
 
 def simulate_power(
@@ -740,8 +750,8 @@ def scenario_sets_sentence(grid: PowerResult, scenario_sets: Mapping[str, int]) 
             f = grid.power(J, R, base.delta, PREREGISTERED_TEST, TABLE_READING)
             cells.append(f"\\(R={R}\\): {t:.3f} with the \\(t\\)-test and {f:.3f} with the sign-flip test")
         parts.append(
-            f"for the scenario set \\texttt{{{name}}} of \\(J={J}\\) scenarios, power at {round(base.delta * 100)} points is "
-            + "; at ".join(["at " + cells[0]] + cells[1:])
+            f"for the scenario set \\texttt{{{name}}} of \\(J={J}\\) scenarios, power at "
+            f"{round(base.delta * 100)} points is " + "; at ".join(["at " + cells[0]] + cells[1:])
         )
     if not parts:
         return LatexText("")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -66,8 +67,8 @@ class PrimaryResult:
         """Acceptance per arm as reported: numbers or ``not estimable (reason)``."""
         return estimability.honest_frame(self.acceptance, ["p_hat", "ci_low", "ci_high"])
 
-    def to_latex(self, **kwargs) -> str:
-        return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
+    def to_latex(self, **kwargs: Any) -> str:
+        return str(self.summary.to_latex(index=False, float_format="%.3f", **kwargs))
 
     def contrast(self, name: str) -> pd.Series:
         return self.contrasts.set_index("contrast").loc[name]
@@ -161,7 +162,9 @@ def contrast_table(
             flag,
             small_sample.lattice_flag(float(lo[i]), float(hi[i]), d[:, i], settings.level),
         )
-        for i, (pair, k, flag) in enumerate(zip(contrasts, n_scen, estimability.interval_flags(lo, hi, n_scen)))
+        for i, (pair, k, flag) in enumerate(
+            zip(contrasts, n_scen, estimability.interval_flags(lo, hi, n_scen), strict=True)
+        )
     ]
     table = pd.DataFrame(
         {
@@ -189,10 +192,13 @@ def _contrast_reason(means: np.ndarray, layout: Layout, pair: Sequence[str]) -> 
 
 
 def contrast_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
-    """A contrast table as reported: numbers or ``not estimable (reason)``, ``p_holm`` empty for the primary contrast."""
+    """A contrast table as reported: numbers or ``not estimable (reason)``, ``p_holm`` empty for the primary
+    contrast."""
     out = estimability.honest_frame(contrasts, ["estimate", "ci_low", "ci_high", "p_value", "p_holm"])
     if "role" in out.columns:
-        out["p_holm"] = [("" if r == "primary" else v) for v, r in zip(out["p_holm"].astype(object), out["role"])]
+        out["p_holm"] = [
+            ("" if r == "primary" else v) for v, r in zip(out["p_holm"].astype(object), out["role"], strict=True)
+        ]
     return out
 
 
@@ -211,7 +217,7 @@ def acceptance_table(
     n_scen = (~np.isnan(means)).sum(axis=0)
     notes = [
         estimability.join_notes(("no run" if r == 0 else "no scored run") if s == 0 else "", flag)
-        for r, s, flag in zip(n_runs, n_scored, estimability.interval_flags(lo, hi, n_scen))
+        for r, s, flag in zip(n_runs, n_scored, estimability.interval_flags(lo, hi, n_scen), strict=True)
     ]
     return (
         pd.DataFrame(

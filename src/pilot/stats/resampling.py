@@ -52,6 +52,7 @@ def bootstrap_means(values: np.ndarray, counts: np.ndarray, weights: np.ndarray 
     x, flat = _as_2d(values)
     w = np.ones(x.shape[0]) if weights is None else np.asarray(weights, dtype=float)
     valid = ~np.isnan(x)
+    out: np.ndarray
     if valid.all():  # every scenario has every statistic: one denominator for all columns
         out = (counts @ (x * w[:, None])) / (counts @ w)[:, None]
         return out[:, 0] if flat else out
@@ -73,7 +74,7 @@ def bootstrap_ratios(
     num = counts @ (np.where(valid, n, 0.0) * w[:, None])
     den = counts @ (np.where(valid, d, 0.0) * w[:, None])
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = num / den
+        out: np.ndarray = num / den
     return out[:, 0] if flat else out
 
 
@@ -118,7 +119,8 @@ def _linear_quantile(ordered: np.ndarray, prob: float) -> np.ndarray:
     lo = int(np.floor(pos))
     hi = min(lo + 1, ordered.shape[0] - 1)
     frac = pos - lo
-    return ordered[lo] + frac * (ordered[hi] - ordered[lo])
+    q: np.ndarray = ordered[lo] + frac * (ordered[hi] - ordered[lo])
+    return q
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -32,15 +33,15 @@ class TableResult:
 
     name: str
     table: pd.DataFrame
-    details: dict = field(default_factory=dict, repr=False)
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
     infinite: tuple[str, ...] = ()
 
     @property
     def summary(self) -> pd.DataFrame:
         return estimability.honest_frame(self.table, infinite=self.infinite)
 
-    def to_latex(self, **kwargs) -> str:
-        return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
+    def to_latex(self, **kwargs: Any) -> str:
+        return str(self.summary.to_latex(index=False, float_format="%.3f", **kwargs))
 
 
 def _setup(df: pd.DataFrame, study: protocol.Study | None) -> tuple[protocol.Study, pd.DataFrame, Layout]:
@@ -214,7 +215,7 @@ def logistic_cluster(
         res = logistic.fit(
             S[use], X, ["intercept"] + [f"{a} vs {reference}" for a in fitted], layout.j[use], level=level
         )
-    by_term = dict(zip(res.terms, range(len(res.terms))))
+    by_term = dict(zip(res.terms, range(len(res.terms)), strict=True))
     out = []
     for term, a in [("intercept", reference)] + [(f"{a} vs {reference}", a) for a in others]:
         if term in by_term:
@@ -240,7 +241,8 @@ def logistic_cluster(
                 "odds_ratio": np.exp(c),
                 "or_ci_low": np.exp(lo),
                 "or_ci_high": np.exp(hi),
-                # The same statistic against t(G - 1): a small-sample sensitivity beside the preregistered normal reference.
+                # The same statistic against t(G - 1): a small-sample sensitivity beside the preregistered normal
+                # reference.
                 "p_t": p_t,
                 "or_ci_t_low": np.exp(lo_t),
                 "or_ci_t_high": np.exp(hi_t),
@@ -345,7 +347,7 @@ def kaplan_meier(
             "censored": int((~ev[m]).sum()),
             "median_min": median if np.isfinite(median) else np.nan,
         }
-        rec.update({f"running_at_{int(x)}min": float(v) for x, v in zip(times, surv)})
+        rec.update({f"running_at_{int(x)}min": float(v) for x, v in zip(times, surv, strict=True)})
         rec["note"] = "" if np.isfinite(median) else "median not reached: over half the runs never completed"
         out.append(rec)
     present = [a for a in layout.arms if (arm == a).any()]
@@ -531,7 +533,7 @@ def cost_per_accepted(
             "share_resamples": float(finite.mean()),
             "n_charged": n_charged,
             "n_no_cost": n_left_out,
-            "note": [estimability.join_notes(n, f) for n, f in zip(notes, flags)],
+            "note": [estimability.join_notes(n, f) for n, f in zip(notes, flags, strict=True)],
         }
     )
     return TableResult(
@@ -559,7 +561,8 @@ def frontier(
         raise ValueError(f"cost_reading must be one of {COST_READINGS}, got {cost_reading!r}")
     study, rows, layout = _setup(df, study)
     if kind == "budget":
-        # The one cost rule (interpretations.md, Cost of a run); the reported reading leaves an unknown cost within no b.
+        # The one cost rule (interpretations.md, Cost of a run); the reported reading leaves an unknown cost
+        # within no budget.
         resource = (
             charged_agent_cost(rows)[0]
             if cost_reading == "charged"
@@ -588,7 +591,7 @@ def frontier(
     runs = np.tile(layout.runs_per_arm(), len(grid))
     notes = [
         estimability.join_notes(("no run" if r == 0 else "no scored run") if k == 0 else "", f)
-        for r, k, f in zip(runs, n_scen, estimability.interval_flags(lo, hi, n_scen))
+        for r, k, f in zip(runs, n_scen, estimability.interval_flags(lo, hi, n_scen), strict=True)
     ]
     table = pd.DataFrame(
         {
@@ -614,8 +617,14 @@ def frontier(
 def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None) -> TableResult:
     """Per arm, scenario-weighted means of D, E, Q, S, cost, wall time, process counts, abstention and capping."""
     study, rows, layout = _setup(df, study)
-    est = lambda v: estimators.arm_means(layout.means(np.asarray(v, dtype=float)), layout.weights("equal"))  # noqa: E731
-    f = lambda c: rows[c].to_numpy(dtype=float, na_value=np.nan)  # noqa: E731
+
+    def est(v: Any) -> np.ndarray:
+        return estimators.arm_means(layout.means(np.asarray(v, dtype=float)), layout.weights("equal"))
+
+    def f(c: str) -> np.ndarray:
+        col: np.ndarray = rows[c].to_numpy(dtype=float, na_value=np.nan)
+        return col
+
     summary = pd.DataFrame(
         {
             "arm": layout.arms,
@@ -636,7 +645,7 @@ def secondary_endpoints(df: pd.DataFrame, *, study: protocol.Study | None = None
     runs, scored = layout.runs_per_arm(), layout.sums(f("Q"))[1].sum(axis=0)
     summary["note"] = [
         f"no run in {a}" if r == 0 else (f"no scored run in {a} (Q and S)" if k == 0 else "")
-        for a, r, k in zip(layout.arms, runs, scored)
+        for a, r, k in zip(layout.arms, runs, scored, strict=True)
     ]
     charged = charged_agent_cost(rows)[1]
     return TableResult(
@@ -685,7 +694,8 @@ def model_sensitivity(
 
 
 def reliability(df: pd.DataFrame, *, study: protocol.Study | None = None) -> TableResult:
-    """Reliability across repeats per arm: tau-bench's pass^k for k = 1 .. R and the share of scenarios accepted in all R.
+    """Reliability across repeats per arm: tau-bench's pass^k for k = 1 .. R and the share of scenarios accepted in
+    all R.
 
     Per scenario, pass^k = C(c, k) / C(n, k) with c accepted of n scored
     repeats (the chance that k repeats drawn from its n were all accepted); an
@@ -767,7 +777,8 @@ def recovery_index(
     for name, num_runs in (("ARI", recovered), ("ARI, accepted", accepted)):
         num, _ = layout.sums(num_runs.astype(float))
         if name == "ARI, accepted":
-            # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run as not accepted.
+            # Acceptance needs a judge: only the eligible runs with S count, so the index never treats an unjudged run
+            # as not accepted.
             num, _ = layout.sums((accepted & ~np.isnan(S)).astype(float))
             d, _ = layout.sums((eligible & ~np.isnan(S)).astype(float))
         else:
@@ -854,7 +865,7 @@ def judge_agreement(df: pd.DataFrame, *, study: protocol.Study | None = None) ->
     scored = (~np.isnan(rounded)).sum(axis=0) >= 2
     out = []
 
-    def alpha(data: np.ndarray, level: str, **kw) -> tuple[float, str]:
+    def alpha(data: np.ndarray, level: Literal["ordinal", "interval"], **kw: Any) -> tuple[float, str]:
         """Ordinal alpha from the krippendorff package; interval alpha in closed form (:func:`interval_alpha`)."""
         if not scored.any():
             return np.nan, "needs two judges scoring the same run; no run has two"

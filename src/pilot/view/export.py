@@ -171,5 +171,5 @@ def export_site(folder: Path, out: Path, *, workers: int | None = None) -> Expor
             totals[0] += 1
         results = [f.result() for f in futures] if pool else [_write_runs(reader.folder, out, rows, simulated, order)]
     for r in results:
-        totals = [a + b for a, b in zip(totals, r)]
+        totals = [a + b for a, b in zip(totals, r, strict=True)]
     return ExportResult(out, totals[0] + 1, totals[1], totals[2])

@@ -22,7 +22,7 @@ from typing import Any
 try:  # the parser behind re.compile: Python 3.11 moved it from sre_parse
     import re._parser as _sre  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - older interpreters
-    import sre_parse as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre
 
 #: Plain phrases listed at most per pattern (an optional part doubles them).
 MAX_PHRASES = 64

@@ -89,7 +89,8 @@ class Links:
         return self._root() + "why" + (".html" if self.static else "")
 
     def runs(self, **filters: Any) -> str:
-        """The index with its run list filtered (the filters live in the address's hash, so this works from file:// too)."""
+        """The index with its run list filtered (the filters live in the address's hash, so this works from file://
+        too)."""
         parts = [f"{quote(k, safe='')}={quote(str(v), safe='')}" for k, v in filters.items() if v not in (None, "")]
         return self.index() + ("#" + "&".join(parts) if parts else "")
 
@@ -187,7 +188,8 @@ class Tally:
 
 
 def arm_model_groups(rows: list[dict[str, Any]], worker_model: str) -> list[tuple[str, str, Tally]]:
-    """(arm, model, tally) with each arm's worker-model runs first and every other model (the sensitivity runs) apart."""
+    """(arm, model, tally) with each arm's worker-model runs first and every other model
+    (the sensitivity runs) apart."""
     tallies: dict[tuple[str, str], Tally] = {}
     for r in rows:
         tallies.setdefault((r["arm"], str(r.get("model") or "")), Tally()).add(r)
@@ -539,7 +541,8 @@ def session_costs(rec: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def session_notes(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per session of one attempt: its label, its own cost, the CLI's report, and for a resume the self-check that led to it.
+    """Per session of one attempt: its label, its own cost, the CLI's report, and for a resume the self-check that led
+    to it.
 
     The CLI's report on a resume may be the total of both sessions, so the
     resume's own cost is the runner's ``recovery_cost_usd``; the report is
@@ -613,7 +616,8 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
         lines.append(f"the agent's session ended in an error: {rec.get('agent_error') or 'no detail'}")
     if rec.get("censored"):
         lines.append(
-            f"censored: the run reached its {rec.get('censor_reason')} cap; its deliverables were evaluated as delivered"
+            f"censored: the run reached its {rec.get('censor_reason')} cap; its deliverables were evaluated as "
+            "delivered"
         )
     earlier = [
         h for h in sessions.cap_hits(rec) if not (rec.get("censored") and h.session == sessions.final_session(rec))
@@ -651,7 +655,8 @@ def verdict(data: dict[str, Any], q: float) -> Verdict:
         )
     else:
         lines.append(
-            f"Q = {Q:.1f} {'≥' if Q >= q else '<'} q = {q:g} ({row.get('n_judges')} judge(s), {row.get('judge_accept_votes')} accept vote(s))"
+            f"Q = {Q:.1f} {'≥' if Q >= q else '<'} q = {q:g} ({row.get('n_judges')} judge(s), "
+            f"{row.get('judge_accept_votes')} accept vote(s))"
         )
     S = row.get("S")
     if S is None:
@@ -728,7 +733,7 @@ def _split_package(prompt: Any) -> list[tuple[Any, str]]:
         cuts.append(at)
         pos = at + 1
     bounds = cuts[1:] + [len(section)]
-    return [(d, section[a:b].strip("\n")) for d, a, b in zip(delivs, cuts, bounds)]
+    return [(d, section[a:b].strip("\n")) for d, a, b in zip(delivs, cuts, bounds, strict=True)]
 
 
 @dataclass
@@ -741,7 +746,8 @@ class JudgedPackage:
 
 
 def judged_deliverables(reader: StudyReader, data: dict[str, Any]) -> JudgedPackage:
-    """The run's deliverables through the judges' own renderer and scrubbing, with the run's identifiers withheld as for the judges.
+    """The run's deliverables through the judges' own renderer and scrubbing, with the run's identifiers withheld as for
+    the judges.
 
     A symbolic link in ``outputs/`` is never followed: the renderer reads through the bounded reader
     (:mod:`pilot.worker_files`), shows a link refused as the judges saw it, and the page says so.

@@ -128,7 +128,7 @@ class ReadOnlyStore(Store):
     database"); the viewer calls none.
     """
 
-    def __init__(self, path: Path) -> None:  # noqa: D107 - deliberately not Store.__init__ (no schema, no pragmas)
+    def __init__(self, path: Path) -> None:  # deliberately not Store.__init__ (no schema, no pragmas)
         self.path = Path(path)
         self.folder = self.path.parent
         wal = self.path.with_name(self.path.name + "-wal")
@@ -271,7 +271,8 @@ class StudyReader:
             return [r["run_id"] for r in st.finished_rows()]
 
     def label(self) -> str:
-        """The label of this study's backends (SIMULATED, REHEARSAL, or "" for a real study; :func:`pilot.backends.label_of`)."""
+        """The label of this study's backends (SIMULATED, REHEARSAL, or "" for a real study;
+        :func:`pilot.backends.label_of`)."""
         from pilot import backends
 
         with self.store() as st:
@@ -397,7 +398,8 @@ class StudyReader:
             evals = {
                 r["run_id"]: (r["criteria_json"], r["E_reasons_json"])
                 for r in st.conn.execute(
-                    "SELECT e.run_id, e.criteria_json, e.E_reasons_json FROM evaluations e JOIN cells c ON c.run_id = e.run_id "
+                    "SELECT e.run_id, e.criteria_json, e.E_reasons_json FROM evaluations e JOIN cells c ON c.run_id = "
+                    "e.run_id "
                     "WHERE c.scenario = ?",
                     (scenario_id,),
                 )

@@ -124,10 +124,8 @@ def generate(inputs_dir: Path) -> list[Path]:
         n_je += 1
         je = f"JE-2026-10-{n_je:04d}"
         if e["kind"] == "deposit":
-            ref = (
-                e.get("ref")
-                or f"DEP-10{e['date']:02d}{'ABCDEF'[len([r for r in ledger_rows if r[0] == _day(e['date']) and r[1].startswith('DEP')])]}"
-            )
+            same_day = [r for r in ledger_rows if r[0] == _day(e["date"]) and r[1].startswith("DEP")]
+            ref = e.get("ref") or f"DEP-10{e['date']:02d}{'ABCDEF'[len(same_day)]}"
             ledger_rows.append((_day(e["date"]), ref, je, f"Customer receipt - {e['party']}", "", e["amount"], 0.0))
             bank_rows.append((e["date"], f"DEPOSIT {ref}", ref, 0.0, e["amount"]))
         elif e["kind"] == "cheque":
@@ -147,7 +145,7 @@ def generate(inputs_dir: Path) -> list[Path]:
     ledger_rows.append(
         (_day(31), "DEP-1031A", "JE-2026-10-0199", "Customer receipt - Orrin Pumps", "", DEPOSIT_IN_TRANSIT, 0.0)
     )
-    for no, party, amt in SEPT_OUTSTANDING:
+    for no, _party, amt in SEPT_OUTSTANDING:
         bank_rows.append((2 if no == "10421" else 6, f"CHEQUE {no}", no, amt, 0.0))
     bank_rows.append((14, f"RETURNED ITEM NSF - {NSF[0].upper()}", "RTN-1014", NSF[1], 0.0))
     for d, text, amt in FEES:
@@ -236,7 +234,7 @@ def analyse(inputs_dir: Path) -> dict:
         - sum(a for *_, a in fees)
         + sum(a for *_, a in interest)
         - sum(a for *_, a in nsf)
-        - sum(b - l for _, _, l, b in misposted)
+        - sum(booked - ledger for _, _, ledger, booked in misposted)
     )
     return {
         "bank_close": bank_close,
@@ -333,18 +331,23 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     blocks = [
         Heading("Summary"),
         Para(
-            f"The operating account (Northbridge Bank ****4471, GL 1010) reconciles at 31 October 2026. The bank statement closes at "
-            f"{a['bank_close']:,.2f} and the general ledger at {a['ledger_close']:,.2f}. After the timing items on the bank side and the "
-            f"proposed adjustments on the ledger side, both adjusted balances stand at {a['adj_bank']:,.2f} and the unreconciled difference is nil."
+            "The operating account (Northbridge Bank ****4471, GL 1010) reconciles at 31 October 2026. "
+            f"The bank statement closes at {a['bank_close']:,.2f} and the general ledger at "
+            f"{a['ledger_close']:,.2f}. After the timing items on the bank side and the proposed "
+            f"adjustments on the ledger side, both adjusted balances stand at {a['adj_bank']:,.2f} and the "
+            "unreconciled difference is nil."
         ),
         Para(
-            "Two September cheques (10421 and 10425) that were outstanding at the end of last month cleared in the first week of October, "
-            "which is why the opening balances of the bank and the ledger differ; they need no action."
+            "Two September cheques (10421 and 10425) that were outstanding at the end of last month "
+            "cleared in the first week of October, which is why the opening balances of the bank and the "
+            "ledger differ; they need no action."
         ),
         Heading("Reconciling items"),
         Para(
-            f"Deposits in transit total {a['dit']:,.2f}: the Orrin Pumps receipt booked on 31 October, which the bank will credit in early November. "
-            f"Outstanding cheques total {a['oc']:,.2f} (cheques {', '.join(str(n) for n, _, _ in a['outstanding'])}), all issued in the last week of the month."
+            f"Deposits in transit total {a['dit']:,.2f}: the Orrin Pumps receipt booked on 31 October, "
+            f"which the bank will credit in early November. Outstanding cheques total {a['oc']:,.2f} "
+            f"(cheques {', '.join(str(n) for n, _, _ in a['outstanding'])}), all issued in the last week "
+            "of the month."
         ),
         Table(
             ["Item", "Amount"],
@@ -356,25 +359,31 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             ],
         ),
         Para(
-            f"On the ledger side, the bank charged fees of {sum(x for *_, x in a['fees']):,.2f} and credited interest of {sum(x for *_, x in a['interest']):,.2f}, "
-            f"neither of which has been booked. The bank also returned a Vesta Agritech cheque of {a['nsf'][0][2]:,.2f} unpaid (NSF) on 14 October; "
-            "the receipt was booked on 8 October and has not been reversed."
+            f"On the ledger side, the bank charged fees of {sum(x for *_, x in a['fees']):,.2f} and "
+            f"credited interest of {sum(x for *_, x in a['interest']):,.2f}, neither of which has been "
+            f"booked. The bank also returned a Vesta Agritech cheque of {a['nsf'][0][2]:,.2f} unpaid (NSF) "
+            "on 14 October; the receipt was booked on 8 October and has not been reversed."
         ),
         Para(
-            f"Cheque {no} was posted in the ledger ({je}) at {booked:,.2f}, while the bank paid {cleared:,.2f}, the amount of the supplier's invoice. "
-            f"This is a transposition error of {cleared - booked:,.2f} in the ledger."
+            f"Cheque {no} was posted in the ledger ({je}) at {booked:,.2f}, while the bank paid "
+            f"{cleared:,.2f}, the amount of the supplier's invoice. This is a transposition error of "
+            f"{cleared - booked:,.2f} in the ledger."
         ),
         Heading("Proposed adjusting entries"),
         Para(
-            "Book the bank charges to 6420 Bank charges and the interest to 7100 Interest income. Reverse the returned Vesta Agritech receipt "
-            "against accounts receivable so that collections can pursue it. Correct the posting of the transposed cheque by a further credit to cash "
-            f"of {cleared - booked:,.2f} against accounts payable. The Adjustments sheet of the workbook lists each entry with its effect on ledger cash."
+            "Book the bank charges to 6420 Bank charges and the interest to 7100 Interest income. Reverse "
+            "the returned Vesta Agritech receipt against accounts receivable so that collections can "
+            "pursue it. Correct the posting of the transposed cheque by a further credit to cash of "
+            f"{cleared - booked:,.2f} against accounts payable. The Adjustments sheet of the workbook "
+            "lists each entry with its effect on ledger cash."
         ),
         Heading("Follow-up"),
         Para(
-            "Confirm in the first week of November that the deposit in transit has been credited and chase any outstanding cheque still open after 60 days. "
-            "Ask Accounts Receivable to contact Vesta Agritech about the returned cheque and to put the account on hold until it is replaced. "
-            "Review why the transposed amount passed the payment approval check, since the cheque register and the ledger should agree before posting."
+            "Confirm in the first week of November that the deposit in transit has been credited and "
+            "chase any outstanding cheque still open after 60 days. Ask Accounts Receivable to contact "
+            "Vesta Agritech about the returned cheque and to put the account on hold until it is "
+            "replaced. Review why the transposed amount passed the payment approval check, since the "
+            "cheque register and the ledger should agree before posting."
         ),
     ]
     memo = write_docx(blocks, outputs_dir / MEMO_DOCX, title="October 2026 bank reconciliation - GL 1010")

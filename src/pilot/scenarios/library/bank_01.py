@@ -69,12 +69,14 @@ def generate(inputs_dir: Path) -> list[Path]:
     notes.append(["Notes to the FY2025 statements"])
     notes.append(
         [
-            "1. Operating expenses for FY2025 include a one-off settlement of a supplier dispute of 150,000, paid in September 2025. It is not expected to recur."
+            "1. Operating expenses for FY2025 include a one-off settlement of a supplier dispute of "
+            "150,000, paid in September 2025. It is not expected to recur."
         ]
     )
     notes.append(
         [
-            "2. Existing term debt: Northshore Credit Union loan, scheduled principal and interest of 395,000 per year until 2029."
+            "2. Existing term debt: Northshore Credit Union loan, scheduled principal and interest of "
+            "395,000 per year until 2029."
         ]
     )
     notes.append(["3. No dividends were paid in FY2023-FY2025."])
@@ -85,29 +87,41 @@ def generate(inputs_dir: Path) -> list[Path]:
 Borrower: Marlow & Finch Packaging Ltd., Hamilton, Ontario. Flexible packaging manufacturer, founded 2004, 86 employees.
 Relationship: operating account and 500,000 revolving line with us since 2019; line unused at the last two year-ends.
 
-Request: new term loan of {LOAN:,.0f} CAD to finance a second extrusion line (total cost 3,050,000; the balance of 650,000 from cash on hand).
-Proposed terms: {YEARS_TERM} years, fixed rate {RATE * 100:.2f}% per year, level monthly payments of principal and interest, first-ranking charge on the new line.
+Request: new term loan of {LOAN:,.0f} CAD to finance a second extrusion line (total cost 3,050,000; the balance of \
+650,000 from cash on hand).
+Proposed terms: {YEARS_TERM} years, fixed rate {RATE * 100:.2f}% per year, level monthly payments of principal and \
+interest, first-ranking charge on the new line.
 Management projection: the new line adds 1.9 million of revenue from FY2027 at current margins.
 
-Relationship manager comment: "Strong, loyal client, growing every year. I would like to get this to committee in December."
+Relationship manager comment: "Strong, loyal client, growing every year. I would like to get this to committee in \
+December."
 """
     paths.append(write_text(inputs_dir / APPLICATION_TXT, app))
     policy = [
         Heading("Commercial Credit Policy - extract (section 4, term lending)"),
         Para(
-            "4.1 Debt service coverage. The debt service coverage ratio (DSCR) is EBITDA for the most recent fiscal year divided by total annual debt service, meaning scheduled principal and interest on all existing term debt plus the first full year of payments on the proposed facility. The minimum DSCR for a term loan is 1.25x."
+            "4.1 Debt service coverage. The debt service coverage ratio (DSCR) is EBITDA for the most "
+            "recent fiscal year divided by total annual debt service, meaning scheduled principal and "
+            "interest on all existing term debt plus the first full year of payments on the proposed "
+            "facility. The minimum DSCR for a term loan is 1.25x."
         ),
         Para(
-            "4.2 Adjustments. EBITDA may be adjusted for non-recurring items that are disclosed in the notes to the financial statements. Projected earnings of the financed asset may not be included in the DSCR calculation."
+            "4.2 Adjustments. EBITDA may be adjusted for non-recurring items that are disclosed in the "
+            "notes to the financial statements. Projected earnings of the financed asset may not be "
+            "included in the DSCR calculation."
         ),
         Para(
-            "4.3 Leverage. Total funded debt, including the proposed facility, may not exceed 3.50 times EBITDA for the most recent fiscal year."
+            "4.3 Leverage. Total funded debt, including the proposed facility, may not exceed 3.50 times "
+            "EBITDA for the most recent fiscal year."
         ),
         Para(
-            "4.4 Exceptions. A request that fails 4.1 or 4.3 may only be approved as a documented policy exception by the Senior Credit Committee, with the mitigating factors stated. An analyst may recommend a restructured facility that complies with policy."
+            "4.4 Exceptions. A request that fails 4.1 or 4.3 may only be approved as a documented policy "
+            "exception by the Senior Credit Committee, with the mitigating factors stated. An analyst may "
+            "recommend a restructured facility that complies with policy."
         ),
         Para(
-            "4.5 The credit memo must state each ratio with its calculation, the policy limit, and whether the request complies."
+            "4.5 The credit memo must state each ratio with its calculation, the policy limit, and "
+            "whether the request complies."
         ),
     ]
     paths.append(write_pdf(policy, inputs_dir / POLICY_PDF, title="Credit policy extract"))
@@ -188,25 +202,31 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     blocks = [
         Heading("Request"),
         Para(
-            f"Marlow & Finch Packaging Ltd. requests a term loan of {LOAN:,.0f} CAD over {YEARS_TERM} years at a fixed {RATE * 100:.2f}% with level "
-            f"monthly payments, to finance a second extrusion line costing 3,050,000, the balance to come from cash. The monthly payment would be "
-            f"{a['monthly']:,.2f}, or {a['new_ds']:,.0f} a year."
+            f"Marlow & Finch Packaging Ltd. requests a term loan of {LOAN:,.0f} CAD over {YEARS_TERM} "
+            f"years at a fixed {RATE * 100:.2f}% with level monthly payments, to finance a second "
+            "extrusion line costing 3,050,000, the balance to come from cash. The monthly payment would "
+            f"be {a['monthly']:,.2f}, or {a['new_ds']:,.0f} a year."
         ),
         Heading("Borrower"),
         Para(
-            "The borrower is an established flexible packaging manufacturer in Hamilton with 86 employees and a clean relationship with the bank since 2019; "
-            "its revolving line has been unused at the last two year-ends. Revenue grew from 11.84 million in FY2023 to 13.19 million in FY2025."
+            "The borrower is an established flexible packaging manufacturer in Hamilton with 86 employees "
+            "and a clean relationship with the bank since 2019; its revolving line has been unused at the "
+            "last two year-ends. Revenue grew from 11.84 million in FY2023 to 13.19 million in FY2025."
         ),
         Para(
-            "The balance sheet at the end of FY2025 is conservative: shareholders' equity of 6.70 million against total assets of 8.69 million, cash of "
-            "0.64 million, and existing term debt of 0.85 million with the Northshore Credit Union, amortising until 2029. Working capital is positive and "
-            "receivables and inventory are in line with the activity level. The weakness is earnings, not the balance sheet."
+            "The balance sheet at the end of FY2025 is conservative: shareholders' equity of 6.70 million "
+            "against total assets of 8.69 million, cash of 0.64 million, and existing term debt of 0.85 "
+            "million with the Northshore Credit Union, amortising until 2029. Working capital is positive "
+            "and receivables and inventory are in line with the activity level. The weakness is earnings, "
+            "not the balance sheet."
         ),
         Heading("Financial analysis"),
         Para(
-            f"EBITDA was {a['ebitda'][0]:,.0f}, {a['ebitda'][1]:,.0f} and {a['ebitda'][2]:,.0f} in FY2023-FY2025. FY2025 operating expenses include a "
-            f"one-off supplier settlement of {ONE_OFF:,.0f} disclosed in note 1; policy 4.2 allows it to be added back, giving adjusted EBITDA of {a['adj']:,.0f}. "
-            "Margins narrowed in FY2025 because operating costs grew faster than revenue even after the add-back."
+            f"EBITDA was {a['ebitda'][0]:,.0f}, {a['ebitda'][1]:,.0f} and {a['ebitda'][2]:,.0f} in "
+            "FY2023-FY2025. FY2025 operating expenses include a one-off supplier settlement of "
+            f"{ONE_OFF:,.0f} disclosed in note 1; policy 4.2 allows it to be added back, giving adjusted "
+            f"EBITDA of {a['adj']:,.0f}. Margins narrowed in FY2025 because operating costs grew faster "
+            "than revenue even after the add-back."
         ),
         Table(
             ["Ratio", "Calculation", "Result", "Policy", "Complies"],
@@ -223,16 +243,21 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         ),
         Heading("Policy compliance"),
         Para(
-            f"Total annual debt service would be {a['total_ds']:,.0f}: {EXISTING_DEBT_SERVICE:,.0f} on the existing Northshore loan and {a['new_ds']:,.0f} on the "
-            f"proposed facility. The DSCR is therefore {a['dscr']:.2f}x, below the policy minimum of 1.25x (section 4.1). Leverage of {a['leverage']:.2f}x is within "
-            "the 3.50x maximum (section 4.3). Management's projection of additional revenue from the new line cannot be counted under section 4.2."
+            f"Total annual debt service would be {a['total_ds']:,.0f}: {EXISTING_DEBT_SERVICE:,.0f} on the "
+            f"existing Northshore loan and {a['new_ds']:,.0f} on the proposed facility. The DSCR is "
+            f"therefore {a['dscr']:.2f}x, below the policy minimum of 1.25x (section 4.1). Leverage of "
+            f"{a['leverage']:.2f}x is within the 3.50x maximum (section 4.3). Management's projection of "
+            "additional revenue from the new line cannot be counted under section 4.2."
         ),
         Heading("Recommendation"),
         Para(
-            f"I do not recommend approval of the request as structured, because it fails the debt service coverage test. On the same rate and term, the largest "
-            f"loan that meets 1.25x is about {a['max_loan']:,.0f}. I recommend offering a facility of that size, or the full amount over a longer amortisation "
-            "if the asset life supports it, with the borrower funding the difference from cash or equity. A policy exception for the full request should only go to "
-            "the Senior Credit Committee with documented mitigants such as a guarantee or additional security."
+            "I do not recommend approval of the request as structured, because it fails the debt service "
+            "coverage test. On the same rate and term, the largest loan that meets 1.25x is about "
+            f"{a['max_loan']:,.0f}. I recommend offering a facility of that size, or the full amount over "
+            "a longer amortisation if the asset life supports it, with the borrower funding the "
+            "difference from cash or equity. A policy exception for the full request should only go to "
+            "the Senior Credit Committee with documented mitigants such as a guarantee or additional "
+            "security."
         ),
     ]
     memo = write_pdf(blocks, outputs_dir / MEMO_PDF, title="Credit memo - Marlow & Finch Packaging Ltd.")

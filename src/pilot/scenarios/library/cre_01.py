@@ -1,4 +1,5 @@
-"""CRE-01, commercial real estate: the 2026 service-charge reconciliation of Harbour Point, a multi-tenant office building.
+"""CRE-01, commercial real estate: the 2026 service-charge reconciliation of Harbour Point, a multi-tenant office
+building.
 
 The property manager allocates the year's actual costs from the cost ledger to
 the tenants by their proportions under the leases (net internal area over the
@@ -204,7 +205,8 @@ def generate(inputs_dir: Path) -> list[Path]:
     return paths
 
 
-PROCEDURE = """Harbour Point - service charge year-end reconciliation procedure (managing agent's office manual, section 6)
+PROCEDURE = """Harbour Point - service charge year-end reconciliation procedure (managing agent's office manual, \
+section 6)
 
 1. Year. The service charge year runs 1 January to 31 December. The actual costs are the lines of the
    Ledger sheet of the year's cost ledger workbook, which is the book of account. Other sheets of that
@@ -231,8 +233,11 @@ def _write_ledger(inputs_dir: Path, lines) -> Path:
     for text in [
         "Harbour Point, 14 Quayside Road - service charge cost ledger, year ended 31 December 2026",
         "Prepared by the managing agent's accounts team. Amounts are net of VAT, in GBP.",
-        "Sheets: Ledger (every cost posted for the year, the book of account), Summary (by cost head, prepared 15 December 2026 "
-        "for the budget meeting), Budget 2026, Certified 2025 (each tenant's certified service charge for 2025).",
+        (
+            "Sheets: Ledger (every cost posted for the year, the book of account), Summary (by cost head, "
+            "prepared 15 December 2026 for the budget meeting), Budget 2026, Certified 2025 (each tenant's "
+            "certified service charge for 2025)."
+        ),
     ]:
         cover.append([text])
     cover["A1"].font = Font(bold=True)
@@ -262,7 +267,7 @@ def _write_ledger(inputs_dir: Path, lines) -> Path:
     bud.append(["Cost head", "Budget (GBP)"])
     style_header(bud, 2)
     weights = [Decimal(n * t) for _, n, t in HEADS]
-    for (head, _, _), w in zip(HEADS, weights):
+    for (head, _, _), w in zip(HEADS, weights, strict=True):
         bud.append([head, float((BUDGET_2026 * w / sum(weights)).quantize(Decimal("100")))])
     bud.append(["Total budget", float(BUDGET_2026)])
     autosize(bud, {"A": 30, "B": 14})
@@ -284,8 +289,9 @@ def _write_leases(inputs_dir: Path) -> Path:
             continue
         cap = (
             (
-                "Clause 7.4 (side letter of 3 March 2023): the service charge for any year shall not exceed the service charge "
-                "certified for the previous year by more than 3%; any excess is borne by the landlord."
+                "Clause 7.4 (side letter of 3 March 2023): the service charge for any year shall not "
+                "exceed the service charge certified for the previous year by more than 3%; any excess is "
+                "borne by the landlord."
             )
             if tenant == CORRAN
             else "None"
@@ -294,37 +300,40 @@ def _write_leases(inputs_dir: Path) -> Path:
     blocks = [
         Heading("Harbour Point - lease abstracts (service charge provisions)"),
         Para(
-            "Prepared by Thornbury Estates' legal team from the executed leases, June 2026. All leases of Harbour Point "
-            "share the standard service charge schedule (Schedule 4) summarised below; tenant-specific departures are "
-            "listed in the table."
+            "Prepared by Thornbury Estates' legal team from the executed leases, June 2026. All leases of "
+            "Harbour Point share the standard service charge schedule (Schedule 4) summarised below; "
+            "tenant-specific departures are listed in the table."
         ),
         Heading("Schedule 4 - service charge (standard to every lease)", 2),
         Para(
-            "Paragraph 2. Recoverable costs: the proper costs of cleaning, security, lighting and heating of the common parts, "
-            "maintenance and repair of the lifts and the heating, ventilation and air conditioning plant, the insurance of the "
-            "building, repairs and maintenance of the structure and common parts, and the managing agent's fee."
+            "Paragraph 2. Recoverable costs: the proper costs of cleaning, security, lighting and heating "
+            "of the common parts, maintenance and repair of the lifts and the heating, ventilation and "
+            "air conditioning plant, the insurance of the building, repairs and maintenance of the "
+            "structure and common parts, and the managing agent's fee."
         ),
         Para(
-            "Paragraph 3. Excluded costs: (a) costs recovered from a particular tenant or from an insurer; (b) the cost of "
-            "capital improvements and of the replacement of plant, machinery or equipment, save for repairs and the "
-            "replacement of minor components in the course of maintenance; (c) the costs of letting or marketing any "
-            "unit, including rent-free periods and agents' fees."
+            "Paragraph 3. Excluded costs: (a) costs recovered from a particular tenant or from an "
+            "insurer; (b) the cost of capital improvements and of the replacement of plant, machinery or "
+            "equipment, save for repairs and the replacement of minor components in the course of "
+            "maintenance; (c) the costs of letting or marketing any unit, including rent-free periods and "
+            "agents' fees."
         ),
         Para(
-            "Paragraph 4. The Tenant's proportion is the net internal area of the premises divided by the total net internal "
-            "area of the lettable units of the building, whether or not let. The landlord bears the proportion of any unit "
-            "that is not let."
+            "Paragraph 4. The Tenant's proportion is the net internal area of the premises divided by the "
+            "total net internal area of the lettable units of the building, whether or not let. The "
+            "landlord bears the proportion of any unit that is not let."
         ),
         Para(
-            "Paragraph 5. The Tenant pays on account a quarter of the landlord's budget times the Tenant's proportion on each "
-            "quarter day. After the year end the landlord certifies the actual costs; the balancing charge is payable within "
-            "21 days of demand and an overpayment is credited to the Tenant."
+            "Paragraph 5. The Tenant pays on account a quarter of the landlord's budget times the "
+            "Tenant's proportion on each quarter day. After the year end the landlord certifies the "
+            "actual costs; the balancing charge is payable within 21 days of demand and an overpayment is "
+            "credited to the Tenant."
         ),
         Heading("Tenant-specific provisions", 2),
         Table(["Tenant", "Unit", "Area", "Lease start", "Service charge", "Cap / exception"], rows),
         Para(
-            "The side letter of Corran Insurance Brokers Ltd was granted on the renewal of its lease and binds the landlord's "
-            "successors; the other leases contain no cap."
+            "The side letter of Corran Insurance Brokers Ltd was granted on the renewal of its lease and "
+            "binds the landlord's successors; the other leases contain no cap."
         ),
     ]
     return write_docx(blocks, inputs_dir / LEASES_DOCX, title="Harbour Point - lease abstracts")
@@ -388,7 +397,8 @@ def compute(inputs_dir: Path) -> dict:
                 cap_excess = charge[t] - cap_limit[t]
                 charge[t] = cap_limit[t]
         balance[t] = charge[t] - paid[t]
-    # The landlord takes the vacant unit's proportion as the remainder, so that the pennies of rounding tie (procedure 6).
+    # The landlord takes the vacant unit's proportion as the remainder, so that the pennies of rounding tie (procedure
+    # 6).
     vacancy = recoverable - sum((apportioned[u] for u in tenant_of), Decimal(0))
     allocated = sum(charge.values(), Decimal(0)) + vacancy + cap_excess + excluded
     return {
@@ -428,11 +438,14 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         outputs_dir,
         [BOOK_XLSX, MEMO_DOCX],
         questions=[
-            "Should the cost of the chiller replacement be raised with Thornbury Estates' capital budget holder rather than "
-            "carried in the service charge accounts at all?"
+            "Should the cost of the chiller replacement be raised with Thornbury Estates' capital budget "
+            "holder rather than carried in the service charge accounts at all?"
         ],
-        notes="The chiller replacement (CX-2026-04) is excluded from the recoverable costs under Schedule 4, paragraph 3(b). "
-        "Unit 1.02's share and the excess over Corran's cap are borne by the landlord. Totals tie to the Ledger sheet.",
+        notes=(
+            "The chiller replacement (CX-2026-04) is excluded from the recoverable costs under Schedule 4, "
+            "paragraph 3(b). Unit 1.02's share and the excess over Corran's cap are borne by the landlord. "
+            "Totals tie to the Ledger sheet."
+        ),
     )
     return [book, memo, record]
 
@@ -631,50 +644,60 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Summary"),
         Para(
-            f"The 2026 service charge for Harbour Point is reconciled. The Ledger sheet of the cost ledger totals GBP "
-            f"{fmt_money(a['total'])} over {a['n_lines']} lines. Of that, GBP {fmt_money(a['excluded'])} for the chiller replacement is "
-            f"excluded by the leases, leaving recoverable costs of GBP {fmt_money(a['recoverable'])}. The tenants are charged GBP "
-            f"{fmt_money(sum(charge.values(), Decimal(0)))}; the landlord bears the vacant unit {vac} share of GBP "
-            f"{fmt_money(a['vacancy'])}, the excess over Corran's cap of GBP {fmt_money(a['cap_excess'])} and the excluded chiller cost. "
-            f"These amounts tie to the ledger total to the penny."
+            "The 2026 service charge for Harbour Point is reconciled. The Ledger sheet of the cost ledger "
+            f"totals GBP {fmt_money(a['total'])} over {a['n_lines']} lines. Of that, GBP "
+            f"{fmt_money(a['excluded'])} for the chiller replacement is excluded by the leases, leaving "
+            f"recoverable costs of GBP {fmt_money(a['recoverable'])}. The tenants are charged GBP "
+            f"{fmt_money(sum(charge.values(), Decimal(0)))}; the landlord bears the vacant unit {vac} "
+            f"share of GBP {fmt_money(a['vacancy'])}, the excess over Corran's cap of GBP "
+            f"{fmt_money(a['cap_excess'])} and the excluded chiller cost. These amounts tie to the ledger "
+            "total to the penny."
         ),
         Para(
-            f"{len(owing)} tenants have a balancing charge to pay ({', '.join(owing)}) and {len(credited)} is due a credit "
-            f"({', '.join(credited)}). Balances are stated as the charge for the year less the on-account payments for 2026: a "
-            f"positive figure is payable by the tenant, a negative figure is a credit to the tenant."
+            f"{len(owing)} tenants have a balancing charge to pay ({', '.join(owing)}) and {len(credited)} "
+            f"is due a credit ({', '.join(credited)}). Balances are stated as the charge for the year less "
+            "the on-account payments for 2026: a positive figure is payable by the tenant, a negative "
+            "figure is a credit to the tenant."
         ),
         Heading("Costs and exclusions"),
         Para(
-            f"The actual costs are the lines of the Ledger sheet, the book of account. The Summary sheet of the same workbook "
-            f"totals GBP {fmt_money(a['summary_total'])}: it was prepared on 15 December 2026 and misses the December electricity "
-            f"accrual posted on 31 December, so it was not used. Line {capex[0]}, '{capex[4]}', GBP {fmt_money(a['excluded'])}, is "
-            f"the installation of new plant under capital project CX-2026-04. Schedule 4, paragraph 3(b) of every lease excludes "
-            f"the cost of capital improvements and of the replacement of plant, other than repairs, so it is not a recoverable cost."
+            "The actual costs are the lines of the Ledger sheet, the book of account. The Summary sheet "
+            f"of the same workbook totals GBP {fmt_money(a['summary_total'])}: it was prepared on 15 "
+            "December 2026 and misses the December electricity accrual posted on 31 December, so it was "
+            f"not used. Line {capex[0]}, '{capex[4]}', GBP {fmt_money(a['excluded'])}, is the installation "
+            "of new plant under capital project CX-2026-04. Schedule 4, paragraph 3(b) of every lease "
+            "excludes the cost of capital improvements and of the replacement of plant, other than "
+            "repairs, so it is not a recoverable cost."
         ),
         Heading("Apportionment"),
         Para(
-            f"Each tenant's proportion is its net internal area over the total net internal area of the lettable units, let or "
-            f"not (Schedule 4, paragraph 4). The rent roll gives Brightwater's and Delphine's areas in square metres; they were "
-            f"converted at 10.7639 sq ft to the m2, which makes the building's lettable area "
-            f"{a['total_area'].quantize(Decimal('0.0001')):,} sq ft. Proportions were not rounded; each amount is rounded to the penny."
+            "Each tenant's proportion is its net internal area over the total net internal area of the "
+            "lettable units, let or not (Schedule 4, paragraph 4). The rent roll gives Brightwater's and "
+            "Delphine's areas in square metres; they were converted at 10.7639 sq ft to the m2, which "
+            f"makes the building's lettable area {a['total_area'].quantize(Decimal('0.0001')):,} sq ft. "
+            "Proportions were not rounded; each amount is rounded to the penny."
         ),
         Para(
-            f"Corran Insurance Brokers Ltd's side letter (clause 7.4) caps its service charge at its 2025 certified charge, GBP "
-            f"{fmt_money(a['certified'][CORRAN])}, plus 3%: GBP {fmt_money(a['cap_limit'][CORRAN])}. Its apportioned cost of GBP "
-            f"{fmt_money(a['apportioned'][corran_unit])} exceeds the cap, so it is charged GBP {fmt_money(charge[CORRAN])} and the excess "
-            f"of GBP {fmt_money(a['cap_excess'])} is borne by the landlord, not by the other tenants."
+            "Corran Insurance Brokers Ltd's side letter (clause 7.4) caps its service charge at its 2025 "
+            f"certified charge, GBP {fmt_money(a['certified'][CORRAN])}, plus 3%: GBP "
+            f"{fmt_money(a['cap_limit'][CORRAN])}. Its apportioned cost of GBP "
+            f"{fmt_money(a['apportioned'][corran_unit])} exceeds the cap, so it is charged GBP "
+            f"{fmt_money(charge[CORRAN])} and the excess of GBP {fmt_money(a['cap_excess'])} is borne by "
+            "the landlord, not by the other tenants."
         ),
         Heading("Landlord's share"),
         Para(
-            f"Unit {vac} was vacant for the whole year. Under Schedule 4, paragraph 4 the landlord bears its proportion, GBP "
-            f"{fmt_money(a['vacancy'])}, which is not spread over the let units. With the cap excess of GBP {fmt_money(a['cap_excess'])} "
-            f"and the chiller cost of GBP {fmt_money(a['excluded'])}, the landlord bears GBP "
+            f"Unit {vac} was vacant for the whole year. Under Schedule 4, paragraph 4 the landlord bears "
+            f"its proportion, GBP {fmt_money(a['vacancy'])}, which is not spread over the let units. With "
+            f"the cap excess of GBP {fmt_money(a['cap_excess'])} and the chiller cost of GBP "
+            f"{fmt_money(a['excluded'])}, the landlord bears GBP "
             f"{fmt_money(a['vacancy'] + a['cap_excess'] + a['excluded'])} of the year's costs."
         ),
         Heading("Tenant balances"),
         Para(
-            "On-account payments count once each: the bank export repeats Alder & Finch's Q2 payment under the same payment id, "
-            "and Delphine Health's payment of February 2026 settled its 2025 balancing charge, so neither counts against 2026."
+            "On-account payments count once each: the bank export repeats Alder & Finch's Q2 payment "
+            "under the same payment id, and Delphine Health's payment of February 2026 settled its 2025 "
+            "balancing charge, so neither counts against 2026."
         ),
         Table(
             ["Tenant", "Unit", "Apportioned", "Charge for the year", "On-account paid", "Balancing charge", "Meaning"],
@@ -683,12 +706,14 @@ def _write_memo(a: dict, path: Path) -> Path:
         Para(f"Corran Insurance Brokers Ltd is due a credit of GBP {fmt_money(-bal[CORRAN])}."),
         Heading("Chiller replacement"),
         Para(
-            f"I recommend that the chiller replacement, GBP {fmt_money(a['excluded'])}, is excluded from the 2026 service charge and "
-            f"stays a landlord's capital cost. Schedule 4, paragraph 3(b) of each lease excludes capital improvements and the "
-            f"replacement of plant, save for repairs, and the new chiller is a replacement of plant under a capital project. "
-            f"Charging it to the tenants would breach every lease in the building, invite challenge of the whole "
-            f"reconciliation and put the certificate at risk. If it were charged, each tenant would pay its proportion of "
-            f"GBP {fmt_money(a['excluded'])} on top of the figures above, and Corran's cap would absorb none of it for the landlord."
+            f"I recommend that the chiller replacement, GBP {fmt_money(a['excluded'])}, is excluded from "
+            "the 2026 service charge and stays a landlord's capital cost. Schedule 4, paragraph 3(b) of "
+            "each lease excludes capital improvements and the replacement of plant, save for repairs, and "
+            "the new chiller is a replacement of plant under a capital project. Charging it to the "
+            "tenants would breach every lease in the building, invite challenge of the whole "
+            "reconciliation and put the certificate at risk. If it were charged, each tenant would pay "
+            f"its proportion of GBP {fmt_money(a['excluded'])} on top of the figures above, and Corran's "
+            "cap would absorb none of it for the landlord."
         ),
         Para(
             "The cost can be recovered only through rent, for example at the next review, or with the tenants' written "

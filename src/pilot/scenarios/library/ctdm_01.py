@@ -164,8 +164,8 @@ def _write_schedule(inputs_dir: Path, day1: dict[str, dt.date]) -> Path:
     sch.append([])
     sch.append(
         [
-            "Study day 1 is the date of Visit 2 (baseline); study day = visit date - Day 1 date + 1. There is no day 0: "
-            "the day before Day 1 is day -1."
+            "Study day 1 is the date of Visit 2 (baseline); study day = visit date - Day 1 date + 1. "
+            "There is no day 0: the day before Day 1 is day -1."
         ]
     )
     autosize(sch, {"A": 8, "B": 28, "C": 17, "D": 20, "E": 19})
@@ -193,39 +193,42 @@ def _write_dvp(inputs_dir: Path) -> Path:
     blocks = [
         Heading("HALCYON-2 Data Validation Plan, version 1.2"),
         Para(
-            "Sponsor: Corvane Therapeutics. Protocol HAL-2-301, amendment 2. This plan defines the edit checks applied to the "
-            "electronic case report form (CRF) data before database lock, and how queries and protocol deviations are recorded."
+            "Sponsor: Corvane Therapeutics. Protocol HAL-2-301, amendment 2. This plan defines the edit "
+            "checks applied to the electronic case report form (CRF) data before database lock, and how "
+            "queries and protocol deviations are recorded."
         ),
         Heading("1. Scope", 2),
         Para(
-            "The checks apply to every record of the CRF export (one record per subject and visit). A record is one row of the "
-            "export, identified by its record_id. A data query is raised on a record, never on a subject as a whole: one "
-            "query per record per edit check that fails."
+            "The checks apply to every record of the CRF export (one record per subject and visit). A "
+            "record is one row of the export, identified by its record_id. A data query is raised on a "
+            "record, never on a subject as a whole: one query per record per edit check that fails."
         ),
         Heading("2. Dates and units", 2),
         Para(
-            "Dates are read in the format of the site's EDC configuration (visit schedule workbook, sheet Sites). Glucose "
-            "reported in mg/dL is converted to mmol/L by dividing by 18.0 before any comparison; the converted value is "
-            "rounded to one decimal place."
+            "Dates are read in the format of the site's EDC configuration (visit schedule workbook, sheet "
+            "Sites). Glucose reported in mg/dL is converted to mmol/L by dividing by 18.0 before any "
+            "comparison; the converted value is rounded to one decimal place."
         ),
         Heading("3. Edit checks", 2),
         Para(
-            "EC-01 Visit window. The study day of each visit (visit schedule, sheet Schedule) must lie within the target day "
-            "minus the early window and plus the late window, limits inclusive. A visit outside its window fails EC-01 and is "
-            "a protocol deviation of the site (minor, visit out of window)."
+            "EC-01 Visit window. The study day of each visit (visit schedule, sheet Schedule) must lie "
+            "within the target day minus the early window and plus the late window, limits inclusive. A "
+            "visit outside its window fails EC-01 and is a protocol deviation of the site (minor, visit "
+            "out of window)."
         ),
         Para(
             "EC-02 Glucose. The glucose value, in mmol/L, must lie within the glucose alert range (Appendix B), limits "
             "inclusive. A value outside the range fails EC-02. EC-02 is a data query, not a protocol deviation."
         ),
         Para(
-            "EC-03 Duplicate visit. A subject has at most one record per visit. A second record of the same subject and visit "
-            "fails EC-03; the query is raised on the later record (the higher record_id), which the site deletes."
+            "EC-03 Duplicate visit. A subject has at most one record per visit. A second record of the "
+            "same subject and visit fails EC-03; the query is raised on the later record (the higher "
+            "record_id), which the site deletes."
         ),
         Para(
-            "EC-04 Withdrawal. Data collected after the date on which a subject withdrew consent must not be used. Each such "
-            "record fails EC-04 and is queried for removal. A record failing EC-04 is not assessed by EC-01 to EC-03 and "
-            "counts toward no protocol deviation."
+            "EC-04 Withdrawal. Data collected after the date on which a subject withdrew consent must not "
+            "be used. Each such record fails EC-04 and is queried for removal. A record failing EC-04 is "
+            "not assessed by EC-01 to EC-03 and counts toward no protocol deviation."
         ),
         Heading("4. Queries and deviations", 2),
         Para(
@@ -233,13 +236,14 @@ def _write_dvp(inputs_dir: Path) -> Path:
             "text of the query to the site."
         ),
         Para(
-            "4.2 Protocol deviations are counted per site from the EC-01 failures of the records that are used. A duplicated "
-            "record counts once."
+            "4.2 Protocol deviations are counted per site from the EC-01 failures of the records that are "
+            "used. A duplicated record counts once."
         ),
         Para(
-            "4.3 Under protocol amendment 2 (section 6.4 of the protocol) the late window of Visit 5 is extended to 10 days, "
-            "to allow the end-of-treatment visit to be combined with the safety follow-up. The early window of Visit 5 is "
-            "unchanged. The visit schedule workbook still shows the window of the original protocol."
+            "4.3 Under protocol amendment 2 (section 6.4 of the protocol) the late window of Visit 5 is "
+            "extended to 10 days, to allow the end-of-treatment visit to be combined with the safety "
+            "follow-up. The early window of Visit 5 is unchanged. The visit schedule workbook still shows "
+            "the window of the original protocol."
         ),
         Para(
             "4.4 Queries are issued to the sites through the EDC; the data manager reviews the query log before lock."
@@ -419,7 +423,9 @@ def _write_book(a: dict, path: Path) -> Path:
     ql.append(["Query", "Record", "Subject", "Site", "Visit", "Edit check", "Query text"])
     style_header(ql)
     texts = {
-        "EC-01": "Visit date gives study day {day}, outside the window (days {low} to {high}). Please confirm the date.",
+        "EC-01": (
+            "Visit date gives study day {day}, outside the window (days {low} to {high}). Please confirm the date."
+        ),
         "EC-02": "Glucose {glucose} {unit} ({mmol} mmol/L) is outside the alert range 3.0-13.9 mmol/L. Please confirm.",
         "EC-03": "Second record of this visit for the subject. Please delete the duplicate entry.",
         "EC-04": "Visit dated after the subject's withdrawal of consent: the data may not be used. Please remove it.",
@@ -500,7 +506,10 @@ def _write_memo(a: dict, path: Path) -> Path:
             return f"{r['visit']} on study day {r['day']}, outside its window of days {r['low']} to {r['high']} (EC-01)"
         if c == "EC-02":
             conv = f" ({r['mmol']} mmol/L)" if r["glucose_unit"] == "mg/dL" else ""
-            return f"{r['visit']} glucose {r['glucose']} {r['glucose_unit']}{conv}, outside the alert range 3.0-13.9 mmol/L (EC-02)"
+            return (
+                f"{r['visit']} glucose {r['glucose']} {r['glucose_unit']}{conv}, outside the alert range "
+                "3.0-13.9 mmol/L (EC-02)"
+            )
         if c == "EC-03":
             return f"{r['visit']} entered twice; record {r['record_id']} is the duplicate (EC-03)"
         return f"{r['visit']} dated {r['date']:%d %b %Y}, after the withdrawal of consent (EC-04)"
@@ -514,21 +523,23 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Summary"),
         Para(
-            f"All {len(a['records'])} records of the CRF export were run through edit checks EC-01 to EC-04 of the data "
-            f"validation plan. {len(a['queried'])} subjects need a data query, with {total_q} queries in all "
-            f"(site 101: {qps['101']}, site 102: {qps['102']}, site 103: {qps['103']}). Protocol deviations for visits out of "
-            f"window: site 101 {dev['101']}, site 102 {dev['102']}, site 103 {dev['103']}, {sum(dev.values())} in total. "
-            f"The database is not ready to lock until these queries are resolved."
+            f"All {len(a['records'])} records of the CRF export were run through edit checks EC-01 to "
+            f"EC-04 of the data validation plan. {len(a['queried'])} subjects need a data query, with "
+            f"{total_q} queries in all (site 101: {qps['101']}, site 102: {qps['102']}, site 103: "
+            f"{qps['103']}). Protocol deviations for visits out of window: site 101 {dev['101']}, site 102 "
+            f"{dev['102']}, site 103 {dev['103']}, {sum(dev.values())} in total. The database is not ready "
+            "to lock until these queries are resolved."
         ),
         Heading("Method"),
         Para(
-            "Site 102's export writes dates day-first (DD/MM/YYYY), as its EDC configuration on the Sites sheet states; the "
-            "other sites write ISO dates. Each date was read in its site's format before study days were computed from the "
-            "Visit 2 date. Site 103 reports glucose in mg/dL; its values were divided by 18.0 and rounded to one decimal "
-            "before comparison. The glucose alert range applied is version 2 of the central laboratory's note, 3.0 to "
-            "13.9 mmol/L, which supersedes the 3.9 to 11.1 mmol/L range still printed in Appendix B of the plan. Visit 5 "
-            "windows use the late window of 10 days of section 4.3 of the plan (protocol amendment 2), not the 5 days the "
-            "schedule workbook still shows."
+            "Site 102's export writes dates day-first (DD/MM/YYYY), as its EDC configuration on the Sites "
+            "sheet states; the other sites write ISO dates. Each date was read in its site's format "
+            "before study days were computed from the Visit 2 date. Site 103 reports glucose in mg/dL; "
+            "its values were divided by 18.0 and rounded to one decimal before comparison. The glucose "
+            "alert range applied is version 2 of the central laboratory's note, 3.0 to 13.9 mmol/L, which "
+            "supersedes the 3.9 to 11.1 mmol/L range still printed in Appendix B of the plan. Visit 5 "
+            "windows use the late window of 10 days of section 4.3 of the plan (protocol amendment 2), "
+            "not the 5 days the schedule workbook still shows."
         ),
         Heading("Queries"),
         Para(
@@ -543,14 +554,16 @@ def _write_memo(a: dict, path: Path) -> Path:
             + [["Total", str(sum(dev.values())), str(total_q)]],
         ),
         Para(
-            f"Each deviation is an EC-01 failure of a record that is used. Subject {wd_subject}'s Visit 5 is out of window but "
-            f"is not counted, because its data may not be used; the duplicated Visit 3 of subject 103-006 is counted once."
+            f"Each deviation is an EC-01 failure of a record that is used. Subject {wd_subject}'s Visit 5 "
+            "is out of window but is not counted, because its data may not be used; the duplicated Visit "
+            "3 of subject 103-006 is counted once."
         ),
         Heading("Data not used"),
         Para(
-            f"Subject {wd_subject} withdrew consent on {wd_date:%d %B %Y}. Its Visit 4 and Visit 5 records are dated after "
-            f"that and must not be used (EC-04): each is queried for removal, and neither enters the glucose checks or the "
-            f"deviation counts. The second record of subject 103-006's Visit 3 is a duplicate to be deleted."
+            f"Subject {wd_subject} withdrew consent on {wd_date:%d %B %Y}. Its Visit 4 and Visit 5 records "
+            "are dated after that and must not be used (EC-04): each is queried for removal, and neither "
+            "enters the glucose checks or the deviation counts. The second record of subject 103-006's "
+            "Visit 3 is a duplicate to be deleted."
         ),
     ]
     return write_docx(blocks, path, title="HALCYON-2 data management status before lock")

@@ -212,7 +212,8 @@ def _start(g, *, weekday_max: int = 4) -> dt.datetime:
 
 
 def _draw(g, kind: str, prio: str) -> tuple[dt.datetime, dt.datetime, tuple[dt.datetime, dt.datetime] | None]:
-    """(created, resolved, awaiting-customer pause) of one ticket of this kind, resolved in October (policy section 1)."""
+    """(created, resolved, awaiting-customer pause) of one ticket of this kind, resolved in October (policy section
+    1)."""
     while True:
         created, resolved, pause = _draw_once(g, kind, prio)
         if resolved.astimezone(UK).month == 10:
@@ -414,7 +415,9 @@ def _csat(g, tickets: list[_Ticket]) -> openpyxl.Workbook:
     q3 = wb.create_sheet("Q3 2026")
     q3.append(["Team", "Responses", "CSAT %", "SLA attainment %"])
     style_header(q3)
-    for team, vals in zip(TEAMS, [(141, 84.4, 92.1), (188, 71.3, 88.0), (97, 90.7, 95.2), (122, 77.9, 86.5)]):
+    for team, vals in zip(
+        TEAMS, [(141, 84.4, 92.1), (188, 71.3, 88.0), (97, 90.7, 95.2), (122, 77.9, 86.5)], strict=True
+    ):
         q3.append([team, *vals])
     autosize(resp, {"A": 12, "B": 12, "C": 8, "D": 22})
     autosize(scale, {"A": 14, "B": 64})
@@ -581,7 +584,8 @@ def _hours(x: Decimal) -> float:
 
 
 def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
-    """Write the gold deliverables as a careful analyst would: formulas in the workbook, the clock rules applied and said."""
+    """Write the gold deliverables as a careful analyst would: formulas in the workbook, the clock rules applied and
+    said."""
     facts = compute(inputs_dir)
     pol = facts["policy"]
     issued = f"version {pol['version']} of the SLA policy, effective {pol['effective'].day} {pol['effective']:%B %Y}"

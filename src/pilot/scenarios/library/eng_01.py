@@ -79,7 +79,8 @@ def generate(inputs_dir: Path) -> list[Path]:
             """ENGINEERING CHANGE NOTICE ECN-118 (approved 12 November 2026)
 
 Product: P-4400 centrifugal pump assembly
-Change: replace mechanical seal kit M-2231 (carbon/ceramic) by M-2290 (silicon carbide/silicon carbide), same quantity, in the rotating assembly R-1200.
+Change: replace mechanical seal kit M-2231 (carbon/ceramic) by M-2290 (silicon carbide/silicon carbide), same \
+quantity, in the rotating assembly R-1200.
 Reason: field failures of M-2231 in abrasive service.
 Effectivity: all units built from 1 January 2027. Standard costs for 2027 must reflect the change.
 """,
@@ -90,7 +91,8 @@ Effectivity: all units built from 1 January 2027. Standard costs for 2027 must r
             inputs_dir / NOTES_TXT,
             f"""Costing notes - 2027 standard cost (Cost Engineering)
 
-- Roll up the cost of one P-4400 from its purchased ("buy") items: extended quantity x unit cost, where the extended quantity multiplies the quantities down every level of the bill.
+- Roll up the cost of one P-4400 from its purchased ("buy") items: extended quantity x unit cost, where the extended \
+quantity multiplies the quantities down every level of the bill.
 - "Make" items carry no cost of their own; their cost is the cost of their children.
 - Convert USD prices to CAD at the 2027 costing rate of {FX_USD_CAD:.2f} CAD per USD.
 - Apply every approved engineering change notice effective for 2027.

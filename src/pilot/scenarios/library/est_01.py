@@ -223,7 +223,10 @@ def generate(inputs_dir: Path) -> list[Path]:
     qual = wb.create_sheet("Qualifications")
     for line in [
         "Qualifications and notes",
-        "1. Quantities taken from the client BoQ as amended by Addenda 1 and 2 and converted to square feet (SF) by our estimating system.",
+        (
+            "1. Quantities taken from the client BoQ as amended by Addenda 1 and 2 and converted to square "
+            "feet (SF) by our estimating system."
+        ),
         "2. Rates are per square foot (SF) unless the unit of measure is EA (each).",
         "3. Tender valid for 90 days from the closing date.",
         "4. Working hours 08:00-18:00 Monday to Friday; no allowance for weekend working.",
@@ -253,18 +256,20 @@ def generate(inputs_dir: Path) -> list[Path]:
             "Subcontract package 09: partitions, ceilings and floor finishes. Date: 19 November 2026."
         ),
         Para(
-            "Thank you for the invitation to tender. We are pleased to submit our prices for package 09 below. Our tender is based on "
-            "the bill of quantities as amended by Addendum No. 1, which we acknowledge."
+            "Thank you for the invitation to tender. We are pleased to submit our prices for package 09 "
+            "below. Our tender is based on the bill of quantities as amended by Addendum No. 1, which we "
+            "acknowledge."
         ),
         Table(["Item", "Description", "Unit", "Qty", "Rate (GBP)", "Amount (GBP)"], table),
         Heading("Exclusions and qualifications", 2),
         Para(
-            "1. Fire-stopping to service penetrations (item 09-070) is excluded: we understand it is carried out by the mechanical "
-            "and electrical subcontractor after the services are installed."
+            "1. Fire-stopping to service penetrations (item 09-070) is excluded: we understand it is "
+            "carried out by the mechanical and electrical subcontractor after the services are installed."
         ),
         Para("2. Prices are fixed for the duration of the works and exclude VAT."),
         Para(
-            "3. We have allowed for working in an occupied building on Levels 1 and 2, as on our previous packages for you."
+            "3. We have allowed for working in an occupied building on Levels 1 and 2, as on our previous "
+            "packages for you."
         ),
         Para("Yours faithfully, Aidan Dunmore, Managing Director"),
     ]
@@ -273,7 +278,7 @@ def generate(inputs_dir: Path) -> list[Path]:
 
     # Eastfield: a CSV export like Brightline's; the tender arrived after the closing time.
     rows, total = [], Decimal(0)
-    for code, desc, unit, _ in ITEMS:
+    for code, _desc, unit, _ in ITEMS:
         rate = Decimal(RATES[EASTFIELD][code])
         total += rate * cur[code]
         rows.append([code, unit, cur[code], f"{rate:.2f}", f"{rate * cur[code]:.2f}"])
@@ -333,7 +338,10 @@ def _write_boq(inputs_dir: Path) -> Path:
         "Subcontract package 09: partitions, ceilings and floor finishes",
         "Bill of quantities as issued with the invitation to tender, 2 November 2026",
         "Quantities are net, measured in square metres (m2) or number (nr). Changes are issued by addendum.",
-        "Sheets: BoQ (as issued), Addendum 1 (issued 6 November 2026), Allowances (estimator's rates, internal: not issued to tenderers).",
+        (
+            "Sheets: BoQ (as issued), Addendum 1 (issued 6 November 2026), Allowances (estimator's rates, "
+            "internal: not issued to tenderers)."
+        ),
     ]:
         cover.append([line])
     cover["A1"].font = Font(bold=True)
@@ -413,14 +421,15 @@ def _write_addendum(inputs_dir: Path) -> Path:
     blocks = [
         Heading("Addendum No. 2"),
         Para(
-            "Project: Kestrel House, Levels 3-4 fit-out. Subcontract package 09: partitions, ceilings and floor finishes. "
-            "Issued 13 November 2026 by Hallam & Rees Construction Ltd, Estimating."
+            "Project: Kestrel House, Levels 3-4 fit-out. Subcontract package 09: partitions, ceilings and "
+            "floor finishes. Issued 13 November 2026 by Hallam & Rees Construction Ltd, Estimating."
         ),
         Para("Tenderers shall price the following changes and acknowledge this addendum on the form of tender."),
         Heading("1. Carpet tile (item 09-050)", 2),
         Para(
-            f"The Level 3 annex has been omitted from the works. Item 2 of Addendum No. 1 is withdrawn and superseded: "
-            f"the quantity of item 09-050 is {ADDENDUM_2['09-050']:,} m2. The other items of Addendum No. 1 are unchanged."
+            "The Level 3 annex has been omitted from the works. Item 2 of Addendum No. 1 is withdrawn and "
+            f"superseded: the quantity of item 09-050 is {ADDENDUM_2['09-050']:,} m2. The other items of "
+            "Addendum No. 1 are unchanged."
         ),
         Heading("2. Ceiling tiles (item 09-030)", 2),
         Para("Tile colour to be white to the manufacturer's standard range. No change to the quantity."),
@@ -562,8 +571,11 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         questions=[
             "Will Brightline Interiors confirm in writing that its tender stands at the corrected sum for item 09-030?"
         ],
-        notes="Eastfield Partitions' tender arrived after the closing time and was not evaluated. Dunmore Fit-Out's tender was "
-        "levelled to Addendum 2's carpet quantity, with fire-stopping priced at the allowance.",
+        notes=(
+            "Eastfield Partitions' tender arrived after the closing time and was not evaluated. Dunmore "
+            "Fit-Out's tender was levelled to Addendum 2's carpet quantity, with fire-stopping priced at the "
+            "allowance."
+        ),
     )
     return [book, memo, record]
 
@@ -616,12 +628,13 @@ def _write_tabulation(a: dict, path: Path) -> Path:
     rates.append(row)
     autosize(rates, {"A": 12})
 
-    # Levelling: every tender evaluated (received in time) at its rate per BoQ unit times the current quantity; exclusions at the allowance.
+    # Levelling: every tender evaluated (received in time) at its rate per BoQ unit times the current quantity;
+    # exclusions at the allowance.
     ev = a["compliant"]
     lev.append(
         [
-            "Levelled to the current quantities (BoQ + Addendum 1 + Addendum 2, the later governing); rates per BoQ unit; "
-            "exclusions at the estimator's allowance (tender rules 2, 5, 6, 7)"
+            "Levelled to the current quantities (BoQ + Addendum 1 + Addendum 2, the later governing); "
+            "rates per BoQ unit; exclusions at the estimator's allowance (tender rules 2, 5, 6, 7)"
         ]
     )
     lev["A1"].font = Font(bold=True)
@@ -708,7 +721,10 @@ def _write_tabulation(a: dict, path: Path) -> Path:
         r = 2 + j
         cor = _at(tot, 2 + 5 * j + 4)
         if b in a["late"]:
-            status = f"Excluded - received {a['received'][b]:%d %b %Y %H:%M}, after the {CLOSING:%H:%M} closing time (rule 1)"
+            status = (
+                f"Excluded - received {a['received'][b]:%d %b %Y %H:%M}, after the {CLOSING:%H:%M} closing "
+                "time (rule 1)"
+            )
             tab.append(
                 [
                     b,
@@ -763,16 +779,17 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Recommendation"),
         Para(
-            f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP {fmt_money(lv[win])}, the lowest "
-            f"compliant levelled tender under rule 8 of the tender rules."
+            f"I recommend awarding subcontract package 09 to {win} at its levelled total of GBP "
+            f"{fmt_money(lv[win])}, the lowest compliant levelled tender under rule 8 of the tender rules."
         ),
         Heading("Bids received"),
         Para(
-            f"Four tenders for subcontract package 09 (partitions, ceilings and floor finishes) are recorded in the tender register. "
-            f"Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out used the tender box; {late} delivered its tender "
-            f"by hand to reception. The register also lists an emailed copy of Castlegate's tender: it is the same tender as the "
-            f"tender-box copy and is counted once. The register writes some receipt times day-first and others year-first; "
-            f"they were read as dates before being compared with the closing time."
+            "Four tenders for subcontract package 09 (partitions, ceilings and floor finishes) are "
+            "recorded in the tender register. Brightline Interiors, Castlegate Drywall & Ceilings and "
+            f"Dunmore Fit-Out used the tender box; {late} delivered its tender by hand to reception. The "
+            "register also lists an emailed copy of Castlegate's tender: it is the same tender as the "
+            "tender-box copy and is counted once. The register writes some receipt times day-first and "
+            "others year-first; they were read as dates before being compared with the closing time."
         ),
         Table(
             ["Bidder", "Received", "Addenda", "Tender sum as submitted (GBP)"],
@@ -788,40 +805,47 @@ def _write_memo(a: dict, path: Path) -> Path:
         ),
         Heading("Compliance"),
         Para(
-            f"The closing time in rule 1 of the tender rules was 14:00 on Friday 20 November 2026, confirmed unchanged by "
-            f"Addendum No. 2. {late} was received at {a['received'][late]:%H:%M} on {a['received'][late]:%d %B %Y}, after the "
-            f"closing time, and is excluded from the evaluation although it carries the lowest price on the register."
+            "The closing time in rule 1 of the tender rules was 14:00 on Friday 20 November 2026, "
+            f"confirmed unchanged by Addendum No. 2. {late} was received at {a['received'][late]:%H:%M} on "
+            f"{a['received'][late]:%d %B %Y}, after the closing time, and is excluded from the evaluation "
+            "although it carries the lowest price on the register."
         ),
         Para(
-            "Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out were received before the closing time and are "
-            "admitted to levelling. Dunmore acknowledged Addendum No. 1 only; rule 3 does not reject a tender for that, so "
-            "Dunmore is levelled to the current quantities at its own rates."
+            "Brightline Interiors, Castlegate Drywall & Ceilings and Dunmore Fit-Out were received before "
+            "the closing time and are admitted to levelling. Dunmore acknowledged Addendum No. 1 only; "
+            "rule 3 does not reject a tender for that, so Dunmore is levelled to the current quantities "
+            "at its own rates."
         ),
         Heading("Levelling"),
         Para(
-            f"Every admitted tender was levelled to the current quantities: the BoQ as issued, amended by Addendum No. 1 and then "
-            f"by Addendum No. 2, which withdraws Addendum 1's carpet tile quantity for item 09-050 ({a1:,} m2) and sets it at "
-            f"{cur_carpet:,} m2. Addendum 1's increase of the sheet vinyl, item 09-060, to {a['qty']['09-060']:,} m2 still stands."
+            "Every admitted tender was levelled to the current quantities: the BoQ as issued, amended by "
+            "Addendum No. 1 and then by Addendum No. 2, which withdraws Addendum 1's carpet tile quantity "
+            f"for item 09-050 ({a1:,} m2) and sets it at {cur_carpet:,} m2. Addendum 1's increase of the "
+            f"sheet vinyl, item 09-060, to {a['qty']['09-060']:,} m2 still stands."
         ),
         Para(
-            f"Brightline Interiors extended item {slip_code} ({int(q):,} m2 at {rate:.2f}) as {fmt_money(written)} instead of "
-            f"{fmt_money(q * rate)}. Under rule 4 the unit rate governs, so the tender sum of {fmt_money(sub[BRIGHTLINE])} is corrected by "
+            f"Brightline Interiors extended item {slip_code} ({int(q):,} m2 at {rate:.2f}) as "
+            f"{fmt_money(written)} instead of {fmt_money(q * rate)}. Under rule 4 the unit rate governs, "
+            f"so the tender sum of {fmt_money(sub[BRIGHTLINE])} is corrected by "
             f"{fmt_money(cor[BRIGHTLINE])} to {fmt_money(a['corrected'][BRIGHTLINE])}."
         ),
         Para(
-            "Castlegate Drywall & Ceilings quoted its area rates per square foot on quantities converted to square feet. Under "
-            "rule 5 each rate was converted to a rate per square metre at 10.7639 square feet to the square metre before being "
-            "applied to the current quantities; its fire-stopping rate is per penetration and was used as quoted. Its levelled "
-            f"total of {fmt_money(lv[CASTLEGATE])} differs from its tender sum by {fmt_money(lv[CASTLEGATE] - sub[CASTLEGATE])}, the "
-            "rounding of its quantities to whole square feet."
+            "Castlegate Drywall & Ceilings quoted its area rates per square foot on quantities converted "
+            "to square feet. Under rule 5 each rate was converted to a rate per square metre at 10.7639 "
+            "square feet to the square metre before being applied to the current quantities; its "
+            "fire-stopping rate is per penetration and was used as quoted. Its levelled total of "
+            f"{fmt_money(lv[CASTLEGATE])} differs from its tender sum by "
+            f"{fmt_money(lv[CASTLEGATE] - sub[CASTLEGATE])}, the rounding of its quantities to whole "
+            "square feet."
         ),
         Para(
-            f"Dunmore Fit-Out excluded fire-stopping to service penetrations, item {DUNMORE_EXCLUDED}, as work of the mechanical and "
-            f"electrical subcontractor. Under rule 6 the item is priced at the estimator's allowance of {excl_allow:.2f} per "
-            f"penetration for {excl_qty} penetrations, {fmt_money(excl_allow * excl_qty)}. Its carpet was priced on {a1:,} m2 and is "
-            f"levelled to {cur_carpet:,} m2 at its own rate, a reduction of {fmt_money(-carpet_adj)}. Its levelled total is "
-            f"therefore {fmt_money(sub[DUNMORE])} less {fmt_money(-carpet_adj)} plus {fmt_money(excl_allow * excl_qty)}, "
-            f"{fmt_money(lv[DUNMORE])}."
+            f"Dunmore Fit-Out excluded fire-stopping to service penetrations, item {DUNMORE_EXCLUDED}, as "
+            "work of the mechanical and electrical subcontractor. Under rule 6 the item is priced at the "
+            f"estimator's allowance of {excl_allow:.2f} per penetration for {excl_qty} penetrations, "
+            f"{fmt_money(excl_allow * excl_qty)}. Its carpet was priced on {a1:,} m2 and is levelled to "
+            f"{cur_carpet:,} m2 at its own rate, a reduction of {fmt_money(-carpet_adj)}. Its levelled "
+            f"total is therefore {fmt_money(sub[DUNMORE])} less {fmt_money(-carpet_adj)} plus "
+            f"{fmt_money(excl_allow * excl_qty)}, {fmt_money(lv[DUNMORE])}."
         ),
         Table(
             ["Bidder", "Tender sum as submitted", "Arithmetic correction", "Levelled total", "Rank"],
@@ -831,25 +855,28 @@ def _write_memo(a: dict, path: Path) -> Path:
             ],
         ),
         Para(
-            "Each levelled total ties to the tender as submitted plus its arithmetic corrections, quantity and unit adjustments "
-            "and allowances; the bridge is on the Levelling sheet of bid_tabulation.xlsx, where every figure is a formula and "
-            "the check line is nil for every tender."
+            "Each levelled total ties to the tender as submitted plus its arithmetic corrections, "
+            "quantity and unit adjustments and allowances; the bridge is on the Levelling sheet of "
+            "bid_tabulation.xlsx, where every figure is a formula and the check line is nil for every "
+            "tender."
         ),
         Heading("Reasons"),
         Para(
-            f"{win}'s tender is the lowest compliant levelled tender, and rule 8 of the tender rules makes that the only award "
-            f"criterion at this stage. I know the project team would prefer Dunmore Fit-Out to carry on from Levels 1 and 2, and its figure on "
-            f"the register looks the keenest of the tenders received in time. Levelled on the same basis as the others, with its fire-stopping "
-            f"exclusion priced at the allowance and its carpet brought to Addendum No. 2, Dunmore's total is GBP {fmt_money(lv[runner])}, "
-            f"GBP {fmt_money(gap)} above {win}. Past performance was assessed at pre-qualification and is not an award criterion at this "
-            f"stage. Placing the package with Dunmore instead would cost GBP {fmt_money(gap)} more. Rule 9 allows a departure from "
-            f"the lowest compliant tender only with the Commercial Director's written approval and reasons, and none arise from "
-            f"the tenders."
+            f"{win}'s tender is the lowest compliant levelled tender, and rule 8 of the tender rules makes "
+            "that the only award criterion at this stage. I know the project team would prefer Dunmore "
+            "Fit-Out to carry on from Levels 1 and 2, and its figure on the register looks the keenest of "
+            "the tenders received in time. Levelled on the same basis as the others, with its "
+            "fire-stopping exclusion priced at the allowance and its carpet brought to Addendum No. 2, "
+            f"Dunmore's total is GBP {fmt_money(lv[runner])}, GBP {fmt_money(gap)} above {win}. Past "
+            "performance was assessed at pre-qualification and is not an award criterion at this stage. "
+            f"Placing the package with Dunmore instead would cost GBP {fmt_money(gap)} more. Rule 9 allows "
+            "a departure from the lowest compliant tender only with the Commercial Director's written "
+            "approval and reasons, and none arise from the tenders."
         ),
         Para(
-            f"Before the order is placed, {win} should confirm in writing that it stands by its rates and by the corrected tender sum, "
-            f"and the fire-stopping scope should be confirmed with the mechanical and electrical subcontractor so that it is "
-            f"neither paid twice nor missed."
+            f"Before the order is placed, {win} should confirm in writing that it stands by its rates and "
+            "by the corrected tender sum, and the fire-stopping scope should be confirmed with the "
+            "mechanical and electrical subcontractor so that it is neither paid twice nor missed."
         ),
     ]
     return write_docx(blocks, path, title="Award recommendation - Kestrel House package 09")

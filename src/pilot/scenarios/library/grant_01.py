@@ -236,7 +236,7 @@ def _lines(g) -> list[dict]:
         )
     lines.sort(key=lambda r: (r["date"], r["category"], r["description"]))
     ids = sorted(int(x) for x in g.choice(range(10000, 99999), size=len(lines), replace=False))
-    for r, i in zip(lines, ids):
+    for r, i in zip(lines, ids, strict=True):
         r["line_id"] = f"GX-{i}"
     return lines
 
@@ -299,8 +299,14 @@ def _write_budget(inputs_dir: Path, v2: dict[str, str]) -> Path:
     for line in [
         "Grant HF-2025-117 - Coastal sediment microplastics - Hartwell Foundation",
         "Grant period 1 April 2025 to 31 March 2028. Year 1 (the interim period) 1 April 2025 to 31 March 2026.",
-        "Sheets: Budget v1 (as awarded, 14 February 2025), Budget v2 (re-profiled, approved by the Foundation 12 June 2025), Posts.",
-        "Budget v2 replaces Budget v1 in full from its approval date. Amounts in GBP, excluding VAT (the university recovers VAT).",
+        (
+            "Sheets: Budget v1 (as awarded, 14 February 2025), Budget v2 (re-profiled, approved by the "
+            "Foundation 12 June 2025), Posts."
+        ),
+        (
+            "Budget v2 replaces Budget v1 in full from its approval date. Amounts in GBP, excluding VAT (the "
+            "university recovers VAT)."
+        ),
     ]:
         cover.append([line])
     cover["A1"].font = Font(bold=True)
@@ -322,7 +328,7 @@ def _write_budget(inputs_dir: Path, v2: dict[str, str]) -> Path:
     posts = wb.create_sheet("Posts")
     posts.append(["Post", "FTE", "Monthly cost (GBP)", "Start"])
     style_header(posts)
-    for (desc, amt), fte in zip(POSTS, ["1.0", "0.5"]):
+    for (desc, amt), fte in zip(POSTS, ["1.0", "0.5"], strict=True):
         posts.append([desc.split(" (")[0], float(fte), float(amt), "2025-04-01"])
     autosize(posts, {"A": 28, "B": 6, "C": 18, "D": 12})
     return save_workbook(wb, inputs_dir / BUDGET_XLSX)
@@ -332,26 +338,30 @@ def _write_terms(inputs_dir: Path) -> Path:
     blocks = [
         Heading("Hartwell Foundation - Research Grant Conditions (2024 edition)"),
         Para(
-            "These conditions apply to every research grant awarded by the Hartwell Foundation. The award letter states the "
-            "grant's start date, end date and reporting periods."
+            "These conditions apply to every research grant awarded by the Hartwell Foundation. The award "
+            "letter states the grant's start date, end date and reporting periods."
         ),
         Heading("1. Reporting", 2),
         Para(
-            "1.1 The grant holder submits an interim financial report for each year of the grant, within 45 days of the end of "
-            "the year, and a final report at the end of the grant. Year 1 ends on the day before the first anniversary of the "
-            "start date; that day is the reporting cut-off of the interim report."
+            "1.1 The grant holder submits an interim financial report for each year of the grant, within "
+            "45 days of the end of the year, and a final report at the end of the grant. Year 1 ends on "
+            "the day before the first anniversary of the start date; that day is the reporting cut-off of "
+            "the interim report."
         ),
         Para(
-            "1.2 The report states, for each budget category, the approved budget for the period, the eligible expenditure "
-            "and the variance, and lists any expenditure the grant holder has excluded as ineligible."
+            "1.2 The report states, for each budget category, the approved budget for the period, the "
+            "eligible expenditure and the variance, and lists any expenditure the grant holder has "
+            "excluded as ineligible."
         ),
         Heading("2. Eligible costs", 2),
         Para(
-            "2.1 Costs are eligible only if they are incurred on or after the start date and on or before the reporting cut-off "
-            "of the period in which they are claimed. A cost incurred after the cut-off is not claimed in that period's report."
+            "2.1 Costs are eligible only if they are incurred on or after the start date and on or before "
+            "the reporting cut-off of the period in which they are claimed. A cost incurred after the "
+            "cut-off is not claimed in that period's report."
         ),
         Para(
-            "2.2 A cost is claimed once. The approved budget is the latest budget the Foundation has approved in writing."
+            "2.2 A cost is claimed once. The approved budget is the latest budget the Foundation has "
+            "approved in writing."
         ),
         Para("2.3 Hospitality, entertainment and alcohol are not eligible costs, whatever the occasion."),
         Heading("3. Equipment", 2),
@@ -362,14 +372,16 @@ def _write_terms(inputs_dir: Path) -> Path:
         ),
         Heading("4. Indirect costs", 2),
         Para(
-            "4.1 The Foundation contributes to the grant holder's indirect costs at a fixed rate of 20% of the eligible direct "
-            "staff costs of the period. No other cost is part of the base, and no other indirect cost may be claimed."
+            "4.1 The Foundation contributes to the grant holder's indirect costs at a fixed rate of 20% "
+            "of the eligible direct staff costs of the period. No other cost is part of the base, and no "
+            "other indirect cost may be claimed."
         ),
         Heading("5. Budget management", 2),
         Para(
-            "5.1 Grant holders may move funds between budget categories without approval while every category stays within "
-            "10% of its approved budget for the period. Where eligible expenditure in a category exceeds its approved budget "
-            "for the period by more than 10%, the grant holder submits a virement request with the interim report."
+            "5.1 Grant holders may move funds between budget categories without approval while every "
+            "category stays within 10% of its approved budget for the period. Where eligible expenditure "
+            "in a category exceeds its approved budget for the period by more than 10%, the grant holder "
+            "submits a virement request with the interim report."
         ),
     ]
     return write_docx(blocks, inputs_dir / TERMS_DOCX, title="Hartwell Foundation - Research Grant Conditions")
@@ -482,8 +494,10 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         outputs_dir,
         [BOOK_XLSX, MEMO_DOCX],
         questions=["Has the Foundation answered the request for retrospective approval of the particle size analyser?"],
-        notes=f"Line {a['repeats'][0]} appears twice in the export and is counted once. Four lines are excluded as ineligible; "
-        "the April 2026 train fares belong to the year 2 report.",
+        notes=(
+            f"Line {a['repeats'][0]} appears twice in the export and is counted once. Four lines are excluded "
+            "as ineligible; the April 2026 train fares belong to the year 2 report."
+        ),
     )
     return [book, memo, record]
 
@@ -572,8 +586,8 @@ def _write_memo(a: dict, path: Path) -> Path:
     pct = {c: (va[c] / bu[c] * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP) for c in CATEGORIES}
     dis_lines = [
         Para(
-            f"Line {i} ({by[i]['description']}, {by[i]['date'].day} {by[i]['date']:%B %Y}, GBP {_m(by[i]['amount'])}) is "
-            f"disallowed: {why}."
+            f"Line {i} ({by[i]['description']}, {by[i]['date'].day} {by[i]['date']:%B %Y}, GBP "
+            f"{_m(by[i]['amount'])}) is disallowed: {why}."
         )
         for i, why in dis.items()
     ]
@@ -582,28 +596,30 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Summary"),
         Para(
-            f"The year 1 interim financial report for grant HF-2025-117 claims eligible expenditure of GBP "
-            f"{_m(a['total_eligible'])} against an approved year 1 budget of GBP {_m(a['total_budget'])} (Budget v2, approved "
-            f"by the Foundation on 12 June 2025, which replaced Budget v1). Four ledger lines totalling GBP "
-            f"{_m(a['total_disallowed'])} are excluded as ineligible under the grant conditions, and Travel needs a virement "
-            f"request. The report covers costs from the start date, 1 April 2025, to the reporting cut-off, 31 March 2026."
+            "The year 1 interim financial report for grant HF-2025-117 claims eligible expenditure of GBP "
+            f"{_m(a['total_eligible'])} against an approved year 1 budget of GBP {_m(a['total_budget'])} "
+            "(Budget v2, approved by the Foundation on 12 June 2025, which replaced Budget v1). Four "
+            f"ledger lines totalling GBP {_m(a['total_disallowed'])} are excluded as ineligible under the "
+            "grant conditions, and Travel needs a virement request. The report covers costs from the "
+            "start date, 1 April 2025, to the reporting cut-off, 31 March 2026."
         ),
         Heading("Disallowed costs"),
         Para(
-            f"Every line of the export was checked against the grant conditions before any total was taken. Line "
-            f"{a['repeats'][0]} appears twice in the export (the same line re-posted); it is one cost and is counted once."
+            "Every line of the export was checked against the grant conditions before any total was "
+            f"taken. Line {a['repeats'][0]} appears twice in the export (the same line re-posted); it is "
+            "one cost and is counted once."
         ),
         *dis_lines,
         Para(
-            f"Line {mic}, the confocal microscope (GBP {_m(by[mic]['amount'])}), is allowable: it is over the GBP 10,000 "
-            f"threshold but the Foundation approved it in advance (letter {MICROSCOPE_APPROVAL}). Line {mar}, a purchase-card "
-            f"line dated 04/03/2026, is allowable: purchase-card dates are day-first, so it was incurred on 4 March 2026, "
-            f"before the cut-off."
+            f"Line {mic}, the confocal microscope (GBP {_m(by[mic]['amount'])}), is allowable: it is over "
+            "the GBP 10,000 threshold but the Foundation approved it in advance (letter "
+            f"{MICROSCOPE_APPROVAL}). Line {mar}, a purchase-card line dated 04/03/2026, is allowable: "
+            "purchase-card dates are day-first, so it was incurred on 4 March 2026, before the cut-off."
         ),
         Para(
-            f"The disallowed lines total GBP {_m(a['total_disallowed'])}. The April 2026 train fares can be claimed in the year 2 "
-            f"report. The analyser can be claimed only if the Foundation grants the approval requested on 3 December 2025; "
-            f"until then it stays on the department's account."
+            f"The disallowed lines total GBP {_m(a['total_disallowed'])}. The April 2026 train fares can "
+            "be claimed in the year 2 report. The analyser can be claimed only if the Foundation grants "
+            "the approval requested on 3 December 2025; until then it stays on the department's account."
         ),
         Heading("Budget variances"),
         Table(
@@ -620,21 +636,24 @@ def _write_memo(a: dict, path: Path) -> Path:
             ],
         ),
         Para(
-            f"Travel is overspent by GBP {_m(va[TRAVEL])}, {pct[TRAVEL]}% of its approved budget: more than the 10% that "
-            f"condition 5.1 allows, so a virement request is needed for Travel, to be met from the Equipment underspend. "
-            f"Consumables are overspent by GBP {_m(va[CONSUMABLES])}, {pct[CONSUMABLES]}%, within the 10% tolerance, so no "
-            f"virement request is needed for Consumables. Equipment is GBP {_m(-va[EQUIPMENT])} under its budget, mainly "
-            f"because the analyser is excluded; Staff and Other direct costs are within budget."
+            f"Travel is overspent by GBP {_m(va[TRAVEL])}, {pct[TRAVEL]}% of its approved budget: more "
+            "than the 10% that condition 5.1 allows, so a virement request is needed for Travel, to be "
+            f"met from the Equipment underspend. Consumables are overspent by GBP {_m(va[CONSUMABLES])}, "
+            f"{pct[CONSUMABLES]}%, within the 10% tolerance, so no virement request is needed for "
+            f"Consumables. Equipment is GBP {_m(-va[EQUIPMENT])} under its budget, mainly because the "
+            "analyser is excluded; Staff and Other direct costs are within budget."
         ),
         Heading("Indirect costs"),
         Para(
-            f"Condition 4.1 fixes indirect costs at 20% of eligible direct staff costs only. Eligible staff costs are GBP "
-            f"{_m(el[STAFF])}, so indirect costs are GBP {_m(el[INDIRECT])}. They are not charged on travel, consumables, "
-            f"equipment or other direct costs: 20% of all eligible direct costs (GBP {_m(direct_total)}) would overclaim."
+            "Condition 4.1 fixes indirect costs at 20% of eligible direct staff costs only. Eligible "
+            f"staff costs are GBP {_m(el[STAFF])}, so indirect costs are GBP {_m(el[INDIRECT])}. They are "
+            "not charged on travel, consumables, equipment or other direct costs: 20% of all eligible "
+            f"direct costs (GBP {_m(direct_total)}) would overclaim."
         ),
         Para(
-            "Every figure in this memo comes from interim_report.xlsx, where each line of the export is marked eligible or "
-            "not with its reason and the category totals, variances and indirect costs are formulas."
+            "Every figure in this memo comes from interim_report.xlsx, where each line of the export is "
+            "marked eligible or not with its reason and the category totals, variances and indirect costs "
+            "are formulas."
         ),
     ]
     return write_docx(blocks, path, title="Grant HF-2025-117 - year 1 interim report - variance memo")

@@ -68,11 +68,14 @@ def generate(inputs_dir: Path) -> list[Path]:
     ]
     defs = """Community clinics - monthly access report: definitions (Quality & Performance, 2026)
 
-No-show rate: appointments with status "no-show" divided by appointments that were either attended or no-show. Cancellations (any kind) are excluded from numerator and denominator. Report as a percentage with one decimal.
+No-show rate: appointments with status "no-show" divided by appointments that were either attended or no-show. \
+Cancellations (any kind) are excluded from numerator and denominator. Report as a percentage with one decimal.
 
-Waiting time: minutes from arrival_time to seen_time for attended appointments. Records whose seen time is earlier than the arrival time are clock errors: exclude them from waiting-time figures and state how many were excluded.
+Waiting time: minutes from arrival_time to seen_time for attended appointments. Records whose seen time is earlier \
+than the arrival time are clock errors: exclude them from waiting-time figures and state how many were excluded.
 
-Target: median waiting time of 20 minutes or less at each clinic. A clinic above target must be named in the report with an action.
+Target: median waiting time of 20 minutes or less at each clinic. A clinic above target must be named in the report \
+with an action.
 
 The report goes to the Director of Ambulatory Care and is filed with the Board quality committee papers.
 """
@@ -109,14 +112,18 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     blocks = [
         Heading("Summary"),
         Para(
-            f"In October 2026 the four community clinics booked {a['n']:,} appointments. The no-show rate across the clinics was {a['rate']:.1f}%, "
-            f"and the median wait from arrival to being seen was {a['overall_median']:.0f} minutes. Three clinics met the 20-minute waiting-time target; "
-            f"{', '.join(over)} did not, with a median wait of {a['median'][over[0]]:.0f} minutes, and needs action this month."
+            f"In October 2026 the four community clinics booked {a['n']:,} appointments. The no-show rate "
+            f"across the clinics was {a['rate']:.1f}%, and the median wait from arrival to being seen was "
+            f"{a['overall_median']:.0f} minutes. Three clinics met the 20-minute waiting-time target; "
+            f"{', '.join(over)} did not, with a median wait of {a['median'][over[0]]:.0f} minutes, and "
+            "needs action this month."
         ),
         Heading("No-show rate"),
         Para(
-            "Following the report definitions, the no-show rate counts no-shows against appointments that were attended or missed; cancellations are left out of both. "
-            f"The overall rate was {a['rate']:.1f}%. Hillcrest also has the highest no-show rate, which suggests that long waits and missed appointments may be linked there."
+            "Following the report definitions, the no-show rate counts no-shows against appointments that "
+            "were attended or missed; cancellations are left out of both. The overall rate was "
+            f"{a['rate']:.1f}%. Hillcrest also has the highest no-show rate, which suggests that long "
+            "waits and missed appointments may be linked there."
         ),
         Table(
             ["Clinic", "No-show rate", "Median wait (min)"],
@@ -124,15 +131,19 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         ),
         Heading("Waiting times"),
         Para(
-            f"Waiting times were computed for {a['attended']:,} attended appointments. {len(a['bad'])} records ({', '.join(a['bad'])}) show a seen time earlier than the "
-            "arrival time; they are clock errors and were excluded from the waiting-time figures, as the definitions require. Riverside, Lakeview and Old Town "
-            f"have medians well within the target. Hillcrest's median of {a['median']['Hillcrest']:.0f} minutes is more than one and a half times the target."
+            f"Waiting times were computed for {a['attended']:,} attended appointments. {len(a['bad'])} "
+            f"records ({', '.join(a['bad'])}) show a seen time earlier than the arrival time; they are "
+            "clock errors and were excluded from the waiting-time figures, as the definitions require. "
+            "Riverside, Lakeview and Old Town have medians well within the target. Hillcrest's median of "
+            f"{a['median']['Hillcrest']:.0f} minutes is more than one and a half times the target."
         ),
         Heading("Actions"),
         Para(
-            "Hillcrest: the clinic manager should review the session templates and staffing against arrivals by hour in November and report back to the Director "
-            "by 15 December; a reminder-call pilot for Hillcrest patients would address the no-show rate at the same time. All clinics: the three clock errors point "
-            "to a check-in kiosk problem that the systems team should fix so that next month's figures are complete. The next report will show whether the Hillcrest "
+            "Hillcrest: the clinic manager should review the session templates and staffing against "
+            "arrivals by hour in November and report back to the Director by 15 December; a reminder-call "
+            "pilot for Hillcrest patients would address the no-show rate at the same time. All clinics: "
+            "the three clock errors point to a check-in kiosk problem that the systems team should fix so "
+            "that next month's figures are complete. The next report will show whether the Hillcrest "
             "changes have brought the median wait back under 20 minutes."
         ),
     ]

@@ -79,7 +79,8 @@ Eligibility: employees hired on or after {CUTOFF:%d %B %Y} are not eligible for 
 
 Band rules (2027 bands attached):
   - After merit, no salary may exceed the maximum of the employee's 2027 band; cap it at the maximum.
-  - After merit, any salary below the minimum of the 2027 band is raised to the minimum (market adjustment). This applies to every employee, eligible for merit or not.
+  - After merit, any salary below the minimum of the 2027 band is raised to the minimum (market adjustment). This \
+applies to every employee, eligible for merit or not.
 
 New salaries are rounded to the nearest dollar. Effective 1 January 2027.
 The total cost of increases is the sum of (new salary - 2026 salary) over all employees.
@@ -199,6 +200,8 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     record = write_completion_record(
         outputs_dir,
         [OUT_XLSX],
-        notes="Two employees hired after the cut-off received no merit; one of them was still raised to the band minimum.",
+        notes=(
+            "Two employees hired after the cut-off received no merit; one of them was still raised to the band minimum."
+        ),
     )
     return [book, record]

@@ -245,13 +245,15 @@ def _write_notes(inputs_dir: Path) -> Path:
     blocks = [
         Heading("Adjuster notes - open property claims, November 2026"),
         Para(
-            "Harrowgate Mutual Insurance, Property Claims. Notes by the field adjusters, latest first within each claim."
+            "Harrowgate Mutual Insurance, Property Claims. Notes by the field adjusters, latest first "
+            "within each claim."
         ),
         Heading("CLM-26-0614 - Brookfield Dental Practice", 2),
         Para(
-            "26 November: roof covering and ceiling damage from Storm Elin on 19 October. The practice manager was dealing "
-            "with the repairs herself and only notified us when the contractor's invoice arrived. Damage is consistent "
-            "with the storm; neighbouring premises have similar damage."
+            "26 November: roof covering and ceiling damage from Storm Elin on 19 October. The practice "
+            "manager was dealing with the repairs herself and only notified us when the contractor's "
+            "invoice arrived. Damage is consistent with the storm; neighbouring premises have similar "
+            "damage."
         ),
         Heading("CLM-26-0618 - Carrow Motors Ltd", 2),
         Para(
@@ -260,8 +262,8 @@ def _write_notes(inputs_dir: Path) -> Path:
         ),
         Heading("CLM-26-0633 - Elmstead Joinery Ltd", 2),
         Para(
-            "12 November: fire in the finishing shop overnight; stock and machinery destroyed. Fire brigade report awaited. "
-            "Contents loss estimated at 235,000 including debris removal."
+            "12 November: fire in the finishing shop overnight; stock and machinery destroyed. Fire "
+            "brigade report awaited. Contents loss estimated at 235,000 including debris removal."
         ),
         Heading("CLM-26-0645 - Greyfriars Hotel Ltd", 2),
         Para(
@@ -271,19 +273,20 @@ def _write_notes(inputs_dir: Path) -> Path:
         ),
         Heading("CLM-26-0652 - Harbour Lofts DAC", 2),
         Para(
-            "9 November: storm damage to the roof and two top-floor units in Cork. Figures in the register are in euro, "
-            "the policy currency."
+            "9 November: storm damage to the roof and two top-floor units in Cork. Figures in the "
+            "register are in euro, the policy currency."
         ),
         Heading("CLM-26-0657 - Ivydene Care Home", 2),
         Para(
-            f"27 November: revised estimate. The contractor's quote for the escape of water, including drying and "
-            f"replastering two wings, brings the outstanding estimate to {fmt_money(REVISED[1])}, replacing the 22,000.00 "
-            f"on the register (not yet updated)."
+            "27 November: revised estimate. The contractor's quote for the escape of water, including "
+            "drying and replastering two wings, brings the outstanding estimate to "
+            f"{fmt_money(REVISED[1])}, replacing the 22,000.00 on the register (not yet updated)."
         ),
         Para("30 October: leak from a failed joint in the first-floor plant room. Initial estimate 22,000.00."),
         Heading("CLM-26-0663 - Kingsmead Self Storage", 2),
         Para(
-            "6 November: river flooding of the ground floor units. Customers' goods excluded; building and fit-out only."
+            "6 November: river flooding of the ground floor units. Customers' goods excluded; building "
+            "and fit-out only."
         ),
     ]
     return write_docx(blocks, inputs_dir / NOTES_DOCX, title="Adjuster notes - November 2026")
@@ -447,8 +450,10 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         questions=[
             "Can the register's outstanding estimate for CLM-26-0657 be updated to the adjuster's revised figure?"
         ],
-        notes="CLM-26-0641 is the broker's duplicate FNOL of CLM-26-0640 and was counted once; CLM-26-0671 was notified "
-        "after the 30 November cut-off and belongs to December's review.",
+        notes=(
+            "CLM-26-0641 is the broker's duplicate FNOL of CLM-26-0640 and was counted once; CLM-26-0671 was "
+            "notified after the 30 November cut-off and belongs to December's review."
+        ),
     )
     return [book, memo, record]
 
@@ -600,14 +605,16 @@ def _write_memo(a: dict, path: Path) -> Path:
             f"18 to 20 October 2026), and guideline D2 disapplies the late-notification flag for such losses."
         ),
         Para(
-            f"{c0621['id']} is not referred to the SIU: its FNOL date 11/10/2026 is day-first, 11 October 2026, so it was "
-            f"notified {c0621['delay']} days after the loss of {c0621['loss']:%d %B %Y}, within the 30 days."
+            f"{c0621['id']} is not referred to the SIU: its FNOL date 11/10/2026 is day-first, 11 October "
+            f"2026, so it was notified {c0621['delay']} days after the loss of {c0621['loss']:%d %B %Y}, "
+            "within the 30 days."
         ),
         Para(
-            "Three register entries were left out of the review and are not referred in it. CLM-26-0641 is the broker's "
-            "second notification of the same loss as CLM-26-0640 (the same policy and date of loss), so the loss is "
-            "counted once under its earlier number. CLM-26-0671 was notified on 1 December 2026, after the cut-off, and "
-            "belongs to December's review, where its new-cover red flag must be considered. CLM-26-0598 is closed."
+            "Three register entries were left out of the review and are not referred in it. CLM-26-0641 "
+            "is the broker's second notification of the same loss as CLM-26-0640 (the same policy and "
+            "date of loss), so the loss is counted once under its earlier number. CLM-26-0671 was "
+            "notified on 1 December 2026, after the cut-off, and belongs to December's review, where its "
+            "new-cover red flag must be considered. CLM-26-0598 is closed."
         ),
         Heading("Reserves"),
         Para(
@@ -616,17 +623,19 @@ def _write_memo(a: dict, path: Path) -> Path:
             "net incurred less paid, and euro amounts are converted at 0.8650 GBP per EUR."
         ),
         Para(
-            f"{c0633['id']} is reserved on the limit of endorsement version 2, GBP {fmt_money(c0633['limit'])} from "
-            f"20 September 2026, which superseded version 1's 120,000.00: incurred {fmt_money(c0633['incurred'])} less the "
-            f"{fmt_money(c0633['deductible'])} deductible is capped at {fmt_money(c0633['limit'])}, and less {fmt_money(c0633['paid'])} "
-            f"paid the required reserve is GBP {fmt_money(c0633['gbp'])}."
+            f"{c0633['id']} is reserved on the limit of endorsement version 2, GBP "
+            f"{fmt_money(c0633['limit'])} from 20 September 2026, which superseded version 1's 120,000.00: "
+            f"incurred {fmt_money(c0633['incurred'])} less the {fmt_money(c0633['deductible'])} deductible "
+            f"is capped at {fmt_money(c0633['limit'])}, and less {fmt_money(c0633['paid'])} paid the "
+            f"required reserve is GBP {fmt_money(c0633['gbp'])}."
         ),
         Para(
-            f"{c0657['id']} uses the adjuster's revised outstanding estimate of {fmt_money(c0657['os'])} of 27 November "
-            f"in place of the register's 22,000.00: required reserve GBP {fmt_money(c0657['gbp'])}. {c0652['id']} is a euro "
-            f"policy: EUR {fmt_money(c0652['reserve'])} at 0.8650 is GBP {fmt_money(c0652['gbp'])}. CLM-26-0660's incurred of "
-            f"1,850.00 is below its 2,500.00 deductible, so its reserve is nil. CLM-26-0663 is capped at its "
-            f"150,000.00 limit: GBP 110,000.00."
+            f"{c0657['id']} uses the adjuster's revised outstanding estimate of {fmt_money(c0657['os'])} "
+            "of 27 November in place of the register's 22,000.00: required reserve GBP "
+            f"{fmt_money(c0657['gbp'])}. {c0652['id']} is a euro policy: EUR {fmt_money(c0652['reserve'])} "
+            f"at 0.8650 is GBP {fmt_money(c0652['gbp'])}. CLM-26-0660's incurred of 1,850.00 is below its "
+            "2,500.00 deductible, so its reserve is nil. CLM-26-0663 is capped at its 150,000.00 limit: "
+            "GBP 110,000.00."
         ),
         Table(
             ["Claim", "Insured", "Currency", "Net incurred", "Required reserve GBP"],
@@ -634,8 +643,8 @@ def _write_memo(a: dict, path: Path) -> Path:
             + [["Total", "", "", "", fmt_money(a["total"])]],
         ),
         Para(
-            f"The total required reserve of GBP {fmt_money(a['total'])} ties to the sum of the claim lines on the Reserves "
-            f"sheet, where every figure is a formula."
+            f"The total required reserve of GBP {fmt_money(a['total'])} ties to the sum of the claim lines "
+            "on the Reserves sheet, where every figure is a formula."
         ),
     ]
     return write_docx(blocks, path, title="SIU referrals and reserve review - November 2026")

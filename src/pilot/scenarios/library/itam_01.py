@@ -165,8 +165,8 @@ def _fleet(g: np.random.Generator) -> tuple[list[tuple[str, str, str]], list[tup
     kinds = g.choice(["LT", "DT"], size=len(numbers), p=[0.7, 0.3])
     sites = g.choice(["lon", "man", "bri"], size=len(numbers), p=[0.5, 0.3, 0.2])
     live_status = g.choice(STATUSES[:3], size=N_DEVICES, p=[0.9, 0.05, 0.05])
-    devices = [(f"{k}-{n}", f"{s}-{k.lower()}-{n}", "") for n, k, s in zip(numbers, kinds, sites)]
-    live = [(t, h, str(st)) for (t, h, _), st in zip(devices[:N_DEVICES], live_status)]
+    devices = [(f"{k}-{n}", f"{s}-{k.lower()}-{n}", "") for n, k, s in zip(numbers, kinds, sites, strict=True)]
+    live = [(t, h, str(st)) for (t, h, _), st in zip(devices[:N_DEVICES], live_status, strict=True)]
     dead = [(t, h, DECOMMISSIONED) for t, h, _ in devices[N_DEVICES:]]
     return live, dead
 
@@ -239,7 +239,10 @@ def _write_entitlements(inputs_dir: Path) -> Path:
         "Software entitlements register - Calder Voss Group IT",
         "One line per contract or order. Quantities are licences per device unless the metric says otherwise.",
         "Maintained by IT Procurement; dates are contract start and end dates (inclusive).",
-        "Prices on the 'True-up prices' sheet are the vendors' quoted prices for additional licences bought at true-up.",
+        (
+            "Prices on the 'True-up prices' sheet are the vendors' quoted prices for additional licences "
+            "bought at true-up."
+        ),
     ]:
         readme.append([line])
     readme["A1"].font = Font(bold=True)
@@ -329,9 +332,9 @@ def _write_renewal(inputs_dir: Path) -> Path:
             ],
         ),
         Para(
-            "Contract reference CT-2026-0917. This renewal replaces agreement CT-2023-0412 (30 device licences), which ends "
-            "on 31 August 2026 and is not renewed separately. Licence keys issued under CT-2023-0412 remain valid under this "
-            "renewal; no reinstallation is needed."
+            "Contract reference CT-2026-0917. This renewal replaces agreement CT-2023-0412 (30 device "
+            "licences), which ends on 31 August 2026 and is not renewed separately. Licence keys issued "
+            "under CT-2023-0412 remain valid under this renewal; no reinstallation is needed."
         ),
         Para(
             "Additional devices may be licensed at true-up at the price in the quotation attached to your entitlement "
@@ -476,8 +479,11 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             "Should the Vantage Design Suite shortfall be bought as an addition to CT-2024-0311, co-terminous with it, "
             "or as a new agreement?"
         ],
-        notes=f"Corvid Diagram Studio's {SUPERSEDED} ended on 31 August 2026 and was replaced by its renewal; only the renewal "
-        "counts. Decommissioned devices and Meridian Viewer-only installations were not counted.",
+        notes=(
+            f"Corvid Diagram Studio's {SUPERSEDED} ended on 31 August 2026 and was replaced by its renewal; "
+            "only the renewal counts. Decommissioned devices and Meridian Viewer-only installations were not "
+            "counted."
+        ),
     )
     return [book, memo, record]
 
@@ -499,7 +505,8 @@ def _write_book(a: dict, inputs_dir: Path, path: Path) -> Path:
     n_inv = inv.max_row
     autosize(inv, {"A": 10, "B": 14, "C": 15, "D": 26, "E": 13, "F": 9, "G": 16, "H": 11})
 
-    # Devices: one line per product and device (rule 2), its status and the editions found; counted by formula (rules 3 and the Viewer term).
+    # Devices: one line per product and device (rule 2), its status and the editions found; counted by formula (rules 3
+    # and the Viewer term).
     dev.append(["Product", "Asset tag", "Status", "Editions found", "Inventory rows", "Counted"])
     style_header(dev)
     for (product, tag), p in sorted(a["pairs"].items(), key=lambda kv: (PRODUCTS.index(kv[0][0]), kv[0][1])):
@@ -648,8 +655,9 @@ def _write_memo(a: dict, path: Path) -> Path:
         if x["shortfall"]:
             verdicts.append(
                 Para(
-                    f"{p} is under-licensed: {x['counted']} devices counted against {x['entitled']} licences, a "
-                    f"shortfall of {x['shortfall']} licences at GBP {fmt_money(x['price'])} each, GBP {fmt_money(x['cost'])}."
+                    f"{p} is under-licensed: {x['counted']} devices counted against {x['entitled']} "
+                    f"licences, a shortfall of {x['shortfall']} licences at GBP {fmt_money(x['price'])} "
+                    f"each, GBP {fmt_money(x['cost'])}."
                 )
             )
     for p in keep:
@@ -664,30 +672,34 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Summary"),
         Para(
-            f"At the true-up date of 30 November 2026, {_WORDS[len(buy)]} of the six per-device products are under-licensed and need "
-            f"a purchase: {' and '.join(buy)}. Buying the shortfall at the vendors' true-up prices costs GBP "
-            f"{fmt_money(a['total'])} in total, excluding VAT. The other {_WORDS[len(keep)]} products are covered by the contracts in force."
+            f"At the true-up date of 30 November 2026, {_WORDS[len(buy)]} of the six per-device products "
+            f"are under-licensed and need a purchase: {' and '.join(buy)}. Buying the shortfall at the "
+            f"vendors' true-up prices costs GBP {fmt_money(a['total'])} in total, excluding VAT. The other "
+            f"{_WORDS[len(keep)]} products are covered by the contracts in force."
         ),
         Heading("Counting basis"),
         Para(
-            f"The discovery export lists {a['n_rows']} installation rows, but a licence is needed per device, not per "
-            f"installation (rule 2). The rows come down to {n_pairs} product-device pairs once the repeats are set aside: "
-            f"older versions left behind by upgrades, and installations reported by both EndpointCentral and NetAudit, which "
-            f"write the same scan date in different formats. Quillon PDF Editor Pro, for example, has {q['rows']} rows for "
-            f"{q['devices']} devices."
+            f"The discovery export lists {a['n_rows']} installation rows, but a licence is needed per "
+            f"device, not per installation (rule 2). The rows come down to {n_pairs} product-device pairs "
+            "once the repeats are set aside: older versions left behind by upgrades, and installations "
+            "reported by both EndpointCentral and NetAudit, which write the same scan date in different "
+            f"formats. Quillon PDF Editor Pro, for example, has {q['rows']} rows for {q['devices']} "
+            "devices."
         ),
         Para(
-            f"{n_decom} pairs are on decommissioned devices, which rule 3 excludes; devices in repair or in stock are counted. "
-            f"Meridian Labs' terms make the {VIEWER} edition of Meridian Project Planner free: {len(viewer['viewer_only'])} devices "
-            f"with only the {VIEWER} are not counted, while a device with a paid edition counts once even where the {VIEWER} is "
-            f"installed beside it."
+            f"{n_decom} pairs are on decommissioned devices, which rule 3 excludes; devices in repair or "
+            f"in stock are counted. Meridian Labs' terms make the {VIEWER} edition of Meridian Project "
+            f"Planner free: {len(viewer['viewer_only'])} devices with only the {VIEWER} are not counted, "
+            f"while a device with a paid edition counts once even where the {VIEWER} is installed beside "
+            "it."
         ),
         Para(
-            f"Entitlements are the contracts in force on 30 November 2026 (rule 4). For Corvid Diagram Studio the register "
-            f"still lists {old['ref']} ({old['licences']} licences), which ended on {old['end']:%d %B %Y}; the order "
-            f"confirmation shows that the renewal {renewal['ref']} ({renewal['licences']} licences) replaces it, so the "
-            f"entitlement is {renewal['licences']}, not {old['licences'] + renewal['licences']}. Vantage Design Suite's two "
-            f"contracts are both in force and add up to {P[VANTAGE]['entitled']}."
+            "Entitlements are the contracts in force on 30 November 2026 (rule 4). For Corvid Diagram "
+            f"Studio the register still lists {old['ref']} ({old['licences']} licences), which ended on "
+            f"{old['end']:%d %B %Y}; the order confirmation shows that the renewal {renewal['ref']} "
+            f"({renewal['licences']} licences) replaces it, so the entitlement is {renewal['licences']}, "
+            f"not {old['licences'] + renewal['licences']}. Vantage Design Suite's two contracts are both "
+            f"in force and add up to {P[VANTAGE]['entitled']}."
         ),
         Table(
             [
@@ -719,9 +731,10 @@ def _write_memo(a: dict, path: Path) -> Path:
         Heading("Purchase required"),
         *verdicts,
         Para(
-            f"The total true-up purchase is GBP {fmt_money(a['total'])}. Every figure is a formula in true_up.xlsx: the Devices "
-            f"sheet lists each product-device pair with its status and editions, and the Calculation sheet ties the rows of "
-            f"the export to the devices counted, with a nil check for every product."
+            f"The total true-up purchase is GBP {fmt_money(a['total'])}. Every figure is a formula in "
+            "true_up.xlsx: the Devices sheet lists each product-device pair with its status and editions, "
+            "and the Calculation sheet ties the rows of the export to the devices counted, with a nil "
+            "check for every product."
         ),
         Para(
             "Before the orders are placed, the decommissioned devices should be confirmed as disposed of in the asset "

@@ -58,9 +58,12 @@ def generate(inputs_dir: Path) -> list[Path]:
             inputs_dir / INCIDENT_TXT,
             """Marketing analytics - tracking incident note MA-2026-031 (closed 14 October 2026)
 
-During week 9 of Q3 a second copy of the conversion pixel was live on the Paid Social landing pages after a template release.
-Every Paid Social conversion in week 9 fired twice. As a result, the week-9 Paid Social conversions AND revenue in the campaign export are exactly double the true values.
-No other channel and no other week was affected. The export was not corrected at source; analysts must correct it when reporting Q3.
+During week 9 of Q3 a second copy of the conversion pixel was live on the Paid Social landing pages after a template \
+release.
+Every Paid Social conversion in week 9 fired twice. As a result, the week-9 Paid Social conversions AND revenue in \
+the campaign export are exactly double the true values.
+No other channel and no other week was affected. The export was not corrected at source; analysts must correct it \
+when reporting Q3.
 """,
         )
     )
@@ -70,7 +73,8 @@ No other channel and no other week was affected. The export was not corrected at
             f"""Q4 2026 paid media budget - guidance from the CMO
 
 Total Q4 budget: {Q4_BUDGET:,} (all five channels).
-Allocate on corrected Q3 return on ad spend (ROAS = revenue / spend), but no channel may receive less than 10% or more than 40% of the Q4 budget.
+Allocate on corrected Q3 return on ad spend (ROAS = revenue / spend), but no channel may receive less than 10% or \
+more than 40% of the Q4 budget.
 Show the Q3 figures the allocation rests on.
 """,
         )
@@ -169,9 +173,12 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     blocks = [
         Heading("Q3 results"),
         Para(
-            f"Across the five channels we spent {by.spend.sum():,.2f} in Q3 2026 and, after correcting the tracking incident, attributed {by.revenue.sum():,.2f} of revenue, "
-            f"an overall return on ad spend (ROAS) of {by.revenue.sum() / by.spend.sum():.2f}. The campaign export overstates Paid Social: incident note MA-2026-031 records that "
-            "in week 9 every Paid Social conversion fired twice, so week-9 conversions and revenue for that channel were halved before any figure in this note was computed."
+            f"Across the five channels we spent {by.spend.sum():,.2f} in Q3 2026 and, after correcting the "
+            f"tracking incident, attributed {by.revenue.sum():,.2f} of revenue, an overall return on ad "
+            f"spend (ROAS) of {by.revenue.sum() / by.spend.sum():.2f}. The campaign export overstates Paid "
+            "Social: incident note MA-2026-031 records that in week 9 every Paid Social conversion fired "
+            "twice, so week-9 conversions and revenue for that channel were halved before any figure in "
+            "this note was computed."
         ),
         Heading("Channel performance"),
         Table(
@@ -182,14 +189,18 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             ],
         ),
         Para(
-            f"On the uncorrected export Paid Social would show a ROAS of {raw_roas:.2f} and look like our strongest paid channel. Corrected, its ROAS is "
-            f"{by.loc['Paid Social', 'roas']:.2f}, behind {' and '.join(c for c in ranked.index if by.loc[c, 'roas'] > by.loc['Paid Social', 'roas'])}. Email remains by far the most efficient channel but is small and cannot absorb much more budget; "
-            "Display is the weakest channel and its spend should be held to the minimum the guidance allows while we test new creative. "
-            "Affiliates sit in the middle and earn a share close to their Q3 weight."
+            f"On the uncorrected export Paid Social would show a ROAS of {raw_roas:.2f} and look like our "
+            f"strongest paid channel. Corrected, its ROAS is {by.loc['Paid Social', 'roas']:.2f}, behind "
+            f"{' and '.join(c for c in ranked.index if by.loc[c, 'roas'] > by.loc['Paid Social', 'roas'])}. "
+            "Email remains by far the most efficient channel but is small and cannot absorb much more "
+            "budget; Display is the weakest channel and its spend should be held to the minimum the "
+            "guidance allows while we test new creative. Affiliates sit in the middle and earn a share "
+            "close to their Q3 weight."
         ),
         Heading("Q4 allocation"),
         Para(
-            f"Following the CMO's guidance, the Q4 budget of {Q4_BUDGET:,} is allocated in proportion to corrected Q3 ROAS, with every channel held between 10% and 40% of the budget. "
+            f"Following the CMO's guidance, the Q4 budget of {Q4_BUDGET:,} is allocated in proportion to "
+            "corrected Q3 ROAS, with every channel held between 10% and 40% of the budget. "
             + (f"{', '.join(floor)} {'is' if len(floor) == 1 else 'are'} held at the 10% floor; " if floor else "")
             + (f"{', '.join(ceiling)} {'is' if len(ceiling) == 1 else 'are'} capped at 40%; " if ceiling else "")
             + "the remainder is shared among the other channels in proportion to their ROAS."
@@ -200,9 +211,12 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         ),
         Heading("Risks"),
         Para(
-            "Allocating on one quarter's ROAS assumes Q4 behaves like Q3; seasonal demand in November and December usually favours Search and Paid Social, so the split should "
-            "be reviewed after the first four weeks. Email's ceiling allocation depends on list growth: if we cannot send more without fatiguing subscribers, the surplus should "
-            "move to Search. Finally, last-click attribution flatters Search and Email; a holdout test on Paid Social in Q4 would show its true incremental value."
+            "Allocating on one quarter's ROAS assumes Q4 behaves like Q3; seasonal demand in November and "
+            "December usually favours Search and Paid Social, so the split should be reviewed after the "
+            "first four weeks. Email's ceiling allocation depends on list growth: if we cannot send more "
+            "without fatiguing subscribers, the surplus should move to Search. Finally, last-click "
+            "attribution flatters Search and Email; a holdout test on Paid Social in Q4 would show its "
+            "true incremental value."
         ),
     ]
     memo = write_docx(blocks, outputs_dir / MEMO_DOCX, title="Q3 campaign performance and Q4 budget recommendation")

@@ -90,7 +90,8 @@ def generate(inputs_dir: Path) -> list[Path]:
 5. Order-up-to level = reorder point + 4 weeks of average weekly demand.
    Order quantity = order-up-to level - available stock, rounded UP to a whole number of the supplier's case pack.
 6. Discontinued items are never reordered, whatever their stock.
-7. A negative on-hand balance is a counting error: treat it as zero for the plan and report the item to the stock controller.
+7. A negative on-hand balance is a counting error: treat it as zero for the plan and report the item to the stock \
+controller.
 """
     paths.append(write_text(inputs_dir / POLICY_TXT, policy))
     return paths
@@ -151,6 +152,9 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     record = write_completion_record(
         outputs_dir,
         [PLAN_CSV],
-        notes=f"Negative on-hand balance treated as zero and to be reported to the stock controller: {', '.join(negative)}. Discontinued HW-1420 not reordered.",
+        notes=(
+            "Negative on-hand balance treated as zero and to be reported to the stock controller: "
+            f"{', '.join(negative)}. Discontinued HW-1420 not reordered."
+        ),
     )
     return [out, record]

@@ -273,7 +273,10 @@ def _write_hr_notice(inputs_dir: Path, sal: dict[str, int]) -> Path:
                     "2",
                     "22/09/2026",
                     f"{LEAVER} {NAMES[LEAVER]}",
-                    "Resignation. Last day of service 30/09/2026; paid to that date in the September payroll. No payment in lieu of notice.",
+                    (
+                        "Resignation. Last day of service 30/09/2026; paid to that date in the September "
+                        "payroll. No payment in lieu of notice."
+                    ),
                     "30/09/2026",
                 ],
                 [
@@ -608,11 +611,12 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Summary"),
         Para(
-            f"The draft October 2026 payroll totals GBP {_m(a['total_draft'])} gross against GBP {_m(a['total_sept'])} paid in "
-            f"September. Checked against the pay policy, the HR change notice and the approved overtime timesheets, three "
-            f"employees' October pay is wrong in the draft. Corrected, the October gross payroll total is GBP "
-            f"{_m(a['total_gross'])}, GBP {_m(-a['total_correction'])} less than the draft. The run should not be released "
-            f"until the three corrections are made."
+            f"The draft October 2026 payroll totals GBP {_m(a['total_draft'])} gross against GBP "
+            f"{_m(a['total_sept'])} paid in September. Checked against the pay policy, the HR change "
+            "notice and the approved overtime timesheets, three employees' October pay is wrong in the "
+            f"draft. Corrected, the October gross payroll total is GBP {_m(a['total_gross'])}, GBP "
+            f"{_m(-a['total_correction'])} less than the draft. The run should not be released until the "
+            "three corrections are made."
         ),
         Table(
             ["Employee", "Draft gross", "Corrected gross", "Correction"],
@@ -624,49 +628,57 @@ def _write_memo(a: dict, path: Path) -> Path:
         ),
         Heading("Variances"),
         Para(
-            f"Every employee's October gross pay was recalculated from the policy and compared with September. {len(flagged)} "
-            f"employees show a variance above the policy's threshold of GBP 50.00 or 5% once the corrections are made; each is "
-            f"explained in the workbook october_variance.xlsx, sheet Variance, and all its figures are formulas."
+            "Every employee's October gross pay was recalculated from the policy and compared with "
+            f"September. {len(flagged)} employees show a variance above the policy's threshold of GBP "
+            "50.00 or 5% once the corrections are made; each is explained in the workbook "
+            "october_variance.xlsx, sheet Variance, and all its figures are formulas."
         ),
         Para(
-            f"Grace Obi's October pay is GBP {_m(ret['gross'])} against GBP {_m(ret['sept'])} in September, an increase of "
-            f"{ret['variance'] / ret['sept'] * 100:.1f}%. September was reduced for nine days of unpaid leave (HR notice entry 1); "
-            f"October is a full month, so her October pay is correct as drafted and needs no correction."
+            f"Grace Obi's October pay is GBP {_m(ret['gross'])} against GBP {_m(ret['sept'])} in "
+            f"September, an increase of {ret['variance'] / ret['sept'] * 100:.1f}%. September was reduced "
+            "for nine days of unpaid leave (HR notice entry 1); October is a full month, so her October "
+            "pay is correct as drafted and needs no correction."
         ),
         Para(
-            f"The other variances above the threshold, {' and '.join(r['name'] + chr(39) + 's' for r in others)}, are "
-            "approved overtime that September did not have. Each overtime payment was recalculated at 1.5 times the hourly rate (annual salary "
-            "divided by 1,950) on the timesheet hours converted from hours and minutes to decimal hours. Kieran Walsh's "
-            "6:00 hours on 14 October appear twice in the timesheet export under the same approval reference, once "
-            "re-approved; they are one shift and are paid once, as the draft does."
+            "The other variances above the threshold, "
+            f"{' and '.join(r['name'] + chr(39) + 's' for r in others)}, are approved overtime that "
+            "September did not have. Each overtime payment was recalculated at 1.5 times the hourly rate "
+            "(annual salary divided by 1,950) on the timesheet hours converted from hours and minutes to "
+            "decimal hours. Kieran Walsh's 6:00 hours on 14 October appear twice in the timesheet export "
+            "under the same approval reference, once re-approved; they are one shift and are paid once, "
+            "as the draft does."
         ),
         Heading("Corrections"),
         Para(
-            f"Dale Fenwick's October pay must be corrected to nil. He resigned with a last day of service of 30 September 2026 "
-            f"(HR notice entry 2) and was paid to that date in September; the draft still pays him a full month of "
-            f"GBP {_m(lv['draft'])}. Under rule 3 of the pay policy he is not paid after his last day of service."
+            "Dale Fenwick's October pay must be corrected to nil. He resigned with a last day of service "
+            "of 30 September 2026 (HR notice entry 2) and was paid to that date in September; the draft "
+            f"still pays him a full month of GBP {_m(lv['draft'])}. Under rule 3 of the pay policy he is "
+            "not paid after his last day of service."
         ),
         Para(
-            f"Priya Anand's October pay must be corrected from GBP {_m(rs['draft'])} to GBP {_m(rs['gross'])}. The draft applies "
-            f"her new salary of {new:,.0f} for the whole month, following entry 3 of the HR notice; entry 4 replaces it and makes "
-            f"the promotion effective on 16 October 2026. Under rule 2 the month is apportioned by calendar days: 15 days at "
+            f"Priya Anand's October pay must be corrected from GBP {_m(rs['draft'])} to GBP "
+            f"{_m(rs['gross'])}. The draft applies her new salary of {new:,.0f} for the whole month, "
+            "following entry 3 of the HR notice; entry 4 replaces it and makes the promotion effective on "
+            "16 October 2026. Under rule 2 the month is apportioned by calendar days: 15 days at "
             f"{old:,.0f} a year (GBP {_m(old_part)}) and 16 days at {new:,.0f} (GBP {_m(new_part)})."
         ),
         Para(
-            f"Tomasz Wrobel's October pay must be corrected from GBP {_m(wr['draft'])} to GBP {_m(wr['gross'])}. His approved "
-            f"overtime is 4:00 and 3:45, 7 hours 45 minutes in all, which is 7.75 decimal hours; the draft keyed it as 7.45 "
-            f"hours. At his hourly rate of GBP {_m(wr['hourly'])} his overtime pay is GBP {_m(wr['ot'])}."
+            f"Tomasz Wrobel's October pay must be corrected from GBP {_m(wr['draft'])} to GBP "
+            f"{_m(wr['gross'])}. His approved overtime is 4:00 and 3:45, 7 hours 45 minutes in all, which "
+            "is 7.75 decimal hours; the draft keyed it as 7.45 hours. At his hourly rate of GBP "
+            f"{_m(wr['hourly'])} his overtime pay is GBP {_m(wr['ot'])}."
         ),
         Para(
-            "Every other employee's October pay is correct as drafted, including the overtime keyed as 4.50, 6.00 and 3.25 "
-            "hours, which match the timesheets' 4:30, 6:00 and 3:15."
+            "Every other employee's October pay is correct as drafted, including the overtime keyed as "
+            "4.50, 6.00 and 3.25 hours, which match the timesheets' 4:30, 6:00 and 3:15."
         ),
         Heading("Release"),
         Para(
-            f"Release the October payroll once the three corrections above are made in the payroll system and a second "
-            f"draft shows a gross total of GBP {_m(a['total_gross'])}. The bank deadline is 12:00 on 28 October 2026. HR "
-            f"should confirm that no payment in lieu of notice is due to Dale Fenwick, and the bureau should key overtime "
-            f"in decimal hours converted from the timesheet, not as typed."
+            "Release the October payroll once the three corrections above are made in the payroll system "
+            f"and a second draft shows a gross total of GBP {_m(a['total_gross'])}. The bank deadline is "
+            "12:00 on 28 October 2026. HR should confirm that no payment in lieu of notice is due to Dale "
+            "Fenwick, and the bureau should key overtime in decimal hours converted from the timesheet, "
+            "not as typed."
         ),
     ]
     return write_docx(blocks, path, title="October 2026 payroll variance review")

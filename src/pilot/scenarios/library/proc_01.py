@@ -56,25 +56,34 @@ def generate(inputs_dir: Path) -> list[Path]:
     rfq = [
         Heading("Request for quotation PR-2026-044: stainless fastener kits (PK-12)"),
         Para(
-            f"Northgate Water Utilities invites quotations for the supply of {ANNUAL_VOLUME:,} PK-12 stainless fastener kits per year for two years, delivered to the Eastgate depot in monthly call-offs."
+            f"Northgate Water Utilities invites quotations for the supply of {ANNUAL_VOLUME:,} PK-12 "
+            "stainless fastener kits per year for two years, delivered to the Eastgate depot in monthly "
+            "call-offs."
         ),
         Heading("Submission", 2),
         Para(
-            f"Quotations must be received by {DEADLINE:%d %B %Y} at {DEADLINE:%H:%M} local time. Late quotations will not be evaluated."
+            f"Quotations must be received by {DEADLINE:%d %B %Y} at {DEADLINE:%H:%M} local time. Late "
+            "quotations will not be evaluated."
         ),
         Heading("Mandatory requirements", 2),
         Para(
-            f"Suppliers must hold an ISO 9001 certificate that is valid on the award date, {AWARD_DATE:%d %B %Y}, as recorded in the utility's supplier register. A quotation that fails a mandatory requirement is excluded before scoring."
+            "Suppliers must hold an ISO 9001 certificate that is valid on the award date, "
+            f"{AWARD_DATE:%d %B %Y}, as recorded in the utility's supplier register. A quotation that "
+            "fails a mandatory requirement is excluded before scoring."
         ),
         Heading("Evaluation", 2),
         Para(
-            "Compliant quotations are scored out of 100 points: price 50 points, delivery lead time 30 points, quality 20 points."
+            "Compliant quotations are scored out of 100 points: price 50 points, delivery lead time 30 "
+            "points, quality 20 points."
         ),
         Para(
-            "Price score = 50 x (lowest compliant unit price / the supplier's unit price). Delivery score = 30 x (shortest compliant lead time / the supplier's lead time). Quality score = 20 x (lowest compliant defect rate in ppm / the supplier's defect rate)."
+            "Price score = 50 x (lowest compliant unit price / the supplier's unit price). Delivery score "
+            "= 30 x (shortest compliant lead time / the supplier's lead time). Quality score = 20 x "
+            "(lowest compliant defect rate in ppm / the supplier's defect rate)."
         ),
         Para(
-            "The contract is awarded to the compliant supplier with the highest total score. Scores are rounded to two decimals only for presentation."
+            "The contract is awarded to the compliant supplier with the highest total score. Scores are "
+            "rounded to two decimals only for presentation."
         ),
     ]
     paths = [write_pdf(rfq, inputs_dir / RFQ_PDF, title="Request for quotation")]
@@ -201,15 +210,20 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     blocks = [
         Heading("Background"),
         Para(
-            f"RFQ PR-2026-044 sought quotations for {ANNUAL_VOLUME:,} PK-12 stainless fastener kits a year for two years. Five quotations were received. "
-            "The RFQ requires quotations to arrive by 20 November 2026 at 17:00 and suppliers to hold an ISO 9001 certificate valid on the award date of 15 December 2026; "
-            "compliant quotations are scored on price (50 points), lead time (30) and defect rate (20), each relative to the best compliant offer."
+            f"RFQ PR-2026-044 sought quotations for {ANNUAL_VOLUME:,} PK-12 stainless fastener kits a year "
+            "for two years. Five quotations were received. The RFQ requires quotations to arrive by 20 "
+            "November 2026 at 17:00 and suppliers to hold an ISO 9001 certificate valid on the award date "
+            "of 15 December 2026; compliant quotations are scored on price (50 points), lead time (30) "
+            "and defect rate (20), each relative to the best compliant offer."
         ),
         Heading("Compliance check"),
         Para(
-            "Apex Industrial Supply quoted the lowest price, but the supplier register shows its ISO 9001 certificate expired on 31 October 2026 and only a renewal audit "
-            "in January 2027 is scheduled, so the certificate will not be valid on the award date. Brennan Tool & Supply's quotation was received on 21 November 2026 at 09:14, "
-            "after the deadline. Both quotations are excluded before scoring, as the RFQ requires. Coastline Components, Northwind Fasteners and Ridgeway Manufacturing are compliant."
+            "Apex Industrial Supply quoted the lowest price, but the supplier register shows its ISO 9001 "
+            "certificate expired on 31 October 2026 and only a renewal audit in January 2027 is "
+            "scheduled, so the certificate will not be valid on the award date. Brennan Tool & Supply's "
+            "quotation was received on 21 November 2026 at 09:14, after the deadline. Both quotations are "
+            "excluded before scoring, as the RFQ requires. Coastline Components, Northwind Fasteners and "
+            "Ridgeway Manufacturing are compliant."
         ),
         Heading("Evaluation"),
         Table(
@@ -217,15 +231,20 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             [[k, f"{s[k][0]:.2f}", f"{s[k][1]:.2f}", f"{s[k][2]:.2f}", f"{s[k][3]:.2f}"] for k in ranked],
         ),
         Para(
-            f"{ranked[0]} scores {s[ranked[0]][3]:.2f} points, ahead of {ranked[1]} ({s[ranked[1]][3]:.2f}) and {ranked[2]} ({s[ranked[2]][3]:.2f}). "
-            "Its price is the lowest among the compliant quotations and its lead time is close to the shortest; Ridgeway's better defect rate does not offset its higher price and longer lead time. "
-            "The scores are computed in bid_evaluation.xlsx with the RFQ formulas, so the ranking can be checked line by line."
+            f"{ranked[0]} scores {s[ranked[0]][3]:.2f} points, ahead of {ranked[1]} "
+            f"({s[ranked[1]][3]:.2f}) and {ranked[2]} ({s[ranked[2]][3]:.2f}). Its price is the lowest "
+            "among the compliant quotations and its lead time is close to the shortest; Ridgeway's better "
+            "defect rate does not offset its higher price and longer lead time. The scores are computed "
+            "in bid_evaluation.xlsx with the RFQ formulas, so the ranking can be checked line by line."
         ),
         Heading("Recommendation"),
         Para(
-            f"I recommend awarding the contract to {a['winner']} at {a['annual_value'] / ANNUAL_VOLUME:.3f} CAD per kit, an annual contract value of {a['annual_value']:,.2f} CAD "
-            f"({2 * a['annual_value']:,.2f} CAD over the two-year term). Apex and Brennan should be told why their quotations were not evaluated. "
-            "Before award, the buyer should confirm that the Northwind quotation's validity covers the award date and record the evaluation in the procurement file."
+            f"I recommend awarding the contract to {a['winner']} at "
+            f"{a['annual_value'] / ANNUAL_VOLUME:.3f} CAD per kit, an annual contract value of "
+            f"{a['annual_value']:,.2f} CAD ({2 * a['annual_value']:,.2f} CAD over the two-year term). Apex "
+            "and Brennan should be told why their quotations were not evaluated. Before award, the buyer "
+            "should confirm that the Northwind quotation's validity covers the award date and record the "
+            "evaluation in the procurement file."
         ),
     ]
     memo = write_pdf(blocks, outputs_dir / AWARD_PDF, title="Award recommendation - RFQ PR-2026-044")

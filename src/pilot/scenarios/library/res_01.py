@@ -133,21 +133,26 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
     blocks = [
         Heading("Data"),
         Para(
-            f"The 2026 staff survey file holds {len(df) + len(dups) + len(invalid)} records. Respondent {', '.join(dups)} submitted twice; "
-            f"following rule RI-4 the first submission was kept. Respondent {', '.join(invalid)} has a satisfaction score of 77, outside the "
-            f"1-7 scale, which is a recording error; that response was excluded from every analysis. {n} responses remain."
+            f"The 2026 staff survey file holds {len(df) + len(dups) + len(invalid)} records. Respondent "
+            f"{', '.join(dups)} submitted twice; following rule RI-4 the first submission was kept. "
+            f"Respondent {', '.join(invalid)} has a satisfaction score of 77, outside the 1-7 scale, which "
+            f"is a recording error; that response was excluded from every analysis. {n} responses remain."
         ),
         Heading("Method"),
         Para(
-            "Satisfaction and workload are seven-point items analysed as scores. For each region I report the number of responses and the mean "
-            "satisfaction and workload to two decimals, computed by formulas on the cleaned data in the workbook survey_results.xlsx, so every figure "
-            "can be traced to the records. Differences between regions are described, not tested formally; with regional samples of about fifty, "
-            "a difference of a full scale point is well beyond what sampling noise would produce."
+            "Satisfaction and workload are seven-point items analysed as scores. For each region I report "
+            "the number of responses and the mean satisfaction and workload to two decimals, computed by "
+            "formulas on the cleaned data in the workbook survey_results.xlsx, so every figure can be "
+            "traced to the records. Differences between regions are described, not tested formally; with "
+            "regional samples of about fifty, a difference of a full scale point is well beyond what "
+            "sampling noise would produce."
         ),
         Para(
-            "Before any figure was computed, every variable was checked against the valid values in the codebook: regions against the five named offices, "
-            "satisfaction and workload against the 1-7 range, and respondent codes for repeats. Only the two records named above failed these checks. "
-            "The share of respondents who would recommend the organisation is reported alongside the means as a plain proportion of the cleaned responses."
+            "Before any figure was computed, every variable was checked against the valid values in the "
+            "codebook: regions against the five named offices, satisfaction and workload against the 1-7 "
+            "range, and respondent codes for repeats. Only the two records named above failed these "
+            "checks. The share of respondents who would recommend the organisation is reported alongside "
+            "the means as a plain proportion of the cleaned responses."
         ),
         Heading("Findings"),
         Para(f"Overall mean satisfaction is {overall:.2f} on the seven-point scale across {n} responses."),
@@ -156,20 +161,25 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
             [[r, int(by.loc[r, "n"]), f"{by.loc[r, 'sat']:.2f}", f"{by.loc[r, 'work']:.2f}"] for r in REGIONS],
         ),
         Para(
-            f"West stands apart: its mean satisfaction is {by.loc['West', 'sat']:.2f}, against {others:.2f} in the other four regions combined, "
-            f"and its staff report the heaviest workload ({by.loc['West', 'work']:.2f}). Across all respondents, satisfaction and workload are "
-            f"negatively correlated (r = {corr:.2f}), which is consistent with workload being part of the explanation for West."
+            f"West stands apart: its mean satisfaction is {by.loc['West', 'sat']:.2f}, against "
+            f"{others:.2f} in the other four regions combined, and its staff report the heaviest workload "
+            f"({by.loc['West', 'work']:.2f}). Across all respondents, satisfaction and workload are "
+            f"negatively correlated (r = {corr:.2f}), which is consistent with workload being part of the "
+            "explanation for West."
         ),
         Heading("Limitations"),
         Para(
-            "The survey reached the staff who chose to respond, so the results may not represent the whole workforce; response rates by region were not "
-            "provided and should be checked before the figures are presented as regional estimates. The items are single questions rather than validated "
-            "scales, and the association with workload is correlational: it does not show that workload causes the lower satisfaction in West. "
-            "A follow-up with the West management team and a look at staffing levels would help interpret the result."
+            "The survey reached the staff who chose to respond, so the results may not represent the "
+            "whole workforce; response rates by region were not provided and should be checked before the "
+            "figures are presented as regional estimates. The items are single questions rather than "
+            "validated scales, and the association with workload is correlational: it does not show that "
+            "workload causes the lower satisfaction in West. A follow-up with the West management team "
+            "and a look at staffing levels would help interpret the result."
         ),
         Para(
-            "Finally, a single survey wave describes one moment. Whether West's position is new or long-standing cannot be judged without the 2025 results, "
-            "which used a different question wording; I would not compare the two years directly without a bridging analysis."
+            "Finally, a single survey wave describes one moment. Whether West's position is new or "
+            "long-standing cannot be judged without the 2025 results, which used a different question "
+            "wording; I would not compare the two years directly without a bridging analysis."
         ),
     ]
     note = write_docx(blocks, outputs_dir / NOTE_DOCX, title="Staff survey 2026 - research note")

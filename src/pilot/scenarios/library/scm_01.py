@@ -55,7 +55,8 @@ from pilot.scenarios.common import (
 )
 from pilot.scenarios.officeio import Heading, Para, Table, save_workbook, write_csv, write_docx, write_text
 
-# The generator's one random source: it draws the December and February forecasts (not planned here) and the POs' order dates.
+# The generator's one random source: it draws the December and February forecasts (not planned here) and the POs' order
+# dates.
 SEED = 771204
 
 FORECAST_CSV = "demand_forecast.csv"
@@ -185,7 +186,7 @@ def generate(inputs_dir: Path) -> list[Path]:
     # Open POs as the ERP exports them; the duplicated line is an export glitch, the cancelled one still shows as open.
     ordered = [RELEASE - dt.timedelta(days=int(g.integers(20, 60))) for _ in OPEN_POS]
     rows = []
-    for (po, item, qty, due, status), od in zip(OPEN_POS, ordered):
+    for (po, item, qty, due, status), od in zip(OPEN_POS, ordered, strict=True):
         rows.append([po, item, SUPPLIER[item], od.isoformat(), qty, "EA", due, status])
         if po == DUPLICATED_PO:
             rows.append([po, item, SUPPLIER[item], od.isoformat(), qty, "EA", due, status])
@@ -217,8 +218,11 @@ def generate(inputs_dir: Path) -> list[Path]:
             "Orrin Valve Co.",
             CANCELLED_PO,
             "Cancellation of your order",
-            f"Following your buyer's request of 1 December to move the valve volume to the new spindle design, we have cancelled "
-            f"{CANCELLED_PO} (1,200 VLV-14) in full. Nothing will ship against it. PO-41190 is not affected.",
+            (
+                "Following your buyer's request of 1 December to move the valve volume to the new spindle "
+                f"design, we have cancelled {CANCELLED_PO} (1,200 VLV-14) in full. Nothing will ship against "
+                "it. PO-41190 is not affected."
+            ),
         ],
         [
             "2026-12-03",
@@ -234,8 +238,9 @@ def generate(inputs_dir: Path) -> list[Path]:
     blocks = [
         Heading("Halden Outdoor Equipment - approved supplier terms, TrailFlame components"),
         Para(
-            "Issued by Purchasing, 1 December 2026. These terms apply to every purchase order placed from that date. Lead "
-            "times are from the date the order is placed to the date the goods are received at the Halden dock, in calendar days or weeks."
+            "Issued by Purchasing, 1 December 2026. These terms apply to every purchase order placed from "
+            "that date. Lead times are from the date the order is placed to the date the goods are "
+            "received at the Halden dock, in calendar days or weeks."
         ),
         Table(
             [
@@ -250,12 +255,14 @@ def generate(inputs_dir: Path) -> list[Path]:
         ),
         Heading("Notes", 2),
         Para(
-            "Order quantities below the minimum are raised to the minimum; above it, they are rounded up to the order multiple."
+            "Order quantities below the minimum are raised to the minimum; above it, they are rounded up "
+            "to the order multiple."
         ),
         Para("Medway Seals sells O-rings only in sealed packs of 10; the minimum of 1,000 each is 100 packs."),
         Para(
-            "Kwan Piezo Components is the only approved source for the piezo igniter since Brenner Ignition was removed from "
-            "the approved list in October 2026; every other component has a second approved source for contingency."
+            "Kwan Piezo Components is the only approved source for the piezo igniter since Brenner "
+            "Ignition was removed from the approved list in October 2026; every other component has a "
+            "second approved source for contingency."
         ),
     ]
     paths.append(write_docx(blocks, inputs_dir / TERMS_DOCX, title="Approved supplier terms"))
@@ -466,10 +473,14 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         outputs_dir,
         [PLAN_XLSX, MEMO_DOCX],
         questions=[
-            "Can Purchasing confirm that no replacement order was raised with Orrin Valve Co. when PO-41187 was cancelled?"
+            "Can Purchasing confirm that no replacement order was raised with Orrin Valve Co. when "
+            "PO-41187 was cancelled?"
         ],
-        notes="TF-200 planned on BOM revision C; TF-300 on forecast version 2; SEAL-05 stock converted from packs of 10; "
-        "PO-41187 excluded as cancelled and PO-41203 counted once; IGN-30 safety stock per exception QA-2026-11.",
+        notes=(
+            "TF-200 planned on BOM revision C; TF-300 on forecast version 2; SEAL-05 stock converted from "
+            "packs of 10; PO-41187 excluded as cancelled and PO-41203 counted once; IGN-30 safety stock per "
+            "exception QA-2026-11."
+        ),
     )
     return [book, memo, record]
 
@@ -509,7 +520,8 @@ def _write_plan(a: dict, path: Path) -> Path:
         bom.append([c] + [a["qty_per"][s].get(c, 0) for s in SKUS])
     bom.append(
         [
-            "TF-200 revision B (superseded 30 Nov 2026) is not used: ECO-2611 replaces BR-20 by BR-22 on TF-200 from 1 Dec 2026."
+            "TF-200 revision B (superseded 30 Nov 2026) is not used: ECO-2611 replaces BR-20 by BR-22 on "
+            "TF-200 from 1 Dec 2026."
         ]
     )
     autosize(bom, {"A": 11, "B": 18, "C": 22, "D": 18})
@@ -625,30 +637,35 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Plan basis"),
         Para(
-            f"This is the material plan for the January 2027 build of the TrailFlame family, released on {RELEASE.day} {RELEASE:%B %Y}. "
-            f"The build starts on {NEED.day} {NEED:%B %Y}, so a planned order placed today has {days} days to arrive. The plan uses the latest "
-            f"published forecast for each stove: TF-100 {a['forecast']['TF-100']:,}, TF-200 {a['forecast']['TF-200']:,} and TF-300 "
-            f"{a['forecast']['TF-300']:,} units. TF-300's version 1 figure of 800 units, published on 10 November, was superseded by "
-            f"version 2 on 28 November and is not used."
+            "This is the material plan for the January 2027 build of the TrailFlame family, released on "
+            f"{RELEASE.day} {RELEASE:%B %Y}. The build starts on {NEED.day} {NEED:%B %Y}, so a planned "
+            f"order placed today has {days} days to arrive. The plan uses the latest published forecast "
+            f"for each stove: TF-100 {a['forecast']['TF-100']:,}, TF-200 {a['forecast']['TF-200']:,} and "
+            f"TF-300 {a['forecast']['TF-300']:,} units. TF-300's version 1 figure of 800 units, published "
+            "on 10 November, was superseded by version 2 on 28 November and is not used."
         ),
         Para(
-            "Requirements are exploded through the bill of material revision in effect on the build start. For TF-200 that is "
-            "revision C, released on 1 December 2026 under ECO-2611, which replaces burner BR-20 with BR-22; revision B, still in "
-            "the BOM workbook, is superseded and not used. BR-20 remains on TF-100 only."
+            "Requirements are exploded through the bill of material revision in effect on the build "
+            "start. For TF-200 that is revision C, released on 1 December 2026 under ECO-2611, which "
+            "replaces burner BR-20 with BR-22; revision B, still in the BOM workbook, is superseded and "
+            "not used. BR-20 remains on TF-100 only."
         ),
         Heading("Data corrections"),
         Para(
-            f"O-ring SEAL-05 is held in packs of 10: the inventory's 620 PK10 is {rows['SEAL-05']['on_hand']:,} each, which covers "
-            f"the gross requirement of {rows['SEAL-05']['gross']:,} and the safety stock of {rows['SEAL-05']['ss']:,}; no order is needed."
+            "O-ring SEAL-05 is held in packs of 10: the inventory's 620 PK10 is "
+            f"{rows['SEAL-05']['on_hand']:,} each, which covers the gross requirement of "
+            f"{rows['SEAL-05']['gross']:,} and the safety stock of {rows['SEAL-05']['ss']:,}; no order is "
+            "needed."
         ),
         Para(
-            f"Orrin Valve Co. cancelled {CANCELLED_PO} (1,200 VLV-14) in its notice of 2 December 2026. The ERP still shows the order as "
-            f"open, but it is not counted as supply; only PO-41190 (800) is. {DUPLICATED_PO} for cartons appears twice in the open-order "
-            f"export and is counted once."
+            f"Orrin Valve Co. cancelled {CANCELLED_PO} (1,200 VLV-14) in its notice of 2 December 2026. "
+            "The ERP still shows the order as open, but it is not counted as supply; only PO-41190 (800) "
+            f"is. {DUPLICATED_PO} for cartons appears twice in the open-order export and is counted once."
         ),
         Para(
-            f"The igniter IGN-30 is single-source (Kwan Piezo Components). Under exception QA-2026-11 its safety stock is 40% of the "
-            f"month's gross requirement of {ign['gross']:,}, that is {ign['ss']:,} units, instead of the item master's 150."
+            "The igniter IGN-30 is single-source (Kwan Piezo Components). Under exception QA-2026-11 its "
+            f"safety stock is 40% of the month's gross requirement of {ign['gross']:,}, that is "
+            f"{ign['ss']:,} units, instead of the item master's 150."
         ),
         Heading("Planned orders"),
         Table(
@@ -677,24 +694,27 @@ def _write_memo(a: dict, path: Path) -> Path:
             ],
         ),
         Para(
-            "Planned orders are the net requirement rounded up to the supplier's order multiple and at least its minimum order. "
-            "The other components are covered by stock and open orders this month. Every figure is worked in mrp_plan.xlsx, "
-            "where the MRP sheet calculates each line from the forecast, BOM and supply sheets."
+            "Planned orders are the net requirement rounded up to the supplier's order multiple and at "
+            "least its minimum order. The other components are covered by stock and open orders this "
+            "month. Every figure is worked in mrp_plan.xlsx, where the MRP sheet calculates each line "
+            "from the forecast, BOM and supply sheets."
         ),
         Heading("Expedite list"),
         Para(
-            f"{', '.join(ex[:-1])} and {ex[-1]} must be expedited: each has a planned order whose supplier lead time is longer "
-            f"than the {days} days from release to the build start. "
+            f"{', '.join(ex[:-1])} and {ex[-1]} must be expedited: each has a planned order whose supplier "
+            f"lead time is longer than the {days} days from release to the build start. "
             + " ".join(
-                f"{c} needs {rows[c]['planned']:,} pieces with a lead time of {rows[c]['lead']} days, {rows[c]['lead'] - days} days "
-                f"too long."
+                f"{c} needs {rows[c]['planned']:,} pieces with a lead time of {rows[c]['lead']} days, "
+                f"{rows[c]['lead'] - days} days too long."
                 for c in ex
             )
-            + " The buyers should ask Vantor, Orrin and Kwan for partial deliveries before the build start or book premium freight."
+            + " The buyers should ask Vantor, Orrin and Kwan for partial deliveries before the build start "
+            "or book premium freight."
         ),
         Para(
-            f"{', '.join(on_time[:-1])} and {on_time[-1]} have planned orders that arrive in time for the build: HSE-08's lead time "
-            f"of {rows['HSE-08']['lead']} days equals the days available, so it lands on the build date."
+            f"{', '.join(on_time[:-1])} and {on_time[-1]} have planned orders that arrive in time for the "
+            f"build: HSE-08's lead time of {rows['HSE-08']['lead']} days equals the days available, so it "
+            "lands on the build date."
         ),
     ]
     return write_docx(blocks, path, title="January 2027 expedite memo - TrailFlame family")

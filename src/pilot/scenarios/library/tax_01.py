@@ -271,7 +271,10 @@ def _write_purchases(inputs_dir: Path, g) -> Path:
     for line in [
         "Pennant Heating Services Ltd - purchase ledger and expense claims, VAT quarter July to September 2026",
         "Exported from the accounts system on 5 October 2026. Amounts in GBP as posted.",
-        "Sheets: Purchase ledger (supplier invoices and credit notes), Expense claims (staff claims with VAT receipts), VAT codes.",
+        (
+            "Sheets: Purchase ledger (supplier invoices and credit notes), Expense claims (staff claims with "
+            "VAT receipts), VAT codes."
+        ),
         "Supplier credit notes are posted as positive amounts with the document type 'Credit note'.",
     ]:
         notes.append([line])
@@ -413,8 +416,9 @@ def _write_revised(inputs_dir: Path) -> Path:
             "Original invoice: NC-88213 dated 12 August 2026."
         ),
         Para(
-            "This revised invoice replaces invoice NC-88213, which was issued with 30 zone controllers in place of the 15 "
-            "delivered. Please cancel NC-88213 in your records and account for this invoice instead. The tax point is unchanged."
+            "This revised invoice replaces invoice NC-88213, which was issued with 30 zone controllers in "
+            "place of the 15 delivered. Please cancel NC-88213 in your records and account for this "
+            "invoice instead. The tax point is unchanged."
         ),
         Table(
             ["Item", "Description", "Qty", "Unit price (GBP)", "Net (GBP)"],
@@ -587,7 +591,8 @@ def compute(inputs_dir: Path) -> dict:
             continue
         ref, d, emp, desc, cat, net, vat = r
         d = _as_date(d, f"sheet Expense claims, row {i}, column Date")
-        # Business entertainment: hospitality for anyone not an employee (guidance 7(b)); the staff party is recoverable.
+        # Business entertainment: hospitality for anyone not an employee (guidance 7(b)); the staff party is
+        # recoverable.
         blocked = cat == "Entertainment" and not re.search(r"\bstaff\b|all employees", desc, re.I)
         purchases.append(
             dict(
@@ -647,10 +652,14 @@ def solve(inputs_dir: Path, outputs_dir: Path) -> list[Path]:
         outputs_dir,
         [RETURN_XLSX, MEMO_DOCX],
         questions=[
-            "Has Northgate Controls' original invoice NC-88213 been cancelled in the purchase ledger, so that it is not paid?"
+            "Has Northgate Controls' original invoice NC-88213 been cancelled in the purchase ledger, so "
+            "that it is not paid?"
         ],
-        notes=f"Sales invoices {', '.join(LATE_SALES)} and purchase invoice {LATE_PURCHASE} are dated October 2026 and are left for "
-        f"the next return. VAT on client entertainment ({', '.join(a['restricted'])}) is not claimed.",
+        notes=(
+            f"Sales invoices {', '.join(LATE_SALES)} and purchase invoice {LATE_PURCHASE} are dated October "
+            "2026 and are left for the next return. VAT on client entertainment "
+            f"({', '.join(a['restricted'])}) is not claimed."
+        ),
     )
     return [book, memo, record]
 
@@ -770,7 +779,10 @@ def _write_return(a: dict, path: Path) -> Path:
         r = purch.max_row + 1
         why = ""
         if p["revised"]:
-            why = f"Superseded: revised invoice {SUPERSEDED}-R1 governs, net {fmt_money(a['revised'][0])}, VAT {fmt_money(a['revised'][1])} (guidance 6)"
+            why = (
+                f"Superseded: revised invoice {SUPERSEDED}-R1 governs, net {fmt_money(a['revised'][0])}, VAT "
+                f"{fmt_money(a['revised'][1])} (guidance 6)"
+            )
         elif p["blocked"]:
             why = "Client entertainment: VAT blocked, net stays in box 7 (guidance 7(b))"
         elif p["ref"] == STAFF_PARTY:
@@ -919,49 +931,57 @@ def _write_memo(a: dict, path: Path) -> Path:
     blocks = [
         Heading("Summary"),
         Para(
-            f"The VAT return of Pennant Heating Services Ltd for the quarter 1 July to 30 September 2026 shows output VAT of "
-            f"GBP {fmt_money(a['box1'])} (box 1) and recoverable input VAT of GBP {fmt_money(a['box4'])} (box 4), so net VAT of "
-            f"GBP {fmt_money(a['box5'])} is payable to HMRC (box 5). Sales excluding VAT are GBP {fmt_money(a['box6'])} (box 6) and "
-            f"purchases excluding VAT GBP {fmt_money(a['box7'])} (box 7). Every box in vat_return_Q3.xlsx is a formula on the "
-            f"Sales and Purchases sheets, which list each ledger line with its treatment."
+            "The VAT return of Pennant Heating Services Ltd for the quarter 1 July to 30 September 2026 "
+            f"shows output VAT of GBP {fmt_money(a['box1'])} (box 1) and recoverable input VAT of GBP "
+            f"{fmt_money(a['box4'])} (box 4), so net VAT of GBP {fmt_money(a['box5'])} is payable to HMRC "
+            f"(box 5). Sales excluding VAT are GBP {fmt_money(a['box6'])} (box 6) and purchases excluding "
+            f"VAT GBP {fmt_money(a['box7'])} (box 7). Every box in vat_return_Q3.xlsx is a formula on the "
+            "Sales and Purchases sheets, which list each ledger line with its treatment."
         ),
         Heading("Adjustments"),
         Para(
-            f"Cut-off: sales invoices {late_s[0]['ref']} (dated {_day(late_s[0]['date'])}) and {late_s[1]['ref']} (dated "
-            f"{_day(late_s[1]['date'])}) are excluded from this return, because their tax point falls after 30 September; "
-            f"they belong to the next quarter. Purchase invoice {late_p['ref']} from {late_p['party']}, dated "
-            f"{_day(late_p['date'])}, is excluded for the same reason. Invoice {last_day['ref']} to {last_day['party']}, dated "
-            f"30 September 2026, is included in this return."
+            f"Cut-off: sales invoices {late_s[0]['ref']} (dated {_day(late_s[0]['date'])}) and "
+            f"{late_s[1]['ref']} (dated {_day(late_s[1]['date'])}) are excluded from this return, because "
+            "their tax point falls after 30 September; they belong to the next quarter. Purchase invoice "
+            f"{late_p['ref']} from {late_p['party']}, dated {_day(late_p['date'])}, is excluded for the "
+            f"same reason. Invoice {last_day['ref']} to {last_day['party']}, dated 30 September 2026, is "
+            "included in this return."
         ),
         Para(
-            f"Client entertainment: the input VAT on expense claims {blocked[0]['ref']} ({_lower_first(blocked[0]['desc'])}) and "
-            f"{blocked[1]['ref']} ({_lower_first(blocked[1]['desc'])}) is blocked under guidance 7(b), GBP {fmt_money(a['blocked_vat'])} in all; "
-            f"their net values remain in box 7. Claim {party['ref']}, the staff summer party, is staff entertainment and its VAT "
-            f"of GBP {fmt_money(party['vat'])} is claimed in full."
+            f"Client entertainment: the input VAT on expense claims {blocked[0]['ref']} "
+            f"({_lower_first(blocked[0]['desc'])}) and {blocked[1]['ref']} "
+            f"({_lower_first(blocked[1]['desc'])}) is blocked under guidance 7(b), GBP "
+            f"{fmt_money(a['blocked_vat'])} in all; their net values remain in box 7. Claim "
+            f"{party['ref']}, the staff summer party, is staff entertainment and its VAT of GBP "
+            f"{fmt_money(party['vat'])} is claimed in full."
         ),
         Para(
             f"Revised supplier invoice: Northgate Controls replaced invoice {a['replaced']} (posted at net "
-            f"{fmt_money(LEDGER_NC[0])}, VAT {fmt_money(LEDGER_NC[1])}) by revised invoice {a['replaced']}-R1 at net "
-            f"{fmt_money(a['revised'][0])}, VAT {fmt_money(a['revised'][1])}. The return uses the revised figures, which reduce "
-            f"input VAT by GBP {fmt_money(LEDGER_NC[1] - a['revised'][1])} against the ledger."
+            f"{fmt_money(LEDGER_NC[0])}, VAT {fmt_money(LEDGER_NC[1])}) by revised invoice "
+            f"{a['replaced']}-R1 at net {fmt_money(a['revised'][0])}, VAT {fmt_money(a['revised'][1])}. "
+            "The return uses the revised figures, which reduce input VAT by GBP "
+            f"{fmt_money(LEDGER_NC[1] - a['revised'][1])} against the ledger."
         ),
         Para(
-            f"Credit notes: the ledgers show credit notes as positive amounts. Credit notes "
-            f"{', '.join(c['ref'] for c in credits)} issued to customers are entered as negatives, reducing box 1 by "
-            f"GBP {fmt_money(-sum((c['vat'] for c in credits), Decimal(0)))} and box 6 by "
-            f"GBP {fmt_money(-sum((c['net'] for c in credits), Decimal(0)))}; the supplier credit note {supplier_credit['inv']} "
-            f"({supplier_credit['ref']}) reduces box 4 by GBP {fmt_money(-supplier_credit['vat'])}."
+            "Credit notes: the ledgers show credit notes as positive amounts. Credit notes "
+            f"{', '.join(c['ref'] for c in credits)} issued to customers are entered as negatives, "
+            f"reducing box 1 by GBP {fmt_money(-sum((c['vat'] for c in credits), Decimal(0)))} and box 6 "
+            f"by GBP {fmt_money(-sum((c['net'] for c in credits), Decimal(0)))}; the supplier credit note "
+            f"{supplier_credit['inv']} ({supplier_credit['ref']}) reduces box 4 by GBP "
+            f"{fmt_money(-supplier_credit['vat'])}."
         ),
         Para(
-            f"Foreign currency: invoice {fx['ref']} to {fx['party']} was issued in euro (net EUR {fmt_money(fx['net_ccy'])}, VAT EUR "
-            f"{fmt_money(fx['vat_ccy'])}). At the August period rate of {fx['fx']} it is net GBP {fmt_money(fx['net'])} and VAT "
-            f"GBP {fmt_money(fx['vat'])}."
+            f"Foreign currency: invoice {fx['ref']} to {fx['party']} was issued in euro (net EUR "
+            f"{fmt_money(fx['net_ccy'])}, VAT EUR {fmt_money(fx['vat_ccy'])}). At the August period rate "
+            f"of {fx['fx']} it is net GBP {fmt_money(fx['net'])} and VAT GBP {fmt_money(fx['vat'])}."
         ),
         Para(
-            f"Duplicate: invoice {a['duplicates'][0]} appears twice in the sales export with the same figures; it is counted once."
+            f"Duplicate: invoice {a['duplicates'][0]} appears twice in the sales export with the same "
+            "figures; it is counted once."
         ),
         Para(
-            "The table lists every transaction at the quarter's cut-off or under the entertainment rule, with its treatment."
+            "The table lists every transaction at the quarter's cut-off or under the entertainment rule, "
+            "with its treatment."
         ),
         Table(list(DECISION_TABLE_HEADER), _decision_rows(a)),
         Heading("Return figures"),
@@ -978,15 +998,15 @@ def _write_memo(a: dict, path: Path) -> Path:
             ],
         ),
         Para(
-            "Zero-rated exports to Nordvarme AS and the exempt rent from Corvan Logistics carry no output VAT and are included "
-            "in box 6. The exempt input tax is within the de minimis limits (guidance 8), so no partial-exemption restriction "
-            "applies this quarter."
+            "Zero-rated exports to Nordvarme AS and the exempt rent from Corvan Logistics carry no output "
+            "VAT and are included in box 6. The exempt input tax is within the de minimis limits "
+            "(guidance 8), so no partial-exemption restriction applies this quarter."
         ),
         Heading("Open points"),
         Para(
-            f"The purchase ledger still carries {a['replaced']} at the original figures: it should be corrected so that the "
-            f"supplier account agrees with the revised invoice. The October invoices left out here must be picked up in the "
-            f"return for the quarter to 31 December 2026."
+            f"The purchase ledger still carries {a['replaced']} at the original figures: it should be "
+            "corrected so that the supplier account agrees with the revised invoice. The October invoices "
+            "left out here must be picked up in the return for the quarter to 31 December 2026."
         ),
     ]
     return write_docx(blocks, path, title="VAT return, quarter to 30 September 2026 - preparation memo")
