@@ -71,3 +71,29 @@ def test_the_grading_coverage_starts_from_every_judged_run():
     assert "agent errors included" in cov["note"].iloc[0]
     whole = agreement.coverage_table(grades, experts, packages, sample={"offered": 2, "drawn": 2, "per_stratum": None})
     assert whole["note"].iloc[1] == "all of them" and whole["count"].iloc[2] == 0
+
+
+def test_the_q_sensitivity_moves_with_the_shortfall_and_is_flat_without_it():
+    # The planted acceptance of one scenario and arm at the three thresholds of the q sensitivity. With the stated
+    # shortfall the judges turn down some sound packages (D = 1, E = 0), more of them the higher q: acceptance falls
+    # from q = 50 to 85 by many Monte Carlo errors. Without it they accept every sound package, whatever q: the
+    # acceptance is the oracle's share p_DE at every q (the flat sensitivity of a dry run that could not test S).
+    from pilot.simulated.judge import SimulatedJudgeConfig
+
+    cfg = load_config()
+    whole = SimulatedJudgeConfig(cfg.path, {k: v for k, v in cfg.raw.items() if k != "unseen_shortfall"})
+
+    def at(q: float, judge_config: SimulatedJudgeConfig) -> pd.Series:
+        truth = dry_run.planted_acceptance(
+            scenarios=["OPS-01"], arms=["A1"], draws=20_000, judge_draws=4_000, seed=11, q=q, judge_config=judge_config
+        )
+        return truth.by_scenario.iloc[0]
+
+    low, mid, high = (at(q, cfg) for q in (50, 70, 85))
+    for a, b in ((low, mid), (mid, high)):
+        assert a.planted_p - b.planted_p > 6 * np.hypot(a.mc_se, b.mc_se)
+    # At q = 70 the stated share (0.3) of runs falling short puts a visible part of the sound packages below q.
+    assert 0.05 < 1 - mid.planted_p / mid.p_DE < 0.3
+    flat = [at(q, whole) for q in (50, 85)]
+    for r in flat:
+        assert r.planted_p == pytest.approx(r.p_DE, abs=4 * r.mc_se + 1e-3)
