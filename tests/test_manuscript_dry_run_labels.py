@@ -96,6 +96,24 @@ def test_the_rule_flags_what_the_referee_flagged():
     assert unlabelled(good) == []
 
 
+#: A printed level of 95 per cent, and what must stand in its sentence: that it is nominal, or what it covered.
+NINETY_FIVE = re.compile(r"\b95\s*(?:%|per\s*cent)")
+CALIBRATION = re.compile(r"nominal|calibrat|coverage")
+
+
+def uncalibrated(text: str) -> list[str]:
+    """Every sentence that prints a 95 per cent level without saying it is nominal or what it covered."""
+    return [s for s in sentences(text) if NINETY_FIVE.search(s) and not CALIBRATION.search(s)]
+
+
+def test_the_level_rule_flags_a_bare_ninety_five():
+    assert uncalibrated("A3 - A1 is 0.067 (95% CI -0.200 to 0.367). The rest is fine.") == [
+        "A3 - A1 is 0.067 (95% CI -0.200 to 0.367)."
+    ]
+    ok = "Intervals: nominal 95 %; calibrated coverage 0.90 at J = 10, Appendix B. The 95 % level is nominal."
+    assert uncalibrated(ok) == []
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict:
     for tool in ("pdflatex", "latexmk", "pdftotext"):
@@ -175,3 +193,8 @@ def test_the_grading_coverage_starts_from_every_judged_run(built):
     runs = pd.read_csv(built["runs"])
     expected = int(((runs["wave"].isin(["pilot", "repeat3"])) & (pd.to_numeric(runs["n_judges"]) > 0)).sum())
     assert judged == expected > 0  # every judged run of the primary waves, agent errors included
+
+
+def test_no_ninety_five_per_cent_without_its_calibration(built):
+    missing = uncalibrated(built["text"])
+    assert not missing, "a 95 per cent level printed without its nominal label or coverage:\n" + "\n".join(missing)
