@@ -126,7 +126,7 @@ if truth is None:
 else:
     dry_run.write_truth(truth, tables, generated)
     say(
-        f"SIMULATED ({truth.kind}): the planted acceptance lies inside the 95% interval in {truth.n_covered} "
+        f"SIMULATED ({truth.kind}): the planted acceptance lies inside the nominal 95% interval in {truth.n_covered} "
         f"of {len(truth.summary)} arms."
     )
     display(truth.summary)  # noqa: F821 (IPython)

@@ -19,7 +19,7 @@ def test_the_primary_contrast_reads_as_a_sentence():
         "role": "primary",
     }
     assert sentences.contrast_sentence(row) == (
-        "A3 \u2212 A1 is 0.067 (95% CI \u22120.200 to 0.367), p = 0.875: no evidence of a premium in this run."
+        "A3 \u2212 A1 is 0.067 (nominal 95% CI \u22120.200 to 0.367), p = 0.875: no evidence of a premium in this run."
     )
 
 

@@ -71,14 +71,14 @@ def data_prefix(simulated: bool | str, synthetic: bool = False) -> str:
 
 def interval(low: Any, high: Any, level: float = 0.95, digits: int = 3) -> str:
     if not (_finite(low) and _finite(high)):
-        return f"{level:.0%} CI not estimable"
-    return f"{level:.0%} CI {num(low, digits)} to {num(high, digits)}"
+        return f"nominal {level:.0%} CI not estimable"
+    return f"nominal {level:.0%} CI {num(low, digits)} to {num(high, digits)}"
 
 
 def contrast_sentence(
     row: Mapping[str, Any], *, alpha: float = 0.05, level: float = 0.95, holm: bool = False, prefix: str = ""
 ) -> str:
-    """ "A3 − A1 is 0.067 (95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
+    """ "A3 − A1 is 0.067 (nominal 95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
     name = contrast_label(row["contrast"])
     p: Any = row.get("p_holm") if holm else row.get("p_value")
     est: Any = row.get("estimate")
@@ -122,7 +122,7 @@ def acceptance_sentence(acceptance: pd.DataFrame, *, prefix: str = "") -> str:
         )
     return (
         f"{prefix}Acceptance is highest in {hi['arm']} ({num(hi['p_hat'])}) and lowest in {lo['arm']} "
-        f"({num(lo['p_hat'])}); the widest 95% interval spans {num(widest)}.{scored}"
+        f"({num(lo['p_hat'])}); the widest nominal 95% interval spans {num(widest)}.{scored}"
     )
 
 
