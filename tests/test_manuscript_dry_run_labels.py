@@ -96,9 +96,10 @@ def test_the_rule_flags_what_the_referee_flagged():
     assert unlabelled(good) == []
 
 
-#: A printed level of 95 per cent, and what must stand in its sentence: that it is nominal, or what it covered.
+#: A printed level of 95 per cent, and what must stand in its sentence: that it is nominal, what it covered, or that
+#: it is a Monte Carlo interval of a simulation (power), not an inference from the runs.
 NINETY_FIVE = re.compile(r"\b95\s*(?:%|per\s*cent)")
-CALIBRATION = re.compile(r"nominal|calibrat|coverage")
+CALIBRATION = re.compile(r"nominal|calibrat|coverage|Monte Carlo", re.IGNORECASE)
 
 
 def uncalibrated(text: str) -> list[str]:

@@ -154,11 +154,15 @@ def hypothesis_paragraph(row: Mapping[str, Any]) -> str:
     verdict = _text(row.get("verdict"))
     failing = _text(row.get("failing"))
     interval, test = _text(row.get("interval")), _text(row.get("test"))
-    numbers = "; ".join(x for x in (f"interval {interval}" if interval and interval != "n/a" else "", test) if x)
+    # Every interval says what it is: nominal 95 per cent (the stage's paragraph adds the calibrated coverage of the
+    # bootstrap intervals); H4's are cluster-robust Wald intervals, which the calibration did not measure.
+    h4 = _text(row.get("hypothesis")) == "H4"
+    kind = "Wald interval (nominal 95%, not calibrated)" if h4 else "interval (nominal 95%)"
+    parts = [x for x in (f"{kind} {interval}" if interval and interval != "n/a" else "", test) if x]
     statement = _text(row.get("statement"))
     out = [
         f"{statement[:1].upper()}{statement[1:]}. Estimate: {_text(row.get('estimate'))}"
-        + (f" ({numbers})." if numbers else ".")
+        + (f"; {'; '.join(parts)}." if parts else ".")
     ]
     out.append(f"The criterion is: {_text(row.get('criterion'))}.")
     if verdict == "not consistent" and failing:
