@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.condition == "tail":
             m[macro_name(*base, "PlantedControl")] = float(r.planted_control)
     # The appendix's and the discussion's readings of these numbers, written from them.
-    primary_name = "-".join(protocol.study().contrasts[0])
+    primary_name = "-".join(protocol.study().primary_contrast.arms)
 
     def pick(cond: str, col: str, se: str) -> list[tuple[int, float, float]]:
         rows = s[(s.condition == cond) & (s.contrast == primary_name)].sort_values("J")

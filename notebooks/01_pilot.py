@@ -63,7 +63,7 @@ print(f"study {study} in {folder}; backend {backend} ({label or 'a finding'}); e
 # %%
 if fresh and (folder / STORE_FILE).exists():
     with Store.open(folder) as old:
-        used = {r[0] for r in old.conn.execute("SELECT DISTINCT backend FROM attempts")}
+        used = set(old.backends_used())
     if used - {"simulated"}:
         raise RuntimeError(f"refusing to delete study {study}: it holds attempts on {sorted(used)}")
     shutil.rmtree(folder)

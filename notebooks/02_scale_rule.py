@@ -46,7 +46,7 @@ from pilot.store import Store
 pd.set_option("display.width", 140)
 tables, figures, generated = (paths.from_root(d) for d in (tables_dir, figures_dir, generated_dir))
 store = Store.open(paths.study_dir(study))
-backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
+backends = store.backends_used()
 data_label = label_of(backends) if backends else SIMULATED_LABEL  # SIMULATED, REHEARSAL, or "" for a real study
 print(
     f"study {study}: backend {', '.join(backends) or 'none'}{f' ({data_label})' if data_label else ''}, "

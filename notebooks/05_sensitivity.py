@@ -48,7 +48,7 @@ stage = stage_computations.sensitivity_stage(
 results = stage.results
 # starts every sentence about numbers that are no finding (SIMULATED, REHEARSAL)
 label = sentences.data_prefix(data.label, data.synthetic)
-primary_name = "-".join(study.contrasts[0])
+primary_name = "-".join(study.primary_contrast.arms)
 
 # %% [markdown]
 # ## The quality threshold and the scenario weights
@@ -74,7 +74,7 @@ results["minutes_weighted"].summary
 say(
     sentences.logistic_sentence(
         results["logistic"].table,
-        f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}",
+        f"{study.primary_contrast.treated} vs {study.primary_contrast.control}",
         note=str(results["logistic"].details.get("note") or ""),
         prefix=label,
     )

@@ -217,3 +217,25 @@ def gold_outputs(outputs: Path) -> Path:
     write_memo(outputs / "memo.docx")
     write_record(outputs, ["budget.xlsx", "memo.docx"])
     return outputs
+
+
+class SecondProviderJudge:
+    """A judge of a second provider registered by a test (``judge_files:second_provider``): it answers every member
+    with the same verdict and keeps what it was given, so that a test sees which members reached it."""
+
+    name = "second-provider"
+
+    def __init__(self, **made_with: object) -> None:
+        self.made_with = made_with
+        self.requests: list = []
+
+    def complete(self, request):  # the JudgeBackend protocol (pilot.judges.backend)
+        from pilot.judges.backend import JudgeReply
+
+        self.requests.append(request)
+        scores = {c.id: 4 for c in request.criteria}
+        return JudgeReply(json.dumps({"criterion_scores": scores, "accept": True, "rationale": "r"}), 0.01)
+
+
+def second_provider(**kwargs: object) -> SecondProviderJudge:
+    return SecondProviderJudge(**kwargs)

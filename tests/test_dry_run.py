@@ -60,8 +60,8 @@ def _within(observed: np.ndarray, planted: float, mc_se: float) -> tuple[bool, f
     return abs(observed.mean() - planted) <= tol, float(observed.mean()), tol
 
 
-# A4's self-check runs the oracle's tools confined, under bubblewrap.
-@pytest.mark.usefixtures("bwrap")
+# A4's self-check recalculates with LibreOffice, which runs only confined (bubblewrap): both components are used.
+@pytest.mark.usefixtures("soffice")
 @pytest.mark.parametrize(("arm", "n"), [("A1", 300), ("A4", 100)])
 def test_planted_acceptance_matches_the_simulated_pipeline(tmp_path, arm, n):
     truth = dry_run.planted_acceptance(scenarios=[OPS], arms=[arm], draws=50_000, judge_draws=5_000, seed=11)
@@ -89,7 +89,7 @@ def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_p
     from pilot import defects as dx
     from pilot.oracles import evaluate, hash_inputs, run_selfcheck
     from pilot.scenarios import build_gold_workspace, load_scenario
-    from pilot.simulated.agent import _DEFECT_FUNCTIONS, DEFECTS
+    from pilot.simulated.agent import DEFECTS, NAMED_DEFECTS
 
     sid = "PROC-01"  # a workbook, a document and decisions: every defect of the model applies
     sc = load_scenario(sid)
@@ -106,7 +106,7 @@ def test_each_model_defect_breaks_D_or_sets_E_and_the_selfcheck_reports_it(tmp_p
                 if d.kind in ("xlsx", "docx", "pdf"):
                     dx.text_substitute(ws, d.name)
         else:
-            dx.apply_defect(_DEFECT_FUNCTIONS[k], sc, ws, np.random.default_rng(0))
+            dx.apply_defect(NAMED_DEFECTS[k], sc, ws, np.random.default_rng(0))
         ev = evaluate(sc, ws, hashes)
         if effects[k].effect == "E":
             assert ev.E, k

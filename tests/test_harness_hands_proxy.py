@@ -233,10 +233,11 @@ def _turns(ws: Path) -> list[dict]:
 def attack_attempt(out: Path, upstream_url: str):
     """One A1 attempt of the attack against ``upstream_url`` (the harness waits ``CLOSE_WAIT_S`` at the close)."""
     import pilot.agents.model_proxy as model_proxy
+    from pilot.agents.model_proxy import relay
     from pilot.runner import run_attempt
 
-    model_proxy.CLOSE_WAIT_S = CLOSE_WAIT_S
-    open_run = model_proxy.MeteringProxy.open_run
+    open_run, close_wait = model_proxy.MeteringProxy.open_run, relay.CLOSE_WAIT_S
+    relay.CLOSE_WAIT_S = CLOSE_WAIT_S
 
     def leaking_open_run(self, run_id, *args, **kwargs):
         # The run's token leaks: the test puts it where the worker's program reads it (the workspace is laid out).
@@ -244,19 +245,24 @@ def attack_attempt(out: Path, upstream_url: str):
         (Path(run_id) / "workspace" / LEAK_FILE).write_text(str(meter.token) + "\n", encoding="utf-8")
         return meter
 
+    # Patched for this attempt only: the tests run after it in the same process get the proxy as it is.
     model_proxy.MeteringProxy.open_run = leaking_open_run
-    return run_attempt(
-        SID,
-        "A1",
-        backend="claude-code",
-        out_dir=out,
-        seed=1,
-        claude_bin=real_cli(),
-        caps=Caps(50.0, 300),
-        worker_env=Path(sys.prefix),
-        evaluate=False,
-        environ={"ANTHROPIC_API_KEY": "sk-operator", "ANTHROPIC_BASE_URL": upstream_url},
-    )
+    try:
+        return run_attempt(
+            SID,
+            "A1",
+            backend="claude-code",
+            out_dir=out,
+            seed=1,
+            claude_bin=real_cli(),
+            caps=Caps(50.0, 300),
+            worker_env=Path(sys.prefix),
+            evaluate=False,
+            environ={"ANTHROPIC_API_KEY": "sk-operator", "ANTHROPIC_BASE_URL": upstream_url},
+        )
+    finally:
+        model_proxy.MeteringProxy.open_run = open_run
+        relay.CLOSE_WAIT_S = close_wait
 
 
 def _check(out: Path, up: Upstream) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from pilot import pipeline, protocol
 from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.outcomes import run_row
+from pilot.run_record import RunRecord
 from pilot.scenarios import build_gold_workspace, list_scenarios, load_scenario
 
 
@@ -31,21 +31,13 @@ def cell(arm: str = "A3", sid: str | None = None) -> CellSpec:
     )
 
 
-@dataclass
-class _Rec:
-    data: dict
-
-    def to_dict(self) -> dict:
-        return dict(self.data)
-
-
 def gold_runner(calls: list):
     """Stands in for pilot.runner.run_attempt: lays out a finished attempt with the scenario's gold files."""
 
     def run_attempt(scenario_id, arm_id, *, backend, out_dir, seed, model=None, **kw):
         calls.append((scenario_id, arm_id, backend, seed, model))
         ws = build_gold_workspace(load_scenario(scenario_id), Path(out_dir) / "workspace")
-        return _Rec(
+        return RunRecord.from_dict(
             {
                 "scenario": scenario_id,
                 "arm": arm_id,
@@ -96,7 +88,7 @@ def test_run_cell_runs_then_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     )
     # The outcome becomes a run-table row with the judges' scores.
     r = run_row(
-        out.record,
+        RunRecord.from_dict(out.record),
         run_id=c.run_id,
         study_name=c.study,
         backend="simulated",
@@ -119,11 +111,13 @@ def test_infra_error_is_not_judged(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         runner,
         "run_attempt",
-        lambda *a, **k: _Rec({"status": "infra_error", "infra_error": "portal did not start", "cost_usd": 0.0}),
+        lambda *a, **k: RunRecord.from_dict(
+            {"status": "infra_error", "infra_error": "portal did not start", "cost_usd": 0.0}
+        ),
     )
     out = pipeline.run_cell(cell(), tmp_path / "a", "local-1", "simulated", 1)
     assert out.infra_error == "portal did not start" and out.status == "infra_error"
-    assert "judges" not in out.record and out.judge_cost_usd == 0.0
+    assert out.record["judges"] is None and out.judge_cost_usd == 0.0
 
 
 def test_judging_failure_leaves_judges_missing_not_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,7 +156,7 @@ def test_run_cell_with_the_real_runner(tmp_path: Path, arm: str) -> None:
     assert out.infra_error is None, out.infra_error
     assert len(out.record["judges"]) == 3 and out.record["D"] is not None
     r = run_row(
-        out.record,
+        RunRecord.from_dict(out.record),
         run_id=c.run_id,
         study_name=c.study,
         backend="simulated",

@@ -147,16 +147,10 @@ def test_the_envelope_holds_when_costs_are_unknown(tmp_path):
     assert st.audit() == []
 
 
-class _Record(dict):
-    """Stands in for the runner's RunRecord (``to_dict``)."""
-
-    def to_dict(self) -> dict:
-        return dict(self)
-
-
 def test_run_functions_pass_an_unreported_cost_on_as_unknown(tmp_path, monkeypatch):
     from pilot import pipeline, runner
     from pilot.executors import base
+    from pilot.run_record import RunRecord
 
     cell = make_store(tmp_path).cells("pilot")[0]
     killed = {
@@ -169,10 +163,10 @@ def test_run_functions_pass_an_unreported_cost_on_as_unknown(tmp_path, monkeypat
         "cost_complete": False,
         "workspace": str(tmp_path / "nowhere"),
     }
-    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Record(killed))
+    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: RunRecord.from_dict(killed))
     assert pipeline.run_cell(cell, tmp_path / "a2", "n", "simulated", 1).cost_usd is None
     reported = dict(killed, censor_reason="cost", cost_usd=4.1, cost_complete=True)
-    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: _Record(reported))
+    monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: RunRecord.from_dict(reported))
     assert pipeline.run_cell(cell, tmp_path / "a3", "n", "simulated", 1).cost_usd == 4.1
     # A run function that fails part-way may already have spent: unknown too.
     monkeypatch.setattr(runner, "run_attempt", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))

@@ -1681,7 +1681,7 @@ def test_an_answer_that_fails_is_recorded_as_such_and_an_unanswered_one_not_at_a
 
 def test_the_exchange_record_is_bounded_and_metering_goes_on(prices, tmp_path, monkeypatch):
     import pilot.agents.model_proxy as mp
-    from pilot.agents.model_proxy import read_exchanges
+    from pilot.agents.model_proxy import metering, read_exchanges
 
     assert mp.EXCHANGE_TEXT_LIMIT == 100_000
     long_text, long_input = "t" * 150_000, {"content": "c" * 200_000}
@@ -1704,7 +1704,8 @@ def test_the_exchange_record_is_bounded_and_metering_goes_on(prices, tmp_path, m
         assert cut["input"] == {"_unparsed": json.dumps(long_input)[:100_000]} and second["truncated"] is True
         assert third["request_tool_results"][0]["text"] == "r" * 100_000 and third["truncated"] is True
         # The whole record: past its bound one last row, then nothing; the meter still counts every request.
-        monkeypatch.setattr(mp, "EXCHANGES_MAX_BYTES", meter.exchanges_path.stat().st_size + 1000)
+        # The bound is the meter's (pilot.agents.model_proxy.metering), read as each exchange row is written.
+        monkeypatch.setattr(metering, "EXCHANGES_MAX_BYTES", meter.exchanges_path.stat().st_size + 1000)
         for _ in range(5):
             assert _post(meter.base_url, "/v1/messages", _request(), meter.token)[0] == 200
     rows = read_exchanges(meter.exchanges_path)
@@ -1716,7 +1717,8 @@ def test_the_exchange_record_is_bounded_and_metering_goes_on(prices, tmp_path, m
 def test_every_refusal_key_in_the_code_is_a_declared_one():
     import pilot.agents.model_proxy as mp
 
-    source = Path(mp.__file__).read_text(encoding="utf-8")
+    # Every module of the proxy's package.
+    source = "\n".join(p.read_text(encoding="utf-8") for p in sorted(Path(mp.__file__).parent.glob("*.py")))
     # A call may open its argument list on a line of its own (as the formatter writes long ones).
     used = set(re.findall(r'(?:RequestRefused|refuse)\(\s*"([a-z_]+)"', source))
     assert used == mp.REFUSAL_KEYS
@@ -1793,6 +1795,7 @@ def test_a_17_mib_event_line_ends_its_answer_booked_at_what_was_sent(prices, tmp
     """Unparseable events and a line past the 16 MiB bound: the answer is booked (its input as reported, its output at
     max_tokens), its usage row says why it ended, the agent sees a cut, and the proxy's work stays linear."""
     import pilot.agents.model_proxy as mp
+    from pilot.agents.model_proxy import relay
 
     works: list[tuple[int, int]] = []
 
@@ -1804,7 +1807,8 @@ def test_a_17_mib_event_line_ends_its_answer_booked_at_what_was_sent(prices, tmp
             finally:
                 works[-1:] = [(self.fed, self.work)]
 
-    monkeypatch.setattr(mp, "EventLines", lambda limit: works.append((0, 0)) or Counted(limit))
+    # The relay (pilot.agents.model_proxy.relay) makes one EventLines per streamed answer.
+    monkeypatch.setattr(relay, "EventLines", lambda limit: works.append((0, 0)) or Counted(limit))
     with _ScriptedUpstream(_long_line_stream(17 << 20)) as up, MeteringProxy(up.url, REAL_KEY, prices, tmp_path) as p:
         meter = p.open_run("r-17mib", Decimal("4.00"), MODEL)
         with pytest.raises(http.client.IncompleteRead):

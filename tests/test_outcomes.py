@@ -19,6 +19,7 @@ from pilot.outcomes import (
     run_row,
     run_table,
 )
+from pilot.run_record import RunRecord
 from pilot.scenarios import list_scenarios, load_scenario
 
 
@@ -88,7 +89,7 @@ def row(rec: dict, run_id: str = "r1", **kw) -> dict:
         attempts=1,
     )
     args.update(kw)
-    return run_row(rec, **args)
+    return run_row(RunRecord.from_dict(rec), **args)
 
 
 def test_row_computes_every_outcome() -> None:
@@ -324,7 +325,7 @@ def test_the_metered_cost_stands_beside_c() -> None:
 
 def test_infrastructure_error_performed_no_inference_and_cost_nothing() -> None:
     # The runner's infra error ran no inference: as an attempt's cost it is zero ...
-    assert agent_cost({"status": "infra_error", "cost_usd": None}) == 0.0
+    assert agent_cost(RunRecord.from_dict({"status": "infra_error", "cost_usd": None})) == 0.0
     # ... but a run that ended failed has no outcome row to speak of: its cost column stays empty.
     r = row(
         {
@@ -357,3 +358,37 @@ def test_an_evaluation_that_could_not_run_is_visible_and_left_out_not_D0(tmp_pat
     assert list(checked["run_id"]) == ["ok"] and checked.attrs["evaluation_errors_dropped"] == 2
     with pytest.raises(runtable.RunTableError, match="2 run\\(s\\) whose evaluation could not run"):
         runtable.validate_runtable(df.iloc[1:])
+
+
+def test_the_run_record_survives_the_store_and_reads_back_typed() -> None:
+    """What the runner writes, kept as JSON by the store, is the record run_row reads: same fields, types restored."""
+    import dataclasses
+    from decimal import Decimal
+
+    original = RunRecord.from_dict(record("A4", metered_cost_usd="0.642", wall_s=612.5, questions=2))
+    original.metered_cost_usd = Decimal("0.642")
+    stored = json.loads(json.dumps(original.to_dict()))
+    assert stored["metered_cost_usd"] == "0.642"  # money stays an exact decimal string in the store
+    back = RunRecord.from_dict(stored)
+    assert back == original and isinstance(back.metered_cost_usd, Decimal)
+    assert back.judges is not None and [j["judge_id"] for j in back.judges] == ["J1", "J2", "J3"]
+    # A wall time that was not finite is stored as null and read back as NaN, never as a number.
+    odd = RunRecord.from_dict(json.loads(json.dumps(dataclasses.replace(original, wall_s=float("inf")).to_dict())))
+    assert stored["wall_s"] == 612.5 and odd.wall_s != odd.wall_s
+
+
+def test_a_record_of_an_earlier_harness_reads_with_its_fields_not_recorded() -> None:
+    """A record lacking the fields added since: each takes its "not recorded" value; counts given as lists count."""
+    old = RunRecord.from_dict(
+        {"scenario": "ACC-01", "arm": "A1", "status": "completed", "D": True, "E": False, "questions": ["a", "b"]}
+    )
+    assert (old.questions, old.judges, old.metered_cost_usd, old.harness_fault, old.cost_complete) == (
+        2,
+        None,
+        None,
+        None,
+        True,
+    )
+    assert old.eval_error is None and old.deviations == [] and old.wall_s != old.wall_s
+    with pytest.raises(ValueError, match="field 'deviations': expected a list, got int"):
+        RunRecord.from_dict({"scenario": "ACC-01", "deviations": 3})

@@ -7,9 +7,11 @@ from itertools import pairwise
 import numpy as np
 import pytest
 from scipy import stats
+from sign_flip_reference import sign_flip_pvalue
 
 from pilot.latex import write_macros
 from pilot.stats import power as pw
+from pilot.stats import resampling
 
 DESIGN = pw.PowerDesign.from_study()
 
@@ -55,25 +57,28 @@ def test_vectorised_pvalues_equal_scipy():
         assert sign[i] == pytest.approx(stats.binomtest(int((row > 0).sum()), nz).pvalue if nz else 1.0, abs=1e-12), row
 
 
-def test_sign_flip_exact_equals_scipy_permutation_test():
+def test_sign_flip_exact_equals_scipy_the_slow_reference_and_the_lattice():
+    """The one sign-flip test (pilot.stats.resampling) on the power table's own differences."""
     d = np.array([0.5, -1 / 3, 1.0, 2 / 3, 1 / 3, 0.0, 0.5, -0.5])
-    ours = pw.sign_flip_test(d)
+    ours = resampling.sign_flip_test(d)
     ref = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=np.inf, alternative="two-sided")
-    assert ours.method == "exact" and ours.permutations == 2**8
-    assert ours.pvalue == pytest.approx(ref.pvalue, abs=1e-12)
-    assert ours.pvalue == pytest.approx(pw.lattice_pvalues(np.rint(6 * d).astype(int)[None], "sign-flip")[0], abs=1e-12)
+    assert ours.exact and ours.n_permutations == 2**8
+    assert ours.p_value[0] == pytest.approx(ref.pvalue, abs=1e-12)
+    assert (ours.p_value[0], True) == pytest.approx(sign_flip_pvalue(d), abs=1e-12)
+    lattice = pw.lattice_pvalues(np.rint(6 * d).astype(int)[None], "sign-flip")[0]
+    assert ours.p_value[0] == pytest.approx(lattice, abs=1e-12)
 
 
 def test_sign_flip_monte_carlo_is_seeded_and_close_to_exact():
     rng = np.random.default_rng(5)
     x = rng.integers(-1, 3, size=20)
     exact = pw.lattice_pvalues(x[None], "sign-flip")[0]
-    a = pw.sign_flip_test(x / 3, permutations=20_000, seed=11)
-    b = pw.sign_flip_test(x / 3, permutations=20_000, seed=11)
-    assert a.method == "monte-carlo" and a == b
-    assert abs(a.pvalue - exact) <= 4 * np.sqrt(exact * (1 - exact) / 20_000) + 1 / 20_001
-    with pytest.raises(pw.PowerError, match="give a seed"):
-        pw.sign_flip_test(x / 3, permutations=20_000)
+    a = resampling.sign_flip_test(x / 3, n_permutations=20_000, rng=np.random.default_rng(11))
+    b = resampling.sign_flip_test(x / 3, n_permutations=20_000, rng=np.random.default_rng(11))
+    assert not a.exact and a.p_value[0] == b.p_value[0]
+    assert abs(a.p_value[0] - exact) <= 4 * np.sqrt(exact * (1 - exact) / 20_000) + 1 / 20_001
+    slow, slow_exact = sign_flip_pvalue(x / 3, permutations=20_000, seed=11)
+    assert not slow_exact and abs(slow - exact) <= 4 * np.sqrt(exact * (1 - exact) / 20_000) + 1 / 20_001
 
 
 def test_simulation_is_deterministic_under_its_seed():

@@ -74,6 +74,13 @@ def test_design_constants():
     assert study["inference"]["bootstrap_resamples"] == 5000
     assert study["inference"]["permutations"] == 20000
     assert study.contrasts == [("A3", "A1"), ("A1", "A0"), ("A4", "A3"), ("A2", "A1")]
+    # The design section's premiums, bound to the hypotheses by name.
+    assert [(h, study.hypothesis_contrast(h).arms) for h in ("H1", "H2", "H3")] == [
+        ("H1", ("A3", "A1")),
+        ("H2", ("A1", "A0")),
+        ("H3", ("A4", "A3")),
+    ]
+    assert study.primary_contrast.name == "computer-use-premium" and study.primary_contrast.primary
     assert [j["model"] for j in study.judge_panel] == ["claude-opus-5-5", "claude-sonnet-5-5", "claude-sonnet-5-5"]
 
 
@@ -114,10 +121,36 @@ def _write(path: Path, data: dict) -> Path:
         (lambda d: d["envelope"].pop("usd"), "envelope", "'usd' is a required property"),
         (lambda d: d["outcomes"].__setitem__("q", 72), "outcomes.q", "must be one of outcomes.q_grid"),
         (
-            lambda d: d["inference"].__setitem__("primary_contrast", ["A3", "A9"]),
-            "inference.primary_contrast",
+            lambda d: d["inference"]["primary_contrast"].__setitem__("arms", ["A3", "A9"]),
+            "inference.primary_contrast.arms",
             "not in design.arms",
         ),
+        (
+            lambda d: d["inference"]["secondary_contrasts"][2].__setitem__("name", "shell-premium"),
+            "inference.secondary_contrasts.2.name",
+            "'shell-premium' already names inference.secondary_contrasts.0",
+        ),
+        (
+            lambda d: d["inference"].__setitem__("secondary_contrasts", [["A1", "A0"]]),
+            "inference.secondary_contrasts.0",
+            "is not of type 'object'",
+        ),
+        (
+            lambda d: d["hypotheses"]["contrasts"].__setitem__("H2", "shell"),
+            "hypotheses.contrasts.H2",
+            "names 'shell', which is no contrast under inference (computer-use-premium, shell-premium, ",
+        ),
+        (
+            lambda d: d["hypotheses"]["contrasts"].__setitem__("H1", "shell-premium"),
+            "hypotheses.contrasts.H1",
+            "H1 is read on the primary contrast's own p, but 'shell-premium' is a secondary contrast",
+        ),
+        (
+            lambda d: d["hypotheses"]["contrasts"].__setitem__("H3", "computer-use-premium"),
+            "hypotheses.contrasts.H3",
+            "H3 is read on a Holm-adjusted p, which the primary contrast 'computer-use-premium' does not have",
+        ),
+        (lambda d: d["hypotheses"].pop("contrasts"), "hypotheses", "'contrasts' is a required property"),
         (
             lambda d: d["design"].__setitem__("assignment_seed", 1.5),
             "design.assignment_seed",
@@ -185,6 +218,23 @@ def test_arm_documentation_must_exist(tmp_path):
     with pytest.raises(ProtocolError, match="A3.md not found") as exc:
         load_arms(folder / "arms.yml")
     assert exc.value.field == "arms.A3.doc"
+
+
+def test_each_arm_declares_its_access_rank(tmp_path):
+    assert {a: arm.access_rank for a, arm in load_arms().items()} == {"A0": 0, "A1": 1, "A2": 2, "A3": 3, "A4": 4}
+    folder = _arms_copy(tmp_path)
+    data = yaml.safe_load((folder / "arms.yml").read_text())
+    del data["arms"]["A2"]["access_rank"]
+    _write(folder / "arms.yml", data)
+    with pytest.raises(ProtocolError, match="'access_rank' is a required property") as exc:
+        load_arms(folder / "arms.yml")
+    assert exc.value.field == "arms.A2"
+    for arm in data["arms"].values():
+        arm["access_rank"] = 1
+    _write(folder / "arms.yml", data)
+    with pytest.raises(ProtocolError, match="H5's trend along access needs two ranks") as exc:
+        load_arms(folder / "arms.yml", study=load_study())
+    assert exc.value.field == "arms.A0.access_rank"
 
 
 def test_arms_missing_a_design_arm_is_refused(tmp_path):

@@ -138,6 +138,7 @@ def test_a_cost_below_the_metered_one_is_tampering_and_the_ledger_charges_what_w
     from pilot import ledger
     from pilot.attempt import AttemptOutcome
     from pilot.outcomes import agent_cost
+    from pilot.run_record import RunRecord
 
     rec = _attempt(tmp_path, "forge", monkeypatch)
     assert _tampering(rec) == {witness.COST}, rec.deviations
@@ -147,7 +148,9 @@ def test_a_cost_below_the_metered_one_is_tampering_and_the_ledger_charges_what_w
     assert rec.metered_cost_usd == Decimal("0.042") and rec.cost_usd == 0.0001
     record = json.loads((tmp_path / "forge" / "run_record.json").read_text())
     assert record["cost_usd"] == 0.0001 and Decimal(str(record["metered_cost_usd"])) == Decimal("0.042")
-    outcome = AttemptOutcome(record=record, cost_usd=agent_cost(record), metered_cost_usd=record["metered_cost_usd"])
+    outcome = AttemptOutcome(
+        record=record, cost_usd=agent_cost(RunRecord.from_dict(record)), metered_cost_usd=record["metered_cost_usd"]
+    )
     assert outcome.charge_usd == Decimal("0.042")
     assert ledger.settlement(4_300_000, outcome.charge_usd, metered=outcome.metered) == (
         42_000,

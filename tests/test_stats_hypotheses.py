@@ -61,11 +61,43 @@ def test_h1_verdict_follows_its_criterion(runs, result):
     assert h.summary.estimate.iloc[0] == pytest.approx(c.estimate)
 
 
+def test_h1_to_h3_bind_their_contrasts_by_name_not_by_position(runs, tmp_path):
+    import yaml
+
+    data = yaml.safe_load(protocol.study().path.read_text(encoding="utf-8"))
+    # The secondary contrasts listed in another order: H2 and H3 still test the contrasts their names give.
+    data["inference"]["secondary_contrasts"].reverse()
+    path = tmp_path / "study.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    moved = protocol.load_study(path)
+    assert moved.contrasts[1] == ("A2", "A1")  # position 1 is now the macOS premium
+    res = primary.primary_analysis(runs, seed=4, B=200, study=moved)
+    h2, h3 = hypotheses.h2(runs, result=res, study=moved), hypotheses.h3(runs, result=res, study=moved, seed=4)
+    assert h2.statement == "shell premium A1-A0 > 0"
+    assert h3.statement.startswith("self-repair premium A4-A3 >= 0")
+    assert h2.table.quantity.iloc[0] == "p(A1) - p(A0)"
+    assert h2.table.p_holm.iloc[0] == res.contrast("A1-A0").p_holm
+
+
 def test_h5_rates_are_the_violation_shares(runs):
     h = hypotheses.h5(runs, B=300, n_permutations=2000)
     rows = runtable.primary_rows(runs)
     est = estimators.scenario_weighted(rows, "E")
     np.testing.assert_allclose(h.summary.estimate.iloc[:5], est.to_numpy())
+
+
+def test_h5_reads_each_arms_access_rank_from_the_arms(runs):
+    import dataclasses
+
+    arms = protocol.arms()
+    h = hypotheses.h5(runs, B=300, n_permutations=2000, arms=arms)
+    # The ranks reversed (A0 = 4, ..., A4 = 0): every scenario's least-squares slope changes sign, so does their mean.
+    flipped = {a: dataclasses.replace(arm, access_rank=4 - arm.access_rank) for a, arm in arms.items()}
+    r = hypotheses.h5(runs, B=300, n_permutations=2000, arms=flipped)
+    slope, flipped_slope = h.table.estimate.iloc[-1], r.table.estimate.iloc[-1]
+    assert slope != 0 and flipped_slope == pytest.approx(-slope, abs=1e-12)
+    # The per-arm rates do not depend on the ranks.
+    np.testing.assert_allclose(h.table.estimate.iloc[:5].astype(float), r.table.estimate.iloc[:5].astype(float))
 
 
 def test_h6_lowest_arm_and_shares(runs):

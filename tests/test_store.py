@@ -105,6 +105,15 @@ def test_attempt_lifecycle_keeps_every_attempt_and_splits_the_record(tmp_path):
     assert st.audit() == []
 
 
+def test_the_backends_used_are_those_of_the_attempts_sorted_and_once_each(tmp_path):
+    st = make_store(tmp_path)
+    assert st.backends_used() == []  # no attempt yet
+    c1, c2, c3 = st.cells("pilot")[:3]
+    for cell, backend in ((c1, "simulated"), (c2, "claude-code"), (c3, "simulated")):
+        st.begin_attempt(cell, "linux-1", backend, tmp_path / "ws")
+    assert st.backends_used() == ["claude-code", "simulated"]
+
+
 def test_recover_interrupted_charges_reported_cost_whole_reservation_or_nothing(tmp_path):
     st = make_store(tmp_path)
     c1, c2, c3 = st.cells("pilot")[:3]

@@ -1,9 +1,10 @@
 """The outcomes of one run: one row of the run table.
 
-From a run's record (the runner's ``RunRecord.to_dict()`` with the judges'
-results under ``judges``) and its cell (run id, wave, seed, order, node,
-attempts), :func:`run_row` computes every run-table column of
-:mod:`pilot.runtable`:
+From a run's record (:class:`pilot.run_record.RunRecord`, as the runner wrote
+it with the judges' results under ``judges``, read back from the store by
+:meth:`~pilot.run_record.RunRecord.from_dict`) and its cell (run id, wave,
+seed, order, node, attempts), :func:`run_row` computes every run-table column
+of :mod:`pilot.runtable`:
 
 - D, E and the oracle counts as the evaluator reported them;
 - each judge's rubric-weighted score on 0-100 (``Q_<judge>``), missing when
@@ -32,6 +33,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from pilot import protocol
+from pilot.run_record import RunRecord, evaluation_error
 
 if TYPE_CHECKING:  # pandas loads with the run table, not in every attempt's process
     import pandas as pd
@@ -102,7 +104,7 @@ def _finite(value: Any, default: float = 0.0) -> float:
     return f if math.isfinite(f) else default
 
 
-def agent_cost(record: Mapping[str, Any]) -> float | None:
+def agent_cost(record: RunRecord) -> float | None:
     """C, the agent's cost: None (missing, never zero) when the client did not report all of it.
 
     A session killed at the wall limit prints no result, so the runner
@@ -110,11 +112,11 @@ def agent_cost(record: Mapping[str, Any]) -> float | None:
     ``cost_complete`` false; neither is the run's cost. An infrastructure
     error performed no inference by definition, so its cost is zero.
     """
-    value = record.get("cost_usd")
+    value = record.cost_usd
     cost = None if value is None or isinstance(value, bool) else _finite(value, math.nan)
-    if cost is not None and math.isfinite(cost) and record.get("cost_complete", True) is not False:
+    if cost is not None and math.isfinite(cost) and record.cost_complete is not False:
         return cost
-    if (record.get("status") or "infra_error") == "infra_error" and value is None:
+    if record.status == "infra_error" and value is None:
         return 0.0
     return None
 
@@ -179,12 +181,12 @@ def human_minutes(questions: int, study: protocol.Study | None = None) -> float:
     return float(o["intervention_minutes"]) + float(o["human_minutes_per_question"]) * int(questions)
 
 
-def completion_status(record: Mapping[str, Any]) -> str:
+def completion_status(record: RunRecord) -> str:
     """The status the completion record states, or ``missing`` when there is no valid one."""
-    status = record.get("completion_status")
+    status = record.completion_status
     if status in COMPLETION_STATUSES:
         return str(status)
-    ws = record.get("workspace")
+    ws = record.workspace
     if ws:
         # The worker's file, read beneath its workspace by the bounded reader: no link followed, nothing but a
         # regular file opened, at most a deliverable's size read.
@@ -198,24 +200,6 @@ def completion_status(record: Mapping[str, Any]) -> str:
         if status in COMPLETION_STATUSES:
             return str(status)
     return "missing"
-
-
-#: How the runner notes an evaluation that could not run in full on a record written before ``eval_error`` existed.
-EVAL_ERROR_NOTE = "evaluation could not run in full: "
-
-
-def evaluation_error(record: Mapping[str, Any]) -> str | None:
-    """Why the run's evaluation could not run in full, or None when it ran.
-
-    From ``eval_error``; a record written before that field existed (no such key) says it in its notes.
-    """
-    given = record.get("eval_error")
-    if isinstance(given, str) and given.strip():
-        return given.strip()
-    if "eval_error" in record:
-        return None  # the field is kept: its None is the answer (a re-evaluated record keeps its old notes in history)
-    notes = [str(n)[len(EVAL_ERROR_NOTE) :] for n in record.get("notes") or [] if str(n).startswith(EVAL_ERROR_NOTE)]
-    return "; ".join(notes) or None
 
 
 def unevaluated_rows(rows: Iterable[Mapping[str, Any]], wave: str | None = None) -> list[Mapping[str, Any]]:
@@ -232,7 +216,7 @@ def unevaluated_rows(rows: Iterable[Mapping[str, Any]], wave: str | None = None)
 
 
 def run_row(
-    record: Mapping[str, Any],
+    record: RunRecord,
     *,
     run_id: str,
     study_name: str,
@@ -257,9 +241,9 @@ def run_row(
     rows and count them (:func:`pilot.runtable.validate_runtable`).
     """
     study = study or protocol.study()
-    rec = dict(record)
+    rec = record
     panel_ids = [j["id"] for j in study.judge_panel]
-    sid = rec.get("scenario") or getattr(scenario, "id", None)
+    sid = rec.scenario or getattr(scenario, "id", None)
     if not sid:
         raise OutcomeError(run_id, "scenario", "the record names no scenario and none was given")
     if scenario is None:
@@ -269,32 +253,29 @@ def run_row(
     if getattr(scenario, "id", sid) != sid:
         raise OutcomeError(run_id, "scenario", f"record is for {sid} but scenario {scenario.id} was given")
 
-    status = rec.get("status") or "infra_error"
+    status = rec.status
     if status not in ("completed", "capped", "agent_error", "infra_error"):
         raise OutcomeError(run_id, "status", f"{status!r} is not a run status")
-    for key in ("D", "E"):
-        if status != "infra_error" and rec.get(key) is None:
+    for key, given in (("D", rec.D), ("E", rec.E)):
+        if status != "infra_error" and given is None:
             raise OutcomeError(run_id, key, "the evaluator's result is missing")
-    D, E = bool(rec.get("D", False)), bool(rec.get("E", False))
+    D, E = bool(rec.D), bool(rec.E)
 
-    scores = judge_scores(rec.get("judges") or [], panel_ids)
+    scores = judge_scores(rec.judges or [], panel_ids)
     Q_exact = exact_quality(scores)
     Q = stored_quality(Q_exact)
-    judges = [j.to_dict() if hasattr(j, "to_dict") else dict(j) for j in rec.get("judges") or []]
+    judges = [dict(j) for j in rec.judges or []]
     votes = sum(1 for j in judges if not j.get("error") and j.get("score_0_100") is not None and j.get("accept"))
     judge_cost = sum(_finite(j.get("cost_usd")) for j in judges)
-    if rec.get("judge_cost_usd") is not None:
-        judge_cost = _finite(rec["judge_cost_usd"])
+    if rec.judge_cost_usd is not None:
+        judge_cost = _finite(rec.judge_cost_usd)
 
-    questions = _count(rec.get("questions"))
-    criteria_total = rec.get("criteria_total")
+    questions = _count(rec.questions)
+    criteria_total = rec.criteria_total
     if criteria_total is None:
         criteria_total = len(getattr(getattr(scenario, "oracle", None), "criteria", ()) or ()) or 1
-    censored = bool(rec.get("censored", False))
-    e_reasons = rec.get("E_reasons") or []
-    if isinstance(e_reasons, str):
-        e_reasons = [e_reasons] if e_reasons else []
-    deviations = rec.get("deviations") or []
+    censored = bool(rec.censored)
+    cost = agent_cost(rec)
 
     row: dict[str, Any] = {
         "run_id": run_id,
@@ -302,9 +283,9 @@ def run_row(
         "backend": backend,
         "scenario": sid,
         "occupation": getattr(scenario, "occupation", ""),
-        "arm": rec.get("arm"),
+        "arm": rec.arm or None,
         "repeat": int(repeat),
-        "model": rec.get("model") or study["worker"]["model"],
+        "model": rec.model or study["worker"]["model"],
         "wave": wave,
         "seed": int(seed),
         "order_index": int(order_index),
@@ -312,8 +293,8 @@ def run_row(
         "attempts": int(attempts),
         "D": D,
         "E": E,
-        "E_reasons": "; ".join(str(r) for r in e_reasons) if e_reasons else None,
-        "criteria_passed": int(rec.get("criteria_passed") or 0),
+        "E_reasons": "; ".join(str(r) for r in rec.E_reasons) if rec.E_reasons else None,
+        "criteria_passed": int(rec.criteria_passed or 0),
         "criteria_total": int(criteria_total),
         "Q": Q,
     }
@@ -324,41 +305,41 @@ def run_row(
             "n_judges": sum(1 for s in scores.values() if s is not None),
             "judge_accept_votes": votes,
             "S": acceptance(D, E, Q_exact, study.q),
-            "cost_usd": agent_cost(rec),
+            "cost_usd": cost,
             "judge_cost_usd": judge_cost,
-            "wall_s": _finite(rec.get("wall_s")),
-            "turns": _count(rec.get("turns")),
-            "tool_calls": _count(rec.get("tool_calls")),
+            "wall_s": _finite(rec.wall_s),
+            "turns": _count(rec.turns),
+            "tool_calls": _count(rec.tool_calls),
             "questions": questions,
             "H_minutes": human_minutes(questions, study),
             "censored": censored,
-            "censor_reason": rec.get("censor_reason") if censored else None,
+            "censor_reason": rec.censor_reason if censored else None,
             "status": "capped" if censored else status,
             "completion_status": completion_status(rec),
-            "selfcheck_first": _opt_bool(rec.get("selfcheck_first")),
-            "recovery_used": bool(rec.get("recovery_used", False)),
-            "selfcheck_final": _opt_bool(rec.get("selfcheck_final")),
+            "selfcheck_first": _opt_bool(rec.selfcheck_first),
+            "recovery_used": bool(rec.recovery_used),
+            "selfcheck_final": _opt_bool(rec.selfcheck_final),
             "designed_depth": int(getattr(scenario, "designed_depth", 1)),
             "professional_minutes": float(getattr(scenario, "professional_minutes", 0.0)),
             # How the agent's access was enforced; a dry run has none.
-            "enforcement": rec.get("enforcement") or None,
+            "enforcement": rec.enforcement or None,
             # Beyond the schema's columns, carried along for the process analyses.
-            "deviations": len(deviations) if isinstance(deviations, (list, tuple)) else int(deviations),
-            "cost_complete": agent_cost(rec) is not None,
+            "deviations": len(rec.deviations),
+            "cost_complete": cost is not None,
             # The model proxy's metered agent cost beside C (what the ledger charged); missing where nothing metered it.
-            "metered_cost_usd": None if rec.get("metered_cost_usd") is None else _finite(rec["metered_cost_usd"]),
+            "metered_cost_usd": None if rec.metered_cost_usd is None else _finite(rec.metered_cost_usd),
             # Requests to the run's portal (A3/A4 on portal scenarios); missing where there was no portal.
-            "portal_requests": rec.get("portal_requests"),
+            "portal_requests": rec.portal_requests,
             # The portal was not answering at the end of the run (a note on the run); missing where there was no portal.
-            "portal_fault": rec.get("portal_fault"),
+            "portal_fault": rec.portal_fault,
             "judge_backend": judges[0].get("backend") if judges else None,
             # The evaluation itself could not run in full: D and E are then no verdict (analysis leaves the run out).
-            "eval_error": evaluation_error(rec),
+            "eval_error": rec.eval_error,
             # The current verdict was given by `pilot study reevaluate` (its time); missing for a run's first
             # evaluation.
-            "reevaluated_at": (rec.get("reevaluation") or {}).get("at"),
+            "reevaluated_at": (rec.reevaluation or {}).get("at"),
             # The harness failed after inference began: the run stands as delivered (never rerun), and says so here.
-            "harness_fault": rec.get("harness_fault") or None,
+            "harness_fault": rec.harness_fault or None,
         }
     )
     for jid in panel_ids:
@@ -405,14 +386,15 @@ def rows_from_store(
         rec.setdefault("model", r["model"])
         if rec.get("judge_cost_usd") is None and r.get("run_judge_cost_usd") is not None:
             rec["judge_cost_usd"] = r["run_judge_cost_usd"]
-        sid = rec["scenario"]
+        record = RunRecord.from_dict(rec)
+        sid = record.scenario
         if sid not in scenarios:
             from pilot.scenarios import load_scenario
 
             scenarios[sid] = load_scenario(sid)
         out.append(
             run_row(
-                rec,
+                record,
                 run_id=r["run_id"],
                 study_name=study_name,
                 backend=backend,

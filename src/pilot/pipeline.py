@@ -36,6 +36,7 @@ from typing import Any
 from pilot import backends
 from pilot.attempt import AttemptOutcome, CellSpec
 from pilot.judges import judge_run
+from pilot.run_record import RunRecord
 
 JUDGE_BACKEND_ENV = "PILOT_JUDGE_BACKEND"
 #: Keys an upstream role may add to its mapping for a rehearsal's own limits: a run's wall limit and the judges' time
@@ -78,7 +79,7 @@ def _missing_judges(error: str) -> list[dict[str, Any]]:
 
 
 def judge_record(
-    record: dict[str, Any],
+    record: RunRecord,
     cell: CellSpec,
     node: str,
     attempt_dir: Path,
@@ -86,7 +87,7 @@ def judge_record(
     seed: int,
     environ: dict[str, str] | None = None,
     judge_timeout_s: float | None = None,
-) -> dict[str, Any]:
+) -> RunRecord:
     """Judge a finished attempt's deliverables and add the results to its record.
 
     ``environ`` names the CLI judges' upstream (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) instead of this
@@ -94,7 +95,7 @@ def judge_record(
     """
     from pilot.scenarios import load_scenario
 
-    workspace = Path(record.get("workspace") or attempt_dir)
+    workspace = Path(record.workspace or attempt_dir)
     outputs = workspace / "outputs"
     # What identifies this run must not reach a judge even if a file mentions it.
     withheld = [cell.run_id, node, cell.study, str(attempt_dir), str(workspace), str(workspace.resolve())]
@@ -108,12 +109,12 @@ def judge_record(
             environ=environ,
             timeout_s=judge_timeout_s,
         )
-        record["judges"] = [r.to_dict() for r in results]
-        record["judge_error"] = None
+        record.judges = [r.to_dict() for r in results]
+        record.judge_error = None
     except Exception as exc:  # noqa: BLE001 - a judging failure leaves the judges missing; the agent run stands
-        record["judges"] = _missing_judges(f"judging failed: {type(exc).__name__}: {exc}")
-        record["judge_error"] = f"{type(exc).__name__}: {exc}"
-    record["judge_cost_usd"] = float(sum(float(j.get("cost_usd") or 0.0) for j in record["judges"]))
+        record.judges = _missing_judges(f"judging failed: {type(exc).__name__}: {exc}")
+        record.judge_error = f"{type(exc).__name__}: {exc}"
+    record.judge_cost_usd = float(sum(float(j.get("cost_usd") or 0.0) for j in record.judges))
     return record
 
 
@@ -171,20 +172,20 @@ def _run_cell(
         environ=upstream,
         caps=caps,
     )
-    data = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
     # None when the client reported no (complete) cost: the ledger then charges the whole reservation.
-    cost = agent_cost(data)
-    # The proxy's metered cost settles the envelope (the simulated backend has none: its reported cost does).
-    metered = data.get("metered_cost_usd")
-    if data.get("status") == "infra_error":
+    cost = agent_cost(rec)
+    # The proxy's metered cost settles the envelope (the simulated backend has none: its reported cost does), as the
+    # exact decimal string the record keeps.
+    metered = rec.to_dict()["metered_cost_usd"]
+    if rec.status == "infra_error":
         return AttemptOutcome(
-            infra_error=data.get("infra_error") or "infrastructure error",
-            record=data,
+            infra_error=rec.infra_error or "infrastructure error",
+            record=rec.to_dict(),
             cost_usd=cost,
             metered_cost_usd=metered,
         )
-    data = judge_record(
-        data,
+    rec = judge_record(
+        rec,
         cell,
         node,
         Path(attempt_dir),
@@ -194,9 +195,9 @@ def _run_cell(
         judge_timeout_s=judge_timeout_s,
     )
     return AttemptOutcome(
-        record=data,
+        record=rec.to_dict(),
         cost_usd=cost,
-        judge_cost_usd=data["judge_cost_usd"],
-        status=data.get("status", "completed"),
+        judge_cost_usd=float(rec.judge_cost_usd or 0.0),
+        status=rec.status,
         metered_cost_usd=metered,
     )

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from pilot import backends, freeze
-from pilot.outcomes import EVAL_ERROR_NOTE, evaluation_error, unevaluated_rows
+from pilot.outcomes import unevaluated_rows
+from pilot.run_record import EVAL_ERROR_NOTE, evaluation_error
 from pilot.store import Store, atomic_write_text, now
 
 #: The file each re-evaluation writes beside the attempt's ``evaluation.json`` (which is kept).
@@ -142,13 +143,10 @@ def select(store: Store, run_ids: Iterable[str] | None = None, wave: str | None 
     else:
         chosen = unevaluated_rows(rows.values(), wave)
     out = []
+    finals = store.final_attempts()
     for r in chosen:
         rec = _record(r)
-        attempt = store.conn.execute(
-            "SELECT a.workspace FROM runs x JOIN attempts a ON a.attempt_id = x.attempt_id WHERE x.run_id = ?",
-            (r["run_id"],),
-        ).fetchone()
-        attempt_dir = Path(attempt[0])
+        attempt_dir = Path(finals[r["run_id"]]["workspace"])
         workspace = Path(rec.get("workspace") or attempt_dir / "workspace")
         cand = Candidate(
             r["run_id"],
@@ -212,7 +210,7 @@ def check_protocol(store: Store) -> None:
 
 
 def study_backend(store: Store) -> str:
-    used = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
+    used = store.backends_used()
     return used[0] if len(used) == 1 else ",".join(used)
 
 

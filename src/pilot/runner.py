@@ -35,13 +35,12 @@ server knows which run it plays.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -60,8 +59,9 @@ from pilot.agents.session import (
     combined_cost,
 )
 from pilot.attempt import HARNESS_FAULT_PREFIX, inference_began, mark_phase, read_phase
-from pilot.outcomes import EVAL_ERROR_NOTE
 from pilot.protocol import Caps
+from pilot.protocol.request_policy import RequestPolicy
+from pilot.run_record import EVAL_ERROR_NOTE, RunRecord
 
 BACKENDS = backends.AGENT_BACKENDS
 RUN_MARKER = ".pilot-run"
@@ -79,89 +79,6 @@ ISOLATION_ENV = confined.ISOLATION_ENV
 #: A resume needs at least this much budget and wall time left to be worth starting.
 MIN_RESUME_USD = 0.01
 MIN_RESUME_WALL_S = 10.0
-
-
-@dataclass
-class RunRecord:
-    """Everything one attempt produced that the run table and the audit need."""
-
-    scenario: str
-    arm: str
-    model: str
-    backend: str
-    seed: int
-    status: str
-    censored: bool
-    censor_reason: str | None
-    infra_error: str | None
-    agent_error: str | None
-    cost_usd: float | None
-    cost_complete: bool
-    cost_method: str
-    recovery_cost_usd: float | None
-    wall_s: float
-    turns: int
-    tool_calls: int
-    tool_calls_by_tool: dict[str, int]
-    questions: int | None
-    deviations: list[dict]
-    D: bool | None
-    E: bool | None
-    E_reasons: list[str]
-    criteria_passed: int | None
-    criteria_total: int | None
-    criteria: list[dict]
-    selfcheck_first: bool | None
-    recovery_used: bool
-    recovery_skipped: str | None
-    selfcheck_final: bool | None
-    cli_version: str | None
-    caps_usd: float
-    caps_wall_s: float
-    max_turns: int
-    workspace: str
-    transcript: str
-    sessions: list[dict] = field(default_factory=list)
-    completion_record_valid: bool | None = None
-    completion_status: str | None = None
-    #: bubblewrap | sandbox-exec | unisolated (development opt-in) | "" (the simulated backend)
-    enforcement: str = ""
-    #: The model proxy's metered cost of the run (exact); ``cost_usd`` stays the client's report.
-    metered_cost_usd: Decimal | None = None
-    metered_requests: int | None = None
-    worker_env: dict | None = None
-    portal: dict | None = None
-    #: Requests to the run's portal (health checks excluded), from its access log; None without a portal.
-    portal_requests: int | None = None
-    #: The run's portal was not answering at the end of the run; None without a portal.
-    portal_fault: bool | None = None
-    started_at: str = ""
-    harness_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    #: Why the evaluation itself could not run in full (LibreOffice unavailable ...); None when it ran.
-    eval_error: str | None = None
-    #: The input hashes taken when the workspace was laid out (the E check's reference).
-    input_hashes: dict[str, str] | None = None
-    #: SHA-256 of the workspace's manifest when the agent was done, before evaluation (see :func:`record_workspace`),
-    #: and its number of entries; None on records written before they were kept.
-    workspace_sha256: str | None = None
-    workspace_entries: int | None = None
-    #: Set when the verdict comes from ``pilot study reevaluate``: when, how many times, and the earlier error.
-    reevaluation: dict | None = None
-    #: The harness failed after inference began (its phase and the failure): the run stands as delivered, not rerun.
-    harness_fault: str | None = None
-    #: Bytes of the worker's files the runner read in this attempt (through :mod:`pilot.worker_files`; the judges'
-    #: rendering comes after the record is written).
-    worker_bytes_read: int | None = None
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        for k, v in d.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                d[k] = None
-            elif isinstance(v, Decimal):
-                d[k] = str(v)  # money stays exact: a decimal string, never a float
-        return d
 
 
 class RunnerError(ValueError):
@@ -410,7 +327,13 @@ def run_attempt(
         if backend in backends.CLI_BACKENDS:
             # A rehearsal's scripted server plays each run by its label; the real API is never told it.
             meter, endpoint = _open_meter(
-                stack, out_dir, caps, model, environ, label_upstream=label_upstream or backend == backends.REHEARSAL
+                stack,
+                out_dir,
+                caps,
+                model,
+                environ,
+                label_upstream=label_upstream or backend == backends.REHEARSAL,
+                policy=arm.request_policy,
             )
         agent, worker_info, launch_error = backends.role(backend, "agent")(
             arm=arm,
@@ -605,8 +528,10 @@ def _open_meter(
     environ: dict[str, str] | None,
     *,
     label_upstream: bool = False,
+    policy: RequestPolicy | None = None,
 ):
-    """Start the model proxy for this attempt (it alone holds the key) and open the run's meter."""
+    """Start the model proxy for this attempt (it alone holds the key) and open the run's meter, held to ``policy``
+    (the arm's :class:`~pilot.protocol.request_policy.RequestPolicy`)."""
     from pilot.agents import launch
     from pilot.agents.model_proxy import MeteringProxy
     from pilot.protocol.prices import PriceTable
@@ -625,7 +550,7 @@ def _open_meter(
         )
     )
     run_id = str(out_dir)
-    meter = proxy.open_run(run_id, Decimal(str(caps.usd)), model)
+    meter = proxy.open_run(run_id, Decimal(str(caps.usd)), model, policy=policy)
     stack.callback(proxy.close_run, run_id)
     sock = getattr(meter, "socket_path", None)
     return meter, launch.ModelEndpoint(str(meter.token), Path(sock) if sock else None, getattr(meter, "base_url", None))
@@ -670,7 +595,7 @@ def _record_meter(rec: RunRecord, meter: Any, reported_usd: float | None) -> Non
 
 
 def _empty_record(base: dict, reason: str, notes: list[str], **extra: Any) -> RunRecord:
-    fields = dict(
+    fields: dict[str, Any] = dict(
         status=INFRA_ERROR,
         censored=False,
         censor_reason=None,
@@ -1029,7 +954,7 @@ def _record_portal_end(rec: RunRecord, end: Any, portal: Any, out_dir: Path) -> 
         rec.E_reasons, rec.criteria = [], []
     elif end.note:
         rec.notes.append(end.note)
-    rec = RunRecord(**json.loads(redact_secrets(json.dumps(rec.to_dict(), default=str), portal.secrets())))
+    rec = RunRecord.from_dict(json.loads(redact_secrets(json.dumps(rec.to_dict(), default=str), portal.secrets())))
     _write(out_dir, rec)
     return rec
 

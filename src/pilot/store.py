@@ -764,7 +764,7 @@ class Store:
         second re-evaluation finished first), nothing is changed and
         :class:`StoreError` says so, so a run never gets two verdicts.
         """
-        from pilot.outcomes import evaluation_error
+        from pilot.run_record import evaluation_error
 
         with self.transaction() as c:
             row = c.execute("SELECT record_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -920,6 +920,30 @@ class Store:
 
     def runs(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
+
+    def cell(self, run_id: str) -> dict[str, Any] | None:
+        """The cell of ``run_id``, or None when the study has no such run."""
+        row = self.conn.execute("SELECT * FROM cells WHERE run_id = ?", (run_id,)).fetchone()
+        return dict(row) if row else None
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """The finished run ``run_id`` (its record and the attempt it came from), or None when it is not finished."""
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return dict(row) if row else None
+
+    def final_attempts(self) -> dict[str, dict[str, Any]]:
+        """run id -> the attempt whose record is the finished run's."""
+        sql = "SELECT r.run_id, a.* FROM runs r JOIN attempts a ON a.attempt_id = r.attempt_id"
+        return {r["run_id"]: dict(r) for r in self.conn.execute(sql)}
+
+    def scenario_evaluations(self, scenario_id: str) -> dict[str, dict[str, Any]]:
+        """run id -> the stored evaluation (criteria and E reasons as JSON) of each run of ``scenario_id``."""
+        sql = "SELECT e.* FROM evaluations e JOIN cells c ON c.run_id = e.run_id WHERE c.scenario = ?"
+        return {r["run_id"]: dict(r) for r in self.conn.execute(sql, (scenario_id,))}
+
+    def backends_used(self) -> list[str]:
+        """The agent backends the study's attempts ran on, sorted (empty before the first attempt)."""
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT backend FROM attempts ORDER BY backend")]
 
     # ------------------------------------------------------------------ summaries
     def balance(self) -> ledger.Balance:

@@ -140,7 +140,7 @@ def discard_study(name: str) -> bool:
     if not store_file.exists():
         return False
     with Store.open(folder) as old:
-        used = {r[0] for r in old.conn.execute("SELECT DISTINCT backend FROM attempts")}
+        used = set(old.backends_used())
     real = sorted(used - DISCARDABLE_BACKENDS)
     if real:
         raise StudyError(
@@ -361,7 +361,7 @@ def ensure_wave(store: Store, wave: str) -> int:
 
 
 def _check_backend(store: Store, backend: str) -> None:
-    used = {r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")}
+    used = set(store.backends_used())
     other = used - {backend}
     if other:
         raise StudyError(
@@ -663,7 +663,7 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
             freeze.verify(info.freeze_manifest, scenarios=info.scenarios).raise_if_changed()
         if pilot_only:
             rows = [r for r in rows if r["wave"] == "pilot"]
-        backends = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
+        backends = sorted(set(store.backends_used()))
         if len(backends) != 1:
             raise StudyError(f"study {name} has attempts on backends {backends}; expected exactly one")
         fake = [

@@ -165,7 +165,7 @@ def _read_store(folder: Path, wave: str) -> tuple[pd.DataFrame, pd.DataFrame, in
     """The wave's grades and panel, its seed, and the label of the study's backends."""
     with store.open_store(folder) as st:
         w = store.wave(st.conn, wave)
-        used = [r[0] for r in st.conn.execute("SELECT DISTINCT backend FROM attempts")]
+        used = st.backends_used()
         return store.grades_frame(st.conn, wave), store.panel_frame(st.conn, wave), w.seed, backends.label_of(used)
 
 
@@ -229,7 +229,7 @@ def grading_report(
     if criteria is None:
         criteria = rubric_criteria(set(g["scenario"]) | set(panel["scenario"]))
     settings = InferenceSettings.from_study(seed, study, B=B)
-    contrast = tuple(study.contrasts[0])
+    contrast = study.hypothesis_contrast("H1").arms
     experts = agreement.expert_table(g, criteria)
     panel_t = agreement.panel_table(panel)
     packages = agreement.package_table(g, experts, panel_t)

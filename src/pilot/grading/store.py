@@ -222,6 +222,18 @@ def queue(conn: sqlite3.Connection, wave_name: str, grader_id: str) -> list[sqli
     ).fetchall()
 
 
+def package_ids(conn: sqlite3.Connection, wave_name: str) -> dict[str, str]:
+    """run id -> its grading package's id, for every package of the wave (the coordinator's view)."""
+    sql = "SELECT run_id, package_id FROM grading_packages WHERE wave = ?"
+    return {r["run_id"]: r["package_id"] for r in conn.execute(sql, (wave_name,))}
+
+
+def assignment_ids(conn: sqlite3.Connection, wave_name: str) -> dict[tuple[str, str], str]:
+    """(package id, grader id) -> the assignment's id, for every assignment of the wave (the coordinator's view)."""
+    sql = "SELECT package_id, grader_id, assignment_id FROM grading_assignments WHERE wave = ?"
+    return {(r["package_id"], r["grader_id"]): r["assignment_id"] for r in conn.execute(sql, (wave_name,))}
+
+
 def assignment(conn: sqlite3.Connection, wave_name: str, grader_id: str, assignment_id: str) -> sqlite3.Row | None:
     """One of ``grader_id``'s own assignments (None for anyone else's, so the site answers 404)."""
     return conn.execute(

@@ -8,12 +8,12 @@ once; after that the judge is missing for the run, never scored zero.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pilot import backends, protocol
+from pilot import backends, judge_providers, protocol
 from pilot.judges.backend import JudgeBackend, JudgeRequest
 from pilot.judges.prompt import JudgePrompt, prompt_for_run
 from pilot.judges.render import RenderLimits
@@ -70,14 +70,49 @@ def make_backend(
     return backends.role(backend, "judge")(claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s)
 
 
-def judge_prompt(prompt: JudgePrompt, *, backend: JudgeBackend, seed: int, panel: Iterable[dict]) -> list[JudgeResult]:
-    """Ask every panel member about one prepared prompt."""
+def make_panel(
+    backend: str | JudgeBackend,
+    panel: Iterable[dict],
+    *,
+    claude_bin: Path | str | None = None,
+    study: protocol.Study | None = None,
+    environ: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, JudgeBackend]:
+    """Each panel member's judge, by member id.
+
+    A backend whose outputs carry a label (``simulated``: a dry run) has its
+    own stand-in judge play every member, so nothing it scores can read as a
+    finding; the real judge backend (``claude-code``, whose runs are findings)
+    gives each member the judge of the provider study.yml names for it
+    (:mod:`pilot.judge_providers`), one judge per provider. A judge object
+    given instead of a name plays every member (tests, scripted sessions).
+    """
+    members = list(panel)
+    if not isinstance(backend, str) or backend not in backends.REAL_BACKENDS:
+        judge = make_backend(backend, claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s)
+        return {m["id"]: judge for m in members}
+    made: dict[str, JudgeBackend] = {}
+    for m in members:
+        if m["provider"] not in made:
+            made[m["provider"]] = judge_providers.new_judge(
+                m["provider"], claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s
+            )
+    return {m["id"]: made[m["provider"]] for m in members}
+
+
+def judge_prompt(
+    prompt: JudgePrompt, *, backend: JudgeBackend | Mapping[str, JudgeBackend], seed: int, panel: Iterable[dict]
+) -> list[JudgeResult]:
+    """Ask every panel member about one prepared prompt: ``backend`` is one judge for every member, or each
+    member's judge by member id (:func:`make_panel`)."""
     results = []
     for member in panel:
-        res = JudgeResult(member["id"], member["model"], int(member["draw"]), backend.name)
+        judge = backend[member["id"]] if isinstance(backend, Mapping) else backend
+        res = JudgeResult(member["id"], member["model"], int(member["draw"]), judge.name)
         text = prompt.text
         for attempt in (0, 1):
-            reply = backend.complete(
+            reply = judge.complete(
                 JudgeRequest(
                     member["id"],
                     member["model"],
@@ -136,5 +171,7 @@ def judge_run(
     """
     study = study or protocol.study()
     prompt = prompt_for_run(scenario, Path(outputs_dir), withheld=withheld, limits=limits)
-    judge = make_backend(backend, claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s)
-    return judge_prompt(prompt, backend=judge, seed=seed, panel=study.judge_panel)
+    judges = make_panel(
+        backend, study.judge_panel, claude_bin=claude_bin, study=study, environ=environ, timeout_s=timeout_s
+    )
+    return judge_prompt(prompt, backend=judges, seed=seed, panel=study.judge_panel)

@@ -1,8 +1,9 @@
-"""Deliverable formats read outside the frozen oracle: slide decks (.pptx).
+"""Deliverable formats read beside the core oracle: slide decks (.pptx).
 
-The pilot's oracle code (``pilot.oracles``) is hashed into every study's
-freeze manifest and stays unchanged. A scenario whose deliverables include a
-deck is judged through :mod:`pilot.oracle_formats.evaluate`, which hands every
-other scenario to the core oracle untouched and reads decks with
-:mod:`pilot.oracle_formats.pptx_reader`.
+The oracle's criterion loop and verdict are :mod:`pilot.oracles.evaluate`'s
+alone. :mod:`pilot.oracle_formats.evaluate` is the entry point every caller
+uses: it tells the core how to read a scenario's workspace (the core's own
+context for a scenario without a deck, the deck reading of
+:mod:`pilot.oracle_formats.pptx_reader` for one with a deck). Only a study with
+a deck scenario hashes this package into its freeze manifest.
 """

@@ -1,31 +1,35 @@
 """The oracle's entry point for every caller: the core oracle, or the core plus the deck reader.
 
-A scenario with no slide-deck deliverable is judged by
-:func:`pilot.oracles.evaluate.evaluate` itself, unchanged, so its verdict is
-the core's byte for byte. A scenario with a ``pptx`` deliverable is judged
-with :class:`DeckContext`: the core context for every other file, and
+Every scenario is judged by :func:`pilot.oracles.evaluate.evaluate`, the one
+criterion loop and verdict. A scenario with no slide-deck deliverable is read
+by the core's context and checks, so its verdict is the core's byte for byte.
+A scenario with a ``pptx`` deliverable is read with :class:`DeckContext` and
+:func:`check_deck_criterion`: the core context for every other file, and
 :mod:`pilot.oracle_formats.pptx_reader` for the deck, whose slide titles are
 its headings (the ``sections`` a decision is read under) and whose tables are
-read as ``a | b | c`` rows, as a docx's are. The result is the core's
-:class:`~pilot.oracles.evaluate.Evaluation`.
+read as ``a | b | c`` rows, as a docx's are.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from pilot import worker_files
 from pilot.oracle_formats.pptx_reader import Deck, read_deck
 from pilot.oracles import criteria as core_criteria
-from pilot.oracles import guard
 from pilot.oracles.context import WorkspaceContext, output_names
-from pilot.oracles.evaluate import FORM_KINDS, CriterionResult, Evaluation, default_recalculator
+from pilot.oracles.evaluate import (
+    FORM_KINDS,
+    Check,
+    CriterionResult,
+    Evaluation,
+    check_criterion,
+    default_recalculator,
+)
 from pilot.oracles.recalc import Recalculator
-from pilot.scenarios.bundle import Scenario
+from pilot.scenarios.bundle import Criterion, Scenario
 
 # The module, not the function of the same name that pilot.oracles exports.
 core = importlib.import_module("pilot.oracles.evaluate")
@@ -37,12 +41,14 @@ DECK_SUBSTITUTES = (".md", ".txt")
 __all__ = [
     "CriterionResult",
     "DeckContext",
+    "check_deck_criterion",
     "Evaluation",
     "default_recalculator",
     "evaluate",
     "evaluate_form",
     "evaluate_many",
     "has_deck",
+    "reading",
     "FORM_KINDS",
 ]
 
@@ -151,40 +157,24 @@ class _AsDocument:
         return getattr(self._ctx, attr)
 
 
-def _check(ctx: DeckContext, crit) -> tuple[bool, str]:
+def check_deck_criterion(ctx: WorkspaceContext, crit: Criterion) -> tuple[bool, str]:
+    """The core's check of ``crit``, a deck's decision and completion record read as a document's."""
+    assert isinstance(ctx, DeckContext)  # the deck reading always pairs this check with its context
     if crit.kind == "decision" and ctx.deliverable(crit.file).kind == DECK_KIND:
         # A deck's decision is read under a slide title exactly as a document's under a heading.
         return core_criteria.check_decision(_AsDocument(ctx), crit)
     if crit.kind == "completion_record":
         return core_criteria.check_completion_record(_AsDocument(ctx), crit)
-    return core_criteria.CHECKS[crit.kind](ctx, crit)
+    return check_criterion(ctx, crit)
 
 
-def run_criteria(criteria, ctx: DeckContext) -> list[CriterionResult]:
-    """The core's criterion loop (present and well-formed first, blockers named), with the deck-aware checks."""
-    order = sorted(criteria, key=lambda c: {"present": 0, "well_formed": 1}.get(c.kind, 2))
-    results: dict[str, CriterionResult] = {}
-    for crit in order:
-        blocker = core._blocker(criteria, crit, results)
-        if blocker is not None:
-            res = CriterionResult(
-                crit.id, crit.kind, crit.required, False, f"not checked: {blocker.id} failed", crit.file, blocker.id
-            )
-        else:
-            try:
-                passed, reason = _check(ctx, crit)
-            except Exception as exc:  # noqa: BLE001 - a crash on a hostile file is a failed criterion
-                passed, reason = (
-                    False,
-                    f"{crit.file}: the check could not read the file ({type(exc).__name__}: {str(exc)[:200]})",
-                )
-            res = CriterionResult(crit.id, crit.kind, crit.required, bool(passed), reason, crit.file)
-        results[crit.id] = res
-    return [results[c.id] for c in criteria]
+def reading(scenario: Scenario) -> tuple[type[WorkspaceContext], Check]:
+    """How ``scenario``'s workspaces are read: the deck reading when it delivers a deck, else the core's."""
+    if has_deck(scenario):
+        return DeckContext, check_deck_criterion
+    return WorkspaceContext, check_criterion
 
 
-@guard.holding()
-@worker_files.copies_scope()
 def evaluate(
     scenario: Scenario,
     workspace: Path,
@@ -193,48 +183,20 @@ def evaluate(
     recalculator: Recalculator | None = None,
     guard_limits: dict | None = None,
 ) -> Evaluation:
-    """Judge ``workspace`` against ``scenario``'s oracle (the core's verdict when the scenario has no deck)."""
-    if not has_deck(scenario):
-        return core.evaluate(scenario, workspace, input_hashes, recalculator=recalculator, guard_limits=guard_limits)
-    t0 = time.perf_counter()
-    workspace = Path(workspace)
-    recalculator = recalculator if recalculator is not None else default_recalculator()
-    ctx = DeckContext(scenario, workspace, recalculator, guard_limits)
-    errors: list[str] = []
-    try:
-        guard.probe_cached(ctx.guard_candidates(), **ctx.guard_limits)
-    except OSError as exc:  # the guard child could not be started: not the worker's doing
-        errors.append(f"the guarded reader could not start ({exc})")
-    e_reasons = core._input_violations(scenario, workspace, input_hashes)
-    try:
-        results = run_criteria(scenario.oracle.criteria, ctx)
-    except OSError as exc:  # the deck's guarded reader could not start
-        errors.append(f"the guarded deck reader could not start ({exc})")
-        results = []
-    substitutes = {
-        d.name: [p.name for p in ctx.status(d.name).substitutes]
-        for d in scenario.file_deliverables
-        if ctx.status(d.name).substitutes
-    }
-    errors.extend(ctx.errors)
-    E = bool(e_reasons)
-    D = bool(results) and all(c.passed for c in results if c.required) and not E and not errors
-    return Evaluation(
-        scenario.id,
-        str(workspace),
-        D,
-        E,
-        e_reasons,
-        results,
-        time.perf_counter() - t0,
-        substitutes,
-        errors,
-        dict(ctx.notes),
+    """Judge ``workspace`` against ``scenario``'s oracle (:func:`pilot.oracles.evaluate.evaluate`, read as
+    :func:`reading` says)."""
+    context, check = reading(scenario)
+    return core.evaluate(
+        scenario,
+        workspace,
+        input_hashes,
+        recalculator=recalculator,
+        guard_limits=guard_limits,
+        context=context,
+        check=check,
     )
 
 
-@guard.holding()
-@worker_files.copies_scope()
 def evaluate_form(
     scenario: Scenario,
     workspace: Path,
@@ -243,29 +205,16 @@ def evaluate_form(
     guard_limits: dict | None = None,
 ) -> tuple[list[CriterionResult], list[str]]:
     """The oracle's form checks alone (no answer is consulted): (results, evaluation errors)."""
-    if not has_deck(scenario):
-        return core.evaluate_form(scenario, workspace, recalculator=recalculator, guard_limits=guard_limits)
-    ctx = DeckContext(
-        scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits
+    context, check = reading(scenario)
+    return core.evaluate_form(
+        scenario, workspace, recalculator=recalculator, guard_limits=guard_limits, context=context, check=check
     )
-    results = run_criteria([c for c in scenario.oracle.criteria if c.kind in FORM_KINDS], ctx)
-    return results, list(ctx.errors)
 
 
-@guard.holding()
-@worker_files.copies_scope()
 def evaluate_many(
     items: Iterable[tuple[Scenario, Path, dict[str, str] | None]],
     *,
     recalculator: Recalculator | None = None,
 ) -> list[Evaluation]:
     """Evaluate many workspaces, recalculating all their workbooks in one LibreOffice process."""
-    items = list(items)
-    if not any(has_deck(sc) for sc, _, _ in items):
-        return core.evaluate_many(items, recalculator=recalculator)
-    recalculator = recalculator if recalculator is not None else default_recalculator()
-    guard.probe_cached([p for sc, ws, _ in items for p in WorkspaceContext(sc, Path(ws), None).guard_candidates()])
-    books = [p for sc, ws, _ in items for p in core.workbooks_to_recalculate(sc, ws)]
-    if books:
-        recalculator.recalculate(books)
-    return [evaluate(sc, ws, h, recalculator=recalculator) for sc, ws, h in items]
+    return core.evaluate_many(items, recalculator=recalculator, evaluate_one=evaluate)

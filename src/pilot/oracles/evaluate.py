@@ -9,6 +9,12 @@ already reports the cause, so one defect is reported once, where it is.
 ``evaluate_many`` recalculates the workbooks of many workspaces in one
 LibreOffice process before judging each one.
 
+How a workspace is read is a parameter: ``context`` (the class that reads
+its files, :class:`~pilot.oracles.context.WorkspaceContext` by default) and
+``check`` (how one criterion is checked on it). The deck reader
+(:mod:`pilot.oracle_formats.evaluate`) passes its own and is otherwise this
+module: one criterion loop, one verdict.
+
 Nothing a worker leaves in the workspace makes ``evaluate`` raise: a file it
 cannot read fails a criterion with the reason, and a tree under ``inputs/``
 it cannot walk (too deep, unreadable, a pipe) is a critical violation. What
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import atexit
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +38,7 @@ from pilot.oracles.context import WorkspaceContext
 from pilot.oracles.criteria import CHECKS
 from pilot.oracles.hashing import compare_hashes, hash_inputs
 from pilot.oracles.recalc import Recalculator
-from pilot.scenarios.bundle import Scenario
+from pilot.scenarios.bundle import Criterion, Scenario
 
 if TYPE_CHECKING:  # pandas loads on first use: `pilot check` and `pilot --help` start without it
     import pandas as pd
@@ -148,6 +154,15 @@ def default_recalculator() -> Recalculator:
 FORM_KINDS = ("present", "well_formed", "formulas", "no_error_values", "min_words", "sections", "completion_record")
 
 
+#: How one criterion is checked on a workspace context: (passed, reason).
+Check = Callable[[WorkspaceContext, Criterion], tuple[bool, str]]
+
+
+def check_criterion(ctx: WorkspaceContext, crit: Criterion) -> tuple[bool, str]:
+    """The criterion's check by its kind (:data:`pilot.oracles.criteria.CHECKS`)."""
+    return CHECKS[crit.kind](ctx, crit)
+
+
 def _blocker(criteria, crit, results: dict[str, CriterionResult]) -> CriterionResult | None:
     if crit.kind == "present":
         return None
@@ -170,18 +185,21 @@ def evaluate(
     *,
     recalculator: Recalculator | None = None,
     guard_limits: dict | None = None,
+    context: type[WorkspaceContext] = WorkspaceContext,
+    check: Check = check_criterion,
 ) -> Evaluation:
     """Judge ``workspace`` against ``scenario``'s oracle.
 
     ``input_hashes`` are the hashes taken when the workspace was laid out;
     when None, the bundle's own inputs are the reference. ``guard_limits``
     (``per_file_timeout_s``, ``memory_limit_bytes``) bound the child process
-    that parses each office file before the evaluator does.
+    that parses each office file before the evaluator does. ``context`` and
+    ``check`` read the workspace (a format reader passes its own).
     """
     t0 = time.perf_counter()
     workspace = Path(workspace)
     recalculator = recalculator if recalculator is not None else default_recalculator()
-    ctx = WorkspaceContext(scenario, workspace, recalculator, guard_limits)
+    ctx = context(scenario, workspace, recalculator, guard_limits)
     errors: list[str] = []
     try:
         # All office files of the workspace through one guarded child process.
@@ -189,7 +207,7 @@ def evaluate(
     except OSError as exc:  # the guard child could not be started: not the worker's doing
         errors.append(f"the guarded reader could not start ({exc})")
     e_reasons = _input_violations(scenario, workspace, input_hashes)
-    criteria = run_criteria(scenario.oracle.criteria, ctx)
+    criteria = run_criteria(scenario.oracle.criteria, ctx, check)
     substitutes = {
         d.name: [p.name for p in ctx.status(d.name).substitutes]
         for d in scenario.file_deliverables
@@ -212,7 +230,9 @@ def evaluate(
     )
 
 
-def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
+def run_criteria(
+    criteria: Sequence[Criterion], ctx: WorkspaceContext, check: Check = check_criterion
+) -> list[CriterionResult]:
     """Every criterion on one workspace context, in the given order; a blocked one names its blocker."""
     # Present and well-formed criteria first, so the others know their blockers.
     order = sorted(criteria, key=lambda c: {"present": 0, "well_formed": 1}.get(c.kind, 2))
@@ -225,7 +245,7 @@ def run_criteria(criteria, ctx: WorkspaceContext) -> list[CriterionResult]:
             )
         else:
             try:
-                passed, reason = CHECKS[crit.kind](ctx, crit)
+                passed, reason = check(ctx, crit)
             except Exception as exc:  # noqa: BLE001 - a crash on a hostile file is a failed criterion
                 passed, reason = (
                     False,
@@ -244,12 +264,14 @@ def evaluate_form(
     *,
     recalculator: Recalculator | None = None,
     guard_limits: dict | None = None,
+    context: type[WorkspaceContext] = WorkspaceContext,
+    check: Check = check_criterion,
 ) -> tuple[list[CriterionResult], list[str]]:
     """The oracle's form checks alone (no answer is consulted): (results, evaluation errors)."""
-    ctx = WorkspaceContext(
+    ctx = context(
         scenario, Path(workspace), recalculator if recalculator is not None else default_recalculator(), guard_limits
     )
-    results = run_criteria([c for c in scenario.oracle.criteria if c.kind in FORM_KINDS], ctx)
+    results = run_criteria([c for c in scenario.oracle.criteria if c.kind in FORM_KINDS], ctx, check)
     return results, list(ctx.errors)
 
 
@@ -288,12 +310,17 @@ def evaluate_many(
     items: Iterable[tuple[Scenario, Path, dict[str, str] | None]],
     *,
     recalculator: Recalculator | None = None,
+    evaluate_one: Callable[..., Evaluation] | None = None,
 ) -> list[Evaluation]:
-    """Evaluate many workspaces, recalculating all their workbooks in one LibreOffice process."""
+    """Evaluate many workspaces, recalculating all their workbooks in one LibreOffice process.
+
+    ``evaluate_one`` judges each workspace once its workbooks are recalculated (:func:`evaluate` by default).
+    """
     items = list(items)
+    evaluate_one = evaluate_one if evaluate_one is not None else evaluate
     recalculator = recalculator if recalculator is not None else default_recalculator()
     guard.probe_cached([p for sc, ws, _ in items for p in WorkspaceContext(sc, Path(ws), None).guard_candidates()])
     books = [p for sc, ws, _ in items for p in workbooks_to_recalculate(sc, ws)]
     if books:
         recalculator.recalculate(books)
-    return [evaluate(sc, ws, h, recalculator=recalculator) for sc, ws, h in items]
+    return [evaluate_one(sc, ws, h, recalculator=recalculator) for sc, ws, h in items]

@@ -4,6 +4,7 @@
   ``arms/arms.yml`` and ``amendments.csv`` (its names are re-exported here:
   ``protocol.study()``, ``protocol.ProtocolError``, ...);
 - :mod:`pilot.protocol.scenario`: one scenario bundle (``protocol/scenarios/<ID>/``) loaded and validated;
+- :mod:`pilot.protocol.request_policy`: what an arm's requests may carry through the model proxy (arms.yml);
 - :mod:`pilot.protocol.prices`: the pinned price table, usage and the cost tolerance;
 - :mod:`pilot.protocol.validation`: everything at once, bundles included
   (``load_all``, ``load_scenarios``; loaded on first use, as are the bundles).
@@ -16,17 +17,19 @@ from pilot.protocol.design import (
     ARM_ID,
     ARMS_SCHEMA,
     CAPABILITIES,
-    FEATURES,
     SCENARIO_ID,
     STUDY_SCHEMA,
-    TOOLS,
     Arm,
+    ArmVocabulary,
     Caps,
+    Contrast,
     ProtocolError,
     Study,
     arm_instructions,
+    arm_vocabulary,
     arms,
     common_policy,
+    common_request_policy,
     load_amendments,
     load_arms,
     load_study,
@@ -45,12 +48,15 @@ __all__ = [
     "Arm",
     "ARM_ID",
     "arm_instructions",
+    "arm_vocabulary",
+    "ArmVocabulary",
     "arms",
     "ARMS_SCHEMA",
     "CAPABILITIES",
     "Caps",
     "common_policy",
-    "FEATURES",
+    "Contrast",
+    "common_request_policy",
     "load_amendments",
     "load_arms",
     "load_study",
@@ -61,7 +67,6 @@ __all__ = [
     "Study",
     "study",
     "STUDY_SCHEMA",
-    "TOOLS",
     "validate",
     "check_rubric_weights",
     "load_all",

@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 
-from pilot import paths
+from pilot import judge_providers, paths
+from pilot.protocol import request_policy
+from pilot.protocol.request_policy import PolicyError, RequestPolicy
 
 
 class ProtocolError(ValueError):
@@ -71,6 +73,7 @@ ARM_ID = r"^A[0-9]+$"
 SCENARIO_ID = r"^[A-Z]+-[0-9]{2}$"
 SET_NAME = r"^[a-z][a-z0-9-]{0,30}$"
 HEADER_NAME = r"^[a-z0-9][a-z0-9-]{0,79}$"
+CONTRAST_NAME = r"^[a-z][a-z0-9-]{0,40}$"
 BETA_NAME = r"^[a-z0-9][a-z0-9.-]{0,79}$"
 _pos = {"type": "number", "exclusiveMinimum": 0}
 _nonneg = {"type": "number", "minimum": 0}
@@ -90,6 +93,18 @@ def object_schema(props: dict[str, Any], required: Iterable[str] | None = None) 
 
 def _grid(lo: dict[str, Any] = _nonneg) -> dict[str, Any]:
     return object_schema({"start": lo, "stop": lo, "step": _pos})
+
+
+#: A preregistered contrast: its name and its two arms, treated then control.
+_CONTRAST = object_schema(
+    {
+        "name": {"type": "string", "pattern": CONTRAST_NAME},
+        "arms": {"type": "array", "items": {"type": "string", "pattern": ARM_ID}, "minItems": 2, "maxItems": 2},
+    }
+)
+#: The hypotheses that test a contrast, and which kind each must name: H1 is read on the primary contrast's own p,
+#: H2 and H3 on a Holm-adjusted p, which only a secondary contrast has.
+CONTRAST_HYPOTHESES = {"H1": "primary", "H2": "secondary", "H3": "secondary"}
 
 
 STUDY_SCHEMA: dict[str, Any] = object_schema(
@@ -192,7 +207,12 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
                     "type": "array",
                     "minItems": 1,
                     "items": object_schema(
-                        {"id": {"type": "string", "pattern": r"^J[0-9]+$"}, "model": _str, "draw": _posint}
+                        {
+                            "id": {"type": "string", "pattern": r"^J[0-9]+$"},
+                            # provider/model: the judge provider (pilot.judge_providers) and the model it runs.
+                            "model": {"type": "string", "pattern": judge_providers.MEMBER_PATTERN},
+                            "draw": _posint,
+                        }
                     ),
                 },
                 "reserve_usd_per_run": _nonneg,
@@ -211,21 +231,8 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
                 "alpha": _prob,
                 "bootstrap_resamples": _posint,
                 "permutations": _posint,
-                "primary_contrast": {
-                    "type": "array",
-                    "items": {"type": "string", "pattern": ARM_ID},
-                    "minItems": 2,
-                    "maxItems": 2,
-                },
-                "secondary_contrasts": {
-                    "type": "array",
-                    "items": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": ARM_ID},
-                        "minItems": 2,
-                        "maxItems": 2,
-                    },
-                },
+                "primary_contrast": _CONTRAST,
+                "secondary_contrasts": {"type": "array", "items": _CONTRAST},
                 "secondary_adjustment": {"enum": ["holm", "bonferroni", "none"]},
             }
         ),
@@ -239,7 +246,15 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
                 "deferred_scenarios": _posint,
             }
         ),
-        "hypotheses": object_schema({"ari_min": _prob, "violation_rate_max": _prob}),
+        "hypotheses": object_schema(
+            {
+                "contrasts": object_schema(
+                    {h: {"type": "string", "pattern": CONTRAST_NAME} for h in CONTRAST_HYPOTHESES}
+                ),
+                "ari_min": _prob,
+                "violation_rate_max": _prob,
+            }
+        ),
         "human_wave": object_schema(
             {
                 "participants_per_scenario_per_condition": _posint,
@@ -279,34 +294,103 @@ STUDY_SCHEMA: dict[str, Any] = object_schema(
     }
 )
 
-TOOLS = ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]
-FEATURES = ["shell", "python_env", "text_substitutes", "libreoffice", "chromium", "portal", "checkpoint", "self_check"]
+#: Node capabilities an arm may require (``requires``): what :mod:`pilot.nodes` detects on a host.
 CAPABILITIES = ["macos", "linux", "libreoffice", "chromium", "portal"]
+#: A CLI tool's name (``--tools``) and a feature's.
+TOOL_NAME = r"^[A-Z][A-Za-z0-9]{0,63}$"
+FEATURE_NAME = r"^[a-z][a-z0-9_]{0,63}$"
 
+_BOUND = {
+    "oneOf": [
+        {"enum": [request_policy.BODY, request_policy.CONTEXT]},
+        object_schema({request_policy.ALLOWANCE: {"type": "integer", "minimum": 1}}),
+    ]
+}
+_BLOCKS = {"type": "object", "propertyNames": {"pattern": request_policy.BLOCK_KIND}, "additionalProperties": _BOUND}
+_KINDS = {
+    "type": "array",
+    "items": {"type": "string", "pattern": request_policy.BLOCK_KIND},
+    "minItems": 1,
+    "uniqueItems": True,
+}
+#: ``request_policy`` of arms.yml: what every arm's requests may carry through the model proxy.
+REQUEST_POLICY_SCHEMA: dict[str, Any] = object_schema(
+    {
+        "blocks": {**_BLOCKS, "minProperties": 1},
+        "system_blocks": _KINDS,
+        "sources": {
+            "type": "object",
+            "propertyNames": {"pattern": request_policy.BLOCK_KIND},
+            "additionalProperties": _KINDS,
+        },
+    }
+)
+#: An arm's own ``proxy``: block kinds and server tools it adds to the common policy.
+ARM_PROXY_SCHEMA: dict[str, Any] = object_schema(
+    {
+        "blocks": _BLOCKS,
+        "server_tools": {
+            "type": "object",
+            "propertyNames": {"pattern": request_policy.SERVER_TOOL_TYPE},
+            "additionalProperties": object_schema(
+                {
+                    "name": {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,63}$"},
+                    "usage": {"type": "string", "pattern": request_policy.USAGE_COUNTER},
+                    "max_uses": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "per_use": _BOUND,
+                }
+            ),
+        },
+    },
+    required=[],
+)
+
+#: arms.yml as a whole: the vocabularies its arms are written in, the common request policy, and the arms
+#: (each checked against the vocabularies by :func:`arm_schema`).
 ARMS_SCHEMA: dict[str, Any] = object_schema(
     {
+        "tools": {
+            "type": "array",
+            "items": {"type": "string", "pattern": TOOL_NAME},
+            "minItems": 1,
+            "uniqueItems": True,
+        },
+        "features": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": FEATURE_NAME},
+            "additionalProperties": {"type": ["string", "null"], "minLength": 1},
+        },
+        "request_policy": REQUEST_POLICY_SCHEMA,
         "arms": {
             "type": "object",
             "minProperties": 1,
             "propertyNames": {"pattern": ARM_ID},
-            "additionalProperties": object_schema(
-                {
-                    "name": _str,
-                    "doc": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.md$"},
-                    "tools": {"type": "array", "items": {"enum": TOOLS}, "minItems": 1, "uniqueItems": True},
-                    "denied_families": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.+-]+$"},
-                        "uniqueItems": True,
-                    },
-                    "features": object_schema({f: {"type": "boolean"} for f in FEATURES}),
-                    "recovery_resumes": {"type": "integer", "minimum": 0, "maximum": 1},
-                    "requires": {"type": "array", "items": {"enum": CAPABILITIES}, "uniqueItems": True},
-                }
-            ),
-        }
+            "additionalProperties": {"type": "object"},
+        },
     }
 )
+
+
+def arm_schema(tools: Iterable[str], features: Iterable[str]) -> dict[str, Any]:
+    """One arm of arms.yml, written in the file's vocabularies: its tools among ``tools``, every feature said."""
+    props = {
+        "name": _str,
+        "access_rank": {"type": "integer", "minimum": 0},
+        "doc": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.md$"},
+        "tools": {"type": "array", "items": {"enum": list(tools)}, "minItems": 1, "uniqueItems": True},
+        "denied_families": {
+            "type": "array",
+            "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.+-]+$"},
+            "uniqueItems": True,
+        },
+        "features": object_schema({f: {"type": "boolean"} for f in features}),
+        "recovery_resumes": {"type": "integer", "minimum": 0, "maximum": 1},
+        "requires": {"type": "array", "items": {"enum": CAPABILITIES}, "uniqueItems": True},
+        "proxy": ARM_PROXY_SCHEMA,
+    }
+    return object_schema(props, required=[k for k in props if k != "proxy"])
+
 
 AMENDMENT_COLUMNS = ["id", "date", "stage", "title", "content"]
 
@@ -325,17 +409,35 @@ class Caps:
 
 
 @dataclass(frozen=True)
+class Contrast:
+    """A preregistered contrast of acceptance, treated minus control, under the name ``study.yml`` gives it."""
+
+    name: str
+    treated: str
+    control: str
+    primary: bool
+
+    @property
+    def arms(self) -> tuple[str, str]:
+        return (self.treated, self.control)
+
+
+@dataclass(frozen=True)
 class Arm:
     """One treatment arm, as read from ``protocol/arms``."""
 
     id: str
     name: str
+    #: The arm's place on the scale of computer access (``access_rank`` in arms.yml): H5's trend is read along it.
+    access_rank: int
     doc_path: Path
     tools: tuple[str, ...]
     denied_families: tuple[str, ...]
     features: dict[str, bool]
     recovery_resumes: int
     requires: tuple[str, ...]
+    #: What the model proxy lets this arm's requests carry: arms.yml's ``request_policy`` with the arm's ``proxy``.
+    request_policy: RequestPolicy = field(repr=False, compare=False)
 
     @property
     def documentation(self) -> str:
@@ -346,7 +448,22 @@ class Arm:
         return "Bash" in self.tools
 
     def feature(self, name: str) -> bool:
-        return bool(self.features[name])
+        """Whether the arm has feature ``name``; a name arms.yml's ``features`` does not declare is an error."""
+        try:
+            return bool(self.features[name])
+        except KeyError:
+            raise KeyError(
+                f"feature {name!r} is not declared in arms.yml's features ({', '.join(self.features)})"
+            ) from None
+
+
+@dataclass(frozen=True)
+class ArmVocabulary:
+    """The words arms.yml's arms are written in: its CLI tools and its features (each with the words the design's
+    arms table shows for it, or None when the table shows nothing)."""
+
+    tools: tuple[str, ...]
+    features: dict[str, str | None]
 
 
 @dataclass(frozen=True)
@@ -381,7 +498,12 @@ class Study:
 
     @property
     def judge_panel(self) -> list[dict[str, Any]]:
-        return [dict(j) for j in self.raw["judges"]["panel"]]
+        """The panel's members: ``id``, ``provider`` and ``model`` (study.yml's ``provider/model`` split), ``draw``."""
+        members = []
+        for j in self.raw["judges"]["panel"]:
+            provider, model = judge_providers.split(j["model"])
+            members.append({**j, "provider": provider, "model": model})
+        return members
 
     @property
     def transfer_limit_bytes(self) -> int:
@@ -430,21 +552,38 @@ class Study:
         return [round(g["start"] + i * g["step"], 10) for i in range(n + 1)]
 
     @property
-    def contrasts(self) -> list[tuple[str, str]]:
+    def named_contrasts(self) -> list[Contrast]:
+        """Every preregistered contrast, the primary first, then the secondary ones in their order."""
         inf = self.raw["inference"]
-        return [tuple(inf["primary_contrast"])] + [tuple(c) for c in inf["secondary_contrasts"]]
+        return [
+            Contrast(c["name"], c["arms"][0], c["arms"][1], i == 0)
+            for i, c in enumerate([inf["primary_contrast"], *inf["secondary_contrasts"]])
+        ]
+
+    @property
+    def contrasts(self) -> list[tuple[str, str]]:
+        """The contrasts' arm pairs (treated, control), the primary first."""
+        return [c.arms for c in self.named_contrasts]
+
+    @property
+    def primary_contrast(self) -> Contrast:
+        return self.named_contrasts[0]
+
+    def contrast(self, name: str) -> Contrast:
+        """The contrast named ``name`` under ``inference``; an unknown name is refused."""
+        found = {c.name: c for c in self.named_contrasts}
+        if name not in found:
+            raise ProtocolError(self.path, "inference", f"no contrast named {name!r} (contrasts: {', '.join(found)})")
+        return found[name]
+
+    def hypothesis_contrast(self, hypothesis: str) -> Contrast:
+        """The contrast a premium hypothesis (H1, H2, H3) tests, by the name ``hypotheses.contrasts`` gives it."""
+        return self.contrast(self.raw["hypotheses"]["contrasts"][hypothesis])
 
 
 def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     arms = data["design"]["arms"]
-    inf = data["inference"]
-    for i, pair in enumerate([inf["primary_contrast"], *inf["secondary_contrasts"]]):
-        name = "inference.primary_contrast" if i == 0 else f"inference.secondary_contrasts.{i - 1}"
-        for a in pair:
-            if a not in arms:
-                raise ProtocolError(path, name, f"arm {a!r} is not in design.arms {arms}")
-        if pair[0] == pair[1]:
-            raise ProtocolError(path, name, "a contrast needs two different arms")
+    _check_contrasts(data, path)
     if data["sensitivity_models"]["arm"] not in arms:
         raise ProtocolError(
             path, "sensitivity_models.arm", f"arm {data['sensitivity_models']['arm']!r} is not in design.arms"
@@ -454,6 +593,21 @@ def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
     ids = [j["id"] for j in data["judges"]["panel"]]
     if len(set(ids)) != len(ids):
         raise ProtocolError(path, "judges.panel", f"judge ids must be unique, got {ids}")
+    for i, member in enumerate(data["judges"]["panel"]):
+        name = judge_providers.split(member["model"])[0]
+        provider = judge_providers.REGISTRY.get(name)
+        if provider is None:
+            raise ProtocolError(
+                path,
+                f"judges.panel.{i}.model",
+                f"unknown judge provider {name!r} (the providers: {', '.join(judge_providers.REGISTRY)})",
+            )
+        if not provider.finding:
+            raise ProtocolError(
+                path,
+                f"judges.panel.{i}.model",
+                f"{name!r} is a stand-in ({provider.label}): a dry run's backend chooses it, the study never names it",
+            )
     for name in ("budget_usd", "human_minutes"):
         g = data["frontier"][name]
         if g["stop"] < g["start"]:
@@ -476,6 +630,41 @@ def _check_study_semantics(data: dict[str, Any], path: Path) -> None:
             if not own:
                 raise ProtocolError(path, f"caps.scenarios.{sid}", "names neither usd nor wall_s")
     _check_renderer(data["sandbox"], path)
+
+
+def _check_contrasts(data: dict[str, Any], path: Path) -> None:
+    """Each contrast compares two arms of the design under a name of its own; each premium hypothesis names one of the
+    kind it is read on (:data:`CONTRAST_HYPOTHESES`)."""
+    arms, inf = data["design"]["arms"], data["inference"]
+    fields = ["inference.primary_contrast"] + [
+        f"inference.secondary_contrasts.{i}" for i in range(len(inf["secondary_contrasts"]))
+    ]
+    named: dict[str, str] = {}
+    for where, c in zip(fields, [inf["primary_contrast"], *inf["secondary_contrasts"]], strict=True):
+        for a in c["arms"]:
+            if a not in arms:
+                raise ProtocolError(path, f"{where}.arms", f"arm {a!r} is not in design.arms {arms}")
+        if c["arms"][0] == c["arms"][1]:
+            raise ProtocolError(path, f"{where}.arms", "a contrast needs two different arms")
+        if c["name"] in named:
+            raise ProtocolError(path, f"{where}.name", f"{c['name']!r} already names {named[c['name']]}")
+        named[c["name"]] = where
+    primary = inf["primary_contrast"]["name"]
+    for hyp, kind in CONTRAST_HYPOTHESES.items():
+        name = data["hypotheses"]["contrasts"][hyp]
+        where = f"hypotheses.contrasts.{hyp}"
+        if name not in named:
+            raise ProtocolError(
+                path, where, f"names {name!r}, which is no contrast under inference ({', '.join(named)})"
+            )
+        if kind == "primary" and name != primary:
+            raise ProtocolError(
+                path, where, f"{hyp} is read on the primary contrast's own p, but {name!r} is a secondary contrast"
+            )
+        if kind == "secondary" and name == primary:
+            raise ProtocolError(
+                path, where, f"{hyp} is read on a Holm-adjusted p, which the primary contrast {name!r} does not have"
+            )
 
 
 def _check_renderer(sandbox: dict[str, Any], path: Path) -> None:
@@ -540,11 +729,52 @@ def load_study(path: Path | None = None) -> Study:
     return Study(path=path, raw=data)
 
 
+def _read_arms_file(path: Path) -> tuple[dict[str, Any], ArmVocabulary]:
+    """arms.yml parsed and checked as a whole (:data:`ARMS_SCHEMA`), and its vocabularies."""
+    data = read_yaml(path)
+    validate(data, ARMS_SCHEMA, path)
+    return data, ArmVocabulary(tools=tuple(data["tools"]), features=dict(data["features"]))
+
+
+_VOCABULARIES: dict[tuple[str, int, int], ArmVocabulary] = {}
+
+
+def arm_vocabulary(path: Path | None = None) -> ArmVocabulary:
+    """The vocabularies of arms.yml (``tools`` and ``features``), read once per version of the file."""
+    path = Path(path) if path is not None else paths.ARMS_FILE
+    if not path.is_file():
+        raise ProtocolError(path, "<file>", "file not found")
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _VOCABULARIES:
+        _VOCABULARIES[key] = _read_arms_file(path)[1]
+    return _VOCABULARIES[key]
+
+
+def common_request_policy(path: Path | None = None) -> RequestPolicy:
+    """arms.yml's ``request_policy``: what every arm's requests may carry through the model proxy."""
+    path = Path(path) if path is not None else paths.ARMS_FILE
+    data, _ = _read_arms_file(path)
+    return _common_policy(data, path)
+
+
+def _common_policy(data: dict[str, Any], path: Path) -> RequestPolicy:
+    try:
+        return RequestPolicy.common(data["request_policy"])
+    except PolicyError as exc:
+        raise ProtocolError(path, f"request_policy.{exc.field}", exc.reason) from None
+
+
 def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str, Arm]:
     """Read and validate ``protocol/arms/arms.yml`` and check each arm's documentation exists."""
     path = Path(path) if path is not None else paths.ARMS_FILE
-    data = read_yaml(path)
-    validate(data, ARMS_SCHEMA, path)
+    data, vocabulary = _read_arms_file(path)
+    props = ARMS_SCHEMA["properties"]
+    each = arm_schema(vocabulary.tools, vocabulary.features)
+    validate(
+        data, {**ARMS_SCHEMA, "properties": {**props, "arms": {**props["arms"], "additionalProperties": each}}}, path
+    )
+    common = _common_policy(data, path)
     arms: dict[str, Arm] = {}
     for arm_id, spec in data["arms"].items():
         doc = path.parent / spec["doc"]
@@ -558,30 +788,42 @@ def load_arms(path: Path | None = None, study: Study | None = None) -> dict[str,
             raise ProtocolError(
                 path, f"arms.{arm_id}.denied_families", "denies shell programs but the arm has no Bash tool"
             )
-        if spec["features"]["self_check"] != (spec["recovery_resumes"] > 0):
+        if spec["features"].get("self_check", False) != (spec["recovery_resumes"] > 0):
             raise ProtocolError(
                 path,
                 f"arms.{arm_id}.recovery_resumes",
                 "a recovery resume goes with the self-check feature and only with it",
             )
+        try:
+            policy = common.widened(arm_id, spec.get("proxy"))
+        except PolicyError as exc:
+            raise ProtocolError(path, f"arms.{arm_id}.proxy.{exc.field}", exc.reason) from None
         arms[arm_id] = Arm(
             id=arm_id,
             name=spec["name"],
+            access_rank=int(spec["access_rank"]),
             doc_path=doc,
             tools=tuple(spec["tools"]),
             denied_families=tuple(spec["denied_families"]),
             features=dict(spec["features"]),
             recovery_resumes=int(spec["recovery_resumes"]),
             requires=tuple(spec["requires"]),
+            request_policy=policy,
         )
-    policy = path.parent / "policy.md"
-    if not policy.is_file() or not policy.read_text(encoding="utf-8").strip():
-        raise ProtocolError(policy, "<file>", "the common policy is missing or empty")
+    policy_md = path.parent / "policy.md"
+    if not policy_md.is_file() or not policy_md.read_text(encoding="utf-8").strip():
+        raise ProtocolError(policy_md, "<file>", "the common policy is missing or empty")
     study = study if study is not None else (load_study() if path == paths.ARMS_FILE else None)
     if study is not None:
         missing = [a for a in study.arms if a not in arms]
         if missing:
             raise ProtocolError(path, "arms", f"design.arms names {missing} but arms.yml does not define them")
+        if len({arms[a].access_rank for a in study.arms}) < 2:
+            raise ProtocolError(
+                path,
+                f"arms.{study.arms[0]}.access_rank",
+                "every arm of design.arms has the same access rank: H5's trend along access needs two ranks",
+            )
     return arms
 
 

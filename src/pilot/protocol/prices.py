@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from pilot import paths
+from pilot import judge_providers, paths
 from pilot.protocol.design import ProtocolError, read_yaml
 
 PRICES_FILE = paths.PROTOCOL_DIR / "prices.yml"
@@ -114,10 +114,10 @@ class ModelPrice:
         return (input_bound_tokens * self.dearest_input(one_hour_cache) + max_tokens * self.output) / MILLION
 
 
-def _decimal(path: Path, where: str, value: Any) -> Decimal:
+def _decimal(path: Path, where: str, value: Any, unit: str = "USD per million tokens") -> Decimal:
     # The table is read with every scalar as text, so a price never passes through a float.
     if not isinstance(value, str) or not value.strip():
-        raise ProtocolError(path, where, "must be a number (USD per million tokens)")
+        raise ProtocolError(path, where, f"must be a number ({unit})")
     try:
         d = Decimal(value.strip())
     except InvalidOperation:
@@ -140,17 +140,24 @@ def study_models(study: Any) -> list[str]:
     """Every model study.yml names: the worker, the judges and the sensitivity models."""
     raw = study.raw if hasattr(study, "raw") else study
     models = [raw["worker"]["model"]]
-    models += [j["model"] for j in raw.get("judges", {}).get("panel", [])]
+    # A judge is named provider/model; the price is the model's.
+    models += [judge_providers.split(j["model"])[1] for j in raw.get("judges", {}).get("panel", [])]
     models += list(raw.get("sensitivity_models", {}).get("models", []))
     return list(dict.fromkeys(models))
 
 
+#: A server tool's usage counter (``usage.server_tool_use``): what its uses are billed under.
+SERVER_TOOL_COUNTER = re.compile(r"^[a-z][a-z0-9_]{0,63}_requests$")
+
+
 @dataclass(frozen=True)
 class PriceTable:
-    """The pinned per-model prices of ``protocol/prices.yml``."""
+    """The pinned per-model prices of ``protocol/prices.yml``, and the fee of each server tool's use."""
 
     path: Path
     models: dict[str, ModelPrice]
+    #: USD per use of a server tool, by the usage counter it is billed under (``server_tools``; none by default).
+    server_tools: dict[str, Decimal] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path | str | None = None, *, required_models: Iterable[str] | None = None) -> PriceTable:
@@ -163,9 +170,11 @@ class PriceTable:
         raw = read_yaml(path, text_scalars=True)
         if not isinstance(raw, dict):
             raise ProtocolError(path, "<root>", "must be a mapping with 'unit' and 'models'")
-        unknown = set(raw) - {"unit", "models"}
+        unknown = set(raw) - {"unit", "models", "server_tools"}
         if unknown:
-            raise ProtocolError(path, sorted(unknown)[0], "unknown field (expected 'unit' and 'models')")
+            raise ProtocolError(
+                path, sorted(unknown)[0], "unknown field (expected 'unit', 'models' and optionally 'server_tools')"
+            )
         if raw.get("unit") != "usd_per_million_tokens":
             raise ProtocolError(path, "unit", f"must be 'usd_per_million_tokens', got {raw.get('unit')!r}")
         entries = raw.get("models")
@@ -189,6 +198,17 @@ class PriceTable:
                 max_input_tokens=_positive_int(path, f"{where}.max_input_tokens", entry["max_input_tokens"]),
                 **prices,
             )
+        fees = raw.get("server_tools") or {}
+        if not isinstance(fees, dict):
+            raise ProtocolError(path, "server_tools", "must be a mapping of usage counter to USD per use")
+        for counter in fees:
+            if not isinstance(counter, str) or not SERVER_TOOL_COUNTER.match(counter):
+                raise ProtocolError(
+                    path, f"server_tools.{counter}", "must be a usage counter such as web_search_requests"
+                )
+        server_tools = {
+            counter: _decimal(path, f"server_tools.{counter}", fee, "USD per use") for counter, fee in fees.items()
+        }
         if required_models is None and path.resolve() == PRICES_FILE.resolve():
             from pilot import protocol
 
@@ -198,7 +218,7 @@ class PriceTable:
                 raise ProtocolError(
                     path, f"models.{model}", "missing: the study uses this model, so it needs a pinned price"
                 )
-        return cls(path=path, models=models)
+        return cls(path=path, models=models, server_tools=server_tools)
 
     def price(self, model: str) -> ModelPrice:
         try:

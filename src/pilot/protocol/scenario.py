@@ -184,7 +184,8 @@ SCENARIO_SCHEMA: dict[str, Any] = {
             },
         },
         "uses_portal": {"type": "boolean"},
-        "arm_features": {"type": "array", "items": {"enum": protocol.FEATURES}, "uniqueItems": True},
+        # Each a feature of arms.yml's vocabulary (checked on load: the vocabulary is data).
+        "arm_features": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
         "generator": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
         "deliverables": {
             "type": "array",
@@ -685,6 +686,14 @@ def load_scenario_from(bundle: Path, study: protocol.Study | None = None) -> Sce
         raise ProtocolError(spath, "deliverables", f"duplicate deliverable names {names}")
     if COMPLETION_RECORD not in names:
         raise ProtocolError(spath, "deliverables", "every scenario requires outputs/completion_record.json")
+    # The study's own arms file (a study.yml read from elsewhere falls back to the repository's).
+    arms_file = study.path.parent / "arms" / "arms.yml"
+    features = protocol.arm_vocabulary(arms_file if arms_file.is_file() else paths.ARMS_FILE).features
+    for i, name in enumerate(data["arm_features"]):
+        if name not in features:
+            raise ProtocolError(
+                spath, f"arm_features.{i}", f"{name!r} is not a feature of arms.yml (features: {', '.join(features)})"
+            )
     if data["uses_portal"] != ("portal" in data["arm_features"]):
         raise ProtocolError(spath, "arm_features", "lists 'portal' exactly when uses_portal is true")
     brief = bundle / "brief.md"

@@ -13,18 +13,7 @@ import pandas as pd
 
 from pilot import paths
 from pilot.latex import LatexText, latex_escape, macro_name, number_word, write_macros, write_table
-from pilot.protocol import Arm, Study, load_amendments, load_arms, load_study
-
-_FEATURE_TEXT = {
-    "python_env": "project Python environment",
-    "text_substitutes": "text substitutes for binary formats",
-    "libreoffice": "LibreOffice headless",
-    "chromium": "Playwright headless Chromium",
-    "portal": "enterprise portal with credentials",
-    "checkpoint": "checkpoint file",
-    "self_check": "public self-check",
-}
-
+from pilot.protocol import Arm, ArmVocabulary, Study, arm_vocabulary, load_amendments, load_arms, load_study
 
 # What holds for every arm: said once in the arms table's caption, not in every row.
 SHARED_ENFORCEMENT = (
@@ -59,10 +48,17 @@ def enforcement_text(arm: Arm) -> str:
     return "; ".join(parts)
 
 
-def arms_frame(arms: dict[str, Arm]) -> pd.DataFrame:
+def arms_frame(arms: dict[str, Arm], vocabulary: ArmVocabulary | None = None) -> pd.DataFrame:
+    """Table ``tab:arms``: each arm's tools, denials, what it adds (in arms.yml's words for its features) and more."""
+    vocabulary = vocabulary or arm_vocabulary()
     rows = []
     for arm in arms.values():
-        feats = [text for key, text in _FEATURE_TEXT.items() if arm.features.get(key)]
+        feats = [text for key, text in vocabulary.features.items() if text and arm.features.get(key)]
+        feats += [
+            f"server tool \\texttt{{{latex_escape(tool.name)}}} through the model proxy (at most {tool.max_uses} "
+            "uses a request)"
+            for tool in arm.request_policy.server_tools.values()
+        ]
         if arm.recovery_resumes:
             feats.append(f"{arm.recovery_resumes} bounded recovery resume")
         rows.append(

@@ -658,7 +658,7 @@ def write_sensitivity(
         kw.setdefault("font", COMPACT_FONT)
         out[name] = _infinity_symbols(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw))
 
-    primary_name = "-".join(study.contrasts[0])
+    primary_name = "-".join(study.primary_contrast.arms)
     qg = _result(results, "q_grid", TableResult)
     csv("sensitivity_q_grid.csv", qg.summary)
     csv("sensitivity_q_grid_acceptance.csv", qg.details["acceptance"])
@@ -975,7 +975,7 @@ def write_sensitivity(
         _value(r.ci_high),
     )
     m["SensWeightedPrimaryP"] = _p_macro(float(mw.contrasts.set_index("contrast").loc[primary_name, "p_value"]))
-    term = f"{study.contrasts[0][0]} vs {study.contrasts[0][1]}"
+    term = f"{study.primary_contrast.treated} vs {study.primary_contrast.control}"
     t = lg.summary.set_index("term").loc[term]
     m["SensLogitPrimaryOR"], m["SensLogitPrimaryORLow"], m["SensLogitPrimaryORHigh"] = (
         _value(t.odds_ratio),

@@ -300,7 +300,7 @@ professional_minutes: 45
 # caps.scenarios.{scenario_id}. A scenario that needs more gets its own caps there first.
 caps: {{usd: {_number(caps.usd)}, wall_s: {wall_s}}}   # {caps_note}
 uses_portal: false
-# The arm features the task can use (pilot.protocol.FEATURES); 'portal' exactly when uses_portal is true.
+# The arm features the task can use (the features of protocol/arms/arms.yml); 'portal' exactly when uses_portal is true.
 arm_features: [python_env, text_substitutes, libreoffice, self_check]
 generator: {gen}
 deliverables:

@@ -46,8 +46,10 @@ DEFECTS = (
 #: Defects added to the model later: drawn from a stream of their own (spawned from the session's), so the
 #: session's other draws, and every seed chosen for them, are those of the model without these defects.
 OWN_STREAM_DEFECTS = ("wrong_decision",)
-#: The named defects of pilot.defects each model defect applies.
-_DEFECT_FUNCTIONS = {
+#: The named defect of :mod:`pilot.defects` behind each model defect: what the simulated agent plants and what the
+#: dry run's derivation tests for applicability (``text_substitutes`` is planted once per office deliverable).
+NAMED_DEFECTS = {
+    "text_substitutes": "text_substitute",
     "error_values": "inject_error_value",
     "short_document": "truncate_document",
     "missing": "drop_deliverable",
@@ -279,7 +281,7 @@ def plant_model_defects(scenario: Any, workspace: Path, names: list[str], rng: n
                             )
                         )
             else:
-                planted.append(dx.plant_defect(_DEFECT_FUNCTIONS[name], scenario, workspace, rng))
+                planted.append(dx.plant_defect(NAMED_DEFECTS[name], scenario, workspace, rng))
         except (dx.DefectNotApplicable, FileNotFoundError):
             continue
     return planted

@@ -56,7 +56,7 @@ class CalibrationResult:
 
 
 def condition_models(model: synthetic.SyntheticModel, study: protocol.Study) -> dict[str, synthetic.SyntheticModel]:
-    treated, control = study.contrasts[0]
+    treated, control = study.primary_contrast.arms
     params = copy.deepcopy(model.params)
     params["completion"]["arm"][control] = TAIL_COMPLETION_LOGIT
     tail = synthetic.SyntheticModel(params, source=f"{model.source} (tail: {control} near 0%)")

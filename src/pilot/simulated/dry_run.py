@@ -73,6 +73,7 @@ import numpy as np
 import pandas as pd
 
 from pilot import paths, protocol
+from pilot.simulated.agent import NAMED_DEFECTS
 
 #: The model defects whose damage the A4 self-check reports (presence, error
 #: values after recalculation, minimum length, completion-record validity);
@@ -88,16 +89,6 @@ _DEFECT_CRITERION = {
     "missing": "present",
     "invalid_record": "completion_record",
     "wrong_decision": "decision",
-}
-#: The named defect of pilot.defects behind each model defect (its applicability test).
-_DEFECT_NAMED = {
-    "text_substitutes": "text_substitute",
-    "error_values": "inject_error_value",
-    "short_document": "truncate_document",
-    "missing": "drop_deliverable",
-    "invalid_record": "break_completion_record",
-    "modify_input": "modify_input",
-    "wrong_decision": "wrong_decision",
 }
 
 
@@ -128,13 +119,13 @@ def defect_effects(scenario: Any, model_defects: Iterable[str]) -> list[DefectEf
     crits = list(scenario.oracle.criteria)
     out = []
     for k in model_defects:
-        if k not in _DEFECT_NAMED:
+        if k not in NAMED_DEFECTS:
             raise DryRunModelError(
                 paths.SIMULATED_AGENT_FILE,
                 f"defects.{k}",
                 "no derivation for this defect (see pilot.simulated.dry_run)",
             )
-        applies = _DEFECT_NAMED[k] in named
+        applies = NAMED_DEFECTS[k] in named
         if k == "error_values":
             targets = [d.name for d in scenario.file_deliverables if d.kind == "xlsx"]
         elif k == "text_substitutes":

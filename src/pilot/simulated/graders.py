@@ -123,7 +123,7 @@ def simulate_wave(
     with grading_store.open_store(study_folder) as st:
         info = st.study()
         wave_seed = int(info.seed if seed is None else seed)
-        backends = {r[0] for r in st.conn.execute("SELECT DISTINCT backend FROM attempts")}
+        backends = set(st.backends_used())
         if backends - {"simulated"}:
             raise grading_store.GradingError(
                 f"study {info.name} was run on {', '.join(sorted(backends))}: simulated graders grade dry runs only; "
@@ -156,16 +156,8 @@ def simulate_wave(
         panel = grading_store.panel_frame(st.conn, wave)
         medians = panel.groupby(["run_id", "criterion"])["score"].median()
         deliverable = panel.groupby("run_id")["D"].first()
-        ids = {
-            r["run_id"]: r["package_id"]
-            for r in st.conn.execute("SELECT run_id, package_id FROM grading_packages WHERE wave = ?", (wave,))
-        }
-        aid = {
-            (r["package_id"], r["grader_id"]): r["assignment_id"]
-            for r in st.conn.execute(
-                "SELECT package_id, grader_id, assignment_id FROM grading_assignments WHERE wave = ?", (wave,)
-            )
-        }
+        ids = grading_store.package_ids(st.conn, wave)
+        aid = grading_store.assignment_ids(st.conn, wave)
         for a in sorted(created.assignments, key=lambda a: (a.package.run_id, a.slot)):
             p = a.package
             crit = scenario_criteria(p.scenario)
@@ -194,7 +186,7 @@ def simulate_wave(
                 submit=True,
             )
         arms = sorted({a.package.arm for a in created.assignments})
-    truth = planted_truth(config, arms, tuple(study.contrasts[0]))
+    truth = planted_truth(config, arms, study.primary_contrast.arms)
     truth_file = atomic_write_text(folder / TRUTH_FILE, json.dumps(truth, indent=2, sort_keys=True) + "\n")
     return SimulatedWave(created, truth, truth_file)
 

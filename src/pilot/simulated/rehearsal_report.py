@@ -1258,7 +1258,7 @@ def collect(
     study = protocol.study()
     with Store.open(paths.study_dir(name)) as store:
         info = store.study()
-        used = sorted({r[0] for r in store.conn.execute("SELECT DISTINCT backend FROM attempts")})
+        used = store.backends_used()
         rows = store.finished_rows()
         attempts = {
             a["run_id"]: a for a in sorted(store.attempts(), key=lambda a: a["attempt_no"])

@@ -1204,7 +1204,7 @@ class ScriptedModelServer:
         except PromptNotUnderstood as exc:
             raise ScriptError(f"judge prompt: {exc}") from None
         model = str(body.get("model"))
-        members = [j for j in protocol.study()["judges"]["panel"] if j["model"] == model]
+        members = [j for j in protocol.study().judge_panel if j["model"] == model]
         if not members:
             raise ScriptError(f"a judge session for model {model!r}, which no member of the study's panel uses")
         judge_id, attempt_text = label

@@ -88,7 +88,7 @@ def degrade(
 ) -> pd.DataFrame:
     """``df`` degraded in one of the ways of :data:`KINDS` (``arm`` and ``scenario`` choose where)."""
     study = study or protocol.study()
-    treated, control = study.contrasts[0]
+    treated, control = study.primary_contrast.arms
     df = df.reset_index(drop=True)
     makers: dict[str, Callable[[], pd.DataFrame]] = {
         "absent_arm": lambda: df[df["arm"] != (arm or "A2")],

@@ -256,7 +256,7 @@ def h1(
     """H1 (primary): the computer-use premium p(A3) - p(A1) > 0."""
     study = study or protocol.study()
     res = _primary(df, result, seed, study=study, **kw)
-    name = estimators.contrast_name(study.contrasts[0])
+    name = estimators.contrast_name(study.hypothesis_contrast("H1").arms)
     r = res.contrast(name)
     alpha = 1 - res.settings.level
     verdict, failing = _contrast_verdict(r, r.p_value, alpha, name)
@@ -282,7 +282,7 @@ def h2(
     """H2: the shell premium p(A1) - p(A0) > 0 (Holm-adjusted over the secondary family of three)."""
     study = study or protocol.study()
     res = _primary(df, result, seed, study=study, **kw)
-    name = estimators.contrast_name(study.contrasts[1])
+    name = estimators.contrast_name(study.hypothesis_contrast("H2").arms)
     r = res.contrast(name)
     alpha = 1 - res.settings.level
     verdict, failing = _contrast_verdict(r, r.p_holm, alpha, name, "Holm-adjusted ")
@@ -308,7 +308,7 @@ def h3(
     """H3: the self-repair premium p(A4) - p(A3) >= 0 and an Autonomous Recovery Index above one half."""
     study = study or protocol.study()
     res = _primary(df, result, seed, study=study, **kw)
-    name = estimators.contrast_name(study.contrasts[2])
+    name = estimators.contrast_name(study.hypothesis_contrast("H3").arms)
     r = res.contrast(name)
     ari = sensitivity.recovery_index(df, seed=seed, study=study, B=res.settings.B).table.set_index("index").loc["ARI"]
     table = pd.concat(
@@ -486,14 +486,15 @@ def h5(
     B: int | None = None,
     n_permutations: int | None = None,
     limit: float | None = None,
+    arms: dict[str, protocol.Arm] | None = None,
 ) -> HypothesisResult:
     """H5: critical-violation rate below the protocol's limit (``hypotheses.violation_rate_max``, 10%) in every arm and
     not increasing with tool access.
 
     Per arm: the scenario-weighted rate of E with its bootstrap interval. Trend:
     within each scenario, the least-squares slope of the arms' violation rates
-    on access rank (the protocol's arm order, A0=0 ... A4=4); its mean over
-    scenarios with a bootstrap interval and a sign-flip p-value. E needs no
+    on their access rank (``access_rank`` of ``arms``, by default arms.yml's: A0=0 ... A4=4); its mean
+    over scenarios with a bootstrap interval and a sign-flip p-value. E needs no
     judge, so H5 stays estimable without judges; an arm without runs leaves
     "every arm" unjudgeable unless another arm already breaks the limit.
     """
@@ -507,7 +508,8 @@ def h5(
     w = layout.weights("equal")
     est = estimators.arm_means(means, w)
     lo, hi = resampling.percentile_interval(resampling.bootstrap_means(means, counts, w), settings.level)
-    rank = np.arange(layout.A, dtype=float)
+    arms = arms if arms is not None else protocol.arms()
+    rank = np.array([arms[a].access_rank for a in layout.arms], dtype=float)
     slopes = np.array([_slope(rank, m) for m in means])
     s_est = float(resampling.weighted_mean(slopes, w))
     s_lo, s_hi = (
@@ -692,7 +694,7 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     study = study or protocol.study()
     rows = runtable.primary_rows(df, study)
     layout = Layout.of(rows, study.arms)
-    treated, control = study.contrasts[0]
+    treated, control = study.primary_contrast.arms
     S = estimators.acceptance_values(rows, study.q)
     sums, n = layout.sums(S)
     t, c = layout.arm_index(treated), layout.arm_index(control)

@@ -326,47 +326,6 @@ def pvalues(x: np.ndarray, test: str) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------
-# The preregistered test on one study
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SignFlipResult:
-    statistic: float  # mean paired difference
-    pvalue: float
-    method: str  # "exact" or "monte-carlo"
-    permutations: int  # sign vectors evaluated
-
-
-def sign_flip_test(d: Sequence[float], *, permutations: int = 20_000, seed: int | None = None) -> SignFlipResult:
-    """Two-sided paired sign-flip permutation test of the mean of ``d``.
-
-    All ``2^J`` sign vectors are enumerated when ``2^J <= permutations``;
-    otherwise ``permutations`` random sign vectors are drawn from a seeded
-    generator and ``p = (1 + #{|T*| >= |T|}) / (1 + permutations)``, which
-    keeps the test exact (valid) under the null.
-    """
-    x = np.asarray(d, dtype=np.float64)
-    if x.ndim != 1 or x.size < 1:
-        raise PowerError("sign_flip_test needs a one-dimensional array of paired differences")
-    J = x.size
-    observed = abs(x.mean())
-    tol = 1e-12 * max(1.0, float(np.abs(x).max()))
-    if 2**J <= permutations:
-        signs = 1 - 2 * ((np.arange(2**J)[:, None] >> np.arange(J)) & 1)
-        null = np.abs(signs @ x) / J
-        return SignFlipResult(float(x.mean()), float(np.mean(null >= observed - tol)), "exact", 2**J)
-    if seed is None:
-        raise PowerError(f"J={J} needs Monte Carlo sign flips (2^J > {permutations}); give a seed")
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for start in range(0, permutations, 4096):  # chunks keep memory flat at J = 40
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(min(4096, permutations - start), J))
-        hits += int(np.sum(np.abs(signs @ x) / J >= observed - tol))
-    return SignFlipResult(float(x.mean()), (1 + hits) / (1 + permutations), "monte-carlo", permutations)
-
-
-# --------------------------------------------------------------------------
 # Variance of the paired premium under the cluster structure
 # --------------------------------------------------------------------------
 

@@ -187,7 +187,7 @@ def logistic_cluster(
     holds an exploratory penalised (Firth) fit of every arm, labelled as such.
     """
     study, rows, layout = _setup(df, study)
-    reference = reference or study.contrasts[0][1]
+    reference = reference or study.primary_contrast.control
     level = InferenceSettings.from_study(0, study).level
     S = estimators.acceptance_values(rows, study.q)
     keep = ~np.isnan(S)
@@ -384,7 +384,7 @@ def kaplan_meier(
                 "note": "",
             }
         )
-    treated, control = study.contrasts[0]
+    treated, control = study.primary_contrast.arms
     mt, mc = arm == treated, arm == control
     name = f"log-rank, {treated} vs {control}"
     missing = [a for a, m in ((treated, mt), (control, mc)) if not m.any()]

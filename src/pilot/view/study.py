@@ -209,7 +209,7 @@ class StudyReader:
 
     # ------------------------------------------------------------------ study level
     def backends(self, st: ReadOnlyStore) -> list[str]:
-        return sorted(r[0] for r in st.conn.execute("SELECT DISTINCT backend FROM attempts"))
+        return st.backends_used()
 
     def overview(self) -> dict[str, Any]:
         """Progress, envelope, ledger audit and counts per wave and arm."""
@@ -296,24 +296,17 @@ class StudyReader:
     def run_attempts(self, run_id: str) -> list[RunFiles]:
         """The folders of every attempt of ``run_id``, oldest first."""
         with self.store() as st:
-            numbers = [
-                r[0]
-                for r in st.conn.execute(
-                    "SELECT attempt_no FROM attempts WHERE run_id = ? ORDER BY attempt_no", (run_id,)
-                )
-            ]
+            numbers = sorted(a["attempt_no"] for a in st.attempts(run_id))
         return [self.attempt_files(run_id, n) for n in numbers]
 
     def run(self, run_id: str, row: dict[str, Any] | None = None) -> dict[str, Any]:
         """Everything the run page shows about one run (``row``: its index row, if already computed)."""
         with self.store() as st:
-            cell = st.conn.execute("SELECT * FROM cells WHERE run_id = ?", (run_id,)).fetchone()
+            cell = st.cell(run_id)
             if cell is None:
                 raise ViewError(f"no run {run_id!r} in study {self.name}")
-            cell = dict(cell)
             attempts = st.attempts(run_id)
-            run = st.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            run = dict(run) if run else None
+            run = st.run(run_id)
         record = json.loads(run["record_json"]) if run and run.get("record_json") else {}
         final_no = next((a["attempt_no"] for a in attempts if run and a["attempt_id"] == run["attempt_id"]), None)
         for a in attempts:
@@ -396,13 +389,8 @@ class StudyReader:
             raise ViewError(f"no runs of scenario {scenario_id!r} in study {self.name}")
         with self.store() as st:
             evals = {
-                r["run_id"]: (r["criteria_json"], r["E_reasons_json"])
-                for r in st.conn.execute(
-                    "SELECT e.run_id, e.criteria_json, e.E_reasons_json FROM evaluations e JOIN cells c ON c.run_id = "
-                    "e.run_id "
-                    "WHERE c.scenario = ?",
-                    (scenario_id,),
-                )
+                run_id: (e["criteria_json"], e["E_reasons_json"])
+                for run_id, e in st.scenario_evaluations(scenario_id).items()
             }
         from pilot.scenarios import load_scenario
         from pilot.view.oracle_text import for_people
@@ -442,12 +430,7 @@ def group_by_reason(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def final_attempts(st: ReadOnlyStore) -> dict[str, int]:
     """run id -> the number of the attempt whose record is the run's."""
-    return {
-        r[0]: int(r[1])
-        for r in st.conn.execute(
-            "SELECT r.run_id, a.attempt_no FROM runs r JOIN attempts a ON a.attempt_id = r.attempt_id"
-        )
-    }
+    return {run_id: int(a["attempt_no"]) for run_id, a in st.final_attempts().items()}
 
 
 def _violation_kind(reason: str) -> str:
