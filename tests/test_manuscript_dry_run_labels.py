@@ -62,11 +62,16 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z(\\])", flat) if s.strip()]
 
 
+#: Cells of the protocol record's table (amendment ids, dates): pdftotext reads a table column by column, so its
+#: cells run on into one "sentence" that no prose holds many of.
+TABLE_CELL = re.compile(r"\bA-\d{3}\b|\b\d{4}-\d{2}-\d{2}\b")
+
+
 def is_prose(sentence: str) -> bool:
-    """A sentence of running text, not a run of table cells: enough words, few of them numbers."""
+    """A sentence of running text, not a run of table cells: enough words, few of them numbers or record cells."""
     words = sentence.split()
     numbers = sum(bool(re.fullmatch(r"[−\-]?[\d.,%/]+", w)) for w in words)
-    return len(words) >= 6 and numbers <= len(words) // 5
+    return len(words) >= 6 and numbers <= len(words) // 5 and len(TABLE_CELL.findall(sentence)) < 5
 
 
 def unlabelled(text: str) -> list[str]:
@@ -94,6 +99,13 @@ def test_the_rule_flags_what_the_referee_flagged():
         "graders graded every judged package. GDPval has experts of the same occupation compare deliverables [4]."
     )
     assert unlabelled(good) == []
+    # The amendments table read column by column: its titles name experts, but it is a record, not prose.
+    table = (
+        "ID Date Stage Amendment A-001 A-002 A-005 A-006 A-009 2026-04-01 2026-04-01 2026-04-08 2026-04-10 "
+        "2026-05-20 before pilot before pilot after pilot Dollar envelope Judge calibration deferred Expert grading "
+        "procedure stated by the experts of each occupation"
+    )
+    assert unlabelled(table) == []
 
 
 #: A printed level of 95 per cent, and what must stand in its sentence: that it is nominal, what it covered, or that
