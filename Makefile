@@ -252,19 +252,19 @@ MANUSCRIPT_SRC := manuscript/main.tex $(wildcard manuscript/sections/*.tex) manu
 # The LaTeX log goes under manuscript/build/ (untracked), never beside the sources.
 manuscript/build/main.pdf: $(STAGE_STAMPS) $(MANUSCRIPT_SRC) | system-latex
 	@mkdir -p manuscript/build
+	@rm -f manuscript/build/main.failed-checks.pdf
 	cd manuscript && latexmk -pdf -interaction=nonstopmode -halt-on-error -outdir=build main.tex >build/latexmk.log 2>&1 \
 	  || { tail -40 build/latexmk.log; exit 1; }
-	@# Boxes sticking out of the text block are named (file and lines); the PDF is kept either way.
-	-$(BIN)/python tools/check_latex_log.py manuscript/build/latexmk.log
-	-$(BIN)/python tools/check_figure_text.py $(GENERATED) $(FIGURES)
+	@# The gate: an overfull box, a line of badness 10000 in a table, an undefined reference or figure text under
+	@# 7 pt fails the build, each named; the PDF that failed is kept beside, as main.failed-checks.pdf.
+	tools/check-typesetting.sh $@ $(GENERATED) $(FIGURES) $(BIN)/python
 	@echo "wrote $@"
 
 # Another scenario set: a copy of manuscript/ that sees only this set's generated files and figures,
 # and every page must say SIMULATED (a dry run; a real study of the set runs through BACKEND=...).
 build/sets/%/manuscript/build/main.pdf: $(STAGE_STAMPS) $(MANUSCRIPT_SRC) | system-latex
 	tools/typeset-manuscript.sh $(SET_DIR)/manuscript $(GENERATED) $(FIGURES)
-	-$(BIN)/python tools/check_latex_log.py $(SET_DIR)/manuscript/build/latexmk.log
-	-$(BIN)/python tools/check_figure_text.py $(GENERATED) $(FIGURES)
+	tools/check-typesetting.sh $@ $(GENERATED) $(FIGURES) $(BIN)/python
 	$(if $(filter simulated,$(BACKEND)),$(BIN)/python tools/check_pdf_label.py $@ SIMULATED)
 	@echo "wrote $@"
 

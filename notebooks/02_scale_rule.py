@@ -123,7 +123,11 @@ else:
     print("\n".join(report.lines()))
     report.summary.assign(study=study, ok=report.ok).to_csv(tables / f"freeze_{study}.csv", index=False)
     write_macros(
-        {"FreezeSentence": report.sentence(freeze.manifest_digest(info.freeze_manifest))},
+        {
+            "FreezeSentence": report.sentence(freeze.manifest_digest(info.freeze_manifest)),
+            # When the manifest was taken (the pilot's first reservation), for the deviations subsection.
+            "FreezeTakenAt": str(info.freeze_taken_at or "not recorded")[:10],
+        },
         generated / "freeze_macros.tex",
         comment=f"Stage 02: the freeze check of study {study}.",
     )

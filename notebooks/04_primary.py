@@ -118,7 +118,7 @@ print(
 # run are removed.
 
 # %%
-truth = dry_run.truth_for(data.runs, result.acceptance, seed=seed, study=study)
+truth = dry_run.truth_for(data.runs, result.acceptance, contrasts=result.contrasts, seed=seed, study=study)
 if truth is None:
     removed = dry_run.remove_truth(tables, generated)
     kind = f"{data.label} run table" if data.label else "real run table"  # a rehearsal's truth is its own report's
@@ -126,10 +126,16 @@ if truth is None:
 else:
     dry_run.write_truth(truth, tables, generated)
     say(
-        f"SIMULATED ({truth.kind}): the planted acceptance lies inside the 95% interval in {truth.n_covered} "
+        f"SIMULATED ({truth.kind}): the planted acceptance lies inside the nominal 95% interval in {truth.n_covered} "
         f"of {len(truth.summary)} arms."
     )
     display(truth.summary)  # noqa: F821 (IPython)
+    if truth.contrasts is not None:
+        say(
+            f"SIMULATED ({truth.kind}): the planted contrast lies inside the interval in "
+            f"{int(truth.contrasts['covered'].sum())} of {len(truth.contrasts)} contrasts."
+        )
+        display(truth.contrasts)  # noqa: F821 (IPython)
 
 # %% [markdown]
 # ## The answer

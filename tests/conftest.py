@@ -64,6 +64,7 @@ LONG_FILES = (
     "test_selfcheck_parity.py",
     "test_dry_run.py",
     "test_manuscript_rehearsal_pdf.py",
+    "test_manuscript_dry_run_labels.py",
     "test_rehearsal.py",
     "test_rehearsal_controller.py",
     "test_study_create_concurrency.py",

@@ -80,7 +80,8 @@ def test_the_freeze_check_is_said_with_its_count_and_digest():
     ok = FreezeReport(frozen_files=119, current_files=119)
     assert ok.sentence("e0bf1ad95a0ecd60e1e5") == (
         "The freeze check found the 119 frozen files of the study's manifest "
-        "(digest e0bf1ad95a0ecd60) unchanged: the waves the scale rule adds are pooled with the pilot."
+        "(SHA-256 digest beginning e0bf1ad95a0ecd60) unchanged: the waves the scale rule adds are pooled "
+        "with the pilot."
     )
     bad = FreezeReport(
         frozen_files=119,

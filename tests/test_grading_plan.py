@@ -21,7 +21,7 @@ import pytest
 from pilot.grading import tokens
 from pilot.grading.assignment import AssignmentError, Package, arm_spread, assign, draw_sample
 from pilot.grading.graders import GraderFileError, read_graders
-from pilot.grading.plan import create_wave
+from pilot.grading.plan import create_wave, eligible_packages
 from pilot.grading.store import GradingError
 
 ARMS = ("A0", "A1", "A2", "A3", "A4")
@@ -246,3 +246,26 @@ def test_the_cli_refuses_a_grader_of_no_matching_occupation_naming_the_line_and_
         "G01": made["packages"],
         "G02": made["packages"],
     }
+
+
+def test_eligible_packages_are_every_judged_finished_run_agent_errors_included():
+    # protocol/human/evaluation.md: every judged run of the primary waves, whatever ended its session. Of six runs,
+    # the completed, capped and agent-error ones the panel scored are drawn; not one the panel never scored, not a
+    # run of the model-sensitivity wave, and not an infrastructure failure (rerun, never analysed).
+    conn = sqlite3.connect(":memory:")
+    conn.row_factory = sqlite3.Row
+    conn.execute("CREATE TABLE cells (run_id TEXT, scenario TEXT, arm TEXT, model TEXT, wave TEXT)")
+    conn.execute("CREATE TABLE runs (run_id TEXT, record_json TEXT)")
+    judged = [{"score_0_100": 60, "error": None}]
+    rows = [
+        ("r1", "pilot", "completed", judged),
+        ("r2", "pilot", "capped", judged),
+        ("r3", "repeat3", "agent_error", judged),
+        ("r4", "pilot", "agent_error", [{"score_0_100": None, "error": "no reply"}]),
+        ("r5", "sensitivity", "completed", judged),
+        ("r6", "pilot", "infra_error", judged),
+    ]
+    for run_id, wave, status, judges in rows:
+        conn.execute("INSERT INTO cells VALUES (?, 'HR-01', 'A1', 'm', ?)", (run_id, wave))
+        conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, json.dumps({"status": status, "judges": judges})))
+    assert [p.run_id for p in eligible_packages(conn)] == ["r1", "r2", "r3"]

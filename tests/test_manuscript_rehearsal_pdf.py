@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from manuscript_support import calibration_command, study_root
 
 from pilot import backends, freeze, paths, protocol
 from pilot.attempt import AttemptOutcome
@@ -45,16 +46,6 @@ BANNER_END = "no number in this document is a finding"
 SYNTHETIC_SEED, N_SCENARIOS, REPEATS = 7, 4, 2
 # Small draws: the test reads labels, not estimates (each stage's numbers are tested where it is).
 DRAWS = {"bootstrap_resamples": 60, "permutations": 60}
-
-
-def _root(tmp: Path) -> Path:
-    """A repository root whose analysis/data is empty: the real protocol, notebooks, manuscript and config."""
-    root = tmp / "root"
-    (root / "analysis" / "data").mkdir(parents=True)
-    for name in ("protocol", "notebooks", "manuscript", "src"):
-        os.symlink(paths.ROOT / name, root / name)
-    os.symlink(paths.CONFIG_DIR, root / "analysis" / "config")
-    return root
 
 
 def _run(args: list[str], root: Path, cwd: Path) -> None:
@@ -167,7 +158,7 @@ def built(tmp_path_factory) -> dict:
             f"{tool} is part of make test (make system-latex; pdftotext and pdfinfo: poppler-utils)"
         )
     tmp = tmp_path_factory.mktemp("rehearsal-pdf")
-    root = _root(tmp)
+    root = study_root(tmp)
     out = {d: tmp / d for d in ("tables", "figures", "generated", "notebooks")}
     dirs = [
         "-p",
@@ -204,23 +195,7 @@ def built(tmp_path_factory) -> dict:
         [
             _pilot("protocol", "tables", "--out", out["generated"]),
             _pilot("stage", "power", *dirs, "-p", "simulations", 40, "--output", out["notebooks"] / "03.ipynb"),
-            [
-                sys.executable,
-                paths.ROOT / "analysis" / "calibration.py",
-                "--tables-dir",
-                out["tables"],
-                "--generated-dir",
-                out["generated"],
-                "--studies",
-                5,
-                "--truth-draws",
-                5_000,
-                "--bootstrap",
-                60,
-                "--permutations",
-                60,
-                "--quiet",
-            ],
+            calibration_command(out["tables"], out["generated"]),
         ],
     ]
     # Two chains at once: they write different files and read none of each other's.
@@ -322,7 +297,7 @@ def test_no_box_sticks_out_more_than_a_point(built):
         [sys.executable, str(paths.ROOT / "tools" / "check_latex_log.py"), str(log)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert "0 overfull box(es) above 1pt" in out.stdout
+    assert "0 typesetting failure(s)" in out.stdout
 
 
 def test_every_figure_prints_its_text_at_seven_points_or_more(built):

@@ -57,6 +57,13 @@ def test_fidelity_counts_each_measure_per_arm():
     assert t.loc["runs on node n2"].to_dict() == {"A0": 1, "A1": 2, "all": 3}
 
 
+def test_other_models_have_a_column_of_their_own():
+    t = run_fidelity.fidelity(RUNS, RECORDS, ARMS, "w").set_index("measure")
+    # r6 is A1's run of another model: by hand, A1 keeps r4 and r5, the new column holds r6, "all" all six.
+    assert t.loc["finished runs"].to_dict() == {"A0": 3, "A1": 2, run_fidelity.OTHER_MODELS: 1, "all": 6}
+    assert t.loc["runs on node n1"].to_dict() == {"A0": 2, "A1": 0, run_fidelity.OTHER_MODELS: 1, "all": 3}
+
+
 def test_only_routes_that_occur_are_listed():
     routes = [m for m in _table().index if m.startswith("deviations ")]
     assert routes == ["deviations stopped by a CLI permission rule", "deviations stopped by the sandbox's program mask"]
@@ -85,22 +92,25 @@ def test_flow_by_arm_follows_each_cell_to_the_analysis():
         }
     )
     t = run_fidelity.flow_by_arm(cells, attempts, RUNS, ARMS, "w").set_index("step")
-    expected = {  # step: (A0, A1), counted by hand from RUNS and the tables above
-        "assigned": (3, 4),
-        "dispatched": (3, 4),
-        "infrastructure reruns": (0, 3),
-        "failed": (0, 1),
-        "finished": (3, 3),
-        "completed": (1, 2),
-        "capped": (1, 1),
-        "agent error": (1, 0),
-        "evaluated": (3, 2),  # r4 has an evaluation error
-        "judged": (2, 2),  # r3 was not judged
-        "other model": (0, 1),
-        "analysed": (2, 1),
+    # r6 is A1's run of another model: it has a column of its own and is never pooled into A1.
+    assert list(t.columns) == ["A0", "A1", run_fidelity.OTHER_MODELS, "total"]
+    expected = {  # step: (A0, A1, other models), counted by hand from RUNS and the tables above
+        "assigned": (3, 3, 1),
+        "dispatched": (3, 3, 1),
+        "infrastructure reruns": (0, 3, 0),
+        "failed": (0, 1, 0),
+        "finished": (3, 2, 1),
+        "completed": (1, 1, 1),
+        "capped": (1, 1, 0),
+        "agent error": (1, 0, 0),
+        "evaluated": (3, 1, 1),  # r4 has an evaluation error
+        "judged": (2, 1, 1),  # r3 was not judged
+        "other model": (0, 0, 1),
+        "analysed": (2, 1, 0),
     }
-    for step, (a0, a1) in expected.items():
-        assert (t.loc[step, "A0"], t.loc[step, "A1"], t.loc[step, "total"]) == (a0, a1, a0 + a1), step
+    for step, (a0, a1, other) in expected.items():
+        got = (t.loc[step, "A0"], t.loc[step, "A1"], t.loc[step, run_fidelity.OTHER_MODELS], t.loc[step, "total"])
+        assert got == (a0, a1, other, a0 + a1 + other), step
 
 
 def test_the_summary_orders_seven_hypotheses_and_names_a_missing_one(tmp_path):

@@ -242,7 +242,7 @@ def test_scenarios_table(tmp_path):
     assert list(frame["ID"]) == IDS and set(frame.columns) >= {"ID", "Occupation", "Deliverables", "Depth"}
     tex = write_scenarios_table(tmp_path).read_text()
     assert "\\label{tab:scenarios}" in tex and "ACC-01" in tex and "3{,}600" in tex
-    assert "\\texttt{bank\\_reconciliation\\_2026-10.xlsx}" in tex
+    assert "\\nolinkurl{bank_reconciliation_2026-10.xlsx}" in tex and " & yes \\\\" in tex  # ACC-01 has the portal
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ def test_the_primary_contrast_reads_as_a_sentence():
         "role": "primary",
     }
     assert sentences.contrast_sentence(row) == (
-        "A3 \u2212 A1 is 0.067 (95% CI \u22120.200 to 0.367), p = 0.875: no evidence of a premium in this run."
+        "A3 \u2212 A1 is 0.067 (nominal 95% CI \u22120.200 to 0.367), p = 0.875: no evidence of a premium in this run."
     )
 
 
@@ -135,11 +135,20 @@ def test_a_hypothesis_paragraph_names_the_failing_part_and_keeps_case():
         "remark": "",
     }
     text = sentences.hypothesis_paragraph(row)
+    # H4's intervals are cluster-robust Wald intervals, named as such and not given the bootstrap's calibration.
+    h4 = sentences.hypothesis_paragraph({**row, "hypothesis": "H4"})
+    assert "; Wald interval (nominal 95%, not calibrated) 0.000 to 0.200;" in h4
     assert text == (
-        "Self-repair premium A4-A3 >= 0 and ARI > 0.5. Estimate: premium 0.100; ARI 0.400 (interval 0.000 "
-        "to 0.200; 0.100 to 0.700; Holm-adjusted p = 0.500; ARI n/a). The criterion is: premium estimate "
+        "Self-repair premium A4-A3 >= 0 and ARI > 0.5. Estimate: premium 0.100; ARI 0.400; interval (nominal 95%) "
+        "0.000 to 0.200; 0.100 to 0.700; Holm-adjusted p = 0.500; ARI n/a. The criterion is: premium estimate "
         ">= 0 and ARI estimate > 0.5. The verdict is not consistent: the ARI 0.400 is not above 0.5."
     )
+    # In the manuscript the bootstrap intervals' label carries their calibrated coverage; the Wald ones keep theirs.
+    from pilot.latex import latex_escape
+    from pilot.report.stage_outputs import INTERVAL_NOTE, _interval_notes
+
+    assert f"; interval ({INTERVAL_NOTE}) 0.000 to 0.200;" in _interval_notes(latex_escape(text))
+    assert INTERVAL_NOTE not in _interval_notes(latex_escape(h4))
 
 
 def test_an_exploratory_paragraph_is_described_not_judged_and_reads_csv_gaps():
@@ -156,7 +165,7 @@ def test_an_exploratory_paragraph_is_described_not_judged_and_reads_csv_gaps():
     }
     text = sentences.hypothesis_paragraph(row)
     assert (
-        "(Cochran p = 0.011)." in text
+        "Estimate: pooled premium 0.100; Cochran p = 0.011." in text
         and "interval" not in text
         and "It is exploratory: described, not judged." in text
         and "nan" not in text

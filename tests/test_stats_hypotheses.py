@@ -175,3 +175,15 @@ def test_h7_acceptance_by_occupation_against_scipy(runs):
         in h.summary.set_index("scenario").loc["pooled", "occupation"]
     )
     assert h.interval == "n/a" and "chi-square p" in h.test
+
+
+def test_h5_flags_a_slope_interval_that_ends_on_a_heavy_lattice_point(runs):
+    # Every A1 run a violation in 3 scenarios of 10: each of those scenarios' slope of (0, 1, 0, 0, 0) on ranks 0..4
+    # is -1/10 by hand, the other 7 are 0. A resample of the 7 alone has probability 0.7^10 = 0.028 > 0.025, so 0 lies
+    # inside the exact percentile interval whatever the Monte Carlo draw gives: the interval is flagged, not read.
+    h = hypotheses.h5(_only_violations_in(runs, "A1", 3), B=400, n_permutations=500)
+    slope = h.summary.set_index("quantity").loc["slope per access step"]
+    assert slope.estimate == pytest.approx(-0.03)
+    assert "7 of 10 scenarios have 0.000" in slope.note and "0.028 > 0.025" in slope.note
+    assert h.interval.endswith("(an end on a lattice point: not read against zero)")
+    assert "not read against zero" in h.remark and "excludes zero" not in h.remark

@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Check a LaTeX log for boxes that overflow the page by more than a tolerance.
+"""Check a LaTeX log: the build fails on what a reader would see as a typesetting fault.
 
     tools/check_latex_log.py LOG [--max-pt 1.0]
 
-TeX reports "Overfull \\hbox (12.3pt too wide)" and "Overfull \\vbox (4.0pt too
-high)" with a length: each above --max-pt is a failure, named with the file TeX
-was reading and the input lines. Underfull boxes carry a badness, not a length
-(loose spacing, nothing sticks out); they are counted and listed, not failed.
-latexmk runs pdflatex several times into one log, so a box reported in several
-passes counts once.
+Failures, each named with the file TeX was reading and the input lines:
 
-Exit status: 0 when no overfull box exceeds the tolerance; 1 naming each that
-does; 2 when the log cannot be read.
+* an overfull box ("Overfull \\hbox (12.3pt too wide)", "Overfull \\vbox (4.0pt too
+  high)") sticking out by more than --max-pt;
+* an underfull \\hbox of badness 10000 (a line with nothing to stretch but its
+  spaces) inside a generated table (a file named ``*_table.tex``): a cell that
+  wraps where it should not;
+* a reference or citation still undefined after the last pass.
+
+Other underfull boxes (loose spacing in running text) are counted and listed,
+not failed. latexmk runs pdflatex several times into one log, so a box reported
+in several passes counts once, and references are read from the last pass only
+(an earlier pass has undefined references by construction).
+
+Exit status: 0 when nothing fails; 1 naming each failure; 2 when the log cannot be read.
 """
 
 from __future__ import annotations
@@ -69,6 +75,46 @@ def boxes(log: str) -> list[Box]:
     return list(found.values())
 
 
+#: A reference or citation TeX could not resolve ("Reference `x' on page 3 undefined", natbib's "Citation `y' ...").
+_UNDEFINED = re.compile(r"(?:LaTeX|Package natbib) Warning: (Reference|Citation) `([^']+)' on page (\d+) undefined")
+#: Where one pdflatex pass starts in a latexmk log.
+_PASS = "This is pdfTeX"
+
+
+def undefined_references(log: str) -> list[str]:
+    """Each reference or citation undefined in the last pdflatex pass of ``log``, once: ``Reference `x' (page 3)``."""
+    last = log.rsplit(_PASS, 1)[-1]
+    seen: dict[tuple[str, str], str] = {}
+    for kind, key, page in _UNDEFINED.findall(last):
+        seen.setdefault((kind, key), f"{kind} `{key}' (page {page})")
+    return list(seen.values())
+
+
+def is_table(source: str) -> bool:
+    """Whether TeX was reading a generated table (``generated/*_table.tex``)."""
+    return source.endswith("_table.tex")
+
+
+def failures(log: str, max_pt: float = 1.0) -> tuple[list[str], list[Box]]:
+    """What fails the build (in words), and the underfull boxes that are only listed."""
+    found = boxes(log)
+    fail = [b.describe() for b in found if b.kind == "Overfull" and b.points is not None and b.points > max_pt]
+    fail += [
+        b.describe() + " in a table"
+        for b in found
+        if b.kind == "Underfull"
+        and b.axis == "h"
+        and b.badness is not None
+        and b.badness >= 10000
+        and is_table(b.source)
+    ]
+    fail += [f"undefined {r}" for r in undefined_references(log)]
+    listed = [
+        b for b in found if b.kind == "Underfull" and not (b.badness and b.badness >= 10000 and is_table(b.source))
+    ]
+    return fail, listed
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log", help="the LaTeX log (latexmk.log or main.log)")
@@ -80,16 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"{args.log}: cannot be read: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    found = boxes(text)
-    over = [b for b in found if b.kind == "Overfull" and b.points is not None and b.points > args.max_pt]
-    under = [b for b in found if b.kind == "Underfull"]
-    for b in over:
-        print(f"{args.log}: {b.describe()}", file=sys.stderr)
+    fail, listed = failures(text, args.max_pt)
+    for line in fail:
+        print(f"{args.log}: {line}", file=sys.stderr)
     print(
-        f"{args.log}: {len(over)} overfull box(es) above {args.max_pt:g}pt; {len(under)} underfull box(es) "
-        "(badness only, not failed)"
+        f"{args.log}: {len(fail)} typesetting failure(s) (overfull boxes above {args.max_pt:g}pt, lines of "
+        f"badness 10000 in tables, undefined references); {len(listed)} other underfull box(es) listed, "
+        "not failed"
     )
-    return 1 if over else 0
+    return 1 if fail else 0
 
 
 if __name__ == "__main__":

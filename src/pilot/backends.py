@@ -133,6 +133,68 @@ REGISTRY: dict[str, Backend] = {
 }
 
 
+@dataclass(frozen=True)
+class StandIn:
+    """A part of a build played by a stand-in: which part, whom it stands in for, and the stated model it follows."""
+
+    part: str  # "agent", "judges", "graders", "participants"
+    stands_for: str  # in words: "the agent under study", "the experts of A-015", ...
+    model: str  # where its stated model is (a file or module), "" when it follows none
+    kind: str = (
+        "simulated"  # how the stand-in is made: "simulated" (a stated model) or "scripted" (the scripted server)
+    )
+
+    def phrase(self) -> str:
+        """ "simulated graders standing in for the experts of A-015 (analysis/config/simulated_graders.yml)"."""
+        return f"{self.kind} {self.part} standing in for {self.stands_for}" + (f" ({self.model})" if self.model else "")
+
+
+#: What each backend's stand-ins are, by the part of the build they play (a real backend has none). Every sentence the
+#: manuscript writes about such a part is written from these entries (:mod:`pilot.report.stand_ins`).
+STAND_INS: dict[str, tuple[StandIn, ...]] = {
+    SIMULATED: (
+        StandIn("agent", "the agent under study (Claude Code)", "analysis/config/simulated_agent.yml"),
+        StandIn("judges", "the three LLM judges", "analysis/config/simulated_judges.yml"),
+    ),
+    REHEARSAL: (
+        StandIn("model", "the model behind the agent and the judges", "pilot.simulated.scripted_model", "scripted"),
+    ),
+    SYNTHETIC: (
+        StandIn("run table", "the runs of the agent and the judges", "analysis/config/synthetic_runtable.yml"),
+    ),
+    CLAUDE_CODE: (),
+}
+
+#: The sources of a grading wave (``pilot grading create --source``): experts are people; a simulated wave is a
+#: stand-in.
+GRADER_STAND_INS: dict[str, StandIn | None] = {
+    "experts": None,
+    SIMULATED: StandIn("graders", "the experts of A-015", "analysis/config/simulated_graders.yml"),
+}
+
+#: The waves of people the protocol defines, each with where its protocol is; a build says which of them it ran.
+PEOPLE_WAVES: tuple[tuple[str, str], ...] = (
+    ("the expert grading wave (A-005, A-015)", "protocol/human/evaluation.md"),
+    (
+        "the human wave of participants working without AI (H0) and with conversational assistance (H1; A-002)",
+        "protocol/human/protocol.md",
+    ),
+)
+
+
+def stand_ins(backend: str) -> tuple[StandIn, ...]:
+    """The stand-ins of ``backend``'s builds (none for the real study); an unknown backend is refused."""
+    get(backend)
+    return STAND_INS.get(backend, ())
+
+
+def grader_stand_in(source: str) -> StandIn | None:
+    """The stand-in a grading wave of ``source`` is (None for a wave of experts); an unknown source is refused."""
+    if source not in GRADER_STAND_INS:
+        raise UnknownBackend(f"unknown grading source {source!r}; the sources are {', '.join(GRADER_STAND_INS)}")
+    return GRADER_STAND_INS[source]
+
+
 class UnknownBackend(ValueError):
     """A backend name the registry does not hold, or a role it does not play."""
 

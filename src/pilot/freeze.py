@@ -231,13 +231,14 @@ class FreezeReport:
         if self.ok:
             return (
                 f"The freeze check found the {self.unchanged_files} frozen files of the study's manifest "
-                f"(digest {digest[:16]}) unchanged: the waves the scale rule adds are pooled with the pilot."
+                f"(SHA-256 digest beginning {digest[:16]}) unchanged: the waves the scale rule adds are pooled "
+                "with the pilot."
             )
         kinds = sorted({c.change for c in self.changes})
         return (
             f"The freeze check found {len(self.changes)} of the study's frozen files {' or '.join(kinds)} "
-            f"since the pilot started (digest {digest[:16]}): the waves the scale rule adds are not pooled "
-            "with the pilot."
+            f"since the pilot started (SHA-256 digest beginning {digest[:16]}): the waves the scale rule adds "
+            "are not pooled with the pilot."
         )
 
     def raise_if_changed(self) -> None:

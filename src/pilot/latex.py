@@ -80,6 +80,21 @@ HEADER_WORDS: dict[str, str] = {
     "odds_ratio": "Odds ratio",
     "or_ci_low": "OR 2.5\\%",
     "or_ci_high": "OR 97.5\\%",
+    # Small-sample readings beside the preregistered ones (pilot.stats.small_sample).
+    "p_t": "$p$, $t(J{-}1)$",
+    "or_ci_t_low": "OR 2.5\\%, $t$",
+    "or_ci_t_high": "OR 97.5\\%, $t$",
+    "pct_low": "Pct.\\ 2.5\\%",
+    "pct_high": "Pct.\\ 97.5\\%",
+    "t_low": "$t$ 2.5\\%",
+    "t_high": "$t$ 97.5\\%",
+    "wild_low": "Wild 2.5\\%",
+    "wild_high": "Wild 97.5\\%",
+    "p_sign_flip": "$p$ sign-flip",
+    "p_wild": "$p$ wild",
+    "accepted_in_all_R": "All $R$ accepted",
+    "scenarios_with_R": "Scenarios with $R$",
+    **{f"pass_{k}": f"pass$^{k}$" for k in range(1, 10)},
     "median_min": "Median (min)",
     "cost_per_run": "Cost per run (\\$)",
     "cost_per_accepted": "Cost per accepted (\\$)",
@@ -174,7 +189,18 @@ def _cell(value: object, fmt: str, *, escape: bool, is_p: bool) -> str:
     if escape:
         text = latex_escape(text)
         text = re.sub(r"(?<![A-Za-z])I2(?![A-Za-z0-9])", "$I^2$", text)
-    return text
+    return contrast_minus(text)
+
+
+#: A contrast of two arms as the data name it ("A3-A1", "p(A3) - p(A1)"): a difference, printed with a true minus.
+_CONTRAST = re.compile(r"(?<![\w$])((?:p\()?A\d+\)?)\s?-\s?((?:p\()?A\d+\)?)(?![\w])")
+
+
+def contrast_minus(text: str) -> str:
+    """``A3-A1`` as ``A3$-$A1`` (and ``p(A3) - p(A1)`` with a spaced minus), so a table prints the text's minus sign."""
+    return _CONTRAST.sub(
+        lambda m: f"{m.group(1)}$-${m.group(2)}" if "(" not in m.group(1) else f"{m.group(1)} $-$ {m.group(2)}", text
+    )
 
 
 _WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
@@ -317,7 +343,7 @@ def write_table(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tag = data_label(simulated)
-    cap = (f"\\textbf{{{tag}.}} " if tag else "") + caption
+    cap = (f"\\textbf{{{tag}.}} " if tag else "") + contrast_minus(caption)
     # Cells are formatted here, column by column (true minus signs; decimals by
     # what the column holds), and headers put in words; then nothing is escaped twice.
     df = _short_reasons(df)
@@ -342,7 +368,8 @@ def write_table(
         is_p = bool(_P_COLUMN.match(plain)) and not _SHARE_COLUMN.match(plain)
         shown[i] = [_cell(v, fmt, escape=escape, is_p=is_p) for v in df[col].tolist()]
     shown.columns = [
-        header_words(c) if (escape or _IDENTIFIER.match(str(c).replace("\\_", "_"))) else str(c) for c in df.columns
+        contrast_minus(header_words(c) if (escape or _IDENTIFIER.match(str(c).replace("\\_", "_"))) else str(c))
+        for c in df.columns
     ]
     if column_format is None:  # numbers right-aligned, text left-aligned
 

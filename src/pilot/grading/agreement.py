@@ -792,15 +792,38 @@ def h1_table(
 # --------------------------------------------------------------------------
 
 
-def coverage_table(grades: pd.DataFrame, experts: pd.DataFrame, packages: pd.DataFrame) -> pd.DataFrame:
-    """What was assigned and submitted, how many grades each package has, and every exclusion with its reason."""
+def coverage_table(
+    grades: pd.DataFrame, experts: pd.DataFrame, packages: pd.DataFrame, *, sample: Mapping[str, Any] | None = None
+) -> pd.DataFrame:
+    """What was assigned and submitted, how many grades each package has, and every exclusion with its reason.
+
+    With the wave's ``sample`` (``offered``: the judged runs of the primary waves, agent errors included;
+    ``drawn``; ``per_stratum``), the table starts from every judged run and counts those the sample left out.
+    """
     g = normalise_grades(grades)
     assignments = g.drop_duplicates(["package_id", "grader_id"])
     status = assignments["status"].value_counts()
     n = packages["n_grades"]
     no_panel = packages["n_judges"] == 0
     no_de = packages["n_grades"].gt(0) & ~no_panel & (packages["D"].isna() | packages["E"].isna())
-    rows = [
+    rows: list[tuple[str, int, str]] = []
+    if sample and sample.get("offered") is not None:
+        offered, drawn = int(sample["offered"]), int(sample.get("drawn", len(packages)))
+        per = sample.get("per_stratum")
+        rows += [
+            (
+                "judged runs of the primary waves",
+                offered,
+                "every finished run of the worker model that a judge scored, agent errors included",
+            ),
+            (
+                "drawn into the wave",
+                drawn,
+                "all of them" if per is None else f"at most {int(per)} per scenario and arm (seeded)",
+            ),
+            ("not drawn", offered - drawn, "left out by the sample rule" if offered > drawn else ""),
+        ]
+    rows += [
         ("assignments", len(assignments), ""),
         ("graders", int(assignments["grader_id"].nunique()), ""),
         ("submitted", int(status.get("submitted", 0)), ""),

@@ -21,6 +21,8 @@ from pilot.store import HUMAN_WAVE, atomic_write_private, now
 
 #: The study waves a grading wave draws from by default: the primary analysis's runs (not the model-sensitivity wave).
 PRIMARY_WAVES = ("pilot", "repeat3")
+#: The statuses of a finished run: what it delivered was evaluated and judged, however its session ended.
+FINISHED = ("completed", "capped", "agent_error")
 #: Where a wave's sign-in links are written (readable by the owner alone): analysis/data/STUDY/grading/WAVE/links.csv
 LINKS_FILE = "links.csv"
 #: The grading site's secret and its open sessions, beside the links (owner-only; pilot.web_sessions).
@@ -66,7 +68,9 @@ def eligible_packages(
         if model is not None and r["model"] != model and r["wave"] != HUMAN_WAVE:
             continue
         rec = json.loads(r["record_json"])
-        if rec.get("status") not in ("completed", "capped"):
+        # Every finished run the primary analysis scores, an agent error included (protocol/human/evaluation.md:
+        # all of them).
+        if rec.get("status") not in FINISHED:
             continue
         if not any(j.get("score_0_100") is not None and not j.get("error") for j in rec.get("judges") or []):
             continue

@@ -31,6 +31,7 @@ import pandas as pd
 from pilot import backends, latex, protocol
 from pilot.grading import agreement, store
 from pilot.judges.rubric import Criterion, scenario_criteria
+from pilot.report import stand_ins
 from pilot.stats import estimability
 from pilot.stats.primary import InferenceSettings
 
@@ -106,6 +107,7 @@ class GradingReport:
             B=_resamples(B, study),
             study=study,
             label=study_label if label is None else label,
+            sample=_sample(Path(study_folder), wave),
         )
 
     @classmethod
@@ -145,7 +147,14 @@ class GradingReport:
             B=_resamples(B, study),
             study=study,
             label=study_label if label is None else label,
+            sample=_sample(Path(study_folder), wave),
         )
+
+
+def _sample(folder: Path, wave: str) -> dict[str, Any]:
+    """How the wave drew its packages (``grading_waves.sample_json``): the judged runs offered and those drawn."""
+    with store.open_store(folder) as st:
+        return dict(store.wave(st.conn, wave).sample or {})
 
 
 def _resamples(B: int | None, study: protocol.Study | None) -> int:
@@ -206,6 +215,7 @@ def grading_report(
     study: protocol.Study | None = None,
     label: str = "",
     criteria: Mapping[str, Sequence[Criterion]] | None = None,
+    sample: Mapping[str, Any] | None = None,
 ) -> GradingReport:
     """Every estimate of the grading wave from its grades (:data:`~pilot.grading.store.GRADE_COLUMNS`) and panel
     (:data:`~pilot.grading.store.PANEL_COLUMNS`).
@@ -227,7 +237,7 @@ def grading_report(
     acceptance = agreement.acceptance_table(experts, panel_t, B=B, seed=seed, ci_level=settings.level)
     bias, bias_contrast = agreement.bias_tables(packages, study.arms, contrast, B=B, seed=seed, ci_level=settings.level)
     h1 = agreement.h1_table(packages, arms=study.arms, contrast=contrast, q=study.q, settings=settings)
-    coverage = agreement.coverage_table(g, experts, packages)
+    coverage = agreement.coverage_table(g, experts, packages, sample=sample)
     source = ",".join(sorted(set(g["source"]) - {""}))
     if "simulated" in source.split(","):
         label = backends.SIMULATED_LABEL  # simulated graders are never a finding, whatever the runs were
@@ -348,6 +358,10 @@ def macro_names(arms: Sequence[str]) -> list[str]:
         "NPackagesOneGrade",
         "NPackagesTwoOrMore",
         "NPackagesNoPanel",
+        "StandInSentence",
+        "WaveStatus",
+        "GraderNoun",
+        "PeopleWavesSentence",
     ]
     for base in ("AlphaExpertsQ", "AlphaExpertsCriteria", "AlphaPanelQ", "AlphaPanelCriteria"):
         names += [base + s for s in ci] + [base + "N"]
@@ -397,6 +411,7 @@ def _macro_values(report: GradingReport) -> dict[str, Any]:
     cov = report.coverage.set_index("item")["count"]
     rel = report.reliability.set_index(["coders", "measure"])
     acc = report.acceptance.set_index(["comparison", "statistic"])
+    source = report.source.split(",")[0] if report.source else "experts"
     m: dict[str, Any] = {
         "WaveRun": 1,
         "DataLabel": report.label,
@@ -413,6 +428,11 @@ def _macro_values(report: GradingReport) -> dict[str, Any]:
         "NPackagesOneGrade": int(cov["packages with 1 grade"]),
         "NPackagesTwoOrMore": int(cov["packages with 2+ grades"]),
         "NPackagesNoPanel": int(cov["packages without a valid judge"]),
+        # Who graded, from the registry of stand-ins (pilot.report.stand_ins): every sentence about the graders says it.
+        "StandInSentence": latex.LatexText(stand_ins.grading_sentence(source)),
+        "WaveStatus": latex.LatexText(stand_ins.grading_status(source)),
+        "GraderNoun": stand_ins.grader_noun(source),
+        "PeopleWavesSentence": latex.LatexText(stand_ins.people_waves_sentence(source)),
     }
     for base, key in (
         ("AlphaExpertsQ", (agreement.EXPERTS, "Q")),
@@ -493,6 +513,10 @@ def write_not_run(generated_dir: Path, reason: str, *, arms: Sequence[str] | Non
             "gradingWaveRun": 0,
             "gradingDataLabel": "",
             "gradingNote": f"\\relax The expert grading wave was not run: {latex.latex_escape(reason)}",
+            "gradingStandInSentence": latex.LatexText(stand_ins.grading_sentence(None)),
+            "gradingWaveStatus": latex.LatexText(stand_ins.grading_status(None)),
+            "gradingGraderNoun": "experts",
+            "gradingPeopleWavesSentence": latex.LatexText(stand_ins.people_waves_sentence(None)),
         }
     )
     m.update({"grading" + k: v for k, v in _gdpval().items()})
@@ -523,8 +547,10 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         )
 
     pct = f"{100 * report.level:g}\\%"
+    # The graders by what they are (simulated graders in a dry run): every caption about them says it.
+    who = stand_ins.grader_noun(report.source.split(",")[0] if report.source else "experts")
     b = f"{report.B:,}".replace(",", "{,}")
-    boot = f"{pct} percentile bootstrap intervals over packages ($B={b}$)"
+    boot = f"nominal {pct} percentile bootstrap intervals over packages ($B={b}$; not calibrated)"
     sim = report.label
 
     def tex(name: str, df: pd.DataFrame, caption: str) -> None:
@@ -552,9 +578,9 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         "summary",
         honest["summary"],
         (
-            f"Expert grading wave {latex.latex_escape(report.wave)}: Krippendorff's alpha among the experts "
-            "and between the LLM panel and the experts, agreement of the accept decisions, the panel's bias "
-            f"in the primary contrast and H1 on the experts' grades, with {boot} (H1: the primary analysis's "
+            f"Grading wave {latex.latex_escape(report.wave)} of the {who}: Krippendorff's alpha among the {who} "
+            f"and between the LLM panel and the {who}, agreement of the accept decisions, the panel's bias in the "
+            f"primary contrast and H1 on the grades of the {who}, with {boot} (H1: the primary analysis's "
             "scenario-cluster bootstrap). $n$: packages (alpha, bias, H1) or pairs of decisions."
         ),
     )
@@ -565,7 +591,7 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         (
             "Krippendorff's alpha, interval for Q (0--100) and ordinal for the 0--4 criterion scores pooled "
             f"over every criterion, with {boot}. Panel-experts: the panel's value (median of the judges' "
-            "scores; mean of their Q) against the experts' median. Every criterion of every scenario "
+            f"scores; mean of their Q) against the median of the {who}. Every criterion of every scenario "
             "separately: grading\\_reliability.csv."
         ),
     )
@@ -576,9 +602,9 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         ],
         (
             f"Agreement of the accept decisions (share of pairs agreeing, and Cohen's kappa), with {boot}. "
-            "Expert-expert: every pair of graders of a package; panel-expert: the panel's majority vote (a "
-            f"tie counts as not accepted) against each expert. Reference: GDPval's agreement ({_source()}), on "
-            "pairwise comparisons of deliverables rather than accept decisions."
+            f"Expert-expert: every pair of the {who} grading a package; panel-expert: the panel's majority vote "
+            f"(a tie counts as not accepted) against each of the {who}. Reference: GDPval's agreement "
+            f"({_source()}), on pairwise comparisons of deliverables rather than accept decisions."
         ),
     )
     tex(
@@ -587,9 +613,9 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
             ["measure", "arm", "estimate", "ci_low", "ci_high", "n_packages", "panel_mean", "expert_mean", "note"]
         ],
         (
-            "The LLM panel's bias per arm: mean over the arm's packages of panel minus mean expert (Q in "
-            f"points; accept as a share), with {pct} percentile bootstrap intervals resampling packages within "
-            f"the arm ($B={b}$)."
+            f"The LLM panel's bias per arm: mean over the arm's packages of the panel minus the mean of the {who} "
+            f"(Q in points; accept as a share), with nominal {pct} percentile bootstrap intervals resampling "
+            f"packages within the arm ($B={b}$)."
         ),
     )
     tex(
@@ -597,8 +623,8 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         honest["bias_contrast"],
         (
             f"The panel's bias in the primary contrast: the bias in {report.contrast[0]} minus the bias in "
-            f"{report.contrast[1]}, with {pct} percentile bootstrap intervals resampling packages within each "
-            "arm."
+            f"{report.contrast[1]}, with nominal {pct} percentile bootstrap intervals resampling packages within "
+            "each arm."
         ),
     )
     tex(
@@ -608,7 +634,7 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         ],
         (
             f"H1 recomputed: the primary contrast {report.contrast[0]}$-${report.contrast[1]} of acceptance "
-            f"($D$, not $E$, $Q \\geq {report.q:g}$) with the experts' mean Q and, over the same packages, "
+            f"($D$, not $E$, $Q \\geq {report.q:g}$) with the mean Q of the {who} and, over the same packages, "
             "with the panel's Q; scenario-equal weights, scenario-cluster percentile bootstrap and sign-flip "
             "$p$ as in the primary analysis."
         ),
@@ -643,18 +669,20 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
     the sentences then say whether the reported interval recovers it.
     """
     prefix = f"{report.label}. " if report.label else ""
+    # The graders by what they are: "simulated graders" for a stand-in wave (pilot.backends.GRADER_STAND_INS).
+    who = stand_ins.grader_noun(report.source.split(",")[0] if report.source else "experts")
     out: list[str] = []
     cov = report.coverage.set_index("item")["count"]
     out.append(
         f"{prefix}Of {int(cov['assignments'])} assignments to {int(cov['graders'])} graders, "
         f"{int(cov['submitted'])} were submitted; {int(cov['packages with 2+ grades'])} of "
-        f"{int(cov['packages'])} packages have two or more expert grades, "
+        f"{int(cov['packages'])} packages have two or more grades, "
         f"{int(cov['packages with 1 grade'])} have one and {int(cov['packages with 0 grades'])} none."
     )
     rel = report.reliability.set_index(["coders", "measure"])
     for coders, words in (
-        (agreement.EXPERTS, "among the experts"),
-        (agreement.PANEL_EXPERTS, "between the LLM panel and the experts"),
+        (agreement.EXPERTS, f"among the {who}"),
+        (agreement.PANEL_EXPERTS, f"between the LLM panel and the {who}"),
     ):
         r = rel.loc[(coders, "Q")]
         if np.isfinite(r.alpha):
@@ -666,8 +694,8 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
             out.append(f"{prefix}Krippendorff's alpha on Q {words} is {estimability.not_estimable(r.note)}.")
     acc = report.acceptance.set_index(["comparison", "statistic"])
     for comparison, words, ref in (
-        ("expert-expert", "between two experts", agreement.GDPVAL_EXPERT_EXPERT),
-        ("panel-expert", "between the panel and an expert", agreement.GDPVAL_GRADER_EXPERT),
+        ("expert-expert", f"between two {who}", agreement.GDPVAL_EXPERT_EXPERT),
+        ("panel-expert", f"between the panel and one of the {who}", agreement.GDPVAL_GRADER_EXPERT),
     ):
         a, k = acc.loc[(comparison, "agreement")], acc.loc[(comparison, "Cohen's kappa")]
         if np.isfinite(a.estimate):
@@ -690,21 +718,21 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
         if np.isfinite(r.estimate):
             if r.ci_low > 0:
                 verdict = (
-                    f"the panel favours {t}'s packages over {c}'s more than the experts do, so part of the "
+                    f"the panel favours {t}'s packages over {c}'s more than the {who} do, so part of the "
                     "primary contrast on Q is the judges'"
                 )
             elif r.ci_high < 0:
                 verdict = (
-                    f"the panel favours {c}'s packages over {t}'s more than the experts do, so the judges work "
+                    f"the panel favours {c}'s packages over {t}'s more than the {who} do, so the judges work "
                     "against the primary contrast on Q"
                 )
             else:
                 verdict = (
                     "the interval includes zero: these grades show no difference between the arms in how far "
-                    "the panel departs from the experts"
+                    f"the panel departs from the {who}"
                 )
             out.append(
-                f"{prefix}The panel's bias (panel minus experts, Q points) in {t} less that in {c} is "
+                f"{prefix}The panel's bias (panel minus {who}, Q points) in {t} less that in {c} is "
                 f"{_fmt(r.estimate, 1)} ({_interval_words(r.ci_low, r.ci_high, 1)}): {verdict}."
             )
             if truth is not None and "bias_q_contrast" in truth:
@@ -720,13 +748,13 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
     e, p = h.loc["experts"], h.loc["panel"]
     if np.isfinite(e.estimate):
         out.append(
-            f"{prefix}On the experts' grades the primary contrast is {_fmt(e.estimate, 3)} "
+            f"{prefix}On the {who}' grades the primary contrast is {_fmt(e.estimate, 3)} "
             f"({_interval_words(e.ci_low, e.ci_high, 3)}, {int(e.n_scenarios)} scenarios, "
             f"{int(e.n_packages)} packages), against {_fmt(p.estimate, 3)} "
             f"({_interval_words(p.ci_low, p.ci_high, 3)}) on the panel's grades of the same packages."
         )
     else:
-        out.append(f"{prefix}H1 on the experts' grades is {estimability.not_estimable(e.note)}.")
+        out.append(f"{prefix}H1 on the {who}' grades is {estimability.not_estimable(e.note)}.")
     return out
 
 
@@ -790,7 +818,7 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
     ax.tick_params(labelsize=9)
     ax.set_xlabel("panel minus experts, Q points (0-100 scale)", fontsize=9)
     tag = f"{report.label}: " if report.label else ""
-    ax.set_title(f"{tag}the LLM panel's bias per arm, {100 * report.level:g}% intervals", fontsize=9)
+    ax.set_title(f"{tag}the LLM panel's bias per arm, nominal {100 * report.level:g}% intervals", fontsize=9)
     pdf = save_figure(fig, Path(figures_dir) / FIGURE_FILE)
     t, c = report.contrast
     env = figure_env(
@@ -799,7 +827,8 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
         label="fig:grading-bias",
         simulated=report.label,
         caption=(
-            f"The LLM panel's bias per arm: mean over the arm's packages of the panel's Q minus the experts' mean Q, "
+            f"The LLM panel's bias per arm: mean over the arm's packages of the panel's Q minus the mean Q of the "
+            f"{stand_ins.grader_noun(report.source.split(',')[0] if report.source else 'experts')}, "
             f"with percentile bootstrap intervals resampling packages within the arm. Squares: the arms of the "
             f"primary contrast ({t} and {c}); their difference is the judges' part of that contrast."
         ),

@@ -26,15 +26,21 @@ AUTHORS_SCHEMA: dict[str, Any] = object_schema(
         "authors": {
             "type": "array",
             "minItems": 1,
-            "items": object_schema({"name": _NAME, "affiliation": _TEXT}, required=["name"]),
+            "items": object_schema(
+                {"name": _NAME, "affiliation": _TEXT, "placeholder": {"type": "boolean"}}, required=["name"]
+            ),
         },
         "preregistration": {
             **object_schema({"registry": _TEXT, "identifier": _TEXT, "url": _TEXT}, required=[]),
             "dependentRequired": {"registry": ["identifier"], "identifier": ["registry"]},
         },
+        "funding": _TEXT,
+        "competing_interests": _TEXT,
     },
     required=["authors"],
 )
+#: What the paper prints where the team has not filled authors.yml in: visible on the page, and said by the build.
+NOT_FILLED = "not yet stated in \\texttt{manuscript/authors.yml}"
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,21 @@ class Apparatus:
     registry: str
     identifier: str
     url: str
+    funding: str = ""
+    competing_interests: str = ""
+    #: An author entry marked ``placeholder: true``: the team has not named the authors yet.
+    placeholder_authors: bool = False
+
+    def missing(self) -> list[str]:
+        """What the team has not filled in yet (the build says so, and so does the paper)."""
+        out = []
+        if self.placeholder_authors:
+            out.append("authors")
+        if not self.funding:
+            out.append("funding")
+        if not self.competing_interests:
+            out.append("competing interests")
+        return out
 
 
 def load_apparatus(path: Path | None = None) -> Apparatus:
@@ -57,12 +78,25 @@ def load_apparatus(path: Path | None = None) -> Apparatus:
     path = Path(path or AUTHORS_FILE)
     raw = read_yaml(path)
     validate(raw, AUTHORS_SCHEMA, path)
-    authors = tuple(Author(a["name"].strip(), (a.get("affiliation") or "").strip()) for a in raw["authors"])
+    placeholder = any(bool(a.get("placeholder")) for a in raw["authors"])
+    authors = tuple(
+        Author(a["name"].strip(), (a.get("affiliation") or "").strip())
+        for a in raw["authors"]
+        if not a.get("placeholder")
+    )
     pre = raw.get("preregistration") or {}
     registry, identifier, url = ((pre.get(k) or "").strip() for k in ("registry", "identifier", "url"))
     if bool(registry) != bool(identifier):  # given both, but one of them blank
         raise ProtocolError(path, "preregistration", "registry and identifier go together: give both or neither")
-    return Apparatus(authors, registry, identifier, url)
+    return Apparatus(
+        authors,
+        registry,
+        identifier,
+        url,
+        " ".join(str(raw.get("funding") or "").split()),
+        " ".join(str(raw.get("competing_interests") or "").split()),
+        placeholder,
+    )
 
 
 def apparatus_macros(
@@ -83,6 +117,8 @@ def apparatus_macros(
         + (f"\\textsuperscript{{{affs.index(a.affiliation) + 1}}}" if a.affiliation and len(affs) > 1 else "")
         for a in app.authors
     ]
+    if app.placeholder_authors:
+        names.append(f"\\textbf{{[authors {NOT_FILLED}]}}")
     lines = [", ".join(names)]
     lines += [
         (f"\\textsuperscript{{{i}}}" if len(affs) > 1 else "") + latex_escape(aff)
@@ -91,7 +127,7 @@ def apparatus_macros(
     version = str(study["study"]["protocol_version"])
     frozen = (
         f"protocol version {latex_escape(version)}, frozen files {len(manifest)}, "
-        f"sha256 of their manifest \\texttt{{{digest[:16]}}}"
+        f"SHA-256 digest of their manifest beginning \\texttt{{{digest[:16]}}} (its first 16 of 64 hex digits)"
     )
     if app.identifier:
         pre = f"Preregistered with {latex_escape(app.registry)}, \\texttt{{{latex_escape(app.identifier)}}}"
@@ -101,9 +137,18 @@ def apparatus_macros(
             "Preregistration: the protocol in \\texttt{protocol/} of the study's repository, not filed with a public "
             f"registry; {frozen}."
         )
+    funding = latex_escape(app.funding) if app.funding else f"\\textbf{{[Funding {NOT_FILLED}.]}}"
+    interests = (
+        latex_escape(app.competing_interests)
+        if app.competing_interests
+        else f"\\textbf{{[Competing interests {NOT_FILLED}.]}}"
+    )
     return {
+        "PaperFunding": LatexText(funding),
+        "PaperCompetingInterests": LatexText(interests),
+        "PaperApparatusMissing": ", ".join(app.missing()) or "none",
         "PaperAuthors": LatexText(" \\\\ \\small ".join(lines)),
-        "PaperAuthorsPlain": LatexText(", ".join(latex_escape(a.name) for a in app.authors)),
+        "PaperAuthorsPlain": LatexText(", ".join(latex_escape(a.name) for a in app.authors) or "authors not yet named"),
         "PreregistrationSentence": LatexText(pre),
         "ProtocolVersion": version,
         "ProtocolDigest": LatexText(f"\\texttt{{{digest[:16]}}}"),
@@ -113,7 +158,16 @@ def apparatus_macros(
 
 
 def write_apparatus_macros(out_dir: Path, study: Study | None = None, scenario_set: str | None = None) -> Path:
-    """Write ``apparatus_macros.tex``."""
+    """Write ``apparatus_macros.tex``; what the team has not filled in is said on stderr (and on the page)."""
+    import sys
+
+    missing = load_apparatus().missing()
+    if missing:
+        print(
+            f"{paths.shown(AUTHORS_FILE)}: {', '.join(missing)} not filled in; the paper prints a placeholder "
+            "that says so",
+            file=sys.stderr,
+        )
     return write_macros(
         apparatus_macros(study, scenario_set),
         Path(out_dir) / "apparatus_macros.tex",

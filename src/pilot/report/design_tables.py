@@ -158,6 +158,10 @@ def design_macros(study: Study, scenario_set: str | None = None) -> dict[str, ob
     closed = closed_to_file_tools(study.scenario_set(set_name))
     m["AZeroClosedCountWord"] = number_word(len(closed))
     m["AZeroClosedList"] = _and_list([f"{sid} ({', '.join(kinds)})" for sid, kinds in closed.items()]) or "none"
+    feasible = feasible_with_text_substitutes(study.scenario_set(set_name))
+    m["AZeroFeasibleCount"] = len(feasible)
+    m["AZeroFeasibleCountWord"] = number_word(len(feasible))
+    m["AZeroFeasibleList"] = _and_list(feasible) or "none"
     m["NumScenariosWord"] = number_word(n_scenarios)
     m["DesignNumScenariosWord"] = number_word(int(r["design"]["n_scenarios"]))
     m["NumArmsWord"] = number_word(len(study.arms))
@@ -178,6 +182,28 @@ def closed_to_file_tools(scenario_ids: list[str]) -> dict[str, list[str]]:
         kinds = sorted({CLOSED_TO_FILE_TOOLS[f.suffix] for f in inputs.rglob("*") if f.suffix in CLOSED_TO_FILE_TOOLS})
         if kinds:
             out[sid] = kinds
+    return out
+
+
+#: Deliverable formats a text substitute stands in for (the restricted arm writes no binary file).
+BINARY_DELIVERABLES = (".xlsx", ".docx", ".pdf", ".pptx")
+
+
+def feasible_with_text_substitutes(scenario_ids: list[str]) -> list[str]:
+    """The scenarios in which the restricted arm can reach D = 1 at all: no binary deliverable has a required
+    ``present`` criterion, which a text substitute fails by design (``pilot scenarios check`` holds that it does)."""
+    from pilot.protocol.scenario import load_scenario
+
+    out = []
+    for sid in scenario_ids:
+        sc = load_scenario(sid)
+        blocked = [
+            c
+            for c in sc.oracle.criteria
+            if c.kind == "present" and c.required and Path(str(c.file)).suffix.lower() in BINARY_DELIVERABLES
+        ]
+        if not blocked:
+            out.append(sid)
     return out
 
 
@@ -258,13 +284,16 @@ def write_design_outputs(out_dir: Path | None = None, scenario_set: str | None =
             out / "amendments_table.tex",
             caption="Amendments to the protocol, generated from \\texttt{protocol/amendments.csv}.",
             label="tab:amendments",
-            column_format="llp{2.2cm}p{7cm}",
+            # The stage on one line ("before rerun pilot"); the title wraps in what is left of the text width.
+            column_format="lll>{\\raggedright\\arraybackslash}p{8.4cm}",
         ),
         write_macros(design_macros(study, scenario_set), out / "design_macros.tex", comment="From protocol/study.yml."),
     ]
     from pilot.report.apparatus import write_apparatus_macros
+    from pilot.report.deviations import write_subsection
 
     written.append(write_apparatus_macros(out, study, scenario_set))
+    written.append(write_subsection(out))
     if scenario_ids:
         from pilot.report.scenario_table import write_scenarios_table
 

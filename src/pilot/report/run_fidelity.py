@@ -16,6 +16,7 @@ exported run table, so they describe the study they were built from.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -62,16 +63,57 @@ def _arm_of(run_ids: Iterable[str], cells: pd.DataFrame) -> pd.Series:
     return pd.Series([arm.get(r) for r in run_ids], dtype=object)
 
 
+#: The column of the flow that holds the model-sensitivity runs, apart from the worker model's arms.
+OTHER_MODELS = "other models"
+
+
 def flow_by_arm(
     cells: pd.DataFrame, attempts: pd.DataFrame, runs: pd.DataFrame, arms: list[str], worker_model: str
 ) -> pd.DataFrame:
-    """One row per step of :data:`FLOW_BY_ARM`, one column per arm and ``total``."""
+    """One row per step of :data:`FLOW_BY_ARM`, one column per arm of the worker model, one for every run of the
+    model-sensitivity models (when there are any: never pooled into their arm), and ``total``."""
     out: dict[str, list[int]] = {}
+    # Each cell's model: the store's cells say it; a table of cells without it takes the model from the run table.
+    source = cells if len(cells) and "model" in cells else runs
+    model_of = dict(zip(source["run_id"], source["model"], strict=True)) if len(source) and "model" in source else {}
     a_arm = _arm_of(attempts["run_id"], cells) if len(attempts) else pd.Series(dtype=object)
+    a_worker = (
+        pd.Series([model_of.get(r, worker_model) == worker_model for r in attempts["run_id"]], dtype=bool)
+        if len(attempts)
+        else pd.Series(dtype=bool)
+    )
+    c_worker = (
+        pd.Series(
+            [model_of.get(r, worker_model) == worker_model for r in cells["run_id"]], index=cells.index, dtype=bool
+        )
+        if len(cells)
+        else pd.Series(dtype=bool)
+    )
+    r_worker = (runs["model"] == worker_model) if len(runs) else pd.Series(dtype=bool)
+    others = bool(len(cells)) and not bool(c_worker.all())
+    columns: list[tuple[str, pd.Series, pd.Series, pd.Series]] = []
     for arm in arms:
-        c = cells[cells["arm"] == arm] if len(cells) else cells
-        a = attempts[(a_arm == arm).to_numpy()] if len(attempts) else attempts
-        r = runs[runs["arm"] == arm] if len(runs) else runs
+        columns.append(
+            (
+                arm,
+                (cells["arm"] == arm) & c_worker if len(cells) else pd.Series(dtype=bool),
+                (a_arm == arm).to_numpy() & a_worker.to_numpy() if len(attempts) else pd.Series(dtype=bool),
+                (runs["arm"] == arm) & r_worker if len(runs) else pd.Series(dtype=bool),
+            )
+        )
+    if others:
+        columns.append(
+            (
+                OTHER_MODELS,
+                ~c_worker,
+                ~a_worker.to_numpy() if len(attempts) else pd.Series(dtype=bool),
+                ~r_worker if len(runs) else pd.Series(dtype=bool),
+            )
+        )
+    for arm, c_mask, a_mask, r_mask in columns:
+        c = cells[c_mask] if len(cells) else cells
+        a = attempts[a_mask] if len(attempts) else attempts
+        r = runs[r_mask] if len(runs) else runs
         status = r["status"].astype(str) if len(r) else pd.Series(dtype=str)
         evaluated = (
             (r["D"].notna() & (r["eval_error"].isna() | (r["eval_error"].astype(str) == "")))
@@ -100,7 +142,8 @@ def flow_by_arm(
             int(analysed.sum()),
         ]
     table = pd.DataFrame({"step": [s for s, _ in FLOW_BY_ARM], **out})
-    table["total"] = table[arms].sum(axis=1) if arms else 0
+    shown = [k for k in out]
+    table["total"] = table[shown].sum(axis=1) if shown else 0
     return table
 
 
@@ -137,8 +180,13 @@ def _named(runs: pd.DataFrame, column: str) -> pd.Series:
     return runs[column].notna() & (runs[column].astype(str).str.strip() != "")
 
 
-def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: list[str]) -> pd.DataFrame:
+def fidelity(
+    runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: list[str], worker_model: str | None = None
+) -> pd.DataFrame:
     """One row per measure of protocol fidelity, one column per arm and ``all``.
+
+    With ``worker_model``, the arms' columns count the worker model's runs and the other models' runs (the
+    model-sensitivity wave) have a column of their own (:data:`OTHER_MODELS`), never pooled into their arm.
 
     Rows: finished runs; runs with a deviation and the deviations by the route
     that stopped them (only routes that occur); runs with a critical violation;
@@ -148,6 +196,9 @@ def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: lis
     """
     routes = _deviation_routes(records)
     rows: list[tuple[str, dict[str, int]]] = []
+    if worker_model is not None and len(runs) and "model" in runs and (runs["model"] != worker_model).any():
+        runs = runs.assign(arm=runs["arm"].where(runs["model"] == worker_model, OTHER_MODELS))
+        arms = [*arms, OTHER_MODELS]
 
     def per_arm(f: Callable[..., Any]) -> dict[str, int]:
         vals = {a: int(f(runs[runs["arm"] == a])) if len(runs) else 0 for a in arms}
@@ -187,6 +238,87 @@ def fidelity(runs: pd.DataFrame, records: Iterable[Mapping[str, Any]], arms: lis
     )
     # A harness fault after inference leaves the run its own outcome (never rerun); each one is counted here.
     rows.append(("harness faults after inference", per_arm(lambda r: _named(r, "harness_fault").sum())))
+    # Where the arm's limits were, and were not, enforced: a stand-in agent runs in no sandbox, and a macOS arm
+    # served by a host that is not macOS never had its macOS enforcement exercised.
+    by_id = {str(rec.get("run_id")): rec for rec in records}
+    unsandboxed = {i for i, rec in by_id.items() if str(rec.get("enforcement") or "") == "simulated"}
+    off_platform = {
+        i for i, rec in by_id.items() if any("requires a macOS node" in str(n) for n in rec.get("notes") or [])
+    }
+    rows.append(
+        (
+            "runs without the arm's sandbox (simulated agent)",
+            per_arm(lambda r: r["run_id"].astype(str).isin(unsandboxed).sum()),
+        )
+    )
+    rows.append(
+        (
+            "runs of a macOS arm on a host that is not macOS",
+            per_arm(lambda r: r["run_id"].astype(str).isin(off_platform).sum()),
+        )
+    )
     for node in sorted(set(runs["node"].dropna().astype(str))) if len(runs) else []:
         rows.append((f"runs on node {node}", per_arm(lambda r, node=node: (r["node"].astype(str) == node).sum())))
     return pd.DataFrame([{"measure": m, **v} for m, v in rows])
+
+
+def resume_decisions(records: Iterable[Mapping[str, Any]], runs: pd.DataFrame, arm: str) -> pd.DataFrame:
+    """The controller's decision on the one recovery resume for every finished run of ``arm``: granted, withheld or
+    not needed, with the reason in words (:func:`pilot.view.sessions.resume_decision`; numbers such as the seconds
+    left are dropped, so like reasons count together). Columns: decision, reason, runs.
+    """
+    from pilot.view.sessions import resume_decision
+
+    arms = dict(zip(runs["run_id"].astype(str), runs["arm"].astype(str), strict=True)) if len(runs) else {}
+    counts: dict[tuple[str, str], int] = {}
+    for rec in records:
+        if arms.get(str(rec.get("run_id"))) != arm:
+            continue
+        d = resume_decision(dict(rec))
+        reason = re.sub(r"\s*\([^()]*\d[^()]*\)", "", d.why).strip()
+        counts[(d.headline, reason)] = counts.get((d.headline, reason), 0) + 1
+    order = {"resume granted": 0, "resume withheld": 1, "resume not granted": 2, "no resume needed": 3}
+    out = [
+        {"decision": h, "reason": r, "runs": n}
+        for (h, r), n in sorted(counts.items(), key=lambda kv: (order.get(kv[0][0], 9), -kv[1], kv[0][1]))
+    ]
+    return pd.DataFrame(out, columns=["decision", "reason", "runs"])
+
+
+#: The groups of the failure taxonomy, in the order the table prints them.
+FAILURE_GROUPS: tuple[tuple[str, str], ...] = (
+    ("failed criterion", "kinds"),
+    ("deviation", "deviations"),
+    ("critical violation", "violations"),
+    ("cap reached", "caps"),
+)
+
+
+def failure_taxonomy(rows: list[dict[str, Any]], worker_model: str, arms: list[str]) -> pd.DataFrame:
+    """What failed, per arm of the worker model, counted from every run's record: runs failing at least one oracle
+    criterion of each kind (out of the evaluated runs), runs with a deviation of each family, a critical violation
+    of each kind and a cap of each kind reached (out of the finished runs). The counts are the viewer's "why" page's
+    (:mod:`pilot.view.aggregates`), restricted to the worker model's runs.
+
+    Columns: group, what, then per arm the runs showing it and, in ``<arm>_of``, the runs that could.
+    """
+    from pilot.view import aggregates
+
+    mine = [r for r in rows if str(r.get("model") or "") == worker_model and str(r.get("arm")) in arms]
+    cols = [c for c in aggregates.columns_of(mine, worker_model) if not c.sensitivity]
+    tables = {
+        "kinds": aggregates.failed_kinds(mine, cols, worker_model),
+        "deviations": aggregates.deviation_families(mine, cols, worker_model),
+        "violations": aggregates.violations(mine, cols, worker_model),
+        "caps": aggregates.caps_hit(mine, cols, worker_model),
+    }
+    by_arm = {c.arm: c.key for c in cols}
+    out = []
+    for group, key in FAILURE_GROUPS:
+        for t in tables[key]:
+            rec: dict[str, Any] = {"group": group, "what": t.label}
+            for a in arms:
+                cell = t.cells.get(by_arm.get(a, ""), aggregates.Cell())
+                rec[a], rec[f"{a}_of"] = int(cell.hits), int(cell.of)
+            out.append(rec)
+    return pd.DataFrame(out, columns=["group", "what", *[x for a in arms for x in (a, f"{a}_of")]])

@@ -18,9 +18,9 @@ import pandas as pd
 
 from pilot import paths, protocol
 from pilot.backends import PARTICIPANT_BACKENDS, label_of
-from pilot.latex import SIMULATED_TAG, format_number, macro_name, write_macros, write_table
+from pilot.latex import SIMULATED_TAG, LatexText, format_number, macro_name, write_macros, write_table
 from pilot.ledger import Balance
-from pilot.report import run_fidelity
+from pilot.report import run_fidelity, stand_ins, worked_scenario
 from pilot.store import HUMAN_WAVE
 
 # The steps of the run flow, in order, with what each counts.
@@ -75,6 +75,14 @@ class RunReport:
     flow_by_arm: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Protocol fidelity per arm (:func:`pilot.report.run_fidelity.fidelity`)
     fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The one recovery resume of the self-repairing arm: granted, withheld or not needed, with reasons
+    resumes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The arm whose resumes ``resumes`` counts
+    resume_arm: str = ""
+    #: What failed, per arm of the worker model (:func:`pilot.report.run_fidelity.failure_taxonomy`)
+    failures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The worked-scenario appendix (:func:`pilot.report.worked_scenario.worked_scenario`), "" without a scored run
+    worked: str = ""
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -161,10 +169,28 @@ def collect(store: StoreReader, runs: pd.DataFrame | None, study: protocol.Study
         cells = cells.assign(
             arm=pd.Series(dtype=object), run_id=pd.Series(dtype=object), status=pd.Series(dtype=object)
         )
+    records = run_fidelity.records_of(store.runs())
+    resume_arm = next((a.id for a in protocol.arms().values() if a.recovery_resumes > 0 and a.id in arms), "")
+    name = store.study().name
+    try:
+        from pilot.view.study import StudyReader, ViewError
+
+        index = StudyReader.named(name).index_rows()
+    except (ViewError, OSError):  # a store that is not a study folder's (a test's): no per-run facts to count
+        index = []
     return RunReport(
         flow_by_arm=run_fidelity.flow_by_arm(cells, attempts, exported, arms, study["worker"]["model"]),
-        fidelity=run_fidelity.fidelity(exported, run_fidelity.records_of(store.runs()), arms),
-        study=store.study().name,
+        fidelity=run_fidelity.fidelity(exported, records, arms, study["worker"]["model"]),
+        resumes=run_fidelity.resume_decisions(records, exported, resume_arm) if resume_arm else pd.DataFrame(),
+        resume_arm=resume_arm,
+        failures=run_fidelity.failure_taxonomy(index, study["worker"]["model"], arms),
+        worked=worked_scenario.worked_scenario(
+            records,
+            exported,
+            study["worker"]["model"],
+            label_of(backends) if backends else SIMULATED_TAG,
+        ),
+        study=name,
         backend=", ".join(backends) or "none",
         simulated=bool(label_of(backends)) or not backends,
         label=label_of(backends) if backends else SIMULATED_TAG,
@@ -172,6 +198,28 @@ def collect(store: StoreReader, runs: pd.DataFrame | None, study: protocol.Study
         ledger=ledger,
         balance=store.balance(),
     )
+
+
+def _nodes_sentence(report: RunReport, fid: pd.Series) -> str:
+    """Where the runs ran, and what that means for the arms' enforcement (a dry run's nodes are labels on one host)."""
+    n = len([i for i in fid.index if i.startswith("runs on node ")])
+    unsandboxed = int(fid.get("runs without the arm's sandbox (simulated agent)", 0))
+    off = int(fid.get("runs of a macOS arm on a host that is not macOS", 0))
+    if unsandboxed:
+        return (
+            f"The runs were dispatched to {n} nodes of the nodes file, but in this dry run they are virtual nodes: "
+            "labels that the local executor shares out on one host. A node offering macOS is then only a label, so "
+            "the macOS arm's programs and sandbox were not exercised, and no run had its arm's sandbox at all: "
+            f"{unsandboxed} runs were made by the simulated agent, which writes its files directly. The table's last "
+            "rows give each node's share of each arm."
+        )
+    text = f"The runs ran on {n} nodes, whose share of each arm the table's last rows give."
+    if off:
+        text += (
+            f" {off} runs of the macOS arm ran on a host that is not macOS, so its macOS enforcement was not "
+            "exercised in them."
+        )
+    return text
 
 
 def flow_figure(report: RunReport, path: Path) -> Path:
@@ -313,27 +361,84 @@ def write(
         fid.rename(columns={"measure": "Measure", "all": "All arms"}),
         gen / "run_fidelity_table.tex",
         caption=(
-            "Protocol fidelity per arm, over every finished run of every wave. A deviation is an attempt "
-            "at something the arm does not allow, recorded on the run and counted by what stopped it; a "
-            "critical violation (E) fails the run whatever its quality; capped runs are censored at the "
-            "cap they reached; the last rows give the node each run ran on."
+            "Protocol fidelity per arm, over every finished run of every wave (the model-sensitivity runs in a "
+            "column of their own, never in their arm). A deviation is an attempt at something the arm does not "
+            "allow, recorded on the run and counted by what stopped it; a critical violation (E) fails the run "
+            "whatever its quality; capped runs are censored at the cap they reached; the last rows give the node "
+            "each run ran on."
         ),
         label="tab:run-fidelity",
         simulated=sim,
         column_format="l" + "r" * (len(fid.columns) - 1),
     )
+    if len(report.resumes):
+        out["run_resumes.csv"] = tables / f"run_resumes_{report.study}.csv"
+        report.resumes.assign(study=report.study).to_csv(out["run_resumes.csv"], index=False)
+        granted = int(report.resumes.loc[report.resumes["decision"] == "resume granted", "runs"].sum())
+        out["run_resumes_table.tex"] = write_table(
+            report.resumes.assign(
+                decision=report.resumes["decision"].str.slice(0, 1).str.upper()
+                + report.resumes["decision"].str.slice(1)
+            ).rename(columns={"decision": "Decision", "reason": "Why", "runs": "Runs"}),
+            gen / "run_resumes_table.tex",
+            caption=(
+                f"The one recovery resume of {report.resume_arm}, run by run: the controller grants it when the first "
+                "session fails the self-check or ends at a cap or in an error, and withholds it when no budget, wall "
+                f"time or session is left to resume; {granted} of {int(report.resumes['runs'].sum())} finished runs "
+                f"of {report.resume_arm} were resumed. Every finished run of the arm is counted once."
+            ),
+            label="tab:run-resumes",
+            simulated=sim,
+            column_format="l>{\\raggedright\\arraybackslash}p{0.62\\linewidth}r",
+        )
+    if len(report.failures):
+        out["run_failures.csv"] = tables / f"run_failures_{report.study}.csv"
+        report.failures.assign(study=report.study).to_csv(out["run_failures.csv"], index=False)
+        arms = [c for c in report.failures.columns if c not in ("group", "what") and not c.endswith("_of")]
+        shown = pd.DataFrame(
+            {
+                "Group": report.failures["group"].where(
+                    report.failures["group"] != report.failures["group"].shift(), ""
+                ),
+                "What": report.failures["what"],
+                **{
+                    a: [f"{h}/{n}" for h, n in zip(report.failures[a], report.failures[f"{a}_of"], strict=True)]
+                    for a in arms
+                },
+            }
+        )
+        out["run_failures_table.tex"] = write_table(
+            shown,
+            gen / "run_failures_table.tex",
+            caption=(
+                "What failed, per arm of the worker model, read from every run's record: runs failing at least one "
+                "oracle criterion of each kind out of the runs the oracle evaluated; runs with a deviation of each "
+                "family, a critical violation of each kind, and a cap of each kind reached in any session, out of the "
+                "finished runs. A run can count in several rows."
+            ),
+            label="tab:run-failures",
+            simulated=sim,
+            font="\\footnotesize\\setlength{\\tabcolsep}{4pt}",
+            column_format="l>{\\raggedright\\arraybackslash}p{0.36\\linewidth}" + "r" * len(arms),
+        )
+    worked = gen / "worked_scenario.tex"
+    if report.worked:
+        worked.write_text(report.worked, encoding="utf-8")
+        out["worked_scenario.tex"] = worked
+    elif worked.is_file():
+        worked.unlink()  # an earlier study's appendix never describes this one
     pdf = flow_figure(report, figs / "run_flow.pdf")
     out["run_flow.pdf"] = pdf
     out["run_flow_figure.tex"] = figure_env(
         pdf,
         gen / "run_flow_figure.tex",
         caption=(
-            "Run flow by arm over all waves. Each column follows one arm's cells from assignment to the "
-            "primary analysis; beside each arrow, what left the path at that step: infrastructure "
-            "attempts that were rerun under the same run id (every attempt is kept) and cells that ran "
-            "out of attempts; runs whose evaluation failed; runs no judge scored; runs of a "
-            "model-sensitivity wave, which enter no contrast; and judged runs of the worker model without "
-            "an acceptance value."
+            "Run flow by arm over all waves. Each column follows one arm's cells of the worker model from "
+            "assignment to the primary analysis (the model-sensitivity runs in a column of their own, never "
+            "pooled into their arm); beside each arrow, what left the path at that step: infrastructure attempts "
+            "that were rerun under the same run id (every attempt is kept) and cells that ran out of attempts; "
+            "runs whose evaluation failed; runs no judge scored; runs of a model-sensitivity wave, which enter no "
+            "contrast; and judged runs of the worker model without an acceptance value."
         ),
         label="fig:run-flow",
         simulated=sim,
@@ -351,6 +456,10 @@ def write(
         if report.balance.envelope_usd
         else "---",
         "RunWaves": len([c for c in report.flow.columns if c not in ("step", "total")]),
+        # What made the runs, from the backends' registry of stand-ins.
+        "StandInStudySentence": LatexText(
+            stand_ins.study_sentence(b for b in report.backend.split(", ") if b != "none")
+        ),
     }
     for step, _ in FLOW_STEPS:
         m[macro_name("Run", step)] = report.count(step)
@@ -362,6 +471,16 @@ def write(
     m["RunEvalErrors"] = int(fid.get("evaluation errors", 0))
     m["RunHarnessFaults"] = int(fid.get("harness faults after inference", 0))
     m["RunNodes"] = len([i for i in fid.index if i.startswith("runs on node ")])
+    m["RunNodesSentence"] = LatexText(_nodes_sentence(report, fid))
+    res = report.resumes
+    m["RunResumeArm"] = report.resume_arm or "none"
+    m["RunResumesGranted"] = int(res.loc[res["decision"] == "resume granted", "runs"].sum()) if len(res) else 0
+    m["RunResumesWithheld"] = int(res.loc[res["decision"] == "resume withheld", "runs"].sum()) if len(res) else 0
+    m["RunResumesCalledFor"] = (
+        int(res.loc[res["decision"].isin(["resume granted", "resume withheld", "resume not granted"]), "runs"].sum())
+        if len(res)
+        else 0
+    )
     flow = report.flow_by_arm.set_index("step")["total"] if len(report.flow_by_arm) else pd.Series(dtype=int)
     for step in ("completed", "capped", "other model"):
         m[macro_name("Run", step)] = int(flow.get(step, 0))

@@ -26,7 +26,8 @@ def _deliverables_text(sc: Scenario) -> str:
     parts = []
     for d in sc.file_deliverables:
         extra = " with formulas" if d.requires_formulas else (f", $\\geq${d.min_words} words" if d.min_words else "")
-        parts.append(f"\\texttt{{{latex_escape(d.name)}}} ({_KIND[d.kind]}{extra})")
+        # A file name may break at its underscores and dots (url's \nolinkurl): no name sticks out of its column.
+        parts.append(f"\\nolinkurl{{{d.name}}} ({_KIND[d.kind]}{extra})")
     return "; ".join(parts) + "; completion record"
 
 
@@ -36,17 +37,20 @@ def scenarios_frame(scenarios: list[Scenario] | None = None) -> pd.DataFrame:
     rows = [
         {
             "ID": sc.id,
-            "Occupation": latex_escape(sc.occupation),
+            # \hspace{0pt} lets TeX hyphenate the cell's first word ("administration") in its narrow column.
+            "Occupation": "\\hspace{0pt}" + latex_escape(sc.occupation),
             "Deliverables": _deliverables_text(sc),
             "Cap (\\$)": f"{sc.caps.usd:.2f}",
             "Wall (s)": f"{int(sc.caps.wall_s):,}".replace(",", "{,}"),
             "Depth": sc.designed_depth,
             "Prof.\\ min": f"{sc.professional_minutes:g}",
+            "Portal": "yes" if sc.uses_portal else "no",
         }
         for sc in scs
     ]
     return pd.DataFrame(
-        rows, columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min"]
+        rows,
+        columns=["ID", "Occupation", "Deliverables", "Cap (\\$)", "Wall (s)", "Depth", "Prof.\\ min", "Portal"],
     )
 
 
@@ -65,10 +69,13 @@ def write_scenarios_table(out_dir: Path | None = None, scenario_ids: list[str] |
             "\\texttt{protocol/study.yml}), generated from \\texttt{protocol/scenarios}: deliverables "
             "requested by each brief (every scenario also requires the completion record), caps (the "
             "larger of the global caps and the author's own, A-006), designed depth (ordinal, 1--5, used "
-            "by H4) and professional minutes (the weights of the sensitivity analysis)."
+            "by H4), professional minutes (the weights of the sensitivity analysis) and whether the "
+            "scenario comes with the company portal, which A3 and A4 reach: its content is generated from "
+            "the scenario's own inputs and only mirrors them, so the arms without it lose no information, "
+            "and what the portal adds is a way in, not a source."
         ),
         label="tab:scenarios",
         escape=False,
-        column_format="l>{\\raggedright\\arraybackslash}p{2.2cm}>{\\raggedright\\arraybackslash}p{5.8cm}rrrr",
+        column_format="l>{\\raggedright\\arraybackslash}p{1.9cm}>{\\raggedright\\arraybackslash}p{4.6cm}rrrrl",
         font="\\footnotesize",
     )

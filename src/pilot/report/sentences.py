@@ -71,14 +71,14 @@ def data_prefix(simulated: bool | str, synthetic: bool = False) -> str:
 
 def interval(low: Any, high: Any, level: float = 0.95, digits: int = 3) -> str:
     if not (_finite(low) and _finite(high)):
-        return f"{level:.0%} CI not estimable"
-    return f"{level:.0%} CI {num(low, digits)} to {num(high, digits)}"
+        return f"nominal {level:.0%} CI not estimable"
+    return f"nominal {level:.0%} CI {num(low, digits)} to {num(high, digits)}"
 
 
 def contrast_sentence(
     row: Mapping[str, Any], *, alpha: float = 0.05, level: float = 0.95, holm: bool = False, prefix: str = ""
 ) -> str:
-    """ "A3 − A1 is 0.067 (95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
+    """ "A3 − A1 is 0.067 (nominal 95% CI −0.200 to 0.367), p = 0.875: no evidence of a premium in this run"."""
     name = contrast_label(row["contrast"])
     p: Any = row.get("p_holm") if holm else row.get("p_value")
     est: Any = row.get("estimate")
@@ -122,7 +122,7 @@ def acceptance_sentence(acceptance: pd.DataFrame, *, prefix: str = "") -> str:
         )
     return (
         f"{prefix}Acceptance is highest in {hi['arm']} ({num(hi['p_hat'])}) and lowest in {lo['arm']} "
-        f"({num(lo['p_hat'])}); the widest 95% interval spans {num(widest)}.{scored}"
+        f"({num(lo['p_hat'])}); the widest nominal 95% interval spans {num(widest)}.{scored}"
     )
 
 
@@ -154,11 +154,15 @@ def hypothesis_paragraph(row: Mapping[str, Any]) -> str:
     verdict = _text(row.get("verdict"))
     failing = _text(row.get("failing"))
     interval, test = _text(row.get("interval")), _text(row.get("test"))
-    numbers = "; ".join(x for x in (f"interval {interval}" if interval and interval != "n/a" else "", test) if x)
+    # Every interval says what it is: nominal 95 per cent (the stage's paragraph adds the calibrated coverage of the
+    # bootstrap intervals); H4's are cluster-robust Wald intervals, which the calibration did not measure.
+    h4 = _text(row.get("hypothesis")) == "H4"
+    kind = "Wald interval (nominal 95%, not calibrated)" if h4 else "interval (nominal 95%)"
+    parts = [x for x in (f"{kind} {interval}" if interval and interval != "n/a" else "", test) if x]
     statement = _text(row.get("statement"))
     out = [
         f"{statement[:1].upper()}{statement[1:]}. Estimate: {_text(row.get('estimate'))}"
-        + (f" ({numbers})." if numbers else ".")
+        + (f"; {'; '.join(parts)}." if parts else ".")
     ]
     out.append(f"The criterion is: {_text(row.get('criterion'))}.")
     if verdict == "not consistent" and failing:

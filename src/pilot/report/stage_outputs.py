@@ -26,6 +26,7 @@ from pilot import backends, paths, protocol, runtable
 from pilot.latex import (
     SIMULATED_TAG,
     LatexText,
+    contrast_minus,
     data_label,
     format_number,
     latex_escape,
@@ -90,6 +91,12 @@ SYNTHETIC_RUNS = "synthetic"
 class RunTableMissing(FileNotFoundError):
     """The run table a stage was pointed at does not exist."""
 
+
+#: What every scenario-cluster interval is, wherever it is printed: its nominal level and the coverage the calibration
+#: appendix measured at this number of scenarios (``\IntervalNote``: analysis/calibration.py; main.tex says when the
+#: calibration was not run).
+INTERVAL_NOTE = "\\IntervalNote{}"
+INTERVAL_LABEL_INLINE = f"({INTERVAL_NOTE})"
 
 #: Tables whose cells may each read "not estimable": 9 pt with narrower gaps keeps them within the text width
 #: without shrinking them below 8 pt (tools/check_latex_log.py holds the width).
@@ -332,7 +339,7 @@ def write_primary(
     out["primary_hypotheses.csv"] = tables / "primary_hypotheses.csv"
     _tag(ov, data).to_csv(out["primary_hypotheses.csv"], index=False)
 
-    interval = f"95\\% scenario-cluster percentile bootstrap intervals ($B={st.B:,}$)".replace(",", "{,}")
+    interval = f"scenario-cluster percentile bootstrap intervals ($B={st.B:,}$; {INTERVAL_NOTE})".replace(",", "{,}", 1)
     out["primary_acceptance_table.tex"] = write_table(
         _escape_cells(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]]).rename(
             columns={
@@ -364,10 +371,13 @@ def write_primary(
         if bool(result.contrasts["exact"].all())
         else f"{st.n_permutations:,} random sign vectors".replace(",", "{,}")
     )
+    # A note column with nothing in it says nothing: it is printed only when some contrast has a note.
+    has_note = bool(show["note"].fillna("").astype(str).str.strip().ne("").any())
+    con_cols = ["contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios"] + (
+        ["note"] if has_note else []
+    )
     out["primary_contrasts_table.tex"] = write_table(
-        _escape_cells(
-            show[["contrast", "role", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]]
-        ).rename(
+        _escape_cells(show[con_cols]).rename(
             columns={
                 "contrast": "Contrast",
                 "role": "Role",
@@ -385,15 +395,20 @@ def write_primary(
             f"Preregistered contrasts of acceptance: estimate, {interval}, two-sided paired sign-flip "
             f"permutation $p$ ({exact}) and, for the three secondary contrasts, Holm-adjusted $p$ over all "
             "three (a contrast that cannot be estimated enters the adjustment as $p=1$; the primary contrast "
-            "is not adjusted). Note: why a value is not estimable, and intervals of zero width or resting on "
-            "one scenario."
+            "is not adjusted)."
+        )
+        + (
+            " Note: why a value is not estimable, and intervals of zero width, resting on one scenario or "
+            "ending on a value a resample reaches with probability above 2.5\\%."
+            if has_note
+            else ""
         ),
         label="tab:primary-contrasts",
         simulated=sim,
         escape=False,
         font=COMPACT_FONT,
         # the note wraps beside five "not estimable" cells
-        column_format="llrrrllr>{\\raggedright\\arraybackslash}p{2.0cm}",
+        column_format="llrrrllr" + (">{\\raggedright\\arraybackslash}p{3.2cm}" if has_note else ""),
     )
     out["primary_hypotheses_table.tex"] = write_table(
         ov[["hypothesis", "statement", "criterion", "verdict"]].rename(columns=str.capitalize),
@@ -409,7 +424,8 @@ def write_primary(
             gen / f"primary_{h.id.lower()}_table.tex",
             caption=(
                 f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: "
-                f"{latex_escape(h.verdict)}."
+                f"{latex_escape(h.verdict)}. Intervals: scenario-cluster percentile bootstrap "
+                f"{INTERVAL_LABEL_INLINE}."
             ),
             label=f"tab:{h.id.lower()}",
             simulated=sim,
@@ -509,6 +525,7 @@ def h4_long(summary: pd.DataFrame) -> pd.DataFrame:
                     "ci_low": cell(r[f"{t}_ci_low"], note),
                     "ci_high": cell(r[f"{t}_ci_high"], note),
                     "p_value": cell(r[f"{t}_p"], note),
+                    "p_t": cell(r[f"{t}_p_t"], note) if f"{t}_p_t" in r else estimability.NOT_ESTIMABLE,
                     "n_runs": r["n_runs"] if k == 0 else "",
                     "note": note if k == 0 else "",
                 }
@@ -538,6 +555,13 @@ def hypotheses_summary(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
     return df.sort_values("hypothesis", key=lambda c: c.str.slice(1).astype(int)).reset_index(drop=True)
 
 
+def _interval_notes(text: str) -> str:
+    """A paragraph's "nominal 95% interval" with what it is: its nominal level and its measured coverage."""
+    for kind in ("percentile interval", "interval"):
+        text = text.replace(f"nominal 95\\% {kind}", f"{kind} ({INTERVAL_NOTE})")
+    return text.replace("interval (nominal 95\\%)", f"interval ({INTERVAL_NOTE})")
+
+
 def write_hypotheses_summary(
     summary: pd.DataFrame, data: StageData, tables_dir: Path | str, generated_dir: Path | str
 ) -> dict[str, Path]:
@@ -560,7 +584,7 @@ def write_hypotheses_summary(
                 f"{s_}. Criterion: {c}" for s_, c in zip(summary["statement"], summary["criterion"], strict=True)
             ],
             "Estimate": summary["estimate"],
-            "95\\% interval": summary["interval"],
+            "Nominal 95\\% interval": summary["interval"],
             "Test": summary["test"],
             "Verdict (the part that fails)": [verdict_cell(r) for _, r in summary.iterrows()],
         }
@@ -570,8 +594,10 @@ def write_hypotheses_summary(
         "Every preregistered expectation with its headline estimate, interval, test, criterion and "
         "verdict; where the verdict is \\emph{not consistent}, the part of the criterion that fails, with "
         "its number. Several numbers in one cell are separated by semicolons in the order the expectation "
-        "names them; n/a marks a quantity no test applies to. Tables~\\ref{tab:h1} to~\\ref{tab:h7} give "
-        "every number behind each row."
+        "names them; n/a marks a quantity no test applies to; intervals are scenario-cluster percentile "
+        f"bootstraps {INTERVAL_LABEL_INLINE}, Wald intervals for H4. Tables~\\ref{{tab:h4}}, "
+        "\\ref{tab:h5}, \\ref{tab:h6} and~\\ref{tab:h7} and, in the supplement, Tables~\\ref{tab:h1}, "
+        "\\ref{tab:h2} and~\\ref{tab:h3} give every number behind each row."
     )
     if missing:
         caption += f" Not in this table, because their stage wrote no result: {', '.join(missing)}."
@@ -590,7 +616,8 @@ def write_hypotheses_summary(
         ),
     )
     paragraphs = [
-        f"\\paragraph{{{r['hypothesis']}.}} {latex_escape(hypothesis_paragraph(r))}" for _, r in summary.iterrows()
+        f"\\paragraph{{{r['hypothesis']}.}} {_interval_notes(contrast_minus(latex_escape(hypothesis_paragraph(r))))}"
+        for _, r in summary.iterrows()
     ]
     out["discussion_hypotheses.tex"] = gen / "discussion_hypotheses.tex"
     out["discussion_hypotheses.tex"].write_text(
@@ -659,9 +686,37 @@ def write_sensitivity(
         mw.summary[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "note"]],
         (
             "Contrasts with scenarios weighted by professional minutes (sensitivity to the equal weights of "
-            "the primary analysis)."
+            "the primary analysis), with scenario-cluster percentile bootstrap intervals (nominal 95\\%; the "
+            "calibration measured the equal-weight intervals only) and sign-flip $p$."
         ),
         "tab:sens-minutes",
+    )
+
+    ss = _result(results, "small_sample", TableResult)
+    csv("sensitivity_small_sample.csv", ss.summary)
+    tex(
+        "sensitivity_small_sample_table.tex",
+        ss.summary,
+        "Small-sample sensitivities of the contrasts, beside the preregistered reading (every verdict rests on "
+        f"the latter): the percentile interval (Pct.; {INTERVAL_NOTE}) and sign-flip $p$; the studentised "
+        "interval with a $t(J-1)$ reference ($t$); and the wild cluster bootstrap-$t$ over scenarios "
+        f"({latex_escape(str(ss.details.get('wild_weights') or 'not estimable'))} weights; interval with the "
+        "estimate unrestricted, $p$ with the null imposed; with every sign vector enumerated its $p$ equals the "
+        "sign-flip $p$, since the studentised mean orders the sign vectors as the mean does).",
+        "tab:sens-small-sample",
+    )
+
+    rl = _result(results, "reliability", TableResult)
+    csv("sensitivity_reliability.csv", rl.summary)
+    R = int(rl.details.get("R", 0))
+    tex(
+        "sensitivity_reliability_table.tex",
+        rl.summary,
+        "Reliability across repeats per arm: pass$^k$ as $\\tau$-bench defines it, the mean over scenarios of "
+        "$\\binom{c}{k}/\\binom{n}{k}$ ($c$ accepted of $n$ scored repeats), for $k=1$ to "
+        f"$R={R}$ (pass$^1$ is $\\hat p_a$), and the share of scenarios whose every one of $R$ scored repeats "
+        "was accepted. Descriptive: no interval, no test.",
+        "tab:sens-reliability",
     )
 
     lg = _result(results, "logistic", TableResult)
@@ -671,7 +726,10 @@ def write_sensitivity(
         lg.summary,
         (
             "Logistic regression of $S$ on arm, standard errors clustered by scenario "
-            f"({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs)."
+            f"({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs): Wald intervals "
+            "(nominal 95\\%) and $p$ against the normal, as preregistered; beside them, as a small-sample "
+            f"sensitivity, the same statistics against $t({max(int(lg.details['n_clusters']) - 1, 1)})$ "
+            "(p t, OR CI t)."
         )
         + " A term is not estimable when its arm's scored runs are all accepted or all not accepted "
         "(separation: no finite maximum-likelihood estimate), or when the fit shows separation, does not "
@@ -731,18 +789,19 @@ def write_sensitivity(
         shown_cost,
         (
             "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by "
-            "acceptance, with 95\\% joint scenario-cluster bootstrap intervals; share of resamples in which "
-            "the arm is cheapest "
+            f"acceptance, with joint scenario-cluster bootstrap intervals {INTERVAL_LABEL_INLINE}; share of "
+            "resamples in which the arm is cheapest "
         )
         + (
-            f"(over the {100 * share_res:.1f}\\% of resamples in which some arm has a finite ratio). An arm "
-            f"without accepted runs has an infinite ratio. Every finished run counts: {n_charged} "
-            f"run{'' if n_charged == 1 else 's'} without a reported cost (a session killed at its wall limit) "
-            "at the agent part of the ledger's charge (the metered cost where the proxy metered it, the "
-            "reservation otherwise; N charged); "
-            "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves "
-            "them out."
-        ),
+            "(every resample has an arm with a finite ratio). "
+            if share_res == 1.0
+            else f"(over the {100 * share_res:.1f}\\% of resamples in which some arm has a finite ratio). "
+        )
+        + "An arm without accepted runs has an infinite ratio. "
+        f"Every finished run counts: {n_charged} run{'' if n_charged == 1 else 's'} without a reported cost "
+        "(a session killed at its wall limit) at the agent part of the ledger's charge (the metered cost where "
+        "the proxy metered it, the reservation otherwise; N charged); "
+        "\\texttt{sensitivity\\_cost\\_per\\_accepted\\_reported.csv} gives the reading that leaves them out.",
         "tab:sens-cost",
         escape=False,
     )
@@ -758,6 +817,10 @@ def write_sensitivity(
     ):
         fr = _result(results, f"frontier_{kind}", TableResult)
         csv(f"sensitivity_frontier_{kind}.csv", fr.summary)
+        if kind == "budget" and "frontier_budget_reported" in results:
+            # The literal reading of an unreported cost (within no budget), the sensitivity of the one cost rule.
+            reported = _result(results, "frontier_budget_reported", TableResult)
+            csv("sensitivity_frontier_budget_reported.csv", reported.summary)
         # Each arm's scenario-weighted acceptance (the secondary endpoints' S): what the frontier reaches with no limit
         # on the allowance.
         sec_table = _result(results, "secondary", TableResult).table
@@ -774,7 +837,7 @@ def write_sensitivity(
             gen / f"sensitivity_frontier_{kind}_figure.tex",
             caption=(
                 f"Acceptance within a {label.split(' (')[0]} over the preregistered range: a run counts "
-                "only if accepted and within the allowance; 95\\% cluster-bootstrap bands"
+                f"only if accepted and within the allowance; cluster-bootstrap bands {INTERVAL_LABEL_INLINE}"
                 + ("; the dashed line is the arm's acceptance $\\hat p_a$ at any allowance" if p_hat else "")
                 + ". "
                 + (
@@ -783,7 +846,12 @@ def write_sensitivity(
                     if n_beyond
                     else f"Every one of the {n_acc} accepted runs fits within the right end of {right}"
                 )
-                + (" (a run without a reported cost counts at its ledger charge)." if kind == "budget" else ".")
+                + (
+                    " (a run without a reported cost counts at the agent part of its ledger charge, the one cost rule; "
+                    "\\texttt{sensitivity\\_frontier\\_budget\\_reported.csv} counts it within no budget)."
+                    if kind == "budget"
+                    else "."
+                )
             ),
             label=f"fig:sens-frontier-{kind}",
             simulated=sim,
@@ -793,7 +861,7 @@ def write_sensitivity(
     out["sensitivity_q_grid_figure.tex"] = figure_env(
         pdf,
         gen / "sensitivity_q_grid_figure.tex",
-        caption="Contrasts and 95\\% cluster-bootstrap intervals across the quality threshold $q$.",
+        caption=f"Contrasts and cluster-bootstrap intervals {INTERVAL_LABEL_INLINE} across the quality threshold $q$.",
         label="fig:sens-qgrid",
         simulated=sim,
     )
@@ -824,8 +892,10 @@ def write_sensitivity(
         (
             "Autonomous Recovery Index of the self-repairing arm: share of eligible runs (first session "
             "failed the self-check, or ended by a cap or an error) that passed the self-check after the one "
-            "recovery, and the share also accepted; joint cluster-bootstrap intervals."
-        ),
+            "recovery, and the share also accepted; joint cluster-bootstrap intervals "
+        )
+        + INTERVAL_LABEL_INLINE
+        + ".",
         "tab:sens-ari",
     )
 
@@ -913,6 +983,19 @@ def write_sensitivity(
         _value(t.or_ci_high),
     )
     m["SensLogitPrimaryP"] = _p_macro(float(lg.table.set_index("term").loc[term, "p_value"]))
+    m["SensLogitPrimaryPt"] = _p_macro(float(lg.table.set_index("term").loc[term, "p_t"]))
+    first_arm_term = f"{study.arms[0]} vs {study.contrasts[0][1]}"
+    lt = lg.table.set_index("term")
+    m["SensLogitAZeroP"] = (
+        _p_macro(float(lt.loc[first_arm_term, "p_value"])) if first_arm_term in lt.index else _p_macro(np.nan)
+    )
+    m["SensLogitAZeroPt"] = (
+        _p_macro(float(lt.loc[first_arm_term, "p_t"])) if first_arm_term in lt.index else _p_macro(np.nan)
+    )
+    small = ss.table.set_index("contrast").loc[primary_name]
+    m["SensSmallPrimaryTLow"], m["SensSmallPrimaryTHigh"] = _value(small.t_low), _value(small.t_high)
+    m["SensSmallPrimaryWildLow"], m["SensSmallPrimaryWildHigh"] = _value(small.wild_low), _value(small.wild_high)
+    m["SensSmallPrimaryWildP"] = _p_macro(float(small.p_wild))
     tests = km.details["tests"]
     m["SensLogrankAllP"] = _p_macro(float(tests["p_value"].iloc[0]))
     m["SensLogrankPrimaryP"] = _p_macro(float(tests["p_value"].iloc[1]))

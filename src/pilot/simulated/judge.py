@@ -50,6 +50,13 @@ CONFIG_SCHEMA: dict = protocol.object_schema(
         ),
         "rendering_effect": protocol.object_schema({"uncomputed_formulas": _prob}),
         "criterion_sd": _nonneg,
+        # What the rendering cannot show (the substance of the work): a share of packages falls short by a drawn
+        # number of criterion points, the same for every judge of the run. It lets the judges, not the oracle,
+        # decide part of the acceptances (packages that pass the oracle and fall below q).
+        "unseen_shortfall": protocol.object_schema(
+            {"share": _prob, "points_low": _nonneg, "points_high": _nonneg},
+            required=["share", "points_low", "points_high"],
+        ),
         "judges": {
             "type": "object",
             "minProperties": 1,
@@ -74,6 +81,8 @@ CONFIG_SCHEMA: dict = protocol.object_schema(
         ),
     }
 )
+# The unseen shortfall is optional: a model without it leaves every decision past the oracle to what the files show.
+CONFIG_SCHEMA["required"] = [k for k in CONFIG_SCHEMA["required"] if k != "unseen_shortfall"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,24 @@ def load_config(path: Path | None = None) -> SimulatedJudgeConfig:
     data = protocol.read_yaml(path)
     protocol.validate(data, CONFIG_SCHEMA, path)
     return SimulatedJudgeConfig(path, data)
+
+
+#: The stream a run's unseen shortfall is drawn from (apart from every judge's own draws).
+SHORTFALL_STREAM = 0x5F
+
+
+def unseen_shortfall(raw: dict, seed: int) -> float:
+    """The criterion points by which the run's package falls short of what its rendering shows (0 for most runs).
+
+    Drawn once per run from the run's seed, so the three judges and both attempts of a judge see the same
+    shortfall: with probability ``share`` a uniform draw between ``points_low`` and ``points_high``.
+    """
+    spec = raw.get("unseen_shortfall")
+    if not spec or float(spec["share"]) <= 0:
+        return 0.0
+    rng = np.random.default_rng([int(seed), int(raw["seed_salt"]), SHORTFALL_STREAM])
+    hit, points = rng.random(), rng.uniform(float(spec["points_low"]), float(spec["points_high"]))
+    return float(points) if hit < float(spec["share"]) else 0.0
 
 
 @lru_cache(maxsize=4)
@@ -189,9 +216,11 @@ class SimulatedJudge:
         if record and record[0].status != "delivered":
             u = max(0.0, u - float(raw["quality"]["no_completion_record"]))
         scores: dict[str, int] = {}
+        short = unseen_shortfall(raw, int(request.seed))
         for c in request.criteria:
             mu = (
                 MAX_SCORE * u
+                - short
                 + float(jc["bias"])
                 + criterion_offset(c.id, float(raw["criterion_sd"]), int(raw["seed_salt"]))
             )
@@ -218,6 +247,8 @@ class SimulatedJudge:
         bare = [d.requested for d in items if d.format == "workbook" and d.features.get("n_formulas_uncomputed")]
         if bare:
             notes.append(f"formulas shown without values in {', '.join(bare)}")
+        if short > 0:
+            notes.append(f"substance below what the files show by {short:.2f} criterion points")
         rationale = f"SIMULATED judge: package quality {u:.2f}" + (
             "; " + "; ".join(notes) if notes else "; all requested files present and well formed"
         )

@@ -77,12 +77,12 @@ def forest_plot(contrasts: pd.DataFrame, path: Path, *, simulated: bool | str) -
     ax.set_yticks(
         y,
         [
-            f"{c} ({'primary' if r == 'primary' else 'secondary'})"
+            f"{c.replace('-', chr(0x2212))} ({'primary' if r == 'primary' else 'secondary'})"
             for c, r in zip(contrasts["contrast"], contrasts["role"], strict=True)
         ],
     )
     ax.set_xlabel("difference in scenario-weighted acceptance")
-    ax.set_title(_title("contrasts with 95% cluster-bootstrap intervals", simulated), fontsize=9)
+    ax.set_title(_title("contrasts with nominal 95% cluster-bootstrap intervals", simulated), fontsize=9)
     return save_figure(fig, path)
 
 
@@ -139,7 +139,7 @@ def q_grid_plot(
             fmt="o-",
             ms=3,
             capsize=2,
-            label=name,
+            label=name.replace("-", "\u2212"),  # a difference of arms, with the text's minus sign
         )
     ax.axhline(0, color="0.6", lw=0.8, ls="--")
     ax.set_xlabel("quality threshold q")

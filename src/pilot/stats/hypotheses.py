@@ -18,7 +18,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from pilot import protocol, runtable
-from pilot.stats import estimability, estimators, logistic, primary, resampling, sensitivity
+from pilot.stats import estimability, estimators, logistic, primary, resampling, sensitivity, small_sample
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings, PrimaryResult
 
@@ -211,7 +211,7 @@ def _interval_against_test(
         or p < alpha
     ):
         return ""
-    pct = f"{level:.0%}"
+    pct = f"nominal {level:.0%}"
     return (
         f"The {pct} percentile interval ({shown(low)} to {shown(high)}) excludes zero while the {p_name} "
         f"({shown(p)}) is not below {alpha:g}. The two do not answer the same question: the sign-flip test "
@@ -223,8 +223,8 @@ def _interval_against_test(
             if nonzero is not None
             else ""
         )
-        + f"; the percentile interval can cover less often than {pct} with few scenarios (Appendix on "
-        "calibration). The criterion rests on the test."
+        + "; the percentile interval can cover less often than its nominal level with few scenarios, as the "
+        "calibration appendix measures. The criterion rests on the test."
     )
 
 
@@ -232,7 +232,7 @@ def _contrast_remark(r: pd.Series, p: float, p_name: str, alpha: float, level: f
     """What a contrast's interval says beside its test, from the numbers."""
     if not (estimability.known(r.ci_low) and estimability.known(r.ci_high)):
         return ""
-    lo, hi, pct = shown(r.ci_low), shown(r.ci_high), f"{level:.0%}"
+    lo, hi, pct = shown(r.ci_low), shown(r.ci_high), f"nominal {level:.0%}"
     discord = _interval_against_test(r.ci_low, r.ci_high, p, p_name, alpha, level)
     if discord:
         return discord
@@ -426,6 +426,7 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
                     f"{t}_ci_low": fit.ci_low[k],
                     f"{t}_ci_high": fit.ci_high[k],
                     f"{t}_p": fit.p_value[k],
+                    f"{t}_p_t": fit.p_t[k],
                 }
             )
         why = estimability.join_notes(*(fit.reasons[names.index(words[t])] for t in terms))
@@ -457,7 +458,8 @@ def h4(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
     return HypothesisResult(
         "H4",
         "acceptance falls within arm with designed depth and realised tool calls",
-        f"both pooled slopes (log-odds per SD, clustered by scenario) negative with {level:.0%} intervals below zero",
+        f"both pooled slopes (log-odds per SD, clustered by scenario) negative with nominal {level:.0%} Wald "
+        "intervals below zero",
         table,
         verdict,
         failing=failing,
@@ -519,6 +521,9 @@ def h5(
     n_scen = [*(~np.isnan(means)).sum(axis=0), int((~np.isnan(slopes)).sum())]
     flags = estimability.interval_flags([*lo, s_lo], [*hi, s_hi], n_scen)
     reasons = [f"no run in {a}" for a in layout.arms] + ["no scenario with runs in two arms"]
+    # An end of the slope's percentile interval on a value many scenarios share says nothing about that value.
+    lattice = small_sample.lattice_flag(float(np.ravel(s_lo)[0]), float(np.ravel(s_hi)[0]), slopes, settings.level)
+    flags[-1] = estimability.join_notes(flags[-1], lattice)
     notes = [estimability.join_notes(reasons[i] if n_scen[i] == 0 else "", flags[i]) for i in range(len(n_scen))]
     table = pd.DataFrame(
         {
@@ -559,7 +564,9 @@ def h5(
         failing=failing,
         estimate=(f"highest rate {shown(top[1])} ({top[0]}); " if top else "highest rate not estimable; ")
         + f"slope {shown(s_est)}",
-        interval=(f"{shown_interval(top[2], top[3])}; " if top else "") + shown_interval(s_lo, s_hi),
+        interval=(f"{shown_interval(top[2], top[3])}; " if top else "")
+        + shown_interval(s_lo, s_hi)
+        + (" (an end on a lattice point: not read against zero)" if lattice else ""),
         test=f"slope: {shown_p(slope_p, 'sign-flip p')}",
         remark=" ".join(
             [
@@ -569,14 +576,18 @@ def h5(
                     for a, e in zip(layout.arms, est, strict=True)
                     if estimability.known(e) and _exact(e) == limit
                 ),
-                _interval_against_test(
-                    s_lo,
-                    s_hi,
-                    slope_p,
-                    "slope's sign-flip p-value",
-                    alpha,
-                    settings.level,
-                    nonzero=int((np.abs(slopes[~np.isnan(slopes)]) > 1e-12).sum()),
+                (
+                    f"The slope's percentile interval is not read against zero: {lattice}."
+                    if lattice
+                    else _interval_against_test(
+                        s_lo,
+                        s_hi,
+                        slope_p,
+                        "slope's sign-flip p-value",
+                        alpha,
+                        settings.level,
+                        nonzero=int((np.abs(slopes[~np.isnan(slopes)]) > 1e-12).sum()),
+                    )
                 ),
             ]
         ).strip(),
@@ -743,9 +754,12 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
 
     acc_text = f"acceptance: chi2 = {fmt(chi2, acc_why, '.2f')} (df {int(dof_acc)}), p = {fmt(p_acc, acc_why, '.3f')}"
     text = (
-        f"premium: Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = "
-        f"{fmt(p_het, het_why, '.3f')}, I2 = {fmt(i2, het_why, '.2f')}"
+        f"premium: Cochran Q = {fmt(Qc, het_why, '.2f')} (df {max(dfree, 0)}), p = {fmt(p_het, het_why, '.3f')}, "
+        f"I2 = {fmt(i2, het_why, '.2f')}, around the inverse-variance weighted premium {shown(pooled)}"
     )
+    # The premium this table reports is the preregistered estimand (equal scenario weights); the inverse-variance
+    # weighted mean is only the centre Cochran's Q is taken around, named as such wherever it is printed.
+    equal_premium = float(np.mean(d[~np.isnan(d)])) if (~np.isnan(d)).any() else np.nan
     pooled_share = float(acc[has].sum() / scored[has].sum()) if has.any() else np.nan
     table = pd.concat(
         [
@@ -758,9 +772,9 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
                         "share_accepted": pooled_share,
                         f"p_{treated}": "",
                         f"p_{control}": "",
-                        "premium": pooled,
+                        "premium": equal_premium,
                         "se": "",
-                        "note": pooled_why,
+                        "note": estimability.join_notes(pooled_why, "equal weights"),
                     }
                 ]
             ),
@@ -778,7 +792,10 @@ def h7(df: pd.DataFrame, *, study: protocol.Study | None = None) -> HypothesisRe
         table,
         "exploratory",
         exploratory=True,
-        estimate=f"acceptance {spread} across occupations; pooled premium {shown(pooled)}",
+        estimate=(
+            f"acceptance {spread} across occupations; premium {shown(equal_premium)} (equal weights, as the primary "
+            f"contrast); inverse-variance weighted {shown(pooled)} (descriptive)"
+        ),
         interval=NOT_APPLICABLE,
         test=(
             f"acceptance: {shown_p(p_acc, 'chi-square p')}; premium: {shown_p(p_het, 'Cochran p')}, I² = {shown(i2, 2)}"

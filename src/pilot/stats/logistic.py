@@ -8,7 +8,10 @@ separation exactly, as a linear programme (Konis 2007): the data are separated
 when some ``b != 0`` has ``(2y-1) x_i b >= 0`` for every run. :func:`fit`
 checks that first, then the fit's convergence and the size of its
 coefficients and standard errors, and reports each term as a number or
-``not estimable (reason)``.
+``not estimable (reason)``. Beside the preregistered normal reference each
+term carries the same Wald statistic read against t(G - 1), G the number of
+scenario clusters (:func:`pilot.stats.small_sample.t_reference`), a
+small-sample sensitivity that no verdict rests on.
 
 :func:`firth_fit` is a penalised (Firth) fit that stays finite under
 separation; it is exploratory only (``protocol/interpretations.md``) and never
@@ -24,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
+
+from pilot.stats import small_sample
 
 # Beyond these a logit coefficient (log-odds per unit) or its standard error means the likelihood is
 # flat towards infinity (near separation), not an estimate: exp(15) is an odds ratio of 3 million.
@@ -48,6 +53,16 @@ class LogitFit:
     n_clusters: int
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The same Wald statistics read against t(G - 1) instead of the normal (a small-sample sensitivity, never the
+    #: verdict's).
+    p_t: np.ndarray = field(default_factory=lambda: np.array([]))
+    ci_t_low: np.ndarray = field(default_factory=lambda: np.array([]))
+    ci_t_high: np.ndarray = field(default_factory=lambda: np.array([]))
+
+    def __post_init__(self) -> None:
+        if self.p_t.size != len(self.terms):  # no t reading given: NaN, as the normal reading of an unestimable term
+            nan = np.full(len(self.terms), np.nan)
+            self.p_t, self.ci_t_low, self.ci_t_high = nan.copy(), nan.copy(), nan.copy()
 
     def estimable(self, term: str) -> bool:
         """The term has a point estimate (its errors may still be missing, see ``reasons``)."""
@@ -62,6 +77,9 @@ class LogitFit:
                 "p_value": self.p_value,
                 "ci_low": self.ci_low,
                 "ci_high": self.ci_high,
+                "p_t": self.p_t,
+                "ci_t_low": self.ci_t_low,
+                "ci_t_high": self.ci_t_high,
                 "note": self.reasons,
             }
         )
@@ -176,6 +194,7 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
             "; ".join([*notes, few]),
             {"fit": res},
         )
+    t_read = np.array([small_sample.t_reference(c, s, G, level) for c, s in zip(coef, se, strict=True)], dtype=float)
     return LogitFit(
         terms,
         nanify(coef),
@@ -188,6 +207,9 @@ def fit(y: np.ndarray, X: np.ndarray, terms: list[str], groups: np.ndarray, *, l
         G,
         "; ".join(notes),
         {"fit": res},
+        nanify(t_read[:, 0]),
+        nanify(t_read[:, 1]),
+        nanify(t_read[:, 2]),
     )
 
 

@@ -477,6 +477,9 @@ class PowerResult:
         fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.8 * nrow), sharex=True, sharey=True, squeeze=False)
         colours = dict(zip(sorted(self.design.J), ["#1b9e77", "#d95f02", "#7570b3", "#e7298a"], strict=False))
         styles = dict(zip(sorted(self.design.R), ["--", "-", ":", "-."], strict=False))
+        # The repeats differ in marker as well as in line, so the legend's short samples tell them apart.
+        markers = dict(zip(sorted(self.design.R), ["o", "s", "^", "D"], strict=False))
+        hollow = dict(zip(sorted(self.design.R), [True, False, True, False], strict=False))
         for ax, test in zip(axes.flat, self.tests, strict=False):
             part = df[df.test == test]
             for (J, R), cell in part.groupby(["J", "R"]):
@@ -487,8 +490,9 @@ class PowerResult:
                     yerr=1.96 * cell.mc_se,
                     color=colours.get(J, "k"),
                     linestyle=styles.get(R, "-"),
-                    marker="o",
-                    markersize=3,
+                    marker=markers.get(R, "o"),
+                    markersize=3.5,
+                    markerfacecolor="white" if hollow.get(R, False) else colours.get(J, "k"),
                     capsize=2,
                     label=f"J={J}, R={R}",
                 )
@@ -507,9 +511,15 @@ class PowerResult:
             ax.set_visible(False)
         handles, labels = axes.flat[0].get_legend_handles_labels()
         fig.legend(
-            handles, labels, loc="lower center", ncol=len(labels), fontsize=7.5, frameon=False
-        )  # 7.5 pt prints at 7 pt at 0.95 of the text width
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
+            handles,
+            labels,
+            loc="lower center",
+            ncol=min(len(labels), 3),
+            fontsize=7.5,
+            frameon=False,
+            handlelength=3.2,
+        )  # 7.5 pt prints at 7 pt at 0.95 of the text width; long samples show dashed against solid
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
         return fig
 
     def to_latex(self, reading: str | None = None, **kwargs: Any) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
 from pilot import protocol, runtable
-from pilot.stats import batch_inference, estimability, estimators, resampling
+from pilot.stats import batch_inference, estimability, estimators, resampling, small_sample
 from pilot.stats.estimators import Layout
 
 
@@ -157,8 +157,14 @@ def contrast_table(
         p_adj[1:] = holm(p[1:], 1 - settings.level, method=adjustment)
     n_scen = (~np.isnan(d)).sum(axis=0)
     notes = [
-        estimability.join_notes(_contrast_reason(means, layout, pair) if k == 0 else "", flag)
-        for pair, k, flag in zip(contrasts, n_scen, estimability.interval_flags(lo, hi, n_scen), strict=True)
+        estimability.join_notes(
+            _contrast_reason(means, layout, pair) if k == 0 else "",
+            flag,
+            small_sample.lattice_flag(float(lo[i]), float(hi[i]), d[:, i], settings.level),
+        )
+        for i, (pair, k, flag) in enumerate(
+            zip(contrasts, n_scen, estimability.interval_flags(lo, hi, n_scen), strict=True)
+        )
     ]
     table = pd.DataFrame(
         {

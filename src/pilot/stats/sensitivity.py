@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from pilot import protocol, runtable
-from pilot.stats import estimability, estimators, logistic, primary, resampling
+from pilot.stats import estimability, estimators, logistic, primary, resampling, small_sample
 from pilot.stats.estimators import Layout
 from pilot.stats.primary import InferenceSettings
 
@@ -105,6 +105,67 @@ def minutes_weighted(
     return primary.primary_analysis(df, seed=seed, weights="minutes", study=study, B=B, n_permutations=n_permutations)
 
 
+def small_sample_contrasts(
+    df: pd.DataFrame,
+    *,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    result: primary.PrimaryResult | None = None,
+    B: int | None = None,
+    n_permutations: int | None = None,
+) -> TableResult:
+    """Each preregistered contrast with its preregistered interval and test beside two small-sample readings.
+
+    The studentised interval (t with J - 1 degrees of freedom) and the wild
+    cluster bootstrap-t (Rademacher weights over every sign vector at J <= 14,
+    Webb's six-point weights drawn with the stage's seed beyond; interval WCU,
+    p-value WCR) of the same mean of scenario differences
+    (:mod:`pilot.stats.small_sample`). Sensitivities only: every verdict rests
+    on the preregistered percentile interval and sign-flip test.
+    """
+    study, rows, layout = _setup(df, study)
+    res = (
+        result
+        if result is not None
+        else primary.primary_analysis(df, seed=seed, study=study, B=B, n_permutations=n_permutations)
+    )
+    level = res.settings.level
+    means = layout.means(estimators.acceptance_values(rows, study.q))
+    d = estimators.contrast_differences(means, layout, study.contrasts)
+    w = layout.weights("equal")
+    out, kinds = [], []
+    for k, pair in enumerate(study.contrasts):
+        name = estimators.contrast_name(pair)
+        pre = res.contrast(name)
+        t_lo, t_hi = small_sample.t_interval(d[:, k], w, level)
+        wild = small_sample.wild_cluster_bootstrap(
+            d[:, k], w, level, rng=np.random.default_rng([res.settings.seed, 29, k])
+        )
+        n_scen = int((~np.isnan(d[:, k])).sum())
+        kinds.append(wild.weights)
+        out.append(
+            {
+                "contrast": name,
+                "estimate": float(pre.estimate),
+                "pct_low": float(pre.ci_low),
+                "pct_high": float(pre.ci_high),
+                "t_low": t_lo,
+                "t_high": t_hi,
+                "wild_low": wild.ci_low,
+                "wild_high": wild.ci_high,
+                "p_sign_flip": float(pre.p_value),
+                "p_wild": wild.p_value,
+                "n_scenarios": n_scen,
+                "note": estimability.join_notes(
+                    str(pre.note or ""),
+                    "fewer than two scenarios: no studentised reading" if n_scen < 2 else "",
+                ),
+            }
+        )
+    weights = "; ".join(dict.fromkeys(k for k in kinds if k))
+    return TableResult("small_sample_contrasts", pd.DataFrame(out), {"wild_weights": weights, "level": level})
+
+
 # --------------------------------------------------------------------------
 # Cluster-robust logistic regression
 # --------------------------------------------------------------------------
@@ -116,7 +177,9 @@ def logistic_cluster(
     """Logistic regression of S on arm, standard errors clustered by scenario (statsmodels GLM).
 
     Rows are the arms' log-odds ratios against ``reference`` (the primary
-    contrast's control arm by default), with odds ratios and 95% intervals.
+    contrast's control arm by default), with odds ratios and 95% intervals,
+    and beside them the same Wald statistics read against t(G - 1) (``p_t``,
+    ``or_ci_t_*``), a small-sample sensitivity.
     An arm whose scored runs are all accepted or all not accepted separates
     the data: its odds ratio has no finite estimate, so its term is reported
     as not estimable and the model is fitted on the other arms (every term is
@@ -165,8 +228,9 @@ def logistic_cluster(
                 res.ci_high[k],
                 res.reasons[k],
             )
+            p_t, lo_t, hi_t = res.p_t[k], res.ci_t_low[k], res.ci_t_high[k]
         else:
-            c = se = p = lo = hi = np.nan
+            c = se = p = lo = hi = p_t = lo_t = hi_t = np.nan
             why = reasons[a]
         out.append(
             {
@@ -177,6 +241,11 @@ def logistic_cluster(
                 "odds_ratio": np.exp(c),
                 "or_ci_low": np.exp(lo),
                 "or_ci_high": np.exp(hi),
+                # The same statistic against t(G - 1): a small-sample sensitivity beside the preregistered normal
+                # reference.
+                "p_t": p_t,
+                "or_ci_t_low": np.exp(lo_t),
+                "or_ci_t_high": np.exp(hi_t),
                 "note": why,
             }
         )
@@ -473,15 +542,35 @@ def cost_per_accepted(
 
 
 def frontier(
-    df: pd.DataFrame, kind: str, *, seed: int = 0, study: protocol.Study | None = None, B: int | None = None
+    df: pd.DataFrame,
+    kind: str,
+    *,
+    seed: int = 0,
+    study: protocol.Study | None = None,
+    B: int | None = None,
+    cost_reading: str = "charged",
 ) -> TableResult:
     """Acceptance within an allowance, per arm: ``kind`` is ``budget`` (S=1 and cost <= b, over
-    ``frontier.budget_usd``) or ``human`` (S=1 and H <= h, over ``frontier.human_minutes``)."""
+    ``frontier.budget_usd``) or ``human`` (S=1 and H <= h, over ``frontier.human_minutes``).
+
+    ``cost_reading`` (budget only): ``charged``, the one cost rule (a run
+    without a reported cost at its ledger charge: :func:`charged_agent_cost`),
+    or ``reported``, the sensitivity reading in which such a run is within no
+    budget."""
+    if cost_reading not in COST_READINGS:
+        raise ValueError(f"cost_reading must be one of {COST_READINGS}, got {cost_reading!r}")
     study, rows, layout = _setup(df, study)
     if kind == "budget":
-        # The cost reading of every cost figure: a run without a reported cost counts at its ledger charge
-        # (interpretations.md).
-        grid, resource = study.grid("budget_usd"), charged_agent_cost(rows)[0]
+        # The one cost rule (interpretations.md, Cost of a run); the reported reading leaves an unknown cost
+        # within no budget.
+        resource = (
+            charged_agent_cost(rows)[0]
+            if cost_reading == "charged"
+            else np.where(
+                np.isnan(rows["cost_usd"].to_numpy(dtype=float)), np.inf, rows["cost_usd"].to_numpy(dtype=float)
+            )
+        )
+        grid = study.grid("budget_usd")
     elif kind == "human":
         grid, resource = study.grid("human_minutes"), rows["H_minutes"].to_numpy(dtype=float)
     else:
@@ -602,6 +691,37 @@ def model_sensitivity(
     return TableResult(
         "model_sensitivity", pd.DataFrame(out, columns=["arm", "model", "p_hat", "ci_low", "ci_high", "n_runs", "note"])
     )
+
+
+def reliability(df: pd.DataFrame, *, study: protocol.Study | None = None) -> TableResult:
+    """Reliability across repeats per arm: tau-bench's pass^k for k = 1 .. R and the share of scenarios accepted in
+    all R.
+
+    Per scenario, pass^k = C(c, k) / C(n, k) with c accepted of n scored
+    repeats (the chance that k repeats drawn from its n were all accepted); an
+    arm's pass^k is the equal-weight mean over the scenarios with at least k
+    scored repeats. pass^1 is the arm's acceptance. "Accepted in all R" is the
+    share of scenarios whose every scored repeat was accepted, over the
+    scenarios with R scored repeats (R the largest number of repeats run).
+    Descriptive: no interval and no test.
+    """
+    study, rows, layout = _setup(df, study)
+    S = estimators.acceptance_values(rows, study.q)
+    sums, n = layout.sums(S)
+    R = int(n.max()) if n.size else 0
+    out = []
+    for k, a in enumerate(layout.arms):
+        c, m = sums[:, k].astype(int), n[:, k].astype(int)
+        rec: dict[str, object] = {"arm": a}
+        for kk in range(1, R + 1):
+            vals = small_sample.pass_hat_k(c, m, kk)
+            rec[f"pass_{kk}"] = float(np.nanmean(vals)) if (~np.isnan(vals)).any() else np.nan
+        full = m == R
+        rec["accepted_in_all_R"] = float((c[full] == R).mean()) if full.any() else np.nan
+        rec["scenarios_with_R"] = int(full.sum())
+        rec["note"] = "" if full.any() else f"no scenario of {a} has {R} scored repeats"
+        out.append(rec)
+    return TableResult("reliability", pd.DataFrame(out), {"R": R})
 
 
 # --------------------------------------------------------------------------

@@ -66,6 +66,9 @@ def sensitivity_stage(
     r["minutes_weighted"] = sensitivity.minutes_weighted(
         runs, seed=seed, study=study, B=B, n_permutations=n_permutations
     )
+    r["small_sample"] = sensitivity.small_sample_contrasts(
+        runs, seed=seed, study=study, B=B, n_permutations=n_permutations
+    )
     r["logistic"] = sensitivity.logistic_cluster(runs, study=study)
     r["kaplan_meier"] = sensitivity.kaplan_meier(runs, study=study)
     r["cost_per_accepted"] = sensitivity.cost_per_accepted(runs, seed=seed, study=study, B=B)
@@ -74,9 +77,14 @@ def sensitivity_stage(
         runs, seed=seed, study=study, B=B, cost_reading="reported"
     )
     r["frontier_budget"] = sensitivity.frontier(runs, "budget", seed=seed, study=study, B=B)
+    # The same frontier with an unreported cost within no budget, the sensitivity of the one cost rule.
+    r["frontier_budget_reported"] = sensitivity.frontier(
+        runs, "budget", seed=seed, study=study, B=B, cost_reading="reported"
+    )
     r["frontier_human"] = sensitivity.frontier(runs, "human", seed=seed, study=study, B=B)
     r["secondary"] = sensitivity.secondary_endpoints(runs, study=study)
     r["models"] = sensitivity.model_sensitivity(runs, seed=seed, study=study, B=B)
     r["recovery_index"] = sensitivity.recovery_index(runs, seed=seed, study=study, B=B)
+    r["reliability"] = sensitivity.reliability(runs, study=study)
     r["agreement"] = sensitivity.judge_agreement(runs, study=study)
     return SensitivityStage(r, [hypotheses.h4(runs, study=study), hypotheses.h7(runs, study=study)])
