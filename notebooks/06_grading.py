@@ -27,11 +27,13 @@ grades: str = ""  # the coordinator's export (CSV) to read instead of the store'
 bootstrap_resamples: int = 0  # B over packages; 0 takes study.yml inference.bootstrap_resamples
 
 # %%
+import dataclasses
 import time
 
 from pilot import paths, protocol
 from pilot.grading import report as grading_report
 from pilot.grading import store as grading_store
+from pilot.human import store as human_store
 from pilot.report.inline import say, show_figures
 from pilot.simulated.graders import read_truth
 
@@ -55,6 +57,8 @@ else:
         chosen = experts[-1] if experts else ""
         if not chosen:
             not_run = f"study {study_name} has no wave of experts' grades"
+# The study's human wave (people, SIMULATED participants, or none): the sentence on which waves of people ran says it.
+human_source = ",".join(sorted(human_store.study_sources(folder)))
 print("grading wave:", chosen or f"none ({not_run})")
 
 # %% [markdown]
@@ -65,7 +69,7 @@ print("grading wave:", chosen or f"none ({not_run})")
 
 # %%
 if not_run:
-    grading_report.write_not_run(generated, not_run)
+    grading_report.write_not_run(generated, not_run, human_source=human_source)
     text = grading_report.write_text(None, generated, not_run=not_run)
     say(f"The expert grading wave was not run: {not_run}.")
 else:
@@ -77,6 +81,7 @@ else:
         B=bootstrap_resamples or None,
         study=study,
     )
+    result = dataclasses.replace(result, human_source=human_source)
     truth = read_truth(folder, chosen) if result.source == "simulated" else None
     written = grading_report.write_grading_outputs(result, tables, generated)
     text = grading_report.write_text(result, generated, truth=truth)

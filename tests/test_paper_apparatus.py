@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pilot import backends
+from pilot import backends, paths
 from pilot.protocol import ProtocolError, load_amendments
 from pilot.report import apparatus, deviations, stand_ins
 
@@ -42,11 +42,13 @@ def test_the_numbering_gaps_are_found_and_explained():
 
 def test_an_amendment_without_an_entry_is_printed_as_not_stated_and_named(tmp_path):
     src = Path(deviations.DEVIATIONS_FILE).read_text(encoding="utf-8")
-    cut = src.split("  A-026:")[0]  # the last entry removed
+    # The last amendment of the register (read from the file itself), its entry removed.
+    last = (paths.ROOT / "protocol" / "amendments.csv").read_text(encoding="utf-8").splitlines()[-1].split(",")[0]
+    cut = src.split(f"  {last}:")[0]
     path = tmp_path / "deviations.yml"
     path.write_text(cut, encoding="utf-8")
     dev = deviations.load(path)
-    assert deviations.missing_entries(dev) == ["A-026: no entry in protocol/deviations.yml"]
+    assert deviations.missing_entries(dev) == [f"{last}: no entry in protocol/deviations.yml"]
     assert "not stated" in deviations.subsection(dev)
 
 
@@ -108,6 +110,12 @@ def test_the_waves_of_people_not_run_are_said():
     # A real wave of experts: only the human wave is left to name.
     real = stand_ins.people_waves_sentence("experts")
     assert "expert grading wave" not in real and "H0" in real and "has not been run" in real
+    # A dry run whose human wave drew SIMULATED participants says so; a wave of people is not among those not run.
+    both = stand_ins.people_waves_sentence("simulated", "simulated")
+    assert "was played by SIMULATED participants" in both and "has not been run" not in both
+    assert "none was run with people for this build" in both
+    people = stand_ins.people_waves_sentence("experts", "participants")
+    assert people == "Every wave of people the protocol defines was run."
 
 
 # ------------------------------------------------------------------ authors, funding, competing interests

@@ -82,6 +82,8 @@ class GradingReport:
     q: float = 0.0
     contrast: tuple[str, str] = ("", "")
     arms: list[str] = field(default_factory=list)
+    #: The study's human wave, for the sentence on which waves of people ran: ``participants``, ``simulated`` or "".
+    human_source: str = ""
 
     def to_latex(self, **kwargs: Any) -> str:
         return self.summary.to_latex(index=False, float_format="%.3f", **kwargs)
@@ -432,7 +434,7 @@ def _macro_values(report: GradingReport) -> dict[str, Any]:
         "StandInSentence": latex.LatexText(stand_ins.grading_sentence(source)),
         "WaveStatus": latex.LatexText(stand_ins.grading_status(source)),
         "GraderNoun": stand_ins.grader_noun(source),
-        "PeopleWavesSentence": latex.LatexText(stand_ins.people_waves_sentence(source)),
+        "PeopleWavesSentence": latex.LatexText(stand_ins.people_waves_sentence(source, report.human_source)),
     }
     for base, key in (
         ("AlphaExpertsQ", (agreement.EXPERTS, "Q")),
@@ -503,7 +505,9 @@ def _source() -> str:
     return latex.latex_escape(agreement.GDPVAL_SOURCE).replace('"', "``", 1).replace('"', "''", 1)
 
 
-def write_not_run(generated_dir: Path, reason: str, *, arms: Sequence[str] | None = None) -> Path:
+def write_not_run(
+    generated_dir: Path, reason: str, *, arms: Sequence[str] | None = None, human_source: str = ""
+) -> Path:
     """``grading_macros.tex`` for a study whose grading wave was not run: every macro says so, ``\\gradingWaveRun`` is
     0."""
     arms = list(arms) if arms is not None else protocol.study().arms
@@ -516,7 +520,7 @@ def write_not_run(generated_dir: Path, reason: str, *, arms: Sequence[str] | Non
             "gradingStandInSentence": latex.LatexText(stand_ins.grading_sentence(None)),
             "gradingWaveStatus": latex.LatexText(stand_ins.grading_status(None)),
             "gradingGraderNoun": "experts",
-            "gradingPeopleWavesSentence": latex.LatexText(stand_ins.people_waves_sentence(None)),
+            "gradingPeopleWavesSentence": latex.LatexText(stand_ins.people_waves_sentence(None, human_source)),
         }
     )
     m.update({"grading" + k: v for k, v in _gdpval().items()})

@@ -253,6 +253,20 @@ def sources(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT DISTINCT source FROM human_waves")}
 
 
+def study_sources(study_folder: Path) -> set[str]:
+    """:func:`sources` of a study's store, read only (empty when the study has no store or no human wave)."""
+    db = Path(study_folder) / "study.sqlite"
+    if not db.is_file():
+        return set()
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'human_waves'").fetchone() is None:
+            return set()
+        return {r[0] for r in conn.execute("SELECT DISTINCT source FROM human_waves")}
+    finally:
+        conn.close()
+
+
 def log_event(
     conn: sqlite3.Connection,
     wave_name: str,

@@ -79,8 +79,12 @@ def grading_sentence(source: str | None) -> str:
     )
 
 
-def people_waves_sentence(grading_source: str | None) -> str:
-    """Which waves of people the protocol defines and this build did not run."""
+def people_waves_sentence(grading_source: str | None, human_source: str | None = None) -> str:
+    """Which waves of people the protocol defines and this build did not run with people.
+
+    ``human_source`` is the study's human wave (:func:`pilot.human.store.study_sources`): ``participants`` (people),
+    ``simulated`` (SIMULATED participants), or None/empty when the study has none.
+    """
     parts, ran = [], 0
     for wave, where in backends.PEOPLE_WAVES:
         if "grading" in wave:
@@ -89,6 +93,14 @@ def people_waves_sentence(grading_source: str | None) -> str:
                 ran += 1
                 continue  # run with people: not among the waves that were not
             status = f"was played by {s.kind} graders" if s is not None else "has not been run"
+        elif human_source == "participants":
+            ran += 1
+            continue
+        elif human_source == "simulated":
+            status = (
+                f"was played by {backends.SIMULATED_LABEL} participants "
+                f"({_tt('analysis/config/simulated_participants.yml')})"
+            )
         else:
             status = "has not been run"
         parts.append(f"{latex_escape(wave)} {status} ({_tt(where)})")
