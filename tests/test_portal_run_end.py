@@ -141,6 +141,8 @@ def test_redact_tree_skips_the_workspace_and_follows_no_link(tmp_path):
 # ------------------------------------------------------------------ the runner
 
 
+# A simulated A3 run: its worker saves workbooks through LibreOffice (confined), as A3 workers do.
+@pytest.mark.usefixtures("soffice")
 def test_a_run_whose_portal_died_unused_is_an_infrastructure_error(tmp_path):
     def starter(scenario_id, run_dir):
         inst = start_instance(scenario_id, run_dir)
@@ -157,6 +159,8 @@ def test_a_run_whose_portal_died_unused_is_an_infrastructure_error(tmp_path):
     assert saved["status"] == "infra_error" and saved["portal_fault"] is True
 
 
+# A simulated A3 run: its worker saves workbooks through LibreOffice (confined), as A3 workers do.
+@pytest.mark.usefixtures("soffice")
 def test_a_run_whose_portal_died_after_use_carries_a_note_and_the_fault(tmp_path):
     def starter(scenario_id, run_dir):
         inst = start_instance(scenario_id, run_dir)
@@ -178,6 +182,8 @@ def test_a_run_whose_portal_died_after_use_carries_a_note_and_the_fault(tmp_path
     assert saved["portal_fault"] is True and saved["notes"] == rec.notes
 
 
+# A simulated A3 run: its worker saves workbooks through LibreOffice (confined), as A3 workers do.
+@pytest.mark.usefixtures("soffice")
 def test_a_healthy_portal_run_has_no_fault(tmp_path):
     rec = run_attempt(PORTAL_SID, "A3", backend="simulated", out_dir=tmp_path / "a3", seed=5, evaluate=False)
     assert rec.portal_fault is False and rec.portal_requests == 6
@@ -276,6 +282,8 @@ def test_the_scheduler_gets_a_dead_unused_portal_as_an_infrastructure_error_to_r
     assert outcome.record["portal_fault"] is True and outcome.record["portal_requests"] == 0
 
 
+# A simulated A3 run: its worker saves workbooks through LibreOffice (confined), as A3 workers do.
+@pytest.mark.usefixtures("soffice")
 def test_an_attempt_killed_before_its_redaction_is_redacted_by_the_next(tmp_path):
     """The scheduler keeps <run id>/attempt-N; the next attempt cleans a killed one's folder with the pair in its
     workspace."""

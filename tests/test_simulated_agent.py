@@ -176,7 +176,8 @@ def test_a1_denied_attempts_are_recorded_as_deviations(tmp_path):
 PORTAL_SID = "ACC-01"  # uses_portal: true
 
 
-def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path):
+# A3 saves its workbooks through LibreOffice with the model's stated probability (soffice).
+def test_a3_uses_the_portal_over_http_and_a1_has_none(tmp_path, soffice):
     from pilot.portal import read_access_log, summarise_access_log
 
     manifest = json.loads((paths.scenario_portal_dir(PORTAL_SID) / "manifest.json").read_text())
