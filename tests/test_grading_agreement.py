@@ -532,3 +532,96 @@ def test_outputs_and_not_run_define_the_same_macros(tmp_path):
     table = written["grading_summary_table.tex"].read_text(encoding="utf-8")
     assert "\\textbf{SIMULATED.}" in table and "\\toprule" in table and "\\label{tab:grading-summary}" in table
     assert pd.read_csv(written["grading_summary.csv"])["wave"].iloc[0] == "SIMULATED w"
+
+
+def _table_labels(path) -> tuple[list[str], list[str]]:
+    """A generated table's header cells and the first cell of each row, as the .tex holds them."""
+    text = path.read_text(encoding="utf-8")
+    head, body = text.split("\\toprule\n", 1)[1].split("\\midrule\n", 1)
+    rows = body.split("\\bottomrule", 1)[0].strip().splitlines()
+    return [c.strip() for c in head.split("\\\\")[0].split("&")], [r.split("&")[0].strip() for r in rows]
+
+
+def _tabular(path) -> str:
+    text = path.read_text(encoding="utf-8")
+    return text[text.index("\\begin{tabular}") : text.index("\\end{tabular}")]
+
+
+#: Each wave's table labels as the manuscript must print them, written by hand: a wave of simulated graders names its
+#: stand-ins in every row and header; a wave of experts keeps the labels it always had.
+TABLE_LABELS = {
+    "simulated": {
+        "summary": [
+            "alpha among simulated graders, Q (interval)",
+            "alpha among simulated graders, all criteria (ordinal)",
+            "alpha panel vs simulated graders, Q (interval)",
+            "alpha panel vs simulated graders, all criteria (ordinal)",
+            "accept agreement, simulated grader pairs",
+            "accept Cohen's kappa, simulated grader pairs",
+            "accept agreement, panel vs simulated grader",
+            "accept Cohen's kappa, panel vs simulated grader",
+            "panel bias in Q, A3$-$A1",
+            "panel bias in accept, A3$-$A1",
+            "H1 A3$-$A1, simulated graders",
+            "H1 A3$-$A1, panel (same packages)",
+            "H1 A3$-$A1, panel minus simulated graders",
+        ],
+        "reliability": ["simulated graders"] * 2 + ["panel vs simulated graders"] * 2,
+        "acceptance": ["simulated grader pairs"] * 2 + ["panel vs simulated grader"] * 2,
+        "bias header": ["Panel", "Simulated graders"],
+        "h1": ["simulated graders", "panel", "panel minus simulated graders"],
+        "acceptance caption": "Simulated grader pairs: every pair of the simulated graders grading a package; "
+        "panel vs simulated grader: the panel's majority vote",
+        "reliability caption": "Panel vs simulated graders: the panel's value",
+    },
+    "experts": {
+        "summary": [
+            "alpha among experts, Q (interval)",
+            "alpha among experts, all criteria (ordinal)",
+            "alpha panel vs experts, Q (interval)",
+            "alpha panel vs experts, all criteria (ordinal)",
+            "accept agreement, expert-expert",
+            "accept Cohen's kappa, expert-expert",
+            "accept agreement, panel-expert",
+            "accept Cohen's kappa, panel-expert",
+            "panel bias in Q, A3$-$A1",
+            "panel bias in accept, A3$-$A1",
+            "H1 A3$-$A1, experts",
+            "H1 A3$-$A1, panel (same packages)",
+            "H1 A3$-$A1, panel minus experts",
+        ],
+        "reliability": ["experts"] * 2 + ["panel-experts"] * 2,
+        "acceptance": ["expert-expert"] * 2 + ["panel-expert"] * 2,
+        "bias header": ["Panel", "Experts"],
+        "h1": ["experts", "panel", "panel minus experts"],
+        "acceptance caption": "Expert-expert: every pair of the experts grading a package; panel-expert: the "
+        "panel's majority vote",
+        "reliability caption": "Panel-experts: the panel's value",
+    },
+}
+
+
+@pytest.mark.parametrize("source", sorted(TABLE_LABELS))
+def test_a_waves_tables_name_their_rows_and_columns_by_who_graded(source, tmp_path):
+    want = TABLE_LABELS[source]
+    grades, panel = _synthetic(8)
+    grades["source"] = source
+    r = rp.grading_report(grades, panel, seed=1, B=100, criteria=CRITERIA)
+    written = rp.write_grading_outputs(r, tmp_path / "tables", tmp_path / "gen")
+    for name in ("summary", "reliability", "acceptance", "h1"):
+        assert _table_labels(written[f"grading_{name}_table.tex"])[1] == want[name], name
+    assert _table_labels(written["grading_bias_table.tex"])[0][6:8] == want["bias header"]
+    # The captions explain the rows by the labels the rows carry.
+    for name in ("acceptance", "reliability"):
+        assert want[f"{name} caption"] in written[f"grading_{name}_table.tex"].read_text(encoding="utf-8"), name
+    tabulars = {
+        name: _tabular(written[f"grading_{name}_table.tex"]).lower()
+        for name in ("summary", "reliability", "acceptance", "bias", "bias_contrast", "h1", "coverage")
+    }
+    if source == "simulated":
+        # No header, row or note of any table names experts: read alone, nothing reads as people.
+        assert [name for name, cells in tabulars.items() if "expert" in cells] == []
+    else:
+        assert [name for name, cells in tabulars.items() if "simulated" in cells] == []
+    # The CSV tables keep the keys the code and the export read, whoever graded.
+    assert set(pd.read_csv(written["grading_reliability.csv"])["coders"]) == {"experts", "panel-experts"}

@@ -211,3 +211,12 @@ def test_the_grading_coverage_starts_from_every_judged_run(built):
 def test_no_ninety_five_per_cent_without_its_calibration(built):
     missing = uncalibrated(built["text"])
     assert not missing, "a 95 per cent level printed without its nominal label or coverage:\n" + "\n".join(missing)
+
+
+def test_no_grading_table_names_experts_in_a_row_or_header_of_a_simulated_wave(built):
+    tables = sorted(built["generated"].glob("grading_*_table.tex"))
+    assert len(tables) >= 7
+    for path in tables:
+        text = path.read_text(encoding="utf-8")
+        cells = text[text.index("\\begin{tabular}") : text.index("\\end{tabular}")]
+        assert "expert" not in cells.lower(), path.name

@@ -151,6 +151,29 @@ def test_a_hypothesis_paragraph_names_the_failing_part_and_keeps_case():
     assert INTERVAL_NOTE not in _interval_notes(latex_escape(h4))
 
 
+def test_h6s_cost_intervals_say_the_calibration_did_not_measure_them():
+    row = {
+        "hypothesis": "H6",
+        "statement": "cost per accepted deliverable lowest in A1 or A3, not A0",
+        "criterion": "lowest finite point estimate in A1 or A3",
+        "estimate": "lowest A1: $2.57",
+        "interval": "1.90 to 3.40",
+        "test": "share of resamples lowest in A1/A3: 0.80",
+        "verdict": "consistent",
+        "failing": "",
+        "remark": "",
+    }
+    h6 = sentences.hypothesis_paragraph(row)
+    assert "; interval (nominal 95%, coverage not measured for cost) 1.90 to 3.40;" in h6
+    # The contrasts' calibrated coverage is not lent to the cost ratio when the stage labels the paragraph's intervals.
+    from pilot.latex import latex_escape
+    from pilot.report.stage_outputs import INTERVAL_NOTE, _interval_notes
+
+    shown = _interval_notes(latex_escape(h6))
+    assert INTERVAL_NOTE not in shown
+    assert "interval (nominal 95\\%, coverage not measured for cost) 1.90 to 3.40" in shown
+
+
 def test_an_exploratory_paragraph_is_described_not_judged_and_reads_csv_gaps():
     row = {
         "hypothesis": "H7",

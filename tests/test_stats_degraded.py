@@ -221,3 +221,32 @@ def test_the_h4_text_macro_states_the_reasons_the_fits_give(kind, tmp_path: Path
         assert latex_escape(n.split("; ")[0].split(" (")[0]) in line, (n, line)
     if kind == "all_fail":
         assert "no variation in S" in line and "separation" not in line
+
+
+def test_h6s_cost_intervals_carry_their_own_note_not_the_contrasts_calibration(tmp_path: Path):
+    df = base()
+    p = stage_computations.primary_stage(df, seed=3, B=B, n_permutations=P)
+    s = stage_computations.sensitivity_stage(df, seed=3, B=B, n_permutations=P)
+    data = stage_outputs.StageData(df, "intact", True, True, str(df["study"].iloc[0]))
+    stage_outputs.write_primary(p.result, p.hypotheses, data, tmp_path / "t", tmp_path / "f", tmp_path / "g")
+    primary_rows = pd.read_csv(tmp_path / "t" / "primary_hypotheses.csv")  # as stage 05 reads them back
+    stage_outputs.write_sensitivity(
+        s.results, s.hypotheses, data, tmp_path / "t", tmp_path / "f", tmp_path / "g", primary_hypotheses=primary_rows
+    )
+    cost = "(nominal 95\\%, coverage not measured for cost)"
+    calibrated = "\\IntervalNote{}"
+
+    def caption(name: str) -> str:
+        text = (tmp_path / "g" / name).read_text(encoding="utf-8")
+        return next(ln for ln in text.splitlines() if ln.startswith("\\caption{"))
+
+    assert cost in caption("primary_h6_table.tex") and calibrated not in caption("primary_h6_table.tex")
+    assert calibrated in caption("primary_h1_table.tex") and cost not in caption("primary_h1_table.tex")
+    assert cost in caption("sensitivity_cost_table.tex") and calibrated not in caption("sensitivity_cost_table.tex")
+    summary = caption("hypotheses_summary_table.tex")
+    assert f"for H6 joint bootstraps of the cost ratio {cost}" in summary and calibrated in summary
+    paragraphs = (tmp_path / "g" / "discussion_hypotheses.tex").read_text(encoding="utf-8").split("\\paragraph{")
+    h6 = next(x for x in paragraphs if x.startswith("H6."))
+    h1 = next(x for x in paragraphs if x.startswith("H1."))
+    assert f"interval {cost}" in h6 and calibrated not in h6
+    assert calibrated in h1 and "coverage not measured" not in h1

@@ -20,6 +20,7 @@ saying the wave was not run, so the manuscript compiles either way;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,55 @@ _HEADERS = {
     "panel_mean": "Panel",
     "expert_mean": "Experts",
 }
+#: The tables' labels that name the graders, each in the words of a wave played by stand-ins (``{who}``: their plural
+#: noun, ``{one}``: its singular), longest first so a compound is replaced whole; a wave of experts keeps its labels.
+_GRADER_LABELS = (
+    (re.compile(r"\bexpert-expert\b"), "{one} pairs"),
+    (re.compile(r"\bExpert-expert\b"), "{One} pairs"),
+    (re.compile(r"\bpanel-experts\b"), "panel vs {who}"),
+    (re.compile(r"\bPanel-experts\b"), "Panel vs {who}"),
+    (re.compile(r"\bpanel-expert\b"), "panel vs {one}"),
+    (re.compile(r"\bexpert-graded packages\b"), "packages graded by {who}"),
+    (re.compile(r"\ban expert grade\b"), "a grade of the {who}"),
+    (re.compile(r"\bexperts\b"), "{who}"),
+    (re.compile(r"\bExperts\b"), "{Who}"),
+    (re.compile(r"\bexpert\b"), "{one}"),
+    (re.compile(r"\bExpert\b"), "{One}"),
+)
+
+
+def grader_label(text: str, who: str) -> str:
+    """A table's label (a row's name, a header, a note) in the words of the wave's graders.
+
+    ``who`` is :func:`pilot.report.stand_ins.grader_noun` of the wave's source: for ``experts`` the label is returned as
+    it is; for a stand-in (``simulated graders``) every word naming experts names the stand-in instead, so no row read
+    alone reads as people ("alpha among experts" becomes "alpha among simulated graders").
+    """
+    if who == "experts":
+        return text
+    one = who[:-1] if who.endswith("s") else who
+    words = {"who": who, "one": one, "Who": who[:1].upper() + who[1:], "One": one[:1].upper() + one[1:]}
+    for pattern, repl in _GRADER_LABELS:
+        text = pattern.sub(repl.format(**words), text)
+    return text
+
+
+def who_graded(report: GradingReport) -> str:
+    """The wave's graders by what they are: ``simulated graders`` for a stand-in wave, ``experts`` otherwise."""
+    return stand_ins.grader_noun(report.source.split(",")[0] if report.source else "experts")
+
+
+def in_graders_words(df: pd.DataFrame, who: str) -> pd.DataFrame:
+    """``df`` with every header and text cell in the words of the wave's graders (:func:`grader_label`)."""
+    if who == "experts":
+        return df
+    out = df.rename(columns=lambda c: grader_label(str(c), who))
+    for col in out.columns:
+        if out[col].dtype == object:
+            out[col] = out[col].map(lambda v: grader_label(v, who) if isinstance(v, str) else v)
+    return out
+
+
 #: What every wave-dependent macro reads when the wave was not run.
 NOT_RUN = "not run"
 
@@ -552,10 +602,13 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
 
     pct = f"{100 * report.level:g}\\%"
     # The graders by what they are (simulated graders in a dry run): every caption about them says it.
-    who = stand_ins.grader_noun(report.source.split(",")[0] if report.source else "experts")
+    who = who_graded(report)
     b = f"{report.B:,}".replace(",", "{,}")
     boot = f"nominal {pct} percentile bootstrap intervals over packages ($B={b}$; not calibrated)"
     sim = report.label
+
+    def label(text: str) -> str:  # a row's label as the table prints it, for the caption that explains it
+        return grader_label(text, who)
 
     def tex(name: str, df: pd.DataFrame, caption: str) -> None:
         if "note" in df and df["note"].fillna("").astype(str).str.strip().eq("").all():
@@ -567,6 +620,8 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
                 "n_control": f"{report.contrast[1]} packages",
             }
         )
+        # Rows and headers name the graders as the captions do: a stand-in's noun for a simulated wave.
+        df = in_graders_words(df, who)
         # Never shrunk to fit: a table wider than the text is an overfull box that tools/check_latex_log.py names.
         path = latex.write_table(
             df,
@@ -594,8 +649,8 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         headline[["coders", "measure", "level", "alpha", "ci_low", "ci_high", "n_packages", "n_values", "note"]],
         (
             "Krippendorff's alpha, interval for Q (0--100) and ordinal for the 0--4 criterion scores pooled "
-            f"over every criterion, with {boot}. Panel-experts: the panel's value (median of the judges' "
-            f"scores; mean of their Q) against the median of the {who}. Every criterion of every scenario "
+            f"over every criterion, with {boot}. {label('Panel-experts')}: the panel's value (median of the "
+            f"judges' scores; mean of their Q) against the median of the {who}. Every criterion of every scenario "
             "separately: grading\\_reliability.csv."
         ),
     )
@@ -606,7 +661,8 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
         ],
         (
             f"Agreement of the accept decisions (share of pairs agreeing, and Cohen's kappa), with {boot}. "
-            f"Expert-expert: every pair of the {who} grading a package; panel-expert: the panel's majority vote "
+            f"{label('Expert-expert')}: every pair of the {who} grading a package; {label('panel-expert')}: the "
+            "panel's majority vote "
             f"(a tie counts as not accepted) against each of the {who}. Reference: GDPval's agreement "
             f"({_source()}), on pairwise comparisons of deliverables rather than accept decisions."
         ),
@@ -674,7 +730,7 @@ def grading_sentences(report: GradingReport, truth: Mapping[str, Any] | None = N
     """
     prefix = f"{report.label}. " if report.label else ""
     # The graders by what they are: "simulated graders" for a stand-in wave (pilot.backends.GRADER_STAND_INS).
-    who = stand_ins.grader_noun(report.source.split(",")[0] if report.source else "experts")
+    who = who_graded(report)
     out: list[str] = []
     cov = report.coverage.set_index("item")["count"]
     out.append(
@@ -792,6 +848,7 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
     from pilot.report.stage_outputs import figure_env
     from pilot.stats.figures import save_figure
 
+    who = who_graded(report)
     q = report.bias[report.bias["measure"] == "Q"].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(5.5, 0.45 * max(len(q), 1) + 1.3))
     y = np.arange(len(q))[::-1]
@@ -820,7 +877,7 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
     ax.axvline(0, color="0.6", lw=0.8, ls="--")
     ax.set_yticks(y, list(q["arm"]))
     ax.tick_params(labelsize=9)
-    ax.set_xlabel("panel minus experts, Q points (0-100 scale)", fontsize=9)
+    ax.set_xlabel(f"panel minus {who}, Q points (0-100 scale)", fontsize=9)
     tag = f"{report.label}: " if report.label else ""
     ax.set_title(f"{tag}the LLM panel's bias per arm, nominal {100 * report.level:g}% intervals", fontsize=9)
     pdf = save_figure(fig, Path(figures_dir) / FIGURE_FILE)
@@ -832,7 +889,7 @@ def bias_figure(report: GradingReport, figures_dir: Path, generated_dir: Path) -
         simulated=report.label,
         caption=(
             f"The LLM panel's bias per arm: mean over the arm's packages of the panel's Q minus the mean Q of the "
-            f"{stand_ins.grader_noun(report.source.split(',')[0] if report.source else 'experts')}, "
+            f"{who}, "
             f"with percentile bootstrap intervals resampling packages within the arm. Squares: the arms of the "
             f"primary contrast ({t} and {c}); their difference is the judges' part of that contrast."
         ),

@@ -16,6 +16,9 @@ from typing import Any
 import pandas as pd
 
 MINUS = "\u2212"
+#: What H6's intervals are: bootstrap intervals of a cost ratio, whose coverage the calibration (of the contrasts of
+#: acceptance) did not measure; printed with them wherever they are, never the contrasts' calibrated coverage.
+COST_INTERVAL_NOTE = "nominal 95%, coverage not measured for cost"
 
 
 def _finite(value: Any) -> bool:
@@ -155,9 +158,12 @@ def hypothesis_paragraph(row: Mapping[str, Any]) -> str:
     failing = _text(row.get("failing"))
     interval, test = _text(row.get("interval")), _text(row.get("test"))
     # Every interval says what it is: nominal 95 per cent (the stage's paragraph adds the calibrated coverage of the
-    # bootstrap intervals); H4's are cluster-robust Wald intervals, which the calibration did not measure.
-    h4 = _text(row.get("hypothesis")) == "H4"
-    kind = "Wald interval (nominal 95%, not calibrated)" if h4 else "interval (nominal 95%)"
+    # bootstrap intervals of the contrasts); H4's are cluster-robust Wald intervals and H6's bootstrap intervals of a
+    # cost ratio, neither of which the calibration measured.
+    kind = {
+        "H4": "Wald interval (nominal 95%, not calibrated)",
+        "H6": f"interval ({COST_INTERVAL_NOTE})",
+    }.get(_text(row.get("hypothesis")), "interval (nominal 95%)")
     parts = [x for x in (f"{kind} {interval}" if interval and interval != "n/a" else "", test) if x]
     statement = _text(row.get("statement"))
     out = [

@@ -34,6 +34,7 @@ from pilot.latex import (
     write_macros,
     write_table,
 )
+from pilot.report.sentences import COST_INTERVAL_NOTE
 from pilot.stats import estimability, figures
 from pilot.stats.hypotheses import HypothesisResult, overview
 from pilot.stats.primary import PrimaryResult
@@ -97,6 +98,8 @@ class RunTableMissing(FileNotFoundError):
 #: calibration was not run).
 INTERVAL_NOTE = "\\IntervalNote{}"
 INTERVAL_LABEL_INLINE = f"({INTERVAL_NOTE})"
+#: What H6's cost intervals are, wherever they are printed: the calibration measured the contrasts only.
+COST_INTERVAL_LABEL_INLINE = f"({latex_escape(COST_INTERVAL_NOTE)})"
 
 #: Tables whose cells may each read "not estimable": 9 pt with narrower gaps keeps them within the text width
 #: without shrinking them below 8 pt (tools/check_latex_log.py holds the width).
@@ -424,8 +427,12 @@ def write_primary(
             gen / f"primary_{h.id.lower()}_table.tex",
             caption=(
                 f"{h.id}: {latex_escape(h.statement)}. Criterion: {latex_escape(h.criterion)}. Verdict: "
-                f"{latex_escape(h.verdict)}. Intervals: scenario-cluster percentile bootstrap "
-                f"{INTERVAL_LABEL_INLINE}."
+                f"{latex_escape(h.verdict)}. Intervals: "
+                + (
+                    f"joint scenario-cluster percentile bootstrap of each arm's ratio {COST_INTERVAL_LABEL_INLINE}."
+                    if h.id == "H6"
+                    else f"scenario-cluster percentile bootstrap {INTERVAL_LABEL_INLINE}."
+                )
             ),
             label=f"tab:{h.id.lower()}",
             simulated=sim,
@@ -595,7 +602,8 @@ def write_hypotheses_summary(
         "verdict; where the verdict is \\emph{not consistent}, the part of the criterion that fails, with "
         "its number. Several numbers in one cell are separated by semicolons in the order the expectation "
         "names them; n/a marks a quantity no test applies to; intervals are scenario-cluster percentile "
-        f"bootstraps {INTERVAL_LABEL_INLINE}, Wald intervals for H4. Tables~\\ref{{tab:h4}}, "
+        f"bootstraps {INTERVAL_LABEL_INLINE}, Wald intervals for H4, and for H6 joint bootstraps of the cost "
+        f"ratio {COST_INTERVAL_LABEL_INLINE}. Tables~\\ref{{tab:h4}}, "
         "\\ref{tab:h5}, \\ref{tab:h6} and~\\ref{tab:h7} and, in the supplement, Tables~\\ref{tab:h1}, "
         "\\ref{tab:h2} and~\\ref{tab:h3} give every number behind each row."
     )
@@ -789,7 +797,7 @@ def write_sensitivity(
         shown_cost,
         (
             "Cost per accepted deliverable (dollars): scenario-weighted mean agent cost per run divided by "
-            f"acceptance, with joint scenario-cluster bootstrap intervals {INTERVAL_LABEL_INLINE}; share of "
+            f"acceptance, with joint scenario-cluster bootstrap intervals {COST_INTERVAL_LABEL_INLINE}; share of "
             "resamples in which the arm is cheapest "
         )
         + (
