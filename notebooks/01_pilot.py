@@ -27,20 +27,17 @@ scheduler_address: str = ""  # dask scheduler address, e.g. tcp://10.0.0.5:8786,
 nodes: str = ""  # nodes file for the local executor; empty means analysis/config/nodes.yml
 workers: int = 0  # worker processes for the local executor; 0 means the nodes' total slots
 seed: int = 20260415  # assignment seed; the preregistered one is design.assignment_seed in protocol/study.yml
-fresh: bool = False  # delete an existing SIMULATED study of this name first (refused for a real study)
+fresh: bool = False  # delete an existing dry-run or rehearsal study of this name first (refused for a real study)
 scenario_set: str = ""  # scenario set of protocol/study.yml for a new study; empty means the design's own (pilot)
 tables_dir: str = "analysis/tables"  # folder for the pilot's status table
 figures_dir: str = "manuscript/figures"  # folder for figures (this stage writes none)
 generated_dir: str = "manuscript/generated"  # folder for study_macros.tex
 
 # %%
-import shutil
-
 import pandas as pd
 
 from pilot import backends, paths, protocol
-from pilot.latex import write_macros
-from pilot.report import sentences
+from pilot.report import pilot_wave, sentences
 from pilot.report.inline import say
 from pilot.store import STORE_FILE, Store
 from pilot.study import create_study, export_run_table, run_study_wave, status_table
@@ -58,18 +55,17 @@ print(f"study {study} in {folder}; backend {backend} ({label or 'a finding'}); e
 #
 # A study is created once; running this stage again resumes it. The seed
 # fixes the order of the cells byte for byte. A dry run may be started over
-# with `fresh = True`; a real study is never deleted here.
+# with `fresh = True`, holding the study's lock as `pilot study create --fresh`
+# does; a real study is never deleted here.
 
 # %%
-if fresh and (folder / STORE_FILE).exists():
-    with Store.open(folder) as old:
-        used = set(old.backends_used())
-    if used - {"simulated"}:
-        raise RuntimeError(f"refusing to delete study {study}: it holds attempts on {sorted(used)}")
-    shutil.rmtree(folder)
-if not (folder / STORE_FILE).exists():
+if fresh or not (folder / STORE_FILE).exists():
     create_study(
-        study, seed=seed, nodes_file=paths.from_root(nodes) if nodes else None, scenario_set=scenario_set or None
+        study,
+        seed=seed,
+        nodes_file=paths.from_root(nodes) if nodes else None,
+        scenario_set=scenario_set or None,
+        fresh=fresh,
     ).close()
 with Store.open(folder) as store:
     info = store.study()
@@ -124,34 +120,13 @@ status
 # %%
 runs_path, runs = export_run_table(study, pilot_only=True)
 print(f"wrote {runs_path}: {len(runs)} rows")
-# Runs that failed on infrastructure have no outcomes: counted here, left out of every figure.
-failed_rows = runs[runs["status"] == "infra_error"]
-print(f"{len(failed_rows)} run(s) failed on infrastructure and have no outcome")
-pilot_rows = runs[(runs["wave"] == "pilot") & (runs["status"] != "infra_error")]
-totals = status[status["arm"] == "all"].iloc[0]
-write_macros(
-    {
-        "StudyDataLabel": label or "real",
-        "StudyScenarioSet": f"\\texttt{{{set_name}}}" if set_name else "a list of scenarios named at creation",
-        "StudyNumScenarios": len(info.scenarios),
-        "PilotRunsDone": int(len(pilot_rows)),
-        "PilotInfraAttempts": int(pilot_rows["attempts"].sum() - len(pilot_rows)),
-        "PilotCensoredRuns": int(pilot_rows["censored"].fillna(False).astype(bool).sum()),
-        "PilotSpentUsd": float(totals["spent_usd"]),
-        "PilotMeanCostUsd": float((pilot_rows["cost_usd"] + pilot_rows["judge_cost_usd"]).mean()),
-    },
-    generated / "study_macros.tex",
-    digits=2,
-    comment=f"Stage 01 on study {study} ({label or 'real'}).",
+# Runs that failed on infrastructure have no outcomes: counted here, left out of every mean.
+wave = pilot_wave.pilot_wave(runs, status)
+pilot_wave.write_pilot_macros(
+    wave, generated, study=study, label=label, set_name=set_name, n_scenarios=len(info.scenarios)
 )
-by_arm = pilot_rows.groupby("arm")[["D", "E", "Q", "S", "cost_usd", "wall_s"]].mean(numeric_only=True)
-say(
-    prefix + f"{len(pilot_rows)} pilot runs exported; raw run means (not yet the scenario-weighted estimates of "
-    f"stage 04) put acceptance between {sentences.num(by_arm['S'].min())} and "
-    f"{sentences.num(by_arm['S'].max())} across arms, and the mean total cost of a run (agent and judges) "
-    f"at {sentences.usd((pilot_rows['cost_usd'] + pilot_rows['judge_cost_usd']).mean())}."
-)
-by_arm.round({"D": 2, "E": 2, "Q": 1, "S": 2, "cost_usd": 2, "wall_s": 0})
+say(wave.sentence(prefix))
+wave.summary
 
 # %% [markdown]
 # ## Runs not accepted
@@ -164,5 +139,4 @@ by_arm.round({"D": 2, "E": 2, "Q": 1, "S": 2, "cost_usd": 2, "wall_s": 0})
 # %%
 from pilot.view import link_run_ids
 
-not_accepted = pilot_rows.loc[pilot_rows["S"] != True, ["run_id", "scenario", "arm", "status", "D", "E", "Q", "S"]]  # noqa: E712 - S may be missing
-link_run_ids(not_accepted.sort_values(["scenario", "arm", "run_id"]), study)
+link_run_ids(wave.not_accepted(), study)

@@ -42,6 +42,7 @@ from pilot.attempt import CellSpec
 from pilot.human import evaluate, session, store
 from pilot.human.site import create_app
 from pilot.human.wave import create_wave
+from pilot.run_record import RunRecord
 from pilot.simulated.scripted_model import scripted_assistant_reply
 
 
@@ -273,7 +274,7 @@ def test_the_judges_prompt_for_a_persons_package_is_the_prompt_for_an_agents_pac
     shutil.copytree(human_outputs, twin / "workspace" / "outputs")
     cell = CellSpec(agent["run_id"], folder.name, "pilot", SCENARIO, "A1", 1, agent["model"], 0, 1, 4.0, 1800.0, 4.3)
     robot = RecordingJudge()
-    pipeline.judge_record({"workspace": str(twin / "workspace")}, cell, "local-1", twin, robot, 1)
+    pipeline.judge_record(RunRecord.from_dict({"workspace": str(twin / "workspace")}), cell, "local-1", twin, robot, 1)
     assert len(person.prompts) == len(robot.prompts) == len(protocol.study().judge_panel)
     assert [t.encode("utf-8") for t in person.prompts] == [t.encode("utf-8") for t in robot.prompts]
     assert "human" not in person.prompts[0].lower() and "H0" not in person.prompts[0] and WAVE not in person.prompts[0]
@@ -399,11 +400,12 @@ def test_human_packages_enter_a_grading_wave_like_any_other(wave, tmp_path):
 
     conn = sqlite3.connect(folder / "study.sqlite")
     arms = sorted(r[0] for r in conn.execute("SELECT arm FROM grading_packages WHERE wave = 'experts-h'"))
-    # Every finished, judged run of the study: the agent's (unless it ended in an error) and the two sessions.
+    # Every finished, judged run of the study: the agent's, an agent error included (protocol/human/evaluation.md:
+    # "all of them"), and the two sessions.
     finished = sorted(
         c
         for c, status in conn.execute("SELECT c.arm, r.status FROM cells c JOIN runs r USING (run_id)")
-        if status in ("completed", "capped")
+        if status in ("completed", "capped", "agent_error")
     )
     conn.close()
     assert arms == finished and {"H0", "H1"} <= set(arms)

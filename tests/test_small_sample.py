@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pilot.stats import logistic, small_sample
+from pilot.stats import estimability, logistic, small_sample
 
 
 def test_t_interval_equals_scipy_one_sample_interval() -> None:
@@ -95,6 +95,20 @@ def test_t_reference_by_hand() -> None:
     assert round(p, 3) == 0.016
     assert (lo, hi) == pytest.approx((z - 2.2621571627, z + 2.2621571627), abs=1e-9)
     assert all(math.isnan(v) for v in small_sample.t_reference(1.0, 0.5, 1))
+
+
+def test_two_lattice_notes_survive_joining_with_other_notes_whole() -> None:
+    # Two scenarios, one at -0.5 and one at 0: each value is reached by a resample with probability 0.5^2 = 0.25,
+    # and an interval from -0.5 to 0 ends on both. Joined with another note, neither note loses its tail.
+    values = np.array([-0.5, 0.0])
+    flag = small_sample.lattice_flag(-0.5, 0.0, values)
+    joined = estimability.join_notes("zero-width interval", flag)
+    assert joined.count("percentile end on a lattice point") == 2
+    assert joined.count("so the exact interval contains it)") == 2
+    assert (
+        "1 of 2 scenarios have \u22120.500, which a resample reaches with probability at least 0.250 > 0.025" in joined
+    )
+    assert joined.count("(") == joined.count(")")
 
 
 def test_lattice_flag_the_h5_case_by_hand() -> None:

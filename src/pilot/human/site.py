@@ -252,7 +252,7 @@ def create_app(
         from pilot import backends
 
         with state.db() as s:
-            labels = backends.label_of(r[0] for r in s.conn.execute("SELECT DISTINCT backend FROM attempts"))
+            labels = backends.label_of(s.backends_used())
         banner = {"SIMULATED": SIMULATED_BANNER, "REHEARSAL": REHEARSAL_BANNER}.get(labels, "")
 
     # ------------------------------------------------------------------ helpers

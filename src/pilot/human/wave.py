@@ -108,9 +108,7 @@ def check_mixing(st: Any, source: str) -> None:
             "its own (pilot study create NAME), never beside stand-ins"
         )
     if source == "simulated":
-        agents = {
-            r[0] for r in st.conn.execute("SELECT DISTINCT backend FROM attempts")
-        } - backends.PARTICIPANT_BACKENDS
+        agents = set(st.backends_used()) - backends.PARTICIPANT_BACKENDS
         real = sorted(b for b in agents if backends.label(b) == "")
         if real:
             raise store.HumanWaveError(

@@ -200,8 +200,9 @@ def lattice_flag(low: float, high: float, values: np.ndarray, level: float = 0.9
         outside = atom.value < low - tol or atom.value > high + tol
         if on_end or outside:
             notes.append(
-                f"percentile end on a lattice point ({atom.k} of {atom.J} scenarios have {_plain(atom.value)}; "
-                f"a resample reaches it with probability at least {atom.mass:.3f} > {(1 - level) / 2:g}, "
+                # No '; ' inside a note: it separates notes, and estimability.join_notes drops a repeated part.
+                f"percentile end on a lattice point ({atom.k} of {atom.J} scenarios have {_plain(atom.value)}, "
+                f"which a resample reaches with probability at least {atom.mass:.3f} > {(1 - level) / 2:g}, "
                 "so the exact interval contains it)"
             )
     return "; ".join(notes)
