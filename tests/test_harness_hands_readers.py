@@ -400,7 +400,7 @@ def test_the_self_check_tool_reads_a_private_snapshot_never_the_worker_s_files(t
     (ws / "outputs" / "notes.md").unlink(missing_ok=True)
     os.mkfifo(ws / "outputs" / "notes.md")
     with deadline(60):
-        report = selfcheck._run_tool(ws, _selfcheck_spec(), timeout=50)
+        report = selfcheck.run_tool(ws, _selfcheck_spec(), timeout=50)
     assert not report.passed
     assert "FAIL  completion_record.json is a symlink pointing outside the workspace" in report.text, report.text
     assert "FAIL  notes.md is not a regular file" in report.text, report.text

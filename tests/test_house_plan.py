@@ -22,20 +22,6 @@ SRC = paths.ROOT / "src"
 #: Packages whose modules may import the stand-ins: the stand-ins themselves and the command line (``pilot study
 #: rehearsal-report``). Real code reaches a stand-in only through the backend registry's ``"module:attr"`` roles.
 MAY_IMPORT_STAND_INS = ("pilot.simulated", "pilot.cli")
-#: Private names that cross modules inside the frozen oracle code, or from it: every study's freeze manifest holds
-#: these files' digests, so renaming the names would make every later wave of a frozen study unpoolable.
-FROZEN_PRIVATE = {
-    ("pilot.defects", "pilot.oracles.criteria", "_heading_matches"),
-    ("pilot.defects", "pilot.oracles.criteria", "_value_cell"),
-    ("pilot.defects", "pilot.oracles.decisions", "_WORD"),
-    # The deck rooms reuse a frozen helper each: the self-check's tool runner (src/pilot/oracles/**) and the office
-    # writers' cell formatter (officeio.py is in every study's manifest); renaming either would change a frozen file.
-    ("pilot.oracle_formats.selfcheck", "pilot.oracles.selfcheck", "_run_tool"),
-    ("pilot.scenarios.deckio", "pilot.scenarios.officeio", "_cell"),
-}
-#: Room-level circles that only frozen files can close: the scenario library's solvers read inputs with the oracle
-#: readers, and the oracle code imports the bundle types by their old path (``pilot.scenarios.bundle``).
-FROZEN_ROOM_CIRCLES = {frozenset({"pilot.oracles", "pilot.scenarios"})}
 
 
 @cache
@@ -207,7 +193,7 @@ def test_no_module_imports_another_that_imports_it_back():
 
 
 def test_the_rooms_read_top_down():
-    found = [c for c in circles(room_edges(SRC)) if frozenset(c) not in FROZEN_ROOM_CIRCLES]
+    found = circles(room_edges(SRC))
     assert found == [], "rooms that import each other: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
 
 
@@ -216,9 +202,7 @@ def test_real_code_never_imports_a_stand_in():
 
 
 def test_private_names_stay_in_their_module():
-    assert private_imports(SRC) - FROZEN_PRIVATE == set()
-    # The frozen exceptions are still there (once renamed, they leave this list).
-    assert FROZEN_PRIVATE <= private_imports(SRC)
+    assert private_imports(SRC) == set()
 
 
 def test_nothing_but_the_entry_point_imports_the_command_line():

@@ -237,14 +237,14 @@ def misstate_labelled_value(
     figure at the bottom. The description names each cell changed, with its
     old and new content.
     """
-    from pilot.oracles.criteria import _value_cell, label_cells
+    from pilot.oracles.criteria import label_cells, value_cell
 
     path = _out(workspace, name)
     wb = _load(path)
     rx = re.compile(label, re.I)
     for ws in _sheet_named(wb, sheet):
         for cell in label_cells(ws, label):
-            target, _ = _value_cell(ws, cell, column)
+            target, _ = value_cell(ws, cell, column)
             if target is not None and not (is_formula(target) or parse_number(target.value) is not None):
                 target = None
             where = f"{ws.title}!{target.coordinate}" if target is not None else ""
@@ -337,11 +337,11 @@ def _readable_lines(path: Path) -> list[str]:
 
 
 def _rewrite_document(path: Path, transform: Callable[[list[str]], list[str]], sections: tuple[str, ...] = ()) -> None:
-    from pilot.oracles.criteria import _heading_matches
+    from pilot.oracles.criteria import heading_matches
 
     lines = _readable_lines(path)
     new = transform([line for line in lines if line.strip()])
-    blocks = [Heading(t) if any(_heading_matches(t, s) for s in sections) else Para(t) for t in new if t.strip()]
+    blocks = [Heading(t) if any(heading_matches(t, s) for s in sections) else Para(t) for t in new if t.strip()]
     if path.suffix.lower() == ".pptx":
         from pilot.scenarios.deckio import write_deck
 
@@ -431,12 +431,12 @@ def replace_number(
 
 
 def rename_section(workspace: Path, name: str, section: str, sections: tuple[str, ...] = ()) -> str:
-    from pilot.oracles.criteria import _heading_matches
+    from pilot.oracles.criteria import heading_matches
 
     path = _out(workspace, name)
 
     def tr(lines: list[str]) -> list[str]:
-        return ["Further remarks" if _heading_matches(line, section) else line for line in lines]
+        return ["Further remarks" if heading_matches(line, section) else line for line in lines]
 
     _rewrite_document(path, tr, tuple(s for s in sections if s != section))
     return f"removed the section heading {section!r} from {name}"
@@ -453,16 +453,16 @@ def truncate_document(
 
     ``keep_in`` maps a section to sentences kept under its own heading (a decision stays where the brief asks for it).
     """
-    from pilot.oracles.criteria import _heading_matches
+    from pilot.oracles.criteria import heading_matches
 
     path = _out(workspace, name)
 
     def tr(lines: list[str]) -> list[str]:
         snippets = list(keep)
-        heads = [line for line in lines if any(_heading_matches(line, s) for s in sections)]
+        heads = [line for line in lines if any(heading_matches(line, s) for s in sections)]
         out = (heads[:1] + ["Notes: " + "; ".join(snippets)] + heads[1:]) if snippets else heads + ["Draft to follow."]
         for section, kept in (keep_in or {}).items():
-            at = next((i for i, line in enumerate(out) if _heading_matches(line, section)), None)
+            at = next((i for i, line in enumerate(out) if heading_matches(line, section)), None)
             if at is not None:
                 out[at + 1 : at + 1] = list(kept)
         return out
@@ -575,8 +575,8 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     instead, and a clause that rejects the other option ("I do not recommend
     approval") loses its negation.
     """
-    from pilot.oracles.criteria import _heading_matches, _value_cell, label_cells
-    from pilot.oracles.decisions import _WORD, DECISION_VERBS, NEGATORS, compile_options, read_clause
+    from pilot.oracles.criteria import heading_matches, label_cells, value_cell
+    from pilot.oracles.decisions import DECISION_VERBS, NEGATORS, WORD, compile_options, read_clause
 
     options = dict(c.get("options"))
     want = c.get("expected")
@@ -591,7 +591,7 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
         wb = _load(path)
         for ws in [wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets:
             for cell in label_cells(ws, c.get("label")):
-                vcell, _ = _value_cell(ws, cell, None)
+                vcell, _ = value_cell(ws, cell, None)
                 if vcell is not None:
                     vcell.value = other
                     _save(wb, path)
@@ -610,7 +610,7 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
             verb = DECISION_VERBS.search(clause)
             if verb is not None:
                 head = clause[: verb.start()]
-                words = _WORD.findall(head)
+                words = WORD.findall(head)
                 keep = [
                     w for i, w in enumerate(words) if not (i >= len(words) - 4 and NEGATORS.fullmatch(w.strip(".,;:")))
                 ]
@@ -621,9 +621,9 @@ def wrong_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     def tr(lines: list[str]) -> list[str]:
         out, inside = [], False
         for line in lines:
-            if _heading_matches(line, c.get("section")):
+            if heading_matches(line, c.get("section")):
                 inside = True
-            elif any(_heading_matches(line, s) for s in sections):
+            elif any(heading_matches(line, s) for s in sections):
                 inside = False
             elif inside:
                 line = " ".join(flip(part) for part in re.split(r"(?<=[.;])\s+", line))
@@ -650,7 +650,7 @@ def set_reading(c: Criterion) -> dict:
 
 def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> str:
     """A set-valued decision names another option in place of each planted one, in every section where it is stated."""
-    from pilot.oracles.criteria import _heading_matches
+    from pilot.oracles.criteria import heading_matches
     from pilot.oracles.decisions import compile_options, read_set
 
     options = dict(c.get("options"))
@@ -681,7 +681,7 @@ def _wrong_set_decision(scenario: Scenario, c: Criterion, workspace: Path) -> st
     def tr(lines: list[str]) -> list[str]:
         out, body, current = [], [], None
         for line in lines:
-            heading = next((s for s in sections if _heading_matches(line, s)), None)
+            heading = next((s for s in sections if heading_matches(line, s)), None)
             if heading is None:
                 body.append(line)
                 continue
@@ -713,7 +713,7 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
     """
     import math
 
-    from pilot.oracles.criteria import _value_cell, label_cells, label_pattern, normalise_label
+    from pilot.oracles.criteria import label_cells, label_pattern, normalise_label, value_cell
     from pilot.oracles.evaluate import default_recalculator
 
     path = _out(workspace, c.file)
@@ -730,7 +730,7 @@ def breach_bound(scenario: Scenario, c: Criterion, workspace: Path, *, recalcula
     for ws in [wb[c.get("sheet")]] if c.get("sheet") else wb.worksheets:
         for label in c.get("labels"):
             for cell in label_cells(ws, label):
-                vcell, _ = _value_cell(ws, cell, c.get("column"))
+                vcell, _ = value_cell(ws, cell, c.get("column"))
                 val = parse_number(values[ws.title][vcell.coordinate].value) if vcell is not None else None
                 if val is not None and not any(o.fullmatch(normalise_label(cell.value)) for o in others):
                     lines.append((val, ws, vcell, cell.value))

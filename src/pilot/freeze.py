@@ -1,4 +1,4 @@
-"""Freeze verification: later waves are pooled with the pilot only if nothing was changed.
+"""Freeze verification: later waves are pooled with the pilot only if what a run is and how it is judged is unchanged.
 
 When the pilot starts, a manifest records the SHA-256 of every file that
 defines what a run is and how it is judged: each scenario folder (brief,
@@ -6,18 +6,27 @@ inputs, scenario, oracle and rubric files), the scenarios' generators and
 reference solvers (``pilot/scenarios/library``), the oracle code (with the
 deck reader, ``pilot/oracle_formats``, when the study has a slide-deck
 scenario), and the arm texts (common policy, each arm's documentation,
-``arms.yml``).
+``arms.yml``). Beside it a lock (:class:`FreezeLock`) records the package's
+version, the digest of the oracle code, the commit it ran from, and the
+oracle's verdicts (D, E and each criterion's result) on every study
+scenario's gold, no-op and mutation packages.
+
 Before a later wave is pooled with the pilot the manifest is taken again and
-compared; any file modified, added or removed is reported by name and blocks
-pooling.
+compared. A protocol file (bundle, rubric, arm text) modified, added or
+removed blocks pooling and is reported by name. The oracle code is frozen by
+what it decides, not by its bytes: code that changed has its verdicts derived
+again, and identical verdicts accept it (the lock records the acceptance);
+any difference blocks pooling and names the commit to resume the study with.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pilot import paths
 
@@ -27,23 +36,6 @@ if TYPE_CHECKING:  # pandas loads on first use: the study commands start without
 #: Folders and suffixes no manifest counts (caches); the protocol identity walks the same trees (pilot.identity).
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 SKIP_SUFFIXES = {".pyc", ".pyo"}
-
-#: Files that left the frozen scope, where they went, and every digest the repository ever gave them. They parse
-#: command-line options and no run depends on them (``pilot check`` moved to ``pilot/cli/``): a manifest taken
-#: before the move that holds one of these digests is unchanged by their absence, and the report says so. Any
-#: other digest (a file edited before it left) still blocks pooling.
-LEFT_SCOPE: dict[str, tuple[str, frozenset[str]]] = {
-    "pilot/oracles/cli.py": (
-        "pilot/cli/check.py",
-        frozenset(
-            {
-                "28baa03554e74835aec21a3177d3d684a6a531220228de329c9cc455c664ae2a",
-                "61aaab2e7fec73c3a805227d007b7810e32c888043d0a9c8913a046f3fc6105d",
-                "a1d373618feb33520c5b9e555a2b11e9052a3215e70fa7ad3a59bf7ce010723a",
-            }
-        ),
-    ),
-}
 
 
 class FreezeViolation(RuntimeError):
@@ -183,6 +175,125 @@ def manifest_digest(manifest: dict[str, str]) -> str:
     return h.hexdigest()
 
 
+#: Manifest keys of code (keyed from the package's parent); every other key is a protocol file (from the root).
+CODE_PREFIX = "pilot/"
+
+#: A package's verdicts: scenario id -> package name -> {"D": 0|1, "E": 0|1, "criteria": {criterion id: passed}}.
+Verdicts = dict[str, dict[str, dict[str, Any]]]
+
+
+def code_digest(manifest: dict[str, str]) -> str:
+    """The digest of the code files of a manifest alone (oracle code, deck reader, scenario library)."""
+    return manifest_digest({k: v for k, v in manifest.items() if k.startswith(CODE_PREFIX)})
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(Path(__file__).resolve().parent), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def code_commit() -> str | None:
+    """The commit the running package was checked out at (``+`` when its files differ from it); None outside git."""
+    head = _git("rev-parse", "HEAD")
+    if not head:
+        return None
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    return head + ("+" if dirty else "")
+
+
+def commit_before(when: str) -> str | None:
+    """The last commit made before ``when`` (an ISO time): the code a study frozen without a lock was made with."""
+    return _git("log", "-1", f"--before={when}", "--format=%H") or None
+
+
+@dataclass
+class FreezeLock:
+    """What a study froze besides the manifest: the code that judged it and the verdicts that code gave."""
+
+    pilot_version: str
+    code_digest: str
+    commit: str | None
+    verdicts: Verdicts | None
+    #: Later code accepted because its verdicts were identical: {code_digest, pilot_version, commit, packages, at}.
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def take(cls, manifest: dict[str, str], verdicts: Verdicts | None) -> FreezeLock:
+        """The lock of ``manifest`` taken by the running code."""
+        from pilot import __version__
+
+        return cls(__version__, code_digest(manifest), code_commit(), verdicts)
+
+    @classmethod
+    def from_json(cls, data: object) -> FreezeLock:
+        """The lock as stored; ValueError naming the field that is missing or of the wrong type."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected an object, found {type(data).__name__}")
+        for key, kinds in (
+            ("pilot_version", str),
+            ("code_digest", str),
+            ("commit", (str, type(None))),
+            ("verdicts", (dict, type(None))),
+            ("accepted", list),
+        ):
+            if not isinstance(data.get(key), kinds):
+                raise ValueError(f"field {key!r}: missing or of the wrong type ({type(data.get(key)).__name__})")
+        if not all(isinstance(a, dict) for a in data["accepted"]):
+            raise ValueError("field 'accepted': an entry is not an object")
+        return cls(data["pilot_version"], data["code_digest"], data["commit"], data["verdicts"], data["accepted"])
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def accepts(self, digest: str) -> dict[str, Any] | None:
+        """The acceptance recorded for code of ``digest``, if any."""
+        return next((a for a in self.accepted if a.get("code_digest") == digest), None)
+
+    def resume_with(self) -> str:
+        """The commit (and version) to resume the study with: the code that froze it."""
+        at = f"commit {self.commit}" if self.commit else "the commit it was created at (none was recorded)"
+        return f"{at} (pilot {self.pilot_version})"
+
+
+def verdict_differences(frozen: Verdicts, now: Verdicts) -> list[str]:
+    """Every package or criterion whose verdict differs, as ``scenario package: what`` (empty when identical)."""
+    out: list[str] = []
+    for sid in sorted(set(frozen) | set(now)):
+        a, b = frozen.get(sid, {}), now.get(sid, {})
+        for pkg in sorted(set(a) | set(b)):
+            if pkg not in b:
+                out.append(f"{sid} {pkg}: no longer made")
+                continue
+            if pkg not in a:
+                out.append(f"{sid} {pkg}: made now, not when frozen")
+                continue
+            for key in ("D", "E"):
+                if a[pkg].get(key) != b[pkg].get(key):
+                    out.append(f"{sid} {pkg}: {key} {a[pkg].get(key)} -> {b[pkg].get(key)}")
+            ca, cb = a[pkg].get("criteria", {}), b[pkg].get("criteria", {})
+            for cid in sorted(set(ca) | set(cb)):
+                if ca.get(cid) != cb.get(cid):
+                    out.append(f"{sid} {pkg}: {cid} {_shown(ca.get(cid))} -> {_shown(cb.get(cid))}")
+    return out
+
+
+def _shown(passed: object) -> str:
+    return "absent" if passed is None else "passes" if passed else "fails"
+
+
+def count_packages(verdicts: Verdicts) -> int:
+    return sum(len(pkgs) for pkgs in verdicts.values())
+
+
 @dataclass(frozen=True)
 class FileChange:
     path: str
@@ -194,12 +305,19 @@ class FileChange:
 
 @dataclass
 class FreezeReport:
-    """The comparison of the frozen manifest with the files as they are now."""
+    """The comparison of the frozen manifest with the files as they are now, and of the verdicts when code changed."""
 
     frozen_files: int
     current_files: int
-    changes: list[FileChange] = field(default_factory=list)
-    left_scope: list[str] = field(default_factory=list)  # frozen files that left the scope unchanged (LEFT_SCOPE)
+    changes: list[FileChange] = field(default_factory=list)  # what blocks pooling
+    #: Oracle-code files that changed but whose verdicts were derived again and found identical (not blocking).
+    accepted_code: list[FileChange] = field(default_factory=list)
+    #: How the code change was accepted: "re-derived" now (to be recorded), "recorded" earlier, or "" (no change).
+    accepted_by: str = ""
+    packages_compared: int = 0
+    code_digest: str = ""  # the current code's digest
+    differences: list[str] = field(default_factory=list)  # verdicts that differ from the frozen ones
+    resume_with: str = ""  # set when changed code blocks: the commit to resume the study with
 
     @property
     def ok(self) -> bool:
@@ -207,8 +325,8 @@ class FreezeReport:
 
     @property
     def unchanged_files(self) -> int:
-        """Frozen files still in scope and unchanged (those that left the scope unchanged are said apart)."""
-        return self.frozen_files - len(self.left_scope)
+        """Frozen files unchanged (code accepted by its verdicts is said apart)."""
+        return self.frozen_files - sum(1 for c in self.accepted_code if c.frozen_sha256 is not None)
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -217,22 +335,51 @@ class FreezeReport:
         cols = ["path", "category", "change", "frozen_sha256", "current_sha256"]
         return pd.DataFrame([c.__dict__ for c in self.changes], columns=cols)
 
-    def lines(self) -> list[str]:
-        moved = [
-            f"  {rel} left the frozen scope unchanged (now {LEFT_SCOPE[rel][0]}, not oracle code)"
-            for rel in self.left_scope
+    def _accepted_line(self) -> list[str]:
+        if not self.accepted_code:
+            return []
+        how = (
+            f"the verdicts of {self.packages_compared} gold, no-op and mutation packages derived again are "
+            "identical: accepted and recorded"
+            if self.accepted_by == "re-derived"
+            else "accepted earlier, its verdicts identical (recorded in the study's lock)"
+        )
+        return [
+            f"  the oracle code changed in {len(self.accepted_code)} files (code digest now {self.code_digest[:16]}); "
+            + how,
+            *(f"    {c.change:8s} {c.path}" for c in self.accepted_code),
         ]
+
+    def lines(self) -> list[str]:
         if self.ok:
-            return [f"freeze verified: {self.unchanged_files} files unchanged", *moved]
-        return [f"  {c.change:8s} {c.category:8s} {c.path}" for c in self.changes] + moved
+            return [f"freeze verified: {self.unchanged_files} files unchanged", *self._accepted_line()]
+        out = [f"  {c.change:8s} {c.category:8s} {c.path}" for c in self.changes]
+        if self.differences:
+            shown = self.differences[:10]
+            more = f" and {len(self.differences) - 10} more" if len(self.differences) > 10 else ""
+            out.append(
+                f"  the changed oracle code gives other verdicts on {len(self.differences)} points: "
+                + "; ".join(shown)
+                + more
+            )
+        if self.resume_with:
+            out.append(f"  resume this study with {self.resume_with}, the code that froze it")
+        return out
 
     def sentence(self, digest: str) -> str:
         """The check's result as a sentence of the manuscript (plain text; ``digest``: the frozen manifest's)."""
         if self.ok:
+            code = (
+                f" The oracle code changed in {len(self.accepted_code)} files since; its verdicts on the "
+                f"{self.packages_compared} gold, no-op and mutation packages of the study's scenarios are "
+                "identical to the frozen ones."
+                if self.accepted_code and self.packages_compared
+                else ""
+            )
             return (
                 f"The freeze check found the {self.unchanged_files} frozen files of the study's manifest "
                 f"(SHA-256 digest beginning {digest[:16]}) unchanged: the waves the scale rule adds are pooled "
-                "with the pilot."
+                "with the pilot." + code
             )
         kinds = sorted({c.change for c in self.changes})
         return (
@@ -261,17 +408,73 @@ def verify(
     root: Path | None = None,
     oracle_code: Path | None = None,
     scenarios: list[str] | None = None,
+    *,
+    lock: FreezeLock | None = None,
+    rederive: Callable[[list[str]], Verdicts] | None = None,
+    taken_at: str | None = None,
 ) -> FreezeReport:
-    """Compare ``manifest`` with the files now (same ``scenarios`` as when it was taken), file by file."""
+    """Compare ``manifest`` with the files now (same ``scenarios`` as when it was taken), file by file.
+
+    A protocol file that changed blocks. Code that changed (``pilot/...``) is accepted when ``lock`` recorded this
+    code as accepted, or when ``rederive`` (the verdicts of the given scenarios with the running code) gives the
+    lock's verdicts exactly; otherwise it blocks and the report names the commit to resume with (for a study frozen
+    without a lock, the last commit before ``taken_at``).
+    """
     now = take_manifest(root, oracle_code, scenarios)
-    changes, left = [], []
+    changes: list[FileChange] = []
     for rel in sorted(set(manifest) | set(now)):
         before, after = manifest.get(rel), now.get(rel)
         if before == after:
             continue
-        if after is None and rel in LEFT_SCOPE and before in LEFT_SCOPE[rel][1]:
-            left.append(rel)
-            continue
         kind = "added" if before is None else "removed" if after is None else "modified"
         changes.append(FileChange(rel, _categorise(rel), kind, before, after))
-    return FreezeReport(frozen_files=len(manifest), current_files=len(now), changes=changes, left_scope=left)
+    report = FreezeReport(frozen_files=len(manifest), current_files=len(now), code_digest=code_digest(now))
+    code = [c for c in changes if c.path.startswith(CODE_PREFIX)]
+    protocol_changes = [c for c in changes if not c.path.startswith(CODE_PREFIX)]
+    report.changes = changes
+    if not code:
+        return report
+    if lock is not None and lock.accepts(report.code_digest) and not protocol_changes:
+        accepted = lock.accepts(report.code_digest) or {}
+        report.changes, report.accepted_code, report.accepted_by = [], code, "recorded"
+        report.packages_compared = int(accepted.get("packages", 0))
+        return report
+    if lock is not None and lock.verdicts is not None and rederive is not None and not protocol_changes:
+        ids = sorted(lock.verdicts)
+        current = rederive(ids)
+        report.differences = verdict_differences(lock.verdicts, current)
+        if not report.differences:
+            report.changes, report.accepted_code, report.accepted_by = [], code, "re-derived"
+            report.packages_compared = count_packages(current)
+            return report
+    if lock is not None:
+        report.resume_with = lock.resume_with() + ("" if lock.verdicts is not None else " (it recorded no verdicts)")
+    else:
+        before = commit_before(taken_at) if taken_at else None
+        report.resume_with = (
+            f"commit {before}, the last before its manifest was taken ({taken_at}; the study was frozen by an "
+            "earlier version that recorded no verdicts)"
+            if before
+            else "the commit it was created at (it was frozen by an earlier version that recorded no verdicts)"
+        )
+    return report
+
+
+def accept(lock: FreezeLock, report: FreezeReport) -> bool:
+    """Record in ``lock`` the code ``report`` accepted by verdicts derived again; False when there is nothing new."""
+    if report.accepted_by != "re-derived" or lock.accepts(report.code_digest):
+        return False
+    from datetime import UTC, datetime
+
+    from pilot import __version__
+
+    lock.accepted.append(
+        {
+            "code_digest": report.code_digest,
+            "pilot_version": __version__,
+            "commit": code_commit(),
+            "packages": report.packages_compared,
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+    )
+    return True

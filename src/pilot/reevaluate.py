@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pilot import backends, freeze
+from pilot import backends, study_freeze
 from pilot.outcomes import unevaluated_rows
 from pilot.run_record import EVAL_ERROR_NOTE, evaluation_error
 from pilot.store import Store, atomic_write_text, now
@@ -201,7 +201,7 @@ def check_protocol(store: Store) -> None:
     info = store.study()
     if info.freeze_manifest is None:
         return
-    report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios)
+    report = study_freeze.verify(store)
     if not report.ok:
         raise ReevaluationError(
             "nothing re-evaluated: the frozen protocol changed since the pilot started, so a re-evaluation "

@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS studies (
     freeze_manifest_json TEXT,
     freeze_taken_at TEXT,
     arms_json TEXT,
-    run_function TEXT
+    run_function TEXT,
+    freeze_lock_json TEXT
 );
 CREATE TABLE IF NOT EXISTS cells (
     run_id TEXT PRIMARY KEY,
@@ -156,6 +157,7 @@ CREATE TABLE IF NOT EXISTS events (
 _MIGRATIONS = (
     ("studies", "arms_json", "TEXT"),
     ("studies", "run_function", "TEXT"),
+    ("studies", "freeze_lock_json", "TEXT"),
     ("attempts", "charge_basis", "TEXT"),
 )
 
@@ -246,6 +248,9 @@ class StudyInfo:
     freeze_taken_at: str | None
     arms: list[str] | None = None  # None: every arm of the design
     run_function: str | None = None  # None: the default run function
+    #: The freeze's lock (pilot.freeze.FreezeLock as JSON): code digest, version, commit, verdicts. None: a study
+    #: frozen before locks were kept.
+    freeze_lock: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -602,6 +607,11 @@ class Store:
             # Read-only readers may see a store written before these columns existed.
             arms=json.loads(row["arms_json"]) if "arms_json" in row.keys() and row["arms_json"] else None,
             run_function=row["run_function"] if "run_function" in row.keys() else None,
+            freeze_lock=(
+                json.loads(row["freeze_lock_json"])
+                if "freeze_lock_json" in row.keys() and row["freeze_lock_json"]
+                else None
+            ),
         )
 
     def set_freeze_manifest(self, manifest: dict[str, str]) -> None:
@@ -610,6 +620,15 @@ class Store:
             c.execute(
                 "UPDATE studies SET freeze_manifest_json = ?, freeze_taken_at = ? WHERE freeze_manifest_json IS NULL",
                 (json.dumps(manifest, sort_keys=True), now()),
+            )
+
+    def set_freeze_lock(self, lock: dict[str, Any], *, replace: bool = False) -> None:
+        """Record the freeze's lock once (with its manifest); ``replace`` updates it (code accepted since, verdicts
+        recorded later by the code that froze the study)."""
+        with self.transaction() as c:
+            c.execute(
+                "UPDATE studies SET freeze_lock_json = ?" + ("" if replace else " WHERE freeze_lock_json IS NULL"),
+                (json.dumps(lock, sort_keys=True),),
             )
 
     # ------------------------------------------------------------------ cells

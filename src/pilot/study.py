@@ -21,7 +21,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pilot import backends, freeze, ledger, paths, protocol
+from pilot import backends, ledger, paths, protocol, study_freeze
 from pilot.executors.base import check_run_function
 from pilot.nodes import HOST_ARMS, host_arms, load_nodes, nodes_from_text
 from pilot.schedule import (
@@ -403,11 +403,16 @@ def run_study_wave(
     max_infra_attempts: int = 3,
     progress: bool = True,
     allow_unisolated: bool = False,
+    record_verdicts: bool | None = None,
 ) -> WaveResult:
     """Run (or resume) one wave of a study; the Python form of ``pilot study run``.
 
     Everything that can refuse (backend, run function, nodes, the lock) is
     checked before the freeze manifest is taken or anything is reserved.
+    When the pilot starts, the freeze's lock records the oracle's verdicts on
+    the study's gold, no-op and mutation packages if ``record_verdicts``
+    (by default when the backend's runs are findings: a dry run's lock holds
+    the code digest and commit alone; :mod:`pilot.study_freeze`).
     With the claude-code backend the wave refuses to start on a host that
     cannot isolate a run, unless ``allow_unisolated`` (development only;
     every run then records ``enforcement`` ``unisolated``).
@@ -444,11 +449,12 @@ def run_study_wave(
             prepare = lambda st: write_assignment(st, "pilot")  # noqa: E731
             if info.freeze_manifest is None:
                 scen = info.scenarios
-                on_start = lambda st: st.set_freeze_manifest(freeze.take_manifest(scenarios=scen))  # noqa: E731
+                verdicts = backends.label(backend) == "" if record_verdicts is None else record_verdicts
+                on_start = lambda st: study_freeze.take(st, scen, verdicts=verdicts)  # noqa: E731
         else:
             if info.freeze_manifest is None:
                 raise StudyError(f"study {name} has no freeze manifest: run the pilot wave first")
-            report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios)
+            report = study_freeze.verify(store)
             if not report.ok:
                 print(
                     "warning: the frozen protocol changed since the pilot; this wave will not be pooled:",
@@ -666,7 +672,7 @@ def export_run_table(name: str, *, pilot_only: bool = False, out: Path | None = 
         if later and not pilot_only:
             if info.freeze_manifest is None:
                 raise StudyError(f"study {name} has later waves but no freeze manifest; export with --pilot-only")
-            freeze.verify(info.freeze_manifest, scenarios=info.scenarios).raise_if_changed()
+            study_freeze.verify(store).raise_if_changed()
         if pilot_only:
             rows = [r for r in rows if r["wave"] == "pilot"]
         # The human wave's sessions have a table of their own (pilot.human.export): this one holds the agent runs.

@@ -32,7 +32,12 @@
 - ``pilot study export NAME`` writes the run table ``analysis/data/NAME/runs.csv``
   (atomically); later waves are pooled only if the freeze verification passes.
 - ``pilot study verify-freeze NAME`` compares the protocol with the manifest
-  taken when the pilot started.
+  taken when the pilot started; oracle code that changed since passes when
+  its verdicts on the study's gold, no-op and mutation packages are the
+  frozen ones (recorded), and is refused otherwise, naming the commit to
+  resume the study with.
+- ``pilot study record-verdicts NAME`` records those verdicts for a study
+  frozen without them (by the code that froze it).
 - ``pilot study rehearsal-report NAME [--out DIR]`` checks a study run with
   ``--backend rehearsal`` against the scripted model's known truth
   (:mod:`pilot.simulated.rehearsal_report`) and writes ``report.md`` and ``report.json``;
@@ -50,7 +55,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pilot import backends, freeze, ledger, paths, protocol
+from pilot import backends, freeze, ledger, paths, protocol, study_freeze
 from pilot.executors.base import PIPELINE_RUN_FUNCTION
 from pilot.nodes import HOST_ARMS, NodeError
 from pilot.schedule import ScheduleError
@@ -136,6 +141,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run function (default: the study's, else " + PIPELINE_RUN_FUNCTION + ")",
     )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--record-verdicts",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=(
+            "when the pilot starts, record the oracle's verdicts on the study's gold, no-op and mutation packages in "
+            "the freeze (default: for a backend whose runs are findings)"
+        ),
+    )
     r.add_argument(
         "--allow-unisolated",
         action="store_true",
@@ -245,6 +259,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("name")
     v.set_defaults(func=_cmd_verify)
 
+    rv = ss.add_parser(
+        "record-verdicts", help="record the oracle's verdicts in the freeze of a study frozen without them"
+    )
+    rv.add_argument("name")
+    rv.set_defaults(func=_cmd_record_verdicts)
+
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -266,7 +286,15 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             return command(args)
         except freeze.FreezeViolation as exc:
             return _fail(f"{paths.shown(paths.PROTOCOL_DIR)}: {exc}; export the pilot alone with --pilot-only")
-        except (StudyError, NodeError, StoreError, ScheduleError, protocol.ProtocolError, ledger.LedgerError) as exc:
+        except (
+            StudyError,
+            NodeError,
+            StoreError,
+            ScheduleError,
+            study_freeze.FreezeLockError,
+            protocol.ProtocolError,
+            ledger.LedgerError,
+        ) as exc:
             return _fail(exc)
         except sqlite3.Error as exc:
             return _fail(describe_fault(exc, store_file))
@@ -323,6 +351,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         max_infra_attempts=args.max_attempts,
         progress=not args.no_progress,
         allow_unisolated=args.allow_unisolated,
+        record_verdicts=args.record_verdicts,
     )
     print(res.summary.to_string())
     for node, why in sorted(res.refused_nodes.items()):
@@ -567,9 +596,19 @@ def _cmd_rehearsal_report(args: argparse.Namespace) -> int:
 @_guarded
 def _cmd_verify(args: argparse.Namespace) -> int:
     with Store.open(paths.study_dir(args.name)) as store:
-        info = store.study()
-    if info.freeze_manifest is None:
-        return _fail(StudyError(f"study {args.name} has no freeze manifest yet (it is taken when the pilot starts)"))
-    report = freeze.verify(info.freeze_manifest, scenarios=info.scenarios)
+        if store.study().freeze_manifest is None:
+            return _fail(
+                StudyError(f"study {args.name} has no freeze manifest yet (it is taken when the pilot starts)")
+            )
+        report = study_freeze.verify(store)
     print("\n".join(report.lines()))
     return 0 if report.ok else 1
+
+
+@_guarded
+def _cmd_record_verdicts(args: argparse.Namespace) -> int:
+    with Store.open(paths.study_dir(args.name)) as store:
+        lock = study_freeze.record_verdicts(store)
+    n = freeze.count_packages(lock.verdicts or {})
+    print(f"study {args.name}: the verdicts of {n} packages recorded (code digest {lock.code_digest[:16]})")
+    return 0

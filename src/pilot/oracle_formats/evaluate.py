@@ -29,7 +29,7 @@ from pilot.oracles.evaluate import (
     default_recalculator,
 )
 from pilot.oracles.recalc import Recalculator
-from pilot.scenarios.bundle import Criterion, Scenario
+from pilot.protocol.scenario import Criterion, Scenario
 
 # The module, not the function of the same name that pilot.oracles exports.
 core = importlib.import_module("pilot.oracles.evaluate")

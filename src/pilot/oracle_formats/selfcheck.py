@@ -15,7 +15,7 @@ from pathlib import Path
 from pilot.oracle_formats.evaluate import evaluate_form, has_deck
 from pilot.oracles import selfcheck as core
 from pilot.oracles.selfcheck import SelfCheckReport, embedded_spec, selfcheck_spec
-from pilot.scenarios.bundle import Scenario, load_scenario
+from pilot.protocol.scenario import Scenario, load_scenario
 
 
 def run_selfcheck(
@@ -39,7 +39,7 @@ def run_selfcheck(
                 sc = None
     if sc is None or not has_deck(sc):
         return core.run_selfcheck(workspace, scenario, timeout=timeout, recalculator=recalculator)
-    report = core._run_tool(workspace, selfcheck_spec(sc), timeout)
+    report = core.run_tool(workspace, selfcheck_spec(sc), timeout)
     return _with_form_checks(report, sc, workspace, recalculator)
 
 

@@ -20,7 +20,7 @@ from pilot import worker_files
 from pilot.oracles import admission, guard, readers, safety
 from pilot.oracles.admission import output_names
 from pilot.oracles.recalc import Recalculator
-from pilot.scenarios.bundle import Deliverable, Scenario
+from pilot.protocol.scenario import Deliverable, Scenario
 
 GUARDED_KINDS = ("xlsx", "docx", "pdf")
 TEXT_SUBSTITUTES = {"xlsx": (".csv",), "docx": (".md", ".txt"), "pdf": (".md", ".txt")}

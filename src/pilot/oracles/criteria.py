@@ -20,7 +20,7 @@ from pilot.oracles.amounts import exact, show
 from pilot.oracles.context import WorkspaceContext, cells_of, find_substitutes
 from pilot.oracles.decisions import SetDecision, read_decision, read_set
 from pilot.oracles.readers import is_error_value, is_formula, numbers_in, word_count
-from pilot.scenarios.bundle import COMPLETION_RECORD, Criterion
+from pilot.protocol.scenario import COMPLETION_RECORD, Criterion
 
 Outcome = tuple[bool, str]
 
@@ -126,7 +126,7 @@ def _stored(ws, row: int, col: int):
     return store.get((row, col)) if store is not None else ws.cell(row, col)
 
 
-def _value_cell(ws, label_cell, column_pat: str | None):
+def value_cell(ws, label_cell, column_pat: str | None):
     """(cell, None) holding the line's value, or (None, reason).
 
     Without a column, the value is the first non-empty cell to the right of
@@ -197,7 +197,7 @@ def labelled_numbers(
     as_text: list[str] = []
     for ws in sheets:
         for cell in label_cells(ws, label):
-            vcell, problem = _value_cell(ws, cell, column)
+            vcell, problem = value_cell(ws, cell, column)
             if vcell is None:
                 problems.append(problem)
                 continue
@@ -289,7 +289,7 @@ def check_min_words(ctx: WorkspaceContext, c: Criterion) -> Outcome:
 _NUMBERING = re.compile(r"^\s*(?:#+\s*)?(?:[*_]+)?\s*(?:(?:\d+(?:\.\d+)*|[A-Z]|[ivxIVX]+)[.)]\s+)?")
 
 
-def _heading_matches(line: str, section: str) -> bool:
+def heading_matches(line: str, section: str) -> bool:
     text = _NUMBERING.sub("", line).strip().strip("*_:").strip().lower()
     sec = section.lower()
     # "Summary" also matches a heading "Executive summary"; a short line only, never body text.
@@ -301,7 +301,7 @@ def check_sections(ctx: WorkspaceContext, c: Criterion) -> Outcome:
     if reason:
         return False, reason
     sections = ctx.deliverable(c.file).required_sections
-    missing = [s for s in sections if not any(_heading_matches(line, s) for line in lines)]
+    missing = [s for s in sections if not any(heading_matches(line, s) for line in lines)]
     if missing:
         return False, f"{c.file} lacks the required section(s): {', '.join(missing)}"
     return True, f"{c.file} has every required section ({', '.join(sections)})"
@@ -427,12 +427,12 @@ def _key_rows(c: Criterion, header: list[str], rows: list[list[str]]):
 
 def section_text(lines: list[str], section: str, sections: tuple[str, ...]) -> str | None:
     """The text under the heading ``section`` up to the next required heading, or None when there is no such heading."""
-    start = next((i for i, line in enumerate(lines) if _heading_matches(line, section)), None)
+    start = next((i for i, line in enumerate(lines) if heading_matches(line, section)), None)
     if start is None:
         return None
     others = [s for s in sections if s.lower() != section.lower()]
     end = next(
-        (j for j in range(start + 1, len(lines)) if any(_heading_matches(lines[j], s) for s in others)), len(lines)
+        (j for j in range(start + 1, len(lines)) if any(heading_matches(lines[j], s) for s in others)), len(lines)
     )
     return "\n".join(lines[start + 1 : end])
 
@@ -464,7 +464,7 @@ def _decision_places(ctx: WorkspaceContext, c: Criterion) -> tuple[list[tuple[st
         places = []
         for ws in sheets:
             for cell in label_cells(ws, c.get("label")):
-                vcell, _ = _value_cell(ws, cell, None)
+                vcell, _ = value_cell(ws, cell, None)
                 if vcell is not None and isinstance(vcell.value, str):
                     places.append((f"{ws.title}!{vcell.coordinate} ({cell.value.strip()!r})", vcell.value, True))
         if not places:

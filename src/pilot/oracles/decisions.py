@@ -40,7 +40,7 @@ _CLAUSE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|;\s*|:\s+|\n+")
 _CLAUSE_SPLIT_KEEP = re.compile(f"({_CLAUSE_SPLIT.pattern})")
 #: A label before a colon is short ("DSCR", "Debt / EBITDA (section 4.3)").
 _LABEL_WORDS = 6
-_WORD = re.compile(r"\S+")
+WORD = re.compile(r"\S+")
 
 
 @dataclass
@@ -66,7 +66,7 @@ class Decision:
 
 def _window_negated(text: str, start: int, words: int = 4) -> bool:
     """Whether a negation stands among the ``words`` words just before ``start``."""
-    before = _WORD.findall(text[:start])[-words:]
+    before = WORD.findall(text[:start])[-words:]
     return bool(NEGATORS.search(" ".join(before)))
 
 
@@ -110,7 +110,7 @@ def read_clause(
     if after:
         start, key, _ = after[0]
         # Only a negation between the verb and the option qualifies the option ("recommend not awarding to X").
-        option_negated = bool(NEGATORS.search(" ".join(_WORD.findall(clause[verb.end() : start])[-4:])))
+        option_negated = bool(NEGATORS.search(" ".join(WORD.findall(clause[verb.end() : start])[-4:])))
     else:
         start, key, _ = mentions[-1]
         option_negated = _window_negated(clause, start)
@@ -455,7 +455,7 @@ def _blocks(text: str) -> list[str]:
         last = blocks[-1]
         joinable = (
             _TABLE_CELL not in last
-            and len(_WORD.findall(line)) >= _WRAPPED_MIN_WORDS
+            and len(WORD.findall(line)) >= _WRAPPED_MIN_WORDS
             and not last.endswith((".", "!", "?", ":", ";"))
         )
     return blocks
@@ -528,7 +528,7 @@ def read_set(
                     # "did not meet", "not above"; a negation that is itself before an option belongs to the option.
                     before = clause[: verb.start()]
                     cut = max((e for s, _, e in mentions if e <= verb.start()), default=0)
-                    if NEGATORS.search(" ".join(_WORD.findall(before[cut:])[-3:])):
+                    if NEGATORS.search(" ".join(WORD.findall(before[cut:])[-3:])):
                         inside = not inside
                     previous = inside
                 elif previous is not None and mentions and ELLIPTIC_NEGATION.search(clause):
@@ -546,7 +546,7 @@ def read_set(
             if (
                 sep.startswith(":")
                 and mentions
-                and len(_WORD.findall(sentence)) <= _LABEL_WORDS
+                and len(WORD.findall(sentence)) <= _LABEL_WORDS
                 and not verb_rx.search(sentence)
             ):
                 subject = mentions
@@ -588,7 +588,7 @@ def read_set(
                     for k, c in enumerate(cells)
                     if k != named[0][0]
                     and verb_rx.search(c)
-                    and len(_WORD.findall(c)) <= _VERDICT_CELL_WORDS
+                    and len(WORD.findall(c)) <= _VERDICT_CELL_WORDS
                     and not re.search(r"\d", c)
                 ]
                 if len(verdicts) != 1:

@@ -38,7 +38,7 @@ from pilot.oracles.context import WorkspaceContext
 from pilot.oracles.criteria import CHECKS
 from pilot.oracles.hashing import compare_hashes, hash_inputs
 from pilot.oracles.recalc import Recalculator
-from pilot.scenarios.bundle import Criterion, Scenario
+from pilot.protocol.scenario import Criterion, Scenario
 
 if TYPE_CHECKING:  # pandas loads on first use: `pilot check` and `pilot --help` start without it
     import pandas as pd

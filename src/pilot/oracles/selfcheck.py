@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pilot import worker_files
-from pilot.scenarios.bundle import Scenario, load_scenario
+from pilot.protocol.scenario import Scenario, load_scenario
 
 SELFCHECK_TOOL = Path(__file__).with_name("selfcheck_tool.py")
 WORKSPACE_NAME = "selfcheck.py"
@@ -131,7 +131,7 @@ def run_selfcheck(
                 spec = selfcheck_spec(sc)
             except Exception:  # noqa: BLE001 - an unknown scenario keeps the embedded spec
                 pass
-    report = _run_tool(workspace, spec, timeout)
+    report = run_tool(workspace, spec, timeout)
     if sc is not None:
         report = _with_form_checks(report, sc, workspace, recalculator)
     return report
@@ -202,7 +202,7 @@ def snapshot_outputs(workspace: Path, spec: dict, into: Path) -> dict[str, str]:
     return refused
 
 
-def _run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
+def run_tool(workspace: Path, spec: dict, timeout: float) -> SelfCheckReport:
     """The pristine tool on a private snapshot of the deliverables, confined (it parses what the worker wrote and
     may start LibreOffice on it: :func:`pilot.confined.run`, bounded in time and memory as the oracle's guarded reader
     is). The snapshot (:func:`snapshot_outputs`) lies under the workspace's own name, so the tool's report reads as

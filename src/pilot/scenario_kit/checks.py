@@ -266,9 +266,11 @@ def build_packages(
     other: tuple[Scenario, Path] | None = None,
     recalculator=None,
     prove_traps: bool = True,
+    verdicts_only: bool = False,
 ) -> ScenarioPackages:
     """Every package of ``scenario`` under ``root``, each with its declared expectation (nothing evaluated yet), and
-    with ``prove_traps`` the fallen package of each declared trap."""
+    with ``prove_traps`` the fallen package of each declared trap. With ``verdicts_only``, the gold, no-op and
+    mutation packages alone: those whose verdicts a study's freeze holds (:mod:`pilot.scenario_kit.verdicts`)."""
     t0 = time.perf_counter()
     out = ScenarioPackages(scenario)
     gold = build_gold_workspace(scenario, root / "gold")
@@ -286,7 +288,7 @@ def build_packages(
     out.packages.append(Package(scenario, "gold", gold, "the reference solution", expect_gold))
     add("no-op", _empty_outputs, expect_noop(scenario))
     for d in scenario.file_deliverables:
-        if d.kind in BINARY_KINDS:
+        if d.kind in BINARY_KINDS and not verdicts_only:
             add(
                 f"substitute:{d.name}",
                 lambda ws, n=d.name: defects.text_substitute(ws, n, recalculator=recalculator),
@@ -316,6 +318,9 @@ def build_packages(
             out.rows.append(CheckRow(sid, name, not c.required, f"no plausible mistake breaks it: {exc}"))
             continue
         out.packages.append(Package(scenario, name, ws, made, expect_only(c.id)))
+    if verdicts_only:
+        out.build_s = time.perf_counter() - t0
+        return out
     rng_seed = int.from_bytes(sid.encode(), "big") % (2**32)
     for name in defects.applicable_defects(scenario):
         ws = _copy(gold, root / f"defect-{name}")

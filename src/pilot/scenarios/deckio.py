@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pilot.scenarios.officeio import Block, Heading, Para, Table, _cell, normalize_zip, pin_core_properties
+from pilot.scenarios.officeio import Block, Heading, Para, Table, cell_text, normalize_zip, pin_core_properties
 
 
 def _slides(blocks: Sequence[Block]) -> list[tuple[str, list[Block]]]:
@@ -61,7 +61,7 @@ def write_deck(blocks: Sequence[Block], path: Path) -> Path:
                 shape.table.cell(0, j).text = str(h)
             for i, row in enumerate(t.rows, start=1):
                 for j, v in enumerate(row):
-                    shape.table.cell(i, j).text = _cell(v)
+                    shape.table.cell(i, j).text = cell_text(v)
             for row in shape.table.rows:
                 for cell in row.cells:
                     for para in cell.text_frame.paragraphs:

@@ -106,7 +106,7 @@ class Table:
 Block = Heading | Para | Table
 
 
-def _cell(v: object) -> str:
+def cell_text(v: object) -> str:
     if isinstance(v, float):
         return f"{v:,.2f}"
     return str(v)
@@ -150,7 +150,7 @@ def write_docx(blocks: Sequence[Block], path: Path, *, title: str | None = None)
             for row in b.rows:
                 cells = t.add_row().cells
                 for i, v in enumerate(row):
-                    cells[i].text = _cell(v)
+                    cells[i].text = cell_text(v)
     doc.save(path)
     return normalize_zip(path)
 
@@ -179,7 +179,7 @@ def write_pdf(blocks: Sequence[Block], path: Path, *, title: str | None = None) 
             story.append(Paragraph(escape(b.text), styles["BodyText"]))
             story.append(Spacer(1, 0.15 * cm))
         elif isinstance(b, Table):
-            data = [[str(h) for h in b.header]] + [[_cell(v) for v in row] for row in b.rows]
+            data = [[str(h) for h in b.header]] + [[cell_text(v) for v in row] for row in b.rows]
             t = RLTable(data, repeatRows=1)
             t.setStyle(TableStyle([("GRID", (0, 0), (-1, -1), 0.4, colors.grey), ("FONTSIZE", (0, 0), (-1, -1), 8)]))
             story.append(t)
@@ -214,7 +214,7 @@ def write_markdown(blocks: Sequence[Block], path: Path, *, title: str | None = N
         elif isinstance(b, Table):
             out.append("| " + " | ".join(map(str, b.header)) + " |")
             out.append("|" + "---|" * len(b.header))
-            out += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in b.rows]
+            out += ["| " + " | ".join(cell_text(v) for v in row) + " |" for row in b.rows]
             out.append("")
     return write_text(path, "\n".join(out))
 
