@@ -18,7 +18,8 @@
 # the waves the rule adds, and before a later wave is pooled with the pilot it
 # checks the freeze manifest taken when the pilot started.
 #
-# The logic lives in `pilot.scale_rule`, `pilot.freeze` and `pilot.study`.
+# The logic lives in `pilot.scale_rule`, `pilot.freeze`, `pilot.study_freeze` and
+# `pilot.study`.
 
 # %% tags=["parameters"]
 study: str = "pilot-simulated"  # name of the study under analysis/data/ whose pilot has run
@@ -36,9 +37,8 @@ export: bool = True  # export the run table afterwards (pooled when the freeze v
 import pandas as pd
 from IPython.display import display
 
-from pilot import freeze, paths, scale_rule, study_freeze
+from pilot import paths, scale_rule, study_freeze
 from pilot.backends import SIMULATED_LABEL, label_of
-from pilot.latex import write_macros
 from pilot.report import sentences
 from pilot.report.inline import say, show_figures
 from pilot.store import Store
@@ -113,25 +113,8 @@ with Store.open(paths.study_dir(study)) as store:
     info = store.study()
     # Through the study's lock: oracle code refactored since the pilot passes when its verdicts are the frozen ones.
     report = study_freeze.verify(store) if info.freeze_manifest is not None else None
-if report is None:
-    print("no freeze manifest: the pilot has not started")
-    write_macros(
-        {"FreezeSentence": "No freeze manifest was taken: the pilot had not started, so no wave was pooled."},
-        generated / "freeze_macros.tex",
-        comment=f"Stage 02: study {study} has no freeze manifest.",
-    )
-else:
-    print("\n".join(report.lines()))
-    report.summary.assign(study=study, ok=report.ok).to_csv(tables / f"freeze_{study}.csv", index=False)
-    write_macros(
-        {
-            "FreezeSentence": report.sentence(freeze.manifest_digest(info.freeze_manifest)),
-            # When the manifest was taken (the pilot's first reservation), for the deviations subsection.
-            "FreezeTakenAt": str(info.freeze_taken_at or "not recorded")[:10],
-        },
-        generated / "freeze_macros.tex",
-        comment=f"Stage 02: the freeze check of study {study}.",
-    )
+print("\n".join(report.lines()) if report is not None else "no freeze manifest: the pilot has not started")
+study_freeze.write_outputs(report, info, tables, generated)
 
 # %% [markdown]
 # ## The pooled run table

@@ -374,3 +374,27 @@ def test_a_malformed_lock_is_refused_naming_the_store_and_field(tmp_path):
             FreezeLockError, match=r"study\.sqlite: studies\.freeze_lock_json of study f: field 'code_digest'"
         ):
             verify(store)
+
+
+def test_the_stage_writes_the_freeze_check_as_the_manuscript_reads_it(tmp_path):
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from pilot import study_freeze
+    from pilot.store import StudyInfo
+
+    root, code = _tree(tmp_path)
+    m = freeze.take_manifest(root, code)
+    (root / "protocol" / "arms" / "A0.md").write_text("No shell at all.\n")
+    report = freeze.verify(m, root, code)
+    info = StudyInfo("s1", 1, "2026-04-15", "1", "m", ["ACC-01"], None, None, m, "2026-04-15T09:30:00+00:00")
+    out = study_freeze.write_outputs(report, info, tmp_path / "t", tmp_path / "g")
+    macros = out["macros"].read_text(encoding="utf-8")
+    assert "\\newcommand{\\FreezeTakenAt}{2026-04-15}" in macros and "\\FreezeSentence" in macros
+    table = pd.read_csv(out["table"])
+    assert list(table["path"]) == ["protocol/arms/A0.md"] and set(table["ok"]) == {False}
+    assert out["table"].name == "freeze_s1.csv"
+    # Before the pilot: no manifest, one sentence saying nothing was pooled, and no table.
+    out = study_freeze.write_outputs(None, replace(info, freeze_manifest=None), tmp_path / "t2", tmp_path / "g2")
+    assert set(out) == {"macros"} and study_freeze.NO_MANIFEST_SENTENCE in out["macros"].read_text(encoding="utf-8")

@@ -13,6 +13,8 @@ of the same code derives nothing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pilot import freeze
 from pilot.store import Store, StudyInfo
 
@@ -97,3 +99,38 @@ def verify(store: Store, *, rederive: bool = True) -> freeze.FreezeReport:
     if lock is not None and freeze.accept(lock, report):
         store.set_freeze_lock(lock.to_json(), replace=True)
     return report
+
+
+#: What the manuscript says of a study whose pilot has not started: no manifest, so nothing was pooled.
+NO_MANIFEST_SENTENCE = "No freeze manifest was taken: the pilot had not started, so no wave was pooled."
+
+
+def write_outputs(
+    report: freeze.FreezeReport | None, info: StudyInfo, tables_dir: Path, generated_dir: Path
+) -> dict[str, Path]:
+    """Write the freeze check as the manuscript reads it: ``freeze_macros.tex`` and, after a check,
+    ``freeze_<study>.csv`` (one row per file or verdict compared). ``report`` None: no manifest yet."""
+    from pilot.latex import write_macros
+
+    out: dict[str, Path] = {}
+    macros = Path(generated_dir) / "freeze_macros.tex"
+    if report is None or info.freeze_manifest is None:
+        out["macros"] = write_macros(
+            {"FreezeSentence": NO_MANIFEST_SENTENCE},
+            macros,
+            comment=f"Stage 02: study {info.name} has no freeze manifest.",
+        )
+        return out
+    out["table"] = Path(tables_dir) / f"freeze_{info.name}.csv"
+    out["table"].parent.mkdir(parents=True, exist_ok=True)
+    report.summary.assign(study=info.name, ok=report.ok).to_csv(out["table"], index=False)
+    out["macros"] = write_macros(
+        {
+            "FreezeSentence": report.sentence(freeze.manifest_digest(info.freeze_manifest)),
+            # When the manifest was taken (the pilot's first reservation), for the deviations subsection.
+            "FreezeTakenAt": str(info.freeze_taken_at or "not recorded")[:10],
+        },
+        macros,
+        comment=f"Stage 02: the freeze check of study {info.name}.",
+    )
+    return out
