@@ -71,3 +71,11 @@ def set_security_headers(resp: Any, csp: str) -> Any:
     resp.headers["X-Frame-Options"] = "DENY"
     resp.headers["Cache-Control"] = "no-store"
     return resp
+
+
+def use_site_layout(app: Any) -> None:
+    """Let ``app``'s templates extend the layout the study's sites share (``site_templates/site_page.html``): its own
+    templates first, then the shared ones."""
+    from jinja2 import ChoiceLoader, PackageLoader
+
+    app.jinja_loader = ChoiceLoader([app.jinja_loader, PackageLoader("pilot", "site_templates")])

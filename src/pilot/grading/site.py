@@ -69,7 +69,7 @@ from pilot.judges.recalculated import Recalculated
 from pilot.judges.render import COMPLETION_RECORD, find_delivered
 from pilot.judges.rubric import scenario_criteria
 from pilot.portal.app import SignInLimiter, SignInLimits
-from pilot.serving import BackgroundServer, set_security_headers
+from pilot.serving import BackgroundServer, set_security_headers, use_site_layout
 from pilot.view import files
 from pilot.view.site import REHEARSAL_BANNER, SIMULATED_BANNER, JudgedPackage, judged_deliverables
 from pilot.view.study import StudyReader
@@ -267,6 +267,7 @@ def create_app(
     state = SiteState(study, threading.Lock(), sessions)
     app = Flask(__name__, static_folder=None)
     app.extensions["pilot.grading"] = state
+    use_site_layout(app)
     # A delivered deck's slides, rendered on request outside the study folder for as long as the site runs.
     slides_dir = tempfile.TemporaryDirectory(prefix="pilot-grading-slides-")
     app.extensions["pilot.grading.slides"] = slides_dir

@@ -60,7 +60,7 @@ from pilot.human.status import clock_text, status_rows, utc_time
 from pilot.human.wave import ASSISTED, SECRET_FILE, SESSIONS_FILE, wave_dir
 from pilot.oracles import safety
 from pilot.portal.app import SignInLimiter, SignInLimits
-from pilot.serving import BackgroundServer, set_security_headers
+from pilot.serving import BackgroundServer, set_security_headers, use_site_layout
 from pilot.store import Store
 from pilot.view.site import REHEARSAL_BANNER, SIMULATED_BANNER
 from pilot.web_sessions import SessionLimits
@@ -229,6 +229,7 @@ def create_app(
         state.evaluator.start()
     app = Flask(__name__, static_folder=None)
     app.extensions["pilot.human"] = state
+    use_site_layout(app)
     app.jinja_env.undefined = StrictUndefined
     app.jinja_env.filters["utc_time"] = utc_time
     app.config.update(
