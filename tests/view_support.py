@@ -108,6 +108,7 @@ _STUDY_NAMES = {
     "deck": "viewdeck",
     "rehearsal": "viewrehearsal",
     "caps": "viewcaps",
+    "pdf": "viewpdf",
 }
 CAPS_SEED = 7  # ACC-01.A4.r2's first session draws more turns than the cap allows; the resume completes the run
 #: The rehearsal study's branches (``pilot.simulated.rehearsal_branches``): a capped run and a resumed one.
