@@ -110,3 +110,27 @@ def test_a_row_with_nothing_estimable_reads_not_estimable_once_across_it(tmp_pat
         df.assign(E=[0.1, 0.2], Q=[70.0, 71.0]), tmp_path / "u.tex", caption="c", label="tab:u"
     ).read_text()
     assert "multicolumn" not in one and "not estimable" in one
+
+
+def test_notes_below_mark_their_rows_with_letters_and_keep_the_table_narrow(tmp_path):
+    df = pd.DataFrame(
+        {
+            "contrast": ["A3-A1", "A1-A0", "A2-A1", "A4-A3"],
+            "estimate": [0.1, 0.2, None, 0.3],
+            "note": ["", "a lattice point (2 of 4 have 0.5%)", "no scored run in A2", "no scored run in A2"],
+        }
+    )
+    text = write_table(df, tmp_path / "t.tex", caption="C.", label="tab:t", notes_below=True).read_text()
+    body = text[text.index("\\midrule") : text.index("\\bottomrule")]
+    # By hand: the note column is gone; each distinct note gets the next letter, a repeated note its first letter.
+    assert "Note" not in text[text.index("\\toprule") : text.index("\\midrule")]
+    assert [ln.split("&")[0].strip() for ln in body.splitlines()[1:]] == [
+        "A3$-$A1",
+        "A1$-$A0 (a)",
+        "A2$-$A1 (b)",
+        "A4$-$A3 (b)",
+    ]
+    assert (
+        "\\parbox{\\linewidth}{\\footnotesize (a) a lattice point (2 of 4 have 0.5\\%); (b) no scored run in A2.}"
+        in text
+    )

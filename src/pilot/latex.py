@@ -325,6 +325,26 @@ def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _notes_as_letters(df: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """``df`` without its note column, each row with a note marked ``(a)``, ``(b)`` ... in its first cell (one
+    letter per distinct note, in order), and the notes by letter."""
+    col = next((c for c in df.columns if str(c).replace("\\_", "_").lower() == "note"), None)
+    if col is None:
+        return df, []
+    letters: dict[str, str] = {}
+    marked = []
+    for first, text in zip(df.iloc[:, 0].tolist(), df[col].tolist(), strict=True):
+        if isinstance(text, str) and text.strip():
+            n = len(letters)
+            letter = letters.setdefault(text.strip(), "abcdefghijklmnopqrstuvwxyz"[n] if n < 26 else str(n + 1))
+            marked.append(f"{first} ({letter})")
+        else:
+            marked.append(first)
+    out = df.drop(columns=col)
+    out[out.columns[0]] = pd.Series(marked, index=out.index, dtype=object)
+    return out, [(letter, text) for text, letter in letters.items()]
+
+
 def write_table(
     df: pd.DataFrame,
     path: Path,
@@ -337,9 +357,15 @@ def write_table(
     escape: bool = True,
     note: str | None = None,
     font: str = "\\small",
+    notes_below: bool = False,
 ) -> Path:
     """Write ``df`` as a booktabs table environment; prefix the caption with the data's label (``simulated``: see
-    :func:`data_label`)."""
+    :func:`data_label`).
+
+    ``notes_below``: a table with many columns has no room for its notes; each distinct note gets a letter, marked on
+    its rows' first cell, and the notes are printed below the table, so a study whose rows carry long notes (a
+    rehearsal's missing arm, a lattice point) typesets as one whose rows carry none.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tag = data_label(simulated)
@@ -347,6 +373,10 @@ def write_table(
     # Cells are formatted here, column by column (true minus signs; decimals by
     # what the column holds), and headers put in words; then nothing is escaped twice.
     df = _short_reasons(df)
+    marks: list[str] = []
+    if notes_below:
+        df, lettered = _notes_as_letters(df)
+        marks = [f"({letter}) {_cell(text, '%s', escape=escape, is_p=False)}" for letter, text in lettered]
     if column_format is None:
         # A note column with nothing in it says nothing: it is left out (a table with an explicit layout keeps its
         # columns).
@@ -406,6 +436,8 @@ def write_table(
         f"\\label{{{label}}}",
         body.strip(),
     ]
+    if marks:  # set as a paragraph of the table's width, not centred line by line
+        parts.append(f"\\par\\smallskip\\parbox{{\\linewidth}}{{\\footnotesize {'; '.join(marks)}.}}")
     if note:
         parts.append(f"\\par\\smallskip\\footnotesize {note}")
     parts.append("\\end{table}")

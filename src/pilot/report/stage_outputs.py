@@ -712,6 +712,7 @@ def write_sensitivity(
         "estimate unrestricted, $p$ with the null imposed; with every sign vector enumerated its $p$ equals the "
         "sign-flip $p$, since the studentised mean orders the sign vectors as the mean does).",
         "tab:sens-small-sample",
+        notes_below=True,  # twelve columns: a lattice point's note would push the table past the text width
     )
 
     rl = _result(results, "reliability", TableResult)
@@ -731,9 +732,10 @@ def write_sensitivity(
     csv("sensitivity_logistic.csv", lg.summary)
     tex(
         "sensitivity_logistic_table.tex",
-        lg.summary,
+        # "SE" alone: the caption says the errors are clustered, and the eleven columns need the room.
+        lg.summary.rename(columns={"se_cluster": "SE"}),
         (
-            "Logistic regression of $S$ on arm, standard errors clustered by scenario "
+            "Logistic regression of $S$ on arm, standard errors (SE) clustered by scenario "
             f"({lg.details['n_clusters']} clusters, {lg.details['n_runs']} scored runs): Wald intervals "
             "(nominal 95\\%) and $p$ against the normal, as preregistered; beside them, as a small-sample "
             f"sensitivity, the same statistics against $t({max(int(lg.details['n_clusters']) - 1, 1)})$ "
@@ -744,6 +746,7 @@ def write_sensitivity(
         "converge or has exploding coefficients."
         + (f" Note: {latex_escape(lg.details['note'])}." if lg.details.get("note") else ""),
         "tab:sens-logistic",
+        notes_below=True,  # eleven columns: a term's reason would push the table past the text width
     )
     firth = lg.details.get("firth")
     if firth is not None:

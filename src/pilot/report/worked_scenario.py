@@ -70,7 +70,7 @@ def _criteria_table(scenario: Any) -> str:
     from pilot.view.oracle_text import criterion_intent
 
     rows = [
-        f"\\texttt{{{latex_escape(c.id)}}} & {latex_escape(c.kind.replace('_', ' '))} & "
+        f"\\texttt{{{_breakable_id(c.id)}}} & {latex_escape(c.kind.replace('_', ' '))} & "
         f"{'required' if c.required else 'optional'} & {latex_escape(criterion_intent(c))} \\\\"
         for c in scenario.oracle.criteria
     ]
@@ -80,11 +80,18 @@ def _criteria_table(scenario: Any) -> str:
         "$D=1$ needs every "
         "required criterion and no critical violation; an optional criterion is reported, never decisive.}\n"
         f"\\label{{tab:worked-criteria}}\n"
-        "\\begin{tabular}{l>{\\raggedright\\arraybackslash}p{2.3cm}l>{\\raggedright\\arraybackslash}p{8.2cm}}\n\\toprule\n"
+        "\\begin{tabular}{>{\\raggedright\\arraybackslash}p{3.6cm}>{\\raggedright\\arraybackslash}p{2.3cm}l"
+        ">{\\raggedright\\arraybackslash}p{7.4cm}}\n\\toprule\n"
         "Criterion & Kind & Status & What it checks \\\\\n\\midrule\n"
         + "\n".join(rows)
         + "\n\\bottomrule\n\\end{tabular}\n\\end{table}"
     )
+
+
+def _breakable_id(text: str) -> str:
+    """An identifier escaped for LaTeX that may break after each underscore: the longest criterion ids would otherwise
+    push the criteria table past the text width."""
+    return latex_escape(text).replace("\\_", "\\_\\allowbreak ")
 
 
 def _rubric_table(scenario_id: str) -> str:
@@ -115,12 +122,19 @@ def _package(rec: Mapping[str, Any], row: Mapping[str, Any], what: str, label: s
     rubric = [c.id for c in scenario_criteria(str(row["scenario"]))]
     grades = "; ".join(
         f"{latex_escape(str(j.get('judge_id')))}: "
-        + ", ".join(f"{latex_escape(k)} {(j.get('criterion_scores') or {}).get(k, '--')}" for k in rubric)
+        + (
+            ", ".join(f"{latex_escape(k)} {(j.get('criterion_scores') or {}).get(k, '--')}" for k in rubric)
+            if j.get("criterion_scores")
+            else "no criterion scores recorded"
+        )
         + f" (score {float(j['score_0_100']):.1f}, {'accept' if j.get('accept') else 'send back'})"
         for j in judges
     )
+    # A record without criterion results (a run table's synthetic record) says so, never "every criterion passed".
     oracle = (
-        "every criterion passed"
+        "no criterion result recorded"
+        if not crit
+        else "every criterion passed"
         if not failed
         else "failed: "
         + ", ".join(
