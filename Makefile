@@ -346,8 +346,9 @@ mypy-baseline: $(VENV)/.installed ## lower tools/mypy_baseline.json to today's c
 
 # The test files are spread over TEST_WORKERS processes (pytest-xdist). A file stays on one
 # worker, so its module fixtures (one LibreOffice batch, a built study) are built once; files go out in
-# collection order, the longest first (tests/conftest.py LONG_FILES).
-TEST_WORKERS ?= 2
+# collection order, the longest first (tests/conftest.py LONG_FILES). One worker more than the two cores of
+# the machine the README times: much of the suite waits on LibreOffice, browsers and subprocesses.
+TEST_WORKERS ?= 3
 PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast: $(VENV)/.installed ## the tests that need none of the components (part of make check)
@@ -359,7 +360,7 @@ $(STAMPS)/agent-extra: $(VENV)/.installed
 	@mkdir -p $(@D) && touch $@
 
 test: $(VENV)/.installed $(STAMPS)/agent-extra $(STAMPS)/sandbox-users | $(SYSTEM) ## run the whole test suite (unit, integration, notebook; every real component)
-	PILOT_FORBID_SKIPS=1 $(PYTEST)
+	PILOT_FORBID_SKIPS=1 $(PYTEST) --durations=25
 
 bench: $(VENV)/.installed ## run the benchmarks under benchmarks/ (ratios against named references)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
