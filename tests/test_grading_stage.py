@@ -117,3 +117,14 @@ def test_simulate_never_replaces_a_wave_of_experts_grades(root, tmp_path):
     proc = pilot(root, "grading", "simulate", "viewsim", "people", "--replace", check=False)
     assert proc.returncode == 2 and "holds experts' grades; it is never replaced" in proc.stderr
     assert "people\texperts" in pilot(root, "grading", "list", "viewsim").stdout
+
+
+def test_simulated_graders_grade_a_dry_run_with_its_simulated_human_wave_and_nothing_real():
+    from pilot.simulated.graders import not_dry_run
+
+    # By the backends' registry: the simulated agent and SIMULATED participants are a dry run; the rest is not.
+    assert not_dry_run(["simulated", "simulated-human"]) == []
+    assert not_dry_run(["simulated"]) == []
+    assert not_dry_run(["simulated", "human"]) == ["human"]
+    assert not_dry_run(["rehearsal", "simulated"]) == ["rehearsal"]
+    assert not_dry_run(["claude-code", "simulated-human"]) == ["claude-code"]

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pilot import paths, protocol
+from pilot import backends, paths, protocol
 from pilot.grading import store as grading_store
 from pilot.grading.plan import CreatedWave, create_wave, eligible_packages, grading_dir
 from pilot.judges.rubric import MAX_SCORE, scenario_criteria, weighted_score
@@ -109,6 +110,14 @@ def planted_truth(config: SimulatedGraderConfig, arms: list[str], contrast: tupl
     }
 
 
+def not_dry_run(used: Iterable[str]) -> list[str]:
+    """The backends of ``used`` whose outputs are not SIMULATED: a real agent, real participants, a rehearsal.
+
+    A dry run may hold the simulated agent's runs and a SIMULATED human wave (``simulated-human``) alike.
+    """
+    return sorted(b for b in used if backends.label(b) != backends.SIMULATED_LABEL)
+
+
 def simulate_wave(
     study_folder: Path, wave: str, config_path: Path | None = None, *, replace: bool = False, seed: int | None = None
 ) -> SimulatedWave:
@@ -123,10 +132,10 @@ def simulate_wave(
     with grading_store.open_store(study_folder) as st:
         info = st.study()
         wave_seed = int(info.seed if seed is None else seed)
-        backends = set(st.backends_used())
-        if backends - {"simulated"}:
+        used = st.backends_used()
+        if not_dry_run(used):
             raise grading_store.GradingError(
-                f"study {info.name} was run on {', '.join(sorted(backends))}: simulated graders grade dry runs only; "
+                f"study {info.name} was run on {', '.join(sorted(used))}: simulated graders grade dry runs only; "
                 "a real study's packages are graded by people (pilot grading create ... --graders FILE)"
             )
         if replace:
