@@ -610,9 +610,16 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
     def label(text: str) -> str:  # a row's label as the table prints it, for the caption that explains it
         return grader_label(text, who)
 
-    def tex(name: str, df: pd.DataFrame, caption: str) -> None:
+    def tex(name: str, df: pd.DataFrame, caption: str, *, first_width: str | None = None) -> None:
         if "note" in df and df["note"].fillna("").astype(str).str.strip().eq("").all():
             df = df.drop(columns="note")  # a column with nothing in it says nothing
+        # A first column of long labels (a stand-in's noun is longer than "experts") wraps at first_width.
+        layout = (
+            f">{{\\raggedright\\arraybackslash}}p{{{first_width}}}"
+            + "".join("l" if c == "note" else "r" for c in list(df.columns)[1:])
+            if first_width
+            else None
+        )
         df = df.rename(
             columns={
                 **_HEADERS,
@@ -630,6 +637,7 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
             label=f"tab:grading-{name.replace('_', '-')}",
             simulated=sim,
             font=_TABLE_FONT,
+            column_format=layout,
         )
         out[path.name] = path
 
@@ -642,6 +650,7 @@ def write_grading_outputs(report: GradingReport, tables_dir: Path, generated_dir
             f"primary contrast and H1 on the grades of the {who}, with {boot} (H1: the primary analysis's "
             "scenario-cluster bootstrap). $n$: packages (alpha, bias, H1) or pairs of decisions."
         ),
+        first_width="7.4cm",
     )
     headline = honest["reliability"][honest["reliability"]["measure"].isin(["Q", agreement.ALL_CRITERIA])]
     tex(
