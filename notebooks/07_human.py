@@ -104,7 +104,7 @@ if not not_run and not result.people:
         check = simulated_participants.truth_check(humans, truth, seed=seed, B=bootstrap_resamples or 2000)
         check.to_csv(tables / "human_truth.csv", index=False)
         say(
-            f"SIMULATED (no person took part): the planted P(D = 1) lies inside the 95% interval in "
+            f"SIMULATED (no person took part): the planted P(D = 1) lies inside the nominal 95% interval in "
             f"{int(check['covered'].sum())} of {len(check)} conditions."
         )
         display(check)  # noqa: F821

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from datetime import datetime
@@ -123,6 +124,10 @@ def test_every_output_says_simulated_and_that_no_person_took_part(simulated):
     assert "\\newcommand{\\humanWaveRun}{1}" in macros and "\\newcommand{\\humanDataLabel}{SIMULATED}" in macros
     contrasts = pd.read_csv(out / "tables" / "human_contrasts.csv")
     assert list(contrasts["contrast"])[:3] == ["H1-H0", "H0-A1", "H0-A3"] and set(contrasts["role"]) == {"descriptive"}
+    # No 95 per cent without saying it is nominal: the calibration measured the agent arms' contrasts, not this wave.
+    printed = " ".join((out / "generated" / n).read_text() for n in ("human_text.tex", "human_acceptance_table.tex"))
+    before = re.findall(r"(\w+)\s+95\\?%", printed)
+    assert before and set(before) == {"nominal"}, before
 
 
 def test_a_study_without_a_human_wave_says_it_was_not_run(root, tmp_path):

@@ -75,8 +75,9 @@ def write_outputs(result: HumanComparison, tables_dir: Path, figures_dir: Path, 
         ),
         gen / "human_acceptance_table.tex",
         caption=f"Acceptance of the human conditions beside the agent arms over the scenarios the human wave covers "
-        f"({latex.latex_escape(scen)}): scenario-weighted, with 95\\% scenario-cluster percentile bootstrap intervals "
-        f"($B={B}$). H0: people without AI; H1: people with the metered assistant.",
+        f"({latex.latex_escape(scen)}): scenario-weighted, with nominal 95\\% scenario-cluster percentile bootstrap "
+        f"intervals (not calibrated for this wave; $B={B}$). H0: people without AI; H1: people with the metered "
+        "assistant.",
         label="tab:human-acceptance",
         simulated=result.tag,
         escape=False,
@@ -164,7 +165,8 @@ def sentences(result: HumanComparison) -> list[str]:
     for g in people:
         r = acc.loc[g]
         parts.append(
-            f"{g} accepted {_fmt(r['p_hat'], 2)} (95\\% interval {_fmt(r['ci_low'], 2)} to {_fmt(r['ci_high'], 2)}; "
+            f"{g} accepted {_fmt(r['p_hat'], 2)} (nominal 95\\% interval {_fmt(r['ci_low'], 2)} to "
+            f"{_fmt(r['ci_high'], 2)}; "
             f"{int(r['n_scored'])} scored of {int(r['n_runs'])} sessions)"
         )
     out = [
@@ -175,9 +177,9 @@ def sentences(result: HumanComparison) -> list[str]:
     ]
     first = result.contrasts.iloc[0]
     out.append(
-        lead
-        + f"The difference H1 $-$ H0 is {_fmt(first['estimate'], 2)} (95\\% interval {_fmt(first['ci_low'], 2)} to "
-        f"{_fmt(first['ci_high'], 2)}, over {int(first['n_scenarios'])} scenario(s)); like every contrast of this "
+        lead + f"The difference H1 $-$ H0 is {_fmt(first['estimate'], 2)} (nominal 95\\% interval "
+        f"{_fmt(first['ci_low'], 2)} to {_fmt(first['ci_high'], 2)}, over {int(first['n_scenarios'])} scenario(s)); "
+        "like every contrast of this "
         "section it is descriptive, not a test of a preregistered hypothesis."
     )
     time = result.time.set_index("group")
@@ -257,7 +259,7 @@ def _figure(result: HumanComparison, figures: Path, gen: Path) -> dict[str, Path
         y, [f"{g} ({'people' if k == 'person' else 'agent'})" for g, k in zip(acc["group"], acc["kind"], strict=True)]
     )
     ax.set_xlim(0, 1)
-    ax.set_xlabel("acceptance (scenario-weighted), 95% scenario-cluster bootstrap interval")
+    ax.set_xlabel("acceptance (scenario-weighted), nominal 95% scenario-cluster bootstrap interval")
     if result.tag:
         ax.set_title(result.tag, fontsize=9, color="#b00020")
     pdf = figures / FIGURE_FILE
