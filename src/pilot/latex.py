@@ -325,6 +325,17 @@ def _short_reasons(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def escape_text_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """Text cells escaped for LaTeX (for tables written with ``escape=False`` because their headers hold math)."""
+    return df.apply(
+        lambda col: (
+            col.map(lambda v: latex_escape(v).replace("<", "\\textless{}") if isinstance(v, str) else v)
+            if col.dtype == object
+            else col
+        )
+    )
+
+
 def _notes_as_letters(df: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
     """``df`` without its note column, each row with a note marked ``(a)``, ``(b)`` ... in its first cell (one
     letter per distinct note, in order), and the notes by letter."""

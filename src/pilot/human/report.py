@@ -22,12 +22,6 @@ FIGURE_FILE = "human_acceptance.pdf"
 TABLES = ("human_acceptance.csv", "human_contrasts.csv", "human_time.csv", "human_assistant.csv")
 
 
-def _notes_escaped(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with its notes escaped for LaTeX: the tables are written unescaped for their LaTeX headers, and a note is
-    plain text (a lattice note's true minus, a reason's per cent sign)."""
-    return df.assign(note=df["note"].map(lambda v: latex.latex_escape(v) if isinstance(v, str) else v))
-
-
 def _fmt(value: Any, digits: int = 3) -> str:
     try:
         v = float(value)
@@ -57,7 +51,7 @@ def write_outputs(result: HumanComparison, tables_dir: Path, figures_dir: Path, 
         _tagged(frame, result).to_csv(out[name], index=False)
     B = f"{result.settings.B:,}".replace(",", "{,}")
     scen = ", ".join(result.scenarios)
-    acc = _notes_escaped(
+    acc = latex.escape_text_cells(
         result.acceptance_summary[["group", "kind", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]]
     )
     out["human_acceptance_table.tex"] = latex.write_table(
@@ -82,7 +76,7 @@ def write_outputs(result: HumanComparison, tables_dir: Path, figures_dir: Path, 
         simulated=result.tag,
         escape=False,
     )
-    con = _notes_escaped(
+    con = latex.escape_text_cells(
         result.summary[["contrast", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "n_scenarios", "note"]]
     )
     out["human_contrasts_table.tex"] = latex.write_table(
@@ -105,7 +99,7 @@ def write_outputs(result: HumanComparison, tables_dir: Path, figures_dir: Path, 
         simulated=result.tag,
         escape=False,
     )
-    time = _notes_escaped(result.time[["group", "measure", "minutes", "ci_low", "ci_high", "n_runs", "note"]])
+    time = latex.escape_text_cells(result.time[["group", "measure", "minutes", "ci_low", "ci_high", "n_runs", "note"]])
     out["human_time_table.tex"] = latex.write_table(
         time.rename(
             columns={

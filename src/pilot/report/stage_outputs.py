@@ -28,6 +28,7 @@ from pilot.latex import (
     LatexText,
     contrast_minus,
     data_label,
+    escape_text_cells,
     format_number,
     latex_escape,
     macro_name,
@@ -237,17 +238,6 @@ def _value(v: object) -> object:
     )
 
 
-def _escape_cells(df: pd.DataFrame) -> pd.DataFrame:
-    """Text cells escaped for LaTeX (for tables written with ``escape=False`` because their headers hold math)."""
-    return df.apply(
-        lambda col: (
-            col.map(lambda v: latex_escape(v).replace("<", "\\textless{}") if isinstance(v, str) else v)
-            if col.dtype == object
-            else col
-        )
-    )
-
-
 def _p_macro(p: float) -> str:
     """A p-value with its relation, for the text: ``$p\\Macro$`` reads p = 0.039 or p < 0.001."""
     if p is None or np.isnan(p):
@@ -344,7 +334,7 @@ def write_primary(
 
     interval = f"scenario-cluster percentile bootstrap intervals ($B={st.B:,}$; {INTERVAL_NOTE})".replace(",", "{,}", 1)
     out["primary_acceptance_table.tex"] = write_table(
-        _escape_cells(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]]).rename(
+        escape_text_cells(acc[["arm", "p_hat", "ci_low", "ci_high", "n_runs", "n_scored", "note"]]).rename(
             columns={
                 "arm": "Arm",
                 "p_hat": "$\\hat p_a$",
@@ -380,7 +370,7 @@ def write_primary(
         ["note"] if has_note else []
     )
     out["primary_contrasts_table.tex"] = write_table(
-        _escape_cells(show[con_cols]).rename(
+        escape_text_cells(show[con_cols]).rename(
             columns={
                 "contrast": "Contrast",
                 "role": "Role",
@@ -596,7 +586,7 @@ def write_hypotheses_summary(
             "Verdict (the part that fails)": [verdict_cell(r) for _, r in summary.iterrows()],
         }
     )
-    show = _escape_cells(show)
+    show = escape_text_cells(show)
     caption = (
         "Every preregistered expectation with its headline estimate, interval, test, criterion and "
         "verdict; where the verdict is \\emph{not consistent}, the part of the criterion that fails, with "
@@ -661,7 +651,7 @@ def write_sensitivity(
 
     def tex(name: str, df: pd.DataFrame, caption: str, label: str, **kw: Any) -> None:
         if kw.get("escape") is False:  # captions with math: the column names and text cells still need escaping
-            df = _escape_cells(df).rename(columns=lambda c: latex_escape(str(c)))
+            df = escape_text_cells(df).rename(columns=lambda c: latex_escape(str(c)))
         # Never shrunk to fit: a table wider than the text is an overfull box that tools/check_latex_log.py names.
         kw.setdefault("font", COMPACT_FONT)
         out[name] = _infinity_symbols(write_table(df, gen / name, caption=caption, label=label, simulated=sim, **kw))
